@@ -1,0 +1,1 @@
+"""Flower ClientApp (issue 3)."""

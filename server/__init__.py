@@ -1,0 +1,1 @@
+"""Flower ServerApp (issue 3)."""
