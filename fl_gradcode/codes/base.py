@@ -333,18 +333,32 @@ class GradientCode:
             worst = max(worst, float(sv[0] / sv[-1]))
         return worst
 
-    def decode(self, replies: Mapping[int, np.ndarray], *, approximate: bool = False) -> np.ndarray:
+    def decode(
+        self,
+        replies: Mapping[int, np.ndarray],
+        *,
+        approximate: bool = False,
+        length: int | None = None,
+    ) -> np.ndarray:
         """Recover ``sum_j w_j u_j`` from ``{client: reply}``.
 
         Args:
             replies: each received client's reply (1-D arrays of one length).
             approximate: if ``True``, fall back to the least-squares decoding when the set is not
                 exactly decodable instead of raising.
+            length: expected update length; only needed to return zeros when nothing arrived.
 
         Raises:
-            NotDecodableError: the set does not decode exactly and ``approximate`` is ``False``.
+            NotDecodableError: the set does not decode exactly and ``approximate`` is ``False``,
+                or no reply arrived and ``length`` is unknown.
         """
         clients, vectors = self._check_replies(replies)
+        if not clients and approximate and length is not None:
+            return np.zeros(int(length))
+        if not clients:
+            raise NotDecodableError("no replies to decode (pass length= to get zeros)")
+        if length is not None and vectors[0].shape[0] != length:
+            raise ValueError(f"replies have length {vectors[0].shape[0]}; expected {length}")
         dec = self._decode_set(frozenset(clients))
         if not dec.exact and not approximate:
             raise NotDecodableError(
@@ -368,7 +382,7 @@ class GradientCode:
         if weights is None:
             w = np.ones(k)
         else:
-            w = np.array(weights, dtype=np.float64).reshape(-1)
+            w = np.array(weights, dtype=np.float64)
             if w.shape != (k,):
                 raise ValueError(
                     f"weights have shape {w.shape}; expected ({k},), one per partition"

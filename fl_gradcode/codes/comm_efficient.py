@@ -198,6 +198,11 @@ class CommunicationEfficientCode(GradientCode):
         object, else the padded length ``m * ceil(l/m)`` is returned.
         """
         clients, vectors = self._check_replies(replies)
+        target = length if length is not None else (self.dim or self._length_hint)
+        if not clients:
+            if approximate and target is not None:
+                return np.zeros(int(target))
+            raise NotDecodableError("no replies to decode (pass length= to get zeros)")
         dec = self._decode_set(frozenset(clients))
         if not dec.exact and not approximate:
             raise NotDecodableError(
@@ -209,7 +214,6 @@ class CommunicationEfficientCode(GradientCode):
         for c, v in zip(clients, vectors, strict=True):
             chunks += np.outer(dec.coefficients[:, c], v)
         full = chunks.reshape(-1)
-        target = length if length is not None else (self.dim or self._length_hint)
         if target is None:
             return full
         if not self.m * L - self.m < target <= self.m * L:
