@@ -337,7 +337,7 @@ class GradientCode:
         self,
         replies: Mapping[int, np.ndarray],
         *,
-        approximate: bool = False,
+        approximate: bool | None = None,
         length: int | None = None,
     ) -> np.ndarray:
         """Recover ``sum_j w_j u_j`` from ``{client: reply}``.
@@ -345,7 +345,8 @@ class GradientCode:
         Args:
             replies: each received client's reply (1-D arrays of one length).
             approximate: if ``True``, fall back to the least-squares decoding when the set is not
-                exactly decodable instead of raising.
+                exactly decodable instead of raising. Defaults to ``not is_exact``: approximate
+                codes (``bgc``, ``expander``, ``ignore-stragglers``) decode whatever arrived.
             length: expected update length; only needed to return zeros when nothing arrived.
 
         Raises:
@@ -353,6 +354,8 @@ class GradientCode:
                 or no reply arrived and ``length`` is unknown.
         """
         clients, vectors = self._check_replies(replies)
+        if approximate is None:
+            approximate = not self.is_exact
         if not clients and approximate and length is not None:
             return np.zeros(int(length))
         if not clients:

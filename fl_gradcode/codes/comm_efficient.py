@@ -113,6 +113,11 @@ class CommunicationEfficientCode(GradientCode):
         self._length_hint: int | None = None
         super().__init__(B, s, is_exact=True, weights=weights)
 
+    @property
+    def load_overhead(self) -> float:
+        """Load fraction divided by the lower bound ``(s+m)/n`` of Ye and Abbe (1.0 = optimal)."""
+        return self.load_fraction / ((self.s + self.m) / self.n)
+
     def message_length(self, length: int) -> int:
         """Reply length ``ceil(length / m)`` for an update of ``length`` floats."""
         return -(-int(length) // self.m)
@@ -188,7 +193,7 @@ class CommunicationEfficientCode(GradientCode):
         self,
         replies: Mapping[int, np.ndarray],
         *,
-        approximate: bool = False,
+        approximate: bool | None = None,
         length: int | None = None,
     ) -> np.ndarray:
         """Rebuild the full-length sum ``sum_j w_j u_j`` from short replies.
