@@ -1,0 +1,175 @@
+"""Straggler latency models and the order statistics that set a round's length (no Flower import).
+
+A round that waits for the ``k``-th of ``n`` replies lasts the ``k``-th order statistic
+``T_(k:n)`` of the clients' times. Whether coding pays depends on how a client's time scales with
+its load ``L`` (the fraction of the data it computes): gradient coding raises ``L`` from ``1/n``
+to ``(s+1)/n``, MDS-coded matrix multiplication only to ``1/k``.
+
+Every model here has ``sample(size, rng, load)`` and a ``load_scaled`` flag: a load-scaled
+model's whole time is multiplied by ``load`` (compute-bound clients, Lee et al.'s
+shifted exponential ``T = L (shift + Exp(rate))``); a load-independent model ignores it
+(delays that do not shrink with the work, e.g. network or queueing).
+
+References:
+    Lee, Lam, Pedarsani, Papailiopoulos, Ramchandran, "Speeding Up Distributed Machine Learning
+    Using Codes", IEEE T-IT 2018, https://arxiv.org/abs/1512.02673 (shifted-exponential model,
+    MDS speedup ``Theta(log n)``).
+    David, Nagaraja, "Order Statistics", 3rd ed., Wiley 2003 (exponential and Pareto order
+    statistics).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+from scipy.special import gammaln
+
+__all__ = [
+    "Bimodal",
+    "Exponential",
+    "LatencyModel",
+    "Pareto",
+    "ShiftedExponential",
+    "expected_round_time",
+    "harmonic",
+]
+
+
+def harmonic(n: int) -> float:
+    """``H_n = sum_{i=1}^n 1/i`` (``H_0 = 0``)."""
+    return float(np.sum(1.0 / np.arange(1, n + 1))) if n > 0 else 0.0
+
+
+def _positive(value: float, name: str) -> float:
+    if not (isinstance(value, (int, float, np.floating)) and math.isfinite(value) and value > 0):
+        raise ValueError(f"{name}={value!r} must be a positive finite number")
+    return float(value)
+
+
+class LatencyModel(Protocol):
+    """What the simulator and the theory need from a latency model."""
+
+    load_scaled: bool
+
+    def sample(
+        self, size: int | tuple[int, ...], rng: np.random.Generator, load: float = 1.0
+    ) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class Exponential:
+    """``T ~ Exp(rate)`` (mean ``1/rate``), times ``load`` if ``load_scaled``."""
+
+    rate: float = 1.0
+    load_scaled: bool = False
+
+    def __post_init__(self) -> None:
+        _positive(self.rate, "rate")
+
+    def sample(self, size, rng: np.random.Generator, load: float = 1.0) -> np.ndarray:
+        t = rng.exponential(1.0 / self.rate, size=size)
+        return t * load if self.load_scaled else t
+
+
+@dataclass(frozen=True)
+class ShiftedExponential:
+    """``T = shift + Exp(rate)``, all of it times ``load`` when ``load_scaled`` (the default):
+    a client with load ``L`` takes ``L * (shift + Exp(rate))`` (Lee et al. 2018)."""
+
+    shift: float = 1.0
+    rate: float = 1.0
+    load_scaled: bool = True
+
+    def __post_init__(self) -> None:
+        _positive(self.shift, "shift")
+        _positive(self.rate, "rate")
+
+    def sample(self, size, rng: np.random.Generator, load: float = 1.0) -> np.ndarray:
+        t = self.shift + rng.exponential(1.0 / self.rate, size=size)
+        return t * load if self.load_scaled else t
+
+
+@dataclass(frozen=True)
+class Pareto:
+    """Heavy-tailed ``T ~ Pareto(scale, shape)``: ``P(T > t) = (scale/t)^shape`` for t >= scale."""
+
+    scale: float = 1.0
+    shape: float = 2.0
+    load_scaled: bool = False
+
+    def __post_init__(self) -> None:
+        _positive(self.scale, "scale")
+        _positive(self.shape, "shape")
+
+    def sample(self, size, rng: np.random.Generator, load: float = 1.0) -> np.ndarray:
+        t = self.scale * (1.0 + rng.pareto(self.shape, size=size))
+        return t * load if self.load_scaled else t
+
+
+@dataclass(frozen=True)
+class Bimodal:
+    """Each client is slow with probability ``p``: its time from ``base`` is multiplied by
+    ``slowdown`` (transient straggling, redrawn every round)."""
+
+    base: ShiftedExponential | Exponential | Pareto = ShiftedExponential()
+    p: float = 0.05
+    slowdown: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.p <= 1.0:
+            raise ValueError(f"p={self.p!r} must be a probability in [0, 1]")
+        _positive(self.slowdown, "slowdown")
+
+    @property
+    def load_scaled(self) -> bool:
+        return self.base.load_scaled
+
+    def sample(self, size, rng: np.random.Generator, load: float = 1.0) -> np.ndarray:
+        t = self.base.sample(size, rng, load)
+        slow = rng.random(size=np.shape(t)) < self.p
+        return np.where(slow, t * self.slowdown, t)
+
+
+def expected_round_time(
+    model: LatencyModel,
+    n: int,
+    wait_for: int,
+    load: float = 1.0,
+    *,
+    samples: int = 20000,
+    seed: int = 0,
+) -> float:
+    """``E[T_(wait_for : n)]``: the expected time of the ``wait_for``-th of ``n`` iid arrivals.
+
+    Closed forms: exponential ``(H_n - H_{n-k})/rate``; shifted exponential
+    ``shift + (H_n - H_{n-k})/rate``; Pareto
+    ``scale * Gamma(n+1) Gamma(n-k+1-1/shape) / (Gamma(n-k+1) Gamma(n+1-1/shape))``
+    (``inf`` when ``shape (n-k+1) <= 1``); each times ``load`` when the model is load-scaled.
+    Other models fall back to Monte Carlo with ``samples`` rounds (seeded).
+    """
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"n={n!r} must be a positive integer")
+    if isinstance(wait_for, bool) or not isinstance(wait_for, (int, np.integer)):
+        raise ValueError(f"wait_for={wait_for!r} must be an integer")
+    if not 1 <= wait_for <= n:
+        raise ValueError(f"wait_for={wait_for} must satisfy 1 <= wait_for <= n={n}")
+    load = _positive(load, "load")
+    k = int(wait_for)
+    factor = load if model.load_scaled else 1.0
+    if isinstance(model, Exponential):
+        return factor * (harmonic(n) - harmonic(n - k)) / model.rate
+    if isinstance(model, ShiftedExponential):
+        return factor * (model.shift + (harmonic(n) - harmonic(n - k)) / model.rate)
+    if isinstance(model, Pareto):
+        a = model.shape
+        if a * (n - k + 1) <= 1:
+            return math.inf
+        j = n - k + 1
+        log = gammaln(n + 1) + gammaln(j - 1 / a) - gammaln(j) - gammaln(n + 1 - 1 / a)
+        return factor * model.scale * math.exp(log)
+    rng = np.random.default_rng(seed)
+    times = np.sort(model.sample((samples, n), rng, load), axis=1)
+    return float(np.mean(times[:, k - 1]))

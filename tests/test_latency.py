@@ -1,0 +1,85 @@
+"""Latency models: closed-form order statistics agree with Monte Carlo."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fl_gradcode.latency import (
+    Bimodal,
+    Exponential,
+    Pareto,
+    ShiftedExponential,
+    expected_round_time,
+    harmonic,
+)
+
+
+def monte_carlo(model, n, k, load=1.0, samples=40000, seed=1):
+    rng = np.random.default_rng(seed)
+    t = np.sort(model.sample((samples, n), rng, load), axis=1)[:, k - 1]
+    return float(t.mean()), float(t.std() / np.sqrt(samples))
+
+
+def test_exponential_order_statistic_closed_form_and_quoted_numbers():
+    m = Exponential(rate=1.0)
+    assert expected_round_time(m, n=100, wait_for=100) == pytest.approx(5.1874, abs=1e-4)
+    assert expected_round_time(m, n=100, wait_for=80) == pytest.approx(
+        harmonic(100) - harmonic(20)
+    )
+    assert expected_round_time(m, n=100, wait_for=80) == pytest.approx(1.590, abs=1e-3)
+    assert expected_round_time(m, n=100, wait_for=50) == pytest.approx(0.688, abs=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("model", "n", "k", "load"),
+    [
+        (Exponential(rate=2.0), 30, 25, 1.0),
+        (ShiftedExponential(shift=1.0, rate=1.0), 100, 80, 0.21),
+        (ShiftedExponential(shift=0.5, rate=0.1), 20, 20, 0.05),
+        (Pareto(scale=1.0, shape=2.5), 50, 45, 1.0),
+        (Pareto(scale=2.0, shape=1.5, load_scaled=True), 40, 30, 0.5),
+    ],
+)
+def test_closed_forms_match_monte_carlo(model, n, k, load):
+    closed = expected_round_time(model, n=n, wait_for=k, load=load)
+    mc, se = monte_carlo(model, n, k, load)
+    assert abs(closed - mc) <= 5 * se + 1e-3 * closed
+
+
+def test_shifted_exponential_scales_with_load_and_exponential_does_not():
+    se = ShiftedExponential(shift=1.0, rate=1.0)
+    assert expected_round_time(se, 100, 80, load=0.21) == pytest.approx(
+        0.21 * (1.0 + harmonic(100) - harmonic(20))
+    )
+    ex = Exponential(rate=1.0)
+    assert expected_round_time(ex, 10, 5, load=0.3) == expected_round_time(ex, 10, 5, load=1.0)
+
+
+def test_pareto_max_is_infinite_when_tail_too_heavy():
+    assert expected_round_time(Pareto(shape=0.9), n=10, wait_for=10) == float("inf")
+
+
+def test_bimodal_uses_monte_carlo_and_is_seeded():
+    m = Bimodal(base=ShiftedExponential(), p=0.1, slowdown=20.0)
+    a = expected_round_time(m, 20, 18, load=0.1, samples=4000, seed=3)
+    b = expected_round_time(m, 20, 18, load=0.1, samples=4000, seed=3)
+    assert a == b
+    fast = expected_round_time(ShiftedExponential(), 20, 18, load=0.1)
+    assert a > fast
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda: Exponential(rate=0), "rate=0"),
+        (lambda: ShiftedExponential(shift=-1), "shift=-1"),
+        (lambda: Bimodal(p=1.5), "p=1.5"),
+        (lambda: expected_round_time(Exponential(), n=10, wait_for=11), "wait_for=11"),
+        (lambda: expected_round_time(Exponential(), n=0, wait_for=1), "n=0"),
+        (lambda: expected_round_time(Exponential(), n=5, wait_for=2, load=0), "load=0"),
+    ],
+)
+def test_bad_parameters_are_rejected(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
