@@ -23,7 +23,7 @@ References:
     Yu, Maddah-Ali, Avestimehr, "Polynomial Codes: an Optimal Design for High-Dimensional Coded
     Matrix Multiplication", NeurIPS 2017, https://arxiv.org/abs/1705.10464 (threshold ``ab``).
     Subramaniam, Heidarzadeh, Narayanan, "Random Khatri-Rao-Product Codes for Numerically-Stable
-    Distributed Matrix Multiplication", Allerton 2019, https://arxiv.org/abs/1907.05965 (the
+    Distributed Matrix Multiplication", 2019, https://arxiv.org/abs/1907.05965 (the
     Gaussian product construction used by default for ``A^T B``).
 """
 
