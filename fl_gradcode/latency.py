@@ -28,13 +28,19 @@ import numpy as np
 from scipy.special import gammaln
 
 __all__ = [
+    "LATENCY_MODELS",
     "Bimodal",
     "Exponential",
     "LatencyModel",
+    "NoLatency",
     "Pareto",
+    "PersistentSlow",
     "ShiftedExponential",
+    "TraceReplay",
+    "client_delay",
     "expected_round_time",
     "harmonic",
+    "make_latency",
 ]
 
 
@@ -173,3 +179,152 @@ def expected_round_time(
     rng = np.random.default_rng(seed)
     times = np.sort(model.sample((samples, n), rng, load), axis=1)
     return float(np.mean(times[:, k - 1]))
+
+
+@dataclass(frozen=True)
+class NoLatency:
+    """Every client replies at once (only the measured compute time counts)."""
+
+    load_scaled: bool = False
+
+    def sample(self, size, rng: np.random.Generator, load: float = 1.0) -> np.ndarray:
+        return np.zeros(size)
+
+
+@dataclass(frozen=True)
+class PersistentSlow:
+    """A fixed set of clients is slow in every round (heterogeneous hardware).
+
+    Client ``w`` is slow iff a draw seeded by ``(seed, w)`` falls below ``p``, or ``w`` is
+    listed in ``slow``; a slow client's time from ``base`` is multiplied by ``slowdown``.
+    """
+
+    base: ShiftedExponential | Exponential | Pareto = ShiftedExponential()
+    p: float = 0.1
+    slowdown: float = 10.0
+    slow: tuple[int, ...] = ()
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.p <= 1.0:
+            raise ValueError(f"p={self.p!r} must be a probability in [0, 1]")
+        _positive(self.slowdown, "slowdown")
+
+    @property
+    def load_scaled(self) -> bool:
+        return self.base.load_scaled
+
+    def is_slow(self, worker: int) -> bool:
+        if worker in self.slow:
+            return True
+        return bool(np.random.default_rng([self.seed, worker, 7]).random() < self.p)
+
+    def sample(self, size, rng: np.random.Generator, load: float = 1.0) -> np.ndarray:
+        """iid samples treat the first ``p`` fraction of each row of clients as the slow ones."""
+        t = self.base.sample(size, rng, load)
+        n = np.shape(t)[-1]
+        slow = np.array([self.is_slow(w) for w in range(n)])
+        return np.where(slow, t * self.slowdown, t)
+
+
+class TraceReplay:
+    """Replay measured per-worker reply times: client ``w`` in round ``r`` takes the time of
+    trace worker ``w mod W`` in trace round ``r mod R``, times ``load`` if ``load_scaled``.
+
+    The bundled traces (``fl_gradcode/traces/*.csv``, columns ``round, worker, arrival_s``) are
+    AWS Lambda delay profiles for 256 workers from Krishnan, Ebrahimi, Khisti, "Sequential
+    Gradient Coding for Straggler Mitigation", ICLR 2023 (``mamaj/Sequential-Gradient-Coding-2``).
+    """
+
+    def __init__(self, name_or_path: str, *, load_scaled: bool = False) -> None:
+        from pathlib import Path
+
+        path = Path(name_or_path)
+        if not path.suffix:
+            path = Path(__file__).parent / "traces" / f"{name_or_path}.csv"
+        if not path.is_file():
+            available = sorted(p.stem for p in (Path(__file__).parent / "traces").glob("*.csv"))
+            raise ValueError(f"trace {name_or_path!r} not found; bundled traces: {available}")
+        data = np.loadtxt(path, delimiter=",", skiprows=1)
+        rounds = data[:, 0].astype(int)
+        workers = data[:, 1].astype(int)
+        table = np.full((rounds.max() + 1, workers.max() + 1), np.nan)
+        table[rounds, workers] = data[:, 2]
+        if np.isnan(table).any():
+            raise ValueError(f"trace {path} does not give every (round, worker) a time")
+        self.name = path.stem
+        self.table = table
+        self.load_scaled = load_scaled
+
+    def time(self, worker: int, round_index: int, load: float = 1.0) -> float:
+        R, W = self.table.shape
+        t = float(self.table[round_index % R, worker % W])
+        return t * load if self.load_scaled else t
+
+    def sample(self, size, rng: np.random.Generator, load: float = 1.0) -> np.ndarray:
+        """Rows of the trace in random order (a random round, workers in trace order)."""
+        shape = (size,) if isinstance(size, int) else tuple(size)
+        n = shape[-1]
+        rows = rng.integers(0, self.table.shape[0], size=shape[:-1])
+        t = self.table[rows][..., np.arange(n) % self.table.shape[1]]
+        return t * load if self.load_scaled else t
+
+
+def client_delay(
+    model: LatencyModel, *, worker: int, round_index: int, load: float, seed: int
+) -> float:
+    """The delay of one client in one round, reproducible from ``(seed, round, worker)``.
+
+    Every replica and every rerun with the same seed sees the same delay; persistent models
+    keep the same clients slow in every round; traces are replayed by (round, worker).
+    """
+    if isinstance(model, TraceReplay):
+        return model.time(worker, round_index, load)
+    rng = np.random.default_rng([seed, round_index, worker])
+    if isinstance(model, PersistentSlow):
+        t = float(model.base.sample(1, rng, load)[0])
+        return t * model.slowdown if model.is_slow(worker) else t
+    return float(model.sample(1, rng, load)[0])
+
+
+LATENCY_MODELS = (
+    "none",
+    "exponential",
+    "shifted-exponential",
+    "pareto",
+    "bimodal",
+    "persistent",
+    "trace",
+)
+
+
+def make_latency(
+    name: str,
+    *,
+    scale: float = 1.0,
+    rate: float = 1.0,
+    shape: float = 2.0,
+    p: float = 0.1,
+    slowdown: float = 10.0,
+    trace: str = "canada",
+    seed: int = 0,
+) -> LatencyModel:
+    """Latency model by run-config name (``LATENCY_MODELS``), in seconds per unit of load.
+
+    ``scale`` is the deterministic part (the shift, or the Pareto scale), ``rate`` the rate of
+    the exponential part; ``bimodal``/``persistent`` slow a fraction ``p`` by ``slowdown``
+    on top of a load-scaled shifted exponential.
+    """
+    base = ShiftedExponential(shift=scale, rate=rate)
+    models = {
+        "none": lambda: NoLatency(),
+        "exponential": lambda: Exponential(rate=rate),
+        "shifted-exponential": lambda: base,
+        "pareto": lambda: Pareto(scale=scale, shape=shape),
+        "bimodal": lambda: Bimodal(base=base, p=p, slowdown=slowdown),
+        "persistent": lambda: PersistentSlow(base=base, p=p, slowdown=slowdown, seed=seed),
+        "trace": lambda: TraceReplay(trace),
+    }
+    if name not in models:
+        raise ValueError(f"latency={name!r}; expected one of {list(LATENCY_MODELS)}")
+    return models[name]()

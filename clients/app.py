@@ -1,0 +1,116 @@
+"""Flower ClientApp: compute the assigned partitions' updates and send one coded combination.
+
+Each SuperNode is one worker of the code; it learns its worker index from its node config
+(``partition-id`` in simulation, ``--node-config "partition-id=3"`` in deployment) and
+answers the server's ``query`` with it. A ``train`` message carries the global arrays, the
+worker's partitions and their coefficients ``B[i, j] * w_j``; the client rebuilds those
+partitions deterministically from ``(dataset, partitioner, alpha, k, seed)``, computes every
+partition's update, and replies with ``sum_j coef_j * u_j``. Its latency is sampled from
+``(seed, round, worker)``: slept for real in ``wallclock`` timing, reported in ``virtual``.
+"""
+
+from __future__ import annotations
+
+import time
+from functools import lru_cache
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+
+from fl_gradcode.config import worker_list
+from fl_gradcode.data import load_dataset, partition_indices
+from fl_gradcode.latency import client_delay, make_latency
+from fl_gradcode.learning import make_model, partition_update
+from fl_gradcode.strategy import flatten
+
+app = ClientApp()
+
+
+@lru_cache(maxsize=4)
+def _model(name: str, shape: tuple[int, ...], classes: int):
+    return make_model(name, shape, classes)
+
+
+def worker_index(context: Context) -> int:
+    """The worker index from the node config (``partition-id`` or ``worker-index``)."""
+    cfg = context.node_config
+    for key in ("worker-index", "partition-id"):
+        if key in cfg:
+            return int(cfg[key])
+    raise ValueError(f"node config {dict(cfg)} has no 'partition-id' (the worker index)")
+
+
+@app.query()
+def query(msg: Message, context: Context) -> Message:
+    meta = MetricRecord({"worker": worker_index(context)})
+    return Message(RecordDict({"meta": meta}), reply_to=msg)
+
+
+def compute_reply(cfg: ConfigRecord, arrays: ArrayRecord, extra_delay_s: float = 0.0):
+    """The coded update and its timing for one train message (pure function of the message)."""
+    worker = int(cfg["worker"])
+    server_round = int(cfg["server-round"])
+    seed = int(cfg["seed"])
+    data = load_dataset(str(cfg["dataset"]), seed)
+    parts = [int(j) for j in cfg["partitions"] if int(j) >= 0]
+    coefs = [float(c) for c in cfg["coefficients"]][: len(parts)]
+    theta, _ = flatten(arrays)
+    coded = np.zeros_like(theta)
+    compute_s = 0.0
+    if parts:
+        index = partition_indices(
+            data.y_train,
+            int(cfg["num-partitions"]),
+            str(cfg["partitioner"]),
+            alpha=float(cfg["dirichlet-alpha"]),
+            seed=seed,
+        )
+        model = _model(str(cfg["model"]), data.input_shape, data.num_classes)
+        t0 = time.perf_counter()  # compute only: data loading is cached after the first round
+        for j, c in zip(parts, coefs, strict=True):
+            idx = index[j]
+            u = partition_update(
+                model,
+                theta,
+                data.x_train[idx],
+                data.y_train[idx],
+                kind=str(cfg["update"]),
+                lr=float(cfg["lr"]),
+                epochs=int(cfg["local-epochs"]),
+                batch_size=int(cfg["batch-size"]),
+                seed=(seed, server_round, j),
+            )
+            coded += c * u
+        compute_s = time.perf_counter() - t0
+    latency = make_latency(
+        str(cfg["latency"]),
+        scale=float(cfg["latency-scale"]),
+        rate=float(cfg["latency-rate"]),
+        p=float(cfg["latency-p"]),
+        slowdown=float(cfg["latency-slowdown"]),
+        trace=str(cfg["latency-trace"]),
+        seed=seed,
+    )
+    delay = client_delay(latency, worker=worker, round_index=server_round, load=len(parts), seed=seed)
+    if worker in worker_list(str(cfg["slow-workers"])):
+        delay += float(cfg["slow-delay-s"])
+    delay += extra_delay_s
+    if worker in worker_list(str(cfg["nan-workers"])):
+        coded[0] = np.nan  # fault injection for tests: a corrupted reply
+    measured = compute_s if str(cfg["virtual-compute"]) == "measured" else 0.0
+    return coded, {"compute-s": compute_s, "delay-s": delay, "virtual-s": measured + delay}
+
+
+@app.train()
+def train(msg: Message, context: Context) -> Message:
+    cfg = msg.content.config_records["config"]
+    extra = float(context.node_config.get("extra-delay-s", 0.0))
+    coded, timing = compute_reply(cfg, msg.content.array_records["arrays"], extra)
+    if str(cfg["timing"]) == "wallclock":
+        time.sleep(timing["delay-s"])
+    meta = MetricRecord(
+        {"worker": int(cfg["worker"]), "server-round": int(cfg["server-round"]), **timing}
+    )
+    content = RecordDict({"coded": ArrayRecord({"update": Array(coded)}), "meta": meta})
+    return Message(content, reply_to=msg)

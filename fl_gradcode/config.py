@@ -1,0 +1,72 @@
+"""Run-config keys (kebab-case) and their defaults; ``pyproject.toml`` repeats them for Flower.
+
+A test checks that ``[tool.flwr.app.config]`` and :data:`DEFAULTS` agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["DEFAULTS", "merge_config"]
+
+DEFAULTS: dict[str, Any] = {
+    "num-rounds": 30,
+    "num-clients": 0,  # 0: one client per connected SuperNode
+    "code": "grouped-rs",
+    "s": 3,
+    "update": "gradient",
+    "local-epochs": 1,
+    "batch-size": 32,
+    "lr": 0.5,
+    "server-lr": 1.0,
+    "server-optimizer": "sgd",
+    "momentum": 0.9,
+    "dataset": "digits",
+    "model": "logreg",
+    "partitioner": "dirichlet",
+    "dirichlet-alpha": 0.5,
+    "latency": "bimodal",
+    "latency-scale": 0.1,
+    "latency-rate": 10.0,
+    "latency-p": 0.1,
+    "latency-slowdown": 20.0,
+    "latency-trace": "canada",
+    "virtual-compute": "measured",
+    "timing": "virtual",
+    "straggler-timeout": 10.0,
+    "max-decode-error": 0.5,
+    "round-timeout": 600.0,
+    "warmup-timeout": 120.0,
+    "slow-workers": "",
+    "slow-delay-s": 0.0,
+    "nan-workers": "",
+    "seed": 0,
+    "results-dir": "results/run",
+}
+
+
+def merge_config(run_config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Defaults overridden by ``run_config``; unknown keys raise a ``ValueError`` naming them."""
+    cfg = dict(DEFAULTS)
+    for key, value in (run_config or {}).items():
+        if key not in DEFAULTS:
+            raise ValueError(f"unknown run-config key {key!r}; known keys: {sorted(DEFAULTS)}")
+        default = DEFAULTS[key]
+        if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if type(value) is not type(default):
+            raise ValueError(
+                f"run-config {key}={value!r} must be {type(default).__name__} like its default "
+                f"{default!r}"
+            )
+        cfg[key] = value
+    return cfg
+
+
+def worker_list(text: str) -> set[int]:
+    """``"1,4"`` -> ``{1, 4}`` (for ``slow-workers`` / ``nan-workers``)."""
+    try:
+        return {int(x) for x in str(text).replace(" ", "").split(",") if x}
+    except ValueError as exc:
+        raise ValueError(f"expected comma-separated worker indices; got {text!r}") from exc

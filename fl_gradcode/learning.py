@@ -1,0 +1,144 @@
+"""Models and per-partition updates (torch, float64, no Flower import).
+
+A partition update is what gradient coding combines: ``gradient`` (the mean loss gradient of
+the partition at the global model) or ``local`` (the model delta after ``E`` epochs of
+minibatch SGD on that partition alone). Both are deterministic functions of
+``(global model, partition, run seed, round)``: minibatch order is drawn from a generator
+seeded by ``(seed, round, partition)``, so every replica of a partition computes the same
+update and decoding stays exact.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+__all__ = [
+    "MODELS",
+    "evaluate",
+    "flat_parameters",
+    "make_model",
+    "partition_update",
+    "set_flat_parameters",
+]
+
+MODELS = ("logreg", "mlp", "cnn")
+
+
+class _CNN(nn.Module):
+    """Two conv layers (2-D for images, 1-D for sequences) and a linear head."""
+
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int) -> None:
+        super().__init__()
+        if len(input_shape) == 3:
+            conv, pool = nn.Conv2d, nn.MaxPool2d
+        elif len(input_shape) == 2:
+            conv, pool = nn.Conv1d, nn.MaxPool1d
+        else:
+            raise ValueError(f"cnn needs image or sequence inputs; got input shape {input_shape}")
+        c = input_shape[0]
+        self.features = nn.Sequential(
+            conv(c, 8, 3, padding=1), nn.ReLU(), pool(2), conv(8, 16, 3, padding=1), nn.ReLU()
+        ).to(torch.float64)
+        with torch.no_grad():
+            size = self.features(torch.zeros(1, *input_shape, dtype=torch.float64)).numel()
+        self.head = nn.Linear(size, num_classes)
+        self.input_shape = input_shape
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.reshape(x.shape[0], *self.input_shape)
+        return self.head(self.features(x).flatten(1))
+
+
+def make_model(
+    name: str, input_shape: tuple[int, ...], num_classes: int, seed: int = 0
+) -> nn.Module:
+    """``logreg`` (softmax regression), ``mlp`` (one hidden layer of 64) or ``cnn``; float64."""
+    features = int(np.prod(input_shape))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        if name == "logreg":
+            model = nn.Sequential(nn.Flatten(), nn.Linear(features, num_classes))
+        elif name == "mlp":
+            model = nn.Sequential(
+                nn.Flatten(), nn.Linear(features, 64), nn.ReLU(), nn.Linear(64, num_classes)
+            )
+        elif name == "cnn":
+            model = _CNN(tuple(input_shape), num_classes)
+        else:
+            raise ValueError(f"model={name!r}; expected one of {list(MODELS)}")
+    return model.to(torch.float64)
+
+
+def flat_parameters(model: nn.Module) -> np.ndarray:
+    """All parameters as one float64 vector (the order of ``model.parameters()``)."""
+    return nn.utils.parameters_to_vector(model.parameters()).detach().cpu().numpy().copy()
+
+
+def set_flat_parameters(model: nn.Module, flat: np.ndarray) -> None:
+    """Load a flat vector produced by :func:`flat_parameters` into ``model``."""
+    expected = sum(p.numel() for p in model.parameters())
+    if flat.shape != (expected,):
+        raise ValueError(f"parameter vector has shape {flat.shape}; expected ({expected},)")
+    # a copy: the parameters must never alias the caller's array (SGD updates them in place)
+    nn.utils.vector_to_parameters(torch.tensor(flat, dtype=torch.float64), model.parameters())
+
+
+def _mean_gradient(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> np.ndarray:
+    model.zero_grad(set_to_none=True)
+    loss = nn.functional.cross_entropy(model(x), y)
+    grads = torch.autograd.grad(loss, list(model.parameters()))
+    return torch.cat([g.reshape(-1) for g in grads]).detach().numpy().copy()
+
+
+def partition_update(
+    model: nn.Module,
+    theta: np.ndarray,
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    kind: str,
+    lr: float = 0.1,
+    epochs: int = 1,
+    batch_size: int = 32,
+    seed: tuple[int, ...] = (0,),
+) -> np.ndarray:
+    """One partition's update at global parameters ``theta``.
+
+    Args:
+        kind: ``"gradient"``: mean cross-entropy gradient over the partition;
+            ``"local"``: ``theta_E - theta`` after ``epochs`` of minibatch SGD (step ``lr``,
+            batches of ``batch_size``) with minibatch order from ``torch.Generator`` seeded by
+            ``seed`` (pass ``(run seed, round, partition)``).
+    """
+    set_flat_parameters(model, theta)
+    xt = torch.as_tensor(x, dtype=torch.float64)
+    yt = torch.as_tensor(y, dtype=torch.int64)
+    if kind == "gradient":
+        return _mean_gradient(model, xt, yt)
+    if kind != "local":
+        raise ValueError(f"update={kind!r}; expected 'gradient' or 'local'")
+    gen = torch.Generator().manual_seed(int(np.random.default_rng(list(seed)).integers(2**62)))
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    for _ in range(epochs):
+        order = torch.randperm(len(yt), generator=gen)
+        for start in range(0, len(yt), batch_size):
+            idx = order[start : start + batch_size]
+            opt.zero_grad(set_to_none=True)
+            nn.functional.cross_entropy(model(xt[idx]), yt[idx]).backward()
+            opt.step()
+    return flat_parameters(model) - theta
+
+
+@torch.no_grad()
+def evaluate(
+    model: nn.Module, theta: np.ndarray, x: np.ndarray, y: np.ndarray
+) -> tuple[float, float]:
+    """``(mean cross-entropy, accuracy)`` of parameters ``theta`` on ``(x, y)``."""
+    set_flat_parameters(model, theta)
+    logits = model(torch.as_tensor(x, dtype=torch.float64))
+    yt = torch.as_tensor(y, dtype=torch.int64)
+    loss = float(nn.functional.cross_entropy(logits, yt))
+    acc = float((logits.argmax(dim=1) == yt).double().mean())
+    return loss, acc

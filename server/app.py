@@ -1,0 +1,150 @@
+"""Flower ServerApp: build the code for the connected SuperNodes and run coded rounds."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from flwr.app import ArrayRecord, Context, MetricRecord
+from flwr.common.logger import log
+from flwr.serverapp import Grid, ServerApp
+
+from fl_gradcode.codes import make_code
+from fl_gradcode.config import merge_config
+from fl_gradcode.data import load_dataset, partition_indices
+from fl_gradcode.learning import evaluate, make_model
+from fl_gradcode.results import RoundRecorder
+from fl_gradcode.strategy import GradientCoding, flatten, to_array_record
+
+# What the server forwards to clients in every train message (clients never need run_config).
+CLIENT_KEYS = (
+    "seed",
+    "dataset",
+    "model",
+    "partitioner",
+    "dirichlet-alpha",
+    "local-epochs",
+    "batch-size",
+    "latency",
+    "latency-scale",
+    "latency-rate",
+    "latency-p",
+    "latency-slowdown",
+    "latency-trace",
+    "virtual-compute",
+    "slow-workers",
+    "slow-delay-s",
+    "nan-workers",
+)
+
+
+def wait_for_nodes(grid: Grid, want: int, timeout: float = 120.0, settle: float = 3.0) -> int:
+    """Number of clients: ``want`` if > 0 (waiting for that many), else the connected count once
+    it has been stable for ``settle`` seconds."""
+    t_end = time.monotonic() + timeout
+    last, since = -1, time.monotonic()
+    while time.monotonic() < t_end:
+        count = len(list(grid.get_node_ids()))
+        if want > 0 and count >= want:
+            return want
+        if count != last:
+            last, since = count, time.monotonic()
+        elif want <= 0 and count > 0 and time.monotonic() - since >= settle:
+            return count
+        time.sleep(0.2)
+    if want > 0:
+        raise RuntimeError(f"only {last} SuperNodes connected within {timeout} s; need {want}")
+    if last <= 0:
+        raise RuntimeError(f"no SuperNode connected within {timeout} s")
+    return last
+
+
+def run(grid: Grid, run_config: dict[str, Any]) -> GradientCoding:
+    """Run a coded job with ``run_config`` (merged over the defaults) on ``grid``."""
+    cfg = merge_config(run_config)
+    n = wait_for_nodes(grid, int(cfg["num-clients"]))
+    seed = int(cfg["seed"])
+    probe = make_code(str(cfg["code"]), n=n, s=int(cfg["s"]), seed=seed)
+    data = load_dataset(str(cfg["dataset"]), seed)
+    index = partition_indices(
+        data.y_train,
+        probe.k,
+        str(cfg["partitioner"]),
+        alpha=float(cfg["dirichlet-alpha"]),
+        seed=seed,
+    )
+    sizes = np.array([len(p) for p in index], dtype=np.float64)
+    code = make_code(str(cfg["code"]), n=n, s=int(cfg["s"]), seed=seed, weights=sizes / sizes.sum())
+    model = make_model(str(cfg["model"]), data.input_shape, data.num_classes, seed)
+    initial = {name: p.detach().numpy().copy() for name, p in model.named_parameters()}
+
+    def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
+        theta, _ = flatten(arrays)
+        loss, acc = evaluate(model, theta, data.x_test, data.y_test)
+        return MetricRecord({"accuracy": acc, "loss": loss})
+
+    results_dir = Path(str(cfg["results-dir"])).expanduser().resolve()
+    recorder = RoundRecorder(
+        results_dir,
+        {
+            **cfg,
+            "num-clients": n,
+            "code-k": code.k,
+            "code-load": code.load,
+            "partition-sizes": sizes.astype(int).tolist(),
+        },
+    )
+    strategy = GradientCoding(
+        code,
+        update=str(cfg["update"]),
+        lr=float(cfg["lr"]),
+        server_optimizer=str(cfg["server-optimizer"]),
+        server_lr=float(cfg["server-lr"]),
+        momentum=float(cfg["momentum"]),
+        timing=str(cfg["timing"]),
+        straggler_timeout=float(cfg["straggler-timeout"]),
+        max_decode_error=float(cfg["max-decode-error"]),
+        client_config={key: cfg[key] for key in CLIENT_KEYS},
+        evaluate_fn=evaluate_fn,
+        recorder=recorder,
+        round_timeout=float(cfg["round-timeout"]),
+        warmup_timeout=float(cfg["warmup-timeout"]),
+        num_rounds=int(cfg["num-rounds"]),
+    )
+    log(
+        20,
+        "fl-gradcode: %d clients, code %s (k=%d, load %d, tolerates %d), %s updates, %s timing; "
+        "results in %s",
+        n,
+        code.name,
+        code.k,
+        code.load,
+        code.s,
+        cfg["update"],
+        cfg["timing"],
+        results_dir,
+    )
+    strategy.start(
+        grid=grid,
+        initial_arrays=to_array_record(initial),
+        num_rounds=int(cfg["num-rounds"]),
+        timeout=float(cfg["round-timeout"]),
+    )
+    return strategy
+
+
+def make_server_app(overrides: dict[str, Any] | None = None) -> ServerApp:
+    """A ServerApp whose run config is ``context.run_config`` updated with ``overrides``
+    (``run_simulation`` passes an empty run config; tests use the overrides)."""
+    server_app = ServerApp()
+
+    @server_app.main()
+    def main(grid: Grid, context: Context) -> None:
+        run(grid, {**dict(context.run_config), **(overrides or {})})
+
+    return server_app
+
+
+app = make_server_app()
