@@ -92,7 +92,9 @@ def compute_reply(cfg: ConfigRecord, arrays: ArrayRecord, extra_delay_s: float =
         trace=str(cfg["latency-trace"]),
         seed=seed,
     )
-    delay = client_delay(latency, worker=worker, round_index=server_round, load=len(parts), seed=seed)
+    delay = client_delay(
+        latency, worker=worker, round_index=server_round, load=len(parts), seed=seed
+    )
     if worker in worker_list(str(cfg["slow-workers"])):
         delay += float(cfg["slow-delay-s"])
     delay += extra_delay_s

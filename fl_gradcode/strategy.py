@@ -141,7 +141,8 @@ class EarlyReturnGrid:
     def busy_nodes(self) -> set[int]:
         return set(self.abandoned.values())
 
-    def _pull_late(self) -> None:
+    def collect_late(self) -> None:
+        """Pull replies to earlier rounds that have arrived (frees their nodes)."""
         if not self.abandoned:
             return
         for reply in self._grid.pull_messages(list(self.abandoned)):
@@ -153,12 +154,13 @@ class EarlyReturnGrid:
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None):
         msgs = list(messages)
         if not msgs or not msgs[0].metadata.message_type.startswith("train"):
-            self._pull_late()
+            self.collect_late()
             return self._grid.send_and_receive(msgs, timeout=timeout)
         ids = list(self._grid.push_messages(msgs))
         pending = {mid: m.metadata.dst_node_id for mid, m in zip(ids, msgs, strict=True) if mid}
-        deadline = self._strategy.deadline_s(timeout)
-        t_end = time.monotonic() + deadline
+        t_end = time.monotonic() + self._strategy.deadline_s(timeout)
+        # round 1 (actor start-up): the straggler deadline counts from the first reply
+        from_first = self._strategy.deadline_from_first_reply()
         replies: list[Message] = []
         while True:
             asked = [*pending, *self.abandoned]
@@ -170,6 +172,9 @@ class EarlyReturnGrid:
                 elif rid in self.abandoned:
                     del self.abandoned[rid]
                     self._strategy.on_late_reply(reply)
+            if from_first and replies:
+                t_end = min(t_end, time.monotonic() + self._strategy.straggler_timeout)
+                from_first = False
             if not pending or self._strategy.ready(replies) or time.monotonic() >= t_end:
                 break
             time.sleep(self.poll_interval)
@@ -211,7 +216,8 @@ class GradientCoding(Strategy):
             called after each round's update (its ``accuracy``/``loss`` go into the record).
         recorder: where to write ``rounds.jsonl`` and ``final_model.npz``.
         round_timeout: wall-clock limit of a virtual-timing round (the simulation must finish).
-        warmup_timeout: wall-clock deadline of round 1 in wallclock mode (actor start-up).
+        warmup_timeout: longest wait for the first reply of round 1 in wallclock mode (actor
+            start-up); the straggler deadline of round 1 then counts from that first reply.
     """
 
     def __init__(
@@ -281,6 +287,11 @@ class GradientCoding(Strategy):
     def start(self, grid: Any, initial_arrays: ArrayRecord, *args: Any, **kwargs: Any):
         """Flower's ``start`` with the grid wrapped for early return."""
         return super().start(self.wrap_grid(grid), initial_arrays, *args, **kwargs)
+
+    def deadline_from_first_reply(self) -> bool:
+        """Wallclock round 1: count the straggler deadline from the first reply, since the first
+        replies can be delayed by actor or process start-up (``warmup_timeout`` bounds the wait)."""
+        return self.timing == "wallclock" and self._round is not None and self._round.number == 1
 
     def deadline_s(self, timeout: float | None) -> float:
         """Wall-clock deadline of the current TRAIN round, used by :class:`EarlyReturnGrid`."""
@@ -365,7 +376,10 @@ class GradientCoding(Strategy):
         if self.timing == "virtual":
             busy = [w for w in range(self.code.n) if self.busy_until[w] > self.virtual_clock]
         else:
-            busy_nodes = grid.busy_nodes() if isinstance(grid, EarlyReturnGrid) else set()
+            busy_nodes: set[int] = set()
+            if isinstance(grid, EarlyReturnGrid):
+                grid.collect_late()  # a client whose late reply is in is free again
+                busy_nodes = grid.busy_nodes()
             busy = sorted(self.worker_of_node[n] for n in busy_nodes if n in self.worker_of_node)
         messages, sent = [], {}
         for worker in range(self.code.n):
