@@ -1,0 +1,39 @@
+"""Run-config keys: pyproject's [tool.flwr.app.config] and the code's defaults agree."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from fl_gradcode.config import DEFAULTS, merge_config
+
+ROOT = Path(__file__).resolve().parents[1]
+REQUIRED = [
+    "num-rounds", "code", "s", "update", "local-epochs", "lr", "server-optimizer", "dataset",
+    "partitioner", "dirichlet-alpha", "latency", "timing", "straggler-timeout", "seed",
+    "results-dir",
+]
+
+
+def test_pyproject_run_config_equals_defaults():
+    app = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"]["app"]
+    assert app["config"] == DEFAULTS
+    assert app["components"] == {"serverapp": "server.app:app", "clientapp": "clients.app:app"}
+
+
+def test_issue_keys_exist_and_are_documented_in_the_readme():
+    readme = (ROOT / "README.md").read_text()
+    for key in REQUIRED:
+        assert key in DEFAULTS
+        assert f"`{key}`" in readme, key
+
+
+def test_merge_config_rejects_unknown_keys_and_wrong_types():
+    assert merge_config({"s": 2})["s"] == 2
+    assert merge_config({"lr": 1})["lr"] == 1.0  # an int where a float is expected is fine
+    with pytest.raises(ValueError, match="unknown run-config key 'stragglers'"):
+        merge_config({"stragglers": 3})
+    with pytest.raises(ValueError, match="num-rounds='5' must be int"):
+        merge_config({"num-rounds": "5"})
