@@ -83,3 +83,51 @@ def test_bimodal_uses_monte_carlo_and_is_seeded():
 def test_bad_parameters_are_rejected(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_client_delay_is_reproducible_per_seed_round_and_worker():
+    from fl_gradcode.latency import client_delay, make_latency
+
+    model = make_latency("bimodal", scale=0.1, rate=10.0, p=0.2, slowdown=20.0)
+    a = client_delay(model, worker=3, round_index=5, load=4, seed=1)
+    assert a == client_delay(model, worker=3, round_index=5, load=4, seed=1)
+    assert a != client_delay(model, worker=3, round_index=6, load=4, seed=1)
+    base = make_latency("shifted-exponential", scale=0.1, rate=10.0)
+    one = client_delay(base, worker=0, round_index=1, load=1, seed=0)
+    four = client_delay(base, worker=0, round_index=1, load=4, seed=0)
+    assert four == pytest.approx(4 * one)  # compute scales with the coded load
+
+
+def test_persistent_slow_clients_stay_slow_every_round():
+    from fl_gradcode.latency import PersistentSlow, client_delay
+
+    model = PersistentSlow(base=ShiftedExponential(shift=1.0, rate=100.0), p=0.2, slowdown=50)
+    slow = [w for w in range(50) if model.is_slow(w)]
+    assert 3 <= len(slow) <= 20
+    for r in range(5):
+        times = [client_delay(model, worker=w, round_index=r, load=1, seed=0) for w in range(50)]
+        assert min(times[w] for w in slow) > max(t for w, t in enumerate(times) if w not in slow)
+
+
+def test_trace_replay_reads_the_bundled_lambda_traces():
+    from fl_gradcode.latency import TraceReplay, client_delay
+
+    trace = TraceReplay("canada")
+    assert trace.table.shape == (10, 256)
+    assert trace.time(0, 0) == pytest.approx(2.0332)  # first row of canada.csv
+    assert trace.time(256 + 1, 10) == trace.time(1, 0)  # worker mod 256, round mod 10
+    assert client_delay(trace, worker=1, round_index=10, load=3, seed=0) == trace.time(1, 0)
+    assert np.max(trace.table) > 30  # Canada has a 39.6-s straggler
+    with pytest.raises(ValueError, match="bundled traces"):
+        TraceReplay("mars")
+
+
+def test_make_latency_knows_every_documented_model():
+    from fl_gradcode.latency import LATENCY_MODELS, make_latency
+
+    for name in LATENCY_MODELS:
+        model = make_latency(name)
+        sample = model.sample((3, 8), np.random.default_rng(0), 2.0)
+        assert sample.shape == (3, 8) and np.all(sample >= 0)
+    with pytest.raises(ValueError, match="latency='gamma'"):
+        make_latency("gamma")
