@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from logging import INFO, WARNING
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,16 @@ def run(grid: Grid, run_config: dict[str, Any]) -> GradientCoding:
     cfg = merge_config(run_config)
     n = wait_for_nodes(grid, int(cfg["num-clients"]))
     seed = int(cfg["seed"])
+    if int(cfg["s"]) >= n:
+        log(
+            WARNING,
+            "s=%d stragglers cannot be tolerated with n=%d clients; using s=%d "
+            "(start more SuperNodes, e.g. --federation-config num-supernodes=12)",
+            cfg["s"],
+            n,
+            n - 1,
+        )
+        cfg["s"] = n - 1
     probe = make_code(str(cfg["code"]), n=n, s=int(cfg["s"]), seed=seed)
     data = load_dataset(str(cfg["dataset"]), seed)
     index = partition_indices(
@@ -114,7 +125,7 @@ def run(grid: Grid, run_config: dict[str, Any]) -> GradientCoding:
         num_rounds=int(cfg["num-rounds"]),
     )
     log(
-        20,
+        INFO,
         "fl-gradcode: %d clients, code %s (k=%d, load %d, tolerates %d), %s updates, %s timing; "
         "results in %s",
         n,
