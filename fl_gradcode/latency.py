@@ -116,12 +116,11 @@ class Pareto:
 
 
 @dataclass(frozen=True)
-class Bimodal:
-    """Each client is slow with probability ``p``: its time from ``base`` is multiplied by
-    ``slowdown`` (transient straggling, redrawn every round)."""
+class _SlowFraction:
+    """A base model some of whose clients are slowed by ``slowdown`` (fraction ``p``)."""
 
     base: ShiftedExponential | Exponential | Pareto = ShiftedExponential()
-    p: float = 0.05
+    p: float = 0.1
     slowdown: float = 10.0
 
     def __post_init__(self) -> None:
@@ -132,6 +131,14 @@ class Bimodal:
     @property
     def load_scaled(self) -> bool:
         return self.base.load_scaled
+
+
+@dataclass(frozen=True)
+class Bimodal(_SlowFraction):
+    """Each client is slow with probability ``p``: its time from ``base`` is multiplied by
+    ``slowdown`` (transient straggling, redrawn every round)."""
+
+    p: float = 0.05
 
     def sample(self, size, rng: np.random.Generator, load: float = 1.0) -> np.ndarray:
         t = self.base.sample(size, rng, load)
@@ -192,27 +199,15 @@ class NoLatency:
 
 
 @dataclass(frozen=True)
-class PersistentSlow:
+class PersistentSlow(_SlowFraction):
     """A fixed set of clients is slow in every round (heterogeneous hardware).
 
     Client ``w`` is slow iff a draw seeded by ``(seed, w)`` falls below ``p``, or ``w`` is
     listed in ``slow``; a slow client's time from ``base`` is multiplied by ``slowdown``.
     """
 
-    base: ShiftedExponential | Exponential | Pareto = ShiftedExponential()
-    p: float = 0.1
-    slowdown: float = 10.0
     slow: tuple[int, ...] = ()
     seed: int = 0
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.p <= 1.0:
-            raise ValueError(f"p={self.p!r} must be a probability in [0, 1]")
-        _positive(self.slowdown, "slowdown")
-
-    @property
-    def load_scaled(self) -> bool:
-        return self.base.load_scaled
 
     def is_slow(self, worker: int) -> bool:
         if worker in self.slow:
