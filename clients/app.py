@@ -21,7 +21,8 @@ from flwr.clientapp import ClientApp
 from fl_gradcode.config import worker_list
 from fl_gradcode.data import load_dataset, partition_indices
 from fl_gradcode.latency import client_delay, make_latency
-from fl_gradcode.learning import make_model, partition_update
+from fl_gradcode.learning import dp_sgd_update, make_model, partition_update
+from fl_gradcode.privacy import NoiseKeys, clip, noise_seed, partition_noise
 from fl_gradcode.strategy import flatten
 
 app = ClientApp()
@@ -30,6 +31,13 @@ app = ClientApp()
 @lru_cache(maxsize=4)
 def _model(name: str, shape: tuple[int, ...], classes: int):
     return make_model(name, shape, classes)
+
+
+@lru_cache(maxsize=4)
+def _keys(key_file: str) -> NoiseKeys:
+    """Partition keys from the node config's ``dp-key-file`` or ``FL_GRADCODE_DP_KEY_FILE``:
+    client-side secrets, never part of a message."""
+    return NoiseKeys.from_config({"dp-key-file": key_file} if key_file else {})
 
 
 def worker_index(context: Context) -> int:
@@ -47,8 +55,38 @@ def query(msg: Message, context: Context) -> Message:
     return Message(RecordDict({"meta": meta}), reply_to=msg)
 
 
-def compute_reply(cfg: ConfigRecord, arrays: ArrayRecord, extra_delay_s: float = 0.0):
-    """The coded update and its timing for one train message (pure function of the message)."""
+def private_update(
+    u: np.ndarray, j: int, cfg: ConfigRecord, keys: NoiseKeys | None, worker: int
+) -> np.ndarray:
+    """Partition ``j``'s update as released under the run's DP mode (before encoding)."""
+    mode = str(cfg.get("dp", "none"))
+    if mode in ("none", "sample"):
+        return u
+    clip_norm = float(cfg["clip-norm"])
+    clipped = clip(u, clip_norm)
+    if mode == "central":  # the trusted server adds the noise after decoding
+        return clipped
+    if keys is None:
+        raise ValueError("dp='partition' needs partition keys on the client")
+    std = float(cfg["noise-multiplier"]) * clip_norm
+    round_ = int(cfg["server-round"])
+    if str(cfg["dp-noise"]) == "independent":  # the failure mode: each replica its own noise
+        seed = noise_seed(keys.key(j), round_, j, purpose=f"replica={worker}")
+        return clipped + std * np.random.Generator(np.random.PCG64(seed)).standard_normal(u.size)
+    return clipped + partition_noise(keys.key(j), round_, j, u.size, std)
+
+
+def compute_reply(
+    cfg: ConfigRecord,
+    arrays: ArrayRecord,
+    extra_delay_s: float = 0.0,
+    keys: NoiseKeys | None = None,
+):
+    """The coded update and its timing for one train message.
+
+    A pure function of the message and the client's own secrets (``keys``): every replica of a
+    partition computes the same clipped, noised update.
+    """
     worker = int(cfg["worker"])
     server_round = int(cfg["server-round"])
     seed = int(cfg["seed"])
@@ -70,18 +108,37 @@ def compute_reply(cfg: ConfigRecord, arrays: ArrayRecord, extra_delay_s: float =
         t0 = time.perf_counter()  # compute only: data loading is cached after the first round
         for j, c in zip(parts, coefs, strict=True):
             idx = index[j]
-            u = partition_update(
-                model,
-                theta,
-                data.x_train[idx],
-                data.y_train[idx],
-                kind=str(cfg["update"]),
-                lr=float(cfg["lr"]),
-                epochs=int(cfg["local-epochs"]),
-                batch_size=int(cfg["batch-size"]),
-                seed=(seed, server_round, j),
-            )
-            coded += c * u
+            if str(cfg.get("dp", "none")) == "sample":
+                if keys is None:
+                    raise ValueError("dp='sample' needs partition keys on the client")
+                key = keys.key(j)
+                u = dp_sgd_update(
+                    model,
+                    theta,
+                    data.x_train[idx],
+                    data.y_train[idx],
+                    kind=str(cfg["update"]),
+                    clip_norm=float(cfg["clip-norm"]),
+                    noise_multiplier=float(cfg["noise-multiplier"]),
+                    data_seed=noise_seed(key, server_round, j, purpose="data"),
+                    noise_seed=noise_seed(key, server_round, j),
+                    lr=float(cfg["lr"]),
+                    epochs=int(cfg["local-epochs"]),
+                    batch_size=int(cfg["batch-size"]),
+                )
+            else:
+                u = partition_update(
+                    model,
+                    theta,
+                    data.x_train[idx],
+                    data.y_train[idx],
+                    kind=str(cfg["update"]),
+                    lr=float(cfg["lr"]),
+                    epochs=int(cfg["local-epochs"]),
+                    batch_size=int(cfg["batch-size"]),
+                    seed=(seed, server_round, j),
+                )
+            coded += c * private_update(u, j, cfg, keys, worker)
         compute_s = time.perf_counter() - t0
     latency = make_latency(
         str(cfg["latency"]),
@@ -108,9 +165,18 @@ def compute_reply(cfg: ConfigRecord, arrays: ArrayRecord, extra_delay_s: float =
 def train(msg: Message, context: Context) -> Message:
     cfg = msg.content.config_records["config"]
     extra = float(context.node_config.get("extra-delay-s", 0.0))
-    coded, timing = compute_reply(cfg, msg.content.array_records["arrays"], extra)
+    keys = None
+    if str(cfg.get("dp", "none")) in ("partition", "sample"):
+        keys = _keys(str(context.node_config.get("dp-key-file", "")))
+    coded, timing = compute_reply(cfg, msg.content.array_records["arrays"], extra, keys)
     if str(cfg["timing"]) == "wallclock":
         time.sleep(timing["delay-s"])
+    return make_reply(msg, coded, timing)
+
+
+def make_reply(msg: Message, coded: np.ndarray, timing: dict[str, float]) -> Message:
+    """The reply the strategy expects: ``coded/update`` and ``meta`` (worker, round, timing)."""
+    cfg = msg.content.config_records["config"]
     meta = MetricRecord(
         {"worker": int(cfg["worker"]), "server-round": int(cfg["server-round"]), **timing}
     )

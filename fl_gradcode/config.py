@@ -41,6 +41,13 @@ DEFAULTS: dict[str, Any] = {
     "slow-workers": "",
     "slow-delay-s": 0.0,
     "nan-workers": "",
+    "dp": "none",
+    "clip-norm": 1.0,
+    "noise-multiplier": 1.0,
+    "dp-noise": "identical",
+    "delta": 1e-5,
+    "accountant": "rdp",
+    "target-epsilon": 0.0,
     "seed": 0,
     "results-dir": "results/run",
 }

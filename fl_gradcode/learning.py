@@ -16,6 +16,8 @@ from torch import nn
 
 __all__ = [
     "MODELS",
+    "dp_sgd_steps",
+    "dp_sgd_update",
     "evaluate",
     "flat_parameters",
     "make_model",
@@ -142,3 +144,82 @@ def evaluate(
     loss = float(nn.functional.cross_entropy(logits, yt))
     acc = float((logits.argmax(dim=1) == yt).double().mean())
     return loss, acc
+
+
+def dp_sgd_update(
+    model: nn.Module,
+    theta: np.ndarray,
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    kind: str,
+    clip_norm: float,
+    noise_multiplier: float,
+    data_seed: int,
+    noise_seed: int,
+    lr: float = 0.1,
+    epochs: int = 1,
+    batch_size: int = 32,
+) -> np.ndarray:
+    """Record-level DP partition update with Opacus (Abadi et al. 2016).
+
+    ``gradient``: per-sample gradients (Opacus ``GradSampleModule``) clipped to ``clip_norm``,
+    summed, plus ``N(0, (noise_multiplier * clip_norm)^2)`` drawn in float64 from a PCG64
+    generator seeded by ``noise_seed``, divided by the partition size (one full-batch DP-SGD step,
+    sample rate 1). ``local``: ``epochs`` of DP-SGD with Opacus' ``DPOptimizer`` and Poisson
+    ``DPDataLoader`` (sample rate ``1/len(loader)``), both driven by torch generators seeded from
+    ``data_seed`` / ``noise_seed``, so every replica of the partition computes the same delta.
+    """
+    import copy
+
+    from opacus import GradSampleModule
+    from opacus.data_loader import DPDataLoader
+    from opacus.optimizers import DPOptimizer
+    from torch.utils.data import DataLoader, TensorDataset
+
+    net = copy.deepcopy(model)
+    set_flat_parameters(net, theta)
+    xt = torch.as_tensor(x, dtype=torch.float64)
+    yt = torch.as_tensor(y, dtype=torch.int64)
+    gsm = GradSampleModule(net)
+    params = [p for p in gsm.parameters() if p.requires_grad]
+    if kind == "gradient":
+        loss = nn.functional.cross_entropy(gsm(xt), yt, reduction="sum")
+        loss.backward()
+        per_sample = torch.cat([p.grad_sample.reshape(len(yt), -1) for p in params], dim=1)
+        norms = per_sample.norm(dim=1, keepdim=True)
+        factor = torch.clamp(clip_norm / (norms + 1e-12), max=1.0)
+        total = (per_sample * factor).sum(dim=0).detach().numpy()
+        gen = np.random.Generator(np.random.PCG64(noise_seed))
+        total = total + noise_multiplier * clip_norm * gen.standard_normal(total.size)
+        gsm._close()
+        return total / len(yt)
+    if kind != "local":
+        raise ValueError(f"update={kind!r}; expected 'gradient' or 'local'")
+    data_gen = torch.Generator().manual_seed(int(data_seed % 2**63))
+    noise_gen = torch.Generator().manual_seed(int(noise_seed % 2**63))
+    base = DataLoader(TensorDataset(xt, yt), batch_size=batch_size)
+    loader = DPDataLoader.from_data_loader(base, generator=data_gen)
+    opt = DPOptimizer(
+        torch.optim.SGD(params, lr=lr),
+        noise_multiplier=noise_multiplier,
+        max_grad_norm=clip_norm,
+        expected_batch_size=batch_size,
+        generator=noise_gen,
+    )
+    for _ in range(epochs):
+        for xb, yb in loader:
+            opt.zero_grad(set_to_none=True)
+            if len(yb):
+                nn.functional.cross_entropy(gsm(xb), yb).backward()
+            opt.step()
+    gsm._close()
+    return flat_parameters(net) - theta
+
+
+def dp_sgd_steps(size: int, *, kind: str, epochs: int, batch_size: int) -> tuple[float, int]:
+    """``(sample_rate, steps per round)`` of :func:`dp_sgd_update` on a partition of ``size``."""
+    if kind == "gradient":
+        return 1.0, 1
+    batches = -(-size // batch_size)
+    return 1.0 / batches, epochs * batches

@@ -41,6 +41,7 @@ from flwr.common.logger import log
 from flwr.serverapp.strategy import Strategy
 
 from .codes import GradientCode
+from .privacy import DPConfig, PrivacyAccountant, decoded_noise_variance
 from .results import RoundRecorder
 
 __all__ = [
@@ -216,6 +217,12 @@ class GradientCoding(Strategy):
             called after each round's update (its ``accuracy``/``loss`` go into the record).
         recorder: where to write ``rounds.jsonl`` and ``final_model.npz``.
         round_timeout: wall-clock limit of a virtual-timing round (the simulation must finish).
+        dp: public DP parameters (``fl_gradcode.privacy.DPConfig``); clients apply the
+            per-partition mechanism, the server adds noise after decoding in ``central`` mode.
+        accountant: Opacus-backed accountant; one step per round in which work was sent.
+            With ``dp.target_epsilon`` a round that would exceed the budget is not run: no
+            message is sent, the last model within budget is kept and the round is recorded
+            with ``stopped``.
         warmup_timeout: longest wait for the first reply of round 1 in wallclock mode (actor
             start-up); the straggler deadline of round 1 then counts from that first reply.
     """
@@ -238,6 +245,9 @@ class GradientCoding(Strategy):
         round_timeout: float = 600.0,
         warmup_timeout: float = 120.0,
         num_rounds: int | None = None,
+        dp: DPConfig | None = None,
+        accountant: PrivacyAccountant | None = None,
+        seed: int = 0,
     ) -> None:
         if not isinstance(code, GradientCode):
             raise ValueError(f"code must be a GradientCode; got {type(code).__name__}")
@@ -264,6 +274,10 @@ class GradientCoding(Strategy):
         self.round_timeout = float(round_timeout)
         self.warmup_timeout = float(warmup_timeout)
         self.num_rounds = num_rounds
+        self.dp = dp or DPConfig()
+        self.accountant = accountant
+        self.seed = int(seed)
+        self.stopped = False
         step = self.lr if update == "gradient" else float(server_lr)
         self.optimizer = ServerOptimizer(server_optimizer, step, momentum)
         self.node_of_worker: dict[int, int] = {}
@@ -373,6 +387,19 @@ class GradientCoding(Strategy):
             if self.evaluate_fn is not None and not self.history:
                 self.evaluate_fn(0, arrays)
         self._theta, self._layout = flatten(arrays)
+        if self.stopped or (self.accountant is not None and not self.accountant.can_run_round()):
+            if not self.stopped:
+                log(
+                    INFO,
+                    "round %d would exceed target-epsilon=%.3g (epsilon now %.3f): training "
+                    "stops; the last model within budget is kept",
+                    server_round,
+                    self.dp.target_epsilon,
+                    self.accountant.epsilon,
+                )
+            self.stopped = True
+            self._round = _RoundState(server_round, {}, [], time.monotonic(), self.virtual_clock)
+            return []
         if self.timing == "virtual":
             busy = [w for w in range(self.code.n) if self.busy_until[w] > self.virtual_clock]
         else:
@@ -400,6 +427,10 @@ class GradientCoding(Strategy):
                     "update": self.update,
                     "lr": self.lr,
                     "timing": self.timing,
+                    "dp": self.dp.mode,
+                    "clip-norm": self.dp.clip_norm,
+                    "noise-multiplier": self.dp.noise_multiplier,
+                    "dp-noise": self.dp.noise,
                 }
             )
             node = self.node_of_worker[worker]
@@ -498,12 +529,17 @@ class GradientCoding(Strategy):
         if not used or (not decoding.exact and decoding.error > self.max_decode_error):
             decode = "skipped"
         theta = self._theta
+        noise_var = None
+        if self.dp.enabled and state.sent:
+            noise_var = self._decoded_noise_variance(decoding)
         if decode != "skipped":
             a = decoding.coefficients
             total = np.zeros_like(theta)
             for worker in used:
                 if a[worker] != 0.0:
                     total += a[worker] * valid[worker][0]
+            if self.dp.mode == "central":
+                total += self._central_noise(decoding, server_round, theta.size)
             pseudo = total if self.update == "gradient" else -total
             new_theta = self.optimizer.step(theta, pseudo)
             if np.all(np.isfinite(new_theta)):
@@ -512,6 +548,8 @@ class GradientCoding(Strategy):
                 log(WARNING, "round %d: update made the model non-finite; kept it", server_round)
                 decode = "skipped"
         arrays = to_array_record(unflatten(theta, self._layout))
+        if self.accountant is not None and state.sent:
+            self.accountant.step()  # the round released noisy updates, used or not
         row = {
             "round": server_round,
             "decode": decode,
@@ -527,6 +565,9 @@ class GradientCoding(Strategy):
             "wall_s": float(wall_s),
             "accuracy": None,
             "loss": None,
+            "epsilon": None if self.accountant is None else self.accountant.epsilon,
+            "noise_variance": noise_var,
+            "stopped": self.stopped,
         }
         if self.evaluate_fn is not None:
             res = self.evaluate_fn(server_round, arrays)
@@ -551,15 +592,43 @@ class GradientCoding(Strategy):
                 "wall-s": row["wall_s"],
                 **({"accuracy": row["accuracy"]} if row["accuracy"] is not None else {}),
                 **({"loss": row["loss"]} if row["loss"] is not None else {}),
+                **({"epsilon": row["epsilon"]} if row["epsilon"] is not None else {}),
+                "stopped": int(self.stopped),
             }
         )
         return arrays, metrics
+
+    def _decoded_noise_variance(self, decoding) -> float:
+        """Per-coordinate variance of the DP noise in the decoded sum (before the step)."""
+        std = self.dp.noise_multiplier * self.dp.clip_norm
+        if self.dp.mode == "central":
+            return float(self._central_std(decoding) ** 2)
+        if self.dp.mode != "partition":
+            return float("nan")  # record-level noise lives inside local training
+        return decoded_noise_variance(
+            self.code.B,
+            self.code.weights,
+            decoding.coefficients,
+            decoding.alpha,
+            std,
+            self.dp.noise,
+        )
+
+    def _central_std(self, decoding) -> float:
+        """Noise std so that every partition's contribution ``alpha_j w_j clip(u_j)`` (norm
+        ``<= |alpha_j| w_j C``) is covered by ``noise_multiplier`` times its sensitivity."""
+        scale = float(np.max(np.abs(decoding.alpha) * self.code.weights))
+        return self.dp.noise_multiplier * self.dp.clip_norm * scale
+
+    def _central_noise(self, decoding, server_round: int, dim: int) -> np.ndarray:
+        gen = np.random.Generator(np.random.PCG64([self.seed, server_round, 0xC0DE]))
+        return self._central_std(decoding) * gen.standard_normal(dim)
 
     def _choose_replies(
         self, valid: Mapping[int, tuple[np.ndarray, float]], state: _RoundState
     ) -> tuple[list[int], float]:
         """Which replies to decode from, and the virtual time the round ends."""
-        if self.timing == "wallclock":
+        if self.timing == "wallclock" or not state.sent:
             return sorted(valid), state.virtual_start
         order = sorted(valid, key=lambda w: (valid[w][1], w))
         deadline = state.virtual_start + self.straggler_timeout

@@ -15,7 +15,8 @@ from flwr.serverapp import Grid, ServerApp
 from fl_gradcode.codes import make_code
 from fl_gradcode.config import merge_config
 from fl_gradcode.data import load_dataset, partition_indices
-from fl_gradcode.learning import evaluate, make_model
+from fl_gradcode.learning import dp_sgd_steps, evaluate, make_model
+from fl_gradcode.privacy import DPConfig, PrivacyAccountant, independent_noise_multiplier
 from fl_gradcode.results import RoundRecorder
 from fl_gradcode.strategy import GradientCoding, flatten, to_array_record
 
@@ -62,10 +63,34 @@ def wait_for_nodes(grid: Grid, want: int, timeout: float = 120.0, settle: float 
     return last
 
 
-def run(grid: Grid, run_config: dict[str, Any]) -> GradientCoding:
-    """Run a coded job with ``run_config`` (merged over the defaults) on ``grid``."""
-    cfg = merge_config(run_config)
-    n = wait_for_nodes(grid, int(cfg["num-clients"]))
+def make_accountant(dp: DPConfig, code, sizes: np.ndarray, cfg: dict[str, Any]):
+    """Opacus-backed accountant for the sampling the run really uses.
+
+    partition / central: every partition is released once per round (sample rate 1) with noise
+    multiplier ``sigma`` (``identical`` noise: every decode is post-processing of the noisy
+    partition updates); ``independent`` noise: the server can average a partition's replicas,
+    so the effective multiplier is ``independent_noise_multiplier(B w, sigma)``.
+    sample: each partition's DP-SGD steps (sample rate ``1/len(loader)``); ε of the worst.
+    """
+    sigma = dp.noise_multiplier
+    if dp.mode == "sample":
+        units = []
+        for size in sizes.astype(int):
+            q, steps = dp_sgd_steps(
+                int(size),
+                kind=str(cfg["update"]),
+                epochs=int(cfg["local-epochs"]),
+                batch_size=int(cfg["batch-size"]),
+            )
+            units.append([(sigma, q, steps)])
+        return PrivacyAccountant(dp, units)
+    if dp.mode == "partition" and dp.noise == "independent":
+        sigma = independent_noise_multiplier(code.B * code.weights, sigma)
+    return PrivacyAccountant(dp, [(sigma, 1.0, 1)])
+
+
+def build(cfg: dict[str, Any], n: int) -> tuple[GradientCoding, ArrayRecord]:
+    """The strategy and initial model for ``n`` clients and a merged run config ``cfg``."""
     seed = int(cfg["seed"])
     if int(cfg["s"]) >= n:
         log(
@@ -88,6 +113,16 @@ def run(grid: Grid, run_config: dict[str, Any]) -> GradientCoding:
     )
     sizes = np.array([len(p) for p in index], dtype=np.float64)
     code = make_code(str(cfg["code"]), n=n, s=int(cfg["s"]), seed=seed, weights=sizes / sizes.sum())
+    dp = DPConfig(
+        mode=str(cfg["dp"]),
+        clip_norm=float(cfg["clip-norm"]),
+        noise_multiplier=float(cfg["noise-multiplier"]),
+        noise=str(cfg["dp-noise"]),
+        delta=float(cfg["delta"]),
+        accountant=str(cfg["accountant"]),
+        target_epsilon=float(cfg["target-epsilon"]),
+    )
+    accountant = make_accountant(dp, code, sizes, cfg) if dp.enabled else None
     model = make_model(str(cfg["model"]), data.input_shape, data.num_classes, seed)
     initial = {name: p.detach().numpy().copy() for name, p in model.named_parameters()}
 
@@ -123,11 +158,14 @@ def run(grid: Grid, run_config: dict[str, Any]) -> GradientCoding:
         round_timeout=float(cfg["round-timeout"]),
         warmup_timeout=float(cfg["warmup-timeout"]),
         num_rounds=int(cfg["num-rounds"]),
+        dp=dp,
+        accountant=accountant,
+        seed=seed,
     )
     log(
         INFO,
-        "fl-gradcode: %d clients, code %s (k=%d, load %d, tolerates %d), %s updates, %s timing; "
-        "results in %s",
+        "fl-gradcode: %d clients, code %s (k=%d, load %d, tolerates %d), %s updates, %s timing, "
+        "dp=%s; results in %s",
         n,
         code.name,
         code.k,
@@ -135,11 +173,20 @@ def run(grid: Grid, run_config: dict[str, Any]) -> GradientCoding:
         code.s,
         cfg["update"],
         cfg["timing"],
+        dp.mode,
         results_dir,
     )
+    return strategy, to_array_record(initial)
+
+
+def run(grid: Grid, run_config: dict[str, Any]) -> GradientCoding:
+    """Run a coded job with ``run_config`` (merged over the defaults) on ``grid``."""
+    cfg = merge_config(run_config)
+    n = wait_for_nodes(grid, int(cfg["num-clients"]))
+    strategy, initial = build(cfg, n)
     strategy.start(
         grid=grid,
-        initial_arrays=to_array_record(initial),
+        initial_arrays=initial,
         num_rounds=int(cfg["num-rounds"]),
         timeout=float(cfg["round-timeout"]),
     )

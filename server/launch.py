@@ -60,6 +60,15 @@ def main(argv: list[str] | None = None) -> int:
         "FLWR_TELEMETRY_ENABLED": "0",
         "FLWR_DISABLE_UPDATE_CHECK": "1",
     }
+    # DP partition keys are client-side secrets: simulated clients read them from this file
+    # (in deployment each SuperNode gets its own via --node-config "dp-key-file=...")
+    if "FL_GRADCODE_DP_KEY_FILE" not in os.environ:
+        from fl_gradcode.privacy import write_key_file
+
+        key_file = home / "dp-keys.json"
+        if not key_file.exists():
+            write_key_file(key_file)
+        env["FL_GRADCODE_DP_KEY_FILE"] = str(key_file)
     results = Path(args.results_dir).resolve()
     run_config = f"results-dir='{results}' {args.run_config}".strip()
     # a SuperLink left from an earlier run may have been started without the variable above

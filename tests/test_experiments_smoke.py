@@ -45,6 +45,15 @@ def test_matmul_speedup_quick_reproduces_lee_et_al_best_k(tmp_path):
     assert max(result["regression"]["distance_to_uncoded"].values()) < 1e-10
 
 
+def test_bench_dp_quick_measures_partition_dp_overhead(tmp_path):
+    out = tmp_path / "dp.json"
+    result = load("bench_dp").main(["--quick", "--out", str(out)])
+    rows = {(r["update"], r["dp"]): r for r in json.loads(out.read_text())["rows"]}
+    assert rows == {(r["update"], r["dp"]): r for r in result["rows"]}
+    assert all(r["seconds"] > 0 for r in rows.values())
+    assert rows[("local", "none")]["ratio_vs_none"] == 1.0
+
+
 def test_demo_coded_runs_match_uncoded_and_ignoring_stragglers_does_not():
     from fl_gradcode.demo import run
 

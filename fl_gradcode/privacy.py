@@ -1,0 +1,280 @@
+"""Differential privacy composed with gradient coding (no Flower import).
+
+Mechanisms (run-config key ``dp``):
+
+* ``partition`` (local DP per partition): every holder of partition ``j`` clips ``u_j`` to
+  ``C`` and adds the SAME Gaussian noise ``n_j ~ N(0, (sigma C)^2 I)``, drawn in float64 from a
+  generator seeded by ``HMAC-SHA256(key_j, "round=r;partition=j")``. ``key_j`` is a secret the
+  holders of ``j`` get from client-side configuration (a key file), never from the server.
+  Exact decoding then returns ``sum_j w_j (clip(u_j) + n_j)`` for every straggler pattern.
+* ``central`` (trusted server): clients clip; the server adds noise once after decoding, with
+  std ``sigma * C * max_j |alpha_j w_j|`` (the decoded sum's sensitivity to one partition when
+  approximate decoding weights ``alpha`` differ from 1).
+* ``sample`` (record-level DP-SGD inside each partition, Opacus), seeded the same way.
+* ``dp-noise=independent`` shows the failure mode: each replica draws its own noise; decoded
+  variance ``sigma^2 C^2 sum_i a_i^2 ||B_i w||^2`` instead of ``sigma^2 C^2 sum_j w_j^2``.
+
+Accounting uses Opacus' accountants (RDP or PRV): one Sampled Gaussian Mechanism step per round
+for partition-level DP (``q = 1``: every partition contributes every round), or the DP-SGD steps
+of each partition for record-level DP.
+
+References:
+    McMahan, Ramage, Talwar, Zhang, "Learning Differentially Private Recurrent Language Models",
+    ICLR 2018, https://arxiv.org/abs/1710.06963 (partition/user-level clipping and noise).
+    Abadi et al., "Deep Learning with Differential Privacy", CCS 2016,
+    https://arxiv.org/abs/1607.00133 (DP-SGD, moments accountant).
+    Mironov, "Renyi Differential Privacy", CSF 2017; Gopi, Lee, Wutschitz, "Numerical
+    Composition of Differential Privacy", NeurIPS 2021 (PRV accountant).
+    ``shared/docs/privacy.md`` (noise placements under coding, measured).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import math
+import os
+import secrets
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+__all__ = [
+    "DP_MODES",
+    "DP_NOISE",
+    "DPConfig",
+    "NoiseKeys",
+    "PrivacyAccountant",
+    "clip",
+    "decoded_noise_variance",
+    "noise_seed",
+    "partition_noise",
+    "write_key_file",
+]
+
+DP_MODES = ("none", "partition", "central", "sample")
+DP_NOISE = ("identical", "independent")
+KEY_FILE_ENV = "FL_GRADCODE_DP_KEY_FILE"
+
+
+@dataclass(frozen=True)
+class DPConfig:
+    """Public DP parameters (the server may know all of these; keys are separate)."""
+
+    mode: str = "none"
+    clip_norm: float = 1.0
+    noise_multiplier: float = 1.0
+    noise: str = "identical"
+    delta: float = 1e-5
+    accountant: str = "rdp"
+    target_epsilon: float = 0.0  # 0: no budget
+
+    def __post_init__(self) -> None:
+        if self.mode not in DP_MODES:
+            raise ValueError(f"dp={self.mode!r}; expected one of {DP_MODES}")
+        if self.noise not in DP_NOISE:
+            raise ValueError(f"dp-noise={self.noise!r}; expected one of {DP_NOISE}")
+        if not (math.isfinite(self.clip_norm) and self.clip_norm > 0):
+            raise ValueError(f"clip-norm={self.clip_norm!r} must be a positive number")
+        if not (math.isfinite(self.noise_multiplier) and self.noise_multiplier >= 0):
+            raise ValueError(f"noise-multiplier={self.noise_multiplier!r} must be >= 0")
+        if not 0 < self.delta < 1:
+            raise ValueError(f"delta={self.delta!r} must be in (0, 1)")
+        if self.accountant not in ("rdp", "prv"):
+            raise ValueError(f"accountant={self.accountant!r}; expected 'rdp' or 'prv'")
+        if not self.target_epsilon >= 0:
+            raise ValueError(f"target-epsilon={self.target_epsilon!r} must be >= 0 (0 = none)")
+
+    @property
+    def enabled(self) -> bool:
+        return self.mode != "none"
+
+
+def clip(u: np.ndarray, clip_norm: float) -> np.ndarray:
+    """``u * min(1, C / ||u||)``: the result's norm is at most ``C``."""
+    norm = float(np.linalg.norm(u))
+    if norm <= clip_norm or norm == 0.0:
+        return np.array(u, dtype=np.float64)
+    return np.asarray(u, dtype=np.float64) * (clip_norm / norm)
+
+
+def noise_seed(key: bytes, server_round: int, partition: int, purpose: str = "noise") -> int:
+    """64-bit seed ``HMAC-SHA256(key, "round=r;partition=j[;purpose]")`` (little-endian)."""
+    tag = f"round={int(server_round)};partition={int(partition)}"
+    if purpose != "noise":
+        tag += f";purpose={purpose}"
+    digest = hmac.new(key, tag.encode(), hashlib.sha256).digest()
+    return int.from_bytes(digest[:8], "little")
+
+
+def partition_noise(key: bytes, server_round: int, partition: int, dim: int, std: float):
+    """Replica-identical Gaussian noise: float64 PCG64 draws, identical on every CPU and thread
+    count (``shared/docs/privacy.md`` section 4)."""
+    gen = np.random.Generator(np.random.PCG64(noise_seed(key, server_round, partition)))
+    return std * gen.standard_normal(dim)
+
+
+class NoiseKeys:
+    """Client-side partition keys, loaded from a key file the server never sees.
+
+    The file is JSON: ``{"master": "<hex>"}`` (each partition key is
+    ``HMAC-SHA256(master, "partition=j")``: simplest, but every key-holder can derive every
+    partition's key) or ``{"partitions": {"0": "<hex>", ...}}`` (each client gets only the keys
+    of the partitions it holds). The path comes from the node config (``dp-key-file``) or the
+    environment variable ``FL_GRADCODE_DP_KEY_FILE``.
+    """
+
+    def __init__(self, master: bytes | None = None, partitions: Mapping[int, bytes] | None = None):
+        if master is None and not partitions:
+            raise ValueError("NoiseKeys needs a master key or per-partition keys")
+        self._master = master
+        self._partitions = dict(partitions or {})
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike) -> NoiseKeys:
+        data = json.loads(Path(path).read_text())
+        if "master" in data:
+            return cls(master=bytes.fromhex(data["master"]))
+        if "partitions" in data:
+            return cls(partitions={int(j): bytes.fromhex(h) for j, h in data["partitions"].items()})
+        raise ValueError(f"key file {path} has neither 'master' nor 'partitions'")
+
+    @classmethod
+    def from_config(cls, node_config: Mapping[str, object]) -> NoiseKeys:
+        path = node_config.get("dp-key-file") or os.environ.get(KEY_FILE_ENV)
+        if not path:
+            raise ValueError(
+                "dp needs partition keys on the client: set node config 'dp-key-file' or the "
+                f"environment variable {KEY_FILE_ENV} (create one with "
+                "`python -m fl_gradcode.privacy keygen FILE`)"
+            )
+        return cls.from_file(str(path))
+
+    def key(self, partition: int) -> bytes:
+        if partition in self._partitions:
+            return self._partitions[partition]
+        if self._master is None:
+            raise ValueError(f"this client has no key for partition {partition}")
+        return hmac.new(self._master, f"partition={partition}".encode(), hashlib.sha256).digest()
+
+
+def write_key_file(path: str | os.PathLike, partitions: Iterable[int] | None = None) -> Path:
+    """Create a key file with a fresh 256-bit master key (or per-partition keys), mode 0600."""
+    path = Path(path)
+    if partitions is None:
+        data = {"master": secrets.token_hex(32)}
+    else:
+        data = {"partitions": {str(j): secrets.token_hex(32) for j in partitions}}
+    path.write_text(json.dumps(data))
+    path.chmod(0o600)
+    return path
+
+
+def decoded_noise_variance(
+    B: np.ndarray,
+    weights: np.ndarray,
+    coefficients: np.ndarray,
+    alpha: np.ndarray,
+    std: float,
+    noise: str,
+) -> float:
+    """Per-coordinate variance of the noise in the decoded sum.
+
+    identical: ``std^2 sum_j (alpha_j w_j)^2`` (``std^2 k`` for exact decoding, unit weights);
+    independent: ``std^2 sum_i a_i^2 ||B_i * w||^2`` (each replica's own noise).
+    """
+    if noise == "identical":
+        return float(std**2 * np.sum((alpha * weights) ** 2))
+    rows = np.sum((B * weights) ** 2, axis=1)
+    return float(std**2 * np.sum(coefficients**2 * rows))
+
+
+def independent_noise_multiplier(B: np.ndarray, sigma: float) -> float:
+    """Effective noise multiplier of the worst partition when each replica adds its own noise
+    to every partition it holds and the server sees every reply:
+    ``sigma / sqrt(max_j sum_i B_ij^2 / ||B_i||^2)`` (``shared/docs/privacy.md`` 3.3).
+
+    FRC gives exactly ``sigma``: each of the ``s+1`` copies of a group sum carries ``s+1``
+    noise terms, so averaging them leaves variance ``sd^2``; codes with unequal coefficients
+    (CRC) can give less than ``sigma``."""
+    row_norm2 = np.sum(B**2, axis=1, keepdims=True)
+    share = np.where(row_norm2 > 0, B**2 / np.where(row_norm2 > 0, row_norm2, 1), 0.0)
+    return float(sigma / math.sqrt(np.max(share.sum(axis=0))))
+
+
+class PrivacyAccountant:
+    """ε bookkeeping with Opacus' accountants; one ``step`` per round.
+
+    Args:
+        config: the DP parameters.
+        steps: the Sampled Gaussian Mechanism steps one round costs, as ``(noise_multiplier,
+            sample_rate, count)`` triples (``[(sigma, 1.0, 1)]`` for partition-level DP), or a
+            list of such lists, one per privacy unit (e.g. per partition for record-level DP,
+            whose sample rates differ); ε is then the worst unit's.
+    """
+
+    def __init__(self, config: DPConfig, steps: list) -> None:
+        self.config = config
+        if steps and isinstance(steps[0], tuple):
+            steps = [steps]
+        self.units: list[list[tuple[float, float, int]]] = [list(u) for u in steps]
+        if not self.units or not all(self.units):
+            raise ValueError("the accountant needs at least one (sigma, q, count) step")
+        self.rounds = 0
+        self._cache: dict[int, float] = {}
+
+    def _make(self):
+        from opacus.accountants import PRVAccountant, RDPAccountant
+
+        return RDPAccountant() if self.config.accountant == "rdp" else PRVAccountant()
+
+    def epsilon_after(self, rounds: int) -> float:
+        """ε after ``rounds`` rounds at ``delta`` (0 for 0 rounds), worst privacy unit."""
+        if rounds <= 0:
+            return 0.0
+        if rounds not in self._cache:
+            units = {tuple(u) for u in self.units}
+            self._cache[rounds] = max(self._unit_epsilon(u, rounds) for u in units)
+        return self._cache[rounds]
+
+    def _unit_epsilon(self, unit: tuple[tuple[float, float, int], ...], rounds: int) -> float:
+        if any(sigma <= 0 for sigma, _, _ in unit):
+            return math.inf
+        acc = self._make()
+        # Both accountants keep a run-length history [(sigma, q, steps)] and compose it
+        # order-independently; this equals calling acc.step() once per mechanism step.
+        acc.history = [(sigma, q, count * rounds) for sigma, q, count in unit]
+        return float(acc.get_epsilon(delta=self.config.delta))
+
+    @property
+    def epsilon(self) -> float:
+        return self.epsilon_after(self.rounds)
+
+    def can_run_round(self) -> bool:
+        """Whether one more round keeps ε within ``target_epsilon`` (always, without a target)."""
+        target = self.config.target_epsilon
+        return target <= 0 or self.epsilon_after(self.rounds + 1) <= target
+
+    def step(self) -> float:
+        self.rounds += 1
+        return self.epsilon
+
+
+def _main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="fl-gradcode DP key files")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    gen = sub.add_parser("keygen", help="write a fresh key file (mode 0600)")
+    gen.add_argument("path")
+    gen.add_argument("--partitions", default="", help="comma list: per-partition keys instead")
+    args = parser.parse_args(argv)
+    parts = [int(x) for x in args.partitions.split(",") if x] or None
+    print(write_key_file(args.path, parts))
+
+
+if __name__ == "__main__":
+    _main()
