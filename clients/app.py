@@ -90,7 +90,9 @@ def compute_reply(
     worker = int(cfg["worker"])
     server_round = int(cfg["server-round"])
     seed = int(cfg["seed"])
-    data = load_dataset(str(cfg["dataset"]), seed)
+    data = load_dataset(
+        str(cfg["dataset"]), seed, float(cfg["synthetic-alpha"]), float(cfg["synthetic-beta"])
+    )
     parts = [int(j) for j in cfg["partitions"] if int(j) >= 0]
     coefs = [float(c) for c in cfg["coefficients"]][: len(parts)]
     theta, _ = flatten(arrays)

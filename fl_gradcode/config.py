@@ -23,6 +23,8 @@ DEFAULTS: dict[str, Any] = {
     "server-optimizer": "sgd",
     "momentum": 0.9,
     "dataset": "digits",
+    "synthetic-alpha": 1.0,
+    "synthetic-beta": 1.0,
     "model": "logreg",
     "partitioner": "dirichlet",
     "dirichlet-alpha": 0.5,

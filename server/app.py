@@ -24,6 +24,8 @@ from fl_gradcode.strategy import GradientCoding, flatten, to_array_record
 CLIENT_KEYS = (
     "seed",
     "dataset",
+    "synthetic-alpha",
+    "synthetic-beta",
     "model",
     "partitioner",
     "dirichlet-alpha",
@@ -103,7 +105,9 @@ def build(cfg: dict[str, Any], n: int) -> tuple[GradientCoding, ArrayRecord]:
         )
         cfg["s"] = n - 1
     probe = make_code(str(cfg["code"]), n=n, s=int(cfg["s"]), seed=seed)
-    data = load_dataset(str(cfg["dataset"]), seed)
+    data = load_dataset(
+        str(cfg["dataset"]), seed, float(cfg["synthetic-alpha"]), float(cfg["synthetic-beta"])
+    )
     index = partition_indices(
         data.y_train,
         probe.k,
