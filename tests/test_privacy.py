@@ -7,12 +7,12 @@ import pickle
 
 import numpy as np
 import pytest
-from fake_grid import FakeGrid, set_task_identity
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fl_gradcode.codes import make_code
 from fl_gradcode.config import merge_config
+from fl_gradcode.local_grid import LocalGrid, set_task_identity
 from fl_gradcode.privacy import (
     DPConfig,
     NoiseKeys,
@@ -182,7 +182,7 @@ def test_worst_unit_sets_epsilon_and_target_budget_is_respected():
 
 # ---------------------------------------------------------------- end to end (no Ray)
 def run_job(overrides, n=4, rounds=3, keys=KEYS, arrival=None, record=None):
-    """The real ServerApp setup and the real client computation over a fake Grid."""
+    """The real ServerApp setup and the real client computation over an in-process LocalGrid."""
     from clients.app import compute_reply, make_reply
     from server.app import build
 
@@ -196,7 +196,7 @@ def run_job(overrides, n=4, rounds=3, keys=KEYS, arrival=None, record=None):
             timing["virtual-s"] = arrival(worker, int(c["server-round"]))
         return make_reply(msg, coded, timing)
 
-    grid = FakeGrid(n, respond)
+    grid = LocalGrid(n, respond)
     result = strategy.start(grid=grid, initial_arrays=initial, num_rounds=rounds)
     if record is not None:
         record.extend(grid.pushed)

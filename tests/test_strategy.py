@@ -1,4 +1,4 @@
-"""Round logic of the GradientCoding strategy, without Ray (a fake Grid)."""
+"""Round logic of the GradientCoding strategy, without Ray (an in-process LocalGrid)."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ import time
 
 import numpy as np
 import pytest
-from fake_grid import FakeGrid, coded_reply, set_task_identity
 from flwr.app import Array, ArrayRecord, ConfigRecord, Error, Message, MetricRecord, RecordDict
 from flwr.serverapp.strategy import Strategy
 
 from fl_gradcode.codes import make_code
+from fl_gradcode.local_grid import LocalGrid, coded_reply, set_task_identity
 from fl_gradcode.strategy import GradientCoding, ServerOptimizer, flatten, to_array_record
 
 DIM = 5
@@ -47,7 +47,7 @@ def expected_step(code, updates, theta, lr):
 def test_wallclock_round_ends_at_first_decodable_set():
     code = make_code("frc", n=6, s=1)  # groups (0,1) (2,3) (4,5)
     updates, theta0 = problem(code.k)
-    grid = FakeGrid(6, lambda m, w: coded_reply(m, updates), lambda w, r: 0.02 if w % 2 == 0 else 5)
+    grid = LocalGrid(6, lambda m, w: coded_reply(m, updates), lambda w, r: 0.02 if w % 2 == 0 else 5)
     strategy = GradientCoding(code, timing="wallclock", lr=0.1, straggler_timeout=4.0)
     theta = run_rounds(strategy, grid, theta0, 1)
     row = strategy.history[0]
@@ -62,7 +62,7 @@ def test_deadline_falls_back_to_least_squares_and_records_the_error():
     code = make_code("frc", n=6, s=1)
     updates, theta0 = problem(code.k)
     slow = {4, 5}  # a whole group straggles: not decodable
-    grid = FakeGrid(6, lambda m, w: coded_reply(m, updates), lambda w, r: 3 if w in slow else 0.01)
+    grid = LocalGrid(6, lambda m, w: coded_reply(m, updates), lambda w, r: 3 if w in slow else 0.01)
     strategy = GradientCoding(code, timing="wallclock", lr=0.1, straggler_timeout=0.3)
     theta = run_rounds(strategy, grid, theta0, 1)
     row = strategy.history[0]
@@ -76,7 +76,7 @@ def test_deadline_falls_back_to_least_squares_and_records_the_error():
 def test_approximation_below_the_quality_bar_keeps_the_model():
     code = make_code("frc", n=6, s=1)
     updates, theta0 = problem(code.k)
-    grid = FakeGrid(6, lambda m, w: coded_reply(m, updates), lambda w, r: 3 if w >= 2 else 0.01)
+    grid = LocalGrid(6, lambda m, w: coded_reply(m, updates), lambda w, r: 3 if w >= 2 else 0.01)
     strategy = GradientCoding(
         code, timing="wallclock", straggler_timeout=0.2, max_decode_error=0.1
     )
@@ -88,7 +88,7 @@ def test_approximation_below_the_quality_bar_keeps_the_model():
 def test_nothing_received_skips_the_round_and_keeps_a_finite_model():
     code = make_code("frc", n=4, s=1)
     updates, theta0 = problem(code.k)
-    grid = FakeGrid(4, lambda m, w: coded_reply(m, updates), lambda w, r: 5)
+    grid = LocalGrid(4, lambda m, w: coded_reply(m, updates), lambda w, r: 5)
     strategy = GradientCoding(code, timing="wallclock", straggler_timeout=0.1, warmup_timeout=0.2)
     theta = run_rounds(strategy, grid, theta0, 1)
     assert strategy.history[0]["decode"] == "skipped"
@@ -103,7 +103,7 @@ def test_busy_client_is_skipped_and_its_late_reply_is_dropped():
     def delay(w, r):
         return 0.6 if (w == 3 and r == 1) else 0.01
 
-    grid = FakeGrid(4, lambda m, w: coded_reply(m, updates), delay)
+    grid = LocalGrid(4, lambda m, w: coded_reply(m, updates), delay)
     strategy = GradientCoding(code, timing="wallclock", lr=0.1, straggler_timeout=5.0)
     arrays = to_array_record({"w": theta0})
     wrapped = strategy.wrap_grid(grid)
@@ -176,7 +176,7 @@ UPDATES, THETA0 = problem(6)
 )
 def test_bad_reply_is_rejected_counted_and_never_decoded(kind, reason, caplog):
     code = make_code("frc", n=6, s=1)
-    grid = FakeGrid(6, bad_reply(kind), lambda w, r: 0.01)
+    grid = LocalGrid(6, bad_reply(kind), lambda w, r: 0.01)
     strategy = GradientCoding(code, timing="wallclock", lr=0.1)
     theta = run_rounds(strategy, grid, THETA0, 1)
     row = strategy.history[0]
@@ -191,7 +191,7 @@ def test_bad_reply_is_rejected_counted_and_never_decoded(kind, reason, caplog):
 def test_unknown_duplicate_and_wrong_round_senders_are_rejected():
     code = make_code("frc", n=4, s=1)
     updates, theta0 = problem(code.k)
-    grid = FakeGrid(4, lambda m, w: coded_reply(m, updates), lambda w, r: 0.01)
+    grid = LocalGrid(4, lambda m, w: coded_reply(m, updates), lambda w, r: 0.01)
     strategy = GradientCoding(code, timing="virtual", lr=0.1)
     arrays = to_array_record({"w": theta0})
     msgs = list(strategy.configure_train(1, arrays, ConfigRecord(), grid))
@@ -214,7 +214,7 @@ def test_virtual_timing_decodes_from_earliest_decodable_prefix_and_tracks_busy()
     code = make_code("frc", n=6, s=1)
     updates, theta0 = problem(code.k)
     arrival = {0: 0.5, 1: 9.0, 2: 0.7, 3: 0.2, 4: 3.0, 5: 8.0}  # virtual seconds
-    grid = FakeGrid(6, lambda m, w: coded_reply(m, updates, arrival[w]))
+    grid = LocalGrid(6, lambda m, w: coded_reply(m, updates, arrival[w]))
     strategy = GradientCoding(code, timing="virtual", lr=0.1, straggler_timeout=20)
     run_rounds(strategy, grid, theta0, 1)
     row = strategy.history[0]
@@ -231,7 +231,7 @@ def test_virtual_deadline_uses_replies_that_arrived_in_time():
     code = make_code("frc", n=4, s=1)
     updates, theta0 = problem(code.k)
     arrival = {0: 0.1, 1: 0.2, 2: 50.0, 3: 60.0}
-    grid = FakeGrid(4, lambda m, w: coded_reply(m, updates, arrival[w]))
+    grid = LocalGrid(4, lambda m, w: coded_reply(m, updates, arrival[w]))
     strategy = GradientCoding(code, timing="virtual", straggler_timeout=10, max_decode_error=0.9)
     run_rounds(strategy, grid, theta0, 1)
     row = strategy.history[0]
@@ -265,7 +265,7 @@ class PassThrough(Strategy):
 def test_early_return_survives_a_wrapping_strategy():
     code = make_code("frc", n=6, s=1)
     updates, theta0 = problem(code.k)
-    grid = FakeGrid(
+    grid = LocalGrid(
         6, lambda m, w: coded_reply(m, updates), lambda w, r: 0.01 if w % 2 == 0 else 30
     )
     inner = GradientCoding(code, timing="wallclock", lr=0.1, straggler_timeout=20)
@@ -282,7 +282,7 @@ def test_early_return_survives_a_wrapping_strategy():
 def test_own_start_wraps_the_grid_and_result_holds_metrics():
     code = make_code("grouped-rs", n=5, s=2)
     updates, theta0 = problem(code.k)
-    grid = FakeGrid(5, lambda m, w: coded_reply(m, updates), lambda w, r: 0.01 if w != 1 else 30)
+    grid = LocalGrid(5, lambda m, w: coded_reply(m, updates), lambda w, r: 0.01 if w != 1 else 30)
     strategy = GradientCoding(code, timing="wallclock", lr=0.1)
     result = strategy.start(grid=grid, initial_arrays=to_array_record({"w": theta0}), num_rounds=2)
     assert set(result.train_metrics_clientapp) == {1, 2}

@@ -1,4 +1,8 @@
-"""A Ray-free stand-in for Flower's Grid: replies become available after per-worker delays."""
+"""An in-process Flower Grid: replies become available after per-worker delays, no Ray.
+
+Used by the tests (round logic with controlled delays) and by the experiments, which run the
+real strategy and the real client computation in virtual time for 100+ clients on 2 cores.
+"""
 
 from __future__ import annotations
 
@@ -39,7 +43,7 @@ def coded_reply(msg: Message, updates: dict[int, np.ndarray], virtual_s: float =
     )
 
 
-class FakeGrid:
+class LocalGrid:
     """``n`` nodes; ``respond(msg, worker) -> Message`` builds the reply, ``delay(worker, round)``
     says after how many seconds it can be pulled. Pulled replies are deleted, like Flower's."""
 
