@@ -47,7 +47,9 @@ def expected_step(code, updates, theta, lr):
 def test_wallclock_round_ends_at_first_decodable_set():
     code = make_code("frc", n=6, s=1)  # groups (0,1) (2,3) (4,5)
     updates, theta0 = problem(code.k)
-    grid = LocalGrid(6, lambda m, w: coded_reply(m, updates), lambda w, r: 0.02 if w % 2 == 0 else 5)
+    grid = LocalGrid(
+        6, lambda m, w: coded_reply(m, updates), lambda w, r: 0.02 if w % 2 == 0 else 5
+    )
     strategy = GradientCoding(code, timing="wallclock", lr=0.1, straggler_timeout=4.0)
     theta = run_rounds(strategy, grid, theta0, 1)
     row = strategy.history[0]
