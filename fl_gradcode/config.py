@@ -38,6 +38,7 @@ DEFAULTS: dict[str, Any] = {
     "timing": "virtual",
     "straggler-timeout": 10.0,
     "max-decode-error": 0.5,
+    "min-replies": -1,  # -1: n - s for approximate codes, none for exact codes; 0: none
     "round-timeout": 600.0,
     "warmup-timeout": 120.0,
     "slow-workers": "",

@@ -223,6 +223,9 @@ class GradientCoding(Strategy):
             With ``dp.target_epsilon`` a round that would exceed the budget is not run: no
             message is sent, the last model within budget is kept and the round is recorded
             with ``stopped``.
+        min_replies: also end the round (decoding approximately) once this many valid replies
+            are in; the policy of approximate codes and of ignore-stragglers ("the fastest
+            ``n - s``"). ``None``: only a decodable set or the deadline ends a round.
         warmup_timeout: longest wait for the first reply of round 1 in wallclock mode (actor
             start-up); the straggler deadline of round 1 then counts from that first reply.
     """
@@ -244,6 +247,7 @@ class GradientCoding(Strategy):
         recorder: RoundRecorder | None = None,
         round_timeout: float = 600.0,
         warmup_timeout: float = 120.0,
+        min_replies: int | None = None,
         num_rounds: int | None = None,
         dp: DPConfig | None = None,
         accountant: PrivacyAccountant | None = None,
@@ -274,6 +278,9 @@ class GradientCoding(Strategy):
         self.round_timeout = float(round_timeout)
         self.warmup_timeout = float(warmup_timeout)
         self.num_rounds = num_rounds
+        if min_replies is not None and not 1 <= min_replies <= code.n:
+            raise ValueError(f"min-replies={min_replies!r} must be in 1..n={code.n}")
+        self.min_replies = min_replies
         self.dp = dp or DPConfig()
         self.accountant = accountant
         self.seed = int(seed)
@@ -327,7 +334,11 @@ class GradientCoding(Strategy):
                 workers.append(self._validate(reply, self._round)[0])
             except _Rejected:
                 continue
-        return len(set(workers)) == len(workers) and self.code.is_decodable(workers)
+        if len(set(workers)) != len(workers):
+            return False
+        if self.min_replies is not None and len(workers) >= self.min_replies:
+            return True
+        return self.code.is_decodable(workers)
 
     def on_late_reply(self, reply: Message) -> None:
         """A reply to an earlier round's message: counted and dropped, never decoded."""
@@ -638,7 +649,9 @@ class GradientCoding(Strategy):
             if arrival > deadline:
                 break
             prefix.append(worker)
-            if self.code.is_decodable(prefix):
+            if self.code.is_decodable(prefix) or (
+                self.min_replies is not None and len(prefix) >= self.min_replies
+            ):
                 return prefix, arrival
         if len(prefix) == len(state.sent) and prefix:  # everyone replied, still not decodable
             return prefix, state.virtual_start + valid[prefix[-1]][1]

@@ -11,8 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fl_gradcode.codes import make_code
-from fl_gradcode.config import merge_config
-from fl_gradcode.local_grid import LocalGrid, set_task_identity
+from fl_gradcode.local_grid import set_task_identity
 from fl_gradcode.privacy import (
     DPConfig,
     NoiseKeys,
@@ -24,7 +23,6 @@ from fl_gradcode.privacy import (
     partition_noise,
     write_key_file,
 )
-from fl_gradcode.strategy import flatten
 
 KEYS = NoiseKeys(master=bytes(range(32)))
 
@@ -181,30 +179,12 @@ def test_worst_unit_sets_epsilon_and_target_budget_is_respected():
 
 
 # ---------------------------------------------------------------- end to end (no Ray)
-def run_job(overrides, n=4, rounds=3, keys=KEYS, arrival=None, record=None):
-    """The real ServerApp setup and the real client computation over an in-process LocalGrid."""
-    from clients.app import compute_reply, make_reply
-    from server.app import build
+def run_job(overrides, n=4, rounds=3, keys=KEYS, record=None):
+    """The real ServerApp setup and client computation, in process (no Ray)."""
+    from server.app import run_in_process
 
-    cfg = merge_config({"num-rounds": rounds, "results-dir": "/tmp/flgc-unused", **overrides})
-    strategy, initial = build(cfg, n)
-
-    def respond(msg, worker):
-        c = msg.content.config_records["config"]
-        coded, timing = compute_reply(c, msg.content.array_records["arrays"], 0.0, keys)
-        if arrival is not None:
-            timing["virtual-s"] = arrival(worker, int(c["server-round"]))
-        return make_reply(msg, coded, timing)
-
-    grid = LocalGrid(n, respond)
-    result = strategy.start(grid=grid, initial_arrays=initial, num_rounds=rounds)
-    if record is not None:
-        record.extend(grid.pushed)
-    return strategy, flatten(result.arrays)[0]
-
-
-def slow_worker(worker, rnd):
-    return 5.0 if worker == rnd % 4 else 0.1 * (worker + 1)  # a different straggler each round
+    cfg = {"num-rounds": rounds, "virtual-compute": "none", **overrides}
+    return run_in_process(cfg, n, keys=keys, recorded=record)
 
 
 @pytest.mark.parametrize("mode", ["partition", "central", "sample"])
@@ -213,14 +193,13 @@ def test_exactness_survives_dp_coded_run_equals_uncoded_dp_run(mode, tmp_path):
         "dp": mode,
         "noise-multiplier": 0.8,
         "clip-norm": 0.5,
-        "latency": "none",
+        "latency": "shifted-exponential",  # stragglers every round in virtual time
         "seed": 2,
         "update": "local" if mode == "sample" else "gradient",
         "lr": 0.2,
     }
     coded, theta_c = run_job(
         {**common, "code": "grouped-rs", "s": 1, "results-dir": str(tmp_path / "c")},
-        arrival=slow_worker,
     )
     uncoded, theta_u = run_job(
         {**common, "code": "uncoded", "s": 0, "results-dir": str(tmp_path / "u")}

@@ -317,3 +317,20 @@ def test_strategy_rejects_bad_parameters():
         GradientCoding(code, straggler_timeout=0)
     with pytest.raises(ValueError, match="comm-efficient"):
         GradientCoding(make_code("comm-efficient", n=4, s=1))
+
+
+def test_min_replies_closes_the_round_with_the_fastest_n_minus_s():
+    code = make_code("ignore-stragglers", n=6, s=2, rescale=True)
+    updates, theta0 = problem(code.k)
+    arrival = {0: 0.3, 1: 5.0, 2: 0.1, 3: 0.2, 4: 9.0, 5: 0.4}
+    grid = LocalGrid(6, lambda m, w: coded_reply(m, updates, arrival[w]))
+    strategy = GradientCoding(code, timing="virtual", lr=0.1, min_replies=4)
+    theta = run_rounds(strategy, grid, theta0, 1)
+    row = strategy.history[0]
+    assert row["clients_used"] == [0, 2, 3, 5]
+    assert row["decode"] == "approx"
+    assert row["virtual_s"] == pytest.approx(0.4)
+    rescaled = 6 / 4 * sum(updates[j] for j in (0, 2, 3, 5))
+    np.testing.assert_allclose(theta, theta0 - 0.1 * rescaled, rtol=1e-12)
+    with pytest.raises(ValueError, match="min-replies=7"):
+        GradientCoding(code, min_replies=7)
