@@ -29,6 +29,7 @@ from scipy.special import gammaln
 
 __all__ = [
     "LATENCY_MODELS",
+    "SCHEMES",
     "Bimodal",
     "Exponential",
     "LatencyModel",
@@ -38,9 +39,13 @@ __all__ = [
     "ShiftedExponential",
     "TraceReplay",
     "client_delay",
+    "client_times",
+    "expected_coded_round_time",
     "expected_round_time",
     "harmonic",
     "make_latency",
+    "optimal_s",
+    "round_times",
 ]
 
 
@@ -323,3 +328,84 @@ def make_latency(
     if name not in models:
         raise ValueError(f"latency={name!r}; expected one of {list(LATENCY_MODELS)}")
     return models[name]()
+
+
+# ---------------------------------------------------------------------------- round-time theory
+SCHEMES = ("uncoded", "ignore-stragglers", "mds", "frc")
+
+
+def client_times(
+    model: LatencyModel,
+    n: int,
+    load: int,
+    *,
+    partition_cost: float = 0.0,
+    samples: int = 10000,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """``samples x n`` client times ``partition_cost * load + delay(load)`` (load in partitions,
+    so a coded client computing ``s+1`` partitions pays ``s+1`` times the compute)."""
+    return partition_cost * load + model.sample((samples, n), rng, float(load))
+
+
+def round_times(
+    model: LatencyModel,
+    n: int,
+    s: int,
+    scheme: str,
+    *,
+    partition_cost: float = 0.0,
+    samples: int = 10000,
+    seed: int = 0,
+) -> np.ndarray:
+    """Monte Carlo round times of a scheme with ``n`` clients tolerating ``s`` stragglers.
+
+    ``uncoded``: load 1, wait for all ``n``. ``ignore-stragglers``: load 1, the fastest
+    ``n - s`` (approximate). ``mds``: load ``s+1``, the ``(n-s)``-th arrival (any exact code
+    that decodes from any ``n - s``, e.g. ``grouped-rs``, ``crc``). ``frc``: load ``s+1``, the
+    first time every group of ``s+1`` has a reply (needs ``(s+1) | n``).
+    """
+    if scheme not in SCHEMES:
+        raise ValueError(f"scheme={scheme!r}; expected one of {SCHEMES}")
+    if not 0 <= s < n:
+        raise ValueError(f"s={s} must satisfy 0 <= s < n={n}")
+    rng = np.random.default_rng(seed)
+    load = 1 if scheme in ("uncoded", "ignore-stragglers") else s + 1
+    t = client_times(model, n, load, partition_cost=partition_cost, samples=samples, rng=rng)
+    if scheme == "uncoded":
+        return t.max(axis=1)
+    if scheme == "frc":
+        if n % (s + 1):
+            raise ValueError(f"FRC needs (s+1) | n; got n={n}, s={s}")
+        return t.reshape(samples, n // (s + 1), s + 1).min(axis=2).max(axis=1)
+    return np.partition(t, n - s - 1, axis=1)[:, n - s - 1]
+
+
+def expected_coded_round_time(
+    model: LatencyModel, n: int, s: int, *, partition_cost: float = 0.0, **mc
+) -> float:
+    """``E[T]`` of an exact code decoding from any ``n - s`` at load ``s+1`` partitions: closed
+    form for (shifted) exponential and Pareto delays without compute cost, else Monte Carlo."""
+    closed = isinstance(model, (Exponential, ShiftedExponential, Pareto))
+    if closed and partition_cost == 0.0:
+        return expected_round_time(model, n, n - s, load=float(s + 1))
+    return float(np.mean(round_times(model, n, s, "mds", partition_cost=partition_cost, **mc)))
+
+
+def optimal_s(
+    model: LatencyModel,
+    n: int,
+    *,
+    partition_cost: float = 0.0,
+    candidates: list[int] | None = None,
+    **mc,
+) -> tuple[int, float]:
+    """The tolerance ``s`` minimising the expected round time of an exact code (``s = 0`` is
+    uncoded), and that time. Coding pays iff the result has ``s > 0``."""
+    candidates = list(range(n)) if candidates is None else candidates
+    times = [
+        expected_coded_round_time(model, n, s, partition_cost=partition_cost, **mc)
+        for s in candidates
+    ]
+    best = int(np.argmin(times))
+    return candidates[best], float(times[best])
