@@ -55,6 +55,36 @@ def query(msg: Message, context: Context) -> Message:
     return Message(RecordDict({"meta": meta}), reply_to=msg)
 
 
+def _partition_update(j, cfg, theta, data, idx, model, keys: NoiseKeys | None) -> np.ndarray:
+    """Partition ``j``'s update before the partition-level mechanism (record-level DP-SGD
+    already applied when ``dp='sample'``)."""
+    server_round, seed = int(cfg["server-round"]), int(cfg["seed"])
+    common = {
+        "kind": str(cfg["update"]),
+        "lr": float(cfg["lr"]),
+        "epochs": int(cfg["local-epochs"]),
+        "batch_size": int(cfg["batch-size"]),
+    }
+    if str(cfg.get("dp", "none")) == "sample":
+        if keys is None:
+            raise ValueError("dp='sample' needs partition keys on the client")
+        key = keys.key(j)
+        return dp_sgd_update(
+            model,
+            theta,
+            data.x_train[idx],
+            data.y_train[idx],
+            clip_norm=float(cfg["clip-norm"]),
+            noise_multiplier=float(cfg["noise-multiplier"]),
+            data_seed=noise_seed(key, server_round, j, purpose="data"),
+            noise_seed=noise_seed(key, server_round, j),
+            **common,
+        )
+    return partition_update(
+        model, theta, data.x_train[idx], data.y_train[idx], seed=(seed, server_round, j), **common
+    )
+
+
 def private_update(
     u: np.ndarray, j: int, cfg: ConfigRecord, keys: NoiseKeys | None, worker: int
 ) -> np.ndarray:
@@ -81,11 +111,14 @@ def compute_reply(
     arrays: ArrayRecord,
     extra_delay_s: float = 0.0,
     keys: NoiseKeys | None = None,
+    memo: dict | None = None,
 ):
     """The coded update and its timing for one train message.
 
     A pure function of the message and the client's own secrets (``keys``): every replica of a
-    partition computes the same clipped, noised update.
+    partition computes the same clipped, noised update. ``memo`` (in-process simulations only)
+    shares a round's partition updates between the simulated replicas, which would compute
+    bit-identical values anyway; virtual time then comes from the latency model.
     """
     worker = int(cfg["worker"])
     server_round = int(cfg["server-round"])
@@ -108,44 +141,22 @@ def compute_reply(
         )
         model = _model(str(cfg["model"]), data.input_shape, data.num_classes)
         t0 = time.perf_counter()  # compute only: data loading is cached after the first round
+        if memo is not None and memo.get("round") != server_round:
+            memo.clear()
+            memo["round"] = server_round
         for j, c in zip(parts, coefs, strict=True):
-            idx = index[j]
-            if str(cfg.get("dp", "none")) == "sample":
-                if keys is None:
-                    raise ValueError("dp='sample' needs partition keys on the client")
-                key = keys.key(j)
-                u = dp_sgd_update(
-                    model,
-                    theta,
-                    data.x_train[idx],
-                    data.y_train[idx],
-                    kind=str(cfg["update"]),
-                    clip_norm=float(cfg["clip-norm"]),
-                    noise_multiplier=float(cfg["noise-multiplier"]),
-                    data_seed=noise_seed(key, server_round, j, purpose="data"),
-                    noise_seed=noise_seed(key, server_round, j),
-                    lr=float(cfg["lr"]),
-                    epochs=int(cfg["local-epochs"]),
-                    batch_size=int(cfg["batch-size"]),
-                )
-            else:
-                u = partition_update(
-                    model,
-                    theta,
-                    data.x_train[idx],
-                    data.y_train[idx],
-                    kind=str(cfg["update"]),
-                    lr=float(cfg["lr"]),
-                    epochs=int(cfg["local-epochs"]),
-                    batch_size=int(cfg["batch-size"]),
-                    seed=(seed, server_round, j),
-                )
+            u = None if memo is None else memo.get(j)
+            if u is None:
+                u = _partition_update(j, cfg, theta, data, index[j], model, keys)
+                if memo is not None:
+                    memo[j] = u
             coded += c * private_update(u, j, cfg, keys, worker)
         compute_s = time.perf_counter() - t0
     latency = make_latency(
         str(cfg["latency"]),
         scale=float(cfg["latency-scale"]),
         rate=float(cfg["latency-rate"]),
+        shape=float(cfg["latency-shape"]),
         p=float(cfg["latency-p"]),
         slowdown=float(cfg["latency-slowdown"]),
         trace=str(cfg["latency-trace"]),
@@ -156,6 +167,7 @@ def compute_reply(
     )
     if worker in worker_list(str(cfg["slow-workers"])):
         delay += float(cfg["slow-delay-s"])
+    delay += float(cfg["partition-cost-s"]) * len(parts)  # modelled compute: s+1 partitions
     delay += extra_delay_s
     if worker in worker_list(str(cfg["nan-workers"])):
         coded[0] = np.nan  # fault injection for tests: a corrupted reply

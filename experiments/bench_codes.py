@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> dict:
         "accuracy": rows,
         "timing": timings,
     }
-    out = Path(args.out)
+    out = Path(args.out).with_suffix(".json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     print(f"\nwrote {out}")

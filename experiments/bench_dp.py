@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> dict:
     result = {"benchmark": "bench_dp", "quick": args.quick, "repeats": repeats,
               "machine": {"python": platform.python_version(), "cpu": platform.machine()},
               "rows": rows}
-    out = Path(args.out)
+    out = Path(args.out).with_suffix(".json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     print(f"wrote {out}")

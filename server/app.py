@@ -34,10 +34,12 @@ CLIENT_KEYS = (
     "latency",
     "latency-scale",
     "latency-rate",
+    "latency-shape",
     "latency-p",
     "latency-slowdown",
     "latency-trace",
     "virtual-compute",
+    "partition-cost-s",
     "slow-workers",
     "slow-delay-s",
     "nan-workers",
@@ -226,9 +228,11 @@ def run_in_process(
     cfg = merge_config({**run_config, "timing": "virtual"})
     strategy, initial = build(cfg, n)
 
+    memo: dict = {}
+
     def respond(msg, worker):
         c = msg.content.config_records["config"]
-        coded, timing = compute_reply(c, msg.content.array_records["arrays"], 0.0, keys)
+        coded, timing = compute_reply(c, msg.content.array_records["arrays"], 0.0, keys, memo)
         return make_reply(msg, coded, timing)
 
     grid = LocalGrid(n, respond)

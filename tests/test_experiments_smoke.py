@@ -13,6 +13,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def load(name: str):
+    if str(ROOT / "experiments") not in sys.path:
+        sys.path.insert(0, str(ROOT / "experiments"))
     spec = importlib.util.spec_from_file_location(name, ROOT / "experiments" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
@@ -61,3 +63,47 @@ def test_demo_coded_runs_match_uncoded_and_ignoring_stragglers_does_not():
     assert results["grouped-rs"]["distance_to_uncoded"] < 1e-10
     assert results["frc"]["distance_to_uncoded"] < 1e-10
     assert results["ignore-stragglers"]["distance_to_uncoded"] > 1e-3
+
+
+def test_speedup_vs_s_shows_both_sides(tmp_path):
+    result = load("speedup_vs_s").main(["--quick", "--out", str(tmp_path / "sp")])
+    for c in result["curves"].values():
+        assert max(c["load_scaled"]) == pytest.approx(1.0)  # s = 0: coding never pays
+        assert all(v > 1 for v in c["load_independent"][1:])  # the seeds' model: always pays
+        mc = dict(zip(c["mc"]["s"], c["mc"]["load_independent"], strict=True))
+        closed = dict(zip(c["s"], c["load_independent"], strict=True))
+        assert all(v == pytest.approx(closed[s], rel=0.1) for s, v in mc.items())
+
+
+def test_approx_error_matches_closed_forms(tmp_path):
+    result = load("approx_error").main(["--quick", "--out", str(tmp_path / "ae")])
+    n = result["n"]
+    for i, r in enumerate(result["r"]):
+        assert result["mean_error"]["ignore (a=1)"][i] == pytest.approx(r / n)
+        assert result["mean_error"]["ignore (rescaled)"][i] == pytest.approx(r / (n - r))
+        assert result["expander_fixed"][i] <= result["expander_bound"][i] + 1e-12
+    assert result["mean_error"]["FRC, optimal"][-1] == pytest.approx(
+        result["frc_closed_form"][-1], abs=0.15)
+
+
+def test_regime_map_has_a_losing_and_a_winning_corner(tmp_path):
+    result = load("regime_map").main(["--quick", "--out", str(tmp_path / "rm")])
+    best = result["best_s"]
+    assert best[-1][0] == 0  # expensive compute, mild stragglers: stay uncoded
+    assert best[0][-1] > 0  # cheap compute, severe stragglers: code
+    assert result["speedup"][0][-1] > 2
+
+
+def test_latency_vs_s_closed_form_matches_monte_carlo(tmp_path):
+    result = load("latency_vs_s").main(["--quick", "--out", str(tmp_path / "lat")])
+    for e in result["models"].values():
+        for closed, mc in zip(e["closed_form"], e["monte_carlo"], strict=True):
+            assert mc == pytest.approx(closed, rel=0.1)
+        assert set(e["measured"]) == set(result["s_measured"])
+
+
+def test_time_to_accuracy_exact_coding_tracks_uncoded(tmp_path):
+    result = load("time_to_accuracy").main(["--quick", "--out", str(tmp_path / "tta")])
+    rows = next(iter(result["table"].values()))
+    assert rows["exact"]["max_accuracy_gap_to_uncoded"] == 0.0
+    assert rows["ignore-stragglers"]["max_accuracy_gap_to_uncoded"] > 0.0

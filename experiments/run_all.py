@@ -1,0 +1,46 @@
+"""Regenerate every figure and table: ``python experiments/run_all.py [--quick]``.
+
+Writes JSON + PNG into ``results/`` (``--quick``: smaller settings into ``results/quick/``,
+for smoke tests). The full run takes about 20 minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+EXPERIMENTS = [
+    "bench_codes",
+    "speedup_vs_s",
+    "approx_error",
+    "regime_map",
+    "matmul_speedup",
+    "bench_dp",
+    "latency_vs_s",
+    "time_to_accuracy",
+]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--only", default="", help="comma list of experiments")
+    args = parser.parse_args(argv)
+    out = Path("results/quick" if args.quick else "results")
+    names = [n for n in args.only.split(",") if n] or EXPERIMENTS
+    for name in names:
+        t0 = time.perf_counter()
+        print(f"== {name}", flush=True)
+        module = importlib.import_module(name)
+        module.main([*(["--quick"] if args.quick else []), "--out", str(out / name)])
+        print(f"== {name} done in {time.perf_counter() - t0:.0f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
