@@ -19,7 +19,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricR
 from flwr.clientapp import ClientApp
 
 from fl_gradcode.config import worker_list
-from fl_gradcode.data import load_dataset, partition_indices
+from fl_gradcode.data import run_partitions
 from fl_gradcode.latency import client_delay, make_latency
 from fl_gradcode.learning import dp_sgd_update, make_model, partition_update
 from fl_gradcode.privacy import NoiseKeys, clip, noise_seed, partition_noise
@@ -123,22 +123,13 @@ def compute_reply(
     worker = int(cfg["worker"])
     server_round = int(cfg["server-round"])
     seed = int(cfg["seed"])
-    data = load_dataset(
-        str(cfg["dataset"]), seed, float(cfg["synthetic-alpha"]), float(cfg["synthetic-beta"])
-    )
     parts = [int(j) for j in cfg["partitions"] if int(j) >= 0]
     coefs = [float(c) for c in cfg["coefficients"]][: len(parts)]
     theta, _ = flatten(arrays)
     coded = np.zeros_like(theta)
     compute_s = 0.0
     if parts:
-        index = partition_indices(
-            data.y_train,
-            int(cfg["num-partitions"]),
-            str(cfg["partitioner"]),
-            alpha=float(cfg["dirichlet-alpha"]),
-            seed=seed,
-        )
+        data, index = run_partitions(cfg, int(cfg["num-partitions"]))
         model = _model(str(cfg["model"]), data.input_shape, data.num_classes)
         t0 = time.perf_counter()  # compute only: data loading is cached after the first round
         if memo is not None and memo.get("round") != server_round:

@@ -20,7 +20,14 @@ from functools import lru_cache
 
 import numpy as np
 
-__all__ = ["DATASETS", "PARTITIONERS", "Dataset", "load_dataset", "partition_indices"]
+__all__ = [
+    "DATASETS",
+    "PARTITIONERS",
+    "Dataset",
+    "load_dataset",
+    "partition_indices",
+    "run_partitions",
+]
 
 DATASETS = ("digits", "mnist1d", "synthetic")
 PARTITIONERS = ("iid", "dirichlet", "pathological")
@@ -177,3 +184,18 @@ def partition_indices(
             "use fewer partitions or a larger dirichlet-alpha"
         )
     return result
+
+
+def run_partitions(cfg, k: int) -> tuple[Dataset, list[np.ndarray]]:
+    """The dataset and ``k`` partitions of a run, from its config (a mapping with ``dataset``,
+    ``seed``, ``synthetic-alpha``, ``synthetic-beta``, ``partitioner``, ``dirichlet-alpha``):
+    the one place where the server and every client derive the same partitions."""
+    seed = int(cfg["seed"])
+    data = load_dataset(
+        str(cfg["dataset"]), seed, float(cfg["synthetic-alpha"]), float(cfg["synthetic-beta"])
+    )
+    index = partition_indices(
+        data.y_train, int(k), str(cfg["partitioner"]), alpha=float(cfg["dirichlet-alpha"]),
+        seed=seed,
+    )
+    return data, index

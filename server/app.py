@@ -14,7 +14,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from fl_gradcode.codes import make_code
 from fl_gradcode.config import merge_config
-from fl_gradcode.data import load_dataset, partition_indices
+from fl_gradcode.data import run_partitions
 from fl_gradcode.learning import dp_sgd_steps, evaluate, make_model
 from fl_gradcode.privacy import DPConfig, PrivacyAccountant, independent_noise_multiplier
 from fl_gradcode.results import RoundRecorder
@@ -107,16 +107,7 @@ def build(cfg: dict[str, Any], n: int) -> tuple[GradientCoding, ArrayRecord]:
         )
         cfg["s"] = n - 1
     probe = make_code(str(cfg["code"]), n=n, s=int(cfg["s"]), seed=seed)
-    data = load_dataset(
-        str(cfg["dataset"]), seed, float(cfg["synthetic-alpha"]), float(cfg["synthetic-beta"])
-    )
-    index = partition_indices(
-        data.y_train,
-        probe.k,
-        str(cfg["partitioner"]),
-        alpha=float(cfg["dirichlet-alpha"]),
-        seed=seed,
-    )
+    data, index = run_partitions(cfg, probe.k)
     sizes = np.array([len(p) for p in index], dtype=np.float64)
     options = {"rescale": True} if cfg["code"] == "ignore-stragglers" else {}
     code = make_code(
