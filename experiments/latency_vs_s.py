@@ -77,9 +77,9 @@ def main(argv: list[str] | None = None) -> dict:
             entry["closed_form"].append(expected_round_time(model, n, n - s, load=float(s + 1)))
             entry["monte_carlo"].append(float(np.mean(
                 round_times(model, n, s, "mds", samples=samples, seed=args.seed))))
-            if n % (s + 1) == 0:
-                entry["frc_monte_carlo"][s] = float(np.mean(
-                    round_times(model, n, s, "frc", samples=samples, seed=args.seed)))
+        for s in [d - 1 for d in range(1, n + 1) if n % d == 0]:  # every FRC-feasible s
+            entry["frc_monte_carlo"][s] = float(np.mean(
+                round_times(model, n, s, "frc", samples=samples, seed=args.seed)))
         for s in progress(s_measured, f"measured rounds, {name}"):
             entry["measured"][s] = measured(n, s, run_config, rounds, seeds)
         result["models"][name] = entry

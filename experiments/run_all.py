@@ -31,8 +31,10 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--only", default="", help="comma list of experiments")
+    parser.add_argument("--out-dir", default=None, help="default: results/ (results/quick/)")
     args = parser.parse_args(argv)
-    out = Path("results/quick" if args.quick else "results")
+    out = Path(args.out_dir or ("results/quick" if args.quick else "results"))
+    t_all = time.perf_counter()
     names = [n for n in args.only.split(",") if n] or EXPERIMENTS
     for name in names:
         t0 = time.perf_counter()
@@ -40,6 +42,7 @@ def main(argv: list[str] | None = None) -> None:
         module = importlib.import_module(name)
         module.main([*(["--quick"] if args.quick else []), "--out", str(out / name)])
         print(f"== {name} done in {time.perf_counter() - t0:.0f} s", flush=True)
+    print(f"== all done in {time.perf_counter() - t_all:.0f} s", flush=True)
 
 
 if __name__ == "__main__":
