@@ -12,12 +12,10 @@ Timings are ratios within one run on one machine; absolute numbers vary with the
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import time
-from pathlib import Path
 
 import numpy as np
+from _common import save
 
 from fl_gradcode.codes import make_code, straggler_patterns
 
@@ -121,14 +119,10 @@ def main(argv: list[str] | None = None) -> dict:
         "benchmark": "bench_codes",
         "quick": args.quick,
         "seed": args.seed,
-        "machine": {"python": platform.python_version(), "processor": platform.machine()},
         "accuracy": rows,
         "timing": timings,
     }
-    out = Path(args.out).with_suffix(".json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
-    print(f"\nwrote {out}")
+    save(result, args.out)
     return result
 
 

@@ -12,14 +12,13 @@ Run: ``python experiments/bench_dp.py [--quick] [--out results/bench_dp.json]``.
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import sys
 import time
 import warnings
 from pathlib import Path
 
 import numpy as np
+from _common import save
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -89,12 +88,8 @@ def main(argv: list[str] | None = None) -> dict:
                              "ratio_vs_none": t / base})
                 print(f"{model:<6}{update:<10}{dp:<11}{t:>10.4f}{t / base:>8.2f}x")
     result = {"benchmark": "bench_dp", "quick": args.quick, "repeats": repeats,
-              "machine": {"python": platform.python_version(), "cpu": platform.machine()},
               "rows": rows}
-    out = Path(args.out).with_suffix(".json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
-    print(f"wrote {out}")
+    save(result, args.out)
     return result
 
 
