@@ -1,7 +1,7 @@
 """Regenerate every figure and table: ``python experiments/run_all.py [--quick]``.
 
 Writes JSON + PNG into ``results/`` (``--quick``: smaller settings into ``results/quick/``,
-for smoke tests). The full run takes about 20 minutes on 2 cores.
+for smoke tests). The full run took 675 s (11 minutes) on 2 cores here.
 """
 
 from __future__ import annotations
