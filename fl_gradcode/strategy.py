@@ -147,10 +147,16 @@ class EarlyReturnGrid:
         if not self.abandoned:
             return
         for reply in self._grid.pull_messages(list(self.abandoned)):
-            rid = reply.metadata.reply_to_message_id
-            if rid in self.abandoned:
-                del self.abandoned[rid]
-                self._strategy.on_late_reply(reply)
+            self._drop_if_late(reply)
+
+    def _drop_if_late(self, reply: Message) -> bool:
+        """Hand a reply to an abandoned message to the strategy; ``False`` if it is not one."""
+        rid = reply.metadata.reply_to_message_id
+        if rid not in self.abandoned:
+            return False
+        del self.abandoned[rid]
+        self._strategy.on_late_reply(reply)
+        return True
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None):
         msgs = list(messages)
@@ -170,9 +176,8 @@ class EarlyReturnGrid:
                 if rid in pending:
                     del pending[rid]
                     replies.append(reply)
-                elif rid in self.abandoned:
-                    del self.abandoned[rid]
-                    self._strategy.on_late_reply(reply)
+                else:
+                    self._drop_if_late(reply)
             if from_first and replies:
                 t_end = min(t_end, time.monotonic() + self._strategy.straggler_timeout)
                 from_first = False
@@ -190,7 +195,6 @@ class _RoundState:
     busy: list[int]
     wall_start: float
     virtual_start: float
-    late_dropped: int = 0
     rejected: list[tuple[int, str]] = field(default_factory=list)
 
 
@@ -544,11 +548,7 @@ class GradientCoding(Strategy):
         if self.dp.enabled and state.sent:
             noise_var = self._decoded_noise_variance(decoding)
         if decode != "skipped":
-            a = decoding.coefficients
-            total = np.zeros_like(theta)
-            for worker in used:
-                if a[worker] != 0.0:
-                    total += a[worker] * valid[worker][0]
+            total = self.code.decode({w: valid[w][0] for w in used}, approximate=True)
             if self.dp.mode == "central":
                 total += self._central_noise(decoding, server_round, theta.size)
             pseudo = total if self.update == "gradient" else -total
