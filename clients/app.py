@@ -100,10 +100,9 @@ def private_update(
         raise ValueError("dp='partition' needs partition keys on the client")
     std = float(cfg["noise-multiplier"]) * clip_norm
     round_ = int(cfg["server-round"])
-    if str(cfg["dp-noise"]) == "independent":  # the failure mode: each replica its own noise
-        seed = noise_seed(keys.key(j), round_, j, purpose=f"replica={worker}")
-        return clipped + std * np.random.Generator(np.random.PCG64(seed)).standard_normal(u.size)
-    return clipped + partition_noise(keys.key(j), round_, j, u.size, std)
+    # dp-noise=independent is the failure mode: every replica draws its own noise
+    purpose = f"replica={worker}" if str(cfg["dp-noise"]) == "independent" else "noise"
+    return clipped + partition_noise(keys.key(j), round_, j, u.size, std, purpose)
 
 
 def compute_reply(

@@ -110,11 +110,14 @@ def noise_seed(key: bytes, server_round: int, partition: int, purpose: str = "no
     return int.from_bytes(digest[:8], "little")
 
 
-def partition_noise(key: bytes, server_round: int, partition: int, dim: int, std: float):
+def partition_noise(
+    key: bytes, server_round: int, partition: int, dim: int, std: float, purpose: str = "noise"
+):
     """Replica-identical Gaussian noise: float64 PCG64 draws, identical on every CPU and thread
-    count (``shared/docs/privacy.md`` section 4)."""
-    gen = np.random.Generator(np.random.PCG64(noise_seed(key, server_round, partition)))
-    return std * gen.standard_normal(dim)
+    count (``shared/docs/privacy.md`` section 4). A ``purpose`` other than ``"noise"`` gives an
+    independent stream (e.g. ``"replica=w"`` for the independent-noise failure mode)."""
+    seed = noise_seed(key, server_round, partition, purpose=purpose)
+    return std * np.random.Generator(np.random.PCG64(seed)).standard_normal(dim)
 
 
 class NoiseKeys:
