@@ -106,13 +106,11 @@ def build(cfg: dict[str, Any], n: int) -> tuple[GradientCoding, ArrayRecord]:
             n - 1,
         )
         cfg["s"] = n - 1
-    probe = make_code(str(cfg["code"]), n=n, s=int(cfg["s"]), seed=seed)
-    data, index = run_partitions(cfg, probe.k)
-    sizes = np.array([len(p) for p in index], dtype=np.float64)
     options = {"rescale": True} if cfg["code"] == "ignore-stragglers" else {}
-    code = make_code(
-        str(cfg["code"]), n=n, s=int(cfg["s"]), seed=seed, weights=sizes / sizes.sum(), **options
-    )
+    unweighted = make_code(str(cfg["code"]), n=n, s=int(cfg["s"]), seed=seed, **options)
+    data, index = run_partitions(cfg, unweighted.k)
+    sizes = np.array([len(p) for p in index], dtype=np.float64)
+    code = unweighted.with_weights(sizes / sizes.sum())  # built once: same B, same draws
     min_replies = int(cfg["min-replies"])
     if min_replies < 0:  # approximate codes take the fastest n - s replies
         min_replies = 0 if code.is_exact else n - int(cfg["s"])

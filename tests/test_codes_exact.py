@@ -210,3 +210,23 @@ def test_condition_number_diagnostic_flags_crc_but_not_grouped_rs():
     crc = make_code("crc", n=n, s=s, seed=0).condition_number(alive)
     grs = make_code("grouped-rs", n=n, s=s).condition_number(alive)
     assert grs < 1e3 < crc
+
+
+@pytest.mark.parametrize("name", ["crc", "grouped-rs", "comm-efficient", "bgc"])
+def test_with_weights_equals_building_with_those_weights(name):
+    rng = np.random.default_rng(4)
+    code = make_code(name, n=9, s=2, seed=5)
+    w = rng.uniform(0.2, 3.0, size=code.k)
+    direct = make_code(name, n=9, s=2, seed=5, weights=w)
+    reweighted = code.with_weights(w)
+    np.testing.assert_array_equal(reweighted.B, direct.B)
+    np.testing.assert_array_equal(reweighted.weights, w)
+    np.testing.assert_array_equal(code.weights, np.ones(code.k))  # the original is unchanged
+    updates = {j: rng.standard_normal(5) for j in range(code.k)}
+    replies = {i: direct.encode(i, updates) for i in range(9) if i not in (1, 4)}
+    np.testing.assert_allclose(
+        reweighted.decode(replies, approximate=True, length=5),
+        direct.decode(replies, approximate=True, length=5),
+    )
+    alive = [0, 2, 3, 5, 6, 7]
+    assert reweighted.decoding_error(alive) == pytest.approx(direct.decoding_error(alive))

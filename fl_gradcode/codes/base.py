@@ -15,6 +15,7 @@ References:
 
 from __future__ import annotations
 
+import copy
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -86,16 +87,11 @@ class _LRU:
     def __init__(self, maxsize: int) -> None:
         self.maxsize = maxsize
         self._data: OrderedDict[frozenset[int], Any] = OrderedDict()
-        self.hits = 0
-        self.misses = 0
 
     def get(self, key: frozenset[int]) -> Any:
         value = self._data.get(key)
-        if value is None:
-            self.misses += 1
-            return None
-        self.hits += 1
-        self._data.move_to_end(key)
+        if value is not None:
+            self._data.move_to_end(key)
         return value
 
     def put(self, key: frozenset[int], value: Any) -> None:
@@ -103,9 +99,6 @@ class _LRU:
         self._data.move_to_end(key)
         while len(self._data) > self.maxsize:
             self._data.popitem(last=False)
-
-    def clear(self) -> None:
-        self._data.clear()
 
 
 class GradientCode:
@@ -222,6 +215,18 @@ class GradientCode:
             f"{type(self).__name__}(name={self.name!r}, n={self.n}, k={self.k}, s={self.s}, "
             f"load={self.load}, is_exact={self.is_exact})"
         )
+
+    def with_weights(self, weights: Iterable[float] | np.ndarray) -> GradientCode:
+        """The same code (same ``B``, same random draws) with other partition weights.
+
+        Lets a caller build the code once, learn ``k``, size the partitions, then weight them;
+        decoders are recomputed because least-squares decoding depends on the weights.
+        """
+        new = copy.copy(self)
+        new._weights = self._check_weights(weights, self.k)
+        new._caches = [_LRU(c.maxsize) for c in self._caches]
+        new._set_cache = _LRU(self._set_cache.maxsize)
+        return new
 
     # ------------------------------------------------------------------ client side
     def assignment(self, i: int) -> tuple[int, ...]:
