@@ -72,9 +72,9 @@ def run(n: int, s: int, rounds: int, seed: int, lr: float = 0.5) -> dict:
             continue
         W = np.zeros(dim)
         errors = []
+        # a code with k partitions splits the data into k parts
+        data = parts if code.k == n else np.array_split(order, code.k)
         for r in range(rounds):
-            # a code with k partitions splits the data into k parts
-            data = parts if code.k == n else np.array_split(order, code.k)
             updates = {
                 j: softmax_grad(W.reshape(-1, 10), X[idx], y[idx]) for j, idx in enumerate(data)
             }
