@@ -57,6 +57,14 @@ def save(result: dict, out: str | Path, figure=None) -> Path:
     return out
 
 
+def quiet_flower() -> None:
+    """Hide Flower's per-round INFO logs (thousands of lines in in-process runs)."""
+    import logging
+
+    logging.getLogger("flwr").setLevel(logging.WARNING)
+    logging.getLogger().setLevel(logging.WARNING)
+
+
 def pyplot():
     import matplotlib
 

@@ -18,10 +18,9 @@ Run: ``python experiments/latency_vs_s.py [--quick] [--out results/latency_vs_s]
 from __future__ import annotations
 
 import argparse
-import logging
 
 import numpy as np
-from _common import progress, pyplot, save
+from _common import progress, pyplot, quiet_flower, save
 
 from fl_gradcode.latency import (
     Exponential,
@@ -62,8 +61,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", default="results/latency_vs_s")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    logging.getLogger("flwr").setLevel(logging.WARNING)
-    logging.getLogger().setLevel(logging.WARNING)
+    quiet_flower()
     n = 24 if args.quick else 100
     s_grid = [*range(0, n, 5 if n > 50 else 1), n - 1]
     s_measured = [0, 3, 5] if args.quick else [0, 1, 3, 4, 9, 19, 24, 49]

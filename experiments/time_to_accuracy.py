@@ -27,11 +27,10 @@ Run: ``python experiments/time_to_accuracy.py [--quick] [--out results/time_to_a
 from __future__ import annotations
 
 import argparse
-import logging
 import time
 
 import numpy as np
-from _common import progress, pyplot, save
+from _common import progress, pyplot, quiet_flower, save
 
 SCHEMES = {
     "uncoded": {"code": "uncoded"},
@@ -109,8 +108,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", default="results/time_to_accuracy")
     parser.add_argument("--target", type=float, default=0.9)
     args = parser.parse_args(argv)
-    logging.getLogger("flwr").setLevel(logging.WARNING)
-    logging.getLogger().setLevel(logging.WARNING)
+    quiet_flower()
     seeds = [0] if args.quick else [0, 1, 2]
     rounds = 8 if args.quick else 30
     setups = [(12, 3, "dirichlet", lat, dp) for lat in LATENCIES for dp in (False, True)]
