@@ -45,11 +45,16 @@ import numpy as np
 __all__ = [
     "DP_MODES",
     "DP_NOISE",
+    "CentralDP",
     "DPConfig",
+    "Mechanism",
     "NoiseKeys",
+    "PartitionDP",
     "PrivacyAccountant",
+    "ServerNoise",
     "clip",
     "decoded_noise_variance",
+    "make_mechanism",
     "noise_seed",
     "partition_noise",
     "write_key_file",
@@ -101,9 +106,16 @@ def clip(u: np.ndarray, clip_norm: float) -> np.ndarray:
     return np.asarray(u, dtype=np.float64) * (clip_norm / norm)
 
 
-def noise_seed(key: bytes, server_round: int, partition: int, purpose: str = "noise") -> int:
-    """64-bit seed ``HMAC-SHA256(key, "round=r;partition=j[;purpose]")`` (little-endian)."""
+def noise_seed(
+    key: bytes, server_round: int, partition: int, purpose: str = "noise", nonce: str = ""
+) -> int:
+    """64-bit seed ``HMAC-SHA256(key, "[nonce=N;]round=r;partition=j[;purpose]")``.
+
+    ``nonce`` is the run's nonce: with a fresh nonce per run, two runs with the same key never
+    draw the same noise (otherwise subtracting their releases would cancel it)."""
     tag = f"round={int(server_round)};partition={int(partition)}"
+    if nonce:
+        tag = f"nonce={nonce};{tag}"
     if purpose != "noise":
         tag += f";purpose={purpose}"
     digest = hmac.new(key, tag.encode(), hashlib.sha256).digest()
@@ -111,12 +123,18 @@ def noise_seed(key: bytes, server_round: int, partition: int, purpose: str = "no
 
 
 def partition_noise(
-    key: bytes, server_round: int, partition: int, dim: int, std: float, purpose: str = "noise"
+    key: bytes,
+    server_round: int,
+    partition: int,
+    dim: int,
+    std: float,
+    purpose: str = "noise",
+    nonce: str = "",
 ):
     """Replica-identical Gaussian noise: float64 PCG64 draws, identical on every CPU and thread
     count (``shared/docs/privacy.md`` section 4). A ``purpose`` other than ``"noise"`` gives an
     independent stream (e.g. ``"replica=w"`` for the independent-noise failure mode)."""
-    seed = noise_seed(key, server_round, partition, purpose=purpose)
+    seed = noise_seed(key, server_round, partition, purpose=purpose, nonce=nonce)
     return std * np.random.Generator(np.random.PCG64(seed)).standard_normal(dim)
 
 
@@ -206,6 +224,108 @@ def independent_noise_multiplier(B: np.ndarray, sigma: float) -> float:
     row_norm2 = np.sum(B**2, axis=1, keepdims=True)
     share = np.where(row_norm2 > 0, B**2 / np.where(row_norm2 > 0, row_norm2, 1), 0.0)
     return float(sigma / math.sqrt(np.max(share.sum(axis=0))))
+
+
+class Mechanism:
+    """The DP mechanism of one mode, used by both sides: ``release`` on the client (per
+    partition update, before encoding) and ``server_noise_std`` on the server (after decoding).
+
+    Build one with :func:`make_mechanism`; the base class is ``dp="none"`` and ``"sample"``
+    (record-level noise lives inside the app's training, e.g. Opacus DP-SGD).
+    """
+
+    def __init__(self, config: DPConfig) -> None:
+        self.config = config
+
+    @property
+    def mode(self) -> str:
+        return self.config.mode
+
+    @property
+    def needs_keys(self) -> bool:
+        """Whether clients need partition keys (keyed noise or keyed sampling)."""
+        return self.mode in ("partition", "sample")
+
+    def release(
+        self,
+        update: np.ndarray,
+        *,
+        keys: NoiseKeys | None,
+        partition: int,
+        server_round: int,
+        nonce: str,
+        worker: int,
+    ) -> np.ndarray:
+        """Partition ``partition``'s update as the client may release it (float64)."""
+        return np.asarray(update, dtype=np.float64)
+
+    def server_noise_std(self, scale: float) -> float:
+        """Std of the noise the server adds to the decoded result (``scale``: the largest
+        weight one partition has in it)."""
+        return 0.0
+
+
+class PartitionDP(Mechanism):
+    """Clip each partition update to ``C`` and add keyed Gaussian noise ``N(0, (sigma C)^2)``,
+    identical at every replica (``dp-noise=identical``) or per replica (the failure mode).
+
+    References:
+        McMahan, Ramage, Talwar, Zhang, "Learning Differentially Private Recurrent Language
+        Models", ICLR 2018, https://arxiv.org/abs/1710.06963.
+    """
+
+    def release(self, update, *, keys, partition, server_round, nonce, worker):
+        if keys is None:
+            raise ValueError("dp='partition' needs partition keys on the client")
+        cfg = self.config
+        clipped = clip(update, cfg.clip_norm)
+        purpose = f"replica={worker}" if cfg.noise == "independent" else "noise"
+        std = cfg.noise_multiplier * cfg.clip_norm
+        noise = partition_noise(
+            keys.key(partition), server_round, partition, clipped.size, std, purpose, nonce
+        )
+        return clipped + noise
+
+
+class CentralDP(Mechanism):
+    """Clients clip; the trusted server adds ``N(0, (sigma C scale)^2)`` once after decoding,
+    drawn from a server-side secret (:class:`ServerNoise`)."""
+
+    def release(self, update, *, keys, partition, server_round, nonce, worker):
+        return clip(update, self.config.clip_norm)
+
+    def server_noise_std(self, scale: float) -> float:
+        return self.config.noise_multiplier * self.config.clip_norm * float(scale)
+
+
+def make_mechanism(config: DPConfig | None) -> Mechanism:
+    """The mechanism object of ``config.mode``."""
+    config = config or DPConfig()
+    cls = {"partition": PartitionDP, "central": CentralDP}.get(config.mode, Mechanism)
+    return cls(config)
+
+
+class ServerNoise:
+    """The server's noise source for central DP: OS randomness by default; a server key file
+    (``key``) gives reproducible runs. Never derived from the run config or anything sent to
+    clients (the seed would let any client regenerate and subtract the noise).
+    """
+
+    def __init__(self, key: bytes | None = None) -> None:
+        self._key = key
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike) -> ServerNoise:
+        data = json.loads(Path(path).read_text())
+        return cls(bytes.fromhex(data["server"] if "server" in data else data["master"]))
+
+    def draw(self, dim: int, std: float, server_round: int, nonce: str = "") -> np.ndarray:
+        if self._key is None:
+            seed = secrets.randbits(128)
+        else:
+            tag = f"nonce={nonce};round={int(server_round)};purpose=central".encode()
+            seed = int.from_bytes(hmac.new(self._key, tag, hashlib.sha256).digest()[:16], "little")
+        return std * np.random.Generator(np.random.PCG64(seed)).standard_normal(dim)
 
 
 class PrivacyAccountant:

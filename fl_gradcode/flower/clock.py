@@ -1,0 +1,125 @@
+"""Round clocks: who is busy, when a round ends, how much (virtual or real) time it took.
+
+One stopping rule for both clocks: a round ends at the first set of valid replies that
+``decodable`` accepts (a decodable set, or ``min_replies`` replies for approximate codes), or at
+the straggler deadline, where it decodes approximately from what arrived.
+
+* :class:`VirtualClock`: every reply carries a virtual arrival time (compute + sampled latency);
+  the round ends at the earliest decodable prefix in arrival order, or at the deadline. Each
+  worker is busy until its own arrival; a worker that never answers (error, crash) is busy until
+  the deadline, so a round with no valid reply still moves the clock and frees everyone.
+* :class:`WallClock`: real time; busy workers are those whose earlier message is still
+  unanswered (the grid knows them).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+__all__ = ["RoundWindow", "VirtualClock", "WallClock", "make_clock"]
+
+Decodable = Callable[[list[int]], bool]
+
+
+@dataclass
+class RoundWindow:
+    """Which replies a round decodes from and when (clock time) it ended."""
+
+    used: list[int]
+    end: float
+    late: list[int] = field(default_factory=list)  # valid replies that arrived after the end
+
+
+class VirtualClock:
+    """Virtual time: honest at 100+ clients on 2 cores (arrivals come from the latency model,
+    not from how a thread pool scheduled the clients)."""
+
+    timing = "virtual"
+
+    def __init__(self, straggler_timeout: float) -> None:
+        self.straggler_timeout = float(straggler_timeout)
+        self.now = 0.0
+        self.round_start = 0.0
+        self.busy_until: dict[int, float] = {}  # node -> virtual time
+
+    def busy(self, nodes: Iterable[int]) -> set[int]:
+        return {n for n in nodes if self.busy_until.get(n, 0.0) > self.now}
+
+    def wait_for_any_free(self, nodes: Iterable[int]) -> None:
+        """All ``nodes`` busy: jump to the first moment one is free (never burn a round)."""
+        times = [self.busy_until.get(n, 0.0) for n in nodes]
+        if times:
+            self.now = max(self.now, min(times))
+
+    def start_round(self) -> None:
+        self.round_start = self.now
+
+    def window(
+        self, arrivals: Mapping[int, float], decodable: Decodable, num_sent: int
+    ) -> RoundWindow:
+        """``arrivals``: worker -> seconds after the round start, valid replies only."""
+        deadline = self.straggler_timeout
+        order = sorted(arrivals, key=lambda w: (arrivals[w], w))
+        prefix: list[int] = []
+        for worker in order:
+            if arrivals[worker] > deadline:
+                break
+            prefix.append(worker)
+            if decodable(prefix):
+                end = arrivals[worker]
+                return RoundWindow(prefix, self.round_start + end, order[len(prefix) :])
+        if prefix and len(prefix) == num_sent:  # everyone replied, still not decodable
+            end = arrivals[prefix[-1]]
+        else:
+            end = deadline
+        return RoundWindow(prefix, self.round_start + end, order[len(prefix) :])
+
+    def finish_round(
+        self, sent_nodes: Iterable[int], arrivals_by_node: Mapping[int, float], end: float
+    ) -> None:
+        """Busy-until for every node sent work; the clock moves to the round's end."""
+        for node in sent_nodes:
+            arrival = arrivals_by_node.get(node, self.straggler_timeout)
+            self.busy_until[node] = self.round_start + max(arrival, 0.0)
+        self.now = max(self.now, end)
+
+
+class WallClock:
+    """Real time; the grid tracks unanswered (busy) nodes."""
+
+    timing = "wallclock"
+
+    def __init__(self, straggler_timeout: float) -> None:
+        self.straggler_timeout = float(straggler_timeout)
+        self.now = 0.0
+        self.round_start = 0.0
+        self._t0 = time.monotonic()
+
+    def start_round(self) -> None:
+        self.round_start = time.monotonic() - self._t0
+        self.now = self.round_start
+
+    def window(
+        self, arrivals: Mapping[int, float], decodable: Decodable, num_sent: int
+    ) -> RoundWindow:
+        """Every valid reply the grid returned is used (it returned at the first decodable
+        set or at the deadline)."""
+        used = sorted(arrivals, key=lambda w: (arrivals[w], w))
+        return RoundWindow(used, time.monotonic() - self._t0)
+
+    def finish_round(
+        self, sent_nodes: Iterable[int], arrivals_by_node: Mapping[int, float], end: float
+    ) -> None:
+        self.now = end
+
+
+def make_clock(timing: str, straggler_timeout: float) -> VirtualClock | WallClock:
+    """The clock of a timing mode (``"virtual"`` or ``"wallclock"``)."""
+    clocks = {"virtual": VirtualClock, "wallclock": WallClock}
+    if timing not in clocks:
+        raise ValueError(f"timing={timing!r}; expected one of {sorted(clocks)}")
+    if not straggler_timeout > 0:
+        raise ValueError(f"straggler_timeout={straggler_timeout!r} must be > 0 seconds")
+    return clocks[timing](straggler_timeout)

@@ -1,0 +1,126 @@
+"""``EarlyReturnGrid``: a delegating wrapper of Flower's ``Grid`` whose coded rounds end early.
+
+``Strategy.start`` only ever calls ``grid.send_and_receive``, and Flower's wrapper strategies
+hold a strategy by composition and call the base ``start``; substituting the grid is the one
+place where early return works under any wrapper. Coded TRAIN rounds push, poll, and return
+when the strategy's stopping rule holds (each reply is handed to ``strategy.on_reply`` once, as
+it arrives) or its wall-clock deadline passes. Unanswered messages are remembered; their replies
+are pulled in later rounds and handed to ``strategy.on_late_reply`` (which frees the node and
+the link state). Every other message keeps Flower's semantics.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+from flwr.app import Message, MessageType
+
+from . import protocol
+
+__all__ = ["EarlyReturnGrid"]
+
+
+class _RoundOwner(Protocol):
+    def on_reply(self, reply: Message) -> None: ...
+    def on_late_reply(self, reply: Message) -> None: ...
+    def ready(self) -> bool: ...
+    def deadline_s(self, timeout: float | None) -> float: ...
+    def first_reply_deadline_s(self) -> float | None: ...
+    def on_unsent(self, messages: list[Message]) -> None: ...
+
+
+def _is_coded_train(messages: list[Message]) -> bool:
+    if not messages or messages[0].metadata.message_type != MessageType.TRAIN:
+        return False
+    rec = messages[0].content.config_records.get(protocol.PROTOCOL_KEY)
+    return rec is not None and rec.get("op") == protocol.OP_TRAIN
+
+
+class EarlyReturnGrid:
+    """Wraps ``grid``; coded TRAIN rounds return at ``strategy.ready()`` or the deadline."""
+
+    def __init__(self, grid: Any, strategy: _RoundOwner, poll_interval: float = 0.02) -> None:
+        self._grid = grid
+        self._strategy = strategy
+        self.poll_interval = poll_interval
+        self.abandoned: dict[str, int] = {}  # message id -> destination node
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._grid, name)
+
+    @property
+    def inner(self) -> Any:
+        return self._grid
+
+    def busy_nodes(self) -> set[int]:
+        return set(self.abandoned.values())
+
+    def collect_late(self) -> None:
+        """Pull replies to earlier rounds that have arrived (frees their nodes)."""
+        if not self.abandoned:
+            return
+        for reply in self._grid.pull_messages(list(self.abandoned)):
+            self._drop_if_late(reply)
+
+    def wait_until_free(self, nodes: set[int], timeout: float) -> None:
+        """Block (pulling late replies) until one of ``nodes`` is free or ``timeout`` passes."""
+        t_end = time.monotonic() + timeout
+        while nodes and nodes <= self.busy_nodes() and time.monotonic() < t_end:
+            self.collect_late()
+            if nodes <= self.busy_nodes():
+                time.sleep(self.poll_interval)
+
+    def _drop_if_late(self, reply: Message) -> bool:
+        rid = reply.metadata.reply_to_message_id
+        if rid not in self.abandoned:
+            return False
+        del self.abandoned[rid]
+        self._strategy.on_late_reply(reply)
+        return True
+
+    def push(self, messages: list[Message]) -> dict[str, Message]:
+        """Push; a message Flower did not accept (no id) is reported as unsent."""
+        ids = list(self._grid.push_messages(messages))
+        sent, unsent = {}, []
+        for index, msg in enumerate(messages):
+            mid = ids[index] if index < len(ids) else None
+            if mid:
+                sent[mid] = msg
+            else:
+                unsent.append(msg)
+        if unsent:
+            self._strategy.on_unsent(unsent)
+        return sent
+
+    def send_and_receive(
+        self, messages: Iterable[Message], *, timeout: float | None = None
+    ) -> list[Message]:
+        msgs = list(messages)
+        if not _is_coded_train(msgs):
+            self.collect_late()
+            return list(self._grid.send_and_receive(msgs, timeout=timeout))
+        sent = self.push(msgs)
+        pending = {mid: msg.metadata.dst_node_id for mid, msg in sent.items()}
+        t_end = time.monotonic() + self._strategy.deadline_s(timeout)
+        first_reply_s = self._strategy.first_reply_deadline_s()
+        replies: list[Message] = []
+        while pending:
+            asked = [*pending, *self.abandoned]
+            for reply in self._grid.pull_messages(asked):
+                rid = reply.metadata.reply_to_message_id
+                if rid in pending:
+                    del pending[rid]
+                    replies.append(reply)
+                    self._strategy.on_reply(reply)
+                else:
+                    self._drop_if_late(reply)
+            if first_reply_s is not None and replies:  # deadline counts from the first reply
+                t_end = min(t_end, time.monotonic() + first_reply_s)
+                first_reply_s = None
+            if not pending or self._strategy.ready() or time.monotonic() >= t_end:
+                break
+            time.sleep(self.poll_interval)
+        self.abandoned.update(pending)
+        return replies

@@ -1,0 +1,298 @@
+"""``gradient_coding_mod``: a Flower client mod that turns an ordinary ClientApp into a worker.
+
+For a coded ``train`` message the mod calls the wrapped app once per assigned data partition
+``j``, with a Context whose node config says ``partition-id=j`` (and the partition's
+``num-partitions``), after seeding Python's ``random``, numpy's global RNG and torch's RNG so that
+every replica of ``j`` computes the same update. It then sends ONE reply: the combination
+``sum_j B[i,j] n_j (theta_j - theta)`` of the example-weighted model deltas, ``sum_j B[i,j] n_j``
+and the example-weighted scalar metrics. Evaluate and query messages, and train messages
+without the protocol record, pass through untouched.
+
+Seeding: without a partition key the seed is a function of ``(run seed, round, j)`` only, so
+two runs with the same seed are identical (that is how a coded run is compared with an uncoded
+one); noise drawn inside the app (e.g. Opacus DP-SGD) is then reproducible from public values,
+and the mod warns once. With a partition key (node config ``dp-key-file`` or the environment
+variable ``FL_GRADCODE_DP_KEY_FILE``), the seed is ``HMAC(key_j, nonce, round, j)``: secret to
+the server and fresh in every run.
+
+References:
+    Tandon, Lei, Dimakis, Karampatziakis, "Gradient Coding: Avoiding Stragglers in Distributed
+    Learning", ICML 2017, https://arxiv.org/abs/1612.03301.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import time
+import warnings
+from collections.abc import Callable, MutableMapping
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+import torch
+from flwr.app import Context, Error, Message, MessageType, RecordDict
+
+from ..privacy import KEY_FILE_ENV, DPConfig, NoiseKeys, make_mechanism, noise_seed
+from . import protocol
+from .protocol import Instruction
+
+__all__ = ["gradient_coding_mod", "make_gradient_coding_mod", "partition_seed"]
+
+#: Error code of the mod's own error replies (Flower's ClientApp exception code is 0).
+MOD_ERROR_CODE = 5400
+
+_warned_public_seed = False
+
+
+def partition_seed(
+    seed: int, server_round: int, partition: int, key: bytes | None = None, nonce: str = ""
+) -> int:
+    """The 63-bit seed of partition ``partition``'s computation in ``server_round``.
+
+    Without ``key``: a hash of ``(seed, round, partition)`` (public, reproducible). With the
+    partition's key: ``HMAC-SHA256(key, nonce, round, partition)`` (secret, fresh per run).
+    """
+    if key is not None:
+        return noise_seed(key, server_round, partition, purpose="app-rng", nonce=nonce) >> 1
+    tag = f"fl-gradcode;seed={int(seed)};round={int(server_round)};partition={int(partition)}"
+    return int.from_bytes(hashlib.sha256(tag.encode()).digest()[:8], "little") >> 1
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)  # noqa: NPY002 - the app may draw from numpy's global RNG
+    torch.manual_seed(seed)
+
+
+@lru_cache(maxsize=8)
+def _keys_from(path: str) -> NoiseKeys:
+    return NoiseKeys.from_file(path)
+
+
+def node_keys(node_config: Any) -> NoiseKeys | None:
+    """The node's partition keys (client-side secrets), or ``None`` if it has none."""
+    import os
+
+    path = node_config.get("dp-key-file") or os.environ.get(KEY_FILE_ENV)
+    return _keys_from(str(path)) if path else None
+
+
+@dataclass
+class PartitionResult:
+    """What the app returned for one partition (before the DP release)."""
+
+    delta: dict[str, np.ndarray]  # theta_j - theta, float64
+    num_examples: float
+    metrics: dict[str, float]
+    compute_s: float
+
+
+def _single(records: dict, preferred: str, what: str) -> Any:
+    if preferred in records:
+        return records[preferred]
+    if len(records) == 1:
+        return next(iter(records.values()))
+    raise ValueError(f"the app's reply has {len(records)} {what}s and none named {preferred!r}")
+
+
+def _run_partition(
+    msg: Message,
+    context: Context,
+    call_next: Callable[[Message, Context], Message],
+    instruction: Instruction,
+    index: int,
+    theta: dict[str, np.ndarray],
+    keys: NoiseKeys | None,
+) -> PartitionResult:
+    pid, num = instruction.partition_ids[index], instruction.num_partitions[index]
+    key = None
+    if keys is not None:
+        try:
+            key = keys.key(pid)
+        except ValueError:
+            key = None
+    if key is None:
+        global _warned_public_seed
+        if not _warned_public_seed:
+            _warned_public_seed = True
+            warnings.warn(
+                "gradient_coding_mod: no partition key on this node, so the seed of each "
+                "partition's computation is a function of public values (run seed, round, "
+                "partition); noise drawn inside the app (e.g. Opacus DP-SGD) is reproducible "
+                "by the server. Give nodes a key file (python -m fl_gradcode.privacy keygen) "
+                "for secret, per-run randomness.",
+                stacklevel=2,
+            )
+    seed = partition_seed(instruction.seed, instruction.round, pid, key, instruction.nonce)
+    node_config = {**dict(context.node_config), "partition-id": pid, "num-partitions": num}
+    ctx = Context(
+        run_id=context.run_id,
+        node_id=context.node_id,
+        node_config=node_config,
+        state=RecordDict(),  # per-node state would differ between replicas
+        run_config=context.run_config,
+    )
+    saved = (random.getstate(), np.random.get_state(), torch.get_rng_state())  # noqa: NPY002
+    original = msg.content
+    t0 = time.perf_counter()
+    try:
+        _seed_everything(seed)
+        msg.content = protocol.app_content(original)
+        reply = call_next(msg, ctx)
+    finally:
+        compute_s = time.perf_counter() - t0
+        msg.content = original
+        random.setstate(saved[0])
+        np.random.set_state(saved[1])  # noqa: NPY002
+        torch.set_rng_state(saved[2])
+    if reply.has_error():
+        raise RuntimeError(
+            f"the app failed on partition {pid}: code {reply.error.code}: {reply.error.reason}"
+        )
+    arrays = _single(dict(reply.content.array_records), "arrays", "ArrayRecord")
+    metrics = _single(dict(reply.content.metric_records), "metrics", "MetricRecord")
+    if instruction.weight_key not in metrics:
+        raise ValueError(
+            f"the app's train reply for partition {pid} lacks the metric "
+            f"{instruction.weight_key!r} (the number of examples it trained on)"
+        )
+    num_examples = float(metrics[instruction.weight_key])
+    if set(arrays.keys()) != set(theta):
+        raise ValueError(
+            f"the app returned arrays {sorted(arrays.keys())} for partition {pid}; the global "
+            f"model has {sorted(theta)}"
+        )
+    delta = {name: arrays[name].numpy().astype(np.float64) - theta[name] for name in theta}
+    scalars = {
+        k: float(v)
+        for k, v in metrics.items()
+        if k != instruction.weight_key and isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
+    return PartitionResult(delta, num_examples, scalars, compute_s)
+
+
+def _coded_reply(
+    msg: Message,
+    context: Context,
+    call_next: Callable[[Message, Context], Message],
+    instruction: Instruction,
+    cache: MutableMapping[Any, PartitionResult] | None,
+) -> Message:
+    content = protocol.app_content(msg.content)
+    global_arrays = _single(dict(content.array_records), "arrays", "ArrayRecord")
+    theta = {name: arr.numpy().astype(np.float64) for name, arr in global_arrays.items()}
+    mechanism = make_mechanism(
+        DPConfig(
+            mode=instruction.dp,
+            clip_norm=instruction.clip_norm,
+            noise_multiplier=instruction.noise_multiplier,
+            noise=instruction.dp_noise,
+        )
+    )
+    keys = node_keys(context.node_config)
+    if mechanism.needs_keys and keys is None:
+        raise ValueError(
+            f"dp={instruction.dp!r} needs partition keys on the client: set node config "
+            f"'dp-key-file' or {KEY_FILE_ENV}"
+        )
+    coded = {name: np.zeros_like(v) for name, v in theta.items()}
+    count, compute_s = 0.0, 0.0
+    sizes: list[float] = []
+    metric_sums: dict[str, float] | None = None
+    names = list(theta)
+    for index, (pid, coef) in enumerate(
+        zip(instruction.partition_ids, instruction.coefficients, strict=True)
+    ):
+        cache_key = (instruction.nonce, instruction.round, pid, instruction.num_partitions[index])
+        result = None if cache is None else cache.get(cache_key)
+        if result is None:
+            result = _run_partition(msg, context, call_next, instruction, index, theta, keys)
+            if cache is not None:
+                cache[cache_key] = result
+        # every replica is charged its own computation (a cached result costs what it cost)
+        compute_s += result.compute_s
+        delta = result.delta
+        if mechanism.mode in ("partition", "central"):
+            flat = np.concatenate([delta[name].reshape(-1) for name in names])
+            flat = mechanism.release(
+                flat,
+                keys=keys,
+                partition=pid,
+                server_round=instruction.round,
+                nonce=instruction.nonce,
+                worker=instruction.worker,
+            )
+            delta, start = {}, 0
+            for name in names:
+                size = theta[name].size
+                delta[name] = flat[start : start + size].reshape(theta[name].shape)
+                start += size
+        weight = coef * result.num_examples
+        for name in names:
+            coded[name] += weight * delta[name]
+        count += weight
+        sizes.append(result.num_examples)
+        if metric_sums is None:
+            metric_sums = {k: 0.0 for k in result.metrics}
+        for k in list(metric_sums):
+            if k in result.metrics:
+                metric_sums[k] += weight * result.metrics[k]
+            else:
+                del metric_sums[k]
+    if instruction.timing == "wallclock" and instruction.delay_s > 0:
+        time.sleep(instruction.delay_s)
+    return protocol.train_reply(
+        msg, instruction, coded, count, sizes, metric_sums or {}, compute_s
+    )
+
+
+def make_gradient_coding_mod(
+    cache: MutableMapping[Any, PartitionResult] | None = None,
+) -> Callable[[Message, Context, Callable[[Message, Context], Message]], Message]:
+    """A gradient-coding client mod.
+
+    ``cache`` (in-process simulations only): replicas of a partition in the same process
+    share its computed update, which they would compute bit-identically anyway; each replica
+    still reports the measured compute time of that computation as its own.
+    """
+
+    def gradient_coding_mod(
+        msg: Message, context: Context, call_next: Callable[[Message, Context], Message]
+    ) -> Message:
+        if msg.metadata.message_type != MessageType.TRAIN or not msg.has_content():
+            return call_next(msg, context)
+        try:
+            instruction = protocol.parse_instruction(msg.content)
+        except Exception as exc:
+            error = Error(MOD_ERROR_CODE, f"bad gradient-coding record: {exc}")
+            return Message(error, reply_to=msg)
+        if instruction is None:
+            return call_next(msg, context)
+        try:
+            if instruction.op == protocol.OP_IDENTIFY:
+                cfg = context.node_config
+                if "partition-id" not in cfg or "num-partitions" not in cfg:
+                    raise ValueError(
+                        f"node config {dict(cfg)} lacks 'partition-id' / 'num-partitions' "
+                        "(deployment: flower-supernode --node-config "
+                        "\"partition-id=0 num-partitions=3\")"
+                    )
+                return protocol.identity_reply(
+                    msg, int(cfg["partition-id"]), int(cfg["num-partitions"])
+                )
+            if instruction.op != protocol.OP_TRAIN:
+                raise ValueError(f"unknown gradient-coding op {instruction.op!r}")
+            return _coded_reply(msg, context, call_next, instruction, cache)
+        except Exception as exc:  # the server sees a named error, never a hung round
+            return Message(
+                Error(MOD_ERROR_CODE, f"{type(exc).__name__}: {exc}"), reply_to=msg
+            )
+
+    return gradient_coding_mod
+
+
+#: The client mod: ``ClientApp(mods=[gradient_coding_mod])``.
+gradient_coding_mod = make_gradient_coding_mod()

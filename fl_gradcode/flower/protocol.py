@@ -1,0 +1,327 @@
+"""The wire protocol between :func:`gradient_coding_mod` and :class:`GradientCoding`.
+
+One module owns every key, the layout of instructions and replies, and the parsing of a reply
+into either a :class:`CodedReply` or a :class:`RejectedReply` whose message is the public
+rejection reason. The mod, the strategy wrapper and the in-process test grid all use it.
+
+Instruction (server -> client), a ``train`` message whose content is exactly what the inner
+strategy would send (its ``arrays`` and ``config`` records) plus one ConfigRecord
+:data:`PROTOCOL_KEY`:
+
+* ``op``: ``"identify"`` (reply with the node's ``partition-id`` / ``num-partitions``) or
+  ``"train"`` (compute the assigned partitions and reply with one coded combination);
+* ``round``, ``worker``, ``seed``, ``nonce``: the round, the worker index in the code, the run
+  seed and the per-run nonce (both public) that enter the replica-identical seeding;
+* ``partition-ids``, ``num-partitions``, ``coefficients``: for every assigned data partition,
+  the node config the app must see and the coefficient ``B[i, j]``;
+* ``dp``, ``clip-norm``, ``noise-multiplier``, ``dp-noise``: the public DP parameters;
+* ``timing``, ``delay-s``: wallclock demos sleep ``delay-s`` before replying;
+* ``weight-key``: the app's metric that counts its examples (the inner strategy's
+  ``weighted_by_key``, ``num-examples`` by default).
+
+Reply (client -> server): ArrayRecord :data:`PROTOCOL_KEY` with, for every model array ``name``,
+``sum_j B[i,j] n_j (theta_j - theta)[name]`` (float64), and MetricRecord :data:`PROTOCOL_KEY`
+with ``worker``, ``round``, ``compute-s``, ``num-examples`` (``sum_j B[i,j] n_j``), the sizes
+``n_j`` of the assigned partitions (``partition-sizes``, public in FedAvg), and every scalar
+metric of the app as ``metric.<name>`` (``sum_j B[i,j] n_j m_j``).
+
+References:
+    Tandon, Lei, Dimakis, Karampatziakis, "Gradient Coding: Avoiding Stragglers in Distributed
+    Learning", ICML 2017, https://arxiv.org/abs/1612.03301 (one coded reply per worker).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from flwr.app import (
+    Array,
+    ArrayRecord,
+    ConfigRecord,
+    Message,
+    MessageType,
+    MetricRecord,
+    RecordDict,
+)
+
+__all__ = [
+    "METRIC_PREFIX",
+    "OP_IDENTIFY",
+    "OP_TRAIN",
+    "PROTOCOL_KEY",
+    "CodedReply",
+    "Identity",
+    "Instruction",
+    "RejectedReply",
+    "identity_reply",
+    "instruction_message",
+    "parse_identity",
+    "parse_instruction",
+    "parse_reply",
+    "train_reply",
+]
+
+PROTOCOL_KEY = "gradient-coding"
+OP_IDENTIFY = "identify"
+OP_TRAIN = "train"
+METRIC_PREFIX = "metric."
+
+
+class RejectedReply(Exception):
+    """A reply that must not be decoded; ``str(exc)`` is the public rejection reason."""
+
+
+@dataclass(frozen=True)
+class Instruction:
+    """What one worker must compute in one round (the parsed protocol ConfigRecord)."""
+
+    op: str
+    round: int = 0
+    worker: int = -1
+    seed: int = 0
+    nonce: str = ""
+    partition_ids: tuple[int, ...] = ()
+    num_partitions: tuple[int, ...] = ()
+    coefficients: tuple[float, ...] = ()
+    dp: str = "none"
+    clip_norm: float = 1.0
+    noise_multiplier: float = 0.0
+    dp_noise: str = "identical"
+    timing: str = "virtual"
+    delay_s: float = 0.0
+    weight_key: str = "num-examples"
+
+    def to_record(self) -> ConfigRecord:
+        return ConfigRecord(
+            {
+                "op": self.op,
+                "round": int(self.round),
+                "worker": int(self.worker),
+                "seed": int(self.seed),
+                "nonce": self.nonce,
+                # Flower records reject empty lists: -1 / 0.0 mark "no partition"
+                "partition-ids": [int(j) for j in self.partition_ids] or [-1],
+                "num-partitions": [int(k) for k in self.num_partitions] or [-1],
+                "coefficients": [float(c) for c in self.coefficients] or [0.0],
+                "dp": self.dp,
+                "clip-norm": float(self.clip_norm),
+                "noise-multiplier": float(self.noise_multiplier),
+                "dp-noise": self.dp_noise,
+                "timing": self.timing,
+                "delay-s": float(self.delay_s),
+                "weight-key": self.weight_key,
+            }
+        )
+
+
+def instruction_message(
+    content: RecordDict, instruction: Instruction, dst_node_id: int, group_id: str
+) -> Message:
+    """A ``train`` message: the inner strategy's records plus the protocol record."""
+    records = {key: rec for key, rec in content.items() if key != PROTOCOL_KEY}
+    records[PROTOCOL_KEY] = instruction.to_record()
+    return Message(
+        RecordDict(records),
+        dst_node_id=dst_node_id,
+        message_type=MessageType.TRAIN,
+        group_id=group_id,
+    )
+
+
+def parse_instruction(content: RecordDict) -> Instruction | None:
+    """The instruction in a message's content, or ``None`` if it carries none."""
+    if PROTOCOL_KEY not in content.config_records:
+        return None
+    rec = content.config_records[PROTOCOL_KEY]
+    parts = tuple(int(j) for j in rec.get("partition-ids", [-1]) if int(j) >= 0)
+    count = len(parts)
+    return Instruction(
+        op=str(rec["op"]),
+        round=int(rec.get("round", 0)),
+        worker=int(rec.get("worker", -1)),
+        seed=int(rec.get("seed", 0)),
+        nonce=str(rec.get("nonce", "")),
+        partition_ids=parts,
+        num_partitions=tuple(int(k) for k in rec.get("num-partitions", []))[:count],
+        coefficients=tuple(float(c) for c in rec.get("coefficients", []))[:count],
+        dp=str(rec.get("dp", "none")),
+        clip_norm=float(rec.get("clip-norm", 1.0)),
+        noise_multiplier=float(rec.get("noise-multiplier", 0.0)),
+        dp_noise=str(rec.get("dp-noise", "identical")),
+        timing=str(rec.get("timing", "virtual")),
+        delay_s=float(rec.get("delay-s", 0.0)),
+        weight_key=str(rec.get("weight-key", "num-examples")),
+    )
+
+
+def app_content(content: RecordDict) -> RecordDict:
+    """The content the app sees: everything but the protocol record."""
+    return RecordDict({key: rec for key, rec in content.items() if key != PROTOCOL_KEY})
+
+
+# ---------------------------------------------------------------------------- identify
+@dataclass(frozen=True)
+class Identity:
+    """A node's data partition as its node config states it."""
+
+    partition_id: int
+    num_partitions: int
+
+
+def identity_reply(msg: Message, partition_id: int, num_partitions: int) -> Message:
+    rec = MetricRecord({"partition-id": int(partition_id), "num-partitions": int(num_partitions)})
+    return Message(RecordDict({PROTOCOL_KEY: rec}), reply_to=msg)
+
+
+def parse_identity(reply: Message) -> Identity:
+    """The identity in a reply to an ``identify`` instruction, else :class:`RejectedReply`."""
+    if reply.has_error():
+        raise RejectedReply(f"error reply (code {reply.error.code}: {reply.error.reason})")
+    try:
+        rec = reply.content.metric_records[PROTOCOL_KEY]
+        pid, num = rec["partition-id"], rec["num-partitions"]
+    except Exception as exc:  # any malformed content is a rejection, never a crash
+        raise RejectedReply(f"no identity in the reply ({type(exc).__name__}: {exc})") from exc
+    if not (isinstance(pid, int) and isinstance(num, int) and 0 <= pid < num):
+        raise RejectedReply(f"partition-id={pid!r} num-partitions={num!r} are not 0 <= id < num")
+    return Identity(int(pid), int(num))
+
+
+# ---------------------------------------------------------------------------- train replies
+def train_reply(
+    msg: Message,
+    instruction: Instruction,
+    coded: Mapping[str, np.ndarray],
+    num_examples: float,
+    sizes: Sequence[float],
+    metrics: Mapping[str, float],
+    compute_s: float,
+) -> Message:
+    """The one coded reply of a worker."""
+    arrays = ArrayRecord({name: Array(np.ascontiguousarray(v)) for name, v in coded.items()})
+    meta: dict[str, Any] = {
+        "worker": int(instruction.worker),
+        "round": int(instruction.round),
+        "compute-s": float(compute_s),
+        "num-examples": float(num_examples),
+        "partition-sizes": [float(n) for n in sizes] or [0.0],
+    }
+    for name, value in metrics.items():
+        meta[METRIC_PREFIX + name] = float(value)
+    return Message(
+        RecordDict({PROTOCOL_KEY: arrays, PROTOCOL_KEY + "-meta": MetricRecord(meta)}),
+        reply_to=msg,
+    )
+
+
+@dataclass
+class CodedReply:
+    """A parsed, validated coded reply."""
+
+    node: int
+    worker: int
+    arrays: dict[str, np.ndarray]
+    num_examples: float
+    sizes: tuple[float, ...]
+    metrics: dict[str, float]
+    compute_s: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def vector(self, names: Sequence[str]) -> np.ndarray:
+        """The reply as one float64 vector: the arrays in ``names`` order, then the count."""
+        parts = [self.arrays[name].reshape(-1) for name in names]
+        return np.concatenate([*parts, [self.num_examples]])
+
+
+def parse_reply(
+    reply: Message,
+    *,
+    worker: int,
+    round: int,
+    layout: Mapping[str, tuple[int, ...]],
+) -> CodedReply:
+    """Validate a coded reply from the node that is ``worker`` in round ``round``.
+
+    Every failure (error reply, missing or malformed records, wrong round or worker, wrong
+    keys, shapes or dtype, non-finite values, bytes that do not deserialize) raises
+    :class:`RejectedReply` with the reason; nothing escapes as another exception.
+    """
+    if reply.has_error():
+        raise RejectedReply(f"error reply (code {reply.error.code}: {reply.error.reason})")
+    try:
+        return _parse_train(reply, worker, round, layout)
+    except RejectedReply:
+        raise
+    except Exception as exc:  # corrupt bytes, wrong record types, ...: a reason, not a crash
+        raise RejectedReply(f"malformed reply ({type(exc).__name__}: {exc})") from exc
+
+
+def _number(meta: MetricRecord, key: str) -> float:
+    value = meta.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise RejectedReply(f"metric {key!r}={value!r} is not a number")
+    value = float(value)
+    if not math.isfinite(value):
+        raise RejectedReply(f"metric {key!r}={value!r} is not finite")
+    return value
+
+
+def _parse_train(
+    reply: Message,
+    worker: int,
+    round: int,
+    layout: Mapping[str, tuple[int, ...]],
+) -> CodedReply:
+    content = reply.content
+    if PROTOCOL_KEY not in content.array_records:
+        raise RejectedReply(f"reply lacks the {PROTOCOL_KEY!r} ArrayRecord")
+    if PROTOCOL_KEY + "-meta" not in content.metric_records:
+        raise RejectedReply(f"reply lacks the {PROTOCOL_KEY + '-meta'!r} MetricRecord")
+    meta = content.metric_records[PROTOCOL_KEY + "-meta"]
+    claimed = meta.get("worker")
+    if claimed != worker:
+        raise RejectedReply(f"claims worker {claimed!r} but the node is worker {worker}")
+    if meta.get("round") != round:
+        raise RejectedReply(f"computed for round {meta.get('round')!r}, not {round}")
+    record = content.array_records[PROTOCOL_KEY]
+    if list(record.keys()) != list(layout):
+        raise RejectedReply(f"array keys {list(record.keys())} differ from the model's")
+    arrays: dict[str, np.ndarray] = {}
+    for name, shape in layout.items():
+        arr = record[name].numpy()
+        if arr.dtype.kind not in "fiu":
+            raise RejectedReply(f"array {name!r} has dtype {arr.dtype}, not a real number type")
+        if tuple(arr.shape) != tuple(shape):
+            raise RejectedReply(f"array {name!r} has shape {arr.shape}; expected {shape}")
+        if not np.all(np.isfinite(arr)):
+            raise RejectedReply(f"array {name!r} contains NaN or Inf")
+        arrays[name] = np.asarray(arr, dtype=np.float64)
+    count = _number(meta, "num-examples")
+    compute_s = _number(meta, "compute-s")
+    if compute_s < 0:
+        raise RejectedReply(f"compute-s={compute_s!r} is negative")
+    sizes_raw = meta.get("partition-sizes")
+    if not isinstance(sizes_raw, list) or not all(
+        isinstance(x, (int, float)) and not isinstance(x, bool) for x in sizes_raw
+    ):
+        raise RejectedReply(f"partition-sizes={sizes_raw!r} is not a list of numbers")
+    sizes = tuple(float(x) for x in sizes_raw)
+    if not all(math.isfinite(x) and x >= 0 for x in sizes):
+        raise RejectedReply(f"partition-sizes={sizes_raw!r} are not non-negative counts")
+    metrics = {}
+    for key in meta.keys():
+        if key.startswith(METRIC_PREFIX):
+            metrics[key[len(METRIC_PREFIX) :]] = _number(meta, key)
+    return CodedReply(
+        node=reply.metadata.src_node_id,
+        worker=worker,
+        arrays=arrays,
+        num_examples=count,
+        sizes=sizes,
+        metrics=metrics,
+        compute_s=compute_s,
+    )

@@ -1,0 +1,152 @@
+"""An in-process Flower Grid that runs real ClientApps (mods included) without Ray.
+
+Used by the tests and the experiments: the real ``gradient_coding_mod`` and the real app's
+handlers run in this process, one node after the other; replies can be held back by a
+wall-clock ``delay(worker, round)`` for wallclock tests. Pulled replies are deleted, like
+Flower's, and re-pulling an id returns nothing.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from flwr.app import Context, Error, Message, RecordDict
+
+__all__ = ["InProcessGrid", "set_task_identity"]
+
+
+def set_task_identity() -> None:
+    """Messages can only be built inside a run: give this process a task identity."""
+    from flwr.common.constant import SUPERLINK_NODE_ID
+    from flwr.supercore.task_identity import TaskIdentity
+
+    TaskIdentity.run_id = 1
+    TaskIdentity.task_id = 1
+    TaskIdentity.node_id = SUPERLINK_NODE_ID
+
+
+class InProcessGrid:
+    """``num_nodes`` nodes running ``app`` (a ``flwr.clientapp.ClientApp`` or any callable
+    ``(Message, Context) -> Message``) in this process.
+
+    Parameters
+    ----------
+    app : ClientApp or callable
+        The ClientApp every node runs (or ``apps``: one per node).
+    num_nodes : int
+        Number of nodes; node ``i`` has node config ``partition-id=i``,
+        ``num-partitions=num_nodes`` (plus ``node_config(i)`` if given).
+    run_config : mapping, optional
+        The run config every ClientApp's Context carries.
+    delay : callable, optional
+        ``delay(partition_id, round) -> seconds`` before a reply can be pulled (wall clock).
+    node_ids : list of int, optional
+        The nodes' ids (default: large pseudo-random-looking ids, not in partition order).
+    """
+
+    def __init__(
+        self,
+        app: Any,
+        num_nodes: int,
+        run_config: Mapping[str, Any] | None = None,
+        *,
+        delay: Callable[[int, int], float] | None = None,
+        node_config: Callable[[int], Mapping[str, Any]] | None = None,
+        node_ids: list[int] | None = None,
+        apps: list[Any] | None = None,
+    ) -> None:
+        set_task_identity()
+        if num_nodes < 1:
+            raise ValueError(f"num_nodes={num_nodes!r} must be >= 1")
+        self.node_ids = list(node_ids) if node_ids else [
+            (7919 * (i + 3)) % 100003 + 100000 * (i % 3) + 1 for i in range(num_nodes)
+        ]
+        if len(set(self.node_ids)) != num_nodes:
+            raise ValueError("node_ids must be distinct, one per node")
+        self.apps = list(apps) if apps else [app] * num_nodes
+        self.delay = delay
+        self.contexts = {
+            node: Context(
+                run_id=1,
+                node_id=node,
+                node_config={
+                    "partition-id": i,
+                    "num-partitions": num_nodes,
+                    **(dict(node_config(i)) if node_config else {}),
+                },
+                state=RecordDict(),
+                run_config=dict(run_config or {}),
+            )
+            for i, node in enumerate(self.node_ids)
+        }
+        self.index = {node: i for i, node in enumerate(self.node_ids)}
+        self._ready: dict[str, tuple[float, Message]] = {}
+        self.pushed = 0
+        self.run_id = 1
+
+    def get_node_ids(self) -> Iterable[int]:
+        return list(self.node_ids)
+
+    def _run(self, msg: Message) -> Message:
+        node = msg.metadata.dst_node_id
+        app = self.apps[self.index[node]]
+        try:
+            reply = app(msg, self.contexts[node])
+        except Exception as exc:  # what Flower does with a ClientApp exception
+            reply = Message(Error(0, f"ClientAppException: {type(exc).__name__}: {exc}"),
+                            reply_to=msg)
+        reply.metadata.__dict__["_src_node_id"] = node
+        if not reply.metadata.message_id:
+            reply.metadata.__dict__["_message_id"] = str(uuid.uuid4())
+        return reply
+
+    def push_messages(self, messages: Iterable[Message]) -> list[str]:
+        ids = []
+        for msg in messages:
+            if msg.metadata.dst_node_id not in self.index:
+                ids.append("")
+                continue
+            mid = str(uuid.uuid4())
+            msg.metadata.__dict__["_message_id"] = mid
+            self.pushed += 1
+            reply = self._run(msg)
+            wait = 0.0
+            if self.delay is not None:
+                group = msg.metadata.group_id
+                wait = self.delay(
+                    self.index[msg.metadata.dst_node_id], int(group) if group.isdigit() else 0
+                )
+            self._ready[mid] = (time.monotonic() + wait, reply)
+            ids.append(mid)
+        return ids
+
+    def pull_messages(self, message_ids: Iterable[str]) -> list[Message]:
+        now = time.monotonic()
+        out = []
+        for mid in list(message_ids):
+            if mid in self._ready and self._ready[mid][0] <= now:
+                out.append(self._ready.pop(mid)[1])
+        return out
+
+    def send_and_receive(
+        self, messages: Iterable[Message], *, timeout: float | None = None
+    ) -> list[Message]:
+        ids = {mid for mid in self.push_messages(messages) if mid}
+        t_end = time.monotonic() + (timeout or 3600)
+        replies: list[Message] = []
+        while ids and time.monotonic() < t_end:
+            got = self.pull_messages(list(ids))
+            for reply in got:
+                ids.discard(reply.metadata.reply_to_message_id)
+            replies.extend(got)
+            if ids:
+                time.sleep(0.002)
+        return replies
+
+    @property
+    def pending(self) -> int:
+        """Replies not pulled yet (memory held by the grid)."""
+        return len(self._ready)

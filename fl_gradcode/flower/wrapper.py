@@ -1,0 +1,831 @@
+"""``GradientCoding``: wrap any Flower strategy so its rounds end at the first decodable replies.
+
+In the style of Flower's DP wrappers, :class:`GradientCoding` holds an inner Message-API strategy
+(FedAvg, FedAvgM, FedProx, FedAdam, FedYogi, FedAdagrad, user subclasses). Each round:
+
+1. the inner strategy's ``configure_train`` picks the cohort and the content (global arrays +
+   its train config); the code is built over the cohort (``k`` = cohort size: every member's
+   own data partition, replicated among the members);
+2. each idle member gets that content plus the protocol record (its partitions and
+   coefficients); :func:`~fl_gradcode.flower.gradient_coding_mod` on the client calls the app
+   once per partition and replies with one coded combination;
+3. aggregation is a pipeline: validate (once per reply) -> select (the clock's stopping rule)
+   -> decode ``sum_j n_j (theta_j - theta)`` and ``sum_j n_j`` -> privatise (central DP) ->
+   the inner strategy's ``aggregate_train`` on ONE reply holding the example-weighted average
+   ``sum_j n_j theta_j / sum_j n_j`` (so FedAvg returns exactly it, FedAdam/FedYogi/FedAvgM
+   apply their own server optimizer) -> record.
+
+References:
+    Tandon, Lei, Dimakis, Karampatziakis, "Gradient Coding: Avoiding Stragglers in Distributed
+    Learning", ICML 2017, https://arxiv.org/abs/1612.03301.
+    McMahan, Moore, Ramage, Hampson, Agüera y Arcas, "Communication-Efficient Learning of Deep
+    Networks from Decentralized Data", AISTATS 2017, https://arxiv.org/abs/1602.05629 (FedAvg).
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from logging import INFO, WARNING
+from typing import Any
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.common.logger import log
+from flwr.serverapp.strategy import Result, Strategy
+
+from ..codes import GradientCode, make_code
+from ..latency import LatencyModel, client_delay
+from ..privacy import DPConfig, PrivacyAccountant, ServerNoise, make_mechanism
+from ..results import RoundRecorder
+from . import protocol
+from .clock import VirtualClock, WallClock, make_clock
+from .grid import EarlyReturnGrid
+from .protocol import CodedReply, Identity, Instruction, RejectedReply
+
+__all__ = ["GradientCoding"]
+
+
+@dataclass
+class _Round:
+    """Bookkeeping of the round in progress."""
+
+    number: int
+    code: GradientCode
+    cohort: list[int]  # worker index -> node id
+    partitions: list[Identity]  # code partition j -> the data partition it stands for
+    sent: dict[int, Message]  # worker -> message sent
+    busy: list[int]
+    layout: dict[str, tuple[int, ...]]
+    dtypes: dict[str, np.dtype]
+    theta: dict[str, np.ndarray]
+    array_key: str
+    wall_start: float
+    valid: dict[int, CodedReply] = field(default_factory=dict)
+    answered: set[int] = field(default_factory=set)  # workers with any reply (valid or not)
+    rejected: list[tuple[int, str]] = field(default_factory=list)
+    seen: set[str] = field(default_factory=set)  # message ids already parsed
+
+    @property
+    def worker_of(self) -> dict[int, int]:
+        return {node: w for w, node in enumerate(self.cohort)}
+
+
+class GradientCoding(Strategy):
+    """Gradient-coded rounds around any Flower strategy.
+
+    Parameters
+    ----------
+    strategy : Strategy
+        The inner strategy (FedAvg, FedAdam, ...): it samples the cohort, builds the train
+        content and applies its own aggregation to the decoded example-weighted average.
+    code : str or GradientCode
+        A registry name (``fl_gradcode.codes.available_codes()``; built over each cohort with
+        ``n`` = cohort size) or a ``GradientCode`` whose ``n`` equals the cohort size.
+    s : int
+        Stragglers tolerated (for a registry name; clamped to ``n - 1``).
+    timing : {"virtual", "wallclock"}
+        ``virtual``: the mod reports measured compute seconds, the server samples each worker's
+        latency from ``latency`` and decodes at the earliest decodable prefix in virtual time;
+        ``wallclock``: real time (with ``latency``, clients sleep the sampled delay).
+    latency : LatencyModel, optional
+        An ``fl_gradcode.latency`` model, sampled per (seed, round, worker), load-scaled where
+        the model says so (load = the worker's examples over one client's share).
+    seed : int
+        Run seed: code draws, latency samples, public seeding of the app per partition.
+    results_dir : str, optional
+        Where to write ``rounds.jsonl``, ``final_model.npz`` and ``config.json``.
+    straggler_timeout : float
+        Seconds (virtual or wall) after which a round decodes approximately from what arrived.
+    max_decode_error : float
+        An approximate decoding with a larger ``||B_F^T a - 1||^2 / k`` is not applied.
+    min_replies : int, optional
+        Also end a round at this many valid replies (approximate codes, ignore-stragglers).
+        Default: ``n - s`` for approximate codes, none for exact codes.
+    round_timeout : float
+        Wall-clock limit of one round (virtual timing waits for every reply up to this).
+    warmup_timeout : float
+        Wall-clock limit of the first replies (actor or process start-up).
+    measured_compute : bool
+        Add the mod's measured compute time to virtual arrivals.
+    compute_cost_s : float
+        Modelled compute seconds per unit of load added to every arrival (``s+1`` partitions
+        cost ``s+1`` units).
+    dp : DPConfig, optional
+        ``partition`` (clients clip and add keyed replica-identical noise), ``central`` (clients
+        clip, the server adds noise from :class:`~fl_gradcode.privacy.ServerNoise`), ``sample``
+        (noise inside the app: only accounted here).
+    accountant : PrivacyAccountant, optional
+        One step per round in which work was sent; with ``dp.target_epsilon`` a round that
+        would exceed the budget is not run.
+    server_noise : ServerNoise, optional
+        The central-DP noise source (default: OS randomness).
+    dp_run_nonce : str
+        Pins the per-run nonce that enters every keyed seed (default: fresh per run). Pinning
+        reuses the app's and the partition noise across runs with the same key: only for
+        experiments that compare runs on identical noise.
+    code_options : dict, optional
+        Extra keyword arguments for ``make_code``.
+    evaluate_fn : callable, optional
+        Also accepted by ``start`` (Flower's convention); its ``accuracy``/``loss`` go into
+        ``rounds.jsonl``.
+    """
+
+    def __init__(
+        self,
+        strategy: Strategy,
+        code: str | GradientCode = "grouped-rs",
+        s: int = 1,
+        *,
+        timing: str = "virtual",
+        latency: LatencyModel | None = None,
+        seed: int = 0,
+        results_dir: str | None = None,
+        straggler_timeout: float = 10.0,
+        max_decode_error: float = 0.5,
+        min_replies: int | None = None,
+        round_timeout: float = 600.0,
+        warmup_timeout: float = 120.0,
+        measured_compute: bool = True,
+        compute_cost_s: float = 0.0,
+        dp: DPConfig | None = None,
+        accountant: PrivacyAccountant | None = None,
+        server_noise: ServerNoise | None = None,
+        dp_run_nonce: str = "",
+        code_options: dict[str, Any] | None = None,
+        evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
+        run_config: dict[str, Any] | None = None,
+    ) -> None:
+        if not isinstance(strategy, Strategy):
+            raise TypeError(
+                f"strategy must be a flwr.serverapp.strategy.Strategy; got "
+                f"{type(strategy).__name__}"
+            )
+        if not isinstance(code, (str, GradientCode)):
+            raise TypeError(f"code must be a registry name or a GradientCode; got {code!r}")
+        if isinstance(code, GradientCode) and hasattr(code, "message_length"):
+            raise ValueError(
+                f"code {code.name!r} sends 1/m-length replies, which the plug-in does not "
+                "decode yet; use an exact or approximate code"
+            )
+        if isinstance(code, str) and code == "comm-efficient":
+            raise ValueError("code='comm-efficient' is not supported by the plug-in yet")
+        if isinstance(s, bool) or not isinstance(s, int) or s < 0:
+            raise ValueError(f"s={s!r} must be an integer >= 0")
+        if not (isinstance(max_decode_error, (int, float)) and max_decode_error >= 0):
+            raise ValueError(f"max_decode_error={max_decode_error!r} must be >= 0")
+        if min_replies is not None and (isinstance(min_replies, bool) or min_replies < 1):
+            raise ValueError(f"min_replies={min_replies!r} must be >= 1 or None")
+        for name, value in (("round_timeout", round_timeout), ("warmup_timeout", warmup_timeout)):
+            if not value > 0:
+                raise ValueError(f"{name}={value!r} must be > 0 seconds")
+        if compute_cost_s < 0:
+            raise ValueError(f"compute_cost_s={compute_cost_s!r} must be >= 0")
+        self.inner = strategy
+        self.code_spec = code
+        self.s = int(s)
+        self.clock: VirtualClock | WallClock = make_clock(timing, straggler_timeout)
+        self.timing = timing
+        self.latency = latency
+        self.seed = int(seed)
+        self.straggler_timeout = float(straggler_timeout)
+        self.max_decode_error = float(max_decode_error)
+        self.min_replies = min_replies
+        self.round_timeout = float(round_timeout)
+        self.warmup_timeout = float(warmup_timeout)
+        self.measured_compute = bool(measured_compute)
+        self.compute_cost_s = float(compute_cost_s)
+        self.dp = dp or DPConfig()
+        self.mechanism = make_mechanism(self.dp)
+        self.accountant = accountant
+        self.server_noise = server_noise or ServerNoise()
+        self.nonce = dp_run_nonce or secrets.token_hex(16)
+        self.code_options = dict(code_options or {})
+        self.evaluate_fn = evaluate_fn
+        self.recorder = (
+            RoundRecorder(results_dir, self._describe(run_config)) if results_dir else None
+        )
+        self.identities: dict[int, Identity] = {}
+        self.partition_sizes: dict[tuple[int, int], float] = {}
+        self.history: list[dict[str, Any]] = []
+        self.stopped = False
+        self._codes: dict[int, GradientCode] = {}
+        self._round: _Round | None = None
+        self._pending_row: dict[str, Any] | None = None
+        self._late = 0
+        self._wrapped_grid: EarlyReturnGrid | None = None
+        self._warned_repartition = False
+
+    # ------------------------------------------------------------------ configuration
+    def _describe(self, run_config: dict[str, Any] | None) -> dict[str, Any]:
+        code = self.code_spec if isinstance(self.code_spec, str) else self.code_spec.name
+        return {
+            **(run_config or {}),
+            "strategy": type(self.inner).__name__,
+            "code": code,
+            "s": self.s,
+            "timing": self.timing,
+            "latency": repr(self.latency),
+            "seed": self.seed,
+            "straggler_timeout": self.straggler_timeout,
+            "max_decode_error": self.max_decode_error,
+            "dp": self.dp.mode,
+        }
+
+    def _code_for(self, n: int) -> GradientCode:
+        if isinstance(self.code_spec, GradientCode):
+            if self.code_spec.n != n:
+                raise ValueError(
+                    f"the code was built for n={self.code_spec.n} clients but the cohort has "
+                    f"{n}; pass a registry name to build the code per cohort"
+                )
+            return self.code_spec
+        if n not in self._codes:
+            s = min(self.s, n - 1)
+            if s < self.s:
+                log(
+                    WARNING,
+                    "s=%d stragglers cannot be tolerated with a cohort of %d; using s=%d",
+                    self.s,
+                    n,
+                    s,
+                )
+            options = dict(self.code_options)
+            if self.code_spec == "ignore-stragglers":
+                options.setdefault("rescale", True)
+            self._codes[n] = make_code(self.code_spec, n=n, s=s, seed=self.seed, **options)
+        return self._codes[n]
+
+    def _stopping_replies(self, code: GradientCode) -> int | None:
+        if self.min_replies is not None:
+            return min(self.min_replies, code.n)
+        return None if code.is_exact else code.n - code.s
+
+    # ------------------------------------------------------------------ grid plumbing
+    def wrap_grid(self, grid: Any) -> EarlyReturnGrid:
+        """The grid to pass to ``start`` of any wrapper around this strategy."""
+        if isinstance(grid, EarlyReturnGrid):
+            return grid
+        if self._wrapped_grid is None or self._wrapped_grid.inner is not grid:
+            self._wrapped_grid = EarlyReturnGrid(grid, self)
+        return self._wrapped_grid
+
+    def start(
+        self,
+        grid: Any,
+        initial_arrays: ArrayRecord,
+        num_rounds: int = 3,
+        timeout: float = 3600,
+        train_config: ConfigRecord | None = None,
+        evaluate_config: ConfigRecord | None = None,
+        evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
+    ) -> Result:
+        """Flower's ``start``, with the grid wrapped for early return and ``evaluate_fn``'s
+        accuracy and loss recorded per round."""
+        user_fn = evaluate_fn or self.evaluate_fn
+        self.evaluate_fn = user_fn
+
+        def evaluate_and_record(server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
+            res = user_fn(server_round, arrays) if user_fn is not None else None
+            if server_round > 0:
+                self._flush_row(res)
+            return res
+
+        try:
+            return super().start(
+                self.wrap_grid(grid),
+                initial_arrays,
+                num_rounds=num_rounds,
+                timeout=timeout,
+                train_config=train_config,
+                evaluate_config=evaluate_config,
+                evaluate_fn=evaluate_and_record,
+            )
+        finally:
+            self._flush_row(None)
+            if self._wrapped_grid is not None:
+                self._wrapped_grid.collect_late()
+
+    def deadline_s(self, timeout: float | None) -> float:
+        """Wall-clock limit of the current coded round (used by the grid)."""
+        if self.timing == "virtual":
+            limit = self.round_timeout
+        elif self._round is not None and self._round.number == 1:
+            limit = max(self.straggler_timeout, self.warmup_timeout)
+        else:
+            limit = self.straggler_timeout
+        return min(limit, timeout) if timeout else limit
+
+    def first_reply_deadline_s(self) -> float | None:
+        """Wallclock round 1: the straggler deadline counts from the first reply (start-up)."""
+        if self.timing == "wallclock" and self._round is not None and self._round.number == 1:
+            return self.straggler_timeout
+        return None
+
+    def on_unsent(self, messages: list[Message]) -> None:
+        for msg in messages:
+            log(WARNING, "message to node %s was not accepted by the grid: straggler",
+                msg.metadata.dst_node_id)
+
+    def on_reply(self, reply: Message) -> None:
+        """Validate a reply of the current round once, as it arrives."""
+        state = self._round
+        if state is None:
+            return
+        mid = reply.metadata.message_id
+        if mid and mid in state.seen:
+            return
+        if mid:
+            state.seen.add(mid)
+        node = reply.metadata.src_node_id
+        worker = state.worker_of.get(node)
+        try:
+            if worker is None:
+                raise RejectedReply("unknown sender")
+            state.answered.add(worker)
+            if worker not in state.sent:
+                raise RejectedReply("sender was not sent work this round")
+            if reply.metadata.group_id != str(state.number):
+                raise RejectedReply(f"reply to round {reply.metadata.group_id!r}")
+            if worker in state.valid:
+                raise RejectedReply("duplicate sender")
+            parsed = protocol.parse_reply(
+                reply, worker=worker, round=state.number, layout=state.layout
+            )
+        except RejectedReply as why:
+            state.rejected.append((node, str(why)))
+            log(
+                WARNING,
+                "round %d: rejected reply from node %s (worker %s): %s",
+                state.number,
+                node,
+                "?" if worker is None else worker,
+                why,
+            )
+            return
+        state.valid[worker] = parsed
+
+    def ready(self) -> bool:
+        """Wallclock early return: the valid replies so far satisfy the stopping rule."""
+        state = self._round
+        if self.timing != "wallclock" or state is None:
+            return False
+        return self._decodable(state.code)(sorted(state.valid))
+
+    def _decodable(self, code: GradientCode) -> Callable[[list[int]], bool]:
+        enough = self._stopping_replies(code)
+
+        def rule(workers: list[int]) -> bool:
+            if enough is not None and len(workers) >= enough:
+                return True
+            return bool(workers) and code.is_decodable(workers)
+
+        return rule
+
+    def on_late_reply(self, reply: Message) -> None:
+        """A reply to an earlier round: counted and dropped, never decoded."""
+        self._late += 1
+        log(
+            INFO,
+            "dropped late reply from node %s to round %s",
+            reply.metadata.src_node_id,
+            reply.metadata.group_id,
+        )
+
+    # ------------------------------------------------------------------ identities
+    def _identify(self, grid: Any, nodes: list[int], server_round: int) -> None:
+        unknown = [n for n in nodes if n not in self.identities]
+        for attempt in range(2):
+            if not unknown:
+                return
+            msgs = [
+                protocol.instruction_message(
+                    RecordDict(), Instruction(op=protocol.OP_IDENTIFY), node, "identify"
+                )
+                for node in unknown
+            ]
+            reasons: dict[int, str] = {}
+            inner = grid.inner if isinstance(grid, EarlyReturnGrid) else grid
+            for reply in inner.send_and_receive(msgs, timeout=self.warmup_timeout):
+                node = reply.metadata.src_node_id
+                try:
+                    self.identities[node] = protocol.parse_identity(reply)
+                except RejectedReply as why:
+                    reasons[node] = str(why)
+            unknown = [n for n in unknown if n not in self.identities]
+            if unknown and attempt == 0:
+                log(WARNING, "nodes %s did not identify themselves; asking again", unknown)
+        if unknown:
+            details = "; ".join(f"node {n}: {reasons.get(n, 'no reply')}" for n in unknown[:5])
+            raise RuntimeError(
+                f"{len(unknown)} node(s) did not answer the gradient-coding handshake ({details})."
+                " Does every ClientApp run gradient_coding_mod (ClientApp(mods=["
+                "gradient_coding_mod])) and have 'partition-id' and 'num-partitions' in its "
+                "node config?"
+            )
+        seen: dict[tuple[int, int], int] = {}
+        for node in nodes:
+            ident = self.identities[node]
+            key = (ident.partition_id, ident.num_partitions)
+            if key in seen:
+                raise RuntimeError(
+                    f"nodes {seen[key]} and {node} both claim partition-id={ident.partition_id}"
+                    f" of {ident.num_partitions}; every node needs its own partition"
+                )
+            seen[key] = node
+
+    # ------------------------------------------------------------------ Strategy API
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Any
+    ) -> Iterable[Message]:
+        """Sample with the inner strategy; send each idle member its coded instruction."""
+        self._flush_row(None)
+        self._round = None
+        if self.stopped or (self.accountant is not None and not self.accountant.can_run_round()):
+            if not self.stopped:
+                log(INFO, "round %d would exceed target-epsilon: training stops", server_round)
+            self.stopped = True
+            return []
+        inner_msgs = list(self.inner.configure_train(server_round, arrays, config, grid))
+        if not inner_msgs:
+            return []
+        content_of = {m.metadata.dst_node_id: m.content for m in inner_msgs}
+        self._identify(grid, list(content_of), server_round)
+        cohort = sorted(
+            content_of, key=lambda n: (self.identities[n].partition_id, n)
+        )
+        code = self._code_for(len(cohort))
+        partitions = self._partitions(code, cohort)
+        array_key = self._array_key(inner_msgs[0].content)
+        global_arrays = inner_msgs[0].content.array_records[array_key]
+        theta = {name: arr.numpy() for name, arr in global_arrays.items()}
+        if isinstance(grid, EarlyReturnGrid):
+            grid.collect_late()
+        busy_nodes = self._busy(grid, cohort)
+        if len(busy_nodes) == len(cohort):  # never spend a round on nothing
+            if isinstance(self.clock, VirtualClock):
+                self.clock.wait_for_any_free(cohort)
+            elif isinstance(grid, EarlyReturnGrid):
+                grid.wait_until_free(set(cohort), self.round_timeout)
+            busy_nodes = self._busy(grid, cohort)
+        self.clock.start_round()
+        state = _Round(
+            number=server_round,
+            code=code,
+            cohort=cohort,
+            partitions=partitions,
+            sent={},
+            busy=sorted(w for w, node in enumerate(cohort) if node in busy_nodes),
+            layout={name: tuple(a.shape) for name, a in theta.items()},
+            dtypes={name: a.dtype for name, a in theta.items()},
+            theta={name: np.asarray(a, dtype=np.float64) for name, a in theta.items()},
+            array_key=array_key,
+            wall_start=time.monotonic(),
+        )
+        weight_key = getattr(self.inner, "weighted_by_key", "num-examples")
+        messages = []
+        for worker, node in enumerate(cohort):
+            if node in busy_nodes:
+                continue
+            assigned = list(code.assignment(worker))
+            coefs = code.encoding_coefficients(worker)
+            delay = 0.0
+            if self.timing == "wallclock" and self.latency is not None:
+                delay = self._delay(worker, server_round, self._load(code, worker, partitions))
+            instruction = Instruction(
+                op=protocol.OP_TRAIN,
+                round=server_round,
+                worker=worker,
+                seed=self.seed,
+                nonce=self.nonce,
+                partition_ids=tuple(partitions[j].partition_id for j in assigned),
+                num_partitions=tuple(partitions[j].num_partitions for j in assigned),
+                coefficients=tuple(float(c) for c in coefs),
+                dp=self.dp.mode,
+                clip_norm=self.dp.clip_norm,
+                noise_multiplier=self.dp.noise_multiplier,
+                dp_noise=self.dp.noise,
+                timing=self.timing,
+                delay_s=delay,
+                weight_key=weight_key,
+            )
+            msg = protocol.instruction_message(
+                content_of[node], instruction, node, str(server_round)
+            )
+            state.sent[worker] = msg
+            messages.append(msg)
+        self._round = state
+        return messages
+
+    def _array_key(self, content: RecordDict) -> str:
+        key = getattr(self.inner, "arrayrecord_key", "arrays")
+        if key in content.array_records:
+            return key
+        if len(content.array_records) == 1:
+            return next(iter(content.array_records))
+        raise ValueError(f"the inner strategy's train content has no ArrayRecord {key!r}")
+
+    def _partitions(self, code: GradientCode, cohort: list[int]) -> list[Identity]:
+        """Code partition j -> the data partition it stands for: cohort member j's own, or
+        (if the code has fewer partitions than clients) the app's partition j of k."""
+        if code.k == len(cohort):
+            return [self.identities[node] for node in cohort]
+        if not self._warned_repartition:
+            self._warned_repartition = True
+            log(
+                WARNING,
+                "code %s has k=%d partitions for %d clients: the app's data is split into "
+                "k partitions (partition-id=j, num-partitions=k)",
+                code.name,
+                code.k,
+                len(cohort),
+            )
+        return [Identity(j, code.k) for j in range(code.k)]
+
+    def _busy(self, grid: Any, cohort: list[int]) -> set[int]:
+        if isinstance(self.clock, VirtualClock):
+            return self.clock.busy(cohort)
+        if isinstance(grid, EarlyReturnGrid):
+            return grid.busy_nodes() & set(cohort)
+        return set()
+
+    def _load(self, code: GradientCode, worker: int, partitions: list[Identity]) -> float:
+        """The worker's examples over one client's share (partitions if sizes are unknown)."""
+        assigned = code.assignment(worker)
+        known = [self.partition_sizes.get(_key(p)) for p in partitions]
+        sizes = [x for x in known if x is not None]
+        if not sizes:
+            return float(len(assigned)) * code.n / code.k
+        mean = float(np.mean(sizes))
+        total = sum(x if x is not None else mean for x in known)
+        share = total / code.n
+        if share <= 0:
+            return float(len(assigned)) * code.n / code.k
+        mine = sum(known[j] if known[j] is not None else mean for j in assigned)
+        return float(mine / share)
+
+    def _delay(self, worker: int, server_round: int, load: float) -> float:
+        if self.latency is None:
+            return 0.0
+        return client_delay(
+            self.latency, worker=worker, round_index=server_round, load=load, seed=self.seed
+        )
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """Validate -> select -> decode -> privatise -> inner strategy -> record."""
+        state = self._round
+        if state is None or state.number != server_round:
+            return None, self._record_idle(server_round)
+        for reply in replies:
+            self.on_reply(reply)
+        wall_s = time.monotonic() - state.wall_start
+        for worker, parsed in state.valid.items():
+            for j, size in zip(state.code.assignment(worker), parsed.sizes, strict=False):
+                self.partition_sizes[_key(state.partitions[j])] = size
+        arrivals = {w: self._arrival(state, w, r) for w, r in state.valid.items()}
+        window = self.clock.window(arrivals, self._decodable(state.code), len(state.sent))
+        arrivals_by_node = {state.cohort[w]: t for w, t in arrivals.items()}
+        self.clock.finish_round(
+            [state.cohort[w] for w in state.sent], arrivals_by_node, window.end
+        )
+        late = self._late + len(window.late)
+        self._late = 0
+        used = sorted(window.used)
+        decoding = state.code.decoding(used) if used else None
+        decode = "skipped"
+        if decoding is not None and (decoding.exact or decoding.error <= self.max_decode_error):
+            decode = "exact" if decoding.exact else "approx"
+        arrays_out, inner_metrics, num_examples, noise_std = None, None, None, None
+        if decode != "skipped":
+            outcome = self._decode_and_apply(state, used, decoding)
+            if outcome is None:
+                decode = "skipped"
+            else:
+                arrays_out, inner_metrics, num_examples, noise_std = outcome
+        if self.accountant is not None and state.sent:
+            self.accountant.step()  # the round released noisy updates, used or not
+        row = {
+            "round": server_round,
+            "decode": decode,
+            "s": state.code.s,
+            "clients_used": used,
+            "stragglers": sorted(set(range(state.code.n)) - set(used)),
+            "busy": state.busy,
+            "late_dropped": late,
+            "rejected": len(state.rejected),
+            "rejected_reasons": [reason for _, reason in state.rejected],
+            "decode_error": float(decoding.error) if decoding is not None else 1.0,
+            "num_examples": num_examples,
+            "virtual_s": float(self.clock.now),
+            "round_virtual_s": float(window.end - self.clock.round_start),
+            "wall_s": float(wall_s),
+            "accuracy": None,
+            "loss": None,
+            "epsilon": None if self.accountant is None else self.accountant.epsilon,
+            "central_noise_std": noise_std,
+            "stopped": self.stopped,
+        }
+        self._pending_row = row
+        if self.evaluate_fn is None:
+            self._flush_row(None)
+        if arrays_out is not None and self.recorder is not None:
+            self.recorder.save_model({k: v.numpy() for k, v in arrays_out.items()})
+        return arrays_out, self._metrics(row, inner_metrics)
+
+    def _arrival(self, state: _Round, worker: int, reply: CodedReply) -> float:
+        if isinstance(self.clock, WallClock):
+            return 0.0
+        load = self._load(state.code, worker, state.partitions)
+        compute = reply.compute_s if self.measured_compute else 0.0
+        return compute + self.compute_cost_s * load + self._delay(worker, state.number, load)
+
+    def _decode_and_apply(self, state: _Round, used: list[int], decoding: Any):
+        """Decode the example-weighted average, privatise, hand it to the inner strategy."""
+        coefficients = np.asarray(decoding.coefficients, dtype=np.float64)[used]
+        replies = [state.valid[w] for w in used]
+        count = float(sum(a * r.num_examples for a, r in zip(coefficients, replies, strict=True)))
+        if not (math.isfinite(count) and count > 0):
+            log(WARNING, "round %d: decoded example count %r; round skipped", state.number, count)
+            return None
+        average: dict[str, np.ndarray] = {}
+        for name, theta in state.theta.items():
+            total = np.zeros_like(theta)
+            for a, r in zip(coefficients, replies, strict=True):
+                total += a * r.arrays[name]
+            average[name] = total / count
+        noise_std = None
+        if self.dp.mode == "central":
+            noise_std = self._central_noise(state, decoding, replies, used, average, count)
+        metric_names = set.intersection(*(set(r.metrics) for r in replies)) if replies else set()
+        metrics = {
+            k: float(sum(a * r.metrics[k] for a, r in zip(coefficients, replies, strict=True)))
+            / count
+            for k in sorted(metric_names)
+        }
+        new = {}
+        for name, theta in state.theta.items():
+            value = theta + average[name]
+            if not np.all(np.isfinite(value)):
+                log(WARNING, "round %d: decoded model not finite; round skipped", state.number)
+                return None
+            new[name] = _cast(value, state.dtypes[name])
+        weight_key = getattr(self.inner, "weighted_by_key", "num-examples")
+        content = RecordDict(
+            {
+                state.array_key: ArrayRecord({k: Array(v) for k, v in new.items()}),
+                "metrics": MetricRecord({**metrics, weight_key: count}),
+            }
+        )
+        reply = Message(content, reply_to=state.sent[used[0]])
+        arrays_out, inner_metrics = self.inner.aggregate_train(state.number, [reply])
+        if arrays_out is None:
+            return None
+        for arr in arrays_out.values():
+            if not np.all(np.isfinite(arr.numpy())):
+                log(WARNING, "round %d: inner strategy produced a non-finite model; kept the "
+                    "previous one", state.number)
+                return None
+        return arrays_out, inner_metrics, count, noise_std
+
+    def _central_noise(self, state, decoding, replies, used, average, count) -> float:
+        """Add the trusted server's noise to the decoded average delta, in place."""
+        sizes = np.zeros(state.code.k)
+        for w in used:
+            for j, size in zip(state.code.assignment(w), state.valid[w].sizes, strict=False):
+                sizes[j] = size
+        alpha = np.asarray(decoding.alpha, dtype=np.float64)
+        scale = float(np.max(np.abs(alpha) * sizes)) / count
+        std = self.mechanism.server_noise_std(scale)
+        dim = sum(v.size for v in average.values())
+        noise = self.server_noise.draw(dim, std, state.number, self.nonce)
+        start = 0
+        for v in average.values():
+            v += noise[start : start + v.size].reshape(v.shape)
+            start += v.size
+        return std
+
+    def _metrics(self, row: dict[str, Any], inner: MetricRecord | None) -> MetricRecord:
+        ours = {
+            "decoded": int(row["decode"] != "skipped"),
+            "exact": int(row["decode"] == "exact"),
+            "s": int(row["s"]),
+            "clients_used": len(row["clients_used"]),
+            "stragglers": len(row["stragglers"]),
+            "busy": len(row["busy"]),
+            "late_dropped": int(row["late_dropped"]),
+            "rejected": int(row["rejected"]),
+            "decode_error": float(row["decode_error"]),
+            "virtual_s": float(row["virtual_s"]),
+            "wall_s": float(row["wall_s"]),
+            "stopped": int(self.stopped),
+        }
+        if row["epsilon"] is not None and math.isfinite(row["epsilon"]):
+            ours["epsilon"] = float(row["epsilon"])
+        merged = dict(inner.items()) if inner is not None else {}
+        merged.update(ours)
+        return MetricRecord(merged)
+
+    def _record_idle(self, server_round: int) -> MetricRecord:
+        """A round in which nothing was sent (budget exhausted or an empty cohort)."""
+        row = {
+            "round": server_round,
+            "decode": "skipped",
+            "s": self.s,
+            "clients_used": [],
+            "stragglers": [],
+            "busy": [],
+            "late_dropped": self._late,
+            "rejected": 0,
+            "rejected_reasons": [],
+            "decode_error": 1.0,
+            "num_examples": None,
+            "virtual_s": float(self.clock.now),
+            "round_virtual_s": 0.0,
+            "wall_s": 0.0,
+            "accuracy": None,
+            "loss": None,
+            "epsilon": None if self.accountant is None else self.accountant.epsilon,
+            "central_noise_std": None,
+            "stopped": self.stopped,
+        }
+        self._late = 0
+        self._pending_row = row
+        if self.evaluate_fn is None:
+            self._flush_row(None)
+        return self._metrics(row, None)
+
+    def _flush_row(self, evaluation: MetricRecord | None) -> None:
+        row, self._pending_row = self._pending_row, None
+        if row is None:
+            return
+        if evaluation is not None:
+            for key in ("accuracy", "loss"):
+                if key in evaluation:
+                    row[key] = float(evaluation[key])
+        self.history.append(row)
+        if self.recorder is not None:
+            self.recorder.record(row)
+        log(
+            INFO,
+            "[round %d] %-7s from %d replies (s=%d, %d stragglers, %d busy, %d late, "
+            "%d rejected, err %.2g)%s | virtual %.2f s, wall %.2f s",
+            row["round"],
+            row["decode"],
+            len(row["clients_used"]),
+            row["s"],
+            len(row["stragglers"]),
+            len(row["busy"]),
+            row["late_dropped"],
+            row["rejected"],
+            row["decode_error"],
+            "" if row["accuracy"] is None else f" | acc {row['accuracy']:.3f}",
+            row["virtual_s"],
+            row["wall_s"],
+        )
+
+    # ------------------------------------------------------------------ evaluation
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Any
+    ) -> Iterable[Message]:
+        """Federated evaluation as the inner strategy does it (each node on its own data)."""
+        return self.inner.configure_evaluate(server_round, arrays, config, grid)
+
+    def aggregate_evaluate(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> MetricRecord | None:
+        valid = [r for r in replies if not r.has_error()]
+        try:
+            return self.inner.aggregate_evaluate(server_round, valid)
+        except Exception as exc:  # a bad evaluate reply must not end the run
+            log(WARNING, "round %d: evaluation not aggregated: %s", server_round, exc)
+            return None
+
+    def summary(self) -> None:
+        code = self.code_spec if isinstance(self.code_spec, str) else self.code_spec.name
+        log(
+            INFO,
+            "\t├── GradientCoding(%s): code %s, s=%d, timing=%s, straggler_timeout=%.1f s, "
+            "dp=%s",
+            type(self.inner).__name__,
+            code,
+            self.s,
+            self.timing,
+            self.straggler_timeout,
+            self.dp.mode,
+        )
+        self.inner.summary()
+
+
+def _key(identity: Identity) -> tuple[int, int]:
+    return (identity.partition_id, identity.num_partitions)
+
+
+def _cast(value: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    if np.issubdtype(dtype, np.integer):
+        return np.rint(value).astype(dtype)
+    return value.astype(dtype)
