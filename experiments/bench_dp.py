@@ -1,7 +1,7 @@
 """Cost of DP on the client: per-round compute with partition DP and Opacus sample DP vs none.
 
 One client of a 12-client code tolerating 3 stragglers computes its 4 partitions (non-IID
-digits) and encodes them, exactly as the ClientApp does (``clients.app.compute_reply``), for
+digits) and encodes them through the real ClientApp and its coding mod, for
 ``dp`` in {none, partition, sample}, models MLP and CNN, ``local`` updates (1 epoch, batch 32)
 and ``gradient`` updates. Reported: median seconds per round over repeats and the ratio to
 ``dp=none`` in the same run (targets: partition <= 1.1x; sample is Opacus' per-sample cost).
@@ -24,47 +24,57 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def client_round_time(model: str, update: str, dp: str, repeats: int) -> float:
-    from flwr.app import ConfigRecord
+    """Median seconds of one coded train message (worker 0 of grouped-rs n=12, s=3: four
+    partitions) through the real ClientApp and its coding mod."""
+    import json
+    import tempfile
 
-    from clients.app import compute_reply
+    from flwr.app import Array, ArrayRecord, ConfigRecord, Context, RecordDict
+
+    from clients.app import make_client_app
     from fl_gradcode.codes import make_code
     from fl_gradcode.config import merge_config
     from fl_gradcode.data import load_dataset
+    from fl_gradcode.flower import protocol
+    from fl_gradcode.flower.testing import set_task_identity
     from fl_gradcode.learning import make_model
-    from fl_gradcode.privacy import NoiseKeys
-    from fl_gradcode.strategy import to_array_record
     from server.app import CLIENT_KEYS
 
+    set_task_identity()
     cfg = merge_config({"model": model, "update": update, "dp": dp, "latency": "none"})
     code = make_code("grouped-rs", n=12, s=3)
     data = load_dataset("digits", 0)
     net = make_model(model, data.input_shape, data.num_classes)
-    arrays = to_array_record({k: p.detach().numpy() for k, p in net.named_parameters()})
-    record = ConfigRecord(
-        {
-            **{k: cfg[k] for k in CLIENT_KEYS},
-            "server-round": 1,
-            "worker": 0,
-            "partitions": list(code.assignment(0)),
-            "coefficients": [float(c) for c in code.encoding_coefficients(0)],
-            "num-partitions": code.k,
-            "update": update,
-            "lr": 0.1,
-            "timing": "virtual",
-            "dp": dp,
-            "clip-norm": 1.0,
-            "noise-multiplier": 1.0,
-            "dp-noise": "identical",
-        }
+    arrays = ArrayRecord({k: Array(p.detach().numpy()) for k, p in net.named_parameters()})
+    parts = tuple(code.assignment(0))
+    instruction = protocol.Instruction(
+        op=protocol.OP_TRAIN, round=1, worker=0, seed=0, nonce="bench",
+        partition_ids=parts, num_partitions=(code.k,) * len(parts),
+        coefficients=tuple(float(c) for c in code.encoding_coefficients(0)),
+        dp=dp, clip_norm=1.0, noise_multiplier=1.0,
     )
-    keys = NoiseKeys(master=bytes(32))
-    compute_reply(record, arrays, 0.0, keys)  # warm-up: data, partitions, model cached
-    times = []
-    for _ in range(repeats):
+    content = RecordDict(
+        {"arrays": arrays, "config": ConfigRecord({"lr": 0.1, **{k: cfg[k] for k in CLIENT_KEYS}})}
+    )
+    key_file = Path(tempfile.mkdtemp()) / "keys.json"
+    key_file.write_text(json.dumps({"master": bytes(32).hex()}))
+    app = make_client_app()
+    context = Context(run_id=1, node_id=1, state=RecordDict(), run_config=cfg,
+                      node_config={"partition-id": 0, "num-partitions": 12,
+                                   "dp-key-file": str(key_file)})
+
+    def once() -> float:
+        msg = protocol.instruction_message(content, instruction, 1, "1")
+        msg.metadata.__dict__["_message_id"] = "bench"
         t0 = time.perf_counter()
-        compute_reply(record, arrays, 0.0, keys)
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+        reply = app(msg, context)
+        elapsed = time.perf_counter() - t0
+        if reply.has_error():
+            raise RuntimeError(reply.error.reason)
+        return elapsed
+
+    once()  # warm-up: data, partitions, model cached
+    return float(np.median([once() for _ in range(repeats)]))
 
 
 def main(argv: list[str] | None = None) -> dict:

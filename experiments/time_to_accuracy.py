@@ -27,7 +27,9 @@ Run: ``python experiments/time_to_accuracy.py [--quick] [--out results/time_to_a
 from __future__ import annotations
 
 import argparse
+import json
 import time
+from pathlib import Path
 
 import numpy as np
 from _common import progress, pyplot, quiet_flower, save
@@ -44,7 +46,8 @@ LATENCIES = {
                 "latency-p": 0.1, "latency-slowdown": 20.0},
     "trace": {"latency": "trace", "latency-trace": "canada"},
 }
-DP = {"noise-multiplier": 0.3, "clip-norm": 1.0, "dp": "partition"}
+# the nonce is pinned so that every scheme of one seed adds the same noise (comparable runs)
+DP = {"noise-multiplier": 0.3, "clip-norm": 1.0, "dp": "partition", "dp-run-nonce": "tta"}
 BASE = {"dataset": "digits", "model": "logreg", "update": "gradient", "lr": 1.0,
         "virtual-compute": "none", "partition-cost-s": 0.1, "max-decode-error": 0.5}
 
@@ -71,12 +74,13 @@ def one_run(n, s, scheme, latency, dp, seed, rounds, partitioner):
     )
     if dp:
         cfg.update(DP)
-    keys = None
-    if dp:
-        from fl_gradcode.privacy import NoiseKeys
-
-        keys = NoiseKeys(master=seed.to_bytes(32, "little"))
-    strategy, _ = run_in_process(cfg, n, keys=keys)
+    key_file = None
+    if dp:  # the clients' key (a client-side secret), fixed per seed so runs are comparable
+        key_file = Path(f"/tmp/fl-gradcode-tta/keys-{seed}.json")
+        key_file.parent.mkdir(parents=True, exist_ok=True)
+        key_file.write_text(json.dumps({"master": seed.to_bytes(32, "little").hex()}))
+        key_file = str(key_file)
+    strategy, _ = run_in_process(cfg, n, key_file=key_file)
     h = strategy.history
     return {
         "virtual_s": [r["virtual_s"] for r in h],

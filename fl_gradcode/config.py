@@ -53,6 +53,8 @@ DEFAULTS: dict[str, Any] = {
     "delta": 1e-5,
     "accountant": "rdp",
     "target-epsilon": 0.0,
+    "dp-run-nonce": "",  # empty: a fresh nonce per run (pinning reuses noise across runs)
+    "dp-server-key-file": "",  # central DP: server key for reproducible noise (default: OS)
     "seed": 0,
     "results-dir": "results/run",
 }

@@ -1,48 +1,44 @@
-"""Flower ServerApp: build the code for the connected SuperNodes and run coded rounds."""
+"""Our own ServerApp: an ordinary Flower server app whose strategy is wrapped in GradientCoding.
+
+``server-optimizer`` picks the inner Flower strategy: ``sgd`` -> ``FedAvg`` (``FedAvgM`` without
+momentum when ``server-lr != 1``), ``momentum`` -> ``FedAvgM``, ``adam`` -> ``FedAdam`` (step
+``server-lr``); the wrapper decodes the exact example-weighted average of the partitions'
+models and hands it to that strategy.
+"""
 
 from __future__ import annotations
 
 import time
-from logging import INFO, WARNING
+from logging import INFO
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from flwr.app import ArrayRecord, Context, MetricRecord
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, MetricRecord
 from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
+from flwr.serverapp.strategy import FedAdam, FedAvg, FedAvgM, Strategy
 
-from fl_gradcode.codes import make_code
 from fl_gradcode.config import merge_config
 from fl_gradcode.data import run_partitions
+from fl_gradcode.flower import GradientCoding
+from fl_gradcode.latency import make_latency
 from fl_gradcode.learning import dp_sgd_steps, evaluate, make_model
-from fl_gradcode.privacy import DPConfig, PrivacyAccountant, independent_noise_multiplier
-from fl_gradcode.results import RoundRecorder
-from fl_gradcode.strategy import GradientCoding, flatten, to_array_record
+from fl_gradcode.privacy import (
+    DPConfig,
+    PrivacyAccountant,
+    ServerNoise,
+    independent_noise_multiplier,
+)
 
-# What the server forwards to clients in every train message (clients never need run_config).
+SERVER_OPTIMIZERS = ("sgd", "momentum", "adam")
+
+# Run-config keys the ClientApp needs, forwarded in the train config (``run_simulation`` gives
+# ClientApps an empty run config; ``flwr run`` gives them the same run config as the server).
 CLIENT_KEYS = (
-    "seed",
-    "dataset",
-    "synthetic-alpha",
-    "synthetic-beta",
-    "model",
-    "partitioner",
-    "dirichlet-alpha",
-    "local-epochs",
-    "batch-size",
-    "latency",
-    "latency-scale",
-    "latency-rate",
-    "latency-shape",
-    "latency-p",
-    "latency-slowdown",
-    "latency-trace",
-    "virtual-compute",
-    "partition-cost-s",
-    "slow-workers",
-    "slow-delay-s",
-    "nan-workers",
+    "seed", "dataset", "synthetic-alpha", "synthetic-beta", "model", "partitioner",
+    "dirichlet-alpha", "update", "local-epochs", "batch-size", "dp", "clip-norm",
+    "noise-multiplier", "slow-workers", "slow-delay-s", "nan-workers",
 )
 
 
@@ -67,13 +63,29 @@ def wait_for_nodes(grid: Grid, want: int, timeout: float = 120.0, settle: float 
     return last
 
 
-def make_accountant(dp: DPConfig, code, sizes: np.ndarray, cfg: dict[str, Any]):
+def inner_strategy(cfg: dict[str, Any], n: int) -> Strategy:
+    """The Flower strategy for ``server-optimizer`` over ``n`` clients (all of them train)."""
+    name = str(cfg["server-optimizer"])
+    common = {"fraction_evaluate": 0.0, "min_available_nodes": n, "min_train_nodes": n}
+    server_lr = float(cfg["server-lr"])
+    if name == "sgd" and server_lr == 1.0:
+        return FedAvg(**common)
+    if name in ("sgd", "momentum"):
+        momentum = float(cfg["momentum"]) if name == "momentum" else 0.0
+        return FedAvgM(server_learning_rate=server_lr, server_momentum=momentum, **common)
+    if name == "adam":
+        return FedAdam(eta=server_lr, **common)
+    raise ValueError(f"server-optimizer={name!r}; expected one of {SERVER_OPTIMIZERS}")
+
+
+def make_accountant(
+    dp: DPConfig, strategy: GradientCoding, n: int, sizes: np.ndarray, cfg: dict[str, Any]
+) -> PrivacyAccountant:
     """Opacus-backed accountant for the sampling the run really uses.
 
     partition / central: every partition is released once per round (sample rate 1) with noise
-    multiplier ``sigma`` (``identical`` noise: every decode is post-processing of the noisy
-    partition updates); ``independent`` noise: the server can average a partition's replicas,
-    so the effective multiplier is ``independent_noise_multiplier(B w, sigma)``.
+    multiplier ``sigma``; ``independent`` noise: the server can average a partition's replicas,
+    so the effective multiplier is ``independent_noise_multiplier(B, sigma)``.
     sample: each partition's DP-SGD steps (sample rate ``1/len(loader)``); ε of the worst.
     """
     sigma = dp.noise_multiplier
@@ -81,40 +93,18 @@ def make_accountant(dp: DPConfig, code, sizes: np.ndarray, cfg: dict[str, Any]):
         units = []
         for size in sizes.astype(int):
             q, steps = dp_sgd_steps(
-                int(size),
-                kind=str(cfg["update"]),
-                epochs=int(cfg["local-epochs"]),
+                int(size), kind=str(cfg["update"]), epochs=int(cfg["local-epochs"]),
                 batch_size=int(cfg["batch-size"]),
             )
             units.append([(sigma, q, steps)])
         return PrivacyAccountant(dp, units)
     if dp.mode == "partition" and dp.noise == "independent":
-        sigma = independent_noise_multiplier(code.B * code.weights, sigma)
+        sigma = independent_noise_multiplier(strategy.code_for(n).B, sigma)
     return PrivacyAccountant(dp, [(sigma, 1.0, 1)])
 
 
-def build(cfg: dict[str, Any], n: int) -> tuple[GradientCoding, ArrayRecord]:
-    """The strategy and initial model for ``n`` clients and a merged run config ``cfg``."""
-    seed = int(cfg["seed"])
-    if int(cfg["s"]) >= n:
-        log(
-            WARNING,
-            "s=%d stragglers cannot be tolerated with n=%d clients; using s=%d "
-            "(start more SuperNodes, e.g. --federation-config num-supernodes=12)",
-            cfg["s"],
-            n,
-            n - 1,
-        )
-        cfg["s"] = n - 1
-    options = {"rescale": True} if cfg["code"] == "ignore-stragglers" else {}
-    unweighted = make_code(str(cfg["code"]), n=n, s=int(cfg["s"]), seed=seed, **options)
-    data, index = run_partitions(cfg, unweighted.k)
-    sizes = np.array([len(p) for p in index], dtype=np.float64)
-    code = unweighted.with_weights(sizes / sizes.sum())  # built once: same B, same draws
-    min_replies = int(cfg["min-replies"])
-    if min_replies < 0:  # approximate codes take the fastest n - s replies
-        min_replies = 0 if code.is_exact else n - int(cfg["s"])
-    dp = DPConfig(
+def dp_config(cfg: dict[str, Any]) -> DPConfig:
+    return DPConfig(
         mode=str(cfg["dp"]),
         clip_norm=float(cfg["clip-norm"]),
         noise_multiplier=float(cfg["noise-multiplier"]),
@@ -123,74 +113,82 @@ def build(cfg: dict[str, Any], n: int) -> tuple[GradientCoding, ArrayRecord]:
         accountant=str(cfg["accountant"]),
         target_epsilon=float(cfg["target-epsilon"]),
     )
-    accountant = make_accountant(dp, code, sizes, cfg) if dp.enabled else None
+
+
+def build(cfg: dict[str, Any], n: int):
+    """``(strategy, initial arrays, evaluate_fn, train_config)`` for ``n`` clients."""
+    seed = int(cfg["seed"])
+    data, index = run_partitions(cfg, n)
+    sizes = np.array([len(p) for p in index], dtype=np.float64)
+    min_replies = int(cfg["min-replies"])
+    latency = make_latency(
+        str(cfg["latency"]),
+        scale=float(cfg["latency-scale"]),
+        rate=float(cfg["latency-rate"]),
+        shape=float(cfg["latency-shape"]),
+        p=float(cfg["latency-p"]),
+        slowdown=float(cfg["latency-slowdown"]),
+        trace=str(cfg["latency-trace"]),
+        seed=seed,
+    )
+    dp = dp_config(cfg)
+    strategy = GradientCoding(
+        inner_strategy(cfg, n),
+        code=str(cfg["code"]),
+        s=int(cfg["s"]),
+        timing=str(cfg["timing"]),
+        latency=latency,
+        seed=seed,
+        results_dir=str(Path(str(cfg["results-dir"])).expanduser().resolve()),
+        straggler_timeout=float(cfg["straggler-timeout"]),
+        max_decode_error=float(cfg["max-decode-error"]),
+        min_replies=None if min_replies < 0 else (min_replies or n),
+        round_timeout=float(cfg["round-timeout"]),
+        warmup_timeout=float(cfg["warmup-timeout"]),
+        measured_compute=str(cfg["virtual-compute"]) == "measured",
+        compute_cost_s=float(cfg["partition-cost-s"]),
+        dp=dp,
+        dp_run_nonce=str(cfg["dp-run-nonce"]),
+        server_noise=ServerNoise.from_file(str(cfg["dp-server-key-file"]))
+        if cfg["dp-server-key-file"]
+        else None,
+        run_config={**cfg, "num-clients": n, "partition-sizes": sizes.astype(int).tolist()},
+    )
+    if dp.enabled:
+        strategy.accountant = make_accountant(dp, strategy, n, sizes, cfg)
     model = make_model(str(cfg["model"]), data.input_shape, data.num_classes, seed)
-    initial = {name: p.detach().numpy().copy() for name, p in model.named_parameters()}
+    initial = ArrayRecord(
+        {name: Array(p.detach().numpy().copy()) for name, p in model.named_parameters()}
+    )
 
     def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
-        theta, _ = flatten(arrays)
+        theta = np.concatenate(
+            [arrays[name].numpy().reshape(-1) for name, _ in model.named_parameters()]
+        )
         loss, acc = evaluate(model, theta, data.x_test, data.y_test)
         return MetricRecord({"accuracy": acc, "loss": loss})
 
-    results_dir = Path(str(cfg["results-dir"])).expanduser().resolve()
-    recorder = RoundRecorder(
-        results_dir,
-        {
-            **cfg,
-            "num-clients": n,
-            "code-k": code.k,
-            "code-load": code.load,
-            "partition-sizes": sizes.astype(int).tolist(),
-        },
-    )
-    strategy = GradientCoding(
-        code,
-        update=str(cfg["update"]),
-        lr=float(cfg["lr"]),
-        server_optimizer=str(cfg["server-optimizer"]),
-        server_lr=float(cfg["server-lr"]),
-        momentum=float(cfg["momentum"]),
-        timing=str(cfg["timing"]),
-        straggler_timeout=float(cfg["straggler-timeout"]),
-        max_decode_error=float(cfg["max-decode-error"]),
-        client_config={key: cfg[key] for key in CLIENT_KEYS},
-        evaluate_fn=evaluate_fn,
-        recorder=recorder,
-        round_timeout=float(cfg["round-timeout"]),
-        warmup_timeout=float(cfg["warmup-timeout"]),
-        min_replies=min_replies or None,
-        num_rounds=int(cfg["num-rounds"]),
-        dp=dp,
-        accountant=accountant,
-        seed=seed,
-    )
     log(
         INFO,
-        "fl-gradcode: %d clients, code %s (k=%d, load %d, tolerates %d), %s updates, %s timing, "
-        "dp=%s; results in %s",
-        n,
-        code.name,
-        code.k,
-        code.load,
-        code.s,
-        cfg["update"],
-        cfg["timing"],
-        dp.mode,
-        results_dir,
+        "fl-gradcode: %d clients, code %s (s=%s), %s updates, %s timing, dp=%s",
+        n, cfg["code"], cfg["s"], cfg["update"], cfg["timing"], dp.mode,
     )
-    return strategy, to_array_record(initial)
+    train_config = ConfigRecord({"lr": float(cfg["lr"]), **{k: cfg[k] for k in CLIENT_KEYS}})
+    return strategy, initial, evaluate_fn, train_config
 
 
 def run(grid: Grid, run_config: dict[str, Any]) -> GradientCoding:
     """Run a coded job with ``run_config`` (merged over the defaults) on ``grid``."""
     cfg = merge_config(run_config)
     n = wait_for_nodes(grid, int(cfg["num-clients"]))
-    strategy, initial = build(cfg, n)
+    strategy, initial, evaluate_fn, train_config = build(cfg, n)
     strategy.start(
         grid=grid,
         initial_arrays=initial,
         num_rounds=int(cfg["num-rounds"]),
         timeout=float(cfg["round-timeout"]),
+        train_config=train_config,
+        evaluate_fn=evaluate_fn,
     )
     return strategy
 
@@ -199,43 +197,53 @@ def run_in_process(
     run_config: dict[str, Any],
     n: int,
     *,
-    keys: Any = None,
+    key_file: str | None = None,
+    share_updates: bool = True,
     recorded: list | None = None,
 ) -> tuple[GradientCoding, np.ndarray]:
-    """The same job without Ray: the real strategy and the real client computation
-    (``clients.app.compute_reply``) over an in-process :class:`LocalGrid`, in virtual time.
+    """The same job without Ray: the real strategy, mod and ClientApp over an in-process grid,
+    in virtual time (honest with 100+ clients on 2 cores). ``key_file``: the clients' DP key
+    file; ``share_updates``: replicas in this process share a partition's computed update (each
+    is still charged its measured compute); ``recorded`` collects every message the server
+    pushes. Returns the strategy and the final flat model."""
+    from clients.app import fault_injection_mod, make_client_app
+    from fl_gradcode.flower import make_gradient_coding_mod
+    from fl_gradcode.flower.testing import InProcessGrid
 
-    This is what makes experiments with 100+ clients honest on a 2-core machine: the virtual
-    arrival times come from the latency model, not from how a thread pool happened to schedule
-    the clients. ``keys`` are the clients' DP partition keys; ``recorded`` collects every pushed
-    message. Returns the strategy (its ``history`` is the per-round record) and the final model.
-    """
-    from clients.app import compute_reply, make_reply
-    from fl_gradcode.local_grid import LocalGrid, set_task_identity
-
-    set_task_identity()
-    cfg = merge_config({**run_config, "timing": "virtual"})
-    strategy, initial = build(cfg, n)
-
-    memo: dict = {}
-
-    def respond(msg, worker):
-        c = msg.content.config_records["config"]
-        coded, timing = compute_reply(c, msg.content.array_records["arrays"], 0.0, keys, memo)
-        return make_reply(msg, coded, timing)
-
-    grid = LocalGrid(n, respond)
-    result = strategy.start(
-        grid=grid, initial_arrays=initial, num_rounds=int(cfg["num-rounds"]), timeout=3600
+    cfg = merge_config({**run_config, "timing": "virtual", "num-clients": n})
+    strategy, initial, evaluate_fn, train_config = build(cfg, n)
+    cache: dict = {} if share_updates else None
+    client_app = make_client_app([fault_injection_mod, make_gradient_coding_mod(cache)])
+    grid = InProcessGrid(
+        client_app,
+        n,
+        run_config=cfg,
+        node_config=(lambda i: {"dp-key-file": key_file}) if key_file else None,
     )
     if recorded is not None:
-        recorded.extend(grid.pushed)
-    return strategy, flatten(result.arrays)[0]
+        push = grid.push_messages
+
+        def recording_push(messages):
+            messages = list(messages)
+            recorded.extend(messages)
+            return push(messages)
+
+        grid.push_messages = recording_push
+    result = strategy.start(
+        grid=grid,
+        initial_arrays=initial,
+        num_rounds=int(cfg["num-rounds"]),
+        timeout=3600,
+        train_config=train_config,
+        evaluate_fn=evaluate_fn,
+    )
+    arrays = result.arrays if len(result.arrays) else initial
+    names = list(initial.keys())
+    return strategy, np.concatenate([arrays[k].numpy().reshape(-1) for k in names])
 
 
 def make_server_app(overrides: dict[str, Any] | None = None) -> ServerApp:
-    """A ServerApp whose run config is ``context.run_config`` updated with ``overrides``
-    (``run_simulation`` passes an empty run config; tests use the overrides)."""
+    """A ServerApp whose run config is ``context.run_config`` updated with ``overrides``."""
     server_app = ServerApp()
 
     @server_app.main()

@@ -6,7 +6,12 @@ the run. This launcher gives the run a private ``FLWR_HOME`` (``.flwr/`` in the 
 that SuperLink with ``FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1`` (so the app runs in the
 environment where the project is installed), streams the logs, and stops the SuperLink after.
 
-Usage: ``python -m server.launch [--num-supernodes 12] [--run-config "num-rounds=5 s=2"]``.
+It then runs the same job uncoded (``code='uncoded' s=0``, same seeds) and ends with a
+one-screen comparison (virtual time to the final accuracy, exact rounds, bytes uploaded) and a
+PNG of accuracy vs virtual time for both runs (``results/run/comparison.png``).
+
+Usage: ``python -m server.launch [--num-supernodes 12] [--run-config "num-rounds=5 s=2"]
+[--no-compare]``.
 """
 
 from __future__ import annotations
@@ -49,7 +54,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-config", default="", help="'key=value key2=value2' overrides")
     parser.add_argument("--results-dir", default="results/run")
     parser.add_argument("--home", default=str(ROOT / ".flwr"), help="private FLWR_HOME")
+    parser.add_argument("--no-compare", action="store_true", help="skip the uncoded run")
     args = parser.parse_args(argv)
+    results = Path(args.results_dir).resolve()
+    code = flwr_run(args, results, args.run_config)
+    if code != 0 or args.no_compare:
+        return code
+    baseline = results.with_name(results.name + "-uncoded")
+    # uncoded FedAvg waits for every client: no virtual straggler deadline
+    uncoded = f"{args.run_config} code='uncoded' s=0 straggler-timeout=1000000.0".strip()
+    code = flwr_run(args, baseline, uncoded)
+    if code == 0:
+        print(compare(results, baseline), flush=True)
+    return code
+
+
+def flwr_run(args: argparse.Namespace, results: Path, overrides: str) -> int:
+    """One ``flwr run .`` on a private local simulation SuperLink; results in ``results``."""
 
     home = Path(args.home).resolve()
     home.mkdir(parents=True, exist_ok=True)
@@ -69,8 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         if not key_file.exists():
             write_key_file(key_file)
         env["FL_GRADCODE_DP_KEY_FILE"] = str(key_file)
-    results = Path(args.results_dir).resolve()
-    run_config = f"results-dir='{results}' {args.run_config}".strip()
+    run_config = f"results-dir='{results}' {overrides}".strip()
     # a SuperLink left from an earlier run may have been started without the variable above
     stop_local_superlink(home)
     flwr = Path(sys.executable).with_name("flwr")
@@ -91,6 +111,69 @@ def main(argv: list[str] | None = None) -> int:
         stop_local_superlink(home)
     print(f"results: {results}/rounds.jsonl, final_model.npz, config.json", flush=True)
     return code
+
+
+def _time_to(rows: list[dict], target: float) -> float | None:
+    for row in rows:
+        if row["accuracy"] is not None and row["accuracy"] >= target - 1e-12:
+            return float(row["virtual_s"])
+    return None
+
+
+def compare(coded_dir: Path, uncoded_dir: Path) -> str:
+    """A one-screen comparison of the coded and uncoded runs, and ``comparison.png``."""
+    from fl_gradcode.results import read_rounds
+
+    coded, uncoded = read_rounds(coded_dir), read_rounds(uncoded_dir)
+    final = {name: rows[-1]["accuracy"] for name, rows in (("coded", coded), ("uncoded", uncoded))}
+    target = min(a for a in final.values() if a is not None)
+    lines = [
+        "",
+        f"coded vs uncoded, same seeds (time to accuracy {target:.3f}, the lower final one):",
+        f"{'':10}{'final acc':>10}{'time to acc':>13}{'total time':>12}{'exact rounds':>14}"
+        f"{'MB up':>9}",
+    ]
+    times = {}
+    for name, rows in (("coded", coded), ("uncoded", uncoded)):
+        t = _time_to(rows, target)
+        times[name] = t
+        exact = sum(r["decode"] == "exact" for r in rows)
+        mb = sum(r.get("bytes_up", 0) for r in rows) / 1e6
+        t_txt = "-" if t is None else f"{t:.2f} s"
+        lines.append(
+            f"{name:10}{final[name]:>10.3f}{t_txt:>13}{rows[-1]['virtual_s']:>10.2f} s"
+            f"{exact:>8}/{len(rows):<5}{mb:>9.2f}"
+        )
+    if times["coded"] and times["uncoded"]:
+        lines.append(
+            f"coding reached {target:.3f} {times['uncoded'] / times['coded']:.2f}x "
+            "sooner in virtual time" if times["coded"] < times["uncoded"] else
+            f"coding was {times['coded'] / times['uncoded']:.2f}x slower to {target:.3f}: "
+            "here it does not pay"
+        )
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for name, rows in (("coded", coded), ("uncoded", uncoded)):
+            ax.plot([0.0] + [r["virtual_s"] for r in rows],
+                    [None] + [r["accuracy"] for r in rows], marker=".", label=name)
+        ax.set_xlabel("virtual time (s)")
+        ax.set_ylabel("test accuracy")
+        ax.set_title("Gradient coding vs uncoded FedAvg, same seeds")
+        ax.grid(alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        png = coded_dir / "comparison.png"
+        fig.savefig(png, dpi=120)
+        plt.close(fig)
+        lines.append(f"figure: {png}")
+    except ImportError:
+        pass
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

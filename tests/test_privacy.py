@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import pickle
 
 import numpy as np
@@ -11,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fl_gradcode.codes import make_code
-from fl_gradcode.local_grid import set_task_identity
+from fl_gradcode.flower.testing import set_task_identity
 from fl_gradcode.privacy import (
     DPConfig,
     NoiseKeys,
@@ -19,6 +20,7 @@ from fl_gradcode.privacy import (
     clip,
     decoded_noise_variance,
     independent_noise_multiplier,
+    make_mechanism,
     noise_seed,
     partition_noise,
     write_key_file,
@@ -74,12 +76,16 @@ def test_key_files_master_and_per_partition(tmp_path):
 
 
 def client_release(code, updates, cfg, keys, worker):
-    """What the real client sends for ``updates`` under ``cfg`` (no training: fixed u_j)."""
-    from clients.app import private_update
-
+    """What a client releases for ``updates`` under ``cfg`` (no training: fixed u_j), through
+    the mechanism object the client mod uses."""
+    mechanism = make_mechanism(
+        DPConfig(mode=cfg["dp"], clip_norm=cfg["clip-norm"],
+                 noise_multiplier=cfg["noise-multiplier"], noise=cfg["dp-noise"])
+    )
     out = np.zeros_like(next(iter(updates.values())))
     for j, c in zip(code.assignment(worker), code.encoding_coefficients(worker), strict=True):
-        out += c * private_update(updates[j], j, cfg, keys, worker)
+        out += c * mechanism.release(updates[j], keys=keys, partition=j,
+                                     server_round=cfg["server-round"], nonce="", worker=worker)
     return out
 
 
@@ -179,16 +185,35 @@ def test_worst_unit_sets_epsilon_and_target_budget_is_respected():
 
 
 # ---------------------------------------------------------------- end to end (no Ray)
-def run_job(overrides, n=4, rounds=3, keys=KEYS, record=None):
-    """The real ServerApp setup and client computation, in process (no Ray)."""
+MASTER = bytes(range(32))
+
+
+@pytest.fixture
+def key_file(tmp_path):
+    path = tmp_path / "keys.json"
+    path.write_text(json.dumps({"master": MASTER.hex()}))
+    return str(path)
+
+
+@pytest.fixture
+def server_key_file(tmp_path):
+    path = tmp_path / "server-key.json"
+    path.write_text(json.dumps({"server": bytes(range(50, 82)).hex()}))
+    return str(path)
+
+
+def run_job(overrides, key_file, n=4, rounds=3, record=None):
+    """The real ServerApp setup, coding mod and ClientApp, in process (no Ray)."""
     from server.app import run_in_process
 
     cfg = {"num-rounds": rounds, "virtual-compute": "none", **overrides}
-    return run_in_process(cfg, n, keys=keys, recorded=record)
+    return run_in_process(cfg, n, key_file=key_file, recorded=record)
 
 
 @pytest.mark.parametrize("mode", ["partition", "central", "sample"])
-def test_exactness_survives_dp_coded_run_equals_uncoded_dp_run(mode, tmp_path):
+def test_exactness_survives_dp_coded_run_equals_uncoded_dp_run(
+    mode, tmp_path, key_file, server_key_file
+):
     common = {
         "dp": mode,
         "noise-multiplier": 0.8,
@@ -197,12 +222,14 @@ def test_exactness_survives_dp_coded_run_equals_uncoded_dp_run(mode, tmp_path):
         "seed": 2,
         "update": "local" if mode == "sample" else "gradient",
         "lr": 0.2,
+        "dp-run-nonce": "compare-coded-with-uncoded",  # identical noise in both runs
+        "dp-server-key-file": server_key_file,
     }
     coded, theta_c = run_job(
-        {**common, "code": "grouped-rs", "s": 1, "results-dir": str(tmp_path / "c")},
+        {**common, "code": "grouped-rs", "s": 1, "results-dir": str(tmp_path / "c")}, key_file
     )
     uncoded, theta_u = run_job(
-        {**common, "code": "uncoded", "s": 0, "results-dir": str(tmp_path / "u")}
+        {**common, "code": "uncoded", "s": 0, "results-dir": str(tmp_path / "u")}, key_file
     )
     assert all(len(r["stragglers"]) >= 1 and r["decode"] == "exact" for r in coded.history)
     assert all(len(r["clients_used"]) == 4 for r in uncoded.history)
@@ -211,23 +238,24 @@ def test_exactness_survives_dp_coded_run_equals_uncoded_dp_run(mode, tmp_path):
     assert coded.history[-1]["epsilon"] <= uncoded.history[-1]["epsilon"] + 1e-12
 
 
-def test_server_messages_and_state_never_contain_the_partition_key(tmp_path):
-    secret = bytes(range(100, 132))
-    keys = NoiseKeys(master=secret)
+def test_server_messages_and_state_never_contain_the_partition_key(tmp_path, key_file):
+    keys = NoiseKeys(master=MASTER)
     derived = [keys.key(j) for j in range(4)]
     pushed = []
     strategy, _ = run_job(
         {"dp": "partition", "code": "grouped-rs", "s": 1, "latency": "none",
          "results-dir": str(tmp_path / "k")},
-        keys=keys,
+        key_file,
         record=pushed,
     )
-    needles = [secret, *derived]
-    blobs = [pickle.dumps(strategy.__dict__.get(k)) for k in ("code", "dp", "accountant",
-                                                              "history", "client_config")]
+    assert pushed
+    needles = [MASTER, *derived]
+    blobs = [pickle.dumps({k: v for k, v in strategy.__dict__.items()
+                           if k in ("code_spec", "dp", "accountant", "history", "nonce",
+                                    "identities", "partition_sizes", "_codes")})]
     for msg in pushed:
-        cfg = msg.content.config_records.get("config")
-        blobs.append(pickle.dumps(dict(cfg) if cfg is not None else {}))
+        for rec in msg.content.config_records.values():
+            blobs.append(pickle.dumps(dict(rec)))
         for rec in msg.content.array_records.values():
             blobs.extend(arr.numpy().tobytes() for arr in rec.values())
     for blob in blobs:
@@ -237,13 +265,14 @@ def test_server_messages_and_state_never_contain_the_partition_key(tmp_path):
     assert all(r["epsilon"] is not None for r in strategy.history)
 
 
-def test_target_epsilon_stops_training_before_the_budget_is_exceeded(tmp_path):
+def test_target_epsilon_stops_training_before_the_budget_is_exceeded(tmp_path, key_file):
     sigma = 3.0
     acc = PrivacyAccountant(DPConfig(mode="central"), [(sigma, 1.0, 1)])
     target = (acc.epsilon_after(3) + acc.epsilon_after(4)) / 2  # allows exactly 3 rounds
     strategy, _ = run_job(
         {"dp": "central", "noise-multiplier": sigma, "target-epsilon": target,
          "code": "grouped-rs", "s": 1, "latency": "none", "results-dir": str(tmp_path / "t")},
+        key_file,
         rounds=6,
     )
     rows = strategy.history
@@ -254,22 +283,65 @@ def test_target_epsilon_stops_training_before_the_budget_is_exceeded(tmp_path):
     assert rows[2]["accuracy"] == rows[-1]["accuracy"]  # the last model within budget is kept
 
 
-def test_central_noise_scales_with_approximate_decoding_weights():
-    from fl_gradcode.strategy import GradientCoding
+def _one_round(tmp_path, key_file, name, **overrides):
+    cfg = {"code": "frc", "s": 1, "latency": "none", "update": "gradient", "lr": 0.5,
+           "results-dir": str(tmp_path / name), **overrides}
+    return run_job(cfg, key_file, n=4, rounds=1)
 
-    code = make_code("frc", n=6, s=1)
-    strategy = GradientCoding(code, dp=DPConfig(mode="central", noise_multiplier=2.0,
-                                                clip_norm=0.5))
-    exact = code.decoding([0, 2, 4])
-    assert strategy._central_std(exact) == pytest.approx(2.0 * 0.5)  # alpha = 1, unit weights
-    expander = make_code("expander", n=10, s=2, seed=3)
-    approx = expander.decoding([0, 1, 3, 4, 6, 8])
-    assert not approx.exact
-    strategy = GradientCoding(expander, dp=DPConfig(mode="central", noise_multiplier=2.0))
-    assert strategy._central_std(approx) == pytest.approx(2.0 * np.max(np.abs(approx.alpha)))
-    weighted = make_code("frc", n=6, s=1, weights=np.arange(1.0, 7.0))
-    strategy = GradientCoding(weighted, dp=DPConfig(mode="central", noise_multiplier=2.0))
-    assert strategy._central_std(weighted.decoding([0, 2, 4])) == pytest.approx(2.0 * 6.0)
+
+def test_central_noise_is_present_with_the_stated_std(tmp_path, key_file):
+    """Released minus noiseless model = the server's noise: std sigma C max_j n_j / sum n_j
+    (exact decoding, FedAvg with step 1). Independent reference: the partition sizes."""
+    from fl_gradcode.config import merge_config
+    from fl_gradcode.data import run_partitions
+
+    sigma, c = 2.0, 0.5
+    common = {"dp": "central", "clip-norm": c}
+    released, theta = _one_round(tmp_path, key_file, "r", **common, **{"noise-multiplier": sigma})
+    _, clean = _one_round(tmp_path, key_file, "c", **common, **{"noise-multiplier": 0.0})
+    _, index = run_partitions(merge_config({}), 4)
+    sizes = np.array([len(i) for i in index], dtype=float)
+    expected = sigma * c * sizes.max() / sizes.sum()
+    noise = theta - clean
+    assert noise.size > 500
+    assert np.std(noise) == pytest.approx(expected, rel=0.1)
+    assert abs(np.mean(noise)) < 4 * expected / np.sqrt(noise.size)
+    assert released.history[0]["central_noise_std"] == pytest.approx(expected)
+
+
+def test_central_noise_is_not_derived_from_anything_clients_know(tmp_path, key_file):
+    """Without a server key the noise comes from OS randomness: two identical runs differ, and
+    no generator seeded from public run-config values reproduces it."""
+    common = {"dp": "central", "noise-multiplier": 1.0, "clip-norm": 0.5, "seed": 0}
+    _, a = _one_round(tmp_path, key_file, "a", **common)
+    _, b = _one_round(tmp_path, key_file, "b", **common)
+    _, clean = _one_round(tmp_path, key_file, "c", **{**common, "noise-multiplier": 0.0})
+    noise = a - clean
+    assert np.linalg.norm(a - b) > 0.5 * np.linalg.norm(noise)
+    for seed in ([0, 1, 0xC0DE], [0, 1], 0, 1):
+        guess = np.random.Generator(np.random.PCG64(seed)).standard_normal(noise.size)
+        assert abs(np.corrcoef(guess, noise)[0, 1]) < 0.2
+
+
+def test_partition_noise_is_fresh_in_every_run_unless_the_nonce_is_pinned(tmp_path, key_file):
+    common = {"dp": "partition", "noise-multiplier": 1.0, "clip-norm": 0.5}
+    _, a = _one_round(tmp_path, key_file, "a", **common)
+    _, b = _one_round(tmp_path, key_file, "b", **common)
+    assert np.linalg.norm(a - b) > 1e-3 * np.linalg.norm(a)  # the noise does not cancel
+    pinned = {**common, "dp-run-nonce": "pinned"}
+    _, c = _one_round(tmp_path, key_file, "c", **pinned)
+    _, d = _one_round(tmp_path, key_file, "d", **pinned)
+    assert np.array_equal(c, d)
+
+
+def test_keyed_noise_differs_per_partition_per_round_and_per_nonce():
+    draws = {
+        (j, r, nonce): partition_noise(MASTER, r, j, 64, 1.0, nonce=nonce)
+        for j in range(3) for r in (1, 2) for nonce in ("", "a", "b")
+    }
+    values = list(draws.values())
+    for x, y in itertools.combinations(values, 2):
+        assert not np.allclose(x, y)
 
 
 def test_dp_config_validation():

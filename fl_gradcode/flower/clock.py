@@ -77,12 +77,24 @@ class VirtualClock:
         return RoundWindow(prefix, self.round_start + end, order[len(prefix) :])
 
     def finish_round(
-        self, sent_nodes: Iterable[int], arrivals_by_node: Mapping[int, float], end: float
+        self,
+        sent_nodes: Iterable[int],
+        arrivals_by_node: Mapping[int, float],
+        end: float,
+        answered: Iterable[int] = (),
     ) -> None:
-        """Busy-until for every node sent work; the clock moves to the round's end."""
+        """Busy-until for every node sent work (its valid reply's arrival; the round's end if
+        it answered with a rejected or error reply; the deadline if it never answered); the
+        clock moves to the round's end."""
+        answered = set(answered)
         for node in sent_nodes:
-            arrival = arrivals_by_node.get(node, self.straggler_timeout)
-            self.busy_until[node] = self.round_start + max(arrival, 0.0)
+            if node in arrivals_by_node:
+                until = self.round_start + max(arrivals_by_node[node], 0.0)
+            elif node in answered:
+                until = end
+            else:
+                until = self.round_start + self.straggler_timeout
+            self.busy_until[node] = until
         self.now = max(self.now, end)
 
 
@@ -110,7 +122,11 @@ class WallClock:
         return RoundWindow(used, time.monotonic() - self._t0)
 
     def finish_round(
-        self, sent_nodes: Iterable[int], arrivals_by_node: Mapping[int, float], end: float
+        self,
+        sent_nodes: Iterable[int],
+        arrivals_by_node: Mapping[int, float],
+        end: float,
+        answered: Iterable[int] = (),
     ) -> None:
         self.now = end
 

@@ -81,11 +81,20 @@ class EarlyReturnGrid:
         return True
 
     def push(self, messages: list[Message]) -> dict[str, Message]:
-        """Push; a message Flower did not accept (no id) is reported as unsent."""
+        """Push; a message Flower did not accept (no id) is reported as unsent.
+
+        ``HttpGrid`` returns one id per message (``None`` where refused); ``InMemoryGrid``
+        leaves refused messages out of a shorter list, after setting every message's id: then
+        ids are matched to messages by ``message_id``, never by position.
+        """
         ids = list(self._grid.push_messages(messages))
+        if len(ids) != len(messages):
+            accepted = {str(mid) for mid in ids if mid}
+            ids = [m.metadata.message_id if m.metadata.message_id in accepted else None
+                   for m in messages]
         sent, unsent = {}, []
         for index, msg in enumerate(messages):
-            mid = ids[index] if index < len(ids) else None
+            mid = ids[index]
             if mid:
                 sent[mid] = msg
             else:

@@ -206,7 +206,10 @@ def _coded_reply(
     for index, (pid, coef) in enumerate(
         zip(instruction.partition_ids, instruction.coefficients, strict=True)
     ):
-        cache_key = (instruction.nonce, instruction.round, pid, instruction.num_partitions[index])
+        cache_key = (pid, instruction.num_partitions[index])
+        if cache is not None and cache.get("round") != (instruction.nonce, instruction.round):
+            cache.clear()  # one round's updates at a time
+            cache["round"] = (instruction.nonce, instruction.round)
         result = None if cache is None else cache.get(cache_key)
         if result is None:
             result = _run_partition(msg, context, call_next, instruction, index, theta, keys)

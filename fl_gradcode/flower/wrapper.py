@@ -68,6 +68,8 @@ class _Round:
     answered: set[int] = field(default_factory=set)  # workers with any reply (valid or not)
     rejected: list[tuple[int, str]] = field(default_factory=list)
     seen: set[str] = field(default_factory=set)  # message ids already parsed
+    bytes_up: int = 0  # payload bytes of every reply of this round
+    bytes_down: int = 0  # payload bytes of every instruction of this round
 
     @property
     def worker_of(self) -> dict[int, int]:
@@ -235,7 +237,8 @@ class GradientCoding(Strategy):
             "dp": self.dp.mode,
         }
 
-    def _code_for(self, n: int) -> GradientCode:
+    def code_for(self, n: int) -> GradientCode:
+        """The code for a cohort of ``n`` clients (built once per size)."""
         if isinstance(self.code_spec, GradientCode):
             if self.code_spec.n != n:
                 raise ValueError(
@@ -340,6 +343,7 @@ class GradientCoding(Strategy):
             return
         if mid:
             state.seen.add(mid)
+        state.bytes_up += _payload_bytes(reply)
         node = reply.metadata.src_node_id
         worker = state.worker_of.get(node)
         try:
@@ -400,7 +404,7 @@ class GradientCoding(Strategy):
         unknown = [n for n in nodes if n not in self.identities]
         for attempt in range(2):
             if not unknown:
-                return
+                break  # (not return: the duplicate check below must run)
             msgs = [
                 protocol.instruction_message(
                     RecordDict(), Instruction(op=protocol.OP_IDENTIFY), node, "identify"
@@ -457,7 +461,7 @@ class GradientCoding(Strategy):
         cohort = sorted(
             content_of, key=lambda n: (self.identities[n].partition_id, n)
         )
-        code = self._code_for(len(cohort))
+        code = self.code_for(len(cohort))
         partitions = self._partitions(code, cohort)
         array_key = self._array_key(inner_msgs[0].content)
         global_arrays = inner_msgs[0].content.array_records[array_key]
@@ -516,6 +520,7 @@ class GradientCoding(Strategy):
                 content_of[node], instruction, node, str(server_round)
             )
             state.sent[worker] = msg
+            state.bytes_down += _payload_bytes(msg)
             messages.append(msg)
         self._round = state
         return messages
@@ -591,7 +596,10 @@ class GradientCoding(Strategy):
         window = self.clock.window(arrivals, self._decodable(state.code), len(state.sent))
         arrivals_by_node = {state.cohort[w]: t for w, t in arrivals.items()}
         self.clock.finish_round(
-            [state.cohort[w] for w in state.sent], arrivals_by_node, window.end
+            [state.cohort[w] for w in state.sent],
+            arrivals_by_node,
+            window.end,
+            answered=[state.cohort[w] for w in state.answered],
         )
         late = self._late + len(window.late)
         self._late = 0
@@ -621,6 +629,8 @@ class GradientCoding(Strategy):
             "rejected_reasons": [reason for _, reason in state.rejected],
             "decode_error": float(decoding.error) if decoding is not None else 1.0,
             "num_examples": num_examples,
+            "bytes_up": state.bytes_up,
+            "bytes_down": state.bytes_down,
             "virtual_s": float(self.clock.now),
             "round_virtual_s": float(window.end - self.clock.round_start),
             "wall_s": float(wall_s),
@@ -744,6 +754,8 @@ class GradientCoding(Strategy):
             "rejected_reasons": [],
             "decode_error": 1.0,
             "num_examples": None,
+            "bytes_up": 0,
+            "bytes_down": 0,
             "virtual_s": float(self.clock.now),
             "round_virtual_s": 0.0,
             "wall_s": 0.0,
@@ -819,6 +831,18 @@ class GradientCoding(Strategy):
             self.dp.mode,
         )
         self.inner.summary()
+
+
+def _payload_bytes(msg: Message) -> int:
+    """Bytes of the arrays a message carries (what dominates its size on the wire)."""
+    if msg.has_error():
+        return 0
+    try:
+        return sum(
+            len(arr.data) for rec in msg.content.array_records.values() for arr in rec.values()
+        )
+    except Exception:  # a malformed message is counted as empty, rejected elsewhere
+        return 0
 
 
 def _key(identity: Identity) -> tuple[int, int]:
