@@ -1,0 +1,1 @@
+"""quickstart_coded: Flower's PyTorch quickstart with gradient coding."""

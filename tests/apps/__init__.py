@@ -1,0 +1,1 @@
+"""Fixture Flower apps shaped like Flower's own examples, on offline data (tests only)."""
