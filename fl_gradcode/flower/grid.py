@@ -41,7 +41,7 @@ def _is_coded_train(messages: list[Message]) -> bool:
 class EarlyReturnGrid:
     """Wraps ``grid``; coded TRAIN rounds return at ``strategy.ready()`` or the deadline."""
 
-    def __init__(self, grid: Any, strategy: _RoundOwner, poll_interval: float = 0.02) -> None:
+    def __init__(self, grid: Any, strategy: _RoundOwner, poll_interval: float = 0.005) -> None:
         self._grid = grid
         self._strategy = strategy
         self.poll_interval = poll_interval

@@ -247,6 +247,12 @@ def _coded_reply(
                 del metric_sums[k]
     if instruction.timing == "wallclock" and instruction.delay_s > 0:
         time.sleep(instruction.delay_s)
+    if instruction.wire == "model":  # the server found the model's dtype accurate enough
+        dtypes = {name: arr.dtype for name, arr in global_arrays.items()}
+        coded = {
+            name: v.astype(dtypes[name]) if np.dtype(dtypes[name]).kind == "f" else v
+            for name, v in coded.items()
+        }
     return protocol.train_reply(
         msg, instruction, coded, count, sizes, metric_sums or {}, compute_s
     )

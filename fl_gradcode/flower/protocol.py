@@ -16,14 +16,17 @@ strategy would send (its ``arrays`` and ``config`` records) plus one ConfigRecor
   the node config the app must see and the coefficient ``B[i, j]``;
 * ``dp``, ``clip-norm``, ``noise-multiplier``, ``dp-noise``: the public DP parameters;
 * ``timing``, ``delay-s``: wallclock demos sleep ``delay-s`` before replying;
+* ``wire``: ``float64`` or ``model`` (replies in the global arrays' own dtype, chosen by the
+  server when the code's error amplification keeps the decoded result accurate);
 * ``weight-key``: the app's metric that counts its examples (the inner strategy's
   ``weighted_by_key``, ``num-examples`` by default).
 
 Reply (client -> server): ArrayRecord :data:`PROTOCOL_KEY` with, for every model array ``name``,
-``sum_j B[i,j] n_j (theta_j - theta)[name]`` (float64), and MetricRecord :data:`PROTOCOL_KEY`
-with ``worker``, ``round``, ``compute-s``, ``num-examples`` (``sum_j B[i,j] n_j``), the sizes
-``n_j`` of the assigned partitions (``partition-sizes``, public in FedAvg), and every scalar
-metric of the app as ``metric.<name>`` (``sum_j B[i,j] n_j m_j``).
+``sum_j B[i,j] n_j (theta_j - theta)[name]`` (in the ``wire`` dtype), and MetricRecord
+``gradient-coding-meta`` with ``worker``, ``round``, ``compute-s``, ``num-examples``
+(``sum_j B[i,j] n_j``), the sizes ``n_j`` of the assigned partitions (``partition-sizes``,
+public in FedAvg), and every scalar metric of the app as ``metric.<name>``
+(``sum_j B[i,j] n_j m_j``).
 
 References:
     Tandon, Lei, Dimakis, Karampatziakis, "Gradient Coding: Avoiding Stragglers in Distributed
@@ -32,6 +35,7 @@ References:
 
 from __future__ import annotations
 
+import io
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -94,6 +98,7 @@ class Instruction:
     timing: str = "virtual"
     delay_s: float = 0.0
     weight_key: str = "num-examples"
+    wire: str = "float64"  # "float64", or "model": each array in the global model's dtype
 
     def to_record(self) -> ConfigRecord:
         return ConfigRecord(
@@ -114,6 +119,7 @@ class Instruction:
                 "timing": self.timing,
                 "delay-s": float(self.delay_s),
                 "weight-key": self.weight_key,
+                "wire": self.wire,
             }
         )
 
@@ -155,6 +161,7 @@ def parse_instruction(content: RecordDict) -> Instruction | None:
         timing=str(rec.get("timing", "virtual")),
         delay_s=float(rec.get("delay-s", 0.0)),
         weight_key=str(rec.get("weight-key", "num-examples")),
+        wire=str(rec.get("wire", "float64")),
     )
 
 
@@ -189,6 +196,33 @@ def parse_identity(reply: Message) -> Identity:
     if not (isinstance(pid, int) and isinstance(num, int) and 0 <= pid < num):
         raise RejectedReply(f"partition-id={pid!r} num-partitions={num!r} are not 0 <= id < num")
     return Identity(int(pid), int(num))
+
+
+# ---------------------------------------------------------------------------- arrays
+def array_view(arr: Array) -> np.ndarray:
+    """A read-only ndarray over an Array's ``.npy`` bytes, without copying them (Flower's
+    ``Array.numpy()`` copies through ``np.load``). Raises :class:`RejectedReply` for another
+    serialization, object dtypes or truncated bytes."""
+    if arr.stype != "numpy.ndarray":
+        raise RejectedReply(f"unsupported array serialization {arr.stype!r}")
+    data = arr.data
+    fp = io.BytesIO(data)
+    try:
+        version = np.lib.format.read_magic(fp)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(fp)
+        else:
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(fp)
+    except Exception as exc:
+        raise RejectedReply(f"array bytes are not .npy ({type(exc).__name__}: {exc})") from exc
+    if dtype.hasobject:
+        raise RejectedReply(f"array dtype {dtype} holds Python objects")
+    count = int(np.prod(shape)) if shape else 1
+    offset = fp.tell()
+    if len(data) < offset + count * dtype.itemsize:
+        raise RejectedReply(f"array bytes are truncated ({len(data)} bytes for {shape} {dtype})")
+    flat = np.frombuffer(data, dtype=dtype, count=count, offset=offset)
+    return flat.reshape(shape, order="F" if fortran else "C")
 
 
 # ---------------------------------------------------------------------------- train replies
@@ -231,10 +265,6 @@ class CodedReply:
     compute_s: float
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def vector(self, names: Sequence[str]) -> np.ndarray:
-        """The reply as one float64 vector: the arrays in ``names`` order, then the count."""
-        parts = [self.arrays[name].reshape(-1) for name in names]
-        return np.concatenate([*parts, [self.num_examples]])
 
 
 def parse_reply(
@@ -292,14 +322,14 @@ def _parse_train(
         raise RejectedReply(f"array keys {list(record.keys())} differ from the model's")
     arrays: dict[str, np.ndarray] = {}
     for name, shape in layout.items():
-        arr = record[name].numpy()
-        if arr.dtype.kind not in "fiu":
-            raise RejectedReply(f"array {name!r} has dtype {arr.dtype}, not a real number type")
+        arr = array_view(record[name])
+        if arr.dtype.kind != "f":
+            raise RejectedReply(f"array {name!r} has dtype {arr.dtype}, not a floating type")
         if tuple(arr.shape) != tuple(shape):
             raise RejectedReply(f"array {name!r} has shape {arr.shape}; expected {shape}")
-        if not np.all(np.isfinite(arr)):
+        if not np.isfinite(arr).all():
             raise RejectedReply(f"array {name!r} contains NaN or Inf")
-        arrays[name] = np.asarray(arr, dtype=np.float64)
+        arrays[name] = arr  # a zero-copy view of the message's bytes
     count = _number(meta, "num-examples")
     compute_s = _number(meta, "compute-s")
     if compute_s < 0:
