@@ -247,6 +247,15 @@ def _coded_reply(
                 del metric_sums[k]
     if instruction.timing == "wallclock" and instruction.delay_s > 0:
         time.sleep(instruction.delay_s)
+    if instruction.chunk_coefficients:  # communication-efficient: 1/m of the model
+        chunk = _chunked(coded, count, instruction)
+        if instruction.wire == "model" and all(
+            arr.dtype == "float32" for arr in global_arrays.values()
+        ):
+            chunk = chunk.astype(np.float32)
+        return protocol.train_reply(
+            msg, instruction, {protocol.CHUNK_KEY: chunk}, count, sizes, {}, compute_s
+        )
     if instruction.wire == "model":  # the server found the model's dtype accurate enough
         dtypes = {name: arr.dtype for name, arr in global_arrays.items()}
         coded = {
@@ -256,6 +265,18 @@ def _coded_reply(
     return protocol.train_reply(
         msg, instruction, coded, count, sizes, metric_sums or {}, compute_s
     )
+
+
+def _chunked(coded: dict[str, np.ndarray], count: float, instruction: Instruction) -> np.ndarray:
+    """``sum_u Gamma[u, t] chunk_u`` of ``[flattened arrays..., count]`` zero-padded to ``m L``
+    (Ye and Abbe 2018; Kadhe, Koyluoglu and Ramchandran 2020)."""
+    gamma = np.asarray(instruction.chunk_coefficients, dtype=np.float64)
+    m = gamma.size
+    flat = np.concatenate([*(v.reshape(-1) for v in coded.values()), [count]])
+    length = -(-flat.size // m)
+    padded = np.zeros(m * length)
+    padded[: flat.size] = flat
+    return gamma @ padded.reshape(m, length)
 
 
 def make_gradient_coding_mod(

@@ -18,6 +18,9 @@ strategy would send (its ``arrays`` and ``config`` records) plus one ConfigRecor
 * ``timing``, ``delay-s``: wallclock demos sleep ``delay-s`` before replying;
 * ``wire``: ``float64`` or ``model`` (replies in the global arrays' own dtype, chosen by the
   server when the code's error amplification keeps the decoded result accurate);
+* ``chunk-coefficients``: communication-efficient codes only (``m > 1`` values): the worker
+  sends ``sum_u Gamma[u, t] chunk_u`` of its group sum, one array ``chunk`` of length
+  ``ceil((D + 1) / m)`` (``D`` model values, then the example count, zero-padded);
 * ``weight-key``: the app's metric that counts its examples (the inner strategy's
   ``weighted_by_key``, ``num-examples`` by default).
 
@@ -37,6 +40,7 @@ from __future__ import annotations
 
 import io
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -73,6 +77,7 @@ PROTOCOL_KEY = "gradient-coding"
 OP_IDENTIFY = "identify"
 OP_TRAIN = "train"
 METRIC_PREFIX = "metric."
+CHUNK_KEY = "chunk"
 
 
 class RejectedReply(Exception):
@@ -99,6 +104,7 @@ class Instruction:
     delay_s: float = 0.0
     weight_key: str = "num-examples"
     wire: str = "float64"  # "float64", or "model": each array in the global model's dtype
+    chunk_coefficients: tuple[float, ...] = ()  # communication-efficient codes: Gamma[:, t]
 
     def to_record(self) -> ConfigRecord:
         return ConfigRecord(
@@ -120,6 +126,7 @@ class Instruction:
                 "delay-s": float(self.delay_s),
                 "weight-key": self.weight_key,
                 "wire": self.wire,
+                "chunk-coefficients": [float(c) for c in self.chunk_coefficients] or [0.0],
             }
         )
 
@@ -162,6 +169,9 @@ def parse_instruction(content: RecordDict) -> Instruction | None:
         delay_s=float(rec.get("delay-s", 0.0)),
         weight_key=str(rec.get("weight-key", "num-examples")),
         wire=str(rec.get("wire", "float64")),
+        chunk_coefficients=tuple(float(c) for c in rec.get("chunk-coefficients", [0.0]))
+        if len(rec.get("chunk-coefficients", [0.0])) > 1
+        else (),
     )
 
 
@@ -199,6 +209,25 @@ def parse_identity(reply: Message) -> Identity:
 
 
 # ---------------------------------------------------------------------------- arrays
+_HEADER = re.compile(
+    rb"^\{'descr': '([<>|=][a-z]\d{1,2})', 'fortran_order': (True|False), "
+    rb"'shape': \(((?:\d+, ?)*\d*)\), \} *\n$"
+)
+
+
+def _npy_header(data: bytes) -> tuple[tuple[int, ...], bool, np.dtype, int] | None:
+    """``(shape, fortran, dtype, data offset)`` of a version-1.0 ``.npy`` header as numpy
+    writes it, or ``None`` (then numpy's parser decides)."""
+    if len(data) < 10 or data[:8] != b"\x93NUMPY\x01\x00":
+        return None
+    size = int.from_bytes(data[8:10], "little")
+    match = _HEADER.match(data[10 : 10 + size])
+    if match is None:
+        return None
+    shape = tuple(int(x) for x in match.group(3).split(b",") if x.strip())
+    return shape, match.group(2) == b"True", np.dtype(match.group(1).decode()), 10 + size
+
+
 def array_view(arr: Array) -> np.ndarray:
     """A read-only ndarray over an Array's ``.npy`` bytes, without copying them (Flower's
     ``Array.numpy()`` copies through ``np.load``). Raises :class:`RejectedReply` for another
@@ -206,19 +235,23 @@ def array_view(arr: Array) -> np.ndarray:
     if arr.stype != "numpy.ndarray":
         raise RejectedReply(f"unsupported array serialization {arr.stype!r}")
     data = arr.data
-    fp = io.BytesIO(data)
-    try:
-        version = np.lib.format.read_magic(fp)
-        if version == (1, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_1_0(fp)
-        else:
-            shape, fortran, dtype = np.lib.format.read_array_header_2_0(fp)
-    except Exception as exc:
-        raise RejectedReply(f"array bytes are not .npy ({type(exc).__name__}: {exc})") from exc
+    header = _npy_header(data)
+    if header is not None:
+        shape, fortran, dtype, offset = header
+    else:  # anything unusual: numpy's own (slower, literal_eval-based) parser
+        fp = io.BytesIO(data)
+        try:
+            version = np.lib.format.read_magic(fp)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(fp)
+            else:
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(fp)
+        except Exception as exc:
+            raise RejectedReply(f"array bytes are not .npy ({type(exc).__name__}: {exc})") from exc
+        offset = fp.tell()
     if dtype.hasobject:
         raise RejectedReply(f"array dtype {dtype} holds Python objects")
     count = int(np.prod(shape)) if shape else 1
-    offset = fp.tell()
     if len(data) < offset + count * dtype.itemsize:
         raise RejectedReply(f"array bytes are truncated ({len(data)} bytes for {shape} {dtype})")
     flat = np.frombuffer(data, dtype=dtype, count=count, offset=offset)
@@ -290,6 +323,15 @@ def parse_reply(
         raise RejectedReply(f"malformed reply ({type(exc).__name__}: {exc})") from exc
 
 
+def _all_finite(arr: np.ndarray) -> bool:
+    """Whether every value is finite, in one read: a finite float64 sum implies finite values
+    (NaN and Inf propagate); only a non-finite sum (e.g. huge float64 values that overflow) is
+    checked element by element."""
+    if math.isfinite(float(np.sum(arr, dtype=np.float64))):
+        return True
+    return bool(np.isfinite(arr).all())
+
+
 def _number(meta: MetricRecord, key: str) -> float:
     value = meta.get(key)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -327,7 +369,7 @@ def _parse_train(
             raise RejectedReply(f"array {name!r} has dtype {arr.dtype}, not a floating type")
         if tuple(arr.shape) != tuple(shape):
             raise RejectedReply(f"array {name!r} has shape {arr.shape}; expected {shape}")
-        if not np.isfinite(arr).all():
+        if not _all_finite(arr):
             raise RejectedReply(f"array {name!r} contains NaN or Inf")
         arrays[name] = arr  # a zero-copy view of the message's bytes
     count = _number(meta, "num-examples")

@@ -84,6 +84,7 @@ class InProcessGrid:
         }
         self.index = {node: i for i, node in enumerate(self.node_ids)}
         self._ready: dict[str, tuple[float, Message]] = {}
+        self.available_at: dict[str, float] = {}  # message id -> when its reply is pullable
         self.pushed = 0
         self.run_id = 1
 
@@ -120,6 +121,7 @@ class InProcessGrid:
                     self.index[msg.metadata.dst_node_id], int(group) if group.isdigit() else 0
                 )
             self._ready[mid] = (time.monotonic() + wait, reply)
+            self.available_at[mid] = self._ready[mid][0]
             ids.append(mid)
         return ids
 

@@ -36,7 +36,6 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp.strategy import FedAvg, Result, Strategy
-from scipy.linalg import get_blas_funcs
 
 from ..codes import GradientCode, make_code
 from ..latency import LatencyModel, client_delay
@@ -61,6 +60,7 @@ class _Round:
     sent: dict[int, Message]  # worker -> message sent
     busy: list[int]
     layout: dict[str, tuple[int, ...]]
+    reply_layout: dict[str, tuple[int, ...]]
     dtypes: dict[str, np.dtype]
     theta: dict[str, np.ndarray]
     array_key: str
@@ -133,6 +133,9 @@ class GradientCoding(Strategy):
         experiments that compare runs on identical noise.
     code_options : dict, optional
         Extra keyword arguments for ``make_code``.
+    m : int, optional
+        Communication-efficient codes (``code="comm-efficient"``): every reply is ``1/m`` of
+        the model (load ``s + m`` partitions), decoded exactly from any ``n - s`` replies.
     wire : {"auto", "model", "float64"}
         Reply dtype: ``model`` sends each array in the global model's dtype (half of float64's
         bytes for float32 models); ``auto`` does so when the code's error amplification keeps
@@ -168,6 +171,7 @@ class GradientCoding(Strategy):
         evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
         run_config: dict[str, Any] | None = None,
         wire: str = "auto",
+        m: int | None = None,
     ) -> None:
         if not isinstance(strategy, Strategy):
             raise TypeError(
@@ -176,13 +180,6 @@ class GradientCoding(Strategy):
             )
         if not isinstance(code, (str, GradientCode)):
             raise TypeError(f"code must be a registry name or a GradientCode; got {code!r}")
-        if isinstance(code, GradientCode) and hasattr(code, "message_length"):
-            raise ValueError(
-                f"code {code.name!r} sends 1/m-length replies, which the plug-in does not "
-                "decode yet; use an exact or approximate code"
-            )
-        if isinstance(code, str) and code == "comm-efficient":
-            raise ValueError("code='comm-efficient' is not supported by the plug-in yet")
         if isinstance(s, bool) or not isinstance(s, int) or s < 0:
             raise ValueError(f"s={s!r} must be an integer >= 0")
         if not (isinstance(max_decode_error, (int, float)) and max_decode_error >= 0):
@@ -216,6 +213,8 @@ class GradientCoding(Strategy):
         self.server_noise = server_noise or ServerNoise()
         self.nonce = dp_run_nonce or secrets.token_hex(16)
         self.code_options = dict(code_options or {})
+        if m is not None:
+            self.code_options["m"] = m
         self.wire = wire
         self._amplification: dict[int, float] = {}
         self.evaluate_fn = evaluate_fn
@@ -378,7 +377,7 @@ class GradientCoding(Strategy):
             if worker in state.valid:
                 raise RejectedReply("duplicate sender")
             parsed = protocol.parse_reply(
-                reply, worker=worker, round=state.number, layout=state.layout
+                reply, worker=worker, round=state.number, layout=state.reply_layout
             )
         except RejectedReply as why:
             state.rejected.append((node, str(why)))
@@ -505,6 +504,7 @@ class GradientCoding(Strategy):
             sent={},
             busy=sorted(w for w, node in enumerate(cohort) if node in busy_nodes),
             layout={name: tuple(a.shape) for name, a in theta.items()},
+            reply_layout=_reply_layout(code, theta),
             dtypes={name: a.dtype for name, a in theta.items()},
             theta=theta,  # zero-copy views of the global arrays, model dtype
             array_key=array_key,
@@ -539,6 +539,7 @@ class GradientCoding(Strategy):
                 delay_s=delay,
                 weight_key=weight_key,
                 wire=wire,
+                chunk_coefficients=_chunk_coefficients(code, worker),
             )
             msg = protocol.instruction_message(
                 content_of[node], instruction, node, str(server_round)
@@ -682,9 +683,11 @@ class GradientCoding(Strategy):
     def _decode_and_apply(self, state: _Round, used: list[int], decoding: Any):
         """Decode the example-weighted average, privatise, hand it to the inner strategy.
 
-        One pass per array: ``acc = sum_i a_i r_i`` by in-place BLAS axpy into one buffer in
-        the reply dtype (no per-reply copies), then ``acc / count + theta`` in place.
+        One pass per array: ``acc = sum_i a_i r_i`` in place into one buffer in the reply dtype
+        (the replies are zero-copy views; no per-reply copies), then ``acc / count + theta``.
         """
+        if _is_chunked(state.code):
+            return self._decode_chunked(state, used, decoding)
         coefficients = np.asarray(decoding.coefficients, dtype=np.float64)[used]
         replies = [state.valid[w] for w in used]
         count = float(sum(a * r.num_examples for a, r in zip(coefficients, replies, strict=True)))
@@ -702,14 +705,15 @@ class GradientCoding(Strategy):
             views = [r.arrays[name].reshape(-1) for r in replies]
             dtype = np.result_type(*(v.dtype for v in views)) if views else np.float64
             acc = np.zeros(theta.size, dtype=dtype)
-            axpy = get_blas_funcs("axpy", (acc,))
+            tmp = np.empty_like(acc)
             for a, v in zip(coefficients, views, strict=True):
                 if a == 0.0:
                     continue
-                if v.dtype == acc.dtype:
-                    axpy(v, acc, a=a)
-                else:
-                    acc += a * v
+                if a == 1.0:  # FRC-like decoders are 0/1
+                    acc += v
+                else:  # one scratch buffer, no per-reply temporaries; no BLAS thread start-up
+                    np.multiply(v, acc.dtype.type(a), out=tmp)
+                    acc += tmp
             acc *= 1.0 / count
             if noise is not None:
                 acc += noise[start : start + theta.size]
@@ -725,6 +729,41 @@ class GradientCoding(Strategy):
             / count
             for k in sorted(metric_names)
         }
+        return self._apply_inner(state, used, new, metrics, count, noise_std)
+
+    def _decode_chunked(self, state: _Round, used: list[int], decoding: Any):
+        """Communication-efficient codes: rebuild ``[sum_j n_j dtheta_j..., sum_j n_j]`` from
+        the ``1/m``-length replies (``m x |F|`` decoder), then the average."""
+        coefficients = np.asarray(decoding.coefficients, dtype=np.float64)[:, used]
+        m = coefficients.shape[0]
+        replies = [state.valid[w].arrays[protocol.CHUNK_KEY] for w in used]
+        chunks = np.zeros((m, replies[0].size)) if replies else np.zeros((m, 0))
+        for i, r in enumerate(replies):
+            for u in range(m):
+                if coefficients[u, i] != 0.0:
+                    chunks[u] += coefficients[u, i] * r
+        full = chunks.reshape(-1)
+        dim = sum(v.size for v in state.theta.values())
+        count = float(full[dim])
+        if not (math.isfinite(count) and count > 0):
+            log(WARNING, "round %d: decoded example count %r; round skipped", state.number, count)
+            return None
+        noise_std = None
+        if self.dp.mode == "central":
+            noise_std = self._central_noise_std(state, decoding, used, count)
+            full[:dim] += count * self.server_noise.draw(dim, noise_std, state.number, self.nonce)
+        new, start = {}, 0
+        for name, theta in state.theta.items():
+            value = full[start : start + theta.size].reshape(theta.shape) / count + theta
+            start += theta.size
+            if not np.isfinite(value).all():
+                log(WARNING, "round %d: decoded model not finite; round skipped", state.number)
+                return None
+            new[name] = _cast(value, state.dtypes[name])
+        return self._apply_inner(state, used, new, {}, count, noise_std)
+
+    def _apply_inner(self, state, used, new, metrics, count, noise_std):
+        """Hand the decoded average to the inner strategy as ONE valid reply."""
         weight_key = getattr(self.inner, "weighted_by_key", "num-examples")
         content = RecordDict(
             {
@@ -873,6 +912,24 @@ class GradientCoding(Strategy):
         self.inner.summary()
 
 
+def _is_chunked(code: GradientCode) -> bool:
+    return hasattr(code, "message_length") and getattr(code, "m", 1) > 1
+
+
+def _chunk_coefficients(code: GradientCode, worker: int) -> tuple[float, ...]:
+    if not _is_chunked(code):
+        return ()
+    gamma = code.gammas[code._group[worker]]
+    return tuple(float(c) for c in gamma[:, code._position[worker]])
+
+
+def _reply_layout(code: GradientCode, theta: dict[str, np.ndarray]) -> dict[str, tuple]:
+    if not _is_chunked(code):
+        return {name: tuple(a.shape) for name, a in theta.items()}
+    dim = sum(a.size for a in theta.values())
+    return {protocol.CHUNK_KEY: (code.message_length(dim + 1),)}
+
+
 def error_amplification(code: GradientCode, seed: int = 0, samples: int = 24) -> float:
     """How much the decoder amplifies rounding errors of the replies, relative to the decoded
     sum: ``max_F sum_i |a_i| ||B_i||_1 / k`` over decodable sets ``F`` (all clients, random
@@ -887,6 +944,8 @@ def error_amplification(code: GradientCode, seed: int = 0, samples: int = 24) ->
     for received in sets:
         decoding = code.decoding(received)
         a = np.abs(np.asarray(decoding.coefficients, dtype=np.float64))
+        if a.ndim == 2:  # communication-efficient: one decoder row per chunk
+            a = a.sum(axis=0)
         worst = max(worst, float(np.sum(a * row_l1)) / code.k)
     return worst
 
