@@ -44,6 +44,7 @@ from ..results import RoundRecorder
 from . import protocol
 from .clock import VirtualClock, WallClock, make_clock
 from .grid import EarlyReturnGrid
+from .integrity import Probe, Verdict, verify_replies
 from .protocol import CodedReply, Identity, Instruction, RejectedReply
 
 __all__ = ["GradientCoding"]
@@ -70,6 +71,7 @@ class _Round:
     rejected: list[tuple[int, str]] = field(default_factory=list)
     seen: set[str] = field(default_factory=set)  # message ids already parsed
     wire: str = "float64"
+    probe: Any = None  # random projections for the integrity checks (None: not checked)
     bytes_up: int = 0  # payload bytes of every reply of this round
     bytes_down: int = 0  # payload bytes of every instruction of this round
 
@@ -136,6 +138,14 @@ class GradientCoding(Strategy):
     m : int, optional
         Communication-efficient codes (``code="comm-efficient"``): every reply is ``1/m`` of
         the model (load ``s + m`` partitions), decoded exactly from any ``n - s`` replies.
+    verify : bool
+        Integrity from redundancy (:mod:`fl_gradcode.flower.integrity`). Always: when more
+        replies than a decodable set are in hand, they must agree; a reply the redundancy
+        identifies as inconsistent (e.g. outvoted inside a repetition group) is excluded, and a
+        contradiction nothing resolves skips the round. With ``verify=True`` a round also
+        waits (up to the deadline) until every reply it decodes from has been cross-checked.
+    verify_tolerance : float
+        Largest relative disagreement between decodings taken as agreement (rounding).
     wire : {"auto", "model", "float64"}
         Reply dtype: ``model`` sends each array in the global model's dtype (half of float64's
         bytes for float32 models); ``auto`` does so when the code's error amplification keeps
@@ -172,6 +182,8 @@ class GradientCoding(Strategy):
         run_config: dict[str, Any] | None = None,
         wire: str = "auto",
         m: int | None = None,
+        verify: bool = False,
+        verify_tolerance: float = 1e-5,
     ) -> None:
         if not isinstance(strategy, Strategy):
             raise TypeError(
@@ -216,6 +228,8 @@ class GradientCoding(Strategy):
         if m is not None:
             self.code_options["m"] = m
         self.wire = wire
+        self.verify = bool(verify)
+        self.verify_tolerance = float(verify_tolerance)
         self._amplification: dict[int, float] = {}
         self.evaluate_fn = evaluate_fn
         self.recorder = (
@@ -390,6 +404,8 @@ class GradientCoding(Strategy):
                 why,
             )
             return
+        if state.probe is not None:
+            parsed.extra["z"] = state.probe(parsed.arrays, parsed.num_examples)
         state.valid[worker] = parsed
 
     def ready(self) -> bool:
@@ -401,13 +417,24 @@ class GradientCoding(Strategy):
 
     def _decodable(self, code: GradientCode) -> Callable[[list[int]], bool]:
         enough = self._stopping_replies(code)
+        state = self._round
 
         def rule(workers: list[int]) -> bool:
             if enough is not None and len(workers) >= enough:
                 return True
-            return bool(workers) and code.is_decodable(workers)
+            if not (workers and code.is_decodable(workers)):
+                return False
+            if not self.verify or state is None or state.probe is None:
+                return True
+            verdict = self._verdict(state, workers)
+            kept = [w for w in workers if w not in verdict.excluded]
+            return verdict.status == "verified" and code.is_decodable(kept)
 
         return rule
+
+    def _verdict(self, state: _Round, workers: list[int]) -> Verdict:
+        z = {w: state.valid[w].extra["z"] for w in workers}
+        return verify_replies(state.code.B, z, workers, self.verify_tolerance)
 
     def on_late_reply(self, reply: Message) -> None:
         """A reply to an earlier round: counted and dropped, never decoded."""
@@ -513,6 +540,8 @@ class GradientCoding(Strategy):
         weight_key = getattr(self.inner, "weighted_by_key", "num-examples")
         wire = self.wire_for(code)
         state.wire = wire
+        if code.s > 0 and not _is_chunked(code) and code.n <= 200:
+            state.probe = Probe(state.reply_layout, (self.seed, server_round, 0x5EED))
         messages = []
         for worker, node in enumerate(cohort):
             if node in busy_nodes:
@@ -629,10 +658,21 @@ class GradientCoding(Strategy):
         late = self._late + len(window.late)
         self._late = 0
         used = sorted(window.used)
+        verdict = None
+        if state.probe is not None and len(used) > 1:
+            verdict = self._verdict(state, used)
+            used = [w for w in used if w not in verdict.excluded]
+            for w in verdict.excluded:
+                log(WARNING, "round %d: worker %d (node %s) contradicts the other replicas; "
+                    "excluded", server_round, w, state.cohort[w])
         decoding = state.code.decoding(used) if used else None
         decode = "skipped"
         if decoding is not None and (decoding.exact or decoding.error <= self.max_decode_error):
             decode = "exact" if decoding.exact else "approx"
+        if verdict is not None and verdict.unresolved:
+            log(WARNING, "round %d: replies disagree (relative %.3g) and no single reply explains "
+                "it; nothing is applied", server_round, verdict.disagreement)
+            decode = "skipped"
         arrays_out, inner_metrics, num_examples, noise_std = None, None, None, None
         if decode != "skipped":
             outcome = self._decode_and_apply(state, used, decoding)
@@ -655,6 +695,9 @@ class GradientCoding(Strategy):
             "decode_error": float(decoding.error) if decoding is not None else 1.0,
             "num_examples": num_examples,
             "wire": state.wire,
+            "verified": None if verdict is None else verdict.status,
+            "inconsistent": [] if verdict is None else verdict.excluded,
+            "disagreement": None if verdict is None else verdict.disagreement,
             "bytes_up": state.bytes_up,
             "bytes_down": state.bytes_down,
             "virtual_s": float(self.clock.now),
@@ -833,6 +876,10 @@ class GradientCoding(Strategy):
             "rejected_reasons": [],
             "decode_error": 1.0,
             "num_examples": None,
+            "wire": None,
+            "verified": None,
+            "inconsistent": [],
+            "disagreement": None,
             "bytes_up": 0,
             "bytes_down": 0,
             "virtual_s": float(self.clock.now),
