@@ -115,6 +115,7 @@ class EarlyReturnGrid:
         t_end = time.monotonic() + self._strategy.deadline_s(timeout)
         first_reply_s = self._strategy.first_reply_deadline_s()
         replies: list[Message] = []
+        done = False
         while pending:
             asked = [*pending, *self.abandoned]
             for reply in self._grid.pull_messages(asked):
@@ -122,13 +123,15 @@ class EarlyReturnGrid:
                 if rid in pending:
                     del pending[rid]
                     replies.append(reply)
-                    self._strategy.on_reply(reply)
+                    if not done:  # validated as it arrives; the rest after the round returns
+                        self._strategy.on_reply(reply)
+                        done = self._strategy.ready()
                 else:
                     self._drop_if_late(reply)
             if first_reply_s is not None and replies:  # deadline counts from the first reply
                 t_end = min(t_end, time.monotonic() + first_reply_s)
                 first_reply_s = None
-            if not pending or self._strategy.ready() or time.monotonic() >= t_end:
+            if done or not pending or time.monotonic() >= t_end:
                 break
             time.sleep(self.poll_interval)
         self.abandoned.update(pending)

@@ -306,8 +306,13 @@ def parse_reply(
     worker: int,
     round: int,
     layout: Mapping[str, tuple[int, ...]],
+    check_values: bool = True,
 ) -> CodedReply:
     """Validate a coded reply from the node that is ``worker`` in round ``round``.
+
+    ``check_values=False`` skips the one full read that checks every value is finite (the
+    caller then checks the decoded result, which is finite exactly when every reply it used
+    is: wallclock rounds return without reading whole models on the critical path).
 
     Every failure (error reply, missing or malformed records, wrong round or worker, wrong
     keys, shapes or dtype, non-finite values, bytes that do not deserialize) raises
@@ -316,11 +321,16 @@ def parse_reply(
     if reply.has_error():
         raise RejectedReply(f"error reply (code {reply.error.code}: {reply.error.reason})")
     try:
-        return _parse_train(reply, worker, round, layout)
+        return _parse_train(reply, worker, round, layout, check_values)
     except RejectedReply:
         raise
     except Exception as exc:  # corrupt bytes, wrong record types, ...: a reason, not a crash
         raise RejectedReply(f"malformed reply ({type(exc).__name__}: {exc})") from exc
+
+
+def non_finite_arrays(reply: CodedReply) -> list[str]:
+    """The names of a parsed reply's arrays that hold NaN or Inf."""
+    return [name for name, arr in reply.arrays.items() if not _all_finite(arr)]
 
 
 def _all_finite(arr: np.ndarray) -> bool:
@@ -347,6 +357,7 @@ def _parse_train(
     worker: int,
     round: int,
     layout: Mapping[str, tuple[int, ...]],
+    check_values: bool = True,
 ) -> CodedReply:
     content = reply.content
     if PROTOCOL_KEY not in content.array_records:
@@ -369,7 +380,7 @@ def _parse_train(
             raise RejectedReply(f"array {name!r} has dtype {arr.dtype}, not a floating type")
         if tuple(arr.shape) != tuple(shape):
             raise RejectedReply(f"array {name!r} has shape {arr.shape}; expected {shape}")
-        if not _all_finite(arr):
+        if check_values and not _all_finite(arr):
             raise RejectedReply(f"array {name!r} contains NaN or Inf")
         arrays[name] = arr  # a zero-copy view of the message's bytes
     count = _number(meta, "num-examples")

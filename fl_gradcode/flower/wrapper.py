@@ -143,7 +143,8 @@ class GradientCoding(Strategy):
         replies than a decodable set are in hand, they must agree; a reply the redundancy
         identifies as inconsistent (e.g. outvoted inside a repetition group) is excluded, and a
         contradiction nothing resolves skips the round. With ``verify=True`` a round also
-        waits (up to the deadline) until every reply it decodes from has been cross-checked.
+        waits (up to the deadline) until every reply it decodes from has been cross-checked,
+        and applies nothing that was not (codes with ``s = 0`` have no redundancy to check).
     verify_tolerance : float
         Largest relative disagreement between decodings taken as agreement (rounding).
     wire : {"auto", "model", "float64"}
@@ -391,8 +392,17 @@ class GradientCoding(Strategy):
             if worker in state.valid:
                 raise RejectedReply("duplicate sender")
             parsed = protocol.parse_reply(
-                reply, worker=worker, round=state.number, layout=state.reply_layout
+                reply,
+                worker=worker,
+                round=state.number,
+                layout=state.reply_layout,
+                # wallclock: the values are checked in the decoding pass, off the critical path
+                check_values=self.timing == "virtual",
             )
+            if state.probe is not None:
+                parsed.extra["z"] = state.probe(parsed.arrays, parsed.num_examples)
+                if not np.all(np.isfinite(parsed.extra["z"])):
+                    raise RejectedReply("arrays contain NaN or Inf (sampled coordinates)")
         except RejectedReply as why:
             state.rejected.append((node, str(why)))
             log(
@@ -404,8 +414,6 @@ class GradientCoding(Strategy):
                 why,
             )
             return
-        if state.probe is not None:
-            parsed.extra["z"] = state.probe(parsed.arrays, parsed.num_examples)
         state.valid[worker] = parsed
 
     def ready(self) -> bool:
@@ -673,9 +681,24 @@ class GradientCoding(Strategy):
             log(WARNING, "round %d: replies disagree (relative %.3g) and no single reply explains "
                 "it; nothing is applied", server_round, verdict.disagreement)
             decode = "skipped"
+        elif self.verify and state.probe is not None and decode != "skipped" and (
+            verdict is None or verdict.status != "verified"
+        ):
+            log(WARNING, "round %d: verify=True and the replies could not all be cross-checked "
+                "before the deadline; nothing is applied", server_round)
+            decode = "skipped"
         arrays_out, inner_metrics, num_examples, noise_std = None, None, None, None
         if decode != "skipped":
             outcome = self._decode_and_apply(state, used, decoding)
+            bad = [] if outcome is not None else self._reject_non_finite(state, used)
+            if bad:  # replies whose values were not read on arrival: drop them, decode again
+                used = [w for w in used if w not in bad]
+                decoding = state.code.decoding(used) if used else None
+                ok = decoding is not None and (
+                    decoding.exact or decoding.error <= self.max_decode_error
+                )
+                decode = ("exact" if decoding.exact else "approx") if ok else "skipped"
+                outcome = self._decode_and_apply(state, used, decoding) if ok else None
             if outcome is None:
                 decode = "skipped"
             else:
@@ -723,6 +746,20 @@ class GradientCoding(Strategy):
         compute = reply.compute_s if self.measured_compute else 0.0
         return compute + self.compute_cost_s * load + self._delay(worker, state.number, load)
 
+    def _reject_non_finite(self, state: _Round, used: list[int]) -> list[int]:
+        """Workers among ``used`` whose replies hold NaN/Inf (read now, if not on arrival)."""
+        bad = []
+        for w in used:
+            names = protocol.non_finite_arrays(state.valid[w])
+            if names:
+                bad.append(w)
+                reason = f"array {names[0]!r} contains NaN or Inf"
+                state.rejected.append((state.cohort[w], reason))
+                del state.valid[w]
+                log(WARNING, "round %d: rejected reply from node %s (worker %d): %s",
+                    state.number, state.cohort[w], w, reason)
+        return bad
+
     def _decode_and_apply(self, state: _Round, used: list[int], decoding: Any):
         """Decode the example-weighted average, privatise, hand it to the inner strategy.
 
@@ -747,16 +784,7 @@ class GradientCoding(Strategy):
         for name, theta in state.theta.items():
             views = [r.arrays[name].reshape(-1) for r in replies]
             dtype = np.result_type(*(v.dtype for v in views)) if views else np.float64
-            acc = np.zeros(theta.size, dtype=dtype)
-            tmp = np.empty_like(acc)
-            for a, v in zip(coefficients, views, strict=True):
-                if a == 0.0:
-                    continue
-                if a == 1.0:  # FRC-like decoders are 0/1
-                    acc += v
-                else:  # one scratch buffer, no per-reply temporaries; no BLAS thread start-up
-                    np.multiply(v, acc.dtype.type(a), out=tmp)
-                    acc += tmp
+            acc = _combine(coefficients, views, theta.size, dtype)
             acc *= 1.0 / count
             if noise is not None:
                 acc += noise[start : start + theta.size]
@@ -957,6 +985,27 @@ class GradientCoding(Strategy):
             self.dp.mode,
         )
         self.inner.summary()
+
+
+_BLOCK = 1 << 15  # elements per cache block of the decoder
+
+
+def _combine(coefficients: np.ndarray, views: list[np.ndarray], size: int, dtype) -> np.ndarray:
+    """``sum_i a_i v_i`` into one new buffer, block by block so that the running sum stays in
+    cache while every reply streams through once (one read per reply, one write in all)."""
+    acc = np.zeros(size, dtype=dtype)
+    tmp = np.empty(min(size, _BLOCK), dtype=dtype)
+    terms = [(dtype.type(a), v) for a, v in zip(coefficients, views, strict=True) if a != 0.0]
+    for start in range(0, size, _BLOCK):
+        end = min(start + _BLOCK, size)
+        block, scratch = acc[start:end], tmp[: end - start]
+        for a, v in terms:
+            if a == 1.0:  # FRC-like decoders are 0/1
+                block += v[start:end]
+            else:
+                np.multiply(v[start:end], a, out=scratch)
+                block += scratch
+    return acc
 
 
 def _is_chunked(code: GradientCode) -> bool:
