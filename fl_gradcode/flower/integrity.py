@@ -50,6 +50,10 @@ class Probe:
             self._weights[name] = rng.standard_normal((q, take))
 
     def __call__(self, arrays: Mapping[str, np.ndarray], count: float) -> np.ndarray:
+        with np.errstate(all="ignore"):  # NaN/Inf replies give a non-finite z: rejected
+            return self._project(arrays, count)
+
+    def _project(self, arrays: Mapping[str, np.ndarray], count: float) -> np.ndarray:
         z = sum(
             self._weights[name] @ np.asarray(arrays[name]).reshape(-1)[idx].astype(np.float64)
             for name, idx in self._index.items()

@@ -25,9 +25,11 @@ References:
 from __future__ import annotations
 
 import math
+import os
 import secrets
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from logging import INFO, WARNING
 from typing import Any
@@ -364,7 +366,12 @@ class GradientCoding(Strategy):
         return None
 
     def on_unsent(self, messages: list[Message]) -> None:
+        """Messages the grid refused: those workers are stragglers of this round, not busy."""
+        state = self._round
         for msg in messages:
+            if state is not None:
+                worker = state.worker_of.get(msg.metadata.dst_node_id)
+                state.sent.pop(worker, None)
             log(WARNING, "message to node %s was not accepted by the grid: straggler",
                 msg.metadata.dst_node_id)
 
@@ -779,21 +786,35 @@ class GradientCoding(Strategy):
             noise_std = self._central_noise_std(state, decoding, used, count)
             dim = sum(v.size for v in state.theta.values())
             noise = self.server_noise.draw(dim, noise_std, state.number, self.nonce)
-        new: dict[str, np.ndarray] = {}
-        start = 0
+        offsets, start = {}, 0
         for name, theta in state.theta.items():
+            offsets[name] = start
+            start += theta.size
+
+        def finish(name: str) -> np.ndarray | None:
+            theta = state.theta[name]
             views = [r.arrays[name].reshape(-1) for r in replies]
             dtype = np.result_type(*(v.dtype for v in views)) if views else np.float64
             acc = _combine(coefficients, views, theta.size, dtype)
             acc *= 1.0 / count
             if noise is not None:
-                acc += noise[start : start + theta.size]
-            start += theta.size
+                acc += noise[offsets[name] : offsets[name] + theta.size]
             acc += theta.reshape(-1)
             if not np.isfinite(acc).all():
-                log(WARNING, "round %d: decoded model not finite; round skipped", state.number)
                 return None
-            new[name] = _cast(acc.reshape(theta.shape), state.dtypes[name])
+            return _cast(acc.reshape(theta.shape), state.dtypes[name])
+
+        # arrays are independent and numpy releases the GIL: one thread per core
+        names = list(state.theta)
+        if len(names) > 1 and start >= 1 << 20:
+            with ThreadPoolExecutor(max_workers=min(len(names), os.cpu_count() or 1)) as pool:
+                results = list(pool.map(finish, names))
+        else:
+            results = [finish(name) for name in names]
+        if any(r is None for r in results):
+            log(WARNING, "round %d: decoded model not finite; round skipped", state.number)
+            return None
+        new = dict(zip(names, results, strict=True))
         metric_names = set.intersection(*(set(r.metrics) for r in replies)) if replies else set()
         metrics = {
             k: float(sum(a * r.metrics[k] for a, r in zip(coefficients, replies, strict=True)))

@@ -1,0 +1,864 @@
+"""Specification of the Flower plug-in: ``GradientCoding`` + ``gradient_coding_mod`` + the grids.
+
+Every test runs real ClientApps in-process (``InProcessGrid``) under ``gradient_coding_mod``.
+The app is a tiny deterministic numpy "trainer": partition ``j`` moves the model toward its own
+target, ``theta_j = theta - lr * (theta - target_j)``, and trains on ``10 + j`` examples, so
+FedAvg's example-weighted average ``sum_j n_j theta_j / sum_j n_j`` is computed here by calling
+the app's train handler once per partition (no mod, no code, no seeding involved).
+
+Stragglers and faults are injected from outside the plug-in: by an OUTER client mod that
+rewrites the coded reply (``ClientApp(mods=[fault_mod, gradient_coding_mod])``), by the grid's
+wall-clock ``delay``, by grids that tamper with or drop messages, or, in virtual timing, by a
+fixed table of arrival times (``measured_compute=False``: arrivals are exactly the table).
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+from flwr.app import (
+    Array,
+    ArrayRecord,
+    ConfigRecord,
+    Context,
+    Error,
+    Message,
+    MessageType,
+    MetricRecord,
+    RecordDict,
+)
+from flwr.clientapp import ClientApp
+from flwr.serverapp.strategy import FedAdam, FedAvg, FedAvgM, Strategy
+
+from fl_gradcode.flower import GradientCoding, gradient_coding_mod
+from fl_gradcode.flower.protocol import OP_TRAIN, PROTOCOL_KEY, parse_instruction
+from fl_gradcode.flower.testing import InProcessGrid, set_task_identity
+from fl_gradcode.latency import TraceReplay
+
+META_KEY = PROTOCOL_KEY + "-meta"
+LR = 0.3
+SHAPES = {"w": (3,), "b": (2, 2)}
+
+pytestmark = [
+    # the app draws no random numbers: the public-seed warning is irrelevant here
+    pytest.mark.filterwarnings("ignore:gradient_coding_mod. no partition key:UserWarning"),
+]
+
+
+@pytest.fixture(autouse=True)
+def _task_identity(monkeypatch):
+    monkeypatch.delenv("FL_GRADCODE_DP_KEY_FILE", raising=False)
+    set_task_identity()
+
+
+# =============================================================================== the tiny app
+def target(partition: int, name: str) -> np.ndarray:
+    """Partition ``j``'s optimum: differs per partition, non-linearly in ``j``."""
+    size = int(np.prod(SHAPES[name]))
+    base = np.linspace(-1.0, 2.0, size).reshape(SHAPES[name])
+    return (partition + 1) * base + 0.25 * partition**2 + (1.0 if name == "b" else 0.0)
+
+
+def num_examples(partition: int) -> int:
+    return 10 + partition
+
+
+def train(msg: Message, context: Context) -> Message:
+    pid = int(context.node_config["partition-id"])
+    lr = float(msg.content["config"]["lr"])
+    new, loss = {}, 0.0
+    for name, arr in msg.content["arrays"].items():
+        theta = arr.numpy()
+        new[name] = Array(theta - lr * (theta - target(pid, name)))
+        loss += float(np.sum((theta - target(pid, name)) ** 2))
+    metrics = MetricRecord({"train_loss": loss, "num-examples": num_examples(pid)})
+    return Message(RecordDict({"arrays": ArrayRecord(new), "metrics": metrics}), reply_to=msg)
+
+
+def evaluate(msg: Message, context: Context) -> Message:
+    pid = int(context.node_config["partition-id"])
+    loss = sum(
+        float(np.sum((arr.numpy() - target(pid, name)) ** 2))
+        for name, arr in msg.content["arrays"].items()
+    )
+    metrics = MetricRecord({"eval_loss": loss, "num-examples": num_examples(pid)})
+    return Message(RecordDict({"metrics": metrics}), reply_to=msg)
+
+
+def make_app(*mods) -> ClientApp:
+    app = ClientApp(mods=list(mods))
+    app.train()(train)
+    app.evaluate()(evaluate)
+    return app
+
+
+def initial_arrays() -> ArrayRecord:
+    rng = np.random.default_rng(7)
+    return ArrayRecord({name: Array(rng.standard_normal(shape)) for name, shape in SHAPES.items()})
+
+
+def as_dict(arrays: ArrayRecord) -> dict[str, np.ndarray]:
+    return {name: arr.numpy().astype(np.float64) for name, arr in arrays.items()}
+
+
+def flat(arrays: Mapping[str, np.ndarray]) -> np.ndarray:
+    return np.concatenate([np.asarray(arrays[name], dtype=np.float64).ravel() for name in SHAPES])
+
+
+# =============================================================================== the oracle
+_oracle_ids = iter(range(10**9))
+
+
+def call_app(theta: Mapping[str, np.ndarray], partition: int, num_parts: int):
+    """The plain train handler on partition ``partition`` (what that node computes alone)."""
+    content = RecordDict(
+        {
+            "arrays": ArrayRecord({k: Array(np.asarray(v)) for k, v in theta.items()}),
+            "config": ConfigRecord({"lr": LR}),
+        }
+    )
+    msg = Message(content, dst_node_id=1000 + partition, message_type=MessageType.TRAIN)
+    msg.metadata.__dict__["_message_id"] = f"oracle-{next(_oracle_ids)}"
+    ctx = Context(
+        run_id=1,
+        node_id=1000 + partition,
+        node_config={"partition-id": partition, "num-partitions": num_parts},
+        state=RecordDict(),
+        run_config={},
+    )
+    reply = train(msg, ctx)
+    return (
+        as_dict(reply.content["arrays"]),
+        float(reply.content["metrics"]["num-examples"]),
+        float(reply.content["metrics"]["train_loss"]),
+    )
+
+
+def fedavg(theta: Mapping[str, np.ndarray], partitions, num_parts: int) -> dict[str, np.ndarray]:
+    """FedAvg over ``partitions``: ``sum_j n_j theta_j / sum_j n_j``."""
+    total, count = {k: 0.0 for k in theta}, 0.0
+    for j in partitions:
+        theta_j, n_j, _ = call_app(theta, j, num_parts)
+        for k in theta:
+            total[k] = total[k] + n_j * theta_j[k]
+        count += n_j
+    return {k: v / count for k, v in total.items()}
+
+
+def fedavg_rounds(theta, rounds: int, num_parts: int):
+    for _ in range(rounds):
+        theta = fedavg(theta, range(num_parts), num_parts)
+    return theta
+
+
+def assert_model(got: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray]) -> None:
+    np.testing.assert_allclose(flat(got), flat(expected), rtol=1e-9, atol=1e-12)
+
+
+def theta0() -> dict[str, np.ndarray]:
+    return as_dict(initial_arrays())
+
+
+def test_oracle_is_example_weighted_and_moves_the_model():
+    """The oracle is not vacuous: weights matter and one round moves the model."""
+    n = 6
+    avg = fedavg(theta0(), range(n), n)
+    plain = {k: np.mean([call_app(theta0(), j, n)[0][k] for j in range(n)], axis=0) for k in SHAPES}
+    assert np.linalg.norm(flat(avg) - flat(plain)) > 1e-2
+    assert np.linalg.norm(flat(avg) - flat(theta0())) > 1e-1
+
+
+# =============================================================================== injection
+def fault_mod(faults: Mapping[tuple[int, int], str]):
+    """An OUTER mod: rewrites worker ``w``'s coded reply in round ``r`` as ``faults[w, r]``."""
+
+    def mod(msg: Message, context: Context, call_next) -> Message:
+        reply = call_next(msg, context)
+        if msg.metadata.message_type != MessageType.TRAIN:
+            return reply
+        instruction = parse_instruction(msg.content)
+        if instruction is None or instruction.op != OP_TRAIN:
+            return reply
+        kind = faults.get((instruction.worker, instruction.round))
+        return reply if kind is None else corrupt(kind, msg, reply)
+
+    return mod
+
+
+def _force(record: MetricRecord, key: str, value: Any) -> None:
+    """Put a value Flower's MetricRecord would refuse (a str) into it, as a hostile peer might."""
+    record.__dict__["_data"][key] = value
+
+
+def corrupt(kind: str, msg: Message, reply: Message) -> Message:
+    """The reply rewritten by fault ``kind``. Arrays are also poisoned (+1000) wherever the
+    reply stays parseable, so that decoding it anyway would change the model."""
+    if kind == "error":
+        return Message(Error(code=0, reason="client crashed"), reply_to=msg)
+    coded = {k: v.numpy() for k, v in reply.content.array_records[PROTOCOL_KEY].items()}
+    arrays: dict[str, Array] = {k: Array(v + 1000.0) for k, v in coded.items()}
+    meta = MetricRecord(dict(reply.content.metric_records[META_KEY]))
+    records: dict[str, Any] = {}
+    if kind == "no-arrays":
+        records = {META_KEY: meta}
+    elif kind == "no-metrics":
+        records = {PROTOCOL_KEY: ArrayRecord(arrays)}
+    else:
+        if kind == "wrong-keys":
+            arrays = {("weights" if k == "w" else k): v for k, v in arrays.items()}
+        elif kind == "extra-key":
+            arrays["extra"] = Array(np.zeros(2))
+        elif kind == "wrong-shape":
+            arrays["w"] = Array(coded["w"][:-1])
+        elif kind == "string-dtype":
+            arrays["w"] = Array(np.array(["x"] * coded["w"].size))
+        elif kind == "bool-dtype":
+            arrays["w"] = Array(np.ones(coded["w"].shape, dtype=bool))
+        elif kind == "complex-dtype":
+            arrays["w"] = Array(coded["w"] + 1j)
+        elif kind == "nan":
+            arrays["w"] = Array(np.where(np.arange(coded["w"].size) == 1, np.nan, coded["w"]))
+        elif kind == "inf":
+            arrays["b"] = Array(np.full(coded["b"].shape, np.inf))
+        elif kind == "int-dtype":
+            arrays["w"] = Array(np.arange(coded["w"].size))
+        elif kind == "corrupt-bytes":
+            arrays["w"] = Array(dtype="float64", shape=(3,), stype="numpy.ndarray", data=b"garbage")
+        elif kind == "truncated-bytes":
+            good = Array(coded["w"])
+            arrays["w"] = Array(dtype=good.dtype, shape=good.shape, stype=good.stype,
+                                data=good.data[:-8])
+        elif kind == "object-dtype":  # a .npy header announcing pickled objects
+            header = io.BytesIO()
+            np.lib.format.write_array_header_1_0(
+                header, {"descr": "|O", "fortran_order": False, "shape": (3,)}
+            )
+            data = header.getvalue() + bytes(24)
+            arrays["w"] = Array(dtype="object", shape=(3,), stype="numpy.ndarray", data=data)
+        elif kind == "wrong-stype":
+            good = Array(coded["w"])
+            arrays["w"] = Array(dtype=good.dtype, shape=good.shape, stype="torch", data=good.data)
+        elif kind == "list-count":
+            meta["num-examples"] = [1.0, 2.0]
+        elif kind == "str-compute":
+            _force(meta, "compute-s", "fast")
+        elif kind == "list-app-metric":
+            meta["metric.train_loss"] = [0.5, 0.5]
+        elif kind == "nan-count":
+            meta["num-examples"] = float("nan")
+        elif kind == "negative-compute":
+            meta["compute-s"] = -1.0
+        elif kind == "other-worker":
+            meta["worker"] = 1
+        elif kind == "other-round":
+            meta["round"] = 99
+        else:
+            raise AssertionError(kind)
+        records = {PROTOCOL_KEY: ArrayRecord(arrays), META_KEY: meta}
+    return Message(RecordDict(records), reply_to=msg)
+
+
+class FixedArrivals(TraceReplay):
+    """Virtual arrival times from a table: ``times[round][worker]`` seconds after round start
+    (``TraceReplay`` with an in-memory trace)."""
+
+    def __init__(self, times: Mapping[int, list[float]]):
+        table = np.zeros((max(times) + 1, max(len(row) for row in times.values())))
+        for r, row in times.items():
+            table[r, : len(row)] = row
+        self.name, self.table, self.load_scaled = "fixed", table, False
+
+
+# =============================================================================== runner
+@dataclass
+class Run:
+    strategy: GradientCoding
+    result: Any
+    models: dict[int, dict[str, np.ndarray]]  # model after round r (0: initial)
+    grid: Any
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        return self.strategy.history
+
+
+def run(
+    n: int,
+    *,
+    code: str = "frc",
+    s: int = 1,
+    rounds: int = 1,
+    faults: Mapping[tuple[int, int], str] | None = None,
+    inner: Strategy | None = None,
+    timing: str = "virtual",
+    grid: Any = None,
+    delay: Callable[[int, int], float] | None = None,
+    **options: Any,
+) -> Run:
+    """``rounds`` rounds of ``GradientCoding(inner)`` on ``n`` in-process nodes."""
+    if grid is None:
+        mods = [fault_mod(faults), gradient_coding_mod] if faults else [gradient_coding_mod]
+        grid = InProcessGrid(make_app(*mods), n, delay=delay)
+    options.setdefault("measured_compute", False)
+    strategy = GradientCoding(
+        inner if inner is not None else FedAvg(fraction_evaluate=0.0),
+        code=code,
+        s=s,
+        timing=timing,
+        seed=0,
+        **options,
+    )
+    models: dict[int, dict[str, np.ndarray]] = {}
+
+    def evaluate_fn(server_round: int, arrays: ArrayRecord) -> None:
+        models[server_round] = as_dict(arrays)
+
+    result = strategy.start(
+        grid=grid,
+        initial_arrays=initial_arrays(),
+        num_rounds=rounds,
+        train_config=ConfigRecord({"lr": LR}),
+        evaluate_fn=evaluate_fn,
+    )
+    return Run(strategy, result, models, grid)
+
+
+# =============================================================================== 1. exactness
+EXACT_CASES = [
+    ("frc", 6, 1), ("frc", 6, 2),
+    ("grouped-rs", 5, 1), ("grouped-rs", 5, 2), ("grouped-rs", 6, 1), ("grouped-rs", 6, 2),
+    ("crc", 5, 1), ("crc", 5, 2), ("crc", 6, 1), ("crc", 6, 2),
+]
+
+
+@pytest.mark.parametrize(("code", "n", "s"), EXACT_CASES, ids=[f"{c}-n{n}-s{s}"
+                                                                for c, n, s in EXACT_CASES])
+def test_coded_fedavg_equals_the_oracle_for_every_straggler_pattern(code, n, s):
+    expected = fedavg(theta0(), range(n), n)
+    patterns = [p for size in range(s + 1) for p in itertools.combinations(range(n), size)]
+    for pattern in patterns:
+        outcome = run(n, code=code, s=s, faults={(w, 1): "error" for w in pattern})
+        row = outcome.rows[0]
+        assert row["decode"] == "exact", (pattern, row)
+        assert set(pattern) <= set(row["stragglers"]), (pattern, row)
+        assert not set(pattern) & set(row["clients_used"]), (pattern, row)
+        assert row["num_examples"] == pytest.approx(sum(num_examples(j) for j in range(n)))
+        assert_model(outcome.models[1], expected)
+
+
+# =============================================================================== 2. deadlines
+def test_wallclock_round_returns_at_the_first_decodable_set():
+    # FRC n=6, s=1: groups (0,1) (2,3) (4,5); odd workers take 5 s, the deadline is 4 s
+    outcome = run(6, timing="wallclock", straggler_timeout=4.0,
+                  delay=lambda w, r: 5.0 if r >= 1 and w % 2 else 0.0)
+    row = outcome.rows[0]
+    assert row["wall_s"] < 1.0  # neither the 4-s deadline nor the 5-s stragglers
+    assert row["decode"] == "exact"
+    assert row["clients_used"] == [0, 2, 4]
+    assert row["stragglers"] == [1, 3, 5]
+    assert_model(outcome.models[1], fedavg(theta0(), range(6), 6))
+
+
+def test_virtual_round_decodes_from_the_earliest_decodable_prefix_and_tracks_busy():
+    arrivals = FixedArrivals({1: [0.5, 9.0, 0.7, 0.2, 3.0, 8.0], 2: [0.1] * 6})
+    outcome = run(6, rounds=2, latency=arrivals, straggler_timeout=20.0)
+    first, second = outcome.rows
+    # arrival order 3, 0, 2, 4: every group covered once worker 4 arrives at t = 3.0
+    assert first["clients_used"] == [0, 2, 3, 4]
+    assert first["virtual_s"] == pytest.approx(3.0)
+    assert first["late_dropped"] == 2  # workers 5 and 1 arrive after the round closed
+    # at t = 3.0 workers 1 and 5 are still busy (until 9.0 and 8.0): no round-2 work
+    assert second["busy"] == [1, 5]
+    assert second["clients_used"] == [0, 2, 3, 4]
+    assert second["decode"] == "exact"
+    assert_model(outcome.models[2], fedavg_rounds(theta0(), 2, 6))
+
+
+def test_wallclock_deadline_decodes_approximately_and_records_the_error():
+    # a whole FRC group (4, 5) is slower (5 s) than the deadline (1 s): not decodable
+    outcome = run(6, timing="wallclock", straggler_timeout=1.0,
+                  delay=lambda w, r: 5.0 if r >= 1 and w in (4, 5) else 0.0)
+    row = outcome.rows[0]
+    assert row["decode"] == "approx"
+    assert row["clients_used"] == [0, 1, 2, 3]
+    assert row["decode_error"] == pytest.approx(2 / 6)  # 2 of 6 partitions missing
+    assert 1.0 <= row["wall_s"] < 4.0
+    # the decoded example count is that of partitions 0-3: FedAvg over them
+    assert_model(outcome.models[1], fedavg(theta0(), range(4), 6))
+
+
+def test_virtual_deadline_uses_only_replies_that_arrived_in_time():
+    arrivals = FixedArrivals({1: [0.1, 0.2, 0.3, 0.4, 50.0, 60.0]})
+    outcome = run(6, latency=arrivals, straggler_timeout=10.0)
+    row = outcome.rows[0]
+    assert row["decode"] == "approx"
+    assert row["clients_used"] == [0, 1, 2, 3]
+    assert row["virtual_s"] == pytest.approx(10.0)
+    assert row["decode_error"] == pytest.approx(2 / 6)
+    assert_model(outcome.models[1], fedavg(theta0(), range(4), 6))
+
+
+def test_approximation_worse_than_max_decode_error_keeps_the_model_and_is_skipped():
+    outcome = run(6, rounds=2, faults={(4, 1): "error", (5, 1): "error"},
+                  max_decode_error=0.2, straggler_timeout=1.0)
+    first, second = outcome.rows
+    assert first["decode"] == "skipped"
+    assert first["decode_error"] == pytest.approx(2 / 6)
+    assert outcome.result.train_metrics_clientapp[1]["decoded"] == 0
+    assert_model(outcome.models[1], theta0())  # aggregate_train returned no arrays
+    # the next round starts from the kept model (workers 4, 5 are free again at t = 1 s)
+    assert second["decode"] == "exact"
+    assert_model(outcome.models[2], fedavg(theta0(), range(6), 6))
+
+
+def test_wallclock_round_with_nothing_received_is_skipped_and_keeps_a_finite_model():
+    outcome = run(6, timing="wallclock", straggler_timeout=0.5, warmup_timeout=0.5,
+                  delay=lambda w, r: 5.0 if r >= 1 else 0.0)
+    row = outcome.rows[0]
+    assert row["decode"] == "skipped"
+    assert row["clients_used"] == []
+    assert row["wall_s"] < 4.0
+    assert np.all(np.isfinite(flat(outcome.models[1])))
+    assert_model(outcome.models[1], theta0())
+
+
+# =============================================================================== 3. busy, late
+def test_virtual_clock_advances_when_no_reply_is_valid():
+    errors = {(w, 1): "error" for w in range(6)}
+    outcome = run(6, rounds=3, faults=errors, straggler_timeout=2.0)
+    rows = outcome.rows
+    assert rows[0]["decode"] == "skipped" and rows[0]["clients_used"] == []
+    assert rows[0]["virtual_s"] == pytest.approx(2.0)  # the round lasted until the deadline
+    assert [r["decode"] for r in rows[1:]] == ["exact", "exact"]
+    assert rows[1]["busy"] == []  # every node is free again after the deadline
+    assert_model(outcome.models[3], fedavg_rounds(theta0(), 2, 6))
+
+
+def test_virtual_silent_client_is_busy_until_the_deadline_then_free_again():
+    # every reply arrives 1 s after its round starts (worker 5's after 0.5 s); worker 5 never
+    # answers round 1 (its reply is held back for good), so it counts as busy until that
+    # round's deadline (2.5 s): in rounds 2 (t=1) and 3 (t=2), not in round 4 (t=3)
+    arrivals = FixedArrivals({r: [1.0] * 5 + [0.5] for r in range(1, 5)})
+    outcome = run(6, rounds=4, latency=arrivals, straggler_timeout=2.5, round_timeout=0.5,
+                  delay=lambda w, r: 1000.0 if (w, r) == (5, 1) else 0.0)
+    rows = outcome.rows
+    assert [r["busy"] for r in rows] == [[], [5], [5], []]
+    assert [r["virtual_s"] for r in rows] == pytest.approx([1.0, 2.0, 3.0, 4.0])
+    assert all(r["decode"] == "exact" for r in rows)
+    assert 5 in rows[3]["clients_used"]
+    assert_model(outcome.models[4], fedavg_rounds(theta0(), 4, 6))
+
+
+def test_virtual_client_that_answered_with_an_error_is_free_at_the_round_end():
+    arrivals = FixedArrivals({r: [1.0] * 5 + [0.5] for r in range(1, 3)})
+    outcome = run(6, rounds=2, faults={(5, 1): "error"}, latency=arrivals,
+                  straggler_timeout=2.5)
+    first, second = outcome.rows
+    assert first["rejected"] == 1 and 5 in first["stragglers"]
+    assert second["busy"] == []
+    assert 5 in second["clients_used"]
+    assert_model(outcome.models[2], fedavg_rounds(theta0(), 2, 6))
+
+
+def test_wallclock_busy_client_is_skipped_and_its_late_reply_dropped_and_counted():
+    # round 1: worker 5 replies after 1 s (the round ends at once without it);
+    # round 2: worker 0 fails and worker 1 takes 2.5 s, so group (0, 1) keeps the round
+    # polling when worker 5's round-1 reply arrives: it is dropped and counted, never decoded
+    outcome = run(6, rounds=3, timing="wallclock", straggler_timeout=10.0,
+                  faults={(0, 2): "error"},
+                  delay=lambda w, r: {(5, 1): 1.0, (1, 2): 2.5}.get((w, r), 0.0))
+    rows = outcome.rows
+    assert [r["busy"] for r in rows] == [[], [5], []]
+    assert [r["late_dropped"] for r in rows] == [0, 1, 0]
+    assert rows[1]["clients_used"] == [1, 2, 3, 4]
+    assert rows[2]["clients_used"] == [0, 1, 2, 3, 4, 5]
+    assert all(r["decode"] == "exact" for r in rows)
+    assert_model(outcome.models[3], fedavg_rounds(theta0(), 3, 6))
+
+
+def test_wallclock_round_waits_for_late_replies_when_every_client_is_busy():
+    # FRC n=6, s=5: one group, any single reply decodes. Round 1 gets nothing before its
+    # deadline (every reply takes 2 s); round 2 must wait for those replies, not send nothing
+    outcome = run(6, code="frc", s=5, rounds=2, timing="wallclock", straggler_timeout=0.5,
+                  warmup_timeout=0.5, delay=lambda w, r: 2.0 if r == 1 else 0.0)
+    first, second = outcome.rows
+    assert first["decode"] == "skipped"
+    assert second["decode"] == "exact"
+    assert second["clients_used"]
+    assert second["late_dropped"] >= 1
+    assert_model(outcome.models[2], fedavg(theta0(), range(6), 6))
+
+
+# =============================================================================== 4. rejection
+REJECTIONS = {
+    "error": "error reply",
+    "no-arrays": "lacks",
+    "no-metrics": "lacks",
+    "wrong-keys": "array keys",
+    "extra-key": "array keys",
+    "wrong-shape": "shape",
+    "string-dtype": "dtype",
+    "bool-dtype": "dtype",
+    "complex-dtype": "dtype",
+    "nan": "NaN or Inf",
+    "inf": "NaN or Inf",
+    "int-dtype": "dtype",
+    "corrupt-bytes": "not .npy",
+    "truncated-bytes": "truncated",
+    "object-dtype": "Python objects",
+    "wrong-stype": "serialization",
+    "list-count": "not a number",
+    "str-compute": "not a number",
+    "list-app-metric": "not a number",
+    "nan-count": "not finite",
+    "negative-compute": "negative",
+    "other-worker": "claims worker 1",
+    "other-round": "computed for round 99",
+}
+
+
+@pytest.mark.parametrize("kind", list(REJECTIONS))
+def test_bad_reply_is_rejected_counted_and_never_decoded(kind):
+    outcome = run(6, faults={(0, 1): kind})
+    row = outcome.rows[0]
+    assert row["rejected"] == 1
+    assert len(row["rejected_reasons"]) == 1
+    assert REJECTIONS[kind] in row["rejected_reasons"][0]
+    assert 0 not in row["clients_used"] and 0 in row["stragglers"]
+    assert row["decode"] == "exact"  # worker 1 covers group (0, 1)
+    assert outcome.result.train_metrics_clientapp[1]["rejected"] == 1
+    assert_model(outcome.models[1], fedavg(theta0(), range(6), 6))
+
+
+@pytest.mark.parametrize("kind", ["nan", "inf"])
+def test_wallclock_non_finite_reply_is_rejected_and_never_decoded(kind):
+    outcome = run(6, timing="wallclock", faults={(0, 1): kind})
+    row = outcome.rows[0]
+    assert row["rejected"] == 1 and "NaN or Inf" in row["rejected_reasons"][0]
+    assert 0 not in row["clients_used"]
+    assert row["decode"] == "exact"
+    assert_model(outcome.models[1], fedavg(theta0(), range(6), 6))
+
+
+class TamperingGrid:
+    """A delegating grid that hands every pulled reply to ``tamper(grid, reply)``."""
+
+    def __init__(self, inner: InProcessGrid, tamper: Callable[[Any, Message], None]):
+        self.inner, self.tamper, self.seen = inner, tamper, {}
+
+    def get_node_ids(self):
+        return self.inner.get_node_ids()
+
+    def push_messages(self, messages):
+        return self.inner.push_messages(messages)
+
+    def pull_messages(self, message_ids):
+        replies = list(self.inner.pull_messages(message_ids))
+        for reply in replies:
+            self.tamper(self, reply)
+        return replies
+
+    def send_and_receive(self, messages, *, timeout=None):
+        return self.inner.send_and_receive(messages, timeout=timeout)
+
+
+def _is_round_1_reply_of(grid: TamperingGrid, reply: Message, worker: int) -> bool:
+    node = grid.inner.node_ids[worker]
+    return reply.metadata.src_node_id == node and reply.metadata.group_id == "1"
+
+
+def _unknown_sender(grid, reply):
+    if _is_round_1_reply_of(grid, reply, 0):
+        reply.metadata.__dict__["_src_node_id"] = 424242
+
+
+def _reply_to_another_round(grid, reply):
+    if _is_round_1_reply_of(grid, reply, 0):
+        reply.metadata.__dict__["_group_id"] = "7"
+
+
+def _duplicate_sender(grid, reply):
+    """Worker 1's reply is replaced by a poisoned copy of worker 0's, sent as node 0."""
+    if _is_round_1_reply_of(grid, reply, 0):
+        grid.seen[0] = reply.content
+    elif _is_round_1_reply_of(grid, reply, 1):
+        copy = grid.seen[0]
+        arrays = {k: Array(v.numpy() + 1000.0) for k, v in copy[PROTOCOL_KEY].items()}
+        reply.content = RecordDict({PROTOCOL_KEY: ArrayRecord(arrays), META_KEY: copy[META_KEY]})
+        reply.metadata.__dict__["_src_node_id"] = grid.inner.node_ids[0]
+
+
+SENDER_FAULTS = {
+    # (the first decodable prefix in worker order: group (4, 5) is covered by worker 4)
+    "unknown-sender": (_unknown_sender, "unknown sender", [1, 2, 3, 4]),
+    "other-round-group": (_reply_to_another_round, "reply to round '7'", [1, 2, 3, 4]),
+    "duplicate-sender": (_duplicate_sender, "duplicate sender", [0, 2, 3, 4]),
+}
+
+
+@pytest.mark.parametrize("kind", list(SENDER_FAULTS))
+def test_reply_from_the_wrong_sender_or_round_is_rejected_and_never_decoded(kind):
+    tamper, reason, used = SENDER_FAULTS[kind]
+    grid = TamperingGrid(InProcessGrid(make_app(gradient_coding_mod), 6), tamper)
+    outcome = run(6, grid=grid)
+    row = outcome.rows[0]
+    assert row["rejected"] == 1
+    assert reason in row["rejected_reasons"][0]
+    assert row["decode"] == "exact"
+    assert row["clients_used"] == used
+    assert_model(outcome.models[1], fedavg(theta0(), range(6), 6))
+
+
+def test_replayed_reply_handed_to_aggregate_train_is_a_duplicate_sender():
+    """A reply fed twice (a new message id, the same node) is rejected the second time."""
+    grid = InProcessGrid(make_app(gradient_coding_mod), 4)
+    strategy = GradientCoding(FedAvg(fraction_evaluate=0.0), code="frc", s=1,
+                              measured_compute=False)
+    arrays = initial_arrays()
+    wrapped = strategy.wrap_grid(grid)
+    msgs = list(strategy.configure_train(1, arrays, ConfigRecord({"lr": LR}), wrapped))
+    replies = wrapped.send_and_receive(msgs, timeout=60)
+    replay = Message(replies[0].content, reply_to=msgs[0])
+    replay.metadata.__dict__["_src_node_id"] = replies[0].metadata.src_node_id
+    replay.metadata.__dict__["_message_id"] = "replayed"
+    new_arrays, _ = strategy.aggregate_train(1, [*replies, replay])
+    row = strategy.history[0]
+    assert row["rejected"] == 1 and "duplicate sender" in row["rejected_reasons"][0]
+    assert row["decode"] == "exact"
+    assert_model(as_dict(new_arrays), fedavg(theta0(), range(4), 4))
+
+
+# =============================================================================== 5. handshake
+def test_node_without_the_mod_fails_the_handshake_with_a_clear_error():
+    apps = [make_app(gradient_coding_mod)] * 5 + [make_app()]
+    grid = InProcessGrid(None, 6, apps=apps)
+    with pytest.raises(RuntimeError, match="gradient_coding_mod") as info:
+        run(6, grid=grid)
+    assert f"node {grid.node_ids[5]}" in str(info.value)
+
+
+def test_two_nodes_claiming_the_same_partition_fail_the_handshake():
+    grid = InProcessGrid(make_app(gradient_coding_mod), 6,
+                         node_config=lambda i: {"partition-id": i % 5})
+    with pytest.raises(RuntimeError, match="both claim partition-id=0"):
+        run(6, grid=grid)
+
+
+# =============================================================================== 6. min replies
+def test_min_replies_closes_an_exact_code_round_early_with_an_approximation():
+    # FRC n=6, s=1 closed at 3 replies: workers 0, 1, 2 cover partitions 0-3 only
+    arrivals = FixedArrivals({1: [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]})
+    outcome = run(6, latency=arrivals, min_replies=3)
+    row = outcome.rows[0]
+    assert row["clients_used"] == [0, 1, 2]
+    assert row["virtual_s"] == pytest.approx(0.3)
+    assert row["decode"] == "approx"
+    assert row["decode_error"] == pytest.approx(2 / 6)
+    assert_model(outcome.models[1], fedavg(theta0(), range(4), 6))
+
+
+def test_approximate_code_closes_at_n_minus_s_replies():
+    # ignore-stragglers (rescaled) n=6, s=2: the fastest 4 replies, then FedAvg over them
+    arrivals = FixedArrivals({1: [0.3, 5.0, 0.1, 0.2, 9.0, 0.4]})
+    outcome = run(6, code="ignore-stragglers", s=2, latency=arrivals, max_decode_error=0.6)
+    row = outcome.rows[0]
+    assert row["clients_used"] == [0, 2, 3, 5]
+    assert row["virtual_s"] == pytest.approx(0.4)
+    assert row["decode"] == "approx"
+    assert row["decode_error"] == pytest.approx(0.5)  # (4 * 0.5^2 + 2 * 1) / 6
+    assert_model(outcome.models[1], fedavg(theta0(), [0, 2, 3, 5], 6))
+
+
+# =============================================================================== 7. composition
+class PassThrough(Strategy):
+    """A wrapper in the style of Flower's DP wrappers: composition, no ``start`` override."""
+
+    def __init__(self, inner: Strategy):
+        self.inner = inner
+
+    def configure_train(self, *args):
+        return self.inner.configure_train(*args)
+
+    def aggregate_train(self, *args):
+        return self.inner.aggregate_train(*args)
+
+    def configure_evaluate(self, *args):
+        return self.inner.configure_evaluate(*args)
+
+    def aggregate_evaluate(self, *args):
+        return self.inner.aggregate_evaluate(*args)
+
+    def summary(self):
+        self.inner.summary()
+
+
+def test_early_return_survives_an_outer_wrapper_strategy_via_wrap_grid():
+    grid = InProcessGrid(make_app(gradient_coding_mod), 6,
+                         delay=lambda w, r: 30.0 if r >= 1 and w % 2 else 0.0)
+    coded = GradientCoding(FedAvg(fraction_evaluate=0.0), code="frc", s=1, timing="wallclock",
+                           straggler_timeout=20.0)
+    t0 = time.monotonic()
+    result = PassThrough(coded).start(
+        grid=coded.wrap_grid(grid), initial_arrays=initial_arrays(), num_rounds=1,
+        train_config=ConfigRecord({"lr": LR}),
+    )
+    assert time.monotonic() - t0 < 10.0  # not the 20-s deadline, not the 30-s stragglers
+    assert coded.history[0]["clients_used"] == [0, 2, 4]
+    assert_model(as_dict(result.arrays), fedavg(theta0(), range(6), 6))
+
+
+# ======================================================================== 8. inner strategies
+class RecordingFedAdam(FedAdam):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.received: list[list[Message]] = []
+
+    def aggregate_train(self, server_round, replies):
+        replies = list(replies)
+        self.received.append(replies)
+        return super().aggregate_train(server_round, replies)
+
+
+def test_inner_fedadam_receives_one_reply_holding_the_decoded_fedavg():
+    inner = RecordingFedAdam(fraction_evaluate=0.0)
+    outcome = run(6, code="crc", s=2, inner=inner, faults={(1, 1): "error", (4, 1): "error"})
+    assert len(inner.received) == 1 and len(inner.received[0]) == 1
+    content = inner.received[0][0].content
+    assert_model(as_dict(content["arrays"]), fedavg(theta0(), range(6), 6))
+    sizes = [num_examples(j) for j in range(6)]
+    losses = [call_app(theta0(), j, 6)[2] for j in range(6)]
+    assert content["metrics"]["num-examples"] == pytest.approx(sum(sizes))
+    weighted = float(np.dot(sizes, losses) / sum(sizes))
+    assert content["metrics"]["train_loss"] == pytest.approx(weighted, rel=1e-9)
+    assert weighted != pytest.approx(float(np.mean(losses)), rel=1e-3)  # weights matter
+    # ... and FedAdam's own (server-optimizer) step is applied to it: not plain FedAvg
+    assert outcome.result.train_metrics_clientapp[1]["train_loss"] == pytest.approx(weighted)
+    assert np.linalg.norm(flat(outcome.models[1]) - flat(as_dict(content["arrays"]))) > 1e-3
+
+
+def test_inner_fedavgm_applies_server_momentum_to_the_decoded_average():
+    lr_s, mu = 0.7, 0.9
+    outcome = run(6, code="grouped-rs", s=2, rounds=2,
+                  inner=FedAvgM(fraction_evaluate=0.0, server_learning_rate=lr_s,
+                                server_momentum=mu),
+                  faults={(0, 1): "error", (5, 2): "error"})
+    assert [r["decode"] for r in outcome.rows] == ["exact", "exact"]
+    # SGD with momentum on the pseudo-gradient theta - FedAvg(theta), computed by hand
+    theta = flat(theta0())
+    momentum = None
+    for _ in range(2):
+        current = dict(zip(SHAPES, np.split(theta, [3]), strict=True))
+        current = {k: v.reshape(SHAPES[k]) for k, v in current.items()}
+        pseudo = theta - flat(fedavg(current, range(6), 6))
+        momentum = pseudo if momentum is None else mu * momentum + pseudo
+        theta = theta - lr_s * momentum
+    np.testing.assert_allclose(flat(outcome.models[2]), theta, rtol=1e-9, atol=1e-12)
+
+
+# =============================================================================== 9. results
+def test_result_and_results_dir_hold_every_round(tmp_path):
+    out = tmp_path / "results"
+    outcome = run(6, rounds=2, results_dir=str(out), inner=FedAvg(fraction_evaluate=1.0),
+                  faults={(3, 2): "nan"})
+    result = outcome.result
+    assert set(result.train_metrics_clientapp) == {1, 2}
+    for r in (1, 2):
+        metrics = result.train_metrics_clientapp[r]
+        assert metrics["decoded"] == 1 and metrics["exact"] == 1
+        assert metrics["s"] == 1
+    assert result.train_metrics_clientapp[2]["rejected"] == 1
+    # federated evaluation passes through the mod to the app's own evaluate handler
+    assert set(result.evaluate_metrics_clientapp) == {1, 2}
+
+    rows = [json.loads(line) for line in (out / "rounds.jsonl").read_text().splitlines()]
+    assert [row["round"] for row in rows] == [1, 2]
+    keys = {"round", "decode", "clients_used", "stragglers", "late_dropped", "rejected",
+            "decode_error", "virtual_s", "wall_s", "accuracy", "loss", "s"}
+    for row in rows:
+        assert keys <= set(row), keys - set(row)
+        assert isinstance(row["clients_used"], list)
+        assert all(isinstance(w, int) for w in row["clients_used"])
+    assert rows[1]["rejected"] == 1 and 3 in rows[1]["stragglers"]
+    assert rows == json.loads(json.dumps(outcome.rows))
+
+    with np.load(out / "final_model.npz") as saved:
+        assert set(saved.files) == set(SHAPES)
+        assert_model({k: saved[k] for k in saved.files}, as_dict(result.arrays))
+    assert_model(as_dict(result.arrays), fedavg_rounds(theta0(), 2, 6))
+    config = json.loads((out / "config.json").read_text())
+    assert config["code"] == "frc" and config["s"] == 1 and config["strategy"] == "FedAvg"
+
+
+# =============================================================================== 10. grid drops
+class DroppingGrid(InProcessGrid):
+    """Like Flower's InMemoryGrid when the link refuses a message: it sets the message's id,
+    then leaves it out of the returned list (which is shorter than the messages)."""
+
+    def __init__(self, *args, drop: set[tuple[int, int]], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.drop = drop
+
+    def push_messages(self, messages):
+        ids = []
+        for msg in messages:
+            group = msg.metadata.group_id
+            key = (self.index[msg.metadata.dst_node_id], int(group) if group.isdigit() else 0)
+            if key in self.drop:
+                msg.metadata.__dict__["_message_id"] = "refused"
+                continue
+            ids.extend(super().push_messages([msg]))
+        return ids
+
+
+def test_message_the_grid_does_not_accept_makes_its_worker_a_straggler():
+    grid = DroppingGrid(make_app(gradient_coding_mod), 6, drop={(3, 1)})
+    outcome = run(6, grid=grid, rounds=2,
+                  latency=FixedArrivals({1: [1.0] * 6, 2: [1.0] * 6}), straggler_timeout=1.5)
+    first, second = outcome.rows
+    assert first["decode"] == "exact" and 3 in first["stragglers"]
+    assert 3 not in first["clients_used"]
+    assert second["decode"] == "exact"
+    assert_model(outcome.models[2], fedavg_rounds(theta0(), 2, 6))
+
+
+def test_wallclock_busy_tracking_survives_a_grid_that_drops_a_message():
+    # worker 3's round-1 message is refused, worker 4's round-1 reply takes 5 s: in round 2
+    # the busy worker is 4 (still computing), not 3 (never got work)
+    grid = DroppingGrid(make_app(gradient_coding_mod), 6, drop={(3, 1)},
+                        delay=lambda w, r: 5.0 if (w, r) == (4, 1) else 0.0)
+    outcome = run(6, grid=grid, rounds=2, timing="wallclock", straggler_timeout=4.0)
+    first, second = outcome.rows
+    assert first["clients_used"] == [0, 1, 2, 5] and first["decode"] == "exact"
+    assert second["busy"] == [4]
+    assert second["clients_used"] == [0, 1, 2, 3, 5]
+    assert_model(outcome.models[2], fedavg_rounds(theta0(), 2, 6))
+
+
+# =============================================================================== 11. NaN guard
+class NaNOnceFedAvg(FedAvg):
+    """Returns a NaN model in round 1 (a broken server optimizer), behaves in later rounds."""
+
+    def aggregate_train(self, server_round, replies):
+        arrays, metrics = super().aggregate_train(server_round, replies)
+        if server_round == 1 and arrays is not None:
+            arrays = ArrayRecord({k: Array(np.full_like(v.numpy(), np.nan))
+                                  for k, v in arrays.items()})
+        return arrays, metrics
+
+
+def test_non_finite_model_from_the_inner_strategy_is_not_applied():
+    outcome = run(6, rounds=2, inner=NaNOnceFedAvg(fraction_evaluate=0.0))
+    first, second = outcome.rows
+    assert first["decode"] == "skipped"
+    assert_model(outcome.models[1], theta0())
+    assert second["decode"] == "exact"
+    assert_model(outcome.models[2], fedavg(theta0(), range(6), 6))
+    assert np.all(np.isfinite(flat(as_dict(outcome.result.arrays))))
