@@ -80,8 +80,9 @@ def main(argv: list[str] | None = None) -> dict:
             if key == "load_scaled":
                 ax.plot(np.array(c["s"]) / N, c["load_scaled_heavy_tail"], "--",
                         color=line.get_color(), lw=1)
-    axes[0].set_title("load-independent T ~ Exp(1) (the seeds' model)")
-    axes[1].set_title("coded load counted: T = L (1 + Exp(rate)); solid rate 1, dashed 0.01")
+    axes[0].set_title("Load-independent: T ~ Exp(1)", fontsize=10)
+    axes[1].set_title("Coded load counted: T = L (1 + Exp(rate))\nsolid: rate 1, dashed: rate 0.01",
+                      fontsize=10)
     for ax in axes:
         ax.set_yscale("log")
     for ax in axes:
@@ -89,6 +90,7 @@ def main(argv: list[str] | None = None) -> dict:
         ax.set_xlabel("s / N (fraction of stragglers tolerated)")
         ax.set_ylabel("expected speedup over uncoded (dots: Monte Carlo)")
         ax.legend()
+    fig.tight_layout()
     for N in sizes:
         c = result["curves"][str(N)]
         i = int(np.argmax(c["load_scaled"]))

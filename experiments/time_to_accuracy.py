@@ -157,6 +157,8 @@ def main(argv: list[str] | None = None) -> dict:
                   f"{r['final_accuracy_mean']:>10.3f}±{r['final_accuracy_std']:.3f}"
                   f"{r['max_accuracy_gap_to_uncoded']:>8.3f}")
     plt = pyplot()
+    from matplotlib import ticker
+
     keys = list(runs)
     cols = min(3, len(keys))
     rows_ = -(-len(keys) // cols)
@@ -171,6 +173,11 @@ def main(argv: list[str] | None = None) -> dict:
         ax.set_xlabel("virtual time (s)")
         ax.set_ylabel("test accuracy")
         ax.set_xscale("log")
+        # few, plain tick labels: log axes spanning less than a decade otherwise print every
+        # minor tick in scientific notation on top of each other
+        ax.xaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0), numticks=6))
+        ax.xaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
+        ax.xaxis.set_minor_formatter(ticker.NullFormatter())
         ax.legend(fontsize=7)
     for ax in list(axes.flat)[len(keys):]:
         ax.axis("off")
