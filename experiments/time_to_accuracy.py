@@ -14,7 +14,12 @@ Schemes (same seeds, same partitions):
 * ``exact``: ``grouped-rs`` tolerating ``s`` (FRC when ``(s+1) | n``): the uncoded iterate at
   each round, as soon as the replies decode;
 * ``approx-deadline``: the expander code (load ``s+1``), least-squares decoding at a deadline
-  (the 75th percentile of a coded client's time), exact when the replies happen to decode.
+  (the 75th percentile of a coded client's time), exact when the replies happen to decode;
+* ``auto``: ``s="auto"`` with ``s-max = s``: data placed once, the tolerance in ``0..s``
+  chosen every round from the observed (censored) latencies.
+
+A ``drift`` setting switches the latency regime at round 15 (Pareto delays, then load-scaled
+bimodal straggling).
 
 ``n = 12`` (the scale of Tandon et al.'s EC2 runs, Dirichlet(0.5) partitions) with and without
 partition-level DP; ``n = 100`` and ``n = 256`` (pathological 2-class partitions) without DP.
@@ -39,12 +44,17 @@ SCHEMES = {
     "ignore-stragglers": {"code": "ignore-stragglers"},
     "exact": {"code": "grouped-rs"},
     "approx-deadline": {"code": "expander", "min-replies": 0},
+    "auto": {"s": "auto"},  # s chosen every round in 0..s (s-max), nested placement
 }
 LATENCIES = {
     "pareto": {"latency": "pareto", "latency-scale": 0.5, "latency-shape": 1.5},
     "bimodal": {"latency": "bimodal", "latency-scale": 0.1, "latency-rate": 10.0,
                 "latency-p": 0.1, "latency-slowdown": 20.0},
     "trace": {"latency": "trace", "latency-trace": "canada"},
+    # regime change at round 15: Pareto(0.5, 1.5) delays, then load-scaled bimodal straggling
+    "drift": {"latency": "drift", "latency-scale": 0.5, "latency-shape": 1.5,
+              "latency-rate": 10.0, "latency-p": 0.1, "latency-slowdown": 20.0,
+              "latency-drift-round": 15},
 }
 # the nonce is pinned so that every scheme of one seed adds the same noise (comparable runs)
 DP = {"noise-multiplier": 0.3, "clip-norm": 1.0, "dp": "partition", "dp-run-nonce": "tta"}
@@ -56,7 +66,8 @@ def deadline(latency: dict, load: int, seed: int) -> float:
     """75th percentile of one client's time at ``load`` partitions under the latency model."""
     from fl_gradcode.latency import client_times, make_latency
 
-    args = {k.removeprefix("latency-"): v for k, v in latency.items() if k != "latency"}
+    args = {k.removeprefix("latency-").replace("-", "_"): v for k, v in latency.items()
+            if k != "latency"}
     model = make_latency(latency["latency"], seed=seed, **args)
     t = client_times(model, 256, load, partition_cost=BASE["partition-cost-s"], samples=200,
                      rng=np.random.default_rng(seed))
@@ -68,7 +79,10 @@ def one_run(n, s, scheme, latency, dp, seed, rounds, partitioner):
 
     cfg = {**BASE, **SCHEMES[scheme], **LATENCIES[latency],
            "s": 0 if scheme == "uncoded" else s, "seed": seed, "num-rounds": rounds,
+           "s-max": s,
            "partitioner": partitioner, "results-dir": f"/tmp/fl-gradcode-tta/{scheme}"}
+    if scheme == "auto":
+        cfg["s"] = "auto"
     cfg["straggler-timeout"] = (
         deadline(LATENCIES[latency], s + 1, seed) if scheme == "approx-deadline" else 1e6
     )
@@ -115,10 +129,12 @@ def main(argv: list[str] | None = None) -> dict:
     quiet_flower()
     seeds = [0] if args.quick else [0, 1, 2]
     rounds = 8 if args.quick else 30
-    setups = [(12, 3, "dirichlet", lat, dp) for lat in LATENCIES for dp in (False, True)]
+    setups = [(12, 3, "dirichlet", lat, dp) for lat in ("pareto", "bimodal", "trace")
+              for dp in (False, True)]
     if not args.quick:
         setups += [(n, n // 8, "pathological", lat, False)
                    for n in (100, 256) for lat in ("bimodal", "trace")]
+        setups += [(12, 3, "dirichlet", "drift", False), (100, 12, "pathological", "drift", False)]
     else:
         setups = setups[:2]
     jobs = [(setup, scheme, seed) for setup in setups for scheme in SCHEMES for seed in seeds]

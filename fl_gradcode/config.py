@@ -14,7 +14,8 @@ DEFAULTS: dict[str, Any] = {
     "num-rounds": 30,
     "num-clients": 0,  # 0: one client per connected SuperNode
     "code": "grouped-rs",
-    "s": 3,
+    "s": 3,  # or "auto": chosen every round from observed latencies
+    "s-max": 0,  # s="auto": largest tolerance; 0 = max(1, n // 4)
     "update": "gradient",
     "local-epochs": 1,
     "batch-size": 32,
@@ -35,6 +36,7 @@ DEFAULTS: dict[str, Any] = {
     "latency-p": 0.1,
     "latency-slowdown": 20.0,
     "latency-trace": "canada",
+    "latency-drift-round": 15,
     "virtual-compute": "measured",
     "partition-cost-s": 0.0,
     "timing": "virtual",
@@ -67,6 +69,9 @@ def merge_config(run_config: Mapping[str, Any] | None) -> dict[str, Any]:
         if key not in DEFAULTS:
             raise ValueError(f"unknown run-config key {key!r}; known keys: {sorted(DEFAULTS)}")
         default = DEFAULTS[key]
+        if key == "s" and value == "auto":
+            cfg[key] = value
+            continue
         if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
         if type(value) is not type(default):

@@ -270,6 +270,22 @@ class TraceReplay:
         return t * load if self.load_scaled else t
 
 
+@dataclass(frozen=True)
+class Drift:
+    """A latency regime that changes at round ``at_round`` (``before`` until then, ``after``
+    from then on): e.g. heavy-tailed Pareto delays giving way to load-scaled straggling."""
+
+    before: LatencyModel
+    after: LatencyModel
+    at_round: int
+
+    def at(self, round_index: int) -> LatencyModel:
+        return self.before if round_index < self.at_round else self.after
+
+    def sample(self, size, rng: np.random.Generator, load: float = 1.0) -> np.ndarray:
+        return self.before.sample(size, rng, load)
+
+
 def client_delay(
     model: LatencyModel, *, worker: int, round_index: int, load: float, seed: int
 ) -> float:
@@ -278,6 +294,8 @@ def client_delay(
     Every replica and every rerun with the same seed sees the same delay; persistent models
     keep the same clients slow in every round; traces are replayed by (round, worker).
     """
+    if isinstance(model, Drift):
+        model = model.at(round_index)
     if isinstance(model, TraceReplay):
         return model.time(worker, round_index, load)
     rng = np.random.default_rng([seed, round_index, worker])
@@ -295,6 +313,7 @@ LATENCY_MODELS = (
     "bimodal",
     "persistent",
     "trace",
+    "drift",
 )
 
 
@@ -308,6 +327,7 @@ def make_latency(
     slowdown: float = 10.0,
     trace: str = "canada",
     seed: int = 0,
+    drift_round: int = 15,
 ) -> LatencyModel:
     """Latency model by run-config name (``LATENCY_MODELS``), in seconds per unit of load.
 
@@ -324,6 +344,11 @@ def make_latency(
         "bimodal": lambda: Bimodal(base=base, p=p, slowdown=slowdown),
         "persistent": lambda: PersistentSlow(base=base, p=p, slowdown=slowdown, seed=seed),
         "trace": lambda: TraceReplay(trace),
+        # Pareto(scale, shape) until drift_round, then load-scaled bimodal straggling
+        "drift": lambda: Drift(
+            Pareto(scale=scale, shape=shape), Bimodal(base=base, p=p, slowdown=slowdown),
+            drift_round,
+        ),
     }
     if name not in models:
         raise ValueError(f"latency={name!r}; expected one of {list(LATENCY_MODELS)}")

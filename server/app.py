@@ -98,7 +98,7 @@ def make_accountant(
             )
             units.append([(sigma, q, steps)])
         return PrivacyAccountant(dp, units)
-    if dp.mode == "partition" and dp.noise == "independent":
+    if dp.mode == "partition" and dp.noise == "independent" and not strategy.adaptive:
         sigma = independent_noise_multiplier(strategy.code_for(n).B, sigma)
     return PrivacyAccountant(dp, [(sigma, 1.0, 1)])
 
@@ -130,12 +130,14 @@ def build(cfg: dict[str, Any], n: int):
         slowdown=float(cfg["latency-slowdown"]),
         trace=str(cfg["latency-trace"]),
         seed=seed,
+        drift_round=int(cfg["latency-drift-round"]),
     )
     dp = dp_config(cfg)
     strategy = GradientCoding(
         inner_strategy(cfg, n),
         code=str(cfg["code"]),
-        s=int(cfg["s"]),
+        s="auto" if cfg["s"] == "auto" else int(cfg["s"]),
+        s_max=int(cfg["s-max"]) or None,
         timing=str(cfg["timing"]),
         latency=latency,
         seed=seed,

@@ -14,6 +14,7 @@ from typing import Any
 from .approximate import BernoulliCode, ExpanderCode
 from .base import Decoding, GradientCode, NotDecodableError, check_n_s
 from .comm_efficient import CommunicationEfficientCode
+from .nested import NestedGroupCode, NestedPlacement, nested_code
 from .patterns import bursts, straggler_patterns
 from .repetition import (
     CyclicRepetitionCode,
@@ -34,6 +35,8 @@ __all__ = [
     "GradientCode",
     "GroupedReedSolomonCode",
     "IgnoreStragglers",
+    "NestedGroupCode",
+    "NestedPlacement",
     "NotDecodableError",
     "UncodedCode",
     "available_codes",
@@ -53,6 +56,7 @@ _REGISTRY: dict[str, Callable[..., GradientCode]] = {
     "bgc": lambda n, s, seed, **o: BernoulliCode(n, s, seed=seed, **o),
     "expander": lambda n, s, seed, **o: ExpanderCode(n, s, seed=seed, **o),
     "comm-efficient": lambda n, s, seed, **o: CommunicationEfficientCode(n, s, seed=seed, **o),
+    "nested": lambda n, s, seed, **o: nested_code(n, s, seed, **o),
 }
 
 
@@ -71,7 +75,7 @@ def make_code(name: str, n: int, s: int, seed: int = 0, **options: Any) -> Gradi
         seed: seed of every random choice of the construction.
         **options: code-specific options (e.g. ``weights`` for all codes, ``rescale`` for
             ``ignore-stragglers``, ``load`` for ``bgc``/``expander``, ``m`` for
-            ``comm-efficient``, ``draws`` for ``crc``).
+            ``comm-efficient``, ``draws`` for ``crc``, ``s_max``/``layout`` for ``nested``).
 
     Raises:
         ValueError: unknown name or invalid parameters (the message names the value).

@@ -93,8 +93,15 @@ class GradientCoding(Strategy):
     code : str or GradientCode
         A registry name (``fl_gradcode.codes.available_codes()``; built over each cohort with
         ``n`` = cohort size) or a ``GradientCode`` whose ``n`` equals the cohort size.
-    s : int
-        Stragglers tolerated (for a registry name; clamped to ``n - 1``).
+    s : int or "auto"
+        Stragglers tolerated (for a registry name; clamped to ``n - 1``). ``"auto"``: chosen
+        every round from the observed latencies (:mod:`fl_gradcode.adaptive`): data placed
+        once for ``s_max`` (:class:`~fl_gradcode.codes.NestedPlacement`), a censored latency
+        estimator (late replies observed late, unanswered ones censored at the round's end),
+        and the ``s`` in ``0..s_max`` (0 = uncoded on the same placement) minimising the
+        expected round time under the load-aware model, busy clients included.
+    s_max : int, optional
+        With ``s="auto"``: the largest tolerance (default ``max(1, n // 4)``).
     timing : {"virtual", "wallclock"}
         ``virtual``: the mod reports measured compute seconds, the server samples each worker's
         latency from ``latency`` and decodes at the earliest decodable prefix in virtual time;
@@ -163,8 +170,9 @@ class GradientCoding(Strategy):
         self,
         strategy: Strategy,
         code: str | GradientCode = "grouped-rs",
-        s: int = 1,
+        s: int | str = 1,
         *,
+        s_max: int | None = None,
         timing: str = "virtual",
         latency: LatencyModel | None = None,
         seed: int = 0,
@@ -195,8 +203,14 @@ class GradientCoding(Strategy):
             )
         if not isinstance(code, (str, GradientCode)):
             raise TypeError(f"code must be a registry name or a GradientCode; got {code!r}")
-        if isinstance(s, bool) or not isinstance(s, int) or s < 0:
-            raise ValueError(f"s={s!r} must be an integer >= 0")
+        self.adaptive = s == "auto"
+        if self.adaptive:
+            if s_max is not None and (isinstance(s_max, bool) or not isinstance(s_max, int)
+                                      or s_max < 1):
+                raise ValueError(f"s_max={s_max!r} must be an integer >= 1 (or None)")
+            s = s_max if s_max is not None else 1
+        elif isinstance(s, bool) or not isinstance(s, int) or s < 0:
+            raise ValueError(f"s={s!r} must be an integer >= 0 or 'auto'")
         if not (isinstance(max_decode_error, (int, float)) and max_decode_error >= 0):
             raise ValueError(f"max_decode_error={max_decode_error!r} must be >= 0")
         if min_replies is not None and (isinstance(min_replies, bool) or min_replies < 1):
@@ -211,6 +225,12 @@ class GradientCoding(Strategy):
         self.inner = strategy
         self.code_spec = code
         self.s = int(s)
+        self.s_max = s_max
+        self._placements: dict[int, Any] = {}
+        self._estimators: dict[int, Any] = {}
+        self._late_observations: list[tuple[float, int, int, float, int]] = []
+        self._decision: Any = None
+        self._cohort_key: tuple[int, ...] | None = None
         self.clock: VirtualClock | WallClock = make_clock(timing, straggler_timeout)
         self.timing = timing
         self.latency = latency
@@ -255,8 +275,9 @@ class GradientCoding(Strategy):
         return {
             **(run_config or {}),
             "strategy": type(self.inner).__name__,
-            "code": code,
-            "s": self.s,
+            "code": "nested (adaptive)" if self.adaptive else code,
+            "s": "auto" if self.adaptive else self.s,
+            "s_max": self.s_max,
             "timing": self.timing,
             "latency": repr(self.latency),
             "seed": self.seed,
@@ -264,6 +285,45 @@ class GradientCoding(Strategy):
             "max_decode_error": self.max_decode_error,
             "dp": self.dp.mode,
         }
+
+    def _adaptive_code(self, n: int, busy_nodes: set[int], cohort: list[int]) -> GradientCode:
+        """``s="auto"``: this round's code from the nested placement and the estimator."""
+        from ..adaptive import LatencyEstimator, choose_s
+        from ..codes import NestedPlacement
+
+        if n not in self._placements:
+            s_max = min(self.s_max if self.s_max is not None else max(1, n // 4), n - 1)
+            self._placements[n] = NestedPlacement(n, s_max, seed=self.seed)
+            self._estimators[n] = LatencyEstimator(n, seed=self.seed)
+        if self._cohort_key is not None and self._cohort_key != tuple(cohort):
+            # another cohort: per-client estimates would describe other nodes
+            self._estimators[n] = LatencyEstimator(n, seed=self.seed)
+            self._late_observations.clear()
+        self._cohort_key = tuple(cohort)
+        estimator = self._estimators[n]
+        now = self.clock.now
+        for item in [x for x in self._late_observations if x[0] <= now]:
+            _, rid, worker, elapsed, key = item
+            if key == n:
+                estimator.observe_late(rid, worker, elapsed)
+            self._late_observations.remove(item)
+        if isinstance(self.clock, VirtualClock):
+            busy_until = np.array([self.clock.busy_until.get(node, 0.0) for node in cohort])
+        else:
+            busy_until = np.array(
+                [now + self.straggler_timeout if node in busy_nodes else 0.0 for node in cohort]
+            )
+        # busy clients get no work this round: only an s covering them decodes exactly
+        placement = self._placements[n]
+        busy = int(np.sum(busy_until > now))
+        candidates = [c for c in placement.stable_values if c >= busy] or [
+            max(placement.stable_values)
+        ]
+        self._decision = choose_s(
+            placement, estimator, busy_until=busy_until, now=now, candidates=candidates,
+            rng=np.random.default_rng([self.seed, estimator._next_index]),
+        )
+        return self._placements[n].code(self._decision.s)
 
     def code_for(self, n: int) -> GradientCode:
         """The code for a cohort of ``n`` clients (built once per size)."""
@@ -523,13 +583,16 @@ class GradientCoding(Strategy):
         cohort = sorted(
             content_of, key=lambda n: (self.identities[n].partition_id, n)
         )
-        code = self.code_for(len(cohort))
+        if isinstance(grid, EarlyReturnGrid):
+            grid.collect_late()
+        if self.adaptive:
+            code = self._adaptive_code(len(cohort), self._busy(grid, cohort), cohort)
+        else:
+            code = self.code_for(len(cohort))
         partitions = self._partitions(code, cohort)
         array_key = self._array_key(inner_msgs[0].content)
         global_arrays = inner_msgs[0].content.array_records[array_key]
         theta = {name: protocol.array_view(arr) for name, arr in global_arrays.items()}
-        if isinstance(grid, EarlyReturnGrid):
-            grid.collect_late()
         busy_nodes = self._busy(grid, cohort)
         if len(busy_nodes) == len(cohort):  # never spend a round on nothing
             if isinstance(self.clock, VirtualClock):
@@ -670,6 +733,8 @@ class GradientCoding(Strategy):
             window.end,
             answered=[state.cohort[w] for w in state.answered],
         )
+        if self.adaptive:
+            self._observe(state, arrivals, window)
         late = self._late + len(window.late)
         self._late = 0
         used = sorted(window.used)
@@ -724,6 +789,9 @@ class GradientCoding(Strategy):
             "rejected_reasons": [reason for _, reason in state.rejected],
             "decode_error": float(decoding.error) if decoding is not None else 1.0,
             "num_examples": num_examples,
+            "expected_round_s": None
+            if self._decision is None or not self.adaptive
+            else float(self._decision.expected_times.get(self._decision.s, float("nan"))),
             "wire": state.wire,
             "verified": None if verdict is None else verdict.status,
             "inconsistent": [] if verdict is None else verdict.excluded,
@@ -745,6 +813,37 @@ class GradientCoding(Strategy):
         if arrays_out is not None and self.recorder is not None:
             self.recorder.save_model({k: v.numpy() for k, v in arrays_out.items()})
         return arrays_out, self._metrics(row, inner_metrics)
+
+    def _observe(self, state: _Round, arrivals: dict[int, float], window: Any) -> None:
+        """Feed the round to the latency estimator: replies in time are observed, the others
+        censored at the round's end (late ones observed when the clock passes them)."""
+        from ..adaptive import code_loads
+
+        n = state.code.n
+        estimator = self._estimators.get(n)
+        if estimator is None:
+            return
+        duration = max(window.end - self.clock.round_start, 1e-9)
+        elapsed = np.full(n, np.nan)
+        loads = np.zeros(n)
+        sent_loads = code_loads(state.code, 1.0)
+        for w in state.sent:
+            loads[w] = sent_loads[w]
+        late = []
+        for w, t in arrivals.items():
+            if w in state.sent:
+                if t <= duration:
+                    elapsed[w] = t
+                else:
+                    late.append((w, t))
+        busy = np.zeros(n)
+        if isinstance(self.clock, VirtualClock):
+            for w in state.busy:
+                node = state.cohort[w]
+                busy[w] = max(0.0, self.clock.busy_until.get(node, 0.0) - self.clock.round_start)
+        rid = estimator.update(elapsed, loads, duration, busy=busy)
+        for w, t in late:
+            self._late_observations.append((self.clock.round_start + t, rid, w, t, n))
 
     def _arrival(self, state: _Round, worker: int, reply: CodedReply) -> float:
         if isinstance(self.clock, WallClock):

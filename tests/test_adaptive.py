@@ -1,0 +1,328 @@
+"""Adaptive tolerance: censored latency estimation and the choice of s (fl_gradcode.adaptive)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from fl_gradcode.adaptive import (
+    Decision,
+    LatencyEstimator,
+    choose_s,
+    code_loads,
+    decode_rule,
+    expected_round_time,
+)
+from fl_gradcode.codes import NestedPlacement, make_code
+from fl_gradcode.latency import harmonic
+
+
+def simulate_round(est, code, times, *, late=False):
+    """One round with early return: decode at the rule's time, censor the rest."""
+    end = float(decode_rule(code).times(times[None, :])[0])
+    rid = est.update(np.where(times <= end, times, np.nan), code_loads(code), end)
+    if late:  # late replies arrive after the round and are reported then
+        for i in np.flatnonzero(times > end):
+            est.observe_late(rid, int(i), float(times[i]))
+    return end
+
+
+def closed_loop(n, s_max, draw, rounds, seed=0, **options):
+    """Run the policy: choose s, observe a round under the true model ``draw``, repeat."""
+    rng = np.random.default_rng(seed)
+    placement = NestedPlacement(n, s_max)
+    est = LatencyEstimator(n, seed=seed, **options)
+    history = []
+    s = choose_s(placement, est).s
+    for _ in range(rounds):
+        code = placement.code(s)
+        end = simulate_round(est, code, draw(rng, code_loads(code)))
+        history.append((s, end))
+        s = choose_s(placement, est).s
+    return placement, est, history, s
+
+
+def true_times(placement, draw, samples=4000, seed=123):
+    """Reference: expected round time of every code under the true model (Monte Carlo)."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for s in placement.stable_values:
+        code = placement.code(s)
+        loads = code_loads(code)
+        T = np.stack([draw(rng, loads) for _ in range(samples)])
+        out[s] = float(decode_rule(code).times(T).mean())
+    return out
+
+
+# ------------------------------------------------------------------------ the estimator
+def test_censored_mle_recovers_simulated_rates_and_ignoring_censoring_is_biased():
+    n, rounds = 20, 300
+    rng = np.random.default_rng(0)
+    rate = np.linspace(0.5, 2.0, n)  # the truth we simulate with
+    est = LatencyEstimator(n, load_exponent=1.0, halflife=math.inf, max_rounds=rounds)
+    observed_sum, observed_count, capped_sum = np.zeros(n), np.zeros(n), np.zeros(n)
+    for _ in range(rounds):
+        t = rng.exponential(1.0 / rate)
+        end = np.sort(t)[n - 6]  # early return at the 15th of 20 replies: 25% censored
+        got = t <= end
+        est.update(np.where(got, t, np.nan), np.ones(n), end)
+        observed_sum += np.where(got, t, 0.0)
+        observed_count += got
+        capped_sum += np.minimum(t, end)
+    err = lambda r: float(np.mean(np.abs(r / rate - 1)))  # noqa: E731
+    censored = err(est.rates())
+    dropped = err(observed_count / observed_sum)  # only the replies that arrived
+    as_replies = err(rounds / capped_sum)  # stragglers counted as replies at the deadline
+    assert censored < 0.08  # measured 0.046
+    assert dropped > 5 * censored and as_replies > 3 * censored  # measured 0.87 and 0.38
+    # the slow clients are the slow ones (slowness is relative to the pooled baseline)
+    slowness = est.slowness()
+    assert np.corrcoef(np.log(slowness), np.log(1 / rate))[0, 1] > 0.95
+
+
+def test_late_replies_replace_censored_observations():
+    n = 10
+    est = LatencyEstimator(n, load_exponent=1.0)
+    rid = est.update([1.0] * 9 + [np.nan], np.ones(n), 2.0)
+    before = est.rates()[9]
+    assert est.observe_late(rid, 9, 30.0)
+    assert not est.observe_late(rid, 9, 31.0)  # already observed
+    assert not est.observe_late(rid + 5, 0, 1.0)  # unknown round
+    after = est.rates()[9]
+    assert before == 0.0 and after == pytest.approx(1 / 30.0)
+
+
+def test_busy_time_is_not_counted_as_compute_and_clients_without_work_are_skipped():
+    est = LatencyEstimator(4, load_exponent=1.0)
+    # clients 0-1 were busy 2 s before starting; client 2 got no work; client 3 never started
+    est.update([3.0, 3.0, 9.0, np.nan], [1.0, 1.0, 0.0, 1.0], 5.0, busy=[2.0, 2.0, 0.0, 6.0])
+    rates = est.rates()
+    assert rates[:2] == pytest.approx([1.0, 1.0]) and np.isnan(rates[2:]).all()
+
+
+def test_persistent_slow_clients_get_large_slowness_factors():
+    n = 24
+    slow = np.zeros(n, dtype=bool)
+    slow[[3, 11, 19]] = True
+    rng = np.random.default_rng(1)
+    code = NestedPlacement(n, 6).code(6)
+    est = LatencyEstimator(n, load_exponent=1.0)
+    for _ in range(30):
+        t = code_loads(code) * (1 + rng.exponential(1.0, n)) * np.where(slow, 20.0, 1.0)
+        simulate_round(est, code, t, late=True)
+    f = est.slowness()
+    assert np.all(f[slow] > 10) and np.all(f[~slow] < 1.6)
+    assert np.median(f[slow]) / np.median(f[~slow]) == pytest.approx(20, rel=0.3)
+
+
+def test_forgetting_tracks_drift():
+    n = 12
+    rng = np.random.default_rng(2)
+    fast = LatencyEstimator(n, load_exponent=1.0, halflife=5.0)
+    slow_memory = LatencyEstimator(n, load_exponent=1.0, halflife=math.inf, max_rounds=200)
+    for r in range(120):
+        rate = 1.0 if r < 60 else 0.25  # everyone gets 4x slower at round 60
+        t = rng.exponential(1 / rate, n)
+        for est in (fast, slow_memory):
+            est.update(t, np.ones(n), float(t.max()))
+    assert np.median(fast.rates()) == pytest.approx(0.25, rel=0.25)
+    assert np.median(slow_memory.rates()) > 0.35  # still mixes in the old regime (0.4)
+
+
+def test_estimator_is_seeded_and_validates_its_input():
+    def run():
+        est = LatencyEstimator(6, seed=3)
+        rng = np.random.default_rng(0)
+        for _ in range(5):
+            est.update(rng.exponential(1.0, 6), np.ones(6), 10.0)
+        return est.sample(50)
+
+    np.testing.assert_array_equal(run(), run())
+    est = LatencyEstimator(6)
+    with pytest.raises(ValueError, match="no observations"):
+        est.sample(3)
+    with pytest.raises(ValueError, match="shape"):
+        est.update(np.ones(5), np.ones(6), 1.0)
+    with pytest.raises(ValueError, match="duration"):
+        est.update(np.ones(6), np.ones(6), 0.0)
+    with pytest.raises(ValueError, match="loads"):
+        est.update(np.ones(6), -np.ones(6), 1.0)
+    with pytest.raises(ValueError, match="halflife"):
+        LatencyEstimator(6, halflife=0)
+
+
+def test_prior_is_used_before_data():
+    from fl_gradcode.latency import Exponential
+
+    est = LatencyEstimator(8, prior=Exponential(rate=2.0))
+    x = est.sample(20000)
+    assert x.shape == (20000, 8) and x.mean() == pytest.approx(0.5, rel=0.03)
+
+
+# ------------------------------------------------------------------------ round-time model
+def test_expected_round_time_matches_order_statistics_closed_form():
+    """Uncoded waits for the max of n Exp(1): E = H_n (David & Nagaraja); any-(n-s) codes at
+    load s+1 (compute-bound): (s+1)(H_n - H_s). Censoring hides the top 20% of every round."""
+    n = 20
+    rng = np.random.default_rng(4)
+    est = LatencyEstimator(n, load_exponent=1.0, halflife=math.inf, max_rounds=200)
+    for _ in range(200):
+        t = rng.exponential(1.0, n)
+        end = np.sort(t)[n - 5]
+        est.update(np.where(t <= end, t, np.nan), np.ones(n), end)
+    uncoded = expected_round_time(make_code("uncoded", n, 0), est, samples=4000)
+    assert uncoded == pytest.approx(harmonic(n), rel=0.05)  # measured 3.61 vs 3.60
+    crc = expected_round_time(make_code("crc", n, 3), est, samples=4000)
+    assert crc == pytest.approx(4 * (harmonic(n) - harmonic(3)), rel=0.05)
+
+
+@pytest.mark.parametrize(
+    ("name", "s"),
+    [("uncoded", 0), ("frc", 1), ("crc", 2), ("grouped-rs", 3), ("ignore-stragglers", 2)],
+)
+def test_fast_decode_rule_agrees_with_is_decodable(name, s):
+    n = 10
+    code = make_code(name, n, s, seed=1)
+    rule = decode_rule(code)
+    rng = np.random.default_rng(5)
+    T = rng.exponential(1.0, (30, n))
+    fast = rule.times(T)
+    for row, t_fast in zip(T, fast, strict=True):
+        order = np.argsort(row)
+        k = next(k for k in range(1, n + 1) if code.is_decodable(order[:k]) or (
+            not code.is_exact and k >= n - s))
+        assert t_fast == row[order[k - 1]]
+
+
+def test_fast_decode_rule_agrees_with_is_decodable_for_every_nested_code():
+    n = 10
+    placement = NestedPlacement(n, 5)
+    rng = np.random.default_rng(6)
+    T = rng.exponential(1.0, (20, n))
+    for s in range(6):
+        code = placement.code(s)
+        fast = decode_rule(code).times(T)
+        for row, t_fast in zip(T, fast, strict=True):
+            order = np.argsort(row)
+            k = next(k for k in range(1, n + 1) if code.is_decodable(order[:k]))
+            assert t_fast == row[order[k - 1]], (s, row)
+
+
+def test_busy_clients_delay_the_round():
+    n = 12
+    placement = NestedPlacement(n, 3)
+    est = LatencyEstimator(n, load_exponent=1.0)
+    est.update(np.ones(n), np.ones(n), 1.0)  # deterministic: 1 s per unit of work
+    busy = np.zeros(n)
+    assert choose_s(placement, est, busy_until=busy).s == 0  # nothing to gain from coding
+    busy[4] = 100.0  # one client is still busy with stale work for 100 s
+    d = choose_s(placement, est, busy_until=busy, now=0.0)
+    assert d.s >= 1 and d.expected_times[0] == pytest.approx(101.0)
+
+
+# ------------------------------------------------------------------------ the policy
+def test_no_observation_returns_s_max():
+    d = choose_s(NestedPlacement(16, 5), LatencyEstimator(16))
+    assert d == Decision(s=5, expected_times={}, approximate=False, observed=False)
+
+
+def test_deterministic_load_scaled_latency_picks_uncoded():
+    def draw(rng, loads):
+        return 0.5 * loads  # compute-bound, no randomness: coding can only cost
+
+    _, est, history, s = closed_loop(24, 6, draw, rounds=6)
+    assert history[0][0] == 6  # the safe start
+    assert s == 0 and all(h[0] == 0 for h in history[1:])
+    assert est.load_exponent == pytest.approx(1.0)
+
+
+def test_heavy_tailed_load_independent_delays_pick_a_large_s():
+    def draw(rng, loads):
+        return 1.0 + rng.pareto(1.5, loads.size)  # Pareto(1, 1.5), ignores the load
+
+    # beta known to be 0: coding is free, the largest tolerance wins
+    placement = NestedPlacement(24, 6)
+    est = LatencyEstimator(24, load_exponent=0.0)
+    rng = np.random.default_rng(7)
+    for _ in range(20):
+        simulate_round(est, placement.code(6), draw(rng, np.ones(24)))
+    assert choose_s(placement, est).s == 6
+    # beta unknown: the policy tries small s (beta = 1 prior), sees the time did not shrink
+    # with the load, and settles on a large s; its rounds are far faster than uncoded ones.
+    placement, est, history, s = closed_loop(24, 6, draw, rounds=30, seed=1)
+    truth = true_times(placement, draw)
+    assert est.load_exponent < 0.4
+    assert s >= 4
+    assert np.mean([truth[h[0]] for h in history[5:]]) < 0.4 * truth[0]
+
+
+def test_persistently_slow_clients_are_avoided():
+    n = 24
+    slow = np.zeros(n, dtype=bool)
+    slow[[2, 9, 17]] = True
+
+    def draw(rng, loads):  # compute-bound shifted exponential, 3 clients 20x slower
+        return loads * (1 + rng.exponential(1.0, n)) * np.where(slow, 20.0, 1.0)
+
+    placement, est, _, s = closed_loop(n, 6, draw, rounds=25, seed=2)
+    truth = true_times(placement, draw)
+    best = min(truth.values())
+    assert truth[s] <= 1.15 * best  # near the true optimum (s = 1 here)
+    assert truth[s] < 0.3 * truth[0]  # uncoded waits for a 20x slow client
+    assert np.all(est.slowness()[slow] > 4 * np.median(est.slowness()))
+
+
+def test_a_node_that_never_answers_is_tolerated():
+    n = 12
+    placement = NestedPlacement(n, 3)
+    est = LatencyEstimator(n, load_exponent=1.0)
+    for _ in range(10):  # deterministic compute; node 5 errors every round
+        s = choose_s(placement, est).s
+        code = placement.code(s)
+        t = code_loads(code) * 1.0
+        t[5] = np.inf
+        end = float(decode_rule(code).times(t[None, :])[0])
+        end = min(end, 20.0)  # the round's timeout when it cannot decode
+        est.update(np.where(t <= end, t, np.nan), code_loads(code), end)
+    d = choose_s(placement, est)
+    assert d.s >= 1 and d.expected_times[0] > 10 * d.expected_times[d.s]
+
+
+def test_approximate_option_is_flagged_and_off_by_default():
+    def draw(rng, loads):
+        return 1.0 + rng.pareto(1.5, loads.size)
+
+    placement, est, _, _ = closed_loop(24, 6, draw, rounds=10, seed=3)
+    d = choose_s(placement, est)
+    assert not d.approximate and d.approximate_times == {}
+    d = choose_s(placement, est, allow_approximate=True)
+    assert set(d.approximate_times) == set(range(1, 7))
+    best_exact = min(d.expected_times.values())
+    assert d.approximate == (min(d.approximate_times.values()) < best_exact)
+
+
+def test_choose_s_is_deterministic_and_validates_candidates():
+    def draw(rng, loads):
+        return loads * rng.exponential(1.0, loads.size)
+
+    placement, est, _, _ = closed_loop(16, 4, draw, rounds=5, seed=4)
+    a = choose_s(placement, est, rng=np.random.default_rng(0))
+    b = choose_s(placement, est, rng=np.random.default_rng(0))
+    assert a == b
+    d = choose_s(placement, est, candidates=[0, 2])
+    assert set(d.expected_times) == {0, 2}
+    with pytest.raises(ValueError, match="candidate"):
+        choose_s(placement, est, candidates=[7])
+
+
+def test_per_partition_costs_set_the_loads():
+    placement = NestedPlacement(8, 2)
+    code = placement.code(2)
+    cost = np.arange(1.0, 9.0)
+    loads = code_loads(code, cost)
+    for i in range(8):
+        assert loads[i] == pytest.approx(sum(cost[j] for j in code.assignment(i)))
+    np.testing.assert_array_equal(code_loads(code, 2.0), 2.0 * code_loads(code))
+    assert np.all(code_loads(code) == code.load)  # banded code: s + 1 partitions each
