@@ -3,7 +3,10 @@
 For each exact code and n in {12, 48, 96, 256}, s in {1, n/8, n/4}: the worst relative decoding
 error and worst condition number over straggler sets of size s (every contiguous burst plus
 random sets, or all sets when few), the load and its ratio to the optimum (s+1)/n; then the time
-to compute a decoding vector cold (fresh code, empty cache) and cached at n = 1000, s = 100.
+to compute a decoding vector cold (fresh code, empty cache) and cached at n = 1000, s = 100; and
+``decoding_vector_cold_ms``: for EVERY exact code (frc at n = 1010 since it needs (s+1) | n;
+uncoded tolerates no straggler), the median over random received sets of n - s clients of one
+``decoding_vector`` call with empty caches (``with_weights`` clears them; B is reused).
 
 Run: ``python experiments/bench_codes.py [--quick] [--out results/bench_codes.json]``.
 Timings are ratios within one run on one machine; absolute numbers vary with the machine.
@@ -12,6 +15,7 @@ Timings are ratios within one run on one machine; absolute numbers vary with the
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import numpy as np
@@ -20,6 +24,7 @@ from _common import save
 from fl_gradcode.codes import make_code, straggler_patterns
 
 CODES = ["frc", "crc", "grouped-rs", "comm-efficient"]
+EXACT_CODES = ["frc", "crc", "grouped-rs", "comm-efficient", "uncoded"]
 
 
 def accuracy_row(name: str, n: int, s: int, max_sets: int, seed: int) -> dict | None:
@@ -80,6 +85,35 @@ def timing_row(name: str, n: int, s: int, repeats: int, seed: int) -> dict:
     }
 
 
+def cold_decoding_row(name: str, n: int, s: int, sets: int, seed: int) -> dict:
+    """Median time of ``decoding_vector`` on ``sets`` random sets of ``n - code.s`` clients,
+    each on a copy of the code with empty caches (the code is built once)."""
+    if name == "frc" and n % (s + 1):
+        n += (s + 1) - n % (s + 1)  # FRC needs (s+1) | n: the next multiple (1010 for 1000, 100)
+    code = make_code(name, n=n, s=s, seed=seed)
+    rng = np.random.default_rng(seed)
+    times = []
+    for _ in range(sets):
+        stragglers = set(rng.choice(n, size=code.s, replace=False).tolist())
+        alive = [i for i in range(n) if i not in stragglers]
+        fresh = code.with_weights(code.weights)  # same B, empty caches
+        t0 = time.perf_counter()
+        fresh.decoding_vector(alive)
+        times.append(time.perf_counter() - t0)
+    ms = np.array(times) * 1e3
+    return {
+        "code": name,
+        "n": n,
+        "s": code.s,
+        "sets": sets,
+        "median_ms": float(np.median(ms)),
+        "min_ms": float(ms.min()),
+        "max_ms": float(ms.max()),
+        # 1-minute load average: BLAS threads stall when other processes hold the cores
+        "load_average": os.getloadavg()[0],
+    }
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer sizes and sets (smoke test)")
@@ -115,12 +149,24 @@ def main(argv: list[str] | None = None) -> dict:
             f"{name:<15} build {row['build_s'] * 1e3:8.1f} ms   cold {row['cold_s'] * 1e3:8.2f} ms"
             f"   cached {row['cached_s'] * 1e3:7.3f} ms"
         )
+    sets = 3 if args.quick else 9
+    cold = []
+    print(f"\ncold decoding_vector (median of {sets} random sets, empty caches)")
+    for name in EXACT_CODES:
+        row = cold_decoding_row(name, n_t, s_t, sets=sets, seed=args.seed)
+        cold.append(row)
+        print(
+            f"{name:<15} n={row['n']:<5} s={row['s']:<4} median {row['median_ms']:8.2f} ms"
+            f"   (min {row['min_ms']:.2f}, max {row['max_ms']:.2f})"
+        )
     result = {
         "benchmark": "bench_codes",
         "quick": args.quick,
         "seed": args.seed,
         "accuracy": rows,
         "timing": timings,
+        "decoding_vector_cold_ms": {row["code"]: row["median_ms"] for row in cold},
+        "decoding_vector_cold": cold,
     }
     save(result, args.out)
     return result

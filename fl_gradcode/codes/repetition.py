@@ -12,6 +12,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from .base import Decoding, GradientCode, check_n_s
+from .cyclic_solver import cyclic_decoding_vector, cyclic_supports
 from .patterns import straggler_patterns
 
 __all__ = [
@@ -35,6 +36,20 @@ class UncodedCode(GradientCode):
 
     def __init__(self, n: int, *, weights: Iterable[float] | None = None) -> None:
         super().__init__(np.eye(n), 0, is_exact=True, weights=weights)
+
+    def _compute_decoding(self, got: frozenset[int]) -> Decoding:
+        return _identity_decoding(self, got)
+
+
+def _identity_decoding(code: GradientCode, got: frozenset[int]) -> Decoding:
+    """Closed form for ``B = I``: ``a = 1`` on the received clients, whatever the weights.
+
+    It is the weighted least-squares optimum (each partition is its own block), computed in
+    O(n) instead of one solve per client (90 ms at n = 1000).
+    """
+    a = np.zeros(code.n)
+    a[sorted(got)] = 1.0
+    return code._finish(got, a)
 
 
 class IgnoreStragglers(GradientCode):
@@ -95,6 +110,21 @@ class FractionalRepetitionCode(GradientCode):
     def __init__(self, n: int, s: int, *, weights: Iterable[float] | None = None) -> None:
         super().__init__(frc_matrix(n, s), s, is_exact=True, weights=weights)
 
+    def _compute_decoding(self, got: frozenset[int]) -> Decoding:
+        """Closed form: each received member of a group gets ``1 / (replies of its group)``.
+
+        A group's rows are identical (ones on its ``s+1`` partitions), so its weighted least
+        squares ``min ||w (sum_F a - 1)||`` is solved by any ``a`` summing to 1 and the
+        minimum-norm one splits it evenly; a group without replies gets nothing. This is what
+        the dense solver returns, in O(n) without LAPACK.
+        """
+        a = np.zeros(self.n)
+        rows = np.array(sorted(got), dtype=np.int64)
+        if rows.size:
+            groups = rows // (self.s + 1)
+            a[rows] = 1.0 / np.bincount(groups)[groups]
+        return self._finish(got, a)
+
     def is_decodable(self, received: Iterable[int]) -> bool:
         """Group coverage: one reply per group (O(|received|), no linear algebra)."""
         order = self._check_received(received)
@@ -148,6 +178,15 @@ class CyclicRepetitionCode(GradientCode):
     ``"grouped-rs"`` or ``"frc"`` for real runs. With ``draws > 1`` several encoding matrices
     are drawn and the one with the smallest worst condition number over screened straggler
     sets (all sets when few, else every burst plus random sets) is kept.
+
+    Decoding. For ``|F| >= n - s`` received clients and ``s < n - s`` the decoder exploits the
+    cyclic band (:mod:`fl_gradcode.codes.cyclic_solver`): banded LU of an ``(n-s)``-square
+    block plus an ``s``-column least-squares update, ``O(n s^2)`` instead of the dense QR's
+    ``O(n^3)`` (about 15 ms instead of 200 ms at n = 1000, s = 100). It returns the same
+    minimum-norm least-squares vector as the dense path, refined on the full residual; when
+    that residual is above the exactness tolerance, for fewer than ``n - s`` replies
+    (approximate decoding) and for ``s >= n - s`` (where the band is no cheaper), the dense
+    least-squares path of :class:`GradientCode` decides.
     """
 
     name = "crc"
@@ -180,3 +219,25 @@ class CyclicRepetitionCode(GradientCode):
                 best, best_cond = B, worst
         super().__init__(best, s, is_exact=True, weights=weights)
         self.screened_condition = float(best_cond)
+        self._cols, self._vals = cyclic_supports(self.B, s)
+
+    def _compute_decoding(self, got: frozenset[int]) -> Decoding:
+        n, s = self.n, self.s
+        if s == 0:  # B = I
+            return _identity_decoding(self, got)
+        if len(got) >= n - s and s < n - s:
+            received = np.array(sorted(got), dtype=np.int64)
+            try:
+                with np.errstate(all="ignore"):  # a near-singular band is caught just below
+                    coeffs = cyclic_decoding_vector(
+                        self._cols, self._vals, self.weights, received
+                    )
+            except np.linalg.LinAlgError:
+                coeffs = None
+            if coeffs is not None and np.all(np.isfinite(coeffs)):
+                a = np.zeros(n)
+                a[received] = coeffs
+                dec = self._finish(got, a)
+                if dec.exact:
+                    return dec
+        return super()._compute_decoding(got)
