@@ -1,0 +1,227 @@
+"""Mutation testing of the codes, the Flower layer and privacy with mutmut 3 (``[tool.mutmut]``).
+
+Usage::
+
+    python experiments/mutation.py [--module M ...] [--max-mutants N] [--seed S]
+                                   [--deselect TEST_ID ...]
+
+``M`` is one of ``codes``, ``privacy``, ``mod``, ``wrapper``, ``protocol``, ``clock``, ``grid``,
+``integrity`` (default: all). Each module is mutated by mutmut against the relevant FAST test
+files only (``-m "not simulation and not deployment"``, never the experiments smoke tests);
+mutmut runs, per mutant, only the tests that executed the mutated function.
+
+mutmut writes a ``mutants/`` tree into the directory it runs in, so the run happens in a scratch
+copy of the project (``--workdir``, default a temporary directory): the working tree is never
+touched. Each module gets its own copy, ``only_mutate`` and test selection.
+
+``--max-mutants N`` tests a fixed-seed random sample of N mutants per module (the JSON then says
+``"sampled": true`` and gives the ``population``). Results go to ``results/mutation.json``::
+
+    {"<module>": {"killed": k, "total": t, "sampled": bool, "population": P,
+                  "survived": [{"mutant": name, "diff": "...", "reason": "..."}], ...}, ...}
+
+``killed`` counts mutmut's "killed" and "timeout" verdicts; ``total`` counts every tested
+mutant (survivors, mutants no selected test executes, suspicious ones). The ``reason`` of each
+survivor is taken from ``REASONS`` below (maintained by hand after reading the diff: an
+equivalent mutant, or the test that now kills it); unexplained survivors say so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FAST = ["-m", "not simulation and not deployment", "-p", "no:cacheprovider",
+        "-W", "ignore::DeprecationWarning", "-x", "-q"]
+KILLED_BY_NEW = "tests/test_mutants_killed.py"
+CODE_TESTS = [
+    "tests/test_codes_exact.py", "tests/test_codes_approximate.py",
+    "tests/test_codes_comm_efficient.py", "tests/test_codes_fast_decoders.py",
+    "tests/test_codes_nested.py", "tests/test_codes_properties.py",
+    "tests/test_codes_validation.py", KILLED_BY_NEW,
+]
+WRAPPER_TESTS = ["tests/test_wrapper.py", KILLED_BY_NEW]
+APP_TESTS = [*WRAPPER_TESTS, "tests/test_plugin_apps.py", "tests/test_plugin_comm_efficient.py"]
+# module -> (files mutated, its fast test files); one mutmut run (scratch copy) per module
+MODULES: dict[str, tuple[list[str], list[str]]] = {
+    "codes": (["fl_gradcode/codes/*.py"], CODE_TESTS),
+    "privacy": (["fl_gradcode/privacy.py"], ["tests/test_privacy.py", KILLED_BY_NEW]),
+    "clock": (["fl_gradcode/flower/clock.py"], WRAPPER_TESTS),
+    "grid": (["fl_gradcode/flower/grid.py"], WRAPPER_TESTS),
+    "integrity": (["fl_gradcode/flower/integrity.py"], ["tests/test_integrity.py",
+                                                        *WRAPPER_TESTS]),
+    **{m: ([f"fl_gradcode/flower/{m}.py"], APP_TESTS) for m in ("mod", "wrapper", "protocol")},
+}
+KILLED = {"killed", "timeout"}
+
+# Hand-written verdicts on survivors (mutmut name -> one line). Filled in after reading diffs.
+REASONS: dict[str, str] = {
+    "fl_gradcode.flower.clock.xǁWallClockǁ__init____mutmut_6":
+        "equivalent: WallClock.round_start is overwritten by start_round() before any read",
+}
+
+
+def _mutmut_section(only_mutate: list[str], tests: list[str], extra: list[str]) -> str:
+    q = lambda xs: "[" + ", ".join(json.dumps(x) for x in xs) + "]"  # noqa: E731
+    return (
+        "[tool.mutmut]\n"
+        'source_paths = ["fl_gradcode"]\n'
+        f"only_mutate = {q(only_mutate)}\n"
+        'also_copy = ["server", "clients", "examples", "experiments"]\n'
+        f"pytest_add_cli_args_test_selection = {q(tests)}\n"
+        f"pytest_add_cli_args = {q(FAST + extra)}\n"
+        "use_git_change_detection = false\n"
+    )
+
+
+def prepare(workdir: Path, group: str, modules: list[str], extra: list[str]) -> Path:
+    """A scratch copy of the project whose ``[tool.mutmut]`` mutates ``modules`` only."""
+    dst = workdir / group
+    if dst.exists():
+        shutil.rmtree(dst)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "results", "mutants", ".git",
+                                    "*.png", "*.npz", ".flwr")
+    for name in ("fl_gradcode", "tests", "server", "clients", "examples", "experiments"):
+        if (ROOT / name).exists():
+            shutil.copytree(ROOT / name, dst / name, ignore=ignore)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, dst / name)
+    (dst / "results").mkdir()
+    globs = [g for m in modules for g in MODULES[m][0]]
+    text = (dst / "pyproject.toml").read_text()
+    tests = list(dict.fromkeys(t for m in modules for t in MODULES[m][1]))
+    section = _mutmut_section(globs, tests, extra)
+    if "[tool.mutmut]" in text:
+        text = re.sub(r"\[tool\.mutmut\]\n(?:(?!\[).*\n)*", section + "\n", text)
+    else:
+        text += "\n" + section
+    (dst / "pyproject.toml").write_text(text)
+    return dst
+
+
+def mutmut(cwd: Path, *names: str, log: Path) -> int:
+    cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", "1", *names]
+    with open(log, "a") as out:
+        return subprocess.call(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
+
+
+def load_meta(cwd: Path) -> dict[str, int | None]:
+    codes: dict[str, int | None] = {}
+    for meta in (cwd / "mutants").rglob("*.py.meta"):
+        codes.update(json.loads(meta.read_text())["exit_code_by_key"])
+    return codes
+
+
+def module_of(name: str) -> str | None:
+    for module, (globs, _) in MODULES.items():
+        for g in globs:
+            prefix = g.removesuffix(".py").removesuffix("/*").replace("/", ".")
+            if name.startswith(prefix + "."):
+                return module
+    return None
+
+
+def diff_of(cwd: Path, name: str) -> str:
+    out = subprocess.run([sys.executable, "-m", "mutmut", "show", name], cwd=cwd,
+                         capture_output=True, text=True).stdout
+    lines = [ln for ln in out.splitlines()
+             if ln[:1] in "+-" and not ln.startswith(("+++", "---"))]
+    return " | ".join(ln.strip() for ln in lines)[:300]
+
+
+def run_group(group: str, modules: list[str], args: argparse.Namespace) -> dict:
+    from mutmut.stats import status_by_exit_code
+
+    extra = [f"--deselect={t}" for t in args.deselect]
+    cwd = prepare(args.workdir, group, modules, extra)
+    log = args.workdir / f"{group}.log"
+    # 1. generate every mutant and collect test<->function stats (nothing is run yet: the
+    #    filter matches no mutant, mutmut stops after the stats run)
+    mutmut(cwd, "__generate_only__", log=log)
+    population = {name: module_of(name) for name in load_meta(cwd)}
+    if not population:
+        raise SystemExit(f"mutmut generated no mutants for {group}; see {log}")
+    chosen: dict[str, list[str]] = {}
+    rng = random.Random(args.seed)
+    for module in modules:
+        names = sorted(n for n, m in population.items() if m == module)
+        if args.max_mutants and len(names) > args.max_mutants:
+            names = sorted(rng.sample(names, args.max_mutants))
+        chosen[module] = names
+    # 2. run the chosen mutants (explicit names: mutmut tests exactly these)
+    todo = [n for names in chosen.values() for n in names]
+    for start in range(0, len(todo), 200):  # keep the command line short
+        mutmut(cwd, *todo[start : start + 200], log=log)
+    codes = load_meta(cwd)
+    if all(codes.get(n) is None for n in todo):
+        raise SystemExit(f"mutmut tested no mutant of {group} (stats or clean run failed?); "
+                         f"see {log}")
+    out = {}
+    for module in modules:
+        names = chosen[module]
+        status = {n: status_by_exit_code[codes.get(n)] for n in names}
+        survivors = [n for n, s in status.items() if s not in KILLED]
+        total_pop = sum(1 for m in population.values() if m == module)
+        out[module] = {
+            "killed": sum(s in KILLED for s in status.values()),
+            "total": len(names),
+            "sampled": len(names) < total_pop,
+            "population": total_pop,
+            "by_status": {s: list(status.values()).count(s) for s in sorted(set(status.values()))},
+            "survived": [
+                {"mutant": n, "status": status[n], "diff": diff_of(cwd, n),
+                 "reason": REASONS.get(n, "unexplained: not reviewed yet")}
+                for n in survivors
+            ],
+        }
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--module", action="append", choices=sorted(MODULES),
+                   help="module to mutate (repeatable; default: all)")
+    p.add_argument("--max-mutants", type=int, default=0,
+                   help="sample at most N mutants per module (fixed seed); 0 = all")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--deselect", action="append", default=[],
+                   help="test node id to leave out (e.g. a test broken in the working tree)")
+    p.add_argument("--workdir", type=Path, default=None,
+                   help="scratch directory for the project copies (default: a temp dir)")
+    p.add_argument("--out", type=Path, default=ROOT / "results" / "mutation.json")
+    args = p.parse_args(argv)
+    modules = args.module or list(MODULES)
+    args.workdir = args.workdir or Path(tempfile.mkdtemp(prefix="fl-gradcode-mutation-"))
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    result = json.loads(args.out.read_text()) if args.out.exists() else {}
+    for module in modules:
+        mods = [module]
+        result.update(run_group(module, mods, args))
+        for m in mods:
+            r = result[m]
+            print(f"{m:10s} killed {r['killed']}/{r['total']}"
+                  + (f" (sampled from {r['population']})" if r["sampled"] else ""))
+    meta = result.setdefault("_meta", {})
+    import mutmut
+
+    meta.update({"tool": f"mutmut {mutmut.__version__}", "seed": args.seed,
+                 "max_mutants": args.max_mutants, "deselected": args.deselect,
+                 "command": "python experiments/mutation.py " + " ".join(argv or sys.argv[1:]),
+                 "last_runtime_s": round(time.monotonic() - t0, 1)})
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {args.out} in {time.monotonic() - t0:.0f} s (workdir {args.workdir})")
+
+
+if __name__ == "__main__":
+    main()
