@@ -115,6 +115,7 @@ class EarlyReturnGrid:
         t_end = time.monotonic() + self._strategy.deadline_s(timeout)
         first_reply_s = self._strategy.first_reply_deadline_s()
         replies: list[Message] = []
+        answered: set[str] = set()
         done = False
         while pending:
             asked = [*pending, *self.abandoned]
@@ -122,10 +123,13 @@ class EarlyReturnGrid:
                 rid = reply.metadata.reply_to_message_id
                 if rid in pending:
                     del pending[rid]
+                    answered.add(rid)
                     replies.append(reply)
                     if not done:  # validated as it arrives; the rest after the round returns
                         self._strategy.on_reply(reply)
                         done = self._strategy.ready()
+                elif rid in answered:  # a second reply to one message: rejected, counted
+                    self._strategy.on_reply(reply)
                 else:
                     self._drop_if_late(reply)
             if first_reply_s is not None and replies:  # deadline counts from the first reply

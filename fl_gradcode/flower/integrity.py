@@ -7,7 +7,8 @@ a few random projections of each reply (``q`` seeded linear functionals of a sam
 coordinates, plus its example count, exactly), so they cost ``O(q)`` per reply, not a model.
 
 * ``consistent(F)``: the min-norm decoding of ``F`` and of every decodable ``F \\ {i}`` agree
-  (relative disagreement <= ``tolerance``);
+  (disagreement relative to the median reply's size <= ``tolerance``: a huge reply cannot
+  drown the other disagreements);
 * a reply is *checked* when ``F \\ {i}`` still decodes: its contribution is then compared with
   a decoding that does not use it; ``verified(F)`` = consistent and every reply checked;
 * a contradiction is *resolved* when removing exactly one reply ``c`` leaves a consistent set
@@ -88,7 +89,9 @@ def _check(B, z: Mapping[int, np.ndarray], workers: list[int]):
     if a is None:
         return None
     full = sum(ai * z[w] for ai, w in zip(a, workers, strict=True))
-    scale = float(np.linalg.norm(full)) or 1.0
+    # the typical reply's size: one huge reply must not make every other disagreement look
+    # like rounding (a scale from the decoded sums would grow with it)
+    scale = float(np.median([np.linalg.norm(z[w]) for w in workers]))
     worst, checked = 0.0, set()
     for i in workers:
         rest = [w for w in workers if w != i]
@@ -96,16 +99,67 @@ def _check(B, z: Mapping[int, np.ndarray], workers: list[int]):
         if b is None:
             continue
         other = sum(bi * z[w] for bi, w in zip(b, rest, strict=True))
-        worst = max(worst, float(np.linalg.norm(other - full)) / scale)
+        diff = float(np.linalg.norm(other - full))
+        worst = max(worst, diff / scale if scale > 0 else (0.0 if diff == 0 else np.inf))
         checked.add(i)
     return worst, checked
+
+
+def _blocks(B: np.ndarray) -> list[np.ndarray]:
+    """Clients grouped by the connected components of ``B``'s support (clients sharing a
+    partition, transitively): decoding, and so every consistency check, splits along them."""
+    n, k = B.shape
+    parent = list(range(n + k))
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for i, j in zip(*np.nonzero(B), strict=True):
+        parent[find(int(i))] = find(n + int(j))
+    roots: dict[int, list[int]] = {}
+    for i in range(n):
+        roots.setdefault(find(i), []).append(i)
+    return [np.array(v) for v in roots.values()]
 
 
 def verify_replies(
     B: np.ndarray, z: Mapping[int, np.ndarray], workers: Sequence[int], tolerance: float
 ) -> Verdict:
-    """The verdict of the redundancy among ``workers`` (their projections ``z``)."""
+    """The verdict of the redundancy among ``workers`` (their projections ``z``), block by
+    block (a huge reply in one block cannot hide a disagreement in another through floating
+    point cancellation)."""
     workers = sorted(workers)
+    verdicts = []
+    for block in _blocks(B):
+        mine = [w for w in workers if w in set(block.tolist())]
+        if mine:
+            cols = np.flatnonzero(np.abs(B[block]).sum(axis=0))
+            sub = np.zeros_like(B)[:, : cols.size]
+            sub[block] = B[np.ix_(block, cols)]
+            verdicts.append(_verify_block(sub, z, mine, tolerance))
+    if not verdicts:
+        return Verdict("unverified")
+    if any(v.status == "contradicted" for v in verdicts):
+        status = "contradicted"
+    elif all(v.status == "verified" for v in verdicts):
+        status = "verified"
+    else:
+        status = "unverified"
+    return Verdict(
+        status,
+        sorted(w for v in verdicts for w in v.excluded),
+        max(v.disagreement for v in verdicts),
+        unresolved=any(v.unresolved for v in verdicts),
+    )
+
+
+def _verify_block(
+    B: np.ndarray, z: Mapping[int, np.ndarray], workers: list[int], tolerance: float
+) -> Verdict:
+    """:func:`verify_replies` inside one block (``B`` restricted to the block's columns)."""
     result = _check(B, z, workers)
     if result is None:
         return Verdict("unverified")

@@ -307,6 +307,7 @@ def parse_reply(
     round: int,
     layout: Mapping[str, tuple[int, ...]],
     check_values: bool = True,
+    dtypes: Mapping[str, np.dtype] | None = None,
 ) -> CodedReply:
     """Validate a coded reply from the node that is ``worker`` in round ``round``.
 
@@ -321,7 +322,7 @@ def parse_reply(
     if reply.has_error():
         raise RejectedReply(f"error reply (code {reply.error.code}: {reply.error.reason})")
     try:
-        return _parse_train(reply, worker, round, layout, check_values)
+        return _parse_train(reply, worker, round, layout, check_values, dtypes)
     except RejectedReply:
         raise
     except Exception as exc:  # corrupt bytes, wrong record types, ...: a reason, not a crash
@@ -358,6 +359,7 @@ def _parse_train(
     round: int,
     layout: Mapping[str, tuple[int, ...]],
     check_values: bool = True,
+    dtypes: Mapping[str, np.dtype] | None = None,
 ) -> CodedReply:
     content = reply.content
     if PROTOCOL_KEY not in content.array_records:
@@ -378,6 +380,10 @@ def _parse_train(
         arr = array_view(record[name])
         if arr.dtype.kind != "f":
             raise RejectedReply(f"array {name!r} has dtype {arr.dtype}, not a floating type")
+        if dtypes is not None and name in dtypes and arr.dtype != dtypes[name]:
+            raise RejectedReply(
+                f"array {name!r} has dtype {arr.dtype}; this round's wire is {dtypes[name]}"
+            )
         if tuple(arr.shape) != tuple(shape):
             raise RejectedReply(f"array {name!r} has shape {arr.shape}; expected {shape}")
         if check_values and not _all_finite(arr):

@@ -4,10 +4,18 @@ Used by the tests and the experiments: the real ``gradient_coding_mod`` and the 
 handlers run in this process, one node after the other; replies can be held back by a
 wall-clock ``delay(worker, round)`` for wallclock tests. Pulled replies are deleted, like
 Flower's, and re-pulling an id returns nothing.
+
+Grid-level faults for fault-injection tests (each a callable of ``(node index, round)``, like
+``delay``; every injection is appended to ``InProcessGrid.injected``): ``crash`` (the node
+crashes mid-round: the message is accepted and the app runs, but no reply is ever delivered),
+``duplicate`` (the reply is delivered twice: a copy with a fresh message id, answering the same
+message, is pullable together with it) and ``src_node_id`` (the reply's sender id is rewritten
+to the returned id, e.g. an unknown node or another node; ``None`` leaves it alone).
 """
 
 from __future__ import annotations
 
+import copy
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -45,6 +53,14 @@ class InProcessGrid:
         ``delay(partition_id, round) -> seconds`` before a reply can be pulled (wall clock).
     node_ids : list of int, optional
         The nodes' ids (default: large pseudo-random-looking ids, not in partition order).
+    crash : callable, optional
+        ``crash(partition_id, round) -> bool``: the node crashes after computing (no reply).
+    duplicate : callable, optional
+        ``duplicate(partition_id, round) -> bool``: the reply is delivered twice.
+    src_node_id : callable, optional
+        ``src_node_id(partition_id, round) -> int | None``: the sender id the reply carries.
+
+    ``round`` is the message's ``group_id`` when it is a number, else 0 (e.g. the handshake).
     """
 
     def __init__(
@@ -57,6 +73,9 @@ class InProcessGrid:
         node_config: Callable[[int], Mapping[str, Any]] | None = None,
         node_ids: list[int] | None = None,
         apps: list[Any] | None = None,
+        crash: Callable[[int, int], bool] | None = None,
+        duplicate: Callable[[int, int], bool] | None = None,
+        src_node_id: Callable[[int, int], int | None] | None = None,
     ) -> None:
         set_task_identity()
         if num_nodes < 1:
@@ -68,6 +87,10 @@ class InProcessGrid:
             raise ValueError("node_ids must be distinct, one per node")
         self.apps = list(apps) if apps else [app] * num_nodes
         self.delay = delay
+        self._crash = crash
+        self._duplicate = duplicate
+        self._src_node_id = src_node_id
+        self.injected: list[tuple[str, int, int]] = []  # (fault, node index, round)
         self.contexts = {
             node: Context(
                 run_id=1,
@@ -84,6 +107,7 @@ class InProcessGrid:
         }
         self.index = {node: i for i, node in enumerate(self.node_ids)}
         self._ready: dict[str, tuple[float, Message]] = {}
+        self._copies: dict[str, tuple[float, Message]] = {}  # duplicated replies
         self.available_at: dict[str, float] = {}  # message id -> when its reply is pullable
         self.pushed = 0
         self.run_id = 1
@@ -114,15 +138,28 @@ class InProcessGrid:
             msg.metadata.__dict__["_message_id"] = mid
             self.pushed += 1
             reply = self._run(msg)
+            index = self.index[msg.metadata.dst_node_id]
+            group = msg.metadata.group_id
+            server_round = int(group) if group.isdigit() else 0
             wait = 0.0
             if self.delay is not None:
-                group = msg.metadata.group_id
-                wait = self.delay(
-                    self.index[msg.metadata.dst_node_id], int(group) if group.isdigit() else 0
-                )
+                wait = self.delay(index, server_round)
+            ids.append(mid)
+            if self._crash is not None and self._crash(index, server_round):
+                self.injected.append(("crash", index, server_round))
+                continue  # crashed: accepted, computed, never answered
+            if self._src_node_id is not None:
+                src = self._src_node_id(index, server_round)
+                if src is not None:
+                    self.injected.append(("src_node_id", index, server_round))
+                    reply.metadata.__dict__["_src_node_id"] = int(src)
             self._ready[mid] = (time.monotonic() + wait, reply)
             self.available_at[mid] = self._ready[mid][0]
-            ids.append(mid)
+            if self._duplicate is not None and self._duplicate(index, server_round):
+                self.injected.append(("duplicate", index, server_round))
+                twin = copy.deepcopy(reply)
+                twin.metadata.__dict__["_message_id"] = str(uuid.uuid4())
+                self._copies[mid] = (self._ready[mid][0], twin)
         return ids
 
     def pull_messages(self, message_ids: Iterable[str]) -> list[Message]:
@@ -131,6 +168,8 @@ class InProcessGrid:
         for mid in list(message_ids):
             if mid in self._ready and self._ready[mid][0] <= now:
                 out.append(self._ready.pop(mid)[1])
+                if mid in self._copies:
+                    out.append(self._copies.pop(mid)[1])
         return out
 
     def send_and_receive(
@@ -151,4 +190,4 @@ class InProcessGrid:
     @property
     def pending(self) -> int:
         """Replies not pulled yet (memory held by the grid)."""
-        return len(self._ready)
+        return len(self._ready) + len(self._copies)

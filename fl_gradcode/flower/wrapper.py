@@ -463,6 +463,7 @@ class GradientCoding(Strategy):
                 worker=worker,
                 round=state.number,
                 layout=state.reply_layout,
+                dtypes=_wire_dtypes(state),
                 # wallclock: the values are checked in the decoding pass, off the critical path
                 check_values=self.timing == "virtual",
             )
@@ -1126,6 +1127,19 @@ def _combine(coefficients: np.ndarray, views: list[np.ndarray], size: int, dtype
                 np.multiply(v[start:end], a, out=scratch)
                 block += scratch
     return acc
+
+
+def _wire_dtypes(state: _Round) -> dict[str, np.dtype]:
+    """The dtype every reply array must have in this round (the instruction's ``wire``)."""
+    if _is_chunked(state.code):
+        model32 = all(d == np.float32 for d in state.dtypes.values())
+        return {protocol.CHUNK_KEY: np.dtype(
+            np.float32 if state.wire == "model" and model32 else np.float64)}
+    out = {}
+    for name, dtype in state.dtypes.items():
+        dtype = np.dtype(dtype)
+        out[name] = dtype if state.wire == "model" and dtype.kind == "f" else np.dtype(np.float64)
+    return out
 
 
 def _is_chunked(code: GradientCode) -> bool:

@@ -1,0 +1,847 @@
+"""Seeded fault-injection suite over the public API: ``gradient_coding_mod`` + ``GradientCoding``
++ ``InProcessGrid``, against an independent numpy FedAvg oracle.
+
+A scenario is ``(seed, n, code, s, timing, verify, rounds)`` plus faults drawn per
+``(round, node)`` and per round. Faults are injected from outside the plug-in:
+
+* inside the app (the ClientApp's train handler): an ``Error`` reply, an exception, NaN values;
+* by an OUTER client mod around the real mod (``ClientApp(mods=[fault_mod,
+  gradient_coding_mod])``) that rewrites the coded reply: Inf, wrong shape, wrong dtype (int /
+  bool arrays), missing records, corrupt or truncated ``.npy`` bytes, metrics of the wrong type,
+  a verbatim replay of an earlier round's reply, a forged worker claim, and the value forgeries
+  (finite but wrong: 1e30 scaling, a scaled reply, an honestly computed reply for forged
+  coefficients, an earlier round's arrays relabelled as this round's); it also reports the
+  compute seconds (deterministic in virtual time; beyond the straggler deadline in an all-slow
+  or all-busy round);
+* by the grid (``InProcessGrid`` options): a crash mid-round (no reply, ever), a duplicated
+  reply, a reply whose sender id is unknown or another node's; in wallclock scenarios the
+  grid's per-reply delays (short Pareto delays; all-slow and all-busy rounds).
+
+Invariants checked in every scenario (each failure is listed as a violation): the server never
+raises; every round's model is finite, with the initial arrays' shapes and dtypes; exactly one
+history row and one ``rounds.jsonl`` row per round, ``decode`` in {exact, approx, skipped}; an
+approx round has ``decode_error <= max_decode_error``; a skipped round keeps the model bit for bit;
+an exact round's model equals the oracle's FedAvg over all partitions of the previous round's
+model (1e-6 relative) -- unless a value forgery was decoded in a scenario without redundancy to
+catch it (``verify=False`` or ``s = 0``: then only finiteness); a reply the protocol must reject
+is never decoded, and (virtual timing, every reply validated) every such fault appears among the
+round's rejection reasons with the expected reason and no honest reply is rejected; an
+all-slow / all-busy round decodes nothing; after an all-busy round the next round waits until a
+node is free (virtual timing) rather than being spent on nothing; the integrity check never
+excludes an honest reply as inconsistent; ``final_model.npz`` is the last decoded model.
+
+Run: ``python experiments/fault_injection.py [--full] [--scenarios N] [--seed S] [--out PATH]``
+(default: a fast slice of 40 scenarios; ``--full``: 500 scenarios and
+``results/fault_injection.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import platform
+import re
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from flwr.app import (  # noqa: E402
+    Array,
+    ArrayRecord,
+    ConfigRecord,
+    Context,
+    Error,
+    Message,
+    MessageType,
+    MetricRecord,
+    RecordDict,
+)
+from flwr.clientapp import ClientApp  # noqa: E402
+from flwr.serverapp.strategy import FedAvg  # noqa: E402
+
+from fl_gradcode.flower import GradientCoding, gradient_coding_mod  # noqa: E402
+from fl_gradcode.flower.protocol import OP_TRAIN, PROTOCOL_KEY, parse_instruction  # noqa: E402
+from fl_gradcode.flower.testing import InProcessGrid, set_task_identity  # noqa: E402
+from fl_gradcode.latency import Pareto  # noqa: E402
+from fl_gradcode.results import read_rounds  # noqa: E402
+
+META_KEY = PROTOCOL_KEY + "-meta"
+SHAPES = {"w": (3, 4), "b": (4,)}
+LR = 0.5
+FAST_SCENARIOS = 40
+FULL_SCENARIOS = 500
+RTOL = 1e-6
+
+CODES = ("frc", "grouped-rs", "crc", "expander", "ignore-stragglers", "uncoded")
+SIZES = (5, 6, 8, 9)
+
+# ------------------------------------------------------------------ fault kinds
+APP_FAULTS = ("error", "exception", "nan")  # inside the app (exception: app or outer mod)
+MOD_FAULTS = (
+    "inf",
+    "wrong-shape",
+    "wrong-dtype",
+    "missing-records",
+    "corrupt-bytes",
+    "wrong-metric-type",
+    "replay",
+    "forged-worker",
+)
+VALUE_FORGING = ("huge", "scaled", "forged-consistent", "replay-forged")
+GRID_FAULTS = ("crash", "duplicate", "unknown-sender", "spoofed-sender")
+NODE_FAULTS = APP_FAULTS + MOD_FAULTS + VALUE_FORGING + GRID_FAULTS
+ROUND_FAULTS = ("all-slow", "all-busy")
+ALL_FAULTS = NODE_FAULTS + ROUND_FAULTS
+
+#: The reason a rejected reply must carry, per fault the protocol must reject.
+REASONS = {
+    "error": r"error reply \(code 5400: RuntimeError: the app failed on partition \d+: code 4242",
+    "exception": r"error reply \(code (5400|0): .*InjectedFault: injected exception",
+    "nan": r"contains NaN or Inf",
+    "inf": r"contains NaN or Inf",
+    "wrong-shape": r"has shape .* expected",
+    "wrong-dtype": r"has dtype (int64|bool|float16)",
+    "missing-records": r"reply lacks the|array keys .* differ",
+    "corrupt-bytes": r"array bytes are (not \.npy|truncated)",
+    "wrong-metric-type": r"is not a number|is not a list of numbers",
+    "replay": r"computed for round \d+, not \d+",
+    "forged-worker": r"claims worker \d+ but the node is worker \d+",
+    "unknown-sender": r"unknown sender",
+    "spoofed-sender": r"claims worker \d+ but|duplicate sender|sender was not sent work",
+}
+REJECTED = tuple(REASONS)  # never decoded
+
+UNKNOWN_NODE = 999_999_937
+
+
+class InjectedFault(RuntimeError):
+    """The exception the faulty app (or outer mod) raises."""
+
+
+# ------------------------------------------------------------------ scenarios
+@dataclass
+class Scenario:
+    index: int
+    seed: int
+    n: int
+    code: str
+    s: int
+    timing: str  # "virtual" or "wallclock"
+    verify: bool
+    rounds: int
+    straggler_timeout: float
+    max_decode_error: float = 0.5
+    node_faults: dict[tuple[int, int], str] = field(default_factory=dict)  # (round, node)
+    round_faults: dict[int, str] = field(default_factory=dict)
+    variants: dict[tuple[int, int], int] = field(default_factory=dict)  # (round, node) -> form
+
+    def describe(self) -> str:
+        return (
+            f"scenario #{self.index} (seed={self.seed}, n={self.n}, code={self.code}, s={self.s}, "
+            f"timing={self.timing}, verify={self.verify}, rounds={self.rounds})"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index, "seed": self.seed, "n": self.n, "code": self.code, "s": self.s,
+            "timing": self.timing, "verify": self.verify, "rounds": self.rounds,
+            "straggler_timeout": self.straggler_timeout,
+            "max_decode_error": self.max_decode_error,
+            "node_faults": {f"{r},{i}": k for (r, i), k in sorted(self.node_faults.items())},
+            "round_faults": {str(r): k for r, k in sorted(self.round_faults.items())},
+        }
+
+
+def frc_s_values(n: int) -> list[int]:
+    return [s for s in range(5) if s < n and n % (s + 1) == 0]
+
+
+def make_scenario(suite_seed: int, index: int) -> Scenario:
+    """Scenario ``index`` of the suite with seed ``suite_seed`` (a pure function of both)."""
+    rng = np.random.default_rng([suite_seed, index, 0xFA17])
+    n = int(rng.choice(SIZES))
+    code = str(rng.choice(CODES))
+    if code == "frc":
+        s = int(rng.choice([s for s in frc_s_values(n) if s > 0] or [0]))
+    else:
+        s = int(rng.choice([0, 1, 1, 2, 2, 3]))
+    timing = "wallclock" if rng.random() < 0.1 else "virtual"
+    rounds = int(rng.choice([3, 4]))
+    scn = Scenario(
+        index=index,
+        seed=int(rng.integers(2**31 - 1)),
+        n=n,
+        code=code,
+        s=s,
+        timing=timing,
+        verify=bool(rng.random() < 0.5),
+        rounds=rounds,
+        straggler_timeout=0.25 if timing == "wallclock" else float(rng.choice([5.0, 10.0, 20.0])),
+        max_decode_error=float(rng.choice([0.2, 0.5])),
+    )
+    rate = float(rng.uniform(0.02, 0.2))
+    max_forgers = max(1, s)
+    for r in range(1, rounds + 1):
+        # wallclock round 1 has the start-up deadline: no all-slow / all-busy there
+        if rng.random() < 0.1 and (timing == "virtual" or r > 1):
+            scn.round_faults[r] = str(rng.choice(ROUND_FAULTS))
+        forgers, replays = 0, 0
+        for node in range(n):
+            if rng.random() >= rate:
+                continue
+            kind = str(rng.choice(NODE_FAULTS))
+            if kind in VALUE_FORGING:
+                # redundancy detects generic forgeries by at most s replies; identical ones
+                # (replays) can outvote an honest replica: at most one per round
+                if forgers >= max_forgers or (kind == "replay-forged" and replays >= 1):
+                    kind = str(rng.choice([k for k in NODE_FAULTS if k not in VALUE_FORGING]))
+                else:
+                    forgers += 1
+                    replays += kind == "replay-forged"
+            scn.node_faults[(r, node)] = kind
+    return scn
+
+
+# ------------------------------------------------------------------ the app and the oracle
+@cache
+def target(pid: int, name: str) -> np.ndarray:
+    arr = np.random.default_rng([11, pid, list(SHAPES).index(name)]).standard_normal(SHAPES[name])
+    arr.setflags(write=False)
+    return arr
+
+
+def num_examples(pid: int) -> int:
+    return 10 + 3 * pid
+
+
+def initial_model() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(7)
+    return {name: rng.standard_normal(shape) for name, shape in SHAPES.items()}
+
+
+def oracle(theta: dict[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
+    """Plain numpy FedAvg over all ``n`` partitions: ``sum_j n_j theta_j / sum_j n_j`` with
+    ``theta_j = theta - LR (theta - target_j)`` (independent of the mod, codes and wrapper)."""
+    sizes = np.array([num_examples(j) for j in range(n)], dtype=np.float64)
+    out = {}
+    for name, th in theta.items():
+        th = np.asarray(th, dtype=np.float64)
+        models = np.stack([th - LR * (th - target(j, name)) for j in range(n)])
+        out[name] = np.tensordot(sizes, models, axes=1) / sizes.sum()
+    return out
+
+
+def _rng(scn: Scenario, server_round: int, node: int, salt: int) -> np.random.Generator:
+    return np.random.default_rng([scn.seed, server_round, node, salt])
+
+
+def _round_of(msg: Message) -> int:
+    group = msg.metadata.group_id
+    return int(group) if group.isdigit() else 0
+
+
+class Injector:
+    """The faults of one scenario, and a record of the ones actually injected."""
+
+    def __init__(self, scn: Scenario, node_ids: list[int]) -> None:
+        self.scn = scn
+        self.node_ids = node_ids
+        self.index_of = {nid: i for i, nid in enumerate(node_ids)}
+        self.injected: set[tuple[str, int, int]] = set()  # (kind, round, node)
+        self.honest: dict[int, dict[int, tuple[dict, dict]]] = {}  # node -> round -> content
+
+    def kind(self, server_round: int, node: int) -> str | None:
+        return self.scn.node_faults.get((server_round, node))
+
+    def variant(self, server_round: int, node: int) -> int:
+        """Which form of the fault: from the plan, else drawn from the seed (0..3)."""
+        drawn = int(_rng(self.scn, server_round, node, 6).integers(4))
+        return self.scn.variants.get((server_round, node), drawn)
+
+    # -------------------------------------------------------------- the app
+    def app(self) -> ClientApp:
+        app = ClientApp(mods=[self.fault_mod, gradient_coding_mod])
+
+        @app.train()
+        def train(msg: Message, context: Context) -> Message:
+            pid = int(context.node_config["partition-id"])
+            server_round, node = _round_of(msg), self.index_of[context.node_id]
+            kind = self.kind(server_round, node)
+            if kind == "error":
+                self.injected.add((kind, server_round, node))
+                return Message(Error(code=4242, reason="injected error reply"), reply_to=msg)
+            if kind == "exception" and self.variant(server_round, node) % 2 == 0:
+                self.injected.add((kind, server_round, node))
+                raise InjectedFault("injected exception in the app")
+            new, loss = {}, 0.0
+            for name, arr in msg.content["arrays"].items():
+                theta = arr.numpy()
+                new[name] = theta - LR * (theta - target(pid, name))
+                loss += float(np.mean(np.abs(theta - target(pid, name))))
+            if kind == "nan":
+                self.injected.add((kind, server_round, node))
+                new["w"] = new["w"].copy()
+                new["w"].flat[pid % new["w"].size] = np.nan
+            metrics = MetricRecord({"num-examples": num_examples(pid), "train_loss": loss})
+            arrays = ArrayRecord({name: Array(v) for name, v in new.items()})
+            return Message(RecordDict({"arrays": arrays, "metrics": metrics}), reply_to=msg)
+
+        return app
+
+    # -------------------------------------------------------------- the outer mod
+    def fault_mod(self, msg: Message, context: Context, call_next) -> Message:
+        if msg.metadata.message_type != MessageType.TRAIN or not msg.has_content():
+            return call_next(msg, context)
+        instruction = parse_instruction(msg.content)
+        if instruction is None or instruction.op != OP_TRAIN:
+            return call_next(msg, context)
+        r, node = instruction.round, self.index_of[context.node_id]
+        kind = self.kind(r, node)
+        rng = _rng(self.scn, r, node, 2)
+        if kind == "forged-consistent":  # an honest computation of forged coefficients
+            self.injected.add((kind, r, node))
+            reply = self._forged_coefficients(msg, context, call_next, rng)
+        else:
+            reply = call_next(msg, context)
+        if kind == "exception" and (kind, r, node) not in self.injected:
+            self.injected.add((kind, r, node))  # raised outside the mod: a ClientApp exception
+            raise InjectedFault("injected exception in the outer mod")
+        if reply.has_error():
+            return reply
+        arrays = {k: v.numpy() for k, v in reply.content.array_records[PROTOCOL_KEY].items()}
+        meta = dict(reply.content.metric_records[META_KEY])
+        if self.scn.timing == "virtual":  # deterministic arrivals: compute-s from the plan
+            meta["compute-s"] = self._compute_s(r)
+        if kind != "forged-consistent":
+            self.honest.setdefault(node, {})[r] = (
+                {k: v.copy() for k, v in arrays.items()}, dict(meta)
+            )
+        if kind in MOD_FAULTS or kind in ("huge", "scaled", "replay-forged"):
+            forged = self._rewrite(kind, r, node, rng, arrays, meta)
+            if forged is not None:
+                self.injected.add((kind, r, node))
+                return Message(forged, reply_to=msg)
+        return Message(_content(arrays, meta), reply_to=msg)
+
+    def _compute_s(self, server_round: int) -> float:
+        scn, kind = self.scn, self.scn.round_faults.get(server_round)
+        if kind is None:
+            return 0.0
+        rng = _rng(scn, server_round, 10_000, 3)
+        factor = rng.uniform(1.05, 1.5) if kind == "all-slow" else rng.uniform(2.5, 4.0)
+        self.injected.add((kind, server_round, -1))
+        return float(scn.straggler_timeout * factor)
+
+    def _forged_coefficients(self, msg, context, call_next, rng) -> Message:
+        original = msg.content
+        rec = ConfigRecord(dict(original.config_records[PROTOCOL_KEY]))
+        coefficients = list(rec["coefficients"])
+        rec["coefficients"] = [float(c * rng.uniform(1.2, 2.5)) for c in coefficients]
+        records = {k: v for k, v in original.items() if k != PROTOCOL_KEY}
+        records[PROTOCOL_KEY] = rec
+        msg.content = RecordDict(records)
+        try:
+            return call_next(msg, context)
+        finally:
+            msg.content = original
+
+    def _rewrite(self, kind, r, node, rng, arrays, meta) -> RecordDict | None:
+        """The reply content under fault ``kind``, or ``None`` if it cannot be injected."""
+        arrays = {k: v.copy() for k, v in arrays.items()}
+        meta = dict(meta)
+        records: dict[str, Any] | None = None
+        variant = self.variant(r, node)
+        name = str(rng.choice(list(arrays)))
+        if kind == "inf":
+            arrays[name].flat[int(rng.integers(arrays[name].size))] = (
+                np.inf if variant % 2 else -np.inf
+            )
+        elif kind == "wrong-shape":
+            arr = arrays[name]
+            arrays[name] = (
+                arr.reshape(-1)[:-1],
+                arr.reshape(-1, 1),
+                np.concatenate([arr, arr]),
+                arr.T.copy() if arr.ndim == 2 else arr[None, :],
+            )[variant]
+        elif kind == "wrong-dtype":
+            if variant == 4:  # a float dtype below the wire's (only on request: see the tests)
+                arrays = {k: v.astype(np.float16) for k, v in arrays.items()}
+            elif variant % 2:
+                arrays[name] = np.rint(arrays[name]).astype(np.int64)
+            else:
+                arrays[name] = arrays[name] > 0
+        elif kind == "missing-records":
+            if variant == 0:
+                records = {META_KEY: MetricRecord(meta)}
+            elif variant == 1:
+                records = {PROTOCOL_KEY: _array_record(arrays)}
+            else:
+                del arrays[name]
+        elif kind == "corrupt-bytes":
+            good = Array(arrays[name])
+            if variant == 0:
+                data = rng.bytes(len(good.data))
+            elif variant == 1:
+                data = good.data[: len(good.data) - 8 * int(rng.integers(1, 4))]
+            elif variant == 2:
+                data = good.data[:8] + b"\x10\x00{'descr': garbage" + good.data[40:]
+            else:
+                data = b"garbage"
+            records = {PROTOCOL_KEY: _array_record(arrays), META_KEY: MetricRecord(meta)}
+            records[PROTOCOL_KEY][name] = Array(
+                dtype=good.dtype, shape=tuple(good.shape), stype="numpy.ndarray", data=data
+            )
+        elif kind == "wrong-metric-type":
+            record = MetricRecord(meta)
+            if variant == 0:
+                record["num-examples"] = [1.0, 2.0]
+            elif variant == 1:
+                record["compute-s"] = [0.1]
+            elif variant == 2:
+                record["metric.train_loss"] = [0.5, 0.5]
+            else:
+                record.__dict__["_data"]["partition-sizes"] = "many"  # what Flower would refuse
+            records = {PROTOCOL_KEY: _array_record(arrays), META_KEY: record}
+        elif kind in ("replay", "replay-forged"):
+            earlier = [q for q in self.honest.get(node, {}) if q < r]
+            if not earlier:
+                return None
+            old_arrays, old_meta = self.honest[node][int(rng.choice(earlier))]
+            arrays = {k: v.copy() for k, v in old_arrays.items()}
+            if kind == "replay":
+                meta = dict(old_meta)  # verbatim: computed for the earlier round
+            else:  # relabelled as this round's reply (finite, wrong unless the model is unchanged)
+                meta = {**old_meta, "round": r, "compute-s": meta["compute-s"]}
+        elif kind == "forged-worker":
+            meta["worker"] = int((node + 1 + rng.integers(self.scn.n - 1)) % self.scn.n)
+        elif kind == "huge":
+            factor = 1e30 * rng.uniform(1.0, 2.0)
+            arrays = {k: v * factor for k, v in arrays.items()}
+        elif kind == "scaled":
+            factor = rng.uniform(1.2, 3.0) * (1 if variant % 2 else -1)
+            arrays = {k: v * factor for k, v in arrays.items()}
+        else:
+            raise AssertionError(kind)
+        return RecordDict(records) if records is not None else _content(arrays, meta)
+
+    # -------------------------------------------------------------- grid-level faults
+    def grid(self) -> InProcessGrid:
+        scn = self.scn
+
+        def crash(node: int, server_round: int) -> bool:
+            return self.kind(server_round, node) == "crash"
+
+        def duplicate(node: int, server_round: int) -> bool:
+            return self.kind(server_round, node) == "duplicate"
+
+        def src_node_id(node: int, server_round: int) -> int | None:
+            kind = self.kind(server_round, node)
+            if kind == "unknown-sender":
+                return UNKNOWN_NODE
+            if kind == "spoofed-sender":
+                other = (node + 1 + _rng(scn, server_round, node, 4).integers(scn.n - 1)) % scn.n
+                return self.node_ids[int(other)]
+            return None
+
+        delay = None
+        if scn.timing == "wallclock":
+
+            def delay(node: int, server_round: int) -> float:
+                rng = _rng(scn, server_round, node, 5)
+                kind = scn.round_faults.get(server_round)
+                if kind is not None:
+                    self.injected.add((kind, server_round, -1))
+                    low, high = (1.6, 2.0) if kind == "all-slow" else (3.0, 4.0)
+                    return float(scn.straggler_timeout * rng.uniform(low, high))
+                return float(min(0.01 + 0.02 * rng.pareto(1.5), 0.2))
+
+        return InProcessGrid(
+            self.app(), scn.n, node_ids=self.node_ids, delay=delay, crash=crash,
+            duplicate=duplicate, src_node_id=src_node_id,
+        )
+
+
+def _array_record(arrays: dict[str, np.ndarray]) -> ArrayRecord:
+    return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()})
+
+
+def _content(arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> RecordDict:
+    return RecordDict({PROTOCOL_KEY: _array_record(arrays), META_KEY: MetricRecord(meta)})
+
+
+# ------------------------------------------------------------------ one scenario
+@dataclass
+class Outcome:
+    scenario: Scenario
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    models: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
+    injected: set[tuple[str, int, int]] = field(default_factory=set)
+    violations: list[str] = field(default_factory=list)
+    crashed: bool = False
+    corrupted: int = 0  # rounds whose model is not finite or an exact round off the oracle
+    compared: int = 0  # exact rounds compared with the oracle
+    not_compared: int = 0  # exact rounds with a decoded value forgery and no redundancy
+    honest_excluded: int = 0  # honest replies the integrity check excluded as inconsistent
+    max_rel_error: float = 0.0
+    matched: Counter = field(default_factory=Counter)  # faults matched to a rejection reason
+    forger_outcomes: Counter = field(default_factory=Counter)
+    wall_s: float = 0.0
+    final_model: dict[str, np.ndarray] | None = None  # results_dir/final_model.npz
+    grid_injected: list[tuple[str, int, int]] = field(default_factory=list)  # InProcessGrid's
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """No Flower INFO/WARNING logs and no public-seed warning while scenarios run."""
+    logger = logging.getLogger("flwr")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="gradient_coding_mod: no partition key")
+        try:
+            yield
+        finally:
+            logger.setLevel(level)
+
+
+def node_ids_for(n: int) -> list[int]:
+    return [100_000 + 7919 * (i + 1) for i in range(n)]
+
+
+def run_scenario(scn: Scenario) -> Outcome:
+    """Run one scenario and check every invariant."""
+    set_task_identity()
+    outcome = Outcome(scn)
+    injector = Injector(scn, node_ids_for(scn.n))
+    grid = injector.grid()
+    virtual = scn.timing == "virtual"
+    theta0 = initial_model()
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp, quiet():
+        strategy = GradientCoding(
+            FedAvg(fraction_evaluate=0.0, min_available_nodes=scn.n, min_train_nodes=scn.n),
+            code=scn.code,
+            s=scn.s,
+            timing=scn.timing,
+            latency=Pareto(scale=1.0, shape=1.5) if virtual else None,
+            seed=scn.seed,
+            results_dir=tmp,
+            straggler_timeout=scn.straggler_timeout,
+            max_decode_error=scn.max_decode_error,
+            round_timeout=0.25 if virtual else 2.0,
+            warmup_timeout=1.0,
+            verify=scn.verify,
+            wire="float64",
+        )
+
+        def evaluate_fn(server_round: int, arrays: ArrayRecord) -> None:
+            outcome.models[server_round] = {k: v.numpy().copy() for k, v in arrays.items()}
+
+        try:
+            strategy.start(
+                grid=grid,
+                initial_arrays=ArrayRecord({k: Array(v) for k, v in theta0.items()}),
+                num_rounds=scn.rounds,
+                train_config=ConfigRecord({}),
+                evaluate_fn=evaluate_fn,
+            )
+        except Exception:
+            outcome.crashed = True
+            outcome.violations.append(f"the server raised:\n{traceback.format_exc()}")
+        outcome.wall_s = time.perf_counter() - t0
+        outcome.rows = list(strategy.history)
+        try:
+            file_rows = read_rounds(tmp)
+        except Exception as exc:
+            file_rows = []
+            outcome.violations.append(f"rounds.jsonl unreadable: {exc!r}")
+        saved = Path(tmp) / "final_model.npz"
+        if saved.exists():
+            with np.load(saved) as npz:
+                outcome.final_model = {k: npz[k] for k in npz.files}
+    outcome.grid_injected = list(grid.injected)
+    for what, node, server_round in grid.injected:
+        kind = "crash" if what == "crash" else injector.kind(server_round, node)
+        if kind is not None and server_round > 0:
+            injector.injected.add((kind, server_round, node))
+    outcome.injected = set(injector.injected)
+    if not outcome.crashed:
+        check(outcome, file_rows, theta0)
+    return outcome
+
+
+def _finite(model: dict[str, np.ndarray]) -> bool:
+    return all(np.isfinite(v).all() for v in model.values())
+
+
+def _flat(model: dict[str, np.ndarray]) -> np.ndarray:
+    return np.concatenate([np.asarray(model[k], dtype=np.float64).ravel() for k in SHAPES])
+
+
+def _match(faults: list[str], reasons: list[str]) -> int:
+    """The most faults that can each be given a distinct reason matching its pattern."""
+    owner: dict[int, int] = {}
+
+    def augment(f: int, seen: set[int]) -> bool:
+        for j, reason in enumerate(reasons):
+            if j in seen or not re.search(REASONS[faults[f]], reason):
+                continue
+            seen.add(j)
+            if j not in owner or augment(owner[j], seen):
+                owner[j] = f
+                return True
+        return False
+
+    return sum(augment(f, set()) for f in range(len(faults)))
+
+
+def check(out: Outcome, file_rows: list[dict[str, Any]], theta0: dict[str, np.ndarray]) -> None:
+    """Every invariant of one finished scenario; failures go to ``out.violations``."""
+    scn, rows, models = out.scenario, out.rows, out.models
+    bad = out.violations.append
+    if [r.get("round") for r in rows] != list(range(1, scn.rounds + 1)):
+        bad(f"history rounds {[r.get('round') for r in rows]} != 1..{scn.rounds}")
+    if [(r.get("round"), r.get("decode")) for r in file_rows] != [
+        (r.get("round"), r.get("decode")) for r in rows
+    ]:
+        bad(f"rounds.jsonl rows {[(r.get('round'), r.get('decode')) for r in file_rows]} differ "
+            "from the history")
+    if sorted(models) != list(range(scn.rounds + 1)):
+        bad(f"evaluate_fn saw rounds {sorted(models)}")
+        return
+    for r in range(1, scn.rounds + 1):
+        model, prev = models[r], models[r - 1]
+        if set(model) != set(theta0) or any(
+            model[k].shape != theta0[k].shape or model[k].dtype != theta0[k].dtype for k in theta0
+        ):
+            layout = {k: (v.shape, str(v.dtype)) for k, v in model.items()}
+            bad(f"round {r}: model layout changed: {layout}")
+            out.corrupted += 1
+            continue
+        if not _finite(model):
+            bad(f"round {r}: model not finite")
+            out.corrupted += 1
+        if r - 1 >= len(rows):
+            continue
+        row = rows[r - 1]
+        decode = row.get("decode")
+        used = set(row.get("clients_used") or [])
+        faults = [(k, node) for (k, q, node) in out.injected if q == r]
+        if decode not in ("exact", "approx", "skipped"):
+            bad(f"round {r}: decode={decode!r}")
+        if not used <= set(range(scn.n)) or used & set(row.get("stragglers") or []):
+            bad(f"round {r}: clients_used {sorted(used)} / stragglers {row.get('stragglers')}")
+        if decode != "skipped" and not used:
+            bad(f"round {r}: {decode} from no reply")
+        if decode == "approx" and not row["decode_error"] <= scn.max_decode_error + 1e-12:
+            bad(f"round {r}: approx with decode_error {row['decode_error']} > "
+                f"{scn.max_decode_error}")
+        if decode == "skipped" and not all(np.array_equal(model[k], prev[k]) for k in model):
+            bad(f"round {r}: skipped but the model changed")
+        # faults the protocol must reject are never decoded
+        for kind, node in faults:
+            if kind in REJECTED or kind == "crash":
+                if node in used:
+                    bad(f"round {r}: node {node} with fault {kind!r} was decoded")
+        # value forgeries
+        forged = [node for kind, node in faults if kind in VALUE_FORGING]
+        protected = scn.verify and int(row.get("s", 0)) >= 1
+        for node in forged:
+            if node in (row.get("inconsistent") or []):
+                out.forger_outcomes["excluded as inconsistent"] += 1
+            elif node not in used:
+                out.forger_outcomes["not decoded"] += 1
+            elif decode == "skipped":
+                out.forger_outcomes["round skipped"] += 1
+            else:
+                out.forger_outcomes["decoded" + (" (verified)" if protected else "")] += 1
+        honest = sorted(set(row.get("inconsistent") or []) - set(forged))
+        if honest:  # redundancy must only ever exclude a reply that is actually wrong
+            out.honest_excluded += len(honest)
+            bad(f"round {r}: honest node(s) {honest} excluded as inconsistent (decode {decode}, "
+                f"used {sorted(used)}, value forgers {sorted(forged)}, verified "
+                f"{row.get('verified')})")
+        if decode == "exact":
+            if any(node in used for node in forged) and not protected:
+                out.not_compared += 1
+            elif _finite(prev) and _finite(model):
+                expected = _flat(oracle(prev, scn.n))
+                got = _flat(model)
+                rel = float(np.linalg.norm(got - expected)) / max(
+                    float(np.linalg.norm(expected)), 1e-300
+                )
+                out.compared += 1
+                out.max_rel_error = max(out.max_rel_error, rel)
+                if not rel <= RTOL:
+                    out.corrupted += 1
+                    bad(f"round {r}: exact model differs from the oracle (relative {rel:.3g}; "
+                        f"used {sorted(used)}, faults {sorted(faults)})")
+        # all-slow / all-busy rounds decode nothing; the next round does not start all-busy
+        round_kind = scn.round_faults.get(r)
+        if round_kind is not None and (round_kind, r, -1) in out.injected:
+            if decode != "skipped" or used:
+                bad(f"round {r}: {round_kind} round decoded {decode} from {sorted(used)}")
+        if scn.timing == "virtual" and scn.round_faults.get(r - 1) == "all-busy":
+            if len(row.get("busy") or []) >= scn.n:
+                bad(f"round {r}: every node busy after an all-busy round (nothing sent)")
+        # virtual timing: every reply is validated; rejections are exactly the injected faults
+        if scn.timing == "virtual":
+            must = [kind for kind, _ in faults if kind in REJECTED]
+            reasons = list(row.get("rejected_reasons") or [])
+            # a reply delivered twice: the copy is rejected as a duplicate sender, counted
+            for _ in range(sum(kind == "duplicate" for kind, _ in faults)):
+                if "duplicate sender" in reasons:
+                    reasons.remove("duplicate sender")
+            got = _match(must, reasons)
+            if got != len(must) or len(reasons) != len(must):
+                bad(f"round {r}: rejections {reasons} do not match the injected faults {must}")
+            else:
+                out.matched.update(must)
+
+
+    decoded = [row["round"] for row in rows if row.get("decode") != "skipped"]
+    if decoded and decoded[-1] in models:
+        last = models[decoded[-1]]
+        if out.final_model is None or any(
+            not np.array_equal(out.final_model.get(k), last[k]) for k in last
+        ):
+            bad(f"final_model.npz is not the model of round {decoded[-1]}")
+
+
+# ------------------------------------------------------------------ the suite
+def run_suite(num: int = FAST_SCENARIOS, seed: int = 0, progress: bool = False) -> dict[str, Any]:
+    """Run ``num`` scenarios of suite ``seed``; the counts (and every violation)."""
+    t0 = time.perf_counter()
+    faults, decodes, mix = Counter(), Counter(), Counter()
+    matched, forgers = Counter(), Counter()
+    totals = Counter()
+    violations: list[str] = []
+    slowest = (0.0, "")
+    max_rel = 0.0
+    for index in range(num):
+        scn = make_scenario(seed, index)
+        out = run_scenario(scn)
+        mix[f"code={scn.code}"] += 1
+        mix[f"timing={scn.timing}"] += 1
+        mix[f"verify={scn.verify}"] += 1
+        mix[f"n={scn.n}"] += 1
+        mix[f"s={scn.s}"] += 1
+        faults.update(kind for kind, _, _ in out.injected)
+        decodes.update(row.get("decode") for row in out.rows)
+        matched.update(out.matched)
+        forgers.update(out.forger_outcomes)
+        totals["rounds"] += len(out.rows)
+        totals["crashes"] += int(out.crashed)
+        totals["corrupted_models"] += out.corrupted
+        totals["exact_compared"] += out.compared
+        totals["exact_not_compared"] += out.not_compared
+        totals["rejected_replies"] += sum(int(r.get("rejected", 0)) for r in out.rows)
+        totals["late_dropped"] += sum(int(r.get("late_dropped", 0)) for r in out.rows)
+        totals["excluded_inconsistent"] += sum(len(r.get("inconsistent") or []) for r in out.rows)
+        totals["honest_excluded"] += out.honest_excluded
+        max_rel = max(max_rel, out.max_rel_error)
+        violations.extend(f"{scn.describe()}: {v}" for v in out.violations)
+        if out.wall_s > slowest[0]:
+            slowest = (out.wall_s, scn.describe())
+        if progress and (index + 1) % 50 == 0:
+            print(f"  {index + 1}/{num} scenarios, {len(violations)} violations, "
+                  f"{time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    return {
+        "scenarios": num,
+        "seed": seed,
+        "rounds": totals["rounds"],
+        "faults_injected": {k: faults.get(k, 0) for k in ALL_FAULTS},
+        "faults_injected_total": sum(faults.values()),
+        "rejections_matched": {k: matched.get(k, 0) for k in REJECTED},
+        "value_forgeries": dict(sorted(forgers.items())),
+        "decode": {k: decodes.get(k, 0) for k in ("exact", "approx", "skipped")},
+        "exact_rounds_compared_with_oracle": totals["exact_compared"],
+        "exact_rounds_not_compared": totals["exact_not_compared"],
+        "max_relative_error": max_rel,
+        "rejected_replies": totals["rejected_replies"],
+        "late_dropped": totals["late_dropped"],
+        "excluded_inconsistent": totals["excluded_inconsistent"],
+        "honest_excluded_as_inconsistent": totals["honest_excluded"],
+        "crashes": totals["crashes"],
+        "corrupted_models": totals["corrupted_models"],
+        "invariant_violations": violations,
+        "mix": dict(sorted(mix.items())),
+        "runtime_s": round(time.perf_counter() - t0, 2),
+        "slowest_scenario": {"wall_s": round(slowest[0], 2), "scenario": slowest[1]},
+    }
+
+
+def report(result: dict[str, Any]) -> str:
+    lines = [
+        f"scenarios: {result['scenarios']} (seed {result['seed']}), rounds: {result['rounds']}",
+        f"faults injected: {result['faults_injected_total']}",
+        *(f"  {k:<20} {v}" for k, v in result["faults_injected"].items()),
+        "rejected with the expected reason (virtual timing): "
+        + ", ".join(f"{k} {v}" for k, v in result["rejections_matched"].items()),
+        "value forgeries: " + ", ".join(f"{k} {v}" for k, v in result["value_forgeries"].items()),
+        "rounds: " + ", ".join(f"{k} {v}" for k, v in result["decode"].items()),
+        f"exact rounds compared with the oracle: {result['exact_rounds_compared_with_oracle']} "
+        f"(max relative error {result['max_relative_error']:.1e}; "
+        f"{result['exact_rounds_not_compared']} not compared: a value forgery decoded without "
+        "redundancy)",
+        f"rejected replies: {result['rejected_replies']}, late dropped: "
+        f"{result['late_dropped']}, excluded as inconsistent: {result['excluded_inconsistent']} "
+        f"(honest replies among them: {result['honest_excluded_as_inconsistent']})",
+        "mix: " + ", ".join(f"{k} {v}" for k, v in result["mix"].items()),
+        f"crashes: {result['crashes']}",
+        f"corrupted models: {result['corrupted_models']}",
+        f"invariant violations: {len(result['invariant_violations'])}",
+        *(f"  - {v}" for v in result["invariant_violations"]),
+        f"runtime: {result['runtime_s']:.1f} s (slowest scenario "
+        f"{result['slowest_scenario']['wall_s']} s)",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--full", action="store_true", help=f"{FULL_SCENARIOS} scenarios")
+    parser.add_argument("--scenarios", type=int, default=None, help="number of scenarios")
+    parser.add_argument("--seed", type=int, default=0, help="suite seed")
+    parser.add_argument("--out", default=None, help="JSON output (default with --full: "
+                        "results/fault_injection.json)")
+    args = parser.parse_args(argv)
+    try:
+        import torch
+
+        torch.set_num_threads(1)
+    except ImportError:  # pragma: no cover
+        pass
+    num = args.scenarios or (FULL_SCENARIOS if args.full else FAST_SCENARIOS)
+    result = run_suite(num, args.seed, progress=True)
+    print(report(result))
+    out = args.out or (str(ROOT / "results" / "fault_injection.json") if args.full else None)
+    if out:
+        path = Path(out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        saved = {**result, "machine": {"python": platform.python_version(),
+                                       "cpu": platform.machine()}}
+        path.write_text(json.dumps(saved, indent=2) + "\n")
+        print(f"wrote {path}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
