@@ -290,14 +290,8 @@ def test_value_forgery_without_redundancy_reaches_the_model_finite(kind):
     assert np.linalg.norm(got - expected) > 1e-3 * np.linalg.norm(expected)
 
 
-MASKING = (
-    "BUG (fl_gradcode/flower/integrity.py _check/verify_replies): disagreement is measured "
-    "relative to the norm of the full decoding, so one reply >= 1e6 times too large masks every "
-    "other inconsistency in the set: FRC(n=8, s=3) with replies {0: scaled x1.5, 2, 4, 6: x1e30} "
-    "in hand -> the only 'consistent' single exclusion is the honest worker 4, which is excluded; "
-    "with verify=False the 1e30 forgery is then decoded as an 'exact' round (model ~1e29) instead "
-    "of the round being skipped as an unresolved contradiction"
-)
+# A reply >= 1e6 times too large once masked every other disagreement (the scale came from the
+# decoded sum) and got an honest replica excluded; the tests below keep it fixed.
 
 
 def test_verdict_never_excludes_an_honest_replica_when_a_huge_reply_is_in_the_set():
@@ -308,7 +302,7 @@ def test_verdict_never_excludes_an_honest_replica_when_a_huge_reply_is_in_the_se
     v = np.random.default_rng(0).standard_normal((code.k, 5))
     z = {i: code.B[i] @ v for i in range(8)}
     z[0], z[6] = 1.5 * z[0], 1e30 * z[6]  # two forgers, one per group (s = 3 tolerates both)
-    verdict = verify_replies(code.B, z, [0, 2, 4, 6], 1e-5)
+    verdict = verify_replies(code, z, [0, 2, 4, 6], 1e-5)
     assert 4 not in verdict.excluded and 2 not in verdict.excluded  # the honest replicas
     # (for contrast: without the 1e30 factor the same pair of forgeries is "contradicted")
 

@@ -124,13 +124,13 @@ def test_verdict_identifies_the_outvoted_replica_and_refuses_a_tie():
     rng = np.random.default_rng(0)
     v = rng.standard_normal((code.k, 5))
     z = {i: code.B[i] @ v for i in range(6)}
-    assert verify_replies(code.B, z, range(6), 1e-9).status == "verified"
+    assert verify_replies(code, z, range(6), 1e-9).status == "verified"
     bad = dict(z)
     bad[4] = 1.5 * z[4]
-    verdict = verify_replies(code.B, bad, range(6), 1e-9)
+    verdict = verify_replies(code, bad, range(6), 1e-9)
     assert verdict.excluded == [4] and verdict.disagreement > 1e-3
     # two replicas of a group disagree and nobody breaks the tie: unresolved
-    tie = verify_replies(code.B, bad, [0, 1, 4, 5], 1e-9)
+    tie = verify_replies(code, bad, [0, 1, 4, 5], 1e-9)
     assert tie.status == "contradicted" and tie.unresolved and tie.excluded == []
 
 

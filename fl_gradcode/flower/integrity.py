@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..codes import GradientCode
+
 __all__ = ["Probe", "Verdict", "verify_replies"]
 
 _EXACT = 1e-8
@@ -105,40 +107,21 @@ def _check(B, z: Mapping[int, np.ndarray], workers: list[int]):
     return worst, checked
 
 
-def _blocks(B: np.ndarray) -> list[np.ndarray]:
-    """Clients grouped by the connected components of ``B``'s support (clients sharing a
-    partition, transitively): decoding, and so every consistency check, splits along them."""
-    n, k = B.shape
-    parent = list(range(n + k))
-
-    def find(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for i, j in zip(*np.nonzero(B), strict=True):
-        parent[find(int(i))] = find(n + int(j))
-    roots: dict[int, list[int]] = {}
-    for i in range(n):
-        roots.setdefault(find(i), []).append(i)
-    return [np.array(v) for v in roots.values()]
-
-
 def verify_replies(
-    B: np.ndarray, z: Mapping[int, np.ndarray], workers: Sequence[int], tolerance: float
+    code: GradientCode, z: Mapping[int, np.ndarray], workers: Sequence[int], tolerance: float
 ) -> Verdict:
     """The verdict of the redundancy among ``workers`` (their projections ``z``), block by
-    block (a huge reply in one block cannot hide a disagreement in another through floating
-    point cancellation)."""
+    block of ``code.blocks`` (a huge reply in one block cannot hide a disagreement in another
+    through floating point cancellation)."""
+    B = code.B
     workers = sorted(workers)
     verdicts = []
-    for block in _blocks(B):
-        mine = [w for w in workers if w in set(block.tolist())]
+    for clients, parts in code.blocks:
+        members = set(clients)
+        mine = [w for w in workers if w in members]
         if mine:
-            cols = np.flatnonzero(np.abs(B[block]).sum(axis=0))
-            sub = np.zeros_like(B)[:, : cols.size]
-            sub[block] = B[np.ix_(block, cols)]
+            sub = np.zeros((B.shape[0], len(parts)))
+            sub[list(clients)] = B[np.ix_(list(clients), list(parts))]
             verdicts.append(_verify_block(sub, z, mine, tolerance))
     if not verdicts:
         return Verdict("unverified")

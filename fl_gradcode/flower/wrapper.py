@@ -510,7 +510,7 @@ class GradientCoding(Strategy):
 
     def _verdict(self, state: _Round, workers: list[int]) -> Verdict:
         z = {w: state.valid[w].extra["z"] for w in workers}
-        return verify_replies(state.code.B, z, workers, self.verify_tolerance)
+        return verify_replies(state.code, z, workers, self.verify_tolerance)
 
     def on_late_reply(self, reply: Message) -> None:
         """A reply to an earlier round: counted and dropped, never decoded."""
