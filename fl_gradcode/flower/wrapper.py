@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import cached_property
 from logging import INFO, WARNING
 from typing import Any
 
@@ -77,7 +78,7 @@ class _Round:
     bytes_up: int = 0  # payload bytes of every reply of this round
     bytes_down: int = 0  # payload bytes of every instruction of this round
 
-    @property
+    @cached_property
     def worker_of(self) -> dict[int, int]:
         return {node: w for w, node in enumerate(self.cohort)}
 
@@ -472,15 +473,7 @@ class GradientCoding(Strategy):
                 if not np.all(np.isfinite(parsed.extra["z"])):
                     raise RejectedReply("arrays contain NaN or Inf (sampled coordinates)")
         except RejectedReply as why:
-            state.rejected.append((node, str(why)))
-            log(
-                WARNING,
-                "round %d: rejected reply from node %s (worker %s): %s",
-                state.number,
-                node,
-                "?" if worker is None else worker,
-                why,
-            )
+            _reject(state, node, worker, str(why))
             return
         state.valid[worker] = parsed
 
@@ -778,39 +771,31 @@ class GradientCoding(Strategy):
                 arrays_out, inner_metrics, num_examples, noise_std = outcome
         if self.accountant is not None and state.sent:
             self.accountant.step()  # the round released noisy updates, used or not
-        row = {
-            "round": server_round,
-            "decode": decode,
-            "s": state.code.s,
-            "clients_used": used,
-            "stragglers": sorted(set(range(state.code.n)) - set(used)),
-            "busy": state.busy,
-            "late_dropped": late,
-            "rejected": len(state.rejected),
-            "rejected_reasons": [reason for _, reason in state.rejected],
-            "decode_error": float(decoding.error) if decoding is not None else 1.0,
-            "num_examples": num_examples,
-            "expected_round_s": None
+        row = self._record(
+            server_round,
+            decode=decode,
+            s=state.code.s,
+            clients_used=used,
+            stragglers=sorted(set(range(state.code.n)) - set(used)),
+            busy=state.busy,
+            late_dropped=late,
+            rejected=len(state.rejected),
+            rejected_reasons=[reason for _, reason in state.rejected],
+            decode_error=float(decoding.error) if decoding is not None else 1.0,
+            num_examples=num_examples,
+            expected_round_s=None
             if self._decision is None or not self.adaptive
             else float(self._decision.expected_times.get(self._decision.s, float("nan"))),
-            "wire": state.wire,
-            "verified": None if verdict is None else verdict.status,
-            "inconsistent": [] if verdict is None else verdict.excluded,
-            "disagreement": None if verdict is None else verdict.disagreement,
-            "bytes_up": state.bytes_up,
-            "bytes_down": state.bytes_down,
-            "virtual_s": float(self.clock.now),
-            "round_virtual_s": float(window.end - self.clock.round_start),
-            "wall_s": float(wall_s),
-            "accuracy": None,
-            "loss": None,
-            "epsilon": None if self.accountant is None else self.accountant.epsilon,
-            "central_noise_std": noise_std,
-            "stopped": self.stopped,
-        }
-        self._pending_row = row
-        if self.evaluate_fn is None:
-            self._flush_row(None)
+            wire=state.wire,
+            verified=None if verdict is None else verdict.status,
+            inconsistent=[] if verdict is None else verdict.excluded,
+            disagreement=None if verdict is None else verdict.disagreement,
+            bytes_up=state.bytes_up,
+            bytes_down=state.bytes_down,
+            round_virtual_s=float(window.end - self.clock.round_start),
+            wall_s=float(wall_s),
+            central_noise_std=noise_std,
+        )
         if arrays_out is not None and self.recorder is not None:
             self.recorder.save_model({k: v.numpy() for k, v in arrays_out.items()})
         return arrays_out, self._metrics(row, inner_metrics)
@@ -860,11 +845,8 @@ class GradientCoding(Strategy):
             names = protocol.non_finite_arrays(state.valid[w])
             if names:
                 bad.append(w)
-                reason = f"array {names[0]!r} contains NaN or Inf"
-                state.rejected.append((state.cohort[w], reason))
                 del state.valid[w]
-                log(WARNING, "round %d: rejected reply from node %s (worker %d): %s",
-                    state.number, state.cohort[w], w, reason)
+                _reject(state, state.cohort[w], w, f"array {names[0]!r} contains NaN or Inf")
         return bad
 
     def _decode_and_apply(self, state: _Round, used: list[int], decoding: Any):
@@ -1013,6 +995,13 @@ class GradientCoding(Strategy):
 
     def _record_idle(self, server_round: int) -> MetricRecord:
         """A round in which nothing was sent (budget exhausted or an empty cohort)."""
+        row = self._record(server_round, late_dropped=self._late)
+        self._late = 0
+        return self._metrics(row, None)
+
+    def _record(self, server_round: int, **fields: Any) -> dict[str, Any]:
+        """The round's row for ``rounds.jsonl`` (every key, defaults for a round that decoded
+        nothing), written now or after ``evaluate_fn`` adds accuracy and loss."""
         row = {
             "round": server_round,
             "decode": "skipped",
@@ -1020,11 +1009,12 @@ class GradientCoding(Strategy):
             "clients_used": [],
             "stragglers": [],
             "busy": [],
-            "late_dropped": self._late,
+            "late_dropped": 0,
             "rejected": 0,
             "rejected_reasons": [],
             "decode_error": 1.0,
             "num_examples": None,
+            "expected_round_s": None,
             "wire": None,
             "verified": None,
             "inconsistent": [],
@@ -1039,12 +1029,12 @@ class GradientCoding(Strategy):
             "epsilon": None if self.accountant is None else self.accountant.epsilon,
             "central_noise_std": None,
             "stopped": self.stopped,
+            **fields,
         }
-        self._late = 0
         self._pending_row = row
         if self.evaluate_fn is None:
             self._flush_row(None)
-        return self._metrics(row, None)
+        return row
 
     def _flush_row(self, evaluation: MetricRecord | None) -> None:
         row, self._pending_row = self._pending_row, None
@@ -1178,6 +1168,13 @@ def error_amplification(code: GradientCode, seed: int = 0, samples: int = 24) ->
             a = a.sum(axis=0)
         worst = max(worst, float(np.sum(a * row_l1)) / code.k)
     return worst
+
+
+def _reject(state: _Round, node: int, worker: int | None, reason: str) -> None:
+    """Count a rejected reply with its public reason, and say so in the log."""
+    state.rejected.append((node, reason))
+    log(WARNING, "round %d: rejected reply from node %s (worker %s): %s", state.number, node,
+        "?" if worker is None else worker, reason)
 
 
 def _payload_bytes(msg: Message) -> int:
