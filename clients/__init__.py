@@ -1,1 +1,1 @@
-"""Flower ClientApp (issue 3)."""
+"""Our Flower ClientApp (an ordinary app on the fl_gradcode.flower plug-in)."""

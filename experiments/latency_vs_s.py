@@ -2,8 +2,8 @@
 
 ``n = 100`` clients (24 with ``--quick``), two latency models per partition of load ``L``:
 
-* load-independent: ``T ~ Exp(1)`` whatever ``L`` (the seeds' model): an exact code waits for
-  the ``(n-s)``-th arrival, ``E = H_n - H_s``;
+* load-independent: ``T ~ Exp(1)`` whatever ``L`` (the classic model of Tandon et al.): an
+  exact code waits for the ``(n-s)``-th arrival, ``E = H_n - H_s``;
 * load-scaled: ``T = L (0.1 + Exp(10))`` (shifted exponential, ``L = s+1``):
   ``E = (s+1)(0.1 + (H_n - H_s)/10)``.
 

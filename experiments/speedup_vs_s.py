@@ -1,9 +1,10 @@
 """Experiment 2: expected speedup of exact gradient coding over uncoded vs s, for several N.
 
-The seeds' plot uses load-independent exponential times (``T ~ Exp(1)`` whatever the work), so
-waiting for the fastest ``N - s`` looks like a free win: speedup ``H_N / (H_N - H_s)``. With the
-coded load counted (shifted exponential ``T = L (1 + Exp(1))``, ``L`` = partitions computed), a
-client tolerating ``s`` stragglers works ``s+1`` times longer and the speedup is
+The classic plot (Tandon et al.) uses load-independent exponential times (``T ~ Exp(1)``
+whatever the work), so waiting for the fastest ``N - s`` looks like a free win: speedup
+``H_N / (H_N - H_s)``. With the coded load counted (shifted exponential
+``T = L (1 + Exp(1))``, ``L`` = partitions computed), a client tolerating ``s`` stragglers
+works ``s+1`` times longer and the speedup is
 ``(1 + H_N) / ((s+1)(1 + H_N - H_s))`` (Lee et al. 2018 model): below 1 for every ``s`` at
 rate 1; only when the random part dwarfs the shift (rate 0.01) does near-full replication pay.
 Closed forms from ``fl_gradcode.latency.expected_round_time``, checked by Monte Carlo.

@@ -9,7 +9,7 @@ for the ``(n-s)``-th arrival at ``L = s+1`` (``any n-s``: an upper bound for ``g
 which is FRC when ``(s+1) | n``); FRC for the first reply of every group of ``s+1``.
 
 Run: ``python -m fl_gradcode.calculator --n 64 --latency bimodal --p 0.05 --slowdown 10``
-or ``python -m fl_gradcode.calculator --preset seeds-64`` (the seeds' worked example: 64
+or ``python -m fl_gradcode.calculator --preset seeds-64`` (a worked example: 64
 workers, 5% stragglers, ``s = 3`` with 4x storage).
 """
 

@@ -5,8 +5,8 @@ recovers the product from ANY ``k`` results, so a round costs the ``k``-th order
 the workers' times, with each worker computing ``1/k`` of the product (not ``(s+1)/n`` as in
 gradient coding). Gradient aggregation is the special case ``G^T 1``.
 
-Stability. Real Vandermonde (polynomial) decoding at integer points fails by ``n`` of 20-30
-(``shared/docs/gradient_coding.md`` 3.4). The default generators here are Gaussian: any ``k``
+Stability. Real Vandermonde (polynomial) decoding at integer points fails by ``n`` of 20-30.
+The default generators here are Gaussian: any ``k``
 rows of a Gaussian ``n x k`` matrix are invertible with probability 1, and the condition number
 of a random ``k x k`` Gaussian matrix is ``O(k)`` with a polynomial tail (Edelman 1988; Chen &
 Dongarra 2005 use this for real-number erasure codes). Each construction draws ``draws``

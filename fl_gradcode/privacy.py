@@ -25,7 +25,6 @@ References:
     https://arxiv.org/abs/1607.00133 (DP-SGD, moments accountant).
     Mironov, "Renyi Differential Privacy", CSF 2017; Gopi, Lee, Wutschitz, "Numerical
     Composition of Differential Privacy", NeurIPS 2021 (PRV accountant).
-    ``shared/docs/privacy.md`` (noise placements under coding, measured).
 """
 
 from __future__ import annotations
@@ -132,8 +131,8 @@ def partition_noise(
     nonce: str = "",
 ):
     """Replica-identical Gaussian noise: float64 PCG64 draws, identical on every CPU and thread
-    count (``shared/docs/privacy.md`` section 4). A ``purpose`` other than ``"noise"`` gives an
-    independent stream (e.g. ``"replica=w"`` for the independent-noise failure mode)."""
+    count. A ``purpose`` other than ``"noise"`` gives an independent stream (e.g.
+    ``"replica=w"`` for the independent-noise failure mode)."""
     seed = noise_seed(key, server_round, partition, purpose=purpose, nonce=nonce)
     return std * np.random.Generator(np.random.PCG64(seed)).standard_normal(dim)
 
@@ -216,7 +215,7 @@ def decoded_noise_variance(
 def independent_noise_multiplier(B: np.ndarray, sigma: float) -> float:
     """Effective noise multiplier of the worst partition when each replica adds its own noise
     to every partition it holds and the server sees every reply:
-    ``sigma / sqrt(max_j sum_i B_ij^2 / ||B_i||^2)`` (``shared/docs/privacy.md`` 3.3).
+    ``sigma / sqrt(max_j sum_i B_ij^2 / ||B_i||^2)``.
 
     FRC gives exactly ``sigma``: each of the ``s+1`` copies of a group sum carries ``s+1``
     noise terms, so averaging them leaves variance ``sd^2``; codes with unequal coefficients

@@ -1,1 +1,1 @@
-"""Flower ServerApp (issue 3)."""
+"""Our Flower ServerApp (an ordinary app on the fl_gradcode.flower plug-in)."""

@@ -23,7 +23,7 @@ def test_pyproject_run_config_equals_defaults():
     assert app["components"] == {"serverapp": "server.app:app", "clientapp": "clients.app:app"}
 
 
-def test_issue_keys_exist_and_are_documented_in_the_readme():
+def test_run_config_keys_exist_and_are_documented_in_the_readme():
     readme = (ROOT / "README.md").read_text()
     for key in REQUIRED:
         assert key in DEFAULTS

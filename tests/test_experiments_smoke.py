@@ -37,7 +37,7 @@ def test_matmul_speedup_quick_reproduces_lee_et_al_best_k(tmp_path):
     result = load("matmul_speedup").main(["--quick", "--out", str(out)])
     assert (tmp_path / "ms.png").stat().st_size > 10_000
     curves = result["curves"]
-    # n=100, shift 1: best k 69 (1.98x) at rate 1 and 34 (3.50x) at rate 0.1 (gradient_coding.md 6)
+    # n=100, shift 1: best k 69 (1.98x) at rate 1 and 34 (3.50x) at rate 0.1 (Lee et al. 2018)
     assert curves["1.0"]["best_k"] == 69
     assert curves["1.0"]["best_speedup"] == pytest.approx(1.98, abs=0.01)
     assert curves["0.1"]["best_k"] == 34
@@ -69,7 +69,7 @@ def test_speedup_vs_s_shows_both_sides(tmp_path):
     result = load("speedup_vs_s").main(["--quick", "--out", str(tmp_path / "sp")])
     for c in result["curves"].values():
         assert max(c["load_scaled"]) == pytest.approx(1.0)  # s = 0: coding never pays
-        assert all(v > 1 for v in c["load_independent"][1:])  # the seeds' model: always pays
+        assert all(v > 1 for v in c["load_independent"][1:])  # load-independent times: always pays
         mc = dict(zip(c["mc"]["s"], c["mc"]["load_independent"], strict=True))
         closed = dict(zip(c["s"], c["load_independent"], strict=True))
         assert all(v == pytest.approx(closed[s], rel=0.1) for s, v in mc.items())

@@ -155,7 +155,7 @@ def test_optimal_s_reproduces_the_load_aware_rules():
     se = ShiftedExponential(shift=1.0, rate=1.0)  # M2: compute-bound, coding never pays
     assert optimal_s(se, 100)[0] == 0
     assert expected_coded_round_time(se, 100, 20) / 100 == pytest.approx(0.544, abs=1e-3)
-    # M3: T = c (s+1)/n + Exp(1): s* ~ n/c - 1 (gradient_coding.md 7.1); at c=100, s=0 and
+    # M3: T = c (s+1)/n + Exp(1): s* ~ n/c - 1; at c=100, s=0 and
     # s=1 tie exactly (1 + H_100 = 2 + H_100 - 1), so take c=200, where s*=0
     assert optimal_s(Exponential(1.0), 100, partition_cost=2.0, samples=3000)[0] == 0
     best, _ = optimal_s(Exponential(1.0), 100, partition_cost=0.1, samples=3000,

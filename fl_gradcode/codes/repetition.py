@@ -136,7 +136,7 @@ def frc_expected_error(n: int, d: int, r: int) -> float:
     """``E[err]/k`` of FRC with group size ``d`` under ``r`` uniformly random stragglers.
 
     A group is lost iff all its ``d`` members straggle, so ``E[err]/k = C(n-d, r-d) / C(n, r)``
-    (Charles, Papailiopoulos, Ellenberg 2017; derived in ``shared/docs/gradient_coding.md`` 4.2).
+    (Charles, Papailiopoulos, Ellenberg 2017).
     """
     from math import comb
 
@@ -174,7 +174,7 @@ class CyclicRepetitionCode(GradientCode):
 
     Works for every ``(n, s)``; each row has exactly ``s+1`` nonzeros (the optimal load), any
     ``n - s`` replies decode. **Not numerically stable:** the worst condition number over
-    straggler sets reaches ~1e9 at n = 48..96 (``shared/docs/gradient_coding.md`` 3.2), so use
+    straggler sets reaches ~1e9 at n = 48..96 (measured; ``tests/test_codes_exact.py``), so use
     ``"grouped-rs"`` or ``"frc"`` for real runs. With ``draws > 1`` several encoding matrices
     are drawn and the one with the smallest worst condition number over screened straggler
     sets (all sets when few, else every burst plus random sets) is kept.
