@@ -174,6 +174,9 @@ def bench(params: int, n: int, repeats: int) -> dict:
         "validate_per_reply_s": min(validate_times),
         "coded_with_validation_s": min(coded_times) + count * min(validate_times),
         "speedup_vs_fedavg": min(fed_times) / min(coded_times),
+        "speedup_with_validation": min(fed_times)
+        / (min(coded_times) + count * min(validate_times)),
+        "replies_read": strategy.history[-1]["replies_read"],
         "bytes_fedavg": bytes_fedavg, "bytes_coded": bytes_coded,
         "bytes_ratio": bytes_coded / bytes_fedavg,
         "reaction_ms_p50": reaction,
@@ -243,13 +246,15 @@ def main(argv: list[str] | None = None) -> dict:
     ]
     repeats = 1 if args.quick else 3
     rows = []
-    print(f"{'params':>10}{'n':>5}{'wire':>9}{'FedAvg s':>10}{'coded s':>9}{'x':>7}{'+valid.':>9}"
-          f"{'MB fedavg':>10}{'MB coded':>9}{'react ms':>9}{'peak/model':>11}")
+    print(f"{'params':>10}{'n':>5}{'wire':>9}{'read':>5}{'FedAvg s':>10}{'coded s':>9}{'x':>7}"
+          f"{'+valid.':>9}{'x':>7}{'MB fedavg':>10}{'MB coded':>9}{'react ms':>9}"
+          f"{'peak/model':>11}")
     for params, n in sizes:
         row = bench(params, n, repeats)
         rows.append(row)
-        print(f"{params:>10}{n:>5}{row['wire']:>9}{row['fedavg_s']:>10.3f}{row['coded_s']:>9.3f}"
-              f"{row['speedup_vs_fedavg']:>6.1f}x{row['coded_with_validation_s']:>9.3f}"
+        print(f"{params:>10}{n:>5}{row['wire']:>9}{row['replies_read']:>5}{row['fedavg_s']:>10.3f}"
+              f"{row['coded_s']:>9.3f}{row['speedup_vs_fedavg']:>6.1f}x"
+              f"{row['coded_with_validation_s']:>9.3f}{row['speedup_with_validation']:>6.1f}x"
               f"{row['bytes_fedavg'] / 1e6:>10.1f}"
               f"{row['bytes_coded'] / 1e6:>9.1f}{row['reaction_ms_p50']:>9.1f}"
               f"{row['peak_over_model']:>8.1f} (bound {row['replies'] + 2})", flush=True)

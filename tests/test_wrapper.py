@@ -862,3 +862,66 @@ def test_non_finite_model_from_the_inner_strategy_is_not_applied():
     assert second["decode"] == "exact"
     assert_model(outcome.models[2], fedavg(theta0(), range(6), 6))
     assert np.all(np.isfinite(flat(as_dict(outcome.result.arrays))))
+
+
+# =============================================================================== sparse decoding
+def test_exact_round_reads_one_reply_per_frc_group_and_still_equals_the_oracle():
+    # FRC n=6, s=2: groups (0, 1, 2) and (3, 4, 5); everyone answers at once
+    expected = fedavg(theta0(), range(6), 6)
+    sparse = run(6, code="frc", s=2)
+    dense = run(6, code="frc", s=2, sparse_decoding=False)
+    used = sparse.rows[0]["clients_used"]
+    assert used == dense.rows[0]["clients_used"] and len(used) >= 4
+    assert sparse.rows[0]["replies_read"] == 2
+    assert dense.rows[0]["replies_read"] == len(used)
+    assert_model(sparse.models[1], expected)
+    assert_model(dense.models[1], expected)
+
+
+
+def _configured_round(n: int, code: str, s: int):
+    grid = InProcessGrid(make_app(gradient_coding_mod), n)
+    strategy = GradientCoding(FedAvg(fraction_evaluate=0.0), code=code, s=s,
+                              timing="wallclock", seed=0)
+    wrapped = strategy.wrap_grid(grid)
+    msgs = list(strategy.configure_train(1, initial_arrays(), ConfigRecord({"lr": LR}), wrapped))
+    strategy._grid_for_test = wrapped
+    return strategy, {strategy._round.cohort.index(m.metadata.dst_node_id): m for m in msgs}
+
+
+def _reply_from(msg: Message) -> Message:
+    reply = Message(RecordDict(), reply_to=msg)
+    reply.metadata.__dict__["_src_node_id"] = msg.metadata.dst_node_id
+    return reply
+
+
+def test_replies_pulled_together_are_validated_one_per_undecoded_group_first():
+    # FRC n=6, s=2: groups (0, 1, 2) and (3, 4, 5)
+    strategy, sent = _configured_round(6, "frc", 2)
+    batch = [_reply_from(sent[w]) for w in range(6)]
+    order = [strategy._round.worker_of[r.metadata.src_node_id]
+             for r in strategy.prioritize(batch)]
+    assert order == [0, 3, 1, 4, 2, 5]
+    # once group (0, 1, 2) decodes, its replies go after those of the undecoded group
+    strategy._round.tracker.add(1)
+    order = [strategy._round.worker_of[r.metadata.src_node_id]
+             for r in strategy.prioritize(batch)]
+    assert order == [3, 4, 5, 0, 1, 2]
+
+
+
+def test_wallclock_round_with_every_reply_at_once_returns_after_one_reply_per_group():
+    # every reply is in the first poll: the round is ready after validating 2 of the 6
+    strategy, sent = _configured_round(6, "frc", 2)
+    validated, original = [], strategy.on_reply
+
+    def on_reply(reply: Message) -> None:
+        validated.append(strategy._round.worker_of[reply.metadata.src_node_id])
+        original(reply)
+
+    strategy.on_reply = on_reply
+    replies = strategy._grid_for_test.send_and_receive(list(sent.values()), timeout=30)
+    assert len(replies) == 6 and validated == [0, 3]
+    _, _ = strategy.aggregate_train(1, replies)  # the other four are validated here
+    assert set(validated) == set(range(6)) and strategy.history[0]["decode"] == "exact"
+    assert strategy.history[0]["replies_read"] == 2

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .approximate import BernoulliCode, ExpanderCode
-from .base import Decoding, GradientCode, NotDecodableError, check_n_s
+from .base import DecodabilityTracker, Decoding, GradientCode, NotDecodableError, check_n_s
 from .comm_efficient import CommunicationEfficientCode
 from .nested import NestedGroupCode, NestedPlacement, nested_code
 from .patterns import bursts, straggler_patterns
@@ -29,6 +29,7 @@ __all__ = [
     "BernoulliCode",
     "CommunicationEfficientCode",
     "CyclicRepetitionCode",
+    "DecodabilityTracker",
     "Decoding",
     "ExpanderCode",
     "FractionalRepetitionCode",

@@ -65,6 +65,7 @@ class CommunicationEfficientCode(GradientCode):
     """
 
     name = "comm-efficient"
+    blockwise_exactness = False  # replies are chunk combinations: exactness is per group of m
 
     def __init__(
         self,

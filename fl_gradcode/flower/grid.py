@@ -119,7 +119,11 @@ class EarlyReturnGrid:
         done = False
         while pending:
             asked = [*pending, *self.abandoned]
-            for reply in self._grid.pull_messages(asked):
+            pulled = list(self._grid.pull_messages(asked))
+            prioritize = getattr(self._strategy, "prioritize", None)
+            if prioritize is not None and not done and len(pulled) > 1:
+                pulled = prioritize(pulled)  # the replies that complete a decodable set first
+            for reply in pulled:
                 rid = reply.metadata.reply_to_message_id
                 if rid in pending:
                     del pending[rid]

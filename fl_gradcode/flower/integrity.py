@@ -37,7 +37,12 @@ _EXACT = 1e-8
 
 
 class Probe:
-    """``q`` seeded random linear functionals of a reply (on a coordinate sample per array)."""
+    """``q`` seeded random linear functionals of a reply, on a seeded coordinate sample.
+
+    ``sample`` coordinates in all, split evenly over the arrays (at least 64 per array, or the
+    whole array when smaller): every array is probed and the cost per reply stays ``O(q
+    sample)`` however many layers the model has.
+    """
 
     def __init__(
         self, layout: Mapping[str, tuple[int, ...]], seed: Sequence[int], q: int = 4,
@@ -46,9 +51,10 @@ class Probe:
         rng = np.random.default_rng(list(seed))
         self._index: dict[str, np.ndarray] = {}
         self._weights: dict[str, np.ndarray] = {}
+        per_array = max(64, sample // max(1, len(layout)))
         for name, shape in layout.items():
             size = int(np.prod(shape)) if shape else 1
-            take = min(size, sample)
+            take = min(size, per_array)
             self._index[name] = np.sort(rng.choice(size, size=take, replace=False))
             self._weights[name] = rng.standard_normal((q, take))
 

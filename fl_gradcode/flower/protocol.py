@@ -251,7 +251,7 @@ def array_view(arr: Array) -> np.ndarray:
         offset = fp.tell()
     if dtype.hasobject:
         raise RejectedReply(f"array dtype {dtype} holds Python objects")
-    count = int(np.prod(shape)) if shape else 1
+    count = math.prod(shape)
     if len(data) < offset + count * dtype.itemsize:
         raise RejectedReply(f"array bytes are truncated ({len(data)} bytes for {shape} {dtype})")
     flat = np.frombuffer(data, dtype=dtype, count=count, offset=offset)
@@ -362,17 +362,18 @@ def _parse_train(
     dtypes: Mapping[str, np.dtype] | None = None,
 ) -> CodedReply:
     content = reply.content
-    if PROTOCOL_KEY not in content.array_records:
+    # direct lookups: RecordDict's array_records / metric_records build a new dict per call
+    record = content.get(PROTOCOL_KEY)
+    if not isinstance(record, ArrayRecord):
         raise RejectedReply(f"reply lacks the {PROTOCOL_KEY!r} ArrayRecord")
-    if PROTOCOL_KEY + "-meta" not in content.metric_records:
+    meta = content.get(PROTOCOL_KEY + "-meta")
+    if not isinstance(meta, MetricRecord):
         raise RejectedReply(f"reply lacks the {PROTOCOL_KEY + '-meta'!r} MetricRecord")
-    meta = content.metric_records[PROTOCOL_KEY + "-meta"]
     claimed = meta.get("worker")
     if claimed != worker:
         raise RejectedReply(f"claims worker {claimed!r} but the node is worker {worker}")
     if meta.get("round") != round:
         raise RejectedReply(f"computed for round {meta.get('round')!r}, not {round}")
-    record = content.array_records[PROTOCOL_KEY]
     if list(record.keys()) != list(layout):
         raise RejectedReply(f"array keys {list(record.keys())} differ from the model's")
     arrays: dict[str, np.ndarray] = {}

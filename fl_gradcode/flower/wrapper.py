@@ -77,6 +77,7 @@ class _Round:
     probe: Any = None  # random projections for the integrity checks (None: not checked)
     bytes_up: int = 0  # payload bytes of every reply of this round
     bytes_down: int = 0  # payload bytes of every instruction of this round
+    tracker: Any = None  # exact decodability of the valid replies, updated per reply
 
     @cached_property
     def worker_of(self) -> dict[int, int]:
@@ -157,6 +158,23 @@ class GradientCoding(Strategy):
         and applies nothing that was not (codes with ``s = 0`` have no redundancy to check).
     verify_tolerance : float
         Largest relative disagreement between decodings taken as agreement (rounding).
+    sparse_decoding : bool
+        Exact rounds decode from as few of the replies in hand as the code allows
+        (:meth:`~fl_gradcode.codes.GradientCode.sparse_decoding`: one reply per FRC group), so
+        the server reads ``n/(s+1)`` replies instead of ``n - s``; ``replies_read`` in
+        ``rounds.jsonl``. ``False``: the minimum-norm decoding, which reads every reply.
+    busy : {"skip", "queue"}, optional
+        What a member still busy with an earlier round's work gets (virtual timing).
+        ``skip``: no work this round (it is a straggler; ``busy`` in ``rounds.jsonl`` lists
+        these). ``queue``: work queued behind its current job, as a Flower SuperNode runs
+        messages one after the other; its reply arrives after its current job ends plus its
+        own time. To bound the backlog a busy member is queued only if its current job ends in
+        time: with ``s="auto"`` if it is expected to finish the new work before the round's
+        expected end (:func:`~fl_gradcode.adaptive.choose_s` with ``busy="fit"``), with a fixed
+        code if its current job ends within the last round's duration and the deadline.
+        Default: ``queue`` with ``s="auto"``, ``skip`` otherwise (the behaviour of earlier
+        versions). Wallclock timing always skips busy members (the grid waits for their
+        earlier replies; queueing there is not implemented).
     wire : {"auto", "model", "float64"}
         Reply dtype: ``model`` sends each array in the global model's dtype (half of float64's
         bytes for float32 models); ``auto`` does so when the code's error amplification keeps
@@ -196,6 +214,7 @@ class GradientCoding(Strategy):
         m: int | None = None,
         verify: bool = False,
         verify_tolerance: float = 1e-5,
+        sparse_decoding: bool = True,
     ) -> None:
         if not isinstance(strategy, Strategy):
             raise TypeError(
@@ -254,6 +273,7 @@ class GradientCoding(Strategy):
         self.wire = wire
         self.verify = bool(verify)
         self.verify_tolerance = float(verify_tolerance)
+        self.sparse_decoding = bool(sparse_decoding)
         self._amplification: dict[int, float] = {}
         self.evaluate_fn = evaluate_fn
         self.recorder = (
@@ -476,12 +496,57 @@ class GradientCoding(Strategy):
             _reject(state, node, worker, str(why))
             return
         state.valid[worker] = parsed
+        if state.tracker is not None:
+            state.tracker.add(worker)
+
+    def prioritize(self, replies: list[Message]) -> list[Message]:
+        """Order a batch of replies pulled together so that a decodable set is validated first.
+
+        Round-robin over the code's blocks still undecodable (the first reply of each such
+        block, then the second, ...), then the rest in arrival order: when many replies arrive
+        at once, the round can return after validating one reply per FRC group instead of all.
+        """
+        state = self._round
+        if state is None or self.timing != "wallclock":
+            return replies
+        if state.tracker is None:
+            state.tracker = state.code.tracker()
+            for worker in state.valid:
+                state.tracker.add(worker)
+        pending = state.tracker.pending_blocks
+        block_of = state.code.block_of
+        seen: dict[int, int] = {}
+        keys = []
+        for index, reply in enumerate(replies):
+            worker = state.worker_of.get(reply.metadata.src_node_id)
+            block = block_of(worker) if worker is not None else -1
+            if block in pending:
+                seen[block] = seen.get(block, 0) + 1
+                keys.append((0, seen[block], index))
+            else:
+                keys.append((1, 0, index))
+        return [replies[i] for *_, i in sorted(keys)]
 
     def ready(self) -> bool:
-        """Wallclock early return: the valid replies so far satisfy the stopping rule."""
+        """Wallclock early return: the valid replies so far satisfy the stopping rule.
+
+        Exact decodability is tracked per reply (only the new reply's block is re-solved);
+        the full rule (``min_replies``, ``verify``) runs once the valid replies decode.
+        """
         state = self._round
         if self.timing != "wallclock" or state is None:
             return False
+        enough = self._stopping_replies(state.code)
+        if enough is not None and len(state.valid) >= enough:
+            return True
+        if state.tracker is None:
+            state.tracker = state.code.tracker()
+            for worker in state.valid:
+                state.tracker.add(worker)
+        if not state.tracker.decodable:
+            return False
+        if not self.verify or state.probe is None:
+            return True
         return self._decodable(state.code)(sorted(state.valid))
 
     def _decodable(self, code: GradientCode) -> Callable[[list[int]], bool]:
@@ -739,7 +804,7 @@ class GradientCoding(Strategy):
             for w in verdict.excluded:
                 log(WARNING, "round %d: worker %d (node %s) contradicts the other replicas; "
                     "excluded", server_round, w, state.cohort[w])
-        decoding = state.code.decoding(used) if used else None
+        decoding = self._decoding(state, used)
         decode = "skipped"
         if decoding is not None and (decoding.exact or decoding.error <= self.max_decode_error):
             decode = "exact" if decoding.exact else "approx"
@@ -759,7 +824,7 @@ class GradientCoding(Strategy):
             bad = [] if outcome is not None else self._reject_non_finite(state, used)
             if bad:  # replies whose values were not read on arrival: drop them, decode again
                 used = [w for w in used if w not in bad]
-                decoding = state.code.decoding(used) if used else None
+                decoding = self._decoding(state, used)
                 ok = decoding is not None and (
                     decoding.exact or decoding.error <= self.max_decode_error
                 )
@@ -776,6 +841,7 @@ class GradientCoding(Strategy):
             decode=decode,
             s=state.code.s,
             clients_used=used,
+            replies_read=0 if decode == "skipped" else _replies_read(decoding, used),
             stragglers=sorted(set(range(state.code.n)) - set(used)),
             busy=state.busy,
             late_dropped=late,
@@ -838,6 +904,14 @@ class GradientCoding(Strategy):
         compute = reply.compute_s if self.measured_compute else 0.0
         return compute + self.compute_cost_s * load + self._delay(worker, state.number, load)
 
+    def _decoding(self, state: _Round, used: list[int]) -> Any:
+        """The round's decoding of ``used``: the sparse exact one when enabled."""
+        if not used:
+            return None
+        if self.sparse_decoding and not _is_chunked(state.code):
+            return state.code.sparse_decoding(used)
+        return state.code.decoding(used)
+
     def _reject_non_finite(self, state: _Round, used: list[int]) -> list[int]:
         """Workers among ``used`` whose replies hold NaN/Inf (read now, if not on arrival)."""
         bad = []
@@ -873,18 +947,17 @@ class GradientCoding(Strategy):
             offsets[name] = start
             start += theta.size
 
-        def finish(name: str) -> np.ndarray | None:
+        def finish(name: str) -> Array | None:
             theta = state.theta[name]
             views = [r.arrays[name].reshape(-1) for r in replies]
-            dtype = np.result_type(*(v.dtype for v in views)) if views else np.float64
-            acc = _combine(coefficients, views, theta.size, dtype)
-            acc *= 1.0 / count
-            if noise is not None:
-                acc += noise[offsets[name] : offsets[name] + theta.size]
-            acc += theta.reshape(-1)
-            if not np.isfinite(acc).all():
+            dtype = np.result_type(*(v.dtype for v in views)) if views else np.dtype(np.float64)
+            part = None if noise is None else noise[offsets[name] : offsets[name] + theta.size]
+            acc = _combine(coefficients, views, dtype, scale=1.0 / count,
+                           offset=theta.reshape(-1), noise=part)
+            if acc is None:
                 return None
-            return _cast(acc.reshape(theta.shape), state.dtypes[name])
+            # serialised here, per array: the float buffer is freed before the next one
+            return Array(_cast(acc.reshape(theta.shape), state.dtypes[name]))
 
         # arrays are independent and numpy releases the GIL: one thread per core
         names = list(state.theta)
@@ -933,7 +1006,7 @@ class GradientCoding(Strategy):
             if not np.isfinite(value).all():
                 log(WARNING, "round %d: decoded model not finite; round skipped", state.number)
                 return None
-            new[name] = _cast(value, state.dtypes[name])
+            new[name] = Array(_cast(value, state.dtypes[name]))
         return self._apply_inner(state, used, new, {}, count, noise_std)
 
     def _apply_inner(self, state, used, new, metrics, count, noise_std):
@@ -941,7 +1014,7 @@ class GradientCoding(Strategy):
         weight_key = getattr(self.inner, "weighted_by_key", "num-examples")
         content = RecordDict(
             {
-                state.array_key: ArrayRecord({k: Array(v) for k, v in new.items()}),
+                state.array_key: ArrayRecord(new),
                 "metrics": MetricRecord({**metrics, weight_key: count}),
             }
         )
@@ -1007,6 +1080,7 @@ class GradientCoding(Strategy):
             "decode": "skipped",
             "s": self.s,
             "clients_used": [],
+            "replies_read": 0,
             "stragglers": [],
             "busy": [],
             "late_dropped": 0,
@@ -1101,21 +1175,49 @@ class GradientCoding(Strategy):
 _BLOCK = 1 << 15  # elements per cache block of the decoder
 
 
-def _combine(coefficients: np.ndarray, views: list[np.ndarray], size: int, dtype) -> np.ndarray:
-    """``sum_i a_i v_i`` into one new buffer, block by block so that the running sum stays in
-    cache while every reply streams through once (one read per reply, one write in all)."""
-    acc = np.zeros(size, dtype=dtype)
+def _combine(
+    coefficients: np.ndarray,
+    views: list[np.ndarray],
+    dtype: np.dtype,
+    *,
+    scale: float = 1.0,
+    offset: np.ndarray | None = None,
+    noise: np.ndarray | None = None,
+) -> np.ndarray | None:
+    """``scale * sum_i a_i v_i + noise + offset`` into one new buffer of ``dtype``, or ``None``
+    when the result is not finite.
+
+    Block by block, so that the running sum stays in cache while every reply with a nonzero
+    coefficient streams through once: one read per reply, one write of the result, the
+    scaling, noise, offset and finiteness check done on the block while it is in cache.
+    """
+    dtype = np.dtype(dtype)
+    size = offset.size if offset is not None else (views[0].size if views else 0)
+    acc = np.empty(size, dtype=dtype)
     tmp = np.empty(min(size, _BLOCK), dtype=dtype)
     terms = [(dtype.type(a), v) for a, v in zip(coefficients, views, strict=True) if a != 0.0]
+    factor = dtype.type(scale)
     for start in range(0, size, _BLOCK):
         end = min(start + _BLOCK, size)
         block, scratch = acc[start:end], tmp[: end - start]
-        for a, v in terms:
-            if a == 1.0:  # FRC-like decoders are 0/1
+        if not terms:
+            block.fill(0)
+        for i, (a, v) in enumerate(terms):
+            if i == 0:
+                np.multiply(v[start:end], a, out=block)
+            elif a == 1.0:  # FRC-like decoders are 0/1
                 block += v[start:end]
             else:
                 np.multiply(v[start:end], a, out=scratch)
                 block += scratch
+        if factor != 1.0:
+            block *= factor
+        if noise is not None:
+            block += noise[start:end]
+        if offset is not None:
+            block += offset[start:end]
+        if not np.isfinite(block).all():
+            return None
     return acc
 
 
@@ -1170,6 +1272,13 @@ def error_amplification(code: GradientCode, seed: int = 0, samples: int = 24) ->
     return worst
 
 
+def _replies_read(decoding: Any, used: list[int]) -> int:
+    """How many of the ``used`` replies the decoder reads (nonzero coefficients)."""
+    a = np.asarray(decoding.coefficients)
+    column = np.any(a != 0, axis=0) if a.ndim == 2 else a != 0
+    return int(np.count_nonzero(column[used]))
+
+
 def _reject(state: _Round, node: int, worker: int | None, reason: str) -> None:
     """Count a rejected reply with its public reason, and say so in the log."""
     state.rejected.append((node, reason))
@@ -1183,7 +1292,10 @@ def _payload_bytes(msg: Message) -> int:
         return 0
     try:
         return sum(
-            len(arr.data) for rec in msg.content.array_records.values() for arr in rec.values()
+            len(arr.data)
+            for rec in msg.content.values()
+            if isinstance(rec, ArrayRecord)
+            for arr in rec.values()
         )
     except Exception:  # a malformed message is counted as empty, rejected elsewhere
         return 0

@@ -1,0 +1,134 @@
+"""``GradientCode.sparse_decoding``: exact decodings that read as few replies as possible.
+
+Expected values come from the construction (an FRC group's rows are identical, so one reply per
+group is the fewest possible), from a plain numpy check of ``a @ B[F] == 1`` and from the
+weighted sum of encoded updates, never from the decoder under test.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from fl_gradcode.codes import make_code
+
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def exact_case(draw):
+    name = draw(st.sampled_from(("crc", "grouped-rs", "frc", "uncoded")))
+    if name == "frc":
+        d = draw(st.integers(1, 6))
+        n, s = d * draw(st.integers(1, 6)), d - 1
+    elif name == "uncoded":
+        n, s = draw(st.integers(1, 12)), 0
+    else:
+        n = draw(st.integers(1, 30 if name == "grouped-rs" else 12))
+        s = draw(st.integers(0, n - 1))
+    return name, n, s
+
+
+@SETTINGS
+@given(case=exact_case(), seed=st.integers(0, 2**31 - 1), data=st.data())
+def test_sparse_decoding_is_exact_reads_a_subset_and_recovers_the_weighted_sum(case, seed, data):
+    name, n, s = case
+    k = make_code(name, n=n, s=s, seed=seed).k
+    weights = data.draw(st.lists(st.floats(0.1, 10.0), min_size=k, max_size=k) | st.none())
+    code = make_code(name, n=n, s=s, seed=seed, weights=weights)
+    stragglers = data.draw(st.sets(st.integers(0, n - 1), max_size=s), label="stragglers")
+    received = [i for i in range(n) if i not in stragglers]
+    sparse = code.sparse_decoding(received)
+    dense = code.decoding(received)
+    a = np.asarray(sparse.coefficients)
+    assert sparse.exact
+    assert set(np.flatnonzero(a)) <= set(received)  # never reads a reply it does not hold
+    assert np.count_nonzero(a) <= np.count_nonzero(np.asarray(dense.coefficients))
+    np.testing.assert_allclose(a[received] @ code.B[received], 1.0, atol=1e-7)
+    # decode encoded updates with it: the weighted sum, independent of which replicas are read
+    rng = np.random.default_rng(seed % 2**32)
+    updates = {j: rng.standard_normal(4) for j in range(k)}
+    target = sum(code.weights[j] * updates[j] for j in range(k))
+    decoded = sum(a[i] * code.encode(i, updates) for i in received)
+    np.testing.assert_allclose(decoded, target, atol=1e-6 * (1 + np.abs(target).max()))
+
+
+@pytest.mark.parametrize(("n", "s"), [(6, 1), (6, 2), (12, 3), (100, 19)])
+def test_frc_reads_one_reply_per_group_for_every_decodable_set(n, s):
+    code = make_code("frc", n=n, s=s)
+    groups = n // (s + 1)
+    sets = [range(n)] + [
+        [i for i in range(n) if i not in drop]
+        for drop in itertools.islice(itertools.combinations(range(n), s), 50)
+    ]
+    for received in sets:
+        a = np.asarray(code.sparse_decoding(list(received)).coefficients)
+        read = np.flatnonzero(a)
+        assert len(read) == groups
+        assert sorted({i // (s + 1) for i in read}) == list(range(groups))  # one per group
+        np.testing.assert_array_equal(a[read], 1.0)
+
+
+def test_grouped_rs_with_frc_groups_reads_n_over_s_plus_1_replies():
+    code = make_code("grouped-rs", n=100, s=19)
+    a = np.asarray(code.sparse_decoding(list(range(19, 100))).coefficients)
+    assert np.count_nonzero(a) == 5
+    assert np.count_nonzero(np.asarray(code.decoding(list(range(19, 100))).coefficients)) == 81
+
+
+def test_cyclic_code_reads_n_minus_s_when_everyone_replied():
+    n, s = 8, 2
+    code = make_code("crc", n=n, s=s)
+    a = np.asarray(code.sparse_decoding(list(range(n))).coefficients)
+    # B has rank n - s over all n rows: no fewer rows can span the all-ones vector
+    assert np.linalg.matrix_rank(code.B) == n - s
+    assert np.count_nonzero(a) == n - s
+    np.testing.assert_allclose(a @ code.B, 1.0, atol=1e-8)
+
+
+@pytest.mark.parametrize("name", ["expander", "bgc", "ignore-stragglers"])
+def test_sets_that_do_not_decode_exactly_keep_the_least_squares_decoding(name):
+    code = make_code(name, n=12, s=3, seed=1)
+    received = list(range(3, 12))
+    sparse, dense = code.sparse_decoding(received), code.decoding(received)
+    assert not dense.exact
+    np.testing.assert_array_equal(sparse.coefficients, dense.coefficients)
+    assert sparse.error == dense.error
+
+
+# ======================================================================= incremental decodability
+@SETTINGS
+@given(
+    name=st.sampled_from(("crc", "grouped-rs", "frc", "uncoded", "expander", "bgc",
+                          "comm-efficient", "ignore-stragglers")),
+    n=st.integers(2, 16),
+    seed=st.integers(0, 10_000),
+)
+def test_tracker_agrees_with_is_decodable_on_every_prefix_of_an_arrival_order(name, n, seed):
+    rng = np.random.default_rng(seed)
+    if name == "frc":
+        s = int(rng.choice([d for d in range(1, n + 1) if n % d == 0])) - 1
+    elif name == "uncoded":
+        s = 0
+    else:
+        s = int(rng.integers(0, n))
+    options = {"m": 1 + int(rng.integers(0, n - s))} if name == "comm-efficient" else {}
+    try:
+        code = make_code(name, n=n, s=s, seed=seed, **options)
+    except ValueError:  # a combination the construction does not exist for
+        assume(False)
+    tracker = code.tracker()
+    order = rng.permutation(n).tolist()
+    for t, worker in enumerate(order):
+        assert tracker.add(worker) == code.is_decodable(order[: t + 1]), (order, t)
+        assert tracker.add(worker) == tracker.decodable  # a repeated reply changes nothing
+
+
+def test_tracker_decodes_frc_when_the_last_group_gets_its_first_reply():
+    code = make_code("frc", n=6, s=1)  # groups (0, 1) (2, 3) (4, 5)
+    tracker = code.tracker()
+    assert [tracker.add(w) for w in (0, 1, 2, 3, 5)] == [False, False, False, False, True]
