@@ -39,6 +39,8 @@ DEFAULTS: dict[str, Any] = {
     "latency-drift-round": 15,
     "virtual-compute": "measured",
     "partition-cost-s": 0.0,
+    "upload-bandwidth": 0.0,  # virtual timing: bytes/s per client upload; 0 = instantaneous
+    "m": 1,  # code="comm-efficient": every reply is 1/m of the model
     "timing": "virtual",
     "straggler-timeout": 10.0,
     "max-decode-error": 0.5,

@@ -149,6 +149,8 @@ def build(cfg: dict[str, Any], n: int):
         warmup_timeout=float(cfg["warmup-timeout"]),
         measured_compute=str(cfg["virtual-compute"]) == "measured",
         compute_cost_s=float(cfg["partition-cost-s"]),
+        upload_bandwidth=float(cfg["upload-bandwidth"]) or None,
+        m=int(cfg["m"]) if str(cfg["code"]) == "comm-efficient" else None,
         dp=dp,
         dp_run_nonce=str(cfg["dp-run-nonce"]),
         server_noise=ServerNoise.from_file(str(cfg["dp-server-key-file"]))

@@ -107,3 +107,14 @@ def test_time_to_accuracy_exact_coding_tracks_uncoded(tmp_path):
     rows = next(iter(result["table"].values()))
     assert rows["exact"]["max_accuracy_gap_to_uncoded"] == 0.0
     assert rows["ignore-stragglers"]["max_accuracy_gap_to_uncoded"] > 0.0
+
+
+def test_bandwidth_limited_comm_efficient_replies_are_shorter_and_arrive_sooner(tmp_path):
+    result = load("bandwidth_limited").main(["--quick", "--out", str(tmp_path / "bw")])
+    rows = {r["scheme"]: r for r in result["table"]}
+    assert set(rows) == {"uncoded", "exact", "comm-efficient"}
+    # m = 2: a reply is half the model (plus a header), so a round uploads under 0.6x uncoded
+    assert rows["comm-efficient"]["bytes_vs_uncoded"] < 0.6
+    # uploads dominate (a full model takes 2 s): the shorter replies make rounds faster
+    assert rows["comm-efficient"]["round_s"] < rows["exact"]["round_s"]
+    assert all(r["exact_rounds"] == r["rounds"] for r in rows.values())

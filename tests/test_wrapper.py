@@ -925,3 +925,29 @@ def test_wallclock_round_with_every_reply_at_once_returns_after_one_reply_per_gr
     _, _ = strategy.aggregate_train(1, replies)  # the other four are validated here
     assert set(validated) == set(range(6)) and strategy.history[0]["decode"] == "exact"
     assert strategy.history[0]["replies_read"] == 2
+
+
+# =============================================================================== bandwidth
+def _npy_bytes(shape: tuple[int, ...], dtype=np.float64) -> int:
+    buffer = io.BytesIO()
+    np.save(buffer, np.zeros(shape, dtype=dtype), allow_pickle=False)
+    return len(buffer.getvalue())
+
+
+def test_upload_bandwidth_delays_each_reply_by_its_bytes():
+    bandwidth = 100.0  # bytes per second
+    full = _npy_bytes((3,)) + _npy_bytes((2, 2))  # a full-model reply, float64 wire
+    # comm-efficient m=2: one chunk of ceil((7 parameters + 1 count) / 2) = 4 values
+    chunk = _npy_bytes((4,))
+    uncoded = run(4, code="uncoded", s=0, upload_bandwidth=bandwidth)
+    short = run(6, code="comm-efficient", s=1, m=2, upload_bandwidth=bandwidth)
+    assert uncoded.rows[0]["round_virtual_s"] == pytest.approx(full / bandwidth)
+    assert short.rows[0]["round_virtual_s"] == pytest.approx(chunk / bandwidth)
+    assert uncoded.rows[0]["bytes_up"] == 4 * full
+    assert_model(short.models[1], fedavg(theta0(), range(6), 6))
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("inf"), float("nan"), "fast"])
+def test_bad_upload_bandwidth_is_refused_with_its_value(bad):
+    with pytest.raises(ValueError, match="upload_bandwidth"):
+        GradientCoding(FedAvg(), code="uncoded", s=0, upload_bandwidth=bad)

@@ -131,6 +131,11 @@ class GradientCoding(Strategy):
     compute_cost_s : float
         Modelled compute seconds per unit of load added to every arrival (``s+1`` partitions
         cost ``s+1`` units).
+    upload_bandwidth : float, optional
+        Virtual timing: each client's upload rate in bytes per second; a reply then arrives
+        ``payload bytes / upload_bandwidth`` later (time = compute + delay + bytes/bandwidth),
+        so shorter replies (``code="comm-efficient"``, float32 wire) arrive sooner. ``None``:
+        transfers take no time.
     dp : DPConfig, optional
         ``partition`` (clients clip and add keyed replica-identical noise), ``central`` (clients
         clip, the server adds noise from :class:`~fl_gradcode.privacy.ServerNoise`), ``sample``
@@ -203,6 +208,7 @@ class GradientCoding(Strategy):
         warmup_timeout: float = 120.0,
         measured_compute: bool = True,
         compute_cost_s: float = 0.0,
+        upload_bandwidth: float | None = None,
         dp: DPConfig | None = None,
         accountant: PrivacyAccountant | None = None,
         server_noise: ServerNoise | None = None,
@@ -262,6 +268,15 @@ class GradientCoding(Strategy):
         self.warmup_timeout = float(warmup_timeout)
         self.measured_compute = bool(measured_compute)
         self.compute_cost_s = float(compute_cost_s)
+        if upload_bandwidth is not None and not (
+            isinstance(upload_bandwidth, (int, float)) and upload_bandwidth > 0
+            and math.isfinite(upload_bandwidth)
+        ):
+            raise ValueError(
+                f"upload_bandwidth={upload_bandwidth!r} must be a positive number of bytes per "
+                "second, or None (transfers take no time)"
+            )
+        self.upload_bandwidth = None if upload_bandwidth is None else float(upload_bandwidth)
         self.dp = dp or DPConfig()
         self.mechanism = make_mechanism(self.dp)
         self.accountant = accountant
@@ -466,7 +481,8 @@ class GradientCoding(Strategy):
             return
         if mid:
             state.seen.add(mid)
-        state.bytes_up += _payload_bytes(reply)
+        reply_bytes = _payload_bytes(reply)
+        state.bytes_up += reply_bytes
         node = reply.metadata.src_node_id
         worker = state.worker_of.get(node)
         try:
@@ -495,6 +511,7 @@ class GradientCoding(Strategy):
         except RejectedReply as why:
             _reject(state, node, worker, str(why))
             return
+        parsed.extra["bytes"] = reply_bytes
         state.valid[worker] = parsed
         if state.tracker is not None:
             state.tracker.add(worker)
@@ -509,11 +526,7 @@ class GradientCoding(Strategy):
         state = self._round
         if state is None or self.timing != "wallclock":
             return replies
-        if state.tracker is None:
-            state.tracker = state.code.tracker()
-            for worker in state.valid:
-                state.tracker.add(worker)
-        pending = state.tracker.pending_blocks
+        pending = _tracker(state).pending_blocks
         block_of = state.code.block_of
         seen: dict[int, int] = {}
         keys = []
@@ -539,11 +552,7 @@ class GradientCoding(Strategy):
         enough = self._stopping_replies(state.code)
         if enough is not None and len(state.valid) >= enough:
             return True
-        if state.tracker is None:
-            state.tracker = state.code.tracker()
-            for worker in state.valid:
-                state.tracker.add(worker)
-        if not state.tracker.decodable:
+        if not _tracker(state).decodable:
             return False
         if not self.verify or state.probe is None:
             return True
@@ -902,7 +911,11 @@ class GradientCoding(Strategy):
             return 0.0
         load = self._load(state.code, worker, state.partitions)
         compute = reply.compute_s if self.measured_compute else 0.0
-        return compute + self.compute_cost_s * load + self._delay(worker, state.number, load)
+        transfer = 0.0
+        if self.upload_bandwidth is not None:
+            transfer = reply.extra.get("bytes", 0) / self.upload_bandwidth
+        return (compute + self.compute_cost_s * load + self._delay(worker, state.number, load)
+                + transfer)
 
     def _decoding(self, state: _Round, used: list[int]) -> Any:
         """The round's decoding of ``used``: the sparse exact one when enabled."""
@@ -1270,6 +1283,15 @@ def error_amplification(code: GradientCode, seed: int = 0, samples: int = 24) ->
             a = a.sum(axis=0)
         worst = max(worst, float(np.sum(a * row_l1)) / code.k)
     return worst
+
+
+def _tracker(state: _Round) -> Any:
+    """The round's decodability tracker, built on first use from the valid replies so far."""
+    if state.tracker is None:
+        state.tracker = state.code.tracker()
+        for worker in state.valid:
+            state.tracker.add(worker)
+    return state.tracker
 
 
 def _replies_read(decoding: Any, used: list[int]) -> int:
