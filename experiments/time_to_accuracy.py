@@ -16,7 +16,13 @@ Schemes (same seeds, same partitions):
 * ``approx-deadline``: the expander code (load ``s+1``), least-squares decoding at a deadline
   (the 75th percentile of a coded client's time), exact when the replies happen to decode;
 * ``auto``: ``s="auto"`` with ``s-max = s``: data placed once, the tolerance in ``0..s``
-  chosen every round from the observed (censored) latencies.
+  chosen every round from the observed (censored) latencies; busy clients get work queued
+  behind their current job when they are expected to finish it in time (``busy="queue"``);
+* ``nested s=v``: the fixed tolerance ``v`` on the same nested placement (the code ``auto``
+  would use at ``s = v``), busy clients queued as for ``auto`` (a busy client whose current
+  job ends within the last round's duration): with ``uncoded`` (``s = 0``) and ``exact``
+  (``s = s-max``) the fixed choices ``auto`` is compared with in hindsight
+  (``v`` in ``{1, 2, s/4, s/2}``).
 
 A ``drift`` setting switches the latency regime at round 15 (Pareto delays, then load-scaled
 bimodal straggling).
@@ -26,13 +32,17 @@ partition-level DP; ``n = 100`` and ``n = 256`` (pathological 2-class partitions
 Reported per configuration over seeds: virtual time to the target accuracy and final accuracy
 (mean and std), and the largest per-round accuracy gap to the uncoded run of the same seed.
 
-Run: ``python experiments/time_to_accuracy.py [--quick] [--out results/time_to_accuracy]``.
+Run: ``python experiments/time_to_accuracy.py [--quick] [--out results/time_to_accuracy]``;
+``--only "n=256 s=32 bimodal" --schemes auto,uncoded`` runs a part and merges it into the
+existing JSON (a configuration's scheme is replaced with all its seeds), then rebuilds the table
+and the figure from everything in the file.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 
@@ -46,6 +56,24 @@ SCHEMES = {
     "approx-deadline": {"code": "expander", "min-replies": 0},
     "auto": {"s": "auto"},  # s chosen every round in 0..s (s-max), nested placement
 }
+EXACT_FIXED = ("uncoded", "exact")  # with the nested s=v schemes: auto's hindsight rivals
+
+
+def nested_values(s_max: int) -> list[int]:
+    """The intermediate fixed tolerances run on the nested placement of ``s_max``."""
+    return sorted({v for v in (1, 2, s_max // 4, s_max // 2) if 0 < v < s_max})
+
+
+def scheme_config(scheme: str) -> dict:
+    if scheme.startswith("nested s="):
+        return {"code": "nested", "s": int(scheme.removeprefix("nested s="))}
+    return SCHEMES[scheme]
+
+
+def schemes_for(s_max: int) -> list[str]:
+    return [*SCHEMES, *(f"nested s={v}" for v in nested_values(s_max))]
+
+
 LATENCIES = {
     "pareto": {"latency": "pareto", "latency-scale": 0.5, "latency-shape": 1.5},
     "bimodal": {"latency": "bimodal", "latency-scale": 0.1, "latency-rate": 10.0,
@@ -77,12 +105,11 @@ def deadline(latency: dict, load: int, seed: int) -> float:
 def one_run(n, s, scheme, latency, dp, seed, rounds, partitioner):
     from server.app import run_in_process
 
-    cfg = {**BASE, **SCHEMES[scheme], **LATENCIES[latency],
-           "s": 0 if scheme == "uncoded" else s, "seed": seed, "num-rounds": rounds,
-           "s-max": s,
-           "partitioner": partitioner, "results-dir": f"/tmp/fl-gradcode-tta/{scheme}"}
-    if scheme == "auto":
-        cfg["s"] = "auto"
+    cfg = {**BASE, "s": 0 if scheme == "uncoded" else s, **scheme_config(scheme),
+           **LATENCIES[latency], "seed": seed, "num-rounds": rounds, "s-max": s,
+           "partitioner": partitioner,
+           # one directory per process: concurrent partial runs must not share a model file
+           "results-dir": f"/tmp/fl-gradcode-tta/{os.getpid()}/{scheme.replace(' ', '-')}"}
     cfg["straggler-timeout"] = (
         deadline(LATENCIES[latency], s + 1, seed) if scheme == "approx-deadline" else 1e6
     )
@@ -94,6 +121,8 @@ def one_run(n, s, scheme, latency, dp, seed, rounds, partitioner):
         key_file.parent.mkdir(parents=True, exist_ok=True)
         key_file.write_text(json.dumps({"master": seed.to_bytes(32, "little").hex()}))
         key_file = str(key_file)
+    if scheme.startswith("nested s="):
+        cfg["busy"] = "queue"
     strategy, _ = run_in_process(cfg, n, key_file=key_file)
     h = strategy.history
     return {
@@ -101,6 +130,8 @@ def one_run(n, s, scheme, latency, dp, seed, rounds, partitioner):
         "accuracy": [r["accuracy"] for r in h],
         "decode": [r["decode"] for r in h],
         "epsilon": h[-1]["epsilon"],
+        "s": [r["s"] for r in h],
+        "busy_mode": strategy.busy_mode,
     }
 
 
@@ -120,46 +151,158 @@ def summarize(runs, target):
     }
 
 
+def setups_for(quick: bool) -> list[tuple]:
+    setups = [(12, 3, "dirichlet", lat, dp) for lat in ("pareto", "bimodal", "trace")
+              for dp in (False, True)]
+    if quick:
+        return setups[:2]
+    setups += [(n, n // 8, "pathological", lat, False)
+               for n in (100, 256) for lat in ("bimodal", "trace")]
+    setups += [(12, 3, "dirichlet", "drift", False), (100, 12, "pathological", "drift", False)]
+    return setups
+
+
+def setup_key(n: int, s: int, lat: str, dp: bool) -> str:
+    return f"n={n} s={s} {lat}{' +DP' if dp else ''}"
+
+
+def build_table(runs: dict, target: float) -> dict:
+    """Per configuration and scheme: time to target, final accuracy, gap to uncoded; for
+    ``auto`` also its time over the best exact fixed choice (``vs_best_fixed``)."""
+    table = {}
+    for key, by_scheme in runs.items():
+        ref = by_scheme.get("uncoded")
+        table[key] = {}
+        for scheme, rs in by_scheme.items():
+            row = summarize(rs, target)
+            if ref is not None and len(ref) == len(rs):
+                row["max_accuracy_gap_to_uncoded"] = float(max(
+                    np.max(np.abs(np.array(r["accuracy"]) - np.array(u["accuracy"])))
+                    for r, u in zip(rs, ref, strict=True)))
+            row["exact_rounds"] = float(np.mean([r["decode"].count("exact") for r in rs]))
+            row["epsilon"] = rs[0]["epsilon"]
+            unc = summarize(ref, target)["time_to_target_mean"] if ref else None
+            if row["time_to_target_mean"] and unc:
+                row["speedup_vs_uncoded"] = unc / row["time_to_target_mean"]
+            table[key][scheme] = row
+        fixed = {k: v["time_to_target_mean"] for k, v in table[key].items()
+                 if (k in EXACT_FIXED or k.startswith("nested s=")) and v["reached"] == len(
+                     runs[key][k])}
+        auto = table[key].get("auto")
+        if auto is not None and fixed and auto["time_to_target_mean"]:
+            best = min(fixed, key=fixed.get)
+            auto["best_fixed"] = best
+            auto["best_fixed_time"] = fixed[best]
+            auto["vs_best_fixed"] = auto["time_to_target_mean"] / fixed[best]
+            auto["fixed_compared"] = sorted(fixed)
+    return table
+
+
+def plot(runs: dict, target: float):
+    plt = pyplot()
+    from matplotlib import ticker
+
+    keys = list(runs)
+    cols = min(3, len(keys))
+    rows_ = -(-len(keys) // cols)
+    fig, axes = plt.subplots(rows_, cols, figsize=(5.2 * cols, 3.9 * rows_), squeeze=False)
+    main_colors = dict(zip([*SCHEMES], ["C0", "C1", "C2", "C3", "C4"], strict=True))
+    handles = {}
+    nested = sorted({s for by in runs.values() for s in by if s.startswith("nested s=")},
+                    key=lambda s: int(s.removeprefix("nested s=")))
+    # one grey level per tolerance in every panel (darker: smaller s)
+    shades = dict(zip(nested, np.linspace(0.15, 0.7, max(len(nested), 1)), strict=False))
+    for ax, key in zip(axes.flat, keys, strict=False):
+        for scheme, rs in runs[key].items():
+            t = np.mean([r["virtual_s"] for r in rs], axis=0)
+            a = np.mean([r["accuracy"] for r in rs], axis=0)
+            if scheme in main_colors:
+                style = {"color": main_colors[scheme], "lw": 2.0 if scheme == "auto" else 1.3}
+            else:
+                style = {"color": str(shades[scheme]), "lw": 0.9, "ls": "--"}
+            (line,) = ax.plot(t, a, label=scheme, **style)
+            handles.setdefault(scheme, line)
+        ax.axhline(target, color="k", lw=0.6, ls=":")
+        ax.set_title(key, fontsize=9, pad=4)
+        ax.set_xlabel("virtual time (s)", fontsize=8)
+        ax.set_ylabel("test accuracy", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.set_xscale("log")
+        # few, plain tick labels: log axes spanning less than a decade otherwise print every
+        # minor tick in scientific notation on top of each other
+        ax.xaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0), numticks=6))
+        ax.xaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
+        ax.xaxis.set_minor_locator(ticker.LogLocator(base=10, subs="auto", numticks=12))
+        ax.xaxis.set_minor_formatter(ticker.NullFormatter())
+        ax.grid(True, which="major", lw=0.3, alpha=0.5)
+    for ax in list(axes.flat)[len(keys):]:
+        ax.axis("off")
+    order = [s for s in SCHEMES if s in handles]
+    order += sorted((s for s in handles if s not in SCHEMES),
+                    key=lambda s: int(s.removeprefix("nested s=")))
+    fig.legend([handles[s] for s in order], order, loc="upper center", ncol=min(len(order), 9),
+               fontsize=8, frameon=False, bbox_to_anchor=(0.5, 1.0))
+    fig.suptitle(f"time to {target:.0%} test accuracy (mean over seeds; nested s=v: fixed "
+                 "tolerance on auto's placement)", fontsize=10, y=1.025)
+    fig.tight_layout(rect=(0, 0, 1, 0.97), h_pad=1.6, w_pad=1.2)
+    return fig
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", default="results/time_to_accuracy")
     parser.add_argument("--target", type=float, default=0.9)
+    parser.add_argument("--only", action="append", default=None, metavar="SETUP",
+                        help='run only this configuration (e.g. "n=256 s=32 bimodal"; '
+                             "repeatable) and merge into the existing JSON")
+    parser.add_argument("--schemes", default=None,
+                        help="comma-separated schemes to run (e.g. auto,uncoded,nested s=1); "
+                             "'nested' = every nested s=v; merged into the existing JSON")
     args = parser.parse_args(argv)
     quiet_flower()
     seeds = [0] if args.quick else [0, 1, 2]
     rounds = 8 if args.quick else 30
-    setups = [(12, 3, "dirichlet", lat, dp) for lat in ("pareto", "bimodal", "trace")
-              for dp in (False, True)]
-    if not args.quick:
-        setups += [(n, n // 8, "pathological", lat, False)
-                   for n in (100, 256) for lat in ("bimodal", "trace")]
-        setups += [(12, 3, "dirichlet", "drift", False), (100, 12, "pathological", "drift", False)]
-    else:
-        setups = setups[:2]
-    jobs = [(setup, scheme, seed) for setup in setups for scheme in SCHEMES for seed in seeds]
+    setups = setups_for(args.quick)
+    if args.only:
+        known = {setup_key(n, s, lat, dp) for n, s, _, lat, dp in setups}
+        unknown = set(args.only) - known
+        if unknown:
+            parser.error(f"unknown --only {sorted(unknown)}; known: {sorted(known)}")
+        setups = [x for x in setups if setup_key(x[0], x[1], x[3], x[4]) in args.only]
+    wanted = None if args.schemes is None else [x.strip() for x in args.schemes.split(",")]
+
+    def chosen(s_max: int) -> list[str]:
+        names = schemes_for(s_max)
+        if wanted is None:
+            return names
+        return [x for x in names if x in wanted or ("nested" in wanted
+                                                      and x.startswith("nested s="))]
+
+    jobs = [(setup, scheme, seed) for setup in setups for scheme in chosen(setup[1])
+            for seed in seeds]
+    out_json = Path(args.out).with_suffix(".json")
+    partial = args.only is not None or wanted is not None
     runs: dict = {}
+    if partial and out_json.is_file():
+        old = json.loads(out_json.read_text())
+        if old.get("quick") == args.quick and old.get("seeds") == seeds:
+            runs = old["runs"]
     t0 = time.perf_counter()
+    fresh: dict = {}
     for (n, s, part, lat, dp), scheme, seed in progress(jobs, "time to accuracy"):
-        key = f"n={n} s={s} {lat}{' +DP' if dp else ''}"
-        runs.setdefault(key, {}).setdefault(scheme, []).append(
+        key = setup_key(n, s, lat, dp)
+        fresh.setdefault(key, {}).setdefault(scheme, []).append(
             one_run(n, s, scheme, lat, dp, seed, rounds, part)
         )
-    table = {}
-    for key, by_scheme in runs.items():
-        ref = by_scheme["uncoded"]
-        table[key] = {}
-        for scheme, rs in by_scheme.items():
-            row = summarize(rs, args.target)
-            row["max_accuracy_gap_to_uncoded"] = float(max(
-                np.max(np.abs(np.array(r["accuracy"]) - np.array(u["accuracy"])))
-                for r, u in zip(rs, ref, strict=True)))
-            row["exact_rounds"] = float(np.mean([r["decode"].count("exact") for r in rs]))
-            row["epsilon"] = rs[0]["epsilon"]
-            unc = table[key].get("uncoded", row)["time_to_target_mean"]
-            if row["time_to_target_mean"] and unc:
-                row["speedup_vs_uncoded"] = unc / row["time_to_target_mean"]
-            table[key][scheme] = row
+        if len(fresh[key][scheme]) == len(seeds):  # complete: merge (and keep on disk)
+            runs.setdefault(key, {})[scheme] = fresh[key][scheme]
+            if partial:
+                _write(runs, args, seeds, rounds, figure=False)
+            print(f"{key:<24}{scheme:<19}done ({time.perf_counter() - t0:.0f} s)", flush=True)
+    order = [setup_key(n, s, lat, dp) for n, s, _, lat, dp in setups_for(args.quick)]
+    runs = {k: runs[k] for k in [*order, *(k for k in runs if k not in order)] if k in runs}
+    table = build_table(runs, args.target)
     print(f"target accuracy {args.target}, {len(seeds)} seed(s), {rounds} rounds "
           f"({time.perf_counter() - t0:.0f} s)")
     print(f"{'setup':<24}{'scheme':<19}{'time to target':>18}{'speedup':>9}"
@@ -171,36 +314,22 @@ def main(argv: list[str] | None = None) -> dict:
             sp = r.get("speedup_vs_uncoded")
             print(f"{key:<24}{scheme:<19}{tt:>18}{'' if sp is None else f'{sp:.2f}x':>9}"
                   f"{r['final_accuracy_mean']:>10.3f}±{r['final_accuracy_std']:.3f}"
-                  f"{r['max_accuracy_gap_to_uncoded']:>8.3f}")
-    plt = pyplot()
-    from matplotlib import ticker
+                  f"{r.get('max_accuracy_gap_to_uncoded', float('nan')):>8.3f}")
+        auto = rows.get("auto", {})
+        if "vs_best_fixed" in auto:
+            print(f"{key:<24}auto / best fixed ({auto['best_fixed']}): "
+                  f"{auto['vs_best_fixed']:.2f}")
+    return _write(runs, args, seeds, rounds, figure=True, table=table)
 
-    keys = list(runs)
-    cols = min(3, len(keys))
-    rows_ = -(-len(keys) // cols)
-    fig, axes = plt.subplots(rows_, cols, figsize=(5 * cols, 3.6 * rows_), squeeze=False)
-    for ax, key in zip(axes.flat, keys, strict=False):
-        for scheme, rs in runs[key].items():
-            t = np.mean([r["virtual_s"] for r in rs], axis=0)
-            a = np.mean([r["accuracy"] for r in rs], axis=0)
-            ax.plot(t, a, label=scheme)
-        ax.axhline(args.target, color="k", lw=0.6, ls=":")
-        ax.set_title(key, fontsize=9)
-        ax.set_xlabel("virtual time (s)")
-        ax.set_ylabel("test accuracy")
-        ax.set_xscale("log")
-        # few, plain tick labels: log axes spanning less than a decade otherwise print every
-        # minor tick in scientific notation on top of each other
-        ax.xaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0), numticks=6))
-        ax.xaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
-        ax.xaxis.set_minor_formatter(ticker.NullFormatter())
-        ax.legend(fontsize=7)
-    for ax in list(axes.flat)[len(keys):]:
-        ax.axis("off")
-    fig.tight_layout()
+
+def _write(runs, args, seeds, rounds, figure: bool, table: dict | None = None) -> dict:
+    table = build_table(runs, args.target) if table is None else table
+    nested = {key: sorted({s for s in by if s.startswith("nested s=")}) for key, by in runs.items()}
     result = {"target": args.target, "seeds": seeds, "rounds": rounds, "dp": DP, "base": BASE,
-              "latencies": LATENCIES, "table": table, "runs": runs, "quick": args.quick}
-    save(result, args.out, fig)
+              "latencies": LATENCIES, "table": table, "runs": runs, "quick": args.quick,
+              "fixed_schemes": {key: [*EXACT_FIXED, *v] for key, v in nested.items()},
+              "busy": {"auto": "queue (fit)", "nested s=v": "queue", "others": "skip"}}
+    save(result, args.out, plot(runs, args.target) if figure else None)
     return result
 
 

@@ -745,6 +745,8 @@ class Decision:
         approximate_times: ignore-stragglers candidates, time per full-data equivalent
             ``E[T] * n / (n - r)`` (empty unless ``allow_approximate``).
         observed: ``False`` when there were no observations (the safe default was returned).
+        skip: busy clients that get no work this round (``busy="skip"``: all of them;
+            ``busy="fit"``: those not expected to finish their queued work in time).
     """
 
     s: int
@@ -752,6 +754,7 @@ class Decision:
     approximate: bool = False
     approximate_times: dict[int, float] = field(default_factory=dict)
     observed: bool = True
+    skip: tuple[int, ...] = ()
 
 
 def choose_s(
@@ -765,6 +768,7 @@ def choose_s(
     samples: int = 256,
     rng: np.random.Generator | None = None,
     allow_approximate: bool = False,
+    busy: str = "queue",
 ) -> Decision:
     """The tolerance minimising the predicted expected round time.
 
@@ -781,10 +785,33 @@ def choose_s(
         allow_approximate: also consider ignore-stragglers (uncoded placement, the fastest
             ``n - r`` replies, biased unless rescaled), compared by time per full-data
             equivalent. Off by default: exact coding reproduces the uncoded model.
+        busy: what a client still busy at ``now`` does this round.
 
-    With no observation it returns the largest candidate (``s_max``: the safe choice).
-    Ties (identical codes) go to the larger ``s``.
+            * ``"queue"``: it is given work queued behind its current job and replies after
+              ``busy_until - now`` plus its own time (what a Flower SuperNode does with a
+              message that arrives while it is still running one).
+            * ``"skip"``: it gets no work and never replies this round (only codes that
+              decode without it finish).
+            * ``"fit"``: heterogeneity-aware queueing: it is queued only if its current job
+              ends before the round's expected end under the best code with everyone queued
+              (it can start the new work in time); the others are skipped and the choice is
+              made again without them. This bounds the backlog of a client whose earlier job
+              is far from done (its new work could only be late), in the spirit of
+              heterogeneity-aware gradient coding (Wang et al., ICDCS 2019,
+              https://arxiv.org/abs/1901.09339), which gives slow workers less work instead
+              of the same work late. (Also requiring the new work to be expected to finish
+              by then skipped more clients and was slower in the time-to-accuracy runs, both
+              measured without the wrapper's trust region: n = 100 bimodal 67.9 s against
+              55.2 s, n = 12 bimodal 37.0 s against 28.1 s.)
+
+            ``Decision.skip`` lists the skipped clients.
+
+    With no observation it returns the largest candidate (``s_max``: the safe choice; with
+    ``busy="fit"`` every busy client is queued). Ties (identical codes, or codes that cannot
+    decode without skipped clients) go to the larger ``s``.
     """
+    if busy not in ("queue", "skip", "fit"):
+        raise ValueError(f"busy={busy!r}; expected 'queue', 'skip' or 'fit'")
     if estimator.n != placement.n:
         raise ValueError(f"estimator has n={estimator.n}; the placement n={placement.n}")
     cand = sorted(set(placement.stable_values if candidates is None else candidates))
@@ -793,22 +820,37 @@ def choose_s(
     for s in cand:
         if not 0 <= s <= placement.s_max:
             raise ValueError(f"candidate s={s} outside [0, s_max={placement.s_max}]")
-    if not estimator.has_data:
-        return Decision(s=cand[-1], expected_times={}, observed=False)
     n = placement.n
+    rem = _remaining(busy_until, now, n)
+    is_busy = rem > 0
+    skip = np.flatnonzero(is_busy) if busy == "skip" else np.zeros(0, dtype=np.int64)
+    if not estimator.has_data:
+        return Decision(s=cand[-1], expected_times={}, observed=False,
+                        skip=tuple(int(i) for i in skip))
     X = estimator.sample(int(samples), rng)
     beta = estimator.load_exponent
-    rem = _remaining(busy_until, now, n)
-    times: dict[int, float] = {}
-    seen: dict[bytes, float] = {}
-    for s in cand:
-        rule = decode_rule(placement.code(s))
-        loads = rule.loads(load_per_partition)
-        key = rule.members.tobytes() + rule.thresholds.tobytes() + loads.tobytes()
-        if key not in seen:
-            seen[key] = float(np.mean(_times(rule, X, rem, loads, beta)))
-        times[s] = seen[key]
-    best = min(cand, key=lambda s: (times[s], -s))
+
+    def evaluate(rem: np.ndarray) -> tuple[dict[int, float], int]:
+        times: dict[int, float] = {}
+        seen: dict[bytes, float] = {}
+        for s in cand:
+            rule = decode_rule(placement.code(s))
+            loads = rule.loads(load_per_partition)
+            key = rule.members.tobytes() + rule.thresholds.tobytes() + loads.tobytes()
+            if key not in seen:
+                seen[key] = float(np.mean(_times(rule, X, rem, loads, beta)))
+            times[s] = seen[key]
+        return times, min(cand, key=lambda s: (times[s], -s))
+
+    if busy == "skip":
+        rem = np.where(is_busy, np.inf, rem)
+    times, best = evaluate(rem)
+    if busy == "fit" and is_busy.any():
+        late = is_busy & (rem > times[best])  # cannot even start before the expected end
+        if late.any():
+            skip = np.flatnonzero(late)
+            rem = np.where(late, np.inf, rem)
+            times, best = evaluate(rem)
     approx: dict[int, float] = {}
     if allow_approximate:
         own = UncodedCode(n)
@@ -822,8 +864,8 @@ def choose_s(
         if approx:
             r_best = min(approx, key=lambda r: (approx[r], r))
             if approx[r_best] < times[best]:
-                return Decision(r_best, times, True, approx)
-    return Decision(best, times, False, approx)
+                return Decision(r_best, times, True, approx, skip=tuple(int(i) for i in skip))
+    return Decision(best, times, False, approx, skip=tuple(int(i) for i in skip))
 
 
 # ============================================================================ benchmark

@@ -150,6 +150,7 @@ def build(cfg: dict[str, Any], n: int):
         measured_compute=str(cfg["virtual-compute"]) == "measured",
         compute_cost_s=float(cfg["partition-cost-s"]),
         upload_bandwidth=float(cfg["upload-bandwidth"]) or None,
+        busy=str(cfg["busy"]) or None,
         m=int(cfg["m"]) if str(cfg["code"]) == "comm-efficient" else None,
         dp=dp,
         dp_run_nonce=str(cfg["dp-run-nonce"]),

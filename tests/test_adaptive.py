@@ -222,6 +222,42 @@ def test_busy_clients_delay_the_round():
     assert d.s >= 1 and d.expected_times[0] == pytest.approx(101.0)
 
 
+def test_busy_clients_queued_skipped_or_queued_if_in_time():
+    """Deterministic 1 s per partition (beta = 1); odd clients busy for 0.5 s more.
+
+    queue: uncoded ends at max(0.5 + 1, 1) = 1.5, before s = 1 (load 2: 2 s). skip: busy
+    clients never reply, so uncoded never ends and s = 1 (one free client per pair) takes 2 s.
+    fit: client 4 busy for 100 s would finish at 101 (uncoded) or 102 (s >= 1), after the best
+    round's end (s = 1: 2 s, its partner replies): skipped, and uncoded cannot finish.
+    """
+    n = 12
+    placement = NestedPlacement(n, 3)
+    est = LatencyEstimator(n, load_exponent=1.0)
+    est.update(np.ones(n), np.ones(n), 1.0)
+    busy = np.zeros(n)
+    busy[1::2] = 0.5
+    d = choose_s(placement, est, busy_until=busy, busy="queue")
+    assert (d.s, d.skip) == (0, ()) and d.expected_times[0] == pytest.approx(1.5)
+    d = choose_s(placement, est, busy_until=busy, busy="fit")  # all finish by 1.5: queued
+    assert (d.s, d.skip) == (0, ())
+    d = choose_s(placement, est, busy_until=busy, busy="skip")
+    assert (d.s, d.skip) == (1, (1, 3, 5, 7, 9, 11))
+    assert d.expected_times[0] == math.inf and d.expected_times[1] == pytest.approx(2.0)
+    far = np.zeros(n)
+    far[4] = 100.0
+    assert choose_s(placement, est, busy_until=far, busy="queue").expected_times[
+        0] == pytest.approx(101.0)
+    d = choose_s(placement, est, busy_until=far, busy="fit")
+    assert (d.s, d.skip) == (1, (4,))
+    assert d.expected_times[0] == math.inf and d.expected_times[1] == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="busy"):
+        choose_s(placement, est, busy="later")
+    # no observation yet: s_max; skip lists every busy client, fit and queue none
+    fresh = LatencyEstimator(n)
+    assert choose_s(placement, fresh, busy_until=busy, busy="skip").skip == (1, 3, 5, 7, 9, 11)
+    assert choose_s(placement, fresh, busy_until=busy, busy="fit").skip == ()
+
+
 # ------------------------------------------------------------------------ the policy
 def test_no_observation_returns_s_max():
     d = choose_s(NestedPlacement(16, 5), LatencyEstimator(16))

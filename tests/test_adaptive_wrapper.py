@@ -9,9 +9,12 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp.strategy import FedAvg
 from test_integrity import DIM, oracle, train
 
+from fl_gradcode.adaptive import Decision, LatencyEstimator
+from fl_gradcode.codes import NestedPlacement
 from fl_gradcode.flower import GradientCoding, gradient_coding_mod
+from fl_gradcode.flower.clock import VirtualClock, WallClock
 from fl_gradcode.flower.testing import InProcessGrid
-from fl_gradcode.latency import Bimodal, Drift, Pareto, ShiftedExponential
+from fl_gradcode.latency import Bimodal, Drift, Pareto, ShiftedExponential, TraceReplay
 
 N = 12
 
@@ -58,3 +61,145 @@ def test_auto_picks_little_coding_when_latency_is_deterministic_and_load_scaled(
     """T = load * 0.1 exactly: every extra partition costs time and no one straggles."""
     strategy, _ = run(ShiftedExponential(shift=0.1, rate=1e9), rounds=10)
     assert np.mean([r["s"] for r in strategy.history[3:]]) < 1.0
+
+
+# ------------------------------------------------------------------ busy clients: queue or skip
+def trace(tmp_path, rows):
+    """A deterministic latency trace: ``rows[r][w]`` seconds for worker ``w`` in trace round
+    ``r`` (round ``k`` of a run replays row ``k mod len(rows)``)."""
+    path = tmp_path / "trace.csv"
+    lines = ["round,worker,arrival_s"]
+    lines += [f"{r},{w},{t}" for r, row in enumerate(rows) for w, t in enumerate(row)]
+    path.write_text("\n".join(lines) + "\n")
+    return TraceReplay(str(path))
+
+
+def run_fixed(latency, busy, n=4, rounds=3):
+    app = ClientApp(mods=[gradient_coding_mod])
+    app.train()(train)
+    strategy = GradientCoding(
+        FedAvg(fraction_evaluate=0.0, min_available_nodes=n), code="frc", s=1, latency=latency,
+        seed=0, wire="float64", straggler_timeout=1e6, measured_compute=False, busy=busy,
+    )
+    result = strategy.start(grid=InProcessGrid(app, n),
+                            initial_arrays=ArrayRecord({"w": Array(np.zeros(DIM))}),
+                            num_rounds=rounds, train_config=ConfigRecord({}))
+    return strategy, result.arrays["w"].numpy()
+
+
+def test_virtual_clock_starts_queued_work_when_the_current_job_ends():
+    clock = VirtualClock(straggler_timeout=100.0)
+    clock.busy_until = {10: 5.0, 11: 0.5}
+    clock.now = 2.0
+    clock.start_round({0: 10})  # worker 0 (node 10) is busy until 5.0: 3 s of backlog
+    assert clock.backlog == {0: 3.0}
+    window = clock.window({0: 1.5, 1: 4.0}, lambda used: len(used) == 2, num_sent=2)
+    assert window.used == [1, 0] and window.end == 2.0 + 3.0 + 1.5  # 4.0 < 3.0 + 1.5
+    clock.finish_round([10, 11], {10: 1.5, 11: 4.0}, window.end)
+    assert clock.busy_until == {10: 6.5, 11: 6.0} and clock.now == 6.5
+    assert clock.last_duration == 4.5
+    clock.start_round()  # nothing queued: no backlog left over from the last round
+    assert clock.backlog == {}
+    with pytest.raises(ValueError, match="wallclock"):
+        WallClock(1.0).start_round({0: 10})
+
+
+def test_busy_clients_get_queued_work_and_reply_after_their_current_job(tmp_path):
+    """FRC n=4, s=1: groups (0, 1), (2, 3), one reply each; latency replayed from a trace.
+
+    Round 1 (times 6, 10, 6, 10): decodes at 6 from workers 0 and 2; 1 and 3 busy until 10.
+    Round 2 (1, 20, 1, 20 -> workers 0..3: 20, 1, 20, 1): queue: 1 and 3 (4 s of backlog, less
+    than the last round's 6 s) reply at 6 + 4 + 1 = 11, so the round ends at 11 and 0, 2 stay
+    busy until 26; skip: 1 and 3 get no work, the round waits for 0 and 2 until 26.
+    Round 3 (1, 2, 1, 3): queue: 0 and 2 have 15 s of backlog (more than the last round's 5 s):
+    skipped; 1 and 3 are free and decode at 11 + 3 = 14. Skip: everyone free at 26, ends 27.
+    """
+    latency = trace(tmp_path, [[1, 2, 1, 3], [6, 10, 6, 10], [20, 1, 20, 1]])
+    queued, theta_q = run_fixed(latency, "queue")
+    skipped, theta_s = run_fixed(latency, "skip")
+    assert [r["virtual_s"] for r in queued.history] == [6.0, 11.0, 14.0]
+    assert [r["busy"] for r in queued.history] == [[], [], [0, 2]]
+    assert [r["virtual_s"] for r in skipped.history] == [6.0, 26.0, 27.0]
+    assert [r["busy"] for r in skipped.history] == [[], [1, 3], []]
+    expected = oracle(3, 4)
+    for strategy, theta in ((queued, theta_q), (skipped, theta_s)):
+        assert all(r["decode"] == "exact" for r in strategy.history)
+        assert np.linalg.norm(theta - expected) <= 1e-9 * np.linalg.norm(expected)
+
+
+def test_busy_default_is_queue_for_auto_and_skip_for_fixed_codes_and_wallclock_skips():
+    assert GradientCoding(FedAvg(), s="auto").busy_mode == "queue"
+    assert GradientCoding(FedAvg(), s=1).busy_mode == "skip"
+    assert GradientCoding(FedAvg(), s=1, busy="queue").busy_mode == "queue"
+    assert GradientCoding(FedAvg(), s="auto", timing="wallclock").busy_mode == "skip"
+    with pytest.raises(ValueError, match="busy"):
+        GradientCoding(FedAvg(), s=1, busy="later")
+
+
+@pytest.mark.parametrize(
+    ("busy_mode", "busy_workers", "expected_s"),
+    [
+        # queue: s=0 ends at max(0.5 + 1, 1) = 1.5 < s=1's 2 (load 2): uncoded, busy queued
+        ("queue", range(6), 0),
+        ("queue", range(1, 12, 2), 0),
+        # skip: busy clients never reply; with one free client per pair s=1 (load 2) decodes
+        # at 2, s=2 (groups of 4 needing 2, load 3) at 3, s=3 (load 4) at 4
+        ("skip", range(1, 12, 2), 1),
+        # skip, workers 0..5 busy: pairs (0,1)..(4,5) and group (0..3) cannot decode: s=3
+        # is the tie-break among codes that never finish
+        ("skip", range(6), 3),
+    ],
+)
+def test_auto_is_not_trapped_at_s_max_when_half_the_cohort_is_busy(
+    busy_mode, busy_workers, expected_s
+):
+    """Deterministic latency, 1 s per partition (beta = 1), 6 of 12 clients busy for 0.5 s.
+    Earlier versions only considered s >= #busy = 6 > s_max and fell back to s_max = 3."""
+    strategy = GradientCoding(FedAvg(), s="auto", s_max=3, busy=busy_mode, seed=0)
+    cohort = list(range(100, 112))
+    estimator = LatencyEstimator(N, load_exponent=1.0)
+    estimator.update(np.ones(N), np.ones(N), 1.0)
+    strategy._placements[N] = NestedPlacement(N, 3, seed=0)
+    strategy._estimators[N] = estimator
+    strategy._cohort_key = tuple(cohort)
+    strategy.clock.now = 10.0
+    busy_nodes = {cohort[w] for w in busy_workers}
+    strategy.clock.busy_until = {node: 10.5 for node in busy_nodes}
+    code = strategy._adaptive_code(N, busy_nodes, cohort)
+    assert code.s == expected_s
+    decision = strategy._decision
+    if busy_mode == "queue":
+        assert decision.skip == ()
+        assert decision.expected_times[0] == pytest.approx(1.5)
+        assert strategy._queued(busy_nodes, cohort) == busy_nodes
+    else:
+        assert decision.skip == tuple(sorted(busy_workers))
+        assert strategy._queued(busy_nodes, cohort) == set()
+
+
+def test_fixed_nested_code_uses_the_placement_auto_would_use():
+    """code="nested" with a fixed s and s_max: the code for s of NestedPlacement(n, s_max),
+    i.e. the fixed-s counterpart of s="auto" (same data placement, same groups)."""
+    code = GradientCoding(FedAvg(), code="nested", s=2, s_max=3).code_for(N)
+    expected = NestedPlacement(N, 3, seed=0).code(2)
+    np.testing.assert_array_equal(code.B, expected.B)
+    assert code.decode_groups == expected.decode_groups
+    alone = GradientCoding(FedAvg(), code="nested", s=2).code_for(N)  # s_max = s: another code
+    assert alone.decode_groups != expected.decode_groups
+
+
+def test_auto_falls_at_most_to_half_the_last_rounds_s():
+    """Trust region: the same deterministic state as above prefers uncoded (1.5 s), but after a
+    round at s = 3 the next round may only go down to s = 1 (the best of s >= 1: 2 s)."""
+    strategy = GradientCoding(FedAvg(), s="auto", s_max=3, seed=0)
+    cohort = list(range(100, 112))
+    estimator = LatencyEstimator(N, load_exponent=1.0)
+    estimator.update(np.ones(N), np.ones(N), 1.0)
+    strategy._placements[N] = NestedPlacement(N, 3, seed=0)
+    strategy._estimators[N] = estimator
+    strategy._cohort_key = tuple(cohort)
+    assert strategy._adaptive_code(N, set(), cohort).s == 0  # no previous round: no limit
+    strategy._decision = Decision(s=3, expected_times={})
+    code = strategy._adaptive_code(N, set(), cohort)
+    assert code.s == 1 and set(strategy._decision.expected_times) == {1, 2, 3}
+    assert strategy._decision.expected_times[1] == pytest.approx(2.0)

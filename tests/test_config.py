@@ -37,3 +37,23 @@ def test_merge_config_rejects_unknown_keys_and_wrong_types():
         merge_config({"stragglers": 3})
     with pytest.raises(ValueError, match="num-rounds='5' must be int"):
         merge_config({"num-rounds": "5"})
+
+
+@pytest.mark.parametrize(
+    ("run_config", "expected"),
+    [({}, "skip"), ({"s": "auto"}, "queue"), ({"busy": "queue"}, "queue"),
+     ({"s": "auto", "busy": "skip"}, "skip"), ({"busy": "queue", "timing": "wallclock"}, "skip")],
+)
+def test_busy_run_config_key_reaches_the_strategy(run_config, expected, tmp_path):
+    from server.app import build
+
+    cfg = merge_config({**run_config, "results-dir": str(tmp_path)})
+    strategy = build(cfg, 4)[0]
+    assert strategy.busy_mode == expected
+
+
+def test_bad_busy_value_is_refused_with_its_value(tmp_path):
+    from server.app import build
+
+    with pytest.raises(ValueError, match="busy='later'"):
+        build(merge_config({"busy": "later", "results-dir": str(tmp_path)}), 4)

@@ -7,7 +7,10 @@ the straggler deadline, where it decodes approximately from what arrived.
 * :class:`VirtualClock`: every reply carries a virtual arrival time (compute + sampled latency);
   the round ends at the earliest decodable prefix in arrival order, or at the deadline. Each
   worker is busy until its own arrival; a worker that never answers (error, crash) is busy until
-  the deadline, so a round with no valid reply still moves the clock and frees everyone.
+  the deadline, so a round with no valid reply still moves the clock and frees everyone. A
+  worker sent work while still busy (``queued`` in :meth:`VirtualClock.start_round`) starts it
+  when its current job ends, as a Flower SuperNode runs messages one after the other: its
+  arrival is ``busy_until - round_start`` later than its own compute and latency.
 * :class:`WallClock`: real time; busy workers are those whose earlier message is still
   unanswered (the grid knows them).
 """
@@ -43,6 +46,9 @@ class VirtualClock:
         self.now = 0.0
         self.round_start = 0.0
         self.busy_until: dict[int, float] = {}  # node -> virtual time
+        self.backlog: dict[int, float] = {}  # worker -> seconds its queued work waits
+        self._node_backlog: dict[int, float] = {}  # the same, by node
+        self.last_duration: float | None = None  # length of the last finished round
 
     def busy(self, nodes: Iterable[int]) -> set[int]:
         return {n for n in nodes if self.busy_until.get(n, 0.0) > self.now}
@@ -53,13 +59,22 @@ class VirtualClock:
         if times:
             self.now = max(self.now, min(times))
 
-    def start_round(self) -> None:
+    def start_round(self, queued: Mapping[int, int] | None = None) -> None:
+        """Start a round now. ``queued``: worker -> node of the workers sent work while still
+        busy; each starts it when its current job ends (``backlog[worker]`` seconds)."""
         self.round_start = self.now
+        self._node_backlog = {
+            node: max(self.busy_until.get(node, 0.0) - self.now, 0.0)
+            for node in (queued or {}).values()
+        }
+        self.backlog = {w: self._node_backlog[node] for w, node in (queued or {}).items()}
 
     def window(
         self, arrivals: Mapping[int, float], decodable: Decodable, num_sent: int
     ) -> RoundWindow:
-        """``arrivals``: worker -> seconds after the round start, valid replies only."""
+        """``arrivals``: worker -> seconds of its own work (compute and latency), valid replies
+        only; a queued worker's reply arrives ``backlog[worker]`` seconds later."""
+        arrivals = {w: t + self.backlog.get(w, 0.0) for w, t in arrivals.items()}
         deadline = self.straggler_timeout
         order = sorted(arrivals, key=lambda w: (arrivals[w], w))
         prefix: list[int] = []
@@ -83,18 +98,21 @@ class VirtualClock:
         end: float,
         answered: Iterable[int] = (),
     ) -> None:
-        """Busy-until for every node sent work (its valid reply's arrival; the round's end if
-        it answered with a rejected or error reply; the deadline if it never answered); the
-        clock moves to the round's end."""
+        """Busy-until for every node sent work (its valid reply's arrival, ``arrivals_by_node``
+        as in :meth:`window` plus its backlog; the round's end if it answered with a rejected or
+        error reply; the deadline if it never answered; never before its earlier job ends);
+        the clock moves to the round's end."""
         answered = set(answered)
         for node in sent_nodes:
             if node in arrivals_by_node:
-                until = self.round_start + max(arrivals_by_node[node], 0.0)
+                wait = self._node_backlog.get(node, 0.0)
+                until = self.round_start + wait + max(arrivals_by_node[node], 0.0)
             elif node in answered:
                 until = end
             else:
                 until = self.round_start + self.straggler_timeout
-            self.busy_until[node] = until
+            self.busy_until[node] = max(until, self.busy_until.get(node, 0.0))
+        self.last_duration = end - self.round_start
         self.now = max(self.now, end)
 
 
@@ -109,7 +127,11 @@ class WallClock:
         self.round_start = 0.0
         self._t0 = time.monotonic()
 
-    def start_round(self) -> None:
+    def start_round(self, queued: Mapping[int, int] | None = None) -> None:
+        """Start a round now. Work is never queued on busy nodes in wallclock timing (the grid
+        still waits for their earlier replies): ``queued`` must be empty."""
+        if queued:
+            raise ValueError("wallclock timing does not queue work on busy nodes")
         self.round_start = time.monotonic() - self._t0
         self.now = self.round_start
 

@@ -101,9 +101,12 @@ class GradientCoding(Strategy):
         once for ``s_max`` (:class:`~fl_gradcode.codes.NestedPlacement`), a censored latency
         estimator (late replies observed late, unanswered ones censored at the round's end),
         and the ``s`` in ``0..s_max`` (0 = uncoded on the same placement) minimising the
-        expected round time under the load-aware model, busy clients included.
+        expected round time under the load-aware model, busy clients included, falling at
+        most to half the last round's ``s`` per round.
     s_max : int, optional
-        With ``s="auto"``: the largest tolerance (default ``max(1, n // 4)``).
+        With ``s="auto"``: the largest tolerance (default ``max(1, n // 4)``). With
+        ``code="nested"`` and a fixed ``s``: the placement's ``s_max`` (the code for ``s`` of
+        the placement ``s="auto"`` would use; default ``s``).
     timing : {"virtual", "wallclock"}
         ``virtual``: the mod reports measured compute seconds, the server samples each worker's
         latency from ``latency`` and decodes at the earliest decodable prefix in virtual time;
@@ -174,9 +177,9 @@ class GradientCoding(Strategy):
         these). ``queue``: work queued behind its current job, as a Flower SuperNode runs
         messages one after the other; its reply arrives after its current job ends plus its
         own time. To bound the backlog a busy member is queued only if its current job ends in
-        time: with ``s="auto"`` if it is expected to finish the new work before the round's
-        expected end (:func:`~fl_gradcode.adaptive.choose_s` with ``busy="fit"``), with a fixed
-        code if its current job ends within the last round's duration and the deadline.
+        time: with ``s="auto"`` before the round's expected end
+        (:func:`~fl_gradcode.adaptive.choose_s` with ``busy="fit"``), with a fixed code within
+        the last round's duration and the deadline.
         Default: ``queue`` with ``s="auto"``, ``skip`` otherwise (the behaviour of earlier
         versions). Wallclock timing always skips busy members (the grid waits for their
         earlier replies; queueing there is not implemented).
@@ -221,6 +224,7 @@ class GradientCoding(Strategy):
         verify: bool = False,
         verify_tolerance: float = 1e-5,
         sparse_decoding: bool = True,
+        busy: str | None = None,
     ) -> None:
         if not isinstance(strategy, Strategy):
             raise TypeError(
@@ -248,6 +252,14 @@ class GradientCoding(Strategy):
             raise ValueError(f"wire={wire!r}; expected 'auto', 'model' or 'float64'")
         if compute_cost_s < 0:
             raise ValueError(f"compute_cost_s={compute_cost_s!r} must be >= 0")
+        if busy not in (None, "skip", "queue"):
+            raise ValueError(f"busy={busy!r}; expected 'skip', 'queue' or None")
+        if busy is None:
+            busy = "queue" if self.adaptive else "skip"
+        # wallclock: the grid waits for a busy node's earlier reply; its work is not queued
+        self.busy_mode = busy if timing == "virtual" else "skip"
+        if code == "nested" and s_max is not None and not self.adaptive:
+            code_options = {"s_max": s_max, **(code_options or {})}
         self.inner = strategy
         self.code_spec = code
         self.s = int(s)
@@ -292,7 +304,9 @@ class GradientCoding(Strategy):
         self._amplification: dict[int, float] = {}
         self.evaluate_fn = evaluate_fn
         self.recorder = (
-            RoundRecorder(results_dir, self._describe(run_config)) if results_dir else None
+            RoundRecorder(results_dir, {**self._describe(run_config), "busy": self.busy_mode})
+            if results_dir
+            else None
         )
         self.identities: dict[int, Identity] = {}
         self.partition_sizes: dict[tuple[int, int], float] = {}
@@ -349,17 +363,31 @@ class GradientCoding(Strategy):
             busy_until = np.array(
                 [now + self.straggler_timeout if node in busy_nodes else 0.0 for node in cohort]
             )
-        # busy clients get no work this round: only an s covering them decodes exactly
-        placement = self._placements[n]
-        busy = int(np.sum(busy_until > now))
-        candidates = [c for c in placement.stable_values if c >= busy] or [
-            max(placement.stable_values)
-        ]
+        # skip: busy clients never reply this round (only codes decodable without them
+        # finish); queue: those expected to finish in time get queued work, the rest skip
+        # trust region: s falls at most to half the last round's (the load exponent is
+        # extrapolated beyond the loads seen so far)
+        last = self._decision.s if self._decision is not None and estimator.has_data else 0
+        candidates = [c for c in self._placements[n].stable_values if c >= last // 2]
         self._decision = choose_s(
-            placement, estimator, busy_until=busy_until, now=now, candidates=candidates,
+            self._placements[n], estimator, busy_until=busy_until, now=now,
+            candidates=candidates, busy="fit" if self.busy_mode == "queue" else "skip",
             rng=np.random.default_rng([self.seed, estimator._next_index]),
         )
         return self._placements[n].code(self._decision.s)
+
+    def _queued(self, busy_nodes: set[int], cohort: list[int]) -> set[int]:
+        """Busy members that get work queued behind their current job (``busy="queue"``)."""
+        if self.busy_mode != "queue" or not isinstance(self.clock, VirtualClock):
+            return set()
+        if self.adaptive and self._decision is not None:
+            skip = {cohort[w] for w in self._decision.skip}
+            return {node for node in busy_nodes if node not in skip}
+        limit = self.straggler_timeout
+        if self.clock.last_duration is not None:
+            limit = min(limit, self.clock.last_duration)
+        now = self.clock.now
+        return {node for node in busy_nodes if self.clock.busy_until.get(node, 0.0) - now < limit}
 
     def code_for(self, n: int) -> GradientCode:
         """The code for a cohort of ``n`` clients (built once per size)."""
@@ -662,13 +690,17 @@ class GradientCoding(Strategy):
         global_arrays = inner_msgs[0].content.array_records[array_key]
         theta = {name: protocol.array_view(arr) for name, arr in global_arrays.items()}
         busy_nodes = self._busy(grid, cohort)
-        if len(busy_nodes) == len(cohort):  # never spend a round on nothing
+        queued = self._queued(busy_nodes, cohort)
+        if len(busy_nodes) == len(cohort) and not queued:  # never spend a round on nothing
             if isinstance(self.clock, VirtualClock):
                 self.clock.wait_for_any_free(cohort)
             elif isinstance(grid, EarlyReturnGrid):
                 grid.wait_until_free(set(cohort), self.round_timeout)
             busy_nodes = self._busy(grid, cohort)
-        self.clock.start_round()
+            queued = self._queued(busy_nodes, cohort)
+        queued_workers = {w: node for w, node in enumerate(cohort) if node in queued}
+        busy_nodes = busy_nodes - queued  # busy and given no work this round
+        self.clock.start_round(queued_workers)
         state = _Round(
             number=server_round,
             code=code,
@@ -890,8 +922,10 @@ class GradientCoding(Strategy):
         sent_loads = code_loads(state.code, 1.0)
         for w in state.sent:
             loads[w] = sent_loads[w]
+        backlog = self.clock.backlog if isinstance(self.clock, VirtualClock) else {}
         late = []
         for w, t in arrivals.items():
+            t = t + backlog.get(w, 0.0)  # queued work started when the earlier job ended
             if w in state.sent:
                 if t <= duration:
                     elapsed[w] = t
@@ -902,6 +936,8 @@ class GradientCoding(Strategy):
             for w in state.busy:
                 node = state.cohort[w]
                 busy[w] = max(0.0, self.clock.busy_until.get(node, 0.0) - self.clock.round_start)
+            for w, wait in backlog.items():
+                busy[w] = wait
         rid = estimator.update(elapsed, loads, duration, busy=busy)
         for w, t in late:
             self._late_observations.append((self.clock.round_start + t, rid, w, t, n))
