@@ -3,7 +3,7 @@
 Usage::
 
     python experiments/mutation.py [--module M ...] [--max-mutants N] [--seed S]
-                                   [--deselect TEST_ID ...]
+                                   [--max-children C] [--deselect TEST_ID ...]
 
 ``M`` is one of ``codes``, ``privacy``, ``mod``, ``wrapper``, ``protocol``, ``clock``, ``grid``,
 ``integrity`` (default: all). Each module is mutated by mutmut against the relevant FAST test
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import re
 import shutil
@@ -40,7 +41,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-FAST = ["-m", "not simulation and not deployment", "-p", "no:cacheprovider",
+FAST = ["-m", "not simulation and not deployment", "-p", "no:cacheprovider", "-p", "no:randomly",
         "-W", "ignore::DeprecationWarning", "-x", "-q"]
 KILLED_BY_NEW = "tests/test_mutants_killed.py"
 CODE_TESTS = [
@@ -54,7 +55,8 @@ APP_TESTS = [*WRAPPER_TESTS, "tests/test_plugin_apps.py", "tests/test_plugin_com
 # module -> (files mutated, its fast test files); one mutmut run (scratch copy) per module
 MODULES: dict[str, tuple[list[str], list[str]]] = {
     "codes": (["fl_gradcode/codes/*.py"], CODE_TESTS),
-    "privacy": (["fl_gradcode/privacy.py"], ["tests/test_privacy.py", KILLED_BY_NEW]),
+    "privacy": (["fl_gradcode/privacy.py"], ["tests/test_privacy.py", KILLED_BY_NEW,
+                                              "tests/test_mutation_kills_privacy.py"]),
     "clock": (["fl_gradcode/flower/clock.py"], WRAPPER_TESTS),
     "grid": (["fl_gradcode/flower/grid.py"], WRAPPER_TESTS),
     "integrity": (["fl_gradcode/flower/integrity.py"], ["tests/test_integrity.py",
@@ -67,6 +69,9 @@ KILLED = {"killed", "timeout"}
 REASONS: dict[str, str] = {
     "fl_gradcode.flower.clock.xǁWallClockǁ__init____mutmut_6":
         "equivalent: WallClock.round_start is overwritten by start_round() before any read",
+    "fl_gradcode.privacy.xǁServerNoiseǁdraw__mutmut_5":
+        "equivalent: a 129-bit instead of 128-bit OS-random seed; the noise is N(0, std^2) "
+        "either way and no run can observe which seed was drawn",
 }
 
 
@@ -80,6 +85,10 @@ def _mutmut_section(only_mutate: list[str], tests: list[str], extra: list[str]) 
         f"pytest_add_cli_args_test_selection = {q(tests)}\n"
         f"pytest_add_cli_args = {q(FAST + extra)}\n"
         "use_git_change_detection = false\n"
+        # fork each mutant from a server that only collected the tests, never from the
+        # process that ran them (torch's thread pools make a forked worker deadlock, which
+        # mutmut would then report as a "timeout", i.e. killed)
+        'process_isolation = "forkserver"\n'
     )
 
 
@@ -108,10 +117,11 @@ def prepare(workdir: Path, group: str, modules: list[str], extra: list[str]) -> 
     return dst
 
 
-def mutmut(cwd: Path, *names: str, log: Path) -> int:
-    cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", "1", *names]
+def mutmut(cwd: Path, *names: str, log: Path, max_children: int = 1) -> int:
+    cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children), *names]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     with open(log, "a") as out:
-        return subprocess.call(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
+        return subprocess.call(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=env)
 
 
 def load_meta(cwd: Path) -> dict[str, int | None]:
@@ -146,7 +156,7 @@ def run_group(group: str, modules: list[str], args: argparse.Namespace) -> dict:
     log = args.workdir / f"{group}.log"
     # 1. generate every mutant and collect test<->function stats (nothing is run yet: the
     #    filter matches no mutant, mutmut stops after the stats run)
-    mutmut(cwd, "__generate_only__", log=log)
+    mutmut(cwd, "__generate_only__", log=log, max_children=args.max_children)
     population = {name: module_of(name) for name in load_meta(cwd)}
     if not population:
         raise SystemExit(f"mutmut generated no mutants for {group}; see {log}")
@@ -160,7 +170,7 @@ def run_group(group: str, modules: list[str], args: argparse.Namespace) -> dict:
     # 2. run the chosen mutants (explicit names: mutmut tests exactly these)
     todo = [n for names in chosen.values() for n in names]
     for start in range(0, len(todo), 200):  # keep the command line short
-        mutmut(cwd, *todo[start : start + 200], log=log)
+        mutmut(cwd, *todo[start : start + 200], log=log, max_children=args.max_children)
     codes = load_meta(cwd)
     if all(codes.get(n) is None for n in todo):
         raise SystemExit(f"mutmut tested no mutant of {group} (stats or clean run failed?); "
@@ -193,6 +203,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-mutants", type=int, default=0,
                    help="sample at most N mutants per module (fixed seed); 0 = all")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-children", type=int, default=1,
+                   help="mutmut worker processes (default 1: the machine is shared)")
     p.add_argument("--deselect", action="append", default=[],
                    help="test node id to leave out (e.g. a test broken in the working tree)")
     p.add_argument("--workdir", type=Path, default=None,
@@ -206,7 +218,12 @@ def main(argv: list[str] | None = None) -> None:
     result = json.loads(args.out.read_text()) if args.out.exists() else {}
     for module in modules:
         mods = [module]
+        t1 = time.monotonic()
         result.update(run_group(module, mods, args))
+        for m in mods:  # each module keeps the settings it was last run with
+            result[m]["run"] = {"seed": args.seed, "max_mutants": args.max_mutants,
+                                "deselected": args.deselect,
+                                "runtime_s": round(time.monotonic() - t1, 1)}
         for m in mods:
             r = result[m]
             print(f"{m:10s} killed {r['killed']}/{r['total']}"
