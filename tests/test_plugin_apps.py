@@ -239,3 +239,16 @@ def test_example_app_runs_with_flwr_run(tmp_path):
     # data load) is large and noisy: a round-2 cohort thinned by still-busy nodes may have to
     # decode approximately at the straggler deadline
     assert rows[1]["decode"] in ("exact", "approx"), rows
+
+
+def test_importing_the_mod_does_not_import_the_server_side():
+    # Flower starts one ClientApp process per message: the mod's import is paid every time
+    import subprocess
+    import sys
+
+    code = ("import sys; from fl_gradcode.flower import gradient_coding_mod; "
+            "print(sorted(m for m in ('fl_gradcode.flower.wrapper', 'fl_gradcode.codes', "
+            "'scipy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == "[]"

@@ -9,11 +9,36 @@ keys, reply layout, parsing into a rejection reason), ``mod`` (the client mod), 
 (an in-process grid running real ClientApps).
 """
 
-from .clock import VirtualClock, WallClock
-from .grid import EarlyReturnGrid
-from .mod import gradient_coding_mod, make_gradient_coding_mod, partition_seed
-from .protocol import PROTOCOL_KEY, RejectedReply
-from .wrapper import GradientCoding
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .clock import VirtualClock, WallClock
+    from .grid import EarlyReturnGrid
+    from .mod import gradient_coding_mod, make_gradient_coding_mod, partition_seed
+    from .protocol import PROTOCOL_KEY, RejectedReply
+    from .wrapper import GradientCoding
+
+# Imported on first use: Flower starts one ClientApp process per message, and a process that
+# only needs the mod then never imports the server side (wrapper, codes, scipy).
+_LAZY = {
+    "VirtualClock": "clock", "WallClock": "clock", "EarlyReturnGrid": "grid",
+    "gradient_coding_mod": "mod", "make_gradient_coding_mod": "mod", "partition_seed": "mod",
+    "PROTOCOL_KEY": "protocol", "RejectedReply": "protocol", "GradientCoding": "wrapper",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f".{_LAZY[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])
+
 
 __all__ = [
     "PROTOCOL_KEY",

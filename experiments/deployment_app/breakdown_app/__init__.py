@@ -1,0 +1,1 @@
+"""A small Flower app (numpy logistic regression) that records wall-clock timestamps."""
