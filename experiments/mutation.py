@@ -48,7 +48,7 @@ CODE_TESTS = [
     "tests/test_codes_exact.py", "tests/test_codes_approximate.py",
     "tests/test_codes_comm_efficient.py", "tests/test_codes_fast_decoders.py",
     "tests/test_codes_nested.py", "tests/test_codes_properties.py",
-    "tests/test_codes_validation.py", KILLED_BY_NEW,
+    "tests/test_codes_validation.py", "tests/test_codes_sparse.py", KILLED_BY_NEW,
 ]
 WRAPPER_TESTS = ["tests/test_wrapper.py", KILLED_BY_NEW]
 APP_TESTS = [*WRAPPER_TESTS, "tests/test_plugin_apps.py", "tests/test_plugin_comm_efficient.py"]

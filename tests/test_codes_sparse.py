@@ -132,3 +132,12 @@ def test_tracker_decodes_frc_when_the_last_group_gets_its_first_reply():
     code = make_code("frc", n=6, s=1)  # groups (0, 1) (2, 3) (4, 5)
     tracker = code.tracker()
     assert [tracker.add(w) for w in (0, 1, 2, 3, 5)] == [False, False, False, False, True]
+
+
+def test_a_fresh_tracker_decodes_nothing_and_waits_for_every_block():
+    code = make_code("frc", n=6, s=1)
+    tracker = code.tracker()
+    assert tracker.decodable is False
+    assert tracker.pending_blocks == {0, 1, 2}
+    tracker.add(0)
+    assert tracker.pending_blocks == {1, 2}

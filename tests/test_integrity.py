@@ -141,3 +141,28 @@ def test_probe_is_linear_and_counts_exactly():
     y = {"a": rng.standard_normal((7, 3)), "b": rng.standard_normal(5)}
     both = {k: 2 * x[k] - y[k] for k in x}
     np.testing.assert_allclose(probe(both, 5.0), 2 * probe(x, 4.0) - probe(y, 3.0))
+
+
+def test_a_minimal_decodable_set_is_consistent_but_unverified():
+    # FRC n=6, s=2: one reply per group decodes, but nothing checks it
+    code = make_code("frc", n=6, s=2)
+    v = np.random.default_rng(2).standard_normal((code.k, 5))
+    z = {i: code.B[i] @ v for i in range(6)}
+    verdict = verify_replies(code, z, [0, 3], 1e-9)
+    assert verdict.status == "unverified" and verdict.excluded == []
+    # one group fully checked, the other not: still unverified as a whole
+    assert verify_replies(code, z, [0, 1, 3], 1e-9).status == "unverified"
+    # every reply in hand cross-checked (decodability is the stopping rule's business)
+    assert verify_replies(code, z, [0, 1], 1e-9).status == "verified"
+
+
+def test_an_unresolved_contradiction_reports_how_far_the_replicas_disagree():
+    code = make_code("frc", n=6, s=2)
+    v = np.random.default_rng(3).standard_normal((code.k, 5))
+    z = {i: code.B[i] @ v for i in range(6)}
+    z[4] = 1.5 * z[4]
+    tie = verify_replies(code, z, [0, 1, 4, 5], 1e-9)
+    assert tie.unresolved
+    # group (3, 4, 5) from replies 4 (1.5 y) and 5 (y): min-norm decodes 1.25 y, each reply
+    # alone y or 1.5 y, so 0.25 |y| apart, relative to the median reply size 1.25 |y|: 0.2
+    assert tie.disagreement == pytest.approx(0.25 / 1.25, rel=1e-6)

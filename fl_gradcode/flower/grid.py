@@ -72,13 +72,13 @@ class EarlyReturnGrid:
             if nodes <= self.busy_nodes():
                 time.sleep(self.poll_interval)
 
-    def _drop_if_late(self, reply: Message) -> bool:
+    def _drop_if_late(self, reply: Message) -> None:
+        """A reply to an abandoned message of an earlier round frees its node; others are
+        ignored (not ours to judge)."""
         rid = reply.metadata.reply_to_message_id
-        if rid not in self.abandoned:
-            return False
-        del self.abandoned[rid]
-        self._strategy.on_late_reply(reply)
-        return True
+        if rid in self.abandoned:
+            del self.abandoned[rid]
+            self._strategy.on_late_reply(reply)
 
     def push(self, messages: list[Message]) -> dict[str, Message]:
         """Push; a message Flower did not accept (no id) is reported as unsent.
