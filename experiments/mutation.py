@@ -67,6 +67,14 @@ KILLED = {"killed", "timeout"}
 
 # Hand-written verdicts on survivors (mutmut name -> one line). Filled in after reading diffs.
 REASONS: dict[str, str] = {
+    "fl_gradcode.flower.integrity.xǁProbeǁ__init____mutmut_22":
+        "equivalent: np.prod(()) is 1, the value the guarded branch returns for a scalar",
+    "fl_gradcode.flower.integrity.xǁProbeǁ_project__mutmut_3":
+        "equivalent: astype(None) converts to float64, the dtype it names",
+    "fl_gradcode.flower.integrity.x__verify_block__mutmut_11":
+        "killed since by test_replies_that_do_not_decode_their_block_or_no_replies_are_unverified",
+    "fl_gradcode.flower.integrity.x_verify_replies__mutmut_31":
+        "killed since by test_replies_that_do_not_decode_their_block_or_no_replies_are_unverified",
     "fl_gradcode.flower.clock.xǁWallClockǁ__init____mutmut_6":
         "equivalent: WallClock.round_start is overwritten by start_round() before any read",
     "fl_gradcode.privacy.xǁServerNoiseǁdraw__mutmut_5":

@@ -166,3 +166,13 @@ def test_an_unresolved_contradiction_reports_how_far_the_replicas_disagree():
     # group (3, 4, 5) from replies 4 (1.5 y) and 5 (y): min-norm decodes 1.25 y, each reply
     # alone y or 1.5 y, so 0.25 |y| apart, relative to the median reply size 1.25 |y|: 0.2
     assert tie.disagreement == pytest.approx(0.25 / 1.25, rel=1e-6)
+
+
+
+def test_replies_that_do_not_decode_their_block_or_no_replies_are_unverified():
+    code = make_code("crc", n=3, s=1)  # one block: any 2 of the 3 replies decode
+    v = np.random.default_rng(5).standard_normal((code.k, 5))
+    z = {i: code.B[i] @ v for i in range(3)}
+    assert verify_replies(code, z, [0], 1e-9).status == "unverified"
+    assert verify_replies(code, z, [], 1e-9).status == "unverified"
+    assert verify_replies(code, z, [0, 1, 2], 1e-9).status == "verified"
