@@ -109,6 +109,7 @@ def test_localhost_rounds_are_timed_end_to_end(tmp_path):
     fedavg, coded = runs["fedavg"], runs["coded"]
     assert fedavg["identify_messages"] == 0 and coded["identify_messages"] == 3
     assert all(r["replies_used"] == 3 and r["mod_import_s"] == 0 for r in fedavg["rounds"])
-    assert all(r["replies_used"] == 2 for r in coded["rounds"])  # n - s replies decode
+    # n - s = 2 replies decode; a third one pulled in the same poll is used too
+    assert all(r["replies_used"] in (2, 3) for r in coded["rounds"])
     assert coded["rounds"][0]["handshake_s"] > 0
     assert all(r["mod_import_s"] > 0 for r in coded["rounds"])  # one process per message
