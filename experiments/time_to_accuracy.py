@@ -290,6 +290,11 @@ def main(argv: list[str] | None = None) -> dict:
             runs = old["runs"]
     t0 = time.perf_counter()
     fresh: dict = {}
+    if partial:
+        args._partial_log = [{"setups": sorted({setup_key(n, s, lat, dp)
+                                                for (n, s, _, lat, dp), _, _ in jobs}),
+                              "schemes": sorted({scheme for _, scheme, _ in jobs}),
+                              "date": time.strftime("%Y-%m-%d")}]
     for (n, s, part, lat, dp), scheme, seed in progress(jobs, "time to accuracy"):
         key = setup_key(n, s, lat, dp)
         fresh.setdefault(key, {}).setdefault(scheme, []).append(
@@ -329,6 +334,11 @@ def _write(runs, args, seeds, rounds, figure: bool, table: dict | None = None) -
               "latencies": LATENCIES, "table": table, "runs": runs, "quick": args.quick,
               "fixed_schemes": {key: [*EXACT_FIXED, *v] for key, v in nested.items()},
               "busy": {"auto": "queue (fit)", "nested s=v": "queue", "others": "skip"}}
+    out_json = Path(args.out).with_suffix(".json")
+    if args.only is not None or args.schemes is not None:  # partial: say what was merged
+        old = json.loads(out_json.read_text()) if out_json.is_file() else {}
+        log = [*old.get("partial_runs", []), *getattr(args, "_partial_log", [])]
+        result["partial_runs"] = log
     save(result, args.out, plot(runs, args.target) if figure else None)
     return result
 

@@ -16,6 +16,7 @@ DEFAULTS: dict[str, Any] = {
     "code": "grouped-rs",
     "s": 3,  # or "auto": chosen every round from observed latencies
     "s-max": 0,  # s="auto": largest tolerance; 0 = max(1, n // 4)
+    "auto-margin": 0.1,  # s="auto": larger s preferred when predicted within this slack
     "update": "gradient",
     "local-epochs": 1,
     "batch-size": 32,

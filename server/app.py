@@ -138,6 +138,7 @@ def build(cfg: dict[str, Any], n: int):
         code=str(cfg["code"]),
         s="auto" if cfg["s"] == "auto" else int(cfg["s"]),
         s_max=int(cfg["s-max"]) or None,
+        auto_margin=float(cfg["auto-margin"]),
         timing=str(cfg["timing"]),
         latency=latency,
         seed=seed,

@@ -362,3 +362,60 @@ def test_per_partition_costs_set_the_loads():
         assert loads[i] == pytest.approx(sum(cost[j] for j in code.assignment(i)))
     np.testing.assert_array_equal(code_loads(code, 2.0), 2.0 * code_loads(code))
     assert np.all(code_loads(code) == code.load)  # banded code: s + 1 partitions each
+
+
+class _FixedDraws:
+    """An estimator stand-in whose per-unit latencies are given rows (hand-checkable)."""
+
+    def __init__(self, rows, beta=1.0):
+        self.rows = np.asarray(rows, dtype=float)
+        self.n = self.rows.shape[1]
+        self.has_data = True
+        self.load_exponent = beta
+
+    def sample(self, size, rng=None):
+        return self.rows.copy()
+
+
+def test_lookahead_charges_the_backlog_a_round_leaves_to_the_next_round():
+    """n=4, s_max=1: s=0 is uncoded (load 1, all four replies), s=1 pairs {0,1}, {2,3} (load 2,
+    one reply per pair). Draw 1: client 3 is 10x slow, draw 2: client 2. By hand, with
+    ``time = load * X``: s=0 waits 10 in each draw; s=1 decodes at 2, but the slow client's
+    work runs until 20, so the next round (latencies of the other draw) finds client 2 slow
+    and client 3 busy for 18 more: its pair decodes at 20. Two-round means: s=0 (10+10)/2 = 10,
+    s=1 (2+20)/2 = 11; one-round: s=0 10, s=1 2."""
+    est = _FixedDraws([[1, 1, 1, 10], [1, 1, 10, 1]])
+    placement = NestedPlacement(4, 1)
+    myopic = choose_s(placement, est)
+    ahead = choose_s(placement, est, lookahead=True)
+    assert myopic.expected_times == pytest.approx({0: 10.0, 1: 2.0})
+    assert myopic.s == 1
+    assert ahead.expected_times == pytest.approx({0: 10.0, 1: 11.0})
+    assert ahead.s == 0
+
+
+def test_lookahead_without_backlog_equals_the_one_round_prediction():
+    """When every client ends by the time the round decodes (uncoded), the next round starts
+    from nothing: the two-round mean is the one-round mean (the draws are reused, permuted)."""
+    rng = np.random.default_rng(3)
+    est = _FixedDraws(rng.exponential(1.0, size=(64, 6)) + 1.0, beta=0.5)
+    placement = NestedPlacement(6, 2)
+    a = choose_s(placement, est, candidates=[0])
+    b = choose_s(placement, est, candidates=[0], lookahead=True)
+    assert b.expected_times[0] == pytest.approx(a.expected_times[0], rel=1e-12)
+
+
+@pytest.mark.parametrize(("margin", "expected"), [(0.0, 0), (0.01, 0), (0.05, 1), (1.0, 1)])
+def test_margin_prefers_the_more_tolerant_code_within_the_slack(margin, expected):
+    """beta = 0.1, one draw X = (1, 1, 1, 1.05): s=0 waits for the slowest, 1.05; s=1 (load 2)
+    needs one reply per pair, 2**0.1 = 1.0718 (2.1% slower). Within a 5% margin s=1 wins."""
+    est = _FixedDraws([[1, 1, 1, 1.05]], beta=0.1)
+    d = choose_s(NestedPlacement(4, 1), est, margin=margin)
+    assert d.expected_times == pytest.approx({0: 1.05, 1: 2**0.1})
+    assert d.s == expected
+
+
+def test_margin_must_be_non_negative():
+    est = _FixedDraws([[1, 1, 1, 1]])
+    with pytest.raises(ValueError, match=r"margin=-0\.1"):
+        choose_s(NestedPlacement(4, 1), est, margin=-0.1)

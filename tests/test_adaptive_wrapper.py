@@ -170,7 +170,9 @@ def test_auto_is_not_trapped_at_s_max_when_half_the_cohort_is_busy(
     decision = strategy._decision
     if busy_mode == "queue":
         assert decision.skip == ()
-        assert decision.expected_times[0] == pytest.approx(1.5)
+        # uncoded: 0.5 s busy + 1 s this round, then 1 s next round with no backlog left;
+        # the wrapper compares two-round means (lookahead): (1.5 + 1) / 2
+        assert decision.expected_times[0] == pytest.approx(1.25)
         assert strategy._queued(busy_nodes, cohort) == busy_nodes
     else:
         assert decision.skip == tuple(sorted(busy_workers))
@@ -203,3 +205,32 @@ def test_auto_falls_at_most_to_half_the_last_rounds_s():
     code = strategy._adaptive_code(N, set(), cohort)
     assert code.s == 1 and set(strategy._decision.expected_times) == {1, 2, 3}
     assert strategy._decision.expected_times[1] == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("margin", [0.0, 0.3])
+def test_auto_passes_its_margin_and_asks_for_the_two_round_lookahead(margin, monkeypatch):
+    """The wrapper's decisions are choose_s with ``margin=auto_margin`` and ``lookahead=True``
+    (recorded from the calls), and a negative margin is refused with its value."""
+    import fl_gradcode.adaptive as adaptive
+
+    calls = []
+    real = adaptive.choose_s
+
+    def spy(*args, **kwargs):
+        calls.append((kwargs.get("margin"), kwargs.get("lookahead")))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(adaptive, "choose_s", spy)
+    app = ClientApp(mods=[gradient_coding_mod])
+    app.train()(train)
+    strategy = GradientCoding(
+        FedAvg(fraction_evaluate=0.0, min_available_nodes=N), s="auto", s_max=3,
+        auto_margin=margin, latency=Pareto(1.0, 1.5), seed=0, straggler_timeout=1e6,
+        measured_compute=False,
+    )
+    strategy.start(grid=InProcessGrid(app, N),
+                   initial_arrays=ArrayRecord({"w": Array(np.zeros(DIM))}),
+                   num_rounds=3, train_config=ConfigRecord({}))
+    assert calls == [(margin, True)] * 3
+    with pytest.raises(ValueError, match="auto_margin=-1"):
+        GradientCoding(FedAvg(), s="auto", auto_margin=-1)

@@ -57,3 +57,13 @@ def test_bad_busy_value_is_refused_with_its_value(tmp_path):
 
     with pytest.raises(ValueError, match="busy='later'"):
         build(merge_config({"busy": "later", "results-dir": str(tmp_path)}), 4)
+
+
+def test_auto_margin_run_config_key_reaches_the_strategy_and_is_validated(tmp_path):
+    from server.app import build
+
+    base = {"s": "auto", "results-dir": str(tmp_path)}
+    assert build(merge_config(base), 4)[0].auto_margin == 0.1  # the documented default
+    assert build(merge_config({**base, "auto-margin": 0.25}), 4)[0].auto_margin == 0.25
+    with pytest.raises(ValueError, match=r"auto_margin=-0\.5"):
+        build(merge_config({**base, "auto-margin": -0.5}), 4)

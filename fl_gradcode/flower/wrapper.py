@@ -101,8 +101,15 @@ class GradientCoding(Strategy):
         once for ``s_max`` (:class:`~fl_gradcode.codes.NestedPlacement`), a censored latency
         estimator (late replies observed late, unanswered ones censored at the round's end),
         and the ``s`` in ``0..s_max`` (0 = uncoded on the same placement) minimising the
-        expected round time under the load-aware model, busy clients included, falling at
-        most to half the last round's ``s`` per round.
+        expected time of this round and the next (the backlog this round's work leaves), busy
+        clients included; among candidates predicted within ``auto_margin`` of the fastest,
+        the most tolerant; falling at most to half the last round's ``s`` per round.
+    auto_margin : float
+        With ``s="auto"``: relative slack in predicted round time traded for tolerance
+        (default 0.1: a larger ``s`` predicted at most 10% slower is preferred). The model
+        treats stragglers as independent; rare correlated ones (several slow clients in one
+        group, as in measured traces) then cost far more than the slack. ``0``: the pure
+        expected-time minimiser.
     s_max : int, optional
         With ``s="auto"``: the largest tolerance (default ``max(1, n // 4)``). With
         ``code="nested"`` and a fixed ``s``: the placement's ``s_max`` (the code for ``s`` of
@@ -200,6 +207,7 @@ class GradientCoding(Strategy):
         s: int | str = 1,
         *,
         s_max: int | None = None,
+        auto_margin: float = 0.1,
         timing: str = "virtual",
         latency: LatencyModel | None = None,
         seed: int = 0,
@@ -239,6 +247,9 @@ class GradientCoding(Strategy):
                                       or s_max < 1):
                 raise ValueError(f"s_max={s_max!r} must be an integer >= 1 (or None)")
             s = s_max if s_max is not None else 1
+            if not (isinstance(auto_margin, (int, float)) and not isinstance(auto_margin, bool)
+                    and 0 <= auto_margin < math.inf):
+                raise ValueError(f"auto_margin={auto_margin!r} must be a number >= 0")
         elif isinstance(s, bool) or not isinstance(s, int) or s < 0:
             raise ValueError(f"s={s!r} must be an integer >= 0 or 'auto'")
         if not (isinstance(max_decode_error, (int, float)) and max_decode_error >= 0):
@@ -264,6 +275,7 @@ class GradientCoding(Strategy):
         self.code_spec = code
         self.s = int(s)
         self.s_max = s_max
+        self.auto_margin = float(auto_margin)
         self._placements: dict[int, Any] = {}
         self._estimators: dict[int, Any] = {}
         self._late_observations: list[tuple[float, int, int, float, int]] = []
@@ -372,6 +384,7 @@ class GradientCoding(Strategy):
         self._decision = choose_s(
             self._placements[n], estimator, busy_until=busy_until, now=now,
             candidates=candidates, busy="fit" if self.busy_mode == "queue" else "skip",
+            margin=self.auto_margin, lookahead=True,
             rng=np.random.default_rng([self.seed, estimator._next_index]),
         )
         return self._placements[n].code(self._decision.s)
