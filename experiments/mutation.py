@@ -50,7 +50,7 @@ CODE_TESTS = [
     "tests/test_codes_nested.py", "tests/test_codes_properties.py",
     "tests/test_codes_validation.py", "tests/test_codes_sparse.py", KILLED_BY_NEW,
 ]
-WRAPPER_TESTS = ["tests/test_wrapper.py", KILLED_BY_NEW]
+WRAPPER_TESTS = ["tests/test_wrapper.py", "tests/test_adaptive_wrapper.py", KILLED_BY_NEW]
 APP_TESTS = [*WRAPPER_TESTS, "tests/test_plugin_apps.py", "tests/test_plugin_comm_efficient.py"]
 # module -> (files mutated, its fast test files); one mutmut run (scratch copy) per module
 MODULES: dict[str, tuple[list[str], list[str]]] = {

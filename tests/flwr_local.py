@@ -18,6 +18,8 @@ from pathlib import Path
 
 from server.launch import stop_local_superlink
 
+ROOT = Path(__file__).resolve().parents[1]
+
 
 def flwr_executable() -> str | None:
     local = Path(sys.executable).with_name("flwr")
@@ -55,6 +57,10 @@ def flwr_run(
         # (``flwr run`` would reuse that one, with whatever settings it was started with)
         "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(free_port()),
         "FLWR_LOCAL_CONTROL_API_PORT": str(free_port()),
+        # the app processes import fl_gradcode from this checkout, whatever is pip-installed
+        # (with another checkout installed in editable mode, the example-app test failed when
+        # run alone and passed only after other tests had run)
+        "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
     }
     cmd = [
         flwr,

@@ -80,6 +80,8 @@ def test_wallclock_slow_client_does_not_hold_rounds_back(tmp_path):
     )
     assert [r["decode"] for r in rounds] == ["exact"] * 3
     assert all(2 not in r["clients_used"] for r in rounds)
-    assert all(r["wall_s"] < 6.0 for r in rounds), [r["wall_s"] for r in rounds]
+    # no round waits for the slow client's 10 s (the bound is that delay, not a guess at how fast
+    # the machine is: 6 s failed once with another simulation test running alongside)
+    assert all(r["wall_s"] < 10.0 for r in rounds), [r["wall_s"] for r in rounds]
     assert rounds[1]["busy"] == [2]  # still sleeping on round 1's work: not sent new work
     assert np.all(np.isfinite(model))
