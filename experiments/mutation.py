@@ -49,9 +49,12 @@ CODE_TESTS = [
     "tests/test_codes_comm_efficient.py", "tests/test_codes_fast_decoders.py",
     "tests/test_codes_nested.py", "tests/test_codes_properties.py",
     "tests/test_codes_validation.py", "tests/test_codes_sparse.py", KILLED_BY_NEW,
+    "tests/test_mutation_kills_wrapper.py",
 ]
-WRAPPER_TESTS = ["tests/test_wrapper.py", "tests/test_adaptive_wrapper.py", KILLED_BY_NEW]
-APP_TESTS = [*WRAPPER_TESTS, "tests/test_plugin_apps.py", "tests/test_plugin_comm_efficient.py"]
+WRAPPER_TESTS = ["tests/test_wrapper.py", "tests/test_adaptive_wrapper.py", KILLED_BY_NEW,
+                 "tests/test_mutation_kills_wrapper.py"]
+APP_TESTS = [*WRAPPER_TESTS, "tests/test_plugin_apps.py", "tests/test_plugin_comm_efficient.py",
+             "tests/test_mutation_kills_flower.py"]
 # module -> (files mutated, its fast test files); one mutmut run (scratch copy) per module
 MODULES: dict[str, tuple[list[str], list[str]]] = {
     "codes": (["fl_gradcode/codes/*.py"], CODE_TESTS),
@@ -77,6 +80,32 @@ REASONS: dict[str, str] = {
         "killed since by test_replies_that_do_not_decode_their_block_or_no_replies_are_unverified",
     "fl_gradcode.flower.clock.xǁWallClockǁ__init____mutmut_6":
         "equivalent: WallClock.round_start is overwritten by start_round() before any read",
+    "fl_gradcode.flower.protocol.x_parse_instruction__mutmut_178":
+        "equivalent: the default is only read when the key is absent, and then the guard "
+        "len(rec.get(key, [0.0])) > 1 is False before the generator is evaluated",
+    "fl_gradcode.flower.mod.x__coded_reply__mutmut_95":
+        "equivalent: numpy's reshape takes any negative size as the one unknown dimension "
+        "(reshape(-2) == reshape(-1), numpy 2.4)",
+    "fl_gradcode.flower.wrapper.x_error_amplification__mutmut_60":
+        "equivalent: decoding coefficients are a float64 array already",
+    "fl_gradcode.flower.wrapper.xǁGradientCodingǁ_decode_and_apply__mutmut_77":
+        "equivalent: np.dtype(None) is float64, the dtype it names",
+    "fl_gradcode.flower.wrapper.xǁGradientCodingǁ_record__mutmut_20":
+        "equivalent: every caller of _record passes late_dropped, so the default is never read",
+    "fl_gradcode.flower.wrapper.xǁGradientCodingǁ_record__mutmut_36":
+        "not killed: the default 'verified' key is only visible in a round where nothing was "
+        "sent (exhausted DP budget or empty cohort); no test builds one",
+    "fl_gradcode.flower.wrapper.xǁGradientCodingǁon_reply__mutmut_45":
+        "not killed: without the check on arrival, the decoding pass rejects the same reply "
+        "with the same reason; only when a decodable set is declared can differ",
+    "fl_gradcode.flower.grid.xǁEarlyReturnGridǁ__init____mutmut_1":
+        "equivalent in outcome: the poll interval only sets how often the grid polls (timing)",
+    "fl_gradcode.flower.grid.xǁEarlyReturnGridǁsend_and_receive__mutmut_63":
+        "equivalent: monotonic() == t_end exactly has probability zero; the next poll ends",
+    "fl_gradcode.codes.base.xǁ_LRUǁput__mutmut_4":
+        "equivalent: popitem(last=None) pops the oldest item, as last=False does",
+    "fl_gradcode.codes.nested.x_reflected_misses__mutmut_97":
+        "equivalent: counts is m x m with m >= 1, never empty, so initial is never used",
     "fl_gradcode.privacy.xǁServerNoiseǁdraw__mutmut_5":
         "equivalent: a 129-bit instead of 128-bit OS-random seed; the noise is N(0, std^2) "
         "either way and no run can observe which seed was drawn",
