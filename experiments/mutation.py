@@ -49,7 +49,7 @@ CODE_TESTS = [
     "tests/test_codes_comm_efficient.py", "tests/test_codes_fast_decoders.py",
     "tests/test_codes_nested.py", "tests/test_codes_properties.py",
     "tests/test_codes_validation.py", "tests/test_codes_sparse.py", KILLED_BY_NEW,
-    "tests/test_mutation_kills_wrapper.py",
+    "tests/test_mutation_kills_codes.py",
 ]
 WRAPPER_TESTS = ["tests/test_wrapper.py", "tests/test_adaptive_wrapper.py", KILLED_BY_NEW,
                  "tests/test_mutation_kills_wrapper.py"]
@@ -92,16 +92,6 @@ REASONS: dict[str, str] = {
         "equivalent: np.dtype(None) is float64, the dtype it names",
     "fl_gradcode.flower.wrapper.xǁGradientCodingǁ_record__mutmut_20":
         "equivalent: every caller of _record passes late_dropped, so the default is never read",
-    "fl_gradcode.flower.wrapper.xǁGradientCodingǁ_record__mutmut_36":
-        "not killed: the default 'verified' key is only visible in a round where nothing was "
-        "sent (exhausted DP budget or empty cohort); no test builds one",
-    "fl_gradcode.flower.wrapper.xǁGradientCodingǁon_reply__mutmut_45":
-        "not killed: without the check on arrival, the decoding pass rejects the same reply "
-        "with the same reason; only when a decodable set is declared can differ",
-    "fl_gradcode.flower.grid.xǁEarlyReturnGridǁ__init____mutmut_1":
-        "equivalent in outcome: the poll interval only sets how often the grid polls (timing)",
-    "fl_gradcode.flower.grid.xǁEarlyReturnGridǁsend_and_receive__mutmut_63":
-        "equivalent: monotonic() == t_end exactly has probability zero; the next poll ends",
     "fl_gradcode.codes.base.xǁ_LRUǁput__mutmut_4":
         "equivalent: popitem(last=None) pops the oldest item, as last=False does",
     "fl_gradcode.codes.nested.x_reflected_misses__mutmut_97":
