@@ -3,7 +3,9 @@
 For a coded ``train`` message the mod calls the wrapped app once per assigned data partition
 ``j``, with a Context whose node config says ``partition-id=j`` (and the partition's
 ``num-partitions``), after seeding Python's ``random``, numpy's global RNG and torch's RNG so that
-every replica of ``j`` computes the same update. It then sends ONE reply: the combination
+every replica of ``j`` computes the same update (torch only once the process has imported it: a
+numpy app never pays torch's import; if the app imports torch during a call, that call is run
+again with torch seeded, once per process). It then sends ONE reply: the combination
 ``sum_j B[i,j] n_j (theta_j - theta)`` of the example-weighted model deltas, ``sum_j B[i,j] n_j``
 and the example-weighted scalar metrics. Evaluate and query messages, and train messages
 without the protocol record, pass through untouched.
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import sys
 import time
 import warnings
 from collections.abc import Callable, MutableMapping
@@ -32,7 +35,6 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
-import torch
 from flwr.app import Context, Error, Message, MessageType, RecordDict
 
 from ..privacy import KEY_FILE_ENV, DPConfig, NoiseKeys, make_mechanism, noise_seed
@@ -61,10 +63,17 @@ def partition_seed(
     return int.from_bytes(hashlib.sha256(tag.encode()).digest()[:8], "little") >> 1
 
 
+def _torch() -> Any:
+    """torch if this process has imported it (the app did), else ``None``."""
+    return sys.modules.get("torch")
+
+
 def _seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)  # noqa: NPY002 - the app may draw from numpy's global RNG
-    torch.manual_seed(seed)
+    torch = _torch()
+    if torch is not None:
+        torch.manual_seed(seed)
 
 
 @lru_cache(maxsize=8)
@@ -135,19 +144,28 @@ def _run_partition(
         state=RecordDict(),  # per-node state would differ between replicas
         run_config=context.run_config,
     )
-    saved = (random.getstate(), np.random.get_state(), torch.get_rng_state())  # noqa: NPY002
+    torch = _torch()
+    saved = (random.getstate(), np.random.get_state(),  # noqa: NPY002
+             None if torch is None else torch.get_rng_state())
     original = msg.content
-    t0 = time.perf_counter()
     try:
-        _seed_everything(seed)
-        msg.content = protocol.app_content(original)
-        reply = call_next(msg, ctx)
+        for _ in range(2):
+            t0 = time.perf_counter()
+            _seed_everything(seed)
+            msg.content = protocol.app_content(original)
+            reply = call_next(msg, ctx)
+            compute_s = time.perf_counter() - t0
+            if torch is not None or _torch() is None:
+                break
+            # the app imported torch during this call: its torch RNG was not seeded, so a
+            # replica in another process could differ; run it again with torch seeded
+            torch = _torch()
     finally:
-        compute_s = time.perf_counter() - t0
         msg.content = original
         random.setstate(saved[0])
         np.random.set_state(saved[1])  # noqa: NPY002
-        torch.set_rng_state(saved[2])
+        if saved[2] is not None:
+            _torch().set_rng_state(saved[2])
     if reply.has_error():
         raise RuntimeError(
             f"the app failed on partition {pid}: code {reply.error.code}: {reply.error.reason}"
