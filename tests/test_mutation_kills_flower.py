@@ -10,6 +10,7 @@ never from the function under test.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import io
 import json
 import re
@@ -96,6 +97,21 @@ def test_npy_header_fast_path_agrees_with_numpys_own_parser():
         assert protocol._npy_header(data) == (shape, fortran, dtype, fp.tell())
 
 
+def test_a_model_array_with_no_elements_is_read_back_empty_not_rejected_as_truncated():
+    """A zero-size array (e.g. an empty layer) has a .npy header and no data bytes: the reader
+    takes the header length from bytes 8-9 only, so the array reads back with its shape and
+    dtype, and a coded reply holding one is accepted."""
+    empty = np.zeros((3, 0), dtype=np.float32)
+    view = protocol.array_view(Array(empty))
+    assert view.shape == (3, 0) and view.dtype == np.float32
+    request = Message(RecordDict(), dst_node_id=7, message_type=MessageType.TRAIN)
+    reply = protocol.train_reply(request, _train_instruction(worker=2, round=4),
+                                 {"w": np.ones(2), "e": np.zeros(0)}, 8.0, [8.0], {}, 0.1)
+    parsed = protocol.parse_reply(reply, worker=2, round=4, layout={"w": (2,), "e": (0,)})
+    assert parsed.arrays["e"].shape == (0,)
+    np.testing.assert_array_equal(parsed.arrays["w"], [1.0, 1.0])
+
+
 def test_identity_with_partition_id_not_below_num_partitions_is_rejected():
     request = Message(RecordDict(), dst_node_id=7, message_type=MessageType.TRAIN)
     bad = protocol.identity_reply(request, 5, 3)
@@ -142,9 +158,14 @@ def test_public_partition_seed_is_the_documented_sha256_hash():
 
 
 def test_keyed_partition_seed_is_the_app_rng_hmac_seed_halved():
+    """With a key: HMAC-SHA256(key, "nonce=N;round=r;partition=j;purpose=app-rng"), first 8
+    bytes little-endian, halved to 63 bits (the privacy module's app-rng noise seed)."""
     key = bytes(range(32))
     for partition in range(8):
         seed = partition_seed(0, 4, partition, key, "nonce")
+        tag = f"nonce=nonce;round=4;partition={partition};purpose=app-rng".encode()
+        digest = hmac.new(key, tag, hashlib.sha256).digest()
+        assert seed == int.from_bytes(digest[:8], "little") >> 1
         assert seed == noise_seed(key, 4, partition, purpose="app-rng", nonce="nonce") >> 1
         assert 0 <= seed < 2**63
 
