@@ -275,3 +275,45 @@ def test_model_wire_casts_float_arrays_to_the_model_dtype_and_keeps_others_float
     steps = arrays["steps"].numpy()
     assert steps.dtype == np.float64
     assert steps[0] == pytest.approx(0.5 * 13 * 1)
+
+
+def test_an_app_returning_other_array_names_gets_an_error_naming_both_sets():
+    def renamed(msg, context):
+        return Message(RecordDict({"arrays": ArrayRecord({"v": Array(np.zeros(DIM))}),
+                                   "metrics": MetricRecord({"num-examples": 3})}), reply_to=msg)
+
+    msg = _message(_train_instruction())
+    reason = _error_reason(make_gradient_coding_mod()(msg, _context(), renamed), msg)
+    assert "the app returned arrays ['v'] for partition 1; the global model has ['w']" in reason
+
+
+def test_a_malformed_protocol_record_gets_an_error_reply_not_a_crash():
+    msg = _message(_train_instruction())
+    msg.content.config_records[protocol.PROTOCOL_KEY]["round"] = "not a number"
+    reply = make_gradient_coding_mod()(msg, _context(), _train)
+    assert _error_reason(reply, msg).startswith("bad gradient-coding record: ")
+
+
+def test_messages_without_the_protocol_record_reach_the_app_with_its_own_context():
+    seen = []
+
+    def app(msg, context):
+        seen.append(context)
+        return Message(RecordDict(), reply_to=msg)
+
+    ctx = _context()
+    plain = Message(RecordDict({"arrays": ArrayRecord({"w": Array(np.zeros(DIM))})}),
+                    dst_node_id=7, message_type=MessageType.TRAIN)
+    evaluate = Message(RecordDict(), dst_node_id=7, message_type=MessageType.EVALUATE)
+    mod = make_gradient_coding_mod()
+    for msg in (plain, evaluate):
+        assert not mod(msg, ctx, app).has_error()
+    assert seen == [ctx, ctx] and all(c is ctx for c in seen)
+
+
+def test_keyed_partition_seed_without_a_nonce_uses_the_empty_nonce():
+    """Documented message without a nonce: ``round=r;partition=j;app-rng`` (no nonce prefix)."""
+    key = bytes(range(32))
+    assert partition_seed(0, 4, 2, key) == noise_seed(key, 4, 2, purpose="app-rng") >> 1
+    assert partition_seed(0, 4, 2, key) == partition_seed(0, 4, 2, key, "")
+    assert partition_seed(0, 4, 2, key) != partition_seed(0, 4, 2, key, "XXXX")
