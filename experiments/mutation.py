@@ -96,6 +96,17 @@ REASONS: dict[str, str] = {
         "equivalent: np.dtype(None) is float64, the dtype it names",
     "fl_gradcode.flower.wrapper.xǁGradientCodingǁ_record__mutmut_20":
         "equivalent: every caller of _record passes late_dropped, so the default is never read",
+    "fl_gradcode.flower.wrapper.xǁGradientCodingǁ_queued__mutmut_6":
+        "equivalent: only s='auto' ever sets _decision, so 'adaptive or decision' equals "
+        "'adaptive and decision' whenever it is evaluated",
+    "fl_gradcode.flower.wrapper.xǁGradientCodingǁ_record__mutmut_21":
+        "equivalent: every caller of _record passes late_dropped, so the default is never read",
+    "fl_gradcode.flower.wrapper.xǁGradientCodingǁconfigure_train__mutmut_1":
+        "not killed: _round = '' only matters after a round that sent nothing (exhausted DP "
+        "budget or empty cohort) followed by a deadline query; no test builds one",
+    "fl_gradcode.flower.wrapper.xǁGradientCodingǁ_decode_chunked__mutmut_86":
+        "not killed: the warning of a non-finite communication-efficient decode (wallclock, "
+        "NaN found only at decoding) loses its round argument; no test reads that log line",
     "fl_gradcode.codes.base.xǁ_LRUǁput__mutmut_4":
         "equivalent: popitem(last=None) pops the oldest item, as last=False does",
     "fl_gradcode.codes.nested.x_reflected_misses__mutmut_97":

@@ -367,3 +367,34 @@ def test_a_second_reply_to_one_message_is_handed_to_the_strategy_to_reject(clock
     assert replies == [first, other]
     assert owner.seen == [first, again, other]  # the duplicate too, as itself
     assert owner.prioritized == [2]  # only pulls of several replies are reordered
+
+
+def test_config_json_of_an_auto_run_names_the_nested_adaptive_code_and_s_auto(tmp_path):
+    GradientCoding(FedAvg(), s="auto", s_max=3, results_dir=str(tmp_path))
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["code"] == "nested (adaptive)" and config["s"] == "auto"
+    assert config["s_max"] == 3
+
+
+def test_round_metrics_carry_the_decode_error():
+    _, result, _ = _run(rounds=1, code="ignore-stragglers", s=1, max_decode_error=1.0)
+    (metrics,) = result.train_metrics_clientapp.values()
+    assert 0.0 < metrics["decode_error"] <= 1.0  # an approximate round: a positive error
+
+
+def test_keyed_central_noise_is_drawn_for_the_round_and_the_run_nonce():
+    """Central DP with a server key: the noise is seeded by HMAC(key, nonce, round), so two
+    runs with the same key and nonce release the same model and another nonce changes it."""
+    from fl_gradcode.privacy import DPConfig, ServerNoise
+
+    def released(nonce):
+        strategy, result, _ = _run(rounds=1, dp=DPConfig(mode="central", clip_norm=1.0,
+                                                         noise_multiplier=0.5),
+                                   server_noise=ServerNoise(key=bytes(32)),
+                                   dp_run_nonce=nonce)
+        assert strategy.history[0]["decode"] == "exact"
+        return result.arrays["w"].numpy()
+
+    a, b, c = released("run-a"), released("run-a"), released("run-b")
+    np.testing.assert_array_equal(a, b)
+    assert np.all(np.isfinite(a)) and not np.allclose(a, c)
