@@ -96,6 +96,16 @@ REASONS: dict[str, str] = {
         "equivalent: np.dtype(None) is float64, the dtype it names",
     "fl_gradcode.flower.wrapper.xǁGradientCodingǁ_record__mutmut_20":
         "equivalent: every caller of _record passes late_dropped, so the default is never read",
+    "fl_gradcode.flower.wrapper.xǁGradientCodingǁ_decode_and_apply__mutmut_62":
+        "killed since by test_keyed_central_noise_is_drawn_for_the_round_and_the_run_nonce",
+    "fl_gradcode.flower.wrapper.xǁGradientCodingǁ_describe__mutmut_10":
+        "killed since by test_config_json_of_an_auto_run_names_the_nested_adaptive_code_and_s_auto",
+    "fl_gradcode.flower.wrapper.xǁGradientCodingǁ_describe__mutmut_16":
+        "killed since by test_config_json_of_an_auto_run_names_the_nested_adaptive_code_and_s_auto",
+    "fl_gradcode.flower.wrapper.xǁGradientCodingǁ_metrics__mutmut_39":
+        "killed since by test_round_metrics_carry_the_decode_error",
+    "fl_gradcode.flower.grid.x__is_coded_train__mutmut_5":
+        "killed since by test_messages_other_than_coded_train_pass_straight_to_the_inner_grid",
     "fl_gradcode.flower.wrapper.xǁGradientCodingǁ_queued__mutmut_6":
         "equivalent: only s='auto' ever sets _decision, so 'adaptive or decision' equals "
         "'adaptive and decision' whenever it is evaluated",

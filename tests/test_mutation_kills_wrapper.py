@@ -398,3 +398,29 @@ def test_keyed_central_noise_is_drawn_for_the_round_and_the_run_nonce():
     a, b, c = released("run-a"), released("run-a"), released("run-b")
     np.testing.assert_array_equal(a, b)
     assert np.all(np.isfinite(a)) and not np.allclose(a, c)
+
+
+def test_messages_other_than_coded_train_pass_straight_to_the_inner_grid(clock):
+    """Evaluate messages and plain train messages (no protocol record) are the inner grid's:
+    one send_and_receive call with the caller's timeout, nothing pushed or pulled here."""
+    from flwr.app import MessageType
+
+    class Inner(_FakeGrid):
+        def __init__(self):
+            super().__init__(clock)
+            self.passed: list[tuple[int, float | None]] = []
+
+        def send_and_receive(self, messages, *, timeout=None):
+            self.passed.append((len(list(messages)), timeout))
+            return ["inner reply"]
+
+    inner, owner = Inner(), _Owner()
+    grid = EarlyReturnGrid(inner, owner)
+    evaluate = Message(RecordDict(), dst_node_id=3, message_type=MessageType.EVALUATE)
+    plain = Message(RecordDict({"arrays": ArrayRecord({"w": Array(np.zeros(2))})}),
+                    dst_node_id=3, message_type=MessageType.TRAIN)
+    assert grid.send_and_receive([evaluate], timeout=4.0) == ["inner reply"]
+    assert grid.send_and_receive([plain], timeout=5.0) == ["inner reply"]
+    assert grid.send_and_receive([], timeout=6.0) == ["inner reply"]
+    assert inner.passed == [(1, 4.0), (1, 5.0), (0, 6.0)]
+    assert inner.pulls == 0 and owner.seen == []
