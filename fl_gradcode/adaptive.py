@@ -702,9 +702,15 @@ def _remaining(busy_until, now: float, n: int) -> np.ndarray:
     return np.maximum(np.nan_to_num(rem, nan=0.0, posinf=1e300), 0.0)
 
 
-def _times(rule: DecodeRule, X: np.ndarray, rem: np.ndarray, loads: np.ndarray, beta: float):
+def _finish(X: np.ndarray, rem: np.ndarray, loads: np.ndarray, beta: float) -> np.ndarray:
+    """Each draw's per-client reply times: remaining busy time (per client, or per draw and
+    client) plus ``load**beta * X``."""
     scaled = np.where(loads > 0, np.maximum(loads, _TINY) ** beta, 0.0)
-    return rule.times(rem[None, :] + scaled[None, :] * X)
+    return rem + scaled * X
+
+
+def _times(rule: DecodeRule, X: np.ndarray, rem: np.ndarray, loads: np.ndarray, beta: float):
+    return rule.times(_finish(X, rem, loads, beta))
 
 
 def expected_round_time(
@@ -858,13 +864,13 @@ def choose_s(
             loads = rule.loads(load_per_partition)
             key = rule.members.tobytes() + rule.thresholds.tobytes() + loads.tobytes()
             if key not in seen:
-                T = _times(rule, X, rem, loads, beta)
+                finish = _finish(X, rem, loads, beta)
+                T = rule.times(finish)
                 if lookahead:  # the backlog this round leaves delays the next one
-                    scaled = np.where(loads > 0, np.maximum(loads, _TINY) ** beta, 0.0)
                     with np.errstate(invalid="ignore"):  # inf - inf: never replies
-                        left = rem[None, :] + scaled[None, :] * X - T[:, None]
+                        left = finish - T[:, None]
                     left = np.where(np.isnan(left), np.inf, np.maximum(left, 0.0))
-                    T = 0.5 * (T + rule.times(left + scaled[None, :] * X2))
+                    T = 0.5 * (T + rule.times(_finish(X2, left, loads, beta)))
                 seen[key] = float(np.mean(T))
             times[s] = seen[key]
         fastest = min(times.values())
