@@ -158,14 +158,16 @@ def _run_partition(
             if torch is not None or _torch() is None:
                 break
             # the app imported torch during this call: its torch RNG was not seeded, so a
-            # replica in another process could differ; run it again with torch seeded
+            # replica in another process could differ; run it again with torch seeded (and
+            # leave torch's RNG afterwards as the app's import left it)
             torch = _torch()
+            saved = (*saved[:2], torch.get_rng_state())
     finally:
         msg.content = original
         random.setstate(saved[0])
         np.random.set_state(saved[1])  # noqa: NPY002
         if saved[2] is not None:
-            _torch().set_rng_state(saved[2])
+            torch.set_rng_state(saved[2])
     if reply.has_error():
         raise RuntimeError(
             f"the app failed on partition {pid}: code {reply.error.code}: {reply.error.reason}"
