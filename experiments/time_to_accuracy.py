@@ -284,17 +284,17 @@ def main(argv: list[str] | None = None) -> dict:
     out_json = Path(args.out).with_suffix(".json")
     partial = args.only is not None or wanted is not None
     runs: dict = {}
-    if partial and out_json.is_file():
-        old = json.loads(out_json.read_text())
+    partial_runs: list | None = None
+    if partial:  # say what this run merges, after what earlier partial runs merged
+        old = json.loads(out_json.read_text()) if out_json.is_file() else {}
         if old.get("quick") == args.quick and old.get("seeds") == seeds:
-            runs = old["runs"]
+            runs = old.get("runs", {})
+        partial_runs = [*old.get("partial_runs", []), {
+            "setups": sorted({setup_key(n, s, lat, dp) for (n, s, _, lat, dp), _, _ in jobs}),
+            "schemes": sorted({scheme for _, scheme, _ in jobs}),
+            "date": time.strftime("%Y-%m-%d")}]
     t0 = time.perf_counter()
     fresh: dict = {}
-    if partial:
-        args._partial_log = [{"setups": sorted({setup_key(n, s, lat, dp)
-                                                for (n, s, _, lat, dp), _, _ in jobs}),
-                              "schemes": sorted({scheme for _, scheme, _ in jobs}),
-                              "date": time.strftime("%Y-%m-%d")}]
     for (n, s, part, lat, dp), scheme, seed in progress(jobs, "time to accuracy"):
         key = setup_key(n, s, lat, dp)
         fresh.setdefault(key, {}).setdefault(scheme, []).append(
@@ -303,7 +303,7 @@ def main(argv: list[str] | None = None) -> dict:
         if len(fresh[key][scheme]) == len(seeds):  # complete: merge (and keep on disk)
             runs.setdefault(key, {})[scheme] = fresh[key][scheme]
             if partial:
-                _write(runs, args, seeds, rounds, figure=False)
+                _write(runs, args, seeds, rounds, figure=False, partial_runs=partial_runs)
             print(f"{key:<24}{scheme:<19}done ({time.perf_counter() - t0:.0f} s)", flush=True)
     order = [setup_key(n, s, lat, dp) for n, s, _, lat, dp in setups_for(args.quick)]
     runs = {k: runs[k] for k in [*order, *(k for k in runs if k not in order)] if k in runs}
@@ -324,21 +324,20 @@ def main(argv: list[str] | None = None) -> dict:
         if "vs_best_fixed" in auto:
             print(f"{key:<24}auto / best fixed ({auto['best_fixed']}): "
                   f"{auto['vs_best_fixed']:.2f}")
-    return _write(runs, args, seeds, rounds, figure=True, table=table)
+    return _write(runs, args, seeds, rounds, figure=True, table=table,
+                  partial_runs=partial_runs)
 
 
-def _write(runs, args, seeds, rounds, figure: bool, table: dict | None = None) -> dict:
+def _write(runs, args, seeds, rounds, figure: bool, table: dict | None = None,
+           partial_runs: list | None = None) -> dict:
     table = build_table(runs, args.target) if table is None else table
     nested = {key: sorted({s for s in by if s.startswith("nested s=")}) for key, by in runs.items()}
     result = {"target": args.target, "seeds": seeds, "rounds": rounds, "dp": DP, "base": BASE,
               "latencies": LATENCIES, "table": table, "runs": runs, "quick": args.quick,
               "fixed_schemes": {key: [*EXACT_FIXED, *v] for key, v in nested.items()},
               "busy": {"auto": "queue (fit)", "nested s=v": "queue", "others": "skip"}}
-    out_json = Path(args.out).with_suffix(".json")
-    if args.only is not None or args.schemes is not None:  # partial: say what was merged
-        old = json.loads(out_json.read_text()) if out_json.is_file() else {}
-        log = [*old.get("partial_runs", []), *getattr(args, "_partial_log", [])]
-        result["partial_runs"] = log
+    if partial_runs is not None:
+        result["partial_runs"] = partial_runs
     save(result, args.out, plot(runs, args.target) if figure else None)
     return result
 
