@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import time
 from pathlib import Path
@@ -117,7 +118,7 @@ def one_run(n, s, scheme, latency, dp, seed, rounds, partitioner):
         cfg.update(DP)
     key_file = None
     if dp:  # the clients' key (a client-side secret), fixed per seed so runs are comparable
-        key_file = Path(f"/tmp/fl-gradcode-tta/keys-{seed}.json")
+        key_file = Path(f"/tmp/fl-gradcode-tta/keys-{os.getpid()}-{seed}.json")
         key_file.parent.mkdir(parents=True, exist_ok=True)
         key_file.write_text(json.dumps({"master": seed.to_bytes(32, "little").hex()}))
         key_file = str(key_file)
@@ -166,6 +167,23 @@ def setup_key(n: int, s: int, lat: str, dp: bool) -> str:
     return f"n={n} s={s} {lat}{' +DP' if dp else ''}"
 
 
+def _times_to_target(rs: list, target: float) -> np.ndarray:
+    return np.array([next((t for t, a in zip(r["virtual_s"], r["accuracy"], strict=True)
+                           if a >= target), np.nan) for r in rs], dtype=float)
+
+
+def _ratio_ci(auto: list, fixed: list, target: float, draws: int = 4000) -> tuple[float, float]:
+    """95% paired bootstrap interval (percentile) of ``mean(auto) / mean(fixed)`` over seeds:
+    seeds resampled with replacement, the same seeds for both (runs of one seed share data,
+    partitions and latency draws). Seeded: the same runs give the same interval."""
+    a, f = _times_to_target(auto, target), _times_to_target(fixed, target)
+    if len(a) != len(f) or not (np.isfinite(a).all() and np.isfinite(f).all()):
+        return (math.nan, math.nan)
+    idx = np.random.default_rng(0).integers(0, len(a), size=(draws, len(a)))
+    ratio = a[idx].mean(axis=1) / f[idx].mean(axis=1)
+    return float(np.quantile(ratio, 0.025)), float(np.quantile(ratio, 0.975))
+
+
 def build_table(runs: dict, target: float) -> dict:
     """Per configuration and scheme: time to target, final accuracy, gap to uncoded; for
     ``auto`` also its time over the best exact fixed choice (``vs_best_fixed``)."""
@@ -195,6 +213,8 @@ def build_table(runs: dict, target: float) -> dict:
             auto["best_fixed_time"] = fixed[best]
             auto["vs_best_fixed"] = auto["time_to_target_mean"] / fixed[best]
             auto["fixed_compared"] = sorted(fixed)
+            low, high = _ratio_ci(runs[key]["auto"], runs[key][best], target)
+            auto["vs_best_fixed_ci95"] = [low, high]
     return table
 
 
@@ -259,9 +279,18 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--schemes", default=None,
                         help="comma-separated schemes to run (e.g. auto,uncoded,nested s=1); "
                              "'nested' = every nested s=v; merged into the existing JSON")
+    parser.add_argument("--seeds", type=int, default=None,
+                        help="seeds 0..N-1 (default 3; 1 with --quick); use another --out for "
+                             "other seed counts (a file holds one seed list)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="runs in parallel processes (each run is one process's work)")
     args = parser.parse_args(argv)
+    if args.seeds is not None and args.seeds < 1:
+        parser.error(f"--seeds {args.seeds}: expected >= 1")
+    if args.jobs < 1:
+        parser.error(f"--jobs {args.jobs}: expected >= 1")
     quiet_flower()
-    seeds = [0] if args.quick else [0, 1, 2]
+    seeds = list(range(args.seeds if args.seeds is not None else 1 if args.quick else 3))
     rounds = 8 if args.quick else 30
     setups = setups_for(args.quick)
     if args.only:
@@ -295,12 +324,11 @@ def main(argv: list[str] | None = None) -> dict:
             "date": time.strftime("%Y-%m-%d")}]
     t0 = time.perf_counter()
     fresh: dict = {}
-    for (n, s, part, lat, dp), scheme, seed in progress(jobs, "time to accuracy"):
+    for ((n, s, _, lat, dp), scheme, seed), result in _results(jobs, rounds, args.jobs):
         key = setup_key(n, s, lat, dp)
-        fresh.setdefault(key, {}).setdefault(scheme, []).append(
-            one_run(n, s, scheme, lat, dp, seed, rounds, part)
-        )
+        fresh.setdefault(key, {}).setdefault(scheme, {})[seed] = result
         if len(fresh[key][scheme]) == len(seeds):  # complete: merge (and keep on disk)
+            fresh[key][scheme] = [fresh[key][scheme][x] for x in seeds]
             runs.setdefault(key, {})[scheme] = fresh[key][scheme]
             if partial:
                 _write(runs, args, seeds, rounds, figure=False, partial_runs=partial_runs)
@@ -326,6 +354,28 @@ def main(argv: list[str] | None = None) -> dict:
                   f"{auto['vs_best_fixed']:.2f}")
     return _write(runs, args, seeds, rounds, figure=True, table=table,
                   partial_runs=partial_runs)
+
+
+def _job(job: tuple, rounds: int) -> dict:
+    (n, s, part, lat, dp), scheme, seed = job
+    quiet_flower()
+    return one_run(n, s, scheme, lat, dp, seed, rounds, part)
+
+
+def _results(jobs: list, rounds: int, workers: int):
+    """``(job, result)`` in job order (one process) or as they complete (``workers`` > 1)."""
+    if workers == 1:
+        for job in progress(jobs, "time to accuracy"):
+            yield job, _job(job, rounds)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    # spawn: a fresh interpreter per worker (no forked Flower/Ray state)
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {pool.submit(_job, job, rounds): job for job in jobs}
+        for future in progress(as_completed(futures), "time to accuracy", total=len(jobs)):
+            yield futures[future], future.result()
 
 
 def _write(runs, args, seeds, rounds, figure: bool, table: dict | None = None,

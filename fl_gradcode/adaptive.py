@@ -165,16 +165,40 @@ class _Survival:
             events_above = max(float(np.sum(w[above] * d[above])), _TINY)
             self.sigma = max(float(np.sum(w[above] * y)) / events_above, _TINY)
         self.x_last = math.exp(self.last)
+        self.x_u = x_u
         self.sigma_last = self.sigma + self.xi * (self.x_last - x_u)  # threshold stability
+        # The mass beyond the last event belongs to the observations censored there (Efron's
+        # redistribution to the right): each is known to exceed its censoring time, so its
+        # share is the tail conditional on exceeding that time, not on exceeding the last
+        # event (a slow mode seen only through censoring is at least as slow as the bound).
+        beyond = ~d & (v >= self.last)
+        self._cens_x = self._cens_cum = None
+        if beyond.any() and self.s_last > 0 and float(np.sum(w[beyond])) > 0:
+            self._cens_x = np.exp(v[beyond])
+            self._cens_cum = np.cumsum(w[beyond]) / float(np.sum(w[beyond]))
+
+    def _excess(self, start: np.ndarray, surv: np.ndarray) -> np.ndarray:
+        """GPD excess beyond ``start`` (linear time) with conditional survival ``surv``."""
+        sigma = np.maximum(self.sigma + self.xi * (start - self.x_u), _TINY)
+        if self.xi == 0:
+            return -sigma * np.log(surv)
+        return sigma / self.xi * np.expm1(-self.xi * np.log(surv))
 
     def _tail(self, u: np.ndarray) -> np.ndarray:
         """Quantiles beyond the last event (``u >= F_K``), in the log domain."""
-        q = np.clip((1.0 - u) / max(self.s_last, _TINY), _TINY, 1.0)
-        if self.xi == 0:
-            y = -self.sigma_last * np.log(q)
-        else:
-            y = self.sigma_last / self.xi * np.expm1(-self.xi * np.log(q))
-        return np.log(self.x_last + y)
+        q = np.clip((1.0 - u) / max(self.s_last, _TINY), _TINY, 1.0)  # survival within tail
+        if self._cens_x is None:
+            start = np.full(q.shape, self.x_last)
+            return np.log(start + self._excess(start, q))
+        # which censored observation's share ``1 - q`` falls in, and where inside it
+        c = np.clip(1.0 - q, 0.0, 1.0)
+        j = np.minimum(np.searchsorted(self._cens_cum, c, side="right"),
+                       self._cens_cum.size - 1)
+        lo = np.where(j > 0, self._cens_cum[np.maximum(j - 1, 0)], 0.0)
+        width = np.maximum(self._cens_cum[j] - lo, _TINY)
+        inner = np.clip(1.0 - (c - lo) / width, _TINY, 1.0)
+        start = self._cens_x[j]
+        return np.log(start + self._excess(start, inner))
 
     def quantile(self, u: np.ndarray) -> np.ndarray:
         """Inverse CDF at ``u`` in ``[0, 1)``."""
@@ -198,6 +222,21 @@ class _Survival:
         if tail.any():
             out[tail] = self._tail(u[tail])
         return out
+
+    def sample_above(self, e0: np.ndarray, u: np.ndarray) -> np.ndarray:
+        """Draws of ``e`` conditional on ``e > e0`` (one threshold per column of ``u``).
+
+        Below the last event: the curve's quantile at ``F(e0) + (1 - F(e0)) u``. Beyond it:
+        ``e0`` plus a GPD excess, the tail's own conditional law above ``e0`` (threshold
+        stability of the generalised Pareto distribution).
+        """
+        e0 = np.asarray(e0, dtype=np.float64)
+        k = np.searchsorted(self.grid, e0, side="right")
+        f0 = np.where(k > 0, self.cdf[np.maximum(k - 1, 0)], 0.0)
+        below = np.maximum(self.sample(f0 + (1.0 - f0) * u), e0)
+        x0 = np.exp(e0)
+        beyond = np.log(x0 + self._excess(x0, np.clip(1.0 - u, _TINY, 1.0)))
+        return np.where(e0 < self.last, below, beyond)
 
     def log_tables(self, lo: float, h: float, size: int) -> tuple[np.ndarray, np.ndarray]:
         """Log density and log survival of ``e`` on the grid ``lo + h * arange(size)``.
@@ -408,6 +447,32 @@ class LatencyEstimator:
                 return True
         return False
 
+    def observe_pending(self, round_id: int, client: int, elapsed: float) -> bool:
+        """The reply of ``client`` in round ``round_id`` has still not arrived ``elapsed``
+        seconds after that round started: its censoring time grows to ``elapsed``.
+
+        A round's end only bounds an unanswered client's time from below; every later round
+        that passes without its reply raises the bound. Without this, a slow mode whose
+        replies are all still outstanding looks only slightly slower than the round that
+        censored it. Returns ``False`` if the round is no longer remembered, the client
+        already replied, had no work, or ``elapsed`` is not beyond its censoring time.
+        """
+        if not 0 <= client < self.n:
+            raise ValueError(f"client={client} must be in [0, {self.n})")
+        if not (math.isfinite(elapsed) and elapsed >= 0):
+            raise ValueError(f"elapsed={elapsed!r} must be a finite time >= 0")
+        for rec in self._rounds:
+            if rec.index == round_id:
+                limit = elapsed - rec.busy[client]
+                if not np.isnan(rec.y[client]) or rec.load[client] <= 0:
+                    return False
+                if limit <= rec.limit[client]:
+                    return False
+                rec.limit[client] = limit
+                self._version += 1
+                return True
+        return False
+
     def _vector(self, v: Any, name: str, allow_nan: bool = False) -> np.ndarray:
         arr = np.asarray(v, dtype=np.float64)
         if arr.shape != (self.n,):
@@ -579,6 +644,45 @@ class LatencyEstimator:
             return np.asarray(self.prior.sample((size, self.n), rng, 1.0), dtype=np.float64)
         u = rng.random((size, self.n))
         return np.exp(fit["curve"].sample(u) + fit["phi"][None, :])
+
+
+    def sample_remaining(
+        self,
+        elapsed: Sequence[float] | np.ndarray,
+        load: Sequence[float] | np.ndarray,
+        size: int,
+        rng: np.random.Generator | None = None,
+    ) -> np.ndarray:
+        """``size x n`` draws of the time each client still needs for work it has not
+        returned: ``load[i]`` units sent ``elapsed[i]`` seconds ago (``nan``: nothing
+        outstanding, remaining 0).
+
+        The work's total time ``load**beta * X_i`` is drawn conditional on exceeding
+        ``elapsed`` (it has not been returned yet): what a server knows about a busy client,
+        without the simulator's knowledge of when its reply will arrive.
+        """
+        elapsed = np.asarray(elapsed, dtype=np.float64)
+        load = np.asarray(load, dtype=np.float64)
+        if elapsed.shape != (self.n,) or load.shape != (self.n,):
+            raise ValueError(f"elapsed and load must have shape ({self.n},); got "
+                             f"{elapsed.shape} and {load.shape}")
+        rng = np.random.default_rng([self.seed, 3]) if rng is None else rng
+        out = np.zeros((int(size), self.n))
+        idx = np.flatnonzero(np.isfinite(elapsed) & (load > 0))
+        if idx.size == 0:
+            return out
+        ago = np.maximum(elapsed[idx], 0.0)
+        scale = np.maximum(load[idx], _TINY) ** self.load_exponent
+        fit = self.fit()
+        if fit is None:  # the prior, unconditional: it says nothing about this client
+            X = self.sample(int(size), rng)[:, idx]
+        else:
+            phi = fit["phi"][idx]
+            e0 = np.log(np.maximum(ago / scale, _TINY)) - phi
+            e = fit["curve"].sample_above(e0, rng.random((int(size), idx.size)))
+            X = np.exp(e + phi)
+        out[:, idx] = np.maximum(scale * X - ago, 0.0)
+        return out
 
 
 # ============================================================================ decode rules
@@ -777,6 +881,7 @@ def choose_s(
     busy: str = "queue",
     margin: float = 0.0,
     lookahead: bool = False,
+    pending: tuple[Sequence[float] | np.ndarray, Sequence[float] | np.ndarray] | None = None,
 ) -> Decision:
     """The tolerance minimising the predicted expected round time.
 
@@ -827,6 +932,13 @@ def choose_s(
             oscillates into rounds where most clients are still busy. A two-stage rollout of
             the fixed policy (Bertsekas, "Dynamic Programming and Optimal Control", 2017,
             rollout algorithms).
+        pending: ``(elapsed, load)`` per client instead of ``busy_until``: work of ``load``
+            units sent ``elapsed`` seconds ago and not returned yet (``nan``: none). Its
+            remaining time is drawn from the estimator conditional on not being done
+            (:meth:`LatencyEstimator.sample_remaining`): what a real server knows, where
+            ``busy_until`` (when the pending reply will arrive) is a simulator's knowledge.
+            With ``busy="fit"`` a client counts as late when its median remaining time
+            exceeds the round's expected end.
 
     With no observation it returns the largest candidate (``s_max``: the safe choice; with
     ``busy="fit"`` every busy client is queued). Ties (identical codes, or codes that cannot
@@ -846,14 +958,25 @@ def choose_s(
         if not 0 <= s <= placement.s_max:
             raise ValueError(f"candidate s={s} outside [0, s_max={placement.s_max}]")
     n = placement.n
-    rem = _remaining(busy_until, now, n)
-    is_busy = rem > 0
+    if pending is not None:
+        if busy_until is not None:
+            raise ValueError("give busy_until or pending, not both")
+        p_elapsed, p_load = (np.asarray(v, dtype=np.float64) for v in pending)
+        if p_elapsed.shape != (n,) or p_load.shape != (n,):
+            raise ValueError(f"pending arrays must have shape ({n},); got {p_elapsed.shape} "
+                             f"and {p_load.shape}")
+        is_busy = np.isfinite(p_elapsed) & (p_load > 0)
+    else:
+        rem = _remaining(busy_until, now, n)
+        is_busy = rem > 0
     skip = np.flatnonzero(is_busy) if busy == "skip" else np.zeros(0, dtype=np.int64)
     if not estimator.has_data:
         return Decision(s=cand[-1], expected_times={}, observed=False,
                         skip=tuple(int(i) for i in skip))
     X = estimator.sample(int(samples), rng)
-    X2 = np.roll(X, 1, axis=0) if lookahead else X  # independent draws for the next round
+    if pending is not None:  # samples x n: each draw its own remaining times
+        rem = estimator.sample_remaining(p_elapsed, p_load, int(samples), rng)
+    rounds = 2 if lookahead else 1  # rolled draws: independent latencies next round
     beta = estimator.load_exponent
 
     def evaluate(rem: np.ndarray) -> tuple[dict[int, float], int]:
@@ -866,12 +989,15 @@ def choose_s(
             if key not in seen:
                 finish = _finish(X, rem, loads, beta)
                 T = rule.times(finish)
-                if lookahead:  # the backlog this round leaves delays the next one
+                total = T.copy()
+                for step in range(1, rounds):  # the backlog a round leaves delays the next
                     with np.errstate(invalid="ignore"):  # inf - inf: never replies
                         left = finish - T[:, None]
                     left = np.where(np.isnan(left), np.inf, np.maximum(left, 0.0))
-                    T = 0.5 * (T + rule.times(_finish(X2, left, loads, beta)))
-                seen[key] = float(np.mean(T))
+                    finish = _finish(np.roll(X, step, axis=0), left, loads, beta)
+                    T = rule.times(finish)
+                    total += T
+                seen[key] = float(np.mean(total)) / rounds
             times[s] = seen[key]
         fastest = min(times.values())
         # robust choice: the most tolerant candidate predicted within ``margin`` of the fastest
@@ -881,7 +1007,8 @@ def choose_s(
         rem = np.where(is_busy, np.inf, rem)
     times, best = evaluate(rem)
     if busy == "fit" and is_busy.any():
-        late = is_busy & (rem > times[best])  # cannot even start before the expected end
+        typical = rem if rem.ndim == 1 else np.median(rem, axis=0)
+        late = is_busy & (typical > times[best])  # cannot even start before the expected end
         if late.any():
             skip = np.flatnonzero(late)
             rem = np.where(late, np.inf, rem)
@@ -890,7 +1017,7 @@ def choose_s(
     if allow_approximate:
         own = UncodedCode(n)
         loads = decode_rule(own).loads(load_per_partition)
-        T = rem[None, :] + np.maximum(loads, _TINY)[None, :] ** beta * X
+        T = np.atleast_2d(rem) + np.maximum(loads, _TINY)[None, :] ** beta * X
         ordered = np.sort(T, axis=1)
         for r in cand:
             if r == 0:

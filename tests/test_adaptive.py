@@ -94,6 +94,107 @@ def test_late_replies_replace_censored_observations():
     assert before == 0.0 and after == pytest.approx(1 / 30.0)
 
 
+def test_tail_mass_lies_beyond_the_censoring_times_that_carry_it():
+    """Hand-computed Kaplan-Meier with weights: events at 1, 2, 3 (weight 1), censored at 10
+    (weight 1) and 20 (weight 3). S(3) = 6/7 * 5/6 * 4/5 = 4/7, carried 1/4 by the
+    observation at 10 and 3/4 by the one at 20 (redistribution to the right). Exponential
+    tail (``gpd=False``) above the threshold 2: excesses 1, 8, 18 with weights 1, 1, 3 over
+    one event, sigma = 63. The median of each share is its censoring time + 63 ln 2."""
+    from fl_gradcode.adaptive import _Survival
+
+    curve = _Survival(np.log([1.0, 2.0, 3.0, 10.0, 20.0]),
+                      np.array([True, True, True, False, False]),
+                      np.array([1.0, 1.0, 1.0, 1.0, 3.0]), gpd=False)
+    assert curve.cdf == pytest.approx([1 / 7, 2 / 7, 3 / 7])
+    assert curve.sigma == pytest.approx(63.0)
+    got = np.exp(curve.quantile(np.array([3 / 7 + 0.5 / 7, 4 / 7 + 1.5 / 7])))
+    assert got == pytest.approx([10 + 63 * math.log(2), 20 + 63 * math.log(2)])
+    draws = np.exp(curve.sample(np.random.default_rng(0).random(20000)))
+    assert not np.any((draws > 3.0 + 1e-9) & (draws < 10.0))  # nothing between 3 and 10
+    # beyond 20: all of the share at 20, and the share at 10 beyond 10 more seconds
+    assert np.mean(draws >= 20.0) == pytest.approx(3 / 7 + math.exp(-10 / 63) / 7, abs=0.02)
+
+
+def test_replies_still_outstanding_raise_their_censoring_time():
+    n = 10
+    est = LatencyEstimator(n, load_exponent=1.0)
+    rid = est.update([1.0 + 0.1 * i for i in range(8)] + [np.nan, np.nan], np.ones(n), 2.0)
+    rng = lambda: np.random.default_rng(0)  # noqa: E731
+    before = est.sample(20000, rng())[:, 8]
+    assert est.observe_pending(rid, 8, 50.0) and est.observe_pending(rid, 9, 50.0)
+    assert not est.observe_pending(rid, 9, 40.0)  # not beyond the bound it already has
+    assert not est.observe_pending(rid, 0, 60.0)  # replied in time
+    assert not est.observe_pending(rid + 3, 8, 60.0)  # unknown round
+    after = est.sample(20000, rng())[:, 8]
+    assert np.mean(before >= 50.0) == 0.0
+    # both unanswered clients are known to exceed 50 s: their share of the mass is drawn
+    # there and nowhere between the fastest replies and 50 s
+    assert np.mean(after >= 50.0) > 0.15
+    assert not np.any((after > 10.0) & (after < 50.0))
+    assert est.observe_late(rid, 8, 70.0)  # the reply finally arrives: an observation
+    assert not est.observe_pending(rid, 8, 80.0)
+    with pytest.raises(ValueError, match="client=10"):
+        est.observe_pending(rid, 10, 1.0)
+    with pytest.raises(ValueError, match="elapsed=nan"):
+        est.observe_pending(rid, 9, float("nan"))
+
+
+def _fitted(draw, n=20, rounds=100):
+    est = LatencyEstimator(n, load_exponent=1.0, halflife=math.inf, max_rounds=rounds)
+    for _ in range(rounds):
+        est.update(draw(n), np.ones(n), 1e9)  # every reply observed
+    return est
+
+
+def _mean_remaining(est, elapsed, load=1.0):
+    ago, units = np.full(est.n, np.nan), np.zeros(est.n)
+    ago[0], units[0] = elapsed, load
+    rem = est.sample_remaining(ago, units, 20000, np.random.default_rng(1))
+    assert np.all(rem[:, 1:] == 0.0)  # nothing outstanding elsewhere
+    assert np.all(rem[:, 0] >= 0.0)
+    return float(rem[:, 0].mean())
+
+
+def test_remaining_time_of_outstanding_work_follows_the_conditional_law():
+    """References: an exponential time is memoryless (mean remaining 1 at rate 1 whatever
+    has elapsed); a Pareto(x_m = 1, alpha = 3) time that has run t >= 1 is Pareto(t, 3), mean
+    remaining t / 2 (grows with t)."""
+    rng = np.random.default_rng(0)
+    exp = _fitted(lambda n: rng.exponential(1.0, n))
+    assert [_mean_remaining(exp, t) for t in (0.5, 1.0, 2.0)] == pytest.approx([1, 1, 1],
+                                                                             rel=0.15)
+    pareto = _fitted(lambda n: 1.0 + rng.pareto(3.0, n))
+    assert _mean_remaining(pareto, 1.5) == pytest.approx(0.75, rel=0.1)
+    assert _mean_remaining(pareto, 2.0) == pytest.approx(1.0, rel=0.1)
+    assert _mean_remaining(pareto, 4.0) > 1.8 * _mean_remaining(pareto, 2.0)  # not memoryless
+    # two units of work at one unit per second, sent 0.5 s ago: 1.5 s left in every draw
+    point = LatencyEstimator(4, load_exponent=1.0)
+    point.update(np.ones(4), np.ones(4), 1.0)
+    assert _mean_remaining(point, 0.5, load=2.0) == pytest.approx(1.5)
+    with pytest.raises(ValueError, match=r"shape \(4,\)"):
+        point.sample_remaining([0.5], [1.0], 10)
+
+
+def test_pending_work_is_priced_like_the_busy_time_it_implies():
+    """Deterministic 1 s per partition: work of 1 partition sent 0.5 s ago on clients 0-5 is
+    the same as busy_until = now + 0.5: uncoded, 1.5 s then 1 s."""
+    N12 = 12
+    placement = NestedPlacement(N12, 3)
+    est = LatencyEstimator(N12, load_exponent=1.0)
+    est.update(np.ones(N12), np.ones(N12), 1.0)
+    ago = np.where(np.arange(N12) < 6, 0.5, np.nan)
+    by_pending = choose_s(placement, est, pending=(ago, np.ones(N12)), now=10.0,
+                          busy="queue", lookahead=True)
+    by_clock = choose_s(placement, est, busy_until=np.where(np.arange(N12) < 6, 10.5, 0.0),
+                        now=10.0, busy="queue", lookahead=True)
+    assert by_pending.expected_times == pytest.approx(by_clock.expected_times)
+    assert by_pending.s == by_clock.s == 0
+    with pytest.raises(ValueError, match="not both"):
+        choose_s(placement, est, pending=(ago, np.ones(N12)), busy_until=np.zeros(N12))
+    with pytest.raises(ValueError, match="pending arrays must have shape"):
+        choose_s(placement, est, pending=(ago[:3], np.ones(N12)))
+
+
 def test_busy_time_is_not_counted_as_compute_and_clients_without_work_are_skipped():
     est = LatencyEstimator(4, load_exponent=1.0)
     # clients 0-1 were busy 2 s before starting; client 2 got no work; client 3 never started

@@ -109,6 +109,32 @@ def test_time_to_accuracy_exact_coding_tracks_uncoded(tmp_path):
     assert rows["ignore-stragglers"]["max_accuracy_gap_to_uncoded"] > 0.0
 
 
+def test_time_to_accuracy_parallel_runs_equal_serial_runs(tmp_path):
+    module = load("time_to_accuracy")
+    args = ["--quick", "--only", "n=12 s=3 pareto", "--schemes", "auto", "--seeds", "2"]
+    serial = module.main([*args, "--out", str(tmp_path / "serial")])
+    parallel = module.main([*args, "--jobs", "2", "--out", str(tmp_path / "parallel")])
+    assert serial["seeds"] == [0, 1]
+    assert len(serial["runs"]["n=12 s=3 pareto"]["auto"]) == 2
+    assert parallel["runs"] == serial["runs"]
+
+
+def test_time_to_accuracy_ratio_interval_is_a_paired_bootstrap_over_seeds():
+    """Times to target 1, 3 (auto) and 2, 2 (fixed): resampling two seeds gives the ratio of
+    means 0.5 (seed 0 twice, probability 1/4), 1.5 (seed 1 twice, 1/4) or 1 (1/2)."""
+    module = load("time_to_accuracy")
+
+    def run(t):  # reaches the target at time t
+        return {"virtual_s": [t / 2, t, 2 * t], "accuracy": [0.5, 0.95, 0.97]}
+
+    low, high = module._ratio_ci([run(1.0), run(3.0)], [run(2.0), run(2.0)], 0.9)
+    assert (low, high) == (0.5, 1.5)
+    low, high = module._ratio_ci([run(1.0), run(3.0)], [run(2.0), run(6.0)], 0.9)
+    assert low == high == pytest.approx(0.5)  # paired: every resample has ratio 1/2
+    nan = module._ratio_ci([run(1.0)], [{"virtual_s": [1.0], "accuracy": [0.1]}], 0.9)
+    assert all(x != x for x in nan)  # a seed that never reached the target: no interval
+
+
 def test_bandwidth_limited_comm_efficient_replies_are_shorter_and_arrive_sooner(tmp_path):
     result = load("bandwidth_limited").main(["--quick", "--out", str(tmp_path / "bw")])
     rows = {r["scheme"]: r for r in result["table"]}

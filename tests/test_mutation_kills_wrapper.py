@@ -424,3 +424,24 @@ def test_messages_other_than_coded_train_pass_straight_to_the_inner_grid(clock):
     assert grid.send_and_receive([], timeout=6.0) == ["inner reply"]
     assert inner.passed == [(1, 4.0), (1, 5.0), (0, 6.0)]
     assert inner.pulls == 0 and owner.seen == []
+
+
+def test_auto_raises_the_censoring_time_of_replies_still_outstanding(monkeypatch):
+    """A reply due at 100 s is late in round 1 (decoded at 3 s): at each later decision
+    before 100 s the estimator learns it has still not arrived, ``now`` seconds after round 1
+    started (at 0)."""
+    calls = []
+    real = adaptive.LatencyEstimator.observe_pending
+
+    def spy(self, round_id, client, elapsed):
+        calls.append((round_id, client, elapsed))
+        return real(self, round_id, client, elapsed)
+
+    monkeypatch.setattr(adaptive.LatencyEstimator, "observe_pending", spy)
+    times = {1: [1.0, 2.0, 3.0, 100.0], 2: [1.0] * 4, 3: [1.0] * 4}
+    strategy = _auto_run(FixedArrivals(times), 3, monkeypatch)
+    ends = [row["virtual_s"] for row in strategy.history]  # = the next round's start
+    expected = [end for end in ends[:2] if end < 100.0]
+    assert ends[0] == 3.0 and expected
+    assert [(r, c) for r, c, _ in calls] == [(0, 3)] * len(expected)
+    assert [e for _, _, e in calls] == pytest.approx(expected)

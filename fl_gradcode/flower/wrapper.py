@@ -279,6 +279,7 @@ class GradientCoding(Strategy):
         self._placements: dict[int, Any] = {}
         self._estimators: dict[int, Any] = {}
         self._late_observations: list[tuple[float, int, int, float, int]] = []
+        self._outstanding: dict[int, tuple[float, float]] = {}  # node -> (sent at, units)
         self._decision: Any = None
         self._cohort_key: tuple[int, ...] | None = None
         self.clock: VirtualClock | WallClock = make_clock(timing, straggler_timeout)
@@ -364,13 +365,25 @@ class GradientCoding(Strategy):
         self._cohort_key = tuple(cohort)
         estimator = self._estimators[n]
         now = self.clock.now
-        for item in [x for x in self._late_observations if x[0] <= now]:
-            _, rid, worker, elapsed, key = item
-            if key == n:
-                estimator.observe_late(rid, worker, elapsed)
-            self._late_observations.remove(item)
+        for item in list(self._late_observations):
+            arrival, rid, worker, elapsed, key = item
+            if arrival <= now:
+                if key == n:
+                    estimator.observe_late(rid, worker, elapsed)
+                self._late_observations.remove(item)
+            elif key == n:  # still outstanding: only that it has not arrived by now is known
+                estimator.observe_pending(rid, worker, now - (arrival - elapsed))
+        busy_until = pending = None
         if isinstance(self.clock, VirtualClock):
-            busy_until = np.array([self.clock.busy_until.get(node, 0.0) for node in cohort])
+            # what a server knows of a busy client: when it was sent the work it has not
+            # returned, and how much (not when the reply will arrive: that is the simulator's)
+            elapsed, units = np.full(n, np.nan), np.zeros(n)
+            for w, node in enumerate(cohort):
+                if node in busy_nodes:  # unknown work (sent before a restart): s_max + 1
+                    since, units[w] = self._outstanding.get(
+                        node, (now, self._placements[n].s_max + 1.0))
+                    elapsed[w] = now - since
+            pending = (elapsed, units)
         else:
             busy_until = np.array(
                 [now + self.straggler_timeout if node in busy_nodes else 0.0 for node in cohort]
@@ -382,7 +395,7 @@ class GradientCoding(Strategy):
         last = self._decision.s if self._decision is not None and estimator.has_data else 0
         candidates = [c for c in self._placements[n].stable_values if c >= last // 2]
         self._decision = choose_s(
-            self._placements[n], estimator, busy_until=busy_until, now=now,
+            self._placements[n], estimator, busy_until=busy_until, pending=pending, now=now,
             candidates=candidates, busy="fit" if self.busy_mode == "queue" else "skip",
             margin=self.auto_margin, lookahead=True,
             rng=np.random.default_rng([self.seed, estimator._next_index]),
@@ -734,6 +747,11 @@ class GradientCoding(Strategy):
         if code.s > 0 and not _is_chunked(code) and code.n <= 200:
             state.probe = Probe(state.reply_layout, (self.seed, server_round, 0x5EED))
         messages = []
+        unit_loads = None
+        if self.adaptive and isinstance(self.clock, VirtualClock):
+            from ..adaptive import code_loads
+
+            unit_loads = code_loads(code, 1.0)
         for worker, node in enumerate(cohort):
             if node in busy_nodes:
                 continue
@@ -766,6 +784,12 @@ class GradientCoding(Strategy):
             )
             state.sent[worker] = msg
             state.bytes_down += _payload_bytes(msg)
+            if unit_loads is not None:  # work not yet returned, oldest send time first
+                since, before = self._outstanding.get(node, (0.0, 0.0))
+                self._outstanding[node] = (
+                    (since, before + unit_loads[worker]) if node in queued
+                    else (self.clock.now, unit_loads[worker])
+                )
             messages.append(msg)
         self._round = state
         return messages
