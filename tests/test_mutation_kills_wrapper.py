@@ -445,3 +445,29 @@ def test_auto_raises_the_censoring_time_of_replies_still_outstanding(monkeypatch
     assert ends[0] == 3.0 and expected
     assert [(r, c) for r, c, _ in calls] == [(0, 3)] * len(expected)
     assert [e for _, _, e in calls] == pytest.approx(expected)
+
+
+def test_auto_prices_a_busy_client_by_the_work_it_was_sent_and_when(monkeypatch):
+    """What the policy is told about a busy client is what a server knows: the work it sent
+    (2 partitions at s = 1) and how long ago (since round 1 started at 0), nothing about when
+    the reply will come (100 s)."""
+    seen = []
+    real = adaptive.choose_s
+
+    def spy(*args, **kwargs):
+        seen.append((kwargs["busy_until"], kwargs["pending"], kwargs["now"]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(adaptive, "choose_s", spy)
+    times = {1: [1.0, 2.0, 3.0, 100.0], 2: [1.0] * 4}
+    strategy = _auto_run(FixedArrivals(times), 2, monkeypatch)
+    assert strategy.history[0]["s"] == 1
+    busy_until, (elapsed, units), now = seen[1]
+    assert busy_until is None and now == strategy.history[0]["virtual_s"] == 3.0
+    np.testing.assert_array_equal(elapsed, [np.nan, np.nan, np.nan, 3.0])
+    np.testing.assert_array_equal(units, [0.0, 0.0, 0.0, 2.0])
+    # round 2: work queued behind the unfinished job adds to it (sent at 0 all the same)
+    row = strategy.history[1]
+    assert 3 not in row["busy"]  # queued, not skipped
+    extra = float(adaptive.code_loads(strategy._placements[4].code(row["s"]))[3])
+    assert strategy._outstanding[strategy._cohort_key[3]] == (0.0, 2.0 + extra)
