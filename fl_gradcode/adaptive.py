@@ -48,6 +48,8 @@ from the estimator conditional on the work not being done after the time since i
 References:
     Kaplan, Meier, "Nonparametric Estimation from Incomplete Observations", JASA 53(282), 1958
     (the product-limit estimator, here with weights).
+    Efron, "The two sample problem with censored data", Proc. 5th Berkeley Symposium 4, 1967
+    (Kaplan-Meier as redistribution of censored mass to the right).
     Cox, Oakes, "Analysis of Survival Data", Chapman & Hall 1984 (censored likelihoods; the
     exponential MLE rate = events / total exposure of :meth:`LatencyEstimator.rates`).
     Pickands, "Statistical inference using extreme order statistics", Ann. Statist. 3(1), 1975
@@ -441,6 +443,17 @@ class LatencyEstimator:
         """A reply of round ``round_id`` arrived after the round ended: turn the censored
         observation of ``client`` into an observed time. Returns ``False`` if the round is no
         longer remembered or the client already had a time."""
+        rec = self._censored(round_id, client, elapsed)
+        if rec is None:
+            return False
+        rec.y[client] = max(elapsed - rec.busy[client], _TINY)
+        rec.limit[client] = max(rec.limit[client], rec.y[client])
+        rec.summary = None
+        self._version += 1
+        return True
+
+    def _censored(self, round_id: int, client: int, elapsed: float) -> _Round | None:
+        """The remembered round ``round_id`` if ``client`` had work in it and no time yet."""
         if not 0 <= client < self.n:
             raise ValueError(f"client={client} must be in [0, {self.n})")
         if not (math.isfinite(elapsed) and elapsed >= 0):
@@ -448,13 +461,9 @@ class LatencyEstimator:
         for rec in self._rounds:
             if rec.index == round_id:
                 if not np.isnan(rec.y[client]) or rec.load[client] <= 0:
-                    return False
-                rec.y[client] = max(elapsed - rec.busy[client], _TINY)
-                rec.limit[client] = max(rec.limit[client], rec.y[client])
-                rec.summary = None
-                self._version += 1
-                return True
-        return False
+                    return None
+                return rec
+        return None
 
     def observe_pending(self, round_id: int, client: int, elapsed: float) -> bool:
         """The reply of ``client`` in round ``round_id`` has still not arrived ``elapsed``
@@ -466,21 +475,13 @@ class LatencyEstimator:
         censored it. Returns ``False`` if the round is no longer remembered, the client
         already replied, had no work, or ``elapsed`` is not beyond its censoring time.
         """
-        if not 0 <= client < self.n:
-            raise ValueError(f"client={client} must be in [0, {self.n})")
-        if not (math.isfinite(elapsed) and elapsed >= 0):
-            raise ValueError(f"elapsed={elapsed!r} must be a finite time >= 0")
-        for rec in self._rounds:
-            if rec.index == round_id:
-                limit = elapsed - rec.busy[client]
-                if not np.isnan(rec.y[client]) or rec.load[client] <= 0:
-                    return False
-                if limit <= rec.limit[client]:
-                    return False
-                rec.limit[client] = limit
-                self._version += 1
-                return True
-        return False
+        rec = self._censored(round_id, client, elapsed)
+        limit = None if rec is None else elapsed - rec.busy[client]
+        if rec is None or limit <= rec.limit[client]:
+            return False
+        rec.limit[client] = limit
+        self._version += 1
+        return True
 
     def _vector(self, v: Any, name: str, allow_nan: bool = False) -> np.ndarray:
         arr = np.asarray(v, dtype=np.float64)
