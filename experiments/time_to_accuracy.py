@@ -173,11 +173,16 @@ def _times_to_target(rs: list, target: float) -> np.ndarray:
 
 
 def _ratio_ci(auto: list, fixed: list, target: float, draws: int = 4000) -> tuple[float, float]:
-    """95% paired bootstrap interval (percentile) of ``mean(auto) / mean(fixed)`` over seeds:
-    seeds resampled with replacement, the same seeds for both (runs of one seed share data,
-    partitions and latency draws). Seeded: the same runs give the same interval."""
+    """95% paired bootstrap interval (percentile) of ``mean(auto) / mean(fixed)`` over the
+    seeds where both reached the target: seeds resampled with replacement, the same seeds for
+    both (runs of one seed share data, partitions and latency draws); ``nan`` with fewer than
+    two such seeds. Seeded: the same runs give the same interval."""
     a, f = _times_to_target(auto, target), _times_to_target(fixed, target)
-    if len(a) != len(f) or not (np.isfinite(a).all() and np.isfinite(f).all()):
+    if len(a) != len(f):
+        return (math.nan, math.nan)
+    both = np.isfinite(a) & np.isfinite(f)
+    a, f = a[both], f[both]
+    if len(a) < 2:
         return (math.nan, math.nan)
     idx = np.random.default_rng(0).integers(0, len(a), size=(draws, len(a)))
     ratio = a[idx].mean(axis=1) / f[idx].mean(axis=1)
@@ -203,16 +208,26 @@ def build_table(runs: dict, target: float) -> dict:
             if row["time_to_target_mean"] and unc:
                 row["speedup_vs_uncoded"] = unc / row["time_to_target_mean"]
             table[key][scheme] = row
-        fixed = {k: v["time_to_target_mean"] for k, v in table[key].items()
-                 if (k in EXACT_FIXED or k.startswith("nested s=")) and v["reached"] == len(
-                     runs[key][k])}
         auto = table[key].get("auto")
-        if auto is not None and fixed and auto["time_to_target_mean"]:
+        if auto is None or not auto["time_to_target_mean"]:
+            continue
+        # on the seeds where auto reached the target; a fixed choice competes if it reached
+        # it on each of them (exact schemes share the iterates: the same seeds reach it)
+        a = _times_to_target(runs[key]["auto"], target)
+        seeds = np.isfinite(a)
+        fixed = {}
+        for k in table[key]:
+            if k in EXACT_FIXED or k.startswith("nested s="):
+                f = _times_to_target(runs[key][k], target)
+                if len(f) == len(a) and np.isfinite(f[seeds]).all():
+                    fixed[k] = float(np.mean(f[seeds]))
+        if fixed:
             best = min(fixed, key=fixed.get)
             auto["best_fixed"] = best
             auto["best_fixed_time"] = fixed[best]
-            auto["vs_best_fixed"] = auto["time_to_target_mean"] / fixed[best]
+            auto["vs_best_fixed"] = float(np.mean(a[seeds])) / fixed[best]
             auto["fixed_compared"] = sorted(fixed)
+            auto["seeds_compared"] = int(seeds.sum())
             low, high = _ratio_ci(runs[key]["auto"], runs[key][best], target)
             auto["vs_best_fixed_ci95"] = [low, high]
     return table

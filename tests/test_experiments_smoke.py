@@ -131,8 +131,13 @@ def test_time_to_accuracy_ratio_interval_is_a_paired_bootstrap_over_seeds():
     assert (low, high) == (0.5, 1.5)
     low, high = module._ratio_ci([run(1.0), run(3.0)], [run(2.0), run(6.0)], 0.9)
     assert low == high == pytest.approx(0.5)  # paired: every resample has ratio 1/2
-    nan = module._ratio_ci([run(1.0)], [{"virtual_s": [1.0], "accuracy": [0.1]}], 0.9)
-    assert all(x != x for x in nan)  # a seed that never reached the target: no interval
+    never = {"virtual_s": [1.0], "accuracy": [0.1]}
+    # a seed where one of them never reached the target is left out of both
+    low, high = module._ratio_ci([run(1.0), run(3.0), run(5.0)], [run(2.0), run(2.0), never],
+                                 0.9)
+    assert (low, high) == (0.5, 1.5)
+    nan = module._ratio_ci([run(1.0), run(3.0)], [run(2.0), never], 0.9)
+    assert all(x != x for x in nan)  # fewer than two seeds left: no interval
 
 
 def test_bandwidth_limited_comm_efficient_replies_are_shorter_and_arrive_sooner(tmp_path):
