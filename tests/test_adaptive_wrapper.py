@@ -167,7 +167,7 @@ def test_auto_is_not_trapped_at_s_max_when_half_the_cohort_is_busy(
     strategy.clock.busy_until = {node: 10.5 for node in busy_nodes}
     # the server's knowledge: one partition sent 0.5 s ago, not returned; at 1 s per
     # partition (every observation so far) it needs 0.5 s more
-    strategy._outstanding = {node: (9.5, 1.0) for node in busy_nodes}
+    strategy._outstanding = {node: [[9.5, 1.0, None]] for node in busy_nodes}
     code = strategy._adaptive_code(N, busy_nodes, cohort)
     assert code.s == expected_s
     decision = strategy._decision

@@ -470,4 +470,20 @@ def test_auto_prices_a_busy_client_by_the_work_it_was_sent_and_when(monkeypatch)
     row = strategy.history[1]
     assert 3 not in row["busy"]  # queued, not skipped
     extra = float(adaptive.code_loads(strategy._placements[4].code(row["s"]))[3])
-    assert strategy._outstanding[strategy._cohort_key[3]] == (0.0, 2.0 + extra)
+    # round 1's job (sent at 0, 2 units, back at 100 s) and round 2's queued behind it (sent
+    # at 3 s; 1 s of its own after the 100-s job)
+    assert strategy._outstanding[strategy._cohort_key[3]] == [[0.0, 2.0, 100.0],
+                                                              [3.0, extra, 101.0]]
+
+
+def test_a_busy_nodes_current_job_starts_when_the_reply_before_it_arrived():
+    """Jobs not known to be done: round 1's (sent at 0, 2 units, back at 5 s) and round 2's
+    (sent at 3 s, 4 units, still out). At 4 s neither is back: 6 units, started at 0. At 8 s
+    the first is done: 4 units, computing since its predecessor's reply at 5 s."""
+    strategy = GradientCoding(FedAvg(), s="auto", s_max=3, seed=0)
+    strategy._placements[4] = adaptive.NestedPlacement(4, 3)
+    strategy._outstanding = {7: [[0.0, 2.0, 5.0], [3.0, 4.0, None]]}
+    assert strategy._pending_work(7, 4.0, 4) == (4.0, 6.0)
+    assert strategy._pending_work(7, 8.0, 4) == (3.0, 4.0)
+    assert strategy._outstanding[7] == [[3.0, 4.0, None]]
+    assert strategy._pending_work(8, 8.0, 4) == (0.0, 4.0)  # no record: s_max + 1, from now

@@ -279,7 +279,8 @@ class GradientCoding(Strategy):
         self._placements: dict[int, Any] = {}
         self._estimators: dict[int, Any] = {}
         self._late_observations: list[tuple[float, int, int, float, int]] = []
-        self._outstanding: dict[int, tuple[float, float]] = {}  # node -> (sent at, units)
+        # node -> its jobs not known to be done: [sent at, units, reply arrival or None]
+        self._outstanding: dict[int, list[list[Any]]] = {}
         self._decision: Any = None
         self._cohort_key: tuple[int, ...] | None = None
         self.clock: VirtualClock | WallClock = make_clock(timing, straggler_timeout)
@@ -379,10 +380,8 @@ class GradientCoding(Strategy):
             # returned, and how much (not when the reply will arrive: that is the simulator's)
             elapsed, units = np.full(n, np.nan), np.zeros(n)
             for w, node in enumerate(cohort):
-                if node in busy_nodes:  # unknown work (sent before a restart): s_max + 1
-                    since, units[w] = self._outstanding.get(
-                        node, (now, self._placements[n].s_max + 1.0))
-                    elapsed[w] = now - since
+                if node in busy_nodes:
+                    elapsed[w], units[w] = self._pending_work(node, now, n)
             pending = (elapsed, units)
         else:
             busy_until = np.array(
@@ -401,6 +400,20 @@ class GradientCoding(Strategy):
             rng=np.random.default_rng([self.seed, estimator._next_index]),
         )
         return self._placements[n].code(self._decision.s)
+
+    def _pending_work(self, node: int, now: float, n: int) -> tuple[float, float]:
+        """``(seconds since its current job started, units not returned)`` of a busy node:
+        jobs whose replies arrived by ``now`` are done; the oldest other job started when it
+        was sent or when the reply before it arrived. A node with no record (work sent before
+        a restart) counts as ``s_max + 1`` units started now."""
+        jobs = self._outstanding.get(node, [])
+        done = [job for job in jobs if job[2] is not None and job[2] <= now]
+        left = [job for job in jobs if job not in done]
+        self._outstanding[node] = left
+        if not left:
+            return 0.0, self._placements[n].s_max + 1.0
+        start = max([left[0][0], *(job[2] for job in done)])
+        return now - start, float(sum(job[1] for job in left))
 
     def _queued(self, busy_nodes: set[int], cohort: list[int]) -> set[int]:
         """Busy members that get work queued behind their current job (``busy="queue"``)."""
@@ -784,12 +797,10 @@ class GradientCoding(Strategy):
             )
             state.sent[worker] = msg
             state.bytes_down += _payload_bytes(msg)
-            if unit_loads is not None:  # work not yet returned, oldest send time first
-                since, before = self._outstanding.get(node, (0.0, 0.0))
-                self._outstanding[node] = (
-                    (since, before + unit_loads[worker]) if node in queued
-                    else (self.clock.now, unit_loads[worker])
-                )
+            if unit_loads is not None:  # queued behind its unfinished jobs, or alone
+                job = [self.clock.now, float(unit_loads[worker]), None]
+                jobs = self._outstanding.get(node, []) if node in queued else []
+                self._outstanding[node] = [*jobs, job]
             messages.append(msg)
         self._round = state
         return messages
@@ -963,6 +974,9 @@ class GradientCoding(Strategy):
         late = []
         for w, t in arrivals.items():
             t = t + backlog.get(w, 0.0)  # queued work started when the earlier job ended
+            jobs = self._outstanding.get(state.cohort[w])
+            if w in state.sent and jobs:  # this round's job: known done once it arrives
+                jobs[-1][2] = self.clock.round_start + t
             if w in state.sent:
                 if t <= duration:
                     elapsed[w] = t
