@@ -136,13 +136,15 @@ def one_run(n, s, scheme, latency, dp, seed, rounds, partitioner):
     }
 
 
+def _times_to_target(rs: list, target: float) -> np.ndarray:
+    """Per run, the virtual time of the first round at or above ``target`` (``nan``: never)."""
+    return np.array([next((t for t, a in zip(r["virtual_s"], r["accuracy"], strict=True)
+                           if a >= target), np.nan) for r in rs], dtype=float)
+
+
 def summarize(runs, target):
-    tta, final = [], []
-    for r in runs:
-        hit = [t for t, a in zip(r["virtual_s"], r["accuracy"], strict=True) if a >= target]
-        tta.append(hit[0] if hit else np.nan)
-        final.append(r["accuracy"][-1])
-    tta = np.array(tta, dtype=float)
+    tta = _times_to_target(runs, target)
+    final = [r["accuracy"][-1] for r in runs]
     return {
         "time_to_target_mean": float(np.nanmean(tta)) if np.isfinite(tta).any() else None,
         "time_to_target_std": float(np.nanstd(tta)) if np.isfinite(tta).any() else None,
@@ -165,11 +167,6 @@ def setups_for(quick: bool) -> list[tuple]:
 
 def setup_key(n: int, s: int, lat: str, dp: bool) -> str:
     return f"n={n} s={s} {lat}{' +DP' if dp else ''}"
-
-
-def _times_to_target(rs: list, target: float) -> np.ndarray:
-    return np.array([next((t for t, a in zip(r["virtual_s"], r["accuracy"], strict=True)
-                           if a >= target), np.nan) for r in rs], dtype=float)
 
 
 def _ratio_ci(auto: list, fixed: list, target: float, draws: int = 4000) -> tuple[float, float]:

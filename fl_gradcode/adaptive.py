@@ -655,7 +655,6 @@ class LatencyEstimator:
         u = rng.random((size, self.n))
         return np.exp(fit["curve"].sample(u) + fit["phi"][None, :])
 
-
     def sample_remaining(
         self,
         elapsed: Sequence[float] | np.ndarray,
@@ -986,7 +985,6 @@ def choose_s(
     X = estimator.sample(int(samples), rng)
     if pending is not None:  # samples x n: each draw its own remaining times
         rem = estimator.sample_remaining(p_elapsed, p_load, int(samples), rng)
-    rounds = 2 if lookahead else 1  # rolled draws: independent latencies next round
     beta = estimator.load_exponent
 
     def evaluate(rem: np.ndarray) -> tuple[dict[int, float], int]:
@@ -999,15 +997,14 @@ def choose_s(
             if key not in seen:
                 finish = _finish(X, rem, loads, beta)
                 T = rule.times(finish)
-                total = T.copy()
-                for step in range(1, rounds):  # the backlog a round leaves delays the next
+                if lookahead:  # the backlog this round leaves delays the next one
                     with np.errstate(invalid="ignore"):  # inf - inf: never replies
                         left = finish - T[:, None]
                     left = np.where(np.isnan(left), np.inf, np.maximum(left, 0.0))
-                    finish = _finish(np.roll(X, step, axis=0), left, loads, beta)
-                    T = rule.times(finish)
-                    total += T
-                seen[key] = float(np.mean(total)) / rounds
+                    # rolled draws: independent latencies for the next round
+                    T = 0.5 * (T + rule.times(_finish(np.roll(X, 1, axis=0), left, loads,
+                                                      beta)))
+                seen[key] = float(np.mean(T))
             times[s] = seen[key]
         fastest = min(times.values())
         # robust choice: the most tolerant candidate predicted within ``margin`` of the fastest

@@ -408,7 +408,7 @@ class GradientCoding(Strategy):
         a restart) counts as ``s_max + 1`` units started now."""
         jobs = self._outstanding.get(node, [])
         done = [job for job in jobs if job[2] is not None and job[2] <= now]
-        left = [job for job in jobs if job not in done]
+        left = [job for job in jobs if job[2] is None or job[2] > now]
         self._outstanding[node] = left
         if not left:
             return 0.0, self._placements[n].s_max + 1.0
