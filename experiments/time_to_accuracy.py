@@ -19,10 +19,13 @@ Schemes (same seeds, same partitions):
   chosen every round from the observed (censored) latencies; busy clients get work queued
   behind their current job when they are expected to finish it in time (``busy="queue"``);
 * ``nested s=v``: the fixed tolerance ``v`` on the same nested placement (the code ``auto``
-  would use at ``s = v``), busy clients queued as for ``auto`` (a busy client whose current
-  job ends within the last round's duration): with ``uncoded`` (``s = 0``) and ``exact``
-  (``s = s-max``) the fixed choices ``auto`` is compared with in hindsight
-  (``v`` in ``{1, 2, s/4, s/2}``).
+  would use at ``s = v``), a busy client queued when its current job ends within the last
+  round's duration, read from the virtual clock (a simulator's knowledge): with ``uncoded``
+  (``s = 0``) and ``exact`` (``s = s-max``) the fixed choices ``auto`` is compared with in
+  hindsight (``v`` in ``{1, 2, s/4, s/2}``);
+* ``nested-fit s=v``: the same fixed codes with busy clients queued by ``auto``'s rule from
+  the server's knowledge (``busy="fit"``: the estimator and the work not yet returned), so
+  that the comparison isolates the choice of ``s`` (``vs_best_fixed_same_information``).
 
 A ``drift`` setting switches the latency regime at round 15 (Pareto delays, then load-scaled
 bimodal straggling).
@@ -57,7 +60,10 @@ SCHEMES = {
     "approx-deadline": {"code": "expander", "min-replies": 0},
     "auto": {"s": "auto"},  # s chosen every round in 0..s (s-max), nested placement
 }
-EXACT_FIXED = ("uncoded", "exact")  # with the nested s=v schemes: auto's hindsight rivals
+# with the nested s=v schemes (busy clients queued from the simulator's clock): auto's
+# hindsight rivals; with the nested-fit s=v schemes (queued from the server's knowledge, as
+# auto): the rivals that know what auto knows
+EXACT_FIXED = ("uncoded", "exact")
 
 
 def nested_values(s_max: int) -> list[int]:
@@ -67,12 +73,21 @@ def nested_values(s_max: int) -> list[int]:
 
 def scheme_config(scheme: str) -> dict:
     if scheme.startswith("nested s="):
-        return {"code": "nested", "s": int(scheme.removeprefix("nested s="))}
+        return {"code": "nested", "s": int(scheme.removeprefix("nested s=")), "busy": "queue"}
+    if scheme.startswith("nested-fit s="):
+        return {"code": "nested", "s": int(scheme.removeprefix("nested-fit s=")), "busy": "fit"}
     return SCHEMES[scheme]
 
 
 def schemes_for(s_max: int) -> list[str]:
-    return [*SCHEMES, *(f"nested s={v}" for v in nested_values(s_max))]
+    return [*SCHEMES, *(f"nested s={v}" for v in nested_values(s_max)),
+            *(f"nested-fit s={v}" for v in nested_values(s_max))]
+
+
+def _nested_key(scheme: str) -> tuple[int, int]:
+    """``(v, 0)`` for ``nested s=v``, ``(v, 1)`` for ``nested-fit s=v`` (legend order)."""
+    fit = scheme.startswith("nested-fit s=")
+    return int(scheme.split("=")[-1]), int(fit)
 
 
 LATENCIES = {
@@ -122,8 +137,6 @@ def one_run(n, s, scheme, latency, dp, seed, rounds, partitioner):
         key_file.parent.mkdir(parents=True, exist_ok=True)
         key_file.write_text(json.dumps({"master": seed.to_bytes(32, "little").hex()}))
         key_file = str(key_file)
-    if scheme.startswith("nested s="):
-        cfg["busy"] = "queue"
     strategy, _ = run_in_process(cfg, n, key_file=key_file)
     h = strategy.history
     return {
@@ -212,21 +225,24 @@ def build_table(runs: dict, target: float) -> dict:
         # it on each of them (exact schemes share the iterates: the same seeds reach it)
         a = _times_to_target(runs[key]["auto"], target)
         seeds = np.isfinite(a)
-        fixed = {}
-        for k in table[key]:
-            if k in EXACT_FIXED or k.startswith("nested s="):
-                f = _times_to_target(runs[key][k], target)
-                if len(f) == len(a) and np.isfinite(f[seeds]).all():
-                    fixed[k] = float(np.mean(f[seeds]))
-        if fixed:
-            best = min(fixed, key=fixed.get)
-            auto["best_fixed"] = best
-            auto["best_fixed_time"] = fixed[best]
-            auto["vs_best_fixed"] = float(np.mean(a[seeds])) / fixed[best]
-            auto["fixed_compared"] = sorted(fixed)
-            auto["seeds_compared"] = int(seeds.sum())
-            low, high = _ratio_ci(runs[key]["auto"], runs[key][best], target)
-            auto["vs_best_fixed_ci95"] = [low, high]
+        for prefix, suffix in (("nested s=", ""), ("nested-fit s=", "_same_information")):
+            fixed = {}
+            for k in table[key]:
+                if k in EXACT_FIXED or k.startswith(prefix):
+                    f = _times_to_target(runs[key][k], target)
+                    if len(f) == len(a) and np.isfinite(f[seeds]).all():
+                        fixed[k] = float(np.mean(f[seeds]))
+            if not any(k.startswith(prefix) for k in fixed) and suffix:
+                continue  # no fixed code queued from the server's knowledge in this setting
+            if fixed:
+                best = min(fixed, key=fixed.get)
+                auto[f"best_fixed{suffix}"] = best
+                auto[f"best_fixed{suffix}_time"] = fixed[best]
+                auto[f"vs_best_fixed{suffix}"] = float(np.mean(a[seeds])) / fixed[best]
+                auto[f"fixed_compared{suffix}"] = sorted(fixed)
+                auto["seeds_compared"] = int(seeds.sum())
+                low, high = _ratio_ci(runs[key]["auto"], runs[key][best], target)
+                auto[f"vs_best_fixed{suffix}_ci95"] = [low, high]
     return table
 
 
@@ -240,9 +256,9 @@ def plot(runs: dict, target: float):
     fig, axes = plt.subplots(rows_, cols, figsize=(5.2 * cols, 3.9 * rows_), squeeze=False)
     main_colors = dict(zip([*SCHEMES], ["C0", "C1", "C2", "C3", "C4"], strict=True))
     handles = {}
-    nested = sorted({s for by in runs.values() for s in by if s.startswith("nested s=")},
-                    key=lambda s: int(s.removeprefix("nested s=")))
-    # one grey level per tolerance in every panel (darker: smaller s)
+    nested = sorted({_nested_key(s)[0] for by in runs.values() for s in by
+                     if s not in main_colors})
+    # one grey level per tolerance in every panel (darker: smaller s); dotted: nested-fit
     shades = dict(zip(nested, np.linspace(0.15, 0.7, max(len(nested), 1)), strict=False))
     for ax, key in zip(axes.flat, keys, strict=False):
         for scheme, rs in runs[key].items():
@@ -251,7 +267,8 @@ def plot(runs: dict, target: float):
             if scheme in main_colors:
                 style = {"color": main_colors[scheme], "lw": 2.0 if scheme == "auto" else 1.3}
             else:
-                style = {"color": str(shades[scheme]), "lw": 0.9, "ls": "--"}
+                v, fit = _nested_key(scheme)
+                style = {"color": str(shades[v]), "lw": 0.9, "ls": ":" if fit else "--"}
             (line,) = ax.plot(t, a, label=scheme, **style)
             handles.setdefault(scheme, line)
         ax.axhline(target, color="k", lw=0.6, ls=":")
@@ -270,12 +287,12 @@ def plot(runs: dict, target: float):
     for ax in list(axes.flat)[len(keys):]:
         ax.axis("off")
     order = [s for s in SCHEMES if s in handles]
-    order += sorted((s for s in handles if s not in SCHEMES),
-                    key=lambda s: int(s.removeprefix("nested s=")))
+    order += sorted((s for s in handles if s not in SCHEMES), key=_nested_key)
     fig.legend([handles[s] for s in order], order, loc="upper center", ncol=min(len(order), 9),
                fontsize=8, frameon=False, bbox_to_anchor=(0.5, 1.0))
     fig.suptitle(f"time to {target:.0%} test accuracy (mean over seeds; nested s=v: fixed "
-                 "tolerance on auto's placement)", fontsize=10, y=1.025)
+                 "tolerance on auto's placement; dotted nested-fit: busy clients queued from "
+                 "the server's knowledge, as auto)", fontsize=10, y=1.025)
     fig.tight_layout(rect=(0, 0, 1, 0.97), h_pad=1.6, w_pad=1.2)
     return fig
 
@@ -290,7 +307,8 @@ def main(argv: list[str] | None = None) -> dict:
                              "repeatable) and merge into the existing JSON")
     parser.add_argument("--schemes", default=None,
                         help="comma-separated schemes to run (e.g. auto,uncoded,nested s=1); "
-                             "'nested' = every nested s=v; merged into the existing JSON")
+                             "'nested' = every nested s=v, 'nested-fit' every nested-fit "
+                             "s=v; merged into the existing JSON")
     parser.add_argument("--seeds", type=int, default=None,
                         help="seeds 0..N-1 (default 3; 1 with --quick); use another --out for "
                              "other seed counts (a file holds one seed list)")
@@ -317,8 +335,9 @@ def main(argv: list[str] | None = None) -> dict:
         names = schemes_for(s_max)
         if wanted is None:
             return names
-        return [x for x in names if x in wanted or ("nested" in wanted
-                                                      and x.startswith("nested s="))]
+        return [x for x in names if x in wanted
+                or ("nested" in wanted and x.startswith("nested s="))
+                or ("nested-fit" in wanted and x.startswith("nested-fit s="))]
 
     jobs = [(setup, scheme, seed) for setup in setups for scheme in chosen(setup[1])
             for seed in seeds]
@@ -364,6 +383,10 @@ def main(argv: list[str] | None = None) -> dict:
         if "vs_best_fixed" in auto:
             print(f"{key:<24}auto / best fixed ({auto['best_fixed']}): "
                   f"{auto['vs_best_fixed']:.2f}")
+        if "vs_best_fixed_same_information" in auto:
+            print(f"{key:<24}auto / best fixed, same information "
+                  f"({auto['best_fixed_same_information']}): "
+                  f"{auto['vs_best_fixed_same_information']:.2f}")
     return _write(runs, args, seeds, rounds, figure=True, table=table,
                   partial_runs=partial_runs)
 
@@ -393,11 +416,14 @@ def _results(jobs: list, rounds: int, workers: int):
 def _write(runs, args, seeds, rounds, figure: bool, table: dict | None = None,
            partial_runs: list | None = None) -> dict:
     table = build_table(runs, args.target) if table is None else table
-    nested = {key: sorted({s for s in by if s.startswith("nested s=")}) for key, by in runs.items()}
+    nested = {key: sorted({s for s in by if s.startswith(("nested s=", "nested-fit s="))},
+                          key=_nested_key) for key, by in runs.items()}
     result = {"target": args.target, "seeds": seeds, "rounds": rounds, "dp": DP, "base": BASE,
               "latencies": LATENCIES, "table": table, "runs": runs, "quick": args.quick,
               "fixed_schemes": {key: [*EXACT_FIXED, *v] for key, v in nested.items()},
-              "busy": {"auto": "queue (fit)", "nested s=v": "queue", "others": "skip"}}
+              "busy": {"auto": "queue (fit)", "nested s=v": "queue (virtual clock)",
+                       "nested-fit s=v": "fit (server's knowledge, as auto)",
+                       "others": "skip"}}
     if partial_runs is not None:
         result["partial_runs"] = partial_runs
     save(result, args.out, plot(runs, args.target) if figure else None)

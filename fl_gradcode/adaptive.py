@@ -91,6 +91,7 @@ __all__ = [
     "Decision",
     "DecodeRule",
     "LatencyEstimator",
+    "SingleCode",
     "choose_s",
     "code_loads",
     "decode_rule",
@@ -852,6 +853,25 @@ def expected_round_time(
     )
 
 
+class SingleCode:
+    """One fixed code seen as a placement with a single choice, so that :func:`choose_s`
+    decides only which busy clients a fixed code queues (``busy="fit"``) with the same
+    estimator and rule as ``s="auto"``."""
+
+    def __init__(self, code: GradientCode) -> None:
+        if not isinstance(code, GradientCode):
+            raise TypeError(f"code must be a GradientCode; got {code!r}")
+        self._code = code
+        self.n = code.n
+        self.s_max = code.s
+        self.stable_values = (code.s,)
+
+    def code(self, s: int) -> GradientCode:
+        if s != self.s_max:
+            raise ValueError(f"s={s!r}: this fixed code tolerates s={self.s_max}")
+        return self._code
+
+
 @dataclass(frozen=True)
 class Decision:
     """What :func:`choose_s` decided.
@@ -877,7 +897,7 @@ class Decision:
 
 
 def choose_s(
-    placement: NestedPlacement,
+    placement: NestedPlacement | SingleCode,
     estimator: LatencyEstimator,
     *,
     busy_until: Sequence[float] | np.ndarray | None = None,
@@ -895,7 +915,8 @@ def choose_s(
     """The tolerance minimising the predicted expected round time.
 
     Args:
-        placement: the nested placement whose ``code(s)`` the server would use.
+        placement: the nested placement whose ``code(s)`` the server would use (or a
+            :class:`SingleCode`: a fixed code, only the busy clients to skip are decided).
         estimator: fitted :class:`LatencyEstimator`.
         busy_until, now: absolute times at which clients become free, and the current time.
         load_per_partition: cost of one partition (scalar or one per partition).

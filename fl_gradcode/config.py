@@ -40,7 +40,7 @@ DEFAULTS: dict[str, Any] = {
     "latency-drift-round": 15,
     "virtual-compute": "measured",
     "partition-cost-s": 0.0,
-    "busy": "",  # "skip" or "queue" a busy client's work; "": queue for s=auto, else skip
+    "busy": "",  # "skip", "queue" or "fit" a busy client's work; "": queue for auto, else skip
     "upload-bandwidth": 0.0,  # virtual timing: bytes/s per client upload; 0 = instantaneous
     "m": 1,  # code="comm-efficient": every reply is 1/m of the model
     "timing": "virtual",

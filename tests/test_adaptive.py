@@ -10,6 +10,7 @@ import pytest
 from fl_gradcode.adaptive import (
     Decision,
     LatencyEstimator,
+    SingleCode,
     choose_s,
     code_loads,
     decode_rule,
@@ -357,6 +358,33 @@ def test_busy_clients_queued_skipped_or_queued_if_in_time():
     fresh = LatencyEstimator(n)
     assert choose_s(placement, fresh, busy_until=busy, busy="skip").skip == (1, 3, 5, 7, 9, 11)
     assert choose_s(placement, fresh, busy_until=busy, busy="fit").skip == ()
+
+
+def test_single_code_decides_only_whom_to_queue_for_a_fixed_code():
+    """Deterministic 1 s per partition (beta = 1), the fixed s = 1 code of the nested placement
+    (pairs (0, 1), (2, 3), ..., load 2: 2 s). Client 1 busy for 0.5 s more, client 4 for 100 s.
+    Everyone queued, every pair decodes by 2 s (client 0 at 2, client 5 at 2): the round takes
+    2 s. Client 1 starts its new work at 0.5 < 2: queued; client 4 only at 100 > 2: skipped.
+    The decision keeps s = 1 whatever the busy clients cost."""
+    n = 12
+    code = NestedPlacement(n, 3).code(1)
+    est = LatencyEstimator(n, load_exponent=1.0)
+    est.update(np.ones(n), np.ones(n), 1.0)
+    busy = np.zeros(n)
+    busy[1], busy[4] = 0.5, 100.0
+    d = choose_s(SingleCode(code), est, busy_until=busy, busy="fit")
+    assert (d.s, d.skip) == (1, (4,))
+    assert d.expected_times == {1: pytest.approx(2.0)}
+    # all pairs blocked by busy clients: still s = 1 (it is the only choice), nobody skipped
+    # when everyone can start in time
+    slow = np.where(np.arange(n) % 2 == 0, 1.5, 0.0)
+    d = choose_s(SingleCode(code), est, busy_until=slow, busy="fit")
+    assert (d.s, d.skip) == (1, ()) and d.expected_times[1] == pytest.approx(2.0)
+    assert SingleCode(code).code(1) is code
+    with pytest.raises(ValueError, match="s=2"):
+        SingleCode(code).code(2)
+    with pytest.raises(TypeError, match="GradientCode"):
+        SingleCode("frc")
 
 
 # ------------------------------------------------------------------------ the policy

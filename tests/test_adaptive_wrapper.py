@@ -132,7 +132,12 @@ def test_busy_default_is_queue_for_auto_and_skip_for_fixed_codes_and_wallclock_s
     assert GradientCoding(FedAvg(), s=1).busy_mode == "skip"
     assert GradientCoding(FedAvg(), s=1, busy="queue").busy_mode == "queue"
     assert GradientCoding(FedAvg(), s="auto", timing="wallclock").busy_mode == "skip"
-    with pytest.raises(ValueError, match="busy"):
+    fit = GradientCoding(FedAvg(), s=1, busy="fit")
+    assert fit.busy_mode == "fit" and fit._estimating
+    assert not GradientCoding(FedAvg(), s=1, busy="queue")._estimating
+    wall = GradientCoding(FedAvg(), s=1, busy="fit", timing="wallclock")
+    assert wall.busy_mode == "skip" and not wall._estimating
+    with pytest.raises(ValueError, match=r"busy='later'.*'fit'"):
         GradientCoding(FedAvg(), s=1, busy="later")
 
 
@@ -180,6 +185,57 @@ def test_auto_is_not_trapped_at_s_max_when_half_the_cohort_is_busy(
     else:
         assert decision.skip == tuple(sorted(busy_workers))
         assert strategy._queued(busy_nodes, cohort) == set()
+
+
+def test_fixed_code_with_busy_fit_queues_from_the_servers_knowledge_not_the_clock():
+    """Fixed s = 1 (pairs, load 2 at 1 s per partition: 2-s rounds). Worker 1 was sent one
+    partition 0.5 s ago and has not replied: 0.5 s left, it starts its new work in time:
+    queued. Worker 4 was sent 100 partitions 0.1 s ago: 99.9 s left: skipped. The virtual
+    clock says the opposite (worker 1's reply arrives in 50 s, worker 4's in 0.1 s), which
+    busy="queue" follows (queued if its job ends within the last round's 3 s) and busy="fit"
+    must not read."""
+    cohort = list(range(100, 112))
+    busy_nodes = {cohort[1], cohort[4]}
+
+    def strategy_for(busy):
+        strategy = GradientCoding(FedAvg(), code="nested", s=1, s_max=3, busy=busy, seed=0)
+        estimator = LatencyEstimator(N, load_exponent=1.0)
+        estimator.update(np.ones(N), np.ones(N), 1.0)
+        strategy._estimators[N] = estimator
+        strategy._cohort_key = tuple(cohort)
+        strategy.clock.now, strategy.clock.last_duration = 10.0, 3.0
+        strategy.clock.busy_until = {cohort[1]: 60.0, cohort[4]: 10.1}
+        strategy._outstanding = {cohort[1]: [[9.5, 1.0, None]], cohort[4]: [[9.9, 100.0, None]]}
+        return strategy
+
+    fit = strategy_for("fit")
+    assert fit._fixed_code(N, busy_nodes, cohort).s == 1
+    assert (fit._decision.s, fit._decision.skip) == (1, (4,))
+    assert fit._decision.expected_times == {1: pytest.approx(2.0)}
+    assert fit._queued(busy_nodes, cohort) == {cohort[1]}
+    queue = strategy_for("queue")
+    assert queue._fixed_code(N, busy_nodes, cohort).s == 1 and queue._decision is None
+    assert queue._queued(busy_nodes, cohort) == {cohort[4]}
+
+
+def test_fixed_code_with_busy_fit_runs_exact_rounds_and_feeds_its_estimator():
+    app = ClientApp(mods=[gradient_coding_mod])
+    app.train()(train)
+    strategy = GradientCoding(
+        FedAvg(fraction_evaluate=0.0, min_available_nodes=N), code="nested", s=1, s_max=3,
+        busy="fit", latency=BIMODAL, seed=0, wire="float64", straggler_timeout=1e6,
+        compute_cost_s=0.1, measured_compute=False,
+    )
+    result = strategy.start(grid=InProcessGrid(app, N),
+                            initial_arrays=ArrayRecord({"w": Array(np.zeros(DIM))}),
+                            num_rounds=8, train_config=ConfigRecord({}))
+    expected = oracle(8, N)
+    theta = result.arrays["w"].numpy()
+    assert all(r["decode"] == "exact" and r["s"] == 1 for r in strategy.history)
+    assert np.linalg.norm(theta - expected) <= 1e-9 * np.linalg.norm(expected)
+    assert strategy._estimators[N].n_rounds == 8
+    # the work each node was sent is tracked: the last round's jobs, one per node sent work
+    assert sum(len(jobs) for jobs in strategy._outstanding.values()) >= N - 1
 
 
 def test_fixed_nested_code_uses_the_placement_auto_would_use():

@@ -149,3 +149,28 @@ def test_bandwidth_limited_comm_efficient_replies_are_shorter_and_arrive_sooner(
     # uploads dominate (a full model takes 2 s): the shorter replies make rounds faster
     assert rows["comm-efficient"]["round_s"] < rows["exact"]["round_s"]
     assert all(r["exact_rounds"] == r["rounds"] for r in rows.values())
+
+
+def test_time_to_accuracy_compares_auto_with_fixed_codes_of_either_information():
+    """Rivals whose busy clients are queued from the simulator's clock (nested s=v) and from
+    the server's knowledge (nested-fit s=v, as auto): each comparison takes uncoded, exact and
+    its own kind only. Times to target: auto 6, nested s=1 4, nested-fit s=1 7 and 5 (mean 6)."""
+    module = load("time_to_accuracy")
+
+    def run(t):
+        return {"virtual_s": [t / 2, t, 2 * t], "accuracy": [0.5, 0.95, 0.97],
+                "decode": ["exact"] * 3, "epsilon": None}
+
+    runs = {"k": {"uncoded": [run(10.0)] * 2, "exact": [run(8.0)] * 2, "auto": [run(6.0)] * 2,
+                  "nested s=1": [run(4.0)] * 2, "nested-fit s=1": [run(7.0), run(5.0)]}}
+    auto = module.build_table(runs, 0.9)["k"]["auto"]
+    assert (auto["best_fixed"], auto["vs_best_fixed"]) == ("nested s=1", 1.5)
+    assert auto["fixed_compared"] == ["exact", "nested s=1", "uncoded"]
+    assert auto["best_fixed_same_information"] == "nested-fit s=1"
+    assert auto["vs_best_fixed_same_information"] == pytest.approx(1.0)
+    assert auto["fixed_compared_same_information"] == ["exact", "nested-fit s=1", "uncoded"]
+    del runs["k"]["nested-fit s=1"]  # no fixed code queued like auto: no such comparison
+    assert "vs_best_fixed_same_information" not in module.build_table(runs, 0.9)["k"]["auto"]
+    assert module.scheme_config("nested-fit s=6") == {"code": "nested", "s": 6, "busy": "fit"}
+    assert module.scheme_config("nested s=6") == {"code": "nested", "s": 6, "busy": "queue"}
+    assert "nested-fit s=3" in module.schemes_for(12)

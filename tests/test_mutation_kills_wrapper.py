@@ -481,9 +481,9 @@ def test_a_busy_nodes_current_job_starts_when_the_reply_before_it_arrived():
     (sent at 3 s, 4 units, still out). At 4 s neither is back: 6 units, started at 0. At 8 s
     the first is done: 4 units, computing since its predecessor's reply at 5 s."""
     strategy = GradientCoding(FedAvg(), s="auto", s_max=3, seed=0)
-    strategy._placements[4] = adaptive.NestedPlacement(4, 3)
     strategy._outstanding = {7: [[0.0, 2.0, 5.0], [3.0, 4.0, None]]}
-    assert strategy._pending_work(7, 4.0, 4) == (4.0, 6.0)
-    assert strategy._pending_work(7, 8.0, 4) == (3.0, 4.0)
+    assert strategy._pending_work(7, 4.0, 9.0) == (4.0, 6.0)
+    assert strategy._pending_work(7, 8.0, 9.0) == (3.0, 4.0)
     assert strategy._outstanding[7] == [[3.0, 4.0, None]]
-    assert strategy._pending_work(8, 8.0, 4) == (0.0, 4.0)  # no record: s_max + 1, from now
+    # no record (work sent before a restart): the given largest load, from now
+    assert strategy._pending_work(8, 8.0, 9.0) == (0.0, 9.0)

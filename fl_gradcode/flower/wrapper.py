@@ -178,7 +178,7 @@ class GradientCoding(Strategy):
         (:meth:`~fl_gradcode.codes.GradientCode.sparse_decoding`: one reply per FRC group), so
         the server reads ``n/(s+1)`` replies instead of ``n - s``; ``replies_read`` in
         ``rounds.jsonl``. ``False``: the minimum-norm decoding, which reads every reply.
-    busy : {"skip", "queue"}, optional
+    busy : {"skip", "queue", "fit"}, optional
         What a member still busy with an earlier round's work gets (virtual timing).
         ``skip``: no work this round (it is a straggler; ``busy`` in ``rounds.jsonl`` lists
         these). ``queue``: work queued behind its current job, as a Flower SuperNode runs
@@ -186,7 +186,10 @@ class GradientCoding(Strategy):
         own time. To bound the backlog a busy member is queued only if its current job ends in
         time: with ``s="auto"`` before the round's expected end
         (:func:`~fl_gradcode.adaptive.choose_s` with ``busy="fit"``), with a fixed code within
-        the last round's duration and the deadline.
+        the last round's duration and the deadline, read from the virtual clock (a
+        simulator's knowledge: when the pending reply will arrive). ``fit``: queued as with
+        ``s="auto"``, from what a server knows (the latency estimator and the work the member
+        has not returned), also for a fixed code; with ``s="auto"`` the same as ``queue``.
         Default: ``queue`` with ``s="auto"``, ``skip`` otherwise (the behaviour of earlier
         versions). Wallclock timing always skips busy members (the grid waits for their
         earlier replies; queueing there is not implemented).
@@ -263,12 +266,14 @@ class GradientCoding(Strategy):
             raise ValueError(f"wire={wire!r}; expected 'auto', 'model' or 'float64'")
         if compute_cost_s < 0:
             raise ValueError(f"compute_cost_s={compute_cost_s!r} must be >= 0")
-        if busy not in (None, "skip", "queue"):
-            raise ValueError(f"busy={busy!r}; expected 'skip', 'queue' or None")
+        if busy not in (None, "skip", "queue", "fit"):
+            raise ValueError(f"busy={busy!r}; expected 'skip', 'queue', 'fit' or None")
         if busy is None:
             busy = "queue" if self.adaptive else "skip"
         # wallclock: the grid waits for a busy node's earlier reply; its work is not queued
         self.busy_mode = busy if timing == "virtual" else "skip"
+        # the latency estimator runs for auto and for a fixed code queueing with busy="fit"
+        self._estimating = self.adaptive or self.busy_mode == "fit"
         if code == "nested" and s_max is not None and not self.adaptive:
             code_options = {"s_max": s_max, **(code_options or {})}
         self.inner = strategy
@@ -352,12 +357,37 @@ class GradientCoding(Strategy):
 
     def _adaptive_code(self, n: int, busy_nodes: set[int], cohort: list[int]) -> GradientCode:
         """``s="auto"``: this round's code from the nested placement and the estimator."""
-        from ..adaptive import LatencyEstimator, choose_s
         from ..codes import NestedPlacement
 
         if n not in self._placements:
             s_max = min(self.s_max if self.s_max is not None else max(1, n // 4), n - 1)
             self._placements[n] = NestedPlacement(n, s_max, seed=self.seed)
+        placement = self._placements[n]
+        estimator = self._estimator(n, cohort)
+        # trust region: s falls at most to half the last round's (the load exponent is
+        # extrapolated beyond the loads seen so far)
+        last = self._decision.s if self._decision is not None and estimator.has_data else 0
+        candidates = [c for c in placement.stable_values if c >= last // 2]
+        self._decision = self._decide(placement, estimator, busy_nodes, cohort, candidates)
+        return placement.code(self._decision.s)
+
+    def _fixed_code(self, n: int, busy_nodes: set[int], cohort: list[int]) -> GradientCode:
+        """A fixed code; with ``busy="fit"`` also whom to queue, decided as for ``s="auto"``
+        (:class:`~fl_gradcode.adaptive.SingleCode`: the code is the only candidate)."""
+        code = self.code_for(n)
+        if self.busy_mode == "fit":
+            from ..adaptive import SingleCode
+
+            self._decision = self._decide(
+                SingleCode(code), self._estimator(n, cohort), busy_nodes, cohort, [code.s]
+            )
+        return code
+
+    def _estimator(self, n: int, cohort: list[int]) -> Any:
+        """The cohort's latency estimator, fed with the late and outstanding replies."""
+        from ..adaptive import LatencyEstimator
+
+        if n not in self._estimators:
             self._estimators[n] = LatencyEstimator(n, seed=self.seed)
         if self._cohort_key is not None and self._cohort_key != tuple(cohort):
             # another cohort: per-client estimates would describe other nodes
@@ -374,6 +404,15 @@ class GradientCoding(Strategy):
                 self._late_observations.remove(item)
             elif key == n:  # still outstanding: only that it has not arrived by now is known
                 estimator.observe_pending(rid, worker, now - (arrival - elapsed))
+        return estimator
+
+    def _decide(self, placement: Any, estimator: Any, busy_nodes: set[int], cohort: list[int],
+                candidates: list[int]) -> Any:
+        """:func:`~fl_gradcode.adaptive.choose_s` over ``candidates``, the busy clients priced
+        from what the server knows (``busy="fit"`` queues those expected to start in time)."""
+        from ..adaptive import choose_s
+
+        n, now = placement.n, self.clock.now
         busy_until = pending = None
         if isinstance(self.clock, VirtualClock):
             # what a server knows of a busy client: when it was sent the work it has not
@@ -381,45 +420,41 @@ class GradientCoding(Strategy):
             elapsed, units = np.full(n, np.nan), np.zeros(n)
             for w, node in enumerate(cohort):
                 if node in busy_nodes:
-                    elapsed[w], units[w] = self._pending_work(node, now, n)
+                    elapsed[w], units[w] = self._pending_work(node, now, placement.s_max + 1.0)
             pending = (elapsed, units)
         else:
             busy_until = np.array(
                 [now + self.straggler_timeout if node in busy_nodes else 0.0 for node in cohort]
             )
         # skip: busy clients never reply this round (only codes decodable without them
-        # finish); queue: those expected to finish in time get queued work, the rest skip
-        # trust region: s falls at most to half the last round's (the load exponent is
-        # extrapolated beyond the loads seen so far)
-        last = self._decision.s if self._decision is not None and estimator.has_data else 0
-        candidates = [c for c in self._placements[n].stable_values if c >= last // 2]
-        self._decision = choose_s(
-            self._placements[n], estimator, busy_until=busy_until, pending=pending, now=now,
-            candidates=candidates, busy="fit" if self.busy_mode == "queue" else "skip",
+        # finish); queue / fit: those expected to finish in time get queued work, the rest skip
+        return choose_s(
+            placement, estimator, busy_until=busy_until, pending=pending, now=now,
+            candidates=candidates, busy="skip" if self.busy_mode == "skip" else "fit",
             margin=self.auto_margin, lookahead=True,
             rng=np.random.default_rng([self.seed, estimator._next_index]),
         )
-        return self._placements[n].code(self._decision.s)
 
-    def _pending_work(self, node: int, now: float, n: int) -> tuple[float, float]:
+    def _pending_work(self, node: int, now: float, unknown: float) -> tuple[float, float]:
         """``(seconds since its current job started, units not returned)`` of a busy node:
         jobs whose replies arrived by ``now`` are done; the oldest other job started when it
         was sent or when the reply before it arrived. A node with no record (work sent before
-        a restart) counts as ``s_max + 1`` units started now."""
+        a restart) counts as ``unknown`` units (a full share of the placement) started now."""
         jobs = self._outstanding.get(node, [])
         done = [job for job in jobs if job[2] is not None and job[2] <= now]
         left = [job for job in jobs if job[2] is None or job[2] > now]
         self._outstanding[node] = left
         if not left:
-            return 0.0, self._placements[n].s_max + 1.0
+            return 0.0, float(unknown)
         start = max([left[0][0], *(job[2] for job in done)])
         return now - start, float(sum(job[1] for job in left))
 
     def _queued(self, busy_nodes: set[int], cohort: list[int]) -> set[int]:
-        """Busy members that get work queued behind their current job (``busy="queue"``)."""
-        if self.busy_mode != "queue" or not isinstance(self.clock, VirtualClock):
+        """Busy members that get work queued behind their current job (``busy="queue"`` or
+        ``"fit"``)."""
+        if self.busy_mode == "skip" or not isinstance(self.clock, VirtualClock):
             return set()
-        if self.adaptive and self._decision is not None:
+        if self._estimating and self._decision is not None:
             skip = {cohort[w] for w in self._decision.skip}
             return {node for node in busy_nodes if node not in skip}
         limit = self.straggler_timeout
@@ -723,7 +758,7 @@ class GradientCoding(Strategy):
         if self.adaptive:
             code = self._adaptive_code(len(cohort), self._busy(grid, cohort), cohort)
         else:
-            code = self.code_for(len(cohort))
+            code = self._fixed_code(len(cohort), self._busy(grid, cohort), cohort)
         partitions = self._partitions(code, cohort)
         array_key = self._array_key(inner_msgs[0].content)
         global_arrays = inner_msgs[0].content.array_records[array_key]
@@ -761,7 +796,7 @@ class GradientCoding(Strategy):
             state.probe = Probe(state.reply_layout, (self.seed, server_round, 0x5EED))
         messages = []
         unit_loads = None
-        if self.adaptive and isinstance(self.clock, VirtualClock):
+        if self._estimating and isinstance(self.clock, VirtualClock):
             from ..adaptive import code_loads
 
             unit_loads = code_loads(code, 1.0)
@@ -881,7 +916,7 @@ class GradientCoding(Strategy):
             window.end,
             answered=[state.cohort[w] for w in state.answered],
         )
-        if self.adaptive:
+        if self._estimating:
             self._observe(state, arrivals, window)
         late = self._late + len(window.late)
         self._late = 0
