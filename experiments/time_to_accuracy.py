@@ -225,13 +225,14 @@ def build_table(runs: dict, target: float) -> dict:
         # it on each of them (exact schemes share the iterates: the same seeds reach it)
         a = _times_to_target(runs[key]["auto"], target)
         seeds = np.isfinite(a)
+        reached = {}  # every exact fixed choice that reached the target on auto's seeds
+        for k in table[key]:
+            if k in EXACT_FIXED or k.startswith(("nested s=", "nested-fit s=")):
+                f = _times_to_target(runs[key][k], target)
+                if len(f) == len(a) and np.isfinite(f[seeds]).all():
+                    reached[k] = float(np.mean(f[seeds]))
         for prefix, suffix in (("nested s=", ""), ("nested-fit s=", "_same_information")):
-            fixed = {}
-            for k in table[key]:
-                if k in EXACT_FIXED or k.startswith(prefix):
-                    f = _times_to_target(runs[key][k], target)
-                    if len(f) == len(a) and np.isfinite(f[seeds]).all():
-                        fixed[k] = float(np.mean(f[seeds]))
+            fixed = {k: t for k, t in reached.items() if k in EXACT_FIXED or k.startswith(prefix)}
             if not any(k.startswith(prefix) for k in fixed) and suffix:
                 continue  # no fixed code queued from the server's knowledge in this setting
             if fixed:

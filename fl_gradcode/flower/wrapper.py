@@ -755,15 +755,15 @@ class GradientCoding(Strategy):
         )
         if isinstance(grid, EarlyReturnGrid):
             grid.collect_late()
+        busy_nodes = self._busy(grid, cohort)
         if self.adaptive:
-            code = self._adaptive_code(len(cohort), self._busy(grid, cohort), cohort)
+            code = self._adaptive_code(len(cohort), busy_nodes, cohort)
         else:
-            code = self._fixed_code(len(cohort), self._busy(grid, cohort), cohort)
+            code = self._fixed_code(len(cohort), busy_nodes, cohort)
         partitions = self._partitions(code, cohort)
         array_key = self._array_key(inner_msgs[0].content)
         global_arrays = inner_msgs[0].content.array_records[array_key]
         theta = {name: protocol.array_view(arr) for name, arr in global_arrays.items()}
-        busy_nodes = self._busy(grid, cohort)
         queued = self._queued(busy_nodes, cohort)
         if len(busy_nodes) == len(cohort) and not queued:  # never spend a round on nothing
             if isinstance(self.clock, VirtualClock):
