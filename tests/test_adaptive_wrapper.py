@@ -293,3 +293,30 @@ def test_auto_passes_its_margin_and_asks_for_the_two_round_lookahead(margin, mon
     assert calls == [(margin, True)] * 3
     with pytest.raises(ValueError, match="auto_margin=-1"):
         GradientCoding(FedAvg(), s="auto", auto_margin=-1)
+
+
+def test_the_estimator_splits_a_queued_reply_at_the_arrival_of_the_reply_before_it():
+    """FRC n=4, s=1 (loads 2), a round from 6 s to 11 s; every reply arrives at 11 s. Worker
+    1's earlier reply arrived at 10 s: its new work waited 4 s and took 1 s. Worker 3's
+    earlier job never answered: when its new work started is unknown, so the round tells
+    nothing about it. Workers 0 and 2 had nothing queued: 5 s of their own. The clock holds
+    no backlog: the split must come from the server's records of what it sent and got."""
+    from types import SimpleNamespace
+
+    from fl_gradcode.flower.clock import RoundWindow
+
+    cohort = [10, 11, 12, 13]
+    strategy = GradientCoding(FedAvg(), code="frc", s=1, busy="fit", seed=0)
+    strategy._estimators[4] = LatencyEstimator(4)
+    strategy.clock.now = strategy.clock.round_start = 6.0
+    strategy._outstanding = {10: [[6.0, 2.0, None]], 11: [[0.0, 2.0, 10.0], [6.0, 2.0, None]],
+                             12: [[6.0, 2.0, None]], 13: [[0.0, 2.0, None], [6.0, 2.0, None]]}
+    state = SimpleNamespace(code=strategy.code_for(4), cohort=cohort, busy=[1, 3],
+                            sent=dict.fromkeys(range(4)))
+    strategy._observe(state, dict.fromkeys(range(4), 5.0), RoundWindow([0, 1, 2, 3], 11.0))
+    rec = strategy._estimators[4]._rounds[-1]
+    np.testing.assert_allclose(rec.busy, [0.0, 4.0, 0.0, 5.0])
+    np.testing.assert_allclose(rec.y[:3], [5.0, 1.0, 5.0])
+    np.testing.assert_array_equal(rec.load, [2.0, 2.0, 2.0, 0.0])
+    # each job is recorded as back when its reply arrived
+    assert [jobs[-1][2] for jobs in strategy._outstanding.values()] == [11.0] * 4

@@ -1008,7 +1008,7 @@ class GradientCoding(Strategy):
         backlog = self.clock.backlog if isinstance(self.clock, VirtualClock) else {}
         late = []
         for w, t in arrivals.items():
-            t = t + backlog.get(w, 0.0)  # queued work started when the earlier job ended
+            t = t + backlog.get(w, 0.0)  # the arrival: queued work runs after the earlier job
             jobs = self._outstanding.get(state.cohort[w])
             if w in state.sent and jobs:  # this round's job: known done once it arrives
                 jobs[-1][2] = self.clock.round_start + t
@@ -1017,16 +1017,28 @@ class GradientCoding(Strategy):
                     elapsed[w] = t
                 else:
                     late.append((w, t))
-        busy = np.zeros(n)
-        if isinstance(self.clock, VirtualClock):
-            for w in state.busy:
-                node = state.cohort[w]
-                busy[w] = max(0.0, self.clock.busy_until.get(node, 0.0) - self.clock.round_start)
-            for w, wait in backlog.items():
-                busy[w] = wait
-        rid = estimator.update(elapsed, loads, duration, busy=busy)
+        rid = estimator.update(elapsed, loads, duration, busy=self._waited(state, duration))
         for w, t in late:
             self._late_observations.append((self.clock.round_start + t, rid, w, t, n))
+
+    def _waited(self, state: _Round, duration: float) -> np.ndarray:
+        """Per worker, seconds from the round's start until its work could start, from the
+        server's records: work queued behind earlier jobs starts when the last of their
+        replies arrived (a node runs its messages in order). A predecessor not back by the
+        round's end, or never back (an error, no answer), leaves the start unknown: the
+        whole round (the estimator takes no information from that worker this round)."""
+        end = self.clock.round_start + duration
+        waited = np.zeros(state.code.n)
+        for w in state.sent:
+            jobs = self._outstanding.get(state.cohort[w], [])
+            before = [job[2] for job in jobs[:-1]]  # the last job is this round's
+            if not before:
+                continue
+            if any(arrival is None or arrival > end for arrival in before):
+                waited[w] = duration
+            else:
+                waited[w] = max(max(before) - self.clock.round_start, 0.0)
+        return waited
 
     def _arrival(self, state: _Round, worker: int, reply: CodedReply) -> float:
         if isinstance(self.clock, WallClock):
