@@ -4,7 +4,8 @@ The real strategy and client code (``server.app.run_in_process``: the ServerApp'
 ClientApp's computation, an in-process Grid) in virtual time: softmax regression on the embedded
 digits, ``gradient`` updates, ``lr = 1``, a modelled compute cost of ``partition-cost-s`` per
 partition (a coded client computing ``s+1`` partitions pays ``s+1`` times), latency from a
-Pareto model, a bimodal straggler model or replay of the AWS Lambda traces.
+Pareto model, a bimodal straggler model (per round or persistent) or replay of the AWS Lambda
+traces.
 
 Schemes (same seeds, same partitions):
 
@@ -28,7 +29,8 @@ Schemes (same seeds, same partitions):
   that the comparison isolates the choice of ``s`` (``vs_best_fixed_same_information``).
 
 A ``drift`` setting switches the latency regime at round 15 (Pareto delays, then load-scaled
-bimodal straggling).
+bimodal straggling); a ``persistent`` setting is the bimodal model with its slow clients fixed
+(a seeded 10% of the federation is 20 times slower in every round: heterogeneous hardware).
 
 ``n = 12`` (the scale of Tandon et al.'s EC2 runs, Dirichlet(0.5) partitions) with and without
 partition-level DP; ``n = 100`` and ``n = 256`` (pathological 2-class partitions) without DP.
@@ -95,6 +97,10 @@ LATENCIES = {
     "bimodal": {"latency": "bimodal", "latency-scale": 0.1, "latency-rate": 10.0,
                 "latency-p": 0.1, "latency-slowdown": 20.0},
     "trace": {"latency": "trace", "latency-trace": "canada"},
+    # the bimodal model with the slow clients fixed (heterogeneous hardware): a seeded 10% of
+    # the clients is 20x slower in every round
+    "persistent": {"latency": "persistent", "latency-scale": 0.1, "latency-rate": 10.0,
+                   "latency-p": 0.1, "latency-slowdown": 20.0},
     # regime change at round 15: Pareto(0.5, 1.5) delays, then load-scaled bimodal straggling
     "drift": {"latency": "drift", "latency-scale": 0.5, "latency-shape": 1.5,
               "latency-rate": 10.0, "latency-p": 0.1, "latency-slowdown": 20.0,
@@ -175,6 +181,8 @@ def setups_for(quick: bool) -> list[tuple]:
     setups += [(n, n // 8, "pathological", lat, False)
                for n in (100, 256) for lat in ("bimodal", "trace")]
     setups += [(12, 3, "dirichlet", "drift", False), (100, 12, "pathological", "drift", False)]
+    setups += [(12, 3, "dirichlet", "persistent", False),
+               (100, 12, "pathological", "persistent", False)]
     return setups
 
 
