@@ -1,4 +1,4 @@
-"""Mutation testing of the codes, the Flower layer and privacy with mutmut 3 (``[tool.mutmut]``).
+"""Mutation testing of the codes, the Flower layer, privacy, latency and adaptive coding (mutmut 3).
 
 Usage::
 
@@ -6,8 +6,9 @@ Usage::
                                    [--max-children C] [--deselect TEST_ID ...]
 
 ``M`` is one of ``codes``, ``privacy``, ``mod``, ``wrapper``, ``protocol``, ``clock``, ``grid``,
-``integrity`` (default: all). Each module is mutated by mutmut against the relevant FAST test
-files only (``-m "not simulation and not deployment"``, never the experiments smoke tests);
+``integrity``, ``adaptive``, ``latency`` (default: all). Each module is mutated by mutmut
+against the relevant FAST test files only (``-m "not simulation and not deployment"``, never
+the experiments smoke tests);
 mutmut runs, per mutant, only the tests that executed the mutated function.
 
 mutmut writes a ``mutants/`` tree into the directory it runs in, so the run happens in a scratch
@@ -65,6 +66,11 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     "integrity": (["fl_gradcode/flower/integrity.py"], ["tests/test_integrity.py",
                                                         *WRAPPER_TESTS]),
     **{m: ([f"fl_gradcode/flower/{m}.py"], APP_TESTS) for m in ("mod", "wrapper", "protocol")},
+    "adaptive": (["fl_gradcode/adaptive.py"], ["tests/test_adaptive.py",
+                                                "tests/test_adaptive_wrapper.py", KILLED_BY_NEW,
+                                                "tests/test_mutation_kills_adaptive.py"]),
+    "latency": (["fl_gradcode/latency.py"], ["tests/test_latency.py", KILLED_BY_NEW,
+                                             "tests/test_mutation_kills_latency.py"]),
 }
 KILLED = {"killed", "timeout"}
 
@@ -126,6 +132,33 @@ REASONS: dict[str, str] = {
     "fl_gradcode.privacy.xǁServerNoiseǁdraw__mutmut_5":
         "equivalent: a 129-bit instead of 128-bit OS-random seed; the noise is N(0, std^2) "
         "either way and no run can observe which seed was drawn",
+    "fl_gradcode.adaptive.x__fit_gpd__mutmut_135":
+        "killed since by test_the_gpd_fit_recovers_the_shape_and_scale_of_gpd_excesses",
+    "fl_gradcode.adaptive.x_choose_s__mutmut_262":
+        "killed since by test_the_approximate_choice_is_the_fastest_per_full_data_equivalent_"
+        "not_the_smallest_r",
+    "fl_gradcode.adaptive.x_decode_rule__mutmut_6":
+        "equivalent: np.dtype(None) is float64, the dtype it names",
+    "fl_gradcode.adaptive.xǁLatencyEstimatorǁ_estimate_beta__mutmut_33":
+        "equivalent: the slope sums w * xc * yc with xc centred by the weighted mean, so "
+        "sum(w * xc) = 0 and any constant subtracted from y cancels",
+    "fl_gradcode.adaptive.xǁLatencyEstimatorǁ_slowness_map__mutmut_83":
+        "equivalent: gpd=None is falsy, the exponential tail gpd=False selects",
+    "fl_gradcode.adaptive.xǁLatencyEstimatorǁ_slowness_map__mutmut_89":
+        "not killed: the exponential tail inside the slowness pass is a speed choice (no GPD "
+        "fit per pass); a GPD tail changes the slowness only of clients censored beyond the "
+        "last event, by amounts no test pins",
+    "fl_gradcode.adaptive.xǁLatencyEstimatorǁsample_remaining__mutmut_28":
+        "killed since by test_a_client_without_outstanding_work_draws_nothing_and_changes_"
+        "no_other_draw",
+    "fl_gradcode.adaptive.xǁLatencyEstimatorǁupdate__mutmut_35":
+        "killed since by test_update_names_a_loads_vector_of_the_wrong_shape",
+    "fl_gradcode.adaptive.xǁ_Survivalǁ__init____mutmut_4":
+        "killed since by test_kaplan_meier_counts_a_time_censored_at_an_event_time_as_still_"
+        "at_risk",
+    "fl_gradcode.latency.x_expected_round_time__mutmut_2":
+        "equivalent in what a test can require: the default Monte Carlo size of models "
+        "without a closed form (20,000 or 20,001 rounds: both estimates are correct)",
 }
 
 

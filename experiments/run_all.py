@@ -23,6 +23,7 @@ EXPERIMENTS = [
     "matmul_speedup",
     "bench_dp",
     "latency_vs_s",
+    "bench_adaptive",
     "time_to_accuracy",
 ]
 

@@ -68,8 +68,6 @@ References:
 from __future__ import annotations
 
 import math
-import os
-import time
 import weakref
 from collections import deque
 from collections.abc import Iterable, Sequence
@@ -1056,99 +1054,3 @@ def choose_s(
             if approx[r_best] < times[best]:
                 return Decision(r_best, times, True, approx, skip=tuple(int(i) for i in skip))
     return Decision(best, times, False, approx, skip=tuple(int(i) for i in skip))
-
-
-# ============================================================================ benchmark
-def _benchmark(n: int = 256, s_max: int = 64, rounds: int = 120, repeats: int = 5) -> None:
-    """Decision time at ``n`` clients with every ``s <= s_max`` as candidate, after ``rounds``
-    rounds (120 = the rounds kept by default: steady state)."""
-    from .latency import ShiftedExponential
-
-    t0 = time.perf_counter()
-    placement = NestedPlacement(n, s_max)
-    placement.codes()
-    for s in placement.stable_values:
-        decode_rule(placement.code(s))
-    t_build = time.perf_counter() - t0
-    rng = np.random.default_rng(0)
-    est = LatencyEstimator(n, halflife=20.0)
-    model = ShiftedExponential(shift=1.0, rate=1.0)
-    slow = rng.random(n) < 0.05
-    s = s_max
-    for _ in range(rounds):
-        loads = code_loads(placement.code(s), 1.0)
-        t = model.sample(n, rng, 1.0) * loads * np.where(slow, 10.0, 1.0)
-        end = float(decode_rule(placement.code(s)).times(t[None, :])[0])
-        est.update(np.where(t <= end, t, np.nan), loads, end)
-        s = choose_s(placement, est, samples=256).s
-    fits, fit_cpu, decisions, cpu = [], [], [], []
-    for r in range(repeats):
-        est._version += 1  # force a refit, as after a new round
-        t1, c1 = time.perf_counter(), time.process_time()
-        est.fit()
-        fit_cpu.append(time.process_time() - c1)
-        t2 = time.perf_counter()
-        c2 = time.process_time()
-        d = choose_s(placement, est, samples=256, rng=np.random.default_rng(r))
-        cpu.append(time.process_time() - c2)
-        decisions.append(time.perf_counter() - t2)
-        fits.append(t2 - t1)
-    distinct = len({round(v, 12) for v in d.expected_times.values()})
-    print(f"n={n}, s_max={s_max}: placement + {len(placement.stable_values)} codes + rules "
-          f"built once in {t_build:.2f} s (storage {placement.storage} partitions/client)")
-    print(f"estimator: {est.n_rounds} rounds x {n} clients; refit after a round: median "
-          f"{1e3 * np.median(fits):.1f} ms wall, {1e3 * np.median(fit_cpu):.1f} ms CPU")
-    print(f"choose_s over {len(d.expected_times)} candidates ({distinct} distinct codes), "
-          f"256 samples: median {1e3 * np.median(decisions):.1f} ms wall, "
-          f"{1e3 * np.median(cpu):.1f} ms CPU (os.getloadavg: {os.getloadavg()[0]:.1f})")
-    print(f"chose s={d.s}: E[T]={d.expected_times[d.s]:.2f}; s=0: {d.expected_times[0]:.2f}; "
-          f"s={s_max}: {d.expected_times[s_max]:.2f} ({int(slow.sum())} clients 10x slow)")
-
-
-def _scenarios(n: int = 100, s_max: int = 24, rounds: int = 40) -> None:
-    """Closed loop (choose, run a round with early return, observe, late replies reported):
-    mean round time of the adaptive policy (rounds 5 onwards) against fixed tolerances."""
-
-    def bimodal(rng, L):  # compute-bound, 10% of clients 20x slower in each round
-        return L * (0.1 + rng.exponential(0.1, L.size)) * np.where(rng.random(L.size) < 0.1, 20, 1)
-
-    def pareto(rng, L):  # small compute plus a heavy-tailed delay that ignores the load
-        return 0.01 * L + 1.0 + rng.pareto(1.5, L.size)
-
-    def shifted(rng, L):  # compute-bound shifted exponential: coding cannot pay
-        return L * (1.0 + rng.exponential(1.0, L.size))
-
-    placement = NestedPlacement(n, s_max)
-    fixed = sorted({0, 1, 3, s_max // 4, s_max // 2, s_max})
-    print(f"closed loop, n={n}, s_max={s_max}, {rounds} rounds (mean round time)")
-    for name, draw in (("bimodal", bimodal), ("pareto", pareto), ("shifted-exp", shifted)):
-        rng = np.random.default_rng(0)
-        est = LatencyEstimator(n)
-        s, path, ends = choose_s(placement, est).s, [], []
-        for _ in range(rounds):
-            code = placement.code(s)
-            loads = code_loads(code)
-            t = draw(rng, loads)
-            end = float(decode_rule(code).times(t[None, :])[0])
-            rid = est.update(np.where(t <= end, t, np.nan), loads, end)
-            for i in np.flatnonzero(t > end):
-                est.observe_late(rid, int(i), float(t[i]))
-            path.append(s)
-            ends.append(end)
-            s = choose_s(placement, est).s
-        ref_rng = np.random.default_rng(1)
-        ref = {}
-        for f in fixed:
-            code = placement.code(f)
-            T = np.stack([draw(ref_rng, code_loads(code)) for _ in range(2000)])
-            ref[f] = float(decode_rule(code).times(T).mean())
-        refs = ", ".join(f"s={f}: {v:.2f}" for f, v in ref.items())
-        print(f"  {name:11s} adaptive {np.mean(ends[5:]):.2f} (last s={path[-1]}); fixed {refs}")
-
-
-if __name__ == "__main__":
-    import sys
-
-    _benchmark()
-    if "--scenarios" in sys.argv:
-        _scenarios()

@@ -174,3 +174,20 @@ def test_time_to_accuracy_compares_auto_with_fixed_codes_of_either_information()
     assert module.scheme_config("nested-fit s=6") == {"code": "nested", "s": 6, "busy": "fit"}
     assert module.scheme_config("nested s=6") == {"code": "nested", "s": 6, "busy": "queue"}
     assert "nested-fit s=3" in module.schemes_for(12)
+
+
+def test_bench_adaptive_quick_times_the_decision_and_runs_the_closed_loop(tmp_path):
+    out = tmp_path / "ba"
+    result = load("bench_adaptive").main(["--quick", "--out", str(out)])
+    saved = json.loads(out.with_suffix(".json").read_text())
+    assert saved["closed_loop"] == result["closed_loop"]
+    dec = saved["decision"]
+    assert dec["choose_ms"] > 0 and dec["fedavg_ms"] > 0
+    assert dec["choose_over_fedavg"] == pytest.approx(dec["choose_ms"] / dec["fedavg_ms"])
+    assert {"0", str(dec["s_max"])} <= set(dec["expected_s"])
+    # compute-bound shifted exponential, uncoded on the nested placement: every client one
+    # unit, the round waits for the slowest of 12: E = 1 + H_12 (order statistics), 200 rounds
+    shifted = saved["closed_loop"]["shifted-exp"]
+    h12 = sum(1.0 / i for i in range(1, 13))
+    assert shifted["fixed_mean_round_s"]["0"] == pytest.approx(1.0 + h12, abs=0.3)
+    assert shifted["best_fixed"] == 0 and shifted["path"][-1] == 0  # coding cannot pay there
