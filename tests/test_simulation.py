@@ -85,3 +85,28 @@ def test_wallclock_slow_client_does_not_hold_rounds_back(tmp_path):
     assert all(r["wall_s"] < 10.0 for r in rounds), [r["wall_s"] for r in rounds]
     assert rounds[1]["busy"] == [2]  # still sleeping on round 1's work: not sent new work
     assert np.all(np.isfinite(model))
+
+
+def test_auto_tolerance_in_wallclock_rounds_skips_a_slow_client_and_stays_exact(tmp_path):
+    """``s=auto`` through our ServerApp and ClientApp in Flower's simulation engine, wallclock
+    rounds: it starts at ``s-max``, never waits for a client asleep for 10 s, records its
+    choice per round, and every round decodes the uncoded result (compared with an uncoded run
+    without the slow client's delay)."""
+    common = {"num-rounds": 3, "update": "gradient", "seed": 5, "lr": 0.5, "latency": "none"}
+    rounds, model, _ = simulate(
+        tmp_path,
+        "auto",
+        6,
+        code="grouped-rs",
+        s="auto",
+        **{"s-max": 2, "timing": "wallclock", "slow-workers": "2", "slow-delay-s": 10.0,
+           "straggler-timeout": 8.0},
+        **common,
+    )
+    _, uncoded, _ = simulate(tmp_path, "uncoded", 6, code="uncoded", s=0, **common)
+    assert [r["decode"] for r in rounds] == ["exact"] * 3
+    assert rounds[0]["s"] == 2  # no observation yet: the safe s_max
+    assert all(r["s"] in (1, 2) for r in rounds)  # one client asleep: s = 0 cannot decode
+    assert all(2 not in r["clients_used"] for r in rounds)
+    assert all(r["wall_s"] < 10.0 for r in rounds), [r["wall_s"] for r in rounds]
+    assert rel(model, uncoded) <= 1e-6
