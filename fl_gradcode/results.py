@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -28,14 +29,18 @@ ROUND_FIELDS = (
 
 
 def _jsonable(value: Any) -> Any:
+    """Plain JSON values; ``nan`` and infinities become ``null`` (they are not JSON, and
+    strict parsers such as ``JSON.parse`` or ``jq`` reject the ``NaN`` Python would write)."""
     if isinstance(value, np.generic):
-        return value.item()
+        value = value.item()
     if isinstance(value, np.ndarray):
-        return value.tolist()
+        value = value.tolist()
     if isinstance(value, Mapping):
         return {str(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
     return value
 
 
@@ -46,7 +51,7 @@ class RoundRecorder:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         (self.directory / "config.json").write_text(
-            json.dumps(_jsonable(config), indent=2, sort_keys=True)
+            json.dumps(_jsonable(config), indent=2, sort_keys=True, allow_nan=False)
         )
         self._rounds = self.directory / "rounds.jsonl"
         self._rounds.write_text("")
@@ -56,7 +61,7 @@ class RoundRecorder:
         if missing:
             raise ValueError(f"round record lacks {missing}")
         with self._rounds.open("a") as fh:
-            fh.write(json.dumps(_jsonable(row), sort_keys=True) + "\n")
+            fh.write(json.dumps(_jsonable(row), sort_keys=True, allow_nan=False) + "\n")
 
     def save_model(self, arrays: Mapping[str, np.ndarray]) -> None:
         path = self.directory / "final_model.npz"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord
@@ -19,13 +21,13 @@ from fl_gradcode.latency import Bimodal, Drift, Pareto, ShiftedExponential, Trac
 N = 12
 
 
-def run(latency, rounds=8, s_max=3):
+def run(latency, rounds=8, s_max=3, **options):
     app = ClientApp(mods=[gradient_coding_mod])
     app.train()(train)
     strategy = GradientCoding(
         FedAvg(fraction_evaluate=0.0, min_available_nodes=N), s="auto", s_max=s_max,
         latency=latency, seed=0, wire="float64", straggler_timeout=1e6, compute_cost_s=0.1,
-        measured_compute=False,
+        measured_compute=False, **options,
     )
     result = strategy.start(grid=InProcessGrid(app, N),
                             initial_arrays=ArrayRecord({"w": Array(np.zeros(DIM))}),
@@ -46,7 +48,26 @@ def test_auto_rounds_are_exact_and_equal_fedavg_over_all_partitions(latency):
     assert np.linalg.norm(theta - expected) <= 1e-9 * np.linalg.norm(expected)
     assert all(0 <= r["s"] <= 3 for r in strategy.history)
     assert strategy.history[0]["s"] == 3  # no observation yet: the safe s_max
-    assert all(r["expected_round_s"] is not None for r in strategy.history)
+    # no observation before round 1: no estimate (null); every later round has one
+    assert strategy.history[0]["expected_round_s"] is None
+    assert all(np.isfinite(r["expected_round_s"]) for r in strategy.history[1:])
+
+
+def _strict(text: str) -> list[dict]:
+    """JSON lines as a strict parser reads them: NaN and Infinity are not JSON."""
+
+    def refuse(token):
+        raise ValueError(f"{token} is not JSON")
+
+    return [json.loads(line, parse_constant=refuse) for line in text.splitlines()]
+
+
+def test_rounds_jsonl_of_an_auto_run_is_strict_json_with_null_before_any_estimate(tmp_path):
+    strategy, _ = run(Pareto(1.0, 1.5), rounds=3, results_dir=str(tmp_path))
+    rows = _strict((tmp_path / "rounds.jsonl").read_text())
+    assert [r["s"] for r in rows] == [r["s"] for r in strategy.history]
+    assert rows[0]["expected_round_s"] is None
+    assert all(r["expected_round_s"] > 0 for r in rows[1:])
 
 
 def test_auto_is_reproducible():

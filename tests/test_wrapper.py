@@ -797,6 +797,27 @@ def test_result_and_results_dir_hold_every_round(tmp_path):
     assert config["code"] == "frc" and config["s"] == 1 and config["strategy"] == "FedAvg"
 
 
+def test_the_round_recorder_writes_strict_json_with_null_for_non_finite_numbers(tmp_path):
+    from fl_gradcode.results import ROUND_FIELDS, RoundRecorder, read_rounds
+
+    rec = RoundRecorder(tmp_path, {"latency-scale": float("inf")})
+    row = {k: 0 for k in ROUND_FIELDS}
+    row.update(accuracy=float("nan"), loss=np.float64("inf"), decode_error=float("-inf"),
+               extra=[1.0, float("nan")])
+    rec.record(row)
+
+    def refuse(token):
+        raise ValueError(f"{token} is not JSON")
+
+    text = (tmp_path / "rounds.jsonl").read_text()
+    parsed = json.loads(text, parse_constant=refuse)
+    assert parsed["accuracy"] is None and parsed["loss"] is None
+    assert parsed["decode_error"] is None and parsed["extra"] == [1.0, None]
+    assert read_rounds(tmp_path) == [parsed]
+    config = json.loads((tmp_path / "config.json").read_text(), parse_constant=refuse)
+    assert config == {"latency-scale": None}
+
+
 # =============================================================================== 10. grid drops
 class DroppingGrid(InProcessGrid):
     """Like Flower's InMemoryGrid when the link refuses a message: it sets the message's id,

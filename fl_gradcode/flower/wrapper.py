@@ -973,9 +973,7 @@ class GradientCoding(Strategy):
             rejected_reasons=[reason for _, reason in state.rejected],
             decode_error=float(decoding.error) if decoding is not None else 1.0,
             num_examples=num_examples,
-            expected_round_s=None
-            if self._decision is None or not self.adaptive
-            else float(self._decision.expected_times.get(self._decision.s, float("nan"))),
+            expected_round_s=self._expected_round_s(),
             wire=state.wire,
             verified=None if verdict is None else verdict.status,
             inconsistent=[] if verdict is None else verdict.excluded,
@@ -1218,6 +1216,14 @@ class GradientCoding(Strategy):
         row = self._record(server_round, late_dropped=self._late)
         self._late = 0
         return self._metrics(row, None)
+
+    def _expected_round_s(self) -> float | None:
+        """The predicted time of the chosen code (``auto``); ``None`` for a fixed code and
+        before any observation (no estimate: ``choose_s`` starts at ``s_max`` unpriced)."""
+        if self._decision is None or not self.adaptive:
+            return None
+        value = float(self._decision.expected_times.get(self._decision.s, math.nan))
+        return value if math.isfinite(value) else None
 
     def _record(self, server_round: int, **fields: Any) -> dict[str, Any]:
         """The round's row for ``rounds.jsonl`` (every key, defaults for a round that decoded
