@@ -126,7 +126,8 @@ def compare(coded_dir: Path, uncoded_dir: Path) -> str:
 
     coded, uncoded = read_rounds(coded_dir), read_rounds(uncoded_dir)
     final = {name: rows[-1]["accuracy"] for name, rows in (("coded", coded), ("uncoded", uncoded))}
-    target = min(a for a in final.values() if a is not None)
+    # a value that is not a finite number is null in rounds.jsonl (e.g. a diverged loss)
+    target = min((a for a in final.values() if a is not None), default=0.0)
     lines = [
         "",
         f"coded vs uncoded, same seeds (time to accuracy {target:.3f}, the lower final one):",
@@ -141,7 +142,8 @@ def compare(coded_dir: Path, uncoded_dir: Path) -> str:
         mb = sum(r.get("bytes_up", 0) for r in rows) / 1e6
         t_txt = "-" if t is None else f"{t:.2f} s"
         lines.append(
-            f"{name:10}{final[name]:>10.3f}{t_txt:>13}{rows[-1]['virtual_s']:>10.2f} s"
+            f"{name:10}{'-' if final[name] is None else f'{final[name]:.3f}':>10}{t_txt:>13}"
+            f"{rows[-1]['virtual_s']:>10.2f} s"
             f"{exact:>8}/{len(rows):<5}{mb:>9.2f}"
         )
     if times["coded"] and times["uncoded"]:

@@ -818,6 +818,21 @@ def test_the_round_recorder_writes_strict_json_with_null_for_non_finite_numbers(
     assert config == {"latency-scale": None}
 
 
+def test_the_launcher_comparison_reads_null_accuracy_without_crashing(tmp_path):
+    from fl_gradcode.results import ROUND_FIELDS, RoundRecorder
+    from server.launch import compare
+
+    for name, accuracy in (("coded", [0.5, 0.8]), ("uncoded", [0.4, float("nan")])):
+        rec = RoundRecorder(tmp_path / name, {})
+        for r, acc in enumerate(accuracy, start=1):
+            rec.record({**{k: 0 for k in ROUND_FIELDS}, "round": r, "decode": "exact",
+                        "accuracy": acc, "virtual_s": float(r), "bytes_up": 0})
+    text = compare(tmp_path / "coded", tmp_path / "uncoded")
+    uncoded = next(line for line in text.splitlines() if line.startswith("uncoded"))
+    assert uncoded.split()[1] == "-"  # its final accuracy is null: shown as missing
+    assert "time to accuracy 0.800" in text  # the only final accuracy there is
+
+
 # =============================================================================== 10. grid drops
 class DroppingGrid(InProcessGrid):
     """Like Flower's InMemoryGrid when the link refuses a message: it sets the message's id,
