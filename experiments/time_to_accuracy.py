@@ -30,7 +30,9 @@ Schemes (same seeds, same partitions):
 
 A ``drift`` setting switches the latency regime at round 15 (Pareto delays, then load-scaled
 bimodal straggling); a ``persistent`` setting is the bimodal model with its slow clients fixed
-(a seeded 10% of the federation is 20 times slower in every round: heterogeneous hardware).
+(each client is slow with probability 0.1, drawn once from the run seed, and then 20 times
+slower in every round: heterogeneous hardware; 0, 2 and 3 of 12 clients on seeds 0-2, 7, 11
+and 9 of 100).
 
 ``n = 12`` (the scale of Tandon et al.'s EC2 runs, Dirichlet(0.5) partitions) with and without
 partition-level DP; ``n = 100`` and ``n = 256`` (pathological 2-class partitions) without DP.
@@ -97,8 +99,8 @@ LATENCIES = {
     "bimodal": {"latency": "bimodal", "latency-scale": 0.1, "latency-rate": 10.0,
                 "latency-p": 0.1, "latency-slowdown": 20.0},
     "trace": {"latency": "trace", "latency-trace": "canada"},
-    # the bimodal model with the slow clients fixed (heterogeneous hardware): a seeded 10% of
-    # the clients is 20x slower in every round
+    # the bimodal model with the slow clients fixed (heterogeneous hardware): each client is
+    # slow with probability 0.1, drawn once from the run seed, then 20x slower in every round
     "persistent": {"latency": "persistent", "latency-scale": 0.1, "latency-rate": 10.0,
                    "latency-p": 0.1, "latency-slowdown": 20.0},
     # regime change at round 15: Pareto(0.5, 1.5) delays, then load-scaled bimodal straggling

@@ -220,7 +220,8 @@ class PersistentSlow(_SlowFraction):
         return bool(np.random.default_rng([self.seed, worker, 7]).random() < self.p)
 
     def sample(self, size, rng: np.random.Generator, load: float = 1.0) -> np.ndarray:
-        """iid samples treat the first ``p`` fraction of each row of clients as the slow ones."""
+        """Rows of clients ``0..n-1`` (the last axis): column ``w`` is slowed iff
+        :meth:`is_slow` ``(w)``, in every row."""
         t = self.base.sample(size, rng, load)
         n = np.shape(t)[-1]
         slow = np.array([self.is_slow(w) for w in range(n)])

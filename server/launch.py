@@ -126,7 +126,7 @@ def compare(coded_dir: Path, uncoded_dir: Path) -> str:
 
     coded, uncoded = read_rounds(coded_dir), read_rounds(uncoded_dir)
     final = {name: rows[-1]["accuracy"] for name, rows in (("coded", coded), ("uncoded", uncoded))}
-    # a value that is not a finite number is null in rounds.jsonl (e.g. a diverged loss)
+    # a value that is not a finite number is null in rounds.jsonl (an accuracy of NaN)
     target = min((a for a in final.values() if a is not None), default=0.0)
     lines = [
         "",

@@ -1218,8 +1218,9 @@ class GradientCoding(Strategy):
         return self._metrics(row, None)
 
     def _expected_round_s(self) -> float | None:
-        """The predicted time of the chosen code (``auto``); ``None`` for a fixed code and
-        before any observation (no estimate: ``choose_s`` starts at ``s_max`` unpriced)."""
+        """The predicted time of the chosen code (``auto``); ``None`` for a fixed code, before
+        any observation (no estimate: ``choose_s`` starts at ``s_max`` unpriced) and when the
+        prediction is not finite (no candidate predicted to decode)."""
         if self._decision is None or not self.adaptive:
             return None
         value = float(self._decision.expected_times.get(self._decision.s, math.nan))
