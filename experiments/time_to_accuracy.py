@@ -19,6 +19,9 @@ Schemes (same seeds, same partitions):
 * ``auto``: ``s="auto"`` with ``s-max = s``: data placed once, the tolerance in ``0..s``
   chosen every round from the observed (censored) latencies; busy clients get work queued
   behind their current job when they are expected to finish it in time (``busy="queue"``);
+* ``auto-exclude``: ``auto`` with heterogeneity-aware assignment (``exclude-slow = 4``):
+  clients estimated at least 4 times slower may be sent nothing for a round, their
+  partitions shared by the rest of their super-block, when that is predicted faster;
 * ``nested s=v``: the fixed tolerance ``v`` on the same nested placement (the code ``auto``
   would use at ``s = v``), a busy client queued when its current job ends within the last
   round's duration, read from the virtual clock (a simulator's knowledge): with ``uncoded``
@@ -63,7 +66,11 @@ SCHEMES = {
     "exact": {"code": "grouped-rs"},
     "approx-deadline": {"code": "expander", "min-replies": 0},
     "auto": {"s": "auto"},  # s chosen every round in 0..s (s-max), nested placement
+    # auto, and clients estimated 4x slower or more may compute nothing (the others of their
+    # super-block share their partitions) when that is predicted faster
+    "auto-exclude": {"s": "auto", "exclude-slow": 4.0},
 }
+ADAPTIVE = ("auto", "auto-exclude")
 # with the nested s=v schemes (busy clients queued from the simulator's clock): auto's
 # hindsight rivals; with the nested-fit s=v schemes (queued from the server's knowledge, as
 # auto): the rivals that know what auto knows
@@ -154,6 +161,7 @@ def one_run(n, s, scheme, latency, dp, seed, rounds, partitioner):
         "epsilon": h[-1]["epsilon"],
         "s": [r["s"] for r in h],
         "busy_mode": strategy.busy_mode,
+        **({"excluded": [len(r["excluded"]) for r in h]} if "exclude-slow" in cfg else {}),
     }
 
 
@@ -228,33 +236,39 @@ def build_table(runs: dict, target: float) -> dict:
             if row["time_to_target_mean"] and unc:
                 row["speedup_vs_uncoded"] = unc / row["time_to_target_mean"]
             table[key][scheme] = row
-        auto = table[key].get("auto")
-        if auto is None or not auto["time_to_target_mean"]:
-            continue
-        # on the seeds where auto reached the target; a fixed choice competes if it reached
-        # it on each of them (exact schemes share the iterates: the same seeds reach it)
-        a = _times_to_target(runs[key]["auto"], target)
-        seeds = np.isfinite(a)
-        reached = {}  # every exact fixed choice that reached the target on auto's seeds
-        for k in table[key]:
-            if k in EXACT_FIXED or k.startswith(("nested s=", "nested-fit s=")):
-                f = _times_to_target(runs[key][k], target)
-                if len(f) == len(a) and np.isfinite(f[seeds]).all():
-                    reached[k] = float(np.mean(f[seeds]))
-        for prefix, suffix in (("nested s=", ""), ("nested-fit s=", "_same_information")):
-            fixed = {k: t for k, t in reached.items() if k in EXACT_FIXED or k.startswith(prefix)}
-            if not any(k.startswith(prefix) for k in fixed) and suffix:
-                continue  # no fixed code queued from the server's knowledge in this setting
-            if fixed:
-                best = min(fixed, key=fixed.get)
-                auto[f"best_fixed{suffix}"] = best
-                auto[f"best_fixed{suffix}_time"] = fixed[best]
-                auto[f"vs_best_fixed{suffix}"] = float(np.mean(a[seeds])) / fixed[best]
-                auto[f"fixed_compared{suffix}"] = sorted(fixed)
-                auto["seeds_compared"] = int(seeds.sum())
-                low, high = _ratio_ci(runs[key]["auto"], runs[key][best], target)
-                auto[f"vs_best_fixed{suffix}_ci95"] = [low, high]
+        for name in ADAPTIVE:
+            _compare_with_fixed(table[key], runs[key], name, target)
     return table
+
+
+def _compare_with_fixed(table: dict, runs: dict, name: str, target: float) -> None:
+    """An adaptive scheme's time over the best exact fixed choice in hindsight, in place."""
+    auto = table.get(name)
+    if auto is None or not auto["time_to_target_mean"]:
+        return
+    # on the seeds where auto reached the target; a fixed choice competes if it reached
+    # it on each of them (exact schemes share the iterates: the same seeds reach it)
+    a = _times_to_target(runs[name], target)
+    seeds = np.isfinite(a)
+    reached = {}  # every exact fixed choice that reached the target on auto's seeds
+    for k in table:
+        if k in EXACT_FIXED or k.startswith(("nested s=", "nested-fit s=")):
+            f = _times_to_target(runs[k], target)
+            if len(f) == len(a) and np.isfinite(f[seeds]).all():
+                reached[k] = float(np.mean(f[seeds]))
+    for prefix, suffix in (("nested s=", ""), ("nested-fit s=", "_same_information")):
+        fixed = {k: t for k, t in reached.items() if k in EXACT_FIXED or k.startswith(prefix)}
+        if not any(k.startswith(prefix) for k in fixed) and suffix:
+            continue  # no fixed code queued from the server's knowledge in this setting
+        if fixed:
+            best = min(fixed, key=fixed.get)
+            auto[f"best_fixed{suffix}"] = best
+            auto[f"best_fixed{suffix}_time"] = fixed[best]
+            auto[f"vs_best_fixed{suffix}"] = float(np.mean(a[seeds])) / fixed[best]
+            auto[f"fixed_compared{suffix}"] = sorted(fixed)
+            auto["seeds_compared"] = int(seeds.sum())
+            low, high = _ratio_ci(runs[name], runs[best], target)
+            auto[f"vs_best_fixed{suffix}_ci95"] = [low, high]
 
 
 def plot(runs: dict, target: float):
@@ -265,7 +279,7 @@ def plot(runs: dict, target: float):
     cols = min(3, len(keys))
     rows_ = -(-len(keys) // cols)
     fig, axes = plt.subplots(rows_, cols, figsize=(5.2 * cols, 3.9 * rows_), squeeze=False)
-    main_colors = dict(zip([*SCHEMES], ["C0", "C1", "C2", "C3", "C4"], strict=True))
+    main_colors = dict(zip([*SCHEMES], ["C0", "C1", "C2", "C3", "C4", "C5"], strict=True))
     handles = {}
     nested = sorted({_nested_key(s)[0] for by in runs.values() for s in by
                      if s not in main_colors})
@@ -276,7 +290,7 @@ def plot(runs: dict, target: float):
             t = np.mean([r["virtual_s"] for r in rs], axis=0)
             a = np.mean([r["accuracy"] for r in rs], axis=0)
             if scheme in main_colors:
-                style = {"color": main_colors[scheme], "lw": 2.0 if scheme == "auto" else 1.3}
+                style = {"color": main_colors[scheme], "lw": 2.0 if scheme in ADAPTIVE else 1.3}
             else:
                 v, fit = _nested_key(scheme)
                 style = {"color": str(shades[v]), "lw": 0.9, "ls": ":" if fit else "--"}
@@ -390,14 +404,15 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"{key:<24}{scheme:<19}{tt:>18}{'' if sp is None else f'{sp:.2f}x':>9}"
                   f"{r['final_accuracy_mean']:>10.3f}±{r['final_accuracy_std']:.3f}"
                   f"{r.get('max_accuracy_gap_to_uncoded', float('nan')):>8.3f}")
-        auto = rows.get("auto", {})
-        if "vs_best_fixed" in auto:
-            print(f"{key:<24}auto / best fixed ({auto['best_fixed']}): "
-                  f"{auto['vs_best_fixed']:.2f}")
-        if "vs_best_fixed_same_information" in auto:
-            print(f"{key:<24}auto / best fixed, same information "
-                  f"({auto['best_fixed_same_information']}): "
-                  f"{auto['vs_best_fixed_same_information']:.2f}")
+        for name in ADAPTIVE:
+            auto = rows.get(name, {})
+            if "vs_best_fixed" in auto:
+                print(f"{key:<24}{name} / best fixed ({auto['best_fixed']}): "
+                      f"{auto['vs_best_fixed']:.2f}")
+            if "vs_best_fixed_same_information" in auto:
+                print(f"{key:<24}{name} / best fixed, same information "
+                      f"({auto['best_fixed_same_information']}): "
+                      f"{auto['vs_best_fixed_same_information']:.2f}")
     return _write(runs, args, seeds, rounds, figure=True, table=table,
                   partial_runs=partial_runs)
 
@@ -432,7 +447,8 @@ def _write(runs, args, seeds, rounds, figure: bool, table: dict | None = None,
     result = {"target": args.target, "seeds": seeds, "rounds": rounds, "dp": DP, "base": BASE,
               "latencies": LATENCIES, "table": table, "runs": runs, "quick": args.quick,
               "fixed_schemes": {key: [*EXACT_FIXED, *v] for key, v in nested.items()},
-              "busy": {"auto": "queue (fit)", "nested s=v": "queue (virtual clock)",
+              "busy": {"auto": "queue (fit)", "auto-exclude": "queue (fit)",
+                       "nested s=v": "queue (virtual clock)",
                        "nested-fit s=v": "fit (server's knowledge, as auto)",
                        "others": "skip"}}
     if partial_runs is not None:

@@ -8,7 +8,8 @@ so switching ``s`` between rounds moves no data. Each round the server
 2. calls :func:`choose_s`, which simulates the next round for every candidate ``s`` with the
    estimated per-client latency distributions and returns the ``s`` with the smallest expected
    time until the replies decode (``s = 0`` is uncoded on the same placement, so exact coding
-   is never predicted to lose to it).
+   is never predicted to lose to it); optionally each ``s`` also with the clients estimated
+   persistently slow excluded (:meth:`fl_gradcode.codes.NestedPlacement.code_excluding`).
 
 Latency model. Client ``i``, given load ``L_i`` (partitions it computes times the cost of one
 partition) and still busy for ``b_i`` seconds, replies after ``b_i + L_i**beta * X_i``. ``X_i``
@@ -59,8 +60,9 @@ References:
     David, Nagaraja, "Order Statistics", 3rd ed., Wiley 2003 (a round that needs ``t`` of ``m``
     replies lasts the ``t``-th order statistic; Monte Carlo here because clients differ).
     Wang et al., "Heterogeneity-aware Gradient Coding for Straggler Tolerance", ICDCS 2019,
-    https://arxiv.org/abs/1901.09339 (heterogeneous workers; here only the tolerance adapts,
-    loads are not re-allocated per client).
+    https://arxiv.org/abs/1901.09339 (heterogeneous workers: slow ones get less work; here a
+    busy client may get none for a round, and with ``exclude_slower_than`` a client
+    estimated persistently slow may be excluded, its partitions shared by the others).
     Tandon, Lei, Dimakis, Karampatziakis, ICML 2017, https://arxiv.org/abs/1612.03301 and
     Halbawi, Azizan, Salehi, Hassibi, ISIT 2018, https://arxiv.org/abs/1706.05436 (the codes).
 """
@@ -86,6 +88,7 @@ from .codes import (
 )
 
 __all__ = [
+    "CohortView",
     "Decision",
     "DecodeRule",
     "LatencyEstimator",
@@ -438,6 +441,26 @@ class LatencyEstimator:
         self._version += 1
         return rec.index
 
+    def grow(self, n: int) -> None:
+        """Make room for clients ``self.n .. n - 1`` (new nodes joining the federation): the
+        remembered rounds record that they had no work (no information about them)."""
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < self.n:
+            raise ValueError(f"n={n!r} must be an integer >= the current n={self.n}")
+        extra = int(n) - self.n
+        if extra == 0:
+            return
+        for rec in self._rounds:
+            rec.y = np.concatenate([rec.y, np.full(extra, np.nan)])
+            rec.limit = np.concatenate([rec.limit, np.zeros(extra)])
+            rec.load = np.concatenate([rec.load, np.zeros(extra)])
+            rec.busy = np.concatenate([rec.busy, np.zeros(extra)])
+        self.n = int(n)
+        self._version += 1
+
+    def view(self, members: Sequence[int] | np.ndarray) -> CohortView:
+        """This estimator seen through a cohort: client ``w`` of the view is ``members[w]``."""
+        return CohortView(self, members)
+
     def observe_late(self, round_id: int, client: int, elapsed: float) -> bool:
         """A reply of round ``round_id`` arrived after the round ended: turn the censored
         observation of ``client`` into an observed time. Returns ``False`` if the round is no
@@ -693,6 +716,63 @@ class LatencyEstimator:
         return out
 
 
+class CohortView:
+    """A :class:`LatencyEstimator` over every node ever seen, restricted to this round's
+    cohort (client ``w`` of the view is ``members[w]`` of the estimator): what
+    :func:`choose_s` needs when the strategy samples a different cohort each round, so that
+    what was learnt about a node survives the rounds it is not sampled in.
+
+    Draws are the estimator's draws for all its clients, columns ``members`` (the same
+    numbers as the estimator itself when ``members`` is ``0..n-1``).
+    """
+
+    def __init__(self, estimator: LatencyEstimator, members: Sequence[int] | np.ndarray):
+        idx = np.asarray(members, dtype=np.int64)
+        if idx.ndim != 1 or idx.size == 0:
+            raise ValueError(f"members must be a non-empty 1-D sequence; got shape {idx.shape}")
+        bad = (idx < 0) | (idx >= estimator.n)
+        if bad.any():
+            raise ValueError(f"member {int(idx[bad][0])} outside [0, {estimator.n})")
+        if np.unique(idx).size != idx.size:
+            raise ValueError("members must be distinct")
+        self.base, self.members, self.n = estimator, idx, int(idx.size)
+        self.seed = estimator.seed
+
+    @property
+    def has_data(self) -> bool:
+        return self.base.has_data
+
+    @property
+    def load_exponent(self) -> float:
+        return self.base.load_exponent
+
+    @property
+    def _next_index(self) -> int:
+        return self.base._next_index
+
+    def slowness(self) -> np.ndarray:
+        return self.base.slowness()[self.members]
+
+    def sample(self, size: int, rng: np.random.Generator | None = None) -> np.ndarray:
+        return self.base.sample(size, rng)[:, self.members]
+
+    def sample_remaining(
+        self,
+        elapsed: Sequence[float] | np.ndarray,
+        load: Sequence[float] | np.ndarray,
+        size: int,
+        rng: np.random.Generator | None = None,
+    ) -> np.ndarray:
+        elapsed = np.asarray(elapsed, dtype=np.float64)
+        load = np.asarray(load, dtype=np.float64)
+        if elapsed.shape != (self.n,) or load.shape != (self.n,):
+            raise ValueError(f"elapsed and load must have shape ({self.n},); got "
+                             f"{elapsed.shape} and {load.shape}")
+        full_e, full_l = np.full(self.base.n, np.nan), np.zeros(self.base.n)
+        full_e[self.members], full_l[self.members] = elapsed, load
+        return self.base.sample_remaining(full_e, full_l, size, rng)[:, self.members]
+
+
 # ============================================================================ decode rules
 @dataclass(frozen=True)
 class DecodeRule:
@@ -884,6 +964,9 @@ class Decision:
         observed: ``False`` when there were no observations (the safe default was returned).
         skip: busy clients that get no work this round (``busy="skip"``: all of them;
             ``busy="fit"``: those not expected to finish their queued work in time).
+        excluded: clients that compute nothing under the chosen code
+            (:meth:`~fl_gradcode.codes.NestedPlacement.code_excluding`; empty: ``code(s)``).
+        excluded_times: predicted time of every exact candidate that excludes them.
     """
 
     s: int
@@ -892,6 +975,14 @@ class Decision:
     approximate_times: dict[int, float] = field(default_factory=dict)
     observed: bool = True
     skip: tuple[int, ...] = ()
+    excluded: tuple[int, ...] = ()
+    excluded_times: dict[int, float] = field(default_factory=dict)
+
+    @property
+    def expected_time(self) -> float:
+        """The predicted time of the chosen code (``nan`` before any observation)."""
+        table = self.excluded_times if self.excluded else self.expected_times
+        return float(table.get(self.s, math.nan))
 
 
 def choose_s(
@@ -909,6 +1000,7 @@ def choose_s(
     margin: float = 0.0,
     lookahead: bool = False,
     pending: tuple[Sequence[float] | np.ndarray, Sequence[float] | np.ndarray] | None = None,
+    exclude_slower_than: float | None = None,
 ) -> Decision:
     """The tolerance minimising the predicted expected round time.
 
@@ -967,6 +1059,14 @@ def choose_s(
             ``busy_until`` (when the pending reply will arrive) is a simulator's knowledge.
             With ``busy="fit"`` a client counts as late when its median remaining time
             exceeds the round's expected end.
+        exclude_slower_than: heterogeneity-aware assignment: the clients whose estimated
+            slowness factor (:meth:`LatencyEstimator.slowness`) is at least this are
+            candidates for exclusion, and every ``s`` is also priced with
+            ``placement.code_excluding(s, those)`` (they compute nothing, the others share
+            their partitions; Wang, Cheng, Ramamoorthy, ICDCS 2019,
+            https://arxiv.org/abs/1901.09339). The margin rule picks ``s`` as before, then
+            the faster of the two codes for that ``s`` (``Decision.excluded``). ``None``
+            (default): never exclude.
 
     With no observation it returns the largest candidate (``s_max``: the safe choice; with
     ``busy="fit"`` every busy client is queued). Ties (identical codes, or codes that cannot
@@ -1001,44 +1101,70 @@ def choose_s(
     if not estimator.has_data:
         return Decision(s=cand[-1], expected_times={}, observed=False,
                         skip=tuple(int(i) for i in skip))
+    excluded: tuple[int, ...] = ()
+    if exclude_slower_than is not None:
+        if not (isinstance(exclude_slower_than, (int, float))
+                and not isinstance(exclude_slower_than, bool) and exclude_slower_than > 1):
+            raise ValueError(f"exclude_slower_than={exclude_slower_than!r} must be a number "
+                             "> 1 (a slowness factor) or None")
+        if not hasattr(placement, "code_excluding"):
+            raise ValueError("exclude_slower_than needs a NestedPlacement (code_excluding)")
+        slow = estimator.slowness() >= float(exclude_slower_than)
+        excluded = tuple(int(i) for i in np.flatnonzero(slow))
+    variants: dict[int, GradientCode] = {}
+    if excluded:
+        for s in cand:
+            try:
+                variants[s] = placement.code_excluding(s, excluded)
+            except ValueError:  # a super-block with too few active clients for this s
+                continue
     X = estimator.sample(int(samples), rng)
     if pending is not None:  # samples x n: each draw its own remaining times
         rem = estimator.sample_remaining(p_elapsed, p_load, int(samples), rng)
     beta = estimator.load_exponent
 
-    def evaluate(rem: np.ndarray) -> tuple[dict[int, float], int]:
-        times: dict[int, float] = {}
-        seen: dict[bytes, float] = {}
-        for s in cand:
-            rule = decode_rule(placement.code(s))
-            loads = rule.loads(load_per_partition)
-            key = rule.members.tobytes() + rule.thresholds.tobytes() + loads.tobytes()
-            if key not in seen:
-                finish = _finish(X, rem, loads, beta)
-                T = rule.times(finish)
-                if lookahead:  # the backlog this round leaves delays the next one
-                    with np.errstate(invalid="ignore"):  # inf - inf: never replies
-                        left = finish - T[:, None]
-                    left = np.where(np.isnan(left), np.inf, np.maximum(left, 0.0))
-                    # rolled draws: independent latencies for the next round
-                    T = 0.5 * (T + rule.times(_finish(np.roll(X, 1, axis=0), left, loads,
-                                                      beta)))
-                seen[key] = float(np.mean(T))
-            times[s] = seen[key]
-        fastest = min(times.values())
-        # robust choice: the most tolerant candidate predicted within ``margin`` of the fastest
-        return times, max(s for s in cand if times[s] <= fastest * (1.0 + margin))
+    seen: dict[bytes, float] = {}
+
+    def price(code: GradientCode, rem: np.ndarray) -> float:
+        rule = decode_rule(code)
+        loads = rule.loads(load_per_partition)
+        key = rule.members.tobytes() + rule.thresholds.tobytes() + loads.tobytes()
+        if key not in seen:
+            finish = _finish(X, rem, loads, beta)
+            T = rule.times(finish)
+            if lookahead:  # the backlog this round leaves delays the next one
+                with np.errstate(invalid="ignore"):  # inf - inf: never replies
+                    left = finish - T[:, None]
+                left = np.where(np.isnan(left), np.inf, np.maximum(left, 0.0))
+                # rolled draws: independent latencies for the next round
+                T = 0.5 * (T + rule.times(_finish(np.roll(X, 1, axis=0), left, loads,
+                                                  beta)))
+            seen[key] = float(np.mean(T))
+        return seen[key]
+
+    def evaluate(rem: np.ndarray) -> tuple[dict[int, float], dict[int, float], int, bool]:
+        seen.clear()
+        times = {s: price(placement.code(s), rem) for s in cand}
+        other = {s: price(code, rem) for s, code in variants.items()}
+        both = {s: min(times[s], other.get(s, math.inf)) for s in cand}
+        fastest = min(both.values())
+        # robust choice: the most tolerant candidate predicted within ``margin`` of the
+        # fastest, then the faster of its two codes (ties: everyone computes)
+        best = max(s for s in cand if both[s] <= fastest * (1.0 + margin))
+        return times, other, best, other.get(best, math.inf) < times[best]
 
     if busy == "skip":
         rem = np.where(is_busy, np.inf, rem)
-    times, best = evaluate(rem)
+    times, other, best, use_other = evaluate(rem)
     if busy == "fit" and is_busy.any():
         typical = rem if rem.ndim == 1 else np.median(rem, axis=0)
-        late = is_busy & (typical > times[best])  # cannot even start before the expected end
+        end = other[best] if use_other else times[best]
+        late = is_busy & (typical > end)  # cannot even start before the expected end
         if late.any():
             skip = np.flatnonzero(late)
             rem = np.where(late, np.inf, rem)
-            times, best = evaluate(rem)
+            times, other, best, use_other = evaluate(rem)
+    chosen = excluded if use_other else ()
     approx: dict[int, float] = {}
     if allow_approximate:
         own = UncodedCode(n)
@@ -1051,6 +1177,8 @@ def choose_s(
             approx[r] = float(np.mean(ordered[:, n - r - 1])) * n / (n - r)
         if approx:
             r_best = min(approx, key=lambda r: (approx[r], r))
-            if approx[r_best] < times[best]:
-                return Decision(r_best, times, True, approx, skip=tuple(int(i) for i in skip))
-    return Decision(best, times, False, approx, skip=tuple(int(i) for i in skip))
+            if approx[r_best] < min(times[best], other.get(best, math.inf)):
+                return Decision(r_best, times, True, approx, skip=tuple(int(i) for i in skip),
+                                excluded_times=other)
+    return Decision(best, times, False, approx, skip=tuple(int(i) for i in skip),
+                    excluded=chosen, excluded_times=other)

@@ -139,6 +139,7 @@ def build(cfg: dict[str, Any], n: int):
         s="auto" if cfg["s"] == "auto" else int(cfg["s"]),
         s_max=int(cfg["s-max"]) or None,
         auto_margin=float(cfg["auto-margin"]),
+        exclude_slow=float(cfg["exclude-slow"]) or None,
         timing=str(cfg["timing"]),
         latency=latency,
         seed=seed,

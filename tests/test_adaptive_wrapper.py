@@ -10,6 +10,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord
 from flwr.clientapp import ClientApp
 from flwr.serverapp.strategy import FedAvg
 from test_integrity import DIM, oracle, train
+from test_integrity import target as oracle_target
 
 from fl_gradcode.adaptive import Decision, LatencyEstimator
 from fl_gradcode.codes import NestedPlacement
@@ -186,8 +187,8 @@ def test_auto_is_not_trapped_at_s_max_when_half_the_cohort_is_busy(
     estimator = LatencyEstimator(N, load_exponent=1.0)
     estimator.update(np.ones(N), np.ones(N), 1.0)
     strategy._placements[N] = NestedPlacement(N, 3, seed=0)
-    strategy._estimators[N] = estimator
-    strategy._cohort_key = tuple(cohort)
+    strategy._latency = estimator
+    strategy._node_index = {node: i for i, node in enumerate(cohort)}
     strategy.clock.now = 10.0
     busy_nodes = {cohort[w] for w in busy_workers}
     strategy.clock.busy_until = {node: 10.5 for node in busy_nodes}
@@ -222,8 +223,8 @@ def test_fixed_code_with_busy_fit_queues_from_the_servers_knowledge_not_the_cloc
         strategy = GradientCoding(FedAvg(), code="nested", s=1, s_max=3, busy=busy, seed=0)
         estimator = LatencyEstimator(N, load_exponent=1.0)
         estimator.update(np.ones(N), np.ones(N), 1.0)
-        strategy._estimators[N] = estimator
-        strategy._cohort_key = tuple(cohort)
+        strategy._latency = estimator
+        strategy._node_index = {node: i for i, node in enumerate(cohort)}
         strategy.clock.now, strategy.clock.last_duration = 10.0, 3.0
         strategy.clock.busy_until = {cohort[1]: 60.0, cohort[4]: 10.1}
         strategy._outstanding = {cohort[1]: [[9.5, 1.0, None]], cohort[4]: [[9.9, 100.0, None]]}
@@ -254,7 +255,7 @@ def test_fixed_code_with_busy_fit_runs_exact_rounds_and_feeds_its_estimator():
     theta = result.arrays["w"].numpy()
     assert all(r["decode"] == "exact" and r["s"] == 1 for r in strategy.history)
     assert np.linalg.norm(theta - expected) <= 1e-9 * np.linalg.norm(expected)
-    assert strategy._estimators[N].n_rounds == 8
+    assert strategy._latency.n_rounds == 8
     # the work each node was sent is tracked: the last round's jobs, one per node sent work
     assert sum(len(jobs) for jobs in strategy._outstanding.values()) >= N - 1
 
@@ -278,8 +279,8 @@ def test_auto_falls_at_most_to_half_the_last_rounds_s():
     estimator = LatencyEstimator(N, load_exponent=1.0)
     estimator.update(np.ones(N), np.ones(N), 1.0)
     strategy._placements[N] = NestedPlacement(N, 3, seed=0)
-    strategy._estimators[N] = estimator
-    strategy._cohort_key = tuple(cohort)
+    strategy._latency = estimator
+    strategy._node_index = {node: i for i, node in enumerate(cohort)}
     assert strategy._adaptive_code(N, set(), cohort).s == 0  # no previous round: no limit
     strategy._decision = Decision(s=3, expected_times={})
     code = strategy._adaptive_code(N, set(), cohort)
@@ -328,16 +329,87 @@ def test_the_estimator_splits_a_queued_reply_at_the_arrival_of_the_reply_before_
 
     cohort = [10, 11, 12, 13]
     strategy = GradientCoding(FedAvg(), code="frc", s=1, busy="fit", seed=0)
-    strategy._estimators[4] = LatencyEstimator(4)
+    strategy._latency = LatencyEstimator(4)
+    strategy._node_index = {node: i for i, node in enumerate(cohort)}
     strategy.clock.now = strategy.clock.round_start = 6.0
     strategy._outstanding = {10: [[6.0, 2.0, None]], 11: [[0.0, 2.0, 10.0], [6.0, 2.0, None]],
                              12: [[6.0, 2.0, None]], 13: [[0.0, 2.0, None], [6.0, 2.0, None]]}
     state = SimpleNamespace(code=strategy.code_for(4), cohort=cohort, busy=[1, 3],
                             sent=dict.fromkeys(range(4)))
     strategy._observe(state, dict.fromkeys(range(4), 5.0), RoundWindow([0, 1, 2, 3], 11.0))
-    rec = strategy._estimators[4]._rounds[-1]
+    rec = strategy._latency._rounds[-1]
     np.testing.assert_allclose(rec.busy, [0.0, 4.0, 0.0, 5.0])
     np.testing.assert_allclose(rec.y[:3], [5.0, 1.0, 5.0])
     np.testing.assert_array_equal(rec.load, [2.0, 2.0, 2.0, 0.0])
     # each job is recorded as back when its reply arrived
     assert [jobs[-1][2] for jobs in strategy._outstanding.values()] == [11.0] * 4
+
+
+# ------------------------------------------------------------------ sampled cohorts
+def test_auto_keeps_what_it_learnt_about_nodes_across_sampled_cohorts(monkeypatch):
+    """FedAvg(fraction_train=0.5): a different 6 of 12 nodes every round. Deterministic,
+    load-scaled latency (every extra partition costs time): the estimator must carry what
+    it learnt about each node from round to round, so auto leaves s_max. (Earlier versions
+    started a new estimator whenever the cohort changed: s = s_max = 2 in every round.) Every
+    round is exact: the model equals numpy FedAvg over each round's sampled partitions."""
+    import random
+
+    from fl_gradcode.adaptive import CohortView
+
+    cohorts, views = [], []
+    real = GradientCoding._adaptive_code
+
+    def spy(self, n, busy_nodes, cohort):
+        cohorts.append([self.identities[node].partition_id for node in cohort])
+        views.append(self._estimator(n, cohort))
+        return real(self, n, busy_nodes, cohort)
+
+    monkeypatch.setattr(GradientCoding, "_adaptive_code", spy)
+    random.seed(3)  # Flower's FedAvg samples its cohort with the random module
+    app = ClientApp(mods=[gradient_coding_mod])
+    app.train()(train)
+    strategy = GradientCoding(
+        FedAvg(fraction_train=0.5, fraction_evaluate=0.0, min_available_nodes=N), s="auto",
+        s_max=2, latency=ShiftedExponential(shift=0.1, rate=1e9), seed=0, wire="float64",
+        straggler_timeout=1e6, compute_cost_s=0.1, measured_compute=False,
+    )
+    rounds = 10
+    result = strategy.start(grid=InProcessGrid(app, N),
+                            initial_arrays=ArrayRecord({"w": Array(np.zeros(DIM))}),
+                            num_rounds=rounds, train_config=ConfigRecord({}))
+    assert len({tuple(c) for c in cohorts}) > 1 and all(len(c) == 6 for c in cohorts)
+    assert all(r["decode"] == "exact" for r in strategy.history)
+    # reference: numpy FedAvg over each round's sampled partitions (n_j = 10 + 3j)
+    theta = np.zeros(DIM)
+    for pids in cohorts:
+        sizes = np.array([10.0 + 3 * j for j in pids])
+        models = np.array([theta - 0.5 * (theta - oracle_target(j)) for j in pids])
+        theta = sizes @ models / sizes.sum()
+    got = result.arrays["w"].numpy()
+    assert np.linalg.norm(got - theta) <= 1e-9 * np.linalg.norm(theta)
+    # one estimator for every node sampled so far, seen through each cohort
+    assert strategy._latency.n_rounds == rounds
+    assert strategy._latency.n == len(strategy._node_index) == len({p for c in cohorts for p in c})
+    assert any(isinstance(v, CohortView) for v in views)
+    assert np.mean([r["s"] for r in strategy.history[3:]]) < 1.0
+
+
+def test_cohort_view_selects_its_members_columns_and_validates():
+    from fl_gradcode.adaptive import CohortView
+
+    est = LatencyEstimator(5, seed=1, load_exponent=1.0)
+    est.update([1.0, 2.0, 3.0, 4.0, 5.0], np.ones(5), 5.0)
+    view = est.view([4, 0])
+    assert view.n == 2 and view.has_data and view.load_exponent == 1.0
+    full = est.sample(16, np.random.default_rng(0))
+    np.testing.assert_array_equal(view.sample(16, np.random.default_rng(0)), full[:, [4, 0]])
+    np.testing.assert_array_equal(view.slowness(), est.slowness()[[4, 0]])
+    rem = view.sample_remaining([0.5, np.nan], [1.0, 0.0], 8, np.random.default_rng(2))
+    assert rem.shape == (8, 2) and np.all(rem[:, 1] == 0) and np.all(rem[:, 0] >= 0)
+    for bad, message in (([5], "member 5"), ([1, 1], "distinct"), ([], "non-empty")):
+        with pytest.raises(ValueError, match=message):
+            CohortView(est, bad)
+    est.grow(7)  # new nodes join with no record
+    assert est.n == 7 and est.slowness().shape == (7,) and est.slowness()[6] == 1.0
+    with pytest.raises(ValueError, match="n=3"):
+        est.grow(3)

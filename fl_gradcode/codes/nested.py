@@ -49,6 +49,11 @@ for ``s <= 31``; 40 for ``s = 32..39``, ``s + 1`` for ``s = 40, 41``; 83 for ``s
 84 for ``s = 43..64`` (one and the same code, tolerance 82: 1.29x the optimum at ``s = 64``,
 1.95x at ``s = 43``). The amplification budget is ``grouped-rs``'s 1e5.
 
+Heterogeneity-aware variant (:meth:`NestedPlacement.code_excluding`): with the hybrid layout
+every client holds its whole super-block, so for any set of excluded (persistently slow)
+clients the others of each super-block can share its partitions in groups with a balanced
+Halbawi et al. code (:func:`spread_misses`), still exact from any ``n - s`` replies.
+
 ``layout="window"`` holds exactly ``s_max + 1`` partitions (the centred window). Codes with
 ``s <= s_max/2`` are the banded codes above (stable up to the amplification budget); for
 ``s > s_max/2`` it returns Tandon et al.'s randomized CRC with support inside the window
@@ -88,6 +93,7 @@ __all__ = [
     "cyclic_rs_block",
     "nested_code",
     "reflected_misses",
+    "spread_misses",
 ]
 
 LAYOUTS = ("hybrid", "window")
@@ -136,12 +142,14 @@ def reflected_misses(m: int, t: int) -> np.ndarray:
 
 def _rs_from_misses(miss: np.ndarray) -> np.ndarray:
     """Halbawi et al.'s group code for a miss pattern: ``B[p, x] = prod_{v in N_x} (z_p - z_v)``
-    with equispaced nodes ``z`` on ``[-1, 1]`` and ``N_x`` the clients missing partition ``x``."""
-    m = miss.shape[0]
+    with equispaced nodes ``z`` on ``[-1, 1]`` and ``N_x`` the clients missing partition ``x``
+    (``m`` clients, any number of partitions: every ``q_x`` with ``|N_x| = t - 1`` is monic of
+    degree ``t - 1``, so any ``t`` replies give the leading coefficient ``sum_x u_x``)."""
+    m, k = miss.shape
     z = np.linspace(-1.0, 1.0, m) if m > 1 else np.zeros(1)
     diff = z[:, None] - z[None, :]  # diff[p, v] = z_p - z_v
-    B = np.empty((m, m))
-    for x in range(m):
+    B = np.empty((m, k))
+    for x in range(k):
         B[:, x] = np.prod(diff[:, miss[:, x]], axis=1)
     return B
 
@@ -250,6 +258,22 @@ class NestedGroupCode(GradientCode):
         ):
             return True
         return self.decoding(order).exact
+
+
+def spread_misses(m: int, k: int, t: int) -> np.ndarray:
+    """``m x k`` miss pattern: partition ``x`` is missed by the ``t - 1`` clients
+    ``x (t-1), ..., x (t-1) + t - 2`` (mod ``m``), so every column has exactly ``t - 1``
+    misses and the clients' loads ``k - misses`` differ by at most one.
+
+    Raises:
+        ValueError: ``t`` outside ``[1, m]``.
+    """
+    if not 1 <= t <= m:
+        raise ValueError(f"need 1 <= t <= m; got m={m}, t={t}")
+    miss = np.zeros((m, k), dtype=bool)
+    rows = (np.arange(k)[:, None] * (t - 1) + np.arange(t - 1)[None, :]) % m
+    miss[rows, np.arange(k)[:, None]] = True
+    return miss
 
 
 def _spread(total: int, parts: int) -> list[int]:
@@ -361,6 +385,7 @@ class NestedPlacement:
         self._hold = hold
         self._holdings = [tuple(int(j) for j in np.flatnonzero(hold[i])) for i in range(n)]
         self._codes: dict[int, tuple[GradientCode, bool]] = {}
+        self._excluding: dict[tuple[int, frozenset[int]], NestedGroupCode] = {}
 
     # ---------------------------------------------------------------- placement
     def holdings(self, i: int) -> tuple[int, ...]:
@@ -396,6 +421,65 @@ class NestedPlacement:
     def codes(self) -> dict[int, GradientCode]:
         """``{s: code(s)}`` for every ``0 <= s <= s_max``."""
         return {s: self.code(s) for s in range(self.s_max + 1)}
+
+    def code_excluding(self, s: int, excluded: Iterable[int]) -> NestedGroupCode:
+        """An exact code for tolerance ``s`` in which the ``excluded`` clients compute nothing.
+
+        Heterogeneity-aware assignment on the same placement (Wang, Cheng, Ramamoorthy,
+        ICDCS 2019, https://arxiv.org/abs/1901.09339, give slow workers less work; here a
+        persistently slow client gets none). Every super-block's partitions are shared by its
+        clients that are not excluded: they form groups of ``m >= s + 1`` members, each owning
+        a share of the super-block's partitions (every member holds the whole super-block),
+        with Halbawi et al.'s code on a balanced miss pattern (:func:`spread_misses`): any
+        ``t = m - s`` members decode their group (``t`` lowered, load raised, where the
+        amplification budget requires it, as for the block codes). An excluded client's row
+        is zero: any ``n - s`` replies still decode, since the active clients among them miss
+        at most ``s``. Loads rise to about ``(s + 1) D / a`` in a super-block of ``D`` clients
+        with ``a`` active; a super-block without excluded clients gets the block code's
+        ``s + 1``. Needs ``layout="hybrid"`` (the super-blocks) and ``s + 1`` active clients
+        in every super-block.
+
+        Raises:
+            ValueError: ``layout="window"``, ``s`` out of range, a client index out of range,
+                or a super-block with fewer than ``s + 1`` active clients.
+        """
+        if self.layout != "hybrid":
+            raise ValueError(f"code_excluding needs layout='hybrid'; this placement has "
+                             f"layout={self.layout!r}")
+        self._entry(s)  # validates s
+        s = int(s)
+        out = set()
+        for i in excluded:
+            if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not 0 <= i < self.n:
+                raise ValueError(f"excluded client {i!r} must be an integer in [0, {self.n})")
+            out.add(int(i))
+        key = (s, frozenset(out))
+        cached = self._excluding.get(key)
+        if cached is not None:
+            return cached
+        groups, blocks = [], []
+        for sb in self.superblocks:
+            active = tuple(c for c in sb if c not in out)
+            if len(active) < s + 1:
+                raise ValueError(
+                    f"super-block {sb[0]}..{sb[-1]} has {len(active)} active clients; "
+                    f"tolerance s={s} needs at least {s + 1}"
+                )
+            count = len(active) // (s + 1)
+            start = pstart = 0
+            for m, k in zip(_spread(len(active), count), _spread(len(sb), count), strict=True):
+                t = _largest_threshold(m, m - s, self.max_amplification)
+                members, parts = active[start : start + m], sb[pstart : pstart + k]
+                groups.append(CodeGroup(members, parts, m - t, t, "block"))
+                blocks.append(np.ones((m, k)) if t == 1 else _rs_from_misses(
+                    spread_misses(m, k, t)))
+                start, pstart = start + m, pstart + k
+        code = NestedGroupCode(self.n, s, groups, blocks, weights=self.weights)
+        self._check_support(code)
+        if len(self._excluding) >= 64:
+            self._excluding.pop(next(iter(self._excluding)))
+        self._excluding[key] = code
+        return code
 
     def _entry(self, s: int) -> tuple[GradientCode, bool]:
         if isinstance(s, bool) or not isinstance(s, (int, np.integer)):

@@ -77,6 +77,7 @@ class _Round:
     probe: Any = None  # random projections for the integrity checks (None: not checked)
     bytes_up: int = 0  # payload bytes of every reply of this round
     bytes_down: int = 0  # payload bytes of every instruction of this round
+    excluded: list[int] = field(default_factory=list)  # workers with nothing to compute
     tracker: Any = None  # exact decodability of the valid replies, updated per reply
 
     @cached_property
@@ -110,6 +111,15 @@ class GradientCoding(Strategy):
         treats stragglers as independent; rare correlated ones (several slow clients in one
         group, as in measured traces) then cost far more than the slack. ``0``: the pure
         expected-time minimiser.
+    exclude_slow : float, optional
+        With ``s="auto"``: heterogeneity-aware assignment. Clients whose estimated slowness
+        factor (:meth:`~fl_gradcode.adaptive.LatencyEstimator.slowness`: 1 typical, 10 ten
+        times slower per unit of work) is at least this may be excluded for a round: they are
+        sent nothing and the other clients of their super-block share their partitions
+        (:meth:`~fl_gradcode.codes.NestedPlacement.code_excluding`), when that is predicted
+        faster for the chosen ``s``; the round stays exact. ``None`` (default): never. An
+        excluded client is not observed while excluded; its estimate decays towards typical
+        with the estimator's forgetting (half-life 20 rounds), which brings it back.
     s_max : int, optional
         With ``s="auto"``: the largest tolerance (default ``max(1, n // 4)``). With
         ``code="nested"`` and a fixed ``s``: the placement's ``s_max`` (the code for ``s`` of
@@ -211,6 +221,7 @@ class GradientCoding(Strategy):
         *,
         s_max: int | None = None,
         auto_margin: float = 0.1,
+        exclude_slow: float | None = None,
         timing: str = "virtual",
         latency: LatencyModel | None = None,
         seed: int = 0,
@@ -253,6 +264,13 @@ class GradientCoding(Strategy):
             if not (isinstance(auto_margin, (int, float)) and not isinstance(auto_margin, bool)
                     and 0 <= auto_margin < math.inf):
                 raise ValueError(f"auto_margin={auto_margin!r} must be a number >= 0")
+        if exclude_slow is not None:
+            if not self.adaptive:
+                raise ValueError(f"exclude_slow={exclude_slow!r} needs s='auto' (got s={s!r})")
+            if not (isinstance(exclude_slow, (int, float)) and not isinstance(exclude_slow, bool)
+                    and 1 < exclude_slow < math.inf):
+                raise ValueError(f"exclude_slow={exclude_slow!r} must be a slowness factor > 1 "
+                                 "(or None: never exclude)")
         elif isinstance(s, bool) or not isinstance(s, int) or s < 0:
             raise ValueError(f"s={s!r} must be an integer >= 0 or 'auto'")
         if not (isinstance(max_decode_error, (int, float)) and max_decode_error >= 0):
@@ -281,13 +299,18 @@ class GradientCoding(Strategy):
         self.s = int(s)
         self.s_max = s_max
         self.auto_margin = float(auto_margin)
+        self.exclude_slow = None if exclude_slow is None else float(exclude_slow)
         self._placements: dict[int, Any] = {}
-        self._estimators: dict[int, Any] = {}
-        self._late_observations: list[tuple[float, int, int, float, int]] = []
+        # one latency estimator over every node ever sampled (node id -> its index), seen
+        # through each round's cohort: what is learnt about a node outlives the rounds it
+        # is not sampled in
+        self._latency: Any = None
+        self._node_index: dict[int, int] = {}
+        # (arrival, estimator round id, node index, elapsed): replies after their round ended
+        self._late_observations: list[tuple[float, int, int, float]] = []
         # node -> its jobs not known to be done: [sent at, units, reply arrival or None]
         self._outstanding: dict[int, list[list[Any]]] = {}
         self._decision: Any = None
-        self._cohort_key: tuple[int, ...] | None = None
         self.clock: VirtualClock | WallClock = make_clock(timing, straggler_timeout)
         self.timing = timing
         self.latency = latency
@@ -347,6 +370,7 @@ class GradientCoding(Strategy):
             "code": "nested (adaptive)" if self.adaptive else code,
             "s": "auto" if self.adaptive else self.s,
             "s_max": self.s_max,
+            "exclude_slow": self.exclude_slow,
             "timing": self.timing,
             "latency": repr(self.latency),
             "seed": self.seed,
@@ -369,6 +393,8 @@ class GradientCoding(Strategy):
         last = self._decision.s if self._decision is not None and estimator.has_data else 0
         candidates = [c for c in placement.stable_values if c >= last // 2]
         self._decision = self._decide(placement, estimator, busy_nodes, cohort, candidates)
+        if self._decision.excluded:
+            return placement.code_excluding(self._decision.s, self._decision.excluded)
         return placement.code(self._decision.s)
 
     def _fixed_code(self, n: int, busy_nodes: set[int], cohort: list[int]) -> GradientCode:
@@ -384,27 +410,28 @@ class GradientCoding(Strategy):
         return code
 
     def _estimator(self, n: int, cohort: list[int]) -> Any:
-        """The cohort's latency estimator, fed with the late and outstanding replies."""
+        """The latency estimator seen through this cohort (``n`` members), fed with the late
+        and outstanding replies. Nodes seen for the first time join it with no record."""
         from ..adaptive import LatencyEstimator
 
-        if n not in self._estimators:
-            self._estimators[n] = LatencyEstimator(n, seed=self.seed)
-        if self._cohort_key is not None and self._cohort_key != tuple(cohort):
-            # another cohort: per-client estimates would describe other nodes
-            self._estimators[n] = LatencyEstimator(n, seed=self.seed)
-            self._late_observations.clear()
-        self._cohort_key = tuple(cohort)
-        estimator = self._estimators[n]
+        for node in cohort:
+            self._node_index.setdefault(node, len(self._node_index))
+        if self._latency is None:
+            self._latency = LatencyEstimator(len(self._node_index), seed=self.seed)
+        estimator = self._latency
+        estimator.grow(len(self._node_index))
         now = self.clock.now
         for item in list(self._late_observations):
-            arrival, rid, worker, elapsed, key = item
+            arrival, rid, index, elapsed = item
             if arrival <= now:
-                if key == n:
-                    estimator.observe_late(rid, worker, elapsed)
+                estimator.observe_late(rid, index, elapsed)
                 self._late_observations.remove(item)
-            elif key == n:  # still outstanding: only that it has not arrived by now is known
-                estimator.observe_pending(rid, worker, now - (arrival - elapsed))
-        return estimator
+            else:  # still outstanding: only that it has not arrived by now is known
+                estimator.observe_pending(rid, index, now - (arrival - elapsed))
+        members = [self._node_index[node] for node in cohort]
+        if members == list(range(estimator.n)):
+            return estimator  # every node, in order: the estimator itself
+        return estimator.view(members)
 
     def _decide(self, placement: Any, estimator: Any, busy_nodes: set[int], cohort: list[int],
                 candidates: list[int]) -> Any:
@@ -433,6 +460,7 @@ class GradientCoding(Strategy):
             candidates=candidates, busy="skip" if self.busy_mode == "skip" else "fit",
             margin=self.auto_margin, lookahead=True,
             rng=np.random.default_rng([self.seed, estimator._next_index]),
+            exclude_slower_than=self.exclude_slow if self.adaptive else None,
         )
 
     def _pending_work(self, node: int, now: float, unknown: float) -> tuple[float, float]:
@@ -772,8 +800,11 @@ class GradientCoding(Strategy):
                 grid.wait_until_free(set(cohort), self.round_timeout)
             busy_nodes = self._busy(grid, cohort)
             queued = self._queued(busy_nodes, cohort)
+        # excluded (heterogeneity-aware assignment): nothing to compute, nothing sent
+        excluded = {node for w, node in enumerate(cohort) if not code.assignment(w)}
+        queued -= excluded
         queued_workers = {w: node for w, node in enumerate(cohort) if node in queued}
-        busy_nodes = busy_nodes - queued  # busy and given no work this round
+        busy_nodes = busy_nodes - queued - excluded  # busy and given no work this round
         self.clock.start_round(queued_workers)
         state = _Round(
             number=server_round,
@@ -782,6 +813,7 @@ class GradientCoding(Strategy):
             partitions=partitions,
             sent={},
             busy=sorted(w for w, node in enumerate(cohort) if node in busy_nodes),
+            excluded=sorted(w for w, node in enumerate(cohort) if node in excluded),
             layout={name: tuple(a.shape) for name, a in theta.items()},
             reply_layout=_reply_layout(code, theta),
             dtypes={name: a.dtype for name, a in theta.items()},
@@ -801,7 +833,7 @@ class GradientCoding(Strategy):
 
             unit_loads = code_loads(code, 1.0)
         for worker, node in enumerate(cohort):
-            if node in busy_nodes:
+            if node in busy_nodes or node in excluded:
                 continue
             assigned = list(code.assignment(worker))
             coefs = code.encoding_coefficients(worker)
@@ -968,6 +1000,7 @@ class GradientCoding(Strategy):
             replies_read=0 if decode == "skipped" else _replies_read(decoding, used),
             stragglers=sorted(set(range(state.code.n)) - set(used)),
             busy=state.busy,
+            excluded=state.excluded,
             late_dropped=late,
             rejected=len(state.rejected),
             rejected_reasons=[reason for _, reason in state.rejected],
@@ -993,16 +1026,17 @@ class GradientCoding(Strategy):
         censored at the round's end (late ones observed when the clock passes them)."""
         from ..adaptive import code_loads
 
-        n = state.code.n
-        estimator = self._estimators.get(n)
+        estimator = self._latency
         if estimator is None:
             return
+        # the estimator's index of each worker (every member was registered this round)
+        index = [self._node_index[node] for node in state.cohort]
         duration = max(window.end - self.clock.round_start, 1e-9)
-        elapsed = np.full(n, np.nan)
-        loads = np.zeros(n)
+        elapsed = np.full(estimator.n, np.nan)
+        loads = np.zeros(estimator.n)
         sent_loads = code_loads(state.code, 1.0)
         for w in state.sent:
-            loads[w] = sent_loads[w]
+            loads[index[w]] = sent_loads[w]
         backlog = self.clock.backlog if isinstance(self.clock, VirtualClock) else {}
         late = []
         for w, t in arrivals.items():
@@ -1012,12 +1046,14 @@ class GradientCoding(Strategy):
                 jobs[-1][2] = self.clock.round_start + t
             if w in state.sent:
                 if t <= duration:
-                    elapsed[w] = t
+                    elapsed[index[w]] = t
                 else:
-                    late.append((w, t))
-        rid = estimator.update(elapsed, loads, duration, busy=self._waited(state, duration))
-        for w, t in late:
-            self._late_observations.append((self.clock.round_start + t, rid, w, t, n))
+                    late.append((index[w], t))
+        busy = np.zeros(estimator.n)
+        busy[index] = self._waited(state, duration)
+        rid = estimator.update(elapsed, loads, duration, busy=busy)
+        for i, t in late:
+            self._late_observations.append((self.clock.round_start + t, rid, i, t))
 
     def _waited(self, state: _Round, duration: float) -> np.ndarray:
         """Per worker, seconds from the round's start until its work could start, from the
@@ -1223,7 +1259,7 @@ class GradientCoding(Strategy):
         prediction is not finite (no candidate predicted to decode)."""
         if self._decision is None or not self.adaptive:
             return None
-        value = float(self._decision.expected_times.get(self._decision.s, math.nan))
+        value = self._decision.expected_time
         return value if math.isfinite(value) else None
 
     def _record(self, server_round: int, **fields: Any) -> dict[str, Any]:
@@ -1237,6 +1273,7 @@ class GradientCoding(Strategy):
             "replies_read": 0,
             "stragglers": [],
             "busy": [],
+            "excluded": [],
             "late_dropped": 0,
             "rejected": 0,
             "rejected_reasons": [],
