@@ -25,6 +25,7 @@ EXPERIMENTS = [
     "latency_vs_s",
     "bench_adaptive",
     "time_to_accuracy",
+    "sampled_cohorts",
 ]
 
 

@@ -17,6 +17,7 @@ DEFAULTS: dict[str, Any] = {
     "s": 3,  # or "auto": chosen every round from observed latencies
     "s-max": 0,  # s="auto": largest tolerance; 0 = max(1, n // 4)
     "auto-margin": 0.1,  # s="auto": larger s preferred when predicted within this slack
+    "fraction-train": 1.0,  # cohort sampled each round (Flower's fraction_train); 1 = all
     "exclude-slow": 0.0,  # s="auto": clients this many times slower may be excluded; 0 = never
     "update": "gradient",
     "local-epochs": 1,

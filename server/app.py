@@ -8,6 +8,7 @@ models and hands it to that strategy.
 
 from __future__ import annotations
 
+import random
 import time
 from logging import INFO
 from pathlib import Path
@@ -64,9 +65,15 @@ def wait_for_nodes(grid: Grid, want: int, timeout: float = 120.0, settle: float 
 
 
 def inner_strategy(cfg: dict[str, Any], n: int) -> Strategy:
-    """The Flower strategy for ``server-optimizer`` over ``n`` clients (all of them train)."""
+    """The Flower strategy for ``server-optimizer`` over ``n`` clients, sampling a cohort of
+    ``fraction-train`` of them each round (all of them by default)."""
     name = str(cfg["server-optimizer"])
-    common = {"fraction_evaluate": 0.0, "min_available_nodes": n, "min_train_nodes": n}
+    fraction = float(cfg["fraction-train"])
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"fraction-train={fraction!r} must be in (0, 1]")
+    cohort = max(1, int(n * fraction))
+    common = {"fraction_train": fraction, "fraction_evaluate": 0.0, "min_available_nodes": n,
+              "min_train_nodes": cohort}
     server_lr = float(cfg["server-lr"])
     if name == "sgd" and server_lr == 1.0:
         return FedAvg(**common)
@@ -118,6 +125,9 @@ def dp_config(cfg: dict[str, Any]) -> DPConfig:
 def build(cfg: dict[str, Any], n: int):
     """``(strategy, initial arrays, evaluate_fn, train_config)`` for ``n`` clients."""
     seed = int(cfg["seed"])
+    # Flower's strategies sample each round's cohort with the random module: seeded, the
+    # same seed samples the same cohorts (fraction-train < 1)
+    random.seed(seed)
     data, index = run_partitions(cfg, n)
     sizes = np.array([len(p) for p in index], dtype=np.float64)
     min_replies = int(cfg["min-replies"])

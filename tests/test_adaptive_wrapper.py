@@ -413,3 +413,42 @@ def test_cohort_view_selects_its_members_columns_and_validates():
     assert est.n == 7 and est.slowness().shape == (7,) and est.slowness()[6] == 1.0
     with pytest.raises(ValueError, match="n=3"):
         est.grow(3)
+
+
+def test_simulated_latency_follows_the_node_not_its_position_in_a_sampled_cohort():
+    """The node holding partition 3 is 20x slower (persistent); FedAvg samples 6 of 12 nodes a
+    round and the uncoded code waits for all of them: a round is slow exactly when that node
+    was sampled, wherever it sits in the cohort. (Earlier versions keyed simulated latency by
+    the position in the cohort: every 6-node cohort has a position 3, so every round was
+    slow.)"""
+    import random
+
+    from fl_gradcode.latency import PersistentSlow
+
+    cohorts = []
+    real = GradientCoding._fixed_code
+
+    def spy(self, n, busy_nodes, cohort):
+        cohorts.append({self.identities[node].partition_id for node in cohort})
+        return real(self, n, busy_nodes, cohort)
+
+    random.seed(1)
+    app = ClientApp(mods=[gradient_coding_mod])
+    app.train()(train)
+    strategy = GradientCoding(
+        FedAvg(fraction_train=0.5, fraction_evaluate=0.0, min_available_nodes=N),
+        code="uncoded", s=0, seed=0, wire="float64", straggler_timeout=1e6,
+        latency=PersistentSlow(base=ShiftedExponential(shift=0.1, rate=1e9), p=0.0,
+                               slowdown=20.0, slow=(3,)),
+        measured_compute=False,
+    )
+    strategy._fixed_code = spy.__get__(strategy)
+    strategy.start(grid=InProcessGrid(app, N),
+                   initial_arrays=ArrayRecord({"w": Array(np.zeros(DIM))}),
+                   num_rounds=8, train_config=ConfigRecord({}))
+    sampled = [3 in c for c in cohorts]
+    assert any(sampled) and not all(sampled)
+    # 0.1 s per unit of load (a partition's examples over the mean share: 0.4 to 1.9 here),
+    # 20x for the slow node: slow rounds take at least 0.8 s, the others at most 0.2 s
+    slow = [row["round_virtual_s"] > 0.5 for row in strategy.history]
+    assert slow == sampled

@@ -67,3 +67,45 @@ def test_auto_margin_run_config_key_reaches_the_strategy_and_is_validated(tmp_pa
     assert build(merge_config({**base, "auto-margin": 0.25}), 4)[0].auto_margin == 0.25
     with pytest.raises(ValueError, match=r"auto_margin=-0\.5"):
         build(merge_config({**base, "auto-margin": -0.5}), 4)
+
+
+def test_exclude_slow_run_config_key_reaches_the_strategy_and_is_validated(tmp_path):
+    from server.app import build
+
+    base = {"s": "auto", "results-dir": str(tmp_path)}
+    assert build(merge_config(base), 4)[0].exclude_slow is None  # 0: never (the default)
+    assert build(merge_config({**base, "exclude-slow": 5.0}), 4)[0].exclude_slow == 5.0
+    with pytest.raises(ValueError, match=r"exclude_slow=0\.5"):
+        build(merge_config({**base, "exclude-slow": 0.5}), 4)
+    with pytest.raises(ValueError, match="needs s='auto'"):
+        build(merge_config({"exclude-slow": 5.0, "results-dir": str(tmp_path)}), 4)
+
+
+def test_fraction_train_samples_a_cohort_every_round_and_is_validated(tmp_path):
+    import random
+
+    import numpy as np
+
+    from server.app import build, run_in_process
+
+    base = {"results-dir": str(tmp_path)}
+    inner = build(merge_config(base), 12)[0].inner
+    assert (inner.fraction_train, inner.min_train_nodes) == (1.0, 12)  # everyone, as before
+    inner = build(merge_config({**base, "fraction-train": 0.5}), 12)[0].inner
+    assert (inner.fraction_train, inner.min_train_nodes) == (0.5, 6)
+    for bad in (0.0, 1.5):
+        with pytest.raises(ValueError, match=f"fraction-train={bad}"):
+            build(merge_config({**base, "fraction-train": bad}), 12)
+    run = {**base, "fraction-train": 0.5, "num-rounds": 3, "s": 2, "latency": "pareto",
+           "virtual-compute": "none"}
+    random.seed(12345)  # the run seeds the cohort sampling itself
+    strategy, theta = run_in_process(run, 12)
+    assert len(strategy.history) == 3
+    assert all(r["decode"] == "exact" and r["s"] == 2 for r in strategy.history)
+    # 6 replies at most per round: the code is built over the 6-node cohort
+    assert all(len(r["clients_used"]) <= 6 for r in strategy.history)
+    assert len(strategy.identities) > 6  # different cohorts were sampled
+    random.seed(999)
+    again, theta_again = run_in_process(run, 12)  # same seed, same cohorts, same model
+    np.testing.assert_array_equal(theta, theta_again)
+    assert [r["virtual_s"] for r in again.history] == [r["virtual_s"] for r in strategy.history]

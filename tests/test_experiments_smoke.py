@@ -191,3 +191,19 @@ def test_bench_adaptive_quick_times_the_decision_and_runs_the_closed_loop(tmp_pa
     h12 = sum(1.0 / i for i in range(1, 13))
     assert shifted["fixed_mean_round_s"]["0"] == pytest.approx(1.0 + h12, abs=0.3)
     assert shifted["best_fixed"] == 0 and shifted["path"][-1] == 0  # coding cannot pay there
+
+
+def test_sampled_cohorts_quick_keeps_estimates_across_cohorts(tmp_path):
+    out = tmp_path / "sc"
+    result = load("sampled_cohorts").main(["--quick", "--out", str(out), "--jobs", "1"])
+    saved = json.loads(out.with_suffix(".json").read_text())
+    assert saved["table"] == result["table"]
+    runs = saved["runs"]["persistent"]
+    # every round exact; the same seed samples the same cohorts: the same model every round
+    for scheme in ("uncoded", "auto-reset", "auto"):
+        assert all(d == "exact" for d in runs[scheme][0]["decode"])
+    assert runs["auto"][0]["accuracy"] == runs["uncoded"][0]["accuracy"]
+    assert runs["auto"][0]["nodes_seen"] > 12  # cohorts of 12 out of 24 nodes
+    # a new estimator every round (the earlier behaviour) never leaves s_max; auto does
+    assert set(runs["auto-reset"][0]["s"]) == {3}
+    assert min(runs["auto"][0]["s"][1:]) < 3

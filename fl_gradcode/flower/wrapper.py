@@ -839,7 +839,7 @@ class GradientCoding(Strategy):
             coefs = code.encoding_coefficients(worker)
             delay = 0.0
             if self.timing == "wallclock" and self.latency is not None:
-                delay = self._delay(worker, server_round, self._load(code, worker, partitions))
+                delay = self._delay(node, server_round, self._load(code, worker, partitions))
             instruction = Instruction(
                 op=protocol.OP_TRAIN,
                 round=server_round,
@@ -919,11 +919,16 @@ class GradientCoding(Strategy):
         mine = sum(known[j] if known[j] is not None else mean for j in assigned)
         return float(mine / share)
 
-    def _delay(self, worker: int, server_round: int, load: float) -> float:
+    def _delay(self, node: int, server_round: int, load: float) -> float:
+        """The simulated delay of ``node``: keyed by its partition id, so that a node keeps
+        its latency profile (persistently slow, its trace worker) whichever cohort samples it
+        and wherever it sits in the cohort (with every node sampled: its worker index)."""
         if self.latency is None:
             return 0.0
+        identity = self.identities.get(node)
+        key = identity.partition_id if identity is not None else node
         return client_delay(
-            self.latency, worker=worker, round_index=server_round, load=load, seed=self.seed
+            self.latency, worker=key, round_index=server_round, load=load, seed=self.seed
         )
 
     def aggregate_train(
@@ -1082,7 +1087,8 @@ class GradientCoding(Strategy):
         transfer = 0.0
         if self.upload_bandwidth is not None:
             transfer = reply.extra.get("bytes", 0) / self.upload_bandwidth
-        return (compute + self.compute_cost_s * load + self._delay(worker, state.number, load)
+        return (compute + self.compute_cost_s * load
+                + self._delay(state.cohort[worker], state.number, load)
                 + transfer)
 
     def _decoding(self, state: _Round, used: list[int]) -> Any:

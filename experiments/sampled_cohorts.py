@@ -1,0 +1,182 @@
+"""Adaptive coding under client sampling: a different cohort every round.
+
+Flower's ``FedAvg(fraction_train=0.5)`` samples half of the ``n`` nodes each round (run-config
+``fraction-train``); the code is built over each cohort. ``s="auto"`` keeps one latency
+estimator over every node it has seen and looks at it through each round's cohort, so what it
+learnt about a node survives the rounds the node is not sampled in. The scheme ``auto-reset``
+reproduces the earlier behaviour (a new estimator whenever the cohort changes: every round here)
+to measure what keeping the estimates is worth.
+
+The real strategy, mod and ClientApp over the in-process grid (``server.app.run_in_process``),
+virtual time, softmax regression on the embedded digits (Dirichlet(0.5) partitions), the
+time-to-accuracy experiment's settings (``lr = 1``, 0.1 s per partition): ``n = 24`` nodes,
+cohorts of 12, ``s_max = 3``. Latency: ``persistent`` (each node slow with probability 0.1,
+drawn once, then 20x slower in every round it is sampled: the simulated latency follows the
+node, not its position in the cohort), per-round ``bimodal`` straggling and ``pareto`` delays.
+Schemes (same seeds: the same cohorts every round, so every exact scheme has the same model
+after each round and only the round times differ): ``uncoded``, ``exact`` (``grouped-rs``,
+``s = 3``), ``auto-reset``, ``auto``, ``auto-exclude`` (``exclude-slow = 4``).
+
+Reported per setting and scheme over seeds: virtual time to 90% test accuracy, mean round time,
+the tolerances chosen, exact rounds.
+
+Run: ``python experiments/sampled_cohorts.py [--quick] [--seeds 3] [--jobs 2]`` ->
+``results/sampled_cohorts.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+from _common import progress, quiet_flower, save
+
+SCHEMES = {
+    "uncoded": {"code": "uncoded", "s": 0},
+    "exact": {"code": "grouped-rs"},
+    "auto-reset": {"s": "auto"},  # the estimator restarts whenever the cohort changes
+    "auto": {"s": "auto"},
+    "auto-exclude": {"s": "auto", "exclude-slow": 4.0},
+}
+LATENCIES = {
+    "persistent": {"latency": "persistent", "latency-scale": 0.1, "latency-rate": 10.0,
+                   "latency-p": 0.1, "latency-slowdown": 20.0},
+    "bimodal": {"latency": "bimodal", "latency-scale": 0.1, "latency-rate": 10.0,
+                "latency-p": 0.1, "latency-slowdown": 20.0},
+    "pareto": {"latency": "pareto", "latency-scale": 0.5, "latency-shape": 1.5},
+}
+BASE = {"dataset": "digits", "model": "logreg", "update": "gradient", "lr": 1.0,
+        "virtual-compute": "none", "partition-cost-s": 0.1, "max-decode-error": 0.5,
+        "partitioner": "dirichlet", "straggler-timeout": 1e6}
+N, FRACTION, S_MAX = 24, 0.5, 3
+
+
+def _resetting_estimator() -> None:
+    """Patch ``GradientCoding`` (in this process) back to one estimator per cohort: a new one
+    whenever the cohort differs from the last round's, as earlier versions did."""
+    from fl_gradcode.flower import GradientCoding
+
+    original = GradientCoding._estimator
+
+    def estimator(self, n, cohort):
+        if getattr(self, "_last_cohort", None) not in (None, tuple(cohort)):
+            self._latency, self._node_index = None, {}
+            self._late_observations.clear()
+        self._last_cohort = tuple(cohort)
+        return original(self, n, cohort)
+
+    GradientCoding._estimator = estimator
+
+
+def one_run(scheme: str, latency: str, seed: int, rounds: int) -> dict:
+    from server.app import run_in_process
+
+    if scheme == "auto-reset":
+        _resetting_estimator()
+    cfg = {**BASE, "s": S_MAX, "s-max": S_MAX, **SCHEMES[scheme], **LATENCIES[latency],
+           "seed": seed, "num-rounds": rounds, "fraction-train": FRACTION,
+           "results-dir": f"/tmp/fl-gradcode-cohorts/{os.getpid()}/{scheme}"}
+    strategy, _ = run_in_process(cfg, N)
+    h = strategy.history
+    return {
+        "virtual_s": [r["virtual_s"] for r in h],
+        "round_s": [r["round_virtual_s"] for r in h],
+        "accuracy": [r["accuracy"] for r in h],
+        "decode": [r["decode"] for r in h],
+        "s": [r["s"] for r in h],
+        "excluded": [len(r["excluded"]) for r in h],
+        "nodes_seen": len(strategy.identities),
+    }
+
+
+def _job(job: tuple, rounds: int) -> dict:
+    scheme, latency, seed = job
+    quiet_flower()
+    return one_run(scheme, latency, seed, rounds)
+
+
+def _results(jobs: list, rounds: int, workers: int):
+    """``(job, result)``; every run in a fresh process (``auto-reset`` patches the class)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(workers, mp_context=ctx, max_tasks_per_child=1) as pool:
+        futures = {pool.submit(_job, job, rounds): job for job in jobs}
+        for future in progress(as_completed(futures), "sampled cohorts", total=len(jobs)):
+            yield futures[future], future.result()
+
+
+def time_to_target(run: dict, target: float) -> float:
+    for t, a in zip(run["virtual_s"], run["accuracy"], strict=True):
+        if a is not None and a >= target:
+            return float(t)
+    return float("nan")
+
+
+def build_table(runs: dict, target: float) -> dict:
+    table: dict = {}
+    for latency, by in runs.items():
+        table[latency] = {}
+        for scheme, rs in by.items():
+            tt = np.array([time_to_target(r, target) for r in rs])
+            table[latency][scheme] = {
+                "time_to_target_mean": float(np.mean(tt)) if np.isfinite(tt).all() else None,
+                "time_to_target": [None if not np.isfinite(x) else float(x) for x in tt],
+                "mean_round_s": float(np.mean([np.mean(r["round_s"]) for r in rs])),
+                "mean_s": float(np.mean([np.mean(r["s"]) for r in rs])),
+                "exact_rounds": float(np.mean([r["decode"].count("exact") for r in rs])),
+                "rounds_with_exclusions": float(np.mean([np.count_nonzero(r["excluded"])
+                                                         for r in rs])),
+            }
+        ref = table[latency].get("uncoded", {}).get("time_to_target_mean")
+        for row in table[latency].values():
+            if ref and row["time_to_target_mean"]:
+                row["speedup_vs_uncoded"] = ref / row["time_to_target_mean"]
+    return table
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", default="results/sampled_cohorts")
+    parser.add_argument("--target", type=float, default=0.9)
+    parser.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (default 3)")
+    parser.add_argument("--jobs", type=int, default=2, help="runs in parallel processes")
+    args = parser.parse_args(argv)
+    if args.seeds is not None and args.seeds < 1:
+        parser.error(f"--seeds {args.seeds}: expected >= 1")
+    if args.jobs < 1:
+        parser.error(f"--jobs {args.jobs}: expected >= 1")
+    seeds = list(range(args.seeds if args.seeds is not None else 1 if args.quick else 3))
+    rounds = 6 if args.quick else 30
+    latencies = ["persistent"] if args.quick else list(LATENCIES)
+    schemes = ["uncoded", "auto-reset", "auto"] if args.quick else list(SCHEMES)
+    jobs = [(scheme, lat, seed) for lat in latencies for scheme in schemes for seed in seeds]
+    t0 = time.perf_counter()
+    got: dict = {}
+    for (scheme, lat, seed), result in _results(jobs, rounds, args.jobs):
+        got.setdefault(lat, {}).setdefault(scheme, {})[seed] = result
+    runs = {lat: {scheme: [got[lat][scheme][x] for x in seeds] for scheme in schemes}
+            for lat in latencies}
+    table = build_table(runs, args.target)
+    print(f"n={N} nodes, cohorts of {int(N * FRACTION)}, s_max={S_MAX}, {len(seeds)} seed(s), "
+          f"{rounds} rounds, target {args.target} ({time.perf_counter() - t0:.0f} s)")
+    print(f"{'latency':<12}{'scheme':<14}{'time to target':>16}{'mean round':>12}{'mean s':>8}")
+    for lat, rows in table.items():
+        for scheme, r in rows.items():
+            tt = r["time_to_target_mean"]
+            print(f"{lat:<12}{scheme:<14}{'never' if tt is None else f'{tt:.1f} s':>16}"
+                  f"{r['mean_round_s']:>10.2f} s{r['mean_s']:>8.2f}")
+    result = {"n": N, "fraction_train": FRACTION, "s_max": S_MAX, "seeds": seeds,
+              "rounds": rounds, "target": args.target, "base": BASE, "latencies": LATENCIES,
+              "schemes": SCHEMES, "table": table, "runs": runs, "quick": args.quick}
+    save(result, Path(args.out))
+    return result
+
+
+if __name__ == "__main__":
+    main()
