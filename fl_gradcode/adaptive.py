@@ -1079,6 +1079,13 @@ def choose_s(
         raise ValueError(f"margin={margin!r} must be >= 0")
     if estimator.n != placement.n:
         raise ValueError(f"estimator has n={estimator.n}; the placement n={placement.n}")
+    if exclude_slower_than is not None:
+        if not (isinstance(exclude_slower_than, (int, float))
+                and not isinstance(exclude_slower_than, bool) and exclude_slower_than > 1):
+            raise ValueError(f"exclude_slower_than={exclude_slower_than!r} must be a number "
+                             "> 1 (a slowness factor) or None")
+        if not hasattr(placement, "code_excluding"):
+            raise ValueError("exclude_slower_than needs a NestedPlacement (code_excluding)")
     cand = sorted(set(placement.stable_values if candidates is None else candidates))
     if not cand:
         raise ValueError("no candidate tolerance")
@@ -1103,12 +1110,6 @@ def choose_s(
                         skip=tuple(int(i) for i in skip))
     excluded: tuple[int, ...] = ()
     if exclude_slower_than is not None:
-        if not (isinstance(exclude_slower_than, (int, float))
-                and not isinstance(exclude_slower_than, bool) and exclude_slower_than > 1):
-            raise ValueError(f"exclude_slower_than={exclude_slower_than!r} must be a number "
-                             "> 1 (a slowness factor) or None")
-        if not hasattr(placement, "code_excluding"):
-            raise ValueError("exclude_slower_than needs a NestedPlacement (code_excluding)")
         slow = estimator.slowness() >= float(exclude_slower_than)
         excluded = tuple(int(i) for i in np.flatnonzero(slow))
     variants: dict[int, GradientCode] = {}

@@ -184,6 +184,13 @@ def test_choose_s_without_the_option_is_unchanged_and_validates_the_factor():
     for bad in (1.0, 0.5, True, "4"):
         with pytest.raises(ValueError, match="exclude_slower_than"):
             choose_s(p, est, exclude_slower_than=bad)
+        # validated before any observation too (the safe s_max is returned then)
+        with pytest.raises(ValueError, match="exclude_slower_than"):
+            choose_s(p, LatencyEstimator(12), exclude_slower_than=bad)
+    from fl_gradcode.adaptive import SingleCode
+
+    with pytest.raises(ValueError, match="needs a NestedPlacement"):
+        choose_s(SingleCode(p.code(1)), est, exclude_slower_than=4.0)
 
 
 # ------------------------------------------------------------------------------ the plug-in

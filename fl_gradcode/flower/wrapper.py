@@ -104,7 +104,10 @@ class GradientCoding(Strategy):
         and the ``s`` in ``0..s_max`` (0 = uncoded on the same placement) minimising the
         expected time of this round and the next (the backlog this round's work leaves), busy
         clients included; among candidates predicted within ``auto_margin`` of the fastest,
-        the most tolerant; falling at most to half the last round's ``s`` per round.
+        the most tolerant; falling at most to half the last round's ``s`` per round. When the
+        inner strategy samples a different cohort each round (``fraction_train < 1``), one
+        estimator covers every node seen so far and each decision looks at it through the
+        cohort (:class:`~fl_gradcode.adaptive.CohortView`).
     auto_margin : float
         With ``s="auto"``: relative slack in predicted round time traded for tolerance
         (default 0.1: a larger ``s`` predicted at most 10% slower is preferred). The model
@@ -1320,7 +1323,7 @@ class GradientCoding(Strategy):
             self.recorder.record(row)
         log(
             INFO,
-            "[round %d] %-7s from %d replies (s=%d, %d stragglers, %d busy, %d late, "
+            "[round %d] %-7s from %d replies (s=%d, %d stragglers, %d busy,%s %d late, "
             "%d rejected, err %.2g)%s | virtual %.2f s, wall %.2f s",
             row["round"],
             row["decode"],
@@ -1328,6 +1331,7 @@ class GradientCoding(Strategy):
             row["s"],
             len(row["stragglers"]),
             len(row["busy"]),
+            f" {len(row['excluded'])} excluded," if row["excluded"] else "",
             row["late_dropped"],
             row["rejected"],
             row["decode_error"],
