@@ -107,6 +107,31 @@ def test_code_excluding_decodes_random_patterns_and_matches_least_squares(n, dat
         assert loads[list(sb)].sum() >= (s + 1) * len(sb)
 
 
+@pytest.mark.parametrize("s", [8, 40, 64])
+def test_code_excluding_at_n256_is_stable_with_small_groups(s):
+    """n = 256, s_max = 64, four clients excluded: as many groups per super-block as fit
+    (s + 1 <= m <= 2s + 1), every group within the amplification budget (the threshold is
+    lowered, the load raised, where m - s would exceed it: s = 64 has 84-member groups)."""
+    p = NestedPlacement(256, 64)
+    excluded = {0, 1, 100, 200}
+    code = p.code_excluding(s, excluded)
+    assert code.amplification <= p.max_amplification
+    for sb in p.superblocks:
+        active = [c for c in sb if c not in excluded]
+        groups = [g for g in code.groups if g.clients[0] in sb]
+        assert len(groups) == len(active) // (s + 1)
+        assert sorted(c for g in groups for c in g.clients) == active
+        assert all(s + 1 <= len(g.clients) <= 2 * s + 1 for g in groups)
+        assert all(len(g.clients) - g.threshold >= s for g in groups)  # tolerance >= s
+    rng = np.random.default_rng(s)
+    active = [i for i in range(256) if i not in excluded]
+    for _ in range(3):
+        got = sorted(rng.choice(active, size=len(active) - s, replace=False).tolist())
+        B = code.B[got]
+        a, *_ = np.linalg.lstsq(B.T, np.ones(256), rcond=None)
+        assert np.linalg.norm(B.T @ a - 1.0) <= 1e-8 * 16
+
+
 def test_code_excluding_validates_its_input():
     p = NestedPlacement(12, 3)
     with pytest.raises(ValueError, match="excluded client 12"):
@@ -125,16 +150,16 @@ def test_code_excluding_validates_its_input():
 
 
 # ------------------------------------------------------------------------------ the policy
-def _fed(slowness: np.ndarray, rounds: int = 8) -> LatencyEstimator:
+def _fed(slowness: np.ndarray, rounds: int = 8, jitter: float = 0.1) -> LatencyEstimator:
     """An estimator that saw ``rounds`` rounds of every client replying after about
-    ``slowness[i]`` seconds per unit at load 4 (10% log-normal jitter: the estimator's
+    ``slowness[i]`` seconds per unit at load 4 (log-normal ``jitter``: the estimator's
     density tables need some spread; nothing censored)."""
     n = slowness.size
     est = LatencyEstimator(n, seed=0, load_exponent=1.0)
     loads = np.full(n, 4.0)
     rng = np.random.default_rng(5)
     for _ in range(rounds):
-        t = loads * slowness * np.exp(0.1 * rng.standard_normal(n))
+        t = loads * slowness * np.exp(jitter * rng.standard_normal(n))
         est.update(t, loads, float(t.max()))
     return est
 
@@ -153,6 +178,30 @@ def test_choose_s_excludes_a_persistently_slow_client_when_that_is_faster():
     assert d.excluded_times[0] == pytest.approx(2.0, rel=0.1)
     assert d.s == 0 and d.excluded == (3,)
     assert d.expected_time == pytest.approx(2.0, rel=0.1)
+
+
+def test_choose_s_excludes_from_the_factor_on_and_only_when_predicted_faster():
+    """A client 5x slower (estimated 4.7x: just above the factor 4) is a candidate: uncoded
+    waits about 5 s for it, 2 s without it. And whatever the slowness and candidates, the
+    decision excludes exactly when the excluded code is predicted faster for the chosen s."""
+    p = NestedPlacement(12, 3)
+    slowness = np.ones(12)
+    slowness[3] = 5.0
+    est = _fed(slowness, jitter=0.2)
+    assert 4.0 <= est.slowness()[3] < 5.0
+    d = choose_s(p, est, candidates=[0], exclude_slower_than=4.0, samples=64)
+    assert d.excluded == (3,)
+    assert d.expected_times[0] == pytest.approx(5.0, rel=0.15)
+    for factor in (5.0, 12.0, 30.0):
+        slowness[[3, 8]] = factor
+        est = _fed(slowness, jitter=0.2)
+        for cand in ([0], [1], [2], [3], [0, 1, 2, 3]):
+            d = choose_s(p, est, candidates=cand, exclude_slower_than=4.0, samples=64,
+                         lookahead=True)
+            if d.excluded:
+                assert d.excluded_times[d.s] < d.expected_times[d.s]
+            else:
+                assert d.excluded_times.get(d.s, np.inf) >= d.expected_times[d.s]
 
 
 def test_choose_s_keeps_everyone_when_no_client_is_slow_enough_or_exclusion_is_slower():

@@ -428,7 +428,9 @@ class NestedPlacement:
         Heterogeneity-aware assignment on the same placement (Wang, Cheng, Ramamoorthy,
         ICDCS 2019, https://arxiv.org/abs/1901.09339, give slow workers less work; here a
         persistently slow client gets none). Every super-block's partitions are shared by its
-        clients that are not excluded: they form groups of ``m >= s + 1`` members, each owning
+        ``a`` clients that are not excluded: they form as many groups as fit,
+        ``floor(a / (s + 1))`` of ``s + 1 <= m <= 2s + 1`` members (small groups, small
+        thresholds: stable), each owning
         a share of the super-block's partitions (every member holds the whole super-block),
         with Halbawi et al.'s code on a balanced miss pattern (:func:`spread_misses`): any
         ``t = m - s`` members decode their group (``t`` lowered, load raised, where the
