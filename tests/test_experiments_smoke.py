@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -195,7 +196,8 @@ def test_bench_adaptive_quick_times_the_decision_and_runs_the_closed_loop(tmp_pa
 
 def test_sampled_cohorts_quick_keeps_estimates_across_cohorts(tmp_path):
     out = tmp_path / "sc"
-    result = load("sampled_cohorts").main(["--quick", "--out", str(out), "--jobs", "1"])
+    module = load("sampled_cohorts")
+    result = module.main(["--quick", "--out", str(out), "--jobs", "1"])
     saved = json.loads(out.with_suffix(".json").read_text())
     assert saved["table"] == result["table"]
     runs = saved["runs"]["persistent"]
@@ -207,3 +209,8 @@ def test_sampled_cohorts_quick_keeps_estimates_across_cohorts(tmp_path):
     # a new estimator every round (the earlier behaviour) never leaves s_max; auto does
     assert set(runs["auto-reset"][0]["s"]) == {3}
     assert min(runs["auto"][0]["s"][1:]) < 3
+    # the paired comparison of auto with auto-reset from the saved runs, by hand
+    table = module.build_table({"persistent": {"auto": runs["auto"] * 2,
+                                               "auto-reset": runs["auto-reset"] * 2}}, 0.0)
+    mean_round = np.mean(runs["auto"][0]["round_s"]) / np.mean(runs["auto-reset"][0]["round_s"])
+    assert table["persistent"]["auto"]["round_vs_auto_reset"] == pytest.approx(mean_round)
