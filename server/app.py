@@ -64,16 +64,21 @@ def wait_for_nodes(grid: Grid, want: int, timeout: float = 120.0, settle: float 
     return last
 
 
+def cohort_size(cfg: dict[str, Any], n: int) -> int:
+    """Nodes sampled each round (Flower's ``max(int(n * fraction_train), min_train_nodes)``
+    with ``min_train_nodes`` set to the same number)."""
+    fraction = float(cfg["fraction-train"])
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"fraction-train={fraction!r} must be in (0, 1]")
+    return max(1, int(n * fraction))
+
+
 def inner_strategy(cfg: dict[str, Any], n: int) -> Strategy:
     """The Flower strategy for ``server-optimizer`` over ``n`` clients, sampling a cohort of
     ``fraction-train`` of them each round (all of them by default)."""
     name = str(cfg["server-optimizer"])
-    fraction = float(cfg["fraction-train"])
-    if not 0.0 < fraction <= 1.0:
-        raise ValueError(f"fraction-train={fraction!r} must be in (0, 1]")
-    cohort = max(1, int(n * fraction))
-    common = {"fraction_train": fraction, "fraction_evaluate": 0.0, "min_available_nodes": n,
-              "min_train_nodes": cohort}
+    common = {"fraction_train": float(cfg["fraction-train"]), "fraction_evaluate": 0.0,
+              "min_available_nodes": n, "min_train_nodes": cohort_size(cfg, n)}
     server_lr = float(cfg["server-lr"])
     if name == "sgd" and server_lr == 1.0:
         return FedAvg(**common)
@@ -106,7 +111,8 @@ def make_accountant(
             units.append([(sigma, q, steps)])
         return PrivacyAccountant(dp, units)
     if dp.mode == "partition" and dp.noise == "independent" and not strategy.adaptive:
-        sigma = independent_noise_multiplier(strategy.code_for(n).B, sigma)
+        # the code of the cohort each round samples (all n nodes by default)
+        sigma = independent_noise_multiplier(strategy.code_for(cohort_size(cfg, n)).B, sigma)
     return PrivacyAccountant(dp, [(sigma, 1.0, 1)])
 
 

@@ -12,7 +12,7 @@ from flwr.serverapp.strategy import FedAvg
 from test_integrity import DIM, oracle, train
 from test_integrity import target as oracle_target
 
-from fl_gradcode.adaptive import Decision, LatencyEstimator
+from fl_gradcode.adaptive import LatencyEstimator
 from fl_gradcode.codes import NestedPlacement
 from fl_gradcode.flower import GradientCoding, gradient_coding_mod
 from fl_gradcode.flower.clock import VirtualClock, WallClock
@@ -282,7 +282,7 @@ def test_auto_falls_at_most_to_half_the_last_rounds_s():
     strategy._latency = estimator
     strategy._node_index = {node: i for i, node in enumerate(cohort)}
     assert strategy._adaptive_code(N, set(), cohort).s == 0  # no previous round: no limit
-    strategy._decision = Decision(s=3, expected_times={})
+    strategy._last_auto_s[N] = 3  # the last round (this cohort size) was at s = 3
     code = strategy._adaptive_code(N, set(), cohort)
     assert code.s == 1 and set(strategy._decision.expected_times) == {1, 2, 3}
     assert strategy._decision.expected_times[1] == pytest.approx(2.0)

@@ -109,3 +109,23 @@ def test_fraction_train_samples_a_cohort_every_round_and_is_validated(tmp_path):
     again, theta_again = run_in_process(run, 12)  # same seed, same cohorts, same model
     np.testing.assert_array_equal(theta, theta_again)
     assert [r["virtual_s"] for r in again.history] == [r["virtual_s"] for r in strategy.history]
+
+
+def test_independent_noise_is_accounted_with_the_sampled_cohorts_code(tmp_path):
+    """Partition DP with independent noise: the accountant's noise multiplier comes from the
+    code the rounds use, the one over the sampled cohort (6 of 12 nodes: grouped-rs s = 3 on
+    6 clients, multiplier 0.72), not the one over all 12 (1.0)."""
+    from fl_gradcode.codes import make_code
+    from fl_gradcode.privacy import independent_noise_multiplier
+    from server.app import build
+
+    cfg = merge_config({"results-dir": str(tmp_path), "dp": "partition",
+                        "dp-noise": "independent", "noise-multiplier": 1.0, "s": 3,
+                        "code": "grouped-rs", "fraction-train": 0.5})
+    strategy = build(cfg, 12)[0]
+    ((sigma, q, count),) = strategy.accountant.units[0]
+    cohort = independent_noise_multiplier(make_code("grouped-rs", n=6, s=3, seed=0).B, 1.0)
+    everyone = independent_noise_multiplier(make_code("grouped-rs", n=12, s=3, seed=0).B, 1.0)
+    assert abs(cohort - everyone) > 0.1  # the premise: the two codes differ
+    assert sigma == pytest.approx(cohort)
+    assert (q, count) == (1.0, 1)

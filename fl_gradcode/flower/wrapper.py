@@ -28,6 +28,7 @@ import math
 import os
 import secrets
 import time
+import weakref
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -267,6 +268,8 @@ class GradientCoding(Strategy):
             if not (isinstance(auto_margin, (int, float)) and not isinstance(auto_margin, bool)
                     and 0 <= auto_margin < math.inf):
                 raise ValueError(f"auto_margin={auto_margin!r} must be a number >= 0")
+        elif isinstance(s, bool) or not isinstance(s, int) or s < 0:
+            raise ValueError(f"s={s!r} must be an integer >= 0 or 'auto'")
         if exclude_slow is not None:
             if not self.adaptive:
                 raise ValueError(f"exclude_slow={exclude_slow!r} needs s='auto' (got s={s!r})")
@@ -274,8 +277,6 @@ class GradientCoding(Strategy):
                     and 1 < exclude_slow < math.inf):
                 raise ValueError(f"exclude_slow={exclude_slow!r} must be a slowness factor > 1 "
                                  "(or None: never exclude)")
-        elif isinstance(s, bool) or not isinstance(s, int) or s < 0:
-            raise ValueError(f"s={s!r} must be an integer >= 0 or 'auto'")
         if not (isinstance(max_decode_error, (int, float)) and max_decode_error >= 0):
             raise ValueError(f"max_decode_error={max_decode_error!r} must be >= 0")
         if min_replies is not None and (isinstance(min_replies, bool) or min_replies < 1):
@@ -314,6 +315,7 @@ class GradientCoding(Strategy):
         # node -> its jobs not known to be done: [sent at, units, reply arrival or None]
         self._outstanding: dict[int, list[list[Any]]] = {}
         self._decision: Any = None
+        self._last_auto_s: dict[int, int] = {}  # cohort size -> auto's last s
         self.clock: VirtualClock | WallClock = make_clock(timing, straggler_timeout)
         self.timing = timing
         self.latency = latency
@@ -346,7 +348,9 @@ class GradientCoding(Strategy):
         self.verify = bool(verify)
         self.verify_tolerance = float(verify_tolerance)
         self.sparse_decoding = bool(sparse_decoding)
-        self._amplification: dict[int, float] = {}
+        # per code object, weakly: codes built per round (auto's exclusions) come and go, and
+        # an id() key could be reused by a later code
+        self._amplification: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.evaluate_fn = evaluate_fn
         self.recorder = (
             RoundRecorder(results_dir, {**self._describe(run_config), "busy": self.busy_mode})
@@ -392,10 +396,11 @@ class GradientCoding(Strategy):
         placement = self._placements[n]
         estimator = self._estimator(n, cohort)
         # trust region: s falls at most to half the last round's (the load exponent is
-        # extrapolated beyond the loads seen so far)
-        last = self._decision.s if self._decision is not None and estimator.has_data else 0
+        # extrapolated beyond the loads seen so far), within one cohort size's placement
+        last = self._last_auto_s.get(n, 0) if estimator.has_data else 0
         candidates = [c for c in placement.stable_values if c >= last // 2]
         self._decision = self._decide(placement, estimator, busy_nodes, cohort, candidates)
+        self._last_auto_s[n] = self._decision.s
         if self._decision.excluded:
             return placement.code_excluding(self._decision.s, self._decision.excluded)
         return placement.code(self._decision.s)
@@ -523,10 +528,9 @@ class GradientCoding(Strategy):
         """The reply dtype for ``code`` (``"model"`` or ``"float64"``)."""
         if self.wire != "auto":
             return self.wire
-        key = id(code)
-        if key not in self._amplification:
-            self._amplification[key] = error_amplification(code, seed=self.seed)
-        return "model" if self._amplification[key] <= 8.0 else "float64"
+        if code not in self._amplification:
+            self._amplification[code] = error_amplification(code, seed=self.seed)
+        return "model" if self._amplification[code] <= 8.0 else "float64"
 
     def _stopping_replies(self, code: GradientCode) -> int | None:
         if self.min_replies is not None:
@@ -795,17 +799,19 @@ class GradientCoding(Strategy):
         array_key = self._array_key(inner_msgs[0].content)
         global_arrays = inner_msgs[0].content.array_records[array_key]
         theta = {name: protocol.array_view(arr) for name, arr in global_arrays.items()}
-        queued = self._queued(busy_nodes, cohort)
-        if len(busy_nodes) == len(cohort) and not queued:  # never spend a round on nothing
+        # excluded by auto (heterogeneity-aware assignment): nothing to compute, nothing sent.
+        # (Other codes' empty rows, e.g. bgc's, are still sent: their replies count.)
+        excluded: set[int] = set()
+        if self.adaptive and self._decision is not None:
+            excluded = {cohort[w] for w in self._decision.excluded}
+        queued = self._queued(busy_nodes, cohort) - excluded
+        if busy_nodes | excluded >= set(cohort) and not queued:  # never spend a round on nothing
             if isinstance(self.clock, VirtualClock):
                 self.clock.wait_for_any_free(cohort)
             elif isinstance(grid, EarlyReturnGrid):
                 grid.wait_until_free(set(cohort), self.round_timeout)
             busy_nodes = self._busy(grid, cohort)
-            queued = self._queued(busy_nodes, cohort)
-        # excluded (heterogeneity-aware assignment): nothing to compute, nothing sent
-        excluded = {node for w, node in enumerate(cohort) if not code.assignment(w)}
-        queued -= excluded
+            queued = self._queued(busy_nodes, cohort) - excluded
         queued_workers = {w: node for w, node in enumerate(cohort) if node in queued}
         busy_nodes = busy_nodes - queued - excluded  # busy and given no work this round
         self.clock.start_round(queued_workers)
@@ -925,7 +931,8 @@ class GradientCoding(Strategy):
     def _delay(self, node: int, server_round: int, load: float) -> float:
         """The simulated delay of ``node``: keyed by its partition id, so that a node keeps
         its latency profile (persistently slow, its trace worker) whichever cohort samples it
-        and wherever it sits in the cohort (with every node sampled: its worker index)."""
+        and wherever it sits in the cohort (the worker index when every node is sampled and
+        the partition ids are ``0..n-1``, as in simulation: the same delays as before)."""
         if self.latency is None:
             return 0.0
         identity = self.identities.get(node)
