@@ -291,6 +291,8 @@ def plot(runs: dict, target: float):
             a = np.mean([r["accuracy"] for r in rs], axis=0)
             if scheme in main_colors:
                 style = {"color": main_colors[scheme], "lw": 2.0 if scheme in ADAPTIVE else 1.3}
+                if scheme == "auto-exclude":  # dashed: auto stays visible where they agree
+                    style["ls"] = "--"
             else:
                 v, fit = _nested_key(scheme)
                 style = {"color": str(shades[v]), "lw": 0.9, "ls": ":" if fit else "--"}
