@@ -305,21 +305,42 @@ def _band_code(n: int, s: int, weights, max_amplification: float) -> tuple[Neste
     return code, code.amplification <= max_amplification
 
 
+def _superblock_groups(
+    superblocks: list[tuple[int, ...]], s: int, max_amplification: float,
+    excluded: frozenset[int] = frozenset(),
+):
+    """``(members, partitions, t)`` of every group inside the super-blocks: each super-block's
+    ``a`` clients not ``excluded`` cut into ``floor(a / (s + 1))`` near-equal groups of
+    ``s + 1 <= m <= 2s + 1`` members, its partitions into as many near-equal shares (with
+    nobody excluded a group owns its members' own partitions), ``t`` the largest threshold
+    ``<= m - s`` within the amplification budget (the load raised where it must be).
+
+    Raises:
+        ValueError: a super-block with fewer than ``s + 1`` active clients.
+    """
+    for sb in superblocks:
+        active = tuple(c for c in sb if c not in excluded)
+        if len(active) < s + 1:
+            raise ValueError(
+                f"super-block {sb[0]}..{sb[-1]} has {len(active)} active clients; "
+                f"tolerance s={s} needs at least {s + 1}"
+            )
+        count = len(active) // (s + 1)
+        start = pstart = 0
+        for m, k in zip(_spread(len(active), count), _spread(len(sb), count), strict=True):
+            yield (active[start : start + m], sb[pstart : pstart + k],
+                   _largest_threshold(m, m - s, max_amplification))
+            start, pstart = start + m, pstart + k
+
+
 def _block_code(
     n: int, s: int, superblocks: list[tuple[int, ...]], weights, max_amplification: float
 ) -> tuple[NestedGroupCode, bool]:
     """Groups inside super-blocks (every member holds the whole group); load raised if needed."""
     groups, blocks = [], []
-    for sb in superblocks:
-        D = len(sb)
-        start = 0
-        for m in _spread(D, D // (s + 1)):
-            t = _largest_threshold(m, m - s, max_amplification)
-            load = m - t + 1
-            members = sb[start : start + m]
-            groups.append(CodeGroup(members, members, load - 1, t, "block"))
-            blocks.append(cyclic_rs_block(load - 1, t))
-            start += m
+    for members, _, t in _superblock_groups(superblocks, s, max_amplification):
+        groups.append(CodeGroup(members, members, len(members) - t, t, "block"))
+        blocks.append(cyclic_rs_block(len(members) - t, t))
     code = NestedGroupCode(n, s, groups, blocks, weights=weights)
     return code, code.amplification <= max_amplification
 
@@ -460,22 +481,12 @@ class NestedPlacement:
         if cached is not None:
             return cached
         groups, blocks = [], []
-        for sb in self.superblocks:
-            active = tuple(c for c in sb if c not in out)
-            if len(active) < s + 1:
-                raise ValueError(
-                    f"super-block {sb[0]}..{sb[-1]} has {len(active)} active clients; "
-                    f"tolerance s={s} needs at least {s + 1}"
-                )
-            count = len(active) // (s + 1)
-            start = pstart = 0
-            for m, k in zip(_spread(len(active), count), _spread(len(sb), count), strict=True):
-                t = _largest_threshold(m, m - s, self.max_amplification)
-                members, parts = active[start : start + m], sb[pstart : pstart + k]
-                groups.append(CodeGroup(members, parts, m - t, t, "block"))
-                blocks.append(np.ones((m, k)) if t == 1 else _rs_from_misses(
-                    spread_misses(m, k, t)))
-                start, pstart = start + m, pstart + k
+        for members, parts, t in _superblock_groups(
+            self.superblocks, s, self.max_amplification, key[1]
+        ):
+            m, k = len(members), len(parts)
+            groups.append(CodeGroup(members, parts, m - t, t, "block"))
+            blocks.append(np.ones((m, k)) if t == 1 else _rs_from_misses(spread_misses(m, k, t)))
         code = NestedGroupCode(self.n, s, groups, blocks, weights=self.weights)
         self._check_support(code)
         if len(self._excluding) >= 64:

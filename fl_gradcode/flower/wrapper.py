@@ -801,9 +801,10 @@ class GradientCoding(Strategy):
         theta = {name: protocol.array_view(arr) for name, arr in global_arrays.items()}
         # excluded by auto (heterogeneity-aware assignment): nothing to compute, nothing sent.
         # (Other codes' empty rows, e.g. bgc's, are still sent: their replies count.)
-        excluded: set[int] = set()
+        excluded_workers: tuple[int, ...] = ()
         if self.adaptive and self._decision is not None:
-            excluded = {cohort[w] for w in self._decision.excluded}
+            excluded_workers = self._decision.excluded
+        excluded = {cohort[w] for w in excluded_workers}
         queued = self._queued(busy_nodes, cohort) - excluded
         if busy_nodes | excluded >= set(cohort) and not queued:  # never spend a round on nothing
             if isinstance(self.clock, VirtualClock):
@@ -822,7 +823,7 @@ class GradientCoding(Strategy):
             partitions=partitions,
             sent={},
             busy=sorted(w for w, node in enumerate(cohort) if node in busy_nodes),
-            excluded=sorted(w for w, node in enumerate(cohort) if node in excluded),
+            excluded=sorted(excluded_workers),
             layout={name: tuple(a.shape) for name, a in theta.items()},
             reply_layout=_reply_layout(code, theta),
             dtypes={name: a.dtype for name, a in theta.items()},
