@@ -29,10 +29,17 @@ Schemes (same seeds, same partitions):
   hindsight (``v`` in ``{1, 2, s/4, s/2}``);
 * ``nested-fit s=v``: the same fixed codes with busy clients queued by ``auto``'s rule from
   the server's knowledge (``busy="fit"``: the estimator and the work not yet returned), so
-  that the comparison isolates the choice of ``s`` (``vs_best_fixed_same_information``).
+  that the comparison isolates the choice of ``s`` (``vs_best_fixed_same_information``);
+* ``oracle s=v``: a hindsight bound, not a policy: ``auto``'s machinery with its choice
+  replaced by ``v`` once it has an observation. Round 1 runs at ``s_max``, as the adaptive
+  rule must with nothing observed, then the fixed ``v``: what an online policy that guessed
+  the hindsight-best ``v`` right after its first round would take. ``oracle / best fixed`` is
+  the cost of the mandated first round alone; ``auto / oracle`` is the cost of the choices.
 
 A ``drift`` setting switches the latency regime at round 15 (Pareto delays, then load-scaled
-bimodal straggling); a ``persistent`` setting is the bimodal model with its slow clients fixed
+bimodal straggling), ``drift-early`` at round 4 (every exact scheme reaches 90% at round 7 or
+15, so only there does the time to target span both regimes; the time to the final model
+spans both in either); a ``persistent`` setting is the bimodal model with its slow clients fixed
 (each client is slow with probability 0.1, drawn once from the run seed, and then 20 times
 slower in every round: heterogeneous hardware; 0, 2 and 3 of 12 clients on seeds 0-2, 7, 11
 and 9 of 100).
@@ -51,6 +58,7 @@ and the figure from everything in the file.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -83,6 +91,8 @@ def nested_values(s_max: int) -> list[int]:
 
 
 def scheme_config(scheme: str) -> dict:
+    if scheme.startswith("oracle s="):
+        return {"s": "auto"}  # auto's machinery, its choice replaced (see _hindsight)
     if scheme.startswith("nested s="):
         return {"code": "nested", "s": int(scheme.removeprefix("nested s=")), "busy": "queue"}
     if scheme.startswith("nested-fit s="):
@@ -95,10 +105,41 @@ def schemes_for(s_max: int) -> list[str]:
             *(f"nested-fit s={v}" for v in nested_values(s_max))]
 
 
+def oracle_schemes(s_max: int) -> list[str]:
+    """The hindsight bounds (run on request: ``--schemes oracle``): every fixed choice."""
+    return [f"oracle s={v}" for v in (0, *nested_values(s_max), s_max)]
+
+
 def _nested_key(scheme: str) -> tuple[int, int]:
-    """``(v, 0)`` for ``nested s=v``, ``(v, 1)`` for ``nested-fit s=v`` (legend order)."""
-    fit = scheme.startswith("nested-fit s=")
-    return int(scheme.split("=")[-1]), int(fit)
+    """``(v, 0)`` for ``nested s=v``, ``(v, 1)`` for ``nested-fit s=v``, ``(v, 2)`` for
+    ``oracle s=v`` (legend order)."""
+    kind = 2 if scheme.startswith("oracle s=") else int(scheme.startswith("nested-fit s="))
+    return int(scheme.split("=")[-1]), kind
+
+
+@contextlib.contextmanager
+def _hindsight(scheme: str):
+    """For ``oracle s=v``: while the run lasts, ``s="auto"`` decides among ``[v]`` once its
+    estimator has data (round 1 keeps the rule's ``s_max``; whom to queue is still decided
+    by auto's rule with the server's knowledge). Any other scheme: unchanged."""
+    if not scheme.startswith("oracle s="):
+        yield
+        return
+    from fl_gradcode.flower.wrapper import GradientCoding
+
+    v = int(scheme.removeprefix("oracle s="))
+    original = GradientCoding._decide
+
+    def decide(self, placement, estimator, busy_nodes, cohort, candidates):
+        if self.adaptive and estimator.has_data:
+            candidates = [v]
+        return original(self, placement, estimator, busy_nodes, cohort, candidates)
+
+    GradientCoding._decide = decide
+    try:
+        yield
+    finally:
+        GradientCoding._decide = original
 
 
 LATENCIES = {
@@ -114,6 +155,11 @@ LATENCIES = {
     "drift": {"latency": "drift", "latency-scale": 0.5, "latency-shape": 1.5,
               "latency-rate": 10.0, "latency-p": 0.1, "latency-slowdown": 20.0,
               "latency-drift-round": 15},
+    # the same switch at round 4: every exact scheme reaches 90% at round 7 or 15 here, so
+    # with the switch at round 15 the time to target measures the Pareto regime alone
+    "drift-early": {"latency": "drift", "latency-scale": 0.5, "latency-shape": 1.5,
+                    "latency-rate": 10.0, "latency-p": 0.1, "latency-slowdown": 20.0,
+                    "latency-drift-round": 4},
 }
 # the nonce is pinned so that every scheme of one seed adds the same noise (comparable runs)
 DP = {"noise-multiplier": 0.3, "clip-norm": 1.0, "dp": "partition", "dp-run-nonce": "tta"}
@@ -152,7 +198,8 @@ def one_run(n, s, scheme, latency, dp, seed, rounds, partitioner):
         key_file.parent.mkdir(parents=True, exist_ok=True)
         key_file.write_text(json.dumps({"master": seed.to_bytes(32, "little").hex()}))
         key_file = str(key_file)
-    strategy, _ = run_in_process(cfg, n, key_file=key_file)
+    with _hindsight(scheme):
+        strategy, _ = run_in_process(cfg, n, key_file=key_file)
     h = strategy.history
     return {
         "virtual_s": [r["virtual_s"] for r in h],
@@ -165,8 +212,17 @@ def one_run(n, s, scheme, latency, dp, seed, rounds, partitioner):
     }
 
 
-def _times_to_target(rs: list, target: float) -> np.ndarray:
-    """Per run, the virtual time of the first round at or above ``target`` (``nan``: never)."""
+def _times_to_target(rs: list, target: float | None) -> np.ndarray:
+    """Per run, the virtual time of the first round at or above ``target`` (``nan``: never).
+
+    ``target=None``: the time to the final model, i.e. of the last round, for runs whose
+    every round decoded exactly (``nan`` otherwise). Every such run of one seed computes the
+    same sequence of models, so this compares the time to the same final model, over all
+    rounds: both regimes of a drift setting (a target reached before the switch measures only
+    the first regime)."""
+    if target is None:
+        return np.array([r["virtual_s"][-1] if all(d == "exact" for d in r["decode"])
+                         else np.nan for r in rs], dtype=float)
     return np.array([next((t for t, a in zip(r["virtual_s"], r["accuracy"], strict=True)
                            if a >= target), np.nan) for r in rs], dtype=float)
 
@@ -193,6 +249,8 @@ def setups_for(quick: bool) -> list[tuple]:
     setups += [(12, 3, "dirichlet", "drift", False), (100, 12, "pathological", "drift", False)]
     setups += [(12, 3, "dirichlet", "persistent", False),
                (100, 12, "pathological", "persistent", False)]
+    setups += [(12, 3, "dirichlet", "drift-early", False),
+               (100, 12, "pathological", "drift-early", False)]
     return setups
 
 
@@ -200,7 +258,8 @@ def setup_key(n: int, s: int, lat: str, dp: bool) -> str:
     return f"n={n} s={s} {lat}{' +DP' if dp else ''}"
 
 
-def _ratio_ci(auto: list, fixed: list, target: float, draws: int = 4000) -> tuple[float, float]:
+def _ratio_ci(auto: list, fixed: list, target: float | None,
+              draws: int = 4000) -> tuple[float, float]:
     """95% paired bootstrap interval (percentile) of ``mean(auto) / mean(fixed)`` over the
     seeds where both reached the target: seeds resampled with replacement, the same seeds for
     both (runs of one seed share data, partitions and latency draws); ``nan`` with fewer than
@@ -238,11 +297,51 @@ def build_table(runs: dict, target: float) -> dict:
             table[key][scheme] = row
         for name in ADAPTIVE:
             _compare_with_fixed(table[key], runs[key], name, target)
+            _compare_with_fixed(table[key], runs[key], name, None)
+        _compare_with_oracle(table[key], runs[key], target)
+        _compare_with_oracle(table[key], runs[key], None)
     return table
 
 
-def _compare_with_fixed(table: dict, runs: dict, name: str, target: float) -> None:
-    """An adaptive scheme's time over the best exact fixed choice in hindsight, in place."""
+def _compare_with_oracle(table: dict, runs: dict, target: float | None) -> None:
+    """``auto`` against the best ``oracle s=v`` (the fastest any policy that starts at
+    ``s_max`` and then keeps one ``v`` could be), on the seeds where auto reached the target,
+    in place: ``vs_oracle`` (the cost of auto's choices) and ``oracle_vs_best_fixed`` (the
+    cost of the first round at ``s_max`` alone); ``target=None``: to the final model (keys
+    end in ``_final``)."""
+    auto = table.get("auto")
+    if auto is None or not auto["time_to_target_mean"]:
+        return
+    a = _times_to_target(runs["auto"], target)
+    seeds = np.isfinite(a)
+    if not seeds.any():
+        return
+    final = "_final" if target is None else ""
+    bounds = {}
+    for k in runs:
+        # forced to one v, a round can lack a decodable set (e.g. v = 0 with a client skipped
+        # as too busy): such a run computes other models and is no bound
+        if k.startswith("oracle s=") and all(d == "exact" for r in runs[k] for d in r["decode"]):
+            f = _times_to_target(runs[k], target)
+            if len(f) == len(a) and np.isfinite(f[seeds]).all():
+                bounds[k] = float(np.mean(f[seeds]))
+    if not bounds:
+        return
+    best = min(bounds, key=bounds.get)
+    auto[f"oracle{final}"] = best
+    auto[f"oracle{final}_time"] = bounds[best]
+    auto[f"oracle{final}_compared"] = sorted(bounds, key=_nested_key)
+    auto[f"vs_oracle{final}"] = float(np.mean(a[seeds])) / bounds[best]
+    auto[f"vs_oracle{final}_ci95"] = list(_ratio_ci(runs["auto"], runs[best], target))
+    if f"best_fixed{final}_time" in auto:
+        auto[f"oracle_vs_best_fixed{final}"] = bounds[best] / auto[f"best_fixed{final}_time"]
+
+
+def _compare_with_fixed(table: dict, runs: dict, name: str, target: float | None) -> None:
+    """An adaptive scheme's time over the best exact fixed choice in hindsight, in place.
+
+    ``target=None``: the time to the final model instead (keys end in ``_final``; see
+    :func:`_times_to_target`)."""
     auto = table.get(name)
     if auto is None or not auto["time_to_target_mean"]:
         return
@@ -250,6 +349,9 @@ def _compare_with_fixed(table: dict, runs: dict, name: str, target: float) -> No
     # it on each of them (exact schemes share the iterates: the same seeds reach it)
     a = _times_to_target(runs[name], target)
     seeds = np.isfinite(a)
+    if not seeds.any():
+        return
+    final = "_final" if target is None else ""
     reached = {}  # every exact fixed choice that reached the target on auto's seeds
     for k in table:
         if k in EXACT_FIXED or k.startswith(("nested s=", "nested-fit s=")):
@@ -262,13 +364,16 @@ def _compare_with_fixed(table: dict, runs: dict, name: str, target: float) -> No
             continue  # no fixed code queued from the server's knowledge in this setting
         if fixed:
             best = min(fixed, key=fixed.get)
+            suffix += final
             auto[f"best_fixed{suffix}"] = best
             auto[f"best_fixed{suffix}_time"] = fixed[best]
             auto[f"vs_best_fixed{suffix}"] = float(np.mean(a[seeds])) / fixed[best]
             auto[f"fixed_compared{suffix}"] = sorted(fixed)
-            auto["seeds_compared"] = int(seeds.sum())
+            auto[f"seeds_compared{final}"] = int(seeds.sum())
             low, high = _ratio_ci(runs[name], runs[best], target)
             auto[f"vs_best_fixed{suffix}_ci95"] = [low, high]
+            if final:
+                auto["time_to_final_model_mean"] = float(np.mean(a[seeds]))
 
 
 def plot(runs: dict, target: float):
@@ -282,11 +387,13 @@ def plot(runs: dict, target: float):
     main_colors = dict(zip([*SCHEMES], ["C0", "C1", "C2", "C3", "C4", "C5"], strict=True))
     handles = {}
     nested = sorted({_nested_key(s)[0] for by in runs.values() for s in by
-                     if s not in main_colors})
+                     if s not in main_colors and not s.startswith("oracle s=")})
     # one grey level per tolerance in every panel (darker: smaller s); dotted: nested-fit
     shades = dict(zip(nested, np.linspace(0.15, 0.7, max(len(nested), 1)), strict=False))
     for ax, key in zip(axes.flat, keys, strict=False):
         for scheme, rs in runs[key].items():
+            if scheme.startswith("oracle s="):
+                continue  # hindsight bounds: in the table, not on the figure
             t = np.mean([r["virtual_s"] for r in rs], axis=0)
             a = np.mean([r["accuracy"] for r in rs], axis=0)
             if scheme in main_colors:
@@ -362,9 +469,10 @@ def main(argv: list[str] | None = None) -> dict:
         names = schemes_for(s_max)
         if wanted is None:
             return names
-        return [x for x in names if x in wanted
+        return [x for x in [*names, *oracle_schemes(s_max)] if x in wanted
                 or ("nested" in wanted and x.startswith("nested s="))
-                or ("nested-fit" in wanted and x.startswith("nested-fit s="))]
+                or ("nested-fit" in wanted and x.startswith("nested-fit s="))
+                or ("oracle" in wanted and x.startswith("oracle s="))]
 
     jobs = [(setup, scheme, seed) for setup in setups for scheme in chosen(setup[1])
             for seed in seeds]
@@ -415,6 +523,16 @@ def main(argv: list[str] | None = None) -> dict:
                 print(f"{key:<24}{name} / best fixed, same information "
                       f"({auto['best_fixed_same_information']}): "
                       f"{auto['vs_best_fixed_same_information']:.2f}")
+        for name in ADAPTIVE:
+            auto = rows.get(name, {})
+            if "vs_best_fixed_final" in auto:
+                print(f"{key:<24}{name} / best fixed, time to the final model "
+                      f"({auto['best_fixed_final']}): {auto['vs_best_fixed_final']:.2f}")
+        if "vs_oracle" in rows.get("auto", {}):
+            auto = rows["auto"]
+            print(f"{key:<24}auto / hindsight oracle ({auto['oracle']}): "
+                  f"{auto['vs_oracle']:.2f}; oracle / best fixed: "
+                  f"{auto.get('oracle_vs_best_fixed', float('nan')):.2f}")
     return _write(runs, args, seeds, rounds, figure=True, table=table,
                   partial_runs=partial_runs)
 

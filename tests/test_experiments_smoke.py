@@ -177,6 +177,75 @@ def test_time_to_accuracy_compares_auto_with_fixed_codes_of_either_information()
     assert "nested-fit s=3" in module.schemes_for(12)
 
 
+def test_time_to_accuracy_compares_time_to_the_final_model_over_exact_runs_only():
+    """Time to the final model = the last round's time, for runs whose every round decoded
+    exactly. Last rounds: auto 12 and 8 (mean 10), exact 10 and 10, nested s=1 6 and 6 but
+    with one approximate round (a different model: not compared), uncoded 20 and 20. By hand:
+    best exact fixed = exact, auto / exact = 1.0; resampling the two seeds gives 1.2 (seed 0
+    twice), 0.8 (seed 1 twice) or 1.0."""
+    module = load("time_to_accuracy")
+
+    def run(last, decode=("exact",) * 3):
+        return {"virtual_s": [1.0, 2.0, last], "accuracy": [0.95, 0.96, 0.97],
+                "decode": list(decode), "epsilon": None}
+
+    runs = {"k": {"uncoded": [run(20.0)] * 2, "exact": [run(10.0)] * 2,
+                  "auto": [run(12.0), run(8.0)],
+                  "nested s=1": [run(6.0, ("exact", "approximate", "exact"))] * 2}}
+    auto = module.build_table(runs, 0.9)["k"]["auto"]
+    assert auto["best_fixed_final"] == "exact"
+    assert auto["vs_best_fixed_final"] == pytest.approx(1.0)
+    assert auto["fixed_compared_final"] == ["exact", "uncoded"]
+    assert auto["vs_best_fixed_final_ci95"] == pytest.approx([0.8, 1.2])
+    assert auto["time_to_final_model_mean"] == pytest.approx(10.0)
+    # the target comparison still counts nested s=1 (reached 0.9 at 1 s like the others)
+    assert auto["fixed_compared"] == ["exact", "nested s=1", "uncoded"]
+
+
+def test_time_to_accuracy_oracle_splits_the_gap_into_first_round_and_choices():
+    """Times to target: nested s=1 4 (best fixed), oracle s=1 5 (the same after a first round
+    at s_max), oracle s=2 7, auto 6: auto / oracle = 6/5, oracle / best fixed = 5/4."""
+    module = load("time_to_accuracy")
+
+    def run(t):
+        return {"virtual_s": [t / 2, t, 2 * t], "accuracy": [0.5, 0.95, 0.97],
+                "decode": ["exact"] * 3, "epsilon": None}
+
+    runs = {"k": {"uncoded": [run(10.0)] * 2, "auto": [run(6.0)] * 2,
+                  "nested s=1": [run(4.0)] * 2, "oracle s=1": [run(5.0)] * 2,
+                  "oracle s=2": [run(7.0)] * 2}}
+    auto = module.build_table(runs, 0.9)["k"]["auto"]
+    assert auto["oracle"] == "oracle s=1"
+    assert auto["oracle_compared"] == ["oracle s=1", "oracle s=2"]
+    assert auto["vs_oracle"] == pytest.approx(6 / 5)
+    assert auto["oracle_vs_best_fixed"] == pytest.approx(5 / 4)
+    assert auto["vs_oracle_final"] == pytest.approx(6 / 5)  # every round exact
+    # oracles are bounds, not fixed rivals
+    assert all(not k.startswith("oracle") for k in auto["fixed_compared"])
+    # an oracle run with a round that did not decode exactly computed other models: no bound
+    runs["k"]["oracle s=1"] = [dict(run(5.0), decode=["exact", "approximate", "exact"])] * 2
+    auto = module.build_table(runs, 0.9)["k"]["auto"]
+    assert (auto["oracle"], auto["oracle_compared"]) == ("oracle s=2", ["oracle s=2"])
+    assert auto["vs_oracle"] == pytest.approx(6 / 7)
+    assert module.oracle_schemes(12) == ["oracle s=0", "oracle s=1", "oracle s=2",
+                                         "oracle s=3", "oracle s=6", "oracle s=12"]
+
+
+def test_time_to_accuracy_oracle_run_starts_at_s_max_then_keeps_its_s():
+    """The hindsight oracle through the real strategy: round 1 at s_max (nothing observed),
+    then the fixed v; every round exact (the same models as uncoded); the patch is undone."""
+    module = load("time_to_accuracy")
+    from fl_gradcode.flower.wrapper import GradientCoding
+
+    before = GradientCoding._decide
+    oracle = module.one_run(12, 3, "oracle s=1", "pareto", False, 0, 4, "dirichlet")
+    assert GradientCoding._decide is before
+    assert oracle["s"] == [3, 1, 1, 1]
+    assert oracle["decode"] == ["exact"] * 4
+    uncoded = module.one_run(12, 3, "uncoded", "pareto", False, 0, 4, "dirichlet")
+    assert oracle["accuracy"] == uncoded["accuracy"]
+
+
 def test_bench_adaptive_quick_times_the_decision_and_runs_the_closed_loop(tmp_path):
     out = tmp_path / "ba"
     result = load("bench_adaptive").main(["--quick", "--out", str(out)])
