@@ -30,11 +30,14 @@ Schemes (same seeds, same partitions):
 * ``nested-fit s=v``: the same fixed codes with busy clients queued by ``auto``'s rule from
   the server's knowledge (``busy="fit"``: the estimator and the work not yet returned), so
   that the comparison isolates the choice of ``s`` (``vs_best_fixed_same_information``);
-* ``oracle s=v``: a hindsight bound, not a policy: ``auto``'s machinery with its choice
+* ``oracle s=v``: a hindsight reference, not a policy: ``auto``'s machinery with its choice
   replaced by ``v`` once it has an observation. Round 1 runs at ``s_max``, as the adaptive
   rule must with nothing observed, then the fixed ``v``: what an online policy that guessed
-  the hindsight-best ``v`` right after its first round would take. ``oracle / best fixed`` is
-  the cost of the mandated first round alone; ``auto / oracle`` is the cost of the choices.
+  the best constant ``v`` right after its first round would take (not a lower bound: a policy
+  that changes ``s`` can beat it). Over ``nested-fit s=v`` it prices the round at ``s_max``
+  (``oracle_start_cost``); ``auto / oracle`` prices auto's choices. ``oracle s=s_max`` keeps
+  ``s_max`` in every round: the same runs as ``nested-fit s=s_max``, a fixed rival with the
+  same information.
 
 A ``drift`` setting switches the latency regime at round 15 (Pareto delays, then load-scaled
 bimodal straggling), ``drift-early`` at round 4 (every exact scheme reaches 90% at round 7 or
@@ -303,14 +306,24 @@ def build_table(runs: dict, target: float) -> dict:
     return table
 
 
+def _same_information(scheme: str, rs: list) -> bool:
+    """A fixed choice whose busy clients are queued by auto's rule from the server's
+    knowledge: ``nested-fit s=v``, or an ``oracle s=v`` run that kept one ``s`` in every round
+    (``v = s_max``: the same runs as ``nested-fit s=s_max``, checked run for run)."""
+    if scheme.startswith("nested-fit s="):
+        return True
+    return scheme.startswith("oracle s=") and len({s for r in rs for s in r["s"]}) == 1
+
+
 def _compare_with_oracle(table: dict, runs: dict, target: float | None) -> None:
-    """``auto`` against the best ``oracle s=v`` (the fastest any policy that starts at
-    ``s_max`` and then keeps one ``v`` could be), on the seeds where auto reached the target,
-    in place: ``vs_oracle`` (the cost of auto's choices) and ``oracle_vs_best_fixed`` (the
-    cost of the first round at ``s_max`` alone); ``target=None``: to the final model (keys
-    end in ``_final``)."""
+    """``auto`` against the best ``oracle s=v`` (the best constant ``v`` after the mandated
+    round at ``s_max``; not a lower bound: a policy that changes ``s`` can beat it), on the
+    seeds where auto reached the target, in place: ``vs_oracle`` (what auto's choices cost
+    against it), ``oracle_start_cost`` (its time over the same ``v`` fixed from round 1 with
+    the same information, ``nested-fit s=v``: what the round at ``s_max`` costs) and
+    ``oracle_vs_best_fixed``; ``target=None``: to the final model (keys end in ``_final``)."""
     auto = table.get("auto")
-    if auto is None or not auto["time_to_target_mean"]:
+    if auto is None or (target is not None and not auto["time_to_target_mean"]):
         return
     a = _times_to_target(runs["auto"], target)
     seeds = np.isfinite(a)
@@ -335,6 +348,13 @@ def _compare_with_oracle(table: dict, runs: dict, target: float | None) -> None:
     auto[f"vs_oracle{final}_ci95"] = list(_ratio_ci(runs["auto"], runs[best], target))
     if f"best_fixed{final}_time" in auto:
         auto[f"oracle_vs_best_fixed{final}"] = bounds[best] / auto[f"best_fixed{final}_time"]
+    fixed_v = f"nested-fit s={best.removeprefix('oracle s=')}"
+    if _same_information(best, runs[best]):  # v = s_max: no round differs from the fixed v
+        auto[f"oracle_start_cost{final}"] = 1.0
+    elif fixed_v in runs:
+        f = _times_to_target(runs[fixed_v], target)
+        if len(f) == len(a) and np.isfinite(f[seeds]).all():
+            auto[f"oracle_start_cost{final}"] = bounds[best] / float(np.mean(f[seeds]))
 
 
 def _compare_with_fixed(table: dict, runs: dict, name: str, target: float | None) -> None:
@@ -343,7 +363,7 @@ def _compare_with_fixed(table: dict, runs: dict, name: str, target: float | None
     ``target=None``: the time to the final model instead (keys end in ``_final``; see
     :func:`_times_to_target`)."""
     auto = table.get(name)
-    if auto is None or not auto["time_to_target_mean"]:
+    if auto is None or (target is not None and not auto["time_to_target_mean"]):
         return
     # on the seeds where auto reached the target; a fixed choice competes if it reached
     # it on each of them (exact schemes share the iterates: the same seeds reach it)
@@ -352,15 +372,17 @@ def _compare_with_fixed(table: dict, runs: dict, name: str, target: float | None
     if not seeds.any():
         return
     final = "_final" if target is None else ""
+    clock = {k for k in table if k.startswith("nested s=")}
+    same = {k for k in table if _same_information(k, runs[k])}
     reached = {}  # every exact fixed choice that reached the target on auto's seeds
     for k in table:
-        if k in EXACT_FIXED or k.startswith(("nested s=", "nested-fit s=")):
+        if k in EXACT_FIXED or k in clock or k in same:
             f = _times_to_target(runs[k], target)
             if len(f) == len(a) and np.isfinite(f[seeds]).all():
                 reached[k] = float(np.mean(f[seeds]))
-    for prefix, suffix in (("nested s=", ""), ("nested-fit s=", "_same_information")):
-        fixed = {k: t for k, t in reached.items() if k in EXACT_FIXED or k.startswith(prefix)}
-        if not any(k.startswith(prefix) for k in fixed) and suffix:
+    for kind, suffix in ((clock, ""), (same, "_same_information")):
+        fixed = {k: t for k, t in reached.items() if k in EXACT_FIXED or k in kind}
+        if not any(k in kind for k in fixed) and suffix:
             continue  # no fixed code queued from the server's knowledge in this setting
         if fixed:
             best = min(fixed, key=fixed.get)

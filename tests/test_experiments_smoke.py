@@ -203,32 +203,70 @@ def test_time_to_accuracy_compares_time_to_the_final_model_over_exact_runs_only(
 
 
 def test_time_to_accuracy_oracle_splits_the_gap_into_first_round_and_choices():
-    """Times to target: nested s=1 4 (best fixed), oracle s=1 5 (the same after a first round
-    at s_max), oracle s=2 7, auto 6: auto / oracle = 6/5, oracle / best fixed = 5/4."""
+    """Times to target: nested s=1 4 (best fixed), nested-fit s=1 4.5, oracle s=1 5 (s_max in
+    round 1, then 1), oracle s=2 7, auto 6: auto / oracle = 6/5, oracle / best fixed = 5/4,
+    the round at s_max costs 5/4.5 against the same v with the same information."""
     module = load("time_to_accuracy")
 
-    def run(t):
+    def run(t, s=(3, 3, 3)):
         return {"virtual_s": [t / 2, t, 2 * t], "accuracy": [0.5, 0.95, 0.97],
-                "decode": ["exact"] * 3, "epsilon": None}
+                "decode": ["exact"] * 3, "epsilon": None, "s": list(s)}
 
     runs = {"k": {"uncoded": [run(10.0)] * 2, "auto": [run(6.0)] * 2,
-                  "nested s=1": [run(4.0)] * 2, "oracle s=1": [run(5.0)] * 2,
-                  "oracle s=2": [run(7.0)] * 2}}
+                  "nested s=1": [run(4.0)] * 2, "nested-fit s=1": [run(4.5)] * 2,
+                  "oracle s=1": [run(5.0, (3, 1, 1))] * 2,
+                  "oracle s=2": [run(7.0, (3, 2, 2))] * 2}}
     auto = module.build_table(runs, 0.9)["k"]["auto"]
     assert auto["oracle"] == "oracle s=1"
     assert auto["oracle_compared"] == ["oracle s=1", "oracle s=2"]
     assert auto["vs_oracle"] == pytest.approx(6 / 5)
+    assert auto["vs_oracle_ci95"] == pytest.approx([6 / 5, 6 / 5])
     assert auto["oracle_vs_best_fixed"] == pytest.approx(5 / 4)
+    assert auto["oracle_start_cost"] == pytest.approx(5 / 4.5)
     assert auto["vs_oracle_final"] == pytest.approx(6 / 5)  # every round exact
-    # oracles are bounds, not fixed rivals
-    assert all(not k.startswith("oracle") for k in auto["fixed_compared"])
+    # oracles that change s are references, not fixed rivals
+    assert auto["fixed_compared"] == ["nested s=1", "uncoded"]
+    assert auto["fixed_compared_same_information"] == ["nested-fit s=1", "uncoded"]
+    # an oracle that kept s_max in every round is the fixed s_max with auto's information
+    runs["k"]["oracle s=3"] = [run(4.2)] * 2
+    auto = module.build_table(runs, 0.9)["k"]["auto"]
+    assert auto["fixed_compared_same_information"] == ["nested-fit s=1", "oracle s=3",
+                                                       "uncoded"]
+    assert auto["vs_best_fixed_same_information"] == pytest.approx(6 / 4.2)
+    assert (auto["oracle"], auto["oracle_start_cost"]) == ("oracle s=3", 1.0)
+    del runs["k"]["oracle s=3"]
     # an oracle run with a round that did not decode exactly computed other models: no bound
-    runs["k"]["oracle s=1"] = [dict(run(5.0), decode=["exact", "approximate", "exact"])] * 2
+    runs["k"]["oracle s=1"] = [dict(run(5.0, (3, 1, 1)),
+                                    decode=["exact", "approximate", "exact"])] * 2
     auto = module.build_table(runs, 0.9)["k"]["auto"]
     assert (auto["oracle"], auto["oracle_compared"]) == ("oracle s=2", ["oracle s=2"])
     assert auto["vs_oracle"] == pytest.approx(6 / 7)
+    assert "oracle_start_cost" not in auto  # no nested-fit s=2 run
     assert module.oracle_schemes(12) == ["oracle s=0", "oracle s=1", "oracle s=2",
                                          "oracle s=3", "oracle s=6", "oracle s=12"]
+
+
+def test_time_to_accuracy_oracle_is_compared_on_the_seeds_auto_reached_the_target():
+    """auto reaches 0.9 on seed 0 only (at 6); oracle s=1 took 5 there and 100 on seed 1,
+    oracle s=2 7 and 7: on seed 0 alone s=1 is the best (over both seeds it would be s=2);
+    one seed: no interval. The final model is compared on both seeds (auto 12 and 40)."""
+    module = load("time_to_accuracy")
+
+    def run(t, s=(3, 3, 3), acc=0.95):
+        return {"virtual_s": [t / 2, t, 2 * t], "accuracy": [0.5, acc, acc],
+                "decode": ["exact"] * 3, "epsilon": None, "s": list(s)}
+
+    runs = {"k": {"uncoded": [run(10.0), run(20.0)],
+                  "auto": [run(6.0), run(20.0, acc=0.8)],
+                  "oracle s=1": [run(5.0, (3, 1, 1)), run(100.0, (3, 1, 1))],
+                  "oracle s=2": [run(7.0, (3, 2, 2)), run(7.0, (3, 2, 2))]}}
+    auto = module.build_table(runs, 0.9)["k"]["auto"]
+    assert (auto["oracle"], auto["oracle_time"]) == ("oracle s=1", 5.0)
+    assert auto["vs_oracle"] == pytest.approx(6 / 5)
+    assert all(x != x for x in auto["vs_oracle_ci95"])
+    assert auto["oracle_final"] == "oracle s=2"  # 2 * 7 = 14 against (10 + 200) / 2
+    assert auto["vs_oracle_final"] == pytest.approx(26 / 14)
+    assert auto["vs_best_fixed_final"] == pytest.approx(26 / 30)  # uncoded: 20 and 40
 
 
 def test_time_to_accuracy_oracle_run_starts_at_s_max_then_keeps_its_s():
@@ -238,9 +276,9 @@ def test_time_to_accuracy_oracle_run_starts_at_s_max_then_keeps_its_s():
     from fl_gradcode.flower.wrapper import GradientCoding
 
     before = GradientCoding._decide
-    oracle = module.one_run(12, 3, "oracle s=1", "pareto", False, 0, 4, "dirichlet")
+    oracle = module.one_run(12, 3, "oracle s=2", "pareto", False, 0, 4, "dirichlet")
     assert GradientCoding._decide is before
-    assert oracle["s"] == [3, 1, 1, 1]
+    assert oracle["s"] == [3, 2, 2, 2]  # auto itself: 3, 1, 1, 3 on this seed
     assert oracle["decode"] == ["exact"] * 4
     uncoded = module.one_run(12, 3, "uncoded", "pareto", False, 0, 4, "dirichlet")
     assert oracle["accuracy"] == uncoded["accuracy"]
