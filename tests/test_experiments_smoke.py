@@ -282,6 +282,12 @@ def test_time_to_accuracy_oracle_run_starts_at_s_max_then_keeps_its_s():
     assert oracle["decode"] == ["exact"] * 4
     uncoded = module.one_run(12, 3, "uncoded", "pareto", False, 0, 4, "dirichlet")
     assert oracle["accuracy"] == uncoded["accuracy"]
+    # the oracle that keeps s_max is the fixed s_max queued like auto, round for round (so
+    # it counts among the same-information rivals)
+    kept = module.one_run(12, 3, "oracle s=3", "bimodal", False, 1, 6, "dirichlet")
+    fixed = module.one_run(12, 3, "nested-fit s=3", "bimodal", False, 1, 6, "dirichlet")
+    assert kept["s"] == fixed["s"] == [3] * 6
+    assert kept["virtual_s"] == fixed["virtual_s"]
 
 
 def test_bench_adaptive_quick_times_the_decision_and_runs_the_closed_loop(tmp_path):
