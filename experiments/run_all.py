@@ -27,6 +27,9 @@ EXPERIMENTS = [
     "time_to_accuracy",
     "sampled_cohorts",
 ]
+# further passes merged into the same results: time_to_accuracy's hindsight oracles (a
+# reference for the adaptive policy, run on top of the schemes compared)
+FOLLOW_UP = {"time_to_accuracy": [["--schemes", "oracle", "--jobs", "2"]]}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -43,6 +46,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"== {name}", flush=True)
         module = importlib.import_module(name)
         module.main([*(["--quick"] if args.quick else []), "--out", str(out / name)])
+        for extra in FOLLOW_UP.get(name, []):
+            module.main([*(["--quick"] if args.quick else []), "--out", str(out / name),
+                         *extra])
         print(f"== {name} done in {time.perf_counter() - t0:.0f} s", flush=True)
     print(f"== all done in {time.perf_counter() - t_all:.0f} s", flush=True)
 
