@@ -120,3 +120,43 @@ def test_comm_efficient_replies_are_ceil_l_over_m_and_decode_to_length_l(n, m, l
     target = sum(updates.values())
     np.testing.assert_allclose(decoded, target, rtol=1e-9, atol=1e-9)
     assert code.load == s + m
+
+
+def test_least_squares_decoding_of_duplicate_rows_is_the_minimum_norm_solution():
+    """bgc at n = 4, seed 289: clients 0 and 1 hold the same partitions {1, 2, 3}. Least
+    squares (reference: the pseudo-inverse, by hand) gives a_0 + a_1 = 1, alpha = 1 on
+    {1, 2, 3}; the minimum-norm split is 1/2 each. Pivoted QR took the rank-1 system for
+    rank 2 and returned a = -/+1.7e15 with alpha = 1/4, and decoding then cancelled two
+    numbers of 1e15 (a result on a grid of 1/8)."""
+    code = make_code("bgc", n=4, s=2, seed=289)
+    assert np.array_equal(code.B[0], code.B[1]) and list(code.B[0]) == [0, 1, 1, 1]
+    dec = code.decoding([0, 1])
+    np.testing.assert_allclose(dec.coefficients[[0, 1]], [0.5, 0.5], atol=1e-12)
+    np.testing.assert_allclose(dec.alpha, [0.0, 1.0, 1.0, 1.0], atol=1e-12)
+    u = {j: np.array([0.3, -1.7, 2.9]) * (j + 1) for j in range(4)}
+    got = code.decode({i: code.encode(i, u) for i in (0, 1)}, approximate=True)
+    np.testing.assert_allclose(got, u[1] + u[2] + u[3], rtol=1e-12)
+
+
+@SETTINGS
+@given(
+    name=st.sampled_from(["bgc", "expander", "ignore-stragglers"]),
+    n=st.integers(3, 16),
+    seed=st.integers(0, 1000),
+    data=st.data(),
+)
+def test_approximate_decoding_is_least_squares_optimal_for_any_received_set(name, n, seed,
+                                                                             data):
+    """The decoding's residual ``||B_F^T a - 1||`` (unit weights) equals the optimum, from
+    numpy's SVD-based lstsq (an independent reference), for any received set, rank-deficient
+    ones (duplicate rows) included."""
+    s = min(2, n - 2)
+    code = make_code(name, n=n, s=s, seed=seed)
+    alive = sorted(data.draw(st.sets(st.integers(0, n - 1), min_size=1, max_size=n)))
+    B_F = np.asarray(code.B, dtype=float)[alive]
+    ref = np.linalg.lstsq(B_F.T, np.ones(code.k), rcond=None)[0]
+    best = np.linalg.norm(B_F.T @ ref - 1.0)
+    dec = code.decoding(alive)
+    got = np.linalg.norm(B_F.T @ dec.coefficients[alive] - 1.0)
+    assert got <= best + 1e-9 * (1.0 + best)
+    np.testing.assert_allclose(dec.alpha, B_F.T @ dec.coefficients[alive], atol=1e-9)

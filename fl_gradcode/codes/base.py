@@ -556,7 +556,14 @@ class GradientCode:
 
     @staticmethod
     def _least_squares(A: np.ndarray, y: np.ndarray) -> np.ndarray:
-        """Minimum-norm least squares in float64 with pivoted QR, one refinement step."""
+        """Minimum-norm least squares in float64 with pivoted QR, one refinement step.
+
+        Pivoted QR can take an exactly rank-deficient system (two received clients with the
+        same row, as random approximate codes draw) for full rank and return a solution of
+        norm 1e15 that is not even a least-squares one; the normal equations
+        ``A^T (y - A a) = 0`` or the norm tell, and the SVD (minimum norm, rank by singular
+        values) is taken instead when its residual is smaller, or as small with a smaller
+        norm."""
         a, *_ = scipy.linalg.lstsq(A, y, lapack_driver="gelsy", check_finite=False)
         # One step of iterative refinement: cheap, and recovers digits lost to conditioning.
         r = y - A @ a
@@ -565,6 +572,14 @@ class GradientCode:
             a2 = a + da
             if np.linalg.norm(y - A @ a2) <= np.linalg.norm(r):
                 a = a2
+        r = y - A @ a
+        norm_a, norm_A, norm_y = (float(np.linalg.norm(x)) for x in (a, A, y))
+        if (np.linalg.norm(A.T @ r) > 1e-9 * norm_A * norm_y  # not a least-squares solution
+                or norm_a * norm_A > 1e6 * norm_y):  # or one of absurd norm
+            b, *_ = scipy.linalg.lstsq(A, y, lapack_driver="gelsd", check_finite=False)
+            rb, ra = float(np.linalg.norm(y - A @ b)), float(np.linalg.norm(r))
+            if rb < ra * (1 - 1e-9) or (rb <= ra * (1 + 1e-9) and np.linalg.norm(b) < norm_a):
+                a = b
         return a
 
     def _weighted_error(self, alpha: np.ndarray) -> float:
