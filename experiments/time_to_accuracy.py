@@ -109,7 +109,8 @@ def schemes_for(s_max: int) -> list[str]:
 
 
 def oracle_schemes(s_max: int) -> list[str]:
-    """The hindsight bounds (run on request: ``--schemes oracle``): every fixed choice."""
+    """The hindsight references (run on request: ``--schemes oracle``): every fixed choice
+    after the round at ``s_max``."""
     return [f"oracle s={v}" for v in (0, *nested_values(s_max), s_max)]
 
 
@@ -333,7 +334,7 @@ def _compare_with_oracle(table: dict, runs: dict, target: float | None) -> None:
     bounds = {}
     for k in runs:
         # forced to one v, a round can lack a decodable set (e.g. v = 0 with a client skipped
-        # as too busy): such a run computes other models and is no bound
+        # as too busy): such a run computes other models and is no reference
         if k.startswith("oracle s=") and all(d == "exact" for r in runs[k] for d in r["decode"]):
             f = _times_to_target(runs[k], target)
             if len(f) == len(a) and np.isfinite(f[seeds]).all():
@@ -415,7 +416,7 @@ def plot(runs: dict, target: float):
     for ax, key in zip(axes.flat, keys, strict=False):
         for scheme, rs in runs[key].items():
             if scheme.startswith("oracle s="):
-                continue  # hindsight bounds: in the table, not on the figure
+                continue  # hindsight references: in the table, not on the figure
             t = np.mean([r["virtual_s"] for r in rs], axis=0)
             a = np.mean([r["accuracy"] for r in rs], axis=0)
             if scheme in main_colors:
@@ -553,8 +554,8 @@ def main(argv: list[str] | None = None) -> dict:
         if "vs_oracle" in rows.get("auto", {}):
             auto = rows["auto"]
             print(f"{key:<24}auto / hindsight oracle ({auto['oracle']}): "
-                  f"{auto['vs_oracle']:.2f}; oracle / best fixed: "
-                  f"{auto.get('oracle_vs_best_fixed', float('nan')):.2f}")
+                  f"{auto['vs_oracle']:.2f}; its start cost: "
+                  f"{auto.get('oracle_start_cost', float('nan')):.2f}")
     return _write(runs, args, seeds, rounds, figure=True, table=table,
                   partial_runs=partial_runs)
 
