@@ -307,6 +307,15 @@ def build_table(runs: dict, target: float) -> dict:
     return table
 
 
+def _mean_on_seeds(rs: list, target: float | None, seeds: np.ndarray) -> float | None:
+    """Mean time to target of ``rs`` over ``seeds`` (auto's), or ``None`` if it did not reach
+    the target on each of them."""
+    f = _times_to_target(rs, target)
+    if len(f) != len(seeds) or not np.isfinite(f[seeds]).all():
+        return None
+    return float(np.mean(f[seeds]))
+
+
 def _same_information(scheme: str, rs: list) -> bool:
     """A fixed choice whose busy clients are queued by auto's rule from the server's
     knowledge: ``nested-fit s=v``, or an ``oracle s=v`` run that kept one ``s`` in every round
@@ -336,9 +345,9 @@ def _compare_with_oracle(table: dict, runs: dict, target: float | None) -> None:
         # forced to one v, a round can lack a decodable set (e.g. v = 0 with a client skipped
         # as too busy): such a run computes other models and is no reference
         if k.startswith("oracle s=") and all(d == "exact" for r in runs[k] for d in r["decode"]):
-            f = _times_to_target(runs[k], target)
-            if len(f) == len(a) and np.isfinite(f[seeds]).all():
-                bounds[k] = float(np.mean(f[seeds]))
+            mean = _mean_on_seeds(runs[k], target, seeds)
+            if mean is not None:
+                bounds[k] = mean
     if not bounds:
         return
     best = min(bounds, key=bounds.get)
@@ -352,10 +361,8 @@ def _compare_with_oracle(table: dict, runs: dict, target: float | None) -> None:
     fixed_v = f"nested-fit s={best.removeprefix('oracle s=')}"
     if _same_information(best, runs[best]):  # v = s_max: no round differs from the fixed v
         auto[f"oracle_start_cost{final}"] = 1.0
-    elif fixed_v in runs:
-        f = _times_to_target(runs[fixed_v], target)
-        if len(f) == len(a) and np.isfinite(f[seeds]).all():
-            auto[f"oracle_start_cost{final}"] = bounds[best] / float(np.mean(f[seeds]))
+    elif fixed_v in runs and (mean := _mean_on_seeds(runs[fixed_v], target, seeds)) is not None:
+        auto[f"oracle_start_cost{final}"] = bounds[best] / mean
 
 
 def _compare_with_fixed(table: dict, runs: dict, name: str, target: float | None) -> None:
@@ -378,9 +385,9 @@ def _compare_with_fixed(table: dict, runs: dict, name: str, target: float | None
     reached = {}  # every exact fixed choice that reached the target on auto's seeds
     for k in table:
         if k in EXACT_FIXED or k in clock or k in same:
-            f = _times_to_target(runs[k], target)
-            if len(f) == len(a) and np.isfinite(f[seeds]).all():
-                reached[k] = float(np.mean(f[seeds]))
+            mean = _mean_on_seeds(runs[k], target, seeds)
+            if mean is not None:
+                reached[k] = mean
     for kind, suffix in ((clock, ""), (same, "_same_information")):
         fixed = {k: t for k, t in reached.items() if k in EXACT_FIXED or k in kind}
         if not any(k in kind for k in fixed) and suffix:
@@ -395,8 +402,8 @@ def _compare_with_fixed(table: dict, runs: dict, name: str, target: float | None
             auto[f"seeds_compared{final}"] = int(seeds.sum())
             low, high = _ratio_ci(runs[name], runs[best], target)
             auto[f"vs_best_fixed{suffix}_ci95"] = [low, high]
-            if final:
-                auto["time_to_final_model_mean"] = float(np.mean(a[seeds]))
+    if final and reached:
+        auto["time_to_final_model_mean"] = float(np.mean(a[seeds]))
 
 
 def plot(runs: dict, target: float):
