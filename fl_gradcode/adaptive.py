@@ -72,7 +72,7 @@ from __future__ import annotations
 import math
 import weakref
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -286,6 +286,47 @@ class _Survival:
 
 
 # ============================================================================ estimator
+def _parse_state(state: Any, expected_format: str) -> list[tuple[float, dict[str, tuple]]]:
+    """Validated ``(duration, {key: (time | None, censored_at, load, busy)})`` per round of
+    :meth:`LatencyEstimator.export_rounds` data."""
+
+    def number(value: Any, what: str, low: float, strict: bool) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"{what}={value!r} must be a number")
+        x = float(value)
+        if not math.isfinite(x) or x < low or (strict and x == low):
+            raise ValueError(f"{what}={value!r} must be finite and {'>' if strict else '>='} "
+                             f"{low:g}")
+        return x
+
+    if not isinstance(state, Mapping):
+        raise ValueError(f"latency observations must be a JSON object; got {type(state).__name__}")
+    if state.get("format") != expected_format or state.get("version") != 1:
+        raise ValueError(f"format={state.get('format')!r} version={state.get('version')!r}; "
+                         f"expected {expected_format!r} version 1")
+    rounds = state.get("rounds")
+    if not isinstance(rounds, list):
+        raise ValueError(f"rounds={rounds!r} must be a list")
+    out = []
+    for r, item in enumerate(rounds):
+        if not isinstance(item, Mapping) or not isinstance(item.get("clients"), Mapping):
+            raise ValueError(f"rounds[{r}] must be an object with 'duration' and 'clients'")
+        duration = number(item.get("duration"), f"rounds[{r}].duration", 0.0, True)
+        clients = {}
+        for key, row in item["clients"].items():
+            where = f"rounds[{r}].clients[{key!r}]"
+            if not isinstance(row, list) or len(row) != 4:
+                raise ValueError(f"{where}={row!r} must be [time or null, censored_at, load, "
+                                 "busy]")
+            t = None if row[0] is None else number(row[0], f"{where}[0] (time)", 0.0, False)
+            cut = number(row[1], f"{where}[1] (censored_at)", 0.0, False)
+            load = number(row[2], f"{where}[2] (load)", 0.0, True)
+            busy = number(row[3], f"{where}[3] (busy)", 0.0, False)
+            clients[str(key)] = (t, cut, load, busy)
+        out.append((duration, clients))
+    return out
+
+
 @dataclass
 class _Round:
     index: int
@@ -504,6 +545,73 @@ class LatencyEstimator:
         rec.limit[client] = limit
         self._version += 1
         return True
+
+    # ------------------------------------------------------------------ persistence
+    STATE_FORMAT = "fl-gradcode latency observations"
+
+    def export_rounds(self, keys: Sequence[str]) -> dict[str, Any]:
+        """The remembered rounds as JSON-ready data, client ``i`` named ``keys[i]`` (a name
+        that outlives this run, such as its data partition), oldest round first.
+
+        Each round is ``{"duration": d, "clients": {key: [time, censored_at, load, busy]}}``
+        with ``time`` ``None`` when the reply had not arrived (censored at ``censored_at``);
+        clients without work in a round carry no information and are left out.
+        """
+        keys = self._keys(keys)
+        rounds = []
+        for rec in self._rounds:
+            clients = {}
+            for i in np.flatnonzero(rec.load > 0):
+                y = float(rec.y[i])
+                clients[keys[i]] = [None if math.isnan(y) else y, float(rec.limit[i]),
+                                    float(rec.load[i]), float(rec.busy[i])]
+            rounds.append({"duration": rec.duration, "clients": clients})
+        return {"format": self.STATE_FORMAT, "version": 1, "rounds": rounds}
+
+    def import_rounds(self, state: Mapping[str, Any], keys: Sequence[str]) -> int:
+        """Remember the rounds of :meth:`export_rounds` (another run's observations of the
+        same clients) as rounds before any of this estimator's: a warm start, so that the
+        first decision is made from them instead of the safe default. Clients are matched by
+        name; names not in ``keys`` are ignored. They age like any round (``halflife``).
+        Returns the number of rounds remembered.
+
+        Raises:
+            ValueError: the estimator already has rounds, or ``state`` is not such data (the
+                message names the bad entry).
+        """
+        keys = self._keys(keys)
+        if self._rounds:
+            raise ValueError("import_rounds needs an estimator without rounds; this one has "
+                             f"{len(self._rounds)}")
+        rounds = _parse_state(state, self.STATE_FORMAT)
+        where = {key: i for i, key in enumerate(keys)}
+        for duration, clients in rounds[-self.max_rounds:]:
+            y = np.full(self.n, np.nan)
+            limit, load, busy = np.zeros(self.n), np.zeros(self.n), np.zeros(self.n)
+            for key, (t, cut, units, waited) in clients.items():
+                i = where.get(key)
+                if i is None:
+                    continue
+                y[i] = np.nan if t is None else max(t, _TINY)
+                limit[i], load[i], busy[i] = cut, units, waited
+            self._rounds.append(_Round(self._next_index, y, limit, load, duration, busy))
+            self._next_index += 1
+        self._version += 1
+        return len(self._rounds)
+
+    @classmethod
+    def validate_state(cls, state: Any) -> None:
+        """Raise ``ValueError`` (naming the bad entry) unless ``state`` is
+        :meth:`export_rounds` data."""
+        _parse_state(state, cls.STATE_FORMAT)
+
+    def _keys(self, keys: Sequence[str]) -> list[str]:
+        keys = [str(k) for k in keys]
+        if len(keys) != self.n:
+            raise ValueError(f"{len(keys)} keys for {self.n} clients; expected one per client")
+        if len(set(keys)) != len(keys):
+            raise ValueError("client keys must be distinct")
+        return keys
 
     def _vector(self, v: Any, name: str, allow_nan: bool = False) -> np.ndarray:
         arr = np.asarray(v, dtype=np.float64)

@@ -169,6 +169,9 @@ def build(cfg: dict[str, Any], n: int):
         compute_cost_s=float(cfg["partition-cost-s"]),
         upload_bandwidth=float(cfg["upload-bandwidth"]) or None,
         busy=str(cfg["busy"]) or None,
+        latency_state=str(Path(str(cfg["latency-state"])).expanduser().resolve())
+        if cfg["latency-state"]
+        else None,
         m=int(cfg["m"]) if str(cfg["code"]) == "comm-efficient" else None,
         dp=dp,
         dp_run_nonce=str(cfg["dp-run-nonce"]),

@@ -548,3 +548,81 @@ def test_margin_must_be_non_negative():
     est = _FixedDraws([[1, 1, 1, 1]])
     with pytest.raises(ValueError, match=r"margin=-0\.1"):
         choose_s(NestedPlacement(4, 1), est, margin=-0.1)
+
+
+# ------------------------------------------------------------------ warm start (saved rounds)
+def _observed_rounds(n, rounds, seed):
+    """Rounds of persistent-slow latencies with censoring, late replies and busy time."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(rounds):
+        loads = rng.choice([1.0, 2.0, 4.0], size=n) * (rng.random(n) > 0.1)
+        t = loads * (0.1 + rng.exponential(0.1, n)) * np.where(np.arange(n) % 5 == 0, 8.0, 1.0)
+        busy = np.where(rng.random(n) < 0.2, 0.05, 0.0)
+        elapsed = t + busy
+        duration = float(np.quantile(elapsed, 0.7))
+        out.append((np.where(elapsed <= duration, elapsed, np.nan), loads, duration, busy,
+                    [(i, float(elapsed[i])) for i in np.flatnonzero(elapsed > duration)][:2]))
+    return out
+
+
+def _feed(est, rounds, order):
+    """Feed ``rounds`` to ``est`` with client ``order[j]`` of the rounds as client ``j``."""
+    for elapsed, loads, duration, busy, late in rounds:
+        rid = est.update(elapsed[order], loads[order], duration, busy=busy[order])
+        where = {int(c): j for j, c in enumerate(order)}
+        for i, t in late:
+            if i in where:
+                est.observe_late(rid, where[i], t)
+
+
+def test_saved_rounds_warm_start_an_estimator_as_if_it_had_seen_them():
+    import json
+
+    n = 10
+    rounds = _observed_rounds(n, 12, seed=4)
+    original = LatencyEstimator(n, seed=7)
+    _feed(original, rounds, np.arange(n))
+    state = json.loads(json.dumps(original.export_rounds([f"p{i}" for i in range(n)])))
+    # the new run meets the clients in another order, one of them new (no record), and
+    # one old client is gone; the reference sees the same observations fed directly
+    order = np.array([3, 0, 9, 1, 7, 2, 8, 5, 4])
+    keys = [f"p{i}" for i in order] + ["new"]
+    warm = LatencyEstimator(n, seed=7)
+    assert warm.import_rounds(state, keys) == 12
+    reference = LatencyEstimator(n, seed=7)
+    padded = [(np.append(e, np.nan), np.append(ld, 0.0), d, np.append(b, 0.0), late)
+              for e, ld, d, b, late in rounds]
+    _feed(reference, padded, np.append(order, n))
+    assert warm.has_data and warm.n_rounds == reference.n_rounds
+    np.testing.assert_allclose(warm.slowness(), reference.slowness(), rtol=1e-12)
+    assert warm.load_exponent == pytest.approx(reference.load_exponent, rel=1e-12)
+    np.testing.assert_allclose(warm.sample(64), reference.sample(64), rtol=1e-12)
+    # the slow clients (every fifth) are known slow from the first decision on
+    slow = np.isin(order, [0, 5])
+    assert warm.slowness()[:9][slow].min() > 3 * warm.slowness()[:9][~slow].max()
+
+
+def test_saved_rounds_are_validated_and_only_warm_an_empty_estimator():
+    est = LatencyEstimator(2)
+    est.update([1.0, np.nan], [1.0, 1.0], 2.0)
+    good = est.export_rounds(["a", "b"])
+    # [compute time or None, censoring time (the round's end less busy time), load, busy]
+    assert good["rounds"][0]["clients"] == {"a": [1.0, 2.0, 1.0, 0.0],
+                                            "b": [None, 2.0, 1.0, 0.0]}
+    with pytest.raises(ValueError, match="without rounds"):
+        est.import_rounds(good, ["a", "b"])
+    with pytest.raises(ValueError, match="distinct"):
+        LatencyEstimator(2).import_rounds(good, ["a", "a"])
+    bad = [
+        ({**good, "format": "other"}, "format"),
+        ({**good, "rounds": {}}, "rounds"),
+        ({**good, "rounds": [{"duration": 0, "clients": {}}]}, r"rounds\[0\].duration"),
+        ({**good, "rounds": [{"duration": 1, "clients": {"a": [1, 1, 1]}}]}, "'a'"),
+        ({**good, "rounds": [{"duration": 1, "clients": {"a": [1, 1, 0, 0]}}]}, "load"),
+        ({**good, "rounds": [{"duration": 1, "clients": {"a": ["x", 1, 1, 0]}}]}, "time"),
+        ({**good, "rounds": [{"duration": 1, "clients": {"a": [1, 1, 1, -1]}}]}, "busy"),
+    ]
+    for state, message in bad:
+        with pytest.raises(ValueError, match=message):
+            LatencyEstimator(2).import_rounds(state, ["a", "b"])

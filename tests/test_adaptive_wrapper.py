@@ -452,3 +452,43 @@ def test_simulated_latency_follows_the_node_not_its_position_in_a_sampled_cohort
     # 20x for the slow node: slow rounds take at least 0.8 s, the others at most 0.2 s
     slow = [row["round_virtual_s"] > 0.5 for row in strategy.history]
     assert slow == sampled
+
+
+# ------------------------------------------------------------------ warm start from a file
+def test_a_saved_latency_state_warm_starts_the_next_run(tmp_path):
+    """T = load * 0.1 exactly: coding only costs. A cold run starts at s_max (no
+    observation); a run that reads the first run's observations starts from them."""
+    path = tmp_path / "latency.json"
+    deterministic = ShiftedExponential(shift=0.1, rate=1e9)
+    cold, _ = run(deterministic, rounds=4, latency_state=str(path))
+    assert cold.history[0]["s"] == 3 and cold.history[0]["expected_round_s"] is None
+    saved = json.loads(path.read_text())
+    assert len(saved["rounds"]) == 4
+    assert set(saved["rounds"][0]["clients"]) == {f"{i}/{N}" for i in range(N)}
+    warm, theta = run(deterministic, rounds=4, latency_state=str(path))
+    first = warm.history[0]
+    assert first["expected_round_s"] is not None and first["s"] < 3
+    # the prediction made from the file is what the clock then measures, and the round is
+    # far shorter than the cold run's first (s_max: four partitions per client)
+    assert first["expected_round_s"] == pytest.approx(first["virtual_s"], rel=0.1)
+    assert first["virtual_s"] < 0.5 * cold.history[0]["virtual_s"]
+    assert all(r["decode"] == "exact" for r in warm.history)
+    expected = oracle(4, N)
+    assert np.linalg.norm(theta - expected) <= 1e-9 * np.linalg.norm(expected)
+    assert len(json.loads(path.read_text())["rounds"]) == 8  # both runs remembered
+
+
+def test_a_bad_latency_state_stops_the_run_before_it_starts_and_an_unwritable_one_does_not(
+    tmp_path,
+):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "something else"}')
+    with pytest.raises(ValueError, match=r"bad\.json"):
+        GradientCoding(FedAvg(), s="auto", latency_state=str(bad))
+    bad.write_text("not json")
+    with pytest.raises(ValueError, match="latency observations"):
+        GradientCoding(FedAvg(), s="auto", latency_state=bad)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    strategy, _ = run(Pareto(1.0, 1.5), rounds=2, latency_state=str(blocker / "state.json"))
+    assert len(strategy.history) == 2 and not (blocker / "state.json").exists()

@@ -124,6 +124,13 @@ class GradientCoding(Strategy):
         faster for the chosen ``s``; the round stays exact. ``None`` (default): never. An
         excluded client is not observed while excluded; its estimate decays towards typical
         with the estimator's forgetting (half-life 20 rounds), which brings it back.
+    latency_state : str or path, optional
+        A JSON file of latency observations that outlives the run (with ``s="auto"`` or
+        ``busy="fit"``): if it exists when the strategy is built, its rounds (another run's
+        observations of the same clients, matched by data partition) warm-start the
+        estimator, so that the first round is chosen from them instead of at ``s_max``; after
+        every round the estimator's rounds are written back to it (atomically). A federation
+        that trains many models pays the round at ``s_max`` once. ``None`` (default): no file.
     s_max : int, optional
         With ``s="auto"``: the largest tolerance (default ``max(1, n // 4)``). With
         ``code="nested"`` and a fixed ``s``: the placement's ``s_max`` (the code for ``s`` of
@@ -251,6 +258,7 @@ class GradientCoding(Strategy):
         verify_tolerance: float = 1e-5,
         sparse_decoding: bool = True,
         busy: str | None = None,
+        latency_state: str | os.PathLike[str] | None = None,
     ) -> None:
         if not isinstance(strategy, Strategy):
             raise TypeError(
@@ -315,6 +323,8 @@ class GradientCoding(Strategy):
         # node -> its jobs not known to be done: [sent at, units, reply arrival or None]
         self._outstanding: dict[int, list[list[Any]]] = {}
         self._decision: Any = None
+        self.latency_state = None if latency_state is None else os.fspath(latency_state)
+        self._warm_start = _read_latency_state(self.latency_state)
         self._last_auto_s: dict[int, int] = {}  # cohort size -> auto's last s
         self.clock: VirtualClock | WallClock = make_clock(timing, straggler_timeout)
         self.timing = timing
@@ -426,6 +436,14 @@ class GradientCoding(Strategy):
             self._node_index.setdefault(node, len(self._node_index))
         if self._latency is None:
             self._latency = LatencyEstimator(len(self._node_index), seed=self.seed)
+            if self._warm_start is not None:
+                keys = self._estimator_keys()
+                remembered = self._latency.import_rounds(self._warm_start, keys)
+                known = sum(any(key in r["clients"] for r in self._warm_start["rounds"])
+                            for key in keys)
+                log(INFO, "latency observations of %d rounds read from %s (%d of %d clients "
+                    "known)", remembered, self.latency_state, known, len(keys))
+                self._warm_start = None
         estimator = self._latency
         estimator.grow(len(self._node_index))
         now = self.clock.now
@@ -440,6 +458,35 @@ class GradientCoding(Strategy):
         if members == list(range(estimator.n)):
             return estimator  # every node, in order: the estimator itself
         return estimator.view(members)
+
+    def _estimator_keys(self) -> list[str]:
+        """Per estimator index, its node's data partition as ``"id/of"`` (stable across runs,
+        unlike node ids)."""
+        keys = [""] * len(self._node_index)
+        for node, i in self._node_index.items():
+            identity = self.identities.get(node)
+            keys[i] = (f"{identity.partition_id}/{identity.num_partitions}"
+                       if identity is not None else f"node:{node}")
+        return keys
+
+    def _save_latency_state(self) -> None:
+        """Write the estimator's rounds to ``latency_state`` (a temporary file, then renamed:
+        a run killed mid-write leaves the previous file)."""
+        if self.latency_state is None or self._latency is None:
+            return
+        import json
+
+        state = self._latency.export_rounds(self._estimator_keys())
+        tmp = f"{self.latency_state}.{os.getpid()}.tmp"
+        try:
+            parent = os.path.dirname(os.path.abspath(self.latency_state))
+            os.makedirs(parent, exist_ok=True)
+            with open(tmp, "w", encoding="utf-8") as fh:
+                json.dump(state, fh)
+            os.replace(tmp, self.latency_state)
+        except OSError as exc:  # never end a run over a file the run does not need
+            log(WARNING, "could not write latency observations to %s: %s",
+                self.latency_state, exc)
 
     def _decide(self, placement: Any, estimator: Any, busy_nodes: set[int], cohort: list[int],
                 candidates: list[int]) -> Any:
@@ -966,6 +1013,7 @@ class GradientCoding(Strategy):
         )
         if self._estimating:
             self._observe(state, arrivals, window)
+            self._save_latency_state()
         late = self._late + len(window.late)
         self._late = 0
         used = sorted(window.used)
@@ -1517,6 +1565,25 @@ def _payload_bytes(msg: Message) -> int:
         )
     except Exception:  # a malformed message is counted as empty, rejected elsewhere
         return 0
+
+
+def _read_latency_state(path: str | None) -> dict[str, Any] | None:
+    """The latency observations saved at ``path`` (``None``: no path, or no file yet),
+    validated now so that a bad file stops the run before its first round."""
+    if path is None or not os.path.exists(path):
+        return None
+    import json
+
+    from ..adaptive import LatencyEstimator
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            state = json.load(fh)
+        LatencyEstimator.validate_state(state)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"latency_state={path!r} is not a file of latency observations "
+                         f"written by GradientCoding: {exc}") from exc
+    return state
 
 
 def _key(identity: Identity) -> tuple[int, int]:
