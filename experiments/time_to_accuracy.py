@@ -38,6 +38,12 @@ Schemes (same seeds, same partitions):
   (``oracle_start_cost``); ``auto / oracle`` prices auto's choices. ``oracle s=s_max`` keeps
   ``s_max`` in every round: the same runs as ``nested-fit s=s_max``, a fixed rival with the
   same information.
+* ``auto-warm`` (run on request: ``--schemes auto-warm``): ``auto`` warm-started from the
+  latency observations (run-config ``latency-state``) of an earlier ``auto`` run on the same
+  federation with another seed (``seed + 1000``: other latency draws; under ``persistent``
+  also another set of slow clients, so there the file misleads about who is slow), so that
+  round 1 is chosen from them instead of at ``s_max``: what a federation that trains many
+  models pays after its first.
 
 A ``drift`` setting switches the latency regime at round 15 (Pareto delays, then load-scaled
 bimodal straggling), ``drift-early`` at round 4 (every exact scheme reaches 90% at round 7 or
@@ -81,7 +87,8 @@ SCHEMES = {
     # super-block share their partitions) when that is predicted faster
     "auto-exclude": {"s": "auto", "exclude-slow": 4.0},
 }
-ADAPTIVE = ("auto", "auto-exclude")
+ADAPTIVE = ("auto", "auto-exclude", "auto-warm")
+WARM_SEED_OFFSET = 1000  # auto-warm: the earlier run's seed is the seed plus this
 # with the nested s=v schemes (busy clients queued from the simulator's clock): auto's
 # hindsight rivals; with the nested-fit s=v schemes (queued from the server's knowledge, as
 # auto): the rivals that know what auto knows
@@ -100,6 +107,8 @@ def scheme_config(scheme: str) -> dict:
         return {"code": "nested", "s": int(scheme.removeprefix("nested s=")), "busy": "queue"}
     if scheme.startswith("nested-fit s="):
         return {"code": "nested", "s": int(scheme.removeprefix("nested-fit s=")), "busy": "fit"}
+    if scheme == "auto-warm":
+        return {"s": "auto"}  # and latency-state: an earlier run's file (see one_run)
     return SCHEMES[scheme]
 
 
@@ -183,7 +192,7 @@ def deadline(latency: dict, load: int, seed: int) -> float:
     return float(np.quantile(t, 0.75))
 
 
-def one_run(n, s, scheme, latency, dp, seed, rounds, partitioner):
+def one_run(n, s, scheme, latency, dp, seed, rounds, partitioner, latency_state=None):
     from server.app import run_in_process
 
     cfg = {**BASE, "s": 0 if scheme == "uncoded" else s, **scheme_config(scheme),
@@ -196,6 +205,13 @@ def one_run(n, s, scheme, latency, dp, seed, rounds, partitioner):
     )
     if dp:
         cfg.update(DP)
+    if scheme == "auto-warm":  # an earlier auto run on the same federation leaves the file
+        cfg["latency-state"] = f"/tmp/fl-gradcode-tta/{os.getpid()}/latency-{seed}.json"
+        Path(cfg["latency-state"]).unlink(missing_ok=True)
+        one_run(n, s, "auto", latency, dp, seed + WARM_SEED_OFFSET, rounds, partitioner,
+                latency_state=cfg["latency-state"])
+    elif latency_state is not None:
+        cfg["latency-state"] = latency_state
     key_file = None
     if dp:  # the clients' key (a client-side secret), fixed per seed so runs are comparable
         key_file = Path(f"/tmp/fl-gradcode-tta/keys-{os.getpid()}-{seed}.json")
@@ -414,7 +430,8 @@ def plot(runs: dict, target: float):
     cols = min(3, len(keys))
     rows_ = -(-len(keys) // cols)
     fig, axes = plt.subplots(rows_, cols, figsize=(5.2 * cols, 3.9 * rows_), squeeze=False)
-    main_colors = dict(zip([*SCHEMES], ["C0", "C1", "C2", "C3", "C4", "C5"], strict=True))
+    main_colors = dict(zip([*SCHEMES, "auto-warm"], ["C0", "C1", "C2", "C3", "C4", "C5", "C6"],
+                           strict=True))
     handles = {}
     nested = sorted({_nested_key(s)[0] for by in runs.values() for s in by
                      if s not in main_colors and not s.startswith("oracle s=")})
@@ -430,6 +447,8 @@ def plot(runs: dict, target: float):
                 style = {"color": main_colors[scheme], "lw": 2.0 if scheme in ADAPTIVE else 1.3}
                 if scheme == "auto-exclude":  # dashed: auto stays visible where they agree
                     style["ls"] = "--"
+                if scheme == "auto-warm":
+                    style["ls"] = "-."
             else:
                 v, fit = _nested_key(scheme)
                 style = {"color": str(shades[v]), "lw": 0.9, "ls": ":" if fit else "--"}
@@ -450,8 +469,8 @@ def plot(runs: dict, target: float):
         ax.grid(True, which="major", lw=0.3, alpha=0.5)
     for ax in list(axes.flat)[len(keys):]:
         ax.axis("off")
-    order = [s for s in SCHEMES if s in handles]
-    order += sorted((s for s in handles if s not in SCHEMES), key=_nested_key)
+    order = [s for s in main_colors if s in handles]
+    order += sorted((s for s in handles if s not in main_colors), key=_nested_key)
     fig.legend([handles[s] for s in order], order, loc="upper center", ncol=min(len(order), 9),
                fontsize=8, frameon=False, bbox_to_anchor=(0.5, 1.0))
     fig.suptitle(f"time to {target:.0%} test accuracy (mean over seeds; nested s=v: fixed "
@@ -499,7 +518,7 @@ def main(argv: list[str] | None = None) -> dict:
         names = schemes_for(s_max)
         if wanted is None:
             return names
-        return [x for x in [*names, *oracle_schemes(s_max)] if x in wanted
+        return [x for x in [*names, *oracle_schemes(s_max), "auto-warm"] if x in wanted
                 or ("nested" in wanted and x.startswith("nested s="))
                 or ("nested-fit" in wanted and x.startswith("nested-fit s="))
                 or ("oracle" in wanted and x.startswith("oracle s="))]

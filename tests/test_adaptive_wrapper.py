@@ -492,3 +492,15 @@ def test_a_bad_latency_state_stops_the_run_before_it_starts_and_an_unwritable_on
     blocker.write_text("")
     strategy, _ = run(Pareto(1.0, 1.5), rounds=2, latency_state=str(blocker / "state.json"))
     assert len(strategy.history) == 2 and not (blocker / "state.json").exists()
+
+
+def test_a_latency_state_without_the_estimator_is_flagged(tmp_path, caplog):
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        GradientCoding(FedAvg(), s=2, latency_state=str(tmp_path / "state.json"))
+    assert any("only with s='auto'" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        GradientCoding(FedAvg(), s="auto", latency_state=str(tmp_path / "state.json"))
+    assert not any("only with s='auto'" in r.getMessage() for r in caplog.records)

@@ -325,6 +325,9 @@ class GradientCoding(Strategy):
         self._decision: Any = None
         self.latency_state = None if latency_state is None else os.fspath(latency_state)
         self._warm_start = _read_latency_state(self.latency_state)
+        if self.latency_state is not None and not self._estimating:
+            log(WARNING, "latency_state=%r is read and written only with s='auto' or "
+                "busy='fit' (the latency estimator does not run otherwise)", self.latency_state)
         self._last_auto_s: dict[int, int] = {}  # cohort size -> auto's last s
         self.clock: VirtualClock | WallClock = make_clock(timing, straggler_timeout)
         self.timing = timing
