@@ -290,6 +290,20 @@ def test_time_to_accuracy_oracle_run_starts_at_s_max_then_keeps_its_s():
     assert kept["virtual_s"] == fixed["virtual_s"]
 
 
+def test_time_to_accuracy_auto_warm_starts_from_an_earlier_runs_file():
+    """auto-warm: an auto run with seed + 1000 writes the latency file, the measured run reads
+    it: its choices differ from the cold run's (which starts at the safe s_max), every round
+    is exact, the same models as uncoded."""
+    module = load("time_to_accuracy")
+    warm = module.one_run(12, 3, "auto-warm", "bimodal", False, 0, 4, "dirichlet")
+    cold = module.one_run(12, 3, "auto", "bimodal", False, 0, 4, "dirichlet")
+    uncoded = module.one_run(12, 3, "uncoded", "bimodal", False, 0, 4, "dirichlet")
+    assert cold["s"][0] == 3 and warm["decode"] == ["exact"] * 4
+    assert warm["accuracy"] == uncoded["accuracy"]
+    assert warm["s"] != cold["s"]  # the file changed the decisions
+    assert "auto-warm" in module.ADAPTIVE and module.scheme_config("auto-warm") == {"s": "auto"}
+
+
 def test_bench_adaptive_quick_times_the_decision_and_runs_the_closed_loop(tmp_path):
     out = tmp_path / "ba"
     result = load("bench_adaptive").main(["--quick", "--out", str(out)])
