@@ -286,45 +286,53 @@ class _Survival:
 
 
 # ============================================================================ estimator
-def _parse_state(state: Any, expected_format: str) -> list[tuple[float, dict[str, tuple]]]:
-    """Validated ``(duration, {key: (time | None, censored_at, load, busy)})`` per round of
-    :meth:`LatencyEstimator.export_rounds` data."""
-
-    def number(value: Any, what: str, low: float, strict: bool) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"{what}={value!r} must be a number")
-        x = float(value)
-        if not math.isfinite(x) or x < low or (strict and x == low):
-            raise ValueError(f"{what}={value!r} must be finite and {'>' if strict else '>='} "
-                             f"{low:g}")
-        return x
-
+def _parse_state(state: Any, expected_format: str) -> tuple[list[str], list[tuple]]:
+    """Validated ``(clients, [(duration, time, censored_at, load, busy), ...])`` of
+    :meth:`LatencyEstimator.export_rounds` data (arrays over ``clients``, ``time`` NaN where
+    censored)."""
     if not isinstance(state, Mapping):
         raise ValueError(f"latency observations must be a JSON object; got {type(state).__name__}")
     if state.get("format") != expected_format or state.get("version") != 1:
         raise ValueError(f"format={state.get('format')!r} version={state.get('version')!r}; "
                          f"expected {expected_format!r} version 1")
+    clients = state.get("clients")
+    if not (isinstance(clients, list) and all(isinstance(k, str) for k in clients)
+            and len(set(clients)) == len(clients)):
+        raise ValueError("clients must be a list of distinct names")
     rounds = state.get("rounds")
     if not isinstance(rounds, list):
-        raise ValueError(f"rounds={rounds!r} must be a list")
+        raise ValueError(f"rounds must be a list; got {type(rounds).__name__}")
     out = []
     for r, item in enumerate(rounds):
-        if not isinstance(item, Mapping) or not isinstance(item.get("clients"), Mapping):
-            raise ValueError(f"rounds[{r}] must be an object with 'duration' and 'clients'")
-        duration = number(item.get("duration"), f"rounds[{r}].duration", 0.0, True)
-        clients = {}
-        for key, row in item["clients"].items():
-            where = f"rounds[{r}].clients[{key!r}]"
-            if not isinstance(row, list) or len(row) != 4:
-                raise ValueError(f"{where}={row!r} must be [time or null, censored_at, load, "
-                                 "busy]")
-            t = None if row[0] is None else number(row[0], f"{where}[0] (time)", 0.0, False)
-            cut = number(row[1], f"{where}[1] (censored_at)", 0.0, False)
-            load = number(row[2], f"{where}[2] (load)", 0.0, True)
-            busy = number(row[3], f"{where}[3] (busy)", 0.0, False)
-            clients[str(key)] = (t, cut, load, busy)
-        out.append((duration, clients))
-    return out
+        if not isinstance(item, Mapping):
+            raise ValueError(f"rounds[{r}] must be an object")
+        duration = item.get("duration")
+        if isinstance(duration, bool) or not isinstance(duration, (int, float)) or not (
+                math.isfinite(duration) and duration > 0):
+            raise ValueError(f"rounds[{r}].duration={duration!r} must be a finite number > 0")
+        cols = []
+        for name in ("time", "censored_at", "load", "busy"):
+            values = item.get(name)
+            where = f"rounds[{r}].{name}"
+            if not isinstance(values, list) or len(values) != len(clients):
+                raise ValueError(f"{where} must be a list of {len(clients)} numbers (one per "
+                                 "client)")
+            if any(isinstance(v, (bool, str)) or (v is None and name != "time")
+                   for v in values):
+                raise ValueError(f"{where} must hold numbers"
+                                 + (" or null" if name == "time" else ""))
+            try:
+                arr = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"{where} must hold numbers: {exc}") from exc
+            known = arr[~np.isnan(arr)] if name == "time" else arr
+            bad = ~np.isfinite(known) | (known < 0)
+            if bad.any():
+                raise ValueError(f"{where} has {float(known[bad][0]):g}; expected finite "
+                                 "values >= 0")
+            cols.append(arr)
+        out.append((float(duration), *cols))
+    return clients, out
 
 
 @dataclass
@@ -553,27 +561,24 @@ class LatencyEstimator:
         """The remembered rounds as JSON-ready data, client ``i`` named ``keys[i]`` (a name
         that outlives this run, such as its data partition), oldest round first.
 
-        Each round is ``{"duration": d, "clients": {key: [time, censored_at, load, busy]}}``
-        with ``time`` ``None`` when the reply had not arrived (censored at ``censored_at``);
-        clients without work in a round carry no information and are left out.
+        ``{"clients": keys, "rounds": [{"duration": d, "time": [...], "censored_at": [...],
+        "load": [...], "busy": [...]}]}``, one value per client in each list: its compute time
+        (``null`` when the reply had not arrived), the time it was censored at, its units of
+        work (0: no work, no information) and the seconds it waited for earlier work.
         """
         keys = self._keys(keys)
-        rounds = []
-        for rec in self._rounds:
-            clients = {}
-            for i in np.flatnonzero(rec.load > 0):
-                y = float(rec.y[i])
-                clients[keys[i]] = [None if math.isnan(y) else y, float(rec.limit[i]),
-                                    float(rec.load[i]), float(rec.busy[i])]
-            rounds.append({"duration": rec.duration, "clients": clients})
-        return {"format": self.STATE_FORMAT, "version": 1, "rounds": rounds}
+        rounds = [{"duration": rec.duration,
+                   "time": [None if math.isnan(y) else y for y in rec.y.tolist()],
+                   "censored_at": rec.limit.tolist(), "load": rec.load.tolist(),
+                   "busy": rec.busy.tolist()} for rec in self._rounds]
+        return {"format": self.STATE_FORMAT, "version": 1, "clients": keys, "rounds": rounds}
 
     def import_rounds(self, state: Mapping[str, Any], keys: Sequence[str]) -> int:
         """Remember the rounds of :meth:`export_rounds` (another run's observations of the
         same clients) as rounds before any of this estimator's: a warm start, so that the
         first decision is made from them instead of the safe default. Clients are matched by
-        name; names not in ``keys`` are ignored. They age like any round (``halflife``).
-        Returns the number of rounds remembered.
+        name; names not in ``keys`` are ignored, and clients not in ``state`` had no work.
+        The rounds age like any round (``halflife``). Returns the number of rounds remembered.
 
         Raises:
             ValueError: the estimator already has rounds, or ``state`` is not such data (the
@@ -583,17 +588,15 @@ class LatencyEstimator:
         if self._rounds:
             raise ValueError("import_rounds needs an estimator without rounds; this one has "
                              f"{len(self._rounds)}")
-        rounds = _parse_state(state, self.STATE_FORMAT)
+        names, rounds = _parse_state(state, self.STATE_FORMAT)
         where = {key: i for i, key in enumerate(keys)}
-        for duration, clients in rounds[-self.max_rounds:]:
+        src = np.array([j for j, key in enumerate(names) if key in where], dtype=np.int64)
+        dst = np.array([where[names[j]] for j in src], dtype=np.int64)
+        for duration, t, cut, units, waited in rounds[-self.max_rounds:]:
             y = np.full(self.n, np.nan)
             limit, load, busy = np.zeros(self.n), np.zeros(self.n), np.zeros(self.n)
-            for key, (t, cut, units, waited) in clients.items():
-                i = where.get(key)
-                if i is None:
-                    continue
-                y[i] = np.nan if t is None else max(t, _TINY)
-                limit[i], load[i], busy[i] = cut, units, waited
+            y[dst] = np.maximum(t[src], _TINY)  # NaN (censored) stays NaN
+            limit[dst], load[dst], busy[dst] = cut[src], units[src], waited[src]
             self._rounds.append(_Round(self._next_index, y, limit, load, duration, busy))
             self._next_index += 1
         self._version += 1

@@ -604,25 +604,32 @@ def test_saved_rounds_warm_start_an_estimator_as_if_it_had_seen_them():
 
 
 def test_saved_rounds_are_validated_and_only_warm_an_empty_estimator():
-    est = LatencyEstimator(2)
-    est.update([1.0, np.nan], [1.0, 1.0], 2.0)
-    good = est.export_rounds(["a", "b"])
-    # [compute time or None, censoring time (the round's end less busy time), load, busy]
-    assert good["rounds"][0]["clients"] == {"a": [1.0, 2.0, 1.0, 0.0],
-                                            "b": [None, 2.0, 1.0, 0.0]}
+    est = LatencyEstimator(3)
+    est.update([1.0, np.nan, np.nan], [1.0, 1.0, 0.0], 2.0, busy=[0.0, 0.5, 0.0])
+    good = est.export_rounds(["a", "b", "c"])
+    # per client: compute time (null: censored), censoring time (the round's end less the
+    # busy time), units of work (0: none, no information), busy time
+    assert good["clients"] == ["a", "b", "c"]
+    assert good["rounds"] == [{"duration": 2.0, "time": [1.0, None, None],
+                               "censored_at": [2.0, 1.5, 2.0], "load": [1.0, 1.0, 0.0],
+                               "busy": [0.0, 0.5, 0.0]}]
     with pytest.raises(ValueError, match="without rounds"):
-        est.import_rounds(good, ["a", "b"])
+        est.import_rounds(good, ["a", "b", "c"])
     with pytest.raises(ValueError, match="distinct"):
         LatencyEstimator(2).import_rounds(good, ["a", "a"])
+    one = good["rounds"][0]
     bad = [
         ({**good, "format": "other"}, "format"),
-        ({**good, "rounds": {}}, "rounds"),
-        ({**good, "rounds": [{"duration": 0, "clients": {}}]}, r"rounds\[0\].duration"),
-        ({**good, "rounds": [{"duration": 1, "clients": {"a": [1, 1, 1]}}]}, "'a'"),
-        ({**good, "rounds": [{"duration": 1, "clients": {"a": [1, 1, 0, 0]}}]}, "load"),
-        ({**good, "rounds": [{"duration": 1, "clients": {"a": ["x", 1, 1, 0]}}]}, "time"),
-        ({**good, "rounds": [{"duration": 1, "clients": {"a": [1, 1, 1, -1]}}]}, "busy"),
+        ({**good, "clients": ["a", "a", "b"]}, "clients"),
+        ({**good, "rounds": {}}, "rounds must be a list"),
+        ({**good, "rounds": [{**one, "duration": 0}]}, r"rounds\[0\]\.duration"),
+        ({**good, "rounds": [{**one, "load": [1.0, 1.0]}]}, r"rounds\[0\]\.load .* 3"),
+        ({**good, "rounds": [{**one, "load": [1.0, -1.0, 0.0]}]}, r"\.load has -1"),
+        ({**good, "rounds": [{**one, "time": ["x", None, None]}]}, r"\.time must hold"),
+        ({**good, "rounds": [{**one, "busy": [0.0, None, 0.0]}]}, r"\.busy must hold"),
+        ({**good, "rounds": [{**one, "censored_at": [2.0, float("inf"), 2.0]}]},
+         r"\.censored_at has inf"),
     ]
     for state, message in bad:
         with pytest.raises(ValueError, match=message):
-            LatencyEstimator(2).import_rounds(state, ["a", "b"])
+            LatencyEstimator(3).import_rounds(state, ["a", "b", "c"])

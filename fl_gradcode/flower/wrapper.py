@@ -442,8 +442,7 @@ class GradientCoding(Strategy):
             if self._warm_start is not None:
                 keys = self._estimator_keys()
                 remembered = self._latency.import_rounds(self._warm_start, keys)
-                known = sum(any(key in r["clients"] for r in self._warm_start["rounds"])
-                            for key in keys)
+                known = len(set(keys) & set(self._warm_start["clients"]))
                 log(INFO, "latency observations of %d rounds read from %s (%d of %d clients "
                     "known)", remembered, self.latency_state, known, len(keys))
                 self._warm_start = None
