@@ -40,10 +40,11 @@ Schemes (same seeds, same partitions):
   same information.
 * ``auto-warm`` (run on request: ``--schemes auto-warm``): ``auto`` warm-started from the
   latency observations (run-config ``latency-state``) of an earlier ``auto`` run on the same
-  federation with another seed (``seed + 1000``: other latency draws; under ``persistent``
-  also another set of slow clients, so there the file misleads about who is slow), so that
-  round 1 is chosen from them instead of at ``s_max``: what a federation that trains many
-  models pays after its first.
+  federation with another seed (``seed + 1000``: other latency draws, the same persistently
+  slow clients through ``latency-seed``), so that round 1 is chosen from them instead of at
+  ``s_max``: what a federation that trains many models pays after its first. (The trace
+  replays the same rows whatever the seed: a file from it would foretell the run, so it is
+  not run there.)
 
 A ``drift`` setting switches the latency regime at round 15 (Pareto delays, then load-scaled
 bimodal straggling), ``drift-early`` at round 4 (every exact scheme reaches 90% at round 7 or
@@ -192,7 +193,8 @@ def deadline(latency: dict, load: int, seed: int) -> float:
     return float(np.quantile(t, 0.75))
 
 
-def one_run(n, s, scheme, latency, dp, seed, rounds, partitioner, latency_state=None):
+def one_run(n, s, scheme, latency, dp, seed, rounds, partitioner, latency_state=None,
+            latency_seed=None):
     from server.app import run_in_process
 
     cfg = {**BASE, "s": 0 if scheme == "uncoded" else s, **scheme_config(scheme),
@@ -209,9 +211,11 @@ def one_run(n, s, scheme, latency, dp, seed, rounds, partitioner, latency_state=
         cfg["latency-state"] = f"/tmp/fl-gradcode-tta/{os.getpid()}/latency-{seed}.json"
         Path(cfg["latency-state"]).unlink(missing_ok=True)
         one_run(n, s, "auto", latency, dp, seed + WARM_SEED_OFFSET, rounds, partitioner,
-                latency_state=cfg["latency-state"])
+                latency_state=cfg["latency-state"], latency_seed=seed)
     elif latency_state is not None:
         cfg["latency-state"] = latency_state
+    if latency_seed is not None:  # the federation's slow clients of another seed
+        cfg["latency-seed"] = latency_seed
     key_file = None
     if dp:  # the clients' key (a client-side secret), fixed per seed so runs are comparable
         key_file = Path(f"/tmp/fl-gradcode-tta/keys-{os.getpid()}-{seed}.json")

@@ -43,6 +43,7 @@ DEFAULTS: dict[str, Any] = {
     "latency-slowdown": 20.0,
     "latency-trace": "canada",
     "latency-drift-round": 15,
+    "latency-seed": -1,  # which clients are persistently slow; -1: from seed
     "virtual-compute": "measured",
     "partition-cost-s": 0.0,
     "busy": "",  # "skip", "queue" or "fit" a busy client's work; "": queue for auto, else skip

@@ -145,7 +145,8 @@ def build(cfg: dict[str, Any], n: int):
         p=float(cfg["latency-p"]),
         slowdown=float(cfg["latency-slowdown"]),
         trace=str(cfg["latency-trace"]),
-        seed=seed,
+        # the federation's fixed traits (who is persistently slow) may outlive the seed
+        seed=seed if int(cfg["latency-seed"]) < 0 else int(cfg["latency-seed"]),
         drift_round=int(cfg["latency-drift-round"]),
     )
     dp = dp_config(cfg)

@@ -129,3 +129,30 @@ def test_independent_noise_is_accounted_with_the_sampled_cohorts_code(tmp_path):
     assert abs(cohort - everyone) > 0.1  # the premise: the two codes differ
     assert sigma == pytest.approx(cohort)
     assert (q, count) == (1.0, 1)
+
+
+def test_latency_seed_picks_the_slow_clients_and_the_run_seed_the_draws(tmp_path):
+    from server.app import build
+
+    def strategy(**keys):
+        cfg = merge_config({"latency": "persistent", "latency-p": 0.3,
+                            "results-dir": str(tmp_path), **keys})
+        return build(cfg, 40)[0]
+
+    def slow(st):
+        return [w for w in range(40) if st.latency.is_slow(w)]
+
+    shared = strategy(seed=5, **{"latency-seed": 1})
+    seed1, seed5 = strategy(seed=1), strategy(seed=5)
+    assert slow(shared) == slow(seed1) != slow(seed5)  # the federation's hardware of seed 1
+    assert shared.seed == 5  # per-round draws follow the run seed
+
+
+def test_latency_state_run_config_key_reaches_the_strategy(tmp_path):
+    from server.app import build
+
+    base = {"s": "auto", "results-dir": str(tmp_path)}
+    assert build(merge_config(base), 4)[0].latency_state is None
+    path = tmp_path / "sub" / "latency.json"
+    st = build(merge_config({**base, "latency-state": str(path)}), 4)[0]
+    assert st.latency_state == str(path.resolve())
