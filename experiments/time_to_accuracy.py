@@ -44,7 +44,7 @@ Schemes (same seeds, same partitions):
   slow clients through ``latency-seed``), so that round 1 is chosen from them instead of at
   ``s_max``: what a federation that trains many models pays after its first. (The trace
   replays the same rows whatever the seed: a file from it would foretell the run, so it is
-  not run there.)
+  not run there; nor with DP, whose runs never reach the target.)
 
 A ``drift`` setting switches the latency regime at round 15 (Pareto delays, then load-scaled
 bimodal straggling), ``drift-early`` at round 4 (every exact scheme reaches 90% at round 7 or
@@ -527,8 +527,11 @@ def main(argv: list[str] | None = None) -> dict:
                 or ("nested-fit" in wanted and x.startswith("nested-fit s="))
                 or ("oracle" in wanted and x.startswith("oracle s="))]
 
+    def warm_ok(setup: tuple) -> bool:  # a trace replays the same rows whatever the seed
+        return setup[3] != "trace" and not setup[4]
+
     jobs = [(setup, scheme, seed) for setup in setups for scheme in chosen(setup[1])
-            for seed in seeds]
+            if scheme != "auto-warm" or warm_ok(setup) for seed in seeds]
     out_json = Path(args.out).with_suffix(".json")
     partial = args.only is not None or wanted is not None
     runs: dict = {}
