@@ -286,6 +286,9 @@ class _Survival:
 
 
 # ============================================================================ estimator
+_STATE_MAX = 1e12  # seconds or units of work: beyond any run, and far from float overflow
+
+
 def _parse_state(state: Any, expected_format: str) -> tuple[list[str], list[tuple]]:
     """Validated ``(clients, [(duration, time, censored_at, load, busy), ...])`` of
     :meth:`LatencyEstimator.export_rounds` data (arrays over ``clients``, ``time`` NaN where
@@ -323,13 +326,18 @@ def _parse_state(state: Any, expected_format: str) -> tuple[list[str], list[tupl
                                  + (" or null" if name == "time" else ""))
             try:
                 arr = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
-            except (TypeError, ValueError) as exc:
+            except (TypeError, ValueError, OverflowError) as exc:
                 raise ValueError(f"{where} must hold numbers: {exc}") from exc
+            if arr.ndim != 1:
+                raise ValueError(f"{where} must be a flat list of numbers")
             known = arr[~np.isnan(arr)] if name == "time" else arr
-            bad = ~np.isfinite(known) | (known < 0)
+            bad = ~np.isfinite(known) | (known < 0) | (known > _STATE_MAX)
+            if name == "load":  # a unit of work too small would make its time per unit infinite
+                bad |= (known > 0) & (known < 1 / _STATE_MAX)
             if bad.any():
-                raise ValueError(f"{where} has {float(known[bad][0]):g}; expected finite "
-                                 "values >= 0")
+                raise ValueError(f"{where} has {float(known[bad][0]):g}; expected values in "
+                                 f"[0, {_STATE_MAX:g}]" + (" (0 or at least "
+                                 f"{1 / _STATE_MAX:g})" if name == "load" else ""))
             cols.append(arr)
         out.append((float(duration), *cols))
     return clients, out
@@ -567,10 +575,12 @@ class LatencyEstimator:
         work (0: no work, no information) and the seconds it waited for earlier work.
         """
         keys = self._keys(keys)
+        # (a client that never started has a negative censoring time and no load: 0)
         rounds = [{"duration": rec.duration,
                    "time": [None if math.isnan(y) else y for y in rec.y.tolist()],
-                   "censored_at": rec.limit.tolist(), "load": rec.load.tolist(),
-                   "busy": rec.busy.tolist()} for rec in self._rounds]
+                   "censored_at": np.maximum(rec.limit, 0.0).tolist(),
+                   "load": rec.load.tolist(), "busy": rec.busy.tolist()}
+                  for rec in self._rounds]
         return {"format": self.STATE_FORMAT, "version": 1, "clients": keys, "rounds": rounds}
 
     def import_rounds(self, state: Mapping[str, Any], keys: Sequence[str]) -> int:

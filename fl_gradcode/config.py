@@ -18,10 +18,10 @@ DEFAULTS: dict[str, Any] = {
     "s-max": 0,  # s="auto": largest tolerance; 0 = max(1, n // 4)
     "auto-margin": 0.1,  # s="auto": larger s preferred when predicted within this slack
     "fraction-train": 1.0,  # cohort sampled each round (Flower's fraction_train); 1 = all
-    "exclude-slow": 0.0,
+    "exclude-slow": 0.0,  # s="auto": clients this many times slower may be excluded; 0 = never
     # s="auto": JSON file of latency observations read at start (if it exists: a warm start
     # instead of s_max) and rewritten after every round; "": none
-    "latency-state": "",  # s="auto": clients this many times slower may be excluded; 0 = never
+    "latency-state": "",
     "update": "gradient",
     "local-epochs": 1,
     "batch-size": 32,

@@ -601,6 +601,16 @@ def test_saved_rounds_warm_start_an_estimator_as_if_it_had_seen_them():
     # the slow clients (every fifth) are known slow from the first decision on
     slow = np.isin(order, [0, 5])
     assert warm.slowness()[:9][slow].min() > 3 * warm.slowness()[:9][~slow].max()
+    # and both go on alike: a late reply to the last imported round (its busy time is
+    # subtracted), then new rounds (they weigh more than the imported ones)
+    late_round = 11
+    assert warm.observe_late(late_round, 4, 7.5) == reference.observe_late(late_round, 4, 7.5)
+    more = _observed_rounds(n, 5, seed=5)
+    for est in (warm, reference):
+        _feed(est, [(np.append(e, np.nan), np.append(ld, 0.0), d, np.append(b, 0.0), late)
+                    for e, ld, d, b, late in more], np.append(order, n))
+    np.testing.assert_allclose(warm.slowness(), reference.slowness(), rtol=1e-12)
+    np.testing.assert_allclose(warm.sample(64), reference.sample(64), rtol=1e-12)
 
 
 def test_saved_rounds_are_validated_and_only_warm_an_empty_estimator():
@@ -633,3 +643,22 @@ def test_saved_rounds_are_validated_and_only_warm_an_empty_estimator():
     for state, message in bad:
         with pytest.raises(ValueError, match=message):
             LatencyEstimator(3).import_rounds(state, ["a", "b", "c"])
+
+
+def test_saved_rounds_survive_clients_that_never_started_and_refuse_absurd_values():
+    est = LatencyEstimator(2)
+    # client 1 was busy longer than the round lasted: it never started (no information)
+    est.update([1.0, np.nan], [1.0, 1.0], 2.0, busy=[0.0, 3.0])
+    state = est.export_rounds(["a", "b"])
+    assert state["rounds"][0]["censored_at"][1] == 0.0 and state["rounds"][0]["load"][1] == 0.0
+    assert LatencyEstimator(2).import_rounds(state, ["a", "b"]) == 1
+    one = state["rounds"][0]
+    for field, values, message in [
+        ("time", [[1.0], [2.0]], "flat"),
+        ("time", [10**400, None], "numbers"),
+        ("time", [1e300, None], "1e\\+300"),
+        ("load", [1e-300, 1.0], "1e-300"),
+    ]:
+        bad = {**state, "rounds": [{**one, field: values}]}
+        with pytest.raises(ValueError, match=message):
+            LatencyEstimator.validate_state(bad)

@@ -505,3 +505,52 @@ def test_a_latency_state_without_the_estimator_is_flagged(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="flwr"):
         GradientCoding(FedAvg(), s="auto", latency_state=str(tmp_path / "state.json"))
     assert not any("only with s='auto'" in r.getMessage() for r in caplog.records)
+
+
+def test_a_latency_state_keeps_the_clients_a_sampled_cohort_has_not_met(tmp_path):
+    """Half the nodes per round: the file's records of the others are kept (written back as
+    read) for the rounds that sample them, not dropped with the first rewrite."""
+    path = tmp_path / "latency.json"
+    run(Pareto(1.0, 1.5), rounds=3, latency_state=str(path))
+    before = json.loads(path.read_text())
+    app = ClientApp(mods=[gradient_coding_mod])
+    app.train()(train)
+    strategy = GradientCoding(
+        FedAvg(fraction_train=0.5, fraction_evaluate=0.0, min_available_nodes=N), s="auto",
+        s_max=2, latency=Pareto(1.0, 1.5), seed=0, wire="float64", straggler_timeout=1e6,
+        compute_cost_s=0.1, measured_compute=False, latency_state=str(path))
+    strategy.start(grid=InProcessGrid(app, N), initial_arrays=ArrayRecord({"w": Array(
+        np.zeros(DIM))}), num_rounds=1, train_config=ConfigRecord({}))
+    after = json.loads(path.read_text())
+    assert sorted(after["clients"]) == sorted(before["clients"])
+    sampled = {f"{strategy.identities[node].partition_id}/{N}" for node in strategy._node_index}
+    assert len(sampled) == N // 2
+    for key in set(before["clients"]) - sampled:  # unmet: the same records, as read
+        i, j = before["clients"].index(key), after["clients"].index(key)
+        for old, new in zip(before["rounds"], after["rounds"][:3], strict=True):
+            assert [new[f][j] for f in ("time", "censored_at", "load", "busy")] == \
+                [old[f][i] for f in ("time", "censored_at", "load", "busy")]
+        assert after["rounds"][3]["load"][j] == 0.0  # not sampled in the new round
+
+
+def test_a_latency_state_names_a_node_that_rejoins_apart_and_warns_on_a_foreign_file(
+    tmp_path, caplog,
+):
+    import logging
+
+    from fl_gradcode.flower.protocol import Identity
+
+    foreign = tmp_path / "foreign.json"
+    est = LatencyEstimator(1)
+    est.update([1.0], [1.0], 2.0)
+    foreign.write_text(json.dumps(est.export_rounds(["7/40"])))
+    strategy = GradientCoding(FedAvg(), s="auto", latency_state=str(foreign))
+    strategy.identities = {101: Identity(0, 2), 102: Identity(1, 2), 103: Identity(0, 2)}
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        strategy._estimator(2, [101, 102])
+    assert any("informs nothing" in r.getMessage() for r in caplog.records)
+    strategy._estimator(2, [103, 102])  # partition 0 again, under a new node id
+    strategy._save_latency_state()
+    saved = json.loads(foreign.read_text())
+    assert saved["clients"] == ["7/40", "0/2", "1/2", "0/2#3"]
+    assert saved["rounds"][0]["load"] == [1.0, 0.0, 0.0, 0.0]

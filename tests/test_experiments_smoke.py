@@ -291,16 +291,16 @@ def test_time_to_accuracy_oracle_run_starts_at_s_max_then_keeps_its_s():
 
 
 def test_time_to_accuracy_auto_warm_starts_from_an_earlier_runs_file():
-    """auto-warm: an auto run with seed + 1000 writes the latency file, the measured run reads
-    it: its choices differ from the cold run's (which starts at the safe s_max), every round
-    is exact, the same models as uncoded."""
+    """auto-warm: an auto run with seed + 1000 (the same slow clients through latency-seed)
+    writes the latency file, the measured run reads it. Under persistent stragglers (one slow
+    client in 12 at 20x) the cold run starts at the safe s_max = 3 with nothing observed, the
+    warm one below it from the file; every round is exact, the same models as uncoded."""
     module = load("time_to_accuracy")
-    warm = module.one_run(12, 3, "auto-warm", "bimodal", False, 0, 4, "dirichlet")
-    cold = module.one_run(12, 3, "auto", "bimodal", False, 0, 4, "dirichlet")
-    uncoded = module.one_run(12, 3, "uncoded", "bimodal", False, 0, 4, "dirichlet")
-    assert cold["s"][0] == 3 and warm["decode"] == ["exact"] * 4
-    assert warm["accuracy"] == uncoded["accuracy"]
-    assert warm["s"] != cold["s"]  # the file changed the decisions
+    warm = module.one_run(12, 3, "auto-warm", "persistent", False, 0, 4, "dirichlet")
+    cold = module.one_run(12, 3, "auto", "persistent", False, 0, 4, "dirichlet")
+    uncoded = module.one_run(12, 3, "uncoded", "persistent", False, 0, 4, "dirichlet")
+    assert cold["s"][0] == 3 and warm["s"][0] < 3
+    assert warm["decode"] == ["exact"] * 4 and warm["accuracy"] == uncoded["accuracy"]
     assert "auto-warm" in module.ADAPTIVE and module.scheme_config("auto-warm") == {"s": "auto"}
 
 

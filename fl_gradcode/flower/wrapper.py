@@ -24,6 +24,7 @@ References:
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import secrets
@@ -318,6 +319,12 @@ class GradientCoding(Strategy):
         # is not sampled in
         self._latency: Any = None
         self._node_index: dict[int, int] = {}
+        # the estimator's client names (data partitions), and the latency_state file's
+        # clients not yet claimed by a node (name -> index)
+        self._index_keys: list[str] = []
+        self._key_set: set[str] = set()
+        self._unclaimed: dict[str, int] = {}
+        self._file_clients = 0  # clients read from the file, until one is claimed
         # (arrival, estimator round id, node index, elapsed): replies after their round ended
         self._late_observations: list[tuple[float, int, int, float]] = []
         # node -> its jobs not known to be done: [sent at, units, reply arrival or None]
@@ -327,7 +334,8 @@ class GradientCoding(Strategy):
         self._warm_start = _read_latency_state(self.latency_state)
         if self.latency_state is not None and not self._estimating:
             log(WARNING, "latency_state=%r is read and written only with s='auto' or "
-                "busy='fit' (the latency estimator does not run otherwise)", self.latency_state)
+                "busy='fit' under virtual timing (the latency estimator does not run "
+                "otherwise)", self.latency_state)
         self._last_auto_s: dict[int, int] = {}  # cohort size -> auto's last s
         self.clock: VirtualClock | WallClock = make_clock(timing, straggler_timeout)
         self.timing = timing
@@ -432,22 +440,31 @@ class GradientCoding(Strategy):
 
     def _estimator(self, n: int, cohort: list[int]) -> Any:
         """The latency estimator seen through this cohort (``n`` members), fed with the late
-        and outstanding replies. Nodes seen for the first time join it with no record."""
+        and outstanding replies. Nodes seen for the first time join it with no record, or
+        with their data partition's record from the ``latency_state`` file."""
         from ..adaptive import LatencyEstimator
 
+        if self._latency is None and self._warm_start is not None:
+            self._read_warm_start(LatencyEstimator)
         for node in cohort:
-            self._node_index.setdefault(node, len(self._node_index))
+            if node not in self._node_index:
+                key = self._partition_key(node)
+                i = self._unclaimed.pop(key, None)
+                if i is None:  # new (or a partition already claimed: a distinct name)
+                    i = len(self._index_keys)
+                    self._index_keys.append(key if key not in self._key_set else f"{key}#{i}")
+                    self._key_set.add(self._index_keys[-1])
+                self._node_index[node] = i
+        if self._file_clients and len(self._unclaimed) == self._file_clients:
+            self._file_clients = 0  # (warned once)
+            log(WARNING, "none of the %d clients in %s is a data partition of this cohort "
+                "(named 'id/num-partitions'): the file informs nothing yet",
+                len(self._unclaimed), self.latency_state)
         if self._latency is None:
-            self._latency = LatencyEstimator(len(self._node_index), seed=self.seed)
-            if self._warm_start is not None:
-                keys = self._estimator_keys()
-                remembered = self._latency.import_rounds(self._warm_start, keys)
-                known = len(set(keys) & set(self._warm_start["clients"]))
-                log(INFO, "latency observations of %d rounds read from %s (%d of %d clients "
-                    "known)", remembered, self.latency_state, known, len(keys))
-                self._warm_start = None
+            self._latency = LatencyEstimator(len(self._index_keys), seed=self.seed)
         estimator = self._latency
-        estimator.grow(len(self._node_index))
+        if len(self._index_keys) > estimator.n:
+            estimator.grow(len(self._index_keys))
         now = self.clock.now
         for item in list(self._late_observations):
             arrival, rid, index, elapsed = item
@@ -461,34 +478,52 @@ class GradientCoding(Strategy):
             return estimator  # every node, in order: the estimator itself
         return estimator.view(members)
 
-    def _estimator_keys(self) -> list[str]:
-        """Per estimator index, its node's data partition as ``"id/of"`` (stable across runs,
-        unlike node ids)."""
-        keys = [""] * len(self._node_index)
-        for node, i in self._node_index.items():
-            identity = self.identities.get(node)
-            keys[i] = (f"{identity.partition_id}/{identity.num_partitions}"
-                       if identity is not None else f"node:{node}")
-        return keys
+    def _read_warm_start(self, factory: Any) -> None:
+        """Start the estimator from the ``latency_state`` file: its clients at reserved
+        indices that nodes claim by data partition when first seen (in this cohort, a later
+        one, or never: a record not claimed is kept and written back with the rest)."""
+        state, self._warm_start = self._warm_start, None
+        clients = list(state["clients"])
+        if clients:
+            self._latency = factory(len(clients), seed=self.seed)
+            remembered = self._latency.import_rounds(state, clients)
+            self._index_keys = clients
+            self._key_set = set(clients)
+            self._unclaimed = {key: i for i, key in enumerate(clients)}
+            self._file_clients = len(clients)
+        else:
+            remembered = 0
+        log(INFO, "latency observations of %d rounds and %d clients read from %s",
+            remembered, len(clients), self.latency_state)
+
+    def _partition_key(self, node: int) -> str:
+        """A node's name in the ``latency_state`` file: its data partition as ``"id/of"``
+        (stable across runs, unlike node ids)."""
+        identity = self.identities.get(node)
+        if identity is None:
+            return f"node:{node}"
+        return f"{identity.partition_id}/{identity.num_partitions}"
 
     def _save_latency_state(self) -> None:
         """Write the estimator's rounds to ``latency_state`` (a temporary file, then renamed:
-        a run killed mid-write leaves the previous file)."""
+        a run killed mid-write leaves the previous file). Never ends a run: a failure warns."""
         if self.latency_state is None or self._latency is None:
             return
         import json
 
-        state = self._latency.export_rounds(self._estimator_keys())
         tmp = f"{self.latency_state}.{os.getpid()}.tmp"
         try:
+            state = self._latency.export_rounds(self._index_keys)
             parent = os.path.dirname(os.path.abspath(self.latency_state))
             os.makedirs(parent, exist_ok=True)
             with open(tmp, "w", encoding="utf-8") as fh:
                 json.dump(state, fh)
             os.replace(tmp, self.latency_state)
-        except OSError as exc:  # never end a run over a file the run does not need
+        except Exception as exc:  # the run does not need the file: warn, go on
             log(WARNING, "could not write latency observations to %s: %s",
                 self.latency_state, exc)
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
 
     def _decide(self, placement: Any, estimator: Any, busy_nodes: set[int], cohort: list[int],
                 candidates: list[int]) -> Any:
@@ -1582,7 +1617,7 @@ def _read_latency_state(path: str | None) -> dict[str, Any] | None:
         with open(path, encoding="utf-8") as fh:
             state = json.load(fh)
         LatencyEstimator.validate_state(state)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, OverflowError, RecursionError) as exc:
         raise ValueError(f"latency_state={path!r} is not a file of latency observations "
                          f"written by GradientCoding: {exc}") from exc
     return state
