@@ -21,6 +21,7 @@ Timings are for this machine; the ratios to FedAvg are measured in the same run.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 
@@ -85,12 +86,25 @@ def decision(n: int, s_max: int, rounds: int, repeats: int, params: int) -> dict
         d = choose_s(placement, est, samples=256, rng=np.random.default_rng(r))
         choices.append(time.perf_counter() - t2)
         fits.append(t2 - t1)
+    # the warm-start file (latency_state): written after every round, read once per run
+    keys = [f"{i}/{n}" for i in range(n)]
+    writes, reads = [], []
+    for _ in range(repeats):
+        t1 = time.perf_counter()
+        text = json.dumps(est.export_rounds(keys))
+        t2 = time.perf_counter()
+        LatencyEstimator(n).import_rounds(json.loads(text), keys)
+        reads.append(time.perf_counter() - t2)
+        writes.append(t2 - t1)
     fed = fedavg_ms(n, params, repeats)
     choose = 1e3 * float(np.median(choices))
+    write = 1e3 * float(np.median(writes))
     return {"n": n, "s_max": s_max, "rounds": est.n_rounds,
             "candidates": len(placement.stable_values), "storage": placement.storage,
             "build_s": build_s, "refit_ms": 1e3 * float(np.median(fits)), "choose_ms": choose,
             "fedavg_params": params, "fedavg_ms": fed, "choose_over_fedavg": choose / fed,
+            "state_write_ms": write, "state_read_ms": 1e3 * float(np.median(reads)),
+            "state_bytes": len(text), "state_write_over_fedavg": write / fed,
             "chosen_s": d.s, "expected_s": {str(k): v for k, v in d.expected_times.items()},
             "slow_clients": int(slow.sum()), "loadavg": os.getloadavg()[0]}
 
@@ -160,6 +174,9 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"refit after a round {dec['refit_ms']:.1f} ms; choose_s {dec['choose_ms']:.1f} ms; "
           f"FedAvg.aggregate_train on {dec['n']} replies of {dec['fedavg_params']} floats "
           f"{dec['fedavg_ms']:.1f} ms (choose_s / FedAvg {dec['choose_over_fedavg']:.2f})")
+    print(f"latency_state file ({dec['rounds']} rounds, {dec['state_bytes'] / 1e6:.2f} MB): "
+          f"written in {dec['state_write_ms']:.1f} ms ({dec['state_write_over_fedavg']:.2f}x "
+          f"FedAvg), read in {dec['state_read_ms']:.1f} ms")
     for name, r in loop.items():
         refs = ", ".join(f"s={k}: {v:.2f}" for k, v in r["fixed_mean_round_s"].items())
         print(f"  {name:11s} adaptive {r['adaptive_mean_round_s']:.2f} (last s={r['path'][-1]}, "

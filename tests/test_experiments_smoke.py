@@ -312,6 +312,9 @@ def test_bench_adaptive_quick_times_the_decision_and_runs_the_closed_loop(tmp_pa
     dec = saved["decision"]
     assert dec["choose_ms"] > 0 and dec["fedavg_ms"] > 0
     assert dec["choose_over_fedavg"] == pytest.approx(dec["choose_ms"] / dec["fedavg_ms"])
+    assert dec["state_write_ms"] > 0 and dec["state_read_ms"] > 0 and dec["state_bytes"] > 0
+    assert dec["state_write_over_fedavg"] == pytest.approx(
+        dec["state_write_ms"] / dec["fedavg_ms"])
     assert {"0", str(dec["s_max"])} <= set(dec["expected_s"])
     # compute-bound shifted exponential, uncoded on the nested placement: every client one
     # unit, the round waits for the slowest of 12: E = 1 + H_12 (order statistics), 200 rounds
