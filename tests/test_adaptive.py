@@ -601,10 +601,14 @@ def test_saved_rounds_warm_start_an_estimator_as_if_it_had_seen_them():
     # the slow clients (every fifth) are known slow from the first decision on
     slow = np.isin(order, [0, 5])
     assert warm.slowness()[:9][slow].min() > 3 * warm.slowness()[:9][~slow].max()
-    # and both go on alike: a late reply to the last imported round (its busy time is
-    # subtracted), then new rounds (they weigh more than the imported ones)
-    late_round = 11
-    assert warm.observe_late(late_round, 4, 7.5) == reference.observe_late(late_round, 4, 7.5)
+    # and both go on alike: a late reply to an imported round from a client that waited for
+    # earlier work (its busy time is subtracted), then new rounds (they weigh more)
+    found = [(r, j) for r, (e, ld, _, b, _) in enumerate(rounds) for j, c in enumerate(order)
+             if np.isnan(e[c]) and ld[c] > 0 and b[c] > 0 and all(i != c for i, _ in rounds[r][4])]
+    assert found
+    r, j = found[-1]
+    assert warm.observe_late(r, j, 9.0) and reference.observe_late(r, j, 9.0)
+    assert warm._rounds[r].y[j] == pytest.approx(9.0 - rounds[r][3][order[j]])
     more = _observed_rounds(n, 5, seed=5)
     for est in (warm, reference):
         _feed(est, [(np.append(e, np.nan), np.append(ld, 0.0), d, np.append(b, 0.0), late)

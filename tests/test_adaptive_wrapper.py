@@ -550,7 +550,29 @@ def test_a_latency_state_names_a_node_that_rejoins_apart_and_warns_on_a_foreign_
         strategy._estimator(2, [101, 102])
     assert any("informs nothing" in r.getMessage() for r in caplog.records)
     strategy._estimator(2, [103, 102])  # partition 0 again, under a new node id
+    assert strategy._index_keys == ["7/40", "0/2", "1/2", "0/2#3"]
+    assert strategy._node_index == {101: 1, 102: 2, 103: 3}
     strategy._save_latency_state()
+    # clients with no work in any remembered round carry no information: not written
     saved = json.loads(foreign.read_text())
-    assert saved["clients"] == ["7/40", "0/2", "1/2", "0/2#3"]
-    assert saved["rounds"][0]["load"] == [1.0, 0.0, 0.0, 0.0]
+    assert saved["clients"] == ["7/40"] and saved["rounds"][0]["load"] == [1.0]
+
+
+def test_a_failed_latency_state_write_warns_and_leaves_no_temporary_file(
+    tmp_path, caplog, monkeypatch,
+):
+    import logging
+    import os
+
+    def refuse(src, dst):  # the temporary file is written, the rename fails
+        assert os.path.exists(src)
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", refuse)
+    target = tmp_path / "state.json"
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        strategy, _ = run(Pareto(1.0, 1.5), rounds=2, latency_state=str(target))
+    assert len(strategy.history) == 2
+    assert sum("could not write latency observations" in r.getMessage()
+               for r in caplog.records) == 2
+    assert list(tmp_path.iterdir()) == []  # no file, no temporary file left behind

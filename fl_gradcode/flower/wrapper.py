@@ -446,6 +446,8 @@ class GradientCoding(Strategy):
 
         if self._latency is None and self._warm_start is not None:
             self._read_warm_start(LatencyEstimator)
+        while len(self._index_keys) < len(self._node_index):  # indices set from outside
+            self._index_keys.append(f"index:{len(self._index_keys)}")
         for node in cohort:
             if node not in self._node_index:
                 key = self._partition_key(node)
@@ -514,6 +516,16 @@ class GradientCoding(Strategy):
         tmp = f"{self.latency_state}.{os.getpid()}.tmp"
         try:
             state = self._latency.export_rounds(self._index_keys)
+            # clients without work in any remembered round carry no information: left out,
+            # so that names never claimed again (foreign, rejoined) leave once they age out
+            rounds = state["rounds"]
+            keep = [j for j in range(len(state["clients"]))
+                    if any(r["load"][j] > 0 for r in rounds)]
+            if len(keep) < len(state["clients"]):
+                state["clients"] = [state["clients"][j] for j in keep]
+                for r in rounds:
+                    for field in ("time", "censored_at", "load", "busy"):
+                        r[field] = [r[field][j] for j in keep]
             parent = os.path.dirname(os.path.abspath(self.latency_state))
             os.makedirs(parent, exist_ok=True)
             with open(tmp, "w", encoding="utf-8") as fh:
