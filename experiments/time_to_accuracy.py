@@ -624,6 +624,7 @@ def _write(runs, args, seeds, rounds, figure: bool, table: dict | None = None,
               "latencies": LATENCIES, "table": table, "runs": runs, "quick": args.quick,
               "fixed_schemes": {key: [*EXACT_FIXED, *v] for key, v in nested.items()},
               "busy": {"auto": "queue (fit)", "auto-exclude": "queue (fit)",
+                       "auto-warm": "queue (fit)",
                        "nested s=v": "queue (virtual clock)",
                        "nested-fit s=v": "fit (server's knowledge, as auto)",
                        "others": "skip"}}

@@ -25,6 +25,7 @@ References:
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import secrets
@@ -511,8 +512,6 @@ class GradientCoding(Strategy):
         a run killed mid-write leaves the previous file). Never ends a run: a failure warns."""
         if self.latency_state is None or self._latency is None:
             return
-        import json
-
         tmp = f"{self.latency_state}.{os.getpid()}.tmp"
         try:
             state = self._latency.export_rounds(self._index_keys)
@@ -1621,8 +1620,6 @@ def _read_latency_state(path: str | None) -> dict[str, Any] | None:
     validated now so that a bad file stops the run before its first round."""
     if path is None or not os.path.exists(path):
         return None
-    import json
-
     from ..adaptive import LatencyEstimator
 
     try:
