@@ -302,6 +302,8 @@ def _parse_state(state: Any, expected_format: str) -> tuple[list[str], list[tupl
     if not (isinstance(clients, list) and all(isinstance(k, str) for k in clients)
             and len(set(clients)) == len(clients)):
         raise ValueError("clients must be a list of distinct names")
+    if not isinstance(state.get("meta", {}), Mapping):
+        raise ValueError(f"meta must be an object; got {type(state['meta']).__name__}")
     rounds = state.get("rounds")
     if not isinstance(rounds, list):
         raise ValueError(f"rounds must be a list; got {type(rounds).__name__}")
@@ -565,7 +567,8 @@ class LatencyEstimator:
     # ------------------------------------------------------------------ persistence
     STATE_FORMAT = "fl-gradcode latency observations"
 
-    def export_rounds(self, keys: Sequence[str]) -> dict[str, Any]:
+    def export_rounds(self, keys: Sequence[str],
+                      meta: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The remembered rounds as JSON-ready data, client ``i`` named ``keys[i]`` (a name
         that outlives this run, such as its data partition), oldest round first.
 
@@ -573,6 +576,7 @@ class LatencyEstimator:
         "load": [...], "busy": [...]}]}``, one value per client in each list: its compute time
         (``null`` when the reply had not arrived), the time it was censored at, its units of
         work (0: no work, no information) and the seconds it waited for earlier work.
+        ``meta`` (JSON-ready): how the times were measured, stored as ``"meta"``.
         """
         keys = self._keys(keys)
         # (a client that never started has a negative censoring time and no load: 0)
@@ -581,7 +585,10 @@ class LatencyEstimator:
                    "censored_at": np.maximum(rec.limit, 0.0).tolist(),
                    "load": rec.load.tolist(), "busy": rec.busy.tolist()}
                   for rec in self._rounds]
-        return {"format": self.STATE_FORMAT, "version": 1, "clients": keys, "rounds": rounds}
+        state = {"format": self.STATE_FORMAT, "version": 1, "clients": keys, "rounds": rounds}
+        if meta is not None:
+            state["meta"] = dict(meta)
+        return state
 
     def import_rounds(self, state: Mapping[str, Any], keys: Sequence[str]) -> int:
         """Remember the rounds of :meth:`export_rounds` (another run's observations of the

@@ -576,3 +576,30 @@ def test_a_failed_latency_state_write_warns_and_leaves_no_temporary_file(
     assert sum("could not write latency observations" in r.getMessage()
                for r in caplog.records) == 2
     assert list(tmp_path.iterdir()) == []  # no file, no temporary file left behind
+
+
+def test_a_latency_state_records_how_time_was_measured_and_flags_another_clock(
+    tmp_path, caplog,
+):
+    import logging
+
+    path = tmp_path / "latency.json"
+    run(Pareto(1.0, 1.5), rounds=2, latency_state=str(path))
+    saved = json.loads(path.read_text())
+    # the run helper's clock: virtual timing, a modelled 0.1 s per partition
+    assert saved["meta"] == {"timing": "virtual", "measured_compute": False,
+                             "compute_cost_s": 0.1}
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        GradientCoding(FedAvg(), s="auto", latency_state=str(path), compute_cost_s=0.1,
+                       measured_compute=False)
+    assert not any("may not compare" in r.getMessage() for r in caplog.records)
+    saved["meta"]["timing"] = "wallclock"
+    path.write_text(json.dumps(saved))
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        GradientCoding(FedAvg(), s="auto", latency_state=str(path), compute_cost_s=0.1,
+                       measured_compute=False)
+    flagged = [r.getMessage() for r in caplog.records if "may not compare" in r.getMessage()]
+    assert len(flagged) == 1 and "'timing': 'wallclock'" in flagged[0]
+    path.write_text(json.dumps({**saved, "meta": []}))
+    with pytest.raises(ValueError, match="meta must be an object"):
+        GradientCoding(FedAvg(), s="auto", latency_state=str(path))

@@ -331,12 +331,6 @@ class GradientCoding(Strategy):
         # node -> its jobs not known to be done: [sent at, units, reply arrival or None]
         self._outstanding: dict[int, list[list[Any]]] = {}
         self._decision: Any = None
-        self.latency_state = None if latency_state is None else os.fspath(latency_state)
-        self._warm_start = _read_latency_state(self.latency_state)
-        if self.latency_state is not None and not self._estimating:
-            log(WARNING, "latency_state=%r is read and written only with s='auto' or "
-                "busy='fit' under virtual timing (the latency estimator does not run "
-                "otherwise)", self.latency_state)
         self._last_auto_s: dict[int, int] = {}  # cohort size -> auto's last s
         self.clock: VirtualClock | WallClock = make_clock(timing, straggler_timeout)
         self.timing = timing
@@ -349,6 +343,19 @@ class GradientCoding(Strategy):
         self.warmup_timeout = float(warmup_timeout)
         self.measured_compute = bool(measured_compute)
         self.compute_cost_s = float(compute_cost_s)
+        self.latency_state = None if latency_state is None else os.fspath(latency_state)
+        self._warm_start = _read_latency_state(self.latency_state)
+        if self._warm_start is not None:
+            here, there = self._state_meta(), self._warm_start.get("meta", {})
+            differ = {k: there[k] for k in here if k in there and there[k] != here[k]}
+            if differ:
+                log(WARNING, "latency_state=%r was written by a run with %s (this run: %s); "
+                    "its times may not compare with this run's", self.latency_state, differ,
+                    {k: here[k] for k in differ})
+        if self.latency_state is not None and not self._estimating:
+            log(WARNING, "latency_state=%r is read and written only with s='auto' or "
+                "busy='fit' under virtual timing (the latency estimator does not run "
+                "otherwise)", self.latency_state)
         if upload_bandwidth is not None and not (
             isinstance(upload_bandwidth, (int, float)) and upload_bandwidth > 0
             and math.isfinite(upload_bandwidth)
@@ -499,6 +506,12 @@ class GradientCoding(Strategy):
         log(INFO, "latency observations of %d rounds and %d clients read from %s",
             remembered, len(clients), self.latency_state)
 
+    def _state_meta(self) -> dict[str, Any]:
+        """How this run measures time (written with the ``latency_state`` file, compared when
+        it is read: times from another clock or cost model are not comparable)."""
+        return {"timing": self.timing, "measured_compute": self.measured_compute,
+                "compute_cost_s": self.compute_cost_s}
+
     def _partition_key(self, node: int) -> str:
         """A node's name in the ``latency_state`` file: its data partition as ``"id/of"``
         (stable across runs, unlike node ids)."""
@@ -514,7 +527,7 @@ class GradientCoding(Strategy):
             return
         tmp = f"{self.latency_state}.{os.getpid()}.tmp"
         try:
-            state = self._latency.export_rounds(self._index_keys)
+            state = self._latency.export_rounds(self._index_keys, self._state_meta())
             # clients without work in any remembered round carry no information: left out,
             # so that names never claimed again (foreign, rejoined) leave once they age out
             rounds = state["rounds"]
