@@ -567,8 +567,8 @@ class LatencyEstimator:
     # ------------------------------------------------------------------ persistence
     STATE_FORMAT = "fl-gradcode latency observations"
 
-    def export_rounds(self, keys: Sequence[str],
-                      meta: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    def export_rounds(self, keys: Sequence[str], meta: Mapping[str, Any] | None = None,
+                      informative_only: bool = False) -> dict[str, Any]:
         """The remembered rounds as JSON-ready data, client ``i`` named ``keys[i]`` (a name
         that outlives this run, such as its data partition), oldest round first.
 
@@ -577,15 +577,21 @@ class LatencyEstimator:
         (``null`` when the reply had not arrived), the time it was censored at, its units of
         work (0: no work, no information) and the seconds it waited for earlier work.
         ``meta`` (JSON-ready): how the times were measured, stored as ``"meta"``.
+        ``informative_only``: leave out the clients without work in any remembered round.
         """
         keys = self._keys(keys)
+        cols = np.arange(self.n)
+        if informative_only:
+            cols = np.flatnonzero(np.any([rec.load > 0 for rec in self._rounds], axis=0)
+                                  if self._rounds else np.zeros(self.n, dtype=bool))
         # (a client that never started has a negative censoring time and no load: 0)
         rounds = [{"duration": rec.duration,
-                   "time": [None if math.isnan(y) else y for y in rec.y.tolist()],
-                   "censored_at": np.maximum(rec.limit, 0.0).tolist(),
-                   "load": rec.load.tolist(), "busy": rec.busy.tolist()}
+                   "time": [None if math.isnan(y) else y for y in rec.y[cols].tolist()],
+                   "censored_at": np.maximum(rec.limit[cols], 0.0).tolist(),
+                   "load": rec.load[cols].tolist(), "busy": rec.busy[cols].tolist()}
                   for rec in self._rounds]
-        state = {"format": self.STATE_FORMAT, "version": 1, "clients": keys, "rounds": rounds}
+        state = {"format": self.STATE_FORMAT, "version": 1,
+                 "clients": [keys[j] for j in cols], "rounds": rounds}
         if meta is not None:
             state["meta"] = dict(meta)
         return state

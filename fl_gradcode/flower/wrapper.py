@@ -323,7 +323,6 @@ class GradientCoding(Strategy):
         # the estimator's client names (data partitions), and the latency_state file's
         # clients not yet claimed by a node (name -> index)
         self._index_keys: list[str] = []
-        self._key_set: set[str] = set()
         self._unclaimed: dict[str, int] = {}
         self._file_clients = 0  # clients read from the file, until one is claimed
         # (arrival, estimator round id, node index, elapsed): replies after their round ended
@@ -462,8 +461,7 @@ class GradientCoding(Strategy):
                 i = self._unclaimed.pop(key, None)
                 if i is None:  # new (or a partition already claimed: a distinct name)
                     i = len(self._index_keys)
-                    self._index_keys.append(key if key not in self._key_set else f"{key}#{i}")
-                    self._key_set.add(self._index_keys[-1])
+                    self._index_keys.append(key if key not in self._index_keys else f"{key}#{i}")
                 self._node_index[node] = i
         if self._file_clients and len(self._unclaimed) == self._file_clients:
             self._file_clients = 0  # (warned once)
@@ -498,7 +496,6 @@ class GradientCoding(Strategy):
             self._latency = factory(len(clients), seed=self.seed)
             remembered = self._latency.import_rounds(state, clients)
             self._index_keys = clients
-            self._key_set = set(clients)
             self._unclaimed = {key: i for i, key in enumerate(clients)}
             self._file_clients = len(clients)
         else:
@@ -516,9 +513,7 @@ class GradientCoding(Strategy):
         """A node's name in the ``latency_state`` file: its data partition as ``"id/of"``
         (stable across runs, unlike node ids)."""
         identity = self.identities.get(node)
-        if identity is None:
-            return f"node:{node}"
-        return f"{identity.partition_id}/{identity.num_partitions}"
+        return f"node:{node}" if identity is None else "{}/{}".format(*_key(identity))
 
     def _save_latency_state(self) -> None:
         """Write the estimator's rounds to ``latency_state`` (a temporary file, then renamed:
@@ -527,17 +522,10 @@ class GradientCoding(Strategy):
             return
         tmp = f"{self.latency_state}.{os.getpid()}.tmp"
         try:
-            state = self._latency.export_rounds(self._index_keys, self._state_meta())
             # clients without work in any remembered round carry no information: left out,
             # so that names never claimed again (foreign, rejoined) leave once they age out
-            rounds = state["rounds"]
-            keep = [j for j in range(len(state["clients"]))
-                    if any(r["load"][j] > 0 for r in rounds)]
-            if len(keep) < len(state["clients"]):
-                state["clients"] = [state["clients"][j] for j in keep]
-                for r in rounds:
-                    for field in ("time", "censored_at", "load", "busy"):
-                        r[field] = [r[field][j] for j in keep]
+            state = self._latency.export_rounds(self._index_keys, self._state_meta(),
+                                                informative_only=True)
             parent = os.path.dirname(os.path.abspath(self.latency_state))
             os.makedirs(parent, exist_ok=True)
             with open(tmp, "w", encoding="utf-8") as fh:
