@@ -45,6 +45,10 @@ Schemes (same seeds, same partitions):
   ``s_max``: what a federation that trains many models pays after its first. (The trace
   replays the same rows whatever the seed: a file from it would foretell the run, so it is
   not run there; nor with DP, whose runs never reach the target.)
+* ``approx-deadline-stop`` (run on request: ``--schemes approx-deadline-stop``):
+  ``approx-deadline`` with ``stop-late-work``: a client still computing at the deadline stops
+  there (its reply could no longer be used) instead of finishing, so its next round's work is
+  not queued behind stale work.
 
 A ``drift`` setting switches the latency regime at round 15 (Pareto delays, then load-scaled
 bimodal straggling), ``drift-early`` at round 4 (every exact scheme reaches 90% at round 7 or
@@ -89,6 +93,7 @@ SCHEMES = {
     "auto-exclude": {"s": "auto", "exclude-slow": 4.0},
 }
 ADAPTIVE = ("auto", "auto-exclude", "auto-warm")
+ON_REQUEST = ("auto-warm", "approx-deadline-stop")  # run only when --schemes names them
 WARM_SEED_OFFSET = 1000  # auto-warm: the earlier run's seed is the seed plus this
 # with the nested s=v schemes (busy clients queued from the simulator's clock): auto's
 # hindsight rivals; with the nested-fit s=v schemes (queued from the server's knowledge, as
@@ -110,6 +115,8 @@ def scheme_config(scheme: str) -> dict:
         return {"code": "nested", "s": int(scheme.removeprefix("nested-fit s=")), "busy": "fit"}
     if scheme == "auto-warm":
         return {"s": "auto"}  # and latency-state: an earlier run's file (see one_run)
+    if scheme == "approx-deadline-stop":
+        return {**SCHEMES["approx-deadline"], "stop-late-work": True}
     return SCHEMES[scheme]
 
 
@@ -203,7 +210,8 @@ def one_run(n, s, scheme, latency, dp, seed, rounds, partitioner, latency_state=
            # one directory per process: concurrent partial runs must not share a model file
            "results-dir": f"/tmp/fl-gradcode-tta/{os.getpid()}/{scheme.replace(' ', '-')}"}
     cfg["straggler-timeout"] = (
-        deadline(LATENCIES[latency], s + 1, seed) if scheme == "approx-deadline" else 1e6
+        deadline(LATENCIES[latency], s + 1, seed) if scheme.startswith("approx-deadline")
+        else 1e6
     )
     if dp:
         cfg.update(DP)
@@ -434,8 +442,8 @@ def plot(runs: dict, target: float):
     cols = min(3, len(keys))
     rows_ = -(-len(keys) // cols)
     fig, axes = plt.subplots(rows_, cols, figsize=(5.2 * cols, 3.9 * rows_), squeeze=False)
-    main_colors = dict(zip([*SCHEMES, "auto-warm"], ["C0", "C1", "C2", "C3", "C4", "C5", "C6"],
-                           strict=True))
+    main_colors = dict(zip([*SCHEMES, *ON_REQUEST],
+                           ["C0", "C1", "C2", "C3", "C4", "C5", "C6", "C3"], strict=True))
     handles = {}
     nested = sorted({_nested_key(s)[0] for by in runs.values() for s in by
                      if s not in main_colors and not s.startswith("oracle s=")})
@@ -451,7 +459,7 @@ def plot(runs: dict, target: float):
                 style = {"color": main_colors[scheme], "lw": 2.0 if scheme in ADAPTIVE else 1.3}
                 if scheme == "auto-exclude":  # dashed: auto stays visible where they agree
                     style["ls"] = "--"
-                if scheme == "auto-warm":
+                if scheme in ON_REQUEST:  # dash-dot: the scheme it varies keeps its colour
                     style["ls"] = "-."
             else:
                 v, fit = _nested_key(scheme)
@@ -522,7 +530,7 @@ def main(argv: list[str] | None = None) -> dict:
         names = schemes_for(s_max)
         if wanted is None:
             return names
-        return [x for x in [*names, *oracle_schemes(s_max), "auto-warm"] if x in wanted
+        return [x for x in [*names, *oracle_schemes(s_max), *ON_REQUEST] if x in wanted
                 or ("nested" in wanted and x.startswith("nested s="))
                 or ("nested-fit" in wanted and x.startswith("nested-fit s="))
                 or ("oracle" in wanted and x.startswith("oracle s="))]
@@ -625,6 +633,7 @@ def _write(runs, args, seeds, rounds, figure: bool, table: dict | None = None,
               "fixed_schemes": {key: [*EXACT_FIXED, *v] for key, v in nested.items()},
               "busy": {"auto": "queue (fit)", "auto-exclude": "queue (fit)",
                        "auto-warm": "queue (fit)",
+                       "approx-deadline-stop": "skip; work stopped at the deadline",
                        "nested s=v": "queue (virtual clock)",
                        "nested-fit s=v": "fit (server's knowledge, as auto)",
                        "others": "skip"}}

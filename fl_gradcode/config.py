@@ -51,6 +51,7 @@ DEFAULTS: dict[str, Any] = {
     "m": 1,  # code="comm-efficient": every reply is 1/m of the model
     "timing": "virtual",
     "straggler-timeout": 10.0,
+    "stop-late-work": False,  # workers stop at the round's deadline instead of finishing
     "max-decode-error": 0.5,
     "min-replies": -1,  # -1: n - s for approximate codes, none for exact codes; 0: none
     "round-timeout": 600.0,

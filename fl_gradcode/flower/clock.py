@@ -10,7 +10,10 @@ the straggler deadline, where it decodes approximately from what arrived.
   the deadline, so a round with no valid reply still moves the clock and frees everyone. A
   worker sent work while still busy (``queued`` in :meth:`VirtualClock.start_round`) starts it
   when its current job ends, as a Flower SuperNode runs messages one after the other: its
-  arrival is ``busy_until - round_start`` later than its own compute and latency.
+  arrival is ``busy_until - round_start`` later than its own compute and latency. With
+  ``stop_at_deadline`` (the server's ``stop_late_work``) a worker whose reply would arrive after
+  the deadline stops there: it never replies and is busy only until the deadline (or until its
+  earlier job ends, if that is later: the message had expired before it could start).
 * :class:`WallClock`: real time; busy workers are those whose earlier message is still
   unanswered (the grid knows them).
 """
@@ -49,6 +52,7 @@ class VirtualClock:
         self.backlog: dict[int, float] = {}  # worker -> seconds its queued work waits
         self._node_backlog: dict[int, float] = {}  # the same, by node
         self.last_duration: float | None = None  # length of the last finished round
+        self.stop_at_deadline = False  # work still running at the deadline is abandoned
 
     def busy(self, nodes: Iterable[int]) -> set[int]:
         return {n for n in nodes if self.busy_until.get(n, 0.0) > self.now}
@@ -76,6 +80,8 @@ class VirtualClock:
         only; a queued worker's reply arrives ``backlog[worker]`` seconds later."""
         arrivals = {w: t + self.backlog.get(w, 0.0) for w, t in arrivals.items()}
         deadline = self.straggler_timeout
+        if self.stop_at_deadline:  # stopped at the deadline: never replies
+            arrivals = {w: t for w, t in arrivals.items() if t <= deadline}
         order = sorted(arrivals, key=lambda w: (arrivals[w], w))
         prefix: list[int] = []
         for worker in order:
@@ -106,7 +112,10 @@ class VirtualClock:
         for node in sent_nodes:
             if node in arrivals_by_node:
                 wait = self._node_backlog.get(node, 0.0)
-                until = self.round_start + wait + max(arrivals_by_node[node], 0.0)
+                job = wait + max(arrivals_by_node[node], 0.0)
+                if self.stop_at_deadline and job > self.straggler_timeout:
+                    job = max(wait, self.straggler_timeout)
+                until = self.round_start + job
             elif node in answered:
                 until = end
             else:

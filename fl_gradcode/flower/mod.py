@@ -10,6 +10,14 @@ again with torch seeded, once per process). It then sends ONE reply: the combina
 and the example-weighted scalar metrics. Evaluate and query messages, and train messages
 without the protocol record, pass through untouched.
 
+Stopping late work: an instruction with ``stop-after-s > 0`` (the server's ``stop_late_work``)
+is abandoned once that many seconds have passed since the message was created (its round's
+deadline: the server has closed the round and cannot use the reply). The mod checks before each
+partition and before the simulated latency, and replies with a short error (code
+``MOD_STOPPED_CODE``) that frees the node for the next round. It compares its own wall clock
+with the message's creation time, as Flower's message TTL does: clocks must agree to well
+within the deadline.
+
 Seeding: without a partition key the seed is a function of ``(run seed, round, j)`` only, so
 two runs with the same seed are identical (that is how a coded run is compared with an uncoded
 one); noise drawn inside the app (e.g. Opacus DP-SGD) is then reproducible from public values,
@@ -45,6 +53,14 @@ __all__ = ["gradient_coding_mod", "make_gradient_coding_mod", "partition_seed"]
 
 #: Error code of the mod's own error replies (Flower's ClientApp exception code is 0).
 MOD_ERROR_CODE = 5400
+#: Error code of a reply whose work stopped at its round's deadline (``stop-after-s``).
+MOD_STOPPED_CODE = 5401
+
+_now = time.time  # wall clock compared with the message's creation time (Flower's own TTL clock)
+
+
+class _Stopped(Exception):
+    """The round's deadline passed: the server can no longer use this worker's reply."""
 
 _warned_public_seed = False
 
@@ -223,9 +239,17 @@ def _coded_reply(
     sizes: list[float] = []
     metric_sums: dict[str, float] | None = None
     names = list(theta)
+    stop_at = None
+    if instruction.stop_after_s > 0:  # checked between partitions (one is never cut short)
+        stop_at = float(msg.metadata.created_at) + instruction.stop_after_s
+    total = len(instruction.partition_ids)
     for index, (pid, coef) in enumerate(
         zip(instruction.partition_ids, instruction.coefficients, strict=True)
     ):
+        if stop_at is not None and _now() >= stop_at:
+            raise _Stopped(f"stopped after {index} of {total} partitions: the round's deadline "
+                           f"(stop-after-s={instruction.stop_after_s:g} s after the message "
+                           "was created) has passed")
         cache_key = (pid, instruction.num_partitions[index])
         if cache is not None and cache.get("round") != (instruction.nonce, instruction.round):
             cache.clear()  # one round's updates at a time
@@ -266,6 +290,11 @@ def _coded_reply(
             else:
                 del metric_sums[k]
     if instruction.timing == "wallclock" and instruction.delay_s > 0:
+        if stop_at is not None and _now() + instruction.delay_s > stop_at:
+            time.sleep(max(stop_at - _now(), 0.0))  # the simulated latency outlasts the round
+            raise _Stopped(f"stopped after {total} of {total} partitions, before replying: the "
+                           f"round's deadline (stop-after-s={instruction.stop_after_s:g} s) "
+                           "passed during the simulated latency")
         time.sleep(instruction.delay_s)
     if instruction.chunk_coefficients:  # communication-efficient: 1/m of the model
         chunk = _chunked(coded, count, instruction)
@@ -336,6 +365,8 @@ def make_gradient_coding_mod(
             if instruction.op != protocol.OP_TRAIN:
                 raise ValueError(f"unknown gradient-coding op {instruction.op!r}")
             return _coded_reply(msg, context, call_next, instruction, cache)
+        except _Stopped as why:  # a short error reply: the node is free for the next round
+            return Message(Error(MOD_STOPPED_CODE, str(why)), reply_to=msg)
         except Exception as exc:  # the server sees a named error, never a hung round
             return Message(
                 Error(MOD_ERROR_CODE, f"{type(exc).__name__}: {exc}"), reply_to=msg

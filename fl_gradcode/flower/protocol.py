@@ -105,6 +105,9 @@ class Instruction:
     weight_key: str = "num-examples"
     wire: str = "float64"  # "float64", or "model": each array in the global model's dtype
     chunk_coefficients: tuple[float, ...] = ()  # communication-efficient codes: Gamma[:, t]
+    # > 0: stop working this many seconds after the message was created (its round's
+    # deadline has passed: the server can no longer use the reply); 0: never
+    stop_after_s: float = 0.0
 
     def to_record(self) -> ConfigRecord:
         return ConfigRecord(
@@ -127,6 +130,7 @@ class Instruction:
                 "weight-key": self.weight_key,
                 "wire": self.wire,
                 "chunk-coefficients": [float(c) for c in self.chunk_coefficients] or [0.0],
+                "stop-after-s": float(self.stop_after_s),
             }
         )
 
@@ -172,6 +176,7 @@ def parse_instruction(content: RecordDict) -> Instruction | None:
         chunk_coefficients=tuple(float(c) for c in rec.get("chunk-coefficients", [0.0]))
         if len(rec.get("chunk-coefficients", [0.0])) > 1
         else (),
+        stop_after_s=float(rec.get("stop-after-s", 0.0)),
     )
 
 

@@ -150,6 +150,15 @@ class GradientCoding(Strategy):
         Where to write ``rounds.jsonl``, ``final_model.npz`` and ``config.json``.
     straggler_timeout : float
         Seconds (virtual or wall) after which a round decodes approximately from what arrived.
+    stop_late_work : bool
+        Workers stop at the round's deadline (``straggler_timeout`` after the round started)
+        instead of finishing work whose reply the server can no longer use: the instruction
+        carries ``stop-after-s`` and the mod abandons the remaining partitions (or the
+        simulated latency) and sends a short error reply; the virtual clock frees such a
+        worker at the deadline instead of at the end of its job, so its next round's work is
+        not queued behind stale work. A stopped worker's time is censored at the deadline
+        instead of observed late. Wallclock round 1 is never stopped (its deadline counts
+        from the first reply). Default ``False``: every job runs to its end.
     max_decode_error : float
         An approximate decoding with a larger ``||B_F^T a - 1||^2 / k`` is not applied.
     min_replies : int, optional
@@ -261,6 +270,7 @@ class GradientCoding(Strategy):
         sparse_decoding: bool = True,
         busy: str | None = None,
         latency_state: str | os.PathLike[str] | None = None,
+        stop_late_work: bool = False,
     ) -> None:
         if not isinstance(strategy, Strategy):
             raise TypeError(
@@ -298,6 +308,8 @@ class GradientCoding(Strategy):
             raise ValueError(f"wire={wire!r}; expected 'auto', 'model' or 'float64'")
         if compute_cost_s < 0:
             raise ValueError(f"compute_cost_s={compute_cost_s!r} must be >= 0")
+        if not isinstance(stop_late_work, bool):
+            raise ValueError(f"stop_late_work={stop_late_work!r} must be True or False")
         if busy not in (None, "skip", "queue", "fit"):
             raise ValueError(f"busy={busy!r}; expected 'skip', 'queue', 'fit' or None")
         if busy is None:
@@ -325,13 +337,17 @@ class GradientCoding(Strategy):
         self._index_keys: list[str] = []
         self._unclaimed: dict[str, int] = {}
         self._file_clients = 0  # clients read from the file, until one is claimed
-        # (arrival, estimator round id, node index, elapsed): replies after their round ended
-        self._late_observations: list[tuple[float, int, int, float]] = []
+        # (arrival, estimator round id, node index, elapsed, stopped): replies after their
+        # round ended (stopped: work abandoned at the deadline, censored there, not observed)
+        self._late_observations: list[tuple[float, int, int, float, bool]] = []
         # node -> its jobs not known to be done: [sent at, units, reply arrival or None]
         self._outstanding: dict[int, list[list[Any]]] = {}
         self._decision: Any = None
         self._last_auto_s: dict[int, int] = {}  # cohort size -> auto's last s
         self.clock: VirtualClock | WallClock = make_clock(timing, straggler_timeout)
+        self.stop_late_work = stop_late_work
+        if isinstance(self.clock, VirtualClock):
+            self.clock.stop_at_deadline = stop_late_work
         self.timing = timing
         self.latency = latency
         self.seed = int(seed)
@@ -410,6 +426,7 @@ class GradientCoding(Strategy):
             "latency": repr(self.latency),
             "seed": self.seed,
             "straggler_timeout": self.straggler_timeout,
+            "stop_late_work": self.stop_late_work,
             "max_decode_error": self.max_decode_error,
             "dp": self.dp.mode,
         }
@@ -475,9 +492,12 @@ class GradientCoding(Strategy):
             estimator.grow(len(self._index_keys))
         now = self.clock.now
         for item in list(self._late_observations):
-            arrival, rid, index, elapsed = item
+            arrival, rid, index, elapsed, stopped = item
             if arrival <= now:
-                estimator.observe_late(rid, index, elapsed)
+                if stopped:  # abandoned at the deadline: only that it took longer is known
+                    estimator.observe_pending(rid, index, elapsed)
+                else:
+                    estimator.observe_late(rid, index, elapsed)
                 self._late_observations.remove(item)
             else:  # still outstanding: only that it has not arrived by now is known
                 estimator.observe_pending(rid, index, now - (arrival - elapsed))
@@ -938,6 +958,10 @@ class GradientCoding(Strategy):
             from ..adaptive import code_loads
 
             unit_loads = code_loads(code, 1.0)
+        # wallclock: the mod stops at the deadline (virtual timing: the clock models it)
+        stop_after_s = 0.0
+        if self.stop_late_work and self.timing == "wallclock" and server_round > 1:
+            stop_after_s = self.straggler_timeout
         for worker, node in enumerate(cohort):
             if node in busy_nodes or node in excluded:
                 continue
@@ -964,6 +988,7 @@ class GradientCoding(Strategy):
                 weight_key=weight_key,
                 wire=wire,
                 chunk_coefficients=_chunk_coefficients(code, worker),
+                stop_after_s=stop_after_s,
             )
             msg = protocol.instruction_message(
                 content_of[node], instruction, node, str(server_round)
@@ -1151,22 +1176,28 @@ class GradientCoding(Strategy):
         for w in state.sent:
             loads[index[w]] = sent_loads[w]
         backlog = self.clock.backlog if isinstance(self.clock, VirtualClock) else {}
+        deadline = self.clock.straggler_timeout
+        stops = isinstance(self.clock, VirtualClock) and self.clock.stop_at_deadline
         late = []
         for w, t in arrivals.items():
-            t = t + backlog.get(w, 0.0)  # the arrival: queued work runs after the earlier job
+            wait = backlog.get(w, 0.0)
+            t = t + wait  # the arrival: queued work runs after the earlier job
+            stopped = stops and t > deadline  # abandoned at the deadline (or never started)
             jobs = self._outstanding.get(state.cohort[w])
             if w in state.sent and jobs:  # this round's job: known done once it arrives
-                jobs[-1][2] = self.clock.round_start + t
+                jobs[-1][2] = self.clock.round_start + (max(wait, deadline) if stopped else t)
             if w in state.sent:
                 if t <= duration:
                     elapsed[index[w]] = t
+                elif stopped:
+                    late.append((index[w], max(wait, deadline), deadline, True))
                 else:
-                    late.append((index[w], t))
+                    late.append((index[w], t, t, False))
         busy = np.zeros(estimator.n)
         busy[index] = self._waited(state, duration)
         rid = estimator.update(elapsed, loads, duration, busy=busy)
-        for i, t in late:
-            self._late_observations.append((self.clock.round_start + t, rid, i, t))
+        for i, t, seen, stopped in late:
+            self._late_observations.append((self.clock.round_start + t, rid, i, seen, stopped))
 
     def _waited(self, state: _Round, duration: float) -> np.ndarray:
         """Per worker, seconds from the round's start until its work could start, from the

@@ -1,0 +1,201 @@
+"""Stopping late work: a worker whose round's deadline has passed stops instead of finishing.
+
+The mod is driven directly with a fake wall clock (``mod._now``); the virtual clock's arithmetic
+is checked against hand-computed busy times; the wrapper is run end to end with a fixed table of
+arrival times (the tiny app and runner of ``test_wrapper``).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
+from test_mutation_kills_flower import _context, _message, _train_instruction
+from test_wrapper import FixedArrivals, assert_model, fedavg_rounds, run, theta0
+
+from fl_gradcode.config import merge_config
+from fl_gradcode.flower import GradientCoding
+from fl_gradcode.flower import mod as mod_module
+from fl_gradcode.flower.clock import VirtualClock
+from fl_gradcode.flower.mod import MOD_STOPPED_CODE, make_gradient_coding_mod
+from fl_gradcode.flower.protocol import parse_instruction
+from fl_gradcode.flower.testing import set_task_identity
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:gradient_coding_mod. no partition key:UserWarning"),
+]
+
+
+@pytest.fixture(autouse=True)
+def _task_identity(monkeypatch):
+    monkeypatch.delenv("FL_GRADCODE_DP_KEY_FILE", raising=False)
+    set_task_identity()
+
+
+# ------------------------------------------------------------------------------ protocol
+def test_stop_after_survives_the_record_and_defaults_to_never():
+    msg = _message(_train_instruction(stop_after_s=2.5))
+    assert parse_instruction(msg.content).stop_after_s == 2.5
+    assert parse_instruction(_message(_train_instruction()).content).stop_after_s == 0.0
+
+
+# ------------------------------------------------------------------------------ the mod
+class FakeClock:
+    """``mod._now``: starts at the message's creation time plus ``offset``; every app call
+    advances it by ``step`` seconds."""
+
+    def __init__(self, start: float, step: float) -> None:
+        self.t, self.step, self.calls = start, step, 0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def app(self, msg: Message, context) -> Message:
+        self.calls += 1
+        self.t += self.step
+        theta = msg.content["arrays"]["w"].numpy()
+        pid = float(context.node_config["partition-id"])
+        return Message(RecordDict({"arrays": ArrayRecord({"w": Array(theta + pid + 1.0)}),
+                                   "metrics": MetricRecord({"num-examples": 4})}),
+                       reply_to=msg)
+
+
+THREE = dict(partition_ids=(0, 1, 2), num_partitions=(3, 3, 3), coefficients=(1.0, 1.0, 1.0))
+
+
+def _call(monkeypatch, *, offset: float, step: float, **instruction):
+    msg = _message(_train_instruction(**{**THREE, **instruction}))
+    clock = FakeClock(float(msg.metadata.created_at) + offset, step)
+    monkeypatch.setattr(mod_module, "_now", clock)
+    return make_gradient_coding_mod()(msg, _context(), clock.app), clock
+
+
+def test_an_expired_message_is_stopped_before_any_partition(monkeypatch):
+    reply, clock = _call(monkeypatch, offset=5.0, step=1.0, stop_after_s=2.0)
+    assert reply.has_error() and reply.error.code == MOD_STOPPED_CODE
+    assert "stopped after 0 of 3 partitions" in reply.error.reason
+    assert clock.calls == 0
+
+
+def test_work_stops_between_partitions_once_the_deadline_passes(monkeypatch):
+    # partitions take 1.5 s each: at 0 and 1.5 s the deadline (2 s) has not passed, at 3 s it has
+    reply, clock = _call(monkeypatch, offset=0.0, step=1.5, stop_after_s=2.0)
+    assert reply.has_error() and reply.error.code == MOD_STOPPED_CODE
+    assert "stopped after 2 of 3 partitions" in reply.error.reason
+    assert clock.calls == 2
+
+
+@pytest.mark.parametrize("stop_after_s", [0.0, 100.0])
+def test_without_a_reachable_deadline_every_partition_is_computed(monkeypatch, stop_after_s):
+    reply, clock = _call(monkeypatch, offset=50.0 if stop_after_s == 0 else 0.0, step=1.5,
+                         stop_after_s=stop_after_s)
+    assert not reply.has_error()
+    assert clock.calls == 3
+    coded = reply.content["gradient-coding"]["w"].numpy()
+    # sum_j B[i,j] n_j (theta_j - theta) with theta_j = theta + j + 1, n_j = 4
+    np.testing.assert_allclose(coded, np.full_like(coded, 4 * (1 + 2 + 3)))
+
+
+def test_simulated_latency_beyond_the_deadline_is_cut_at_the_deadline():
+    msg = _message(_train_instruction(timing="wallclock", delay_s=30.0, stop_after_s=0.3))
+    t0 = time.monotonic()
+    reply = make_gradient_coding_mod()(msg, _context(), FakeClock(0.0, 0.0).app)
+    took = time.monotonic() - t0
+    assert reply.has_error() and reply.error.code == MOD_STOPPED_CODE
+    assert "during the simulated latency" in reply.error.reason
+    assert took < 10.0  # not the 30 s of latency (about 0.3 s; lenient under load)
+
+
+# ------------------------------------------------------------------------------ the clock
+def _clock(stop: bool) -> VirtualClock:
+    clock = VirtualClock(straggler_timeout=10.0)
+    clock.stop_at_deadline = stop
+    clock.now = 100.0
+    clock.busy_until = {12: 105.0, 13: 115.0}  # nodes 12, 13 still busy for 5 s and 15 s
+    clock.start_round(queued={2: 12, 3: 13})
+    return clock
+
+
+@pytest.mark.parametrize("stop", [False, True])
+def test_virtual_clock_frees_stopped_workers_at_the_deadline(stop):
+    clock = _clock(stop)
+    # own times; workers 2 and 3 start after their backlogs (5 s, 15 s)
+    own = {0: 3.0, 1: 12.0, 2: 4.0, 3: 1.0}
+    window = clock.window(own, lambda used: len(used) >= 3, num_sent=4)
+    # arrivals 3, 12, 9, 16: by the deadline only 0 and 2 (not 3 of 4): the round ends there;
+    # 1 and 3 reply late, unless stopped
+    assert window.end == pytest.approx(110.0)
+    assert window.used == [0, 2]
+    assert window.late == ([] if stop else [1, 3])
+    clock.finish_round([10, 11, 12, 13], {10: 3.0, 11: 12.0, 12: 4.0, 13: 1.0}, window.end)
+    expected = {10: 103.0, 11: 112.0, 12: 109.0, 13: 116.0}
+    if stop:  # 11 stops at the deadline; 13's message expired before it could start: free
+        expected.update({11: 110.0, 13: 115.0})  # when its earlier job ends
+    assert clock.busy_until == pytest.approx(expected)
+
+
+# ------------------------------------------------------------------------------ the wrapper
+SLOW = 20.0  # worker 5's round-1 reply, against a 5-s deadline and 1-s rounds
+
+
+def _slow_run(stop: bool, rounds: int, **options):
+    arrivals = FixedArrivals({1: [1.0] * 5 + [SLOW], **{r: [1.0] * 6 for r in range(2, 31)}})
+    return run(6, rounds=rounds, latency=arrivals, straggler_timeout=5.0,
+               stop_late_work=stop, **options)
+
+
+@pytest.mark.parametrize("stop", [False, True])
+def test_a_stopped_worker_is_free_for_the_round_after_the_deadline(stop):
+    outcome = _slow_run(stop, rounds=7)
+    busy = [5 in row["busy"] for row in outcome.rows]
+    # rounds start at t = 0, 1, 2, ...: worker 5 busy until 5 s (stopped) or 20 s
+    assert busy == ([False, True, True, True, True, False, False] if stop
+                    else [False] + [True] * 6)
+    assert all(row["decode"] == "exact" for row in outcome.rows)
+    assert_model(outcome.models[7], fedavg_rounds(theta0(), 7, 6))
+    assert outcome.strategy._describe(None)["stop_late_work"] is stop
+
+
+@pytest.mark.parametrize("stop", [False, True])
+def test_a_stopped_worker_is_censored_at_the_deadline_not_observed_late(stop):
+    outcome = _slow_run(stop, rounds=23, busy="fit")
+    first = next(rec for rec in outcome.strategy._latency._rounds if rec.index == 0)
+    slow = int(np.flatnonzero(np.isnan(first.y))[0]) if stop else \
+        int(np.argmax(np.nan_to_num(first.y)))
+    if stop:  # its time is only known to exceed the deadline
+        assert np.isnan(first.y[slow]) and first.limit[slow] == pytest.approx(5.0)
+    else:  # observed when its reply arrived, 20 s after round 1 started
+        assert first.y[slow] == pytest.approx(SLOW)
+    assert np.count_nonzero(np.isnan(first.y)) == (1 if stop else 0)
+
+
+def test_stop_late_work_is_validated_and_read_from_the_run_config():
+    with pytest.raises(ValueError, match=r"stop_late_work='yes' must be True or False"):
+        GradientCoding(_inner(), stop_late_work="yes")
+    assert merge_config({"stop-late-work": True})["stop-late-work"] is True
+    with pytest.raises(ValueError, match=r"stop-late-work=1 must be bool"):
+        merge_config({"stop-late-work": 1})
+
+
+def _inner():
+    from flwr.serverapp.strategy import FedAvg
+
+    return FedAvg(fraction_evaluate=0.0)
+
+
+def test_wallclock_worker_stops_its_simulated_latency_at_the_deadline():
+    # round 2: worker 5's simulated latency is 60 s against a 1-s deadline; the in-process grid
+    # runs nodes one after the other, so without stopping the run would take a minute
+    arrivals = FixedArrivals({1: [0.0] * 6, 2: [0.0] * 5 + [60.0], 3: [0.0] * 6})
+    t0 = time.monotonic()
+    outcome = run(6, rounds=3, timing="wallclock", latency=arrivals, straggler_timeout=1.0,
+                  stop_late_work=True)
+    assert time.monotonic() - t0 < 30.0
+    second = outcome.rows[1]
+    assert 5 not in second["clients_used"]
+    assert any("code 5401" in reason and "simulated latency" in reason
+               for reason in second["rejected_reasons"])
+    assert all(row["decode"] == "exact" for row in outcome.rows)
+    assert_model(outcome.models[3], fedavg_rounds(theta0(), 3, 6))
