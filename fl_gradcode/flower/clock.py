@@ -36,6 +36,7 @@ class RoundWindow:
     used: list[int]
     end: float
     late: list[int] = field(default_factory=list)  # valid replies that arrived after the end
+    stopped: list[int] = field(default_factory=list)  # stopped at the deadline: never replied
 
 
 class VirtualClock:
@@ -80,7 +81,9 @@ class VirtualClock:
         only; a queued worker's reply arrives ``backlog[worker]`` seconds later."""
         arrivals = {w: t + self.backlog.get(w, 0.0) for w, t in arrivals.items()}
         deadline = self.straggler_timeout
+        stopped: list[int] = []
         if self.stop_at_deadline:  # stopped at the deadline: never replies
+            stopped = sorted(w for w, t in arrivals.items() if t > deadline)
             arrivals = {w: t for w, t in arrivals.items() if t <= deadline}
         order = sorted(arrivals, key=lambda w: (arrivals[w], w))
         prefix: list[int] = []
@@ -90,12 +93,13 @@ class VirtualClock:
             prefix.append(worker)
             if decodable(prefix):
                 end = arrivals[worker]
-                return RoundWindow(prefix, self.round_start + end, order[len(prefix) :])
+                return RoundWindow(prefix, self.round_start + end, order[len(prefix) :],
+                                   stopped)
         if prefix and len(prefix) == num_sent:  # everyone replied, still not decodable
             end = arrivals[prefix[-1]]
         else:
             end = deadline
-        return RoundWindow(prefix, self.round_start + end, order[len(prefix) :])
+        return RoundWindow(prefix, self.round_start + end, order[len(prefix) :], stopped)
 
     def finish_round(
         self,

@@ -13,8 +13,9 @@ without the protocol record, pass through untouched.
 Stopping late work: an instruction with ``stop-after-s > 0`` (the server's ``stop_late_work``)
 is abandoned once that many seconds have passed since the message was created (its round's
 deadline: the server has closed the round and cannot use the reply). The mod checks before each
-partition and before the simulated latency, and replies with a short error (code
-``MOD_STOPPED_CODE``) that frees the node for the next round. It compares its own wall clock
+partition, after the last one and before the simulated latency (a partition already running is
+never cut short), and replies with a short error (code ``MOD_STOPPED_CODE``) that frees the
+node for the next round. It compares its own wall clock
 with the message's creation time, as Flower's message TTL does: clocks must agree to well
 within the deadline.
 
@@ -54,7 +55,7 @@ __all__ = ["gradient_coding_mod", "make_gradient_coding_mod", "partition_seed"]
 #: Error code of the mod's own error replies (Flower's ClientApp exception code is 0).
 MOD_ERROR_CODE = 5400
 #: Error code of a reply whose work stopped at its round's deadline (``stop-after-s``).
-MOD_STOPPED_CODE = 5401
+MOD_STOPPED_CODE = protocol.STOPPED_CODE
 
 _now = time.time  # wall clock compared with the message's creation time (Flower's own TTL clock)
 
@@ -289,6 +290,10 @@ def _coded_reply(
                 metric_sums[k] += weight * result.metrics[k]
             else:
                 del metric_sums[k]
+    if stop_at is not None and _now() >= stop_at:  # the last partition ended too late
+        raise _Stopped(f"stopped after {total} of {total} partitions, before replying: the "
+                       f"round's deadline (stop-after-s={instruction.stop_after_s:g} s) passed "
+                       "during the last one")
     if instruction.timing == "wallclock" and instruction.delay_s > 0:
         if stop_at is not None and _now() + instruction.delay_s > stop_at:
             time.sleep(max(stop_at - _now(), 0.0))  # the simulated latency outlasts the round

@@ -76,6 +76,8 @@ __all__ = [
 PROTOCOL_KEY = "gradient-coding"
 OP_IDENTIFY = "identify"
 OP_TRAIN = "train"
+#: Error code of a worker's reply saying it stopped at its round's deadline (``stop-after-s``).
+STOPPED_CODE = 5401
 METRIC_PREFIX = "metric."
 CHUNK_KEY = "chunk"
 

@@ -79,6 +79,7 @@ class _Round:
     wire: str = "float64"
     probe: Any = None  # random projections for the integrity checks (None: not checked)
     bytes_up: int = 0  # payload bytes of every reply of this round
+    stopped: list[int] = field(default_factory=list)  # workers stopped at the deadline
     bytes_down: int = 0  # payload bytes of every instruction of this round
     excluded: list[int] = field(default_factory=list)  # workers with nothing to compute
     tracker: Any = None  # exact decodability of the valid replies, updated per reply
@@ -409,6 +410,7 @@ class GradientCoding(Strategy):
         self._round: _Round | None = None
         self._pending_row: dict[str, Any] | None = None
         self._late = 0
+        self._stopped_late = 0  # stop replies to earlier rounds, not yet in a row
         self._wrapped_grid: EarlyReturnGrid | None = None
         self._warned_repartition = False
 
@@ -706,7 +708,16 @@ class GradientCoding(Strategy):
             limit = max(self.straggler_timeout, self.warmup_timeout)
         else:
             limit = self.straggler_timeout
-        return min(limit, timeout) if timeout else limit
+        limit = min(limit, timeout) if timeout else limit
+        state = self._round
+        if (self.stop_late_work and self.timing == "wallclock" and state is not None
+                and state.number > 1 and state.sent):
+            # the workers stop ``straggler_timeout`` after their message was created: count the
+            # round's deadline from the same moment (not from the end of the push), so that no
+            # worker stops before the server stops waiting for it
+            created = min(float(msg.metadata.created_at) for msg in state.sent.values())
+            limit = max(limit - max(time.time() - created, 0.0), 0.0)
+        return limit
 
     def first_reply_deadline_s(self) -> float | None:
         """Wallclock round 1: the straggler deadline counts from the first reply (start-up)."""
@@ -738,6 +749,14 @@ class GradientCoding(Strategy):
         state.bytes_up += reply_bytes
         node = reply.metadata.src_node_id
         worker = state.worker_of.get(node)
+        if (reply.has_error() and reply.error.code == protocol.STOPPED_CODE
+                and worker in state.sent and worker not in state.answered
+                and reply.metadata.group_id == str(state.number)):
+            state.answered.add(worker)  # a straggler that stopped at the deadline: not a fault
+            state.stopped.append(worker)
+            log(INFO, "round %d: node %s stopped at the deadline (%s)", state.number, node,
+                reply.error.reason)
+            return
         try:
             if worker is None:
                 raise RejectedReply("unknown sender")
@@ -834,6 +853,11 @@ class GradientCoding(Strategy):
 
     def on_late_reply(self, reply: Message) -> None:
         """A reply to an earlier round: counted and dropped, never decoded."""
+        if reply.has_error() and reply.error.code == protocol.STOPPED_CODE:
+            self._stopped_late += 1
+            log(INFO, "node %s stopped its work on round %s at the deadline",
+                reply.metadata.src_node_id, reply.metadata.group_id)
+            return
         self._late += 1
         log(
             INFO,
@@ -1078,6 +1102,9 @@ class GradientCoding(Strategy):
                 self.partition_sizes[_key(state.partitions[j])] = size
         arrivals = {w: self._arrival(state, w, r) for w, r in state.valid.items()}
         window = self.clock.window(arrivals, self._decodable(state.code), len(state.sent))
+        for w in window.stopped:  # virtual timing: stopped at the deadline, never replied
+            state.bytes_up -= int(state.valid[w].extra.get("bytes", 0))
+            state.stopped.append(w)
         arrivals_by_node = {state.cohort[w]: t for w, t in arrivals.items()}
         self.clock.finish_round(
             [state.cohort[w] for w in state.sent],
@@ -1090,6 +1117,8 @@ class GradientCoding(Strategy):
             self._save_latency_state()
         late = self._late + len(window.late)
         self._late = 0
+        stopped = len(state.stopped) + self._stopped_late
+        self._stopped_late = 0
         used = sorted(window.used)
         verdict = None
         if state.probe is not None and len(used) > 1:
@@ -1140,6 +1169,7 @@ class GradientCoding(Strategy):
             busy=state.busy,
             excluded=state.excluded,
             late_dropped=late,
+            stopped_at_deadline=stopped,
             rejected=len(state.rejected),
             rejected_reasons=[reason for _, reason in state.rejected],
             decode_error=float(decoding.error) if decoding is not None else 1.0,
@@ -1394,8 +1424,9 @@ class GradientCoding(Strategy):
 
     def _record_idle(self, server_round: int) -> MetricRecord:
         """A round in which nothing was sent (budget exhausted or an empty cohort)."""
-        row = self._record(server_round, late_dropped=self._late)
-        self._late = 0
+        row = self._record(server_round, late_dropped=self._late,
+                           stopped_at_deadline=self._stopped_late)
+        self._late, self._stopped_late = 0, 0
         return self._metrics(row, None)
 
     def _expected_round_s(self) -> float | None:
@@ -1420,6 +1451,7 @@ class GradientCoding(Strategy):
             "busy": [],
             "excluded": [],
             "late_dropped": 0,
+            "stopped_at_deadline": 0,
             "rejected": 0,
             "rejected_reasons": [],
             "decode_error": 1.0,
