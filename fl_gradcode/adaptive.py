@@ -1135,6 +1135,7 @@ def choose_s(
     lookahead: bool = False,
     pending: tuple[Sequence[float] | np.ndarray, Sequence[float] | np.ndarray] | None = None,
     exclude_slower_than: float | None = None,
+    pending_limit: Sequence[float] | np.ndarray | None = None,
 ) -> Decision:
     """The tolerance minimising the predicted expected round time.
 
@@ -1193,6 +1194,9 @@ def choose_s(
             ``busy_until`` (when the pending reply will arrive) is a simulator's knowledge.
             With ``busy="fit"`` a client counts as late when its median remaining time
             exceeds the round's expected end.
+        pending_limit: with ``pending``, per client the seconds after which it is free at
+            the latest (its work stops at a deadline: the server's ``stop_late_work``;
+            ``inf``: no limit). The drawn remaining times are capped there.
         exclude_slower_than: heterogeneity-aware assignment: the clients whose estimated
             slowness factor (:meth:`LatencyEstimator.slowness`) is at least this are
             candidates for exclusion, and every ``s`` is also priced with
@@ -1256,6 +1260,12 @@ def choose_s(
     X = estimator.sample(int(samples), rng)
     if pending is not None:  # samples x n: each draw its own remaining times
         rem = estimator.sample_remaining(p_elapsed, p_load, int(samples), rng)
+        if pending_limit is not None:
+            cap = np.asarray(pending_limit, dtype=np.float64)
+            if cap.shape != (n,) or np.any(np.isnan(cap)) or np.any(cap < 0):
+                raise ValueError(f"pending_limit must hold {n} times >= 0 (inf: no limit); "
+                                 f"got {cap!r}")
+            rem = np.minimum(rem, cap[None, :])
     beta = estimator.load_exponent
 
     seen: dict[bytes, float] = {}

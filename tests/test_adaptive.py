@@ -196,6 +196,26 @@ def test_pending_work_is_priced_like_the_busy_time_it_implies():
         choose_s(placement, est, pending=(ago[:3], np.ones(N12)))
 
 
+def test_pending_work_that_stops_at_a_deadline_is_priced_as_busy_until_then():
+    """Deterministic 1 s per partition: 4 partitions sent 0.5 s ago (3.5 s left) on clients
+    0-5, whose work stops 0.25 s from now (``pending_limit``), is busy_until = now + 0.25;
+    an infinite limit leaves the 3.5 s."""
+    N12 = 12
+    placement = NestedPlacement(N12, 3)
+    est = LatencyEstimator(N12, load_exponent=1.0)
+    est.update(np.ones(N12), np.ones(N12), 1.0)
+    busy = np.arange(N12) < 6
+    ago, units = np.where(busy, 0.5, np.nan), np.where(busy, 4.0, 0.0)
+    for cap, left in ((0.25, 0.25), (np.inf, 3.5)):
+        capped = choose_s(placement, est, pending=(ago, units), now=10.0, busy="queue",
+                          lookahead=True, pending_limit=np.where(busy, cap, np.inf))
+        by_clock = choose_s(placement, est, busy_until=np.where(busy, 10.0 + left, 0.0),
+                            now=10.0, busy="queue", lookahead=True)
+        assert capped.expected_times == pytest.approx(by_clock.expected_times)
+    with pytest.raises(ValueError, match="pending_limit must hold 12 times >= 0"):
+        choose_s(placement, est, pending=(ago, units), pending_limit=-np.ones(N12))
+
+
 def test_busy_time_is_not_counted_as_compute_and_clients_without_work_are_skipped():
     est = LatencyEstimator(4, load_exponent=1.0)
     # clients 0-1 were busy 2 s before starting; client 2 got no work; client 3 never started

@@ -249,3 +249,24 @@ def test_the_wallclock_deadline_counts_from_the_messages_creation_when_workers_s
     assert limit == pytest.approx(3.0 if stop else 5.0, abs=0.2)
     strategy._round = SimpleNamespace(number=1, sent={0: msg})
     assert strategy.deadline_s(None) == pytest.approx(9.0)  # round 1: start-up, unchanged
+
+
+@pytest.mark.parametrize("stop", [False, True])
+def test_the_server_prices_a_busy_worker_as_free_by_its_deadline(monkeypatch, stop):
+    import fl_gradcode.adaptive as adaptive
+
+    seen = []
+    original = adaptive.choose_s
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("pending_limit"))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(adaptive, "choose_s", spy)
+    _slow_run(stop, rounds=2, busy="fit")
+    # round 2 starts at t = 1; worker 5's round-1 work (sent at 0) stops at 5: free within 4 s
+    limit = seen[-1]
+    if stop:
+        assert limit[5] == pytest.approx(4.0) and np.all(np.isinf(limit[:5]))
+    else:
+        assert limit is None

@@ -571,9 +571,14 @@ class GradientCoding(Strategy):
             # what a server knows of a busy client: when it was sent the work it has not
             # returned, and how much (not when the reply will arrive: that is the simulator's)
             elapsed, units = np.full(n, np.nan), np.zeros(n)
+            limit = np.full(n, np.inf)
             for w, node in enumerate(cohort):
                 if node in busy_nodes:
                     elapsed[w], units[w] = self._pending_work(node, now, placement.s_max + 1.0)
+                    jobs = self._outstanding.get(node)
+                    if self.stop_late_work and jobs:  # its work stops at its deadline
+                        limit[w] = max(max(job[0] for job in jobs) + self.straggler_timeout
+                                       - now, 0.0)
             pending = (elapsed, units)
         else:
             busy_until = np.array(
@@ -587,6 +592,7 @@ class GradientCoding(Strategy):
             margin=self.auto_margin, lookahead=True,
             rng=np.random.default_rng([self.seed, estimator._next_index]),
             exclude_slower_than=self.exclude_slow if self.adaptive else None,
+            pending_limit=None if pending is None or not self.stop_late_work else limit,
         )
 
     def _pending_work(self, node: int, now: float, unknown: float) -> tuple[float, float]:
