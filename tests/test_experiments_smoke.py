@@ -344,3 +344,19 @@ def test_sampled_cohorts_quick_keeps_estimates_across_cohorts(tmp_path):
                                                "auto-reset": runs["auto-reset"] * 2}}, 0.0)
     mean_round = np.mean(runs["auto"][0]["round_s"]) / np.mean(runs["auto-reset"][0]["round_s"])
     assert table["persistent"]["auto"]["round_vs_auto_reset"] == pytest.approx(mean_round)
+
+
+def test_time_to_accuracy_approx_deadline_stop_frees_clients_at_the_deadline():
+    """approx-deadline-stop: approx-deadline whose clients stop at the deadline. No round lasts
+    beyond the deadline (75th percentile of a coded client's time) in either; stopping changes
+    who answers later rounds (clients stuck in stale work are free again), hence the models."""
+    module = load("time_to_accuracy")
+    assert module.scheme_config("approx-deadline-stop") == {
+        **module.SCHEMES["approx-deadline"], "stop-late-work": True}
+    assert "approx-deadline-stop" in module.ON_REQUEST
+    limit = module.deadline(module.LATENCIES["bimodal"], 4, 0)
+    runs = {scheme: module.one_run(12, 3, scheme, "bimodal", False, 0, 6, "dirichlet")
+            for scheme in ("approx-deadline", "approx-deadline-stop")}
+    for run in runs.values():
+        assert np.all(np.diff(np.r_[0.0, run["virtual_s"]]) <= limit + 1e-9)
+    assert runs["approx-deadline"]["accuracy"] != runs["approx-deadline-stop"]["accuracy"]
