@@ -45,6 +45,9 @@ Schemes (same seeds, same partitions):
   ``s_max``: what a federation that trains many models pays after its first. (The trace
   replays the same rows whatever the seed: a file from it would foretell the run, so it is
   not run there; nor with DP, whose runs never reach the target.)
+* ``auto-deadline`` (run on request: ``--schemes auto-deadline``): ``auto`` with
+  ``auto-deadline = 3``: each round's deadline is 3 times its predicted time and work stops
+  there (a round not decoded by then decodes approximately or is skipped).
 * ``approx-deadline-stop`` (run on request: ``--schemes approx-deadline-stop``):
   ``approx-deadline`` with ``stop-late-work``: a client still computing at the deadline stops
   there (its reply could no longer be used) instead of finishing, so its next round's work is
@@ -92,8 +95,9 @@ SCHEMES = {
     # super-block share their partitions) when that is predicted faster
     "auto-exclude": {"s": "auto", "exclude-slow": 4.0},
 }
-ADAPTIVE = ("auto", "auto-exclude", "auto-warm")
-ON_REQUEST = ("auto-warm", "approx-deadline-stop")  # run only when --schemes names them
+ADAPTIVE = ("auto", "auto-exclude", "auto-warm", "auto-deadline")
+# run only when --schemes names them
+ON_REQUEST = ("auto-warm", "approx-deadline-stop", "auto-deadline")
 WARM_SEED_OFFSET = 1000  # auto-warm: the earlier run's seed is the seed plus this
 # with the nested s=v schemes (busy clients queued from the simulator's clock): auto's
 # hindsight rivals; with the nested-fit s=v schemes (queued from the server's knowledge, as
@@ -115,6 +119,8 @@ def scheme_config(scheme: str) -> dict:
         return {"code": "nested", "s": int(scheme.removeprefix("nested-fit s=")), "busy": "fit"}
     if scheme == "auto-warm":
         return {"s": "auto"}  # and latency-state: an earlier run's file (see one_run)
+    if scheme == "auto-deadline":
+        return {"s": "auto", "auto-deadline": 3.0}
     if scheme == "approx-deadline-stop":
         return {**SCHEMES["approx-deadline"], "stop-late-work": True}
     return SCHEMES[scheme]
@@ -443,7 +449,7 @@ def plot(runs: dict, target: float):
     rows_ = -(-len(keys) // cols)
     fig, axes = plt.subplots(rows_, cols, figsize=(5.2 * cols, 3.9 * rows_), squeeze=False)
     main_colors = dict(zip([*SCHEMES, *ON_REQUEST],
-                           ["C0", "C1", "C2", "C3", "C4", "C5", "C6", "C3"], strict=True))
+                           ["C0", "C1", "C2", "C3", "C4", "C5", "C6", "C3", "C9"], strict=True))
     handles = {}
     nested = sorted({_nested_key(s)[0] for by in runs.values() for s in by
                      if s not in main_colors and not s.startswith("oracle s=")})
@@ -634,6 +640,7 @@ def _write(runs, args, seeds, rounds, figure: bool, table: dict | None = None,
               "busy": {"auto": "queue (fit)", "auto-exclude": "queue (fit)",
                        "auto-warm": "queue (fit)",
                        "approx-deadline-stop": "skip; work stopped at the deadline",
+                       "auto-deadline": "queue (fit); work stopped at 3x the predicted time",
                        "nested s=v": "queue (virtual clock)",
                        "nested-fit s=v": "fit (server's knowledge, as auto)",
                        "others": "skip"}}

@@ -52,6 +52,9 @@ DEFAULTS: dict[str, Any] = {
     "timing": "virtual",
     "straggler-timeout": 10.0,
     "stop-late-work": False,  # workers stop at the round's deadline instead of finishing
+    # s="auto": each round's deadline is this factor times its predicted time (and work stops
+    # there); 0 = the straggler-timeout only
+    "auto-deadline": 0.0,
     "max-decode-error": 0.5,
     "min-replies": -1,  # -1: n - s for approximate codes, none for exact codes; 0: none
     "round-timeout": 600.0,

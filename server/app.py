@@ -163,6 +163,7 @@ def build(cfg: dict[str, Any], n: int):
         results_dir=str(Path(str(cfg["results-dir"])).expanduser().resolve()),
         straggler_timeout=float(cfg["straggler-timeout"]),
         stop_late_work=bool(cfg["stop-late-work"]),
+        auto_deadline=float(cfg["auto-deadline"]) or None,
         max_decode_error=float(cfg["max-decode-error"]),
         min_replies=None if min_replies < 0 else (min_replies or n),
         round_timeout=float(cfg["round-timeout"]),

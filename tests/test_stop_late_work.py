@@ -270,3 +270,43 @@ def test_the_server_prices_a_busy_worker_as_free_by_its_deadline(monkeypatch, st
         assert limit[5] == pytest.approx(4.0) and np.all(np.isinf(limit[:5]))
     else:
         assert limit is None
+
+
+# ------------------------------------------------------------------------------ auto_deadline
+def test_auto_deadline_is_validated_and_implies_stopping():
+    with pytest.raises(ValueError, match=r"auto_deadline=2.0 needs s='auto'"):
+        GradientCoding(FedAvg(fraction_evaluate=0.0), s=1, auto_deadline=2.0)
+    for bad in (0.5, True, float("inf"), "3"):
+        with pytest.raises(ValueError, match=r"must be a factor >= 1"):
+            GradientCoding(FedAvg(fraction_evaluate=0.0), s="auto", auto_deadline=bad)
+    strategy = GradientCoding(FedAvg(fraction_evaluate=0.0), s="auto", auto_deadline=2)
+    assert strategy.stop_late_work and strategy.clock.stop_at_deadline
+    assert merge_config({"auto-deadline": 3})["auto-deadline"] == 3.0
+
+
+@pytest.mark.parametrize("factor", [None, 2.0])
+def test_each_round_s_deadline_is_the_factor_times_its_predicted_time(factor):
+    # round 2: worker 5 takes 50 s; every other reply 1 s
+    arrivals = FixedArrivals({1: [1.0] * 6, 2: [1.0] * 5 + [50.0],
+                              **{r: [1.0] * 6 for r in range(3, 6)}})
+    rows = run(6, s="auto", s_max=2, rounds=5, latency=arrivals, straggler_timeout=100.0,
+               auto_deadline=factor).rows
+    for row in rows:
+        predicted = row["expected_round_s"]
+        expected = 100.0 if factor is None or predicted is None else min(100.0,
+                                                                        factor * predicted)
+        assert row["round_deadline_s"] == pytest.approx(expected)
+    assert rows[0]["round_deadline_s"] == 100.0  # nothing observed: the straggler timeout
+    # worker 5's round-2 work: stopped at that round's deadline, or busy for its 50 s
+    outcome = run(6, s="auto", s_max=2, rounds=2, latency=arrivals, straggler_timeout=100.0,
+                  auto_deadline=factor)
+    rows = outcome.rows
+    start = rows[0]["virtual_s"]
+    node = outcome.strategy._round.cohort[5]
+    busy_until = outcome.strategy.clock.busy_until[node]
+    if factor is None:
+        assert busy_until == pytest.approx(start + 50.0)
+    else:
+        assert rows[1]["round_deadline_s"] < 50.0
+        assert busy_until == pytest.approx(start + rows[1]["round_deadline_s"])
+        assert rows[1]["stopped_at_deadline"] == 1

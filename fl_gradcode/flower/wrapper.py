@@ -160,6 +160,15 @@ class GradientCoding(Strategy):
         not queued behind stale work. A stopped worker's time is censored at the deadline
         instead of observed late. Wallclock round 1 is never stopped (its deadline counts
         from the first reply). Default ``False``: every job runs to its end.
+    auto_deadline : float, optional
+        With ``s="auto"``: each round's deadline is this factor (>= 1) times the round time
+        predicted for the chosen code (when finite; never beyond ``straggler_timeout``; round
+        1, with nothing observed, has only ``straggler_timeout``), and work stops there
+        (implies ``stop_late_work``). A round that has not decoded by then decodes by least
+        squares from what arrived (``approx``, or ``skipped`` above ``max_decode_error``), like
+        any deadline; in exchange no client stays busy for long with work no round can use,
+        which under load-scaled straggling is most of the time lost. ``rounds.jsonl`` records
+        ``round_deadline_s``. ``None`` (default): ``straggler_timeout`` only.
     max_decode_error : float
         An approximate decoding with a larger ``||B_F^T a - 1||^2 / k`` is not applied.
     min_replies : int, optional
@@ -272,6 +281,7 @@ class GradientCoding(Strategy):
         busy: str | None = None,
         latency_state: str | os.PathLike[str] | None = None,
         stop_late_work: bool = False,
+        auto_deadline: float | None = None,
     ) -> None:
         if not isinstance(strategy, Strategy):
             raise TypeError(
@@ -291,6 +301,13 @@ class GradientCoding(Strategy):
                 raise ValueError(f"auto_margin={auto_margin!r} must be a number >= 0")
         elif isinstance(s, bool) or not isinstance(s, int) or s < 0:
             raise ValueError(f"s={s!r} must be an integer >= 0 or 'auto'")
+        if auto_deadline is not None:
+            if not self.adaptive:
+                raise ValueError(f"auto_deadline={auto_deadline!r} needs s='auto' (got s={s!r})")
+            if not (isinstance(auto_deadline, (int, float)) and not isinstance(auto_deadline, bool)
+                    and 1 <= auto_deadline < math.inf):
+                raise ValueError(f"auto_deadline={auto_deadline!r} must be a factor >= 1 of the "
+                                 "predicted round time (or None: the straggler_timeout only)")
         if exclude_slow is not None:
             if not self.adaptive:
                 raise ValueError(f"exclude_slow={exclude_slow!r} needs s='auto' (got s={s!r})")
@@ -346,9 +363,12 @@ class GradientCoding(Strategy):
         self._decision: Any = None
         self._last_auto_s: dict[int, int] = {}  # cohort size -> auto's last s
         self.clock: VirtualClock | WallClock = make_clock(timing, straggler_timeout)
-        self.stop_late_work = stop_late_work
+        self.auto_deadline = None if auto_deadline is None else float(auto_deadline)
+        # a deadline before the work's end is only worth it if the work stops there
+        self.stop_late_work = stop_late_work or self.auto_deadline is not None
+        self._deadline = float(straggler_timeout)  # the current round's, from its start
         if isinstance(self.clock, VirtualClock):
-            self.clock.stop_at_deadline = stop_late_work
+            self.clock.stop_at_deadline = self.stop_late_work
         self.timing = timing
         self.latency = latency
         self.seed = int(seed)
@@ -429,6 +449,7 @@ class GradientCoding(Strategy):
             "seed": self.seed,
             "straggler_timeout": self.straggler_timeout,
             "stop_late_work": self.stop_late_work,
+            "auto_deadline": self.auto_deadline,
             "max_decode_error": self.max_decode_error,
             "dp": self.dp.mode,
         }
@@ -502,7 +523,8 @@ class GradientCoding(Strategy):
                     estimator.observe_late(rid, index, elapsed)
                 self._late_observations.remove(item)
             else:  # still outstanding: only that it has not arrived by now is known
-                estimator.observe_pending(rid, index, now - (arrival - elapsed))
+                # (a job stopped before it could start began after its round: nothing yet)
+                estimator.observe_pending(rid, index, max(now - (arrival - elapsed), 0.0))
         members = [self._node_index[node] for node in cohort]
         if members == list(range(estimator.n)):
             return estimator  # every node, in order: the estimator itself
@@ -577,8 +599,7 @@ class GradientCoding(Strategy):
                     elapsed[w], units[w] = self._pending_work(node, now, placement.s_max + 1.0)
                     jobs = self._outstanding.get(node)
                     if self.stop_late_work and jobs:  # its work stops at its deadline
-                        limit[w] = max(max(job[0] for job in jobs) + self.straggler_timeout
-                                       - now, 0.0)
+                        limit[w] = max(max(job[3] for job in jobs) - now, 0.0)
             pending = (elapsed, units)
         else:
             busy_until = np.array(
@@ -713,7 +734,7 @@ class GradientCoding(Strategy):
         elif self._round is not None and self._round.number == 1:
             limit = max(self.straggler_timeout, self.warmup_timeout)
         else:
-            limit = self.straggler_timeout
+            limit = self._deadline
         limit = min(limit, timeout) if timeout else limit
         state = self._round
         if (self.stop_late_work and self.timing == "wallclock" and state is not None
@@ -723,6 +744,17 @@ class GradientCoding(Strategy):
             # worker stops before the server stops waiting for it
             created = min(float(msg.metadata.created_at) for msg in state.sent.values())
             limit = max(limit - max(time.time() - created, 0.0), 0.0)
+        return limit
+
+    def _round_deadline(self) -> float:
+        """This round's deadline (seconds from its start): ``straggler_timeout``, or with
+        ``auto_deadline`` that factor times the predicted time of the round ``s="auto"`` chose
+        (when it has a finite prediction), if shorter."""
+        limit = self.straggler_timeout
+        if self.auto_deadline is not None and self.adaptive and self._decision is not None:
+            predicted = self._decision.expected_time
+            if math.isfinite(predicted) and predicted > 0:
+                limit = min(limit, self.auto_deadline * predicted)
         return limit
 
     def first_reply_deadline_s(self) -> float | None:
@@ -961,6 +993,8 @@ class GradientCoding(Strategy):
             queued = self._queued(busy_nodes, cohort) - excluded
         queued_workers = {w: node for w, node in enumerate(cohort) if node in queued}
         busy_nodes = busy_nodes - queued - excluded  # busy and given no work this round
+        self._deadline = self._round_deadline()
+        self.clock.straggler_timeout = self._deadline
         self.clock.start_round(queued_workers)
         state = _Round(
             number=server_round,
@@ -991,7 +1025,7 @@ class GradientCoding(Strategy):
         # wallclock: the mod stops at the deadline (virtual timing: the clock models it)
         stop_after_s = 0.0
         if self.stop_late_work and self.timing == "wallclock" and server_round > 1:
-            stop_after_s = self.straggler_timeout
+            stop_after_s = self._deadline
         for worker, node in enumerate(cohort):
             if node in busy_nodes or node in excluded:
                 continue
@@ -1026,7 +1060,9 @@ class GradientCoding(Strategy):
             state.sent[worker] = msg
             state.bytes_down += _payload_bytes(msg)
             if unit_loads is not None:  # queued behind its unfinished jobs, or alone
-                job = [self.clock.now, float(unit_loads[worker]), None]
+                # [sent at, units, reply arrival (None: not yet), deadline (work stops)]
+                job = [self.clock.now, float(unit_loads[worker]), None,
+                       self.clock.now + self._deadline]
                 jobs = self._outstanding.get(node, []) if node in queued else []
                 self._outstanding[node] = [*jobs, job]
             messages.append(msg)
@@ -1188,6 +1224,7 @@ class GradientCoding(Strategy):
             bytes_up=state.bytes_up,
             bytes_down=state.bytes_down,
             round_virtual_s=float(window.end - self.clock.round_start),
+            round_deadline_s=self._deadline,
             wall_s=float(wall_s),
             central_noise_std=noise_std,
         )
