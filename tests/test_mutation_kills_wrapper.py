@@ -471,9 +471,9 @@ def test_auto_prices_a_busy_client_by_the_work_it_was_sent_and_when(monkeypatch)
     assert 3 not in row["busy"]  # queued, not skipped
     extra = float(adaptive.code_loads(strategy._placements[4].code(row["s"]))[3])
     # round 1's job (sent at 0, 2 units, back at 100 s) and round 2's queued behind it (sent
-    # at 3 s; 1 s of its own after the 100-s job)
+    # at 3 s; 1 s of its own after the 100-s job), each with its deadline (the timeout, 1e6 s)
     node = next(nd for nd, i in strategy._node_index.items() if i == 3)
-    assert strategy._outstanding[node] == [[0.0, 2.0, 100.0], [3.0, extra, 101.0]]
+    assert strategy._outstanding[node] == [[0.0, 2.0, 100.0, 1e6], [3.0, extra, 101.0, 3.0 + 1e6]]
 
 
 def test_a_busy_nodes_current_job_starts_when_the_reply_before_it_arrived():

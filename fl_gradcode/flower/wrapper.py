@@ -1508,6 +1508,7 @@ class GradientCoding(Strategy):
             "bytes_down": 0,
             "virtual_s": float(self.clock.now),
             "round_virtual_s": 0.0,
+            "round_deadline_s": None,  # nothing sent: no deadline
             "wall_s": 0.0,
             "accuracy": None,
             "loss": None,
