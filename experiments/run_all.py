@@ -28,9 +28,12 @@ EXPERIMENTS = [
     "sampled_cohorts",
 ]
 # further passes merged into the same results: time_to_accuracy's hindsight oracles (a
-# reference for the adaptive policy, run on top of the schemes compared) and the warm start
+# reference for the adaptive policy, run on top of the schemes compared), the warm start,
+# and the schemes whose clients stop at the deadline
 FOLLOW_UP = {"time_to_accuracy": [["--schemes", "oracle", "--jobs", "2"],
-                                  ["--schemes", "auto-warm", "--jobs", "2"]]}
+                                  ["--schemes", "auto-warm", "--jobs", "2"],
+                                  ["--schemes", "approx-deadline-stop,auto-deadline",
+                                   "--jobs", "2"]]}
 
 
 def main(argv: list[str] | None = None) -> None:

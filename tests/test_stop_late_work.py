@@ -15,7 +15,16 @@ import pytest
 from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp.strategy import FedAvg
 from test_mutation_kills_flower import _context, _message, _train_instruction
-from test_wrapper import FixedArrivals, assert_model, fedavg_rounds, make_app, run, theta0
+from test_wrapper import (  # noqa: F401 (the warning filter and the autouse fixture)
+    FixedArrivals,
+    _task_identity,
+    assert_model,
+    fedavg_rounds,
+    make_app,
+    pytestmark,
+    run,
+    theta0,
+)
 
 from fl_gradcode.config import merge_config
 from fl_gradcode.flower import GradientCoding, gradient_coding_mod
@@ -23,17 +32,7 @@ from fl_gradcode.flower import mod as mod_module
 from fl_gradcode.flower.clock import VirtualClock
 from fl_gradcode.flower.mod import MOD_STOPPED_CODE, make_gradient_coding_mod
 from fl_gradcode.flower.protocol import parse_instruction
-from fl_gradcode.flower.testing import InProcessGrid, set_task_identity
-
-pytestmark = [
-    pytest.mark.filterwarnings("ignore:gradient_coding_mod. no partition key:UserWarning"),
-]
-
-
-@pytest.fixture(autouse=True)
-def _task_identity(monkeypatch):
-    monkeypatch.delenv("FL_GRADCODE_DP_KEY_FILE", raising=False)
-    set_task_identity()
+from fl_gradcode.flower.testing import InProcessGrid
 
 
 # ------------------------------------------------------------------------------ protocol
