@@ -309,3 +309,26 @@ def test_each_round_s_deadline_is_the_factor_times_its_predicted_time(factor):
         assert rows[1]["round_deadline_s"] < 50.0
         assert busy_until == pytest.approx(start + rows[1]["round_deadline_s"])
         assert rows[1]["stopped_at_deadline"] == 1
+
+
+def test_work_stopped_before_it_could_start_is_no_observation_until_its_stop():
+    """With per-round deadlines a queued job can wait past its own (shorter) deadline: it is
+    stopped before it starts, at the end of the job before it. Until then nothing is known of
+    it (its elapsed time is not negative), then it is censored at its deadline."""
+    from fl_gradcode.adaptive import LatencyEstimator
+
+    strategy = GradientCoding(FedAvg(fraction_evaluate=0.0), s="auto", auto_deadline=3.0)
+    estimator = LatencyEstimator(2)
+    rid = estimator.update(np.array([1.0, np.nan]), np.ones(2), 1.0)
+    strategy._latency, strategy._node_index, strategy._index_keys = estimator, {10: 0, 11: 1}, [
+        "0/2", "1/2"]
+    # client 1: its round started at 0, deadline 3 s, queued behind a job that ended at 10 s
+    strategy._late_observations = [(10.0, rid, 1, 3.0, True)]
+    strategy.clock.now = 5.0
+    strategy._estimator(2, [10, 11])
+    record = next(rec for rec in estimator._rounds if rec.index == rid)
+    assert record.limit[1] == pytest.approx(1.0)  # still censored at the round's end
+    strategy.clock.now = 10.0
+    strategy._estimator(2, [10, 11])
+    assert record.limit[1] == pytest.approx(3.0) and np.isnan(record.y[1])
+    assert strategy._late_observations == []

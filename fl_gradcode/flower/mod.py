@@ -15,9 +15,8 @@ is abandoned once that many seconds have passed since the message was created (i
 deadline: the server has closed the round and cannot use the reply). The mod checks before each
 partition, after the last one and before the simulated latency (a partition already running is
 never cut short), and replies with a short error (code ``MOD_STOPPED_CODE``) that frees the
-node for the next round. It compares its own wall clock
-with the message's creation time, as Flower's message TTL does: clocks must agree to well
-within the deadline.
+node for the next round. It compares its own wall clock with the message's creation time, as
+Flower's message TTL does: clocks must agree to well within the deadline.
 
 Seeding: without a partition key the seed is a function of ``(run seed, round, j)`` only, so
 two runs with the same seed are identical (that is how a coded run is compared with an uncoded

@@ -152,8 +152,8 @@ class GradientCoding(Strategy):
     straggler_timeout : float
         Seconds (virtual or wall) after which a round decodes approximately from what arrived.
     stop_late_work : bool
-        Workers stop at the round's deadline (``straggler_timeout`` after the round started)
-        instead of finishing work whose reply the server can no longer use: the instruction
+        Workers stop at the round's deadline (``straggler_timeout`` after the round started,
+        or ``auto_deadline``'s) instead of finishing work whose reply the server can no longer use: the instruction
         carries ``stop-after-s`` and the mod abandons the remaining partitions (or the
         simulated latency) and sends a short error reply; the virtual clock frees such a
         worker at the deadline instead of at the end of its job, so its next round's work is
@@ -358,7 +358,8 @@ class GradientCoding(Strategy):
         # (arrival, estimator round id, node index, elapsed, stopped): replies after their
         # round ended (stopped: work abandoned at the deadline, censored there, not observed)
         self._late_observations: list[tuple[float, int, int, float, bool]] = []
-        # node -> its jobs not known to be done: [sent at, units, reply arrival or None]
+        # node -> its jobs not known to be done: [sent at, units, reply arrival or None,
+        # deadline (when its work stops, with stop_late_work)]
         self._outstanding: dict[int, list[list[Any]]] = {}
         self._decision: Any = None
         self._last_auto_s: dict[int, int] = {}  # cohort size -> auto's last s
@@ -739,7 +740,7 @@ class GradientCoding(Strategy):
         state = self._round
         if (self.stop_late_work and self.timing == "wallclock" and state is not None
                 and state.number > 1 and state.sent):
-            # the workers stop ``straggler_timeout`` after their message was created: count the
+            # the workers stop the deadline after their message was created: count the
             # round's deadline from the same moment (not from the end of the push), so that no
             # worker stops before the server stops waiting for it
             created = min(float(msg.metadata.created_at) for msg in state.sent.values())
