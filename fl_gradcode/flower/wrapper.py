@@ -153,12 +153,12 @@ class GradientCoding(Strategy):
         Seconds (virtual or wall) after which a round decodes approximately from what arrived.
     stop_late_work : bool
         Workers stop at the round's deadline (``straggler_timeout`` after the round started,
-        or ``auto_deadline``'s) instead of finishing work whose reply the server can no longer use: the instruction
-        carries ``stop-after-s`` and the mod abandons the remaining partitions (or the
-        simulated latency) and sends a short error reply; the virtual clock frees such a
-        worker at the deadline instead of at the end of its job, so its next round's work is
-        not queued behind stale work. A stopped worker's time is censored at the deadline
-        instead of observed late. Wallclock round 1 is never stopped (its deadline counts
+        or ``auto_deadline``'s) instead of finishing work whose reply the server can no longer
+        use: the instruction carries ``stop-after-s`` and the mod abandons the remaining
+        partitions (or the simulated latency) and sends a short error reply; the virtual
+        clock frees such a worker at the deadline instead of at the end of its job, so its
+        next round's work is not queued behind stale work. A stopped worker's time is
+        censored at the deadline instead of observed late. Wallclock round 1 is never stopped (its deadline counts
         from the first reply). Default ``False``: every job runs to its end.
     auto_deadline : float, optional
         With ``s="auto"``: each round's deadline is this factor (>= 1) times the round time
