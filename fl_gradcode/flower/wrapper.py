@@ -158,8 +158,9 @@ class GradientCoding(Strategy):
         partitions (or the simulated latency) and sends a short error reply; the virtual
         clock frees such a worker at the deadline instead of at the end of its job, so its
         next round's work is not queued behind stale work. A stopped worker's time is
-        censored at the deadline instead of observed late. Wallclock round 1 is never stopped (its deadline counts
-        from the first reply). Default ``False``: every job runs to its end.
+        censored at the deadline instead of observed late. Wallclock round 1 is never
+        stopped (its deadline counts from the first reply). Default ``False``: every job runs
+        to its end.
     auto_deadline : float, optional
         With ``s="auto"``: each round's deadline is this factor (>= 1) times the round time
         predicted for the chosen code (when finite; never beyond ``straggler_timeout``; round
