@@ -360,3 +360,16 @@ def test_time_to_accuracy_approx_deadline_stop_frees_clients_at_the_deadline():
     for run in runs.values():
         assert np.all(np.diff(np.r_[0.0, run["virtual_s"]]) <= limit + 1e-9)
     assert runs["approx-deadline"]["accuracy"] != runs["approx-deadline-stop"]["accuracy"]
+
+
+def test_time_to_accuracy_auto_deadline_sets_each_rounds_deadline_from_its_prediction():
+    """auto-deadline: auto with auto-deadline = 3. Round 1 (nothing observed, the straggler
+    timeout) is the same as auto's; afterwards the deadlines stop stale work, so the runs part."""
+    module = load("time_to_accuracy")
+    assert module.scheme_config("auto-deadline") == {"s": "auto", "auto-deadline": 3.0}
+    assert "auto-deadline" in module.ADAPTIVE and "auto-deadline" in module.ON_REQUEST
+    runs = {scheme: module.one_run(12, 3, scheme, "bimodal", False, 0, 6, "dirichlet")
+            for scheme in ("auto", "auto-deadline")}
+    assert runs["auto"]["virtual_s"][0] == runs["auto-deadline"]["virtual_s"][0]
+    assert runs["auto"]["s"][:2] == runs["auto-deadline"]["s"][:2]
+    assert runs["auto"]["virtual_s"] != runs["auto-deadline"]["virtual_s"]
