@@ -280,6 +280,9 @@ def test_auto_deadline_is_validated_and_implies_stopping():
             GradientCoding(FedAvg(fraction_evaluate=0.0), s="auto", auto_deadline=bad)
     strategy = GradientCoding(FedAvg(fraction_evaluate=0.0), s="auto", auto_deadline=2)
     assert strategy.stop_late_work and strategy.clock.stop_at_deadline
+    with pytest.raises(ValueError, match=r"auto_deadline=2 needs timing='virtual'"):
+        GradientCoding(FedAvg(fraction_evaluate=0.0), s="auto", auto_deadline=2,
+                       timing="wallclock")
     assert merge_config({"auto-deadline": 3})["auto-deadline"] == 3.0
 
 
@@ -309,6 +312,10 @@ def test_each_round_s_deadline_is_the_factor_times_its_predicted_time(factor):
         assert rows[1]["round_deadline_s"] < 50.0
         assert busy_until == pytest.approx(start + rows[1]["round_deadline_s"])
         assert rows[1]["stopped_at_deadline"] == 1
+        # the server's record of that job: sent at the round's start, stops at its deadline
+        job = outcome.strategy._outstanding[node][-1]
+        assert job[0] == pytest.approx(start)
+        assert job[3] == pytest.approx(start + rows[1]["round_deadline_s"])
 
 
 def test_work_stopped_before_it_could_start_is_no_observation_until_its_stop():

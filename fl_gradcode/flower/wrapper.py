@@ -162,12 +162,14 @@ class GradientCoding(Strategy):
         stopped (its deadline counts from the first reply). Default ``False``: every job runs
         to its end.
     auto_deadline : float, optional
-        With ``s="auto"``: each round's deadline is this factor (>= 1) times the round time
-        predicted for the chosen code (when finite; never beyond ``straggler_timeout``; round
-        1, with nothing observed, has only ``straggler_timeout``), and work stops there
-        (implies ``stop_late_work``). A round that has not decoded by then decodes by least
-        squares from what arrived (``approx``, or ``skipped`` above ``max_decode_error``), like
-        any deadline; in exchange no client stays busy for long with work no round can use,
+        With ``s="auto"`` and virtual timing: each round's deadline is this factor (>= 1)
+        times the round time predicted for the chosen code (when finite; never beyond
+        ``straggler_timeout``; round 1 has only ``straggler_timeout`` unless a
+        ``latency_state`` file gives it a prediction), and work stops there (implies
+        ``stop_late_work``). A round that has not decoded by then decodes by least squares
+        from what arrived (``approx``, or ``skipped`` above ``max_decode_error``), like any
+        deadline, and still counts for the privacy accountant (its noisy updates were
+        released); in exchange no client stays busy for long with work no round can use,
         which under load-scaled straggling is most of the time lost. ``rounds.jsonl`` records
         ``round_deadline_s``. ``None`` (default): ``straggler_timeout`` only.
     max_decode_error : float
@@ -309,6 +311,10 @@ class GradientCoding(Strategy):
                     and 1 <= auto_deadline < math.inf):
                 raise ValueError(f"auto_deadline={auto_deadline!r} must be a factor >= 1 of the "
                                  "predicted round time (or None: the straggler_timeout only)")
+            if timing != "virtual":  # wallclock: the estimator observes no latencies to predict
+                raise ValueError(f"auto_deadline={auto_deadline!r} needs timing='virtual' (got "
+                                 f"timing={timing!r}: wallclock rounds give auto's estimator no "
+                                 "latencies to predict a deadline from)")
         if exclude_slow is not None:
             if not self.adaptive:
                 raise ValueError(f"exclude_slow={exclude_slow!r} needs s='auto' (got s={s!r})")
