@@ -374,7 +374,6 @@ class GradientCoding(Strategy):
         self.auto_deadline = None if auto_deadline is None else float(auto_deadline)
         # a deadline before the work's end is only worth it if the work stops there
         self.stop_late_work = stop_late_work or self.auto_deadline is not None
-        self._deadline = float(straggler_timeout)  # the current round's, from its start
         if isinstance(self.clock, VirtualClock):
             self.clock.stop_at_deadline = self.stop_late_work
         self.timing = timing
@@ -754,6 +753,11 @@ class GradientCoding(Strategy):
             limit = max(limit - max(time.time() - created, 0.0), 0.0)
         return limit
 
+    @property
+    def _deadline(self) -> float:
+        """The current round's deadline (seconds from its start), as the clock holds it."""
+        return self.clock.straggler_timeout
+
     def _round_deadline(self) -> float:
         """This round's deadline (seconds from its start): ``straggler_timeout``, or with
         ``auto_deadline`` that factor times the predicted time of the round ``s="auto"`` chose
@@ -1001,8 +1005,7 @@ class GradientCoding(Strategy):
             queued = self._queued(busy_nodes, cohort) - excluded
         queued_workers = {w: node for w, node in enumerate(cohort) if node in queued}
         busy_nodes = busy_nodes - queued - excluded  # busy and given no work this round
-        self._deadline = self._round_deadline()
-        self.clock.straggler_timeout = self._deadline
+        self.clock.straggler_timeout = self._round_deadline()
         self.clock.start_round(queued_workers)
         state = _Round(
             number=server_round,
@@ -1257,28 +1260,27 @@ class GradientCoding(Strategy):
         for w in state.sent:
             loads[index[w]] = sent_loads[w]
         backlog = self.clock.backlog if isinstance(self.clock, VirtualClock) else {}
-        deadline = self.clock.straggler_timeout
-        stops = isinstance(self.clock, VirtualClock) and self.clock.stop_at_deadline
         late = []
         for w, t in arrivals.items():
-            wait = backlog.get(w, 0.0)
-            t = t + wait  # the arrival: queued work runs after the earlier job
-            stopped = stops and t > deadline  # abandoned at the deadline (or never started)
+            t = t + backlog.get(w, 0.0)  # the arrival: queued work runs after the earlier job
+            # stopped at the deadline (the clock's decision): free when the clock frees it
+            stopped = w in window.stopped
+            end = self.clock.busy_until[state.cohort[w]] if stopped else self.clock.round_start + t
             jobs = self._outstanding.get(state.cohort[w])
             if w in state.sent and jobs:  # this round's job: known done once it arrives
-                jobs[-1][2] = self.clock.round_start + (max(wait, deadline) if stopped else t)
+                jobs[-1][2] = end
             if w in state.sent:
                 if t <= duration:
                     elapsed[index[w]] = t
-                elif stopped:
-                    late.append((index[w], max(wait, deadline), deadline, True))
+                elif stopped:  # censored at the deadline
+                    late.append((index[w], end, self.clock.straggler_timeout, True))
                 else:
-                    late.append((index[w], t, t, False))
+                    late.append((index[w], end, t, False))
         busy = np.zeros(estimator.n)
         busy[index] = self._waited(state, duration)
         rid = estimator.update(elapsed, loads, duration, busy=busy)
-        for i, t, seen, stopped in late:
-            self._late_observations.append((self.clock.round_start + t, rid, i, seen, stopped))
+        for i, end, seen, stopped in late:
+            self._late_observations.append((end, rid, i, seen, stopped))
 
     def _waited(self, state: _Round, duration: float) -> np.ndarray:
         """Per worker, seconds from the round's start until its work could start, from the
