@@ -48,6 +48,10 @@ Schemes (same seeds, same partitions):
 * ``auto-deadline`` (run on request: ``--schemes auto-deadline``): ``auto`` with
   ``auto-deadline = 3``: each round's deadline is 3 times its predicted time and work stops
   there (a round not decoded by then decodes approximately or is skipped).
+* ``deadline-fit s=v`` (run on request: ``--schemes deadline-fit``): the fixed rivals of
+  ``auto-deadline`` with its deadline rule (``nested-fit s=v`` with ``auto-deadline = 3``: the
+  deadline is 3 times the fixed code's own predicted round time, work stops there), for every
+  ``v`` in ``{0, 1, 2, s/4, s/2, s}`` (``vs_best_fixed_with_deadline``).
 * ``approx-deadline-stop`` (run on request: ``--schemes approx-deadline-stop``):
   ``approx-deadline`` with ``stop-late-work``: a client still computing at the deadline stops
   there (its reply could no longer be used) instead of finishing, so its next round's work is
@@ -99,6 +103,7 @@ ADAPTIVE = ("auto", "auto-exclude", "auto-warm", "auto-deadline")
 # run only when --schemes names them
 ON_REQUEST = ("auto-warm", "approx-deadline-stop", "auto-deadline")
 WARM_SEED_OFFSET = 1000  # auto-warm: the earlier run's seed is the seed plus this
+DEADLINE_FACTOR = 3.0  # auto-deadline, deadline-fit s=v: the deadline over the prediction
 # with the nested s=v schemes (busy clients queued from the simulator's clock): auto's
 # hindsight rivals; with the nested-fit s=v schemes (queued from the server's knowledge, as
 # auto): the rivals that know what auto knows
@@ -117,10 +122,13 @@ def scheme_config(scheme: str) -> dict:
         return {"code": "nested", "s": int(scheme.removeprefix("nested s=")), "busy": "queue"}
     if scheme.startswith("nested-fit s="):
         return {"code": "nested", "s": int(scheme.removeprefix("nested-fit s=")), "busy": "fit"}
+    if scheme.startswith("deadline-fit s="):
+        return {"code": "nested", "s": int(scheme.removeprefix("deadline-fit s=")),
+                "busy": "fit", "auto-deadline": DEADLINE_FACTOR}
     if scheme == "auto-warm":
         return {"s": "auto"}  # and latency-state: an earlier run's file (see one_run)
     if scheme == "auto-deadline":
-        return {"s": "auto", "auto-deadline": 3.0}
+        return {"s": "auto", "auto-deadline": DEADLINE_FACTOR}
     if scheme == "approx-deadline-stop":
         return {**SCHEMES["approx-deadline"], "stop-late-work": True}
     return SCHEMES[scheme]
@@ -137,10 +145,17 @@ def oracle_schemes(s_max: int) -> list[str]:
     return [f"oracle s={v}" for v in (0, *nested_values(s_max), s_max)]
 
 
+def deadline_schemes(s_max: int) -> list[str]:
+    """The fixed rivals of ``auto-deadline`` (run on request: ``--schemes deadline-fit``):
+    every fixed choice, ``s = 0`` and ``s_max`` included, with the same deadline rule."""
+    return [f"deadline-fit s={v}" for v in (0, *nested_values(s_max), s_max)]
+
+
 def _nested_key(scheme: str) -> tuple[int, int]:
     """``(v, 0)`` for ``nested s=v``, ``(v, 1)`` for ``nested-fit s=v``, ``(v, 2)`` for
-    ``oracle s=v`` (legend order)."""
-    kind = 2 if scheme.startswith("oracle s=") else int(scheme.startswith("nested-fit s="))
+    ``oracle s=v``, ``(v, 3)`` for ``deadline-fit s=v`` (legend order)."""
+    kinds = ("nested s=", "nested-fit s=", "oracle s=", "deadline-fit s=")
+    kind = next(i for i, prefix in enumerate(kinds) if scheme.startswith(prefix))
     return int(scheme.split("=")[-1]), kind
 
 
@@ -400,10 +415,12 @@ def _compare_with_oracle(table: dict, runs: dict, target: float | None) -> None:
 
 
 def _compare_with_fixed(table: dict, runs: dict, name: str, target: float | None) -> None:
-    """An adaptive scheme's time over the best exact fixed choice in hindsight, in place.
+    """An adaptive scheme's time over the best exact fixed choice in hindsight, in place;
+    ``_with_deadline``: over the best ``deadline-fit s=v`` (fixed codes with the deadline rule
+    of ``auto-deadline``), when they were run.
 
     ``target=None``: the time to the final model instead (keys end in ``_final``; see
-    :func:`_times_to_target`)."""
+    :func:`_times_to_target`: only runs whose every round was exact)."""
     auto = table.get(name)
     if auto is None or (target is not None and not auto["time_to_target_mean"]):
         return
@@ -416,16 +433,19 @@ def _compare_with_fixed(table: dict, runs: dict, name: str, target: float | None
     final = "_final" if target is None else ""
     clock = {k for k in table if k.startswith("nested s=")}
     same = {k for k in table if _same_information(k, runs[k])}
-    reached = {}  # every exact fixed choice that reached the target on auto's seeds
+    # fixed codes with auto-deadline's rule: rounds may be approximate or skipped, as its
+    with_deadline = {k for k in table if k.startswith("deadline-fit s=")}
+    reached = {}  # every fixed choice that reached the target on auto's seeds
     for k in table:
-        if k in EXACT_FIXED or k in clock or k in same:
+        if k in EXACT_FIXED or k in clock or k in same or k in with_deadline:
             mean = _mean_on_seeds(runs[k], target, seeds)
             if mean is not None:
                 reached[k] = mean
-    for kind, suffix in ((clock, ""), (same, "_same_information")):
-        fixed = {k: t for k, t in reached.items() if k in EXACT_FIXED or k in kind}
+    for kind, suffix, base in ((clock, "", EXACT_FIXED), (same, "_same_information", EXACT_FIXED),
+                               (with_deadline, "_with_deadline", ())):
+        fixed = {k: t for k, t in reached.items() if k in base or k in kind}
         if not any(k in kind for k in fixed) and suffix:
-            continue  # no fixed code queued from the server's knowledge in this setting
+            continue  # no such fixed code in this setting
         if fixed:
             best = min(fixed, key=fixed.get)
             suffix += final
@@ -452,13 +472,14 @@ def plot(runs: dict, target: float):
                            ["C0", "C1", "C2", "C3", "C4", "C5", "C6", "C3", "C9"], strict=True))
     handles = {}
     nested = sorted({_nested_key(s)[0] for by in runs.values() for s in by
-                     if s not in main_colors and not s.startswith("oracle s=")})
+                     if s not in main_colors
+                     and not s.startswith(("oracle s=", "deadline-fit s="))})
     # one grey level per tolerance in every panel (darker: smaller s); dotted: nested-fit
     shades = dict(zip(nested, np.linspace(0.15, 0.7, max(len(nested), 1)), strict=False))
     for ax, key in zip(axes.flat, keys, strict=False):
         for scheme, rs in runs[key].items():
-            if scheme.startswith("oracle s="):
-                continue  # hindsight references: in the table, not on the figure
+            if scheme.startswith(("oracle s=", "deadline-fit s=")):
+                continue  # hindsight references, deadline rivals: in the table only
             t = np.mean([r["virtual_s"] for r in rs], axis=0)
             a = np.mean([r["accuracy"] for r in rs], axis=0)
             if scheme in main_colors:
@@ -536,10 +557,12 @@ def main(argv: list[str] | None = None) -> dict:
         names = schemes_for(s_max)
         if wanted is None:
             return names
-        return [x for x in [*names, *oracle_schemes(s_max), *ON_REQUEST] if x in wanted
+        return [x for x in [*names, *oracle_schemes(s_max), *deadline_schemes(s_max),
+                            *ON_REQUEST] if x in wanted
                 or ("nested" in wanted and x.startswith("nested s="))
                 or ("nested-fit" in wanted and x.startswith("nested-fit s="))
-                or ("oracle" in wanted and x.startswith("oracle s="))]
+                or ("oracle" in wanted and x.startswith("oracle s="))
+                or ("deadline-fit" in wanted and x.startswith("deadline-fit s="))]
 
     def warm_ok(setup: tuple) -> bool:  # a trace replays the same rows whatever the seed
         return setup[3] != "trace" and not setup[4]
@@ -643,6 +666,7 @@ def _write(runs, args, seeds, rounds, figure: bool, table: dict | None = None,
                        "auto-deadline": "queue (fit); work stopped at 3x the predicted time",
                        "nested s=v": "queue (virtual clock)",
                        "nested-fit s=v": "fit (server's knowledge, as auto)",
+                       "deadline-fit s=v": "fit; work stopped at 3x the predicted time",
                        "others": "skip"}}
     if partial_runs is not None:
         result["partial_runs"] = partial_runs

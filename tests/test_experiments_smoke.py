@@ -373,3 +373,49 @@ def test_time_to_accuracy_auto_deadline_sets_each_rounds_deadline_from_its_predi
     assert runs["auto"]["virtual_s"][0] == runs["auto-deadline"]["virtual_s"][0]
     assert runs["auto"]["s"][:2] == runs["auto-deadline"]["s"][:2]
     assert runs["auto"]["virtual_s"] != runs["auto-deadline"]["virtual_s"]
+
+
+def test_time_to_accuracy_compares_auto_deadline_with_fixed_codes_under_the_same_deadline():
+    """deadline-fit s=v: fixed codes with auto-deadline's rule, compared only among
+    themselves (``_with_deadline``; uncoded and exact without a deadline are not in it), and
+    not in the other comparisons. Times to target: auto-deadline 6, deadline-fit s=1 4 and 6
+    (mean 5), deadline-fit s=0 8, exact 3: 6 / 5 over the best with the deadline."""
+    module = load("time_to_accuracy")
+
+    def run(t, decode=("exact",) * 3):
+        return {"virtual_s": [t / 2, t, 2 * t], "accuracy": [0.5, 0.95, 0.97],
+                "decode": list(decode), "epsilon": None, "s": [3, 3, 3]}
+
+    runs = {"k": {"uncoded": [run(10.0)] * 2, "exact": [run(3.0)] * 2,
+                  "auto-deadline": [run(6.0)] * 2,
+                  "deadline-fit s=1": [run(4.0, ("exact", "approx", "exact")), run(6.0)],
+                  "deadline-fit s=0": [run(8.0)] * 2}}
+    auto = module.build_table(runs, 0.9)["k"]["auto-deadline"]
+    assert auto["best_fixed_with_deadline"] == "deadline-fit s=1"
+    assert auto["vs_best_fixed_with_deadline"] == pytest.approx(6 / 5)
+    assert auto["fixed_compared_with_deadline"] == ["deadline-fit s=0", "deadline-fit s=1"]
+    assert (auto["best_fixed"], auto["fixed_compared"]) == ("exact", ["exact", "uncoded"])
+    # to the final model only all-exact runs compete: deadline-fit s=0 (16)
+    assert auto["best_fixed_with_deadline_final"] == "deadline-fit s=0"
+    assert auto["vs_best_fixed_with_deadline_final"] == pytest.approx(12 / 16)
+    assert module.deadline_schemes(12) == ["deadline-fit s=0", "deadline-fit s=1",
+                                           "deadline-fit s=2", "deadline-fit s=3",
+                                           "deadline-fit s=6", "deadline-fit s=12"]
+    assert module.scheme_config("deadline-fit s=2") == {
+        "code": "nested", "s": 2, "busy": "fit", "auto-deadline": 3.0}
+
+
+def test_time_to_accuracy_deadline_fit_keeps_its_code_and_stops_at_its_prediction():
+    """deadline-fit s=1 against nested-fit s=1: the same fixed code in every round and the same
+    round 1 (nothing observed: no deadline but the timeout); afterwards the deadline stops
+    stale work, so the runs part. Every exact round computes the uncoded model."""
+    module = load("time_to_accuracy")
+    runs = {scheme: module.one_run(12, 3, scheme, "bimodal", False, 0, 6, "dirichlet")
+            for scheme in ("uncoded", "nested-fit s=1", "deadline-fit s=1")}
+    fixed, timed = runs["nested-fit s=1"], runs["deadline-fit s=1"]
+    assert set(timed["s"]) == {1} and timed["busy_mode"] == "fit"
+    assert timed["virtual_s"][0] == fixed["virtual_s"][0]
+    assert timed["virtual_s"] != fixed["virtual_s"]
+    for r, (d, a) in enumerate(zip(timed["decode"], timed["accuracy"], strict=True)):
+        if all(x == "exact" for x in timed["decode"][: r + 1]):
+            assert a == runs["uncoded"]["accuracy"][r] and d == "exact"

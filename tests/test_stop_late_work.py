@@ -273,8 +273,12 @@ def test_the_server_prices_a_busy_worker_as_free_by_its_deadline(monkeypatch, st
 
 # ------------------------------------------------------------------------------ auto_deadline
 def test_auto_deadline_is_validated_and_implies_stopping():
-    with pytest.raises(ValueError, match=r"auto_deadline=2.0 needs s='auto'"):
+    with pytest.raises(ValueError, match=r"auto_deadline=2.0 needs s='auto' or busy='fit'"):
         GradientCoding(FedAvg(fraction_evaluate=0.0), s=1, auto_deadline=2.0)
+    with pytest.raises(ValueError, match=r"got s=1, busy='queue'"):
+        GradientCoding(FedAvg(fraction_evaluate=0.0), s=1, busy="queue", auto_deadline=2.0)
+    fixed = GradientCoding(FedAvg(fraction_evaluate=0.0), s=1, busy="fit", auto_deadline=2.0)
+    assert fixed.stop_late_work and fixed.clock.stop_at_deadline
     for bad in (0.5, True, float("inf"), "3"):
         with pytest.raises(ValueError, match=r"must be a factor >= 1"):
             GradientCoding(FedAvg(fraction_evaluate=0.0), s="auto", auto_deadline=bad)
@@ -316,6 +320,34 @@ def test_each_round_s_deadline_is_the_factor_times_its_predicted_time(factor):
         job = outcome.strategy._outstanding[node][-1]
         assert job[0] == pytest.approx(start)
         assert job[3] == pytest.approx(start + rows[1]["round_deadline_s"])
+
+
+def test_a_fixed_code_fitting_busy_clients_gets_deadlines_from_its_own_prediction():
+    """busy="fit": the estimator predicts the fixed code's round time, so the same deadline
+    rule applies to it (a rival for auto with the same stopping). Worker 5 takes 50 s in
+    round 2: with the deadline it is stopped there, the round decodes without it (s = 1), and
+    the code never changes."""
+    arrivals = FixedArrivals({1: [1.0] * 6, 2: [1.0] * 5 + [50.0],
+                              **{r: [1.0] * 6 for r in range(3, 6)}})
+    plain = run(6, code="nested", s=1, s_max=2, busy="fit", rounds=4, latency=arrivals,
+                straggler_timeout=100.0).rows
+    timed = run(6, code="nested", s=1, s_max=2, busy="fit", rounds=4, latency=arrivals,
+                straggler_timeout=100.0, auto_deadline=2.0)
+    rows = timed.rows
+    assert [r["s"] for r in rows] == [1] * 4
+    assert all(r["decode"] == "exact" for r in rows)
+    assert rows[0]["expected_round_s"] is None and rows[0]["round_deadline_s"] == 100.0
+    for row in rows[1:]:  # the prediction from the rounds before it, times the factor
+        assert row["expected_round_s"] > 0
+        assert row["round_deadline_s"] == pytest.approx(min(100.0,
+                                                            2.0 * row["expected_round_s"]))
+    assert rows[1]["round_deadline_s"] < 50.0 and rows[1]["stopped_at_deadline"] == 1
+    assert all(r["round_deadline_s"] == 100.0 for r in plain)
+    assert sum(r["stopped_at_deadline"] for r in plain) == 0
+    # without the deadline worker 5 is still busy with its 50 s in round 4 (given no work);
+    # with it, free since round 2's deadline and given work again
+    assert plain[3]["busy"] == [5] and rows[3]["busy"] == []
+    assert_model(timed.models[4], fedavg_rounds(theta0(), 4, 6))
 
 
 def test_work_stopped_before_it_could_start_is_no_observation_until_its_stop():

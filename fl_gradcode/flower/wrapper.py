@@ -162,8 +162,9 @@ class GradientCoding(Strategy):
         stopped (its deadline counts from the first reply). Default ``False``: every job runs
         to its end.
     auto_deadline : float, optional
-        With ``s="auto"`` and virtual timing: each round's deadline is this factor (>= 1)
-        times the round time predicted for the chosen code (when finite; never beyond
+        With ``s="auto"`` (or a fixed code with ``busy="fit"``, whose estimator predicts its
+        round time too) and virtual timing: each round's deadline is this factor (>= 1)
+        times the round time predicted for the round's code (when finite; never beyond
         ``straggler_timeout``; round 1 has only ``straggler_timeout`` unless a
         ``latency_state`` file gives it a prediction), and work stops there (implies
         ``stop_late_work``). A round that has not decoded by then decodes by least squares
@@ -305,15 +306,17 @@ class GradientCoding(Strategy):
         elif isinstance(s, bool) or not isinstance(s, int) or s < 0:
             raise ValueError(f"s={s!r} must be an integer >= 0 or 'auto'")
         if auto_deadline is not None:
-            if not self.adaptive:
-                raise ValueError(f"auto_deadline={auto_deadline!r} needs s='auto' (got s={s!r})")
+            if not (self.adaptive or busy == "fit"):
+                raise ValueError(f"auto_deadline={auto_deadline!r} needs s='auto' or busy='fit' "
+                                 f"(a prediction of the round's time; got s={s!r}, "
+                                 f"busy={busy!r})")
             if not (isinstance(auto_deadline, (int, float)) and not isinstance(auto_deadline, bool)
                     and 1 <= auto_deadline < math.inf):
                 raise ValueError(f"auto_deadline={auto_deadline!r} must be a factor >= 1 of the "
                                  "predicted round time (or None: the straggler_timeout only)")
             if timing != "virtual":  # wallclock: the estimator observes no latencies to predict
                 raise ValueError(f"auto_deadline={auto_deadline!r} needs timing='virtual' (got "
-                                 f"timing={timing!r}: wallclock rounds give auto's estimator no "
+                                 f"timing={timing!r}: wallclock rounds give the estimator no "
                                  "latencies to predict a deadline from)")
         if exclude_slow is not None:
             if not self.adaptive:
@@ -760,10 +763,11 @@ class GradientCoding(Strategy):
 
     def _round_deadline(self) -> float:
         """This round's deadline (seconds from its start): ``straggler_timeout``, or with
-        ``auto_deadline`` that factor times the predicted time of the round ``s="auto"`` chose
-        (when it has a finite prediction), if shorter."""
+        ``auto_deadline`` that factor times the predicted time of this round's code (the one
+        ``s="auto"`` chose, or the fixed code with ``busy="fit"``) when it has a finite
+        prediction, if shorter."""
         limit = self.straggler_timeout
-        if self.auto_deadline is not None and self.adaptive and self._decision is not None:
+        if self.auto_deadline is not None and self._estimating and self._decision is not None:
             predicted = self._decision.expected_time
             if math.isfinite(predicted) and predicted > 0:
                 limit = min(limit, self.auto_deadline * predicted)
@@ -1483,10 +1487,11 @@ class GradientCoding(Strategy):
         return self._metrics(row, None)
 
     def _expected_round_s(self) -> float | None:
-        """The predicted time of the chosen code (``auto``); ``None`` for a fixed code, before
-        any observation (no estimate: ``choose_s`` starts at ``s_max`` unpriced) and when the
-        prediction is not finite (no candidate predicted to decode)."""
-        if self._decision is None or not self.adaptive:
+        """The predicted time of the round's code (``auto``, or a fixed code with
+        ``busy="fit"``); ``None`` for other fixed codes, before any observation (no estimate:
+        ``choose_s`` starts at ``s_max`` unpriced) and when the prediction is not finite (no
+        candidate predicted to decode)."""
+        if self._decision is None or not self._estimating:
             return None
         value = self._decision.expected_time
         return value if math.isfinite(value) else None
