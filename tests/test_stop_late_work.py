@@ -350,6 +350,24 @@ def test_a_fixed_code_fitting_busy_clients_gets_deadlines_from_its_own_predictio
     assert_model(timed.models[4], fedavg_rounds(theta0(), 4, 6))
 
 
+def test_a_missed_deadline_doubles_the_next_one_until_a_round_is_exact():
+    """Rounds 3 and 4: three of six workers take 30 s, more than s = 1 tolerates, so both
+    rounds miss their predicted deadline (decoded approximately at it). The next deadline is
+    twice as long after each miss in a row (2x, then 4x the factor), and back to the factor
+    after an exact round."""
+    fast = [1.0, 1.1, 1.2, 1.3, 1.4, 1.5]
+    slow = [1.0, 1.1, 1.2, 30.0, 30.0, 30.0]
+    arrivals = FixedArrivals({r: slow if r in (3, 4) else fast for r in range(1, 8)})
+    rows = run(6, code="nested", s=1, s_max=2, busy="fit", rounds=7, latency=arrivals,
+               straggler_timeout=100.0, auto_deadline=2.0).rows
+    assert [r["decode"] for r in rows] == ["exact", "exact", "approx", "approx", "exact",
+                                           "exact", "exact"]
+    assert rows[0]["round_deadline_s"] == 100.0
+    for row, times in zip(rows[1:], (1, 1, 2, 4, 1, 1), strict=True):
+        assert row["round_deadline_s"] == pytest.approx(2.0 * times * row["expected_round_s"])
+    assert rows[3]["round_virtual_s"] == pytest.approx(rows[3]["round_deadline_s"])
+
+
 def test_work_stopped_before_it_could_start_is_no_observation_until_its_stop():
     """With per-round deadlines a queued job can wait past its own (shorter) deadline: it is
     stopped before it starts, at the end of the job before it. Until then nothing is known of

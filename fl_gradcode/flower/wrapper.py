@@ -170,9 +170,12 @@ class GradientCoding(Strategy):
         ``stop_late_work``). A round that has not decoded by then decodes by least squares
         from what arrived (``approx``, or ``skipped`` above ``max_decode_error``), like any
         deadline, and still counts for the privacy accountant (its noisy updates were
-        released); in exchange no client stays busy for long with work no round can use,
-        which under load-scaled straggling is most of the time lost. ``rounds.jsonl`` records
-        ``round_deadline_s``. ``None`` (default): ``straggler_timeout`` only.
+        released); after such a miss the next deadline is ``DEADLINE_BACKOFF`` (2) times
+        longer, again after each miss in a row, until a round decodes exactly (exponential
+        backoff, as a retransmission timer: RFC 6298). In exchange no client stays busy
+        for long with work no round can use, which under load-scaled straggling is most of
+        the time lost. ``rounds.jsonl`` records ``round_deadline_s``. ``None`` (default):
+        ``straggler_timeout`` only.
     max_decode_error : float
         An approximate decoding with a larger ``||B_F^T a - 1||^2 / k`` is not applied.
     min_replies : int, optional
@@ -248,6 +251,11 @@ class GradientCoding(Strategy):
         Also accepted by ``start`` (Flower's convention); its ``accuracy``/``loss`` go into
         ``rounds.jsonl``.
     """
+
+    # auto_deadline: after a round that missed its predicted deadline, the next deadline is
+    # this much longer, again after each miss in a row, back to the factor after an exact
+    # round (exponential backoff of a retransmission timer: RFC 6298, section 5.5)
+    DEADLINE_BACKOFF = 2.0
 
     def __init__(
         self,
@@ -441,6 +449,8 @@ class GradientCoding(Strategy):
         self._pending_row: dict[str, Any] | None = None
         self._late = 0
         self._stopped_late = 0  # stop replies to earlier rounds, not yet in a row
+        # auto_deadline: rounds in a row that did not decode exactly by a predicted deadline
+        self._missed_deadlines = 0
         self._wrapped_grid: EarlyReturnGrid | None = None
         self._warned_repartition = False
 
@@ -770,7 +780,8 @@ class GradientCoding(Strategy):
         if self.auto_deadline is not None and self._estimating and self._decision is not None:
             predicted = self._decision.expected_time
             if math.isfinite(predicted) and predicted > 0:
-                limit = min(limit, self.auto_deadline * predicted)
+                backoff = self.DEADLINE_BACKOFF ** min(self._missed_deadlines, 30)
+                limit = min(limit, self.auto_deadline * backoff * predicted)
         return limit
 
     def first_reply_deadline_s(self) -> float | None:
@@ -1216,6 +1227,10 @@ class GradientCoding(Strategy):
                 arrays_out, inner_metrics, num_examples, noise_std = outcome
         if self.accountant is not None and state.sent:
             self.accountant.step()  # the round released noisy updates, used or not
+        if decode == "exact":
+            self._missed_deadlines = 0
+        elif self._deadline < self.straggler_timeout:  # a predicted deadline was missed
+            self._missed_deadlines += 1
         row = self._record(
             server_round,
             decode=decode,
