@@ -32,7 +32,7 @@ EXPERIMENTS = [
 # and the schemes whose clients stop at the deadline
 FOLLOW_UP = {"time_to_accuracy": [["--schemes", "oracle", "--jobs", "2"],
                                   ["--schemes", "auto-warm", "--jobs", "2"],
-                                  ["--schemes", "approx-deadline-stop,auto-deadline",
+                                  ["--schemes", "approx-deadline-stop,auto-deadline,deadline-fit",
                                    "--jobs", "2"]]}
 
 
