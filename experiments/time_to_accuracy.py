@@ -460,6 +460,119 @@ def _compare_with_fixed(table: dict, runs: dict, name: str, target: float | None
         auto["time_to_final_model_mean"] = float(np.mean(a[seeds]))
 
 
+GOAL_FACTOR = 1.05  # an adaptive scheme should take at most this over the best fixed choice
+# the comparisons the goals are read from: (table key suffix, what the rivals are)
+GOAL_RIVALS = (("", "fixed codes queued from the virtual clock, uncoded, exact"),
+               ("_same_information", "fixed codes with the adaptive scheme's information"),
+               ("_with_deadline", "fixed codes with auto-deadline's deadline rule"))
+
+
+def goals(table: dict, factor: float = GOAL_FACTOR) -> dict:
+    """Each adaptive scheme against the goals of adaptive coding, read from ``table``:
+
+    * ``within``: per rival kind (``GOAL_RIVALS``), the settings where its time to target is at
+      most ``factor`` times the best fixed choice's (``vs_best_fixed*``) and those where it is
+      not (``missed``, with the ratio); settings without that comparison are left out;
+    * ``drift``: per ``drift`` / ``drift-early`` setting, whether it was strictly faster than
+      every fixed choice (ratio below 1), to the target and to the final model;
+    * ``speedup_pareto`` / ``speedup_n256_bimodal``: its speed-up over uncoded there;
+    * ``exact``: the settings where every round matched the uncoded run (largest accuracy gap
+      0) and those where it did not.
+    """
+    out: dict = {}
+    for name in ADAPTIVE:
+        rows = {key: by[name] for key, by in table.items() if name in by}
+        if not rows:
+            continue
+        result: dict = {"within": {}, "drift": {}, "exact": {"equal": [], "differ": []}}
+        for suffix, rivals in GOAL_RIVALS:
+            ratios = {key: r[f"vs_best_fixed{suffix}"] for key, r in rows.items()
+                      if r.get(f"vs_best_fixed{suffix}") is not None}
+            if ratios:
+                result["within"][suffix.lstrip("_") or "hindsight"] = {
+                    "rivals": rivals,
+                    "met": sorted(k for k, v in ratios.items() if v <= factor),
+                    "missed": {k: v for k, v in sorted(ratios.items()) if v > factor}}
+        for key, r in rows.items():
+            if key.endswith(("drift", "drift-early")):
+                result["drift"][key] = {
+                    "to_target": r.get("vs_best_fixed"),
+                    "to_final_model": r.get("vs_best_fixed_final"),
+                    "strictly_better": all(v is not None and v < 1.0 for v in (
+                        r.get("vs_best_fixed"), r.get("vs_best_fixed_final")))}
+            gap = r.get("max_accuracy_gap_to_uncoded")
+            if gap is not None:
+                result["exact"]["equal" if gap == 0.0 else "differ"].append(key)
+        for label, key in (("speedup_pareto", "n=12 s=3 pareto"),
+                           ("speedup_n256_bimodal", "n=256 s=32 bimodal")):
+            result[label] = rows.get(key, {}).get("speedup_vs_uncoded")
+        out[name] = result
+    return out
+
+
+def plot_adaptive(table: dict, factor: float = GOAL_FACTOR):
+    """The goals at a glance: per setting (without DP), each adaptive scheme's time to target
+    over the best fixed choice with the same information (left; ``auto-deadline``: with the
+    same deadline rule where those rivals ran, hollow: against rivals without a deadline), with
+    its 95% paired bootstrap interval, and its speed-up over uncoded (right)."""
+    plt = pyplot()
+    from matplotlib import ticker
+
+    keys = [k for k in table if not k.endswith("+DP")
+            and any(name in table[k] for name in ADAPTIVE)]
+    names = [x for x in ("auto", "auto-warm", "auto-deadline") if any(x in table[k] for k in keys)]
+    colors = {"auto": "C4", "auto-warm": "C6", "auto-deadline": "C9"}
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 0.42 * len(keys) + 1.8), sharey=True,
+                                      gridspec_kw={"width_ratios": (3, 2)})
+    offsets = dict(zip(names, np.linspace(-0.25, 0.25, len(names)), strict=True))
+    for name in names:
+        for row, key in enumerate(keys):
+            r = table[key].get(name)
+            if r is None:
+                continue
+            y = row + offsets[name]
+            suffix = "_same_information"
+            if name == "auto-deadline" and r.get("vs_best_fixed_with_deadline") is not None:
+                suffix = "_with_deadline"
+            hollow = name == "auto-deadline" and suffix == "_same_information"
+            ratio = r.get(f"vs_best_fixed{suffix}")
+            if ratio is not None:
+                ci = r.get(f"vs_best_fixed{suffix}_ci95") or [None, None]
+                if None not in ci and all(np.isfinite(ci)):
+                    left.plot(ci, [y, y], color=colors[name], lw=1.2)
+                left.plot([ratio], [y], "o", color=colors[name], ms=5,
+                          mfc="white" if hollow else colors[name])
+            speed = r.get("speedup_vs_uncoded")
+            if speed is not None:
+                right.plot([speed], [y], "o", color=colors[name], ms=5)
+    for name in names:  # legend entries
+        left.plot([], [], "o-", color=colors[name], label=name)
+    left.plot([], [], "o", color=colors["auto-deadline"], mfc="white",
+              label="auto-deadline, rivals without a deadline")
+    left.axvline(1.0, color="k", lw=0.8)
+    left.axvline(factor, color="k", lw=0.8, ls="--", label=f"goal: {factor:g}x")
+    left.set_xlabel("time to target / best fixed choice with the same information "
+                    "(auto-deadline: the same deadline rule), 95% CI", fontsize=8)
+    left.set_yticks(range(len(keys)), keys, fontsize=8)
+    left.invert_yaxis()
+    fig.legend(*left.get_legend_handles_labels(), loc="upper center", ncol=5, fontsize=8,
+               frameon=False, bbox_to_anchor=(0.5, 0.985))
+    right.axvline(1.0, color="k", lw=0.8)
+    right.set_xscale("log")
+    right.xaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0), numticks=6))
+    right.xaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
+    right.xaxis.set_minor_formatter(ticker.NullFormatter())
+    right.set_xlabel("speed-up over uncoded (time to target)", fontsize=8)
+    for ax in (left, right):
+        ax.grid(True, axis="x", lw=0.3, alpha=0.5)
+        ax.tick_params(labelsize=7)
+        for row in range(len(keys)):
+            ax.axhline(row + 0.5, color="0.85", lw=0.5)
+    fig.suptitle("Adaptive coding against its goals (mean over seeds)", fontsize=10, y=1.02)
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    return fig
+
+
 def plot(runs: dict, target: float):
     plt = pyplot()
     from matplotlib import ticker
@@ -668,9 +781,16 @@ def _write(runs, args, seeds, rounds, figure: bool, table: dict | None = None,
                        "nested-fit s=v": "fit (server's knowledge, as auto)",
                        "deadline-fit s=v": "fit; work stopped at 3x the predicted time",
                        "others": "skip"}}
+    result["goals"] = goals(table)
     if partial_runs is not None:
         result["partial_runs"] = partial_runs
     save(result, args.out, plot(runs, args.target) if figure else None)
+    if figure and result["goals"]:
+        fig = plot_adaptive(table)
+        path = Path(f"{args.out}_adaptive.png")
+        fig.savefig(path, dpi=120, bbox_inches="tight")
+        pyplot().close(fig)
+        print(f"wrote {path}")
     return result
 
 

@@ -108,6 +108,49 @@ def test_time_to_accuracy_exact_coding_tracks_uncoded(tmp_path):
     rows = next(iter(result["table"].values()))
     assert rows["exact"]["max_accuracy_gap_to_uncoded"] == 0.0
     assert rows["ignore-stragglers"]["max_accuracy_gap_to_uncoded"] > 0.0
+    # the goals' summary: auto's speed-up under Pareto delays as in its table row, and the
+    # figure of the goals next to the main one
+    goals = json.loads((tmp_path / "tta.json").read_text())["goals"]
+    assert goals["auto"]["speedup_pareto"] == rows["auto"]["speedup_vs_uncoded"]
+    assert (tmp_path / "tta_adaptive.png").stat().st_size > 10_000
+
+
+def test_time_to_accuracy_goals_read_every_comparison_from_the_table():
+    """Made-up ratios: auto within 1.05 of the hindsight rivals in one setting of two, of the
+    rivals with its information in both; faster than every fixed choice under drift to the
+    target but not to the final model; one setting not exact."""
+    module = load("time_to_accuracy")
+    table = {
+        "n=12 s=3 pareto": {"auto": {"vs_best_fixed": 1.04, "vs_best_fixed_same_information": 1.0,
+                                     "speedup_vs_uncoded": 3.5,
+                                     "max_accuracy_gap_to_uncoded": 0.0}},
+        "n=12 s=3 drift": {"auto": {"vs_best_fixed": 0.9, "vs_best_fixed_final": 1.2,
+                                    "vs_best_fixed_same_information": 1.05,
+                                    "max_accuracy_gap_to_uncoded": 0.0},
+                           "uncoded": {}},
+        "n=12 s=3 drift-early": {"auto": {"vs_best_fixed": 1.06, "vs_best_fixed_final": 0.5,
+                                          "max_accuracy_gap_to_uncoded": 0.1}},
+    }
+    goals = module.goals(table)
+    assert set(goals) == {"auto"}  # no other adaptive scheme in the table
+    auto = goals["auto"]
+    assert auto["within"]["hindsight"]["met"] == ["n=12 s=3 drift", "n=12 s=3 pareto"]
+    assert auto["within"]["hindsight"]["missed"] == {"n=12 s=3 drift-early": 1.06}
+    assert auto["within"]["same_information"]["met"] == ["n=12 s=3 drift", "n=12 s=3 pareto"]
+    assert auto["within"]["same_information"]["missed"] == {}
+    assert "with_deadline" not in auto["within"]  # no such rivals: no such comparison
+    assert auto["drift"]["n=12 s=3 drift"] == {"to_target": 0.9, "to_final_model": 1.2,
+                                               "strictly_better": False}
+    assert auto["drift"]["n=12 s=3 drift-early"]["strictly_better"] is False
+    assert "n=12 s=3 pareto" not in auto["drift"]
+    assert auto["exact"] == {"equal": ["n=12 s=3 pareto", "n=12 s=3 drift"],
+                             "differ": ["n=12 s=3 drift-early"]}
+    assert auto["speedup_pareto"] == 3.5 and auto["speedup_n256_bimodal"] is None
+    table["n=12 s=3 drift"]["auto"]["vs_best_fixed_final"] = 0.99
+    assert module.goals(table)["auto"]["drift"]["n=12 s=3 drift"]["strictly_better"] is True
+    # a stricter factor moves a setting from met to missed
+    assert module.goals(table, factor=1.03)["auto"]["within"]["hindsight"]["missed"] == {
+        "n=12 s=3 pareto": 1.04, "n=12 s=3 drift-early": 1.06}
 
 
 def test_time_to_accuracy_parallel_runs_equal_serial_runs(tmp_path):
