@@ -510,6 +510,77 @@ def goals(table: dict, factor: float = GOAL_FACTOR) -> dict:
     return out
 
 
+def _relative_v(v: int, s_max: int) -> str:
+    """A fixed tolerance named relative to ``s_max``, so that one name covers every scale."""
+    for name, value in (("0", 0), ("s_max", s_max), ("1", 1), ("2", 2),
+                        ("s_max/4", s_max // 4), ("s_max/2", s_max // 2)):
+        if v == value:
+            return name
+    return str(v)
+
+
+def worst_case(table: dict) -> dict:
+    """What not knowing the regime costs: per group of rivals, every fixed choice (named
+    relative to ``s_max``: ``s=0``, ``s=1``, ``s=2``, ``s=s_max/4``, ``s=s_max/2``, ``s=s_max``)
+    and the adaptive scheme that has the same information, its time to target over the
+    fastest of them all in each setting, and the worst of these ratios over the settings
+    (``worst``, ``worst_setting``), over all settings (``all``) and per cohort size
+    (``n=12``, ...). A choice that did not reach the target on every seed of a setting (as
+    many as the most of any member) is listed in ``never`` there (an unbounded ratio), not in
+    ``worst``; ``ran_in`` counts the settings it ran in (``s_max/4`` and ``s_max/2`` are not
+    distinct choices at ``s_max = 3``). Groups:
+
+    * ``same_information``: ``auto`` against uncoded (``s=0``), ``exact`` (``s=s_max``) and
+      every ``nested-fit s=v`` (busy clients queued by auto's rule);
+    * ``with_deadline``: ``auto-deadline`` against every ``deadline-fit s=v``.
+
+    Only settings where the adaptive scheme and at least two fixed choices ran count."""
+    groups = {"same_information": ("auto", "nested-fit s="),
+              "with_deadline": ("auto-deadline", "deadline-fit s=")}
+    out: dict = {}
+    for group, (adaptive, prefix) in groups.items():
+        ratios: dict = {}  # setting -> {member: ratio, inf if it did not reach the target}
+        for key, by in table.items():
+            if adaptive not in by:
+                continue
+            s_max = int(key.split(" s=")[1].split()[0])
+            members = {f"s={_relative_v(int(k.removeprefix(prefix)), s_max)}": by[k]
+                       for k in by if k.startswith(prefix)}
+            if group == "same_information":
+                for name, scheme in (("s=0", "uncoded"), ("s=s_max", "exact")):
+                    if scheme in by:
+                        members[name] = by[scheme]
+            if len(members) < 2:
+                continue
+            members[adaptive] = by[adaptive]
+            seeds = max(r["reached"] for r in members.values())
+            times = {m: (r["time_to_target_mean"] if r["reached"] == seeds
+                         and r["time_to_target_mean"] is not None else math.inf)
+                     for m, r in members.items()}
+            best = min(times.values())
+            if math.isfinite(best):
+                ratios[key] = {m: t / best for m, t in times.items()}
+        scopes = {"all": list(ratios)}
+        for key in ratios:
+            scopes.setdefault(key.split()[0], []).append(key)
+        for scope, keys in scopes.items():
+            if not keys:
+                continue
+            names = sorted({m for k in keys for m in ratios[k]},
+                           key=lambda m: (m == adaptive, m))
+            finite = {m: {k: ratios[k][m] for k in keys
+                          if m in ratios[k] and math.isfinite(ratios[k][m])} for m in names}
+            out.setdefault(group, {})[scope] = {
+                "settings": keys,
+                "worst": {m: max(f.values()) if f else None for m, f in finite.items()},
+                "worst_setting": {m: max(f, key=f.get) if f else None
+                                  for m, f in finite.items()},
+                "never": {m: [k for k in keys if m in ratios[k]
+                              and not math.isfinite(ratios[k][m])] for m in names},
+                "ran_in": {m: sum(m in ratios[k] for k in keys) for m in names}}
+    return out
+
+
 def plot_adaptive(table: dict, factor: float = GOAL_FACTOR):
     """The goals at a glance: per setting (without DP), each adaptive scheme's time to target
     over the best fixed choice with the same information (left; ``auto-deadline``: with the
@@ -782,6 +853,7 @@ def _write(runs, args, seeds, rounds, figure: bool, table: dict | None = None,
                        "deadline-fit s=v": "fit; work stopped at 3x the predicted time",
                        "others": "skip"}}
     result["goals"] = goals(table)
+    result["worst_case"] = worst_case(table)
     if partial_runs is not None:
         result["partial_runs"] = partial_runs
     save(result, args.out, plot(runs, args.target) if figure else None)

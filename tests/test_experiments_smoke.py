@@ -115,6 +115,42 @@ def test_time_to_accuracy_exact_coding_tracks_uncoded(tmp_path):
     assert (tmp_path / "tta_adaptive.png").stat().st_size > 10_000
 
 
+def test_time_to_accuracy_worst_case_over_settings_names_fixed_choices_relative_to_s_max():
+    """Two settings, times to target by hand: at n = 12 (s_max 3) uncoded 8, exact 2, s=1 4,
+    auto 3 (best 2); at n = 100 (s_max 12) uncoded 10, exact 20, s=3 (s_max/4) 5, s=6
+    (s_max/2) never on one seed, auto 6 (best 5). Worst ratios: s=0 max(4, 2) = 4, s=s_max
+    max(1, 4) = 4, auto max(1.5, 1.2) = 1.5, s=s_max/4 1 (one setting)."""
+    module = load("time_to_accuracy")
+
+    def row(t, reached=2):
+        return {"time_to_target_mean": t, "reached": reached}
+
+    table = {"n=12 s=3 pareto": {"uncoded": row(8.0), "exact": row(2.0),
+                                 "nested-fit s=1": row(4.0), "auto": row(3.0)},
+             "n=100 s=12 bimodal": {"uncoded": row(10.0), "exact": row(20.0),
+                                    "nested-fit s=3": row(5.0), "nested-fit s=6": row(4.0, 1),
+                                    "auto": row(6.0)},
+             "n=12 s=3 pareto +DP": {"uncoded": row(None, 0), "auto": row(None, 0)}}
+    worst = module.worst_case(table)
+    assert set(worst) == {"same_information"}  # no auto-deadline: no deadline group
+    every = worst["same_information"]["all"]
+    assert every["settings"] == ["n=12 s=3 pareto", "n=100 s=12 bimodal"]  # DP never reached
+    assert every["worst"] == {"s=0": 4.0, "s=1": 2.0, "s=s_max": 4.0, "s=s_max/2": None,
+                              "s=s_max/4": 1.0, "auto": 1.5}
+    assert every["worst_setting"]["s=s_max"] == "n=100 s=12 bimodal"
+    assert every["worst_setting"]["auto"] == "n=12 s=3 pareto"
+    assert every["never"]["s=s_max/2"] == ["n=100 s=12 bimodal"]
+    assert every["ran_in"] == {"s=0": 2, "s=1": 1, "s=s_max": 2, "s=s_max/2": 1,
+                               "s=s_max/4": 1, "auto": 2}
+    assert worst["same_information"]["n=100"]["worst"]["auto"] == pytest.approx(1.2)
+    assert worst["same_information"]["n=12"]["settings"] == ["n=12 s=3 pareto"]
+    table["n=12 s=3 pareto"]["auto-deadline"] = row(1.0)
+    table["n=12 s=3 pareto"]["deadline-fit s=3"] = row(1.5)
+    table["n=12 s=3 pareto"]["deadline-fit s=0"] = row(3.0)
+    deadline = module.worst_case(table)["with_deadline"]["all"]
+    assert deadline["worst"] == {"s=0": 3.0, "s=s_max": 1.5, "auto-deadline": 1.0}
+
+
 def test_time_to_accuracy_goals_read_every_comparison_from_the_table():
     """Made-up ratios: auto within 1.05 of the hindsight rivals in one setting of two, of the
     rivals with its information in both; faster than every fixed choice under drift to the
