@@ -461,51 +461,89 @@ def _compare_with_fixed(table: dict, runs: dict, name: str, target: float | None
 
 
 GOAL_FACTOR = 1.05  # an adaptive scheme should take at most this over the best fixed choice
-# the comparisons the goals are read from: (table key suffix, what the rivals are)
-GOAL_RIVALS = (("", "fixed codes queued from the virtual clock, uncoded, exact"),
-               ("_same_information", "fixed codes with the adaptive scheme's information"),
-               ("_with_deadline", "fixed codes with auto-deadline's deadline rule"))
+# the comparisons the goals are read from: (table key suffix, what the rivals are, the
+# adaptive schemes it is a like-for-like comparison for)
+GOAL_RIVALS = (("", "fixed codes queued from the virtual clock, uncoded, exact", ADAPTIVE),
+               ("_same_information", "fixed codes with the adaptive scheme's information",
+                ADAPTIVE),
+               ("_with_deadline", "fixed codes with auto-deadline's deadline rule",
+                ("auto-deadline",)))
+GOALS_SPEEDUP = (("speedup_pareto", "n=12 s=3 pareto", 2.0),
+                 ("speedup_n256_bimodal", "n=256 s=32 bimodal", 1.0))
 
 
 def goals(table: dict, factor: float = GOAL_FACTOR) -> dict:
     """Each adaptive scheme against the goals of adaptive coding, read from ``table``:
 
     * ``within``: per rival kind (``GOAL_RIVALS``), the settings where its time to target is at
-      most ``factor`` times the best fixed choice's (``vs_best_fixed*``) and those where it is
-      not (``missed``, with the ratio); settings without that comparison are left out;
-    * ``drift``: per ``drift`` / ``drift-early`` setting, whether it was strictly faster than
-      every fixed choice (ratio below 1), to the target and to the final model;
-    * ``speedup_pareto`` / ``speedup_n256_bimodal``: its speed-up over uncoded there;
-    * ``exact``: the settings where every round matched the uncoded run (largest accuracy gap
-      0) and those where it did not.
+      most ``factor`` times the best fixed choice's (``vs_best_fixed*``; ``best_fixed``
+      names it) and those where it is not (``missed``, with the ratio, ``None`` when the
+      scheme did not reach the target on as many seeds as some other scheme of the setting:
+      an unbounded ratio); settings where no scheme reached the target on any seed (the DP
+      ones) or without that comparison are left out;
+    * ``drift``: per ``drift`` / ``drift-early`` setting, its ratio to the best fixed choice
+      to the target and to the final model, and whether each is strictly below 1 (``None``:
+      not measured, e.g. no time to the final model for a run with rounds that were not
+      exact);
+    * ``speedup_pareto`` / ``speedup_n256_bimodal``: its speed-up over uncoded there, and
+      ``speedup_met``: whether each is at least its goal (2 and 1);
+    * ``exact``: the settings where every round was exact and matched the uncoded run
+      (``equal``: largest accuracy gap 0), where every round was exact but the accuracy
+      differs (``differ``: a broken exactness), and where some rounds were approximate or
+      skipped by design (``approximate``: ``auto-deadline``'s missed deadlines).
     """
     out: dict = {}
     for name in ADAPTIVE:
         rows = {key: by[name] for key, by in table.items() if name in by}
         if not rows:
             continue
-        result: dict = {"within": {}, "drift": {}, "exact": {"equal": [], "differ": []}}
-        for suffix, rivals in GOAL_RIVALS:
-            ratios = {key: r[f"vs_best_fixed{suffix}"] for key, r in rows.items()
-                      if r.get(f"vs_best_fixed{suffix}") is not None}
+        result: dict = {"within": {}, "drift": {},
+                        "exact": {"equal": [], "differ": [], "approximate": []}}
+        for suffix, rivals, schemes in GOAL_RIVALS:
+            if name not in schemes:
+                continue
+            ratios: dict = {}
+            best: dict = {}
+            for key, r in rows.items():
+                ratio = r.get(f"vs_best_fixed{suffix}")
+                if ratio is not None:
+                    # compared on its seeds: a rival that also reached the target on others
+                    # makes the ratio unbounded
+                    most = max((table[key][k].get("reached", 0)
+                                for k in r.get(f"fixed_compared{suffix}", ()) if k in table[key]),
+                               default=0)
+                    ratios[key] = ratio if r.get("reached", 0) >= most else math.inf
+                    best[key] = r.get(f"best_fixed{suffix}")
+                elif not suffix and (table[key].get("uncoded", {}).get("reached", 0)
+                                     > r.get("reached", 0)):
+                    ratios[key] = math.inf  # uncoded reached the target on a seed it did not
             if ratios:
                 result["within"][suffix.lstrip("_") or "hindsight"] = {
                     "rivals": rivals,
                     "met": sorted(k for k, v in ratios.items() if v <= factor),
-                    "missed": {k: v for k, v in sorted(ratios.items()) if v > factor}}
+                    "missed": {k: (v if math.isfinite(v) else None)
+                               for k, v in sorted(ratios.items()) if v > factor},
+                    "best_fixed": dict(sorted(best.items()))}
         for key, r in rows.items():
             if key.endswith(("drift", "drift-early")):
+                to_target, final = r.get("vs_best_fixed"), r.get("vs_best_fixed_final")
                 result["drift"][key] = {
-                    "to_target": r.get("vs_best_fixed"),
-                    "to_final_model": r.get("vs_best_fixed_final"),
-                    "strictly_better": all(v is not None and v < 1.0 for v in (
-                        r.get("vs_best_fixed"), r.get("vs_best_fixed_final")))}
+                    "to_target": to_target, "to_final_model": final,
+                    "strictly_better_to_target": None if to_target is None else to_target < 1,
+                    "strictly_better_to_final_model": None if final is None else final < 1}
+            rounds = table[key].get("uncoded", {}).get("exact_rounds")
             gap = r.get("max_accuracy_gap_to_uncoded")
-            if gap is not None:
+            if gap is None or rounds is None:
+                continue
+            if r.get("exact_rounds") != rounds:
+                result["exact"]["approximate"].append(key)
+            else:
                 result["exact"]["equal" if gap == 0.0 else "differ"].append(key)
-        for label, key in (("speedup_pareto", "n=12 s=3 pareto"),
-                           ("speedup_n256_bimodal", "n=256 s=32 bimodal")):
+        result["speedup_met"] = {}
+        for label, key, goal in GOALS_SPEEDUP:
             result[label] = rows.get(key, {}).get("speedup_vs_uncoded")
+            if result[label] is not None:
+                result["speedup_met"][label] = result[label] >= goal
         out[name] = result
     return out
 
@@ -519,22 +557,25 @@ def _relative_v(v: int, s_max: int) -> str:
     return str(v)
 
 
-def worst_case(table: dict) -> dict:
+def worst_case(table: dict, seeds: int | None = None) -> dict:
     """What not knowing the regime costs: per group of rivals, every fixed choice (named
     relative to ``s_max``: ``s=0``, ``s=1``, ``s=2``, ``s=s_max/4``, ``s=s_max/2``, ``s=s_max``)
     and the adaptive scheme that has the same information, its time to target over the
     fastest of them all in each setting, and the worst of these ratios over the settings
     (``worst``, ``worst_setting``), over all settings (``all``) and per cohort size
-    (``n=12``, ...). A choice that did not reach the target on every seed of a setting (as
-    many as the most of any member) is listed in ``never`` there (an unbounded ratio), not in
-    ``worst``; ``ran_in`` counts the settings it ran in (``s_max/4`` and ``s_max/2`` are not
-    distinct choices at ``s_max = 3``). Groups:
+    (``n=12``, ...). A choice that did not reach the target on every seed of a setting
+    (``seeds``; ``None``: as many as the most of any member) is listed in ``never`` there (an
+    unbounded ratio), not in ``worst``, so every ratio compares means over the same seeds;
+    ``ran_in`` counts the settings it ran in (``s_max/4`` and ``s_max/2`` are not distinct
+    choices at ``s_max = 3``). Groups:
 
-    * ``same_information``: ``auto`` against uncoded (``s=0``), ``exact`` (``s=s_max``) and
-      every ``nested-fit s=v`` (busy clients queued by auto's rule);
+    * ``same_information``: ``auto`` against uncoded (``s=0``), every ``nested-fit s=v``
+      (busy clients queued by auto's rule) and, for ``s=s_max``, the faster of ``exact`` and
+      ``oracle s=s_max`` (the fixed ``s_max`` queued like auto) where it ran;
     * ``with_deadline``: ``auto-deadline`` against every ``deadline-fit s=v``.
 
-    Only settings where the adaptive scheme and at least two fixed choices ran count."""
+    Only settings where the adaptive scheme and at least two fixed choices ran count, and
+    where some member reached the target (not the DP ones)."""
     groups = {"same_information": ("auto", "nested-fit s="),
               "with_deadline": ("auto-deadline", "deadline-fit s=")}
     out: dict = {}
@@ -547,14 +588,17 @@ def worst_case(table: dict) -> dict:
             members = {f"s={_relative_v(int(k.removeprefix(prefix)), s_max)}": by[k]
                        for k in by if k.startswith(prefix)}
             if group == "same_information":
-                for name, scheme in (("s=0", "uncoded"), ("s=s_max", "exact")):
-                    if scheme in by:
-                        members[name] = by[scheme]
+                if "uncoded" in by:
+                    members["s=0"] = by["uncoded"]
+                fixed_max = [by[k] for k in ("exact", f"oracle s={s_max}") if k in by]
+                if fixed_max:
+                    members["s=s_max"] = min(fixed_max, key=lambda r: (
+                        -r["reached"], r["time_to_target_mean"] or math.inf))
             if len(members) < 2:
                 continue
             members[adaptive] = by[adaptive]
-            seeds = max(r["reached"] for r in members.values())
-            times = {m: (r["time_to_target_mean"] if r["reached"] == seeds
+            every = seeds if seeds is not None else max(r["reached"] for r in members.values())
+            times = {m: (r["time_to_target_mean"] if r["reached"] >= every
                          and r["time_to_target_mean"] is not None else math.inf)
                      for m, r in members.items()}
             best = min(times.values())
@@ -582,10 +626,12 @@ def worst_case(table: dict) -> dict:
 
 
 def plot_adaptive(table: dict, factor: float = GOAL_FACTOR):
-    """The goals at a glance: per setting (without DP), each adaptive scheme's time to target
-    over the best fixed choice with the same information (left; ``auto-deadline``: with the
-    same deadline rule where those rivals ran, hollow: against rivals without a deadline), with
-    its 95% paired bootstrap interval, and its speed-up over uncoded (right)."""
+    """The goals at a glance: per setting (without DP), the time to target of ``auto``,
+    ``auto-warm`` and ``auto-deadline`` (``auto-exclude``, identical to ``auto`` in most
+    settings, is left out) over the best fixed choice with the same information (left;
+    ``auto-deadline``: with the same deadline rule where those rivals ran, hollow: against
+    rivals without a deadline), with its 95% paired bootstrap interval (an ``x`` at the right
+    edge: no ratio, it did not reach the target), and its speed-up over uncoded (right)."""
     plt = pyplot()
     from matplotlib import ticker
 
@@ -595,7 +641,9 @@ def plot_adaptive(table: dict, factor: float = GOAL_FACTOR):
     colors = {"auto": "C4", "auto-warm": "C6", "auto-deadline": "C9"}
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 0.42 * len(keys) + 1.8), sharey=True,
                                       gridspec_kw={"width_ratios": (3, 2)})
-    offsets = dict(zip(names, np.linspace(-0.25, 0.25, len(names)), strict=True))
+    offsets = dict(zip(names, (np.linspace(-0.25, 0.25, len(names)) if len(names) > 1
+                               else [0.0]), strict=True))
+    never = []  # (y, colour) of schemes without a ratio
     for name in names:
         for row, key in enumerate(keys):
             r = table[key].get(name)
@@ -613,6 +661,8 @@ def plot_adaptive(table: dict, factor: float = GOAL_FACTOR):
                     left.plot(ci, [y, y], color=colors[name], lw=1.2)
                 left.plot([ratio], [y], "o", color=colors[name], ms=5,
                           mfc="white" if hollow else colors[name])
+            else:
+                never.append((y, colors[name]))
             speed = r.get("speedup_vs_uncoded")
             if speed is not None:
                 right.plot([speed], [y], "o", color=colors[name], ms=5)
@@ -621,7 +671,11 @@ def plot_adaptive(table: dict, factor: float = GOAL_FACTOR):
     left.plot([], [], "o", color=colors["auto-deadline"], mfc="white",
               label="auto-deadline, rivals without a deadline")
     left.axvline(1.0, color="k", lw=0.8)
-    left.axvline(factor, color="k", lw=0.8, ls="--", label=f"goal: {factor:g}x")
+    left.axvline(factor, color="k", lw=0.8, ls="--", label=f"{factor:g}x (the goal's factor)")
+    xmax = left.get_xlim()[1]
+    left.set_xlim(right=xmax)
+    for y, color in never:  # at the right edge, once the limits are known
+        left.plot([xmax], [y], "x", color=color, ms=6, clip_on=False)
     left.set_xlabel("time to target / best fixed choice with the same information "
                     "(auto-deadline: the same deadline rule), 95% CI", fontsize=8)
     left.set_yticks(range(len(keys)), keys, fontsize=8)
@@ -853,7 +907,7 @@ def _write(runs, args, seeds, rounds, figure: bool, table: dict | None = None,
                        "deadline-fit s=v": "fit; work stopped at 3x the predicted time",
                        "others": "skip"}}
     result["goals"] = goals(table)
-    result["worst_case"] = worst_case(table)
+    result["worst_case"] = worst_case(table, len(seeds))
     if partial_runs is not None:
         result["partial_runs"] = partial_runs
     save(result, args.out, plot(runs, args.target) if figure else None)

@@ -149,45 +149,93 @@ def test_time_to_accuracy_worst_case_over_settings_names_fixed_choices_relative_
     table["n=12 s=3 pareto"]["deadline-fit s=0"] = row(3.0)
     deadline = module.worst_case(table)["with_deadline"]["all"]
     assert deadline["worst"] == {"s=0": 3.0, "s=s_max": 1.5, "auto-deadline": 1.0}
+    # s_max queued like auto (oracle s=s_max) replaces exact where it is faster: n = 100's
+    # best is then 4 (auto 6 / 4 = 1.5, exact's 20 gone)
+    table["n=100 s=12 bimodal"]["oracle s=12"] = row(4.0)
+    every = module.worst_case(table)["same_information"]["all"]
+    assert every["worst"]["s=s_max"] == pytest.approx(1.0)
+    assert every["worst"]["auto"] == pytest.approx(1.5)
+    # with three seeds run, a choice that reached the target on two is never there, auto too
+    # nobody reached it on three seeds: no setting counts
+    assert module.worst_case(table, seeds=3) == {}
+    table["n=12 s=3 pareto"]["uncoded"] = row(8.0, 3)
+    three = module.worst_case(table, seeds=3)["same_information"]["all"]
+    assert three["settings"] == ["n=12 s=3 pareto"]
+    assert three["worst"]["s=0"] == 1.0 and three["never"]["auto"] == ["n=12 s=3 pareto"]
+    # a setting with one fixed choice besides auto compares nothing
+    lone = module.worst_case({"n=12 s=3 trace": {"uncoded": row(2.0), "auto": row(1.0)}})
+    assert lone == {}
 
 
 def test_time_to_accuracy_goals_read_every_comparison_from_the_table():
-    """Made-up ratios: auto within 1.05 of the hindsight rivals in one setting of two, of the
-    rivals with its information in both; faster than every fixed choice under drift to the
-    target but not to the final model; one setting not exact."""
+    """Made-up rows, 2 seeds: auto within 1.05 of the hindsight rivals in one setting of
+    three and of the rivals with its information in two; under drift faster than every fixed
+    choice to the target only; one setting whose rounds were not all exact, one that never
+    reached the target where uncoded did, one where the rivals reached it on a seed auto did
+    not (unbounded ratios)."""
     module = load("time_to_accuracy")
+
+    def auto(reached=2, exact=30.0, **ratios):
+        row = {"reached": reached, "exact_rounds": exact, "max_accuracy_gap_to_uncoded": 0.0}
+        for suffix, value in ratios.items():
+            key = "" if suffix == "hindsight" else f"_{suffix}"
+            row[f"vs_best_fixed{key}"] = value
+            row[f"best_fixed{key}"] = "exact"
+            row[f"fixed_compared{key}"] = ["exact", "uncoded"]
+        return row
+
+    uncoded = {"reached": 2, "exact_rounds": 30.0}
     table = {
-        "n=12 s=3 pareto": {"auto": {"vs_best_fixed": 1.04, "vs_best_fixed_same_information": 1.0,
-                                     "speedup_vs_uncoded": 3.5,
-                                     "max_accuracy_gap_to_uncoded": 0.0}},
-        "n=12 s=3 drift": {"auto": {"vs_best_fixed": 0.9, "vs_best_fixed_final": 1.2,
-                                    "vs_best_fixed_same_information": 1.05,
-                                    "max_accuracy_gap_to_uncoded": 0.0},
-                           "uncoded": {}},
-        "n=12 s=3 drift-early": {"auto": {"vs_best_fixed": 1.06, "vs_best_fixed_final": 0.5,
-                                          "max_accuracy_gap_to_uncoded": 0.1}},
+        "n=12 s=3 pareto": {"auto": {**auto(hindsight=1.04, same_information=1.0),
+                                     "speedup_vs_uncoded": 3.5},
+                            "uncoded": uncoded, "exact": {"reached": 2}},
+        "n=12 s=3 drift": {"auto": auto(hindsight=0.9, final=1.0, same_information=1.05),
+                           "uncoded": uncoded, "exact": {"reached": 2}},
+        "n=12 s=3 drift-early": {"auto": {**auto(exact=29.0, hindsight=1.06),
+                                          "max_accuracy_gap_to_uncoded": 0.1},
+                                 "uncoded": uncoded, "exact": {"reached": 2}},
+        "n=12 s=3 bimodal": {"auto": auto(reached=0), "uncoded": uncoded},
+        "n=12 s=3 trace": {"auto": auto(reached=1, hindsight=0.5),
+                           "uncoded": uncoded, "exact": {"reached": 2}},
+        "n=12 s=3 pareto +DP": {"auto": auto(reached=0),
+                                "uncoded": {"reached": 0, "exact_rounds": 30.0}},
+        "n=12 s=3 persistent": {"auto": {"reached": 2}},  # no gap, no rounds: not classified
     }
     goals = module.goals(table)
     assert set(goals) == {"auto"}  # no other adaptive scheme in the table
-    auto = goals["auto"]
-    assert auto["within"]["hindsight"]["met"] == ["n=12 s=3 drift", "n=12 s=3 pareto"]
-    assert auto["within"]["hindsight"]["missed"] == {"n=12 s=3 drift-early": 1.06}
-    assert auto["within"]["same_information"]["met"] == ["n=12 s=3 drift", "n=12 s=3 pareto"]
-    assert auto["within"]["same_information"]["missed"] == {}
-    assert "with_deadline" not in auto["within"]  # no such rivals: no such comparison
-    assert auto["drift"]["n=12 s=3 drift"] == {"to_target": 0.9, "to_final_model": 1.2,
-                                               "strictly_better": False}
-    assert auto["drift"]["n=12 s=3 drift-early"]["strictly_better"] is False
-    assert "n=12 s=3 pareto" not in auto["drift"]
-    assert auto["exact"] == {"equal": ["n=12 s=3 pareto", "n=12 s=3 drift"],
-                             "differ": ["n=12 s=3 drift-early"]}
-    assert auto["speedup_pareto"] == 3.5 and auto["speedup_n256_bimodal"] is None
-    table["n=12 s=3 drift"]["auto"]["vs_best_fixed_final"] = 0.99
-    assert module.goals(table)["auto"]["drift"]["n=12 s=3 drift"]["strictly_better"] is True
+    result = goals["auto"]
+    hindsight = result["within"]["hindsight"]
+    assert hindsight["met"] == ["n=12 s=3 drift", "n=12 s=3 pareto"]
+    assert hindsight["missed"] == {"n=12 s=3 bimodal": None, "n=12 s=3 drift-early": 1.06,
+                                   "n=12 s=3 trace": None}
+    assert hindsight["best_fixed"]["n=12 s=3 pareto"] == "exact"
+    same = result["within"]["same_information"]
+    assert same["met"] == ["n=12 s=3 drift", "n=12 s=3 pareto"] and same["missed"] == {}
+    assert "with_deadline" not in result["within"]  # auto-deadline's comparison only
+    assert result["drift"]["n=12 s=3 drift"] == {
+        "to_target": 0.9, "to_final_model": 1.0, "strictly_better_to_target": True,
+        "strictly_better_to_final_model": False}  # 1.0 is not strictly better
+    assert result["drift"]["n=12 s=3 drift-early"]["strictly_better_to_target"] is False
+    assert result["drift"]["n=12 s=3 drift-early"]["strictly_better_to_final_model"] is None
+    assert "n=12 s=3 pareto" not in result["drift"]
+    assert result["exact"] == {
+        "equal": ["n=12 s=3 pareto", "n=12 s=3 drift", "n=12 s=3 bimodal", "n=12 s=3 trace",
+                  "n=12 s=3 pareto +DP"],
+        "differ": [], "approximate": ["n=12 s=3 drift-early"]}
+    table["n=12 s=3 pareto"]["auto"]["max_accuracy_gap_to_uncoded"] = 0.01
+    assert module.goals(table)["auto"]["exact"]["differ"] == ["n=12 s=3 pareto"]
+    assert result["speedup_pareto"] == 3.5 and result["speedup_n256_bimodal"] is None
+    assert result["speedup_met"] == {"speedup_pareto": True}
+    table["n=256 s=32 bimodal"] = {"auto": {**auto(), "speedup_vs_uncoded": 0.99}}
+    assert module.goals(table)["auto"]["speedup_met"] == {"speedup_pareto": True,
+                                                          "speedup_n256_bimodal": False}
     # a stricter factor moves a setting from met to missed
-    assert module.goals(table, factor=1.03)["auto"]["within"]["hindsight"]["missed"] == {
-        "n=12 s=3 pareto": 1.04, "n=12 s=3 drift-early": 1.06}
-
+    assert module.goals(table, factor=1.03)["auto"]["within"]["hindsight"]["missed"][
+        "n=12 s=3 pareto"] == 1.04
+    # auto-deadline alone is compared with the rivals given its deadline rule
+    table["n=12 s=3 pareto"]["auto-deadline"] = auto(with_deadline=1.2)
+    deadline = module.goals(table)["auto-deadline"]["within"]["with_deadline"]
+    assert deadline["missed"] == {"n=12 s=3 pareto": 1.2}
 
 def test_time_to_accuracy_parallel_runs_equal_serial_runs(tmp_path):
     module = load("time_to_accuracy")
