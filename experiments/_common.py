@@ -49,12 +49,18 @@ def save(result: dict, out: str | Path, figure=None) -> Path:
                                     "cpu": platform.machine()}}
     out.with_suffix(".json").write_text(json.dumps(_jsonable(result), indent=2))
     if figure is not None:
-        figure.savefig(out.with_suffix(".png"), dpi=120, bbox_inches="tight")
-        import matplotlib.pyplot as plt
-
-        plt.close(figure)
+        save_figure(figure, out.with_suffix(".png"))
     print(f"wrote {out.with_suffix('.json')}" + (" and .png" if figure is not None else ""))
     return out
+
+
+def save_figure(figure, path: str | Path) -> Path:
+    """Write a figure as every experiment's figures are written (120 dpi, tight) and close it."""
+    import matplotlib.pyplot as plt
+
+    figure.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(figure)
+    return Path(path)
 
 
 def quiet_flower() -> None:

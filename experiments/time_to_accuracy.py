@@ -87,7 +87,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import progress, pyplot, quiet_flower, save
+from _common import progress, pyplot, quiet_flower, save, save_figure
 
 SCHEMES = {
     "uncoded": {"code": "uncoded"},
@@ -460,6 +460,9 @@ def _compare_with_fixed(table: dict, runs: dict, name: str, target: float | None
         auto["time_to_final_model_mean"] = float(np.mean(a[seeds]))
 
 
+# one colour per scheme in every figure (approx-deadline-stop shares approx-deadline's)
+SCHEME_COLORS = dict(zip([*SCHEMES, *ON_REQUEST],
+                         ["C0", "C1", "C2", "C3", "C4", "C5", "C6", "C3", "C9"], strict=True))
 GOAL_FACTOR = 1.05  # an adaptive scheme should take at most this over the best fixed choice
 # the comparisons the goals are read from: (table key suffix, what the rivals are, the
 # adaptive schemes it is a like-for-like comparison for)
@@ -638,7 +641,7 @@ def plot_adaptive(table: dict, factor: float = GOAL_FACTOR):
     keys = [k for k in table if not k.endswith("+DP")
             and any(name in table[k] for name in ADAPTIVE)]
     names = [x for x in ("auto", "auto-warm", "auto-deadline") if any(x in table[k] for k in keys)]
-    colors = {"auto": "C4", "auto-warm": "C6", "auto-deadline": "C9"}
+    colors = SCHEME_COLORS
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 0.42 * len(keys) + 1.8), sharey=True,
                                       gridspec_kw={"width_ratios": (3, 2)})
     offsets = dict(zip(names, (np.linspace(-0.25, 0.25, len(names)) if len(names) > 1
@@ -706,8 +709,7 @@ def plot(runs: dict, target: float):
     cols = min(3, len(keys))
     rows_ = -(-len(keys) // cols)
     fig, axes = plt.subplots(rows_, cols, figsize=(5.2 * cols, 3.9 * rows_), squeeze=False)
-    main_colors = dict(zip([*SCHEMES, *ON_REQUEST],
-                           ["C0", "C1", "C2", "C3", "C4", "C5", "C6", "C3", "C9"], strict=True))
+    main_colors = SCHEME_COLORS
     handles = {}
     nested = sorted({_nested_key(s)[0] for by in runs.values() for s in by
                      if s not in main_colors
@@ -912,11 +914,7 @@ def _write(runs, args, seeds, rounds, figure: bool, table: dict | None = None,
         result["partial_runs"] = partial_runs
     save(result, args.out, plot(runs, args.target) if figure else None)
     if figure and result["goals"]:
-        fig = plot_adaptive(table)
-        path = Path(f"{args.out}_adaptive.png")
-        fig.savefig(path, dpi=120, bbox_inches="tight")
-        pyplot().close(fig)
-        print(f"wrote {path}")
+        print(f"wrote {save_figure(plot_adaptive(table), f'{args.out}_adaptive.png')}")
     return result
 
 

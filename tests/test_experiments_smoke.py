@@ -155,8 +155,8 @@ def test_time_to_accuracy_worst_case_over_settings_names_fixed_choices_relative_
     every = module.worst_case(table)["same_information"]["all"]
     assert every["worst"]["s=s_max"] == pytest.approx(1.0)
     assert every["worst"]["auto"] == pytest.approx(1.5)
-    # with three seeds run, a choice that reached the target on two is never there, auto too
-    # nobody reached it on three seeds: no setting counts
+    # with three seeds run, a choice that reached the target on two is never there; nobody
+    # reached it on three seeds: no setting counts
     assert module.worst_case(table, seeds=3) == {}
     table["n=12 s=3 pareto"]["uncoded"] = row(8.0, 3)
     three = module.worst_case(table, seeds=3)["same_information"]["all"]
@@ -236,6 +236,7 @@ def test_time_to_accuracy_goals_read_every_comparison_from_the_table():
     table["n=12 s=3 pareto"]["auto-deadline"] = auto(with_deadline=1.2)
     deadline = module.goals(table)["auto-deadline"]["within"]["with_deadline"]
     assert deadline["missed"] == {"n=12 s=3 pareto": 1.2}
+
 
 def test_time_to_accuracy_parallel_runs_equal_serial_runs(tmp_path):
     module = load("time_to_accuracy")
