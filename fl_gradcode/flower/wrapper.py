@@ -43,7 +43,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, Re
 from flwr.common.logger import log
 from flwr.serverapp.strategy import FedAvg, Result, Strategy
 
-from ..codes import GradientCode, make_code
+from ..codes import GradientCode
 from ..latency import LatencyModel, client_delay
 from ..privacy import DPConfig, PrivacyAccountant, ServerNoise, make_mechanism
 from ..results import RoundRecorder
@@ -51,6 +51,7 @@ from . import protocol
 from .clock import VirtualClock, WallClock, make_clock
 from .grid import EarlyReturnGrid
 from .integrity import Probe, Verdict, verify_replies
+from .membership import Membership, code_for_cohort
 from .protocol import CodedReply, Identity, Instruction, RejectedReply
 
 __all__ = ["GradientCoding"]
@@ -440,7 +441,8 @@ class GradientCoding(Strategy):
             if results_dir
             else None
         )
-        self.identities: dict[int, Identity] = {}
+        self.membership = Membership(self.warmup_timeout)
+        self.identities: dict[int, Identity] = self.membership.claims
         self.partition_sizes: dict[tuple[int, int], float] = {}
         self.history: list[dict[str, Any]] = []
         self.stopped = False
@@ -665,17 +667,14 @@ class GradientCoding(Strategy):
         return {node for node in busy_nodes if self.clock.busy_until.get(node, 0.0) - now < limit}
 
     def code_for(self, n: int) -> GradientCode:
-        """The code for a cohort of ``n`` clients (built once per size)."""
-        if isinstance(self.code_spec, GradientCode):
-            if self.code_spec.n != n:
-                raise ValueError(
-                    f"the code was built for n={self.code_spec.n} clients but the cohort has "
-                    f"{n}; pass a registry name to build the code per cohort"
-                )
+        """The code for a cohort of ``n`` clients (built once per size; a size the code cannot
+        take gets the nearest code that can, with a WARNING:
+        :func:`~fl_gradcode.flower.membership.code_for_cohort`)."""
+        if isinstance(self.code_spec, GradientCode) and self.code_spec.n == n:
             return self.code_spec
         if n not in self._codes:
             s = min(self.s, n - 1)
-            if s < self.s:
+            if s < self.s and isinstance(self.code_spec, str):
                 log(
                     WARNING,
                     "s=%d stragglers cannot be tolerated with a cohort of %d; using s=%d",
@@ -686,7 +685,10 @@ class GradientCoding(Strategy):
             options = dict(self.code_options)
             if self.code_spec == "ignore-stragglers":
                 options.setdefault("rescale", True)
-            self._codes[n] = make_code(self.code_spec, n=n, s=s, seed=self.seed, **options)
+            code, why = code_for_cohort(self.code_spec, n, s, self.seed, options)
+            if why is not None:  # once per cohort size: the code is kept for that size
+                log(WARNING, "%s", why)
+            self._codes[n] = code
         return self._codes[n]
 
     def wire_for(self, code: GradientCode) -> str:
@@ -932,46 +934,12 @@ class GradientCoding(Strategy):
         )
 
     # ------------------------------------------------------------------ identities
-    def _identify(self, grid: Any, nodes: list[int], server_round: int) -> None:
-        unknown = [n for n in nodes if n not in self.identities]
-        for attempt in range(2):
-            if not unknown:
-                break  # (not return: the duplicate check below must run)
-            msgs = [
-                protocol.instruction_message(
-                    RecordDict(), Instruction(op=protocol.OP_IDENTIFY), node, "identify"
-                )
-                for node in unknown
-            ]
-            reasons: dict[int, str] = {}
-            inner = grid.inner if isinstance(grid, EarlyReturnGrid) else grid
-            for reply in inner.send_and_receive(msgs, timeout=self.warmup_timeout):
-                node = reply.metadata.src_node_id
-                try:
-                    self.identities[node] = protocol.parse_identity(reply)
-                except RejectedReply as why:
-                    reasons[node] = str(why)
-            unknown = [n for n in unknown if n not in self.identities]
-            if unknown and attempt == 0:
-                log(WARNING, "nodes %s did not identify themselves; asking again", unknown)
-        if unknown:
-            details = "; ".join(f"node {n}: {reasons.get(n, 'no reply')}" for n in unknown[:5])
-            raise RuntimeError(
-                f"{len(unknown)} node(s) did not answer the gradient-coding handshake ({details})."
-                " Does every ClientApp run gradient_coding_mod (ClientApp(mods=["
-                "gradient_coding_mod])) and have 'partition-id' and 'num-partitions' in its "
-                "node config?"
-            )
-        seen: dict[tuple[int, int], int] = {}
-        for node in nodes:
-            ident = self.identities[node]
-            key = (ident.partition_id, ident.num_partitions)
-            if key in seen:
-                raise RuntimeError(
-                    f"nodes {seen[key]} and {node} both claim partition-id={ident.partition_id}"
-                    f" of {ident.num_partitions}; every node needs its own partition"
-                )
-            seen[key] = node
+    def _identify(self, grid: Any, nodes: list[int], server_round: int) -> list[int]:
+        """This round's members among the sampled ``nodes`` (sorted by partition id): those
+        that passed the handshake with an identity consistent with the federation's
+        (:class:`~fl_gradcode.flower.membership.Membership`); the others are stragglers."""
+        inner = grid.inner if isinstance(grid, EarlyReturnGrid) else grid
+        return self.membership.admit(inner, nodes, server_round)
 
     # ------------------------------------------------------------------ Strategy API
     def configure_train(
@@ -989,10 +957,9 @@ class GradientCoding(Strategy):
         if not inner_msgs:
             return []
         content_of = {m.metadata.dst_node_id: m.content for m in inner_msgs}
-        self._identify(grid, list(content_of), server_round)
-        cohort = sorted(
-            content_of, key=lambda n: (self.identities[n].partition_id, n)
-        )
+        cohort = self._identify(grid, list(content_of), server_round)
+        if not cohort:  # nobody passed the handshake: the round is idle, the run goes on
+            return []
         if isinstance(grid, EarlyReturnGrid):
             grid.collect_late()
         busy_nodes = self._busy(grid, cohort)
@@ -1545,6 +1512,9 @@ class GradientCoding(Strategy):
             "epsilon": None if self.accountant is None else self.accountant.epsilon,
             "central_noise_std": None,
             "stopped": self.stopped,
+            "unidentified": [],  # sampled nodes whose handshake failed this round
+            "identity_rejected": [],  # sampled nodes excluded for their identity claims
+            **self.membership.row_fields(server_round),
             **fields,
         }
         self._pending_row = row

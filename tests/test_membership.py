@@ -1,0 +1,301 @@
+"""Membership that survives a federation: handshake failures, identity claims, cohort sizes.
+
+Every run uses the tiny numpy app of ``test_wrapper`` on ``InProcessGrid`` with the real mod;
+expected models come from the independent numpy FedAvg oracle (``fedavg``: the app's train
+handler called once per partition, no mod, no code) over the partitions of the nodes that can
+take part. Faults are injected from outside the plug-in: the grid's ``crash`` (a node that
+never answers), an outer mod that answers the handshake with an error, node configs that claim
+another partition.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+
+import numpy as np
+import pytest
+from flwr.app import Error, Message
+from flwr.serverapp.strategy import FedAvg
+from test_wrapper import (  # noqa: F401 (the warning filter and the autouse fixture)
+    _task_identity,
+    assert_model,
+    fedavg,
+    make_app,
+    pytestmark,
+    run,
+    theta0,
+)
+
+from fl_gradcode.codes import make_code
+from fl_gradcode.flower import gradient_coding_mod
+from fl_gradcode.flower.membership import Membership, code_for_cohort
+from fl_gradcode.flower.protocol import (
+    OP_IDENTIFY,
+    identity_reply,
+    parse_instruction,
+)
+from fl_gradcode.flower.testing import InProcessGrid
+
+
+def chain(rounds: list[list[int]], num_parts: int) -> dict[int, dict[str, np.ndarray]]:
+    """The oracle's model after each round: FedAvg over ``rounds[r - 1]``'s partitions."""
+    models, theta = {0: theta0()}, theta0()
+    for r, parts in enumerate(rounds, start=1):
+        theta = fedavg(theta, parts, num_parts)
+        models[r] = theta
+    return models
+
+
+def assert_rounds(outcome, expected: dict[int, dict[str, np.ndarray]]) -> None:
+    assert sorted(outcome.models) == sorted(expected)
+    for r, model in expected.items():
+        assert_model(outcome.models[r], model)
+
+
+# ================================================================== handshake failures
+@pytest.mark.parametrize("timing", ["virtual", "wallclock"])
+def test_node_down_from_the_first_round_is_a_straggler_and_the_run_completes(timing, tmp_path):
+    """Node 5 never answers anything: every round decodes exactly from the other five, the
+    model is FedAvg over partitions 0-4, and rounds.jsonl names node 5 as unidentified."""
+    grid = InProcessGrid(make_app(gradient_coding_mod), 6, crash=lambda i, r: i == 5)
+    dead = grid.node_ids[5]
+    outcome = run(6, code="grouped-rs", s=1, rounds=3, grid=grid, timing=timing,
+                  warmup_timeout=0.3, straggler_timeout=5.0, results_dir=str(tmp_path))
+    assert [row["decode"] for row in outcome.rows] == ["exact"] * 3
+    assert_rounds(outcome, chain([[0, 1, 2, 3, 4]] * 3, 6))
+    rows = [json.loads(line) for line in (tmp_path / "rounds.jsonl").read_text().splitlines()]
+    assert [row["unidentified"] for row in rows] == [[dead]] * 3
+    assert [row["identity_rejected"] for row in rows] == [[]] * 3
+
+
+def test_a_dead_node_costs_the_warmup_once_then_only_the_retry_timeout(monkeypatch):
+    """After its first failed handshake a dead node is waited for at most the retry timeout:
+    four rounds take about one warmup, not four."""
+    monkeypatch.setattr(Membership, "RETRY_TIMEOUT_S", 0.05)
+    grid = InProcessGrid(make_app(gradient_coding_mod), 4, crash=lambda i, r: i == 3)
+    t0 = time.monotonic()
+    outcome = run(4, code="grouped-rs", s=1, rounds=4, grid=grid, warmup_timeout=1.0)
+    elapsed = time.monotonic() - t0
+    assert [len(row["unidentified"]) for row in outcome.rows] == [1, 1, 1, 1]
+    assert 1.0 <= elapsed < 2.5  # four warmups would be >= 4 s
+
+
+def flaky_identify(failures: int):
+    """An OUTER mod that answers the first ``failures`` handshakes with an error reply."""
+    asked = []
+
+    def mod(msg: Message, context, call_next) -> Message:
+        instruction = parse_instruction(msg.content) if msg.has_content() else None
+        if instruction is not None and instruction.op == OP_IDENTIFY:
+            asked.append(1)
+            if len(asked) <= failures:
+                return Message(Error(0, "node config not loaded yet"), reply_to=msg)
+        return call_next(msg, context)
+
+    return mod
+
+
+def test_node_erroring_at_the_handshake_recovers_and_gets_work_again():
+    """Node 2 answers the handshakes of rounds 1 and 2 with an error: it is a straggler in
+    those rounds (FedAvg over the other five) and takes part again from round 3."""
+    apps = [make_app(gradient_coding_mod)] * 6
+    apps[2] = make_app(flaky_identify(2), gradient_coding_mod)
+    grid = InProcessGrid(None, 6, apps=apps)
+    node = grid.node_ids[2]
+    outcome = run(6, code="grouped-rs", s=1, rounds=4, grid=grid, warmup_timeout=0.3)
+    others = [0, 1, 3, 4, 5]
+    assert_rounds(outcome, chain([others, others, list(range(6)), list(range(6))], 6))
+    assert [row["unidentified"] for row in outcome.rows] == [[node], [node], [], []]
+    assert [len(row["clients_used"]) + len(row["stragglers"]) for row in outcome.rows] == [
+        5, 5, 6, 6]
+
+
+class SamplingRecorder(FedAvg):
+    """FedAvg that records the nodes it samples each round."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.sampled: list[list[int]] = []
+
+    def configure_train(self, server_round, arrays, config, grid):
+        messages = list(super().configure_train(server_round, arrays, config, grid))
+        self.sampled.append([m.metadata.dst_node_id for m in messages])
+        return messages
+
+
+def test_dead_node_first_sampled_in_a_later_round_does_not_end_the_run():
+    """fraction_train=0.5 over 6 nodes; the node that is dead is one not sampled in round 1
+    (chosen when it is first sampled, so it never answered anything): the run completes and
+    every round is FedAvg over the partitions of the round's sampled live nodes."""
+    random.seed(11)
+    inner = SamplingRecorder(fraction_train=0.5, fraction_evaluate=0.0)
+    state: dict[str, int] = {}
+    grid = InProcessGrid(make_app(gradient_coding_mod), 6)
+
+    def crash(i: int, server_round: int) -> bool:
+        node = grid.node_ids[i]
+        if "dead" not in state and len(inner.sampled) >= 2 and node in inner.sampled[-1] and \
+                all(node not in cohort for cohort in inner.sampled[:-1]):
+            state["dead"] = node
+        return state.get("dead") == node
+
+    grid._crash = crash
+    outcome = run(6, code="grouped-rs", s=1, rounds=6, grid=grid, inner=inner,
+                  warmup_timeout=0.3)
+    assert "dead" in state  # the scenario happened: first sampled after round 1
+    dead = state["dead"]
+    first = next(r for r, cohort in enumerate(inner.sampled, start=1) if dead in cohort)
+    assert first > 1
+    parts = [[grid.index[n] for n in cohort if n != dead] for cohort in inner.sampled]
+    assert_rounds(outcome, chain(parts, 6))
+    for r, row in enumerate(outcome.rows, start=1):
+        assert row["unidentified"] == ([dead] if dead in inner.sampled[r - 1] else [])
+        assert row["decode"] == "exact"
+
+
+def test_no_node_running_the_mod_ends_the_run_after_three_rounds_with_the_hint():
+    grid = InProcessGrid(make_app(), 3)
+    with pytest.raises(RuntimeError, match="gradient_coding_mod") as info:
+        run(3, rounds=5, grid=grid, warmup_timeout=0.3)
+    message = str(info.value)
+    assert "3 rounds in a row" in message and f"node {min(grid.node_ids)}" in message
+
+
+def test_node_without_the_mod_is_a_straggler_named_in_the_log(caplog):
+    apps = [make_app(gradient_coding_mod)] * 5 + [make_app()]
+    grid = InProcessGrid(None, 6, apps=apps)
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        outcome = run(6, code="grouped-rs", rounds=2, grid=grid, warmup_timeout=0.3)
+    assert_rounds(outcome, chain([[0, 1, 2, 3, 4]] * 2, 6))
+    warned = [r.getMessage() for r in caplog.records if "handshake" in r.getMessage()]
+    assert warned and f"node {grid.node_ids[5]}" in warned[0]
+    assert "gradient_coding_mod" in warned[0]
+
+
+# ================================================================== identity claims
+def test_two_nodes_claiming_one_partition_keep_the_first_and_exclude_the_other(caplog):
+    """Nodes 0 and 5 both claim partition 0 of 6 (one handshake: node-id order decides):
+    the later one is excluded, named in the log and in identity_rejected; the model is
+    FedAvg over partitions 0-4."""
+    grid = InProcessGrid(make_app(gradient_coding_mod), 6,
+                         node_config=lambda i: {"partition-id": i % 5})
+    kept, excluded = sorted([grid.node_ids[0], grid.node_ids[5]])
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        outcome = run(6, code="grouped-rs", rounds=2, grid=grid)
+    assert_rounds(outcome, chain([[0, 1, 2, 3, 4]] * 2, 6))
+    assert [row["identity_rejected"] for row in outcome.rows] == [[excluded], [excluded]]
+    warned = [r.getMessage() for r in caplog.records if "excluded: its identity" in
+              r.getMessage()]
+    assert len(warned) == 1  # once per node and reason
+    assert f"node {excluded}" in warned[0] and f"by node {kept}" in warned[0]
+
+
+@pytest.mark.parametrize("liar", [0, 3, 5])
+def test_lone_claimant_of_partition_0_of_1_among_six_is_excluded(liar):
+    """A node claiming (0, 1) among nodes claiming num-partitions=6 is excluded (the
+    majority's num-partitions); the other five train their own partitions."""
+    grid = InProcessGrid(
+        make_app(gradient_coding_mod), 6,
+        node_config=lambda i: {"partition-id": 0, "num-partitions": 1} if i == liar else {},
+    )
+    outcome = run(6, code="grouped-rs", rounds=2, grid=grid)
+    honest = [j for j in range(6) if j != liar]
+    assert_rounds(outcome, chain([honest, honest], 6))
+    assert [row["identity_rejected"] for row in outcome.rows] == [[grid.node_ids[liar]]] * 2
+
+
+def test_out_of_range_claim_is_excluded_not_retried():
+    grid = InProcessGrid(make_app(gradient_coding_mod), 6,
+                         node_config=lambda i: {"partition-id": 9} if i == 4 else {})
+    pushed = []
+    push = grid.push_messages
+
+    def recording(messages):
+        messages = list(messages)
+        pushed.extend(m.metadata.dst_node_id for m in messages if m.metadata.group_id ==
+                      "identify")
+        return push(messages)
+
+    grid.push_messages = recording
+    outcome = run(6, code="grouped-rs", rounds=3, grid=grid)
+    assert_rounds(outcome, chain([[0, 1, 2, 3, 5]] * 3, 6))
+    assert [row["identity_rejected"] for row in outcome.rows] == [[grid.node_ids[4]]] * 3
+    assert pushed.count(grid.node_ids[4]) == 1  # a node config does not change: asked once
+
+
+class _Grid:
+    """Answers each handshake with the claims given for the asked nodes."""
+
+    def __init__(self, claims: dict[int, tuple[int, int]]):
+        self.claims = claims
+
+    def send_and_receive(self, messages, *, timeout=None):
+        out = []
+        for msg in messages:
+            node = msg.metadata.dst_node_id
+            if node in self.claims:
+                reply = identity_reply(msg, *self.claims[node])
+                reply.metadata.__dict__["_src_node_id"] = node
+                out.append(reply)
+        return out
+
+    def get_node_ids(self):
+        return list(self.claims)
+
+
+def test_first_node_lying_is_excluded_once_the_majority_has_answered():
+    """Sampled alone in round 1, a (0, 1) claimant is all the server knows: accepted. When
+    five nodes claiming 6 partitions answer in round 2, the majority says 6: it is excluded
+    from then on (re-evaluated as nodes arrive)."""
+    members = Membership(1.0)
+    grid = _Grid({7: (0, 1), **{10 + j: (j, 6) for j in range(5)}})
+    assert members.admit(grid, [7], 1) == [7]
+    assert members.admit(grid, [7, 10, 11, 12, 13, 14], 2) == [10, 11, 12, 13, 14]
+    assert members.row_fields(2) == {"unidentified": [], "identity_rejected": [7]}
+    assert members.row_fields(1) == {}  # only the last admitted round
+
+
+# ================================================================== cohort sizes
+def test_frc_with_a_cohort_size_it_cannot_take_falls_back_to_grouped_rs_once(caplog):
+    """FRC s=1 over 5 nodes ((s+1) does not divide 5): grouped-rs with s=1 (exact for every
+    n, the same tolerance and load), one WARNING for the size, every round exact."""
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        outcome = run(5, code="frc", s=1, rounds=3)
+    assert_rounds(outcome, chain([list(range(5))] * 3, 5))
+    assert [row["s"] for row in outcome.rows] == [1, 1, 1]
+    assert outcome.strategy.code_for(5).name == "grouped-rs"
+    warned = [r.getMessage() for r in caplog.records if "cannot take a cohort of 5" in
+              r.getMessage()]
+    assert len(warned) == 1 and "using grouped-rs with s=1" in warned[0]
+
+
+def test_frc_cohort_shrunk_by_a_dead_node_still_decodes_exactly():
+    grid = InProcessGrid(make_app(gradient_coding_mod), 6, crash=lambda i, r: i == 1)
+    outcome = run(6, code="frc", s=1, rounds=2, grid=grid, warmup_timeout=0.3)
+    assert_rounds(outcome, chain([[0, 2, 3, 4, 5]] * 2, 6))
+
+
+@pytest.mark.parametrize(
+    ("spec", "n", "s", "options", "expected"),
+    [
+        ("frc", 6, 1, {}, ("frc", 1)),  # takes it: no fallback
+        ("frc", 7, 2, {}, ("grouped-rs", 2)),
+        ("comm-efficient", 2, 1, {"m": 2}, ("comm-efficient", 0)),  # s + m <= n
+        ("expander", 2, 1, {}, ("expander", 0)),
+        ("comm-efficient", 1, 0, {"m": 2}, ("uncoded", 0)),  # m > n: nothing else takes it
+    ],
+)
+def test_code_for_cohort_picks_the_nearest_code_that_takes_the_size(spec, n, s, options,
+                                                                    expected):
+    code, why = code_for_cohort(spec, n, s, 0, options)
+    assert (code.name, code.s, code.n) == (*expected, n)
+    assert (why is None) == (expected == (spec, s))
+
+
+def test_a_code_object_built_for_another_size_falls_back_by_name():
+    code, why = code_for_cohort(make_code("frc", n=6, s=1), 5, 1, 0, {})
+    assert (code.name, code.n, code.s) == ("grouped-rs", 5, 1)
+    assert "built for n=6" in why
