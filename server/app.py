@@ -75,10 +75,20 @@ def cohort_size(cfg: dict[str, Any], n: int) -> int:
 
 def inner_strategy(cfg: dict[str, Any], n: int) -> Strategy:
     """The Flower strategy for ``server-optimizer`` over ``n`` clients, sampling a cohort of
-    ``fraction-train`` of them each round (all of them by default)."""
+    ``fraction-train`` of the connected nodes each round (all of them by default).
+
+    Flower is asked for one node only (``min_available_nodes = min_train_nodes = 1``): the
+    wrapper builds each round's code over the sampled nodes that pass its handshake, and a
+    cohort of one decodes, so no number of connected nodes is needed for decoding. While all
+    ``n`` nodes are connected the cohorts are those of ``min_train_nodes = cohort_size``
+    (Flower samples ``max(int(connected * fraction), min_train_nodes)``); a SuperNode that
+    dies shrinks the cohort instead of stalling the job in Flower's "Waiting for nodes to
+    connect" loop, which has no timeout. (``run`` still waits for ``num-clients`` nodes at
+    the start.)"""
     name = str(cfg["server-optimizer"])
+    cohort_size(cfg, n)  # validates fraction-train
     common = {"fraction_train": float(cfg["fraction-train"]), "fraction_evaluate": 0.0,
-              "min_available_nodes": n, "min_train_nodes": cohort_size(cfg, n)}
+              "min_available_nodes": 1, "min_train_nodes": 1}
     server_lr = float(cfg["server-lr"])
     if name == "sgd" and server_lr == 1.0:
         return FedAvg(**common)

@@ -89,10 +89,12 @@ def test_fraction_train_samples_a_cohort_every_round_and_is_validated(tmp_path):
     from server.app import build, run_in_process
 
     base = {"results-dir": str(tmp_path)}
+    # Flower samples max(int(connected * fraction), min_train_nodes) nodes: all 12 connected,
+    # everyone / 6 as before; asked for one node at least, a dead node never stalls the job
     inner = build(merge_config(base), 12)[0].inner
-    assert (inner.fraction_train, inner.min_train_nodes) == (1.0, 12)  # everyone, as before
+    assert (inner.fraction_train, inner.min_train_nodes, inner.min_available_nodes) == (1.0, 1, 1)
     inner = build(merge_config({**base, "fraction-train": 0.5}), 12)[0].inner
-    assert (inner.fraction_train, inner.min_train_nodes) == (0.5, 6)
+    assert (inner.fraction_train, inner.min_train_nodes, inner.min_available_nodes) == (0.5, 1, 1)
     for bad in (0.0, 1.5):
         with pytest.raises(ValueError, match=f"fraction-train={bad}"):
             build(merge_config({**base, "fraction-train": bad}), 12)

@@ -299,3 +299,44 @@ def test_a_code_object_built_for_another_size_falls_back_by_name():
     code, why = code_for_cohort(make_code("frc", n=6, s=1), 5, 1, 0, {})
     assert (code.name, code.n, code.s) == ("grouped-rs", 5, 1)
     assert "built for n=6" in why
+
+
+# ================================================================== the project's ServerApp
+def test_server_app_carries_on_when_a_supernode_dies_instead_of_waiting_for_it(monkeypatch,
+                                                                              tmp_path):
+    """server.app's job on 6 in-process nodes (frc, s=1); node 5 leaves the grid's node list
+    after round 2 (a killed SuperNode once Flower stops listing it). Flower's sampling must
+    not wait for it (its wait loop sleeps: a sleep here fails the test instead of hanging);
+    rounds 3-4 are coded over the 5 remaining nodes (grouped-rs: frc cannot take 5)."""
+    from flwr.serverapp.strategy import strategy_utils
+
+    import fl_gradcode.flower.testing as testing
+    from server.app import run_in_process
+
+    def stalled(seconds):
+        raise AssertionError("Flower is waiting for nodes to connect")
+
+    monkeypatch.setattr(strategy_utils, "sleep", stalled)
+
+    class DyingGrid(InProcessGrid):
+        last_round = 0
+
+        def push_messages(self, messages):
+            messages = list(messages)
+            for msg in messages:
+                if msg.metadata.group_id.isdigit():
+                    self.last_round = max(self.last_round, int(msg.metadata.group_id))
+            return super().push_messages(messages)
+
+        def get_node_ids(self):
+            nodes = super().get_node_ids()
+            return nodes[:-1] if self.last_round >= 2 else nodes
+
+    monkeypatch.setattr(testing, "InProcessGrid", DyingGrid)
+    strategy, theta = run_in_process(
+        {"code": "frc", "s": 1, "num-rounds": 4, "latency": "none", "virtual-compute": "none",
+         "results-dir": str(tmp_path)}, 6)
+    rows = strategy.history
+    assert [r["decode"] for r in rows] == ["exact"] * 4
+    assert [len(r["clients_used"]) + len(r["stragglers"]) for r in rows] == [6, 6, 5, 5]
+    assert np.all(np.isfinite(theta))
