@@ -3,7 +3,9 @@
 Each SuperNode learns its worker index from ``--node-config "partition-id=i"``; node
 ``--slow-node`` also gets ``extra-delay-s`` so it sleeps that long on every message (a
 deliberately slow machine). Processes get private ``FLWR_HOME`` directories under ``--workdir``
-and are stopped at the end. Only loopback addresses are used.
+and are stopped at the end. Only loopback addresses are used. The exit code is non-zero when
+the run's ServerApp did not complete (``flwr run --stream`` itself exits 0 even then: the status
+is read with ``flwr ls``; :func:`server.launch.run_flwr`).
 
 Usage: ``python -m server.deploy_local --nodes 3 --slow-node 2 --slow-delay 30 \\
     --run-config "num-rounds=2 s=1 timing='wallclock'"``
@@ -21,6 +23,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from server.launch import run_flwr
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -133,9 +137,9 @@ def run(
         )
         cmd = [_bin("flwr"), "run", str(ROOT), "deploy", "--stream", "--run-config", run_config]
         print("$ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
-        return subprocess.call(
-            cmd, env={**base_env, "FLWR_HOME": str(cli_home)}, cwd=ROOT, timeout=timeout
-        )
+        # non-zero unless the run's ServerApp completed (flwr run itself exits 0 either way)
+        return run_flwr(cmd, env={**base_env, "FLWR_HOME": str(cli_home)}, cwd=ROOT,
+                        timeout=timeout, connection="deploy")
     finally:
         for proc in reversed(procs):
             _signal_group(proc, signal.SIGTERM)

@@ -10,6 +10,10 @@ It then runs the same job uncoded (``code='uncoded' s=0``, same seeds) and ends 
 one-screen comparison (virtual time to the final accuracy, exact rounds, bytes uploaded) and a
 PNG of accuracy vs virtual time for both runs (``results/run/comparison.png``).
 
+The exit code is non-zero when a run's ServerApp did not complete (``flwr run --stream``
+exits 0 even when the ServerApp raised; the run's status is read with ``flwr ls``:
+:func:`run_flwr`).
+
 Usage: ``python -m server.launch [--num-supernodes 12] [--run-config "num-rounds=5 s=2"]
 [--no-compare]``.
 """
@@ -17,14 +21,26 @@ Usage: ``python -m server.launch [--num-supernodes 12] [--run-config "num-rounds
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
 import shlex
 import signal
 import subprocess
 import sys
+import threading
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+
+#: ``flwr run`` prints this when the SuperLink accepted the run.
+_STARTED = re.compile(r"Successfully started run (\d+)")
+#: ``flwr ls`` status of a run whose ServerApp returned normally.
+COMPLETED = "finished:completed"
+#: Exit code of ``run_flwr`` when the run did not complete (the ServerApp raised, was
+#: stopped, or its status could not be read).
+RUN_FAILED = 1
 
 
 def _processes_using(home: Path) -> list[int]:
@@ -106,11 +122,85 @@ def flwr_run(args: argparse.Namespace, results: Path, overrides: str) -> int:
     ]
     print("$ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
     try:
-        code = subprocess.call(cmd, env=env, cwd=ROOT)
+        code = run_flwr(cmd, env=env, cwd=ROOT)  # the status is read before the link stops
     finally:
         stop_local_superlink(home)
     print(f"results: {results}/rounds.jsonl, final_model.npz, config.json", flush=True)
     return code
+
+
+def run_flwr(
+    cmd: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cwd: Path,
+    timeout: float | None = None,
+    connection: str | None = None,
+) -> int:
+    """Run ``cmd`` (``flwr run ... --stream``), echoing its output, and return 0 only if the
+    run's ServerApp completed.
+
+    ``flwr run --stream`` exits 0 however the ServerApp ended: Flower records an exception in
+    the ServerApp as the run's status ``finished:failed`` (the ServerApp process exits with
+    Flower's code 201, ``SERVERAPP_EXCEPTION``) and the log stream simply ends. So the run id
+    is read from ``flwr run``'s output and the run's status from ``flwr ls --run-id ID
+    --format json`` (against ``connection``, or the default SuperLink connection): anything
+    but ``finished:completed``, or a status that cannot be read, returns :data:`RUN_FAILED`;
+    a non-zero exit of ``flwr run`` itself is returned as is. ``timeout``: seconds before
+    ``flwr run`` is killed (``subprocess.TimeoutExpired`` is raised).
+    """
+    proc = subprocess.Popen(list(cmd), env=dict(env), cwd=cwd, stdout=subprocess.PIPE,
+                            text=True, errors="replace")
+    run_ids: list[int] = []
+
+    def echo() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            print(line, end="", flush=True)
+            match = _STARTED.search(line)
+            if match and not run_ids:
+                run_ids.append(int(match.group(1)))
+
+    reader = threading.Thread(target=echo, daemon=True)
+    reader.start()
+    try:
+        code = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise
+    finally:
+        reader.join(timeout=10)
+    if code != 0:
+        return code
+    if not run_ids:
+        print("flwr run printed no run id: the ServerApp's outcome is unknown", flush=True)
+        return RUN_FAILED
+    status, details = run_status(cmd[0], run_ids[0], env=env, cwd=cwd, connection=connection)
+    if status != COMPLETED:
+        print(f"run {run_ids[0]} ended with status {status!r}"
+              f"{': ' + details if details else ''}", flush=True)
+        return RUN_FAILED
+    return 0
+
+
+def run_status(
+    flwr: str, run_id: int, *, env: Mapping[str, str], cwd: Path, connection: str | None = None
+) -> tuple[str, str]:
+    """``(status, details)`` of run ``run_id`` as ``flwr ls`` reports it (``"unknown"`` and the
+    reason when it cannot be read)."""
+    cmd = [flwr, "ls", *([connection] if connection else []), "--run-id", str(run_id),
+           "--format", "json"]
+    try:
+        out = subprocess.run(cmd, env=dict(env), cwd=cwd, capture_output=True, text=True,
+                             timeout=120)
+        text = out.stdout
+        data = json.loads(text[text.index("{"): text.rindex("}") + 1])
+        run = next(r for r in data["runs"] if str(r["run-id"]) == str(run_id))
+        return str(run["status"]), str(run.get("status-details", ""))
+    except (OSError, ValueError, KeyError, TypeError, StopIteration,
+            subprocess.SubprocessError) as exc:
+        return "unknown", f"could not read it with {' '.join(cmd)}: {exc}"
 
 
 def _time_to(rows: list[dict], target: float) -> float | None:
