@@ -295,6 +295,13 @@ def test_code_for_cohort_picks_the_nearest_code_that_takes_the_size(spec, n, s, 
     assert (why is None) == (expected == (spec, s))
 
 
+def test_a_bad_code_name_or_option_is_an_error_not_a_fallback():
+    with pytest.raises(ValueError, match="unknown code 'no-such-code'"):
+        code_for_cohort("no-such-code", 6, 1, 0, {})
+    with pytest.raises(ValueError, match="invalid option for code 'frc'"):
+        code_for_cohort("frc", 5, 1, 0, {"m": 2})
+
+
 def test_a_code_object_built_for_another_size_falls_back_by_name():
     code, why = code_for_cohort(make_code("frc", n=6, s=1), 5, 1, 0, {})
     assert (code.name, code.n, code.s) == ("grouped-rs", 5, 1)

@@ -267,9 +267,13 @@ def code_for_cohort(
         name = spec.name if spec.name in available_codes() else EXACT_FALLBACK
         why = f"the code was built for n={spec.n} clients but the cohort has {n}"
         return _first_buildable(name, n, min(spec.s, n - 1), seed, {}, why, exact=True)
+    if spec not in available_codes():  # a bad name is the user's to fix, for any cohort
+        raise ValueError(f"unknown code {spec!r}; expected one of {available_codes()}")
     try:
         return make_code(spec, n=n, s=s, seed=seed, **options), None
     except ValueError as exc:
+        if isinstance(exc.__cause__, TypeError):  # an option the code does not take
+            raise
         why = f"code={spec!r} with s={s} cannot take a cohort of {n} ({exc})"
         exact = spec in ("frc", "crc")
         return _first_buildable(spec, n, s, seed, options, why, exact=exact, tried_spec=True)
