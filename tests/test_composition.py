@@ -14,7 +14,8 @@ import logging
 import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message
-from flwr.clientapp.mod import adaptiveclipping_mod, fixedclipping_mod
+from flwr.client.mod import secaggplus_mod
+from flwr.clientapp.mod import LocalDpMod, adaptiveclipping_mod, fixedclipping_mod
 from flwr.serverapp.strategy import (
     Bulyan,
     DifferentialPrivacyClientSideAdaptiveClipping,
@@ -364,6 +365,58 @@ def test_the_mods_own_error_is_reported_as_it_is():
     (reply,) = grid.send_and_receive([msg], timeout=30)
     assert reply.has_error() and reply.error.code == 5400
     assert explain_error_reply(reply) == f"error reply (code 5400: {reply.error.reason})"
+
+
+def _coded_replies(mods):
+    grid = InProcessGrid(make_app(*mods), N)
+    coded = GradientCoding(FedAvg(fraction_evaluate=0.0), code="frc", s=1,
+                           measured_compute=False)
+    wrapped = coded.wrap_grid(grid)
+    msgs = list(coded.configure_train(1, initial_arrays(), ConfigRecord({"lr": LR}), wrapped))
+    return coded, wrapped.send_and_receive(msgs, timeout=60)
+
+
+def test_secaggplus_mod_is_refused_in_either_order_with_the_reason():
+    outside = explain_error_reply(_handshake_reply(make_app(secaggplus_mod,
+                                                             gradient_coding_mod)))
+    coded, replies = _coded_replies([gradient_coding_mod, secaggplus_mod])
+    assert all(reply.has_error() for reply in replies)
+    inside = explain_error_reply(replies[0])
+    for text in (outside, inside):
+        assert "SecAggPlusWorkflow, which cannot run coded rounds" in text
+        assert "remove it" in text
+    arrays, _ = coded.aggregate_train(1, replies)
+    assert arrays is None
+    assert coded.history[0]["decode"] == "skipped" and coded.history[0]["rejected"] == N
+
+
+LDP = {"clipping_norm": CLIP, "sensitivity": CLIP, "epsilon": 5.0, "delta": 1e-5}
+
+
+def test_local_dp_mod_outside_gradient_coding_mod_is_named_as_a_mod_order_problem():
+    text = explain_error_reply(_handshake_reply(make_app(LocalDpMod(**LDP),
+                                                         gradient_coding_mod)))
+    assert "LocalDpMod rejected the coded message before gradient_coding_mod" in text
+
+
+def test_local_dp_mod_inside_gradient_coding_mod_noises_partitions_identically_across_replicas():
+    """Each partition's update is clipped and noised once per replica from the partition's
+    seed: replicas agree (verify=True verifies), decoding is exact whichever replica is
+    missing, and the model differs from the noiseless clipped FedAvg by the noise."""
+    models = []
+    for failing in (0, 1):  # FRC s=2: worker 0 or its replica 1 fails
+        grid = InProcessGrid(make_app(fault_mod({(failing, 1): "error"}), gradient_coding_mod,
+                                      LocalDpMod(**LDP)), N)
+        strategy = GradientCoding(FedAvg(fraction_evaluate=0.0), code="frc", s=2, seed=0,
+                                  measured_compute=False, verify=True, dp_run_nonce="pinned")
+        result = strategy.start(grid=grid, initial_arrays=initial_arrays(), num_rounds=1,
+                                train_config=ConfigRecord({"lr": LR}))
+        row = strategy.history[0]
+        assert row["decode"] == "exact" and row["verified"] == "verified"
+        models.append(flat(as_dict(result.arrays)))
+    np.testing.assert_allclose(models[0], models[1], rtol=1e-12, atol=1e-12)
+    noiseless = flat(clipped_fedavg(theta0(), range(N), N, CLIP))
+    assert np.linalg.norm(models[0] - noiseless) > 1e-3
 
 
 # ================================================================ legacy API

@@ -419,10 +419,18 @@ def explain_error_reply(reply: Message) -> str:
     code = int(reply.error.code)
     reason = " ".join(str(reply.error.reason).split())[:300]
     head = f"error reply (code {code}: {reason})"
+    if "secagg" in reason.lower():  # secaggplus_mod / secagg_mod, in either order
+        return (
+            f"{head}: secaggplus_mod (or secagg_mod) runs only under Flower's "
+            "SecAggPlusWorkflow, which cannot run coded rounds (decoding needs each coded "
+            "reply; SecAgg+ reveals only their sum, which is not a decodable set): remove it "
+            "from the ClientApp's mods, and for privacy use this library's "
+            "dp=DPConfig(mode='partition' | 'central', ...)"
+        )
     if code in (MOD_ERROR_CODE, protocol.STOPPED_CODE):
         return head
-    mods = ("fixedclipping_mod", "adaptiveclipping_mod", "secaggplus_mod", "secagg_mod",
-            "LocalDpMod", "localdp_mod", "arrays_size_mod", "message_size_mod")
+    mods = ("fixedclipping_mod", "adaptiveclipping_mod", "LocalDpMod", "arrays_size_mod",
+            "message_size_mod")
     named = next((m for m in mods if m in reason), None)
     if code == 6 or named is not None:  # Flower's ErrorCode.MOD_FAILED_PRECONDITION
         mod = named or "a client mod"
