@@ -15,7 +15,13 @@ import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message
 from flwr.client.mod import secaggplus_mod
-from flwr.clientapp.mod import LocalDpMod, adaptiveclipping_mod, fixedclipping_mod
+from flwr.clientapp.mod import (
+    LocalDpMod,
+    adaptiveclipping_mod,
+    arrays_size_mod,
+    fixedclipping_mod,
+    message_size_mod,
+)
 from flwr.serverapp.strategy import (
     Bulyan,
     DifferentialPrivacyClientSideAdaptiveClipping,
@@ -266,6 +272,23 @@ def test_reply_modified_after_caching_by_an_outer_wrapper_is_detected_and_named(
     assert "ClippingOuter" in str(info.value)
 
 
+class FilteringOuter(PassThrough):
+    """An outer wrapper that drops a reply before the inner aggregation (a client filter)."""
+
+    def aggregate_train(self, server_round, replies):
+        return self.inner.aggregate_train(server_round, list(replies)[1:])
+
+
+def test_reply_removed_by_an_outer_wrapper_after_caching_is_detected():
+    grid = InProcessGrid(make_app(gradient_coding_mod), N)
+    coded = GradientCoding(FedAvg(fraction_evaluate=0.0), code="frc", s=1,
+                           measured_compute=False)
+    with pytest.raises(CompositionError, match="removed before its aggregate_train") as info:
+        FilteringOuter(coded).start(grid=coded.wrap_grid(grid), initial_arrays=initial_arrays(),
+                                    num_rounds=1, train_config=ConfigRecord({"lr": LR}))
+    assert "FilteringOuter" in str(info.value)
+
+
 def test_metrics_modified_in_place_after_caching_are_detected():
     grid = InProcessGrid(make_app(gradient_coding_mod), N)
     coded = GradientCoding(FedAvg(fraction_evaluate=0.0), code="frc", s=1,
@@ -343,12 +366,26 @@ def _handshake_reply(app) -> Message:
     return reply
 
 
-def test_clipping_mod_outside_gradient_coding_mod_is_named_as_a_mod_order_problem():
-    reply = _handshake_reply(make_app(fixedclipping_mod, gradient_coding_mod))
+@pytest.mark.parametrize("mod", [fixedclipping_mod, adaptiveclipping_mod],
+                         ids=["fixedclipping_mod", "adaptiveclipping_mod"])
+def test_clipping_mod_outside_gradient_coding_mod_is_named_as_a_mod_order_problem(mod):
+    reply = _handshake_reply(make_app(mod, gradient_coding_mod))
     assert reply.has_error()  # Flower's mod refuses the protocol message
     text = explain_error_reply(reply)
-    assert "fixedclipping_mod rejected the coded message before gradient_coding_mod" in text
-    assert "ClientApp(mods=[gradient_coding_mod, fixedclipping_mod])" in text
+    name = mod.__name__
+    assert f"{name} rejected the coded message before gradient_coding_mod" in text
+    assert f"ClientApp(mods=[gradient_coding_mod, {name}])" in text
+
+
+@pytest.mark.parametrize("order", ["outside", "inside"])
+@pytest.mark.parametrize("mod", [arrays_size_mod, message_size_mod],
+                         ids=["arrays_size_mod", "message_size_mod"])
+def test_logging_mods_compose_in_either_order(mod, order):
+    mods = [mod, gradient_coding_mod] if order == "outside" else [gradient_coding_mod, mod]
+    strategy, got = coded_run(FedAvg(fraction_evaluate=0.0), rounds=1,
+                              mods=[fault_mod(FAULTS), *mods])
+    assert strategy.history[0]["decode"] == "exact"
+    assert_model(got, fedavg(theta0(), range(N), N))
 
 
 def test_app_without_the_mod_is_not_blamed_on_mod_order():
@@ -445,6 +482,17 @@ def test_secaggplus_workflow_with_gradient_coding_fails_with_the_reason():
     with pytest.raises(AttributeError, match="not a decodable set"):
         workflow(InProcessGrid(make_app(gradient_coding_mod), N), context)
     assert not hasattr(coded, "configure_fit")  # (hasattr still works: AttributeError)
+
+
+def test_legacy_server_loop_with_gradient_coding_fails_with_the_reason():
+    """ServerApp(server_fn=...) returning ServerAppComponents(strategy=GradientCoding(...))
+    runs Flower's legacy Server, whose first call is strategy.initialize_parameters."""
+    from flwr.server import Server, SimpleClientManager
+
+    server = Server(client_manager=SimpleClientManager(),
+                    strategy=GradientCoding(FedAvg(), code="frc", s=1))
+    with pytest.raises(AttributeError, match="Message-API strategy"):
+        server.fit(num_rounds=1, timeout=None)
 
 
 # ================================================================ the inner strategy's start
