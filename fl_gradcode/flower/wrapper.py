@@ -47,7 +47,7 @@ from ..codes import GradientCode
 from ..latency import LatencyModel, client_delay
 from ..privacy import DPConfig, PrivacyAccountant, ServerNoise, make_mechanism
 from ..results import RoundRecorder
-from . import protocol
+from . import compat, protocol
 from .clock import VirtualClock, WallClock, make_clock
 from .grid import EarlyReturnGrid
 from .integrity import Probe, Verdict, verify_replies
@@ -296,11 +296,10 @@ class GradientCoding(Strategy):
         stop_late_work: bool = False,
         auto_deadline: float | None = None,
     ) -> None:
-        if not isinstance(strategy, Strategy):
-            raise TypeError(
-                f"strategy must be a flwr.serverapp.strategy.Strategy; got "
-                f"{type(strategy).__name__}"
-            )
+        # refuse what coding cannot make exact (per-client aggregators, DP wrappers, legacy
+        # strategies); an unknown aggregation is checked once on the first round
+        self._check_inner = compat.check_inner_strategy(strategy, GradientCoding)
+        self._fingerprints = compat.ReplyFingerprints()
         if not isinstance(code, (str, GradientCode)):
             raise TypeError(f"code must be a registry name or a GradientCode; got {code!r}")
         self.adaptive = s == "auto"
@@ -455,6 +454,10 @@ class GradientCoding(Strategy):
         self._missed_deadlines = 0
         self._wrapped_grid: EarlyReturnGrid | None = None
         self._warned_repartition = False
+
+    def __getattr__(self, name: str) -> Any:
+        # only for names not found: Flower's legacy server loop (initialize_parameters, ...)
+        raise compat.legacy_attribute_error(self, name)
 
     # ------------------------------------------------------------------ configuration
     def _describe(self, run_config: dict[str, Any] | None) -> dict[str, Any]:
@@ -852,6 +855,7 @@ class GradientCoding(Strategy):
             return
         parsed.extra["bytes"] = reply_bytes
         state.valid[worker] = parsed
+        self._fingerprints.record(state.number, reply)  # cached: must not change afterwards
         if state.tracker is not None:
             state.tracker.add(worker)
 
@@ -946,6 +950,7 @@ class GradientCoding(Strategy):
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Any
     ) -> Iterable[Message]:
         """Sample with the inner strategy; send each idle member its coded instruction."""
+        compat.check_caller(self)  # an outer Flower DP wrapper cannot compose
         self._flush_row(None)
         self._round = None
         if self.stopped or (self.accountant is not None and not self.accountant.can_run_round()):
@@ -1126,9 +1131,17 @@ class GradientCoding(Strategy):
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Validate -> select -> decode -> privatise -> inner strategy -> record."""
+        replies = list(replies)
+        compat.check_caller(self)
+        self._fingerprints.check(server_round, replies, compat.outer_name(self))
         state = self._round
         if state is None or state.number != server_round:
             return None, self._record_idle(server_round)
+        if self._check_inner and state.sent:  # once: an aggregation of the average only?
+            compat.check_averaging(self.inner, server_round, next(iter(state.sent.values())),
+                                   state.array_key, state.theta,
+                                   getattr(self.inner, "weighted_by_key", "num-examples"))
+            self._check_inner = False
         for reply in replies:
             self.on_reply(reply)
         wall_s = time.monotonic() - state.wall_start

@@ -1,0 +1,449 @@
+"""What composes with :class:`~fl_gradcode.flower.GradientCoding`, and clear errors for the rest.
+
+Coding is exact for an inner strategy whose aggregation depends on the replies only through
+their example-weighted average ``sum_i n_i theta_i / sum_i n_i`` and total weight: the wrapper
+decodes that average from any decodable set of coded replies and hands the inner strategy ONE
+reply holding it. FedAvg and FedProx return it; FedAvgM, FedAdam, FedYogi and FedAdagrad apply
+their server optimizer to it (a legitimate transformation of the average). Everything else is
+refused before it can silently change what the user's strategy means:
+
+* aggregators over individual replies (Krum, MultiKrum, Bulyan, FedMedian, FedTrimmedAvg,
+  FedXgb*, QFedAvg and their subclasses): over one decoded reply a robust aggregator is FedAvg;
+* any other inner strategy whose ``aggregate_train`` is not one of the above, checked once at
+  the first aggregation on copies of it: several replies must give what their weighted average
+  as one reply gives (:func:`check_averaging`);
+* Flower's DP strategy wrappers, inside (at construction) or outside (at the first
+  ``configure_train``/``aggregate_train``, from the caller): inside, they clip and noise the
+  decoded average once; outside, they clip coded combinations (not updates) and noise an
+  aggregate whose sensitivity they do not know;
+* legacy ``flwr.server.strategy`` strategies and workflows (``DefaultWorkflow``,
+  ``SecAggPlusWorkflow``, ``LegacyContext``): decoding needs each coded reply, and SecAgg+
+  reveals only their sum, which is not a decodable set;
+* a reply modified after the wrapper cached it (another wrapper's ``aggregate_train``
+  replacing its records or arrays): :class:`ReplyFingerprints`.
+
+Privacy that composes: clients clip each partition's update before coding (this library's
+``dp=DPConfig(mode="central" | "partition", ...)``, whose mod clips every partition, or Flower's
+``fixedclipping_mod`` placed INSIDE ``gradient_coding_mod``), and the noise is this library's,
+calibrated to the decoded average's sensitivity.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import sys
+from logging import WARNING
+from typing import Any
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
+from flwr.common.logger import log
+from flwr.serverapp import strategy as fl
+
+__all__ = [
+    "AVERAGING_AGGREGATIONS",
+    "PER_CLIENT_AGGREGATORS",
+    "CompositionError",
+    "ReplyFingerprints",
+    "check_averaging",
+    "check_caller",
+    "check_inner_strategy",
+    "explain_error_reply",
+    "legacy_attribute_error",
+]
+
+#: Flower's Message-API strategies that aggregate individual replies (refused as inner).
+PER_CLIENT_AGGREGATORS: tuple[type, ...] = tuple(
+    getattr(fl, name)
+    for name in ("Krum", "MultiKrum", "Bulyan", "FedMedian", "FedTrimmedAvg", "FedXgbBagging",
+                 "FedXgbCyclic", "QFedAvg")
+    if hasattr(fl, name)
+)
+
+#: ``aggregate_train`` implementations whose result depends on the replies only through their
+#: weighted average (FedAvg's; FedAvgM's and FedOpt's server optimizers applied to it).
+AVERAGING_AGGREGATIONS: frozenset[Any] = frozenset(
+    getattr(fl, name).aggregate_train
+    for name in ("FedAvg", "FedAvgM", "FedAdam", "FedYogi", "FedAdagrad")
+    if hasattr(fl, name)
+)
+
+def _dp_bases() -> tuple[type, ...]:
+    """Flower's DP strategy wrappers' base classes (fixed and adaptive clipping)."""
+    found = []
+    for module, name in (
+        ("flwr.serverapp.strategy.dp_fixed_clipping", "DifferentialPrivacyFixedClippingBase"),
+        ("flwr.serverapp.strategy.dp_adaptive_clipping", "DifferentialPrivacyAdaptiveBase"),
+    ):
+        try:
+            found.append(getattr(importlib.import_module(module), name))
+        except (ImportError, AttributeError):  # pragma: no cover - another Flower version
+            continue
+    return tuple(found)
+
+
+_DP_BASES = _dp_bases()
+
+_CODED_ALTERNATIVE = (
+    "For robustness to faulty or malicious clients use the coded alternative: "
+    "GradientCoding(FedAvg(...), code=..., s=..., verify=True) (integrity from redundancy: "
+    "replicas of each partition must agree, an outvoted reply is excluded, a contradiction "
+    "skips the round)."
+)
+
+_DP_RECIPES = (
+    "Use one of the recipes that compose with coding: (1) this library's DP, "
+    "GradientCoding(strategy, dp=DPConfig(mode='central', clip_norm=C, noise_multiplier=sigma)) "
+    "(clients clip every partition's update before coding, the server adds noise once to the "
+    "decoded average with std sigma*C*max_j n_j/sum_j n_j) or DPConfig(mode='partition', ...) "
+    "(noise on the clients, no trusted server); (2) Flower's fixedclipping_mod INSIDE "
+    "gradient_coding_mod, ClientApp(mods=[gradient_coding_mod, fixedclipping_mod]) with "
+    "'clipping_norm' in the train config, which clips each partition's update before coding, "
+    "with the noise from dp=DPConfig(mode='central', ...) as in (1)."
+)
+
+_LEGACY = (
+    "GradientCoding is a Message-API strategy (flwr.serverapp.strategy): it cannot run under "
+    "Flower's legacy API (flwr.server.strategy, ServerConfig/LegacyContext, DefaultWorkflow, "
+    "SecAggPlusWorkflow): decoding needs each coded reply, and SecAgg+ reveals only the sum of "
+    "the replies, which is not a decodable set. Run it from a ServerApp main with "
+    "strategy.start(grid=grid, initial_arrays=..., num_rounds=...), and for privacy use this "
+    "library's dp=DPConfig(mode='partition' | 'central', ...)."
+)
+
+#: Names Flower's legacy server loop calls on its strategy (never defined by GradientCoding).
+_LEGACY_METHODS = frozenset({"initialize_parameters", "configure_fit", "aggregate_fit",
+                             "evaluate"})
+
+
+class CompositionError(RuntimeError):
+    """A composition with Flower that coding cannot make exact (raised mid-run)."""
+
+
+def _name(obj: Any) -> str:
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"
+
+
+def _wrapped_chain(strategy: Any, limit: int = 8) -> list[Any]:
+    """``strategy`` and the strategies it wraps by composition (``.strategy``/``.inner``)."""
+    chain = [strategy]
+    while len(chain) < limit:
+        inner = getattr(chain[-1], "strategy", None)
+        if not isinstance(inner, fl.Strategy):
+            inner = getattr(chain[-1], "inner", None)
+        if not isinstance(inner, fl.Strategy) or any(inner is s for s in chain):
+            break
+        chain.append(inner)
+    return chain
+
+
+def _legacy_strategy_error(strategy: Any) -> TypeError | None:
+    try:
+        from flwr.server.strategy import Strategy as LegacyStrategy
+    except ImportError:  # pragma: no cover - Flower without the legacy API
+        return None
+    if not isinstance(strategy, LegacyStrategy):
+        return None
+    name = type(strategy).__name__
+    same = f"flwr.serverapp.strategy.{name}" if hasattr(fl, name) else (
+        "a flwr.serverapp.strategy.Strategy (e.g. flwr.serverapp.strategy.FedAvg)")
+    return TypeError(
+        f"strategy={_name(strategy)} is a legacy flwr.server.strategy strategy; GradientCoding "
+        f"wraps Message-API strategies: use {same}. " + _LEGACY
+    )
+
+
+def check_inner_strategy(strategy: Any, wrapper_type: type) -> bool:
+    """Refuse an inner strategy coding cannot make exact; warn if its ``start`` is skipped.
+
+    Returns ``True`` when the strategy's aggregation is not a known averaging one, so that
+    :func:`check_averaging` must run once on its first aggregation.
+    """
+    legacy = _legacy_strategy_error(strategy)
+    if legacy is not None:
+        raise legacy
+    if not isinstance(strategy, fl.Strategy):
+        raise TypeError(
+            f"strategy must be a flwr.serverapp.strategy.Strategy (e.g. "
+            f"flwr.serverapp.strategy.FedAvg(...)); got {_name(strategy)}"
+        )
+    for member in _wrapped_chain(strategy):
+        if isinstance(member, wrapper_type):
+            raise TypeError(
+                f"strategy={type(strategy).__name__} is (or wraps) a GradientCoding: the inner "
+                "strategy would receive one decoded reply and code it again. Wrap the plain "
+                "strategy once: GradientCoding(FedAvg(...), code=..., s=...)."
+            )
+        if _DP_BASES and isinstance(member, _DP_BASES):
+            raise TypeError(
+                f"{type(member).__name__} inside GradientCoding would clip the decoded average "
+                "once and add noise calibrated to one client's contribution, although every "
+                "partition contributes to it (the noise is about n times too small for the "
+                "real sensitivity). " + _DP_RECIPES
+            )
+        if isinstance(member, PER_CLIENT_AGGREGATORS):
+            raise ValueError(
+                f"{type(member).__name__} aggregates individual clients' replies, but under "
+                "GradientCoding the inner strategy receives ONE reply holding the decoded "
+                "example-weighted average (individual updates never reach the server, only "
+                f"coded combinations of them): {type(member).__name__} over one reply is "
+                "FedAvg, or no model at all. " + _CODED_ALTERNATIVE
+            )
+    if type(strategy).start is not fl.Strategy.start:
+        log(WARNING, "%s overrides start(); under GradientCoding it does not run "
+            "(GradientCoding.start runs Flower's Strategy.start loop with the coded rounds): "
+            "its own hooks (checkpoints, result files, experiment tracking) are skipped. Put "
+            "them in an evaluate_fn passed to GradientCoding.start, or in the ServerApp "
+            "after start returns.", type(strategy).__name__)
+    return type(strategy).aggregate_train not in AVERAGING_AGGREGATIONS
+
+
+def legacy_attribute_error(owner: Any, name: str) -> AttributeError:
+    """The ``AttributeError`` for ``owner.name``: a clear one for the legacy API's calls."""
+    if name in _LEGACY_METHODS:
+        return AttributeError(f"{type(owner).__name__}.{name} does not exist. " + _LEGACY)
+    return AttributeError(f"{type(owner).__name__!r} object has no attribute {name!r}")
+
+
+def check_caller(coded: Any, depth: int = 2, frames: int = 6) -> None:
+    """Refuse a Flower DP wrapper calling ``coded`` (``DPWrapper(GradientCoding(...))``).
+
+    Looks at the strategies calling this one (the ``self`` of up to ``frames`` frames above
+    the caller): Flower's wrappers hold their strategy by composition, so the outer DP wrapper
+    is a caller whose wrapped chain reaches ``coded``.
+    """
+    if not _DP_BASES:
+        return
+    try:
+        frame = sys._getframe(depth)
+    except ValueError:
+        return
+    for _ in range(frames):
+        if frame is None:
+            return
+        caller = frame.f_locals.get("self")
+        if (caller is not None and caller is not coded and isinstance(caller, _DP_BASES)
+                and any(s is coded for s in _wrapped_chain(caller))):
+            raise CompositionError(
+                f"{type(caller).__name__}(GradientCoding(...)) cannot be exact: an outer DP "
+                "wrapper clips the coded replies (linear combinations of several partitions' "
+                "updates, not updates), which the decoder never reads back, and adds noise "
+                "calibrated to one client per reply to an average in which each partition has "
+                "a weight n_j/sum_j n_j: no DP guarantee. " + _DP_RECIPES
+            )
+        frame = frame.f_back
+
+
+class ReplyFingerprints:
+    """The identity of each reply's records as the wrapper cached it, checked again when the
+    replies reach ``aggregate_train`` (cheap: object identities and a small metrics copy)."""
+
+    def __init__(self) -> None:
+        self._round: int | None = None
+        self._seen: dict[str, tuple[Any, ...]] = {}
+
+    @staticmethod
+    def _take(reply: Message) -> tuple[Any, ...]:
+        content = reply.content
+        arrays = tuple(
+            (key, rec, tuple(rec.items()), tuple(arr.data for arr in rec.values()))
+            for key, rec in content.array_records.items()
+        )
+        metrics = tuple((key, rec, dict(rec)) for key, rec in content.metric_records.items())
+        return (content, arrays, metrics)
+
+    def record(self, server_round: int, reply: Message) -> None:
+        """Remember ``reply`` as cached in ``server_round``."""
+        if self._round != server_round:
+            self._round, self._seen = server_round, {}
+        mid = reply.metadata.message_id
+        if mid and not reply.has_error():
+            self._seen[mid] = self._take(reply)
+
+    def check(self, server_round: int, replies: list[Message], outer: str | None) -> None:
+        """Raise :class:`CompositionError` if a reply cached in this round was modified."""
+        if self._round != server_round:
+            return
+        for reply in replies:
+            cached = self._seen.get(reply.metadata.message_id)
+            if cached is None:
+                continue
+            if reply.has_error() or not _same(cached, self._take(reply)):
+                who = f"the outer strategy {outer}" if outer else "a strategy wrapping it"
+                raise CompositionError(
+                    f"round {server_round}: the reply from node {reply.metadata.src_node_id} "
+                    f"was modified after GradientCoding cached it (by {who}, e.g. in its "
+                    "aggregate_train): GradientCoding validates and decodes each coded reply "
+                    "as it arrives, so a change made afterwards would be silently ignored. "
+                    "Only wrappers that pass replies through unchanged compose with it; "
+                    "clipping and noise belong in the coded pipeline. " + _DP_RECIPES
+                )
+
+
+def _same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    if a[0] is not b[0] or len(a[1]) != len(b[1]) or len(a[2]) != len(b[2]):
+        return False
+    for (k1, r1, items1, data1), (k2, r2, items2, data2) in zip(a[1], b[1], strict=True):
+        if k1 != k2 or r1 is not r2 or len(items1) != len(items2) or len(data1) != len(data2):
+            return False
+        if any(x[0] != y[0] or x[1] is not y[1] for x, y in zip(items1, items2, strict=True)):
+            return False
+        if any(x is not y for x, y in zip(data1, data2, strict=True)):
+            return False
+    for (k1, r1, m1), (k2, r2, m2) in zip(a[2], b[2], strict=True):
+        if k1 != k2 or r1 is not r2 or m1 != m2:
+            return False
+    return True
+
+
+def outer_name(coded: Any, depth: int = 2, frames: int = 6) -> str | None:
+    """The class of the strategy calling ``coded`` (an outer wrapper), if any."""
+    try:
+        frame = sys._getframe(depth)
+    except ValueError:
+        return None
+    for _ in range(frames):
+        if frame is None:
+            return None
+        caller = frame.f_locals.get("self")
+        if isinstance(caller, fl.Strategy) and caller is not coded:
+            return type(caller).__name__
+        frame = frame.f_back
+    return None
+
+
+def check_averaging(
+    inner: Any,
+    server_round: int,
+    reply_to: Message,
+    array_key: str,
+    theta: dict[str, np.ndarray],
+    weight_key: str,
+) -> None:
+    """Refuse an inner strategy whose aggregation is not a function of the weighted average.
+
+    On two copies of ``inner`` (its own state untouched): ``aggregate_train`` of four replies
+    with unequal weights, and of ONE reply holding their weighted average with their total
+    weight. A strategy that coding serves exactly gives the same model for both (FedAvg: the
+    average; a server optimizer: its step from the average); an aggregator over individual
+    replies (a median, a trimmed mean, a selection) does not. Raises ``ValueError``.
+    """
+    rng = np.random.default_rng(20240601)
+    weights = [1.0, 2.0, 3.0, 10.0]
+    scale = {k: max(1.0, float(np.max(np.abs(v)))) if v.size else 1.0 for k, v in theta.items()}
+    floats = {k for k, v in theta.items() if np.asarray(v).dtype.kind == "f"}
+    members = []
+    for i, _ in enumerate(weights):
+        spread = 10.0 if i == len(weights) - 1 else 1.0  # one far-off reply
+        members.append({
+            k: (v + spread * scale[k] * rng.standard_normal(v.shape)).astype(v.dtype)
+            if k in floats else v
+            for k, v in theta.items()
+        })
+    total = sum(weights)
+    average = {
+        k: (sum(w * m[k].astype(np.float64) for w, m in zip(weights, members, strict=True))
+            / total).astype(theta[k].dtype) if k in floats else theta[k]
+        for k in theta
+    }
+
+    def reply(arrays: dict[str, np.ndarray], weight: float) -> Message:
+        content = RecordDict({
+            array_key: ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()}),
+            "metrics": MetricRecord({weight_key: weight}),
+        })
+        return Message(content, reply_to=reply_to)
+
+    try:
+        many_copy, one_copy = copy.deepcopy(inner), copy.deepcopy(inner)
+    except Exception as exc:  # cannot check without touching the user's strategy: say so
+        log(WARNING, "could not check that %s's aggregation depends only on the weighted "
+            "average of the replies (it cannot be copied: %s); coding hands it one decoded "
+            "reply, which is exact only if it does", type(inner).__name__, exc)
+        return
+    name = type(inner).__name__
+    try:
+        many, _ = many_copy.aggregate_train(
+            server_round, [reply(m, w) for m, w in zip(members, weights, strict=True)])
+        one, _ = one_copy.aggregate_train(server_round, [reply(average, total)])
+    except Exception as exc:
+        raise ValueError(
+            f"{name}.aggregate_train failed on synthetic replies ({type(exc).__name__}: {exc}); "
+            "GradientCoding hands the inner strategy ONE reply holding the decoded average, "
+            f"so it must aggregate replies with {array_key!r} arrays and a {weight_key!r} "
+            "weight. " + _CODED_ALTERNATIVE
+        ) from exc
+    if one is None:
+        raise ValueError(
+            f"{name}.aggregate_train returns no model for one reply, and GradientCoding hands "
+            "the inner strategy ONE reply holding the decoded example-weighted average. "
+            + _CODED_ALTERNATIVE
+        )
+    if many is None or not _close(many, one):
+        raise ValueError(
+            f"{name}.aggregate_train does not depend on the replies only through their "
+            "example-weighted average (on four replies it returns another model than on one "
+            "reply holding their weighted average): it aggregates individual replies, which "
+            "coding never delivers (the inner strategy receives ONE decoded reply). Server "
+            "optimizers on the average (FedAvgM, FedAdam, FedYogi, FedAdagrad) compose; "
+            "robust or per-client aggregators do not. " + _CODED_ALTERNATIVE
+        )
+
+
+def _close(a: ArrayRecord, b: ArrayRecord) -> bool:
+    if list(a.keys()) != list(b.keys()):
+        return False
+    for key in a.keys():
+        x = np.asarray(a[key].numpy(), dtype=np.float64)
+        y = np.asarray(b[key].numpy(), dtype=np.float64)
+        finite = y[np.isfinite(y)]
+        scale = max(1.0, float(np.max(np.abs(finite)))) if finite.size else 1.0
+        # (non-finite results are judged later by the wrapper's finiteness guard)
+        if x.shape != y.shape or not np.allclose(x, y, rtol=1e-5, atol=1e-6 * scale,
+                                                 equal_nan=True):
+            return False
+    return True
+
+
+def explain_error_reply(reply: Message) -> str:
+    """One line for an error reply to a coded message (handshake or train), naming what is
+    wrong: the mod's own errors as they are; a Flower mod placed before
+    ``gradient_coding_mod`` as a mod-order problem; anything else as an error from outside the
+    mod (the mod missing, or an outer mod failing)."""
+    from . import protocol
+    from .mod import MOD_ERROR_CODE
+
+    if not reply.has_error():
+        return "not an error reply"
+    code = int(reply.error.code)
+    reason = " ".join(str(reply.error.reason).split())[:300]
+    head = f"error reply (code {code}: {reason})"
+    if "secagg" in reason.lower():  # secaggplus_mod / secagg_mod, in either order
+        return (
+            f"{head}: secaggplus_mod (or secagg_mod) runs only under Flower's "
+            "SecAggPlusWorkflow, which cannot run coded rounds (decoding needs each coded "
+            "reply; SecAgg+ reveals only their sum, which is not a decodable set): remove it "
+            "from the ClientApp's mods, and for privacy use this library's "
+            "dp=DPConfig(mode='partition' | 'central', ...)"
+        )
+    if code in (MOD_ERROR_CODE, protocol.STOPPED_CODE):
+        return head
+    mods = ("fixedclipping_mod", "adaptiveclipping_mod", "LocalDpMod", "arrays_size_mod",
+            "message_size_mod")
+    named = next((m for m in mods if m in reason), None)
+    if code == 6 or named is not None:  # Flower's ErrorCode.MOD_FAILED_PRECONDITION
+        mod = named or "a client mod"
+        return (
+            f"{head}: {mod} rejected the coded message before gradient_coding_mod saw it. "
+            "Mods listed before gradient_coding_mod wrap it and see the coded protocol "
+            "messages, not the app's: put gradient_coding_mod first, e.g. "
+            f"ClientApp(mods=[gradient_coding_mod, {named or 'your_mod'}]) (each partition's "
+            "update then passes through the mod before coding)"
+        )
+    return (
+        f"{head}: this error did not come from gradient_coding_mod (its errors have code "
+        f"{MOD_ERROR_CODE}): the ClientApp does not run gradient_coding_mod "
+        "(ClientApp(mods=[gradient_coding_mod])), or a mod listed before it failed on the "
+        "coded message (put gradient_coding_mod first)"
+    )
