@@ -50,9 +50,9 @@ from ..results import RoundRecorder
 from . import protocol
 from .clock import VirtualClock, WallClock, make_clock
 from .grid import EarlyReturnGrid
-from .quarantine import Quarantine
 from .integrity import Probe, Verdict, applied_disagreement, verify_refusal, verify_replies
 from .protocol import CodedReply, Identity, Instruction, RejectedReply
+from .quarantine import Quarantine
 
 __all__ = ["GradientCoding"]
 
