@@ -76,6 +76,7 @@ from flwr.clientapp import ClientApp  # noqa: E402
 from flwr.serverapp.strategy import FedAvg  # noqa: E402
 
 from fl_gradcode.flower import GradientCoding, gradient_coding_mod  # noqa: E402
+from fl_gradcode.flower.integrity import verify_refusal  # noqa: E402
 from fl_gradcode.flower.protocol import OP_TRAIN, PROTOCOL_KEY, parse_instruction  # noqa: E402
 from fl_gradcode.flower.testing import InProcessGrid, set_task_identity  # noqa: E402
 from fl_gradcode.latency import Pareto  # noqa: E402
@@ -190,7 +191,8 @@ def make_scenario(suite_seed: int, index: int) -> Scenario:
         code=code,
         s=s,
         timing=timing,
-        verify=bool(rng.random() < 0.5),
+        # (drawn for every code, so the stream is unchanged; codes verify refuses get False)
+        verify=bool(rng.random() < 0.5) and verify_refusal(code, s, {}) is None,
         rounds=rounds,
         straggler_timeout=0.25 if timing == "wallclock" else float(rng.choice([5.0, 10.0, 20.0])),
         max_decode_error=float(rng.choice([0.2, 0.5])),

@@ -50,9 +50,10 @@ from ..results import RoundRecorder
 from . import compat, protocol
 from .clock import VirtualClock, WallClock, make_clock
 from .grid import EarlyReturnGrid
-from .integrity import Probe, Verdict, verify_replies
+from .integrity import Probe, Verdict, applied_disagreement, verify_refusal, verify_replies
 from .membership import Membership, code_for_cohort
 from .protocol import CodedReply, Identity, Instruction, RejectedReply
+from .quarantine import Quarantine
 
 __all__ = ["GradientCoding"]
 
@@ -84,6 +85,7 @@ class _Round:
     bytes_down: int = 0  # payload bytes of every instruction of this round
     excluded: list[int] = field(default_factory=list)  # workers with nothing to compute
     tracker: Any = None  # exact decodability of the valid replies, updated per reply
+    quarantined: list[int] = field(default_factory=list)  # nodes sent no work: quarantine
 
     @cached_property
     def worker_of(self) -> dict[int, int]:
@@ -430,6 +432,11 @@ class GradientCoding(Strategy):
         self.wire = wire
         self.verify = bool(verify)
         self.verify_tolerance = float(verify_tolerance)
+        refusal = verify_refusal(code, s, self.code_options) if self.verify else None
+        if refusal is not None:
+            raise ValueError(refusal)
+        self._quarantine = Quarantine()
+        self._warned_unverifiable = False
         self.sparse_decoding = bool(sparse_decoding)
         # per code object, weakly: codes built per round (auto's exclusions) come and go, and
         # an id() key could be reused by a later code
@@ -847,9 +854,13 @@ class GradientCoding(Strategy):
                 check_values=self.timing == "virtual",
             )
             if state.probe is not None:
-                parsed.extra["z"] = state.probe(parsed.arrays, parsed.num_examples)
-                if not np.all(np.isfinite(parsed.extra["z"])):
-                    raise RejectedReply("arrays contain NaN or Inf (sampled coordinates)")
+                parsed.extra["z"] = state.probe(parsed.arrays, parsed.num_examples,
+                                                parsed.metrics)
+                parsed.extra["size"] = state.probe.size(parsed.arrays, parsed.num_examples,
+                                                        parsed.metrics)
+                if not (np.all(np.isfinite(parsed.extra["z"]))
+                        and math.isfinite(parsed.extra["size"])):
+                    raise RejectedReply("arrays contain NaN or Inf, or overflow float64")
         except RejectedReply as why:
             _reject(state, node, worker, str(why))
             return
@@ -920,7 +931,27 @@ class GradientCoding(Strategy):
 
     def _verdict(self, state: _Round, workers: list[int]) -> Verdict:
         z = {w: state.valid[w].extra["z"] for w in workers}
-        return verify_replies(state.code, z, workers, self.verify_tolerance)
+        sizes = {w: state.valid[w].extra["size"] for w in workers}
+        return verify_replies(state.code, z, workers, self.verify_tolerance, sizes)
+
+    def _probe_for(self, code: GradientCode, state: _Round) -> Probe | None:
+        """The round's probe: fresh server secrets (never the run seed, never sent). With
+        ``verify=True`` dense over every coordinate and metric, else a cheap sample."""
+        if self.verify:
+            refusal = verify_refusal(code, code.s, self.code_options)
+            if refusal is not None and code.s > 0:
+                raise ValueError(refusal)
+            if code.s == 0:  # s="auto" chose s=0: nothing to cross-check this round
+                if not self._warned_unverifiable:
+                    log(WARNING, "verify=True: round %d uses s=0 (no redundancy): such "
+                        "rounds are applied unverified (verified=None in rounds.jsonl)",
+                        state.number)
+                    self._warned_unverifiable = True
+                return None
+            return Probe(state.reply_layout, q=16, sample=None, metrics=True)
+        if code.s > 0 and not _is_chunked(code):
+            return Probe(state.reply_layout)
+        return None
 
     def on_late_reply(self, reply: Message) -> None:
         """A reply to an earlier round: counted and dropped, never decoded."""
@@ -965,6 +996,7 @@ class GradientCoding(Strategy):
         cohort = self._identify(grid, list(content_of), server_round)
         if not cohort:  # nobody passed the handshake: the round is idle, the run goes on
             return []
+        held = self._quarantine.held(server_round, cohort)  # stragglers: no work
         if isinstance(grid, EarlyReturnGrid):
             grid.collect_late()
         busy_nodes = self._busy(grid, cohort)
@@ -990,6 +1022,7 @@ class GradientCoding(Strategy):
                 grid.wait_until_free(set(cohort), self.round_timeout)
             busy_nodes = self._busy(grid, cohort)
             queued = self._queued(busy_nodes, cohort) - excluded
+        queued, busy_nodes = queued - held, busy_nodes | held  # quarantined: no work
         queued_workers = {w: node for w, node in enumerate(cohort) if node in queued}
         busy_nodes = busy_nodes - queued - excluded  # busy and given no work this round
         self.clock.straggler_timeout = self._round_deadline()
@@ -1012,8 +1045,8 @@ class GradientCoding(Strategy):
         weight_key = getattr(self.inner, "weighted_by_key", "num-examples")
         wire = self.wire_for(code)
         state.wire = wire
-        if code.s > 0 and not _is_chunked(code) and code.n <= 200:
-            state.probe = Probe(state.reply_layout, (self.seed, server_round, 0x5EED))
+        state.quarantined = sorted(held)
+        state.probe = self._probe_for(code, state)
         messages = []
         unit_loads = None
         if self._estimating and isinstance(self.clock, VirtualClock):
@@ -1175,7 +1208,19 @@ class GradientCoding(Strategy):
             for w in verdict.excluded:
                 log(WARNING, "round %d: worker %d (node %s) contradicts the other replicas; "
                     "excluded", server_round, w, state.cohort[w])
+            self._quarantine.offend(server_round, [state.cohort[w] for w in verdict.excluded],
+                                    "excluded as inconsistent")
+            self._quarantine.offend(server_round, [state.cohort[w] for w in verdict.involved],
+                                    "in a contradiction no single exclusion explains")
         decoding = self._decoding(state, used)
+        if (verdict is not None and verdict.status == "verified" and decoding is not None
+                and not _is_chunked(state.code)):
+            z = {w: state.valid[w].extra["z"] for w in used}
+            sizes = {w: state.valid[w].extra["size"] for w in used}
+            off = applied_disagreement(state.code, z, used, decoding.coefficients, sizes)
+            if not off <= self.verify_tolerance:  # NaN/inf included: never agreement
+                verdict.status, verdict.unresolved = "contradicted", True
+                verdict.disagreement = max(verdict.disagreement, off)
         decode = "skipped"
         if decoding is not None and (decoding.exact or decoding.error <= self.max_decode_error):
             decode = "exact" if decoding.exact else "approx"
@@ -1229,6 +1274,7 @@ class GradientCoding(Strategy):
             expected_round_s=self._expected_round_s(),
             wire=state.wire,
             verified=None if verdict is None else verdict.status,
+            quarantined=state.quarantined,
             inconsistent=[] if verdict is None else verdict.excluded,
             disagreement=None if verdict is None else verdict.disagreement,
             bytes_up=state.bytes_up,
@@ -1512,6 +1558,7 @@ class GradientCoding(Strategy):
             "expected_round_s": None,
             "wire": None,
             "verified": None,
+            "quarantined": [],
             "inconsistent": [],
             "disagreement": None,
             "bytes_up": 0,
