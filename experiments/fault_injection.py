@@ -711,6 +711,14 @@ def check(out: Outcome, file_rows: list[dict[str, Any]], theta0: dict[str, np.nd
             for _ in range(sum(kind == "duplicate" for kind, _ in faults)):
                 if "duplicate sender" in reasons:
                     reasons.remove("duplicate sender")
+            # a value forgery whose num-examples contradicts its partition sizes and the
+            # round's coefficients (forged coefficients, a replay from another worker index)
+            # may be caught on arrival: rejected, never decoded
+            for _ in range(sum(kind in VALUE_FORGING for kind, _ in faults)):
+                caught = [x for x in reasons if x.startswith("partition-sizes=")
+                          and "do not add up to num-examples" in x]
+                if caught:
+                    reasons.remove(caught[0])
             got = _match(must, reasons)
             if got != len(must) or len(reasons) != len(must):
                 bad(f"round {r}: rejections {reasons} do not match the injected faults {must}")

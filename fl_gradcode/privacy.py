@@ -53,6 +53,7 @@ __all__ = [
     "ServerNoise",
     "clip",
     "decoded_noise_variance",
+    "independent_noise_multiplier",
     "make_mechanism",
     "noise_seed",
     "partition_noise",
@@ -346,41 +347,76 @@ class PrivacyAccountant:
         if not self.units or not all(self.units):
             raise ValueError("the accountant needs at least one (sigma, q, count) step")
         self.rounds = 0
-        self._cache: dict[int, float] = {}
+        # per stepped round: the noise multiplier it was accounted at (None: each step's own)
+        self.multipliers: list[float | None] = []
+        self._cache: dict[tuple, float] = {}
 
     def _make(self):
         from opacus.accountants import PRVAccountant, RDPAccountant
 
         return RDPAccountant() if self.config.accountant == "rdp" else PRVAccountant()
 
-    def epsilon_after(self, rounds: int) -> float:
-        """ε after ``rounds`` rounds at ``delta`` (0 for 0 rounds), worst privacy unit."""
+    def epsilon_after(self, rounds: int, noise_multiplier: float | None = None) -> float:
+        """ε after ``rounds`` rounds at ``delta`` (0 for 0 rounds), worst privacy unit: the
+        rounds already stepped at the multipliers they were stepped with, any further ones at
+        ``noise_multiplier`` (``None``: each step's own)."""
         if rounds <= 0:
             return 0.0
-        if rounds not in self._cache:
+        stepped = self.multipliers[:rounds]
+        plan = [*stepped, *([noise_multiplier] * (rounds - len(stepped)))]
+        counts: dict[float | None, int] = {}
+        for sigma in plan:
+            counts[sigma] = counts.get(sigma, 0) + 1
+        key = tuple(sorted(counts.items(), key=lambda kv: (kv[0] is not None, kv[0] or 0.0)))
+        if key not in self._cache:
             units = {tuple(u) for u in self.units}
-            self._cache[rounds] = max(self._unit_epsilon(u, rounds) for u in units)
-        return self._cache[rounds]
+            self._cache[key] = max(self._unit_epsilon(u, counts) for u in units)
+        return self._cache[key]
 
-    def _unit_epsilon(self, unit: tuple[tuple[float, float, int], ...], rounds: int) -> float:
-        if any(sigma <= 0 for sigma, _, _ in unit):
+    def _unit_epsilon(self, unit: tuple[tuple[float, float, int], ...],
+                      counts: dict[float | None, int]) -> float:
+        history = []
+        for sigma_round, rounds in counts.items():
+            for sigma, q, count in unit:
+                history.append((sigma if sigma_round is None else sigma_round, q, count * rounds))
+        if any(sigma <= 0 for sigma, _, _ in history):
             return math.inf
         acc = self._make()
         # Both accountants keep a run-length history [(sigma, q, steps)] and compose it
         # order-independently; this equals calling acc.step() once per mechanism step.
-        acc.history = [(sigma, q, count * rounds) for sigma, q, count in unit]
+        acc.history = history
         return float(acc.get_epsilon(delta=self.config.delta))
 
     @property
     def epsilon(self) -> float:
         return self.epsilon_after(self.rounds)
 
-    def can_run_round(self) -> bool:
-        """Whether one more round keeps ε within ``target_epsilon`` (always, without a target)."""
+    def can_run_round(self, noise_multiplier: float | None = None) -> bool:
+        """Whether one more round at ``noise_multiplier`` keeps ε within ``target_epsilon``
+        (always, without a target). ``None``: the smallest multiplier stepped so far, or each
+        step's own if smaller or if no round set one (a round whose multiplier depends on its
+        code, e.g. ``dp-noise=independent`` with ``s="auto"``, is judged at the worst seen)."""
         target = self.config.target_epsilon
-        return target <= 0 or self.epsilon_after(self.rounds + 1) <= target
+        if target <= 0:
+            return True
+        if noise_multiplier is None:
+            seen = [m for m in self.multipliers if m is not None]
+            nominal = min(sigma for unit in self.units for sigma, _, _ in unit)
+            if seen and min(seen) < nominal:
+                noise_multiplier = min(seen)
+        return self.epsilon_after(self.rounds + 1, noise_multiplier) <= target
 
-    def step(self) -> float:
+    def step(self, noise_multiplier: float | None = None) -> float:
+        """Account one round; ``noise_multiplier``: the round's effective multiplier, replacing
+        each step's own (e.g. per round when the code, and with it the effective multiplier of
+        independent noise, changes from round to round). Returns ε so far."""
+        if noise_multiplier is not None and not (
+            isinstance(noise_multiplier, (int, float)) and not isinstance(noise_multiplier, bool)
+            and noise_multiplier >= 0 and math.isfinite(noise_multiplier)
+        ):
+            raise ValueError(f"noise_multiplier={noise_multiplier!r} must be a finite number "
+                             ">= 0 (or None: each step's own)")
+        self.multipliers.append(None if noise_multiplier is None else float(noise_multiplier))
         self.rounds += 1
         return self.epsilon
 

@@ -264,6 +264,14 @@ def test_value_forgery_is_outvoted_by_the_other_replicas_with_verify(kind):
     out = run(scenario(kind, at=at, s=2, verify=True, rounds=at[0], seed=seed))
     assert (kind, *at) in out.injected
     row = out.rows[at[0] - 1]
+    if kind == "forged-consistent":
+        # forged coefficients give a num-examples its partition sizes contradict: rejected on
+        # arrival, before any comparison
+        assert row["rejected"] == 1
+        assert row["rejected_reasons"][0].startswith("partition-sizes=")
+        assert row["decode"] == "exact" and 0 not in row["clients_used"]
+        assert_equals_oracle(out, at[0])
+        return
     assert row["disagreement"] > 1e-3
     if at[0] > 1 and row["decode"] == "skipped":
         # round 1's last replica of each group is still busy: 0 and one honest replica tie,
@@ -282,6 +290,11 @@ def test_value_forgery_without_redundancy_reaches_the_model_finite(kind):
     at = (2, 0) if kind == "replay-forged" else (1, 0)
     out = run(scenario(kind, at=at, code="uncoded", s=0, rounds=at[0]))
     row = out.rows[at[0] - 1]
+    if kind == "forged-consistent":
+        # caught even without redundancy: its num-examples contradicts its partition sizes
+        assert row["rejected"] == 1 and 0 not in row["clients_used"]
+        assert "do not add up to num-examples" in row["rejected_reasons"][0]
+        return
     assert row["decode"] == "exact" and 0 in row["clients_used"]
     assert out.not_compared == 1 and out.compared == at[0] - 1
     got = fi._flat(out.models[at[0]])

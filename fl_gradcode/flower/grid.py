@@ -6,16 +6,21 @@ place where early return works under any wrapper. Coded TRAIN rounds push, poll,
 when the strategy's stopping rule holds (each reply is handed to ``strategy.on_reply`` once, as
 it arrives) or its wall-clock deadline passes. Unanswered messages are remembered; their replies
 are pulled in later rounds and handed to ``strategy.on_late_reply`` (which frees the node and
-the link state). Every other message keeps Flower's semantics.
+the link state). An unanswered message is given up after a bounded time (``abandon_ttl``,
+default the strategy's ``round_timeout``, never beyond the message's own TTL, after which
+Flower discards it): a node whose reply was lost is then free again instead of busy for ever.
+Every other message keeps Flower's semantics.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from logging import WARNING
 from typing import Any, Protocol
 
 from flwr.app import Message, MessageType
+from flwr.common.logger import log
 
 from . import protocol
 
@@ -41,11 +46,55 @@ def _is_coded_train(messages: list[Message]) -> bool:
 class EarlyReturnGrid:
     """Wraps ``grid``; coded TRAIN rounds return at ``strategy.ready()`` or the deadline."""
 
-    def __init__(self, grid: Any, strategy: _RoundOwner, poll_interval: float = 0.005) -> None:
+    def __init__(self, grid: Any, strategy: _RoundOwner, poll_interval: float = 0.005,
+                 abandon_ttl: float | None = None) -> None:
+        if abandon_ttl is not None and not abandon_ttl > 0:
+            raise ValueError(f"abandon_ttl={abandon_ttl!r} must be > 0 seconds (or None: the "
+                             "strategy's round_timeout)")
         self._grid = grid
         self._strategy = strategy
         self.poll_interval = poll_interval
+        self.abandon_ttl = abandon_ttl
         self.abandoned: dict[str, int] = {}  # message id -> destination node
+        self._expires: dict[str, float] = {}  # message id -> when it is given up (monotonic)
+        self.expired = 0  # abandoned messages given up without a reply
+
+    def _ttl(self, msg: Message | None) -> float:
+        """Seconds an abandoned message is waited for: ``abandon_ttl`` (default the strategy's
+        ``round_timeout``, else Flower's message TTL), never beyond what is left of the
+        message's own TTL."""
+        limit = self.abandon_ttl
+        if limit is None:
+            limit = getattr(self._strategy, "round_timeout", None)
+        if msg is not None:
+            try:
+                left = float(msg.metadata.ttl) - max(time.time() - float(msg.metadata.created_at),
+                                                     0.0)
+                limit = left if limit is None else min(limit, left)
+            except (AttributeError, TypeError, ValueError):
+                pass
+        return max(float(limit if limit is not None else 3600.0), 0.0)
+
+    def _abandon(self, pending: dict[str, int], sent: dict[str, Message]) -> None:
+        now = time.monotonic()
+        for mid, node in pending.items():
+            self.abandoned[mid] = node
+            self._expires[mid] = now + self._ttl(sent.get(mid))
+
+    def expire(self) -> list[int]:
+        """Give up abandoned messages past their bound: their nodes are free again. Returns
+        those nodes (each warned in the log)."""
+        now = time.monotonic()
+        gone = [mid for mid in self.abandoned if self._expires.get(mid, now + 1.0) <= now]
+        nodes = []
+        for mid in gone:
+            node = self.abandoned.pop(mid)
+            self._expires.pop(mid, None)
+            self.expired += 1
+            nodes.append(node)
+            log(WARNING, "node %s never answered message %s: given up, the node is free again",
+                node, mid)
+        return nodes
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._grid, name)
@@ -55,10 +104,15 @@ class EarlyReturnGrid:
         return self._grid
 
     def busy_nodes(self) -> set[int]:
+        self.expire()
         return set(self.abandoned.values())
 
     def collect_late(self) -> None:
-        """Pull replies to earlier rounds that have arrived (frees their nodes)."""
+        """Pull replies to earlier rounds that have arrived (frees their nodes); give up those
+        past their bound."""
+        if not self.abandoned:
+            return
+        self.expire()
         if not self.abandoned:
             return
         for reply in self._grid.pull_messages(list(self.abandoned)):
@@ -78,6 +132,7 @@ class EarlyReturnGrid:
         rid = reply.metadata.reply_to_message_id
         if rid in self.abandoned:
             del self.abandoned[rid]
+            self._expires.pop(rid, None)
             self._strategy.on_late_reply(reply)
 
     def push(self, messages: list[Message]) -> dict[str, Message]:
@@ -142,5 +197,5 @@ class EarlyReturnGrid:
             if done or not pending or time.monotonic() >= t_end:
                 break
             time.sleep(self.poll_interval)
-        self.abandoned.update(pending)
+        self._abandon(pending, sent)
         return replies

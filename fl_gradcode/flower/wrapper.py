@@ -45,7 +45,13 @@ from flwr.serverapp.strategy import FedAvg, Result, Strategy
 
 from ..codes import GradientCode
 from ..latency import LatencyModel, client_delay
-from ..privacy import DPConfig, PrivacyAccountant, ServerNoise, make_mechanism
+from ..privacy import (
+    DPConfig,
+    PrivacyAccountant,
+    ServerNoise,
+    independent_noise_multiplier,
+    make_mechanism,
+)
 from ..results import RoundRecorder
 from . import compat, protocol
 from .clock import VirtualClock, WallClock, make_clock
@@ -54,6 +60,15 @@ from .integrity import Probe, Verdict, applied_disagreement, verify_refusal, ver
 from .membership import Membership, code_for_cohort
 from .protocol import CodedReply, Identity, Instruction, RejectedReply
 from .quarantine import Quarantine
+from .reports import (
+    MISSING_KEYS_HELP,
+    agree_sizes,
+    central_noise_scale,
+    check_reply_sizes,
+    missing_keys,
+    outlying_sizes,
+    public_reason,
+)
 
 __all__ = ["GradientCoding"]
 
@@ -449,7 +464,8 @@ class GradientCoding(Strategy):
         )
         self.membership = Membership(self.warmup_timeout)
         self.identities: dict[int, Identity] = self.membership.claims
-        self.partition_sizes: dict[tuple[int, int], float] = {}
+        self.partition_sizes: dict[tuple[int, int], float] = {}  # checked sizes only
+        self._confirmed_sizes: dict[tuple[int, int], float] = {}  # by >= 2 agreeing replicas
         self.history: list[dict[str, Any]] = []
         self.stopped = False
         self._codes: dict[int, GradientCode] = {}
@@ -832,7 +848,7 @@ class GradientCoding(Strategy):
             state.answered.add(worker)  # a straggler that stopped at the deadline: not a fault
             state.stopped.append(worker)
             log(INFO, "round %d: node %s stopped at the deadline (%s)", state.number, node,
-                reply.error.reason)
+                public_reason(reply.error.reason))
             return
         try:
             if worker is None:
@@ -853,6 +869,7 @@ class GradientCoding(Strategy):
                 # wallclock: the values are checked in the decoding pass, off the critical path
                 check_values=self.timing == "virtual",
             )
+            check_reply_sizes(state.code, worker, parsed.sizes, parsed.num_examples)
             if state.probe is not None:
                 parsed.extra["z"] = state.probe(parsed.arrays, parsed.num_examples,
                                                 parsed.metrics)
@@ -1178,9 +1195,7 @@ class GradientCoding(Strategy):
         for reply in replies:
             self.on_reply(reply)
         wall_s = time.monotonic() - state.wall_start
-        for worker, parsed in state.valid.items():
-            for j, size in zip(state.code.assignment(worker), parsed.sizes, strict=False):
-                self.partition_sizes[_key(state.partitions[j])] = size
+        self._check_sizes(state)
         arrivals = {w: self._arrival(state, w, r) for w, r in state.valid.items()}
         window = self.clock.window(arrivals, self._decodable(state.code), len(state.sent))
         for w in window.stopped:  # virtual timing: stopped at the deadline, never replied
@@ -1251,7 +1266,8 @@ class GradientCoding(Strategy):
             else:
                 arrays_out, inner_metrics, num_examples, noise_std = outcome
         if self.accountant is not None and state.sent:
-            self.accountant.step()  # the round released noisy updates, used or not
+            # the round released noisy updates, used or not; at its code's multiplier
+            self.accountant.step(self._round_noise_multiplier(state))
         if decode == "exact":
             self._missed_deadlines = 0
         elif self._deadline < self.straggler_timeout:  # a predicted deadline was missed
@@ -1284,6 +1300,12 @@ class GradientCoding(Strategy):
             wall_s=float(wall_s),
             central_noise_std=noise_std,
         )
+        if not state.valid and missing_keys(reason for _, reason in state.rejected):
+            self._flush_row(None)  # the round's row first: then the run ends here
+            raise RuntimeError(
+                f"round {server_round}: every reply was refused because the clients have no "
+                f"DP partition keys (dp={self.dp.mode!r}); nothing can be trained. "
+                + MISSING_KEYS_HELP)
         if arrays_out is not None and self.recorder is not None:
             self.recorder.save_model({k: v.numpy() for k, v in arrays_out.items()})
         return arrays_out, self._metrics(row, inner_metrics)
@@ -1394,6 +1416,8 @@ class GradientCoding(Strategy):
         noise_std, noise = None, None
         if self.dp.mode == "central":
             noise_std = self._central_noise_std(state, decoding, used, count)
+            if noise_std is None:
+                return None
             dim = sum(v.size for v in state.theta.values())
             noise = self.server_noise.draw(dim, noise_std, state.number, self.nonce)
         offsets, start = {}, 0
@@ -1452,6 +1476,8 @@ class GradientCoding(Strategy):
         noise_std = None
         if self.dp.mode == "central":
             noise_std = self._central_noise_std(state, decoding, used, count)
+            if noise_std is None:
+                return None
             full[:dim] += count * self.server_noise.draw(dim, noise_std, state.number, self.nonce)
         new, start = {}, 0
         for name, theta in state.theta.items():
@@ -1489,15 +1515,55 @@ class GradientCoding(Strategy):
                 return None
         return arrays_out, inner_metrics, count, noise_std
 
-    def _central_noise_std(self, state: _Round, decoding: Any, used: list[int], count: float):
+    def _central_noise_std(self, state: _Round, decoding: Any, used: list[int],
+                           count: float) -> float | None:
         """Std of the trusted server's noise on the decoded average delta: ``sigma C`` times
-        the largest weight one partition has in it, ``max_j |alpha_j| n_j / count``."""
-        sizes = np.zeros(state.code.k)
-        for w in used:
-            for j, size in zip(state.code.assignment(w), state.valid[w].sizes, strict=False):
-                sizes[j] = size
-        alpha = np.asarray(decoding.alpha, dtype=np.float64)
-        return self.mechanism.server_noise_std(float(np.max(np.abs(alpha) * sizes)) / count)
+        the largest weight one partition has in it, ``max_j |alpha_j| n_j / count``
+        (:func:`~fl_gradcode.flower.reports.central_noise_scale`), from the sizes every used
+        reply reported consistently with its ``num-examples`` and its partition's other
+        replicas (never below ``sigma C / k``). ``None`` (the round is not released): no such
+        sizes."""
+        agreed, _, _ = agree_sizes(state.code, {w: state.valid[w].sizes for w in used})
+        try:
+            scale = central_noise_scale(decoding, agreed, count)
+        except ValueError as exc:
+            log(WARNING, "round %d: central DP noise cannot be sized (%s); round skipped",
+                state.number, exc)
+            return None
+        return self.mechanism.server_noise_std(scale)
+
+    def _check_sizes(self, state: _Round) -> None:
+        """Cross-check the replicas' ``partition-sizes`` (each already consistent with its
+        reply's ``num-examples``): outvoted replies are excluded as rejected; the agreed
+        sizes become ``partition_sizes`` (and, confirmed by two or more replicas, decide
+        later ties)."""
+        confirmed = {j: self._confirmed_sizes[_key(p)] for j, p in enumerate(state.partitions)
+                     if _key(p) in self._confirmed_sizes}
+        agreed, excluded, confirmed_now = agree_sizes(
+            state.code, {w: r.sizes for w, r in state.valid.items()}, confirmed)
+        for worker, reason in sorted(excluded.items()):
+            del state.valid[worker]
+            _reject(state, state.cohort[worker], worker, reason)
+        if excluded:
+            state.tracker = None  # rebuilt from the remaining replies
+        for j, size in agreed.items():
+            self.partition_sizes[_key(state.partitions[j])] = size
+        for j, size in confirmed_now.items():
+            self._confirmed_sizes[_key(state.partitions[j])] = size
+        for j, size, median in outlying_sizes(agreed):
+            log(WARNING, "round %d: partition %s reports %g examples, %.3g times the median "
+                "(%g); no replica contradicts it", state.number, _key(state.partitions[j]),
+                size, size / median, median)
+
+    def _round_noise_multiplier(self, state: _Round) -> float | None:
+        """The noise multiplier the round is accounted at: with ``dp-noise=independent`` under
+        ``partition`` DP, the round's code's effective one (the server can average a
+        partition's replicas: :func:`~fl_gradcode.privacy.independent_noise_multiplier`);
+        ``None`` (the accountant's own) otherwise."""
+        if self.dp.mode == "partition" and self.dp.noise == "independent":
+            return independent_noise_multiplier(
+                np.asarray(state.code.B, dtype=np.float64), self.dp.noise_multiplier)
+        return None
 
     def _metrics(self, row: dict[str, Any], inner: MetricRecord | None) -> MetricRecord:
         ours = {
@@ -1762,7 +1828,10 @@ def _replies_read(decoding: Any, used: list[int]) -> int:
 
 
 def _reject(state: _Round, node: int, worker: int | None, reason: str) -> None:
-    """Count a rejected reply with its public reason, and say so in the log."""
+    """Count a rejected reply with its public reason (one line of at most
+    ``MAX_REASON_CHARS`` characters: the text may come from the client), and say so in the
+    log."""
+    reason = public_reason(reason)
     state.rejected.append((node, reason))
     log(WARNING, "round %d: rejected reply from node %s (worker %s): %s", state.number, node,
         "?" if worker is None else worker, reason)
