@@ -457,3 +457,49 @@ def test_messages_other_than_train_are_untouched_by_validation():
     make_gradient_coding_mod()(evaluate, _context(), lambda m, c: seen.append(m) or
                                Message(RecordDict(), reply_to=m))
     assert seen == [evaluate]
+
+
+# ------------------------------------------------------------------ replicas on other nodes
+def _clipped_update(pid: int, lr: float, clip: float) -> np.ndarray:
+    """n_j clip(delta_j) for theta = 0: delta_j = lr * target_j (numpy, from the app's rule)."""
+    delta = lr * _target(pid)
+    return (10 + 3 * pid) * delta * min(1.0, clip / np.linalg.norm(delta))
+
+
+@pytest.mark.parametrize("what", ["sigma", "lr"])
+def test_replicas_asked_with_another_sigma_or_lr_do_not_share_noise(key_file, what):
+    """The server sends partition 1's replicas on two nodes one round with different sigma (or
+    lr ~ 0): with identical keyed noise, (s2 r1 - s1 r2) / (s2 - s1) (or r1 - r2) would be the
+    raw clipped update. The mod binds the noise to the DP parameters and config, so the
+    estimate is off by about the noise."""
+    clip = 0.5
+    mod = make_gradient_coding_mod()
+    cfg = {"dp-key-file": key_file}
+    if what == "sigma":
+        sig = (1.0, 0.5)
+        r1, r2 = (_coded(mod(_message(_train_instruction(worker=w, dp="partition", clip_norm=clip,
+                                                         noise_multiplier=sig[w])),
+                             _context(100 + w, **cfg), App()))
+                  for w in (0, 1))
+        estimate = (sig[1] * r1 - sig[0] * r2) / (sig[1] - sig[0])
+    else:
+        r1, r2 = (_coded(mod(_message(_train_instruction(worker=w, dp="partition", clip_norm=clip,
+                                                         noise_multiplier=1.0), lr=lr),
+                             _context(100 + w, **cfg), App()))
+                  for w, lr in ((0, 0.5), (1, 1e-12)))
+        estimate = r1 - r2
+    truth = _clipped_update(1, 0.5, clip)
+    noise_scale = 13 * 1.0 * clip  # n_j sigma C per coordinate
+    assert np.linalg.norm(estimate - truth) > 0.3 * noise_scale * np.sqrt(DIM)
+
+
+def test_honest_replicas_on_other_nodes_draw_identical_noise(key_file):
+    """Same instruction content on two nodes (other workers): identical releases, and the
+    release minus the clipped update has the stated std sigma C n_j (noise present)."""
+    mod = make_gradient_coding_mod()
+    cfg = {"dp-key-file": key_file}
+    releases = [_coded(mod(_message(_train_instruction(worker=w, dp="partition", clip_norm=0.5,
+                                                       noise_multiplier=1.0)),
+                           _context(100 + w, **cfg), App())) for w in (0, 1)]
+    np.testing.assert_array_equal(releases[0], releases[1])
+    assert np.linalg.norm(releases[0] - _clipped_update(1, 0.5, 0.5)) > 0.1

@@ -52,7 +52,9 @@ References:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import json
 import random
 import sys
 import time
@@ -63,14 +65,14 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
-from flwr.app import Context, Error, Message, MessageType, RecordDict
+from flwr.app import ArrayRecord, Context, Error, Message, MessageType, RecordDict
 
 from ..privacy import KEY_FILE_ENV, DPConfig, NoiseKeys, make_mechanism, noise_seed
 from . import protocol
 from .client_policy import NodePolicy, ReplayGuard
 from .protocol import Instruction
 
-__all__ = ["gradient_coding_mod", "make_gradient_coding_mod", "partition_seed"]
+__all__ = ["bound_nonce", "gradient_coding_mod", "make_gradient_coding_mod", "partition_seed"]
 
 #: Error code of the mod's own error replies (Flower's ClientApp exception code is 0).
 MOD_ERROR_CODE = 5400
@@ -100,6 +102,31 @@ def partition_seed(
         return noise_seed(key, server_round, partition, purpose="app-rng", nonce=nonce) >> 1
     tag = f"fl-gradcode;seed={int(seed)};round={int(server_round)};partition={int(partition)}"
     return int.from_bytes(hashlib.sha256(tag.encode()).digest()[:8], "little") >> 1
+
+
+def bound_nonce(instruction: Instruction, content: RecordDict) -> str:
+    """The run nonce bound to the DP parameters and the app's non-array records (its config,
+    e.g. ``lr``) of this instruction: ``"<nonce>;bind=<sha256 prefix>"``.
+
+    Keyed seeds (partition noise, the app's RNG) use it, so two releases of a partition share
+    their keyed noise only if they were asked for with the same ``dp``, ``clip-norm``,
+    ``noise-multiplier``, ``dp-noise`` and config: honest replicas (the server sends every
+    replica the same) still draw identical noise, while a server that asks replicas on
+    different nodes in one round for another sigma or lr gets independent noise, which does
+    not cancel when it subtracts the releases. The model arrays are not bound (runs compared
+    on identical noise have models equal only to rounding after round 1)."""
+    digest = hashlib.sha256()
+    params = {"dp": instruction.dp, "clip-norm": repr(float(instruction.clip_norm)),
+              "noise-multiplier": repr(float(instruction.noise_multiplier)),
+              "dp-noise": instruction.dp_noise}
+    digest.update(json.dumps(params, sort_keys=True).encode())
+    for key in sorted(content.keys()):
+        record = content[key]
+        if isinstance(record, ArrayRecord):
+            continue
+        items = sorted((str(name), repr(value)) for name, value in record.items())
+        digest.update(json.dumps([key, type(record).__name__, items]).encode())
+    return f"{instruction.nonce};bind={digest.hexdigest()[:32]}"
 
 
 def _torch() -> Any:
@@ -300,6 +327,10 @@ def _coded_reply(
     )
     keys = node_keys(context.node_config)
     _check_partition_keys(instruction, keys)
+    if keys is not None:  # keyed seeds: bind them to what this node was asked to compute
+        instruction = dataclasses.replace(
+            instruction, nonce=bound_nonce(instruction, content)
+        )
     coded = {name: np.zeros_like(v) for name, v in theta.items()}
     count, compute_s = 0.0, 0.0
     sizes: list[float] = []
