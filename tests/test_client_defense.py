@@ -503,3 +503,33 @@ def test_honest_replicas_on_other_nodes_draw_identical_noise(key_file):
                            _context(100 + w, **cfg), App())) for w in (0, 1)]
     np.testing.assert_array_equal(releases[0], releases[1])
     assert np.linalg.norm(releases[0] - _clipped_update(1, 0.5, 0.5)) > 0.1
+
+
+def test_a_server_that_pins_the_nonce_to_rerun_a_round_gets_refusals_not_updates(tmp_path,
+                                                                                   key_file):
+    """Through the server API: a second run on the same nodes with the same pinned nonce and
+    another sigma (the differencing attack across runs). With a dp-state-file every node
+    refuses round 1 again, even after a restart (fresh mods); the round is skipped, and each
+    rejection names the replay."""
+
+    def grid():
+        app = ClientApp(mods=[make_gradient_coding_mod()])  # a fresh process each time
+        app.train()(App())
+        return InProcessGrid(app, 4, node_config=lambda i: {
+            "dp-key-file": key_file, "dp-state-file": str(tmp_path / f"node{i}.jsonl")})
+
+    def run(sigma):
+        strategy = GradientCoding(FedAvg(fraction_evaluate=0.0, min_available_nodes=4),
+                                  code="frc", s=1, seed=0, dp_run_nonce="pinned",
+                                  dp=DPConfig(mode="partition", clip_norm=0.5,
+                                              noise_multiplier=sigma))
+        strategy.start(grid=grid(), initial_arrays=ArrayRecord({"w": Array(np.zeros(DIM))}),
+                       num_rounds=1, train_config=ConfigRecord({"lr": 0.5}))
+        return strategy.history[0]
+
+    first = run(1.0)
+    assert first["decode"] == "exact" and first["rejected"] == 0
+    second = run(0.5)
+    assert second["decode"] == "skipped"
+    assert second["rejected"] == 4
+    assert all("already answered by this node" in r for r in second["rejected_reasons"])
