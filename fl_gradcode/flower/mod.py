@@ -25,6 +25,26 @@ and the mod warns once. With a partition key (node config ``dp-key-file`` or the
 variable ``FL_GRADCODE_DP_KEY_FILE``), the seed is ``HMAC(key_j, nonce, round, j)``: secret to
 the server and fresh in every run.
 
+Validation: every instruction field is checked before anything is computed
+(:func:`~fl_gradcode.flower.protocol.parse_instruction`: types, allowed sets, finite values,
+partition ids unique and in ``[0, num-partitions)``, at most 1024 partitions per instruction,
+``num-partitions <= 100000``, ``0 <= delay-s <= 3600``; a train instruction needs
+``round >= 1`` and ``worker >= 0``); a bad field gets an error reply (``MOD_ERROR_CODE``)
+naming it.
+
+The node's own privacy (:mod:`~fl_gradcode.flower.client_policy`): node config
+``dp-required`` and ``dp-min-noise-multiplier`` refuse an instruction asking for less privacy
+than the node insists on; a train instruction whose ``(nonce, round)`` the node has already
+answered is refused when the node has partition keys or a ``dp-state-file`` (remembered there
+across restarts). ``dp='partition'`` and ``dp='sample'`` refuse a partition the node's key file
+has no key for. Under ``dp='partition'`` and ``dp='central'`` the app's scalar metrics are
+withheld (the reply carries none: un-noised per-partition values would undo the release); the
+example counts ``n_j`` (``partition-sizes`` and ``num-examples``) are still sent, as FedAvg
+sends them, because decoding needs ``sum_j B[i,j] n_j``.
+
+The app gets a fresh, empty ``context.state`` in every coded call (replicas must compute
+identically); an app that writes it gets a warning once per process.
+
 References:
     Tandon, Lei, Dimakis, Karampatziakis, "Gradient Coding: Avoiding Stragglers in Distributed
     Learning", ICML 2017, https://arxiv.org/abs/1612.03301.
@@ -32,7 +52,9 @@ References:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import json
 import random
 import sys
 import time
@@ -43,13 +65,14 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
-from flwr.app import Context, Error, Message, MessageType, RecordDict
+from flwr.app import ArrayRecord, Context, Error, Message, MessageType, RecordDict
 
 from ..privacy import KEY_FILE_ENV, DPConfig, NoiseKeys, make_mechanism, noise_seed
 from . import protocol
+from .client_policy import NodePolicy, ReplayGuard
 from .protocol import Instruction
 
-__all__ = ["gradient_coding_mod", "make_gradient_coding_mod", "partition_seed"]
+__all__ = ["bound_nonce", "gradient_coding_mod", "make_gradient_coding_mod", "partition_seed"]
 
 #: Error code of the mod's own error replies (Flower's ClientApp exception code is 0).
 MOD_ERROR_CODE = 5400
@@ -63,6 +86,8 @@ class _Stopped(Exception):
     """The round's deadline passed: the server can no longer use this worker's reply."""
 
 _warned_public_seed = False
+_warned_state = False
+_warned_memory_replay = False
 
 
 def partition_seed(
@@ -77,6 +102,31 @@ def partition_seed(
         return noise_seed(key, server_round, partition, purpose="app-rng", nonce=nonce) >> 1
     tag = f"fl-gradcode;seed={int(seed)};round={int(server_round)};partition={int(partition)}"
     return int.from_bytes(hashlib.sha256(tag.encode()).digest()[:8], "little") >> 1
+
+
+def bound_nonce(instruction: Instruction, content: RecordDict) -> str:
+    """The run nonce bound to the DP parameters and the app's non-array records (its config,
+    e.g. ``lr``) of this instruction: ``"<nonce>;bind=<sha256 prefix>"``.
+
+    Keyed seeds (partition noise, the app's RNG) use it, so two releases of a partition share
+    their keyed noise only if they were asked for with the same ``dp``, ``clip-norm``,
+    ``noise-multiplier``, ``dp-noise`` and config: honest replicas (the server sends every
+    replica the same) still draw identical noise, while a server that asks replicas on
+    different nodes in one round for another sigma or lr gets independent noise, which does
+    not cancel when it subtracts the releases. The model arrays are not bound (runs compared
+    on identical noise have models equal only to rounding after round 1)."""
+    digest = hashlib.sha256()
+    params = {"dp": instruction.dp, "clip-norm": repr(float(instruction.clip_norm)),
+              "noise-multiplier": repr(float(instruction.noise_multiplier)),
+              "dp-noise": instruction.dp_noise}
+    digest.update(json.dumps(params, sort_keys=True).encode())
+    for key in sorted(content.keys()):
+        record = content[key]
+        if isinstance(record, ArrayRecord):
+            continue
+        items = sorted((str(name), repr(value)) for name, value in record.items())
+        digest.update(json.dumps([key, type(record).__name__, items]).encode())
+    return f"{instruction.nonce};bind={digest.hexdigest()[:32]}"
 
 
 def _torch() -> Any:
@@ -103,6 +153,50 @@ def node_keys(node_config: Any) -> NoiseKeys | None:
 
     path = node_config.get("dp-key-file") or os.environ.get(KEY_FILE_ENV)
     return _keys_from(str(path)) if path else None
+
+
+def _warn_if_state_written(ctx: Context) -> None:
+    """Warn once per process if the app wrote ``context.state`` during a coded call."""
+    global _warned_state
+    try:
+        written = len(ctx.state) > 0
+    except TypeError:
+        written = True  # the app replaced the state with something else
+    if written and not _warned_state:
+        _warned_state = True
+        warnings.warn(
+            "gradient_coding_mod: the app wrote context.state during a coded train call; "
+            "those writes are discarded (each partition call gets a fresh, empty state, "
+            "because every replica of a partition must compute identically, whichever node "
+            "it runs on and whatever that node computed before). Keep state the app needs "
+            "across rounds in the messages (the model / config records) or in the run "
+            "config, or derive it from the round and partition.",
+            stacklevel=3,
+        )
+
+
+def _check_partition_keys(instruction: Instruction, keys: NoiseKeys | None) -> None:
+    """dp modes whose randomness is keyed need a key for every assigned partition."""
+    if instruction.dp not in _KEYED_MODES:
+        return
+    if keys is None:
+        raise ValueError(
+            f"dp={instruction.dp!r} needs partition keys on the client: set node config "
+            f"'dp-key-file' or {KEY_FILE_ENV} (python -m fl_gradcode.privacy keygen FILE)"
+        )
+    for pid in instruction.partition_ids:
+        try:
+            keys.key(pid)
+        except ValueError as exc:
+            raise ValueError(
+                f"dp={instruction.dp!r}: partition-ids holds {pid} but this node's key file "
+                f"has no key for it; refused (its randomness would be seeded from public "
+                "values). Give the node that partition's key or do not assign it."
+            ) from exc
+
+
+#: dp modes whose client-side randomness must come from partition keys.
+_KEYED_MODES = ("partition", "sample")
 
 
 @dataclass
@@ -138,6 +232,8 @@ def _run_partition(
         try:
             key = keys.key(pid)
         except ValueError:
+            if instruction.dp in _KEYED_MODES:  # checked up front too; never public seeds here
+                raise
             key = None
     if key is None:
         global _warned_public_seed
@@ -184,6 +280,7 @@ def _run_partition(
         np.random.set_state(saved[1])  # noqa: NPY002
         if saved[2] is not None:
             torch.set_rng_state(saved[2])
+    _warn_if_state_written(ctx)
     if reply.has_error():
         raise RuntimeError(
             f"the app failed on partition {pid}: code {reply.error.code}: {reply.error.reason}"
@@ -229,10 +326,10 @@ def _coded_reply(
         )
     )
     keys = node_keys(context.node_config)
-    if mechanism.needs_keys and keys is None:
-        raise ValueError(
-            f"dp={instruction.dp!r} needs partition keys on the client: set node config "
-            f"'dp-key-file' or {KEY_FILE_ENV}"
+    _check_partition_keys(instruction, keys)
+    if keys is not None:  # keyed seeds: bind them to what this node was asked to compute
+        instruction = dataclasses.replace(
+            instruction, nonce=bound_nonce(instruction, content)
         )
     coded = {name: np.zeros_like(v) for name, v in theta.items()}
     count, compute_s = 0.0, 0.0
@@ -315,9 +412,15 @@ def _coded_reply(
             name: v.astype(dtypes[name]) if np.dtype(dtypes[name]).kind == "f" else v
             for name, v in coded.items()
         }
+    if mechanism.mode in _WITHHELD_METRICS:
+        metric_sums = None  # un-noised per-partition metrics would undo the DP release
     return protocol.train_reply(
         msg, instruction, coded, count, sizes, metric_sums or {}, compute_s
     )
+
+
+#: dp modes under which the app's scalar metrics are withheld (not sent).
+_WITHHELD_METRICS = ("partition", "central")
 
 
 def _chunked(coded: dict[str, np.ndarray], count: float, instruction: Instruction) -> np.ndarray:
@@ -332,6 +435,30 @@ def _chunked(coded: dict[str, np.ndarray], count: float, instruction: Instructio
     return gamma @ padded.reshape(m, length)
 
 
+def _claim_round(guard: ReplayGuard, context: Context, instruction: Instruction) -> bool:
+    """Claim the instruction's ``(nonce, round)`` for this node if its computation is keyed
+    (the node has partition keys) or it keeps a ``dp-state-file``; False if not guarded."""
+    cfg = context.node_config
+    has_file = bool(cfg.get("dp-state-file"))
+    if not has_file and node_keys(cfg) is None:
+        return False
+    if not has_file:
+        global _warned_memory_replay
+        if not _warned_memory_replay:
+            _warned_memory_replay = True
+            warnings.warn(
+                "gradient_coding_mod: this node has partition keys but no node config "
+                "'dp-state-file', so the (nonce, round) pairs it answered are remembered in "
+                "this process only; after a restart (and under Flower's deployment engine, "
+                "which runs each message in a fresh process) a replayed round would be "
+                "answered again with the same keyed noise. Set --node-config "
+                "\"dp-state-file='/path/node-state.jsonl'\" (one file per node).",
+                stacklevel=3,
+            )
+    guard.claim(context.node_id, cfg, instruction.nonce, instruction.round)
+    return True
+
+
 def make_gradient_coding_mod(
     cache: MutableMapping[Any, PartitionResult] | None = None,
 ) -> Callable[[Message, Context, Callable[[Message, Context], Message]], Message]:
@@ -341,6 +468,8 @@ def make_gradient_coding_mod(
     share its computed update, which they would compute bit-identically anyway; each replica
     still reports the measured compute time of that computation as its own.
     """
+
+    guard = ReplayGuard()
 
     def gradient_coding_mod(
         msg: Message, context: Context, call_next: Callable[[Message, Context], Message]
@@ -368,7 +497,18 @@ def make_gradient_coding_mod(
                 )
             if instruction.op != protocol.OP_TRAIN:
                 raise ValueError(f"unknown gradient-coding op {instruction.op!r}")
-            return _coded_reply(msg, context, call_next, instruction, cache)
+            instruction.check_train()
+            NodePolicy.from_node_config(context.node_config).check(
+                instruction, context.run_config
+            )
+            claimed = _claim_round(guard, context, instruction)
+            try:
+                return _coded_reply(msg, context, call_next, instruction, cache)
+            except BaseException:
+                if claimed:  # nothing was sent: the round may be asked again
+                    guard.release(context.node_id, context.node_config, instruction.nonce,
+                                  instruction.round)
+                raise
         except _Stopped as why:  # a short error reply: the node is free for the next round
             return Message(Error(MOD_STOPPED_CODE, str(why)), reply_to=msg)
         except Exception as exc:  # the server sees a named error, never a hung round

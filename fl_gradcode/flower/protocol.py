@@ -56,6 +56,8 @@ from flwr.app import (
     RecordDict,
 )
 
+from ..privacy import DP_MODES, DP_NOISE
+
 __all__ = [
     "METRIC_PREFIX",
     "OP_IDENTIFY",
@@ -111,6 +113,14 @@ class Instruction:
     # deadline has passed: the server can no longer use the reply); 0: never
     stop_after_s: float = 0.0
 
+    def check_train(self) -> None:
+        """Raise ``ValueError`` naming the field unless this is a computable ``train`` job:
+        ``round >= 1`` and ``worker >= 0`` (the parsed defaults 0 / -1 mean "not sent")."""
+        if self.round < 1:
+            raise ValueError(f"round={self.round!r}; a train instruction needs round >= 1")
+        if self.worker < 0:
+            raise ValueError(f"worker={self.worker!r}; a train instruction needs worker >= 0")
+
     def to_record(self) -> ConfigRecord:
         return ConfigRecord(
             {
@@ -151,34 +161,148 @@ def instruction_message(
     )
 
 
+#: Bounds a worker checks before computing anything (a bad field gets an error reply naming it).
+MAX_NUM_PARTITIONS = 100_000  # num-partitions of any partition
+MAX_ASSIGNED_PARTITIONS = 1024  # partitions in one instruction
+MAX_DELAY_S = 3600.0  # simulated wallclock latency of one reply
+MAX_TEXT = 256  # nonce and weight-key characters
+OPS = (OP_IDENTIFY, OP_TRAIN)
+TIMINGS = ("virtual", "wallclock")
+WIRES = ("float64", "model")
+
+
+def _int_field(rec: ConfigRecord, key: str, default: int, low: int) -> int:
+    value = rec.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{key}={value!r} is not an integer")
+    if value < low:
+        raise ValueError(f"{key}={value!r}; expected an integer >= {low}")
+    return int(value)
+
+
+def _float_field(
+    rec: ConfigRecord, key: str, default: float, low: float, high: float = math.inf,
+    positive: bool = False,
+) -> float:
+    value = rec.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{key}={value!r} is not a number")
+    value = float(value)
+    ok = math.isfinite(value) and low <= value <= high and (value > 0 or not positive)
+    if not ok:
+        rng = f"> {low:g}" if positive else f">= {low:g}"
+        if math.isfinite(high):
+            rng += f" and <= {high:g}"
+        raise ValueError(f"{key}={value!r}; expected a finite number {rng}")
+    return value
+
+
+def _choice_field(rec: ConfigRecord, key: str, default: str, allowed: Sequence[str]) -> str:
+    value = rec.get(key, default)
+    if value not in allowed:
+        raise ValueError(f"{key}={value!r}; expected one of {tuple(allowed)}")
+    return str(value)
+
+
+def _text_field(rec: ConfigRecord, key: str, default: str, nonempty: bool = False) -> str:
+    value = rec.get(key, default)
+    if not isinstance(value, str) or len(value) > MAX_TEXT or (nonempty and not value):
+        shown = value if not isinstance(value, str) else value[:40]
+        raise ValueError(
+            f"{key}={shown!r} is not a{' non-empty' if nonempty else ''} string of at most "
+            f"{MAX_TEXT} characters"
+        )
+    return value
+
+
+def _list_field(rec: ConfigRecord, key: str, default: list, kind: type) -> list:
+    value = rec.get(key, default)
+    if not isinstance(value, list):
+        raise ValueError(f"{key}={value!r} is not a list")
+    for x in value:
+        if isinstance(x, bool) or not isinstance(x, (int, float) if kind is float else int):
+            raise ValueError(f"{key} holds {x!r}, not {'a number' if kind is float else 'an int'}")
+        if kind is float and not math.isfinite(float(x)):
+            raise ValueError(f"{key} holds {x!r}; expected finite numbers")
+    return [kind(x) for x in value]
+
+
 def parse_instruction(content: RecordDict) -> Instruction | None:
-    """The instruction in a message's content, or ``None`` if it carries none."""
+    """The instruction in a message's content, or ``None`` if it carries none.
+
+    Strict: a field of the wrong type, outside its allowed set or bounds, non-finite, or
+    lists of different lengths raise ``ValueError`` naming the field (the mod answers with an
+    error reply). ``partition-ids=[-1]`` (with ``num-partitions=[-1]``, ``coefficients=[0.0]``)
+    is the wire form of "no partitions" (Flower records reject empty lists). Bounds: at most
+    :data:`MAX_ASSIGNED_PARTITIONS` ids per instruction, each unique and in
+    ``[0, num-partitions)``, ``1 <= num-partitions <= MAX_NUM_PARTITIONS``,
+    ``0 <= delay-s <= MAX_DELAY_S``. Round and worker are only checked against their
+    defaults' ranges here (``>= 0``, ``>= -1``); :meth:`Instruction.check_train` requires a
+    real round and worker of a ``train`` instruction.
+    """
     if PROTOCOL_KEY not in content.config_records:
         return None
     rec = content.config_records[PROTOCOL_KEY]
-    parts = tuple(int(j) for j in rec.get("partition-ids", [-1]) if int(j) >= 0)
-    count = len(parts)
+    op = rec.get("op")
+    if op not in OPS:
+        raise ValueError(f"unknown gradient-coding op {op!r} (field op); expected one of {OPS}")
+    ids = _list_field(rec, "partition-ids", [-1], int)
+    nums = _list_field(rec, "num-partitions", [-1], int)
+    coefs = _list_field(rec, "coefficients", [0.0], float)
+    if ids == [-1]:  # the wire form of "no partitions"
+        if nums != [-1] or len(coefs) != 1:
+            raise ValueError(
+                f"partition-ids=[-1] (no partitions) needs num-partitions=[-1] and one "
+                f"placeholder coefficient; got num-partitions={nums!r}, "
+                f"coefficients={coefs!r}"
+            )
+        ids, nums, coefs = [], [], []
+    if len(ids) > MAX_ASSIGNED_PARTITIONS:
+        raise ValueError(
+            f"partition-ids has {len(ids)} entries; at most {MAX_ASSIGNED_PARTITIONS} "
+            "partitions per instruction"
+        )
+    if not (len(nums) == len(ids) == len(coefs)):
+        raise ValueError(
+            f"partition-ids ({len(ids)}), num-partitions ({len(nums)}) and coefficients "
+            f"({len(coefs)}) must have the same length"
+        )
+    for k in nums:
+        if not 1 <= k <= MAX_NUM_PARTITIONS:
+            raise ValueError(f"num-partitions holds {k}; expected 1 <= num-partitions <= "
+                             f"{MAX_NUM_PARTITIONS}")
+    for j, k in zip(ids, nums, strict=True):
+        if not 0 <= j < k:
+            raise ValueError(f"partition-ids holds {j}; expected 0 <= id < num-partitions={k}")
+    if len(set(ids)) != len(ids):
+        dup = sorted({j for j in ids if ids.count(j) > 1})
+        raise ValueError(f"partition-ids repeats {dup}; each partition at most once")
+    chunk = _list_field(rec, "chunk-coefficients", [0.0], float)
+    if len(chunk) > MAX_ASSIGNED_PARTITIONS:
+        raise ValueError(f"chunk-coefficients has {len(chunk)} entries; at most "
+                         f"{MAX_ASSIGNED_PARTITIONS}")
+    seed = rec.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"seed={seed!r} is not an integer")
     return Instruction(
-        op=str(rec["op"]),
-        round=int(rec.get("round", 0)),
-        worker=int(rec.get("worker", -1)),
-        seed=int(rec.get("seed", 0)),
-        nonce=str(rec.get("nonce", "")),
-        partition_ids=parts,
-        num_partitions=tuple(int(k) for k in rec.get("num-partitions", []))[:count],
-        coefficients=tuple(float(c) for c in rec.get("coefficients", []))[:count],
-        dp=str(rec.get("dp", "none")),
-        clip_norm=float(rec.get("clip-norm", 1.0)),
-        noise_multiplier=float(rec.get("noise-multiplier", 0.0)),
-        dp_noise=str(rec.get("dp-noise", "identical")),
-        timing=str(rec.get("timing", "virtual")),
-        delay_s=float(rec.get("delay-s", 0.0)),
-        weight_key=str(rec.get("weight-key", "num-examples")),
-        wire=str(rec.get("wire", "float64")),
-        chunk_coefficients=tuple(float(c) for c in rec.get("chunk-coefficients", [0.0]))
-        if len(rec.get("chunk-coefficients", [0.0])) > 1
-        else (),
-        stop_after_s=float(rec.get("stop-after-s", 0.0)),
+        op=op,
+        round=_int_field(rec, "round", 0, 0),
+        worker=_int_field(rec, "worker", -1, -1),
+        seed=int(seed),
+        nonce=_text_field(rec, "nonce", ""),
+        partition_ids=tuple(ids),
+        num_partitions=tuple(nums),
+        coefficients=tuple(coefs),
+        dp=_choice_field(rec, "dp", "none", DP_MODES),
+        clip_norm=_float_field(rec, "clip-norm", 1.0, 0.0, positive=True),
+        noise_multiplier=_float_field(rec, "noise-multiplier", 0.0, 0.0),
+        dp_noise=_choice_field(rec, "dp-noise", "identical", DP_NOISE),
+        timing=_choice_field(rec, "timing", "virtual", TIMINGS),
+        delay_s=_float_field(rec, "delay-s", 0.0, 0.0, MAX_DELAY_S),
+        weight_key=_text_field(rec, "weight-key", "num-examples", nonempty=True),
+        wire=_choice_field(rec, "wire", "float64", WIRES),
+        chunk_coefficients=tuple(chunk) if len(chunk) > 1 else (),
+        stop_after_s=_float_field(rec, "stop-after-s", 0.0, 0.0),
     )
 
 
