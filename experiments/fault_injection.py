@@ -717,6 +717,12 @@ def _rel(got: np.ndarray, expected: np.ndarray) -> float:
     return diff / max(float(np.linalg.norm(expected / scale)), 1e-300)
 
 
+def _run_faults(scn: Scenario) -> str:
+    """The scenario's run-level edge faults, for a violation's text."""
+    joins = f", joins {scn.joins}" if scn.joins else ""
+    return joins + (f", identity claims {scn.claims}" if scn.claims else "")
+
+
 def _oracle_error(scn: Scenario, prev: dict, model: dict, server_round: int) -> float:
     """The relative error of ``model`` to the nearest oracle of the round (the partitions
     present; see ``fault_kinds.partition_sets``)."""
@@ -796,6 +802,8 @@ def check(out: Outcome, file_rows: list[dict[str, Any]], theta0: dict[str, np.nd
                     bad(f"round {r}: node {node} with fault {kind!r} was decoded")
         # value forgeries
         forged = [node for kind, node in faults if kind in VALUE_FORGING + EDGE_FORGING]
+        changing = [node for kind, node in faults
+                    if kind in VALUE_FORGING + EDGE_FORGING and kind not in edges.MODEL_NEUTRAL]
         protected = scn.verify and int(row.get("s", 0)) >= 1
         for kind, node in faults:
             if kind not in VALUE_FORGING + EDGE_FORGING:
@@ -820,8 +828,8 @@ def check(out: Outcome, file_rows: list[dict[str, Any]], theta0: dict[str, np.nd
                 f"{row.get('verified')})")
         verified = row.get("verified") == "verified"
         if decode == "exact":
-            if any(node in used for node in forged) and not protected:
-                out.not_compared += 1
+            if any(node in used for node in changing) and not (protected or verified):
+                out.not_compared += 1  # (a round recorded verified is always compared)
             elif _finite(prev) and _finite(model):
                 rel = _oracle_error(scn, prev, model, r)
                 out.compared += 1
@@ -831,7 +839,7 @@ def check(out: Outcome, file_rows: list[dict[str, Any]], theta0: dict[str, np.nd
                     out.wrong_verified += verified
                     bad(f"round {r}: exact model differs from the oracle (relative {rel:.3g}; "
                         f"used {sorted(used)}, faults {sorted(faults)}, verified "
-                        f"{row.get('verified')})")
+                        f"{row.get('verified')}{_run_faults(scn)})")
         elif decode == "approx" and verified and _finite(prev) and _finite(model):
             got, before = _flat(model), _flat(prev)
             if not any(

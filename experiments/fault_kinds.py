@@ -14,8 +14,10 @@ Per ``(round, node)``:
 * ``sparse-forger``: a blind forger: a few coordinates (1 to 4) of the reply times a large
   factor (1e3 to 1e6, either sign);
 * ``overflow``: the reply times 1e160 (finite; its squares overflow);
-* ``size-forgery``: ``partition-sizes`` in the reply's meta record set to 0 or 1e15 (variants
-  0 and 1: alone; 2 and 3: with ``num-examples`` made consistent with the forged sizes);
+* ``size-forgery``: ``partition-sizes`` in the reply's meta record set to 0 or 1e15 (even /
+  odd variant), nothing else changed (the model must not change);
+  ``size-forgery-consistent``: the same with ``num-examples`` made consistent with the forged
+  sizes and the coefficients (a finite value forgery of the example count);
 * ``replayed-nonce`` (a client defence): after the node answered its instruction, the same
   instruction (same nonce and round) is sent again straight to the node's
   ``gradient_coding_mod`` with another noise multiplier; the mod must refuse it (an error
@@ -52,7 +54,10 @@ from typing import Any
 import numpy as np
 from flwr.app import ConfigRecord, Context, Error, Message, RecordDict
 
-EDGE_FORGING = ("public-forger", "sparse-forger", "overflow", "size-forgery")
+EDGE_FORGING = ("public-forger", "sparse-forger", "overflow", "size-forgery",
+                "size-forgery-consistent")
+#: Forgeries that leave the model's values alone (a decoded one must give the oracle's model).
+MODEL_NEUTRAL = ("size-forgery",)
 EDGE_NODE_FAULTS = (*EDGE_FORGING, "replayed-nonce", "lost-reply")
 HANDSHAKE_FAULTS = ("handshake-error", "handshake-silent")
 IDENTITY_FAULTS = ("identity-clash", "claims-0-of-1")
@@ -112,9 +117,8 @@ def add_edge_faults(scn: Any, rng: np.random.Generator, budget: Callable[[int], 
             if rng.random() >= rate:
                 continue
             kind = str(rng.choice([k for k in EDGE_NODE_FAULTS if k != "lost-reply"]))
-            if kind in EDGE_FORGING:
-                if budget(r) <= 0:
-                    kind = "replayed-nonce"
+            if kind in EDGE_FORGING and budget(r) <= 0:
+                continue  # redundancy detects at most s forgers per round
             scn.node_faults[(r, node)] = kind
     scn.wide = any(k in ("public-forger", "sparse-forger") for k in scn.node_faults.values())
 
@@ -166,11 +170,11 @@ def forge(kind: str, variant: int, rng: np.random.Generator, arrays: dict[str, n
         return arrays, meta
     if kind == "overflow":
         return {k: v * 1e160 for k, v in arrays.items()}, meta
-    if kind == "size-forgery":
+    if kind in ("size-forgery", "size-forgery-consistent"):
         forged = 0.0 if variant % 2 == 0 else 1e15
         sizes = list(meta.get("partition-sizes", [0.0]))
         meta["partition-sizes"] = [forged] * len(sizes)
-        if variant >= 2:
+        if kind == "size-forgery-consistent":
             meta["num-examples"] = float(sum(c * forged for c in instruction.coefficients))
         return arrays, meta
     raise AssertionError(kind)
