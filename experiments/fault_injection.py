@@ -30,8 +30,19 @@ all-slow / all-busy round decodes nothing; after an all-busy round the next roun
 node is free (virtual timing) rather than being spent on nothing; the integrity check never
 excludes an honest reply as inconsistent; ``final_model.npz`` is the last decoded model.
 
-Run: ``python experiments/fault_injection.py [--full] [--scenarios N] [--seed S] [--out PATH]``
-(default: a fast slice of 40 scenarios; ``--full``: 500 scenarios and
+Edge faults (``experiments/fault_kinds.py``, drawn from their own stream on top of the above,
+on by default on the command line, ``run_suite(edge_faults=True)``): forgers that know
+everything public, blind sparse forgers, overflow, partition-size forgery, handshake failures
+(also of a node first sampled in a later round), identity clashes and ``(0, 1)`` claims,
+replayed instructions sent to the client mod, lost wallclock replies. Their invariants: no run
+ends by a node's failure (``runs_ended_by_node_failure``), a round recorded ``verified`` never
+has a model off the oracle (``wrong_models_applied_as_verified``), the oracle averages the
+partitions present in the round, a replayed instruction is refused, a lost reply's node is
+free again within ``fault_kinds.EXPIRY_BOUND_S``. The replies the outer mod rewrites and their
+expected rejection reasons are in ``experiments/fault_replies.py``.
+
+Run: ``python experiments/fault_injection.py [--full] [--scenarios N] [--seed S] [--out PATH]
+[--no-edge-faults]`` (default: a fast slice of 40 scenarios; ``--full``: 500 scenarios and
 ``results/fault_injection.json``).
 """
 
@@ -42,7 +53,6 @@ import contextlib
 import json
 import logging
 import platform
-import re
 import sys
 import tempfile
 import time
@@ -63,6 +73,7 @@ for _path in (ROOT, ROOT / "experiments"):
         sys.path.insert(0, str(_path))
 
 import fault_kinds as edges  # noqa: E402
+import fault_replies as replies  # noqa: E402
 from fault_kinds import EDGE_FAULTS, EDGE_FORGING  # noqa: E402
 from flwr.app import (  # noqa: E402
     Array,
@@ -76,7 +87,6 @@ from flwr.app import (  # noqa: E402
     RecordDict,
 )
 from flwr.clientapp import ClientApp  # noqa: E402
-from flwr.serverapp.strategy import FedAvg  # noqa: E402
 
 from fl_gradcode.flower import GradientCoding, gradient_coding_mod  # noqa: E402
 from fl_gradcode.flower.protocol import (  # noqa: E402
@@ -117,22 +127,7 @@ NODE_FAULTS = APP_FAULTS + MOD_FAULTS + VALUE_FORGING + GRID_FAULTS
 ROUND_FAULTS = ("all-slow", "all-busy")
 ALL_FAULTS = NODE_FAULTS + ROUND_FAULTS
 
-#: The reason a rejected reply must carry, per fault the protocol must reject.
-REASONS = {
-    "error": r"error reply \(code 5400: RuntimeError: the app failed on partition \d+: code 4242",
-    "exception": r"error reply \(code (5400|0): .*InjectedFault: injected exception",
-    "nan": r"contains NaN or Inf",
-    "inf": r"contains NaN or Inf",
-    "wrong-shape": r"has shape .* expected",
-    "wrong-dtype": r"has dtype (int64|bool|float16)",
-    "missing-records": r"reply lacks the|array keys .* differ",
-    "corrupt-bytes": r"array bytes are (not \.npy|truncated)",
-    "wrong-metric-type": r"is not a number|is not a list of numbers",
-    "replay": r"computed for round \d+, not \d+",
-    "forged-worker": r"claims worker \d+ but the node is worker \d+",
-    "unknown-sender": r"unknown sender",
-    "spoofed-sender": r"claims worker \d+ but|duplicate sender|sender was not sent work",
-}
+REASONS = replies.REASONS
 REJECTED = tuple(REASONS)  # never decoded
 
 UNKNOWN_NODE = 999_999_937
@@ -374,7 +369,7 @@ class Injector:
         rng = _rng(self.scn, r, node, 2)
         if kind == "forged-consistent":  # an honest computation of forged coefficients
             self.injected.add((kind, r, node))
-            reply = self._forged_coefficients(msg, context, call_next, rng)
+            reply = replies.forged_coefficients(msg, context, call_next, rng)
         else:
             reply = call_next(msg, context)
         if kind == "replayed-nonce":  # straight to the node's mod: the server never sees it
@@ -395,7 +390,8 @@ class Injector:
                 {k: v.copy() for k, v in arrays.items()}, dict(meta)
             )
         if kind in MOD_FAULTS or kind in ("huge", "scaled", "replay-forged"):
-            forged = self._rewrite(kind, r, node, rng, arrays, meta)
+            forged = replies.rewrite(kind, self.variant(r, node), rng, arrays, meta,
+                                     self.honest.get(node, {}), r, node, self.scn.n)
             if forged is not None:
                 self.injected.add((kind, r, node))
                 return Message(forged, reply_to=msg)
@@ -404,7 +400,7 @@ class Injector:
             if edge is not None:
                 self.injected.add((kind, r, node))
                 arrays, meta = edge
-        return Message(_content(arrays, meta), reply_to=msg)
+        return Message(replies.content(arrays, meta), reply_to=msg)
 
     def _compute_s(self, server_round: int) -> float:
         scn, kind = self.scn, self.scn.round_faults.get(server_round)
@@ -414,99 +410,6 @@ class Injector:
         factor = rng.uniform(1.05, 1.5) if kind == "all-slow" else rng.uniform(2.5, 4.0)
         self.injected.add((kind, server_round, -1))
         return float(scn.straggler_timeout * factor)
-
-    def _forged_coefficients(self, msg, context, call_next, rng) -> Message:
-        original = msg.content
-        rec = ConfigRecord(dict(original.config_records[PROTOCOL_KEY]))
-        coefficients = list(rec["coefficients"])
-        rec["coefficients"] = [float(c * rng.uniform(1.2, 2.5)) for c in coefficients]
-        records = {k: v for k, v in original.items() if k != PROTOCOL_KEY}
-        records[PROTOCOL_KEY] = rec
-        msg.content = RecordDict(records)
-        try:
-            return call_next(msg, context)
-        finally:
-            msg.content = original
-
-    def _rewrite(self, kind, r, node, rng, arrays, meta) -> RecordDict | None:
-        """The reply content under fault ``kind``, or ``None`` if it cannot be injected."""
-        arrays = {k: v.copy() for k, v in arrays.items()}
-        meta = dict(meta)
-        records: dict[str, Any] | None = None
-        variant = self.variant(r, node)
-        name = str(rng.choice(list(arrays)))
-        if kind == "inf":
-            arrays[name].flat[int(rng.integers(arrays[name].size))] = (
-                np.inf if variant % 2 else -np.inf
-            )
-        elif kind == "wrong-shape":
-            arr = arrays[name]
-            arrays[name] = (
-                arr.reshape(-1)[:-1],
-                arr.reshape(-1, 1),
-                np.concatenate([arr, arr]),
-                arr.T.copy() if arr.ndim == 2 else arr[None, :],
-            )[variant]
-        elif kind == "wrong-dtype":
-            if variant == 4:  # a float dtype below the wire's (only on request: see the tests)
-                arrays = {k: v.astype(np.float16) for k, v in arrays.items()}
-            elif variant % 2:
-                arrays[name] = np.rint(arrays[name]).astype(np.int64)
-            else:
-                arrays[name] = arrays[name] > 0
-        elif kind == "missing-records":
-            if variant == 0:
-                records = {META_KEY: MetricRecord(meta)}
-            elif variant == 1:
-                records = {PROTOCOL_KEY: _array_record(arrays)}
-            else:
-                del arrays[name]
-        elif kind == "corrupt-bytes":
-            good = Array(arrays[name])
-            if variant == 0:
-                data = rng.bytes(len(good.data))
-            elif variant == 1:
-                data = good.data[: len(good.data) - 8 * int(rng.integers(1, 4))]
-            elif variant == 2:
-                data = good.data[:8] + b"\x10\x00{'descr': garbage" + good.data[40:]
-            else:
-                data = b"garbage"
-            records = {PROTOCOL_KEY: _array_record(arrays), META_KEY: MetricRecord(meta)}
-            records[PROTOCOL_KEY][name] = Array(
-                dtype=good.dtype, shape=tuple(good.shape), stype="numpy.ndarray", data=data
-            )
-        elif kind == "wrong-metric-type":
-            record = MetricRecord(meta)
-            if variant == 0:
-                record["num-examples"] = [1.0, 2.0]
-            elif variant == 1:
-                record["compute-s"] = [0.1]
-            elif variant == 2:
-                record["metric.train_loss"] = [0.5, 0.5]
-            else:
-                record.__dict__["_data"]["partition-sizes"] = "many"  # what Flower would refuse
-            records = {PROTOCOL_KEY: _array_record(arrays), META_KEY: record}
-        elif kind in ("replay", "replay-forged"):
-            earlier = [q for q in self.honest.get(node, {}) if q < r]
-            if not earlier:
-                return None
-            old_arrays, old_meta = self.honest[node][int(rng.choice(earlier))]
-            arrays = {k: v.copy() for k, v in old_arrays.items()}
-            if kind == "replay":
-                meta = dict(old_meta)  # verbatim: computed for the earlier round
-            else:  # relabelled as this round's reply (finite, wrong unless the model is unchanged)
-                meta = {**old_meta, "round": r, "compute-s": meta["compute-s"]}
-        elif kind == "forged-worker":
-            meta["worker"] = int((node + 1 + rng.integers(self.scn.n - 1)) % self.scn.n)
-        elif kind == "huge":
-            factor = 1e30 * rng.uniform(1.0, 2.0)
-            arrays = {k: v * factor for k, v in arrays.items()}
-        elif kind == "scaled":
-            factor = rng.uniform(1.2, 3.0) * (1 if variant % 2 else -1)
-            arrays = {k: v * factor for k, v in arrays.items()}
-        else:
-            raise AssertionError(kind)
-        return RecordDict(records) if records is not None else _content(arrays, meta)
 
     # -------------------------------------------------------------- grid-level faults
     def grid(self) -> InProcessGrid:
@@ -555,31 +458,6 @@ class Injector:
             self.app(), scn.n, node_ids=self.node_ids, delay=delay, crash=crash,
             duplicate=duplicate, src_node_id=src_node_id, node_config=node_config,
         )
-
-
-class _Cohort(FedAvg):
-    """FedAvg that leaves out the nodes that have not joined yet (``Scenario.joins``) and tells
-    the injector the round."""
-
-    def __init__(self, injector: Injector, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._injector = injector
-
-    def configure_train(self, server_round, arrays, config, grid):
-        inj = self._injector
-        inj.current_round = server_round
-        inj.round_starts[server_round] = time.monotonic()
-        messages = list(super().configure_train(server_round, arrays, config, grid))
-        return [m for m in messages
-                if inj.scn.joins.get(inj.index_of[m.metadata.dst_node_id], 1) <= server_round]
-
-
-def _array_record(arrays: dict[str, np.ndarray]) -> ArrayRecord:
-    return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()})
-
-
-def _content(arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> RecordDict:
-    return RecordDict({PROTOCOL_KEY: _array_record(arrays), META_KEY: MetricRecord(meta)})
 
 
 # ------------------------------------------------------------------ one scenario
@@ -639,7 +517,7 @@ def run_scenario(scn: Scenario) -> Outcome:
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp, quiet():
         strategy = GradientCoding(
-            _Cohort(injector, fraction_evaluate=0.0, min_available_nodes=scn.n,
+            edges.LateJoinFedAvg(injector, fraction_evaluate=0.0, min_available_nodes=scn.n,
                     min_train_nodes=scn.n),
             code=scn.code,
             s=scn.s,
@@ -731,23 +609,6 @@ def _oracle_error(scn: Scenario, prev: dict, model: dict, server_round: int) -> 
         _rel(got, _flat(oracle(prev, scn.n, parts)))
         for parts in edges.partition_sets(scn, server_round)
     )
-
-
-def _match(faults: list[str], reasons: list[str]) -> int:
-    """The most faults that can each be given a distinct reason matching its pattern."""
-    owner: dict[int, int] = {}
-
-    def augment(f: int, seen: set[int]) -> bool:
-        for j, reason in enumerate(reasons):
-            if j in seen or not re.search(REASONS[faults[f]], reason):
-                continue
-            seen.add(j)
-            if j not in owner or augment(owner[j], seen):
-                owner[j] = f
-                return True
-        return False
-
-    return sum(augment(f, set()) for f in range(len(faults)))
 
 
 def check(out: Outcome, file_rows: list[dict[str, Any]], theta0: dict[str, np.ndarray]) -> None:
@@ -866,7 +727,7 @@ def check(out: Outcome, file_rows: list[dict[str, Any]], theta0: dict[str, np.nd
             for _ in range(sum(kind == "duplicate" for kind, _ in faults)):
                 if "duplicate sender" in reasons:
                     reasons.remove("duplicate sender")
-            got = _match(must, reasons)
+            got = replies.match(must, reasons)
             # an edge fault may be rejected (with a reason of the fix's wording) or not
             may = sum(kind in EDGE_FORGING or kind in edges.RUN_FAULTS for kind, _ in faults)
             may += len(scn.claims) * (r > 1)  # a false claimant may be refused every round

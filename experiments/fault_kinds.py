@@ -47,12 +47,14 @@ from __future__ import annotations
 
 import copy
 import itertools
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from flwr.app import ConfigRecord, Context, Error, Message, RecordDict
+from flwr.serverapp.strategy import FedAvg
 
 EDGE_FORGING = ("public-forger", "sparse-forger", "overflow", "size-forgery",
                 "size-forgery-consistent")
@@ -121,6 +123,23 @@ def add_edge_faults(scn: Any, rng: np.random.Generator, budget: Callable[[int], 
                 continue  # redundancy detects at most s forgers per round
             scn.node_faults[(r, node)] = kind
     scn.wide = any(k in ("public-forger", "sparse-forger") for k in scn.node_faults.values())
+
+
+class LateJoinFedAvg(FedAvg):
+    """FedAvg that leaves out the nodes that have not joined yet (``scn.joins``: node -> first
+    round) and tells ``injector`` the round and when it started."""
+
+    def __init__(self, injector: Any, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._injector = injector
+
+    def configure_train(self, server_round, arrays, config, grid):
+        inj = self._injector
+        inj.current_round = server_round
+        inj.round_starts[server_round] = time.monotonic()
+        messages = list(super().configure_train(server_round, arrays, config, grid))
+        return [m for m in messages
+                if inj.scn.joins.get(inj.index_of[m.metadata.dst_node_id], 1) <= server_round]
 
 
 # ------------------------------------------------------------------ forgeries
