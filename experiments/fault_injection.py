@@ -486,6 +486,7 @@ class Outcome:
     round_starts: dict[int, float] = field(default_factory=dict)
     replays: list[tuple[int, int, bool, str]] = field(default_factory=list)
     edge_outcomes: Counter = field(default_factory=Counter)  # "<kind>: <what happened>"
+    refused: str | None = None  # GradientCoding refused the configuration (this message)
 
 
 @contextlib.contextmanager
@@ -506,19 +507,13 @@ def node_ids_for(n: int) -> list[int]:
     return [100_000 + 7919 * (i + 1) for i in range(n)]
 
 
-def run_scenario(scn: Scenario) -> Outcome:
-    """Run one scenario and check every invariant."""
-    set_task_identity()
-    outcome = Outcome(scn)
-    injector = Injector(scn, node_ids_for(scn.n))
-    grid = injector.grid()
+def _strategy(scn: Scenario, injector: Injector, tmp: str) -> GradientCoding | str:
+    """The scenario's strategy, or the message with which its configuration was refused."""
     virtual = scn.timing == "virtual"
-    theta0 = initial_model(scn.shapes())
-    t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp, quiet():
-        strategy = GradientCoding(
+    try:
+        return GradientCoding(
             edges.LateJoinFedAvg(injector, fraction_evaluate=0.0, min_available_nodes=scn.n,
-                    min_train_nodes=scn.n),
+                                 min_train_nodes=scn.n),
             code=scn.code,
             s=scn.s,
             timing=scn.timing,
@@ -532,6 +527,23 @@ def run_scenario(scn: Scenario) -> Outcome:
             verify=scn.verify,
             wire="float64",
         )
+    except (ValueError, TypeError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+def run_scenario(scn: Scenario) -> Outcome:
+    """Run one scenario and check every invariant."""
+    set_task_identity()
+    outcome = Outcome(scn)
+    injector = Injector(scn, node_ids_for(scn.n))
+    grid = injector.grid()
+    theta0 = initial_model(scn.shapes())
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp, quiet():
+        strategy = _strategy(scn, injector, tmp)
+        if isinstance(strategy, str):  # the configuration was refused with a message
+            outcome.refused = strategy
+            return outcome
 
         def evaluate_fn(server_round: int, arrays: ArrayRecord) -> None:
             outcome.models[server_round] = {k: v.numpy().copy() for k, v in arrays.items()}
@@ -588,25 +600,12 @@ def _flat(model: dict[str, np.ndarray]) -> np.ndarray:
     return np.concatenate([np.asarray(model[k], dtype=np.float64).ravel() for k in keys])
 
 
-def _rel(got: np.ndarray, expected: np.ndarray) -> float:
-    """``|got - expected| / |expected|``, overflow-safe (values up to 1e308)."""
-    scale = max(float(np.max(np.abs(expected))), 1e-300)
-    diff = float(np.linalg.norm((got - expected) / scale))
-    return diff / max(float(np.linalg.norm(expected / scale)), 1e-300)
-
-
-def _run_faults(scn: Scenario) -> str:
-    """The scenario's run-level edge faults, for a violation's text."""
-    joins = f", joins {scn.joins}" if scn.joins else ""
-    return joins + (f", identity claims {scn.claims}" if scn.claims else "")
-
-
 def _oracle_error(scn: Scenario, prev: dict, model: dict, server_round: int) -> float:
     """The relative error of ``model`` to the nearest oracle of the round (the partitions
     present; see ``fault_kinds.partition_sets``)."""
     got = _flat(model)
     return min(
-        _rel(got, _flat(oracle(prev, scn.n, parts)))
+        edges.relative_error(got, _flat(oracle(prev, scn.n, parts)))
         for parts in edges.partition_sets(scn, server_round)
     )
 
@@ -700,7 +699,7 @@ def check(out: Outcome, file_rows: list[dict[str, Any]], theta0: dict[str, np.nd
                     out.wrong_verified += verified
                     bad(f"round {r}: exact model differs from the oracle (relative {rel:.3g}; "
                         f"used {sorted(used)}, faults {sorted(faults)}, verified "
-                        f"{row.get('verified')}{_run_faults(scn)})")
+                        f"{row.get('verified')}{edges.describe_run_faults(scn)})")
         elif decode == "approx" and verified and _finite(prev) and _finite(model):
             got, before = _flat(model), _flat(prev)
             if not any(
@@ -762,6 +761,7 @@ def run_suite(
     t0 = time.perf_counter()
     faults, decodes, mix = Counter(), Counter(), Counter()
     matched, forgers, edge_outcomes = Counter(), Counter(), Counter()
+    refused: list[str] = []
     totals = Counter()
     violations: list[str] = []
     slowest = (0.0, "")
@@ -781,6 +781,8 @@ def run_suite(
         edge_outcomes.update(out.edge_outcomes)
         totals["wrong_verified"] += out.wrong_verified
         totals["ended"] += int(out.ended_by_node_failure)
+        if out.refused is not None:
+            refused.append(f"{scn.describe()}: {out.refused}")
         totals["rounds"] += len(out.rows)
         totals["crashes"] += int(out.crashed)
         totals["corrupted_models"] += out.corrupted
@@ -819,6 +821,7 @@ def run_suite(
         "wrong_models_applied_as_verified": totals["wrong_verified"],
         "runs_ended_by_node_failure": totals["ended"],
         "edge_fault_outcomes": dict(sorted(edge_outcomes.items())),
+        "configurations_refused": refused,
         "invariant_violations": violations,
         "mix": dict(sorted(mix.items())),
         "runtime_s": round(time.perf_counter() - t0, 2),
@@ -849,6 +852,8 @@ def report(result: dict[str, Any]) -> str:
         f"{result['wrong_models_applied_as_verified']}; runs ended by a node's failure: "
         f"{result['runs_ended_by_node_failure']}",
         *(f"  {k:<40} {v}" for k, v in result["edge_fault_outcomes"].items()),
+        f"configurations refused: {len(result['configurations_refused'])}",
+        *(f"  - {v}" for v in result["configurations_refused"]),
         f"invariant violations: {len(result['invariant_violations'])}",
         *(f"  - {v}" for v in result["invariant_violations"]),
         f"runtime: {result['runtime_s']:.1f} s (slowest scenario "

@@ -279,3 +279,16 @@ def approx_ok(got: np.ndarray, expected: np.ndarray, prev: np.ndarray, error: fl
     return float(np.linalg.norm(got - expected)) <= (
         (rtol + APPROX_SLACK * error) * update + rtol * float(np.linalg.norm(expected))
     )
+
+
+def relative_error(got: np.ndarray, expected: np.ndarray) -> float:
+    """``|got - expected| / |expected|``, overflow-safe (values up to 1e308)."""
+    scale = max(float(np.max(np.abs(expected))), 1e-300)
+    diff = float(np.linalg.norm((got - expected) / scale))
+    return diff / max(float(np.linalg.norm(expected / scale)), 1e-300)
+
+
+def describe_run_faults(scn: Any) -> str:
+    """The scenario's run-level edge faults, for a violation's text."""
+    joins = f", joins {scn.joins}" if scn.joins else ""
+    return joins + (f", identity claims {scn.claims}" if scn.claims else "")
