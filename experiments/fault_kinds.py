@@ -79,8 +79,6 @@ EXPIRY_BOUND_S = 5.0
 #: Wall-clock pause between rounds of a scenario with a lost wallclock reply (so that the
 #: expiry bound is crossed within the scenario's rounds).
 LOST_REPLY_GAP_S = 2.0
-#: Relative tolerance of a verified approx round (on the update) besides the decode error.
-APPROX_SLACK = 4.0
 
 
 # ------------------------------------------------------------------ drawing
@@ -271,14 +269,16 @@ def expiry_violations(scn: Any, rows: list[dict], starts: dict[int, float]) -> l
     return bad
 
 
-def approx_ok(got: np.ndarray, expected: np.ndarray, prev: np.ndarray, error: float,
-              rtol: float) -> bool:
-    """A verified approx round's model is within its decode error of the oracle's (on the
-    update), besides rounding."""
-    update = float(np.linalg.norm(expected - prev))
-    return float(np.linalg.norm(got - expected)) <= (
-        (rtol + APPROX_SLACK * error) * update + rtol * float(np.linalg.norm(expected))
-    )
+def in_span(update: np.ndarray, partition_updates: np.ndarray, rtol: float) -> bool:
+    """Whether ``update`` is a linear combination of the rows of ``partition_updates`` (the
+    honest partitions' updates): what an approx round's update is, whatever its decoding
+    weights; a forgery outside their span (a sparse or public-knowledge forger, a reply made
+    of other data) is not."""
+    norm = float(np.linalg.norm(update))
+    if norm == 0:
+        return True
+    beta, *_ = np.linalg.lstsq(partition_updates.T, update, rcond=None)
+    return float(np.linalg.norm(partition_updates.T @ beta - update)) <= rtol * norm
 
 
 def relative_error(got: np.ndarray, expected: np.ndarray) -> float:

@@ -27,7 +27,9 @@ REASONS = {
     "missing-records": r"reply lacks the|array keys .* differ",
     "corrupt-bytes": r"array bytes are (not \.npy|truncated)",
     "wrong-metric-type": r"is not a number|is not a list of numbers",
-    "replay": r"computed for round \d+, not \d+",
+    # (a node whose worker index changed since, e.g. after a late join, is caught first by
+    # its worker claim)
+    "replay": r"computed for round \d+, not \d+|claims worker \d+ but the node is worker \d+",
     "forged-worker": r"claims worker \d+ but the node is worker \d+",
     "unknown-sender": r"unknown sender",
     "spoofed-sender": r"claims worker \d+ but|duplicate sender|sender was not sent work",
@@ -147,9 +149,11 @@ def rewrite(
         if kind == "replay":
             meta = dict(old_meta)  # verbatim: computed for the earlier round
         else:  # relabelled as this round's reply (finite, wrong unless the model is unchanged)
-            meta = {**old_meta, "round": r, "compute-s": meta["compute-s"]}
+            meta = {**old_meta, "round": r, "compute-s": meta["compute-s"],
+                    "worker": meta["worker"]}
     elif kind == "forged-worker":
-        meta["worker"] = int((node + 1 + rng.integers(n - 1)) % n)
+        worker = int(meta["worker"])  # the node's worker index this round
+        meta["worker"] = int((worker + 1 + rng.integers(n - 1)) % n)
     elif kind == "huge":
         factor = 1e30 * rng.uniform(1.0, 2.0)
         arrays = {k: v * factor for k, v in arrays.items()}
