@@ -30,8 +30,19 @@ all-slow / all-busy round decodes nothing; after an all-busy round the next roun
 node is free (virtual timing) rather than being spent on nothing; the integrity check never
 excludes an honest reply as inconsistent; ``final_model.npz`` is the last decoded model.
 
-Run: ``python experiments/fault_injection.py [--full] [--scenarios N] [--seed S] [--out PATH]``
-(default: a fast slice of 40 scenarios; ``--full``: 500 scenarios and
+Edge faults (``experiments/fault_kinds.py``, drawn from their own stream on top of the above,
+on by default on the command line, ``run_suite(edge_faults=True)``): forgers that know
+everything public, blind sparse forgers, overflow, partition-size forgery, handshake failures
+(also of a node first sampled in a later round), identity clashes and ``(0, 1)`` claims,
+replayed instructions sent to the client mod, lost wallclock replies. Their invariants: no run
+ends by a node's failure (``runs_ended_by_node_failure``), a round recorded ``verified`` never
+has a model off the oracle (``wrong_models_applied_as_verified``), the oracle averages the
+partitions present in the round, a replayed instruction is refused, a lost reply's node is
+free again within ``fault_kinds.EXPIRY_BOUND_S``. The replies the outer mod rewrites and their
+expected rejection reasons are in ``experiments/fault_replies.py``.
+
+Run: ``python experiments/fault_injection.py [--full] [--scenarios N] [--seed S] [--out PATH]
+[--no-edge-faults]`` (default: a fast slice of 40 scenarios; ``--full``: 500 scenarios and
 ``results/fault_injection.json``).
 """
 
@@ -42,7 +53,6 @@ import contextlib
 import json
 import logging
 import platform
-import re
 import sys
 import tempfile
 import time
@@ -58,9 +68,13 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for _path in (ROOT, ROOT / "experiments"):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
+import fault_kinds as edges  # noqa: E402
+import fault_replies as replies  # noqa: E402
+from fault_kinds import EDGE_FAULTS, EDGE_FORGING  # noqa: E402
 from flwr.app import (  # noqa: E402
     Array,
     ArrayRecord,
@@ -73,11 +87,15 @@ from flwr.app import (  # noqa: E402
     RecordDict,
 )
 from flwr.clientapp import ClientApp  # noqa: E402
-from flwr.serverapp.strategy import FedAvg  # noqa: E402
 
 from fl_gradcode.flower import GradientCoding, gradient_coding_mod  # noqa: E402
 from fl_gradcode.flower.integrity import verify_refusal  # noqa: E402
-from fl_gradcode.flower.protocol import OP_TRAIN, PROTOCOL_KEY, parse_instruction  # noqa: E402
+from fl_gradcode.flower.protocol import (  # noqa: E402
+    OP_IDENTIFY,
+    OP_TRAIN,
+    PROTOCOL_KEY,
+    parse_instruction,
+)
 from fl_gradcode.flower.testing import InProcessGrid, set_task_identity  # noqa: E402
 from fl_gradcode.latency import Pareto  # noqa: E402
 from fl_gradcode.results import read_rounds  # noqa: E402
@@ -110,22 +128,7 @@ NODE_FAULTS = APP_FAULTS + MOD_FAULTS + VALUE_FORGING + GRID_FAULTS
 ROUND_FAULTS = ("all-slow", "all-busy")
 ALL_FAULTS = NODE_FAULTS + ROUND_FAULTS
 
-#: The reason a rejected reply must carry, per fault the protocol must reject.
-REASONS = {
-    "error": r"error reply \(code 5400: RuntimeError: the app failed on partition \d+: code 4242",
-    "exception": r"error reply \(code (5400|0): .*InjectedFault: injected exception",
-    "nan": r"contains NaN or Inf",
-    "inf": r"contains NaN or Inf",
-    "wrong-shape": r"has shape .* expected",
-    "wrong-dtype": r"has dtype (int64|bool|float16)",
-    "missing-records": r"reply lacks the|array keys .* differ",
-    "corrupt-bytes": r"array bytes are (not \.npy|truncated)",
-    "wrong-metric-type": r"is not a number|is not a list of numbers",
-    "replay": r"computed for round \d+, not \d+",
-    "forged-worker": r"claims worker \d+ but the node is worker \d+",
-    "unknown-sender": r"unknown sender",
-    "spoofed-sender": r"claims worker \d+ but|duplicate sender|sender was not sent work",
-}
+REASONS = replies.REASONS
 REJECTED = tuple(REASONS)  # never decoded
 
 UNKNOWN_NODE = 999_999_937
@@ -151,6 +154,12 @@ class Scenario:
     node_faults: dict[tuple[int, int], str] = field(default_factory=dict)  # (round, node)
     round_faults: dict[int, str] = field(default_factory=dict)
     variants: dict[tuple[int, int], int] = field(default_factory=dict)  # (round, node) -> form
+    # edge faults (fault_kinds): late joiners (node -> first round), false identity claims
+    # (node -> (partition-id, num-partitions)), a wider model, a pause between rounds
+    joins: dict[int, int] = field(default_factory=dict)
+    claims: dict[int, tuple[int, int]] = field(default_factory=dict)
+    wide: bool = False
+    round_gap_s: float = 0.0
 
     def describe(self) -> str:
         return (
@@ -166,15 +175,26 @@ class Scenario:
             "max_decode_error": self.max_decode_error,
             "node_faults": {f"{r},{i}": k for (r, i), k in sorted(self.node_faults.items())},
             "round_faults": {str(r): k for r, k in sorted(self.round_faults.items())},
+            **({"joins": {str(k): v for k, v in sorted(self.joins.items())}} if self.joins else {}),
+            **({"claims": {str(k): list(v) for k, v in sorted(self.claims.items())}}
+               if self.claims else {}),
+            **({"wide": True} if self.wide else {}),
         }
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        """The model's arrays and shapes (a wider model for forgers that need unprobed
+        coordinates)."""
+        return {**SHAPES, edges.WIDE_ARRAY[0]: edges.WIDE_ARRAY[1]} if self.wide else SHAPES
 
 
 def frc_s_values(n: int) -> list[int]:
     return [s for s in range(5) if s < n and n % (s + 1) == 0]
 
 
-def make_scenario(suite_seed: int, index: int) -> Scenario:
-    """Scenario ``index`` of the suite with seed ``suite_seed`` (a pure function of both)."""
+def make_scenario(suite_seed: int, index: int, edge_faults: bool = False) -> Scenario:
+    """Scenario ``index`` of the suite with seed ``suite_seed`` (a pure function of both);
+    ``edge_faults``: with the fault kinds of ``fault_kinds`` too, drawn from their own stream
+    (the other faults are the same)."""
     rng = np.random.default_rng([suite_seed, index, 0xFA17])
     n = int(rng.choice(SIZES))
     code = str(rng.choice(CODES))
@@ -217,13 +237,28 @@ def make_scenario(suite_seed: int, index: int) -> Scenario:
                     forgers += 1
                     replays += kind == "replay-forged"
             scn.node_faults[(r, node)] = kind
+    if edge_faults:
+
+        def budget(r: int) -> int:
+            forging = VALUE_FORGING + EDGE_FORGING
+            return max_forgers - sum(
+                k in forging for (q, _), k in scn.node_faults.items() if q == r
+            )
+
+        edges.add_edge_faults(scn, np.random.default_rng([suite_seed, index, 0xED6E5]), budget)
     return scn
 
 
 # ------------------------------------------------------------------ the app and the oracle
+ALL_SHAPES = {**SHAPES, edges.WIDE_ARRAY[0]: edges.WIDE_ARRAY[1]}
+
+
 @cache
-def target(pid: int, name: str) -> np.ndarray:
-    arr = np.random.default_rng([11, pid, list(SHAPES).index(name)]).standard_normal(SHAPES[name])
+def target(pid: int, name: str, num: int | None = None) -> np.ndarray:
+    """Partition ``pid``'s optimum; ``num``: of another split than the federation's (a
+    partition of a false ``num-partitions`` claim holds other data)."""
+    seed = [11, pid, list(ALL_SHAPES).index(name)] + ([] if num is None else [num, 0xC1A1])
+    arr = np.random.default_rng(seed).standard_normal(ALL_SHAPES[name])
     arr.setflags(write=False)
     return arr
 
@@ -232,19 +267,23 @@ def num_examples(pid: int) -> int:
     return 10 + 3 * pid
 
 
-def initial_model() -> dict[str, np.ndarray]:
+def initial_model(shapes: dict[str, tuple[int, ...]] = SHAPES) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(7)
-    return {name: rng.standard_normal(shape) for name, shape in SHAPES.items()}
+    return {name: rng.standard_normal(shape) for name, shape in shapes.items()}
 
 
-def oracle(theta: dict[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
-    """Plain numpy FedAvg over all ``n`` partitions: ``sum_j n_j theta_j / sum_j n_j`` with
-    ``theta_j = theta - LR (theta - target_j)`` (independent of the mod, codes and wrapper)."""
-    sizes = np.array([num_examples(j) for j in range(n)], dtype=np.float64)
+def oracle(
+    theta: dict[str, np.ndarray], n: int, partitions: tuple[int, ...] | None = None
+) -> dict[str, np.ndarray]:
+    """Plain numpy FedAvg over all ``n`` partitions (or ``partitions``): ``sum_j n_j theta_j /
+    sum_j n_j`` with ``theta_j = theta - LR (theta - target_j)`` (independent of the mod, codes
+    and wrapper)."""
+    parts = list(range(n)) if partitions is None else list(partitions)
+    sizes = np.array([num_examples(j) for j in parts], dtype=np.float64)
     out = {}
     for name, th in theta.items():
         th = np.asarray(th, dtype=np.float64)
-        models = np.stack([th - LR * (th - target(j, name)) for j in range(n)])
+        models = np.stack([th - LR * (th - target(j, name)) for j in parts])
         out[name] = np.tensordot(sizes, models, axes=1) / sizes.sum()
     return out
 
@@ -267,6 +306,11 @@ class Injector:
         self.index_of = {nid: i for i, nid in enumerate(node_ids)}
         self.injected: set[tuple[str, int, int]] = set()  # (kind, round, node)
         self.honest: dict[int, dict[int, tuple[dict, dict]]] = {}  # node -> round -> content
+        self.workers: dict[tuple[int, int], int] = {}  # (round, node) -> worker instructed
+        self.current_round = 0  # the server's round (told by the inner strategy)
+        self.round_starts: dict[int, float] = {}  # round -> time.monotonic() at its start
+        self.replays: list[tuple[int, int, bool, str]] = []  # (round, node, refused, detail)
+        self._train = None
 
     def kind(self, server_round: int, node: int) -> str | None:
         return self.scn.node_faults.get((server_round, node))
@@ -283,6 +327,8 @@ class Injector:
         @app.train()
         def train(msg: Message, context: Context) -> Message:
             pid = int(context.node_config["partition-id"])
+            num = int(context.node_config["num-partitions"])
+            split = None if num == self.scn.n else num  # a false num-partitions claim
             server_round, node = _round_of(msg), self.index_of[context.node_id]
             kind = self.kind(server_round, node)
             if kind == "error":
@@ -294,8 +340,8 @@ class Injector:
             new, loss = {}, 0.0
             for name, arr in msg.content["arrays"].items():
                 theta = arr.numpy()
-                new[name] = theta - LR * (theta - target(pid, name))
-                loss += float(np.mean(np.abs(theta - target(pid, name))))
+                new[name] = theta - LR * (theta - target(pid, name, split))
+                loss += float(np.mean(np.abs(theta - target(pid, name, split))))
             if kind == "nan":
                 self.injected.add((kind, server_round, node))
                 new["w"] = new["w"].copy()
@@ -304,6 +350,7 @@ class Injector:
             arrays = ArrayRecord({name: Array(v) for name, v in new.items()})
             return Message(RecordDict({"arrays": arrays, "metrics": metrics}), reply_to=msg)
 
+        self._train = train
         return app
 
     # -------------------------------------------------------------- the outer mod
@@ -311,16 +358,26 @@ class Injector:
         if msg.metadata.message_type != MessageType.TRAIN or not msg.has_content():
             return call_next(msg, context)
         instruction = parse_instruction(msg.content)
+        if instruction is not None and instruction.op == OP_IDENTIFY:
+            node, r = self.index_of[context.node_id], self.current_round
+            if self.kind(r, node) == "handshake-error":
+                self.injected.add(("handshake-error", r, node))
+                return edges.handshake_failure(msg, self.variant(r, node))
         if instruction is None or instruction.op != OP_TRAIN:
             return call_next(msg, context)
         r, node = instruction.round, self.index_of[context.node_id]
+        self.workers[(r, node)] = instruction.worker
         kind = self.kind(r, node)
         rng = _rng(self.scn, r, node, 2)
         if kind == "forged-consistent":  # an honest computation of forged coefficients
             self.injected.add((kind, r, node))
-            reply = self._forged_coefficients(msg, context, call_next, rng)
+            reply = replies.forged_coefficients(msg, context, call_next, rng)
         else:
             reply = call_next(msg, context)
+        if kind == "replayed-nonce":  # straight to the node's mod: the server never sees it
+            self.injected.add((kind, r, node))
+            refused, detail = edges.replay(msg, context, self._train, gradient_coding_mod)
+            self.replays.append((r, node, refused, detail))
         if kind == "exception" and (kind, r, node) not in self.injected:
             self.injected.add((kind, r, node))  # raised outside the mod: a ClientApp exception
             raise InjectedFault("injected exception in the outer mod")
@@ -335,11 +392,17 @@ class Injector:
                 {k: v.copy() for k, v in arrays.items()}, dict(meta)
             )
         if kind in MOD_FAULTS or kind in ("huge", "scaled", "replay-forged"):
-            forged = self._rewrite(kind, r, node, rng, arrays, meta)
+            forged = replies.rewrite(kind, self.variant(r, node), rng, arrays, meta,
+                                     self.honest.get(node, {}), r, node, self.scn.n)
             if forged is not None:
                 self.injected.add((kind, r, node))
                 return Message(forged, reply_to=msg)
-        return Message(_content(arrays, meta), reply_to=msg)
+        if kind in EDGE_FORGING:
+            edge = edges.forge(kind, self.variant(r, node), rng, arrays, meta, instruction)
+            if edge is not None:
+                self.injected.add((kind, r, node))
+                arrays, meta = edge
+        return Message(replies.content(arrays, meta), reply_to=msg)
 
     def _compute_s(self, server_round: int) -> float:
         scn, kind = self.scn, self.scn.round_faults.get(server_round)
@@ -350,105 +413,18 @@ class Injector:
         self.injected.add((kind, server_round, -1))
         return float(scn.straggler_timeout * factor)
 
-    def _forged_coefficients(self, msg, context, call_next, rng) -> Message:
-        original = msg.content
-        rec = ConfigRecord(dict(original.config_records[PROTOCOL_KEY]))
-        coefficients = list(rec["coefficients"])
-        rec["coefficients"] = [float(c * rng.uniform(1.2, 2.5)) for c in coefficients]
-        records = {k: v for k, v in original.items() if k != PROTOCOL_KEY}
-        records[PROTOCOL_KEY] = rec
-        msg.content = RecordDict(records)
-        try:
-            return call_next(msg, context)
-        finally:
-            msg.content = original
-
-    def _rewrite(self, kind, r, node, rng, arrays, meta) -> RecordDict | None:
-        """The reply content under fault ``kind``, or ``None`` if it cannot be injected."""
-        arrays = {k: v.copy() for k, v in arrays.items()}
-        meta = dict(meta)
-        records: dict[str, Any] | None = None
-        variant = self.variant(r, node)
-        name = str(rng.choice(list(arrays)))
-        if kind == "inf":
-            arrays[name].flat[int(rng.integers(arrays[name].size))] = (
-                np.inf if variant % 2 else -np.inf
-            )
-        elif kind == "wrong-shape":
-            arr = arrays[name]
-            arrays[name] = (
-                arr.reshape(-1)[:-1],
-                arr.reshape(-1, 1),
-                np.concatenate([arr, arr]),
-                arr.T.copy() if arr.ndim == 2 else arr[None, :],
-            )[variant]
-        elif kind == "wrong-dtype":
-            if variant == 4:  # a float dtype below the wire's (only on request: see the tests)
-                arrays = {k: v.astype(np.float16) for k, v in arrays.items()}
-            elif variant % 2:
-                arrays[name] = np.rint(arrays[name]).astype(np.int64)
-            else:
-                arrays[name] = arrays[name] > 0
-        elif kind == "missing-records":
-            if variant == 0:
-                records = {META_KEY: MetricRecord(meta)}
-            elif variant == 1:
-                records = {PROTOCOL_KEY: _array_record(arrays)}
-            else:
-                del arrays[name]
-        elif kind == "corrupt-bytes":
-            good = Array(arrays[name])
-            if variant == 0:
-                data = rng.bytes(len(good.data))
-            elif variant == 1:
-                data = good.data[: len(good.data) - 8 * int(rng.integers(1, 4))]
-            elif variant == 2:
-                data = good.data[:8] + b"\x10\x00{'descr': garbage" + good.data[40:]
-            else:
-                data = b"garbage"
-            records = {PROTOCOL_KEY: _array_record(arrays), META_KEY: MetricRecord(meta)}
-            records[PROTOCOL_KEY][name] = Array(
-                dtype=good.dtype, shape=tuple(good.shape), stype="numpy.ndarray", data=data
-            )
-        elif kind == "wrong-metric-type":
-            record = MetricRecord(meta)
-            if variant == 0:
-                record["num-examples"] = [1.0, 2.0]
-            elif variant == 1:
-                record["compute-s"] = [0.1]
-            elif variant == 2:
-                record["metric.train_loss"] = [0.5, 0.5]
-            else:
-                record.__dict__["_data"]["partition-sizes"] = "many"  # what Flower would refuse
-            records = {PROTOCOL_KEY: _array_record(arrays), META_KEY: record}
-        elif kind in ("replay", "replay-forged"):
-            earlier = [q for q in self.honest.get(node, {}) if q < r]
-            if not earlier:
-                return None
-            old_arrays, old_meta = self.honest[node][int(rng.choice(earlier))]
-            arrays = {k: v.copy() for k, v in old_arrays.items()}
-            if kind == "replay":
-                meta = dict(old_meta)  # verbatim: computed for the earlier round
-            else:  # relabelled as this round's reply (finite, wrong unless the model is unchanged)
-                meta = {**old_meta, "round": r, "compute-s": meta["compute-s"]}
-        elif kind == "forged-worker":
-            meta["worker"] = int((node + 1 + rng.integers(self.scn.n - 1)) % self.scn.n)
-        elif kind == "huge":
-            factor = 1e30 * rng.uniform(1.0, 2.0)
-            arrays = {k: v * factor for k, v in arrays.items()}
-        elif kind == "scaled":
-            factor = rng.uniform(1.2, 3.0) * (1 if variant % 2 else -1)
-            arrays = {k: v * factor for k, v in arrays.items()}
-        else:
-            raise AssertionError(kind)
-        return RecordDict(records) if records is not None else _content(arrays, meta)
-
     # -------------------------------------------------------------- grid-level faults
     def grid(self) -> InProcessGrid:
         scn = self.scn
 
         def crash(node: int, server_round: int) -> bool:
-            return self.kind(server_round, node) == "crash"
+            if server_round == 0:  # the handshake (group "identify"), in the server's round
+                r = self.current_round
+                if self.kind(r, node) == "handshake-silent":
+                    self.injected.add(("handshake-silent", r, node))
+                    return True
+                return False
+            return self.kind(server_round, node) in ("crash", "lost-reply")
 
         def duplicate(node: int, server_round: int) -> bool:
             return self.kind(server_round, node) == "duplicate"
@@ -459,6 +435,11 @@ class Injector:
                 return UNKNOWN_NODE
             if kind == "spoofed-sender":
                 other = (node + 1 + _rng(scn, server_round, node, 4).integers(scn.n - 1)) % scn.n
+                # a node in this round's cohort (not one an identity fault may leave out)
+                left_out = {*scn.claims, *(v for v, _ in scn.claims.values()),
+                            *(i for i, first in scn.joins.items() if first >= server_round)}
+                while other in left_out or other == node:
+                    other = (other + 1) % scn.n
                 return self.node_ids[int(other)]
             return None
 
@@ -474,18 +455,16 @@ class Injector:
                     return float(scn.straggler_timeout * rng.uniform(low, high))
                 return float(min(0.01 + 0.02 * rng.pareto(1.5), 0.2))
 
+        def node_config(node: int) -> dict[str, int]:
+            if node not in scn.claims:
+                return {}
+            pid, num = scn.claims[node]
+            return {"partition-id": pid, "num-partitions": num}
+
         return InProcessGrid(
             self.app(), scn.n, node_ids=self.node_ids, delay=delay, crash=crash,
-            duplicate=duplicate, src_node_id=src_node_id,
+            duplicate=duplicate, src_node_id=src_node_id, node_config=node_config,
         )
-
-
-def _array_record(arrays: dict[str, np.ndarray]) -> ArrayRecord:
-    return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()})
-
-
-def _content(arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> RecordDict:
-    return RecordDict({PROTOCOL_KEY: _array_record(arrays), META_KEY: MetricRecord(meta)})
 
 
 # ------------------------------------------------------------------ one scenario
@@ -507,6 +486,14 @@ class Outcome:
     wall_s: float = 0.0
     final_model: dict[str, np.ndarray] | None = None  # results_dir/final_model.npz
     grid_injected: list[tuple[str, int, int]] = field(default_factory=list)  # InProcessGrid's
+    # edge faults
+    ended_by_node_failure: bool = False  # the server raised, or fewer rounds than planned
+    wrong_verified: int = 0  # exact/approx rounds recorded "verified" off the oracle
+    workers: dict[tuple[int, int], int] = field(default_factory=dict)  # (round, node) -> worker
+    round_starts: dict[int, float] = field(default_factory=dict)
+    replays: list[tuple[int, int, bool, str]] = field(default_factory=list)
+    edge_outcomes: Counter = field(default_factory=Counter)  # "<kind>: <what happened>"
+    refused: str | None = None  # GradientCoding refused the configuration (this message)
 
 
 @contextlib.contextmanager
@@ -527,18 +514,13 @@ def node_ids_for(n: int) -> list[int]:
     return [100_000 + 7919 * (i + 1) for i in range(n)]
 
 
-def run_scenario(scn: Scenario) -> Outcome:
-    """Run one scenario and check every invariant."""
-    set_task_identity()
-    outcome = Outcome(scn)
-    injector = Injector(scn, node_ids_for(scn.n))
-    grid = injector.grid()
+def _strategy(scn: Scenario, injector: Injector, tmp: str) -> GradientCoding | str:
+    """The scenario's strategy, or the message with which its configuration was refused."""
     virtual = scn.timing == "virtual"
-    theta0 = initial_model()
-    t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp, quiet():
-        strategy = GradientCoding(
-            FedAvg(fraction_evaluate=0.0, min_available_nodes=scn.n, min_train_nodes=scn.n),
+    try:
+        return GradientCoding(
+            edges.LateJoinFedAvg(injector, fraction_evaluate=0.0, min_available_nodes=scn.n,
+                                 min_train_nodes=scn.n),
             code=scn.code,
             s=scn.s,
             timing=scn.timing,
@@ -552,9 +534,28 @@ def run_scenario(scn: Scenario) -> Outcome:
             verify=scn.verify,
             wire="float64",
         )
+    except (ValueError, TypeError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+def run_scenario(scn: Scenario) -> Outcome:
+    """Run one scenario and check every invariant."""
+    set_task_identity()
+    outcome = Outcome(scn)
+    injector = Injector(scn, node_ids_for(scn.n))
+    grid = injector.grid()
+    theta0 = initial_model(scn.shapes())
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp, quiet():
+        strategy = _strategy(scn, injector, tmp)
+        if isinstance(strategy, str):  # the configuration was refused with a message
+            outcome.refused = strategy
+            return outcome
 
         def evaluate_fn(server_round: int, arrays: ArrayRecord) -> None:
             outcome.models[server_round] = {k: v.numpy().copy() for k, v in arrays.items()}
+            if scn.round_gap_s and 1 <= server_round < scn.rounds:
+                time.sleep(scn.round_gap_s)  # the federation idles between rounds
 
         try:
             strategy.start(
@@ -580,10 +581,18 @@ def run_scenario(scn: Scenario) -> Outcome:
                 outcome.final_model = {k: npz[k] for k in npz.files}
     outcome.grid_injected = list(grid.injected)
     for what, node, server_round in grid.injected:
-        kind = "crash" if what == "crash" else injector.kind(server_round, node)
+        kind = injector.kind(server_round, node)
+        if what == "crash" and kind != "lost-reply":
+            kind = "crash"
         if kind is not None and server_round > 0:
             injector.injected.add((kind, server_round, node))
+    for node in scn.claims:  # claimed in the handshake of round 1
+        injector.injected.add((scn.node_faults[(1, node)], 1, node))
     outcome.injected = set(injector.injected)
+    outcome.workers = dict(injector.workers)
+    outcome.round_starts = dict(injector.round_starts)
+    outcome.replays = list(injector.replays)
+    outcome.ended_by_node_failure = outcome.crashed or len(outcome.rows) < scn.rounds
     if not outcome.crashed:
         check(outcome, file_rows, theta0)
     return outcome
@@ -594,24 +603,18 @@ def _finite(model: dict[str, np.ndarray]) -> bool:
 
 
 def _flat(model: dict[str, np.ndarray]) -> np.ndarray:
-    return np.concatenate([np.asarray(model[k], dtype=np.float64).ravel() for k in SHAPES])
+    keys = [k for k in ALL_SHAPES if k in model]
+    return np.concatenate([np.asarray(model[k], dtype=np.float64).ravel() for k in keys])
 
 
-def _match(faults: list[str], reasons: list[str]) -> int:
-    """The most faults that can each be given a distinct reason matching its pattern."""
-    owner: dict[int, int] = {}
-
-    def augment(f: int, seen: set[int]) -> bool:
-        for j, reason in enumerate(reasons):
-            if j in seen or not re.search(REASONS[faults[f]], reason):
-                continue
-            seen.add(j)
-            if j not in owner or augment(owner[j], seen):
-                owner[j] = f
-                return True
-        return False
-
-    return sum(augment(f, set()) for f in range(len(faults)))
+def _oracle_error(scn: Scenario, prev: dict, model: dict, server_round: int) -> float:
+    """The relative error of ``model`` to the nearest oracle of the round (the partitions
+    present; see ``fault_kinds.partition_sets``)."""
+    got = _flat(model)
+    return min(
+        edges.relative_error(got, _flat(oracle(prev, scn.n, parts)))
+        for parts in edges.partition_sets(scn, server_round)
+    )
 
 
 def check(out: Outcome, file_rows: list[dict[str, Any]], theta0: dict[str, np.ndarray]) -> None:
@@ -645,7 +648,9 @@ def check(out: Outcome, file_rows: list[dict[str, Any]], theta0: dict[str, np.nd
         row = rows[r - 1]
         decode = row.get("decode")
         used = set(row.get("clients_used") or [])
-        faults = [(k, node) for (k, q, node) in out.injected if q == r]
+        # (kind, worker): the worker index the node was instructed as (its node index if it
+        # was sent nothing; the same when every node is in the cohort in partition order)
+        faults = [(k, out.workers.get((q, node), node)) for (k, q, node) in out.injected if q == r]
         if decode not in ("exact", "approx", "skipped"):
             bad(f"round {r}: decode={decode!r}")
         if not used <= set(range(scn.n)) or used & set(row.get("stragglers") or []):
@@ -659,42 +664,62 @@ def check(out: Outcome, file_rows: list[dict[str, Any]], theta0: dict[str, np.nd
             bad(f"round {r}: skipped but the model changed")
         # faults the protocol must reject are never decoded
         for kind, node in faults:
-            if kind in REJECTED or kind == "crash":
+            if kind in REJECTED or kind in ("crash", "lost-reply"):
                 if node in used:
                     bad(f"round {r}: node {node} with fault {kind!r} was decoded")
         # value forgeries
-        forged = [node for kind, node in faults if kind in VALUE_FORGING]
+        forged = [node for kind, node in faults if kind in VALUE_FORGING + EDGE_FORGING]
+        changing = [node for kind, node in faults
+                    if kind in VALUE_FORGING + EDGE_FORGING and kind not in edges.MODEL_NEUTRAL]
         protected = scn.verify and int(row.get("s", 0)) >= 1
-        for node in forged:
+        for kind, node in faults:
+            if kind not in VALUE_FORGING + EDGE_FORGING:
+                continue
             if node in (row.get("inconsistent") or []):
-                out.forger_outcomes["excluded as inconsistent"] += 1
+                what = "excluded as inconsistent"
             elif node not in used:
-                out.forger_outcomes["not decoded"] += 1
+                what = "not decoded"
             elif decode == "skipped":
-                out.forger_outcomes["round skipped"] += 1
+                what = "round skipped"
             else:
-                out.forger_outcomes["decoded" + (" (verified)" if protected else "")] += 1
+                what = "decoded" + (" (verified)" if protected else "")
+            if kind in VALUE_FORGING:
+                out.forger_outcomes[what] += 1
+            else:
+                out.edge_outcomes[f"{kind}: {what}"] += 1
         honest = sorted(set(row.get("inconsistent") or []) - set(forged))
         if honest:  # redundancy must only ever exclude a reply that is actually wrong
             out.honest_excluded += len(honest)
             bad(f"round {r}: honest node(s) {honest} excluded as inconsistent (decode {decode}, "
                 f"used {sorted(used)}, value forgers {sorted(forged)}, verified "
                 f"{row.get('verified')})")
+        verified = row.get("verified") == "verified"
         if decode == "exact":
-            if any(node in used for node in forged) and not protected:
-                out.not_compared += 1
+            if any(node in used for node in changing) and not (protected or verified):
+                out.not_compared += 1  # (a round recorded verified is always compared)
             elif _finite(prev) and _finite(model):
-                expected = _flat(oracle(prev, scn.n))
-                got = _flat(model)
-                rel = float(np.linalg.norm(got - expected)) / max(
-                    float(np.linalg.norm(expected)), 1e-300
-                )
+                rel = _oracle_error(scn, prev, model, r)
                 out.compared += 1
                 out.max_rel_error = max(out.max_rel_error, rel)
                 if not rel <= RTOL:
                     out.corrupted += 1
+                    out.wrong_verified += verified
                     bad(f"round {r}: exact model differs from the oracle (relative {rel:.3g}; "
-                        f"used {sorted(used)}, faults {sorted(faults)})")
+                        f"used {sorted(used)}, faults {sorted(faults)}, verified "
+                        f"{row.get('verified')}{edges.describe_run_faults(scn)})")
+        elif decode == "approx" and verified and _finite(prev) and _finite(model):
+            # an approx update weighs the partitions' updates differently from the oracle,
+            # but it is a combination of them
+            before = _flat(prev)
+            if not any(
+                edges.in_span(_flat(model) - before, np.stack(
+                    [_flat(oracle(prev, scn.n, (j,))) - before for j in parts]), 1e-6)
+                for parts in edges.partition_sets(scn, r)
+            ):
+                out.wrong_verified += 1
+                bad(f"round {r}: approx round recorded verified is not a combination of the "
+                    f"partitions' updates (faults {sorted(faults)}"
+                    f"{edges.describe_run_faults(scn)})")
         # all-slow / all-busy rounds decode nothing; the next round does not start all-busy
         round_kind = scn.round_faults.get(r)
         if round_kind is not None and (round_kind, r, -1) in out.injected:
@@ -719,11 +744,21 @@ def check(out: Outcome, file_rows: list[dict[str, Any]], theta0: dict[str, np.nd
                           and "do not add up to num-examples" in x]
                 if caught:
                     reasons.remove(caught[0])
-            got = _match(must, reasons)
-            if got != len(must) or len(reasons) != len(must):
+            got = replies.match(must, reasons)
+            # an edge fault may be rejected (with a reason of the fix's wording) or not
+            may = sum(kind in EDGE_FORGING or kind in edges.RUN_FAULTS for kind, _ in faults)
+            may += len(scn.claims) * (r > 1)  # a false claimant may be refused every round
+            if got != len(must) or not len(must) <= len(reasons) <= len(must) + may:
                 bad(f"round {r}: rejections {reasons} do not match the injected faults {must}")
             else:
                 out.matched.update(must)
+    for r, node, refused, detail in out.replays:
+        out.edge_outcomes["replayed-nonce: " + ("refused" if refused else "answered")] += 1
+        if not refused:
+            bad(f"round {r}: [client defence] node {node} answered a replayed instruction (its "
+                f"round's nonce and round again, another noise-multiplier): {detail}")
+    for violation in edges.expiry_violations(scn, rows, out.round_starts):
+        bad(violation)
 
 
     decoded = [row["round"] for row in rows if row.get("decode") != "skipped"]
@@ -736,17 +771,21 @@ def check(out: Outcome, file_rows: list[dict[str, Any]], theta0: dict[str, np.nd
 
 
 # ------------------------------------------------------------------ the suite
-def run_suite(num: int = FAST_SCENARIOS, seed: int = 0, progress: bool = False) -> dict[str, Any]:
-    """Run ``num`` scenarios of suite ``seed``; the counts (and every violation)."""
+def run_suite(
+    num: int = FAST_SCENARIOS, seed: int = 0, progress: bool = False, edge_faults: bool = False
+) -> dict[str, Any]:
+    """Run ``num`` scenarios of suite ``seed`` (``edge_faults``: with the kinds of
+    ``fault_kinds`` too); the counts (and every violation)."""
     t0 = time.perf_counter()
     faults, decodes, mix = Counter(), Counter(), Counter()
-    matched, forgers = Counter(), Counter()
+    matched, forgers, edge_outcomes = Counter(), Counter(), Counter()
+    refused: list[str] = []
     totals = Counter()
     violations: list[str] = []
     slowest = (0.0, "")
     max_rel = 0.0
     for index in range(num):
-        scn = make_scenario(seed, index)
+        scn = make_scenario(seed, index, edge_faults)
         out = run_scenario(scn)
         mix[f"code={scn.code}"] += 1
         mix[f"timing={scn.timing}"] += 1
@@ -757,6 +796,11 @@ def run_suite(num: int = FAST_SCENARIOS, seed: int = 0, progress: bool = False) 
         decodes.update(row.get("decode") for row in out.rows)
         matched.update(out.matched)
         forgers.update(out.forger_outcomes)
+        edge_outcomes.update(out.edge_outcomes)
+        totals["wrong_verified"] += out.wrong_verified
+        totals["ended"] += int(out.ended_by_node_failure)
+        if out.refused is not None:
+            refused.append(f"{scn.describe()}: {out.refused}")
         totals["rounds"] += len(out.rows)
         totals["crashes"] += int(out.crashed)
         totals["corrupted_models"] += out.corrupted
@@ -777,7 +821,7 @@ def run_suite(num: int = FAST_SCENARIOS, seed: int = 0, progress: bool = False) 
         "scenarios": num,
         "seed": seed,
         "rounds": totals["rounds"],
-        "faults_injected": {k: faults.get(k, 0) for k in ALL_FAULTS},
+        "faults_injected": {k: faults.get(k, 0) for k in ALL_FAULTS + EDGE_FAULTS},
         "faults_injected_total": sum(faults.values()),
         "rejections_matched": {k: matched.get(k, 0) for k in REJECTED},
         "value_forgeries": dict(sorted(forgers.items())),
@@ -791,6 +835,11 @@ def run_suite(num: int = FAST_SCENARIOS, seed: int = 0, progress: bool = False) 
         "honest_excluded_as_inconsistent": totals["honest_excluded"],
         "crashes": totals["crashes"],
         "corrupted_models": totals["corrupted_models"],
+        "edge_faults": edge_faults,
+        "wrong_models_applied_as_verified": totals["wrong_verified"],
+        "runs_ended_by_node_failure": totals["ended"],
+        "edge_fault_outcomes": dict(sorted(edge_outcomes.items())),
+        "configurations_refused": refused,
         "invariant_violations": violations,
         "mix": dict(sorted(mix.items())),
         "runtime_s": round(time.perf_counter() - t0, 2),
@@ -817,6 +866,12 @@ def report(result: dict[str, Any]) -> str:
         "mix: " + ", ".join(f"{k} {v}" for k, v in result["mix"].items()),
         f"crashes: {result['crashes']}",
         f"corrupted models: {result['corrupted_models']}",
+        f"edge faults: {result['edge_faults']}; wrong models applied as verified: "
+        f"{result['wrong_models_applied_as_verified']}; runs ended by a node's failure: "
+        f"{result['runs_ended_by_node_failure']}",
+        *(f"  {k:<40} {v}" for k, v in result["edge_fault_outcomes"].items()),
+        f"configurations refused: {len(result['configurations_refused'])}",
+        *(f"  - {v}" for v in result["configurations_refused"]),
         f"invariant violations: {len(result['invariant_violations'])}",
         *(f"  - {v}" for v in result["invariant_violations"]),
         f"runtime: {result['runtime_s']:.1f} s (slowest scenario "
@@ -830,6 +885,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--full", action="store_true", help=f"{FULL_SCENARIOS} scenarios")
     parser.add_argument("--scenarios", type=int, default=None, help="number of scenarios")
     parser.add_argument("--seed", type=int, default=0, help="suite seed")
+    parser.add_argument("--no-edge-faults", action="store_true",
+                        help="without the fault kinds of experiments/fault_kinds.py")
     parser.add_argument("--out", default=None, help="JSON output (default with --full: "
                         "results/fault_injection.json)")
     args = parser.parse_args(argv)
@@ -840,7 +897,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     except ImportError:  # pragma: no cover
         pass
     num = args.scenarios or (FULL_SCENARIOS if args.full else FAST_SCENARIOS)
-    result = run_suite(num, args.seed, progress=True)
+    result = run_suite(num, args.seed, progress=True, edge_faults=not args.no_edge_faults)
     print(report(result))
     out = args.out or (str(ROOT / "results" / "fault_injection.json") if args.full else None)
     if out:

@@ -1,0 +1,294 @@
+"""The fault kinds at the plug-in's edges, for ``experiments/fault_injection.py``.
+
+Drawn from their own random stream (``[suite seed, index, 0xED6E5]``), on top of a scenario's
+other faults, when the suite runs with ``edges=True`` (the default of the command line); the
+other faults of a scenario are the same with and without them.
+
+Per ``(round, node)``:
+
+* ``public-forger``: a forger that knows everything public -- the run seed, the round, the
+  nonce, the code and its coefficients (all in the instruction), the model's layout. It
+  rebuilds the sample of coordinates an integrity probe seeded from public values would read
+  (seeded from ``(seed, round, 0x5EED)``, 2,048 coordinates split over the arrays, at least 64
+  per array) and perturbs only coordinates outside it, keeping the example count;
+* ``sparse-forger``: a blind forger: a few coordinates (1 to 4) of the reply times a large
+  factor (1e3 to 1e6, either sign);
+* ``overflow``: the reply times 1e160 (finite; its squares overflow);
+* ``size-forgery``: ``partition-sizes`` in the reply's meta record set to 0 or 1e15 (even /
+  odd variant), nothing else changed (the model must not change);
+  ``size-forgery-consistent``: the same with ``num-examples`` made consistent with the forged
+  sizes and the coefficients (a finite value forgery of the example count);
+* ``replayed-nonce`` (a client defence): after the node answered its instruction, the same
+  instruction (same nonce and round) is sent again straight to the node's
+  ``gradient_coding_mod`` with another noise multiplier; the mod must refuse it (an error
+  reply or an exception), whatever the server does;
+* ``lost-reply``: the grid loses the reply (never delivered); under wallclock timing the node
+  must be free (not ``busy``) again in every round that starts at least
+  :data:`EXPIRY_BOUND_S` seconds after the round whose reply was lost.
+
+Per run (at most one per scenario):
+
+* ``handshake-error`` / ``handshake-silent``: the node answers the ``identify`` instruction of
+  its first round with an error reply (or an exception) / not at all. When that round is later
+  than 1 the node joins late: it is not in the cohort before (the inner strategy does not
+  sample it). It answers normally from the next round on;
+* ``identity-clash``: the node claims another node's ``partition-id``;
+* ``claims-0-of-1``: the node claims ``partition-id=0``, ``num-partitions=1``.
+
+Invariants added (in ``fault_injection.check``): no run ends because of a node's failure; a
+round recorded ``exact`` or ``approx`` with ``verified == "verified"`` has the oracle's model
+(``wrong_models_applied_as_verified`` counts the rounds that do not); the model of an exact
+round is the oracle's FedAvg over the partitions present in that round (a node that failed its
+handshake in that round, or that made a false identity claim, may be left out with its
+partition); a replayed instruction is refused; a lost reply's node is free again in time.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from flwr.app import ConfigRecord, Context, Error, Message, RecordDict
+from flwr.serverapp.strategy import FedAvg
+
+EDGE_FORGING = ("public-forger", "sparse-forger", "overflow", "size-forgery",
+                "size-forgery-consistent")
+#: Forgeries that leave the model's values alone (a decoded one must give the oracle's model).
+MODEL_NEUTRAL = ("size-forgery",)
+EDGE_NODE_FAULTS = (*EDGE_FORGING, "replayed-nonce", "lost-reply")
+HANDSHAKE_FAULTS = ("handshake-error", "handshake-silent")
+IDENTITY_FAULTS = ("identity-clash", "claims-0-of-1")
+RUN_FAULTS = HANDSHAKE_FAULTS + IDENTITY_FAULTS
+EDGE_FAULTS = EDGE_NODE_FAULTS + RUN_FAULTS
+#: Kinds the client (``gradient_coding_mod``) must defend against by itself.
+CLIENT_DEFENCES = ("replayed-nonce",)
+
+#: The model of a scenario with a forger that needs coordinates a 2,048-coordinate sample
+#: misses: one more array of 4,096 values.
+WIDE_ARRAY = ("e", (4096,))
+PROBE_SALT = 0x5EED
+PROBE_SAMPLE = 2048
+PROBE_PER_ARRAY_MIN = 64
+#: Seconds after which an abandoned wallclock message must have expired (its node free).
+EXPIRY_BOUND_S = 5.0
+#: Wall-clock pause between rounds of a scenario with a lost wallclock reply (so that the
+#: expiry bound is crossed within the scenario's rounds).
+LOST_REPLY_GAP_S = 2.0
+
+
+# ------------------------------------------------------------------ drawing
+def add_edge_faults(scn: Any, rng: np.random.Generator, budget: Callable[[int], int]) -> None:
+    """Add the edge faults to scenario ``scn`` (``budget(r)``: how many more value forgers
+    round ``r`` may take)."""
+    n, rounds = scn.n, scn.rounds
+    if rng.random() < 0.25:
+        kind = str(rng.choice(RUN_FAULTS))
+        node = int(rng.integers(n))
+        if kind in HANDSHAKE_FAULTS:
+            first = int(rng.integers(1, rounds))  # a round follows in which it answers
+            scn.joins[node] = first
+            for r in range(1, first + 1):
+                scn.node_faults.pop((r, node), None)
+            scn.node_faults[(first, node)] = kind
+        else:
+            victim = int((node + 1 + rng.integers(n - 1)) % n)
+            scn.claims[node] = (victim, n) if kind == "identity-clash" else (0, 1)
+            for r in range(1, rounds + 1):
+                scn.node_faults.pop((r, node), None)
+            scn.node_faults[(1, node)] = kind
+    rate = float(rng.uniform(0.03, 0.12))
+    lost_first = (scn.timing == "wallclock" and rounds == 4 and not scn.joins and not scn.claims
+                  and rng.random() < 0.3)
+    for r in range(1, rounds + 1):
+        for node in range(n):
+            if (r, node) in scn.node_faults or node in scn.claims:
+                continue
+            if scn.joins.get(node, 1) >= r and node in scn.joins:
+                continue
+            if lost_first and r == 1 and node == 0:
+                scn.node_faults[(r, node)] = "lost-reply"
+                scn.round_gap_s = LOST_REPLY_GAP_S
+                continue
+            if rng.random() >= rate:
+                continue
+            kind = str(rng.choice([k for k in EDGE_NODE_FAULTS if k != "lost-reply"]))
+            if kind in EDGE_FORGING and budget(r) <= 0:
+                continue  # redundancy detects at most s forgers per round
+            scn.node_faults[(r, node)] = kind
+    scn.wide = any(k in ("public-forger", "sparse-forger") for k in scn.node_faults.values())
+
+
+class LateJoinFedAvg(FedAvg):
+    """FedAvg that leaves out the nodes that have not joined yet (``scn.joins``: node -> first
+    round) and tells ``injector`` the round and when it started."""
+
+    def __init__(self, injector: Any, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._injector = injector
+
+    def configure_train(self, server_round, arrays, config, grid):
+        inj = self._injector
+        inj.current_round = server_round
+        inj.round_starts[server_round] = time.monotonic()
+        messages = list(super().configure_train(server_round, arrays, config, grid))
+        return [m for m in messages
+                if inj.scn.joins.get(inj.index_of[m.metadata.dst_node_id], 1) <= server_round]
+
+
+# ------------------------------------------------------------------ forgeries
+def probe_sample(layout: dict[str, tuple[int, ...]], seed: int, server_round: int) -> dict:
+    """The coordinates a probe seeded from public values reads, rebuilt from public values
+    only (the run seed and the round, both in the instruction; the model's layout)."""
+    rng = np.random.default_rng([seed, server_round, PROBE_SALT])
+    per_array = max(PROBE_PER_ARRAY_MIN, PROBE_SAMPLE // max(1, len(layout)))
+    index = {}
+    for name, shape in layout.items():
+        size = int(np.prod(shape)) if shape else 1
+        take = min(size, per_array)
+        index[name] = np.sort(rng.choice(size, size=take, replace=False))
+        rng.standard_normal((4, take))  # the probe's weights: drawn, not needed
+    return index
+
+
+def forge(kind: str, variant: int, rng: np.random.Generator, arrays: dict[str, np.ndarray],
+          meta: dict[str, Any], instruction: Any) -> tuple[dict, dict] | None:
+    """``(arrays, meta)`` of a reply under edge forgery ``kind`` (``None``: not applicable)."""
+    arrays = {k: np.array(v, dtype=v.dtype, copy=True) for k, v in arrays.items()}
+    meta = dict(meta)
+    if kind == "public-forger":
+        layout = {k: tuple(v.shape) for k, v in arrays.items()}
+        sampled = probe_sample(layout, instruction.seed, instruction.round)
+        changed = False
+        for name, arr in arrays.items():
+            free = np.setdiff1d(np.arange(arr.size), sampled[name])
+            if free.size == 0:
+                continue
+            flat = arr.reshape(-1)
+            scale = max(float(np.max(np.abs(flat))), 1.0)
+            flat[free] += scale * rng.uniform(0.5, 2.0) * rng.choice([-1.0, 1.0], free.size)
+            changed = True
+        return (arrays, meta) if changed else None
+    if kind == "sparse-forger":
+        sizes = {k: v.size for k, v in arrays.items()}
+        total = sum(sizes.values())
+        for flat_index in rng.choice(total, size=int(rng.integers(1, 5)), replace=False):
+            for name, size in sizes.items():
+                if flat_index < size:
+                    arr = arrays[name].reshape(-1)
+                    value = arr[flat_index] if arr[flat_index] != 0 else 1.0
+                    arr[flat_index] = value * 10 ** rng.uniform(3, 6) * rng.choice([-1, 1])
+                    break
+                flat_index -= size
+        return arrays, meta
+    if kind == "overflow":
+        return {k: v * 1e160 for k, v in arrays.items()}, meta
+    if kind in ("size-forgery", "size-forgery-consistent"):
+        forged = 0.0 if variant % 2 == 0 else 1e15
+        sizes = list(meta.get("partition-sizes", [0.0]))
+        meta["partition-sizes"] = [forged] * len(sizes)
+        if kind == "size-forgery-consistent":
+            meta["num-examples"] = float(sum(c * forged for c in instruction.coefficients))
+        return arrays, meta
+    raise AssertionError(kind)
+
+
+# ------------------------------------------------------------------ the client defence
+def replay(msg: Message, context: Context, train: Callable[[Message, Context], Message],
+           mod: Callable[..., Message]) -> tuple[bool, str]:
+    """Send an already answered instruction again, with another noise multiplier, straight
+    to ``mod`` (the node's ``gradient_coding_mod``, its own context): ``(refused, detail)``."""
+    from fl_gradcode.flower.protocol import PROTOCOL_KEY
+
+    again = copy.deepcopy(msg)
+    again.metadata.__dict__["_message_id"] = str(uuid.uuid4())
+    records = {k: v for k, v in again.content.items() if k != PROTOCOL_KEY}
+    rec = ConfigRecord(dict(again.content.config_records[PROTOCOL_KEY]))
+    sigma = float(rec.get("noise-multiplier", 0.0))
+    rec["noise-multiplier"] = 0.0 if sigma > 0 else 1.0
+    records[PROTOCOL_KEY] = rec
+    again.content = RecordDict(records)
+    try:
+        reply = mod(again, context, train)
+    except Exception as exc:  # refused by raising
+        return True, f"{type(exc).__name__}: {exc}"[:200]
+    if reply.has_error():
+        return True, f"error reply {reply.error.code}: {reply.error.reason}"[:200]
+    return False, "answered"
+
+
+def handshake_failure(msg: Message, variant: int) -> Message:
+    """The reply (or exception) of a node failing its handshake."""
+    if variant % 2:
+        raise RuntimeError("injected handshake failure (the node is still starting)")
+    return Message(Error(code=4243, reason="injected handshake error reply"), reply_to=msg)
+
+
+# ------------------------------------------------------------------ the oracle's partitions
+def partition_sets(scn: Any, server_round: int) -> list[tuple[int, ...]]:
+    """The sets of (honest) partitions an exact round's model may average: every node present
+    in the round; a node that failed its handshake this round or made a false identity claim
+    may be left out (and, for a clash, the node whose partition it claimed)."""
+    present = [node for node in range(scn.n) if scn.joins.get(node, 1) <= server_round]
+    options: list[list[set[int]]] = []
+    for node, first in scn.joins.items():
+        if first == server_round:
+            options.append([set(), {node}])
+    for node, (pid, num) in scn.claims.items():
+        if num == scn.n and pid != node:
+            options.append([{node}, {node, pid}])
+        else:
+            options.append([{node}])
+    out = []
+    for combo in itertools.product(*options):
+        drop = set().union(*combo) if combo else set()
+        out.append(tuple(p for p in present if p not in drop))
+    return out or [tuple(present)]
+
+
+def expiry_violations(scn: Any, rows: list[dict], starts: dict[int, float]) -> list[str]:
+    """Lost wallclock replies whose node is still busy :data:`EXPIRY_BOUND_S` seconds later."""
+    if scn.timing != "wallclock":
+        return []
+    bad = []
+    for (r, node), kind in sorted(scn.node_faults.items()):
+        if kind != "lost-reply" or r not in starts:
+            continue
+        for row in rows:
+            q = int(row.get("round", 0))
+            if q > r and q in starts and starts[q] - starts[r] >= EXPIRY_BOUND_S:
+                if node in (row.get("busy") or []):
+                    bad.append(
+                        f"round {q}: node {node} still busy {starts[q] - starts[r]:.1f} s after "
+                        f"its round-{r} reply was lost (bound {EXPIRY_BOUND_S} s)"
+                    )
+    return bad
+
+
+def in_span(update: np.ndarray, partition_updates: np.ndarray, rtol: float) -> bool:
+    """Whether ``update`` is a linear combination of the rows of ``partition_updates`` (the
+    honest partitions' updates): what an approx round's update is, whatever its decoding
+    weights; a forgery outside their span (a sparse or public-knowledge forger, a reply made
+    of other data) is not."""
+    norm = float(np.linalg.norm(update))
+    if norm == 0:
+        return True
+    beta, *_ = np.linalg.lstsq(partition_updates.T, update, rcond=None)
+    return float(np.linalg.norm(partition_updates.T @ beta - update)) <= rtol * norm
+
+
+def relative_error(got: np.ndarray, expected: np.ndarray) -> float:
+    """``|got - expected| / |expected|``, overflow-safe (values up to 1e308)."""
+    scale = max(float(np.max(np.abs(expected))), 1e-300)
+    diff = float(np.linalg.norm((got - expected) / scale))
+    return diff / max(float(np.linalg.norm(expected / scale)), 1e-300)
+
+
+def describe_run_faults(scn: Any) -> str:
+    """The scenario's run-level edge faults, for a violation's text."""
+    joins = f", joins {scn.joins}" if scn.joins else ""
+    return joins + (f", identity claims {scn.claims}" if scn.claims else "")
