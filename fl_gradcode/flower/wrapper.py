@@ -942,8 +942,10 @@ class GradientCoding(Strategy):
             if not unknown:
                 break  # (not return: the duplicate check below must run)
             msgs = [
-                protocol.instruction_message(
-                    RecordDict(), Instruction(op=protocol.OP_IDENTIFY), node, "identify"
+                protocol.instruction_message(  # (a non-empty nonce: Flower's
+                    # ConfigRecord.count_bytes, e.g. in message_size_mod, fails on "")
+                    RecordDict(), Instruction(op=protocol.OP_IDENTIFY, nonce=self.nonce), node,
+                    "identify"
                 )
                 for node in unknown
             ]
