@@ -148,13 +148,18 @@ class MyKrum(Krum):
     """A subclass of a refused strategy is refused too."""
 
 
-@pytest.mark.parametrize("name", [*PER_CLIENT, "Krum subclass"])
+@pytest.mark.parametrize("name", [*PER_CLIENT, "Krum subclass", "wrapped FedMedian"])
 def test_per_client_aggregators_are_refused_at_construction_naming_verify(name):
-    inner = MyKrum() if name == "Krum subclass" else PER_CLIENT[name]()
+    if name == "Krum subclass":
+        inner, named = MyKrum(), "MyKrum"
+    elif name == "wrapped FedMedian":  # inside a user's pass-through wrapper
+        inner, named = PassThrough(FedMedian()), "FedMedian"
+    else:
+        inner, named = PER_CLIENT[name](), name
     with pytest.raises(ValueError, match="ONE reply") as info:
         GradientCoding(inner, code="frc", s=1)
     assert "verify=True" in str(info.value)
-    assert type(inner).__name__ in str(info.value)
+    assert named in str(info.value)
 
 
 class MedianFedAvg(FedAvg):
@@ -250,25 +255,38 @@ def test_outer_server_side_clipping_is_caught_by_the_reply_check_too(monkeypatch
 
 
 class ClippingOuter(PassThrough):
-    """An outer wrapper that rewrites replies in aggregate_train (as a server-side clipper):
-    each reply's arrays replaced by a new ArrayRecord."""
+    """An outer wrapper that rewrites replies in aggregate_train (as a server-side clipper),
+    in one of three ways."""
+
+    def __init__(self, inner: Strategy, how: str):
+        super().__init__(inner)
+        self.how = how
 
     def aggregate_train(self, server_round, replies):
         replies = list(replies)
         for reply in replies:
             for key, record in list(reply.content.array_records.items()):
-                reply.content[key] = ArrayRecord(
-                    {k: Array(0.5 * v.numpy()) for k, v in record.items()})
+                halved = {k: Array(0.5 * v.numpy()) for k, v in record.items()}
+                if self.how == "record":  # a new ArrayRecord under the same key
+                    reply.content[key] = ArrayRecord(halved)
+                elif self.how == "array":  # new Arrays inside the same ArrayRecord
+                    for k, v in halved.items():
+                        record[k] = v
+                else:  # the same Array objects, their bytes replaced
+                    for k, v in halved.items():
+                        record[k].data = v.data
         return self.inner.aggregate_train(server_round, replies)
 
 
-def test_reply_modified_after_caching_by_an_outer_wrapper_is_detected_and_named():
+@pytest.mark.parametrize("how", ["record", "array", "bytes"])
+def test_reply_modified_after_caching_by_an_outer_wrapper_is_detected_and_named(how):
     grid = InProcessGrid(make_app(gradient_coding_mod), N)
     coded = GradientCoding(FedAvg(fraction_evaluate=0.0), code="frc", s=1,
                            measured_compute=False)
     with pytest.raises(CompositionError, match="modified after GradientCoding cached it") as info:
-        ClippingOuter(coded).start(grid=coded.wrap_grid(grid), initial_arrays=initial_arrays(),
-                                   num_rounds=1, train_config=ConfigRecord({"lr": LR}))
+        ClippingOuter(coded, how).start(grid=coded.wrap_grid(grid),
+                                        initial_arrays=initial_arrays(), num_rounds=1,
+                                        train_config=ConfigRecord({"lr": LR}))
     assert "ClippingOuter" in str(info.value)
 
 

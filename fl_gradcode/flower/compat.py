@@ -259,18 +259,31 @@ class ReplyFingerprints:
             self._round, self._seen = server_round, {}
         mid = reply.metadata.message_id
         if mid and not reply.has_error():
-            self._seen[mid] = self._take(reply)
+            self._seen[mid] = (reply.metadata.reply_to_message_id, reply.metadata.src_node_id,
+                               self._take(reply))
 
     def check(self, server_round: int, replies: list[Message], outer: str | None) -> None:
         """Raise :class:`CompositionError` if a reply cached in this round was modified."""
         if self._round != server_round:
             return
+        who = f"the outer strategy {outer}" if outer else "a strategy wrapping it"
+        answered = {reply.metadata.reply_to_message_id for reply in replies}
+        present = {reply.metadata.message_id for reply in replies}
+        dropped = sorted(str(node) for mid, (rid, node, _) in self._seen.items()
+                         if mid not in present and rid not in answered)
+        if dropped:
+            raise CompositionError(
+                f"round {server_round}: the replies from node(s) {', '.join(dropped)} were "
+                f"cached by GradientCoding but removed before its aggregate_train (by {who}): "
+                "GradientCoding decodes each coded reply as it arrives, so a filter applied "
+                "afterwards would be silently ignored. Only wrappers that pass replies through "
+                "unchanged compose with it; to exclude faulty clients use verify=True."
+            )
         for reply in replies:
             cached = self._seen.get(reply.metadata.message_id)
             if cached is None:
                 continue
-            if reply.has_error() or not _same(cached, self._take(reply)):
-                who = f"the outer strategy {outer}" if outer else "a strategy wrapping it"
+            if reply.has_error() or not _same(cached[2], self._take(reply)):
                 raise CompositionError(
                     f"round {server_round}: the reply from node {reply.metadata.src_node_id} "
                     f"was modified after GradientCoding cached it (by {who}, e.g. in its "

@@ -44,7 +44,7 @@ from flwr.app import RecordDict
 from flwr.common.logger import log
 
 from ..codes import GradientCode, available_codes, make_code
-from . import protocol
+from . import compat, protocol
 from .protocol import Identity, Instruction, RejectedReply
 
 __all__ = ["Membership", "code_for_cohort"]
@@ -71,8 +71,11 @@ class Membership:
     #: listed node asked, after which the run ends.
     PATIENCE = 3
 
-    def __init__(self, warmup_timeout: float) -> None:
+    def __init__(self, warmup_timeout: float, nonce: str = "handshake") -> None:
         self.warmup_timeout = float(warmup_timeout)
+        # carried by the handshake: Flower's ConfigRecord.count_bytes (e.g. in an outer
+        # message_size_mod) fails on an empty string
+        self.nonce = nonce or "handshake"
         self.claims: dict[int, Identity] = {}  # node -> well-formed claim (kept for good)
         self._order: dict[int, tuple[int, int]] = {}  # node -> (handshake number, node id)
         self.invalid: dict[int, str] = {}  # node -> why its claim is out of range
@@ -102,7 +105,8 @@ class Membership:
         self._handshakes += 1
         msgs = [
             protocol.instruction_message(
-                RecordDict(), Instruction(op=protocol.OP_IDENTIFY), node, "identify"
+                RecordDict(), Instruction(op=protocol.OP_IDENTIFY, nonce=self.nonce), node,
+                "identify",
             )
             for node in ask
         ]
@@ -126,8 +130,9 @@ class Membership:
                 if claim is not None:  # well-formed numbers, out of range: a claim, rejected
                     self.invalid[node] = (f"partition-id={claim[0]} is not in 0..{claim[1] - 1} "
                                           f"(num-partitions={claim[1]})")
-                else:
-                    reasons[node] = str(why)
+                else:  # an error reply names its cause (a mod-order problem, ...)
+                    reasons[node] = (compat.explain_error_reply(reply) if reply.has_error()
+                                     else str(why))
         for node in sorted(new):
             self._order[node] = (self._handshakes, node)
             self.failed.pop(node, None)

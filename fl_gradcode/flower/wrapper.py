@@ -115,6 +115,10 @@ class GradientCoding(Strategy):
     strategy : Strategy
         The inner strategy (FedAvg, FedAdam, ...): it samples the cohort, builds the train
         content and applies its own aggregation to the decoded example-weighted average.
+        Refused (:mod:`~fl_gradcode.flower.compat`, ``docs/works_with.md``): strategies that
+        aggregate individual replies (Krum, FedMedian, ...; an unknown ``aggregate_train`` is
+        checked once, on copies, at the first aggregation), Flower's DP wrappers (inside or
+        outside), legacy ``flwr.server.strategy`` strategies.
     code : str or GradientCode
         A registry name (``fl_gradcode.codes.available_codes()``; built over each cohort with
         ``n`` = cohort size) or a ``GradientCode`` whose ``n`` equals the cohort size.
@@ -462,7 +466,7 @@ class GradientCoding(Strategy):
             if results_dir
             else None
         )
-        self.membership = Membership(self.warmup_timeout)
+        self.membership = Membership(self.warmup_timeout, self.nonce)
         self.identities: dict[int, Identity] = self.membership.claims
         self.partition_sizes: dict[tuple[int, int], float] = {}  # checked sizes only
         self._confirmed_sizes: dict[tuple[int, int], float] = {}  # by >= 2 agreeing replicas
