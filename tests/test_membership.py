@@ -113,6 +113,21 @@ def test_node_erroring_at_the_handshake_recovers_and_gets_work_again():
         5, 5, 6, 6]
 
 
+def test_an_error_reply_written_for_a_node_is_that_nodes_failure(caplog):
+    """Flower's SuperLink answers a message to an unreachable node with an error reply under
+    its own id (1): the reply is matched to the node by the message it answers."""
+    apps = [make_app(gradient_coding_mod)] * 4
+    apps[2] = make_app(flaky_identify(99), gradient_coding_mod)
+    grid = InProcessGrid(None, 4, apps=apps,
+                         src_node_id=lambda i, r: 1 if (i, r) == (2, 0) else None)
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        outcome = run(4, code="grouped-rs", rounds=1, grid=grid, warmup_timeout=0.3)
+    assert outcome.rows[0]["unidentified"] == [grid.node_ids[2]]
+    warned = [r.getMessage() for r in caplog.records if "handshake" in r.getMessage()]
+    assert f"node {grid.node_ids[2]}: error reply (code 0: node config not loaded yet)" in \
+        warned[0]
+
+
 class SamplingRecorder(FedAvg):
     """FedAvg that records the nodes it samples each round."""
 

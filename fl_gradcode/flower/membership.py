@@ -114,8 +114,12 @@ class Membership:
             replies = []
             reasons = {node: f"handshake not delivered ({type(exc).__name__}: {exc})"
                        for node in ask}
+        # the node a reply answers: the destination of the message it replies to (an error
+        # reply the SuperLink writes for an unreachable node carries the SuperLink's id)
+        asked = {m.metadata.message_id: m.metadata.dst_node_id for m in msgs
+                 if m.metadata.message_id}
         for reply in replies:
-            node = reply.metadata.src_node_id
+            node = asked.get(reply.metadata.reply_to_message_id, reply.metadata.src_node_id)
             if node not in reasons or node in self.claims or node in self.invalid:
                 continue  # not asked, or answered twice: the first answer stands
             try:
