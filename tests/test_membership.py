@@ -457,3 +457,18 @@ def test_launch_exits_non_zero_when_the_server_app_failed(tmp_path, monkeypatch,
                         "--results-dir", str(tmp_path / "results")])
     assert code == expected
     assert _calls(calls)[-1] == ["ls", "--run-id", "4242", "--format", "json"]
+
+
+def test_a_handshake_error_text_is_logged_on_one_bounded_line(caplog):
+    def noisy(msg, context, call_next):
+        instruction = parse_instruction(msg.content) if msg.has_content() else None
+        if instruction is not None and instruction.op == OP_IDENTIFY:
+            return Message(Error(0, "line\nforged " + "x" * 5000), reply_to=msg)
+        return call_next(msg, context)
+
+    apps = [make_app(gradient_coding_mod)] * 3 + [make_app(noisy, gradient_coding_mod)]
+    grid = InProcessGrid(None, 4, apps=apps)
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        run(4, code="grouped-rs", rounds=1, grid=grid, warmup_timeout=0.3)
+    warned = [r.getMessage() for r in caplog.records if "handshake" in r.getMessage()]
+    assert "\n" not in warned[0] and len(warned[0]) < 800 and "line forged xxx" in warned[0]

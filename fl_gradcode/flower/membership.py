@@ -131,7 +131,7 @@ class Membership:
                     self.invalid[node] = (f"partition-id={claim[0]} is not in 0..{claim[1] - 1} "
                                           f"(num-partitions={claim[1]})")
                 else:
-                    reasons[node] = str(why)
+                    reasons[node] = _short(str(why))
         for node in sorted(new):
             self._order[node] = (self._handshakes, node)
             self.failed.pop(node, None)
@@ -230,6 +230,12 @@ class Membership:
             return {}
         return {"unidentified": list(self.unidentified),
                 "identity_rejected": list(self.identity_rejected)}
+
+
+def _short(text: str, limit: int = 300) -> str:
+    """A client-supplied reason as one line of at most ``limit`` characters (for the log)."""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def _raw_claim(reply: Any) -> tuple[int, int] | None:
