@@ -44,7 +44,7 @@ def chain(rounds: list[list[int]], num_parts: int) -> dict[int, dict[str, np.nda
     """The oracle's model after each round: FedAvg over ``rounds[r - 1]``'s partitions."""
     models, theta = {0: theta0()}, theta0()
     for r, parts in enumerate(rounds, start=1):
-        theta = fedavg(theta, parts, num_parts)
+        theta = fedavg(theta, parts, num_parts) if parts else theta  # idle: model kept
         models[r] = theta
     return models
 
@@ -113,6 +113,21 @@ def test_node_erroring_at_the_handshake_recovers_and_gets_work_again():
         5, 5, 6, 6]
 
 
+def test_an_error_reply_written_for_a_node_is_that_nodes_failure(caplog):
+    """Flower's SuperLink answers a message to an unreachable node with an error reply under
+    its own id (1): the reply is matched to the node by the message it answers."""
+    apps = [make_app(gradient_coding_mod)] * 4
+    apps[2] = make_app(flaky_identify(99), gradient_coding_mod)
+    grid = InProcessGrid(None, 4, apps=apps,
+                         src_node_id=lambda i, r: 1 if (i, r) == (2, 0) else None)
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        outcome = run(4, code="grouped-rs", rounds=1, grid=grid, warmup_timeout=0.3)
+    assert outcome.rows[0]["unidentified"] == [grid.node_ids[2]]
+    warned = [r.getMessage() for r in caplog.records if "handshake" in r.getMessage()]
+    assert f"node {grid.node_ids[2]}: error reply (code 0: node config not loaded yet)" in \
+        warned[0]
+
+
 class SamplingRecorder(FedAvg):
     """FedAvg that records the nodes it samples each round."""
 
@@ -156,12 +171,27 @@ def test_dead_node_first_sampled_in_a_later_round_does_not_end_the_run():
         assert row["decode"] == "exact"
 
 
-def test_no_node_running_the_mod_ends_the_run_after_three_rounds_with_the_hint():
+def test_no_node_running_the_mod_ends_the_run_after_three_rounds_with_the_hint(tmp_path):
+    """No decodable set can ever form: rounds 1 and 2 are idle (recorded, every node
+    unidentified) and round 3 ends the run with the mod / node-config hint."""
     grid = InProcessGrid(make_app(), 3)
     with pytest.raises(RuntimeError, match="gradient_coding_mod") as info:
-        run(3, rounds=5, grid=grid, warmup_timeout=0.3)
+        run(3, rounds=5, grid=grid, warmup_timeout=0.3, results_dir=str(tmp_path))
     message = str(info.value)
     assert "3 rounds in a row" in message and f"node {min(grid.node_ids)}" in message
+    rows = [json.loads(line) for line in (tmp_path / "rounds.jsonl").read_text().splitlines()]
+    assert [(row["round"], row["decode"]) for row in rows] == [(1, "skipped"), (2, "skipped")]
+    assert all(row["unidentified"] == sorted(grid.node_ids) for row in rows)
+
+
+def test_a_run_whose_nodes_all_fail_at_first_carries_on_once_one_answers():
+    """Every node errors at its first two handshakes: rounds 1-2 are idle, round 3 trains
+    (the patience counts rounds in a row; a node that answers resets it)."""
+    grid = InProcessGrid(None, 3, apps=[make_app(flaky_identify(2), gradient_coding_mod)
+                                        for _ in range(3)])
+    outcome = run(3, code="grouped-rs", rounds=4, grid=grid, warmup_timeout=0.3)
+    assert [row["decode"] for row in outcome.rows] == ["skipped", "skipped", "exact", "exact"]
+    assert_rounds(outcome, chain([[], [], [0, 1, 2], [0, 1, 2]], 3))
 
 
 def test_node_without_the_mod_is_a_straggler_named_in_the_log(caplog):
@@ -427,3 +457,18 @@ def test_launch_exits_non_zero_when_the_server_app_failed(tmp_path, monkeypatch,
                         "--results-dir", str(tmp_path / "results")])
     assert code == expected
     assert _calls(calls)[-1] == ["ls", "--run-id", "4242", "--format", "json"]
+
+
+def test_a_handshake_error_text_is_logged_on_one_bounded_line(caplog):
+    def noisy(msg, context, call_next):
+        instruction = parse_instruction(msg.content) if msg.has_content() else None
+        if instruction is not None and instruction.op == OP_IDENTIFY:
+            return Message(Error(0, "line\nforged " + "x" * 5000), reply_to=msg)
+        return call_next(msg, context)
+
+    apps = [make_app(gradient_coding_mod)] * 3 + [make_app(noisy, gradient_coding_mod)]
+    grid = InProcessGrid(None, 4, apps=apps)
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        run(4, code="grouped-rs", rounds=1, grid=grid, warmup_timeout=0.3)
+    warned = [r.getMessage() for r in caplog.records if "handshake" in r.getMessage()]
+    assert "\n" not in warned[0] and len(warned[0]) < 800 and "line forged xxx" in warned[0]

@@ -118,8 +118,12 @@ class Membership:
             replies = []
             reasons = {node: f"handshake not delivered ({type(exc).__name__}: {exc})"
                        for node in ask}
+        # the node a reply answers: the destination of the message it replies to (an error
+        # reply the SuperLink writes for an unreachable node carries the SuperLink's id)
+        asked = {m.metadata.message_id: m.metadata.dst_node_id for m in msgs
+                 if m.metadata.message_id}
         for reply in replies:
-            node = reply.metadata.src_node_id
+            node = asked.get(reply.metadata.reply_to_message_id, reply.metadata.src_node_id)
             if node not in reasons or node in self.claims or node in self.invalid:
                 continue  # not asked, or answered twice: the first answer stands
             try:
@@ -131,8 +135,8 @@ class Membership:
                     self.invalid[node] = (f"partition-id={claim[0]} is not in 0..{claim[1] - 1} "
                                           f"(num-partitions={claim[1]})")
                 else:  # an error reply names its cause (a mod-order problem, ...)
-                    reasons[node] = (compat.explain_error_reply(reply) if reply.has_error()
-                                     else str(why))
+                    reasons[node] = _short(compat.explain_error_reply(reply)
+                                           if reply.has_error() else str(why))
         for node in sorted(new):
             self._order[node] = (self._handshakes, node)
             self.failed.pop(node, None)
@@ -231,6 +235,12 @@ class Membership:
             return {}
         return {"unidentified": list(self.unidentified),
                 "identity_rejected": list(self.identity_rejected)}
+
+
+def _short(text: str, limit: int = 300) -> str:
+    """A client-supplied reason as one line of at most ``limit`` characters (for the log)."""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def _raw_claim(reply: Any) -> tuple[int, int] | None:
