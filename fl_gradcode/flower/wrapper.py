@@ -50,7 +50,15 @@ from ..results import RoundRecorder
 from . import protocol
 from .clock import VirtualClock, WallClock, make_clock
 from .grid import EarlyReturnGrid
-from .integrity import Probe, Verdict, applied_disagreement, verify_refusal, verify_replies
+from .integrity import (
+    Probe,
+    Verdict,
+    applied_disagreement,
+    reply_sizes,
+    round_probe,
+    verify_refusal,
+    verify_replies,
+)
 from .protocol import CodedReply, Identity, Instruction, RejectedReply
 from .quarantine import Quarantine
 
@@ -849,12 +857,10 @@ class GradientCoding(Strategy):
                 check_values=self.timing == "virtual",
             )
             if state.probe is not None:
-                parsed.extra["z"] = state.probe(parsed.arrays, parsed.num_examples,
-                                                parsed.metrics)
-                parsed.extra["size"] = state.probe.size(parsed.arrays, parsed.num_examples,
-                                                        parsed.metrics)
-                if not (np.all(np.isfinite(parsed.extra["z"]))
-                        and math.isfinite(parsed.extra["size"])):
+                z, size = state.probe.measure(parsed.arrays, parsed.num_examples,
+                                              parsed.metrics)
+                parsed.extra["z"], parsed.extra["size"] = z, size
+                if not (np.all(np.isfinite(z)) and (size is None or math.isfinite(size))):
                     raise RejectedReply("arrays contain NaN or Inf, or overflow float64")
         except RejectedReply as why:
             _reject(state, node, worker, str(why))
@@ -925,27 +931,16 @@ class GradientCoding(Strategy):
 
     def _verdict(self, state: _Round, workers: list[int]) -> Verdict:
         z = {w: state.valid[w].extra["z"] for w in workers}
-        sizes = {w: state.valid[w].extra["size"] for w in workers}
-        return verify_replies(state.code, z, workers, self.verify_tolerance, sizes)
+        return verify_replies(state.code, z, workers, self.verify_tolerance, _sizes(state, workers))
 
     def _probe_for(self, code: GradientCode, state: _Round) -> Probe | None:
-        """The round's probe: fresh server secrets (never the run seed, never sent). With
-        ``verify=True`` dense over every coordinate and metric, else a cheap sample."""
-        if self.verify:
-            refusal = verify_refusal(code, code.s, self.code_options)
-            if refusal is not None and code.s > 0:
-                raise ValueError(refusal)
-            if code.s == 0:  # s="auto" chose s=0: nothing to cross-check this round
-                if not self._warned_unverifiable:
-                    log(WARNING, "verify=True: round %d uses s=0 (no redundancy): such "
-                        "rounds are applied unverified (verified=None in rounds.jsonl)",
-                        state.number)
-                    self._warned_unverifiable = True
-                return None
-            return Probe(state.reply_layout, q=16, sample=None, metrics=True)
-        if code.s > 0 and not _is_chunked(code):
-            return Probe(state.reply_layout)
-        return None
+        """The round's probe (:func:`~fl_gradcode.flower.integrity.round_probe`)."""
+        probe = round_probe(code, state.reply_layout, self.verify, self.code_options)
+        if self.verify and probe is None and not self._warned_unverifiable:
+            log(WARNING, "verify=True: round %d uses s=0 (no redundancy): such rounds are "
+                "applied unverified (verified=None in rounds.jsonl)", state.number)
+            self._warned_unverifiable = True
+        return probe
 
     def on_late_reply(self, reply: Message) -> None:
         """A reply to an earlier round: counted and dropped, never decoded."""
@@ -1236,8 +1231,8 @@ class GradientCoding(Strategy):
         if (verdict is not None and verdict.status == "verified" and decoding is not None
                 and not _is_chunked(state.code)):
             z = {w: state.valid[w].extra["z"] for w in used}
-            sizes = {w: state.valid[w].extra["size"] for w in used}
-            off = applied_disagreement(state.code, z, used, decoding.coefficients, sizes)
+            off = applied_disagreement(state.code, z, used, decoding.coefficients,
+                                       _sizes(state, used))
             if not off <= self.verify_tolerance:  # NaN/inf included: never agreement
                 verdict.status, verdict.unresolved = "contradicted", True
                 verdict.disagreement = max(verdict.disagreement, off)
@@ -1709,6 +1704,10 @@ def _combine(
         if not np.isfinite(block).all():
             return None
     return acc
+
+
+def _sizes(state: _Round, workers: list[int]) -> dict[int, float] | None:
+    return reply_sizes({w: state.valid[w].extra for w in workers})
 
 
 def _wire_dtypes(state: _Round) -> dict[str, np.dtype]:
