@@ -98,6 +98,7 @@ class Probe:
         self._key = hashlib.blake2b(repr(words).encode(), digest_size=32).digest()
         self.q = int(q)
         self.dense = sample is None
+        self.verdicts: dict = {}  # verify_replies' cache for this probe's round
         self.metrics = bool(metrics)
         self._layout = {name: int(np.prod(shape)) if shape else 1
                         for name, shape in layout.items()}
@@ -352,22 +353,31 @@ def _check(B, z: Mapping[int, np.ndarray], workers: list[int], sizes=None):
 
 def verify_replies(
     code: GradientCode, z: Mapping[int, np.ndarray], workers: Sequence[int], tolerance: float,
-    sizes: Mapping[int, float] | None = None,
+    sizes: Mapping[int, float] | None = None, cache: dict | None = None,
 ) -> Verdict:
     """The verdict of the redundancy among ``workers`` (their projections ``z``), block by
     block of ``code.blocks`` (a huge reply in one block cannot hide a disagreement in another
     through floating point cancellation). ``sizes``: each reply's exact norm (the yardstick;
-    default: the norms of the projections)."""
+    default: the norms of the projections). ``cache``: a dict kept for one round's replies
+    (the same ``z``): a block's verdict is computed once per set of its members (a stopping
+    rule that grows the set one reply at a time re-solves one block per reply)."""
     B = code.B
     workers = sorted(workers)
     verdicts = []
-    for clients, parts in code.blocks:
+    for index, (clients, parts) in enumerate(code.blocks):
         members = set(clients)
         mine = [w for w in workers if w in members]
-        if mine:
-            sub = np.zeros((B.shape[0], len(parts)))
-            sub[list(clients)] = B[np.ix_(list(clients), list(parts))]
-            verdicts.append(_verify_block(sub, z, mine, tolerance, sizes))
+        if not mine:
+            continue
+        key = (id(code), index, tuple(mine), tolerance)
+        if cache is not None and key in cache:
+            verdicts.append(cache[key])
+            continue
+        sub = np.zeros((B.shape[0], len(parts)))
+        sub[list(clients)] = B[np.ix_(list(clients), list(parts))]
+        verdicts.append(_verify_block(sub, z, mine, tolerance, sizes))
+        if cache is not None:
+            cache[key] = verdicts[-1]
     if not verdicts:
         return Verdict("unverified")
     if any(v.status == "contradicted" for v in verdicts):

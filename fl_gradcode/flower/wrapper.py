@@ -229,7 +229,16 @@ class GradientCoding(Strategy):
         identifies as inconsistent (e.g. outvoted inside a repetition group) is excluded, and a
         contradiction nothing resolves skips the round. With ``verify=True`` a round also
         waits (up to the deadline) until every reply it decodes from has been cross-checked,
-        and applies nothing that was not (codes with ``s = 0`` have no redundancy to check).
+        and applies nothing that was not: dense probes over every coordinate and train metric,
+        from server secrets fresh each round (a change of any coordinate above 20x
+        ``verify_tolerance`` of the replies' size is caught with probability >= 1 - 1e-12).
+        Refused (``ValueError``) for codes it cannot check: ``s=0``, ``uncoded``,
+        ``ignore-stragglers``, approximate codes (``bgc``, ``expander``) and
+        ``comm-efficient`` with ``m > 1``; with ``s="auto"`` a round that chooses ``s=0`` is
+        applied unverified (warned once, ``verified`` null). A node whose replies are excluded
+        or caught in unresolved contradictions twice within 10 rounds is quarantined (sent no
+        work, a straggler) for 5 rounds, 10, 20, ... on repeats (``quarantined`` in
+        ``rounds.jsonl``).
     verify_tolerance : float
         Largest relative disagreement between decodings taken as agreement (rounding).
     sparse_decoding : bool
@@ -931,7 +940,8 @@ class GradientCoding(Strategy):
 
     def _verdict(self, state: _Round, workers: list[int]) -> Verdict:
         z = {w: state.valid[w].extra["z"] for w in workers}
-        return verify_replies(state.code, z, workers, self.verify_tolerance, _sizes(state, workers))
+        return verify_replies(state.code, z, workers, self.verify_tolerance,
+                              _sizes(state, workers), cache=state.probe.verdicts)
 
     def _probe_for(self, code: GradientCode, state: _Round) -> Probe | None:
         """The round's probe (:func:`~fl_gradcode.flower.integrity.round_probe`)."""
