@@ -172,7 +172,9 @@ class Probe:
                 raw = np.frombuffer(rng.bytes(self.q * x.size), dtype=np.uint8)
                 w = buf[:, : x.size]
                 np.subtract(raw.reshape(self.q, x.size), 127.5, out=w)
-                z += w @ x
+                # einsum: one core, no BLAS threads (a threaded GEMV this thin is many times
+                # slower when the cores are shared)
+                z += np.einsum("kj,j->k", w, x)
         return z / 256.0, (scale, ssq)
 
     def _metric_part(self, metrics: Mapping[str, float]) -> np.ndarray:
@@ -200,7 +202,7 @@ def _accumulate(scale: float, ssq: float, x: np.ndarray) -> tuple[float, float]:
             ssq = ssq * (scale / top) ** 2 if scale else 0.0
             scale = top
         y = np.asarray(x, dtype=np.float64) / scale
-        return scale, ssq + float(y @ y)
+        return scale, ssq + float(np.einsum("j,j->", y, y))
 
 
 def _finish(scale: float, ssq: float) -> float:
