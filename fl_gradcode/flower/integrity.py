@@ -33,9 +33,13 @@ K. Ball's cube-slicing theorem (Proc. AMS 97, 1986), ``w.u / |u|`` has density a
 ``P(|w.u| <= e |u|) <= 2 sqrt2 (e + t) / (1 - 2^-16 / (12 t^2))``: with ``t = 0.01``,
 ``e = 0.05`` at most 0.172 per functional, so for ``q = 16`` independent functionals
 ``P(|Wu| <= 0.05 |u|) <= 0.172^16 < 6e-13``, whatever ``u`` (one coordinate or all of them).
-The disagreement is measured relative to the median exact norm of the replies (not their
-projections), so any change with ``|u| >= 20 * tolerance * median |r|`` is caught with
-probability >= 1 - 1e-12 per round, fresh keys each round. Metrics are coordinates too
+The leave-one-out disagreement of the changed reply ``i`` is exactly ``|W u|`` with
+``u = a_i delta`` (``a_i`` its weight in the min-norm decoding, ``1/(s+1)`` inside a
+repetition group), measured relative to the median exact norm of the replies (not their
+projections): a change with ``|a_i delta| >= 20 * tolerance * median |r|`` is caught with
+probability >= 1 - 1e-12 per round, fresh keys each round. A reply with ``a_i = 0`` that the
+applied decoding reads with weight ``c_i`` is caught the same way with ``c_i``
+(:func:`applied_disagreement`). Metrics are coordinates too
 (per-name secret weights), so forged train metrics are caught the same way.
 
 References:

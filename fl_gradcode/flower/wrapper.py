@@ -230,8 +230,9 @@ class GradientCoding(Strategy):
         contradiction nothing resolves skips the round. With ``verify=True`` a round also
         waits (up to the deadline) until every reply it decodes from has been cross-checked,
         and applies nothing that was not: dense probes over every coordinate and train metric,
-        from server secrets fresh each round (a change of any coordinate above 20x
-        ``verify_tolerance`` of the replies' size is caught with probability >= 1 - 1e-12).
+        from server secrets fresh each round (a change of any coordinates whose weight in the
+        decoding exceeds 20x ``verify_tolerance`` of the replies' size is caught with
+        probability >= 1 - 1e-12).
         Refused (``ValueError``) for codes it cannot check: ``s=0``, ``uncoded``,
         ``ignore-stragglers``, approximate codes (``bgc``, ``expander``) and
         ``comm-efficient`` with ``m > 1``; with ``s="auto"`` a round that chooses ``s=0`` is
