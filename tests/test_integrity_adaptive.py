@@ -169,7 +169,7 @@ def test_a_reply_times_1e160_is_never_agreement(s):
     strategy, models = run(n=n, s=s, rounds=3, bad=1, forge=huge)
     # s=1: the pair (0, 1) is quarantined in round 3, which decodes the other partitions
     assert wrong_rounds(strategy, models, n, parts_of=lambda row: [
-        j for j in range(n) if not (row["quarantined"] and j < 2)]) == []
+        j for j in range(n) if not (row.get("quarantined") and j < 2)]) == []
     rows = strategy.history
     assert all(1 not in row["clients_used"] or row["decode"] == "skipped" for row in rows)
     assert rows[0]["disagreement"] > 0.1  # measured as a contradiction, not NaN
@@ -297,3 +297,19 @@ def test_a_single_coordinate_change_is_detected(which, worker, coordinate, magni
     z[worker] = probe({"w": forged}, counts[worker])
     verdict = verify_replies(code, z, range(n), 1e-5, sizes)
     assert verdict.status == "contradicted" or worker in verdict.excluded
+
+
+def test_round_probe_per_code():
+    """verify=True: dense secret probes; a round with s=0 (s="auto" may choose it) has none;
+    a code verify cannot check refuses; verify=False keeps the cheap sampled probe."""
+    from fl_gradcode.flower.integrity import round_probe
+
+    layout = {"w": (10,)}
+    dense = round_probe(make_code("frc", n=4, s=1), layout, True, {})
+    assert dense is not None and dense.dense and dense.metrics
+    assert round_probe(make_code("frc", n=4, s=0), layout, True, {}) is None
+    with pytest.raises(ValueError, match="m > 1"):
+        round_probe(make_code("comm-efficient", n=6, s=1), layout, True, {})
+    sampled = round_probe(make_code("frc", n=4, s=1), layout, False, {})
+    assert sampled is not None and not sampled.dense
+    assert round_probe(make_code("comm-efficient", n=6, s=1), layout, False, {}) is None

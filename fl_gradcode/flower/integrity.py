@@ -33,9 +33,13 @@ K. Ball's cube-slicing theorem (Proc. AMS 97, 1986), ``w.u / |u|`` has density a
 ``P(|w.u| <= e |u|) <= 2 sqrt2 (e + t) / (1 - 2^-16 / (12 t^2))``: with ``t = 0.01``,
 ``e = 0.05`` at most 0.172 per functional, so for ``q = 16`` independent functionals
 ``P(|Wu| <= 0.05 |u|) <= 0.172^16 < 6e-13``, whatever ``u`` (one coordinate or all of them).
-The disagreement is measured relative to the median exact norm of the replies (not their
-projections), so any change with ``|u| >= 20 * tolerance * median |r|`` is caught with
-probability >= 1 - 1e-12 per round, fresh keys each round. Metrics are coordinates too
+The leave-one-out disagreement of the changed reply ``i`` is exactly ``|W u|`` with
+``u = a_i delta`` (``a_i`` its weight in the min-norm decoding, ``1/(s+1)`` inside a
+repetition group), measured relative to the median exact norm of the replies (not their
+projections): a change with ``|a_i delta| >= 20 * tolerance * median |r|`` is caught with
+probability >= 1 - 1e-12 per round, fresh keys each round. A reply with ``a_i = 0`` that the
+applied decoding reads with weight ``c_i`` is caught the same way with ``c_i``
+(:func:`applied_disagreement`). Metrics are coordinates too
 (per-name secret weights), so forged train metrics are caught the same way.
 
 References:
@@ -57,7 +61,15 @@ import numpy as np
 
 from ..codes import GradientCode
 
-__all__ = ["Probe", "Verdict", "applied_disagreement", "verify_refusal", "verify_replies"]
+__all__ = [
+    "Probe",
+    "Verdict",
+    "applied_disagreement",
+    "reply_sizes",
+    "round_probe",
+    "verify_refusal",
+    "verify_replies",
+]
 
 _EXACT = 1e-8
 _APPROXIMATE = ("bgc", "expander")  # registry codes that decode approximately
@@ -90,6 +102,7 @@ class Probe:
         self._key = hashlib.blake2b(repr(words).encode(), digest_size=32).digest()
         self.q = int(q)
         self.dense = sample is None
+        self.verdicts: dict = {}  # verify_replies' cache for this probe's round
         self.metrics = bool(metrics)
         self._layout = {name: int(np.prod(shape)) if shape else 1
                         for name, shape in layout.items()}
@@ -106,40 +119,40 @@ class Probe:
 
     def __call__(self, arrays: Mapping[str, np.ndarray], count: float,
                  metrics: Mapping[str, float] | None = None) -> np.ndarray:
+        return self.measure(arrays, count, metrics)[0]
+
+    def measure(self, arrays: Mapping[str, np.ndarray], count: float,
+                metrics: Mapping[str, float] | None = None) -> tuple[np.ndarray, float | None]:
+        """``(z, size)``: the projections and, for a dense probe, :meth:`size` from the same
+        pass over the reply (``None`` for a sampled probe: the yardstick is then the norm of
+        the projections)."""
         with np.errstate(all="ignore"):  # NaN/Inf/overflow give a non-finite z: rejected
-            z = self._dense(arrays) if self.dense else self._sampled(arrays)
+            if self.dense:
+                z, (scale, ssq) = self._dense(arrays)
+            else:
+                z, scale, ssq = self._sampled(arrays), None, 0.0
             tail = [float(count)]
             if self.metrics:
                 tail += list(self._metric_part(metrics or {}))
-            return np.concatenate([np.atleast_1d(z), tail])
+            z = np.concatenate([np.atleast_1d(z), tail])
+            if scale is None:
+                return z, None
+            extra = [float(count)] + (list((metrics or {}).values()) if self.metrics else [])
+            scale, ssq = _accumulate(scale, ssq, np.asarray(extra, dtype=np.float64))
+            return z, _finish(scale, ssq)
 
     def size(self, arrays: Mapping[str, np.ndarray], count: float,
              metrics: Mapping[str, float] | None = None) -> float:
         """The exact Euclidean norm of the whole reply (arrays, count, metrics if probed),
         without overflow (scaled block by block, as BLAS ``nrm2``): the disagreements'
         yardstick. ``inf``/``nan`` for a reply with non-finite values."""
-        scale, ssq = 0.0, 0.0
-        tail = [float(count)] + (list((metrics or {}).values()) if self.metrics else [])
-        chunks = [np.asarray(tail, dtype=np.float64)]
-        with np.errstate(all="ignore"):
-            for name in self._layout:
-                flat = np.asarray(arrays[name]).reshape(-1)
-                chunks.extend(flat[i : i + _BLOCK] for i in range(0, flat.size, _BLOCK))
-            for x in chunks:
-                if x.size == 0:
-                    continue
-                x = x.astype(np.float64, copy=False)
-                top = float(np.max(np.abs(x)))
-                if not np.isfinite(top):
-                    return float("inf") if not np.isnan(top) else float("nan")
-                if top == 0.0:
-                    continue
-                if top > scale:
-                    ssq = ssq * (scale / top) ** 2 if scale else 0.0
-                    scale = top
-                y = x / scale
-                ssq += float(y @ y)
-        return scale * float(np.sqrt(ssq)) if scale else 0.0
+        extra = [float(count)] + (list((metrics or {}).values()) if self.metrics else [])
+        scale, ssq = _accumulate(0.0, 0.0, np.asarray(extra, dtype=np.float64))
+        for name in self._layout:
+            flat = np.asarray(arrays[name]).reshape(-1)
+            for i in range(0, flat.size, _BLOCK):
+                scale, ssq = _accumulate(scale, ssq, flat[i : i + _BLOCK])
+        return _finish(scale, ssq)
 
     def _sampled(self, arrays: Mapping[str, np.ndarray]) -> np.ndarray:
         return sum(
@@ -147,21 +160,26 @@ class Probe:
             for name, idx in self._index.items()
         )
 
-    def _dense(self, arrays: Mapping[str, np.ndarray]) -> np.ndarray:
-        """``sum_k w_k . x`` with ``w = (D - 127.5) / 256``, ``D`` bytes drawn per block from
-        the key (the same weights for every reply of the round, never materialised whole)."""
+    def _dense(self, arrays: Mapping[str, np.ndarray]):
+        """``(sum_k w_k . x, (scale, ssq))`` with ``w = (D - 127.5) / 256``, ``D`` bytes drawn
+        per block from the key (the same weights for every reply of the round, never
+        materialised whole), and the reply's scaled sum of squares from the same blocks."""
         z = np.zeros(self.q)
         buf = np.empty((self.q, _BLOCK))
+        scale, ssq = 0.0, 0.0
         for a, (name, size) in enumerate(self._layout.items()):
             flat = np.asarray(arrays[name]).reshape(-1)
             for b, start in enumerate(range(0, size, _BLOCK)):
                 x = flat[start : start + _BLOCK].astype(np.float64, copy=False)
+                scale, ssq = _accumulate(scale, ssq, x)
                 rng = np.random.default_rng([*self._words, a, b])
                 raw = np.frombuffer(rng.bytes(self.q * x.size), dtype=np.uint8)
                 w = buf[:, : x.size]
                 np.subtract(raw.reshape(self.q, x.size), 127.5, out=w)
-                z += w @ x
-        return z / 256.0
+                # einsum: one core, no BLAS threads (a threaded GEMV this thin is many times
+                # slower when the cores are shared)
+                z += np.einsum("kj,j->k", w, x)
+        return z / 256.0, (scale, ssq)
 
     def _metric_part(self, metrics: Mapping[str, float]) -> np.ndarray:
         """Per metric name, ``q`` secret weights uniform on ``[-1/2, 1/2]`` (keyed by name)."""
@@ -171,6 +189,30 @@ class Probe:
             weights = np.random.default_rng(list(digest)).random(self.q) - 0.5
             out += weights * float(value)
         return out
+
+
+def _accumulate(scale: float, ssq: float, x: np.ndarray) -> tuple[float, float]:
+    """``(scale, ssq)`` with ``scale^2 ssq`` the running sum of squares, updated with ``x``
+    (never overflows; a non-finite ``x`` makes ``scale`` non-finite)."""
+    if x.size == 0:
+        return scale, ssq
+    with np.errstate(all="ignore"):
+        top = float(np.max(np.abs(x)))
+        if not np.isfinite(top):
+            return top if np.isnan(top) else float("inf"), ssq
+        if top == 0.0 or not np.isfinite(scale):
+            return scale, ssq
+        if top > scale:
+            ssq = ssq * (scale / top) ** 2 if scale else 0.0
+            scale = top
+        y = np.asarray(x, dtype=np.float64) / scale
+        return scale, ssq + float(np.einsum("j,j->", y, y))
+
+
+def _finish(scale: float, ssq: float) -> float:
+    if not np.isfinite(scale):
+        return scale
+    return scale * float(np.sqrt(ssq)) if scale else 0.0
 
 
 @dataclass
@@ -209,6 +251,35 @@ def verify_refusal(code: object, s: object, options: Mapping[str, object]) -> st
                 "the replies of a round cannot be cross-checked. Use 'frc', 'grouped-rs', "
                 "'crc' or 'nested', or verify=False")
     return None
+
+
+def round_probe(code: GradientCode, layout: Mapping[str, tuple[int, ...]], verify: bool,
+                options: Mapping[str, object]) -> Probe | None:
+    """A round's probe, from fresh server secrets (never the run seed, never sent).
+
+    ``verify=True``: dense over every coordinate and metric (``q = 16``); a code verify
+    cannot check raises :class:`ValueError` (:func:`verify_refusal`), except a round with
+    ``s = 0`` (``s="auto"`` may choose it): ``None``, nothing to cross-check.
+    ``verify=False``: a cheap sampled probe for codes with redundancy, ``None`` otherwise.
+    """
+    chunked = hasattr(code, "message_length") and getattr(code, "m", 1) > 1
+    if not verify:
+        return Probe(layout) if code.s > 0 and not chunked else None
+    if code.s == 0:
+        return None
+    refusal = verify_refusal(code, code.s, options)
+    if refusal is not None:
+        raise ValueError(refusal)
+    return Probe(layout, q=16, sample=None, metrics=True)
+
+
+def reply_sizes(extras: Mapping[int, Mapping[str, object]]) -> dict[int, float] | None:
+    """Each reply's exact norm as a dense probe measured it (``extra["size"]``), or ``None``
+    when any is missing (a sampled probe: the projections' norms are the yardstick)."""
+    sizes = {w: extra.get("size") for w, extra in extras.items()}
+    if any(v is None for v in sizes.values()):
+        return None
+    return {w: float(v) for w, v in sizes.items()}
 
 
 def _norm(x: np.ndarray) -> float:
@@ -288,22 +359,31 @@ def _check(B, z: Mapping[int, np.ndarray], workers: list[int], sizes=None):
 
 def verify_replies(
     code: GradientCode, z: Mapping[int, np.ndarray], workers: Sequence[int], tolerance: float,
-    sizes: Mapping[int, float] | None = None,
+    sizes: Mapping[int, float] | None = None, cache: dict | None = None,
 ) -> Verdict:
     """The verdict of the redundancy among ``workers`` (their projections ``z``), block by
     block of ``code.blocks`` (a huge reply in one block cannot hide a disagreement in another
     through floating point cancellation). ``sizes``: each reply's exact norm (the yardstick;
-    default: the norms of the projections)."""
+    default: the norms of the projections). ``cache``: a dict kept for one round's replies
+    (the same ``z``): a block's verdict is computed once per set of its members (a stopping
+    rule that grows the set one reply at a time re-solves one block per reply)."""
     B = code.B
     workers = sorted(workers)
     verdicts = []
-    for clients, parts in code.blocks:
+    for index, (clients, parts) in enumerate(code.blocks):
         members = set(clients)
         mine = [w for w in workers if w in members]
-        if mine:
-            sub = np.zeros((B.shape[0], len(parts)))
-            sub[list(clients)] = B[np.ix_(list(clients), list(parts))]
-            verdicts.append(_verify_block(sub, z, mine, tolerance, sizes))
+        if not mine:
+            continue
+        key = (id(code), index, tuple(mine), tolerance)
+        if cache is not None and key in cache:
+            verdicts.append(cache[key])
+            continue
+        sub = np.zeros((B.shape[0], len(parts)))
+        sub[list(clients)] = B[np.ix_(list(clients), list(parts))]
+        verdicts.append(_verify_block(sub, z, mine, tolerance, sizes))
+        if cache is not None:
+            cache[key] = verdicts[-1]
     if not verdicts:
         return Verdict("unverified")
     if any(v.status == "contradicted" for v in verdicts):

@@ -56,7 +56,15 @@ from ..results import RoundRecorder
 from . import compat, protocol
 from .clock import VirtualClock, WallClock, make_clock
 from .grid import EarlyReturnGrid
-from .integrity import Probe, Verdict, applied_disagreement, verify_refusal, verify_replies
+from .integrity import (
+    Probe,
+    Verdict,
+    applied_disagreement,
+    reply_sizes,
+    round_probe,
+    verify_refusal,
+    verify_replies,
+)
 from .membership import Membership, code_for_cohort
 from .protocol import CodedReply, Identity, Instruction, RejectedReply
 from .quarantine import Quarantine
@@ -241,7 +249,17 @@ class GradientCoding(Strategy):
         identifies as inconsistent (e.g. outvoted inside a repetition group) is excluded, and a
         contradiction nothing resolves skips the round. With ``verify=True`` a round also
         waits (up to the deadline) until every reply it decodes from has been cross-checked,
-        and applies nothing that was not (codes with ``s = 0`` have no redundancy to check).
+        and applies nothing that was not: dense probes over every coordinate and train metric,
+        from server secrets fresh each round (a change of any coordinates whose weight in the
+        decoding exceeds 20x ``verify_tolerance`` of the replies' size is caught with
+        probability >= 1 - 1e-12).
+        Refused (``ValueError``) for codes it cannot check: ``s=0``, ``uncoded``,
+        ``ignore-stragglers``, approximate codes (``bgc``, ``expander``) and
+        ``comm-efficient`` with ``m > 1``; with ``s="auto"`` a round that chooses ``s=0`` is
+        applied unverified (warned once, ``verified`` null). A node whose replies are excluded
+        or caught in unresolved contradictions twice within 10 rounds is quarantined (sent no
+        work, a straggler) for 5 rounds, 10, 20, ... on repeats (``quarantined`` in
+        ``rounds.jsonl``).
     verify_tolerance : float
         Largest relative disagreement between decodings taken as agreement (rounding).
     sparse_decoding : bool
@@ -875,12 +893,10 @@ class GradientCoding(Strategy):
             )
             check_reply_sizes(state.code, worker, parsed.sizes, parsed.num_examples)
             if state.probe is not None:
-                parsed.extra["z"] = state.probe(parsed.arrays, parsed.num_examples,
-                                                parsed.metrics)
-                parsed.extra["size"] = state.probe.size(parsed.arrays, parsed.num_examples,
-                                                        parsed.metrics)
-                if not (np.all(np.isfinite(parsed.extra["z"]))
-                        and math.isfinite(parsed.extra["size"])):
+                z, size = state.probe.measure(parsed.arrays, parsed.num_examples,
+                                              parsed.metrics)
+                parsed.extra["z"], parsed.extra["size"] = z, size
+                if not (np.all(np.isfinite(z)) and (size is None or math.isfinite(size))):
                     raise RejectedReply("arrays contain NaN or Inf, or overflow float64")
         except RejectedReply as why:
             _reject(state, node, worker, str(why))
@@ -952,27 +968,17 @@ class GradientCoding(Strategy):
 
     def _verdict(self, state: _Round, workers: list[int]) -> Verdict:
         z = {w: state.valid[w].extra["z"] for w in workers}
-        sizes = {w: state.valid[w].extra["size"] for w in workers}
-        return verify_replies(state.code, z, workers, self.verify_tolerance, sizes)
+        return verify_replies(state.code, z, workers, self.verify_tolerance,
+                              _sizes(state, workers), cache=state.probe.verdicts)
 
     def _probe_for(self, code: GradientCode, state: _Round) -> Probe | None:
-        """The round's probe: fresh server secrets (never the run seed, never sent). With
-        ``verify=True`` dense over every coordinate and metric, else a cheap sample."""
-        if self.verify:
-            refusal = verify_refusal(code, code.s, self.code_options)
-            if refusal is not None and code.s > 0:
-                raise ValueError(refusal)
-            if code.s == 0:  # s="auto" chose s=0: nothing to cross-check this round
-                if not self._warned_unverifiable:
-                    log(WARNING, "verify=True: round %d uses s=0 (no redundancy): such "
-                        "rounds are applied unverified (verified=None in rounds.jsonl)",
-                        state.number)
-                    self._warned_unverifiable = True
-                return None
-            return Probe(state.reply_layout, q=16, sample=None, metrics=True)
-        if code.s > 0 and not _is_chunked(code):
-            return Probe(state.reply_layout)
-        return None
+        """The round's probe (:func:`~fl_gradcode.flower.integrity.round_probe`)."""
+        probe = round_probe(code, state.reply_layout, self.verify, self.code_options)
+        if self.verify and probe is None and not self._warned_unverifiable:
+            log(WARNING, "verify=True: round %d uses s=0 (no redundancy): such rounds are "
+                "applied unverified (verified=None in rounds.jsonl)", state.number)
+            self._warned_unverifiable = True
+        return probe
 
     def on_late_reply(self, reply: Message) -> None:
         """A reply to an earlier round: counted and dropped, never decoded."""
@@ -1235,8 +1241,8 @@ class GradientCoding(Strategy):
         if (verdict is not None and verdict.status == "verified" and decoding is not None
                 and not _is_chunked(state.code)):
             z = {w: state.valid[w].extra["z"] for w in used}
-            sizes = {w: state.valid[w].extra["size"] for w in used}
-            off = applied_disagreement(state.code, z, used, decoding.coefficients, sizes)
+            off = applied_disagreement(state.code, z, used, decoding.coefficients,
+                                       _sizes(state, used))
             if not off <= self.verify_tolerance:  # NaN/inf included: never agreement
                 verdict.status, verdict.unresolved = "contradicted", True
                 verdict.disagreement = max(verdict.disagreement, off)
@@ -1762,6 +1768,10 @@ def _combine(
         if not np.isfinite(block).all():
             return None
     return acc
+
+
+def _sizes(state: _Round, workers: list[int]) -> dict[int, float] | None:
+    return reply_sizes({w: state.valid[w].extra for w in workers})
 
 
 def _wire_dtypes(state: _Round) -> dict[str, np.dtype]:
