@@ -66,9 +66,10 @@ MISSING_KEYS_HELP = (
     "to every client: in deployment `flower-supernode ... --node-config "
     "\"dp-key-file='/path/dp-keys.json'\"` (or per-partition keys: keygen --partitions 0,1 "
     f"...); in a simulation set the environment variable {KEY_FILE_ENV} where the simulated "
-    "ClientApps run, e.g. `python -m fl_gradcode.privacy keygen ~/dp-keys.json && "
-    f"{KEY_FILE_ENV}=~/dp-keys.json flwr run . --run-config \"dp='partition'\"` (restart a "
-    "local SuperLink started without it), or use `python -m server.launch`, which does this."
+    "ClientApps run, e.g. `python -m fl_gradcode.privacy keygen \"$HOME/dp-keys.json\" && "
+    f"{KEY_FILE_ENV}=\"$HOME/dp-keys.json\" flwr run . --run-config \"dp='partition'\"` "
+    "(a local SuperLink already running without the variable must be stopped first), or "
+    "`python -m server.launch --run-config \"dp='partition'\"`, which does all of this."
 )
 
 
