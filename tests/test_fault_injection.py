@@ -479,11 +479,16 @@ def test_predicted_probe_sample_is_the_public_probe_s():
     """The public-knowledge forger's prediction, rebuilt from public values only, is exactly
     the coordinate sample of the probe the server seeded from those values (so the forger
     below really is one that an integrity check seeded from public values cannot see)."""
-    from fl_gradcode.flower.integrity import Probe
+    from fl_gradcode.flower import integrity
 
     layout = dict(fi.ALL_SHAPES)
-    probe = Probe(layout, (1234, 3, edges.PROBE_SALT))
-    assert {k: v.tolist() for k, v in probe._index.items()} == {
+    try:
+        index = integrity.Probe(layout, (1234, 3, edges.PROBE_SALT))._index
+    except (AttributeError, TypeError):
+        pytest.skip("the integrity check no longer has the public-seeded sampled probe")
+    if sum(len(v) for v in index.values()) == sum(np.prod(s) for s in layout.values()):
+        pytest.skip("the probe reads every coordinate: nothing to predict")
+    assert {k: v.tolist() for k, v in index.items()} == {
         k: v.tolist() for k, v in edges.probe_sample(layout, 1234, 3).items()
     }
 
