@@ -26,8 +26,11 @@ ROOT = Path(__file__).resolve().parents[1]
 def client_round_time(model: str, update: str, dp: str, repeats: int) -> float:
     """Median seconds of one coded train message (worker 0 of grouped-rs n=12, s=3: four
     partitions) through the real ClientApp and its coding mod."""
+    import dataclasses
+    import itertools
     import json
     import tempfile
+    import uuid
 
     from flwr.app import Array, ArrayRecord, ConfigRecord, Context, RecordDict
 
@@ -48,7 +51,7 @@ def client_round_time(model: str, update: str, dp: str, repeats: int) -> float:
     arrays = ArrayRecord({k: Array(p.detach().numpy()) for k, p in net.named_parameters()})
     parts = tuple(code.assignment(0))
     instruction = protocol.Instruction(
-        op=protocol.OP_TRAIN, round=1, worker=0, seed=0, nonce="bench",
+        op=protocol.OP_TRAIN, round=1, worker=0, seed=0, nonce=f"bench-{uuid.uuid4().hex}",
         partition_ids=parts, num_partitions=(code.k,) * len(parts),
         coefficients=tuple(float(c) for c in code.encoding_coefficients(0)),
         dp=dp, clip_norm=1.0, noise_multiplier=1.0,
@@ -63,8 +66,12 @@ def client_round_time(model: str, update: str, dp: str, repeats: int) -> float:
                       node_config={"partition-id": 0, "num-partitions": 12,
                                    "dp-key-file": str(key_file)})
 
+    rounds = itertools.count(1)
+
     def once() -> float:
-        msg = protocol.instruction_message(content, instruction, 1, "1")
+        # a fresh (nonce, round) per call: a node with keys refuses one it already answered
+        job = dataclasses.replace(instruction, round=next(rounds))
+        msg = protocol.instruction_message(content, job, 1, str(job.round))
         msg.metadata.__dict__["_message_id"] = "bench"
         t0 = time.perf_counter()
         reply = app(msg, context)
