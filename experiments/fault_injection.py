@@ -748,6 +748,9 @@ def check(out: Outcome, file_rows: list[dict[str, Any]], theta0: dict[str, np.nd
             # an edge fault may be rejected (with a reason of the fix's wording) or not
             may = sum(kind in EDGE_FORGING or kind in edges.RUN_FAULTS for kind, _ in faults)
             may += len(scn.claims) * (r > 1)  # a false claimant may be refused every round
+            # a forged partition size against one honest replica (s = 1) is a tie nothing
+            # resolves: both replicas are excluded
+            may += sum(kind.startswith("size-forgery") for kind, _ in faults)
             if got != len(must) or not len(must) <= len(reasons) <= len(must) + may:
                 bad(f"round {r}: rejections {reasons} do not match the injected faults {must}")
             else:

@@ -558,8 +558,11 @@ def test_partition_size_forgery_never_changes_the_model_unseen(kind, variant, ve
     assert (kind, 1, 0) in out.injected
     assert_sound(out)
     row = out.rows[0]
-    if kind == "size-forgery" or row["verified"] == "verified":  # the model is checked
-        assert out.compared == 1 or row["decode"] == "skipped"
+    # an exact round's model is compared with the oracle (an approximate one -- s = 1: the
+    # forger and its honest twin tie and are both excluded -- is checked by assert_sound as a
+    # combination of the partitions' updates)
+    if row["decode"] == "exact" and (kind == "size-forgery" or row["verified"] == "verified"):
+        assert out.compared == 1
 
 
 @pytest.mark.parametrize("kind, variant", [("handshake-error", 0), ("handshake-error", 1),
