@@ -455,11 +455,16 @@ class Injector:
                     return float(scn.straggler_timeout * rng.uniform(low, high))
                 return float(min(0.01 + 0.02 * rng.pareto(1.5), 0.2))
 
-        def node_config(node: int) -> dict[str, int]:
-            if node not in scn.claims:
-                return {}
-            pid, num = scn.claims[node]
-            return {"partition-id": pid, "num-partitions": num}
+        # every node remembers the (nonce, round) pairs it answered (node config
+        # dp-state-file), as a deployed node defending its privacy does: a replay is refused
+        state_dir = Path(tempfile.mkdtemp(prefix="fault-injection-state-"))
+
+        def node_config(node: int) -> dict[str, Any]:
+            config: dict[str, Any] = {"dp-state-file": str(state_dir / f"node{node}.jsonl")}
+            if node in scn.claims:
+                pid, num = scn.claims[node]
+                config.update({"partition-id": pid, "num-partitions": num})
+            return config
 
         return InProcessGrid(
             self.app(), scn.n, node_ids=self.node_ids, delay=delay, crash=crash,
