@@ -410,3 +410,34 @@ def test_a_budget_is_judged_at_the_smallest_multiplier_seen():
     budget.step(0.5)
     assert not budget.can_run_round()
     assert budget.can_run_round(noise_multiplier=1.0)  # a round known to run at 1.0 fits
+
+
+def test_one_worker_misreporting_several_partitions_is_the_only_one_excluded():
+    """Cyclic code, s = 1: worker 2 holds partitions 2 and 3 and reports 0 for both. Each
+    partition has two replicas, so each is a tie on its own; the one reply that explains both
+    ties is excluded, its honest neighbours 1 and 3 are kept (one exclusion, not three)."""
+    from fl_gradcode.codes import make_code
+    from fl_gradcode.flower.reports import agree_sizes
+
+    code = make_code("crc", n=6, s=1, seed=0)
+    truth = [10.0, 11.0, 12.0, 13.0, 14.0, 15.0]
+    reported = {w: [truth[j] for j in code.assignment(w)] for w in range(6)}
+    assert list(code.assignment(2)) == [2, 3]
+    reported[2] = [0.0, 0.0]
+    agreed, excluded, _ = agree_sizes(code, reported)
+    assert set(excluded) == {2}
+    assert agreed == {j: truth[j] for j in range(6)}
+
+
+def test_twins_misreporting_against_each_other_are_both_excluded():
+    """FRC, s = 1: twins 0 and 1 hold the same partitions; a tie in both gives neither more
+    evidence, so both are excluded (nothing confirmed) and their partitions have no size."""
+    from fl_gradcode.codes import make_code
+    from fl_gradcode.flower.reports import agree_sizes
+
+    code = make_code("frc", n=6, s=1)
+    reported = {w: [10.0 + j for j in code.assignment(w)] for w in range(6)}
+    reported[0] = [0.0, 0.0]
+    agreed, excluded, _ = agree_sizes(code, reported)
+    assert set(excluded) == {0, 1}
+    assert set(agreed) == {2, 3, 4, 5}

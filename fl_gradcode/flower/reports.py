@@ -30,6 +30,7 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -151,6 +152,13 @@ def agree_sizes(
     Returns ``(agreed, excluded, confirmed_now)``: the agreed size of every partition some
     remaining reply holds; the workers whose report was outvoted (or in an undecidable tie),
     with a reason naming the values; and the partitions at least two replicas confirmed now.
+
+    Per partition the majority of its replicas decides. A tie (e.g. ``s = 1``: the liar and its
+    one honest twin) is decided, in order: by a worker that is on one side of the tie in
+    several partitions while no other worker is in as many (one wrong reply explains every
+    tie it is in: a worker holding several partitions, as in cyclic codes, that misreports
+    them), then by a size an earlier round confirmed; otherwise every replica in the tie is
+    excluded (nothing is applied on a size nobody can confirm).
     """
     confirmed = dict(confirmed or {})
     holders: dict[int, list[tuple[int, float]]] = {}
@@ -158,36 +166,67 @@ def agree_sizes(
         for j, n in zip(code.assignment(worker), sizes, strict=False):
             holders.setdefault(int(j), []).append((worker, float(n)))
     excluded: dict[int, str] = {}
-    for j, values in sorted(holders.items()):
+
+    def groups_of(j: int) -> list[list[tuple[int, float]]]:
         groups: list[list[tuple[int, float]]] = []
-        for worker, n in values:
+        for worker, n in holders[j]:
+            if worker in excluded:
+                continue
             for group in groups:
                 if _close(group[0][1], n):
                     group.append((worker, n))
                     break
             else:
                 groups.append([(worker, n)])
-        if len(groups) == 1:
-            continue
         groups.sort(key=len, reverse=True)
-        if len(groups[0]) > len(groups[1]):
-            keep = groups[0]
-        else:
-            tied = [g for g in groups if len(g) == len(groups[0])]
+        return groups
+
+    def claims(groups: list[list[tuple[int, float]]]) -> str:
+        return "; ".join(f"workers {[w for w, _ in g]} report {g[0][1]:g}" for g in groups[:6])
+
+    while True:
+        ties: dict[int, list[list[tuple[int, float]]]] = {}
+        for j in sorted(holders):
+            groups = groups_of(j)
+            if len(groups) <= 1:
+                continue
+            if len(groups[0]) > len(groups[1]):  # a majority: the others are outvoted
+                for group in groups[1:]:
+                    for worker, n in group:
+                        excluded.setdefault(
+                            worker, f"partition-sizes: n_{j}={n:g} disagrees with the other "
+                            f"replicas of partition {j} ({claims(groups)})")
+            else:
+                ties[j] = [g for g in groups if len(g) == len(groups[0])]
+        if not ties:
+            break
+        involved = Counter(w for tied in ties.values() for g in tied for w, _ in g)
+        most = max(involved.values())
+        culprits = [w for w, c in involved.items() if c == most]
+        if most >= 2 and len(culprits) == 1:  # one reply explains every tie it is in
+            worker = culprits[0]
+            parts = sorted(j for j, tied in ties.items()
+                           if any(w == worker for g in tied for w, _ in g))
+            excluded[worker] = (
+                f"partition-sizes: worker {worker} disagrees with another replica in each of "
+                f"partitions {parts} (no other worker disagrees in as many); "
+                + "; ".join(f"partition {j}: {claims(ties[j])}" for j in parts[:4]))
+            continue
+        for j, tied in ties.items():
             known = confirmed.get(j)
             match = [g for g in tied if known is not None and _close(g[0][1], known)]
-            keep = match[0] if len(match) == 1 else []
-        claims = "; ".join(
-            f"workers {[w for w, _ in g]} report {g[0][1]:g}" for g in groups[:6])
-        for group in groups:
-            if group is keep:
-                continue
-            for worker, n in group:
-                excluded.setdefault(
-                    worker,
-                    f"partition-sizes: n_{j}={n:g} disagrees with the other replicas of "
-                    f"partition {j} ({claims})"
-                    + ("" if keep else ": no majority, every replica in the tie excluded"))
+            keep = match[0] if len(match) == 1 else None
+            for group in groups_of(j):
+                if group is keep or (keep is not None and group[0][1] == keep[0][1]):
+                    continue
+                for worker, n in group:
+                    excluded.setdefault(
+                        worker,
+                        f"partition-sizes: n_{j}={n:g} disagrees with the other replicas of "
+                        f"partition {j} ({claims(tied)})"
+                        + ("" if keep is not None
+                           else ": no majority, every replica in the tie excluded"))
+        break
     agreed: dict[int, float] = {}
     confirmed_now: dict[int, float] = {}
     for j, values in holders.items():
