@@ -631,3 +631,21 @@ def test_lost_wallclock_reply_expires_and_its_node_is_free_again():
     starts = out.round_starts
     assert starts[4] - starts[1] >= edges.EXPIRY_BOUND_S  # the check bites
     assert_sound(out)
+
+
+def test_readme_fault_injection_figures_are_the_committed_results():
+    """The README's fault-injection sentence states what results/fault_injection.json holds."""
+    import json
+
+    root = Path(__file__).resolve().parents[1]
+    saved = json.loads((root / "results" / "fault_injection.json").read_text())
+    text = " ".join((root / "README.md").read_text().split())
+    match = re.search(r"(\d+) randomized fault scenarios, (\d+) fault kinds, (\d+) crashes, "
+                      r"(\d+) corrupted models, (\d+) wrong models applied as verified, (\d+) "
+                      r"runs ended by a node's failure", text)
+    assert match is not None
+    assert [int(g) for g in match.groups()] == [
+        saved["scenarios"], len(saved["faults_injected"]), saved["crashes"],
+        saved["corrupted_models"], saved["wrong_models_applied_as_verified"],
+        saved["runs_ended_by_node_failure"]]
+    assert saved["invariant_violations"] == []
