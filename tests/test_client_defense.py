@@ -533,3 +533,27 @@ def test_a_server_that_pins_the_nonce_to_rerun_a_round_gets_refusals_not_updates
     assert second["decode"] == "skipped"
     assert second["rejected"] == 4
     assert all("already answered by this node" in r for r in second["rejected_reasons"])
+
+
+def test_the_mod_can_be_shipped_to_simulation_actors():
+    """Flower's simulation engine pickles the ClientApp (mods included) for its Ray actors:
+    the mod's replay memory must survive pickling (a copy per actor) and keep working."""
+    import pickle
+
+    from flwr.clientapp import ClientApp
+
+    from fl_gradcode.flower.client_policy import PolicyError, ReplayGuard
+    from fl_gradcode.flower.mod import make_gradient_coding_mod
+
+    guard = ReplayGuard()
+    guard.claim(7, {"dp-state-file": ""}, "n", 1)
+    copy = pickle.loads(pickle.dumps(guard))
+    with pytest.raises(PolicyError):
+        copy.claim(7, {}, "n", 1)
+    copy.claim(7, {}, "n", 2)  # its own lock works
+    try:
+        from ray import cloudpickle
+    except ImportError:  # pragma: no cover - flwr[simulation] brings ray
+        pytest.skip("ray is not installed")
+    app = ClientApp(mods=[make_gradient_coding_mod()])
+    cloudpickle.loads(cloudpickle.dumps(app))

@@ -137,6 +137,16 @@ class ReplayGuard:
         self._answered: set[tuple[Any, ...]] = set()
         self._lock = threading.Lock()
 
+    # Flower's simulation engine ships the ClientApp (and so the mod holding this guard) to
+    # its Ray actors by pickling it: a lock cannot be pickled, each copy gets its own
+    def __getstate__(self) -> dict[str, Any]:
+        with self._lock:
+            return {"_answered": set(self._answered)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._answered = set(state["_answered"])
+        self._lock = threading.Lock()
+
     @staticmethod
     def _file_label(node_config: Mapping[str, Any], node_id: int) -> str:
         if "partition-id" in node_config:
