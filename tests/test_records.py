@@ -176,3 +176,17 @@ def test_a_ray_style_traceback_reason_is_summarised_on_one_line():
     assert summary.endswith("Message: CUDA out of memory")
     assert summary.startswith("<class 'ray.exceptions.RayTaskError")
     assert detail == reason
+
+
+def test_without_a_results_directory_the_traceback_is_logged_at_debug_level(caplog):
+    grid = InProcessGrid(_app(_train_crashing_on_2), 4)
+    strategy = GradientCoding(FedAvg(fraction_evaluate=0.0), code="frc", s=1)
+    with caplog.at_level(logging.DEBUG, logger="flwr"):
+        _start(strategy, grid, rounds=1)
+    debug = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG
+             and "Traceback (most recent call last)" in r.getMessage()]
+    assert len(debug) == 2  # the two replicas of partition 2
+    assert all("in _train_crashing_on_2" in text for text in debug)
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING
+                and "rejected reply" in r.getMessage()]
+    assert len(warnings) == 2 and all("\n" not in r.getMessage() for r in warnings)

@@ -119,8 +119,9 @@ def report_rejections(
 ) -> None:
     """One WARNING line per rejected reply of the round (round, partition, node, worker and
     the one-line reason); with a ``recorder``, the reason and the reply's traceback appended
-    to its ``debug.log``. ``rejected``: ``(node, reason)``; ``details``: ``(worker, reason,
-    traceback or None)`` of the same replies."""
+    to its ``debug.log`` (without one, a traceback is logged at DEBUG level).
+    ``rejected``: ``(node, reason)``; ``details``: ``(worker, reason, traceback or None)`` of
+    the same replies."""
     for (node, _), (worker, reason, detail) in zip(rejected, details, strict=True):
         identity = identities.get(node)
         partition = (None if identity is None
@@ -128,8 +129,11 @@ def report_rejections(
         _LOG.log(WARNING, "round %d: rejected reply from partition %s (node %s, worker %s): %s",
                  server_round, "?" if partition is None else partition, node,
                  "?" if worker is None else worker, reason)
+        entry = debug_entry(server_round, node, partition, worker, reason, detail)
         if recorder is not None:
-            recorder.debug(debug_entry(server_round, node, partition, worker, reason, detail))
+            recorder.debug(entry)
+        elif detail is not None:  # no results directory: the traceback at DEBUG level
+            _LOG.debug("%s", entry.rstrip())
 
 
 def client_names(
