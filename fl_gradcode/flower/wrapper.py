@@ -187,7 +187,8 @@ class GradientCoding(Strategy):
     seed : int
         Run seed: code draws, latency samples, public seeding of the app per partition.
     results_dir : str, optional
-        Where to write ``rounds.jsonl``, ``final_model.npz`` and ``config.json``.
+        Where to write ``rounds.jsonl``, ``final_model.npz``, ``config.json`` and
+        ``debug.log`` (the tracebacks of rejected replies; ``docs/records-and-logs.md``).
     straggler_timeout : float
         Seconds (virtual or wall) after which a round decodes approximately from what arrived.
     stop_late_work : bool
