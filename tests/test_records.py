@@ -15,6 +15,7 @@ from flwr.app import ConfigRecord, MetricRecord
 from flwr.clientapp import ClientApp
 from flwr.serverapp.strategy import FedAdam, FedAvg
 from test_wrapper import (  # noqa: F401 (the warning filter and the autouse fixture)
+    FixedArrivals,
     _task_identity,
     evaluate,
     initial_arrays,
@@ -69,6 +70,28 @@ def test_rows_name_clients_by_partition_and_node_under_sampling(tmp_path):
         assert len(row["partitions"]["stragglers"]) == len(row["stragglers"])
         sampled |= set(cohort)
     assert len(sampled) > 4  # sampling really changed the cohort: positions alone mislead
+
+
+@pytest.mark.parametrize("stop_late_work", [False, True])
+def test_busy_and_stopped_clients_are_named(stop_late_work):
+    """Partition 0 takes 50 virtual seconds in round 1 (deadline 10 s, the round decodes at
+    1 s): a straggler, stopped at the deadline with stop_late_work, and busy in round 2."""
+    grid = InProcessGrid(_app(train), 6)
+    latency = FixedArrivals({1: [50.0, 1, 1, 1, 1, 1], 2: [1.0] * 6})
+    strategy = GradientCoding(FedAvg(fraction_evaluate=0.0), code="frc", s=1, latency=latency,
+                              measured_compute=False, straggler_timeout=10.0,
+                              stop_late_work=stop_late_work)
+    _start(strategy, grid, rounds=2)
+    first, second = strategy.history
+    slow = grid.node_ids[0]  # node i has partition-id i
+    # (replies arriving together: the window may close before reading all of them)
+    assert slow in first["nodes"]["stragglers"] and 0 in first["partitions"]["stragglers"]
+    assert 0 not in first["partitions"]["used"] and 1 in first["partitions"]["used"]
+    if stop_late_work:  # its work stops at the deadline (10 s), still ahead in round 2
+        assert first["nodes"]["stopped"] == [slow] and first["partitions"]["stopped"] == [0]
+    else:
+        assert first["nodes"]["stopped"] == [] and first["partitions"]["stopped"] == []
+    assert second["nodes"]["busy"] == [slow] and second["partitions"]["busy"] == [0]
 
 
 def test_an_idle_round_has_every_group_empty(tmp_path):
