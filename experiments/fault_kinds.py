@@ -203,6 +203,7 @@ def replay(msg: Message, context: Context, train: Callable[[Message, Context], M
     """Send an already answered instruction again, with another noise multiplier, straight
     to ``mod`` (the node's ``gradient_coding_mod``, its own context): ``(refused, detail)``."""
     from fl_gradcode.flower.protocol import PROTOCOL_KEY
+    from fl_gradcode.flower.records import split_reason
 
     again = copy.deepcopy(msg)
     again.metadata.__dict__["_message_id"] = str(uuid.uuid4())
@@ -217,7 +218,8 @@ def replay(msg: Message, context: Context, train: Callable[[Message, Context], M
     except Exception as exc:  # refused by raising
         return True, f"{type(exc).__name__}: {exc}"[:200]
     if reply.has_error():
-        return True, f"error reply {reply.error.code}: {reply.error.reason}"[:200]
+        reason = split_reason(reply.error.reason)[0]  # without the client's traceback
+        return True, f"error reply {reply.error.code}: {reason}"[:200]
     return False, "answered"
 
 

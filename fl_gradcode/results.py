@@ -1,4 +1,5 @@
-"""One results writer: ``config.json``, ``rounds.jsonl`` and ``final_model.npz`` in a directory."""
+"""One results writer: ``config.json``, ``rounds.jsonl``, ``final_model.npz`` and ``debug.log``
+(details for a person debugging the run: the tracebacks of rejected replies) in a directory."""
 
 from __future__ import annotations
 
@@ -89,6 +90,17 @@ class RoundRecorder:
             _append_line(self._rounds, line)
         except (OSError, TypeError, ValueError) as exc:
             self._warn(f"cannot append round {row.get('round')!r} to {self._rounds}", exc)
+            return False
+        return True
+
+    def debug(self, text: str) -> bool:
+        """Append ``text`` to ``debug.log`` (created on first use); ``False`` (and a warning)
+        if it could not be written."""
+        path = self.directory / "debug.log"
+        try:
+            _append_line(path, text.encode("utf-8", errors="replace"))
+        except OSError as exc:
+            self._warn(f"cannot append to {path}", exc)
             return False
         return True
 

@@ -91,7 +91,7 @@ def test_every_round_row_and_metric_record_has_the_documented_keys_spelled_once(
         assert {"late_dropped", "verified", "replies_read", "decode", "s"} <= set(row)
         assert len({key.lower() for key in row}) == len(row)  # one spelling per key
     for metrics in result.train_metrics_clientapp.values():
-        assert "late_dropped" in metrics and "decoded" in metrics
+        assert "gc/late_dropped" in metrics and "gc/decoded" in metrics
         assert len({key.lower() for key in metrics}) == len(metrics)
 
 
@@ -107,7 +107,7 @@ def test_a_round_with_nothing_to_aggregate_records_every_key_with_its_default(tm
     assert set(idle) == set(coded)
     assert idle["decode"] == "skipped" and idle["verified"] is None
     assert idle["late_dropped"] == 0 and idle["clients_used"] == []
-    assert metrics["late_dropped"] == 0 and metrics["decoded"] == 0
+    assert metrics["gc/late_dropped"] == 0 and metrics["gc/decoded"] == 0
 
 
 def test_ignore_stragglers_rounds_are_recorded_as_approx():
@@ -379,7 +379,7 @@ def test_config_json_of_an_auto_run_names_the_nested_adaptive_code_and_s_auto(tm
 def test_round_metrics_carry_the_decode_error():
     _, result, _ = _run(rounds=1, code="ignore-stragglers", s=1, max_decode_error=1.0)
     (metrics,) = result.train_metrics_clientapp.values()
-    assert 0.0 < metrics["decode_error"] <= 1.0  # an approximate round: a positive error
+    assert 0.0 < metrics["gc/decode_error"] <= 1.0  # an approximate round: a positive error
 
 
 def test_keyed_central_noise_is_drawn_for_the_round_and_the_run_nonce():

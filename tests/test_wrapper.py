@@ -412,7 +412,7 @@ def test_approximation_worse_than_max_decode_error_keeps_the_model_and_is_skippe
     first, second = outcome.rows
     assert first["decode"] == "skipped"
     assert first["decode_error"] == pytest.approx(2 / 6)
-    assert outcome.result.train_metrics_clientapp[1]["decoded"] == 0
+    assert outcome.result.train_metrics_clientapp[1]["gc/decoded"] == 0
     assert_model(outcome.models[1], theta0())  # aggregate_train returned no arrays
     # the next round starts from the kept model (workers 4, 5 are free again at t = 1 s)
     assert second["decode"] == "exact"
@@ -534,7 +534,7 @@ def test_bad_reply_is_rejected_counted_and_never_decoded(kind):
     assert REJECTIONS[kind] in row["rejected_reasons"][0]
     assert 0 not in row["clients_used"] and 0 in row["stragglers"]
     assert row["decode"] == "exact"  # worker 1 covers group (0, 1)
-    assert outcome.result.train_metrics_clientapp[1]["rejected"] == 1
+    assert outcome.result.train_metrics_clientapp[1]["gc/rejected"] == 1
     assert_model(outcome.models[1], fedavg(theta0(), range(6), 6))
 
 
@@ -775,9 +775,9 @@ def test_result_and_results_dir_hold_every_round(tmp_path):
     assert set(result.train_metrics_clientapp) == {1, 2}
     for r in (1, 2):
         metrics = result.train_metrics_clientapp[r]
-        assert metrics["decoded"] == 1 and metrics["exact"] == 1
-        assert metrics["s"] == 1
-    assert result.train_metrics_clientapp[2]["rejected"] == 1
+        assert metrics["gc/decoded"] == 1 and metrics["gc/exact"] == 1
+        assert metrics["gc/s"] == 1
+    assert result.train_metrics_clientapp[2]["gc/rejected"] == 1
     # federated evaluation passes through the mod to the app's own evaluate handler
     assert set(result.evaluate_metrics_clientapp) == {1, 2}
 

@@ -426,11 +426,13 @@ def explain_error_reply(reply: Message) -> str:
     mod (the mod missing, or an outer mod failing)."""
     from . import protocol
     from .mod import MOD_ERROR_CODE
+    from .records import split_reason
 
     if not reply.has_error():
         return "not an error reply"
     code = int(reply.error.code)
-    reason = " ".join(str(reply.error.reason).split())[:300]
+    # the reason's first part ("Type: message"), without the traceback a client may append
+    reason = " ".join(split_reason(reply.error.reason)[0].split())[:300]
     head = f"error reply (code {code}: {reason})"
     if "secagg" in reason.lower():  # secaggplus_mod / secagg_mod, in either order
         return (

@@ -71,6 +71,7 @@ from ..privacy import KEY_FILE_ENV, DPConfig, NoiseKeys, make_mechanism, noise_s
 from . import protocol
 from .client_policy import NodePolicy, ReplayGuard
 from .protocol import Instruction
+from .records import error_reason
 
 __all__ = ["bound_nonce", "gradient_coding_mod", "make_gradient_coding_mod", "partition_seed"]
 
@@ -512,9 +513,8 @@ def make_gradient_coding_mod(
         except _Stopped as why:  # a short error reply: the node is free for the next round
             return Message(Error(MOD_STOPPED_CODE, str(why)), reply_to=msg)
         except Exception as exc:  # the server sees a named error, never a hung round
-            return Message(
-                Error(MOD_ERROR_CODE, f"{type(exc).__name__}: {exc}"), reply_to=msg
-            )
+            # "Type: message", then the app's traceback (capped) for the server's debug.log
+            return Message(Error(MOD_ERROR_CODE, error_reason(exc)), reply_to=msg)
 
     return gradient_coding_mod
 

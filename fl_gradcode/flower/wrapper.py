@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
-from logging import INFO, WARNING
+from logging import DEBUG, INFO, WARNING
 from typing import Any
 
 import numpy as np
@@ -68,6 +68,14 @@ from .integrity import (
 from .membership import Membership, code_for_cohort
 from .protocol import CodedReply, Identity, Instruction, RejectedReply
 from .quarantine import Quarantine
+from .records import (
+    METRIC_PREFIX,
+    client_names,
+    empty_names,
+    quiet_inner_aggregation,
+    report_rejections,
+    split_reason,
+)
 from .reports import (
     MISSING_KEYS_HELP,
     agree_sizes,
@@ -100,6 +108,7 @@ class _Round:
     valid: dict[int, CodedReply] = field(default_factory=dict)
     answered: set[int] = field(default_factory=set)  # workers with any reply (valid or not)
     rejected: list[tuple[int, str]] = field(default_factory=list)
+    rejected_details: list[tuple[int | None, str, str | None]] = field(default_factory=list)
     seen: set[str] = field(default_factory=set)  # message ids already parsed
     wire: str = "float64"
     probe: Any = None  # random projections for the integrity checks (None: not checked)
@@ -178,7 +187,8 @@ class GradientCoding(Strategy):
     seed : int
         Run seed: code draws, latency samples, public seeding of the app per partition.
     results_dir : str, optional
-        Where to write ``rounds.jsonl``, ``final_model.npz`` and ``config.json``.
+        Where to write ``rounds.jsonl``, ``final_model.npz``, ``config.json`` and
+        ``debug.log`` (the tracebacks of rejected replies; ``docs/records-and-logs.md``).
     straggler_timeout : float
         Seconds (virtual or wall) after which a round decodes approximately from what arrived.
     stop_late_work : bool
@@ -1309,6 +1319,7 @@ class GradientCoding(Strategy):
             round_deadline_s=self._deadline,
             wall_s=float(wall_s),
             central_noise_std=noise_std,
+            **self._names(state, used, verdict),
         )
         if not state.valid and missing_keys(reason for _, reason in state.rejected):
             self._flush_row(None)  # the round's row first: then the run ends here
@@ -1515,7 +1526,8 @@ class GradientCoding(Strategy):
             inner_metrics = self.inner.train_metrics_aggr_fn([content], weight_key)
             return arrays_out, inner_metrics, count, noise_std
         reply = Message(content, reply_to=state.sent[used[0]])
-        arrays_out, inner_metrics = self.inner.aggregate_train(state.number, [reply])
+        with quiet_inner_aggregation():  # "Received 1 results": the one decoded reply
+            arrays_out, inner_metrics = self.inner.aggregate_train(state.number, [reply])
         if arrays_out is None:
             return None
         for arr in arrays_out.values():
@@ -1592,8 +1604,9 @@ class GradientCoding(Strategy):
         }
         if row["epsilon"] is not None and math.isfinite(row["epsilon"]):
             ours["epsilon"] = float(row["epsilon"])
+        # ours under one namespace: the app's own metrics (the inner strategy's) stay as they are
         merged = dict(inner.items()) if inner is not None else {}
-        merged.update(ours)
+        merged.update({METRIC_PREFIX + key: value for key, value in ours.items()})
         return MetricRecord(merged)
 
     def _record_idle(self, server_round: int) -> MetricRecord:
@@ -1650,6 +1663,8 @@ class GradientCoding(Strategy):
             "stopped": self.stopped,
             "unidentified": [],  # sampled nodes whose handshake failed this round
             "identity_rejected": [],  # sampled nodes excluded for their identity claims
+            "partitions": empty_names(),  # per group of clients: their data partition ids
+            "nodes": empty_names(),  # ... and their node ids
             **self.membership.row_fields(server_round),
             **fields,
         }
@@ -1657,6 +1672,24 @@ class GradientCoding(Strategy):
         if self.evaluate_fn is None:
             self._flush_row(None)
         return row
+
+    def _names(self, state: _Round, used: list[int], verdict: Any) -> dict[str, Any]:
+        """The row's ``partitions`` and ``nodes`` (every group of clients named by data
+        partition and node id), after logging each rejected reply on one line (and its
+        traceback in ``debug.log``)."""
+        report_rejections(state.number, state.rejected, state.rejected_details,
+                          self.identities, self.recorder)
+        groups = {
+            "used": used,
+            "stragglers": sorted(set(range(state.code.n)) - set(used)),
+            "busy": state.busy,
+            "excluded": state.excluded,
+            "inconsistent": [] if verdict is None else verdict.excluded,
+            "stopped": sorted(set(state.stopped)),
+        }
+        partitions, nodes = client_names(state.cohort, self.identities, groups,
+                                         [node for node, _ in state.rejected])
+        return {"partitions": partitions, "nodes": nodes}
 
     def _flush_row(self, evaluation: MetricRecord | None) -> None:
         row, self._pending_row = self._pending_row, None
@@ -1845,9 +1878,12 @@ def _reject(state: _Round, node: int, worker: int | None, reason: str) -> None:
     """Count a rejected reply with its public reason (one line of at most
     ``MAX_REASON_CHARS`` characters: the text may come from the client), and say so in the
     log."""
-    reason = public_reason(reason)
+    summary, detail = split_reason(reason)
+    reason = public_reason(summary)
     state.rejected.append((node, reason))
-    log(WARNING, "round %d: rejected reply from node %s (worker %s): %s", state.number, node,
+    # (worker, reason, traceback): logged with the partition when the round is recorded
+    state.rejected_details.append((worker, reason, detail))
+    log(DEBUG, "round %d: rejected reply from node %s (worker %s): %s", state.number, node,
         "?" if worker is None else worker, reason)
 
 
