@@ -313,7 +313,7 @@ def _time_to(rows: list[dict], target: float) -> float | None:
 #: What each run of the main job is, for the table's legend.
 LEGEND = {
     "coded": "gradient coding",
-    "uncoded": "Flower FedAvg waiting for every client",
+    "uncoded": "FedAvg waiting for every client (code='uncoded', no deadline)",
     "drop-stragglers": "Flower FedAvg averaging the replies in by the deadline, dropping the rest",
 }
 
@@ -370,8 +370,8 @@ def render_table(summaries: list[Mapping[str, object]], target: float,
         if row["name"] == "drop-stragglers" and row["dropped"]:
             lines.append(
                 f"drop-stragglers dropped {row['dropped']} late replies in "
-                f"{row['rounds_dropping']} of {row['rounds']} rounds: on non-IID data its "
-                "average leans towards the fast clients' data")
+                f"{row['rounds_dropping']} of {row['rounds']} rounds "
+                "(non-IID: biased to the fast clients)")
         if coded["time_to"] and row["time_to"]:
             ratio = row["time_to"] / coded["time_to"]
             lines.append(
