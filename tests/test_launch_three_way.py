@@ -344,3 +344,14 @@ def test_compare_reads_three_runs_and_draws_three_curves(tmp_path):
     assert "replies in by 2.0 s" in text
     assert "dropped 2 late replies in 2 of 2 rounds" in text
     assert (tmp_path / "coded" / "comparison.png").stat().st_size > 1000
+
+
+def test_the_client_app_can_be_pickled_for_ray_actors():
+    """Flower's simulation sends the loaded ClientApp to its Ray actors with cloudpickle; a
+    lock in a mod's closure (the replay guard's) made every message fail."""
+    import cloudpickle
+
+    from clients.app import app
+
+    copy = cloudpickle.loads(cloudpickle.dumps(app))
+    assert len(copy._mods) == len(app._mods)

@@ -137,6 +137,15 @@ class ReplayGuard:
         self._answered: set[tuple[Any, ...]] = set()
         self._lock = threading.Lock()
 
+    def __getstate__(self) -> dict[str, Any]:
+        # Ray pickles the ClientApp (and this guard in its mod's closure) for its actors: a
+        # lock cannot be pickled, so each copy gets its own
+        return {"_answered": set(self._answered)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._answered = set(state["_answered"])
+        self._lock = threading.Lock()
+
     @staticmethod
     def _file_label(node_config: Mapping[str, Any], node_id: int) -> str:
         if "partition-id" in node_config:
