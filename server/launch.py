@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
             runs[name] = out
         code = code or run_code
     if len(runs) > 1:
-        print(compare(*runs.values()), flush=True)
+        print(compare(results, runs.get("uncoded"), runs.get("drop-stragglers")), flush=True)
     return code
 
 
@@ -382,14 +382,14 @@ def render_table(summaries: list[Mapping[str, object]], target: float,
     return "\n".join(lines)
 
 
-def compare(coded_dir: Path, uncoded_dir: Path, drop_dir: Path | None = None) -> str:
-    """The one-screen comparison of the main job's runs (coded, uncoded and, if given,
-    drop-stragglers), and ``comparison.png`` (accuracy vs virtual time) in ``coded_dir``."""
+def compare(coded_dir: Path, uncoded_dir: Path | None, drop_dir: Path | None = None) -> str:
+    """The one-screen comparison of the main job's runs (coded, and uncoded and
+    drop-stragglers when given), and ``comparison.png`` (accuracy vs virtual time) in
+    ``coded_dir``."""
     from fl_gradcode.results import read_rounds
 
-    dirs = {"coded": coded_dir, "uncoded": uncoded_dir}
-    if drop_dir is not None:
-        dirs["drop-stragglers"] = drop_dir
+    dirs = {name: d for name, d in (("coded", coded_dir), ("uncoded", uncoded_dir),
+                                    ("drop-stragglers", drop_dir)) if d is not None}
     rows = {name: read_rounds(d) for name, d in dirs.items()}
     # a value that is not a finite number is null in rounds.jsonl (an accuracy of NaN)
     finals = [r[-1]["accuracy"] for r in rows.values() if r]

@@ -25,10 +25,12 @@ def _launch(tmp_path, monkeypatch, argv):
     commands = []
     monkeypatch.setattr(launch, "run_flwr", lambda cmd, **kw: commands.append(list(cmd)) or 0)
     monkeypatch.setattr(launch, "stop_local_superlink", lambda home: None)
-    monkeypatch.setattr(launch, "compare", lambda *dirs: "compared " + " ".join(map(str, dirs)))
+    compared = []
+    monkeypatch.setattr(launch, "compare", lambda *dirs: compared.append(dirs) or "compared")
     monkeypatch.setenv("FL_GRADCODE_DP_KEY_FILE", str(tmp_path / "unused-keys.json"))
     code = launch.main(["--home", str(tmp_path / "home"), "--results-dir",
                         str(tmp_path / "run"), *argv])
+    _launch.compared = compared
     return code, [c[c.index("--run-config") + 1] for c in commands]
 
 
@@ -91,6 +93,7 @@ def test_dp_skips_the_drop_stragglers_run_and_says_why(tmp_path, monkeypatch, ca
     code, configs = _launch(tmp_path, monkeypatch, ["--run-config", "dp='partition'"])
     assert code == 0 and len(configs) == 2
     assert "drop-stragglers run is skipped: dp='partition'" in capsys.readouterr().out
+    assert _launch.compared == [(tmp_path / "run", tmp_path / "run-uncoded", None)]
 
 
 # =============================================================================== the deadline
@@ -355,3 +358,19 @@ def test_the_client_app_can_be_pickled_for_ray_actors():
 
     copy = cloudpickle.loads(cloudpickle.dumps(app))
     assert len(copy._mods) == len(app._mods)
+
+
+def test_a_failed_run_is_left_out_of_the_comparison_and_the_exit_code_says_so(
+        tmp_path, monkeypatch):
+    from server import launch
+
+    codes = iter([0, 1, 0])  # the wait-for-all run fails
+    monkeypatch.setattr(launch, "run_flwr", lambda cmd, **kw: next(codes))
+    monkeypatch.setattr(launch, "stop_local_superlink", lambda home: None)
+    compared = []
+    monkeypatch.setattr(launch, "compare", lambda *dirs: compared.append(dirs) or "")
+    monkeypatch.setenv("FL_GRADCODE_DP_KEY_FILE", str(tmp_path / "unused-keys.json"))
+    code = launch.main(["--home", str(tmp_path / "home"), "--results-dir",
+                        str(tmp_path / "run")])
+    assert code == 1
+    assert compared == [(tmp_path / "run", None, tmp_path / "run-drop-stragglers")]
