@@ -12,7 +12,9 @@ example-weighted average is gradient descent on the whole data); ``update=local`
 over partitions). ``dp=sample``: record-level DP-SGD with Opacus, generators drawn from the
 seeded RNG (secret when the node has a partition key).
 
-``fault_injection_mod`` (outside the coding mod) implements the test/demo keys
+``train_timing_mod`` (outermost) times plain, uncoded train messages for the drop-stragglers
+baseline (``rival``); coded messages pass it untouched. ``fault_injection_mod`` (outside the
+coding mod) implements the test/demo keys
 ``nan-workers``, ``slow-workers`` / ``slow-delay-s`` and the node config's ``extra-delay-s``.
 """
 
@@ -30,6 +32,7 @@ from flwr.clientapp import ClientApp
 from fl_gradcode.config import DEFAULTS, merge_config, worker_list
 from fl_gradcode.data import run_partitions
 from fl_gradcode.flower import gradient_coding_mod, protocol
+from fl_gradcode.flower.deadline import train_timing_mod
 from fl_gradcode.learning import dp_sgd_update, make_model, partition_update
 
 __all__ = ["app", "fault_injection_mod", "train"]
@@ -132,7 +135,7 @@ def fault_injection_mod(msg: Message, context: Context, call_next) -> Message:
 def make_client_app(mods: list | None = None) -> ClientApp:
     """Our ClientApp with the given mods (default: fault injection around the coding mod)."""
     client_app = ClientApp(mods=mods if mods is not None else
-                           [fault_injection_mod, gradient_coding_mod])
+                           [train_timing_mod, fault_injection_mod, gradient_coding_mod])
     client_app.train()(train)
     return client_app
 

@@ -73,6 +73,9 @@ DEFAULTS: dict[str, Any] = {
     "dp-server-key-file": "",  # central DP: server key for reproducible noise (default: OS)
     "seed": 0,
     "results-dir": "results/run",
+    # "": the coded run; "drop-stragglers": plain Flower FedAvg that averages the replies that
+    # arrived by straggler-timeout (virtual time) and drops the rest (a baseline)
+    "rival": "",
 }
 
 

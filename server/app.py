@@ -4,6 +4,10 @@
 momentum when ``server-lr != 1``), ``momentum`` -> ``FedAvgM``, ``adam`` -> ``FedAdam`` (step
 ``server-lr``); the wrapper decodes the exact example-weighted average of the partitions'
 models and hands it to that strategy.
+
+``rival="drop-stragglers"`` runs a baseline instead: Flower's own FedAvg with a round deadline
+(``straggler-timeout`` in virtual time) that drops the replies arriving later
+(:class:`~fl_gradcode.flower.deadline.DeadlineFedAvg`), on the same seeds and latency draws.
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ from flwr.serverapp.strategy import FedAdam, FedAvg, FedAvgM, Strategy
 from fl_gradcode.config import merge_config
 from fl_gradcode.data import run_partitions
 from fl_gradcode.flower import GradientCoding
-from fl_gradcode.latency import make_latency
+from fl_gradcode.flower.deadline import DeadlineFedAvg
+from fl_gradcode.latency import LatencyModel, make_latency
 from fl_gradcode.learning import dp_sgd_steps, evaluate, make_model
 from fl_gradcode.privacy import (
     DPConfig,
@@ -33,6 +38,8 @@ from fl_gradcode.privacy import (
 )
 
 SERVER_OPTIMIZERS = ("sgd", "momentum", "adam")
+#: ``rival`` values: runs that are not coded, for comparisons (``""``: the coded run).
+RIVALS = ("drop-stragglers",)
 
 # Run-config keys the ClientApp needs, forwarded in the train config (``run_simulation`` gives
 # ClientApps an empty run config; ``flwr run`` gives them the same run config as the server).
@@ -147,18 +154,7 @@ def build(cfg: dict[str, Any], n: int):
     data, index = run_partitions(cfg, n)
     sizes = np.array([len(p) for p in index], dtype=np.float64)
     min_replies = int(cfg["min-replies"])
-    latency = make_latency(
-        str(cfg["latency"]),
-        scale=float(cfg["latency-scale"]),
-        rate=float(cfg["latency-rate"]),
-        shape=float(cfg["latency-shape"]),
-        p=float(cfg["latency-p"]),
-        slowdown=float(cfg["latency-slowdown"]),
-        trace=str(cfg["latency-trace"]),
-        # the federation's fixed traits (who is persistently slow) may outlive the seed
-        seed=seed if int(cfg["latency-seed"]) < 0 else int(cfg["latency-seed"]),
-        drift_round=int(cfg["latency-drift-round"]),
-    )
+    latency = run_latency(cfg)
     dp = dp_config(cfg)
     strategy = GradientCoding(
         inner_strategy(cfg, n),
@@ -195,7 +191,35 @@ def build(cfg: dict[str, Any], n: int):
     )
     if dp.enabled:
         strategy.accountant = make_accountant(dp, strategy, n, sizes, cfg)
-    model = make_model(str(cfg["model"]), data.input_shape, data.num_classes, seed)
+    initial, evaluate_fn, train_config = _model_and_evaluation(cfg, data)
+    log(
+        INFO,
+        "fl-gradcode: %d clients, code %s (s=%s), %s updates, %s timing, dp=%s",
+        n, cfg["code"], cfg["s"], cfg["update"], cfg["timing"], dp.mode,
+    )
+    return strategy, initial, evaluate_fn, train_config
+
+
+def run_latency(cfg: dict[str, Any]) -> LatencyModel:
+    """The run's latency model (the same draws for every run of one seed)."""
+    seed = int(cfg["seed"])
+    return make_latency(
+        str(cfg["latency"]),
+        scale=float(cfg["latency-scale"]),
+        rate=float(cfg["latency-rate"]),
+        shape=float(cfg["latency-shape"]),
+        p=float(cfg["latency-p"]),
+        slowdown=float(cfg["latency-slowdown"]),
+        trace=str(cfg["latency-trace"]),
+        # the federation's fixed traits (who is persistently slow) may outlive the seed
+        seed=seed if int(cfg["latency-seed"]) < 0 else int(cfg["latency-seed"]),
+        drift_round=int(cfg["latency-drift-round"]),
+    )
+
+
+def _model_and_evaluation(cfg: dict[str, Any], data: Any):
+    """``(initial arrays, evaluate_fn, train_config)``: the seeded model, its test accuracy."""
+    model = make_model(str(cfg["model"]), data.input_shape, data.num_classes, int(cfg["seed"]))
     initial = ArrayRecord(
         {name: Array(p.detach().numpy().copy()) for name, p in model.named_parameters()}
     )
@@ -207,20 +231,58 @@ def build(cfg: dict[str, Any], n: int):
         loss, acc = evaluate(model, theta, data.x_test, data.y_test)
         return MetricRecord({"accuracy": acc, "loss": loss})
 
-    log(
-        INFO,
-        "fl-gradcode: %d clients, code %s (s=%s), %s updates, %s timing, dp=%s",
-        n, cfg["code"], cfg["s"], cfg["update"], cfg["timing"], dp.mode,
-    )
     train_config = ConfigRecord({"lr": float(cfg["lr"]), **{k: cfg[k] for k in CLIENT_KEYS}})
+    return initial, evaluate_fn, train_config
+
+
+def build_rival(cfg: dict[str, Any], n: int):
+    """``(strategy, initial arrays, evaluate_fn, train_config)`` of ``rival``: Flower's own
+    FedAvg with a round deadline (``straggler-timeout``, virtual time) that drops the replies
+    arriving later, on the same seeds, data, model and latency draws as the coded run."""
+    rival = str(cfg["rival"])
+    if rival not in RIVALS:
+        raise ValueError(f"rival={rival!r}; expected one of {RIVALS} ('' is the coded run)")
+    if str(cfg["dp"]) != "none":
+        raise ValueError(f"rival={rival!r} is plain Flower FedAvg, which applies none of "
+                         f"dp={cfg['dp']!r}: run it with dp='none'")
+    if str(cfg["server-optimizer"]) != "sgd" or float(cfg["server-lr"]) != 1.0:
+        raise ValueError(f"rival={rival!r} is plain Flower FedAvg: it needs "
+                         "server-optimizer='sgd' and server-lr=1.0 (got "
+                         f"{cfg['server-optimizer']!r}, {cfg['server-lr']!r})")
+    if str(cfg["timing"]) != "virtual":
+        raise ValueError(f"rival={rival!r} drops stragglers in virtual time: it needs "
+                         f"timing='virtual' (got {cfg['timing']!r})")
+    seed = int(cfg["seed"])
+    random.seed(seed)  # Flower samples cohorts with the random module
+    data, index = run_partitions(cfg, n)
+    sizes = [len(p) for p in index]
+    cohort_size(cfg, n)  # validates fraction-train
+    strategy = DeadlineFedAvg(
+        deadline=float(cfg["straggler-timeout"]),
+        latency=run_latency(cfg),
+        seed=seed,
+        partition_sizes=sizes,
+        measured_compute=str(cfg["virtual-compute"]) == "measured",
+        compute_cost_s=float(cfg["partition-cost-s"]),
+        upload_bandwidth=float(cfg["upload-bandwidth"]) or None,
+        results_dir=str(Path(str(cfg["results-dir"])).expanduser().resolve()),
+        run_config={**cfg, "num-clients": n, "partition-sizes": sizes},
+        fraction_train=float(cfg["fraction-train"]), fraction_evaluate=0.0,
+        min_available_nodes=1, min_train_nodes=1,
+    )
+    initial, evaluate_fn, train_config = _model_and_evaluation(cfg, data)
+    log(INFO, "fl-gradcode rival %s: %d clients, Flower FedAvg with a %.2f s round deadline "
+        "(virtual time)", rival, n, strategy.deadline)
     return strategy, initial, evaluate_fn, train_config
 
 
-def run(grid: Grid, run_config: dict[str, Any]) -> GradientCoding:
-    """Run a coded job with ``run_config`` (merged over the defaults) on ``grid``."""
+def run(grid: Grid, run_config: dict[str, Any]) -> GradientCoding | DeadlineFedAvg:
+    """Run a coded job with ``run_config`` (merged over the defaults) on ``grid`` (or, with
+    ``rival`` set, that rival: :func:`build_rival`)."""
     cfg = merge_config(run_config)
     n = wait_for_nodes(grid, int(cfg["num-clients"]))
-    strategy, initial, evaluate_fn, train_config = build(cfg, n)
+    make = build_rival if cfg["rival"] else build
+    strategy, initial, evaluate_fn, train_config = make(cfg, n)
     strategy.start(
         grid=grid,
         initial_arrays=initial,

@@ -6,9 +6,14 @@ the run. This launcher gives the run a private ``FLWR_HOME`` (``.flwr/`` in the 
 that SuperLink with ``FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1`` (so the app runs in the
 environment where the project is installed), streams the logs, and stops the SuperLink after.
 
-It then runs the same job uncoded (``code='uncoded' s=0``, same seeds) and ends with a
-one-screen comparison (virtual time to the final accuracy, exact rounds, bytes uploaded) and a
-PNG of accuracy vs virtual time for both runs (``results/run/comparison.png``).
+It then runs two rivals on the same seeds and latency draws: wait-for-all FedAvg (``code=
+'uncoded' s=0``, no straggler deadline; ``results/run-uncoded``) and Flower's own FedAvg that
+drops the replies later than the same ``straggler-timeout`` (``rival='drop-stragglers'``;
+``results/run-drop-stragglers``), and ends with a one-screen table (virtual time to a common
+target accuracy, final accuracy, exact rounds, MB uploaded, client compute) and a PNG of
+accuracy vs virtual time for the three (``results/run/comparison.png``). ``--run-config``
+overrides reach every run once each; the rivals' runs leave out the keys only a coded run
+means (:data:`CODED_ONLY`).
 
 The exit code is non-zero when a run's ServerApp did not complete (``flwr run --stream``
 exits 0 even when the ServerApp raised; the run's status is read with ``flwr ls``:
@@ -29,6 +34,7 @@ import signal
 import subprocess
 import sys
 import threading
+import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -64,29 +70,124 @@ def stop_local_superlink(home: Path) -> None:
             pass
 
 
+#: Run-config keys that only mean something to a coded run: the rivals' runs drop them
+#: (the user's values stay in the coded run).
+CODED_ONLY = (
+    "code", "s", "s-max", "auto-margin", "exclude-slow", "latency-state", "auto-deadline",
+    "stop-late-work", "busy", "m", "max-decode-error", "min-replies", "rival",
+)
+#: The runs of the main job: name -> keys that replace the user's (values as TOML text).
+RUNS: dict[str, dict[str, str]] = {
+    "coded": {},
+    # wait-for-all FedAvg (through the wrapper with the identity code): no straggler deadline
+    "uncoded": {"code": "'uncoded'", "s": "0", "straggler-timeout": "1000000.0"},
+    # Flower's own FedAvg, dropping replies later than the same straggler-timeout
+    "drop-stragglers": {"rival": "'drop-stragglers'"},
+}
+#: ``flwr``'s own pattern for ``--run-config`` pairs (flwr.common.config.parse_config_args).
+_PAIR = re.compile(r"(\S+?)=(\'[^\']*\'|\"[^\"]*\"|\S+)")
+
+
+def parse_overrides(text: str) -> dict[str, str]:
+    """``"k=v k2='x'"`` -> ``{"k": "v", "k2": "'x'"}`` (each value as written, TOML); a key
+    given twice keeps its last value. Text that is not ``key=value`` pairs, or a value that is
+    not a TOML bool, int, float or quoted string, raises ``ValueError`` naming it."""
+    pairs: dict[str, str] = {}
+    pos = 0
+    for match in _PAIR.finditer(text):
+        if text[pos:match.start()].strip():
+            raise ValueError(f"{text[pos:match.start()].strip()!r} is not a key=value pair")
+        key, value = match.group(1), match.group(2)
+        try:
+            tomllib.loads(f"v = {value}")
+        except tomllib.TOMLDecodeError:
+            raise ValueError(
+                f"{key}={value}: the value must be a bool, int, float or quoted string, "
+                f"e.g. {key}='{value.strip(chr(39) + chr(34))}'") from None
+        pairs.pop(key, None)
+        pairs[key] = value
+        pos = match.end()
+    if text[pos:].strip():
+        raise ValueError(f"{text[pos:].strip()!r} is not a key=value pair")
+    return pairs
+
+
+def override_values(pairs: Mapping[str, str]) -> dict[str, object]:
+    """The Python values of :func:`parse_overrides`'s pairs."""
+    return {k: tomllib.loads(f"v = {v}")["v"] for k, v in pairs.items()}
+
+
+def run_config_for(run: str, overrides: str, results: Path) -> str:
+    """The ``--run-config`` string of one run of the main job (a name in :data:`RUNS`): the
+    user's ``overrides`` (a rival's run without :data:`CODED_ONLY` keys), the run's own keys
+    replacing the user's, ``results-dir`` set to ``results``. Every key appears once
+    (``flwr run`` refuses a key given twice)."""
+    if run not in RUNS:
+        raise ValueError(f"run={run!r}; expected one of {sorted(RUNS)}")
+    if "'" in str(results):
+        raise ValueError(f"results directory {str(results)!r} contains a single quote")
+    user = parse_overrides(overrides)
+    drop = set(RUNS[run]) | {"results-dir"} | (set(CODED_ONLY) if run != "coded" else set())
+    pairs = {"results-dir": f"'{results}'",
+             **{k: v for k, v in user.items() if k not in drop}, **RUNS[run]}
+    return " ".join(f"{k}={v}" for k, v in pairs.items())
+
+
+def rival_refusal(values: Mapping[str, object]) -> str | None:
+    """Why the drop-stragglers run cannot run with these overrides (``None``: it can)."""
+    from fl_gradcode.config import merge_config
+
+    cfg = merge_config({k: v for k, v in values.items() if k not in CODED_ONLY})
+    if cfg["dp"] != "none":
+        return f"dp={cfg['dp']!r}: plain Flower FedAvg applies no DP"
+    if cfg["server-optimizer"] != "sgd" or cfg["server-lr"] != 1.0:
+        return "server-optimizer/server-lr: it is plain FedAvg (sgd, server-lr 1.0)"
+    if cfg["timing"] != "virtual":
+        return f"timing={cfg['timing']!r}: it drops stragglers in virtual time"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num-supernodes", type=int, default=12)
     parser.add_argument("--run-config", default="", help="'key=value key2=value2' overrides")
     parser.add_argument("--results-dir", default="results/run")
     parser.add_argument("--home", default=str(ROOT / ".flwr"), help="private FLWR_HOME")
-    parser.add_argument("--no-compare", action="store_true", help="skip the uncoded run")
+    parser.add_argument("--no-compare", action="store_true",
+                        help="skip the two comparison runs (wait-for-all, drop-stragglers)")
     args = parser.parse_args(argv)
-    results = Path(args.results_dir).resolve()
-    code = flwr_run(args, results, args.run_config)
+    try:
+        values = override_values(parse_overrides(args.run_config))
+        from fl_gradcode.config import merge_config
+
+        merge_config(values)  # unknown keys and wrong types: refused before any run
+    except ValueError as exc:
+        print(f"--run-config: {exc}", file=sys.stderr, flush=True)
+        return 2
+    # results-dir in --run-config is the coded run's directory, as --results-dir is
+    results = Path(str(values.get("results-dir", args.results_dir))).expanduser().resolve()
+    code = flwr_run(args, results, run_config_for("coded", args.run_config, results))
     if code != 0 or args.no_compare:
         return code
-    baseline = results.with_name(results.name + "-uncoded")
-    # uncoded FedAvg waits for every client: no virtual straggler deadline
-    uncoded = f"{args.run_config} code='uncoded' s=0 straggler-timeout=1000000.0".strip()
-    code = flwr_run(args, baseline, uncoded)
-    if code == 0:
-        print(compare(results, baseline), flush=True)
+    runs = {"coded": results}
+    for name in ("uncoded", "drop-stragglers"):
+        out = results.with_name(f"{results.name}-{name}")
+        refusal = rival_refusal(values) if name == "drop-stragglers" else None
+        if refusal:
+            print(f"the drop-stragglers run is skipped: {refusal}", flush=True)
+            continue
+        run_code = flwr_run(args, out, run_config_for(name, args.run_config, out))
+        if run_code == 0:
+            runs[name] = out
+        code = code or run_code
+    if len(runs) > 1:
+        print(compare(results, runs.get("uncoded"), runs.get("drop-stragglers")), flush=True)
     return code
 
 
-def flwr_run(args: argparse.Namespace, results: Path, overrides: str) -> int:
-    """One ``flwr run .`` on a private local simulation SuperLink; results in ``results``."""
+def flwr_run(args: argparse.Namespace, results: Path, run_config: str) -> int:
+    """One ``flwr run .`` on a private local simulation SuperLink with ``run_config`` (from
+    :func:`run_config_for`: its ``results-dir`` is ``results``)."""
 
     home = Path(args.home).resolve()
     home.mkdir(parents=True, exist_ok=True)
@@ -106,7 +207,6 @@ def flwr_run(args: argparse.Namespace, results: Path, overrides: str) -> int:
         if not key_file.exists():
             write_key_file(key_file)
         env["FL_GRADCODE_DP_KEY_FILE"] = str(key_file)
-    run_config = f"results-dir='{results}' {overrides}".strip()
     # a SuperLink left from an earlier run may have been started without the variable above
     stop_local_superlink(home)
     flwr = Path(sys.executable).with_name("flwr")
@@ -210,39 +310,101 @@ def _time_to(rows: list[dict], target: float) -> float | None:
     return None
 
 
-def compare(coded_dir: Path, uncoded_dir: Path) -> str:
-    """A one-screen comparison of the coded and uncoded runs, and ``comparison.png``."""
-    from fl_gradcode.results import read_rounds
+#: What each run of the main job is, for the table's legend.
+LEGEND = {
+    "coded": "gradient coding",
+    "uncoded": "FedAvg waiting for every client (code='uncoded', no deadline)",
+    "drop-stragglers": "Flower FedAvg averaging the replies in by the deadline, dropping the rest",
+}
 
-    coded, uncoded = read_rounds(coded_dir), read_rounds(uncoded_dir)
-    final = {name: rows[-1]["accuracy"] for name, rows in (("coded", coded), ("uncoded", uncoded))}
-    # a value that is not a finite number is null in rounds.jsonl (an accuracy of NaN)
-    target = min((a for a in final.values() if a is not None), default=0.0)
+
+def summarize(name: str, rows: list[dict], target: float) -> dict[str, object]:
+    """One run's line of the table: final accuracy, virtual time to ``target`` and in all,
+    exact rounds (coded runs only), MB uploaded, client compute seconds, dropped replies."""
+    final = rows[-1]["accuracy"] if rows else None
+    return {
+        "name": name,
+        "final": final,
+        "time_to": _time_to(rows, target),
+        "total_s": float(rows[-1]["virtual_s"]) if rows else 0.0,
+        "exact": (sum(r["decode"] == "exact" for r in rows), len(rows))
+        if name == "coded" else None,
+        "mb_up": sum(r.get("bytes_up") or 0 for r in rows) / 1e6,
+        # rows of runs from before compute was recorded have none: shown as missing
+        "compute_s": sum(r["compute_s"] for r in rows)
+        if rows and all(r.get("compute_s") is not None for r in rows) else None,
+        "dropped": sum(int(r.get("late_dropped") or 0) for r in rows),
+        "rounds_dropping": sum(int(r.get("late_dropped") or 0) > 0 for r in rows),
+        "rounds": len(rows),
+    }
+
+
+def render_table(summaries: list[Mapping[str, object]], target: float,
+                 labels: Mapping[str, str] | None = None) -> str:
+    """The one-screen comparison of :func:`summarize`'s lines (the first is the coded run);
+    ``labels``: what each run is (default :data:`LEGEND`)."""
+    def opt(value: object, fmt: str) -> str:
+        return "-" if value is None else format(value, fmt)
+
     lines = [
         "",
-        f"coded vs uncoded, same seeds (time to accuracy {target:.3f}, the lower final one):",
-        f"{'':10}{'final acc':>10}{'time to acc':>13}{'total time':>12}{'exact rounds':>14}"
-        f"{'MB up':>9}",
+        f"{len(summaries)} runs, same seeds and latency draws "
+        f"(time to accuracy {target:.3f}, the lowest final one; virtual time):",
+        f"{'run':17}{'final acc':>10}{'time to ' + format(target, '.3f'):>15}"
+        f"{'total time':>12}{'exact rounds':>14}{'MB up':>9}{'client compute':>16}",
     ]
-    times = {}
-    for name, rows in (("coded", coded), ("uncoded", uncoded)):
-        t = _time_to(rows, target)
-        times[name] = t
-        exact = sum(r["decode"] == "exact" for r in rows)
-        mb = sum(r.get("bytes_up", 0) for r in rows) / 1e6
-        t_txt = "-" if t is None else f"{t:.2f} s"
+    for row in summaries:
+        exact = row["exact"]
+        exact_txt = "n/a" if exact is None else f"{exact[0]}/{exact[1]}"
+        time_txt = "-" if row["time_to"] is None else f"{row['time_to']:.2f} s"
+        compute_txt = "-" if row["compute_s"] is None else f"{row['compute_s']:.2f} s"
         lines.append(
-            f"{name:10}{'-' if final[name] is None else f'{final[name]:.3f}':>10}{t_txt:>13}"
-            f"{rows[-1]['virtual_s']:>10.2f} s"
-            f"{exact:>8}/{len(rows):<5}{mb:>9.2f}"
+            f"{row['name']:17}{opt(row['final'], '.3f'):>10}{time_txt:>15}"
+            f"{row['total_s']:>10.2f} s{exact_txt:>14}{row['mb_up']:>9.2f}{compute_txt:>16}"
         )
-    if times["coded"] and times["uncoded"]:
-        lines.append(
-            f"coding reached {target:.3f} {times['uncoded'] / times['coded']:.2f}x "
-            "sooner in virtual time" if times["coded"] < times["uncoded"] else
-            f"coding was {times['coded'] / times['uncoded']:.2f}x slower to {target:.3f}: "
-            "here it does not pay"
-        )
+    for row in summaries:
+        label = {**LEGEND, **(labels or {})}.get(str(row["name"]), "")
+        lines.append(f"  {row['name']}: {label}")
+    coded = summaries[0]
+    for row in summaries[1:]:
+        if row["name"] == "drop-stragglers" and row["dropped"]:
+            lines.append(
+                f"drop-stragglers dropped {row['dropped']} late replies in "
+                f"{row['rounds_dropping']} of {row['rounds']} rounds "
+                "(non-IID: biased to the fast clients)")
+        if coded["time_to"] and row["time_to"]:
+            ratio = row["time_to"] / coded["time_to"]
+            lines.append(
+                f"coding reached {target:.3f} {ratio:.2f}x sooner than {row['name']}"
+                if coded["time_to"] < row["time_to"] else
+                f"coding was {1 / ratio:.2f}x slower to {target:.3f} than {row['name']}: "
+                "here it does not pay")
+    return "\n".join(lines)
+
+
+def compare(coded_dir: Path, uncoded_dir: Path | None, drop_dir: Path | None = None) -> str:
+    """The one-screen comparison of the main job's runs (coded, and uncoded and
+    drop-stragglers when given), and ``comparison.png`` (accuracy vs virtual time) in
+    ``coded_dir``."""
+    from fl_gradcode.results import read_rounds
+
+    dirs = {name: d for name, d in (("coded", coded_dir), ("uncoded", uncoded_dir),
+                                    ("drop-stragglers", drop_dir)) if d is not None}
+    rows = {name: read_rounds(d) for name, d in dirs.items()}
+    # a value that is not a finite number is null in rounds.jsonl (an accuracy of NaN)
+    finals = [r[-1]["accuracy"] for r in rows.values() if r]
+    target = min((a for a in finals if a is not None), default=0.0)
+    labels = {}
+    try:
+        cfg = json.loads((Path(coded_dir) / "config.json").read_text())
+        labels["coded"] = f"gradient coding, code={cfg['code']} s={cfg['s']}"
+        labels["drop-stragglers"] = (
+            f"Flower FedAvg averaging the replies in by {cfg['straggler-timeout']} s "
+            "(virtual), dropping the rest")
+    except (OSError, ValueError, KeyError):
+        pass
+    lines = [render_table([summarize(n, r, target) for n, r in rows.items()], target,
+                          labels)]
     try:
         import matplotlib
 
@@ -250,16 +412,18 @@ def compare(coded_dir: Path, uncoded_dir: Path) -> str:
         import matplotlib.pyplot as plt
 
         fig, ax = plt.subplots(figsize=(6, 4))
-        for name, rows in (("coded", coded), ("uncoded", uncoded)):
-            ax.plot([0.0] + [r["virtual_s"] for r in rows],
-                    [None] + [r["accuracy"] for r in rows], marker=".", label=name)
+        for name, run_rows in rows.items():
+            ax.plot([0.0] + [r["virtual_s"] for r in run_rows],
+                    [None] + [r["accuracy"] for r in run_rows], marker=".", label=name)
+        ax.axhline(target, color="grey", lw=0.8, ls=":")
         ax.set_xlabel("virtual time (s)")
         ax.set_ylabel("test accuracy")
-        ax.set_title("Gradient coding vs uncoded FedAvg, same seeds")
+        ax.set_title("Gradient coding vs Flower FedAvg, same seeds and latency draws",
+                     fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend()
         fig.tight_layout()
-        png = coded_dir / "comparison.png"
+        png = Path(coded_dir) / "comparison.png"
         fig.savefig(png, dpi=120)
         plt.close(fig)
         lines.append(f"figure: {png}")

@@ -1315,6 +1315,8 @@ class GradientCoding(Strategy):
             disagreement=None if verdict is None else verdict.disagreement,
             bytes_up=state.bytes_up,
             bytes_down=state.bytes_down,
+            # measured client compute of the valid replies (the mod's compute-s)
+            compute_s=float(sum(r.compute_s for r in state.valid.values())),
             round_virtual_s=float(window.end - self.clock.round_start),
             round_deadline_s=self._deadline,
             wall_s=float(wall_s),
@@ -1652,6 +1654,7 @@ class GradientCoding(Strategy):
             "disagreement": None,
             "bytes_up": 0,
             "bytes_down": 0,
+            "compute_s": 0.0,
             "virtual_s": float(self.clock.now),
             "round_virtual_s": 0.0,
             "round_deadline_s": None,  # nothing sent: no deadline

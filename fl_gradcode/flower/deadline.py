@@ -1,0 +1,275 @@
+"""Drop-stragglers: Flower's own FedAvg with a round deadline in virtual time (a baseline).
+
+What Flower users do against stragglers today: sample the cohort, wait until a deadline,
+average whatever arrived (FedAvg's example-weighted mean) and drop the rest. On non-IID data
+this is biased towards the fast clients' data. :class:`DeadlineFedAvg` is a subclass of
+``flwr.serverapp.strategy.FedAvg`` (Flower samples, sends and averages; none of the
+gradient-coding wrapper is involved) whose ``aggregate_train`` keeps only the replies that
+arrived by the deadline in virtual time, so that its accuracy-vs-time curve can be set beside
+a coded run's on the same seeds and latency draws:
+
+* a reply's virtual arrival is the client's measured compute (``compute-s``, reported by
+  :func:`train_timing_mod` on the client) plus the delay the latency model samples for its
+  partition id and round (:func:`fl_gradcode.latency.client_delay`, the draw the coded
+  ServerApp uses), plus ``compute_cost_s * load`` and ``bytes / upload_bandwidth`` when set;
+  ``load`` is the partition's size over the cohort's mean size (as for an uncoded client);
+* the round ends at the deadline, or at the last arrival if every sampled client arrived
+  before it; replies after it are dropped from the average;
+* a dropped client is still busy with its late work: the next round's message waits for it,
+  as a SuperNode runs messages one after the other (the same
+  :class:`~fl_gradcode.flower.clock.VirtualClock` the coded runs use).
+
+Each round is written to ``rounds.jsonl`` (``results_dir``) with ``clients_used`` and
+``stragglers`` as **partition ids**, ``decode`` ``"all"`` (every sampled client arrived),
+``"partial"`` (some dropped) or ``"skipped"`` (none arrived: the model is kept).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import FedAvg, Result
+
+from ..latency import LatencyModel, client_delay
+from ..results import RoundRecorder
+from . import protocol
+from .clock import VirtualClock
+
+__all__ = ["TIMING_KEY", "DeadlineFedAvg", "train_timing_mod"]
+
+#: ConfigRecord a plain train reply carries: ``partition-id`` and ``compute-s`` (Flower's
+#: FedAvg checks only the ArrayRecord and the MetricRecord, so the app's metrics stay its own).
+TIMING_KEY = "fl-gradcode-timing"
+
+
+def train_timing_mod(msg: Message, context: Context, call_next: Callable) -> Message:
+    """Client mod: time a plain (uncoded) train message's handler and report it.
+
+    The reply gets a ConfigRecord :data:`TIMING_KEY` with the node's ``partition-id`` and the
+    handler's ``compute-s``; the handler's random draws are seeded from ``(seed, round,
+    partition)`` (the config's ``seed`` and ``server-round``), so a rerun draws the same.
+    Gradient-coded messages and any other message pass through untouched.
+    """
+    if (msg.metadata.message_type != MessageType.TRAIN or not msg.has_content()
+            or protocol.PROTOCOL_KEY in msg.content.config_records):
+        return call_next(msg, context)
+    from .mod import _seed_everything, partition_seed
+
+    pid = int(context.node_config.get("partition-id", -1))
+    config = msg.content.config_records.get("config", ConfigRecord())
+    if "seed" in config and "server-round" in config:
+        _seed_everything(partition_seed(int(config["seed"]), int(config["server-round"]), pid))
+    t0 = time.perf_counter()
+    reply = call_next(msg, context)
+    compute_s = time.perf_counter() - t0
+    if not reply.has_error():
+        reply.content.config_records[TIMING_KEY] = ConfigRecord(
+            {"partition-id": pid, "compute-s": float(compute_s)})
+    return reply
+
+
+def _reply_bytes(msg: Message) -> int:
+    return int(sum(np.asarray(a.numpy()).nbytes
+                   for rec in msg.content.array_records.values() for a in rec.values()))
+
+
+class DeadlineFedAvg(FedAvg):
+    """Flower's FedAvg that averages only the replies that arrived by ``deadline`` (virtual s).
+
+    Parameters
+    ----------
+    deadline : float
+        Seconds after a round starts; later replies are dropped (``> 0``).
+    latency : LatencyModel, optional
+        The simulated delay model (``None``: no delay).
+    seed : int
+        Seed of the latency draws (``client_delay(..., seed=seed)``).
+    partition_sizes : sequence of int, optional
+        Examples per partition id (the load of a client); default: each reply's
+        ``num-examples``.
+    measured_compute : bool
+        Add the client's measured ``compute-s`` to its arrival.
+    compute_cost_s : float
+        Modelled compute seconds per unit of load added to every arrival.
+    upload_bandwidth : float, optional
+        Bytes per second of a client's upload (``None``: instantaneous).
+    results_dir : str, optional
+        Where ``config.json``, ``rounds.jsonl`` and ``final_model.npz`` are written.
+    run_config : mapping, optional
+        Written to ``config.json``.
+    **fedavg : Any
+        FedAvg's own arguments (``fraction_train``, ``min_train_nodes``, ...).
+    """
+
+    def __init__(
+        self,
+        *,
+        deadline: float,
+        latency: LatencyModel | None = None,
+        seed: int = 0,
+        partition_sizes: Sequence[int] | None = None,
+        measured_compute: bool = True,
+        compute_cost_s: float = 0.0,
+        upload_bandwidth: float | None = None,
+        results_dir: str | None = None,
+        run_config: Mapping[str, Any] | None = None,
+        **fedavg: Any,
+    ) -> None:
+        super().__init__(**fedavg)
+        if not (isinstance(deadline, (int, float)) and np.isfinite(deadline) and deadline > 0):
+            raise ValueError(f"deadline={deadline!r} must be a positive number of seconds")
+        if compute_cost_s < 0:
+            raise ValueError(f"compute_cost_s={compute_cost_s!r} must be >= 0")
+        if upload_bandwidth is not None and not upload_bandwidth > 0:
+            raise ValueError(f"upload_bandwidth={upload_bandwidth!r} must be > 0 bytes/s or None")
+        self.deadline = float(deadline)
+        self.latency = latency
+        self.seed = int(seed)
+        self.partition_sizes = None if partition_sizes is None else [int(x)
+                                                                     for x in partition_sizes]
+        self.measured_compute = bool(measured_compute)
+        self.compute_cost_s = float(compute_cost_s)
+        self.upload_bandwidth = None if upload_bandwidth is None else float(upload_bandwidth)
+        self.clock = VirtualClock(self.deadline)
+        self.history: list[dict[str, Any]] = []
+        self.recorder = (RoundRecorder(Path(results_dir), dict(run_config or {}))
+                         if results_dir else None)
+        self._sent: list[int] = []
+        self._wall0 = 0.0
+        self._pending: dict[str, Any] | None = None
+
+    # ------------------------------------------------------------------ rounds
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> list[Message]:
+        messages = list(super().configure_train(server_round, arrays, config, grid))
+        self._sent = [m.metadata.dst_node_id for m in messages]
+        # a node still busy with late work starts this round's when it is done
+        self.clock.start_round(queued={node: node for node in self._sent})
+        self._wall0 = time.monotonic()
+        return messages
+
+    def arrivals(
+        self, server_round: int, timings: Mapping[int, tuple[int, float, int, int]]
+    ) -> dict[int, float]:
+        """Virtual seconds after the round's start at which each node's reply arrives, from
+        ``timings``: node -> ``(partition id, compute s, num examples, reply bytes)`` (any
+        wait for the node's earlier work is added by the clock)."""
+        sizes = {node: (self.partition_sizes[pid] if self.partition_sizes is not None
+                        and 0 <= pid < len(self.partition_sizes) else examples)
+                 for node, (pid, _, examples, _) in timings.items()}
+        # the cohort's mean size (nodes that sent no valid reply count as the mean)
+        share = float(np.mean(list(sizes.values()))) if sizes else 1.0
+        out = {}
+        for node, (pid, compute, _, nbytes) in timings.items():
+            load = sizes[node] / share if share > 0 else 1.0
+            delay = 0.0 if self.latency is None else client_delay(
+                self.latency, worker=pid, round_index=server_round, load=load, seed=self.seed)
+            transfer = 0.0 if self.upload_bandwidth is None else nbytes / self.upload_bandwidth
+            out[node] = ((compute if self.measured_compute else 0.0)
+                         + self.compute_cost_s * load + delay + transfer)
+        return out
+
+    def aggregate_train(
+        self, server_round: int, replies: Any
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """Keep the replies that arrived by the deadline (virtual time) and let FedAvg
+        average them; record the round."""
+        replies = list(replies)
+        valid = [m for m in replies if not m.has_error()]
+        errors = [m for m in replies if m.has_error()]
+        timings: dict[int, tuple[int, float, int, int]] = {}
+        for msg in valid:
+            node = msg.metadata.src_node_id
+            if TIMING_KEY not in msg.content.config_records:
+                raise ValueError(
+                    f"the train reply of node {node} has no {TIMING_KEY!r} record: "
+                    "DeadlineFedAvg needs train_timing_mod in the ClientApp's mods "
+                    "(ClientApp(mods=[train_timing_mod, ...]))")
+            rec = msg.content.config_records[TIMING_KEY]
+            metrics = next(iter(msg.content.metric_records.values()), MetricRecord())
+            timings[node] = (int(rec["partition-id"]), float(rec["compute-s"]),
+                             int(metrics.get(self.weighted_by_key, 0)), _reply_bytes(msg))
+        arrivals = self.arrivals(server_round, timings)
+        window = self.clock.window(arrivals, lambda used: False, len(self._sent))
+        self.clock.finish_round(self._sent, arrivals, window.end,
+                                answered=[m.metadata.src_node_id for m in errors])
+        used = set(window.used)
+        kept = [m for m in valid if m.metadata.src_node_id in used]
+        arrays, metrics = super().aggregate_train(server_round, kept + errors)
+        pid = {node: t[0] for node, t in timings.items()}
+        decode = "skipped" if not kept else ("all" if len(kept) == len(self._sent)
+                                             else "partial")
+        self._pending = {
+            "round": server_round,
+            "decode": decode,
+            "clients_used": sorted(pid[n] for n in used),
+            "stragglers": sorted(pid[n] for n in window.late),
+            "busy": sorted(pid[n] for n in pid if self.clock.backlog.get(n, 0.0) > 0),
+            "late_dropped": len(window.late),
+            "rejected": len(errors),
+            "decode_error": None,
+            "num_examples": sum(timings[n][2] for n in used),
+            "bytes_up": sum(t[3] for t in timings.values()),
+            "compute_s": sum(t[1] for t in timings.values()),
+            "virtual_s": float(self.clock.now),
+            "round_virtual_s": float(window.end - self.clock.round_start),
+            "round_deadline_s": self.deadline,
+            "wall_s": time.monotonic() - self._wall0,
+            "accuracy": None,
+            "loss": None,
+        }
+        if arrays is not None and self.recorder is not None:
+            self.recorder.save_model({k: v.numpy() for k, v in arrays.items()})
+        if not self._evaluating:
+            self._flush(None)
+        return arrays, metrics
+
+    def _flush(self, evaluation: MetricRecord | None) -> None:
+        row, self._pending = self._pending, None
+        if row is None:
+            return
+        for key in ("accuracy", "loss"):
+            if evaluation is not None and key in evaluation:
+                row[key] = float(evaluation[key])
+        self.history.append(row)
+        if self.recorder is not None:
+            self.recorder.record(row)
+
+    _evaluating = False
+
+    def start(
+        self,
+        grid: Grid,
+        initial_arrays: ArrayRecord,
+        num_rounds: int = 3,
+        timeout: float = 3600,
+        train_config: ConfigRecord | None = None,
+        evaluate_config: ConfigRecord | None = None,
+        evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
+    ) -> Result:
+        """Flower's ``start``; each round's row is written after ``evaluate_fn`` (if any)
+        adds its accuracy and loss."""
+        wrapped = None
+        if evaluate_fn is not None:
+            def wrapped(server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
+                result = evaluate_fn(server_round, arrays)
+                if server_round > 0:
+                    self._flush(result)
+                return result
+
+        self._evaluating = evaluate_fn is not None
+        try:
+            return super().start(grid=grid, initial_arrays=initial_arrays,
+                                 num_rounds=num_rounds, timeout=timeout,
+                                 train_config=train_config, evaluate_config=evaluate_config,
+                                 evaluate_fn=wrapped)
+        finally:
+            self._evaluating = False
+            self._flush(None)

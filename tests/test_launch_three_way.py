@@ -1,0 +1,376 @@
+"""The main job's three runs: coded, wait-for-all FedAvg, drop-stragglers (Flower's FedAvg
+with a round deadline in virtual time); the launcher's run configs and its table."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.common.config import parse_config_args
+
+from fl_gradcode.config import merge_config
+from fl_gradcode.flower.deadline import TIMING_KEY, DeadlineFedAvg, train_timing_mod
+from fl_gradcode.flower.testing import InProcessGrid
+from fl_gradcode.results import ROUND_FIELDS, RoundRecorder
+
+# =============================================================================== run configs
+S_AUTO = ("s='auto' s-max=4 auto-deadline=1.5 exclude-slow=5.0 latency-state='x.json' "
+          "num-rounds=3 straggler-timeout=5.0")
+
+
+def _launch(tmp_path, monkeypatch, argv):
+    """``launch.main(argv)`` with ``flwr run`` replaced: the commands it would run."""
+    from server import launch
+
+    commands = []
+    monkeypatch.setattr(launch, "run_flwr", lambda cmd, **kw: commands.append(list(cmd)) or 0)
+    monkeypatch.setattr(launch, "stop_local_superlink", lambda home: None)
+    compared = []
+    monkeypatch.setattr(launch, "compare", lambda *dirs: compared.append(dirs) or "compared")
+    monkeypatch.setenv("FL_GRADCODE_DP_KEY_FILE", str(tmp_path / "unused-keys.json"))
+    code = launch.main(["--home", str(tmp_path / "home"), "--results-dir",
+                        str(tmp_path / "run"), *argv])
+    _launch.compared = compared
+    return code, [c[c.index("--run-config") + 1] for c in commands]
+
+
+def test_s_auto_reaches_every_run_once_and_the_rivals_drop_the_coded_only_keys(
+        tmp_path, monkeypatch):
+    code, configs = _launch(tmp_path, monkeypatch, ["--run-config", S_AUTO])
+    assert code == 0
+    # Flower's own parser (what `flwr run` does with the string) refuses a key given twice
+    parsed = [parse_config_args([c]) for c in configs]
+    assert len(parsed) == 3
+    coded, uncoded, drop = parsed
+    assert coded == {"results-dir": str(tmp_path / "run"), "s": "auto", "s-max": 4,
+                     "auto-deadline": 1.5, "exclude-slow": 5.0, "latency-state": "x.json",
+                     "num-rounds": 3, "straggler-timeout": 5.0}
+    assert uncoded == {"results-dir": str(tmp_path / "run-uncoded"), "num-rounds": 3,
+                       "code": "uncoded", "s": 0, "straggler-timeout": 1000000.0}
+    assert drop == {"results-dir": str(tmp_path / "run-drop-stragglers"), "num-rounds": 3,
+                    "straggler-timeout": 5.0, "rival": "drop-stragglers"}
+    for cfg in (coded, uncoded, drop):
+        merge_config(cfg)  # the ServerApp accepts each
+
+
+def test_no_compare_runs_the_coded_run_only(tmp_path, monkeypatch):
+    code, configs = _launch(tmp_path, monkeypatch, ["--no-compare", "--run-config", "s=2"])
+    assert code == 0
+    assert [parse_config_args([c]) for c in configs] == [
+        {"results-dir": str(tmp_path / "run"), "s": 2}]
+
+
+def test_a_run_config_key_given_twice_keeps_its_last_value(tmp_path, monkeypatch):
+    code, configs = _launch(tmp_path, monkeypatch,
+                            ["--no-compare", "--run-config", "s=2 num-rounds=4 s=1"])
+    assert code == 0
+    assert parse_config_args(configs) == {"results-dir": str(tmp_path / "run"),
+                                          "num-rounds": 4, "s": 1}
+
+
+def test_results_dir_in_the_run_config_is_the_coded_runs_directory(tmp_path, monkeypatch):
+    code, configs = _launch(tmp_path, monkeypatch,
+                            ["--run-config", f"results-dir='{tmp_path / 'mine'}'"])
+    assert code == 0
+    dirs = [parse_config_args([c])["results-dir"] for c in configs]
+    assert dirs == [str(tmp_path / n) for n in ("mine", "mine-uncoded", "mine-drop-stragglers")]
+
+
+@pytest.mark.parametrize(("overrides", "named"), [
+    ("s=auto", "s=auto"),  # an unquoted string is not TOML
+    ("stragglers=3", "'stragglers'"),
+    ("num-rounds='5'", "num-rounds='5'"),
+    ("hello s=2", "'hello'"),
+])
+def test_bad_overrides_are_refused_before_any_run(tmp_path, monkeypatch, capsys, overrides,
+                                                   named):
+    code, configs = _launch(tmp_path, monkeypatch, ["--run-config", overrides])
+    assert code == 2 and configs == []
+    assert named in capsys.readouterr().err
+
+
+def test_dp_skips_the_drop_stragglers_run_and_says_why(tmp_path, monkeypatch, capsys):
+    code, configs = _launch(tmp_path, monkeypatch, ["--run-config", "dp='partition'"])
+    assert code == 0 and len(configs) == 2
+    assert "drop-stragglers run is skipped: dp='partition'" in capsys.readouterr().out
+    assert _launch.compared == [(tmp_path / "run", tmp_path / "run-uncoded", None)]
+
+
+# =============================================================================== the deadline
+WEIGHTS = {0: 10, 1: 30, 2: 20, 3: 40}  # partition -> num-examples
+
+
+def _fixed_app(compute):
+    """A ClientApp-like callable that replies ``w = 100 * round + partition`` with
+    ``compute[(partition, round)]`` seconds of reported compute (what train_timing_mod adds)."""
+
+    def app(msg, context):
+        pid = int(context.node_config["partition-id"])
+        rnd = int(msg.content["config"]["server-round"])
+        content = RecordDict({
+            "arrays": ArrayRecord({"w": Array(np.array([100.0 * rnd + pid]))}),
+            "metrics": MetricRecord({"num-examples": WEIGHTS[pid]}),
+            TIMING_KEY: ConfigRecord({"partition-id": pid, "compute-s": compute[(pid, rnd)]}),
+        })
+        return Message(content, reply_to=msg)
+
+    return app
+
+
+def _run_deadline(app, n, rounds, tmp_path=None, **kwargs):
+    strategy = DeadlineFedAvg(fraction_evaluate=0.0, min_available_nodes=1, min_train_nodes=1,
+                              results_dir=None if tmp_path is None else str(tmp_path),
+                              **kwargs)
+    models = {}
+
+    def evaluate_fn(rnd, arrays):
+        models[rnd] = float(arrays["w"].numpy()[0])
+        return MetricRecord({"accuracy": rnd / 10, "loss": 1.0})
+
+    strategy.start(grid=InProcessGrid(app, n), initial_arrays=ArrayRecord(
+        {"w": Array(np.array([0.0]))}), num_rounds=rounds, train_config=ConfigRecord(),
+        evaluate_fn=evaluate_fn)
+    return strategy, models
+
+
+def test_replies_after_the_deadline_are_dropped_and_a_late_client_stays_busy(tmp_path):
+    # round 1: arrivals 0.5, 1.0, 3.0, 0.2 with a 2 s deadline: partition 2 is dropped and
+    # the round lasts the deadline (2 s); partition 2 works until 3 s, so in round 2 (from
+    # 2 s) its 0.4 s of work arrives at 1.0 + 0.4 = 1.4 s; every reply is in by 1.4 s, which
+    # ends round 2 at 2 + 1.4 = 3.4 s
+    compute = {(0, 1): 0.5, (1, 1): 1.0, (2, 1): 3.0, (3, 1): 0.2,
+               (0, 2): 0.1, (1, 2): 0.3, (2, 2): 0.4, (3, 2): 0.2}
+    strategy, models = _run_deadline(_fixed_app(compute), 4, 2, tmp_path, deadline=2.0,
+                                     latency=None)
+    first, second = strategy.history
+    assert (first["clients_used"], first["stragglers"], first["decode"]) == ([0, 1, 3], [2],
+                                                                            "partial")
+    assert first["virtual_s"] == pytest.approx(2.0)
+    assert first["late_dropped"] == 1
+    assert models[1] == pytest.approx((10 * 100 + 30 * 101 + 40 * 103) / 80)
+    assert (second["clients_used"], second["stragglers"], second["decode"]) == (
+        [0, 1, 2, 3], [], "all")
+    assert second["busy"] == [2]
+    assert second["virtual_s"] == pytest.approx(3.4)
+    assert models[2] == pytest.approx((10 * 200 + 30 * 201 + 20 * 202 + 40 * 203) / 100)
+    assert first["compute_s"] == pytest.approx(4.7)
+    assert first["bytes_up"] == 4 * 8  # four float64 scalars
+    from fl_gradcode.results import read_rounds
+
+    rows = read_rounds(tmp_path)
+    assert [r["accuracy"] for r in rows] == [0.1, 0.2]
+    assert all(k in rows[0] for k in ROUND_FIELDS)
+    assert (tmp_path / "final_model.npz").exists()
+
+
+def test_no_reply_in_time_keeps_the_model_and_the_round_lasts_the_deadline():
+    compute = {(p, 1): 5.0 for p in range(2)} | {(p, 2): 0.1 for p in range(2)}
+    strategy, models = _run_deadline(_fixed_app(compute), 2, 2, deadline=1.0, latency=None)
+    first, second = strategy.history
+    assert first["decode"] == "skipped" and first["virtual_s"] == pytest.approx(1.0)
+    assert models[1] == 0.0  # Flower keeps the previous model
+    # both still busy until 5 s: round 2 (from 1 s) would get their replies at 4 + 0.1 s
+    assert (second["decode"], second["stragglers"], second["busy"]) == ("skipped", [0, 1],
+                                                                       [0, 1])
+    assert second["virtual_s"] == pytest.approx(2.0)
+
+
+def test_arrivals_add_the_latency_draw_of_the_partition_and_its_load():
+    """compute + client_delay(partition id, round, load = size / the cohort's mean size)."""
+    from fl_gradcode.latency import client_delay, make_latency
+
+    latency = make_latency("bimodal", scale=0.1, rate=10.0, p=0.5, slowdown=20.0)
+    strategy = DeadlineFedAvg(deadline=1.0, latency=latency, seed=7,
+                              partition_sizes=[10, 30, 20], compute_cost_s=0.5)
+    # nodes 11 and 12 answered (partitions 0 and 1: mean size 20, loads 0.5 and 1.5)
+    got = strategy.arrivals(3, {11: (0, 0.25, 10, 0), 12: (1, 0.0, 30, 0)})
+    expected = {11: 0.25 + 0.5 * 0.5 + client_delay(latency, worker=0, round_index=3,
+                                                     load=0.5, seed=7),
+                12: 0.5 * 1.5 + client_delay(latency, worker=1, round_index=3, load=1.5,
+                                             seed=7)}
+    assert got == pytest.approx(expected)
+
+
+def test_a_reply_without_the_timing_record_is_refused_with_what_to_do():
+    def bare(msg, context):
+        return Message(RecordDict({"arrays": ArrayRecord({"w": Array(np.array([1.0]))}),
+                                   "metrics": MetricRecord({"num-examples": 1})}),
+                       reply_to=msg)
+
+    with pytest.raises(ValueError, match="needs train_timing_mod"):
+        _run_deadline(bare, 2, 1, deadline=1.0)
+
+
+@pytest.mark.parametrize("deadline", [0.0, -1.0, float("nan"), float("inf")])
+def test_a_deadline_that_is_not_a_positive_time_is_refused(deadline):
+    with pytest.raises(ValueError, match="deadline="):
+        DeadlineFedAvg(deadline=deadline)
+
+
+# ===================================================================== the real ServerApp's
+def _rival(run_config, n, tmp_path):
+    from clients.app import make_client_app
+    from server.app import build_rival
+
+    cfg = merge_config({"results-dir": str(tmp_path), "rival": "drop-stragglers",
+                        "num-clients": n, **run_config})
+    strategy, initial, evaluate_fn, train_config = build_rival(cfg, n)
+    result = strategy.start(grid=InProcessGrid(make_client_app(), n, run_config=cfg),
+                            initial_arrays=initial, num_rounds=int(cfg["num-rounds"]),
+                            train_config=train_config, evaluate_fn=evaluate_fn)
+    return strategy, np.concatenate([result.arrays[k].numpy().reshape(-1) for k in initial])
+
+
+def test_with_a_deadline_nobody_misses_it_is_the_wait_for_all_run(tmp_path):
+    """Same model and same virtual times as the uncoded run through the wrapper: the same
+    data, seeds and latency draws (compute left out: it is measured, so it differs)."""
+    from server.app import run_in_process
+
+    common = {"num-rounds": 3, "virtual-compute": "none", "straggler-timeout": 1e6}
+    rival, theta = _rival(common, 6, tmp_path / "rival")
+    uncoded, theta_u = run_in_process({**common, "code": "uncoded", "s": 0,
+                                       "results-dir": str(tmp_path / "u")}, 6)
+    np.testing.assert_allclose(theta, theta_u, rtol=1e-9, atol=1e-12)
+    assert [r["virtual_s"] for r in rival.history] == pytest.approx(
+        [r["virtual_s"] for r in uncoded.history], rel=1e-12)
+    assert [r["accuracy"] for r in rival.history] == pytest.approx(
+        [r["accuracy"] for r in uncoded.history])
+    assert all(r["decode"] == "all" and r["compute_s"] > 0 for r in rival.history)
+
+
+def test_the_first_round_drops_exactly_the_partitions_whose_draw_is_past_the_deadline(
+        tmp_path):
+    from fl_gradcode.latency import client_delay
+    from server.app import run_latency
+
+    n, deadline = 8, 0.3
+    cfg = merge_config({"virtual-compute": "none", "straggler-timeout": deadline,
+                        "latency-p": 0.3})
+    rival, _ = _rival({"num-rounds": 1, "virtual-compute": "none",
+                       "straggler-timeout": deadline, "latency-p": 0.3}, n, tmp_path)
+    sizes = rival.partition_sizes
+    latency = run_latency(cfg)
+    late = sorted(p for p in range(n) if client_delay(
+        latency, worker=p, round_index=1, load=sizes[p] / np.mean(sizes), seed=0) > deadline)
+    assert 0 < len(late) < n  # the premise: some are late, some not
+    (row,) = rival.history
+    assert row["stragglers"] == late
+    assert row["clients_used"] == sorted(set(range(n)) - set(late))
+    assert row["virtual_s"] == pytest.approx(deadline)
+
+
+@pytest.mark.parametrize(("keys", "named"), [
+    ({"dp": "partition"}, "dp='partition'"),
+    ({"server-optimizer": "adam"}, "server-optimizer='sgd'"),
+    ({"rival": "ignore-stragglers"}, "rival='ignore-stragglers'"),
+    ({"timing": "wallclock"}, "timing='virtual'"),
+])
+def test_the_rival_refuses_what_plain_fedavg_cannot_do(tmp_path, keys, named):
+    from server.app import build_rival
+
+    cfg = merge_config({"results-dir": str(tmp_path), "rival": "drop-stragglers", **keys})
+    with pytest.raises(ValueError, match=named.replace("(", r"\(")):
+        build_rival(cfg, 4)
+
+
+def test_train_timing_mod_leaves_coded_messages_alone_and_times_plain_ones():
+    from flwr.app import Context
+
+    from fl_gradcode.flower import protocol
+    from fl_gradcode.flower.testing import set_task_identity
+
+    set_task_identity()
+    ctx = Context(run_id=1, node_id=5, node_config={"partition-id": 3}, state=RecordDict(),
+                  run_config={})
+    seen = []
+
+    def handler(msg, context):
+        seen.append(float(np.random.random()))  # noqa: NPY002 - the app's global RNG
+        return Message(RecordDict({"metrics": MetricRecord({"num-examples": 1})}),
+                       reply_to=msg)
+
+    coded = Message(RecordDict({protocol.PROTOCOL_KEY: ConfigRecord({"op": "train"})}),
+                    message_type="train", dst_node_id=5)
+    reply = train_timing_mod(coded, ctx, handler)
+    assert TIMING_KEY not in reply.content.config_records
+    plain = [Message(RecordDict({"config": ConfigRecord({"seed": 4, "server-round": 2})}),
+                     message_type="train", dst_node_id=5) for _ in range(2)]
+    replies = [train_timing_mod(m, ctx, handler) for m in plain]
+    timing = replies[0].content.config_records[TIMING_KEY]
+    assert timing["partition-id"] == 3 and timing["compute-s"] >= 0.0
+    assert seen[1] == seen[2]  # seeded from (seed, round, partition): the same draw
+
+
+# =============================================================================== the table
+def _summary(name, final, time_to, exact=None, dropped=0, rounds_dropping=0):
+    return {"name": name, "final": final, "time_to": time_to, "total_s": 30.0, "exact": exact,
+            "mb_up": 1.5, "compute_s": 2.25, "dropped": dropped,
+            "rounds_dropping": rounds_dropping, "rounds": 30}
+
+
+def test_the_table_shows_the_three_runs_and_the_speedups():
+    from server.launch import render_table
+
+    text = render_table([_summary("coded", 0.9, 5.0, exact=(27, 30)),
+                         _summary("uncoded", 0.8, 10.0),
+                         _summary("drop-stragglers", 0.85, 4.0, dropped=7,
+                                  rounds_dropping=3)], 0.8)
+    lines = text.splitlines()
+    assert "time to accuracy 0.800" in text
+    rows = {}
+    for line in lines:  # each run's first line is its row
+        if line.split() and line.split()[0] in ("coded", "uncoded", "drop-stragglers"):
+            rows.setdefault(line.split()[0], line.split())
+    assert rows["coded"] == ["coded", "0.900", "5.00", "s", "30.00", "s", "27/30", "1.50",
+                             "2.25", "s"]
+    assert rows["uncoded"][6] == "n/a" and rows["drop-stragglers"][6] == "n/a"
+    assert "coding reached 0.800 2.00x sooner than uncoded" in text
+    assert "coding was 1.25x slower to 0.800 than drop-stragglers" in text
+    assert "dropped 7 late replies in 3 of 30 rounds" in text
+    assert len(lines) <= 14 and max(map(len, lines)) <= 100  # one screen
+
+
+def test_compare_reads_three_runs_and_draws_three_curves(tmp_path):
+    from server.launch import compare
+
+    finals = {"coded": [0.5, 0.9], "uncoded": [0.4, 0.8], "drop-stragglers": [0.6, 0.7]}
+    for name, accuracy in finals.items():
+        rec = RoundRecorder(tmp_path / name, {"code": "grouped-rs", "s": 3,
+                                              "straggler-timeout": 2.0})
+        for r, acc in enumerate(accuracy, start=1):
+            rec.record({**{k: 0 for k in ROUND_FIELDS}, "round": r, "decode": "exact",
+                        "accuracy": acc, "virtual_s": 2.0 * r, "bytes_up": 10**6,
+                        "compute_s": 0.5, "late_dropped": int(name == "drop-stragglers")})
+    text = compare(*(tmp_path / n for n in finals))
+    assert "time to accuracy 0.700" in text  # the lowest final accuracy
+    assert "coded: gradient coding, code=grouped-rs s=3" in text
+    assert "replies in by 2.0 s" in text
+    assert "dropped 2 late replies in 2 of 2 rounds" in text
+    assert (tmp_path / "coded" / "comparison.png").stat().st_size > 1000
+
+
+def test_the_client_app_can_be_pickled_for_ray_actors():
+    """Flower's simulation sends the loaded ClientApp to its Ray actors with cloudpickle; a
+    lock in a mod's closure (the replay guard's) made every message fail."""
+    import cloudpickle
+
+    from clients.app import app
+
+    copy = cloudpickle.loads(cloudpickle.dumps(app))
+    assert len(copy._mods) == len(app._mods)
+
+
+def test_a_failed_run_is_left_out_of_the_comparison_and_the_exit_code_says_so(
+        tmp_path, monkeypatch):
+    from server import launch
+
+    codes = iter([0, 1, 0])  # the wait-for-all run fails
+    monkeypatch.setattr(launch, "run_flwr", lambda cmd, **kw: next(codes))
+    monkeypatch.setattr(launch, "stop_local_superlink", lambda home: None)
+    compared = []
+    monkeypatch.setattr(launch, "compare", lambda *dirs: compared.append(dirs) or "")
+    monkeypatch.setenv("FL_GRADCODE_DP_KEY_FILE", str(tmp_path / "unused-keys.json"))
+    code = launch.main(["--home", str(tmp_path / "home"), "--results-dir",
+                        str(tmp_path / "run")])
+    assert code == 1
+    assert compared == [(tmp_path / "run", None, tmp_path / "run-drop-stragglers")]
