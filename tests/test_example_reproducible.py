@@ -241,10 +241,12 @@ def test_readme_comparison_with_flwr_run(tmp_path):
     for i, (n, config) in enumerate(readme_recipe(tmp_path)):
         proc = flwr_run(EXAMPLE, home=tmp_path / f"flwr-home{i}", num_supernodes=n,
                         run_config=config, cwd=tmp_path)
+        (tmp_path / f"flwr-run{i}.log").write_text(proc.stdout)
         assert proc.returncode == 0, proc.stdout[-4000:]
         logs.append(proc.stdout[-4000:])
     coded_rows = rows(tmp_path / "coded")
-    assert [r["decode"] for r in rows(tmp_path / "uncoded")] == ["exact"] * 3
+    uncoded_rows = rows(tmp_path / "uncoded")
+    assert [r["decode"] for r in uncoded_rows] == ["exact"] * 3, (uncoded_rows, logs[1])
     if any(r["decode"] != "exact" for r in coded_rows):
         # under Ray the virtual arrivals include measured compute time (cold actors): a round
         # may find too few idle nodes and decode approximately; the README's recipe says the
@@ -252,3 +254,23 @@ def test_readme_comparison_with_flwr_run(tmp_path):
         pytest.skip(f"a coded round did not decode exactly: {[r['decode'] for r in coded_rows]}")
     a, b = final_model(tmp_path / "coded"), final_model(tmp_path / "uncoded")
     assert relative_difference(a, b) <= 1e-6, logs
+
+
+def test_the_client_app_with_the_mod_can_be_shipped_to_ray_actors(example):
+    """Flower's simulation engine pickles the ClientApp (mods included) for its Ray actors:
+    the mod's replay memory must survive pickling (a lock in it made every message fail with
+    "cannot pickle '_thread.lock' object" and every handshake with it)."""
+    import cloudpickle
+
+    from fl_gradcode.flower.client_policy import ReplayGuard
+
+    _, client_app = example
+    cloudpickle.loads(cloudpickle.dumps(client_app.app))
+    guard = ReplayGuard()
+    guard.claim(7, {}, "nonce", 1)
+    copy = cloudpickle.loads(cloudpickle.dumps(guard))
+    from fl_gradcode.flower.client_policy import PolicyError
+
+    with pytest.raises(PolicyError, match="already answered"):
+        copy.claim(7, {}, "nonce", 1)  # the copy remembers what was answered
+    copy.claim(7, {}, "nonce", 2)  # ... and its lock works

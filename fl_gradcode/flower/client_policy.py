@@ -137,6 +137,15 @@ class ReplayGuard:
         self._answered: set[tuple[Any, ...]] = set()
         self._lock = threading.Lock()
 
+    # Flower's simulation engine pickles the ClientApp (and this guard in its mod) for its Ray
+    # actors: a copy keeps what was answered and gets a lock of its own
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_answered": set(self._answered)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._answered = set(state["_answered"])
+        self._lock = threading.Lock()
+
     @staticmethod
     def _file_label(node_config: Mapping[str, Any], node_id: int) -> str:
         if "partition-id" in node_config:
