@@ -3,10 +3,10 @@
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord
 from flwr.serverapp import Grid, ServerApp
-from flwr.serverapp.strategy import FedAvg
 
 from fl_gradcode.flower import GradientCoding
 from fl_gradcode.latency import Pareto
+from quickstart_coded.sampling import PartitionSampledFedAvg
 from quickstart_coded.task import Net, load_centralized_dataset, test
 
 # Create ServerApp
@@ -22,16 +22,22 @@ def main(grid: Grid, context: Context) -> None:
     num_rounds: int = context.run_config["num-server-rounds"]
     lr: float = context.run_config["learning-rate"]
 
-    # Load global model
+    # Load global model (seeded: runs with one seed start from one model)
+    torch.manual_seed(context.run_config["seed"])
     global_model = Net()
     arrays = ArrayRecord(global_model.state_dict())
 
-    # Initialize FedAvg strategy
+    # Initialize FedAvg strategy (its cohorts drawn by partition id from the seed)
     cfg = context.run_config
-    strategy = GradientCoding(
-        FedAvg(fraction_evaluate=fraction_evaluate), timing="virtual", latency=Pareto(1.0, 1.5),
-        code=cfg["code"], s=cfg["s"], seed=cfg["seed"], results_dir=cfg["results-dir"],
+    fedavg = PartitionSampledFedAvg(
+        fraction_train=cfg["fraction-train"], fraction_evaluate=fraction_evaluate,
+        seed=cfg["seed"],
     )
+    strategy = GradientCoding(
+        fedavg, timing="virtual", latency=Pareto(1.0, 1.5), code=cfg["code"], s=cfg["s"],
+        seed=cfg["seed"], results_dir=cfg["results-dir"], wire=cfg["wire"],
+    )
+    fedavg.membership = strategy.membership  # partition ids from the coding handshake
 
     # Start strategy, run FedAvg for `num_rounds`
     result = strategy.start(
