@@ -472,3 +472,40 @@ def test_a_handshake_error_text_is_logged_on_one_bounded_line(caplog):
         run(4, code="grouped-rs", rounds=1, grid=grid, warmup_timeout=0.3)
     warned = [r.getMessage() for r in caplog.records if "handshake" in r.getMessage()]
     assert "\n" not in warned[0] and len(warned[0]) < 800 and "line forged xxx" in warned[0]
+
+
+class _Federation:
+    """A grid of nodes that answer the handshake with their claims; ``listed`` is who is
+    connected now (a SuperNode that died is no longer listed)."""
+
+    def __init__(self, claims: dict[int, tuple[int, int]]) -> None:
+        self.claims = dict(claims)
+        self.listed = set(claims)
+
+    def get_node_ids(self):
+        return sorted(self.listed)
+
+    def send_and_receive(self, msgs, timeout=None):
+        from fl_gradcode.flower.protocol import identity_reply
+
+        return [identity_reply(m, *self.claims[m.metadata.dst_node_id]) for m in msgs
+                if m.metadata.dst_node_id in self.listed]
+
+
+def test_a_supernode_restarted_under_a_new_node_id_takes_its_partition_back():
+    """Node 13 holds partition 2 of 4 and dies; the SuperNode comes back as node 99 claiming
+    partition 2. Its former self is gone from the grid, so this is no clash: 99 is a member
+    (before, the dead node's claim was kept for good and 99 was excluded as a later claimant)."""
+    grid = _Federation({10: (0, 4), 11: (1, 4), 13: (2, 4), 14: (3, 4)})
+    members = Membership(1.0)
+    assert members.admit(grid, [10, 11, 13, 14], 1) == [10, 11, 13, 14]
+    grid.listed.discard(13)
+    grid.claims[99] = (2, 4)
+    grid.listed.add(99)
+    assert members.admit(grid, [10, 11, 14, 99], 2) == [10, 11, 99, 14]
+    assert members.identity_rejected == []
+    # a second node claiming partition 2 while 99 is connected is still a clash
+    grid.claims[100] = (2, 4)
+    grid.listed.add(100)
+    assert members.admit(grid, [10, 11, 14, 99, 100], 3) == [10, 11, 99, 14]
+    assert members.identity_rejected == [100]

@@ -184,6 +184,7 @@ class Membership:
         """The members of this round among the sampled ``nodes``: handshake, cross-check,
         record ``unidentified`` / ``identity_rejected`` for the round; sorted by partition id
         then node id. Raises ``RuntimeError`` when no decodable set can ever form."""
+        self._forget_departed(grid, nodes)
         self.handshake(grid, nodes)
         excluded = self.verdicts()
         members = [n for n in nodes if n in self.claims and n not in excluded]
@@ -210,6 +211,23 @@ class Membership:
             self._failed_rounds += 1
             self._give_up(grid, server_round)
         return sorted(members, key=lambda n: (self.claims[n].partition_id, n))
+
+    def _forget_departed(self, grid: Any, nodes: list[int]) -> None:
+        """Nodes that left the federation (no longer listed by the grid) give up their claims:
+        a SuperNode restarted under a new node id then takes its partition back instead of
+        clashing with its own former self."""
+        try:
+            listed = set(grid.get_node_ids()) | set(nodes)
+        except Exception:  # the grid cannot say who is connected: keep every claim
+            return
+        for node in [n for n in self.claims if n not in listed]:
+            log(WARNING, "node %s (partition-id=%d) left the federation: its claim is released",
+                node, self.claims[node].partition_id)
+            del self.claims[node]
+            self._order.pop(node, None)
+        for book in (self.invalid, self.failed):
+            for node in [n for n in book if n not in listed]:
+                del book[node]
 
     def _give_up(self, grid: Any, server_round: int) -> None:
         """End the run when no decodable set can ever form (see the module docstring)."""
