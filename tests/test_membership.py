@@ -509,3 +509,25 @@ def test_a_supernode_restarted_under_a_new_node_id_takes_its_partition_back():
     grid.listed.add(100)
     assert members.admit(grid, [10, 11, 14, 99, 100], 3) == [10, 11, 99, 14]
     assert members.identity_rejected == [100]
+
+
+def test_an_error_reply_written_for_a_node_in_a_training_round_names_that_node():
+    """The SuperLink's error reply for an unreachable node carries the SuperLink's id (1): in a
+    training round it is matched to the node by the message it answers, so the round records
+    that node's failure with its reason, not an 'unknown sender'."""
+
+    def down(msg: Message, context, call_next) -> Message:
+        instruction = parse_instruction(msg.content) if msg.has_content() else None
+        if instruction is not None and instruction.op != OP_IDENTIFY:
+            return Message(Error(0, "node unreachable"), reply_to=msg)
+        return call_next(msg, context)
+
+    apps = [make_app(gradient_coding_mod)] * 4
+    apps[2] = make_app(down, gradient_coding_mod)
+    grid = InProcessGrid(None, 4, apps=apps,
+                         src_node_id=lambda i, r: 1 if (i, r) == (2, 1) else None)
+    outcome = run(4, code="grouped-rs", rounds=1, grid=grid)
+    row = outcome.rows[0]
+    assert row["decode"] == "exact"
+    assert row["rejected_reasons"] == ["error reply (code 0: node unreachable)"]
+    assert row["nodes"]["rejected"] == [grid.node_ids[2]]

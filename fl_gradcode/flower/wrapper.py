@@ -874,6 +874,14 @@ class GradientCoding(Strategy):
         state.bytes_up += reply_bytes
         node = reply.metadata.src_node_id
         worker = state.worker_of.get(node)
+        if worker is None and reply.has_error():
+            # an error reply the SuperLink writes for an unreachable node carries its own id:
+            # it is the failure of the node whose message it answers
+            for w, sent in state.sent.items():
+                if sent.metadata.message_id and (
+                        sent.metadata.message_id == reply.metadata.reply_to_message_id):
+                    worker, node = w, state.cohort[w]
+                    break
         if (reply.has_error() and reply.error.code == protocol.STOPPED_CODE
                 and worker in state.sent and worker not in state.answered
                 and reply.metadata.group_id == str(state.number)):
