@@ -441,3 +441,16 @@ def test_twins_misreporting_against_each_other_are_both_excluded():
     agreed, excluded, _ = agree_sizes(code, reported)
     assert set(excluded) == {0, 1}
     assert set(agreed) == {2, 3, 4, 5}
+
+
+def test_a_node_repeatedly_reporting_inconsistent_sizes_is_quarantined(tmp_path):
+    """Sizes that contradict the reply's own num-examples are provable: each is an offence,
+    and two put the node in quarantine (named in rounds.jsonl), as a reply the replicas
+    contradict does (before, such a node was rejected every round for ever, never named)."""
+    from test_review_edges import _run, _sizes
+
+    _, rows = _run(tmp_path, lambda i: [_sizes(1, 0.0)], "grouped-rs", 2, rounds=4)
+    assert rows[0]["rejected"] >= 1 and rows[1]["rejected"] >= 1
+    quarantined = {n for row in rows[2:] for n in row["quarantined"]}
+    assert len(quarantined) == 1
+    assert all(r["decode"] == "exact" for r in rows)

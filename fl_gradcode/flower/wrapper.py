@@ -909,7 +909,12 @@ class GradientCoding(Strategy):
                 # wallclock: the values are checked in the decoding pass, off the critical path
                 check_values=self.timing == "virtual",
             )
-            check_reply_sizes(state.code, worker, parsed.sizes, parsed.num_examples)
+            try:
+                check_reply_sizes(state.code, worker, parsed.sizes, parsed.num_examples)
+            except RejectedReply:  # provably inconsistent with itself: an offence
+                self._quarantine.offend(state.number, [node],
+                                        "partition sizes that contradict its num-examples")
+                raise
             if state.probe is not None:
                 z, size = state.probe.measure(parsed.arrays, parsed.num_examples,
                                               parsed.metrics)
@@ -1576,6 +1581,8 @@ class GradientCoding(Strategy):
         for worker, reason in sorted(excluded.items()):
             del state.valid[worker]
             _reject(state, state.cohort[worker], worker, reason)
+        self._quarantine.offend(state.number, [state.cohort[w] for w in sorted(excluded)],
+                                "partition sizes the other replicas contradict")
         if excluded:
             state.tracker = None  # rebuilt from the remaining replies
         for j, size in agreed.items():
