@@ -116,3 +116,24 @@ def test_size_forger_under_verify_with_s1_does_not_stall_the_run(tmp_path):
     _, rows = _run(tmp_path, lambda i: [_sizes(1, 0.0)], "frc", 1, rounds=4)
     assert all(r["rejected"] >= 1 for r in rows[:2]), rows
     assert any(r["decode"] != "skipped" for r in rows), [r["decode"] for r in rows]
+
+
+def test_a_run_in_which_no_round_applies_an_update_returns_the_initial_model(tmp_path, caplog):
+    """Every node's app fails: every round is skipped. Flower's Result would hold an empty
+    model (a caller flattening it fails); the wrapper returns the initial model, with a
+    warning."""
+    import logging
+
+    apps = [_down] * N
+    grid = InProcessGrid(None, N, apps=apps)
+    initial = ArrayRecord([np.full(SHAPE, 3.0)])
+    with warnings.catch_warnings(), caplog.at_level(logging.WARNING, logger="flwr"):
+        warnings.simplefilter("ignore")
+        result = GradientCoding(
+            FedAvg(fraction_evaluate=0.0), code="grouped-rs", s=1, seed=0, timing="virtual",
+            warmup_timeout=2, results_dir=str(tmp_path),
+        ).start(grid=grid, initial_arrays=initial, num_rounds=2, timeout=5)
+    rows = [json.loads(x) for x in (tmp_path / "rounds.jsonl").read_text().splitlines()]
+    assert [r["decode"] for r in rows] == ["skipped", "skipped"]
+    np.testing.assert_array_equal(result.arrays.to_numpy_ndarrays()[0], np.full(SHAPE, 3.0))
+    assert any("the returned model is the initial one" in r.getMessage() for r in caplog.records)

@@ -793,7 +793,7 @@ class GradientCoding(Strategy):
             return res
 
         try:
-            return super().start(
+            result = super().start(
                 self.wrap_grid(grid),
                 initial_arrays,
                 num_rounds=num_rounds,
@@ -802,6 +802,13 @@ class GradientCoding(Strategy):
                 evaluate_config=evaluate_config,
                 evaluate_fn=evaluate_and_record,
             )
+            if len(result.arrays) == 0 and len(initial_arrays) > 0:
+                # Flower's Result holds an empty model when no round applied one: the model
+                # the federation holds is the initial one, so that is what is returned
+                log(WARNING, "no round applied an update (see rounds.jsonl): the returned "
+                    "model is the initial one")
+                result.arrays = initial_arrays
+            return result
         finally:
             self._flush_row(None)
             if self._wrapped_grid is not None:
