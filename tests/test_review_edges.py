@@ -137,3 +137,12 @@ def test_a_run_in_which_no_round_applies_an_update_returns_the_initial_model(tmp
     assert [r["decode"] for r in rows] == ["skipped", "skipped"]
     np.testing.assert_array_equal(result.arrays.to_numpy_ndarrays()[0], np.full(SHAPE, 3.0))
     assert any("the returned model is the initial one" in r.getMessage() for r in caplog.records)
+
+
+def test_one_forger_in_a_cyclic_code_with_s1_does_not_quarantine_the_cohort(tmp_path):
+    """crc, s = 1, verify=True: one forger makes a contradiction over the code's whole block
+    that no single exclusion explains. That locates nobody: before, every node involved (the
+    whole cohort, honest ones included) was quarantined and nothing was sent for rounds."""
+    _, rows = _run(tmp_path, lambda i: [_forger(1)], "crc", 1, rounds=4)
+    assert all(r["decode"] in ("skipped", "exact", "approx") for r in rows)
+    assert all(len(r["quarantined"]) <= 2 for r in rows), [r["quarantined"] for r in rows]

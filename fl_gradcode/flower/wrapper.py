@@ -1265,8 +1265,13 @@ class GradientCoding(Strategy):
                     "excluded", server_round, w, state.cohort[w])
             self._quarantine.offend(server_round, [state.cohort[w] for w in verdict.excluded],
                                     "excluded as inconsistent")
-            self._quarantine.offend(server_round, [state.cohort[w] for w in verdict.involved],
-                                    "in a contradiction no single exclusion explains")
+            # an unlocatable contradiction is an offence of those involved only when they are
+            # few enough to be one replica group (FRC twins with s = 1); a contradiction
+            # spread over a cyclic code's whole block says nothing about who is wrong
+            if len(verdict.involved) <= state.code.s + 1:
+                self._quarantine.offend(server_round,
+                                        [state.cohort[w] for w in verdict.involved],
+                                        "in a contradiction no single exclusion explains")
         decoding = self._decoding(state, used)
         if (verdict is not None and verdict.status == "verified" and decoding is not None
                 and not _is_chunked(state.code)):
