@@ -33,6 +33,7 @@ from __future__ import annotations
 import copy
 import importlib
 import sys
+from collections.abc import Iterator
 from logging import WARNING
 from typing import Any
 
@@ -206,6 +207,22 @@ def legacy_attribute_error(owner: Any, name: str) -> AttributeError:
     return AttributeError(f"{type(owner).__name__!r} object has no attribute {name!r}")
 
 
+def _callers(coded: Any, depth: int, frames: int) -> Iterator[Any]:
+    """The ``self`` of each of up to ``frames`` frames from ``depth`` above the caller of the
+    function asking, other than ``coded`` (the strategies calling it, innermost first)."""
+    try:
+        frame = sys._getframe(depth + 1)
+    except ValueError:
+        return
+    for _ in range(frames):
+        if frame is None:
+            return
+        caller = frame.f_locals.get("self")
+        if caller is not None and caller is not coded:
+            yield caller
+        frame = frame.f_back
+
+
 def check_caller(coded: Any, depth: int = 2, frames: int = 6) -> None:
     """Refuse a Flower DP wrapper calling ``coded`` (``DPWrapper(GradientCoding(...))``).
 
@@ -215,16 +232,8 @@ def check_caller(coded: Any, depth: int = 2, frames: int = 6) -> None:
     """
     if not _DP_BASES:
         return
-    try:
-        frame = sys._getframe(depth)
-    except ValueError:
-        return
-    for _ in range(frames):
-        if frame is None:
-            return
-        caller = frame.f_locals.get("self")
-        if (caller is not None and caller is not coded and isinstance(caller, _DP_BASES)
-                and any(s is coded for s in _wrapped_chain(caller))):
+    for caller in _callers(coded, depth, frames):
+        if isinstance(caller, _DP_BASES) and any(s is coded for s in _wrapped_chain(caller)):
             raise CompositionError(
                 f"{type(caller).__name__}(GradientCoding(...)) cannot be exact: an outer DP "
                 "wrapper clips the coded replies (linear combinations of several partitions' "
@@ -232,7 +241,6 @@ def check_caller(coded: Any, depth: int = 2, frames: int = 6) -> None:
                 "calibrated to one client per reply to an average in which each partition has "
                 "a weight n_j/sum_j n_j: no DP guarantee. " + _DP_RECIPES
             )
-        frame = frame.f_back
 
 
 class ReplyFingerprints:
@@ -312,17 +320,9 @@ def _same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
 
 def outer_name(coded: Any, depth: int = 2, frames: int = 6) -> str | None:
     """The class of the strategy calling ``coded`` (an outer wrapper), if any."""
-    try:
-        frame = sys._getframe(depth)
-    except ValueError:
-        return None
-    for _ in range(frames):
-        if frame is None:
-            return None
-        caller = frame.f_locals.get("self")
-        if isinstance(caller, fl.Strategy) and caller is not coded:
+    for caller in _callers(coded, depth, frames):  # (a loop: a generator adds a frame)
+        if isinstance(caller, fl.Strategy):
             return type(caller).__name__
-        frame = frame.f_back
     return None
 
 
