@@ -118,6 +118,7 @@ class _Round:
     excluded: list[int] = field(default_factory=list)  # workers with nothing to compute
     tracker: Any = None  # exact decodability of the valid replies, updated per reply
     quarantined: list[int] = field(default_factory=list)  # nodes sent no work: quarantine
+    sizes: dict[int, float] = field(default_factory=dict)  # code partition -> checked size
 
     @cached_property
     def worker_of(self) -> dict[int, int]:
@@ -1572,7 +1573,9 @@ class GradientCoding(Strategy):
         reply reported consistently with its ``num-examples`` and its partition's other
         replicas (never below ``sigma C / k``). ``None`` (the round is not released): no such
         sizes."""
-        agreed, _, _ = agree_sizes(state.code, {w: state.valid[w].sizes for w in used})
+        # the replicas' sizes were cross-checked once (_check_sizes): those of used's partitions
+        held = {int(j) for w in used for j in state.code.assignment(w)}
+        agreed = {j: n for j, n in state.sizes.items() if j in held}
         try:
             scale = central_noise_scale(decoding, agreed, count)
         except ValueError as exc:
@@ -1597,6 +1600,7 @@ class GradientCoding(Strategy):
                                 "partition sizes the other replicas contradict")
         if excluded:
             state.tracker = None  # rebuilt from the remaining replies
+        state.sizes = agreed
         for j, size in agreed.items():
             self.partition_sizes[_key(state.partitions[j])] = size
         for j, size in confirmed_now.items():
