@@ -75,7 +75,8 @@ def train_timing_mod(msg: Message, context: Context, call_next: Callable) -> Mes
 
 
 def _reply_bytes(msg: Message) -> int:
-    return int(sum(np.asarray(a.numpy()).nbytes
+    """Bytes of the values a reply's arrays hold (read from their headers: no copy)."""
+    return int(sum(protocol.array_view(a).nbytes
                    for rec in msg.content.array_records.values() for a in rec.values()))
 
 
