@@ -26,8 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(
-    r"(?P<open><!-- generated:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(?P<close><!-- /generated:(?P=name) -->)",
-    re.S)
+    r"(?P<open><!-- generated:(?P<name>[\w-]+) -->\n)(?P<body>.*?)"
+    r"(?P<close><!-- /generated:(?P=name) -->)", re.S)
 FIGURE_CODING = "results/coding_speedup.png"
 
 RENDERERS: dict[str, Callable[[], str | None]] = {}
@@ -198,7 +198,8 @@ def _time(entry: dict) -> str:
         return "never"
     seeds = len(load(TTA)["seeds"])
     reached = entry.get("reached", seeds)
-    return f"{entry['time_to_target_mean']:.1f}" + (f" ({reached} seeds)" if reached < seeds else "")
+    more = f" ({reached} seeds)" if reached < seeds else ""
+    return f"{entry['time_to_target_mean']:.1f}{more}"
 
 
 def _runs(setup: str, scheme: str) -> list[dict]:
@@ -266,7 +267,8 @@ def tta_auto_deadline() -> str:
             "-" if best_dl is None else
             f"{best_dl.split()[-1]}: {dl['best_fixed_with_deadline_time']:.1f}",
             "-" if best_dl is None else
-            f"{dl['vs_best_fixed_with_deadline']:.2f}" + ci(dl.get("vs_best_fixed_with_deadline_ci95")),
+            f"{dl['vs_best_fixed_with_deadline']:.2f}"
+            + ci(dl.get("vs_best_fixed_with_deadline_ci95")),
             f"{last['auto']:.1f} -> {last['auto-deadline']:.1f}",
             f"{decodes.count('approx')} / {decodes.count('skipped')}"])
     return table(["setup", "auto -> auto-deadline", "best fixed", "/ it [95% CI]",
@@ -427,7 +429,8 @@ def sampled_cohorts_10seeds() -> str:
              f"{e['mean_s']:.2f}"] for s, e in d["table"]["persistent"].items()]
     return (table(["scheme (persistent, 10 seeds)", "time to 90% (seeds that reach it)",
                    "mean round", "mean s"], rows)
-            + f"\n\nauto / auto-reset {auto['vs_auto_reset']:.2f}{ci(auto.get('vs_auto_reset_ci95'))}"
+            + f"\n\nauto / auto-reset {auto['vs_auto_reset']:.2f}"
+            f"{ci(auto.get('vs_auto_reset_ci95'))}"
             f" (time), {auto['round_vs_auto_reset']:.2f}"
             f"{ci(auto.get('round_vs_auto_reset_ci95'))} (mean round time); auto faster on "
             f"{auto['faster_than_auto_reset_on']} of {auto['seeds_compared']} seeds compared.")
