@@ -361,6 +361,38 @@ def adaptive_goals() -> str:
     return "\n".join(lines)
 
 
+@block("adaptive-at-a-glance")
+def adaptive_at_a_glance() -> str:
+    data = load(TTA)
+    tab, settings = data["table"], _no_dp(data)
+    auto = {k: tab[k]["auto"] for k in settings}
+    gaps = [tab[k]["auto"]["max_accuracy_gap_to_uncoded"] for k in tab]
+    speed = {k: e["speedup_vs_uncoded"] for k, e in auto.items()}
+    lo, hi = min(speed, key=speed.get), max(speed, key=speed.get)
+
+    def within(scheme: str, key: str) -> str:
+        ratios = {k: tab[k][scheme][key] for k in settings
+                  if scheme in tab[k] and tab[k][scheme].get(key) is not None}
+        hit = sum(v <= 1.05 for v in ratios.values())
+        worst = max(ratios, key=ratios.get)
+        return (f"{hit} of {len(ratios)} settings, worst {ratios[worst]:.2f}× "
+                f"(`{worst}`)")
+
+    return "\n".join([
+        f"- **Exact and faster than uncoded**: largest accuracy gap of `auto` to the uncoded "
+        f"run over all {len(tab)} settings (DP included): {max(gaps):g}; faster than uncoded "
+        f"to {data['target']:.0%} in every setting without DP, from {speed[lo]:.2f}× "
+        f"(`{lo}`) to {speed[hi]:.2f}× (`{hi}`).",
+        f"- **Within 1.05× of the best fixed choice?** `auto` against fixed codes with the "
+        f"same information: {within('auto', 'vs_best_fixed_same_information')}; a second "
+        f"run reading the first's latencies (`auto-warm`): "
+        f"{within('auto-warm', 'vs_best_fixed_same_information')}; deadlines from the "
+        f"prediction (`auto-deadline`) against the same rivals: "
+        f"{within('auto-deadline', 'vs_best_fixed_same_information')}, against fixed codes "
+        f"given the same deadline rule: {within('auto-deadline', 'vs_best_fixed_with_deadline')}.",
+    ])
+
+
 @block("headline")
 def headline() -> str:
     data = load(TTA)
@@ -570,8 +602,38 @@ def regime_map() -> str:
     d = load("regime_map.json")
     pays = sum(sp > 1.0 for row in d["speedup"] for sp in row)
     cells = sum(len(row) for row in d["speedup"])
+    rows = [[f"{c:.3g}", *(f"{sp:,.0f}× (s={s})" if sp >= 100 else f"{sp:.3g}× (s={s})"
+                           for sp, s in zip(sp_row, s_row, strict=True))]
+            for c, sp_row, s_row in zip(d["partition_cost"], d["speedup"], d["best_s"],
+                                        strict=True)]
     return (f"n = {d['n']}, {d['p']:.0%} slow clients, {d['samples']:,} Monte Carlo samples "
-            f"per cell: coding pays in {pays} of {cells} cells (`results/regime_map.png`).")
+            f"per cell: coding pays in {pays} of {cells} cells. Rows: compute cost `c` per "
+            f"partition over the mean delay; columns: the slow clients' slowdown; a cell: the "
+            f"best speed-up over uncoded and its `s`.\n\n"
+            + table(["c \\ slowdown", *(f"{v:.3g}×" for v in d["slowdown"])], rows))
+
+
+@block("deployment-breakdown")
+def deployment_breakdown() -> str:
+    d = load("deployment_breakdown.json")
+    rows = []
+    for n, runs in d["runs"].items():
+        for name, run in runs.items():
+            m = run["median_steady"]
+            rows.append([n, name, f"{m['round_s']:.1f}",
+                         f"{run['flower_share_s']:.1f}" if "flower_share_s" in run else "-",
+                         f"{run['ours_share_s']:.2f}" if "ours_share_s" in run else "-",
+                         f"{m.get('clientapp_start_s', 0):.1f}",
+                         f"{m.get('app_import_s', 0) + m.get('mod_import_s', 0):.1f}",
+                         f"{m.get('mod_overhead_s', 0):.3f}",
+                         f"{m.get('server_wrapper_s', 0):.3f}",
+                         f"{run.get('round1_handshake_s', 0):.1f}",
+                         f"{run['pull_calls']:,}" if "pull_calls" in run else "-"])
+    return (f"{d['rounds']} rounds, `{d['code']}` with s = {d['s']}; medians of the rounds "
+            f"after the first (seconds):\n\n"
+            + table(["SuperNodes", "run", "round", "Flower's share", "ours", "ClientApp start",
+                     "imports (app + mod)", "mod's own work", "wrapper", "round-1 handshake",
+                     "SuperLink pulls per job"], rows))
 
 
 @block("approx-error")
