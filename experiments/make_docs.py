@@ -512,6 +512,16 @@ def bench_codes_cold() -> str:
     return table(["code", "n", "s", "random sets", "median ms", "range ms"], rows)
 
 
+@block("bench-codes-accuracy")
+def bench_codes_accuracy() -> str:
+    rows = [[r["code"], r["n"], r["s"], r["load"], f"{r['load_overhead']:.2f}",
+             r["straggler_sets"], f"{r['worst_relative_error']:.1e}",
+             f"{r['worst_condition']:.3g}"]
+            for r in load("bench_codes.json")["accuracy"] if "skipped" not in r]
+    return table(["code", "n", "s", "load", "load overhead", "straggler sets",
+                  "worst relative error", "worst condition"], rows)
+
+
 @block("cohort-scale")
 def cohort_scale() -> str:
     d = load("cohort_scale.json")
