@@ -52,6 +52,10 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+def _num(value: float | None, fmt: str = ".2f") -> str:
+    return "-" if value is None else format(value, fmt)
+
+
 def ci(pair: list[float] | None) -> str:
     return "" if not pair else f" [{pair[0]:.2f}, {pair[1]:.2f}]"
 
@@ -214,6 +218,7 @@ def _mean(values: list[float]) -> float:
 def tta_warm_start() -> str:
     data = load(TTA)
     rows = []
+    counts = [0, 0]
     for setup in _no_dp(data):
         row = data["table"][setup]
         if "auto-warm" not in row:
@@ -224,9 +229,19 @@ def tta_warm_start() -> str:
                      f"{warm['vs_best_fixed_same_information']:.2f}"
                      + ci(warm.get("vs_best_fixed_same_information_ci95")),
                      f"{cold['vs_best_fixed_final']:.2f} -> {warm['vs_best_fixed_final']:.2f}"
-                     + ci(warm.get("vs_best_fixed_final_ci95"))])
-    return table(["setup", "auto", "auto-warm", "/ best fixed, same information [95% CI]",
-                  "to the final model [95% CI]"], rows)
+                     + ci(warm.get("vs_best_fixed_final_ci95")),
+                     f"{cold['vs_best_fixed_same_information_final']:.2f} -> "
+                     f"{warm['vs_best_fixed_same_information_final']:.2f} "
+                     f"({warm['best_fixed_same_information_final']})"
+                     + ci(warm.get("vs_best_fixed_same_information_final_ci95"))])
+        counts[0] += cold["vs_best_fixed_same_information"] <= 1.05
+        counts[1] += warm["vs_best_fixed_same_information"] <= 1.05
+    return (table(["setup", "auto", "auto-warm", "/ best fixed, same information [95% CI]",
+                   "to the final model [95% CI]",
+                   "to the final model, same information [95% CI]"], rows)
+            + f"\n\nWithin 1.05× of the best fixed choice with auto's information to "
+            f"{data['target']:.0%}: {counts[1]} of these {len(rows)} settings warm against "
+            f"{counts[0]} cold.")
 
 
 @block("tta-stop-late-work")
@@ -271,9 +286,15 @@ def tta_auto_deadline() -> str:
             + ci(dl.get("vs_best_fixed_with_deadline_ci95")),
             f"{last['auto']:.1f} -> {last['auto-deadline']:.1f}",
             f"{decodes.count('approx')} / {decodes.count('skipped')}"])
-    return table(["setup", "auto -> auto-deadline", "best fixed", "/ it [95% CI]",
-                  "best fixed with the deadline", "/ it [95% CI]", "round 30",
-                  "approx / skipped"], rows)
+    missed = [r[-1] for r in rows if r[-1] != "0 / 0"]
+    total = sum(len(r["decode"]) for k in _no_dp(data) if "auto-deadline" in data["table"][k]
+                for r in _runs(k, "auto-deadline"))
+    not_exact = sum(int(a) + int(b) for a, b in (m.split(" / ") for m in missed))
+    return (table(["setup", "auto -> auto-deadline", "best fixed", "/ it [95% CI]",
+                   "best fixed with the deadline", "/ it [95% CI]", "round 30",
+                   "approx / skipped"], rows)
+            + f"\n\nRounds of `auto-deadline` that were not exact: {not_exact} of {total}, "
+            f"in {len(missed)} of the {len(rows)} settings.")
 
 
 @block("tta-all-runs")
@@ -391,6 +412,34 @@ def adaptive_at_a_glance() -> str:
         f"{within('auto-deadline', 'vs_best_fixed_same_information')}, against fixed codes "
         f"given the same deadline rule: {within('auto-deadline', 'vs_best_fixed_with_deadline')}.",
     ])
+
+
+@block("tta-goals")
+def tta_goals() -> str:
+    """The adaptive scheme's goals, measured: the ``goals`` entry of the time-to-accuracy JSON."""
+    data = load(TTA)
+    lines = []
+    for scheme, goal in data["goals"].items():
+        within = goal.get("within", {})
+        counts = "; ".join(f"{len(e['met'])} of {len(e['met']) + len(e['missed'])} against "
+                           f"{e['rivals']}" for e in within.values())
+        lines.append(f"- `{scheme}` within 1.05× of the best fixed choice: {counts}.")
+        drift = goal.get("drift", {})
+        if drift:
+            cells = ", ".join(f"`{k}` {_num(v['to_target'])} / {_num(v['to_final_model'])}"
+                              for k, v in drift.items())
+            lines.append(f"  Under drift, its time over the best fixed choice to "
+                         f"{data['target']:.0%} / to the final model: {cells}.")
+        if goal.get("speedup_pareto") is not None and goal.get("speedup_n256_bimodal"):
+            lines.append(f"  Speed-up over uncoded under Pareto delays "
+                         f"{goal['speedup_pareto']:.2f}×, at n = 256 under load-scaled bimodal "
+                         f"straggling {goal['speedup_n256_bimodal']:.2f}×.")
+        exact = goal.get("exact")
+        if exact:
+            lines.append(f"  Rounds equal to the uncoded run's in {len(exact['equal'])} "
+                         f"settings, different in {len(exact['differ'])}, approximate in "
+                         f"{len(exact['approximate'])}.")
+    return "\n".join(lines)
 
 
 @block("headline")
