@@ -23,6 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as a script: import this checkout's fl_gradcode
+    sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "results"
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(
@@ -778,6 +780,14 @@ def options() -> str | None:
 @block("codes")
 def codes() -> str | None:
     return _from_config("codes_markdown")
+
+
+@block("code-names")
+def code_names() -> str:
+    from fl_gradcode.codes import available_codes
+
+    return "Registered codes (`fl_gradcode.codes.available_codes()`): " + ", ".join(
+        f"`{name}`" for name in available_codes()) + "."
 
 
 # ---------------------------------------------------------------- figures

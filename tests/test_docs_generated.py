@@ -97,3 +97,15 @@ def test_the_heuristic_sees_a_hand_copied_number():
         "4.3×", "12 s"]
     assert RESULT_NUMBER.findall(_outside_blocks(
         "<!-- generated:x -->\n4.3×\n<!-- /generated:x -->\n`s+1`× and 12 SuperNodes")) == []
+
+
+def test_option_table_comes_from_the_config_module_when_it_renders_one(make_docs, monkeypatch):
+    import fl_gradcode.config as config
+
+    text = "<!-- generated:options -->\nhand table\n<!-- /generated:options -->\n"
+    monkeypatch.delattr(config, "options_markdown", raising=False)
+    assert make_docs.render(text, "p.md") == (text, [])  # no generator yet: the body stays
+    monkeypatch.setattr(config, "options_markdown", lambda: "| key |\n|---|\n| `s` |\n",
+                        raising=False)
+    new, stale = make_docs.render(text, "p.md")
+    assert stale == ["p.md: options"] and "| `s` |" in new and "hand table" not in new
