@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import hashlib
 import json
 import re
 import sys
@@ -790,6 +791,22 @@ def code_names() -> str:
         f"`{name}`" for name in available_codes()) + "."
 
 
+def _coding_figure_data() -> list[tuple[str, float, float]]:
+    data = load(TTA)
+    return [(k, data["table"][k]["exact"]["speedup_vs_uncoded"],
+             data["table"][k]["auto"]["speedup_vs_uncoded"]) for k in _no_dp(data)]
+
+
+@block("coding-figure")
+def coding_figure() -> str:
+    """The README's figure with a digest of the values it is drawn from: when the JSON changes,
+    ``--check`` reports this block stale and a rewrite redraws the figure."""
+    digest = hashlib.sha256(json.dumps(_coding_figure_data()).encode()).hexdigest()[:16]
+    return (f"![speed-up to the target accuracy over uncoded FedAvg, per setting]"
+            f"({FIGURE_CODING})\n<!-- drawn by experiments/make_docs.py from "
+            f"results/{TTA}, data {digest} -->")
+
+
 # ---------------------------------------------------------------- figures
 def draw_coding_figure(path: Path) -> None:
     """Speed-up over uncoded FedAvg to the target accuracy, per setting (exact, auto)."""
@@ -800,13 +817,12 @@ def draw_coding_figure(path: Path) -> None:
     import numpy as np
 
     data = load(TTA)
-    settings = _no_dp(data)
+    rows = _coding_figure_data()
+    settings = [r[0] for r in rows]
     x = np.arange(len(settings))
     fig, ax = plt.subplots(figsize=(10, 3.6))
-    for i, scheme in enumerate(("exact", "auto")):
-        ax.bar(x + (i - 0.5) * 0.38, [data["table"][k][scheme]["speedup_vs_uncoded"]
-                                      for k in settings], 0.38,
-               label={"exact": "fixed exact code at s_max", "auto": 's="auto"'}[scheme])
+    for i, label in enumerate(("fixed exact code at s_max", 's="auto"')):
+        ax.bar(x + (i - 0.5) * 0.38, [r[1 + i] for r in rows], 0.38, label=label)
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_yscale("log")
     ticks = [0.25, 0.5, 1, 2, 4, 8, 16, 32]
