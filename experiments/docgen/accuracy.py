@@ -385,3 +385,43 @@ def tta_goals() -> str:
                          f"{len(exact['approximate'])}.")
     return "\n".join(lines)
 
+
+
+@block("tta-setup")
+def tta_setup() -> str:
+    """The experiment's fixed inputs, from the JSON: target, seeds, rounds, compute, DP, latency."""
+    data = load(TTA)
+    base, dp = data["base"], data["dp"]
+    rows = [[name, ", ".join(f"{k.removeprefix('latency-')} "
+                             + (format(v, "g") if isinstance(v, float) else str(v))
+                             for k, v in spec.items() if k != "latency")]
+            for name, spec in data["latencies"].items()]
+    return (f"Target accuracy {data['target']:.0%} (test accuracy; \"time to the target\" below), "
+            f"{len(data['seeds'])} seeds, {data['rounds']} rounds, {base['model']} on "
+            f"{base['dataset']} with {base['update']} updates (learning rate {base['lr']:g}), "
+            f"modelled compute {base['partition-cost-s']:g} s per partition (a coded client "
+            f"pays `s+1` of them); `+DP` settings: {dp['dp']}-level DP, noise multiplier "
+            f"σ = {dp['noise-multiplier']:g}, clip norm C = {dp['clip-norm']:g}. Latency "
+            f"settings (run-config `latency-*` keys):\n\n"
+            + table(["latency", "parameters"], rows))
+
+
+@block("tta-warm-start-s")
+def tta_warm_start_s() -> str:
+    """Where the warm runs start and how long they stay at ``s_max``: per seed, from the runs."""
+    data = load(TTA)
+    rows = []
+    for setup in no_dp(data):
+        if "auto-warm" not in data["table"][setup]:
+            continue
+        s_max = int(setup.split()[1][2:])
+        cells = [setup]
+        for key in ("s", "at_max"):
+            for scheme in ("auto", "auto-warm"):
+                runs = _runs(setup, scheme)
+                values = [r["s"][0] if key == "s" else sum(v == s_max for v in r["s"])
+                          for r in runs]
+                cells.append(", ".join(str(v) for v in values))
+        rows.append(cells)
+    return table(["setup", "round-1 s per seed: auto", "auto-warm",
+                  f"rounds at s_max per seed (of {data['rounds']}): auto", "auto-warm"], rows)

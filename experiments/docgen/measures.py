@@ -71,9 +71,15 @@ def bandwidth_limited() -> str:
                                       for s in ("uncoded", "exact", "comm-efficient")),
                      f"{ce['speedup_vs_exact']:.2f}× (round {ce['round_speedup_vs_exact']:.2f}×)",
                      f"{ce['bytes_vs_uncoded']:.2f} / {r['exact']['bytes_vs_uncoded']:.2f}"])
-    return table(["upload s (one full model)", "uncoded", "exact (grouped-rs)",
-                  "comm-efficient", "comm-eff. vs exact (speed-up)",
-                  "bytes per round vs uncoded (comm-eff. / exact)"], rows)
+    first = d["table"][0]
+    setup = (f"n = {d['n']}, s = {d['s']}, m = {d['m']}, {d['latency']} stragglers, modelled "
+             f"compute {d['partition_cost_s']:g} s per partition, "
+             f"{first['rounds']} rounds, {len(d['seeds'])} seeds; time to "
+             f"{first['target']:.0%} accuracy (virtual s) and, in brackets, the mean round "
+             f"time:\n\n")
+    return setup + table(["upload s (one full model)", "uncoded", "exact (grouped-rs)",
+                          "comm-efficient", "comm-eff. vs exact (speed-up)",
+                          "bytes per round vs uncoded (comm-eff. / exact)"], rows)
 
 
 @block("bench-aggregation")
@@ -267,8 +273,11 @@ def calculator_seeds64() -> str:
     d = load("calculator_seeds64.json")
     rows = [[f"{v:.1f}" if isinstance(v, float) else str(v) for v in r.values()]
             for r in d["rows"]]
-    best = d["best"]
-    return (table(list(d["rows"][0]), rows)
+    best, model = d["best"], d["model_args"]
+    setup = (f"{d['n']} workers, {d['latency']} latency: {model['p']:.0%} stragglers slowed "
+             f"{model['slowdown']:g}×, storage up to `s+1` partitions; expected round time per "
+             f"code:\n\n")
+    return (setup + table(list(d["rows"][0]), rows)
             + f"\n\nBest: `{best['code']}` at s = {best['s']}, expected round time "
             f"{best['time']:.1f} ({best['speedup']:.2f}× uncoded).")
 
