@@ -20,7 +20,8 @@ PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
 # a measured quantity: a number followed by a unit of time, size, speed-up or share ("4.3×",
 # "12 s", "10-s", "5x", "90%", "1.4 MB")
 RESULT_NUMBER = re.compile(
-    r"(?<![\w.])\d(?:[\d,.]*\d)?(?:\s?(?:×|%|MB\b|KB\b|GB\b|ms\b|s\b)|-s\b|x\b)")
+    r"(?<![\w.])\d(?:[\d,.]*\d)?(?:\s?(?:×|%|[KMG]B\b|ms\b|s\b|min\b|minutes?\b|hours?\b"
+    r"|seconds?\b)|-s\b|x\b)")
 # numbers outside blocks that are no result: the set-up and the adaptive scheme's goal
 ALLOWED = {
     "Python 3.11",  # the supported interpreter
@@ -105,8 +106,8 @@ def test_no_result_number_outside_generated_blocks(page):
 def test_the_heuristic_sees_a_hand_copied_number():
     assert RESULT_NUMBER.findall(_outside_blocks("coding is 4.3× faster, 12 s per round")) == [
         "4.3×", "12 s"]
-    assert RESULT_NUMBER.findall("a 10-s deadline, 5x slower, 90% of 1,308 s") == [
-        "10-s", "5x", "90%", "1,308 s"]
+    assert RESULT_NUMBER.findall("a 10-s deadline, 5x slower, 90% of 1,308 s, 20 minutes") == [
+        "10-s", "5x", "90%", "1,308 s", "20 minutes"]
     assert RESULT_NUMBER.findall(_outside_blocks(
         "<!-- generated:x -->\n4.3×\n<!-- /generated:x -->\n`s+1`× and 12 SuperNodes, "
         "`--only\n\"n=12 s=3\"`")) == []
