@@ -692,7 +692,7 @@ class GradientCoding(Strategy):
             placement, estimator, busy_until=busy_until, pending=pending, now=now,
             candidates=candidates, busy="skip" if self.busy_mode == "skip" else "fit",
             margin=self.auto_margin, lookahead=True,
-            rng=np.random.default_rng([self.seed, estimator._next_index]),
+            rng=np.random.default_rng([self.seed, estimator.next_round_id]),
             exclude_slower_than=self.exclude_slow if self.adaptive else None,
             pending_limit=None if pending is None or not self.stop_late_work else limit,
         )
