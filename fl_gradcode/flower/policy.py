@@ -1,0 +1,509 @@
+"""The code policy of :class:`~fl_gradcode.flower.GradientCoding`: which code each round uses,
+and which busy members get work queued behind their current job.
+
+* :class:`FixedCodePolicy`: one registry code (or a given :class:`~fl_gradcode.codes.GradientCode`)
+  per cohort size; with ``busy="fit"`` the busy members it queues are decided from the
+  estimated latencies (:class:`~fl_gradcode.adaptive.SingleCode`).
+* :class:`AdaptiveCodePolicy` (``s="auto"``): the tolerance of a nested placement chosen every
+  round by :func:`~fl_gradcode.adaptive.choose_s` (Tandon et al., ICML 2017,
+  https://arxiv.org/abs/1612.03301, for the codes; heterogeneity-aware assignment after Wang,
+  Cheng, Ramamoorthy, ICDCS 2019, https://arxiv.org/abs/1901.09339).
+
+Both learn from :class:`LatencyBook`: one latency estimator over every node ever sampled,
+the work each node has not returned, replies that arrive after their round, and the
+``latency_state`` file. A scheme of one's own (an oracle that knows the best ``s`` in
+hindsight, a policy that forgets) is a subclass passed as ``GradientCoding(code_policy=...)``;
+:meth:`AdaptiveCodePolicy.candidates` and :meth:`FixedCodePolicy.estimator` are the
+documented points to override.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+from collections.abc import Callable, Mapping
+from logging import INFO, WARNING
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+from flwr.common.logger import log
+
+from .. import adaptive
+from ..adaptive import Decision, LatencyEstimator, SingleCode, code_loads
+from ..codes import GradientCode, NestedPlacement
+from .clock import VirtualClock
+from .membership import code_for_cohort
+from .protocol import Identity
+
+__all__ = ["AdaptiveCodePolicy", "CodePolicy", "FixedCodePolicy", "LatencyBook",
+           "make_code_policy", "read_latency_state"]
+
+BUSY_MODES = ("skip", "queue", "fit")
+
+
+class PolicyHost(Protocol):
+    """What a policy reads of the strategy it plans for (read each time: replaced freely)."""
+
+    clock: Any
+    identities: Mapping[int, Identity]
+
+
+@runtime_checkable
+class CodePolicy(Protocol):
+    """Plans each round's code for a cohort and its busy members, learns from the round's
+    arrivals, saves what it learnt. ``decision`` is the last plan's
+    :class:`~fl_gradcode.adaptive.Decision` (``None``: a fixed code that decides nothing)."""
+
+    decision: Decision | None
+    estimating: bool
+    busy: str
+    adaptive: bool
+
+    def bind(self, host: PolicyHost) -> None: ...
+
+    def plan(self, cohort: list[int], busy_nodes: set[int]) -> GradientCode: ...
+
+    def queued(self, busy_nodes: set[int], cohort: list[int]) -> set[int]: ...
+
+    def code_for(self, n: int) -> GradientCode: ...
+
+    def stopping_replies(self, code: GradientCode) -> int | None: ...
+
+    def observe(self, state: Any, arrivals: Mapping[int, float], window: Any,
+                waited: Callable[[Any, float], np.ndarray]) -> None: ...
+
+    def save_state(self) -> None: ...
+
+
+def read_latency_state(path: str | None) -> dict[str, Any] | None:
+    """The latency observations saved at ``path`` (``None``: no path, or no file yet),
+    validated now so that a bad file stops the run before its first round."""
+    if path is None or not os.path.exists(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as fh:
+            state = json.load(fh)
+        LatencyEstimator.validate_state(state)
+    except (OSError, ValueError, OverflowError, RecursionError) as exc:
+        raise ValueError(f"latency_state={path!r} is not a file of latency observations "
+                         f"written by GradientCoding: {exc}") from exc
+    return state
+
+
+class LatencyBook:
+    """One latency estimator over every node ever sampled (node id -> its index), seen
+    through each round's cohort, with what the server knows of each node's unfinished work.
+
+    ``outstanding``: node -> its jobs not known to be done, each ``[sent at, units, reply
+    arrival (None: not yet), deadline (when its work stops)]``. ``late``: replies after their
+    round ended, ``(arrival, estimator round id, node index, elapsed, stopped)`` (stopped: work
+    abandoned at the deadline, censored there, not observed). Node names in the
+    ``latency_state`` file are data partitions ``"id/of"`` (stable across runs, unlike node
+    ids); a file's clients wait at reserved indices until a node of that partition is seen.
+    """
+
+    def __init__(self, *, seed: int, latency_state: str | None, meta: Mapping[str, Any]) -> None:
+        self.seed = int(seed)
+        self.path = latency_state
+        self.meta = dict(meta)
+        self.estimator: LatencyEstimator | None = None
+        self.node_index: dict[int, int] = {}
+        self.keys: list[str] = []  # the estimator's client names
+        self.unclaimed: dict[str, int] = {}  # the file's clients not yet claimed by a node
+        self.file_clients = 0  # clients read from the file, until one is claimed
+        self.late: list[tuple[float, int, int, float, bool]] = []
+        self.outstanding: dict[int, list[list[Any]]] = {}
+        self.warm_start = read_latency_state(latency_state)
+        if self.warm_start is not None:
+            here, there = self.meta, self.warm_start.get("meta", {})
+            differ = {k: there[k] for k in here if k in there and there[k] != here[k]}
+            if differ:
+                log(WARNING, "latency_state=%r was written by a run with %s (this run: %s); "
+                    "its times may not compare with this run's", latency_state, differ,
+                    {k: here[k] for k in differ})
+
+    def view(self, cohort: list[int], now: float, key_of: Callable[[int], str]) -> Any:
+        """The estimator seen through ``cohort``, fed with the late and outstanding replies.
+        Nodes seen for the first time join it with no record, or with their data partition's
+        record from the ``latency_state`` file (``key_of``: a node's name there)."""
+        if self.estimator is None and self.warm_start is not None:
+            self._read_warm_start()
+        while len(self.keys) < len(self.node_index):  # indices set from outside
+            self.keys.append(f"index:{len(self.keys)}")
+        for node in cohort:
+            if node not in self.node_index:
+                key = key_of(node)
+                i = self.unclaimed.pop(key, None)
+                if i is None:  # new (or a partition already claimed: a distinct name)
+                    i = len(self.keys)
+                    self.keys.append(key if key not in self.keys else f"{key}#{i}")
+                self.node_index[node] = i
+        if self.file_clients and len(self.unclaimed) == self.file_clients:
+            self.file_clients = 0  # (warned once)
+            log(WARNING, "none of the %d clients in %s is a data partition of this cohort "
+                "(named 'id/num-partitions'): the file informs nothing yet",
+                len(self.unclaimed), self.path)
+        if self.estimator is None:
+            self.estimator = LatencyEstimator(len(self.keys), seed=self.seed)
+        estimator = self.estimator
+        if len(self.keys) > estimator.n:
+            estimator.grow(len(self.keys))
+        for item in list(self.late):
+            arrival, rid, index, elapsed, stopped = item
+            if arrival <= now:
+                if stopped:  # abandoned at the deadline: only that it took longer is known
+                    estimator.observe_pending(rid, index, elapsed)
+                else:
+                    estimator.observe_late(rid, index, elapsed)
+                self.late.remove(item)
+            else:  # still outstanding: only that it has not arrived by now is known
+                # (a job stopped before it could start began after its round: nothing yet)
+                estimator.observe_pending(rid, index, max(now - (arrival - elapsed), 0.0))
+        members = [self.node_index[node] for node in cohort]
+        if members == list(range(estimator.n)):
+            return estimator  # every node, in order: the estimator itself
+        return estimator.view(members)
+
+    def _read_warm_start(self) -> None:
+        """Start the estimator from the ``latency_state`` file: its clients at reserved
+        indices that nodes claim by data partition when first seen (in this cohort, a later
+        one, or never: a record not claimed is kept and written back with the rest)."""
+        state, self.warm_start = self.warm_start, None
+        clients = list(state["clients"])
+        if clients:
+            self.estimator = LatencyEstimator(len(clients), seed=self.seed)
+            remembered = self.estimator.import_rounds(state, clients)
+            self.keys = clients
+            self.unclaimed = {key: i for i, key in enumerate(clients)}
+            self.file_clients = len(clients)
+        else:
+            remembered = 0
+        log(INFO, "latency observations of %d rounds and %d clients read from %s",
+            remembered, len(clients), self.path)
+
+    def pending_work(self, node: int, now: float, unknown: float) -> tuple[float, float]:
+        """``(seconds since its current job started, units not returned)`` of a busy node:
+        jobs whose replies arrived by ``now`` are done; the oldest other job started when it
+        was sent or when the reply before it arrived. A node with no record (work sent before
+        a restart) counts as ``unknown`` units (a full share of the placement) started now."""
+        jobs = self.outstanding.get(node, [])
+        done = [job for job in jobs if job[2] is not None and job[2] <= now]
+        left = [job for job in jobs if job[2] is None or job[2] > now]
+        self.outstanding[node] = left
+        if not left:
+            return 0.0, float(unknown)
+        start = max([left[0][0], *(job[2] for job in done)])
+        return now - start, float(sum(job[1] for job in left))
+
+    def save(self) -> None:
+        """Write the estimator's rounds to ``latency_state`` (a temporary file, then renamed:
+        a run killed mid-write leaves the previous file). Never ends a run: a failure warns."""
+        if self.path is None or self.estimator is None:
+            return
+        tmp = f"{self.path}.{os.getpid()}.tmp"
+        try:
+            # clients without work in any remembered round carry no information: left out,
+            # so that names never claimed again (foreign, rejoined) leave once they age out
+            state = self.estimator.export_rounds(self.keys, self.meta, informative_only=True)
+            parent = os.path.dirname(os.path.abspath(self.path))
+            os.makedirs(parent, exist_ok=True)
+            with open(tmp, "w", encoding="utf-8") as fh:
+                json.dump(state, fh)
+            os.replace(tmp, self.path)
+        except Exception as exc:  # the run does not need the file: warn, go on
+            log(WARNING, "could not write latency observations to %s: %s", self.path, exc)
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+
+
+class FixedCodePolicy:
+    """One code per cohort size; busy members skipped, queued, or (``busy="fit"``) queued
+    when the estimated latencies say they can start in time.
+
+    Keywords as :class:`~fl_gradcode.flower.GradientCoding`'s (``busy=None``: ``"skip"``;
+    with ``timing="wallclock"`` always ``"skip"``: the grid waits for a busy node's earlier
+    reply). ``timing``, ``measured_compute`` and ``compute_cost_s`` are how the run measures
+    time, written with the ``latency_state`` file and compared when it is read.
+    """
+
+    adaptive = False
+    margin = 0.1  # the robust choice's margin (auto_margin); a fixed code has one candidate
+    exclude_slow: float | None = None  # only s="auto" excludes slow clients
+
+    def __init__(
+        self,
+        *,
+        code: str | GradientCode = "grouped-rs",
+        s: int = 1,
+        s_max: int | None = None,
+        code_options: Mapping[str, Any] | None = None,
+        seed: int = 0,
+        busy: str | None = None,
+        min_replies: int | None = None,
+        stop_late_work: bool = False,
+        auto_deadline: float | None = None,
+        straggler_timeout: float = 10.0,
+        latency_state: str | os.PathLike[str] | None = None,
+        timing: str = "virtual",
+        measured_compute: bool = True,
+        compute_cost_s: float = 0.0,
+    ) -> None:
+        if busy not in (None, *BUSY_MODES):
+            raise ValueError(f"busy={busy!r}; expected 'skip', 'queue', 'fit' or None")
+        if busy is None:
+            busy = "queue" if self.adaptive else "skip"
+        self.code_spec = code
+        self.s = int(s)
+        self.s_max = s_max
+        options = dict(code_options or {})
+        if code == "nested" and s_max is not None and not self.adaptive:
+            options = {"s_max": s_max, **options}
+        self.code_options = options
+        self.seed = int(seed)
+        self.busy = busy if timing == "virtual" else "skip"
+        self.min_replies = min_replies
+        self.stop_late_work = bool(stop_late_work) or auto_deadline is not None
+        self.straggler_timeout = float(straggler_timeout)
+        # the latency estimator runs for auto and for a fixed code queueing with busy="fit"
+        self.estimating = self.adaptive or self.busy == "fit"
+        path = None if latency_state is None else os.fspath(latency_state)
+        self.book = LatencyBook(seed=self.seed, latency_state=path, meta={
+            "timing": timing, "measured_compute": bool(measured_compute),
+            "compute_cost_s": float(compute_cost_s)})
+        if path is not None and not self.estimating:
+            log(WARNING, "latency_state=%r is read and written only with s='auto' or "
+                "busy='fit' under virtual timing (the latency estimator does not run "
+                "otherwise)", path)
+        self.decision: Decision | None = None
+        self._codes: dict[int, GradientCode] = {}
+        self._host: PolicyHost | None = None
+
+    # ------------------------------------------------------------------ the host
+    def bind(self, host: PolicyHost) -> None:
+        """Plan for ``host`` (its ``clock`` and ``identities`` are read when needed)."""
+        self._host = host
+
+    @property
+    def clock(self) -> Any:
+        if self._host is None:
+            raise RuntimeError("the policy is not bound to a strategy (bind(host) first)")
+        return self._host.clock
+
+    @property
+    def outstanding(self) -> dict[int, list[list[Any]]]:
+        """Node -> its jobs not known to be done (:class:`LatencyBook`)."""
+        return self.book.outstanding
+
+    def partition_key(self, node: int) -> str:
+        """A node's name in the ``latency_state`` file: its data partition as ``"id/of"``."""
+        identity = None if self._host is None else self._host.identities.get(node)
+        if identity is None:
+            return f"node:{node}"
+        return f"{identity.partition_id}/{identity.num_partitions}"
+
+    # ------------------------------------------------------------------ planning
+    def code_for(self, n: int) -> GradientCode:
+        """The code for a cohort of ``n`` clients (built once per size; a size the code cannot
+        take gets the nearest code that can, with a WARNING:
+        :func:`~fl_gradcode.flower.membership.code_for_cohort`)."""
+        if isinstance(self.code_spec, GradientCode) and self.code_spec.n == n:
+            return self.code_spec
+        if n not in self._codes:
+            s = min(self.s, n - 1)
+            if s < self.s and isinstance(self.code_spec, str):
+                log(WARNING, "s=%d stragglers cannot be tolerated with a cohort of %d; "
+                    "using s=%d", self.s, n, s)
+            options = dict(self.code_options)
+            if self.code_spec == "ignore-stragglers":
+                options.setdefault("rescale", True)
+            code, why = code_for_cohort(self.code_spec, n, s, self.seed, options)
+            if why is not None:  # once per cohort size: the code is kept for that size
+                log(WARNING, "%s", why)
+            self._codes[n] = code
+        return self._codes[n]
+
+    def stopping_replies(self, code: GradientCode) -> int | None:
+        """Replies after which the round may stop (``None``: when the code decodes)."""
+        if self.min_replies is not None:
+            return min(self.min_replies, code.n)
+        return None if code.is_exact else code.n - code.s
+
+    def estimator(self, n: int, cohort: list[int]) -> Any:
+        """The latency estimator seen through this cohort (``n`` members)."""
+        return self.book.view(cohort, self.clock.now, self.partition_key)
+
+    def plan(self, cohort: list[int], busy_nodes: set[int]) -> GradientCode:
+        """A fixed code; with ``busy="fit"`` also whom to queue, decided as for ``s="auto"``
+        (:class:`~fl_gradcode.adaptive.SingleCode`: the code is the only candidate)."""
+        n = len(cohort)
+        code = self.code_for(n)
+        if self.busy == "fit":
+            self.decision = self.decide(
+                SingleCode(code), self.estimator(n, cohort), busy_nodes, cohort, [code.s]
+            )
+        return code
+
+    def decide(self, placement: Any, estimator: Any, busy_nodes: set[int], cohort: list[int],
+               candidates: list[int]) -> Decision:
+        """:func:`~fl_gradcode.adaptive.choose_s` over ``candidates``, the busy clients priced
+        from what the server knows (``busy="fit"`` queues those expected to start in time)."""
+        n, now = placement.n, self.clock.now
+        busy_until = pending = None
+        if isinstance(self.clock, VirtualClock):
+            # what a server knows of a busy client: when it was sent the work it has not
+            # returned, and how much (not when the reply will arrive: that is the simulator's)
+            elapsed, units = np.full(n, np.nan), np.zeros(n)
+            limit = np.full(n, np.inf)
+            for w, node in enumerate(cohort):
+                if node in busy_nodes:
+                    elapsed[w], units[w] = self.book.pending_work(node, now,
+                                                                  placement.s_max + 1.0)
+                    jobs = self.outstanding.get(node)
+                    if self.stop_late_work and jobs:  # its work stops at its deadline
+                        limit[w] = max(max(job[3] for job in jobs) - now, 0.0)
+            pending = (elapsed, units)
+        else:
+            busy_until = np.array(
+                [now + self.straggler_timeout if node in busy_nodes else 0.0 for node in cohort]
+            )
+        # skip: busy clients never reply this round (only codes decodable without them
+        # finish); queue / fit: those expected to finish in time get queued work, the rest skip
+        return adaptive.choose_s(  # (looked up per call: a test may wrap it)
+            placement, estimator, busy_until=busy_until, pending=pending, now=now,
+            candidates=candidates, busy="skip" if self.busy == "skip" else "fit",
+            margin=self.margin, lookahead=True,
+            rng=np.random.default_rng([self.seed, estimator.next_round_id]),
+            exclude_slower_than=self.exclude_slow,
+            pending_limit=None if pending is None or not self.stop_late_work else limit,
+        )
+
+    def queued(self, busy_nodes: set[int], cohort: list[int]) -> set[int]:
+        """Busy members that get work queued behind their current job (``busy="queue"`` or
+        ``"fit"``)."""
+        clock = self.clock
+        if self.busy == "skip" or not isinstance(clock, VirtualClock):
+            return set()
+        if self.estimating and self.decision is not None:
+            skip = {cohort[w] for w in self.decision.skip}
+            return {node for node in busy_nodes if node not in skip}
+        limit = self.straggler_timeout
+        if clock.last_duration is not None:
+            limit = min(limit, clock.last_duration)
+        now = clock.now
+        return {node for node in busy_nodes if clock.busy_until.get(node, 0.0) - now < limit}
+
+    # ------------------------------------------------------------------ learning
+    def observe(self, state: Any, arrivals: Mapping[int, float], window: Any,
+                waited: Callable[[Any, float], np.ndarray]) -> None:
+        """Feed the round to the latency estimator: replies in time are observed, the others
+        censored at the round's end (late ones observed when the clock passes them).
+        ``waited(state, duration)``: per worker, seconds before its work could start."""
+        estimator = self.book.estimator
+        if not self.estimating or estimator is None:
+            return
+        clock = self.clock
+        # the estimator's index of each worker (every member was registered this round)
+        index = [self.book.node_index[node] for node in state.cohort]
+        duration = max(window.end - clock.round_start, 1e-9)
+        elapsed = np.full(estimator.n, np.nan)
+        loads = np.zeros(estimator.n)
+        sent_loads = code_loads(state.code, 1.0)
+        for w in state.sent:
+            loads[index[w]] = sent_loads[w]
+        backlog = clock.backlog if isinstance(clock, VirtualClock) else {}
+        late = []
+        for w, t in arrivals.items():
+            t = t + backlog.get(w, 0.0)  # the arrival: queued work runs after the earlier job
+            # stopped at the deadline (the clock's decision): free when the clock frees it
+            stopped = w in window.stopped
+            end = clock.busy_until[state.cohort[w]] if stopped else clock.round_start + t
+            jobs = self.outstanding.get(state.cohort[w])
+            if w in state.sent and jobs:  # this round's job: known done once it arrives
+                jobs[-1][2] = end
+            if w in state.sent:
+                if t <= duration:
+                    elapsed[index[w]] = t
+                elif stopped:  # censored at the deadline
+                    late.append((index[w], end, clock.straggler_timeout, True))
+                else:
+                    late.append((index[w], end, t, False))
+        busy = np.zeros(estimator.n)
+        busy[index] = waited(state, duration)
+        rid = estimator.update(elapsed, loads, duration, busy=busy)
+        for i, end, seen, stopped in late:
+            self.book.late.append((end, rid, i, seen, stopped))
+
+    def save_state(self) -> None:
+        """Write what was learnt to the ``latency_state`` file (if any)."""
+        if self.estimating:
+            self.book.save()
+
+
+class AdaptiveCodePolicy(FixedCodePolicy):
+    """``s="auto"``: each round the tolerance of a nested placement
+    (:class:`~fl_gradcode.codes.NestedPlacement`, ``s_max`` default ``max(1, n // 4)``)
+    predicted fastest by :func:`~fl_gradcode.adaptive.choose_s`, within a trust region: ``s``
+    falls at most to half the last round's (the load exponent is extrapolated beyond the
+    loads seen so far). ``busy=None``: ``"queue"``.
+
+    Extension point: :meth:`candidates` (the tolerances considered this round).
+    """
+
+    adaptive = True
+
+    def __init__(self, *, s_max: int | None = None, auto_margin: float = 0.1,
+                 exclude_slow: float | None = None, **keywords: Any) -> None:
+        if s_max is not None and (isinstance(s_max, bool) or not isinstance(s_max, int)
+                                  or s_max < 1):
+            raise ValueError(f"s_max={s_max!r} must be an integer >= 1 (or None)")
+        if not (isinstance(auto_margin, (int, float)) and not isinstance(auto_margin, bool)
+                and 0 <= auto_margin < math.inf):
+            raise ValueError(f"auto_margin={auto_margin!r} must be a number >= 0")
+        if exclude_slow is not None and not (
+                isinstance(exclude_slow, (int, float)) and not isinstance(exclude_slow, bool)
+                and 1 < exclude_slow < math.inf):
+            raise ValueError(f"exclude_slow={exclude_slow!r} must be a slowness factor > 1 "
+                             "(or None: never exclude)")
+        keywords.setdefault("s", s_max if s_max is not None else 1)
+        super().__init__(s_max=s_max, **keywords)
+        self.margin = float(auto_margin)
+        self.exclude_slow = None if exclude_slow is None else float(exclude_slow)
+        self.placements: dict[int, NestedPlacement] = {}
+        self.last_s: dict[int, int] = {}  # cohort size -> the last round's s
+
+    def placement(self, n: int) -> NestedPlacement:
+        """The nested placement for a cohort of ``n`` (built once per size)."""
+        if n not in self.placements:
+            s_max = min(self.s_max if self.s_max is not None else max(1, n // 4), n - 1)
+            self.placements[n] = NestedPlacement(n, s_max, seed=self.seed)
+        return self.placements[n]
+
+    def candidates(self, placement: NestedPlacement, estimator: Any) -> list[int]:
+        """The tolerances considered this round: the trust region (``s`` falls at most to
+        half the last round's of this cohort size; every ``s`` before any observation)."""
+        last = self.last_s.get(placement.n, 0) if estimator.has_data else 0
+        return [c for c in placement.stable_values if c >= last // 2]
+
+    def plan(self, cohort: list[int], busy_nodes: set[int]) -> GradientCode:
+        """This round's code from the nested placement and the estimator."""
+        n = len(cohort)
+        placement = self.placement(n)
+        estimator = self.estimator(n, cohort)
+        candidates = self.candidates(placement, estimator)
+        self.decision = self.decide(placement, estimator, busy_nodes, cohort, candidates)
+        self.last_s[n] = self.decision.s
+        if self.decision.excluded:
+            return placement.code_excluding(self.decision.s, self.decision.excluded)
+        return placement.code(self.decision.s)
+
+
+def make_code_policy(*, s: int | str = 1, s_max: int | None = None, auto_margin: float = 0.1,
+                     exclude_slow: float | None = None, **keywords: Any) -> CodePolicy:
+    """The policy ``GradientCoding``'s keywords describe: :class:`AdaptiveCodePolicy` for
+    ``s="auto"``, else :class:`FixedCodePolicy` (the other keywords are both classes')."""
+    if s == "auto":
+        return AdaptiveCodePolicy(s_max=s_max, auto_margin=auto_margin,
+                                  exclude_slow=exclude_slow, **keywords)
+    return FixedCodePolicy(s=s, s_max=s_max, **keywords)
