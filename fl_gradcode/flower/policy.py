@@ -38,7 +38,7 @@ from .membership import code_for_cohort
 from .protocol import Identity
 
 __all__ = ["AdaptiveCodePolicy", "CodePolicy", "FixedCodePolicy", "LatencyBook",
-           "make_code_policy", "read_latency_state"]
+           "is_policy_factory", "make_code_policy", "read_latency_state"]
 
 BUSY_MODES = ("skip", "queue", "fit")
 
@@ -500,10 +500,20 @@ class AdaptiveCodePolicy(FixedCodePolicy):
 
 
 def make_code_policy(*, s: int | str = 1, s_max: int | None = None, auto_margin: float = 0.1,
-                     exclude_slow: float | None = None, **keywords: Any) -> CodePolicy:
+                     exclude_slow: float | None = None,
+                     factory: Callable[..., CodePolicy] | None = None,
+                     **keywords: Any) -> CodePolicy:
     """The policy ``GradientCoding``'s keywords describe: :class:`AdaptiveCodePolicy` for
-    ``s="auto"``, else :class:`FixedCodePolicy` (the other keywords are both classes')."""
+    ``s="auto"``, else :class:`FixedCodePolicy` (the other keywords are both classes').
+    ``factory``: a subclass (or any callable taking the same keywords) used instead."""
     if s == "auto":
-        return AdaptiveCodePolicy(s_max=s_max, auto_margin=auto_margin,
-                                  exclude_slow=exclude_slow, **keywords)
-    return FixedCodePolicy(s=s, s_max=s_max, **keywords)
+        make = factory or AdaptiveCodePolicy
+        return make(s_max=s_max, auto_margin=auto_margin, exclude_slow=exclude_slow,
+                    **keywords)
+    return (factory or FixedCodePolicy)(s=s, s_max=s_max, **keywords)
+
+
+def is_policy_factory(value: Any) -> bool:
+    """Whether ``value`` is a policy class or factory (called with the keywords), not a
+    policy instance."""
+    return isinstance(value, type) or (callable(value) and not hasattr(value, "plan"))

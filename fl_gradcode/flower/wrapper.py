@@ -64,7 +64,7 @@ from .integrity import (
     verify_replies,
 )
 from .membership import Membership
-from .policy import CodePolicy, make_code_policy
+from .policy import CodePolicy, is_policy_factory, make_code_policy
 from .protocol import CodedReply, Identity, Instruction, RejectedReply
 from .quarantine import Quarantine
 from .records import (
@@ -300,12 +300,13 @@ class GradientCoding(Strategy):
     evaluate_fn : callable, optional
         Also accepted by ``start`` (Flower's convention); its ``accuracy``/``loss`` go into
         ``rounds.jsonl``.
-    code_policy : CodePolicy, optional
-        Which code each round uses and whom to queue
-        (:mod:`fl_gradcode.flower.policy`); ``None`` (default): built from the keywords
-        above (:func:`~fl_gradcode.flower.policy.make_code_policy`). A subclass of
-        :class:`~fl_gradcode.flower.policy.AdaptiveCodePolicy` or ``FixedCodePolicy`` is how
-        a scheme of one's own plugs in.
+    code_policy : CodePolicy or a policy class, optional
+        Which code each round uses and whom to queue (:mod:`fl_gradcode.flower.policy`).
+        ``None`` (default): built from the keywords above
+        (:func:`~fl_gradcode.flower.policy.make_code_policy`). A class (a subclass of
+        :class:`~fl_gradcode.flower.policy.AdaptiveCodePolicy` for ``s="auto"``, of
+        ``FixedCodePolicy`` otherwise, or any callable taking the same keywords) is built
+        with them: how a scheme of one's own plugs in. A policy instance is used as given.
     """
 
     # auto_deadline: after a round that missed its predicted deadline, the next deadline is
@@ -350,7 +351,7 @@ class GradientCoding(Strategy):
         latency_state: str | os.PathLike[str] | None = None,
         stop_late_work: bool = False,
         auto_deadline: float | None = None,
-        code_policy: CodePolicy | None = None,
+        code_policy: CodePolicy | Callable[..., CodePolicy] | None = None,
     ) -> None:
         # refuse what coding cannot make exact (per-client aggregators, DP wrappers, legacy
         # strategies); an unknown aggregation is checked once on the first round
@@ -482,8 +483,10 @@ class GradientCoding(Strategy):
         self._missed_deadlines = 0
         self._wrapped_grid: EarlyReturnGrid | None = None
         self._warned_repartition = False
-        self.code_policy: CodePolicy = code_policy or make_code_policy(
-            code=code, s="auto" if self.adaptive else self.s, s_max=s_max,
+        given = None if is_policy_factory(code_policy) else code_policy
+        self.code_policy: CodePolicy = given or make_code_policy(
+            factory=code_policy if given is None else None, code=code,
+            s="auto" if self.adaptive else self.s, s_max=s_max,
             auto_margin=self.auto_margin, exclude_slow=self.exclude_slow,
             code_options=self.code_options, seed=self.seed, busy=self.busy_mode,
             min_replies=min_replies, stop_late_work=self.stop_late_work,
