@@ -158,6 +158,7 @@ def test_the_latency_book_tracks_unfinished_work_and_round_trips_its_file(tmp_pa
 def test_no_adaptive_or_policy_module_reads_another_objects_private_attributes():
     files = [*sorted((ROOT / "fl_gradcode" / "adaptive").glob("*.py")),
              ROOT / "fl_gradcode" / "flower" / "policy.py",
+             ROOT / "fl_gradcode" / "flower" / "latency_book.py",
              ROOT / "experiments" / "policies.py"]
     reach = re.compile(r"\b(?!self\b|cls\b)[A-Za-z_][A-Za-z0-9_]*\._[A-Za-z]")
     found = [f"{f.name}:{i}: {line.strip()}" for f in files
