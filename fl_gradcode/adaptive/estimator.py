@@ -20,8 +20,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from scipy.sparse import csr_matrix
 
+from .fitting import estimate_beta, slowness_map, stack_rounds
 from .state import STATE_FORMAT, ObservedRound, export_state, import_state, parse_state
 from .survival import TINY, Survival
 
@@ -308,52 +308,11 @@ class LatencyEstimator:
         return arr
 
     # ------------------------------------------------------------------ fitting
-    def _stacked(self):
-        """All remembered observations: client, round weight, time, censoring, load, event."""
-        if not self._rounds:
-            return None
-        latest = self._rounds[-1].index
-        cols = []
-        for rec in self._rounds:
-            mask = rec.load > 0
-            if not mask.any():
-                continue
-            w = 0.5 ** ((latest - rec.index) / self.halflife)
-            clients = np.flatnonzero(mask)
-            event = ~np.isnan(rec.y[mask])
-            t = np.where(event, rec.y[mask], rec.limit[mask])
-            cols.append((clients, np.full(clients.size, w), t, rec.load[mask], event, rec.index))
-        if not cols:
-            return None
-        return cols
-
-    def _estimate_beta(self) -> float:
-        if self.fixed_beta is not None:
-            return self.fixed_beta
-        xs, ys, ws = [], [], []
-        latest = self._rounds[-1].index
-        for rec in self._rounds:
-            med = rec.log_medians()
-            if med is None:
-                continue
-            xs.append(med[0])
-            ys.append(med[1])
-            ws.append(0.5 ** ((latest - rec.index) / self.halflife))
-        if len(xs) < 2:
-            return self.beta_prior
-        x, y, w = np.array(xs), np.array(ys), np.array(ws)
-        xc = x - np.average(x, weights=w)
-        yc = y - np.average(y, weights=w)
-        beta = (self.beta_strength * self.beta_prior + np.sum(w * xc * yc)) / (
-            self.beta_strength + np.sum(w * xc * xc)
-        )
-        return float(np.clip(beta, 0.0, 1.0))
-
     def fit(self) -> dict[str, Any] | None:
         """Fit (cached until new data): ``beta``, log slowness ``phi``, the pooled curve."""
         if self._fit is not None and self._fit["version"] == self._version:
             return self._fit
-        cols = self._stacked()
+        cols = stack_rounds(self._rounds, self.halflife)
         if cols is None:
             self._fit = None
             return None
@@ -362,10 +321,11 @@ class LatencyEstimator:
         t = np.concatenate([c[2] for c in cols])
         load = np.concatenate([c[3] for c in cols])
         event = np.concatenate([c[4] for c in cols])
-        beta = self._estimate_beta()
+        beta = self.fixed_beta if self.fixed_beta is not None else estimate_beta(
+            self._rounds, self.halflife, self.beta_prior, self.beta_strength)
         per_unit = np.maximum(t, TINY) / load**beta
         z = np.log(per_unit)
-        phi = self._slowness_map(clients, w, z, event)
+        phi = slowness_map(self.n, self.slowness_sd, clients, w, z, event)
         e = z - phi[clients]
         if self._prior_log is not None and self.prior_weight > 0:
             pw = np.full(self._prior_log.size, self.prior_weight * self.n / self._prior_log.size)
@@ -387,50 +347,6 @@ class LatencyEstimator:
             "exposure": exposure,
         }
         return self._fit
-
-    def _slowness_map(
-        self, clients: np.ndarray, w: np.ndarray, z: np.ndarray, event: np.ndarray
-    ) -> np.ndarray:
-        """Per-client log slowness ``phi_i``: MAP under ``z = phi_i + e``, ``e`` ~ the pooled
-        curve (refitted once after a first pass), prior ``N(0, slowness_sd^2)``.
-
-        Censored observations enter through the survival ``P(e > c - phi)``: a client that
-        has been censored in every one of ``R`` rounds is pushed up until ``S(c - phi)^R`` is
-        not small, so its estimate keeps growing (slowly) while it never replies, and a
-        node that never answers ends up tolerated. Grid search: coarse step 0.5 on
-        ``[-6, 9]`` (factors 0.0025 to 8100), then 0.05 around the best.
-        """
-        h = 0.02
-        coarse = np.arange(-6.0, 9.0 + 1e-9, 0.5)
-        fine = np.arange(-0.5, 0.5 + 1e-9, 0.05)
-        M = csr_matrix((w, (clients, np.arange(clients.size))), shape=(self.n, clients.size))
-        ev, ce = np.flatnonzero(event), np.flatnonzero(~event)
-        prior_prec = 1.0 / self.slowness_sd**2
-        seen = np.bincount(clients, minlength=self.n) > 0
-        lo = float(z.min()) - 9.5
-        size = math.ceil((float(z.max()) + 6.5 - lo) / h) + 1
-        base_e, base_c = (z[ev] - lo) / h, (z[ce] - lo) / h
-        phi = np.zeros(self.n)
-        for it in range(2):  # pass 1 from the pooled curve, pass 2 from the refitted one
-            logp, logs = Survival(z - phi[clients], event, w, gpd=False).log_tables(lo, h, size)
-
-            def log_post(cand: np.ndarray, logp=logp, logs=logs) -> np.ndarray:
-                """``n x P`` log posterior of the candidate values ``cand`` (``n x P``)."""
-                shifts = cand[clients] / h
-                vals = np.empty(shifts.shape)
-                ie = np.rint(base_e[:, None] - shifts[ev]).astype(np.int32)
-                vals[ev] = logp[np.clip(ie, 0, size - 1)]
-                ic = np.rint(base_c[:, None] - shifts[ce]).astype(np.int32)
-                vals[ce] = logs[np.clip(ic, 0, size - 1)]
-                return np.asarray(M @ vals) - 0.5 * prior_prec * cand**2
-
-            if it == 0:
-                cand = np.broadcast_to(coarse, (self.n, coarse.size))
-                phi = coarse[np.argmax(log_post(cand), axis=1)]
-            cand = phi[:, None] + fine[None, :]
-            phi = cand[np.arange(self.n), np.argmax(log_post(cand), axis=1)]
-            phi[~seen] = 0.0
-        return phi
 
     # ------------------------------------------------------------------ estimates out
     @property
