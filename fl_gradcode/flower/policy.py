@@ -57,9 +57,15 @@ class CodePolicy(Protocol):
     :class:`~fl_gradcode.adaptive.Decision` (``None``: a fixed code that decides nothing)."""
 
     decision: Decision | None
-    estimating: bool
-    busy: str
-    adaptive: bool
+    estimating: bool  # whether it learns latencies (observe, save_state do something)
+    busy: str  # what a busy member does: "skip", "queue" or "fit"
+    adaptive: bool  # whether the code's tolerance changes between rounds
+
+    @property
+    def outstanding(self) -> dict[int, list[list[Any]]]:
+        """Node -> its jobs not known to be done, ``[sent at, units, reply arrival or None,
+        deadline]`` (the strategy appends what it sends)."""
+        ...
 
     def bind(self, host: PolicyHost) -> None: ...
 
