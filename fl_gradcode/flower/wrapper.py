@@ -24,8 +24,6 @@ References:
 
 from __future__ import annotations
 
-import contextlib
-import json
 import math
 import os
 import secrets
@@ -65,7 +63,8 @@ from .integrity import (
     verify_refusal,
     verify_replies,
 )
-from .membership import Membership, code_for_cohort
+from .membership import Membership
+from .policy import CodePolicy, is_policy_factory, make_code_policy
 from .protocol import CodedReply, Identity, Instruction, RejectedReply
 from .quarantine import Quarantine
 from .records import (
@@ -301,6 +300,13 @@ class GradientCoding(Strategy):
     evaluate_fn : callable, optional
         Also accepted by ``start`` (Flower's convention); its ``accuracy``/``loss`` go into
         ``rounds.jsonl``.
+    code_policy : CodePolicy or a policy class, optional
+        Which code each round uses and whom to queue (:mod:`fl_gradcode.flower.policy`).
+        ``None`` (default): built from the keywords above
+        (:func:`~fl_gradcode.flower.policy.make_code_policy`). A class (a subclass of
+        :class:`~fl_gradcode.flower.policy.AdaptiveCodePolicy` for ``s="auto"``, of
+        ``FixedCodePolicy`` otherwise, or any callable taking the same keywords) is built
+        with them: how a scheme of one's own plugs in. A policy instance is used as given.
     """
 
     # auto_deadline: after a round that missed its predicted deadline, the next deadline is
@@ -345,6 +351,7 @@ class GradientCoding(Strategy):
         latency_state: str | os.PathLike[str] | None = None,
         stop_late_work: bool = False,
         auto_deadline: float | None = None,
+        code_policy: CodePolicy | Callable[..., CodePolicy] | None = None,
     ) -> None:
         # refuse what coding cannot make exact (per-client aggregators, DP wrappers, legacy
         # strategies); an unknown aggregation is checked once on the first round
@@ -402,8 +409,6 @@ class GradientCoding(Strategy):
             busy = "queue" if self.adaptive else "skip"
         # wallclock: the grid waits for a busy node's earlier reply; its work is not queued
         self.busy_mode = busy if timing == "virtual" else "skip"
-        # the latency estimator runs for auto and for a fixed code queueing with busy="fit"
-        self._estimating = self.adaptive or self.busy_mode == "fit"
         if code == "nested" and s_max is not None and not self.adaptive:
             code_options = {"s_max": s_max, **(code_options or {})}
         self.inner = strategy
@@ -412,25 +417,6 @@ class GradientCoding(Strategy):
         self.s_max = s_max
         self.auto_margin = float(auto_margin)
         self.exclude_slow = None if exclude_slow is None else float(exclude_slow)
-        self._placements: dict[int, Any] = {}
-        # one latency estimator over every node ever sampled (node id -> its index), seen
-        # through each round's cohort: what is learnt about a node outlives the rounds it
-        # is not sampled in
-        self._latency: Any = None
-        self._node_index: dict[int, int] = {}
-        # the estimator's client names (data partitions), and the latency_state file's
-        # clients not yet claimed by a node (name -> index)
-        self._index_keys: list[str] = []
-        self._unclaimed: dict[str, int] = {}
-        self._file_clients = 0  # clients read from the file, until one is claimed
-        # (arrival, estimator round id, node index, elapsed, stopped): replies after their
-        # round ended (stopped: work abandoned at the deadline, censored there, not observed)
-        self._late_observations: list[tuple[float, int, int, float, bool]] = []
-        # node -> its jobs not known to be done: [sent at, units, reply arrival or None,
-        # deadline (when its work stops, with stop_late_work)]
-        self._outstanding: dict[int, list[list[Any]]] = {}
-        self._decision: Any = None
-        self._last_auto_s: dict[int, int] = {}  # cohort size -> auto's last s
         self.clock: VirtualClock | WallClock = make_clock(timing, straggler_timeout)
         self.auto_deadline = None if auto_deadline is None else float(auto_deadline)
         # a deadline before the work's end is only worth it if the work stops there
@@ -448,18 +434,6 @@ class GradientCoding(Strategy):
         self.measured_compute = bool(measured_compute)
         self.compute_cost_s = float(compute_cost_s)
         self.latency_state = None if latency_state is None else os.fspath(latency_state)
-        self._warm_start = _read_latency_state(self.latency_state)
-        if self._warm_start is not None:
-            here, there = self._state_meta(), self._warm_start.get("meta", {})
-            differ = {k: there[k] for k in here if k in there and there[k] != here[k]}
-            if differ:
-                log(WARNING, "latency_state=%r was written by a run with %s (this run: %s); "
-                    "its times may not compare with this run's", self.latency_state, differ,
-                    {k: here[k] for k in differ})
-        if self.latency_state is not None and not self._estimating:
-            log(WARNING, "latency_state=%r is read and written only with s='auto' or "
-                "busy='fit' under virtual timing (the latency estimator does not run "
-                "otherwise)", self.latency_state)
         if upload_bandwidth is not None and not (
             isinstance(upload_bandwidth, (int, float)) and upload_bandwidth > 0
             and math.isfinite(upload_bandwidth)
@@ -501,7 +475,6 @@ class GradientCoding(Strategy):
         self._confirmed_sizes: dict[tuple[int, int], float] = {}  # by >= 2 agreeing replicas
         self.history: list[dict[str, Any]] = []
         self.stopped = False
-        self._codes: dict[int, GradientCode] = {}
         self._round: _Round | None = None
         self._pending_row: dict[str, Any] | None = None
         self._late = 0
@@ -510,6 +483,17 @@ class GradientCoding(Strategy):
         self._missed_deadlines = 0
         self._wrapped_grid: EarlyReturnGrid | None = None
         self._warned_repartition = False
+        given = None if is_policy_factory(code_policy) else code_policy
+        self.code_policy: CodePolicy = given or make_code_policy(
+            factory=code_policy if given is None else None, code=code,
+            s="auto" if self.adaptive else self.s, s_max=s_max,
+            auto_margin=self.auto_margin, exclude_slow=self.exclude_slow,
+            code_options=self.code_options, seed=self.seed, busy=self.busy_mode,
+            min_replies=min_replies, stop_late_work=self.stop_late_work,
+            straggler_timeout=self.straggler_timeout, latency_state=self.latency_state,
+            timing=timing, measured_compute=self.measured_compute,
+            compute_cost_s=self.compute_cost_s)
+        self.code_policy.bind(self)
 
     def __getattr__(self, name: str) -> Any:
         # only for names not found: Flower's legacy server loop (initialize_parameters, ...)
@@ -535,220 +519,33 @@ class GradientCoding(Strategy):
             "dp": self.dp.mode,
         }
 
-    def _adaptive_code(self, n: int, busy_nodes: set[int], cohort: list[int]) -> GradientCode:
-        """``s="auto"``: this round's code from the nested placement and the estimator."""
-        from ..codes import NestedPlacement
+    # ------------------------------------------------------------------ the code policy
+    @property
+    def _decision(self) -> Any:
+        return self.code_policy.decision
 
-        if n not in self._placements:
-            s_max = min(self.s_max if self.s_max is not None else max(1, n // 4), n - 1)
-            self._placements[n] = NestedPlacement(n, s_max, seed=self.seed)
-        placement = self._placements[n]
-        estimator = self._estimator(n, cohort)
-        # trust region: s falls at most to half the last round's (the load exponent is
-        # extrapolated beyond the loads seen so far), within one cohort size's placement
-        last = self._last_auto_s.get(n, 0) if estimator.has_data else 0
-        candidates = [c for c in placement.stable_values if c >= last // 2]
-        self._decision = self._decide(placement, estimator, busy_nodes, cohort, candidates)
-        self._last_auto_s[n] = self._decision.s
-        if self._decision.excluded:
-            return placement.code_excluding(self._decision.s, self._decision.excluded)
-        return placement.code(self._decision.s)
+    @property
+    def _estimating(self) -> bool:
+        return self.code_policy.estimating
+
+    @property
+    def _outstanding(self) -> dict[int, list[list[Any]]]:
+        return self.code_policy.outstanding
+
+    def _adaptive_code(self, n: int, busy_nodes: set[int], cohort: list[int]) -> GradientCode:
+        return self.code_policy.plan(cohort, busy_nodes)
 
     def _fixed_code(self, n: int, busy_nodes: set[int], cohort: list[int]) -> GradientCode:
-        """A fixed code; with ``busy="fit"`` also whom to queue, decided as for ``s="auto"``
-        (:class:`~fl_gradcode.adaptive.SingleCode`: the code is the only candidate)."""
-        code = self.code_for(n)
-        if self.busy_mode == "fit":
-            from ..adaptive import SingleCode
-
-            self._decision = self._decide(
-                SingleCode(code), self._estimator(n, cohort), busy_nodes, cohort, [code.s]
-            )
-        return code
-
-    def _estimator(self, n: int, cohort: list[int]) -> Any:
-        """The latency estimator seen through this cohort (``n`` members), fed with the late
-        and outstanding replies. Nodes seen for the first time join it with no record, or
-        with their data partition's record from the ``latency_state`` file."""
-        from ..adaptive import LatencyEstimator
-
-        if self._latency is None and self._warm_start is not None:
-            self._read_warm_start(LatencyEstimator)
-        while len(self._index_keys) < len(self._node_index):  # indices set from outside
-            self._index_keys.append(f"index:{len(self._index_keys)}")
-        for node in cohort:
-            if node not in self._node_index:
-                key = self._partition_key(node)
-                i = self._unclaimed.pop(key, None)
-                if i is None:  # new (or a partition already claimed: a distinct name)
-                    i = len(self._index_keys)
-                    self._index_keys.append(key if key not in self._index_keys else f"{key}#{i}")
-                self._node_index[node] = i
-        if self._file_clients and len(self._unclaimed) == self._file_clients:
-            self._file_clients = 0  # (warned once)
-            log(WARNING, "none of the %d clients in %s is a data partition of this cohort "
-                "(named 'id/num-partitions'): the file informs nothing yet",
-                len(self._unclaimed), self.latency_state)
-        if self._latency is None:
-            self._latency = LatencyEstimator(len(self._index_keys), seed=self.seed)
-        estimator = self._latency
-        if len(self._index_keys) > estimator.n:
-            estimator.grow(len(self._index_keys))
-        now = self.clock.now
-        for item in list(self._late_observations):
-            arrival, rid, index, elapsed, stopped = item
-            if arrival <= now:
-                if stopped:  # abandoned at the deadline: only that it took longer is known
-                    estimator.observe_pending(rid, index, elapsed)
-                else:
-                    estimator.observe_late(rid, index, elapsed)
-                self._late_observations.remove(item)
-            else:  # still outstanding: only that it has not arrived by now is known
-                # (a job stopped before it could start began after its round: nothing yet)
-                estimator.observe_pending(rid, index, max(now - (arrival - elapsed), 0.0))
-        members = [self._node_index[node] for node in cohort]
-        if members == list(range(estimator.n)):
-            return estimator  # every node, in order: the estimator itself
-        return estimator.view(members)
-
-    def _read_warm_start(self, factory: Any) -> None:
-        """Start the estimator from the ``latency_state`` file: its clients at reserved
-        indices that nodes claim by data partition when first seen (in this cohort, a later
-        one, or never: a record not claimed is kept and written back with the rest)."""
-        state, self._warm_start = self._warm_start, None
-        clients = list(state["clients"])
-        if clients:
-            self._latency = factory(len(clients), seed=self.seed)
-            remembered = self._latency.import_rounds(state, clients)
-            self._index_keys = clients
-            self._unclaimed = {key: i for i, key in enumerate(clients)}
-            self._file_clients = len(clients)
-        else:
-            remembered = 0
-        log(INFO, "latency observations of %d rounds and %d clients read from %s",
-            remembered, len(clients), self.latency_state)
-
-    def _state_meta(self) -> dict[str, Any]:
-        """How this run measures time (written with the ``latency_state`` file, compared when
-        it is read: times from another clock or cost model are not comparable)."""
-        return {"timing": self.timing, "measured_compute": self.measured_compute,
-                "compute_cost_s": self.compute_cost_s}
-
-    def _partition_key(self, node: int) -> str:
-        """A node's name in the ``latency_state`` file: its data partition as ``"id/of"``
-        (stable across runs, unlike node ids)."""
-        identity = self.identities.get(node)
-        return f"node:{node}" if identity is None else "{}/{}".format(*_key(identity))
-
-    def _save_latency_state(self) -> None:
-        """Write the estimator's rounds to ``latency_state`` (a temporary file, then renamed:
-        a run killed mid-write leaves the previous file). Never ends a run: a failure warns."""
-        if self.latency_state is None or self._latency is None:
-            return
-        tmp = f"{self.latency_state}.{os.getpid()}.tmp"
-        try:
-            # clients without work in any remembered round carry no information: left out,
-            # so that names never claimed again (foreign, rejoined) leave once they age out
-            state = self._latency.export_rounds(self._index_keys, self._state_meta(),
-                                                informative_only=True)
-            parent = os.path.dirname(os.path.abspath(self.latency_state))
-            os.makedirs(parent, exist_ok=True)
-            with open(tmp, "w", encoding="utf-8") as fh:
-                json.dump(state, fh)
-            os.replace(tmp, self.latency_state)
-        except Exception as exc:  # the run does not need the file: warn, go on
-            log(WARNING, "could not write latency observations to %s: %s",
-                self.latency_state, exc)
-            with contextlib.suppress(OSError):
-                os.remove(tmp)
-
-    def _decide(self, placement: Any, estimator: Any, busy_nodes: set[int], cohort: list[int],
-                candidates: list[int]) -> Any:
-        """:func:`~fl_gradcode.adaptive.choose_s` over ``candidates``, the busy clients priced
-        from what the server knows (``busy="fit"`` queues those expected to start in time)."""
-        from ..adaptive import choose_s
-
-        n, now = placement.n, self.clock.now
-        busy_until = pending = None
-        if isinstance(self.clock, VirtualClock):
-            # what a server knows of a busy client: when it was sent the work it has not
-            # returned, and how much (not when the reply will arrive: that is the simulator's)
-            elapsed, units = np.full(n, np.nan), np.zeros(n)
-            limit = np.full(n, np.inf)
-            for w, node in enumerate(cohort):
-                if node in busy_nodes:
-                    elapsed[w], units[w] = self._pending_work(node, now, placement.s_max + 1.0)
-                    jobs = self._outstanding.get(node)
-                    if self.stop_late_work and jobs:  # its work stops at its deadline
-                        limit[w] = max(max(job[3] for job in jobs) - now, 0.0)
-            pending = (elapsed, units)
-        else:
-            busy_until = np.array(
-                [now + self.straggler_timeout if node in busy_nodes else 0.0 for node in cohort]
-            )
-        # skip: busy clients never reply this round (only codes decodable without them
-        # finish); queue / fit: those expected to finish in time get queued work, the rest skip
-        return choose_s(
-            placement, estimator, busy_until=busy_until, pending=pending, now=now,
-            candidates=candidates, busy="skip" if self.busy_mode == "skip" else "fit",
-            margin=self.auto_margin, lookahead=True,
-            rng=np.random.default_rng([self.seed, estimator._next_index]),
-            exclude_slower_than=self.exclude_slow if self.adaptive else None,
-            pending_limit=None if pending is None or not self.stop_late_work else limit,
-        )
-
-    def _pending_work(self, node: int, now: float, unknown: float) -> tuple[float, float]:
-        """``(seconds since its current job started, units not returned)`` of a busy node:
-        jobs whose replies arrived by ``now`` are done; the oldest other job started when it
-        was sent or when the reply before it arrived. A node with no record (work sent before
-        a restart) counts as ``unknown`` units (a full share of the placement) started now."""
-        jobs = self._outstanding.get(node, [])
-        done = [job for job in jobs if job[2] is not None and job[2] <= now]
-        left = [job for job in jobs if job[2] is None or job[2] > now]
-        self._outstanding[node] = left
-        if not left:
-            return 0.0, float(unknown)
-        start = max([left[0][0], *(job[2] for job in done)])
-        return now - start, float(sum(job[1] for job in left))
+        return self.code_policy.plan(cohort, busy_nodes)
 
     def _queued(self, busy_nodes: set[int], cohort: list[int]) -> set[int]:
-        """Busy members that get work queued behind their current job (``busy="queue"`` or
-        ``"fit"``)."""
-        if self.busy_mode == "skip" or not isinstance(self.clock, VirtualClock):
-            return set()
-        if self._estimating and self._decision is not None:
-            skip = {cohort[w] for w in self._decision.skip}
-            return {node for node in busy_nodes if node not in skip}
-        limit = self.straggler_timeout
-        if self.clock.last_duration is not None:
-            limit = min(limit, self.clock.last_duration)
-        now = self.clock.now
-        return {node for node in busy_nodes if self.clock.busy_until.get(node, 0.0) - now < limit}
+        return self.code_policy.queued(busy_nodes, cohort)
 
     def code_for(self, n: int) -> GradientCode:
         """The code for a cohort of ``n`` clients (built once per size; a size the code cannot
         take gets the nearest code that can, with a WARNING:
         :func:`~fl_gradcode.flower.membership.code_for_cohort`)."""
-        if isinstance(self.code_spec, GradientCode) and self.code_spec.n == n:
-            return self.code_spec
-        if n not in self._codes:
-            s = min(self.s, n - 1)
-            if s < self.s and isinstance(self.code_spec, str):
-                log(
-                    WARNING,
-                    "s=%d stragglers cannot be tolerated with a cohort of %d; using s=%d",
-                    self.s,
-                    n,
-                    s,
-                )
-            options = dict(self.code_options)
-            if self.code_spec == "ignore-stragglers":
-                options.setdefault("rescale", True)
-            code, why = code_for_cohort(self.code_spec, n, s, self.seed, options)
-            if why is not None:  # once per cohort size: the code is kept for that size
-                log(WARNING, "%s", why)
-            self._codes[n] = code
-        return self._codes[n]
+        return self.code_policy.code_for(n)
 
     def wire_for(self, code: GradientCode) -> str:
         """The reply dtype for ``code`` (``"model"`` or ``"float64"``)."""
@@ -759,9 +556,7 @@ class GradientCoding(Strategy):
         return "model" if self._amplification[code] <= 8.0 else "float64"
 
     def _stopping_replies(self, code: GradientCode) -> int | None:
-        if self.min_replies is not None:
-            return min(self.min_replies, code.n)
-        return None if code.is_exact else code.n - code.s
+        return self.code_policy.stopping_replies(code)
 
     # ------------------------------------------------------------------ grid plumbing
     def wrap_grid(self, grid: Any) -> EarlyReturnGrid:
@@ -1360,43 +1155,10 @@ class GradientCoding(Strategy):
         return arrays_out, self._metrics(row, inner_metrics)
 
     def _observe(self, state: _Round, arrivals: dict[int, float], window: Any) -> None:
-        """Feed the round to the latency estimator: replies in time are observed, the others
-        censored at the round's end (late ones observed when the clock passes them)."""
-        from ..adaptive import code_loads
+        self.code_policy.observe(state, arrivals, window, self._waited)
 
-        estimator = self._latency
-        if estimator is None:
-            return
-        # the estimator's index of each worker (every member was registered this round)
-        index = [self._node_index[node] for node in state.cohort]
-        duration = max(window.end - self.clock.round_start, 1e-9)
-        elapsed = np.full(estimator.n, np.nan)
-        loads = np.zeros(estimator.n)
-        sent_loads = code_loads(state.code, 1.0)
-        for w in state.sent:
-            loads[index[w]] = sent_loads[w]
-        backlog = self.clock.backlog if isinstance(self.clock, VirtualClock) else {}
-        late = []
-        for w, t in arrivals.items():
-            t = t + backlog.get(w, 0.0)  # the arrival: queued work runs after the earlier job
-            # stopped at the deadline (the clock's decision): free when the clock frees it
-            stopped = w in window.stopped
-            end = self.clock.busy_until[state.cohort[w]] if stopped else self.clock.round_start + t
-            jobs = self._outstanding.get(state.cohort[w])
-            if w in state.sent and jobs:  # this round's job: known done once it arrives
-                jobs[-1][2] = end
-            if w in state.sent:
-                if t <= duration:
-                    elapsed[index[w]] = t
-                elif stopped:  # censored at the deadline
-                    late.append((index[w], end, self.clock.straggler_timeout, True))
-                else:
-                    late.append((index[w], end, t, False))
-        busy = np.zeros(estimator.n)
-        busy[index] = self._waited(state, duration)
-        rid = estimator.update(elapsed, loads, duration, busy=busy)
-        for i, end, seen, stopped in late:
-            self._late_observations.append((end, rid, i, seen, stopped))
+    def _save_latency_state(self) -> None:
+        self.code_policy.save_state()
 
     def _waited(self, state: _Round, duration: float) -> np.ndarray:
         """Per worker, seconds from the round's start until its work could start, from the
@@ -1934,23 +1696,6 @@ def _payload_bytes(msg: Message) -> int:
         )
     except Exception:  # a malformed message is counted as empty, rejected elsewhere
         return 0
-
-
-def _read_latency_state(path: str | None) -> dict[str, Any] | None:
-    """The latency observations saved at ``path`` (``None``: no path, or no file yet),
-    validated now so that a bad file stops the run before its first round."""
-    if path is None or not os.path.exists(path):
-        return None
-    from ..adaptive import LatencyEstimator
-
-    try:
-        with open(path, encoding="utf-8") as fh:
-            state = json.load(fh)
-        LatencyEstimator.validate_state(state)
-    except (OSError, ValueError, OverflowError, RecursionError) as exc:
-        raise ValueError(f"latency_state={path!r} is not a file of latency observations "
-                         f"written by GradientCoding: {exc}") from exc
-    return state
 
 
 def _key(identity: Identity) -> tuple[int, int]:
