@@ -40,6 +40,10 @@ from fl_gradcode.privacy import (
 SERVER_OPTIMIZERS = ("sgd", "momentum", "adam")
 #: ``rival`` values: runs that are not coded, for comparisons (``""``: the coded run).
 RIVALS = ("drop-stragglers",)
+#: ``GradientCoding`` keywords that ``DeadlineFedAvg`` (the rival) takes too, with the same
+#: meaning.
+RIVAL_KEYWORDS = ("latency", "seed", "measured_compute", "compute_cost_s", "upload_bandwidth",
+                  "results_dir")
 
 # Run-config keys the ClientApp needs (the table's client and both sides), forwarded in the
 # train config (``run_simulation`` gives ClientApps an empty run config; ``flwr run`` gives them
@@ -139,10 +143,13 @@ def _resolved(path: Any) -> str:
     return str(Path(str(path)).expanduser().resolve())
 
 
-def strategy_keywords(cfg: dict[str, Any], n: int) -> dict[str, Any]:
+def strategy_keywords(
+    cfg: dict[str, Any], n: int, only: tuple[str, ...] | None = None
+) -> dict[str, Any]:
     """``GradientCoding``'s keywords for the run config ``cfg`` over ``n`` clients, one per
-    table key with a ``keyword`` (``run_config`` aside: :func:`build` adds it). Most are the
-    key's value (``None`` for its ``none_when``); the few below need more than that."""
+    table key with a ``keyword`` (``run_config`` aside: :func:`build` adds it), or only the
+    keywords in ``only``. Most are the key's value (``None`` for its ``none_when``); the few
+    below need more than that."""
     built = {
         "latency": lambda: run_latency(cfg),
         "results_dir": lambda: _resolved(cfg["results-dir"]),
@@ -161,7 +168,7 @@ def strategy_keywords(cfg: dict[str, Any], n: int) -> dict[str, Any]:
         entry.keyword: built[entry.keyword]() if entry.keyword in built
         else entry.keyword_value(cfg[entry.name])
         for entry in KEYS
-        if entry.keyword is not None
+        if entry.keyword is not None and (only is None or entry.keyword in only)
     }
 
 
@@ -243,14 +250,10 @@ def build_rival(cfg: dict[str, Any], n: int):
     cohort_size(cfg, n)  # validates fraction-train
     strategy = DeadlineFedAvg(
         deadline=float(cfg["straggler-timeout"]),
-        latency=run_latency(cfg),
-        seed=seed,
         partition_sizes=sizes,
-        measured_compute=str(cfg["virtual-compute"]) == "measured",
-        compute_cost_s=float(cfg["partition-cost-s"]),
-        upload_bandwidth=float(cfg["upload-bandwidth"]) or None,
-        results_dir=_resolved(cfg["results-dir"]),
         run_config={**cfg, "num-clients": n, "partition-sizes": sizes},
+        # the keywords it shares with GradientCoding, from the same keys
+        **strategy_keywords(cfg, n, only=RIVAL_KEYWORDS),
         fraction_train=float(cfg["fraction-train"]), fraction_evaluate=0.0,
         min_available_nodes=1, min_train_nodes=1,
     )

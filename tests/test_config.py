@@ -185,6 +185,20 @@ def test_every_keyword_of_the_table_is_a_gradient_coding_parameter():
         assert parameters[keyword].kind is not parameters[keyword].VAR_KEYWORD
 
 
+def test_rival_shares_keywords_with_gradient_coding_meaning_the_same():
+    import inspect
+
+    from fl_gradcode.flower.deadline import DeadlineFedAvg
+    from server.app import RIVAL_KEYWORDS
+
+    rival = inspect.signature(DeadlineFedAvg.__init__).parameters
+    coded = _gradient_coding_parameters()
+    table = {k.keyword for k in KEYS}
+    for keyword in RIVAL_KEYWORDS:
+        assert keyword in table, keyword
+        assert rival[keyword].default == coded[keyword].default, keyword
+
+
 def test_run_config_defaults_agree_with_python_or_say_why(tmp_path, monkeypatch):
     """For every key with a keyword, the keyword the default run config builds equals
     GradientCoding's signature default, or the table states why not (and then it really
