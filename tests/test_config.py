@@ -313,6 +313,56 @@ def test_key_entries_validate_themselves():
     assert Key("k", 0.0, "x", keyword="k", none_when=0.0).keyword_value(0) is None
 
 
+def test_option_table_rows_escape_markdown_and_show_what_each_key_reaches():
+    from fl_gradcode.config import Key, options_markdown
+
+    table = options_markdown([
+        Key("pipe-key", "a|b", "splits on |\nand lines", keyword="wire", choices=("a|b", "c")),
+        Key("flag", False, "a bool", side="both"),
+        Key("clip", 1.5, "c", side="client", feeds=("dp", "clip_norm")),
+        Key("frac", 0.5, "f", feeds=("inner", "fraction_train")),
+        Key("every", 2, "e", keyword="s", why_differs="because"),
+    ])
+    rows = table.splitlines()
+    assert rows[:2] == ["| key | default | what it does | `GradientCoding` keyword | side |",
+                        "|---|---|---|---|---|"]
+    assert rows[2] == ('| `pipe-key` | `"a\\|b"` | splits on \\| and lines; one of `"a\\|b"`, '
+                       '`"c"` | `wire` | server |')
+    assert rows[3] == "| `flag` | `false` | a bool | — | both |"
+    assert rows[4] == "| `clip` | `1.5` | c | `dp` = `DPConfig(clip_norm=)` | client |"
+    assert rows[5] == "| `frac` | `0.5` | f | inner strategy's `fraction_train` | server |"
+    assert rows[6] == "| `every` | `2` | e | `s` | server |"
+    assert rows[7:] == ["", "Defaults that differ from `GradientCoding`'s signature:", "",
+                        "- `every` (`s`): because."]
+    assert "Defaults that differ" not in options_markdown([Key("k", True, "t")])
+    assert "| `k` | `true` |" in options_markdown([Key("k", True, "t")])
+
+
+def test_table_lookups_and_worker_lists():
+    from fl_gradcode.config import client_keys, coded_only_keys, key, worker_list
+
+    assert key("s").keyword == "s" and key("s").default == DEFAULTS["s"] == 3
+    with pytest.raises(KeyError):
+        key("stragglers")
+    assert client_keys()[:3] == ("update", "local-epochs", "batch-size")  # table order
+    assert coded_only_keys()[:2] == ("code", "s") and coded_only_keys()[-1] == "rival"
+    assert worker_list("1, 4") == {1, 4} and worker_list("") == set() and worker_list(3) == {3}
+    with pytest.raises(ValueError, match="comma-separated worker indices; got '1;2'"):
+        worker_list("1;2")
+
+
+def test_merge_config_coerces_ints_to_floats_only():
+    cfg = merge_config({"lr": 2, "num-rounds": 5, "stop-late-work": True})
+    assert (cfg["lr"], type(cfg["lr"])) == (2.0, float) and cfg["num-rounds"] == 5
+    assert merge_config(None) == DEFAULTS and merge_config({}) is not DEFAULTS
+    with pytest.raises(ValueError, match=r"lr=True must be float like its default 0\.5"):
+        merge_config({"lr": True})
+    with pytest.raises(ValueError, match=r"num-rounds=5\.0 must be int"):
+        merge_config({"num-rounds": 5.0})
+    with pytest.raises(ValueError, match="known keys: \\['accountant', 'auto-deadline'"):
+        merge_config({"nope": 1})
+
+
 def test_merge_config_accepts_auto_for_s_only():
     assert merge_config({"s": "auto"})["s"] == "auto"
     with pytest.raises(ValueError, match="s='fast' must be int"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 from .keys import KEYS, Key
 
@@ -34,15 +35,15 @@ def _reaches(entry: Key) -> str:
     return f"`{group}` = `{_GROUP_CALL[group].format(arg=arg)}`"
 
 
-def options_markdown() -> str:
-    """The run-config keys as a markdown table (key, default, what it does, the
-    ``GradientCoding`` keyword or the value it builds, side), then the defaults that differ
-    from ``GradientCoding``'s, each with why."""
+def options_markdown(keys: Sequence[Key] = KEYS) -> str:
+    """The run-config ``keys`` (default: all of them) as a markdown table (key, default, what
+    it does, the ``GradientCoding`` keyword or the value it builds, side), then the defaults
+    that differ from ``GradientCoding``'s, each with why."""
     lines = [
         "| key | default | what it does | `GradientCoding` keyword | side |",
         "|---|---|---|---|---|",
     ]
-    for entry in KEYS:
+    for entry in keys:
         text = entry.help
         if entry.choices:
             text += "; one of " + ", ".join(f"`{_toml(c)}`" for c in entry.choices)
@@ -50,7 +51,7 @@ def options_markdown() -> str:
             f"| `{entry.name}` | `{_cell(_toml(entry.default))}` | {_cell(text)} | "
             f"{_cell(_reaches(entry))} | {entry.side} |"
         )
-    differs = [k for k in KEYS if k.why_differs]
+    differs = [k for k in keys if k.why_differs]
     if differs:
         lines += ["", "Defaults that differ from `GradientCoding`'s signature:", ""]
         lines += [f"- `{k.name}` (`{k.keyword}`): {k.why_differs}." for k in differs]
