@@ -284,13 +284,22 @@ def test_codes_markdown_lists_every_registry_code_with_its_kind():
     assert "Tandon et al. 2017" in table and "Charles et al. 2017" in table
 
 
-def test_option_page_cli_writes_the_page(tmp_path):
+def test_option_page_cli_prints_or_writes_the_page(tmp_path, capsys, monkeypatch):
     from fl_gradcode.config import options_page
     from fl_gradcode.config.__main__ import main
 
     out = tmp_path / "options.md"
     assert main(["--write", str(out)]) == 0
     assert out.read_text(encoding="utf-8") == options_page()
+    assert main([]) == 0
+    assert capsys.readouterr().out == options_page()
+    monkeypatch.setattr("sys.argv", ["fl_gradcode.config"])
+    assert main() == 0
+    assert capsys.readouterr().out == options_page()
+    for bad in (["--write"], ["--out", str(out)], ["--write", str(out), "x"]):
+        assert main(bad) == 2
+        captured = capsys.readouterr()
+        assert captured.out == "" and captured.err.startswith("Usage: ``python -m fl_gradcode")
 
 
 def test_key_entries_validate_themselves():
@@ -306,10 +315,15 @@ def test_key_entries_validate_themselves():
         Key("k", 0, "x", keyword="k", none_when="")
     with pytest.raises(ValueError, match="side="):
         Key("k", 0, "x", side="launch")
+    with pytest.raises(ValueError, match=r"k: default None must be bool/int/float/str"):
+        Key("k", None, "x")
+    with pytest.raises(ValueError, match=r"k: feeds group 'wire' not in \('dp'"):
+        Key("k", 0, "x", feeds=("wire", "mode"))
     with pytest.raises(ValueError, match="group="):
         group_values(DEFAULTS, "wire")
     s = Key("s", 3, "x", keyword="s", also=("auto",))
     assert (s.keyword_value("auto"), s.keyword_value(2)) == ("auto", 2)
+    assert s.cast("2") == 2 and s.cast(2.0) == 2  # any other value: the default's type
     assert Key("k", 0.0, "x", keyword="k", none_when=0.0).keyword_value(0) is None
 
 
@@ -347,6 +361,7 @@ def test_table_lookups_and_worker_lists():
     assert client_keys()[:3] == ("update", "local-epochs", "batch-size")  # table order
     assert coded_only_keys()[:2] == ("code", "s") and coded_only_keys()[-1] == "rival"
     assert worker_list("1, 4") == {1, 4} and worker_list("") == set() and worker_list(3) == {3}
+    assert worker_list("1 2,3") == {12, 3}  # spaces are removed before the split
     with pytest.raises(ValueError, match="comma-separated worker indices; got '1;2'"):
         worker_list("1;2")
 

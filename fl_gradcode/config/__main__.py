@@ -1,23 +1,25 @@
-"""``python -m fl_gradcode.config [--write docs/options.md]``: print or write the option page."""
+"""Usage: ``python -m fl_gradcode.config [--write PATH]``: print the option page (the run-config
+table and the codes, generated) or write it to ``PATH`` (``docs/options.md``)."""
 
 from __future__ import annotations
 
-import argparse
+import sys
 from pathlib import Path
 
 from . import options_page
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", metavar="PATH", help="write the page there (else print it)")
-    args = parser.parse_args(argv)
-    page = options_page()
-    if args.write:
-        Path(args.write).write_text(page, encoding="utf-8")
-    else:
-        print(page, end="")
-    return 0
+    """Print or write the page; 2 (and the usage on stderr) for other arguments."""
+    args = sys.argv[1:] if argv is None else argv
+    if not args:
+        sys.stdout.write(options_page())
+        return 0
+    if len(args) == 2 and args[0] == "--write":
+        Path(args[1]).write_bytes(options_page().encode())
+        return 0
+    sys.stderr.write(__doc__)
+    return 2
 
 
 if __name__ == "__main__":

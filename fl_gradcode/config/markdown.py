@@ -17,7 +17,7 @@ def _toml(value: bool | int | float | str) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
+        return json.dumps(value)
     return repr(value)
 
 
@@ -65,9 +65,8 @@ def codes_markdown() -> str:
 
     lines = ["| code | decoding | construction |", "|---|---|---|"]
     for name in available_codes():
-        code = make_code(name, n=6, s=2, seed=0)
-        doc = (type(code).__doc__ or "").strip().splitlines()
-        summary = doc[0].strip() if doc else type(code).__name__
+        code = make_code(name, n=6, s=2)
+        summary = type(code).__doc__.strip().splitlines()[0]
         kind = "exact" if code.is_exact else "approximate"
         lines.append(f"| `{name}` | {kind} | {_cell(summary)} |")
     return "\n".join(lines) + "\n"
