@@ -28,6 +28,19 @@ def test_pyproject_run_config_equals_defaults():
     assert app["components"] == {"serverapp": "server.app:app", "clientapp": "clients.app:app"}
 
 
+def test_pyproject_run_config_section_is_the_generated_text():
+    from fl_gradcode.config import pyproject_section
+
+    text = (ROOT / "pyproject.toml").read_text()
+    start = text.index("[tool.flwr.app.config]\n")
+    # regenerate with: python -m fl_gradcode.config --pyproject
+    assert text[start:start + len(pyproject_section()) + 1] == pyproject_section() + "\n"
+    section = pyproject_section().splitlines()
+    assert section[0] == "[tool.flwr.app.config]" and len(section) == len(KEYS) + 1
+    assert section[1:4] == ["num-rounds = 30", "num-clients = 0", 'code = "grouped-rs"']
+    assert "stop-late-work = false" in section and "delta = 1e-05" in section
+
+
 def test_run_config_keys_exist_and_are_documented_in_the_option_page():
     page = (ROOT / "docs" / "options.md").read_text(encoding="utf-8")
     for key in [*REQUIRED, *DEFAULTS]:
@@ -285,7 +298,7 @@ def test_codes_markdown_lists_every_registry_code_with_its_kind():
 
 
 def test_option_page_cli_prints_or_writes_the_page(tmp_path, capsys, monkeypatch):
-    from fl_gradcode.config import options_page
+    from fl_gradcode.config import options_page, pyproject_section
     from fl_gradcode.config.__main__ import main
 
     out = tmp_path / "options.md"
@@ -293,10 +306,13 @@ def test_option_page_cli_prints_or_writes_the_page(tmp_path, capsys, monkeypatch
     assert out.read_text(encoding="utf-8") == options_page()
     assert main([]) == 0
     assert capsys.readouterr().out == options_page()
+    assert main(["--pyproject"]) == 0
+    assert capsys.readouterr().out == pyproject_section()
     monkeypatch.setattr("sys.argv", ["fl_gradcode.config"])
     assert main() == 0
     assert capsys.readouterr().out == options_page()
-    for bad in (["--write"], ["--out", str(out)], ["--write", str(out), "x"]):
+    for bad in (["--write"], ["--out", str(out)], ["--write", str(out), "x"],
+                ["--pyproject", "x"]):
         assert main(bad) == 2
         captured = capsys.readouterr()
         assert captured.out == "" and captured.err.startswith("Usage: ``python -m fl_gradcode")

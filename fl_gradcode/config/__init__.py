@@ -1,8 +1,8 @@
 """Run-config keys (kebab-case): one declarative table (:data:`KEYS`) and what derives from it.
 
-``pyproject.toml``'s ``[tool.flwr.app.config]`` repeats the defaults for Flower (a test checks
-they agree); ``docs/options.md`` is generated (``python -m fl_gradcode.config --write
-docs/options.md``).
+``pyproject.toml``'s ``[tool.flwr.app.config]`` repeats the defaults for Flower: it is the text of
+:func:`pyproject_section` (``python -m fl_gradcode.config --pyproject`` prints it; a test checks
+it); ``docs/options.md`` is generated (``python -m fl_gradcode.config --write docs/options.md``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from .keys import (
     merge_config,
     worker_list,
 )
-from .markdown import codes_markdown, options_markdown, options_page
+from .markdown import codes_markdown, options_markdown, options_page, pyproject_section
 
 __all__ = [
     "DEFAULTS",
@@ -34,5 +34,6 @@ __all__ = [
     "merge_config",
     "options_markdown",
     "options_page",
+    "pyproject_section",
     "worker_list",
 ]

@@ -1,12 +1,13 @@
-"""Usage: ``python -m fl_gradcode.config [--write PATH]``: print the option page (the run-config
-table and the codes, generated) or write it to ``PATH`` (``docs/options.md``)."""
+"""Usage: ``python -m fl_gradcode.config [--write PATH | --pyproject]``: print the option page
+(the run-config table and the codes, generated), write it to ``PATH`` (``docs/options.md``), or
+print ``pyproject.toml``'s ``[tool.flwr.app.config]`` section."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-from . import options_page
+from . import options_page, pyproject_section
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -14,6 +15,9 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if not args:
         sys.stdout.write(options_page())
+        return 0
+    if args == ["--pyproject"]:
+        sys.stdout.write(pyproject_section())
         return 0
     if len(args) == 2 and args[0] == "--write":
         Path(args[1]).write_bytes(options_page().encode())

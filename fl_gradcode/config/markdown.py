@@ -1,4 +1,5 @@
-"""Markdown generated from the tables: the run-config options and the registry's codes."""
+"""Text generated from the tables: the option page (run-config keys, the registry's codes) and
+the run-config section of ``pyproject.toml``."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Sequence
 
 from .keys import KEYS, Key
 
-__all__ = ["codes_markdown", "options_markdown", "options_page"]
+__all__ = ["codes_markdown", "options_markdown", "options_page", "pyproject_section"]
 
 _GROUP_CALL = {"dp": "DPConfig({arg}=)", "latency": "make_latency({arg}=)"}
 
@@ -70,6 +71,13 @@ def codes_markdown() -> str:
         kind = "exact" if code.is_exact else "approximate"
         lines.append(f"| `{name}` | {kind} | {_cell(summary)} |")
     return "\n".join(lines) + "\n"
+
+
+def pyproject_section() -> str:
+    """``pyproject.toml``'s ``[tool.flwr.app.config]`` section: every key and its default,
+    in table order (Flower reads the run config's keys and defaults there)."""
+    return "".join(["[tool.flwr.app.config]\n",
+                    *(f"{k.name} = {_toml(k.default)}\n" for k in KEYS)])
 
 
 def options_page() -> str:
