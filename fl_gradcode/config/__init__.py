@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from .keys import (
     DEFAULTS,
+    GROUPS,
     KEYS,
     SIDES,
     Key,
@@ -23,6 +24,7 @@ from .markdown import codes_markdown, options_markdown, options_page, pyproject_
 
 __all__ = [
     "DEFAULTS",
+    "GROUPS",
     "KEYS",
     "SIDES",
     "Key",

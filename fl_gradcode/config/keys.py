@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 __all__ = [
     "DEFAULTS",
+    "GROUPS",
     "KEYS",
     "SIDES",
     "Key",
