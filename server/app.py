@@ -24,7 +24,7 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAdam, FedAvg, FedAvgM, Strategy
 
-from fl_gradcode.config import merge_config
+from fl_gradcode.config import KEYS, client_keys, group_values, merge_config
 from fl_gradcode.data import run_partitions
 from fl_gradcode.flower import GradientCoding
 from fl_gradcode.flower.deadline import DeadlineFedAvg
@@ -40,14 +40,15 @@ from fl_gradcode.privacy import (
 SERVER_OPTIMIZERS = ("sgd", "momentum", "adam")
 #: ``rival`` values: runs that are not coded, for comparisons (``""``: the coded run).
 RIVALS = ("drop-stragglers",)
+#: ``GradientCoding`` keywords that ``DeadlineFedAvg`` (the rival) takes too, with the same
+#: meaning.
+RIVAL_KEYWORDS = ("latency", "seed", "measured_compute", "compute_cost_s", "upload_bandwidth",
+                  "results_dir")
 
-# Run-config keys the ClientApp needs, forwarded in the train config (``run_simulation`` gives
-# ClientApps an empty run config; ``flwr run`` gives them the same run config as the server).
-CLIENT_KEYS = (
-    "seed", "dataset", "synthetic-alpha", "synthetic-beta", "model", "partitioner",
-    "dirichlet-alpha", "update", "local-epochs", "batch-size", "dp", "clip-norm",
-    "noise-multiplier", "slow-workers", "slow-delay-s", "nan-workers",
-)
+# Run-config keys the ClientApp needs (the table's client and both sides), forwarded in the
+# train config (``run_simulation`` gives ClientApps an empty run config; ``flwr run`` gives them
+# the same run config as the server). ``lr`` travels as the train config's own ``lr`` entry.
+CLIENT_KEYS = tuple(name for name in client_keys() if name != "lr")
 
 
 def wait_for_nodes(grid: Grid, want: int, timeout: float = 120.0, settle: float = 3.0) -> int:
@@ -134,15 +135,41 @@ def make_accountant(
 
 
 def dp_config(cfg: dict[str, Any]) -> DPConfig:
-    return DPConfig(
-        mode=str(cfg["dp"]),
-        clip_norm=float(cfg["clip-norm"]),
-        noise_multiplier=float(cfg["noise-multiplier"]),
-        noise=str(cfg["dp-noise"]),
-        delta=float(cfg["delta"]),
-        accountant=str(cfg["accountant"]),
-        target_epsilon=float(cfg["target-epsilon"]),
-    )
+    """The run's DP parameters (the keys feeding ``DPConfig``)."""
+    return DPConfig(**group_values(cfg, "dp"))
+
+
+def _resolved(path: Any) -> str:
+    return str(Path(str(path)).expanduser().resolve())
+
+
+def strategy_keywords(
+    cfg: dict[str, Any], n: int, only: tuple[str, ...] | None = None
+) -> dict[str, Any]:
+    """``GradientCoding``'s keywords for the run config ``cfg`` over ``n`` clients, one per
+    table key with a ``keyword`` (``run_config`` aside: :func:`build` adds it), or only the
+    keywords in ``only``. Most are the key's value (``None`` for its ``none_when``); the few
+    below need more than that."""
+    built = {
+        "latency": lambda: run_latency(cfg),
+        "results_dir": lambda: _resolved(cfg["results-dir"]),
+        "latency_state": lambda: _resolved(cfg["latency-state"]) if cfg["latency-state"]
+        else None,
+        "measured_compute": lambda: str(cfg["virtual-compute"]) == "measured",
+        # 0: close a round only when every client replied
+        "min_replies": lambda: None if int(cfg["min-replies"]) < 0
+        else (int(cfg["min-replies"]) or n),
+        "m": lambda: int(cfg["m"]) if str(cfg["code"]) == "comm-efficient" else None,
+        "dp": lambda: dp_config(cfg),
+        "server_noise": lambda: ServerNoise.from_file(str(cfg["dp-server-key-file"]))
+        if cfg["dp-server-key-file"] else None,
+    }
+    return {
+        entry.keyword: built[entry.keyword]() if entry.keyword in built
+        else entry.keyword_value(cfg[entry.name])
+        for entry in KEYS
+        if entry.keyword is not None and (only is None or entry.keyword in only)
+    }
 
 
 def build(cfg: dict[str, Any], n: int, code_policy: Any = None):
@@ -154,40 +181,11 @@ def build(cfg: dict[str, Any], n: int, code_policy: Any = None):
     random.seed(seed)
     data, index = run_partitions(cfg, n)
     sizes = np.array([len(p) for p in index], dtype=np.float64)
-    min_replies = int(cfg["min-replies"])
-    latency = run_latency(cfg)
-    dp = dp_config(cfg)
+    keywords = strategy_keywords(cfg, n)
+    dp = keywords["dp"]
     strategy = GradientCoding(
         inner_strategy(cfg, n),
-        code=str(cfg["code"]),
-        s="auto" if cfg["s"] == "auto" else int(cfg["s"]),
-        s_max=int(cfg["s-max"]) or None,
-        auto_margin=float(cfg["auto-margin"]),
-        exclude_slow=float(cfg["exclude-slow"]) or None,
-        timing=str(cfg["timing"]),
-        latency=latency,
-        seed=seed,
-        results_dir=str(Path(str(cfg["results-dir"])).expanduser().resolve()),
-        straggler_timeout=float(cfg["straggler-timeout"]),
-        stop_late_work=bool(cfg["stop-late-work"]),
-        auto_deadline=float(cfg["auto-deadline"]) or None,
-        max_decode_error=float(cfg["max-decode-error"]),
-        min_replies=None if min_replies < 0 else (min_replies or n),
-        round_timeout=float(cfg["round-timeout"]),
-        warmup_timeout=float(cfg["warmup-timeout"]),
-        measured_compute=str(cfg["virtual-compute"]) == "measured",
-        compute_cost_s=float(cfg["partition-cost-s"]),
-        upload_bandwidth=float(cfg["upload-bandwidth"]) or None,
-        busy=str(cfg["busy"]) or None,
-        latency_state=str(Path(str(cfg["latency-state"])).expanduser().resolve())
-        if cfg["latency-state"]
-        else None,
-        m=int(cfg["m"]) if str(cfg["code"]) == "comm-efficient" else None,
-        dp=dp,
-        dp_run_nonce=str(cfg["dp-run-nonce"]),
-        server_noise=ServerNoise.from_file(str(cfg["dp-server-key-file"]))
-        if cfg["dp-server-key-file"]
-        else None,
+        **keywords,
         run_config={**cfg, "num-clients": n, "partition-sizes": sizes.astype(int).tolist()},
         code_policy=code_policy,
     )
@@ -204,19 +202,12 @@ def build(cfg: dict[str, Any], n: int, code_policy: Any = None):
 
 def run_latency(cfg: dict[str, Any]) -> LatencyModel:
     """The run's latency model (the same draws for every run of one seed)."""
-    seed = int(cfg["seed"])
-    return make_latency(
-        str(cfg["latency"]),
-        scale=float(cfg["latency-scale"]),
-        rate=float(cfg["latency-rate"]),
-        shape=float(cfg["latency-shape"]),
-        p=float(cfg["latency-p"]),
-        slowdown=float(cfg["latency-slowdown"]),
-        trace=str(cfg["latency-trace"]),
-        # the federation's fixed traits (who is persistently slow) may outlive the seed
-        seed=seed if int(cfg["latency-seed"]) < 0 else int(cfg["latency-seed"]),
-        drift_round=int(cfg["latency-drift-round"]),
-    )
+    arguments = group_values(cfg, "latency")
+    name = arguments.pop("name")
+    # the federation's fixed traits (who is persistently slow) may outlive the seed
+    if arguments["seed"] < 0:
+        arguments["seed"] = int(cfg["seed"])
+    return make_latency(name, **arguments)
 
 
 def _model_and_evaluation(cfg: dict[str, Any], data: Any):
@@ -261,14 +252,10 @@ def build_rival(cfg: dict[str, Any], n: int):
     cohort_size(cfg, n)  # validates fraction-train
     strategy = DeadlineFedAvg(
         deadline=float(cfg["straggler-timeout"]),
-        latency=run_latency(cfg),
-        seed=seed,
         partition_sizes=sizes,
-        measured_compute=str(cfg["virtual-compute"]) == "measured",
-        compute_cost_s=float(cfg["partition-cost-s"]),
-        upload_bandwidth=float(cfg["upload-bandwidth"]) or None,
-        results_dir=str(Path(str(cfg["results-dir"])).expanduser().resolve()),
         run_config={**cfg, "num-clients": n, "partition-sizes": sizes},
+        # the keywords it shares with GradientCoding, from the same keys
+        **strategy_keywords(cfg, n, only=RIVAL_KEYWORDS),
         fraction_train=float(cfg["fraction-train"]), fraction_evaluate=0.0,
         min_available_nodes=1, min_train_nodes=1,
     )

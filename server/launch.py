@@ -38,6 +38,8 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from fl_gradcode.config import coded_only_keys, merge_config
+
 ROOT = Path(__file__).resolve().parents[1]
 
 #: ``flwr run`` prints this when the SuperLink accepted the run.
@@ -70,12 +72,9 @@ def stop_local_superlink(home: Path) -> None:
             pass
 
 
-#: Run-config keys that only mean something to a coded run: the rivals' runs drop them
-#: (the user's values stay in the coded run).
-CODED_ONLY = (
-    "code", "s", "s-max", "auto-margin", "exclude-slow", "latency-state", "auto-deadline",
-    "stop-late-work", "busy", "m", "max-decode-error", "min-replies", "rival",
-)
+#: Run-config keys that only mean something to a coded run (the table's ``coded_only``): the
+#: rivals' runs drop them (the user's values stay in the coded run).
+CODED_ONLY = coded_only_keys()
 #: The runs of the main job: name -> keys that replace the user's (values as TOML text).
 RUNS: dict[str, dict[str, str]] = {
     "coded": {},
@@ -135,8 +134,6 @@ def run_config_for(run: str, overrides: str, results: Path) -> str:
 
 def rival_refusal(values: Mapping[str, object]) -> str | None:
     """Why the drop-stragglers run cannot run with these overrides (``None``: it can)."""
-    from fl_gradcode.config import merge_config
-
     cfg = merge_config({k: v for k, v in values.items() if k not in CODED_ONLY})
     if cfg["dp"] != "none":
         return f"dp={cfg['dp']!r}: plain Flower FedAvg applies no DP"
@@ -158,8 +155,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         values = override_values(parse_overrides(args.run_config))
-        from fl_gradcode.config import merge_config
-
         merge_config(values)  # unknown keys and wrong types: refused before any run
     except ValueError as exc:
         print(f"--run-config: {exc}", file=sys.stderr, flush=True)

@@ -1,0 +1,304 @@
+"""The table of run-config keys: one frozen :class:`Key` per key, in ``pyproject.toml`` order.
+
+Everything else is derived from :data:`KEYS`: :data:`DEFAULTS`, the ``[tool.flwr.app.config]``
+check (a test), the keywords the ServerApp passes to ``GradientCoding``, the keys forwarded to
+the ClientApp, the keys the main job's rival runs leave out, and the option table in
+``docs/options.md`` (:func:`fl_gradcode.config.options_markdown`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+__all__ = [
+    "DEFAULTS",
+    "GROUPS",
+    "KEYS",
+    "SIDES",
+    "Key",
+    "client_keys",
+    "coded_only_keys",
+    "group_values",
+    "key",
+    "merge_config",
+    "worker_list",
+]
+
+Side = Literal["server", "client", "both"]
+#: Who reads a key: the ServerApp, the ClientApp (forwarded in the train config), or both.
+SIDES: tuple[str, ...] = ("server", "client", "both")
+#: Groups a key can feed: ``DPConfig``'s fields, ``make_latency``'s arguments, the inner
+#: Flower strategy's arguments.
+GROUPS: tuple[str, ...] = ("dp", "latency", "inner")
+_NAME = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)*")
+
+
+@dataclass(frozen=True)
+class Key:
+    """One run-config key.
+
+    Attributes:
+        name: the kebab-case key.
+        default: its value when the run config does not set it (bool, int, float or str).
+        help: what it does, one sentence or two (the option table's text).
+        keyword: the ``GradientCoding`` keyword it sets, if any.
+        side: who reads it (:data:`SIDES`).
+        coded_only: it means something to a coded run only (the rival runs drop it).
+        choices: the accepted values, when they are a closed list (documentation; the
+            component that uses the value refuses others).
+        none_when: the run-config value that means the keyword's ``None``.
+        also: values of another type also accepted (``"auto"`` for ``s``).
+        feeds: ``(group, argument)`` when it is one argument of a value built from several
+            keys (:data:`GROUPS`).
+        why_differs: why the default differs from ``GradientCoding``'s signature default
+            (empty: they agree).
+    """
+
+    name: str
+    default: bool | int | float | str
+    help: str
+    keyword: str | None = None
+    side: Side = "server"
+    coded_only: bool = False
+    choices: tuple[str, ...] = ()
+    none_when: bool | int | float | str | None = None
+    also: tuple[str, ...] = ()
+    feeds: tuple[str, str] | None = None
+    why_differs: str = ""
+
+    def __post_init__(self) -> None:
+        if not _NAME.fullmatch(self.name):
+            raise ValueError(f"run-config key {self.name!r} must be kebab-case")
+        if type(self.default) not in (bool, int, float, str):
+            raise ValueError(f"{self.name}: default {self.default!r} must be bool/int/float/str")
+        if self.side not in SIDES:
+            raise ValueError(f"{self.name}: side={self.side!r}; expected one of {SIDES}")
+        if self.choices and self.default not in self.choices:
+            raise ValueError(f"{self.name}: default {self.default!r} not in {self.choices}")
+        if self.none_when is not None and type(self.none_when) is not type(self.default):
+            raise ValueError(f"{self.name}: none_when={self.none_when!r} must be typed like "
+                             f"the default {self.default!r}")
+        if self.feeds is not None and self.feeds[0] not in GROUPS:
+            raise ValueError(f"{self.name}: feeds group {self.feeds[0]!r} not in {GROUPS}")
+        if self.why_differs and self.keyword is None:
+            raise ValueError(f"{self.name}: why_differs needs a keyword to differ from")
+
+    def cast(self, value: Any) -> Any:
+        """``value`` converted to the default's type (values in :attr:`also` kept as given)."""
+        if isinstance(value, str) and value in self.also:
+            return value
+        return type(self.default)(value)
+
+    def keyword_value(self, value: Any) -> Any:
+        """The keyword's value for the run-config ``value``: ``None`` for :attr:`none_when`,
+        else :meth:`cast`."""
+        value = self.cast(value)
+        if self.none_when is not None and value == self.none_when:
+            return None
+        return value
+
+
+_S_DIFFERS = (
+    "the main job (12 clients, 10% of them slowed 20x) tolerates 3 stragglers per round; "
+    "GradientCoding's default 1 is the smallest tolerance that codes at all (load 2)"
+)
+
+KEYS: tuple[Key, ...] = (
+    Key("num-rounds", 30, "rounds"),
+    Key("num-clients", 0, "clients; 0 = one per connected SuperNode (the ServerApp waits for "
+        "them)"),
+    Key("code", "grouped-rs", "gradient code, a registry name (see the codes below)",
+        keyword="code", coded_only=True,
+        choices=("uncoded", "ignore-stragglers", "frc", "crc", "grouped-rs", "bgc", "expander",
+                 "comm-efficient", "nested")),
+    Key("s", 3, "stragglers tolerated per round; `auto`: chosen every round from the "
+        "observed latencies", keyword="s", coded_only=True, also=("auto",),
+        why_differs=_S_DIFFERS),
+    Key("s-max", 0, "`s=auto`: the largest tolerance; 0 = `max(1, n // 4)`", keyword="s_max",
+        coded_only=True, none_when=0),
+    Key("auto-margin", 0.1, "`s=auto`: a larger `s` predicted at most this much (relative) "
+        "slower is preferred; 0 = pure expected-time minimiser", keyword="auto_margin",
+        coded_only=True),
+    Key("fraction-train", 1.0, "fraction of the nodes sampled each round (Flower's "
+        "`fraction_train`); the code is built over each cohort. With DP the accountant still "
+        "counts every partition in every round (sample rate 1): an upper bound on ε",
+        feeds=("inner", "fraction_train")),
+    Key("exclude-slow", 0.0, "`s=auto`: clients estimated at least this many times slower may "
+        "be sent nothing for a round, their partitions shared by the rest of their "
+        "super-block; 0 = never", keyword="exclude_slow", coded_only=True, none_when=0.0),
+    Key("latency-state", "", "`s=auto` (or `busy=fit`): a JSON file of latency observations; "
+        "if it exists at start, an earlier run's rounds (matched by data partition) "
+        "warm-start the estimator instead of starting at `s_max`; rewritten after every "
+        "round; \"\" = none", keyword="latency_state", coded_only=True, none_when=""),
+    Key("update", "gradient", "`gradient`: one full-batch gradient step per partition; "
+        "`local`: `local-epochs` of minibatch SGD", side="both", choices=("gradient", "local")),
+    Key("local-epochs", 1, "epochs per partition (`update=local`)", side="both"),
+    Key("batch-size", 32, "minibatch size (`update=local`)", side="both"),
+    Key("lr", 0.5, "client step: gradient step (`gradient`) / SGD step (`local`); sent as "
+        "the train config's `lr`", side="client"),
+    Key("server-lr", 1.0, "server step on the decoded FedAvg delta (`FedAvgM`'s "
+        "`server_learning_rate`, `FedAdam`'s `eta`)", feeds=("inner", "server_learning_rate")),
+    Key("server-optimizer", "sgd", "inner Flower strategy: `sgd` (`FedAvg`), `momentum` "
+        "(`FedAvgM`), `adam` (`FedAdam`)", choices=("sgd", "momentum", "adam")),
+    Key("momentum", 0.9, "`FedAvgM`'s server momentum (`server-optimizer=momentum`)",
+        feeds=("inner", "server_momentum")),
+    Key("dataset", "digits", "embedded dataset (`synthetic`: FedProx Synthetic(α, β))",
+        side="both", choices=("digits", "mnist1d", "synthetic")),
+    Key("synthetic-alpha", 1.0, "FedProx Synthetic(α, β): α", side="both"),
+    Key("synthetic-beta", 1.0, "FedProx Synthetic(α, β): β", side="both"),
+    Key("model", "logreg", "model", side="both", choices=("logreg", "mlp", "cnn")),
+    Key("partitioner", "dirichlet", "how the data is split into partitions (`pathological`: "
+        "2 classes each)", side="both", choices=("iid", "dirichlet", "pathological")),
+    Key("dirichlet-alpha", 0.5, "Dirichlet concentration (`partitioner=dirichlet`)",
+        side="both"),
+    Key("latency", "bimodal", "simulated latency model (`drift`: Pareto, then load-scaled "
+        "bimodal)", keyword="latency", feeds=("latency", "name"),
+        choices=("none", "exponential", "shifted-exponential", "pareto", "bimodal",
+                 "persistent", "trace", "drift"),
+        why_differs="the app simulates stragglers (10% of the clients slowed 20x) so that "
+        "coding has something to tolerate; GradientCoding's None simulates none (a real "
+        "deployment's own timing)"),
+    Key("latency-scale", 0.1, "per partition of load: `load·(scale + Exp(rate))`; the Pareto "
+        "scale", feeds=("latency", "scale")),
+    Key("latency-rate", 10.0, "rate of the exponential part", feeds=("latency", "rate")),
+    Key("latency-shape", 2.0, "Pareto shape (`pareto`: `scale·Pareto(shape)`, "
+        "load-independent)", feeds=("latency", "shape")),
+    Key("latency-p", 0.1, "fraction of clients slowed (`bimodal`, `persistent`)",
+        feeds=("latency", "p")),
+    Key("latency-slowdown", 20.0, "slowdown factor (`bimodal`, `persistent`)",
+        feeds=("latency", "slowdown")),
+    Key("latency-trace", "canada", "bundled AWS Lambda trace (`canada`, `london`, `sydney`, "
+        "`tokyo`, `sydney-20rounds*`)", feeds=("latency", "trace")),
+    Key("latency-drift-round", 15, "`drift`: the round at which the regime changes",
+        feeds=("latency", "drift_round")),
+    Key("latency-seed", -1, "`persistent`: the seed that picks the persistently slow clients "
+        "(the federation's hardware), so runs with different `seed`s can share them; "
+        "-1 = `seed`. Per-round draws always follow `seed`", feeds=("latency", "seed")),
+    Key("virtual-compute", "measured", "`measured`: add each client's measured compute time "
+        "to its virtual arrival; `none`: do not", keyword="measured_compute",
+        choices=("measured", "none")),
+    Key("partition-cost-s", 0.0, "modelled compute seconds per unit of load (a client's "
+        "examples over one client's share)", keyword="compute_cost_s"),
+    Key("busy", "", "`skip`, `queue` or `fit` the work of a client still busy with an "
+        "earlier round (virtual timing); \"\": `queue` with `s=auto`, `skip` otherwise",
+        keyword="busy", coded_only=True, none_when="", choices=("", "skip", "queue", "fit")),
+    Key("upload-bandwidth", 0.0, "virtual timing: each client's upload rate in bytes/s; a "
+        "reply arrives `bytes / bandwidth` later (0: instantaneous)",
+        keyword="upload_bandwidth", none_when=0.0),
+    Key("m", 1, "`code=comm-efficient`: every reply is `1/m` of the model (load `s + m` "
+        "partitions); ignored by the other codes", keyword="m", coded_only=True),
+    Key("timing", "virtual", "`virtual`: arrivals on a simulated clock; `wallclock`: real "
+        "time", keyword="timing", choices=("virtual", "wallclock")),
+    Key("straggler-timeout", 10.0, "seconds (virtual or wall) before approximate decoding "
+        "(the rival's round deadline)", keyword="straggler_timeout"),
+    Key("stop-late-work", False, "workers stop at the round's deadline instead of finishing "
+        "work the server can no longer use", keyword="stop_late_work", coded_only=True),
+    Key("auto-deadline", 0.0, "`s=auto` (or `busy=fit`), virtual timing: each round's "
+        "deadline is this factor (≥ 1) times its predicted time (never beyond "
+        "`straggler-timeout`), and work stops there; 0 = off", keyword="auto_deadline",
+        coded_only=True, none_when=0.0),
+    Key("max-decode-error", 0.5, "quality bar for applying an approximate decoding",
+        keyword="max_decode_error", coded_only=True),
+    Key("min-replies", -1, "also close a round at this many replies (approximate decode); "
+        "-1: `n − s` for approximate codes, none for exact codes; 0: every client",
+        keyword="min_replies", coded_only=True),
+    Key("round-timeout", 600.0, "wall-clock safety limit of a round (seconds)",
+        keyword="round_timeout"),
+    Key("warmup-timeout", 120.0, "wall-clock limit for the first reply of round 1 (seconds)",
+        keyword="warmup_timeout"),
+    Key("slow-workers", "", "fault injection: comma-separated workers slowed by "
+        "`slow-delay-s`", side="client"),
+    Key("slow-delay-s", 0.0, "fault injection: seconds added to a slow worker", side="client"),
+    Key("nan-workers", "", "fault injection: comma-separated workers whose replies hold a NaN",
+        side="client"),
+    Key("dp", "none", "differential privacy: `partition`, `central`, `sample` (record-level "
+        "DP-SGD)", keyword="dp", side="both", feeds=("dp", "mode"),
+        choices=("none", "partition", "central", "sample"),
+        why_differs="the app always passes a DPConfig; with mode 'none' it means what "
+        "GradientCoding's None means: no DP"),
+    Key("clip-norm", 1.0, "clipping bound `C`", side="both", feeds=("dp", "clip_norm")),
+    Key("noise-multiplier", 1.0, "noise multiplier `σ`", side="both",
+        feeds=("dp", "noise_multiplier")),
+    Key("dp-noise", "identical", "`identical` (replica-identical, keyed) or `independent` "
+        "(failure mode)", feeds=("dp", "noise"), choices=("identical", "independent")),
+    Key("delta", 1e-5, "ε is reported at this δ", feeds=("dp", "delta")),
+    Key("accountant", "rdp", "Opacus accountant for ε", feeds=("dp", "accountant"),
+        choices=("rdp", "prv")),
+    Key("target-epsilon", 0.0, "stop before ε would exceed it (0 = no budget)",
+        feeds=("dp", "target_epsilon")),
+    Key("dp-run-nonce", "", "pins the per-run nonce of every keyed seed; empty = fresh per run "
+        "(pinning reuses noise across runs with the same key)", keyword="dp_run_nonce"),
+    Key("dp-server-key-file", "", "`dp=central`: a server-side key file for reproducible "
+        "server noise; empty = OS randomness", keyword="server_noise", none_when=""),
+    Key("seed", 0, "every random choice", keyword="seed", side="both"),
+    Key("results-dir", "results/run", "output directory", keyword="results_dir",
+        why_differs="the app writes its results files; GradientCoding's None writes none"),
+    Key("rival", "", "`drop-stragglers`: run Flower's own FedAvg with the round deadline "
+        "`straggler-timeout` (virtual time), dropping later replies, instead of the coded "
+        "job (needs `dp=none`, `server-optimizer=sgd`, `server-lr=1.0`, virtual timing)",
+        coded_only=True, choices=("", "drop-stragglers")),
+)
+
+_BY_NAME: dict[str, Key] = {k.name: k for k in KEYS}
+if len(_BY_NAME) != len(KEYS):
+    raise ValueError("a run-config key appears twice in KEYS")
+
+#: Every key's default, in table order.
+DEFAULTS: dict[str, Any] = {k.name: k.default for k in KEYS}
+
+
+def key(name: str) -> Key:
+    """The table entry of run-config key ``name`` (``KeyError`` if there is none)."""
+    return _BY_NAME[name]
+
+
+def client_keys() -> tuple[str, ...]:
+    """Keys the ClientApp reads (side ``client`` or ``both``), in table order."""
+    return tuple(k.name for k in KEYS if k.side in ("client", "both"))
+
+
+def coded_only_keys() -> tuple[str, ...]:
+    """Keys that only mean something to a coded run, in table order."""
+    return tuple(k.name for k in KEYS if k.coded_only)
+
+
+def group_values(cfg: Mapping[str, Any], group: str) -> dict[str, Any]:
+    """``{argument: value}`` of the keys feeding ``group`` (e.g. ``DPConfig``'s fields for
+    ``"dp"``), each value cast to its default's type."""
+    if group not in GROUPS:
+        raise ValueError(f"group={group!r}; expected one of {GROUPS}")
+    return {k.feeds[1]: k.cast(cfg[k.name]) for k in KEYS
+            if k.feeds is not None and k.feeds[0] == group}
+
+
+def merge_config(run_config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Defaults overridden by ``run_config``; unknown keys raise a ``ValueError`` naming them."""
+    cfg = dict(DEFAULTS)
+    for name, value in (run_config or {}).items():
+        if name not in _BY_NAME:
+            raise ValueError(f"unknown run-config key {name!r}; known keys: {sorted(DEFAULTS)}")
+        entry = _BY_NAME[name]
+        default = entry.default
+        if isinstance(value, str) and value in entry.also:
+            cfg[name] = value
+            continue
+        if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if type(value) is not type(default):
+            raise ValueError(
+                f"run-config {name}={value!r} must be {type(default).__name__} like its default "
+                f"{default!r}"
+            )
+        cfg[name] = value
+    return cfg
+
+
+def worker_list(text: str) -> set[int]:
+    """``"1,4"`` -> ``{1, 4}`` (for ``slow-workers`` / ``nan-workers``)."""
+    try:
+        return {int(x) for x in str(text).replace(" ", "").split(",") if x}
+    except ValueError as exc:
+        raise ValueError(f"expected comma-separated worker indices; got {text!r}") from exc
