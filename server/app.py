@@ -187,7 +187,7 @@ def build(cfg: dict[str, Any], n: int, code_policy: Any = None):
         inner_strategy(cfg, n),
         **keywords,
         run_config={**cfg, "num-clients": n, "partition-sizes": sizes.astype(int).tolist()},
-        code_policy=code_policy,
+        **({} if code_policy is None else {"code_policy": code_policy}),
     )
     if dp.enabled:
         strategy.accountant = make_accountant(dp, strategy, n, sizes, cfg)

@@ -102,7 +102,8 @@ class Key:
 
 
 _S_DIFFERS = (
-    "the main job (12 clients, 10% of them slowed 20x) tolerates 3 stragglers per round; "
+    "the main job (12 clients, a fraction `latency-p` of them slowed `latency-slowdown` times) "
+    "tolerates 3 stragglers per round; "
     "GradientCoding's default 1 is the smallest tolerance that codes at all (load 2)"
 )
 
@@ -158,7 +159,8 @@ KEYS: tuple[Key, ...] = (
         "bimodal)", keyword="latency", feeds=("latency", "name"),
         choices=("none", "exponential", "shifted-exponential", "pareto", "bimodal",
                  "persistent", "trace", "drift"),
-        why_differs="the app simulates stragglers (10% of the clients slowed 20x) so that "
+        why_differs="the app simulates stragglers (a fraction `latency-p` of the clients slowed "
+        "`latency-slowdown` times) so that "
         "coding has something to tolerate; GradientCoding's None simulates none (a real "
         "deployment's own timing)"),
     Key("latency-scale", 0.1, "per partition of load: `load·(scale + Exp(rate))`; the Pareto "
