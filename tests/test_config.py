@@ -308,9 +308,9 @@ def test_option_page_cli_prints_or_writes_the_page(tmp_path, capsys, monkeypatch
     assert capsys.readouterr().out == options_page()
     assert main(["--pyproject"]) == 0
     assert capsys.readouterr().out == pyproject_section()
-    monkeypatch.setattr("sys.argv", ["fl_gradcode.config"])
-    assert main() == 0
-    assert capsys.readouterr().out == options_page()
+    monkeypatch.setattr("sys.argv", ["fl_gradcode.config", "--pyproject"])
+    assert main() == 0  # the command line's arguments
+    assert capsys.readouterr().out == pyproject_section()
     for bad in (["--write"], ["--out", str(out)], ["--write", str(out), "x"],
                 ["--pyproject", "x"]):
         assert main(bad) == 2
