@@ -44,33 +44,35 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 FAST = ["-m", "not simulation and not deployment", "-p", "no:cacheprovider", "-p", "no:randomly",
         "-W", "ignore::DeprecationWarning", "-x", "-q"]
-KILLED_BY_NEW = "tests/test_mutants_killed.py"
+KILLED_BY_NEW = "tests/flower/test_mutants_killed.py"
 CODE_TESTS = [
-    "tests/test_codes_exact.py", "tests/test_codes_approximate.py",
-    "tests/test_codes_comm_efficient.py", "tests/test_codes_fast_decoders.py",
-    "tests/test_codes_nested.py", "tests/test_codes_properties.py",
-    "tests/test_codes_validation.py", "tests/test_codes_sparse.py", KILLED_BY_NEW,
-    "tests/test_mutation_kills_codes.py",
+    "tests/codes/test_codes_exact.py", "tests/codes/test_codes_approximate.py",
+    "tests/codes/test_codes_comm_efficient.py", "tests/codes/test_codes_fast_decoders.py",
+    "tests/codes/test_codes_nested.py", "tests/codes/test_codes_properties.py",
+    "tests/codes/test_codes_validation.py", "tests/codes/test_codes_sparse.py", KILLED_BY_NEW,
+    "tests/codes/test_mutation_kills_codes.py",
 ]
-WRAPPER_TESTS = ["tests/test_wrapper.py", "tests/test_adaptive_wrapper.py", KILLED_BY_NEW,
-                 "tests/test_mutation_kills_wrapper.py"]
-APP_TESTS = [*WRAPPER_TESTS, "tests/test_plugin_apps.py", "tests/test_plugin_comm_efficient.py",
-             "tests/test_mutation_kills_flower.py"]
+WRAPPER_TESTS = ["tests/flower/test_wrapper.py", "tests/adaptive/test_adaptive_wrapper.py",
+                 KILLED_BY_NEW, "tests/flower/test_mutation_kills_wrapper.py"]
+APP_TESTS = [*WRAPPER_TESTS, "tests/integration/test_plugin_apps.py",
+             "tests/flower/test_plugin_comm_efficient.py",
+             "tests/flower/test_mutation_kills_flower.py"]
 # module -> (files mutated, its fast test files); one mutmut run (scratch copy) per module
 MODULES: dict[str, tuple[list[str], list[str]]] = {
     "codes": (["fl_gradcode/codes/*.py"], CODE_TESTS),
-    "privacy": (["fl_gradcode/privacy.py"], ["tests/test_privacy.py", KILLED_BY_NEW,
-                                              "tests/test_mutation_kills_privacy.py"]),
+    "privacy": (["fl_gradcode/privacy.py"], ["tests/maths/test_privacy.py", KILLED_BY_NEW,
+                                              "tests/maths/test_mutation_kills_privacy.py"]),
     "clock": (["fl_gradcode/flower/clock.py"], WRAPPER_TESTS),
     "grid": (["fl_gradcode/flower/grid.py"], WRAPPER_TESTS),
-    "integrity": (["fl_gradcode/flower/integrity.py"], ["tests/test_integrity.py",
+    "integrity": (["fl_gradcode/flower/integrity.py"], ["tests/flower/test_integrity.py",
                                                         *WRAPPER_TESTS]),
     **{m: ([f"fl_gradcode/flower/{m}.py"], APP_TESTS) for m in ("mod", "wrapper", "protocol")},
-    "adaptive": (["fl_gradcode/adaptive.py"], ["tests/test_adaptive.py",
-                                                "tests/test_adaptive_wrapper.py", KILLED_BY_NEW,
-                                                "tests/test_mutation_kills_adaptive.py"]),
-    "latency": (["fl_gradcode/latency.py"], ["tests/test_latency.py", KILLED_BY_NEW,
-                                             "tests/test_mutation_kills_latency.py"]),
+    "adaptive": (["fl_gradcode/adaptive.py"], ["tests/adaptive/test_adaptive.py",
+                                                "tests/adaptive/test_adaptive_wrapper.py",
+                                                KILLED_BY_NEW,
+                                                "tests/adaptive/test_mutation_kills_adaptive.py"]),
+    "latency": (["fl_gradcode/latency.py"], ["tests/maths/test_latency.py", KILLED_BY_NEW,
+                                             "tests/maths/test_mutation_kills_latency.py"]),
 }
 KILLED = {"killed", "timeout"}
 
@@ -95,9 +97,9 @@ REASONS: dict[str, str] = {
         "equivalent: numpy's reshape takes any negative size as the one unknown dimension "
         "(reshape(-2) == reshape(-1), numpy 2.4)",
     "fl_gradcode.flower.mod.x__run_partition__mutmut_58":
-        "killed by tests/test_mod_torch_import.py (checked by hand): it needs an interpreter "
-        "without torch, so it runs the mod in a subprocess, which mutmut's per-test function "
-        "map does not see",
+        "killed by tests/flower/test_mod_torch_import.py (checked by hand): it needs an "
+        "interpreter without torch, so it runs the mod in a subprocess, which mutmut's "
+        "per-test function map does not see",
     "fl_gradcode.flower.wrapper.x_error_amplification__mutmut_60":
         "equivalent: decoding coefficients are a float64 array already",
     "fl_gradcode.flower.wrapper.xǁGradientCodingǁ_decode_and_apply__mutmut_77":

@@ -14,8 +14,16 @@ import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp.strategy import FedAvg
-from test_mutation_kills_flower import _context, _message, _train_instruction
-from test_wrapper import (  # noqa: F401 (the warning filter and the autouse fixture)
+
+from fl_gradcode.config import merge_config
+from fl_gradcode.flower import GradientCoding, gradient_coding_mod
+from fl_gradcode.flower import mod as mod_module
+from fl_gradcode.flower.clock import VirtualClock
+from fl_gradcode.flower.mod import MOD_STOPPED_CODE, make_gradient_coding_mod
+from fl_gradcode.flower.protocol import parse_instruction
+from fl_gradcode.flower.testing import InProcessGrid
+from tests.flower.test_mutation_kills_flower import _context, _message, _train_instruction
+from tests.flower.test_wrapper import (  # noqa: F401 (the warning filter and the autouse fixture)
     FixedArrivals,
     _task_identity,
     assert_model,
@@ -25,14 +33,6 @@ from test_wrapper import (  # noqa: F401 (the warning filter and the autouse fix
     run,
     theta0,
 )
-
-from fl_gradcode.config import merge_config
-from fl_gradcode.flower import GradientCoding, gradient_coding_mod
-from fl_gradcode.flower import mod as mod_module
-from fl_gradcode.flower.clock import VirtualClock
-from fl_gradcode.flower.mod import MOD_STOPPED_CODE, make_gradient_coding_mod
-from fl_gradcode.flower.protocol import parse_instruction
-from fl_gradcode.flower.testing import InProcessGrid
 
 
 # ------------------------------------------------------------------------------ protocol

@@ -9,8 +9,6 @@ import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord
 from flwr.clientapp import ClientApp
 from flwr.serverapp.strategy import FedAvg
-from test_integrity import DIM, oracle, train
-from test_integrity import target as oracle_target
 
 from fl_gradcode.adaptive import LatencyEstimator
 from fl_gradcode.codes import NestedPlacement
@@ -18,6 +16,8 @@ from fl_gradcode.flower import GradientCoding, gradient_coding_mod
 from fl_gradcode.flower.clock import VirtualClock, WallClock
 from fl_gradcode.flower.testing import InProcessGrid
 from fl_gradcode.latency import Bimodal, Drift, Pareto, ShiftedExponential, TraceReplay
+from tests.flower.test_integrity import DIM, oracle, train
+from tests.flower.test_integrity import target as oracle_target
 
 N = 12
 

@@ -10,14 +10,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-TESTS = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parents[2]
 
 PRELUDE = f"""
 import json, sys
-sys.path[:0] = [{str(TESTS)!r}, {str(TESTS.parent)!r}]
+sys.path[:0] = [{str(ROOT)!r}]
 import numpy as np
 from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
-from test_mutation_kills_flower import _context, _message, _train_instruction
+from tests.flower.test_mutation_kills_flower import _context, _message, _train_instruction
 from fl_gradcode.flower.mod import make_gradient_coding_mod
 from fl_gradcode.flower.testing import set_task_identity
 set_task_identity()

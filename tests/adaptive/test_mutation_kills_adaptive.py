@@ -13,9 +13,9 @@ import math
 import numpy as np
 import pytest
 from scipy.stats import norm
-from test_adaptive import closed_loop
 
 from fl_gradcode.adaptive import LatencyEstimator, _fit_gpd, _Survival, choose_s
+from tests.adaptive.test_adaptive import closed_loop
 
 
 # ------------------------------------------------------------------ validation and priors

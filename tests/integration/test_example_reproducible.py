@@ -26,7 +26,7 @@ from flwr.common.config import parse_config_args
 
 from fl_gradcode.flower.testing import InProcessGrid
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "quickstart-pytorch-coded"
 README = EXAMPLE / "README.md"
 
@@ -233,7 +233,7 @@ def test_partition_sampling_refuses_a_bad_seed_and_a_missing_membership(example)
 @pytest.mark.simulation
 def test_readme_comparison_with_flwr_run(tmp_path):
     sys.path.insert(0, str(ROOT / "tests"))
-    from flwr_local import flwr_executable, flwr_run
+    from tests.integration.flwr_local import flwr_executable, flwr_run
 
     if flwr_executable() is None:
         pytest.skip("the flwr CLI is not installed")

@@ -15,16 +15,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from apps import opacus_app
-from apps import quickstart_pytorch_app as qs
 from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
 from flwr.serverapp.strategy import FedAdam, FedAvg
 
 from fl_gradcode.flower import GradientCoding
 from fl_gradcode.flower.testing import InProcessGrid
 from fl_gradcode.latency import Pareto
+from tests.apps import opacus_app
+from tests.apps import quickstart_pytorch_app as qs
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "quickstart-pytorch-coded"
 NUM_NODES = 6
 LR = 0.1
@@ -217,7 +217,7 @@ def test_example_app_in_process(tmp_path, monkeypatch):
 
 @pytest.mark.simulation
 def test_example_app_runs_with_flwr_run(tmp_path):
-    from flwr_local import flwr_executable, flwr_run
+    from tests.integration.flwr_local import flwr_executable, flwr_run
 
     if flwr_executable() is None:
         pytest.skip("the flwr CLI is not installed")

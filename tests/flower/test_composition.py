@@ -43,7 +43,13 @@ from flwr.serverapp.strategy import (
     QFedAvg,
     Strategy,
 )
-from test_wrapper import (  # noqa: F401 (the warning filter and the autouse fixture)
+
+from fl_gradcode.flower import GradientCoding, compat, gradient_coding_mod
+from fl_gradcode.flower import protocol as proto
+from fl_gradcode.flower.compat import CompositionError, explain_error_reply
+from fl_gradcode.flower.testing import InProcessGrid
+from fl_gradcode.privacy import DPConfig
+from tests.flower.test_wrapper import (  # noqa: F401 (the warning filter and the autouse fixture)
     LR,
     PassThrough,
     _task_identity,
@@ -59,12 +65,6 @@ from test_wrapper import (  # noqa: F401 (the warning filter and the autouse fix
     pytestmark,
     theta0,
 )
-
-from fl_gradcode.flower import GradientCoding, compat, gradient_coding_mod
-from fl_gradcode.flower import protocol as proto
-from fl_gradcode.flower.compat import CompositionError, explain_error_reply
-from fl_gradcode.flower.testing import InProcessGrid
-from fl_gradcode.privacy import DPConfig
 
 N = 6
 FAULTS = {(1, 1): "error", (1, 2): "error"}  # worker 1 fails in both rounds (FRC s=1: exact)

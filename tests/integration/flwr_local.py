@@ -18,7 +18,7 @@ from pathlib import Path
 
 from server.launch import stop_local_superlink
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def flwr_executable() -> str | None:

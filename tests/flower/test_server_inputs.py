@@ -38,7 +38,14 @@ from flwr.app import (
     RecordDict,
 )
 from flwr.serverapp.strategy import FedAvg
-from test_wrapper import (  # noqa: F401 (the autouse fixture)
+
+from fl_gradcode.flower import GradientCoding, gradient_coding_mod
+from fl_gradcode.flower.protocol import OP_TRAIN, PROTOCOL_KEY, parse_instruction
+from fl_gradcode.flower.reports import MAX_REASON_CHARS, public_reason
+from fl_gradcode.flower.testing import InProcessGrid
+from fl_gradcode.privacy import DPConfig, PrivacyAccountant, ServerNoise, write_key_file
+from fl_gradcode.results import RoundRecorder, read_rounds
+from tests.flower.test_wrapper import (  # noqa: F401 (the autouse fixture)
     LR,
     META_KEY,
     _task_identity,
@@ -50,13 +57,6 @@ from test_wrapper import (  # noqa: F401 (the autouse fixture)
     num_examples,
     theta0,
 )
-
-from fl_gradcode.flower import GradientCoding, gradient_coding_mod
-from fl_gradcode.flower.protocol import OP_TRAIN, PROTOCOL_KEY, parse_instruction
-from fl_gradcode.flower.reports import MAX_REASON_CHARS, public_reason
-from fl_gradcode.flower.testing import InProcessGrid
-from fl_gradcode.privacy import DPConfig, PrivacyAccountant, ServerNoise, write_key_file
-from fl_gradcode.results import RoundRecorder, read_rounds
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:gradient_coding_mod. no partition key:UserWarning"),

@@ -22,9 +22,6 @@ import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp.strategy import FedAvg
-from test_integrity import DIM, scaling_mod, train
-from test_wrapper import FixedArrivals, assert_model, fedavg, theta0
-from test_wrapper import run as run_wrapper
 
 import fl_gradcode.adaptive as adaptive
 import fl_gradcode.flower.grid as grid_module
@@ -33,6 +30,9 @@ from fl_gradcode.flower.grid import EarlyReturnGrid
 from fl_gradcode.flower.protocol import Instruction
 from fl_gradcode.flower.testing import InProcessGrid, set_task_identity
 from fl_gradcode.latency import Pareto
+from tests.flower.test_integrity import DIM, scaling_mod, train
+from tests.flower.test_wrapper import FixedArrivals, assert_model, fedavg, theta0
+from tests.flower.test_wrapper import run as run_wrapper
 
 N = 6
 

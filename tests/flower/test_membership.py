@@ -19,15 +19,6 @@ import numpy as np
 import pytest
 from flwr.app import Error, Message
 from flwr.serverapp.strategy import FedAvg
-from test_wrapper import (  # noqa: F401 (the warning filter and the autouse fixture)
-    _task_identity,
-    assert_model,
-    fedavg,
-    make_app,
-    pytestmark,
-    run,
-    theta0,
-)
 
 from fl_gradcode.codes import make_code
 from fl_gradcode.flower import gradient_coding_mod
@@ -38,6 +29,15 @@ from fl_gradcode.flower.protocol import (
     parse_instruction,
 )
 from fl_gradcode.flower.testing import InProcessGrid
+from tests.flower.test_wrapper import (  # noqa: F401 (the warning filter and the autouse fixture)
+    _task_identity,
+    assert_model,
+    fedavg,
+    make_app,
+    pytestmark,
+    run,
+    theta0,
+)
 
 
 def chain(rounds: list[list[int]], num_parts: int) -> dict[int, dict[str, np.ndarray]]:

@@ -14,7 +14,11 @@ import pytest
 from flwr.app import ConfigRecord, MetricRecord
 from flwr.clientapp import ClientApp
 from flwr.serverapp.strategy import FedAdam, FedAvg
-from test_wrapper import (  # noqa: F401 (the warning filter and the autouse fixture)
+
+from fl_gradcode.flower import GradientCoding, gradient_coding_mod
+from fl_gradcode.flower.records import TRACEBACK_MARKER, split_reason
+from fl_gradcode.flower.testing import InProcessGrid
+from tests.flower.test_wrapper import (  # noqa: F401 (the warning filter and the autouse fixture)
     FixedArrivals,
     _task_identity,
     evaluate,
@@ -22,10 +26,6 @@ from test_wrapper import (  # noqa: F401 (the warning filter and the autouse fix
     pytestmark,
     train,
 )
-
-from fl_gradcode.flower import GradientCoding, gradient_coding_mod
-from fl_gradcode.flower.records import TRACEBACK_MARKER, split_reason
-from fl_gradcode.flower.testing import InProcessGrid
 
 GROUPS = {"used", "stragglers", "busy", "rejected", "excluded", "inconsistent", "stopped"}
 

@@ -9,7 +9,7 @@ import pytest
 
 from fl_gradcode.config import DEFAULTS, merge_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 REQUIRED = [
     "num-rounds", "code", "s", "update", "local-epochs", "lr", "server-optimizer", "dataset",
     "partitioner", "dirichlet-alpha", "latency", "timing", "straggler-timeout", "seed",

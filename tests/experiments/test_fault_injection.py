@@ -29,7 +29,7 @@ from flwr.app import (
 from fl_gradcode.flower.testing import InProcessGrid, set_task_identity
 from fl_gradcode.latency import Pareto, client_delay
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:gradient_coding_mod. no partition key:UserWarning"),
@@ -637,7 +637,7 @@ def test_readme_fault_injection_figures_are_the_committed_results():
     """The README's fault-injection sentence states what results/fault_injection.json holds."""
     import json
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     saved = json.loads((root / "results" / "fault_injection.json").read_text())
     text = " ".join((root / "README.md").read_text().split())
     match = re.search(r"(\d+) randomized fault scenarios, (\d+) fault kinds, (\d+) crashes, "
