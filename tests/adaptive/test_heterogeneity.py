@@ -253,7 +253,7 @@ def _persistent():
 def test_plugin_excludes_persistently_slow_clients_and_stays_equal_to_fedavg(tmp_path):
     import json
 
-    from test_adaptive_wrapper import N, oracle, run
+    from tests.adaptive.test_adaptive_wrapper import N, oracle, run
 
     strategy, theta = run(_persistent(), rounds=12, exclude_slow=4.0,
                           results_dir=str(tmp_path))
@@ -301,11 +301,11 @@ def test_a_fixed_codes_empty_rows_are_still_sent_and_never_called_excluded():
     from flwr.app import Array, ArrayRecord, ConfigRecord
     from flwr.clientapp import ClientApp
     from flwr.serverapp.strategy import FedAvg
-    from test_integrity import DIM, train
 
     from fl_gradcode.codes import make_code
     from fl_gradcode.flower import GradientCoding, gradient_coding_mod
     from fl_gradcode.flower.testing import InProcessGrid
+    from tests.flower.test_integrity import DIM, train
 
     n = 12
     assert make_code("bgc", n=n, s=3, seed=0).assignment(6) == ()  # the premise

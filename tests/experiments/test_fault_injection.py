@@ -50,12 +50,6 @@ def _load():
 fi = _load()
 
 
-@pytest.fixture(autouse=True)
-def _no_key_file(monkeypatch):
-    monkeypatch.delenv("FL_GRADCODE_DP_KEY_FILE", raising=False)
-    set_task_identity()
-
-
 # =============================================================================== the suite
 def test_fast_slice_keeps_every_invariant():
     t0 = time.perf_counter()

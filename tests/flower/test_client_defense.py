@@ -40,26 +40,13 @@ from fl_gradcode.flower import GradientCoding, protocol
 from fl_gradcode.flower import mod as mod_module
 from fl_gradcode.flower.mod import MOD_ERROR_CODE, make_gradient_coding_mod
 from fl_gradcode.flower.protocol import Instruction
-from fl_gradcode.flower.testing import InProcessGrid, set_task_identity
+from fl_gradcode.flower.testing import InProcessGrid
 from fl_gradcode.privacy import DPConfig, write_key_file
 
 DIM = 6
 MASTER = bytes(range(32))
 
 pytestmark = pytest.mark.filterwarnings("ignore:gradient_coding_mod:UserWarning")
-
-
-@pytest.fixture(autouse=True)
-def _identity(monkeypatch):
-    set_task_identity()
-    monkeypatch.delenv("FL_GRADCODE_DP_KEY_FILE", raising=False)
-
-
-@pytest.fixture
-def key_file(tmp_path):
-    path = tmp_path / "keys.json"
-    path.write_text(json.dumps({"master": MASTER.hex()}))
-    return str(path)
 
 
 def _target(pid: int) -> np.ndarray:

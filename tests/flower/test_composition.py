@@ -49,22 +49,21 @@ from fl_gradcode.flower import protocol as proto
 from fl_gradcode.flower.compat import CompositionError, explain_error_reply
 from fl_gradcode.flower.testing import InProcessGrid
 from fl_gradcode.privacy import DPConfig
-from tests.flower.test_wrapper import (  # noqa: F401 (the warning filter and the autouse fixture)
+from tests.apps.numpy_app import (
     LR,
-    PassThrough,
-    _task_identity,
     as_dict,
     assert_model,
     call_app,
-    fault_mod,
     fedavg,
     flat,
     initial_arrays,
     make_app,
     num_examples,
-    pytestmark,
+    pytestmark,  # noqa: F401 (the warning filter applies here)
     theta0,
 )
+from tests.flower.harness import fault_mod
+from tests.flower.test_wrapper import PassThrough
 
 N = 6
 FAULTS = {(1, 1): "error", (1, 2): "error"}  # worker 1 fails in both rounds (FRC s=1: exact)

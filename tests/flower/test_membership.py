@@ -29,15 +29,14 @@ from fl_gradcode.flower.protocol import (
     parse_instruction,
 )
 from fl_gradcode.flower.testing import InProcessGrid
-from tests.flower.test_wrapper import (  # noqa: F401 (the warning filter and the autouse fixture)
-    _task_identity,
+from tests.apps.numpy_app import (
     assert_model,
     fedavg,
     make_app,
-    pytestmark,
-    run,
+    pytestmark,  # noqa: F401 (the warning filter applies here)
     theta0,
 )
+from tests.flower.harness import run
 
 
 def chain(rounds: list[list[int]], num_parts: int) -> dict[int, dict[str, np.ndarray]]:

@@ -33,15 +33,9 @@ from fl_gradcode.flower import mod as mod_module
 from fl_gradcode.flower import protocol
 from fl_gradcode.flower.mod import MOD_ERROR_CODE, make_gradient_coding_mod, partition_seed
 from fl_gradcode.flower.protocol import Instruction
-from fl_gradcode.flower.testing import set_task_identity
 from fl_gradcode.privacy import NoiseKeys, noise_seed
 
 DIM = 6
-
-
-@pytest.fixture(autouse=True)
-def _identity():
-    set_task_identity()
 
 
 def _target(pid: int) -> np.ndarray:

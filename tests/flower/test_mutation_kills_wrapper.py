@@ -28,18 +28,14 @@ import fl_gradcode.flower.grid as grid_module
 from fl_gradcode.flower import GradientCoding, gradient_coding_mod, protocol
 from fl_gradcode.flower.grid import EarlyReturnGrid
 from fl_gradcode.flower.protocol import Instruction
-from fl_gradcode.flower.testing import InProcessGrid, set_task_identity
+from fl_gradcode.flower.testing import InProcessGrid
 from fl_gradcode.latency import Pareto
+from tests.apps.numpy_app import assert_model, fedavg, theta0
+from tests.flower.harness import FixedArrivals
+from tests.flower.harness import run as run_wrapper
 from tests.flower.test_integrity import DIM, scaling_mod, train
-from tests.flower.test_wrapper import FixedArrivals, assert_model, fedavg, theta0
-from tests.flower.test_wrapper import run as run_wrapper
 
 N = 6
-
-
-@pytest.fixture(autouse=True)
-def _identity():
-    set_task_identity()
 
 
 def _run(rounds=2, grid_cls=InProcessGrid, n=N, **kw):

@@ -18,14 +18,13 @@ from flwr.serverapp.strategy import FedAdam, FedAvg
 from fl_gradcode.flower import GradientCoding, gradient_coding_mod
 from fl_gradcode.flower.records import TRACEBACK_MARKER, split_reason
 from fl_gradcode.flower.testing import InProcessGrid
-from tests.flower.test_wrapper import (  # noqa: F401 (the warning filter and the autouse fixture)
-    FixedArrivals,
-    _task_identity,
+from tests.apps.numpy_app import (
     evaluate,
     initial_arrays,
-    pytestmark,
+    pytestmark,  # noqa: F401 (the warning filter applies here)
     train,
 )
+from tests.flower.harness import FixedArrivals
 
 GROUPS = {"used", "stragglers", "busy", "rejected", "excluded", "inconsistent", "stopped"}
 

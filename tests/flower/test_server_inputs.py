@@ -45,10 +45,9 @@ from fl_gradcode.flower.reports import MAX_REASON_CHARS, public_reason
 from fl_gradcode.flower.testing import InProcessGrid
 from fl_gradcode.privacy import DPConfig, PrivacyAccountant, ServerNoise, write_key_file
 from fl_gradcode.results import RoundRecorder, read_rounds
-from tests.flower.test_wrapper import (  # noqa: F401 (the autouse fixture)
+from tests.apps.numpy_app import (
     LR,
     META_KEY,
-    _task_identity,
     as_dict,
     assert_model,
     fedavg,
@@ -447,7 +446,7 @@ def test_a_node_repeatedly_reporting_inconsistent_sizes_is_quarantined(tmp_path)
     """Sizes that contradict the reply's own num-examples are provable: each is an offence,
     and two put the node in quarantine (named in rounds.jsonl), as a reply the replicas
     contradict does (before, such a node was rejected every round for ever, never named)."""
-    from test_review_edges import _run, _sizes
+    from tests.flower.test_review_edges import _run, _sizes
 
     _, rows = _run(tmp_path, lambda i: [_sizes(1, 0.0)], "grouped-rs", 2, rounds=4)
     assert rows[0]["rejected"] >= 1 and rows[1]["rejected"] >= 1

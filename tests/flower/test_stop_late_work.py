@@ -22,17 +22,15 @@ from fl_gradcode.flower.clock import VirtualClock
 from fl_gradcode.flower.mod import MOD_STOPPED_CODE, make_gradient_coding_mod
 from fl_gradcode.flower.protocol import parse_instruction
 from fl_gradcode.flower.testing import InProcessGrid
-from tests.flower.test_mutation_kills_flower import _context, _message, _train_instruction
-from tests.flower.test_wrapper import (  # noqa: F401 (the warning filter and the autouse fixture)
-    FixedArrivals,
-    _task_identity,
+from tests.apps.numpy_app import (
     assert_model,
     fedavg_rounds,
     make_app,
-    pytestmark,
-    run,
+    pytestmark,  # noqa: F401 (the warning filter applies here)
     theta0,
 )
+from tests.flower.harness import FixedArrivals, run
+from tests.flower.test_mutation_kills_flower import _context, _message, _train_instruction
 
 
 # ------------------------------------------------------------------------------ protocol

@@ -4,7 +4,9 @@ Every test runs real ClientApps in-process (``InProcessGrid``) under ``gradient_
 The app is a tiny deterministic numpy "trainer": partition ``j`` moves the model toward its own
 target, ``theta_j = theta - lr * (theta - target_j)``, and trains on ``10 + j`` examples, so
 FedAvg's example-weighted average ``sum_j n_j theta_j / sum_j n_j`` is computed here by calling
-the app's train handler once per partition (no mod, no code, no seeding involved).
+the app's train handler once per partition (no mod, no code, no seeding involved). The app and
+its oracle are in ``tests/apps/numpy_app.py``, the runner and the fault injection in
+``tests/flower/harness.py``.
 
 Stragglers and faults are injected from outside the plug-in: by an OUTER client mod that
 rewrites the coded reply (``ClientApp(mods=[fault_mod, gradient_coding_mod])``), by the grid's
@@ -18,8 +20,7 @@ import io
 import itertools
 import json
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -28,143 +29,31 @@ from flwr.app import (
     Array,
     ArrayRecord,
     ConfigRecord,
-    Context,
-    Error,
     Message,
-    MessageType,
-    MetricRecord,
     RecordDict,
 )
-from flwr.clientapp import ClientApp
 from flwr.serverapp.strategy import FedAdam, FedAvg, FedAvgM, Strategy
 
 from fl_gradcode.flower import GradientCoding, gradient_coding_mod
-from fl_gradcode.flower.protocol import OP_TRAIN, PROTOCOL_KEY, parse_instruction
-from fl_gradcode.flower.testing import InProcessGrid, set_task_identity
-from fl_gradcode.latency import TraceReplay
-
-META_KEY = PROTOCOL_KEY + "-meta"
-LR = 0.3
-SHAPES = {"w": (3,), "b": (2, 2)}
-
-pytestmark = [
-    # the app draws no random numbers: the public-seed warning is irrelevant here
-    pytest.mark.filterwarnings("ignore:gradient_coding_mod. no partition key:UserWarning"),
-]
-
-
-@pytest.fixture(autouse=True)
-def _task_identity(monkeypatch):
-    monkeypatch.delenv("FL_GRADCODE_DP_KEY_FILE", raising=False)
-    set_task_identity()
-
-
-# =============================================================================== the tiny app
-def target(partition: int, name: str) -> np.ndarray:
-    """Partition ``j``'s optimum: differs per partition, non-linearly in ``j``."""
-    size = int(np.prod(SHAPES[name]))
-    base = np.linspace(-1.0, 2.0, size).reshape(SHAPES[name])
-    return (partition + 1) * base + 0.25 * partition**2 + (1.0 if name == "b" else 0.0)
-
-
-def num_examples(partition: int) -> int:
-    return 10 + partition
-
-
-def train(msg: Message, context: Context) -> Message:
-    pid = int(context.node_config["partition-id"])
-    lr = float(msg.content["config"]["lr"])
-    new, loss = {}, 0.0
-    for name, arr in msg.content["arrays"].items():
-        theta = arr.numpy()
-        new[name] = Array(theta - lr * (theta - target(pid, name)))
-        loss += float(np.sum((theta - target(pid, name)) ** 2))
-    metrics = MetricRecord({"train_loss": loss, "num-examples": num_examples(pid)})
-    return Message(RecordDict({"arrays": ArrayRecord(new), "metrics": metrics}), reply_to=msg)
-
-
-def evaluate(msg: Message, context: Context) -> Message:
-    pid = int(context.node_config["partition-id"])
-    loss = sum(
-        float(np.sum((arr.numpy() - target(pid, name)) ** 2))
-        for name, arr in msg.content["arrays"].items()
-    )
-    metrics = MetricRecord({"eval_loss": loss, "num-examples": num_examples(pid)})
-    return Message(RecordDict({"metrics": metrics}), reply_to=msg)
-
-
-def make_app(*mods) -> ClientApp:
-    app = ClientApp(mods=list(mods))
-    app.train()(train)
-    app.evaluate()(evaluate)
-    return app
-
-
-def initial_arrays() -> ArrayRecord:
-    rng = np.random.default_rng(7)
-    return ArrayRecord({name: Array(rng.standard_normal(shape)) for name, shape in SHAPES.items()})
-
-
-def as_dict(arrays: ArrayRecord) -> dict[str, np.ndarray]:
-    return {name: arr.numpy().astype(np.float64) for name, arr in arrays.items()}
-
-
-def flat(arrays: Mapping[str, np.ndarray]) -> np.ndarray:
-    return np.concatenate([np.asarray(arrays[name], dtype=np.float64).ravel() for name in SHAPES])
-
-
-# =============================================================================== the oracle
-_oracle_ids = iter(range(10**9))
-
-
-def call_app(theta: Mapping[str, np.ndarray], partition: int, num_parts: int):
-    """The plain train handler on partition ``partition`` (what that node computes alone)."""
-    content = RecordDict(
-        {
-            "arrays": ArrayRecord({k: Array(np.asarray(v)) for k, v in theta.items()}),
-            "config": ConfigRecord({"lr": LR}),
-        }
-    )
-    msg = Message(content, dst_node_id=1000 + partition, message_type=MessageType.TRAIN)
-    msg.metadata.__dict__["_message_id"] = f"oracle-{next(_oracle_ids)}"
-    ctx = Context(
-        run_id=1,
-        node_id=1000 + partition,
-        node_config={"partition-id": partition, "num-partitions": num_parts},
-        state=RecordDict(),
-        run_config={},
-    )
-    reply = train(msg, ctx)
-    return (
-        as_dict(reply.content["arrays"]),
-        float(reply.content["metrics"]["num-examples"]),
-        float(reply.content["metrics"]["train_loss"]),
-    )
-
-
-def fedavg(theta: Mapping[str, np.ndarray], partitions, num_parts: int) -> dict[str, np.ndarray]:
-    """FedAvg over ``partitions``: ``sum_j n_j theta_j / sum_j n_j``."""
-    total, count = {k: 0.0 for k in theta}, 0.0
-    for j in partitions:
-        theta_j, n_j, _ = call_app(theta, j, num_parts)
-        for k in theta:
-            total[k] = total[k] + n_j * theta_j[k]
-        count += n_j
-    return {k: v / count for k, v in total.items()}
-
-
-def fedavg_rounds(theta, rounds: int, num_parts: int):
-    for _ in range(rounds):
-        theta = fedavg(theta, range(num_parts), num_parts)
-    return theta
-
-
-def assert_model(got: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray]) -> None:
-    np.testing.assert_allclose(flat(got), flat(expected), rtol=1e-9, atol=1e-12)
-
-
-def theta0() -> dict[str, np.ndarray]:
-    return as_dict(initial_arrays())
+from fl_gradcode.flower.protocol import PROTOCOL_KEY
+from fl_gradcode.flower.testing import InProcessGrid
+from tests.apps.numpy_app import (
+    LR,
+    META_KEY,
+    SHAPES,
+    as_dict,
+    assert_model,
+    call_app,
+    fedavg,
+    fedavg_rounds,
+    flat,
+    initial_arrays,
+    make_app,
+    num_examples,
+    pytestmark,  # noqa: F401 (the warning filter applies here)
+    theta0,
+)
+from tests.flower.harness import FixedArrivals, run
 
 
 def test_oracle_is_example_weighted_and_moves_the_model():
@@ -174,161 +63,6 @@ def test_oracle_is_example_weighted_and_moves_the_model():
     plain = {k: np.mean([call_app(theta0(), j, n)[0][k] for j in range(n)], axis=0) for k in SHAPES}
     assert np.linalg.norm(flat(avg) - flat(plain)) > 1e-2
     assert np.linalg.norm(flat(avg) - flat(theta0())) > 1e-1
-
-
-# =============================================================================== injection
-def fault_mod(faults: Mapping[tuple[int, int], str]):
-    """An OUTER mod: rewrites worker ``w``'s coded reply in round ``r`` as ``faults[w, r]``."""
-
-    def mod(msg: Message, context: Context, call_next) -> Message:
-        reply = call_next(msg, context)
-        if msg.metadata.message_type != MessageType.TRAIN:
-            return reply
-        instruction = parse_instruction(msg.content)
-        if instruction is None or instruction.op != OP_TRAIN:
-            return reply
-        kind = faults.get((instruction.worker, instruction.round))
-        return reply if kind is None else corrupt(kind, msg, reply)
-
-    return mod
-
-
-def _force(record: MetricRecord, key: str, value: Any) -> None:
-    """Put a value Flower's MetricRecord would refuse (a str) into it, as a hostile peer might."""
-    record.__dict__["_data"][key] = value
-
-
-def corrupt(kind: str, msg: Message, reply: Message) -> Message:
-    """The reply rewritten by fault ``kind``. Arrays are also poisoned (+1000) wherever the
-    reply stays parseable, so that decoding it anyway would change the model."""
-    if kind == "error":
-        return Message(Error(code=0, reason="client crashed"), reply_to=msg)
-    coded = {k: v.numpy() for k, v in reply.content.array_records[PROTOCOL_KEY].items()}
-    arrays: dict[str, Array] = {k: Array(v + 1000.0) for k, v in coded.items()}
-    meta = MetricRecord(dict(reply.content.metric_records[META_KEY]))
-    records: dict[str, Any] = {}
-    if kind == "no-arrays":
-        records = {META_KEY: meta}
-    elif kind == "no-metrics":
-        records = {PROTOCOL_KEY: ArrayRecord(arrays)}
-    else:
-        if kind == "wrong-keys":
-            arrays = {("weights" if k == "w" else k): v for k, v in arrays.items()}
-        elif kind == "extra-key":
-            arrays["extra"] = Array(np.zeros(2))
-        elif kind == "wrong-shape":
-            arrays["w"] = Array(coded["w"][:-1])
-        elif kind == "string-dtype":
-            arrays["w"] = Array(np.array(["x"] * coded["w"].size))
-        elif kind == "bool-dtype":
-            arrays["w"] = Array(np.ones(coded["w"].shape, dtype=bool))
-        elif kind == "complex-dtype":
-            arrays["w"] = Array(coded["w"] + 1j)
-        elif kind == "nan":
-            arrays["w"] = Array(np.where(np.arange(coded["w"].size) == 1, np.nan, coded["w"]))
-        elif kind == "inf":
-            arrays["b"] = Array(np.full(coded["b"].shape, np.inf))
-        elif kind == "int-dtype":
-            arrays["w"] = Array(np.arange(coded["w"].size))
-        elif kind == "corrupt-bytes":
-            arrays["w"] = Array(dtype="float64", shape=(3,), stype="numpy.ndarray", data=b"garbage")
-        elif kind == "truncated-bytes":
-            good = Array(coded["w"])
-            arrays["w"] = Array(dtype=good.dtype, shape=good.shape, stype=good.stype,
-                                data=good.data[:-8])
-        elif kind == "object-dtype":  # a .npy header announcing pickled objects
-            header = io.BytesIO()
-            np.lib.format.write_array_header_1_0(
-                header, {"descr": "|O", "fortran_order": False, "shape": (3,)}
-            )
-            data = header.getvalue() + bytes(24)
-            arrays["w"] = Array(dtype="object", shape=(3,), stype="numpy.ndarray", data=data)
-        elif kind == "wrong-stype":
-            good = Array(coded["w"])
-            arrays["w"] = Array(dtype=good.dtype, shape=good.shape, stype="torch", data=good.data)
-        elif kind == "list-count":
-            meta["num-examples"] = [1.0, 2.0]
-        elif kind == "str-compute":
-            _force(meta, "compute-s", "fast")
-        elif kind == "list-app-metric":
-            meta["metric.train_loss"] = [0.5, 0.5]
-        elif kind == "nan-count":
-            meta["num-examples"] = float("nan")
-        elif kind == "negative-compute":
-            meta["compute-s"] = -1.0
-        elif kind == "other-worker":
-            meta["worker"] = 1
-        elif kind == "other-round":
-            meta["round"] = 99
-        else:
-            raise AssertionError(kind)
-        records = {PROTOCOL_KEY: ArrayRecord(arrays), META_KEY: meta}
-    return Message(RecordDict(records), reply_to=msg)
-
-
-class FixedArrivals(TraceReplay):
-    """Virtual arrival times from a table: ``times[round][worker]`` seconds after round start
-    (``TraceReplay`` with an in-memory trace)."""
-
-    def __init__(self, times: Mapping[int, list[float]]):
-        table = np.zeros((max(times) + 1, max(len(row) for row in times.values())))
-        for r, row in times.items():
-            table[r, : len(row)] = row
-        self.name, self.table, self.load_scaled = "fixed", table, False
-
-
-# =============================================================================== runner
-@dataclass
-class Run:
-    strategy: GradientCoding
-    result: Any
-    models: dict[int, dict[str, np.ndarray]]  # model after round r (0: initial)
-    grid: Any
-
-    @property
-    def rows(self) -> list[dict[str, Any]]:
-        return self.strategy.history
-
-
-def run(
-    n: int,
-    *,
-    code: str = "frc",
-    s: int = 1,
-    rounds: int = 1,
-    faults: Mapping[tuple[int, int], str] | None = None,
-    inner: Strategy | None = None,
-    timing: str = "virtual",
-    grid: Any = None,
-    delay: Callable[[int, int], float] | None = None,
-    **options: Any,
-) -> Run:
-    """``rounds`` rounds of ``GradientCoding(inner)`` on ``n`` in-process nodes."""
-    if grid is None:
-        mods = [fault_mod(faults), gradient_coding_mod] if faults else [gradient_coding_mod]
-        grid = InProcessGrid(make_app(*mods), n, delay=delay)
-    options.setdefault("measured_compute", False)
-    strategy = GradientCoding(
-        inner if inner is not None else FedAvg(fraction_evaluate=0.0),
-        code=code,
-        s=s,
-        timing=timing,
-        seed=0,
-        **options,
-    )
-    models: dict[int, dict[str, np.ndarray]] = {}
-
-    def evaluate_fn(server_round: int, arrays: ArrayRecord) -> None:
-        models[server_round] = as_dict(arrays)
-
-    result = strategy.start(
-        grid=grid,
-        initial_arrays=initial_arrays(),
-        num_rounds=rounds,
-        train_config=ConfigRecord({"lr": LR}),
-        evaluate_fn=evaluate_fn,
-    )
-    return Run(strategy, result, models, grid)
 
 
 # =============================================================================== 1. exactness

@@ -32,21 +32,9 @@ README = EXAMPLE / "README.md"
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:gradient_coding_mod. no partition key:UserWarning"),
+    # tiny models: one thread is faster, and immune to OpenMP spinning on a busy 2-core machine
+    pytest.mark.usefixtures("one_torch_thread"),
 ]
-
-
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(autouse=True)
-def _public_seeding(monkeypatch):
-    # with a partition key the mod seeds the app from HMAC(key, per-run nonce): runs would differ
-    monkeypatch.delenv("FL_GRADCODE_DP_KEY_FILE", raising=False)
 
 
 @pytest.fixture

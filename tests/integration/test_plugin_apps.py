@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
 from flwr.serverapp.strategy import FedAdam, FedAvg
 
@@ -36,22 +35,9 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:gradient_coding_mod. no partition key:UserWarning"),
     pytest.mark.filterwarnings("ignore:Secure RNG turned off:UserWarning"),
     pytest.mark.filterwarnings("ignore:Full backward hook is firing:UserWarning"),
-]
-
-
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
     # tiny models: one thread is faster, and immune to OpenMP spinning on a busy 2-core machine
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(autouse=True)
-def _public_seeding(monkeypatch):
-    # with a partition key the mod seeds the app from HMAC(key, per-run nonce): runs would differ
-    monkeypatch.delenv("FL_GRADCODE_DP_KEY_FILE", raising=False)
+    pytest.mark.usefixtures("one_torch_thread"),
+]
 
 
 def flat(arrays) -> np.ndarray:

@@ -12,7 +12,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fl_gradcode.codes import make_code
-from fl_gradcode.flower.testing import set_task_identity
 from fl_gradcode.privacy import (
     DPConfig,
     NoiseKeys,
@@ -27,11 +26,6 @@ from fl_gradcode.privacy import (
 )
 
 KEYS = NoiseKeys(master=bytes(range(32)))
-
-
-@pytest.fixture(autouse=True)
-def _identity():
-    set_task_identity()
 
 
 # ---------------------------------------------------------------- mechanism algebra
@@ -187,13 +181,6 @@ def test_worst_unit_sets_epsilon_and_target_budget_is_respected():
 
 # ---------------------------------------------------------------- end to end (no Ray)
 MASTER = bytes(range(32))
-
-
-@pytest.fixture
-def key_file(tmp_path):
-    path = tmp_path / "keys.json"
-    path.write_text(json.dumps({"master": MASTER.hex()}))
-    return str(path)
 
 
 @pytest.fixture
