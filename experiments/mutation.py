@@ -5,10 +5,9 @@ Usage::
     python experiments/mutation.py [--module M ...] [--max-mutants N] [--seed S]
                                    [--max-children C] [--deselect TEST_ID ...]
 
-``M`` is one of ``codes``, ``privacy``, ``mod``, ``wrapper``, ``protocol``, ``clock``, ``grid``,
-``integrity``, ``adaptive``, ``latency`` (default: all). Each module is mutated by mutmut
-against the relevant FAST test files only (``-m "not simulation and not deployment"``, never
-the experiments smoke tests);
+``M`` is a module of the test map ``tests/mutation_map.toml`` (``codes``, ``privacy``,
+``wrapper``, ``adaptive``, ...; default: all). Each module is mutated by mutmut
+against the FAST test files the map names for it (``-m "not simulation and not deployment"``);
 mutmut runs, per mutant, only the tests that executed the mutated function.
 
 mutmut writes a ``mutants/`` tree into the directory it runs in, so the run happens in a scratch
@@ -39,41 +38,24 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = ["-m", "not simulation and not deployment", "-p", "no:cacheprovider", "-p", "no:randomly",
         "-W", "ignore::DeprecationWarning", "-x", "-q"]
-KILLED_BY_NEW = "tests/flower/test_mutants_killed.py"
-CODE_TESTS = [
-    "tests/codes/test_codes_exact.py", "tests/codes/test_codes_approximate.py",
-    "tests/codes/test_codes_comm_efficient.py", "tests/codes/test_codes_fast_decoders.py",
-    "tests/codes/test_codes_nested.py", "tests/codes/test_codes_properties.py",
-    "tests/codes/test_codes_validation.py", "tests/codes/test_codes_sparse.py", KILLED_BY_NEW,
-    "tests/codes/test_mutation_kills_codes.py",
-]
-WRAPPER_TESTS = ["tests/flower/test_wrapper.py", "tests/adaptive/test_adaptive_wrapper.py",
-                 KILLED_BY_NEW, "tests/flower/test_mutation_kills_wrapper.py"]
-APP_TESTS = [*WRAPPER_TESTS, "tests/integration/test_plugin_apps.py",
-             "tests/flower/test_plugin_comm_efficient.py",
-             "tests/flower/test_mutation_kills_flower.py"]
-# module -> (files mutated, its fast test files); one mutmut run (scratch copy) per module
-MODULES: dict[str, tuple[list[str], list[str]]] = {
-    "codes": (["fl_gradcode/codes/*.py"], CODE_TESTS),
-    "privacy": (["fl_gradcode/privacy.py"], ["tests/maths/test_privacy.py", KILLED_BY_NEW,
-                                              "tests/maths/test_mutation_kills_privacy.py"]),
-    "clock": (["fl_gradcode/flower/clock.py"], WRAPPER_TESTS),
-    "grid": (["fl_gradcode/flower/grid.py"], WRAPPER_TESTS),
-    "integrity": (["fl_gradcode/flower/integrity.py"], ["tests/flower/test_integrity.py",
-                                                        *WRAPPER_TESTS]),
-    **{m: ([f"fl_gradcode/flower/{m}.py"], APP_TESTS) for m in ("mod", "wrapper", "protocol")},
-    "adaptive": (["fl_gradcode/adaptive.py"], ["tests/adaptive/test_adaptive.py",
-                                                "tests/adaptive/test_adaptive_wrapper.py",
-                                                KILLED_BY_NEW,
-                                                "tests/adaptive/test_mutation_kills_adaptive.py"]),
-    "latency": (["fl_gradcode/latency.py"], ["tests/maths/test_latency.py", KILLED_BY_NEW,
-                                             "tests/maths/test_mutation_kills_latency.py"]),
-}
+TEST_MAP = ROOT / "tests" / "mutation_map.toml"
+
+
+def load_test_map(path: Path = TEST_MAP) -> dict[str, tuple[list[str], list[str]]]:
+    """module -> (files mutated, its fast test files), from the one test map (``path``)."""
+    table = tomllib.loads(path.read_text())
+    return {module: (list(entry["mutate"]), list(entry["tests"]))
+            for module, entry in table.items()}
+
+
+# one mutmut run (scratch copy) per module
+MODULES: dict[str, tuple[list[str], list[str]]] = load_test_map()
 KILLED = {"killed", "timeout"}
 
 # Hand-written verdicts on survivors (mutmut name -> one line). Filled in after reading diffs.
@@ -221,12 +203,15 @@ def load_meta(cwd: Path) -> dict[str, int | None]:
 
 
 def module_of(name: str) -> str | None:
+    """The module whose mutated files hold mutant ``name`` (the longest matching prefix)."""
+    best, length = None, -1
     for module, (globs, _) in MODULES.items():
         for g in globs:
-            prefix = g.removesuffix(".py").removesuffix("/*").replace("/", ".")
-            if name.startswith(prefix + "."):
-                return module
-    return None
+            prefix = g.removesuffix(".py").removesuffix("/*").removesuffix("/__init__")
+            prefix = prefix.replace("/", ".")
+            if name.startswith(prefix + ".") and len(prefix) > length:
+                best, length = module, len(prefix)
+    return best
 
 
 def diff_of(cwd: Path, name: str) -> str:
