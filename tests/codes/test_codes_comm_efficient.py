@@ -76,3 +76,17 @@ def test_group_generators_are_well_conditioned_at_large_n():
         stragglers = {(start + t) % 240 for t in range(18)}
         got = {i: r for i, r in replies.items() if i not in stragglers}
         np.testing.assert_allclose(code.decode(got), target, rtol=1e-10, atol=1e-10)
+
+
+# ======== found by mutation testing ==============================================================
+@pytest.mark.mutation_found("codes")
+def test_comm_efficient_condition_number_is_that_of_the_received_generator_columns():
+    """One group of six members (n=6, s=2, m=2: load 4, a Gaussian 2 x 6 generator): the
+    condition number of a received set is ``cond(Gamma[:, T])``; with fewer than m = 2 replies
+    the group's system is singular."""
+    code = make_code("comm-efficient", 6, 2, m=2)
+    (gamma,) = code.gammas
+    assert gamma.shape == (2, 6)
+    for received in ([0, 3], [1, 2, 5], list(range(6))):
+        assert code.condition_number(received) == np.linalg.cond(gamma[:, received])
+    assert code.condition_number([4]) == float("inf")

@@ -172,3 +172,12 @@ def test_registry_and_validation():
         NestedPlacement(12, 3).code(5)
     with pytest.raises(ValueError, match="client index"):
         NestedPlacement(12, 3).holdings(12)
+
+
+# ======== found by mutation testing ==============================================================
+@pytest.mark.mutation_found("codes")
+def test_nested_placement_lists_a_code_for_every_tolerance_up_to_s_max():
+    placement = NestedPlacement(8, 3)
+    codes = placement.codes()
+    assert sorted(codes) == [0, 1, 2, 3]
+    assert [codes[s].s for s in range(4)] == [0, 1, 2, 3]
