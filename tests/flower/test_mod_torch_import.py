@@ -17,7 +17,9 @@ import json, sys
 sys.path[:0] = [{str(ROOT)!r}]
 import numpy as np
 from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
-from tests.flower.test_mutation_kills_flower import _context, _message, _train_instruction
+from tests.flower.messages import node_context as _context
+from tests.flower.messages import train_instruction as _train_instruction
+from tests.flower.messages import train_message as _message
 from fl_gradcode.flower.mod import make_gradient_coding_mod
 from fl_gradcode.flower.testing import set_task_identity
 set_task_identity()

@@ -30,7 +30,9 @@ from tests.apps.numpy_app import (
     theta0,
 )
 from tests.flower.harness import FixedArrivals, run
-from tests.flower.test_mutation_kills_flower import _context, _message, _train_instruction
+from tests.flower.messages import node_context as _context
+from tests.flower.messages import train_instruction as _train_instruction
+from tests.flower.messages import train_message as _message
 
 
 # ------------------------------------------------------------------------------ protocol
