@@ -147,3 +147,30 @@ def test_approximate_decode_never_raises_and_refuses_without_flag():
         code.decode(replies)
     approx = code.decode(replies, approximate=True)
     np.testing.assert_allclose(approx, np.ones(3) * (1 + 2 + 3 + 4))
+
+
+# ======== found by mutation testing ==============================================================
+def _weighted_error(w: np.ndarray, alpha: np.ndarray) -> float:
+    return float(np.sum((w * (alpha - 1.0)) ** 2) / np.sum(w**2))
+
+
+@pytest.mark.mutation_found("codes")
+def test_approximate_decoding_is_weighted_least_squares_not_plain_least_squares():
+    """Weighted expander code, n=6, one straggler: the decoder minimises ``||w (B_F^T a - 1)||``.
+
+    Reference: numpy's lstsq on the row-scaled system ``diag(w) B_F^T a = w``. Plain least
+    squares (``B_F^T a = 1``) gives a visibly larger weighted error (0.0562 vs 0.00965)."""
+    w = np.arange(1.0, 7.0)
+    code = make_code("expander", n=6, s=1, seed=0, weights=w)
+    got = (0, 1, 2, 3, 4)
+    BF = code.B[list(got)]
+    a_ref, *_ = np.linalg.lstsq((BF * w).T, w, rcond=None)
+    err_ref = _weighted_error(w, a_ref @ BF)
+    a_plain, *_ = np.linalg.lstsq(BF.T, np.ones(6), rcond=None)
+    err_plain = _weighted_error(w, a_plain @ BF)
+    assert err_plain > 2 * err_ref  # the case tells the two decoders apart
+
+    dec = code.decoding(got)
+    assert dec.error == pytest.approx(err_ref, rel=1e-9)
+    np.testing.assert_allclose(dec.alpha, a_ref @ BF, atol=1e-12)
+    assert code.decoding_error(got) == pytest.approx(err_ref, rel=1e-9)

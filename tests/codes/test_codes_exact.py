@@ -13,6 +13,7 @@ from fl_gradcode.codes import (
     make_code,
     straggler_patterns,
 )
+from fl_gradcode.codes.repetition import frc_matrix
 from fl_gradcode.codes.stable import rs_amplification
 
 
@@ -230,3 +231,17 @@ def test_with_weights_equals_building_with_those_weights(name):
     )
     alive = [0, 2, 3, 5, 6, 7]
     assert reweighted.decoding_error(alive) == pytest.approx(direct.decoding_error(alive))
+
+
+# ======== found by mutation testing ==============================================================
+@pytest.mark.mutation_found("codes")
+def test_frc_groups_are_consecutive_clients_sharing_consecutive_partitions():
+    """Tandon et al. Sec. 3: client ``i`` holds partitions ``d*(i//d) .. d*(i//d)+d-1``
+    (``d = s+1``), all with coefficient 1. Reference: the matrix built entry by entry."""
+    for n, s in [(6, 1), (6, 2), (12, 3)]:
+        d = s + 1
+        expected = np.array(
+            [[1.0 if i // d == j // d else 0.0 for j in range(n)] for i in range(n)]
+        )
+        np.testing.assert_array_equal(frc_matrix(n, s), expected)
+        np.testing.assert_array_equal(make_code("frc", n=n, s=s).B, expected)

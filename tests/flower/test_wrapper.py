@@ -22,6 +22,7 @@ import itertools
 import json
 import logging
 import time
+import uuid
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
@@ -33,6 +34,7 @@ from flwr.app import (
     ArrayRecord,
     ConfigRecord,
     Message,
+    MessageType,
     RecordDict,
 )
 from flwr.clientapp import ClientApp
@@ -41,9 +43,10 @@ from flwr.serverapp.strategy import FedAdam, FedAvg, FedAvgM, Strategy
 import fl_gradcode.adaptive as adaptive
 import fl_gradcode.flower.grid as grid_module
 from fl_gradcode.flower import GradientCoding, gradient_coding_mod, protocol
+from fl_gradcode.flower.clock import VirtualClock
 from fl_gradcode.flower.grid import EarlyReturnGrid
 from fl_gradcode.flower.protocol import PROTOCOL_KEY, Instruction
-from fl_gradcode.flower.testing import InProcessGrid
+from fl_gradcode.flower.testing import InProcessGrid, set_task_identity
 from fl_gradcode.latency import Pareto
 from tests.apps.numpy_app import (
     LR,
@@ -1205,3 +1208,106 @@ def test_a_busy_nodes_current_job_starts_when_the_reply_before_it_arrived():
     assert strategy._outstanding[7] == [[3.0, 4.0, None]]
     # no record (work sent before a restart): the given largest load, from now
     assert strategy._pending_work(8, 8.0, 9.0) == (0.0, 9.0)
+
+
+# ======== VirtualClock, found by mutation testing ================================================
+@pytest.mark.mutation_found("clock")
+def test_virtual_clock_keeps_a_client_that_never_replied_busy_until_the_deadline():
+    """Hand-computed: round starts at t=0, deadline 10 s, round ends at 3 s. Node 1 replied at
+    2 s (free at 3), node 2 answered with an error (free at the round end), node 3 never
+    answered: busy until 10 s, free again after that."""
+    clock = VirtualClock(straggler_timeout=10.0)
+    clock.start_round()
+    clock.finish_round([1, 2, 3], {1: 2.0}, end=3.0, answered=[2])
+    assert clock.now == 3.0
+    assert clock.busy([1, 2, 3]) == {3}
+    assert clock.busy_until == {1: 2.0, 2: 3.0, 3: 10.0}
+    clock.wait_for_any_free([3])
+    assert clock.now == 10.0
+    assert clock.busy([1, 2, 3]) == set()
+
+
+# ======== late replies, found by mutation testing ================================================
+def _train_message(node: int, server_round: int) -> Message:
+    content = RecordDict({protocol.PROTOCOL_KEY: ConfigRecord({"op": protocol.OP_TRAIN})})
+    return Message(content, dst_node_id=node, message_type=MessageType.TRAIN,
+                   group_id=str(server_round))
+
+
+class _SilentNodeGrid:
+    """Accepts every message; replies of nodes in ``silent`` are held back until ``release``."""
+
+    def __init__(self, silent: set[int]) -> None:
+        self.silent = silent
+        self.held: dict[str, Message] = {}
+        self.ready: dict[str, Message] = {}
+
+    def push_messages(self, messages):
+        ids = []
+        for msg in messages:
+            mid = str(uuid.uuid4())
+            msg.metadata.__dict__["_message_id"] = mid
+            reply = Message(RecordDict(), reply_to=msg)
+            reply.metadata.__dict__["_src_node_id"] = msg.metadata.dst_node_id
+            reply.metadata.__dict__["_message_id"] = str(uuid.uuid4())
+            (self.held if msg.metadata.dst_node_id in self.silent else self.ready)[mid] = reply
+            ids.append(mid)
+        return ids
+
+    def release(self, node: int) -> None:
+        for mid, reply in list(self.held.items()):
+            if reply.metadata.src_node_id == node:
+                self.ready[mid] = self.held.pop(mid)
+
+    def pull_messages(self, ids):
+        return [self.ready.pop(mid) for mid in list(ids) if mid in self.ready]
+
+
+class _RecordingOwner:
+    """The strategy side of the grid: records what it is handed, never ready early."""
+
+    def __init__(self) -> None:
+        self.current: list[tuple[int, str]] = []
+        self.late: list[tuple[int, str]] = []
+
+    def on_reply(self, reply):
+        self.current.append((reply.metadata.src_node_id, reply.metadata.group_id))
+
+    def on_late_reply(self, reply):
+        self.late.append((reply.metadata.src_node_id, reply.metadata.group_id))
+
+    def ready(self):
+        return False
+
+    def deadline_s(self, timeout):
+        return 0.05
+
+    def first_reply_deadline_s(self):
+        return None
+
+    def on_unsent(self, messages):
+        raise AssertionError("every message is accepted")
+
+
+@pytest.mark.mutation_found("grid")
+def test_late_reply_to_an_earlier_round_is_never_handed_to_the_current_round():
+    """Round 1: node 3 does not answer before the deadline (busy). Round 2 (nodes 1, 2): its
+    round-1 reply arrives meanwhile; the grid hands it to ``on_late_reply`` only, never to
+    ``on_reply``, and returns only the round-2 replies."""
+    set_task_identity()  # Flower's Message() needs a run id, as inside a ServerApp
+    inner = _SilentNodeGrid(silent={3})
+    owner = _RecordingOwner()
+    grid = EarlyReturnGrid(inner, owner, poll_interval=0.001)
+
+    replies = grid.send_and_receive([_train_message(n, 1) for n in (1, 2, 3)])
+    assert sorted(r.metadata.src_node_id for r in replies) == [1, 2]
+    assert grid.busy_nodes() == {3}
+
+    inner.release(3)  # the round-1 reply of node 3 is now pullable
+    replies = grid.send_and_receive([_train_message(n, 2) for n in (1, 2)])
+
+    assert sorted((r.metadata.src_node_id, r.metadata.group_id) for r in replies) == [
+        (1, "2"), (2, "2")]
+    assert sorted(owner.current) == [(1, "1"), (1, "2"), (2, "1"), (2, "2")]
+    assert owner.late == [(3, "1")]
+    assert grid.busy_nodes() == set()
