@@ -147,16 +147,15 @@ def test_dead_node_first_sampled_in_a_later_round_does_not_end_the_run():
     random.seed(11)
     inner = SamplingRecorder(fraction_train=0.5, fraction_evaluate=0.0)
     state: dict[str, int] = {}
-    grid = InProcessGrid(make_app(gradient_coding_mod), 6)
 
-    def crash(i: int, server_round: int) -> bool:
+    def crash(i: int, server_round: int) -> bool:  # called once the grid exists
         node = grid.node_ids[i]
         if "dead" not in state and len(inner.sampled) >= 2 and node in inner.sampled[-1] and \
                 all(node not in cohort for cohort in inner.sampled[:-1]):
             state["dead"] = node
         return state.get("dead") == node
 
-    grid._crash = crash
+    grid = InProcessGrid(make_app(gradient_coding_mod), 6, crash=crash)
     outcome = run(6, code="grouped-rs", s=1, rounds=6, grid=grid, inner=inner,
                   warmup_timeout=0.3)
     assert "dead" in state  # the scenario happened: first sampled after round 1
