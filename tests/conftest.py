@@ -2,6 +2,7 @@
 
 Shared helpers that are not fixtures live in modules the tests import:
 ``tests/apps/numpy_app.py`` (the small numpy app and its FedAvg oracle),
+``tests/apps/vector_app.py`` (a one-array numpy app, its oracle and a reply-scaling mod),
 ``tests/flower/harness.py`` (``run``: rounds of ``GradientCoding`` on in-process nodes, with
 faults injected from outside), ``tests/flower/messages.py`` (single messages and contexts for
 the client mod).

@@ -16,8 +16,8 @@ from fl_gradcode.flower import GradientCoding, gradient_coding_mod
 from fl_gradcode.flower.clock import VirtualClock, WallClock
 from fl_gradcode.flower.testing import InProcessGrid
 from fl_gradcode.latency import Bimodal, Drift, Pareto, ShiftedExponential, TraceReplay
-from tests.flower.test_integrity import DIM, oracle, train
-from tests.flower.test_integrity import target as oracle_target
+from tests.apps.vector_app import DIM, oracle, train
+from tests.apps.vector_app import target as oracle_target
 
 N = 12
 

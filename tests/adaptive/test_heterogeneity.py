@@ -305,7 +305,7 @@ def test_a_fixed_codes_empty_rows_are_still_sent_and_never_called_excluded():
     from fl_gradcode.codes import make_code
     from fl_gradcode.flower import GradientCoding, gradient_coding_mod
     from fl_gradcode.flower.testing import InProcessGrid
-    from tests.flower.test_integrity import DIM, train
+    from tests.apps.vector_app import DIM, train
 
     n = 12
     assert make_code("bgc", n=n, s=3, seed=0).assignment(6) == ()  # the premise

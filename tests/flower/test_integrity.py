@@ -4,60 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord
 from flwr.clientapp import ClientApp
 from flwr.serverapp.strategy import FedAvg
 
 from fl_gradcode.codes import make_code
-from fl_gradcode.flower import GradientCoding, gradient_coding_mod, protocol
+from fl_gradcode.flower import GradientCoding, gradient_coding_mod
 from fl_gradcode.flower.integrity import Probe, verify_replies
 from fl_gradcode.flower.testing import InProcessGrid
 from fl_gradcode.latency import Pareto
-
-DIM = 40
-
-
-def target(pid: int) -> np.ndarray:
-    return np.random.default_rng([11, pid]).standard_normal(DIM)
-
-
-def train(msg: Message, context) -> Message:
-    """Deterministic: theta_j = theta - 0.5 (theta - target_j), n_j = 10 + 3j."""
-    pid = int(context.node_config["partition-id"])
-    theta = msg.content["arrays"]["w"].numpy()
-    new = theta - 0.5 * (theta - target(pid))
-    return Message(
-        RecordDict({"arrays": ArrayRecord({"w": Array(new)}),
-                    "metrics": MetricRecord({"num-examples": 10 + 3 * pid})}),
-        reply_to=msg,
-    )
-
-
-def oracle(rounds: int, n: int) -> np.ndarray:
-    """Plain numpy FedAvg over all partitions (independent of the mod and the wrapper)."""
-    theta = np.zeros(DIM)
-    sizes = np.array([10 + 3 * j for j in range(n)], dtype=float)
-    for _ in range(rounds):
-        models = np.array([theta - 0.5 * (theta - target(j)) for j in range(n)])
-        theta = sizes @ models / sizes.sum()
-    return theta
-
-
-def scaling_mod(bad_partition: int, factor: float):
-    """An outer mod: the node with ``bad_partition`` scales its coded reply."""
-
-    def mod(msg, context, call_next):
-        reply = call_next(msg, context)
-        if int(context.node_config["partition-id"]) != bad_partition or reply.has_error():
-            return reply
-        record = reply.content.array_records.get(protocol.PROTOCOL_KEY)
-        if record is None:
-            return reply
-        for name in list(record.keys()):
-            record[name] = Array(record[name].numpy() * factor)
-        return reply
-
-    return mod
+from tests.apps.vector_app import DIM, oracle, scaling_mod, train
 
 
 def run(n=6, s=2, code="frc", rounds=4, verify=True, bad=None, factor=1.5, seed=0,

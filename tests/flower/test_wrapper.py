@@ -64,9 +64,9 @@ from tests.apps.numpy_app import (
     pytestmark,  # noqa: F401 (the warning filter applies here)
     theta0,
 )
+from tests.apps.vector_app import DIM, scaling_mod, train
 from tests.flower.harness import FixedArrivals, run
 from tests.flower.harness import run as run_wrapper
-from tests.flower.test_integrity import DIM, scaling_mod, train
 
 
 def test_oracle_is_example_weighted_and_moves_the_model():
