@@ -5,10 +5,9 @@ Usage::
     python experiments/mutation.py [--module M ...] [--max-mutants N] [--seed S]
                                    [--max-children C] [--deselect TEST_ID ...]
 
-``M`` is one of ``codes``, ``privacy``, ``mod``, ``wrapper``, ``protocol``, ``clock``, ``grid``,
-``integrity``, ``adaptive``, ``latency`` (default: all). Each module is mutated by mutmut
-against the relevant FAST test files only (``-m "not simulation and not deployment"``, never
-the experiments smoke tests);
+``M`` is a module of the test map ``tests/mutation_map.toml`` (``codes``, ``privacy``,
+``wrapper``, ``adaptive``, ...; default: all). Each module is mutated by mutmut
+against the FAST test files the map names for it (``-m "not simulation and not deployment"``);
 mutmut runs, per mutant, only the tests that executed the mutated function.
 
 mutmut writes a ``mutants/`` tree into the directory it runs in, so the run happens in a scratch
@@ -39,39 +38,24 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = ["-m", "not simulation and not deployment", "-p", "no:cacheprovider", "-p", "no:randomly",
         "-W", "ignore::DeprecationWarning", "-x", "-q"]
-KILLED_BY_NEW = "tests/test_mutants_killed.py"
-CODE_TESTS = [
-    "tests/test_codes_exact.py", "tests/test_codes_approximate.py",
-    "tests/test_codes_comm_efficient.py", "tests/test_codes_fast_decoders.py",
-    "tests/test_codes_nested.py", "tests/test_codes_properties.py",
-    "tests/test_codes_validation.py", "tests/test_codes_sparse.py", KILLED_BY_NEW,
-    "tests/test_mutation_kills_codes.py",
-]
-WRAPPER_TESTS = ["tests/test_wrapper.py", "tests/test_adaptive_wrapper.py", KILLED_BY_NEW,
-                 "tests/test_mutation_kills_wrapper.py"]
-APP_TESTS = [*WRAPPER_TESTS, "tests/test_plugin_apps.py", "tests/test_plugin_comm_efficient.py",
-             "tests/test_mutation_kills_flower.py"]
-# module -> (files mutated, its fast test files); one mutmut run (scratch copy) per module
-MODULES: dict[str, tuple[list[str], list[str]]] = {
-    "codes": (["fl_gradcode/codes/*.py"], CODE_TESTS),
-    "privacy": (["fl_gradcode/privacy.py"], ["tests/test_privacy.py", KILLED_BY_NEW,
-                                              "tests/test_mutation_kills_privacy.py"]),
-    "clock": (["fl_gradcode/flower/clock.py"], WRAPPER_TESTS),
-    "grid": (["fl_gradcode/flower/grid.py"], WRAPPER_TESTS),
-    "integrity": (["fl_gradcode/flower/integrity.py"], ["tests/test_integrity.py",
-                                                        *WRAPPER_TESTS]),
-    **{m: ([f"fl_gradcode/flower/{m}.py"], APP_TESTS) for m in ("mod", "wrapper", "protocol")},
-    "adaptive": (["fl_gradcode/adaptive/*.py"], ["tests/test_adaptive.py",
-                                                "tests/test_adaptive_wrapper.py", KILLED_BY_NEW,
-                                                "tests/test_mutation_kills_adaptive.py"]),
-    "latency": (["fl_gradcode/latency.py"], ["tests/test_latency.py", KILLED_BY_NEW,
-                                             "tests/test_mutation_kills_latency.py"]),
-}
+TEST_MAP = ROOT / "tests" / "mutation_map.toml"
+
+
+def load_test_map(path: Path = TEST_MAP) -> dict[str, tuple[list[str], list[str]]]:
+    """module -> (files mutated, its fast test files), from the one test map (``path``)."""
+    table = tomllib.loads(path.read_text())
+    return {module: (list(entry["mutate"]), list(entry["tests"]))
+            for module, entry in table.items()}
+
+
+# one mutmut run (scratch copy) per module
+MODULES: dict[str, tuple[list[str], list[str]]] = load_test_map()
 KILLED = {"killed", "timeout"}
 
 # Hand-written verdicts on survivors (mutmut name -> one line). Filled in after reading diffs.
@@ -95,9 +79,9 @@ REASONS: dict[str, str] = {
         "equivalent: numpy's reshape takes any negative size as the one unknown dimension "
         "(reshape(-2) == reshape(-1), numpy 2.4)",
     "fl_gradcode.flower.mod.x__run_partition__mutmut_58":
-        "killed by tests/test_mod_torch_import.py (checked by hand): it needs an interpreter "
-        "without torch, so it runs the mod in a subprocess, which mutmut's per-test function "
-        "map does not see",
+        "killed by tests/flower/test_mod_torch_import.py (checked by hand): it needs an "
+        "interpreter without torch, so it runs the mod in a subprocess, which mutmut's "
+        "per-test function map does not see",
     "fl_gradcode.flower.wrapper.x_error_amplification__mutmut_60":
         "equivalent: decoding coefficients are a float64 array already",
     "fl_gradcode.flower.wrapper.xǁGradientCodingǁ_decode_and_apply__mutmut_77":
@@ -168,7 +152,7 @@ def _mutmut_section(only_mutate: list[str], tests: list[str], extra: list[str]) 
         "[tool.mutmut]\n"
         'source_paths = ["fl_gradcode"]\n'
         f"only_mutate = {q(only_mutate)}\n"
-        'also_copy = ["server", "clients", "examples", "experiments"]\n'
+        'also_copy = ["server", "clients", "examples", "experiments", "docs"]\n'
         f"pytest_add_cli_args_test_selection = {q(tests)}\n"
         f"pytest_add_cli_args = {q(FAST + extra)}\n"
         "use_git_change_detection = false\n"
@@ -186,7 +170,7 @@ def prepare(workdir: Path, group: str, modules: list[str], extra: list[str]) -> 
         shutil.rmtree(dst)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "results", "mutants", ".git",
                                     "*.png", "*.npz", ".flwr")
-    for name in ("fl_gradcode", "tests", "server", "clients", "examples", "experiments"):
+    for name in ("fl_gradcode", "tests", "server", "clients", "examples", "experiments", "docs"):
         if (ROOT / name).exists():
             shutil.copytree(ROOT / name, dst / name, ignore=ignore)
     for name in ("pyproject.toml", "README.md"):
@@ -219,12 +203,15 @@ def load_meta(cwd: Path) -> dict[str, int | None]:
 
 
 def module_of(name: str) -> str | None:
+    """The module whose mutated files hold mutant ``name`` (the longest matching prefix)."""
+    best, length = None, -1
     for module, (globs, _) in MODULES.items():
         for g in globs:
-            prefix = g.removesuffix(".py").removesuffix("/*").replace("/", ".")
-            if name.startswith(prefix + "."):
-                return module
-    return None
+            prefix = g.removesuffix(".py").removesuffix("/*").removesuffix("/__init__")
+            prefix = prefix.replace("/", ".")
+            if name.startswith(prefix + ".") and len(prefix) > length:
+                best, length = module, len(prefix)
+    return best
 
 
 def diff_of(cwd: Path, name: str) -> str:

@@ -1,0 +1,1 @@
+"""Gradient codes (``fl_gradcode.codes``): encoding, decoding, stability, validation."""

@@ -1,0 +1,44 @@
+"""Fixtures shared by the whole suite.
+
+Shared helpers that are not fixtures live in modules the tests import:
+``tests/apps/numpy_app.py`` (the small numpy app and its FedAvg oracle),
+``tests/apps/vector_app.py`` (a one-array numpy app, its oracle and a reply-scaling mod),
+``tests/flower/harness.py`` (``run``: rounds of ``GradientCoding`` on in-process nodes, with
+faults injected from outside), ``tests/flower/messages.py`` (single messages and contexts for
+the client mod).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def task_identity(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test may build Flower Messages (as inside a ServerApp) and reads no DP key file
+    named by the environment of whoever runs the suite."""
+    from fl_gradcode.flower.testing import set_task_identity
+
+    monkeypatch.delenv("FL_GRADCODE_DP_KEY_FILE", raising=False)
+    set_task_identity()
+
+
+@pytest.fixture
+def key_file(tmp_path) -> str:
+    """A DP key file (JSON) holding the master key ``bytes(range(32))``; its path."""
+    import json
+
+    path = tmp_path / "keys.json"
+    path.write_text(json.dumps({"master": bytes(range(32)).hex()}))
+    return str(path)
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Torch on one thread for the test (restored after it)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

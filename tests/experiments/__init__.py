@@ -1,0 +1,1 @@
+"""The experiment scripts (``experiments/``) and the fault suite."""

@@ -1,0 +1,115 @@
+"""experiments/deployment_breakdown.py: the SuperNode log parser and the per-round decomposition
+(fast, synthetic stamps), and a short run on Flower's deployment engine on localhost."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load():
+    if str(ROOT / "experiments") not in sys.path:
+        sys.path.insert(0, str(ROOT / "experiments"))
+    name = "deployment_breakdown"
+    spec = importlib.util.spec_from_file_location(name, ROOT / "experiments" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _t(clock: str) -> float:
+    return datetime.strptime(f"2026-01-01 {clock}", "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+
+def test_supernode_log_gives_arrival_and_departure_of_each_message(tmp_path):
+    log = tmp_path / "supernode0.log"
+    log.write_text(
+        "\x1b[92mINFO 2026-01-01 10:00:01,000\x1b[0m:      Receiving: train message (ID: aa11)\n"
+        "\x1b[92mINFO 2026-01-01 10:00:01,100\x1b[0m:      Received successfully\n"
+        "\x1b[94mDEBUG 2026-01-01 10:00:02,500\x1b[0m:     Start `flwr-clientapp` process\n"
+        "DEBUG 2026-01-01 10:00:02,900:     [flwr-clientapp] Start FAB installation.\n"
+        "INFO 2026-01-01 10:00:03,000:      Sending: train message (ID: bb22)\n"
+        "INFO 2026-01-01 10:00:03,250:      Sent successfully\n"
+        "INFO :      an undated line\n"
+    )
+    events = load().supernode_events(log)
+    assert events["aa11"]["received"] == pytest.approx(_t("10:00:01,000"))
+    assert events["aa11"]["fetched"] == pytest.approx(_t("10:00:01,100"))
+    assert events["aa11"]["clientapp_booted"] == pytest.approx(_t("10:00:02,500"))
+    assert events["aa11"]["clientapp_task_pulled"] == pytest.approx(_t("10:00:02,900"))
+    assert events["bb22"] == {"sending": pytest.approx(_t("10:00:03,000")),
+                              "sent": pytest.approx(_t("10:00:03,250"))}
+
+
+def test_a_round_is_decomposed_along_its_last_arriving_reply():
+    mod = load()
+    server = {"events": [
+        {"event": "configure_train", "round": 1, "t0": 0.0, "t1": 0.1, "sent": 2},
+        {"event": "push", "t0": 0.1, "t1": 0.2, "message_id": "i1", "node_id": 1},
+        {"event": "push", "t0": 0.1, "t1": 0.2, "message_id": "i2", "node_id": 2},
+        {"event": "pull", "t0": 5.0, "t1": 5.1, "message_id": "r1", "reply_to": "i1"},
+        {"event": "on_reply", "t0": 5.1, "t1": 5.2, "message_id": "r1"},
+        {"event": "pull", "t0": 7.0, "t1": 7.1, "message_id": "r2", "reply_to": "i2"},
+        {"event": "on_reply", "t0": 7.1, "t1": 7.2, "message_id": "r2"},
+        {"event": "aggregate_train", "round": 1, "t0": 7.2, "t1": 7.5, "replies": 2},
+    ]}
+    clients = [
+        {"message_id": "i1", "process_start": 1.5, "entry": 3.0, "exit": 4.0,
+         "import_torch_s": 0.5, "import_gc_s": 0.2, "train_calls": [[3.7, 3.9]],
+         "partition_id": 0, "module_start": 2.9, "module_imported": 2.95},
+        {"message_id": "i2", "process_start": 2.0, "entry": 4.0, "exit": 6.0,
+         "import_torch_s": 1.0, "import_gc_s": 0.5, "train_calls": [[5.5, 5.9]],
+         "partition_id": 1, "module_start": 3.9, "module_imported": 3.95},
+    ]
+    nodes = {
+        "i1": {"received": 1.0, "fetched": 1.2}, "r1": {"sending": 4.5, "sent": 4.8},
+        "i2": {"received": 1.5, "fetched": 1.7}, "r2": {"sending": 6.5, "sent": 6.9},
+    }
+    (row,) = mod.breakdown(server, clients, nodes)["rounds"]
+    assert row["critical_node_partition"] == 1
+    assert row["round_s"] == pytest.approx(7.5)
+    assert row["flower_poll_s"] == pytest.approx(1.3)
+    assert row["superexec_poll_s"] == pytest.approx(0.5)  # from "received": fetch overlaps
+    assert row["fetch_s"] == pytest.approx(0.2)
+    assert row["clientapp_start_s"] == pytest.approx(2.0)
+    assert row["mod_import_s"] == pytest.approx(1.5)
+    assert row["client_train_s"] == pytest.approx(0.4)
+    assert row["mod_overhead_s"] == pytest.approx(0.1)
+    assert row["reply_return_s"] == pytest.approx(0.9)
+    assert row["server_pull_wait_s"] == pytest.approx(0.2)
+    assert row["server_on_reply_s"] == pytest.approx(0.1)  # r1's overlapped the wait
+    assert sum(row[k] for k in mod.KEYS) == pytest.approx(row["round_s"])
+
+
+@pytest.mark.deployment
+def test_localhost_rounds_are_timed_end_to_end(tmp_path):
+    mod = load()
+    out = tmp_path / "breakdown"
+    result = mod.main(["--nodes", "3", "--rounds", "2", "--modes", "fedavg", "coded",
+                       "--workdir", str(tmp_path / "work"), "--out", str(out)])
+    saved = json.loads(out.with_suffix(".json").read_text())
+    assert set(saved["runs"]["3"]) == {"fedavg", "coded"}
+    runs = result["runs"]["3"]
+    for mode, run in runs.items():
+        assert [r["round"] for r in run["rounds"]] == [1, 2], mode
+        for row in run["rounds"]:
+            assert all(row[k] is not None for k in mod.KEYS), (mode, row)
+            assert all(row[k] > -0.1 for k in mod.KEYS if k != "other_s"), (mode, row)
+            assert abs(row["other_s"]) < 0.25 * row["round_s"], (mode, row)
+            # the SuperNode asks for work every 3 s when idle
+            assert row["flower_poll_s"] < 3.0 + 1.5, (mode, row)
+    fedavg, coded = runs["fedavg"], runs["coded"]
+    assert fedavg["identify_messages"] == 0 and coded["identify_messages"] == 3
+    assert all(r["replies_used"] == 3 and r["mod_import_s"] == 0 for r in fedavg["rounds"])
+    # n - s = 2 replies decode; a third one pulled in the same poll is used too
+    assert all(r["replies_used"] in (2, 3) for r in coded["rounds"])
+    assert coded["rounds"][0]["handshake_s"] > 0
+    assert all(r["mod_import_s"] > 0 for r in coded["rounds"])  # one process per message

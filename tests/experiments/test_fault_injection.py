@@ -1,0 +1,645 @@
+"""Seeded fault injection over the public API (``experiments/fault_injection.py``).
+
+The fast slice of the randomized suite (the same code as ``python experiments/fault_injection.py``)
+must keep every invariant; then one targeted scenario per fault kind checks that the kind is
+injected and handled as the protocol says (rejected with its reason, excluded by redundancy, a
+straggler, a skipped round, ...), and that the model still equals the numpy FedAvg oracle.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from flwr.app import (
+    Array,
+    ArrayRecord,
+    ConfigRecord,
+    Message,
+    MessageType,
+    MetricRecord,
+    RecordDict,
+)
+
+from fl_gradcode.flower.testing import InProcessGrid, set_task_identity
+from fl_gradcode.latency import Pareto, client_delay
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:gradient_coding_mod. no partition key:UserWarning"),
+]
+
+
+def _load():
+    name = "fault_injection"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, ROOT / "experiments" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+fi = _load()
+
+
+# =============================================================================== the suite
+def test_fast_slice_keeps_every_invariant():
+    t0 = time.perf_counter()
+    result = fi.run_suite(fi.FAST_SCENARIOS, seed=0)
+    elapsed = time.perf_counter() - t0
+    assert result["invariant_violations"] == []
+    assert result["crashes"] == 0
+    assert result["corrupted_models"] == 0
+    assert result["scenarios"] == fi.FAST_SCENARIOS
+    # no round lost: one row per round of every scenario
+    planned = sum(fi.make_scenario(0, i).rounds for i in range(fi.FAST_SCENARIOS))
+    assert result["rounds"] == planned == sum(result["decode"].values())
+    # the slice is not vacuous: every fault kind is injected, exact rounds are compared
+    injected = result["faults_injected"]
+    assert all(injected[kind] > 0 for kind in fi.ALL_FAULTS), injected
+    assert result["exact_rounds_compared_with_oracle"] >= 20
+    assert result["max_relative_error"] <= fi.RTOL
+    assert min(result["decode"].values()) > 0  # exact, approx and skipped rounds all occur
+    assert sum(result["rejections_matched"].values()) >= 30
+    assert elapsed < 90
+
+
+def test_scenarios_are_a_function_of_the_suite_seed_and_respect_the_forgery_budget():
+    assert fi.make_scenario(3, 17).as_dict() == fi.make_scenario(3, 17).as_dict()
+    assert fi.make_scenario(3, 17).as_dict() != fi.make_scenario(4, 17).as_dict()
+    for index in range(200):
+        scn = fi.make_scenario(0, index)
+        assert scn.n in fi.SIZES and scn.code in fi.CODES and scn.rounds in (3, 4)
+        if scn.code == "frc":
+            assert scn.n % (scn.s + 1) == 0
+        for r in range(1, scn.rounds + 1):
+            kinds = [k for (q, _), k in scn.node_faults.items() if q == r]
+            assert sum(k in fi.VALUE_FORGING for k in kinds) <= max(1, scn.s)
+            assert kinds.count("replay-forged") <= 1
+        if scn.timing == "wallclock":
+            assert 1 not in scn.round_faults
+
+
+# =============================================================================== one kind each
+def scenario(kind=None, *, at=(1, 0), round_kind=None, rounds=2, code="frc", n=6, s=1,
+             verify=False, timing="virtual", variant=None, seed=5, timeout=1e6):
+    scn = fi.Scenario(index=-1, seed=seed, n=n, code=code, s=s, timing=timing, verify=verify,
+                      rounds=rounds, straggler_timeout=timeout if timing == "virtual" else 0.25)
+    if kind is not None:
+        scn.node_faults[at] = kind
+        if variant is not None:
+            scn.variants[at] = variant
+    if round_kind is not None:
+        scn.round_faults[at[0]] = round_kind
+    return scn
+
+
+def run(scn):
+    out = fi.run_scenario(scn)
+    assert out.violations == [], out.violations
+    assert not out.crashed
+    return out
+
+
+def assert_equals_oracle(out, server_round):
+    got = fi._flat(out.models[server_round])
+    expected = fi._flat(fi.oracle(out.models[server_round - 1], out.scenario.n))
+    assert np.linalg.norm(got - expected) <= 1e-9 * np.linalg.norm(expected)
+
+
+def assert_rejected(kind, pattern, *, variant=None, at=(1, 0)):
+    out = run(scenario(kind, at=at, variant=variant))
+    assert (kind, *at) in out.injected
+    row = out.rows[at[0] - 1]
+    assert row["rejected"] == 1
+    assert re.search(pattern, row["rejected_reasons"][0]), row["rejected_reasons"]
+    assert at[1] not in row["clients_used"] and at[1] in row["stragglers"]
+    if at[0] == 1:  # (later rounds may find worker 0's replica still busy: approx)
+        assert row["decode"] == "exact"  # worker 1 replicates worker 0's partitions (FRC, s=1)
+    if row["decode"] == "exact":
+        assert_equals_oracle(out, at[0])
+    return row
+
+
+def test_error_reply_from_the_app_is_rejected_naming_the_partition():
+    assert_rejected("error", r"error reply \(code 5400: .*failed on partition 0: code 4242")
+
+
+@pytest.mark.parametrize("variant, where", [(0, "code 5400"), (1, "code 0: ClientAppException")])
+def test_exception_in_the_app_or_the_outer_mod_becomes_an_error_reply(variant, where):
+    row = assert_rejected("exception", where, variant=variant)
+    assert "InjectedFault: injected exception" in row["rejected_reasons"][0]
+
+
+@pytest.mark.parametrize("kind", ["nan", "inf"])
+def test_non_finite_reply_is_rejected(kind):
+    assert_rejected(kind, r"array '(w|b)' contains NaN or Inf")
+
+
+@pytest.mark.parametrize("variant", range(4))
+def test_wrong_shape_is_rejected(variant):
+    assert_rejected("wrong-shape", r"has shape \(.*\); expected", variant=variant)
+
+
+@pytest.mark.parametrize("variant, dtype", [(0, "bool"), (1, "int64")])
+def test_integer_or_bool_arrays_are_rejected(variant, dtype):
+    assert_rejected("wrong-dtype", rf"has dtype {dtype}, not a floating type", variant=variant)
+
+
+@pytest.mark.parametrize("verify, s", [(False, 1), (True, 2)])
+def test_float16_reply_to_a_float64_wire_is_rejected(verify, s):
+    out = fi.run_scenario(scenario("wrong-dtype", variant=4, verify=verify, s=s, rounds=1))
+    row = out.rows[0]
+    assert any("float16" in reason for reason in row["rejected_reasons"]), (
+        row["decode"], row["clients_used"], row["rejected_reasons"], out.violations)
+    assert 0 not in row["clients_used"]
+    assert out.violations == []
+
+
+@pytest.mark.parametrize(
+    "variant, reason",
+    [(0, "lacks the 'gradient-coding' ArrayRecord"),
+     (1, "lacks the 'gradient-coding-meta' MetricRecord"),
+     (2, r"array keys \['(w|b)'\] differ")],
+)
+def test_missing_records_are_rejected(variant, reason):
+    assert_rejected("missing-records", reason, variant=variant)
+
+
+@pytest.mark.parametrize(
+    "variant, reason",
+    [(0, r"array bytes are not \.npy"), (1, "array bytes are truncated"),
+     (2, r"array bytes are not \.npy"), (3, r"array bytes are not \.npy")],
+)
+def test_corrupt_bytes_are_rejected_with_a_reason_that_says_so(variant, reason):
+    assert_rejected("corrupt-bytes", reason, variant=variant)
+
+
+@pytest.mark.parametrize(
+    "variant, reason",
+    [(0, r"'num-examples'=\[1.0, 2.0\] is not a number"),
+     (1, r"'compute-s'=\[0.1\] is not a number"),
+     (2, r"'metric.train_loss'=\[0.5, 0.5\] is not a number"),
+     (3, r"partition-sizes='many' is not a list of numbers")],
+)
+def test_metrics_of_the_wrong_type_are_rejected(variant, reason):
+    assert_rejected("wrong-metric-type", reason, variant=variant)
+
+
+def test_reply_computed_for_an_earlier_round_is_rejected():
+    assert_rejected("replay", r"computed for round 1, not 2", at=(2, 0))
+
+
+def test_forged_worker_claim_is_rejected():
+    assert_rejected("forged-worker", r"claims worker [1-5] but the node is worker 0")
+
+
+def test_unknown_sender_is_rejected():
+    out = run(scenario("unknown-sender"))
+    assert ("src_node_id", 0, 1) in out.grid_injected
+    row = out.rows[0]
+    assert row["rejected_reasons"] == ["unknown sender"]
+    assert 0 not in row["clients_used"] and row["decode"] == "exact"
+    assert_equals_oracle(out, 1)
+
+
+def test_reply_sent_under_another_nodes_id_is_rejected_and_that_node_still_counts():
+    out = run(scenario("spoofed-sender", at=(1, 2)))
+    row = out.rows[0]
+    assert row["rejected"] == 1
+    assert re.search(fi.REASONS["spoofed-sender"], row["rejected_reasons"][0])
+    assert 2 not in row["clients_used"] and row["decode"] == "exact"
+    assert_equals_oracle(out, 1)
+
+
+def test_crash_mid_round_makes_a_straggler_and_the_round_still_decodes():
+    t0 = time.perf_counter()
+    out = run(scenario("crash"))
+    assert ("crash", 0, 1) in out.grid_injected
+    first = out.rows[0]
+    assert first["rejected"] == 0 and 0 in first["stragglers"] and first["decode"] == "exact"
+    assert_equals_oracle(out, 1)
+    assert time.perf_counter() - t0 < 10  # waited round_timeout (0.25 s), not forever
+
+
+def test_duplicated_reply_is_delivered_twice_and_decoded_once():
+    out = run(scenario("duplicate"))
+    assert ("duplicate", 0, 1) in out.grid_injected
+    row = out.rows[0]
+    assert row["rejected_reasons"] == ["duplicate sender"] and row["decode"] == "exact"
+    assert_equals_oracle(out, 1)
+
+
+def seed_where_first(worker: int, server_round: int, n: int = 6, start: int = 0) -> int:
+    """A scenario seed (from ``start`` on) whose Pareto latencies make ``worker`` arrive first
+    in the round."""
+    model = Pareto(scale=1.0, shape=1.5)
+    for seed in range(start, start + 10_000):
+        times = [client_delay(model, worker=w, round_index=server_round, load=1.0, seed=seed)
+                 for w in range(n)]
+        if int(np.argmin(times)) == worker:
+            return seed
+    raise AssertionError("no such seed")
+
+
+@pytest.mark.parametrize("kind", fi.VALUE_FORGING)
+def test_value_forgery_is_outvoted_by_the_other_replicas_with_verify(kind):
+    """FRC s=2 (groups of 3), the forger's reply arrives first: the forged replica is
+    identified and excluded, the round decodes exactly from the honest ones."""
+    at = (2, 0) if kind == "replay-forged" else (1, 0)
+    seed = seed_where_first(0, at[0])
+    out = run(scenario(kind, at=at, s=2, verify=True, rounds=at[0], seed=seed))
+    assert (kind, *at) in out.injected
+    row = out.rows[at[0] - 1]
+    if kind == "forged-consistent":
+        # forged coefficients give a num-examples its partition sizes contradict: rejected on
+        # arrival, before any comparison
+        assert row["rejected"] == 1
+        assert row["rejected_reasons"][0].startswith("partition-sizes=")
+        assert row["decode"] == "exact" and 0 not in row["clients_used"]
+        assert_equals_oracle(out, at[0])
+        return
+    assert row["disagreement"] > 1e-3
+    if at[0] > 1 and row["decode"] == "skipped":
+        # round 1's last replica of each group is still busy: 0 and one honest replica tie,
+        # nothing breaks it, nothing is applied
+        assert row["verified"] == "contradicted" and len(row["busy"]) == 2
+        return
+    assert row["decode"] == "exact"
+    assert row["inconsistent"] == [0] and 0 not in row["clients_used"]
+    assert_equals_oracle(out, at[0])
+
+
+@pytest.mark.parametrize("kind", fi.VALUE_FORGING)
+def test_value_forgery_without_redundancy_reaches_the_model_finite(kind):
+    """uncoded (s=0): nothing can tell a finite forged reply from an honest one -- the suite
+    only checks finiteness there (and counts the round as not compared)."""
+    at = (2, 0) if kind == "replay-forged" else (1, 0)
+    out = run(scenario(kind, at=at, code="uncoded", s=0, rounds=at[0]))
+    row = out.rows[at[0] - 1]
+    if kind == "forged-consistent":
+        # caught even without redundancy: its num-examples contradicts its partition sizes
+        assert row["rejected"] == 1 and 0 not in row["clients_used"]
+        assert "do not add up to num-examples" in row["rejected_reasons"][0]
+        return
+    assert row["decode"] == "exact" and 0 in row["clients_used"]
+    assert out.not_compared == 1 and out.compared == at[0] - 1
+    got = fi._flat(out.models[at[0]])
+    expected = fi._flat(fi.oracle(out.models[at[0] - 1], 6))
+    assert np.isfinite(got).all()
+    assert np.linalg.norm(got - expected) > 1e-3 * np.linalg.norm(expected)
+
+
+# A reply >= 1e6 times too large once masked every other disagreement (the scale came from the
+# decoded sum) and got an honest replica excluded; the tests below keep it fixed.
+
+
+def test_verdict_never_excludes_an_honest_replica_when_a_huge_reply_is_in_the_set():
+    from fl_gradcode.codes import make_code
+    from fl_gradcode.flower.integrity import verify_replies
+
+    code = make_code("frc", n=8, s=3)  # groups {0,1,2,3}, {4,5,6,7}
+    v = np.random.default_rng(0).standard_normal((code.k, 5))
+    z = {i: code.B[i] @ v for i in range(8)}
+    z[0], z[6] = 1.5 * z[0], 1e30 * z[6]  # two forgers, one per group (s = 3 tolerates both)
+    verdict = verify_replies(code, z, [0, 2, 4, 6], 1e-5)
+    assert 4 not in verdict.excluded and 2 not in verdict.excluded  # the honest replicas
+    # (for contrast: without the 1e30 factor the same pair of forgeries is "contradicted")
+
+
+@pytest.mark.parametrize("timing, verify", [("wallclock", False), ("virtual", True)])
+def test_huge_forgery_cannot_get_an_honest_replica_excluded_end_to_end(timing, verify):
+    """Workers 1, 3, 5, 7 crash; 0 scales its reply, 6 multiplies it by 1e30."""
+    from flwr.serverapp.strategy import FedAvg
+
+    from fl_gradcode.flower import GradientCoding
+
+    scn = scenario(rounds=1, code="frc", n=8, s=3, timing=timing, verify=verify, seed=3)
+    scn.node_faults.update({(1, 0): "scaled", (1, 6): "huge"})
+    scn.node_faults.update({(1, w): "crash" for w in (1, 3, 5, 7)})
+    scn.variants[(1, 0)] = 1  # x(+1.2..3)
+    injector = fi.Injector(scn, fi.node_ids_for(8))
+    grid = injector.grid()
+    grid.delay = None  # wallclock: the four replies are in hand together
+    strategy = GradientCoding(
+        FedAvg(fraction_evaluate=0.0, min_available_nodes=8), code="frc", s=3, timing=timing,
+        latency=Pareto(1.0, 1.5) if timing == "virtual" else None, seed=3, verify=verify,
+        wire="float64", straggler_timeout=1e6 if timing == "virtual" else 0.3,
+        round_timeout=0.3,
+    )
+    models = {}
+    with fi.quiet():
+        strategy.start(
+            grid=grid,
+            initial_arrays=ArrayRecord({k: Array(v) for k, v in fi.initial_model().items()}),
+            num_rounds=1, train_config=ConfigRecord({}),
+            evaluate_fn=lambda r, a: models.__setitem__(r, {k: v.numpy() for k, v in a.items()}),
+        )
+    row = strategy.history[0]
+    assert set(row["inconsistent"]) <= {0, 6}, row["inconsistent"]
+    assert np.abs(fi._flat(models[1])).max() < 1e6  # the 1e30 forgery never reaches the model
+
+
+@pytest.mark.parametrize("timing", ["virtual", "wallclock"])
+def test_all_slow_round_decodes_nothing_and_keeps_the_model(timing):
+    at = (2, 0)
+    out = run(scenario(round_kind="all-slow", at=at, rounds=3, timing=timing, timeout=5.0))
+    assert ("all-slow", 2, -1) in out.injected
+    row = out.rows[1]
+    assert row["decode"] == "skipped" and row["clients_used"] == []
+    for name in fi.SHAPES:
+        np.testing.assert_array_equal(out.models[2][name], out.models[1][name])
+
+
+@pytest.mark.parametrize("timing", ["virtual", "wallclock"])
+def test_after_an_all_busy_round_the_next_round_waits_for_a_free_node(timing):
+    """uncoded: round 1 waits for every node, so round 2 sends work to all six, whose replies
+    all come after the deadline: round 3 starts with every node busy and must wait."""
+    at = (2, 0)
+    out = run(scenario(round_kind="all-busy", at=at, rounds=3, timing=timing, timeout=1e6,
+                       code="uncoded", s=0))
+    assert ("all-busy", 2, -1) in out.injected
+    first, second, third = out.rows
+    assert first["decode"] == "exact" and second["busy"] == []
+    assert second["decode"] == "skipped" and second["clients_used"] == []
+    assert len(third["busy"]) < 6  # work was sent: the round was not spent on nothing
+    if timing == "wallclock":  # the late replies freed their nodes (counted in round 3)
+        assert third["late_dropped"] >= 1
+    else:  # virtual: the clock jumped to the first node's arrival; they are counted in round 2
+        assert second["late_dropped"] == 6 and third["virtual_s"] > second["virtual_s"]
+
+
+# =============================================================================== grid options
+def _one_round_grid(**options) -> tuple[InProcessGrid, Message]:
+    set_task_identity()
+
+    def app(msg, context):
+        return Message(RecordDict({"m": MetricRecord({"x": 1.0})}), reply_to=msg)
+
+    grid = InProcessGrid(app, 3, **options)
+    msg = Message(RecordDict({"a": ArrayRecord({"w": Array(np.zeros(2))})}),
+                  dst_node_id=grid.node_ids[1], message_type=MessageType.TRAIN, group_id="4")
+    return grid, msg
+
+
+def test_in_process_grid_crash_duplicate_and_sender_options():
+    grid, msg = _one_round_grid(crash=lambda i, r: (i, r) == (1, 4))
+    [mid] = grid.push_messages([msg])
+    assert mid and grid.pull_messages([mid]) == [] and grid.pending == 0
+    assert grid.injected == [("crash", 1, 4)]
+
+    grid, msg = _one_round_grid(duplicate=lambda i, r: i == 1)
+    [mid] = grid.push_messages([msg])
+    assert grid.pending == 2
+    replies = grid.pull_messages([mid])
+    assert len(replies) == 2 and grid.pending == 0 and grid.pull_messages([mid]) == []
+    assert {r.metadata.reply_to_message_id for r in replies} == {mid}
+    assert len({r.metadata.message_id for r in replies}) == 2
+
+    grid, msg = _one_round_grid(src_node_id=lambda i, r: 77 if r == 4 else None)
+    [mid] = grid.push_messages([msg])
+    [reply] = grid.pull_messages([mid])
+    assert reply.metadata.src_node_id == 77 and grid.injected == [("src_node_id", 1, 4)]
+
+
+def test_in_process_grid_without_options_is_unchanged():
+    grid, msg = _one_round_grid()
+    [mid] = grid.push_messages([msg])
+    [reply] = grid.pull_messages([mid])
+    assert reply.metadata.src_node_id == grid.node_ids[1] and grid.injected == []
+
+
+# =============================================================================== edge faults
+# The kinds of experiments/fault_kinds.py. On the code before the edge fixes several of these
+# fail (the defects they measure): see the module's docstring for what each kind does.
+from types import SimpleNamespace  # noqa: E402
+
+edges = fi.edges
+
+
+def assert_sound(out):
+    """The edge invariants: no violation, the run not ended by a node, nothing wrong applied
+    as verified."""
+    assert not out.ended_by_node_failure, out.violations
+    assert out.wrong_verified == 0, out.violations
+    assert out.violations == [], out.violations
+
+
+def test_edge_scenarios_keep_the_other_faults_and_respect_the_forgery_budget():
+    forging = fi.VALUE_FORGING + edges.EDGE_FORGING
+    seen = set()
+    for index in range(200):
+        plain, scn = fi.make_scenario(0, index), fi.make_scenario(0, index, edge_faults=True)
+        assert fi.make_scenario(0, index, edge_faults=True).as_dict() == scn.as_dict()
+        touched = set(scn.joins) | set(scn.claims)
+        for (r, node), kind in plain.node_faults.items():
+            if node not in touched:
+                assert scn.node_faults[(r, node)] == kind
+        assert plain.round_faults == scn.round_faults
+        for r in range(1, scn.rounds + 1):
+            kinds = [k for (q, _), k in scn.node_faults.items() if q == r]
+            assert sum(k in forging for k in kinds) <= max(1, scn.s)
+        assert len(scn.joins) + len(scn.claims) <= 1
+        for node, first in scn.joins.items():
+            assert 1 <= first < scn.rounds
+            assert [q for (q, i) in scn.node_faults if i == node and q <= first] == [first]
+        if "lost-reply" in scn.node_faults.values():
+            assert scn.timing == "wallclock" and scn.round_gap_s > 0
+        seen.update(scn.node_faults.values())
+    assert set(edges.EDGE_FAULTS) <= seen
+
+
+def test_fast_slice_with_edge_faults_keeps_every_invariant():
+    """The fast slice with every edge kind: 0 wrong models applied as verified, 0 runs ended
+    by a node's failure, no violation."""
+    result = fi.run_suite(fi.FAST_SCENARIOS, seed=0, edge_faults=True)
+    injected = result["faults_injected"]
+    assert all(injected[k] > 0 for k in edges.EDGE_FAULTS if k != "lost-reply"), injected
+    assert result["wrong_models_applied_as_verified"] == 0
+    assert result["runs_ended_by_node_failure"] == 0
+    assert result["invariant_violations"] == []
+    assert result["exact_rounds_compared_with_oracle"] >= 20
+
+
+def test_predicted_probe_sample_is_the_public_probe_s():
+    """The public-knowledge forger's prediction, rebuilt from public values only, is exactly
+    the coordinate sample of the probe the server seeded from those values (so the forger
+    below really is one that an integrity check seeded from public values cannot see)."""
+    from fl_gradcode.flower import integrity
+
+    layout = dict(fi.ALL_SHAPES)
+    try:
+        index = integrity.Probe(layout, (1234, 3, edges.PROBE_SALT))._index
+    except (AttributeError, TypeError):
+        pytest.skip("the integrity check no longer has the public-seeded sampled probe")
+    if sum(len(v) for v in index.values()) == sum(np.prod(s) for s in layout.values()):
+        pytest.skip("the probe reads every coordinate: nothing to predict")
+    assert {k: v.tolist() for k, v in index.items()} == {
+        k: v.tolist() for k, v in edges.probe_sample(layout, 1234, 3).items()
+    }
+
+
+@pytest.mark.parametrize("verify", [True, False])
+def test_public_knowledge_forger_is_never_applied_as_verified(verify):
+    """FRC s=2, the forger first: it perturbs every coordinate a probe seeded from (seed,
+    round) would not read. The round must not apply its reply as verified."""
+    seed = seed_where_first(0, 1)
+    scn = scenario("public-forger", s=2, verify=verify, rounds=1, seed=seed)
+    scn.wide = True
+    out = fi.run_scenario(scn)
+    assert ("public-forger", 1, 0) in out.injected
+    assert_sound(out)
+    row = out.rows[0]
+    if row["verified"] == "verified":
+        assert 0 not in row["clients_used"]
+
+
+def _sparse_coordinates(scn, server_round, node):
+    """The coordinates the blind sparse forger of ``(round, node)`` changes (its draws)."""
+    ones = {k: np.ones(shape) for k, shape in scn.shapes().items()}
+    public = SimpleNamespace(seed=scn.seed, round=server_round, coefficients=(1.0,))
+    forged, _ = edges.forge("sparse-forger", 0, fi._rng(scn, server_round, node, 2), ones, {},
+                            public)
+    return {k: set(np.flatnonzero(forged[k] != 1.0).tolist()) for k in ones}
+
+
+def test_blind_sparse_forger_that_the_public_sample_misses_is_caught():
+    """A seed where the blind forger's few coordinates (x 1e3..1e6) all miss the coordinates a
+    public-seeded probe reads, and its reply arrives first (FRC s=2, verify=True)."""
+    for seed in range(2000):
+        scn = scenario("sparse-forger", s=2, verify=True, rounds=1, seed=seed)
+        scn.wide = True
+        layout = scn.shapes()
+        sampled = edges.probe_sample(layout, seed, 1)
+        hits = _sparse_coordinates(scn, 1, 0)
+        if any(hits[k] & set(sampled[k].tolist()) for k in layout):
+            continue
+        if seed != seed_where_first(0, 1, start=seed):
+            continue
+        break
+    else:
+        raise AssertionError("no such seed")
+    out = fi.run_scenario(scn)
+    assert ("sparse-forger", 1, 0) in out.injected
+    assert_sound(out)
+
+
+def test_overflowing_reply_is_never_applied():
+    """A reply x 1e160: finite, but its disagreement overflows."""
+    seed = seed_where_first(0, 1)
+    out = fi.run_scenario(scenario("overflow", s=2, verify=True, rounds=1, seed=seed))
+    assert ("overflow", 1, 0) in out.injected
+    assert_sound(out)
+    assert np.abs(fi._flat(out.models[1])).max() < 1e6
+
+
+@pytest.mark.parametrize("kind", ["size-forgery", "size-forgery-consistent"])
+@pytest.mark.parametrize("variant", [0, 1])  # partition-sizes 0, 1e15
+@pytest.mark.parametrize("verify, s", [(True, 2), (False, 1)])
+def test_partition_size_forgery_never_changes_the_model_unseen(kind, variant, verify, s):
+    """partition-sizes 0 / 1e15, alone or with num-examples made consistent with them."""
+    seed = seed_where_first(0, 1)
+    out = fi.run_scenario(scenario(kind, s=s, verify=verify, rounds=1, seed=seed,
+                                   variant=variant))
+    assert (kind, 1, 0) in out.injected
+    assert_sound(out)
+    row = out.rows[0]
+    # an exact round's model is compared with the oracle (an approximate one -- s = 1: the
+    # forger and its honest twin tie and are both excluded -- is checked by assert_sound as a
+    # combination of the partitions' updates)
+    if row["decode"] == "exact" and (kind == "size-forgery" or row["verified"] == "verified"):
+        assert out.compared == 1
+
+
+@pytest.mark.parametrize("kind, variant", [("handshake-error", 0), ("handshake-error", 1),
+                                           ("handshake-silent", 0)])
+def test_handshake_failure_in_round_one_makes_a_straggler_not_the_end(kind, variant):
+    scn = scenario(kind, at=(1, 2), variant=variant, rounds=2, code="crc")
+    scn.joins = {2: 1}  # its handshake is in round 1
+    out = fi.run_scenario(scn)
+    assert (kind, 1, 2) in out.injected
+    assert_sound(out)
+    assert len(out.rows) == 2
+    assert (2, 2) in out.workers  # asked again and sent work in the next round
+
+
+def _late(kind, code="crc"):
+    scn = scenario(kind, at=(2, 2), rounds=3, code=code)
+    scn.joins = {2: 2}  # first sampled in round 2
+    return scn
+
+
+@pytest.mark.parametrize("kind", edges.HANDSHAKE_FAULTS)
+def test_handshake_failure_when_first_sampled_in_a_later_round(kind):
+    out = fi.run_scenario(_late(kind))
+    assert (kind, 2, 2) in out.injected and (1, 2) not in out.workers
+    assert_sound(out)
+    assert (3, 2) in out.workers
+
+
+def test_cohort_size_the_code_cannot_take_does_not_end_the_run():
+    """FRC s=1 over 6 nodes, one not there in round 1 (5 cannot be split into pairs)."""
+    assert_sound(fi.run_scenario(_late("handshake-error", code="frc")))
+
+
+def test_two_nodes_claiming_one_partition_do_not_end_the_run():
+    scn = scenario("identity-clash", at=(1, 1), rounds=2, code="crc")
+    scn.claims = {1: (3, 6)}
+    out = fi.run_scenario(scn)
+    assert_sound(out)
+
+
+def test_claim_of_partition_0_of_1_is_not_trained_as_such():
+    """A node claiming partition-id=0 of num-partitions=1: honest replicas must not train
+    "partition 0 of 1" (other data) while the node's own partition is never computed."""
+    scn = scenario("claims-0-of-1", at=(1, 4), rounds=2, s=2, verify=True)
+    scn.claims = {4: (0, 1)}
+    out = fi.run_scenario(scn)
+    assert_sound(out)
+
+
+def test_replayed_instruction_is_refused_by_the_mod():
+    """[client defence] The same (nonce, round) again with another noise multiplier, straight
+    to the node's gradient_coding_mod."""
+    out = fi.run_scenario(scenario("replayed-nonce", rounds=1))
+    assert ("replayed-nonce", 1, 0) in out.injected and len(out.replays) == 1
+    assert_sound(out)
+    assert out.replays[0][2], out.replays
+
+
+def test_lost_wallclock_reply_expires_and_its_node_is_free_again():
+    """The grid loses node 0's round-1 reply; rounds are 2 s apart: from the round that starts
+    EXPIRY_BOUND_S after round 1 on, node 0 must no longer be busy."""
+    scn = scenario("lost-reply", timing="wallclock", rounds=4)
+    scn.round_gap_s = edges.LOST_REPLY_GAP_S
+    out = fi.run_scenario(scn)
+    assert ("lost-reply", 1, 0) in out.injected
+    starts = out.round_starts
+    assert starts[4] - starts[1] >= edges.EXPIRY_BOUND_S  # the check bites
+    assert_sound(out)
+
+
+def test_readme_fault_injection_figures_are_the_committed_results():
+    """The README's fault-injection sentence states what results/fault_injection.json holds."""
+    import json
+
+    root = Path(__file__).resolve().parents[2]
+    saved = json.loads((root / "results" / "fault_injection.json").read_text())
+    text = " ".join((root / "README.md").read_text().split())
+    match = re.search(r"(\d+) randomized fault scenarios, (\d+) fault kinds, (\d+) crashes, "
+                      r"(\d+) corrupted models, (\d+) wrong models applied as verified, (\d+) "
+                      r"runs ended by a node's failure", text)
+    assert match is not None
+    assert [int(g) for g in match.groups()] == [
+        saved["scenarios"], len(saved["faults_injected"]), saved["crashes"],
+        saved["corrupted_models"], saved["wrong_models_applied_as_verified"],
+        saved["runs_ended_by_node_failure"]]
+    assert saved["invariant_violations"] == []

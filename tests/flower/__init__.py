@@ -1,0 +1,1 @@
+"""The Flower layer (``fl_gradcode.flower``), run in-process on ``InProcessGrid``."""

@@ -1,0 +1,137 @@
+"""Integrity from redundancy: a reply the other replicas contradict never reaches the model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from flwr.app import Array, ArrayRecord, ConfigRecord
+from flwr.clientapp import ClientApp
+from flwr.serverapp.strategy import FedAvg
+
+from fl_gradcode.codes import make_code
+from fl_gradcode.flower import GradientCoding, gradient_coding_mod
+from fl_gradcode.flower.integrity import Probe, verify_replies
+from fl_gradcode.flower.testing import InProcessGrid
+from fl_gradcode.latency import Pareto
+from tests.apps.vector_app import DIM, oracle, scaling_mod, train
+
+
+def run(n=6, s=2, code="frc", rounds=4, verify=True, bad=None, factor=1.5, seed=0,
+        timing="virtual"):
+    apps = []
+    for pid in range(n):
+        mods = [scaling_mod(bad, factor), gradient_coding_mod] if pid == bad else [
+            gradient_coding_mod]
+        app = ClientApp(mods=mods)
+        app.train()(train)
+        apps.append(app)
+    grid = InProcessGrid(None, n, apps=apps)
+    strategy = GradientCoding(FedAvg(fraction_evaluate=0.0, min_available_nodes=n), code=code,
+                              s=s, latency=None if timing == "wallclock" else Pareto(1.0, 1.5),
+                              seed=seed, timing=timing,
+                              verify=verify, straggler_timeout=1e6, wire="float64")
+    result = strategy.start(grid=grid, initial_arrays=ArrayRecord({"w": Array(np.zeros(DIM))}),
+                            num_rounds=rounds, train_config=ConfigRecord({}))
+    return strategy, result.arrays["w"].numpy()
+
+
+@pytest.mark.parametrize("bad", [0, 3, 5])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_client_scaling_its_reply_never_reaches_the_model(bad, seed):
+    strategy, theta = run(bad=bad, seed=seed)
+    expected = oracle(4, 6)
+    assert np.linalg.norm(theta - expected) <= 1e-5 * np.linalg.norm(expected)
+    rows = strategy.history
+    assert all(r["decode"] == "exact" for r in rows)
+    assert all(bad not in r["clients_used"] for r in rows)
+    flagged = [r for r in rows if r["inconsistent"]]
+    assert all(r["inconsistent"] == [bad] for r in flagged)
+    assert all(r["disagreement"] > 1e-3 for r in flagged)
+
+
+def test_without_verify_extra_replies_in_hand_still_exclude_the_bad_one():
+    """Wallclock, every reply in hand at once (more than a decodable set): checked anyway."""
+    strategy, theta = run(bad=1, verify=False, rounds=3, timing="wallclock")
+    rows = strategy.history
+    assert all(1 not in r["clients_used"] for r in rows)
+    # excluded twice, then quarantined (sent no work) for the rounds that follow
+    assert [r["inconsistent"] for r in rows] == [[1], [1], []]
+    assert [len(r["quarantined"]) for r in rows] == [0, 0, 1]
+    expected = oracle(3, 6)
+    assert np.linalg.norm(theta - expected) <= 1e-9 * np.linalg.norm(expected)
+
+
+def test_without_redundancy_in_hand_a_bad_reply_cannot_be_detected():
+    """Virtual timing, verify=False: the minimal decodable prefix has no spare replica, so a
+    wrong reply in it goes unnoticed -- the reason verify=True exists."""
+    strategy, theta = run(bad=0, verify=False, rounds=4, seed=3)
+    assert any(0 in r["clients_used"] for r in strategy.history)  # the seed makes it used
+    expected = oracle(4, 6)
+    assert np.linalg.norm(theta - expected) > 1e-3 * np.linalg.norm(expected)
+
+
+def test_honest_replies_are_verified_and_agree_to_rounding():
+    strategy, theta = run(bad=None, seed=4)
+    assert all(r["verified"] == "verified" for r in strategy.history)
+    assert all(r["disagreement"] < 1e-10 for r in strategy.history)
+    expected = oracle(4, 6)
+    assert np.linalg.norm(theta - expected) <= 1e-9 * np.linalg.norm(expected)
+
+
+def test_verdict_identifies_the_outvoted_replica_and_refuses_a_tie():
+    code = make_code("frc", n=6, s=2)
+    rng = np.random.default_rng(0)
+    v = rng.standard_normal((code.k, 5))
+    z = {i: code.B[i] @ v for i in range(6)}
+    assert verify_replies(code, z, range(6), 1e-9).status == "verified"
+    bad = dict(z)
+    bad[4] = 1.5 * z[4]
+    verdict = verify_replies(code, bad, range(6), 1e-9)
+    assert verdict.excluded == [4] and verdict.disagreement > 1e-3
+    # two replicas of a group disagree and nobody breaks the tie: unresolved
+    tie = verify_replies(code, bad, [0, 1, 4, 5], 1e-9)
+    assert tie.status == "contradicted" and tie.unresolved and tie.excluded == []
+
+
+def test_probe_is_linear_and_counts_exactly():
+    probe = Probe({"a": (7, 3), "b": (5,)}, (0, 1), q=3, sample=10)
+    rng = np.random.default_rng(1)
+    x = {"a": rng.standard_normal((7, 3)), "b": rng.standard_normal(5)}
+    y = {"a": rng.standard_normal((7, 3)), "b": rng.standard_normal(5)}
+    both = {k: 2 * x[k] - y[k] for k in x}
+    np.testing.assert_allclose(probe(both, 5.0), 2 * probe(x, 4.0) - probe(y, 3.0))
+
+
+def test_a_minimal_decodable_set_is_consistent_but_unverified():
+    # FRC n=6, s=2: one reply per group decodes, but nothing checks it
+    code = make_code("frc", n=6, s=2)
+    v = np.random.default_rng(2).standard_normal((code.k, 5))
+    z = {i: code.B[i] @ v for i in range(6)}
+    verdict = verify_replies(code, z, [0, 3], 1e-9)
+    assert verdict.status == "unverified" and verdict.excluded == []
+    # one group fully checked, the other not: still unverified as a whole
+    assert verify_replies(code, z, [0, 1, 3], 1e-9).status == "unverified"
+    # every reply in hand cross-checked (decodability is the stopping rule's business)
+    assert verify_replies(code, z, [0, 1], 1e-9).status == "verified"
+
+
+def test_an_unresolved_contradiction_reports_how_far_the_replicas_disagree():
+    code = make_code("frc", n=6, s=2)
+    v = np.random.default_rng(3).standard_normal((code.k, 5))
+    z = {i: code.B[i] @ v for i in range(6)}
+    z[4] = 1.5 * z[4]
+    tie = verify_replies(code, z, [0, 1, 4, 5], 1e-9)
+    assert tie.unresolved
+    # group (3, 4, 5) from replies 4 (1.5 y) and 5 (y): min-norm decodes 1.25 y, each reply
+    # alone y or 1.5 y, so 0.25 |y| apart, relative to the median reply size 1.25 |y|: 0.2
+    assert tie.disagreement == pytest.approx(0.25 / 1.25, rel=1e-6)
+
+
+
+def test_replies_that_do_not_decode_their_block_or_no_replies_are_unverified():
+    code = make_code("crc", n=3, s=1)  # one block: any 2 of the 3 replies decode
+    v = np.random.default_rng(5).standard_normal((code.k, 5))
+    z = {i: code.B[i] @ v for i in range(3)}
+    assert verify_replies(code, z, [0], 1e-9).status == "unverified"
+    assert verify_replies(code, z, [], 1e-9).status == "unverified"
+    assert verify_replies(code, z, [0, 1, 2], 1e-9).status == "verified"

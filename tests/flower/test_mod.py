@@ -1,0 +1,313 @@
+"""The client mod (``mod.py``) and its wire protocol (``protocol.py``): record keys and their
+defaults, partition seeds, the mod's error replies and partition-level DP inside the mod. These
+tests were written after mutation testing (``experiments/mutation.py``), each marked
+``mutation_found`` with the module whose surviving mutant it kills.
+
+Expected values come from the documented contract (literal defaults and key names, the seed
+formulas recomputed with hashlib / the privacy module) or from a plain numpy computation,
+never from the function under test.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import io
+import json
+import re
+import warnings
+
+import numpy as np
+import pytest
+from flwr.app import (
+    Array,
+    ArrayRecord,
+    ConfigRecord,
+    Context,
+    Message,
+    MessageType,
+    MetricRecord,
+    RecordDict,
+)
+
+from fl_gradcode.flower import mod as mod_module
+from fl_gradcode.flower import protocol
+from fl_gradcode.flower.mod import MOD_ERROR_CODE, make_gradient_coding_mod, partition_seed
+from fl_gradcode.flower.protocol import Instruction
+from fl_gradcode.privacy import NoiseKeys, noise_seed
+from tests.flower.messages import DIM, node_context, train_instruction, train_message
+
+
+def _target(pid: int) -> np.ndarray:
+    return np.random.default_rng([5, pid]).standard_normal(DIM) * 3.0
+
+
+def _train(msg: Message, context: Context) -> Message:
+    """theta_j = theta - 0.5 (theta - target_j), n_j = 10 + 3 j; any int array is counted up."""
+    pid = int(context.node_config["partition-id"])
+    arrays = msg.content["arrays"]
+    theta = arrays["w"].numpy()
+    out = {"w": Array((theta - 0.5 * (theta - _target(pid))).astype(theta.dtype))}
+    if "steps" in arrays:
+        out["steps"] = Array(arrays["steps"].numpy() + 1)
+    return Message(
+        RecordDict({"arrays": ArrayRecord(out),
+                    "metrics": MetricRecord({"num-examples": 10 + 3 * pid})}),
+        reply_to=msg,
+    )
+
+
+# ------------------------------------------------------------------------------ protocol
+@pytest.mark.mutation_found("protocol")
+def test_npy_header_fast_path_agrees_with_numpys_own_parser():
+    """The fast header parser reads the 2-byte little-endian header length; shape, order,
+    dtype and data offset equal what numpy's reader reports for the same bytes."""
+    for arr in (np.arange(3.0), np.zeros((2, 5), dtype=np.float32), np.asfortranarray(
+            np.ones((3, 4)))):
+        buf = io.BytesIO()
+        np.save(buf, arr)
+        data = buf.getvalue()
+        fp = io.BytesIO(data)
+        np.lib.format.read_magic(fp)
+        shape, fortran, dtype = np.lib.format.read_array_header_1_0(fp)
+        assert protocol._npy_header(data) == (shape, fortran, dtype, fp.tell())
+
+
+@pytest.mark.mutation_found("protocol")
+def test_a_model_array_with_no_elements_is_read_back_empty_not_rejected_as_truncated():
+    """A zero-size array (e.g. an empty layer) has a .npy header and no data bytes: the reader
+    takes the header length from bytes 8-9 only, so the array reads back with its shape and
+    dtype, and a coded reply holding one is accepted."""
+    empty = np.zeros((3, 0), dtype=np.float32)
+    view = protocol.array_view(Array(empty))
+    assert view.shape == (3, 0) and view.dtype == np.float32
+    request = Message(RecordDict(), dst_node_id=7, message_type=MessageType.TRAIN)
+    reply = protocol.train_reply(request, train_instruction(worker=2, round=4),
+                                 {"w": np.ones(2), "e": np.zeros(0)}, 8.0, [8.0], {}, 0.1)
+    parsed = protocol.parse_reply(reply, worker=2, round=4, layout={"w": (2,), "e": (0,)})
+    assert parsed.arrays["e"].shape == (0,)
+    np.testing.assert_array_equal(parsed.arrays["w"], [1.0, 1.0])
+
+
+@pytest.mark.mutation_found("protocol")
+def test_identity_with_partition_id_not_below_num_partitions_is_rejected():
+    request = Message(RecordDict(), dst_node_id=7, message_type=MessageType.TRAIN)
+    bad = protocol.identity_reply(request, 5, 3)
+    with pytest.raises(protocol.RejectedReply, match="partition-id=5 num-partitions=3"):
+        protocol.parse_identity(bad)
+    assert protocol.parse_identity(protocol.identity_reply(request, 2, 3)).partition_id == 2
+
+
+@pytest.mark.mutation_found("protocol")
+def test_instruction_fields_survive_the_record_round_trip():
+    sent = Instruction(op="train", round=4, worker=2, seed=9, nonce="abc", partition_ids=(1, 2),
+                       num_partitions=(5, 5), coefficients=(0.5, -1.0), dp="partition",
+                       clip_norm=2.0, noise_multiplier=0.7, dp_noise="independent",
+                       timing="wallclock", delay_s=1.5, weight_key="n", wire="model",
+                       chunk_coefficients=(1.0, 2.0))
+    rec = sent.to_record()
+    assert rec["dp-noise"] == "independent"  # the documented key names
+    assert rec["weight-key"] == "n" and rec["nonce"] == "abc" and rec["dp"] == "partition"
+    assert protocol.parse_instruction(RecordDict({protocol.PROTOCOL_KEY: rec})) == sent
+
+
+@pytest.mark.mutation_found("protocol")
+def test_a_record_with_only_an_op_gets_the_documented_defaults():
+    got = protocol.parse_instruction(
+        RecordDict({protocol.PROTOCOL_KEY: ConfigRecord({"op": "train"})}))
+    assert got == Instruction(op="train")
+    assert (got.dp, got.dp_noise, got.timing, got.weight_key, got.nonce, got.wire) == (
+        "none", "identical", "virtual", "num-examples", "", "float64")
+    assert got.num_partitions == () and got.chunk_coefficients == () and got.round == 0
+
+
+@pytest.mark.mutation_found("protocol")
+def test_train_reply_carries_every_partition_size_and_a_placeholder_for_none():
+    request = Message(RecordDict(), dst_node_id=7, message_type=MessageType.TRAIN)
+    inst = train_instruction()
+    reply = protocol.train_reply(request, inst, {"w": np.zeros(2)}, 8.0, [3.0, 5.0], {}, 0.1)
+    assert reply.content[protocol.PROTOCOL_KEY + "-meta"]["partition-sizes"] == [3.0, 5.0]
+    empty = protocol.train_reply(request, inst, {"w": np.zeros(2)}, 0.0, [], {}, 0.1)
+    assert empty.content[protocol.PROTOCOL_KEY + "-meta"]["partition-sizes"] == [0.0]
+
+
+# ------------------------------------------------------------------------------ seeds
+@pytest.mark.mutation_found("mod")
+def test_public_partition_seed_is_the_documented_sha256_hash():
+    tag = b"fl-gradcode;seed=3;round=2;partition=5"
+    expected = int.from_bytes(hashlib.sha256(tag).digest()[:8], "little") >> 1
+    assert partition_seed(3, 2, 5) == expected
+
+
+@pytest.mark.mutation_found("mod")
+def test_keyed_partition_seed_is_the_app_rng_hmac_seed_halved():
+    """With a key: HMAC-SHA256(key, "nonce=N;round=r;partition=j;purpose=app-rng"), first 8
+    bytes little-endian, halved to 63 bits (the privacy module's app-rng noise seed)."""
+    key = bytes(range(32))
+    for partition in range(8):
+        seed = partition_seed(0, 4, partition, key, "nonce")
+        tag = f"nonce=nonce;round=4;partition={partition};purpose=app-rng".encode()
+        digest = hmac.new(key, tag, hashlib.sha256).digest()
+        assert seed == int.from_bytes(digest[:8], "little") >> 1
+        assert seed == noise_seed(key, 4, partition, purpose="app-rng", nonce="nonce") >> 1
+        assert 0 <= seed < 2**63
+
+
+# ------------------------------------------------------------------------------ the mod
+def _error_reason(reply: Message, request: Message) -> str:
+    assert reply.has_error()
+    assert reply.error.code == MOD_ERROR_CODE
+    # a reply to the request: addressed back to its sender, in its run and group
+    assert reply.metadata.dst_node_id == request.metadata.src_node_id
+    assert reply.metadata.group_id == request.metadata.group_id
+    return reply.error.reason
+
+
+@pytest.mark.mutation_found("mod")
+def test_unknown_op_gets_a_named_error_reply_to_the_request():
+    mod = make_gradient_coding_mod()
+    msg = train_message(Instruction(op="explode"))
+    reason = _error_reason(mod(msg, node_context(), _train), msg)
+    assert "unknown gradient-coding op 'explode'" in reason
+
+
+@pytest.mark.mutation_found("mod")
+def test_identify_without_partition_in_the_node_config_names_the_missing_keys():
+    mod = make_gradient_coding_mod()
+    msg = train_message(Instruction(op=protocol.OP_IDENTIFY))
+    reason = _error_reason(mod(msg, node_context({}), _train), msg)
+    assert "lacks 'partition-id' / 'num-partitions'" in reason and "--node-config" in reason
+
+
+@pytest.mark.mutation_found("mod")
+def test_an_app_reply_with_two_unnamed_array_records_is_an_error_naming_them():
+    def two_records(msg, context):
+        return Message(RecordDict({"a": ArrayRecord({"w": Array(np.zeros(DIM))}),
+                                   "b": ArrayRecord({"w": Array(np.zeros(DIM))})}),
+                       reply_to=msg)
+
+    mod = make_gradient_coding_mod()
+    msg = train_message(train_instruction())
+    reason = _error_reason(mod(msg, node_context(), two_records), msg)
+    assert "2 ArrayRecords and none named 'arrays'" in reason
+
+
+@pytest.mark.mutation_found("mod")
+def test_the_shared_cache_computes_a_partition_once_per_round_for_all_its_replicas():
+    calls = []
+
+    def counting(msg, context):
+        calls.append(int(context.node_config["partition-id"]))
+        return _train(msg, context)
+
+    mod = make_gradient_coding_mod(cache={})
+    replies = [mod(train_message(train_instruction(worker=w)), node_context(), counting)
+               for w in (0, 1)]
+    assert calls == [1]
+    a, b = (r.content[protocol.PROTOCOL_KEY]["w"].numpy() for r in replies)
+    np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.mutation_found("mod")
+def test_public_seed_warning_is_given_without_a_key_and_not_with_one(tmp_path, monkeypatch):
+    mod = make_gradient_coding_mod()
+    monkeypatch.setattr(mod_module, "_warned_public_seed", False)
+    message = ("no partition key on this node, so the seed of each partition's computation "
+               "is a function of public values (run seed, round, partition)")
+    with pytest.warns(UserWarning, match=re.escape(message)):
+        mod(train_message(train_instruction()), node_context(), _train)
+    monkeypatch.setattr(mod_module, "_warned_public_seed", False)
+    key_file = tmp_path / "keys.json"
+    key_file.write_text(json.dumps({"master": bytes(range(32)).hex()}))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        reply = mod(train_message(train_instruction()),
+                    node_context({"partition-id": 0, "num-partitions": 3,
+                              "dp-key-file": str(key_file)}), _train)
+    assert not reply.has_error()
+    assert not [w for w in seen if "public values" in str(w.message)]
+
+
+@pytest.mark.mutation_found("mod")
+def test_partition_dp_in_the_mod_clips_each_partitions_delta_to_the_clip_norm(tmp_path):
+    """dp="partition", noise 0, clip C = 0.5: the reply is sum_j c_j n_j clip(delta_j) with
+    delta_j = -0.5 (theta - target_j) computed here in numpy, clipped to norm C."""
+    key_file = tmp_path / "keys.json"
+    key_file.write_text(json.dumps({"master": bytes(range(32)).hex()}))
+    NoiseKeys.from_file(str(key_file))  # a valid key file
+    clip = 0.5
+    inst = train_instruction(partition_ids=(1, 2), num_partitions=(3, 3),
+                              coefficients=(1.0, -0.5), dp="partition", clip_norm=clip,
+                              noise_multiplier=0.0)
+    reply = make_gradient_coding_mod()(
+        train_message(inst), node_context({"partition-id": 0, "num-partitions": 3,
+                                  "dp-key-file": str(key_file)}), _train)
+    assert not reply.has_error(), reply.error.reason if reply.has_error() else ""
+    expected = np.zeros(DIM)
+    for pid, coef in ((1, 1.0), (2, -0.5)):
+        delta = -0.5 * (np.zeros(DIM) - _target(pid))
+        assert np.linalg.norm(delta) > clip  # the clip binds
+        expected += coef * (10 + 3 * pid) * delta * clip / np.linalg.norm(delta)
+    got = reply.content[protocol.PROTOCOL_KEY]["w"].numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.mutation_found("mod")
+def test_model_wire_casts_float_arrays_to_the_model_dtype_and_keeps_others_float64():
+    """wire="model": float32 arrays travel as float32; an int64 array's coded value (here
+    0.5 * 13 * 1 = 6.5, not an integer) stays float64 instead of being truncated."""
+    inst = train_instruction(coefficients=(0.5,), wire="model")
+    msg = train_message(inst, {"w": np.zeros(DIM, dtype=np.float32),
+                          "steps": np.array([4], dtype=np.int64)})
+    reply = make_gradient_coding_mod()(msg, node_context(), _train)
+    arrays = reply.content[protocol.PROTOCOL_KEY]
+    assert arrays["w"].numpy().dtype == np.float32
+    steps = arrays["steps"].numpy()
+    assert steps.dtype == np.float64
+    assert steps[0] == pytest.approx(0.5 * 13 * 1)
+
+
+@pytest.mark.mutation_found("mod")
+def test_an_app_returning_other_array_names_gets_an_error_naming_both_sets():
+    def renamed(msg, context):
+        return Message(RecordDict({"arrays": ArrayRecord({"v": Array(np.zeros(DIM))}),
+                                   "metrics": MetricRecord({"num-examples": 3})}), reply_to=msg)
+
+    msg = train_message(train_instruction())
+    reason = _error_reason(make_gradient_coding_mod()(msg, node_context(), renamed), msg)
+    assert "the app returned arrays ['v'] for partition 1; the global model has ['w']" in reason
+
+
+@pytest.mark.mutation_found("mod")
+def test_a_malformed_protocol_record_gets_an_error_reply_not_a_crash():
+    msg = train_message(train_instruction())
+    msg.content.config_records[protocol.PROTOCOL_KEY]["round"] = "not a number"
+    reply = make_gradient_coding_mod()(msg, node_context(), _train)
+    assert _error_reason(reply, msg).startswith("bad gradient-coding record: ")
+
+
+@pytest.mark.mutation_found("mod")
+def test_messages_without_the_protocol_record_reach_the_app_with_its_own_context():
+    seen = []
+
+    def app(msg, context):
+        seen.append(context)
+        return Message(RecordDict(), reply_to=msg)
+
+    ctx = node_context()
+    plain = Message(RecordDict({"arrays": ArrayRecord({"w": Array(np.zeros(DIM))})}),
+                    dst_node_id=7, message_type=MessageType.TRAIN)
+    evaluate = Message(RecordDict(), dst_node_id=7, message_type=MessageType.EVALUATE)
+    mod = make_gradient_coding_mod()
+    for msg in (plain, evaluate):
+        assert not mod(msg, ctx, app).has_error()
+    assert seen == [ctx, ctx] and all(c is ctx for c in seen)
+
+
+@pytest.mark.mutation_found("mod")
+def test_keyed_partition_seed_without_a_nonce_uses_the_empty_nonce():
+    """Documented message without a nonce: ``round=r;partition=j;app-rng`` (no nonce prefix)."""
+    key = bytes(range(32))
+    assert partition_seed(0, 4, 2, key) == noise_seed(key, 4, 2, purpose="app-rng") >> 1
+    assert partition_seed(0, 4, 2, key) == partition_seed(0, 4, 2, key, "")
+    assert partition_seed(0, 4, 2, key) != partition_seed(0, 4, 2, key, "XXXX")

@@ -1,0 +1,1 @@
+"""End to end: Flower's simulation and deployment engines, the launcher, the shipped example."""

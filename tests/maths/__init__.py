@@ -1,0 +1,1 @@
+"""The other maths modules: latency models, differential privacy, coded matrix multiplication."""
