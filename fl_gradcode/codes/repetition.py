@@ -174,8 +174,8 @@ class CyclicRepetitionCode(GradientCode):
 
     Works for every ``(n, s)``; each row has exactly ``s+1`` nonzeros (the optimal load), any
     ``n - s`` replies decode. **Not numerically stable:** the worst condition number over
-    straggler sets reaches ~1e9 at n = 48..96 (measured; ``tests/codes/test_codes_exact.py``), so use
-    ``"grouped-rs"`` or ``"frc"`` for real runs. With ``draws > 1`` several encoding matrices
+    straggler sets reaches ~1e9 at n = 48..96 (measured; ``tests/codes/test_codes_exact.py``),
+    so use ``"grouped-rs"`` or ``"frc"`` for real runs. With ``draws > 1`` several encoding matrices
     are drawn and the one with the smallest worst condition number over screened straggler
     sets (all sets when few, else every burst plus random sets) is kept.
 
