@@ -204,6 +204,27 @@ class ReplyCollector:
         return verify_replies(state.code, z, workers, self.integrity.verify_tolerance,
                               sizes, cache=state.probe.verdicts)
 
+    def cross_check(self, state: RoundState, used: list[int]) -> tuple[list[int], Any]:
+        """``(used, verdict)``: the replies left after the integrity cross-check excluded the
+        inconsistent ones (their nodes, and those of an unresolved contradiction few enough
+        to be one replica group, offend the quarantine); ``verdict`` ``None``: not checked."""
+        if state.probe is None or len(used) <= 1:
+            return used, None
+        verdict = self.verdict(state, used)
+        used = [w for w in used if w not in verdict.excluded]
+        for w in verdict.excluded:
+            log(WARNING, "round %d: worker %d (node %s) contradicts the other replicas; "
+                "excluded", state.number, w, state.cohort[w])
+        self.quarantine.offend(state.number, [state.cohort[w] for w in verdict.excluded],
+                               "excluded as inconsistent")
+        # an unlocatable contradiction is an offence of those involved only when they are
+        # few enough to be one replica group (FRC twins with s = 1); a contradiction
+        # spread over a cyclic code's whole block says nothing about who is wrong
+        if len(verdict.involved) <= state.code.s + 1:
+            self.quarantine.offend(state.number, [state.cohort[w] for w in verdict.involved],
+                                   "in a contradiction no single exclusion explains")
+        return used, verdict
+
     def on_late_reply(self, reply: Message) -> None:
         """A reply to an earlier round: counted and dropped, never decoded."""
         if reply.has_error() and reply.error.code == protocol.STOPPED_CODE:

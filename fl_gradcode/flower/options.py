@@ -286,6 +286,28 @@ class Options:
         """``make_code``'s extra keyword arguments (a copy)."""
         return dict(self.code.options)
 
+    def describe(self, strategy: str, run_config: Mapping[str, Any] | None) -> dict[str, Any]:
+        """The run's ``config.json``: ``run_config`` and the options that shape its rounds
+        (``strategy``: the inner strategy's name)."""
+        auto = self.code.adaptive
+        return {
+            **(run_config or {}),
+            "strategy": strategy,
+            "code": "nested (adaptive)" if auto else self.code.name,
+            "s": "auto" if auto else self.code.s,
+            "s_max": self.adaptive.s_max,
+            "exclude_slow": self.adaptive.exclude_slow,
+            "timing": self.timing.mode,
+            "latency": repr(self.timing.latency),
+            "seed": self.seed,
+            "straggler_timeout": self.deadline.straggler_timeout,
+            "stop_late_work": self.timing.stop_late_work,
+            "auto_deadline": self.deadline.auto_deadline,
+            "max_decode_error": self.deadline.max_decode_error,
+            "dp": self.privacy.dp.mode,
+            "busy": self.timing.busy,
+        }
+
     def get(self, name: str) -> Any:
         """The value behind a flat keyword name (:data:`FLAT_NAMES`); ``AttributeError`` for
         another name."""

@@ -47,7 +47,7 @@ from flwr.common.logger import log
 from flwr.serverapp.strategy import FedAvg, Result, Strategy
 
 from ..codes import GradientCode
-from ..latency import LatencyModel, client_delay
+from ..latency import LatencyModel
 from ..privacy import (
     DPConfig,
     PrivacyAccountant,
@@ -77,6 +77,7 @@ from .reports import (
 from .round_state import RoundState as _Round
 from .round_state import partition_key as _key
 from .round_state import payload_bytes
+from .workload import Workload
 
 __all__ = ["GradientCoding"]
 
@@ -134,37 +135,23 @@ class GradientCoding(Strategy):
         code: str | GradientCode = "grouped-rs",
         s: int | str = 1,
         *,
-        s_max: int | None = None,
-        auto_margin: float = 0.1,
-        exclude_slow: float | None = None,
-        timing: str = "virtual",
-        latency: LatencyModel | None = None,
-        seed: int = 0,
-        results_dir: str | None = None,
-        straggler_timeout: float = 10.0,
-        max_decode_error: float = 0.5,
-        min_replies: int | None = None,
-        round_timeout: float = 600.0,
-        warmup_timeout: float = 120.0,
-        measured_compute: bool = True,
-        compute_cost_s: float = 0.0,
-        upload_bandwidth: float | None = None,
-        dp: DPConfig | None = None,
-        accountant: PrivacyAccountant | None = None,
-        server_noise: ServerNoise | None = None,
-        dp_run_nonce: str = "",
+        s_max: int | None = None, auto_margin: float = 0.1, exclude_slow: float | None = None,
+        latency_state: str | os.PathLike[str] | None = None,
+        timing: str = "virtual", latency: LatencyModel | None = None,
+        measured_compute: bool = True, compute_cost_s: float = 0.0,
+        upload_bandwidth: float | None = None, busy: str | None = None,
+        stop_late_work: bool = False,
+        straggler_timeout: float = 10.0, auto_deadline: float | None = None,
+        max_decode_error: float = 0.5, min_replies: int | None = None,
+        round_timeout: float = 600.0, warmup_timeout: float = 120.0,
+        verify: bool = False, verify_tolerance: float = 1e-5,
+        wire: str = "auto", m: int | None = None, sparse_decoding: bool = True,
         code_options: dict[str, Any] | None = None,
+        dp: DPConfig | None = None, accountant: PrivacyAccountant | None = None,
+        server_noise: ServerNoise | None = None, dp_run_nonce: str = "",
+        seed: int = 0, results_dir: str | None = None,
         evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
         run_config: dict[str, Any] | None = None,
-        wire: str = "auto",
-        m: int | None = None,
-        verify: bool = False,
-        verify_tolerance: float = 1e-5,
-        sparse_decoding: bool = True,
-        busy: str | None = None,
-        latency_state: str | os.PathLike[str] | None = None,
-        stop_late_work: bool = False,
-        auto_deadline: float | None = None,
     ) -> None:
         # refuse what coding cannot make exact (per-client aggregators, DP wrappers, legacy
         # strategies); an unknown aggregation is checked once on the first round
@@ -195,8 +182,8 @@ class GradientCoding(Strategy):
         self.collector = ReplyCollector(self.clock, self.deadlines, options.integrity,
                                         self._quarantine, self._fingerprints)
         self._init_code_policy()
-        self.recorder = (RoundRecorder(results_dir, {**self._describe(run_config),
-                                                     "busy": self.busy_mode})
+        self.recorder = (RoundRecorder(results_dir, options.describe(type(strategy).__name__,
+                                                                     run_config))
                          if results_dir else None)
         self.membership = Membership(options.deadline.warmup_timeout, self.nonce)
         self.identities: dict[int, Identity] = self.membership.claims
@@ -204,10 +191,11 @@ class GradientCoding(Strategy):
         self.round_log.waits_for_evaluation = evaluate_fn is not None
         self.history: list[dict[str, Any]] = self.round_log.history
         self.partition_sizes: dict[tuple[int, int], float] = {}  # checked sizes only
+        self.workload = Workload(self.identities, self.partition_sizes, self.latency, self.seed)
         self._confirmed_sizes: dict[tuple[int, int], float] = {}  # by >= 2 agreeing replicas
         self.stopped = False
         self._wrapped_grid: EarlyReturnGrid | None = None
-        self._warned_repartition = self._warned_unverifiable = False
+        self._warned_unverifiable = False
 
     def _init_code_policy(self) -> None:
         """The state of the code policy (fixed or ``s="auto"``) and of the wire choice."""
@@ -256,26 +244,6 @@ class GradientCoding(Strategy):
     @_round.setter
     def _round(self, state: _Round | None) -> None:
         self.collector.state = state
-
-    # ------------------------------------------------------------------ configuration
-    def _describe(self, run_config: dict[str, Any] | None) -> dict[str, Any]:
-        code = self.code_spec if isinstance(self.code_spec, str) else self.code_spec.name
-        return {
-            **(run_config or {}),
-            "strategy": type(self.inner).__name__,
-            "code": "nested (adaptive)" if self.adaptive else code,
-            "s": "auto" if self.adaptive else self.s,
-            "s_max": self.s_max,
-            "exclude_slow": self.exclude_slow,
-            "timing": self.timing,
-            "latency": repr(self.latency),
-            "seed": self.seed,
-            "straggler_timeout": self.straggler_timeout,
-            "stop_late_work": self.stop_late_work,
-            "auto_deadline": self.auto_deadline,
-            "max_decode_error": self.max_decode_error,
-            "dp": self.dp.mode,
-        }
 
     def _adaptive_code(self, n: int, busy_nodes: set[int], cohort: list[int]) -> GradientCode:
         """``s="auto"``: this round's code from the nested placement and the estimator."""
@@ -664,7 +632,7 @@ class GradientCoding(Strategy):
                     idle: set[int], queued: set[int], held: set[int],
                     content: RecordDict) -> _Round:
         """The round's state; the clock started at the round's deadline."""
-        partitions = self._partitions(code, cohort)
+        partitions = self.workload.partitions(code, cohort)
         array_key = self._array_key(content)
         theta = {name: protocol.array_view(arr)
                  for name, arr in content.array_records[array_key].items()}
@@ -703,8 +671,8 @@ class GradientCoding(Strategy):
             dp=self.dp.mode, clip_norm=self.dp.clip_norm,
             noise_multiplier=self.dp.noise_multiplier, dp_noise=self.dp.noise,
             timing=self.clock.timing,
-            delay_s=self.clock.instruction_delay(lambda: 0.0 if self.latency is None else (
-                self._delay(node, state.number, self._load(code, worker, partitions)))),
+            delay_s=self.clock.instruction_delay(lambda: self.workload.sampled_delay(
+                code, worker, node, state.number, partitions)),
             weight_key=getattr(self.inner, "weighted_by_key", "num-examples"),
             wire=state.wire, chunk_coefficients=_chunk_coefficients(code, worker),
             stop_after_s=self.clock.stop_after_s(state.number),
@@ -737,46 +705,6 @@ class GradientCoding(Strategy):
             return next(iter(content.array_records))
         raise ValueError(f"the inner strategy's train content has no ArrayRecord {key!r}")
 
-    def _partitions(self, code: GradientCode, cohort: list[int]) -> list[Identity]:
-        """Code partition j -> the data partition it stands for: cohort member j's own, or
-        (if the code has fewer partitions than clients) the app's partition j of k."""
-        if code.k == len(cohort):
-            return [self.identities[node] for node in cohort]
-        if not self._warned_repartition:
-            self._warned_repartition = True
-            log(WARNING, "code %s has k=%d partitions for %d clients: the app's data is split "
-                "into k partitions (partition-id=j, num-partitions=k)", code.name, code.k,
-                len(cohort))
-        return [Identity(j, code.k) for j in range(code.k)]
-
-    def _load(self, code: GradientCode, worker: int, partitions: list[Identity]) -> float:
-        """The worker's examples over one client's share (partitions if sizes are unknown)."""
-        assigned = code.assignment(worker)
-        known = [self.partition_sizes.get(_key(p)) for p in partitions]
-        sizes = [x for x in known if x is not None]
-        if not sizes:
-            return float(len(assigned)) * code.n / code.k
-        mean = float(np.mean(sizes))
-        total = sum(x if x is not None else mean for x in known)
-        share = total / code.n
-        if share <= 0:
-            return float(len(assigned)) * code.n / code.k
-        mine = sum(known[j] if known[j] is not None else mean for j in assigned)
-        return float(mine / share)
-
-    def _delay(self, node: int, server_round: int, load: float) -> float:
-        """The simulated delay of ``node``: keyed by its partition id, so that a node keeps
-        its latency profile (persistently slow, its trace worker) whichever cohort samples it
-        and wherever it sits in the cohort (the worker index when every node is sampled and
-        the partition ids are ``0..n-1``, as in simulation: the same delays as before)."""
-        if self.latency is None:
-            return 0.0
-        identity = self.identities.get(node)
-        key = identity.partition_id if identity is not None else node
-        return client_delay(
-            self.latency, worker=key, round_index=server_round, load=load, seed=self.seed
-        )
-
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
@@ -798,7 +726,7 @@ class GradientCoding(Strategy):
         wall_s = time.monotonic() - state.wall_start
         self._check_sizes(state)
         window = self._close_window(state)
-        used, verdict = self._cross_check(state, sorted(window.used))
+        used, verdict = self.collector.cross_check(state, sorted(window.used))
         decode, decoding, used, outcome = self._decode(state, used, verdict)
         if self.accountant is not None and state.sent:
             # the round released noisy updates, used or not; at its code's multiplier
@@ -857,27 +785,6 @@ class GradientCoding(Strategy):
             self._observe(state, arrivals, window)
             self._save_latency_state()
         return window
-
-    def _cross_check(self, state: _Round, used: list[int]) -> tuple[list[int], Any]:
-        """``(used, verdict)``: the replies left after the integrity cross-check excluded the
-        inconsistent ones (their nodes, and those of an unresolved contradiction few enough
-        to be one replica group, offend the quarantine); ``verdict`` ``None``: not checked."""
-        if state.probe is None or len(used) <= 1:
-            return used, None
-        verdict = self.collector.verdict(state, used)
-        used = [w for w in used if w not in verdict.excluded]
-        for w in verdict.excluded:
-            log(WARNING, "round %d: worker %d (node %s) contradicts the other replicas; "
-                "excluded", state.number, w, state.cohort[w])
-        self._quarantine.offend(state.number, [state.cohort[w] for w in verdict.excluded],
-                                "excluded as inconsistent")
-        # an unlocatable contradiction is an offence of those involved only when they are
-        # few enough to be one replica group (FRC twins with s = 1); a contradiction
-        # spread over a cyclic code's whole block says nothing about who is wrong
-        if len(verdict.involved) <= state.code.s + 1:
-            self._quarantine.offend(state.number, [state.cohort[w] for w in verdict.involved],
-                                    "in a contradiction no single exclusion explains")
-        return used, verdict
 
     def _decode(self, state: _Round, used: list[int],
                 verdict: Any) -> tuple[str, Any, list[int], Any]:
@@ -985,8 +892,8 @@ class GradientCoding(Strategy):
         model: compute, load, delay and transfer in virtual time)."""
         return self.clock.arrival(
             reply.compute_s, reply.extra.get("bytes", 0),
-            lambda: self._load(state.code, worker, state.partitions),
-            lambda load: self._delay(state.cohort[worker], state.number, load))
+            lambda: self.workload.load(state.code, worker, state.partitions),
+            lambda load: self.workload.delay(state.cohort[worker], state.number, load))
 
     def _decoding(self, state: _Round, used: list[int]) -> Any:
         """The round's decoding of ``used``: the sparse exact one when enabled."""
