@@ -287,3 +287,53 @@ def test_the_grid_is_answered_by_the_collaborators():
     strategy._round = SimpleNamespace(number=1, sent={})
     assert strategy.collector.state is strategy._round
     assert strategy.deadline_s(None) == 9.0 and strategy.first_reply_deadline_s() == 5.0
+
+
+def test_evaluating_writes_each_row_with_its_evaluation():
+    recorder = _Recorder()
+    log = RoundLog(recorder, _Membership(), VirtualClock(1.0), s=1)
+    evaluate = log.evaluating(lambda server_round, arrays: {"accuracy": 0.25})
+    assert log.waits_for_evaluation
+    log.record(1)
+    assert recorder.rows == []
+    assert evaluate(0, None) == {"accuracy": 0.25} and recorder.rows == []  # round 0: no row
+    evaluate(1, None)
+    assert recorder.rows[0]["accuracy"] == 0.25
+    log.evaluating(None)
+    log.record(2)
+    assert len(recorder.rows) == 2 and recorder.rows[1]["accuracy"] is None
+
+
+def test_coded_fields_name_every_group_from_the_state_and_the_outcome():
+    from fl_gradcode.flower.records import RoundOutcome
+
+    state = _state(make_code("frc", 4, 1), [10, 11, 12, 13])
+    state.busy, state.bytes_up, state.wire = [3], 100, "model"
+    state.reject(12, 2, "bad")
+    verdict = SimpleNamespace(status="verified", excluded=[1], disagreement=0.0)
+    outcome = RoundOutcome("exact", [0, 2], 2, 0.0, verdict, 40.0, None)
+    identities = {node: Identity(j, 4) for j, node in enumerate(state.cohort)}
+    log = RoundLog(None, _Membership(), VirtualClock(1.0), s=1)
+    fields = log.coded_fields(state, outcome, identities, wall_s=1.5)
+    assert fields["stragglers"] == [1, 3] and fields["busy"] == [3]
+    assert fields["rejected"] == 1 and fields["rejected_reasons"] == ["bad"]
+    assert fields["verified"] == "verified" and fields["inconsistent"] == [1]
+    assert fields["wall_s"] == 1.5 and fields["bytes_up"] == 100 and fields["wire"] == "model"
+    assert fields["nodes"]["used"] == [10, 12] and fields["partitions"]["rejected"] == [2]
+    row = log.record(1, **fields)
+    assert list(row) == [*ROW_DEFAULTS, "partitions", "nodes"]
+
+
+def test_withholding_rules(caplog):
+    collector = _collector()
+    state = _state(make_code("frc", 4, 1), [10, 11, 12, 13])
+    unresolved = SimpleNamespace(unresolved=True, disagreement=0.5, status="contradicted")
+    assert collector.withholds(state, unresolved, "skipped")
+    assert not collector.withholds(state, None, "exact")  # not verifying
+    verifying = ReplyCollector(VirtualClock(10.0), DeadlinePolicy(DeadlineOptions(), False),
+                               IntegrityOptions(verify=True), Quarantine(), ReplyFingerprints())
+    state.probe = object()
+    assert verifying.withholds(state, None, "exact")
+    assert not verifying.withholds(state, None, "skipped")
+    checked = SimpleNamespace(unresolved=False, status="verified")
+    assert not verifying.withholds(state, checked, "exact")

@@ -27,12 +27,12 @@ from ..codes import GradientCode
 from . import compat, protocol
 from .clock import Clock
 from .deadline_policy import DeadlinePolicy
-from .integrity import Verdict, reply_sizes, verify_replies
+from .integrity import Verdict, applied_disagreement, reply_sizes, verify_replies
 from .options import IntegrityOptions
 from .protocol import RejectedReply
 from .quarantine import Quarantine
 from .reports import check_reply_sizes, public_reason
-from .round_state import RoundState, payload_bytes
+from .round_state import RoundState, is_chunked, payload_bytes
 
 __all__ = ["ReplyCollector"]
 
@@ -224,6 +224,35 @@ class ReplyCollector:
             self.quarantine.offend(state.number, [state.cohort[w] for w in verdict.involved],
                                    "in a contradiction no single exclusion explains")
         return used, verdict
+
+    def check_applied(self, state: RoundState, used: list[int], decoding: Any,
+                      verdict: Any) -> None:
+        """A verified round: the decoding actually applied must agree with the replicas too
+        (:func:`~fl_gradcode.flower.integrity.applied_disagreement`); if not, the verdict
+        becomes an unresolved contradiction."""
+        if (verdict is None or verdict.status != "verified" or decoding is None
+                or is_chunked(state.code)):
+            return
+        z = {w: state.valid[w].extra["z"] for w in used}
+        sizes = reply_sizes({w: state.valid[w].extra for w in used})
+        off = applied_disagreement(state.code, z, used, decoding.coefficients, sizes)
+        if not off <= self.integrity.verify_tolerance:  # NaN/inf included: never agreement
+            verdict.status, verdict.unresolved = "contradicted", True
+            verdict.disagreement = max(verdict.disagreement, off)
+
+    def withholds(self, state: RoundState, verdict: Any, decode: str) -> bool:
+        """Nothing may be applied: the replies contradict each other unresolved, or with
+        ``verify`` a decodable round's replies were not all cross-checked in time."""
+        if verdict is not None and verdict.unresolved:
+            log(WARNING, "round %d: replies disagree (relative %.3g) and no single reply "
+                "explains it; nothing is applied", state.number, verdict.disagreement)
+            return True
+        if self.integrity.verify and state.probe is not None and decode != "skipped" and (
+                verdict is None or verdict.status != "verified"):
+            log(WARNING, "round %d: verify=True and the replies could not all be cross-checked "
+                "before the deadline; nothing is applied", state.number)
+            return True
+        return False
 
     def on_late_reply(self, reply: Message) -> None:
         """A reply to an earlier round: counted and dropped, never decoded."""

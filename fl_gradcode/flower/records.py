@@ -29,6 +29,7 @@ import math
 import re
 import traceback
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from logging import INFO, WARNING
 from typing import Any
 
@@ -214,6 +215,22 @@ ROW_DEFAULTS: dict[str, Any] = {
 }
 
 
+@dataclass(frozen=True)
+class RoundOutcome:
+    """What the aggregation of a coded round decided: ``decode`` (``"exact"``, ``"approx"``
+    or ``"skipped"``) from the ``used`` replies, of which the decoder read ``replies_read``,
+    with ``decode_error``; the integrity ``verdict`` (``None``: not cross-checked); the
+    decoded ``num_examples`` and the central DP noise's std (``None``: nothing applied)."""
+
+    decode: str
+    used: list[int]
+    replies_read: int
+    decode_error: float
+    verdict: Any = None
+    num_examples: float | None = None
+    central_noise_std: float | None = None
+
+
 class RoundLog:
     """The rounds' rows: built by :meth:`record`, completed with the evaluation and written by
     :meth:`flush` (to ``history``, the ``recorder``'s ``rounds.jsonl`` and one INFO line).
@@ -233,6 +250,20 @@ class RoundLog:
         self.history: list[dict[str, Any]] = []
         self.pending: dict[str, Any] | None = None
 
+    def evaluating(self, evaluate_fn: Any) -> Any:
+        """``evaluate_fn`` (Flower's ``(server_round, arrays) -> MetricRecord | None``, or
+        ``None``) wrapped so that each round's row is written with its accuracy and loss;
+        rows wait for it from now on when there is one."""
+        self.waits_for_evaluation = evaluate_fn is not None
+
+        def evaluate_and_record(server_round: int, arrays: Any) -> Any:
+            res = evaluate_fn(server_round, arrays) if evaluate_fn is not None else None
+            if server_round > 0:
+                self.flush(res)
+            return res
+
+        return evaluate_and_record
+
     def record(self, server_round: int, **fields: Any) -> dict[str, Any]:
         """The round's row (every key, defaults for a round that decoded nothing, ``fields``
         in their place), written now or after ``evaluate_fn`` adds accuracy and loss."""
@@ -251,6 +282,31 @@ class RoundLog:
         if not self.waits_for_evaluation:
             self.flush(None)
         return row
+
+    def coded_fields(self, state: Any, outcome: RoundOutcome, identities: Mapping[int, Any],
+                     **timing: Any) -> dict[str, Any]:
+        """The row fields of a coded round from its state (``RoundState``) and ``outcome``
+        (``timing``: the clock's and the counters' fields, passed through), after logging each
+        rejected reply."""
+        used, verdict = outcome.used, outcome.verdict
+        return {
+            "decode": outcome.decode, "s": state.code.s, "clients_used": used,
+            "replies_read": outcome.replies_read,
+            "stragglers": sorted(set(range(state.code.n)) - set(used)), "busy": state.busy,
+            "excluded": state.excluded, "rejected": len(state.rejected),
+            "rejected_reasons": [reason for _, reason in state.rejected],
+            "decode_error": outcome.decode_error, "num_examples": outcome.num_examples,
+            "wire": state.wire, "verified": None if verdict is None else verdict.status,
+            "quarantined": state.quarantined,
+            "inconsistent": [] if verdict is None else verdict.excluded,
+            "disagreement": None if verdict is None else verdict.disagreement,
+            "bytes_up": state.bytes_up, "bytes_down": state.bytes_down,
+            # measured client compute of the valid replies (the mod's compute-s)
+            "compute_s": float(sum(r.compute_s for r in state.valid.values())),
+            "central_noise_std": outcome.central_noise_std,
+            **timing,
+            **self.names(state, used, verdict, identities),
+        }
 
     def names(self, state: Any, used: list[int], verdict: Any,
               identities: Mapping[int, Any]) -> dict[str, Any]:

@@ -61,12 +61,12 @@ from .clock import VirtualClock, make_clock
 from .collector import ReplyCollector
 from .deadline_policy import DeadlinePolicy
 from .grid import EarlyReturnGrid
-from .integrity import Probe, applied_disagreement, reply_sizes, round_probe
+from .integrity import Probe, reply_sizes, round_probe
 from .membership import Membership, code_for_cohort
 from .options import Options
 from .protocol import CodedReply, Identity, Instruction
 from .quarantine import Quarantine
-from .records import RoundLog, quiet_inner_aggregation
+from .records import RoundLog, RoundOutcome, quiet_inner_aggregation
 from .reports import (
     MISSING_KEYS_HELP,
     agree_sizes,
@@ -494,21 +494,12 @@ class GradientCoding(Strategy):
     ) -> Result:
         """Flower's ``start``, with the grid wrapped for early return and ``evaluate_fn``'s
         accuracy and loss recorded per round."""
-        user_fn = evaluate_fn or self.evaluate_fn
-        self.evaluate_fn = user_fn
-        self.round_log.waits_for_evaluation = user_fn is not None
-
-        def evaluate_and_record(server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
-            res = user_fn(server_round, arrays) if user_fn is not None else None
-            if server_round > 0:
-                self.round_log.flush(res)
-            return res
-
+        self.evaluate_fn = evaluate_fn or self.evaluate_fn
         try:
             result = super().start(
                 self.wrap_grid(grid), initial_arrays, num_rounds=num_rounds, timeout=timeout,
                 train_config=train_config, evaluate_config=evaluate_config,
-                evaluate_fn=evaluate_and_record,
+                evaluate_fn=self.round_log.evaluating(self.evaluate_fn),
             )
             if len(result.arrays) == 0 and len(initial_arrays) > 0:
                 # Flower's Result holds an empty model when no round applied one: the model
@@ -727,35 +718,18 @@ class GradientCoding(Strategy):
         self._check_sizes(state)
         window = self._close_window(state)
         used, verdict = self.collector.cross_check(state, sorted(window.used))
-        decode, decoding, used, outcome = self._decode(state, used, verdict)
+        outcome, arrays_out, inner_metrics = self._decode(state, used, verdict)
         if self.accountant is not None and state.sent:
             # the round released noisy updates, used or not; at its code's multiplier
             self.accountant.step(self._round_noise_multiplier(state))
-        self.deadlines.after_round(decode, self.clock.straggler_timeout)
-        arrays_out, inner_metrics, num_examples, noise_std = outcome or (None,) * 4
+        self.deadlines.after_round(outcome.decode, self.clock.straggler_timeout)
         late, stopped_late = self.collector.take_late()
-        row = self._record(
-            server_round, decode=decode, s=state.code.s, clients_used=used,
-            replies_read=0 if decode == "skipped" else _replies_read(decoding, used),
-            stragglers=sorted(set(range(state.code.n)) - set(used)), busy=state.busy,
-            excluded=state.excluded, late_dropped=late + len(window.late),
+        row = self._record(server_round, **self.round_log.coded_fields(
+            state, outcome, self.identities, late_dropped=late + len(window.late),
             stopped_at_deadline=len(state.stopped) + stopped_late,
-            rejected=len(state.rejected),
-            rejected_reasons=[reason for _, reason in state.rejected],
-            decode_error=float(decoding.error) if decoding is not None else 1.0,
-            num_examples=num_examples, expected_round_s=self._expected_round_s(),
-            wire=state.wire, verified=None if verdict is None else verdict.status,
-            quarantined=state.quarantined,
-            inconsistent=[] if verdict is None else verdict.excluded,
-            disagreement=None if verdict is None else verdict.disagreement,
-            bytes_up=state.bytes_up, bytes_down=state.bytes_down,
-            # measured client compute of the valid replies (the mod's compute-s)
-            compute_s=float(sum(r.compute_s for r in state.valid.values())),
+            expected_round_s=self._expected_round_s(),
             round_virtual_s=float(window.end - self.clock.round_start),
-            round_deadline_s=self.clock.straggler_timeout, wall_s=float(wall_s),
-            central_noise_std=noise_std,
-            **self.round_log.names(state, used, verdict, self.identities),
-        )
+            round_deadline_s=self.clock.straggler_timeout, wall_s=float(wall_s)))
         if not state.valid and missing_keys(reason for _, reason in state.rejected):
             self.round_log.flush(None)  # the round's row first: then the run ends here
             raise RuntimeError(
@@ -787,41 +761,30 @@ class GradientCoding(Strategy):
         return window
 
     def _decode(self, state: _Round, used: list[int],
-                verdict: Any) -> tuple[str, Any, list[int], Any]:
-        """``(decode, decoding, used, outcome)``: ``"exact"``, ``"approx"`` or ``"skipped"``
-        (not decodable, above ``max_decode_error``, contradicted, or not cross-checked with
-        ``verify``); the decoder's outcome ``(arrays, inner metrics, count, noise std)``."""
+                verdict: Any) -> tuple[RoundOutcome, ArrayRecord | None, MetricRecord | None]:
+        """The round's outcome (``"exact"``, ``"approx"`` or ``"skipped"``: not decodable,
+        above ``max_decode_error``, or withheld by the integrity checks), the arrays and
+        metrics of the inner strategy's aggregation of the decoded average."""
         decoding = self._decoding(state, used)
-        if (verdict is not None and verdict.status == "verified" and decoding is not None
-                and not _is_chunked(state.code)):
-            z = {w: state.valid[w].extra["z"] for w in used}
-            off = applied_disagreement(state.code, z, used, decoding.coefficients,
-                                       _sizes(state, used))
-            if not off <= self.verify_tolerance:  # NaN/inf included: never agreement
-                verdict.status, verdict.unresolved = "contradicted", True
-                verdict.disagreement = max(verdict.disagreement, off)
+        self.collector.check_applied(state, used, decoding, verdict)
         decode = self._decode_status(decoding)
-        if verdict is not None and verdict.unresolved:
-            log(WARNING, "round %d: replies disagree (relative %.3g) and no single reply explains "
-                "it; nothing is applied", state.number, verdict.disagreement)
+        if self.collector.withholds(state, verdict, decode):
             decode = "skipped"
-        elif self.verify and state.probe is not None and decode != "skipped" and (
-            verdict is None or verdict.status != "verified"
-        ):
-            log(WARNING, "round %d: verify=True and the replies could not all be cross-checked "
-                "before the deadline; nothing is applied", state.number)
-            decode = "skipped"
-        if decode == "skipped":
-            return decode, decoding, used, None
-        outcome = self._decode_and_apply(state, used, decoding)
-        bad = [] if outcome is not None else self._reject_non_finite(state, used)
+        result = None if decode == "skipped" else self._decode_and_apply(state, used, decoding)
+        bad = [] if result is not None or decode == "skipped" else (
+            self._reject_non_finite(state, used))
         if bad:  # replies whose values were not read on arrival: drop them, decode again
             used = [w for w in used if w not in bad]
             decoding = self._decoding(state, used)
             decode = self._decode_status(decoding)
-            outcome = None if decode == "skipped" else self._decode_and_apply(state, used,
-                                                                              decoding)
-        return ("skipped" if outcome is None else decode), decoding, used, outcome
+            result = None if decode == "skipped" else self._decode_and_apply(state, used,
+                                                                             decoding)
+        arrays, metrics, count, noise_std = result or (None,) * 4
+        outcome = RoundOutcome(
+            "skipped" if result is None else decode, used,
+            0 if result is None else _replies_read(decoding, used),
+            float(decoding.error) if decoding is not None else 1.0, verdict, count, noise_std)
+        return outcome, arrays, metrics
 
     def _decode_status(self, decoding: Any) -> str:
         """``"exact"``, ``"approx"`` (within ``max_decode_error``) or ``"skipped"``."""
