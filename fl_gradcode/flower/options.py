@@ -62,11 +62,35 @@ def _number(value: Any) -> bool:
 
 @dataclass(frozen=True)
 class CodeOptions:
-    """Which code every round uses.
+    """Which code every round uses (the fields hold the resolved values: with ``s="auto"``,
+    ``s`` is the placement's ``s_max`` and ``adaptive`` is true; ``options`` includes ``m``
+    and a fixed nested placement's ``s_max``).
 
-    ``code``: a registry name or a ``GradientCode``; ``s``: stragglers tolerated (with
-    ``adaptive``, the placement's ``s_max``); ``adaptive``: ``s="auto"``; ``options``: extra
-    keyword arguments of ``make_code`` (``m`` and a nested placement's ``s_max`` included).
+    Parameters (``GradientCoding``'s keywords)
+    ------------------------------------------
+    code : str or GradientCode
+        A registry name (``fl_gradcode.codes.available_codes()``; built over each cohort with
+        ``n`` = cohort size) or a ``GradientCode`` whose ``n`` equals the cohort size.
+    s : int or "auto"
+        Stragglers tolerated (for a registry name; clamped to ``n - 1``). ``"auto"``: chosen
+        every round from the observed latencies (:mod:`fl_gradcode.adaptive`): data placed
+        once for ``s_max`` (:class:`~fl_gradcode.codes.NestedPlacement`), a censored latency
+        estimator (late replies observed late, unanswered ones censored at the round's end),
+        and the ``s`` in ``0..s_max`` (0 = uncoded on the same placement) minimising the
+        expected time of this round and the next (the backlog this round's work leaves), busy
+        clients included; among candidates predicted within ``auto_margin`` of the fastest,
+        the most tolerant; falling at most to half the last round's ``s`` per round. When the
+        inner strategy samples a different cohort each round (``fraction_train < 1``), one
+        estimator covers every node seen so far and each decision looks at it through the
+        cohort (:class:`~fl_gradcode.adaptive.CohortView`).
+    seed : int
+        Run seed: code draws, latency samples, public seeding of the app per partition.
+    code_options : dict, optional
+        Extra keyword arguments for ``make_code`` (an entry contradicting ``m`` or a fixed
+        nested placement's ``s_max`` is refused).
+    m : int, optional
+        Communication-efficient codes (``code="comm-efficient"``): every reply is ``1/m`` of
+        the model (load ``s + m`` partitions), decoded exactly from any ``n - s`` replies.
     """
 
     code: str | GradientCode = "grouped-rs"
@@ -89,11 +113,37 @@ class CodeOptions:
 
 @dataclass(frozen=True)
 class AdaptiveOptions:
-    """``s="auto"`` (:mod:`fl_gradcode.adaptive`): ``s_max`` the largest tolerance (``None``:
-    ``max(1, n // 4)``), ``auto_margin`` the relative slack in predicted round time traded for
-    tolerance, ``exclude_slow`` the slowness factor from which a client may be left out of a
-    round (``None``: never), ``latency_state`` the file of latency observations that outlives
-    the run (read at start, written after every round)."""
+    """``s="auto"`` (:mod:`fl_gradcode.adaptive`; ``enabled``: ``s="auto"``).
+
+    Parameters (``GradientCoding``'s keywords)
+    ------------------------------------------
+    s_max : int, optional
+        With ``s="auto"``: the largest tolerance (default ``max(1, n // 4)``). With
+        ``code="nested"`` and a fixed ``s``: the placement's ``s_max`` (the code for ``s`` of
+        the placement ``s="auto"`` would use; default ``s``).
+    auto_margin : float
+        With ``s="auto"``: relative slack in predicted round time traded for tolerance
+        (default 0.1: a larger ``s`` predicted at most 10% slower is preferred). The model
+        treats stragglers as independent; rare correlated ones (several slow clients in one
+        group, as in measured traces) then cost far more than the slack. ``0``: the pure
+        expected-time minimiser.
+    exclude_slow : float, optional
+        With ``s="auto"``: heterogeneity-aware assignment. Clients whose estimated slowness
+        factor (:meth:`~fl_gradcode.adaptive.LatencyEstimator.slowness`: 1 typical, 10 ten
+        times slower per unit of work) is at least this may be excluded for a round: they are
+        sent nothing and the other clients of their super-block share their partitions
+        (:meth:`~fl_gradcode.codes.NestedPlacement.code_excluding`), when that is predicted
+        faster for the chosen ``s``; the round stays exact. ``None`` (default): never. An
+        excluded client is not observed while excluded; its estimate decays towards typical
+        with the estimator's forgetting (half-life 20 rounds), which brings it back.
+    latency_state : str or path, optional
+        A JSON file of latency observations that outlives the run (with ``s="auto"`` or
+        ``busy="fit"``): if it exists when the strategy is built, its rounds (another run's
+        observations of the same clients, matched by data partition) warm-start the
+        estimator, so that the first round is chosen from them instead of at ``s_max``; after
+        every round the estimator's rounds are written back to it (atomically). A federation
+        that trains many models pays the round at ``s_max`` once. ``None`` (default): no file.
+    """
 
     enabled: bool = False
     s_max: int | None = None
@@ -121,12 +171,54 @@ class AdaptiveOptions:
 
 @dataclass(frozen=True)
 class TimingOptions:
-    """How a round's time is measured: ``mode`` ``"virtual"`` (arrivals from ``latency``, the
-    mod's measured compute when ``measured_compute``, ``compute_cost_s`` per unit of load and
-    payload bytes over ``upload_bandwidth``) or ``"wallclock"`` (real time); ``busy``: what a
-    member still busy with earlier work gets (resolved: never ``None``; always ``"skip"``
-    under wallclock); ``stop_late_work``: work stops at the round's deadline (resolved: true
-    with ``auto_deadline``)."""
+    """How a round's time is measured (``mode``: the ``timing`` keyword; ``busy`` and
+    ``stop_late_work`` hold the resolved values).
+
+    Parameters (``GradientCoding``'s keywords)
+    ------------------------------------------
+    timing : {"virtual", "wallclock"}
+        ``virtual``: the mod reports measured compute seconds, the server samples each worker's
+        latency from ``latency`` and decodes at the earliest decodable prefix in virtual time;
+        ``wallclock``: real time (with ``latency``, clients sleep the sampled delay).
+    latency : LatencyModel, optional
+        An ``fl_gradcode.latency`` model, sampled per (seed, round, worker), load-scaled where
+        the model says so (load = the worker's examples over one client's share).
+    measured_compute : bool
+        Add the mod's measured compute time to virtual arrivals.
+    compute_cost_s : float
+        Modelled compute seconds per unit of load added to every arrival (``s+1`` partitions
+        cost ``s+1`` units).
+    upload_bandwidth : float, optional
+        Virtual timing: each client's upload rate in bytes per second; a reply then arrives
+        ``payload bytes / upload_bandwidth`` later (time = compute + delay + bytes/bandwidth),
+        so shorter replies (``code="comm-efficient"``, float32 wire) arrive sooner. ``None``:
+        transfers take no time.
+    busy : {"skip", "queue", "fit"}, optional
+        What a member still busy with an earlier round's work gets (virtual timing).
+        ``skip``: no work this round (it is a straggler; ``busy`` in ``rounds.jsonl`` lists
+        these). ``queue``: work queued behind its current job, as a Flower SuperNode runs
+        messages one after the other; its reply arrives after its current job ends plus its
+        own time. To bound the backlog a busy member is queued only if its current job ends in
+        time: with ``s="auto"`` before the round's expected end
+        (:func:`~fl_gradcode.adaptive.choose_s` with ``busy="fit"``), with a fixed code within
+        the last round's duration and the deadline, read from the virtual clock (a
+        simulator's knowledge: when the pending reply will arrive). ``fit``: queued as with
+        ``s="auto"``, from what a server knows (the latency estimator and the work the member
+        has not returned), also for a fixed code; with ``s="auto"`` the same as ``queue``.
+        Default: ``queue`` with ``s="auto"``, ``skip`` otherwise (the behaviour of earlier
+        versions). Wallclock timing always skips busy members (the grid waits for their
+        earlier replies; queueing there is not implemented).
+    stop_late_work : bool
+        Workers stop at the round's deadline (``straggler_timeout`` after the round started,
+        or ``auto_deadline``'s) instead of finishing work whose reply the server can no longer
+        use: the instruction carries ``stop-after-s`` and the mod abandons the remaining
+        partitions (or the simulated latency) and sends a short error reply; the virtual
+        clock frees such a worker at the deadline instead of at the end of its job, so its
+        next round's work is not queued behind stale work. A stopped worker's time is
+        censored at the deadline instead of observed late. Wallclock round 1 is never
+        stopped (its deadline counts from the first reply). Default ``False``: every job runs
+        to its end.
+    """
 
     mode: str = "virtual"
     latency: LatencyModel | None = None
@@ -162,11 +254,37 @@ class TimingOptions:
 
 @dataclass(frozen=True)
 class DeadlineOptions:
-    """When a round ends: ``straggler_timeout`` (seconds, virtual or wall, after which it
-    decodes from what arrived), ``auto_deadline`` (a factor >= 1 of the predicted round time,
-    or ``None``), ``max_decode_error`` (an approximate decoding above it is not applied),
-    ``min_replies`` (also end at this many valid replies), ``round_timeout`` and
-    ``warmup_timeout`` (wall-clock limits of a round and of the first replies)."""
+    """When a round ends.
+
+    Parameters (``GradientCoding``'s keywords)
+    ------------------------------------------
+    straggler_timeout : float
+        Seconds (virtual or wall) after which a round decodes approximately from what arrived.
+    auto_deadline : float, optional
+        With ``s="auto"`` (or a fixed code with ``busy="fit"``, whose estimator predicts its
+        round time too) and virtual timing: each round's deadline is this factor (>= 1)
+        times the round time predicted for the round's code (when finite; never beyond
+        ``straggler_timeout``; round 1 has only ``straggler_timeout`` unless a
+        ``latency_state`` file gives it a prediction), and work stops there (implies
+        ``stop_late_work``). A round that has not decoded by then decodes by least squares
+        from what arrived (``approx``, or ``skipped`` above ``max_decode_error``), like any
+        deadline, and still counts for the privacy accountant (its noisy updates were
+        released); after such a miss the next deadline is ``DEADLINE_BACKOFF`` (2) times
+        longer, again after each miss in a row, until a round decodes exactly (exponential
+        backoff, as a retransmission timer: RFC 6298). In exchange no client stays busy
+        for long with work no round can use, which under load-scaled straggling is most of
+        the time lost. ``rounds.jsonl`` records ``round_deadline_s``. ``None`` (default):
+        ``straggler_timeout`` only.
+    max_decode_error : float
+        An approximate decoding with a larger ``||B_F^T a - 1||^2 / k`` is not applied.
+    min_replies : int, optional
+        Also end a round at this many valid replies (approximate codes, ignore-stragglers).
+        Default: ``n - s`` for approximate codes, none for exact codes.
+    round_timeout : float
+        Wall-clock limit of one round (virtual timing waits for every reply up to this).
+    warmup_timeout : float
+        Wall-clock limit of the first replies (actor or process start-up).
+    """
 
     straggler_timeout: float = 10.0
     round_timeout: float = 600.0
@@ -196,9 +314,30 @@ class DeadlineOptions:
 
 @dataclass(frozen=True)
 class IntegrityOptions:
-    """Integrity from redundancy (:mod:`fl_gradcode.flower.integrity`): ``verify`` waits until
-    every reply decoded from is cross-checked; ``verify_tolerance`` is the largest relative
-    disagreement taken as agreement."""
+    """Integrity from redundancy (:mod:`fl_gradcode.flower.integrity`).
+
+    Parameters (``GradientCoding``'s keywords)
+    ------------------------------------------
+    verify : bool
+        Integrity from redundancy (:mod:`fl_gradcode.flower.integrity`). Always: when more
+        replies than a decodable set are in hand, they must agree; a reply the redundancy
+        identifies as inconsistent (e.g. outvoted inside a repetition group) is excluded, and a
+        contradiction nothing resolves skips the round. With ``verify=True`` a round also
+        waits (up to the deadline) until every reply it decodes from has been cross-checked,
+        and applies nothing that was not: dense probes over every coordinate and train metric,
+        from server secrets fresh each round (a change of any coordinates whose weight in the
+        decoding exceeds 20x ``verify_tolerance`` of the replies' size is caught with
+        probability >= 1 - 1e-12).
+        Refused (``ValueError``) for codes it cannot check: ``s=0``, ``uncoded``,
+        ``ignore-stragglers``, approximate codes (``bgc``, ``expander``) and
+        ``comm-efficient`` with ``m > 1``; with ``s="auto"`` a round that chooses ``s=0`` is
+        applied unverified (warned once, ``verified`` null). A node whose replies are excluded
+        or caught in unresolved contradictions twice within 10 rounds is quarantined (sent no
+        work, a straggler) for 5 rounds, 10, 20, ... on repeats (``quarantined`` in
+        ``rounds.jsonl``).
+    verify_tolerance : float
+        Largest relative disagreement between decodings taken as agreement (rounding).
+    """
 
     verify: bool = False
     verify_tolerance: float = 1e-5
@@ -210,8 +349,21 @@ class IntegrityOptions:
 
 @dataclass(frozen=True)
 class WireOptions:
-    """What a reply carries: ``wire`` its dtype (``"auto"``, ``"model"``, ``"float64"``),
-    ``sparse_decoding`` whether exact rounds read as few replies as the code allows."""
+    """What a reply carries.
+
+    Parameters (``GradientCoding``'s keywords)
+    ------------------------------------------
+    wire : {"auto", "model", "float64"}
+        Reply dtype: ``model`` sends each array in the global model's dtype (half of float64's
+        bytes for float32 models); ``auto`` does so when the code's error amplification keeps
+        float32 rounding below 1e-6 relative in the decoded result (``error_amplification``
+        <= 8; FRC, uncoded and grouped codes whose groups are FRC are 1), else float64.
+    sparse_decoding : bool
+        Exact rounds decode from as few of the replies in hand as the code allows
+        (:meth:`~fl_gradcode.codes.GradientCode.sparse_decoding`: one reply per FRC group), so
+        the server reads ``n/(s+1)`` replies instead of ``n - s``; ``replies_read`` in
+        ``rounds.jsonl``. ``False``: the minimum-norm decoding, which reads every reply.
+    """
 
     wire: str = "auto"
     sparse_decoding: bool = True
@@ -224,9 +376,24 @@ class WireOptions:
 
 @dataclass(frozen=True)
 class PrivacyOptions:
-    """Differential privacy: ``dp`` the mechanism's configuration, ``accountant`` (one step per
-    round that sent work), ``server_noise`` the central-DP noise source, ``nonce`` the per-run
-    nonce of every keyed seed (from ``dp_run_nonce``; fresh per run when empty)."""
+    """Differential privacy (``nonce``: from ``dp_run_nonce``, fresh per run when empty).
+
+    Parameters (``GradientCoding``'s keywords)
+    ------------------------------------------
+    dp : DPConfig, optional
+        ``partition`` (clients clip and add keyed replica-identical noise), ``central`` (clients
+        clip, the server adds noise from :class:`~fl_gradcode.privacy.ServerNoise`), ``sample``
+        (noise inside the app: only accounted here).
+    accountant : PrivacyAccountant, optional
+        One step per round in which work was sent; with ``dp.target_epsilon`` a round that
+        would exceed the budget is not run.
+    server_noise : ServerNoise, optional
+        The central-DP noise source (default: OS randomness).
+    dp_run_nonce : str
+        Pins the per-run nonce that enters every keyed seed (default: fresh per run). Pinning
+        reuses the app's and the partition noise across runs with the same key: only for
+        experiments that compare runs on identical noise.
+    """
 
     dp: DPConfig = field(default_factory=DPConfig)
     accountant: PrivacyAccountant | None = None
