@@ -14,7 +14,7 @@ from logging import DEBUG
 from typing import Any
 
 import numpy as np
-from flwr.app import ArrayRecord, Message
+from flwr.app import ArrayRecord, Message, RecordDict
 from flwr.common.logger import log
 
 from ..codes import GradientCode
@@ -23,7 +23,7 @@ from .protocol import CodedReply, Identity
 from .records import split_reason
 from .reports import public_reason
 
-__all__ = ["RoundState", "is_chunked", "partition_key", "payload_bytes"]
+__all__ = ["RoundState", "array_key", "is_chunked", "partition_key", "payload_bytes"]
 
 
 @dataclass
@@ -93,6 +93,16 @@ class RoundState:
             out[name] = (dtype if self.wire == "model" and dtype.kind == "f"
                          else np.dtype(np.float64))
         return out
+
+
+def array_key(content: RecordDict, preferred: str) -> str:
+    """The key of the model's ``ArrayRecord`` in the inner strategy's train content: the
+    strategy's ``preferred`` key, else the only ``ArrayRecord``."""
+    if preferred in content.array_records:
+        return preferred
+    if len(content.array_records) == 1:
+        return next(iter(content.array_records))
+    raise ValueError(f"the inner strategy's train content has no ArrayRecord {preferred!r}")
 
 
 def is_chunked(code: GradientCode) -> bool:

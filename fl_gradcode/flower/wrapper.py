@@ -60,11 +60,12 @@ from . import compat, protocol
 from .clock import VirtualClock, make_clock
 from .collector import ReplyCollector
 from .deadline_policy import DeadlinePolicy
+from .dispatch import Dispatcher
 from .grid import EarlyReturnGrid
 from .integrity import Probe, reply_sizes, round_probe
 from .membership import Membership, code_for_cohort
 from .options import Options
-from .protocol import CodedReply, Identity, Instruction
+from .protocol import CodedReply, Identity
 from .quarantine import Quarantine
 from .records import RoundLog, RoundOutcome, quiet_inner_aggregation
 from .reports import (
@@ -75,8 +76,8 @@ from .reports import (
     outlying_sizes,
 )
 from .round_state import RoundState as _Round
+from .round_state import array_key
 from .round_state import partition_key as _key
-from .round_state import payload_bytes
 from .workload import Workload
 
 __all__ = ["GradientCoding"]
@@ -92,35 +93,22 @@ class GradientCoding(Strategy):
     checked once, on copies, at the first aggregation), Flower's DP wrappers (inside or
     outside), legacy ``flwr.server.strategy`` strategies.
 
-    Every other keyword is an option, grouped and checked by
-    :meth:`~fl_gradcode.flower.options.Options.from_keywords` (each group's docstring says what
-    its fields mean, the module's docstring the rules between them):
-
-    * code (:class:`~.options.CodeOptions`): ``code`` (a registry name,
-      ``fl_gradcode.codes.available_codes()``, built over each cohort, or a ``GradientCode``
-      whose ``n`` is the cohort size), ``s`` (stragglers tolerated, or ``"auto"``),
-      ``code_options`` (extra ``make_code`` arguments), ``m`` (communication-efficient codes:
-      each reply ``1/m`` of the model); ``seed`` (code draws, latency samples, the app's
-      public seeding per partition);
-    * adaptive coding (:class:`~.options.AdaptiveOptions`, :mod:`fl_gradcode.adaptive`):
-      ``s_max``, ``auto_margin``, ``exclude_slow``, ``latency_state``;
-    * timing (:class:`~.options.TimingOptions`): ``timing`` (``"virtual"`` or
-      ``"wallclock"``), ``latency``, ``measured_compute``, ``compute_cost_s``,
-      ``upload_bandwidth``, ``busy`` (``"skip"``, ``"queue"``, ``"fit"``; default ``queue``
-      with ``s="auto"``, ``skip`` otherwise), ``stop_late_work``;
-    * deadlines (:class:`~.options.DeadlineOptions`): ``straggler_timeout``,
-      ``auto_deadline`` (a factor of the predicted round time, backed off by
-      :attr:`DEADLINE_BACKOFF` after each miss), ``max_decode_error``, ``min_replies``,
-      ``round_timeout``, ``warmup_timeout``;
-    * integrity (:class:`~.options.IntegrityOptions`, :mod:`fl_gradcode.flower.integrity`):
-      ``verify``, ``verify_tolerance``;
-    * wire (:class:`~.options.WireOptions`): ``wire`` (``"auto"``, ``"model"``,
-      ``"float64"``), ``sparse_decoding``;
-    * privacy (:class:`~.options.PrivacyOptions`): ``dp``, ``accountant``, ``server_noise``,
-      ``dp_run_nonce``;
-    * records: ``results_dir`` (``rounds.jsonl``, ``final_model.npz``, ``config.json``,
-      ``debug.log``), ``run_config`` (written to ``config.json``), ``evaluate_fn`` (also
-      accepted by ``start``; its ``accuracy``/``loss`` go into ``rounds.jsonl``).
+    Every other keyword is an option (same names and defaults as ever), grouped and checked
+    by :meth:`~fl_gradcode.flower.options.Options.from_keywords`; each group's docstring
+    documents its keywords, the module's docstring the rules between them:
+    :class:`~.options.CodeOptions` (``code``, ``s``, ``seed``, ``code_options``, ``m``),
+    :class:`~.options.AdaptiveOptions` (``s_max``, ``auto_margin``, ``exclude_slow``,
+    ``latency_state``), :class:`~.options.TimingOptions` (``timing``, ``latency``,
+    ``measured_compute``, ``compute_cost_s``, ``upload_bandwidth``, ``busy``,
+    ``stop_late_work``), :class:`~.options.DeadlineOptions` (``straggler_timeout``,
+    ``auto_deadline``, ``max_decode_error``, ``min_replies``, ``round_timeout``,
+    ``warmup_timeout``), :class:`~.options.IntegrityOptions` (``verify``,
+    ``verify_tolerance``), :class:`~.options.WireOptions` (``wire``, ``sparse_decoding``),
+    :class:`~.options.PrivacyOptions` (``dp``, ``accountant``, ``server_noise``,
+    ``dp_run_nonce``). Records: ``results_dir`` (``rounds.jsonl``, ``final_model.npz``,
+    ``config.json``, ``debug.log``: ``docs/records-and-logs.md``), ``run_config`` (written to
+    ``config.json``), ``evaluate_fn`` (also accepted by ``start``; its ``accuracy`` and
+    ``loss`` go into ``rounds.jsonl``).
 
     Each option keeps its flat name as a read-only attribute (``strategy.timing``,
     ``strategy.busy_mode`` for the resolved ``busy``, ...).
@@ -192,6 +180,9 @@ class GradientCoding(Strategy):
         self.history: list[dict[str, Any]] = self.round_log.history
         self.partition_sizes: dict[tuple[int, int], float] = {}  # checked sizes only
         self.workload = Workload(self.identities, self.partition_sizes, self.latency, self.seed)
+        self.dispatcher = Dispatcher(seed=self.seed, nonce=self.nonce, dp=self.dp,
+                                     clock=self.clock, workload=self.workload, inner=strategy,
+                                     chunk_coefficients=_chunk_coefficients)
         self._confirmed_sizes: dict[tuple[int, int], float] = {}  # by >= 2 agreeing replicas
         self.stopped = False
         self._wrapped_grid: EarlyReturnGrid | None = None
@@ -577,7 +568,7 @@ class GradientCoding(Strategy):
         code, idle, queued, held = self._plan(server_round, grid, cohort)
         state = self._open_round(server_round, code, cohort, idle, queued, held,
                                  inner_msgs[0].content)
-        messages = [self._instruction(state, worker, node, content_of[node])
+        messages = [self.dispatcher.message(state, worker, node, content_of[node])
                     for worker, node in enumerate(cohort) if node not in idle]
         self._track_jobs(state, queued)
         self._round = state
@@ -624,9 +615,9 @@ class GradientCoding(Strategy):
                     content: RecordDict) -> _Round:
         """The round's state; the clock started at the round's deadline."""
         partitions = self.workload.partitions(code, cohort)
-        array_key = self._array_key(content)
+        key = array_key(content, getattr(self.inner, "arrayrecord_key", "arrays"))
         theta = {name: protocol.array_view(arr)
-                 for name, arr in content.array_records[array_key].items()}
+                 for name, arr in content.array_records[key].items()}
         excluded_workers = self._excluded_workers()
         excluded = {cohort[w] for w in excluded_workers}
         queued_workers = {w: node for w, node in enumerate(cohort) if node in queued}
@@ -641,37 +632,12 @@ class GradientCoding(Strategy):
             reply_layout=_reply_layout(code, theta),
             dtypes={name: a.dtype for name, a in theta.items()},
             theta=theta,  # zero-copy views of the global arrays, model dtype
-            array_key=array_key, wall_start=time.monotonic(),
+            array_key=key, wall_start=time.monotonic(),
         )
         state.wire = self.wire_for(code)
         state.quarantined = sorted(held)
         state.probe = self._probe_for(code, state)
         return state
-
-    def _instruction(self, state: _Round, worker: int, node: int, content: RecordDict) -> Message:
-        """The message of one member: the inner strategy's content and its coded
-        instruction (partitions, coefficients, DP, timing, wire)."""
-        code, partitions = state.code, state.partitions
-        assigned = list(code.assignment(worker))
-        instruction = Instruction(
-            op=protocol.OP_TRAIN, round=state.number, worker=worker, seed=self.seed,
-            nonce=self.nonce,
-            partition_ids=tuple(partitions[j].partition_id for j in assigned),
-            num_partitions=tuple(partitions[j].num_partitions for j in assigned),
-            coefficients=tuple(float(c) for c in code.encoding_coefficients(worker)),
-            dp=self.dp.mode, clip_norm=self.dp.clip_norm,
-            noise_multiplier=self.dp.noise_multiplier, dp_noise=self.dp.noise,
-            timing=self.clock.timing,
-            delay_s=self.clock.instruction_delay(lambda: self.workload.sampled_delay(
-                code, worker, node, state.number, partitions)),
-            weight_key=getattr(self.inner, "weighted_by_key", "num-examples"),
-            wire=state.wire, chunk_coefficients=_chunk_coefficients(code, worker),
-            stop_after_s=self.clock.stop_after_s(state.number),
-        )
-        msg = protocol.instruction_message(content, instruction, node, str(state.number))
-        state.sent[worker] = msg
-        state.bytes_down += payload_bytes(msg)
-        return msg
 
     def _track_jobs(self, state: _Round, queued: set[int]) -> None:
         """Remember the jobs sent (the code policy prices busy members from them): per node
@@ -687,14 +653,6 @@ class GradientCoding(Strategy):
             job = [now, float(units[worker]), None, now + self.clock.straggler_timeout]
             jobs = self._outstanding.get(node, []) if node in queued else []
             self._outstanding[node] = [*jobs, job]
-
-    def _array_key(self, content: RecordDict) -> str:
-        key = getattr(self.inner, "arrayrecord_key", "arrays")
-        if key in content.array_records:
-            return key
-        if len(content.array_records) == 1:
-            return next(iter(content.array_records))
-        raise ValueError(f"the inner strategy's train content has no ArrayRecord {key!r}")
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
