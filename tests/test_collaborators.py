@@ -337,3 +337,17 @@ def test_withholding_rules(caplog):
     assert not verifying.withholds(state, None, "skipped")
     checked = SimpleNamespace(unresolved=False, status="verified")
     assert not verifying.withholds(state, checked, "exact")
+
+
+def test_a_round_without_redundancy_is_warned_once_under_verify(caplog):
+    import logging
+
+    verifying = ReplyCollector(VirtualClock(10.0), DeadlinePolicy(DeadlineOptions(), False),
+                               IntegrityOptions(verify=True), Quarantine(), ReplyFingerprints())
+    state = _state(make_code("frc", 4, 0), [10, 11, 12, 13])
+    state.reply_layout = {"w": (3,)}
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        assert verifying.probe_for(state, {}) is None
+        assert verifying.probe_for(state, {}) is None
+    assert sum("applied unverified" in r.getMessage() for r in caplog.records) == 1
+    assert _collector().probe_for(state, {}) is None  # not verifying: no probe, no warning

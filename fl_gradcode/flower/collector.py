@@ -27,7 +27,14 @@ from ..codes import GradientCode
 from . import compat, protocol
 from .clock import Clock
 from .deadline_policy import DeadlinePolicy
-from .integrity import Verdict, applied_disagreement, reply_sizes, verify_replies
+from .integrity import (
+    Probe,
+    Verdict,
+    applied_disagreement,
+    reply_sizes,
+    round_probe,
+    verify_replies,
+)
 from .options import IntegrityOptions
 from .protocol import RejectedReply
 from .quarantine import Quarantine
@@ -48,6 +55,7 @@ class ReplyCollector:
         self.quarantine = quarantine
         self.fingerprints = fingerprints
         self.state: RoundState | None = None
+        self.warned_unverifiable = False
         self.late = 0  # replies to earlier rounds dropped since the last row
         self.stopped_late = 0  # stop replies to earlier rounds, not yet in a row
 
@@ -56,6 +64,17 @@ class ReplyCollector:
         counts = (self.late, self.stopped_late)
         self.late = self.stopped_late = 0
         return counts
+
+    def probe_for(self, state: RoundState, code_options: dict[str, Any]) -> Probe | None:
+        """The round's integrity probe (:func:`~fl_gradcode.flower.integrity.round_probe`;
+        ``None``: not checked). With ``verify``, a round without redundancy is warned once."""
+        verify = self.integrity.verify
+        probe = round_probe(state.code, state.reply_layout, verify, code_options)
+        if verify and probe is None and not self.warned_unverifiable:
+            log(WARNING, "verify=True: round %d uses s=0 (no redundancy): such rounds are "
+                "applied unverified (verified=None in rounds.jsonl)", state.number)
+            self.warned_unverifiable = True
+        return probe
 
     def on_unsent(self, messages: list[Message]) -> None:
         """Messages the grid refused: those workers are stragglers of this round, not busy."""

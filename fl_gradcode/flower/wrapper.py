@@ -62,7 +62,7 @@ from .collector import ReplyCollector
 from .deadline_policy import DeadlinePolicy
 from .dispatch import Dispatcher
 from .grid import EarlyReturnGrid
-from .integrity import Probe, reply_sizes, round_probe
+from .integrity import reply_sizes
 from .membership import Membership, code_for_cohort
 from .options import Options
 from .protocol import CodedReply, Identity
@@ -186,7 +186,6 @@ class GradientCoding(Strategy):
         self._confirmed_sizes: dict[tuple[int, int], float] = {}  # by >= 2 agreeing replicas
         self.stopped = False
         self._wrapped_grid: EarlyReturnGrid | None = None
-        self._warned_unverifiable = False
 
     def _init_code_policy(self) -> None:
         """The state of the code policy (fixed or ``s="auto"``) and of the wire choice."""
@@ -538,15 +537,6 @@ class GradientCoding(Strategy):
         """A reply to an earlier round: counted and dropped, never decoded."""
         self.collector.on_late_reply(reply)
 
-    def _probe_for(self, code: GradientCode, state: _Round) -> Probe | None:
-        """The round's probe (:func:`~fl_gradcode.flower.integrity.round_probe`)."""
-        probe = round_probe(code, state.reply_layout, self.verify, self.code_options)
-        if self.verify and probe is None and not self._warned_unverifiable:
-            log(WARNING, "verify=True: round %d uses s=0 (no redundancy): such rounds are "
-                "applied unverified (verified=None in rounds.jsonl)", state.number)
-            self._warned_unverifiable = True
-        return probe
-
     # ------------------------------------------------------------------ Strategy API
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Any
@@ -636,7 +626,7 @@ class GradientCoding(Strategy):
         )
         state.wire = self.wire_for(code)
         state.quarantined = sorted(held)
-        state.probe = self._probe_for(code, state)
+        state.probe = self.collector.probe_for(state, self.code_options)
         return state
 
     def _track_jobs(self, state: _Round, queued: set[int]) -> None:
