@@ -79,7 +79,7 @@ def decision(n: int, s_max: int, rounds: int, repeats: int, params: int) -> dict
         s = choose_s(placement, est, samples=256).s
     fits, choices = [], []
     for r in range(repeats):
-        est._version += 1  # force a refit, as after a new round
+        est.invalidate()  # force a refit, as after a new round
         t1 = time.perf_counter()
         est.fit()
         t2 = time.perf_counter()

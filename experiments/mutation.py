@@ -66,7 +66,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     "integrity": (["fl_gradcode/flower/integrity.py"], ["tests/test_integrity.py",
                                                         *WRAPPER_TESTS]),
     **{m: ([f"fl_gradcode/flower/{m}.py"], APP_TESTS) for m in ("mod", "wrapper", "protocol")},
-    "adaptive": (["fl_gradcode/adaptive.py"], ["tests/test_adaptive.py",
+    "adaptive": (["fl_gradcode/adaptive/*.py"], ["tests/test_adaptive.py",
                                                 "tests/test_adaptive_wrapper.py", KILLED_BY_NEW,
                                                 "tests/test_mutation_kills_adaptive.py"]),
     "latency": (["fl_gradcode/latency.py"], ["tests/test_latency.py", KILLED_BY_NEW,

@@ -58,32 +58,19 @@ BASE = {"dataset": "digits", "model": "logreg", "update": "gradient", "lr": 1.0,
 N, FRACTION, S_MAX = 24, 0.5, 3
 
 
-def _resetting_estimator() -> None:
-    """Patch ``GradientCoding`` (in this process) back to one estimator per cohort: a new one
-    whenever the cohort differs from the last round's, as earlier versions did."""
-    from fl_gradcode.flower import GradientCoding
-
-    original = GradientCoding._estimator
-
-    def estimator(self, n, cohort):
-        if getattr(self, "_last_cohort", None) not in (None, tuple(cohort)):
-            self._latency, self._node_index = None, {}
-            self._late_observations.clear()
-        self._last_cohort = tuple(cohort)
-        return original(self, n, cohort)
-
-    GradientCoding._estimator = estimator
-
-
 def one_run(scheme: str, latency: str, seed: int, rounds: int) -> dict:
     from server.app import run_in_process
 
-    if scheme == "auto-reset":
-        _resetting_estimator()
     cfg = {**BASE, "s": S_MAX, "s-max": S_MAX, **SCHEMES[scheme], **LATENCIES[latency],
            "seed": seed, "num-rounds": rounds, "fraction-train": FRACTION,
            "results-dir": f"/tmp/fl-gradcode-cohorts/{os.getpid()}/{scheme}"}
-    strategy, _ = run_in_process(cfg, N)
+    # auto-reset: the estimator restarts whenever the cohort changes (experiment-only)
+    policy = None
+    if scheme == "auto-reset":
+        from policies import ResettingCodePolicy
+
+        policy = ResettingCodePolicy
+    strategy, _ = run_in_process(cfg, N, code_policy=policy)
     h = strategy.history
     return {
         "virtual_s": [r["virtual_s"] for r in h],
@@ -103,7 +90,7 @@ def _job(job: tuple, rounds: int) -> dict:
 
 
 def _results(jobs: list, rounds: int, workers: int):
-    """``(job, result)``; every run in a fresh process (``auto-reset`` patches the class)."""
+    """``(job, result)``; every run in a fresh process."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 

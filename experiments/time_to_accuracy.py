@@ -79,12 +79,13 @@ and the figure from everything in the file.
 from __future__ import annotations
 
 import argparse
-import contextlib
+import functools
 import json
 import math
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from _common import progress, pyplot, quiet_flower, save, save_figure
@@ -117,7 +118,7 @@ def nested_values(s_max: int) -> list[int]:
 
 def scheme_config(scheme: str) -> dict:
     if scheme.startswith("oracle s="):
-        return {"s": "auto"}  # auto's machinery, its choice replaced (see _hindsight)
+        return {"s": "auto"}  # auto's machinery, its choice replaced (see _policy)
     if scheme.startswith("nested s="):
         return {"code": "nested", "s": int(scheme.removeprefix("nested s=")), "busy": "queue"}
     if scheme.startswith("nested-fit s="):
@@ -159,29 +160,14 @@ def _nested_key(scheme: str) -> tuple[int, int]:
     return int(scheme.split("=")[-1]), kind
 
 
-@contextlib.contextmanager
-def _hindsight(scheme: str):
-    """For ``oracle s=v``: while the run lasts, ``s="auto"`` decides among ``[v]`` once its
-    estimator has data (round 1 keeps the rule's ``s_max``; whom to queue is still decided
-    by auto's rule with the server's knowledge). Any other scheme: unchanged."""
+def _policy(scheme: str) -> Any:
+    """For ``oracle s=v``: ``s="auto"`` deciding among ``[v]`` once its estimator has data
+    (:class:`policies.HindsightCodePolicy`). Any other scheme: the strategy's own policy."""
     if not scheme.startswith("oracle s="):
-        yield
-        return
-    from fl_gradcode.flower.wrapper import GradientCoding
+        return None
+    from policies import HindsightCodePolicy
 
-    v = int(scheme.removeprefix("oracle s="))
-    original = GradientCoding._decide
-
-    def decide(self, placement, estimator, busy_nodes, cohort, candidates):
-        if self.adaptive and estimator.has_data:
-            candidates = [v]
-        return original(self, placement, estimator, busy_nodes, cohort, candidates)
-
-    GradientCoding._decide = decide
-    try:
-        yield
-    finally:
-        GradientCoding._decide = original
+    return functools.partial(HindsightCodePolicy, v=int(scheme.removeprefix("oracle s=")))
 
 
 LATENCIES = {
@@ -251,8 +237,7 @@ def one_run(n, s, scheme, latency, dp, seed, rounds, partitioner, latency_state=
         key_file.parent.mkdir(parents=True, exist_ok=True)
         key_file.write_text(json.dumps({"master": seed.to_bytes(32, "little").hex()}))
         key_file = str(key_file)
-    with _hindsight(scheme):
-        strategy, _ = run_in_process(cfg, n, key_file=key_file)
+    strategy, _ = run_in_process(cfg, n, key_file=key_file, code_policy=_policy(scheme))
     h = strategy.history
     return {
         "virtual_s": [r["virtual_s"] for r in h],

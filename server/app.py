@@ -145,8 +145,9 @@ def dp_config(cfg: dict[str, Any]) -> DPConfig:
     )
 
 
-def build(cfg: dict[str, Any], n: int):
-    """``(strategy, initial arrays, evaluate_fn, train_config)`` for ``n`` clients."""
+def build(cfg: dict[str, Any], n: int, code_policy: Any = None):
+    """``(strategy, initial arrays, evaluate_fn, train_config)`` for ``n`` clients
+    (``code_policy``: ``GradientCoding``'s keyword, for an experiment's own scheme)."""
     seed = int(cfg["seed"])
     # Flower's strategies sample each round's cohort with the random module: seeded, the
     # same seed samples the same cohorts (fraction-train < 1)
@@ -188,6 +189,7 @@ def build(cfg: dict[str, Any], n: int):
         if cfg["dp-server-key-file"]
         else None,
         run_config={**cfg, "num-clients": n, "partition-sizes": sizes.astype(int).tolist()},
+        code_policy=code_policy,
     )
     if dp.enabled:
         strategy.accountant = make_accountant(dp, strategy, n, sizes, cfg)
@@ -301,18 +303,20 @@ def run_in_process(
     key_file: str | None = None,
     share_updates: bool = True,
     recorded: list | None = None,
+    code_policy: Any = None,
 ) -> tuple[GradientCoding, np.ndarray]:
     """The same job without Ray: the real strategy, mod and ClientApp over an in-process grid,
     in virtual time (honest with 100+ clients on 2 cores). ``key_file``: the clients' DP key
     file; ``share_updates``: replicas in this process share a partition's computed update (each
     is still charged its measured compute); ``recorded`` collects every message the server
-    pushes. Returns the strategy and the final flat model."""
+    pushes; ``code_policy``: passed to ``GradientCoding``. Returns the strategy and the final
+    flat model."""
     from clients.app import fault_injection_mod, make_client_app
     from fl_gradcode.flower import make_gradient_coding_mod
     from fl_gradcode.flower.testing import InProcessGrid
 
     cfg = merge_config({**run_config, "timing": "virtual", "num-clients": n})
-    strategy, initial, evaluate_fn, train_config = build(cfg, n)
+    strategy, initial, evaluate_fn, train_config = build(cfg, n, code_policy)
     cache: dict = {} if share_updates else None
     client_app = make_client_app([fault_injection_mod, make_gradient_coding_mod(cache)])
     grid = InProcessGrid(

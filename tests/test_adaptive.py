@@ -101,9 +101,9 @@ def test_tail_mass_lies_beyond_the_censoring_times_that_carry_it():
     observation at 10 and 3/4 by the one at 20 (redistribution to the right). Exponential
     tail (``gpd=False``) above the threshold 2: excesses 1, 8, 18 with weights 1, 1, 3 over
     one event, sigma = 63. The median of each share is its censoring time + 63 ln 2."""
-    from fl_gradcode.adaptive import _Survival
+    from fl_gradcode.adaptive.survival import Survival
 
-    curve = _Survival(np.log([1.0, 2.0, 3.0, 10.0, 20.0]),
+    curve = Survival(np.log([1.0, 2.0, 3.0, 10.0, 20.0]),
                       np.array([True, True, True, False, False]),
                       np.array([1.0, 1.0, 1.0, 1.0, 3.0]), gpd=False)
     assert curve.cdf == pytest.approx([1 / 7, 2 / 7, 3 / 7])
@@ -628,7 +628,7 @@ def test_saved_rounds_warm_start_an_estimator_as_if_it_had_seen_them():
     assert found
     r, j = found[-1]
     assert warm.observe_late(r, j, 9.0) and reference.observe_late(r, j, 9.0)
-    assert warm._rounds[r].y[j] == pytest.approx(9.0 - rounds[r][3][order[j]])
+    assert warm.rounds[r].y[j] == pytest.approx(9.0 - rounds[r][3][order[j]])
     more = _observed_rounds(n, 5, seed=5)
     for est in (warm, reference):
         _feed(est, [(np.append(e, np.nan), np.append(ld, 0.0), d, np.append(b, 0.0), late)

@@ -155,10 +155,10 @@ def test_busy_default_is_queue_for_auto_and_skip_for_fixed_codes_and_wallclock_s
     assert GradientCoding(FedAvg(), s=1, busy="queue").busy_mode == "queue"
     assert GradientCoding(FedAvg(), s="auto", timing="wallclock").busy_mode == "skip"
     fit = GradientCoding(FedAvg(), s=1, busy="fit")
-    assert fit.busy_mode == "fit" and fit._estimating
-    assert not GradientCoding(FedAvg(), s=1, busy="queue")._estimating
+    assert fit.busy_mode == "fit" and fit.code_policy.estimating
+    assert not GradientCoding(FedAvg(), s=1, busy="queue").code_policy.estimating
     wall = GradientCoding(FedAvg(), s=1, busy="fit", timing="wallclock")
-    assert wall.busy_mode == "skip" and not wall._estimating
+    assert wall.busy_mode == "skip" and not wall.code_policy.estimating
     with pytest.raises(ValueError, match=r"busy='later'.*'fit'"):
         GradientCoding(FedAvg(), s=1, busy="later")
 
@@ -183,30 +183,31 @@ def test_auto_is_not_trapped_at_s_max_when_half_the_cohort_is_busy(
     """Deterministic latency, 1 s per partition (beta = 1), 6 of 12 clients busy for 0.5 s.
     Earlier versions only considered s >= #busy = 6 > s_max and fell back to s_max = 3."""
     strategy = GradientCoding(FedAvg(), s="auto", s_max=3, busy=busy_mode, seed=0)
+    policy = strategy.code_policy
     cohort = list(range(100, 112))
     estimator = LatencyEstimator(N, load_exponent=1.0)
     estimator.update(np.ones(N), np.ones(N), 1.0)
-    strategy._placements[N] = NestedPlacement(N, 3, seed=0)
-    strategy._latency = estimator
-    strategy._node_index = {node: i for i, node in enumerate(cohort)}
+    policy.placements[N] = NestedPlacement(N, 3, seed=0)
+    policy.book.estimator = estimator
+    policy.book.node_index = {node: i for i, node in enumerate(cohort)}
     strategy.clock.now = 10.0
     busy_nodes = {cohort[w] for w in busy_workers}
     strategy.clock.busy_until = {node: 10.5 for node in busy_nodes}
     # the server's knowledge: one partition sent 0.5 s ago, not returned; at 1 s per
     # partition (every observation so far) it needs 0.5 s more
-    strategy._outstanding = {node: [[9.5, 1.0, None]] for node in busy_nodes}
-    code = strategy._adaptive_code(N, busy_nodes, cohort)
+    policy.outstanding.update({node: [[9.5, 1.0, None]] for node in busy_nodes})
+    code = policy.plan(cohort, busy_nodes)
     assert code.s == expected_s
-    decision = strategy._decision
+    decision = policy.decision
     if busy_mode == "queue":
         assert decision.skip == ()
         # uncoded: 0.5 s busy + 1 s this round, then 1 s next round with no backlog left;
         # the wrapper compares two-round means (lookahead): (1.5 + 1) / 2
         assert decision.expected_times[0] == pytest.approx(1.25)
-        assert strategy._queued(busy_nodes, cohort) == busy_nodes
+        assert policy.queued(busy_nodes, cohort) == busy_nodes
     else:
         assert decision.skip == tuple(sorted(busy_workers))
-        assert strategy._queued(busy_nodes, cohort) == set()
+        assert policy.queued(busy_nodes, cohort) == set()
 
 
 def test_fixed_code_with_busy_fit_queues_from_the_servers_knowledge_not_the_clock():
@@ -221,23 +222,25 @@ def test_fixed_code_with_busy_fit_queues_from_the_servers_knowledge_not_the_cloc
 
     def strategy_for(busy):
         strategy = GradientCoding(FedAvg(), code="nested", s=1, s_max=3, busy=busy, seed=0)
+        policy = strategy.code_policy
         estimator = LatencyEstimator(N, load_exponent=1.0)
         estimator.update(np.ones(N), np.ones(N), 1.0)
-        strategy._latency = estimator
-        strategy._node_index = {node: i for i, node in enumerate(cohort)}
+        policy.book.estimator = estimator
+        policy.book.node_index = {node: i for i, node in enumerate(cohort)}
         strategy.clock.now, strategy.clock.last_duration = 10.0, 3.0
         strategy.clock.busy_until = {cohort[1]: 60.0, cohort[4]: 10.1}
-        strategy._outstanding = {cohort[1]: [[9.5, 1.0, None]], cohort[4]: [[9.9, 100.0, None]]}
-        return strategy
+        policy.outstanding.update({cohort[1]: [[9.5, 1.0, None]],
+                                   cohort[4]: [[9.9, 100.0, None]]})
+        return policy
 
     fit = strategy_for("fit")
-    assert fit._fixed_code(N, busy_nodes, cohort).s == 1
-    assert (fit._decision.s, fit._decision.skip) == (1, (4,))
-    assert fit._decision.expected_times == {1: pytest.approx(2.0)}
-    assert fit._queued(busy_nodes, cohort) == {cohort[1]}
+    assert fit.plan(cohort, busy_nodes).s == 1
+    assert (fit.decision.s, fit.decision.skip) == (1, (4,))
+    assert fit.decision.expected_times == {1: pytest.approx(2.0)}
+    assert fit.queued(busy_nodes, cohort) == {cohort[1]}
     queue = strategy_for("queue")
-    assert queue._fixed_code(N, busy_nodes, cohort).s == 1 and queue._decision is None
-    assert queue._queued(busy_nodes, cohort) == {cohort[4]}
+    assert queue.plan(cohort, busy_nodes).s == 1 and queue.decision is None
+    assert queue.queued(busy_nodes, cohort) == {cohort[4]}
 
 
 def test_fixed_code_with_busy_fit_runs_exact_rounds_and_feeds_its_estimator():
@@ -255,9 +258,9 @@ def test_fixed_code_with_busy_fit_runs_exact_rounds_and_feeds_its_estimator():
     theta = result.arrays["w"].numpy()
     assert all(r["decode"] == "exact" and r["s"] == 1 for r in strategy.history)
     assert np.linalg.norm(theta - expected) <= 1e-9 * np.linalg.norm(expected)
-    assert strategy._latency.n_rounds == 8
+    assert strategy.code_policy.book.estimator.n_rounds == 8
     # the work each node was sent is tracked: the last round's jobs, one per node sent work
-    assert sum(len(jobs) for jobs in strategy._outstanding.values()) >= N - 1
+    assert sum(len(jobs) for jobs in strategy.code_policy.outstanding.values()) >= N - 1
 
 
 def test_fixed_nested_code_uses_the_placement_auto_would_use():
@@ -274,18 +277,18 @@ def test_fixed_nested_code_uses_the_placement_auto_would_use():
 def test_auto_falls_at_most_to_half_the_last_rounds_s():
     """Trust region: the same deterministic state as above prefers uncoded (1.5 s), but after a
     round at s = 3 the next round may only go down to s = 1 (the best of s >= 1: 2 s)."""
-    strategy = GradientCoding(FedAvg(), s="auto", s_max=3, seed=0)
+    policy = GradientCoding(FedAvg(), s="auto", s_max=3, seed=0).code_policy
     cohort = list(range(100, 112))
     estimator = LatencyEstimator(N, load_exponent=1.0)
     estimator.update(np.ones(N), np.ones(N), 1.0)
-    strategy._placements[N] = NestedPlacement(N, 3, seed=0)
-    strategy._latency = estimator
-    strategy._node_index = {node: i for i, node in enumerate(cohort)}
-    assert strategy._adaptive_code(N, set(), cohort).s == 0  # no previous round: no limit
-    strategy._last_auto_s[N] = 3  # the last round (this cohort size) was at s = 3
-    code = strategy._adaptive_code(N, set(), cohort)
-    assert code.s == 1 and set(strategy._decision.expected_times) == {1, 2, 3}
-    assert strategy._decision.expected_times[1] == pytest.approx(2.0)
+    policy.placements[N] = NestedPlacement(N, 3, seed=0)
+    policy.book.estimator = estimator
+    policy.book.node_index = {node: i for i, node in enumerate(cohort)}
+    assert policy.plan(cohort, set()).s == 0  # no previous round: no limit
+    policy.last_s[N] = 3  # the last round (this cohort size) was at s = 3
+    code = policy.plan(cohort, set())
+    assert code.s == 1 and set(policy.decision.expected_times) == {1, 2, 3}
+    assert policy.decision.expected_times[1] == pytest.approx(2.0)
 
 
 @pytest.mark.parametrize("margin", [0.0, 0.3])
@@ -329,20 +332,21 @@ def test_the_estimator_splits_a_queued_reply_at_the_arrival_of_the_reply_before_
 
     cohort = [10, 11, 12, 13]
     strategy = GradientCoding(FedAvg(), code="frc", s=1, busy="fit", seed=0)
-    strategy._latency = LatencyEstimator(4)
-    strategy._node_index = {node: i for i, node in enumerate(cohort)}
+    policy = strategy.code_policy
+    policy.book.estimator = LatencyEstimator(4)
+    policy.book.node_index = {node: i for i, node in enumerate(cohort)}
     strategy.clock.now = strategy.clock.round_start = 6.0
-    strategy._outstanding = {10: [[6.0, 2.0, None]], 11: [[0.0, 2.0, 10.0], [6.0, 2.0, None]],
-                             12: [[6.0, 2.0, None]], 13: [[0.0, 2.0, None], [6.0, 2.0, None]]}
+    policy.outstanding.update({10: [[6.0, 2.0, None]], 11: [[0.0, 2.0, 10.0], [6.0, 2.0, None]],
+                               12: [[6.0, 2.0, None]], 13: [[0.0, 2.0, None], [6.0, 2.0, None]]})
     state = SimpleNamespace(code=strategy.code_for(4), cohort=cohort, busy=[1, 3],
                             sent=dict.fromkeys(range(4)))
-    strategy._observe(state, dict.fromkeys(range(4), 5.0), RoundWindow([0, 1, 2, 3], 11.0))
-    rec = strategy._latency._rounds[-1]
+    policy.observe(state, dict.fromkeys(range(4), 5.0), RoundWindow([0, 1, 2, 3], 11.0))
+    rec = policy.book.estimator.rounds[-1]
     np.testing.assert_allclose(rec.busy, [0.0, 4.0, 0.0, 5.0])
     np.testing.assert_allclose(rec.y[:3], [5.0, 1.0, 5.0])
     np.testing.assert_array_equal(rec.load, [2.0, 2.0, 2.0, 0.0])
     # each job is recorded as back when its reply arrived
-    assert [jobs[-1][2] for jobs in strategy._outstanding.values()] == [11.0] * 4
+    assert [jobs[-1][2] for jobs in policy.outstanding.values()] == [11.0] * 4
 
 
 # ------------------------------------------------------------------ sampled cohorts
@@ -355,16 +359,17 @@ def test_auto_keeps_what_it_learnt_about_nodes_across_sampled_cohorts(monkeypatc
     import random
 
     from fl_gradcode.adaptive import CohortView
+    from fl_gradcode.flower.policy import AdaptiveCodePolicy
 
     cohorts, views = [], []
-    real = GradientCoding._adaptive_code
+    real = AdaptiveCodePolicy.estimator
 
-    def spy(self, n, busy_nodes, cohort):
-        cohorts.append([self.identities[node].partition_id for node in cohort])
-        views.append(self._estimator(n, cohort))
-        return real(self, n, busy_nodes, cohort)
+    def spy(self, n, cohort):
+        cohorts.append([int(self.partition_key(node).split("/")[0]) for node in cohort])
+        views.append(real(self, n, cohort))
+        return views[-1]
 
-    monkeypatch.setattr(GradientCoding, "_adaptive_code", spy)
+    monkeypatch.setattr(AdaptiveCodePolicy, "estimator", spy)
     random.seed(3)  # Flower's FedAvg samples its cohort with the random module
     app = ClientApp(mods=[gradient_coding_mod])
     app.train()(train)
@@ -388,8 +393,9 @@ def test_auto_keeps_what_it_learnt_about_nodes_across_sampled_cohorts(monkeypatc
     got = result.arrays["w"].numpy()
     assert np.linalg.norm(got - theta) <= 1e-9 * np.linalg.norm(theta)
     # one estimator for every node sampled so far, seen through each cohort
-    assert strategy._latency.n_rounds == rounds
-    assert strategy._latency.n == len(strategy._node_index) == len({p for c in cohorts for p in c})
+    book = strategy.code_policy.book
+    assert book.estimator.n_rounds == rounds
+    assert book.estimator.n == len(book.node_index) == len({p for c in cohorts for p in c})
     assert any(isinstance(v, CohortView) for v in views)
     assert np.mean([r["s"] for r in strategy.history[3:]]) < 1.0
 
@@ -426,11 +432,6 @@ def test_simulated_latency_follows_the_node_not_its_position_in_a_sampled_cohort
     from fl_gradcode.latency import PersistentSlow
 
     cohorts = []
-    real = GradientCoding._fixed_code
-
-    def spy(self, n, busy_nodes, cohort):
-        cohorts.append({self.identities[node].partition_id for node in cohort})
-        return real(self, n, busy_nodes, cohort)
 
     random.seed(1)
     app = ClientApp(mods=[gradient_coding_mod])
@@ -442,7 +443,13 @@ def test_simulated_latency_follows_the_node_not_its_position_in_a_sampled_cohort
                                slowdown=20.0, slow=(3,)),
         measured_compute=False,
     )
-    strategy._fixed_code = spy.__get__(strategy)
+    real = strategy.code_policy.plan
+
+    def spy(cohort, busy_nodes):
+        cohorts.append({strategy.identities[node].partition_id for node in cohort})
+        return real(cohort, busy_nodes)
+
+    strategy.code_policy.plan = spy
     strategy.start(grid=InProcessGrid(app, N),
                    initial_arrays=ArrayRecord({"w": Array(np.zeros(DIM))}),
                    num_rounds=8, train_config=ConfigRecord({}))
@@ -523,7 +530,8 @@ def test_a_latency_state_keeps_the_clients_a_sampled_cohort_has_not_met(tmp_path
         np.zeros(DIM))}), num_rounds=1, train_config=ConfigRecord({}))
     after = json.loads(path.read_text())
     assert sorted(after["clients"]) == sorted(before["clients"])
-    sampled = {f"{strategy.identities[node].partition_id}/{N}" for node in strategy._node_index}
+    sampled = {f"{strategy.identities[node].partition_id}/{N}"
+               for node in strategy.code_policy.book.node_index}
     assert len(sampled) == N // 2
     for key in set(before["clients"]) - sampled:  # unmet: the same records, as read
         i, j = before["clients"].index(key), after["clients"].index(key)
@@ -546,13 +554,14 @@ def test_a_latency_state_names_a_node_that_rejoins_apart_and_warns_on_a_foreign_
     foreign.write_text(json.dumps(est.export_rounds(["7/40"])))
     strategy = GradientCoding(FedAvg(), s="auto", latency_state=str(foreign))
     strategy.identities = {101: Identity(0, 2), 102: Identity(1, 2), 103: Identity(0, 2)}
+    policy = strategy.code_policy
     with caplog.at_level(logging.WARNING, logger="flwr"):
-        strategy._estimator(2, [101, 102])
+        policy.estimator(2, [101, 102])
     assert any("informs nothing" in r.getMessage() for r in caplog.records)
-    strategy._estimator(2, [103, 102])  # partition 0 again, under a new node id
-    assert strategy._index_keys == ["7/40", "0/2", "1/2", "0/2#3"]
-    assert strategy._node_index == {101: 1, 102: 2, 103: 3}
-    strategy._save_latency_state()
+    policy.estimator(2, [103, 102])  # partition 0 again, under a new node id
+    assert policy.book.keys == ["7/40", "0/2", "1/2", "0/2#3"]
+    assert policy.book.node_index == {101: 1, 102: 2, 103: 3}
+    policy.save_state()
     # clients with no work in any remembered round carry no information: not written
     saved = json.loads(foreign.read_text())
     assert saved["clients"] == ["7/40"] and saved["rounds"][0]["load"] == [1.0]

@@ -363,10 +363,10 @@ def test_auto_trust_region_does_not_carry_over_to_another_cohort_size():
 
     from fl_gradcode.flower import GradientCoding
 
-    strategy = GradientCoding(FedAvg(), s="auto", seed=0)
+    policy = GradientCoding(FedAvg(), s="auto", seed=0).code_policy
     big, small = list(range(100, 140)), list(range(200, 208))
-    assert strategy._adaptive_code(40, set(), big).s == 10  # no data yet: s_max = 40 // 4
-    est = strategy._latency
+    assert policy.plan(big, set()).s == 10  # no data yet: s_max = 40 // 4
+    est = policy.book.estimator
     est.update(np.ones(est.n), np.ones(est.n), 1.0)
-    code = strategy._adaptive_code(8, set(), small)
+    code = policy.plan(small, set())
     assert 0 <= code.s <= 2 and code.n == 8

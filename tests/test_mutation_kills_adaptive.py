@@ -15,7 +15,8 @@ import pytest
 from scipy.stats import norm
 from test_adaptive import closed_loop
 
-from fl_gradcode.adaptive import LatencyEstimator, _fit_gpd, _Survival, choose_s
+from fl_gradcode.adaptive import LatencyEstimator, choose_s
+from fl_gradcode.adaptive.survival import Survival, fit_gpd
 
 
 # ------------------------------------------------------------------ validation and priors
@@ -117,7 +118,7 @@ def test_one_slow_reply_is_shrunk_by_the_gaussian_prior_on_log_slowness(slowness
 def test_the_density_of_one_event_is_a_gaussian_of_silvermans_bandwidth():
     """One event at 0: the smoothed density is N(0, bw^2) with bw = 0.9 * 0.05 (the spread's
     floor; Silverman's rule at one point), so it integrates to 1 and has variance bw^2."""
-    curve = _Survival(np.array([0.0]), np.array([True]), np.array([1.0]))
+    curve = Survival(np.array([0.0]), np.array([True]), np.array([1.0]))
     h, size = 0.001, 801
     lo = -0.4
     logp, logs = curve.log_tables(lo, h, size)
@@ -135,9 +136,9 @@ def test_the_density_of_one_event_is_a_gaussian_of_silvermans_bandwidth():
 def test_kaplan_meier_counts_a_time_censored_at_an_event_time_as_still_at_risk():
     """Textbook convention (Kaplan & Meier 1958): on a tie the event comes first, so the one
     censored at t = 1 is at risk at t = 1: S(1) = 1 - 1/2, not 1 - 1/1."""
-    curve = _Survival(np.array([1.0, 1.0]), np.array([False, True]), np.ones(2))
+    curve = Survival(np.array([1.0, 1.0]), np.array([False, True]), np.ones(2))
     np.testing.assert_allclose(curve.surv, [0.5])
-    curve = _Survival(np.array([1.0, 1.0, 2.0]), np.array([True, False, True]), np.ones(3))
+    curve = Survival(np.array([1.0, 1.0, 2.0]), np.array([True, False, True]), np.ones(3))
     np.testing.assert_allclose(curve.surv, [2 / 3, 0.0])
 
 
@@ -148,7 +149,7 @@ def test_the_gpd_fit_recovers_the_shape_and_scale_of_gpd_excesses(xi, sigma):
     (Pickands 1975)."""
     u = np.random.default_rng(0).random(4000)
     y = -sigma * np.log1p(-u) if xi == 0 else sigma / xi * ((1 - u) ** -xi - 1)
-    got_xi, got_sigma = _fit_gpd(y, np.ones(y.size, dtype=bool), np.ones(y.size))
+    got_xi, got_sigma = fit_gpd(y, np.ones(y.size, dtype=bool), np.ones(y.size))
     assert got_xi == pytest.approx(xi, abs=0.051)
     assert got_sigma == pytest.approx(sigma, rel=0.05)
 

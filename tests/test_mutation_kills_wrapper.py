@@ -469,21 +469,22 @@ def test_auto_prices_a_busy_client_by_the_work_it_was_sent_and_when(monkeypatch)
     # round 2: work queued behind the unfinished job adds to it (sent at 0 all the same)
     row = strategy.history[1]
     assert 3 not in row["busy"]  # queued, not skipped
-    extra = float(adaptive.code_loads(strategy._placements[4].code(row["s"]))[3])
+    policy = strategy.code_policy
+    extra = float(adaptive.code_loads(policy.placement(4).code(row["s"]))[3])
     # round 1's job (sent at 0, 2 units, back at 100 s) and round 2's queued behind it (sent
     # at 3 s; 1 s of its own after the 100-s job), each with its deadline (the timeout, 1e6 s)
-    node = next(nd for nd, i in strategy._node_index.items() if i == 3)
-    assert strategy._outstanding[node] == [[0.0, 2.0, 100.0, 1e6], [3.0, extra, 101.0, 3.0 + 1e6]]
+    node = next(nd for nd, i in policy.book.node_index.items() if i == 3)
+    assert policy.outstanding[node] == [[0.0, 2.0, 100.0, 1e6], [3.0, extra, 101.0, 3.0 + 1e6]]
 
 
 def test_a_busy_nodes_current_job_starts_when_the_reply_before_it_arrived():
     """Jobs not known to be done: round 1's (sent at 0, 2 units, back at 5 s) and round 2's
     (sent at 3 s, 4 units, still out). At 4 s neither is back: 6 units, started at 0. At 8 s
     the first is done: 4 units, computing since its predecessor's reply at 5 s."""
-    strategy = GradientCoding(FedAvg(), s="auto", s_max=3, seed=0)
-    strategy._outstanding = {7: [[0.0, 2.0, 5.0], [3.0, 4.0, None]]}
-    assert strategy._pending_work(7, 4.0, 9.0) == (4.0, 6.0)
-    assert strategy._pending_work(7, 8.0, 9.0) == (3.0, 4.0)
-    assert strategy._outstanding[7] == [[3.0, 4.0, None]]
+    book = GradientCoding(FedAvg(), s="auto", s_max=3, seed=0).code_policy.book
+    book.outstanding[7] = [[0.0, 2.0, 5.0], [3.0, 4.0, None]]
+    assert book.pending_work(7, 4.0, 9.0) == (4.0, 6.0)
+    assert book.pending_work(7, 8.0, 9.0) == (3.0, 4.0)
+    assert book.outstanding[7] == [[3.0, 4.0, None]]
     # no record (work sent before a restart): the given largest load, from now
-    assert strategy._pending_work(8, 8.0, 9.0) == (0.0, 9.0)
+    assert book.pending_work(8, 8.0, 9.0) == (0.0, 9.0)

@@ -172,14 +172,14 @@ def test_a_stopped_reply_is_not_counted_as_bytes_received():
 def test_a_stopped_job_is_done_at_the_deadline_in_the_servers_records():
     outcome = _slow_run(True, rounds=1, busy="fit")
     node = outcome.strategy._round.cohort[5]
-    jobs = outcome.strategy._outstanding[node]
+    jobs = outcome.strategy.code_policy.outstanding[node]
     assert jobs[-1][2] == pytest.approx(5.0)  # round 1 started at 0: free at the deadline
 
 
 @pytest.mark.parametrize("stop", [False, True])
 def test_a_stopped_worker_is_censored_at_the_deadline_not_observed_late(stop):
     outcome = _slow_run(stop, rounds=23, busy="fit")
-    first = next(rec for rec in outcome.strategy._latency._rounds if rec.index == 0)
+    first = outcome.strategy.code_policy.book.estimator.round(0)
     slow = int(np.flatnonzero(np.isnan(first.y))[0]) if stop else \
         int(np.argmax(np.nan_to_num(first.y)))
     if stop:  # its time is only known to exceed the deadline
@@ -317,7 +317,7 @@ def test_each_round_s_deadline_is_the_factor_times_its_predicted_time(factor):
         assert busy_until == pytest.approx(start + rows[1]["round_deadline_s"])
         assert rows[1]["stopped_at_deadline"] == 1
         # the server's record of that job: sent at the round's start, stops at its deadline
-        job = outcome.strategy._outstanding[node][-1]
+        job = outcome.strategy.code_policy.outstanding[node][-1]
         assert job[0] == pytest.approx(start)
         assert job[3] == pytest.approx(start + rows[1]["round_deadline_s"])
 
@@ -377,15 +377,16 @@ def test_work_stopped_before_it_could_start_is_no_observation_until_its_stop():
     strategy = GradientCoding(FedAvg(fraction_evaluate=0.0), s="auto", auto_deadline=3.0)
     estimator = LatencyEstimator(2)
     rid = estimator.update(np.array([1.0, np.nan]), np.ones(2), 1.0)
-    strategy._latency, strategy._node_index, strategy._index_keys = estimator, {10: 0, 11: 1}, [
-        "0/2", "1/2"]
+    policy = strategy.code_policy
+    policy.book.estimator, policy.book.node_index = estimator, {10: 0, 11: 1}
+    policy.book.keys = ["0/2", "1/2"]
     # client 1: its round started at 0, deadline 3 s, queued behind a job that ended at 10 s
-    strategy._late_observations = [(10.0, rid, 1, 3.0, True)]
+    policy.book.late.append((10.0, rid, 1, 3.0, True))
     strategy.clock.now = 5.0
-    strategy._estimator(2, [10, 11])
-    record = next(rec for rec in estimator._rounds if rec.index == rid)
+    policy.estimator(2, [10, 11])
+    record = estimator.round(rid)
     assert record.limit[1] == pytest.approx(1.0)  # still censored at the round's end
     strategy.clock.now = 10.0
-    strategy._estimator(2, [10, 11])
+    policy.estimator(2, [10, 11])
     assert record.limit[1] == pytest.approx(3.0) and np.isnan(record.y[1])
-    assert strategy._late_observations == []
+    assert policy.book.late == []

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from .clock import VirtualClock, WallClock
     from .grid import EarlyReturnGrid
     from .mod import gradient_coding_mod, make_gradient_coding_mod, partition_seed
+    from .policy import AdaptiveCodePolicy, CodePolicy, FixedCodePolicy
     from .protocol import PROTOCOL_KEY, RejectedReply
     from .wrapper import GradientCoding
 
@@ -25,6 +26,7 @@ _LAZY = {
     "VirtualClock": "clock", "WallClock": "clock", "EarlyReturnGrid": "grid",
     "gradient_coding_mod": "mod", "make_gradient_coding_mod": "mod", "partition_seed": "mod",
     "PROTOCOL_KEY": "protocol", "RejectedReply": "protocol", "GradientCoding": "wrapper",
+    "CodePolicy": "policy", "FixedCodePolicy": "policy", "AdaptiveCodePolicy": "policy",
 }
 
 
@@ -42,7 +44,10 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "PROTOCOL_KEY",
+    "AdaptiveCodePolicy",
+    "CodePolicy",
     "EarlyReturnGrid",
+    "FixedCodePolicy",
     "GradientCoding",
     "RejectedReply",
     "VirtualClock",

@@ -63,6 +63,8 @@ class Clock(Protocol):
     returns_early: bool
     #: work can be queued on a busy member (its jobs are tracked)
     queues_work: bool
+    #: worker -> seconds its queued work waits behind an earlier job (this round)
+    backlog: Mapping[int, float]
 
     def busy_members(self, cohort: Iterable[int], grid: Any) -> set[int]: ...
     def wait_for_free(self, cohort: Iterable[int], grid: Any, timeout: float) -> None: ...
@@ -240,6 +242,7 @@ class WallClock:
         self.stop_at_deadline = bool(stop_at_deadline)
         self.now = 0.0
         self.round_start = 0.0
+        self.backlog: dict[int, float] = {}  # never queued: always empty
         self._t0 = time.monotonic()
 
     def busy_members(self, cohort: Iterable[int], grid: Any) -> set[int]:

@@ -31,7 +31,6 @@ References:
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import time
@@ -57,14 +56,15 @@ from ..privacy import (
 )
 from ..results import RoundRecorder
 from . import compat, protocol
-from .clock import VirtualClock, make_clock
+from .clock import make_clock
 from .collector import ReplyCollector
 from .deadline_policy import DeadlinePolicy
 from .dispatch import Dispatcher
 from .grid import EarlyReturnGrid
 from .integrity import reply_sizes
-from .membership import Membership, code_for_cohort
+from .membership import Membership
 from .options import Options
+from .policy import CodePolicy, is_policy_factory, make_code_policy
 from .protocol import CodedReply, Identity
 from .quarantine import Quarantine
 from .records import RoundLog, RoundOutcome, quiet_inner_aggregation
@@ -110,6 +110,14 @@ class GradientCoding(Strategy):
     ``config.json``), ``evaluate_fn`` (also accepted by ``start``; its ``accuracy`` and
     ``loss`` go into ``rounds.jsonl``).
 
+    ``code_policy`` (:mod:`~fl_gradcode.flower.policy`): which code each round uses and whom
+    to queue. ``None`` (default): built from the keywords above
+    (:func:`~fl_gradcode.flower.policy.make_code_policy`). A class (a subclass of
+    :class:`~fl_gradcode.flower.policy.AdaptiveCodePolicy` for ``s="auto"``, of
+    ``FixedCodePolicy`` otherwise, or any callable taking the same keywords) is built with
+    them: how a scheme of one's own plugs in. A policy instance is used as given (its
+    ``adaptive``, ``busy`` and ``estimating`` then decide the rounds).
+
     Each option keeps its flat name as a read-only attribute (``strategy.timing``,
     ``strategy.busy_mode`` for the resolved ``busy``, ...).
     """
@@ -140,6 +148,7 @@ class GradientCoding(Strategy):
         seed: int = 0, results_dir: str | None = None,
         evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
         run_config: dict[str, Any] | None = None,
+        code_policy: CodePolicy | Callable[..., CodePolicy] | None = None,
     ) -> None:
         # refuse what coding cannot make exact (per-client aggregators, DP wrappers, legacy
         # strategies); an unknown aggregation is checked once on the first round
@@ -165,11 +174,13 @@ class GradientCoding(Strategy):
                                 measured_compute=t.measured_compute,
                                 compute_cost_s=t.compute_cost_s,
                                 upload_bandwidth=t.upload_bandwidth)
-        self.deadlines = DeadlinePolicy(options.deadline, options.estimating)
+        self.code_policy = self._build_policy(code_policy)
+        self.deadlines = DeadlinePolicy(options.deadline, self.code_policy.estimating)
         self._quarantine = Quarantine()
         self.collector = ReplyCollector(self.clock, self.deadlines, options.integrity,
                                         self._quarantine, self._fingerprints)
-        self._init_code_policy()
+        # per code object, weakly: codes built per round come and go
+        self._amplification: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.recorder = (RoundRecorder(results_dir, options.describe(type(strategy).__name__,
                                                                      run_config))
                          if results_dir else None)
@@ -186,36 +197,21 @@ class GradientCoding(Strategy):
         self._confirmed_sizes: dict[tuple[int, int], float] = {}  # by >= 2 agreeing replicas
         self.stopped = False
         self._wrapped_grid: EarlyReturnGrid | None = None
+        self.code_policy.bind(self)
 
-    def _init_code_policy(self) -> None:
-        """The state of the code policy (fixed or ``s="auto"``) and of the wire choice."""
-        self._estimating = self.options.estimating
-        self._placements: dict[int, Any] = {}
-        # one latency estimator over every node ever sampled (node id -> its index), seen
-        # through each round's cohort; the estimator's client names (data partitions), and
-        # the latency_state file's clients not yet claimed by a node (name -> index)
-        self._latency: Any = None
-        self._node_index: dict[int, int] = {}
-        self._index_keys: list[str] = []
-        self._unclaimed: dict[str, int] = {}
-        self._file_clients = 0  # clients read from the file, until one is claimed
-        # (arrival, estimator round id, node index, elapsed, stopped): replies after their round
-        self._late_observations: list[tuple[float, int, int, float, bool]] = []
-        # node -> its jobs not known to be done: [sent at, units, reply arrival, deadline]
-        self._outstanding: dict[int, list[list[Any]]] = {}
-        self._decision: Any = None
-        self._last_auto_s: dict[int, int] = {}  # cohort size -> auto's last s
-        self._codes: dict[int, GradientCode] = {}
-        # per code object, weakly: codes built per round come and go
-        self._amplification: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-        self._warm_start = _read_latency_state(self.latency_state)
-        if self._warm_start is not None:
-            here, there = self._state_meta(), self._warm_start.get("meta", {})
-            differ = {k: there[k] for k in here if k in there and there[k] != here[k]}
-            if differ:
-                log(WARNING, "latency_state=%r was written by a run with %s (this run: %s); "
-                    "its times may not compare with this run's", self.latency_state, differ,
-                    {k: here[k] for k in differ})
+    def _build_policy(self, given: CodePolicy | Callable[..., CodePolicy] | None) -> CodePolicy:
+        """The code policy: ``given`` (an instance), or built from the options (by ``given``
+        when it is a policy class or factory)."""
+        if given is not None and not is_policy_factory(given):
+            return given
+        return make_code_policy(
+            factory=given, code=self.code_spec, s="auto" if self.adaptive else self.s,
+            s_max=self.s_max, auto_margin=self.auto_margin, exclude_slow=self.exclude_slow,
+            code_options=self.code_options, seed=self.seed, busy=self.busy_mode,
+            min_replies=self.min_replies, stop_late_work=self.stop_late_work,
+            straggler_timeout=self.straggler_timeout, latency_state=self.latency_state,
+            timing=self.timing, measured_compute=self.measured_compute,
+            compute_cost_s=self.compute_cost_s)
 
     def __getattr__(self, name: str) -> Any:
         # only for names not found: an option by its flat name, else Flower's legacy server
@@ -235,220 +231,9 @@ class GradientCoding(Strategy):
     def _round(self, state: _Round | None) -> None:
         self.collector.state = state
 
-    def _adaptive_code(self, n: int, busy_nodes: set[int], cohort: list[int]) -> GradientCode:
-        """``s="auto"``: this round's code from the nested placement and the estimator."""
-        from ..codes import NestedPlacement
-
-        if n not in self._placements:
-            s_max = min(self.s_max if self.s_max is not None else max(1, n // 4), n - 1)
-            self._placements[n] = NestedPlacement(n, s_max, seed=self.seed)
-        placement = self._placements[n]
-        estimator = self._estimator(n, cohort)
-        # trust region: s falls at most to half the last round's (the load exponent is
-        # extrapolated beyond the loads seen so far), within one cohort size's placement
-        last = self._last_auto_s.get(n, 0) if estimator.has_data else 0
-        candidates = [c for c in placement.stable_values if c >= last // 2]
-        self._decision = self._decide(placement, estimator, busy_nodes, cohort, candidates)
-        self._last_auto_s[n] = self._decision.s
-        if self._decision.excluded:
-            return placement.code_excluding(self._decision.s, self._decision.excluded)
-        return placement.code(self._decision.s)
-
-    def _fixed_code(self, n: int, busy_nodes: set[int], cohort: list[int]) -> GradientCode:
-        """A fixed code; with ``busy="fit"`` also whom to queue, decided as for ``s="auto"``
-        (:class:`~fl_gradcode.adaptive.SingleCode`: the code is the only candidate)."""
-        code = self.code_for(n)
-        if self.busy_mode == "fit":
-            from ..adaptive import SingleCode
-
-            self._decision = self._decide(
-                SingleCode(code), self._estimator(n, cohort), busy_nodes, cohort, [code.s]
-            )
-        return code
-
-    def _estimator(self, n: int, cohort: list[int]) -> Any:
-        """The latency estimator seen through this cohort (``n`` members), fed with the late
-        and outstanding replies. Nodes seen for the first time join it with no record, or
-        with their data partition's record from the ``latency_state`` file."""
-        from ..adaptive import LatencyEstimator
-
-        if self._latency is None and self._warm_start is not None:
-            self._read_warm_start(LatencyEstimator)
-        while len(self._index_keys) < len(self._node_index):  # indices set from outside
-            self._index_keys.append(f"index:{len(self._index_keys)}")
-        for node in cohort:
-            if node not in self._node_index:
-                key = self._partition_key(node)
-                i = self._unclaimed.pop(key, None)
-                if i is None:  # new (or a partition already claimed: a distinct name)
-                    i = len(self._index_keys)
-                    self._index_keys.append(key if key not in self._index_keys else f"{key}#{i}")
-                self._node_index[node] = i
-        if self._file_clients and len(self._unclaimed) == self._file_clients:
-            self._file_clients = 0  # (warned once)
-            log(WARNING, "none of the %d clients in %s is a data partition of this cohort "
-                "(named 'id/num-partitions'): the file informs nothing yet",
-                len(self._unclaimed), self.latency_state)
-        if self._latency is None:
-            self._latency = LatencyEstimator(len(self._index_keys), seed=self.seed)
-        estimator = self._latency
-        if len(self._index_keys) > estimator.n:
-            estimator.grow(len(self._index_keys))
-        now = self.clock.now
-        for item in list(self._late_observations):
-            arrival, rid, index, elapsed, stopped = item
-            if arrival <= now:
-                if stopped:  # abandoned at the deadline: only that it took longer is known
-                    estimator.observe_pending(rid, index, elapsed)
-                else:
-                    estimator.observe_late(rid, index, elapsed)
-                self._late_observations.remove(item)
-            else:  # still outstanding: only that it has not arrived by now is known
-                # (a job stopped before it could start began after its round: nothing yet)
-                estimator.observe_pending(rid, index, max(now - (arrival - elapsed), 0.0))
-        members = [self._node_index[node] for node in cohort]
-        if members == list(range(estimator.n)):
-            return estimator  # every node, in order: the estimator itself
-        return estimator.view(members)
-
-    def _read_warm_start(self, factory: Any) -> None:
-        """Start the estimator from the ``latency_state`` file: its clients at reserved
-        indices that nodes claim by data partition when first seen (in this cohort, a later
-        one, or never: a record not claimed is kept and written back with the rest)."""
-        state, self._warm_start = self._warm_start, None
-        clients = list(state["clients"])
-        if clients:
-            self._latency = factory(len(clients), seed=self.seed)
-            remembered = self._latency.import_rounds(state, clients)
-            self._index_keys = clients
-            self._unclaimed = {key: i for i, key in enumerate(clients)}
-            self._file_clients = len(clients)
-        else:
-            remembered = 0
-        log(INFO, "latency observations of %d rounds and %d clients read from %s",
-            remembered, len(clients), self.latency_state)
-
-    def _state_meta(self) -> dict[str, Any]:
-        """How this run measures time (written with the ``latency_state`` file, compared when
-        it is read: times from another clock or cost model are not comparable)."""
-        return {"timing": self.timing, "measured_compute": self.measured_compute,
-                "compute_cost_s": self.compute_cost_s}
-
-    def _partition_key(self, node: int) -> str:
-        """A node's name in the ``latency_state`` file: its data partition as ``"id/of"``
-        (stable across runs, unlike node ids)."""
-        identity = self.identities.get(node)
-        return f"node:{node}" if identity is None else "{}/{}".format(*_key(identity))
-
-    def _save_latency_state(self) -> None:
-        """Write the estimator's rounds to ``latency_state`` (a temporary file, then renamed:
-        a run killed mid-write leaves the previous file). Never ends a run: a failure warns."""
-        if self.latency_state is None or self._latency is None:
-            return
-        tmp = f"{self.latency_state}.{os.getpid()}.tmp"
-        try:
-            # clients without work in any remembered round carry no information: left out,
-            # so that names never claimed again (foreign, rejoined) leave once they age out
-            state = self._latency.export_rounds(self._index_keys, self._state_meta(),
-                                                informative_only=True)
-            parent = os.path.dirname(os.path.abspath(self.latency_state))
-            os.makedirs(parent, exist_ok=True)
-            with open(tmp, "w", encoding="utf-8") as fh:
-                json.dump(state, fh)
-            os.replace(tmp, self.latency_state)
-        except Exception as exc:  # the run does not need the file: warn, go on
-            log(WARNING, "could not write latency observations to %s: %s",
-                self.latency_state, exc)
-            with contextlib.suppress(OSError):
-                os.remove(tmp)
-
-    def _decide(self, placement: Any, estimator: Any, busy_nodes: set[int], cohort: list[int],
-                candidates: list[int]) -> Any:
-        """:func:`~fl_gradcode.adaptive.choose_s` over ``candidates``, the busy clients priced
-        from what the server knows (``busy="fit"`` queues those expected to start in time)."""
-        from ..adaptive import choose_s
-
-        n, now = placement.n, self.clock.now
-        busy_until = pending = None
-        if isinstance(self.clock, VirtualClock):
-            # what a server knows of a busy client: when it was sent the work it has not
-            # returned, and how much (not when the reply will arrive: that is the simulator's)
-            elapsed, units = np.full(n, np.nan), np.zeros(n)
-            limit = np.full(n, np.inf)
-            for w, node in enumerate(cohort):
-                if node in busy_nodes:
-                    elapsed[w], units[w] = self._pending_work(node, now, placement.s_max + 1.0)
-                    jobs = self._outstanding.get(node)
-                    if self.stop_late_work and jobs:  # its work stops at its deadline
-                        limit[w] = max(max(job[3] for job in jobs) - now, 0.0)
-            pending = (elapsed, units)
-        else:
-            busy_until = np.array(
-                [now + self.straggler_timeout if node in busy_nodes else 0.0 for node in cohort]
-            )
-        # skip: busy clients never reply this round (only codes decodable without them
-        # finish); queue / fit: those expected to finish in time get queued work, the rest skip
-        return choose_s(
-            placement, estimator, busy_until=busy_until, pending=pending, now=now,
-            candidates=candidates, busy="skip" if self.busy_mode == "skip" else "fit",
-            margin=self.auto_margin, lookahead=True,
-            rng=np.random.default_rng([self.seed, estimator._next_index]),
-            exclude_slower_than=self.exclude_slow if self.adaptive else None,
-            pending_limit=None if pending is None or not self.stop_late_work else limit,
-        )
-
-    def _pending_work(self, node: int, now: float, unknown: float) -> tuple[float, float]:
-        """``(seconds since its current job started, units not returned)`` of a busy node:
-        jobs whose replies arrived by ``now`` are done; the oldest other job started when it
-        was sent or when the reply before it arrived. A node with no record (work sent before
-        a restart) counts as ``unknown`` units (a full share of the placement) started now."""
-        jobs = self._outstanding.get(node, [])
-        done = [job for job in jobs if job[2] is not None and job[2] <= now]
-        left = [job for job in jobs if job[2] is None or job[2] > now]
-        self._outstanding[node] = left
-        if not left:
-            return 0.0, float(unknown)
-        start = max([left[0][0], *(job[2] for job in done)])
-        return now - start, float(sum(job[1] for job in left))
-
-    def _queued(self, busy_nodes: set[int], cohort: list[int]) -> set[int]:
-        """Busy members that get work queued behind their current job (``busy="queue"`` or
-        ``"fit"``)."""
-        if self.busy_mode == "skip" or not isinstance(self.clock, VirtualClock):
-            return set()
-        if self._estimating and self._decision is not None:
-            skip = {cohort[w] for w in self._decision.skip}
-            return {node for node in busy_nodes if node not in skip}
-        limit = self.straggler_timeout
-        if self.clock.last_duration is not None:
-            limit = min(limit, self.clock.last_duration)
-        now = self.clock.now
-        return {node for node in busy_nodes if self.clock.busy_until.get(node, 0.0) - now < limit}
-
     def code_for(self, n: int) -> GradientCode:
-        """The code for a cohort of ``n`` clients (built once per size; a size the code cannot
-        take gets the nearest code that can, with a WARNING:
-        :func:`~fl_gradcode.flower.membership.code_for_cohort`)."""
-        if isinstance(self.code_spec, GradientCode) and self.code_spec.n == n:
-            return self.code_spec
-        if n not in self._codes:
-            s = min(self.s, n - 1)
-            if s < self.s and isinstance(self.code_spec, str):
-                log(
-                    WARNING,
-                    "s=%d stragglers cannot be tolerated with a cohort of %d; using s=%d",
-                    self.s,
-                    n,
-                    s,
-                )
-            options = dict(self.code_options)
-            if self.code_spec == "ignore-stragglers":
-                options.setdefault("rescale", True)
-            code, why = code_for_cohort(self.code_spec, n, s, self.seed, options)
-            if why is not None:  # once per cohort size: the code is kept for that size
-                log(WARNING, "%s", why)
-            self._codes[n] = code
-        return self._codes[n]
+        """The code for a cohort of ``n`` clients (:meth:`~.policy.FixedCodePolicy.code_for`)."""
+        return self.code_policy.code_for(n)
 
     def wire_for(self, code: GradientCode) -> str:
         """The reply dtype for ``code`` (``"model"`` or ``"float64"``)."""
@@ -457,11 +242,6 @@ class GradientCoding(Strategy):
         if code not in self._amplification:
             self._amplification[code] = error_amplification(code, seed=self.seed)
         return "model" if self._amplification[code] <= 8.0 else "float64"
-
-    def _stopping_replies(self, code: GradientCode) -> int | None:
-        if self.min_replies is not None:
-            return min(self.min_replies, code.n)
-        return None if code.is_exact else code.n - code.s
 
     # ------------------------------------------------------------------ grid plumbing
     def wrap_grid(self, grid: Any) -> EarlyReturnGrid:
@@ -560,7 +340,7 @@ class GradientCoding(Strategy):
                                  inner_msgs[0].content)
         messages = [self.dispatcher.message(state, worker, node, content_of[node])
                     for worker, node in enumerate(cohort) if node not in idle]
-        self._track_jobs(state, queued)
+        self.code_policy.record_sent(state, queued)
         self._round = state
         return messages
 
@@ -580,25 +360,17 @@ class GradientCoding(Strategy):
         held = self._quarantine.held(server_round, cohort)  # stragglers: no work
         if isinstance(grid, EarlyReturnGrid):
             grid.collect_late()
+        policy = self.code_policy
         busy_nodes = self.clock.busy_members(cohort, grid)
-        if self.adaptive:
-            code = self._adaptive_code(len(cohort), busy_nodes, cohort)
-        else:
-            code = self._fixed_code(len(cohort), busy_nodes, cohort)
-        excluded = {cohort[w] for w in self._excluded_workers()}
-        queued = self._queued(busy_nodes, cohort) - excluded
+        code = policy.plan(cohort, busy_nodes)
+        excluded = {cohort[w] for w in policy.excluded_workers()}
+        queued = policy.queued(busy_nodes, cohort) - excluded
         if busy_nodes | excluded >= set(cohort) and not queued:  # never spend a round on nothing
             self.clock.wait_for_free(cohort, grid, self.round_timeout)
             busy_nodes = self.clock.busy_members(cohort, grid)
-            queued = self._queued(busy_nodes, cohort) - excluded
+            queued = policy.queued(busy_nodes, cohort) - excluded
         queued = queued - held  # quarantined: no work
         return code, (busy_nodes | held | excluded) - queued, queued, held
-
-    def _excluded_workers(self) -> tuple[int, ...]:
-        """Workers ``s="auto"`` excluded (heterogeneity-aware assignment): nothing to compute,
-        nothing sent. (Other codes' empty rows, e.g. bgc's, are still sent: their replies
-        count.)"""
-        return self._decision.excluded if self.adaptive and self._decision is not None else ()
 
     def _open_round(self, server_round: int, code: GradientCode, cohort: list[int],
                     idle: set[int], queued: set[int], held: set[int],
@@ -608,11 +380,11 @@ class GradientCoding(Strategy):
         key = array_key(content, getattr(self.inner, "arrayrecord_key", "arrays"))
         theta = {name: protocol.array_view(arr)
                  for name, arr in content.array_records[key].items()}
-        excluded_workers = self._excluded_workers()
+        excluded_workers = self.code_policy.excluded_workers()
         excluded = {cohort[w] for w in excluded_workers}
         queued_workers = {w: node for w, node in enumerate(cohort) if node in queued}
         self.clock.start_round(queued_workers,
-                               deadline=self.deadlines.round_deadline(self._decision))
+                               deadline=self.deadlines.round_deadline(self.code_policy.decision))
         state = _Round(
             number=server_round, code=code, cohort=cohort, partitions=partitions, sent={},
             busy=sorted(w for w, node in enumerate(cohort)
@@ -628,21 +400,6 @@ class GradientCoding(Strategy):
         state.quarantined = sorted(held)
         state.probe = self.collector.probe_for(state, self.code_options)
         return state
-
-    def _track_jobs(self, state: _Round, queued: set[int]) -> None:
-        """Remember the jobs sent (the code policy prices busy members from them): per node
-        ``[sent at, units, reply arrival (None: not yet), deadline (work stops)]``, behind its
-        unfinished jobs when queued."""
-        if not (self._estimating and self.clock.queues_work):
-            return
-        from ..adaptive import code_loads
-
-        units, now = code_loads(state.code, 1.0), self.clock.now
-        for worker in state.sent:
-            node = state.cohort[worker]
-            job = [now, float(units[worker]), None, now + self.clock.straggler_timeout]
-            jobs = self._outstanding.get(node, []) if node in queued else []
-            self._outstanding[node] = [*jobs, job]
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
@@ -675,7 +432,7 @@ class GradientCoding(Strategy):
         row = self._record(server_round, **self.round_log.coded_fields(
             state, outcome, self.identities, late_dropped=late + len(window.late),
             stopped_at_deadline=len(state.stopped) + stopped_late,
-            expected_round_s=self._expected_round_s(),
+            expected_round_s=self.code_policy.expected_round_s(),
             round_virtual_s=float(window.end - self.clock.round_start),
             round_deadline_s=self.clock.straggler_timeout, wall_s=float(wall_s)))
         if not state.valid and missing_keys(reason for _, reason in state.rejected):
@@ -703,9 +460,8 @@ class GradientCoding(Strategy):
             window.end,
             answered=[state.cohort[w] for w in state.answered],
         )
-        if self._estimating:
-            self._observe(state, arrivals, window)
-            self._save_latency_state()
+        self.code_policy.observe(state, arrivals, window)
+        self.code_policy.save_state()
         return window
 
     def _decode(self, state: _Round, used: list[int],
@@ -739,64 +495,6 @@ class GradientCoding(Strategy):
         if decoding is not None and (decoding.exact or decoding.error <= self.max_decode_error):
             return "exact" if decoding.exact else "approx"
         return "skipped"
-
-    def _observe(self, state: _Round, arrivals: dict[int, float], window: Any) -> None:
-        """Feed the round to the latency estimator: replies in time are observed, the others
-        censored at the round's end (late ones observed when the clock passes them)."""
-        from ..adaptive import code_loads
-
-        estimator = self._latency
-        if estimator is None:
-            return
-        # the estimator's index of each worker (every member was registered this round)
-        index = [self._node_index[node] for node in state.cohort]
-        duration = max(window.end - self.clock.round_start, 1e-9)
-        elapsed = np.full(estimator.n, np.nan)
-        loads = np.zeros(estimator.n)
-        sent_loads = code_loads(state.code, 1.0)
-        for w in state.sent:
-            loads[index[w]] = sent_loads[w]
-        backlog = self.clock.backlog if isinstance(self.clock, VirtualClock) else {}
-        late = []
-        for w, t in arrivals.items():
-            t = t + backlog.get(w, 0.0)  # the arrival: queued work runs after the earlier job
-            # stopped at the deadline (the clock's decision): free when the clock frees it
-            stopped = w in window.stopped
-            end = self.clock.busy_until[state.cohort[w]] if stopped else self.clock.round_start + t
-            jobs = self._outstanding.get(state.cohort[w])
-            if w in state.sent and jobs:  # this round's job: known done once it arrives
-                jobs[-1][2] = end
-            if w in state.sent:
-                if t <= duration:
-                    elapsed[index[w]] = t
-                elif stopped:  # censored at the deadline
-                    late.append((index[w], end, self.clock.straggler_timeout, True))
-                else:
-                    late.append((index[w], end, t, False))
-        busy = np.zeros(estimator.n)
-        busy[index] = self._waited(state, duration)
-        rid = estimator.update(elapsed, loads, duration, busy=busy)
-        for i, end, seen, stopped in late:
-            self._late_observations.append((end, rid, i, seen, stopped))
-
-    def _waited(self, state: _Round, duration: float) -> np.ndarray:
-        """Per worker, seconds from the round's start until its work could start, from the
-        server's records: work queued behind earlier jobs starts when the last of their
-        replies arrived (a node runs its messages in order). A predecessor not back by the
-        round's end, or never back (an error, no answer), leaves the start unknown: the
-        whole round (the estimator takes no information from that worker this round)."""
-        end = self.clock.round_start + duration
-        waited = np.zeros(state.code.n)
-        for w in state.sent:
-            jobs = self._outstanding.get(state.cohort[w], [])
-            before = [job[2] for job in jobs[:-1]]  # the last job is this round's
-            if not before:
-                continue
-            if any(arrival is None or arrival > end for arrival in before):
-                waited[w] = duration
-            else:
-                waited[w] = max(max(before) - self.clock.round_start, 0.0)
-        return waited
 
     def _arrival(self, state: _Round, worker: int, reply: CodedReply) -> float:
         """Seconds from the round's start until ``worker``'s reply arrives (the clock's
@@ -1009,16 +707,6 @@ class GradientCoding(Strategy):
         return self.round_log.record(server_round, epsilon=epsilon, stopped=self.stopped,
                                      **fields)
 
-    def _expected_round_s(self) -> float | None:
-        """The predicted time of the round's code (``auto``, or a fixed code with
-        ``busy="fit"``); ``None`` for other fixed codes, before any observation (no estimate:
-        ``choose_s`` starts at ``s_max`` unpriced) and when the prediction is not finite (no
-        candidate predicted to decode)."""
-        if self._decision is None or not self._estimating:
-            return None
-        value = self._decision.expected_time
-        return value if math.isfinite(value) else None
-
     # ------------------------------------------------------------------ evaluation
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Any
@@ -1166,23 +854,6 @@ def _replies_read(decoding: Any, used: list[int]) -> int:
 def _reject(state: _Round, node: int, worker: int | None, reason: str) -> None:
     """Count a rejected reply (:meth:`~.round_state.RoundState.reject`)."""
     state.reject(node, worker, reason)
-
-
-def _read_latency_state(path: str | None) -> dict[str, Any] | None:
-    """The latency observations saved at ``path`` (``None``: no path, or no file yet),
-    validated now so that a bad file stops the run before its first round."""
-    if path is None or not os.path.exists(path):
-        return None
-    from ..adaptive import LatencyEstimator
-
-    try:
-        with open(path, encoding="utf-8") as fh:
-            state = json.load(fh)
-        LatencyEstimator.validate_state(state)
-    except (OSError, ValueError, OverflowError, RecursionError) as exc:
-        raise ValueError(f"latency_state={path!r} is not a file of latency observations "
-                         f"written by GradientCoding: {exc}") from exc
-    return state
 
 
 def _cast(value: np.ndarray, dtype: np.dtype) -> np.ndarray:

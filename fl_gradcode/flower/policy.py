@@ -1,0 +1,431 @@
+"""The code policy of :class:`~fl_gradcode.flower.GradientCoding`: which code each round uses,
+and which busy members get work queued behind their current job.
+
+* :class:`FixedCodePolicy`: one registry code (or a given :class:`~fl_gradcode.codes.GradientCode`)
+  per cohort size; with ``busy="fit"`` the busy members it queues are decided from the
+  estimated latencies (:class:`~fl_gradcode.adaptive.SingleCode`).
+* :class:`AdaptiveCodePolicy` (``s="auto"``): the tolerance of a nested placement chosen every
+  round by :func:`~fl_gradcode.adaptive.choose_s` (Tandon et al., ICML 2017,
+  https://arxiv.org/abs/1612.03301, for the codes; heterogeneity-aware assignment after Wang,
+  Cheng, Ramamoorthy, ICDCS 2019, https://arxiv.org/abs/1901.09339).
+
+Both learn from a :class:`~fl_gradcode.flower.latency_book.LatencyBook`: one latency
+estimator over every node ever sampled, the work each node has not returned, replies that
+arrive after their round, and the ``latency_state`` file. A scheme of one's own (an oracle
+that knows the best ``s`` in hindsight, a policy that forgets) is a subclass passed as
+``GradientCoding(code_policy=...)`` (an instance, or the class: then built with the
+strategy's keywords); :meth:`AdaptiveCodePolicy.candidates` and
+:meth:`FixedCodePolicy.estimator` are the documented points to override.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Mapping
+from logging import WARNING
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+from flwr.common.logger import log
+
+from .. import adaptive
+from ..adaptive import Decision, SingleCode, code_loads
+from ..codes import GradientCode, NestedPlacement
+from .latency_book import LatencyBook, read_latency_state
+from .membership import code_for_cohort
+from .protocol import Identity
+
+__all__ = ["AdaptiveCodePolicy", "CodePolicy", "FixedCodePolicy", "LatencyBook",
+           "is_policy_factory", "make_code_policy", "read_latency_state"]
+
+BUSY_MODES = ("skip", "queue", "fit")
+
+
+class PolicyHost(Protocol):
+    """What a policy reads of the strategy it plans for (read each time: replaced freely)."""
+
+    clock: Any
+    identities: Mapping[int, Identity]
+
+
+@runtime_checkable
+class CodePolicy(Protocol):
+    """Plans each round's code for a cohort and its busy members, learns from the round's
+    arrivals, saves what it learnt. ``decision`` is the last plan's
+    :class:`~fl_gradcode.adaptive.Decision` (``None``: a fixed code that decides nothing)."""
+
+    decision: Decision | None
+    estimating: bool  # whether it learns latencies (observe, save_state do something)
+    busy: str  # what a busy member does: "skip", "queue" or "fit"
+    adaptive: bool  # whether the code's tolerance changes between rounds
+
+    @property
+    def outstanding(self) -> dict[int, list[list[Any]]]:
+        """Node -> its jobs not known to be done, ``[sent at, units, reply arrival or None,
+        deadline]`` (the strategy appends what it sends)."""
+        ...
+
+    def bind(self, host: PolicyHost) -> None: ...
+
+    def plan(self, cohort: list[int], busy_nodes: set[int]) -> GradientCode: ...
+
+    def queued(self, busy_nodes: set[int], cohort: list[int]) -> set[int]: ...
+
+    def code_for(self, n: int) -> GradientCode: ...
+
+    def stopping_replies(self, code: GradientCode) -> int | None: ...
+
+    def record_sent(self, state: Any, queued: set[int]) -> None: ...
+
+    def excluded_workers(self) -> tuple[int, ...]: ...
+
+    def expected_round_s(self) -> float | None: ...
+
+    def observe(self, state: Any, arrivals: Mapping[int, float], window: Any) -> None: ...
+
+    def save_state(self) -> None: ...
+
+
+class FixedCodePolicy:
+    """One code per cohort size; busy members skipped, queued, or (``busy="fit"``) queued
+    when the estimated latencies say they can start in time.
+
+    Keywords as :class:`~fl_gradcode.flower.GradientCoding`'s (``busy=None``: ``"skip"``;
+    with ``timing="wallclock"`` always ``"skip"``: the grid waits for a busy node's earlier
+    reply). ``timing``, ``measured_compute`` and ``compute_cost_s`` are how the run measures
+    time, written with the ``latency_state`` file and compared when it is read.
+    """
+
+    adaptive = False
+    margin = 0.1  # the robust choice's margin (auto_margin); a fixed code has one candidate
+    exclude_slow: float | None = None  # only s="auto" excludes slow clients
+
+    def __init__(
+        self,
+        *,
+        code: str | GradientCode = "grouped-rs",
+        s: int = 1,
+        s_max: int | None = None,
+        code_options: Mapping[str, Any] | None = None,
+        seed: int = 0,
+        busy: str | None = None,
+        min_replies: int | None = None,
+        stop_late_work: bool = False,
+        auto_deadline: float | None = None,
+        straggler_timeout: float = 10.0,
+        latency_state: str | os.PathLike[str] | None = None,
+        timing: str = "virtual",
+        measured_compute: bool = True,
+        compute_cost_s: float = 0.0,
+    ) -> None:
+        if busy not in (None, *BUSY_MODES):
+            raise ValueError(f"busy={busy!r}; expected 'skip', 'queue', 'fit' or None")
+        if busy is None:
+            busy = "queue" if self.adaptive else "skip"
+        self.code_spec = code
+        self.s = int(s)
+        self.s_max = s_max
+        options = dict(code_options or {})
+        if code == "nested" and s_max is not None and not self.adaptive:
+            options = {"s_max": s_max, **options}
+        self.code_options = options
+        self.seed = int(seed)
+        self.busy = busy if timing == "virtual" else "skip"
+        self.min_replies = min_replies
+        self.stop_late_work = bool(stop_late_work) or auto_deadline is not None
+        self.straggler_timeout = float(straggler_timeout)
+        # the latency estimator runs for auto and for a fixed code queueing with busy="fit"
+        self.estimating = self.adaptive or self.busy == "fit"
+        path = None if latency_state is None else os.fspath(latency_state)
+        self.book = LatencyBook(seed=self.seed, latency_state=path, meta={
+            "timing": timing, "measured_compute": bool(measured_compute),
+            "compute_cost_s": float(compute_cost_s)})
+        self.decision: Decision | None = None
+        self._codes: dict[int, GradientCode] = {}
+        self._host: PolicyHost | None = None
+
+    # ------------------------------------------------------------------ the host
+    def bind(self, host: PolicyHost) -> None:
+        """Plan for ``host`` (its ``clock`` and ``identities`` are read when needed)."""
+        self._host = host
+
+    @property
+    def clock(self) -> Any:
+        if self._host is None:
+            raise RuntimeError("the policy is not bound to a strategy (bind(host) first)")
+        return self._host.clock
+
+    @property
+    def outstanding(self) -> dict[int, list[list[Any]]]:
+        """Node -> its jobs not known to be done (:class:`LatencyBook`)."""
+        return self.book.outstanding
+
+    def partition_key(self, node: int) -> str:
+        """A node's name in the ``latency_state`` file: its data partition as ``"id/of"``."""
+        identity = None if self._host is None else self._host.identities.get(node)
+        if identity is None:
+            return f"node:{node}"
+        return f"{identity.partition_id}/{identity.num_partitions}"
+
+    # ------------------------------------------------------------------ planning
+    def code_for(self, n: int) -> GradientCode:
+        """The code for a cohort of ``n`` clients (built once per size; a size the code cannot
+        take gets the nearest code that can, with a WARNING:
+        :func:`~fl_gradcode.flower.membership.code_for_cohort`)."""
+        if isinstance(self.code_spec, GradientCode) and self.code_spec.n == n:
+            return self.code_spec
+        if n not in self._codes:
+            s = min(self.s, n - 1)
+            if s < self.s and isinstance(self.code_spec, str):
+                log(WARNING, "s=%d stragglers cannot be tolerated with a cohort of %d; "
+                    "using s=%d", self.s, n, s)
+            options = dict(self.code_options)
+            if self.code_spec == "ignore-stragglers":
+                options.setdefault("rescale", True)
+            code, why = code_for_cohort(self.code_spec, n, s, self.seed, options)
+            if why is not None:  # once per cohort size: the code is kept for that size
+                log(WARNING, "%s", why)
+            self._codes[n] = code
+        return self._codes[n]
+
+    def stopping_replies(self, code: GradientCode) -> int | None:
+        """Replies after which the round may stop (``None``: when the code decodes)."""
+        if self.min_replies is not None:
+            return min(self.min_replies, code.n)
+        return None if code.is_exact else code.n - code.s
+
+    def estimator(self, n: int, cohort: list[int]) -> Any:
+        """The latency estimator seen through this cohort (``n`` members)."""
+        return self.book.view(cohort, self.clock.now, self.partition_key)
+
+    def plan(self, cohort: list[int], busy_nodes: set[int]) -> GradientCode:
+        """A fixed code; with ``busy="fit"`` also whom to queue, decided as for ``s="auto"``
+        (:class:`~fl_gradcode.adaptive.SingleCode`: the code is the only candidate)."""
+        n = len(cohort)
+        code = self.code_for(n)
+        if self.busy == "fit":
+            self.decision = self.decide(
+                SingleCode(code), self.estimator(n, cohort), busy_nodes, cohort, [code.s]
+            )
+        return code
+
+    def decide(self, placement: Any, estimator: Any, busy_nodes: set[int], cohort: list[int],
+               candidates: list[int]) -> Decision:
+        """:func:`~fl_gradcode.adaptive.choose_s` over ``candidates``, the busy clients priced
+        from what the server knows (``busy="fit"`` queues those expected to start in time)."""
+        n, now = placement.n, self.clock.now
+        busy_until = pending = None
+        if self.clock.queues_work:
+            # what a server knows of a busy client: when it was sent the work it has not
+            # returned, and how much (not when the reply will arrive: that is the simulator's)
+            elapsed, units = np.full(n, np.nan), np.zeros(n)
+            limit = np.full(n, np.inf)
+            for w, node in enumerate(cohort):
+                if node in busy_nodes:
+                    elapsed[w], units[w] = self.book.pending_work(node, now,
+                                                                  placement.s_max + 1.0)
+                    jobs = self.outstanding.get(node)
+                    if self.stop_late_work and jobs:  # its work stops at its deadline
+                        limit[w] = max(max(job[3] for job in jobs) - now, 0.0)
+            pending = (elapsed, units)
+        else:
+            busy_until = np.array(
+                [now + self.straggler_timeout if node in busy_nodes else 0.0 for node in cohort]
+            )
+        # skip: busy clients never reply this round (only codes decodable without them
+        # finish); queue / fit: those expected to finish in time get queued work, the rest skip
+        return adaptive.choose_s(  # (looked up per call: a test may wrap it)
+            placement, estimator, busy_until=busy_until, pending=pending, now=now,
+            candidates=candidates, busy="skip" if self.busy == "skip" else "fit",
+            margin=self.margin, lookahead=True,
+            rng=np.random.default_rng([self.seed, estimator.next_round_id]),
+            exclude_slower_than=self.exclude_slow,
+            pending_limit=None if pending is None or not self.stop_late_work else limit,
+        )
+
+    def queued(self, busy_nodes: set[int], cohort: list[int]) -> set[int]:
+        """Busy members that get work queued behind their current job (``busy="queue"`` or
+        ``"fit"``)."""
+        clock = self.clock
+        if self.busy == "skip" or not clock.queues_work:
+            return set()
+        if self.estimating and self.decision is not None:
+            skip = {cohort[w] for w in self.decision.skip}
+            return {node for node in busy_nodes if node not in skip}
+        limit = self.straggler_timeout
+        if clock.last_duration is not None:
+            limit = min(limit, clock.last_duration)
+        now = clock.now
+        return {node for node in busy_nodes if clock.busy_until.get(node, 0.0) - now < limit}
+
+    def excluded_workers(self) -> tuple[int, ...]:
+        """Workers the last plan excluded (``s="auto"``'s heterogeneity-aware assignment):
+        nothing to compute, nothing sent. (A fixed code's empty rows, e.g. bgc's, are still
+        sent: their replies count.)"""
+        return self.decision.excluded if self.adaptive and self.decision is not None else ()
+
+    def expected_round_s(self) -> float | None:
+        """The predicted time of the round's code (``auto``, or a fixed code with
+        ``busy="fit"``); ``None`` for other fixed codes, before any observation (no estimate:
+        ``choose_s`` starts at ``s_max`` unpriced) and when the prediction is not finite (no
+        candidate predicted to decode)."""
+        if self.decision is None or not self.estimating:
+            return None
+        value = self.decision.expected_time
+        return value if math.isfinite(value) else None
+
+    # ------------------------------------------------------------------ learning
+    def record_sent(self, state: Any, queued: set[int]) -> None:
+        """Remember the jobs sent this round (busy members are priced from them): per node
+        ``[sent at, units, reply arrival (None: not yet), deadline (work stops)]``, behind its
+        unfinished jobs when ``queued``."""
+        clock = self.clock
+        if not (self.estimating and clock.queues_work):
+            return
+        units = code_loads(state.code, 1.0)
+        for worker in state.sent:
+            node = state.cohort[worker]
+            self.book.add_job(node, clock.now, float(units[worker]),
+                              clock.now + clock.straggler_timeout, behind=node in queued)
+
+    def waited(self, state: Any, duration: float) -> np.ndarray:
+        """Per worker, seconds from the round's start until its work could start, from the
+        server's records: work queued behind earlier jobs starts when the last of their
+        replies arrived (a node runs its messages in order). A predecessor not back by the
+        round's end, or never back (an error, no answer), leaves the start unknown: the
+        whole round (the estimator takes no information from that worker this round)."""
+        start = self.clock.round_start
+        end = start + duration
+        waited = np.zeros(state.code.n)
+        for w in state.sent:
+            jobs = self.outstanding.get(state.cohort[w], [])
+            before = [job[2] for job in jobs[:-1]]  # the last job is this round's
+            if not before:
+                continue
+            if any(arrival is None or arrival > end for arrival in before):
+                waited[w] = duration
+            else:
+                waited[w] = max(max(before) - start, 0.0)
+        return waited
+
+    def observe(self, state: Any, arrivals: Mapping[int, float], window: Any) -> None:
+        """Feed the round to the latency estimator: replies in time are observed, the others
+        censored at the round's end (late ones observed when the clock passes them)."""
+        estimator = self.book.estimator
+        if not self.estimating or estimator is None:
+            return
+        clock = self.clock
+        # the estimator's index of each worker (every member was registered this round)
+        index = [self.book.node_index[node] for node in state.cohort]
+        duration = max(window.end - clock.round_start, 1e-9)
+        elapsed = np.full(estimator.n, np.nan)
+        loads = np.zeros(estimator.n)
+        sent_loads = code_loads(state.code, 1.0)
+        for w in state.sent:
+            loads[index[w]] = sent_loads[w]
+        backlog = clock.backlog
+        late = []
+        for w, t in arrivals.items():
+            t = t + backlog.get(w, 0.0)  # the arrival: queued work runs after the earlier job
+            # stopped at the deadline (the clock's decision): free when the clock frees it
+            stopped = w in window.stopped
+            end = clock.busy_until[state.cohort[w]] if stopped else clock.round_start + t
+            jobs = self.outstanding.get(state.cohort[w])
+            if w in state.sent and jobs:  # this round's job: known done once it arrives
+                jobs[-1][2] = end
+            if w in state.sent:
+                if t <= duration:
+                    elapsed[index[w]] = t
+                elif stopped:  # censored at the deadline
+                    late.append((index[w], end, clock.straggler_timeout, True))
+                else:
+                    late.append((index[w], end, t, False))
+        busy = np.zeros(estimator.n)
+        busy[index] = self.waited(state, duration)
+        rid = estimator.update(elapsed, loads, duration, busy=busy)
+        for i, end, seen, stopped in late:
+            self.book.late.append((end, rid, i, seen, stopped))
+
+    def save_state(self) -> None:
+        """Write what was learnt to the ``latency_state`` file (if any)."""
+        if self.estimating:
+            self.book.save()
+
+
+class AdaptiveCodePolicy(FixedCodePolicy):
+    """``s="auto"``: each round the tolerance of a nested placement
+    (:class:`~fl_gradcode.codes.NestedPlacement`, ``s_max`` default ``max(1, n // 4)``)
+    predicted fastest by :func:`~fl_gradcode.adaptive.choose_s`, within a trust region: ``s``
+    falls at most to half the last round's (the load exponent is extrapolated beyond the
+    loads seen so far). ``busy=None``: ``"queue"``.
+
+    Extension point: :meth:`candidates` (the tolerances considered this round).
+    """
+
+    adaptive = True
+
+    def __init__(self, *, s_max: int | None = None, auto_margin: float = 0.1,
+                 exclude_slow: float | None = None, **keywords: Any) -> None:
+        if s_max is not None and (isinstance(s_max, bool) or not isinstance(s_max, int)
+                                  or s_max < 1):
+            raise ValueError(f"s_max={s_max!r} must be an integer >= 1 (or None)")
+        if not (isinstance(auto_margin, (int, float)) and not isinstance(auto_margin, bool)
+                and 0 <= auto_margin < math.inf):
+            raise ValueError(f"auto_margin={auto_margin!r} must be a number >= 0")
+        if exclude_slow is not None and not (
+                isinstance(exclude_slow, (int, float)) and not isinstance(exclude_slow, bool)
+                and 1 < exclude_slow < math.inf):
+            raise ValueError(f"exclude_slow={exclude_slow!r} must be a slowness factor > 1 "
+                             "(or None: never exclude)")
+        keywords.setdefault("s", s_max if s_max is not None else 1)
+        super().__init__(s_max=s_max, **keywords)
+        self.margin = float(auto_margin)
+        self.exclude_slow = None if exclude_slow is None else float(exclude_slow)
+        self.placements: dict[int, NestedPlacement] = {}
+        self.last_s: dict[int, int] = {}  # cohort size -> the last round's s
+
+    def placement(self, n: int) -> NestedPlacement:
+        """The nested placement for a cohort of ``n`` (built once per size)."""
+        if n not in self.placements:
+            s_max = min(self.s_max if self.s_max is not None else max(1, n // 4), n - 1)
+            self.placements[n] = NestedPlacement(n, s_max, seed=self.seed)
+        return self.placements[n]
+
+    def candidates(self, placement: NestedPlacement, estimator: Any) -> list[int]:
+        """The tolerances considered this round: the trust region (``s`` falls at most to
+        half the last round's of this cohort size; every ``s`` before any observation)."""
+        last = self.last_s.get(placement.n, 0) if estimator.has_data else 0
+        return [c for c in placement.stable_values if c >= last // 2]
+
+    def plan(self, cohort: list[int], busy_nodes: set[int]) -> GradientCode:
+        """This round's code from the nested placement and the estimator."""
+        n = len(cohort)
+        placement = self.placement(n)
+        estimator = self.estimator(n, cohort)
+        candidates = self.candidates(placement, estimator)
+        self.decision = self.decide(placement, estimator, busy_nodes, cohort, candidates)
+        self.last_s[n] = self.decision.s
+        if self.decision.excluded:
+            return placement.code_excluding(self.decision.s, self.decision.excluded)
+        return placement.code(self.decision.s)
+
+
+def make_code_policy(*, s: int | str = 1, s_max: int | None = None, auto_margin: float = 0.1,
+                     exclude_slow: float | None = None,
+                     factory: Callable[..., CodePolicy] | None = None,
+                     **keywords: Any) -> CodePolicy:
+    """The policy ``GradientCoding``'s keywords describe: :class:`AdaptiveCodePolicy` for
+    ``s="auto"``, else :class:`FixedCodePolicy` (the other keywords are both classes').
+    ``factory``: a subclass (or any callable taking the same keywords) used instead."""
+    if s == "auto":
+        make = factory or AdaptiveCodePolicy
+        return make(s_max=s_max, auto_margin=auto_margin, exclude_slow=exclude_slow,
+                    **keywords)
+    return (factory or FixedCodePolicy)(s=s, s_max=s_max, **keywords)
+
+
+def is_policy_factory(value: Any) -> bool:
+    """Whether ``value`` is a policy class or factory (called with the keywords), not a
+    policy instance."""
+    return isinstance(value, type) or (callable(value) and not hasattr(value, "plan"))

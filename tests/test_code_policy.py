@@ -1,0 +1,166 @@
+"""The code policy collaborator of GradientCoding (fl_gradcode.flower.policy): built from the
+strategy's keywords, or passed in (an instance, or a class built with the same keywords)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from flwr.serverapp.strategy import FedAvg
+
+from fl_gradcode.adaptive import LatencyEstimator
+from fl_gradcode.codes import NestedPlacement
+from fl_gradcode.flower import GradientCoding
+from fl_gradcode.flower.policy import (
+    AdaptiveCodePolicy,
+    CodePolicy,
+    FixedCodePolicy,
+    LatencyBook,
+    is_policy_factory,
+    make_code_policy,
+    read_latency_state,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+N = 12
+
+
+def _with_data(policy: AdaptiveCodePolicy, cohort: list[int]) -> None:
+    """Deterministic latency, 1 s per partition: uncoded (s = 0) is fastest."""
+    estimator = LatencyEstimator(len(cohort), load_exponent=1.0)
+    estimator.update(np.ones(len(cohort)), np.ones(len(cohort)), 1.0)
+    policy.book.estimator = estimator
+    policy.book.node_index = {node: i for i, node in enumerate(cohort)}
+
+
+def test_the_strategy_builds_the_policy_its_keywords_describe():
+    auto = GradientCoding(FedAvg(), s="auto", s_max=3, auto_margin=0.3, exclude_slow=5.0,
+                          seed=4)
+    policy = auto.code_policy
+    assert type(policy) is AdaptiveCodePolicy and isinstance(policy, CodePolicy)
+    assert (policy.s_max, policy.margin, policy.exclude_slow, policy.seed) == (3, 0.3, 5.0, 4)
+    assert policy.busy == "queue" and policy.estimating and policy.adaptive
+    fixed = GradientCoding(FedAvg(), code="frc", s=1).code_policy
+    assert type(fixed) is FixedCodePolicy and fixed.busy == "skip" and not fixed.estimating
+    assert fixed.decision is None and not fixed.adaptive
+    wall = GradientCoding(FedAvg(), s=1, busy="fit", timing="wallclock").code_policy
+    assert wall.busy == "skip" and not wall.estimating
+    assert GradientCoding(FedAvg(), s="auto", auto_deadline=2.0).code_policy.stop_late_work
+
+
+def test_code_for_is_the_policys_code_once_per_cohort_size():
+    strategy = GradientCoding(FedAvg(), code="nested", s=2, s_max=3)
+    code = strategy.code_for(N)
+    assert code is strategy.code_policy.code_for(N) is strategy.code_for(N)
+    np.testing.assert_array_equal(code.B, NestedPlacement(N, 3, seed=0).code(2).B)
+    assert strategy.code_policy.stopping_replies(code) is None  # exact: when it decodes
+    approx = GradientCoding(FedAvg(), code="ignore-stragglers", s=2)
+    assert approx.code_policy.stopping_replies(approx.code_for(N)) == N - 2
+    floor = GradientCoding(FedAvg(), code="frc", s=1, min_replies=50)
+    assert floor.code_policy.stopping_replies(floor.code_for(N)) == N
+
+
+def test_a_policy_instance_is_used_as_given_and_bound_to_the_strategy():
+    policy = AdaptiveCodePolicy(s_max=2, seed=1)
+    strategy = GradientCoding(FedAvg(), s="auto", code_policy=policy)
+    assert strategy.code_policy is policy and policy.clock is strategy.clock
+    cohort = list(range(100, 100 + N))
+    assert policy.plan(cohort, set()).s == 2  # nothing observed yet: s_max
+    assert strategy.code_policy.decision is policy.decision and not policy.decision.observed
+
+
+def test_a_policy_class_is_built_with_the_strategys_keywords():
+    class Narrow(AdaptiveCodePolicy):
+        def candidates(self, placement, estimator):
+            return [1] if estimator.has_data else super().candidates(placement, estimator)
+
+    strategy = GradientCoding(FedAvg(), s="auto", s_max=3, auto_margin=0.0, seed=2,
+                              code_policy=Narrow)
+    policy = strategy.code_policy
+    assert type(policy) is Narrow and (policy.s_max, policy.margin, policy.seed) == (3, 0.0, 2)
+    cohort = list(range(100, 100 + N))
+    _with_data(policy, cohort)
+    assert policy.plan(cohort, set()).s == 1  # the override, not the fastest (s = 0)
+    assert set(policy.decision.expected_times) == {1}
+    plain = GradientCoding(FedAvg(), s="auto", s_max=3, auto_margin=0.0, seed=2).code_policy
+    _with_data(plain, cohort)
+    assert plain.plan(cohort, set()).s == 0
+    class Keyed(AdaptiveCodePolicy):
+        def __init__(self, *, v, **keywords):
+            super().__init__(**keywords)
+            self.v = v
+
+    # a keyword of its own through functools.partial; the strategy's keywords come with it
+    keyed = GradientCoding(FedAvg(), s="auto", s_max=3, exclude_slow=9.0,
+                           code_policy=functools.partial(Keyed, v=1))
+    assert type(keyed.code_policy) is Keyed and keyed.code_policy.v == 1
+    assert keyed.code_policy.exclude_slow == 9.0
+
+
+def test_policy_factories_are_told_apart_from_instances():
+    assert is_policy_factory(AdaptiveCodePolicy)
+    assert is_policy_factory(functools.partial(AdaptiveCodePolicy, s_max=2))
+    assert not is_policy_factory(AdaptiveCodePolicy())
+    assert not is_policy_factory(None)
+    assert type(make_code_policy(s="auto")) is AdaptiveCodePolicy
+    assert type(make_code_policy(s=2, code="frc")) is FixedCodePolicy
+
+
+def test_the_trust_region_halves_within_one_cohort_size():
+    policy = GradientCoding(FedAvg(), s="auto", s_max=3, seed=0).code_policy
+    cohort = list(range(100, 100 + N))
+    placement = policy.placement(N)
+    assert placement is policy.placement(N) and placement.s_max == 3
+    _with_data(policy, cohort)
+    assert policy.candidates(placement, policy.book.estimator) == [0, 1, 2, 3]
+    policy.last_s[N] = 3
+    assert policy.candidates(placement, policy.book.estimator) == [1, 2, 3]
+    assert policy.plan(cohort, set()).s == 1 and policy.last_s[N] == 1
+
+
+def test_an_unbound_policy_says_so_and_the_keywords_are_validated():
+    with pytest.raises(RuntimeError, match="bind"):
+        AdaptiveCodePolicy().plan([1, 2, 3, 4], set())
+    for kwargs, message in (({"s_max": 0}, "s_max=0"), ({"auto_margin": -1}, "auto_margin=-1"),
+                            ({"exclude_slow": 1.0}, "exclude_slow=1.0")):
+        with pytest.raises(ValueError, match=message):
+            AdaptiveCodePolicy(**kwargs)
+    with pytest.raises(ValueError, match="busy='later'"):
+        FixedCodePolicy(busy="later")
+
+
+def test_the_latency_book_tracks_unfinished_work_and_round_trips_its_file(tmp_path):
+    path = tmp_path / "state.json"
+    book = LatencyBook(seed=0, latency_state=str(path), meta={"timing": "virtual"})
+    book.outstanding[7] = [[0.0, 2.0, 5.0], [3.0, 4.0, None]]
+    assert book.pending_work(7, 4.0, 9.0) == (4.0, 6.0)
+    assert book.pending_work(7, 8.0, 9.0) == (3.0, 4.0)
+    assert book.pending_work(8, 8.0, 9.0) == (0.0, 9.0)
+    assert book.view([10, 11], 0.0, lambda node: f"{node - 10}/2").n == 2
+    book.estimator.update([1.0, np.nan], [1.0, 1.0], 2.0)
+    book.save()
+    saved = json.loads(path.read_text())
+    assert saved["clients"] == ["0/2", "1/2"] and saved["meta"] == {"timing": "virtual"}
+    assert read_latency_state(str(path)) == saved
+    warm = LatencyBook(seed=0, latency_state=str(path), meta={"timing": "virtual"})
+    view = warm.view([21, 20], 0.0, lambda node: f"{node - 20}/2")
+    assert warm.estimator.n_rounds == 1 and warm.node_index == {21: 1, 20: 0}
+    assert view.n == 2
+    path.write_text("{}")
+    with pytest.raises(ValueError, match="latency_state="):
+        LatencyBook(seed=0, latency_state=str(path), meta={})
+
+
+def test_no_adaptive_or_policy_module_reads_another_objects_private_attributes():
+    files = [*sorted((ROOT / "fl_gradcode" / "adaptive").glob("*.py")),
+             ROOT / "fl_gradcode" / "flower" / "policy.py",
+             ROOT / "fl_gradcode" / "flower" / "latency_book.py",
+             ROOT / "experiments" / "policies.py"]
+    reach = re.compile(r"\b(?!self\b|cls\b)[A-Za-z_][A-Za-z0-9_]*\._[A-Za-z]")
+    found = [f"{f.name}:{i}: {line.strip()}" for f in files
+             for i, line in enumerate(f.read_text().splitlines(), 1) if reach.search(line)]
+    assert found == []
