@@ -269,8 +269,28 @@ def test_the_strategy_never_branches_on_the_timing_mode():
     assert compares == []
 
 
+@pytest.mark.parametrize("module", ["wrapper.py", "policy.py", "opener.py", "collector.py"])
+def test_only_the_clock_knows_its_type(module):
+    tree = ast.parse((FLOWER / module).read_text())
+    checks = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Call)
+              and getattr(node.func, "id", None) == "isinstance"
+              and any(getattr(arg, "id", "") in ("VirtualClock", "WallClock")
+                      for arg in node.args[1:])]
+    assert checks == []
+
+
+def test_the_round_opener_sends_nothing_to_busy_members_it_does_not_queue():
+    strategy = GradientCoding(FedAvg(), code="frc", s=1, seed=0)  # busy="skip"
+    cohort = [10, 11, 12, 13]
+    strategy.clock.busy_until[11] = 5.0  # busy until t=5 (virtual)
+    code, idle, queued, held = strategy.opener.plan(1, None, cohort)
+    assert code.n == 4 and idle == {11} and queued == set() and held == set()
+
+
 @pytest.mark.parametrize("module", ["options.py", "collector.py", "deadline_policy.py",
-                                    "round_state.py", "clock.py", "records.py"])
+                                    "round_state.py", "clock.py", "records.py", "policy.py",
+                                    "latency_book.py", "opener.py", "workload.py",
+                                    "dispatch.py"])
 def test_collaborators_read_no_other_objects_private_attributes(module):
     tree = ast.parse((FLOWER / module).read_text())
     reads = [f"{ast.unparse(node)} (line {node.lineno})" for node in ast.walk(tree)

@@ -63,6 +63,7 @@ from .dispatch import Dispatcher
 from .grid import EarlyReturnGrid
 from .integrity import reply_sizes
 from .membership import Membership
+from .opener import RoundOpener
 from .options import Options
 from .policy import CodePolicy, is_policy_factory, make_code_policy
 from .protocol import CodedReply, Identity
@@ -76,7 +77,6 @@ from .reports import (
     outlying_sizes,
 )
 from .round_state import RoundState as _Round
-from .round_state import array_key
 from .round_state import partition_key as _key
 from .workload import Workload
 
@@ -194,6 +194,12 @@ class GradientCoding(Strategy):
         self.dispatcher = Dispatcher(seed=self.seed, nonce=self.nonce, dp=self.dp,
                                      clock=self.clock, workload=self.workload, inner=strategy,
                                      chunk_coefficients=_chunk_coefficients)
+        self.opener = RoundOpener(
+            policy=self.code_policy, clock=self.clock, deadlines=self.deadlines,
+            quarantine=self._quarantine, workload=self.workload, collector=self.collector,
+            wire_for=self.wire_for, reply_layout=_reply_layout,
+            code_options=self.code_options, round_timeout=options.deadline.round_timeout,
+            arrays_key=getattr(strategy, "arrayrecord_key", "arrays"))
         self._confirmed_sizes: dict[tuple[int, int], float] = {}  # by >= 2 agreeing replicas
         self.stopped = False
         self._wrapped_grid: EarlyReturnGrid | None = None
@@ -335,12 +341,11 @@ class GradientCoding(Strategy):
         cohort = self.membership.admit(inner, list(content_of), server_round)
         if not cohort:  # nobody passed the handshake: the round is idle, the run goes on
             return []
-        code, idle, queued, held = self._plan(server_round, grid, cohort)
-        state = self._open_round(server_round, code, cohort, idle, queued, held,
-                                 inner_msgs[0].content)
+        opened = self.opener.open(server_round, grid, cohort, inner_msgs[0].content)
+        state = opened.state
         messages = [self.dispatcher.message(state, worker, node, content_of[node])
-                    for worker, node in enumerate(cohort) if node not in idle]
-        self.code_policy.record_sent(state, queued)
+                    for worker, node in enumerate(cohort) if node not in opened.idle]
+        self.code_policy.record_sent(state, set(opened.queued))
         self._round = state
         return messages
 
@@ -351,55 +356,6 @@ class GradientCoding(Strategy):
                 log(INFO, "round %d would exceed target-epsilon: training stops", server_round)
             self.stopped = True
         return not self.stopped
-
-    def _plan(self, server_round: int, grid: Any,
-              cohort: list[int]) -> tuple[GradientCode, set[int], set[int], set[int]]:
-        """``(code, idle, queued, held)``: the round's code from the code policy; the members
-        sent nothing (busy and not queued, excluded by ``s="auto"``, quarantined); the busy
-        members whose work is queued behind their current job; the quarantined ones."""
-        held = self._quarantine.held(server_round, cohort)  # stragglers: no work
-        if isinstance(grid, EarlyReturnGrid):
-            grid.collect_late()
-        policy = self.code_policy
-        busy_nodes = self.clock.busy_members(cohort, grid)
-        code = policy.plan(cohort, busy_nodes)
-        excluded = {cohort[w] for w in policy.excluded_workers()}
-        queued = policy.queued(busy_nodes, cohort) - excluded
-        if busy_nodes | excluded >= set(cohort) and not queued:  # never spend a round on nothing
-            self.clock.wait_for_free(cohort, grid, self.round_timeout)
-            busy_nodes = self.clock.busy_members(cohort, grid)
-            queued = policy.queued(busy_nodes, cohort) - excluded
-        queued = queued - held  # quarantined: no work
-        return code, (busy_nodes | held | excluded) - queued, queued, held
-
-    def _open_round(self, server_round: int, code: GradientCode, cohort: list[int],
-                    idle: set[int], queued: set[int], held: set[int],
-                    content: RecordDict) -> _Round:
-        """The round's state; the clock started at the round's deadline."""
-        partitions = self.workload.partitions(code, cohort)
-        key = array_key(content, getattr(self.inner, "arrayrecord_key", "arrays"))
-        theta = {name: protocol.array_view(arr)
-                 for name, arr in content.array_records[key].items()}
-        excluded_workers = self.code_policy.excluded_workers()
-        excluded = {cohort[w] for w in excluded_workers}
-        queued_workers = {w: node for w, node in enumerate(cohort) if node in queued}
-        self.clock.start_round(queued_workers,
-                               deadline=self.deadlines.round_deadline(self.code_policy.decision))
-        state = _Round(
-            number=server_round, code=code, cohort=cohort, partitions=partitions, sent={},
-            busy=sorted(w for w, node in enumerate(cohort)
-                        if node in idle and node not in excluded),
-            excluded=sorted(excluded_workers),
-            layout={name: tuple(a.shape) for name, a in theta.items()},
-            reply_layout=_reply_layout(code, theta),
-            dtypes={name: a.dtype for name, a in theta.items()},
-            theta=theta,  # zero-copy views of the global arrays, model dtype
-            array_key=key, wall_start=time.monotonic(),
-        )
-        state.wire = self.wire_for(code)
-        state.quarantined = sorted(held)
-        state.probe = self.collector.probe_for(state, self.code_options)
-        return state
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
