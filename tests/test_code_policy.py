@@ -57,11 +57,11 @@ def test_code_for_is_the_policys_code_once_per_cohort_size():
     code = strategy.code_for(N)
     assert code is strategy.code_policy.code_for(N) is strategy.code_for(N)
     np.testing.assert_array_equal(code.B, NestedPlacement(N, 3, seed=0).code(2).B)
-    assert strategy.code_policy.stopping_replies(code) is None  # exact: when it decodes
+    assert strategy.deadlines.stopping_replies(code) is None  # exact: when it decodes
     approx = GradientCoding(FedAvg(), code="ignore-stragglers", s=2)
-    assert approx.code_policy.stopping_replies(approx.code_for(N)) == N - 2
+    assert approx.deadlines.stopping_replies(approx.code_for(N)) == N - 2
     floor = GradientCoding(FedAvg(), code="frc", s=1, min_replies=50)
-    assert floor.code_policy.stopping_replies(floor.code_for(N)) == N
+    assert floor.deadlines.stopping_replies(floor.code_for(N)) == N
 
 
 def test_a_policy_instance_is_used_as_given_and_bound_to_the_strategy():

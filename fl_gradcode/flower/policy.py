@@ -74,8 +74,6 @@ class CodePolicy(Protocol):
 
     def code_for(self, n: int) -> GradientCode: ...
 
-    def stopping_replies(self, code: GradientCode) -> int | None: ...
-
     def record_sent(self, state: Any, queued: set[int]) -> None: ...
 
     def excluded_workers(self) -> tuple[int, ...]: ...
@@ -110,7 +108,6 @@ class FixedCodePolicy:
         code_options: Mapping[str, Any] | None = None,
         seed: int = 0,
         busy: str | None = None,
-        min_replies: int | None = None,
         stop_late_work: bool = False,
         auto_deadline: float | None = None,
         straggler_timeout: float = 10.0,
@@ -132,7 +129,6 @@ class FixedCodePolicy:
         self.code_options = options
         self.seed = int(seed)
         self.busy = busy if timing == "virtual" else "skip"
-        self.min_replies = min_replies
         self.stop_late_work = bool(stop_late_work) or auto_deadline is not None
         self.straggler_timeout = float(straggler_timeout)
         # the latency estimator runs for auto and for a fixed code queueing with busy="fit"
@@ -188,12 +184,6 @@ class FixedCodePolicy:
                 log(WARNING, "%s", why)
             self._codes[n] = code
         return self._codes[n]
-
-    def stopping_replies(self, code: GradientCode) -> int | None:
-        """Replies after which the round may stop (``None``: when the code decodes)."""
-        if self.min_replies is not None:
-            return min(self.min_replies, code.n)
-        return None if code.is_exact else code.n - code.s
 
     def estimator(self, n: int, cohort: list[int]) -> Any:
         """The latency estimator seen through this cohort (``n`` members)."""

@@ -61,7 +61,6 @@ from .collector import ReplyCollector
 from .deadline_policy import DeadlinePolicy
 from .dispatch import Dispatcher
 from .grid import EarlyReturnGrid
-from .integrity import reply_sizes
 from .membership import Membership
 from .opener import RoundOpener
 from .options import Options
@@ -214,7 +213,7 @@ class GradientCoding(Strategy):
             factory=given, code=self.code_spec, s="auto" if self.adaptive else self.s,
             s_max=self.s_max, auto_margin=self.auto_margin, exclude_slow=self.exclude_slow,
             code_options=self.code_options, seed=self.seed, busy=self.busy_mode,
-            min_replies=self.min_replies, stop_late_work=self.stop_late_work,
+            stop_late_work=self.stop_late_work,
             straggler_timeout=self.straggler_timeout, latency_state=self.latency_state,
             timing=self.timing, measured_compute=self.measured_compute,
             compute_cost_s=self.compute_cost_s)
@@ -736,23 +735,6 @@ def _combine(
     return acc
 
 
-def _sizes(state: _Round, workers: list[int]) -> dict[int, float] | None:
-    return reply_sizes({w: state.valid[w].extra for w in workers})
-
-
-def _wire_dtypes(state: _Round) -> dict[str, np.dtype]:
-    """The dtype every reply array must have in this round (the instruction's ``wire``)."""
-    if _is_chunked(state.code):
-        model32 = all(d == np.float32 for d in state.dtypes.values())
-        return {protocol.CHUNK_KEY: np.dtype(
-            np.float32 if state.wire == "model" and model32 else np.float64)}
-    out = {}
-    for name, dtype in state.dtypes.items():
-        dtype = np.dtype(dtype)
-        out[name] = dtype if state.wire == "model" and dtype.kind == "f" else np.dtype(np.float64)
-    return out
-
-
 def _is_chunked(code: GradientCode) -> bool:
     return hasattr(code, "message_length") and getattr(code, "m", 1) > 1
 
@@ -789,15 +771,6 @@ def error_amplification(code: GradientCode, seed: int = 0, samples: int = 24) ->
             a = a.sum(axis=0)
         worst = max(worst, float(np.sum(a * row_l1)) / code.k)
     return worst
-
-
-def _tracker(state: _Round) -> Any:
-    """The round's decodability tracker, built on first use from the valid replies so far."""
-    if state.tracker is None:
-        state.tracker = state.code.tracker()
-        for worker in state.valid:
-            state.tracker.add(worker)
-    return state.tracker
 
 
 def _replies_read(decoding: Any, used: list[int]) -> int:
