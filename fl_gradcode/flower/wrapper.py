@@ -57,6 +57,7 @@ from ..privacy import (
 from ..results import RoundRecorder
 from . import compat, protocol
 from .clock import make_clock
+from .closer import RoundCloser
 from .collector import ReplyCollector
 from .deadline_policy import DeadlinePolicy
 from .dispatch import Dispatcher
@@ -65,7 +66,7 @@ from .membership import Membership
 from .opener import RoundOpener
 from .options import Options
 from .policy import CodePolicy, is_policy_factory, make_code_policy
-from .protocol import CodedReply, Identity
+from .protocol import Identity
 from .quarantine import Quarantine
 from .records import RoundLog, RoundOutcome, quiet_inner_aggregation
 from .reports import (
@@ -199,6 +200,8 @@ class GradientCoding(Strategy):
             wire_for=self.wire_for, reply_layout=_reply_layout,
             code_options=self.code_options, round_timeout=options.deadline.round_timeout,
             arrays_key=getattr(strategy, "arrayrecord_key", "arrays"))
+        self.closer = RoundCloser(clock=self.clock, policy=self.code_policy,
+                                  workload=self.workload, decodable=self.collector.decodable)
         self._confirmed_sizes: dict[tuple[int, int], float] = {}  # by >= 2 agreeing replicas
         self.stopped = False
         self._wrapped_grid: EarlyReturnGrid | None = None
@@ -376,7 +379,7 @@ class GradientCoding(Strategy):
             self.on_reply(reply)
         wall_s = time.monotonic() - state.wall_start
         self._check_sizes(state)
-        window = self._close_window(state)
+        window = self.closer.close(state)
         used, verdict = self.collector.cross_check(state, sorted(window.used))
         outcome, arrays_out, inner_metrics = self._decode(state, used, verdict)
         if self.accountant is not None and state.sent:
@@ -399,25 +402,6 @@ class GradientCoding(Strategy):
         if arrays_out is not None and self.recorder is not None:
             self.recorder.save_model({k: v.numpy() for k, v in arrays_out.items()})
         return arrays_out, RoundLog.metrics(row, inner_metrics)
-
-    def _close_window(self, state: _Round) -> Any:
-        """The clock's window of the round (the replies it decodes from, its end); the
-        workers it stopped at the deadline; the clock moved on; the code policy fed."""
-        arrivals = {w: self._arrival(state, w, r) for w, r in state.valid.items()}
-        window = self.clock.window(arrivals, self.collector.decodable(state.code),
-                                   len(state.sent))
-        for w in window.stopped:  # virtual timing: stopped at the deadline, never replied
-            state.bytes_up -= int(state.valid[w].extra.get("bytes", 0))
-            state.stopped.append(w)
-        self.clock.finish_round(
-            [state.cohort[w] for w in state.sent],
-            {state.cohort[w]: t for w, t in arrivals.items()},
-            window.end,
-            answered=[state.cohort[w] for w in state.answered],
-        )
-        self.code_policy.observe(state, arrivals, window)
-        self.code_policy.save_state()
-        return window
 
     def _decode(self, state: _Round, used: list[int],
                 verdict: Any) -> tuple[RoundOutcome, ArrayRecord | None, MetricRecord | None]:
@@ -450,14 +434,6 @@ class GradientCoding(Strategy):
         if decoding is not None and (decoding.exact or decoding.error <= self.max_decode_error):
             return "exact" if decoding.exact else "approx"
         return "skipped"
-
-    def _arrival(self, state: _Round, worker: int, reply: CodedReply) -> float:
-        """Seconds from the round's start until ``worker``'s reply arrives (the clock's
-        model: compute, load, delay and transfer in virtual time)."""
-        return self.clock.arrival(
-            reply.compute_s, reply.extra.get("bytes", 0),
-            lambda: self.workload.load(state.code, worker, state.partitions),
-            lambda load: self.workload.delay(state.cohort[worker], state.number, load))
 
     def _decoding(self, state: _Round, used: list[int]) -> Any:
         """The round's decoding of ``used``: the sparse exact one when enabled."""
