@@ -23,12 +23,15 @@ References:
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 import os
 import weakref
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import cached_property
 from logging import WARNING
 from typing import Any, NamedTuple
 
@@ -182,10 +185,17 @@ class ReplyLayout:
         """Values of the model (the count is value ``dim`` of the decoded vector)."""
         return sum(self.sizes)
 
+    @cached_property
+    def bounds(self) -> tuple[int, ...]:
+        """Offsets of the message's segments (the arrays, then the count if it is one)."""
+        sizes = [math.prod(shape) for shape in self.arrays.values()]
+        return tuple(itertools.accumulate([*sizes, *([1] if self.count_in_record else [])],
+                                          initial=0))
+
     @property
     def length(self) -> int:
         """Values of one reply's message (with the count)."""
-        return sum(math.prod(shape) for shape in self.arrays.values()) + self.count_in_record
+        return self.bounds[-1]
 
     def wire_dtypes(self, dtypes: Mapping[str, np.dtype], wire: str) -> dict[str, np.dtype]:
         """The dtype every reply array must have: with ``wire="model"`` the model's own float
@@ -207,14 +217,12 @@ class ReplyLayout:
     def pieces(self, start: int, stop: int) -> list[tuple[int, int, int, int]]:
         """Values ``start:stop`` of the decoded vector as ``(chunk, segment, first, last)``
         pieces of the messages, in order."""
-        bounds = np.cumsum([0, *(math.prod(s) for s in self.arrays.values()),
-                            *([1] if self.count_in_record else [])])
-        out, p = [], start
+        bounds, out, p = self.bounds, [], start
         while p < stop:
             chunk, q = divmod(p, self.length)
-            segment = int(np.searchsorted(bounds, q, side="right")) - 1
-            last = min(int(bounds[segment + 1]), q + stop - p)
-            out.append((chunk, segment, q - int(bounds[segment]), last - int(bounds[segment])))
+            segment = bisect.bisect_right(bounds, q) - 1
+            last = min(bounds[segment + 1], q + stop - p)
+            out.append((chunk, segment, q - bounds[segment], last - bounds[segment]))
             p += last - q
         return out
 
@@ -302,12 +310,14 @@ class Decoder:
         then ``acc / count + noise + theta``."""
         layout = ReplyLayout.of(code, theta)
         rows = code.chunk_decoder(decoding)[:, used]
-        messages = [layout.message(replies[w]) for w in used]
+        # the replies some chunk row reads (one per FRC group with sparse decoding)
+        read = np.flatnonzero(np.any(rows != 0.0, axis=0)).tolist() or list(range(len(used)))
+        messages = {i: layout.message(replies[used[i]]) for i in read}
         [(u_count, seg, q, _)] = layout.pieces(layout.dim, layout.dim + 1)
         count = 0.0
-        for a, msg in zip(rows[u_count], messages, strict=True):
-            if a != 0.0:
-                count += float(a) * float(msg[seg][q])
+        for i in read:
+            if rows[u_count, i] != 0.0:
+                count += float(rows[u_count, i]) * float(messages[i][seg][q])
         if not (math.isfinite(count) and count > 0):
             log(WARNING, "round %d: decoded example count %r; round skipped", round_number,
                 count)
@@ -325,7 +335,7 @@ class Decoder:
             name, start, stop = layout.names[index], offsets[index], offsets[index + 1]
             flat = np.asarray(theta[name]).reshape(-1)
             pieces = layout.pieces(int(start), int(stop))
-            kinds = [messages[i][s].dtype for i in range(len(used)) for _, s, _, _ in pieces]
+            kinds = [messages[i][s].dtype for i in read for _, s, _, _ in pieces]
             if not code.decodes_in_reply_dtype:
                 kinds.append(np.dtype(np.float64))
             dtype = np.result_type(*kinds) if kinds else np.dtype(np.float64)
@@ -334,7 +344,7 @@ class Decoder:
             for u, s, first, last in pieces:
                 size = last - first
                 part = None if noise is None else noise[start + done : start + done + size]
-                ok = combine(rows[u], [m[s][first:last] for m in messages], dtype,
+                ok = combine(rows[u, read], [messages[i][s][first:last] for i in read], dtype,
                              scale=1.0 / count, offset=flat[done : done + size], noise=part,
                              out=acc[done : done + size])
                 if ok is None:
