@@ -21,6 +21,7 @@ from fl_gradcode.flower.decoder import (
     error_amplification,
     instruction_chunks,
     replies_read,
+    wire_dtypes,
 )
 from fl_gradcode.flower.privatiser import Privatiser
 from fl_gradcode.flower.protocol import CodedReply
@@ -248,6 +249,17 @@ def test_replies_read_counts_the_replies_any_chunk_row_reads():
     assert replies_read(frc.sparse_decoding(list(range(6))), list(range(6))) == 3
     code = make_code("comm-efficient", n=6, s=1, m=2)
     assert replies_read(code.decoding([0, 1, 3, 4, 5]), [0, 1, 3, 4, 5]) == 5
+
+
+def test_wire_dtypes_follow_the_layout():
+    dtypes = {"w": np.dtype(np.float32), "b": np.dtype(np.int64)}
+    frc, chunked = make_code("frc", n=4, s=1), make_code("comm-efficient", n=6, s=1, m=2)
+    assert wire_dtypes(frc, dtypes, "model") == {"w": np.float32, "b": np.float64}
+    assert wire_dtypes(frc, dtypes, "float64") == {"w": np.float64, "b": np.float64}
+    assert wire_dtypes(chunked, dtypes, "model") == {protocol.CHUNK_KEY: np.float64}
+    only32 = {"w": np.dtype(np.float32)}
+    assert wire_dtypes(chunked, only32, "model") == {protocol.CHUNK_KEY: np.float32}
+    assert wire_dtypes(chunked, only32, "float64") == {protocol.CHUNK_KEY: np.float64}
 
 
 @pytest.mark.parametrize(("dim", "m"), [(19, 1), (19, 2), (19, 3), (20, 3), (1, 4)])

@@ -40,7 +40,7 @@ from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp.strategy import FedAvg
 
-from ..codes import GradientCode
+from ..codes import Decoding, GradientCode
 from . import protocol
 from .privatiser import Privatiser
 from .protocol import CodedReply
@@ -56,6 +56,7 @@ __all__ = [
     "error_amplification",
     "instruction_chunks",
     "replies_read",
+    "wire_dtypes",
 ]
 
 _BLOCK = 1 << 15  # elements per cache block of the decoder
@@ -142,11 +143,22 @@ def instruction_chunks(code: GradientCode, worker: int) -> tuple[float, ...]:
     return tuple(float(c) for c in gamma) if gamma.size > 1 else ()
 
 
-def replies_read(decoding: Any, used: Sequence[int]) -> int:
+def replies_read(decoding: Decoding, used: Sequence[int]) -> int:
     """How many of the ``used`` replies the decoder reads (a nonzero coefficient in any of
     its chunk rows)."""
     column = np.any(np.atleast_2d(decoding.coefficients) != 0, axis=0)
     return int(np.count_nonzero(column[list(used)]))
+
+
+def wire_dtypes(code: GradientCode, dtypes: Mapping[str, np.dtype],
+                wire: str) -> dict[str, np.dtype]:
+    """The dtype every reply array must have: with ``wire="model"`` the model's own float
+    dtypes (a chunk, which mixes every array: float32 when they all are), else float64."""
+    if code.chunks == 1:  # the model's own arrays (:meth:`ReplyLayout.of`)
+        return {name: np.dtype(d) if wire == "model" and np.dtype(d).kind == "f"
+                else np.dtype(np.float64) for name, d in dtypes.items()}
+    float32 = wire == "model" and all(np.dtype(d) == np.float32 for d in dtypes.values())
+    return {protocol.CHUNK_KEY: np.dtype(np.float32 if float32 else np.float64)}
 
 
 @dataclass(frozen=True)
@@ -196,16 +208,6 @@ class ReplyLayout:
     def length(self) -> int:
         """Values of one reply's message (with the count)."""
         return self.bounds[-1]
-
-    def wire_dtypes(self, dtypes: Mapping[str, np.dtype], wire: str) -> dict[str, np.dtype]:
-        """The dtype every reply array must have: with ``wire="model"`` the model's own float
-        dtypes (a chunk, which mixes every array: float32 when they all are), else float64."""
-        model = {name: np.dtype(d) for name, d in dtypes.items()}
-        if self.count_in_record:  # the model's own arrays
-            return {name: d if wire == "model" and d.kind == "f" else np.dtype(np.float64)
-                    for name, d in model.items()}
-        float32 = wire == "model" and all(d == np.float32 for d in model.values())
-        return {key: np.dtype(np.float32 if float32 else np.float64) for key in self.arrays}
 
     def message(self, reply: CodedReply) -> list[np.ndarray]:
         """``reply``'s message as flat segments, in order (zero-copy views)."""
@@ -283,7 +285,7 @@ class Decoder:
         leave no entry)."""
         return len(self._amplification)
 
-    def decoding(self, code: GradientCode, used: Sequence[int]) -> Any:
+    def decoding(self, code: GradientCode, used: Sequence[int]) -> Decoding | None:
         """The decoding of ``used``: the sparse exact one when enabled (``None``: nothing)."""
         if not used:
             return None
@@ -300,7 +302,8 @@ class Decoder:
         return bad
 
     def decode(self, code: GradientCode, replies: Mapping[int, CodedReply], used: list[int],
-               decoding: Any, theta: Mapping[str, np.ndarray], dtypes: Mapping[str, np.dtype],
+               decoding: Decoding, theta: Mapping[str, np.ndarray],
+               dtypes: Mapping[str, np.dtype],
                *, round_number: int, sizes: Mapping[int, float]) -> Decoded | None:
         """The example-weighted average ``sum_j n_j theta_j / sum_j n_j`` (plus the central
         noise), or ``None`` (logged) when the count or the model is not usable.

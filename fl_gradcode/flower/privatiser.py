@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 from flwr.common.logger import log
 
-from ..codes import GradientCode
+from ..codes import Decoding, GradientCode
 from ..privacy import DPConfig, ServerNoise, independent_noise_multiplier
 from .protocol import Identity
 from .reports import agree_sizes, central_noise_scale, outlying_sizes
@@ -86,7 +86,7 @@ class Privatiser:
         """Whether the server adds the noise (``dp-mode=central``)."""
         return self.dp.mode == "central"
 
-    def noise_std(self, code: GradientCode, decoding: Any, used: Iterable[int], count: float,
+    def noise_std(self, code: GradientCode, decoding: Decoding, used: Iterable[int], count: float,
                   sizes: Mapping[int, float], round_number: int) -> float | None:
         """Std of the trusted server's noise on the decoded average delta: ``sigma C`` times
         the largest weight one partition has in it, ``max_j |alpha_j| n_j / count``, from the

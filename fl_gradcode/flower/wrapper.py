@@ -53,7 +53,7 @@ from ..privacy import (
 from ..results import RoundRecorder
 from . import compat, protocol
 from .clock import VirtualClock, WallClock, make_clock
-from .decoder import Decoder, ReplyLayout, instruction_chunks, replies_read
+from .decoder import Decoder, ReplyLayout, instruction_chunks, replies_read, wire_dtypes
 from .decoder import error_amplification as error_amplification  # re-exported
 from .grid import EarlyReturnGrid
 from .integrity import (
@@ -1638,7 +1638,7 @@ def _sizes(state: _Round, workers: list[int]) -> dict[int, float] | None:
 
 def _wire_dtypes(state: _Round) -> dict[str, np.dtype]:
     """The dtype every reply array must have in this round (the instruction's ``wire``)."""
-    return ReplyLayout.of(state.code, state.theta).wire_dtypes(state.dtypes, state.wire)
+    return wire_dtypes(state.code, state.dtypes, state.wire)
 
 
 def _is_chunked(code: GradientCode) -> bool:
