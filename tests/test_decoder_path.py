@@ -18,6 +18,7 @@ from fl_gradcode.flower.decoder import (
     Decoder,
     ReplyLayout,
     cast,
+    combine,
     error_amplification,
     instruction_chunks,
     replies_read,
@@ -311,3 +312,137 @@ def test_comm_efficient_with_one_chunk_decodes_through_the_strategy():
             for k, t in theta.items()}
     for k in SHAPES:
         np.testing.assert_allclose(result.arrays[k].numpy(), theta[k], atol=1e-5)
+
+
+# ================================================================== edges of the one path
+def test_metrics_are_decoded_like_the_count_and_a_fractional_count_is_kept():
+    code = make_code("uncoded", n=3, s=0)
+    theta, _, _, replies = _problem(code)
+    for i, r in replies.items():
+        r.metrics = {"loss": float(i + 1)}
+        r.num_examples = 0.25  # a count below 1 (weighted data): still an average
+        for a in r.arrays.values():
+            a *= 0.25 / 1e3
+    decoded = _decode(code, replies, [0, 1, 2], theta)
+    assert decoded is not None and decoded.count == pytest.approx(0.75)
+    assert decoded.metrics == {"loss": pytest.approx((1 + 2 + 3) / 0.75)}
+
+
+def test_float32_replies_are_summed_in_float32_and_comm_efficient_ones_in_float64():
+    code = make_code("uncoded", n=6, s=0)  # decoder: all ones
+    theta, _, _, replies = _problem(code, wire=np.float32)
+    theta = {k: v.astype(np.float32) for k, v in theta.items()}
+    decoded = _decode(code, replies, list(range(6)), theta)
+    count = sum(r.num_examples for r in replies.values())
+    for k in SHAPES:
+        acc = replies[0].arrays[k].reshape(-1).copy()
+        for i in range(1, 6):
+            acc += replies[i].arrays[k].reshape(-1)
+        acc *= np.float32(1.0 / count)
+        acc += theta[k].reshape(-1)
+        np.testing.assert_array_equal(decoded.arrays[k].numpy().reshape(-1), acc)
+    chunked = make_code("comm-efficient", n=6, s=1, m=2)
+    assert code.decodes_in_reply_dtype and not chunked.decodes_in_reply_dtype
+
+
+def test_an_empty_model_array_decodes_to_an_empty_array():
+    code = make_code("frc", n=4, s=1)
+    theta, sizes, deltas, replies = _problem(code)
+    theta["e"] = np.zeros(0, dtype=np.float32)
+    for r in replies.values():
+        r.arrays["e"] = np.zeros(0)
+    decoded = _decode(code, replies, [0, 1, 2, 3], theta)
+    assert decoded.arrays["e"].numpy().shape == (0,)
+    np.testing.assert_allclose(decoded.arrays["w"].numpy(), _average(theta, sizes, deltas)["w"])
+
+
+def test_a_large_model_is_decoded_array_by_array_in_threads():
+    code = make_code("frc", n=4, s=1)
+    rng = np.random.default_rng(0)
+    size = (1 << 19) + 1  # two arrays: more than 2^20 values in all
+    theta = {"a": np.zeros(size), "b": np.zeros(size)}
+    replies = {i: CodedReply(node=i, worker=i, arrays={k: rng.standard_normal(size)
+                                                        for k in theta},
+                             num_examples=2.0, sizes=(), metrics={}, compute_s=0.0)
+               for i in range(4)}
+    decoded = _decode(code, replies, [0, 2], theta)  # FRC groups {0, 1} and {2, 3}
+    for k in theta:
+        np.testing.assert_allclose(decoded.arrays[k].numpy(),
+                                   (replies[0].arrays[k] + replies[2].arrays[k]) / 4.0)
+
+
+def test_combine_cast_and_replies_read_edges():
+    v = np.arange(4, dtype=np.float32)
+    out = combine([2.0], [v], np.float32, scale=2.0)
+    assert out.dtype == np.float32 and out.tolist() == [0.0, 4.0, 8.0, 12.0]
+    np.testing.assert_array_equal(combine([0.0], [v], np.float64, offset=v + 1.0), v + 1.0)
+    assert cast(v, np.dtype(np.float32)) is v  # no copy of a model already in its dtype
+    frc = make_code("frc", n=6, s=2)  # two groups of three: one reply read per group
+    assert replies_read(Decoder(FedAvg()).decoding(frc, list(range(6))), range(6)) == 2
+    assert replies_read(frc.decoding(list(range(6))), range(6)) == 6
+
+
+class _NaNInner(FedAvg):
+    def aggregate_train(self, server_round, replies):
+        arrays, metrics = super().aggregate_train(server_round, replies)
+        return ArrayRecord({k: Array(np.full_like(v.numpy(), np.nan))
+                            for k, v in arrays.items()}), metrics
+
+
+class _Averaging:
+    """An inner strategy without ``weighted_by_key`` (counts as ``num-examples``)."""
+
+    def aggregate_train(self, server_round, replies):
+        [reply] = replies
+        self.weight = reply.content["metrics"]["num-examples"]
+        return reply.content["arrays"], None
+
+
+def test_the_decoded_average_reaches_any_inner_strategy_as_one_reply():
+    code = make_code("frc", n=4, s=1)
+    theta, sizes, _, replies = _problem(code)
+    decoded = _decode(code, replies, [0, 1, 2, 3], theta)
+    sent = Message(RecordDict({}), dst_node_id=1, message_type="train")
+    for inner in (FedAvg(), _Averaging()):
+        outcome = Decoder(inner).apply(decoded, round_number=1, array_key="arrays",
+                                       reply_to=sent)
+        assert outcome.num_examples == decoded.count == pytest.approx(sizes.sum())
+        np.testing.assert_array_equal(outcome.arrays["w"].numpy(),
+                                      decoded.arrays["w"].numpy())
+    assert inner.weight == decoded.count
+    assert Decoder(_NaNInner()).apply(decoded, round_number=1, array_key="arrays",
+                                      reply_to=sent) is None
+
+
+# ================================================================== the privatiser
+def test_privatiser_logs_outlying_sizes_and_unsized_noise(caplog):
+    code = make_code("uncoded", n=4, s=0)
+    privatiser = Privatiser(DPConfig(mode="central", noise_multiplier=1.0, clip_norm=1.0),
+                            None, ServerNoise(), "n", {})
+    from fl_gradcode.flower.protocol import Identity
+
+    partitions = [Identity(j, 4) for j in range(4)]
+    reported = {0: (10.0,), 1: (10.0,), 2: (10.0,), 3: (5000.0,)}
+    with caplog.at_level(logging.WARNING):
+        agreed, excluded = privatiser.check_sizes(code, partitions, reported, 7)
+        assert privatiser.noise_std(code, code.decoding([0, 1]), [0, 1], 20.0, {}, 7) is None
+    assert agreed == {0: 10.0, 1: 10.0, 2: 10.0, 3: 5000.0} and excluded == {}
+    assert privatiser.partition_sizes[(3, 4)] == 5000.0
+    assert ("round 7: partition (3, 4) reports 5000 examples, 500 times the median (10); "
+            "no replica contradicts it") in caplog.text
+    assert "round 7: central DP noise cannot be sized (no checked size for partitions" \
+        in caplog.text
+
+
+def test_privatiser_accounts_independent_noise_only_under_partition_dp():
+    from fl_gradcode.privacy import independent_noise_multiplier
+
+    code = make_code("frc", n=4, s=1)
+
+    def multiplier(mode, noise):
+        dp = DPConfig(mode=mode, noise=noise, noise_multiplier=1.5, clip_norm=1.0)
+        return Privatiser(dp, None, ServerNoise(), "n", {}).noise_multiplier(code)
+
+    assert multiplier("partition", "independent") == independent_noise_multiplier(code.B, 1.5)
+    assert multiplier("partition", "identical") is None
+    assert multiplier("central", "independent") is None
