@@ -290,7 +290,8 @@ def test_the_round_opener_sends_nothing_to_busy_members_it_does_not_queue():
 @pytest.mark.parametrize("module", ["options.py", "collector.py", "deadline_policy.py",
                                     "round_state.py", "clock.py", "records.py", "policy.py",
                                     "latency_book.py", "opener.py", "workload.py",
-                                    "dispatch.py", "closer.py"])
+                                    "dispatch.py", "closer.py", "aggregator.py", "decoder.py",
+                                    "privatiser.py", "wrapper.py"])
 def test_collaborators_read_no_other_objects_private_attributes(module):
     tree = ast.parse((FLOWER / module).read_text())
     reads = [f"{ast.unparse(node)} (line {node.lineno})" for node in ast.walk(tree)

@@ -8,15 +8,14 @@ Karampatziakis, "Gradient Coding", ICML 2017, https://arxiv.org/abs/1612.03301).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from flwr.app import Message, RecordDict
 
-from ..codes import GradientCode
 from ..privacy import DPConfig
 from . import protocol
 from .clock import Clock
+from .decoder import instruction_chunks
 from .protocol import Instruction
 from .round_state import RoundState, payload_bytes
 from .workload import Workload
@@ -29,20 +28,19 @@ class Dispatcher:
 
     ``seed`` and ``nonce`` key the app's public seeding and the DP noise; ``dp`` the clients'
     clipping and noise; the ``clock`` says what a worker sleeps and when it stops; the
-    ``workload`` samples the delay; ``inner`` names the weight key of its aggregation;
-    ``chunk_coefficients(code, worker)`` the rows a communication-efficient worker sends.
+    ``workload`` samples the delay; ``inner`` names the weight key of its aggregation. A
+    worker's chunk coefficients are its code's own
+    (:meth:`~fl_gradcode.codes.GradientCode.chunk_coefficients`).
     """
 
     def __init__(self, *, seed: int, nonce: str, dp: DPConfig, clock: Clock,
-                 workload: Workload, inner: Any,
-                 chunk_coefficients: Callable[[GradientCode, int], tuple[float, ...]]) -> None:
+                 workload: Workload, inner: Any) -> None:
         self.seed = seed
         self.nonce = nonce
         self.dp = dp
         self.clock = clock
         self.workload = workload
         self.inner = inner
-        self.chunk_coefficients = chunk_coefficients
 
     def message(self, state: RoundState, worker: int, node: int, content: RecordDict) -> Message:
         """The message of one member: ``content`` and its coded instruction (partitions,
@@ -61,7 +59,7 @@ class Dispatcher:
             delay_s=self.clock.instruction_delay(lambda: self.workload.sampled_delay(
                 code, worker, node, state.number, partitions)),
             weight_key=getattr(self.inner, "weighted_by_key", "num-examples"),
-            wire=state.wire, chunk_coefficients=self.chunk_coefficients(code, worker),
+            wire=state.wire, chunk_coefficients=instruction_chunks(code, worker),
             stop_after_s=self.clock.stop_after_s(state.number),
         )
         msg = protocol.instruction_message(content, instruction, node, str(state.number))

@@ -23,6 +23,7 @@ from . import protocol
 from .clock import Clock
 from .collector import ReplyCollector
 from .deadline_policy import DeadlinePolicy
+from .decoder import ReplyLayout
 from .grid import EarlyReturnGrid
 from .policy import CodePolicy
 from .quarantine import Quarantine
@@ -46,19 +47,17 @@ class RoundOpener:
     """Plans and opens each coded round (one job: the start of a round).
 
     ``wire_for(code)``: the reply dtype of a code (``"model"`` or ``"float64"``);
-    ``reply_layout(code, theta)``: the arrays every reply holds; ``code_options``: the code's
-    options (the integrity probe reads them); ``round_timeout``: seconds to wait for a busy
-    cohort to free up."""
+    ``code_options``: the code's options (the integrity probe reads them); ``round_timeout``:
+    seconds to wait for a busy cohort to free up."""
 
     def __init__(self, *, policy: CodePolicy, clock: Clock, deadlines: DeadlinePolicy,
                  quarantine: Quarantine, workload: Workload, collector: ReplyCollector,
                  wire_for: Callable[[GradientCode], str],
-                 reply_layout: Callable[[GradientCode, Mapping[str, Any]], dict[str, tuple]],
                  code_options: Mapping[str, Any], round_timeout: float,
                  arrays_key: str = "arrays") -> None:
         self.policy, self.clock, self.deadlines = policy, clock, deadlines
         self.quarantine, self.workload, self.collector = quarantine, workload, collector
-        self.wire_for, self.reply_layout = wire_for, reply_layout
+        self.wire_for = wire_for
         self.code_options, self.round_timeout = code_options, float(round_timeout)
         self.arrays_key = arrays_key
 
@@ -102,7 +101,7 @@ class RoundOpener:
                         if node in idle and node not in excluded),
             excluded=sorted(excluded_workers),
             layout={name: tuple(a.shape) for name, a in theta.items()},
-            reply_layout=self.reply_layout(code, theta),
+            reply_layout=ReplyLayout.of(code, theta).arrays,
             dtypes={name: a.dtype for name, a in theta.items()},
             theta=theta,  # zero-copy views of the global arrays, model dtype
             array_key=key, wall_start=time.monotonic(),

@@ -18,7 +18,7 @@ from flwr.app import ArrayRecord, Message, RecordDict
 from flwr.common.logger import log
 
 from ..codes import GradientCode
-from . import protocol
+from .decoder import wire_dtypes
 from .protocol import CodedReply, Identity
 from .records import split_reason
 from .reports import public_reason
@@ -83,16 +83,7 @@ class RoundState:
 
     def wire_dtypes(self) -> dict[str, np.dtype]:
         """The dtype every reply array must have in this round (the instruction's ``wire``)."""
-        if is_chunked(self.code):
-            model32 = all(d == np.float32 for d in self.dtypes.values())
-            return {protocol.CHUNK_KEY: np.dtype(
-                np.float32 if self.wire == "model" and model32 else np.float64)}
-        out = {}
-        for name, dtype in self.dtypes.items():
-            dtype = np.dtype(dtype)
-            out[name] = (dtype if self.wire == "model" and dtype.kind == "f"
-                         else np.dtype(np.float64))
-        return out
+        return wire_dtypes(self.code, self.dtypes, self.wire)
 
 
 def array_key(content: RecordDict, preferred: str) -> str:
@@ -106,8 +97,8 @@ def array_key(content: RecordDict, preferred: str) -> str:
 
 
 def is_chunked(code: GradientCode) -> bool:
-    """A communication-efficient code whose replies are ``1/m`` of the model."""
-    return hasattr(code, "message_length") and getattr(code, "m", 1) > 1
+    """A code whose replies are chunks (``1/m`` of the model: communication-efficient)."""
+    return code.chunks > 1
 
 
 def partition_key(identity: Identity) -> tuple[int, int]:

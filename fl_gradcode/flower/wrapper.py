@@ -31,19 +31,15 @@ References:
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import time
-import weakref
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from logging import INFO, WARNING
 from typing import Any
 
-import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.common.logger import log
-from flwr.serverapp.strategy import FedAvg, Result, Strategy
+from flwr.serverapp.strategy import Result, Strategy
 
 from ..codes import GradientCode
 from ..latency import LatencyModel
@@ -51,33 +47,32 @@ from ..privacy import (
     DPConfig,
     PrivacyAccountant,
     ServerNoise,
-    independent_noise_multiplier,
     make_mechanism,
 )
 from ..results import RoundRecorder
-from . import compat, protocol
+from . import compat
+from .aggregator import RoundAggregator
 from .clock import make_clock
 from .closer import RoundCloser
 from .collector import ReplyCollector
 from .deadline_policy import DeadlinePolicy
+from .decoder import Decoder
+from .decoder import error_amplification as error_amplification  # re-exported
 from .dispatch import Dispatcher
 from .grid import EarlyReturnGrid
 from .membership import Membership
 from .opener import RoundOpener
 from .options import Options
 from .policy import CodePolicy, is_policy_factory, make_code_policy
+from .privatiser import Privatiser
 from .protocol import Identity
 from .quarantine import Quarantine
-from .records import RoundLog, RoundOutcome, quiet_inner_aggregation
+from .records import RoundLog
 from .reports import (
     MISSING_KEYS_HELP,
-    agree_sizes,
-    central_noise_scale,
     missing_keys,
-    outlying_sizes,
 )
 from .round_state import RoundState as _Round
-from .round_state import partition_key as _key
 from .workload import Workload
 
 __all__ = ["GradientCoding"]
@@ -179,8 +174,6 @@ class GradientCoding(Strategy):
         self._quarantine = Quarantine()
         self.collector = ReplyCollector(self.clock, self.deadlines, options.integrity,
                                         self._quarantine, self._fingerprints)
-        # per code object, weakly: codes built per round come and go
-        self._amplification: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.recorder = (RoundRecorder(results_dir, options.describe(type(strategy).__name__,
                                                                      run_config))
                          if results_dir else None)
@@ -190,19 +183,24 @@ class GradientCoding(Strategy):
         self.round_log.waits_for_evaluation = evaluate_fn is not None
         self.history: list[dict[str, Any]] = self.round_log.history
         self.partition_sizes: dict[tuple[int, int], float] = {}  # checked sizes only
+        self.privatiser = Privatiser(self.dp, self.mechanism, self.server_noise, self.nonce,
+                                     self.partition_sizes)
+        self.decoder = Decoder(strategy, self.privatiser, wire=options.wire.wire,
+                               sparse=options.wire.sparse_decoding, seed=self.seed)
+        self.aggregator = RoundAggregator(
+            decoder=self.decoder, collector=self.collector, quarantine=self._quarantine,
+            max_decode_error=options.deadline.max_decode_error)
         self.workload = Workload(self.identities, self.partition_sizes, self.latency, self.seed)
         self.dispatcher = Dispatcher(seed=self.seed, nonce=self.nonce, dp=self.dp,
-                                     clock=self.clock, workload=self.workload, inner=strategy,
-                                     chunk_coefficients=_chunk_coefficients)
+                                     clock=self.clock, workload=self.workload, inner=strategy)
         self.opener = RoundOpener(
             policy=self.code_policy, clock=self.clock, deadlines=self.deadlines,
             quarantine=self._quarantine, workload=self.workload, collector=self.collector,
-            wire_for=self.wire_for, reply_layout=_reply_layout,
+            wire_for=self.decoder.wire_for,
             code_options=self.code_options, round_timeout=options.deadline.round_timeout,
             arrays_key=getattr(strategy, "arrayrecord_key", "arrays"))
         self.closer = RoundCloser(clock=self.clock, policy=self.code_policy,
                                   workload=self.workload, decodable=self.collector.decodable)
-        self._confirmed_sizes: dict[tuple[int, int], float] = {}  # by >= 2 agreeing replicas
         self.stopped = False
         self._wrapped_grid: EarlyReturnGrid | None = None
         self.code_policy.bind(self)
@@ -245,11 +243,7 @@ class GradientCoding(Strategy):
 
     def wire_for(self, code: GradientCode) -> str:
         """The reply dtype for ``code`` (``"model"`` or ``"float64"``)."""
-        if self.wire != "auto":
-            return self.wire
-        if code not in self._amplification:
-            self._amplification[code] = error_amplification(code, seed=self.seed)
-        return "model" if self._amplification[code] <= 8.0 else "float64"
+        return self.decoder.wire_for(code)
 
     # ------------------------------------------------------------------ grid plumbing
     def wrap_grid(self, grid: Any) -> EarlyReturnGrid:
@@ -378,13 +372,13 @@ class GradientCoding(Strategy):
         for reply in replies:
             self.on_reply(reply)
         wall_s = time.monotonic() - state.wall_start
-        self._check_sizes(state)
+        self.aggregator.check_sizes(state)
         window = self.closer.close(state)
         used, verdict = self.collector.cross_check(state, sorted(window.used))
-        outcome, arrays_out, inner_metrics = self._decode(state, used, verdict)
+        outcome, arrays_out, inner_metrics = self.aggregator.decode(state, used, verdict)
         if self.accountant is not None and state.sent:
             # the round released noisy updates, used or not; at its code's multiplier
-            self.accountant.step(self._round_noise_multiplier(state))
+            self.accountant.step(self.privatiser.noise_multiplier(state.code))
         self.deadlines.after_round(outcome.decode, self.clock.straggler_timeout)
         late, stopped_late = self.collector.take_late()
         row = self._record(server_round, **self.round_log.coded_fields(
@@ -402,229 +396,6 @@ class GradientCoding(Strategy):
         if arrays_out is not None and self.recorder is not None:
             self.recorder.save_model({k: v.numpy() for k, v in arrays_out.items()})
         return arrays_out, RoundLog.metrics(row, inner_metrics)
-
-    def _decode(self, state: _Round, used: list[int],
-                verdict: Any) -> tuple[RoundOutcome, ArrayRecord | None, MetricRecord | None]:
-        """The round's outcome (``"exact"``, ``"approx"`` or ``"skipped"``: not decodable,
-        above ``max_decode_error``, or withheld by the integrity checks), the arrays and
-        metrics of the inner strategy's aggregation of the decoded average."""
-        decoding = self._decoding(state, used)
-        self.collector.check_applied(state, used, decoding, verdict)
-        decode = self._decode_status(decoding)
-        if self.collector.withholds(state, verdict, decode):
-            decode = "skipped"
-        result = None if decode == "skipped" else self._decode_and_apply(state, used, decoding)
-        bad = [] if result is not None or decode == "skipped" else (
-            self._reject_non_finite(state, used))
-        if bad:  # replies whose values were not read on arrival: drop them, decode again
-            used = [w for w in used if w not in bad]
-            decoding = self._decoding(state, used)
-            decode = self._decode_status(decoding)
-            result = None if decode == "skipped" else self._decode_and_apply(state, used,
-                                                                             decoding)
-        arrays, metrics, count, noise_std = result or (None,) * 4
-        outcome = RoundOutcome(
-            "skipped" if result is None else decode, used,
-            0 if result is None else _replies_read(decoding, used),
-            float(decoding.error) if decoding is not None else 1.0, verdict, count, noise_std)
-        return outcome, arrays, metrics
-
-    def _decode_status(self, decoding: Any) -> str:
-        """``"exact"``, ``"approx"`` (within ``max_decode_error``) or ``"skipped"``."""
-        if decoding is not None and (decoding.exact or decoding.error <= self.max_decode_error):
-            return "exact" if decoding.exact else "approx"
-        return "skipped"
-
-    def _decoding(self, state: _Round, used: list[int]) -> Any:
-        """The round's decoding of ``used``: the sparse exact one when enabled."""
-        if not used:
-            return None
-        if self.sparse_decoding and not _is_chunked(state.code):
-            return state.code.sparse_decoding(used)
-        return state.code.decoding(used)
-
-    def _reject_non_finite(self, state: _Round, used: list[int]) -> list[int]:
-        """Workers among ``used`` whose replies hold NaN/Inf (read now, if not on arrival)."""
-        bad = []
-        for w in used:
-            names = protocol.non_finite_arrays(state.valid[w])
-            if names:
-                bad.append(w)
-                del state.valid[w]
-                _reject(state, state.cohort[w], w, f"array {names[0]!r} contains NaN or Inf")
-        return bad
-
-    def _decode_and_apply(self, state: _Round, used: list[int], decoding: Any):
-        """Decode the example-weighted average, privatise, hand it to the inner strategy.
-
-        One pass per array: ``acc = sum_i a_i r_i`` in place into one buffer in the reply dtype
-        (the replies are zero-copy views; no per-reply copies), then ``acc / count + theta``.
-        """
-        if _is_chunked(state.code):
-            return self._decode_chunked(state, used, decoding)
-        coefficients = np.asarray(decoding.coefficients, dtype=np.float64)[used]
-        replies = [state.valid[w] for w in used]
-        count = float(sum(a * r.num_examples for a, r in zip(coefficients, replies, strict=True)))
-        if not (math.isfinite(count) and count > 0):
-            log(WARNING, "round %d: decoded example count %r; round skipped", state.number, count)
-            return None
-        noise_std, noise = None, None
-        if self.dp.mode == "central":
-            noise_std = self._central_noise_std(state, decoding, used, count)
-            if noise_std is None:
-                return None
-            dim = sum(v.size for v in state.theta.values())
-            noise = self.server_noise.draw(dim, noise_std, state.number, self.nonce)
-        offsets, start = {}, 0
-        for name, theta in state.theta.items():
-            offsets[name] = start
-            start += theta.size
-
-        def finish(name: str) -> Array | None:
-            theta = state.theta[name]
-            views = [r.arrays[name].reshape(-1) for r in replies]
-            dtype = np.result_type(*(v.dtype for v in views)) if views else np.dtype(np.float64)
-            part = None if noise is None else noise[offsets[name] : offsets[name] + theta.size]
-            acc = _combine(coefficients, views, dtype, scale=1.0 / count,
-                           offset=theta.reshape(-1), noise=part)
-            if acc is None:
-                return None
-            # serialised here, per array: the float buffer is freed before the next one
-            return Array(_cast(acc.reshape(theta.shape), state.dtypes[name]))
-
-        # arrays are independent and numpy releases the GIL: one thread per core
-        names = list(state.theta)
-        if len(names) > 1 and start >= 1 << 20:
-            with ThreadPoolExecutor(max_workers=min(len(names), os.cpu_count() or 1)) as pool:
-                results = list(pool.map(finish, names))
-        else:
-            results = [finish(name) for name in names]
-        if any(r is None for r in results):
-            log(WARNING, "round %d: decoded model not finite; round skipped", state.number)
-            return None
-        new = dict(zip(names, results, strict=True))
-        metric_names = set.intersection(*(set(r.metrics) for r in replies)) if replies else set()
-        metrics = {
-            k: float(sum(a * r.metrics[k] for a, r in zip(coefficients, replies, strict=True)))
-            / count
-            for k in sorted(metric_names)
-        }
-        return self._apply_inner(state, used, new, metrics, count, noise_std)
-
-    def _decode_chunked(self, state: _Round, used: list[int], decoding: Any):
-        """Communication-efficient codes: rebuild ``[sum_j n_j dtheta_j..., sum_j n_j]`` from
-        the ``1/m``-length replies (``m x |F|`` decoder), then the average."""
-        coefficients = np.asarray(decoding.coefficients, dtype=np.float64)[:, used]
-        m = coefficients.shape[0]
-        replies = [state.valid[w].arrays[protocol.CHUNK_KEY] for w in used]
-        chunks = np.zeros((m, replies[0].size)) if replies else np.zeros((m, 0))
-        for i, r in enumerate(replies):
-            for u in range(m):
-                if coefficients[u, i] != 0.0:
-                    chunks[u] += coefficients[u, i] * r
-        full = chunks.reshape(-1)
-        dim = sum(v.size for v in state.theta.values())
-        count = float(full[dim])
-        if not (math.isfinite(count) and count > 0):
-            log(WARNING, "round %d: decoded example count %r; round skipped", state.number, count)
-            return None
-        noise_std = None
-        if self.dp.mode == "central":
-            noise_std = self._central_noise_std(state, decoding, used, count)
-            if noise_std is None:
-                return None
-            full[:dim] += count * self.server_noise.draw(dim, noise_std, state.number, self.nonce)
-        new, start = {}, 0
-        for name, theta in state.theta.items():
-            value = full[start : start + theta.size].reshape(theta.shape) / count + theta
-            start += theta.size
-            if not np.isfinite(value).all():
-                log(WARNING, "round %d: decoded model not finite; round skipped", state.number)
-                return None
-            new[name] = Array(_cast(value, state.dtypes[name]))
-        return self._apply_inner(state, used, new, {}, count, noise_std)
-
-    def _apply_inner(self, state, used, new, metrics, count, noise_std):
-        """Hand the decoded average to the inner strategy as ONE valid reply."""
-        weight_key = getattr(self.inner, "weighted_by_key", "num-examples")
-        content = RecordDict(
-            {
-                state.array_key: ArrayRecord(new),
-                "metrics": MetricRecord({**metrics, weight_key: count}),
-            }
-        )
-        if type(self.inner) is FedAvg:
-            # FedAvg's weighted average of one reply is that reply (weight 1.0): skip the
-            # copy through Array.numpy(); its metric aggregation still runs
-            arrays_out = content[state.array_key]
-            inner_metrics = self.inner.train_metrics_aggr_fn([content], weight_key)
-            return arrays_out, inner_metrics, count, noise_std
-        reply = Message(content, reply_to=state.sent[used[0]])
-        with quiet_inner_aggregation():  # "Received 1 results": the one decoded reply
-            arrays_out, inner_metrics = self.inner.aggregate_train(state.number, [reply])
-        if arrays_out is None:
-            return None
-        for arr in arrays_out.values():
-            if not np.isfinite(protocol.array_view(arr)).all():
-                log(WARNING, "round %d: inner strategy produced a non-finite model; kept the "
-                    "previous one", state.number)
-                return None
-        return arrays_out, inner_metrics, count, noise_std
-
-    def _central_noise_std(self, state: _Round, decoding: Any, used: list[int],
-                           count: float) -> float | None:
-        """Std of the trusted server's noise on the decoded average delta: ``sigma C`` times
-        the largest weight one partition has in it, ``max_j |alpha_j| n_j / count``
-        (:func:`~fl_gradcode.flower.reports.central_noise_scale`), from the sizes every used
-        reply reported consistently with its ``num-examples`` and its partition's other
-        replicas (never below ``sigma C / k``). ``None`` (the round is not released): no such
-        sizes."""
-        # the replicas' sizes were cross-checked once (_check_sizes): those of used's partitions
-        held = {int(j) for w in used for j in state.code.assignment(w)}
-        agreed = {j: n for j, n in state.sizes.items() if j in held}
-        try:
-            scale = central_noise_scale(decoding, agreed, count)
-        except ValueError as exc:
-            log(WARNING, "round %d: central DP noise cannot be sized (%s); round skipped",
-                state.number, exc)
-            return None
-        return self.mechanism.server_noise_std(scale)
-
-    def _check_sizes(self, state: _Round) -> None:
-        """Cross-check the replicas' ``partition-sizes`` (each already consistent with its
-        reply's ``num-examples``): outvoted replies are excluded as rejected; the agreed
-        sizes become ``partition_sizes`` (and, confirmed by two or more replicas, decide
-        later ties)."""
-        confirmed = {j: self._confirmed_sizes[_key(p)] for j, p in enumerate(state.partitions)
-                     if _key(p) in self._confirmed_sizes}
-        agreed, excluded, confirmed_now = agree_sizes(
-            state.code, {w: r.sizes for w, r in state.valid.items()}, confirmed)
-        for worker, reason in sorted(excluded.items()):
-            del state.valid[worker]
-            _reject(state, state.cohort[worker], worker, reason)
-        self._quarantine.offend(state.number, [state.cohort[w] for w in sorted(excluded)],
-                                "partition sizes the other replicas contradict")
-        if excluded:
-            state.tracker = None  # rebuilt from the remaining replies
-        state.sizes = agreed
-        for j, size in agreed.items():
-            self.partition_sizes[_key(state.partitions[j])] = size
-        for j, size in confirmed_now.items():
-            self._confirmed_sizes[_key(state.partitions[j])] = size
-        for j, size, median in outlying_sizes(agreed):
-            log(WARNING, "round %d: partition %s reports %g examples, %.3g times the median "
-                "(%g); no replica contradicts it", state.number, _key(state.partitions[j]),
-                size, size / median, median)
-
-    def _round_noise_multiplier(self, state: _Round) -> float | None:
-        """The noise multiplier the round is accounted at: with ``dp-noise=independent`` under
-        ``partition`` DP, the round's code's effective one (the server can average a
-        partition's replicas: :func:`~fl_gradcode.privacy.independent_noise_multiplier`);
-        ``None`` (the accountant's own) otherwise."""
-        if self.dp.mode == "partition" and self.dp.noise == "independent":
-            return independent_noise_multiplier(
-                np.asarray(state.code.B, dtype=np.float64), self.dp.noise_multiplier)
-        return None
 
     def _record_idle(self, server_round: int) -> MetricRecord:
         """A round in which nothing was sent (budget exhausted or an empty cohort)."""
@@ -660,108 +431,3 @@ class GradientCoding(Strategy):
             "dp=%s", type(self.inner).__name__, self.options.code.name, self.s, self.timing,
             self.straggler_timeout, self.dp.mode)
         self.inner.summary()
-
-
-_BLOCK = 1 << 15  # elements per cache block of the decoder
-
-
-def _combine(
-    coefficients: np.ndarray,
-    views: list[np.ndarray],
-    dtype: np.dtype,
-    *,
-    scale: float = 1.0,
-    offset: np.ndarray | None = None,
-    noise: np.ndarray | None = None,
-) -> np.ndarray | None:
-    """``scale * sum_i a_i v_i + noise + offset`` into one new buffer of ``dtype``, or ``None``
-    when the result is not finite.
-
-    Block by block, so that the running sum stays in cache while every reply with a nonzero
-    coefficient streams through once: one read per reply, one write of the result, the
-    scaling, noise, offset and finiteness check done on the block while it is in cache.
-    """
-    dtype = np.dtype(dtype)
-    size = offset.size if offset is not None else (views[0].size if views else 0)
-    acc = np.empty(size, dtype=dtype)
-    tmp = np.empty(min(size, _BLOCK), dtype=dtype)
-    terms = [(dtype.type(a), v) for a, v in zip(coefficients, views, strict=True) if a != 0.0]
-    factor = dtype.type(scale)
-    for start in range(0, size, _BLOCK):
-        end = min(start + _BLOCK, size)
-        block, scratch = acc[start:end], tmp[: end - start]
-        if not terms:
-            block.fill(0)
-        for i, (a, v) in enumerate(terms):
-            if i == 0:
-                np.multiply(v[start:end], a, out=block)
-            elif a == 1.0:  # FRC-like decoders are 0/1
-                block += v[start:end]
-            else:
-                np.multiply(v[start:end], a, out=scratch)
-                block += scratch
-        if factor != 1.0:
-            block *= factor
-        if noise is not None:
-            block += noise[start:end]
-        if offset is not None:
-            block += offset[start:end]
-        if not np.isfinite(block).all():
-            return None
-    return acc
-
-
-def _is_chunked(code: GradientCode) -> bool:
-    return hasattr(code, "message_length") and getattr(code, "m", 1) > 1
-
-
-def _chunk_coefficients(code: GradientCode, worker: int) -> tuple[float, ...]:
-    if not _is_chunked(code):
-        return ()
-    gamma = code.gammas[code._group[worker]]
-    return tuple(float(c) for c in gamma[:, code._position[worker]])
-
-
-def _reply_layout(code: GradientCode, theta: dict[str, np.ndarray]) -> dict[str, tuple]:
-    if not _is_chunked(code):
-        return {name: tuple(a.shape) for name, a in theta.items()}
-    dim = sum(a.size for a in theta.values())
-    return {protocol.CHUNK_KEY: (code.message_length(dim + 1),)}
-
-
-def error_amplification(code: GradientCode, seed: int = 0, samples: int = 24) -> float:
-    """How much the decoder amplifies rounding errors of the replies, relative to the decoded
-    sum: ``max_F sum_i |a_i| ||B_i||_1 / k`` over decodable sets ``F`` (all clients, random
-    ``(n-s)``-subsets, contiguous straggler bursts). 1 for uncoded and FRC (0/1 decoding)."""
-    rng = np.random.default_rng(seed)
-    n, s = code.n, min(code.s, code.n - 1)
-    row_l1 = np.abs(code.B).sum(axis=1)
-    sets = [list(range(n))]
-    sets += [sorted(rng.choice(n, size=n - s, replace=False).tolist()) for _ in range(samples)]
-    sets += [[i for i in range(n) if (i - start) % n >= s] for start in range(0, n, max(1, n // 8))]
-    worst = 0.0
-    for received in sets:
-        decoding = code.decoding(received)
-        a = np.abs(np.asarray(decoding.coefficients, dtype=np.float64))
-        if a.ndim == 2:  # communication-efficient: one decoder row per chunk
-            a = a.sum(axis=0)
-        worst = max(worst, float(np.sum(a * row_l1)) / code.k)
-    return worst
-
-
-def _replies_read(decoding: Any, used: list[int]) -> int:
-    """How many of the ``used`` replies the decoder reads (nonzero coefficients)."""
-    a = np.asarray(decoding.coefficients)
-    column = np.any(a != 0, axis=0) if a.ndim == 2 else a != 0
-    return int(np.count_nonzero(column[used]))
-
-
-def _reject(state: _Round, node: int, worker: int | None, reason: str) -> None:
-    """Count a rejected reply (:meth:`~.round_state.RoundState.reject`)."""
-    state.reject(node, worker, reason)
-
-
-def _cast(value: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    if np.issubdtype(dtype, np.integer):
-        return np.rint(value).astype(dtype)
-    return value.astype(dtype, copy=False)
