@@ -37,7 +37,8 @@ from .membership import code_for_cohort
 from .protocol import Identity
 
 __all__ = ["AdaptiveCodePolicy", "CodePolicy", "FixedCodePolicy", "LatencyBook",
-           "is_policy_factory", "make_code_policy", "read_latency_state"]
+           "is_policy_factory", "make_code_policy", "read_latency_state",
+           "resolve_code_policy"]
 
 BUSY_MODES = ("skip", "queue", "fit")
 
@@ -413,6 +414,18 @@ def make_code_policy(*, s: int | str = 1, s_max: int | None = None, auto_margin:
         return make(s_max=s_max, auto_margin=auto_margin, exclude_slow=exclude_slow,
                     **keywords)
     return (factory or FixedCodePolicy)(s=s, s_max=s_max, **keywords)
+
+
+def resolve_code_policy(given: CodePolicy | Callable[..., CodePolicy] | None,
+                        **keywords: Any) -> CodePolicy:
+    """``GradientCoding(code_policy=given)``'s policy: ``given`` when it is a policy instance
+    (its ``adaptive``, ``busy`` and ``estimating`` then decide the rounds), else
+    :func:`make_code_policy` of the strategy's ``keywords`` (built by ``given`` when it is a
+    policy class or factory: a subclass of :class:`AdaptiveCodePolicy` for ``s="auto"``, of
+    :class:`FixedCodePolicy` otherwise, or any callable taking the same keywords)."""
+    if given is not None and not is_policy_factory(given):
+        return given
+    return make_code_policy(factory=given, **keywords)
 
 
 def is_policy_factory(value: Any) -> bool:

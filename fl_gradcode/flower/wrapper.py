@@ -15,11 +15,13 @@ In the style of Flower's DP wrappers, :class:`GradientCoding` holds an inner Mes
    ``sum_j n_j theta_j / sum_j n_j`` (so FedAvg returns exactly it, FedAdam/FedYogi/FedAvgM
    apply their own server optimizer) -> record.
 
-The strategy assembles single-purpose collaborators: the option groups
-(:mod:`~fl_gradcode.flower.options`), the clock (:mod:`~fl_gradcode.flower.clock`: arrival,
-busy members, waiting), the deadline policy (:mod:`~fl_gradcode.flower.deadline_policy`), the
-reply collector (:mod:`~fl_gradcode.flower.collector`: the grid's callbacks), the round state
-(:mod:`~fl_gradcode.flower.round_state`) and the round log (:class:`~.records.RoundLog`).
+The strategy assembles single-purpose collaborators (modules of :mod:`fl_gradcode.flower`):
+the option groups (``options``), the code policy (``policy``: fixed or ``s="auto"``), the clock
+(``clock``: arrival, busy members, waiting), the deadline policy (``deadline_policy``), the
+round opener (``opener``) and dispatcher (``dispatch``), the reply collector (``collector``:
+the grid's callbacks, integrity), the round closer (``closer``), the aggregator
+(``aggregator``) over the one decoder path (``decoder``, ``privatiser``), the round state
+(``round_state``) and the round log (``records.RoundLog``).
 
 References:
     Tandon, Lei, Dimakis, Karampatziakis, "Gradient Coding: Avoiding Stragglers in Distributed
@@ -43,12 +45,7 @@ from flwr.serverapp.strategy import Result, Strategy
 
 from ..codes import GradientCode
 from ..latency import LatencyModel
-from ..privacy import (
-    DPConfig,
-    PrivacyAccountant,
-    ServerNoise,
-    make_mechanism,
-)
+from ..privacy import DPConfig, PrivacyAccountant, ServerNoise, make_mechanism
 from ..results import RoundRecorder
 from . import compat
 from .aggregator import RoundAggregator
@@ -63,15 +60,12 @@ from .grid import EarlyReturnGrid
 from .membership import Membership
 from .opener import RoundOpener
 from .options import Options
-from .policy import CodePolicy, is_policy_factory, make_code_policy
+from .policy import CodePolicy, resolve_code_policy
 from .privatiser import Privatiser
 from .protocol import Identity
 from .quarantine import Quarantine
 from .records import RoundLog
-from .reports import (
-    MISSING_KEYS_HELP,
-    missing_keys,
-)
+from .reports import missing_keys, untrainable
 from .round_state import RoundState as _Round
 from .workload import Workload
 
@@ -105,13 +99,9 @@ class GradientCoding(Strategy):
     ``config.json``), ``evaluate_fn`` (also accepted by ``start``; its ``accuracy`` and
     ``loss`` go into ``rounds.jsonl``).
 
-    ``code_policy`` (:mod:`~fl_gradcode.flower.policy`): which code each round uses and whom
-    to queue. ``None`` (default): built from the keywords above
-    (:func:`~fl_gradcode.flower.policy.make_code_policy`). A class (a subclass of
-    :class:`~fl_gradcode.flower.policy.AdaptiveCodePolicy` for ``s="auto"``, of
-    ``FixedCodePolicy`` otherwise, or any callable taking the same keywords) is built with
-    them: how a scheme of one's own plugs in. A policy instance is used as given (its
-    ``adaptive``, ``busy`` and ``estimating`` then decide the rounds).
+    ``code_policy``: which code each round uses and whom to queue; ``None``: built from the
+    keywords; a policy class or factory: built with them; an instance: used as given
+    (:func:`~fl_gradcode.flower.policy.resolve_code_policy`).
 
     Each option keeps its flat name as a read-only attribute (``strategy.timing``,
     ``strategy.busy_mode`` for the resolved ``busy``, ...).
@@ -169,7 +159,13 @@ class GradientCoding(Strategy):
                                 measured_compute=t.measured_compute,
                                 compute_cost_s=t.compute_cost_s,
                                 upload_bandwidth=t.upload_bandwidth)
-        self.code_policy = self._build_policy(code_policy)
+        self.code_policy = resolve_code_policy(
+            code_policy, code=code, s="auto" if self.adaptive else self.s, s_max=self.s_max,
+            auto_margin=self.auto_margin, exclude_slow=self.exclude_slow,
+            code_options=self.code_options, seed=self.seed, busy=self.busy_mode,
+            stop_late_work=t.stop_late_work, straggler_timeout=self.straggler_timeout,
+            latency_state=self.latency_state, timing=t.mode,
+            measured_compute=t.measured_compute, compute_cost_s=t.compute_cost_s)
         self.deadlines = DeadlinePolicy(options.deadline, self.code_policy.estimating)
         self._quarantine = Quarantine()
         self.collector = ReplyCollector(self.clock, self.deadlines, options.integrity,
@@ -205,23 +201,8 @@ class GradientCoding(Strategy):
         self._wrapped_grid: EarlyReturnGrid | None = None
         self.code_policy.bind(self)
 
-    def _build_policy(self, given: CodePolicy | Callable[..., CodePolicy] | None) -> CodePolicy:
-        """The code policy: ``given`` (an instance), or built from the options (by ``given``
-        when it is a policy class or factory)."""
-        if given is not None and not is_policy_factory(given):
-            return given
-        return make_code_policy(
-            factory=given, code=self.code_spec, s="auto" if self.adaptive else self.s,
-            s_max=self.s_max, auto_margin=self.auto_margin, exclude_slow=self.exclude_slow,
-            code_options=self.code_options, seed=self.seed, busy=self.busy_mode,
-            stop_late_work=self.stop_late_work,
-            straggler_timeout=self.straggler_timeout, latency_state=self.latency_state,
-            timing=self.timing, measured_compute=self.measured_compute,
-            compute_cost_s=self.compute_cost_s)
-
     def __getattr__(self, name: str) -> Any:
-        # only for names not found: an option by its flat name, else Flower's legacy server
-        # loop (initialize_parameters, ...)
+        # names not found: an option's flat name, else Flower's legacy loop's (a clear error)
         options = self.__dict__.get("options")
         if options is not None:
             with contextlib.suppress(AttributeError):
@@ -245,7 +226,6 @@ class GradientCoding(Strategy):
         """The reply dtype for ``code`` (``"model"`` or ``"float64"``)."""
         return self.decoder.wire_for(code)
 
-    # ------------------------------------------------------------------ grid plumbing
     def wrap_grid(self, grid: Any) -> EarlyReturnGrid:
         """The grid to pass to ``start`` of any wrapper around this strategy."""
         if isinstance(grid, EarlyReturnGrid):
@@ -254,16 +234,11 @@ class GradientCoding(Strategy):
             self._wrapped_grid = EarlyReturnGrid(grid, self)
         return self._wrapped_grid
 
-    def start(
-        self,
-        grid: Any,
-        initial_arrays: ArrayRecord,
-        num_rounds: int = 3,
-        timeout: float = 3600,
-        train_config: ConfigRecord | None = None,
-        evaluate_config: ConfigRecord | None = None,
-        evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
-    ) -> Result:
+    def start(self, grid: Any, initial_arrays: ArrayRecord, num_rounds: int = 3,
+              timeout: float = 3600, train_config: ConfigRecord | None = None,
+              evaluate_config: ConfigRecord | None = None,
+              evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
+              ) -> Result:
         """Flower's ``start``, with the grid wrapped for early return and ``evaluate_fn``'s
         accuracy and loss recorded per round."""
         self.evaluate_fn = evaluate_fn or self.evaluate_fn
@@ -319,10 +294,8 @@ class GradientCoding(Strategy):
         """A reply to an earlier round: counted and dropped, never decoded."""
         self.collector.on_late_reply(reply)
 
-    # ------------------------------------------------------------------ Strategy API
-    def configure_train(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Any
-    ) -> Iterable[Message]:
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                        grid: Any) -> Iterable[Message]:
         """Sample with the inner strategy; send each idle member its coded instruction."""
         compat.check_caller(self)  # an outer Flower DP wrapper cannot compose
         self.round_log.flush(None)
@@ -353,9 +326,8 @@ class GradientCoding(Strategy):
             self.stopped = True
         return not self.stopped
 
-    def aggregate_train(
-        self, server_round: int, replies: Iterable[Message]
-    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]
+                        ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Validate -> select -> cross-check -> decode -> privatise -> inner strategy ->
         record."""
         replies = list(replies)
@@ -389,10 +361,7 @@ class GradientCoding(Strategy):
             round_deadline_s=self.clock.straggler_timeout, wall_s=float(wall_s)))
         if not state.valid and missing_keys(reason for _, reason in state.rejected):
             self.round_log.flush(None)  # the round's row first: then the run ends here
-            raise RuntimeError(
-                f"round {server_round}: every reply was refused because the clients have no "
-                f"DP partition keys (dp={self.dp.mode!r}); nothing can be trained. "
-                + MISSING_KEYS_HELP)
+            raise untrainable(server_round, self.dp.mode)
         if arrays_out is not None and self.recorder is not None:
             self.recorder.save_model({k: v.numpy() for k, v in arrays_out.items()})
         return arrays_out, RoundLog.metrics(row, inner_metrics)
@@ -409,16 +378,13 @@ class GradientCoding(Strategy):
         return self.round_log.record(server_round, epsilon=epsilon, stopped=self.stopped,
                                      **fields)
 
-    # ------------------------------------------------------------------ evaluation
-    def configure_evaluate(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Any
-    ) -> Iterable[Message]:
+    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                           grid: Any) -> Iterable[Message]:
         """Federated evaluation as the inner strategy does it (each node on its own data)."""
         return self.inner.configure_evaluate(server_round, arrays, config, grid)
 
-    def aggregate_evaluate(
-        self, server_round: int, replies: Iterable[Message]
-    ) -> MetricRecord | None:
+    def aggregate_evaluate(self, server_round: int,
+                           replies: Iterable[Message]) -> MetricRecord | None:
         valid = [r for r in replies if not r.has_error()]
         try:
             return self.inner.aggregate_evaluate(server_round, valid)
