@@ -31,7 +31,8 @@ from typing import Any, Protocol
 
 from .grid import EarlyReturnGrid
 
-__all__ = ["Clock", "RoundWindow", "VirtualClock", "WallClock", "make_clock"]
+__all__ = ["CLOCKS", "Clock", "RoundWindow", "VirtualClock", "WallClock", "clock_class",
+           "make_clock"]
 
 Decodable = Callable[[list[int]], bool]
 
@@ -321,13 +322,22 @@ class WallClock:
         self.now = end
 
 
+CLOCKS: dict[str, type[VirtualClock] | type[WallClock]] = {
+    "virtual": VirtualClock, "wallclock": WallClock}
+
+
+def clock_class(timing: str) -> type[VirtualClock] | type[WallClock]:
+    """The clock class of a timing mode (``"virtual"`` or ``"wallclock"``)."""
+    if timing not in CLOCKS:
+        raise ValueError(f"timing={timing!r}; expected one of {sorted(CLOCKS)}")
+    return CLOCKS[timing]
+
+
 def make_clock(timing: str, straggler_timeout: float, stop_at_deadline: bool = False,
                **costs: Any) -> VirtualClock | WallClock:
     """The clock of a timing mode (``"virtual"`` or ``"wallclock"``); ``costs``: a virtual
     clock's ``measured_compute``, ``compute_cost_s`` and ``upload_bandwidth``."""
-    clocks = {"virtual": VirtualClock, "wallclock": WallClock}
-    if timing not in clocks:
-        raise ValueError(f"timing={timing!r}; expected one of {sorted(clocks)}")
+    clock = clock_class(timing)
     if not straggler_timeout > 0:
         raise ValueError(f"straggler_timeout={straggler_timeout!r} must be > 0 seconds")
-    return clocks[timing](straggler_timeout, stop_at_deadline, **costs)
+    return clock(straggler_timeout, stop_at_deadline, **costs)

@@ -32,6 +32,7 @@ from flwr.common.logger import log
 from .. import adaptive
 from ..adaptive import Decision, SingleCode, code_loads
 from ..codes import GradientCode, NestedPlacement
+from .clock import clock_class
 from .latency_book import LatencyBook, read_latency_state
 from .membership import code_for_cohort
 from .protocol import Identity
@@ -129,7 +130,9 @@ class FixedCodePolicy:
             options = {"s_max": s_max, **options}
         self.code_options = options
         self.seed = int(seed)
-        self.busy = busy if timing == "virtual" else "skip"
+        # a clock that cannot queue work (wallclock: the grid waits for a busy node's earlier
+        # reply) skips busy members
+        self.busy = busy if clock_class(timing).queues_work else "skip"
         self.stop_late_work = bool(stop_late_work) or auto_deadline is not None
         self.straggler_timeout = float(straggler_timeout)
         # the latency estimator runs for auto and for a fixed code queueing with busy="fit"
