@@ -372,3 +372,27 @@ def test_a_round_without_redundancy_is_warned_once_under_verify(caplog):
         assert verifying.probe_for(state, {}) is None
     assert sum("applied unverified" in r.getMessage() for r in caplog.records) == 1
     assert _collector().probe_for(state, {}) is None  # not verifying: no probe, no warning
+
+
+def test_the_aggregators_status_follows_the_decoding_error():
+    strategy = GradientCoding(FedAvg(), code="frc", s=1, max_decode_error=0.2)
+    status = strategy.aggregator.status
+    assert status(None) == "skipped"
+    assert status(SimpleNamespace(exact=True, error=0.0)) == "exact"
+    assert status(SimpleNamespace(exact=False, error=0.2)) == "approx"
+    assert status(SimpleNamespace(exact=False, error=0.3)) == "skipped"
+
+
+def test_a_code_policy_is_resolved_from_an_instance_a_class_or_the_keywords():
+    from fl_gradcode.flower.policy import (
+        AdaptiveCodePolicy,
+        FixedCodePolicy,
+        resolve_code_policy,
+    )
+
+    given = FixedCodePolicy(code="frc", s=1)
+    assert resolve_code_policy(given, code="bgc", s=2) is given
+    built = resolve_code_policy(AdaptiveCodePolicy, code="nested", s="auto", s_max=2)
+    assert type(built) is AdaptiveCodePolicy and built.s_max == 2
+    plain = resolve_code_policy(None, code="frc", s=1, busy="queue", timing="wallclock")
+    assert type(plain) is FixedCodePolicy and plain.busy == "skip"  # wallclock never queues
