@@ -16,9 +16,7 @@ References:
 from __future__ import annotations
 
 import copy
-from collections import OrderedDict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from numbers import Integral
 from typing import Any
 
@@ -27,78 +25,10 @@ import scipy.linalg
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 
+from .checks import as_int, check_n_s, check_vector, check_weights
+from .decoding import EXACT_TOL, Decoding, LRUCache, NotDecodableError, least_squares
+
 __all__ = ["DecodabilityTracker", "Decoding", "GradientCode", "NotDecodableError", "check_n_s"]
-
-#: A decoding vector is exact when ``max |B_F^T a - 1| <= EXACT_TOL``.
-EXACT_TOL = 1e-8
-
-
-class NotDecodableError(Exception):
-    """The received set does not determine the exact (weighted) sum of the partition updates."""
-
-
-def _as_int(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, Integral):
-        raise ValueError(f"{name}={value!r} must be an integer")
-    return int(value)
-
-
-def check_n_s(n: Any, s: Any) -> tuple[int, int]:
-    """Validate the number of clients ``n`` and the straggler tolerance ``s``."""
-    n = _as_int(n, "n")
-    s = _as_int(s, "s")
-    if n < 1:
-        raise ValueError(f"n={n} must be >= 1 (number of clients)")
-    if s < 0:
-        raise ValueError(f"s={s} must be >= 0 (number of tolerated stragglers)")
-    if s >= n:
-        raise ValueError(f"s={s} must be < n={n}")
-    return n, s
-
-
-@dataclass(frozen=True)
-class Decoding:
-    """How the server combines the replies of one received set.
-
-    Attributes:
-        received: the received clients, sorted.
-        coefficients: length-``n`` decoding vector, zero outside ``received``.
-        exact: whether ``coefficients @ B == 1`` holds (to ``EXACT_TOL``).
-        error: decoding error ``||w * (B_F^T a - 1)||^2 / ||w||^2``; for unit weights this is
-            ``||B_F^T a - 1||^2 / k``, the error of Charles et al. normalised by ``k``.
-        alpha: effective partition multipliers ``B_F^T a`` (1 everywhere when exact).
-    """
-
-    received: tuple[int, ...]
-    coefficients: np.ndarray = field(repr=False)
-    exact: bool
-    error: float
-    alpha: np.ndarray = field(repr=False)
-
-    @property
-    def coefficient_norm(self) -> float:
-        """``||a||_2``: how much independent per-reply noise the decoder amplifies."""
-        return float(np.linalg.norm(self.coefficients))
-
-
-class _LRU:
-    """A small bounded cache keyed by frozensets of clients."""
-
-    def __init__(self, maxsize: int) -> None:
-        self.maxsize = maxsize
-        self._data: OrderedDict[frozenset[int], Any] = OrderedDict()
-
-    def get(self, key: frozenset[int]) -> Any:
-        value = self._data.get(key)
-        if value is not None:
-            self._data.move_to_end(key)
-        return value
-
-    def put(self, key: frozenset[int], value: Any) -> None:
-        self._data[key] = value
-        self._data.move_to_end(key)
-        while len(self._data) > self.maxsize:
-            self._data.popitem(last=False)
 
 
 class GradientCode:
@@ -128,6 +58,11 @@ class GradientCode:
     """
 
     name = "generic"
+    #: Whether a server may combine the replies in their own dtype (float32 replies, float32
+    #: sums): true when the decoders are small and well conditioned, like the 0/1 and
+    #: least-squares decoders of ``B``; codes whose decoders invert a dense random matrix
+    #: say False and are combined in float64.
+    decodes_in_reply_dtype = True
     #: Exactness decomposes over :attr:`blocks` (a set decodes iff every block's received rows
     #: span its partitions' weights). Codes whose replies are not ``B``-combinations say False.
     blockwise_exactness = True
@@ -148,7 +83,7 @@ class GradientCode:
         if not np.all(np.isfinite(B)):
             raise ValueError("B must be finite; it has NaN or Inf entries")
         n, k = B.shape
-        self._s = _as_int(s, "s")
+        self._s = as_int(s, "s")
         if not 0 <= self._s < n:
             raise ValueError(f"s={self._s} must satisfy 0 <= s < n={n}")
         B.setflags(write=False)
@@ -162,9 +97,9 @@ class GradientCode:
         self._block_of_client = np.full(n, -1, dtype=np.int64)
         for b, (clients, _) in enumerate(self._blocks):
             self._block_of_client[list(clients)] = b
-        self._caches = [_LRU(cache_size) for _ in self._blocks]
-        self._set_cache = _LRU(cache_size)
-        self._sparse_cache = _LRU(cache_size)
+        self._caches = [LRUCache(cache_size) for _ in self._blocks]
+        self._set_cache = LRUCache(cache_size)
+        self._sparse_cache = LRUCache(cache_size)
         # Partitions held by nobody can never be recovered.
         self._orphans = np.flatnonzero(~np.any(B != 0, axis=0))
 
@@ -228,9 +163,9 @@ class GradientCode:
         """
         new = copy.copy(self)
         new._weights = self._check_weights(weights, self.k)
-        new._caches = [_LRU(c.maxsize) for c in self._caches]
-        new._set_cache = _LRU(self._set_cache.maxsize)
-        new._sparse_cache = _LRU(self._sparse_cache.maxsize)
+        new._caches = [LRUCache(c.maxsize) for c in self._caches]
+        new._set_cache = LRUCache(self._set_cache.maxsize)
+        new._sparse_cache = LRUCache(self._sparse_cache.maxsize)
         return new
 
     # ------------------------------------------------------------------ client side
@@ -291,6 +226,24 @@ class GradientCode:
     def tracker(self) -> DecodabilityTracker:
         """A :class:`DecodabilityTracker` for replies arriving one at a time."""
         return DecodabilityTracker(self)
+
+    # ------------------------------------------------------------------ chunks
+    @property
+    def chunks(self) -> int:
+        """How many chunks of the update a reply mixes: 1, the reply is the whole combination
+        ``sum_j B[i, j] w_j u_j`` (codes with ``m`` chunks send ``1/m`` of it)."""
+        return 1
+
+    def chunk_coefficients(self, i: int) -> np.ndarray:
+        """Client ``i``'s reply as a combination of the ``chunks`` chunks of its coded sum:
+        ``(1.0,)`` here, one chunk that is the whole sum (row ``i`` of ``B``)."""
+        self._check_client(i)
+        return np.ones(1)
+
+    def chunk_decoder(self, decoding: Decoding) -> np.ndarray:
+        """``decoding`` as a ``(chunks, n)`` float64 matrix: row ``u`` applied to the replies
+        recovers chunk ``u`` of the weighted sum (one row here: the decoding vector)."""
+        return np.asarray(decoding.coefficients, dtype=np.float64).reshape(self.chunks, self.n)
 
     def _block_exact(self, b: int, rows: frozenset[int]) -> bool:
         """Whether block ``b``'s received ``rows`` recover its partitions' weighted sum."""
@@ -454,22 +407,9 @@ class GradientCode:
                 out += c * v
         return out
 
-    @staticmethod
-    def _check_weights(weights: Any, k: int) -> np.ndarray:
-        if weights is None:
-            w = np.ones(k)
-        else:
-            w = np.array(weights, dtype=np.float64)
-            if w.shape != (k,):
-                raise ValueError(
-                    f"weights have shape {w.shape}; expected ({k},), one per partition"
-                )
-            bad = np.flatnonzero(~np.isfinite(w) | (w <= 0))
-            if bad.size:
-                j = int(bad[0])
-                raise ValueError(f"weights[{j}]={w[j]!r} must be positive and finite")
-        w.setflags(write=False)
-        return w
+    _check_weights = staticmethod(check_weights)
+    _check_vector = staticmethod(check_vector)
+    _least_squares = staticmethod(least_squares)
 
     def _check_client(self, i: Any) -> int:
         if isinstance(i, bool) or not isinstance(i, Integral):
@@ -487,17 +427,6 @@ class GradientCode:
             dup = next(i for i in order if order.count(i) > 1)
             raise ValueError(f"client {dup} appears more than once in received")
         return order
-
-    @staticmethod
-    def _check_vector(v: Any, what: str) -> np.ndarray:
-        arr = np.asarray(v)
-        if arr.ndim != 1:
-            raise ValueError(f"{what} must be a 1-D array; got shape {arr.shape}")
-        if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
-            raise ValueError(f"{what} must be a real numeric array; got dtype {arr.dtype}")
-        if not np.all(np.isfinite(arr)):
-            raise ValueError(f"{what} contains NaN or Inf")
-        return arr.astype(np.float64, copy=False)
 
     def _check_replies(
         self, replies: Mapping[int, np.ndarray]
@@ -552,34 +481,6 @@ class GradientCode:
             a = self._least_squares(M.T, w)
         a.setflags(write=False)
         self._caches[b].put(got, a)
-        return a
-
-    @staticmethod
-    def _least_squares(A: np.ndarray, y: np.ndarray) -> np.ndarray:
-        """Minimum-norm least squares in float64 with pivoted QR, one refinement step.
-
-        Pivoted QR can take an exactly rank-deficient system (two received clients with the
-        same row, as random approximate codes draw) for full rank and return a solution of
-        norm 1e15 that is not even a least-squares one; the normal equations
-        ``A^T (y - A a) = 0`` or the norm tell, and the SVD (minimum norm, rank by singular
-        values) is taken instead when its residual is smaller, or as small with a smaller
-        norm."""
-        a, *_ = scipy.linalg.lstsq(A, y, lapack_driver="gelsy", check_finite=False)
-        # One step of iterative refinement: cheap, and recovers digits lost to conditioning.
-        r = y - A @ a
-        if np.any(r != 0):
-            da, *_ = scipy.linalg.lstsq(A, r, lapack_driver="gelsy", check_finite=False)
-            a2 = a + da
-            if np.linalg.norm(y - A @ a2) <= np.linalg.norm(r):
-                a = a2
-        r = y - A @ a
-        norm_a, norm_A, norm_y = (float(np.linalg.norm(x)) for x in (a, A, y))
-        if (np.linalg.norm(A.T @ r) > 1e-9 * norm_A * norm_y  # not a least-squares solution
-                or norm_a * norm_A > 1e6 * norm_y):  # or one of absurd norm
-            b, *_ = scipy.linalg.lstsq(A, y, lapack_driver="gelsd", check_finite=False)
-            rb, ra = float(np.linalg.norm(y - A @ b)), float(np.linalg.norm(r))
-            if rb < ra * (1 - 1e-9) or (rb <= ra * (1 + 1e-9) and np.linalg.norm(b) < norm_a):
-                a = b
         return a
 
     def _weighted_error(self, alpha: np.ndarray) -> float:

@@ -66,6 +66,7 @@ class CommunicationEfficientCode(GradientCode):
 
     name = "comm-efficient"
     blockwise_exactness = False  # replies are chunk combinations: exactness is per group of m
+    decodes_in_reply_dtype = False  # decoders invert Gaussian m x m systems: sums in float64
 
     def __init__(
         self,
@@ -122,6 +123,17 @@ class CommunicationEfficientCode(GradientCode):
     def message_length(self, length: int) -> int:
         """Reply length ``ceil(length / m)`` for an update of ``length`` floats."""
         return -(-int(length) // self.m)
+
+    @property
+    def chunks(self) -> int:
+        """``m``: a reply mixes the ``m`` chunks of its group's sum."""
+        return self.m
+
+    def chunk_coefficients(self, i: int) -> np.ndarray:
+        """``Gamma[:, t]`` of client ``i`` (position ``t`` in its group): its reply is
+        ``sum_u Gamma[u, t] S_g^(u)``."""
+        i = self._check_client(i)
+        return np.array(self.gammas[self._group[i]][:, self._position[i]], dtype=np.float64)
 
     # ------------------------------------------------------------------ client side
     def encode(self, i: int, updates: Mapping[int, np.ndarray]) -> np.ndarray:

@@ -16,6 +16,10 @@ the straggler deadline, where it decodes approximately from what arrived.
   earlier job ends, if that is later: the message had expired before it could start).
 * :class:`WallClock`: real time; busy workers are those whose earlier message is still
   unanswered (the grid knows them).
+
+Both answer the same questions behind :class:`Clock` (who is busy, how to wait for a free
+member, when a reply arrives, how long the grid waits, what a worker is told about stopping),
+so that the strategy never asks which timing mode it runs under.
 """
 
 from __future__ import annotations
@@ -23,8 +27,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
-__all__ = ["RoundWindow", "VirtualClock", "WallClock", "make_clock"]
+from .grid import EarlyReturnGrid
+
+__all__ = ["CLOCKS", "Clock", "RoundWindow", "VirtualClock", "WallClock", "clock_class",
+           "make_clock"]
 
 Decodable = Callable[[list[int]], bool]
 
@@ -39,24 +47,110 @@ class RoundWindow:
     stopped: list[int] = field(default_factory=list)  # stopped at the deadline: never replied
 
 
+class Clock(Protocol):
+    """What the strategy asks of a round clock (:class:`VirtualClock`, :class:`WallClock`).
+
+    ``straggler_timeout`` is the current round's deadline (seconds from its start), set by
+    :meth:`start_round`; ``now`` and ``round_start`` are clock times."""
+
+    timing: str
+    now: float
+    round_start: float
+    straggler_timeout: float
+    stop_at_deadline: bool
+    #: replies' values are checked as they arrive (else in the decoding pass)
+    checks_values_on_arrival: bool
+    #: the grid returns a round early, at the first decodable set of replies
+    returns_early: bool
+    #: work can be queued on a busy member (its jobs are tracked)
+    queues_work: bool
+    #: worker -> seconds its queued work waits behind an earlier job (this round)
+    backlog: Mapping[int, float]
+
+    def busy_members(self, cohort: Iterable[int], grid: Any) -> set[int]: ...
+    def wait_for_free(self, cohort: Iterable[int], grid: Any, timeout: float) -> None: ...
+    def start_round(self, queued: Mapping[int, int] | None = None,
+                    deadline: float | None = None) -> None: ...
+    def window(self, arrivals: Mapping[int, float], decodable: Decodable,
+               num_sent: int) -> RoundWindow: ...
+    def finish_round(self, sent_nodes: Iterable[int], arrivals_by_node: Mapping[int, float],
+                     end: float, answered: Iterable[int] = ()) -> None: ...
+    def arrival(self, compute_s: float, payload_bytes: int, load: Callable[[], float],
+                delay: Callable[[float], float]) -> float: ...
+    def instruction_delay(self, delay: Callable[[], float]) -> float: ...
+    def stop_after_s(self, round_number: int) -> float: ...
+    def grid_limit_s(self, round_number: int, timeouts: Any, timeout: float | None,
+                     sent: Iterable[Any]) -> float: ...
+    def first_reply_deadline_s(self, round_number: int | None,
+                               straggler_timeout: float) -> float | None: ...
+
+
 class VirtualClock:
     """Virtual time: honest at 100+ clients on 2 cores (arrivals come from the latency model,
-    not from how a thread pool scheduled the clients)."""
+    not from how a thread pool scheduled the clients).
+
+    A reply arrives ``compute + compute_cost_s * load + delay + bytes / upload_bandwidth``
+    seconds after its round started (compute: the mod's measured seconds when
+    ``measured_compute``), plus the wait of work queued behind an earlier job."""
 
     timing = "virtual"
+    checks_values_on_arrival = True
+    returns_early = False
+    queues_work = True
 
-    def __init__(self, straggler_timeout: float) -> None:
+    def __init__(self, straggler_timeout: float, stop_at_deadline: bool = False, *,
+                 measured_compute: bool = True, compute_cost_s: float = 0.0,
+                 upload_bandwidth: float | None = None) -> None:
         self.straggler_timeout = float(straggler_timeout)
+        self.measured_compute = measured_compute
+        self.compute_cost_s = float(compute_cost_s)
+        self.upload_bandwidth = upload_bandwidth
         self.now = 0.0
         self.round_start = 0.0
         self.busy_until: dict[int, float] = {}  # node -> virtual time
         self.backlog: dict[int, float] = {}  # worker -> seconds its queued work waits
         self._node_backlog: dict[int, float] = {}  # the same, by node
         self.last_duration: float | None = None  # length of the last finished round
-        self.stop_at_deadline = False  # work still running at the deadline is abandoned
+        # work still running at the deadline is abandoned
+        self.stop_at_deadline = bool(stop_at_deadline)
 
     def busy(self, nodes: Iterable[int]) -> set[int]:
         return {n for n in nodes if self.busy_until.get(n, 0.0) > self.now}
+
+    def busy_members(self, cohort: Iterable[int], grid: Any) -> set[int]:
+        """Members still busy with earlier work at ``now``."""
+        return self.busy(cohort)
+
+    def wait_for_free(self, cohort: Iterable[int], grid: Any, timeout: float) -> None:
+        self.wait_for_any_free(cohort)
+
+    def arrival(self, compute_s: float, payload_bytes: int, load: Callable[[], float],
+                delay: Callable[[float], float]) -> float:
+        """Seconds from the round's start until a reply arrives (before any queueing)."""
+        units = load()
+        compute = compute_s if self.measured_compute else 0.0
+        transfer = 0.0
+        if self.upload_bandwidth is not None:
+            transfer = payload_bytes / self.upload_bandwidth
+        return compute + self.compute_cost_s * units + delay(units) + transfer
+
+    def instruction_delay(self, delay: Callable[[], float]) -> float:
+        """The delay a worker sleeps (none: virtual delays are added by the server)."""
+        return 0.0
+
+    def stop_after_s(self, round_number: int) -> float:
+        """What the instruction says about stopping (nothing: the clock models it)."""
+        return 0.0
+
+    def grid_limit_s(self, round_number: int, timeouts: Any, timeout: float | None,
+                     sent: Iterable[Any]) -> float:
+        """Wall-clock seconds the grid waits: every reply, up to ``round_timeout``."""
+        limit = timeouts.round_timeout
+        return min(limit, timeout) if timeout else limit
+
+    def first_reply_deadline_s(self, round_number: int | None,
+                               straggler_timeout: float) -> float | None:
+        return None
 
     def wait_for_any_free(self, nodes: Iterable[int]) -> None:
         """All ``nodes`` busy: jump to the first moment one is free (never burn a round)."""
@@ -64,9 +158,13 @@ class VirtualClock:
         if times:
             self.now = max(self.now, min(times))
 
-    def start_round(self, queued: Mapping[int, int] | None = None) -> None:
+    def start_round(self, queued: Mapping[int, int] | None = None,
+                    deadline: float | None = None) -> None:
         """Start a round now. ``queued``: worker -> node of the workers sent work while still
-        busy; each starts it when its current job ends (``backlog[worker]`` seconds)."""
+        busy; each starts it when its current job ends (``backlog[worker]`` seconds).
+        ``deadline``: the round's deadline in seconds from now (default: unchanged)."""
+        if deadline is not None:
+            self.straggler_timeout = float(deadline)
         self.round_start = self.now
         self._node_backlog = {
             node: max(self.busy_until.get(node, 0.0) - self.now, 0.0)
@@ -130,21 +228,79 @@ class VirtualClock:
 
 
 class WallClock:
-    """Real time; the grid tracks unanswered (busy) nodes."""
+    """Real time; the grid tracks unanswered (busy) nodes. With ``stop_at_deadline`` the
+    workers are told to stop at the round's deadline (from round 2: round 1's deadline counts
+    from its first reply)."""
 
     timing = "wallclock"
+    checks_values_on_arrival = False  # checked in the decoding pass, off the critical path
+    returns_early = True
+    queues_work = False
 
-    def __init__(self, straggler_timeout: float) -> None:
+    def __init__(self, straggler_timeout: float, stop_at_deadline: bool = False,
+                 **_unused: Any) -> None:
         self.straggler_timeout = float(straggler_timeout)
+        self.stop_at_deadline = bool(stop_at_deadline)
         self.now = 0.0
         self.round_start = 0.0
+        self.backlog: dict[int, float] = {}  # never queued: always empty
         self._t0 = time.monotonic()
 
-    def start_round(self, queued: Mapping[int, int] | None = None) -> None:
+    def busy_members(self, cohort: Iterable[int], grid: Any) -> set[int]:
+        """Members whose earlier message is still unanswered (the grid knows them)."""
+        if isinstance(grid, EarlyReturnGrid):
+            return grid.busy_nodes() & set(cohort)
+        return set()
+
+    def wait_for_free(self, cohort: Iterable[int], grid: Any, timeout: float) -> None:
+        if isinstance(grid, EarlyReturnGrid):
+            grid.wait_until_free(set(cohort), timeout)
+
+    def arrival(self, compute_s: float, payload_bytes: int, load: Callable[[], float],
+                delay: Callable[[float], float]) -> float:
+        """Real arrivals are not modelled: every valid reply the grid returned counts."""
+        return 0.0
+
+    def instruction_delay(self, delay: Callable[[], float]) -> float:
+        """The simulated delay the worker sleeps."""
+        return delay()
+
+    def stop_after_s(self, round_number: int) -> float:
+        """Seconds after its message was created at which a worker stops (0: never)."""
+        if self.stop_at_deadline and round_number > 1:
+            return self.straggler_timeout
+        return 0.0
+
+    def grid_limit_s(self, round_number: int, timeouts: Any, timeout: float | None,
+                     sent: Iterable[Any]) -> float:
+        """Wall-clock seconds the grid waits: the deadline (round 1: at least the start-up
+        ``warmup_timeout``); when workers stop at the deadline, counted from the creation of
+        the ``sent`` messages, so that no worker stops before the server stops waiting for
+        it."""
+        if round_number == 1:
+            limit = max(timeouts.straggler_timeout, timeouts.warmup_timeout)
+        else:
+            limit = self.straggler_timeout
+        limit = min(limit, timeout) if timeout else limit
+        sent = list(sent)
+        if self.stop_at_deadline and round_number > 1 and sent:
+            created = min(float(msg.metadata.created_at) for msg in sent)
+            limit = max(limit - max(time.time() - created, 0.0), 0.0)
+        return limit
+
+    def first_reply_deadline_s(self, round_number: int | None,
+                               straggler_timeout: float) -> float | None:
+        """Round 1: the straggler deadline counts from the first reply (start-up)."""
+        return straggler_timeout if round_number == 1 else None
+
+    def start_round(self, queued: Mapping[int, int] | None = None,
+                    deadline: float | None = None) -> None:
         """Start a round now. Work is never queued on busy nodes in wallclock timing (the grid
         still waits for their earlier replies): ``queued`` must be empty."""
         if queued:
             raise ValueError("wallclock timing does not queue work on busy nodes")
+        if deadline is not None:
+            self.straggler_timeout = float(deadline)
         self.round_start = time.monotonic() - self._t0
         self.now = self.round_start
 
@@ -166,11 +322,22 @@ class WallClock:
         self.now = end
 
 
-def make_clock(timing: str, straggler_timeout: float) -> VirtualClock | WallClock:
-    """The clock of a timing mode (``"virtual"`` or ``"wallclock"``)."""
-    clocks = {"virtual": VirtualClock, "wallclock": WallClock}
-    if timing not in clocks:
-        raise ValueError(f"timing={timing!r}; expected one of {sorted(clocks)}")
+CLOCKS: dict[str, type[VirtualClock] | type[WallClock]] = {
+    "virtual": VirtualClock, "wallclock": WallClock}
+
+
+def clock_class(timing: str) -> type[VirtualClock] | type[WallClock]:
+    """The clock class of a timing mode (``"virtual"`` or ``"wallclock"``)."""
+    if timing not in CLOCKS:
+        raise ValueError(f"timing={timing!r}; expected one of {sorted(CLOCKS)}")
+    return CLOCKS[timing]
+
+
+def make_clock(timing: str, straggler_timeout: float, stop_at_deadline: bool = False,
+               **costs: Any) -> VirtualClock | WallClock:
+    """The clock of a timing mode (``"virtual"`` or ``"wallclock"``); ``costs``: a virtual
+    clock's ``measured_compute``, ``compute_cost_s`` and ``upload_bandwidth``."""
+    clock = clock_class(timing)
     if not straggler_timeout > 0:
         raise ValueError(f"straggler_timeout={straggler_timeout!r} must be > 0 seconds")
-    return clocks[timing](straggler_timeout)
+    return clock(straggler_timeout, stop_at_deadline, **costs)

@@ -235,7 +235,7 @@ def verify_refusal(code: object, s: object, options: Mapping[str, object]) -> st
         no_redundancy = code in ("uncoded", "ignore-stragglers") or s == 0
         approximate = code in _APPROXIMATE
     else:
-        chunked = hasattr(code, "message_length") and getattr(code, "m", 1) > 1
+        chunked = getattr(code, "chunks", 1) > 1
         no_redundancy = getattr(code, "s", 0) == 0
         approximate = not getattr(code, "is_exact", True)
     if chunked:
@@ -262,7 +262,7 @@ def round_probe(code: GradientCode, layout: Mapping[str, tuple[int, ...]], verif
     ``s = 0`` (``s="auto"`` may choose it): ``None``, nothing to cross-check.
     ``verify=False``: a cheap sampled probe for codes with redundancy, ``None`` otherwise.
     """
-    chunked = hasattr(code, "message_length") and getattr(code, "m", 1) > 1
+    chunked = code.chunks > 1
     if not verify:
         return Probe(layout) if code.s > 0 and not chunked else None
     if code.s == 0:

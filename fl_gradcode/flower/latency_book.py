@@ -140,6 +140,13 @@ class LatencyBook:
         start = max([left[0][0], *(job[2] for job in done)])
         return now - start, float(sum(job[1] for job in left))
 
+    def add_job(self, node: int, sent_at: float, units: float, deadline: float, *,
+                behind: bool) -> None:
+        """Record a job sent to ``node``: after its unfinished ones when ``behind`` (queued),
+        else as its only one."""
+        jobs = self.outstanding.get(node, []) if behind else []
+        self.outstanding[node] = [*jobs, [sent_at, units, None, deadline]]
+
     def save(self) -> None:
         """Write the estimator's rounds to ``latency_state`` (a temporary file, then renamed:
         a run killed mid-write leaves the previous file). Never ends a run: a failure warns."""

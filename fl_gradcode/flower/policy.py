@@ -32,13 +32,14 @@ from flwr.common.logger import log
 from .. import adaptive
 from ..adaptive import Decision, SingleCode, code_loads
 from ..codes import GradientCode, NestedPlacement
-from .clock import VirtualClock
+from .clock import clock_class
 from .latency_book import LatencyBook, read_latency_state
 from .membership import code_for_cohort
 from .protocol import Identity
 
 __all__ = ["AdaptiveCodePolicy", "CodePolicy", "FixedCodePolicy", "LatencyBook",
-           "is_policy_factory", "make_code_policy", "read_latency_state"]
+           "is_policy_factory", "make_code_policy", "read_latency_state",
+           "resolve_code_policy"]
 
 BUSY_MODES = ("skip", "queue", "fit")
 
@@ -75,10 +76,13 @@ class CodePolicy(Protocol):
 
     def code_for(self, n: int) -> GradientCode: ...
 
-    def stopping_replies(self, code: GradientCode) -> int | None: ...
+    def record_sent(self, state: Any, queued: set[int]) -> None: ...
 
-    def observe(self, state: Any, arrivals: Mapping[int, float], window: Any,
-                waited: Callable[[Any, float], np.ndarray]) -> None: ...
+    def excluded_workers(self) -> tuple[int, ...]: ...
+
+    def expected_round_s(self) -> float | None: ...
+
+    def observe(self, state: Any, arrivals: Mapping[int, float], window: Any) -> None: ...
 
     def save_state(self) -> None: ...
 
@@ -106,7 +110,6 @@ class FixedCodePolicy:
         code_options: Mapping[str, Any] | None = None,
         seed: int = 0,
         busy: str | None = None,
-        min_replies: int | None = None,
         stop_late_work: bool = False,
         auto_deadline: float | None = None,
         straggler_timeout: float = 10.0,
@@ -127,8 +130,9 @@ class FixedCodePolicy:
             options = {"s_max": s_max, **options}
         self.code_options = options
         self.seed = int(seed)
-        self.busy = busy if timing == "virtual" else "skip"
-        self.min_replies = min_replies
+        # a clock that cannot queue work (wallclock: the grid waits for a busy node's earlier
+        # reply) skips busy members
+        self.busy = busy if clock_class(timing).queues_work else "skip"
         self.stop_late_work = bool(stop_late_work) or auto_deadline is not None
         self.straggler_timeout = float(straggler_timeout)
         # the latency estimator runs for auto and for a fixed code queueing with busy="fit"
@@ -137,10 +141,6 @@ class FixedCodePolicy:
         self.book = LatencyBook(seed=self.seed, latency_state=path, meta={
             "timing": timing, "measured_compute": bool(measured_compute),
             "compute_cost_s": float(compute_cost_s)})
-        if path is not None and not self.estimating:
-            log(WARNING, "latency_state=%r is read and written only with s='auto' or "
-                "busy='fit' under virtual timing (the latency estimator does not run "
-                "otherwise)", path)
         self.decision: Decision | None = None
         self._codes: dict[int, GradientCode] = {}
         self._host: PolicyHost | None = None
@@ -189,12 +189,6 @@ class FixedCodePolicy:
             self._codes[n] = code
         return self._codes[n]
 
-    def stopping_replies(self, code: GradientCode) -> int | None:
-        """Replies after which the round may stop (``None``: when the code decodes)."""
-        if self.min_replies is not None:
-            return min(self.min_replies, code.n)
-        return None if code.is_exact else code.n - code.s
-
     def estimator(self, n: int, cohort: list[int]) -> Any:
         """The latency estimator seen through this cohort (``n`` members)."""
         return self.book.view(cohort, self.clock.now, self.partition_key)
@@ -216,7 +210,7 @@ class FixedCodePolicy:
         from what the server knows (``busy="fit"`` queues those expected to start in time)."""
         n, now = placement.n, self.clock.now
         busy_until = pending = None
-        if isinstance(self.clock, VirtualClock):
+        if self.clock.queues_work:
             # what a server knows of a busy client: when it was sent the work it has not
             # returned, and how much (not when the reply will arrive: that is the simulator's)
             elapsed, units = np.full(n, np.nan), np.zeros(n)
@@ -248,7 +242,7 @@ class FixedCodePolicy:
         """Busy members that get work queued behind their current job (``busy="queue"`` or
         ``"fit"``)."""
         clock = self.clock
-        if self.busy == "skip" or not isinstance(clock, VirtualClock):
+        if self.busy == "skip" or not clock.queues_work:
             return set()
         if self.estimating and self.decision is not None:
             skip = {cohort[w] for w in self.decision.skip}
@@ -259,12 +253,59 @@ class FixedCodePolicy:
         now = clock.now
         return {node for node in busy_nodes if clock.busy_until.get(node, 0.0) - now < limit}
 
+    def excluded_workers(self) -> tuple[int, ...]:
+        """Workers the last plan excluded (``s="auto"``'s heterogeneity-aware assignment):
+        nothing to compute, nothing sent. (A fixed code's empty rows, e.g. bgc's, are still
+        sent: their replies count.)"""
+        return self.decision.excluded if self.adaptive and self.decision is not None else ()
+
+    def expected_round_s(self) -> float | None:
+        """The predicted time of the round's code (``auto``, or a fixed code with
+        ``busy="fit"``); ``None`` for other fixed codes, before any observation (no estimate:
+        ``choose_s`` starts at ``s_max`` unpriced) and when the prediction is not finite (no
+        candidate predicted to decode)."""
+        if self.decision is None or not self.estimating:
+            return None
+        value = self.decision.expected_time
+        return value if math.isfinite(value) else None
+
     # ------------------------------------------------------------------ learning
-    def observe(self, state: Any, arrivals: Mapping[int, float], window: Any,
-                waited: Callable[[Any, float], np.ndarray]) -> None:
+    def record_sent(self, state: Any, queued: set[int]) -> None:
+        """Remember the jobs sent this round (busy members are priced from them): per node
+        ``[sent at, units, reply arrival (None: not yet), deadline (work stops)]``, behind its
+        unfinished jobs when ``queued``."""
+        clock = self.clock
+        if not (self.estimating and clock.queues_work):
+            return
+        units = code_loads(state.code, 1.0)
+        for worker in state.sent:
+            node = state.cohort[worker]
+            self.book.add_job(node, clock.now, float(units[worker]),
+                              clock.now + clock.straggler_timeout, behind=node in queued)
+
+    def waited(self, state: Any, duration: float) -> np.ndarray:
+        """Per worker, seconds from the round's start until its work could start, from the
+        server's records: work queued behind earlier jobs starts when the last of their
+        replies arrived (a node runs its messages in order). A predecessor not back by the
+        round's end, or never back (an error, no answer), leaves the start unknown: the
+        whole round (the estimator takes no information from that worker this round)."""
+        start = self.clock.round_start
+        end = start + duration
+        waited = np.zeros(state.code.n)
+        for w in state.sent:
+            jobs = self.outstanding.get(state.cohort[w], [])
+            before = [job[2] for job in jobs[:-1]]  # the last job is this round's
+            if not before:
+                continue
+            if any(arrival is None or arrival > end for arrival in before):
+                waited[w] = duration
+            else:
+                waited[w] = max(max(before) - start, 0.0)
+        return waited
+
+    def observe(self, state: Any, arrivals: Mapping[int, float], window: Any) -> None:
         """Feed the round to the latency estimator: replies in time are observed, the others
-        censored at the round's end (late ones observed when the clock passes them).
-        ``waited(state, duration)``: per worker, seconds before its work could start."""
+        censored at the round's end (late ones observed when the clock passes them)."""
         estimator = self.book.estimator
         if not self.estimating or estimator is None:
             return
@@ -277,7 +318,7 @@ class FixedCodePolicy:
         sent_loads = code_loads(state.code, 1.0)
         for w in state.sent:
             loads[index[w]] = sent_loads[w]
-        backlog = clock.backlog if isinstance(clock, VirtualClock) else {}
+        backlog = clock.backlog
         late = []
         for w, t in arrivals.items():
             t = t + backlog.get(w, 0.0)  # the arrival: queued work runs after the earlier job
@@ -295,7 +336,7 @@ class FixedCodePolicy:
                 else:
                     late.append((index[w], end, t, False))
         busy = np.zeros(estimator.n)
-        busy[index] = waited(state, duration)
+        busy[index] = self.waited(state, duration)
         rid = estimator.update(elapsed, loads, duration, busy=busy)
         for i, end, seen, stopped in late:
             self.book.late.append((end, rid, i, seen, stopped))
@@ -376,6 +417,18 @@ def make_code_policy(*, s: int | str = 1, s_max: int | None = None, auto_margin:
         return make(s_max=s_max, auto_margin=auto_margin, exclude_slow=exclude_slow,
                     **keywords)
     return (factory or FixedCodePolicy)(s=s, s_max=s_max, **keywords)
+
+
+def resolve_code_policy(given: CodePolicy | Callable[..., CodePolicy] | None,
+                        **keywords: Any) -> CodePolicy:
+    """``GradientCoding(code_policy=given)``'s policy: ``given`` when it is a policy instance
+    (its ``adaptive``, ``busy`` and ``estimating`` then decide the rounds), else
+    :func:`make_code_policy` of the strategy's ``keywords`` (built by ``given`` when it is a
+    policy class or factory: a subclass of :class:`AdaptiveCodePolicy` for ``s="auto"``, of
+    :class:`FixedCodePolicy` otherwise, or any callable taking the same keywords)."""
+    if given is not None and not is_policy_factory(given):
+        return given
+    return make_code_policy(factory=given, **keywords)
 
 
 def is_policy_factory(value: Any) -> bool:

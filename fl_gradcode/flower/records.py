@@ -13,6 +13,9 @@
   :data:`MAX_TRACEBACK_CHARS`). The server logs one line per rejected reply
   (:func:`split_reason`'s summary) and appends the full text to ``debug.log`` in the results
   directory (:func:`debug_entry`).
+* **Rows.** :class:`RoundLog` writes one row per round (:data:`ROW_DEFAULTS`: every key, with
+  the value of a round that decoded nothing), after ``evaluate_fn`` adds accuracy and loss, to
+  ``rounds.jsonl`` and the run's history, logs the round's line and gives Flower its metrics.
 * **Flower's lines.** The inner strategy's ``aggregate_train`` sees ONE reply (the decoded
   average) and would log "Received 1 results and 0 failures" every round, which reads as if one
   client answered: :func:`quiet_inner_aggregation` drops that line for the inner call only.
@@ -22,17 +25,23 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import re
 import traceback
 from collections.abc import Iterator, Mapping, Sequence
-from logging import WARNING
+from dataclasses import dataclass
+from logging import INFO, WARNING
 from typing import Any
+
+from flwr.app import MetricRecord
 
 __all__ = [
     "CLIENT_GROUPS",
     "MAX_TRACEBACK_CHARS",
     "METRIC_PREFIX",
+    "ROW_DEFAULTS",
     "TRACEBACK_MARKER",
+    "RoundLog",
     "client_names",
     "debug_entry",
     "empty_names",
@@ -186,3 +195,183 @@ def quiet_inner_aggregation() -> Iterator[None]:
         yield
     finally:
         logger.removeFilter(quiet)
+
+
+#: A ``rounds.jsonl`` row's keys in order, with the values of a round that decoded nothing
+#: (``s``, ``virtual_s``, ``epsilon``, ``stopped``, the membership fields, ``partitions`` and
+#: ``nodes`` are filled per run and round by :meth:`RoundLog.record`).
+ROW_DEFAULTS: dict[str, Any] = {
+    "round": None, "decode": "skipped", "s": None, "clients_used": [], "replies_read": 0,
+    "stragglers": [], "busy": [], "excluded": [], "late_dropped": 0, "stopped_at_deadline": 0,
+    "rejected": 0, "rejected_reasons": [], "decode_error": 1.0, "num_examples": None,
+    "expected_round_s": None, "wire": None, "verified": None, "quarantined": [],
+    "inconsistent": [], "disagreement": None, "bytes_up": 0, "bytes_down": 0, "compute_s": 0.0,
+    "virtual_s": 0.0, "round_virtual_s": 0.0,
+    "round_deadline_s": None,  # nothing sent: no deadline
+    "wall_s": 0.0, "accuracy": None, "loss": None, "epsilon": None, "central_noise_std": None,
+    "stopped": False,
+    "unidentified": [],  # sampled nodes whose handshake failed this round
+    "identity_rejected": [],  # sampled nodes excluded for their identity claims
+}
+
+
+@dataclass(frozen=True)
+class RoundOutcome:
+    """What the aggregation of a coded round decided: ``decode`` (``"exact"``, ``"approx"``
+    or ``"skipped"``) from the ``used`` replies, of which the decoder read ``replies_read``,
+    with ``decode_error``; the integrity ``verdict`` (``None``: not cross-checked); the
+    decoded ``num_examples`` and the central DP noise's std (``None``: nothing applied)."""
+
+    decode: str
+    used: list[int]
+    replies_read: int
+    decode_error: float
+    verdict: Any = None
+    num_examples: float | None = None
+    central_noise_std: float | None = None
+
+
+class RoundLog:
+    """The rounds' rows: built by :meth:`record`, completed with the evaluation and written by
+    :meth:`flush` (to ``history``, the ``recorder``'s ``rounds.jsonl`` and one INFO line).
+
+    ``membership`` adds its per-round fields (``row_fields``); ``clock`` gives ``virtual_s``;
+    ``s`` is the default ``s`` of an idle round. With
+    ``waits_for_evaluation`` a row is written at the next :meth:`flush` (after
+    ``evaluate_fn``), else at once.
+    """
+
+    def __init__(self, recorder: Any, membership: Any, clock: Any, s: int) -> None:
+        self.recorder = recorder
+        self.membership = membership
+        self.clock = clock
+        self.s = s
+        self.waits_for_evaluation = False
+        self.history: list[dict[str, Any]] = []
+        self.pending: dict[str, Any] | None = None
+
+    def evaluating(self, evaluate_fn: Any) -> Any:
+        """``evaluate_fn`` (Flower's ``(server_round, arrays) -> MetricRecord | None``, or
+        ``None``) wrapped so that each round's row is written with its accuracy and loss;
+        rows wait for it from now on when there is one."""
+        self.waits_for_evaluation = evaluate_fn is not None
+
+        def evaluate_and_record(server_round: int, arrays: Any) -> Any:
+            res = evaluate_fn(server_round, arrays) if evaluate_fn is not None else None
+            if server_round > 0:
+                self.flush(res)
+            return res
+
+        return evaluate_and_record
+
+    def record(self, server_round: int, **fields: Any) -> dict[str, Any]:
+        """The round's row (every key, defaults for a round that decoded nothing, ``fields``
+        in their place), written now or after ``evaluate_fn`` adds accuracy and loss."""
+        row = {
+            **{key: list(value) if isinstance(value, list) else value
+               for key, value in ROW_DEFAULTS.items()},
+            "round": server_round,
+            "s": self.s,
+            "virtual_s": float(self.clock.now),
+            "partitions": empty_names(),  # per group of clients: their data partition ids
+            "nodes": empty_names(),  # ... and their node ids
+            **self.membership.row_fields(server_round),
+            **fields,
+        }
+        self.pending = row
+        if not self.waits_for_evaluation:
+            self.flush(None)
+        return row
+
+    def coded_fields(self, state: Any, outcome: RoundOutcome, identities: Mapping[int, Any],
+                     **timing: Any) -> dict[str, Any]:
+        """The row fields of a coded round from its state (``RoundState``) and ``outcome``
+        (``timing``: the clock's and the counters' fields, passed through), after logging each
+        rejected reply."""
+        used, verdict = outcome.used, outcome.verdict
+        return {
+            "decode": outcome.decode, "s": state.code.s, "clients_used": used,
+            "replies_read": outcome.replies_read,
+            "stragglers": sorted(set(range(state.code.n)) - set(used)), "busy": state.busy,
+            "excluded": state.excluded, "rejected": len(state.rejected),
+            "rejected_reasons": [reason for _, reason in state.rejected],
+            "decode_error": outcome.decode_error, "num_examples": outcome.num_examples,
+            "wire": state.wire, "verified": None if verdict is None else verdict.status,
+            "quarantined": state.quarantined,
+            "inconsistent": [] if verdict is None else verdict.excluded,
+            "disagreement": None if verdict is None else verdict.disagreement,
+            "bytes_up": state.bytes_up, "bytes_down": state.bytes_down,
+            # measured client compute of the valid replies (the mod's compute-s)
+            "compute_s": float(sum(r.compute_s for r in state.valid.values())),
+            "central_noise_std": outcome.central_noise_std,
+            **timing,
+            **self.names(state, used, verdict, identities),
+        }
+
+    def names(self, state: Any, used: list[int], verdict: Any,
+              identities: Mapping[int, Any]) -> dict[str, Any]:
+        """The row's ``partitions`` and ``nodes`` (every group of clients named by data
+        partition and node id), after logging each rejected reply on one line (and its
+        traceback in ``debug.log``)."""
+        report_rejections(state.number, state.rejected, state.rejected_details,
+                          identities, self.recorder)
+        groups = {
+            "used": used,
+            "stragglers": sorted(set(range(state.code.n)) - set(used)),
+            "busy": state.busy,
+            "excluded": state.excluded,
+            "inconsistent": [] if verdict is None else verdict.excluded,
+            "stopped": sorted(set(state.stopped)),
+        }
+        partitions, nodes = client_names(state.cohort, identities, groups,
+                                         [node for node, _ in state.rejected])
+        return {"partitions": partitions, "nodes": nodes}
+
+    def flush(self, evaluation: Mapping[str, Any] | None) -> None:
+        """Write the pending row (with ``evaluation``'s accuracy and loss), if any."""
+        row, self.pending = self.pending, None
+        if row is None:
+            return
+        if evaluation is not None:
+            for key in ("accuracy", "loss"):
+                if key in evaluation:
+                    row[key] = float(evaluation[key])
+        self.history.append(row)
+        if self.recorder is not None:
+            self.recorder.record(row)
+        _LOG.log(
+            INFO,
+            "[round %d] %-7s from %d replies (s=%d, %d stragglers, %d busy,%s %d late, "
+            "%d rejected, err %.2g)%s | virtual %.2f s, wall %.2f s",
+            row["round"], row["decode"], len(row["clients_used"]), row["s"],
+            len(row["stragglers"]), len(row["busy"]),
+            f" {len(row['excluded'])} excluded," if row["excluded"] else "",
+            row["late_dropped"], row["rejected"], row["decode_error"],
+            "" if row["accuracy"] is None else f" | acc {row['accuracy']:.3f}",
+            row["virtual_s"], row["wall_s"],
+        )
+
+    @staticmethod
+    def metrics(row: Mapping[str, Any], inner: MetricRecord | None) -> MetricRecord:
+        """Flower's train metrics of the round: the inner strategy's, and the row's statistics
+        under :data:`METRIC_PREFIX`."""
+        ours = {
+            "decoded": int(row["decode"] != "skipped"),
+            "exact": int(row["decode"] == "exact"),
+            "s": int(row["s"]),
+            "clients_used": len(row["clients_used"]),
+            "stragglers": len(row["stragglers"]),
+            "busy": len(row["busy"]),
+            "late_dropped": int(row["late_dropped"]),
+            "rejected": int(row["rejected"]),
+            "decode_error": float(row["decode_error"]),
+            "virtual_s": float(row["virtual_s"]),
+            "wall_s": float(row["wall_s"]),
+            "stopped": int(row["stopped"]),
+        }
+        if row["epsilon"] is not None and math.isfinite(row["epsilon"]):
+            ours["epsilon"] = float(row["epsilon"])
+        # ours under one namespace: the app's own metrics (the inner strategy's) stay as they are
+        merged = dict(inner.items()) if inner is not None else {}
+        merged.update({METRIC_PREFIX + key: value for key, value in ours.items()})
+        return MetricRecord(merged)

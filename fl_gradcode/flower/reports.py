@@ -48,6 +48,7 @@ __all__ = [
     "missing_keys",
     "outlying_sizes",
     "public_reason",
+    "untrainable",
 ]
 
 #: Longest rejection reason (characters) written to the log and ``rounds.jsonl``.
@@ -279,3 +280,10 @@ def missing_keys(reasons: Iterable[str]) -> bool:
     reasons = list(reasons)
     return bool(reasons) and all(
         any(marker in reason for marker in _MISSING_KEY_MARKERS) for reason in reasons)
+
+
+def untrainable(server_round: int, dp_mode: str) -> RuntimeError:
+    """The error that ends a run whose round had every reply refused for missing DP keys."""
+    return RuntimeError(
+        f"round {server_round}: every reply was refused because the clients have no DP "
+        f"partition keys (dp={dp_mode!r}); nothing can be trained. " + MISSING_KEYS_HELP)

@@ -340,7 +340,7 @@ def test_the_estimator_splits_a_queued_reply_at_the_arrival_of_the_reply_before_
                                12: [[6.0, 2.0, None]], 13: [[0.0, 2.0, None], [6.0, 2.0, None]]})
     state = SimpleNamespace(code=strategy.code_for(4), cohort=cohort, busy=[1, 3],
                             sent=dict.fromkeys(range(4)))
-    strategy._observe(state, dict.fromkeys(range(4), 5.0), RoundWindow([0, 1, 2, 3], 11.0))
+    policy.observe(state, dict.fromkeys(range(4), 5.0), RoundWindow([0, 1, 2, 3], 11.0))
     rec = policy.book.estimator.rounds[-1]
     np.testing.assert_allclose(rec.busy, [0.0, 4.0, 0.0, 5.0])
     np.testing.assert_allclose(rec.y[:3], [5.0, 1.0, 5.0])

@@ -338,14 +338,17 @@ def test_wire_choice_is_per_code_object_even_when_codes_come_and_go():
 
     from fl_gradcode.codes import make_code
     from fl_gradcode.flower import GradientCoding
+    from fl_gradcode.flower.decoder import Decoder
     from fl_gradcode.flower.wrapper import error_amplification
 
     strategy = GradientCoding(FedAvg(), s=1, seed=0)
+    decoder = Decoder(FedAvg(), wire="auto", seed=0)  # what the strategy's wire_for asks
     seen = []
     for i in range(12):
         code = make_code("frc", n=12, s=2) if i % 2 else make_code("crc", n=12, s=5, seed=i)
         expected = "model" if error_amplification(code, seed=0) <= 8.0 else "float64"
         assert strategy.wire_for(code) == expected, (i, code.name)
+        assert decoder.wire_for(code) == expected, (i, code.name)
         seen.append(expected)
         del code
         gc.collect()
@@ -353,7 +356,7 @@ def test_wire_choice_is_per_code_object_even_when_codes_come_and_go():
     # nothing is kept for codes that are gone: no growth, and no stale entry that a reused
     # id() could hit (CPython did not reuse one in this loop, so this is what fails on the
     # id()-keyed cache)
-    assert len(strategy._amplification) == 0
+    assert decoder.cached_codes == 0
 
 
 def test_auto_trust_region_does_not_carry_over_to_another_cohort_size():

@@ -57,11 +57,11 @@ def test_code_for_is_the_policys_code_once_per_cohort_size():
     code = strategy.code_for(N)
     assert code is strategy.code_policy.code_for(N) is strategy.code_for(N)
     np.testing.assert_array_equal(code.B, NestedPlacement(N, 3, seed=0).code(2).B)
-    assert strategy.code_policy.stopping_replies(code) is None  # exact: when it decodes
+    assert strategy.deadlines.stopping_replies(code) is None  # exact: when it decodes
     approx = GradientCoding(FedAvg(), code="ignore-stragglers", s=2)
-    assert approx.code_policy.stopping_replies(approx.code_for(N)) == N - 2
+    assert approx.deadlines.stopping_replies(approx.code_for(N)) == N - 2
     floor = GradientCoding(FedAvg(), code="frc", s=1, min_replies=50)
-    assert floor.code_policy.stopping_replies(floor.code_for(N)) == N
+    assert floor.deadlines.stopping_replies(floor.code_for(N)) == N
 
 
 def test_a_policy_instance_is_used_as_given_and_bound_to_the_strategy():
@@ -70,7 +70,7 @@ def test_a_policy_instance_is_used_as_given_and_bound_to_the_strategy():
     assert strategy.code_policy is policy and policy.clock is strategy.clock
     cohort = list(range(100, 100 + N))
     assert policy.plan(cohort, set()).s == 2  # nothing observed yet: s_max
-    assert strategy._decision is policy.decision and not policy.decision.observed
+    assert strategy.code_policy.decision is policy.decision and not policy.decision.observed
 
 
 def test_a_policy_class_is_built_with_the_strategys_keywords():

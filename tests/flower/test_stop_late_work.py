@@ -156,7 +156,7 @@ def test_a_stopped_worker_is_free_for_the_round_after_the_deadline(stop):
                     else [False] + [True] * 6)
     assert all(row["decode"] == "exact" for row in outcome.rows)
     assert_model(outcome.models[7], fedavg_rounds(theta0(), 7, 6))
-    assert outcome.strategy._describe(None)["stop_late_work"] is stop
+    assert outcome.strategy.options.describe("FedAvg", None)["stop_late_work"] is stop
     first = outcome.rows[0]
     # round 1: worker 5's reply is late (t = 20 s) unless stopped at the deadline (5 s)
     assert (first["late_dropped"], first["stopped_at_deadline"]) == ((0, 1) if stop else (1, 0))

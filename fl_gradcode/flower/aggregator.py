@@ -1,0 +1,94 @@
+"""From a closed round's replies to the inner strategy's model.
+
+:class:`RoundAggregator` cross-checks the replicas' partition sizes, picks the decoding of
+the replies the clock's window used, decides the round's status (``"exact"``, ``"approx"``
+within ``max_decode_error``, or ``"skipped"``; withheld by the integrity rules), decodes
+through the one :class:`~fl_gradcode.flower.decoder.Decoder` path (again without the replies
+whose values turn out not finite) and returns the typed
+:class:`~fl_gradcode.flower.records.RoundOutcome`. The decoding is gradient coding's
+(Tandon, Lei, Dimakis, Karampatziakis, ICML 2017, https://arxiv.org/abs/1612.03301).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flwr.app import ArrayRecord, MetricRecord
+
+from .collector import ReplyCollector
+from .decoder import Decoder, Outcome, replies_read
+from .quarantine import Quarantine
+from .records import RoundOutcome
+from .round_state import RoundState
+
+__all__ = ["RoundAggregator"]
+
+
+class RoundAggregator:
+    """Decodes a closed round (one job: the round's aggregation).
+
+    ``max_decode_error``: the largest relative decoding error an approximate round may have
+    and still be applied."""
+
+    def __init__(self, *, decoder: Decoder, collector: ReplyCollector, quarantine: Quarantine,
+                 max_decode_error: float) -> None:
+        self.decoder, self.collector, self.quarantine = decoder, collector, quarantine
+        self.max_decode_error = float(max_decode_error)
+
+    def check_sizes(self, state: RoundState) -> None:
+        """Cross-check the replicas' ``partition-sizes``: outvoted replies are rejected (an
+        offence); the agreed sizes are the round's."""
+        agreed, excluded = self.decoder.privatiser.check_sizes(
+            state.code, state.partitions, {w: r.sizes for w, r in state.valid.items()},
+            state.number)
+        for worker, reason in sorted(excluded.items()):
+            del state.valid[worker]
+            state.reject(state.cohort[worker], worker, reason)
+        self.quarantine.offend(state.number, [state.cohort[w] for w in sorted(excluded)],
+                               "partition sizes the other replicas contradict")
+        if excluded:
+            state.tracker = None  # rebuilt from the remaining replies
+        state.sizes = agreed
+
+    def status(self, decoding: Any) -> str:
+        """``"exact"``, ``"approx"`` (within ``max_decode_error``) or ``"skipped"``."""
+        if decoding is not None and (decoding.exact or decoding.error <= self.max_decode_error):
+            return "exact" if decoding.exact else "approx"
+        return "skipped"
+
+    def decode(self, state: RoundState, used: list[int],
+               verdict: Any) -> tuple[RoundOutcome, ArrayRecord | None, MetricRecord | None]:
+        """The round's outcome, the arrays and metrics of the inner strategy's aggregation of
+        the decoded average (``None`` when skipped)."""
+        decoding = self.decoder.decoding(state.code, used)
+        self.collector.check_applied(state, used, decoding, verdict)
+        decode = self.status(decoding)
+        if self.collector.withholds(state, verdict, decode):
+            decode = "skipped"
+        result = None if decode == "skipped" else self._apply(state, used, decoding)
+        bad = {} if result is not None or decode == "skipped" else (
+            self.decoder.non_finite(state.valid, used))
+        if bad:  # replies whose values were not read on arrival: drop them, decode again
+            for w, reason in bad.items():
+                del state.valid[w]
+                state.reject(state.cohort[w], w, reason)
+            used = [w for w in used if w not in bad]
+            decoding = self.decoder.decoding(state.code, used)
+            decode = self.status(decoding)
+            result = None if decode == "skipped" else self._apply(state, used, decoding)
+        arrays, metrics, count, noise_std = result or (None,) * 4
+        outcome = RoundOutcome(
+            "skipped" if result is None else decode, used,
+            0 if result is None else replies_read(decoding, used),
+            float(decoding.error) if decoding is not None else 1.0, verdict, count, noise_std)
+        return outcome, arrays, metrics
+
+    def _apply(self, state: RoundState, used: list[int], decoding: Any) -> Outcome | None:
+        """Decode the example-weighted average (privatised), hand it to the inner strategy."""
+        decoded = self.decoder.decode(state.code, state.valid, used, decoding, state.theta,
+                                      state.dtypes, round_number=state.number,
+                                      sizes=state.sizes)
+        if decoded is None:
+            return None
+        return self.decoder.apply(decoded, round_number=state.number,
+                                  array_key=state.array_key, reply_to=state.sent[used[0]])

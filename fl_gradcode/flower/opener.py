@@ -1,0 +1,112 @@
+"""Opening a coded round: who gets work, with which code, from when.
+
+:class:`RoundOpener` asks the code policy (:mod:`~fl_gradcode.flower.policy`) for the round's
+code over the admitted cohort, settles the members sent nothing (busy and not queued,
+excluded by ``s="auto"``, quarantined), starts the clock at the deadline policy's deadline and
+builds the round's :class:`~fl_gradcode.flower.round_state.RoundState`. The gradient code's
+placement of partitions on workers follows Tandon, Lei, Dimakis, Karampatziakis, "Gradient
+Coding: Avoiding Stragglers in Distributed Learning", ICML 2017,
+https://arxiv.org/abs/1612.03301.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from flwr.app import RecordDict
+
+from ..codes import GradientCode
+from . import protocol
+from .clock import Clock
+from .collector import ReplyCollector
+from .deadline_policy import DeadlinePolicy
+from .decoder import ReplyLayout
+from .grid import EarlyReturnGrid
+from .policy import CodePolicy
+from .quarantine import Quarantine
+from .round_state import RoundState, array_key
+from .workload import Workload
+
+__all__ = ["OpenedRound", "RoundOpener"]
+
+
+@dataclass(frozen=True)
+class OpenedRound:
+    """A round just opened: its state, the members sent nothing (``idle``) and the busy ones
+    whose work is queued behind their current job (``queued``)."""
+
+    state: RoundState
+    idle: frozenset[int]
+    queued: frozenset[int]
+
+
+class RoundOpener:
+    """Plans and opens each coded round (one job: the start of a round).
+
+    ``wire_for(code)``: the reply dtype of a code (``"model"`` or ``"float64"``);
+    ``code_options``: the code's options (the integrity probe reads them); ``round_timeout``:
+    seconds to wait for a busy cohort to free up."""
+
+    def __init__(self, *, policy: CodePolicy, clock: Clock, deadlines: DeadlinePolicy,
+                 quarantine: Quarantine, workload: Workload, collector: ReplyCollector,
+                 wire_for: Callable[[GradientCode], str],
+                 code_options: Mapping[str, Any], round_timeout: float,
+                 arrays_key: str = "arrays") -> None:
+        self.policy, self.clock, self.deadlines = policy, clock, deadlines
+        self.quarantine, self.workload, self.collector = quarantine, workload, collector
+        self.wire_for = wire_for
+        self.code_options, self.round_timeout = code_options, float(round_timeout)
+        self.arrays_key = arrays_key
+
+    def plan(self, server_round: int, grid: Any,
+             cohort: list[int]) -> tuple[GradientCode, set[int], set[int], set[int]]:
+        """``(code, idle, queued, held)``: the round's code from the code policy; the members
+        sent nothing (busy and not queued, excluded by ``s="auto"``, quarantined); the busy
+        members whose work is queued behind their current job; the quarantined ones."""
+        held = self.quarantine.held(server_round, cohort)  # stragglers: no work
+        if isinstance(grid, EarlyReturnGrid):
+            grid.collect_late()
+        policy, clock = self.policy, self.clock
+        busy_nodes = clock.busy_members(cohort, grid)
+        code = policy.plan(cohort, busy_nodes)
+        excluded = {cohort[w] for w in policy.excluded_workers()}
+        queued = policy.queued(busy_nodes, cohort) - excluded
+        if busy_nodes | excluded >= set(cohort) and not queued:  # never spend a round on nothing
+            clock.wait_for_free(cohort, grid, self.round_timeout)
+            busy_nodes = clock.busy_members(cohort, grid)
+            queued = policy.queued(busy_nodes, cohort) - excluded
+        queued = queued - held  # quarantined: no work
+        return code, (busy_nodes | held | excluded) - queued, queued, held
+
+    def open(self, server_round: int, grid: Any, cohort: list[int],
+             content: RecordDict) -> OpenedRound:
+        """Plan the round and build its state (``content``: the inner strategy's train
+        content, holding the global arrays); the clock starts at the round's deadline."""
+        code, idle, queued, held = self.plan(server_round, grid, cohort)
+        partitions = self.workload.partitions(code, cohort)
+        key = array_key(content, self.arrays_key)
+        theta = {name: protocol.array_view(arr)
+                 for name, arr in content.array_records[key].items()}
+        excluded_workers = self.policy.excluded_workers()
+        excluded = {cohort[w] for w in excluded_workers}
+        queued_workers = {w: node for w, node in enumerate(cohort) if node in queued}
+        self.clock.start_round(queued_workers,
+                               deadline=self.deadlines.round_deadline(self.policy.decision))
+        state = RoundState(
+            number=server_round, code=code, cohort=cohort, partitions=partitions, sent={},
+            busy=sorted(w for w, node in enumerate(cohort)
+                        if node in idle and node not in excluded),
+            excluded=sorted(excluded_workers),
+            layout={name: tuple(a.shape) for name, a in theta.items()},
+            reply_layout=ReplyLayout.of(code, theta).arrays,
+            dtypes={name: a.dtype for name, a in theta.items()},
+            theta=theta,  # zero-copy views of the global arrays, model dtype
+            array_key=key, wall_start=time.monotonic(),
+        )
+        state.wire = self.wire_for(code)
+        state.quarantined = sorted(held)
+        state.probe = self.collector.probe_for(state, self.code_options)
+        return OpenedRound(state, frozenset(idle), frozenset(queued))

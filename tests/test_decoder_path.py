@@ -1,0 +1,448 @@
+"""One decoder path for every code: plain, approximate and communication-efficient replies go
+through ``Decoder.decode``; the count check, central noise, finiteness check and cast are
+tested once on that path; each code's chunk coefficients are checked against its ``B``."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.serverapp.strategy import FedAvg
+
+from fl_gradcode.codes import available_codes, make_code
+from fl_gradcode.flower import GradientCoding, gradient_coding_mod, protocol
+from fl_gradcode.flower.decoder import (
+    Decoder,
+    ReplyLayout,
+    cast,
+    combine,
+    error_amplification,
+    instruction_chunks,
+    replies_read,
+    wire_dtypes,
+)
+from fl_gradcode.flower.privatiser import Privatiser
+from fl_gradcode.flower.protocol import CodedReply
+from fl_gradcode.flower.testing import InProcessGrid
+from fl_gradcode.privacy import DPConfig, ServerNoise, make_mechanism
+
+SHAPES = {"w": (5, 3), "b": (4,)}  # 19 values + the count: m = 3 does not divide 20
+
+
+def _model(rng, dtype=np.float64):
+    return {k: rng.standard_normal(v).astype(dtype) for k, v in SHAPES.items()}
+
+
+def _problem(code, seed=0, wire=np.float64):
+    """Per partition ``y_j = [n_j dtheta_j..., n_j]``; every worker's coded reply (through the
+    code's own ``encode``), laid out as the mod sends it."""
+    rng = np.random.default_rng(seed)
+    theta = _model(rng)
+    sizes = rng.integers(3, 20, size=code.k).astype(float)
+    deltas = [_model(rng) for _ in range(code.k)]
+    y = {j: np.concatenate([sizes[j] * np.concatenate([deltas[j][k].ravel() for k in SHAPES]),
+                            [sizes[j]]]) for j in range(code.k)}
+    layout = ReplyLayout.of(code, theta)
+    replies = {}
+    for i in range(code.n):
+        message = code.encode(i, y)
+        if layout.count_in_record:
+            arrays, start = {}, 0
+            for name, shape in SHAPES.items():
+                size = int(np.prod(shape))
+                arrays[name] = message[start:start + size].reshape(shape).astype(wire)
+                start += size
+            count = float(message[-1])
+        else:
+            arrays, count = {protocol.CHUNK_KEY: message.astype(wire)}, 1.0
+        replies[i] = CodedReply(node=100 + i, worker=i, arrays=arrays, num_examples=count,
+                                sizes=(), metrics={}, compute_s=0.0)
+    return theta, sizes, deltas, replies
+
+
+def _average(theta, sizes, deltas, alpha=None):
+    """numpy reference: ``theta + sum_j alpha_j n_j dtheta_j / sum_j alpha_j n_j``."""
+    alpha = np.ones(len(sizes)) if alpha is None else alpha
+    count = float(np.sum(alpha * sizes))
+    return {k: theta[k] + sum(a * n * d[k] for a, n, d in zip(alpha, sizes, deltas,
+                                                             strict=True)) / count
+            for k in SHAPES}
+
+
+def _decode(code, replies, used, theta, decoder=None, dtypes=None, sizes=None):
+    decoder = decoder or Decoder(FedAvg())
+    decoding = decoder.decoding(code, used)
+    dtypes = dtypes or {k: v.dtype for k, v in theta.items()}
+    return decoder.decode(code, replies, used, decoding, theta, dtypes, round_number=1,
+                          sizes=sizes or {})
+
+
+# ================================================================== same results, one path
+@pytest.mark.parametrize(("name", "n", "s", "options"), [
+    ("uncoded", 6, 0, {}),
+    ("frc", 6, 1, {}),
+    ("crc", 6, 2, {}),
+    ("grouped-rs", 7, 2, {}),
+    ("nested", 8, 2, {}),
+    ("comm-efficient", 6, 1, {"m": 2}),
+    ("comm-efficient", 8, 1, {"m": 3}),
+    ("comm-efficient", 6, 1, {"m": 1}),
+])
+def test_exact_codes_decode_the_example_weighted_average(name, n, s, options):
+    code = make_code(name, n=n, s=s, **options)
+    theta, sizes, deltas, replies = _problem(code)
+    expected = _average(theta, sizes, deltas)
+    for used in (list(range(n)), list(range(s, n)), list(range(n - s))):
+        used = sorted(used)
+        decoded = _decode(code, replies, used, theta)
+        assert decoded is not None
+        assert decoded.count == pytest.approx(sizes.sum(), rel=1e-12)
+        for k in SHAPES:
+            np.testing.assert_allclose(decoded.arrays[k].numpy(), expected[k], rtol=1e-9,
+                                       atol=1e-11)
+
+
+@pytest.mark.parametrize(("name", "options"), [("bgc", {}), ("expander", {}),
+                                               ("ignore-stragglers", {"rescale": False})])
+def test_approximate_codes_decode_the_least_squares_combination(name, options):
+    n, s = 10, 3
+    code = make_code(name, n=n, s=s, seed=4, **options)
+    theta, sizes, deltas, replies = _problem(code, seed=2)
+    used = [0, 2, 3, 5, 6, 8, 9]
+    # independent: min-norm least squares on B_F^T a = 1 (unit weights); alpha = B_F^T a
+    B_F = code.B[used]
+    alpha = B_F.T @ (np.linalg.pinv(B_F.T) @ np.ones(code.k))
+    expected = _average(theta, sizes, deltas, alpha)
+    decoded = _decode(code, replies, used, theta)
+    assert decoded is not None
+    for k in SHAPES:
+        np.testing.assert_allclose(decoded.arrays[k].numpy(), expected[k], rtol=1e-8,
+                                   atol=1e-10)
+
+
+def test_plain_and_chunked_replies_go_through_the_same_decode():
+    """The same decoder object decodes a plain and a comm-efficient round in turn."""
+    decoder = Decoder(FedAvg())
+    for code in (make_code("frc", n=6, s=1), make_code("comm-efficient", n=6, s=1, m=2)):
+        theta, sizes, deltas, replies = _problem(code)
+        decoded = _decode(code, replies, list(range(1, 6)), theta, decoder=decoder)
+        np.testing.assert_allclose(decoded.arrays["w"].numpy(),
+                                   _average(theta, sizes, deltas)["w"], rtol=1e-9)
+
+
+# ================================================================== checks, once
+@pytest.mark.parametrize("name", ["frc", "comm-efficient"])
+def test_a_count_that_does_not_decode_positive_skips_the_round(name, caplog):
+    code = make_code(name, n=6, s=1)
+    theta, _, _, replies = _problem(code)
+    for r in replies.values():  # every partition claims no examples: the count is 0
+        if protocol.CHUNK_KEY in r.arrays:
+            r.arrays[protocol.CHUNK_KEY][:] = 0.0
+        r.num_examples = 0.0
+    with caplog.at_level(logging.WARNING):
+        assert _decode(code, replies, list(range(6)), theta) is None
+    assert "decoded example count" in caplog.text
+
+
+@pytest.mark.parametrize("name", ["frc", "comm-efficient"])
+def test_a_non_finite_reply_is_found_and_the_model_is_not_released(name, caplog):
+    code = make_code(name, n=6, s=1)
+    theta, _, _, replies = _problem(code)
+    key = next(iter(replies[2].arrays))
+    replies[2].arrays[key].reshape(-1)[0] = np.nan
+    assert Decoder.non_finite(replies, list(range(6))) == {
+        2: f"array {key!r} contains NaN or Inf"}
+    used = list(range(6))
+    decoder = Decoder(FedAvg(), sparse=False)  # dense: every reply is read
+    with caplog.at_level(logging.WARNING):
+        assert _decode(code, replies, used, theta, decoder=decoder) is None
+    assert "not finite" in caplog.text
+
+
+def test_the_model_keeps_its_dtypes_integers_rounded():
+    code = make_code("frc", n=4, s=1)
+    theta, sizes, deltas, replies = _problem(code)
+    dtypes = {"w": np.dtype(np.float32), "b": np.dtype(np.int64)}
+    decoded = _decode(code, replies, [0, 1, 2, 3], theta, dtypes=dtypes)
+    expected = _average(theta, sizes, deltas)
+    assert decoded.arrays["w"].numpy().dtype == np.float32
+    np.testing.assert_allclose(decoded.arrays["w"].numpy(), expected["w"], rtol=1e-6)
+    np.testing.assert_array_equal(decoded.arrays["b"].numpy(), np.rint(expected["b"]))
+    assert cast(np.array([1.5, -2.5, 0.4]), np.dtype(np.int32)).tolist() == [2, -2, 0]
+
+
+@pytest.mark.parametrize("name", ["frc", "grouped-rs", "comm-efficient"])
+def test_central_noise_is_the_privatisers_draw_sized_from_the_checked_sizes(name):
+    code = make_code(name, n=6, s=1)
+    theta, sizes, _, replies = _problem(code)
+    dp = DPConfig(mode="central", noise_multiplier=0.5, clip_norm=2.0)
+    noise = ServerNoise(b"k" * 32)
+    privatiser = Privatiser(dp, make_mechanism(dp), noise, "nonce", {})
+    checked = dict(enumerate(sizes))
+    used = list(range(1, 6))
+    decoded = _decode(code, replies, used, theta, decoder=Decoder(FedAvg(), privatiser),
+                      sizes=checked)
+    plain = _decode(code, replies, used, theta)
+    std = 0.5 * 2.0 * sizes.max() / sizes.sum()  # exact decoding: alpha = 1
+    assert decoded.noise_std == pytest.approx(std, rel=1e-12)
+    drawn = noise.draw(sum(int(np.prod(s)) for s in SHAPES.values()), decoded.noise_std, 1,
+                       "nonce")
+    got = np.concatenate([(decoded.arrays[k].numpy() - plain.arrays[k].numpy()).ravel()
+                          for k in SHAPES])
+    np.testing.assert_allclose(got, drawn, rtol=1e-9, atol=1e-12)
+    # no checked size for a partition the decoding weighs: the round is not released
+    assert _decode(code, replies, used, theta, decoder=Decoder(FedAvg(), privatiser),
+                   sizes={0: sizes[0]}) is None
+
+
+# ================================================================== codes' own chunks
+@pytest.mark.parametrize("name", available_codes())
+def test_chunk_coefficients_and_decoder_agree_with_the_codes_B(name):
+    options = {"m": 3} if name == "comm-efficient" else {}
+    code = make_code(name, n=9, s=2, seed=1, **options)
+    m = code.chunks
+    coefficients = np.array([code.chunk_coefficients(i) for i in range(code.n)])  # n x m
+    assert coefficients.shape == (code.n, m)
+    used = [i for i in range(code.n) if i not in (1, 5)]
+    decoding = code.decoding(used)
+    D = code.chunk_decoder(decoding)
+    assert D.shape == (m, code.n)
+    assert np.all(D[:, [1, 5]] == 0)
+    if m == 1:
+        assert np.all(coefficients == 1.0)
+        assert instruction_chunks(code, 0) == ()
+        # one chunk: its row is the decoding vector, so D B = alpha (1 when exact)
+        np.testing.assert_allclose(D[0] @ code.B, decoding.alpha, atol=1e-9)
+        return
+    assert instruction_chunks(code, 4) == tuple(coefficients[4])
+    # m chunks: workers with the same row of B form a group that mixes the same m chunks;
+    # from the group's received members, D recovers each chunk: D_T C_T = I (C_T: |T| x m)
+    rows = {tuple(code.B[i]) for i in range(code.n)}
+    for row in rows:
+        group = [i for i in range(code.n) if tuple(code.B[i]) == row]
+        got = [i for i in group if i in used]
+        assert len(got) >= m
+        np.testing.assert_allclose(D[:, got] @ coefficients[got], np.eye(m), atol=1e-9)
+        # any m members' coefficients are independent (MDS): any m replies decode the group
+        assert np.linalg.matrix_rank(coefficients[group[:m]]) == m
+
+
+def test_error_amplification_reads_every_chunk_row():
+    frc = make_code("frc", n=8, s=1)
+    assert error_amplification(frc) == pytest.approx(1.0)
+    code = make_code("comm-efficient", n=8, s=1, m=2)
+    rng = np.random.default_rng(0)
+    n, s = code.n, code.s
+    sets = [list(range(n))]
+    sets += [sorted(rng.choice(n, size=n - s, replace=False).tolist()) for _ in range(24)]
+    sets += [[i for i in range(n) if (i - start) % n >= s] for start in range(0, n, 1)]
+    row_l1 = np.abs(code.B).sum(axis=1)
+    worst = max(float(np.abs(np.asarray(code.decoding(f).coefficients)).sum(axis=0) @ row_l1)
+                for f in sets) / code.k
+    assert error_amplification(code, seed=0) == pytest.approx(worst)
+
+
+def test_replies_read_counts_the_replies_any_chunk_row_reads():
+    frc = make_code("frc", n=6, s=1)
+    assert replies_read(frc.sparse_decoding(list(range(6))), list(range(6))) == 3
+    code = make_code("comm-efficient", n=6, s=1, m=2)
+    assert replies_read(code.decoding([0, 1, 3, 4, 5]), [0, 1, 3, 4, 5]) == 5
+
+
+def test_wire_dtypes_follow_the_layout():
+    dtypes = {"w": np.dtype(np.float32), "b": np.dtype(np.int64)}
+    frc, chunked = make_code("frc", n=4, s=1), make_code("comm-efficient", n=6, s=1, m=2)
+    assert wire_dtypes(frc, dtypes, "model") == {"w": np.float32, "b": np.float64}
+    assert wire_dtypes(frc, dtypes, "float64") == {"w": np.float64, "b": np.float64}
+    assert wire_dtypes(chunked, dtypes, "model") == {protocol.CHUNK_KEY: np.float64}
+    only32 = {"w": np.dtype(np.float32)}
+    assert wire_dtypes(chunked, only32, "model") == {protocol.CHUNK_KEY: np.float32}
+    assert wire_dtypes(chunked, only32, "float64") == {protocol.CHUNK_KEY: np.float64}
+
+
+@pytest.mark.parametrize(("dim", "m"), [(19, 1), (19, 2), (19, 3), (20, 3), (1, 4)])
+def test_the_layout_covers_the_decoded_vector_once(dim, m):
+    theta = {"a": np.zeros(dim - 1), "z": np.zeros(1)} if dim > 1 else {"a": np.zeros(1)}
+    code = make_code("comm-efficient", n=max(m + 1, 4), s=1, m=m)
+    layout = ReplyLayout.of(code, theta)
+    seen = []
+    for chunk, segment, first, last in layout.pieces(0, dim + 1):
+        assert 0 <= chunk < m and first < last
+        bounds = np.cumsum([0, *(int(np.prod(s)) for s in layout.arrays.values()),
+                            int(layout.count_in_record)])
+        seen.extend(chunk * layout.length + bounds[segment] + q for q in range(first, last))
+    assert seen == list(range(dim + 1))
+    assert layout.length == -(-(dim + 1) // m)
+
+
+# ================================================================== through the strategy
+def _train(msg: Message, context) -> Message:
+    pid = int(context.node_config["partition-id"])
+    new = {}
+    for name, shape in SHAPES.items():
+        theta = msg.content["arrays"][name].numpy()
+        target = np.random.default_rng([5, pid, len(name)]).standard_normal(shape)
+        new[name] = Array((theta - 0.3 * (theta - target)).astype(np.float32))
+    return Message(RecordDict({"arrays": ArrayRecord(new),
+                               "metrics": MetricRecord({"num-examples": 7 + 2 * pid})}),
+                   reply_to=msg)
+
+
+def test_comm_efficient_with_one_chunk_decodes_through_the_strategy():
+    """m = 1: a reply is the group sum itself (the model's arrays); its decoder is a 1 x n
+    matrix, read through the one path like every other code's."""
+    n = 6
+    app = ClientApp(mods=[gradient_coding_mod])
+    app.train()(_train)
+    strategy = GradientCoding(FedAvg(fraction_evaluate=0.0, min_available_nodes=n),
+                              code="comm-efficient", s=1, m=1, seed=1,
+                              measured_compute=False)
+    initial = ArrayRecord({k: Array(np.zeros(v, np.float32)) for k, v in SHAPES.items()})
+    result = strategy.start(grid=InProcessGrid(app, n), initial_arrays=initial, num_rounds=2,
+                            train_config=ConfigRecord({}))
+    assert [r["decode"] for r in strategy.history] == ["exact", "exact"]
+    sizes = np.array([7 + 2 * j for j in range(n)], dtype=float)
+    theta = {k: np.zeros(v) for k, v in SHAPES.items()}
+    for _ in range(2):
+        theta = {k: sum(sizes[j] * (t - 0.3 * (t - np.random.default_rng(
+            [5, j, len(k)]).standard_normal(SHAPES[k]))) for j in range(n)) / sizes.sum()
+            for k, t in theta.items()}
+    for k in SHAPES:
+        np.testing.assert_allclose(result.arrays[k].numpy(), theta[k], atol=1e-5)
+
+
+# ================================================================== edges of the one path
+def test_metrics_are_decoded_like_the_count_and_a_fractional_count_is_kept():
+    code = make_code("uncoded", n=3, s=0)
+    theta, _, _, replies = _problem(code)
+    for i, r in replies.items():
+        r.metrics = {"loss": float(i + 1)}
+        r.num_examples = 0.25  # a count below 1 (weighted data): still an average
+        for a in r.arrays.values():
+            a *= 0.25 / 1e3
+    decoded = _decode(code, replies, [0, 1, 2], theta)
+    assert decoded is not None and decoded.count == pytest.approx(0.75)
+    assert decoded.metrics == {"loss": pytest.approx((1 + 2 + 3) / 0.75)}
+
+
+def test_float32_replies_are_summed_in_float32_and_comm_efficient_ones_in_float64():
+    code = make_code("uncoded", n=6, s=0)  # decoder: all ones
+    theta, _, _, replies = _problem(code, wire=np.float32)
+    theta = {k: v.astype(np.float32) for k, v in theta.items()}
+    decoded = _decode(code, replies, list(range(6)), theta)
+    count = sum(r.num_examples for r in replies.values())
+    for k in SHAPES:
+        acc = replies[0].arrays[k].reshape(-1).copy()
+        for i in range(1, 6):
+            acc += replies[i].arrays[k].reshape(-1)
+        acc *= np.float32(1.0 / count)
+        acc += theta[k].reshape(-1)
+        np.testing.assert_array_equal(decoded.arrays[k].numpy().reshape(-1), acc)
+    chunked = make_code("comm-efficient", n=6, s=1, m=2)
+    assert code.decodes_in_reply_dtype and not chunked.decodes_in_reply_dtype
+
+
+def test_an_empty_model_array_decodes_to_an_empty_array():
+    code = make_code("frc", n=4, s=1)
+    theta, sizes, deltas, replies = _problem(code)
+    theta["e"] = np.zeros(0, dtype=np.float32)
+    for r in replies.values():
+        r.arrays["e"] = np.zeros(0)
+    decoded = _decode(code, replies, [0, 1, 2, 3], theta)
+    assert decoded.arrays["e"].numpy().shape == (0,)
+    np.testing.assert_allclose(decoded.arrays["w"].numpy(), _average(theta, sizes, deltas)["w"])
+
+
+def test_a_large_model_is_decoded_array_by_array_in_threads():
+    code = make_code("frc", n=4, s=1)
+    rng = np.random.default_rng(0)
+    size = (1 << 19) + 1  # two arrays: more than 2^20 values in all
+    theta = {"a": np.zeros(size), "b": np.zeros(size)}
+    replies = {i: CodedReply(node=i, worker=i, arrays={k: rng.standard_normal(size)
+                                                        for k in theta},
+                             num_examples=2.0, sizes=(), metrics={}, compute_s=0.0)
+               for i in range(4)}
+    decoded = _decode(code, replies, [0, 2], theta)  # FRC groups {0, 1} and {2, 3}
+    for k in theta:
+        np.testing.assert_allclose(decoded.arrays[k].numpy(),
+                                   (replies[0].arrays[k] + replies[2].arrays[k]) / 4.0)
+
+
+def test_combine_cast_and_replies_read_edges():
+    v = np.arange(4, dtype=np.float32)
+    out = combine([2.0], [v], np.float32, scale=2.0)
+    assert out.dtype == np.float32 and out.tolist() == [0.0, 4.0, 8.0, 12.0]
+    np.testing.assert_array_equal(combine([0.0], [v], np.float64, offset=v + 1.0), v + 1.0)
+    assert cast(v, np.dtype(np.float32)) is v  # no copy of a model already in its dtype
+    frc = make_code("frc", n=6, s=2)  # two groups of three: one reply read per group
+    assert replies_read(Decoder(FedAvg()).decoding(frc, list(range(6))), range(6)) == 2
+    assert replies_read(frc.decoding(list(range(6))), range(6)) == 6
+
+
+class _NaNInner(FedAvg):
+    def aggregate_train(self, server_round, replies):
+        arrays, metrics = super().aggregate_train(server_round, replies)
+        return ArrayRecord({k: Array(np.full_like(v.numpy(), np.nan))
+                            for k, v in arrays.items()}), metrics
+
+
+class _Averaging:
+    """An inner strategy without ``weighted_by_key`` (counts as ``num-examples``)."""
+
+    def aggregate_train(self, server_round, replies):
+        [reply] = replies
+        self.weight = reply.content["metrics"]["num-examples"]
+        return reply.content["arrays"], None
+
+
+def test_the_decoded_average_reaches_any_inner_strategy_as_one_reply():
+    code = make_code("frc", n=4, s=1)
+    theta, sizes, _, replies = _problem(code)
+    decoded = _decode(code, replies, [0, 1, 2, 3], theta)
+    sent = Message(RecordDict({}), dst_node_id=1, message_type="train")
+    for inner in (FedAvg(), _Averaging()):
+        outcome = Decoder(inner).apply(decoded, round_number=1, array_key="arrays",
+                                       reply_to=sent)
+        assert outcome.num_examples == decoded.count == pytest.approx(sizes.sum())
+        np.testing.assert_array_equal(outcome.arrays["w"].numpy(),
+                                      decoded.arrays["w"].numpy())
+    assert inner.weight == decoded.count
+    assert Decoder(_NaNInner()).apply(decoded, round_number=1, array_key="arrays",
+                                      reply_to=sent) is None
+
+
+# ================================================================== the privatiser
+def test_privatiser_logs_outlying_sizes_and_unsized_noise(caplog):
+    code = make_code("uncoded", n=4, s=0)
+    privatiser = Privatiser(DPConfig(mode="central", noise_multiplier=1.0, clip_norm=1.0),
+                            None, ServerNoise(), "n", {})
+    from fl_gradcode.flower.protocol import Identity
+
+    partitions = [Identity(j, 4) for j in range(4)]
+    reported = {0: (10.0,), 1: (10.0,), 2: (10.0,), 3: (5000.0,)}
+    with caplog.at_level(logging.WARNING):
+        agreed, excluded = privatiser.check_sizes(code, partitions, reported, 7)
+        assert privatiser.noise_std(code, code.decoding([0, 1]), [0, 1], 20.0, {}, 7) is None
+    assert agreed == {0: 10.0, 1: 10.0, 2: 10.0, 3: 5000.0} and excluded == {}
+    assert privatiser.partition_sizes[(3, 4)] == 5000.0
+    assert ("round 7: partition (3, 4) reports 5000 examples, 500 times the median (10); "
+            "no replica contradicts it") in caplog.text
+    assert "round 7: central DP noise cannot be sized (no checked size for partitions" \
+        in caplog.text
+
+
+def test_privatiser_accounts_independent_noise_only_under_partition_dp():
+    from fl_gradcode.privacy import independent_noise_multiplier
+
+    code = make_code("frc", n=4, s=1)
+
+    def multiplier(mode, noise):
+        dp = DPConfig(mode=mode, noise=noise, noise_multiplier=1.5, clip_norm=1.0)
+        return Privatiser(dp, None, ServerNoise(), "n", {}).noise_multiplier(code)
+
+    assert multiplier("partition", "independent") == independent_noise_multiplier(code.B, 1.5)
+    assert multiplier("partition", "identical") is None
+    assert multiplier("central", "independent") is None

@@ -1,0 +1,171 @@
+"""GradientCoding's option groups: each rule, frozen-ness, bad values named in the errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import pytest
+from flwr.serverapp.strategy import FedAvg
+
+from fl_gradcode.flower import GradientCoding
+from fl_gradcode.flower.options import (
+    AdaptiveOptions,
+    CodeOptions,
+    DeadlineOptions,
+    IntegrityOptions,
+    Options,
+    PrivacyOptions,
+    TimingOptions,
+    WireOptions,
+)
+
+
+def test_defaults_match_gradient_coding_keywords():
+    options = Options.from_keywords()
+    assert options.code == CodeOptions("grouped-rs", 1, False, {})
+    assert options.timing == TimingOptions()
+    assert options.deadline == DeadlineOptions()
+    assert options.integrity == IntegrityOptions()
+    assert options.wire == WireOptions()
+    assert options.adaptive == AdaptiveOptions()
+    assert options.seed == 0 and not options.estimating
+    assert options.privacy.dp.mode == PrivacyOptions().dp.mode
+    assert len(options.privacy.nonce) == 32  # fresh per run
+
+
+@pytest.mark.parametrize("group", [CodeOptions(), AdaptiveOptions(), TimingOptions(),
+                                   DeadlineOptions(), IntegrityOptions(), WireOptions()])
+def test_every_group_is_frozen(group):
+    name = dataclasses.fields(group)[0].name
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(group, name, None)
+
+
+def test_options_are_frozen():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        Options.from_keywords().seed = 3
+
+
+@pytest.mark.parametrize(("keywords", "match"), [
+    ({"code": 3}, r"code must be a registry name"),
+    ({"s": -1}, r"s=-1 must be an integer >= 0 or 'auto'"),
+    ({"s": True}, r"s=True must be"),
+    ({"s": "auto", "s_max": 0}, r"s_max=0 must be an integer >= 1"),
+    ({"s": "auto", "auto_margin": -0.1}, r"auto_margin=-0.1 must be a number >= 0"),
+    ({"s": "auto", "exclude_slow": 1.0}, r"exclude_slow=1.0 must be a slowness factor > 1"),
+    ({"exclude_slow": 2.0}, r"exclude_slow=2.0 needs s='auto'"),
+    ({"auto_deadline": 2.0}, r"auto_deadline=2.0 needs s='auto' or busy='fit'"),
+    ({"s": "auto", "auto_deadline": 0.5}, r"auto_deadline=0.5 must be a factor >= 1"),
+    ({"s": "auto", "auto_deadline": 2.0, "timing": "wallclock"},
+     r"auto_deadline=2.0 needs timing='virtual'"),
+    ({"max_decode_error": -1}, r"max_decode_error=-1 must be >= 0"),
+    ({"min_replies": 0}, r"min_replies=0 must be >= 1 or None"),
+    ({"round_timeout": 0}, r"round_timeout=0 must be > 0 seconds"),
+    ({"warmup_timeout": -1}, r"warmup_timeout=-1 must be > 0 seconds"),
+    ({"straggler_timeout": 0}, r"straggler_timeout=0 must be > 0 seconds"),
+    ({"wire": "float16"}, r"wire='float16'; expected 'auto', 'model' or 'float64'"),
+    ({"compute_cost_s": -1.0}, r"compute_cost_s=-1.0 must be >= 0"),
+    ({"stop_late_work": 1}, r"stop_late_work=1 must be True or False"),
+    ({"busy": "later"}, r"busy='later'; expected 'skip', 'queue', 'fit' or None"),
+    ({"timing": "sundial"}, r"timing='sundial'; expected one of"),
+    ({"upload_bandwidth": 0}, r"upload_bandwidth=0 must be a positive number"),
+    ({"upload_bandwidth": float("inf")}, r"upload_bandwidth=inf must be a positive number"),
+    ({"verify": True, "s": 0}, r"verify"),
+])
+def test_each_bad_value_is_named_in_its_error(keywords, match):
+    error = TypeError if "code" in keywords else ValueError
+    with pytest.raises(error, match=match):
+        Options.from_keywords(**keywords)
+    with pytest.raises(error, match=match):  # the same error through the strategy
+        GradientCoding(FedAvg(), **keywords)
+
+
+def test_busy_resolves_from_s_and_timing():
+    assert Options.from_keywords(s="auto").timing.busy == "queue"
+    assert Options.from_keywords().timing.busy == "skip"
+    assert Options.from_keywords(busy="fit").timing.busy == "fit"
+    # wallclock rounds always skip busy members (the grid waits for their earlier replies)
+    wall = Options.from_keywords(busy="fit", timing="wallclock")
+    assert wall.timing.busy == "skip" and not wall.estimating
+    assert Options.from_keywords(busy="fit").estimating
+
+
+def test_a_timing_group_that_queues_under_wallclock_is_refused():
+    with pytest.raises(ValueError, match=r"busy='queue' with timing='wallclock'"):
+        TimingOptions(mode="wallclock", busy="queue")
+
+
+def test_auto_deadline_implies_stop_late_work():
+    options = Options.from_keywords(s="auto", auto_deadline=1.5)
+    assert options.timing.stop_late_work and options.deadline.auto_deadline == 1.5
+    assert not Options.from_keywords(s="auto").timing.stop_late_work
+
+
+def test_auto_reports_s_max_as_its_s():
+    assert Options.from_keywords(s="auto", s_max=3).code.s == 3
+    assert Options.from_keywords(s="auto").code.s == 1
+    assert Options.from_keywords(s="auto").code.adaptive
+
+
+def test_nested_s_max_and_m_enter_the_code_options():
+    nested = Options.from_keywords(code="nested", s=1, s_max=3)
+    assert nested.code_options == {"s_max": 3}
+    assert Options.from_keywords(code="comm-efficient", m=2).code_options == {"m": 2}
+    # the auto placement takes s_max itself, not as a code option
+    assert Options.from_keywords(code="nested", s="auto", s_max=3).code_options == {}
+    # agreeing values are accepted
+    assert Options.from_keywords(code="comm-efficient", m=2,
+                                 code_options={"m": 2}).code_options == {"m": 2}
+
+
+@pytest.mark.parametrize(("keywords", "name"), [
+    ({"code": "nested", "s": 1, "s_max": 3, "code_options": {"s_max": 2}}, "s_max"),
+    ({"code": "comm-efficient", "m": 2, "code_options": {"m": 4}}, "m"),
+])
+def test_a_code_option_that_contradicts_its_keyword_is_refused(keywords, name):
+    with pytest.raises(ValueError, match=rf"code_options\['{name}'\]=.* contradicts {name}="):
+        Options.from_keywords(**keywords)
+
+
+def test_code_options_are_copied():
+    user = {"rescale": False}
+    options = Options.from_keywords(code="ignore-stragglers", code_options=user)
+    user["rescale"] = True
+    assert options.code_options == {"rescale": False}
+    copy = options.code_options
+    copy["rescale"] = True
+    assert options.code_options == {"rescale": False}
+
+
+def test_latency_state_without_the_estimator_warns(caplog, tmp_path):
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        Options.from_keywords(latency_state=tmp_path / "x.json")
+    assert any("latency_state=" in r.getMessage() for r in caplog.records)
+
+
+def test_values_are_normalised():
+    options = Options.from_keywords(s="auto", auto_margin=0, exclude_slow=2, seed="3" and 3,
+                                    straggler_timeout=5, upload_bandwidth=10,
+                                    verify_tolerance=1)
+    assert isinstance(options.adaptive.auto_margin, float)
+    assert isinstance(options.adaptive.exclude_slow, float)
+    assert isinstance(options.deadline.straggler_timeout, float)
+    assert isinstance(options.timing.upload_bandwidth, float)
+    assert isinstance(options.integrity.verify_tolerance, float)
+
+
+def test_flat_names_read_through_the_strategy():
+    strategy = GradientCoding(FedAvg(), s="auto", s_max=2, timing="virtual", auto_deadline=2.0)
+    assert strategy.timing == "virtual" and strategy.busy_mode == "queue"
+    assert strategy.s == 2 and strategy.s_max == 2 and strategy.stop_late_work
+    assert strategy.straggler_timeout == 10.0 and strategy.auto_deadline == 2.0
+    assert strategy.options.get("seed") == 0
+    with pytest.raises(AttributeError):
+        strategy.no_such_option  # noqa: B018
+    with pytest.raises(AttributeError):
+        strategy.options.get("no_such_option")
+
+
+def test_a_pinned_nonce_is_kept():
+    assert Options.from_keywords(dp_run_nonce="abc").privacy.nonce == "abc"
