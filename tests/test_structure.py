@@ -26,19 +26,12 @@ PACKAGE = ROOT / "fl_gradcode"
 MAX_LINES = 600
 
 # module -> why it is still over MAX_LINES
-KNOWN_LONG: dict[str, str] = {
-    "fl_gradcode/flower/wrapper.py": "GradientCoding not yet split into collaborators",
-    "fl_gradcode/codes/base.py": "decoding paths not yet merged into one",
-}
+KNOWN_LONG: dict[str, str] = {}
 
 # "module: expression" -> why the private read is still there
 KNOWN_PRIVATE_READS: dict[str, str] = {
     "fl_gradcode/codes/repetition.py: code._finish":
         "a repetition code finishes its decoding with GradientCode's private step (codes/base.py)",
-    "fl_gradcode/flower/wrapper.py: code._group":
-        "chunk coefficients read from the communication-efficient code's internals",
-    "fl_gradcode/flower/wrapper.py: code._position":
-        "chunk coefficients read from the communication-efficient code's internals",
     "fl_gradcode/flower/deadline.py: from .mod import _seed_everything":
         "the deadline baseline seeds the app as the client mod does, through its private helper",
     "fl_gradcode/flower/compat.py: sys._getframe":

@@ -25,7 +25,7 @@ from fl_gradcode.flower.quarantine import Quarantine
 from fl_gradcode.flower.records import ROW_DEFAULTS, RoundLog
 from fl_gradcode.flower.round_state import RoundState, partition_key, payload_bytes
 
-FLOWER = pathlib.Path(__file__).resolve().parents[1] / "fl_gradcode" / "flower"
+FLOWER = pathlib.Path(__file__).resolve().parents[2] / "fl_gradcode" / "flower"
 
 
 # =============================================================================== clocks
