@@ -207,6 +207,12 @@ KEYS: tuple[Key, ...] = (
     Key("min-replies", -1, "also close a round at this many replies (approximate decode); "
         "-1: `n − s` for approximate codes, none for exact codes; 0: every client",
         keyword="min_replies", coded_only=True),
+    Key("verify", False, "check every round's replies against secret dense probes before "
+        "applying a decoding: a forged or corrupted reply is dropped and its sender "
+        "quarantined (docs/integrity.md); refused for codes it cannot check",
+        keyword="verify", coded_only=True),
+    Key("verify-tolerance", 1e-5, "`verify`: relative disagreement between replicas tolerated "
+        "as rounding", keyword="verify_tolerance", coded_only=True),
     Key("round-timeout", 600.0, "wall-clock safety limit of a round (seconds)",
         keyword="round_timeout"),
     Key("warmup-timeout", 120.0, "wall-clock limit for the first reply of round 1 (seconds)",

@@ -3,12 +3,14 @@ GradientCoding's signature, the ServerApp's construction and docs/options.md agr
 
 from __future__ import annotations
 
+import inspect
 import tomllib
 from pathlib import Path
 
 import pytest
 
 from fl_gradcode.config import DEFAULTS, KEYS, merge_config
+from fl_gradcode.flower import GradientCoding
 
 ROOT = Path(__file__).resolve().parents[2]
 REQUIRED = [
@@ -269,6 +271,8 @@ def test_client_and_coded_only_keys_come_from_the_table():
     assert set(CODED_ONLY) == {
         "code", "s", "s-max", "auto-margin", "exclude-slow", "latency-state", "auto-deadline",
         "stop-late-work", "busy", "m", "max-decode-error", "min-replies", "rival",
+        # added with the table
+        "verify", "verify-tolerance",
     }
     assert set(client_keys()) == {*CLIENT_KEYS, "lr"}
     assert CODED_ONLY == coded_only_keys()
@@ -666,4 +670,29 @@ def test_server_app_builds_the_same_strategy_as_before_the_table(case, tmp_path,
     overrides, n = CASES[case]
     overrides = {k: v.replace("<tmp>", str(tmp_path)) if isinstance(v, str) else v
                  for k, v in overrides.items()}
-    assert _construction(overrides, n, tmp_path, monkeypatch) == _expected(case)
+    seen = _construction(overrides, n, tmp_path, monkeypatch)
+    if "kwargs" in seen and OLD_BASE["kwargs"].keys() <= seen["kwargs"].keys():
+        # keys added after the capture build their keyword at GradientCoding's own default:
+        # the same strategy as passing nothing
+        signature = inspect.signature(GradientCoding.__init__).parameters
+        for keyword in ADDED_AFTER_CAPTURE:
+            assert seen["kwargs"].pop(keyword) == signature[keyword].default, keyword
+    assert seen == _expected(case)
+
+
+# run-config keys added after the construction above was captured, by GradientCoding keyword
+ADDED_AFTER_CAPTURE = ("verify", "verify_tolerance")
+
+
+def test_verify_keys_turn_on_the_integrity_check_of_the_strategy(tmp_path):
+    from server.app import build
+
+    cfg = merge_config({"verify": True, "verify-tolerance": 1e-4, "results-dir": ""})
+    strategy = build(cfg, 6)[0]
+    assert strategy.options.integrity.verify is True
+    assert strategy.options.integrity.verify_tolerance == 1e-4
+    plain = build(merge_config({"results-dir": ""}), 6)[0]
+    assert plain.options.integrity.verify is False
+    # refused where it cannot check, with the reason, as GradientCoding(verify=True) is
+    with pytest.raises(ValueError, match="verify"):
+        build(merge_config({"verify": True, "code": "uncoded", "s": 0, "results-dir": ""}), 4)
