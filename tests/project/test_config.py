@@ -687,12 +687,13 @@ ADDED_AFTER_CAPTURE = ("verify", "verify_tolerance")
 def test_verify_keys_turn_on_the_integrity_check_of_the_strategy(tmp_path):
     from server.app import build
 
-    cfg = merge_config({"verify": True, "verify-tolerance": 1e-4, "results-dir": ""})
+    out = str(tmp_path / "r")
+    cfg = merge_config({"verify": True, "verify-tolerance": 1e-4, "results-dir": out})
     strategy = build(cfg, 6)[0]
     assert strategy.options.integrity.verify is True
     assert strategy.options.integrity.verify_tolerance == 1e-4
-    plain = build(merge_config({"results-dir": ""}), 6)[0]
+    plain = build(merge_config({"results-dir": out}), 6)[0]
     assert plain.options.integrity.verify is False
     # refused where it cannot check, with the reason, as GradientCoding(verify=True) is
     with pytest.raises(ValueError, match="verify"):
-        build(merge_config({"verify": True, "code": "uncoded", "s": 0, "results-dir": ""}), 4)
+        build(merge_config({"verify": True, "code": "uncoded", "s": 0, "results-dir": out}), 4)
