@@ -30,10 +30,6 @@ KNOWN_LONG: dict[str, str] = {}
 
 # "module: expression" -> why the private read is still there
 KNOWN_PRIVATE_READS: dict[str, str] = {
-    "fl_gradcode/codes/repetition.py: code._finish":
-        "a repetition code finishes its decoding with GradientCode's private step (codes/base.py)",
-    "fl_gradcode/flower/deadline.py: from .mod import _seed_everything":
-        "the deadline baseline seeds the app as the client mod does, through its private helper",
     "fl_gradcode/flower/compat.py: sys._getframe":
         "the composition check walks the calling frames (CPython's documented frame access)",
     "fl_gradcode/learning.py: gsm._close":

@@ -311,7 +311,7 @@ class GradientCode:
                 continue
             a[rows] = 0.0
             a[chosen] = coeffs
-        dec = self._finish(got, a)
+        dec = self.decoding_from(got, a)
         if not dec.exact:  # numerically worse than the dense solution: keep that one
             dec = dense
         self._sparse_cache.put(got, dec)
@@ -502,9 +502,9 @@ class GradientCode:
             coeffs = self._solve_block(b, frozenset(sub))
             if coeffs.size:
                 a[sorted(sub)] = coeffs
-        return self._finish(got, a)
+        return self.decoding_from(got, a)
 
-    def _finish(self, got: frozenset[int], a: np.ndarray) -> Decoding:
+    def decoding_from(self, got: frozenset[int], a: np.ndarray) -> Decoding:
         received = tuple(sorted(got))
         alpha = a[list(received)] @ self._B[list(received)] if received else np.zeros(self.k)
         exact = bool(np.max(np.abs(alpha - 1.0)) <= EXACT_TOL)

@@ -49,7 +49,7 @@ def _identity_decoding(code: GradientCode, got: frozenset[int]) -> Decoding:
     """
     a = np.zeros(code.n)
     a[sorted(got)] = 1.0
-    return code._finish(got, a)
+    return code.decoding_from(got, a)
 
 
 class IgnoreStragglers(GradientCode):
@@ -80,7 +80,7 @@ class IgnoreStragglers(GradientCode):
             if self.rescale:
                 factor = float(np.sum(self.weights) / np.sum(self.weights[rows]))
             a[rows] = factor
-        return self._finish(got, a)
+        return self.decoding_from(got, a)
 
 
 def frc_matrix(n: int, s: int) -> np.ndarray:
@@ -123,7 +123,7 @@ class FractionalRepetitionCode(GradientCode):
         if rows.size:
             groups = rows // (self.s + 1)
             a[rows] = 1.0 / np.bincount(groups)[groups]
-        return self._finish(got, a)
+        return self.decoding_from(got, a)
 
     def is_decodable(self, received: Iterable[int]) -> bool:
         """Group coverage: one reply per group (O(|received|), no linear algebra)."""
@@ -237,7 +237,7 @@ class CyclicRepetitionCode(GradientCode):
             if coeffs is not None and np.all(np.isfinite(coeffs)):
                 a = np.zeros(n)
                 a[received] = coeffs
-                dec = self._finish(got, a)
+                dec = self.decoding_from(got, a)
                 if dec.exact:
                     return dec
         return super()._compute_decoding(got)

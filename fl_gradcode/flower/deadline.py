@@ -59,12 +59,12 @@ def train_timing_mod(msg: Message, context: Context, call_next: Callable) -> Mes
     if (msg.metadata.message_type != MessageType.TRAIN or not msg.has_content()
             or protocol.PROTOCOL_KEY in msg.content.config_records):
         return call_next(msg, context)
-    from .mod import _seed_everything, partition_seed
+    from .mod import partition_seed, seed_everything
 
     pid = int(context.node_config.get("partition-id", -1))
     config = msg.content.config_records.get("config", ConfigRecord())
     if "seed" in config and "server-round" in config:
-        _seed_everything(partition_seed(int(config["seed"]), int(config["server-round"]), pid))
+        seed_everything(partition_seed(int(config["seed"]), int(config["server-round"]), pid))
     t0 = time.perf_counter()
     reply = call_next(msg, context)
     compute_s = time.perf_counter() - t0

@@ -135,7 +135,9 @@ def _torch() -> Any:
     return sys.modules.get("torch")
 
 
-def _seed_everything(seed: int) -> None:
+def seed_everything(seed: int) -> None:
+    """Seed Python's, numpy's global and (if imported) torch's RNGs: what the mod does before
+    each partition's training, and the deadline baseline before each client's."""
     random.seed(seed)
     np.random.seed(seed % 2**32)  # noqa: NPY002 - the app may draw from numpy's global RNG
     torch = _torch()
@@ -264,7 +266,7 @@ def _run_partition(
     try:
         for _ in range(2):
             t0 = time.perf_counter()
-            _seed_everything(seed)
+            seed_everything(seed)
             msg.content = protocol.app_content(original)
             reply = call_next(msg, ctx)
             compute_s = time.perf_counter() - t0
