@@ -44,6 +44,7 @@ from ..codes import Decoding, GradientCode
 from . import protocol
 from .protocol import CodedReply
 from .records import quiet_inner_aggregation
+from .round_state import wire_dtypes
 
 if TYPE_CHECKING:  # (the privatiser imports the round state, which imports this module)
     from .privatiser import Privatiser
@@ -150,17 +151,6 @@ def replies_read(decoding: Decoding, used: Sequence[int]) -> int:
     its chunk rows)."""
     column = np.any(np.atleast_2d(decoding.coefficients) != 0, axis=0)
     return int(np.count_nonzero(column[list(used)]))
-
-
-def wire_dtypes(code: GradientCode, dtypes: Mapping[str, np.dtype],
-                wire: str) -> dict[str, np.dtype]:
-    """The dtype every reply array must have: with ``wire="model"`` the model's own float
-    dtypes (a chunk, which mixes every array: float32 when they all are), else float64."""
-    if code.chunks == 1:  # the model's own arrays (:meth:`ReplyLayout.of`)
-        return {name: np.dtype(d) if wire == "model" and np.dtype(d).kind == "f"
-                else np.dtype(np.float64) for name, d in dtypes.items()}
-    float32 = wire == "model" and all(np.dtype(d) == np.float32 for d in dtypes.values())
-    return {protocol.CHUNK_KEY: np.dtype(np.float32 if float32 else np.float64)}
 
 
 @dataclass(frozen=True)

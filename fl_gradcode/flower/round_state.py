@@ -8,6 +8,7 @@ aggregation reads it to decode and to write the round's row.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from logging import DEBUG
@@ -18,7 +19,7 @@ from flwr.app import ArrayRecord, Message, RecordDict
 from flwr.common.logger import log
 
 from ..codes import GradientCode
-from .decoder import wire_dtypes
+from . import protocol
 from .protocol import CodedReply, Identity
 from .records import split_reason
 from .reports import public_reason
@@ -119,3 +120,14 @@ def payload_bytes(msg: Message) -> int:
         )
     except Exception:  # a malformed message is counted as empty, rejected elsewhere
         return 0
+
+
+def wire_dtypes(code: GradientCode, dtypes: Mapping[str, np.dtype],
+                wire: str) -> dict[str, np.dtype]:
+    """The dtype every reply array must have: with ``wire="model"`` the model's own float
+    dtypes (a chunk, which mixes every array: float32 when they all are), else float64."""
+    if code.chunks == 1:  # the model's own arrays (:meth:`ReplyLayout.of`)
+        return {name: np.dtype(d) if wire == "model" and np.dtype(d).kind == "f"
+                else np.dtype(np.float64) for name, d in dtypes.items()}
+    float32 = wire == "model" and all(np.dtype(d) == np.float32 for d in dtypes.values())
+    return {protocol.CHUNK_KEY: np.dtype(np.float32 if float32 else np.float64)}
