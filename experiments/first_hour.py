@@ -1,0 +1,246 @@
+"""First-hour regimes: where the main job's coded run wins, and a preset where it does not.
+
+For each candidate regime (run-config overrides over the defaults) and each seed, the main job's
+three runs are run in process, in virtual time, on the same seeds and latency draws:
+
+* ``coded``: the coded run (:func:`server.app.run_in_process`, the main job's strategy);
+* ``wait-for-all``: the main job's ``uncoded`` run (``server.launch.RUNS``: identity code, no
+  deadline), the same runner;
+* ``drop-stragglers``: Flower's own FedAvg dropping the replies later than ``straggler-timeout``
+  (:func:`server.app.build_rival`) over the in-process grid, with the main job's ClientApp.
+
+Each run's ``rounds.jsonl`` is summarised with the main job's own :func:`server.launch.summarize`
+against the main job's target: the lowest final accuracy of the three runs (as
+:func:`server.launch.compare`). A regime ``wins`` when, on every seed, the coded run reaches the
+target at least twice as soon as wait-for-all and sooner than drop-stragglers, with a final
+accuracy at least drop-stragglers'.
+
+Usage: ``python experiments/first_hour.py [--seeds 0 1 2] [--regimes a b] [--out ...]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # make `server` / `clients` importable when run as a script
+    sys.path.insert(0, str(ROOT))
+
+#: The three runs of the main job, by their names in the JSON.
+RUN_NAMES = ("coded", "wait-for-all", "drop-stragglers")
+
+_NONE = {"virtual-compute": "none"}  # compute charged as partition-cost-s x load, not measured
+_PERSISTENT = {"latency": "persistent", "latency-p": 0.2, "straggler-timeout": 2.0,
+               **_NONE, "partition-cost-s": 0.05}
+#: Candidate regimes: run-config overrides over the defaults (12 clients, 30 rounds, digits,
+#: Dirichlet(0.5), grouped-rs s=3, bimodal p=0.1 x20, measured compute in virtual time).
+REGIMES: dict[str, dict[str, Any]] = {
+    # today's defaults: bimodal p=0.1 x20, 10-s deadline (drops nothing), measured compute
+    "today": {},
+    # today's latency with a deadline near the fast clients' coded time (it drops)
+    "today-deadline": {"straggler-timeout": 2.0},
+    # heavier tail: a fifth of the clients straggle each round, 20x slower; compute charged
+    # at 0.05 s per partition (s+1 = 4x for a coded client)
+    "bimodal-heavy": {"latency-p": 0.2, "straggler-timeout": 2.0, **_NONE,
+                      "partition-cost-s": 0.05},
+    # the same clients slow every round (slow hardware), a deadline that drops them
+    "persistent": dict(_PERSISTENT),
+    "persistent-t1.5": {**_PERSISTENT, "straggler-timeout": 1.5},
+    # ... workers stop at the deadline instead of finishing work no round can use
+    "persistent-stop": {**_PERSISTENT, "stop-late-work": True},
+    # ... the tolerance chosen every round from observed latencies
+    "persistent-auto": {**_PERSISTENT, "s": "auto"},
+    # ... tolerating up to 4 slow clients (the default s-max is n // 4 = 3)
+    "persistent-auto4": {**_PERSISTENT, "s": "auto", "s-max": 4},
+    # ... more skewed data (Dirichlet 0.3): dropping the slow clients costs more accuracy
+    "persistent-a0.3": {**_PERSISTENT, "dirichlet-alpha": 0.3},
+    "persistent-auto4-a0.3": {**_PERSISTENT, "s": "auto", "s-max": 4, "dirichlet-alpha": 0.3},
+    # ... measured compute (the defaults' virtual-compute) instead of a charged cost
+    "persistent-measured": {"latency": "persistent", "latency-p": 0.2,
+                            "straggler-timeout": 2.0},
+    # ... compute dominates: 0.2 s per partition
+    "persistent-cost0.2": {**_PERSISTENT, "partition-cost-s": 0.2},
+    # Pareto tail (shape 1.5): rare, very slow replies
+    "pareto": {"latency": "pareto", "latency-shape": 1.5, "straggler-timeout": 2.0, **_NONE,
+               "partition-cost-s": 0.05},
+    # no stragglers (light tail) and a real compute cost per partition (the default 10-s
+    # deadline, which nothing reaches): coding only pays its s+1 = 4x compute
+    "no-stragglers-cost": {"latency": "shifted-exponential", **_NONE,
+                           "partition-cost-s": 0.2},
+}
+
+
+def run_overrides(name: str, regime: Mapping[str, Any]) -> dict[str, Any]:
+    """The run config of run ``name`` (:data:`RUN_NAMES`) in ``regime``, as the main job
+    builds it (:func:`server.launch.run_config_for`): the rivals leave out the coded-only keys,
+    then the run's own keys replace the regime's."""
+    from server.launch import CODED_ONLY, RUNS, override_values
+
+    launch_name = {"wait-for-all": "uncoded"}.get(name, name)
+    if launch_name not in RUNS:
+        raise ValueError(f"run {name!r}; expected one of {RUN_NAMES}")
+    own = override_values(RUNS[launch_name])
+    keep = {k: v for k, v in regime.items()
+            if k not in own and (name == "coded" or k not in CODED_ONLY)}
+    return {**keep, **own}
+
+
+def _run_rival_in_process(cfg: dict[str, Any], n: int) -> None:
+    """Flower's FedAvg with a deadline (:func:`server.app.build_rival`) over the in-process
+    grid with the main job's ClientApp (its default mods), in virtual time."""
+    from clients.app import make_client_app
+    from fl_gradcode.config import merge_config
+    from fl_gradcode.flower.testing import InProcessGrid
+    from server.app import build_rival
+
+    cfg = merge_config({**cfg, "timing": "virtual", "num-clients": n})
+    strategy, initial, evaluate_fn, train_config = build_rival(cfg, n)
+    grid = InProcessGrid(make_client_app(), n, run_config=cfg)
+    strategy.start(grid=grid, initial_arrays=initial, num_rounds=int(cfg["num-rounds"]),
+                   timeout=3600, train_config=train_config, evaluate_fn=evaluate_fn)
+
+
+def run_one(name: str, regime: Mapping[str, Any], seed: int, n: int,
+            results_dir: Path) -> list[dict]:
+    """Run ``name`` of the main job in ``regime`` with ``seed`` on ``n`` clients; its rows of
+    ``rounds.jsonl``."""
+    from fl_gradcode.results import read_rounds
+    from server.app import run_in_process
+
+    cfg = {**run_overrides(name, regime), "seed": seed, "results-dir": str(results_dir)}
+    if name == "drop-stragglers":
+        _run_rival_in_process(cfg, n)
+    else:
+        run_in_process(cfg, n)
+    return read_rounds(results_dir)
+
+
+def seed_row(rows: Mapping[str, list[dict]], seed: int) -> dict[str, Any]:
+    """One seed's line: each run's :func:`server.launch.summarize` against the main job's
+    target (the lowest final accuracy of the runs), and the coded run's speedups."""
+    from server.launch import summarize
+
+    finals = [r[-1]["accuracy"] for r in rows.values() if r]
+    target = min((a for a in finals if a is not None), default=0.0)
+    out: dict[str, Any] = {"seed": seed, "target": target}
+    for name, run_rows in rows.items():
+        s = summarize(name if name != "wait-for-all" else "uncoded", run_rows, target)
+        out[name] = {"final": s["final"], "time_to": s["time_to"], "total_s": s["total_s"],
+                     "exact_rounds": list(s["exact"]) if s["exact"] else None,
+                     "mb_up": s["mb_up"], "compute_s": s["compute_s"],
+                     "dropped": s["dropped"], "rounds": s["rounds"]}
+    coded = out["coded"]["time_to"]
+    for rival, key in (("wait-for-all", "speedup_vs_wait"), ("drop-stragglers",
+                                                            "speedup_vs_drop")):
+        other = out[rival]["time_to"] if rival in out else None
+        # a run that never reached the target: no ratio (None), counted as a loss for coding
+        out[key] = other / coded if coded and other else None
+    return out
+
+
+def seed_wins(row: Mapping[str, Any]) -> bool:
+    """The goal on one seed: >= 2x sooner than wait-for-all, sooner than drop-stragglers,
+    final accuracy >= drop-stragglers'."""
+    vs_wait, vs_drop = row["speedup_vs_wait"], row["speedup_vs_drop"]
+    final, drop_final = row["coded"]["final"], row["drop-stragglers"]["final"]
+    return (vs_wait is not None and vs_wait >= 2.0 and vs_drop is not None and vs_drop > 1.0
+            and final is not None and drop_final is not None and final >= drop_final - 1e-12)
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if len(known) == len(values) and known else None
+
+
+def explore(regimes: Mapping[str, Mapping[str, Any]], seeds: Sequence[int], *,
+            n: int = 12, rounds: int | None = None, log=print) -> dict[str, Any]:
+    """Every regime x seed x run; the results document (see the module docstring)."""
+    from fl_gradcode.config import merge_config
+
+    out: dict[str, Any] = {
+        "target": "lowest final accuracy of the three runs of the seed (server.launch.compare)",
+        "goal": "coded reaches the target >= 2x sooner than wait-for-all and sooner than "
+                "drop-stragglers, final accuracy >= drop-stragglers', on every seed",
+        "num_clients": n, "seeds": list(seeds), "regimes": {},
+    }
+    for regime_name, regime in regimes.items():
+        regime = {**regime, **({"num-rounds": rounds} if rounds else {})}
+        merge_config(regime)  # unknown keys and wrong types: refused before any run
+        t0 = time.perf_counter()
+        per_seed = []
+        for seed in seeds:
+            with tempfile.TemporaryDirectory(prefix="first-hour-") as tmp:
+                rows = {name: run_one(name, regime, seed, n, Path(tmp) / name)
+                        for name in RUN_NAMES}
+            row = seed_row(rows, seed)
+            row["wins"] = seed_wins(row)
+            per_seed.append(row)
+            log(f"{regime_name} seed {seed}: target {row['target']:.3f}, "
+                f"coded {_fmt(row['coded']['time_to'])} s final {row['coded']['final']:.3f}, "
+                f"wait {_fmt(row['wait-for-all']['time_to'])} s "
+                f"final {row['wait-for-all']['final']:.3f}, "
+                f"drop {_fmt(row['drop-stragglers']['time_to'])} s "
+                f"final {row['drop-stragglers']['final']:.3f} "
+                f"(dropped {row['drop-stragglers']['dropped']}); "
+                f"x{_fmt(row['speedup_vs_wait'])} vs wait, x{_fmt(row['speedup_vs_drop'])} "
+                f"vs drop; wins={row['wins']}")
+        out["regimes"][regime_name] = {
+            "run_config": dict(regime),
+            "per_seed": per_seed,
+            "median_speedup_vs_wait": _median([r["speedup_vs_wait"] for r in per_seed]),
+            "median_speedup_vs_drop": _median([r["speedup_vs_drop"] for r in per_seed]),
+            "wins": all(r["wins"] for r in per_seed),
+            "runtime_s": time.perf_counter() - t0,
+        }
+    return out
+
+
+def pick(result: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """``(recommended, losing_preset)``: the winning regime with the largest median speedup
+    over wait-for-all, and the regime where coding loses most to wait-for-all."""
+    regimes = result["regimes"]
+    winners = [k for k, v in regimes.items() if v["wins"]]
+    speed = {k: v["median_speedup_vs_wait"] or 0.0 for k, v in regimes.items()}
+    recommended = max(winners, key=speed.get) if winners else None
+    losers = [k for k, v in regimes.items() if not v["wins"]]
+    losing = min(losers, key=speed.get) if losers else None
+    return recommended, losing
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--regimes", nargs="+", default=list(REGIMES), choices=list(REGIMES))
+    parser.add_argument("--clients", type=int, default=12)
+    parser.add_argument("--out", default=str(ROOT / "results" / "first_hour"))
+    args = parser.parse_args(argv)
+    import logging
+
+    from flwr.common.logger import FLOWER_LOGGER
+
+    FLOWER_LOGGER.setLevel(logging.WARNING)
+    from experiments._common import save
+
+    t0 = time.perf_counter()
+    result = explore({k: REGIMES[k] for k in args.regimes}, args.seeds, n=args.clients)
+    result["recommended"], result["losing_preset"] = pick(result)
+    result["runtime_s"] = time.perf_counter() - t0
+    save(result, args.out)
+    print(f"recommended: {result['recommended']}; losing preset: {result['losing_preset']}; "
+          f"{result['runtime_s']:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
