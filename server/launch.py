@@ -144,6 +144,30 @@ def rival_refusal(values: Mapping[str, object]) -> str | None:
     return None
 
 
+#: ``--preset`` names -> the regime of ``results/first_hour.json`` (experiments/first_hour.py,
+#: 3 seeds) it runs: where that experiment found coding recommended, and where it found it not
+PRESETS = {"coding-wins": "recommended", "coding-loses": "losing_preset"}
+FIRST_HOUR = ROOT / "results" / "first_hour.json"
+
+
+def preset_overrides(name: str, path: Path = FIRST_HOUR) -> str:
+    """The ``--run-config`` text of preset ``name``: the run config of the regime the committed
+    first-hour experiment chose for it (``ValueError`` naming the presets for another name)."""
+    if name not in PRESETS:
+        raise ValueError(f"--preset {name!r}; expected one of {sorted(PRESETS)}")
+    data = json.loads(path.read_text())
+    regime = data["regimes"][data[PRESETS[name]]]["run_config"]
+    return " ".join(f"{key}={_toml(value)}" for key, value in regime.items())
+
+
+def _toml(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f"'{value}'"
+    return repr(value)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num-supernodes", type=int, default=12)
@@ -152,7 +176,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--home", default=str(ROOT / ".flwr"), help="private FLWR_HOME")
     parser.add_argument("--no-compare", action="store_true",
                         help="skip the two comparison runs (wait-for-all, drop-stragglers)")
+    parser.add_argument("--preset", choices=sorted(PRESETS),
+                        help="coding-wins: persistent stragglers where the first-hour experiment "
+                        "recommends coding; coding-loses: no stragglers, where it does not "
+                        "(results/first_hour.json); --run-config keys override the preset's")
     args = parser.parse_args(argv)
+    if args.preset:
+        args.run_config = f"{preset_overrides(args.preset)} {args.run_config}".strip()
+        print(f"preset {args.preset}: {args.run_config}", flush=True)
     try:
         values = override_values(parse_overrides(args.run_config))
         merge_config(values)  # unknown keys and wrong types: refused before any run

@@ -3,7 +3,7 @@ codes, test strength."""
 
 from __future__ import annotations
 
-from docgen.core import block, ci, load, table
+from docgen.core import block, ci, load, num, table
 
 
 # ---------------------------------------------------------------- robustness
@@ -308,3 +308,29 @@ def coverage() -> str:
             f"a fresh interpreter: {alone['passed']}/{alone['total']} passed at the last run "
             f"(`results/tests_alone.json`, the failures and their fixes listed there).")
 
+
+
+@block("first-hour")
+def first_hour() -> str:
+    """The first-hour regimes (experiments/first_hour.py): per regime and seed, how much
+    sooner the coded run reaches the target than wait-for-all and drop-stragglers."""
+    data = load("first_hour.json")
+    rows = []
+    for name, regime in data["regimes"].items():
+        role = ("`--preset coding-wins`" if name == data["recommended"] else
+                "`--preset coding-loses`" if name == data["losing_preset"] else "")
+        config = " ".join(f"{k}={v}" for k, v in regime["run_config"].items()) or "(defaults)"
+        per_seed = regime["per_seed"]
+        rows.append([
+            f"`{name}` {role}".strip(), f"`{config}`",
+            " / ".join(num(s["speedup_vs_wait"]) for s in per_seed),
+            " / ".join(num(s["speedup_vs_drop"]) for s in per_seed),
+            " / ".join(f"{s['coded']['final']:.3f} vs {s['drop-stragglers']['final']:.3f}"
+                       for s in per_seed),
+            "yes" if regime["wins"] else "no"])
+    seeds = ", ".join(str(s) for s in data["seeds"])
+    return (f"{data['num_clients']} clients, seeds {seeds}; target: {data['target']}; goal: "
+            f"{data['goal']}.\n\n" + table(
+                ["regime", "run config (over the defaults)", "× sooner than wait-for-all, "
+                 "per seed", "× sooner than drop-stragglers, per seed",
+                 "final accuracy, coded vs drop-stragglers", "meets the goal"], rows))

@@ -374,3 +374,53 @@ def test_a_failed_run_is_left_out_of_the_comparison_and_the_exit_code_says_so(
                         str(tmp_path / "run")])
     assert code == 1
     assert compared == [(tmp_path / "run", None, tmp_path / "run-drop-stragglers")]
+
+
+# =============================================================================== presets
+def _regime(role):
+    """The run config the committed first-hour experiment chose for ``role`` (read here from
+    the JSON directly, not through the launcher)."""
+    import json
+    from pathlib import Path
+
+    data = json.loads((Path(__file__).resolve().parents[2] / "results" / "first_hour.json")
+                      .read_text())
+    return data["regimes"][data[role]]["run_config"]
+
+
+@pytest.mark.parametrize("preset, role", [("coding-wins", "recommended"),
+                                          ("coding-loses", "losing_preset")])
+def test_a_preset_runs_the_first_hour_experiments_regime_in_every_run(
+        preset, role, tmp_path, monkeypatch):
+    from fl_gradcode.config import coded_only_keys
+
+    regime = _regime(role)
+    code, configs = _launch(tmp_path, monkeypatch, ["--preset", preset])
+    assert code == 0
+    coded, uncoded, drop = [parse_config_args([c]) for c in configs]
+    assert {k: coded[k] for k in regime} == regime
+    shared = {k: v for k, v in regime.items() if k not in coded_only_keys()}
+    # the rivals run the same regime without the coded-only keys (the uncoded run keeps its
+    # own "wait for every client": no deadline)
+    assert {k: drop[k] for k in shared} == shared
+    assert not set(regime) - set(shared) & set(drop)
+    assert {k: uncoded[k] for k in shared if k != "straggler-timeout"} == {
+        k: v for k, v in shared.items() if k != "straggler-timeout"}
+    assert uncoded["code"] == "uncoded" and uncoded["straggler-timeout"] == 1e6
+
+
+def test_run_config_keys_override_the_presets(tmp_path, monkeypatch):
+    code, configs = _launch(tmp_path, monkeypatch,
+                            ["--no-compare", "--preset", "coding-wins", "--run-config",
+                             "s=2 num-rounds=3"])
+    assert code == 0
+    coded = parse_config_args(configs)
+    assert coded["s"] == 2 and coded["num-rounds"] == 3
+    assert coded["latency"] == _regime("recommended")["latency"]
+
+
+def test_an_unknown_preset_is_refused_naming_the_presets():
+    from server.launch import preset_overrides
+
+    with pytest.raises(ValueError, match=r"coding-loses.*coding-wins"):
+        preset_overrides("fast")
