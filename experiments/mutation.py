@@ -143,6 +143,48 @@ REASONS: dict[str, str] = {
     "fl_gradcode.latency.x_expected_round_time__mutmut_2":
         "equivalent in what a test can require: the default Monte Carlo size of models "
         "without a closed form (20,000 or 20,001 rounds: both estimates are correct)",
+    "fl_gradcode.flower.options.xǁAdaptiveOptionsǁ__post_init____mutmut_16":
+        "killed since by test_a_group_names_its_bad_value_in_full",
+    "fl_gradcode.flower.options.xǁAdaptiveOptionsǁ__post_init____mutmut_29":
+        "killed since by test_a_group_names_its_bad_value_in_full",
+    "fl_gradcode.flower.options.xǁDeadlineOptionsǁ__post_init____mutmut_11":
+        "killed since by test_a_group_names_its_bad_value_in_full",
+    "fl_gradcode.flower.options.xǁOptionsǁdescribe__mutmut_21":
+        "killed since by test_config_json_names_every_option_that_shapes_the_rounds",
+    "fl_gradcode.flower.options.xǁOptionsǁdescribe__mutmut_38":
+        "killed since by test_config_json_names_every_option_that_shapes_the_rounds",
+    "fl_gradcode.flower.options.xǁOptionsǁdescribe__mutmut_39":
+        "killed since by test_config_json_names_every_option_that_shapes_the_rounds",
+    "fl_gradcode.flower.options.xǁOptionsǁdescribe__mutmut_6":
+        "killed since by test_config_json_names_every_option_that_shapes_the_rounds",
+    "fl_gradcode.flower.options.xǁOptionsǁdescribe__mutmut_7":
+        "killed since by test_config_json_names_every_option_that_shapes_the_rounds",
+    "fl_gradcode.flower.options.xǁOptionsǁdescribe__mutmut_9":
+        "killed since by test_config_json_names_every_option_that_shapes_the_rounds",
+    "fl_gradcode.flower.options.xǁOptionsǁfrom_keywords__mutmut_117":
+        "killed since by test_a_stop_late_work_that_is_not_a_bool_is_refused_even_"
+        "without_auto_deadline",
+    "fl_gradcode.flower.options.xǁOptionsǁfrom_keywords__mutmut_178":
+        "killed since by test_every_keyword_reaches_its_group",
+    "fl_gradcode.flower.options.xǁOptionsǁfrom_keywords__mutmut_180":
+        "killed since by test_every_keyword_reaches_its_group",
+    "fl_gradcode.flower.options.xǁOptionsǁfrom_keywords__mutmut_63":
+        "killed since by test_auto_deadline_between_1_and_2_is_refused_under_wallclock",
+    "fl_gradcode.flower.options.xǁOptionsǁfrom_keywords__mutmut_96":
+        "killed since by test_every_keyword_reaches_its_group",
+    "fl_gradcode.flower.options.xǁTimingOptionsǁ__post_init____mutmut_10":
+        "killed since by test_a_group_names_its_bad_value_in_full",
+    "fl_gradcode.flower.options.xǁTimingOptionsǁ__post_init____mutmut_20":
+        "killed since by test_a_group_names_its_bad_value_in_full",
+    "fl_gradcode.flower.options.xǁTimingOptionsǁ__post_init____mutmut_33":
+        "killed since by test_a_group_names_its_bad_value_in_full",
+    "fl_gradcode.flower.options.xǁTimingOptionsǁ__post_init____mutmut_36":
+        "killed since by test_every_keyword_reaches_its_group",
+    "fl_gradcode.flower.options.xǁTimingOptionsǁ__post_init____mutmut_41":
+        "killed since by test_every_keyword_reaches_its_group",
+    "fl_gradcode.flower.options.xǁOptionsǁfrom_keywords__mutmut_122":
+        "equivalent: _code_options never reads its s argument (s_max and m are the "
+        "keywords it merges)",
 }
 
 
