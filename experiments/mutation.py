@@ -185,6 +185,73 @@ REASONS: dict[str, str] = {
     "fl_gradcode.flower.options.xǁOptionsǁfrom_keywords__mutmut_122":
         "equivalent: _code_options never reads its s argument (s_max and m are the "
         "keywords it merges)",
+    "fl_gradcode.flower.collector.xǁReplyCollectorǁ_parse__mutmut_22":
+        "killed since by test_a_reply_in_another_dtype_than_the_rounds_wire_is_"
+        "rejected",
+    "fl_gradcode.flower.collector.xǁReplyCollectorǁ_parse__mutmut_28":
+        "killed since by test_a_reply_in_another_dtype_than_the_rounds_wire_is_"
+        "rejected",
+    "fl_gradcode.flower.collector.xǁReplyCollectorǁ_parse__mutmut_8":
+        "killed since by test_a_reply_from_a_member_sent_nothing_is_rejected_wi"
+        "th_its_worker",
+    "fl_gradcode.flower.collector.xǁReplyCollectorǁcross_check__mutmut_16":
+        "killed since by test_an_outvoted_replica_is_excluded_and_named_in_the_"
+        "log",
+    "fl_gradcode.flower.collector.xǁReplyCollectorǁon_late_reply__mutmut_14":
+        "killed since by test_the_collectors_log_lines_name_the_node_and_the_ro"
+        "und",
+    "fl_gradcode.flower.collector.xǁReplyCollectorǁon_late_reply__mutmut_9":
+        "killed since by test_the_collectors_log_lines_name_the_node_and_the_ro"
+        "und",
+    "fl_gradcode.flower.collector.xǁReplyCollectorǁon_reply__mutmut_18":
+        "killed since by test_an_error_reply_with_a_foreign_sender_is_the_failu"
+        "re_of_the_node_it_answers",
+    "fl_gradcode.flower.collector.xǁReplyCollectorǁon_reply__mutmut_35":
+        "killed since by test_an_error_reply_with_a_foreign_sender_is_the_failu"
+        "re_of_the_node_it_answers",
+    "fl_gradcode.flower.collector.xǁReplyCollectorǁon_reply__mutmut_54":
+        "killed since by test_a_reply_from_a_member_sent_nothing_is_rejected_wi"
+        "th_its_worker",
+    "fl_gradcode.flower.collector.xǁReplyCollectorǁon_unsent__mutmut_13":
+        "killed since by test_the_collectors_log_lines_name_the_node_and_the_ro"
+        "und",
+    "fl_gradcode.flower.collector.xǁReplyCollectorǁready__mutmut_19":
+        "killed since by test_under_verify_a_decodable_round_returns_early_only"
+        "_once_cross_checked",
+    "fl_gradcode.flower.collector.xǁReplyCollectorǁverdict__mutmut_10":
+        "killed since by test_the_cross_check_measures_disagreement_against_the"
+        "_replies_exact_sizes",
+    "fl_gradcode.flower.collector.xǁReplyCollectorǁwithholds__mutmut_34":
+        "killed since by test_withholding_says_why_in_the_log",
+    "fl_gradcode.flower.collector.xǁReplyCollectorǁwithholds__mutmut_38":
+        "killed since by test_withholding_says_why_in_the_log",
+    "fl_gradcode.flower.deadline_policy.xǁDeadlinePolicyǁround_deadline__mutmut_8":
+        "killed since by test_a_prediction_of_zero_seconds_keeps_the_straggler_"
+        "deadline",
+    "fl_gradcode.flower.dispatch.xǁDispatcherǁmessage__mutmut_64":
+        "killed since by test_the_weight_key_defaults_to_num_examples_for_a_str"
+        "ategy_without_one",
+    "fl_gradcode.flower.opener.xǁRoundOpenerǁopen__mutmut_50":
+        "killed since by test_a_member_the_policy_excludes_is_sent_nothing_and_"
+        "recorded_as_excluded_not_busy",
+    "fl_gradcode.flower.opener.xǁRoundOpenerǁplan__mutmut_49":
+        "killed since by test_a_member_the_policy_excludes_is_sent_nothing_and_"
+        "recorded_as_excluded_not_busy",
+    "fl_gradcode.flower.round_state.xǁRoundStateǁreject__mutmut_10":
+        "killed since by test_the_collectors_log_lines_name_the_node_and_the_ro"
+        "und",
+    "fl_gradcode.flower.workload.xǁWorkloadǁpartitions__mutmut_10":
+        "killed since by test_a_code_with_fewer_partitions_than_clients_splits_"
+        "the_apps_data_and_says_so_once",
+    "fl_gradcode.flower.workload.xǁWorkloadǁpartitions__mutmut_12":
+        "killed since by test_a_code_with_fewer_partitions_than_clients_splits_"
+        "the_apps_data_and_says_so_once",
+    "fl_gradcode.flower.workload.xǁWorkloadǁpartitions__mutmut_6":
+        "killed since by test_a_code_with_fewer_partitions_than_clients_splits_"
+        "the_apps_data_and_says_so_once",
+    "fl_gradcode.flower.collector.xǁReplyCollectorǁprobe_for__mutmut_6":
+        "equivalent: round_probe hands verify_refusal a GradientCode, whose branch never "
+        "reads the options (they matter only for a registry name)",
 }
 
 
