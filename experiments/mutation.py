@@ -252,6 +252,68 @@ REASONS: dict[str, str] = {
     "fl_gradcode.flower.collector.xǁReplyCollectorǁprobe_for__mutmut_6":
         "equivalent: round_probe hands verify_refusal a GradientCode, whose branch never "
         "reads the options (they matter only for a registry name)",
+    "fl_gradcode.flower.aggregator.xǁRoundAggregatorǁdecode__mutmut_38":
+        "killed since by "
+        "test_a_nan_in_a_reply_the_decoding_does_not_read_rejects_nothing",
+    "fl_gradcode.flower.aggregator.xǁRoundAggregatorǁdecode__mutmut_47":
+        "killed since by test_a_reply_whose_nan_spoils_the_decoded_model_is_rejected_an"
+        "d_the_round_decoded_again",
+    "fl_gradcode.flower.aggregator.xǁRoundAggregatorǁdecode__mutmut_61":
+        "killed since by test_a_reply_whose_nan_spoils_the_decoded_model_is_rejected_an"
+        "d_the_round_decoded_again",
+    "fl_gradcode.flower.aggregator.xǁRoundAggregatorǁdecode__mutmut_75":
+        "killed since by test_a_reply_whose_nan_spoils_the_decoded_model_is_rejected_an"
+        "d_the_round_decoded_again",
+    "fl_gradcode.flower.decoder.x_error_amplification__mutmut_31":
+        "killed since by "
+        "test_error_amplification_is_the_worst_decodable_set_and_reproducible",
+    "fl_gradcode.flower.decoder.x_error_amplification__mutmut_4":
+        "killed since by "
+        "test_error_amplification_is_the_worst_decodable_set_and_reproducible",
+    "fl_gradcode.flower.decoder.x_error_amplification__mutmut_49":
+        "killed since by test_auto_wire_sends_float64_for_a_code_that_amplifies_roundin"
+        "g_beyond_the_limit",
+    "fl_gradcode.flower.decoder.xǁDecoderǁapply__mutmut_52":
+        "killed since by "
+        "test_a_non_finite_inner_model_is_named_with_its_round_in_the_log",
+    "fl_gradcode.flower.decoder.xǁDecoderǁapply__mutmut_55":
+        "killed since by "
+        "test_a_non_finite_inner_model_is_named_with_its_round_in_the_log",
+    "fl_gradcode.flower.decoder.xǁDecoderǁwire_for__mutmut_11":
+        "killed since by test_auto_wire_sends_float64_for_a_code_that_amplifies_roundin"
+        "g_beyond_the_limit",
+    "fl_gradcode.flower.decoder.x_combine__mutmut_24":
+        "equivalent: the scratch buffer only differs when the accumulator is float32, "
+        "and then the replies are float32: numpy picks the float32 loop from the "
+        "inputs, so the product is the same, and adding its float64 copy to a float32 "
+        "block rounds once, as float32 addition does",
+    "fl_gradcode.flower.decoder.x_error_amplification__mutmut_19":
+        "not killed: dropping the all-replies set changes nothing for any registry code"
+        " measured (its amplification is below the sampled subsets' for crc, "
+        "grouped-rs, nested, comm-efficient, bgc); no test pins a code where it is the "
+        "maximum",
+    "fl_gradcode.flower.decoder.xǁDecoderǁdecode__mutmut_154":
+        "equivalent: at exactly 2**20 values the arrays are finished serially instead "
+        "of on a thread pool; each array's result is the same either way",
+    "fl_gradcode.flower.decoder.xǁDecoderǁdecode__mutmut_18":
+        "not killed: the fallback runs only for a decoding whose chunk rows read no "
+        "reply (all coefficients zero); no code gives one for a non-empty set, so no "
+        "test reaches it",
+    "fl_gradcode.flower.decoder.xǁDecoderǁdecode__mutmut_198":
+        "equivalent: strict=True only guards lengths equal by construction (one "
+        "decoding row entry per used reply, one chosen reply per used reply)",
+    "fl_gradcode.flower.decoder.xǁDecoderǁdecode__mutmut_215":
+        "equivalent: strict=True only guards lengths equal by construction (one result "
+        "per layout name)",
+    "fl_gradcode.flower.decoder.xǁReplyLayoutǁmessage__mutmut_7":
+        "equivalent: num_examples is a Python float (the protocol parses it with "
+        "float()), so np.array infers float64, the dtype it names",
+    "fl_gradcode.flower.decoder.xǁReplyLayoutǁmessage__mutmut_9":
+        "equivalent: num_examples is a Python float (the protocol parses it with "
+        "float()), so np.array infers float64, the dtype it names",
+    "fl_gradcode.flower.privatiser.xǁPrivatiserǁnoise_multiplier__mutmut_15":
+        "equivalent: a code's B is a float64 array already (GradientCode stores "
+        "np.array(B, dtype=float64))",
 }
 
 
