@@ -143,6 +143,177 @@ REASONS: dict[str, str] = {
     "fl_gradcode.latency.x_expected_round_time__mutmut_2":
         "equivalent in what a test can require: the default Monte Carlo size of models "
         "without a closed form (20,000 or 20,001 rounds: both estimates are correct)",
+    "fl_gradcode.flower.options.xǁAdaptiveOptionsǁ__post_init____mutmut_16":
+        "killed since by test_a_group_names_its_bad_value_in_full",
+    "fl_gradcode.flower.options.xǁAdaptiveOptionsǁ__post_init____mutmut_29":
+        "killed since by test_a_group_names_its_bad_value_in_full",
+    "fl_gradcode.flower.options.xǁDeadlineOptionsǁ__post_init____mutmut_11":
+        "killed since by test_a_group_names_its_bad_value_in_full",
+    "fl_gradcode.flower.options.xǁOptionsǁdescribe__mutmut_21":
+        "killed since by test_config_json_names_every_option_that_shapes_the_rounds",
+    "fl_gradcode.flower.options.xǁOptionsǁdescribe__mutmut_38":
+        "killed since by test_config_json_names_every_option_that_shapes_the_rounds",
+    "fl_gradcode.flower.options.xǁOptionsǁdescribe__mutmut_39":
+        "killed since by test_config_json_names_every_option_that_shapes_the_rounds",
+    "fl_gradcode.flower.options.xǁOptionsǁdescribe__mutmut_6":
+        "killed since by test_config_json_names_every_option_that_shapes_the_rounds",
+    "fl_gradcode.flower.options.xǁOptionsǁdescribe__mutmut_7":
+        "killed since by test_config_json_names_every_option_that_shapes_the_rounds",
+    "fl_gradcode.flower.options.xǁOptionsǁdescribe__mutmut_9":
+        "killed since by test_config_json_names_every_option_that_shapes_the_rounds",
+    "fl_gradcode.flower.options.xǁOptionsǁfrom_keywords__mutmut_117":
+        "killed since by test_a_stop_late_work_that_is_not_a_bool_is_refused_even_"
+        "without_auto_deadline",
+    "fl_gradcode.flower.options.xǁOptionsǁfrom_keywords__mutmut_178":
+        "killed since by test_every_keyword_reaches_its_group",
+    "fl_gradcode.flower.options.xǁOptionsǁfrom_keywords__mutmut_180":
+        "killed since by test_every_keyword_reaches_its_group",
+    "fl_gradcode.flower.options.xǁOptionsǁfrom_keywords__mutmut_63":
+        "killed since by test_auto_deadline_between_1_and_2_is_refused_under_wallclock",
+    "fl_gradcode.flower.options.xǁOptionsǁfrom_keywords__mutmut_96":
+        "killed since by test_every_keyword_reaches_its_group",
+    "fl_gradcode.flower.options.xǁTimingOptionsǁ__post_init____mutmut_10":
+        "killed since by test_a_group_names_its_bad_value_in_full",
+    "fl_gradcode.flower.options.xǁTimingOptionsǁ__post_init____mutmut_20":
+        "killed since by test_a_group_names_its_bad_value_in_full",
+    "fl_gradcode.flower.options.xǁTimingOptionsǁ__post_init____mutmut_33":
+        "killed since by test_a_group_names_its_bad_value_in_full",
+    "fl_gradcode.flower.options.xǁTimingOptionsǁ__post_init____mutmut_36":
+        "killed since by test_every_keyword_reaches_its_group",
+    "fl_gradcode.flower.options.xǁTimingOptionsǁ__post_init____mutmut_41":
+        "killed since by test_every_keyword_reaches_its_group",
+    "fl_gradcode.flower.options.xǁOptionsǁfrom_keywords__mutmut_122":
+        "equivalent: _code_options never reads its s argument (s_max and m are the "
+        "keywords it merges)",
+    "fl_gradcode.flower.collector.xǁReplyCollectorǁ_parse__mutmut_22":
+        "killed since by test_a_reply_in_another_dtype_than_the_rounds_wire_is_"
+        "rejected",
+    "fl_gradcode.flower.collector.xǁReplyCollectorǁ_parse__mutmut_28":
+        "killed since by test_a_reply_in_another_dtype_than_the_rounds_wire_is_"
+        "rejected",
+    "fl_gradcode.flower.collector.xǁReplyCollectorǁ_parse__mutmut_8":
+        "killed since by test_a_reply_from_a_member_sent_nothing_is_rejected_wi"
+        "th_its_worker",
+    "fl_gradcode.flower.collector.xǁReplyCollectorǁcross_check__mutmut_16":
+        "killed since by test_an_outvoted_replica_is_excluded_and_named_in_the_"
+        "log",
+    "fl_gradcode.flower.collector.xǁReplyCollectorǁon_late_reply__mutmut_14":
+        "killed since by test_the_collectors_log_lines_name_the_node_and_the_ro"
+        "und",
+    "fl_gradcode.flower.collector.xǁReplyCollectorǁon_late_reply__mutmut_9":
+        "killed since by test_the_collectors_log_lines_name_the_node_and_the_ro"
+        "und",
+    "fl_gradcode.flower.collector.xǁReplyCollectorǁon_reply__mutmut_18":
+        "killed since by test_an_error_reply_with_a_foreign_sender_is_the_failu"
+        "re_of_the_node_it_answers",
+    "fl_gradcode.flower.collector.xǁReplyCollectorǁon_reply__mutmut_35":
+        "killed since by test_an_error_reply_with_a_foreign_sender_is_the_failu"
+        "re_of_the_node_it_answers",
+    "fl_gradcode.flower.collector.xǁReplyCollectorǁon_reply__mutmut_54":
+        "killed since by test_a_reply_from_a_member_sent_nothing_is_rejected_wi"
+        "th_its_worker",
+    "fl_gradcode.flower.collector.xǁReplyCollectorǁon_unsent__mutmut_13":
+        "killed since by test_the_collectors_log_lines_name_the_node_and_the_ro"
+        "und",
+    "fl_gradcode.flower.collector.xǁReplyCollectorǁready__mutmut_19":
+        "killed since by test_under_verify_a_decodable_round_returns_early_only"
+        "_once_cross_checked",
+    "fl_gradcode.flower.collector.xǁReplyCollectorǁverdict__mutmut_10":
+        "killed since by test_the_cross_check_measures_disagreement_against_the"
+        "_replies_exact_sizes",
+    "fl_gradcode.flower.collector.xǁReplyCollectorǁwithholds__mutmut_34":
+        "killed since by test_withholding_says_why_in_the_log",
+    "fl_gradcode.flower.collector.xǁReplyCollectorǁwithholds__mutmut_38":
+        "killed since by test_withholding_says_why_in_the_log",
+    "fl_gradcode.flower.deadline_policy.xǁDeadlinePolicyǁround_deadline__mutmut_8":
+        "killed since by test_a_prediction_of_zero_seconds_keeps_the_straggler_"
+        "deadline",
+    "fl_gradcode.flower.dispatch.xǁDispatcherǁmessage__mutmut_64":
+        "killed since by test_the_weight_key_defaults_to_num_examples_for_a_str"
+        "ategy_without_one",
+    "fl_gradcode.flower.opener.xǁRoundOpenerǁopen__mutmut_50":
+        "killed since by test_a_member_the_policy_excludes_is_sent_nothing_and_"
+        "recorded_as_excluded_not_busy",
+    "fl_gradcode.flower.opener.xǁRoundOpenerǁplan__mutmut_49":
+        "killed since by test_a_member_the_policy_excludes_is_sent_nothing_and_"
+        "recorded_as_excluded_not_busy",
+    "fl_gradcode.flower.round_state.xǁRoundStateǁreject__mutmut_10":
+        "killed since by test_the_collectors_log_lines_name_the_node_and_the_ro"
+        "und",
+    "fl_gradcode.flower.workload.xǁWorkloadǁpartitions__mutmut_10":
+        "killed since by test_a_code_with_fewer_partitions_than_clients_splits_"
+        "the_apps_data_and_says_so_once",
+    "fl_gradcode.flower.workload.xǁWorkloadǁpartitions__mutmut_12":
+        "killed since by test_a_code_with_fewer_partitions_than_clients_splits_"
+        "the_apps_data_and_says_so_once",
+    "fl_gradcode.flower.workload.xǁWorkloadǁpartitions__mutmut_6":
+        "killed since by test_a_code_with_fewer_partitions_than_clients_splits_"
+        "the_apps_data_and_says_so_once",
+    "fl_gradcode.flower.collector.xǁReplyCollectorǁprobe_for__mutmut_6":
+        "equivalent: round_probe hands verify_refusal a GradientCode, whose branch never "
+        "reads the options (they matter only for a registry name)",
+    "fl_gradcode.flower.aggregator.xǁRoundAggregatorǁdecode__mutmut_38":
+        "killed since by "
+        "test_a_nan_in_a_reply_the_decoding_does_not_read_rejects_nothing",
+    "fl_gradcode.flower.aggregator.xǁRoundAggregatorǁdecode__mutmut_47":
+        "killed since by test_a_reply_whose_nan_spoils_the_decoded_model_is_rejected_an"
+        "d_the_round_decoded_again",
+    "fl_gradcode.flower.aggregator.xǁRoundAggregatorǁdecode__mutmut_61":
+        "killed since by test_a_reply_whose_nan_spoils_the_decoded_model_is_rejected_an"
+        "d_the_round_decoded_again",
+    "fl_gradcode.flower.aggregator.xǁRoundAggregatorǁdecode__mutmut_75":
+        "killed since by test_a_reply_whose_nan_spoils_the_decoded_model_is_rejected_an"
+        "d_the_round_decoded_again",
+    "fl_gradcode.flower.decoder.x_error_amplification__mutmut_31":
+        "killed since by "
+        "test_error_amplification_is_the_worst_decodable_set_and_reproducible",
+    "fl_gradcode.flower.decoder.x_error_amplification__mutmut_4":
+        "killed since by "
+        "test_error_amplification_is_the_worst_decodable_set_and_reproducible",
+    "fl_gradcode.flower.decoder.x_error_amplification__mutmut_49":
+        "killed since by test_auto_wire_sends_float64_for_a_code_that_amplifies_roundin"
+        "g_beyond_the_limit",
+    "fl_gradcode.flower.decoder.xǁDecoderǁapply__mutmut_52":
+        "killed since by "
+        "test_a_non_finite_inner_model_is_named_with_its_round_in_the_log",
+    "fl_gradcode.flower.decoder.xǁDecoderǁapply__mutmut_55":
+        "killed since by "
+        "test_a_non_finite_inner_model_is_named_with_its_round_in_the_log",
+    "fl_gradcode.flower.decoder.xǁDecoderǁwire_for__mutmut_11":
+        "killed since by test_auto_wire_sends_float64_for_a_code_that_amplifies_roundin"
+        "g_beyond_the_limit",
+    "fl_gradcode.flower.decoder.x_combine__mutmut_24":
+        "equivalent: the scratch buffer only differs when the accumulator is float32, "
+        "and then the replies are float32: numpy picks the float32 loop from the "
+        "inputs, so the product is the same, and adding its float64 copy to a float32 "
+        "block rounds once, as float32 addition does",
+    "fl_gradcode.flower.decoder.x_error_amplification__mutmut_19":
+        "not killed: dropping the all-replies set changes nothing for any registry code"
+        " measured (its amplification is below the sampled subsets' for crc, "
+        "grouped-rs, nested, comm-efficient, bgc); no test pins a code where it is the "
+        "maximum",
+    "fl_gradcode.flower.decoder.xǁDecoderǁdecode__mutmut_154":
+        "equivalent: at exactly 2**20 values the arrays are finished serially instead "
+        "of on a thread pool; each array's result is the same either way",
+    "fl_gradcode.flower.decoder.xǁDecoderǁdecode__mutmut_18":
+        "not killed: the fallback runs only for a decoding whose chunk rows read no "
+        "reply (all coefficients zero); no code gives one for a non-empty set, so no "
+        "test reaches it",
+    "fl_gradcode.flower.decoder.xǁDecoderǁdecode__mutmut_198":
+        "equivalent: strict=True only guards lengths equal by construction (one "
+        "decoding row entry per used reply, one chosen reply per used reply)",
+    "fl_gradcode.flower.decoder.xǁDecoderǁdecode__mutmut_215":
+        "equivalent: strict=True only guards lengths equal by construction (one result "
+        "per layout name)",
+    "fl_gradcode.flower.decoder.xǁReplyLayoutǁmessage__mutmut_7":
+        "equivalent: num_examples is a Python float (the protocol parses it with "
+        "float()), so np.array infers float64, the dtype it names",
+    "fl_gradcode.flower.decoder.xǁReplyLayoutǁmessage__mutmut_9":
+        "equivalent: num_examples is a Python float (the protocol parses it with "
+        "float()), so np.array infers float64, the dtype it names",
+    "fl_gradcode.flower.privatiser.xǁPrivatiserǁnoise_multiplier__mutmut_15":
+        "equivalent: a code's B is a float64 array already (GradientCode stores "
+        "np.array(B, dtype=float64))",
 }
 
 

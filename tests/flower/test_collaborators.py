@@ -396,3 +396,246 @@ def test_a_code_policy_is_resolved_from_an_instance_a_class_or_the_keywords():
     assert type(built) is AdaptiveCodePolicy and built.s_max == 2
     plain = resolve_code_policy(None, code="frc", s=1, busy="queue", timing="wallclock")
     assert type(plain) is FixedCodePolicy and plain.busy == "skip"  # wallclock never queues
+
+
+# =============================================================================== mutation-found
+def _messages(caplog):
+    return [r.getMessage() for r in caplog.records]
+
+
+@pytest.mark.mutation_found("pipeline")
+def test_the_collectors_log_lines_name_the_node_and_the_round(caplog):
+    import logging
+
+    collector = _collector()
+    state = _state(make_code("frc", 4, 1), [10, 11, 12, 13])
+    msg = _Reply("1", False, node=11)
+    state.sent = {1: msg}
+    collector.state = state
+    with caplog.at_level(logging.DEBUG, logger="flwr"):
+        collector.on_unsent([msg])
+        collector.on_late_reply(_Reply("3", False, node=12))
+        collector.on_late_reply(_Reply("4", True, node=13))
+        state.reject(11, 1, "bad")
+    assert _messages(caplog) == [
+        "message to node 11 was not accepted by the grid: straggler",
+        "dropped late reply from node 12 to round 3",
+        "node 13 stopped its work on round 4 at the deadline",
+        "round 1: rejected reply from node 11 (worker 1): bad",
+    ]
+
+
+class _ErrorReply:
+    """An error reply the SuperLink writes for an unreachable node: its own sender id, the
+    id of the message it answers."""
+
+    def __init__(self, reply_to: str, code: int) -> None:
+        self.metadata = SimpleNamespace(src_node_id=99, message_id="r1", group_id="1",
+                                        reply_to_message_id=reply_to)
+        self.error = SimpleNamespace(code=code, reason="stopped")
+        self.content = {}
+
+    def has_error(self) -> bool:
+        return True
+
+
+@pytest.mark.mutation_found("pipeline")
+def test_an_error_reply_with_a_foreign_sender_is_the_failure_of_the_node_it_answers(caplog):
+    import logging
+
+    collector = _collector()
+    state = _state(make_code("frc", 4, 1), [10, 11, 12, 13])
+    state.sent = {0: SimpleNamespace(metadata=SimpleNamespace(message_id="m0")),
+                  1: SimpleNamespace(metadata=SimpleNamespace(message_id="m1"))}
+    collector.state = state
+    with caplog.at_level(logging.INFO, logger="flwr"):
+        collector.on_reply(_ErrorReply("m1", STOPPED_CODE))
+    assert state.stopped == [1] and state.answered == {1} and state.rejected == []
+    assert _messages(caplog) == ["round 1: node 11 stopped at the deadline (stopped)"]
+
+
+@pytest.mark.mutation_found("pipeline")
+def test_a_reply_from_a_member_sent_nothing_is_rejected_with_its_worker():
+    collector = _collector()
+    state = _state(make_code("frc", 4, 1), [10, 11, 12, 13])
+    collector.state = state
+    reply = _Reply("1", False, node=11)
+    reply.metadata.message_id = "r11"
+    collector.on_reply(reply)
+    assert state.rejected == [(11, "sender was not sent work this round")]
+    assert state.rejected_details == [(1, "sender was not sent work this round", None)]
+    assert state.answered == {1} and state.valid == {}
+
+
+@pytest.mark.mutation_found("pipeline")
+def test_the_cross_check_measures_disagreement_against_the_replies_exact_sizes():
+    """Two FRC replicas of norm 100 whose projections differ by 0.1 disagree by 0.1 / 2 / 100
+    relative to their size (verified at tolerance 0.01); against the projections' own norms
+    (about 1) they would disagree by about 0.05 (contradicted)."""
+    collector = ReplyCollector(VirtualClock(10.0), DeadlinePolicy(DeadlineOptions(), False),
+                               IntegrityOptions(verify=True, verify_tolerance=0.01),
+                               Quarantine(), ReplyFingerprints())
+    state = _state(make_code("frc", 4, 1), [10, 11, 12, 13])
+    state.probe = SimpleNamespace(verdicts={})
+    state.valid = {0: SimpleNamespace(extra={"z": np.array([1.0, 0.0]), "size": 100.0}),
+                   1: SimpleNamespace(extra={"z": np.array([1.1, 0.0]), "size": 100.0})}
+    verdict = collector.verdict(state, [0, 1])
+    assert verdict.status == "verified"
+    assert verdict.disagreement == pytest.approx(0.1 / 2 / 100)
+
+
+@pytest.mark.mutation_found("pipeline")
+def test_a_reply_in_another_dtype_than_the_rounds_wire_is_rejected():
+    from flwr.app import Message, MessageType, RecordDict
+
+    from fl_gradcode.flower import protocol
+    from tests.flower.messages import train_instruction
+
+    collector = _collector()
+    state = _state(make_code("frc", 4, 1), [10, 7, 12, 13])
+    state.reply_layout = {"w": (3,)}
+    state.dtypes = {"w": np.dtype(np.float64)}
+    collector.state = state
+    request = Message(RecordDict(), dst_node_id=7, message_type=MessageType.TRAIN)
+    state.sent = {1: request}
+    inst = train_instruction(worker=1, round=1)
+    for dtype in (np.float32, np.float64):
+        reply = protocol.train_reply(request, inst, {"w": np.ones(3, dtype=dtype)}, 5.0,
+                                     [2.0, 3.0], {}, 0.1)
+        reply.metadata.group_id = "1"
+        collector.on_reply(reply)
+    assert state.rejected == [(7, "array 'w' has dtype float32; this round's wire is float64")]
+    assert list(state.valid) == [1]
+
+
+@pytest.mark.mutation_found("pipeline")
+def test_under_verify_a_decodable_round_returns_early_only_once_cross_checked():
+    collector = ReplyCollector(WallClock(10.0), DeadlinePolicy(DeadlineOptions(), False),
+                               IntegrityOptions(verify=True), Quarantine(), ReplyFingerprints())
+    state = _state(make_code("frc", 4, 1), [10, 11, 12, 13])
+    state.probe = SimpleNamespace(verdicts={})
+    z = {0: [1.0, 0.0], 1: [1.0, 0.0], 2: [0.0, 1.0], 3: [0.0, 1.0]}
+    state.valid = {w: SimpleNamespace(extra={"z": np.array(v), "size": 1.0})
+                   for w, v in z.items()}
+    collector.state = state
+    assert collector.ready()  # the replicas of both groups agree
+    state.probe = SimpleNamespace(verdicts={})
+    state.valid[1].extra["z"] = np.array([2.0, 0.0])  # two replicas, no majority
+    assert not collector.ready()
+
+
+@pytest.mark.mutation_found("pipeline")
+def test_an_outvoted_replica_is_excluded_and_named_in_the_log(caplog):
+    import logging
+
+    collector = ReplyCollector(VirtualClock(10.0), DeadlinePolicy(DeadlineOptions(), False),
+                               IntegrityOptions(verify=True), Quarantine(), ReplyFingerprints())
+    state = _state(make_code("frc", 6, 2), [10, 11, 12, 13, 14, 15])
+    state.probe = SimpleNamespace(verdicts={})
+    z = {0: [1.0, 0.0], 1: [1.0, 0.0], 2: [5.0, 0.0], 3: [0.0, 1.0], 4: [0.0, 1.0],
+         5: [0.0, 1.0]}
+    state.valid = {w: SimpleNamespace(extra={"z": np.array(v), "size": 1.0})
+                   for w, v in z.items()}
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        used, verdict = collector.cross_check(state, list(range(6)))
+    assert used == [0, 1, 3, 4, 5] and verdict.excluded == [2]
+    assert "round 1: worker 2 (node 12) contradicts the other replicas; excluded" in (
+        _messages(caplog))
+
+
+@pytest.mark.mutation_found("pipeline")
+def test_withholding_says_why_in_the_log(caplog):
+    import logging
+
+    verifying = ReplyCollector(VirtualClock(10.0), DeadlinePolicy(DeadlineOptions(), False),
+                               IntegrityOptions(verify=True), Quarantine(), ReplyFingerprints())
+    state = _state(make_code("frc", 4, 1), [10, 11, 12, 13])
+    state.probe = object()
+    unresolved = SimpleNamespace(unresolved=True, disagreement=0.5, status="contradicted")
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        assert verifying.withholds(state, unresolved, "exact")
+        assert verifying.withholds(state, None, "exact")
+    assert _messages(caplog) == [
+        "round 1: replies disagree (relative 0.5) and no single reply explains it; nothing is "
+        "applied",
+        "round 1: verify=True and the replies could not all be cross-checked before the "
+        "deadline; nothing is applied",
+    ]
+
+
+@pytest.mark.mutation_found("pipeline")
+def test_a_code_with_fewer_partitions_than_clients_splits_the_apps_data_and_says_so_once(caplog):
+    import logging
+
+    from fl_gradcode.flower.workload import Workload
+
+    workload = Workload({10: Identity(0, 4)}, {}, None, 0)
+    code = SimpleNamespace(k=2, name="small")
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        assert workload.partitions(code, [10, 11, 12, 13]) == [Identity(0, 2), Identity(1, 2)]
+        workload.partitions(code, [10, 11, 12, 13])
+    assert _messages(caplog) == [
+        "code small has k=2 partitions for 4 clients: the app's data is split into k "
+        "partitions (partition-id=j, num-partitions=k)"]
+
+
+@pytest.mark.mutation_found("pipeline")
+def test_the_weight_key_defaults_to_num_examples_for_a_strategy_without_one():
+    from flwr.app import RecordDict
+
+    from fl_gradcode.flower import protocol
+    from fl_gradcode.flower.dispatch import Dispatcher
+    from fl_gradcode.flower.workload import Workload
+    from fl_gradcode.privacy import DPConfig
+
+    state = _state(make_code("frc", 4, 1), [10, 11, 12, 13])
+    dispatcher = Dispatcher(seed=0, nonce="n", dp=DPConfig(), clock=VirtualClock(10.0),
+                            workload=Workload({}, {}, None, 0), inner=object())
+    msg = dispatcher.message(state, 0, 10, RecordDict())
+    assert protocol.parse_instruction(msg.content).weight_key == "num-examples"
+    assert state.sent == {0: msg}
+
+
+@pytest.mark.mutation_found("pipeline")
+def test_a_prediction_of_zero_seconds_keeps_the_straggler_deadline():
+    policy = DeadlinePolicy(DeadlineOptions(straggler_timeout=100.0, auto_deadline=1.5), True)
+    assert policy.round_deadline(SimpleNamespace(expected_time=0.0)) == 100.0
+    assert policy.round_deadline(SimpleNamespace(expected_time=-1.0)) == 100.0
+
+
+class _ExcludingPolicy:
+    """A code policy that excludes worker 2 and queues nobody (what the opener asks of it)."""
+
+    decision = None
+
+    def __init__(self, code):
+        self.code = code
+
+    def plan(self, cohort, busy):
+        return self.code
+
+    def excluded_workers(self):
+        return [2]
+
+    def queued(self, busy, cohort):
+        return set()
+
+
+@pytest.mark.mutation_found("pipeline")
+def test_a_member_the_policy_excludes_is_sent_nothing_and_recorded_as_excluded_not_busy():
+    from flwr.app import Array, ArrayRecord, RecordDict
+
+    from fl_gradcode.flower.opener import RoundOpener
+    from fl_gradcode.flower.workload import Workload
+
+    cohort = [10, 11, 12, 13]
+    identities = {node: Identity(j, 4) for j, node in enumerate(cohort)}
+    opener = RoundOpener(
+        policy=_ExcludingPolicy(make_code("frc", 4, 1)), clock=VirtualClock(10.0),
+        deadlines=DeadlinePolicy(DeadlineOptions(), False), quarantine=Quarantine(),
+        workload=Workload(identities, {}, None, 0), collector=_collector(),
+        wire_for=lambda code: "float64", code_options={}, round_timeout=1.0)
+    content = RecordDict({"arrays": ArrayRecord({"w": Array(np.zeros(3))})})
+    opened = opener.open(1, None, cohort, content)
+    assert opened.idle == {12} and opened.queued == frozenset()
+    assert opened.state.excluded == [2] and opened.state.busy == []

@@ -446,3 +446,93 @@ def test_privatiser_accounts_independent_noise_only_under_partition_dp():
     assert multiplier("partition", "independent") == independent_noise_multiplier(code.B, 1.5)
     assert multiplier("partition", "identical") is None
     assert multiplier("central", "independent") is None
+
+
+@pytest.mark.mutation_found("decoder")
+def test_auto_wire_sends_float64_for_a_code_that_amplifies_rounding_beyond_the_limit():
+    decoder = Decoder(FedAvg())
+    crc = make_code("crc", 8, 3)  # error amplification about 50 (> 8)
+    assert error_amplification(crc) > 8
+    assert decoder.wire_for(crc) == "float64"
+    assert decoder.wire_for(make_code("grouped-rs", 8, 3)) == "model"  # amplification 1
+    assert Decoder(FedAvg(), wire="float64").wire_for(make_code("frc", 4, 1)) == "float64"
+
+
+@pytest.mark.mutation_found("decoder")
+def test_a_non_finite_inner_model_is_named_with_its_round_in_the_log(caplog):
+    code = make_code("frc", n=4, s=1)
+    theta, _, _, replies = _problem(code)
+    decoded = _decode(code, replies, [0, 1, 2, 3], theta)
+    sent = Message(RecordDict({}), dst_node_id=1, message_type="train")
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        assert Decoder(_NaNInner()).apply(decoded, round_number=7, array_key="arrays",
+                                          reply_to=sent) is None
+    assert [r.getMessage() for r in caplog.records] == [
+        "round 7: inner strategy produced a non-finite model; kept the previous one"]
+
+
+def _aggregate_with_a_nan_reply(sparse):
+    """FRC n=4, s=1, every reply in hand, reply 1 holding a NaN its decoding may not read."""
+    from fl_gradcode.flower.aggregator import RoundAggregator
+    from fl_gradcode.flower.clock import VirtualClock
+    from fl_gradcode.flower.collector import ReplyCollector
+    from fl_gradcode.flower.compat import ReplyFingerprints
+    from fl_gradcode.flower.deadline_policy import DeadlinePolicy
+    from fl_gradcode.flower.options import DeadlineOptions, IntegrityOptions
+    from fl_gradcode.flower.quarantine import Quarantine
+    from fl_gradcode.flower.round_state import RoundState
+
+    code = make_code("frc", n=4, s=1)
+    theta, sizes, deltas, replies = _problem(code)
+    replies[1].arrays["w"][0, 0] = np.nan
+    cohort = [100, 101, 102, 103]
+    state = RoundState(
+        number=1, code=code, cohort=cohort, partitions=[], busy=[],
+        sent={w: Message(RecordDict({}), dst_node_id=n, message_type="train")
+              for w, n in enumerate(cohort)},
+        layout={k: v.shape for k, v in theta.items()}, reply_layout={},
+        dtypes={k: v.dtype for k, v in theta.items()}, theta=theta, array_key="arrays",
+        wall_start=0.0, valid=dict(replies))
+    quarantine = Quarantine()
+    collector = ReplyCollector(VirtualClock(10.0), DeadlinePolicy(DeadlineOptions(), False),
+                               IntegrityOptions(), quarantine, ReplyFingerprints())
+    aggregator = RoundAggregator(decoder=Decoder(FedAvg(), sparse=sparse), collector=collector,
+                                 quarantine=quarantine, max_decode_error=0.5)
+    outcome, arrays, _ = aggregator.decode(state, [0, 1, 2, 3], None)
+    return outcome, arrays, state, _average(theta, sizes, deltas)
+
+
+@pytest.mark.mutation_found("decoder")
+def test_a_reply_whose_nan_spoils_the_decoded_model_is_rejected_and_the_round_decoded_again():
+    outcome, arrays, state, expected = _aggregate_with_a_nan_reply(sparse=False)
+    assert state.rejected == [(101, "array 'w' contains NaN or Inf")] and 1 not in state.valid
+    assert outcome.decode == "exact" and outcome.used == [0, 2, 3]
+    for k in SHAPES:
+        np.testing.assert_allclose(arrays[k].numpy(), expected[k], rtol=1e-10)
+
+
+@pytest.mark.mutation_found("decoder")
+def test_a_nan_in_a_reply_the_decoding_does_not_read_rejects_nothing():
+    outcome, arrays, state, expected = _aggregate_with_a_nan_reply(sparse=True)
+    assert state.rejected == [] and outcome.decode == "exact"
+    assert outcome.used == [0, 1, 2, 3] and outcome.replies_read == 2
+    for k in SHAPES:
+        np.testing.assert_allclose(arrays[k].numpy(), expected[k], rtol=1e-10)
+
+
+def _amplification_over(code, sets):
+    """The definition of ``error_amplification`` over the given decodable sets (numpy)."""
+    row_l1 = np.abs(code.B).sum(axis=1)
+    return max(float(np.sum(np.abs(code.chunk_decoder(code.decoding(r))).sum(axis=0) * row_l1))
+               / code.k for r in sets)
+
+
+@pytest.mark.mutation_found("decoder")
+def test_error_amplification_is_the_worst_decodable_set_and_reproducible():
+    import itertools
+
+    crc = make_code("crc", 6, 2)  # 15 four-reply sets: the 24 samples find the worst one
+    every = [list(range(6))] + [list(c) for c in itertools.combinations(range(6), 4)]
+    assert error_amplification(crc) == pytest.approx(_amplification_over(crc, every))
+    wide = make_code("crc", 12, 4)  # 495 eight-reply sets: the seed decides the sample
+    assert error_amplification(wide) == error_amplification(wide)

@@ -169,3 +169,70 @@ def test_flat_names_read_through_the_strategy():
 
 def test_a_pinned_nonce_is_kept():
     assert Options.from_keywords(dp_run_nonce="abc").privacy.nonce == "abc"
+
+
+@pytest.mark.mutation_found("options")
+def test_config_json_names_every_option_that_shapes_the_rounds():
+    auto = Options.from_keywords(s="auto", s_max=2, seed=7, auto_deadline=1.5,
+                                 straggler_timeout=4, max_decode_error=0.25)
+    assert auto.describe("FedAvg", {"num-server-rounds": 3}) == {
+        "num-server-rounds": 3, "strategy": "FedAvg", "code": "nested (adaptive)", "s": "auto",
+        "s_max": 2, "exclude_slow": None, "timing": "virtual", "latency": "None", "seed": 7,
+        "straggler_timeout": 4.0, "stop_late_work": True, "auto_deadline": 1.5,
+        "max_decode_error": 0.25, "dp": "none", "busy": "queue",
+    }
+    fixed = Options.from_keywords(code="frc", s=2, timing="wallclock").describe("FedProx", None)
+    assert fixed["code"] == "frc" and fixed["s"] == 2 and fixed["strategy"] == "FedProx"
+    assert fixed["timing"] == "wallclock" and fixed["busy"] == "skip"
+
+
+@pytest.mark.mutation_found("options")
+@pytest.mark.parametrize(("build", "message"), [
+    (lambda: AdaptiveOptions(enabled=True, auto_margin=float("inf")),
+     "auto_margin=inf must be a number >= 0"),
+    (lambda: AdaptiveOptions(enabled=True, exclude_slow=0.5),
+     "exclude_slow=0.5 must be a slowness factor > 1 (or None: never exclude)"),
+    (lambda: DeadlineOptions(auto_deadline=0.5),
+     "auto_deadline=0.5 must be a factor >= 1 of the predicted round time "
+     "(or None: the straggler_timeout only)"),
+    (lambda: TimingOptions(busy="later"), "busy='later'; expected 'skip', 'queue', 'fit' or None"),
+    (lambda: TimingOptions(mode="wallclock", busy="fit"),
+     "busy='fit' with timing='wallclock': wallclock rounds always skip busy members"),
+    (lambda: TimingOptions(upload_bandwidth=-1.0),
+     "upload_bandwidth=-1.0 must be a positive number of bytes per second, or None "
+     "(transfers take no time)"),
+])
+def test_a_group_names_its_bad_value_in_full(build, message):
+    with pytest.raises(ValueError) as error:
+        build()
+    assert str(error.value) == message
+
+
+@pytest.mark.mutation_found("options")
+@pytest.mark.parametrize("value", [0, None])
+def test_a_stop_late_work_that_is_not_a_bool_is_refused_even_without_auto_deadline(value):
+    with pytest.raises(ValueError, match=rf"stop_late_work={value!r} must be True or False"):
+        Options.from_keywords(stop_late_work=value)
+
+
+@pytest.mark.mutation_found("options")
+def test_auto_deadline_between_1_and_2_is_refused_under_wallclock():
+    with pytest.raises(ValueError, match=r"auto_deadline=1.5 needs timing='virtual'"):
+        Options.from_keywords(s="auto", auto_deadline=1.5, timing="wallclock")
+
+
+@pytest.mark.mutation_found("options")
+def test_every_keyword_reaches_its_group():
+    from fl_gradcode.latency import Pareto
+    from fl_gradcode.privacy import DPConfig, PrivacyAccountant
+
+    latency = Pareto(1.0, 1.5)
+    accountant = PrivacyAccountant(DPConfig(), [(1.0, 1.0, 1)])
+    options = Options.from_keywords(latency=latency, accountant=accountant,
+                                    sparse_decoding=False, measured_compute=False)
+    assert options.timing.latency is latency
+    assert options.privacy.accountant is accountant
+    assert options.wire.sparse_decoding is False
+    assert options.timing.measured_compute is False
+    assert Options.from_keywords().timing.measured_compute is True
+    assert TimingOptions(measured_compute=0).measured_compute is False
