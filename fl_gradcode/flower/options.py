@@ -40,16 +40,9 @@ from ..latency import LatencyModel
 from ..privacy import DPConfig, PrivacyAccountant, ServerNoise
 from .integrity import verify_refusal
 
-__all__ = [
-    "AdaptiveOptions",
-    "CodeOptions",
-    "DeadlineOptions",
-    "IntegrityOptions",
-    "Options",
-    "PrivacyOptions",
-    "TimingOptions",
-    "WireOptions",
-]
+__all__ = ["AdaptiveOptions", "CodeOptions", "DeadlineOptions", "IntegrityOptions", "Options",
+           "PrivacyOptions", "TimingOptions", "WireOptions", "check_code", "check_fixed_s",
+           "resolve_busy"]
 
 TIMINGS = ("virtual", "wallclock")
 BUSY_MODES = ("skip", "queue", "fit")
@@ -58,6 +51,27 @@ WIRES = ("auto", "model", "float64")
 
 def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_code(code: Any) -> None:
+    """A registry name or a :class:`~fl_gradcode.codes.GradientCode`, else ``TypeError``."""
+    if not isinstance(code, (str, GradientCode)):
+        raise TypeError(f"code must be a registry name or a GradientCode; got {code!r}")
+
+
+def check_fixed_s(s: Any) -> None:
+    """A fixed tolerance: an integer >= 0 (``"auto"`` is resolved before), else ``ValueError``."""
+    if isinstance(s, bool) or not isinstance(s, int) or s < 0:
+        raise ValueError(f"s={s!r} must be an integer >= 0 or 'auto'")
+
+
+def resolve_busy(busy: str | None, adaptive: bool, queues_work: bool) -> str:
+    """``busy`` checked and resolved by the module docstring's rule (wallclock: no queue)."""
+    if busy not in (None, *BUSY_MODES):
+        raise ValueError(f"busy={busy!r}; expected 'skip', 'queue', 'fit' or None")
+    if busy is None:
+        busy = "queue" if adaptive else "skip"
+    return busy if queues_work else "skip"
 
 
 @dataclass(frozen=True)
@@ -99,10 +113,8 @@ class CodeOptions:
     options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.code, (str, GradientCode)):
-            raise TypeError(f"code must be a registry name or a GradientCode; got {self.code!r}")
-        if isinstance(self.s, bool) or not isinstance(self.s, int) or self.s < 0:
-            raise ValueError(f"s={self.s!r} must be an integer >= 0 or 'auto'")
+        check_code(self.code)
+        check_fixed_s(self.s)
         object.__setattr__(self, "options", dict(self.options))
 
     @property
@@ -319,21 +331,18 @@ class IntegrityOptions:
     Parameters (``GradientCoding``'s keywords)
     ------------------------------------------
     verify : bool
-        Integrity from redundancy (:mod:`fl_gradcode.flower.integrity`). Always: when more
-        replies than a decodable set are in hand, they must agree; a reply the redundancy
-        identifies as inconsistent (e.g. outvoted inside a repetition group) is excluded, and a
-        contradiction nothing resolves skips the round. With ``verify=True`` a round also
-        waits (up to the deadline) until every reply it decodes from has been cross-checked,
-        and applies nothing that was not: dense probes over every coordinate and train metric,
-        from server secrets fresh each round (a change of any coordinates whose weight in the
-        decoding exceeds 20x ``verify_tolerance`` of the replies' size is caught with
-        probability >= 1 - 1e-12).
-        Refused (``ValueError``) for codes it cannot check: ``s=0``, ``uncoded``,
-        ``ignore-stragglers``, approximate codes (``bgc``, ``expander``) and
-        ``comm-efficient`` with ``m > 1``; with ``s="auto"`` a round that chooses ``s=0`` is
-        applied unverified (warned once, ``verified`` null). A node whose replies are excluded
-        or caught in unresolved contradictions twice within 10 rounds is quarantined (sent no
-        work, a straggler) for 5 rounds, 10, 20, ... on repeats (``quarantined`` in
+        Always: when more replies than a decodable set are in hand, they must agree; a reply the
+        redundancy identifies as inconsistent (e.g. outvoted inside a repetition group) is excluded,
+        and a contradiction nothing resolves skips the round. With ``verify=True`` a round also
+        waits (up to the deadline) until every reply it decodes from has been cross-checked, and
+        applies nothing that was not: dense probes over every coordinate and train metric, from
+        server secrets fresh each round (a change of any coordinates whose weight in the decoding
+        exceeds 20x ``verify_tolerance`` of the replies' size is caught with probability >= 1 -
+        1e-12). Refused (``ValueError``) for the codes it cannot check, named with the reason by
+        :func:`~fl_gradcode.flower.integrity.verify_refusal`; with ``s="auto"`` a round that chooses
+        ``s=0`` is applied unverified (warned once, ``verified`` null). A node whose replies are
+        excluded or caught in unresolved contradictions twice within 10 rounds is quarantined (sent
+        no work, a straggler) for 5 rounds, 10, 20, ... on repeats (``quarantined`` in
         ``rounds.jsonl``).
     verify_tolerance : float
         Largest relative disagreement between decodings taken as agreement (rounding).
@@ -524,14 +533,13 @@ class Options:
     ) -> Options:
         """The groups from ``GradientCoding``'s flat keywords (same names, same defaults),
         with every rule that spans groups (the module docstring lists them)."""
-        if not isinstance(code, (str, GradientCode)):
-            raise TypeError(f"code must be a registry name or a GradientCode; got {code!r}")
+        check_code(code)
         auto = s == "auto"
         adaptive = AdaptiveOptions(auto, s_max, auto_margin, exclude_slow, latency_state)
         if auto:
             s = s_max if s_max is not None else 1
-        elif isinstance(s, bool) or not isinstance(s, int) or s < 0:
-            raise ValueError(f"s={s!r} must be an integer >= 0 or 'auto'")
+        else:
+            check_fixed_s(s)
         if auto_deadline is not None:
             if not (auto or busy == "fit"):
                 raise ValueError(f"auto_deadline={auto_deadline!r} needs s='auto' or busy='fit' "
@@ -545,13 +553,9 @@ class Options:
             raise ValueError(f"exclude_slow={exclude_slow!r} needs s='auto' (got s={s!r})")
         deadline = DeadlineOptions(straggler_timeout, round_timeout, warmup_timeout,
                                    auto_deadline, max_decode_error, min_replies)
-        if busy not in (None, *BUSY_MODES):
-            raise ValueError(f"busy={busy!r}; expected 'skip', 'queue', 'fit' or None")
-        if busy is None:
-            busy = "queue" if auto else "skip"
         timing_options = TimingOptions(
             timing, latency, measured_compute, compute_cost_s, upload_bandwidth,
-            busy=busy if timing == "virtual" else "skip",
+            busy=resolve_busy(busy, auto, queues_work=timing == "virtual"),
             stop_late_work=(stop_late_work or auto_deadline is not None)
             if isinstance(stop_late_work, bool) else stop_late_work,
         )

@@ -35,13 +35,12 @@ from ..codes import GradientCode, NestedPlacement
 from .clock import clock_class
 from .latency_book import LatencyBook, read_latency_state
 from .membership import code_for_cohort
+from .options import BUSY_MODES, AdaptiveOptions, resolve_busy
 from .protocol import Identity
 
-__all__ = ["AdaptiveCodePolicy", "CodePolicy", "FixedCodePolicy", "LatencyBook",
+__all__ = ["BUSY_MODES", "AdaptiveCodePolicy", "CodePolicy", "FixedCodePolicy", "LatencyBook",
            "is_policy_factory", "make_code_policy", "read_latency_state",
            "resolve_code_policy"]
-
-BUSY_MODES = ("skip", "queue", "fit")
 
 
 class PolicyHost(Protocol):
@@ -118,10 +117,6 @@ class FixedCodePolicy:
         measured_compute: bool = True,
         compute_cost_s: float = 0.0,
     ) -> None:
-        if busy not in (None, *BUSY_MODES):
-            raise ValueError(f"busy={busy!r}; expected 'skip', 'queue', 'fit' or None")
-        if busy is None:
-            busy = "queue" if self.adaptive else "skip"
         self.code_spec = code
         self.s = int(s)
         self.s_max = s_max
@@ -132,7 +127,7 @@ class FixedCodePolicy:
         self.seed = int(seed)
         # a clock that cannot queue work (wallclock: the grid waits for a busy node's earlier
         # reply) skips busy members
-        self.busy = busy if clock_class(timing).queues_work else "skip"
+        self.busy = resolve_busy(busy, self.adaptive, clock_class(timing).queues_work)
         self.stop_late_work = bool(stop_late_work) or auto_deadline is not None
         self.straggler_timeout = float(straggler_timeout)
         # the latency estimator runs for auto and for a fixed code queueing with busy="fit"
@@ -361,21 +356,11 @@ class AdaptiveCodePolicy(FixedCodePolicy):
 
     def __init__(self, *, s_max: int | None = None, auto_margin: float = 0.1,
                  exclude_slow: float | None = None, **keywords: Any) -> None:
-        if s_max is not None and (isinstance(s_max, bool) or not isinstance(s_max, int)
-                                  or s_max < 1):
-            raise ValueError(f"s_max={s_max!r} must be an integer >= 1 (or None)")
-        if not (isinstance(auto_margin, (int, float)) and not isinstance(auto_margin, bool)
-                and 0 <= auto_margin < math.inf):
-            raise ValueError(f"auto_margin={auto_margin!r} must be a number >= 0")
-        if exclude_slow is not None and not (
-                isinstance(exclude_slow, (int, float)) and not isinstance(exclude_slow, bool)
-                and 1 < exclude_slow < math.inf):
-            raise ValueError(f"exclude_slow={exclude_slow!r} must be a slowness factor > 1 "
-                             "(or None: never exclude)")
+        checked = AdaptiveOptions(True, s_max, auto_margin, exclude_slow)  # the same rules
         keywords.setdefault("s", s_max if s_max is not None else 1)
         super().__init__(s_max=s_max, **keywords)
-        self.margin = float(auto_margin)
-        self.exclude_slow = None if exclude_slow is None else float(exclude_slow)
+        self.margin = checked.auto_margin
+        self.exclude_slow = checked.exclude_slow
         self.placements: dict[int, NestedPlacement] = {}
         self.last_s: dict[int, int] = {}  # cohort size -> the last round's s
 
