@@ -1,22 +1,33 @@
 """Server cost of one coded round at model scale, against Flower's FedAvg in the same run.
 
-For params in {1e6, 1e7} (float32, 10 layers) and n in {20, 100} clients, code grouped-rs with
-``s = n/5 - 1`` (FRC groups: 0/1 decoding, so replies travel in float32):
+Grid (defaults): params in {1e6, 1e7} float32 parameters (10 layers), n in {20, 100}, s in
+{2, 4, n/8}, every exact code (grouped-rs, frc where ``(s+1) | n``, crc, nested; a combination
+a code refuses is listed under ``skipped`` with its reason). Each configuration runs with the
+wire ``wire="auto"`` chooses and, when that is float64, once more with ``wire="model"``.
+Replies are honest (partition ``j``'s update is ``0.01 (j+1) delta``, 100 examples each) from
+the ``n - s`` workers left by a seeded random straggler pattern. Per row:
 
-* ``fedavg_s``: Flower's ``FedAvg.aggregate_train`` on ``n - s`` ordinary replies (best of 3);
-* ``coded_s``: ``GradientCoding.aggregate_train`` (wallclock configuration) on ``n - s`` coded
-  replies of the same size, after each reply was validated once on arrival, structurally (what
-  ``EarlyReturnGrid`` does while the round waits; values are checked in the decoding pass);
-  ``validate_per_reply_s`` is that validation per reply and ``coded_with_validation_s`` the sum
-  of both (best of 3; fresh messages each repeat);
+* ``fedavg_s``: Flower's ``FedAvg.aggregate_train`` on ``replies = n - s`` ordinary replies;
+* ``coded_s``: ``GradientCoding.aggregate_train`` (wallclock configuration) on the coded
+  replies, after each was validated once on arrival, structurally (what ``EarlyReturnGrid``
+  does while the round waits; values are checked in the decoding pass);
+  ``validate_per_reply_s`` is that validation per reply and ``coded_with_validation_s`` the
+  sum of both. FedAvg and coded are timed in the same process, interleaved, fresh messages
+  each repeat; each figure is the median of ``--repeats`` (>= 3);
 * ``bytes_fedavg`` / ``bytes_coded``: one reply's array payload on the wire;
-* ``reaction_ms_p50``: wallclock timing over the in-process grid, the replies that complete a
-  decodable set become available at a known instant and the rest much later; the time from that
-  instant until the round's ``send_and_receive`` returns (median of 5);
-* ``peak_bytes``: peak traced memory (``tracemalloc``) of the coded aggregation above what the
-  replies already hold, plus the replies' own bytes; compared with ``(replies + 2) x model``.
+* ``reaction_ms_p50`` (definition unchanged): wallclock round over the in-process grid, the
+  replies that complete a decodable set become pullable at a known instant and the stragglers'
+  120 s later; the time from that instant until the round's ``send_and_receive`` returns
+  (median); ``result_ms_p50``: from the same instant until ``aggregate_train`` has returned
+  the inner strategy's result (reaction + decoding);
+* ``peak_bytes``: peak traced memory (``tracemalloc``, in a separate untimed repeat) of the
+  validation and the aggregation above what the replies already hold, plus the replies' own
+  bytes; ``peak_bound_bytes`` = ``(replies + 2) x model``;
+* ``relative_error``: ``||decoded - reference|| / ||reference||`` of the decoded average
+  against the float64 numpy reference; ``load_avg``: ``os.getloadavg()`` before the row.
 
-Run: ``python experiments/bench_aggregation.py [--quick]`` -> ``results/bench_aggregation.json``.
+Run: ``python experiments/bench_aggregation.py [--quick] [--codes grouped-rs,crc]
+[--params 1000000] [--n 20,100] [--s 2,4,n/8]`` -> ``results/bench_aggregation.json``.
 """
 
 from __future__ import annotations
@@ -24,6 +35,7 @@ from __future__ import annotations
 import argparse
 import gc
 import logging
+import os
 import statistics
 import sys
 import time
@@ -35,6 +47,17 @@ from _common import save
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = 10
+CODES = ("grouped-rs", "frc", "crc", "nested")
+DEFINITIONS = {
+    "reaction_ms_p50": "median wallclock ms from the instant the replies completing a decodable "
+                       "set become pullable until the round's send_and_receive returns",
+    "result_ms_p50": "median wallclock ms from that instant until aggregate_train has returned "
+                     "the inner strategy's result",
+    "fedavg_s": "median s of flwr FedAvg.aggregate_train on `replies` replies",
+    "coded_s": "median s of GradientCoding.aggregate_train on the same number of coded replies, "
+               "each validated structurally on arrival (validate_per_reply_s) beforehand",
+    "peak_bytes": "tracemalloc peak of validation + aggregation + the replies' bytes",
+}
 
 
 def model(params: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -42,8 +65,9 @@ def model(params: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     return {f"layer{i}": rng.standard_normal(size).astype(np.float32) for i in range(LAYERS)}
 
 
-def setup(n: int, s: int, params: int, wallclock: bool = False, delay=None):
-    """A wrapper whose round ``1`` is configured over an in-process grid of ``n`` nodes."""
+def setup(code: str, n: int, s: int, params: int, wire: str, delay=None):
+    """A wallclock wrapper whose round ``1`` is configured over an in-process grid of ``n``
+    nodes (model zero: the decoded model is the average itself)."""
     from flwr.app import Array, ArrayRecord, ConfigRecord
     from flwr.clientapp import ClientApp
     from flwr.serverapp.strategy import FedAvg
@@ -56,35 +80,56 @@ def setup(n: int, s: int, params: int, wallclock: bool = False, delay=None):
     grid = InProcessGrid(app, n, delay=delay)
     strategy = GradientCoding(
         FedAvg(fraction_evaluate=0.0, min_available_nodes=n, min_train_nodes=n),
-        code="grouped-rs", s=s, timing="wallclock" if wallclock else "virtual", seed=0,
-        straggler_timeout=60.0,
+        code=code, s=s, timing="wallclock", seed=0, straggler_timeout=60.0, wire=wire,
     )
-    rng = np.random.default_rng(0)
-    arrays = ArrayRecord({k: Array(v) for k, v in model(params, rng).items()})
+    size = params // LAYERS
+    arrays = ArrayRecord({f"layer{i}": Array(np.zeros(size, np.float32)) for i in range(LAYERS)})
     wrapped = strategy.wrap_grid(grid)
     return strategy, grid, wrapped, arrays, ConfigRecord({"lr": 0.1})
 
 
-def coded_replies(strategy, messages, workers, params: int) -> list:
-    """Honest coded replies (float32 when the wire is the model's dtype) for ``workers``."""
+def configure(strategy, wrapped, arrays, config) -> dict:
+    """Round 1's messages by worker."""
+    msgs = list(strategy.configure_train(1, arrays, config, wrapped))
+    return {strategy._round.cohort.index(m.metadata.dst_node_id): m for m in msgs}
+
+
+def payloads(code, workers, params: int, float64: bool) -> dict:
+    """Honest coded payloads (``ArrayRecord`` per worker): partition ``j``'s update is
+    ``0.01 (j + 1) delta`` with 100 examples, so worker ``i`` sends
+    ``sum_j B_ij 100 * 0.01 (j + 1) delta``; also the float64 reference average."""
+    from flwr.app import Array, ArrayRecord
+
+    delta = model(params, np.random.default_rng(1))
+    out = {}
+    for worker in workers:
+        row = code.B[worker]
+        factor = float(sum(row[j] * (j + 1) for j in np.flatnonzero(row)))  # 100 * 0.01
+        arrays = {}
+        for k, v in delta.items():
+            arrays[k] = (v.astype(np.float64) * factor if float64
+                         else v * np.float32(factor))
+        out[worker] = ArrayRecord({k: Array(v) for k, v in arrays.items()})
+    k = code.k
+    mean = sum(0.01 * (j + 1) for j in range(k)) / k  # equal sizes
+    reference = {name: v.astype(np.float64) * mean for name, v in delta.items()}
+    return out, reference
+
+
+def coded_replies(strategy, messages: dict, workers, cached: dict) -> list:
+    """Fresh reply messages of ``workers`` for this round around the ``cached`` payloads."""
     from fl_gradcode.flower import protocol
 
     replies = []
-    rng = np.random.default_rng(1)
-    delta = model(params, rng)
     for worker in workers:
         msg = messages[worker]
         instruction = protocol.parse_instruction(msg.content)
-        # honest: partition j's update is 0.01 (j + 1) delta, 100 examples each
         row = strategy._round.code.B[worker]
-        factor = float(sum(row[j] * 0.01 * (j + 1) for j in np.flatnonzero(row)))
-        coded = {k: v * np.float32(factor) for k, v in delta.items()}
-        if instruction.wire != "model":
-            coded = {k: v.astype(np.float64) for k, v in coded.items()}
         if not msg.metadata.message_id:
             msg.metadata.__dict__["_message_id"] = f"m{worker}"
-        reply = protocol.train_reply(msg, instruction, coded, 100.0 * float(row.sum()),
+        reply = protocol.train_reply(msg, instruction, {}, 100.0 * float(row.sum()),
                                      [100.0] * len(instruction.partition_ids), {}, 0.0)
+        reply.content[protocol.PROTOCOL_KEY] = cached[worker]
         reply.metadata.__dict__["_src_node_id"] = msg.metadata.dst_node_id
         reply.metadata.__dict__["_message_id"] = f"r{worker}"
         replies.append(reply)
@@ -94,8 +139,7 @@ def coded_replies(strategy, messages, workers, params: int) -> list:
 def fedavg_replies(count: int, params: int) -> list:
     from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 
-    rng = np.random.default_rng(2)
-    base = model(params, rng)
+    base = model(params, np.random.default_rng(2))
     replies = []
     for i in range(count):
         out = Message(RecordDict({"config": ConfigRecord({})}), dst_node_id=100 + i,
@@ -109,101 +153,124 @@ def fedavg_replies(count: int, params: int) -> list:
     return replies
 
 
-def decodable_workers(strategy) -> list[int]:
-    """The first ``n - s`` workers in an order that decodes exactly only at the last one."""
-    code = strategy._round.code
-    n, s = code.n, code.s
-    workers = list(range(n))[s:]  # the first s are the stragglers
-    assert code.is_decodable(workers)
-    return workers
-
-
 def payload(msg) -> int:
     return sum(len(a.data) for rec in msg.content.array_records.values() for a in rec.values())
 
 
-def bench(params: int, n: int, repeats: int) -> dict:
+def stragglers_of(n: int, s: int, seed: int) -> list[int]:
+    """The seeded random straggler pattern of a configuration."""
+    return sorted(np.random.default_rng([seed, n, s]).choice(n, size=s, replace=False).tolist())
+
+
+def relative_error(arrays, reference: dict) -> float:
+    num = sum(float(np.sum((arrays[k].numpy().astype(np.float64) - r) ** 2))
+              for k, r in reference.items())
+    den = sum(float(np.sum(r ** 2)) for r in reference.values())
+    return float(np.sqrt(num / den))
+
+
+def bench(code_name: str, params: int, n: int, s: int, wire: str, repeats: int, seed: int,
+          reaction_delay: float) -> dict:
     from flwr.serverapp.strategy import FedAvg
 
-    s = n // 5 - 1
-    # wallclock configuration: replies are checked structurally on arrival and their values in
-    # the decoding pass (the result is finite exactly when every reply it used is)
-    strategy, _, wrapped, arrays, config = setup(n, s, params, wallclock=True)
-    # FedAvg on the same number of replies
-    count = n - s
+    load = os.getloadavg()
+    strategy, _, wrapped, arrays, config = setup(code_name, n, s, params, wire)
+    by_worker = configure(strategy, wrapped, arrays, config)
+    code = strategy._round.code
+    stragglers = stragglers_of(n, s, seed)
+    workers = [w for w in range(n) if w not in stragglers]
+    assert code.is_decodable(workers), (code_name, n, s, stragglers)
+    float64 = strategy._round.wire != "model"
+    cached, reference = payloads(code, range(n), params, float64)
+    count = len(workers)
     f_replies = fedavg_replies(count, params)
     fedavg = FedAvg()
-    fed_times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fedavg.aggregate_train(1, f_replies)
-        fed_times.append(time.perf_counter() - t0)
-    bytes_fedavg = payload(f_replies[0])
-    del f_replies
-    gc.collect()
-    coded_times, validate_times, peak = [], [], 0
-    bytes_coded = 0
+    fed_times, coded_times, validate_times = [], [], []
     model_bytes = params * 4
-    for _ in range(repeats):
-        msgs = list(strategy.configure_train(1, arrays, config, wrapped))
-        by_worker = {strategy._round.cohort.index(m.metadata.dst_node_id): m for m in msgs}
-        workers = decodable_workers(strategy)
-        replies = coded_replies(strategy, by_worker, workers, params)
-        bytes_coded = payload(replies[0])
-        replies_bytes = sum(payload(r) for r in replies)
+    row: dict = {}
+    for r in range(repeats + 1):  # the last repeat: untimed, traced (peak memory)
+        traced = r == repeats
+        if r:
+            strategy, _, wrapped, arrays, config = setup(code_name, n, s, params, wire)
+            by_worker = configure(strategy, wrapped, arrays, config)
+        replies = coded_replies(strategy, by_worker, workers, cached)
         gc.collect()
-        tracemalloc.start()
+        if not traced:
+            t0 = time.perf_counter()
+            fedavg.aggregate_train(1, f_replies)
+            fed_times.append(time.perf_counter() - t0)
+            gc.collect()
+        else:
+            tracemalloc.start()
         t0 = time.perf_counter()
         for reply in replies:  # what EarlyReturnGrid does as each reply arrives
             strategy.on_reply(reply)
-        validate_times.append((time.perf_counter() - t0) / len(replies))
-        t0 = time.perf_counter()
+        t1 = time.perf_counter()
         out, _ = strategy.aggregate_train(1, replies)
-        coded_times.append(time.perf_counter() - t0)
-        _, traced = tracemalloc.get_traced_memory()
-        tracemalloc.stop()
-        assert out is not None and strategy.history[-1]["decode"] == "exact"
-        peak = max(peak, traced + replies_bytes)
+        t2 = time.perf_counter()
+        last = strategy.history[-1]
+        assert out is not None and last["decode"] == "exact", last
+        if traced:
+            _, peak = tracemalloc.get_traced_memory()
+            tracemalloc.stop()
+            replies_bytes = sum(payload(x) for x in replies)
+            row["peak_bytes"] = peak + replies_bytes
+            row["relative_error"] = relative_error(out, reference)
+        else:
+            validate_times.append((t1 - t0) / count)
+            coded_times.append(t2 - t1)
+        row.update(wire=last["wire"], replies_read=last["replies_read"],
+                   bytes_coded=payload(replies[0]))
         del replies, out
         gc.collect()
-    reaction = reaction_ms(params, n, s)
+    bytes_fedavg = payload(f_replies[0])
+    del f_replies
+    gc.collect()
+    reaction, result = reaction_ms(code_name, n, s, params, wire, stragglers, cached,
+                                   repeats=max(1, repeats), delay=reaction_delay)
+    med = statistics.median
+    fed, coded, validate = med(fed_times), med(coded_times), med(validate_times)
     return {
-        "params": params, "n": n, "s": s, "code": "grouped-rs", "replies": count,
-        "wire": strategy.history[-1]["wire"],
-        "fedavg_s": min(fed_times), "coded_s": min(coded_times),
-        "validate_per_reply_s": min(validate_times),
-        "coded_with_validation_s": min(coded_times) + count * min(validate_times),
-        "speedup_vs_fedavg": min(fed_times) / min(coded_times),
-        "speedup_with_validation": min(fed_times)
-        / (min(coded_times) + count * min(validate_times)),
-        "replies_read": strategy.history[-1]["replies_read"],
-        "bytes_fedavg": bytes_fedavg, "bytes_coded": bytes_coded,
-        "bytes_ratio": bytes_coded / bytes_fedavg,
-        "reaction_ms_p50": reaction,
-        "peak_bytes": peak, "peak_bound_bytes": (count + 2) * model_bytes,
-        "peak_over_model": peak / model_bytes,
+        "params": params, "n": n, "s": s, "code": code_name, "wire_requested": wire,
+        "wire": row["wire"], "replies": count, "replies_read": row["replies_read"],
+        "stragglers": stragglers,
+        "fedavg_s": fed, "coded_s": coded, "coded_over_fedavg": coded / fed,
+        "speedup_vs_fedavg": fed / coded,
+        "validate_per_reply_s": validate,
+        "coded_with_validation_s": coded + count * validate,
+        "speedup_with_validation": fed / (coded + count * validate),
+        "fedavg_s_all": fed_times, "coded_s_all": coded_times,
+        "bytes_fedavg": bytes_fedavg, "bytes_coded": row["bytes_coded"],
+        "bytes_ratio": row["bytes_coded"] / bytes_fedavg,
+        "reaction_ms_p50": reaction, "result_ms_p50": result,
+        "peak_bytes": row["peak_bytes"], "peak_bound_bytes": (count + 2) * model_bytes,
+        "peak_over_model": row["peak_bytes"] / model_bytes,
+        "relative_error": row["relative_error"],
+        "load_avg": [round(x, 2) for x in load],
     }
 
 
-def reaction_ms(params: int, n: int, s: int, repeats: int = 3) -> float:
-    """Wallclock: the decodable set is complete at ``t_ready``; measure until return."""
-    samples = []
+def reaction_ms(code_name: str, n: int, s: int, params: int, wire: str, stragglers, cached,
+                repeats: int, delay: float) -> tuple[float, float]:
+    """Wallclock: the decodable set is complete at ``t_ready``; ms until the grid returns and
+    until ``aggregate_train`` returns (medians)."""
+    late = set(stragglers)
+    samples, results = [], []
     for _ in range(repeats):
 
-        def delay(partition_id: int, rnd: int) -> float:
+        def hold(partition_id: int, rnd: int) -> float:
             if rnd == 0:  # the handshake
                 return 0.0
-            return 1.0 if partition_id >= s else 120.0  # the first s partitions straggle
+            return 120.0 if partition_id in late else delay
 
-        strategy, grid, wrapped, arrays, config = setup(n, s, params, wallclock=True, delay=delay)
-        msgs = list(strategy.configure_train(1, arrays, config, wrapped))
-        # answer with precomputed coded replies through the grid's delay mechanism
-        by_worker = {strategy._round.cohort.index(m.metadata.dst_node_id): m for m in msgs}
+        strategy, grid, wrapped, arrays, config = setup(code_name, n, s, params, wire,
+                                                        delay=hold)
+        by_worker = configure(strategy, wrapped, arrays, config)
         worker_of = {m.metadata.dst_node_id: w for w, m in by_worker.items()}
         # built before the round: pushing must not include the clients' serialization
-        prebuilt = dict(zip(range(n), coded_replies(strategy, by_worker, range(n), params),
+        prebuilt = dict(zip(range(n), coded_replies(strategy, by_worker, range(n), cached),
                             strict=True))
-        for msg in msgs:
+        for msg in by_worker.values():
             msg.metadata.__dict__["_message_id"] = ""
 
         def run(msg, context, worker_of=worker_of, prebuilt=prebuilt):
@@ -212,8 +279,11 @@ def reaction_ms(params: int, n: int, s: int, repeats: int = 3) -> float:
             return reply
 
         grid.apps = [run] * n
-        wrapped.send_and_receive(msgs, timeout=60)
+        replies = wrapped.send_and_receive(list(by_worker.values()), timeout=60)
         t_end = time.monotonic()
+        out, _ = strategy.aggregate_train(1, replies)
+        t_result = time.monotonic()
+        assert out is not None
         # the first decodable set is complete when, in order of availability, the replies
         # pullable so far first decode
         code = strategy._round.code
@@ -224,41 +294,90 @@ def reaction_ms(params: int, n: int, s: int, repeats: int = 3) -> float:
             if code.is_decodable(prefix):
                 t_ready = available[w]
                 break
-        assert strategy.ready() and t_ready is not None
+        assert t_ready is not None
         samples.append((t_end - t_ready) * 1000)
-        del prebuilt, grid, strategy, wrapped, msgs, run
+        results.append((t_result - t_ready) * 1000)
+        del prebuilt, grid, strategy, wrapped, by_worker, run, replies, out
         gc.collect()
-    return float(statistics.median(samples))
+    return float(statistics.median(samples)), float(statistics.median(results))
+
+
+def parse_list(text: str, kind=int) -> list:
+    return [kind(float(x)) if kind is int else kind(x) for x in text.split(",") if x.strip()]
+
+
+def s_values(tokens: list[str], n: int) -> list[int]:
+    """``2``, ``4``, ``n/8`` -> distinct values of ``s`` for ``n``."""
+    out = []
+    for token in tokens:
+        value = n // int(token[2:]) if token.startswith("n/") else int(token)
+        if value not in out:
+            out.append(value)
+    return out
 
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="a small smoke setting")
+    parser.add_argument("--codes", default=",".join(CODES))
+    parser.add_argument("--params", default=None, help="e.g. 1e6,1e7")
+    parser.add_argument("--n", default=None, help="e.g. 20,100")
+    parser.add_argument("--s", default="2,4,n/8", help="values or n/<d>, e.g. 2,4,n/8")
+    parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-model-variant", action="store_true",
+                        help="skip the wire='model' row of codes that auto-choose float64")
     parser.add_argument("--out", default="results/bench_aggregation.json")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     logging.getLogger("flwr").setLevel(logging.WARNING)
+    from fl_gradcode.codes import make_code
     from fl_gradcode.flower.testing import set_task_identity
 
     set_task_identity()
-    sizes = [(10_000, 20)] if args.quick else [
-        (1_000_000, 20), (1_000_000, 100), (10_000_000, 20), (10_000_000, 100)
-    ]
-    repeats = 1 if args.quick else 3
-    rows = []
-    print(f"{'params':>10}{'n':>5}{'wire':>9}{'read':>5}{'FedAvg s':>10}{'coded s':>9}{'x':>7}"
-          f"{'+valid.':>9}{'x':>7}{'MB fedavg':>10}{'MB coded':>9}{'react ms':>9}"
-          f"{'peak/model':>11}")
-    for params, n in sizes:
-        row = bench(params, n, repeats)
-        rows.append(row)
-        print(f"{params:>10}{n:>5}{row['wire']:>9}{row['replies_read']:>5}{row['fedavg_s']:>10.3f}"
-              f"{row['coded_s']:>9.3f}{row['speedup_vs_fedavg']:>6.1f}x"
-              f"{row['coded_with_validation_s']:>9.3f}{row['speedup_with_validation']:>6.1f}x"
-              f"{row['bytes_fedavg'] / 1e6:>10.1f}"
-              f"{row['bytes_coded'] / 1e6:>9.1f}{row['reaction_ms_p50']:>9.1f}"
-              f"{row['peak_over_model']:>8.1f} (bound {row['replies'] + 2})", flush=True)
-    result = {"benchmark": "bench_aggregation", "quick": args.quick, "rows": rows}
+    params_list = parse_list(args.params or ("10000" if args.quick else "1e6,1e7"))
+    n_list = parse_list(args.n or ("20" if args.quick else "20,100"))
+    codes = [c.strip() for c in args.codes.split(",") if c.strip()]
+    repeats = args.repeats or (1 if args.quick else 3)
+    delay = 0.05 if args.quick else 1.0
+    rows, skipped = [], []
+    print(f"{'params':>9}{'n':>4}{'s':>3} {'code':<11}{'wire':>8}{'rep':>4}{'read':>5}"
+          f"{'FedAvg s':>9}{'coded s':>9}{'c/F':>6}{'react':>7}{'result':>7}{'MB c/F':>7}"
+          f"{'peak/(r+2)':>11}{'rel.err':>9}{'load':>6}")
+    for params in params_list:
+        for n in n_list:
+            for s in s_values([t.strip() for t in args.s.split(",")], n):
+                for name in codes:
+                    try:
+                        code = make_code(name, n, s, seed=0)
+                    except ValueError as exc:
+                        skipped.append({"params": params, "n": n, "s": s, "code": name,
+                                        "reason": str(exc)})
+                        continue
+                    if not code.is_exact:
+                        skipped.append({"params": params, "n": n, "s": s, "code": name,
+                                        "reason": "not an exact code"})
+                        continue
+                    wires = ["auto"]
+                    while wires:
+                        wire = wires.pop(0)
+                        row = bench(name, params, n, s, wire, repeats, args.seed, delay)
+                        rows.append(row)
+                        if wire == "auto" and row["wire"] != "model" and not args.no_model_variant:
+                            wires.append("model")
+                        print(f"{params:>9.0e}{n:>4}{s:>3} {name:<11}{row['wire']:>8}"
+                              f"{row['replies']:>4}{row['replies_read']:>5}"
+                              f"{row['fedavg_s']:>9.3f}{row['coded_s']:>9.3f}"
+                              f"{row['coded_over_fedavg']:>6.2f}{row['reaction_ms_p50']:>7.1f}"
+                              f"{row['result_ms_p50']:>7.1f}{row['bytes_ratio']:>7.1f}"
+                              f"{row['peak_bytes'] / row['peak_bound_bytes']:>11.2f}"
+                              f"{row['relative_error']:>9.1e}{row['load_avg'][0]:>6.2f}",
+                              flush=True)
+    result = {"benchmark": "bench_aggregation", "quick": args.quick, "repeats": repeats,
+              "seed": args.seed, "definitions": DEFINITIONS, "rows": rows,
+              "skipped": skipped,
+              "command": "python experiments/bench_aggregation.py " + " ".join(argv or
+                                                                             sys.argv[1:])}
     save(result, args.out)
     return result
 

@@ -77,22 +77,31 @@ def combine(
     noise: np.ndarray | None = None,
     out: np.ndarray | None = None,
 ) -> np.ndarray | None:
-    """``scale * sum_i a_i v_i + noise + offset`` into one buffer of ``dtype`` (``out`` when
-    given), or ``None`` when the result is not finite.
+    """``scale * sum_i a_i v_i + noise + offset`` into one buffer (``out`` when given), or
+    ``None`` when the result is not finite. The sums are taken in ``dtype``; ``out`` may have
+    another float dtype (e.g. float64 sums of float64 replies written straight into a float32
+    model: no float64 copy of the result is ever made).
 
     Block by block, so that the running sum stays in cache while every reply with a nonzero
     coefficient streams through once: one read per reply, one write of the result, the
-    scaling, noise, offset and finiteness check done on the block while it is in cache.
+    scaling, noise, offset, cast and finiteness check done on the block while it is in cache.
     """
     dtype = np.dtype(dtype)
     size = offset.size if offset is not None else (views[0].size if views else 0)
     acc = np.empty(size, dtype=dtype) if out is None else out
+    if acc.shape != (size,):
+        raise ValueError(f"out has shape {acc.shape}; expected ({size},)")
+    if acc.dtype != dtype and acc.dtype.kind != "f":
+        raise ValueError(f"out has dtype {acc.dtype}; expected {dtype} or a float dtype")
+    direct = acc.dtype == dtype  # else sums in a cached block, cast into ``out``
     tmp = np.empty(min(size, _BLOCK), dtype=dtype)
+    work = None if direct else np.empty(min(size, _BLOCK), dtype=dtype)
     terms = [(dtype.type(a), v) for a, v in zip(coefficients, views, strict=True) if a != 0.0]
     factor = dtype.type(scale)
     for start in range(0, size, _BLOCK):
         end = min(start + _BLOCK, size)
-        block, scratch = acc[start:end], tmp[: end - start]
+        block = acc[start:end] if work is None else work[: end - start]
+        scratch = tmp[: end - start]
         if not terms:
             block.fill(0)
         for i, (a, v) in enumerate(terms):
@@ -109,9 +118,26 @@ def combine(
             block += noise[start:end]
         if offset is not None:
             block += offset[start:end]
+        if work is not None:
+            acc[start:end] = block
+            block = acc[start:end]
         if not np.isfinite(block).all():
             return None
     return acc
+
+
+def idle_cores() -> int:
+    """Cores this process may use that are not already busy (at least 1): the cores of its
+    affinity mask minus the other runnable work the 1-minute load average counts."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on every platform
+        cores = os.cpu_count() or 1
+    try:
+        others = max(0, round(os.getloadavg()[0]) - 1)  # the load counts this process too
+    except (AttributeError, OSError):
+        others = 0
+    return max(1, cores - others)
 
 
 def cast(value: np.ndarray, dtype: np.dtype | type) -> np.ndarray:
@@ -334,7 +360,9 @@ class Decoder:
             if not code.decodes_in_reply_dtype:
                 kinds.append(np.dtype(np.float64))
             dtype = np.result_type(*kinds) if kinds else np.dtype(np.float64)
-            acc = np.empty(stop - start, dtype=dtype)
+            # a float model receives the result directly (cast block by block in cache)
+            model = np.dtype(dtypes[name])
+            acc = np.empty(stop - start, dtype=model if model.kind == "f" else dtype)
             done = 0
             for u, s, first, last in pieces:
                 size = last - first
@@ -348,10 +376,12 @@ class Decoder:
             # serialised here, per array: the float buffer is freed before the next one
             return Array(cast(acc.reshape(np.shape(theta[name])), dtypes[name]))
 
-        # arrays are independent and numpy releases the GIL: one thread per core
+        # arrays are independent and numpy releases the GIL: one thread per idle core (the
+        # decoding is memory-bound: threads on busy cores only contend)
         indices = range(len(layout.names))
-        if len(layout.names) > 1 and layout.dim >= 1 << 20:
-            with ThreadPoolExecutor(max_workers=min(len(indices), os.cpu_count() or 1)) as pool:
+        threads = idle_cores() if len(layout.names) > 1 and layout.dim >= 1 << 20 else 1
+        if threads > 1:
+            with ThreadPoolExecutor(max_workers=min(len(indices), threads)) as pool:
                 results = list(pool.map(finish, indices))
         else:
             results = [finish(i) for i in indices]
