@@ -302,6 +302,28 @@ def reaction_ms(code_name: str, n: int, s: int, params: int, wire: str, straggle
     return float(statistics.median(samples)), float(statistics.median(results))
 
 
+def memory_needed(code, params: int, n: int, s: int, wire: str) -> int:
+    """Bytes a row holds at once: every worker's payload (8-byte values on a float64 wire),
+    FedAvg's replies and a few models of working memory."""
+    from fl_gradcode.flower.decoder import Decoder
+
+    float64 = wire == "float64" or (wire == "auto"
+                                    and Decoder(None, wire="auto").wire_for(code) != "model")
+    return params * (n * (8 if float64 else 4) + (n - s) * 4 + 6 * 8)
+
+
+def available_memory() -> int:
+    """``MemAvailable`` of ``/proc/meminfo`` (no limit where it cannot be read)."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 1 << 62
+
+
 def parse_list(text: str, kind=int) -> list:
     return [kind(float(x)) if kind is int else kind(x) for x in text.split(",") if x.strip()]
 
@@ -361,6 +383,13 @@ def main(argv: list[str] | None = None) -> dict:
                     wires = ["auto"]
                     while wires:
                         wire = wires.pop(0)
+                        need = memory_needed(code, params, n, s, wire)
+                        if need > 0.8 * available_memory():
+                            skipped.append({"params": params, "n": n, "s": s, "code": name,
+                                            "wire_requested": wire,
+                                            "reason": f"needs ~{need / 1e9:.1f} GB, more than "
+                                                      "80% of the memory available"})
+                            continue
                         row = bench(name, params, n, s, wire, repeats, args.seed, delay)
                         rows.append(row)
                         if wire == "auto" and row["wire"] != "model" and not args.no_model_variant:
