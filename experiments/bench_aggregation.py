@@ -27,13 +27,16 @@ the ``n - s`` workers left by a seeded random straggler pattern. Per row:
   against the float64 numpy reference; ``load_avg``: ``os.getloadavg()`` before the row.
 
 Run: ``python experiments/bench_aggregation.py [--quick] [--codes grouped-rs,crc]
-[--params 1000000] [--n 20,100] [--s 2,4,n/8]`` -> ``results/bench_aggregation.json``.
+[--params 1000000] [--n 20,100] [--s 2,4,n/8] [--merge]`` -> ``results/bench_aggregation.json``
+(``--merge`` keeps the rows of configurations this run does not measure: a grid too long for
+one sitting is built in parts; every part's command is listed under ``runs``).
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
 import logging
 import os
 import statistics
@@ -324,6 +327,26 @@ def available_memory() -> int:
     return 1 << 62
 
 
+def _key(row: dict) -> tuple:
+    return (row["params"], row["n"], row["s"], row["code"], row.get("wire_requested", "auto"))
+
+
+def merged(old: dict, rows: list, skipped: list, command: str) -> tuple[list, list, list]:
+    """This run's rows and skips, plus the earlier ones of configurations it did not
+    measure (in the grid's order: params, n, s, code)."""
+    done = {_key(r)[:4] for r in rows} | {_key(s)[:4] for s in skipped}
+    kept = [r for r in old.get("rows", []) if _key(r)[:4] not in done]
+    kept_skips = [s for s in old.get("skipped", []) if _key(s)[:4] not in done]
+    order = {c: i for i, c in enumerate(CODES)}
+
+    def sort(items):
+        return sorted(items, key=lambda r: (r["params"], r["n"], r["s"],
+                                            order.get(r["code"], len(order)), r["code"],
+                                            r.get("wire_requested", "auto") != "auto"))
+
+    return sort(kept + rows), sort(kept_skips + skipped), [*old.get("runs", []), command]
+
+
 def parse_list(text: str, kind=int) -> list:
     return [kind(float(x)) if kind is int else kind(x) for x in text.split(",") if x.strip()]
 
@@ -350,6 +373,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--no-model-variant", action="store_true",
                         help="skip the wire='model' row of codes that auto-choose float64")
     parser.add_argument("--out", default="results/bench_aggregation.json")
+    parser.add_argument("--merge", action="store_true",
+                        help="keep the rows of --out this run does not measure again")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     logging.getLogger("flwr").setLevel(logging.WARNING)
@@ -402,11 +427,15 @@ def main(argv: list[str] | None = None) -> dict:
                               f"{row['peak_bytes'] / row['peak_bound_bytes']:>11.2f}"
                               f"{row['relative_error']:>9.1e}{row['load_avg'][0]:>6.2f}",
                               flush=True)
+    command = " ".join(["python experiments/bench_aggregation.py",
+                        *(sys.argv[1:] if argv is None else argv)])
+    runs = [command]
+    if args.merge and Path(args.out).exists():
+        rows, skipped, runs = merged(json.loads(Path(args.out).read_text()), rows, skipped,
+                                     command)
     result = {"benchmark": "bench_aggregation", "quick": args.quick, "repeats": repeats,
               "seed": args.seed, "definitions": DEFINITIONS, "rows": rows,
-              "skipped": skipped,
-              "command": "python experiments/bench_aggregation.py " + " ".join(argv or
-                                                                             sys.argv[1:])}
+              "skipped": skipped, "runs": runs}
     save(result, args.out)
     return result
 

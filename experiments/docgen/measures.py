@@ -84,19 +84,26 @@ def bandwidth_limited() -> str:
 
 @block("bench-aggregation")
 def bench_aggregation() -> str:
+    d = load("bench_aggregation.json")
     rows = []
-    for r in load("bench_aggregation.json")["rows"]:
-        rows.append([f"{r['params']:.0e}".replace("e+0", "e"), r["n"], r["replies"],
-                     r["replies_read"], f"{r['fedavg_s']:.3f}", f"{r['coded_s']:.3f}",
-                     f"{r['speedup_vs_fedavg']:.1f}×",
-                     f"{r['coded_with_validation_s']:.3f} ({r['speedup_with_validation']:.1f}×)",
-                     f"{r['bytes_fedavg'] / 1e6:.1f} / {r['bytes_coded'] / 1e6:.1f}",
-                     f"{r['reaction_ms_p50']:.1f}",
-                     f"{r['peak_over_model']:.1f} "
-                     f"(bound {r['peak_bound_bytes'] / (4 * r['params']):.0f})"])
-    return table(["params", "n", "replies", "read", "FedAvg s", "coded s", "speed-up",
-                  "+ validation s (speed-up)", "reply MB (FedAvg / coded)",
-                  "reaction ms (p50)", "peak / model"], rows)
+    for r in d["rows"]:
+        wire = r["wire"] if r.get("wire_requested", "auto") == "auto" else f"{r['wire']} (asked)"
+        rows.append([f"{r['params']:.0e}".replace("e+0", "e"), r["n"], r["s"], r["code"], wire,
+                     f"{r['replies']} / {r['replies_read']}", f"{r['fedavg_s']:.3f}",
+                     f"{r['coded_s']:.3f}", f"{r['coded_s'] / r['fedavg_s']:.2f}",
+                     f"{r['bytes_coded'] / r['bytes_fedavg']:.1f}",
+                     f"{r['reaction_ms_p50']:.1f} / {r['result_ms_p50']:.0f}",
+                     f"{r['peak_bytes'] / r['peak_bound_bytes']:.2f}",
+                     f"{r['relative_error']:.1e}", f"{r['load_avg'][0]:.1f}"])
+    out = table(["params", "n", "s", "code", "wire", "replies / read", "FedAvg s", "coded s",
+                 "coded / FedAvg", "bytes / FedAvg", "reaction / result ms (p50)",
+                 "peak / bound", "rel. error", "load"], rows)
+    skipped = {(s["code"], s["n"], s["s"], s["reason"]): None for s in d.get("skipped", [])}
+    if skipped:
+        out += "\n\nNot measured (refused by the code or the memory guard): " + "; ".join(
+            f"{code} n={n} s={s}: {reason}" for code, n, s, reason in skipped) + "."
+    out += "\n\nRuns: " + "; ".join(f"`{c}`" for c in d.get("runs", [])) + "."
+    return out
 
 
 @block("bench-codes-cold")

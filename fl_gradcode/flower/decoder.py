@@ -119,7 +119,8 @@ def combine(
         if offset is not None:
             block += offset[start:end]
         if work is not None:
-            acc[start:end] = block
+            with np.errstate(over="ignore"):  # a value beyond ``out``'s range: inf, refused
+                acc[start:end] = block
             block = acc[start:end]
         if not np.isfinite(block).all():
             return None

@@ -201,3 +201,22 @@ def test_bench_aggregation_quick_writes_every_promised_key(tmp_path):
         assert r["relative_error"] < (1e-6 if r["wire"] == "float64" else 1e-4)
         assert r["result_ms_p50"] >= r["reaction_ms_p50"] > 0
     assert set(saved["definitions"]) >= {"reaction_ms_p50", "result_ms_p50", "peak_bytes"}
+
+
+def test_bench_merge_replaces_the_configurations_measured_again_and_keeps_the_rest():
+    bench = _bench()
+
+    def row(params, n, s, code, wire="auto", value=0.0):
+        return {"params": params, "n": n, "s": s, "code": code, "wire_requested": wire,
+                "coded_s": value}
+
+    old = {"rows": [row(10, 20, 2, "crc"), row(10, 20, 2, "crc", "model"),
+                    row(10, 20, 4, "grouped-rs"), row(5, 20, 4, "frc")],
+           "skipped": [{"params": 10, "n": 20, "s": 2, "code": "frc", "reason": "r"}],
+           "runs": ["first"]}
+    new_rows = [row(10, 20, 2, "crc", value=1.0)]  # crc auto-chose the model's dtype now
+    rows, skipped, runs = bench.merged(old, new_rows, [], "second")
+    assert [(r["params"], r["s"], r["code"], r["wire_requested"], r["coded_s"]) for r in rows] \
+        == [(5, 4, "frc", "auto", 0.0), (10, 2, "crc", "auto", 1.0),
+            (10, 4, "grouped-rs", "auto", 0.0)]
+    assert skipped == old["skipped"] and runs == ["first", "second"]
