@@ -15,7 +15,7 @@ from typing import Any
 
 from flwr.app import ArrayRecord, MetricRecord
 
-from .collector import ReplyCollector
+from .collector import ReplyCollector, serial_blas
 from .decoder import Decoder, Outcome, replies_read
 from .quarantine import Quarantine
 from .records import RoundOutcome
@@ -59,9 +59,11 @@ class RoundAggregator:
     def decode(self, state: RoundState, used: list[int],
                verdict: Any) -> tuple[RoundOutcome, ArrayRecord | None, MetricRecord | None]:
         """The round's outcome, the arrays and metrics of the inner strategy's aggregation of
-        the decoded average (``None`` when skipped)."""
-        decoding = self.decoder.decoding(state.code, used)
-        self.collector.check_applied(state, used, decoding, verdict)
+        the decoded average (``None`` when skipped). The server's own linear algebra runs with
+        BLAS on one thread (:func:`~.collector.serial_blas`); the inner strategy's does not."""
+        with serial_blas():
+            decoding = self.decoder.decoding(state.code, used)
+            self.collector.check_applied(state, used, decoding, verdict)
         decode = self.status(decoding)
         if self.collector.withholds(state, verdict, decode):
             decode = "skipped"
@@ -73,7 +75,8 @@ class RoundAggregator:
                 del state.valid[w]
                 state.reject(state.cohort[w], w, reason)
             used = [w for w in used if w not in bad]
-            decoding = self.decoder.decoding(state.code, used)
+            with serial_blas():
+                decoding = self.decoder.decoding(state.code, used)
             decode = self.status(decoding)
             result = None if decode == "skipped" else self._apply(state, used, decoding)
         arrays, metrics, count, noise_std = result or (None,) * 4
@@ -85,9 +88,10 @@ class RoundAggregator:
 
     def _apply(self, state: RoundState, used: list[int], decoding: Any) -> Outcome | None:
         """Decode the example-weighted average (privatised), hand it to the inner strategy."""
-        decoded = self.decoder.decode(state.code, state.valid, used, decoding, state.theta,
-                                      state.dtypes, round_number=state.number,
-                                      sizes=state.sizes)
+        with serial_blas():
+            decoded = self.decoder.decode(state.code, state.valid, used, decoding, state.theta,
+                                          state.dtypes, round_number=state.number,
+                                          sizes=state.sizes)
         if decoded is None:
             return None
         return self.decoder.apply(decoded, round_number=state.number,

@@ -57,6 +57,7 @@ __all__ = [
     "cast",
     "combine",
     "error_amplification",
+    "idle_cores",
     "instruction_chunks",
     "replies_read",
     "wire_dtypes",

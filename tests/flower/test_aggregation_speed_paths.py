@@ -220,3 +220,71 @@ def test_bench_merge_replaces_the_configurations_measured_again_and_keeps_the_re
         == [(5, 4, "frc", "auto", 0.0), (10, 2, "crc", "auto", 1.0),
             (10, 4, "grouped-rs", "auto", 0.0)]
     assert skipped == old["skipped"] and runs == ["first", "second"]
+
+
+# ================================================================== BLAS threads
+def _blas_threads() -> int:
+    from threadpoolctl import ThreadpoolController
+
+    return max(lib["num_threads"] for lib in ThreadpoolController().select(
+        user_api="blas").info())
+
+
+def test_serial_blas_limits_blas_to_one_thread_and_restores_it():
+    from threadpoolctl import threadpool_limits
+
+    from fl_gradcode.flower.collector import serial_blas
+
+    with threadpool_limits(limits=2, user_api="blas"):
+        outside = _blas_threads()
+        with serial_blas():
+            assert _blas_threads() == 1
+        assert _blas_threads() == outside
+
+
+def test_the_servers_solves_run_on_one_blas_thread_and_the_inner_strategy_keeps_its_own(
+        monkeypatch):
+    """Decodability on arrival, the window's rule, the cross-check and the sparse decoding run
+    with BLAS on one thread; the inner strategy's aggregation sees the process's setting."""
+    from threadpoolctl import threadpool_limits
+
+    from fl_gradcode.codes.base import GradientCode
+    from fl_gradcode.flower import collector as collector_module
+
+    bench = _bench()
+    seen: dict[str, list[int]] = {"decodable": [], "sparse": [], "verify": [], "inner": []}
+
+    def recorded(name, fn):
+        def wrapper(*args, **kwargs):
+            seen[name].append(_blas_threads())
+            return fn(*args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(GradientCode, "is_decodable",
+                        recorded("decodable", GradientCode.is_decodable))
+    monkeypatch.setattr(GradientCode, "sparse_decoding",
+                        recorded("sparse", GradientCode.sparse_decoding))
+    monkeypatch.setattr(collector_module, "verify_replies",
+                        recorded("verify", collector_module.verify_replies))
+
+    class Inner(FedAvg):
+        def aggregate_train(self, server_round, replies):
+            seen["inner"].append(_blas_threads())
+            return super().aggregate_train(server_round, replies)
+
+    with threadpool_limits(limits=2, user_api="blas"):
+        outside = _blas_threads()
+        strategy, _, wrapped, arrays, config = bench.setup("crc", 6, 2, 600, "auto")
+        strategy.inner = strategy.decoder.inner = Inner(
+            fraction_evaluate=0.0, min_available_nodes=6, min_train_nodes=6)
+        by_worker = bench.configure(strategy, wrapped, arrays, config)
+        cached, _ = bench.payloads(strategy._round.code, range(6), 600, True)
+        replies = bench.coded_replies(strategy, by_worker, [0, 1, 3, 5], cached)
+        for reply in replies:
+            strategy.on_reply(reply)
+        strategy.ready()
+        out, _ = strategy.aggregate_train(1, replies)
+    assert out is not None
+    assert seen["decodable"] and seen["sparse"] and seen["verify"]
+    assert {t for k in ("decodable", "sparse", "verify") for t in seen[k]} == {1}
+    assert seen["inner"] == [outside]
