@@ -7,7 +7,10 @@ wire ``wire="auto"`` chooses and, when that is float64, once more with ``wire="m
 Replies are honest (partition ``j``'s update is ``0.01 (j+1) delta``, 100 examples each) from
 the ``n - s`` workers left by a seeded random straggler pattern. Per row:
 
-* ``fedavg_s``: Flower's ``FedAvg.aggregate_train`` on ``replies = n - s`` ordinary replies;
+* ``fedavg_s``: Flower's ``FedAvg.aggregate_train`` on ``replies = n - s`` ordinary replies
+  (``fedavg_buffers``: ``"shared"`` when distinct replies would hold more than 2 GB: one set
+  of bytes behind every reply, which FedAvg reads layer by layer, 4 MB layers long gone from
+  the cache when the next reply reads them);
 * ``coded_s``: ``GradientCoding.aggregate_train`` (wallclock configuration) on the coded
   replies, after each was validated once on arrival, structurally (what ``EarlyReturnGrid``
   does while the round waits; values are checked in the decoding pass);
@@ -139,17 +142,23 @@ def coded_replies(strategy, messages: dict, workers, cached: dict) -> list:
     return replies
 
 
-def fedavg_replies(count: int, params: int) -> list:
+def fedavg_replies(count: int, params: int, shared: bool = False) -> list:
+    """``count`` ordinary replies; ``shared``: one set of array bytes for all (FedAvg reads a
+    whole layer per reply and step, so at 4 MB layers a layer's bytes have left the cache
+    before the next reply reads them: the time is the same, the memory ``1/count``)."""
     from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 
     base = model(params, np.random.default_rng(2))
+    one = {k: Array(v) for k, v in base.items()}
     replies = []
     for i in range(count):
         out = Message(RecordDict({"config": ConfigRecord({})}), dst_node_id=100 + i,
                       message_type="train")
         out.metadata.__dict__["_message_id"] = f"f{i}"
+        arrays = (one if shared else
+                  {k: Array(v * np.float32(1 + i)) for k, v in base.items()})
         content = RecordDict({
-            "arrays": ArrayRecord({k: Array(v * np.float32(1 + i)) for k, v in base.items()}),
+            "arrays": ArrayRecord(dict(arrays)),
             "metrics": MetricRecord({"num-examples": 100 + i}),
         })
         replies.append(Message(content, reply_to=out))
@@ -184,9 +193,12 @@ def bench(code_name: str, params: int, n: int, s: int, wire: str, repeats: int, 
     workers = [w for w in range(n) if w not in stragglers]
     assert code.is_decodable(workers), (code_name, n, s, stragglers)
     float64 = strategy._round.wire != "model"
-    cached, reference = payloads(code, range(n), params, float64)
+    cached, reference = payloads(code, workers, params, float64)
+    for w in stragglers:  # never pulled, never read: any well-formed payload
+        cached[w] = cached[workers[0]]
     count = len(workers)
-    f_replies = fedavg_replies(count, params)
+    shared = fedavg_shared(params, count)
+    f_replies = fedavg_replies(count, params, shared)
     fedavg = FedAvg()
     fed_times, coded_times, validate_times = [], [], []
     model_bytes = params * 4
@@ -249,6 +261,7 @@ def bench(code_name: str, params: int, n: int, s: int, wire: str, repeats: int, 
         "peak_bytes": row["peak_bytes"], "peak_bound_bytes": (count + 2) * model_bytes,
         "peak_over_model": row["peak_bytes"] / model_bytes,
         "relative_error": row["relative_error"],
+        "fedavg_buffers": "shared" if shared else "distinct",
         "load_avg": [round(x, 2) for x in load],
     }
 
@@ -305,14 +318,23 @@ def reaction_ms(code_name: str, n: int, s: int, params: int, wire: str, straggle
     return float(statistics.median(samples)), float(statistics.median(results))
 
 
-def memory_needed(code, params: int, n: int, s: int, wire: str) -> int:
-    """Bytes a row holds at once: every worker's payload (8-byte values on a float64 wire),
-    FedAvg's replies and a few models of working memory."""
+def fedavg_shared(params: int, count: int) -> bool:
+    """FedAvg's replies share their bytes when they would hold more than 2 GB."""
+    return params * 4 * count > 2e9
+
+
+def auto_float64(code) -> bool:
     from fl_gradcode.flower.decoder import Decoder
 
-    float64 = wire == "float64" or (wire == "auto"
-                                    and Decoder(None, wire="auto").wire_for(code) != "model")
-    return params * (n * (8 if float64 else 4) + (n - s) * 4 + 6 * 8)
+    return Decoder(None, wire="auto").wire_for(code) != "model"
+
+
+def memory_needed(code, params: int, n: int, s: int, wire: str) -> int:
+    """Bytes a row holds at once: the workers' payloads (8-byte values on a float64 wire),
+    FedAvg's replies and a few models of working memory."""
+    float64 = wire == "float64" or (wire == "auto" and auto_float64(code))
+    fedavg = 1 if fedavg_shared(params, n - s) else n - s
+    return params * ((n - s) * (8 if float64 else 4) + fedavg * 4 + 6 * 8)
 
 
 def available_memory() -> int:
@@ -414,6 +436,9 @@ def main(argv: list[str] | None = None) -> dict:
                                             "wire_requested": wire,
                                             "reason": f"needs ~{need / 1e9:.1f} GB, more than "
                                                       "80% of the memory available"})
+                            if (wire == "auto" and auto_float64(code)
+                                    and not args.no_model_variant):
+                                wires.append("model")
                             continue
                         row = bench(name, params, n, s, wire, repeats, args.seed, delay)
                         rows.append(row)
