@@ -391,9 +391,9 @@ def array_view(arr: Array) -> np.ndarray:
 
 def npy_array(values: np.ndarray, dtype: Any = None) -> Array:
     """``Array(values.astype(dtype))`` (Flower's ``.npy`` serialization, the same bytes as
-    ``np.save``) written in one pass: the cast happens while the bytes are filled, without the
-    cast copy, ``np.save``'s chunk copies and ``BytesIO.getvalue``'s copy. Casts are
-    ``same_kind`` (float64 -> float32 rounds; float -> int is refused)."""
+    ``np.save``) with one copy of the values into the message's bytes (``np.save`` into a
+    ``BytesIO`` and ``getvalue`` make two, plus the cast's). Casts are ``same_kind``
+    (float64 -> float32 rounds; float -> int is refused)."""
     values = np.asarray(values)
     dtype = values.dtype if dtype is None else np.dtype(dtype)
     if dtype.hasobject:
@@ -402,13 +402,9 @@ def npy_array(values: np.ndarray, dtype: Any = None) -> Array:
     np.lib.format.write_array_header_1_0(head, {
         "descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False,
         "shape": tuple(values.shape)})
-    header = head.getvalue()
-    buf = bytearray(len(header) + values.size * dtype.itemsize)
-    buf[: len(header)] = header
-    target = np.frombuffer(buf, dtype=dtype, offset=len(header)).reshape(values.shape)
-    np.copyto(target, values, casting="same_kind")
-    return Array(dtype=str(dtype), shape=tuple(values.shape), stype="numpy.ndarray",
-                 data=bytes(buf))
+    body = np.ascontiguousarray(values.astype(dtype, casting="same_kind", copy=False))
+    data = b"".join([head.getvalue(), memoryview(body.reshape(-1)).cast("B")])
+    return Array(dtype=str(dtype), shape=tuple(values.shape), stype="numpy.ndarray", data=data)
 
 
 # ---------------------------------------------------------------------------- train replies
