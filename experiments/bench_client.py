@@ -19,11 +19,14 @@ not enter it). Reported per setting (medians over the repetitions):
   also in units of the model's float32 size (``peak_extra_models``);
 * ``reply_bytes`` (coded) and ``plain_reply_bytes`` (one FedAvg client's reply).
 
+Settings: ``s`` in {2, 4}, wire ``model`` (float32) and ``float64``, and one setting with five
+local epochs per partition (``local_epochs``: the mod's cost does not grow with the training).
+
 The coded reply is checked against the example-weighted combination computed here from the
 plain replies in numpy (``max_rel_error``).
 
 Run: ``python experiments/bench_client.py`` -> ``results/bench_client.json``;
-``--quick``: a 1.2M-parameter model, one repetition.
+``--quick``: the 4.8k-parameter MLP, one repetition (smoke tests).
 """
 
 from __future__ import annotations
@@ -52,7 +55,8 @@ def _reply_bytes(msg) -> int:
     return sum(len(a.data) for rec in msg.content.array_records.values() for a in rec.values())
 
 
-def measure(hidden: int, s: int, k: int, wire: str, reps: int, seed: int = 0) -> dict:
+def measure(hidden: int, s: int, k: int, wire: str, reps: int, seed: int = 0,
+            epochs: int = 1) -> dict:
     import perf_app
     from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
     from flwr.clientapp import ClientApp
@@ -81,7 +85,8 @@ def measure(hidden: int, s: int, k: int, wire: str, reps: int, seed: int = 0) ->
     arrays = perf_app.initial_arrays(hidden, seed)
     params = sum(int(np.prod(a.shape)) for a in arrays.values())
     content = RecordDict({"arrays": arrays,
-                          "config": ConfigRecord({"hidden": hidden, "lr": 0.05})})
+                          "config": ConfigRecord({"hidden": hidden, "lr": 0.05,
+                                                  "local-epochs": epochs})})
     instruction = protocol.Instruction(
         op="train", round=1, worker=worker, seed=seed, nonce="bench", partition_ids=pids,
         num_partitions=(k,) * len(pids), coefficients=coefs, wire=wire)
@@ -148,6 +153,7 @@ def measure(hidden: int, s: int, k: int, wire: str, reps: int, seed: int = 0) ->
     model_bytes = 4 * params
     return {
         "params": params, "hidden": hidden, "s": s, "k": k, "wire": wire, "reps": reps,
+        "local_epochs": epochs,
         **med,
         "mod_overhead_vs_partition": med["mod_overhead_s"] / med["app_partition_s"],
         "mod_overhead_vs_app": med["mod_overhead_s"] / med["coded_app_s"],
@@ -207,13 +213,14 @@ def main(argv: list[str] | None = None) -> dict:
     for path in (ROOT, ROOT / "experiments"):
         if str(path) not in sys.path:
             sys.path.insert(0, str(path))
-    hidden, reps = (128, 1) if args.quick else (HIDDEN_10M, args.reps)
-    settings = [(2, "model"), (4, "model"), (2, "float64")]
+    hidden, reps = (0, 1) if args.quick else (HIDDEN_10M, args.reps)
+    settings = [(2, "model", 1), (2, "float64", 1)] if args.quick else [
+        (2, "model", 1), (4, "model", 1), (2, "float64", 1), (2, "model", 5)]
     rows = []
-    for s, wire in settings:
-        row = measure(hidden, s, 20, wire, reps)
+    for s, wire, epochs in settings:
+        row = measure(hidden, s, 20, wire, reps, epochs=epochs)
         rows.append(row)
-        print(f"params={row['params']:,} s={s} wire={wire}: app/partition "
+        print(f"params={row['params']:,} s={s} wire={wire} epochs={epochs}: app/partition "
               f"{row['app_partition_s']:.3f} s, mod overhead {row['mod_overhead_s']:.3f} s "
               f"({row['mod_overhead_vs_partition']:.1%} of one partition), peak extra "
               f"{row['peak_extra_models']:.2f} models, err {row['max_rel_error']:.1e}")

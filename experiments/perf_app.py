@@ -11,7 +11,7 @@ Training is deterministic (no shuffling, no dropout, no random draws): a coded r
 on the same seeds compute the same partition models, so their results can be compared.
 Partition ``j`` of ``k``: disjoint IID slices of the pool in sizes proportional to
 ``1 + j % 3`` when every slice gets at least 16 examples, else 16 examples drawn from the pool
-with the seed ``(7, j)``. One local epoch, batch 32, SGD.
+with the seed ``(7, j)``. Batch 32, SGD, ``local-epochs`` epochs (train config, default 1).
 
 ``FLGC_PERF_LOG`` (environment, a file path): every train call appends one JSON line
 ``{"start": ..., "end": ..., "partition": j, "pid": ...}`` (wall clock) so a benchmark can sum
@@ -117,20 +117,22 @@ def accuracy(hidden: int, arrays: ArrayRecord) -> float:
         return float((model(x).argmax(1) == y).float().mean())
 
 
-def train_partition(hidden: int, arrays: ArrayRecord, pid: int, k: int, lr: float
-                    ) -> tuple[ArrayRecord, int, float]:
-    """One local epoch on partition ``pid``: the new arrays, the example count, the loss."""
+def train_partition(hidden: int, arrays: ArrayRecord, pid: int, k: int, lr: float,
+                    epochs: int = 1) -> tuple[ArrayRecord, int, float]:
+    """``epochs`` local epochs on partition ``pid``: the new arrays, the example count, the
+    last epoch's loss."""
     model = Net(hidden)
     load(model, arrays)
     x, y = partition(pid, k, hidden == 0)
     opt = torch.optim.SGD(model.parameters(), lr=lr)
-    total = 0.0
-    for start in range(0, len(y), 32):
-        opt.zero_grad()
-        loss = nn.functional.cross_entropy(model(x[start:start + 32]), y[start:start + 32])
-        loss.backward()
-        opt.step()
-        total += float(loss.detach()) * len(y[start:start + 32])
+    for _ in range(epochs):
+        total = 0.0
+        for start in range(0, len(y), 32):
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(model(x[start:start + 32]), y[start:start + 32])
+            loss.backward()
+            opt.step()
+            total += float(loss.detach()) * len(y[start:start + 32])
     return to_arrays(model), len(y), total / len(y)
 
 
@@ -140,7 +142,7 @@ def train(msg: Message, context: Context) -> Message:
     cfg = msg.content["config"]
     pid, k = int(context.node_config["partition-id"]), int(context.node_config["num-partitions"])
     arrays, count, loss = train_partition(int(cfg["hidden"]), msg.content["arrays"], pid, k,
-                                          float(cfg["lr"]))
+                                          float(cfg["lr"]), int(cfg.get("local-epochs", 1)))
     reply = Message(RecordDict({"arrays": arrays, "metrics": MetricRecord(
         {"num-examples": count, "train-loss": loss})}), reply_to=msg)
     path = os.environ.get(LOG_ENV)
