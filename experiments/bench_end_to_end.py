@@ -25,7 +25,9 @@ the machine's load (``loadavg`` is recorded beside each block):
 * ``scale``: 1,000 SuperNodes, ``FedAvg(fraction_train=0.1)`` (100-node cohorts) alone and
   wrapped, the small MLP of ``perf_app`` (4.8k parameters: the messaging is measured), wall
   time per round and the peak RSS of the whole process tree (this process, Ray's processes and
-  actors; sampled every 0.2 s from /proc).
+  actors; sampled every 0.2 s from /proc). ``handshake_s``: the time of the coded strategy's
+  ``identify`` exchange with cohort members it has not met (most members of a random cohort
+  of 100 out of 1,000 in the first rounds), part of its round time.
 
 ``--engine inprocess`` runs the same ServerApp logic on the in-process test grid (no Ray; for
 smoke tests only). Run: ``python experiments/bench_end_to_end.py`` ->
@@ -131,6 +133,7 @@ def run_block(strategy: Any, grid: Any, arrays: Any, rounds: int, config: Any,
 
     marks: list[tuple[float, float]] = []
     accuracy: list[float | None] = []
+    loads: list[list[float]] = []
 
     def evaluate_fn(server_round: int, arrays):
         from flwr.app import MetricRecord
@@ -140,6 +143,7 @@ def run_block(strategy: Any, grid: Any, arrays: Any, rounds: int, config: Any,
         if server_round > 0:
             accuracy.append(acc)
         marks.append((t_in, time.time()))
+        loads.append(list(os.getloadavg()))
         return MetricRecord({"accuracy": acc}) if acc is not None else None
 
     result = strategy.start(grid=grid, initial_arrays=arrays, num_rounds=rounds,
@@ -149,8 +153,43 @@ def run_block(strategy: Any, grid: Any, arrays: Any, rounds: int, config: Any,
         start, end = marks[r - 1][1], marks[r][0]
         rows.append({"round": r, "wall_s": end - start,
                      "app_compute_s": _app_compute(log, start, end),
-                     "accuracy": accuracy[r - 1], "loadavg": list(os.getloadavg())})
+                     "handshake_s": grid.seconds("identify", start, end)
+                     if isinstance(grid, TimedGrid) else 0.0,
+                     "accuracy": accuracy[r - 1], "loadavg": loads[r]})
     return rows, result.arrays
+
+
+class TimedGrid:
+    """A grid that records when each ``send_and_receive`` ran and what it carried
+    (``identify``: the coded strategy's handshake; ``train``; ``other``); everything else is
+    the wrapped grid's."""
+
+    def __init__(self, grid: Any) -> None:
+        self.grid, self.calls = grid, []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.grid, name)
+
+    def send_and_receive(self, messages: Any, *args: Any, **kwargs: Any) -> Any:
+        from fl_gradcode.flower import protocol
+
+        messages = list(messages)
+        kind = "other"
+        for msg in messages:
+            rec = msg.content.config_records.get(protocol.PROTOCOL_KEY) \
+                if msg.has_content() else None
+            kind = "identify" if rec is not None and rec.get("op") == protocol.OP_IDENTIFY \
+                else "train" if msg.metadata.message_type.startswith("train") else kind
+        t0 = time.time()
+        try:
+            return self.grid.send_and_receive(messages, *args, **kwargs)
+        finally:
+            self.calls.append((kind, t0, time.time()))
+
+    def seconds(self, kind: str, start: float, end: float) -> float:
+        """Seconds spent in ``kind`` calls that ran between ``start`` and ``end``."""
+        return sum(t1 - t0 for k, t0, t1 in self.calls if k == kind and t0 >= start
+                   and t1 <= end)
 
 
 def _flat(arrays: Any) -> np.ndarray:
@@ -243,11 +282,14 @@ def part_stragglers(grid: Any, plan: dict, log: Path | None) -> dict:
         strategy = _wrap(_fedavg(n), **kw, **common)
         t0 = time.time()
         rows, final = run_block(strategy, grid, init, rounds, config, True, hidden, log)
-        virtual = np.cumsum([float(h.get("virtual_s") or 0.0) for h in strategy.history])
-        for row, h, v in zip(rows, strategy.history, virtual, strict=False):
-            row.update({"virtual_s": float(h.get("virtual_s") or 0.0),
-                        "virtual_elapsed_s": float(v), "decode": h.get("decode")})
-        runs[name] = {"rows": rows, "wall_s": time.time() - t0, "final": _flat(final)}
+        # the round log's virtual_s is the clock at the round's end (elapsed since the start)
+        elapsed = [float(h.get("virtual_s") or 0.0) for h in strategy.history]
+        for row, h, v, before in zip(rows, strategy.history, elapsed, [0.0, *elapsed],
+                                     strict=False):
+            row.update({"virtual_round_s": v - before, "virtual_elapsed_s": v,
+                        "decode": h.get("decode")})
+        runs[name] = {"rows": rows, "wall_s": time.time() - t0, "final": _flat(final),
+                      "wire": strategy.wire_for(strategy.code_for(n))}
     target = plan["target"]
 
     def time_to(name: str) -> float | None:
@@ -268,6 +310,9 @@ def part_stragglers(grid: Any, plan: dict, log: Path | None) -> dict:
         "time_to_target_s": {"coded": t_coded, "wait_for_all": t_wait},
         "speedup_vs_wait_for_all": (t_wait / t_coded) if t_coded and t_wait else None,
         "rel_diff_coded_vs_wait_for_all": diff, "runs": runs,
+        "note": "both runs decode the exact example-weighted average every round; their "
+                "models differ by the rounding of the replies in their wire dtype, which "
+                "training amplifies over the rounds",
     }
 
 
@@ -299,8 +344,8 @@ def part_scale(grid: Any, plan: dict, log: Path | None) -> dict:
     finally:
         rss.stop()
 
-    def median(name: str) -> float:
-        return float(np.median([r["wall_s"] for b in blocks if b["strategy"] == name
+    def median(name: str, key: str = "wall_s") -> float:
+        return float(np.median([r[key] for b in blocks if b["strategy"] == name
                                 for r in b["rows"][1:] or b["rows"]]))
 
     return {
@@ -309,6 +354,9 @@ def part_scale(grid: Any, plan: dict, log: Path | None) -> dict:
         "rounds_per_block": rounds, "reps": reps,
         "fedavg_round_s": median("fedavg"), "coded_round_s": median("coded"),
         "coded_vs_fedavg": median("coded") / median("fedavg"),
+        "coded_handshake_s": median("coded", "handshake_s"),
+        "app_compute_s": {"fedavg": median("fedavg", "app_compute_s") / plan["actors"],
+                          "coded": median("coded", "app_compute_s") / plan["actors"]},
         "peak_rss_bytes": {name: max(b["peak_rss_bytes"] for b in blocks
                                      if b["strategy"] == name) for name in ("fedavg", "coded")},
         "decodes": sorted(decodes),
@@ -333,7 +381,7 @@ def run_part(part: str, plan: dict, engine: str) -> dict:
         from fl_gradcode.flower.testing import InProcessGrid
 
         grid = InProcessGrid(perf_app.coded_app, nodes)
-        out.update(RUNNERS[part](grid, plan, log))
+        out.update(RUNNERS[part](TimedGrid(grid), plan, log))
         return out
     from flwr.app import Context
     from flwr.serverapp import Grid, ServerApp
@@ -343,7 +391,7 @@ def run_part(part: str, plan: dict, engine: str) -> dict:
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
-        out.update(RUNNERS[part](grid, plan, log))
+        out.update(RUNNERS[part](TimedGrid(grid), plan, log))
 
     # Ray's workers import perf_app (the pickled ClientApp refers to it) and this fl_gradcode
     os.environ["PYTHONPATH"] = os.pathsep.join(
@@ -372,7 +420,7 @@ def main(argv: list[str] | None = None) -> dict:
     quiet_flower()
     plan = {"n": 20, "s": 2, "code": "grouped-rs", "hidden": 128, "reps": 3, "rounds": 3,
             "straggler_rounds": 12, "compute_cost_s": 1.0, "target": 0.85,
-            "nodes": 1000, "cohort": 100, "scale_s": 4, "scale_reps": 2, "scale_rounds": 3,
+            "nodes": 1000, "cohort": 100, "scale_s": 4, "scale_reps": 2, "scale_rounds": 5,
             "actors": (os.cpu_count() or 1) if args.engine == "ray" else 1}
     if args.quick:
         plan.update(n=4, s=1, hidden=0, reps=1, rounds=2, straggler_rounds=2, target=0.2,
