@@ -129,3 +129,15 @@ def test_peak_memory_of_a_coded_call_is_the_apps_own_plus_the_float64_sum():
     peak, reply = _peak(lambda: mod(msg, node_context(), app))
     assert not reply.has_error(), reply.error.reason
     assert peak - app_peak <= 4.5 * model, f"{(peak - app_peak) / model:.2f} models"
+
+
+def test_seeding_torch_draws_what_torch_manual_seed_draws():
+    torch = pytest.importorskip("torch")
+
+    from fl_gradcode.flower.mod import seed_everything
+
+    torch.manual_seed(1234)
+    expected = torch.rand(5)
+    for _ in range(3):
+        seed_everything(1234)
+        assert torch.equal(torch.rand(5), expected)
