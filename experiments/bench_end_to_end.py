@@ -420,7 +420,7 @@ def main(argv: list[str] | None = None) -> dict:
     quiet_flower()
     plan = {"n": 20, "s": 2, "code": "grouped-rs", "hidden": 128, "reps": 3, "rounds": 3,
             "straggler_rounds": 12, "compute_cost_s": 1.0, "target": 0.85,
-            "nodes": 1000, "cohort": 100, "scale_s": 4, "scale_reps": 2, "scale_rounds": 5,
+            "nodes": 1000, "cohort": 100, "scale_s": 4, "scale_reps": 4, "scale_rounds": 5,
             "actors": (os.cpu_count() or 1) if args.engine == "ray" else 1}
     if args.quick:
         plan.update(n=4, s=1, hidden=0, reps=1, rounds=2, straggler_rounds=2, target=0.2,

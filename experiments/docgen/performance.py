@@ -17,6 +17,12 @@ def _load(x: list[float] | None) -> str:
     return "-" if not x else f"{x[0]:.1f}"
 
 
+def _median_load(blocks: list[dict]) -> str:
+    """The median 1-minute load average over the rounds of ``blocks``."""
+    loads = sorted(r["loadavg"][0] for b in blocks for r in b["rows"] if r.get("loadavg"))
+    return "-" if not loads else f"{loads[len(loads) // 2]:.1f}"
+
+
 @block("perf-client")
 def perf_client() -> str:
     d = load(CLIENT)
@@ -47,10 +53,12 @@ def perf_end_to_end() -> str:
     ns, st = d["no_stragglers"], d["stragglers"]
     head = table(
         ["n", "s", "params", "actors", "FedAvg round s", "coded round s", "coded / FedAvg",
-         "overhead beyond s+1× compute", "coded vs FedAvg model"],
+         "FedAvg compute s / actor", "overhead beyond s+1× compute", "coded vs FedAvg model",
+         "load (1 min)"],
         [[ns["n"], ns["s"], f"{ns['params'] / 1e6:.1f}M", ns["actors"],
           num(ns["fedavg_round_s"]), num(ns["coded_round_s"]), f"{ns['coded_vs_fedavg']:.2f}×",
-          f"{ns['overhead_beyond_compute']:+.0%}", f"{ns['max_rel_diff_vs_fedavg']:.0e}"]])
+          num(ns["fedavg_compute_s"]), f"{ns['overhead_beyond_compute']:+.0%}",
+          f"{ns['max_rel_diff_vs_fedavg']:.0e}", _median_load(ns["blocks"])]])
     times = st["time_to_target_s"]
     speed = st["speedup_vs_wait_for_all"]
     tail = table(
@@ -69,12 +77,17 @@ def perf_end_to_end() -> str:
 def perf_scale() -> str:
     sc = load(E2E)["scale"]
     return (f"{sc['nodes']:,} SuperNodes on {sc['actors']} actors, cohorts of {sc['cohort']}, "
-            f"{sc['params']:,} parameters, medians over {sc['reps']} interleaved blocks:\n\n"
-            + table(["strategy", "round s", "peak RSS (process tree)"],
-                    [["FedAvg", num(sc["fedavg_round_s"]),
-                      _mb(sc["peak_rss_bytes"]["fedavg"])],
+            f"{sc['params']:,} parameters, medians over {sc['reps']} interleaved blocks of "
+            f"{sc['rounds_per_block']} rounds (first round of each block excluded):\n\n"
+            + table(["strategy", "round s", "app compute s / actor", "handshake s",
+                     "peak RSS (process tree)", "load (1 min)"],
+                    [["FedAvg", num(sc["fedavg_round_s"]), num(sc["app_compute_s"]["fedavg"]),
+                      "-", _mb(sc["peak_rss_bytes"]["fedavg"]),
+                      _median_load([b for b in sc["blocks"] if b["strategy"] == "fedavg"])],
                      [f"coded (`{sc['code']}`, s={sc['s']})", num(sc["coded_round_s"]),
-                      _mb(sc["peak_rss_bytes"]["coded"])]]))
+                      num(sc["app_compute_s"]["coded"]), num(sc["coded_handshake_s"]),
+                      _mb(sc["peak_rss_bytes"]["coded"]),
+                      _median_load([b for b in sc["blocks"] if b["strategy"] == "coded"])]]))
 
 
 @block("perf-summary")
@@ -82,13 +95,18 @@ def perf_summary() -> str:
     client, d = load(CLIENT), load(E2E)
     r = min(client["rows"], key=lambda row: (row["s"], row["wire"] != "model",
                                              row.get("local_epochs", 1)))
+    longer = [row for row in client["rows"] if row.get("local_epochs", 1) > 1]
+    more = "" if not longer else (
+        f"; {longer[0]['mod_overhead_vs_partition']:.0%} with {longer[0]['local_epochs']} "
+        "local epochs")
     ns, st, sc = d["no_stragglers"], d["stragglers"], d["scale"]
     speed = st["speedup_vs_wait_for_all"]
     return "\n".join([
         f"- **Client**: for s+1={r['s'] + 1} partitions of a {r['params'] / 1e6:.0f}M-parameter "
         "CNN "
         f"the mod adds {r['mod_overhead_s']:.2f} s ({r['mod_overhead_vs_partition']:.0%} of "
-        f"one partition's training) and {r['peak_extra_models']:.1f} models of memory beyond "
+        f"one partition's training, one local epoch{more}) and "
+        f"{r['peak_extra_models']:.1f} models of memory beyond "
         f"the app's own; its reply is {r['reply_bytes'] / r['plain_reply_bytes']:.2f}× a "
         "FedAvg reply.",
         f"- **Round, no stragglers** (n={ns['n']}, {ns['params'] / 1e6:.1f}M-parameter CNN): "
@@ -97,7 +115,8 @@ def perf_summary() -> str:
         f"- **Stragglers** (virtual clock): {st['target']:.0%} test accuracy "
         + ("not reached by both runs." if speed is None else
            f"{speed:.2f}× sooner than wait-for-all FedAvg."),
-        f"- **Scale**: {sc['nodes']:,} SuperNodes, cohorts of {sc['cohort']}: "
-        f"{sc['coded_vs_fedavg']:.2f}× FedAvg's round time, peak RSS "
+        f"- **Scale**: {sc['nodes']:,} SuperNodes on {sc['actors']} Ray actors, cohorts of "
+        f"{sc['cohort']}, s={sc['s']}: {sc['coded_vs_fedavg']:.2f}× FedAvg's round time, "
+        "peak RSS "
         f"{_mb(sc['peak_rss_bytes']['coded'])} vs {_mb(sc['peak_rss_bytes']['fedavg'])}.",
     ])
