@@ -11,7 +11,8 @@ the figures below that no experiment draws); ``--check`` rewrites nothing and ex
 the stale blocks (and any block name without a renderer). Only JSON is read: no experiment runs.
 Prose around a block is hand-written and states no measured number. The renderers live in
 ``experiments/docgen/`` (``accuracy``: time to accuracy and adaptive coding; ``measures``: every
-other experiment; ``readme``: the README's headline and figure, the option and code tables).
+other experiment; ``performance``: the client's cost, end-to-end and scale; ``readme``: the
+README's headline and figure, the option and code tables).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ for _path in (ROOT, ROOT / "experiments"):  # this checkout's fl_gradcode and th
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
-from docgen import accuracy, measures  # noqa: E402, F401  (registers their renderers)
+from docgen import accuracy, measures, performance  # noqa: E402, F401  (registers renderers)
 from docgen.core import BLOCK, RENDERERS  # noqa: E402
 from docgen.readme import FIGURE_CODING, draw_coding_figure  # noqa: E402
 

@@ -142,6 +142,18 @@ def seed_everything(seed: int) -> None:
     np.random.seed(seed % 2**32)  # noqa: NPY002 - the app may draw from numpy's global RNG
     torch = _torch()
     if torch is not None:
+        _seed_torch(torch, seed)
+
+
+def _seed_torch(torch: Any, seed: int) -> None:
+    """``torch.manual_seed(seed)``. Without an accelerator only the CPU generator exists, and
+    it alone is seeded: ``torch.manual_seed`` would also register deferred seeding of every
+    absent device, formatting a stack trace for each (a third of a millisecond per partition
+    on a quiet machine, milliseconds on a loaded one)."""
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None and not accelerator.is_available():
+        torch.default_generator.manual_seed(int(seed))
+    else:
         torch.manual_seed(seed)
 
 
@@ -206,10 +218,42 @@ _KEYED_MODES = ("partition", "sample")
 class PartitionResult:
     """What the app returned for one partition (before the DP release)."""
 
-    delta: dict[str, np.ndarray]  # theta_j - theta, float64
+    arrays: dict[str, np.ndarray]  # theta_j as the app sent it (read-only views of its reply)
     num_examples: float
     metrics: dict[str, float]
     compute_s: float
+
+    def delta(self, theta: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """``theta_j - theta`` in float64 (full-size arrays: the DP release needs them)."""
+        return {name: np.subtract(self.arrays[name], theta[name], dtype=np.float64)
+                for name in theta}
+
+
+#: Elements per block of :func:`_accumulate` (its float64 scratch stays in the CPU's cache).
+_BLOCK = 1 << 16
+
+
+def _accumulate(coded: np.ndarray, weight: float, new: np.ndarray, old: np.ndarray,
+                scratch: np.ndarray) -> None:
+    """``coded += weight * (new - old)`` in float64, block by block: the operations (and the
+    bits) of ``weight * (new.astype(float64) - old.astype(float64))``, without full-size
+    temporaries (a 10M-parameter model would need three of 80 MB each)."""
+    out, a, b = coded.reshape(-1), new.reshape(-1), old.reshape(-1)
+    for start in range(0, out.size, _BLOCK):
+        stop = min(start + _BLOCK, out.size)
+        buf = scratch[: stop - start]
+        np.subtract(a[start:stop], b[start:stop], out=buf, dtype=np.float64)
+        np.multiply(buf, weight, out=buf)
+        out[start:stop] += buf
+
+
+def _view(arr: Any) -> np.ndarray:
+    """An Array's values without copying its bytes (Flower's ``numpy()`` for other
+    serializations)."""
+    try:
+        return protocol.array_view(arr)
+    except protocol.RejectedReply:
+        return arr.numpy()
 
 
 def _single(records: dict, preferred: str, what: str) -> Any:
@@ -301,13 +345,19 @@ def _run_partition(
             f"the app returned arrays {sorted(arrays.keys())} for partition {pid}; the global "
             f"model has {sorted(theta)}"
         )
-    delta = {name: arrays[name].numpy().astype(np.float64) - theta[name] for name in theta}
+    values = {name: _view(arrays[name]) for name in theta}
+    for name, value in values.items():
+        if value.shape != theta[name].shape:
+            raise ValueError(
+                f"the app returned array {name!r} of shape {value.shape} for partition {pid}; "
+                f"the global model's is {theta[name].shape}"
+            )
     scalars = {
         k: float(v)
         for k, v in metrics.items()
         if k != instruction.weight_key and isinstance(v, (int, float)) and not isinstance(v, bool)
     }
-    return PartitionResult(delta, num_examples, scalars, compute_s)
+    return PartitionResult(values, num_examples, scalars, compute_s)
 
 
 def _coded_reply(
@@ -319,7 +369,7 @@ def _coded_reply(
 ) -> Message:
     content = protocol.app_content(msg.content)
     global_arrays = _single(dict(content.array_records), "arrays", "ArrayRecord")
-    theta = {name: arr.numpy().astype(np.float64) for name, arr in global_arrays.items()}
+    theta = {name: _view(arr) for name, arr in global_arrays.items()}  # no copy
     mechanism = make_mechanism(
         DPConfig(
             mode=instruction.dp,
@@ -334,7 +384,8 @@ def _coded_reply(
         instruction = dataclasses.replace(
             instruction, nonce=bound_nonce(instruction, content)
         )
-    coded = {name: np.zeros_like(v) for name, v in theta.items()}
+    coded = {name: np.zeros(v.shape) for name, v in theta.items()}  # float64
+    scratch = np.empty(min(_BLOCK, max((v.size for v in theta.values()), default=0)))
     count, compute_s = 0.0, 0.0
     sizes: list[float] = []
     metric_sums: dict[str, float] | None = None
@@ -361,8 +412,9 @@ def _coded_reply(
                 cache[cache_key] = result
         # every replica is charged its own computation (a cached result costs what it cost)
         compute_s += result.compute_s
-        delta = result.delta
+        weight = coef * result.num_examples
         if mechanism.mode in ("partition", "central"):
+            delta = result.delta(theta)
             flat = np.concatenate([delta[name].reshape(-1) for name in names])
             flat = mechanism.release(
                 flat,
@@ -377,9 +429,11 @@ def _coded_reply(
                 size = theta[name].size
                 delta[name] = flat[start : start + size].reshape(theta[name].shape)
                 start += size
-        weight = coef * result.num_examples
-        for name in names:
-            coded[name] += weight * delta[name]
+            for name in names:
+                coded[name] += weight * delta[name]
+        else:  # no full-size float64 temporaries: the difference is formed block by block
+            for name in names:
+                _accumulate(coded[name], weight, result.arrays[name], theta[name], scratch)
         count += weight
         sizes.append(result.num_examples)
         if metric_sums is None:
@@ -389,6 +443,9 @@ def _coded_reply(
                 metric_sums[k] += weight * result.metrics[k]
             else:
                 del metric_sums[k]
+        # drop this partition's reply before the next runs (Flower's Message holds reference
+        # cycles: its bytes go at the next cycle collection; a cached result stays cached)
+        result = delta = None
     if stop_at is not None and _now() >= stop_at:  # the last partition ended too late
         raise _Stopped(f"stopped after {total} of {total} partitions, before replying: the "
                        f"round's deadline (stop-after-s={instruction.stop_after_s:g} s) passed "
@@ -409,16 +466,14 @@ def _coded_reply(
         return protocol.train_reply(
             msg, instruction, {protocol.CHUNK_KEY: chunk}, count, sizes, {}, compute_s
         )
+    wire = None
     if instruction.wire == "model":  # the server found the model's dtype accurate enough
-        dtypes = {name: arr.dtype for name, arr in global_arrays.items()}
-        coded = {
-            name: v.astype(dtypes[name]) if np.dtype(dtypes[name]).kind == "f" else v
-            for name, v in coded.items()
-        }
+        # cast while serializing (no cast copy): float arrays in the model's dtype
+        wire = {name: theta[name].dtype for name in names if theta[name].dtype.kind == "f"}
     if mechanism.mode in _WITHHELD_METRICS:
         metric_sums = None  # un-noised per-partition metrics would undo the DP release
     return protocol.train_reply(
-        msg, instruction, coded, count, sizes, metric_sums or {}, compute_s
+        msg, instruction, coded, count, sizes, metric_sums or {}, compute_s, dtypes=wire
     )
 
 

@@ -389,6 +389,24 @@ def array_view(arr: Array) -> np.ndarray:
     return flat.reshape(shape, order="F" if fortran else "C")
 
 
+def npy_array(values: np.ndarray, dtype: Any = None) -> Array:
+    """``Array(values.astype(dtype))`` (Flower's ``.npy`` serialization, the same bytes as
+    ``np.save``) with one copy of the values into the message's bytes (``np.save`` into a
+    ``BytesIO`` and ``getvalue`` make two, plus the cast's). Casts are ``same_kind``
+    (float64 -> float32 rounds; float -> int is refused)."""
+    values = np.asarray(values)
+    dtype = values.dtype if dtype is None else np.dtype(dtype)
+    if dtype.hasobject:
+        raise TypeError(f"dtype {dtype} holds Python objects; arrays of numbers only")
+    head = io.BytesIO()
+    np.lib.format.write_array_header_1_0(head, {
+        "descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False,
+        "shape": tuple(values.shape)})
+    body = np.ascontiguousarray(values.astype(dtype, casting="same_kind", copy=False))
+    data = b"".join([head.getvalue(), memoryview(body.reshape(-1)).cast("B")])
+    return Array(dtype=str(dtype), shape=tuple(values.shape), stype="numpy.ndarray", data=data)
+
+
 # ---------------------------------------------------------------------------- train replies
 def train_reply(
     msg: Message,
@@ -398,9 +416,12 @@ def train_reply(
     sizes: Sequence[float],
     metrics: Mapping[str, float],
     compute_s: float,
+    dtypes: Mapping[str, np.dtype] | None = None,
 ) -> Message:
-    """The one coded reply of a worker."""
-    arrays = ArrayRecord({name: Array(np.ascontiguousarray(v)) for name, v in coded.items()})
+    """The one coded reply of a worker; ``dtypes``: arrays sent in another dtype than their
+    own (the wire dtype), cast while serializing."""
+    dtypes = dtypes or {}
+    arrays = ArrayRecord({name: npy_array(v, dtypes.get(name)) for name, v in coded.items()})
     meta: dict[str, Any] = {
         "worker": int(instruction.worker),
         "round": int(instruction.round),
