@@ -319,7 +319,7 @@ def first_hour() -> str:
     for name, regime in data["regimes"].items():
         role = ("`--preset coding-wins`" if name == data["recommended"] else
                 "`--preset coding-loses`" if name == data["losing_preset"] else "")
-        config = " ".join(f"{k}={v}" for k, v in regime["run_config"].items()) or "(defaults)"
+        config = " ".join(f"{k}={v}" for k, v in regime["run_config"].items()) or "(base)"
         per_seed = regime["per_seed"]
         rows.append([
             f"`{name}` {role}".strip(), f"`{config}`",
@@ -329,8 +329,11 @@ def first_hour() -> str:
                        for s in per_seed),
             "yes" if regime["wins"] else "no"])
     seeds = ", ".join(str(s) for s in data["seeds"])
+    base = " ".join(f"{k}={v}" for k, v in data.get("base", {}).items())
     return (f"{data['num_clients']} clients, seeds {seeds}; target: {data['target']}; goal: "
-            f"{data['goal']}.\n\n" + table(
-                ["regime", "run config (over the defaults)", "× sooner than wait-for-all, "
+            f"{data['goal']}. Every regime overrides the base `{base}` (the run-config "
+            f"defaults when it was measured); today's defaults are the base with "
+            f"`{data['recommended']}`'s overrides.\n\n" + table(
+                ["regime", "run config (over the base)", "× sooner than wait-for-all, "
                  "per seed", "× sooner than drop-stragglers, per seed",
                  "final accuracy, coded vs drop-stragglers", "meets the goal"], rows))

@@ -244,10 +244,11 @@ def test_the_first_round_drops_exactly_the_partitions_whose_draw_is_past_the_dea
     from server.app import run_latency
 
     n, deadline = 8, 0.3
-    cfg = merge_config({"virtual-compute": "none", "straggler-timeout": deadline,
-                        "latency-p": 0.3})
-    rival, _ = _rival({"num-rounds": 1, "virtual-compute": "none",
-                       "straggler-timeout": deadline, "latency-p": 0.3}, n, tmp_path)
+    # bimodal draws and no compute cost, set here (not the defaults): the draws alone decide
+    regime = {"latency": "bimodal", "partition-cost-s": 0.0, "virtual-compute": "none",
+              "straggler-timeout": deadline, "latency-p": 0.3}
+    cfg = merge_config(regime)
+    rival, _ = _rival({"num-rounds": 1, **regime}, n, tmp_path)
     sizes = rival.partition_sizes
     latency = run_latency(cfg)
     late = sorted(p for p in range(n) if client_delay(
@@ -378,14 +379,35 @@ def test_a_failed_run_is_left_out_of_the_comparison_and_the_exit_code_says_so(
 
 # =============================================================================== presets
 def _regime(role):
-    """The run config the committed first-hour experiment chose for ``role`` (read here from
-    the JSON directly, not through the launcher)."""
+    """The run config the committed first-hour experiment ran for ``role``: its base with the
+    regime's overrides (read here from the JSON directly, not through the launcher)."""
     import json
     from pathlib import Path
 
     data = json.loads((Path(__file__).resolve().parents[2] / "results" / "first_hour.json")
                       .read_text())
-    return data["regimes"][data[role]]["run_config"]
+    return {**data["base"], **data["regimes"][data[role]]["run_config"]}
+
+
+def test_the_default_main_job_is_the_recommended_regime():
+    """No options: every key of the regime the first-hour experiment recommends is a default,
+    and the losing preset's regime differs from the defaults."""
+    from fl_gradcode.config import DEFAULTS
+
+    recommended = _regime("recommended")
+    assert {k: DEFAULTS[k] for k in recommended} == recommended
+    losing = _regime("losing_preset")
+    assert {k: DEFAULTS[k] for k in losing} != losing
+
+
+@pytest.mark.parametrize("preset, says", [("coding-wins", "coding is recommended here"),
+                                          ("coding-loses", "coding is NOT recommended here")])
+def test_a_preset_says_whether_coding_is_recommended_in_its_regime(preset, says, tmp_path,
+                                                                    monkeypatch, capsys):
+    code, _ = _launch(tmp_path, monkeypatch, ["--no-compare", "--preset", preset])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert f"preset {preset} = regime " in out and says in out
 
 
 @pytest.mark.parametrize("preset, role", [("coding-wins", "recommended"),
