@@ -102,18 +102,11 @@ def run_overrides(name: str, regime: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _run_rival_in_process(cfg: dict[str, Any], n: int) -> None:
-    """Flower's FedAvg with a deadline (:func:`server.app.build_rival`) over the in-process
-    grid with the main job's ClientApp (its default mods), in virtual time."""
-    from clients.app import make_client_app
-    from fl_gradcode.config import merge_config
-    from fl_gradcode.flower.testing import InProcessGrid
-    from server.app import build_rival
+    """Flower's FedAvg with a deadline over the in-process grid with the main job's ClientApp
+    (:func:`server.app.run_rival_in_process`), in virtual time."""
+    from server.app import run_rival_in_process
 
-    cfg = merge_config({**cfg, "timing": "virtual", "num-clients": n})
-    strategy, initial, evaluate_fn, train_config = build_rival(cfg, n)
-    grid = InProcessGrid(make_client_app(), n, run_config=cfg)
-    strategy.start(grid=grid, initial_arrays=initial, num_rounds=int(cfg["num-rounds"]),
-                   timeout=3600, train_config=train_config, evaluate_fn=evaluate_fn)
+    run_rival_in_process(cfg, n)
 
 
 def run_one(name: str, regime: Mapping[str, Any], seed: int, n: int,

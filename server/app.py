@@ -334,6 +334,27 @@ def run_in_process(
     return strategy, np.concatenate([arrays[k].numpy().reshape(-1) for k in names])
 
 
+def run_rival_in_process(run_config: dict[str, Any], n: int) -> tuple[DeadlineFedAvg,
+                                                                      np.ndarray]:
+    """:func:`run_in_process` for the rival (``rival`` in the run config; default
+    ``drop-stragglers``): Flower's FedAvg with a round deadline (:func:`build_rival`) over the
+    in-process grid with the main job's ClientApp (its default mods), in virtual time, on the
+    same seeds, data and latency draws as the coded run of the same run config. Returns the
+    strategy and the final flat model."""
+    from clients.app import make_client_app
+    from fl_gradcode.flower.testing import InProcessGrid
+
+    rival = str(run_config.get("rival") or RIVALS[0])
+    cfg = merge_config({**run_config, "rival": rival, "timing": "virtual", "num-clients": n})
+    strategy, initial, evaluate_fn, train_config = build_rival(cfg, n)
+    grid = InProcessGrid(make_client_app(), n, run_config=cfg)
+    result = strategy.start(grid=grid, initial_arrays=initial, num_rounds=int(cfg["num-rounds"]),
+                            timeout=3600, train_config=train_config, evaluate_fn=evaluate_fn)
+    arrays = result.arrays if len(result.arrays) else initial
+    names = list(initial.keys())
+    return strategy, np.concatenate([arrays[k].numpy().reshape(-1) for k in names])
+
+
 def make_server_app(overrides: dict[str, Any] | None = None) -> ServerApp:
     """A ServerApp whose run config is ``context.run_config`` updated with ``overrides``."""
     server_app = ServerApp()

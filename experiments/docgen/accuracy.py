@@ -41,6 +41,8 @@ def no_dp(data: dict) -> list[str]:
 def tta_main() -> str:
     data = load(TTA)
     rows = []
+    # Flower's FedAvg dropping stragglers at a deadline: a column once the JSON has it
+    rival = any("drop-stragglers" in row for row in data["table"].values())
     for setup, row in data["table"].items():
         nested = _best(row, "nested s=")
         auto = row["auto"]
@@ -53,8 +55,11 @@ def tta_main() -> str:
             vs_uncoded = f"{1 / auto['speedup_vs_uncoded']:.2f}"
         rows.append([setup, *(tta_cell(row[k]) for k in
                               ("uncoded", "ignore-stragglers", "exact", "approx-deadline")),
+                     *([tta_cell(row["drop-stragglers"]) if "drop-stragglers" in row else "-"]
+                       if rival else []),
                      nested_cell, tta_cell(auto), vs_fixed, vs_uncoded])
     return table(["setup", "uncoded", "ignore-stragglers", "exact", "approx-deadline",
+                  *(["drop-stragglers (Flower FedAvg, deadline)"] if rival else []),
                   "best nested s=v", "auto", "auto vs best fixed", "auto vs uncoded"], rows)
 
 

@@ -238,6 +238,23 @@ def test_with_a_deadline_nobody_misses_it_is_the_wait_for_all_run(tmp_path):
     assert all(r["decode"] == "all" and r["compute_s"] > 0 for r in rival.history)
 
 
+def test_in_process_the_rival_samples_the_cohorts_of_the_uncoded_run(tmp_path):
+    """fraction-train < 1 in one process: the clients' seeding must not move the random module
+    the server's Flower samples from, so the rival (run_rival_in_process) gets the uncoded
+    run's cohort in every round, and with no deadline reached, its model."""
+    from server.app import run_in_process, run_rival_in_process
+
+    common = {"num-rounds": 4, "virtual-compute": "none", "straggler-timeout": 1e6,
+              "fraction-train": 0.5}
+    rival, theta = run_rival_in_process({**common, "results-dir": str(tmp_path / "r")}, 8)
+    uncoded, theta_u = run_in_process({**common, "code": "uncoded", "s": 0,
+                                       "results-dir": str(tmp_path / "u")}, 8)
+    cohorts = [sorted(r["clients_used"] + r["stragglers"]) for r in rival.history]
+    assert cohorts == [r["partitions"]["used"] for r in uncoded.history]
+    assert len({tuple(c) for c in cohorts}) > 1  # the premise: the cohorts change
+    np.testing.assert_allclose(theta, theta_u, rtol=1e-9, atol=1e-12)
+
+
 def test_the_first_round_drops_exactly_the_partitions_whose_draw_is_past_the_deadline(
         tmp_path):
     from fl_gradcode.latency import client_delay
@@ -300,6 +317,34 @@ def test_train_timing_mod_leaves_coded_messages_alone_and_times_plain_ones():
     timing = replies[0].content.config_records[TIMING_KEY]
     assert timing["partition-id"] == 3 and timing["compute-s"] >= 0.0
     assert seen[1] == seen[2]  # seeded from (seed, round, partition): the same draw
+
+
+def test_train_timing_mod_leaves_the_callers_random_state_as_it_was():
+    """The handler's draws are seeded, and the caller's RNGs (Python's, numpy's global) are
+    restored after: in one process (the in-process grid) the server's Flower samples its
+    cohorts from Python's random module, which a client's seeding must not move."""
+    import random
+
+    from flwr.app import Context
+
+    ctx = Context(run_id=1, node_id=5, node_config={"partition-id": 3}, state=RecordDict(),
+                  run_config={})
+
+    def handler(msg, context):
+        random.random()
+        np.random.random()  # noqa: NPY002 - the app's global RNG
+        return Message(RecordDict({"metrics": MetricRecord({"num-examples": 1})}),
+                       reply_to=msg)
+
+    random.seed(123)
+    np.random.seed(7)  # noqa: NPY002
+    expected = (random.random(), float(np.random.random()))  # noqa: NPY002
+    random.seed(123)
+    np.random.seed(7)  # noqa: NPY002
+    msg = Message(RecordDict({"config": ConfigRecord({"seed": 4, "server-round": 2})}),
+                  message_type="train", dst_node_id=5)
+    train_timing_mod(msg, ctx, handler)
+    assert (random.random(), float(np.random.random())) == expected  # noqa: NPY002
 
 
 # =============================================================================== the table
