@@ -281,8 +281,10 @@ KEYS: tuple[Key, ...] = (
         why_differs="the app writes its results files; GradientCoding's None writes none"),
     Key("rival", "", "`drop-stragglers`: run Flower's own FedAvg with the round deadline "
         "`straggler-timeout` (virtual time), dropping later replies, instead of the coded "
-        "job (needs `dp=none`, `server-optimizer=sgd`, `server-lr=1.0`, virtual timing)",
-        coded_only=True, choices=("", "drop-stragglers")),
+        "job (needs `dp=none`, `server-optimizer=sgd`, `server-lr=1.0`, virtual timing); "
+        "`fedavg`: plain Flower FedAvg waiting for every reply (the same needs but any "
+        "timing; wallclock needs `latency=none`)",
+        coded_only=True, choices=("", "drop-stragglers", "fedavg")),
 )
 
 _BY_NAME: dict[str, Key] = {k.name: k for k in KEYS}

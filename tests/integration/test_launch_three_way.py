@@ -491,3 +491,54 @@ def test_an_unknown_preset_is_refused_naming_the_presets():
 
     with pytest.raises(ValueError, match=r"coding-loses.*coding-wins"):
         preset_overrides("fast")
+
+
+# ========================================================== deploy_local's FedAvg baseline
+def test_the_fedavg_rival_waits_for_every_reply_and_refuses_a_latency_it_cannot_sleep(
+        tmp_path):
+    from server.app import build_rival, run_in_process
+
+    common = {"num-rounds": 2, "virtual-compute": "none", "latency": "bimodal",
+              "latency-p": 0.5, "straggler-timeout": 0.01}  # a deadline every reply misses
+    rival, theta = _rival({**common, "rival": "fedavg"}, 4, tmp_path / "f")
+    assert all(r["decode"] == "all" and r["late_dropped"] == 0 for r in rival.history)
+    _, theta_u = run_in_process({**common, "code": "uncoded", "s": 0,
+                                 "straggler-timeout": 1e6, "results-dir": str(tmp_path / "u")},
+                                4)
+    np.testing.assert_allclose(theta, theta_u, rtol=1e-9, atol=1e-12)
+    wallclock = merge_config({"rival": "fedavg", "timing": "wallclock",
+                              "results-dir": str(tmp_path / "w")})
+    with pytest.raises(ValueError, match=r"latency='persistent'.*latency='none'"):
+        build_rival(wallclock, 4)
+    build_rival({**wallclock, "latency": "none"}, 4)  # plain FedAvg in real time
+
+
+def test_deploy_local_builds_the_fedavg_run_config_and_the_overhead_report(tmp_path):
+    from server.deploy_local import (
+        fedavg_run_config,
+        overhead,
+        render_overhead,
+        with_results_dir,
+    )
+
+    config, results = with_results_dir("num-rounds=3 s=1 timing='wallclock'", tmp_path / "r")
+    assert results == (tmp_path / "r").resolve()
+    assert parse_config_args([config])["results-dir"] == str(results)
+    given, where = with_results_dir(f"results-dir='{tmp_path}/mine' s=1", tmp_path / "r")
+    assert where == tmp_path / "mine" and parse_config_args([given])["s"] == 1
+    fedavg = parse_config_args([fedavg_run_config(config, tmp_path / "f")])
+    assert fedavg == {"num-rounds": 3, "s": 1, "timing": "wallclock",
+                      "results-dir": str(tmp_path / "f"), "rival": "fedavg"}
+    with pytest.raises(ValueError, match="rival='drop-stragglers' in --run-config"):
+        fedavg_run_config(f"{config} rival='drop-stragglers'", tmp_path / "f")
+    coded = [{"wall_s": w, "decode": "exact"} for w in (9.0, 3.0, 5.0)]
+    plain = [{"wall_s": w, "decode": "all"} for w in (8.0, 2.0, 2.0)]
+    report = overhead(coded, plain)
+    # medians over rounds 2..: coded (3, 5) -> 4, FedAvg (2, 2) -> 2
+    assert (report["median_coded_s"], report["median_fedavg_s"]) == (4.0, 2.0)
+    assert report["overhead_ratio"] == 2.0 and report["median_over"] == "rounds 2.."
+    assert overhead(coded[:1], plain[:1])["overhead_ratio"] == 9.0 / 8.0
+    text = render_overhead({**report, "slow_node": 2})
+    assert "overhead ratio 2.00x" in text and "what coding saves" in text
+    with pytest.raises(ValueError, match="no rounds to compare"):
+        overhead([], plain)
