@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from server.launch import override_values, parse_overrides, run_flwr
+from server.launch import RUN_FAILED, override_values, parse_overrides, run_flwr
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -163,7 +163,12 @@ def run(
         if code == 0:
             from fl_gradcode.results import read_rounds
 
-            report = overhead(read_rounds(results), read_rounds(fedavg))
+            try:
+                report = overhead(read_rounds(results), read_rounds(fedavg))
+            except (OSError, ValueError) as exc:
+                print(f"no overhead report: the runs' rounds.jsonl could not be read: {exc}",
+                      flush=True)
+                return RUN_FAILED
             report.update({"nodes": nodes, "slow_node": slow_node, "slow_delay_s": slow_delay,
                            "run_config": run_config, "fedavg_results": str(fedavg),
                            "loadavg": list(os.getloadavg())})
