@@ -46,7 +46,8 @@ def measured(n: int, s: int, run_config: dict, rounds: int, seeds: list[int]) ->
     first, later = [], []
     for seed in seeds:
         cfg = {"code": "grouped-rs" if s else "uncoded", "s": s, "num-rounds": rounds,
-               "virtual-compute": "none", "seed": seed, "straggler-timeout": 1e6,
+               "virtual-compute": "none", "partition-cost-s": 0.0, "seed": seed,
+               "straggler-timeout": 1e6,
                "results-dir": "/tmp/fl-gradcode-latency", **run_config}
         strategy, _ = run_in_process(cfg, n)
         times = [r["round_virtual_s"] for r in strategy.history]

@@ -15,7 +15,11 @@ drawn once, then 20x slower in every round it is sampled: the simulated latency 
 node, not its position in the cohort), per-round ``bimodal`` straggling and ``pareto`` delays.
 Schemes (same seeds: the same cohorts every round, so every exact scheme has the same model
 after each round and only the round times differ): ``uncoded``, ``exact`` (``grouped-rs``,
-``s = 3``), ``auto-reset``, ``auto``, ``auto-exclude`` (``exclude-slow = 4``).
+``s = 3``), ``auto-reset``, ``auto``, ``auto-exclude`` (``exclude-slow = 4``), and
+``drop-stragglers``: what Flower users do today, Flower's own FedAvg sampling the same cohorts
+(``server.app.run_rival_in_process``) and averaging the replies in by a round deadline, 3 times the
+75th percentile of an uncoded client's time (``_common.rival_deadline``, as in the
+time-to-accuracy experiment), dropping the rest.
 
 Reported per setting and scheme over seeds: virtual time to 90% test accuracy, mean round time,
 the tolerances chosen, exact rounds.
@@ -23,8 +27,9 @@ the tolerances chosen, exact rounds.
 ``auto`` over ``auto-reset`` (time to target, mean over the seeds where both reach it) comes
 with a 95% paired bootstrap interval (the seeds share cohorts, data and latency draws).
 
-Run: ``python experiments/sampled_cohorts.py [--quick] [--seeds 3] [--jobs 2] [--latency L]``
--> ``results/sampled_cohorts.json``; ten seeds of the persistent setting:
+Run: ``python experiments/sampled_cohorts.py [--quick] [--seeds 3] [--jobs 2] [--latency L]
+[--schemes a,b]`` -> ``results/sampled_cohorts.json`` (``--schemes``: run these and merge them
+into the existing JSON of the same seeds and rounds); ten seeds of the persistent setting:
 ``--seeds 10 --latency persistent --out results/sampled_cohorts_10seeds``.
 """
 
@@ -36,7 +41,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import progress, quiet_flower, save
+from _common import progress, quiet_flower, rival_deadline, save
 
 SCHEMES = {
     "uncoded": {"code": "uncoded", "s": 0},
@@ -44,6 +49,8 @@ SCHEMES = {
     "auto-reset": {"s": "auto"},  # the estimator restarts whenever the cohort changes
     "auto": {"s": "auto"},
     "auto-exclude": {"s": "auto", "exclude-slow": 4.0},
+    # Flower's FedAvg with a round deadline, dropping later replies (see one_run)
+    "drop-stragglers": {"rival": "drop-stragglers"},
 }
 LATENCIES = {
     "persistent": {"latency": "persistent", "latency-scale": 0.1, "latency-rate": 10.0,
@@ -56,10 +63,44 @@ BASE = {"dataset": "digits", "model": "logreg", "update": "gradient", "lr": 1.0,
         "virtual-compute": "none", "partition-cost-s": 0.1, "max-decode-error": 0.5,
         "partitioner": "dirichlet", "straggler-timeout": 1e6}
 N, FRACTION, S_MAX = 24, 0.5, 3
+#: schemes that are Flower's own strategy, not the wrapper
+RIVAL_SCHEMES = ("drop-stragglers",)
+
+
+def rival_run(scheme: str, latency: str, seed: int, rounds: int) -> dict:
+    """Flower's FedAvg dropping the replies later than the 75th percentile of an uncoded
+    client's time times 3 (``_common.rival_deadline``), on the same seed, cohorts, data and
+    latency draws as the coded runs."""
+    from server.app import run_rival_in_process
+
+    cfg = {**BASE, **SCHEMES[scheme], **LATENCIES[latency], "seed": seed,
+           "num-rounds": rounds, "fraction-train": FRACTION,
+           "straggler-timeout": rival_deadline(LATENCIES[latency], seed,
+                                               BASE["partition-cost-s"]),
+           "results-dir": f"/tmp/fl-gradcode-cohorts/{os.getpid()}/{scheme}"}
+    strategy, _ = run_rival_in_process(cfg, N)
+    h = strategy.history
+    return {
+        "virtual_s": [r["virtual_s"] for r in h],
+        "round_s": [r["round_virtual_s"] for r in h],
+        "accuracy": [r["accuracy"] for r in h],
+        # every reply in by the deadline: the round's exact FedAvg average
+        "decode": [{"all": "exact", "partial": "approximate"}.get(r["decode"], r["decode"])
+                   for r in h],
+        "s": [0 for _ in h],
+        "excluded": [0 for _ in h],
+        "late_dropped": [r["late_dropped"] for r in h],
+        "cohorts": [sorted(r["clients_used"] + r["stragglers"]) for r in h],
+        "nodes_seen": len({p for r in h for p in r["clients_used"] + r["stragglers"]}),
+        "deadline_s": float(strategy.deadline),
+    }
 
 
 def one_run(scheme: str, latency: str, seed: int, rounds: int) -> dict:
     from server.app import run_in_process
+
+    if scheme in RIVAL_SCHEMES:
+        return rival_run(scheme, latency, seed, rounds)
 
     cfg = {**BASE, "s": S_MAX, "s-max": S_MAX, **SCHEMES[scheme], **LATENCIES[latency],
            "seed": seed, "num-rounds": rounds, "fraction-train": FRACTION,
@@ -143,6 +184,21 @@ def build_table(runs: dict, target: float) -> dict:
     return table
 
 
+def _old_runs(path: Path, seeds: list[int], rounds: int, quick: bool) -> dict:
+    """The runs of an earlier result file to merge new schemes into (``ValueError`` when it
+    was run with other seeds, rounds or ``--quick``)."""
+    import json
+
+    old = json.loads(path.read_text()) if path.is_file() else {}
+    if not old:
+        return {}
+    if (old.get("seeds"), old.get("rounds"), old.get("quick")) != (seeds, rounds, quick):
+        raise ValueError(f"{path}: seeds {old.get('seeds')}, rounds {old.get('rounds')}, quick "
+                         f"{old.get('quick')}; this run: {seeds}, {rounds}, {quick}: use "
+                         "another --out")
+    return old.get("runs", {})
+
+
 def _paired(a: np.ndarray, b: np.ndarray) -> tuple[float, list[float]]:
     """``mean(a) / mean(b)`` and its 95% paired bootstrap interval (seeds resampled, seeded)."""
     idx = np.random.default_rng(0).integers(0, a.size, size=(4000, a.size))
@@ -160,6 +216,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--jobs", type=int, default=2, help="runs in parallel processes")
     parser.add_argument("--latency", action="append", choices=sorted(LATENCIES), default=None,
                         help="run only this latency setting (repeatable)")
+    parser.add_argument("--schemes", default=None,
+                        help="comma-separated schemes to run, merged into the existing JSON "
+                             "(--out) of the same seeds, rounds and --quick")
     args = parser.parse_args(argv)
     if args.seeds is not None and args.seeds < 1:
         parser.error(f"--seeds {args.seeds}: expected >= 1")
@@ -169,6 +228,13 @@ def main(argv: list[str] | None = None) -> dict:
     rounds = 6 if args.quick else 30
     latencies = args.latency or (["persistent"] if args.quick else list(LATENCIES))
     schemes = ["uncoded", "auto-reset", "auto"] if args.quick else list(SCHEMES)
+    old_runs: dict = {}
+    if args.schemes is not None:
+        schemes = [x.strip() for x in args.schemes.split(",")]
+        unknown = set(schemes) - set(SCHEMES)
+        if unknown:
+            parser.error(f"unknown --schemes {sorted(unknown)}; known: {list(SCHEMES)}")
+        old_runs = _old_runs(Path(args.out).with_suffix(".json"), seeds, rounds, args.quick)
     jobs = [(scheme, lat, seed) for lat in latencies for scheme in schemes for seed in seeds]
     t0 = time.perf_counter()
     got: dict = {}
@@ -176,6 +242,10 @@ def main(argv: list[str] | None = None) -> dict:
         got.setdefault(lat, {}).setdefault(scheme, {})[seed] = result
     runs = {lat: {scheme: [got[lat][scheme][x] for x in seeds] for scheme in schemes}
             for lat in latencies}
+    for lat, by in old_runs.items():  # --schemes: the other schemes' runs from the file
+        runs[lat] = {**{k: v for k, v in by.items() if k not in schemes}, **runs.get(lat, {})}
+    schemes = list(dict.fromkeys([*SCHEMES, *(k for by in runs.values() for k in by)]))
+    runs = {lat: {k: by[k] for k in schemes if k in by} for lat, by in runs.items()}
     table = build_table(runs, args.target)
     print(f"n={N} nodes, cohorts of {int(N * FRACTION)}, s_max={S_MAX}, {len(seeds)} seed(s), "
           f"{rounds} rounds, target {args.target} ({time.perf_counter() - t0:.0f} s)")

@@ -12,6 +12,11 @@ Schemes (same seeds, same partitions):
 * ``uncoded``: synchronous, waits for all ``n``;
 * ``ignore-stragglers``: the fastest ``n - s`` uncoded replies, rescaled (approximate, biased
   on non-IID partitions);
+* ``drop-stragglers``: what Flower users do today: Flower's own FedAvg with a round deadline
+  (``server.app.run_rival_in_process``, not our wrapper) averaging the replies in by the
+  deadline and dropping the rest; the deadline is 3 times the 75th percentile of an uncoded
+  client's time (``_common.rival_deadline``: slack over the fast clients, as in the main job).
+  Not run with DP (plain FedAvg applies none);
 * ``exact``: ``grouped-rs`` tolerating ``s`` (FRC when ``(s+1) | n``): the uncoded iterate at
   each round, as soon as the replies decode;
 * ``approx-deadline``: the expander code (load ``s+1``), least-squares decoding at a deadline
@@ -88,7 +93,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _common import progress, pyplot, quiet_flower, save, save_figure
+from _common import (
+    progress,
+    pyplot,
+    quantile_deadline,
+    quiet_flower,
+    rival_deadline,
+    save,
+    save_figure,
+)
 
 SCHEMES = {
     "uncoded": {"code": "uncoded"},
@@ -99,7 +112,11 @@ SCHEMES = {
     # auto, and clients estimated 4x slower or more may compute nothing (the others of their
     # super-block share their partitions) when that is predicted faster
     "auto-exclude": {"s": "auto", "exclude-slow": 4.0},
+    # Flower's FedAvg with a round deadline, dropping later replies (see one_run)
+    "drop-stragglers": {"rival": "drop-stragglers"},
 }
+#: schemes that are Flower's own strategy, not the wrapper (no DP, no code, no s)
+RIVAL_SCHEMES = ("drop-stragglers",)
 ADAPTIVE = ("auto", "auto-exclude", "auto-warm", "auto-deadline")
 # run only when --schemes names them
 ON_REQUEST = ("auto-warm", "approx-deadline-stop", "auto-deadline")
@@ -197,19 +214,15 @@ BASE = {"dataset": "digits", "model": "logreg", "update": "gradient", "lr": 1.0,
 
 def deadline(latency: dict, load: int, seed: int) -> float:
     """75th percentile of one client's time at ``load`` partitions under the latency model."""
-    from fl_gradcode.latency import client_times, make_latency
-
-    args = {k.removeprefix("latency-").replace("-", "_"): v for k, v in latency.items()
-            if k != "latency"}
-    model = make_latency(latency["latency"], seed=seed, **args)
-    t = client_times(model, 256, load, partition_cost=BASE["partition-cost-s"], samples=200,
-                     rng=np.random.default_rng(seed))
-    return float(np.quantile(t, 0.75))
+    return quantile_deadline(latency, load, seed, BASE["partition-cost-s"])
 
 
 def one_run(n, s, scheme, latency, dp, seed, rounds, partitioner, latency_state=None,
             latency_seed=None):
     from server.app import run_in_process
+
+    if scheme in RIVAL_SCHEMES:
+        return rival_run(n, scheme, latency, dp, seed, rounds, partitioner)
 
     cfg = {**BASE, "s": 0 if scheme == "uncoded" else s, **scheme_config(scheme),
            **LATENCIES[latency], "seed": seed, "num-rounds": rounds, "s-max": s,
@@ -247,6 +260,39 @@ def one_run(n, s, scheme, latency, dp, seed, rounds, partitioner, latency_state=
         "s": [r["s"] for r in h],
         "busy_mode": strategy.busy_mode,
         **({"excluded": [len(r["excluded"]) for r in h]} if "exclude-slow" in cfg else {}),
+    }
+
+
+#: a rival's round outcome -> the wrapper's word for it: every reply averaged is the exact
+#: FedAvg average of the round
+RIVAL_DECODE = {"all": "exact", "partial": "approximate", "skipped": "skipped"}
+
+
+def rival_run(n, scheme, latency, dp, seed, rounds, partitioner) -> dict:
+    """One run of a rival scheme (:data:`RIVAL_SCHEMES`): Flower's FedAvg dropping the replies
+    later than 3 times the 75th percentile of an uncoded client's time
+    (``_common.rival_deadline``), on the same seed, data,
+    partitions and latency draws as the coded runs."""
+    from server.app import run_rival_in_process
+
+    if dp:
+        raise ValueError(f"scheme {scheme!r} is plain Flower FedAvg: it applies no DP")
+    cfg = {**BASE, **LATENCIES[latency], "seed": seed, "num-rounds": rounds,
+           "partitioner": partitioner, "rival": scheme,
+           "straggler-timeout": rival_deadline(LATENCIES[latency], seed,
+                                               BASE["partition-cost-s"]),
+           "results-dir": f"/tmp/fl-gradcode-tta/{os.getpid()}/{scheme}"}
+    strategy, _ = run_rival_in_process(cfg, n)
+    h = strategy.history
+    return {
+        "virtual_s": [r["virtual_s"] for r in h],
+        "accuracy": [r["accuracy"] for r in h],
+        "decode": [RIVAL_DECODE[r["decode"]] for r in h],
+        "epsilon": None,
+        "s": [0 for _ in h],
+        "busy_mode": "skip",
+        "late_dropped": [r["late_dropped"] for r in h],
+        "deadline_s": float(strategy.deadline),
     }
 
 
@@ -447,7 +493,8 @@ def _compare_with_fixed(table: dict, runs: dict, name: str, target: float | None
 
 # one colour per scheme in every figure (approx-deadline-stop shares approx-deadline's)
 SCHEME_COLORS = dict(zip([*SCHEMES, *ON_REQUEST],
-                         ["C0", "C1", "C2", "C3", "C4", "C5", "C6", "C3", "C9"], strict=True))
+                         ["C0", "C1", "C2", "C3", "C4", "C5", "C8", "C6", "C3", "C9"],
+                         strict=True))
 GOAL_FACTOR = 1.05  # an adaptive scheme should take at most this over the best fixed choice
 # the comparisons the goals are read from: (table key suffix, what the rivals are, the
 # adaptive schemes it is a like-for-like comparison for)
@@ -793,7 +840,8 @@ def main(argv: list[str] | None = None) -> dict:
         return setup[3] != "trace" and not setup[4]
 
     jobs = [(setup, scheme, seed) for setup in setups for scheme in chosen(setup[1])
-            if scheme != "auto-warm" or warm_ok(setup) for seed in seeds]
+            if (scheme != "auto-warm" or warm_ok(setup))
+            and (scheme not in RIVAL_SCHEMES or not setup[4]) for seed in seeds]
     out_json = Path(args.out).with_suffix(".json")
     partial = args.only is not None or wanted is not None
     runs: dict = {}

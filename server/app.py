@@ -38,8 +38,12 @@ from fl_gradcode.privacy import (
 )
 
 SERVER_OPTIMIZERS = ("sgd", "momentum", "adam")
-#: ``rival`` values: runs that are not coded, for comparisons (``""``: the coded run).
-RIVALS = ("drop-stragglers",)
+#: ``rival`` values: runs that are not coded, for comparisons (``""``: the coded run):
+#: Flower's FedAvg dropping the replies later than ``straggler-timeout`` (virtual time), and
+#: plain Flower FedAvg waiting for every reply (any timing: deploy_local's baseline).
+RIVALS = ("drop-stragglers", "fedavg")
+#: ``fedavg``'s deadline: later than any round (it waits for every reply, as Flower's FedAvg)
+NO_DEADLINE = 1e12
 #: ``GradientCoding`` keywords that ``DeadlineFedAvg`` (the rival) takes too, with the same
 #: meaning.
 RIVAL_KEYWORDS = ("latency", "seed", "measured_compute", "compute_cost_s", "upload_bandwidth",
@@ -242,16 +246,20 @@ def build_rival(cfg: dict[str, Any], n: int):
         raise ValueError(f"rival={rival!r} is plain Flower FedAvg: it needs "
                          "server-optimizer='sgd' and server-lr=1.0 (got "
                          f"{cfg['server-optimizer']!r}, {cfg['server-lr']!r})")
-    if str(cfg["timing"]) != "virtual":
+    if rival == "drop-stragglers" and str(cfg["timing"]) != "virtual":
         raise ValueError(f"rival={rival!r} drops stragglers in virtual time: it needs "
                          f"timing='virtual' (got {cfg['timing']!r})")
+    if rival == "fedavg" and str(cfg["timing"]) != "virtual" and str(cfg["latency"]) != "none":
+        raise ValueError(f"rival={rival!r} with timing={cfg['timing']!r} sleeps no simulated "
+                         f"latency (the coded run's clients would sleep latency="
+                         f"{cfg['latency']!r}): run both with latency='none'")
     seed = int(cfg["seed"])
     random.seed(seed)  # Flower samples cohorts with the random module
     data, index = run_partitions(cfg, n)
     sizes = [len(p) for p in index]
     cohort_size(cfg, n)  # validates fraction-train
     strategy = DeadlineFedAvg(
-        deadline=float(cfg["straggler-timeout"]),
+        deadline=NO_DEADLINE if rival == "fedavg" else float(cfg["straggler-timeout"]),
         partition_sizes=sizes,
         run_config={**cfg, "num-clients": n, "partition-sizes": sizes},
         # the keywords it shares with GradientCoding, from the same keys
@@ -260,8 +268,12 @@ def build_rival(cfg: dict[str, Any], n: int):
         min_available_nodes=1, min_train_nodes=1,
     )
     initial, evaluate_fn, train_config = _model_and_evaluation(cfg, data)
-    log(INFO, "fl-gradcode rival %s: %d clients, Flower FedAvg with a %.2f s round deadline "
-        "(virtual time)", rival, n, strategy.deadline)
+    if rival == "fedavg":
+        log(INFO, "fl-gradcode rival fedavg: %d clients, plain Flower FedAvg waiting for every "
+            "reply (%s timing)", n, cfg["timing"])
+    else:
+        log(INFO, "fl-gradcode rival %s: %d clients, Flower FedAvg with a %.2f s round "
+            "deadline (virtual time)", rival, n, strategy.deadline)
     return strategy, initial, evaluate_fn, train_config
 
 
@@ -329,6 +341,27 @@ def run_in_process(
         train_config=train_config,
         evaluate_fn=evaluate_fn,
     )
+    arrays = result.arrays if len(result.arrays) else initial
+    names = list(initial.keys())
+    return strategy, np.concatenate([arrays[k].numpy().reshape(-1) for k in names])
+
+
+def run_rival_in_process(run_config: dict[str, Any], n: int) -> tuple[DeadlineFedAvg,
+                                                                      np.ndarray]:
+    """:func:`run_in_process` for the rival (``rival`` in the run config; default
+    ``drop-stragglers``): Flower's FedAvg with a round deadline (:func:`build_rival`) over the
+    in-process grid with the main job's ClientApp (its default mods), in virtual time, on the
+    same seeds, data and latency draws as the coded run of the same run config. Returns the
+    strategy and the final flat model."""
+    from clients.app import make_client_app
+    from fl_gradcode.flower.testing import InProcessGrid
+
+    rival = str(run_config.get("rival") or RIVALS[0])
+    cfg = merge_config({**run_config, "rival": rival, "timing": "virtual", "num-clients": n})
+    strategy, initial, evaluate_fn, train_config = build_rival(cfg, n)
+    grid = InProcessGrid(make_client_app(), n, run_config=cfg)
+    result = strategy.start(grid=grid, initial_arrays=initial, num_rounds=int(cfg["num-rounds"]),
+                            timeout=3600, train_config=train_config, evaluate_fn=evaluate_fn)
     arrays = result.arrays if len(result.arrays) else initial
     names = list(initial.keys())
     return strategy, np.concatenate([arrays[k].numpy().reshape(-1) for k in names])

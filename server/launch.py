@@ -19,8 +19,14 @@ The exit code is non-zero when a run's ServerApp did not complete (``flwr run --
 exits 0 even when the ServerApp raised; the run's status is read with ``flwr ls``:
 :func:`run_flwr`).
 
+With no options the coded run is the configuration the first-hour experiment
+(``experiments/first_hour.py``, ``results/first_hour.json``, 3 seeds) recommends: the
+run-config defaults are its regime (persistent stragglers, a round deadline, compute charged
+per partition, ``s='auto'`` up to 4). ``--preset coding-loses`` runs the regime where it found
+coding not recommended, and says so; ``--preset coding-wins`` spells the defaults' regime out.
+
 Usage: ``python -m server.launch [--num-supernodes 12] [--run-config "num-rounds=5 s=2"]
-[--no-compare]``.
+[--preset coding-wins|coding-loses] [--no-compare]``.
 """
 
 from __future__ import annotations
@@ -145,19 +151,43 @@ def rival_refusal(values: Mapping[str, object]) -> str | None:
 
 
 #: ``--preset`` names -> the regime of ``results/first_hour.json`` (experiments/first_hour.py,
-#: 3 seeds) it runs: where that experiment found coding recommended, and where it found it not
+#: 3 seeds) it runs: where that experiment found coding recommended (the defaults' regime), and
+#: where it found it not
 PRESETS = {"coding-wins": "recommended", "coding-loses": "losing_preset"}
 FIRST_HOUR = ROOT / "results" / "first_hour.json"
 
 
-def preset_overrides(name: str, path: Path = FIRST_HOUR) -> str:
-    """The ``--run-config`` text of preset ``name``: the run config of the regime the committed
-    first-hour experiment chose for it (``ValueError`` naming the presets for another name)."""
+def preset_regime(name: str, path: Path = FIRST_HOUR) -> tuple[str, dict[str, object], dict]:
+    """``(regime name, run config, its entry)`` of preset ``name``: the run config the committed
+    first-hour experiment ran for it (its ``base`` with the regime's overrides; ``ValueError``
+    naming the presets for another name)."""
     if name not in PRESETS:
         raise ValueError(f"--preset {name!r}; expected one of {sorted(PRESETS)}")
     data = json.loads(path.read_text())
-    regime = data["regimes"][data[PRESETS[name]]]["run_config"]
-    return " ".join(f"{key}={_toml(value)}" for key, value in regime.items())
+    regime = data[PRESETS[name]]
+    entry = data["regimes"][regime]
+    return regime, {**data.get("base", {}), **entry["run_config"]}, entry
+
+
+def preset_overrides(name: str, path: Path = FIRST_HOUR) -> str:
+    """The ``--run-config`` text of preset ``name`` (:func:`preset_regime`)."""
+    _, config, _ = preset_regime(name, path)
+    return " ".join(f"{key}={_toml(value)}" for key, value in config.items())
+
+
+def preset_note(name: str, path: Path = FIRST_HOUR) -> str:
+    """What preset ``name`` is, as the first-hour experiment measured it (one line)."""
+    regime, _, entry = preset_regime(name, path)
+
+    def x(value: object) -> str:
+        return "-" if value is None else f"{value:.2f}x"
+
+    verdict = ("coding is recommended here: it met the goal on every seed"
+               if entry["wins"] else
+               "coding is NOT recommended here: it missed the goal, expect it to lose")
+    return (f"preset {name} = regime {regime!r} of {path.name}: {verdict} (median "
+            f"{x(entry['median_speedup_vs_wait'])} vs wait-for-all, "
+            f"{x(entry['median_speedup_vs_drop'])} vs drop-stragglers)")
 
 
 def _toml(value: object) -> str:
@@ -177,11 +207,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-compare", action="store_true",
                         help="skip the two comparison runs (wait-for-all, drop-stragglers)")
     parser.add_argument("--preset", choices=sorted(PRESETS),
-                        help="coding-wins: persistent stragglers where the first-hour experiment "
-                        "recommends coding; coding-loses: no stragglers, where it does not "
-                        "(results/first_hour.json); --run-config keys override the preset's")
+                        help="coding-wins: the regime the first-hour experiment recommends "
+                        "coding for (persistent stragglers; the defaults' regime); coding-loses: "
+                        "no stragglers, where it does not (results/first_hour.json); "
+                        "--run-config keys override the preset's")
     args = parser.parse_args(argv)
     if args.preset:
+        print(preset_note(args.preset), flush=True)
         args.run_config = f"{preset_overrides(args.preset)} {args.run_config}".strip()
         print(f"preset {args.preset}: {args.run_config}", flush=True)
     try:

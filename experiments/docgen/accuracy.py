@@ -37,10 +37,23 @@ def no_dp(data: dict) -> list[str]:
     return [k for k in data["table"] if "+DP" not in k]
 
 
+def _rival_cell(entry: dict | None, seeds: int) -> str:
+    """The drop-stragglers cell: ``tta_cell``, and on how many seeds it reached the target when
+    not on all ("-": not run in this setting)."""
+    if entry is None:
+        return "-"
+    reached = entry.get("reached", seeds)
+    note = (f" on {reached} of {seeds} seeds"
+            if 0 < reached < seeds and entry.get("time_to_target_mean") is not None else "")
+    return tta_cell(entry) + note
+
+
 @block("tta-main")
 def tta_main() -> str:
     data = load(TTA)
     rows = []
+    # Flower's FedAvg dropping stragglers at a deadline: a column once the JSON has it
+    rival = any("drop-stragglers" in row for row in data["table"].values())
     for setup, row in data["table"].items():
         nested = _best(row, "nested s=")
         auto = row["auto"]
@@ -53,8 +66,11 @@ def tta_main() -> str:
             vs_uncoded = f"{1 / auto['speedup_vs_uncoded']:.2f}"
         rows.append([setup, *(tta_cell(row[k]) for k in
                               ("uncoded", "ignore-stragglers", "exact", "approx-deadline")),
+                     *([_rival_cell(row.get("drop-stragglers"), len(data["seeds"]))]
+                       if rival else []),
                      nested_cell, tta_cell(auto), vs_fixed, vs_uncoded])
     return table(["setup", "uncoded", "ignore-stragglers", "exact", "approx-deadline",
+                  *(["drop-stragglers (Flower FedAvg, deadline)"] if rival else []),
                   "best nested s=v", "auto", "auto vs best fixed", "auto vs uncoded"], rows)
 
 

@@ -26,8 +26,10 @@ def sampled_cohorts() -> str:
     schemes = list(d["schemes"])
     rows = []
     for latency, row in d["table"].items():
-        rows.append([latency, *(f"{row[s]['time_to_target_mean']:.1f} s "
-                                f"({row[s]['mean_round_s']:.2f} s)" if s in row else "-"
+        rows.append([latency, *(("not on every seed"
+                                 if row[s]["time_to_target_mean"] is None else
+                                 f"{row[s]['time_to_target_mean']:.1f} s")
+                                + f" ({row[s]['mean_round_s']:.2f} s)" if s in row else "-"
                                 for s in schemes)])
     auto = d["table"].get("persistent", {}).get("auto", {})
     note = ""
@@ -38,6 +40,10 @@ def sampled_cohorts() -> str:
                 f"(mean round time); mean s {auto['mean_s']:.2f}; "
                 f"{d['n']} nodes, fraction-train {d['fraction_train']}, s_max {d['s_max']}, "
                 f"{len(d['seeds'])} seeds.")
+    if "drop-stragglers" in schemes:
+        note += ("\n\ndrop-stragglers: Flower's own FedAvg on the same cohorts, averaging the "
+                 "replies in by a round deadline (3 times the 75th percentile of an uncoded "
+                 "client's time: `_common.rival_deadline`) and dropping the rest.")
     return table(["latency", *schemes], rows) + note
 
 
@@ -65,10 +71,20 @@ def bandwidth_limited() -> str:
     for r in d["table"]:
         by.setdefault(r["upload_s"], {})[r["scheme"]] = r
     rows = []
+    # Flower's FedAvg dropping stragglers at a deadline, once the JSON has it
+    schemes = ["uncoded", "exact", "comm-efficient",
+               *(["drop-stragglers"] if any(r["scheme"] == "drop-stragglers"
+                                            for r in d["table"]) else [])]
+
+    def cell(r: dict) -> str:
+        if r is None:
+            return "-"
+        time_to = "never" if r["time_to_target"] is None else f"{r['time_to_target']:.2f}"
+        return f"{time_to} ({r['round_s']:.3f} s)"
+
     for upload, r in by.items():
         ce = r["comm-efficient"]
-        rows.append([f"{upload:g}", *(f"{r[s]['time_to_target']:.2f} ({r[s]['round_s']:.3f} s)"
-                                      for s in ("uncoded", "exact", "comm-efficient")),
+        rows.append([f"{upload:g}", *(cell(r.get(s)) for s in schemes),
                      f"{ce['speedup_vs_exact']:.2f}× (round {ce['round_speedup_vs_exact']:.2f}×)",
                      f"{ce['bytes_vs_uncoded']:.2f} / {r['exact']['bytes_vs_uncoded']:.2f}"])
     first = d["table"][0]
@@ -77,9 +93,22 @@ def bandwidth_limited() -> str:
              f"{first['rounds']} rounds, {len(d['seeds'])} seeds; time to "
              f"{first['target']:.0%} accuracy (virtual s) and, in brackets, the mean round "
              f"time:\n\n")
-    return setup + table(["upload s (one full model)", "uncoded", "exact (grouped-rs)",
-                          "comm-efficient", "comm-eff. vs exact (speed-up)",
-                          "bytes per round vs uncoded (comm-eff. / exact)"], rows)
+    names = {"exact": "exact (grouped-rs)",
+             "drop-stragglers": "drop-stragglers (Flower FedAvg, deadline)"}
+    note = ""
+    drops = [r for r in d["table"] if r["scheme"] == "drop-stragglers"]
+    if drops:
+        finals = {r["scheme"]: r["final_accuracy"] for r in d["table"]
+                  if r["upload_s"] == drops[0]["upload_s"]}
+        note = (f"\n\ndrop-stragglers: Flower's own FedAvg averaging the replies in by a round "
+                f"deadline (3 times the 75th percentile of an uncoded client's time, plus one "
+                f"model's upload: `_common.rival_deadline`), dropping "
+                f"{'–'.join(sorted({format(r['late_dropped_per_round'], '.2f') for r in drops}))}"
+                f" replies a round on average; final accuracy {finals['drop-stragglers']:.3f} "
+                f"(uncoded {finals['uncoded']:.3f}).")
+    return setup + table(["upload s (one full model)", *(names.get(s, s) for s in schemes),
+                          "comm-eff. vs exact (speed-up)",
+                          "bytes per round vs uncoded (comm-eff. / exact)"], rows) + note
 
 
 @block("bench-aggregation")
@@ -326,7 +355,7 @@ def first_hour() -> str:
     for name, regime in data["regimes"].items():
         role = ("`--preset coding-wins`" if name == data["recommended"] else
                 "`--preset coding-loses`" if name == data["losing_preset"] else "")
-        config = " ".join(f"{k}={v}" for k, v in regime["run_config"].items()) or "(defaults)"
+        config = " ".join(f"{k}={v}" for k, v in regime["run_config"].items()) or "(base)"
         per_seed = regime["per_seed"]
         rows.append([
             f"`{name}` {role}".strip(), f"`{config}`",
@@ -336,8 +365,11 @@ def first_hour() -> str:
                        for s in per_seed),
             "yes" if regime["wins"] else "no"])
     seeds = ", ".join(str(s) for s in data["seeds"])
+    base = " ".join(f"{k}={v}" for k, v in data.get("base", {}).items())
     return (f"{data['num_clients']} clients, seeds {seeds}; target: {data['target']}; goal: "
-            f"{data['goal']}.\n\n" + table(
-                ["regime", "run config (over the defaults)", "× sooner than wait-for-all, "
+            f"{data['goal']}. Every regime overrides the base `{base}` (the run-config "
+            f"defaults when it was measured); today's defaults are the base with "
+            f"`{data['recommended']}`'s overrides.\n\n" + table(
+                ["regime", "run config (over the base)", "× sooner than wait-for-all, "
                  "per seed", "× sooner than drop-stragglers, per seed",
                  "final accuracy, coded vs drop-stragglers", "meets the goal"], rows))

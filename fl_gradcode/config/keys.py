@@ -51,6 +51,8 @@ class Key:
             component that uses the value refuses others).
         none_when: the run-config value that means the keyword's ``None``.
         also: values of another type also accepted (``"auto"`` for ``s``).
+        kind: the type of the key's other values, when the default is one of :attr:`also`
+            (``int`` for ``s``, whose default is ``"auto"``); else the default's type.
         feeds: ``(group, argument)`` when it is one argument of a value built from several
             keys (:data:`GROUPS`).
         why_differs: why the default differs from ``GradientCoding``'s signature default
@@ -68,6 +70,13 @@ class Key:
     also: tuple[str, ...] = ()
     feeds: tuple[str, str] | None = None
     why_differs: str = ""
+    kind: type | None = None
+
+    @property
+    def value_type(self) -> type:
+        """The type of the key's values outside :attr:`also` (:attr:`kind`, else the
+        default's)."""
+        return self.kind if self.kind is not None else type(self.default)
 
     def __post_init__(self) -> None:
         if not _NAME.fullmatch(self.name):
@@ -76,21 +85,30 @@ class Key:
             raise ValueError(f"{self.name}: default {self.default!r} must be bool/int/float/str")
         if self.side not in SIDES:
             raise ValueError(f"{self.name}: side={self.side!r}; expected one of {SIDES}")
+        if self.kind is not None and self.kind not in (bool, int, float, str):
+            raise ValueError(f"{self.name}: kind={self.kind!r}; expected bool, int, float or str")
+        if self.default in self.also:
+            if self.kind is None:
+                raise ValueError(f"{self.name}: the default {self.default!r} is one of also="
+                                 f"{self.also}: kind (the other values' type) must be given")
+        elif type(self.default) is not self.value_type:
+            raise ValueError(f"{self.name}: default {self.default!r} is not of kind "
+                             f"{self.value_type.__name__}")
         if self.choices and self.default not in self.choices:
             raise ValueError(f"{self.name}: default {self.default!r} not in {self.choices}")
-        if self.none_when is not None and type(self.none_when) is not type(self.default):
-            raise ValueError(f"{self.name}: none_when={self.none_when!r} must be typed like "
-                             f"the default {self.default!r}")
+        if self.none_when is not None and type(self.none_when) is not self.value_type:
+            raise ValueError(f"{self.name}: none_when={self.none_when!r} must be "
+                             f"{self.value_type.__name__} like the key's values")
         if self.feeds is not None and self.feeds[0] not in GROUPS:
             raise ValueError(f"{self.name}: feeds group {self.feeds[0]!r} not in {GROUPS}")
         if self.why_differs and self.keyword is None:
             raise ValueError(f"{self.name}: why_differs needs a keyword to differ from")
 
     def cast(self, value: Any) -> Any:
-        """``value`` converted to the default's type (values in :attr:`also` kept as given)."""
+        """``value`` converted to :attr:`value_type` (values in :attr:`also` kept as given)."""
         if isinstance(value, str) and value in self.also:
             return value
-        return type(self.default)(value)
+        return self.value_type(value)
 
     def keyword_value(self, value: Any) -> Any:
         """The keyword's value for the run-config ``value``: ``None`` for :attr:`none_when`,
@@ -101,10 +119,18 @@ class Key:
         return value
 
 
+#: Why the main job's regime keys differ from ``GradientCoding``'s defaults: one reason, stated
+#: once here and named by each of those keys.
+_REGIME = (
+    "the main job runs the regime in which the first-hour experiment "
+    "(`experiments/first_hour.py`, `results/first_hour.json`, 3 seeds) recommends coding: "
+    "about a fifth of the clients slow in every round (slow hardware), a round deadline at "
+    "which the drop-stragglers rival drops them, compute charged per partition, `s` chosen "
+    "every round up to 4"
+)
 _S_DIFFERS = (
-    "the main job (12 clients, a fraction `latency-p` of them slowed `latency-slowdown` times) "
-    "tolerates 3 stragglers per round; "
-    "GradientCoding's default 1 is the smallest tolerance that codes at all (load 2)"
+    f"{_REGIME}; GradientCoding's default 1 is the smallest fixed tolerance that codes at all "
+    "(load 2)"
 )
 
 KEYS: tuple[Key, ...] = (
@@ -115,11 +141,14 @@ KEYS: tuple[Key, ...] = (
         keyword="code", coded_only=True,
         choices=("uncoded", "ignore-stragglers", "frc", "crc", "grouped-rs", "bgc", "expander",
                  "comm-efficient", "nested")),
-    Key("s", 3, "stragglers tolerated per round; `auto`: chosen every round from the "
-        "observed latencies", keyword="s", coded_only=True, also=("auto",),
+    Key("s", "auto", "stragglers tolerated per round (an int); `auto`: chosen every round "
+        "from the observed latencies", keyword="s", coded_only=True, also=("auto",), kind=int,
         why_differs=_S_DIFFERS),
-    Key("s-max", 0, "`s=auto`: the largest tolerance; 0 = `max(1, n // 4)`", keyword="s_max",
-        coded_only=True, none_when=0),
+    Key("s-max", 4, "`s=auto`: the largest tolerance; 0 = `max(1, n // 4)`", keyword="s_max",
+        coded_only=True, none_when=0,
+        why_differs=f"{_REGIME}; with GradientCoding's None (`max(1, n // 4)` = 3 for 12 "
+        "clients) the experiment's coded run ended below drop-stragglers' accuracy on one "
+        "seed (regime `persistent-auto`)"),
     Key("auto-margin", 0.1, "`s=auto`: a larger `s` predicted at most this much (relative) "
         "slower is preferred; 0 = pure expected-time minimiser", keyword="auto_margin",
         coded_only=True),
@@ -155,20 +184,19 @@ KEYS: tuple[Key, ...] = (
         "2 classes each)", side="both", choices=("iid", "dirichlet", "pathological")),
     Key("dirichlet-alpha", 0.5, "Dirichlet concentration (`partitioner=dirichlet`)",
         side="both"),
-    Key("latency", "bimodal", "simulated latency model (`drift`: Pareto, then load-scaled "
-        "bimodal)", keyword="latency", feeds=("latency", "name"),
+    Key("latency", "persistent", "simulated latency model (`persistent`: the same fraction "
+        "`latency-p` of the clients slowed `latency-slowdown` times every round; `drift`: "
+        "Pareto, then load-scaled bimodal)", keyword="latency", feeds=("latency", "name"),
         choices=("none", "exponential", "shifted-exponential", "pareto", "bimodal",
                  "persistent", "trace", "drift"),
-        why_differs="the app simulates stragglers (a fraction `latency-p` of the clients slowed "
-        "`latency-slowdown` times) so that "
-        "coding has something to tolerate; GradientCoding's None simulates none (a real "
+        why_differs=f"{_REGIME}; GradientCoding's None simulates no stragglers (a real "
         "deployment's own timing)"),
     Key("latency-scale", 0.1, "per partition of load: `load·(scale + Exp(rate))`; the Pareto "
         "scale", feeds=("latency", "scale")),
     Key("latency-rate", 10.0, "rate of the exponential part", feeds=("latency", "rate")),
     Key("latency-shape", 2.0, "Pareto shape (`pareto`: `scale·Pareto(shape)`, "
         "load-independent)", feeds=("latency", "shape")),
-    Key("latency-p", 0.1, "fraction of clients slowed (`bimodal`, `persistent`)",
+    Key("latency-p", 0.2, "fraction of clients slowed (`bimodal`, `persistent`)",
         feeds=("latency", "p")),
     Key("latency-slowdown", 20.0, "slowdown factor (`bimodal`, `persistent`)",
         feeds=("latency", "slowdown")),
@@ -179,11 +207,15 @@ KEYS: tuple[Key, ...] = (
     Key("latency-seed", -1, "`persistent`: the seed that picks the persistently slow clients "
         "(the federation's hardware), so runs with different `seed`s can share them; "
         "-1 = `seed`. Per-round draws always follow `seed`", feeds=("latency", "seed")),
-    Key("virtual-compute", "measured", "`measured`: add each client's measured compute time "
-        "to its virtual arrival; `none`: do not", keyword="measured_compute",
-        choices=("measured", "none")),
-    Key("partition-cost-s", 0.0, "modelled compute seconds per unit of load (a client's "
-        "examples over one client's share)", keyword="compute_cost_s"),
+    Key("virtual-compute", "none", "`measured`: add each client's measured compute time "
+        "to its virtual arrival; `none`: do not (`partition-cost-s` charges it instead)",
+        keyword="measured_compute", choices=("measured", "none"),
+        why_differs=f"{_REGIME}; a charged cost, unlike GradientCoding's measured compute, "
+        "does not vary with the machine's load, so two runs of the main job agree"),
+    Key("partition-cost-s", 0.05, "modelled compute seconds per unit of load (a client's "
+        "examples over one client's share)", keyword="compute_cost_s",
+        why_differs=f"{_REGIME}; GradientCoding's 0 would make a coded client's `s+1` "
+        "partitions free"),
     Key("busy", "", "`skip`, `queue` or `fit` the work of a client still busy with an "
         "earlier round (virtual timing); \"\": `queue` with `s=auto`, `skip` otherwise",
         keyword="busy", coded_only=True, none_when="", choices=("", "skip", "queue", "fit")),
@@ -194,8 +226,11 @@ KEYS: tuple[Key, ...] = (
         "partitions); ignored by the other codes", keyword="m", coded_only=True),
     Key("timing", "virtual", "`virtual`: arrivals on a simulated clock; `wallclock`: real "
         "time", keyword="timing", choices=("virtual", "wallclock")),
-    Key("straggler-timeout", 10.0, "seconds (virtual or wall) before approximate decoding "
-        "(the rival's round deadline)", keyword="straggler_timeout"),
+    Key("straggler-timeout", 2.0, "seconds (virtual or wall) before approximate decoding "
+        "(the rival's round deadline)", keyword="straggler_timeout",
+        why_differs=f"{_REGIME}; GradientCoding's `10.0` is later than almost every reply "
+        "there, so the drop-stragglers rival would drop almost nothing and wait like "
+        "wait-for-all"),
     Key("stop-late-work", False, "workers stop at the round's deadline instead of finishing "
         "work the server can no longer use", keyword="stop_late_work", coded_only=True),
     Key("auto-deadline", 0.0, "`s=auto` (or `busy=fit`), virtual timing: each round's "
@@ -246,8 +281,10 @@ KEYS: tuple[Key, ...] = (
         why_differs="the app writes its results files; GradientCoding's None writes none"),
     Key("rival", "", "`drop-stragglers`: run Flower's own FedAvg with the round deadline "
         "`straggler-timeout` (virtual time), dropping later replies, instead of the coded "
-        "job (needs `dp=none`, `server-optimizer=sgd`, `server-lr=1.0`, virtual timing)",
-        coded_only=True, choices=("", "drop-stragglers")),
+        "job (needs `dp=none`, `server-optimizer=sgd`, `server-lr=1.0`, virtual timing); "
+        "`fedavg`: plain Flower FedAvg waiting for every reply (the same needs but any "
+        "timing; wallclock needs `latency=none`)",
+        coded_only=True, choices=("", "drop-stragglers", "fedavg")),
 )
 
 _BY_NAME: dict[str, Key] = {k.name: k for k in KEYS}
@@ -289,16 +326,17 @@ def merge_config(run_config: Mapping[str, Any] | None) -> dict[str, Any]:
         if name not in _BY_NAME:
             raise ValueError(f"unknown run-config key {name!r}; known keys: {sorted(DEFAULTS)}")
         entry = _BY_NAME[name]
-        default = entry.default
+        kind = entry.value_type
         if isinstance(value, str) and value in entry.also:
             cfg[name] = value
             continue
-        if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
-        if type(value) is not type(default):
+        if type(value) is not kind:
+            also = "".join(f" or {a!r}" for a in entry.also)
             raise ValueError(
-                f"run-config {name}={value!r} must be {type(default).__name__} like its default "
-                f"{default!r}"
+                f"run-config {name}={value!r} must be {kind.__name__}{also} like its default "
+                f"{entry.default!r}"
             )
         cfg[name] = value
     return cfg

@@ -53,21 +53,29 @@ def train_timing_mod(msg: Message, context: Context, call_next: Callable) -> Mes
 
     The reply gets a ConfigRecord :data:`TIMING_KEY` with the node's ``partition-id`` and the
     handler's ``compute-s``; the handler's random draws are seeded from ``(seed, round,
-    partition)`` (the config's ``seed`` and ``server-round``), so a rerun draws the same.
+    partition)`` (the config's ``seed`` and ``server-round``), so a rerun draws the same, and
+    the caller's RNG states (Python's, numpy's global, torch's if imported) are restored after,
+    as the coding mod restores them: in one process the server's Flower samples its cohorts
+    from Python's ``random``, which a client's seeding must not move.
     Gradient-coded messages and any other message pass through untouched.
     """
     if (msg.metadata.message_type != MessageType.TRAIN or not msg.has_content()
             or protocol.PROTOCOL_KEY in msg.content.config_records):
         return call_next(msg, context)
-    from .mod import partition_seed, seed_everything
+    from .mod import partition_seed, rng_states, seed_everything, set_rng_states
 
     pid = int(context.node_config.get("partition-id", -1))
     config = msg.content.config_records.get("config", ConfigRecord())
-    if "seed" in config and "server-round" in config:
-        seed_everything(partition_seed(int(config["seed"]), int(config["server-round"]), pid))
-    t0 = time.perf_counter()
-    reply = call_next(msg, context)
-    compute_s = time.perf_counter() - t0
+    saved = rng_states()
+    try:
+        if "seed" in config and "server-round" in config:
+            seed_everything(partition_seed(int(config["seed"]), int(config["server-round"]),
+                                           pid))
+        t0 = time.perf_counter()
+        reply = call_next(msg, context)
+        compute_s = time.perf_counter() - t0
+    finally:
+        set_rng_states(saved)
     if not reply.has_error():
         reply.content.config_records[TIMING_KEY] = ConfigRecord(
             {"partition-id": pid, "compute-s": float(compute_s)})

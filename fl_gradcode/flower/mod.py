@@ -73,7 +73,8 @@ from .client_policy import NodePolicy, ReplayGuard
 from .protocol import Instruction
 from .records import error_reason
 
-__all__ = ["bound_nonce", "gradient_coding_mod", "make_gradient_coding_mod", "partition_seed"]
+__all__ = ["bound_nonce", "gradient_coding_mod", "make_gradient_coding_mod", "partition_seed",
+           "rng_states", "set_rng_states"]
 
 #: Error code of the mod's own error replies (Flower's ClientApp exception code is 0).
 MOD_ERROR_CODE = 5400
@@ -155,6 +156,23 @@ def _seed_torch(torch: Any, seed: int) -> None:
         torch.default_generator.manual_seed(int(seed))
     else:
         torch.manual_seed(seed)
+
+
+def rng_states() -> tuple[Any, Any, Any]:
+    """Python's, numpy's global and (if imported) torch's RNG states, for
+    :func:`set_rng_states`."""
+    torch = _torch()
+    return (random.getstate(), np.random.get_state(),  # noqa: NPY002
+            None if torch is None else torch.get_rng_state())
+
+
+def set_rng_states(states: tuple[Any, Any, Any]) -> None:
+    """Restore what :func:`rng_states` saved (torch's only if it was imported then)."""
+    random.setstate(states[0])
+    np.random.set_state(states[1])  # noqa: NPY002
+    torch = _torch()
+    if states[2] is not None and torch is not None:
+        torch.set_rng_state(states[2])
 
 
 @lru_cache(maxsize=8)

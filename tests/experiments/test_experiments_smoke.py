@@ -272,12 +272,16 @@ def test_time_to_accuracy_ratio_interval_is_a_paired_bootstrap_over_seeds():
 def test_bandwidth_limited_comm_efficient_replies_are_shorter_and_arrive_sooner(tmp_path):
     result = load("bandwidth_limited").main(["--quick", "--out", str(tmp_path / "bw")])
     rows = {r["scheme"]: r for r in result["table"]}
-    assert set(rows) == {"uncoded", "exact", "comm-efficient"}
+    assert set(rows) == {"uncoded", "exact", "comm-efficient", "drop-stragglers"}
     # m = 2: a reply is half the model (plus a header), so a round uploads under 0.6x uncoded
     assert rows["comm-efficient"]["bytes_vs_uncoded"] < 0.6
     # uploads dominate (a full model takes 2 s): the shorter replies make rounds faster
     assert rows["comm-efficient"]["round_s"] < rows["exact"]["round_s"]
-    assert all(r["exact_rounds"] == r["rounds"] for r in rows.values())
+    coded = [r for name, r in rows.items() if name != "drop-stragglers"]
+    assert all(r["exact_rounds"] == r["rounds"] for r in coded)
+    # Flower's FedAvg with a deadline: no round outlasts it
+    drop = rows["drop-stragglers"]
+    assert drop["round_s"] <= drop["deadline_s"] + 1e-9 and drop["late_dropped_per_round"] >= 0
 
 
 def test_time_to_accuracy_compares_auto_with_fixed_codes_of_either_information():

@@ -67,3 +67,37 @@ def test_tiny_exploration_has_the_documented_shape():
     assert entry["wins"] == row["wins"] == first_hour.seed_wins(row)
     recommended, losing = first_hour.pick(result)
     assert (recommended, losing) == (("tiny", None) if entry["wins"] else (None, "tiny"))
+
+
+def test_regimes_run_over_the_pinned_base_not_todays_defaults(tmp_path, monkeypatch):
+    """Every run gets BASE under its regime's overrides, so a regime means the runs the
+    committed JSON measured whatever the defaults are now; the JSON records the base."""
+    import json
+
+    import server.app
+
+    seen = []
+    monkeypatch.setattr(server.app, "run_in_process", lambda cfg, n: seen.append(cfg))
+    monkeypatch.setattr(first_hour, "_run_rival_in_process", lambda cfg, n: seen.append(cfg))
+    monkeypatch.setattr("fl_gradcode.results.read_rounds", lambda d: [])
+    for name in first_hour.RUN_NAMES:
+        first_hour.run_one(name, {"latency": "pareto"}, 5, 4, tmp_path)
+    coded, wait, drop = seen
+    assert {k: coded[k] for k in first_hour.BASE if k != "latency"} == {
+        k: v for k, v in first_hour.BASE.items() if k != "latency"}
+    assert coded["latency"] == wait["latency"] == drop["latency"] == "pareto"
+    assert wait["virtual-compute"] == drop["virtual-compute"] == first_hour.BASE[
+        "virtual-compute"]
+    data = json.loads((ROOT / "results" / "first_hour.json").read_text())
+    assert data["base"] == first_hour.BASE
+
+
+def test_todays_defaults_are_the_base_with_the_recommended_regime():
+    import json
+
+    from fl_gradcode.config import DEFAULTS
+
+    data = json.loads((ROOT / "results" / "first_hour.json").read_text())
+    recommended = {**first_hour.BASE, **data["regimes"][data["recommended"]]["run_config"]}
+    assert data["regimes"][data["recommended"]]["wins"]
+    assert {k: DEFAULTS[k] for k in recommended} == recommended

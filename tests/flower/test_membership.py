@@ -422,6 +422,18 @@ def fake_flower(tmp_path, monkeypatch, status: str, run_rc: int = 0):
     return calls
 
 
+def test_deploy_local_fails_when_the_runs_left_no_rounds_to_compare(tmp_path, monkeypatch):
+    """Both runs completed (as the fake SuperLink says) but wrote no rounds.jsonl: exit 1 with
+    the reason, not a traceback."""
+    from server import deploy_local
+
+    calls = fake_flower(tmp_path, monkeypatch, "finished:completed", 0)
+    monkeypatch.setattr(deploy_local, "wait_for_port", lambda port, timeout=60.0: None)
+    assert deploy_local.run(2, "num-rounds=1", workdir=tmp_path / "work", timeout=60) == 1
+    runs = [c for c in _calls(calls) if c[0] == "run"]
+    assert len(runs) == 2 and "rival='fedavg'" in runs[1][runs[1].index("--run-config") + 1]
+
+
 def _calls(path) -> list[list[str]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
@@ -438,7 +450,9 @@ def test_deploy_local_exits_non_zero_when_the_server_app_failed(tmp_path, monkey
 
     calls = fake_flower(tmp_path, monkeypatch, status, run_rc)
     monkeypatch.setattr(deploy_local, "wait_for_port", lambda port, timeout=60.0: None)
-    code = deploy_local.run(2, "num-rounds=1", workdir=tmp_path / "work", timeout=60)
+    # the coded run's exit code (the FedAvg comparison after it: --no-compare)
+    code = deploy_local.run(2, "num-rounds=1", workdir=tmp_path / "work", timeout=60,
+                            compare=False)
     assert code == expected
     if run_rc == 0:  # the status is read from the deployment's SuperLink connection
         assert _calls(calls)[-1] == ["ls", "deploy", "--run-id", "4242", "--format", "json"]

@@ -238,16 +238,34 @@ def test_with_a_deadline_nobody_misses_it_is_the_wait_for_all_run(tmp_path):
     assert all(r["decode"] == "all" and r["compute_s"] > 0 for r in rival.history)
 
 
+def test_in_process_the_rival_samples_the_cohorts_of_the_uncoded_run(tmp_path):
+    """fraction-train < 1 in one process: the clients' seeding must not move the random module
+    the server's Flower samples from, so the rival (run_rival_in_process) gets the uncoded
+    run's cohort in every round, and with no deadline reached, its model."""
+    from server.app import run_in_process, run_rival_in_process
+
+    common = {"num-rounds": 4, "virtual-compute": "none", "straggler-timeout": 1e6,
+              "fraction-train": 0.5}
+    rival, theta = run_rival_in_process({**common, "results-dir": str(tmp_path / "r")}, 8)
+    uncoded, theta_u = run_in_process({**common, "code": "uncoded", "s": 0,
+                                       "results-dir": str(tmp_path / "u")}, 8)
+    cohorts = [sorted(r["clients_used"] + r["stragglers"]) for r in rival.history]
+    assert cohorts == [r["partitions"]["used"] for r in uncoded.history]
+    assert len({tuple(c) for c in cohorts}) > 1  # the premise: the cohorts change
+    np.testing.assert_allclose(theta, theta_u, rtol=1e-9, atol=1e-12)
+
+
 def test_the_first_round_drops_exactly_the_partitions_whose_draw_is_past_the_deadline(
         tmp_path):
     from fl_gradcode.latency import client_delay
     from server.app import run_latency
 
     n, deadline = 8, 0.3
-    cfg = merge_config({"virtual-compute": "none", "straggler-timeout": deadline,
-                        "latency-p": 0.3})
-    rival, _ = _rival({"num-rounds": 1, "virtual-compute": "none",
-                       "straggler-timeout": deadline, "latency-p": 0.3}, n, tmp_path)
+    # bimodal draws and no compute cost, set here (not the defaults): the draws alone decide
+    regime = {"latency": "bimodal", "partition-cost-s": 0.0, "virtual-compute": "none",
+              "straggler-timeout": deadline, "latency-p": 0.3}
+    cfg = merge_config(regime)
+    rival, _ = _rival({"num-rounds": 1, **regime}, n, tmp_path)
     sizes = rival.partition_sizes
     latency = run_latency(cfg)
     late = sorted(p for p in range(n) if client_delay(
@@ -299,6 +317,34 @@ def test_train_timing_mod_leaves_coded_messages_alone_and_times_plain_ones():
     timing = replies[0].content.config_records[TIMING_KEY]
     assert timing["partition-id"] == 3 and timing["compute-s"] >= 0.0
     assert seen[1] == seen[2]  # seeded from (seed, round, partition): the same draw
+
+
+def test_train_timing_mod_leaves_the_callers_random_state_as_it_was():
+    """The handler's draws are seeded, and the caller's RNGs (Python's, numpy's global) are
+    restored after: in one process (the in-process grid) the server's Flower samples its
+    cohorts from Python's random module, which a client's seeding must not move."""
+    import random
+
+    from flwr.app import Context
+
+    ctx = Context(run_id=1, node_id=5, node_config={"partition-id": 3}, state=RecordDict(),
+                  run_config={})
+
+    def handler(msg, context):
+        random.random()
+        np.random.random()  # noqa: NPY002 - the app's global RNG
+        return Message(RecordDict({"metrics": MetricRecord({"num-examples": 1})}),
+                       reply_to=msg)
+
+    random.seed(123)
+    np.random.seed(7)  # noqa: NPY002
+    expected = (random.random(), float(np.random.random()))  # noqa: NPY002
+    random.seed(123)
+    np.random.seed(7)  # noqa: NPY002
+    msg = Message(RecordDict({"config": ConfigRecord({"seed": 4, "server-round": 2})}),
+                  message_type="train", dst_node_id=5)
+    train_timing_mod(msg, ctx, handler)
+    assert (random.random(), float(np.random.random())) == expected  # noqa: NPY002
 
 
 # =============================================================================== the table
@@ -378,14 +424,35 @@ def test_a_failed_run_is_left_out_of_the_comparison_and_the_exit_code_says_so(
 
 # =============================================================================== presets
 def _regime(role):
-    """The run config the committed first-hour experiment chose for ``role`` (read here from
-    the JSON directly, not through the launcher)."""
+    """The run config the committed first-hour experiment ran for ``role``: its base with the
+    regime's overrides (read here from the JSON directly, not through the launcher)."""
     import json
     from pathlib import Path
 
     data = json.loads((Path(__file__).resolve().parents[2] / "results" / "first_hour.json")
                       .read_text())
-    return data["regimes"][data[role]]["run_config"]
+    return {**data["base"], **data["regimes"][data[role]]["run_config"]}
+
+
+def test_the_default_main_job_is_the_recommended_regime():
+    """No options: every key of the regime the first-hour experiment recommends is a default,
+    and the losing preset's regime differs from the defaults."""
+    from fl_gradcode.config import DEFAULTS
+
+    recommended = _regime("recommended")
+    assert {k: DEFAULTS[k] for k in recommended} == recommended
+    losing = _regime("losing_preset")
+    assert {k: DEFAULTS[k] for k in losing} != losing
+
+
+@pytest.mark.parametrize("preset, says", [("coding-wins", "coding is recommended here"),
+                                          ("coding-loses", "coding is NOT recommended here")])
+def test_a_preset_says_whether_coding_is_recommended_in_its_regime(preset, says, tmp_path,
+                                                                    monkeypatch, capsys):
+    code, _ = _launch(tmp_path, monkeypatch, ["--no-compare", "--preset", preset])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert f"preset {preset} = regime " in out and says in out
 
 
 @pytest.mark.parametrize("preset, role", [("coding-wins", "recommended"),
@@ -424,3 +491,54 @@ def test_an_unknown_preset_is_refused_naming_the_presets():
 
     with pytest.raises(ValueError, match=r"coding-loses.*coding-wins"):
         preset_overrides("fast")
+
+
+# ========================================================== deploy_local's FedAvg baseline
+def test_the_fedavg_rival_waits_for_every_reply_and_refuses_a_latency_it_cannot_sleep(
+        tmp_path):
+    from server.app import build_rival, run_in_process
+
+    common = {"num-rounds": 2, "virtual-compute": "none", "latency": "bimodal",
+              "latency-p": 0.5, "straggler-timeout": 0.01}  # a deadline every reply misses
+    rival, theta = _rival({**common, "rival": "fedavg"}, 4, tmp_path / "f")
+    assert all(r["decode"] == "all" and r["late_dropped"] == 0 for r in rival.history)
+    _, theta_u = run_in_process({**common, "code": "uncoded", "s": 0,
+                                 "straggler-timeout": 1e6, "results-dir": str(tmp_path / "u")},
+                                4)
+    np.testing.assert_allclose(theta, theta_u, rtol=1e-9, atol=1e-12)
+    wallclock = merge_config({"rival": "fedavg", "timing": "wallclock",
+                              "results-dir": str(tmp_path / "w")})
+    with pytest.raises(ValueError, match=r"latency='persistent'.*latency='none'"):
+        build_rival(wallclock, 4)
+    build_rival({**wallclock, "latency": "none"}, 4)  # plain FedAvg in real time
+
+
+def test_deploy_local_builds_the_fedavg_run_config_and_the_overhead_report(tmp_path):
+    from server.deploy_local import (
+        fedavg_run_config,
+        overhead,
+        render_overhead,
+        with_results_dir,
+    )
+
+    config, results = with_results_dir("num-rounds=3 s=1 timing='wallclock'", tmp_path / "r")
+    assert results == (tmp_path / "r").resolve()
+    assert parse_config_args([config])["results-dir"] == str(results)
+    given, where = with_results_dir(f"results-dir='{tmp_path}/mine' s=1", tmp_path / "r")
+    assert where == tmp_path / "mine" and parse_config_args([given])["s"] == 1
+    fedavg = parse_config_args([fedavg_run_config(config, tmp_path / "f")])
+    assert fedavg == {"num-rounds": 3, "s": 1, "timing": "wallclock",
+                      "results-dir": str(tmp_path / "f"), "rival": "fedavg"}
+    with pytest.raises(ValueError, match="rival='drop-stragglers' in --run-config"):
+        fedavg_run_config(f"{config} rival='drop-stragglers'", tmp_path / "f")
+    coded = [{"wall_s": w, "decode": "exact"} for w in (9.0, 3.0, 5.0)]
+    plain = [{"wall_s": w, "decode": "all"} for w in (8.0, 2.0, 2.0)]
+    report = overhead(coded, plain)
+    # medians over rounds 2..: coded (3, 5) -> 4, FedAvg (2, 2) -> 2
+    assert (report["median_coded_s"], report["median_fedavg_s"]) == (4.0, 2.0)
+    assert report["overhead_ratio"] == 2.0 and report["median_over"] == "rounds 2.."
+    assert overhead(coded[:1], plain[:1])["overhead_ratio"] == 9.0 / 8.0
+    text = render_overhead({**report, "slow_node": 2})
+    assert "overhead ratio 2.00x" in text and "what coding saves" in text
+    with pytest.raises(ValueError, match="no rounds to compare"):
+        overhead([], plain)

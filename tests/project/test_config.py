@@ -61,7 +61,8 @@ def test_merge_config_rejects_unknown_keys_and_wrong_types():
 
 @pytest.mark.parametrize(
     ("run_config", "expected"),
-    [({}, "skip"), ({"s": "auto"}, "queue"), ({"busy": "queue"}, "queue"),
+    [({"s": 3}, "skip"), ({}, "queue"), ({"s": "auto"}, "queue"),
+     ({"s": 3, "busy": "queue"}, "queue"),
      ({"s": "auto", "busy": "skip"}, "skip"), ({"busy": "queue", "timing": "wallclock"}, "skip")],
 )
 def test_busy_run_config_key_reaches_the_strategy(run_config, expected, tmp_path):
@@ -98,7 +99,7 @@ def test_exclude_slow_run_config_key_reaches_the_strategy_and_is_validated(tmp_p
     with pytest.raises(ValueError, match=r"exclude_slow=0\.5"):
         build(merge_config({**base, "exclude-slow": 0.5}), 4)
     with pytest.raises(ValueError, match="needs s='auto'"):
-        build(merge_config({"exclude-slow": 5.0, "results-dir": str(tmp_path)}), 4)
+        build(merge_config({"exclude-slow": 5.0, "s": 3, "results-dir": str(tmp_path)}), 4)
 
 
 def test_fraction_train_samples_a_cohort_every_round_and_is_validated(tmp_path):
@@ -234,8 +235,12 @@ def test_run_config_defaults_agree_with_python_or_say_why(tmp_path, monkeypatch)
             assert built[entry.keyword] != python_default, entry.name
         else:
             assert built[entry.keyword] == python_default, entry.name
-    assert differs == {"s", "latency", "dp", "results-dir"}
-    assert built["s"] == 3 and parameters["s"].default == 1  # the main job's s; Python's 1
+    # the main job's regime (the first-hour experiment's recommendation), DP and results
+    assert differs == {"s", "s-max", "latency", "virtual-compute", "partition-cost-s",
+                       "straggler-timeout", "dp", "results-dir"}
+    assert built["s"] == "auto" and parameters["s"].default == 1  # the main job's s; Python's 1
+    assert built["s_max"] == 4 and built["measured_compute"] is False
+    assert (built["compute_cost_s"], built["straggler_timeout"]) == (0.05, 2.0)
     assert built["dp"] == DPConfig() and not built["dp"].enabled  # the same as None: no DP
 
 
@@ -344,6 +349,19 @@ def test_key_entries_validate_themselves():
     s = Key("s", 3, "x", keyword="s", also=("auto",))
     assert (s.keyword_value("auto"), s.keyword_value(2)) == ("auto", 2)
     assert s.cast("2") == 2 and s.cast(2.0) == 2  # any other value: the default's type
+    # a default from `also` needs the other values' type
+    with pytest.raises(ValueError, match=r"s: the default 'auto' is one of also=\('auto',\): "
+                       "kind"):
+        Key("s", "auto", "x", keyword="s", also=("auto",))
+    auto = Key("s", "auto", "x", keyword="s", also=("auto",), kind=int)
+    assert (auto.keyword_value("auto"), auto.cast("2"), auto.cast(2.0)) == ("auto", 2, 2)
+    assert type(auto.cast("2")) is int
+    with pytest.raises(ValueError, match="k: default 1 is not of kind float"):
+        Key("k", 1, "x", kind=float)
+    with pytest.raises(ValueError, match="kind="):
+        Key("k", 1, "x", kind=list)
+    with pytest.raises(ValueError, match=r"none_when=0\.0 must be int"):
+        Key("s", "auto", "x", keyword="s", also=("auto",), kind=int, none_when=0.0)
     assert Key("k", 0.0, "x", keyword="k", none_when=0.0).keyword_value(0) is None
 
 
@@ -375,7 +393,8 @@ def test_option_table_rows_escape_markdown_and_show_what_each_key_reaches():
 def test_table_lookups_and_worker_lists():
     from fl_gradcode.config import client_keys, coded_only_keys, key, worker_list
 
-    assert key("s").keyword == "s" and key("s").default == DEFAULTS["s"] == 3
+    assert key("s").keyword == "s" and key("s").default == DEFAULTS["s"] == "auto"
+    assert key("s").value_type is int and key("s-max").value_type is int
     with pytest.raises(KeyError):
         key("stragglers")
     assert client_keys()[:3] == ("update", "local-epochs", "batch-size")  # table order
@@ -400,6 +419,12 @@ def test_merge_config_coerces_ints_to_floats_only():
 
 def test_merge_config_accepts_auto_for_s_only():
     assert merge_config({"s": "auto"})["s"] == "auto"
+    # the default is "auto", yet s is an int key: ints are accepted, other types refused
+    assert merge_config({"s": 2})["s"] == 2 and merge_config({"s": 0})["s"] == 0
+    with pytest.raises(ValueError, match=r"s=2\.5 must be int or 'auto' like its default"):
+        merge_config({"s": 2.5})
+    with pytest.raises(ValueError, match="s=True must be int"):
+        merge_config({"s": True})
     with pytest.raises(ValueError, match="s='fast' must be int"):
         merge_config({"s": "fast"})
     with pytest.raises(ValueError, match="s-max='auto' must be int"):
@@ -434,6 +459,11 @@ CASES = {
                "partition-cost-s": 0.25}, 6),
     "uncoded": ({"code": "uncoded", "s": 0, "straggler-timeout": 1000000.0}, 4),
 }
+# the defaults, when the construction below was captured, of the keys the main job's regime
+# has changed since: every case runs on them, so it still compares the same run configs
+CAPTURE_DEFAULTS = {"s": 3, "s-max": 0, "latency": "bimodal", "latency-p": 0.1,
+                    "virtual-compute": "measured", "partition-cost-s": 0.0,
+                    "straggler-timeout": 10.0}
 OLD_BASE = {'accountant': None,
             'args': [['FedAvg',
                       {'fraction_evaluate': 0.0,
@@ -668,6 +698,7 @@ def test_server_app_builds_the_same_strategy_as_before_the_table(case, tmp_path,
 
     (tmp_path / "server.json").write_text(json.dumps({"server": "11" * 32}))
     overrides, n = CASES[case]
+    overrides = {**CAPTURE_DEFAULTS, **overrides}
     overrides = {k: v.replace("<tmp>", str(tmp_path)) if isinstance(v, str) else v
                  for k, v in overrides.items()}
     seen = _construction(overrides, n, tmp_path, monkeypatch)
