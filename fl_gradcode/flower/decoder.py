@@ -264,11 +264,16 @@ class Decoder:
         self._amplification: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     def wire_for(self, code: GradientCode) -> str:
-        """The reply dtype for ``code`` (``"model"`` or ``"float64"``)."""
+        """The reply dtype for ``code`` (``"model"`` or ``"float64"``): with ``wire="auto"``,
+        ``"model"`` when the code's guaranteed bound
+        (:attr:`~fl_gradcode.codes.GradientCode.rounding_amplification`), else its sampled
+        :func:`error_amplification`, is at most :data:`AMPLIFICATION_LIMIT`."""
         if self.wire != "auto":
             return self.wire
         if code not in self._amplification:
-            self._amplification[code] = error_amplification(code, seed=self.seed)
+            bound = code.rounding_amplification
+            self._amplification[code] = (error_amplification(code, seed=self.seed)
+                                         if bound is None else bound)
         return "model" if self._amplification[code] <= AMPLIFICATION_LIMIT else "float64"
 
     @property
