@@ -201,3 +201,23 @@ def test_crc_goes_in_float64_unless_the_user_asks(n, s):
     assert Decoder(None).wire_for(code) == "float64"
     assert Decoder(None, wire="model").wire_for(code) == "model"
     assert Decoder(None, wire="float64").wire_for(make_code("grouped-rs", n=n, s=s)) == "float64"
+
+
+def test_experiment_quick_run_writes_every_promised_key(tmp_path):
+    import importlib
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "experiments"))
+    try:
+        result = importlib.import_module("wire_precision").main(
+            ["--quick", "--dim", "500", "--out", str(tmp_path / "wp")])
+    finally:
+        sys.path.pop(0)
+    assert (tmp_path / "wp.json").exists()
+    assert result["default_code_all_within_tol"]
+    for r in result["rows"]:
+        assert {"code", "n", "s", "amplification", "max_rel_error_float32", "wire",
+                "bytes_ratio", "load_overhead"} <= set(r)
+        assert r["bytes_ratio"] == (1.0 if r["wire"] == "model" else 2.0)
+    assert {r["wire"] for r in result["rows"] if r["code"] == "crc"} == {"float64"}
