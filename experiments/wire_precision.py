@@ -9,7 +9,8 @@ in float64). Straggler patterns: none, every contiguous burst of ``s`` (cyclic, 
 starts), patterns that leave exactly ``t`` distinct replies in a group (grouped-rs: each group
 with ``t > 1`` and no copies, ``t`` adjacent rows at its start, middle and end kept), and
 random ones. Per row: ``amplification`` (the code's guaranteed bound where it has one, else the
-sampled :func:`~fl_gradcode.flower.decoder.error_amplification`), ``wire`` (what
+sampled :func:`~fl_gradcode.flower.decoder.error_amplification`, as ``wire="auto"`` uses
+them; ``amplification_is_bound``), ``wire`` (what
 ``wire="auto"`` chooses), ``max_rel_error_float32`` (max over patterns of
 ``||avg32 - avg64|| / ||avg64||``, 2-norm; ``max_rel_error_float32_inf`` in the max-norm),
 ``bytes_ratio`` (a reply's bytes over FedAvg's, whose replies are the float32 model),
@@ -40,7 +41,7 @@ import numpy as np
 from _common import save
 
 from fl_gradcode.codes import make_code
-from fl_gradcode.flower.decoder import Decoder, combine, error_amplification
+from fl_gradcode.flower.decoder import AMPLIFICATION_LIMIT, Decoder, combine, error_amplification
 
 TOL = 1e-6
 DIM = 10_000
@@ -123,7 +124,9 @@ def row(name: str, n: int, s: int, d: int, seed: int, **options) -> dict | None:
     except ValueError:
         return None
     t0 = time.perf_counter()
-    bound = code.rounding_amplification
+    bound = code.rounding_amplification  # what wire="auto" uses: a bound within the limit,
+    if bound is not None and bound > AMPLIFICATION_LIMIT:  # else the sampled sets
+        bound = None
     amp = error_amplification(code, seed=seed) if bound is None else bound
     wire = Decoder(None, seed=seed).wire_for(code)
     worst = measure(code, d, seed)

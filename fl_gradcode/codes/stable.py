@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .amplification import sampled_amplification
 from .base import GradientCode, check_n_s
 
 __all__ = [
@@ -113,6 +114,21 @@ def _relative_amplification(s: int, ts: list[int]) -> float:
     return sum(weight[t] for t in ts) / sum(s + t for t in ts)
 
 
+def _matrix(n: int, s: int, plans: list[GroupPlan]) -> np.ndarray:
+    """The ``n x k`` matrix of ``plans``: group blocks on the diagonal, copies below each."""
+    B = np.zeros((n, sum(s + p.t for p in plans)))
+    row = col = 0
+    for p in plans:
+        m = s + p.t
+        block = rs_block(s, p.t)
+        B[row : row + m, col : col + m] = block
+        for c in range(p.copies):
+            B[row + m + c, col : col + m] = block[(c * m) // max(p.copies, 1)]
+        row += m + p.copies
+        col += m
+    return B
+
+
 @dataclass(frozen=True)
 class GroupPlan:
     """One group: ``t`` replies decode it, ``copies`` extra clients repeat some of its rows."""
@@ -188,10 +204,11 @@ class GroupedReedSolomonCode(GradientCode):
     ``max_relative_amplification`` (default 8: float32 rounding, ``2**-24``, then stays below
     5e-7 relative) caps it: where the plan above would exceed it, fewer spare clients raise
     ``t`` and more become copies (``k`` drops, :attr:`load_overhead` rises, at most to
-    ``n / (G(s+1))``, below 4/3 for ``s <= n/4``). Codes that already fit are unchanged, and
-    so are codes where fitting would cost more than ``max_load_overhead`` (default 4/3: only
-    some ``s > n/4``), whose replies then go in float64. ``None``: only ``max_amplification``
-    applies.
+    ``n / (G(s+1))``, below 4/3 for ``s <= n/4``). Codes that already fit are unchanged: by
+    the bound, or by :func:`~fl_gradcode.codes.sampled_amplification` (seed 0: the measure a
+    server used before the bound; e.g. ``n=22, s=5``); so are codes where fitting would cost
+    more than ``max_load_overhead`` (default 4/3: only some ``s > n/4``), whose replies then go
+    in float64. ``None``: only ``max_amplification`` applies.
 
     Load. Every client computes ``s+1`` of ``k`` partitions; ``k = n`` (optimal load fraction
     ``(s+1)/n``) whenever the spare clients fit the budgets (always for small ``s``), otherwise
@@ -220,19 +237,17 @@ class GroupedReedSolomonCode(GradientCode):
         if not max_load_overhead >= 1:
             raise ValueError(f"max_load_overhead={max_load_overhead!r} must be >= 1 (the "
                              "load fraction over its lower bound (s+1)/n)")
-        self.plans = plan_groups(n, s, max_amplification, max_relative_amplification,
-                                 max_load_overhead)
-        k = sum(s + p.t for p in self.plans)
-        B = np.zeros((n, k))
-        row = col = 0
-        for p in self.plans:
-            m = s + p.t
-            block = rs_block(s, p.t)
-            B[row : row + m, col : col + m] = block
-            for c in range(p.copies):
-                B[row + m + c, col : col + m] = block[(c * m) // max(p.copies, 1)]
-            row += m + p.copies
-            col += m
+        plans = plan_groups(n, s, max_amplification)
+        if max_relative_amplification is not None:
+            budgeted = plan_groups(n, s, max_amplification, max_relative_amplification,
+                                   max_load_overhead)
+            # a plan whose sampled sets already decode within the budget stays as it was
+            if budgeted != plans and sampled_amplification(
+                    GradientCode(_matrix(n, s, plans), s, is_exact=True)
+            ) > max_relative_amplification:
+                plans = budgeted
+        self.plans = plans
+        B = _matrix(n, s, plans)
         super().__init__(B, s, is_exact=True, weights=weights)
         self.max_amplification = float(max_amplification)
         self.max_relative_amplification = (None if max_relative_amplification is None

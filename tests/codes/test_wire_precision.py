@@ -24,7 +24,7 @@ from fl_gradcode.codes.stable import (
     rs_rounding_weight,
 )
 from fl_gradcode.flower import decoder as decoder_module
-from fl_gradcode.flower.decoder import AMPLIFICATION_LIMIT, Decoder
+from fl_gradcode.flower.decoder import AMPLIFICATION_LIMIT, Decoder, error_amplification
 
 TOL = 1e-6
 SPREAD = [(4, 1), (8, 2), (16, 4), (20, 5), (22, 5), (30, 7), (31, 7), (50, 12), (64, 10),
@@ -100,8 +100,8 @@ def test_any_n_and_s_up_to_n_over_4_decodes_float32_within_1e6(n, frac, seed):
 
 
 def test_the_bound_fits_float32_at_every_n_up_to_256_and_s_up_to_n_over_4():
-    """``sum_g W_g / k`` from the plans alone (cheap): every one within the budget, and the
-    load overhead ``n / k`` below 4/3."""
+    """The budgeted plan (what a code uses unless its old plan's sampled sets already fit):
+    ``sum_g W_g / k`` from the plans alone (cheap) within the budget, load overhead below 4/3."""
     for n in range(2, 257):
         for s in range(0, n // 4 + 1):
             plans = plan_groups(n, s, 1e5, DEFAULT_MAX_RELATIVE_AMPLIFICATION)
@@ -110,6 +110,18 @@ def test_the_bound_fits_float32_at_every_n_up_to_256_and_s_up_to_n_over_4():
             assert bound <= 8.0, (n, s, bound)
             assert n / k < 4 / 3, (n, s, n / k)
             assert sum(s + p.t + p.copies for p in plans) == n
+
+
+@pytest.mark.parametrize(("n", "s"), [(22, 5), (30, 7), (40, 8), (64, 10), (100, 12), (100, 23),
+                                    (256, 32)])
+def test_every_default_code_fits_by_its_bound_or_by_the_sampled_sets(n, s):
+    code = make_code("grouped-rs", n=n, s=s)
+    bound, sampled = code.relative_amplification, error_amplification(code)
+    assert bound <= 8.0 or sampled <= 8.0, (bound, sampled)
+    assert Decoder(None).wire_for(code) == "model"
+    old = GroupedReedSolomonCode(n, s, max_relative_amplification=None)
+    if old.relative_amplification > 8.0 and error_amplification(old) > 8.0:
+        assert code.k < old.k and bound <= 8.0  # changed only where the old one did not fit
 
 
 @pytest.mark.parametrize(("s", "t"), [(1, 2), (3, 2), (4, 3), (6, 3), (5, 4), (10, 2)])
@@ -141,9 +153,11 @@ def test_relative_amplification_bounds_every_straggler_set(n, s):
 
 
 def test_codes_that_already_fit_are_bitwise_unchanged():
-    """Every n <= 20 with s <= n/4 (and the FRC-shaped codes of the committed benchmarks)."""
+    """Every n <= 20 with s <= n/4, the FRC-shaped codes of the committed benchmarks, and
+    codes whose sampled sets (the measure servers used) already fit though the bound does not."""
     cases = [(n, s) for n in range(1, 21) for s in range(0, n // 4 + 1)]
     cases += [(100, 19), (20, 3), (12, 3), (24, 3), (100, 10), (1000, 10)]
+    cases += [(22, 5), (23, 5), (40, 8), (60, 10), (100, 23)]
     for n, s in cases:
         new = GroupedReedSolomonCode(n, s)
         old = GroupedReedSolomonCode(n, s, max_relative_amplification=None)
