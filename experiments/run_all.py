@@ -26,6 +26,7 @@ EXPERIMENTS = [
     "bench_adaptive",
     "time_to_accuracy",
     "sampled_cohorts",
+    "wire_precision",
 ]
 # further passes merged into the same results: time_to_accuracy's hindsight oracles (a
 # reference for the adaptive policy, run on top of the schemes compared), the warm start,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .amplification import sampled_amplification
 from .approximate import BernoulliCode, ExpanderCode
 from .base import DecodabilityTracker, Decoding, GradientCode, NotDecodableError, check_n_s
 from .comm_efficient import CommunicationEfficientCode
@@ -44,6 +45,7 @@ __all__ = [
     "bursts",
     "frc_expected_error",
     "make_code",
+    "sampled_amplification",
     "straggler_patterns",
 ]
 

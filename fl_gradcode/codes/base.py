@@ -145,6 +145,13 @@ class GradientCode:
         return self.load / self.k
 
     @property
+    def rounding_amplification(self) -> float | None:
+        """A bound over EVERY straggler pattern on ``sum_i |a_i| ||B_i||_1 / k`` (how much
+        decoding magnifies the replies' rounding errors relative to the decoded sum), or
+        ``None`` when the code has no closed form (a server then samples decodable sets)."""
+        return None
+
+    @property
     def blocks(self) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
         """Independent blocks ``(clients, partitions)`` that decode separately."""
         return list(self._blocks)

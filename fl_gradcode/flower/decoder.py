@@ -40,7 +40,7 @@ from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp.strategy import FedAvg
 
-from ..codes import Decoding, GradientCode
+from ..codes import Decoding, GradientCode, sampled_amplification
 from . import protocol
 from .protocol import CodedReply
 from .records import quiet_inner_aggregation
@@ -153,18 +153,8 @@ def error_amplification(code: GradientCode, seed: int = 0, samples: int = 24) ->
     """How much the decoder amplifies rounding errors of the replies, relative to the decoded
     sum: ``max_F sum_i (sum_u |D_ui|) ||B_i||_1 / k`` over decodable sets ``F`` (all clients,
     random ``(n-s)``-subsets, contiguous straggler bursts), ``D`` the code's chunk decoder. 1
-    for uncoded and FRC (0/1 decoding)."""
-    rng = np.random.default_rng(seed)
-    n, s = code.n, min(code.s, code.n - 1)
-    row_l1 = np.abs(code.B).sum(axis=1)
-    sets = [list(range(n))]
-    sets += [sorted(rng.choice(n, size=n - s, replace=False).tolist()) for _ in range(samples)]
-    sets += [[i for i in range(n) if (i - start) % n >= s] for start in range(0, n, max(1, n // 8))]
-    worst = 0.0
-    for received in sets:
-        a = np.abs(code.chunk_decoder(code.decoding(received))).sum(axis=0)
-        worst = max(worst, float(np.sum(a * row_l1)) / code.k)
-    return worst
+    for uncoded and FRC (0/1 decoding). (:func:`~fl_gradcode.codes.sampled_amplification`.)"""
+    return sampled_amplification(code, seed=seed, samples=samples)
 
 
 def instruction_chunks(code: GradientCode, worker: int) -> tuple[float, ...]:
@@ -292,11 +282,18 @@ class Decoder:
         self._amplification: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     def wire_for(self, code: GradientCode) -> str:
-        """The reply dtype for ``code`` (``"model"`` or ``"float64"``)."""
+        """The reply dtype for ``code`` (``"model"`` or ``"float64"``): with ``wire="auto"``,
+        ``"model"`` when the code's guaranteed bound
+        (:attr:`~fl_gradcode.codes.GradientCode.rounding_amplification`) is at most
+        :data:`AMPLIFICATION_LIMIT` (no sampling), else when its sampled
+        :func:`error_amplification` is."""
         if self.wire != "auto":
             return self.wire
         if code not in self._amplification:
-            self._amplification[code] = error_amplification(code, seed=self.seed)
+            bound = code.rounding_amplification
+            self._amplification[code] = (
+                bound if bound is not None and bound <= AMPLIFICATION_LIMIT
+                else error_amplification(code, seed=self.seed))
         return "model" if self._amplification[code] <= AMPLIFICATION_LIMIT else "float64"
 
     @property
