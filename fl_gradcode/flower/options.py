@@ -364,9 +364,9 @@ class WireOptions:
     ------------------------------------------
     wire : {"auto", "model", "float64"}
         Reply dtype: ``model`` sends each array in the global model's dtype (half of float64's
-        bytes for float32 models); ``auto`` does so when the code's error amplification keeps
-        float32 rounding below 1e-6 relative in the decoded result (``error_amplification``
-        <= 8; FRC, uncoded and grouped codes whose groups are FRC are 1), else float64.
+        bytes for float32 models); ``auto`` does so when the code's rounding amplification
+        (its bound ``rounding_amplification``, else sampled) is <= 8, keeping float32 rounding
+        below 1e-6 relative in the decoded result (every grouped-rs code), else float64.
     sparse_decoding : bool
         Exact rounds decode from as few of the replies in hand as the code allows
         (:meth:`~fl_gradcode.codes.GradientCode.sparse_decoding`: one reply per FRC group), so
