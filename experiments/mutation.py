@@ -432,12 +432,101 @@ def run_group(group: str, modules: list[str], args: argparse.Namespace) -> dict:
             "sampled": len(names) < total_pop,
             "population": total_pop,
             "by_status": {s: list(status.values()).count(s) for s in sorted(set(status.values()))},
+            "timeouts": sorted(n for n, s in status.items() if s == "timeout"),
             "survived": [
                 {"mutant": n, "status": status[n], "diff": diff_of(cwd, n),
                  "reason": REASONS.get(n, "unexplained: not reviewed yet")}
                 for n in survivors
             ],
         }
+    return out
+
+
+def tests_of(cwd: Path, name: str) -> list[str]:
+    """The test ids mutmut runs for mutant ``name`` (those that executed its function)."""
+    out = subprocess.run([sys.executable, "-m", "mutmut", "tests-for-mutant", name], cwd=cwd,
+                         capture_output=True, text=True).stdout
+    return [ln.strip() for ln in out.splitlines() if "::" in ln]
+
+
+def alone(cwd: Path, name: str, wall_s: float = 900.0) -> str:
+    """Apply mutant ``name`` alone to the scratch copy's source, run its tests without mutmut's
+    CPU limit, restore the source. 'killed' (a test fails), 'survived' (all pass), 'timeout'
+    (still running after ``wall_s`` seconds: a real hang, which counts as killed)."""
+    tests = tests_of(cwd, name)
+    if not tests:
+        return "no tests"
+    src = cwd / "fl_gradcode"
+    backup = cwd / "_pristine_fl_gradcode"
+    shutil.copytree(src, backup)
+    try:
+        subprocess.run([sys.executable, "-m", "mutmut", "apply", name], cwd=cwd, check=True,
+                       capture_output=True)
+        env = {**os.environ, "PYTHONPATH": str(cwd), "OMP_NUM_THREADS": "1",
+               "MKL_NUM_THREADS": "1"}
+        try:
+            rc = subprocess.run([sys.executable, "-m", "pytest", *FAST, *tests], cwd=cwd, env=env,
+                                capture_output=True, timeout=wall_s).returncode
+        except subprocess.TimeoutExpired:
+            return "timeout"
+        return "survived" if rc == 0 else "killed"
+    finally:
+        shutil.rmtree(src)
+        backup.rename(src)
+
+
+def recheck(module: str, entry: dict, args: argparse.Namespace) -> dict:
+    """Re-run, in a fresh scratch copy (new tests collected, stats gathered anew), only the
+    mutants ``entry`` lists as survivors, and confirm each timeout verdict by running the
+    mutant alone (a timeout on a loaded machine is not a kill); returns the updated entry."""
+    from mutmut.stats import status_by_exit_code
+
+    t0 = time.monotonic()
+    extra = [f"--deselect={t}" for t in args.deselect]
+    cwd = prepare(args.workdir, module, [module], extra)
+    log = args.workdir / f"{module}.recheck.log"
+    mutmut(cwd, "__generate_only__", log=log, max_children=args.max_children)
+    population = load_meta(cwd)
+    old = {s["mutant"]: s for s in entry["survived"]}
+    changed = [n for n, s in old.items()
+               if n not in population or diff_of(cwd, n) != s["diff"]]
+    if changed:
+        raise SystemExit(f"{module}: the source changed since the run; these mutants are no "
+                         f"longer the ones recorded: {changed}; re-run the sample instead")
+    names = sorted(old)
+    if names:
+        mutmut(cwd, *names, log=log, max_children=args.max_children)
+    codes = load_meta(cwd)
+    status = {n: status_by_exit_code[codes.get(n)] for n in names}
+    # a timeout is confirmed (or not) by the mutant alone, without mutmut's CPU limit
+    timeouts = sorted(set(entry.get("timeouts", [])) | {n for n, s in status.items()
+                                                        if s == "timeout"})
+    alone_verdicts = {n: alone(cwd, n) for n in timeouts}
+    for n, v in alone_verdicts.items():
+        if v not in ("killed", "timeout"):
+            status[n] = f"timeout, {v} alone"
+    out = dict(entry)
+    by_status = dict(entry["by_status"])
+    for n, s in status.items():
+        before = old[n]["status"] if n in old else "timeout"
+        by_status[before] -= 1
+        by_status[s] = by_status.get(s, 0) + 1
+    out["by_status"] = {k: v for k, v in sorted(by_status.items()) if v}
+    survivors = [n for n in sorted(set(names) | set(timeouts)) if status.get(n, "killed")
+                 not in KILLED]
+    out["killed"] = entry["total"] - len(survivors)
+    out["survived"] = [
+        {"mutant": n, "status": status[n],
+         "diff": old[n]["diff"] if n in old else diff_of(cwd, n),
+         "reason": REASONS.get(n, "unexplained: not reviewed yet")}
+        for n in survivors
+    ]
+    out["rechecked"] = {
+        "mutants": len(names), "killed": sum(status[n] in KILLED for n in names),
+        "timeouts_confirmed_alone": alone_verdicts,
+        "killed_before": entry["killed"], "runtime_s": round(time.monotonic() - t0, 1),
+        "command": "python experiments/mutation.py " + " ".join(sys.argv[1:]),
+    }
     return out
 
 
@@ -455,12 +544,25 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--workdir", type=Path, default=None,
                    help="scratch directory for the project copies (default: a temp dir)")
     p.add_argument("--out", type=Path, default=ROOT / "results" / "mutation.json")
+    p.add_argument("--recheck", action="store_true",
+                   help="re-run only the survivors each module's entry in --out lists (after "
+                        "new tests), confirm its timeouts alone, and update its verdicts")
     args = p.parse_args(argv)
     modules = args.module or list(MODULES)
     args.workdir = args.workdir or Path(tempfile.mkdtemp(prefix="fl-gradcode-mutation-"))
     args.workdir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     result = json.loads(args.out.read_text()) if args.out.exists() else {}
+    if args.recheck:
+        for module in modules:
+            if module not in result:
+                raise SystemExit(f"--recheck {module}: {args.out} has no entry for it")
+            result[module] = recheck(module, result[module], args)
+            r = result[module]
+            print(f"{module:10s} recheck: killed {r['rechecked']['killed_before']} -> "
+                  f"{r['killed']}/{r['total']}")
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+        return
     for module in modules:
         mods = [module]
         t1 = time.monotonic()
@@ -468,7 +570,9 @@ def main(argv: list[str] | None = None) -> None:
         for m in mods:  # each module keeps the settings it was last run with
             result[m]["run"] = {"seed": args.seed, "max_mutants": args.max_mutants,
                                 "deselected": args.deselect,
-                                "runtime_s": round(time.monotonic() - t1, 1)}
+                                "runtime_s": round(time.monotonic() - t1, 1),
+                                "command": "python experiments/mutation.py "
+                                           + " ".join(argv or sys.argv[1:])}
         for m in mods:
             r = result[m]
             print(f"{m:10s} killed {r['killed']}/{r['total']}"
