@@ -58,6 +58,12 @@ def load_test_map(path: Path = TEST_MAP) -> dict[str, tuple[list[str], list[str]
 MODULES: dict[str, tuple[list[str], list[str]]] = load_test_map()
 KILLED = {"killed", "timeout"}
 
+_NAN_EQUIVALENT = (
+    "equivalent: _jsonable replaces every non-finite float (numpy scalars and arrays "
+    "included) by None first, so json.dumps never meets a NaN whatever allow_nan says")
+_UTF8_EQUIVALENT = ("equivalent: str.encode's default encoding is UTF-8 (and codec names are "
+                    "case-blind)")
+
 # Hand-written verdicts on survivors (mutmut name -> one line). Filled in after reading diffs.
 REASONS: dict[str, str] = {
     "fl_gradcode.flower.integrity.xǁProbeǁ__init____mutmut_22":
@@ -314,6 +320,29 @@ REASONS: dict[str, str] = {
     "fl_gradcode.flower.privatiser.xǁPrivatiserǁnoise_multiplier__mutmut_15":
         "equivalent: a code's B is a float64 array already (GradientCode stores "
         "np.array(B, dtype=float64))",
+    "fl_gradcode.matmul.x__check_matrix__mutmut_24":
+        "equivalent: astype(None) converts to float64, the dtype it names",
+    "fl_gradcode.matmul.x__worker_subsets__mutmut_11":
+        "equivalent: Generator.choice treats replace=None as false: the same draws as "
+        "replace=False (checked for 20 draws from one seed)",
+    "fl_gradcode.matmul.x__screened__mutmut_19":
+        "equivalent: '<=' keeps a later draw only when its worst condition number ties the "
+        "best so far exactly, which Gaussian draws do with probability zero",
+    "fl_gradcode.matmul.xǁ_CodedJobǁ_check_results__mutmut_21":
+        "equivalent: strict=True only guards lengths equal by construction (one array per "
+        "worker)",
+    "fl_gradcode.matmul.xǁ_CodedJobǁ_solve__mutmut_7":
+        "equivalent: numpy's reshape takes any negative size as the one unknown dimension",
+    "fl_gradcode.matmul.x_coded_least_squares_gradient__mutmut_35":
+        "equivalent: the backward job's generator is seeded seed + 2 instead of seed + 1: "
+        "another screened Gaussian generator, equally exact and reproducible; no contract "
+        "names the seed offset",
+    "fl_gradcode.results.xǁRoundRecorderǁ__init____mutmut_25": _NAN_EQUIVALENT,
+    "fl_gradcode.results.xǁRoundRecorderǁ__init____mutmut_33": _NAN_EQUIVALENT,
+    "fl_gradcode.results.xǁRoundRecorderǁrecord__mutmut_8": _NAN_EQUIVALENT,
+    "fl_gradcode.results.xǁRoundRecorderǁrecord__mutmut_14": _NAN_EQUIVALENT,
+    "fl_gradcode.results.xǁRoundRecorderǁdebug__mutmut_11": _UTF8_EQUIVALENT,
+    "fl_gradcode.results.xǁRoundRecorderǁdebug__mutmut_14": _UTF8_EQUIVALENT,
 }
 
 
@@ -409,7 +438,7 @@ def run_group(group: str, modules: list[str], args: argparse.Namespace) -> dict:
     rng = random.Random(args.seed)
     for module in modules:
         names = sorted(n for n, m in population.items() if m == module)
-        if args.max_mutants and len(names) > args.max_mutants:
+        if args.max_mutants and len(names) > max(args.max_mutants, args.full_up_to):
             names = sorted(rng.sample(names, args.max_mutants))
         chosen[module] = names
     # 2. run the chosen mutants (explicit names: mutmut tests exactly these)
@@ -449,7 +478,7 @@ def tests_of(cwd: Path, name: str) -> list[str]:
     return [ln.strip() for ln in out.splitlines() if "::" in ln]
 
 
-def alone(cwd: Path, name: str, wall_s: float = 900.0) -> str:
+def alone(cwd: Path, name: str, wall_s: float = 120.0) -> str:
     """Apply mutant ``name`` alone to the scratch copy's source, run its tests without mutmut's
     CPU limit, restore the source. 'killed' (a test fails), 'survived' (all pass), 'timeout'
     (still running after ``wall_s`` seconds: a real hang, which counts as killed)."""
@@ -501,7 +530,7 @@ def recheck(module: str, entry: dict, args: argparse.Namespace) -> dict:
     # a timeout is confirmed (or not) by the mutant alone, without mutmut's CPU limit
     timeouts = sorted(set(entry.get("timeouts", [])) | {n for n, s in status.items()
                                                         if s == "timeout"})
-    alone_verdicts = {n: alone(cwd, n) for n in timeouts}
+    alone_verdicts = {n: alone(cwd, n, args.alone_timeout) for n in timeouts}
     for n, v in alone_verdicts.items():
         if v not in ("killed", "timeout"):
             status[n] = f"timeout, {v} alone"
@@ -536,6 +565,9 @@ def main(argv: list[str] | None = None) -> None:
                    help="module to mutate (repeatable; default: all)")
     p.add_argument("--max-mutants", type=int, default=0,
                    help="sample at most N mutants per module (fixed seed); 0 = all")
+    p.add_argument("--full-up-to", type=int, default=0,
+                   help="run every mutant of a module whose population is at most this size "
+                        "(sample --max-mutants only above it)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-children", type=int, default=1,
                    help="mutmut worker processes (default 1: the machine is shared)")
@@ -547,6 +579,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--recheck", action="store_true",
                    help="re-run only the survivors each module's entry in --out lists (after "
                         "new tests), confirm its timeouts alone, and update its verdicts")
+    p.add_argument("--alone-timeout", type=float, default=120.0,
+                   help="seconds a timeout mutant's tests may run alone before the timeout "
+                        "is confirmed as a hang (--recheck)")
     args = p.parse_args(argv)
     modules = args.module or list(MODULES)
     args.workdir = args.workdir or Path(tempfile.mkdtemp(prefix="fl-gradcode-mutation-"))
