@@ -64,6 +64,10 @@ _NAN_EQUIVALENT = (
 _UTF8_EQUIVALENT = ("equivalent: str.encode's default encoding is UTF-8 (and codec names are "
                     "case-blind)")
 
+_DEMO_K_EQUALS_N = ("equivalent: every scheme the demo runs (uncoded, ignore-stragglers, frc, "
+                    "grouped-rs, bgc) has k = n partitions, so the branch for k != n is never "
+                    "taken")
+
 # Hand-written verdicts on survivors (mutmut name -> one line). Filled in after reading diffs.
 REASONS: dict[str, str] = {
     "fl_gradcode.flower.integrity.xǁProbeǁ__init____mutmut_22":
@@ -343,6 +347,18 @@ REASONS: dict[str, str] = {
     "fl_gradcode.results.xǁRoundRecorderǁrecord__mutmut_14": _NAN_EQUIVALENT,
     "fl_gradcode.results.xǁRoundRecorderǁdebug__mutmut_11": _UTF8_EQUIVALENT,
     "fl_gradcode.results.xǁRoundRecorderǁdebug__mutmut_14": _UTF8_EQUIVALENT,
+    "fl_gradcode.demo.x_main__mutmut_41":
+        "equivalent: argparse keeps an option's string as it is when type is None, as str does",
+    "fl_gradcode.demo.x_run__mutmut_111":
+        "equivalent: parts is np.array_split(order, n), so splitting into code.k = n parts "
+        "again gives the same partitions",
+    "fl_gradcode.demo.x_run__mutmut_114": _DEMO_K_EQUALS_N,
+    "fl_gradcode.demo.x_run__mutmut_115": _DEMO_K_EQUALS_N,
+    "fl_gradcode.demo.x_run__mutmut_116": _DEMO_K_EQUALS_N,
+    "fl_gradcode.demo.x_run__mutmut_131":
+        "equivalent: numpy's reshape takes any negative size as the one unknown dimension",
+    "fl_gradcode.demo.x_run__mutmut_175":
+        "equivalent: numpy's reshape takes any negative size as the one unknown dimension",
 }
 
 
