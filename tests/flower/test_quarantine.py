@@ -95,3 +95,11 @@ def test_a_node_named_twice_in_a_round_offends_once_and_nodes_are_kept_apart():
     assert q.held(3, [2, 5, 9, 11]) == {2, 9}
     assert q.offend(3, [5], "x") == [5]  # node 5's offences: rounds 2 and 3, its own count
     assert q.held(4, [2, 5, 9]) == {5}
+
+
+@pytest.mark.mutation_found("quarantine")
+def test_a_node_that_never_offended_is_never_held_from_round_1():
+    q = Quarantine(offences=1, window=1, rounds=1)
+    assert q.held(1, [0, 1, 2]) == set()
+    q.offend(1, [1], "x")
+    assert q.held(2, [0, 1, 2]) == {1}
