@@ -359,6 +359,10 @@ REASONS: dict[str, str] = {
         "equivalent: numpy's reshape takes any negative size as the one unknown dimension",
     "fl_gradcode.demo.x_run__mutmut_175":
         "equivalent: numpy's reshape takes any negative size as the one unknown dimension",
+    "fl_gradcode.flower.client_policy.x__file_claim__mutmut_40":
+        "equivalent: the entry is built as node, nonce, round: already the sorted key order",
+    "fl_gradcode.flower.client_policy.xǁNodePolicyǁfrom_node_config__mutmut_5":
+        "equivalent: an absent dp-required read as None is mapped to 'none' by the next line",
 }
 
 
