@@ -68,6 +68,10 @@ _DEMO_K_EQUALS_N = ("equivalent: every scheme the demo runs (uncoded, ignore-str
                     "grouped-rs, bgc) has k = n partitions, so the branch for k != n is never "
                     "taken")
 
+_REPORTS_STRICT = ("equivalent: strict=True only guards lengths equal by construction (the "
+                   "lines before refuse sizes of another length than the worker's partitions, "
+                   "one encoding coefficient each)")
+
 # Hand-written verdicts on survivors (mutmut name -> one line). Filled in after reading diffs.
 REASONS: dict[str, str] = {
     "fl_gradcode.flower.integrity.xǁProbeǁ__init____mutmut_22":
@@ -363,6 +367,16 @@ REASONS: dict[str, str] = {
         "equivalent: the entry is built as node, nonce, round: already the sorted key order",
     "fl_gradcode.flower.client_policy.xǁNodePolicyǁfrom_node_config__mutmut_5":
         "equivalent: an absent dp-required read as None is mapped to 'none' by the next line",
+    "fl_gradcode.flower.reports.x_check_reply_sizes__mutmut_31": _REPORTS_STRICT,
+    "fl_gradcode.flower.reports.x_check_reply_sizes__mutmut_32": _REPORTS_STRICT,
+    "fl_gradcode.flower.reports.x_check_reply_sizes__mutmut_44":
+        "equivalent: the sizes are multiplied by float64 coefficients, so the product is "
+        "float64 whatever dtype numpy infers for the sizes",
+    "fl_gradcode.flower.x___getattr____mutmut_1":
+        "killed in effect, not by mutmut's verdict: with 'name in _LAZY' every lookup of a "
+        "name the package lacks (pytest asks for __wrapped__) raises KeyError, so pytest "
+        "cannot collect the tests (exit code 2, which mutmut reports as 'interrupted'); "
+        "checked by applying it alone",
 }
 
 

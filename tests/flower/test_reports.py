@@ -114,3 +114,58 @@ def test_an_untrainable_round_says_why_and_what_to_do():
                         "partition keys (dp='partition'); nothing can be trained. "
                         + MISSING_KEYS_HELP)
     assert "FL_GRADCODE_DP_KEY_FILE" in MISSING_KEYS_HELP
+
+
+@pytest.mark.mutation_found("reports")
+def test_replicas_agree_within_a_relative_tolerance_of_the_larger_size():
+    from fl_gradcode.flower.reports import agree_sizes
+
+    code = _Code({0: {0: 1.0}, 1: {0: 1.0}, 2: {1: 1.0}, 3: {1: 1.0}})
+    big = 1e6
+    agreed, excluded, confirmed = agree_sizes(
+        code, {0: [big], 1: [big * (1 + 5e-10)], 2: [3.0], 3: [3.0]})
+    assert excluded == {} and agreed == {0: big * (1 + 5e-10), 1: 3.0}
+    assert confirmed == agreed
+
+
+@pytest.mark.mutation_found("reports")
+def test_the_noise_scale_names_at_most_eight_missing_partitions_and_refuses_no_weight():
+    many = SimpleNamespace(alpha=np.ones(10))
+    with pytest.raises(ValueError) as info:
+        central_noise_scale(many, {0: 1.0}, 1.0)
+    assert str(info.value) == ("no checked size for partitions [1, 2, 3, 4, 5, 6, 7, 8] the "
+                               "decoding weighs")
+    with pytest.raises(ValueError) as info:
+        central_noise_scale(SimpleNamespace(alpha=np.zeros(3)), {}, 2.0)
+    assert str(info.value) == "central noise scale 0.0 from sizes [] and count 2"
+
+
+@pytest.mark.mutation_found("reports")
+def test_the_size_check_tolerance_is_inclusive_and_at_least_absolute_1e_9():
+    code = _Code({0: {0: 0.0}})  # expected sum 0 whatever the size
+    check_reply_sizes(code, 0, [5.0], 1e-9)  # exactly at the tolerance: accepted
+    with pytest.raises(RejectedReply, match="do not add up"):
+        check_reply_sizes(code, 0, [5.0], 1.5e-9)
+
+
+@pytest.mark.mutation_found("reports")
+def test_three_sizes_are_enough_to_flag_an_outlier():
+    assert outlying_sizes({0: 1.0, 1: 1.0, 2: 1000.0}) == [(2, 1000.0, 1.0)]
+
+
+@pytest.mark.mutation_found("reports")
+def test_one_worker_in_several_ties_is_the_one_excluded_and_named_for_its_partitions():
+    from fl_gradcode.flower.reports import agree_sizes
+
+    # worker 0 holds partitions 0 and 1 (each shared with one honest replica) and misreports
+    # both; partition 2's two replicas tie on their own
+    code = _Code({0: {0: 1.0, 1: 1.0}, 1: {0: 1.0}, 2: {1: 1.0}, 3: {2: 1.0}, 4: {2: 1.0}})
+    agreed, excluded, confirmed = agree_sizes(
+        code, {0: [11.0, 21.0], 1: [10.0], 2: [20.0], 3: [5.0], 4: [6.0]})
+    assert excluded[0] == (
+        "partition-sizes: worker 0 disagrees with another replica in each of partitions [0, 1] "
+        "(no other worker disagrees in as many); partition 0: workers [0] report 11; workers "
+        "[1] report 10; partition 1: workers [0] report 21; workers [2] report 20")
+    assert sorted(excluded) == [0, 3, 4]
+    assert excluded[3].endswith(": no majority, every replica in the tie excluded")
+    assert agreed == {0: 10.0, 1: 20.0} and confirmed == {}
