@@ -380,6 +380,9 @@ REASONS: dict[str, str] = {
     "fl_gradcode.flower.membership.x__short__mutmut_5":
         "not killed: every handshake reason the tests produce is over 300 characters once "
         "explain_error_reply has added its advice, so no test shows a short reason left uncut",
+    "fl_gradcode.flower.options.xǁOptionsǁfrom_keywords__mutmut_108":
+        "equivalent: _code_options never reads its s argument (s_max and m are the "
+        "keywords it merges)",
 }
 
 
