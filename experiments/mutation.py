@@ -383,6 +383,15 @@ REASONS: dict[str, str] = {
     "fl_gradcode.flower.options.xǁOptionsǁfrom_keywords__mutmut_108":
         "equivalent: _code_options never reads its s argument (s_max and m are the "
         "keywords it merges)",
+    "fl_gradcode.flower.membership.x_code_for_cohort__mutmut_19":
+        "equivalent: for a code object exact=True puts grouped-rs (it builds for every s < n) "
+        "before the smaller-s candidates, the only ones that read the options",
+    "fl_gradcode.flower.membership.x_code_for_cohort__mutmut_53":
+        "equivalent: crc builds for every s < n (checked for n <= 7), so a crc spec never "
+        "reaches the fallback whose exactness the name decides",
+    "fl_gradcode.flower.membership.x_code_for_cohort__mutmut_61":
+        "equivalent: with tried_spec falsy the spec is tried again with the same s, fails "
+        "with the same ValueError and is skipped",
 }
 
 

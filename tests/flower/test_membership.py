@@ -546,3 +546,16 @@ def test_a_code_object_for_another_size_is_rebuilt_under_its_own_name_from_the_s
     np.testing.assert_array_equal(code.B, make_code("bgc", n=5, s=2, seed=7).B)
     assert why == ("the code was built for n=6 clients but the cohort has 5; using bgc with "
                    "s=2 for cohorts of 5")
+
+
+@pytest.mark.mutation_found("membership")
+def test_an_s_beyond_the_cohort_is_capped_at_n_minus_1_without_a_fallback():
+    code, why = code_for_cohort("grouped-rs", 3, 7, 0, {})
+    assert (code.name, code.n, code.s, why) == ("grouped-rs", 3, 2, None)
+
+
+@pytest.mark.mutation_found("membership")
+def test_a_code_for_a_cohort_is_drawn_from_the_runs_seed():
+    code, why = code_for_cohort("bgc", 5, 2, 7, {})
+    assert why is None
+    np.testing.assert_array_equal(code.B, make_code("bgc", n=5, s=2, seed=7).B)
