@@ -392,6 +392,9 @@ REASONS: dict[str, str] = {
     "fl_gradcode.flower.membership.x_code_for_cohort__mutmut_61":
         "equivalent: with tried_spec falsy the spec is tried again with the same s, fails "
         "with the same ValueError and is skipped",
+    "fl_gradcode.flower.membership.x_code_for_cohort__mutmut_70":
+        "equivalent: with tried_spec=False the spec is tried again with the same s, fails "
+        "with the same ValueError and is skipped",
 }
 
 

@@ -559,3 +559,25 @@ def test_a_code_for_a_cohort_is_drawn_from_the_runs_seed():
     code, why = code_for_cohort("bgc", 5, 2, 7, {})
     assert why is None
     np.testing.assert_array_equal(code.B, make_code("bgc", n=5, s=2, seed=7).B)
+
+
+class _DownGrid:
+    """A grid whose delivery fails; keeps the messages it was given."""
+
+    def __init__(self) -> None:
+        self.sent: list = []
+
+    def send_and_receive(self, messages, timeout):
+        self.sent.extend(messages)
+        raise RuntimeError("down")
+
+
+@pytest.mark.mutation_found("membership")
+def test_a_handshake_the_grid_cannot_deliver_fails_each_asked_node_with_the_cause():
+    grid = _DownGrid()
+    members = Membership(warmup_timeout=0.5, nonce="run-7")
+    members.handshake(grid, [5, 6])
+    assert members.failed == {5: "handshake not delivered (RuntimeError: down)",
+                              6: "handshake not delivered (RuntimeError: down)"}
+    asked = [parse_instruction(m.content) for m in grid.sent]
+    assert [(i.op, i.nonce) for i in asked] == [(OP_IDENTIFY, "run-7")] * 2
