@@ -22,8 +22,17 @@ touched. Each module gets its own copy, ``only_mutate`` and test selection.
 
 ``killed`` counts mutmut's "killed" and "timeout" verdicts; ``total`` counts every tested
 mutant (survivors, mutants no selected test executes, suspicious ones). The ``reason`` of each
-survivor is taken from ``REASONS`` below (maintained by hand after reading the diff: an
-equivalent mutant, or the test that now kills it); unexplained survivors say so.
+survivor is taken from ``REASONS`` (experiments/mutation_reasons.py, maintained by hand after
+reading the diff: an equivalent mutant, or the test that now kills it); unexplained survivors
+say so. ``--full-up-to N`` runs every mutant of a module with at most N.
+
+``--recheck`` (after writing tests for the survivors): re-runs, in a fresh scratch copy (the new
+tests collected, their stats gathered), only the mutants the module's entry in ``--out`` lists
+as survivors, and replaces their verdicts with mutmut's (``"rechecked"`` records it); it refuses
+if a listed mutant's diff changed (the source moved on: re-run the sample). Every ``timeout``
+verdict is confirmed by applying the mutant alone to the scratch copy and running its tests
+without mutmut's CPU limit (``--alone-timeout`` seconds): a hang stays killed, a pass becomes a
+survivor (a timeout on a loaded machine is not a kill).
 """
 
 from __future__ import annotations
