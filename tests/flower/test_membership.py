@@ -112,6 +112,7 @@ def test_node_erroring_at_the_handshake_recovers_and_gets_work_again():
         5, 5, 6, 6]
 
 
+@pytest.mark.mutation_found("membership")
 def test_an_error_reply_written_for_a_node_is_that_nodes_failure(caplog):
     """Flower's SuperLink answers a message to an unreachable node with an error reply under
     its own id (1): the reply is matched to the node by the message it answers."""
@@ -125,6 +126,7 @@ def test_an_error_reply_written_for_a_node_is_that_nodes_failure(caplog):
     warned = [r.getMessage() for r in caplog.records if "handshake" in r.getMessage()]
     assert f"node {grid.node_ids[2]}: error reply (code 0: node config not loaded yet)" in \
         warned[0]
+    assert "not loaded yet)..." not in warned[0]  # a short reason is not cut
 
 
 class SamplingRecorder(FedAvg):
@@ -471,6 +473,7 @@ def test_launch_exits_non_zero_when_the_server_app_failed(tmp_path, monkeypatch,
     assert _calls(calls)[-1] == ["ls", "--run-id", "4242", "--format", "json"]
 
 
+@pytest.mark.mutation_found("membership")
 def test_a_handshake_error_text_is_logged_on_one_bounded_line(caplog):
     def noisy(msg, context, call_next):
         instruction = parse_instruction(msg.content) if msg.has_content() else None
@@ -484,6 +487,11 @@ def test_a_handshake_error_text_is_logged_on_one_bounded_line(caplog):
         run(4, code="grouped-rs", rounds=1, grid=grid, warmup_timeout=0.3)
     warned = [r.getMessage() for r in caplog.records if "handshake" in r.getMessage()]
     assert "\n" not in warned[0] and len(warned[0]) < 800 and "line forged xxx" in warned[0]
+    start = warned[0].index("error reply (code 0: line forged ")
+    # the reason: its first 297 characters (whitespace collapsed) and "...", 300 in all
+    reason = warned[0][start:start + 300]
+    assert reason == ("error reply (code 0: line forged " + "x" * 5000)[:297] + "..."
+    assert warned[0][start + 300:start + 301] != "x"
 
 
 class _Federation:
@@ -543,3 +551,47 @@ def test_an_error_reply_written_for_a_node_in_a_training_round_names_that_node()
     assert row["decode"] == "exact"
     assert row["rejected_reasons"] == ["error reply (code 0: node unreachable)"]
     assert row["nodes"]["rejected"] == [grid.node_ids[2]]
+
+
+@pytest.mark.mutation_found("membership")
+def test_a_code_object_for_another_size_is_rebuilt_under_its_own_name_from_the_seed():
+    code, why = code_for_cohort(make_code("bgc", n=6, s=2, seed=3), 5, 2, 7, {})
+    assert (code.name, code.n, code.s) == ("bgc", 5, 2)
+    np.testing.assert_array_equal(code.B, make_code("bgc", n=5, s=2, seed=7).B)
+    assert why == ("the code was built for n=6 clients but the cohort has 5; using bgc with "
+                   "s=2 for cohorts of 5")
+
+
+@pytest.mark.mutation_found("membership")
+def test_an_s_beyond_the_cohort_is_capped_at_n_minus_1_without_a_fallback():
+    code, why = code_for_cohort("grouped-rs", 3, 7, 0, {})
+    assert (code.name, code.n, code.s, why) == ("grouped-rs", 3, 2, None)
+
+
+@pytest.mark.mutation_found("membership")
+def test_a_code_for_a_cohort_is_drawn_from_the_runs_seed():
+    code, why = code_for_cohort("bgc", 5, 2, 7, {})
+    assert why is None
+    np.testing.assert_array_equal(code.B, make_code("bgc", n=5, s=2, seed=7).B)
+
+
+class _DownGrid:
+    """A grid whose delivery fails; keeps the messages it was given."""
+
+    def __init__(self) -> None:
+        self.sent: list = []
+
+    def send_and_receive(self, messages, timeout):
+        self.sent.extend(messages)
+        raise RuntimeError("down")
+
+
+@pytest.mark.mutation_found("membership")
+def test_a_handshake_the_grid_cannot_deliver_fails_each_asked_node_with_the_cause():
+    grid = _DownGrid()
+    members = Membership(warmup_timeout=0.5, nonce="run-7")
+    members.handshake(grid, [5, 6])
+    assert members.failed == {5: "handshake not delivered (RuntimeError: down)",
+                              6: "handshake not delivered (RuntimeError: down)"}
+    asked = [parse_instruction(m.content) for m in grid.sent]
+    assert [(i.op, i.nonce) for i in asked] == [(OP_IDENTIFY, "run-7")] * 2

@@ -236,3 +236,13 @@ def test_every_keyword_reaches_its_group():
     assert options.timing.measured_compute is False
     assert Options.from_keywords().timing.measured_compute is True
     assert TimingOptions(measured_compute=0).measured_compute is False
+
+
+# ======== found by mutation testing ==============================================================
+@pytest.mark.mutation_found("options")
+def test_the_smallest_valid_values_are_accepted_and_values_are_normalised(tmp_path):
+    assert AdaptiveOptions(enabled=True, s_max=1).s_max == 1
+    assert DeadlineOptions(min_replies=1).min_replies == 1
+    state = AdaptiveOptions(enabled=True, latency_state=tmp_path / "lat.json").latency_state
+    assert state == str(tmp_path / "lat.json") and type(state) is str
+    assert IntegrityOptions(verify=1).verify is True

@@ -212,3 +212,161 @@ def test_without_a_results_directory_the_traceback_is_logged_at_debug_level(capl
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING
                 and "rejected reply" in r.getMessage()]
     assert len(warnings) == 2 and all("\n" not in r.getMessage() for r in warnings)
+
+
+# ======== found by mutation testing ==============================================================
+@pytest.mark.mutation_found("records")
+def test_a_traceback_of_exactly_the_limit_is_kept_whole_and_a_longer_one_is_cut_from_the_front():
+    import traceback
+
+    from fl_gradcode.flower.records import error_reason
+
+    try:
+        raise ValueError("boom")
+    except ValueError as exc:
+        full = traceback.format_exc()
+        whole = error_reason(exc, limit=len(full))
+        cut = error_reason(exc, limit=len(full) - 7)
+    assert whole == "ValueError: boom" + TRACEBACK_MARKER + full
+    assert cut == ("ValueError: boom" + TRACEBACK_MARKER + "[7 characters cut]\n"
+                   + full[7:])
+
+
+@pytest.mark.mutation_found("records")
+def test_error_reason_outside_an_except_block_is_its_head_only():
+    from fl_gradcode.flower.records import error_reason
+
+    assert error_reason(RuntimeError("late")) == "RuntimeError: late"
+
+
+@pytest.mark.mutation_found("records")
+def test_split_reason_keeps_a_second_marker_in_the_traceback_and_moves_only_owed_parentheses():
+    tail = "Traceback\n" + TRACEBACK_MARKER + "more)"
+    assert split_reason("E: x" + TRACEBACK_MARKER + tail) == ("E: x", tail)
+    # the head opens one parenthesis: one of the tail's closing ones is moved back to it
+    assert split_reason("reply (code 1: E: x" + TRACEBACK_MARKER + "tb\nE: x))") == (
+        "reply (code 1: E: x)", "tb\nE: x)")
+    # a head with balanced parentheses gets none
+    assert split_reason("f(a) E: x" + TRACEBACK_MARKER + "tb)") == ("f(a) E: x", "tb)")
+    assert split_reason("no traceback here") == ("no traceback here", None)
+
+
+@pytest.mark.mutation_found("records")
+def test_a_plain_python_traceback_reason_is_summarised_by_its_exception_line():
+    text = ("Traceback (most recent call last):\n  File \"a.py\", line 1, in f\n"
+            "    g()\nValueError: bad value 3\n")
+    assert split_reason(text) == ("ValueError: bad value 3", text)
+
+
+@pytest.mark.mutation_found("records")
+def test_a_debug_entry_names_the_reply_and_escapes_control_characters():
+    from fl_gradcode.flower.records import debug_entry
+
+    assert debug_entry(3, 17, "2/4", 5, "E: x", None) == (
+        "=== round 3: rejected reply from node 17 (partition 2/4, worker 5) ===\nE: x\n\n")
+    assert debug_entry(3, None, None, None, "E: \x1b[31mred\u2028", "tb\tline\n\n") == (
+        "=== round 3: rejected reply from node None (partition ?, worker ?) ===\n"
+        "E: \\x1b[31mred\\u2028\ntb\tline\n\n")
+
+
+def _state(**over):
+    from types import SimpleNamespace as NS
+
+    base = dict(code=NS(s=1, n=4), busy=[3], excluded=[2], rejected=[(107, "E: bad")],
+                rejected_details=[(1, "E: bad", None)], wire="float32", quarantined=[5],
+                bytes_up=10, bytes_down=20, valid={0: NS(compute_s=0.5), 1: NS(compute_s=0.25)},
+                number=3, cohort=[100, 101, 102, 103], stopped=[3, 3])
+    return NS(**{**base, **over})
+
+
+def _identities():
+    from types import SimpleNamespace as NS
+
+    return {100: NS(partition_id=0, num_partitions=4), 101: NS(partition_id=1, num_partitions=4),
+            103: NS(partition_id=3, num_partitions=4)}
+
+
+@pytest.mark.mutation_found("records")
+def test_the_coded_fields_of_a_round_name_every_value_and_group(caplog):
+    from types import SimpleNamespace as NS
+
+    from fl_gradcode.flower.records import RoundLog, RoundOutcome
+
+    log = RoundLog(None, NS(row_fields=lambda r: {}), NS(now=0.0), s=1)
+    verdict = NS(status="verified", excluded=[2], disagreement=0.125)
+    outcome = RoundOutcome(decode="exact", used=[0, 1], replies_read=2, decode_error=0.0,
+                           verdict=verdict, num_examples=40.0, central_noise_std=None)
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        fields = log.coded_fields(_state(), outcome, _identities(), round_virtual_s=1.5)
+    assert fields == {
+        "decode": "exact", "s": 1, "clients_used": [0, 1], "replies_read": 2,
+        "stragglers": [2, 3], "busy": [3], "excluded": [2], "rejected": 1,
+        "rejected_reasons": ["E: bad"], "decode_error": 0.0, "num_examples": 40.0,
+        "wire": "float32", "verified": "verified", "quarantined": [5], "inconsistent": [2],
+        "disagreement": 0.125, "bytes_up": 10, "bytes_down": 20, "compute_s": 0.75,
+        "central_noise_std": None, "round_virtual_s": 1.5,
+        "partitions": {"used": [0, 1], "stragglers": [None, 3], "busy": [3],
+                       "rejected": [None], "excluded": [None], "inconsistent": [None],
+                       "stopped": [3]},
+        "nodes": {"used": [100, 101], "stragglers": [102, 103], "busy": [103],
+                  "rejected": [107], "excluded": [102], "inconsistent": [102],
+                  "stopped": [103]},
+    }
+    assert [r.getMessage() for r in caplog.records] == [
+        "round 3: rejected reply from partition ? (node 107, worker 1): E: bad"]
+    unchecked = RoundOutcome(decode="approx", used=[0], replies_read=1, decode_error=0.5)
+    fields = log.coded_fields(_state(rejected=[], rejected_details=[]), unchecked,
+                              _identities())
+    assert (fields["verified"], fields["inconsistent"], fields["disagreement"]) == (None, [],
+                                                                                    None)
+    assert fields["nodes"]["inconsistent"] == [] and fields["stragglers"] == [1, 2, 3]
+
+
+@pytest.mark.mutation_found("records")
+def test_rows_wait_for_the_evaluation_of_their_round_and_carry_its_accuracy():
+    from types import SimpleNamespace as NS
+
+    from fl_gradcode.flower.records import RoundLog
+
+    log = RoundLog(None, NS(row_fields=lambda r: {"unidentified": [r]}), NS(now=2.5), s=2)
+    calls = []
+
+    def evaluate(server_round, arrays):
+        calls.append((server_round, arrays))
+        return {"accuracy": 0.5, "loss": 1.25}
+
+    hook = log.evaluating(evaluate)
+    assert log.waits_for_evaluation is True
+    row = log.record(1, decode="exact")
+    assert log.history == [] and log.pending is row
+    # the evaluation of the initial model (round 0) completes no row
+    assert hook(0, "initial") == {"accuracy": 0.5, "loss": 1.25}
+    assert log.history == [] and log.pending is row
+    assert (row["s"], row["virtual_s"], row["unidentified"]) == (2, 2.5, [1])
+    hook(1, "model-1")
+    assert calls == [(0, "initial"), (1, "model-1")]
+    assert log.history == [row] and (row["accuracy"], row["loss"]) == (0.5, 1.25)
+    plain = RoundLog(None, NS(row_fields=lambda r: {}), NS(now=0.0), s=1)
+    none_hook = plain.evaluating(None)
+    assert plain.waits_for_evaluation is False
+    plain.record(1)
+    assert len(plain.history) == 1 and none_hook(1, "m") is None
+
+
+@pytest.mark.mutation_found("records")
+def test_round_metrics_are_the_rows_statistics_under_gc_beside_the_apps_own():
+    from fl_gradcode.flower.records import ROW_DEFAULTS, RoundLog
+
+    row = {**ROW_DEFAULTS, "round": 2, "s": 1, "decode": "skipped", "clients_used": [0],
+           "stragglers": [1, 2], "busy": [2], "late_dropped": 3, "rejected": 1,
+           "decode_error": 0.5, "virtual_s": 4.0, "wall_s": 0.25, "stopped": True,
+           "epsilon": 1.5}
+    got = dict(RoundLog.metrics(row, MetricRecord({"train_loss": 0.75, "gc/s": 9})).items())
+    assert got == {"train_loss": 0.75, "gc/decoded": 0, "gc/exact": 0, "gc/s": 1,
+                   "gc/clients_used": 1, "gc/stragglers": 2, "gc/busy": 1,
+                   "gc/late_dropped": 3, "gc/rejected": 1, "gc/decode_error": 0.5,
+                   "gc/virtual_s": 4.0, "gc/wall_s": 0.25, "gc/stopped": 1, "gc/epsilon": 1.5}
+    approx = dict(RoundLog.metrics({**row, "decode": "approx", "epsilon": float("inf")},
+                                   None).items())
+    assert (approx["gc/decoded"], approx["gc/exact"]) == (1, 0) and "gc/epsilon" not in approx
+    assert "train_loss" not in approx

@@ -171,20 +171,6 @@ def test_optimal_s_reproduces_the_load_aware_rules():
     assert 6 <= best <= 13  # exact optimum 9; Monte Carlo flat near it
 
 
-def test_calculator_preset_and_a_regime_where_coding_loses():
-    from fl_gradcode.calculator import PRESETS, render, table
-
-    p = PRESETS["seeds-64"]
-    res = table(p["n"], p["latency"], s_values=p["s"], samples=2000,
-                **{k: p[k] for k in ("p", "slowdown", "scale", "rate")})
-    assert res["coding_pays"] and res["best"]["s"] > 0
-    assert "coding pays" in render(res, 3)
-    calm = table(64, "shifted-exponential", s_values=[0, 1, 3, 7], samples=2000,
-                 scale=1.0, rate=10.0)
-    assert not calm["coding_pays"] and calm["best"]["s"] == 0
-    assert "does NOT pay" in render(calm)
-
-
 # ======== found by mutation testing ==============================================================
 def _draw(model, size, load=None, seed=3):
     rng = np.random.default_rng(seed)

@@ -171,3 +171,42 @@ def test_coded_least_squares_gradient_matches_direct_gradient():
     r = fwd.decode({i: fwd.task(i, w) for i in (7, 1, 3, 5, 0)}) - y
     g = bwd.decode({i: bwd.task(i, r) for i in (2, 4, 6, 0, 1)})
     np.testing.assert_allclose(g, X.T @ (X @ w - y), rtol=1e-10)
+
+
+# ======== found by mutation testing ==============================================================
+@pytest.mark.mutation_found("matmul")
+def test_condition_number_is_that_of_the_workers_generator_rows_in_any_order():
+    job = MDSMatVec(np.ones((6, 2)), n=5, k=3, generator="systematic")
+    # the first k workers hold the plain blocks: their rows are the identity
+    assert job.condition_number([2, 0, 1]) == pytest.approx(1.0)
+    rows = job.M[[1, 3, 4]]
+    s = np.linalg.svd(rows, compute_uv=False)
+    assert job.condition_number([4, 1, 3]) == pytest.approx(s[0] / s[-1])
+    assert isinstance(job.condition_number([0, 1, 2]), float)
+
+
+@pytest.mark.mutation_found("matmul")
+def test_the_default_seed_is_zero():
+    A = np.arange(12.0).reshape(6, 2)
+    np.testing.assert_array_equal(MDSMatVec(A, n=5, k=3).M, MDSMatVec(A, n=5, k=3, seed=0).M)
+    assert not np.array_equal(MDSMatVec(A, n=5, k=3, seed=1).M, MDSMatVec(A, n=5, k=3).M)
+
+
+@pytest.mark.mutation_found("matmul")
+def test_errors_name_the_bad_argument():
+    with pytest.raises(ValueError, match=r"^k=0 must be an integer >= 1$"):
+        MDSMatVec(np.ones((4, 2)), n=3, k=0)
+    with pytest.raises(ValueError, match=r"^A must be a non-empty 2-D array; got shape \(3,\)$"):
+        PolynomialMatMul(np.ones(3), np.ones((3, 2)), n=4, a=1, b=1)
+    with pytest.raises(ValueError, match=r"^generator='x'; expected 'gaussian' or 'polynomial'$"):
+        PolynomialMatMul(np.ones((3, 2)), np.ones((3, 2)), n=4, a=1, b=1, generator="x")
+
+
+@pytest.mark.mutation_found("matmul")
+def test_coded_least_squares_jobs_are_reproducible_from_the_seed():
+    rng = np.random.default_rng(5)
+    X, y = rng.standard_normal((12, 3)), rng.standard_normal(12)
+    first, second = coded_least_squares_gradient(X, y, n=5, k=3, seed=4), \
+        coded_least_squares_gradient(X, y, n=5, k=3, seed=4)
+    for a, b in zip(first, second, strict=True):
+        np.testing.assert_array_equal(a.M, b.M)

@@ -1,0 +1,343 @@
+"""Hand-written verdicts on the survivors of experiments/mutation.py (mutmut name -> one line),
+filled in after reading each diff: an equivalent mutant (with why), the test that kills it
+since, or why it is not killed."""
+
+from __future__ import annotations
+
+_NAN_EQUIVALENT = (
+    "equivalent: _jsonable replaces every non-finite float (numpy scalars and arrays "
+    "included) by None first, so json.dumps never meets a NaN whatever allow_nan says")
+_UTF8_EQUIVALENT = ("equivalent: str.encode's default encoding is UTF-8 (and codec names are "
+                    "case-blind)")
+
+_DEMO_K_EQUALS_N = ("equivalent: every scheme the demo runs (uncoded, ignore-stragglers, frc, "
+                    "grouped-rs, bgc) has k = n partitions, so the branch for k != n is never "
+                    "taken")
+
+_REPORTS_STRICT = ("equivalent: strict=True only guards lengths equal by construction (the "
+                   "lines before refuse sizes of another length than the worker's partitions, "
+                   "one encoding coefficient each)")
+
+REASONS: dict[str, str] = {
+    "fl_gradcode.flower.integrity.xǁProbeǁ__init____mutmut_22":
+        "equivalent: np.prod(()) is 1, the value the guarded branch returns for a scalar",
+    "fl_gradcode.flower.integrity.xǁProbeǁ_project__mutmut_3":
+        "equivalent: astype(None) converts to float64, the dtype it names",
+    "fl_gradcode.flower.integrity.x__verify_block__mutmut_11":
+        "equivalent: verify_replies reports any block verdict that is neither 'verified' nor "
+        "'contradicted' as 'unverified', so the block's own spelling is never seen (an earlier "
+        "note claimed a test kills it; the rerun showed it does not)",
+    "fl_gradcode.flower.integrity.x_verify_replies__mutmut_31":
+        "killed since by test_replies_that_do_not_decode_their_block_or_no_replies_are_unverified",
+    "fl_gradcode.flower.clock.xǁWallClockǁ__init____mutmut_6":
+        "equivalent: WallClock.round_start is overwritten by start_round() before any read",
+    "fl_gradcode.flower.protocol.x_parse_instruction__mutmut_178":
+        "equivalent: the default is only read when the key is absent, and then the guard "
+        "len(rec.get(key, [0.0])) > 1 is False before the generator is evaluated",
+    "fl_gradcode.flower.mod.x__coded_reply__mutmut_95":
+        "equivalent: numpy's reshape takes any negative size as the one unknown dimension "
+        "(reshape(-2) == reshape(-1), numpy 2.4)",
+    "fl_gradcode.flower.mod.x__run_partition__mutmut_58":
+        "killed by tests/flower/test_mod_torch_import.py (checked by hand): it needs an "
+        "interpreter without torch, so it runs the mod in a subprocess, which mutmut's "
+        "per-test function map does not see",
+    "fl_gradcode.flower.wrapper.x_error_amplification__mutmut_60":
+        "equivalent: decoding coefficients are a float64 array already",
+    "fl_gradcode.flower.wrapper.xǁGradientCodingǁ_decode_and_apply__mutmut_77":
+        "equivalent: np.dtype(None) is float64, the dtype it names",
+    "fl_gradcode.flower.wrapper.xǁGradientCodingǁ_record__mutmut_20":
+        "equivalent: every caller of _record passes late_dropped, so the default is never read",
+    "fl_gradcode.flower.wrapper.xǁGradientCodingǁ_decode_and_apply__mutmut_62":
+        "killed since by test_keyed_central_noise_is_drawn_for_the_round_and_the_run_nonce",
+    "fl_gradcode.flower.wrapper.xǁGradientCodingǁ_describe__mutmut_10":
+        "killed since by test_config_json_of_an_auto_run_names_the_nested_adaptive_code_and_s_auto",
+    "fl_gradcode.flower.wrapper.xǁGradientCodingǁ_describe__mutmut_16":
+        "killed since by test_config_json_of_an_auto_run_names_the_nested_adaptive_code_and_s_auto",
+    "fl_gradcode.flower.wrapper.xǁGradientCodingǁ_metrics__mutmut_39":
+        "killed since by test_round_metrics_carry_the_decode_error",
+    "fl_gradcode.flower.grid.x__is_coded_train__mutmut_5":
+        "killed since by test_messages_other_than_coded_train_pass_straight_to_the_inner_grid",
+    "fl_gradcode.flower.wrapper.xǁGradientCodingǁ_queued__mutmut_6":
+        "equivalent: only s='auto' ever sets _decision, so 'adaptive or decision' equals "
+        "'adaptive and decision' whenever it is evaluated",
+    "fl_gradcode.flower.wrapper.xǁGradientCodingǁ_record__mutmut_21":
+        "equivalent: every caller of _record passes late_dropped, so the default is never read",
+    "fl_gradcode.flower.wrapper.xǁGradientCodingǁconfigure_train__mutmut_1":
+        "not killed: _round = '' only matters after a round that sent nothing (exhausted DP "
+        "budget or empty cohort) followed by a deadline query; no test builds one",
+    "fl_gradcode.flower.wrapper.xǁGradientCodingǁ_decode_chunked__mutmut_86":
+        "not killed: the warning of a non-finite communication-efficient decode (wallclock, "
+        "NaN found only at decoding) loses its round argument; no test reads that log line",
+    "fl_gradcode.codes.base.xǁ_LRUǁput__mutmut_4":
+        "equivalent: popitem(last=None) pops the oldest item, as last=False does",
+    "fl_gradcode.codes.nested.x_reflected_misses__mutmut_97":
+        "equivalent: counts is m x m with m >= 1, never empty, so initial is never used",
+    "fl_gradcode.privacy.xǁServerNoiseǁdraw__mutmut_5":
+        "equivalent: a 129-bit instead of 128-bit OS-random seed; the noise is N(0, std^2) "
+        "either way and no run can observe which seed was drawn",
+    "fl_gradcode.adaptive.x__fit_gpd__mutmut_135":
+        "killed since by test_the_gpd_fit_recovers_the_shape_and_scale_of_gpd_excesses",
+    "fl_gradcode.adaptive.x_choose_s__mutmut_262":
+        "killed since by test_the_approximate_choice_is_the_fastest_per_full_data_equivalent_"
+        "not_the_smallest_r",
+    "fl_gradcode.adaptive.x_decode_rule__mutmut_6":
+        "equivalent: np.dtype(None) is float64, the dtype it names",
+    "fl_gradcode.adaptive.xǁLatencyEstimatorǁ_estimate_beta__mutmut_33":
+        "equivalent: the slope sums w * xc * yc with xc centred by the weighted mean, so "
+        "sum(w * xc) = 0 and any constant subtracted from y cancels",
+    "fl_gradcode.adaptive.xǁLatencyEstimatorǁ_slowness_map__mutmut_83":
+        "equivalent: gpd=None is falsy, the exponential tail gpd=False selects",
+    "fl_gradcode.adaptive.xǁLatencyEstimatorǁ_slowness_map__mutmut_89":
+        "not killed: the exponential tail inside the slowness pass is a speed choice (no GPD "
+        "fit per pass); a GPD tail changes the slowness only of clients censored beyond the "
+        "last event, by amounts no test pins",
+    "fl_gradcode.adaptive.xǁLatencyEstimatorǁsample_remaining__mutmut_28":
+        "killed since by test_a_client_without_outstanding_work_draws_nothing_and_changes_"
+        "no_other_draw",
+    "fl_gradcode.adaptive.xǁLatencyEstimatorǁupdate__mutmut_35":
+        "killed since by test_update_names_a_loads_vector_of_the_wrong_shape",
+    "fl_gradcode.adaptive.xǁ_Survivalǁ__init____mutmut_4":
+        "killed since by test_kaplan_meier_counts_a_time_censored_at_an_event_time_as_still_"
+        "at_risk",
+    "fl_gradcode.latency.x_expected_round_time__mutmut_2":
+        "equivalent in what a test can require: the default Monte Carlo size of models "
+        "without a closed form (20,000 or 20,001 rounds: both estimates are correct)",
+    "fl_gradcode.flower.options.xǁAdaptiveOptionsǁ__post_init____mutmut_16":
+        "killed since by test_a_group_names_its_bad_value_in_full",
+    "fl_gradcode.flower.options.xǁAdaptiveOptionsǁ__post_init____mutmut_29":
+        "killed since by test_a_group_names_its_bad_value_in_full",
+    "fl_gradcode.flower.options.xǁDeadlineOptionsǁ__post_init____mutmut_11":
+        "killed since by test_a_group_names_its_bad_value_in_full",
+    "fl_gradcode.flower.options.xǁOptionsǁdescribe__mutmut_21":
+        "killed since by test_config_json_names_every_option_that_shapes_the_rounds",
+    "fl_gradcode.flower.options.xǁOptionsǁdescribe__mutmut_38":
+        "killed since by test_config_json_names_every_option_that_shapes_the_rounds",
+    "fl_gradcode.flower.options.xǁOptionsǁdescribe__mutmut_39":
+        "killed since by test_config_json_names_every_option_that_shapes_the_rounds",
+    "fl_gradcode.flower.options.xǁOptionsǁdescribe__mutmut_6":
+        "killed since by test_config_json_names_every_option_that_shapes_the_rounds",
+    "fl_gradcode.flower.options.xǁOptionsǁdescribe__mutmut_7":
+        "killed since by test_config_json_names_every_option_that_shapes_the_rounds",
+    "fl_gradcode.flower.options.xǁOptionsǁdescribe__mutmut_9":
+        "killed since by test_config_json_names_every_option_that_shapes_the_rounds",
+    "fl_gradcode.flower.options.xǁOptionsǁfrom_keywords__mutmut_117":
+        "killed since by test_a_stop_late_work_that_is_not_a_bool_is_refused_even_"
+        "without_auto_deadline",
+    "fl_gradcode.flower.options.xǁOptionsǁfrom_keywords__mutmut_178":
+        "killed since by test_every_keyword_reaches_its_group",
+    "fl_gradcode.flower.options.xǁOptionsǁfrom_keywords__mutmut_180":
+        "killed since by test_every_keyword_reaches_its_group",
+    "fl_gradcode.flower.options.xǁOptionsǁfrom_keywords__mutmut_63":
+        "killed since by test_auto_deadline_between_1_and_2_is_refused_under_wallclock",
+    "fl_gradcode.flower.options.xǁOptionsǁfrom_keywords__mutmut_96":
+        "killed since by test_every_keyword_reaches_its_group",
+    "fl_gradcode.flower.options.xǁTimingOptionsǁ__post_init____mutmut_10":
+        "killed since by test_a_group_names_its_bad_value_in_full",
+    "fl_gradcode.flower.options.xǁTimingOptionsǁ__post_init____mutmut_20":
+        "killed since by test_a_group_names_its_bad_value_in_full",
+    "fl_gradcode.flower.options.xǁTimingOptionsǁ__post_init____mutmut_33":
+        "killed since by test_a_group_names_its_bad_value_in_full",
+    "fl_gradcode.flower.options.xǁTimingOptionsǁ__post_init____mutmut_36":
+        "killed since by test_every_keyword_reaches_its_group",
+    "fl_gradcode.flower.options.xǁTimingOptionsǁ__post_init____mutmut_41":
+        "killed since by test_every_keyword_reaches_its_group",
+    "fl_gradcode.flower.options.xǁOptionsǁfrom_keywords__mutmut_122":
+        "equivalent: _code_options never reads its s argument (s_max and m are the "
+        "keywords it merges)",
+    "fl_gradcode.flower.collector.xǁReplyCollectorǁ_parse__mutmut_22":
+        "killed since by test_a_reply_in_another_dtype_than_the_rounds_wire_is_"
+        "rejected",
+    "fl_gradcode.flower.collector.xǁReplyCollectorǁ_parse__mutmut_28":
+        "killed since by test_a_reply_in_another_dtype_than_the_rounds_wire_is_"
+        "rejected",
+    "fl_gradcode.flower.collector.xǁReplyCollectorǁ_parse__mutmut_8":
+        "killed since by test_a_reply_from_a_member_sent_nothing_is_rejected_wi"
+        "th_its_worker",
+    "fl_gradcode.flower.collector.xǁReplyCollectorǁcross_check__mutmut_16":
+        "killed since by test_an_outvoted_replica_is_excluded_and_named_in_the_"
+        "log",
+    "fl_gradcode.flower.collector.xǁReplyCollectorǁon_late_reply__mutmut_14":
+        "killed since by test_the_collectors_log_lines_name_the_node_and_the_ro"
+        "und",
+    "fl_gradcode.flower.collector.xǁReplyCollectorǁon_late_reply__mutmut_9":
+        "killed since by test_the_collectors_log_lines_name_the_node_and_the_ro"
+        "und",
+    "fl_gradcode.flower.collector.xǁReplyCollectorǁon_reply__mutmut_18":
+        "killed since by test_an_error_reply_with_a_foreign_sender_is_the_failu"
+        "re_of_the_node_it_answers",
+    "fl_gradcode.flower.collector.xǁReplyCollectorǁon_reply__mutmut_35":
+        "killed since by test_an_error_reply_with_a_foreign_sender_is_the_failu"
+        "re_of_the_node_it_answers",
+    "fl_gradcode.flower.collector.xǁReplyCollectorǁon_reply__mutmut_54":
+        "killed since by test_a_reply_from_a_member_sent_nothing_is_rejected_wi"
+        "th_its_worker",
+    "fl_gradcode.flower.collector.xǁReplyCollectorǁon_unsent__mutmut_13":
+        "killed since by test_the_collectors_log_lines_name_the_node_and_the_ro"
+        "und",
+    "fl_gradcode.flower.collector.xǁReplyCollectorǁready__mutmut_19":
+        "killed since by test_under_verify_a_decodable_round_returns_early_only"
+        "_once_cross_checked",
+    "fl_gradcode.flower.collector.xǁReplyCollectorǁverdict__mutmut_10":
+        "killed since by test_the_cross_check_measures_disagreement_against_the"
+        "_replies_exact_sizes",
+    "fl_gradcode.flower.collector.xǁReplyCollectorǁwithholds__mutmut_34":
+        "killed since by test_withholding_says_why_in_the_log",
+    "fl_gradcode.flower.collector.xǁReplyCollectorǁwithholds__mutmut_38":
+        "killed since by test_withholding_says_why_in_the_log",
+    "fl_gradcode.flower.deadline_policy.xǁDeadlinePolicyǁround_deadline__mutmut_8":
+        "killed since by test_a_prediction_of_zero_seconds_keeps_the_straggler_"
+        "deadline",
+    "fl_gradcode.flower.dispatch.xǁDispatcherǁmessage__mutmut_64":
+        "killed since by test_the_weight_key_defaults_to_num_examples_for_a_str"
+        "ategy_without_one",
+    "fl_gradcode.flower.opener.xǁRoundOpenerǁopen__mutmut_50":
+        "killed since by test_a_member_the_policy_excludes_is_sent_nothing_and_"
+        "recorded_as_excluded_not_busy",
+    "fl_gradcode.flower.opener.xǁRoundOpenerǁplan__mutmut_49":
+        "killed since by test_a_member_the_policy_excludes_is_sent_nothing_and_"
+        "recorded_as_excluded_not_busy",
+    "fl_gradcode.flower.round_state.xǁRoundStateǁreject__mutmut_10":
+        "killed since by test_the_collectors_log_lines_name_the_node_and_the_ro"
+        "und",
+    "fl_gradcode.flower.workload.xǁWorkloadǁpartitions__mutmut_10":
+        "killed since by test_a_code_with_fewer_partitions_than_clients_splits_"
+        "the_apps_data_and_says_so_once",
+    "fl_gradcode.flower.workload.xǁWorkloadǁpartitions__mutmut_12":
+        "killed since by test_a_code_with_fewer_partitions_than_clients_splits_"
+        "the_apps_data_and_says_so_once",
+    "fl_gradcode.flower.workload.xǁWorkloadǁpartitions__mutmut_6":
+        "killed since by test_a_code_with_fewer_partitions_than_clients_splits_"
+        "the_apps_data_and_says_so_once",
+    "fl_gradcode.flower.collector.xǁReplyCollectorǁprobe_for__mutmut_6":
+        "equivalent: round_probe hands verify_refusal a GradientCode, whose branch never "
+        "reads the options (they matter only for a registry name)",
+    "fl_gradcode.flower.aggregator.xǁRoundAggregatorǁdecode__mutmut_38":
+        "killed since by "
+        "test_a_nan_in_a_reply_the_decoding_does_not_read_rejects_nothing",
+    "fl_gradcode.flower.aggregator.xǁRoundAggregatorǁdecode__mutmut_47":
+        "killed since by test_a_reply_whose_nan_spoils_the_decoded_model_is_rejected_an"
+        "d_the_round_decoded_again",
+    "fl_gradcode.flower.aggregator.xǁRoundAggregatorǁdecode__mutmut_61":
+        "killed since by test_a_reply_whose_nan_spoils_the_decoded_model_is_rejected_an"
+        "d_the_round_decoded_again",
+    "fl_gradcode.flower.aggregator.xǁRoundAggregatorǁdecode__mutmut_75":
+        "killed since by test_a_reply_whose_nan_spoils_the_decoded_model_is_rejected_an"
+        "d_the_round_decoded_again",
+    "fl_gradcode.flower.decoder.x_error_amplification__mutmut_31":
+        "killed since by "
+        "test_error_amplification_is_the_worst_decodable_set_and_reproducible",
+    "fl_gradcode.flower.decoder.x_error_amplification__mutmut_4":
+        "killed since by "
+        "test_error_amplification_is_the_worst_decodable_set_and_reproducible",
+    "fl_gradcode.flower.decoder.x_error_amplification__mutmut_49":
+        "killed since by test_auto_wire_sends_float64_for_a_code_that_amplifies_roundin"
+        "g_beyond_the_limit",
+    "fl_gradcode.flower.decoder.xǁDecoderǁapply__mutmut_52":
+        "killed since by "
+        "test_a_non_finite_inner_model_is_named_with_its_round_in_the_log",
+    "fl_gradcode.flower.decoder.xǁDecoderǁapply__mutmut_55":
+        "killed since by "
+        "test_a_non_finite_inner_model_is_named_with_its_round_in_the_log",
+    "fl_gradcode.flower.decoder.xǁDecoderǁwire_for__mutmut_11":
+        "killed since by test_auto_wire_sends_float64_for_a_code_that_amplifies_roundin"
+        "g_beyond_the_limit",
+    "fl_gradcode.flower.decoder.x_combine__mutmut_24":
+        "equivalent: the scratch buffer only differs when the accumulator is float32, "
+        "and then the replies are float32: numpy picks the float32 loop from the "
+        "inputs, so the product is the same, and adding its float64 copy to a float32 "
+        "block rounds once, as float32 addition does",
+    "fl_gradcode.flower.decoder.x_error_amplification__mutmut_19":
+        "not killed: dropping the all-replies set changes nothing for any registry code"
+        " measured (its amplification is below the sampled subsets' for crc, "
+        "grouped-rs, nested, comm-efficient, bgc); no test pins a code where it is the "
+        "maximum",
+    "fl_gradcode.flower.decoder.xǁDecoderǁdecode__mutmut_154":
+        "equivalent: at exactly 2**20 values the arrays are finished serially instead "
+        "of on a thread pool; each array's result is the same either way",
+    "fl_gradcode.flower.decoder.xǁDecoderǁdecode__mutmut_18":
+        "not killed: the fallback runs only for a decoding whose chunk rows read no "
+        "reply (all coefficients zero); no code gives one for a non-empty set, so no "
+        "test reaches it",
+    "fl_gradcode.flower.decoder.xǁDecoderǁdecode__mutmut_198":
+        "equivalent: strict=True only guards lengths equal by construction (one "
+        "decoding row entry per used reply, one chosen reply per used reply)",
+    "fl_gradcode.flower.decoder.xǁDecoderǁdecode__mutmut_215":
+        "equivalent: strict=True only guards lengths equal by construction (one result "
+        "per layout name)",
+    "fl_gradcode.flower.decoder.xǁReplyLayoutǁmessage__mutmut_7":
+        "equivalent: num_examples is a Python float (the protocol parses it with "
+        "float()), so np.array infers float64, the dtype it names",
+    "fl_gradcode.flower.decoder.xǁReplyLayoutǁmessage__mutmut_9":
+        "equivalent: num_examples is a Python float (the protocol parses it with "
+        "float()), so np.array infers float64, the dtype it names",
+    "fl_gradcode.flower.privatiser.xǁPrivatiserǁnoise_multiplier__mutmut_15":
+        "equivalent: a code's B is a float64 array already (GradientCode stores "
+        "np.array(B, dtype=float64))",
+    "fl_gradcode.matmul.x__check_matrix__mutmut_24":
+        "equivalent: astype(None) converts to float64, the dtype it names",
+    "fl_gradcode.matmul.x__worker_subsets__mutmut_11":
+        "equivalent: Generator.choice treats replace=None as false: the same draws as "
+        "replace=False (checked for 20 draws from one seed)",
+    "fl_gradcode.matmul.x__screened__mutmut_19":
+        "equivalent: '<=' keeps a later draw only when its worst condition number ties the "
+        "best so far exactly, which Gaussian draws do with probability zero",
+    "fl_gradcode.matmul.xǁ_CodedJobǁ_check_results__mutmut_21":
+        "equivalent: strict=True only guards lengths equal by construction (one array per "
+        "worker)",
+    "fl_gradcode.matmul.xǁ_CodedJobǁ_solve__mutmut_7":
+        "equivalent: numpy's reshape takes any negative size as the one unknown dimension",
+    "fl_gradcode.matmul.x_coded_least_squares_gradient__mutmut_35":
+        "equivalent: the backward job's generator is seeded seed + 2 instead of seed + 1: "
+        "another screened Gaussian generator, equally exact and reproducible; no contract "
+        "names the seed offset",
+    "fl_gradcode.results.xǁRoundRecorderǁ__init____mutmut_25": _NAN_EQUIVALENT,
+    "fl_gradcode.results.xǁRoundRecorderǁ__init____mutmut_33": _NAN_EQUIVALENT,
+    "fl_gradcode.results.xǁRoundRecorderǁrecord__mutmut_8": _NAN_EQUIVALENT,
+    "fl_gradcode.results.xǁRoundRecorderǁrecord__mutmut_14": _NAN_EQUIVALENT,
+    "fl_gradcode.results.xǁRoundRecorderǁdebug__mutmut_11": _UTF8_EQUIVALENT,
+    "fl_gradcode.results.xǁRoundRecorderǁdebug__mutmut_14": _UTF8_EQUIVALENT,
+    "fl_gradcode.demo.x_main__mutmut_41":
+        "equivalent: argparse keeps an option's string as it is when type is None, as str does",
+    "fl_gradcode.demo.x_run__mutmut_111":
+        "equivalent: parts is np.array_split(order, n), so splitting into code.k = n parts "
+        "again gives the same partitions",
+    "fl_gradcode.demo.x_run__mutmut_114": _DEMO_K_EQUALS_N,
+    "fl_gradcode.demo.x_run__mutmut_115": _DEMO_K_EQUALS_N,
+    "fl_gradcode.demo.x_run__mutmut_116": _DEMO_K_EQUALS_N,
+    "fl_gradcode.demo.x_run__mutmut_131":
+        "equivalent: numpy's reshape takes any negative size as the one unknown dimension",
+    "fl_gradcode.demo.x_run__mutmut_175":
+        "equivalent: numpy's reshape takes any negative size as the one unknown dimension",
+    "fl_gradcode.flower.client_policy.x__file_claim__mutmut_40":
+        "equivalent: the entry is built as node, nonce, round: already the sorted key order",
+    "fl_gradcode.flower.client_policy.xǁNodePolicyǁfrom_node_config__mutmut_5":
+        "equivalent: an absent dp-required read as None is mapped to 'none' by the next line",
+    "fl_gradcode.flower.reports.x_check_reply_sizes__mutmut_31": _REPORTS_STRICT,
+    "fl_gradcode.flower.reports.x_check_reply_sizes__mutmut_32": _REPORTS_STRICT,
+    "fl_gradcode.flower.reports.x_check_reply_sizes__mutmut_44":
+        "equivalent: the sizes are multiplied by float64 coefficients, so the product is "
+        "float64 whatever dtype numpy infers for the sizes",
+    "fl_gradcode.flower.x___getattr____mutmut_1":
+        "killed in effect, not by mutmut's verdict: with 'name in _LAZY' every lookup of a "
+        "name the package lacks (pytest asks for __wrapped__) raises KeyError, so pytest "
+        "cannot collect the tests (exit code 2, which mutmut reports as 'interrupted'); "
+        "checked by applying it alone",
+    "fl_gradcode.flower.membership.x__short__mutmut_5":
+        "not killed: every handshake reason the tests produce is over 300 characters once "
+        "explain_error_reply has added its advice, so no test shows a short reason left uncut",
+    "fl_gradcode.flower.options.xǁOptionsǁfrom_keywords__mutmut_108":
+        "equivalent: _code_options never reads its s argument (s_max and m are the "
+        "keywords it merges)",
+    "fl_gradcode.flower.membership.x_code_for_cohort__mutmut_19":
+        "equivalent: for a code object exact=True puts grouped-rs (it builds for every s < n) "
+        "before the smaller-s candidates, the only ones that read the options",
+    "fl_gradcode.flower.membership.x_code_for_cohort__mutmut_53":
+        "equivalent: crc builds for every s < n (checked for n <= 7), so a crc spec never "
+        "reaches the fallback whose exactness the name decides",
+    "fl_gradcode.flower.membership.x_code_for_cohort__mutmut_61":
+        "equivalent: with tried_spec falsy the spec is tried again with the same s, fails "
+        "with the same ValueError and is skipped",
+    "fl_gradcode.flower.membership.x_code_for_cohort__mutmut_70":
+        "equivalent: with tried_spec=False the spec is tried again with the same s, fails "
+        "with the same ValueError and is skipped",
+}
