@@ -11,7 +11,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MAP = ROOT / "tests" / "mutation_map.toml"
 
 
