@@ -101,7 +101,9 @@ def split_reason(text: Any) -> tuple[str, str | None]:
         return text, None
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     first = lines[0]
-    last = lines[-1].rstrip("'>\"")
+    last = lines[-1]
+    if text.lstrip().startswith("<") and last.endswith(("'>", '">')):
+        last = last[:-2]  # the closing quote and bracket of a Ray error's repr
     if first.startswith("Traceback"):
         return last, text
     return f"{first} ... {last}", text

@@ -85,7 +85,7 @@ def public_reason(text: Any, limit: int = MAX_REASON_CHARS) -> str:
     if len(escaped) <= limit and len(head) == len(text):
         return escaped
     note = f"... [{len(text)} characters]"
-    return escaped[: max(limit - len(note), 0)] + note
+    return (escaped[: max(limit - len(note), 0)] + note)[:limit]
 
 
 def _escape(ch: str) -> str:

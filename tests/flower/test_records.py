@@ -370,3 +370,11 @@ def test_round_metrics_are_the_rows_statistics_under_gc_beside_the_apps_own():
                                    None).items())
     assert (approx["gc/decoded"], approx["gc/exact"]) == (1, 0) and "gc/epsilon" not in approx
     assert "train_loss" not in approx
+
+
+def test_a_plain_traceback_keeps_the_quotes_of_its_exception_line():
+    text = ("Traceback (most recent call last):\n  File \"a.py\", line 1, in f\n"
+            "    d['k']\nKeyError: 'k'\n")
+    assert split_reason(text) == ("KeyError: 'k'", text)
+    quoted = 'Traceback (most recent call last):\n  x\nValueError: "v"'
+    assert split_reason(quoted)[0] == 'ValueError: "v"'

@@ -169,3 +169,12 @@ def test_one_worker_in_several_ties_is_the_one_excluded_and_named_for_its_partit
     assert sorted(excluded) == [0, 3, 4]
     assert excluded[3].endswith(": no majority, every replica in the tie excluded")
     assert agreed == {0: 10.0, 1: 20.0} and confirmed == {}
+
+
+@pytest.mark.parametrize("limit", [0, 1, 5, 12, 20, 40])
+def test_public_reason_never_exceeds_its_limit_even_when_the_note_would(limit):
+    for text in ("x" * 100, "\n" * 100, "short"):
+        out = public_reason(text, limit=limit)
+        assert len(out) <= limit
+        if len(text) <= limit and "\n" not in text:
+            assert out == text
