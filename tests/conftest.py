@@ -10,6 +10,8 @@ the client mod).
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 
@@ -42,3 +44,25 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+class _FlowerLines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[tuple[int, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append((record.levelno, record.getMessage()))
+
+
+@pytest.fixture
+def flwr_log():
+    """The ``(level, message)`` lines logged on Flower's logger during the test (every level)."""
+    handler = _FlowerLines()
+    logger = logging.getLogger("flwr")
+    logger.addHandler(handler)
+    level = logger.level
+    logger.setLevel(logging.DEBUG)
+    yield handler.lines
+    logger.removeHandler(handler)
+    logger.setLevel(level)

@@ -9,24 +9,6 @@ import pytest
 from fl_gradcode.flower.quarantine import Quarantine
 
 
-class _Lines(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.lines: list[tuple[int, str]] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append((record.levelno, record.getMessage()))
-
-
-@pytest.fixture
-def flwr_log():
-    handler = _Lines()
-    logger = logging.getLogger("flwr")
-    logger.addHandler(handler)
-    yield handler.lines
-    logger.removeHandler(handler)
-
-
 # ======== found by mutation testing ==============================================================
 @pytest.mark.mutation_found("quarantine")
 def test_defaults_two_offences_in_ten_rounds_give_five_rounds():

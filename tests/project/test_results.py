@@ -13,28 +13,6 @@ import pytest
 from fl_gradcode.results import ROUND_FIELDS, RoundRecorder, read_rounds
 
 
-class _Lines(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.lines: list[tuple[int, str]] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append((record.levelno, record.getMessage()))
-
-
-@pytest.fixture
-def flwr_log():
-    """The lines logged on Flower's logger during the test."""
-    handler = _Lines()
-    logger = logging.getLogger("flwr")
-    logger.addHandler(handler)
-    level = logger.level
-    logger.setLevel(logging.DEBUG)
-    yield handler.lines
-    logger.removeHandler(handler)
-    logger.setLevel(level)
-
-
 def _row(r: int, **extra) -> dict:
     return {"round": r, "decode": "exact", "clients_used": [0, 1], "stragglers": [],
             "late_dropped": 0, "rejected": 0, "decode_error": 0.0, "virtual_s": float(r),
