@@ -184,7 +184,9 @@ def dp_sgd_update(
     gsm = GradSampleModule(net)
     params = [p for p in gsm.parameters() if p.requires_grad]
     if kind == "gradient":
-        loss = nn.functional.cross_entropy(gsm(xt), yt, reduction="sum")
+        # GradSampleModule assumes a mean-reduced loss (it scales grad_sample by the batch
+        # size): with reduction="sum" every per-sample gradient came out len(y) times too large
+        loss = nn.functional.cross_entropy(gsm(xt), yt)
         loss.backward()
         per_sample = torch.cat([p.grad_sample.reshape(len(yt), -1) for p in params], dim=1)
         norms = per_sample.norm(dim=1, keepdim=True)

@@ -125,3 +125,58 @@ def test_local_update_training_of_our_client_app_learns_digits(tmp_path):
     assert rows[-1]["accuracy"] > 0.6  # chance on 10 balanced classes is 0.1
     assert losses[-1] < losses[0]
     assert all(b <= a * 1.05 for a, b in itertools.pairwise(losses))
+
+
+def _softmax_regression_per_example_grads(theta, x, y, classes):
+    """Per-example gradients of the summed cross-entropy of softmax regression, in the order of
+    ``nn.Linear``'s parameters (weight rows, then bias): a numpy reference."""
+    d = x.shape[1]
+    w, b = theta[: classes * d].reshape(classes, d), theta[classes * d:]
+    z = x @ w.T + b
+    p = np.exp(z - z.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    p[np.arange(len(y)), y] -= 1.0
+    return np.concatenate([(p[:, :, None] * x[:, None, :]).reshape(len(y), -1), p], axis=1)
+
+
+@pytest.mark.mutation_found("learning")
+@pytest.mark.parametrize("clip_norm, noise", [(0.05, 0.0), (10.0, 0.0), (0.3, 1.3)])
+def test_dp_gradient_update_is_the_clipped_noised_mean_of_per_example_gradients(clip_norm, noise):
+    from fl_gradcode.learning import dp_sgd_update
+
+    rng = np.random.default_rng(3)
+    x, y, classes = rng.normal(size=(9, 5)), rng.integers(0, 3, size=9), 3
+    model = make_model("logreg", (5,), classes, seed=2)
+    theta = flat_parameters(model) + rng.normal(scale=0.5, size=flat_parameters(model).size)
+    got = dp_sgd_update(model, theta, x, y, kind="gradient", clip_norm=clip_norm,
+                        noise_multiplier=noise, data_seed=0, noise_seed=11)
+    g = _softmax_regression_per_example_grads(theta, x, y, classes)
+    norms = np.linalg.norm(g, axis=1, keepdims=True)
+    clipped = g * np.minimum(1.0, clip_norm / (norms + 1e-12))
+    noise_draw = np.random.Generator(np.random.PCG64(11)).standard_normal(theta.size)
+    expected = (clipped.sum(axis=0) + noise * clip_norm * noise_draw) / len(y)
+    np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-12)
+    assert got.shape == theta.shape
+    # the caller's model is left as it was
+    np.testing.assert_array_equal(flat_parameters(model), flat_parameters(
+        make_model("logreg", (5,), classes, seed=2)))
+
+
+@pytest.mark.mutation_found("learning")
+def test_dp_local_update_is_reproducible_from_its_seeds_and_refuses_an_unknown_kind():
+    from fl_gradcode.learning import dp_sgd_update
+
+    rng = np.random.default_rng(4)
+    x, y = rng.normal(size=(40, 4)), rng.integers(0, 2, size=40)
+    model = make_model("logreg", (4,), 2, seed=0)
+    theta = flat_parameters(model)
+    kw = dict(kind="local", clip_norm=1.0, noise_multiplier=0.8, lr=0.1, epochs=2, batch_size=8)
+    a = dp_sgd_update(model, theta, x, y, data_seed=1, noise_seed=2, **kw)
+    b = dp_sgd_update(model, theta, x, y, data_seed=1, noise_seed=2, **kw)
+    c = dp_sgd_update(model, theta, x, y, data_seed=1, noise_seed=3, **kw)
+    np.testing.assert_array_equal(a, b)
+    assert a.shape == theta.shape and np.all(np.isfinite(a)) and np.any(a != 0)
+    assert not np.allclose(a, c)
+    with pytest.raises(ValueError, match="update='newton'"):
+        dp_sgd_update(model, theta, x, y, kind="newton", clip_norm=1.0, noise_multiplier=0.0,
+                      data_seed=0, noise_seed=0)
