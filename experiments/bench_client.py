@@ -44,7 +44,6 @@ from _common import save
 
 ROOT = Path(__file__).resolve().parents[1]
 HIDDEN_10M = 1084  # Net(1084): 10.0M parameters
-BLOCK = 1 << 16  # the mod's block of values when it forms the weighted differences
 
 
 def _median(xs: list[float]) -> float:
@@ -173,6 +172,7 @@ def measure(hidden: int, s: int, k: int, wire: str, reps: int, seed: int = 0,
 def _components(replies, arrays, coefs, wire: str, reps: int) -> dict[str, float]:
     """The mod's operations timed alone on the same arrays (medians)."""
     from fl_gradcode.flower import protocol
+    from fl_gradcode.flower.mod import accumulate_delta
 
     names = list(arrays.keys())
     times: dict[str, list[float]] = {"deserialize": [], "encode": [], "serialize": []}
@@ -183,17 +183,11 @@ def _components(replies, arrays, coefs, wire: str, reps: int) -> dict[str, float
         theta = {n: protocol.array_view(arrays[n]) for n in names}
         t1 = time.perf_counter()
         coded = {n: np.zeros(theta[n].shape) for n in names}
-        scratch = np.empty(BLOCK)
+        scratch = np.empty(max(theta[n].size for n in names))  # >= the mod's block
         for coef, view, reply in zip(coefs, views, replies, strict=True):
             weight = coef * float(reply.content["metrics"]["num-examples"])
-            for n in names:  # block by block, as the mod does
-                acc, a, b = coded[n].reshape(-1), view[n].reshape(-1), theta[n].reshape(-1)
-                for start in range(0, acc.size, BLOCK):
-                    stop = min(start + BLOCK, acc.size)
-                    buf = scratch[: stop - start]
-                    np.subtract(a[start:stop], b[start:stop], out=buf, dtype=np.float64)
-                    np.multiply(buf, weight, out=buf)
-                    acc[start:stop] += buf
+            for n in names:  # block by block: the mod's own accumulation
+                accumulate_delta(coded[n], weight, view[n], theta[n], scratch)
         t2 = time.perf_counter()
         dtype = np.float32 if wire == "model" else np.float64
         _ = [protocol.npy_array(coded[n], dtype) for n in names]

@@ -184,8 +184,8 @@ def dp_sgd_update(
     gsm = GradSampleModule(net)
     params = [p for p in gsm.parameters() if p.requires_grad]
     if kind == "gradient":
-        # GradSampleModule assumes a mean-reduced loss (it scales grad_sample by the batch
-        # size): with reduction="sum" every per-sample gradient came out len(y) times too large
+        # mean-reduced, as GradSampleModule assumes (it scales grad_sample by the batch size):
+        # grad_sample then holds each example's own gradient, which is what gets clipped
         loss = nn.functional.cross_entropy(gsm(xt), yt)
         loss.backward()
         per_sample = torch.cat([p.grad_sample.reshape(len(yt), -1) for p in params], dim=1)

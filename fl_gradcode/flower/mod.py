@@ -73,8 +73,8 @@ from .client_policy import NodePolicy, ReplayGuard
 from .protocol import Instruction
 from .records import error_reason
 
-__all__ = ["bound_nonce", "gradient_coding_mod", "make_gradient_coding_mod", "partition_seed",
-           "rng_states", "set_rng_states"]
+__all__ = ["accumulate_delta", "bound_nonce", "gradient_coding_mod", "make_gradient_coding_mod",
+           "partition_seed", "rng_states", "set_rng_states"]
 
 #: Error code of the mod's own error replies (Flower's ClientApp exception code is 0).
 MOD_ERROR_CODE = 5400
@@ -247,12 +247,12 @@ class PartitionResult:
                 for name in theta}
 
 
-#: Elements per block of :func:`_accumulate` (its float64 scratch stays in the CPU's cache).
+#: Elements per block of :func:`accumulate_delta` (its float64 scratch stays in the CPU's cache).
 _BLOCK = 1 << 16
 
 
-def _accumulate(coded: np.ndarray, weight: float, new: np.ndarray, old: np.ndarray,
-                scratch: np.ndarray) -> None:
+def accumulate_delta(coded: np.ndarray, weight: float, new: np.ndarray, old: np.ndarray,
+                     scratch: np.ndarray) -> None:
     """``coded += weight * (new - old)`` in float64, block by block: the operations (and the
     bits) of ``weight * (new.astype(float64) - old.astype(float64))``, without full-size
     temporaries (a 10M-parameter model would need three of 80 MB each)."""
@@ -322,8 +322,7 @@ def _run_partition(
         run_config=context.run_config,
     )
     torch = _torch()
-    saved = (random.getstate(), np.random.get_state(),  # noqa: NPY002
-             None if torch is None else torch.get_rng_state())
+    saved = rng_states()
     original = msg.content
     try:
         for _ in range(2):
@@ -341,10 +340,7 @@ def _run_partition(
             saved = (*saved[:2], torch.get_rng_state())
     finally:
         msg.content = original
-        random.setstate(saved[0])
-        np.random.set_state(saved[1])  # noqa: NPY002
-        if saved[2] is not None:
-            torch.set_rng_state(saved[2])
+        set_rng_states(saved)
     _warn_if_state_written(ctx)
     if reply.has_error():
         raise RuntimeError(
@@ -451,7 +447,8 @@ def _coded_reply(
                 coded[name] += weight * delta[name]
         else:  # no full-size float64 temporaries: the difference is formed block by block
             for name in names:
-                _accumulate(coded[name], weight, result.arrays[name], theta[name], scratch)
+                accumulate_delta(coded[name], weight, result.arrays[name], theta[name],
+                                 scratch)
         count += weight
         sizes.append(result.num_examples)
         if metric_sums is None:
