@@ -27,6 +27,7 @@ from scipy.sparse.csgraph import connected_components
 
 from .checks import as_int, check_n_s, check_vector, check_weights
 from .decoding import EXACT_TOL, Decoding, LRUCache, NotDecodableError, least_squares
+from .span import RowSpan
 
 __all__ = ["DecodabilityTracker", "Decoding", "GradientCode", "NotDecodableError", "check_n_s"]
 
@@ -528,13 +529,17 @@ class DecodabilityTracker:
     independent blocks (the groups of FRC-like codes), so a new reply only re-solves its own
     block (cached per block and received subset); the set decodes once every block does.
     Codes with one block or without blockwise exactness ask the code's own (closed-form or
-    fast) test on the whole set.
+    fast) test on the whole set, once the received rows can span the ones vector
+    (:class:`~fl_gradcode.codes.span.RowSpan`, updated per reply: a CRC round of ``n - s``
+    replies then solves once instead of ``n - s`` times).
     """
 
     def __init__(self, code: GradientCode) -> None:
         self.code = code
         self.received: set[int] = set()
         self._blockwise = code.blockwise_exactness and len(code._blocks) > 1
+        # only where a decoding is one vector with a @ B[F] == 1 (Decoding.exact)
+        self._span = RowSpan(code.k) if code.blockwise_exactness and code.chunks == 1 else None
         self._rows: list[set[int]] = [set() for _ in code._blocks]
         self._pending = set(range(len(code._blocks)))
         self._decodable = False
@@ -546,7 +551,10 @@ class DecodabilityTracker:
             return self._decodable
         self.received.add(worker)
         if not self._blockwise:
-            self._decodable = self.code.is_decodable(sorted(self.received))
+            if self._span is not None:
+                self._span.add(self.code._B[worker])
+            self._decodable = (self._span is None or self._span.may_decode) and (
+                self.code.is_decodable(sorted(self.received)))
             return self._decodable
         if self.code._orphans.size:  # a partition nobody holds never decodes
             return False

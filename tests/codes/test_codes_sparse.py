@@ -141,3 +141,89 @@ def test_a_fresh_tracker_decodes_nothing_and_waits_for_every_block():
     assert tracker.pending_blocks == {0, 1, 2}
     tracker.add(0)
     assert tracker.pending_blocks == {1, 2}
+
+
+@SETTINGS
+@given(
+    name=st.sampled_from(("crc", "grouped-rs", "nested", "crc-weighted", "dense", "low-rank")),
+    n=st.integers(2, 40),
+    seed=st.integers(0, 10_000),
+)
+def test_tracker_with_the_span_prefilter_agrees_with_is_decodable_on_every_prefix(name, n, seed):
+    """One-block codes (CRC, a dense random code, a rank-deficient one) and blockwise ones,
+    up to n = 40, random arrival orders: the tracker says exactly what is_decodable says."""
+    from fl_gradcode.codes import GradientCode
+
+    rng = np.random.default_rng(seed)
+    s = int(rng.integers(0, n))
+    try:
+        if name == "dense":
+            code = GradientCode(rng.standard_normal((n, n)), s, is_exact=False)
+        elif name == "low-rank":  # rows from a random subspace of dimension r: rarely decodes
+            r = 1 + int(rng.integers(0, n))
+            basis = np.vstack([np.ones(n), rng.standard_normal((r - 1, n))])
+            code = GradientCode(rng.standard_normal((n, r)) @ basis, s, is_exact=False)
+        elif name == "crc-weighted":
+            code = make_code("crc", n=n, s=s, seed=seed, weights=rng.uniform(0.5, 5.0, n))
+        else:
+            code = make_code(name, n=n, s=s, seed=seed)
+    except ValueError:
+        assume(False)
+    tracker = code.tracker()
+    order = rng.permutation(n).tolist()
+    for t, worker in enumerate(order):
+        assert tracker.add(worker) == code.is_decodable(order[: t + 1]), (order, t)
+
+
+@pytest.mark.parametrize(("name", "n", "s"), [("crc", 6, 2), ("crc", 7, 3), ("crc", 5, 1),
+                                                ("grouped-rs", 7, 2), ("nested", 7, 2),
+                                                ("expander", 7, 2)])
+def test_tracker_agrees_with_is_decodable_on_every_received_set(name, n, s):
+    """Exhaustive: every subset of clients, added in a seeded random order."""
+    code = make_code(name, n=n, s=s, seed=3)
+    rng = np.random.default_rng(0)
+    for size in range(1, n + 1):
+        for subset in itertools.combinations(range(n), size):
+            order = rng.permutation(subset).tolist()
+            tracker = code.tracker()
+            for t, worker in enumerate(order):
+                assert tracker.add(worker) == code.is_decodable(order[: t + 1]), order
+
+
+def test_crc_tracker_solves_only_once_the_rows_can_span_the_ones_vector():
+    """Fewer than n - s generic CRC rows never span the ones vector: the incremental basis
+    says so without solving; the old tracker solved the whole set after every reply."""
+    n, s = 40, 3
+    code = make_code("crc", n=n, s=s, seed=0)
+    calls = []
+    solve = code.is_decodable
+    code.is_decodable = lambda received: calls.append(len(received)) or solve(received)
+    tracker = code.tracker()
+    order = np.random.default_rng(1).permutation(n).tolist()
+    decoded = [tracker.add(w) for w in order[: n - s + 1]]
+    assert decoded == [False] * (n - s - 1) + [True, True]
+    assert calls == [n - s, n - s + 1]
+
+
+def test_row_span_distance_and_rank_match_numpy():
+    from fl_gradcode.codes.span import RowSpan
+
+    rng = np.random.default_rng(5)
+    k = 9
+    rows = rng.standard_normal((6, k))
+    rows[3] = 2.0 * rows[0] - rows[1]  # dependent: adds no direction
+    span = RowSpan(k)
+    assert span.distance == pytest.approx(1.0) and not span.may_decode
+    for t in range(rows.shape[0]):
+        span.add(rows[t])
+        block = rows[: t + 1]
+        coef = np.linalg.lstsq(block.T, np.ones(k), rcond=None)[0]
+        expected = np.linalg.norm(block.T @ coef - np.ones(k)) / np.sqrt(k)
+        assert span.distance == pytest.approx(expected, rel=1e-9, abs=1e-12)
+        assert span.rank == np.linalg.matrix_rank(block)
+    span.add(np.ones(k))
+    assert span.distance < 1e-14 and span.may_decode
+    before = span.rank
+    span.add(np.zeros(k))
+    span.add(np.full(k, np.nan))
+    assert span.rank == before
