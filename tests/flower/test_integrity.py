@@ -102,6 +102,32 @@ def test_probe_is_linear_and_counts_exactly():
     np.testing.assert_allclose(probe(both, 5.0), 2 * probe(x, 4.0) - probe(y, 3.0))
 
 
+def test_the_sampled_probe_reads_few_places_of_a_large_array():
+    """A reply's bytes are long out of the caches when it is validated: the sampled probe reads
+    runs of consecutive coordinates (a few pages), not 2048 scattered ones (about 900 of the
+    1024 pages of 1024 coordinates here)."""
+    size, window = 1 << 20, 1024
+    probe = Probe({"a": (size,)}, (0, 1), q=2, sample=2048)
+    rng = np.random.default_rng(0)
+    x = np.zeros(size, np.float32)
+    read = 0
+    for start in range(0, size, window):
+        x[start : start + window] = rng.standard_normal(window)
+        read += bool(np.any(probe({"a": x}, 0.0)[:2] != 0.0))
+        x[start : start + window] = 0.0
+    assert 1 <= read <= 2048 // 64
+    # still a linear functional of every sampled coordinate, and a small array is read whole
+    small = Probe({"b": (100,)}, (0, 1), q=2, sample=2048)
+    y = rng.standard_normal(100)
+    for j in range(100):
+        e = np.zeros(100)
+        e[j] = 1.0
+        assert np.any(small({"b": e}, 0.0)[:2] != 0.0)
+    np.testing.assert_allclose(small({"b": y}, 0.0)[:2],
+                               sum(y[j] * small({"b": np.eye(100)[j]}, 0.0)[:2]
+                                   for j in range(100)))
+
+
 def test_a_minimal_decodable_set_is_consistent_but_unverified():
     # FRC n=6, s=2: one reply per group decodes, but nothing checks it
     code = make_code("frc", n=6, s=2)
