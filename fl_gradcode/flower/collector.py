@@ -48,8 +48,28 @@ __all__ = ["ReplyCollector", "serial_blas"]
 
 
 @functools.cache
-def _blas() -> ThreadpoolController:
-    return ThreadpoolController()  # the BLAS libraries loaded by then (numpy's, scipy's)
+def _blas() -> list[Any]:
+    """The BLAS libraries loaded by then (numpy's, scipy's)."""
+    return list(ThreadpoolController().select(user_api="blas").lib_controllers)
+
+
+class _SerialBlas(AbstractContextManager):
+    """One BLAS thread inside the block; only libraries on more threads are changed, and
+    restored on exit (a few microseconds where threadpoolctl's ``limit`` takes 50: this is
+    entered once per reply)."""
+
+    def __enter__(self) -> _SerialBlas:
+        self._restore = []
+        for lib in _blas():
+            threads = lib.get_num_threads()
+            if threads != 1:
+                lib.set_num_threads(1)
+                self._restore.append((lib, threads))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for lib, threads in reversed(self._restore):
+            lib.set_num_threads(threads)
 
 
 def serial_blas() -> AbstractContextManager:
@@ -60,7 +80,7 @@ def serial_blas() -> AbstractContextManager:
     on cores other jobs keep busy, each call waits for its threads; a 100 x 100 SVD was
     measured at 0.9 s instead of 1 ms. Single-threaded, they cost what their size says.
     """
-    return _blas().limit(limits=1, user_api="blas")
+    return _SerialBlas()
 
 
 class ReplyCollector:
