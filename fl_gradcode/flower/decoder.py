@@ -372,8 +372,9 @@ class Decoder:
                 if ok is None:
                     return None
                 done += size
-            # serialised here, per array: the float buffer is freed before the next one
-            return Array(cast(acc.reshape(np.shape(theta[name])), dtypes[name]))
+            # serialised here, per array: the float buffer is freed before the next one (one
+            # copy into the message's bytes; Array(ndarray)'s np.save makes two, same bytes)
+            return protocol.npy_array(cast(acc.reshape(np.shape(theta[name])), dtypes[name]))
 
         # arrays are independent and numpy releases the GIL: one thread per idle core (the
         # decoding is memory-bound: threads on busy cores only contend)
