@@ -4,7 +4,7 @@ A set ``F`` of replies decodes exactly when some ``a`` has ``a @ B[F] == 1`` (Ta
 Dimakis, Karampatziakis, "Gradient Coding", ICML 2017, https://arxiv.org/abs/1612.03301), to
 the tolerance ``EXACT_TOL`` per partition: then the all-ones vector lies within
 ``sqrt(k) EXACT_TOL`` of the row span of ``B[F]``. :class:`RowSpan` keeps an orthonormal basis
-of that span, one row at a time (classical Gram-Schmidt, orthogonalised twice: Giraud, Langou,
+of that span, one row at a time (classical Gram-Schmidt, re-orthogonalised: Giraud, Langou,
 Rozloznik, "The loss of orthogonality in the Gram-Schmidt orthogonalization process", 2005),
 and the distance of the ones vector from it, in ``O(rank k)`` per row instead of one
 least-squares solve of the whole set. A distance above :data:`FAR` (many orders of magnitude
@@ -41,12 +41,6 @@ class RowSpan:
         self._target = np.ones(self.k)
         self._residual = self._target.copy()
 
-    def _project_out(self, v: np.ndarray) -> np.ndarray:
-        q = self._basis[: self.rank]
-        for _ in range(2):  # twice is enough (Giraud et al. 2005)
-            v = v - q.T @ (q @ v)
-        return v
-
     def add(self, row: np.ndarray) -> None:
         """Extend the span by ``row`` (length ``k``)."""
         v = np.asarray(row, dtype=np.float64)
@@ -66,7 +60,7 @@ class RowSpan:
                 break
         self._basis[self.rank] = v
         self.rank += 1
-        self._residual = self._project_out(self._target)
+        self._residual = self._residual - v * (v @ self._residual)  # v is orthogonal to the rest
 
     @property
     def distance(self) -> float:
