@@ -84,8 +84,9 @@ class Probe:
     the run seed and never sent; a sequence of ints gives a reproducible probe (tests).
 
     ``sample`` coordinates (default 2048, split evenly over the arrays, at least 64 per
-    array, the whole array when smaller): a cheap consistency check, ``O(q sample)`` per
-    reply. ``sample=None``: dense functionals over every coordinate (and, with
+    array, the whole array when smaller; secret aligned runs of 64 consecutive coordinates in
+    a large array, so that a reply is read in few places): a cheap consistency check,
+    ``O(q sample)`` per reply. ``sample=None``: dense functionals over every coordinate (and, with
     ``metrics=True``, every metric by name), computed block by block in float64 with memory
     ``O(q * block)``: a change to any coordinate is caught with probability >= 1 - 1e-12
     (module docstring).
