@@ -539,7 +539,8 @@ class DecodabilityTracker:
         self.received: set[int] = set()
         self._blockwise = code.blockwise_exactness and len(code._blocks) > 1
         # only where a decoding is one vector with a @ B[F] == 1 (Decoding.exact)
-        self._span = RowSpan(code.k) if code.blockwise_exactness and code.chunks == 1 else None
+        self._span = (RowSpan(code.k) if not self._blockwise and code.blockwise_exactness
+                      and code.chunks == 1 else None)
         self._rows: list[set[int]] = [set() for _ in code._blocks]
         self._pending = set(range(len(code._blocks)))
         self._decodable = False
