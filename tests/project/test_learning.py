@@ -372,3 +372,33 @@ def test_local_update_with_one_batch_per_epoch_is_full_batch_gradient_descent(ba
     for _ in range(3):
         t = t - 0.3 * _softmax_regression_per_example_grads(t, x, y, 3).mean(axis=0)
     np.testing.assert_allclose(got, t - theta, rtol=1e-10, atol=1e-12)
+
+
+def test_dp_local_update_takes_a_step_on_an_empty_poisson_batch():
+    """Poisson sampling (rate 1/2 for 2 examples in batches of 1) draws empty batches: such a
+    step adds only the noise (here none), as DP-SGD defines it, instead of failing. Every
+    result is one of the 16 numpy outcomes of two steps theta -= lr * sum_{i in B} g_i / 1
+    over the batches B in {}, {0}, {1}, {0, 1}; the all-empty outcome (delta 0) occurs."""
+    from fl_gradcode.learning import dp_sgd_update
+
+    rng = np.random.default_rng(7)
+    x, y = rng.normal(size=(2, 3)), np.array([0, 1])
+    model = make_model("logreg", (3,), 2, seed=0)
+    theta = flat_parameters(model)
+    batches = [[], [0], [1], [0, 1]]
+    outcomes = []
+    for first, second in itertools.product(batches, batches):
+        t = theta.copy()
+        for batch in (first, second):
+            g = _softmax_regression_per_example_grads(t, x, y, 2)
+            t = t - 0.5 * g[batch].sum(axis=0)
+        outcomes.append(t - theta)
+    seen = set()
+    for seed in range(16):
+        got = dp_sgd_update(model, theta, x, y, kind="local", clip_norm=1e6,
+                            noise_multiplier=0.0, data_seed=seed, noise_seed=seed, lr=0.5,
+                            epochs=1, batch_size=1)
+        match = [j for j, o in enumerate(outcomes) if np.allclose(got, o, rtol=1e-9, atol=1e-12)]
+        assert match, f"seed {seed}: {got} is no outcome of two Poisson steps"
+        seen.add(match[0])
+    assert 0 in seen and len(seen) > 1  # an all-empty round happened, and others
