@@ -18,6 +18,26 @@ _REPORTS_STRICT = ("equivalent: strict=True only guards lengths equal by constru
                    "lines before refuse sizes of another length than the worker's partitions, "
                    "one encoding coefficient each)")
 
+_CLAIMS_ORDERED = (
+    "equivalent: the default of Membership._order.get/pop is never used: handshake gives "
+    "every node it adds to claims an _order entry in the same call, only _forget_departed "
+    "removes claims and it removes the _order entry with them (claims' keys are always "
+    "_order's keys; the wrapper only reads claims)")
+_MEMBERSHIP_DEPART = ("killed since by test_a_departed_nodes_released_claim_is_logged_with_the_"
+                      "node_and_its_partition")
+_MEMBERSHIP_HINT = ("killed since by test_the_handshake_warning_gives_the_hint_only_the_first_"
+                    "time_a_node_fails")
+_MEMBERSHIP_MALFORMED = ("killed since by test_a_malformed_identity_is_a_failure_with_its_own_"
+                         "short_reason_and_a_bad_range_named")
+
+_LEARNING_SYNTHETIC = "killed since by test_synthetic_dataset_is_fedprox_synthetic_alpha_beta"
+_LEARNING_RUN_PARTITIONS = ("killed since by test_run_partitions_reads_dataset_seed_synthetic_"
+                            "alpha_beta_and_partitioner")
+_LEARNING_K = ("killed since by test_partition_indices_defaults_to_dirichlet_takes_one_"
+               "partition_and_refuses_bad_k")
+_LEARNING_DP_INPUTS = ("killed since by test_dp_updates_convert_inputs_to_float64_and_int64_and_"
+                       "take_any_seed")
+
 REASONS: dict[str, str] = {
     "fl_gradcode.flower.integrity.xǁProbeǁ__init____mutmut_22":
         "equivalent: np.prod(()) is 1, the value the guarded branch returns for a scalar",
@@ -323,8 +343,8 @@ REASONS: dict[str, str] = {
         "cannot collect the tests (exit code 2, which mutmut reports as 'interrupted'); "
         "checked by applying it alone",
     "fl_gradcode.flower.membership.x__short__mutmut_5":
-        "not killed: every handshake reason the tests produce is over 300 characters once "
-        "explain_error_reply has added its advice, so no test shows a short reason left uncut",
+        "killed since by test_a_malformed_identity_is_a_failure_with_its_own_short_reason_and_"
+        "a_bad_range_named (a short rejection reason is kept uncut)",
     "fl_gradcode.flower.options.xǁOptionsǁfrom_keywords__mutmut_108":
         "equivalent: _code_options never reads its s argument (s_max and m are the "
         "keywords it merges)",
@@ -332,7 +352,8 @@ REASONS: dict[str, str] = {
         "equivalent: for a code object exact=True puts grouped-rs (it builds for every s < n) "
         "before the smaller-s candidates, the only ones that read the options",
     "fl_gradcode.flower.membership.x_code_for_cohort__mutmut_53":
-        "equivalent: crc builds for every s < n (checked for n <= 7), so a crc spec never "
+        "equivalent: crc builds for every s < n (checked for n <= 40; its only refusals are "
+        "bad options and s outside 0..n-1, which code_for_cohort caps), so a crc spec never "
         "reaches the fallback whose exactness the name decides",
     "fl_gradcode.flower.membership.x_code_for_cohort__mutmut_61":
         "equivalent: with tried_spec falsy the spec is tried again with the same s, fails "
@@ -340,4 +361,69 @@ REASONS: dict[str, str] = {
     "fl_gradcode.flower.membership.x_code_for_cohort__mutmut_70":
         "equivalent: with tried_spec=False the spec is tried again with the same s, fails "
         "with the same ValueError and is skipped",
+    "fl_gradcode.flower.membership.xǁMembershipǁ_forget_departed__mutmut_18": _CLAIMS_ORDERED,
+    "fl_gradcode.flower.membership.xǁMembershipǁnum_partitions__mutmut_9": _CLAIMS_ORDERED,
+    "fl_gradcode.flower.membership.xǁMembershipǁverdicts__mutmut_18": _CLAIMS_ORDERED,
+    "fl_gradcode.flower.membership.xǁMembershipǁadmit__mutmut_63":
+        "equivalent: admit resets _failed_rounds only where it also sets accepted_ever, and "
+        "_give_up returns before reading _failed_rounds once accepted_ever is set (nothing "
+        "clears it), so the value written there is never read",
+    "fl_gradcode.flower.membership.xǁMembershipǁ__init____mutmut_8":
+        "killed since by test_an_empty_nonce_is_replaced_by_the_default_one",
+    "fl_gradcode.flower.membership.xǁMembershipǁ_forget_departed__mutmut_8": _MEMBERSHIP_DEPART,
+    "fl_gradcode.flower.membership.xǁMembershipǁ_forget_departed__mutmut_14": _MEMBERSHIP_DEPART,
+    "fl_gradcode.flower.membership.xǁMembershipǁadmit__mutmut_38": _MEMBERSHIP_HINT,
+    "fl_gradcode.flower.membership.xǁMembershipǁadmit__mutmut_44": _MEMBERSHIP_HINT,
+    "fl_gradcode.flower.membership.xǁMembershipǁadmit__mutmut_61":
+        "killed since by test_once_a_node_was_accepted_membership_never_ends_the_run",
+    "fl_gradcode.flower.membership.xǁMembershipǁadmit__mutmut_68":
+        "killed since by test_no_decodable_set_ends_the_run_naming_the_rounds_and_the_nodes",
+    "fl_gradcode.flower.membership.xǁMembershipǁhandshake__mutmut_59": _MEMBERSHIP_MALFORMED,
+    "fl_gradcode.flower.membership.xǁMembershipǁhandshake__mutmut_64": _MEMBERSHIP_MALFORMED,
+    "fl_gradcode.flower.membership.xǁMembershipǁverdicts__mutmut_10":
+        "killed since by test_the_earliest_claimant_keeps_a_partition_whatever_the_node_ids",
+    "fl_gradcode.data.x__synthetic__mutmut_15": _LEARNING_SYNTHETIC,
+    "fl_gradcode.data.x__synthetic__mutmut_58": _LEARNING_SYNTHETIC,
+    "fl_gradcode.data.x__synthetic__mutmut_66": _LEARNING_SYNTHETIC,
+    "fl_gradcode.data.x__synthetic__mutmut_42":
+        "equivalent: numpy's Generator.normal defaults scale to 1.0, the value it names",
+    "fl_gradcode.data.x__synthetic__mutmut_50":
+        "equivalent: normal(1, size=10) and normal(u, 1, size=10) draw the same ten standard "
+        "normals z (1 + z against u + z), so b moves by the same constant 1 - u in every class "
+        "and argmax(x W + b) keeps every label; b is used nowhere else (checked: the FedProx "
+        "reference test passes with it applied)",
+    "fl_gradcode.data.x_partition_indices__mutmut_1": _LEARNING_K,
+    "fl_gradcode.data.x_partition_indices__mutmut_6": _LEARNING_K,
+    "fl_gradcode.data.x_partition_indices__mutmut_7": _LEARNING_K,
+    "fl_gradcode.data.x_partition_indices__mutmut_10": _LEARNING_K,
+    "fl_gradcode.data.x_partition_indices__mutmut_43":
+        "equivalent: the parts are tuples of Python ints, which numpy 2 stores as int64 (its "
+        "default integer on every platform); an empty part (float64) raises just after",
+    "fl_gradcode.data.x_run_partitions__mutmut_12": _LEARNING_RUN_PARTITIONS,
+    "fl_gradcode.data.x_run_partitions__mutmut_13": _LEARNING_RUN_PARTITIONS,
+    "fl_gradcode.data.x_run_partitions__mutmut_31": _LEARNING_RUN_PARTITIONS,
+    "fl_gradcode.learning.x_dp_sgd_steps__mutmut_3":
+        "killed since by test_dp_sgd_steps_are_one_full_batch_step_or_the_loaders_batches_per_"
+        "epoch",
+    "fl_gradcode.learning.x_dp_sgd_update__mutmut_123":
+        "equivalent: Opacus' DPOptimizer.zero_grad always sets grad_sample and summed_grad to "
+        "None, and its add_noise assigns p.grad = summed_grad + noise for every parameter "
+        "before the SGD step, so whether p.grad was zeroed or set to None is never read "
+        "(Opacus 1.6)",
+    "fl_gradcode.learning.x_dp_sgd_update__mutmut_13": _LEARNING_DP_INPUTS,
+    "fl_gradcode.learning.x_dp_sgd_update__mutmut_18": _LEARNING_DP_INPUTS,
+    "fl_gradcode.learning.x_dp_sgd_update__mutmut_90": _LEARNING_DP_INPUTS,
+    "fl_gradcode.learning.x_dp_sgd_update__mutmut_58":
+        "killed since by test_dp_gradient_update_passes_a_tiny_per_example_gradient_unscaled",
+    "fl_gradcode.learning.x_make_model__mutmut_27":
+        "killed since by test_dense_models_take_inputs_in_their_input_shape_or_flat",
+    "fl_gradcode.learning.x_make_model__mutmut_52":
+        "killed since by test_models_are_float64_from_the_start",
+    "fl_gradcode.learning.x_partition_update__mutmut_59":
+        "killed since by test_local_update_with_one_batch_per_epoch_is_full_batch_gradient_"
+        "descent",
+    "fl_gradcode.learning.xǁ_CNNǁ__init____mutmut_18":
+        "killed since by test_cnn_is_conv_relu_pool_conv_relu_then_a_linear_head",
+    "fl_gradcode.learning.xǁ_CNNǁ__init____mutmut_7":
+        "killed since by test_cnn_is_conv_relu_pool_conv_relu_then_a_linear_head",
 }

@@ -595,3 +595,131 @@ def test_a_handshake_the_grid_cannot_deliver_fails_each_asked_node_with_the_caus
                               6: "handshake not delivered (RuntimeError: down)"}
     asked = [parse_instruction(m.content) for m in grid.sent]
     assert [(i.op, i.nonce) for i in asked] == [(OP_IDENTIFY, "run-7")] * 2
+
+
+class _Nodes:
+    """Connected nodes (``listed``) answering the handshake: ``claims`` with their identity,
+    ``replies`` with a reply built from the message, any other listed node never answers."""
+
+    def __init__(self, claims=None, replies=None, listed=()) -> None:
+        self.claims = dict(claims or {})
+        self.replies = dict(replies or {})
+        self.listed = set(self.claims) | set(self.replies) | set(listed)
+
+    def get_node_ids(self):
+        return sorted(self.listed)
+
+    def send_and_receive(self, msgs, timeout=None):
+        out = []
+        for m in msgs:
+            node = m.metadata.dst_node_id
+            if node not in self.listed:
+                continue
+            if node in self.claims:
+                out.append(identity_reply(m, *self.claims[node]))
+            elif node in self.replies:
+                out.append(self.replies[node](m))
+        return out
+
+
+HINT = ("Does every ClientApp run gradient_coding_mod (ClientApp(mods=[gradient_coding_mod])) "
+        "and have 'partition-id' and 'num-partitions' in its node config?")
+
+
+@pytest.mark.mutation_found("membership")
+def test_a_malformed_identity_is_a_failure_with_its_own_short_reason_and_a_bad_range_named():
+    """Node 5 answers with a fractional partition-id (not an error reply): its failure is the
+    rejection reason as written, uncut (no advice for error replies, no '...'); node 6 claims
+    partition 9 of 6: excluded, the valid range 0..5 named."""
+    from flwr.app import MetricRecord, RecordDict
+
+    from fl_gradcode.flower.protocol import PROTOCOL_KEY
+
+    def fractional(msg):
+        rec = MetricRecord({"partition-id": 1.5, "num-partitions": 4})
+        return Message(RecordDict({PROTOCOL_KEY: rec}), reply_to=msg)
+
+    members = Membership(1.0)
+    grid = _Nodes(claims={6: (9, 6), 7: (0, 6)}, replies={5: fractional})
+    assert members.admit(grid, [5, 6, 7], 1) == [7]
+    assert members.failed == {5: "partition-id=1.5 num-partitions=4 are not 0 <= id < num"}
+    assert members.invalid == {6: "partition-id=9 is not in 0..5 (num-partitions=6)"}
+    assert members.row_fields(1) == {"unidentified": [5], "identity_rejected": [6]}
+
+
+@pytest.mark.mutation_found("membership")
+def test_an_empty_nonce_is_replaced_by_the_default_one():
+    sent = {}
+    for nonce in ("", None):
+        grid = _DownGrid()
+        Membership(0.5, nonce=nonce).handshake(grid, [5])
+        sent[nonce] = parse_instruction(grid.sent[0].content).nonce
+    grid = _DownGrid()
+    Membership(0.5).handshake(grid, [5])
+    default = parse_instruction(grid.sent[0].content).nonce
+    assert default and sent == {"": default, None: default}
+
+
+@pytest.mark.mutation_found("membership")
+def test_a_departed_nodes_released_claim_is_logged_with_the_node_and_its_partition(caplog):
+    grid = _Nodes(claims={10: (0, 3), 11: (1, 3), 13: (2, 3)})
+    members = Membership(1.0)
+    members.admit(grid, [10, 11, 13], 1)
+    grid.listed.discard(13)
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        assert members.admit(grid, [10, 11], 2) == [10, 11]
+    assert [r.getMessage() for r in caplog.records] == [
+        "node 13 (partition-id=2) left the federation: its claim is released"]
+    assert 13 not in members.claims
+
+
+@pytest.mark.mutation_found("membership")
+def test_the_earliest_claimant_keeps_a_partition_whatever_the_node_ids():
+    """Node 20 claims partition 0 in round 1; node 10 (a smaller id) claims it in round 2: the
+    earlier claimant keeps it (handshake order first, node id only within a handshake)."""
+    grid = _Nodes(claims={20: (0, 2), 10: (0, 2), 30: (1, 2)})
+    members = Membership(1.0)
+    assert members.admit(grid, [20], 1) == [20]
+    assert members.admit(grid, [10, 20, 30], 2) == [20, 30]
+    assert members.verdicts() == {10: "claims partition-id=0 of 2, already claimed by node 20"}
+
+
+@pytest.mark.mutation_found("membership")
+def test_the_handshake_warning_gives_the_hint_only_the_first_time_a_node_fails(caplog):
+    grid = _DownGrid()
+    grid.get_node_ids = lambda: [5]
+    members = Membership(0.5)
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        members.admit(grid, [5], 1)
+        members.admit(grid, [5], 2)
+    head = ("did not pass the gradient-coding handshake and get no work this round (asked "
+            "again when next sampled): node 5: handshake not delivered (RuntimeError: down)")
+    assert [r.getMessage() for r in caplog.records] == [
+        f"round 1: 1 node(s) {head}. {HINT}", f"round 2: 1 node(s) {head}"]
+
+
+@pytest.mark.mutation_found("membership")
+def test_once_a_node_was_accepted_membership_never_ends_the_run():
+    """Node 10 passes in round 1 and leaves; node 11 never answers: rounds 2-7 are idle (no
+    member), never the end of the run (a cohort of one accepted node decodes)."""
+    grid = _Nodes(claims={10: (0, 2)}, listed=[11])
+    members = Membership(0.5)
+    assert members.admit(grid, [10], 1) == [10]
+    grid.listed.discard(10)
+    for r in range(2, 8):
+        assert members.admit(grid, [11], r) == []
+    assert members.failed == {11: "no reply within 0.5 s"}
+
+
+@pytest.mark.mutation_found("membership")
+def test_no_decodable_set_ends_the_run_naming_the_rounds_and_the_nodes():
+    grid = _Nodes(listed=[5, 6])
+    members = Membership(1.0)
+    assert members.admit(grid, [5, 6], 1) == []
+    assert members.admit(grid, [5, 6], 2) == []
+    with pytest.raises(RuntimeError) as info:
+        members.admit(grid, [5, 6], 3)
+    assert str(info.value) == (
+        "no node passed the gradient-coding handshake in 3 rounds in a row (up to round 3) and "
+        "every one of the 2 connected nodes has failed it, so no decodable set can form (node "
+        f"5: no reply within 1 s; node 6: no reply within 1 s). {HINT}")
