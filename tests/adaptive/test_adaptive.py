@@ -1054,3 +1054,18 @@ def test_an_approximate_choice_only_as_fast_as_the_exact_one_is_not_taken():
     d = choose_s(NestedPlacement(2, 1), est, candidates=[1], allow_approximate=True)
     assert d.approximate_times[1] == d.expected_times[1]
     assert not d.approximate and d.s == 1
+
+
+def test_a_table_shorter_than_the_smoothing_kernel_keeps_its_size_and_the_kernel_values():
+    """One event at 0 (bandwidth 0.9 * 0.05, kernel half-width 4 bandwidths = 181 cells of
+    0.001) on a table of 101 cells around it: the density is the normalised Gaussian kernel
+    at those cells (computed here), not an error or a table of the kernel's length."""
+    h, size, lo = 0.001, 101, -0.05
+    curve = Survival(np.array([0.0]), np.array([True]), np.array([1.0]))
+    logp, logs = curve.log_tables(lo, h, size)
+    assert logp.shape == logs.shape == (size,)
+    bw = 0.9 * 0.05
+    half = math.ceil(4 * bw / h)
+    kernel = np.exp(-0.5 * (np.arange(-half, half + 1) * h / bw) ** 2)
+    cells = np.arange(size) - 50  # offsets from the event's cell
+    np.testing.assert_allclose(np.exp(logp), kernel[half + cells] / kernel.sum() / h, rtol=1e-9)
