@@ -37,6 +37,27 @@ _LEARNING_K = ("killed since by test_partition_indices_defaults_to_dirichlet_tak
                "partition_and_refuses_bad_k")
 _LEARNING_DP_INPUTS = ("killed since by test_dp_updates_convert_inputs_to_float64_and_int64_and_"
                        "take_any_seed")
+_VIEW_LOAD_DTYPE = (
+    "equivalent for every real load: CohortView only writes the load into a float64 array "
+    "(full_l[members] = load converts as np.asarray(load, float64) would, strings and None "
+    "included) and its shape check does not depend on the dtype; only a complex load differs "
+    "(numpy's TypeError against a ComplexWarning)")
+_BETA_CENTRING = (
+    "equivalent: the slope sums w * xc * yc with xc centred by the weighted mean, so "
+    "sum(w * xc) = 0 and any constant subtracted from y (here the unweighted mean) cancels")
+_PARTITION_AXIS = ("equivalent: row is 2-D (samples x members), so np.partition's default "
+                   "axis=-1 is axis 1")
+_KM_FACTOR_IN_0_1 = (
+    "equivalent: the Kaplan-Meier factor 1 - w / max(at_risk, TINY) lies in [0, 1] for weights "
+    ">= 0 (at_risk is the reverse cumulative sum of the weights, w included; float addition of "
+    "non-negatives is monotone), and every weight reaching Survival is >= 0 (0.5**age round "
+    "weights, prior_weight validated >= 0), so no clip bound is ever met")
+_SLOWNESS_EDGE = (
+    "not killed: a censored index reaches size - 1 only for the fine candidate phi = -6.5 "
+    "(coarse optimum at the grid's lower end -6, a client ~400x faster than the pooled curve) "
+    "of a censored log time within h/2 of the largest z; the mutant then reads the survival one "
+    "cell (0.02 in log time) earlier for that single candidate, which changes the argmax only "
+    "on a near tie; no test (and no realistic data) builds one")
 
 REASONS: dict[str, str] = {
     "fl_gradcode.flower.integrity.xǁProbeǁ__init____mutmut_22":
@@ -426,4 +447,65 @@ REASONS: dict[str, str] = {
         "killed since by test_cnn_is_conv_relu_pool_conv_relu_then_a_linear_head",
     "fl_gradcode.learning.xǁ_CNNǁ__init____mutmut_7":
         "killed since by test_cnn_is_conv_relu_pool_conv_relu_then_a_linear_head",
+    "fl_gradcode.adaptive.choice.x__candidates__mutmut_35":
+        "killed since by test_choose_s_refuses_exclusion_on_a_fixed_code_and_busy_until_"
+        "with_pending",
+    "fl_gradcode.adaptive.choice.x_choose_s__mutmut_26":
+        "killed since by test_choose_s_refuses_exclusion_on_a_fixed_code_and_busy_until_"
+        "with_pending",
+    "fl_gradcode.adaptive.choice.x__slow_clients__mutmut_5":
+        "killed since by test_a_client_slower_than_the_factor_is_excluded_when_that_is_"
+        "faster",
+    "fl_gradcode.adaptive.choice.x_choose_s__mutmut_75":
+        "killed since by test_a_client_slower_than_the_factor_is_excluded_when_that_is_"
+        "faster",
+    "fl_gradcode.adaptive.choice.x_choose_s__mutmut_80":
+        "killed since by test_a_client_slower_than_the_factor_is_excluded_when_that_is_"
+        "faster",
+    "fl_gradcode.adaptive.choice.x_choose_s__mutmut_201":
+        "killed since by test_an_approximate_choice_only_as_fast_as_the_exact_one_is_not_"
+        "taken",
+    "fl_gradcode.adaptive.choice.x_expected_round_time__mutmut_12":
+        "killed since by test_before_data_the_round_time_is_drawn_per_unit_from_the_"
+        "prior_with_the_given_rng",
+    "fl_gradcode.adaptive.estimator.xǁLatencyEstimatorǁsample__mutmut_19":
+        "killed since by test_before_data_the_round_time_is_drawn_per_unit_from_the_"
+        "prior_with_the_given_rng",
+    "fl_gradcode.adaptive.estimator.xǁLatencyEstimatorǁsample__mutmut_23":
+        "killed since by test_before_data_the_round_time_is_drawn_per_unit_from_the_"
+        "prior_with_the_given_rng",
+    "fl_gradcode.adaptive.estimator.xǁLatencyEstimatorǁobserve_pending__mutmut_12":
+        "killed since by test_a_pending_reply_is_censored_at_its_compute_time_after_the_"
+        "busy_wait",
+    "fl_gradcode.adaptive.fitting.x_estimate_beta__mutmut_54":
+        "killed since by test_the_load_exponent_is_clipped_to_one_when_time_grows_faster_"
+        "than_the_load",
+    "fl_gradcode.adaptive.rules.xǁDecodeRuleǁtimes__mutmut_104":
+        "killed since by test_a_multi_group_rule_with_large_thresholds_takes_each_groups_"
+        "order_statistic",
+    "fl_gradcode.adaptive.rules.xǁDecodeRuleǁtimes__mutmut_87":
+        "killed since by test_a_multi_group_rule_with_large_thresholds_takes_each_groups_"
+        "order_statistic",
+    "fl_gradcode.adaptive.survival.x_fit_gpd__mutmut_16":
+        "killed since by test_five_events_are_enough_for_a_gpd_tail_and_fewer_give_the_"
+        "exponential_one",
+    "fl_gradcode.adaptive.survival.xǁSurvivalǁ__init____mutmut_45":
+        "killed since by test_a_curve_without_events_puts_all_mass_beyond_the_largest_"
+        "censoring_time",
+    "fl_gradcode.adaptive.survival.xǁSurvivalǁlog_tables__mutmut_109":
+        "killed since by test_the_survival_table_beyond_the_last_event_is_the_gpd_tail",
+    "fl_gradcode.adaptive.survival.xǁSurvivalǁlog_tables__mutmut_13":
+        "killed since by test_events_outside_the_table_grid_land_in_its_edge_cells",
+    "fl_gradcode.adaptive.survival.xǁSurvivalǁlog_tables__mutmut_21":
+        "killed since by test_an_event_at_the_start_of_the_grid_centres_the_kernel_on_"
+        "the_first_cell",
+    "fl_gradcode.adaptive.survival.xǁSurvivalǁsample__mutmut_20":
+        "killed since by test_sampling_between_the_last_two_events_returns_the_last_event",
+    "fl_gradcode.adaptive.estimator.xǁCohortViewǁsample_remaining__mutmut_8": _VIEW_LOAD_DTYPE,
+    "fl_gradcode.adaptive.fitting.x_estimate_beta__mutmut_34": _BETA_CENTRING,
+    "fl_gradcode.adaptive.rules.xǁDecodeRuleǁtimes__mutmut_29": _PARTITION_AXIS,
+    "fl_gradcode.adaptive.survival.xǁSurvivalǁ__init____mutmut_30": _KM_FACTOR_IN_0_1,
+    "fl_gradcode.adaptive.survival.xǁSurvivalǁ__init____mutmut_31": _KM_FACTOR_IN_0_1,
+    "fl_gradcode.adaptive.survival.xǁSurvivalǁ__init____mutmut_36": _KM_FACTOR_IN_0_1,
+    "fl_gradcode.adaptive.fitting.x_slowness_map__mutmut_121": _SLOWNESS_EDGE,
 }

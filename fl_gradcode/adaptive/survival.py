@@ -185,7 +185,9 @@ class Survival:
         bw = max(2 * h, 0.9 * max(spread, 0.05) * max(self.grid.size, 1) ** -0.2)
         half = math.ceil(4 * bw / h)
         kernel = np.exp(-0.5 * (np.arange(-half, half + 1) * h / bw) ** 2)
-        dens = np.convolve(hist, kernel / kernel.sum(), mode="same")
+        # the cells centred on the kernel's middle (mode="same" would return the kernel's
+        # length when it is longer than the table)
+        dens = np.convolve(hist, kernel / kernel.sum())[half: half + size]
         x = np.exp(e)
         beyond = e > self.last
         y = x[beyond] - self.x_last

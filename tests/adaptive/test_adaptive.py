@@ -6,10 +6,12 @@ import math
 
 import numpy as np
 import pytest
-from scipy.stats import norm
+from scipy.optimize import minimize_scalar
+from scipy.stats import genpareto, norm
 
 from fl_gradcode.adaptive import (
     Decision,
+    DecodeRule,
     LatencyEstimator,
     SingleCode,
     choose_s,
@@ -855,3 +857,215 @@ def test_the_approximate_choice_is_the_fastest_per_full_data_equivalent_not_the_
     assert d.approximate
     assert d.s == min(d.approximate_times, key=lambda r: (d.approximate_times[r], r))
     assert d.s >= 2 and d.approximate_times[1] > 10 * d.approximate_times[d.s]
+
+
+@pytest.mark.mutation_found("adaptive")
+def test_choose_s_refuses_exclusion_on_a_fixed_code_and_busy_until_with_pending():
+    est = LatencyEstimator(4)
+    fixed = SingleCode(make_code("crc", 4, 1))
+    with pytest.raises(ValueError, match=r"^exclude_slower_than needs a NestedPlacement "
+                                         r"\(code_excluding\)$"):
+        choose_s(fixed, est, exclude_slower_than=4.0)
+    with pytest.raises(ValueError, match=r"^give busy_until or pending, not both$"):
+        choose_s(NestedPlacement(4, 1), est, busy_until=np.zeros(4),
+                 pending=(np.zeros(4), np.ones(4)))
+
+
+@pytest.mark.mutation_found("adaptive")
+def test_a_client_slower_than_the_factor_is_excluded_when_that_is_faster():
+    """Twelve clients at about 4 s per round of 4 units, client 3 at 200 s (50x). Uncoded
+    waits for client 3 (about 50 s per unit); excluding it, client 0 carries two partitions
+    of its super-block (about 2 s): worked out by hand from the placement."""
+    slowness = np.ones(12)
+    slowness[3] = 50.0
+    est = LatencyEstimator(12, seed=0, load_exponent=1.0)
+    rng = np.random.default_rng(5)
+    loads = np.full(12, 4.0)
+    for _ in range(8):
+        t = loads * slowness * np.exp(0.1 * rng.standard_normal(12))
+        est.update(t, loads, float(t.max()))
+    d = choose_s(NestedPlacement(12, 3), est, candidates=[0], exclude_slower_than=4.0,
+                 samples=64)
+    assert d.excluded == (3,) and d.s == 0
+    assert d.expected_times[0] == pytest.approx(50.0, rel=0.1)
+    assert d.excluded_times[0] == pytest.approx(2.0, rel=0.1)
+
+
+class _Exponential:
+    """A prior of per-unit latency ``Exp(1)`` scaled by the load it is asked for."""
+
+    def sample(self, size, rng, load):
+        return load * rng.exponential(1.0, size)
+
+
+@pytest.mark.mutation_found("adaptive")
+def test_before_data_the_round_time_is_drawn_per_unit_from_the_prior_with_the_given_rng():
+    """Uncoded, three clients with one unit each and no observation: the round lasts the
+    largest of three Exp(1) draws of the given generator (numpy's own draws, here)."""
+    est = LatencyEstimator(3, _Exponential())
+    reference = np.random.default_rng(7).exponential(1.0, (500, 3))
+    np.testing.assert_array_equal(est.sample(500, np.random.default_rng(7)), reference)
+    got = expected_round_time(make_code("uncoded", 3, 0), est, rng=np.random.default_rng(7),
+                              samples=500)
+    assert got == float(np.mean(reference.max(axis=1)))
+
+
+@pytest.mark.mutation_found("adaptive")
+def test_a_pending_reply_is_censored_at_its_compute_time_after_the_busy_wait():
+    """Client 1 waited 0.5 s for earlier work: 4 s after the round started it has computed
+    for 3.5 s, the new censoring time (not 4.5 s)."""
+    est = LatencyEstimator(3)
+    rid = est.update([1.0, np.nan, 1.0], [1.0] * 3, 2.0, busy=[0.0, 0.5, 0.0])
+    assert est.round(rid).limit[1] == 1.5
+    assert est.observe_pending(rid, 1, 4.0)
+    assert est.round(rid).limit[1] == 3.5
+    assert not est.observe_pending(rid, 1, 3.9)  # 3.4 s: not beyond 3.5 s
+    assert est.round(rid).limit[1] == 3.5
+
+
+@pytest.mark.mutation_found("adaptive")
+def test_the_load_exponent_is_clipped_to_one_when_time_grows_faster_than_the_load():
+    """Times 1 s at load 1 and 16 s at load 4: the regression slope is 2, clipped to 1."""
+    est = LatencyEstimator(4, beta_strength=1e-9)
+    for load, time in ((1.0, 1.0), (4.0, 16.0)):
+        _round(est, load, time)
+    assert est.load_exponent == 1.0
+
+
+@pytest.mark.mutation_found("adaptive")
+def test_a_multi_group_rule_with_large_thresholds_takes_each_groups_order_statistic():
+    """Three groups of up to nine clients (the last padded with the never-arriving client
+    n), thresholds 7, 9 and 8: the round lasts the largest of the groups' t-th smallest
+    reply times (np.sort as reference)."""
+    n = 26
+    groups = [list(range(0, 9)), list(range(9, 18)), list(range(18, 26))]
+    members = np.full((3, 9), n, dtype=np.int64)
+    for g, c in enumerate(groups):
+        members[g, : len(c)] = c
+    thresholds = np.array([7, 9, 8], dtype=np.int64)
+    support = np.eye(n)
+    rule = DecodeRule(members, thresholds, support, support.sum(axis=1), n)
+    T = np.random.default_rng(3).exponential(1.0, (40, n))
+    expected = np.max([np.sort(T[:, c], axis=1)[:, t - 1]
+                       for c, t in zip(groups, thresholds, strict=True)], axis=0)
+    np.testing.assert_array_equal(rule.times(T), expected)
+
+
+def _gpd_profile_mle(y):
+    """Reference: the profile MLE of GPD(xi, sigma) on the shapes 0, 0.05, ..., 0.95, each
+    scale maximising scipy's genpareto likelihood (every point an event, weight 1)."""
+    best = (math.inf, 0.0, 0.0)
+    for xi in np.round(np.arange(0.0, 0.951, 0.05), 2):
+        res = minimize_scalar(lambda th, xi=xi: -np.sum(genpareto.logpdf(y, xi, scale=np.exp(th))),
+                              bounds=(-10.0, 10.0), method="bounded",
+                              options={"xatol": 1e-10})
+        if res.fun < best[0]:
+            best = (res.fun, float(xi), float(np.exp(res.x)))
+    return best[1], best[2]
+
+
+@pytest.mark.mutation_found("adaptive")
+def test_five_events_are_enough_for_a_gpd_tail_and_fewer_give_the_exponential_one():
+    y = np.array([0.05, 0.2, 0.5, 1.5, 20.0])
+    xi, sigma = _gpd_profile_mle(y)
+    assert xi > 0.2  # the reference is heavy-tailed: not the exponential fallback
+    got = fit_gpd(y, np.ones(5, dtype=bool), np.ones(5))
+    assert got[0] == pytest.approx(xi, abs=1e-9)
+    assert got[1] == pytest.approx(sigma, rel=1e-4)
+    # 4.99 weighted events: exponential tail, scale = exposure / events
+    w = np.full(5, 0.998)
+    assert fit_gpd(y, np.ones(5, dtype=bool), w) == pytest.approx(
+        (0.0, float(np.sum(w * y) / np.sum(w))))
+
+
+@pytest.mark.mutation_found("adaptive")
+def test_a_curve_without_events_puts_all_mass_beyond_the_largest_censoring_time():
+    curve = Survival(np.array([0.5, 1.5, 1.0]), np.zeros(3, dtype=bool), np.ones(3))
+    np.testing.assert_array_equal(curve.grid, [1.5])
+    np.testing.assert_array_equal(curve.surv, [1.0])
+    assert np.all(curve.quantile(np.array([0.0, 0.5, 0.9])) >= 1.5)
+
+
+@pytest.mark.mutation_found("adaptive")
+def test_the_survival_table_beyond_the_last_event_is_the_gpd_tail():
+    """Pareto(2) times censored at 30: beyond the last event the log survival table is
+    log(s_last) - log1p(xi * y / sigma_last) / xi with y the excess in linear time (the
+    generalised Pareto survival; Pickands 1975), decreasing from s_last."""
+    x = np.random.default_rng(1).pareto(2.0, 3000) + 1.0
+    event = x < 30.0
+    curve = Survival(np.log(np.minimum(x, 30.0)), event, np.ones(x.size))
+    assert curve.xi > 0 and curve.s_last > 0
+    lo, h, size = 0.0, 0.01, 500
+    _, logs = curve.log_tables(lo, h, size)
+    e = lo + h * np.arange(size)
+    beyond = e > curve.last
+    y = np.exp(e[beyond]) - np.exp(curve.last)
+    expected = math.log(curve.s_last) - np.log1p(curve.xi * y / curve.sigma_last) / curve.xi
+    np.testing.assert_allclose(logs[beyond], expected, rtol=1e-12)
+    assert np.all(np.diff(logs[beyond]) < 0) and logs[beyond][0] <= math.log(curve.s_last)
+
+
+@pytest.mark.mutation_found("adaptive")
+def test_events_outside_the_table_grid_land_in_its_edge_cells():
+    """Events at 0 and 1 on a grid ending at 0.5: the tables keep their size; the survival
+    is 1 before the first event and 1/2 after it (Kaplan-Meier by hand)."""
+    curve = Survival(np.array([0.0, 1.0]), np.ones(2, dtype=bool), np.ones(2))
+    logp, logs = curve.log_tables(-2.5, 0.05, 61)
+    assert logp.shape == logs.shape == (61,) and np.all(np.isfinite(logp))
+    e = -2.5 + 0.05 * np.arange(61)
+    np.testing.assert_allclose(np.exp(logs[e < -1e-9]), 1.0)
+    np.testing.assert_allclose(np.exp(logs[e > 1e-9]), 0.5)
+
+
+@pytest.mark.mutation_found("adaptive")
+def test_an_event_at_the_start_of_the_grid_centres_the_kernel_on_the_first_cell():
+    """One event at lo = 0 (h = 0.001): the density is the normalised Gaussian kernel of
+    bandwidth 0.9 * 0.05 centred on cell 0, computed here."""
+    h, size = 0.001, 401
+    logp, _ = Survival(np.array([0.0]), np.array([True]), np.array([1.0])).log_tables(
+        0.0, h, size)
+    bw = 0.9 * 0.05
+    half = math.ceil(4 * bw / h)
+    kernel = np.exp(-0.5 * (np.arange(-half, half + 1) * h / bw) ** 2)
+    expected = kernel[half: half + size] / kernel.sum() / h
+    np.testing.assert_allclose(np.exp(logp[:150]), expected[:150], rtol=1e-9)
+
+
+@pytest.mark.mutation_found("adaptive")
+def test_sampling_between_the_last_two_events_returns_the_last_event():
+    """Kaplan-Meier of events at 0 and 1 and a time censored at 2: F = 1/3 from 0, 2/3 from
+    1 (by hand); u in (1/3, 2/3] draws 1, u <= 1/3 draws 0."""
+    curve = Survival(np.array([0.0, 1.0, 2.0]), np.array([True, True, False]), np.ones(3))
+    np.testing.assert_allclose(curve.cdf, [1 / 3, 2 / 3])
+    np.testing.assert_array_equal(curve.sample(np.array([0.1, 0.3, 0.4, 0.6, 0.66])),
+                                  [0.0, 0.0, 1.0, 1.0, 1.0])
+
+
+@pytest.mark.mutation_found("adaptive")
+def test_an_approximate_choice_only_as_fast_as_the_exact_one_is_not_taken():
+    """Two clients, beta = 1: replicating both partitions on both (s = 1) lasts 2 min(X);
+    ignoring the slower of two uncoded replies lasts min(X) for half the data, 2 min(X) per
+    full-data equivalent. A tie, so the exact code is kept."""
+    est = LatencyEstimator(2, load_exponent=1.0)
+    rng = np.random.default_rng(0)
+    for _ in range(4):
+        t = 2.0 * rng.exponential(1.0, 2)
+        est.update(t, [2.0, 2.0], float(t.max()))
+    d = choose_s(NestedPlacement(2, 1), est, candidates=[1], allow_approximate=True)
+    assert d.approximate_times[1] == d.expected_times[1]
+    assert not d.approximate and d.s == 1
+
+
+def test_a_table_shorter_than_the_smoothing_kernel_keeps_its_size_and_the_kernel_values():
+    """One event at 0 (bandwidth 0.9 * 0.05, kernel half-width 4 bandwidths = 181 cells of
+    0.001) on a table of 101 cells around it: the density is the normalised Gaussian kernel
+    at those cells (computed here), not an error or a table of the kernel's length."""
+    h, size, lo = 0.001, 101, -0.05
+    curve = Survival(np.array([0.0]), np.array([True]), np.array([1.0]))
+    logp, logs = curve.log_tables(lo, h, size)
+    assert logp.shape == logs.shape == (size,)
+    bw = 0.9 * 0.05
+    half = math.ceil(4 * bw / h)
+    kernel = np.exp(-0.5 * (np.arange(-half, half + 1) * h / bw) ** 2)
+    cells = np.arange(size) - 50  # offsets from the event's cell
+    np.testing.assert_allclose(np.exp(logp), kernel[half + cells] / kernel.sum() / h, rtol=1e-9)
