@@ -25,7 +25,7 @@ import time
 import uuid
 from collections.abc import Callable
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -33,8 +33,10 @@ from flwr.app import (
     Array,
     ArrayRecord,
     ConfigRecord,
+    Error,
     Message,
     MessageType,
+    MetricRecord,
     RecordDict,
 )
 from flwr.clientapp import ClientApp
@@ -65,6 +67,7 @@ from tests.apps.numpy_app import (
     theta0,
 )
 from tests.apps.vector_app import DIM, scaling_mod, train
+from tests.apps.vector_app import oracle as vector_oracle
 from tests.flower.harness import FixedArrivals, run
 from tests.flower.harness import run as run_wrapper
 
@@ -1312,3 +1315,232 @@ def test_late_reply_to_an_earlier_round_is_never_handed_to_the_current_round():
     assert sorted(owner.current) == [(1, "1"), (1, "2"), (2, "1"), (2, "2")]
     assert owner.late == [(3, "1")]
     assert grid.busy_nodes() == set()
+
+
+# ======== the strategy wrapper's plumbing, found by mutation testing (2) =========================
+class _Budget:
+    """A stand-in privacy accountant: the first ``rounds`` rounds fit the budget and each
+    stepped round costs ε = 0.5 (the wrapper asks only ``can_run_round``, ``step``,
+    ``epsilon``)."""
+
+    def __init__(self, rounds: int) -> None:
+        self.allowed, self.steps = rounds, []
+
+    def can_run_round(self, noise_multiplier=None) -> bool:
+        return len(self.steps) < self.allowed
+
+    def step(self, noise_multiplier=None) -> float:
+        self.steps.append(noise_multiplier)
+        return self.epsilon
+
+    @property
+    def epsilon(self) -> float:
+        return 0.5 * len(self.steps)
+
+
+@pytest.mark.mutation_found("wrapper")
+def test_a_spent_privacy_budget_stops_training_for_good_and_says_so_once(flwr_log):
+    budget = _Budget(rounds=2)
+    strategy, result, _ = _run(rounds=4, accountant=budget)
+    rows = strategy.history
+    assert [r["decode"] for r in rows] == ["exact", "exact", "skipped", "skipped"]
+    assert [r["stopped"] for r in rows] == [False, False, True, True]
+    assert [r["epsilon"] for r in rows] == [0.5, 1.0, 1.0, 1.0]
+    # a coded round's row carries its deadline (the straggler timeout); an idle one none
+    assert [r["round_deadline_s"] for r in rows] == [1e6, 1e6, None, None]
+    assert len(budget.steps) == 2 and strategy.stopped is True
+    stops = [(level, line) for level, line in flwr_log if "target-epsilon" in line]
+    assert stops == [(logging.INFO, "round 3 would exceed target-epsilon: training stops")]
+    # the last model within the budget is the result: two rounds of FedAvg (numpy oracle)
+    np.testing.assert_allclose(result.arrays["w"].numpy(), vector_oracle(2, N), atol=1e-9)
+
+
+@pytest.mark.mutation_found("wrapper")
+def test_a_run_in_which_no_round_applied_an_update_returns_the_initial_model(flwr_log):
+    strategy, result, _ = _run(rounds=2, accountant=_Budget(rounds=0))
+    assert [r["decode"] for r in strategy.history] == ["skipped", "skipped"]
+    assert list(result.arrays) == ["w"]
+    np.testing.assert_array_equal(result.arrays["w"].numpy(), np.zeros(DIM))
+    assert (logging.WARNING, "no round applied an update (see rounds.jsonl): the returned "
+            "model is the initial one") in flwr_log
+
+
+@pytest.mark.mutation_found("wrapper")
+def test_an_idle_rounds_row_counts_the_late_and_the_stopped_replies_since_the_last_row():
+    set_task_identity()  # Flower's Message() needs a run id, as inside a ServerApp
+    strategy = GradientCoding(FedAvg())
+    sent = [_train_message(node, 1) for node in (4, 5, 6)]
+    strategy.on_late_reply(Message(Error(code=protocol.STOPPED_CODE, reason="stopped"),
+                                   reply_to=sent[0]))
+    strategy.on_late_reply(Message(Error(code=protocol.STOPPED_CODE, reason="stopped"),
+                                   reply_to=sent[1]))
+    strategy.on_late_reply(_reply_from(sent[2]))
+    _, metrics = strategy.aggregate_train(2, [])
+    row = strategy.history[-1]
+    assert (row["late_dropped"], row["stopped_at_deadline"]) == (1, 2)
+    assert metrics["gc/late_dropped"] == 1
+    strategy.aggregate_train(3, [])  # counted once
+    assert (strategy.history[-1]["late_dropped"], strategy.history[-1]["stopped_at_deadline"]) \
+        == (0, 0)
+
+
+class _FailingEvaluation(FedAvg):
+    def aggregate_evaluate(self, server_round, replies):
+        raise ValueError("no 'accuracy' in the replies")
+
+
+@pytest.mark.mutation_found("wrapper")
+def test_an_evaluation_the_inner_strategy_cannot_aggregate_is_warned_and_skipped(flwr_log):
+    strategy = GradientCoding(_FailingEvaluation())
+    assert strategy.aggregate_evaluate(3, []) is None
+    assert (logging.WARNING, "round 3: evaluation not aggregated: no 'accuracy' in the replies"
+            ) in flwr_log
+
+
+@pytest.mark.mutation_found("wrapper")
+def test_an_unknown_attribute_is_an_attribute_error_naming_it():
+    strategy = GradientCoding(FedAvg())
+    with pytest.raises(AttributeError,
+                       match=r"^'GradientCoding' object has no attribute 'no_such_option'$"):
+        _ = strategy.no_such_option
+    assert not hasattr(strategy, "no_such_option")
+    with pytest.raises(AttributeError, match=r"^GradientCoding\.configure_fit does not exist"):
+        _ = strategy.configure_fit  # Flower's legacy API
+
+
+class _NonceGrid(InProcessGrid):
+    """Records the nonce of every instruction sent through ``send_and_receive``, by op."""
+
+    def __init__(self, app, n):
+        super().__init__(app, n)
+        self.nonces: dict[str, list[str]] = {}
+
+    def send_and_receive(self, messages, *, timeout=None):
+        messages = list(messages)
+        for msg in messages:
+            instruction = protocol.parse_instruction(msg.content)
+            if instruction is not None:
+                self.nonces.setdefault(instruction.op, []).append(instruction.nonce)
+        return super().send_and_receive(messages, timeout=timeout)
+
+
+@pytest.mark.mutation_found("wrapper")
+def test_the_run_nonce_is_fresh_per_run_unless_pinned_and_the_handshake_carries_it():
+    first, second = GradientCoding(FedAvg()), GradientCoding(FedAvg())
+    assert first.nonce and second.nonce and first.nonce != second.nonce
+    assert GradientCoding(FedAvg(), dp_run_nonce="pinned-run").nonce == "pinned-run"
+    _, _, grid = _run(rounds=1, grid_cls=_NonceGrid, dp_run_nonce="pinned-run")
+    assert grid.nonces[protocol.OP_IDENTIFY] == ["pinned-run"] * N
+
+
+@pytest.mark.mutation_found("wrapper")
+def test_the_reply_dtype_is_the_wire_option_else_chosen_from_the_code():
+    from fl_gradcode.codes import make_code
+
+    frc = make_code("frc", 6, 1)  # decoding adds one reply per group: no amplification
+    assert GradientCoding(FedAvg()).wire_for(frc) == "model"
+    assert GradientCoding(FedAvg(), wire="float64").wire_for(frc) == "float64"
+    assert GradientCoding(FedAvg(), wire="model").wire_for(make_code("crc", 10, 3)) == "model"
+
+
+class _TwoArrayRecords(FedAvg):
+    """FedAvg keeping its model under ``"weights"`` and sending a second ArrayRecord."""
+
+    def configure_train(self, server_round, arrays, config, grid):
+        messages = list(super().configure_train(server_round, arrays, config, grid))
+        for msg in messages:
+            msg.content["aux"] = ArrayRecord({"z": Array(np.ones(2))})
+        return messages
+
+
+@pytest.mark.mutation_found("wrapper")
+def test_the_model_is_read_from_the_inner_strategys_arrayrecord_key():
+    grid = InProcessGrid(make_app(gradient_coding_mod), 4)
+    strategy = GradientCoding(_TwoArrayRecords(fraction_evaluate=0.0, arrayrecord_key="weights"),
+                              code="frc", s=1, timing="wallclock", seed=0)
+    msgs = list(strategy.configure_train(1, initial_arrays(), ConfigRecord({"lr": LR}),
+                                         strategy.wrap_grid(grid)))
+    assert len(msgs) == 4
+    assert strategy._round.array_key == "weights"
+    theta = {k: np.asarray(v) for k, v in strategy._round.theta.items()}
+    assert theta.keys() == theta0().keys()
+    for key, value in theta0().items():
+        np.testing.assert_array_equal(theta[key], value)
+
+
+def _train_samples(msg: Message, context) -> Message:
+    """The vector app, weighting its reply under ``"samples"``."""
+    reply = train(msg, context)
+    count = reply.content["metrics"]["num-examples"]
+    return Message(RecordDict({"arrays": reply.content["arrays"],
+                               "metrics": MetricRecord({"samples": count})}), reply_to=msg)
+
+
+@pytest.mark.mutation_found("wrapper")
+def test_an_unknown_aggregation_is_checked_once_with_the_strategys_weight_key():
+    class Counting(FedAvg):
+        """Its own ``aggregate_train`` (not a known averaging one: checked on copies once);
+        each call's number of replies is kept class-wide (the copies share it)."""
+
+        calls: ClassVar[list[int]] = []
+
+        def aggregate_train(self, server_round, replies):
+            replies = list(replies)
+            type(self).calls.append(len(replies))
+            return super().aggregate_train(server_round, replies)
+
+    app = ClientApp(mods=[gradient_coding_mod])
+    app.train()(_train_samples)
+    strategy = GradientCoding(
+        Counting(fraction_evaluate=0.0, min_available_nodes=N, weighted_by_key="samples"),
+        code="frc", s=1, seed=0, wire="float64", straggler_timeout=1e6,
+        measured_compute=False)
+    result = strategy.start(grid=InProcessGrid(app, N),
+                            initial_arrays=ArrayRecord({"w": Array(np.zeros(DIM))}),
+                            num_rounds=3, train_config=ConfigRecord({}))
+    # the check's two calls (four replies, one) in round 1, then one reply per round
+    assert Counting.calls == [4, 1, 1, 1, 1]
+    assert [r["decode"] for r in strategy.history] == ["exact"] * 3
+    np.testing.assert_allclose(result.arrays["w"].numpy(), vector_oracle(3, N), atol=1e-9)
+
+
+@pytest.mark.mutation_found("wrapper")
+def test_every_adaptive_keyword_reaches_the_options_and_the_code_policy():
+    strategy = GradientCoding(FedAvg(), s="auto", s_max=3, exclude_slow=2.5)
+    assert strategy.exclude_slow == 2.5 and strategy.code_policy.exclude_slow == 2.5
+    # s="auto" starts at the safe s_max before any observation (not at 8 // 4 = 2)
+    assert strategy.code_for(8).s == 3
+    with pytest.raises(ValueError, match=r"exclude_slow=0\.5 must be a slowness factor > 1"):
+        GradientCoding(FedAvg(), s="auto", exclude_slow=0.5)
+
+
+@pytest.mark.mutation_found("wrapper")
+def test_stop_late_work_stops_a_virtual_worker_at_the_deadline():
+    """FRC n=6, s=1, deadline 5 s: worker 5 would reply at 20 s; its partner 4 replies at
+    1 s, so the round decodes exactly and worker 5 is stopped at the deadline (not late)."""
+    arrivals = FixedArrivals({1: [1.0] * 5 + [20.0]})
+    rows = {stop: run(6, latency=arrivals, straggler_timeout=5.0, stop_late_work=stop).rows[0]
+            for stop in (False, True)}
+    assert (rows[True]["late_dropped"], rows[True]["stopped_at_deadline"]) == (0, 1)
+    assert (rows[False]["late_dropped"], rows[False]["stopped_at_deadline"]) == (1, 0)
+    assert GradientCoding(FedAvg(), stop_late_work=True).stop_late_work is True
+
+
+@pytest.mark.mutation_found("wrapper")
+def test_wallclock_deadline_with_stopping_counts_from_the_messages_creation(monkeypatch):
+    """Workers stop ``straggler_timeout`` (10 s) after their message was created: a round-2
+    grid that starts waiting 4 s after the creation waits the remaining 6 s."""
+    import fl_gradcode.flower.clock as clock_module
+
+    grid = InProcessGrid(make_app(gradient_coding_mod), 4)
+    strategy = GradientCoding(FedAvg(fraction_evaluate=0.0), code="frc", s=1,
+                              timing="wallclock", straggler_timeout=10.0, stop_late_work=True,
+                              seed=0)
+    msgs = list(strategy.configure_train(2, initial_arrays(), ConfigRecord({"lr": LR}),
+                                         strategy.wrap_grid(grid)))
+    assert len(msgs) == 4
+    created = min(float(m.metadata.created_at) for m in msgs)
+    monkeypatch.setattr(clock_module, "time", SimpleNamespace(
+        time=lambda: created + 4.0, monotonic=time.monotonic))
+    assert strategy.deadline_s(None) == pytest.approx(6.0)
+    assert strategy.deadline_s(5.0) == pytest.approx(1.0)  # the caller's 5 s, less the 4
