@@ -114,8 +114,17 @@ REASONS: dict[str, str] = {
     "fl_gradcode.codes.nested.x_reflected_misses__mutmut_97":
         "equivalent: counts is m x m with m >= 1, never empty, so initial is never used",
     "fl_gradcode.privacy.xǁServerNoiseǁdraw__mutmut_5":
-        "equivalent: a 129-bit instead of 128-bit OS-random seed; the noise is N(0, std^2) "
-        "either way and no run can observe which seed was drawn",
+        "equivalent: a 129-bit instead of 128-bit OS-random seed (no server key only); "
+        "PCG64(seed) hashes an int of any width through SeedSequence into its state, and the "
+        "seed is never returned, logged or stored, so the only output is N(0, std^2) noise from "
+        "a seed uniform on 2^128 or 2^129 values: no run can tell them apart (only intercepting "
+        "the call to secrets.randbits could, i.e. testing the code, not its behaviour)",
+    "fl_gradcode.privacy.xǁPrivacyAccountantǁepsilon_after__mutmut_25":
+        "equivalent: the sort only makes the cache key a canonical form of the (sigma, count) "
+        "pairs; putting None last instead of first is another fixed total order of the distinct "
+        "keys, so the same counts still map to one key and different counts never share one "
+        "(the tuple holds every pair): every epsilon returned is the one computed for its own "
+        "counts",
     "fl_gradcode.adaptive.x__fit_gpd__mutmut_135":
         "killed since by test_the_gpd_fit_recovers_the_shape_and_scale_of_gpd_excesses",
     "fl_gradcode.adaptive.x_choose_s__mutmut_262":

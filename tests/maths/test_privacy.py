@@ -6,6 +6,7 @@ import itertools
 import json
 import math
 import pickle
+import re
 
 import numpy as np
 import pytest
@@ -487,3 +488,113 @@ def test_a_budget_below_one_epsilon_is_still_enforced():
     unlimited = privacy.PrivacyAccountant(DPConfig(mode="partition", noise_multiplier=0.5),
                                           [(0.5, 1.0, 1)])
     assert unlimited.can_run_round()
+
+
+@pytest.mark.mutation_found("privacy")
+def test_keygen_cli_without_a_command_exits_2_naming_the_missing_cmd(capsys):
+    """The subcommand is required: argparse's usage error (exit status 2) names the ``cmd``
+    destination, instead of the run going on with no command."""
+    with pytest.raises(SystemExit) as exc:
+        privacy._main([])
+    assert exc.value.code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert re.fullmatch(r".*: error: the following arguments are required: cmd", last), last
+
+
+@pytest.mark.mutation_found("privacy")
+def test_keygen_cli_top_level_help_describes_the_keygen_command(capsys):
+    with pytest.raises(SystemExit) as exc:
+        privacy._main(["--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^\s+keygen\s+write a fresh key file \(mode 0600\)$", out, re.M), out
+
+
+@pytest.mark.mutation_found("privacy")
+def test_clip_of_a_long_float32_update_is_float64_and_exact():
+    """u = (3, 4) in float32 has norm 5 (by hand); clipped to C = 1/3 it is the float64
+    vector (3, 4) * (1/3) / 5, computed here in float64 numpy (float32 arithmetic differs)."""
+    u = np.array([3.0, 4.0], dtype=np.float32)
+    out = clip(u, 1.0 / 3.0)
+    assert out.dtype == np.float64
+    expected = np.array([3.0, 4.0], dtype=np.float64) * ((1.0 / 3.0) / 5.0)
+    assert not np.array_equal(expected.astype(np.float32).astype(np.float64), expected)
+    np.testing.assert_array_equal(out, expected)
+    ints = clip(np.array([3, 4]), 1.0 / 3.0)  # an integer update: float64 too
+    assert ints.dtype == np.float64
+    np.testing.assert_array_equal(ints, expected)
+
+
+@pytest.mark.mutation_found("privacy")
+def test_noise_keys_from_an_empty_config_gives_the_full_keygen_hint(monkeypatch):
+    monkeypatch.delenv(privacy.KEY_FILE_ENV, raising=False)
+    expected = (
+        "dp needs partition keys on the client: set node config 'dp-key-file' or the "
+        "environment variable FL_GRADCODE_DP_KEY_FILE (create one with "
+        "`python -m fl_gradcode.privacy keygen FILE`)"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
+        NoiseKeys.from_config({})
+
+
+@pytest.mark.mutation_found("privacy")
+def test_partition_dp_without_keys_refuses_with_its_exact_message():
+    mech = make_mechanism(DPConfig(mode="partition"))
+    with pytest.raises(ValueError, match=r"^dp='partition' needs partition keys on the client$"):
+        mech.release(np.ones(2), keys=None, partition=1, server_round=2, nonce="", worker=0)
+
+
+def _opacus_rdp_epsilon(steps: list[tuple[float, float]], delta: float = 1e-5) -> float:
+    """Reference: Opacus' RDP accountant stepped once per (sigma, q), directly."""
+    from opacus.accountants import RDPAccountant
+
+    ref = RDPAccountant()
+    for sigma, q in steps:
+        ref.step(noise_multiplier=sigma, sample_rate=q)
+    return ref.get_epsilon(delta=delta)
+
+
+@pytest.mark.mutation_found("privacy")
+def test_rounds_at_their_own_multiplier_mix_with_rounds_at_a_set_multiplier():
+    """Rounds at each step's own sigma (``None``) and at a set multiplier compose together."""
+    cfg = DPConfig(mode="partition", noise_multiplier=1.0)
+    acc = PrivacyAccountant(cfg, [(1.0, 1.0, 1)])
+    acc.step()
+    eps = acc.step(2.0)
+    assert eps == pytest.approx(_opacus_rdp_epsilon([(1.0, 1.0), (2.0, 1.0)]), rel=1e-9)
+    acc.step()
+    assert acc.epsilon == pytest.approx(
+        _opacus_rdp_epsilon([(1.0, 1.0), (2.0, 1.0), (1.0, 1.0)]), rel=1e-9)
+    assert acc.epsilon_after(5, 3.0) == pytest.approx(
+        _opacus_rdp_epsilon([(1.0, 1.0), (2.0, 1.0), (1.0, 1.0), (3.0, 1.0), (3.0, 1.0)]),
+        rel=1e-9)
+    assert acc.epsilon_after(4) == pytest.approx(
+        _opacus_rdp_epsilon([(1.0, 1.0)] * 3 + [(2.0, 1.0)]), rel=1e-9)
+
+
+@pytest.mark.mutation_found("privacy")
+def test_a_round_multiplier_below_one_is_accounted_and_zero_means_no_privacy():
+    cfg = DPConfig(mode="partition", noise_multiplier=1.0)
+    acc = PrivacyAccountant(cfg, [(1.0, 0.5, 1)])
+    assert acc.step(0.5) == pytest.approx(_opacus_rdp_epsilon([(0.5, 0.5)]), rel=1e-9)
+    assert acc.step(0) == math.inf  # a round without noise: no finite epsilon
+    assert acc.multipliers == [0.5, 0.0]
+
+
+@pytest.mark.mutation_found("privacy")
+@pytest.mark.parametrize("bad", [math.inf, -math.inf, math.nan, -0.5, True, "1.0"])
+def test_a_round_multiplier_that_is_not_a_finite_non_negative_number_is_refused(bad):
+    acc = PrivacyAccountant(DPConfig(mode="partition"), [(1.0, 1.0, 1)])
+    msg = f"noise_multiplier={bad!r} must be a finite number >= 0 (or None: each step's own)"
+    with pytest.raises(ValueError, match=f"^{re.escape(msg)}$"):
+        acc.step(bad)
+    assert acc.rounds == 0 and acc.multipliers == []
+
+
+@pytest.mark.mutation_found("privacy")
+def test_server_noise_default_nonce_is_the_empty_nonce(tmp_path):
+    """Without a nonce the keyed central draw is the documented one for ``nonce=""``
+    (reference: the HMAC/PCG64 draw by hand, :func:`_central_reference`)."""
+    key = bytes(range(9, 41))
+    got = privacy.ServerNoise(key).draw(6, 0.75, 2)
+    np.testing.assert_array_equal(got, _central_reference(key, 6, 0.75, 2, ""))
