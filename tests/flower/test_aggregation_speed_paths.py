@@ -396,3 +396,4 @@ def test_a_reply_offered_again_is_not_validated_again_nor_blas_reconfigured(monk
     assert len(entered) == len(replies)
     out, _ = strategy.aggregate_train(1, replies)
     assert out is not None and strategy.history[-1]["decode"] == "exact"
+
