@@ -127,6 +127,9 @@ class ReplyCollector:
 
     def on_reply(self, reply: Message) -> None:
         """Validate a reply of the current round once, as it arrives."""
+        state, mid = self.state, reply.metadata.message_id
+        if state is not None and mid and mid in state.seen:
+            return  # validated already (``aggregate_train`` offers every reply again)
         with serial_blas():
             self._on_reply(reply)
 

@@ -24,11 +24,12 @@ References:
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import math
 import os
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
@@ -36,6 +37,7 @@ from logging import WARNING
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
+import scipy.linalg.blas
 from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp.strategy import FedAvg
@@ -63,7 +65,7 @@ __all__ = [
     "wire_dtypes",
 ]
 
-_BLOCK = 1 << 15  # elements per cache block of the decoder
+_BLOCK = 1 << 16  # elements per cache block of the decoder (512 KB of float64: in L2)
 #: ``wire="auto"`` sends replies in the model's dtype when rounding is amplified at most this
 AMPLIFICATION_LIMIT = 8.0
 
@@ -84,8 +86,10 @@ def combine(
     model: no float64 copy of the result is ever made).
 
     Block by block, so that the running sum stays in cache while every reply with a nonzero
-    coefficient streams through once: one read per reply, one write of the result, the
-    scaling, noise, offset, cast and finiteness check done on the block while it is in cache.
+    coefficient streams through once: one read per reply (added with BLAS ``axpy`` in place,
+    no temporary), one write of the result, the scaling, noise, offset, cast and finiteness
+    check done on the block while it is in cache. A reply with a zero coefficient is never
+    read; one with a nonzero coefficient holding NaN or Inf makes the block non-finite.
     """
     dtype = np.dtype(dtype)
     size = offset.size if offset is not None else (views[0].size if views else 0)
@@ -94,25 +98,31 @@ def combine(
         raise ValueError(f"out has shape {acc.shape}; expected ({size},)")
     if acc.dtype != dtype and acc.dtype.kind != "f":
         raise ValueError(f"out has dtype {acc.dtype}; expected {dtype} or a float dtype")
-    direct = acc.dtype == dtype  # else sums in a cached block, cast into ``out``
-    tmp = np.empty(min(size, _BLOCK), dtype=dtype)
+    # else sums in a cached block, cast into ``out``
+    direct = acc.dtype == dtype and acc.flags.c_contiguous
     work = None if direct else np.empty(min(size, _BLOCK), dtype=dtype)
+    scratch = None  # only for a reply the BLAS kernel cannot read as it is
+    axpy = _axpy(dtype)
     terms = [(dtype.type(a), v) for a, v in zip(coefficients, views, strict=True) if a != 0.0]
     factor = dtype.type(scale)
     for start in range(0, size, _BLOCK):
         end = min(start + _BLOCK, size)
         block = acc[start:end] if work is None else work[: end - start]
-        scratch = tmp[: end - start]
         if not terms:
             block.fill(0)
         for i, (a, v) in enumerate(terms):
+            x = v[start:end]
             if i == 0:
-                np.multiply(v[start:end], a, out=block)
-            elif a == 1.0:  # FRC-like decoders are 0/1
-                block += v[start:end]
+                np.multiply(x, a, out=block)
+            elif a == 1.0:  # FRC-like decoders are 0/1 (numpy's add: ~7% faster than axpy)
+                block += x
+            elif axpy is not None and x.dtype == dtype:
+                axpy(x, block, a=a)  # block += a x in one pass, in place (contiguous block)
             else:
-                np.multiply(v[start:end], a, out=scratch)
-                block += scratch
+                if scratch is None:
+                    scratch = np.empty(min(size, _BLOCK), dtype=dtype)
+                np.multiply(x, a, out=scratch[: end - start])
+                block += scratch[: end - start]
         if factor != 1.0:
             block *= factor
         if noise is not None:
@@ -126,6 +136,16 @@ def combine(
         if not np.isfinite(block).all():
             return None
     return acc
+
+
+@functools.cache
+def _axpy(dtype: np.dtype) -> Callable[..., np.ndarray] | None:
+    """BLAS ``y += a x`` for ``dtype`` (float32, float64), else ``None``: one read of ``x``
+    and one read-modify-write of the cached block where numpy's ``multiply`` then ``add``
+    takes two passes and a scratch buffer."""
+    if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+        return None
+    return scipy.linalg.blas.get_blas_funcs("axpy", dtype=dtype)
 
 
 def idle_cores() -> int:

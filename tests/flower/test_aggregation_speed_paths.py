@@ -23,7 +23,7 @@ from fl_gradcode.flower.decoder import Decoder, combine
 from fl_gradcode.flower.protocol import CodedReply
 
 ROOT = Path(__file__).resolve().parents[2]
-BLOCK = 1 << 15  # the decoder's cache block: sizes below straddle it
+BLOCK = 1 << 16  # the decoder's cache block: sizes below straddle it
 
 
 def _reference(coefficients, views, scale, offset, noise):
@@ -80,6 +80,85 @@ def test_combine_refuses_an_output_of_the_wrong_shape_or_an_integer_dtype():
         combine([1.0], views, np.float64, out=np.empty(3))
     with pytest.raises(ValueError, match="out has dtype int32"):
         combine([1.0], views, np.float64, out=np.empty(4, dtype=np.int32))
+
+
+def _read_only(values: np.ndarray) -> np.ndarray:
+    """A read-only view over bytes, as a reply's ``.npy`` payload is read."""
+    return np.frombuffer(values.tobytes(), dtype=values.dtype)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    size=st.sampled_from([1, 5, BLOCK - 1, BLOCK + 3, 2 * BLOCK + 5]),
+    coefficients=st.lists(st.sampled_from([0.0, 1.0, -1.0, 0.5, 3.25, -1e3, 1e-4]),
+                          min_size=1, max_size=6),
+    dtype=st.sampled_from([np.float32, np.float64]),
+    layout=st.sampled_from(["read-only", "strided", "byte-swapped"]),
+    scale=st.sampled_from([1.0, 1.0 / 3.0]),
+    seed=st.integers(0, 2**16),
+)
+def test_sums_in_the_replies_dtype_equal_numpy_whatever_the_replies_memory_layout(
+        size, coefficients, dtype, layout, scale, seed):
+    """The in-place kernel (read-only replies), and the fallback for replies it cannot read as
+    they are (strided, other byte order): the same sums as numpy's, the replies untouched."""
+    rng = np.random.default_rng(seed)
+    values = [rng.standard_normal(size).astype(dtype) for _ in coefficients]
+    if layout == "read-only":
+        views = [_read_only(v) for v in values]
+    elif layout == "strided":
+        views = [np.repeat(v, 2)[::2] for v in values]
+    else:
+        views = [v.astype(np.dtype(dtype).newbyteorder()) for v in values]
+    before = [v.copy() for v in views]
+    offset = rng.standard_normal(size).astype(dtype)
+    got = combine(coefficients, views, dtype, scale=scale, offset=offset)
+    assert got.dtype == dtype
+    expected = _reference(coefficients, values, scale, offset, None)
+    tol = 1e-12 if dtype == np.float64 else 2e-5
+    total = sum(abs(a) for a in coefficients) * scale + 1.0
+    np.testing.assert_allclose(got, expected, rtol=tol, atol=tol * total * 8)
+    for v, b in zip(views, before, strict=True):
+        np.testing.assert_array_equal(v, b)
+
+
+def test_combine_writes_into_a_strided_output_of_the_sums_dtype():
+    views = [np.arange(BLOCK + 3, dtype=np.float64), np.ones(BLOCK + 3)]
+    backing = np.zeros(2 * (BLOCK + 3))
+    out = backing[::2]
+    assert combine([2.0, 3.0], views, np.float64, out=out) is out
+    np.testing.assert_array_equal(backing[::2], 2.0 * views[0] + 3.0)
+    assert not backing[1::2].any()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("position", [0, 1, 2])
+def test_one_non_finite_value_in_a_read_reply_makes_the_combined_result_non_finite(
+        dtype, bad, position):
+    """Why one finiteness check of the combined block finds every bad reply that is read:
+    NaN and Inf times a nonzero coefficient, added to finite values, stay non-finite (first
+    reply, multiplied into the block, or a later one, added in place), in whichever block."""
+    size = 2 * BLOCK + 5
+    views = [np.ones(size, dtype=dtype) for _ in range(3)]
+    views[position] = views[position].copy()
+    views[position][BLOCK + 1] = bad
+    for coefficients in ([1.0, 1.0, 1.0], [0.5, -2.0, 3.0], [-1e-3, 1e-3, 7.0]):
+        assert combine(coefficients, [_read_only(v) for v in views], dtype) is None
+        out = np.empty(size, np.float32)
+        assert combine(coefficients, views, np.float64, out=out) is None
+
+
+def test_a_reply_with_a_zero_coefficient_is_not_read_though_zero_times_inf_is_nan():
+    """A zero coefficient's reply is skipped, not multiplied: were it multiplied, 0 * Inf = NaN
+    would make the round non-finite on account of a reply the decoding does not use."""
+    with np.errstate(invalid="ignore"):
+        assert np.isnan(np.multiply(np.array([np.inf, -np.inf]), 0.0)).all()
+        assert np.isnan(np.float64(0.0) * np.nan)
+    good = np.arange(7, dtype=np.float64)
+    bad = np.full(7, np.inf)
+    bad[3] = np.nan
+    for views, coefficients in (([bad, good], [0.0, 2.0]), ([good, bad], [2.0, 0.0])):
+        np.testing.assert_array_equal(combine(coefficients, views, np.float64), 2.0 * good)
 
 
 def _float64_round(code, size, seed=0):
@@ -288,3 +367,33 @@ def test_the_servers_solves_run_on_one_blas_thread_and_the_inner_strategy_keeps_
     assert seen["decodable"] and seen["sparse"] and seen["verify"]
     assert {t for k in ("decodable", "sparse", "verify") for t in seen[k]} == {1}
     assert seen["inner"] == [outside]
+
+
+def test_a_reply_offered_again_is_not_validated_again_nor_blas_reconfigured(monkeypatch):
+    """``aggregate_train`` offers every reply again after ``on_reply`` saw it: a reply already
+    seen returns before the BLAS thread setting is read (threadpoolctl's symbol lookups cost
+    up to 0.2 ms a reply on a loaded machine)."""
+    from fl_gradcode.flower import collector as collector_module
+
+    bench = _bench()
+    strategy, _, wrapped, arrays, config = bench.setup("crc", 6, 2, 600, "auto")
+    by_worker = bench.configure(strategy, wrapped, arrays, config)
+    cached, _ = bench.payloads(strategy._round.code, range(6), 600, True)
+    replies = bench.coded_replies(strategy, by_worker, [0, 1, 3, 5], cached)
+    entered = []
+    original = collector_module.serial_blas
+
+    def counted():
+        entered.append(1)
+        return original()
+
+    monkeypatch.setattr(collector_module, "serial_blas", counted)
+    for reply in replies:
+        strategy.on_reply(reply)
+    assert len(entered) == len(replies)
+    for reply in replies:
+        strategy.on_reply(reply)
+    assert len(entered) == len(replies)
+    out, _ = strategy.aggregate_train(1, replies)
+    assert out is not None and strategy.history[-1]["decode"] == "exact"
+

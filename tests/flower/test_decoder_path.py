@@ -520,6 +520,49 @@ def test_a_nan_in_a_reply_the_decoding_does_not_read_rejects_nothing():
         np.testing.assert_allclose(arrays[k].numpy(), expected[k], rtol=1e-10)
 
 
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_a_crc_reply_whose_non_finite_value_spoils_the_sums_is_named_and_the_round_redecoded(
+        bad):
+    """CRC n=8, s=2, seven float64 replies decoded densely (every coefficient nonzero and not
+    1: every reply after the first is added by the in-place BLAS kernel); reply 3 holds one
+    non-finite value. The decoded block is not finite, so the replies are checked one by one:
+    reply 3 is rejected with its array named, and the six others decode exactly."""
+    from fl_gradcode.flower.aggregator import RoundAggregator
+    from fl_gradcode.flower.clock import VirtualClock
+    from fl_gradcode.flower.collector import ReplyCollector
+    from fl_gradcode.flower.compat import ReplyFingerprints
+    from fl_gradcode.flower.deadline_policy import DeadlinePolicy
+    from fl_gradcode.flower.options import DeadlineOptions, IntegrityOptions
+    from fl_gradcode.flower.quarantine import Quarantine
+    from fl_gradcode.flower.round_state import RoundState
+
+    code = make_code("crc", n=8, s=2, seed=0)
+    theta, sizes, deltas, replies = _problem(code)
+    used = [0, 1, 2, 3, 4, 5, 6]
+    rows = code.chunk_decoder(code.decoding(used))[:, used]
+    assert np.all(rows != 0.0) and np.all(rows != 1.0)  # the kernel's path, no 0/1 shortcut
+    replies[3].arrays["w"].reshape(-1)[5] = bad
+    cohort = [100 + w for w in range(8)]
+    state = RoundState(
+        number=1, code=code, cohort=cohort, partitions=[], busy=[],
+        sent={w: Message(RecordDict({}), dst_node_id=n, message_type="train")
+              for w, n in enumerate(cohort)},
+        layout={k: v.shape for k, v in theta.items()}, reply_layout={},
+        dtypes={k: v.dtype for k, v in theta.items()}, theta=theta, array_key="arrays",
+        wall_start=0.0, valid={w: replies[w] for w in used})
+    quarantine = Quarantine()
+    collector = ReplyCollector(VirtualClock(10.0), DeadlinePolicy(DeadlineOptions(), False),
+                               IntegrityOptions(), quarantine, ReplyFingerprints())
+    aggregator = RoundAggregator(decoder=Decoder(FedAvg(), sparse=False), collector=collector,
+                                 quarantine=quarantine, max_decode_error=0.5)
+    outcome, arrays, _ = aggregator.decode(state, used, None)
+    assert state.rejected == [(103, "array 'w' contains NaN or Inf")] and 3 not in state.valid
+    assert outcome.decode == "exact" and outcome.used == [0, 1, 2, 4, 5, 6]
+    expected = _average(theta, sizes, deltas)
+    for k in SHAPES:
+        np.testing.assert_allclose(arrays[k].numpy(), expected[k], rtol=1e-9)
+
+
 def _amplification_over(code, sets):
     """The definition of ``error_amplification`` over the given decodable sets (numpy)."""
     row_l1 = np.abs(code.B).sum(axis=1)
