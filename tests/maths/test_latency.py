@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import csv
+import os
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 
+import fl_gradcode.latency as latency_module
 from fl_gradcode.latency import (
     Bimodal,
     Drift,
@@ -14,6 +20,7 @@ from fl_gradcode.latency import (
     PersistentSlow,
     ShiftedExponential,
     TraceReplay,
+    client_delay,
     client_times,
     expected_coded_round_time,
     expected_round_time,
@@ -265,3 +272,85 @@ def test_expected_coded_round_time_is_the_closed_form_and_its_monte_carlo_takes_
     with_cost = [expected_coded_round_time(model, 10, 2, partition_cost=0.1, samples=200,
                                            seed=seed) for seed in (1, 1, 2)]
     assert with_cost[0] == with_cost[1] != with_cost[2]
+
+
+@pytest.mark.mutation_found("latency")
+def test_a_bimodal_client_delay_draws_its_time_then_its_slowness_from_the_client_stream():
+    # numpy reference: one shifted-exponential draw, then one uniform against p, from the
+    # generator seeded by (seed, round, worker); p = 1/2 makes both outcomes common
+    model = make_latency("bimodal", scale=0.5, rate=2.0, p=0.5, slowdown=10.0)
+    for seed in range(3):
+        for worker in range(4):
+            rng = np.random.default_rng([seed, 1, worker])
+            t = 3 * (0.5 + rng.exponential(0.5))
+            expected = 10.0 * t if rng.random() < 0.5 else t
+            got = client_delay(model, worker=worker, round_index=1, load=3, seed=seed)
+            assert got == pytest.approx(expected, rel=1e-15)
+
+
+def _trace_csv_time(name: str, round_index: int, worker: int) -> float:
+    path = Path(latency_module.__file__).parent / "traces" / f"{name}.csv"
+    with path.open(newline="") as f:
+        rows = csv.reader(f)
+        next(rows)
+        for r, w, t in rows:
+            if int(float(r)) == round_index and int(float(w)) == worker:
+                return float(t)
+    raise AssertionError(f"no ({round_index}, {worker}) row in {path}")
+
+
+@pytest.mark.mutation_found("latency")
+def test_a_load_scaled_trace_client_delay_is_the_csv_time_times_the_load():
+    trace = TraceReplay("canada", load_scaled=True)
+    value = _trace_csv_time("canada", 3, 7)
+    assert client_delay(trace, worker=7, round_index=3, load=4, seed=0) == pytest.approx(
+        4 * value, rel=1e-15)
+
+
+@pytest.mark.mutation_found("latency")
+def test_client_times_pass_the_load_to_a_load_scaled_model():
+    model = ShiftedExponential(shift=0.5, rate=2.0)
+    got = client_times(model, 5, 3, partition_cost=0.2, samples=4, rng=np.random.default_rng(2))
+    draws = np.random.default_rng(2).exponential(0.5, size=(4, 5))
+    np.testing.assert_allclose(got, 0.2 * 3 + 3 * (0.5 + draws), rtol=1e-15)
+
+
+@pytest.mark.mutation_found("latency")
+def test_uncoded_and_ignore_stragglers_rounds_compute_one_partition_per_client():
+    model, n, s, samples = ShiftedExponential(shift=0.5, rate=2.0), 6, 2, 50
+    one = 0.5 + np.random.default_rng(5).exponential(0.5, size=(samples, n))  # load 1
+    np.testing.assert_allclose(round_times(model, n, s, "uncoded", samples=samples, seed=5),
+                               one.max(axis=1), rtol=1e-15)
+    np.testing.assert_allclose(
+        round_times(model, n, s, "ignore-stragglers", samples=samples, seed=5),
+        np.sort(one, axis=1)[:, n - s - 1], rtol=1e-15)
+    np.testing.assert_allclose(round_times(model, n, s, "mds", samples=samples, seed=5),
+                               np.sort((s + 1) * one, axis=1)[:, n - s - 1], rtol=1e-15)
+
+
+@pytest.mark.mutation_found("latency")
+def test_make_latency_defaults_and_bimodal_fraction_are_the_documented_ones():
+    base = ShiftedExponential(shift=1.0, rate=1.0)
+    assert make_latency("shifted-exponential") == base
+    assert make_latency("pareto") == Pareto(scale=1.0, shape=2.0)
+    assert make_latency("bimodal") == Bimodal(base=base, p=0.1, slowdown=10.0)
+    assert make_latency("bimodal", p=0.3, slowdown=4.0) == Bimodal(base=base, p=0.3,
+                                                                   slowdown=4.0)
+
+
+@pytest.mark.mutation_found("latency")
+def test_an_unknown_trace_lists_every_bundled_trace_in_full():
+    folder = Path(latency_module.__file__).parent / "traces"
+    available = sorted(name[: -len(".csv")] for name in os.listdir(folder)
+                       if name.endswith(".csv"))
+    assert "canada" in available
+    message = f"trace 'mars' not found; bundled traces: {available}"
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        TraceReplay("mars")
+
+
+@pytest.mark.mutation_found("latency")
+@pytest.mark.parametrize("cls", [Bimodal, PersistentSlow])
+def test_a_bad_slowdown_is_named_in_full(cls):
+    with pytest.raises(ValueError, match=r"^slowdown=0 must be a positive finite number$"):
+        cls(slowdown=0)
