@@ -161,3 +161,54 @@ def test_replies_that_do_not_decode_their_block_or_no_replies_are_unverified():
     assert verify_replies(code, z, [0], 1e-9).status == "unverified"
     assert verify_replies(code, z, [], 1e-9).status == "unverified"
     assert verify_replies(code, z, [0, 1, 2], 1e-9).status == "verified"
+
+
+# --- exact values from an independent numpy reference (pinv least squares), boundaries ---
+
+def loo_reference(A, Z, scale):
+    """The largest leave-one-out disagreement by the definition: the min-norm decoder ``a`` of
+    the rows ``A`` (``A^T a = 1``) against the min-norm decoder of every decodable ``A`` without
+    row ``i``, applied to the replies ``Z``, relative to ``scale`` (numpy pinv, no SVD update)."""
+    A, Z = np.asarray(A, np.float64), np.asarray(Z, np.float64)
+    a = np.linalg.pinv(A.T) @ np.ones(A.shape[1])
+    assert np.allclose(A.T @ a, 1.0)
+    worst = 0.0
+    for i in range(A.shape[0]):
+        keep = [j for j in range(A.shape[0]) if j != i]
+        b = np.linalg.pinv(A[keep].T) @ np.ones(A.shape[1])
+        if np.allclose(A[keep].T @ b, 1.0):
+            worst = max(worst, np.linalg.norm(a @ Z - b @ Z[keep]) / scale)
+    return worst
+
+
+@pytest.mark.mutation_found("integrity")
+@pytest.mark.parametrize("with_sizes", [False, True])
+def test_disagreement_is_the_leave_one_out_distance_over_the_median_size(with_sizes):
+    """float32 projections are measured exactly (float64); the yardstick is the median of the
+    exact sizes when given, else of the projections' norms."""
+    code = make_code("crc", n=6, s=2)  # one block: any 4 of the 6 replies decode
+    rng = np.random.default_rng(7)
+    z = {i: (code.B[i] @ rng.standard_normal((code.k, 5))).astype(np.float32) * 3.3
+         for i in range(6)}  # six replies from different models: far from consistent
+    Z = np.array([z[i] for i in range(6)], np.float64)
+    sizes = {i: float(10.0 + 7 * i) for i in range(6)} if with_sizes else None
+    scale = np.median(list(sizes.values())) if with_sizes else np.median(
+        np.linalg.norm(Z, axis=1))
+    verdict = verify_replies(code, z, range(6), 1e-6, sizes=sizes)
+    assert verdict.status == "contradicted" and verdict.unresolved
+    assert verdict.disagreement == pytest.approx(loo_reference(code.B, Z, scale), rel=1e-10)
+
+
+@pytest.mark.mutation_found("integrity")
+def test_zero_replies_agree_exactly_and_a_reply_beside_zero_sized_ones_is_infinitely_off():
+    code = make_code("frc", n=6, s=2)
+    zero = {i: np.zeros(4) for i in range(6)}
+    verdict = verify_replies(code, zero, range(6), 0.0)  # a tolerance of 0 is met by 0
+    assert (verdict.status, verdict.excluded, verdict.disagreement) == ("verified", [], 0.0)
+    # the median reply of group (0, 1, 2) has size 0: reply 2's disagreement is infinite,
+    # and dropping it leaves two agreeing replicas
+    odd = dict(zero)
+    odd[2] = np.array([1.0, -2.0, 0.5, 3.0])
+    verdict = verify_replies(code, odd, [0, 1, 2], 1e-9)
+    assert verdict.excluded == [2] and verdict.disagreement == float("inf")
+    assert verdict.status == "verified"
