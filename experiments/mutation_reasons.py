@@ -38,15 +38,15 @@ _LEARNING_K = ("killed since by test_partition_indices_defaults_to_dirichlet_tak
 _LEARNING_DP_INPUTS = ("killed since by test_dp_updates_convert_inputs_to_float64_and_int64_and_"
                        "take_any_seed")
 
+_INTEGRITY_CACHE = ("killed since by test_an_excluded_reply_leaves_an_essential_one_unchecked_and_"
+                     "the_cache_keeps_block_verdicts (the cache holds each block's own verdict)")
+
 REASONS: dict[str, str] = {
     "fl_gradcode.flower.integrity.xǁProbeǁ__init____mutmut_22":
         "equivalent: np.prod(()) is 1, the value the guarded branch returns for a scalar",
     "fl_gradcode.flower.integrity.xǁProbeǁ_project__mutmut_3":
         "equivalent: astype(None) converts to float64, the dtype it names",
-    "fl_gradcode.flower.integrity.x__verify_block__mutmut_11":
-        "equivalent: verify_replies reports any block verdict that is neither 'verified' nor "
-        "'contradicted' as 'unverified', so the block's own spelling is never seen (an earlier "
-        "note claimed a test kills it; the rerun showed it does not)",
+    "fl_gradcode.flower.integrity.x__verify_block__mutmut_11": _INTEGRITY_CACHE,
     "fl_gradcode.flower.integrity.x_verify_replies__mutmut_31":
         "killed since by test_replies_that_do_not_decode_their_block_or_no_replies_are_unverified",
     "fl_gradcode.flower.clock.xǁWallClockǁ__init____mutmut_6":

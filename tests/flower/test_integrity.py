@@ -8,7 +8,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord
 from flwr.clientapp import ClientApp
 from flwr.serverapp.strategy import FedAvg
 
-from fl_gradcode.codes import make_code
+from fl_gradcode.codes import GradientCode, make_code
 from fl_gradcode.flower import GradientCoding, gradient_coding_mod
 from fl_gradcode.flower.integrity import Probe, verify_replies
 from fl_gradcode.flower.testing import InProcessGrid
@@ -212,3 +212,72 @@ def test_zero_replies_agree_exactly_and_a_reply_beside_zero_sized_ones_is_infini
     verdict = verify_replies(code, odd, [0, 1, 2], 1e-9)
     assert verdict.excluded == [2] and verdict.disagreement == float("inf")
     assert verdict.status == "verified"
+
+
+@pytest.mark.mutation_found("integrity")
+@pytest.mark.parametrize("with_sizes", [False, True])
+def test_a_large_block_names_its_one_wrong_reply(with_sizes):
+    """Twenty replies in one block (more than the small-block search handles): the residual
+    points at the wrong reply, whose exclusion leaves every other reply cross-checked."""
+    code = make_code("crc", n=20, s=2)
+    rng = np.random.default_rng(11)
+    v = rng.standard_normal((code.k, 6))
+    z = {i: code.B[i] @ v for i in range(20)}
+    z[13] = 1.5 * z[13]
+    Z = np.array([z[i] for i in range(20)])
+    sizes = {i: float(np.linalg.norm(z[i])) * 40.0 for i in range(20)} if with_sizes else None
+    scale = np.median(np.linalg.norm(Z, axis=1)) * (40.0 if with_sizes else 1.0)
+    verdict = verify_replies(code, z, range(20), 1e-9, sizes=sizes)
+    assert verdict.status == "verified" and verdict.excluded == [13]
+    assert not verdict.unresolved
+    assert verdict.disagreement == pytest.approx(loo_reference(code.B, Z, scale), rel=1e-8)
+
+
+@pytest.mark.mutation_found("integrity")
+def test_the_exclusion_check_measures_the_rest_against_the_exact_sizes():
+    """Honest replicas that differ by 1e-6 of their projections (non-deterministic training)
+    are consistent against exact sizes 1e6 times larger: the outvoted replica is excluded."""
+    code = make_code("frc", n=6, s=2)
+    rng = np.random.default_rng(12)
+    v = rng.standard_normal((code.k, 5))
+    z = {i: code.B[i] @ v * (1 + 1e-6 * rng.standard_normal(5)) for i in range(6)}
+    z[4] = 1.5 * z[4]
+    sizes = {i: 1e6 * float(np.linalg.norm(z[i])) for i in range(6)}
+    verdict = verify_replies(code, z, range(6), 1e-9, sizes=sizes)
+    assert (verdict.status, verdict.excluded) == ("verified", [4])
+    # against the projections' own norms the replicas' 1e-6 is a contradiction nobody explains
+    assert verify_replies(code, z, range(6), 1e-9).status == "contradicted"
+
+
+@pytest.mark.mutation_found("integrity")
+def test_pure_replication_more_replies_than_partitions_in_a_block():
+    """Three replicas of one partition (B = ones(3, 1)): two agreeing replies outvote a third."""
+    code = GradientCode(np.ones((3, 1)), 2, is_exact=True)
+    y = np.array([0.5, -1.0, 2.0])
+    z = {i: y.copy() for i in range(3)}
+    assert verify_replies(code, z, range(3), 1e-9).status == "verified"
+    z[1] = 2.0 * y
+    verdict = verify_replies(code, z, range(3), 1e-9)
+    assert (verdict.status, verdict.excluded) == ("verified", [1])
+    # min-norm decoding (y + 2y + y)/3 = 4y/3; without reply 0: (2y + y)/2 (|y|/6 apart),
+    # without reply 1: (y + y)/2 (|y|/3 apart, the largest); over the median size |y|
+    assert verdict.disagreement == pytest.approx(1 / 3, rel=1e-12)
+
+
+@pytest.mark.mutation_found("integrity")
+def test_an_excluded_reply_leaves_an_essential_one_unchecked_and_the_cache_keeps_block_verdicts():
+    """One block: replies 0, 1, 2 replicate partition 0, reply 3 = 2 u_0 + u_1 is the only one
+    with partition 1. Reply 2 is outvoted; reply 3 cannot be checked: 'unverified'."""
+    B = np.array([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0], [2.0, 1.0]])
+    code = GradientCode(B, 1, is_exact=False)
+    u = np.random.default_rng(13).standard_normal((2, 4))
+    z = {i: B[i] @ u for i in range(4)}
+    z[2] = z[2] + 0.5
+    cache: dict = {}
+    verdict = verify_replies(code, z, range(4), 1e-9, cache=cache)
+    assert (verdict.status, verdict.excluded) == ("unverified", [2])
+    assert [v.status for v in cache.values()] == ["unverified"]
+    # a set that does not decode partition 1: its block's cached verdict is 'unverified' too
+    cache = {}
+    assert verify_replies(code, z, [0, 1], 1e-9, cache=cache).status == "unverified"
+    assert [v.status for v in cache.values()] == ["unverified"]
