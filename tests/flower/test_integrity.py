@@ -10,7 +10,7 @@ from flwr.serverapp.strategy import FedAvg
 
 from fl_gradcode.codes import GradientCode, make_code
 from fl_gradcode.flower import GradientCoding, gradient_coding_mod
-from fl_gradcode.flower.integrity import Probe, verify_replies
+from fl_gradcode.flower.integrity import Probe, round_probe, verify_refusal, verify_replies
 from fl_gradcode.flower.testing import InProcessGrid
 from fl_gradcode.latency import Pareto
 from tests.apps.vector_app import DIM, oracle, scaling_mod, train
@@ -281,3 +281,107 @@ def test_an_excluded_reply_leaves_an_essential_one_unchecked_and_the_cache_keeps
     cache = {}
     assert verify_replies(code, z, [0, 1], 1e-9, cache=cache).status == "unverified"
     assert [v.status for v in cache.values()] == ["unverified"]
+
+
+CHUNKED = ("verify=True is not available for code='comm-efficient' with m > 1: its replies are "
+           "chunks of the model and are not cross-checked. Use m=1, another code (e.g. 'frc' or "
+           "'grouped-rs'), or verify=False")
+
+
+def no_redundancy(name, s):
+    return (f"verify=True needs redundancy to cross-check replies; code='{name}' with s={s} "
+            "has none (no reply is computed twice). Use s >= 1 with a coded scheme such as "
+            "'frc' or 'grouped-rs', or verify=False")
+
+
+APPROXIMATE = ("verify=True needs an exact code; code='bgc' decodes approximately, so the "
+               "replies of a round cannot be cross-checked. Use 'frc', 'grouped-rs', 'crc' or "
+               "'nested', or verify=False")
+
+
+class Bespoke:
+    """A user's code object that declares nothing: no name, no s, no chunks, no exactness."""
+
+
+class Redundant:
+    s = 2  # and nothing else: one chunk, exact by default
+
+
+class Unnamed:
+    s = 0
+
+
+@pytest.mark.mutation_found("integrity")
+def test_verify_refusal_names_the_code_and_what_to_use_instead():
+    assert verify_refusal("comm-efficient", 2, {"m": 1}) is None
+    assert verify_refusal("comm-efficient", 2, {}) == CHUNKED  # m defaults to 2
+    assert verify_refusal("comm-efficient", 2, {"m": 2}) == CHUNKED
+    assert verify_refusal(make_code("comm-efficient", n=6, s=2, m=2), 2, {}) == CHUNKED
+    assert verify_refusal(make_code("comm-efficient", n=6, s=2, m=1), 2, {}) is None
+    assert verify_refusal("frc", 0, {}) == no_redundancy("frc", 0)
+    assert verify_refusal("bgc", 2, {}) == APPROXIMATE
+    assert verify_refusal(make_code("bgc", n=6, s=2), 2, {}) == APPROXIMATE
+    assert verify_refusal(make_code("frc", n=6, s=2), 2, {}) is None
+    # objects: named by their class when they have no name; undeclared s means no redundancy,
+    # undeclared chunks one chunk, undeclared exactness exact
+    assert verify_refusal(Unnamed(), 0, {}) == no_redundancy("Unnamed", 0)
+    assert verify_refusal(Bespoke(), 3, {}) == no_redundancy("Bespoke", 3)
+    assert verify_refusal(Redundant(), 2, {}) is None
+
+
+@pytest.mark.mutation_found("integrity")
+def test_round_probe_without_verify_is_sampled_only_with_redundancy():
+    layout = {"w": (10,)}
+    assert round_probe(make_code("uncoded", n=4, s=0), layout, False, {}) is None
+    assert round_probe(make_code("frc", n=4, s=0), layout, False, {}) is None
+    sampled = round_probe(make_code("frc", n=4, s=1), layout, False, {})
+    assert sampled is not None and not sampled.dense and not sampled.metrics
+    dense = round_probe(make_code("frc", n=4, s=1), layout, True, {})
+    assert dense.dense and dense.metrics is True and dense.q == 16
+    # 16 functionals of the arrays, the count, 16 functionals of the metrics
+    z = dense({"w": np.zeros(10)}, 3.0, {"loss": 1.0})
+    assert z.shape == (33,) and z[16] == 3.0 and np.any(z[17:] != 0.0)
+    with pytest.raises(ValueError) as err:
+        round_probe(make_code("bgc", n=6, s=2), layout, True, {})
+    assert str(err.value) == APPROXIMATE
+
+
+@pytest.mark.mutation_found("integrity")
+def test_probe_size_is_the_exact_norm_of_the_whole_reply_without_overflow():
+    """More coordinates than one dense block (2^15), values whose squares overflow: the norm
+    by scaling (numpy reference), arrays + count + metrics when probed."""
+    layout = {"a": (70_000,), "b": (3, 5)}
+    rng = np.random.default_rng(14)
+    arrays = {"a": rng.standard_normal(70_000) * 1e200, "b": rng.standard_normal((3, 5))}
+    arrays["a"][[5, 40_000, 69_999]] = [3e200, -4e200, 2e200]
+    metrics = {"loss": 2.5e200, "acc": -1.0}
+    flat = np.concatenate([arrays["a"], arrays["b"].ravel(), [7.0], list(metrics.values())])
+    top = np.max(np.abs(flat))
+    expected = top * np.linalg.norm(flat / top)
+    probe = Probe(layout, (3, 4), q=2, sample=None, metrics=True)
+    assert probe.size(arrays, 7.0, metrics) == pytest.approx(expected, rel=1e-12)
+    assert probe.measure(arrays, 7.0, metrics)[1] == pytest.approx(expected, rel=1e-12)
+    plain = Probe(layout, (3, 4), q=2, sample=None)  # metrics not probed: not measured
+    top = np.max(np.abs(flat[:-2]))
+    assert plain.size(arrays, 7.0, metrics) == pytest.approx(
+        top * np.linalg.norm(flat[:-2] / top), rel=1e-12)
+    arrays["b"][1, 2] = np.nan
+    assert np.isnan(probe.size(arrays, 7.0, metrics))
+
+
+@pytest.mark.mutation_found("integrity")
+def test_every_metric_has_its_own_secret_weights_and_enters_linearly():
+    probe = Probe({"w": (4,)}, (5, 6), q=4, sample=None, metrics=True)
+    zero = {"w": np.zeros(4)}
+
+    def part(metrics):
+        return probe(zero, 0.0, metrics)[5:]
+
+    loss, acc = part({"loss": 1.0}), part({"acc": 1.0})
+    assert np.all(np.abs(loss) <= 0.5) and np.all(np.abs(acc) <= 0.5)
+    assert not np.allclose(loss, acc)  # per-name weights
+    np.testing.assert_allclose(part({"loss": 3.0, "acc": -2.0}), 3.0 * loss - 2.0 * acc,
+                               rtol=1e-12)
+    # a forged value changes the projections, whichever metric it is
+    assert not np.allclose(part({"loss": 3.5, "acc": -2.0}), part({"loss": 3.0, "acc": -2.0}))
+    assert not np.allclose(part({"loss": 3.0, "acc": -2.5}), part({"loss": 3.0, "acc": -2.0}))
