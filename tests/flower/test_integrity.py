@@ -385,3 +385,24 @@ def test_every_metric_has_its_own_secret_weights_and_enters_linearly():
     # a forged value changes the projections, whichever metric it is
     assert not np.allclose(part({"loss": 3.5, "acc": -2.0}), part({"loss": 3.0, "acc": -2.0}))
     assert not np.allclose(part({"loss": 3.0, "acc": -2.5}), part({"loss": 3.0, "acc": -2.0}))
+
+
+@pytest.mark.mutation_found("integrity")
+@pytest.mark.xfail(strict=True, reason="a block of more than 16 replies keeps as candidates only "
+                   "the replies that explain the residual's direction to 1e-3, tighter than the "
+                   "tolerance: a second reply off by less than the tolerance hides the culprit")
+def test_a_large_block_resolves_a_contradiction_that_one_exclusion_explains():
+    """'Resolved' (module docstring): removing exactly one reply leaves a consistent set that
+    still decodes. Reply 7 is scaled by 1.5; reply 5 is off by 1e-3 of itself, and the 19
+    replies without 7 disagree by about 0.02 <= the tolerance 0.05."""
+    code = make_code("crc", n=20, s=2)
+    v = np.random.default_rng(11).standard_normal((code.k, 6))
+    z = {i: code.B[i] @ v for i in range(20)}
+    z[7] = 1.5 * z[7]
+    z[5] = z[5] * (1 + 1e-3)
+    rest = [i for i in range(20) if i != 7]
+    Z = np.array([z[i] for i in rest])
+    scale = np.median(np.linalg.norm(Z, axis=1))
+    assert loo_reference(code.B[rest], Z, scale) <= 0.05  # consistent without reply 7
+    assert verify_replies(code, z, rest, 0.05).status == "verified"
+    assert verify_replies(code, z, range(20), 0.05).excluded == [7]
