@@ -426,6 +426,15 @@ def test_a_non_finite_reply_in_a_large_block_is_excluded():
         z[3][1] = np.nan
         verdict = verify_replies(code, z, range(n), 1e-9)
         assert (verdict.status, verdict.excluded) == ("verified", [3]), n
+        # an overflowing size (finite projections) is the same: that reply alone explains it
+        z[3] = code.B[3] @ v
+        sizes = {i: 1.0 + i for i in range(n)}
+        sizes[3] = float("inf")
+        verdict = verify_replies(code, z, range(n), 1e-9, sizes)
+        assert (verdict.status, verdict.excluded) == ("verified", [3]), n
+        # two such replies: no single exclusion explains them
+        sizes[8] = float("nan")
+        assert verify_replies(code, z, range(n), 1e-9, sizes).unresolved, n
 
 
 def test_a_large_block_exclusion_checks_the_rest_or_refuses():
@@ -471,3 +480,26 @@ def test_a_large_blocks_verdict_is_the_definition_by_brute_force(trial):
                                                  rel=1e-8)
     assert verdict.excluded == (explained if len(explained) == 1 else [])
     assert verdict.unresolved == (len(explained) != 1)
+
+
+@pytest.mark.parametrize("with_sizes", [False, True])
+@pytest.mark.parametrize("unit", [1e-3, 1e3])
+def test_a_large_block_excludes_exactly_when_the_rest_is_within_the_tolerance(with_sizes, unit):
+    """The exclusion's own disagreement (numpy reference) against tolerances 1e-7 either side
+    of it: excluded just above, an unresolved contradiction just below."""
+    code = make_code("crc", n=20, s=2)
+    rng = np.random.default_rng(15)
+    v = rng.standard_normal((code.k, 6)) * unit
+    z = {i: code.B[i] @ v for i in range(20)}
+    z[7] = 1.5 * z[7]
+    z[5] = z[5] * (1 + 1e-3)
+    sizes = {i: float(3 + i) * unit for i in range(20)} if with_sizes else None
+    rest = [i for i in range(20) if i != 7]
+    Z = np.array([z[i] for i in rest])
+    scale = np.median([sizes[i] for i in rest]) if with_sizes else np.median(
+        np.linalg.norm(Z, axis=1))
+    own = loo_reference(code.B[rest], Z, scale)
+    above = verify_replies(code, z, range(20), own * (1 + 1e-7), sizes)
+    assert (above.status, above.excluded, above.unresolved) == ("verified", [7], False)
+    below = verify_replies(code, z, range(20), own * (1 - 1e-7), sizes)
+    assert (below.status, below.excluded, below.unresolved) == ("contradicted", [], True)
