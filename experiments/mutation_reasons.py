@@ -59,15 +59,38 @@ _SLOWNESS_EDGE = (
     "cell (0.02 in log time) earlier for that single candidate, which changes the argmax only "
     "on a near tie; no test (and no realistic data) builds one")
 
+_INTEGRITY_CACHE = ("killed since by test_an_excluded_reply_leaves_an_essential_one_unchecked_and_"
+                     "the_cache_keeps_block_verdicts (the cache holds each block's own verdict)")
+
+_INF_CASE = "equivalent: float() parses 'INF' case-blind: float('INF') == float('inf')"
+_INTEGRITY_DIGEST = (
+    "not killed: the digest size only chooses which keyed pseudo-random weights a seed gives; "
+    "every documented property (secret, per metric name, uniform on [-1/2, 1/2], reproducible "
+    "per seed, linear) holds for either size, so only golden values taken from the code itself "
+    "could tell them apart")
+
 REASONS: dict[str, str] = {
     "fl_gradcode.flower.integrity.xǁProbeǁ__init____mutmut_22":
         "equivalent: np.prod(()) is 1, the value the guarded branch returns for a scalar",
     "fl_gradcode.flower.integrity.xǁProbeǁ_project__mutmut_3":
         "equivalent: astype(None) converts to float64, the dtype it names",
-    "fl_gradcode.flower.integrity.x__verify_block__mutmut_11":
-        "equivalent: verify_replies reports any block verdict that is neither 'verified' nor "
-        "'contradicted' as 'unverified', so the block's own spelling is never seen (an earlier "
-        "note claimed a test kills it; the rerun showed it does not)",
+    "fl_gradcode.flower.integrity.x__verify_block__mutmut_11": _INTEGRITY_CACHE,
+    "fl_gradcode.flower.integrity.x__norm__mutmut_23": _INF_CASE,
+    "fl_gradcode.flower.integrity.x_applied_disagreement__mutmut_65": _INF_CASE,
+    "fl_gradcode.flower.integrity.xǁProbeǁ_dense__mutmut_66":
+        "equivalent: einsum subscripts are letters of either case; 'KJ,J->K' is the same "
+        "contraction as 'kj,j->k'",
+    "fl_gradcode.flower.integrity.xǁProbeǁmeasure__mutmut_35":
+        "equivalent: extra starts with a Python float, so numpy makes the list float64 for "
+        "every int/float metric a MetricRecord holds (list values fail earlier, in "
+        "_metric_part's float()), and _accumulate converts x to float64 itself",
+    "fl_gradcode.flower.integrity.xǁProbeǁ__init____mutmut_17": _INTEGRITY_DIGEST,
+    "fl_gradcode.flower.integrity.xǁProbeǁ_metric_part__mutmut_9": _INTEGRITY_DIGEST,
+    "fl_gradcode.flower.integrity.x__candidates__mutmut_9":
+        "equivalent (but for cost): returning every worker is the small-block search; the "
+        "large-block candidates include every exclusion whose rest is consistent (direction "
+        "test, rank-one leave-one-out, the one non-finite reply) and _verify_block confirms "
+        "each with _check, so both give the documented verdict",
     "fl_gradcode.flower.integrity.x_verify_replies__mutmut_31":
         "killed since by test_replies_that_do_not_decode_their_block_or_no_replies_are_unverified",
     "fl_gradcode.flower.clock.xǁWallClockǁ__init____mutmut_6":

@@ -417,33 +417,52 @@ def verify_replies(
 
 
 def _candidates(B: np.ndarray, z, workers: list[int], sizes, tolerance: float) -> list[int]:
-    """The workers whose single exclusion could explain the block's residual: all of them in
-    a small block; in a large one those ``c`` that explain the residual alone (one wrong
-    reply ``c`` leaves ``N^T Z = N_c^T delta``: rank one along ``N_c``), ``O(|F|)`` each."""
+    """The workers whose single exclusion could explain the block's residual (each is then
+    confirmed by its own decoding): all of them in a small block; in a large one, ``O(|F| q)``
+    each, those ``c`` that explain the residual alone (one wrong reply ``c`` leaves
+    ``N^T Z = N_c^T delta``: rank one along ``N_c``) or whose leave-one-out disagreement, by a
+    rank-one update of the block's SVD (without ``c`` the null basis is ``N`` projected off
+    ``N_c``, the min-norm decoder ``a - a_c N N_c^T / |N_c|^2``), is within the tolerance;
+    with non-finite values, the one reply that has them (none if several do)."""
     if len(workers) <= 16:
         return list(workers)
     found = _analyse(B, workers)
     if found is None:
         return list(workers)
-    _, N = found
+    a, N = found
     Z = np.array([np.asarray(z[w], dtype=np.float64) for w in workers])
-    scale = _scale(z, sizes, workers)
+    values = np.array([float(sizes[w]) for w in workers] if sizes is not None else [
+        _norm(z[w]) for w in workers])
+    finite = np.all(np.isfinite(Z), axis=1) & np.isfinite(values)
+    if not finite.all():
+        return [workers[int(i)] for i in np.flatnonzero(~finite)] if np.sum(~finite) == 1 else []
     with np.errstate(all="ignore"):
         top = float(np.max(np.abs(Z)))
-        if not (np.isfinite(top) and top > 0 and np.isfinite(scale)):
+        if not top > 0:
             return []
         W = N.T @ (Z / top)
-        scale /= top
         total = _norm(W)
+        NW = N @ W  # row i: N_i (N^T Z)
+        G = N @ N.T  # G[i, c] = N_i . N_c
+        weight = np.diag(G)
         out = []
-        for i, w in enumerate(workers):
-            row = N[i]
-            weight = float(row @ row)
-            if weight <= 1e-12:
+        for c, w in enumerate(workers):
+            if weight[c] <= 1e-12:
                 continue
-            rest = W - np.outer(row, row @ W) / weight
+            rest = W - np.outer(N[c], N[c] @ W) / weight[c]
             # the residual lies along N_c up to rounding (1e-3: an angle under 0.06 degrees)
             if _norm(rest) <= 1e-3 * total:
+                out.append(w)
+                continue
+            t = G[:, c] / weight[c]
+            keep = np.arange(len(workers)) != c
+            rest_weight, rest_a = weight - G[:, c] * t, a - a[c] * t
+            used = keep & (rest_weight > 1e-12) & (rest_a != 0.0)
+            residual = NW[used] - np.outer(t[used], NW[c])
+            diff = np.abs(rest_a[used]) / rest_weight[used] * np.sqrt(
+                np.einsum("ij,ij->i", residual, residual))
+            scale = float(np.median(values[keep])) / top
+            if _ratio(float(np.max(diff, initial=0.0)), scale) <= tolerance * (1 + 1e-6):
                 out.append(w)
     return out
 

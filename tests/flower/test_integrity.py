@@ -8,9 +8,9 @@ from flwr.app import Array, ArrayRecord, ConfigRecord
 from flwr.clientapp import ClientApp
 from flwr.serverapp.strategy import FedAvg
 
-from fl_gradcode.codes import make_code
+from fl_gradcode.codes import GradientCode, make_code
 from fl_gradcode.flower import GradientCoding, gradient_coding_mod
-from fl_gradcode.flower.integrity import Probe, verify_replies
+from fl_gradcode.flower.integrity import Probe, round_probe, verify_refusal, verify_replies
 from fl_gradcode.flower.testing import InProcessGrid
 from fl_gradcode.latency import Pareto
 from tests.apps.vector_app import DIM, oracle, scaling_mod, train
@@ -161,3 +161,345 @@ def test_replies_that_do_not_decode_their_block_or_no_replies_are_unverified():
     assert verify_replies(code, z, [0], 1e-9).status == "unverified"
     assert verify_replies(code, z, [], 1e-9).status == "unverified"
     assert verify_replies(code, z, [0, 1, 2], 1e-9).status == "verified"
+
+
+# --- exact values from an independent numpy reference (pinv least squares), boundaries ---
+
+def loo_reference(A, Z, scale):
+    """The largest leave-one-out disagreement by the definition: the min-norm decoder ``a`` of
+    the rows ``A`` (``A^T a = 1``) against the min-norm decoder of every decodable ``A`` without
+    row ``i``, applied to the replies ``Z``, relative to ``scale`` (numpy pinv, no SVD update)."""
+    A, Z = np.asarray(A, np.float64), np.asarray(Z, np.float64)
+    a = np.linalg.pinv(A.T) @ np.ones(A.shape[1])
+    assert np.allclose(A.T @ a, 1.0)
+    worst = 0.0
+    for i in range(A.shape[0]):
+        keep = [j for j in range(A.shape[0]) if j != i]
+        b = np.linalg.pinv(A[keep].T) @ np.ones(A.shape[1])
+        if np.allclose(A[keep].T @ b, 1.0):
+            worst = max(worst, np.linalg.norm(a @ Z - b @ Z[keep]) / scale)
+    return worst
+
+
+@pytest.mark.mutation_found("integrity")
+@pytest.mark.parametrize("with_sizes", [False, True])
+def test_disagreement_is_the_leave_one_out_distance_over_the_median_size(with_sizes):
+    """float32 projections are measured exactly (float64); the yardstick is the median of the
+    exact sizes when given, else of the projections' norms."""
+    code = make_code("crc", n=6, s=2)  # one block: any 4 of the 6 replies decode
+    rng = np.random.default_rng(7)
+    z = {i: (code.B[i] @ rng.standard_normal((code.k, 5))).astype(np.float32) * 3.3
+         for i in range(6)}  # six replies from different models: far from consistent
+    Z = np.array([z[i] for i in range(6)], np.float64)
+    sizes = {i: float(10.0 + 7 * i) for i in range(6)} if with_sizes else None
+    scale = np.median(list(sizes.values())) if with_sizes else np.median(
+        np.linalg.norm(Z, axis=1))
+    verdict = verify_replies(code, z, range(6), 1e-6, sizes=sizes)
+    assert verdict.status == "contradicted" and verdict.unresolved
+    assert verdict.disagreement == pytest.approx(loo_reference(code.B, Z, scale), rel=1e-10)
+
+
+@pytest.mark.mutation_found("integrity")
+def test_zero_replies_agree_exactly_and_a_reply_beside_zero_sized_ones_is_infinitely_off():
+    code = make_code("frc", n=6, s=2)
+    zero = {i: np.zeros(4) for i in range(6)}
+    verdict = verify_replies(code, zero, range(6), 0.0)  # a tolerance of 0 is met by 0
+    assert (verdict.status, verdict.excluded, verdict.disagreement) == ("verified", [], 0.0)
+    # the median reply of group (0, 1, 2) has size 0: reply 2's disagreement is infinite,
+    # and dropping it leaves two agreeing replicas
+    odd = dict(zero)
+    odd[2] = np.array([1.0, -2.0, 0.5, 3.0])
+    verdict = verify_replies(code, odd, [0, 1, 2], 1e-9)
+    assert verdict.excluded == [2] and verdict.disagreement == float("inf")
+    assert verdict.status == "verified"
+
+
+@pytest.mark.mutation_found("integrity")
+@pytest.mark.parametrize("with_sizes", [False, True])
+def test_a_large_block_names_its_one_wrong_reply(with_sizes):
+    """Twenty replies in one block (more than the small-block search handles): the residual
+    points at the wrong reply, whose exclusion leaves every other reply cross-checked."""
+    code = make_code("crc", n=20, s=2)
+    rng = np.random.default_rng(11)
+    v = rng.standard_normal((code.k, 6))
+    z = {i: code.B[i] @ v for i in range(20)}
+    z[13] = 1.5 * z[13]
+    Z = np.array([z[i] for i in range(20)])
+    sizes = {i: float(np.linalg.norm(z[i])) * 40.0 for i in range(20)} if with_sizes else None
+    scale = np.median(np.linalg.norm(Z, axis=1)) * (40.0 if with_sizes else 1.0)
+    verdict = verify_replies(code, z, range(20), 1e-9, sizes=sizes)
+    assert verdict.status == "verified" and verdict.excluded == [13]
+    assert not verdict.unresolved
+    assert verdict.disagreement == pytest.approx(loo_reference(code.B, Z, scale), rel=1e-8)
+
+
+@pytest.mark.mutation_found("integrity")
+def test_the_exclusion_check_measures_the_rest_against_the_exact_sizes():
+    """Honest replicas that differ by 1e-6 of their projections (non-deterministic training)
+    are consistent against exact sizes 1e6 times larger: the outvoted replica is excluded."""
+    code = make_code("frc", n=6, s=2)
+    rng = np.random.default_rng(12)
+    v = rng.standard_normal((code.k, 5))
+    z = {i: code.B[i] @ v * (1 + 1e-6 * rng.standard_normal(5)) for i in range(6)}
+    z[4] = 1.5 * z[4]
+    sizes = {i: 1e6 * float(np.linalg.norm(z[i])) for i in range(6)}
+    verdict = verify_replies(code, z, range(6), 1e-9, sizes=sizes)
+    assert (verdict.status, verdict.excluded) == ("verified", [4])
+    # against the projections' own norms the replicas' 1e-6 is a contradiction nobody explains
+    assert verify_replies(code, z, range(6), 1e-9).status == "contradicted"
+
+
+@pytest.mark.mutation_found("integrity")
+def test_pure_replication_more_replies_than_partitions_in_a_block():
+    """Three replicas of one partition (B = ones(3, 1)): two agreeing replies outvote a third."""
+    code = GradientCode(np.ones((3, 1)), 2, is_exact=True)
+    y = np.array([0.5, -1.0, 2.0])
+    z = {i: y.copy() for i in range(3)}
+    assert verify_replies(code, z, range(3), 1e-9).status == "verified"
+    z[1] = 2.0 * y
+    verdict = verify_replies(code, z, range(3), 1e-9)
+    assert (verdict.status, verdict.excluded) == ("verified", [1])
+    # min-norm decoding (y + 2y + y)/3 = 4y/3; without reply 0: (2y + y)/2 (|y|/6 apart),
+    # without reply 1: (y + y)/2 (|y|/3 apart, the largest); over the median size |y|
+    assert verdict.disagreement == pytest.approx(1 / 3, rel=1e-12)
+
+
+@pytest.mark.mutation_found("integrity")
+def test_an_excluded_reply_leaves_an_essential_one_unchecked_and_the_cache_keeps_block_verdicts():
+    """One block: replies 0, 1, 2 replicate partition 0, reply 3 = 2 u_0 + u_1 is the only one
+    with partition 1. Reply 2 is outvoted; reply 3 cannot be checked: 'unverified'."""
+    B = np.array([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0], [2.0, 1.0]])
+    code = GradientCode(B, 1, is_exact=False)
+    u = np.random.default_rng(13).standard_normal((2, 4))
+    z = {i: B[i] @ u for i in range(4)}
+    z[2] = z[2] + 0.5
+    cache: dict = {}
+    verdict = verify_replies(code, z, range(4), 1e-9, cache=cache)
+    assert (verdict.status, verdict.excluded) == ("unverified", [2])
+    assert [v.status for v in cache.values()] == ["unverified"]
+    # a set that does not decode partition 1: its block's cached verdict is 'unverified' too
+    cache = {}
+    assert verify_replies(code, z, [0, 1], 1e-9, cache=cache).status == "unverified"
+    assert [v.status for v in cache.values()] == ["unverified"]
+
+
+CHUNKED = ("verify=True is not available for code='comm-efficient' with m > 1: its replies are "
+           "chunks of the model and are not cross-checked. Use m=1, another code (e.g. 'frc' or "
+           "'grouped-rs'), or verify=False")
+
+
+def no_redundancy(name, s):
+    return (f"verify=True needs redundancy to cross-check replies; code='{name}' with s={s} "
+            "has none (no reply is computed twice). Use s >= 1 with a coded scheme such as "
+            "'frc' or 'grouped-rs', or verify=False")
+
+
+APPROXIMATE = ("verify=True needs an exact code; code='bgc' decodes approximately, so the "
+               "replies of a round cannot be cross-checked. Use 'frc', 'grouped-rs', 'crc' or "
+               "'nested', or verify=False")
+
+
+class Bespoke:
+    """A user's code object that declares nothing: no name, no s, no chunks, no exactness."""
+
+
+class Redundant:
+    s = 2  # and nothing else: one chunk, exact by default
+
+
+class Unnamed:
+    s = 0
+
+
+@pytest.mark.mutation_found("integrity")
+def test_verify_refusal_names_the_code_and_what_to_use_instead():
+    assert verify_refusal("comm-efficient", 2, {"m": 1}) is None
+    assert verify_refusal("comm-efficient", 2, {}) == CHUNKED  # m defaults to 2
+    assert verify_refusal("comm-efficient", 2, {"m": 2}) == CHUNKED
+    assert verify_refusal(make_code("comm-efficient", n=6, s=2, m=2), 2, {}) == CHUNKED
+    assert verify_refusal(make_code("comm-efficient", n=6, s=2, m=1), 2, {}) is None
+    assert verify_refusal("frc", 0, {}) == no_redundancy("frc", 0)
+    assert verify_refusal("bgc", 2, {}) == APPROXIMATE
+    assert verify_refusal(make_code("bgc", n=6, s=2), 2, {}) == APPROXIMATE
+    assert verify_refusal(make_code("frc", n=6, s=2), 2, {}) is None
+    # objects: named by their class when they have no name; undeclared s means no redundancy,
+    # undeclared chunks one chunk, undeclared exactness exact
+    assert verify_refusal(Unnamed(), 0, {}) == no_redundancy("Unnamed", 0)
+    assert verify_refusal(Bespoke(), 3, {}) == no_redundancy("Bespoke", 3)
+    assert verify_refusal(Redundant(), 2, {}) is None
+
+
+@pytest.mark.mutation_found("integrity")
+def test_round_probe_without_verify_is_sampled_only_with_redundancy():
+    layout = {"w": (10,)}
+    assert round_probe(make_code("uncoded", n=4, s=0), layout, False, {}) is None
+    assert round_probe(make_code("frc", n=4, s=0), layout, False, {}) is None
+    sampled = round_probe(make_code("frc", n=4, s=1), layout, False, {})
+    assert sampled is not None and not sampled.dense and not sampled.metrics
+    dense = round_probe(make_code("frc", n=4, s=1), layout, True, {})
+    assert dense.dense and dense.metrics is True and dense.q == 16
+    # 16 functionals of the arrays, the count, 16 functionals of the metrics
+    z = dense({"w": np.zeros(10)}, 3.0, {"loss": 1.0})
+    assert z.shape == (33,) and z[16] == 3.0 and np.any(z[17:] != 0.0)
+    with pytest.raises(ValueError) as err:
+        round_probe(make_code("bgc", n=6, s=2), layout, True, {})
+    assert str(err.value) == APPROXIMATE
+
+
+@pytest.mark.mutation_found("integrity")
+def test_probe_size_is_the_exact_norm_of_the_whole_reply_without_overflow():
+    """More coordinates than one dense block (2^15), values whose squares overflow: the norm
+    by scaling (numpy reference), arrays + count + metrics when probed."""
+    layout = {"a": (70_000,), "b": (3, 5)}
+    rng = np.random.default_rng(14)
+    arrays = {"a": rng.standard_normal(70_000) * 1e200, "b": rng.standard_normal((3, 5))}
+    arrays["a"][[5, 40_000, 69_999]] = [3e200, -4e200, 2e200]
+    metrics = {"loss": 2.5e200, "acc": -1.0}
+    flat = np.concatenate([arrays["a"], arrays["b"].ravel(), [7.0], list(metrics.values())])
+    top = np.max(np.abs(flat))
+    expected = top * np.linalg.norm(flat / top)
+    probe = Probe(layout, (3, 4), q=2, sample=None, metrics=True)
+    assert probe.size(arrays, 7.0, metrics) == pytest.approx(expected, rel=1e-12)
+    assert probe.measure(arrays, 7.0, metrics)[1] == pytest.approx(expected, rel=1e-12)
+    plain = Probe(layout, (3, 4), q=2, sample=None)  # metrics not probed: not measured
+    top = np.max(np.abs(flat[:-2]))
+    assert plain.size(arrays, 7.0, metrics) == pytest.approx(
+        top * np.linalg.norm(flat[:-2] / top), rel=1e-12)
+    arrays["b"][1, 2] = np.nan
+    assert np.isnan(probe.size(arrays, 7.0, metrics))
+
+
+@pytest.mark.mutation_found("integrity")
+def test_every_metric_has_its_own_secret_weights_and_enters_linearly():
+    probe = Probe({"w": (4,)}, (5, 6), q=4, sample=None, metrics=True)
+    zero = {"w": np.zeros(4)}
+
+    def part(metrics):
+        return probe(zero, 0.0, metrics)[5:]
+
+    loss, acc = part({"loss": 1.0}), part({"acc": 1.0})
+    assert np.all(np.abs(loss) <= 0.5) and np.all(np.abs(acc) <= 0.5)
+    assert not np.allclose(loss, acc)  # per-name weights
+    np.testing.assert_allclose(part({"loss": 3.0, "acc": -2.0}), 3.0 * loss - 2.0 * acc,
+                               rtol=1e-12)
+    # a forged value changes the projections, whichever metric it is
+    assert not np.allclose(part({"loss": 3.5, "acc": -2.0}), part({"loss": 3.0, "acc": -2.0}))
+    assert not np.allclose(part({"loss": 3.0, "acc": -2.5}), part({"loss": 3.0, "acc": -2.0}))
+
+
+@pytest.mark.mutation_found("integrity")
+def test_a_large_block_resolves_a_contradiction_that_one_exclusion_explains():
+    """'Resolved' (module docstring): removing exactly one reply leaves a consistent set that
+    still decodes. Reply 7 is scaled by 1.5; reply 5 is off by 1e-3 of itself, and the 19
+    replies without 7 disagree by about 0.02 <= the tolerance 0.05."""
+    code = make_code("crc", n=20, s=2)
+    v = np.random.default_rng(11).standard_normal((code.k, 6))
+    z = {i: code.B[i] @ v for i in range(20)}
+    z[7] = 1.5 * z[7]
+    z[5] = z[5] * (1 + 1e-3)
+    rest = [i for i in range(20) if i != 7]
+    Z = np.array([z[i] for i in rest])
+    scale = np.median(np.linalg.norm(Z, axis=1))
+    assert loo_reference(code.B[rest], Z, scale) <= 0.05  # consistent without reply 7
+    assert verify_replies(code, z, rest, 0.05).status == "verified"
+    assert verify_replies(code, z, range(20), 0.05).excluded == [7]
+
+
+def test_a_huge_reply_in_a_large_block_is_excluded():
+    """A reply 1e160 times too large among 20 (one block): the rest is measured at its own
+    scale, so the huge one is named."""
+    code = make_code("crc", n=20, s=2)
+    v = np.random.default_rng(18).standard_normal((code.k, 5))
+    z = {i: code.B[i] @ v for i in range(20)}
+    z[3] = z[3] * 1e160
+    verdict = verify_replies(code, z, range(20), 1e-9)
+    assert (verdict.status, verdict.excluded) == ("verified", [3])
+
+
+def test_a_non_finite_reply_in_a_large_block_is_excluded():
+    """As in a small block: without the NaN reply the rest is consistent."""
+    for n in (12, 20):
+        code = make_code("crc", n=n, s=2)
+        v = np.random.default_rng(19).standard_normal((code.k, 5))
+        z = {i: code.B[i] @ v for i in range(n)}
+        z[3] = z[3].copy()
+        z[3][1] = np.nan
+        verdict = verify_replies(code, z, range(n), 1e-9)
+        assert (verdict.status, verdict.excluded) == ("verified", [3]), n
+        # an overflowing size (finite projections) is the same: that reply alone explains it
+        z[3] = code.B[3] @ v
+        sizes = {i: 1.0 + i for i in range(n)}
+        sizes[3] = float("inf")
+        verdict = verify_replies(code, z, range(n), 1e-9, sizes)
+        assert (verdict.status, verdict.excluded) == ("verified", [3]), n
+        # two such replies: no single exclusion explains them
+        sizes[8] = float("nan")
+        assert verify_replies(code, z, range(n), 1e-9, sizes).unresolved, n
+
+
+def test_a_large_block_exclusion_checks_the_rest_or_refuses():
+    """17 replicas of partition 0 and one reply 2 u_0 + u_1, the only one with partition 1:
+    the outvoted replica is excluded, the essential reply stays unchecked ('unverified').
+    CRC n=17, s=1 with all 17 replies: without any one reply nothing is left to cross-check,
+    so no exclusion is confirmed (unresolved)."""
+    B = np.vstack([np.tile([1.0, 0.0], (17, 1)), [[2.0, 1.0]]])
+    code = GradientCode(B, 16, is_exact=False)
+    u = np.random.default_rng(16).standard_normal((2, 3))
+    z = {i: B[i] @ u for i in range(18)}
+    z[9] = z[9] + 0.5
+    verdict = verify_replies(code, z, range(18), 1e-9)
+    assert (verdict.status, verdict.excluded) == ("unverified", [9])
+    crc = make_code("crc", n=17, s=1)
+    v = np.random.default_rng(17).standard_normal((crc.k, 3))
+    z = {i: crc.B[i] @ v for i in range(17)}
+    z[4] = 1.5 * z[4]
+    verdict = verify_replies(crc, z, range(17), 1e-9)
+    assert verdict.status == "contradicted" and verdict.unresolved and verdict.excluded == []
+
+
+@pytest.mark.parametrize("trial", [0, 1, 2, 17, 22, 29])  # 17, 22, 29: one reply near tolerance
+def test_a_large_blocks_verdict_is_the_definition_by_brute_force(trial):
+    """17 to 22 replies in one block, one scaled, two others off by 1e-5 to 1e-2 of themselves
+    (tolerance 0.05): the verdict is the module docstring's, every exclusion tried with numpy."""
+    rng = np.random.default_rng(100 + trial)
+    n, tol = int(rng.integers(17, 23)), 0.05
+    code = make_code("crc", n=n, s=2)
+    v = rng.standard_normal((code.k, 4))
+    z = {i: code.B[i] @ v for i in range(n)}
+    z[int(rng.integers(n))] *= 1.5
+    for i in rng.choice(n, size=2, replace=False):
+        z[int(i)] = z[int(i)] * (1 + 10 ** rng.uniform(-5, -2))
+    Z = np.array([z[i] for i in range(n)])
+    norms = np.linalg.norm(Z, axis=1)
+    loo = [loo_reference(np.delete(code.B, c, 0), np.delete(Z, c, 0),
+                         np.median(np.delete(norms, c))) for c in range(n)]
+    assert all(abs(d - tol) > 1e-6 * tol for d in loo)  # no rounding coin-flip at the boundary
+    explained = [c for c in range(n) if loo[c] <= tol]
+    verdict = verify_replies(code, z, range(n), tol)
+    assert verdict.disagreement == pytest.approx(loo_reference(code.B, Z, np.median(norms)),
+                                                 rel=1e-8)
+    assert verdict.excluded == (explained if len(explained) == 1 else [])
+    assert verdict.unresolved == (len(explained) != 1)
+
+
+@pytest.mark.parametrize("with_sizes", [False, True])
+@pytest.mark.parametrize("unit", [1e-3, 1e3])
+def test_a_large_block_excludes_exactly_when_the_rest_is_within_the_tolerance(with_sizes, unit):
+    """The exclusion's own disagreement (numpy reference) against tolerances 1e-7 either side
+    of it: excluded just above, an unresolved contradiction just below."""
+    code = make_code("crc", n=20, s=2)
+    rng = np.random.default_rng(15)
+    v = rng.standard_normal((code.k, 6)) * unit
+    z = {i: code.B[i] @ v for i in range(20)}
+    z[7] = 1.5 * z[7]
+    z[5] = z[5] * (1 + 1e-3)
+    sizes = {i: float(3 + i) * unit for i in range(20)} if with_sizes else None
+    rest = [i for i in range(20) if i != 7]
+    Z = np.array([z[i] for i in rest])
+    scale = np.median([sizes[i] for i in rest]) if with_sizes else np.median(
+        np.linalg.norm(Z, axis=1))
+    own = loo_reference(code.B[rest], Z, scale)
+    above = verify_replies(code, z, range(20), own * (1 + 1e-7), sizes)
+    assert (above.status, above.excluded, above.unresolved) == ("verified", [7], False)
+    below = verify_replies(code, z, range(20), own * (1 - 1e-7), sizes)
+    assert (below.status, below.excluded, below.unresolved) == ("contradicted", [], True)
