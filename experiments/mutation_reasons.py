@@ -575,4 +575,8 @@ REASONS: dict[str, str] = {
     "fl_gradcode.adaptive.survival.xǁSurvivalǁ__init____mutmut_31": _KM_FACTOR_IN_0_1,
     "fl_gradcode.adaptive.survival.xǁSurvivalǁ__init____mutmut_36": _KM_FACTOR_IN_0_1,
     "fl_gradcode.adaptive.fitting.x_slowness_map__mutmut_121": _SLOWNESS_EDGE,
+    "fl_gradcode.flower.latency_book.x_read_latency_state__mutmut_10":
+        "equivalent: codec names are case-blind ('UTF-8' and 'utf-8' are the same codec)",
+    "fl_gradcode.flower.policy.xǁFixedCodePolicyǁobserve__mutmut_16":
+        "equivalent: the estimator's update reads elapsed as np.asarray(v, float64): None -> nan",
 }

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from flwr.serverapp.strategy import FedAvg
 
-from fl_gradcode.adaptive import LatencyEstimator
+from fl_gradcode import adaptive
+from fl_gradcode.adaptive import Decision, LatencyEstimator
 from fl_gradcode.codes import NestedPlacement
 from fl_gradcode.flower import GradientCoding
 from fl_gradcode.flower.policy import (
@@ -164,3 +167,153 @@ def test_no_adaptive_or_policy_module_reads_another_objects_private_attributes()
     found = [f"{f.name}:{i}: {line.strip()}" for f in files
              for i, line in enumerate(f.read_text().splitlines(), 1) if reach.search(line)]
     assert found == []
+
+
+# ---------------------------------------------------------------- mutation-found kill tests
+def _warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+
+
+def _host(**clock: object) -> SimpleNamespace:
+    """A host whose clock holds only what the policy reads (no identities: ``node:<id>``)."""
+    return SimpleNamespace(clock=SimpleNamespace(**clock), identities={})
+
+
+def _spy_choose_s(monkeypatch) -> list[dict]:
+    """Record the keywords the policy passes to choose_s (then run the real one)."""
+    seen: list[dict] = []
+    real = adaptive.choose_s
+
+    def spy(placement, estimator, **kwargs):
+        seen.append(kwargs)
+        return real(placement, estimator, **kwargs)
+
+    monkeypatch.setattr(adaptive, "choose_s", spy)
+    return seen
+
+
+def _one_client_state(path: Path) -> None:
+    """A ``latency_state`` file of one client, partition ``"0/1"``, one round observed."""
+    book = LatencyBook(seed=0, latency_state=str(path), meta={})
+    book.view([10], 0.0, lambda node: "0/1")
+    book.estimator.update([1.0], [1.0], 2.0)
+    book.save()
+
+
+@pytest.mark.mutation_found("policy")
+def test_a_state_file_none_of_whose_clients_is_seen_is_warned_about_once(tmp_path, caplog):
+    path = tmp_path / "state.json"
+    _one_client_state(path)
+    warm = LatencyBook(seed=0, latency_state=str(path), meta={})
+    foreign = lambda node: f"{node}/99"  # noqa: E731  (no partition of the file)
+    with caplog.at_level(logging.DEBUG, logger="flwr"):
+        warm.view([30], 0.0, foreign)
+        warm.view([30, 31], 1.0, foreign)
+        warm.view([31], 2.0, foreign)
+    assert _warnings(caplog) == [
+        f"none of the 1 clients in {path} is a data partition of this cohort "
+        "(named 'id/num-partitions'): the file informs nothing yet"]
+
+
+@pytest.mark.mutation_found("policy")
+def test_no_file_or_a_claimed_file_warns_nothing_when_viewed(tmp_path, caplog):
+    path = tmp_path / "state.json"
+    _one_client_state(path)
+    with caplog.at_level(logging.DEBUG, logger="flwr"):
+        fresh = LatencyBook(seed=0, latency_state=None, meta={})
+        fresh.view([1, 2], 0.0, lambda node: f"{node}/3")
+        fresh.view([1, 2, 3], 1.0, lambda node: f"{node}/3")
+        warm = LatencyBook(seed=0, latency_state=str(path), meta={})
+        warm.view([40], 0.0, lambda node: "0/1")  # claims the file's client
+        warm.view([40, 41], 1.0, lambda node: "0/1" if node == 40 else "1/2")
+    assert _warnings(caplog) == []
+    assert warm.node_index == {40: 0, 41: 1}
+
+
+@pytest.mark.mutation_found("policy")
+def test_the_policies_default_keywords():
+    fixed = FixedCodePolicy()
+    assert (fixed.s, fixed.stop_late_work, fixed.code_spec) == (1, False, "grouped-rs")
+    assert fixed.code_for(N).s == 1
+    auto = AdaptiveCodePolicy()
+    # s_max default max(1, n // 4), at most n - 1 (hand-computed)
+    assert [auto.placement(n).s_max for n in (2, 3, 4, 12, 20)] == [1, 1, 1, 3, 5]
+    assert AdaptiveCodePolicy(s_max=5).placement(4).s_max == 3
+
+
+@pytest.mark.mutation_found("policy")
+def test_the_trust_region_applies_only_once_the_estimator_has_data():
+    policy = AdaptiveCodePolicy(s_max=3)
+    placement = policy.placement(N)
+    policy.last_s[N] = 3
+    assert policy.candidates(placement, LatencyEstimator(N)) == [0, 1, 2, 3]
+
+
+@pytest.mark.mutation_found("policy")
+def test_a_cohort_size_the_code_cannot_take_is_warned_with_the_fallback(caplog):
+    policy = FixedCodePolicy(code="frc", s=1)
+    with caplog.at_level(logging.DEBUG, logger="flwr"):
+        code = policy.code_for(13)
+        assert policy.code_for(13) is code  # warned once per size
+    assert (code.name, code.s, code.n) == ("grouped-rs", 1, 13)
+    messages = _warnings(caplog)
+    assert len(messages) == 1
+    assert re.fullmatch(r"code='frc' with s=1 cannot take a cohort of 13 \(FRC needs .+\); "
+                        r"using grouped-rs with s=1 for cohorts of 13", messages[0])
+
+
+@pytest.mark.mutation_found("policy")
+def test_a_busy_node_without_records_is_priced_as_a_full_share_started_now(monkeypatch):
+    seen = _spy_choose_s(monkeypatch)
+    policy = AdaptiveCodePolicy(s_max=3, seed=0)
+    policy.bind(_host(now=2.0, queues_work=True))
+    cohort = list(range(100, 100 + N))
+    policy.plan(cohort, {103})
+    elapsed, units = seen[-1]["pending"]
+    expected_elapsed = np.full(N, np.nan)
+    expected_elapsed[3] = 0.0
+    expected_units = np.zeros(N)
+    expected_units[3] = 4.0  # s_max + 1 partitions
+    np.testing.assert_array_equal(elapsed, expected_elapsed)
+    np.testing.assert_array_equal(units, expected_units)
+    assert seen[-1]["busy_until"] is None
+
+
+@pytest.mark.mutation_found("policy")
+def test_a_clock_that_cannot_queue_prices_busy_nodes_busy_until_the_timeout(monkeypatch):
+    seen = _spy_choose_s(monkeypatch)
+    policy = AdaptiveCodePolicy(s_max=3, exclude_slow=5.0, straggler_timeout=7.0, seed=0)
+    policy.bind(_host(now=2.0, queues_work=False))
+    cohort = list(range(100, 100 + N))
+    policy.plan(cohort, {103, 110})
+    expected = np.zeros(N)
+    expected[[3, 10]] = 2.0 + 7.0
+    np.testing.assert_array_equal(seen[-1]["busy_until"], expected)
+    assert seen[-1]["pending"] is None
+    assert seen[-1]["exclude_slower_than"] == 5.0
+    fixed = FixedCodePolicy(busy="fit")
+    fixed.bind(_host(now=0.0, queues_work=True))
+    fixed.plan(cohort, set())
+    assert seen[-1]["exclude_slower_than"] is None
+
+
+@pytest.mark.mutation_found("policy")
+def test_only_an_adaptive_policy_reports_excluded_workers():
+    decision = Decision(s=1, expected_times={1: 1.0}, excluded=(2,))
+    fixed, auto = FixedCodePolicy(), AdaptiveCodePolicy()
+    fixed.decision = auto.decision = decision
+    assert fixed.excluded_workers() == () and auto.excluded_workers() == (2,)
+    auto.decision = None
+    assert auto.excluded_workers() == ()
+
+
+@pytest.mark.mutation_found("policy")
+def test_queue_mode_queues_busy_nodes_expected_free_within_the_limit():
+    policy = FixedCodePolicy(busy="queue", straggler_timeout=10.0)
+    # node 1 free in 15 s (> 10: not queued); node 2 has no record (free now: queued)
+    policy.bind(_host(now=5.0, queues_work=True, last_duration=None, busy_until={1: 20.0}))
+    assert policy.queued({1, 2}, [1, 2, 3]) == {2}
+    # the last round's duration (3 s) is a tighter limit: node 1 free in 2 s, node 3 in 4 s
+    policy.bind(_host(now=5.0, queues_work=True, last_duration=3.0,
+                      busy_until={1: 7.0, 3: 9.0}))
+    assert policy.queued({1, 2, 3}, [1, 2, 3]) == {1, 2}
