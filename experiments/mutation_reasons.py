@@ -361,6 +361,13 @@ REASONS: dict[str, str] = {
     "fl_gradcode.flower.decoder.xǁDecoderǁdecode__mutmut_198":
         "equivalent: strict=True only guards lengths equal by construction (one "
         "decoding row entry per used reply, one chosen reply per used reply)",
+    "fl_gradcode.flower.decoder.xǁDecoderǁdecode__mutmut_197":
+        "equivalent: the metrics are reached only with a positive decoded count, a sum over "
+        "the used replies: with none used the count is 0 and decode returns before, so "
+        "chosen is never empty there and the else branch is never taken",
+    "fl_gradcode.flower.decoder.xǁDecoderǁdecode__mutmut_210":
+        "equivalent: strict=True only guards lengths equal by construction (rows holds "
+        "the columns of the used replies, chosen one reply per used worker)",
     "fl_gradcode.flower.decoder.xǁDecoderǁdecode__mutmut_215":
         "equivalent: strict=True only guards lengths equal by construction (one result "
         "per layout name)",

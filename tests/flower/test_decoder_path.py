@@ -579,3 +579,203 @@ def test_error_amplification_is_the_worst_decodable_set_and_reproducible():
     assert error_amplification(crc) == pytest.approx(_amplification_over(crc, every))
     wide = make_code("crc", 12, 4)  # 495 eight-reply sets: the seed decides the sample
     assert error_amplification(wide) == error_amplification(wide)
+
+
+# ================================================================== mutation-found: decoder
+@pytest.mark.mutation_found("decoder")
+def test_float64_sums_written_into_a_float32_buffer_are_summed_in_float64():
+    """2^25 + 1 - 2^25 is 1 in float64 but 0 in float32 (24-bit significand): the sums are
+    taken in ``dtype`` even when ``out`` is float32, then cast once."""
+    big = np.full(3, 2.0 ** 25)
+    views = [big, np.ones(3), -big]
+    out = np.empty(3, dtype=np.float32)
+    result = combine([1.0, 1.0, 1.0], views, np.float64, out=out)
+    assert result is out and out.tolist() == [1.0, 1.0, 1.0]
+    # numpy reference: the same three values summed in float32 lose the 1
+    assert (np.float32(2.0 ** 25) + np.float32(1.0)) - np.float32(2.0 ** 25) == 0.0
+
+
+@pytest.mark.mutation_found("decoder")
+def test_combine_sums_a_dtype_without_a_blas_kernel_with_numpy():
+    """float16 has no BLAS ``axpy``: a coefficient other than 0 and 1 goes through numpy."""
+    x = np.array([1.0, 2.0, 4.0], dtype=np.float16)
+    y = np.array([8.0, 16.0, -4.0], dtype=np.float16)
+    out = combine([1.0, 0.5], [x, y], np.float16)
+    assert out.dtype == np.float16
+    assert out.tolist() == (x.astype(np.float64) + 0.5 * y.astype(np.float64)).tolist()
+
+
+@pytest.mark.mutation_found("decoder")
+def test_error_amplification_draws_the_number_of_samples_it_is_given():
+    import itertools
+
+    code = make_code("crc", 12, 4)
+    bursts = [[i for i in range(12) if (i - start) % 12 >= 4] for start in range(12)]
+    assert error_amplification(code, samples=0) == pytest.approx(
+        _amplification_over(code, [list(range(12)), *bursts]))
+    every = [list(c) for c in itertools.combinations(range(8), 5)]
+    small = make_code("crc", 8, 3)
+    assert error_amplification(small, samples=200) == pytest.approx(
+        _amplification_over(small, [list(range(8)), *every]))
+
+
+@pytest.mark.mutation_found("decoder")
+@pytest.mark.parametrize(("cores", "load", "idle"), [
+    (4, 0.0, 4), (4, 1.0, 4), (4, 1.4, 4), (4, 3.0, 2), (4, 9.0, 1), (1, 0.0, 1)])
+def test_idle_cores_are_the_affinity_mask_minus_the_other_runnable_work(
+        monkeypatch, cores, load, idle):
+    import os
+
+    from fl_gradcode.flower.decoder import idle_cores
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
+    monkeypatch.setattr(os, "getloadavg", lambda: (load, load, load))
+    assert idle_cores() == idle
+
+
+@pytest.mark.mutation_found("decoder")
+def test_the_count_goes_under_the_inner_strategys_weighting_key():
+    code = make_code("frc", n=4, s=1)
+    theta, sizes, _, replies = _problem(code)
+    decoded = _decode(code, replies, [0, 1, 2, 3], theta)
+    sent = Message(RecordDict({}), dst_node_id=1, message_type="train")
+
+    class _Sub(FedAvg):
+        pass
+
+    for inner in (FedAvg(weighted_by_key="n-train"), _Sub(weighted_by_key="n-train")):
+        outcome = Decoder(inner).apply(decoded, round_number=1, array_key="arrays",
+                                       reply_to=sent)
+        assert outcome is not None and outcome.num_examples == pytest.approx(sizes.sum())
+        np.testing.assert_array_equal(outcome.arrays["w"].numpy(),
+                                      decoded.arrays["w"].numpy())
+
+
+class _Watched(dict):
+    """A reply's arrays that record which ones were read."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.read = set()
+
+    def __getitem__(self, key):
+        self.read.add(key)
+        return super().__getitem__(key)
+
+
+@pytest.mark.mutation_found("decoder")
+def test_a_reply_the_sparse_decoding_gives_no_weight_is_never_opened():
+    code = make_code("frc", n=4, s=1)  # groups {0, 1}, {2, 3}: one reply read per group
+    theta, sizes, deltas, replies = _problem(code)
+    used = [0, 1, 2, 3]
+    rows = code.chunk_decoder(code.sparse_decoding(used))
+    unread = [w for w in used if not np.any(rows[:, w] != 0.0)]
+    assert len(unread) == 2
+    for w in used:
+        replies[w].arrays = _Watched(replies[w].arrays)
+    decoded = _decode(code, replies, used, theta)
+    assert all(replies[w].arrays.read == set() for w in unread)
+    assert all(replies[w].arrays.read == set(SHAPES) for w in used if w not in unread)
+    expected = _average(theta, sizes, deltas)
+    for k in SHAPES:
+        np.testing.assert_allclose(decoded.arrays[k].numpy(), expected[k], rtol=1e-10)
+
+
+def _spy_pools(monkeypatch, cores):
+    from concurrent.futures import ThreadPoolExecutor
+
+    import fl_gradcode.flower.decoder as decoder_module
+
+    pools = []
+
+    class _Pool(ThreadPoolExecutor):
+        def __init__(self, max_workers=None, **kwargs):
+            pools.append(max_workers)
+            super().__init__(max_workers=max_workers, **kwargs)
+
+    monkeypatch.setattr(decoder_module, "ThreadPoolExecutor", _Pool)
+    monkeypatch.setattr(decoder_module, "idle_cores", lambda: cores)
+    return pools
+
+
+@pytest.mark.mutation_found("decoder")
+def test_a_large_model_uses_one_thread_per_array_up_to_the_idle_cores(monkeypatch):
+    pools = _spy_pools(monkeypatch, 3)
+    code = make_code("frc", n=4, s=1)
+    rng = np.random.default_rng(1)
+    size = (1 << 19) + 1  # two arrays: more than 2^20 values in all
+    theta = {"a": np.zeros(size), "b": np.ones(size)}
+    replies = {i: CodedReply(node=i, worker=i, arrays={k: rng.standard_normal(size)
+                                                        for k in theta},
+                             num_examples=2.0, sizes=(), metrics={}, compute_s=0.0)
+               for i in range(4)}
+    decoded = _decode(code, replies, [0, 2], theta)
+    assert pools == [2]  # min(two arrays, three idle cores)
+    for k in theta:
+        np.testing.assert_allclose(decoded.arrays[k].numpy(), theta[k]
+                                   + (replies[0].arrays[k] + replies[2].arrays[k]) / 4.0)
+
+
+@pytest.mark.mutation_found("decoder")
+def test_a_small_model_is_finished_without_a_thread_pool(monkeypatch):
+    pools = _spy_pools(monkeypatch, 3)
+    code = make_code("frc", n=4, s=1)
+    theta, sizes, deltas, replies = _problem(code)  # two arrays, 19 values
+    decoded = _decode(code, replies, [0, 1, 2, 3], theta)
+    assert pools == []
+    expected = _average(theta, sizes, deltas)
+    for k in SHAPES:
+        np.testing.assert_allclose(decoded.arrays[k].numpy(), expected[k], rtol=1e-10)
+
+
+@pytest.mark.mutation_found("decoder")
+def test_a_non_positive_count_and_a_non_finite_model_are_logged_with_their_round(caplog):
+    code = make_code("uncoded", n=2, s=0)
+    theta, _, _, replies = _problem(code)
+    decoder = Decoder(FedAvg())
+    decoding = decoder.decoding(code, [0, 1])
+    dtypes = {k: v.dtype for k, v in theta.items()}
+    for w in (0, 1):
+        replies[w].num_examples = -1.5
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        assert decoder.decode(code, replies, [0, 1], decoding, theta, dtypes, round_number=5,
+                              sizes={}) is None
+    theta, _, _, replies = _problem(code)
+    replies[1].arrays["b"][2] = np.inf
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        assert decoder.decode(code, replies, [0, 1], decoding, theta, dtypes, round_number=6,
+                              sizes={}) is None
+    assert [r.getMessage() for r in caplog.records] == [
+        "round 5: decoded example count -3.0; round skipped",
+        "round 6: decoded model not finite; round skipped"]
+
+
+@pytest.mark.mutation_found("decoder")
+def test_auto_wire_samples_the_amplification_with_the_decoders_seed(monkeypatch):
+    import fl_gradcode.flower.decoder as decoder_module
+
+    seeds = []
+
+    def spy(code, seed=0, samples=24):
+        seeds.append(seed)
+        return 100.0
+
+    monkeypatch.setattr(decoder_module, "error_amplification", spy)
+    crc = make_code("crc", 8, 3)
+    assert crc.rounding_amplification is None or crc.rounding_amplification > 8
+    assert Decoder(FedAvg(), seed=7).wire_for(crc) == "float64"
+    assert seeds == [7]
+
+
+@pytest.mark.mutation_found("decoder")
+def test_unsized_central_noise_is_logged_in_full(caplog):
+    import re
+
+    code = make_code("uncoded", n=4, s=0)
+    privatiser = Privatiser(DPConfig(mode="central", noise_multiplier=1.0, clip_norm=1.0),
+                            None, ServerNoise(), "n", {})
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        assert privatiser.noise_std(code, code.decoding([0, 1]), [0, 1], 20.0, {}, 7) is None
+    [line] = [r.getMessage() for r in caplog.records]
+    assert re.fullmatch(r"round 7: central DP noise cannot be sized \(no checked size for "
+                        r"partitions .+\); round skipped", line)
