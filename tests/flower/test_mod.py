@@ -131,6 +131,101 @@ def test_train_reply_carries_every_partition_size_and_a_placeholder_for_none():
     assert empty.content[protocol.PROTOCOL_KEY + "-meta"]["partition-sizes"] == [0.0]
 
 
+def _parse_fields(**fields) -> Instruction:
+    """parse_instruction of a train record holding ``fields`` (keys with '_' -> '-')."""
+    rec = ConfigRecord({"op": "train", **{k.replace("_", "-"): v for k, v in fields.items()}})
+    return protocol.parse_instruction(RecordDict({protocol.PROTOCOL_KEY: rec}))
+
+
+def _refused(message: str, **fields) -> None:
+    """parse_instruction refuses ``fields`` with exactly ``message``."""
+    with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
+        _parse_fields(**fields)
+
+
+@pytest.mark.mutation_found("protocol")
+def test_a_list_item_of_the_wrong_type_is_named_with_the_kind_the_field_needs():
+    _refused("coefficients holds 'a', not a number", coefficients=["a"])
+    _refused("partition-ids holds 0.5, not an int", partition_ids=[0.5])
+
+
+@pytest.mark.mutation_found("protocol")
+def test_text_fields_take_up_to_256_characters_and_the_refusal_shows_the_first_40():
+    text = "".join(chr(ord("a") + i % 26) for i in range(257))  # 'abc...z' repeated
+    assert _parse_fields(nonce=text[:256]).nonce == text[:256]
+    assert _parse_fields(weight_key=text[:256]).weight_key == text[:256]
+    _refused(f"nonce='{text[:40]}' is not a string of at most 256 characters", nonce=text)
+
+
+@pytest.mark.mutation_found("protocol")
+def test_an_empty_weight_key_is_refused_but_an_empty_nonce_is_the_default():
+    _refused("weight-key='' is not a non-empty string of at most 256 characters",
+             weight_key="")
+    assert _parse_fields(nonce="").nonce == ""
+
+
+@pytest.mark.mutation_found("protocol")
+def test_clip_norm_must_be_positive_and_noise_multiplier_may_be_zero():
+    _refused("clip-norm=0.0; expected a finite number > 0", clip_norm=0.0)
+    got = _parse_fields(clip_norm=1e-9, noise_multiplier=0.0)
+    assert (got.clip_norm, got.noise_multiplier) == (1e-9, 0.0)
+
+
+@pytest.mark.mutation_found("protocol")
+def test_num_partitions_up_to_100000_is_accepted_and_one_more_refused():
+    got = _parse_fields(partition_ids=[99_999], num_partitions=[100_000], coefficients=[1.0])
+    assert (got.partition_ids, got.num_partitions) == ((99_999,), (100_000,))
+    _refused("num-partitions holds 100001; expected 1 <= num-partitions <= 100000",
+             partition_ids=[0], num_partitions=[100_001], coefficients=[1.0])
+
+
+@pytest.mark.mutation_found("protocol")
+def test_repeated_partition_ids_are_refused_naming_only_the_repeated_ones():
+    _refused("partition-ids repeats [0, 3]; each partition at most once",
+             partition_ids=[3, 1, 3, 0, 0, 2], num_partitions=[5] * 6, coefficients=[1.0] * 6)
+
+
+@pytest.mark.mutation_found("protocol")
+def test_chunk_coefficients_take_up_to_1024_entries():
+    values = [float(i) for i in range(1024)]
+    assert _parse_fields(chunk_coefficients=values).chunk_coefficients == tuple(values)
+    _refused("chunk-coefficients has 1025 entries; at most 1024",
+             chunk_coefficients=[*values, 1.0])
+
+
+@pytest.mark.mutation_found("protocol")
+def test_stop_after_s_is_read_from_its_key_and_survives_the_round_trip():
+    assert _parse_fields(stop_after_s=2.5).stop_after_s == 2.5
+    sent = Instruction(op="train", round=1, worker=0, stop_after_s=0.75)
+    got = protocol.parse_instruction(RecordDict({protocol.PROTOCOL_KEY: sent.to_record()}))
+    assert got == sent and got.stop_after_s == 0.75
+
+
+@pytest.mark.mutation_found("protocol")
+def test_a_fortran_order_array_reads_back_with_its_values_in_place():
+    """A .npy written from a column-major array says fortran_order True: its bytes are the
+    values column by column, so the reader must reshape in Fortran order (numpy's np.load of
+    the same bytes is the reference)."""
+    values = np.asfortranarray(np.arange(12.0).reshape(3, 4))
+    buf = io.BytesIO()
+    np.save(buf, values)
+    arr = Array(dtype="float64", shape=(3, 4), stype="numpy.ndarray", data=buf.getvalue())
+    assert b"'fortran_order': True" in arr.data[:128]
+    np.testing.assert_array_equal(protocol.array_view(arr), np.load(io.BytesIO(arr.data)))
+    np.testing.assert_array_equal(protocol.array_view(arr), np.arange(12.0).reshape(3, 4))
+
+
+@pytest.mark.mutation_found("protocol")
+def test_bytes_with_a_wrong_npy_magic_are_rejected_even_with_a_valid_header_after_it():
+    buf = io.BytesIO()
+    np.save(buf, np.arange(3.0))
+    good = buf.getvalue()
+    bad = b"\x93NUMPX" + good[6:]  # one byte of the magic string changed
+    arr = Array(dtype="float64", shape=(3,), stype="numpy.ndarray", data=bad)
+    with pytest.raises(protocol.RejectedReply, match=r"^array bytes are not \.npy \("):
+        protocol.array_view(arr)
+
+
 # ------------------------------------------------------------------------------ seeds
 @pytest.mark.mutation_found("mod")
 def test_public_partition_seed_is_the_documented_sha256_hash():
