@@ -91,6 +91,26 @@ REASONS: dict[str, str] = {
         "large-block candidates include every exclusion whose rest is consistent (direction "
         "test, rank-one leave-one-out, the one non-finite reply) and _verify_block confirms "
         "each with _check, so both give the documented verdict",
+    "fl_gradcode.flower.integrity.x__candidates__mutmut_115":
+        "equivalent: einsum subscripts are letters of either case; 'IJ,IJ->I' is the same "
+        "row-wise dot product as 'ij,ij->i'",
+    "fl_gradcode.flower.integrity.x__candidates__mutmut_95":
+        "equivalent (but for cost): with rest_a == 0 the measured rows all have weight 0, so "
+        "the rank-one test accepts every c with weight > 0, a superset of the true "
+        "candidates; _verify_block confirms each with its own _check (as for mutant 9), so "
+        "the verdict is the documented one",
+    "fl_gradcode.flower.integrity.xǁProbeǁ__init____mutmut_29":
+        "equivalent: np.prod(()) is 1, the value the guarded branch returns for a scalar",
+    "fl_gradcode.flower.integrity.xǁProbeǁ_dense__mutmut_24":
+        "equivalent: astype's copy only decides whether a float64 block is shared or copied "
+        "(copy=None: shared if possible, as copy=False); the block is only read",
+    "fl_gradcode.flower.integrity.xǁProbeǁ_sampled__mutmut_2":
+        "equivalent: astype(None) converts to float64, the dtype it names",
+    "fl_gradcode.flower.integrity.x_applied_disagreement__mutmut_8":
+        "equivalent: c_all is only used in c_all[mine] - a with a float64; every real "
+        "numeric dtype (bool, int, float16/32/64) converts to float64 exactly in that "
+        "subtraction, as the explicit cast does first (only longdouble, which no decoder "
+        "produces, would keep more digits)",
     "fl_gradcode.flower.integrity.x_verify_replies__mutmut_31":
         "killed since by test_replies_that_do_not_decode_their_block_or_no_replies_are_unverified",
     "fl_gradcode.flower.clock.xǁWallClockǁ__init____mutmut_6":
