@@ -62,6 +62,9 @@ _SLOWNESS_EDGE = (
 _INTEGRITY_CACHE = ("killed since by test_an_excluded_reply_leaves_an_essential_one_unchecked_and_"
                      "the_cache_keeps_block_verdicts (the cache holds each block's own verdict)")
 
+_EINSUM_CASE = "equivalent: einsum subscripts are letters of either case ('KJ' = 'kj')"
+_PROD_EMPTY = "equivalent: np.prod(()) is 1, the value the guarded branch returns for a scalar"
+_ASTYPE_NONE = "equivalent: astype(None) converts to float64, the dtype it names"
 _INF_CASE = "equivalent: float() parses 'INF' case-blind: float('INF') == float('inf')"
 _INTEGRITY_DIGEST = (
     "not killed: the digest size only chooses which keyed pseudo-random weights a seed gives; "
@@ -70,16 +73,12 @@ _INTEGRITY_DIGEST = (
     "could tell them apart")
 
 REASONS: dict[str, str] = {
-    "fl_gradcode.flower.integrity.xǁProbeǁ__init____mutmut_22":
-        "equivalent: np.prod(()) is 1, the value the guarded branch returns for a scalar",
-    "fl_gradcode.flower.integrity.xǁProbeǁ_project__mutmut_3":
-        "equivalent: astype(None) converts to float64, the dtype it names",
+    "fl_gradcode.flower.integrity.xǁProbeǁ__init____mutmut_22": _PROD_EMPTY,
+    "fl_gradcode.flower.integrity.xǁProbeǁ_project__mutmut_3": _ASTYPE_NONE,
     "fl_gradcode.flower.integrity.x__verify_block__mutmut_11": _INTEGRITY_CACHE,
     "fl_gradcode.flower.integrity.x__norm__mutmut_23": _INF_CASE,
     "fl_gradcode.flower.integrity.x_applied_disagreement__mutmut_65": _INF_CASE,
-    "fl_gradcode.flower.integrity.xǁProbeǁ_dense__mutmut_66":
-        "equivalent: einsum subscripts are letters of either case; 'KJ,J->K' is the same "
-        "contraction as 'kj,j->k'",
+    "fl_gradcode.flower.integrity.xǁProbeǁ_dense__mutmut_66": _EINSUM_CASE,
     "fl_gradcode.flower.integrity.xǁProbeǁmeasure__mutmut_35":
         "equivalent: extra starts with a Python float, so numpy makes the list float64 for "
         "every int/float metric a MetricRecord holds (list values fail earlier, in "
@@ -91,6 +90,17 @@ REASONS: dict[str, str] = {
         "large-block candidates include every exclusion whose rest is consistent (direction "
         "test, rank-one leave-one-out, the one non-finite reply) and _verify_block confirms "
         "each with _check, so both give the documented verdict",
+    "fl_gradcode.flower.integrity.x__candidates__mutmut_115": _EINSUM_CASE,
+    "fl_gradcode.flower.integrity.x__candidates__mutmut_95":
+        "equivalent (but for cost): rows with rest_a == 0 measure 0, so every c with weight > 0 "
+        "becomes a candidate (a superset); _verify_block confirms each with _check (as mutant 9)",
+    "fl_gradcode.flower.integrity.xǁProbeǁ__init____mutmut_29": _PROD_EMPTY,
+    "fl_gradcode.flower.integrity.xǁProbeǁ_dense__mutmut_24":
+        "equivalent: astype's copy=None shares a float64 block as copy=False; it is only read",
+    "fl_gradcode.flower.integrity.xǁProbeǁ_sampled__mutmut_2": _ASTYPE_NONE,
+    "fl_gradcode.flower.integrity.x_applied_disagreement__mutmut_8":
+        "equivalent: c_all is only read in c_all[mine] - a (float64 a), where bool/int/float "
+        "coefficients convert to float64 exactly, as the cast does (longdouble: never given)",
     "fl_gradcode.flower.integrity.x_verify_replies__mutmut_31":
         "killed since by test_replies_that_do_not_decode_their_block_or_no_replies_are_unverified",
     "fl_gradcode.flower.clock.xǁWallClockǁ__init____mutmut_6":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord
@@ -10,7 +12,13 @@ from flwr.serverapp.strategy import FedAvg
 
 from fl_gradcode.codes import GradientCode, make_code
 from fl_gradcode.flower import GradientCoding, gradient_coding_mod
-from fl_gradcode.flower.integrity import Probe, round_probe, verify_refusal, verify_replies
+from fl_gradcode.flower.integrity import (
+    Probe,
+    applied_disagreement,
+    round_probe,
+    verify_refusal,
+    verify_replies,
+)
 from fl_gradcode.flower.testing import InProcessGrid
 from fl_gradcode.latency import Pareto
 from tests.apps.vector_app import DIM, oracle, scaling_mod, train
@@ -503,3 +511,83 @@ def test_a_large_block_excludes_exactly_when_the_rest_is_within_the_tolerance(wi
     assert (above.status, above.excluded, above.unresolved) == ("verified", [7], False)
     below = verify_replies(code, z, range(20), own * (1 - 1e-7), sizes)
     assert (below.status, below.excluded, below.unresolved) == ("contradicted", [], True)
+
+
+@pytest.mark.mutation_found("integrity")
+def test_no_redundancy_by_name_is_refused_whatever_s_says():
+    assert verify_refusal("ignore-stragglers", 2, {}) == no_redundancy("ignore-stragglers", 2)
+    assert verify_refusal("uncoded", 1, {}) == no_redundancy("uncoded", 1)
+
+
+@pytest.mark.mutation_found("integrity")
+def test_metric_weights_are_keyed_by_the_probes_secret_words():
+    """Reference: the keyed BLAKE2b of the metric's name (key = BLAKE2b of the words), its 16
+    bytes seeding numpy's generator; another probe's words give other weights."""
+
+    def reference(words, name, q):
+        key = hashlib.blake2b(repr(list(words)).encode(), digest_size=32).digest()
+        digest = hashlib.blake2b(name.encode(), key=key, digest_size=16).digest()
+        return np.random.default_rng(list(digest)).random(q) - 0.5
+
+    zero = {"w": np.zeros(3)}
+    parts = []
+    for words in ([1, 2], [3, 4]):
+        probe = Probe({"w": (3,)}, words, q=4, sample=None, metrics=True)
+        part = probe(zero, 0.0, {"loss": 2.0})[5:]
+        np.testing.assert_allclose(part, 2.0 * reference(words, "loss", 4), rtol=1e-15)
+        parts.append(part)
+    assert not np.allclose(parts[0], parts[1])  # secret per probe, not per name only
+
+
+@pytest.mark.mutation_found("integrity")
+def test_a_single_array_no_larger_than_the_sample_is_read_whole():
+    """One array of exactly ``sample`` coordinates: every coordinate is measured (its whole
+    sample goes to the one array), so a change anywhere moves the projections."""
+    size = 256
+    probe = Probe({"w": (size,)}, [7], q=4, sample=size)
+    moved = [np.any(probe({"w": np.eye(size)[i]}, 0.0)[:4] != 0.0) for i in range(size)]
+    assert all(moved)
+
+
+@pytest.mark.mutation_found("integrity")
+def test_replies_projected_on_no_functional_agree_exactly():
+    """Zero functionals (empty projections): nothing can disagree; a verdict, not a crash."""
+    code = make_code("frc", n=6, s=2)
+    z = {w: np.zeros(0) for w in range(6)}
+    verdict = verify_replies(code, z, range(6), 1e-9)
+    assert (verdict.status, verdict.excluded, verdict.disagreement) == ("verified", [], 0.0)
+
+
+@pytest.mark.mutation_found("integrity")
+def test_applied_disagreement_is_infinite_when_the_used_replies_do_not_decode():
+    code = make_code("crc", n=6, s=2)  # one block: one reply alone does not decode it
+    z = {w: np.ones(3) for w in range(6)}
+    assert applied_disagreement(code, z, [0], np.eye(6)[0]) == float("inf")
+
+
+@pytest.mark.mutation_found("integrity")
+def test_applied_disagreement_of_float32_projections_is_computed_in_float64():
+    """float32 projections that nearly agree: the distance of the applied decoding (worker 0
+    alone) from the min-norm one (1/3 each) is ``|2 z0 - z1 - z2| / 3`` over the median norm,
+    computed here in float64; float32 arithmetic on the scaled projections would be off by
+    ~1e-7 of their size, a large relative error of a distance this small."""
+    code = make_code("frc", n=6, s=2)
+    base = np.array([3.1, -1.7, 0.9, 2.3], dtype=np.float32)
+    step = np.float32(1e-5)
+    z = {0: base, 1: base + step, 2: base - 2 * step}
+    assert all(v.dtype == np.float32 for v in z.values())
+    coefficients = np.zeros(6)
+    coefficients[0] = 1.0
+    Z = np.array([z[w] for w in range(3)], dtype=np.float64)
+    a = np.linalg.pinv(code.B[:3, :3].T) @ np.ones(3)  # min-norm decoder of {0, 1, 2}
+    np.testing.assert_allclose(a, np.full(3, 1.0 / 3.0), rtol=1e-12)
+    expected = (np.linalg.norm((coefficients[:3] - a) @ Z)
+                / np.median([np.linalg.norm(row) for row in Z]))
+    got = applied_disagreement(code, z, [0, 1, 2], coefficients)
+    assert got == pytest.approx(expected, rel=1e-9)
+    # float32 arithmetic on the scaled projections gives another value: the check bites
+    top = np.float32(np.max(np.abs(Z)))
+    Z32 = np.array([z[w] for w in range(3)]) / top
+    float32_value = (np.linalg.norm((coefficients[:3] - a) @ Z32)
+                     / (np.median([np.linalg.norm(row) for row in Z]) / float(top)))
+    assert float32_value != pytest.approx(expected, rel=1e-6)
