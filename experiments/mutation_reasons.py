@@ -104,7 +104,7 @@ REASONS: dict[str, str] = {
     "fl_gradcode.flower.integrity.x_verify_replies__mutmut_31":
         "killed since by test_replies_that_do_not_decode_their_block_or_no_replies_are_unverified",
     "fl_gradcode.flower.clock.xǁWallClockǁ__init____mutmut_6":
-        "equivalent: WallClock.round_start is overwritten by start_round() before any read",
+        "killed since by test_a_default_clock_does_not_stop_late_work_and_starts_at_zero",
     "fl_gradcode.flower.protocol.x__npy_header__mutmut_2":
         "equivalent: the two differ only for len(data) == 10, and then the header slice "
         "data[10:10 + size] is empty, which the anchored header regex (it needs \"{'descr'\") "

@@ -1544,3 +1544,100 @@ def test_wallclock_deadline_with_stopping_counts_from_the_messages_creation(monk
         time=lambda: created + 4.0, monotonic=time.monotonic))
     assert strategy.deadline_s(None) == pytest.approx(6.0)
     assert strategy.deadline_s(5.0) == pytest.approx(1.0)  # the caller's 5 s, less the 4
+
+
+# ====================================================================== clock, unit by unit
+def _sent_at(created: float) -> SimpleNamespace:
+    """A sent message as grid_limit_s reads it (only its creation time)."""
+    return SimpleNamespace(metadata=SimpleNamespace(created_at=created))
+
+
+@pytest.fixture
+def frozen_time(monkeypatch):
+    """clock.time.time() fixed at 1000.0 (so elapsed seconds are exact)."""
+    import fl_gradcode.flower.clock as clock_module
+
+    monkeypatch.setattr(clock_module, "time", SimpleNamespace(
+        time=lambda: 1000.0, monotonic=time.monotonic))
+    return 1000.0
+
+
+@pytest.mark.mutation_found("clock")
+@pytest.mark.parametrize("timing", ["virtual", "wallclock"])
+def test_a_default_clock_does_not_stop_late_work_and_starts_at_zero(timing):
+    from fl_gradcode.flower.clock import make_clock
+
+    clock = make_clock(timing, 3.0)
+    assert clock.stop_at_deadline is False
+    assert clock.now == 0.0 and clock.round_start == 0.0
+    assert dict(clock.backlog) == {}
+
+
+@pytest.mark.mutation_found("clock")
+def test_virtual_clock_defaults_keep_late_replies_and_cost_nothing_per_load_unit():
+    clock = VirtualClock(1.0)
+    assert clock.stop_at_deadline is False
+    # arrival = compute 0.5 + 0 s per load unit + delay 0.25 (no bandwidth: no transfer)
+    assert clock.arrival(0.5, 1000, lambda: 2.0, lambda units: 0.25) == pytest.approx(0.75)
+    clock.start_round()
+    window = clock.window({0: 0.5, 1: 2.0}, lambda used: len(used) == 2, num_sent=2)
+    # worker 1 arrives after the 1 s deadline: late (it still replies), not stopped
+    assert (window.used, window.end, window.late, window.stopped) == ([0], 1.0, [1], [])
+
+
+@pytest.mark.mutation_found("clock")
+def test_virtual_stopped_workers_are_reported_when_the_round_ends_at_the_deadline():
+    clock = VirtualClock(1.0, stop_at_deadline=True)
+    clock.start_round()
+    window = clock.window({0: 0.5, 1: 2.0}, lambda used: len(used) == 2, num_sent=2)
+    # undecodable at the 1 s deadline; worker 1 (2 s) stops there and never replies
+    assert (window.used, window.end, window.late, window.stopped) == ([0], 1.0, [], [1])
+
+
+@pytest.mark.mutation_found("clock")
+def test_virtual_work_queued_on_a_never_used_node_waits_for_nothing():
+    clock = VirtualClock(2.0)
+    clock.start_round(queued={3: 7})  # node 7 has never been sent work
+    assert clock.backlog == {3: 0.0}
+
+
+@pytest.mark.mutation_found("clock")
+def test_virtual_wait_for_a_free_node_does_not_move_when_a_never_used_node_is_free():
+    clock = VirtualClock(5.0)
+    clock.start_round()
+    clock.finish_round([1], {1: 4.0}, end=0.5)  # node 1 busy until 4 s; now = 0.5 s
+    assert clock.now == 0.5
+    clock.wait_for_any_free([1, 2])  # node 2 never used: free now
+    assert clock.now == 0.5
+    clock.wait_for_any_free([1])  # only node 1: jump to 4 s
+    assert clock.now == 4.0
+
+
+@pytest.mark.mutation_found("clock")
+def test_wallclock_tells_workers_to_stop_only_with_stopping_and_from_round_2():
+    from fl_gradcode.flower.clock import WallClock
+
+    assert WallClock(4.0).stop_after_s(2) == 0.0
+    assert WallClock(4.0, stop_at_deadline=True).stop_after_s(1) == 0.0
+    assert WallClock(4.0, stop_at_deadline=True).stop_after_s(2) == 4.0
+
+
+@pytest.mark.mutation_found("clock")
+def test_wallclock_grid_limit_counts_from_creation_only_when_workers_stop(frozen_time):
+    from fl_gradcode.flower.clock import WallClock
+    from fl_gradcode.flower.options import DeadlineOptions
+
+    timeouts = DeadlineOptions(straggler_timeout=4.0, warmup_timeout=9.0)
+    old = [_sent_at(frozen_time - 3.0)]  # created 3 s ago
+    # no stopping: the full deadline, however old the messages
+    assert WallClock(4.0).grid_limit_s(2, timeouts, None, old) == 4.0
+    stopping = WallClock(4.0, stop_at_deadline=True)
+    # round 1 (no stopping yet): max(straggler 4, warm-up 9), not counted from creation
+    assert stopping.grid_limit_s(1, timeouts, None, old) == 9.0
+    assert stopping.grid_limit_s(2, timeouts, None, old) == 1.0  # 4 - 3
+    assert stopping.grid_limit_s(2, timeouts, None, [_sent_at(frozen_time)]) == 4.0  # 4 - 0
+    # created 0.5 s ago: 3.5 s left; "in the future" (another host's clock): nothing elapsed
+    assert stopping.grid_limit_s(2, timeouts, None, [_sent_at(frozen_time - 0.5)]) == 3.5
+    assert stopping.grid_limit_s(2, timeouts, None, [_sent_at(frozen_time + 2.0)]) == 4.0
+    # created 10 s ago: the deadline has passed, the grid does not wait at all
+    assert stopping.grid_limit_s(2, timeouts, None, [_sent_at(frozen_time - 10.0)]) == 0.0
