@@ -639,3 +639,148 @@ def test_a_member_the_policy_excludes_is_sent_nothing_and_recorded_as_excluded_n
     opened = opener.open(1, None, cohort, content)
     assert opened.idle == {12} and opened.queued == frozenset()
     assert opened.state.excluded == [2] and opened.state.busy == []
+
+
+@pytest.mark.mutation_found("pipeline")
+def test_the_model_arrays_key_falls_back_to_the_only_array_record():
+    from flwr.app import Array, ArrayRecord, RecordDict
+
+    from fl_gradcode.flower.round_state import array_key
+
+    only = RecordDict({"model": ArrayRecord({"w": Array(np.zeros(2))})})
+    assert array_key(only, "arrays") == "model"
+    assert array_key(only, "model") == "model"
+    two = RecordDict({"a": ArrayRecord({"w": Array(np.zeros(2))}),
+                      "b": ArrayRecord({"w": Array(np.zeros(2))})})
+    with pytest.raises(ValueError, match=r"^the inner strategy's train content has no "
+                                         r"ArrayRecord 'arrays'$"):
+        array_key(two, "arrays")
+
+
+@pytest.mark.mutation_found("pipeline")
+def test_a_chunk_travels_in_float32_only_with_wire_model_and_an_all_float32_model():
+    from fl_gradcode.flower.round_state import wire_dtypes
+
+    code = make_code("comm-efficient", 4, 1, m=2)
+    f32, f64 = np.dtype(np.float32), np.dtype(np.float64)
+    assert wire_dtypes(code, {"a": f32, "b": f32}, "model") == {"chunk": f32}
+    assert wire_dtypes(code, {"a": f32, "b": f64}, "model") == {"chunk": f64}
+    assert wire_dtypes(code, {"a": f32, "b": f32}, "float64") == {"chunk": f64}
+
+
+@pytest.mark.mutation_found("pipeline")
+def test_a_workers_load_is_its_examples_over_one_clients_share():
+    """FRC(4, 1): workers 0 and 1 hold partitions {0, 1}, workers 2 and 3 hold {2, 3}."""
+    from fl_gradcode.flower.workload import Workload
+
+    code = make_code("frc", 4, 1)
+    parts = [Identity(j, 4) for j in range(4)]
+    sized = Workload({}, {(0, 4): 10.0, (1, 4): 10.0, (2, 4): 30.0, (3, 4): 30.0}, None, 0)
+    # one client's share = 80 / 4 = 20 examples; worker 0 computes 10 + 10, worker 2 30 + 30
+    assert sized.load(code, 0, parts) == 1.0 and sized.load(code, 2, parts) == 3.0
+    # partition 3's size unknown: the mean of the known (50 / 3) stands in for it
+    partly = Workload({}, {(0, 4): 10.0, (1, 4): 10.0, (2, 4): 30.0}, None, 0)
+    share = (50.0 + 50.0 / 3) / 4
+    assert partly.load(code, 2, parts) == pytest.approx((30.0 + 50.0 / 3) / share)
+    # sizes unknown or all zero: counted in partitions, 2 of one client's 1
+    assert Workload({}, {}, None, 0).load(code, 0, parts) == 2.0
+    empty = Workload({}, {(j, 4): 0.0 for j in range(4)}, None, 0)
+    assert empty.load(code, 0, parts) == 2.0
+
+
+@pytest.mark.mutation_found("pipeline")
+def test_the_opened_round_records_the_models_layout():
+    from flwr.app import Array, ArrayRecord, RecordDict
+
+    from fl_gradcode.flower.opener import RoundOpener
+    from fl_gradcode.flower.workload import Workload
+
+    cohort = [10, 11, 12, 13]
+    opener = RoundOpener(
+        policy=_ExcludingPolicy(make_code("frc", 4, 1)), clock=VirtualClock(10.0),
+        deadlines=DeadlinePolicy(DeadlineOptions(), False), quarantine=Quarantine(),
+        workload=Workload({node: Identity(j, 4) for j, node in enumerate(cohort)}, {}, None, 0),
+        collector=_collector(), wire_for=lambda code: "float64", code_options={},
+        round_timeout=1.0)
+    content = RecordDict({"arrays": ArrayRecord({"w": Array(np.zeros((2, 3))),
+                                                 "b": Array(np.zeros(3))})})
+    state = opener.open(1, None, cohort, content).state
+    assert state.layout == {"w": (2, 3), "b": (3,)}
+
+
+@pytest.mark.mutation_found("pipeline")
+def test_a_reply_without_an_open_round_is_ignored():
+    collector = _collector()
+    reply = _Reply("1", False, node=11)
+    reply.metadata.message_id = "r11"
+    collector.on_reply(reply)  # no round in progress: nothing to validate it against
+    assert collector.state is None
+
+
+@pytest.mark.mutation_found("pipeline")
+def test_serial_blas_sets_multithreaded_blas_to_one_thread_and_restores_it():
+    from threadpoolctl import ThreadpoolController, threadpool_limits
+
+    from fl_gradcode.flower.collector import serial_blas
+
+    def threads():
+        return [lib.num_threads for lib in ThreadpoolController().select(
+            user_api="blas").lib_controllers]
+
+    with threadpool_limits(limits=2, user_api="blas"):
+        before = threads()
+        if not before or 2 not in before:
+            pytest.skip("no BLAS library that runs on 2 threads here")
+        with serial_blas():
+            assert set(threads()) == {1}
+        assert threads() == before
+
+
+@pytest.mark.mutation_found("pipeline")
+def test_an_accepted_reply_is_fingerprinted_for_its_round():
+    from flwr.app import Message, MessageType, RecordDict
+
+    from fl_gradcode.flower import protocol
+    from fl_gradcode.flower.compat import CompositionError
+    from tests.flower.messages import train_instruction
+
+    collector = _collector()
+    state = _state(make_code("frc", 4, 1), [10, 7, 12, 13])
+    state.reply_layout = {"w": (3,)}
+    state.dtypes = {"w": np.dtype(np.float64)}
+    collector.state = state
+    request = Message(RecordDict(), dst_node_id=7, message_type=MessageType.TRAIN)
+    state.sent = {1: request}
+    reply = protocol.train_reply(request, train_instruction(worker=1, round=1),
+                                 {"w": np.ones(3)}, 5.0, [2.0, 3.0], {}, 0.1)
+    reply.metadata.group_id = "1"
+    reply.metadata.__dict__["_message_id"] = "r7"  # as the SuperLink stores it
+    assert reply.metadata.message_id == "r7"
+    collector.on_reply(reply)
+    assert list(state.valid) == [1]
+    with pytest.raises(CompositionError, match=r"^round 1: the replies from node\(s\) 7 were "
+                                               r"cached by GradientCoding but removed"):
+        collector.fingerprints.check(1, [], "Outer")
+
+
+@pytest.mark.mutation_found("pipeline")
+def test_an_applied_decoding_the_replicas_contradict_turns_the_verdict_contradicted():
+    """FRC(4, 1), workers 0 and 2 used: the min-norm decoding weighs each by 1; applying
+    weight 2 to worker 0 (reply [1, 0], size 1) is off by |2 - 1| * 1 / 1 = 1."""
+    collector = ReplyCollector(VirtualClock(10.0), DeadlinePolicy(DeadlineOptions(), False),
+                               IntegrityOptions(verify=True, verify_tolerance=0.01),
+                               Quarantine(), ReplyFingerprints())
+    state = _state(make_code("frc", 4, 1), [10, 11, 12, 13])
+    state.valid = {0: SimpleNamespace(extra={"z": np.array([1.0, 0.0]), "size": 1.0}),
+                   2: SimpleNamespace(extra={"z": np.array([0.0, 1.0]), "size": 1.0})}
+    for before, after in ((0.0, 1.0), (5.0, 5.0)):
+        verdict = SimpleNamespace(status="verified", unresolved=False, disagreement=before)
+        decoding = SimpleNamespace(coefficients=np.array([2.0, 0.0, 1.0, 0.0]))
+        collector.check_applied(state, [0, 2], decoding, verdict)
+        assert verdict.status == "contradicted" and verdict.unresolved is True
+        assert verdict.disagreement == pytest.approx(after)
+    agreeing = SimpleNamespace(status="verified", unresolved=False, disagreement=0.0)
+    collector.check_applied(state, [0, 2],
+                            SimpleNamespace(coefficients=np.array([1.0, 0.0, 1.0, 0.0])),
+                            agreeing)
+    assert agreeing.status == "verified" and agreeing.unresolved is False
