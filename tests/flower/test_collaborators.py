@@ -784,3 +784,19 @@ def test_an_applied_decoding_the_replicas_contradict_turns_the_verdict_contradic
                             SimpleNamespace(coefficients=np.array([1.0, 0.0, 1.0, 0.0])),
                             agreeing)
     assert agreeing.status == "verified" and agreeing.unresolved is False
+
+
+@pytest.mark.mutation_found("pipeline")
+def test_verify_warns_once_that_rounds_without_redundancy_are_applied_unverified(caplog):
+    import logging
+
+    collector = ReplyCollector(VirtualClock(10.0), DeadlinePolicy(DeadlineOptions(), False),
+                               IntegrityOptions(verify=True), Quarantine(), ReplyFingerprints())
+    state = _state(make_code("frc", 4, 0), [10, 11, 12, 13])
+    state.reply_layout = {"w": (3,)}
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        assert collector.probe_for(state, {}) is None
+        assert collector.probe_for(state, {}) is None
+    assert _messages(caplog) == [
+        "verify=True: round 1 uses s=0 (no redundancy): such rounds are applied unverified "
+        "(verified=None in rounds.jsonl)"]
