@@ -800,3 +800,20 @@ def test_verify_warns_once_that_rounds_without_redundancy_are_applied_unverified
     assert _messages(caplog) == [
         "verify=True: round 1 uses s=0 (no redundancy): such rounds are applied unverified "
         "(verified=None in rounds.jsonl)"]
+
+
+@pytest.mark.mutation_found("pipeline")
+def test_a_train_instruction_carries_the_runs_nonce_and_the_workers_partitions():
+    from flwr.app import RecordDict
+
+    from fl_gradcode.flower import protocol
+    from fl_gradcode.flower.dispatch import Dispatcher
+    from fl_gradcode.flower.workload import Workload
+    from fl_gradcode.privacy import DPConfig
+
+    state = _state(make_code("frc", 4, 1), [10, 11, 12, 13])
+    dispatcher = Dispatcher(seed=3, nonce="run-nonce", dp=DPConfig(), clock=VirtualClock(10.0),
+                            workload=Workload({}, {}, None, 0), inner=object())
+    inst = protocol.parse_instruction(dispatcher.message(state, 2, 12, RecordDict()).content)
+    assert inst.nonce == "run-nonce" and inst.seed == 3 and inst.worker == 2
+    assert inst.partition_ids == (2, 3) and inst.num_partitions == (4, 4)  # FRC group {2, 3}
