@@ -313,6 +313,8 @@ REASONS: dict[str, str] = {
     "fl_gradcode.flower.round_state.xǁRoundStateǁreject__mutmut_10":
         "killed since by test_the_collectors_log_lines_name_the_node_and_the_ro"
         "und",
+    "fl_gradcode.flower.workload.xǁWorkloadǁ__init____mutmut_5": "equivalent: warned_repartition "
+        "is only read as `not self.warned_repartition` (None is falsy like False)",
     "fl_gradcode.flower.workload.xǁWorkloadǁpartitions__mutmut_10":
         "killed since by test_a_code_with_fewer_partitions_than_clients_splits_"
         "the_apps_data_and_says_so_once",

@@ -817,3 +817,23 @@ def test_a_train_instruction_carries_the_runs_nonce_and_the_workers_partitions()
     inst = protocol.parse_instruction(dispatcher.message(state, 2, 12, RecordDict()).content)
     assert inst.nonce == "run-nonce" and inst.seed == 3 and inst.worker == 2
     assert inst.partition_ids == (2, 3) and inst.num_partitions == (4, 4)  # FRC group {2, 3}
+
+
+@pytest.mark.mutation_found("pipeline")
+def test_the_opener_reads_the_arrays_record_by_default_among_several():
+    from flwr.app import Array, ArrayRecord, RecordDict
+
+    from fl_gradcode.flower.opener import RoundOpener
+    from fl_gradcode.flower.workload import Workload
+
+    cohort = [10, 11, 12, 13]
+    opener = RoundOpener(
+        policy=_ExcludingPolicy(make_code("frc", 4, 1)), clock=VirtualClock(10.0),
+        deadlines=DeadlinePolicy(DeadlineOptions(), False), quarantine=Quarantine(),
+        workload=Workload({node: Identity(j, 4) for j, node in enumerate(cohort)}, {}, None, 0),
+        collector=_collector(), wire_for=lambda code: "float64", code_options={},
+        round_timeout=1.0)
+    content = RecordDict({"extra": ArrayRecord({"v": Array(np.zeros(2))}),
+                          "arrays": ArrayRecord({"w": Array(np.zeros(3))})})
+    state = opener.open(1, None, cohort, content).state
+    assert state.array_key == "arrays" and state.layout == {"w": (3,)}
