@@ -89,3 +89,133 @@ def test_duplicated_reply_is_pulled_twice_with_a_fresh_id_then_gone():
     assert got[0].metadata.message_id != got[1].metadata.message_id
     assert grid.pending == 0
     assert grid.pull_messages(ids) == []
+
+
+def test_set_task_identity_is_run_1_task_1_on_the_superlink():
+    from flwr.common.constant import SUPERLINK_NODE_ID
+    from flwr.supercore.task_identity import TaskIdentity
+
+    set_task_identity()
+    assert (TaskIdentity.run_id, TaskIdentity.task_id) == (1, 1)
+    assert TaskIdentity.node_id == SUPERLINK_NODE_ID
+
+
+def test_each_node_context_carries_run_node_and_partition_config():
+    seen = []
+
+    def record(msg: Message, context) -> Message:
+        seen.append(context)
+        return Message(RecordDict(), reply_to=msg)
+
+    grid = InProcessGrid(record, 3, {"lr": 0.5}, node_config=lambda i: {"extra": 10 * i},
+                         node_ids=[11, 22, 33])
+    assert grid.pushed == 0
+    _push_pull(grid, _train(33))
+    assert grid.pushed == 1
+    (ctx,) = seen
+    assert ctx.run_id == 1
+    assert ctx.node_id == 33
+    assert dict(ctx.node_config) == {"partition-id": 2, "num-partitions": 3, "extra": 20}
+    assert dict(ctx.run_config) == {"lr": 0.5}
+    # a message to an unknown node is refused with an empty id and is not counted
+    assert grid.push_messages([_train(44)]) == [""]
+    assert grid.pushed == 1
+
+
+@pytest.mark.parametrize(("group", "round_"), [("4", 4), ("handshake", 0)])
+def test_fault_callables_get_the_node_index_and_round(group, round_):
+    calls: dict[str, list] = {"delay": [], "crash": [], "src": []}
+
+    def delay(i, r):
+        calls["delay"].append((i, r))
+        return 0.0
+
+    def crash(i, r):
+        calls["crash"].append((i, r))
+        return i == 0
+
+    def src(i, r):
+        calls["src"].append((i, r))
+        return 777 if i == 1 else None
+
+    set_task_identity()
+    grid = InProcessGrid(_echo, 3, delay=delay, crash=crash, src_node_id=src,
+                         node_ids=[11, 22, 33])
+    msgs = [Message(RecordDict(), dst_node_id=node, message_type="train", group_id=group)
+            for node in (11, 22, 33)]
+    ids = grid.push_messages(msgs)
+    assert all(ids) and len(set(ids)) == 3
+    assert calls["delay"] == [(0, round_), (1, round_), (2, round_)]
+    assert calls["crash"] == [(0, round_), (1, round_), (2, round_)]
+    assert calls["src"] == [(1, round_), (2, round_)]  # the crashed node never gets that far
+    assert grid.injected == [("crash", 0, round_), ("src_node_id", 1, round_)]
+    got = grid.pull_messages(ids)  # the crashed node's reply never arrives
+    assert [m.metadata.reply_to_message_id for m in got] == ids[1:]
+    assert [m.metadata.src_node_id for m in got] == [777, 33]
+    assert grid.pending == 0
+
+
+def test_delayed_reply_is_pullable_only_after_its_delay():
+    import time
+
+    grid = InProcessGrid(_echo, 1, delay=lambda i, r: 0.3)
+    node = next(iter(grid.get_node_ids()))
+    t0 = time.monotonic()
+    ids = grid.push_messages([_train(node)])
+    at = grid.available_at[ids[0]]
+    assert isinstance(at, float)
+    assert at >= t0 + 0.3
+    assert grid.pull_messages(ids) == []
+    assert grid.pending == 1
+    time.sleep(max(0.0, at - time.monotonic()) + 0.01)
+    assert len(grid.pull_messages(ids)) == 1
+
+
+def test_duplicate_twin_has_a_real_message_id():
+    grid = InProcessGrid(_echo, 1, duplicate=lambda i, r: True)
+    node = next(iter(grid.get_node_ids()))
+    got = _push_pull(grid, _train(node))
+    ids = [m.metadata.message_id for m in got]
+    assert all(isinstance(i, str) and i for i in ids) and ids[0] != ids[1]
+
+
+def test_send_and_receive_waits_for_every_reply_and_returns_promptly():
+    import time
+
+    grid = InProcessGrid(_echo, 3, delay=lambda i, r: 0.05 * i, node_ids=[11, 22, 33])
+    t0 = time.monotonic()
+    replies = grid.send_and_receive([_train(n) for n in (11, 22, 33, 44)], timeout=2.0)
+    elapsed = time.monotonic() - t0
+    assert sorted(m.metadata.src_node_id for m in replies) == [11, 22, 33]
+    assert 0.1 <= elapsed < 0.9  # the slowest reply is due after 0.1 s; polls every 2 ms
+    t0 = time.monotonic()
+    assert len(grid.send_and_receive([_train(11)], timeout=3.0)) == 1
+    assert time.monotonic() - t0 < 1.5  # returns once every reply is in, not at the timeout
+
+
+class _FakeTime:
+    """A clock that stands still except in ``sleep``, which moves it 100 s."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += 100.0
+
+
+def test_send_and_receive_gives_up_after_one_hour_by_default(monkeypatch):
+    import fl_gradcode.flower.testing as testing_module
+
+    grid = InProcessGrid(_echo, 1, crash=lambda i, r: True)
+    node = next(iter(grid.get_node_ids()))
+    msg = _train(node)
+    fake = _FakeTime()
+    monkeypatch.setattr(testing_module, "time", fake)
+    assert grid.send_and_receive([msg]) == []
+    # polls at t = 0, 100, ..., 3500 (< 3600 s), sleeping 2 ms after each poll
+    assert fake.sleeps == [0.002] * 36
