@@ -219,3 +219,8 @@ def test_send_and_receive_gives_up_after_one_hour_by_default(monkeypatch):
     assert grid.send_and_receive([msg]) == []
     # polls at t = 0, 100, ..., 3500 (< 3600 s), sleeping 2 ms after each poll
     assert fake.sleeps == [0.002] * 36
+
+
+def test_repeated_node_ids_are_refused():
+    with pytest.raises(ValueError, match=r"^node_ids must be distinct, one per node$"):
+        InProcessGrid(_echo, 2, node_ids=[5, 5])
