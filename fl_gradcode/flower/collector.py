@@ -128,18 +128,13 @@ class ReplyCollector:
     def on_reply(self, reply: Message) -> None:
         """Validate a reply of the current round once, as it arrives."""
         state, mid = self.state, reply.metadata.message_id
-        if state is not None and mid and mid in state.seen:
-            return  # validated already (``aggregate_train`` offers every reply again)
+        if state is None or (mid and mid in state.seen):
+            return  # no open round, or validated already (``aggregate_train`` offers it again)
         with serial_blas():
-            self._on_reply(reply)
+            self._on_reply(state, reply)
 
-    def _on_reply(self, reply: Message) -> None:
-        state = self.state
-        if state is None:
-            return
+    def _on_reply(self, state: RoundState, reply: Message) -> None:
         mid = reply.metadata.message_id
-        if mid and mid in state.seen:
-            return
         if mid:
             state.seen.add(mid)
         reply_bytes = payload_bytes(reply)

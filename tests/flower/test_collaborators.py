@@ -579,18 +579,24 @@ def test_a_code_with_fewer_partitions_than_clients_splits_the_apps_data_and_says
         "partitions (partition-id=j, num-partitions=k)"]
 
 
-@pytest.mark.mutation_found("pipeline")
-def test_the_weight_key_defaults_to_num_examples_for_a_strategy_without_one():
-    from flwr.app import RecordDict
-
-    from fl_gradcode.flower import protocol
+def _frc_dispatch(seed: int, nonce: str):
+    """An open FRC(4, 1) round on nodes 10-13 and a Dispatcher without DP or partition sizes."""
     from fl_gradcode.flower.dispatch import Dispatcher
     from fl_gradcode.flower.workload import Workload
     from fl_gradcode.privacy import DPConfig
 
     state = _state(make_code("frc", 4, 1), [10, 11, 12, 13])
-    dispatcher = Dispatcher(seed=0, nonce="n", dp=DPConfig(), clock=VirtualClock(10.0),
-                            workload=Workload({}, {}, None, 0), inner=object())
+    return state, Dispatcher(seed=seed, nonce=nonce, dp=DPConfig(), clock=VirtualClock(10.0),
+                             workload=Workload({}, {}, None, 0), inner=object())
+
+
+@pytest.mark.mutation_found("pipeline")
+def test_the_weight_key_defaults_to_num_examples_for_a_strategy_without_one():
+    from flwr.app import RecordDict
+
+    from fl_gradcode.flower import protocol
+
+    state, dispatcher = _frc_dispatch(seed=0, nonce="n")
     msg = dispatcher.message(state, 0, 10, RecordDict())
     assert protocol.parse_instruction(msg.content).weight_key == "num-examples"
     assert state.sent == {0: msg}
@@ -807,13 +813,8 @@ def test_a_train_instruction_carries_the_runs_nonce_and_the_workers_partitions()
     from flwr.app import RecordDict
 
     from fl_gradcode.flower import protocol
-    from fl_gradcode.flower.dispatch import Dispatcher
-    from fl_gradcode.flower.workload import Workload
-    from fl_gradcode.privacy import DPConfig
 
-    state = _state(make_code("frc", 4, 1), [10, 11, 12, 13])
-    dispatcher = Dispatcher(seed=3, nonce="run-nonce", dp=DPConfig(), clock=VirtualClock(10.0),
-                            workload=Workload({}, {}, None, 0), inner=object())
+    state, dispatcher = _frc_dispatch(seed=3, nonce="run-nonce")
     inst = protocol.parse_instruction(dispatcher.message(state, 2, 12, RecordDict()).content)
     assert inst.nonce == "run-nonce" and inst.seed == 3 and inst.worker == 2
     assert inst.partition_ids == (2, 3) and inst.num_partitions == (4, 4)  # FRC group {2, 3}

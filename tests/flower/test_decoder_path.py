@@ -356,15 +356,22 @@ def test_an_empty_model_array_decodes_to_an_empty_array():
     np.testing.assert_allclose(decoded.arrays["w"].numpy(), _average(theta, sizes, deltas)["w"])
 
 
-def test_a_large_model_is_decoded_array_by_array_in_threads():
-    code = make_code("frc", n=4, s=1)
-    rng = np.random.default_rng(0)
-    size = (1 << 19) + 1  # two arrays: more than 2^20 values in all
-    theta = {"a": np.zeros(size), "b": np.zeros(size)}
+def _large_model(seed: int, b: float):
+    """Two arrays of 2^19 + 1 values (more than 2^20 in all: decoded in threads), array "b"
+    filled with ``b``, and four replies of standard normal values (2 examples each)."""
+    rng = np.random.default_rng(seed)
+    size = (1 << 19) + 1
+    theta = {"a": np.zeros(size), "b": np.full(size, b)}
     replies = {i: CodedReply(node=i, worker=i, arrays={k: rng.standard_normal(size)
                                                         for k in theta},
                              num_examples=2.0, sizes=(), metrics={}, compute_s=0.0)
                for i in range(4)}
+    return theta, replies
+
+
+def test_a_large_model_is_decoded_array_by_array_in_threads():
+    code = make_code("frc", n=4, s=1)
+    theta, replies = _large_model(seed=0, b=0.0)
     decoded = _decode(code, replies, [0, 2], theta)  # FRC groups {0, 1} and {2, 3}
     for k in theta:
         np.testing.assert_allclose(decoded.arrays[k].numpy(),
@@ -702,13 +709,7 @@ def _spy_pools(monkeypatch, cores):
 def test_a_large_model_uses_one_thread_per_array_up_to_the_idle_cores(monkeypatch):
     pools = _spy_pools(monkeypatch, 3)
     code = make_code("frc", n=4, s=1)
-    rng = np.random.default_rng(1)
-    size = (1 << 19) + 1  # two arrays: more than 2^20 values in all
-    theta = {"a": np.zeros(size), "b": np.ones(size)}
-    replies = {i: CodedReply(node=i, worker=i, arrays={k: rng.standard_normal(size)
-                                                        for k in theta},
-                             num_examples=2.0, sizes=(), metrics={}, compute_s=0.0)
-               for i in range(4)}
+    theta, replies = _large_model(seed=1, b=1.0)
     decoded = _decode(code, replies, [0, 2], theta)
     assert pools == [2]  # min(two arrays, three idle cores)
     for k in theta:
