@@ -89,7 +89,8 @@ def _mutmut_section(only_mutate: list[str], tests: list[str], extra: list[str]) 
         "[tool.mutmut]\n"
         'source_paths = ["fl_gradcode"]\n'
         f"only_mutate = {q(only_mutate)}\n"
-        'also_copy = ["server", "clients", "examples", "experiments", "docs"]\n'
+        # results: tests that check the committed results/*.json read them from mutants/
+        'also_copy = ["server", "clients", "examples", "experiments", "docs", "results"]\n'
         f"pytest_add_cli_args_test_selection = {q(tests)}\n"
         f"pytest_add_cli_args = {q(FAST + extra)}\n"
         "use_git_change_detection = false\n"
