@@ -14,20 +14,18 @@ cross-check is :func:`~fl_gradcode.flower.integrity.verify_replies`.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from logging import INFO, WARNING
 from typing import Any
 
 import numpy as np
 from flwr.app import Message
 from flwr.common.logger import log
-from threadpoolctl import ThreadpoolController
 
 from ..codes import GradientCode
 from . import compat, protocol
+from .blas import serial_blas
 from .clock import Clock
 from .deadline_policy import DeadlinePolicy
 from .integrity import (
@@ -45,42 +43,6 @@ from .reports import check_reply_sizes, public_reason
 from .round_state import RoundState, is_chunked, payload_bytes
 
 __all__ = ["ReplyCollector", "serial_blas"]
-
-
-@functools.cache
-def _blas() -> list[Any]:
-    """The BLAS libraries loaded by then (numpy's, scipy's)."""
-    return list(ThreadpoolController().select(user_api="blas").lib_controllers)
-
-
-class _SerialBlas(AbstractContextManager):
-    """One BLAS thread inside the block; only libraries on more threads are changed, and
-    restored on exit (a few microseconds where threadpoolctl's ``limit`` takes 50: this is
-    entered once per reply)."""
-
-    def __enter__(self) -> _SerialBlas:
-        self._restore = []
-        for lib in _blas():
-            threads = lib.get_num_threads()
-            if threads != 1:
-                lib.set_num_threads(1)
-                self._restore.append((lib, threads))
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for lib, threads in reversed(self._restore):
-            lib.set_num_threads(threads)
-
-
-def serial_blas() -> AbstractContextManager:
-    """BLAS and LAPACK on one thread inside the block (restored after it).
-
-    The server's linear algebra is many small solves (a block's decodability, the sparse
-    decoding's QR, the cross-check's SVD, at most ``n x k``): with OpenBLAS's default threads
-    on cores other jobs keep busy, each call waits for its threads; a 100 x 100 SVD was
-    measured at 0.9 s instead of 1 ms. Single-threaded, they cost what their size says.
-    """
-    return _SerialBlas()
 
 
 class ReplyCollector:

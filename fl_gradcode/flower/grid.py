@@ -23,6 +23,7 @@ from flwr.app import Message, MessageType
 from flwr.common.logger import log
 
 from . import protocol
+from .blas import serial_blas
 
 __all__ = ["EarlyReturnGrid"]
 
@@ -178,19 +179,20 @@ class EarlyReturnGrid:
             prioritize = getattr(self._strategy, "prioritize", None)
             if prioritize is not None and not done and len(pulled) > 1:
                 pulled = prioritize(pulled)  # the replies that complete a decodable set first
-            for reply in pulled:
-                rid = reply.metadata.reply_to_message_id
-                if rid in pending:
-                    del pending[rid]
-                    answered.add(rid)
-                    replies.append(reply)
-                    if not done:  # validated as it arrives; the rest after the round returns
+            with serial_blas():  # once per batch: each reply's own block is then free
+                for reply in pulled:
+                    rid = reply.metadata.reply_to_message_id
+                    if rid in pending:
+                        del pending[rid]
+                        answered.add(rid)
+                        replies.append(reply)
+                        if not done:  # validated as it arrives; the rest after the return
+                            self._strategy.on_reply(reply)
+                            done = self._strategy.ready()
+                    elif rid in answered:  # a second reply to one message: rejected, counted
                         self._strategy.on_reply(reply)
-                        done = self._strategy.ready()
-                elif rid in answered:  # a second reply to one message: rejected, counted
-                    self._strategy.on_reply(reply)
-                else:
-                    self._drop_if_late(reply)
+                    else:
+                        self._drop_if_late(reply)
             if first_reply_s is not None and replies:  # deadline counts from the first reply
                 t_end = min(t_end, time.monotonic() + first_reply_s)
                 first_reply_s = None
