@@ -897,6 +897,41 @@ def test_messages_other_than_coded_train_pass_straight_to_the_inner_grid(clock):
     assert inner.pulls == 0 and owner.seen == []
 
 
+def test_the_grid_validates_a_pulled_batch_with_blas_on_one_thread_and_restores_it(clock):
+    """The grid enters one single-threaded BLAS block around a pulled batch (each reply's own
+    block inside it is then free); the caller's BLAS setting is back once the round returns."""
+    from threadpoolctl import ThreadpoolController, threadpool_limits
+
+    def threads():
+        return [lib.num_threads for lib in ThreadpoolController().select(
+            user_api="blas").lib_controllers]
+
+    class Owner(_Owner):
+        def __init__(self):
+            super().__init__()
+            self.during: list[list[int]] = []
+
+        def on_reply(self, reply):
+            self.during.append(threads())
+            super().on_reply(reply)
+
+        def ready(self):
+            self.during.append(threads())
+            return False
+
+    msgs = [_coded_message(1), _coded_message(2)]
+    replies = [Message(RecordDict(), reply_to=m) for m in msgs]
+    owner = Owner()
+    grid = EarlyReturnGrid(_FakeGrid(clock, [(100.0, r) for r in replies]), owner)
+    with threadpool_limits(limits=2, user_api="blas"):
+        before = threads()
+        if not before or 2 not in before:
+            pytest.skip("no BLAS library that runs on 2 threads here")
+        assert grid.send_and_receive(msgs, timeout=1.0) == replies
+        assert threads() == before
+    assert len(owner.during) == 4 and all(set(t) == {1} for t in owner.during)
+
+
 # ======== the strategy wrapper, found by mutation testing ========================================
 N = 6
 
