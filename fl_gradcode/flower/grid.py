@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from contextlib import nullcontext
 from logging import WARNING
 from typing import Any, Protocol
 
@@ -179,7 +180,8 @@ class EarlyReturnGrid:
             prioritize = getattr(self._strategy, "prioritize", None)
             if prioritize is not None and not done and len(pulled) > 1:
                 pulled = prioritize(pulled)  # the replies that complete a decodable set first
-            with serial_blas():  # once per batch: each reply's own block is then free
+            with serial_blas() if pulled else nullcontext():  # once per batch: each reply's
+                # own block is then free
                 for reply in pulled:
                     rid = reply.metadata.reply_to_message_id
                     if rid in pending:

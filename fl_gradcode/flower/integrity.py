@@ -121,11 +121,6 @@ class Probe:
         # the same weights side by side: one product per reply instead of one per array
         self._stacked = (np.concatenate(list(self._weights.values()), axis=1)
                          if self._weights else None)
-        self._bounds = []
-        end = 0
-        for name, idx in self._index.items():
-            self._bounds.append((name, idx, end, end + idx.size))
-            end += idx.size
 
     def __call__(self, arrays: Mapping[str, np.ndarray], count: float,
                  metrics: Mapping[str, float] | None = None) -> np.ndarray:
@@ -169,9 +164,9 @@ class Probe:
         product with the stacked weights (a reply costs one small GEMV, not one per array)."""
         if self._stacked is None:  # no arrays: nothing sampled
             return 0
-        x = np.empty(self._stacked.shape[1])
-        for name, idx, lo, hi in self._bounds:
-            x[lo:hi] = np.asarray(arrays[name]).reshape(-1)[idx]
+        x = np.concatenate([np.asarray(arrays[name]).reshape(-1)[idx]
+                            for name, idx in self._index.items()],
+                           dtype=np.float64, casting="unsafe")  # as ``astype(np.float64)``
         return self._stacked @ x
 
     def _dense(self, arrays: Mapping[str, np.ndarray]):
