@@ -67,7 +67,7 @@ class RowSpan:
     @property
     def distance(self) -> float:
         """``||ones - P ones|| / ||ones||`` with ``P`` the projection on the span."""
-        return _norm(self._residual) / np.sqrt(self.k) if self.k else 0.0
+        return _norm(self._residual) / math.sqrt(self.k) if self.k else 0.0
 
     @property
     def may_decode(self) -> bool:
@@ -78,4 +78,4 @@ class RowSpan:
 def _norm(v: np.ndarray) -> float:
     """``float(np.linalg.norm(v))`` of a 1-D float64 vector, computed as numpy does it
     (``sqrt(v . v)``) without its dispatch (a few microseconds, several times per row)."""
-    return math.sqrt(float(v @ v))
+    return math.sqrt(float(v.dot(v)))
