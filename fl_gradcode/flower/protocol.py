@@ -555,7 +555,7 @@ def _parse_train(
         # (numpy's float dtypes are singletons: ``is`` settles the usual case)
         if want is not _ANY and dtype is not want and dtype != want:
             raise RejectedReply(f"array {name!r} has dtype {dtype}; this round's wire is {want}")
-        if arr.shape != shape and arr.shape != tuple(shape):
+        if arr.shape != (shape if type(shape) is tuple else tuple(shape)):
             raise RejectedReply(f"array {name!r} has shape {arr.shape}; expected {shape}")
         if check_values and not _all_finite(arr):
             raise RejectedReply(f"array {name!r} contains NaN or Inf")
