@@ -76,10 +76,10 @@ _COMPAT = "fl_gradcode.flower.compat."
 _COMPAT_ZIP = ("equivalent: strict only guards lengths equal by then (_same returns False on "
                "unequal lengths first; check_averaging builds one member per weight)")
 _COMPAT_FRAMES = (
-    "not killed on purpose: check_caller's stack walk only looks one frame further; that "
-    "matters only for a DP wrapper six pass-through wrappers above GradientCoding (caught "
-    "anyway at aggregate_train by ReplyFingerprints); a test needing it undetected would pin a "
-    "limitation, not a contract")
+    "not killed on purpose: check_caller then looks at 7 frames above GradientCoding's method, "
+    "not 6; that matters only for a DP wrapper with six pass-through wrappers "
+    "between it and GradientCoding; a test needing that one undetected would pin a limitation, "
+    "not a contract")
 _COMPAT_SEEN = ("equivalent: rounds are ints; check() returns while _round is None and record() "
                 "replaces _seen by {} on its first call (None != round), so None is never read")
 
