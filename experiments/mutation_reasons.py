@@ -619,4 +619,7 @@ REASONS: dict[str, str] = {
     _COMPAT + "x_check_averaging__mutmut_54": _ASTYPE_NONE,
     _COMPAT + "x_check_caller__mutmut_2": _COMPAT_FRAMES,
     _COMPAT + "xǁReplyFingerprintsǁ__init____mutmut_2": _COMPAT_SEEN,
+    "fl_gradcode.flower.deadline.xǁDeadlineFedAvgǁstart__mutmut_29":
+        "equivalent: _evaluating is only read as `if not self._evaluating` (aggregate_train), "
+        "where None and False are the same",
 }
