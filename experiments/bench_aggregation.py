@@ -1,8 +1,10 @@
 """Server cost of one coded round at model scale, against Flower's FedAvg in the same run.
 
 Grid (defaults): params in {1e6, 1e7} float32 parameters (10 layers), n in {20, 100}, s in
-{2, 4, n/8}, every exact code (grouped-rs, frc where ``(s+1) | n``, crc, nested; a combination
-a code refuses is listed under ``skipped`` with its reason). Each configuration runs with the
+{2, 4, n/8}, every exact code (grouped-rs, frc where ``(s+1) | n``, crc, nested,
+comm-efficient whose replies are ``1/m`` of the model; a combination a code refuses, a code
+tolerating fewer than ``s`` stragglers or an approximate code is listed under ``skipped`` with
+its reason). Each configuration runs with the
 wire ``wire="auto"`` chooses and, when that is float64, once more with ``wire="model"``.
 Replies are honest (partition ``j``'s update is ``0.01 (j+1) delta``, 100 examples each) from
 the ``n - s`` workers left by a seeded random straggler pattern. Per row:
@@ -53,7 +55,7 @@ from _common import save
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = 10
-CODES = ("grouped-rs", "frc", "crc", "nested")
+CODES = ("grouped-rs", "frc", "crc", "nested", "comm-efficient")
 DEFINITIONS = {
     "reaction_ms_p50": "median wallclock ms from the instant the replies completing a decodable "
                        "set become pullable until the round's send_and_receive returns",
@@ -106,11 +108,17 @@ def payloads(code, workers, params: int, float64: bool) -> dict:
     ``sum_j B_ij 100 * 0.01 (j + 1) delta``; also the float64 reference average."""
     from flwr.app import Array, ArrayRecord
 
+    from fl_gradcode.flower import protocol
+
     delta = model(params, np.random.default_rng(1))
     out = {}
     for worker in workers:
         row = code.B[worker]
         factor = float(sum(row[j] * (j + 1) for j in np.flatnonzero(row)))  # 100 * 0.01
+        if code.chunks > 1:  # communication-efficient: 1/m of [arrays..., count]
+            out[worker] = ArrayRecord({protocol.CHUNK_KEY: Array(chunk(
+                code, worker, delta, factor, 100.0 * float(row.sum()), float64))})
+            continue
         arrays = {}
         for k, v in delta.items():
             arrays[k] = (v.astype(np.float64) * factor if float64
@@ -120,6 +128,24 @@ def payloads(code, workers, params: int, float64: bool) -> dict:
     mean = sum(0.01 * (j + 1) for j in range(k)) / k  # equal sizes
     reference = {name: v.astype(np.float64) * mean for name, v in delta.items()}
     return out, reference
+
+
+def chunk(code, worker: int, delta: dict, factor: float, count: float,
+          float64: bool) -> np.ndarray:
+    """A communication-efficient reply from its definition (Ye and Abbe 2018): the flattened
+    ``[factor * delta..., count]`` zero-padded to ``m L`` and mixed by the worker's column of
+    ``Gamma`` (``code.chunk_coefficients``), in the wire's dtype."""
+    gamma = np.asarray(code.chunk_coefficients(worker), dtype=np.float64)
+    length = sum(v.size for v in delta.values()) + 1
+    width = -(-length // gamma.size)
+    padded = np.zeros(gamma.size * width)
+    at = 0
+    for v in delta.values():
+        padded[at:at + v.size] = v.astype(np.float64) * factor
+        at += v.size
+    padded[at] = count
+    mixed = gamma @ padded.reshape(gamma.size, width)
+    return mixed if float64 else mixed.astype(np.float32)
 
 
 def coded_replies(strategy, messages: dict, workers, cached: dict) -> list:
@@ -426,6 +452,10 @@ def main(argv: list[str] | None = None) -> dict:
                     if not code.is_exact:
                         skipped.append({"params": params, "n": n, "s": s, "code": name,
                                         "reason": "not an exact code"})
+                        continue
+                    if code.s < s:
+                        skipped.append({"params": params, "n": n, "s": s, "code": name,
+                                        "reason": f"tolerates {code.s} stragglers, not s={s}"})
                         continue
                     wires = ["auto"]
                     while wires:

@@ -156,7 +156,7 @@ def strategy_keywords(
     below need more than that."""
     built = {
         "latency": lambda: run_latency(cfg),
-        "results_dir": lambda: _resolved(cfg["results-dir"]),
+        "results_dir": lambda: _resolved(cfg["results-dir"]) if cfg["results-dir"] else None,
         "latency_state": lambda: _resolved(cfg["latency-state"]) if cfg["latency-state"]
         else None,
         "measured_compute": lambda: str(cfg["virtual-compute"]) == "measured",

@@ -223,7 +223,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"--run-config: {exc}", file=sys.stderr, flush=True)
         return 2
     # results-dir in --run-config is the coded run's directory, as --results-dir is
-    results = Path(str(values.get("results-dir", args.results_dir))).expanduser().resolve()
+    given = str(values.get("results-dir", args.results_dir))
+    if not given:
+        print("--run-config: results-dir='' writes no records, and the main job compares its "
+              "runs' records: give a directory (or leave results-dir out: "
+              f"{args.results_dir})", file=sys.stderr, flush=True)
+        return 2
+    results = Path(given).expanduser().resolve()
     code = flwr_run(args, results, run_config_for("coded", args.run_config, results))
     if code != 0 or args.no_compare:
         return code

@@ -19,8 +19,6 @@ __all__ = ["TINY", "Survival", "fit_gpd"]
 
 TINY = 1e-12  # floor of times, weights and probabilities (no division by zero, no log 0)
 
-TINY = 1e-12
-
 
 def fit_gpd(y: np.ndarray, event: np.ndarray, w: np.ndarray) -> tuple[float, float]:
     """Censored weighted MLE of a generalised Pareto ``(xi, sigma)`` for excesses ``y >= 0``.

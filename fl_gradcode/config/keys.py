@@ -277,7 +277,8 @@ KEYS: tuple[Key, ...] = (
     Key("dp-server-key-file", "", "`dp=central`: a server-side key file for reproducible "
         "server noise; empty = OS randomness", keyword="server_noise", none_when=""),
     Key("seed", 0, "every random choice", keyword="seed", side="both"),
-    Key("results-dir", "results/run", "output directory", keyword="results_dir",
+    Key("results-dir", "results/run", "output directory; \"\" = no results files",
+        keyword="results_dir", none_when="",
         why_differs="the app writes its results files; GradientCoding's None writes none"),
     Key("rival", "", "`drop-stragglers`: run Flower's own FedAvg with the round deadline "
         "`straggler-timeout` (virtual time), dropping later replies, instead of the coded "

@@ -282,6 +282,25 @@ def test_bench_aggregation_quick_writes_every_promised_key(tmp_path):
     assert set(saved["definitions"]) >= {"reaction_ms_p50", "result_ms_p50", "peak_bytes"}
 
 
+def test_bench_aggregation_runs_every_exact_code_and_skips_the_rest_with_a_reason(tmp_path):
+    """Codes beyond the committed rows: a communication-efficient code's replies are built
+    from the definition (1/m of ``[arrays..., count]``) and decode to the numpy average; a code
+    that tolerates fewer stragglers than ``s`` (uncoded) and approximate codes are skipped,
+    each with its reason, never a crash."""
+    out = tmp_path / "bench.json"
+    _bench().main(["--quick", "--codes", "comm-efficient,uncoded,bgc", "--s", "2",
+                   "--out", str(out)])
+    saved = json.loads(out.read_text())
+    [row] = saved["rows"]
+    code = make_code("comm-efficient", row["n"], 2, seed=0)
+    assert (row["code"], row["replies"]) == ("comm-efficient", row["n"] - 2)
+    assert row["bytes_coded"] / row["bytes_fedavg"] == pytest.approx(1 / code.m, rel=0.05)
+    assert row["relative_error"] < (1e-6 if row["wire"] == "float64" else 1e-4)
+    reasons = {r["code"]: r["reason"] for r in saved["skipped"]}
+    assert reasons == {"uncoded": "tolerates 0 stragglers, not s=2",
+                       "bgc": "not an exact code"}
+
+
 def test_bench_merge_replaces_the_configurations_measured_again_and_keeps_the_rest():
     bench = _bench()
 

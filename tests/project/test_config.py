@@ -728,3 +728,30 @@ def test_verify_keys_turn_on_the_integrity_check_of_the_strategy(tmp_path):
     # refused where it cannot check, with the reason, as GradientCoding(verify=True) is
     with pytest.raises(ValueError, match="verify"):
         build(merge_config({"verify": True, "code": "uncoded", "s": 0, "results-dir": out}), 4)
+
+
+def test_an_empty_results_dir_writes_no_results_files_not_the_working_directory(
+        tmp_path, monkeypatch):
+    """``results-dir=""`` means GradientCoding's ``results_dir=None`` (no files), as ``""``
+    means ``None`` for the table's other path keys; it never resolves to the working
+    directory."""
+    from server.app import strategy_keywords
+
+    monkeypatch.chdir(tmp_path)
+    built = strategy_keywords(merge_config({"results-dir": ""}), 12)
+    assert built["results_dir"] is None
+    given = strategy_keywords(merge_config({"results-dir": "out"}), 12)
+    assert given["results_dir"] == str(tmp_path / "out")
+
+
+def test_the_main_job_refuses_an_empty_results_dir(tmp_path, monkeypatch, capsys):
+    """The main job compares its runs' records: with ``results-dir=""`` there are none, so it
+    refuses before any run, naming the value."""
+    from server import launch
+
+    monkeypatch.chdir(tmp_path)
+    ran = []
+    monkeypatch.setattr(launch, "flwr_run", lambda *a, **k: ran.append(a) or 0)
+    code = launch.main(["--home", str(tmp_path / "home"), "--run-config", "results-dir=''"])
+    assert code == 2 and not ran
+    assert "results-dir=''" in capsys.readouterr().err
