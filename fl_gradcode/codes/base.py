@@ -27,7 +27,7 @@ from scipy.sparse.csgraph import connected_components
 
 from .checks import as_int, check_n_s, check_vector, check_weights
 from .decoding import EXACT_TOL, Decoding, LRUCache, NotDecodableError, least_squares
-from .span import RowSpan
+from .tracker import DecodabilityTracker
 
 __all__ = ["DecodabilityTracker", "Decoding", "GradientCode", "NotDecodableError", "check_n_s"]
 
@@ -253,8 +253,9 @@ class GradientCode:
         recovers chunk ``u`` of the weighted sum (one row here: the decoding vector)."""
         return np.asarray(decoding.coefficients, dtype=np.float64).reshape(self.chunks, self.n)
 
-    def _block_exact(self, b: int, rows: frozenset[int]) -> bool:
-        """Whether block ``b``'s received ``rows`` recover its partitions' weighted sum."""
+    def block_decodes(self, b: int, rows: frozenset[int]) -> bool:
+        """Whether block ``b``'s received ``rows`` recover its partitions' weighted sum
+        (weighted least squares on the block, cached per ``rows``)."""
         parts = list(self._blocks[b][1])
         coeffs = self._solve_block(b, rows)
         if not coeffs.size:
@@ -521,67 +522,3 @@ class GradientCode:
         a.setflags(write=False)
         alpha.setflags(write=False)
         return Decoding(received, a, exact, self._weighted_error(alpha), alpha)
-
-
-class DecodabilityTracker:
-    """Exact decodability of a growing set of replies, one block re-checked per new reply.
-
-    :meth:`GradientCode.is_decodable` solves the whole received set; a server that asks after
-    every reply would pay ``O(n)`` solves per reply. Exactness decomposes over the code's
-    independent blocks (the groups of FRC-like codes), so a new reply only re-solves its own
-    block (cached per block and received subset); the set decodes once every block does.
-    Codes with one block or without blockwise exactness ask the code's own (closed-form or
-    fast) test on the whole set, once the received rows can span the ones vector
-    (:class:`~fl_gradcode.codes.span.RowSpan`, updated per reply: a CRC round of ``n - s``
-    replies then solves once instead of ``n - s`` times).
-    """
-
-    def __init__(self, code: GradientCode) -> None:
-        self.code = code
-        self.received: set[int] = set()
-        self._blockwise = code.blockwise_exactness and len(code._blocks) > 1
-        # only where a decoding is one vector with a @ B[F] == 1 (Decoding.exact)
-        self._span = (RowSpan(code.k) if not self._blockwise and code.blockwise_exactness
-                      and code.chunks == 1 else None)
-        self._rows: list[set[int]] = [set() for _ in code._blocks]
-        self._pending = set(range(len(code._blocks)))
-        self._decodable = False
-
-    def add(self, worker: int) -> bool:
-        """Record ``worker``'s reply; return whether the replies so far decode exactly."""
-        worker = self.code._check_client(worker)
-        if worker in self.received:
-            return self._decodable
-        self.received.add(worker)
-        if not self._blockwise:
-            if self._span is not None:
-                self._span.add(self.code._B[worker])
-            self._decodable = (self._span is None or self._span.may_decode) and (
-                self.code.is_decodable(sorted(self.received)))
-            return self._decodable
-        if self.code._orphans.size:  # a partition nobody holds never decodes
-            return False
-        b = int(self.code._block_of_client[worker])
-        if b < 0:  # a client holding nothing changes nothing
-            return self._decodable
-        self._rows[b].add(worker)
-        if b in self._pending and self.code._block_exact(b, frozenset(self._rows[b])):
-            self._pending.discard(b)
-        self._decodable = not self._pending
-        return self._decodable
-
-    @property
-    def decodable(self) -> bool:
-        """Whether the replies recorded so far decode exactly."""
-        return self._decodable
-
-    @property
-    def pending_blocks(self) -> set[int]:
-        """Blocks that do not decode yet (every block when exactness is not blockwise and the
-        set does not decode; none once it does)."""
-        if self._decodable:
-            return set()
-        if not self._blockwise:
-            return set(range(len(self.code._blocks)))
-        return set(self._pending)
-

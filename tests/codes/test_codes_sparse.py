@@ -190,19 +190,63 @@ def test_tracker_agrees_with_is_decodable_on_every_received_set(name, n, s):
                 assert tracker.add(worker) == code.is_decodable(order[: t + 1]), order
 
 
-def test_crc_tracker_solves_only_once_the_rows_can_span_the_ones_vector():
-    """Fewer than n - s generic CRC rows never span the ones vector: the incremental basis
-    says so without solving; the old tracker solved the whole set after every reply."""
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_crc_tracker_solves_once_covered_then_only_once_the_rows_can_span_the_ones_vector(seed):
+    """No solve before the received rows cover every partition (counted here with numpy);
+    one solve then, and after it fails, none until the rows span the ones vector (fewer
+    than n - s generic CRC rows never do); the old tracker solved after every reply."""
     n, s = 40, 3
     code = make_code("crc", n=n, s=s, seed=0)
     calls = []
     solve = code.is_decodable
     code.is_decodable = lambda received: calls.append(len(received)) or solve(received)
     tracker = code.tracker()
-    order = np.random.default_rng(1).permutation(n).tolist()
+    order = np.random.default_rng(seed).permutation(n).tolist()
     decoded = [tracker.add(w) for w in order[: n - s + 1]]
     assert decoded == [False] * (n - s - 1) + [True, True]
-    assert calls == [n - s, n - s + 1]
+    held = np.cumsum(code.B[order] != 0, axis=0) > 0
+    covered = 1 + int(np.argmax(held.all(axis=1)))  # rows until every partition is held
+    assert covered <= n - s
+    assert calls == sorted({covered, n - s, n - s + 1})
+
+
+def test_crc_tracker_in_push_order_solves_once():
+    """Replies in client order cover the last partition with the (n - s)-th reply: that one
+    solve decodes, no basis is ever built."""
+    n, s = 100, 2
+    code = make_code("crc", n=n, s=s, seed=0)
+    calls = []
+    solve = code.is_decodable
+    code.is_decodable = lambda received: calls.append(len(received)) or solve(received)
+    tracker = code.tracker()
+    assert [tracker.add(w) for w in range(n - s)] == [False] * (n - s - 1) + [True]
+    assert calls == [n - s]
+
+
+@pytest.mark.parametrize(("name", "n", "s"), [("nested", 40, 4), ("grouped-rs", 40, 4),
+                                                ("nested", 30, 3)])
+def test_a_block_is_solved_only_once_covered_and_again_only_once_its_rows_can_span(name, n, s):
+    """Every block solve happens on a covered block (numpy count), at most one of them
+    before the rows' span can hold the ones vector (a numpy lstsq residual); the tracker still
+    agrees with is_decodable on every prefix."""
+    code = make_code(name, n=n, s=s, seed=0)
+    calls = []
+    solve = code.block_decodes
+    code.block_decodes = lambda b, rows: calls.append((b, rows)) or solve(b, rows)
+    tracker = code.tracker()
+    order = np.random.default_rng(5).permutation(n).tolist()
+    for t, w in enumerate(order):
+        assert tracker.add(w) == code.is_decodable(order[: t + 1])
+    far = {}
+    for b, rows in calls:
+        parts = list(code.blocks[b][1])
+        sub = code.B[np.ix_(sorted(rows), parts)]
+        assert (np.abs(sub).sum(axis=0) > 0).all()  # covered
+        coef = np.linalg.lstsq(sub.T, np.ones(len(parts)), rcond=None)[0]
+        if np.linalg.norm(coef @ sub - 1) > 1e-3 * np.sqrt(len(parts)):
+            far[b] = far.get(b, 0) + 1
+    assert all(count == 1 for count in far.values()), far
+    assert len(calls) < n  # the old tracker solved a block on every reply
 
 
 def test_row_span_distance_and_rank_match_numpy():
