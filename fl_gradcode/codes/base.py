@@ -16,6 +16,7 @@ References:
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Iterable, Mapping
 from numbers import Integral
 from typing import Any
@@ -489,7 +490,12 @@ class GradientCode:
         else:
             w = self._weights[list(parts)]
             M = self._B[np.ix_(rows, parts)] * w  # scale columns by the weights
-            a = self._least_squares(M.T, w)
+            mm = float(M[0].dot(M[0])) if len(rows) == 1 else 0.0
+            if 0.0 < mm < math.inf:  # one column: the least-squares solution m.w / m.m in
+                # closed form (an FRC-shaped group's first reply: no LAPACK call per group)
+                a = np.array([float(M[0].dot(w)) / mm])
+            else:
+                a = self._least_squares(M.T, w)
         a.setflags(write=False)
         self._caches[b].put(got, a)
         return a

@@ -271,3 +271,32 @@ def test_row_span_distance_and_rank_match_numpy():
     span.add(np.zeros(k))
     span.add(np.full(k, np.nan))
     assert span.rank == before
+
+
+@SETTINGS
+@given(seed=st.integers(0, 10_000), blocks=st.integers(1, 6), width=st.integers(1, 5),
+       scale=st.sampled_from((1e-150, 1e-3, 1.0, 1e3, 1e150)))
+def test_one_row_blocks_decode_to_numpys_least_squares(seed, blocks, width, scale):
+    """Every block a single client holding ``width`` partitions (random values, some rows
+    proportional to the weights, some not; one all-zero client): the per-block coefficients
+    are numpy's weighted least-squares solution, and exactness is its residual's."""
+    from fl_gradcode.codes import GradientCode
+
+    rng = np.random.default_rng(seed)
+    k = blocks * width
+    weights = rng.uniform(0.5, 2.0, k)
+    B = np.zeros((blocks + 1, k))
+    for b in range(blocks):
+        cols = slice(b * width, (b + 1) * width)
+        B[b, cols] = (rng.uniform(0.5, 2.0) if rng.random() < 0.5
+                      else rng.uniform(0.5, 2.0, width)) * scale
+    code = GradientCode(B, 0, is_exact=False, weights=weights)
+    dec = code.decoding(range(blocks + 1))
+    for b in range(blocks):
+        cols = slice(b * width, (b + 1) * width)
+        m, w = B[b, cols] * weights[cols], weights[cols]
+        want = np.linalg.lstsq(m[:, None], w, rcond=None)[0][0]
+        assert dec.coefficients[b] == pytest.approx(want, rel=1e-12)
+    assert dec.coefficients[blocks] == 0.0
+    alpha = dec.coefficients @ B
+    assert dec.exact == bool(np.max(np.abs(alpha - 1.0)) <= 1e-8)
