@@ -64,6 +64,28 @@ class RowSpan:
         self.rank += 1
         self._residual = self._residual - v * (v @ self._residual)  # v is orthogonal to the rest
 
+    def add_rows(self, rows: np.ndarray) -> None:
+        """Extend an empty span by several rows at once: one Householder QR of the rows
+        scaled to unit norm, instead of one Gram-Schmidt pass per row. Every column of the
+        ``Q`` factor is kept (their span holds every row exactly; for rank-deficient rows it
+        is larger than theirs, which only makes :attr:`may_decode` pass more often, never
+        refuse a decodable set). A non-empty span, a single row or more rows than ``k``
+        are added one at a time."""
+        v = np.asarray(rows, dtype=np.float64)
+        if v.ndim != 2 or v.shape[1] != self.k:
+            raise ValueError(f"rows must have shape (m, {self.k}); got {v.shape}")
+        norms = np.sqrt(np.einsum("ij,ij->i", v, v))
+        keep = (norms > 0.0) & np.isfinite(norms)
+        v = v[keep] / norms[keep, None]
+        if self.rank or not 1 < len(v) <= self.k:
+            for row in v:
+                self.add(row)
+            return
+        q = np.linalg.qr(v.T)[0]  # k x m, orthonormal columns spanning the rows
+        self.rank = q.shape[1]
+        self._basis[: self.rank] = q.T
+        self._residual = self._target - q @ (q.T @ self._target)
+
     @property
     def distance(self) -> float:
         """``||ones - P ones|| / ||ones||`` with ``P`` the projection on the span."""

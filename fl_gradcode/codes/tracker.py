@@ -6,14 +6,15 @@ Three necessary conditions are checked before any solve, cheapest first:
 
 * **coverage**: every partition of a block is held by some received row (a partition nobody
   received has ``(a @ B[F])_j = 0``, never 1): a counter per partition, no linear algebra;
-* **span**: once a covered block's own solve has failed, the ones vector must lie in the span
-  of its received rows (:class:`~fl_gradcode.codes.span.RowSpan`, updated per row);
+* **span**: the ones vector must lie in the span of the received rows
+  (:class:`~fl_gradcode.codes.span.RowSpan`: built at once when a one-block code is first
+  covered, or when a covered block's own small solve has failed; then updated per row);
 * then the code's own test decides (a block's solve, cached per received subset, or the
   code's closed-form ``is_decodable`` for one-block codes).
 
-A CRC round whose replies cover every partition only when ``n - s`` of them are in (the usual
-arrival) solves once; an RS-like block of threshold ``t`` solves about twice instead of ``t``
-times.
+A CRC round builds its basis once its replies cover every partition (one QR, then a row at a
+time) and solves once; an FRC-shaped group solves once, an RS-like block of threshold ``t``
+about twice instead of ``t`` times.
 """
 
 from __future__ import annotations
@@ -105,16 +106,17 @@ class DecodabilityTracker:
             return False
         if block.span is not None:
             block.span.add(self._row(block, worker))
-            if not block.span.may_decode:
-                return False
-        elif self._solve(block, b):  # first time covered: solve before building a span
+        elif self._whole:  # first time covered: the rows' span at once (a failing solve of
+            # the whole code costs far more than one QR)
+            block.span = RowSpan(len(block.cols))
+            block.span.add_rows(self.code.B[block.rows])
+        elif self._solve(block, b):  # a block first covered: its solve (small), then a span
             return True
         else:
             block.span = RowSpan(len(block.cols))
-            for w in block.rows:
-                block.span.add(self._row(block, w))
+            block.span.add_rows(self.code.B[np.ix_(block.rows, block.cols)])
             return False
-        return self._solve(block, b)
+        return block.span.may_decode and self._solve(block, b)
 
     def _row(self, block: _Block, worker: int) -> np.ndarray:
         row = self.code.B[worker]
