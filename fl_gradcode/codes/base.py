@@ -232,6 +232,13 @@ class GradientCode:
         """Index into :attr:`blocks` of client ``i``'s block (-1: it holds nothing)."""
         return int(self._block_of_client[self._check_client(i)])
 
+    def necessary_counts(self) -> list[tuple[tuple[int, ...], int]]:
+        """``(clients, count)`` pairs: a received set holding fewer than ``count`` of some
+        ``clients`` provably does not decode, so :class:`DecodabilityTracker` skips the solve.
+        None here (the tracker's own coverage and span tests apply to ``B``-combinations);
+        codes whose replies are not rows of ``B`` may say."""
+        return []
+
     def tracker(self) -> DecodabilityTracker:
         """A :class:`DecodabilityTracker` for replies arriving one at a time."""
         return DecodabilityTracker(self)

@@ -58,7 +58,8 @@ class DecodabilityTracker:
     block (see the module docstring for the checks that come before a solve); the set decodes
     once every block does. Codes with one block ask the code's own (closed-form or fast) test
     on the whole set; codes without blockwise exactness (replies that are not rows of ``B``,
-    chunked replies) ask it after every reply.
+    chunked replies) ask it after every reply once each of their
+    :meth:`~fl_gradcode.codes.base.GradientCode.necessary_counts` is met.
     """
 
     def __init__(self, code: Any) -> None:
@@ -73,6 +74,15 @@ class DecodabilityTracker:
         else:
             self._blocks = [_Block(parts) for _, parts in blocks]
         self._orphans = sum(len(parts) for _, parts in blocks) < code.k
+        # codes asked after every reply: groups still short of the replies they need
+        self._left: list[int] = []
+        self._groups_of: dict[int, list[int]] = {}
+        if not (self._blockwise or self._whole):
+            for g, (clients, count) in enumerate(code.necessary_counts()):
+                self._left.append(int(count))
+                for c in clients:
+                    self._groups_of.setdefault(int(c), []).append(g)
+        self._short = sum(1 for left in self._left if left > 0)
         self._pending = set(range(len(blocks)))
         self._decodable = False
 
@@ -85,7 +95,11 @@ class DecodabilityTracker:
             return self._decodable
         self.received.add(worker)
         if not (self._blockwise or self._whole):
-            self._decodable = code.is_decodable(sorted(self.received))
+            for g in self._groups_of.get(worker, ()):
+                self._left[g] -= 1
+                if self._left[g] == 0:
+                    self._short -= 1
+            self._decodable = not self._short and code.is_decodable(sorted(self.received))
             return self._decodable
         if self._whole:
             self._decodable = self._check(self._blocks[0], worker, 0)

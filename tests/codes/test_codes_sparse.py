@@ -348,3 +348,36 @@ def test_row_span_add_rows_checks_the_shape():
 
     with pytest.raises(ValueError, match=r"rows must have shape \(m, 3\); got \(2, 4\)"):
         RowSpan(3).add_rows(np.ones((2, 4)))
+
+
+@pytest.mark.parametrize(("n", "s", "m"), [(7, 1, 2), (8, 2, 2), (9, 1, 3)])
+def test_comm_efficient_necessary_counts_hold_on_every_received_set(n, s, m):
+    """Exhaustive: a set with fewer than m members of some group never decodes (the claim
+    the tracker relies on, checked against is_decodable)."""
+    code = make_code("comm-efficient", n=n, s=s, seed=1, m=m)
+    needs = code.necessary_counts()
+    assert sorted(c for clients, _ in needs for c in clients) == sorted(
+        c for c in range(n) if code.B[c].any())
+    for size in range(n + 1):
+        for subset in itertools.combinations(range(n), size):
+            got = set(subset)
+            if any(len(got & set(clients)) < count for clients, count in needs):
+                assert not code.is_decodable(subset), subset
+
+
+def test_comm_efficient_tracker_solves_only_once_every_group_has_m_replies():
+    n, s, m = 40, 2, 3
+    code = make_code("comm-efficient", n=n, s=s, seed=0, m=m)
+    calls = []
+    solve = code.is_decodable
+    code.is_decodable = lambda received: calls.append(len(received)) or solve(received)
+    tracker = code.tracker()
+    order = np.random.default_rng(2).permutation(n).tolist()
+    groups = [set(clients) for clients, _ in code.necessary_counts()]
+    first = next(t for t in range(1, n + 1)  # numpy-free count: every group has m replies
+                 if all(len(g & set(order[:t])) >= m for g in groups))
+    for t, w in enumerate(order):
+        assert tracker.add(w) == solve(order[: t + 1])
+    assert calls and min(calls) == first
+    assert len(calls) == n - first + 1
+    assert make_code("crc", n=6, s=1).necessary_counts() == []
