@@ -287,3 +287,47 @@ def test_a_partition_delta_is_formed_in_float64_not_in_the_apps_dtype():
     expected = np.array([float(np.float32(1.0)) - float(np.float32(1e-8)), 2.5])
     np.testing.assert_array_equal(delta, expected)
     assert delta[0] != 1.0
+
+
+# ------------------------------------------------------------------------------ record choice
+def test_an_app_reply_with_two_unnamed_metric_records_is_an_error_naming_them():
+    def two_metrics(msg: Message, context: Context) -> Message:
+        theta = msg.content["arrays"]["w"].numpy()
+        return Message(RecordDict({"arrays": ArrayRecord({"w": Array(theta)}),
+                                   "m1": MetricRecord({"num-examples": 4}),
+                                   "m2": MetricRecord({"num-examples": 4})}), reply_to=msg)
+
+    reply = make_gradient_coding_mod()(train_message(train_instruction()), node_context(),
+                                       two_metrics)
+    assert reply.has_error() and reply.error.code == MOD_ERROR_CODE
+    assert reply.error.reason.startswith(
+        "ValueError: the app's reply has 2 MetricRecords and none named 'metrics'")
+
+
+def _with_array_records(records: dict[str, dict[str, np.ndarray]]) -> Message:
+    """A train message whose content holds ``records`` as ArrayRecords (and the instruction)."""
+    msg = train_message(train_instruction())
+    for name in list(msg.content.array_records):
+        del msg.content[name]
+    for name, arrays in records.items():
+        msg.content[name] = ArrayRecord({k: Array(v) for k, v in arrays.items()})
+    return msg
+
+
+def test_a_model_in_two_unnamed_array_records_is_an_error_naming_them():
+    msg = _with_array_records({"a": {"w": np.zeros(DIM)}, "b": {"w": np.zeros(DIM)}})
+    reply = make_gradient_coding_mod()(msg, node_context(), _app())
+    assert reply.has_error() and reply.error.code == MOD_ERROR_CODE
+    assert reply.error.reason.startswith(
+        "ValueError: the app's reply has 2 ArrayRecords and none named 'arrays'")
+
+
+def test_the_model_is_the_array_record_named_arrays_when_there_are_several():
+    """theta = 1 in "arrays" (an "extra" record beside it): partition 1's delta is 1 + 1 = 2
+    per entry, n = 4, coefficient 1: the reply is 8 per entry, over "arrays"' names only."""
+    msg = _with_array_records({"arrays": {"w": np.ones(DIM)}, "extra": {"v": np.zeros(3)}})
+    reply = make_gradient_coding_mod()(msg, node_context(), _app())
+    assert not reply.has_error(), reply.error.reason
+    coded = reply.content[protocol.PROTOCOL_KEY]
+    assert list(coded.keys()) == ["w"]
+    np.testing.assert_array_equal(coded["w"].numpy(), np.full(DIM, 8.0))
