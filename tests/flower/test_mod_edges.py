@@ -331,3 +331,102 @@ def test_the_model_is_the_array_record_named_arrays_when_there_are_several():
     coded = reply.content[protocol.PROTOCOL_KEY]
     assert list(coded.keys()) == ["w"]
     np.testing.assert_array_equal(coded["w"].numpy(), np.full(DIM, 8.0))
+
+
+# ------------------------------------------------------------------------------ replay guard
+def test_a_node_with_a_dp_state_file_and_no_keys_refuses_an_answered_round(tmp_path):
+    """The state file alone guards the node: a second mod (a restarted process) reading the
+    same file refuses the (nonce, round) the first one answered."""
+    cfg = {"partition-id": 0, "num-partitions": 3, "dp-state-file": str(tmp_path / "s.jsonl")}
+    first = make_gradient_coding_mod()(train_message(train_instruction()), node_context(cfg),
+                                       _app())
+    assert not first.has_error(), first.error.reason
+    again = make_gradient_coding_mod()(train_message(train_instruction()), node_context(cfg),
+                                       _app())
+    assert again.has_error() and again.error.code == MOD_ERROR_CODE
+    assert "round=1 with nonce='n' was already answered by this node" in again.error.reason
+    assert f"recorded in dp-state-file {cfg['dp-state-file']}" in again.error.reason
+
+
+def test_the_in_memory_replay_warning_points_at_the_mods_caller(tmp_path, monkeypatch):
+    """stacklevel=3: the warning is attributed to the code that called the mod (here this
+    file), where the node is set up, not to the mod's own lines."""
+    monkeypatch.setattr(mod_module, "_warned_memory_replay", False)
+    cfg = {"partition-id": 0, "num-partitions": 3, "dp-key-file": _key_file(tmp_path)}
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        reply = make_gradient_coding_mod()(train_message(train_instruction()),
+                                           node_context(cfg), _app())
+    assert not reply.has_error(), reply.error.reason
+    replay = [w for w in seen if "'dp-state-file'" in str(w.message)]
+    assert len(replay) == 1 and replay[0].filename == __file__
+
+
+# ------------------------------------------------------------------------------ central DP
+def test_central_dp_sends_the_sum_of_clipped_partition_deltas():
+    """dp="central": the client clips each partition's delta to C (the server adds the noise):
+    deltas (j + 1) * ones(6) of norm (j + 1) sqrt(6), clipped to C = 0.5, n_j = 4."""
+    clip = 0.5
+    inst = train_instruction(partition_ids=(1, 2), num_partitions=(3, 3),
+                             coefficients=(1.0, -0.5), dp="central", clip_norm=clip)
+    reply = make_gradient_coding_mod()(train_message(inst), node_context(), _app())
+    assert not reply.has_error(), reply.error.reason
+    expected = np.zeros(DIM)
+    for pid, coef in ((1, 1.0), (2, -0.5)):
+        delta = np.full(DIM, pid + 1.0)
+        expected += coef * 4 * delta * clip / np.linalg.norm(delta)
+    got = reply.content[protocol.PROTOCOL_KEY]["w"].numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
+
+
+# ------------------------------------------------------------------------------ latency
+def test_wallclock_timing_sleeps_the_instructed_delay_before_replying(monkeypatch):
+    slept: list = []
+    monkeypatch.setattr(time, "sleep", slept.append)
+    inst = train_instruction(timing="wallclock", delay_s=0.25)
+    reply = make_gradient_coding_mod()(train_message(inst), node_context(), _app())
+    assert not reply.has_error(), reply.error.reason
+    assert slept == [0.25]
+
+
+def test_a_latency_outlasting_the_round_sleeps_until_the_deadline_then_stops(monkeypatch):
+    """Created 0.5 s ago with stop-after-s = 1: the deadline is ~0.5 s away, the 10 s latency
+    outlasts it, so the mod sleeps at most the 0.5 s left and replies stopped."""
+    slept: list = []
+    monkeypatch.setattr(time, "sleep", slept.append)
+    msg = train_message(train_instruction(timing="wallclock", delay_s=10.0, stop_after_s=1.0))
+    msg.metadata.created_at = time.time() - 0.5
+    reply = make_gradient_coding_mod()(msg, node_context(), _app())
+    assert reply.has_error() and reply.error.code == MOD_STOPPED_CODE
+    assert reply.error.reason == (
+        "stopped after 1 of 1 partitions, before replying: the round's deadline "
+        "(stop-after-s=1 s) passed during the simulated latency")
+    assert len(slept) == 1 and 0.0 <= slept[0] <= 0.5
+
+
+# ------------------------------------------------------------------------------ comm-efficient
+@pytest.mark.parametrize(("wire", "dtype"), [("model", np.float32), ("float64", np.float64)])
+def test_a_chunk_travels_in_the_models_float32_under_the_model_wire(wire, dtype):
+    """Partition 1 of a zero float32 model: coded = 4 * 2 = 8 per entry, count 4;
+    [8]*6 + [4] padded to 2 x 4 = [[8, 8, 8, 8], [8, 8, 4, 0]]; Gamma column (1, 2) gives
+    [24, 24, 16, 8]."""
+    inst = train_instruction(chunk_coefficients=(1.0, 2.0), wire=wire)
+    msg = train_message(inst, {"w": np.zeros(DIM, dtype=np.float32)})
+    reply = make_gradient_coding_mod()(msg, node_context(), _app())
+    assert not reply.has_error(), reply.error.reason
+    chunk = reply.content[protocol.PROTOCOL_KEY][protocol.CHUNK_KEY].numpy()
+    assert chunk.dtype == dtype
+    np.testing.assert_array_equal(chunk, [24.0, 24.0, 16.0, 8.0])
+
+
+def test_the_reply_sums_the_coded_count_over_every_partition():
+    """Partitions 1 and 2 (deltas 2 and 3 per entry, n = 4 each), coefficients (1, 0.5):
+    coded = 1 * 4 * 2 + 0.5 * 4 * 3 = 14 per entry, count 1 * 4 + 0.5 * 4 = 6."""
+    inst = train_instruction(partition_ids=(1, 2), num_partitions=(3, 3),
+                             coefficients=(1.0, 0.5))
+    reply = make_gradient_coding_mod()(train_message(inst), node_context(), _app())
+    assert not reply.has_error(), reply.error.reason
+    meta = reply.content[protocol.PROTOCOL_KEY + "-meta"]
+    assert meta["num-examples"] == 6.0 and meta["partition-sizes"] == [4.0, 4.0]
+    np.testing.assert_array_equal(reply.content[protocol.PROTOCOL_KEY]["w"].numpy(),
+                                  np.full(DIM, 14.0))
