@@ -103,11 +103,11 @@ def test_a_keyed_node_seeds_the_app_from_the_hmac_of_the_bound_nonce(tmp_path):
     key_file = _key_file(tmp_path)
     params = {"dp": "none", "clip-norm": "1.0", "noise-multiplier": "0.0",
               "dp-noise": "identical"}
+    defaults = protocol.Instruction(op="train")
+    assert (defaults.clip_norm, defaults.noise_multiplier) == (1.0, 0.0)  # as in params
     draws = {}
     for nonce in ("a", "b"):
         inst = train_instruction(nonce=nonce, round=3, partition_ids=(2,), num_partitions=(3,))
-        defaults = protocol.Instruction(op="train")
-        assert (defaults.clip_norm, defaults.noise_multiplier) == (1.0, 0.0)  # params above
         seen: list = []
         reply = make_gradient_coding_mod()(
             train_message(inst), node_context({"partition-id": 0, "num-partitions": 3,
@@ -390,18 +390,19 @@ def test_wallclock_timing_sleeps_the_instructed_delay_before_replying(monkeypatc
 
 
 def test_a_latency_outlasting_the_round_sleeps_until_the_deadline_then_stops(monkeypatch):
-    """Created 0.5 s ago with stop-after-s = 1: the deadline is ~0.5 s away, the 10 s latency
-    outlasts it, so the mod sleeps at most the 0.5 s left and replies stopped."""
+    """Created 5 s ago with stop-after-s = 10: the deadline is ~5 s away (a margin for a
+    loaded machine), the 100 s latency outlasts it, so the mod sleeps at most the 5 s left
+    (not the latency) and replies stopped."""
     slept: list = []
     monkeypatch.setattr(time, "sleep", slept.append)
-    msg = train_message(train_instruction(timing="wallclock", delay_s=10.0, stop_after_s=1.0))
-    msg.metadata.created_at = time.time() - 0.5
+    msg = train_message(train_instruction(timing="wallclock", delay_s=100.0, stop_after_s=10.0))
+    msg.metadata.created_at = time.time() - 5.0
     reply = make_gradient_coding_mod()(msg, node_context(), _app())
     assert reply.has_error() and reply.error.code == MOD_STOPPED_CODE
     assert reply.error.reason == (
         "stopped after 1 of 1 partitions, before replying: the round's deadline "
-        "(stop-after-s=1 s) passed during the simulated latency")
-    assert len(slept) == 1 and 0.0 <= slept[0] <= 0.5
+        "(stop-after-s=10 s) passed during the simulated latency")
+    assert len(slept) == 1 and 0.0 <= slept[0] <= 5.0
 
 
 # ------------------------------------------------------------------------------ comm-efficient
