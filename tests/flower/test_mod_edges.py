@@ -431,3 +431,21 @@ def test_the_reply_sums_the_coded_count_over_every_partition():
     assert meta["num-examples"] == 6.0 and meta["partition-sizes"] == [4.0, 4.0]
     np.testing.assert_array_equal(reply.content[protocol.PROTOCOL_KEY]["w"].numpy(),
                                   np.full(DIM, 14.0))
+
+
+def test_the_reply_charges_the_compute_time_of_every_partition():
+    """Cached results (their measured times 1.5 s and 2.25 s): the replica is charged their
+    sum, 3.75 s, and the app is not called."""
+    cache: dict = {"round": ("n", 1),
+                   (1, 3): PartitionResult({"w": np.full(DIM, 2.0)}, 4.0, {}, 1.5),
+                   (2, 3): PartitionResult({"w": np.full(DIM, 3.0)}, 4.0, {}, 2.25)}
+    calls: list = []
+    inst = train_instruction(partition_ids=(1, 2), num_partitions=(3, 3),
+                             coefficients=(1.0, 0.5))
+    reply = make_gradient_coding_mod(cache=cache)(train_message(inst), node_context(),
+                                                  _app(calls))
+    assert not reply.has_error(), reply.error.reason
+    assert calls == []
+    assert reply.content[protocol.PROTOCOL_KEY + "-meta"]["compute-s"] == 3.75
+    np.testing.assert_array_equal(reply.content[protocol.PROTOCOL_KEY]["w"].numpy(),
+                                  np.full(DIM, 14.0))
