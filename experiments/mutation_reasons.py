@@ -622,4 +622,17 @@ REASONS: dict[str, str] = {
     "fl_gradcode.flower.deadline.xǁDeadlineFedAvgǁstart__mutmut_29":
         "equivalent: _evaluating is only read as `if not self._evaluating` (aggregate_train), "
         "where None and False are the same",
+    # mod
+    "fl_gradcode.flower.mod.x_accumulate_delta__mutmut_7":
+        "equivalent: numpy's reshape takes any negative size as the one unknown dimension "
+        "(new.reshape(-2) == new.reshape(-1), numpy 2.4)",
+    "fl_gradcode.flower.mod.x__coded_reply__mutmut_74":
+        "equivalent: strict only guards lengths equal by then: the instruction comes from "
+        "parse_instruction, which refuses partition-ids and coefficients of different lengths "
+        "(dataclasses.replace changes only the nonce)",
+    "fl_gradcode.flower.mod.x__claim_round__mutmut_11":
+        "equivalent: the result only decides whether a failed computation releases its claim; "
+        "an unguarded node (no keys, no dp-state-file) never claimed, so release discards an "
+        "absent in-memory pair and has no file to touch (differs only if the same node_id's "
+        "keys appear and vanish between calls of one process, via FL_GRADCODE_DP_KEY_FILE)",
 }
