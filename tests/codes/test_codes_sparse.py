@@ -227,3 +227,18 @@ def test_row_span_distance_and_rank_match_numpy():
     span.add(np.zeros(k))
     span.add(np.full(k, np.nan))
     assert span.rank == before
+
+
+# ======== found by mutation testing ==============================================================
+@pytest.mark.mutation_found("codes")
+@pytest.mark.parametrize(("name", "n", "s"), [("frc", 6, 1), ("crc", 7, 2), ("grouped-rs", 8, 2)])
+def test_sparse_decoding_is_computed_once_per_received_set(name, n, s):
+    """The sparse decoding of a set is cached: asking again (in any order) returns the same
+    object, and it still satisfies ``a @ B = 1`` (numpy) with no weight outside ``F``."""
+    code = make_code(name, n=n, s=s, seed=1)
+    received = list(range(s, n))
+    first = code.sparse_decoding(received)
+    assert code.sparse_decoding(received[::-1]) is first
+    a = np.asarray(first.coefficients, dtype=np.float64)
+    np.testing.assert_allclose(a @ code.B, np.ones(code.k), atol=1e-9)
+    assert not np.any(a[:s])
