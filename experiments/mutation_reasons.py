@@ -622,4 +622,13 @@ REASONS: dict[str, str] = {
     "fl_gradcode.flower.deadline.xǁDeadlineFedAvgǁstart__mutmut_29":
         "equivalent: _evaluating is only read as `if not self._evaluating` (aggregate_train), "
         "where None and False are the same",
+    # grid
+    "fl_gradcode.flower.grid.xǁEarlyReturnGridǁexpire__mutmut_15":
+        "equivalent: expire only gives up ids whose _expires entry exists (get(mid, now + 1.0) "
+        "<= now), so pop(mid) never meets a missing key and its default is never used",
+    "fl_gradcode.flower.grid.xǁEarlyReturnGridǁexpire__mutmut_13":
+        "not killed, no behaviour changes: the given-up id's _expires entry is left behind, "
+        "but _expires is only read for ids in abandoned (expire iterates abandoned, "
+        "_drop_if_late pops abandoned ids, _abandon overwrites): one stale float per given-up "
+        "message (memory), visible only through the private dict",
 }
