@@ -643,4 +643,13 @@ REASONS: dict[str, str] = {
        "equivalent: LAPACK band storage puts A(i, j) in row kl+ku+i-j whatever LDAB is (the "
        "wrappers take ldab = ab.shape[0]); dgbtrf/dgbtrs need LDAB >= 2kl+ku+1 and never touch "
        "the rows past it, so spare zero rows at the bottom change nothing" for m in ("62", "63")},
+    # grid
+    "fl_gradcode.flower.grid.xǁEarlyReturnGridǁexpire__mutmut_15":
+        "equivalent: expire only gives up ids whose _expires entry exists (get(mid, now + 1.0) "
+        "<= now), so pop(mid) never meets a missing key and its default is never used",
+    "fl_gradcode.flower.grid.xǁEarlyReturnGridǁexpire__mutmut_13":
+        "not killed, no behaviour changes: the given-up id's _expires entry is left behind, "
+        "but _expires is only read for ids in abandoned (expire iterates abandoned, "
+        "_drop_if_late pops abandoned ids, _abandon overwrites): one stale float per given-up "
+        "message (memory), visible only through the private dict",
 }
