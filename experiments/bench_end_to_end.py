@@ -18,10 +18,14 @@ the machine's load (``loadavg`` is recorded beside each block):
   compute_fedavg) - 1`` (``compute`` = the handler's time summed over clients / actors);
   goal <= 0.10.
 * ``stragglers``: the same federation, coded against wait-for-all FedAvg (the wrapper with the
-  identity code, ``code='uncoded' s=0``, no deadline), a Pareto latency model in **virtual
-  time** (``measured_compute=False``, ``compute_cost_s`` per partition of average size): the
-  accuracy after each round and the virtual time to the target accuracy. Both runs decode the
-  same exact average every round, so their accuracy curves coincide and the times differ.
+  identity code, ``code='uncoded' s=0``, no deadline) and against what Flower users do today,
+  Flower's FedAvg dropping the replies later than a round deadline (``DeadlineFedAvg``, deadline
+  ``_common.rival_deadline``: 3 times the 75th percentile of an uncoded client's time), a
+  Pareto latency model in **virtual time** (``measured_compute=False``, ``compute_cost_s`` per
+  partition of average size), the same draws for all three: the accuracy after each round and
+  the virtual time to the target accuracy. Coded and wait-for-all decode the same exact average
+  every round, so their accuracy curves coincide and the times differ; the rival averages
+  whatever arrived in time.
 * ``scale``: 1,000 SuperNodes, ``FedAvg(fraction_train=0.1)`` (100-node cohorts) alone and
   wrapped, the small MLP of ``perf_app`` (4.8k parameters: the messaging is measured), wall
   time per round and the peak RSS of the whole process tree (this process, Ray's processes and
@@ -54,7 +58,7 @@ for _path in (ROOT, HERE):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
-from _common import quiet_flower, save  # noqa: E402
+from _common import quiet_flower, rival_deadline, save  # noqa: E402
 
 PARTS = ("no_stragglers", "stragglers", "scale")
 
@@ -203,6 +207,16 @@ def _wrap(inner: Any, **kw: Any) -> Any:
     return GradientCoding(inner, **kw)
 
 
+def _rival(n: int, deadline: float, latency: Any, compute_cost_s: float) -> Any:
+    """What Flower users do today: Flower's FedAvg averaging the replies in by a round
+    deadline in virtual time (``DeadlineFedAvg``), on the coded runs' latency draws."""
+    from fl_gradcode.flower.deadline import DeadlineFedAvg
+
+    return DeadlineFedAvg(deadline=deadline, latency=latency, seed=0, measured_compute=False,
+                          compute_cost_s=compute_cost_s, fraction_evaluate=0.0,
+                          min_available_nodes=n, min_train_nodes=n)
+
+
 def _fedavg(n: int, fraction: float = 1.0) -> Any:
     from flwr.serverapp.strategy import FedAvg
 
@@ -275,11 +289,15 @@ def part_stragglers(grid: Any, plan: dict, log: Path | None) -> dict:
     latency = Pareto(scale=1.0, shape=1.5)
     common = {"timing": "virtual", "latency": latency, "measured_compute": False,
               "compute_cost_s": plan["compute_cost_s"], "seed": 0}
+    deadline = rival_deadline({"latency": "pareto", "latency-scale": 1.0,
+                               "latency-shape": 1.5}, 0, plan["compute_cost_s"])
     runs = {}
     for name, kw in (("coded", {"code": plan["code"], "s": s}),
                      ("wait_for_all", {"code": "uncoded", "s": 0,
-                                       "straggler_timeout": 1e6})):
-        strategy = _wrap(_fedavg(n), **kw, **common)
+                                       "straggler_timeout": 1e6}),
+                     ("drop_stragglers", None)):
+        strategy = (_wrap(_fedavg(n), **kw, **common) if kw is not None
+                    else _rival(n, deadline, latency, plan["compute_cost_s"]))
         t0 = time.time()
         rows, final = run_block(strategy, grid, init, rounds, config, True, hidden, log)
         # the round log's virtual_s is the clock at the round's end (elapsed since the start)
@@ -289,7 +307,8 @@ def part_stragglers(grid: Any, plan: dict, log: Path | None) -> dict:
             row.update({"virtual_round_s": v - before, "virtual_elapsed_s": v,
                         "decode": h.get("decode")})
         runs[name] = {"rows": rows, "wall_s": time.time() - t0, "final": _flat(final),
-                      "wire": strategy.wire_for(strategy.code_for(n))}
+                      "wire": (strategy.wire_for(strategy.code_for(n)) if kw is not None
+                               else "model")}
     target = plan["target"]
 
     def time_to(name: str) -> float | None:
@@ -303,16 +322,22 @@ def part_stragglers(grid: Any, plan: dict, log: Path | None) -> dict:
     for run in runs.values():
         del run["final"]
     t_coded, t_wait = time_to("coded"), time_to("wait_for_all")
+    t_drop = time_to("drop_stragglers")
     return {
         "n": n, "s": s, "code": plan["code"], "params": perf_app.num_params(hidden),
         "clock": "virtual", "latency": "pareto(scale=1.0, shape=1.5)",
         "compute_cost_s": plan["compute_cost_s"], "rounds": rounds, "target": target,
-        "time_to_target_s": {"coded": t_coded, "wait_for_all": t_wait},
+        "time_to_target_s": {"coded": t_coded, "wait_for_all": t_wait,
+                             "drop_stragglers": t_drop},
         "speedup_vs_wait_for_all": (t_wait / t_coded) if t_coded and t_wait else None,
+        "speedup_vs_drop_stragglers": (t_drop / t_coded) if t_coded and t_drop else None,
+        "drop_stragglers_deadline_s": deadline,
+        "final_accuracy": {name: run["rows"][-1]["accuracy"] for name, run in runs.items()},
         "rel_diff_coded_vs_wait_for_all": diff, "runs": runs,
-        "note": "both runs decode the exact example-weighted average every round; their "
-                "models differ by the rounding of the replies in their wire dtype, which "
-                "training amplifies over the rounds",
+        "note": "coded and wait-for-all decode the exact example-weighted average every "
+                "round; their models differ by the rounding of the replies in their wire "
+                "dtype, which training amplifies over the rounds; drop_stragglers averages the "
+                "replies in by its deadline (decode 'all' or 'partial' per round)",
     }
 
 
@@ -374,13 +399,14 @@ def run_part(part: str, plan: dict, engine: str) -> dict:
     import perf_app
 
     nodes = plan["nodes"] if part == "scale" else plan["n"]
+    client_app = perf_app.timed_app if part == "stragglers" else perf_app.coded_app
     log = Path(tempfile.mkdtemp(prefix="flgc-perf-")) / "app.jsonl"
     os.environ[perf_app.LOG_ENV] = str(log)
     out: dict = {}
     if engine == "inprocess":
         from fl_gradcode.flower.testing import InProcessGrid
 
-        grid = InProcessGrid(perf_app.coded_app, nodes)
+        grid = InProcessGrid(client_app, nodes)
         out.update(RUNNERS[part](TimedGrid(grid), plan, log))
         return out
     from flwr.app import Context
@@ -396,7 +422,7 @@ def run_part(part: str, plan: dict, engine: str) -> dict:
     # Ray's workers import perf_app (the pickled ClientApp refers to it) and this fl_gradcode
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [str(ROOT), str(HERE), *filter(None, [os.environ.get("PYTHONPATH")])])
-    run_simulation(app, perf_app.coded_app, num_supernodes=nodes,
+    run_simulation(app, client_app, num_supernodes=nodes,
                    backend_config={"client_resources": {"num_cpus": 1},
                                    "init_args": {"num_cpus": plan["actors"],
                                                  "log_to_driver": False}})

@@ -622,4 +622,34 @@ REASONS: dict[str, str] = {
     "fl_gradcode.flower.deadline.xǁDeadlineFedAvgǁstart__mutmut_29":
         "equivalent: _evaluating is only read as `if not self._evaluating` (aggregate_train), "
         "where None and False are the same",
+    # mod
+    "fl_gradcode.flower.mod.x_accumulate_delta__mutmut_7":
+        "equivalent: numpy's reshape takes any negative size as the one unknown dimension "
+        "(new.reshape(-2) == new.reshape(-1), numpy 2.4)",
+    "fl_gradcode.flower.mod.x__coded_reply__mutmut_74":
+        "equivalent: strict only guards lengths equal by then: the instruction comes from "
+        "parse_instruction, which refuses partition-ids and coefficients of different lengths "
+        "(dataclasses.replace changes only the nonce)",
+    "fl_gradcode.flower.mod.x__claim_round__mutmut_11":
+        "equivalent: the result only decides whether a failed computation releases its claim; "
+        "an unguarded node (no keys, no dp-state-file) never claimed, so release discards an "
+        "absent in-memory pair and has no file to touch (differs only if the same node_id's "
+        "keys appear and vanish between calls of one process, via FL_GRADCODE_DP_KEY_FILE)",
+    # codes
+    "fl_gradcode.codes.cyclic_solver.x_cyclic_decoding_vector__mutmut_107":
+        "equivalent: solve_triangular only tests check_finite for truth (_asarray_validated: "
+        "asarray_chkfinite if check_finite else asarray), and None is falsy like False",
+    **{"fl_gradcode.codes.cyclic_solver.xǁCyclicLeastSquaresǁ__init____mutmut_" + m:
+       "equivalent: LAPACK band storage puts A(i, j) in row kl+ku+i-j whatever LDAB is (the "
+       "wrappers take ldab = ab.shape[0]); dgbtrf/dgbtrs need LDAB >= 2kl+ku+1 and never touch "
+       "the rows past it, so spare zero rows at the bottom change nothing" for m in ("62", "63")},
+    # grid
+    "fl_gradcode.flower.grid.xǁEarlyReturnGridǁexpire__mutmut_15":
+        "equivalent: expire only gives up ids whose _expires entry exists (get(mid, now + 1.0) "
+        "<= now), so pop(mid) never meets a missing key and its default is never used",
+    "fl_gradcode.flower.grid.xǁEarlyReturnGridǁexpire__mutmut_13":
+        "not killed, no behaviour changes: the given-up id's _expires entry is left behind, "
+        "but _expires is only read for ids in abandoned (expire iterates abandoned, "
+        "_drop_if_late pops abandoned ids, _abandon overwrites): one stale float per given-up "
+        "message (memory), visible only through the private dict",
 }

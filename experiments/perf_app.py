@@ -153,14 +153,20 @@ def train(msg: Message, context: Context) -> Message:
     return reply
 
 
-def make_app(coded: bool) -> ClientApp:
-    """The ClientApp, with ``gradient_coding_mod`` (``coded``) or without it."""
+def make_app(coded: bool, timed: bool = False) -> ClientApp:
+    """The ClientApp, with ``gradient_coding_mod`` (``coded``) or without it; ``timed``:
+    ``train_timing_mod`` first (what the drop-stragglers rival, ``DeadlineFedAvg``, reads),
+    as in the main job's ClientApp."""
     from fl_gradcode.flower import gradient_coding_mod
+    from fl_gradcode.flower.deadline import train_timing_mod
 
-    app = ClientApp(mods=[gradient_coding_mod] if coded else [])
+    mods = ([train_timing_mod] if timed else []) + ([gradient_coding_mod] if coded else [])
+    app = ClientApp(mods=mods)
     app.train()(train)
     return app
 
 
 coded_app = make_app(True)
 plain_app = make_app(False)
+#: the stragglers part's app: coded runs and the drop-stragglers rival in one federation
+timed_app = make_app(True, timed=True)

@@ -60,12 +60,19 @@ def perf_end_to_end() -> str:
           num(ns["fedavg_compute_s"]), f"{ns['overhead_beyond_compute']:+.0%}",
           f"{ns['max_rel_diff_vs_fedavg']:.0e}", _median_load(ns["blocks"])]])
     times = st["time_to_target_s"]
-    speed = st["speedup_vs_wait_for_all"]
+
+    def ratio(x: float | None) -> str:
+        return "-" if x is None else f"{x:.2f}×"
+
     tail = table(
         ["n", "s", "latency", "target", "coded (virtual s)", "wait-for-all (virtual s)",
-         "speed-up"],
+         "drop-stragglers (virtual s)", "speed-up vs wait-for-all", "vs drop-stragglers",
+         "final accuracy (coded / drop-stragglers)"],
         [[st["n"], st["s"], st["latency"], f"{st['target']:.0%}", num(times["coded"], ".1f"),
-          num(times["wait_for_all"], ".1f"), "-" if speed is None else f"{speed:.2f}×"]])
+          num(times["wait_for_all"], ".1f"), num(times["drop_stragglers"], ".1f"),
+          ratio(st["speedup_vs_wait_for_all"]), ratio(st["speedup_vs_drop_stragglers"]),
+          f"{st['final_accuracy']['coded']:.3f} / "
+          f"{st['final_accuracy']['drop_stragglers']:.3f}"]])
     return (f"`{ns['command']}`, Flower's simulation engine ({d['engine']}); without "
             f"stragglers (wall clock, medians over {ns['reps']} interleaved blocks of "
             f"{ns['rounds_per_block']} rounds, first round of each block excluded):\n\n"

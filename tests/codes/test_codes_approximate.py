@@ -174,3 +174,16 @@ def test_approximate_decoding_is_weighted_least_squares_not_plain_least_squares(
     assert dec.error == pytest.approx(err_ref, rel=1e-9)
     np.testing.assert_allclose(dec.alpha, a_ref @ BF, atol=1e-12)
     assert code.decoding_error(got) == pytest.approx(err_ref, rel=1e-9)
+
+
+@pytest.mark.mutation_found("codes")
+@pytest.mark.parametrize(("n", "d"), [(6, 3), (8, 2), (6, 1), (4, 4)])
+def test_frc_expected_error_is_the_mean_over_every_straggler_set(n, d):
+    """Brute force: over all ``C(n, r)`` straggler sets, the fraction of the ``n/d`` groups whose
+    ``d`` members all straggle, times ``d/n`` per lost group; 0 with fewer stragglers than ``d``."""
+    for r in range(n + 1):
+        lost = [sum(set(range(g * d, g * d + d)) <= set(st) for g in range(n // d))
+                for st in itertools.combinations(range(n), r)]
+        expected = d * float(np.mean(lost)) / n
+        assert frc_expected_error(n, d, r) == pytest.approx(expected, abs=1e-15)
+    assert frc_expected_error(n, d, d - 1) == 0.0

@@ -90,3 +90,50 @@ def test_comm_efficient_condition_number_is_that_of_the_received_generator_colum
     for received in ([0, 3], [1, 2, 5], list(range(6))):
         assert code.condition_number(received) == np.linalg.cond(gamma[:, received])
     assert code.condition_number([4]) == float("inf")
+
+
+@pytest.mark.mutation_found("codes")
+def test_chunk_coefficients_are_the_generator_column_of_the_clients_position():
+    """Two groups of five (n=10, s=3, m=2): client ``i`` at position ``t`` of group ``g`` has
+    ``Gamma_g[:, t]``, and its reply is that combination of its group sum's two chunks."""
+    code = make_code("comm-efficient", 10, 3, m=2, seed=4)
+    assert len(code.gammas) == 2
+    rng = np.random.default_rng(0)
+    updates = {j: rng.standard_normal(6) for j in range(code.k)}
+    for i in range(10):
+        g, t = divmod(i, 5)
+        np.testing.assert_array_equal(code.chunk_coefficients(i), code.gammas[g][:, t])
+        group_sum = sum(updates[j] for j in range(g * 5, g * 5 + 5))
+        np.testing.assert_allclose(code.encode(i, updates),
+                                   code.gammas[g][:, t] @ group_sum.reshape(2, 3), atol=1e-12)
+    with pytest.raises(ValueError, match=r"10"):
+        code.chunk_coefficients(10)
+
+
+@pytest.mark.mutation_found("codes")
+def test_approximate_decoding_vector_is_the_least_squares_decoder_of_each_group():
+    """Columns aligned with the order of ``received``: per group, numpy's least-squares solution
+    ``D`` of ``Gamma[:, T]^T D^T = I`` (exact for a group with m replies, a projection for one
+    with fewer, zero for none)."""
+    code = make_code("comm-efficient", 10, 2, m=3, seed=1)  # two groups of five, m=3
+    assert [g.shape for g in code.gammas] == [(3, 5), (3, 5)]
+    received = [7, 0, 3, 2, 8]  # group 0: {0, 2, 3} (m of them), group 1: {7, 8} (< m)
+    D = code.approximate_decoding_vector(received)
+    assert D.shape == (3, 5)
+    for g, members in ((0, [0, 3, 2]), (1, [7, 8])):
+        cols = [received.index(c) for c in members]
+        gamma_t = code.gammas[g][:, [c - 5 * g for c in members]]  # m x |T|
+        expected = np.linalg.lstsq(gamma_t, np.eye(3), rcond=None)[0].T  # m x |T|
+        np.testing.assert_allclose(D[:, cols], expected, atol=1e-10)
+    np.testing.assert_allclose(D[:, [1, 2, 3]] @ code.gammas[0][:, [0, 3, 2]].T, np.eye(3),
+                               atol=1e-10)
+    assert code.approximate_decoding_vector([]).shape == (3, 0)
+
+
+@pytest.mark.mutation_found("codes")
+def test_decode_of_too_few_replies_names_the_count_and_the_way_out():
+    code = make_code("comm-efficient", 6, 2, m=2)
+    replies = {i: np.ones(3) for i in (0,)}
+    with pytest.raises(NotDecodableError, match=r"^replies from 1 clients leave a group with "
+                       r"fewer than m=2 replies; pass approximate=True to accept a partial sum$"):
+        code.decode(replies)

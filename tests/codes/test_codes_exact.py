@@ -8,9 +8,11 @@ import numpy as np
 import pytest
 
 from fl_gradcode.codes import (
+    CyclicRepetitionCode,
     GroupedReedSolomonCode,
     NotDecodableError,
     make_code,
+    sampled_amplification,
     straggler_patterns,
 )
 from fl_gradcode.codes.repetition import frc_matrix
@@ -246,3 +248,46 @@ def test_frc_groups_are_consecutive_clients_sharing_consecutive_partitions():
         )
         np.testing.assert_array_equal(frc_matrix(n, s), expected)
         np.testing.assert_array_equal(make_code("frc", n=n, s=s).B, expected)
+
+
+def _amplification_of(B: np.ndarray, received: list[int]) -> float:
+    """``sum_i |a_i| ||B_i||_1 / k`` for numpy's minimum-norm ``a`` with ``a @ B_F = 1``."""
+    a = np.linalg.lstsq(B[received].T, np.ones(B.shape[1]), rcond=None)[0]
+    return float(np.abs(a) @ np.abs(B[received]).sum(axis=1)) / B.shape[1]
+
+
+@pytest.mark.mutation_found("codes")
+@pytest.mark.parametrize(("name", "n", "s", "bounded"),
+                         [("frc", 6, 1, True), ("uncoded", 5, 0, True), ("crc", 6, 2, False)])
+def test_sampled_amplification_weighs_each_reply_by_its_own_row(name, n, s, bounded):
+    """``max_F sum_i |a_i| ||B_i||_1 / k`` over the sampled sets: 1 for FRC and uncoded (0/1
+    decoding), and for CRC between its value on all clients and the maximum over every set of
+    ``n - s`` (numpy least squares, each reply weighted by its OWN row's l1 norm)."""
+    code = make_code(name, n=n, s=s, seed=2)
+    value = sampled_amplification(code, seed=0)
+    if bounded:
+        assert value == pytest.approx(1.0, abs=1e-12)
+        return
+    B = np.asarray(code.B)
+    low = _amplification_of(B, list(range(n)))
+    high = max(_amplification_of(B, [i for i in range(n) if i not in st])
+               for st in itertools.combinations(range(n), s))
+    assert low - 1e-9 <= value <= max(low, high) + 1e-9
+    assert high > 1.0
+
+
+@pytest.mark.mutation_found("codes")
+def test_crc_with_several_draws_keeps_the_best_screened_matrix():
+    """n=7, s=2: C(7, 2) = 21 <= 64 straggler sets, so screening covers all of them: the kept
+    ``B`` has worst condition number (numpy, over every set of n - s rows) equal to
+    ``screened_condition``, and no larger than a single draw's."""
+    n, s = 7, 2
+    code = CyclicRepetitionCode(n, s, seed=5, draws=4)
+    single = CyclicRepetitionCode(n, s, seed=5, draws=1)
+
+    def worst(B):
+        return max(np.linalg.cond(B[[i for i in range(n) if i not in st]])
+                   for st in itertools.combinations(range(n), s))
+
+    assert code.screened_condition == pytest.approx(worst(np.asarray(code.B)), rel=1e-9)
+    assert code.screened_condition <= worst(np.asarray(single.B)) * (1 + 1e-9)

@@ -10,8 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fl_gradcode.codes import GradientCode, make_code
+from fl_gradcode.codes import GradientCode, cyclic_solver, make_code
 from fl_gradcode.codes.base import EXACT_TOL
+from fl_gradcode.codes.cyclic_solver import CyclicLeastSquares, _refine, cyclic_supports
 
 CASES = [(6, 1), (12, 3), (12, 5), (30, 2), (48, 11), (64, 16), (100, 25), (150, 40), (200, 10)]
 
@@ -162,3 +163,40 @@ def test_frc_closed_form_matches_dense_lstsq_including_uncovered_groups(n, s, no
         alpha = ref @ code.B[received]
         expected_error = np.sum((w * (alpha - 1.0)) ** 2) / np.sum(w**2)
         assert dec.error == pytest.approx(expected_error, abs=1e-15)
+
+
+# ======== found by mutation testing ==============================================================
+@pytest.mark.mutation_found("codes")
+@pytest.mark.parametrize("steps", [0, 1, 3])
+def test_refinement_adds_the_solved_residual_while_it_shrinks(steps):
+    """``A = diag(d)`` and a solver that returns half the exact correction: each pass halves the
+    residual, so ``steps`` passes from ``a = 0`` give ``(1 - 2^-steps) b / d``; a solver that
+    makes the residual grow is not applied, and a zero residual is not solved at all."""
+    d = np.array([1.0, 2.0, 4.0])
+    b = np.array([3.0, -1.0, 2.0])
+    calls = []
+
+    def half(res):
+        calls.append(res)
+        return 0.5 * res / d
+
+    out = _refine(half, lambda a: d * a, b, np.zeros(3), steps)
+    np.testing.assert_allclose(out, (1 - 0.5**steps) * b / d, rtol=1e-15)
+    worse = _refine(lambda res: -res / d, lambda a: d * a, b, np.zeros(3), 3)
+    np.testing.assert_array_equal(worse, np.zeros(3))
+    calls.clear()
+    exact = b / d
+    np.testing.assert_array_equal(_refine(half, lambda a: d * a, b, exact, 3), exact)
+    assert calls == []
+
+
+@pytest.mark.mutation_found("codes")
+def test_a_failing_banded_solve_raises_with_lapacks_info(monkeypatch):
+    """``gbtrs`` only fails on invalid arguments; its ``info`` must reach the error."""
+    code = make_code("crc", n=8, s=2, seed=0)
+    cols, vals = cyclic_supports(np.asarray(code.B), 2)
+    ls = CyclicLeastSquares(cols, vals, np.ones(8), np.arange(2, 8))
+    np.testing.assert_allclose(ls.apply(ls.solve_once(np.ones(8))), np.ones(8), atol=1e-12)
+    monkeypatch.setattr(cyclic_solver.lapack, "dgbtrs", lambda *a, **k: (a[3], -7))
+    with pytest.raises(np.linalg.LinAlgError, match=r"^gbtrs info=-7$"):
+        ls.solve_once(np.ones(8))

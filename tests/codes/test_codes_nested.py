@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 
 import numpy as np
 import pytest
@@ -181,3 +182,47 @@ def test_nested_placement_lists_a_code_for_every_tolerance_up_to_s_max():
     codes = placement.codes()
     assert sorted(codes) == [0, 1, 2, 3]
     assert [codes[s].s for s in range(4)] == [0, 1, 2, 3]
+
+
+@pytest.mark.mutation_found("codes")
+def test_a_block_code_exactly_at_the_amplification_budget_is_stable():
+    """Budget 1: every super-block group falls back to threshold 1 (all members hold the
+    group, amplification ``rs_amplification(m, 1) = 1`` = the budget): stable, so the hybrid
+    placement is stable at every ``s`` (the band code, amplification > 1 for ``s >= 1``, is not)."""
+    placement = NestedPlacement(12, 4, max_amplification=1.0)
+    assert placement.stable_values == (0, 1, 2, 3, 4)
+    for s in range(5):
+        code = placement.code(s)
+        assert code.amplification == 1.0
+        assert all(g.threshold == 1 for g in code.groups)
+    assert rs_amplification(5, 1) == 1.0 < rs_amplification(5, 2)
+
+
+@pytest.mark.mutation_found("codes")
+@pytest.mark.parametrize("s", [True, False, 1.0, "1"])
+def test_a_tolerance_that_is_not_an_integer_is_refused(s):
+    placement = NestedPlacement(12, 3)
+    with pytest.raises(ValueError, match=rf"^s={re.escape(repr(s))} must be an integer$"):
+        placement.code(s)
+    with pytest.raises(ValueError, match=rf"^s={re.escape(repr(s))} must be an integer$"):
+        placement.code_excluding(s, [0])
+
+
+@pytest.mark.mutation_found("codes")
+def test_code_excluding_gives_block_groups_of_active_clients_inside_the_placement():
+    """n=12, s_max=3: super-blocks {0..3}, {4..7}, {8..11}; excluding client 5 at s=1 leaves 3
+    active clients there (one group of 3 holding all four partitions). Every group is a block
+    group; the excluded row is zero; any n - s rows decode the sum (numpy lstsq)."""
+    placement = NestedPlacement(12, 3)
+    assert placement.superblocks == [(0, 1, 2, 3), (4, 5, 6, 7), (8, 9, 10, 11)]
+    code = placement.code_excluding(1, [5])
+    assert {g.kind for g in code.groups} == {"block"}
+    assert sorted(tuple(g.clients) for g in code.groups) == [
+        (0, 1), (2, 3), (4, 6, 7), (8, 9), (10, 11)]
+    assert [g.partitions for g in code.groups if 4 in g.clients] == [(4, 5, 6, 7)]
+    assert not np.any(code.B[5])
+    assert not np.any((code.B != 0) & ~placement.holding_matrix)
+    for stragglers in itertools.combinations(range(12), 1):
+        rows = [i for i in range(12) if i not in stragglers]
+        a = np.linalg.lstsq(code.B[rows].T, np.ones(12), rcond=None)[0]
+        np.testing.assert_allclose(a @ code.B[rows], np.ones(12), atol=1e-9)

@@ -381,3 +381,18 @@ def test_comm_efficient_tracker_solves_only_once_every_group_has_m_replies():
     assert calls and min(calls) == first
     assert len(calls) == n - first + 1
     assert make_code("crc", n=6, s=1).necessary_counts() == []
+
+
+# ======== found by mutation testing ==============================================================
+@pytest.mark.mutation_found("codes")
+@pytest.mark.parametrize(("name", "n", "s"), [("frc", 6, 1), ("crc", 7, 2), ("grouped-rs", 8, 2)])
+def test_sparse_decoding_is_computed_once_per_received_set(name, n, s):
+    """The sparse decoding of a set is cached: asking again (in any order) returns the same
+    object, and it still satisfies ``a @ B = 1`` (numpy) with no weight outside ``F``."""
+    code = make_code(name, n=n, s=s, seed=1)
+    received = list(range(s, n))
+    first = code.sparse_decoding(received)
+    assert code.sparse_decoding(received[::-1]) is first
+    a = np.asarray(first.coefficients, dtype=np.float64)
+    np.testing.assert_allclose(a @ code.B, np.ones(code.k), atol=1e-9)
+    assert not np.any(a[:s])

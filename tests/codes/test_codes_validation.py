@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -110,3 +112,35 @@ def test_same_seed_same_code_and_different_seed_different_code():
         make_code("comm-efficient", n=12, s=2, seed=4).gammas[0],
     )
     assert not np.array_equal(make_code("crc", n=12, s=2, seed=1).B, make_code("crc", n=12, s=2).B)
+
+
+# ======== found by mutation testing ==============================================================
+@pytest.mark.mutation_found("codes")
+@pytest.mark.parametrize("shape", [(0, 3), (3, 0), (0, 0), (4,)])
+def test_an_empty_or_non_2d_matrix_is_refused_with_its_shape(shape):
+    """Zero clients is refused by the shape check itself, not later by the ``s`` range."""
+    with pytest.raises(ValueError, match=r"^B must be a non-empty 2-D array of shape \(n, k\); "
+                       rf"got {re.escape(str(shape))}$"):
+        GradientCode(np.zeros(shape), 0, is_exact=True)
+
+
+@pytest.mark.mutation_found("codes")
+@pytest.mark.parametrize("received", ["012", b"01", 3, None])
+def test_a_received_set_that_is_not_an_iterable_of_indices_is_named(received):
+    code = make_code("frc", n=4, s=1)
+    with pytest.raises(ValueError, match=rf"^received={re.escape(repr(received))} must be an "
+                       r"iterable of client indices$"):
+        code.decoding_error(received)
+
+
+@pytest.mark.mutation_found("codes")
+@pytest.mark.parametrize("scale", [1.0, 1e-200, 1e-312, 1e-315])
+def test_condition_number_of_a_rank_one_block_is_one_at_every_scale(scale):
+    """``B_F`` of rank one (every client holds both partitions, equal entries) has exactly one
+    nonzero singular value (numpy's rank), so its condition number restricted to the nonzero
+    singular values is 1, also when the entries are subnormal and the cut underflows to 0."""
+    B = np.full((3, 2), scale)
+    assert np.linalg.matrix_rank(np.ones((3, 2))) == 1
+    code = GradientCode(B, 1, is_exact=False)
+    assert code.condition_number([0, 1, 2]) == 1.0
+    assert code.condition_number([2, 0]) == 1.0

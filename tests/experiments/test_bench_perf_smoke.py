@@ -46,7 +46,15 @@ def _check_end_to_end(saved: dict) -> None:
     assert ns["decodes"] == ["exact"]
     assert ns["max_rel_diff_vs_fedavg"] <= 1e-5  # the coded model is FedAvg's
     st = saved["stragglers"]
-    assert st["clock"] == "virtual" and set(st["time_to_target_s"]) == {"coded", "wait_for_all"}
+    assert st["clock"] == "virtual" and set(st["time_to_target_s"]) == {
+        "coded", "wait_for_all", "drop_stragglers"}
+    # the rival (Flower's FedAvg with a round deadline) ran on the same rounds and clock
+    rival = st["runs"]["drop_stragglers"]["rows"]
+    assert len(rival) == len(st["runs"]["coded"]["rows"]) and all(
+        r["decode"] in ("all", "partial", "skipped") and r["virtual_round_s"] > 0
+        for r in rival)
+    assert 0 < st["drop_stragglers_deadline_s"] and set(st["final_accuracy"]) == set(
+        st["time_to_target_s"])
     assert st["rel_diff_coded_vs_wait_for_all"] <= 1e-5
     coded, wait = st["runs"]["coded"]["rows"], st["runs"]["wait_for_all"]["rows"]
     assert [r["accuracy"] for r in coded] == pytest.approx([r["accuracy"] for r in wait])

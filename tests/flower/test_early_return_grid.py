@@ -1,0 +1,223 @@
+"""EarlyReturnGrid's abandoned messages: how long each is waited for, and giving it up.
+
+Driven over a silent fake grid (every message accepted, no reply ever) with the grid module's
+clock replaced: a round owner whose deadline is 0 s ends the round at once, so every message
+is abandoned at monotonic time ``T0``. By definition an abandoned message is given up at
+``T0 + bound`` (inclusive), where ``bound`` is ``abandon_ttl``, else the owner's
+``round_timeout``, never beyond the message's TTL left (``ttl - max(now - created_at, 0)``),
+else 3600 s, never negative. The expected instants below are computed by hand from that.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from logging import WARNING
+from types import SimpleNamespace
+
+import pytest
+from flwr.app import Message, RecordDict
+
+import fl_gradcode.flower.grid as grid_module
+from fl_gradcode.flower import protocol
+from fl_gradcode.flower.grid import EarlyReturnGrid
+from fl_gradcode.flower.protocol import Instruction
+from fl_gradcode.flower.testing import set_task_identity
+
+pytestmark = pytest.mark.mutation_found("grid")
+
+T0 = 1000.0  # monotonic time of the round (when its messages are abandoned)
+WALL = 50_000.0  # wall-clock time of the round (created_at is compared with it)
+GIVEN_UP = re.compile(r"^node (\d+) never answered message (\S+): given up, the node is free "
+                      r"again$")
+
+
+class _Clock:
+    """Stands in for the grid module's ``time``; ``advance`` moves both clocks."""
+
+    def __init__(self) -> None:
+        self.mono = T0
+        self.wall = WALL
+
+    def monotonic(self) -> float:
+        return self.mono
+
+    def time(self) -> float:
+        return self.wall
+
+    def sleep(self, seconds: float) -> None:
+        self.advance(seconds)
+
+    def at(self, seconds_after_round: float) -> None:
+        self.advance(T0 + seconds_after_round - self.mono)
+
+    def advance(self, seconds: float) -> None:
+        self.mono += seconds
+        self.wall += seconds
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    set_task_identity()
+    fake = _Clock()
+    monkeypatch.setattr(grid_module, "time", SimpleNamespace(
+        monotonic=fake.monotonic, time=fake.time, sleep=fake.sleep))
+    return fake
+
+
+class _SilentGrid:
+    """Accepts every message under the ids given; never answers."""
+
+    def __init__(self, ids: list[str]) -> None:
+        self.ids = list(ids)
+
+    def push_messages(self, messages):
+        return [self.ids.pop(0) for _ in messages]
+
+    def pull_messages(self, ids):
+        return []
+
+
+class _Owner:
+    """A round owner whose round ends at once (deadline 0 s)."""
+
+    def deadline_s(self, timeout):
+        return 0.0
+
+    def first_reply_deadline_s(self):
+        return None
+
+    def on_reply(self, reply):
+        raise AssertionError("no reply was sent")
+
+    def ready(self):
+        return False
+
+    def on_late_reply(self, reply):
+        raise AssertionError("no reply was sent")
+
+    def on_unsent(self, messages):
+        raise AssertionError("every message is accepted")
+
+
+class _TimedOwner(_Owner):
+    def __init__(self, round_timeout: float) -> None:
+        self.round_timeout = round_timeout
+
+
+def _message(node: int, ttl: float | None, age: float = 0.0) -> Message:
+    """A coded train message to ``node`` with TTL ``ttl``, created ``age`` s before the round."""
+    msg = protocol.instruction_message(RecordDict(), Instruction(op=protocol.OP_TRAIN), node, "1")
+    msg.metadata.ttl = ttl
+    msg.metadata.created_at = WALL - age
+    return msg
+
+
+def _abandon(owner, messages: list[Message], ids: list[str],
+             abandon_ttl: float | None = None) -> EarlyReturnGrid:
+    grid = EarlyReturnGrid(_SilentGrid(ids), owner, abandon_ttl=abandon_ttl)
+    assert grid.send_and_receive(messages) == []
+    nodes = [m.metadata.dst_node_id for m in messages]
+    assert grid.abandoned == dict(zip(ids, nodes, strict=True))
+    return grid
+
+
+def _free_at(clock: _Clock, grid: EarlyReturnGrid, node: int, bound: float) -> None:
+    """``node`` is busy a quarter second before ``T0 + bound`` and free at that instant."""
+    clock.at(bound - 0.25)
+    assert grid.expire() == [] and grid.busy_nodes() == {node}
+    clock.at(bound)
+    assert grid.expire() == [node]
+    assert grid.busy_nodes() == set() and grid.abandoned == {} and grid.expired == 1
+
+
+@pytest.mark.parametrize("bad", [0, 0.0, -1.0, -1e-9, math.nan])
+def test_abandon_ttl_must_be_positive_and_the_error_names_it(bad):
+    expected = (f"abandon_ttl={bad!r} must be > 0 seconds (or None: the strategy's "
+                "round_timeout)")
+    with pytest.raises(ValueError, match="^" + re.escape(expected) + "$"):
+        EarlyReturnGrid(_SilentGrid([]), _Owner(), abandon_ttl=bad)
+
+
+@pytest.mark.parametrize("ttl", [1e-9, 0.5, 1.0, 2.5])
+def test_any_positive_abandon_ttl_is_accepted_below_one_second_too(ttl):
+    assert EarlyReturnGrid(_SilentGrid([]), _Owner(), abandon_ttl=ttl).abandon_ttl == ttl
+
+
+def test_a_new_grid_has_given_up_nothing(clock):
+    grid = EarlyReturnGrid(_SilentGrid([]), _Owner())
+    assert grid.expired == 0 and isinstance(grid.expired, int)
+    assert grid.expire() == [] and grid.busy_nodes() == set() and grid.expired == 0
+
+
+def test_abandon_ttl_bounds_the_wait_before_round_timeout_and_a_long_message_ttl(clock):
+    grid = _abandon(_TimedOwner(100.0), [_message(4, ttl=3600.0)], ["a"], abandon_ttl=5.0)
+    _free_at(clock, grid, 4, 5.0)
+
+
+def test_a_sub_second_abandon_ttl_is_used_as_given(clock):
+    grid = _abandon(_Owner(), [_message(4, ttl=3600.0)], ["a"], abandon_ttl=0.5)
+    _free_at(clock, grid, 4, 0.5)
+
+
+def test_without_abandon_ttl_the_strategys_round_timeout_bounds_the_wait(clock):
+    grid = _abandon(_TimedOwner(7.0), [_message(2, ttl=3600.0)], ["a"])
+    _free_at(clock, grid, 2, 7.0)
+
+
+def test_the_message_ttl_left_caps_a_longer_abandon_ttl(clock):
+    """TTL 10 s, created 4 s before the round: 6 s left < abandon_ttl 100 s."""
+    grid = _abandon(_TimedOwner(200.0), [_message(6, ttl=10.0, age=4.0)], ["a"],
+                    abandon_ttl=100.0)
+    _free_at(clock, grid, 6, 6.0)
+
+
+def test_the_message_ttl_left_caps_a_longer_round_timeout(clock):
+    grid = _abandon(_TimedOwner(30.0), [_message(6, ttl=10.0, age=1.5)], ["a"])
+    _free_at(clock, grid, 6, 8.5)
+
+
+def test_with_no_other_bound_the_message_ttl_left_is_the_wait(clock):
+    """Created at the round's own instant: nothing of its 10 s TTL is used up yet."""
+    grid = _abandon(_Owner(), [_message(1, ttl=10.0)], ["a"])
+    _free_at(clock, grid, 1, 10.0)
+
+
+def test_a_message_created_in_the_future_has_its_whole_ttl_left(clock):
+    """A clock skew (created_at after now) does not lengthen the TTL: elapsed counts as 0."""
+    grid = _abandon(_Owner(), [_message(1, ttl=10.0, age=-3.0)], ["a"])
+    _free_at(clock, grid, 1, 10.0)
+
+
+def test_a_message_whose_ttl_is_used_up_is_given_up_at_once(clock):
+    """TTL 10 s, created 30 s ago: -20 s left, the bound is 0 s (never negative)."""
+    grid = _abandon(_TimedOwner(7.0), [_message(3, ttl=10.0, age=30.0)], ["a"])
+    assert grid.expire() == [3] and grid.busy_nodes() == set() and grid.expired == 1
+
+
+def test_an_unreadable_message_ttl_and_no_other_bound_waits_an_hour(clock):
+    grid = _abandon(_Owner(), [_message(8, ttl=None)], ["a"])
+    _free_at(clock, grid, 8, 3600.0)
+
+
+def test_an_unreadable_message_ttl_leaves_the_abandon_ttl(clock):
+    grid = _abandon(_Owner(), [_message(8, ttl=None)], ["a"], abandon_ttl=12.0)
+    _free_at(clock, grid, 8, 12.0)
+
+
+def test_expire_frees_each_node_once_with_a_warning_naming_node_and_message(clock, flwr_log):
+    """Node 3's message (TTL 2 s) is given up at T0+2, node 5's (TTL 4 s) at T0+4."""
+    grid = _abandon(_Owner(), [_message(3, ttl=2.0), _message(5, ttl=4.0)], ["m-a", "m-b"])
+    clock.at(2.0)
+    assert grid.expire() == [3]
+    assert grid.expired == 1 and grid.abandoned == {"m-b": 5}
+    assert grid.expire() == [] and grid.expired == 1  # given up once
+    clock.at(4.0)
+    assert grid.busy_nodes() == set()  # busy_nodes gives up node 5's message itself
+    assert grid.expired == 2 and grid.abandoned == {}
+    warnings = [text for level, text in flwr_log if GIVEN_UP.match(text)]
+    assert warnings == [
+        "node 3 never answered message m-a: given up, the node is free again",
+        "node 5 never answered message m-b: given up, the node is free again",
+    ]
+    assert [level for level, text in flwr_log if text in warnings] == [WARNING, WARNING]
