@@ -286,11 +286,12 @@ def part_stragglers(grid: Any, plan: dict, log: Path | None) -> dict:
     n, s, hidden, rounds = (plan[k] for k in ("n", "s", "hidden", "straggler_rounds"))
     config = ConfigRecord({"hidden": hidden, "lr": 0.05})
     init = perf_app.initial_arrays(hidden, seed=0)
-    latency = Pareto(scale=1.0, shape=1.5)
+    scale, shape = 1.0, 1.5  # one latency model for the three runs and the rival's deadline
+    latency = Pareto(scale=scale, shape=shape)
     common = {"timing": "virtual", "latency": latency, "measured_compute": False,
               "compute_cost_s": plan["compute_cost_s"], "seed": 0}
-    deadline = rival_deadline({"latency": "pareto", "latency-scale": 1.0,
-                               "latency-shape": 1.5}, 0, plan["compute_cost_s"])
+    deadline = rival_deadline({"latency": "pareto", "latency-scale": scale,
+                               "latency-shape": shape}, 0, plan["compute_cost_s"])
     runs = {}
     for name, kw in (("coded", {"code": plan["code"], "s": s}),
                      ("wait_for_all", {"code": "uncoded", "s": 0,
@@ -325,7 +326,7 @@ def part_stragglers(grid: Any, plan: dict, log: Path | None) -> dict:
     t_drop = time_to("drop_stragglers")
     return {
         "n": n, "s": s, "code": plan["code"], "params": perf_app.num_params(hidden),
-        "clock": "virtual", "latency": "pareto(scale=1.0, shape=1.5)",
+        "clock": "virtual", "latency": f"pareto(scale={scale}, shape={shape})",
         "compute_cost_s": plan["compute_cost_s"], "rounds": rounds, "target": target,
         "time_to_target_s": {"coded": t_coded, "wait_for_all": t_wait,
                              "drop_stragglers": t_drop},

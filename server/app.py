@@ -143,8 +143,10 @@ def dp_config(cfg: dict[str, Any]) -> DPConfig:
     return DPConfig(**group_values(cfg, "dp"))
 
 
-def _resolved(path: Any) -> str:
-    return str(Path(str(path)).expanduser().resolve())
+def _path_or_none(path: Any) -> str | None:
+    """A path key's keyword: the absolute path, or ``None`` for ``""`` (the key's
+    ``none_when``)."""
+    return str(Path(str(path)).expanduser().resolve()) if path else None
 
 
 def strategy_keywords(
@@ -156,9 +158,8 @@ def strategy_keywords(
     below need more than that."""
     built = {
         "latency": lambda: run_latency(cfg),
-        "results_dir": lambda: _resolved(cfg["results-dir"]) if cfg["results-dir"] else None,
-        "latency_state": lambda: _resolved(cfg["latency-state"]) if cfg["latency-state"]
-        else None,
+        "results_dir": lambda: _path_or_none(cfg["results-dir"]),
+        "latency_state": lambda: _path_or_none(cfg["latency-state"]),
         "measured_compute": lambda: str(cfg["virtual-compute"]) == "measured",
         # 0: close a round only when every client replied
         "min_replies": lambda: None if int(cfg["min-replies"]) < 0

@@ -360,20 +360,6 @@ def test_withholding_rules(caplog):
     assert not verifying.withholds(state, checked, "exact")
 
 
-def test_a_round_without_redundancy_is_warned_once_under_verify(caplog):
-    import logging
-
-    verifying = ReplyCollector(VirtualClock(10.0), DeadlinePolicy(DeadlineOptions(), False),
-                               IntegrityOptions(verify=True), Quarantine(), ReplyFingerprints())
-    state = _state(make_code("frc", 4, 0), [10, 11, 12, 13])
-    state.reply_layout = {"w": (3,)}
-    with caplog.at_level(logging.WARNING, logger="flwr"):
-        assert verifying.probe_for(state, {}) is None
-        assert verifying.probe_for(state, {}) is None
-    assert sum("applied unverified" in r.getMessage() for r in caplog.records) == 1
-    assert _collector().probe_for(state, {}) is None  # not verifying: no probe, no warning
-
-
 def test_the_aggregators_status_follows_the_decoding_error():
     strategy = GradientCoding(FedAvg(), code="frc", s=1, max_decode_error=0.2)
     status = strategy.aggregator.status
@@ -484,12 +470,11 @@ def test_the_cross_check_measures_disagreement_against_the_replies_exact_sizes()
     assert verdict.disagreement == pytest.approx(0.1 / 2 / 100)
 
 
-@pytest.mark.mutation_found("pipeline")
-def test_a_reply_in_another_dtype_than_the_rounds_wire_is_rejected():
+def _round_expecting_w():
+    """An open FRC(4, 1) round on nodes 10, 7, 12, 13 whose replies carry one float64 array
+    ``w`` of shape (3,); worker 1 (node 7) was sent ``request``:
+    ``(collector, state, request)``."""
     from flwr.app import Message, MessageType, RecordDict
-
-    from fl_gradcode.flower import protocol
-    from tests.flower.messages import train_instruction
 
     collector = _collector()
     state = _state(make_code("frc", 4, 1), [10, 7, 12, 13])
@@ -498,6 +483,15 @@ def test_a_reply_in_another_dtype_than_the_rounds_wire_is_rejected():
     collector.state = state
     request = Message(RecordDict(), dst_node_id=7, message_type=MessageType.TRAIN)
     state.sent = {1: request}
+    return collector, state, request
+
+
+@pytest.mark.mutation_found("pipeline")
+def test_a_reply_in_another_dtype_than_the_rounds_wire_is_rejected():
+    from fl_gradcode.flower import protocol
+    from tests.flower.messages import train_instruction
+
+    collector, state, request = _round_expecting_w()
     inst = train_instruction(worker=1, round=1)
     for dtype in (np.float32, np.float64):
         reply = protocol.train_reply(request, inst, {"w": np.ones(3, dtype=dtype)}, 5.0,
@@ -777,19 +771,11 @@ def test_a_serial_blas_block_inside_another_leaves_the_libraries_alone(monkeypat
 
 @pytest.mark.mutation_found("pipeline")
 def test_an_accepted_reply_is_fingerprinted_for_its_round():
-    from flwr.app import Message, MessageType, RecordDict
-
     from fl_gradcode.flower import protocol
     from fl_gradcode.flower.compat import CompositionError
     from tests.flower.messages import train_instruction
 
-    collector = _collector()
-    state = _state(make_code("frc", 4, 1), [10, 7, 12, 13])
-    state.reply_layout = {"w": (3,)}
-    state.dtypes = {"w": np.dtype(np.float64)}
-    collector.state = state
-    request = Message(RecordDict(), dst_node_id=7, message_type=MessageType.TRAIN)
-    state.sent = {1: request}
+    collector, state, request = _round_expecting_w()
     reply = protocol.train_reply(request, train_instruction(worker=1, round=1),
                                  {"w": np.ones(3)}, 5.0, [2.0, 3.0], {}, 0.1)
     reply.metadata.group_id = "1"
@@ -839,6 +825,7 @@ def test_verify_warns_once_that_rounds_without_redundancy_are_applied_unverified
     assert _messages(caplog) == [
         "verify=True: round 1 uses s=0 (no redundancy): such rounds are applied unverified "
         "(verified=None in rounds.jsonl)"]
+    assert _collector().probe_for(state, {}) is None  # not verifying: no probe, no warning
 
 
 @pytest.mark.mutation_found("pipeline")

@@ -478,8 +478,10 @@ def test_a_non_finite_inner_model_is_named_with_its_round_in_the_log(caplog):
         "round 7: inner strategy produced a non-finite model; kept the previous one"]
 
 
-def _aggregate_with_a_nan_reply(sparse):
-    """FRC n=4, s=1, every reply in hand, reply 1 holding a NaN its decoding may not read."""
+def _decode_in_a_round(code, theta, valid, used, sparse):
+    """Round 1 of ``code`` on nodes 100, 101, ... holding the replies ``valid``, decoded over
+    ``used`` by a RoundAggregator with a fresh collector and quarantine:
+    ``(outcome, arrays, state)``."""
     from fl_gradcode.flower.aggregator import RoundAggregator
     from fl_gradcode.flower.clock import VirtualClock
     from fl_gradcode.flower.collector import ReplyCollector
@@ -489,23 +491,30 @@ def _aggregate_with_a_nan_reply(sparse):
     from fl_gradcode.flower.quarantine import Quarantine
     from fl_gradcode.flower.round_state import RoundState
 
-    code = make_code("frc", n=4, s=1)
-    theta, sizes, deltas, replies = _problem(code)
-    replies[1].arrays["w"][0, 0] = np.nan
-    cohort = [100, 101, 102, 103]
+    cohort = [100 + w for w in range(code.n)]
     state = RoundState(
         number=1, code=code, cohort=cohort, partitions=[], busy=[],
         sent={w: Message(RecordDict({}), dst_node_id=n, message_type="train")
               for w, n in enumerate(cohort)},
         layout={k: v.shape for k, v in theta.items()}, reply_layout={},
         dtypes={k: v.dtype for k, v in theta.items()}, theta=theta, array_key="arrays",
-        wall_start=0.0, valid=dict(replies))
+        wall_start=0.0, valid=valid)
     quarantine = Quarantine()
     collector = ReplyCollector(VirtualClock(10.0), DeadlinePolicy(DeadlineOptions(), False),
                                IntegrityOptions(), quarantine, ReplyFingerprints())
     aggregator = RoundAggregator(decoder=Decoder(FedAvg(), sparse=sparse), collector=collector,
                                  quarantine=quarantine, max_decode_error=0.5)
-    outcome, arrays, _ = aggregator.decode(state, [0, 1, 2, 3], None)
+    outcome, arrays, _ = aggregator.decode(state, used, None)
+    return outcome, arrays, state
+
+
+def _aggregate_with_a_nan_reply(sparse):
+    """FRC n=4, s=1, every reply in hand, reply 1 holding a NaN its decoding may not read."""
+    code = make_code("frc", n=4, s=1)
+    theta, sizes, deltas, replies = _problem(code)
+    replies[1].arrays["w"][0, 0] = np.nan
+    outcome, arrays, state = _decode_in_a_round(code, theta, dict(replies), [0, 1, 2, 3],
+                                                sparse)
     return outcome, arrays, state, _average(theta, sizes, deltas)
 
 
@@ -534,35 +543,14 @@ def test_a_crc_reply_whose_non_finite_value_spoils_the_sums_is_named_and_the_rou
     1: every reply after the first is added by the in-place BLAS kernel); reply 3 holds one
     non-finite value. The decoded block is not finite, so the replies are checked one by one:
     reply 3 is rejected with its array named, and the six others decode exactly."""
-    from fl_gradcode.flower.aggregator import RoundAggregator
-    from fl_gradcode.flower.clock import VirtualClock
-    from fl_gradcode.flower.collector import ReplyCollector
-    from fl_gradcode.flower.compat import ReplyFingerprints
-    from fl_gradcode.flower.deadline_policy import DeadlinePolicy
-    from fl_gradcode.flower.options import DeadlineOptions, IntegrityOptions
-    from fl_gradcode.flower.quarantine import Quarantine
-    from fl_gradcode.flower.round_state import RoundState
-
     code = make_code("crc", n=8, s=2, seed=0)
     theta, sizes, deltas, replies = _problem(code)
     used = [0, 1, 2, 3, 4, 5, 6]
     rows = code.chunk_decoder(code.decoding(used))[:, used]
     assert np.all(rows != 0.0) and np.all(rows != 1.0)  # the kernel's path, no 0/1 shortcut
     replies[3].arrays["w"].reshape(-1)[5] = bad
-    cohort = [100 + w for w in range(8)]
-    state = RoundState(
-        number=1, code=code, cohort=cohort, partitions=[], busy=[],
-        sent={w: Message(RecordDict({}), dst_node_id=n, message_type="train")
-              for w, n in enumerate(cohort)},
-        layout={k: v.shape for k, v in theta.items()}, reply_layout={},
-        dtypes={k: v.dtype for k, v in theta.items()}, theta=theta, array_key="arrays",
-        wall_start=0.0, valid={w: replies[w] for w in used})
-    quarantine = Quarantine()
-    collector = ReplyCollector(VirtualClock(10.0), DeadlinePolicy(DeadlineOptions(), False),
-                               IntegrityOptions(), quarantine, ReplyFingerprints())
-    aggregator = RoundAggregator(decoder=Decoder(FedAvg(), sparse=False), collector=collector,
-                                 quarantine=quarantine, max_decode_error=0.5)
-    outcome, arrays, _ = aggregator.decode(state, used, None)
+    outcome, arrays, state = _decode_in_a_round(code, theta, {w: replies[w] for w in used},
+                                                used, sparse=False)
     assert state.rejected == [(103, "array 'w' contains NaN or Inf")] and 3 not in state.valid
     assert outcome.decode == "exact" and outcome.used == [0, 1, 2, 4, 5, 6]
     expected = _average(theta, sizes, deltas)
