@@ -16,6 +16,7 @@ References:
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Iterable, Mapping
 from numbers import Integral
 from typing import Any
@@ -27,7 +28,7 @@ from scipy.sparse.csgraph import connected_components
 
 from .checks import as_int, check_n_s, check_vector, check_weights
 from .decoding import EXACT_TOL, Decoding, LRUCache, NotDecodableError, least_squares
-from .span import RowSpan
+from .tracker import DecodabilityTracker
 
 __all__ = ["DecodabilityTracker", "Decoding", "GradientCode", "NotDecodableError", "check_n_s"]
 
@@ -231,6 +232,13 @@ class GradientCode:
         """Index into :attr:`blocks` of client ``i``'s block (-1: it holds nothing)."""
         return int(self._block_of_client[self._check_client(i)])
 
+    def necessary_counts(self) -> list[tuple[tuple[int, ...], int]]:
+        """``(clients, count)`` pairs: a received set holding fewer than ``count`` of some
+        ``clients`` provably does not decode, so :class:`DecodabilityTracker` skips the solve.
+        None here (the tracker's own coverage and span tests apply to ``B``-combinations);
+        codes whose replies are not rows of ``B`` may say."""
+        return []
+
     def tracker(self) -> DecodabilityTracker:
         """A :class:`DecodabilityTracker` for replies arriving one at a time."""
         return DecodabilityTracker(self)
@@ -253,8 +261,9 @@ class GradientCode:
         recovers chunk ``u`` of the weighted sum (one row here: the decoding vector)."""
         return np.asarray(decoding.coefficients, dtype=np.float64).reshape(self.chunks, self.n)
 
-    def _block_exact(self, b: int, rows: frozenset[int]) -> bool:
-        """Whether block ``b``'s received ``rows`` recover its partitions' weighted sum."""
+    def block_decodes(self, b: int, rows: frozenset[int]) -> bool:
+        """Whether block ``b``'s received ``rows`` recover its partitions' weighted sum
+        (weighted least squares on the block, cached per ``rows``)."""
         parts = list(self._blocks[b][1])
         coeffs = self._solve_block(b, rows)
         if not coeffs.size:
@@ -420,6 +429,8 @@ class GradientCode:
     _least_squares = staticmethod(least_squares)
 
     def _check_client(self, i: Any) -> int:
+        if type(i) is int and 0 <= i < self.n:  # the usual case, without the ABC check
+            return i
         if isinstance(i, bool) or not isinstance(i, Integral):
             raise ValueError(f"client index {i!r} must be an integer in [0, {self.n})")
         i = int(i)
@@ -486,7 +497,12 @@ class GradientCode:
         else:
             w = self._weights[list(parts)]
             M = self._B[np.ix_(rows, parts)] * w  # scale columns by the weights
-            a = self._least_squares(M.T, w)
+            mm = float(M[0].dot(M[0])) if len(rows) == 1 else 0.0
+            if 0.0 < mm < math.inf:  # one column: the least-squares solution m.w / m.m in
+                # closed form (an FRC-shaped group's first reply: no LAPACK call per group)
+                a = np.array([float(M[0].dot(w)) / mm])
+            else:
+                a = self._least_squares(M.T, w)
         a.setflags(write=False)
         self._caches[b].put(got, a)
         return a
@@ -519,67 +535,3 @@ class GradientCode:
         a.setflags(write=False)
         alpha.setflags(write=False)
         return Decoding(received, a, exact, self._weighted_error(alpha), alpha)
-
-
-class DecodabilityTracker:
-    """Exact decodability of a growing set of replies, one block re-checked per new reply.
-
-    :meth:`GradientCode.is_decodable` solves the whole received set; a server that asks after
-    every reply would pay ``O(n)`` solves per reply. Exactness decomposes over the code's
-    independent blocks (the groups of FRC-like codes), so a new reply only re-solves its own
-    block (cached per block and received subset); the set decodes once every block does.
-    Codes with one block or without blockwise exactness ask the code's own (closed-form or
-    fast) test on the whole set, once the received rows can span the ones vector
-    (:class:`~fl_gradcode.codes.span.RowSpan`, updated per reply: a CRC round of ``n - s``
-    replies then solves once instead of ``n - s`` times).
-    """
-
-    def __init__(self, code: GradientCode) -> None:
-        self.code = code
-        self.received: set[int] = set()
-        self._blockwise = code.blockwise_exactness and len(code._blocks) > 1
-        # only where a decoding is one vector with a @ B[F] == 1 (Decoding.exact)
-        self._span = (RowSpan(code.k) if not self._blockwise and code.blockwise_exactness
-                      and code.chunks == 1 else None)
-        self._rows: list[set[int]] = [set() for _ in code._blocks]
-        self._pending = set(range(len(code._blocks)))
-        self._decodable = False
-
-    def add(self, worker: int) -> bool:
-        """Record ``worker``'s reply; return whether the replies so far decode exactly."""
-        worker = self.code._check_client(worker)
-        if worker in self.received:
-            return self._decodable
-        self.received.add(worker)
-        if not self._blockwise:
-            if self._span is not None:
-                self._span.add(self.code._B[worker])
-            self._decodable = (self._span is None or self._span.may_decode) and (
-                self.code.is_decodable(sorted(self.received)))
-            return self._decodable
-        if self.code._orphans.size:  # a partition nobody holds never decodes
-            return False
-        b = int(self.code._block_of_client[worker])
-        if b < 0:  # a client holding nothing changes nothing
-            return self._decodable
-        self._rows[b].add(worker)
-        if b in self._pending and self.code._block_exact(b, frozenset(self._rows[b])):
-            self._pending.discard(b)
-        self._decodable = not self._pending
-        return self._decodable
-
-    @property
-    def decodable(self) -> bool:
-        """Whether the replies recorded so far decode exactly."""
-        return self._decodable
-
-    @property
-    def pending_blocks(self) -> set[int]:
-        """Blocks that do not decode yet (every block when exactness is not blockwise and the
-        set does not decode; none once it does)."""
-        if self._decodable:
-            return set()
-        if not self._blockwise:
-            return set(range(len(self.code._blocks)))
-        return set(self._pending)
-

@@ -148,6 +148,11 @@ class CommunicationEfficientCode(GradientCode):
         return gamma[:, self._position[i]] @ padded.reshape(self.m, L)
 
     # ------------------------------------------------------------------ server side
+    def necessary_counts(self) -> list[tuple[tuple[int, ...], int]]:
+        """Every group needs ``m`` of its members: with ``|T| < m`` replies,
+        ``D_g Gamma_T^T`` has rank ``<= |T| < m`` and cannot be the ``m x m`` identity."""
+        return [(tuple(int(r) for r in rows), self.m) for rows in self._group_rows]
+
     def _group_decoder(self, g: int, got: frozenset[int]) -> tuple[list[int], np.ndarray]:
         rows = [int(r) for r in self._group_rows[g] if int(r) in got]
         cached = self._caches[g].get(frozenset(rows))

@@ -16,6 +16,8 @@ refuses a decodable set.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 __all__ = ["FAR", "RowSpan"]
@@ -44,14 +46,14 @@ class RowSpan:
     def add(self, row: np.ndarray) -> None:
         """Extend the span by ``row`` (length ``k``)."""
         v = np.asarray(row, dtype=np.float64)
-        scale = float(np.linalg.norm(v))
+        scale = _norm(v)
         if self.rank == self.k or not (scale > 0.0 and np.isfinite(scale)):
             return
         v, left = v / scale, 1.0  # left: the row's relative component outside the span
         q = self._basis[: self.rank]
         for _ in range(4):  # until a pass barely shortens it: orthogonal to working precision
             w = v - q.T @ (q @ v)
-            norm = float(np.linalg.norm(w))
+            norm = _norm(w)
             left *= norm
             if not left > ROUNDING:  # inside the span up to rounding
                 return
@@ -62,12 +64,40 @@ class RowSpan:
         self.rank += 1
         self._residual = self._residual - v * (v @ self._residual)  # v is orthogonal to the rest
 
+    def add_rows(self, rows: np.ndarray) -> None:
+        """Extend an empty span by several rows at once: one Householder QR of the rows
+        scaled to unit norm, instead of one Gram-Schmidt pass per row. Every column of the
+        ``Q`` factor is kept (their span holds every row exactly; for rank-deficient rows it
+        is larger than theirs, which only makes :attr:`may_decode` pass more often, never
+        refuse a decodable set). A non-empty span, a single row or more rows than ``k``
+        are added one at a time."""
+        v = np.asarray(rows, dtype=np.float64)
+        if v.ndim != 2 or v.shape[1] != self.k:
+            raise ValueError(f"rows must have shape (m, {self.k}); got {v.shape}")
+        norms = np.sqrt(np.einsum("ij,ij->i", v, v))
+        keep = (norms > 0.0) & np.isfinite(norms)
+        v = v[keep] / norms[keep, None]
+        if self.rank or not 1 < len(v) <= self.k:
+            for row in v:
+                self.add(row)
+            return
+        q = np.linalg.qr(v.T)[0]  # k x m, orthonormal columns spanning the rows
+        self.rank = q.shape[1]
+        self._basis[: self.rank] = q.T
+        self._residual = self._target - q @ (q.T @ self._target)
+
     @property
     def distance(self) -> float:
         """``||ones - P ones|| / ||ones||`` with ``P`` the projection on the span."""
-        return float(np.linalg.norm(self._residual)) / np.sqrt(self.k) if self.k else 0.0
+        return _norm(self._residual) / math.sqrt(self.k) if self.k else 0.0
 
     @property
     def may_decode(self) -> bool:
         """``False`` only when the rows provably cannot combine to the ones vector."""
         return bool(self.distance <= FAR)
+
+
+def _norm(v: np.ndarray) -> float:
+    """``float(np.linalg.norm(v))`` of a 1-D float64 vector, computed as numpy does it
+    (``sqrt(v . v)``) without its dispatch (a few microseconds, several times per row)."""
+    return math.sqrt(float(v.dot(v)))

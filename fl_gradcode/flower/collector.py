@@ -14,20 +14,17 @@ cross-check is :func:`~fl_gradcode.flower.integrity.verify_replies`.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from logging import INFO, WARNING
 from typing import Any
 
-import numpy as np
 from flwr.app import Message
 from flwr.common.logger import log
-from threadpoolctl import ThreadpoolController
 
 from ..codes import GradientCode
 from . import compat, protocol
+from .blas import serial_blas
 from .clock import Clock
 from .deadline_policy import DeadlinePolicy
 from .integrity import (
@@ -45,42 +42,6 @@ from .reports import check_reply_sizes, public_reason
 from .round_state import RoundState, is_chunked, payload_bytes
 
 __all__ = ["ReplyCollector", "serial_blas"]
-
-
-@functools.cache
-def _blas() -> list[Any]:
-    """The BLAS libraries loaded by then (numpy's, scipy's)."""
-    return list(ThreadpoolController().select(user_api="blas").lib_controllers)
-
-
-class _SerialBlas(AbstractContextManager):
-    """One BLAS thread inside the block; only libraries on more threads are changed, and
-    restored on exit (a few microseconds where threadpoolctl's ``limit`` takes 50: this is
-    entered once per reply)."""
-
-    def __enter__(self) -> _SerialBlas:
-        self._restore = []
-        for lib in _blas():
-            threads = lib.get_num_threads()
-            if threads != 1:
-                lib.set_num_threads(1)
-                self._restore.append((lib, threads))
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for lib, threads in reversed(self._restore):
-            lib.set_num_threads(threads)
-
-
-def serial_blas() -> AbstractContextManager:
-    """BLAS and LAPACK on one thread inside the block (restored after it).
-
-    The server's linear algebra is many small solves (a block's decodability, the sparse
-    decoding's QR, the cross-check's SVD, at most ``n x k``): with OpenBLAS's default threads
-    on cores other jobs keep busy, each call waits for its threads; a 100 x 100 SVD was
-    measured at 0.9 s instead of 1 ms. Single-threaded, they cost what their size says.
-    """
-    return _SerialBlas()
 
 
 class ReplyCollector:
@@ -192,7 +153,9 @@ class ReplyCollector:
         if state.probe is not None:
             z, size = state.probe.measure(parsed.arrays, parsed.num_examples, parsed.metrics)
             parsed.extra["z"], parsed.extra["size"] = z, size
-            if not (np.all(np.isfinite(z)) and (size is None or math.isfinite(size))):
+            # a handful of floats: plain Python, no numpy call per reply
+            if not (all(map(math.isfinite, z.tolist()))
+                    and (size is None or math.isfinite(size))):
                 raise RejectedReply("arrays contain NaN or Inf, or overflow float64")
         return parsed
 

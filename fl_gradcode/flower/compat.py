@@ -253,13 +253,21 @@ class ReplyFingerprints:
 
     @staticmethod
     def _take(reply: Message) -> tuple[Any, ...]:
+        """``(content, arrays, metrics)``: the content's identity, each array record's key,
+        identity, items and data identities, each metric record's key, identity and a copy.
+
+        Read from the content's own items filtered by type (what ``array_records`` and
+        ``metric_records`` hold, in the same order) without those properties, which build a
+        synced dict and write every record back into the content on each call."""
         content = reply.content
-        arrays = tuple(
-            (key, rec, tuple(rec.items()), tuple(arr.data for arr in rec.values()))
-            for key, rec in content.array_records.items()
-        )
-        metrics = tuple((key, rec, dict(rec)) for key, rec in content.metric_records.items())
-        return (content, arrays, metrics)
+        arrays, metrics = [], []
+        for key, rec in content.items():
+            if isinstance(rec, ArrayRecord):
+                arrays.append((key, rec, tuple(rec.items()),
+                               tuple(arr.data for arr in rec.values())))
+            elif isinstance(rec, MetricRecord):
+                metrics.append((key, rec, dict(rec)))
+        return (content, tuple(arrays), tuple(metrics))
 
     def record(self, server_round: int, reply: Message) -> None:
         """Remember ``reply`` as cached in ``server_round``."""

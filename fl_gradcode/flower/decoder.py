@@ -68,6 +68,7 @@ __all__ = [
 _BLOCK = 1 << 16  # elements per cache block of the decoder (512 KB of float64: in L2)
 #: ``wire="auto"`` sends replies in the model's dtype when rounding is amplified at most this
 AMPLIFICATION_LIMIT = 8.0
+_THREADED = 1 << 20  # values of a model from which the decoding is split between idle cores
 
 
 def combine(
@@ -136,6 +137,75 @@ def combine(
         if not np.isfinite(block).all():
             return None
     return acc
+
+
+def _chunk_major(rows: np.ndarray, views: Sequence[np.ndarray], dtype: np.dtype, *,
+                 scale: float, offsets: Sequence[np.ndarray], noise: np.ndarray | None,
+                 out: np.ndarray) -> bool:
+    """Decode replies that mix ``m`` chunks, reading each reply once: value ``q`` of chunk
+    ``u`` (position ``u L + q`` of the decoded vector, ``L`` a reply's length) is
+    ``sum_i rows[u, i] views[i][q]``; ``out[p] = scale * that + noise[p] + offset[p]`` for
+    every position below ``out.size`` (the count and padding beyond it are not written), the
+    offset being ``offsets`` (the model's flat arrays) laid end to end. ``False`` when a
+    value is not finite.
+
+    Block by block of reply positions: the ``m`` running sums of a block stay in cache while
+    each reply's block streams through once for all ``m`` rows (decoding chunk by chunk
+    reads every reply ``m`` times). The block ranges are split between idle cores."""
+    m, length = rows.shape[0], views[0].size
+    dim = out.size
+    bounds = list(itertools.accumulate((o.size for o in offsets), initial=0))
+    coefficients = [[dtype.type(c) for c in row] for row in rows]
+    factor = dtype.type(scale)
+    axpy = _axpy(dtype)
+
+    def run(start: int, stop: int) -> bool:
+        work = np.empty((m + 1, min(_BLOCK, stop - start)), dtype=dtype)
+        for a in range(start, stop, _BLOCK):
+            b = min(a + _BLOCK, stop)
+            sums = work[:m, : b - a]
+            sums.fill(0)
+            for i, view in enumerate(views):
+                x = view[a:b]
+                if x.dtype != dtype:  # e.g. float32 replies summed in float64: cast once
+                    x = work[m, : b - a]
+                    np.copyto(x, view[a:b])
+                for u in range(m):
+                    c = coefficients[u][i]
+                    if c == 0.0:
+                        continue
+                    if c == 1.0:
+                        sums[u] += x
+                    elif axpy is not None:
+                        axpy(x, sums[u], a=c)
+                    else:
+                        sums[u] += x * c
+            for u in range(m):
+                p0, p1 = u * length + a, min(u * length + b, dim)
+                if p1 <= p0:
+                    continue
+                block = sums[u, : p1 - p0]
+                if factor != 1.0:
+                    block *= factor
+                if noise is not None:
+                    block += noise[p0:p1]
+                j, p = bisect.bisect_right(bounds, p0) - 1, p0
+                while p < p1:  # the model arrays this range of positions spans
+                    e = min(bounds[j + 1], p1)
+                    block[p - p0 : e - p0] += offsets[j][p - bounds[j] : e - bounds[j]]
+                    p, j = e, j + 1
+                with np.errstate(over="ignore"):  # beyond ``out``'s range: inf, refused
+                    out[p0:p1] = block
+                if not np.isfinite(out[p0:p1]).all():
+                    return False
+        return True
+
+    threads = min(idle_cores(), -(-length // _BLOCK)) if dim >= _THREADED else 1
+    if threads <= 1:
+        return run(0, length)
+    step = -(-length // threads // _BLOCK) * _BLOCK
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        return all(pool.map(lambda a: run(a, min(a + step, length)), range(0, length, step)))
 
 
 @functools.cache
@@ -396,15 +466,29 @@ class Decoder:
             # copy into the message's bytes; Array(ndarray)'s np.save makes two, same bytes)
             return protocol.npy_array(cast(acc.reshape(np.shape(theta[name])), dtypes[name]))
 
-        # arrays are independent and numpy releases the GIL: one thread per idle core (the
-        # decoding is memory-bound: threads on busy cores only contend)
-        indices = range(len(layout.names))
-        threads = idle_cores() if len(layout.names) > 1 and layout.dim >= 1 << 20 else 1
-        if threads > 1:
-            with ThreadPoolExecutor(max_workers=min(len(indices), threads)) as pool:
-                results = list(pool.map(finish, indices))
+        model_dtypes = {np.dtype(dtypes[name]) for name in layout.names}
+        if layout.chunks > 1 and len(model_dtypes) == 1 and next(iter(model_dtypes)).kind == "f":
+            kinds = [messages[i][0].dtype for i in read]
+            if not code.decodes_in_reply_dtype:
+                kinds.append(np.dtype(np.float64))
+            flats = [np.asarray(theta[name]).reshape(-1) for name in layout.names]
+            out = np.empty(layout.dim, dtype=next(iter(model_dtypes)))
+            ok = _chunk_major(rows[:, read], [messages[i][0] for i in read],
+                              np.result_type(*kinds), scale=1.0 / count, offsets=flats,
+                              noise=noise, out=out)
+            results = [protocol.npy_array(out[a:b].reshape(np.shape(theta[name])))
+                       for name, a, b in zip(layout.names, offsets[:-1], offsets[1:], strict=True)
+                       ] if ok else [None]
         else:
-            results = [finish(i) for i in indices]
+            # arrays are independent and numpy releases the GIL: one thread per idle core
+            # (the decoding is memory-bound: threads on busy cores only contend)
+            indices = range(len(layout.names))
+            threads = idle_cores() if len(layout.names) > 1 and layout.dim >= _THREADED else 1
+            if threads > 1:
+                with ThreadPoolExecutor(max_workers=min(len(indices), threads)) as pool:
+                    results = list(pool.map(finish, indices))
+            else:
+                results = [finish(i) for i in indices]
         if any(r is None for r in results):
             log(WARNING, "round %d: decoded model not finite; round skipped", round_number)
             return None

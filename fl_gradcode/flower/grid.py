@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from contextlib import nullcontext
 from logging import WARNING
 from typing import Any, Protocol
 
@@ -23,8 +24,11 @@ from flwr.app import Message, MessageType
 from flwr.common.logger import log
 
 from . import protocol
+from .blas import serial_blas
 
 __all__ = ["EarlyReturnGrid"]
+
+_BACKOFF_STEPS = 3  # the shortest wait is poll_interval / 2**3
 
 
 class _RoundOwner(Protocol):
@@ -172,30 +176,53 @@ class EarlyReturnGrid:
         replies: list[Message] = []
         answered: set[str] = set()
         done = False
+        quiet = 0  # empty pulls in a row
         while pending:
             asked = [*pending, *self.abandoned]
             pulled = list(self._grid.pull_messages(asked))
             prioritize = getattr(self._strategy, "prioritize", None)
             if prioritize is not None and not done and len(pulled) > 1:
                 pulled = prioritize(pulled)  # the replies that complete a decodable set first
-            for reply in pulled:
-                rid = reply.metadata.reply_to_message_id
-                if rid in pending:
-                    del pending[rid]
-                    answered.add(rid)
-                    replies.append(reply)
-                    if not done:  # validated as it arrives; the rest after the round returns
+            with serial_blas() if pulled else nullcontext():  # once per batch: each reply's
+                # own block is then free
+                for reply in pulled:
+                    rid = reply.metadata.reply_to_message_id
+                    if rid in pending:
+                        del pending[rid]
+                        answered.add(rid)
+                        replies.append(reply)
+                        if not done:  # validated as it arrives; the rest after the return
+                            self._strategy.on_reply(reply)
+                            done = self._strategy.ready()
+                    elif rid in answered:  # a second reply to one message: rejected, counted
                         self._strategy.on_reply(reply)
-                        done = self._strategy.ready()
-                elif rid in answered:  # a second reply to one message: rejected, counted
-                    self._strategy.on_reply(reply)
-                else:
-                    self._drop_if_late(reply)
+                    else:
+                        self._drop_if_late(reply)
             if first_reply_s is not None and replies:  # deadline counts from the first reply
                 t_end = min(t_end, time.monotonic() + first_reply_s)
                 first_reply_s = None
-            if done or not pending or time.monotonic() >= t_end:
+            if done or not pending:
                 break
-            time.sleep(self.poll_interval)
+            left = t_end - time.monotonic()
+            if left <= 0:
+                break
+            quiet = 0 if pulled else quiet + 1
+            time.sleep(min(self._next_wait(asked, quiet), left))
         self._abandon(pending, sent)
         return replies
+
+    def _next_wait(self, asked: list[str], quiet: int) -> float:
+        """Seconds to sleep before the next pull, never more than ``poll_interval``.
+
+        A grid that knows when its next reply becomes pullable (``next_reply_in(ids)``,
+        e.g. :class:`~fl_gradcode.flower.testing.InProcessGrid`) is pulled right then.
+        Otherwise the wait backs off: ``poll_interval / 8`` after a pull that returned
+        replies (replies tend to arrive together), doubling with each empty pull in a row
+        (``quiet`` counts them) up to ``poll_interval``.
+        """
+        hint = getattr(self._grid, "next_reply_in", None)
+        if hint is not None:
+            wait = hint(asked)
+            if wait is not None:
+                return min(max(float(wait), 0.0), self.poll_interval)
+        return self.poll_interval * 2.0 ** (min(quiet, _BACKOFF_STEPS) - _BACKOFF_STEPS)

@@ -118,6 +118,9 @@ class Probe:
             take = min(size, per_array)
             self._index[name] = _sample_runs(rng, size, take)
             self._weights[name] = rng.standard_normal((self.q, take))
+        # the same weights side by side: one product per reply instead of one per array
+        self._stacked = (np.concatenate(list(self._weights.values()), axis=1)
+                         if self._weights else None)
 
     def __call__(self, arrays: Mapping[str, np.ndarray], count: float,
                  metrics: Mapping[str, float] | None = None) -> np.ndarray:
@@ -157,10 +160,14 @@ class Probe:
         return _finish(scale, ssq)
 
     def _sampled(self, arrays: Mapping[str, np.ndarray]) -> np.ndarray:
-        return sum(
-            self._weights[name] @ np.asarray(arrays[name]).reshape(-1)[idx].astype(np.float64)
-            for name, idx in self._index.items()
-        )
+        """Every array's sampled coordinates gathered into one float64 vector, then one
+        product with the stacked weights (a reply costs one small GEMV, not one per array)."""
+        if self._stacked is None:  # no arrays: nothing sampled
+            return 0
+        x = np.concatenate([np.asarray(arrays[name]).reshape(-1)[idx]
+                            for name, idx in self._index.items()],
+                           dtype=np.float64, casting="unsafe")  # as ``astype(np.float64)``
+        return self._stacked @ x
 
     def _dense(self, arrays: Mapping[str, np.ndarray]):
         """``(sum_k w_k . x, (scale, ssq))`` with ``w = (D - 127.5) / 256``, ``D`` bytes drawn

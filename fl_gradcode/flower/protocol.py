@@ -38,6 +38,7 @@ References:
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 import re
@@ -352,11 +353,21 @@ def _npy_header(data: bytes) -> tuple[tuple[int, ...], bool, np.dtype, int] | No
     if len(data) < 10 or data[:8] != b"\x93NUMPY\x01\x00":
         return None
     size = int.from_bytes(data[8:10], "little")
-    match = _HEADER.match(data[10 : 10 + size])
+    fields = _header_fields(bytes(data[10 : 10 + size]))
+    if fields is None:
+        return None
+    return (*fields, 10 + size)
+
+
+@functools.lru_cache(maxsize=1024)
+def _header_fields(header: bytes) -> tuple[tuple[int, ...], bool, np.dtype] | None:
+    """``(shape, fortran, dtype)`` of a header's dictionary, or ``None``; cached: every reply
+    of a round carries the same few headers."""
+    match = _HEADER.match(header)
     if match is None:
         return None
     shape = tuple(int(x) for x in match.group(3).split(b",") if x.strip())
-    return shape, match.group(2) == b"True", np.dtype(match.group(1).decode()), 10 + size
+    return shape, match.group(2) == b"True", np.dtype(match.group(1).decode())
 
 
 def array_view(arr: Array) -> np.ndarray:
@@ -386,7 +397,9 @@ def array_view(arr: Array) -> np.ndarray:
     if len(data) < offset + count * dtype.itemsize:
         raise RejectedReply(f"array bytes are truncated ({len(data)} bytes for {shape} {dtype})")
     flat = np.frombuffer(data, dtype=dtype, count=count, offset=offset)
-    return flat.reshape(shape, order="F" if fortran else "C")
+    if len(shape) == 1:  # already the array (no reshape: a microsecond per array of a reply)
+        return flat
+    return flat.reshape(shape, order="F") if fortran else flat.reshape(shape)
 
 
 def npy_array(values: np.ndarray, dtype: Any = None) -> Array:
@@ -505,6 +518,9 @@ def _number(meta: MetricRecord, key: str) -> float:
     return value
 
 
+_ANY = object()  # no wire dtype named for an array
+
+
 def _parse_train(
     reply: Message,
     worker: int,
@@ -529,15 +545,17 @@ def _parse_train(
     if list(record.keys()) != list(layout):
         raise RejectedReply(f"array keys {list(record.keys())} differ from the model's")
     arrays: dict[str, np.ndarray] = {}
-    for name, shape in layout.items():
-        arr = array_view(record[name])
-        if arr.dtype.kind != "f":
-            raise RejectedReply(f"array {name!r} has dtype {arr.dtype}, not a floating type")
-        if dtypes is not None and name in dtypes and arr.dtype != dtypes[name]:
-            raise RejectedReply(
-                f"array {name!r} has dtype {arr.dtype}; this round's wire is {dtypes[name]}"
-            )
-        if tuple(arr.shape) != tuple(shape):
+    wire = dtypes if dtypes is not None else {}
+    # the keys are the layout's, in its order: one pass over both, no lookup per array
+    for (name, shape), value in zip(layout.items(), record.values(), strict=True):
+        arr = array_view(value)
+        dtype, want = arr.dtype, wire.get(name, _ANY)
+        if dtype.kind != "f":
+            raise RejectedReply(f"array {name!r} has dtype {dtype}, not a floating type")
+        # (numpy's float dtypes are singletons: ``is`` settles the usual case)
+        if want is not _ANY and dtype is not want and dtype != want:
+            raise RejectedReply(f"array {name!r} has dtype {dtype}; this round's wire is {want}")
+        if arr.shape != (shape if type(shape) is tuple else tuple(shape)):
             raise RejectedReply(f"array {name!r} has shape {arr.shape}; expected {shape}")
         if check_values and not _all_finite(arr):
             raise RejectedReply(f"array {name!r} contains NaN or Inf")

@@ -130,15 +130,23 @@ def check_reply_sizes(code: Any, worker: int, sizes: Sequence[float],
             f"{len(assigned)} partitions")
     coefficients = np.asarray(code.encoding_coefficients(worker), dtype=np.float64)
     expected = 0.0
-    for c, n in zip(coefficients, sizes, strict=True):  # the mod's order of summation
-        expected += float(c) * float(n)
-    scale = float(np.sum(np.abs(coefficients) * np.asarray(sizes, dtype=np.float64)))
-    if not (math.isfinite(expected) and
-            abs(expected - num_examples) <= SIZE_RTOL * max(scale, abs(num_examples), 1.0)):
+    for c, n in zip(coefficients.tolist(), sizes, strict=True):  # the mod's order of summation
+        expected += c * float(n)
+    off = abs(expected - num_examples)
+    # the usual case settles without the scale (it can only widen the bound; once
+    # ``expected`` is finite every term is, and the scale is never NaN)
+    if not (math.isfinite(expected) and (
+            off <= SIZE_RTOL * max(abs(num_examples), 1.0) or off <= SIZE_RTOL * max(
+                _scale(coefficients, sizes), abs(num_examples), 1.0))):
         raise RejectedReply(
             f"partition-sizes={_show(sizes)} do not add up to num-examples={num_examples:g}: "
             f"sum_j B[i,j] n_j = {expected:g} with coefficients "
             f"{_show([float(c) for c in coefficients])}")
+
+
+def _scale(coefficients: np.ndarray, sizes: Sequence[float]) -> float:
+    """``sum_j |B[i,j] w_j| n_j``: the size of the terms of a reply's example count."""
+    return float(np.sum(np.abs(coefficients) * np.asarray(sizes, dtype=np.float64)))
 
 
 def agree_sizes(

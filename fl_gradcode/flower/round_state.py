@@ -83,8 +83,13 @@ class RoundState:
         return self.tracker
 
     def wire_dtypes(self) -> dict[str, np.dtype]:
-        """The dtype every reply array must have in this round (the instruction's ``wire``)."""
-        return wire_dtypes(self.code, self.dtypes, self.wire)
+        """The dtype every reply array must have in this round (the instruction's ``wire``);
+        computed once per code, model dtypes and wire (asked once per reply)."""
+        key = (self.code, self.dtypes, self.wire)
+        cached = self.__dict__.get("_wire_dtypes")
+        if cached is None or any(a is not b for a, b in zip(cached[0], key, strict=True)):
+            cached = self.__dict__["_wire_dtypes"] = (key, wire_dtypes(*key))
+        return dict(cached[1])
 
 
 def array_key(content: RecordDict, preferred: str) -> str:

@@ -172,6 +172,15 @@ class InProcessGrid:
                     out.append(self._copies.pop(mid)[1])
         return out
 
+    def next_reply_in(self, message_ids: Iterable[str]) -> float | None:
+        """Seconds until the first reply to one of ``message_ids`` can be pulled (``<= 0``:
+        one can be pulled now; ``None``: none will, e.g. all pulled or crashed). A grid that
+        knows this lets :class:`~fl_gradcode.flower.grid.EarlyReturnGrid` pull right then
+        instead of on a fixed poll interval."""
+        ready = self._ready
+        due = [ready[mid][0] for mid in message_ids if mid in ready]
+        return min(due) - time.monotonic() if due else None
+
     def send_and_receive(
         self, messages: Iterable[Message], *, timeout: float | None = None
     ) -> list[Message]:

@@ -190,19 +190,64 @@ def test_tracker_agrees_with_is_decodable_on_every_received_set(name, n, s):
                 assert tracker.add(worker) == code.is_decodable(order[: t + 1]), order
 
 
-def test_crc_tracker_solves_only_once_the_rows_can_span_the_ones_vector():
-    """Fewer than n - s generic CRC rows never span the ones vector: the incremental basis
-    says so without solving; the old tracker solved the whole set after every reply."""
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_crc_tracker_solves_only_once_the_rows_can_span_the_ones_vector(seed):
+    """Fewer than n - s generic CRC rows never span the ones vector: the basis (built at once
+    when the rows first cover every partition, counted here with numpy) says so without
+    solving (a failing CRC solve costs ~20 ms at n = 100); the first tracker solved the whole
+    set after every reply."""
     n, s = 40, 3
     code = make_code("crc", n=n, s=s, seed=0)
     calls = []
     solve = code.is_decodable
     code.is_decodable = lambda received: calls.append(len(received)) or solve(received)
     tracker = code.tracker()
-    order = np.random.default_rng(1).permutation(n).tolist()
+    order = np.random.default_rng(seed).permutation(n).tolist()
     decoded = [tracker.add(w) for w in order[: n - s + 1]]
     assert decoded == [False] * (n - s - 1) + [True, True]
+    held = np.cumsum(code.B[order] != 0, axis=0) > 0
+    covered = 1 + int(np.argmax(held.all(axis=1)))  # rows until every partition is held
+    assert covered < n - s  # the basis is built before the set decodes
     assert calls == [n - s, n - s + 1]
+
+
+def test_crc_tracker_in_push_order_solves_once():
+    """Replies in client order cover the last partition with the (n - s)-th reply: one
+    solve, then."""
+    n, s = 100, 2
+    code = make_code("crc", n=n, s=s, seed=0)
+    calls = []
+    solve = code.is_decodable
+    code.is_decodable = lambda received: calls.append(len(received)) or solve(received)
+    tracker = code.tracker()
+    assert [tracker.add(w) for w in range(n - s)] == [False] * (n - s - 1) + [True]
+    assert calls == [n - s]
+
+
+@pytest.mark.parametrize(("name", "n", "s"), [("nested", 40, 4), ("grouped-rs", 40, 4),
+                                                ("nested", 30, 3)])
+def test_a_block_is_solved_only_once_covered_and_again_only_once_its_rows_can_span(name, n, s):
+    """Every block solve happens on a covered block (numpy count), at most one of them
+    before the rows' span can hold the ones vector (a numpy lstsq residual); the tracker still
+    agrees with is_decodable on every prefix."""
+    code = make_code(name, n=n, s=s, seed=0)
+    calls = []
+    solve = code.block_decodes
+    code.block_decodes = lambda b, rows: calls.append((b, rows)) or solve(b, rows)
+    tracker = code.tracker()
+    order = np.random.default_rng(5).permutation(n).tolist()
+    for t, w in enumerate(order):
+        assert tracker.add(w) == code.is_decodable(order[: t + 1])
+    far = {}
+    for b, rows in calls:
+        parts = list(code.blocks[b][1])
+        sub = code.B[np.ix_(sorted(rows), parts)]
+        assert (np.abs(sub).sum(axis=0) > 0).all()  # covered
+        coef = np.linalg.lstsq(sub.T, np.ones(len(parts)), rcond=None)[0]
+        if np.linalg.norm(coef @ sub - 1) > 1e-3 * np.sqrt(len(parts)):
+            far[b] = far.get(b, 0) + 1
+    assert all(count == 1 for count in far.values()), far
+    assert len(calls) < n  # the old tracker solved a block on every reply
 
 
 def test_row_span_distance_and_rank_match_numpy():
@@ -227,6 +272,115 @@ def test_row_span_distance_and_rank_match_numpy():
     span.add(np.zeros(k))
     span.add(np.full(k, np.nan))
     assert span.rank == before
+
+
+@SETTINGS
+@given(seed=st.integers(0, 10_000), blocks=st.integers(1, 6), width=st.integers(1, 5),
+       scale=st.sampled_from((1e-150, 1e-3, 1.0, 1e3, 1e150)))
+def test_one_row_blocks_decode_to_numpys_least_squares(seed, blocks, width, scale):
+    """Every block a single client holding ``width`` partitions (random values, some rows
+    proportional to the weights, some not; one all-zero client): the per-block coefficients
+    are numpy's weighted least-squares solution, and exactness is its residual's."""
+    from fl_gradcode.codes import GradientCode
+
+    rng = np.random.default_rng(seed)
+    k = blocks * width
+    weights = rng.uniform(0.5, 2.0, k)
+    B = np.zeros((blocks + 1, k))
+    for b in range(blocks):
+        cols = slice(b * width, (b + 1) * width)
+        B[b, cols] = (rng.uniform(0.5, 2.0) if rng.random() < 0.5
+                      else rng.uniform(0.5, 2.0, width)) * scale
+    code = GradientCode(B, 0, is_exact=False, weights=weights)
+    dec = code.decoding(range(blocks + 1))
+    for b in range(blocks):
+        cols = slice(b * width, (b + 1) * width)
+        m, w = B[b, cols] * weights[cols], weights[cols]
+        want = np.linalg.lstsq(m[:, None], w, rcond=None)[0][0]
+        assert dec.coefficients[b] == pytest.approx(want, rel=1e-12)
+    assert dec.coefficients[blocks] == 0.0
+    alpha = dec.coefficients @ B
+    assert dec.exact == bool(np.max(np.abs(alpha - 1.0)) <= 1e-8)
+
+
+@SETTINGS
+@given(seed=st.integers(0, 10_000), k=st.integers(1, 12), m=st.integers(1, 14),
+       kind=st.sampled_from(("generic", "low-rank", "with-zeros", "ones-inside")))
+def test_row_span_built_at_once_never_lies_farther_from_ones_than_numpys_projection(
+        seed, k, m, kind):
+    """``add_rows`` on an empty span: the distance of the ones vector is never above the true
+    one (numpy lstsq projection: refusing a decodable set is impossible), equal to it for
+    independent rows, and rows added afterwards one at a time keep that guarantee."""
+    from fl_gradcode.codes.span import RowSpan
+
+    rng = np.random.default_rng(seed)
+    rows = rng.standard_normal((m, k))
+    if kind == "low-rank":
+        rows = rng.standard_normal((m, 1)) @ rng.standard_normal((1, k)) * 3.0
+    elif kind == "with-zeros":
+        rows[rng.random(m) < 0.5] = 0.0
+    elif kind == "ones-inside":
+        rows[0] = np.ones(k) * rng.uniform(0.1, 10.0)
+    extra = rng.standard_normal((2, k))
+
+    def true_distance(r):
+        r = r[np.abs(r).sum(axis=1) > 0]
+        if not len(r):
+            return 1.0
+        coef = np.linalg.lstsq(r.T, np.ones(k), rcond=None)[0]
+        return float(np.linalg.norm(np.ones(k) - r.T @ coef) / np.sqrt(k))
+
+    span = RowSpan(k)
+    span.add_rows(rows)
+    want = true_distance(rows)
+    assert span.distance <= want + 1e-9
+    if kind == "generic" and m <= k:
+        assert span.distance == pytest.approx(want, abs=1e-9)
+    if kind == "ones-inside":
+        assert span.may_decode
+    for row in extra:
+        span.add(row)
+    assert span.distance <= true_distance(np.vstack([rows, extra])) + 1e-9
+
+
+def test_row_span_add_rows_checks_the_shape():
+    from fl_gradcode.codes.span import RowSpan
+
+    with pytest.raises(ValueError, match=r"rows must have shape \(m, 3\); got \(2, 4\)"):
+        RowSpan(3).add_rows(np.ones((2, 4)))
+
+
+@pytest.mark.parametrize(("n", "s", "m"), [(7, 1, 2), (8, 2, 2), (9, 1, 3)])
+def test_comm_efficient_necessary_counts_hold_on_every_received_set(n, s, m):
+    """Exhaustive: a set with fewer than m members of some group never decodes (the claim
+    the tracker relies on, checked against is_decodable)."""
+    code = make_code("comm-efficient", n=n, s=s, seed=1, m=m)
+    needs = code.necessary_counts()
+    assert sorted(c for clients, _ in needs for c in clients) == sorted(
+        c for c in range(n) if code.B[c].any())
+    for size in range(n + 1):
+        for subset in itertools.combinations(range(n), size):
+            got = set(subset)
+            if any(len(got & set(clients)) < count for clients, count in needs):
+                assert not code.is_decodable(subset), subset
+
+
+def test_comm_efficient_tracker_solves_only_once_every_group_has_m_replies():
+    n, s, m = 40, 2, 3
+    code = make_code("comm-efficient", n=n, s=s, seed=0, m=m)
+    calls = []
+    solve = code.is_decodable
+    code.is_decodable = lambda received: calls.append(len(received)) or solve(received)
+    tracker = code.tracker()
+    order = np.random.default_rng(2).permutation(n).tolist()
+    groups = [set(clients) for clients, _ in code.necessary_counts()]
+    first = next(t for t in range(1, n + 1)  # numpy-free count: every group has m replies
+                 if all(len(g & set(order[:t])) >= m for g in groups))
+    for t, w in enumerate(order):
+        assert tracker.add(w) == solve(order[: t + 1])
+    assert calls and min(calls) == first
+    assert len(calls) == n - first + 1
+    assert make_code("crc", n=6, s=1).necessary_counts() == []
 
 
 # ======== found by mutation testing ==============================================================

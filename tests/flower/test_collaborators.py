@@ -736,6 +736,39 @@ def test_serial_blas_sets_multithreaded_blas_to_one_thread_and_restores_it():
         assert threads() == before
 
 
+def test_a_serial_blas_block_inside_another_leaves_the_libraries_alone(monkeypatch):
+    """Only the outermost block reads and sets the thread counts (the grid's block around a
+    batch makes each reply's own block free); the outer one restores them on exit."""
+    from fl_gradcode.flower import blas
+    from fl_gradcode.flower.collector import serial_blas
+
+    calls = []
+
+    class Lib:
+        threads = 4
+
+        def get_num_threads(self):
+            calls.append("get")
+            return self.threads
+
+        def set_num_threads(self, n):
+            calls.append(("set", n))
+            self.threads = n
+
+    lib = Lib()
+    monkeypatch.setattr(blas, "_blas", lambda: [lib])
+    with serial_blas():
+        assert calls == ["get", ("set", 1)]
+        for _ in range(3):
+            with serial_blas():
+                assert lib.threads == 1
+        assert calls == ["get", ("set", 1)] and lib.threads == 1
+    assert calls == ["get", ("set", 1), ("set", 4)] and lib.threads == 4
+    with serial_blas():  # a fresh outermost block reads and sets again
+        pass
+    assert calls[3:] == ["get", ("set", 1), ("set", 4)]
+
+
 @pytest.mark.mutation_found("pipeline")
 def test_an_accepted_reply_is_fingerprinted_for_its_round():
     from fl_gradcode.flower import protocol

@@ -232,6 +232,57 @@ def test_a_reply_whose_array_record_moved_to_another_key_counts_as_modified():
         fingerprints.check(1, [reply], None)
 
 
+def _interleaved() -> RecordDict:
+    """Array, metric and config records interleaved: every record of each type is watched."""
+    return RecordDict({
+        "cfg": ConfigRecord({"x": 1}),
+        "a1": ArrayRecord({"w": Array(np.arange(3.0)), "v": Array(np.ones(2))}),
+        "m1": MetricRecord({"num-examples": 2.0}),
+        "cfg2": ConfigRecord({"y": "z"}),
+        "a2": ArrayRecord({"u": Array(np.zeros(4))}),
+        "m2": MetricRecord({"loss": 0.5, "acc": 0.25}),
+    })
+
+
+def _swap_data(content):
+    content["a2"]["u"].data = bytes(bytearray(content["a2"]["u"].data))  # equal, another object
+
+
+MODIFICATIONS = {
+    "first array replaced": lambda c: c["a1"].__setitem__("w", Array(np.arange(3.0))),
+    "last array's data swapped": _swap_data,
+    "second array record replaced": lambda c: c.__setitem__(
+        "a2", ArrayRecord({"u": Array(np.zeros(4))})),
+    "array added to the second record": lambda c: c["a2"].__setitem__("t", Array(np.ones(1))),
+    "second metric changed": lambda c: c["m2"].__setitem__("acc", 0.5),
+    "second metric record replaced": lambda c: c.__setitem__(
+        "m2", MetricRecord({"loss": 0.5, "acc": 0.25})),
+    "metric record removed": lambda c: c.__delitem__("m1"),
+    "array record added": lambda c: c.__setitem__("a3", ArrayRecord({"q": Array(np.ones(1))})),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MODIFICATIONS))
+def test_every_record_of_an_interleaved_reply_is_watched(case):
+    fingerprints = ReplyFingerprints()
+    reply = _reply(4, "r4", _interleaved())
+    before = list(reply.content.items())
+    fingerprints.record(3, reply)
+    assert list(reply.content.items()) == before  # recording leaves the content alone
+    fingerprints.check(3, [reply], None)  # unmodified: passes
+    MODIFICATIONS[case](reply.content)
+    with pytest.raises(CompositionError, match=r"^round 3: the reply from node 4 was modified"):
+        fingerprints.check(3, [reply], None)
+
+
+def test_config_records_of_a_reply_are_not_watched():
+    fingerprints = ReplyFingerprints()
+    reply = _reply(4, "r4", _interleaved())
+    fingerprints.record(3, reply)
+    reply.content["cfg"]["x"] = 2  # the protocol's own records: not a reply's payload
+    fingerprints.check(3, [reply], None)
+
+
 @found
 def test_replies_removed_by_an_outer_strategy_are_listed_with_the_remedy():
     fingerprints = ReplyFingerprints()

@@ -768,3 +768,37 @@ def test_unsized_central_noise_is_logged_in_full(caplog):
     [line] = [r.getMessage() for r in caplog.records]
     assert re.fullmatch(r"round 7: central DP noise cannot be sized \(no checked size for "
                         r"partitions .+\); round skipped", line)
+
+
+# ================================================================== chunk-major decoding
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize(("n", "m"), [(6, 2), (8, 3)])
+def test_chunked_replies_decode_block_by_block_and_split_between_cores(monkeypatch, n, m,
+                                                                       threads):
+    """Blocks of 2 reply values (chunks and model arrays straddle them), the block ranges
+    split between ``threads`` cores, central noise: the numpy reference average plus the
+    privatiser's draw, in the model's float32."""
+    from fl_gradcode.flower import decoder as module
+
+    monkeypatch.setattr(module, "_BLOCK", 2)
+    monkeypatch.setattr(module, "_THREADED", 1)
+    monkeypatch.setattr(module, "idle_cores", lambda: threads)
+    code = make_code("comm-efficient", n=n, s=1, m=m)
+    theta, sizes, deltas, replies = _problem(code, seed=3)
+    dp = DPConfig(mode="central", noise_multiplier=0.5, clip_norm=2.0)
+    noise = ServerNoise(b"q" * 32)
+    privatiser = Privatiser(dp, make_mechanism(dp), noise, "nonce", {})
+    used = [i for i in range(n) if i != 2]
+    dtypes = {k: np.dtype(np.float32) for k in SHAPES}
+    decoded = _decode(code, replies, used, theta, decoder=Decoder(FedAvg(), privatiser),
+                      dtypes=dtypes, sizes=dict(enumerate(sizes)))
+    drawn = noise.draw(19, decoded.noise_std, 1, "nonce")
+    expected = np.concatenate([_average(theta, sizes, deltas)[k].ravel() for k in SHAPES])
+    got = np.concatenate([decoded.arrays[k].numpy().ravel() for k in SHAPES])
+    assert {decoded.arrays[k].numpy().dtype for k in SHAPES} == {np.dtype(np.float32)}
+    assert [decoded.arrays[k].numpy().shape for k in SHAPES] == list(SHAPES.values())
+    np.testing.assert_allclose(got, (expected + drawn).astype(np.float32), rtol=1e-6,
+                               atol=1e-6)
+    # one value beyond float32's range in one reply: the model is not released
+    replies[used[-1]].arrays[protocol.CHUNK_KEY][3] = 1e300
+    assert _decode(code, replies, used, theta, dtypes=dtypes) is None

@@ -224,3 +224,25 @@ def test_send_and_receive_gives_up_after_one_hour_by_default(monkeypatch):
 def test_repeated_node_ids_are_refused():
     with pytest.raises(ValueError, match=r"^node_ids must be distinct, one per node$"):
         InProcessGrid(_echo, 2, node_ids=[5, 5])
+
+
+def test_next_reply_in_is_the_time_until_the_first_asked_reply_is_due(monkeypatch):
+    """Delays 5, 2 and 9 s and a crashed node: asked about all, the 2 s reply is next; asked
+    about the 5 s one alone, 5 s; once pulled, or for the crashed node, nothing is due."""
+    from types import SimpleNamespace
+
+    import fl_gradcode.flower.testing as testing
+
+    now = [50.0]
+    monkeypatch.setattr(testing, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    grid = InProcessGrid(_echo, 4, delay=lambda i, r: (5.0, 2.0, 9.0, 0.0)[i],
+                         crash=lambda i, r: i == 3)
+    ids = grid.push_messages([_train(node) for node in grid.get_node_ids()])
+    assert grid.next_reply_in(ids) == pytest.approx(2.0)
+    assert grid.next_reply_in([ids[0], ids[2]]) == pytest.approx(5.0)
+    assert grid.next_reply_in([ids[3]]) is None  # crashed: never answered
+    assert grid.next_reply_in([]) is None
+    now[0] = 53.0
+    assert grid.next_reply_in(ids) == pytest.approx(-1.0)  # pullable now
+    assert len(grid.pull_messages(ids)) == 1
+    assert grid.next_reply_in(ids) == pytest.approx(2.0)  # the pulled one no longer counts

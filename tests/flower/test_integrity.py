@@ -110,6 +110,29 @@ def test_probe_is_linear_and_counts_exactly():
     np.testing.assert_allclose(probe(both, 5.0), 2 * probe(x, 4.0) - probe(y, 3.0))
 
 
+def test_the_sampled_probe_reads_every_array_in_float64_and_an_empty_reply_is_its_count():
+    """Arrays of several shapes and dtypes: the projections are those of the float64 values
+    (a float32 reply and its float64 copy give the same z), linear in every coordinate; a
+    layout without arrays projects to ``[0, count]``."""
+    layout = {"a": (70, 3), "b": (500,), "c": ()}
+    probe = Probe(layout, (0, 2), q=3, sample=96)
+    rng = np.random.default_rng(4)
+    x32 = {name: rng.standard_normal(shape).astype(np.float32) for name, shape in layout.items()}
+    x64 = {name: v.astype(np.float64) for name, v in x32.items()}
+    z = probe(x32, 3.0)
+    np.testing.assert_array_equal(z, probe(x64, 3.0))
+    assert z.shape == (4,) and z[3] == 3.0
+    basis = []  # z of each unit coordinate: z(x) = sum_j x_j z(e_j)
+    for name, shape in layout.items():
+        for j in range(int(np.prod(shape))):
+            e = {k: np.zeros(s) for k, s in layout.items()}
+            e[name].reshape(-1)[j] = 1.0
+            basis.append((float(x64[name].reshape(-1)[j]), probe(e, 0.0)[:3]))
+    np.testing.assert_allclose(z[:3], sum(v * col for v, col in basis), rtol=1e-12, atol=1e-12)
+    z, size = Probe({}, (0, 1), q=2).measure({}, 5.0)
+    assert size is None and z.tolist() == [0.0, 5.0]
+
+
 def test_the_sampled_probe_reads_few_places_of_a_large_array():
     """A reply's bytes are long out of the caches when it is validated: the sampled probe reads
     runs of consecutive coordinates (a few pages), not 2048 scattered ones (about 900 of the

@@ -6,10 +6,13 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fl_gradcode.flower.protocol import RejectedReply
 from fl_gradcode.flower.reports import (
     MISSING_KEYS_HELP,
+    SIZE_RTOL,
     central_noise_scale,
     check_reply_sizes,
     missing_keys,
@@ -178,3 +181,28 @@ def test_public_reason_never_exceeds_its_limit_even_when_the_note_would(limit):
         assert len(out) <= limit
         if len(text) <= limit and "\n" not in text:
             assert out == text
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    coefficients=st.lists(st.floats(-1e3, 1e3, allow_nan=False), min_size=1, max_size=5),
+    sizes=st.lists(st.floats(0, 1e7, allow_nan=False), min_size=5, max_size=5),
+    off=st.sampled_from([0.0, 0.5, 0.999, 1.0, 1.001, 2.0, -0.999, -1.001, 1e6]),
+)
+def test_check_reply_sizes_accepts_exactly_what_the_relative_tolerance_allows(
+        coefficients, sizes, off):
+    """Near the bound, with terms that cancel (the scale ``sum |c| n`` then sets it): the
+    verdict is the rule's, ``|sum c n - count| <= SIZE_RTOL max(sum |c| n, |count|, 1)``."""
+    sizes = sizes[: len(coefficients)]
+    code = _Code({0: dict(enumerate(coefficients))})
+    expected = 0.0
+    for c, n in zip(coefficients, sizes, strict=True):
+        expected += c * n
+    scale = float(np.sum(np.abs(np.array(coefficients)) * np.array(sizes)))
+    count = expected + off * SIZE_RTOL * max(scale, abs(expected), 1.0)
+    accept = abs(expected - count) <= SIZE_RTOL * max(scale, abs(count), 1.0)
+    if accept:
+        check_reply_sizes(code, 0, sizes, count)
+    else:
+        with pytest.raises(RejectedReply, match="do not add up"):
+            check_reply_sizes(code, 0, sizes, count)

@@ -837,24 +837,73 @@ def test_the_callers_timeout_reaches_the_round_deadline(clock):
 
 @pytest.mark.mutation_found("grid")
 def test_the_round_ends_when_the_clock_reaches_the_deadline(clock):
-    """Deadline 1 s, polls every 0.5 s: pulls at 0, 0.5 and 1 s, then the round is over; a
-    reply that turns up at 1.25 s is not read this round (its message is abandoned)."""
+    """Deadline 1 s, poll_interval 0.5 s: empty pulls at 0, 0.125, 0.375 and 0.875 s (the
+    wait doubles from a quarter), the last wait cut to the deadline, a last pull at 1 s, then
+    the round is over; a reply that turns up at 1.25 s is not read this round (its message
+    is abandoned)."""
     msg = _coded_message(1)
     inner = _FakeGrid(clock, [(101.25, Message(RecordDict(), reply_to=msg))])
     grid = EarlyReturnGrid(inner, _Owner(own_deadline=1.0), poll_interval=0.5)
     assert grid.send_and_receive([msg]) == []
-    assert inner.pulls == 3 and clock.now == 101.0
+    assert clock.sleeps == [pytest.approx(w) for w in (0.125, 0.25, 0.5, 0.125)]
+    assert inner.pulls == 5 and clock.now == pytest.approx(101.0)
     assert set(grid.abandoned) == {msg.metadata.message_id}
 
 
 @pytest.mark.mutation_found("grid")
-def test_a_reply_is_picked_up_within_the_default_5_ms_poll_interval(clock):
+def test_a_reply_is_picked_up_within_a_quarter_of_the_default_5_ms_poll_interval(clock):
     msg = _coded_message(1)
     reply = Message(RecordDict(), reply_to=msg)
     grid = EarlyReturnGrid(_FakeGrid(clock, [(100.001, reply)]), _Owner())
     assert grid.send_and_receive([msg]) == [reply]
-    assert clock.sleeps == [pytest.approx(0.005)]
-    assert clock.now - 100.0 == pytest.approx(0.005)
+    assert clock.sleeps == [pytest.approx(0.00125)]
+    assert clock.now - 100.0 == pytest.approx(0.00125)
+
+
+def test_the_poll_wait_backs_off_from_an_eighth_and_restarts_after_replies(clock):
+    """poll_interval 0.8 s: after a pull with replies the wait is 0.1 s, doubling with each
+    empty pull up to 0.8 s; a pull with replies starts again from 0.1 s."""
+    msgs = [_coded_message(i) for i in (1, 2, 3)]
+    first, second, third = (Message(RecordDict(), reply_to=m) for m in msgs)
+    inner = _FakeGrid(clock, [(100.0, first), (102.0, second), (102.35, third)])
+    grid = EarlyReturnGrid(inner, _Owner(), poll_interval=0.8)
+    assert grid.send_and_receive(msgs) == [first, second, third]
+    assert clock.sleeps == [pytest.approx(w) for w in (0.1, 0.2, 0.4, 0.8, 0.8, 0.1)]
+
+
+class _HintingGrid(_FakeGrid):
+    """A grid that says when its next reply becomes pullable."""
+
+    def __init__(self, clock, schedule=()):
+        super().__init__(clock, schedule)
+        self.asked: list[list[str]] = []
+
+    def next_reply_in(self, ids):
+        self.asked.append(list(ids))
+        times = [t for t, _ in self.schedule]
+        return min(times) - self.clock.now if times else None
+
+
+@pytest.mark.parametrize(("at", "sleeps"), [(100.3, (0.3,)), (101.2, (0.5, 0.5, 0.2))])
+def test_a_grid_that_knows_when_its_next_reply_is_due_is_pulled_right_then(clock, at, sleeps):
+    """With ``next_reply_in`` the wait is the time until the next reply, at most
+    poll_interval (0.5 s): no pull misses its reply by a poll quantum."""
+    msg = _coded_message(1)
+    reply = Message(RecordDict(), reply_to=msg)
+    inner = _HintingGrid(clock, [(at, reply)])
+    grid = EarlyReturnGrid(inner, _Owner(), poll_interval=0.5)
+    assert grid.send_and_receive([msg]) == [reply]
+    assert clock.sleeps == [pytest.approx(w) for w in sleeps]
+    assert clock.now == pytest.approx(at)
+    assert inner.asked[0] == [msg.metadata.message_id]
+
+
+def test_a_grid_with_no_reply_due_falls_back_to_the_backoff(clock):
+    msg = _coded_message(1)
+    inner = _HintingGrid(clock)
+    grid = EarlyReturnGrid(inner, _Owner(own_deadline=1.0), poll_interval=0.5)
+    assert grid.send_and_receive([msg]) == []
+    assert clock.sleeps == [pytest.approx(w) for w in (0.125, 0.25, 0.5, 0.125)]
 
 
 @pytest.mark.mutation_found("grid")
@@ -895,6 +944,41 @@ def test_messages_other_than_coded_train_pass_straight_to_the_inner_grid(clock):
     assert grid.send_and_receive([], timeout=6.0) == ["inner reply"]
     assert inner.passed == [(1, 4.0), (1, 5.0), (0, 6.0)]
     assert inner.pulls == 0 and owner.seen == []
+
+
+def test_the_grid_validates_a_pulled_batch_with_blas_on_one_thread_and_restores_it(clock):
+    """The grid enters one single-threaded BLAS block around a pulled batch (each reply's own
+    block inside it is then free); the caller's BLAS setting is back once the round returns."""
+    from threadpoolctl import ThreadpoolController, threadpool_limits
+
+    def threads():
+        return [lib.num_threads for lib in ThreadpoolController().select(
+            user_api="blas").lib_controllers]
+
+    class Owner(_Owner):
+        def __init__(self):
+            super().__init__()
+            self.during: list[list[int]] = []
+
+        def on_reply(self, reply):
+            self.during.append(threads())
+            super().on_reply(reply)
+
+        def ready(self):
+            self.during.append(threads())
+            return False
+
+    msgs = [_coded_message(1), _coded_message(2)]
+    replies = [Message(RecordDict(), reply_to=m) for m in msgs]
+    owner = Owner()
+    grid = EarlyReturnGrid(_FakeGrid(clock, [(100.0, r) for r in replies]), owner)
+    with threadpool_limits(limits=2, user_api="blas"):
+        before = threads()
+        if not before or 2 not in before:
+            pytest.skip("no BLAS library that runs on 2 threads here")
+        assert grid.send_and_receive(msgs, timeout=1.0) == replies
+        assert threads() == before
+    assert len(owner.during) == 4 and all(set(t) == {1} for t in owner.during)
 
 
 # ======== the strategy wrapper, found by mutation testing ========================================
