@@ -7,6 +7,7 @@ from docgen.core import block, load, num, table
 
 CLIENT = "bench_client.json"
 E2E = "bench_end_to_end.json"
+AGGREGATION = "bench_aggregation.json"
 
 
 def _mb(value: float) -> str:
@@ -109,6 +110,7 @@ def perf_summary() -> str:
     ns, st, sc = d["no_stragglers"], d["stragglers"], d["scale"]
     speed = st["speedup_vs_wait_for_all"]
     return "\n".join([
+        _aggregation_line(load(AGGREGATION)),
         f"- **Client**: for s+1={r['s'] + 1} partitions of a {r['params'] / 1e6:.0f}M-parameter "
         "CNN "
         f"the mod adds {r['mod_overhead_s']:.2f} s ({r['mod_overhead_vs_partition']:.0%} of "
@@ -127,3 +129,41 @@ def perf_summary() -> str:
         "peak RSS "
         f"{_mb(sc['peak_rss_bytes']['coded'])} vs {_mb(sc['peak_rss_bytes']['fedavg'])}.",
     ])
+
+
+def _aggregation_line(d: dict) -> str:
+    """Worst row of each measure over every code and setting of ``bench_aggregation.json``;
+    the default code's bytes, and where ``wire="auto"`` chose float64 (the model's dtype not
+    accurate enough) its bytes and the error of the model's dtype asked for instead."""
+    from fl_gradcode.config.keys import KEYS
+
+    rows = d["rows"]
+    default = next(k.default for k in KEYS if k.name == "code")
+    own = [r for r in rows if r["code"] == default]
+    wide = [r for r in rows if r["wire_requested"] == "auto" and r["wire"] == "float64"]
+    places = []
+    for code in sorted({r["code"] for r in wide}):
+        auto = [r for r in rows if r["code"] == code and r["wire_requested"] == "auto"]
+        chosen = [r for r in auto if r["wire"] == "float64"]
+        places.append(code if len(chosen) == len(auto) else code + " at " + ", ".join(
+            f"n={r['n']} s={r['s']}" for r in sorted(chosen, key=lambda r: (r["n"], r["s"]))
+            if r["params"] == chosen[0]["params"]))
+    asked = [r for r in rows if r["wire_requested"] == "model"]
+    fallback = "" if not wide else (
+        f"; float64 replies ({max(r['bytes_ratio'] for r in wide):.1f}× the bytes) where the "
+        f"model's dtype is not accurate enough ({'; '.join(places)})"
+        + ("" if not asked else ", the model's dtype on request at a relative error up to "
+           f"{max(r['relative_error'] for r in asked):.0e}"))
+
+    def values(key: str) -> str:
+        return ", ".join(f"{v:.0e}".replace("e+0", "e") if v >= 1e5 else f"{v:g}"
+                         for v in sorted({r[key] for r in rows}))
+
+    return (
+        f"- **Aggregation** ({', '.join(sorted({r['code'] for r in rows}))}; params "
+        f"{values('params')}, n {values('n')}, s {values('s')}: {len(rows)} rows): the "
+        f"server's decode takes at most {max(r['coded_over_fedavg'] for r in rows):.2f}× "
+        f"Flower's FedAvg time on the same reply count, reaction at most "
+        f"{max(r['reaction_ms_p50'] for r in rows):.1f} ms (p50); {default} (the default) "
+        f"replies {max(r['bytes_ratio'] for r in own):.2f}× a FedAvg reply{fallback}."
+    )
