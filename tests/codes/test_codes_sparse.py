@@ -190,6 +190,14 @@ def test_tracker_agrees_with_is_decodable_on_every_received_set(name, n, s):
                 assert tracker.add(worker) == code.is_decodable(order[: t + 1]), order
 
 
+def _count_solves(code) -> list[int]:
+    """The sizes of the sets ``code.is_decodable`` is asked about from now on."""
+    calls: list[int] = []
+    solve = code.is_decodable
+    code.is_decodable = lambda received: calls.append(len(received)) or solve(received)
+    return calls
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_crc_tracker_solves_only_once_the_rows_can_span_the_ones_vector(seed):
     """Fewer than n - s generic CRC rows never span the ones vector: the basis (built at once
@@ -198,9 +206,7 @@ def test_crc_tracker_solves_only_once_the_rows_can_span_the_ones_vector(seed):
     set after every reply."""
     n, s = 40, 3
     code = make_code("crc", n=n, s=s, seed=0)
-    calls = []
-    solve = code.is_decodable
-    code.is_decodable = lambda received: calls.append(len(received)) or solve(received)
+    calls = _count_solves(code)
     tracker = code.tracker()
     order = np.random.default_rng(seed).permutation(n).tolist()
     decoded = [tracker.add(w) for w in order[: n - s + 1]]
@@ -216,9 +222,7 @@ def test_crc_tracker_in_push_order_solves_once():
     solve, then."""
     n, s = 100, 2
     code = make_code("crc", n=n, s=s, seed=0)
-    calls = []
-    solve = code.is_decodable
-    code.is_decodable = lambda received: calls.append(len(received)) or solve(received)
+    calls = _count_solves(code)
     tracker = code.tracker()
     assert [tracker.add(w) for w in range(n - s)] == [False] * (n - s - 1) + [True]
     assert calls == [n - s]
