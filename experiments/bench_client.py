@@ -172,7 +172,7 @@ def measure(hidden: int, s: int, k: int, wire: str, reps: int, seed: int = 0,
 def _components(replies, arrays, coefs, wire: str, reps: int) -> dict[str, float]:
     """The mod's operations timed alone on the same arrays (medians)."""
     from fl_gradcode.flower import protocol
-    from fl_gradcode.flower.mod import accumulate_delta
+    from fl_gradcode.flower.encoding import coded_update
 
     names = list(arrays.keys())
     times: dict[str, list[float]] = {"deserialize": [], "encode": [], "serialize": []}
@@ -182,14 +182,12 @@ def _components(replies, arrays, coefs, wire: str, reps: int) -> dict[str, float
                  for r in replies]
         theta = {n: protocol.array_view(arrays[n]) for n in names}
         t1 = time.perf_counter()
-        coded = {n: np.zeros(theta[n].shape) for n in names}
-        scratch = np.empty(max(theta[n].size for n in names))  # >= the mod's block
-        for coef, view, reply in zip(coefs, views, replies, strict=True):
-            weight = coef * float(reply.content["metrics"]["num-examples"])
-            for n in names:  # block by block: the mod's own accumulation
-                accumulate_delta(coded[n], weight, view[n], theta[n], scratch)
-        t2 = time.perf_counter()
+        weights = [coef * float(reply.content["metrics"]["num-examples"])
+                   for coef, reply in zip(coefs, replies, strict=True)]
         dtype = np.float32 if wire == "model" else np.float64
+        # the mod's own sum, written in the wire dtype
+        coded = coded_update(weights, views, theta, dict.fromkeys(names, dtype))
+        t2 = time.perf_counter()
         _ = [protocol.npy_array(coded[n], dtype) for n in names]
         t3 = time.perf_counter()
         times["deserialize"].append(t1 - t0)

@@ -623,7 +623,7 @@ REASONS: dict[str, str] = {
         "equivalent: _evaluating is only read as `if not self._evaluating` (aggregate_train), "
         "where None and False are the same",
     # mod
-    "fl_gradcode.flower.mod.x_accumulate_delta__mutmut_7":
+    "fl_gradcode.flower.encoding.x_accumulate_delta__mutmut_7":
         "equivalent: numpy's reshape takes any negative size as the one unknown dimension "
         "(new.reshape(-2) == new.reshape(-1), numpy 2.4)",
     "fl_gradcode.flower.mod.x__coded_reply__mutmut_74":

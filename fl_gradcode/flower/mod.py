@@ -70,6 +70,7 @@ from flwr.app import ArrayRecord, Context, Error, Message, MessageType, RecordDi
 from ..privacy import KEY_FILE_ENV, DPConfig, NoiseKeys, make_mechanism, noise_seed
 from . import protocol
 from .client_policy import NodePolicy, ReplayGuard
+from .encoding import accumulate_delta, coded_update
 from .protocol import Instruction
 from .records import error_reason
 
@@ -247,24 +248,6 @@ class PartitionResult:
                 for name in theta}
 
 
-#: Elements per block of :func:`accumulate_delta` (its float64 scratch stays in the CPU's cache).
-_BLOCK = 1 << 16
-
-
-def accumulate_delta(coded: np.ndarray, weight: float, new: np.ndarray, old: np.ndarray,
-                     scratch: np.ndarray) -> None:
-    """``coded += weight * (new - old)`` in float64, block by block: the operations (and the
-    bits) of ``weight * (new.astype(float64) - old.astype(float64))``, without full-size
-    temporaries (a 10M-parameter model would need three of 80 MB each)."""
-    out, a, b = coded.reshape(-1), new.reshape(-1), old.reshape(-1)
-    for start in range(0, out.size, _BLOCK):
-        stop = min(start + _BLOCK, out.size)
-        buf = scratch[: stop - start]
-        np.subtract(a[start:stop], b[start:stop], out=buf, dtype=np.float64)
-        np.multiply(buf, weight, out=buf)
-        out[start:stop] += buf
-
-
 def _view(arr: Any) -> np.ndarray:
     """An Array's values without copying its bytes (Flower's ``numpy()`` for other
     serializations)."""
@@ -398,8 +381,10 @@ def _coded_reply(
         instruction = dataclasses.replace(
             instruction, nonce=bound_nonce(instruction, content)
         )
-    coded = {name: np.zeros(v.shape) for name, v in theta.items()}  # float64
-    scratch = np.empty(min(_BLOCK, max((v.size for v in theta.values()), default=0)))
+    released = mechanism.mode in ("partition", "central")  # each delta released on its own
+    coded = {name: np.zeros(v.shape) for name, v in theta.items()} if released else {}
+    weights: list[float] = []  # otherwise: summed at the end, every block once (float64)
+    models: list[dict[str, np.ndarray]] = []
     count, compute_s = 0.0, 0.0
     sizes: list[float] = []
     metric_sums: dict[str, float] | None = None
@@ -427,7 +412,7 @@ def _coded_reply(
         # every replica is charged its own computation (a cached result costs what it cost)
         compute_s += result.compute_s
         weight = coef * result.num_examples
-        if mechanism.mode in ("partition", "central"):
+        if released:
             delta = result.delta(theta)
             flat = np.concatenate([delta[name].reshape(-1) for name in names])
             flat = mechanism.release(
@@ -445,10 +430,9 @@ def _coded_reply(
                 start += size
             for name in names:
                 coded[name] += weight * delta[name]
-        else:  # no full-size float64 temporaries: the difference is formed block by block
-            for name in names:
-                accumulate_delta(coded[name], weight, result.arrays[name], theta[name],
-                                 scratch)
+        else:  # read-only views of the app's reply: no copy until the coded sum
+            weights.append(weight)
+            models.append(result.arrays)
         count += weight
         sizes.append(result.num_examples)
         if metric_sums is None:
@@ -458,8 +442,8 @@ def _coded_reply(
                 metric_sums[k] += weight * result.metrics[k]
             else:
                 del metric_sums[k]
-        # drop this partition's reply before the next runs (Flower's Message holds reference
-        # cycles: its bytes go at the next cycle collection; a cached result stays cached)
+        # drop this partition's reply (Flower's Message holds reference cycles); without a
+        # per-partition release its arrays' bytes stay referenced by ``models`` until the sum
         result = delta = None
     if stop_at is not None and _now() >= stop_at:  # the last partition ended too late
         raise _Stopped(f"stopped after {total} of {total} partitions, before replying: the "
@@ -472,6 +456,13 @@ def _coded_reply(
                            f"round's deadline (stop-after-s={instruction.stop_after_s:g} s) "
                            "passed during the simulated latency")
         time.sleep(instruction.delay_s)
+    wire = None
+    if instruction.wire == "model" and not instruction.chunk_coefficients:
+        # the server found the model's dtype accurate enough: float arrays sent in it
+        wire = {name: theta[name].dtype for name in names if theta[name].dtype.kind == "f"}
+    if not released:
+        coded = coded_update(weights, models, theta, wire)
+    models.clear()
     if instruction.chunk_coefficients:  # communication-efficient: 1/m of the model
         chunk = _chunked(coded, count, instruction)
         if instruction.wire == "model" and all(
@@ -481,10 +472,6 @@ def _coded_reply(
         return protocol.train_reply(
             msg, instruction, {protocol.CHUNK_KEY: chunk}, count, sizes, {}, compute_s
         )
-    wire = None
-    if instruction.wire == "model":  # the server found the model's dtype accurate enough
-        # cast while serializing (no cast copy): float arrays in the model's dtype
-        wire = {name: theta[name].dtype for name in names if theta[name].dtype.kind == "f"}
     if mechanism.mode in _WITHHELD_METRICS:
         metric_sums = None  # un-noised per-partition metrics would undo the DP release
     return protocol.train_reply(
