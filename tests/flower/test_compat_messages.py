@@ -31,7 +31,7 @@ from tests.apps.numpy_app import (
     make_app,
     pytestmark,  # noqa: F401 (the warning filter applies here)
 )
-from tests.flower.test_composition import CheckpointingFedAvg, MedianFedAvg
+from tests.flower.test_composition import CheckpointingFedAvg, MedianFedAvg, MomentumInPlace
 
 found = pytest.mark.mutation_found("compat")
 
@@ -215,6 +215,19 @@ def test_averaging_check_on_an_uncopyable_strategy_warns_with_the_reason(flwr_lo
             "could not check that Uncopyable's aggregation depends only on the weighted "
             "average of the replies (it cannot be copied: no copies); coding hands it one "
             "decoded reply, which is exact only if it does") in flwr_log
+
+
+@found
+def test_averaging_check_leaves_state_the_inner_strategy_changes_in_place_untouched():
+    """The check runs on copies of the user's strategy (its own state untouched): a buffer or
+    list that ``aggregate_train`` changes in place is the user's before and after the check."""
+    theta = {"w": np.arange(-3.0, 3.0)}
+    inner = MomentumInPlace(theta)
+    velocity, rounds = inner.velocity["w"], inner.rounds
+    compat.check_averaging(inner, 4, _sent(3, "m"), "arrays", theta, "num-examples")  # passes
+    assert inner.rounds == [] and inner.rounds is rounds
+    assert inner.velocity["w"] is velocity
+    np.testing.assert_array_equal(velocity, np.zeros(6))
 
 
 # ================================================================ ReplyFingerprints

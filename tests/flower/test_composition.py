@@ -130,6 +130,39 @@ def test_unknown_averaging_subclass_passes_the_one_time_check_and_is_exact():
     assert inner.calls == 2 and strategy._check_inner is False
 
 
+class MomentumInPlace(FedAvg):
+    """FedAvg with server momentum whose buffer it updates in place, and a list of the rounds
+    it aggregated: state that ``aggregate_train`` changes without rebinding an attribute."""
+
+    def __init__(self, theta: dict[str, np.ndarray], beta: float = 0.5, **kwargs):
+        super().__init__(**kwargs)
+        self.beta = beta
+        self.velocity = {k: np.zeros(v.shape, dtype=np.float64) for k, v in theta.items()}
+        self.rounds: list[int] = []
+
+    def aggregate_train(self, server_round, replies):
+        arrays, metrics = super().aggregate_train(server_round, list(replies))
+        self.rounds.append(server_round)
+        for key, buffer in self.velocity.items():
+            buffer *= self.beta
+            buffer += arrays[key].numpy()
+        return arrays, metrics
+
+
+@pytest.mark.mutation_found("compat")
+def test_inner_state_changed_in_place_sees_only_the_real_rounds():
+    """The one-time check runs on copies: a strategy's in-place state (a momentum buffer, a
+    list of rounds) holds the two real aggregations only, of the decoded FedAvg models."""
+    inner = MomentumInPlace(theta0(), fraction_evaluate=0.0)
+    strategy, got = coded_run(inner)
+    first = fedavg(theta0(), range(N), N)
+    second = fedavg(first, range(N), N)
+    assert [row["decode"] for row in strategy.history] == ["exact", "exact"]
+    assert_model(got, second)
+    assert inner.rounds == [1, 2]
+    assert_model(inner.velocity, {k: 0.5 * first[k] + second[k] for k in first})
+
+
 # ================================================================ per-client aggregators
 PER_CLIENT = {
     "Krum": lambda: Krum(),
