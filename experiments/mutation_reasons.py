@@ -382,9 +382,7 @@ REASONS: dict[str, str] = {
         "equivalent: at exactly 2**20 values the arrays are finished serially instead "
         "of on a thread pool; each array's result is the same either way",
     "fl_gradcode.flower.decoder.xǁDecoderǁdecode__mutmut_18":
-        "not killed: the fallback runs only for a decoding whose chunk rows read no "
-        "reply (all coefficients zero); no code gives one for a non-empty set, so no "
-        "test reaches it",
+        "killed since by test_a_decoding_that_reads_no_reply_decodes_no_examples",
     "fl_gradcode.flower.decoder.xǁDecoderǁdecode__mutmut_198":
         "equivalent: strict=True only guards lengths equal by construction (one "
         "decoding row entry per used reply, one chosen reply per used reply)",
@@ -655,4 +653,8 @@ REASONS: dict[str, str] = {
         "but _expires is only read for ids in abandoned (expire iterates abandoned, "
         "_drop_if_late pops abandoned ids, _abandon overwrites): one stale float per given-up "
         "message (memory), visible only through the private dict",
+    # decoder
+    "fl_gradcode.flower.decoder.xǁDecoderǁdecode__mutmut_102":
+        "equivalent: np.dtype(None) is float64 (numpy's default dtype), the dtype it names; "
+        "kinds is empty only for an array of no values, whose result is empty either way",
 }

@@ -369,6 +369,34 @@ def test_the_aggregators_status_follows_the_decoding_error():
     assert status(SimpleNamespace(exact=False, error=0.3)) == "skipped"
 
 
+@pytest.mark.mutation_found("decoder")
+def test_an_outvoted_size_report_is_rejected_with_its_worker_and_the_agreed_sizes_kept():
+    """FRC n=6, s=2: workers 0-2 replicate partitions 0-2; worker 2 reports 99 examples for
+    partition 0 where workers 0 and 1 report 5."""
+    from fl_gradcode.flower.aggregator import RoundAggregator
+    from fl_gradcode.flower.decoder import Decoder
+    from fl_gradcode.flower.privatiser import Privatiser
+    from fl_gradcode.privacy import DPConfig, ServerNoise
+
+    code = make_code("frc", 6, 2)
+    state = _state(code, [10, 11, 12, 13, 14, 15])
+    reported = {0: (5.0, 6.0, 7.0), 1: (5.0, 6.0, 7.0), 2: (99.0, 6.0, 7.0),
+                3: (8.0, 9.0, 10.0), 4: (8.0, 9.0, 10.0), 5: (8.0, 9.0, 10.0)}
+    state.valid = {w: SimpleNamespace(sizes=sizes) for w, sizes in reported.items()}
+    state.tracker = object()
+    quarantine = Quarantine(offences=1)
+    decoder = Decoder(FedAvg(), Privatiser(DPConfig(), None, ServerNoise(), "n", {}))
+    aggregator = RoundAggregator(decoder=decoder, collector=_collector(), quarantine=quarantine,
+                                 max_decode_error=0.0)
+    aggregator.check_sizes(state)
+    assert sorted(state.valid) == [0, 1, 3, 4, 5] and state.tracker is None
+    assert state.sizes == {0: 5.0, 1: 6.0, 2: 7.0, 3: 8.0, 4: 9.0, 5: 10.0}
+    [(node, reason)] = state.rejected
+    assert node == 12 and reason.startswith("partition-sizes: n_0=99 disagrees with the other")
+    assert [d[:2] for d in state.rejected_details] == [(2, reason)]
+    assert quarantine.held(2, [10, 11, 12, 13, 14, 15]) == {12}
+
+
 def test_a_code_policy_is_resolved_from_an_instance_a_class_or_the_keywords():
     from fl_gradcode.flower.policy import (
         AdaptiveCodePolicy,

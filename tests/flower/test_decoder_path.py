@@ -478,10 +478,11 @@ def test_a_non_finite_inner_model_is_named_with_its_round_in_the_log(caplog):
         "round 7: inner strategy produced a non-finite model; kept the previous one"]
 
 
-def _decode_in_a_round(code, theta, valid, used, sparse):
+def _decode_in_a_round(code, theta, valid, used, sparse, *, integrity=None, probe=None,
+                       max_decode_error=0.5):
     """Round 1 of ``code`` on nodes 100, 101, ... holding the replies ``valid``, decoded over
-    ``used`` by a RoundAggregator with a fresh collector and quarantine:
-    ``(outcome, arrays, state)``."""
+    ``used`` by a RoundAggregator with a fresh collector (``integrity`` options, the round's
+    cross-check ``probe``) and quarantine: ``(outcome, arrays, state)``."""
     from fl_gradcode.flower.aggregator import RoundAggregator
     from fl_gradcode.flower.clock import VirtualClock
     from fl_gradcode.flower.collector import ReplyCollector
@@ -499,11 +500,12 @@ def _decode_in_a_round(code, theta, valid, used, sparse):
         layout={k: v.shape for k, v in theta.items()}, reply_layout={},
         dtypes={k: v.dtype for k, v in theta.items()}, theta=theta, array_key="arrays",
         wall_start=0.0, valid=valid)
+    state.probe = probe
     quarantine = Quarantine()
     collector = ReplyCollector(VirtualClock(10.0), DeadlinePolicy(DeadlineOptions(), False),
-                               IntegrityOptions(), quarantine, ReplyFingerprints())
+                               integrity or IntegrityOptions(), quarantine, ReplyFingerprints())
     aggregator = RoundAggregator(decoder=Decoder(FedAvg(), sparse=sparse), collector=collector,
-                                 quarantine=quarantine, max_decode_error=0.5)
+                                 quarantine=quarantine, max_decode_error=max_decode_error)
     outcome, arrays, _ = aggregator.decode(state, used, None)
     return outcome, arrays, state
 
@@ -802,3 +804,157 @@ def test_chunked_replies_decode_block_by_block_and_split_between_cores(monkeypat
     # one value beyond float32's range in one reply: the model is not released
     replies[used[-1]].arrays[protocol.CHUNK_KEY][3] = 1e300
     assert _decode(code, replies, used, theta, dtypes=dtypes) is None
+
+
+# ================================================================== mutation-found: decoder (2)
+@pytest.mark.mutation_found("decoder")
+def test_a_round_records_the_decodings_error():
+    """FRC n=4, s=1 (groups {0, 1} and {2, 3}): both groups decode exactly (error 0); group 0
+    alone at best recovers partitions 0 and 1, ``alpha = [1, 1, 0, 0]``: error
+    ``||alpha - 1||^2 / k = 2 / 4``."""
+    code = make_code("frc", n=4, s=1)
+    theta, sizes, deltas, replies = _problem(code)
+    exact, _, _ = _decode_in_a_round(code, theta, dict(replies), [0, 2], sparse=True)
+    assert exact.decode == "exact" and exact.decode_error == 0.0
+    approx, arrays, _ = _decode_in_a_round(code, theta, dict(replies), [0], sparse=True)
+    assert approx.decode == "approx" and approx.decode_error == pytest.approx(0.5, abs=1e-12)
+    expected = _average(theta, sizes, deltas, alpha=np.array([1.0, 1.0, 0.0, 0.0]))
+    np.testing.assert_allclose(arrays["w"].numpy(), expected["w"], rtol=1e-10)
+
+
+@pytest.mark.mutation_found("decoder")
+def test_a_decodable_round_the_decoder_refuses_is_recorded_as_skipped(caplog):
+    """Every partition claims no examples: the decoding is exact but the count is 0, so
+    nothing is applied and the round says so."""
+    code = make_code("frc", n=4, s=1)
+    theta, _, _, replies = _problem(code)
+    for r in replies.values():
+        r.num_examples = 0.0
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        outcome, arrays, state = _decode_in_a_round(code, theta, dict(replies), [0, 1, 2, 3],
+                                                    sparse=True)
+    assert outcome.decode == "skipped" and arrays is None and state.rejected == []
+    assert outcome.replies_read == 0 and outcome.num_examples is None
+    assert "round 1: decoded example count 0.0; round skipped" in [
+        r.getMessage() for r in caplog.records]
+
+
+@pytest.mark.mutation_found("decoder")
+def test_under_verify_a_round_skipped_anyway_is_not_said_to_be_withheld(caplog):
+    """``verify=True``, the replies not cross-checked: a round with nothing decodable is
+    skipped for that reason alone; the "could not all be cross-checked" warning is for a
+    decodable round only."""
+    from types import SimpleNamespace
+
+    from fl_gradcode.flower.options import IntegrityOptions
+
+    code = make_code("frc", n=4, s=1)
+    theta, _, _, replies = _problem(code)
+    for used in ([], [0]):  # no decoding; error 0.5 beyond max_decode_error=0.25
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="flwr"):
+            outcome, arrays, _ = _decode_in_a_round(
+                code, theta, dict(replies), used, sparse=True,
+                integrity=IntegrityOptions(verify=True), probe=SimpleNamespace(verdicts={}),
+                max_decode_error=0.25)
+        assert outcome.decode == "skipped" and arrays is None
+        assert outcome.decode_error == (1.0 if not used else pytest.approx(0.5, abs=1e-12))
+        assert not any("cross-checked" in r.getMessage() for r in caplog.records)
+    with caplog.at_level(logging.WARNING, logger="flwr"):  # a decodable one is withheld
+        outcome, _, _ = _decode_in_a_round(
+            code, theta, dict(replies), [0, 2], sparse=True,
+            integrity=IntegrityOptions(verify=True), probe=SimpleNamespace(verdicts={}))
+    assert outcome.decode == "skipped"
+    assert [r.getMessage() for r in caplog.records] == [
+        "round 1: verify=True and the replies could not all be cross-checked before the "
+        "deadline; nothing is applied"]
+
+
+@pytest.mark.mutation_found("decoder")
+def test_a_float64_sum_beyond_a_float32_models_range_is_not_released(caplog):
+    """float64 replies of a float32 model: 1e39 is finite in float64 but beyond float32's
+    largest value (~3.4e38), so the model would hold Inf; the round is skipped."""
+    code = make_code("frc", n=4, s=1)
+    theta, _, _, replies = _problem(code)
+    dtypes = {k: np.dtype(np.float32) for k in SHAPES}
+    with np.errstate(over="ignore"):  # numpy reference
+        assert np.isinf(np.float64(1e39).astype(np.float32))
+    count = replies[0].num_examples + replies[2].num_examples  # the decoded count
+    for w in range(4):  # the decoded value: theta + 2e39
+        replies[w].arrays["w"][1, 2] = 1e39 * count
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        assert _decode(code, replies, [0, 2], theta, dtypes=dtypes) is None
+    assert [r.getMessage() for r in caplog.records] == [
+        "round 1: decoded model not finite; round skipped"]
+
+
+@pytest.mark.mutation_found("decoder")
+def test_a_decoding_that_reads_no_reply_decodes_no_examples(caplog):
+    """All-zero coefficients: the decoded count is 0 and the round is skipped (logged)."""
+    from fl_gradcode.codes import Decoding
+
+    code = make_code("frc", n=4, s=1)
+    theta, _, _, replies = _problem(code)
+    nothing = Decoding(received=(0, 1), coefficients=np.zeros(4), exact=False, error=1.0,
+                       alpha=np.zeros(4))
+    dtypes = {k: v.dtype for k, v in theta.items()}
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        assert Decoder(FedAvg()).decode(code, replies, [0, 1], nothing, theta, dtypes,
+                                        round_number=3, sizes={}) is None
+    assert [r.getMessage() for r in caplog.records] == [
+        "round 3: decoded example count 0.0; round skipped"]
+
+
+@pytest.mark.mutation_found("decoder")
+def test_combine_takes_one_coefficient_per_reply():
+    views = [np.ones(3), np.ones(3)]
+    for coefficients in ([1.0], [1.0, 1.0, 1.0]):
+        with pytest.raises(ValueError, match=r"^zip\(\) argument 2 is (shorter|longer) than "
+                                             r"argument 1$"):
+            combine(coefficients, views, np.float64)
+
+
+@pytest.mark.mutation_found("decoder")
+def test_combine_weights_a_later_reply_by_its_own_coefficient():
+    """Coefficients 1, 2, 1, -1 (small integers: exact in float64): numpy's sum."""
+    rng = np.random.default_rng(5)
+    views = [rng.integers(-50, 50, size=7).astype(np.float64) for _ in range(4)]
+    a = np.array([1.0, 2.0, 1.0, -1.0])
+    out = combine(a, views, np.float64)
+    np.testing.assert_array_equal(out, a @ np.stack(views))
+
+
+@pytest.mark.mutation_found("decoder")
+def test_combine_sums_float32_replies_in_float64_over_a_partial_last_block():
+    """Replies in another dtype than the sums go through the scratch buffer; three values
+    past the first cache block: the last block is shorter than the buffer."""
+    from fl_gradcode.flower import decoder as module
+
+    size = module._BLOCK + 3
+    rng = np.random.default_rng(6)
+    x, y, z = (rng.standard_normal(size).astype(np.float32) for _ in range(3))
+    out = combine([1.0, 0.5, -0.25], [x, y, z], np.float64)
+    assert out.dtype == np.float64 and out.shape == (size,)
+    expected = x.astype(np.float64) + 0.5 * y.astype(np.float64) - 0.25 * z.astype(np.float64)
+    np.testing.assert_allclose(out, expected, rtol=1e-15, atol=1e-15)
+
+
+@pytest.mark.mutation_found("decoder")
+@pytest.mark.parametrize(("threshold", "threaded"), [(18, True), (19, True), (20, False)])
+def test_chunked_replies_are_split_between_cores_from_the_threshold_on(monkeypatch, threshold,
+                                                                         threaded):
+    """A 19-value model in blocks of 2 reply values: split between the idle cores once its
+    dimension reaches the threshold (``dim >= threshold``), decoded alike either way."""
+    from fl_gradcode.flower import decoder as module
+
+    pools = _spy_pools(monkeypatch, 2)
+    monkeypatch.setattr(module, "_BLOCK", 2)
+    monkeypatch.setattr(module, "_THREADED", threshold)
+    code = make_code("comm-efficient", n=6, s=1, m=2)  # replies of ceil(20 / 2) = 10 values
+    theta, sizes, deltas, replies = _problem(code, seed=4)
+    dtypes = {k: np.dtype(np.float64) for k in SHAPES}
+    decoded = _decode(code, replies, [0, 1, 3, 4, 5], theta, dtypes=dtypes)
+    assert pools == ([2] if threaded else [])
+    expected = _average(theta, sizes, deltas)
+    for k in SHAPES:
+        np.testing.assert_allclose(decoded.arrays[k].numpy(), expected[k], rtol=1e-10)
