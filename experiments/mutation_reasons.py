@@ -97,21 +97,16 @@ REASONS: dict[str, str] = {
     "fl_gradcode.flower.integrity.xǁProbeǁ__init____mutmut_17": _INTEGRITY_DIGEST,
     "fl_gradcode.flower.integrity.xǁProbeǁ_metric_part__mutmut_9": _INTEGRITY_DIGEST,
     "fl_gradcode.flower.integrity.x__candidates__mutmut_9":
-        "equivalent (but for cost): returning every worker is the small-block search; the "
-        "large-block candidates include every exclusion whose rest is consistent (direction "
-        "test, rank-one leave-one-out, the one non-finite reply) and _verify_block confirms "
-        "each with _check, so both give the documented verdict",
+        "killed since by test_a_large_block_confirms_only_its_candidates_whatever_its_size",
     "fl_gradcode.flower.integrity.x__candidates__mutmut_115": _EINSUM_CASE,
     "fl_gradcode.flower.integrity.x__candidates__mutmut_95":
-        "equivalent (but for cost): rows with rest_a == 0 measure 0, so every c with weight > 0 "
-        "becomes a candidate (a superset); _verify_block confirms each with _check (as mutant 9)",
+        "killed since by test_a_large_block_confirms_only_its_candidates_whatever_its_size",
     "fl_gradcode.flower.integrity.xǁProbeǁ__init____mutmut_29": _PROD_EMPTY,
     "fl_gradcode.flower.integrity.xǁProbeǁ_dense__mutmut_24":
         "equivalent: astype's copy=None shares a float64 block as copy=False; it is only read",
     "fl_gradcode.flower.integrity.xǁProbeǁ_sampled__mutmut_2": _ASTYPE_NONE,
     "fl_gradcode.flower.integrity.x_applied_disagreement__mutmut_8":
-        "equivalent: c_all is only read in c_all[mine] - a (float64 a), where bool/int/float "
-        "coefficients convert to float64 exactly, as the cast does (longdouble: never given)",
+        "killed since by test_applied_disagreement_reads_long_double_coefficients_as_float64",
     "fl_gradcode.flower.integrity.x_verify_replies__mutmut_31":
         "killed since by test_replies_that_do_not_decode_their_block_or_no_replies_are_unverified",
     "fl_gradcode.flower.clock.xǁWallClockǁ__init____mutmut_6":
@@ -657,4 +652,26 @@ REASONS: dict[str, str] = {
     "fl_gradcode.flower.decoder.xǁDecoderǁdecode__mutmut_102":
         "equivalent: np.dtype(None) is float64 (numpy's default dtype), the dtype it names; "
         "kinds is empty only for an array of no values, whose result is empty either way",
+    # integrity
+    "fl_gradcode.flower.integrity.x__candidates__mutmut_94":
+        "killed since by test_a_large_block_confirms_only_its_candidates_whatever_its_size",
+    "fl_gradcode.flower.integrity.xǁProbeǁ_sampled__mutmut_8":
+        "killed since by test_the_sampled_probe_reads_a_long_double_reply_as_its_float64_rounding",
+    "fl_gradcode.flower.integrity.x__ratio__mutmut_18": _INF_CASE,
+    "fl_gradcode.flower.integrity.x_verify_refusal__mutmut_19":
+        "equivalent: the default is read only when options has no 'm', and then 2 != 1 and "
+        "None != 1 are both True (a comm-efficient code without m is chunked either way)",
+    "fl_gradcode.flower.integrity.xǁProbeǁ__init____mutmut_7":
+        "not killed: the words only seed numpy's SeedSequence and BLAKE2b, which take any "
+        "non-negative int; 33-bit words make a 264- instead of a 256-bit secret key, and every "
+        "documented property (fresh OS randomness, never the run seed, never sent) holds for "
+        "either, so only a test pinning secrets.randbits' argument could tell them apart",
+    "fl_gradcode.flower.integrity.x__candidates__mutmut_128":
+        "not killed, unreachable in float64: diff is empty only if every other row whose "
+        "null-space part survives c's removal (rest_weight > 1e-12) has rest_a exactly 0.0; "
+        "those rest_weights sum to dim N - 1 (dim N = 1 is taken by the direction test first), "
+        "so one is >= 1/|F|, and its rest_a, its weight in the min-norm decoding without c, "
+        "comes from an SVD: a GradientCode block has no zero rows (they are blockless) and "
+        "weights zero in exact arithmetic come out 1e-17..3e-16, not 0.0 (rows (1,1) x2 and "
+        "(1,-1) x15..19, checked); only then would np.max without initial raise",
 }

@@ -614,3 +614,65 @@ def test_applied_disagreement_of_float32_projections_is_computed_in_float64():
     float32_value = (np.linalg.norm((coefficients[:3] - a) @ Z32)
                      / (np.median([np.linalg.norm(row) for row in Z]) / float(top)))
     assert float32_value != pytest.approx(expected, rel=1e-6)
+
+
+@pytest.mark.mutation_found("integrity")
+@pytest.mark.parametrize("n", [20, 40])
+def test_a_large_block_confirms_only_its_candidates_whatever_its_size(n, monkeypatch):
+    """The module docstring's cost: every leave-one-out of a block comes from one SVD. One
+    wrong reply among ``n`` in one block: one SVD decodes the block, one serves the candidate
+    search, one confirms the single candidate -- not one per reply."""
+    calls = []
+    svd = np.linalg.svd
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return svd(*args, **kwargs)
+
+    code = make_code("crc", n=n, s=2)
+    v = np.random.default_rng(21).standard_normal((code.k, 6))
+    z = {i: code.B[i] @ v for i in range(n)}
+    z[13] = 1.5 * z[13]
+    monkeypatch.setattr(np.linalg, "svd", counting)
+    verdict = verify_replies(code, z, range(n), 1e-9)
+    monkeypatch.undo()
+    assert (verdict.status, verdict.excluded) == ("verified", [13])
+    assert len(calls) == 3
+
+
+needs_longdouble = pytest.mark.skipif(np.finfo(np.longdouble).eps >= np.finfo(np.float64).eps,
+                                      reason="long double is float64 on this platform")
+
+
+@pytest.mark.mutation_found("integrity")
+@needs_longdouble
+def test_the_sampled_probe_reads_a_long_double_reply_as_its_float64_rounding():
+    """A model kept in long double sends long double replies (``wire="model"``): the sampled
+    probe, like the dense one, measures the float64 values, so such a reply and its float64
+    rounding give the same projections bit for bit."""
+    layout = {"a": (300,), "b": (40, 5)}
+    rng = np.random.default_rng(22)
+    x = {name: rng.standard_normal(shape).astype(np.longdouble) / 3
+         for name, shape in layout.items()}
+    rounded = {name: v.astype(np.float64) for name, v in x.items()}
+    assert any(np.any(x[name] != rounded[name]) for name in layout)  # more digits than float64
+    for probe in (Probe(layout, (5, 6), q=4, sample=128),
+                  Probe(layout, (5, 6), q=4, sample=None)):
+        np.testing.assert_array_equal(probe(x, 2.0), probe(rounded, 2.0))
+
+
+@pytest.mark.mutation_found("integrity")
+@needs_longdouble
+def test_applied_disagreement_reads_long_double_coefficients_as_float64():
+    """Coefficients given in long double are the float64 values they round to (every input of
+    the check is float64): the same disagreement bit for bit."""
+    code = make_code("frc", n=6, s=2)
+    rng = np.random.default_rng(23)
+    z = {w: rng.standard_normal(4) for w in range(6)}
+    coefficients = np.zeros(6, dtype=np.longdouble)
+    coefficients[:3] = np.longdouble(1) / 3 + np.array([1, -2, 1], dtype=np.longdouble) / 7e5
+    rounded = coefficients.astype(np.float64)
+    assert np.any(coefficients != rounded)
+    got = applied_disagreement(code, z, [0, 1, 2], coefficients)
+    assert got > 0.0
+    assert got == applied_disagreement(code, z, [0, 1, 2], rounded)
