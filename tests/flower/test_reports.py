@@ -206,3 +206,125 @@ def test_check_reply_sizes_accepts_exactly_what_the_relative_tolerance_allows(
     else:
         with pytest.raises(RejectedReply, match="do not add up"):
             check_reply_sizes(code, 0, sizes, count)
+
+
+# ======== found by mutation testing (second pass) ================================================
+_NOT_ADDING_UP = r"^partition-sizes=\[.*\] do not add up to num-examples="
+
+
+def _agree(code, reported, confirmed=None):
+    from fl_gradcode.flower.reports import agree_sizes
+
+    return agree_sizes(code, reported, confirmed)
+
+
+@pytest.mark.mutation_found("reports")
+def test_exactly_eight_sizes_are_shown_without_an_ellipsis():
+    code = _Code({0: {j: 1.0 for j in range(7)}})
+    with pytest.raises(RejectedReply) as info:
+        check_reply_sizes(code, 0, [float(v) for v in range(1, 9)], 36.0)
+    assert str(info.value) == ("partition-sizes=[1, 2, 3, 4, 5, 6, 7, 8] has 8 entries; "
+                               "worker 0 holds 7 partitions")
+
+
+@pytest.mark.mutation_found("reports")
+def test_a_code_with_fewer_coefficients_than_partitions_is_an_error_not_a_shorter_sum():
+    # worker 0 holds partitions 0 and 1 but the code gives one coefficient: 1 * 3 == 3 would
+    # pass if the second size were silently dropped
+    code = SimpleNamespace(assignment=lambda worker: [0, 1],
+                           encoding_coefficients=lambda worker: [1.0])
+    with pytest.raises(ValueError, match=r"^zip\(\) argument 2 is longer than argument 1$"):
+        check_reply_sizes(code, 0, [3.0, 4.0], 3.0)
+
+
+@pytest.mark.mutation_found("reports")
+def test_the_scale_bound_is_inclusive():
+    """``|sum c n - count| <= SIZE_RTOL max(sum |c| n, |count|, 1)`` with equality: terms
+    that cancel (sum 0, scale 2^41), count = -SIZE_RTOL 2^41 (all exact in float64)."""
+    code = _Code({0: {0: 1.0, 1: -1.0}})
+    bound = SIZE_RTOL * float(2**41)
+    assert bound > SIZE_RTOL * max(bound, 1.0)  # the count's own bound is exceeded
+    check_reply_sizes(code, 0, [2.0**40, 2.0**40], -bound)
+    with pytest.raises(RejectedReply, match=_NOT_ADDING_UP):
+        check_reply_sizes(code, 0, [2.0**40, 2.0**40], -np.nextafter(bound, np.inf))
+
+
+@pytest.mark.mutation_found("reports")
+@pytest.mark.skipif(np.finfo(np.longdouble).nmant <= 52, reason="long double is float64 here")
+def test_long_double_sizes_are_read_as_float64_for_the_scale():
+    """The client sums float64 sizes, so the scale is ``sum |c| float64(n)``: 3 * 2^60 here,
+    where the long double sum would be one float64 step (512) larger."""
+    ld = np.longdouble
+    sizes = [ld(2**60) + 127, ld(2**59) + 63, ld(3 * 2**59) + 127]
+    as64 = [float(n) for n in sizes]
+    assert as64 == [2.0**60, 2.0**59, 3.0 * 2**59]  # the weighted sum 1, 1, -1 is exactly 0
+    code = _Code({0: {0: 1.0, 1: 1.0, 2: -1.0}})
+    bound = SIZE_RTOL * (3.0 * 2**60)
+    wider = SIZE_RTOL * float(ld(2**60) + 127 + ld(2**59) + 63 + ld(3 * 2**59) + 127)
+    assert wider > bound
+    check_reply_sizes(code, 0, sizes, -bound)
+    with pytest.raises(RejectedReply, match=_NOT_ADDING_UP):
+        check_reply_sizes(code, 0, sizes, -wider)
+
+
+@pytest.mark.mutation_found("reports")
+def test_a_reply_within_its_count_bound_is_settled_without_the_scale():
+    """The scale (``sum |c| n``) is only computed when the count's own bound
+    ``SIZE_RTOL max(|count|, 1)`` (inclusive) is not met: here it would overflow float64 and
+    warn, though the reply is consistent."""
+    import warnings
+
+    code = _Code({0: {0: 1.0, 1: -1.0, 2: 1.0}})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        # sum = 1e10 + 1, count 1e10: off 1 <= 1e-9 * 1e10
+        check_reply_sizes(code, 0, [1e308, 1e308, 1e10 + 1.0], 1e10)
+        # sum = 1e-9, count 0: off 1e-9 == 1e-9 * 1, the bound is inclusive
+        check_reply_sizes(code, 0, [1e308, 1e308, 1e-9], 0.0)
+    with pytest.warns(RuntimeWarning, match="overflow"):  # the scale, when it is needed
+        check_reply_sizes(code, 0, [1e308, 1e308, 1e10 + 1.0], 1e10 - 100.0)
+
+
+@pytest.mark.mutation_found("reports")
+def test_a_worker_without_partitions_reporting_zero_takes_no_part_in_the_agreement():
+    # the mod reports [0] for a worker with nothing assigned; every valid reply is cross-checked
+    code = _Code({0: {0: 1.0}, 1: {0: 1.0}, 2: {}})
+    agreed, excluded, confirmed = _agree(code, {0: [5.0], 1: [5.0], 2: [0.0]})
+    assert (agreed, excluded, confirmed) == ({0: 5.0}, {}, {0: 5.0})
+
+
+@pytest.mark.mutation_found("reports")
+def test_an_outvoted_reason_names_at_most_six_groups_of_claims():
+    # partition 0: workers 0-2 report 10, workers 3-8 each report another value (7 groups)
+    code = _Code({w: {0: 1.0} for w in range(9)})
+    reported = {w: [10.0] for w in range(3)} | {w: [float(w)] for w in range(3, 9)}
+    agreed, excluded, _ = _agree(code, reported)
+    assert agreed == {0: 10.0} and sorted(excluded) == list(range(3, 9))
+    assert excluded[8] == (
+        "partition-sizes: n_0=8 disagrees with the other replicas of partition 0 (workers "
+        "[0, 1, 2] report 10; workers [3] report 3; workers [4] report 4; workers [5] report "
+        "5; workers [6] report 6; workers [7] report 7)")
+
+
+@pytest.mark.mutation_found("reports")
+def test_a_worker_in_five_ties_is_named_for_all_five_with_the_claims_of_four():
+    # worker 0 holds partitions 0-4, each shared with one honest worker (1-5), and adds 1 to all
+    code = _Code({0: {j: 1.0 for j in range(5)}} | {j + 1: {j: 1.0} for j in range(5)})
+    reported = {0: [11.0, 21.0, 31.0, 41.0, 51.0]} | {j + 1: [10.0 * (j + 1)] for j in range(5)}
+    agreed, excluded, _ = _agree(code, reported)
+    assert agreed == {j: 10.0 * (j + 1) for j in range(5)}
+    assert excluded == {0: (
+        "partition-sizes: worker 0 disagrees with another replica in each of partitions "
+        "[0, 1, 2, 3, 4] (no other worker disagrees in as many); partition 0: workers [0] "
+        "report 11; workers [1] report 10; partition 1: workers [0] report 21; workers [2] "
+        "report 20; partition 2: workers [0] report 31; workers [3] report 30; partition 3: "
+        "workers [0] report 41; workers [4] report 40")}
+
+
+@pytest.mark.mutation_found("reports")
+@pytest.mark.skipif(np.finfo(np.longdouble).minexp >= -1022, reason="no long double range")
+def test_decoding_weights_are_read_as_float64_so_an_underflowing_weight_needs_no_size():
+    # 1e-4000 is 0 in float64, the precision the decoded average is computed in
+    decoding = SimpleNamespace(alpha=np.array([np.longdouble(2), np.longdouble("1e-4000")]))
+    assert decoding.alpha[1] != 0 and np.float64(decoding.alpha[1]) == 0.0
+    assert central_noise_scale(decoding, {0: 10.0}, 4.0) == 2.0 * 10.0 / 4.0
