@@ -110,6 +110,7 @@ REASONS: dict[str, str] = {
         "killed since by test_replies_that_do_not_decode_their_block_or_no_replies_are_unverified",
     "fl_gradcode.flower.clock.xǁWallClockǁ__init____mutmut_6":
         "killed since by test_a_default_clock_does_not_stop_late_work_and_starts_at_zero",
+    # protocol
     "fl_gradcode.flower.protocol.x__npy_header__mutmut_2":
         "equivalent: the two differ only for len(data) == 10, and then the header slice "
         "data[10:10 + size] is empty, which the anchored header regex (it needs \"{'descr'\") "
@@ -117,6 +118,18 @@ REASONS: dict[str, str] = {
     "fl_gradcode.flower.protocol.x_parse_instruction__mutmut_178":
         "equivalent: the default is only read when the key is absent, and then the guard "
         "len(rec.get(key, [0.0])) > 1 is False before the generator is evaluated",
+    "fl_gradcode.flower.protocol.x__parse_train__mutmut_122":
+        "killed since by test_a_parsed_reply_names_the_node_that_sent_it",
+    "fl_gradcode.flower.protocol.x_array_view__mutmut_38":
+        "killed since by test_bytes_after_the_array_are_ignored_as_numpys_reader_ignores_them",
+    "fl_gradcode.flower.protocol.x_array_view__mutmut_6":
+        "killed since by test_a_header_as_numpy_writes_it_skips_numpys_literal_eval_parser",
+    "fl_gradcode.flower.protocol.x_parse_identity__mutmut_9":
+        "killed since by test_an_identify_reply_without_the_record_names_the_lookup_error",
+    "fl_gradcode.flower.protocol.x_parse_instruction__mutmut_176":
+        "killed since by test_worker_minus_one_means_not_sent_and_below_it_is_refused",
+    "fl_gradcode.flower.protocol.x_parse_instruction__mutmut_82":
+        "killed since by test_a_partition_id_not_below_its_num_partitions_is_refused_naming_both",
     "fl_gradcode.flower.mod.x__coded_reply__mutmut_95":
         "equivalent: numpy's reshape takes any negative size as the one unknown dimension "
         "(reshape(-2) == reshape(-1), numpy 2.4)",

@@ -226,6 +226,67 @@ def test_bytes_with_a_wrong_npy_magic_are_rejected_even_with_a_valid_header_afte
         protocol.array_view(arr)
 
 
+
+@pytest.mark.mutation_found("protocol")
+def test_bytes_after_the_array_are_ignored_as_numpys_reader_ignores_them():
+    """The reader takes exactly prod(shape) values after the header; trailing bytes (here one
+    more float64) are not part of the array, as in numpy's own ``np.load`` of the bytes."""
+    buf = io.BytesIO()
+    np.save(buf, np.array([1.0, 2.0, 3.0]))
+    data = buf.getvalue() + np.float64(9.0).tobytes()
+    arr = Array(dtype="float64", shape=(3,), stype="numpy.ndarray", data=data)
+    view = protocol.array_view(arr)
+    np.testing.assert_array_equal(view, np.load(io.BytesIO(data)))
+    np.testing.assert_array_equal(view, [1.0, 2.0, 3.0])
+
+
+@pytest.mark.mutation_found("protocol")
+def test_a_header_as_numpy_writes_it_skips_numpys_literal_eval_parser(monkeypatch):
+    """Headers as ``np.save`` writes them take the fast path: numpy's (literal_eval-based)
+    header parser is only the fallback for unusual headers and is not called for them."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("numpy's header parser was called")
+
+    monkeypatch.setattr(np.lib.format, "read_array_header_1_0", refuse)
+    monkeypatch.setattr(np.lib.format, "read_array_header_2_0", refuse)
+    for values in (np.arange(4.0), np.ones((2, 3), dtype=np.float32)):
+        np.testing.assert_array_equal(protocol.array_view(Array(values)), values)
+
+
+@pytest.mark.mutation_found("protocol")
+def test_a_parsed_reply_names_the_node_that_sent_it():
+    """``CodedReply.node`` is the reply's source node: the node the instruction went to."""
+    request = Message(RecordDict(), dst_node_id=42, message_type=MessageType.TRAIN)
+    reply = protocol.train_reply(request, train_instruction(worker=1, round=3),
+                                 {"w": np.ones(2)}, 4.0, [4.0], {}, 0.1)
+    assert protocol.parse_reply(reply, worker=1, round=3, layout={"w": (2,)}).node == 42
+
+
+@pytest.mark.mutation_found("protocol")
+def test_an_identify_reply_without_the_record_names_the_lookup_error():
+    request = Message(RecordDict(), dst_node_id=7, message_type=MessageType.TRAIN)
+    with pytest.raises(protocol.RejectedReply,
+                       match=r"^no identity in the reply \(KeyError: 'gradient-coding'\)$"):
+        protocol.parse_identity(Message(RecordDict(), reply_to=request))
+    partial = RecordDict({protocol.PROTOCOL_KEY: MetricRecord({"partition-id": 1})})
+    with pytest.raises(protocol.RejectedReply,
+                       match=r"^no identity in the reply \(KeyError: 'num-partitions'\)$"):
+        protocol.parse_identity(Message(partial, reply_to=request))
+
+
+@pytest.mark.mutation_found("protocol")
+def test_worker_minus_one_means_not_sent_and_below_it_is_refused():
+    assert _parse_fields(worker=-1).worker == -1
+    _refused("worker=-2; expected an integer >= -1", worker=-2)
+
+
+@pytest.mark.mutation_found("protocol")
+def test_a_partition_id_not_below_its_num_partitions_is_refused_naming_both():
+    _refused("partition-ids holds 5; expected 0 <= id < num-partitions=5",
+             partition_ids=[1, 5], num_partitions=[5, 5], coefficients=[1.0, 1.0])
+    _refused("partition-ids holds -2; expected 0 <= id < num-partitions=3",
+             partition_ids=[-2], num_partitions=[3], coefficients=[1.0])
+
 # ------------------------------------------------------------------------------ seeds
 @pytest.mark.mutation_found("mod")
 def test_public_partition_seed_is_the_documented_sha256_hash():
