@@ -367,7 +367,11 @@ def _header_fields(header: bytes) -> tuple[tuple[int, ...], bool, np.dtype] | No
     if match is None:
         return None
     shape = tuple(int(x) for x in match.group(3).split(b",") if x.strip())
-    return shape, match.group(2) == b"True", np.dtype(match.group(1).decode())
+    try:
+        dtype = np.dtype(match.group(1).decode())
+    except (TypeError, ValueError):  # e.g. '<f9': numpy's own parser refuses it, with reason
+        return None
+    return shape, match.group(2) == b"True", dtype
 
 
 def array_view(arr: Array) -> np.ndarray:
@@ -393,6 +397,8 @@ def array_view(arr: Array) -> np.ndarray:
         offset = fp.tell()
     if dtype.hasobject:
         raise RejectedReply(f"array dtype {dtype} holds Python objects")
+    if dtype.itemsize == 0:
+        raise RejectedReply(f"array dtype {dtype} has values of zero bytes")
     count = math.prod(shape)
     if len(data) < offset + count * dtype.itemsize:
         raise RejectedReply(f"array bytes are truncated ({len(data)} bytes for {shape} {dtype})")

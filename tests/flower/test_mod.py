@@ -227,6 +227,24 @@ def test_bytes_with_a_wrong_npy_magic_are_rejected_even_with_a_valid_header_afte
 
 
 
+@pytest.mark.parametrize(("descr", "reason"), [
+    (b"'<f9'", r"^array bytes are not \.npy \(ValueError: descr is not a valid dtype"),
+    (b"'<q7'", r"^array bytes are not \.npy \(ValueError: descr is not a valid dtype"),
+    (b"'|V0'", r"^array dtype \|V0 has values of zero bytes$"),
+])
+def test_a_well_formed_header_naming_no_usable_dtype_is_a_rejected_reply(descr, reason):
+    """A header the fast path's pattern accepts but whose ``descr`` numpy does not understand
+    (same length as ``'<f4'``, so the header stays well formed) is refused as any bad .npy
+    is, with numpy's own parser's reason, instead of escaping as numpy's TypeError; a dtype of
+    zero-byte values is refused by name instead of escaping as numpy's ValueError."""
+    buf = io.BytesIO()
+    np.save(buf, np.arange(3, dtype="<f4"))
+    data = buf.getvalue().replace(b"'<f4'", descr, 1)
+    arr = Array(dtype="float32", shape=(3,), stype="numpy.ndarray", data=data)
+    with pytest.raises(protocol.RejectedReply, match=reason):
+        protocol.array_view(arr)
+
+
 @pytest.mark.mutation_found("protocol")
 def test_bytes_after_the_array_are_ignored_as_numpys_reader_ignores_them():
     """The reader takes exactly prod(shape) values after the header; trailing bytes (here one
