@@ -663,10 +663,7 @@ REASONS: dict[str, str] = {
         "equivalent: expire only gives up ids whose _expires entry exists (get(mid, now + 1.0) "
         "<= now), so pop(mid) never meets a missing key and its default is never used",
     "fl_gradcode.flower.grid.xǁEarlyReturnGridǁexpire__mutmut_13":
-        "not killed, no behaviour changes: the given-up id's _expires entry is left behind, "
-        "but _expires is only read for ids in abandoned (expire iterates abandoned, "
-        "_drop_if_late pops abandoned ids, _abandon overwrites): one stale float per given-up "
-        "message (memory), visible only through the private dict",
+        "killed since by test_a_given_up_message_leaves_no_reference_to_its_id",
     # decoder
     "fl_gradcode.flower.decoder.xǁDecoderǁdecode__mutmut_102":
         "equivalent: np.dtype(None) is float64 (numpy's default dtype), the dtype it names; "

@@ -10,8 +10,10 @@ else 3600 s, never negative. The expected instants below are computed by hand fr
 
 from __future__ import annotations
 
+import gc
 import math
 import re
+import weakref
 from logging import WARNING
 from types import SimpleNamespace
 
@@ -221,3 +223,94 @@ def test_expire_frees_each_node_once_with_a_warning_naming_node_and_message(cloc
         "node 5 never answered message m-b: given up, the node is free again",
     ]
     assert [level for level, text in flwr_log if text in warnings] == [WARNING, WARNING]
+
+
+class _Id(str):
+    """A message id a weak reference can follow (plain ``str`` takes none)."""
+
+
+def test_a_given_up_message_leaves_no_reference_to_its_id(clock, monkeypatch):
+    """Giving a message up forgets it entirely: a long run does not accumulate given-up ids."""
+    lines = []
+    monkeypatch.setattr(grid_module, "log", lambda level, fmt, *args: lines.append(fmt % args))
+    ids = [_Id("m-a")]
+    grid = _abandon(_Owner(), [_message(3, ttl=2.0)], ids)
+    ref = weakref.ref(ids[0])
+    del ids
+    gc.collect()
+    assert ref() == "m-a"  # held while the message is waited for
+    clock.at(2.0)
+    assert grid.expire() == [3] and grid.expired == 1
+    assert lines == ["node 3 never answered message m-a: given up, the node is free again"]
+    gc.collect()
+    assert ref() is None
+
+
+class _CountingGrid(_SilentGrid):
+    """A silent grid that records the (fake) monotonic instant of every pull."""
+
+    def __init__(self, ids: list[str], clock: _Clock) -> None:
+        super().__init__(ids)
+        self.clock = clock
+        self.pulls: list[float] = []
+
+    def pull_messages(self, ids):
+        self.pulls.append(self.clock.mono)
+        return []
+
+
+@pytest.mark.parametrize(("timeout", "pulls"), [
+    (0.0, []),  # the timeout has passed at once: no pull, no sleep
+    (1.0, [T0, T0 + 0.25, T0 + 0.5, T0 + 0.75]),  # one pull per 0.25 s poll, all before T0+1
+])
+def test_wait_until_free_starts_no_pull_or_sleep_once_its_timeout_has_passed(clock, timeout,
+                                                                             pulls):
+    """Node 3 stays busy (its message is waited for 100 s); polled every 0.25 s, the wait
+    returns at ``T0 + timeout`` exactly (a multiple of the poll interval)."""
+    inner = _CountingGrid(["a"], clock)
+    grid = EarlyReturnGrid(inner, _Owner(), poll_interval=0.25, abandon_ttl=100.0)
+    assert grid.send_and_receive([_message(3, ttl=3600.0)]) == []
+    assert inner.pulls == [T0] and clock.mono == T0  # the round's own pull, deadline 0 s
+    inner.pulls.clear()
+    grid.wait_until_free({3}, timeout)
+    assert inner.pulls == pulls
+    assert clock.mono == T0 + timeout
+    assert grid.busy_nodes() == {3}
+
+
+class _LateOwner(_Owner):
+    def __init__(self) -> None:
+        self.late: list[Message] = []
+
+    def on_late_reply(self, reply):
+        self.late.append(reply)
+
+
+class _AnsweringGrid(_SilentGrid):
+    """Answers the message whose id is ``answer``, once that is set."""
+
+    def __init__(self) -> None:
+        super().__init__([])
+        self.answer: str | None = None
+
+    def pull_messages(self, ids):
+        if self.answer in ids:
+            return [SimpleNamespace(metadata=SimpleNamespace(reply_to_message_id=self.answer))]
+        return []
+
+
+def test_a_message_a_caller_adds_to_abandoned_is_waited_for_until_its_reply(clock):
+    """``abandoned`` (message id -> node) is public; an entry added from outside has no time
+    bound: its node is busy, never given up by time, until its reply is pulled."""
+    inner = _AnsweringGrid()
+    owner = _LateOwner()
+    grid = EarlyReturnGrid(inner, owner, abandon_ttl=1.0)
+    grid.abandoned["ext"] = 9
+    clock.at(1e6)
+    assert grid.expire() == [] and grid.busy_nodes() == {9} and grid.expired == 0
+    grid.collect_late()
+    assert grid.abandoned == {"ext": 9} and owner.late == []
+    inner.answer = "ext"
+    grid.collect_late()
+    assert grid.abandoned == {} and grid.busy_nodes() == set() and grid.expired == 0
+    assert [r.metadata.reply_to_message_id for r in owner.late] == ["ext"]
