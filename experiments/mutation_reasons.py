@@ -641,6 +641,20 @@ REASONS: dict[str, str] = {
     "fl_gradcode.flower.encoding.x_accumulate_delta__mutmut_7":
         "equivalent: numpy's reshape takes any negative size as the one unknown dimension "
         "(new.reshape(-2) == new.reshape(-1), numpy 2.4)",
+    "fl_gradcode.flower.encoding.x_accumulate_delta__mutmut_10":
+        "equivalent: numpy's reshape takes any negative size as the one unknown dimension "
+        "(old.reshape(-2) == old.reshape(-1), numpy 2.4)",
+    **{"fl_gradcode.flower.encoding.x_coded_update__mutmut_" + m:
+       "equivalent: strict only guards lengths already equal: coded_update raises ValueError "
+       "first when len(weights) != len(models), and news has one entry per model"
+       for m in ("57", "60")},
+    "fl_gradcode.flower.mod.x__coded_reply__mutmut_208":
+        "equivalent: coded_update then returns float64 and train_reply's npy_array casts it "
+        "to the same wire dtype (astype, same_kind): one rounding of the same float64 sum, "
+        "the same bits as coded_update's copyto (only a full-size float64 copy more)",
+    "fl_gradcode.flower.mod.x__run_partition__mutmut_61":
+        "equivalent: a second pass runs only if torch was absent before the call and imported "
+        "during it; that pass sets torch, so it always ends in the break (no third pass)",
     "fl_gradcode.flower.mod.x__coded_reply__mutmut_74":
         "equivalent: strict only guards lengths equal by then: the instruction comes from "
         "parse_instruction, which refuses partition-ids and coefficients of different lengths "

@@ -485,3 +485,35 @@ def test_keyed_partition_seed_without_a_nonce_uses_the_empty_nonce():
     assert partition_seed(0, 4, 2, key) == noise_seed(key, 4, 2, purpose="app-rng") >> 1
     assert partition_seed(0, 4, 2, key) == partition_seed(0, 4, 2, key, "")
     assert partition_seed(0, 4, 2, key) != partition_seed(0, 4, 2, key, "XXXX")
+
+
+class _TorchWithState:
+    """An imported torch as far as the RNG helpers see it: one CPU RNG state."""
+
+    def __init__(self, state: str) -> None:
+        self.state = state
+
+    def get_rng_state(self) -> str:
+        return self.state
+
+    def set_rng_state(self, state: str) -> None:
+        self.state = state
+
+
+@pytest.mark.mutation_found("mod")
+def test_rng_states_saves_and_restores_torchs_state_once_torch_is_imported(monkeypatch):
+    """Python's and numpy's states round-trip; torch's state is saved when torch is in
+    sys.modules and put back by set_rng_states."""
+    import random
+    import sys
+
+    fake = _TorchWithState("S0")
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    states = mod_module.rng_states()
+    assert states[0] == random.getstate()
+    assert states[2] == "S0"
+    fake.state = "changed by the app"
+    mod_module.set_rng_states(states)
+    assert fake.state == "S0"
+    monkeypatch.delitem(sys.modules, "torch")
+    assert mod_module.rng_states()[2] is None

@@ -43,6 +43,7 @@ from fl_gradcode.flower.mod import (
     make_gradient_coding_mod,
     seed_everything,
 )
+from fl_gradcode.flower.records import TRACEBACK_MARKER
 from fl_gradcode.privacy import NoiseKeys, noise_seed
 from tests.flower.messages import DIM, node_context, train_instruction, train_message
 
@@ -452,3 +453,139 @@ def test_the_reply_charges_the_compute_time_of_every_partition():
     assert reply.content[protocol.PROTOCOL_KEY + "-meta"]["compute-s"] == 3.75
     np.testing.assert_array_equal(reply.content[protocol.PROTOCOL_KEY]["w"].numpy(),
                                   np.full(DIM, 14.0))
+
+
+# ------------------------------------------------------------------------------ deadline edges
+def _clocked(monkeypatch, now: float, stop_after_s: float, **kw) -> Message:
+    """A message created at ``now - 5`` (whole seconds: exact floats) with the mod's clock
+    frozen at ``now``: the round's deadline is ``now - 5 + stop_after_s``."""
+    monkeypatch.setattr(mod_module, "_now", lambda: now)
+    msg = train_message(train_instruction(stop_after_s=stop_after_s, **kw))
+    msg.metadata.created_at = now - 5.0
+    return msg
+
+
+def test_work_reaching_the_deadline_exactly_is_stopped_before_the_first_partition(monkeypatch):
+    """The deadline is the last instant the server could use the reply: a clock reading it
+    exactly (created 5 s ago, stop-after-s = 5) stops before the app is called."""
+    calls: list = []
+    msg = _clocked(monkeypatch, float(int(time.time())), 5.0)
+    reply = make_gradient_coding_mod()(msg, node_context(), _app(calls))
+    assert calls == []
+    assert reply.has_error() and reply.error.code == MOD_STOPPED_CODE
+    assert reply.error.reason == (
+        "stopped after 0 of 1 partitions: the round's deadline (stop-after-s=5 s after the "
+        "message was created) has passed")
+
+
+def test_a_latency_ending_exactly_at_the_deadline_is_slept_and_the_reply_sent(monkeypatch):
+    """now + delay = deadline (now = created + 5, stop-after-s = 10, delay 5 s): the reply
+    arrives at the deadline, not after it, so the mod sleeps the whole 5 s and replies."""
+    slept: list = []
+    monkeypatch.setattr(time, "sleep", slept.append)
+    msg = _clocked(monkeypatch, float(int(time.time())), 10.0, timing="wallclock", delay_s=5.0)
+    reply = make_gradient_coding_mod()(msg, node_context(), _app())
+    assert not reply.has_error(), reply.error.reason
+    assert slept == [5.0]
+
+
+def test_wallclock_timing_with_no_delay_does_not_sleep(monkeypatch):
+    slept: list = []
+    monkeypatch.setattr(time, "sleep", slept.append)
+    inst = train_instruction(timing="wallclock", delay_s=0.0)
+    reply = make_gradient_coding_mod()(train_message(inst), node_context(), _app())
+    assert not reply.has_error(), reply.error.reason
+    assert slept == []
+
+
+# ------------------------------------------------------------------------------ wire dtype
+def test_the_float64_wire_sends_a_float32_models_update_in_float64():
+    """A float32 model (zeros) and wire='float64': partition 1's update 4 * 2 = 8 per entry
+    arrives as float64 (only wire='model' sends the model's dtype)."""
+    msg = train_message(train_instruction(wire="float64"),
+                        {"w": np.zeros(DIM, dtype=np.float32)})
+    reply = make_gradient_coding_mod()(msg, node_context(), _app())
+    assert not reply.has_error(), reply.error.reason
+    got = reply.content[protocol.PROTOCOL_KEY]["w"].numpy()
+    assert got.dtype == np.float64
+    np.testing.assert_array_equal(got, np.full(DIM, 8.0))
+
+
+# ------------------------------------------------------------------------------ released deltas
+def test_central_dp_splits_a_multi_array_delta_back_into_every_array():
+    """Three arrays of sizes 2, 3, 4 (theta = 0); partition 1's k-th array moves by 2 k, with
+    clip norm 100 (no clipping: |delta| = sqrt(2 * 4 + 3 * 16 + 4 * 36) = sqrt(200)): the
+    updates are 4 * 2 k = 8, 16, 24, each array's own values from the flattened delta."""
+    shapes = {"a": (2,), "b": (3,), "c": (2, 2)}
+    arrays = {k: np.zeros(v) for k, v in shapes.items()}
+
+    def app(msg: Message, context: Context) -> Message:
+        pid = int(context.node_config["partition-id"])
+        new = {k: Array(msg.content["arrays"][k].numpy() + (pid + 1.0) * (i + 1))
+               for i, k in enumerate(shapes)}
+        return Message(RecordDict({"arrays": ArrayRecord(new),
+                                   "metrics": MetricRecord({"num-examples": 4})}), reply_to=msg)
+
+    inst = train_instruction(dp="central", clip_norm=100.0)
+    reply = make_gradient_coding_mod()(train_message(inst, arrays), node_context(), app)
+    assert not reply.has_error(), reply.error.reason
+    coded = reply.content[protocol.PROTOCOL_KEY]
+    for name, shape, value in zip(shapes, shapes.values(), (8.0, 16.0, 24.0), strict=True):
+        np.testing.assert_array_equal(coded[name].numpy(), np.full(shape, value))
+
+
+# ------------------------------------------------------------------------------ the app's context
+def test_the_app_sees_the_nodes_id_in_its_context():
+    seen: list = []
+    inner = _app()
+
+    def app(msg: Message, context: Context) -> Message:
+        seen.append((context.node_id, context.run_id, dict(context.run_config)))
+        return inner(msg, context)
+
+    ctx = Context(run_id=1, node_id=7, node_config={"partition-id": 0, "num-partitions": 3},
+                  state=RecordDict(), run_config={"lr": 0.5})
+    reply = make_gradient_coding_mod()(train_message(train_instruction()), ctx, app)
+    assert not reply.has_error(), reply.error.reason
+    assert seen == [(7, 1, {"lr": 0.5})]
+
+
+def test_the_node_policy_checks_the_apps_noise_multiplier_in_the_run_config():
+    """dp-min-noise-multiplier = 1 and dp='sample' at sigma 1: the app's own DP-SGD sigma in
+    the run config (0.5) is below the node's floor, so the round is refused naming it."""
+    inst = train_instruction(dp="sample", noise_multiplier=1.0)
+    ctx = Context(run_id=1, node_id=7,
+                  node_config={"partition-id": 0, "num-partitions": 3,
+                               "dp-min-noise-multiplier": 1.0},
+                  state=RecordDict(), run_config={"noise-multiplier": 0.5})
+    calls: list = []
+    reply = make_gradient_coding_mod()(train_message(inst), ctx, _app(calls))
+    assert calls == []
+    assert reply.has_error() and reply.error.code == MOD_ERROR_CODE
+    assert reply.error.reason.split(TRACEBACK_MARKER)[0] == (
+        "PolicyError: run config noise-multiplier=0.5 (the app's DP-SGD noise) refused: this "
+        "node's policy is dp-min-noise-multiplier=1")
+
+
+def test_the_public_seed_warning_is_attributed_to_the_caller_of_the_partition_run(monkeypatch):
+    """stacklevel=2 from the function that runs one partition: the warning's file and line are
+    those of that function's caller, read from the stack the app sees (so the frames mutation
+    testing's trampolines add are counted too)."""
+    monkeypatch.setattr(mod_module, "_warned_public_seed", False)
+    callers: list = []
+    inner = _app()
+
+    def app(msg: Message, context: Context) -> Message:
+        frame = sys._getframe(1)  # the partition runner, which called the app
+        assert "_run_partition" in frame.f_code.co_name
+        callers.append((frame.f_back.f_code.co_filename, frame.f_back.f_lineno))
+        return inner(msg, context)
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        reply = make_gradient_coding_mod()(train_message(train_instruction()), node_context(),
+                                           app)
+    assert not reply.has_error(), reply.error.reason
+    public = [w for w in seen if "no partition key on this node" in str(w.message)]
+    assert len(public) == 1
+    assert (public[0].filename, public[0].lineno) == callers[0]
