@@ -964,35 +964,41 @@ def test_a_train_instruction_carries_the_dp_noise_multiplier():
 
 
 class _RecordingPolicy(_ExcludingPolicy):
-    """Queues the busy members, recording the cohort it was asked about."""
+    """Excludes and queues nobody, recording what it is asked to queue from."""
 
     def __init__(self, code):
         super().__init__(code)
-        self.cohorts = []
+        self.asked = []
 
     def excluded_workers(self):
         return []
 
     def queued(self, busy, cohort):
-        self.cohorts.append(cohort)
-        return {node for node in busy if node in cohort}
+        self.asked.append((set(busy), cohort))
+        return set()
 
 
 @pytest.mark.mutation_found("pipeline")
-def test_the_code_policy_is_asked_what_to_queue_with_the_rounds_cohort():
+def test_a_round_with_every_member_busy_waits_and_asks_the_policy_again_with_the_cohort():
+    """Every member busy until 5, 3, 7, 9 s and nothing queued: the virtual clock jumps to
+    3 s, when node 11 is free, and the policy is asked again with the round's cohort."""
     from fl_gradcode.flower.opener import RoundOpener
     from fl_gradcode.flower.workload import Workload
 
     cohort = [10, 11, 12, 13]
+    clock = VirtualClock(10.0)
+    clock.busy_until = {10: 5.0, 11: 3.0, 12: 7.0, 13: 9.0}
     policy = _RecordingPolicy(make_code("frc", 4, 1))
     opener = RoundOpener(
-        policy=policy, clock=VirtualClock(10.0),
+        policy=policy, clock=clock,
         deadlines=DeadlinePolicy(DeadlineOptions(), False), quarantine=Quarantine(),
         workload=Workload({node: Identity(j, 4) for j, node in enumerate(cohort)}, {}, None, 0),
         collector=_collector(), wire_for=lambda code: "float64", code_options={},
         round_timeout=1.0)
-    opener.plan(1, None, cohort)
-    assert policy.cohorts == [cohort]
+    _, idle, queued, held = opener.plan(1, None, cohort)
+    assert clock.now == 3.0
+    assert policy.asked == [({10, 11, 12, 13}, cohort), ({10, 12, 13}, cohort)]
+    assert (idle, queued, held) == ({10, 12, 13}, set(), set())
 
 
 @pytest.mark.mutation_found("pipeline")
