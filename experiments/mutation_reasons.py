@@ -704,4 +704,12 @@ REASONS: dict[str, str] = {
         "comes from an SVD: a GradientCode block has no zero rows (they are blockless) and "
         "weights zero in exact arithmetic come out 1e-17..3e-16, not 0.0 (rows (1,1) x2 and "
         "(1,-1) x15..19, checked); only then would np.max without initial raise",
+    # pipeline
+    "fl_gradcode.flower.collector.xǁReplyCollectorǁ__init____mutmut_7":
+        "equivalent: warned_unverifiable is read only as `not self.warned_unverifiable` in "
+        "probe_for (nowhere else in the package or tests), and None is falsy like False",
+    "fl_gradcode.flower.collector.xǁReplyCollectorǁprioritize__mutmut_18":
+        "equivalent: the sentinel only has to miss `pending`; pending_blocks is a subset of "
+        "range(len(code.blocks)) (DecodabilityTracker._pending starts as that set and only loses "
+        "members), so -1 and -2 are both never in it",
 }

@@ -886,3 +886,139 @@ def test_the_opener_reads_the_arrays_record_by_default_among_several():
                           "arrays": ArrayRecord({"w": Array(np.zeros(3))})})
     state = opener.open(1, None, cohort, content).state
     assert state.array_key == "arrays" and state.layout == {"w": (3,)}
+
+
+@pytest.mark.mutation_found("pipeline")
+def test_the_applied_decoding_is_measured_against_the_replies_exact_sizes():
+    """FRC(4, 1), workers 0 and 2 used, replies [1, 0] and [0, 1] of exact norm 100: applying
+    weight 1.5 instead of 1 to worker 0 is off by 0.5 * 1 / 100 = 0.005 relative to the
+    replies' size (verified at tolerance 0.01); against the projections' norms (1) it would be
+    off by 0.5 (contradicted)."""
+    collector = ReplyCollector(VirtualClock(10.0), DeadlinePolicy(DeadlineOptions(), False),
+                               IntegrityOptions(verify=True, verify_tolerance=0.01),
+                               Quarantine(), ReplyFingerprints())
+    state = _state(make_code("frc", 4, 1), [10, 11, 12, 13])
+    state.valid = {0: SimpleNamespace(extra={"z": np.array([1.0, 0.0]), "size": 100.0}),
+                   2: SimpleNamespace(extra={"z": np.array([0.0, 1.0]), "size": 100.0})}
+    verdict = SimpleNamespace(status="verified", unresolved=False, disagreement=0.0)
+    collector.check_applied(state, [0, 2],
+                            SimpleNamespace(coefficients=np.array([1.5, 0.0, 1.0, 0.0])), verdict)
+    assert verdict.status == "verified" and verdict.unresolved is False
+    assert verdict.disagreement == 0.0
+
+
+@pytest.mark.mutation_found("pipeline")
+def test_an_applied_decoding_exactly_at_the_tolerance_agrees():
+    """Tolerance 0 asks for exact agreement: all-zero replies (a zero gradient) agree exactly
+    with any decoding (disagreement 0 <= 0), so the verdict stays verified."""
+    collector = ReplyCollector(VirtualClock(10.0), DeadlinePolicy(DeadlineOptions(), False),
+                               IntegrityOptions(verify=True, verify_tolerance=0.0),
+                               Quarantine(), ReplyFingerprints())
+    state = _state(make_code("frc", 4, 1), [10, 11, 12, 13])
+    state.valid = {w: SimpleNamespace(extra={"z": np.zeros(2), "size": 0.0}) for w in (0, 2)}
+    verdict = SimpleNamespace(status="verified", unresolved=False, disagreement=0.0)
+    collector.check_applied(state, [0, 2],
+                            SimpleNamespace(coefficients=np.array([2.0, 0.0, 1.0, 0.0])), verdict)
+    assert verdict.status == "verified" and verdict.unresolved is False
+
+
+@pytest.mark.mutation_found("pipeline")
+def test_twins_in_an_unresolved_contradiction_are_quarantined_saying_why(caplog):
+    """FRC(4, 1): the twins 0 and 1 disagree and no single exclusion explains it; with one
+    offence enough, both nodes go into quarantine and the log says for what."""
+    import logging
+
+    collector = ReplyCollector(VirtualClock(10.0), DeadlinePolicy(DeadlineOptions(), False),
+                               IntegrityOptions(verify=True), Quarantine(offences=1, rounds=5),
+                               ReplyFingerprints())
+    state = _state(make_code("frc", 4, 1), [10, 11, 12, 13])
+    state.probe = SimpleNamespace(verdicts={})
+    z = {0: [1.0, 0.0], 1: [2.0, 0.0], 2: [0.0, 1.0], 3: [0.0, 1.0]}
+    state.valid = {w: SimpleNamespace(extra={"z": np.array(v), "size": 1.0})
+                   for w, v in z.items()}
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        _, verdict = collector.cross_check(state, [0, 1, 2, 3])
+    assert verdict.unresolved
+    quarantined = [m for m in _messages(caplog) if "quarantined" in m]
+    assert quarantined == [
+        f"round 1: node {node} quarantined for rounds 2-6 (1 offences in 10 rounds: in a "
+        "contradiction no single exclusion explains); it is sent no work" for node in (10, 11)]
+
+
+@pytest.mark.mutation_found("pipeline")
+def test_a_train_instruction_carries_the_dp_noise_multiplier():
+    from flwr.app import RecordDict
+
+    from fl_gradcode.flower import protocol
+    from fl_gradcode.flower.dispatch import Dispatcher
+    from fl_gradcode.flower.workload import Workload
+    from fl_gradcode.privacy import DPConfig
+
+    state = _state(make_code("frc", 4, 1), [10, 11, 12, 13])
+    dispatcher = Dispatcher(seed=0, nonce="n",
+                            dp=DPConfig(mode="partition", clip_norm=2.0, noise_multiplier=0.75),
+                            clock=VirtualClock(10.0), workload=Workload({}, {}, None, 0),
+                            inner=object())
+    inst = protocol.parse_instruction(dispatcher.message(state, 1, 11, RecordDict()).content)
+    assert (inst.dp, inst.clip_norm, inst.noise_multiplier) == ("partition", 2.0, 0.75)
+
+
+class _RecordingPolicy(_ExcludingPolicy):
+    """Excludes and queues nobody, recording what it is asked to queue from."""
+
+    def __init__(self, code):
+        super().__init__(code)
+        self.asked = []
+
+    def excluded_workers(self):
+        return []
+
+    def queued(self, busy, cohort):
+        self.asked.append((set(busy), cohort))
+        return set()
+
+
+@pytest.mark.mutation_found("pipeline")
+def test_a_round_with_every_member_busy_waits_and_asks_the_policy_again_with_the_cohort():
+    """Every member busy until 5, 3, 7, 9 s and nothing queued: the virtual clock jumps to
+    3 s, when node 11 is free, and the policy is asked again with the round's cohort."""
+    from fl_gradcode.flower.opener import RoundOpener
+    from fl_gradcode.flower.workload import Workload
+
+    cohort = [10, 11, 12, 13]
+    clock = VirtualClock(10.0)
+    clock.busy_until = {10: 5.0, 11: 3.0, 12: 7.0, 13: 9.0}
+    policy = _RecordingPolicy(make_code("frc", 4, 1))
+    opener = RoundOpener(
+        policy=policy, clock=clock,
+        deadlines=DeadlinePolicy(DeadlineOptions(), False), quarantine=Quarantine(),
+        workload=Workload({node: Identity(j, 4) for j, node in enumerate(cohort)}, {}, None, 0),
+        collector=_collector(), wire_for=lambda code: "float64", code_options={},
+        round_timeout=1.0)
+    _, idle, queued, held = opener.plan(1, None, cohort)
+    assert clock.now == 3.0
+    assert policy.asked == [({10, 11, 12, 13}, cohort), ({10, 12, 13}, cohort)]
+    assert (idle, queued, held) == ({10, 12, 13}, set(), set())
+
+
+@pytest.mark.mutation_found("pipeline")
+def test_the_wire_dtypes_are_computed_once_per_code_dtypes_and_wire(monkeypatch):
+    from fl_gradcode.flower import round_state
+
+    calls = []
+    real = round_state.wire_dtypes
+
+    def counting(*key):
+        calls.append(key)
+        return real(*key)
+
+    monkeypatch.setattr(round_state, "wire_dtypes", counting)
+    state = _state(make_code("frc", 4, 1), [10, 11, 12, 13])
+    state.dtypes = {"w": np.dtype(np.float32)}
+    state.wire = "float64"
+    for _ in range(3):
+        assert state.wire_dtypes() == {"w": np.dtype(np.float64)}
+    assert len(calls) == 1
+    state.wire = "model"
+    assert state.wire_dtypes() == {"w": np.dtype(np.float32)}
+    assert len(calls) == 2
