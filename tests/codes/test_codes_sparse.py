@@ -400,3 +400,33 @@ def test_sparse_decoding_is_computed_once_per_received_set(name, n, s):
     a = np.asarray(first.coefficients, dtype=np.float64)
     np.testing.assert_allclose(a @ code.B, np.ones(code.k), atol=1e-9)
     assert not np.any(a[:s])
+
+
+@pytest.mark.mutation_found("codes")
+def test_a_one_row_block_with_entries_below_one_is_solved_in_closed_form(monkeypatch):
+    """A one-row block (an FRC-shaped group's first reply) is solved as ``m.w / m.m`` without
+    LAPACK, whatever the scale of ``m`` (here ``m.m = 0.5 < 1``); the coefficient is the
+    numpy ratio."""
+    import scipy.linalg
+
+    from fl_gradcode.codes import GradientCode
+
+    B = np.kron(np.eye(2), np.full((2, 2), 0.5))  # two groups of two clients, entries 1/2
+    code = GradientCode(B, 1, is_exact=True)
+    calls = []
+    lstsq = scipy.linalg.lstsq
+    monkeypatch.setattr(scipy.linalg, "lstsq", lambda *a, **k: calls.append(1) or lstsq(*a, **k))
+    dec = code.decoding([0, 2])
+    assert calls == []
+    m, w = B[0, :2], np.ones(2)
+    np.testing.assert_allclose(dec.coefficients, [m.dot(w) / m.dot(m), 0, 2.0, 0], rtol=1e-15)
+    assert dec.exact
+
+
+@pytest.mark.mutation_found("codes")
+def test_sparse_decoding_of_a_reweighted_code_reads_one_reply_per_group():
+    code = make_code("frc", n=6, s=1).with_weights([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+    dec = code.sparse_decoding(range(6))
+    assert dec.exact
+    assert np.count_nonzero(dec.coefficients) == 3
+    assert code.sparse_decoding(range(6)) is dec  # cached per received set
