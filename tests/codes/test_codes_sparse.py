@@ -430,3 +430,19 @@ def test_sparse_decoding_of_a_reweighted_code_reads_one_reply_per_group():
     assert dec.exact
     assert np.count_nonzero(dec.coefficients) == 3
     assert code.sparse_decoding(range(6)) is dec  # cached per received set
+
+
+@pytest.mark.mutation_found("codes")
+@pytest.mark.parametrize(("n", "s", "seed"), [(11, 3, 0), (14, 4, 1), (19, 4, 2)])
+def test_tracker_of_rs_groups_covered_before_they_decode_matches_numpy(n, s, seed):
+    """grouped-rs groups with t >= 2 are covered by fewer than t rows: the first solve fails
+    and the block's span is built from its received rows; every prefix then decodes exactly
+    when numpy's least squares finds ``a @ B[F] = 1``."""
+    code = make_code("grouped-rs", n=n, s=s, seed=0)
+    assert len(code.blocks) > 1
+    tracker = code.tracker()
+    order = np.random.default_rng(seed).permutation(n).tolist()
+    for t, worker in enumerate(order):
+        sub = code.B[order[: t + 1]]
+        a = np.linalg.lstsq(sub.T, np.ones(code.k), rcond=None)[0]
+        assert tracker.add(worker) == bool(np.max(np.abs(a @ sub - 1)) < 1e-8), (order, t)
