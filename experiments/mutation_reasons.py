@@ -672,6 +672,27 @@ REASONS: dict[str, str] = {
        "equivalent: LAPACK band storage puts A(i, j) in row kl+ku+i-j whatever LDAB is (the "
        "wrappers take ldab = ab.shape[0]); dgbtrf/dgbtrs need LDAB >= 2kl+ku+1 and never touch "
        "the rows past it, so spare zero rows at the bottom change nothing" for m in ("62", "63")},
+    "fl_gradcode.codes.base.xǁGradientCodeǁ__init____mutmut_59":
+        "equivalent: np.full with dtype=None takes the fill value's dtype, and -1 is an int64 "
+        "(block indices are assigned into it and block_of returns int(...) either way)",
+    "fl_gradcode.codes.comm_efficient.xǁCommunicationEfficientCodeǁcondition_number__mutmut_14":
+        "equivalent: float() parses 'inf' case-blind, float('INF') == float('inf')",
+    "fl_gradcode.codes.cyclic_solver.xǁCyclicLeastSquaresǁsolve_once__mutmut_9":
+        "equivalent on every input the codes pass: check_finite=True only adds an "
+        "asarray_chkfinite pass that raises on NaN/Inf; R comes from the QR of a finite matrix "
+        "and the right-hand sides from weights check_weights keeps finite and their residuals",
+    **{"fl_gradcode.codes.nested.x_reflected_misses__mutmut_" + m:
+       "equivalent: no (p, x) is ever hit twice, so counts is 0/1 with += or = and max <= 1 "
+       "or <= 2 both hold: the offsets all share one parity, so x = m-1+d-p are distinct with "
+       "one parity per row; reflecting x<0 to -1-x or x>=m to 2m-1-x flips the parity (a clash "
+       "with an unreflected x needs d1+d2 odd), and a low/high clash needs d2-d1 = 2m > 2k"
+       for m in ("87", "99")},
+    "fl_gradcode.codes.nested.xǁNestedPlacementǁ__init____mutmut_62":
+        "equivalent: starts = [0] + cumsum(sizes)[:-1] has len(sizes) entries by construction, "
+        "so zip's strict check can never fire",
+    "fl_gradcode.codes.repetition.xǁFractionalRepetitionCodeǁis_decodable__mutmut_8":
+        "equivalent: frc_matrix refuses n % (s+1) != 0, so n / (s+1) is an integral float "
+        "equal to n // (s+1) and the int == float comparison is the same",
     # grid
     "fl_gradcode.flower.grid.xǁEarlyReturnGridǁexpire__mutmut_15":
         "equivalent: expire only gives up ids whose _expires entry exists (get(mid, now + 1.0) "

@@ -291,3 +291,22 @@ def test_crc_with_several_draws_keeps_the_best_screened_matrix():
 
     assert code.screened_condition == pytest.approx(worst(np.asarray(code.B)), rel=1e-9)
     assert code.screened_condition <= worst(np.asarray(single.B)) * (1 + 1e-9)
+
+
+@pytest.mark.mutation_found("codes")
+def test_plan_groups_raises_t_while_the_amplification_is_exactly_at_the_budget():
+    """n=5, s=1: one spare client; t=2 costs (2*(3-1))^1/1! = 4, within a budget of 4."""
+    from fl_gradcode.codes.stable import plan_groups
+
+    assert [p.t for p in plan_groups(5, 1, 4.0)] == [2, 1]
+    assert [p.t for p in plan_groups(5, 1, 3.999)] == [1, 1]
+
+
+@pytest.mark.mutation_found("codes")
+def test_plan_groups_never_lowers_a_threshold_below_one():
+    """A relative bound no plan meets leaves every threshold at its floor t=1 (FRC groups),
+    the spare clients as copies."""
+    from fl_gradcode.codes.stable import plan_groups
+
+    plans = plan_groups(4, 2, 10.0, 1.0, max_load_overhead=10.0)
+    assert [(p.t, p.copies) for p in plans] == [(1, 1)]

@@ -200,3 +200,24 @@ def test_a_failing_banded_solve_raises_with_lapacks_info(monkeypatch):
     monkeypatch.setattr(cyclic_solver.lapack, "dgbtrs", lambda *a, **k: (a[3], -7))
     with pytest.raises(np.linalg.LinAlgError, match=r"^gbtrs info=-7$"):
         ls.solve_once(np.ones(8))
+
+
+@pytest.mark.mutation_found("codes")
+@pytest.mark.parametrize(("n", "s", "seed"), [(20, 3, 0), (50, 2, 0), (100, 2, 2)])
+def test_cyclic_decoding_vector_refines_at_most_twice_by_default(monkeypatch, n, s, seed):
+    """One elimination pass plus at most two refinement passes (the documented default;
+    these cases would keep improving with a third); the result is numpy's least squares."""
+    code = make_code("crc", n=n, s=s, seed=seed)
+    cols, vals = cyclic_supports(np.asarray(code.B), s)
+    rng = np.random.default_rng(seed)
+    w = rng.uniform(0.1, 10.0, n)
+    F = np.sort(rng.choice(n, n - s, replace=False))
+    calls = []
+    solve_once = CyclicLeastSquares.solve_once
+    monkeypatch.setattr(CyclicLeastSquares, "solve_once",
+                        lambda self, b: calls.append(1) or solve_once(self, b))
+    a = cyclic_solver.cyclic_decoding_vector(cols, vals, w, F)
+    assert len(calls) == 3
+    A = code.B[F] * w
+    expected = np.linalg.lstsq(A.T, w, rcond=None)[0]
+    np.testing.assert_allclose(a @ A, expected @ A, atol=1e-9)

@@ -226,3 +226,50 @@ def test_code_excluding_gives_block_groups_of_active_clients_inside_the_placemen
         rows = [i for i in range(12) if i not in stragglers]
         a = np.linalg.lstsq(code.B[rows].T, np.ones(12), rcond=None)[0]
         np.testing.assert_allclose(a @ code.B[rows], np.ones(12), atol=1e-9)
+
+
+@pytest.mark.mutation_found("codes")
+@pytest.mark.parametrize(("m", "k", "t"), [(5, 5, 3), (7, 4, 4), (6, 9, 2), (4, 4, 1)])
+def test_spread_misses_marks_t_minus_one_clients_per_partition(m, k, t):
+    from fl_gradcode.codes.nested import spread_misses
+
+    expected = np.zeros((m, k), dtype=bool)
+    for x in range(k):
+        for i in range(t - 1):
+            expected[(x * (t - 1) + i) % m, x] = True
+    got = spread_misses(m, k, t)
+    assert got.dtype == bool
+    np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.mutation_found("codes")
+def test_the_holding_matrix_is_read_only():
+    hold = NestedPlacement(12, 3).holding_matrix
+    assert not hold.flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        hold[0, 0] = False
+
+
+@pytest.mark.mutation_found("codes")
+def test_code_excluding_groups_tolerate_members_minus_threshold():
+    code = NestedPlacement(24, 5).code_excluding(2, [0, 1, 13])
+    assert code.groups
+    for g in code.groups:
+        assert g.tolerance == len(g.clients) - g.threshold
+        assert g.tolerance >= 2
+
+
+@pytest.mark.mutation_found("codes")
+def test_the_nested_registry_entry_honours_the_seed():
+    """``layout="window"`` with ``s > s_max/2`` draws a CRC: the seed must reach it."""
+    a = make_code("nested", n=12, s=3, seed=3, layout="window")
+    np.testing.assert_array_equal(a.B, NestedPlacement(12, 3, 3, layout="window").code(3).B)
+    assert not np.array_equal(a.B, make_code("nested", n=12, s=3, seed=0, layout="window").B)
+
+
+@pytest.mark.mutation_found("codes")
+def test_straggler_patterns_default_to_seed_zero():
+    sampled = list(straggler_patterns(20, 4, max_sets=10))
+    assert len(sampled) == 20 + 10  # every contiguous burst, then the random sets
+    assert sampled == list(straggler_patterns(20, 4, max_sets=10, seed=0))
+    assert sampled != list(straggler_patterns(20, 4, max_sets=10, seed=1))

@@ -400,3 +400,49 @@ def test_sparse_decoding_is_computed_once_per_received_set(name, n, s):
     a = np.asarray(first.coefficients, dtype=np.float64)
     np.testing.assert_allclose(a @ code.B, np.ones(code.k), atol=1e-9)
     assert not np.any(a[:s])
+
+
+@pytest.mark.mutation_found("codes")
+def test_a_one_row_block_with_entries_below_one_is_solved_in_closed_form(monkeypatch):
+    """A one-row block (an FRC-shaped group's first reply) is solved as ``m.w / m.m`` without
+    LAPACK, whatever the scale of ``m`` (here ``m.m = 0.5 < 1``); the coefficient is the
+    numpy ratio."""
+    import scipy.linalg
+
+    from fl_gradcode.codes import GradientCode
+
+    B = np.kron(np.eye(2), np.full((2, 2), 0.5))  # two groups of two clients, entries 1/2
+    code = GradientCode(B, 1, is_exact=True)
+    calls = []
+    lstsq = scipy.linalg.lstsq
+    monkeypatch.setattr(scipy.linalg, "lstsq", lambda *a, **k: calls.append(1) or lstsq(*a, **k))
+    dec = code.decoding([0, 2])
+    assert calls == []
+    m, w = B[0, :2], np.ones(2)
+    np.testing.assert_allclose(dec.coefficients, [m.dot(w) / m.dot(m), 0, 2.0, 0], rtol=1e-15)
+    assert dec.exact
+
+
+@pytest.mark.mutation_found("codes")
+def test_sparse_decoding_of_a_reweighted_code_reads_one_reply_per_group():
+    code = make_code("frc", n=6, s=1).with_weights([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+    dec = code.sparse_decoding(range(6))
+    assert dec.exact
+    assert np.count_nonzero(dec.coefficients) == 3
+    assert code.sparse_decoding(range(6)) is dec  # cached per received set
+
+
+@pytest.mark.mutation_found("codes")
+@pytest.mark.parametrize(("n", "s", "seed"), [(11, 3, 0), (14, 4, 1), (19, 4, 2)])
+def test_tracker_of_rs_groups_covered_before_they_decode_matches_numpy(n, s, seed):
+    """grouped-rs groups with t >= 2 are covered by fewer than t rows: the first solve fails
+    and the block's span is built from its received rows; every prefix then decodes exactly
+    when numpy's least squares finds ``a @ B[F] = 1``."""
+    code = make_code("grouped-rs", n=n, s=s, seed=0)
+    assert len(code.blocks) > 1
+    tracker = code.tracker()
+    order = np.random.default_rng(seed).permutation(n).tolist()
+    for t, worker in enumerate(order):
+        sub = code.B[order[: t + 1]]
+        a = np.linalg.lstsq(sub.T, np.ones(code.k), rcond=None)[0]
+        assert tracker.add(worker) == bool(np.max(np.abs(a @ sub - 1)) < 1e-8), (order, t)

@@ -144,3 +144,30 @@ def test_condition_number_of_a_rank_one_block_is_one_at_every_scale(scale):
     code = GradientCode(B, 1, is_exact=False)
     assert code.condition_number([0, 1, 2]) == 1.0
     assert code.condition_number([2, 0]) == 1.0
+
+
+@pytest.mark.mutation_found("codes")
+def test_replies_of_different_lengths_name_the_client_and_the_expected_length():
+    code = make_code("frc", n=4, s=1)
+    with pytest.raises(ValueError, match=r"^reply of client 2 has length 3; expected 2 like "
+                                         r"the other replies$"):
+        code.decode({0: np.ones(2), 2: np.ones(3)})
+
+
+@pytest.mark.mutation_found("codes")
+def test_decoding_no_replies_without_a_length_says_how_to_get_zeros():
+    from fl_gradcode.codes import NotDecodableError
+
+    code = make_code("frc", n=4, s=1)
+    with pytest.raises(NotDecodableError,
+                       match=r"^no replies to decode \(pass length= to get zeros\)$"):
+        code.decode({}, approximate=True)
+
+
+@pytest.mark.mutation_found("codes")
+def test_the_codes_weights_are_read_only():
+    code = make_code("frc", n=4, s=1, weights=[1.0, 2.0, 3.0, 4.0])
+    assert not code.weights.flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        code.weights[0] = 5.0
+    assert not code.with_weights([4.0, 3.0, 2.0, 1.0]).weights.flags.writeable
