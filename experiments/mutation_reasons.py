@@ -115,6 +115,20 @@ REASONS: dict[str, str] = {
         "equivalent: the two differ only for len(data) == 10, and then the header slice "
         "data[10:10 + size] is empty, which the anchored header regex (it needs \"{'descr'\") "
         "cannot match, so the original returns None as well",
+    "fl_gradcode.flower.protocol.x_array_view__mutmut_52":
+        "equivalent: numpy reads an order string by its first letter, case-blind: "
+        "reshape(order='f') is reshape(order='F') (numpy 2.4, no warning)",
+    "fl_gradcode.flower.protocol.x_npy_array__mutmut_43":
+        "equivalent: bytes.join copies a buffer's raw bytes whatever its format, so a "
+        "memoryview cast to signed 'b' joins the same bytes as unsigned 'B'",
+    "fl_gradcode.flower.protocol.x_parse_instruction__mutmut_61":
+        "killed since by test_more_partitions_than_one_instruction_may_carry_are_refused_"
+        "naming_the_limit",
+    "fl_gradcode.flower.protocol.x_parse_reply__mutmut_14":
+        "killed since by test_a_reply_in_another_dtype_than_the_rounds_wire_dtype_is_"
+        "rejected_naming_both",
+    "fl_gradcode.flower.protocol.xǁInstructionǁcheck_train__mutmut_6":
+        "killed since by test_a_train_instruction_without_a_worker_is_refused_naming_the_worker",
     "fl_gradcode.flower.protocol.x_parse_instruction__mutmut_178":
         "equivalent: the default is only read when the key is absent, and then the guard "
         "len(rec.get(key, [0.0])) > 1 is False before the generator is evaluated",

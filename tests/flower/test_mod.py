@@ -517,3 +517,32 @@ def test_rng_states_saves_and_restores_torchs_state_once_torch_is_imported(monke
     assert fake.state == "S0"
     monkeypatch.delitem(sys.modules, "torch")
     assert mod_module.rng_states()[2] is None
+
+
+@pytest.mark.mutation_found("protocol")
+def test_more_partitions_than_one_instruction_may_carry_are_refused_naming_the_limit():
+    n = 1025  # one more than the documented limit of 1024 partitions per instruction
+    assert protocol.MAX_ASSIGNED_PARTITIONS == n - 1
+    _refused(f"partition-ids has {n} entries; at most {n - 1} partitions per instruction",
+             partition_ids=list(range(n)), num_partitions=[n] * n, coefficients=[1.0] * n)
+
+
+@pytest.mark.mutation_found("protocol")
+def test_a_reply_in_another_dtype_than_the_rounds_wire_dtype_is_rejected_naming_both():
+    request = Message(RecordDict(), dst_node_id=7, message_type=MessageType.TRAIN)
+    reply = protocol.train_reply(request, train_instruction(worker=2, round=4),
+                                 {"w": np.ones(2, dtype=np.float32)}, 8.0, [8.0], {}, 0.1)
+    with pytest.raises(protocol.RejectedReply,
+                       match=r"^array 'w' has dtype float32; this round's wire is float64$"):
+        protocol.parse_reply(reply, worker=2, round=4, layout={"w": (2,)},
+                             dtypes={"w": np.dtype(np.float64)})
+    ok = protocol.parse_reply(reply, worker=2, round=4, layout={"w": (2,)},
+                              dtypes={"w": np.dtype(np.float32)})
+    assert ok.arrays["w"].dtype == np.float32
+
+
+@pytest.mark.mutation_found("protocol")
+def test_a_train_instruction_without_a_worker_is_refused_naming_the_worker():
+    with pytest.raises(ValueError, match=r"^worker=-1; a train instruction needs worker >= 0$"):
+        Instruction(op="train", round=1, worker=-1).check_train()
+    Instruction(op="train", round=1, worker=0).check_train()  # worker 0 is a worker
