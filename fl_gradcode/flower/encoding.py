@@ -9,8 +9,8 @@ model's dtype) and written in the reply's dtype.
 :func:`coded_update` goes block by block over all partitions at once: a block of the float64
 sum stays in the CPU's cache while every partition's block streams through once, and is written
 once, already in the wire dtype. Adding one partition at a time into a full-size float64
-buffer (:func:`accumulate_delta`, still used where each partition's delta is released on its
-own) reads and writes that buffer once per partition, then once more to cast it.
+buffer (:func:`accumulate_delta`, the one-partition step, kept public and as the reference the
+tests compare with) reads and writes that buffer once per partition, then once more to cast it.
 """
 
 from __future__ import annotations
