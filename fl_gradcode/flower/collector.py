@@ -23,7 +23,7 @@ from flwr.app import Message
 from flwr.common.logger import log
 
 from ..codes import GradientCode
-from . import compat, protocol
+from . import compat, partition_metrics, protocol
 from .blas import serial_blas
 from .clock import Clock
 from .deadline_policy import DeadlinePolicy
@@ -150,6 +150,8 @@ class ReplyCollector:
             self.quarantine.offend(state.number, [node],
                                    "partition sizes that contradict its num-examples")
             raise
+        # each partition's own metrics, for the inner strategy's metric aggregation
+        parsed.extra["partition_metrics"] = partition_metrics.read(reply, len(parsed.sizes))
         if state.probe is not None:
             z, size = state.probe.measure(parsed.arrays, parsed.num_examples, parsed.metrics)
             parsed.extra["z"], parsed.extra["size"] = z, size

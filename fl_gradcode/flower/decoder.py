@@ -43,7 +43,7 @@ from flwr.common.logger import log
 from flwr.serverapp.strategy import FedAvg
 
 from ..codes import Decoding, GradientCode, sampled_amplification
-from . import protocol
+from . import partition_metrics, protocol
 from .protocol import CodedReply
 from .records import quiet_inner_aggregation
 from .round_state import wire_dtypes
@@ -337,6 +337,8 @@ class Decoded:
     metrics: dict[str, float]
     count: float
     noise_std: float | None
+    #: ``(partition, metrics, weight)`` per partition (:func:`.partition_metrics.collect`)
+    partitions: list[tuple[int, dict[str, float], float]] | None = None
 
 
 class Outcome(NamedTuple):
@@ -499,8 +501,9 @@ class Decoder:
             / count
             for k in sorted(names)
         }
+        parts = partition_metrics.collect(code, replies, used, sizes, round_number)
         return Decoded(dict(zip(layout.names, results, strict=True)), metrics, count,
-                       noise_std)
+                       noise_std, parts)
 
     def apply(self, decoded: Decoded, *, round_number: int, array_key: str,
               reply_to: Message) -> Outcome | None:
@@ -513,13 +516,18 @@ class Decoder:
                 "metrics": MetricRecord({**decoded.metrics, weight_key: decoded.count}),
             }
         )
+        # the metric aggregation sees one record per partition (its own metrics and weight):
+        # a max stays a max; the arrays it aggregates are the decoded average
+        parts = (None if decoded.partitions is None
+                 else partition_metrics.records(decoded.partitions, weight_key))
         if type(self.inner) is FedAvg:
             # FedAvg's weighted average of one reply is that reply (weight 1.0): skip the
             # copy through Array.numpy(); its metric aggregation still runs
-            inner_metrics = self.inner.train_metrics_aggr_fn([content], weight_key)
+            inner_metrics = self.inner.train_metrics_aggr_fn(parts or [content], weight_key)
             return Outcome(content[array_key], inner_metrics, decoded.count, decoded.noise_std)
         reply = Message(content, reply_to=reply_to)
-        with quiet_inner_aggregation():  # "Received 1 results": the one decoded reply
+        with quiet_inner_aggregation(), partition_metrics.per_partition_metrics(self.inner,
+                                                                                 parts):
             arrays_out, inner_metrics = self.inner.aggregate_train(round_number, [reply])
         if arrays_out is None:
             return None

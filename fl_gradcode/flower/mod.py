@@ -68,7 +68,7 @@ import numpy as np
 from flwr.app import ArrayRecord, Context, Error, Message, MessageType, RecordDict
 
 from ..privacy import KEY_FILE_ENV, DPConfig, NoiseKeys, make_mechanism, noise_seed
-from . import protocol
+from . import partition_metrics, protocol
 from .client_policy import NodePolicy, ReplayGuard
 from .encoding import accumulate_delta, coded_update
 from .protocol import Instruction
@@ -388,6 +388,7 @@ def _coded_reply(
     count, compute_s = 0.0, 0.0
     sizes: list[float] = []
     metric_sums: dict[str, float] | None = None
+    own_metrics: list[dict[str, float]] = []  # each partition's own, in order
     names = list(theta)
     stop_at = None
     if instruction.stop_after_s > 0:  # checked between partitions (one is never cut short)
@@ -435,6 +436,7 @@ def _coded_reply(
             models.append(result.arrays)
         count += weight
         sizes.append(result.num_examples)
+        own_metrics.append(result.metrics)
         if metric_sums is None:
             metric_sums = {k: 0.0 for k in result.metrics}
         for k in list(metric_sums):
@@ -469,14 +471,17 @@ def _coded_reply(
             arr.dtype == "float32" for arr in global_arrays.values()
         ):
             chunk = chunk.astype(np.float32)
-        return protocol.train_reply(
+        reply = protocol.train_reply(
             msg, instruction, {protocol.CHUNK_KEY: chunk}, count, sizes, {}, compute_s
         )
+    else:
+        withheld = mechanism.mode in _WITHHELD_METRICS
+        reply = protocol.train_reply(msg, instruction, coded, count, sizes,
+                                     {} if withheld else metric_sums or {}, compute_s,
+                                     dtypes=wire)
     if mechanism.mode in _WITHHELD_METRICS:
-        metric_sums = None  # un-noised per-partition metrics would undo the DP release
-    return protocol.train_reply(
-        msg, instruction, coded, count, sizes, metric_sums or {}, compute_s, dtypes=wire
-    )
+        return reply  # un-noised (per-partition) metrics would undo the DP release
+    return partition_metrics.attach(reply, own_metrics)  # for the inner metric aggregation
 
 
 #: dp modes under which the app's scalar metrics are withheld (not sent).

@@ -1,0 +1,148 @@
+"""The app's train metrics, one copy per partition, for the inner strategy's metric aggregation.
+
+A coded reply's ``metric.<name>`` values are coded like its arrays (``sum_j B_ij n_j m_j``) and
+decode to the example-weighted mean of the partitions' metrics: what FedAvg's default
+``train_metrics_aggr_fn`` computes, but not what any other aggregator computes (a max, e.g.
+the largest epsilon of Opacus' example, a count, a median). So the mod also sends each
+partition's own metrics (``partition-metric.<name>``: one value per partition the worker
+computed, aligned with ``partition-sizes``; not under the ``dp`` modes, which withhold the
+app's metrics), and the server calls the inner strategy's ``train_metrics_aggr_fn`` on one
+record per partition (that partition's metrics and weight) while the arrays it aggregates are
+the decoded average (:func:`per_partition_metrics`).
+
+"Verified": a partition's copy is taken from the round's used replies; replicas of a partition
+compute it from the same seed, so they agree, and when they do not the value most of them
+report is used (ties: the lowest worker), with a WARNING naming the partition.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from logging import WARNING
+from typing import Any
+
+from flwr.app import Message, MetricRecord, RecordDict
+from flwr.common.logger import log
+
+from .protocol import PROTOCOL_KEY, RejectedReply
+
+__all__ = ["PREFIX", "attach", "collect", "per_partition_metrics", "read", "records"]
+
+#: Meta key prefix of the per-partition metrics in a coded reply.
+PREFIX = "partition-metric."
+
+_META = PROTOCOL_KEY + "-meta"
+
+
+def attach(reply: Message, per_partition: Sequence[Mapping[str, float]]) -> Message:
+    """Add each partition's own metrics (those every partition reports) to ``reply``'s meta
+    record, one list per metric aligned with ``partition-sizes``; returns ``reply``."""
+    if not per_partition or reply.has_error():
+        return reply
+    names = set.intersection(*(set(m) for m in per_partition))
+    meta = reply.content[_META]
+    for name in sorted(names):
+        meta[PREFIX + name] = [float(m[name]) for m in per_partition]
+    return reply
+
+
+def read(reply: Message, count: int) -> list[dict[str, float]] | None:
+    """The per-partition metrics of a coded reply (one dict per partition it computed, in
+    ``partition-sizes`` order), ``None`` when it carries none. Raises
+    :class:`~fl_gradcode.flower.protocol.RejectedReply` for a malformed list."""
+    meta = reply.content.get(_META)
+    if not isinstance(meta, MetricRecord):
+        return None
+    keys = [key for key in meta.keys() if key.startswith(PREFIX)]
+    if not keys:
+        return None
+    out: list[dict[str, float]] = [{} for _ in range(count)]
+    for key in keys:
+        values = meta[key]
+        if (not isinstance(values, list) or len(values) != count
+                or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                           and math.isfinite(v) for v in values)):
+            raise RejectedReply(f"{key}={values!r} is not a list of {count} finite numbers "
+                                "(one per partition)")
+        for j, value in enumerate(values):
+            out[j][key[len(PREFIX):]] = float(value)
+    return out
+
+
+def collect(code: Any, replies: Mapping[int, Any], used: Sequence[int],
+            sizes: Mapping[int, float], round_number: int
+            ) -> list[tuple[int, dict[str, float], float]] | None:
+    """``(partition, metrics, weight)`` for each code partition a used reply computed, from the
+    replies' ``extra["partition_metrics"]`` (:func:`read`); ``None`` when no used reply carries
+    per-partition metrics. The weight is the partition's checked size (``sizes``), else the
+    reply's own."""
+    copies: dict[int, list[tuple[int, tuple[tuple[str, float], ...], float]]] = {}
+    for worker in sorted(used):
+        reply = replies[worker]
+        metrics = reply.extra.get("partition_metrics")
+        if metrics is None:
+            continue
+        for j, own, size in zip(code.assignment(worker), metrics, reply.sizes, strict=True):
+            copies.setdefault(int(j), []).append((worker, tuple(sorted(own.items())), size))
+    if not copies:
+        return None
+    out = []
+    for j in sorted(copies):
+        votes = Counter(values for _, values, _ in copies[j])
+        values, _ = max(votes.items(), key=lambda kv: (kv[1], -min(
+            w for w, v, _ in copies[j] if v == kv[0])))
+        if len(votes) > 1:
+            log(WARNING, "round %d: the replicas of partition %d report different train "
+                "metrics (%d versions); the inner strategy's metric aggregation gets the one "
+                "%d of %d replicas report", round_number, j, len(votes), votes[values],
+                len(copies[j]))
+        size = next(size for _, v, size in copies[j] if v == values)
+        out.append((j, dict(values), float(sizes.get(j, size))))
+    return out
+
+
+def records(parts: Sequence[tuple[int, dict[str, float], float]],
+            weight_key: str) -> list[RecordDict]:
+    """One ``RecordDict`` per partition: its metrics and its weight under ``weight_key``."""
+    return [RecordDict({"metrics": MetricRecord({**metrics, weight_key: weight})})
+            for _, metrics, weight in parts]
+
+
+def _chain(strategy: Any, limit: int = 8) -> list[Any]:
+    """``strategy`` and those it wraps (``.strategy`` / ``.inner``)."""
+    chain = [strategy]
+    while len(chain) < limit:
+        nxt = getattr(chain[-1], "strategy", None) or getattr(chain[-1], "inner", None)
+        if nxt is None or any(nxt is s for s in chain):
+            break
+        chain.append(nxt)
+    return chain
+
+
+@contextlib.contextmanager
+def per_partition_metrics(inner: Any, parts: list[RecordDict] | None) -> Iterator[None]:
+    """Within the block, every ``train_metrics_aggr_fn`` of ``inner`` (and of the strategies it
+    wraps) aggregates ``parts`` (one record per partition) instead of the records it is given
+    (the one decoded reply). ``parts=None``: unchanged."""
+    if parts is None:
+        yield
+        return
+    saved = []
+    for member in _chain(inner):
+        fn = member.__dict__.get("train_metrics_aggr_fn") if hasattr(member, "__dict__") else None
+        if not callable(fn):
+            continue
+
+        def shim(_records: list[RecordDict], weighting_key: str, _fn: Any = fn) -> Any:
+            return _fn(parts, weighting_key)
+
+        saved.append((member, fn))
+        member.train_metrics_aggr_fn = shim
+    try:
+        yield
+    finally:
+        for member, fn in saved:
+            member.train_metrics_aggr_fn = fn

@@ -1,0 +1,68 @@
+"""What a user's strategy, mods and options mean is kept, or the user is told.
+
+* Train metrics: the inner strategy's ``train_metrics_aggr_fn`` sees each partition's own
+  metrics and weight (a max over partitions stays a max), references computed here from the
+  numpy app's targets.
+* Virtual timing: a node that hangs becomes a straggler after a bounded real wait, named in a
+  WARNING.
+* Rounds applied above the stated decode error are named in a WARNING.
+* Failure reasons are readable text (``Type: message``), never a coloured repr.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+import pytest
+from flwr.app import ConfigRecord, MetricRecord, RecordDict
+from flwr.serverapp.strategy import FedAvg, FedAvgM
+
+from fl_gradcode.flower import GradientCoding, gradient_coding_mod
+from fl_gradcode.flower.testing import InProcessGrid
+from tests.apps.numpy_app import LR, SHAPES, initial_arrays, make_app, target
+from tests.flower.harness import FixedArrivals, run
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:gradient_coding_mod. no partition key:UserWarning"),
+]
+
+
+# =============================================================================== train metrics
+def max_loss(records: list[RecordDict], weighting_key: str) -> MetricRecord:
+    """Opacus' example style: the largest value over the replies (here: the largest loss), and
+    how many replies the aggregator saw."""
+    losses = [float(next(iter(r.metric_records.values()))["train_loss"]) for r in records]
+    weights = [float(next(iter(r.metric_records.values()))[weighting_key]) for r in records]
+    return MetricRecord({"max_loss": max(losses), "seen": len(records),
+                         "weight": float(sum(weights))})
+
+
+def partition_loss(partition: int) -> float:
+    """The numpy app's train loss of ``partition`` from the initial model (computed here)."""
+    theta = {name: np.asarray(arr.numpy()) for name, arr in initial_arrays().items()}
+    return float(sum(np.sum((theta[name] - target(partition, name)) ** 2) for name in SHAPES))
+
+
+@pytest.mark.parametrize("inner_cls", [FedAvg, FedAvgM], ids=["FedAvg", "FedAvgM"])
+def test_a_max_metric_aggregator_sees_each_partition_once(inner_cls):
+    n = 4
+    inner = inner_cls(fraction_evaluate=0.0, train_metrics_aggr_fn=max_loss)
+    # worker 3 straggles: the decodable set is workers 0..2 (FRC s=1: replicas of each group)
+    times = {1: [1.0, 2.0, 3.0, 9.0]}
+    out = run(n, code="frc", s=1, inner=inner, latency=FixedArrivals(times))
+    metrics = out.result.train_metrics_clientapp[1]
+    expected = max(partition_loss(j) for j in range(n))
+    assert metrics["max_loss"] == pytest.approx(expected, rel=1e-12)
+    assert metrics["seen"] == n  # one record per partition, not per reply
+    assert metrics["weight"] == pytest.approx(sum(10 + j for j in range(n)))
+
+
+def test_the_default_mean_aggregator_is_unchanged():
+    n = 4
+    out = run(n, code="crc", s=1)
+    metrics = out.result.train_metrics_clientapp[1]
+    weights = np.array([10 + j for j in range(n)], dtype=float)
+    losses = np.array([partition_loss(j) for j in range(n)])
+    assert metrics["train_loss"] == pytest.approx(float(weights @ losses / weights.sum()))
