@@ -35,6 +35,8 @@ from typing import Any
 
 from flwr.app import MetricRecord
 
+from .reasons import strip_ansi, unwrap
+
 __all__ = [
     "CLIENT_GROUPS",
     "MAX_TRACEBACK_CHARS",
@@ -85,8 +87,13 @@ def error_reason(exc: BaseException, limit: int = MAX_TRACEBACK_CHARS) -> str:
 def split_reason(text: Any) -> tuple[str, str | None]:
     """``(summary, traceback or None)`` of a rejection reason: the part before
     :data:`TRACEBACK_MARKER`; for a reason holding a Python traceback in another form (e.g. a
-    Ray task error's text), its first line and the exception line it ends with."""
-    text = str(text)
+    Ray task error's text), its first line and the exception line it ends with; terminal
+    escapes stripped, a Flower/Ray error repr as its ``Type: message`` (the full text, escapes
+    stripped, is the traceback part)."""
+    text = strip_ansi(str(text))
+    line = unwrap(text)
+    if line != text:
+        return line, text
     if TRACEBACK_MARKER in text:
         head, tail = text.split(TRACEBACK_MARKER, 1)
         # a wrapping "error reply (code 5400: <reason>)": its closing parenthesis ends the tail

@@ -12,16 +12,15 @@
 from __future__ import annotations
 
 import logging
-import time
 
 import numpy as np
 import pytest
-from flwr.app import ConfigRecord, MetricRecord, RecordDict
+from flwr.app import MetricRecord, RecordDict
 from flwr.serverapp.strategy import FedAvg, FedAvgM
 
-from fl_gradcode.flower import GradientCoding, gradient_coding_mod
+from fl_gradcode.flower import gradient_coding_mod
 from fl_gradcode.flower.testing import InProcessGrid
-from tests.apps.numpy_app import LR, SHAPES, initial_arrays, make_app, target
+from tests.apps.numpy_app import SHAPES, initial_arrays, make_app, target
 from tests.flower.harness import FixedArrivals, run
 
 pytestmark = [
@@ -66,3 +65,56 @@ def test_the_default_mean_aggregator_is_unchanged():
     weights = np.array([10 + j for j in range(n)], dtype=float)
     losses = np.array([partition_loss(j) for j in range(n)])
     assert metrics["train_loss"] == pytest.approx(float(weights @ losses / weights.sum()))
+
+
+# =============================================================================== failure reasons
+#: What Flower's simulation engine writes for a ClientApp that raised under Ray 2.55
+#: (``str(type(ex)) + ":<'" + str(ex) + "'>"`` of a real ``RayTaskError``, built with
+#: ``ray.exceptions.RayTaskError(...).as_instanceof_cause()``), colour escapes included.
+RAY_REASON = (
+    "<class 'ray.exceptions.RayTaskError(ClientAppException)'>:<'\x1b[36mray::ClientAppActor"
+    ".run()\x1b[39m (pid=4242, ip=127.0.0.1, actor_id=None, repr=<flwr.simulation.ray_transport"
+    ".ray_actor.ClientAppActor object at 0x7f>)\n  File \"task.py\", line 7, in train\n  File "
+    "\"task.py\", line 4, in load\nValueError: bad batch: expected 32 rows, got 31\n\nThe above "
+    "exception was the direct cause of the following exception:\n\n\x1b[36mray::ClientAppActor"
+    ".run()\x1b[39m (pid=4242, ip=127.0.0.1, actor_id=None, repr=<flwr.simulation.ray_transport"
+    ".ray_actor.ClientAppActor object at 0x7f>)\n  File \"ray_actor.py\", line 64, in run\n"
+    "flwr.clientapp.client_app.ClientAppException: \nException ClientAppException occurred. "
+    "Message: bad batch: expected 32 rows, got 31'>"
+)
+
+
+def ray_crash_mod(worker: int, reason: str = RAY_REASON):
+    """An OUTER mod: worker ``worker``'s train message gets the simulation engine's error."""
+    from flwr.app import Error, Message, MessageType
+
+    from fl_gradcode.flower.protocol import OP_TRAIN, parse_instruction
+
+    def mod(msg, context, call_next):
+        if msg.metadata.message_type == MessageType.TRAIN:
+            instruction = parse_instruction(msg.content)
+            if (instruction is not None and instruction.op == OP_TRAIN
+                    and instruction.worker == worker):
+                return Message(Error(code=2, reason=reason), reply_to=msg)
+        return call_next(msg, context)
+
+    return mod
+
+
+def test_a_crashed_nodes_reason_is_type_and_message_in_logs_and_rounds_jsonl(tmp_path, caplog):
+    import json
+
+    grid = InProcessGrid(make_app(ray_crash_mod(1), gradient_coding_mod), 4)
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        run(4, code="frc", s=1, grid=grid, results_dir=str(tmp_path))
+    (row,) = [json.loads(line) for line in (tmp_path / "rounds.jsonl").read_text().splitlines()]
+    assert row["rejected_reasons"] == [
+        "error reply (code 2: ValueError: bad batch: expected 32 rows, got 31)"]
+    logged = [r.getMessage() for r in caplog.records if "rejected reply" in r.getMessage()]
+    assert len(logged) == 1
+    assert logged[0].endswith("error reply (code 2: ValueError: bad batch: expected 32 rows, "
+                              "got 31)")
+    for text in (*row["rejected_reasons"], *logged):
+        assert "\x1b" not in text and "\\x1b" not in text and "<class" not in text
+    debug = (tmp_path / "debug.log").read_text()  # the full text, escapes stripped
+    assert "The above exception was the direct cause" in debug and "\\x1b" not in debug
