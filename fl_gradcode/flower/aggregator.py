@@ -11,9 +11,11 @@ whose values turn out not finite) and returns the typed
 
 from __future__ import annotations
 
+from logging import WARNING
 from typing import Any
 
 from flwr.app import ArrayRecord, MetricRecord
+from flwr.common.logger import log
 
 from .collector import ReplyCollector, serial_blas
 from .decoder import Decoder, Outcome, replies_read
@@ -21,7 +23,11 @@ from .quarantine import Quarantine
 from .records import RoundOutcome
 from .round_state import RoundState
 
-__all__ = ["RoundAggregator"]
+__all__ = ["WARN_DECODE_ERROR", "RoundAggregator"]
+
+#: An approximate round applied with a relative decoding error above this is named in a
+#: WARNING (``max_decode_error``, default 0.5, decides whether it is applied at all).
+WARN_DECODE_ERROR = 0.1
 
 
 class RoundAggregator:
@@ -84,6 +90,12 @@ class RoundAggregator:
             "skipped" if result is None else decode, used,
             0 if result is None else replies_read(decoding, used),
             float(decoding.error) if decoding is not None else 1.0, verdict, count, noise_std)
+        if outcome.decode == "approx" and outcome.decode_error > WARN_DECODE_ERROR:
+            log(WARNING, "round %d: applied an approximate decoding with relative error %.3g, "
+                "above %.3g (max_decode_error=%.3g): the update is a biased average of the "
+                "partitions that arrived. Set max_decode_error lower to skip such rounds, or "
+                "raise s or straggler_timeout", state.number, outcome.decode_error,
+                WARN_DECODE_ERROR, self.max_decode_error)
         return outcome, arrays, metrics
 
     def _apply(self, state: RoundState, used: list[int], decoding: Any) -> Outcome | None:

@@ -118,3 +118,29 @@ def test_a_crashed_nodes_reason_is_type_and_message_in_logs_and_rounds_jsonl(tmp
         assert "\x1b" not in text and "\\x1b" not in text and "<class" not in text
     debug = (tmp_path / "debug.log").read_text()  # the full text, escapes stripped
     assert "The above exception was the direct cause" in debug and "\\x1b" not in debug
+
+
+# =============================================================================== decode error
+def test_a_round_applied_above_the_stated_decode_error_is_named_in_a_warning(caplog):
+    threshold = 0.1  # the documented threshold (docs/works_with.md)
+    # FRC n=4, s=1: workers 0 and 1 (one group) miss the deadline: half the partitions lost
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        out = run(4, code="frc", s=1, latency=FixedArrivals({1: [20.0, 20.0, 1.0, 1.0]}),
+                  straggler_timeout=10.0)
+    assert out.rows[0]["decode"] == "approx"
+    error = out.rows[0]["decode_error"]
+    assert error > threshold
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING
+              and "decoding with relative error" in r.getMessage()]
+    assert len(warned) == 1
+    assert warned[0].startswith("round 1: ")
+    assert f"{error:.3g}" in warned[0] and f"above {threshold:.3g}" in warned[0]
+    assert "max_decode_error=0.5" in warned[0]
+
+
+def test_an_exact_round_is_not_warned_about(caplog):
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        out = run(4, code="frc", s=1, latency=FixedArrivals({1: [20.0, 1.0, 1.0, 1.0]}),
+                  straggler_timeout=10.0)
+    assert out.rows[0]["decode"] == "exact"
+    assert not any("decoding with relative error" in r.getMessage() for r in caplog.records)
