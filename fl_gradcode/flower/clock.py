@@ -152,6 +152,20 @@ class VirtualClock:
                                straggler_timeout: float) -> float | None:
         return None
 
+    #: a node silent for this many times the longest real gap between the round's replies
+    #: (and at least ``straggler_timeout`` seconds) is taken for hung
+    HANG_FACTOR = 10.0
+
+    def hang_after_s(self, longest_gap_s: float) -> float:
+        """Real seconds without any reply after which the nodes still silent are stragglers:
+        ``max(straggler_timeout, HANG_FACTOR * longest_gap_s)``, ``longest_gap_s`` the longest
+        real wait between the round's start and its replies so far, or between two of them.
+        Virtual arrivals do not depend on how long the grid waits, except for a node that
+        hangs: without this bound every round would wait ``round_timeout`` for it. With
+        ``measured_compute`` a node computing longer than ``straggler_timeout`` is a straggler
+        anyway (its virtual arrival is past the deadline)."""
+        return max(self.straggler_timeout, self.HANG_FACTOR * float(longest_gap_s))
+
     def wait_for_any_free(self, nodes: Iterable[int]) -> None:
         """All ``nodes`` busy: jump to the first moment one is free (never burn a round)."""
         times = [self.busy_until.get(n, 0.0) for n in nodes]

@@ -177,6 +177,10 @@ class EarlyReturnGrid:
         answered: set[str] = set()
         done = False
         quiet = 0  # empty pulls in a row
+        # virtual timing: a node silent for long after the others answered is hung
+        hang_after = getattr(getattr(self._strategy, "clock", None), "hang_after_s", None)
+        last = time.monotonic()  # the round's start, then its latest reply
+        longest_gap = 0.0
         while pending:
             asked = [*pending, *self.abandoned]
             pulled = list(self._grid.pull_messages(asked))
@@ -189,6 +193,8 @@ class EarlyReturnGrid:
                     rid = reply.metadata.reply_to_message_id
                     if rid in pending:
                         del pending[rid]
+                        now = time.monotonic()
+                        longest_gap, last = max(longest_gap, now - last), now
                         answered.add(rid)
                         replies.append(reply)
                         if not done:  # validated as it arrives; the rest after the return
@@ -204,12 +210,27 @@ class EarlyReturnGrid:
             if done or not pending:
                 break
             left = t_end - time.monotonic()
+            if hang_after is not None and replies:
+                silent = last + hang_after(longest_gap) - time.monotonic()
+                if silent <= 0 < left:
+                    self._warn_hung(pending, time.monotonic() - last, longest_gap)
+                    break
+                left = min(left, silent)
             if left <= 0:
                 break
             quiet = 0 if pulled else quiet + 1
             time.sleep(min(self._next_wait(asked, quiet), left))
         self._abandon(pending, sent)
         return replies
+
+    def _warn_hung(self, pending: dict[str, int], silent_s: float, gap_s: float) -> None:
+        nodes = sorted(set(pending.values()))
+        log(WARNING, "node(s) %s sent no reply %.1f s (real time) after the round's last "
+            "reply (the longest real wait for a reply this round was %.2f s): taken for hung, "
+            "they are stragglers of this virtual-timing round, which stops waiting for them "
+            "(a node silent for max(straggler_timeout, %g x that wait) is; round_timeout is "
+            "the bound otherwise)", ", ".join(map(str, nodes)), silent_s, gap_s,
+            getattr(getattr(self._strategy, "clock", None), "HANG_FACTOR", 0.0))
 
     def _next_wait(self, asked: list[str], quiet: int) -> float:
         """Seconds to sleep before the next pull, never more than ``poll_interval``.

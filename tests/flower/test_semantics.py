@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 import numpy as np
 import pytest
@@ -144,3 +145,24 @@ def test_an_exact_round_is_not_warned_about(caplog):
                   straggler_timeout=10.0)
     assert out.rows[0]["decode"] == "exact"
     assert not any("decoding with relative error" in r.getMessage() for r in caplog.records)
+
+
+# =============================================================================== hung nodes
+def test_a_hung_node_is_a_straggler_after_a_bounded_real_wait_in_virtual_timing(caplog):
+    hung = 3  # partition 3's node answers only after a minute of real time
+
+    def sleeps(partition: int, server_round: int) -> float:
+        return 60.0 if partition == hung and server_round >= 1 else 0.0
+
+    grid = InProcessGrid(make_app(gradient_coding_mod), 4, delay=sleeps)
+    t0 = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        out = run(4, code="frc", s=1, grid=grid, straggler_timeout=1.0, round_timeout=30.0)
+    wall = time.monotonic() - t0
+    assert wall < 10.0  # not round_timeout (30 s), nor the node's 60 s
+    (row,) = out.rows
+    assert row["decode"] == "exact"  # FRC s=1 tolerates the one hung node
+    assert row["nodes"]["stragglers"] == [grid.node_ids[hung]]
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING
+              and "taken for hung" in r.getMessage()]
+    assert len(warned) == 1 and str(grid.node_ids[hung]) in warned[0]
