@@ -13,9 +13,13 @@ refused before it can silently change what the user's strategy means:
   the first aggregation on copies of it: several replies must give what their weighted average
   as one reply gives (:func:`check_averaging`);
 * Flower's DP strategy wrappers, inside (at construction) or outside (at the first
-  ``configure_train``/``aggregate_train``, from the caller): inside, they clip and noise the
-  decoded average once; outside, they clip coded combinations (not updates) and noise an
-  aggregate whose sensitivity they do not know;
+  ``configure_train``/``aggregate_train``, from the caller), with a reason true for each:
+  inside, the server-side ones clip the decoded average once and the adaptive client-side one
+  counts one decoded norm bit; outside, they clip coded combinations (not updates), read coded
+  replies as clients and skip a round for any error reply. Flower's client-side FIXED clipping
+  wrapper is exact INSIDE ``GradientCoding`` with ``fixedclipping_mod`` inside
+  ``gradient_coding_mod`` (Flower's own mechanism: each partition clipped before coding, its
+  noise added once to the decoded average), and refused outside;
 * legacy ``flwr.server.strategy`` strategies and workflows (``DefaultWorkflow``,
   ``SecAggPlusWorkflow``, ``LegacyContext``): decoding needs each coded reply, and SecAgg+
   reveals only their sum, which is not a decodable set;
@@ -32,6 +36,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import re
 import sys
 from collections.abc import Iterator
 from logging import WARNING
@@ -101,7 +106,9 @@ _DP_RECIPES = (
     "(noise on the clients, no trusted server); (2) Flower's fixedclipping_mod INSIDE "
     "gradient_coding_mod, ClientApp(mods=[gradient_coding_mod, fixedclipping_mod]) with "
     "'clipping_norm' in the train config, which clips each partition's update before coding, "
-    "with the noise from dp=DPConfig(mode='central', ...) as in (1)."
+    "with the noise from dp=DPConfig(mode='central', ...) as in (1); or (3) Flower's "
+    "DifferentialPrivacyClientSideFixedClipping INSIDE GradientCoding with that mod order "
+    "(Flower's own noise sigma*C/num_sampled_clients on the decoded average)."
 )
 
 _LEGACY = (
@@ -137,6 +144,42 @@ def _wrapped_chain(strategy: Any, limit: int = 8) -> list[Any]:
             break
         chain.append(inner)
     return chain
+
+
+def _is_client_side_fixed(strategy: Any) -> bool:
+    """Flower's ``DifferentialPrivacyClientSideFixedClipping`` (or a subclass)."""
+    cls = getattr(fl, "DifferentialPrivacyClientSideFixedClipping", None)
+    return cls is not None and isinstance(strategy, cls)
+
+
+#: Why Flower's client-side fixed-clipping wrapper is exact INSIDE GradientCoding.
+_CLIENT_SIDE_FIXED = (
+    "GradientCoding(DifferentialPrivacyClientSideFixedClipping(strategy, noise_multiplier=sigma, "
+    "clipping_norm=C, num_sampled_clients=N)) with ClientApp(mods=[gradient_coding_mod, "
+    "fixedclipping_mod]) is Flower's own mechanism: the wrapper puts 'clipping_norm' in the "
+    "train config, fixedclipping_mod clips each partition's update before coding, the inner "
+    "strategy aggregates the decoded average of the clipped updates (what it aggregates "
+    "uncoded) and the wrapper adds its noise sigma*C/N to it once"
+)
+
+
+def _dp_inside_reason(member: Any) -> str:
+    """Why Flower's DP wrapper ``member`` inside GradientCoding cannot be exact (true for it)."""
+    name = type(member).__name__
+    if "ServerSide" in name:
+        return (
+            f"{name} inside GradientCoding would clip the decoded average once (not each "
+            "client's update: individual updates never reach the server) and add noise "
+            "calibrated to num_sampled_clients updates each clipped at the clipping norm, "
+            "which no client clipped: the decoded average's sensitivity is not bounded by it."
+        )
+    return (
+        f"{name} inside GradientCoding would adapt its clipping norm from the fraction of "
+        "replies whose update norm was under it (each reply's norm bit), but it receives ONE "
+        "decoded reply whose bit is the example-weighted average of the partitions' bits, "
+        "counted as one client: the norm would not follow the quantile it targets, and its "
+        "noise on that count is for one reply."
+    )
 
 
 def _legacy_strategy_error(strategy: Any) -> TypeError | None:
@@ -177,12 +220,9 @@ def check_inner_strategy(strategy: Any, wrapper_type: type) -> bool:
                 "strategy once: GradientCoding(FedAvg(...), code=..., s=...)."
             )
         if _DP_BASES and isinstance(member, _DP_BASES):
-            raise TypeError(
-                f"{type(member).__name__} inside GradientCoding would clip the decoded average "
-                "once and add noise calibrated to one client's contribution, although every "
-                "partition contributes to it (the noise is about n times too small for the "
-                "real sensitivity). " + _DP_RECIPES
-            )
+            if _is_client_side_fixed(member):
+                continue  # exact: see _CLIENT_SIDE_FIXED
+            raise TypeError(_dp_inside_reason(member) + " " + _DP_RECIPES)
         if isinstance(member, PER_CLIENT_AGGREGATORS):
             raise ValueError(
                 f"{type(member).__name__} aggregates individual clients' replies, but under "
@@ -197,6 +237,8 @@ def check_inner_strategy(strategy: Any, wrapper_type: type) -> bool:
             "its own hooks (checkpoints, result files, experiment tracking) are skipped. Put "
             "them in an evaluate_fn passed to GradientCoding.start, or in the ServerApp "
             "after start returns.", type(strategy).__name__)
+    while _is_client_side_fixed(strategy):  # its noise aside, it aggregates as it wraps
+        strategy = strategy.strategy
     return type(strategy).aggregate_train not in AVERAGING_AGGREGATIONS
 
 
@@ -233,14 +275,32 @@ def check_caller(coded: Any, depth: int = 2, frames: int = 6) -> None:
     if not _DP_BASES:
         return
     for caller in _callers(coded, depth, frames):
-        if isinstance(caller, _DP_BASES) and any(s is coded for s in _wrapped_chain(caller)):
+        if not (isinstance(caller, _DP_BASES) and any(s is coded for s in _wrapped_chain(caller))):
+            continue
+        if _is_client_side_fixed(caller):
             raise CompositionError(
-                f"{type(caller).__name__}(GradientCoding(...)) cannot be exact: an outer DP "
-                "wrapper clips the coded replies (linear combinations of several partitions' "
-                "updates, not updates), which the decoder never reads back, and adds noise "
-                "calibrated to one client per reply to an average in which each partition has "
-                "a weight n_j/sum_j n_j: no DP guarantee. " + _DP_RECIPES
+                f"{type(caller).__name__}(GradientCoding(...)) sees the coded replies: it skips "
+                "aggregation for the whole round when any of them is an error reply (a "
+                "straggler stopped at its deadline, a crashed node: what coding tolerates) and "
+                "counts coded replies as clients. The same wrapper is exact INSIDE: "
+                + _CLIENT_SIDE_FIXED + "."
             )
+        if "ServerSide" not in type(caller).__name__:  # client-side adaptive clipping
+            raise CompositionError(
+                f"{type(caller).__name__}(GradientCoding(...)) cannot be exact: it reads each "
+                "coded reply as one client's (a coded reply combines several partitions: its "
+                "norm bit is no client's, so the clipping norm would not follow the quantile "
+                "it targets) and skips the whole round when any reply is an error (a "
+                "straggler stopped at its deadline, a crashed node), which coding tolerates: "
+                "no DP guarantee. " + _DP_RECIPES
+            )
+        raise CompositionError(
+            f"{type(caller).__name__}(GradientCoding(...)) cannot be exact: an outer DP "
+            "wrapper clips the coded replies (linear combinations of several partitions' "
+            "updates, not updates), which the decoder never reads back, and adds noise "
+            "calibrated to one client per reply to an average in which each partition has "
+            "a weight n_j/sum_j n_j: no DP guarantee. " + _DP_RECIPES
+        )
 
 
 class ReplyFingerprints:
@@ -350,6 +410,8 @@ def check_averaging(
     average; a server optimizer: its step from the average); an aggregator over individual
     replies (a median, a trimmed mean, a selection) does not. Raises ``ValueError``.
     """
+    while _is_client_side_fixed(inner):  # its noise aside, it aggregates as it wraps
+        inner = inner.strategy
     rng = np.random.default_rng(20240601)
     weights = [1.0, 2.0, 3.0, 10.0]
     scale = {k: max(1.0, float(np.max(np.abs(v)))) if v.size else 1.0 for k, v in theta.items()}
@@ -464,9 +526,42 @@ def explain_error_reply(reply: Message) -> str:
             f"ClientApp(mods=[gradient_coding_mod, {named or 'your_mod'}]) (each partition's "
             "update then passes through the mod before coding)"
         )
+    raiser = _raising_function(reply.error.reason)
+    if raiser is not None and "mod" in raiser.lower():
+        return (
+            f"{head}: {raiser} (a client mod listed before gradient_coding_mod) failed on the "
+            "coded protocol message: mods listed before gradient_coding_mod see the protocol's "
+            "messages (the identify handshake carries no 'arrays' or 'config' record), not the "
+            f"app's. Move it after: ClientApp(mods=[gradient_coding_mod, {raiser}]) (it then "
+            "runs once per partition on each partition's train message: see 'Client mods' in "
+            "docs/works_with.md), or make it pass on messages it does not understand "
+            "(return call_next(msg, context))"
+        )
+    where = f" ({raiser} raised it)" if raiser else ""
     return (
         f"{head}: this error did not come from gradient_coding_mod (its errors have code "
-        f"{MOD_ERROR_CODE}): the ClientApp does not run gradient_coding_mod "
-        "(ClientApp(mods=[gradient_coding_mod])), or a mod listed before it failed on the "
-        "coded message (put gradient_coding_mod first)"
+        f"{MOD_ERROR_CODE}){where}. Either a client mod listed BEFORE gradient_coding_mod "
+        "failed on the coded protocol message (such mods see the protocol's messages, e.g. "
+        "the identify handshake, which carries no 'arrays' or 'config' record): move it after, "
+        "ClientApp(mods=[gradient_coding_mod, your_mod]), or make it pass on messages it does "
+        "not understand; or the ClientApp does not run gradient_coding_mod: add it as the "
+        "first mod, ClientApp(mods=[gradient_coding_mod, ...])"
     )
+
+
+_FRAME = re.compile(r'File "(?P<path>[^"]+)", line \d+, in (?P<name>[\w.<>]+)')
+_FRAMEWORK = ("/flwr/", "/ray/", "/fl_gradcode/", "/concurrent/", "/threading.py")
+
+
+def _raising_function(reason: str) -> str | None:
+    """The innermost function outside Flower, Ray and this library in the first traceback a
+    client's error reason carries (Flower's simulation engine sends the actor's traceback),
+    e.g. the mod that raised; ``None`` when the reason has no traceback."""
+    from .reasons import strip_ansi
+
+    text = strip_ansi(str(reason))
+    first = re.split(r"The above exception was the direct cause|During handling of the above",
+                     text)[0]
+    names = [m.group("name") for m in _FRAME.finditer(first)
+             if not any(part in m.group("path").replace("\\", "/") for part in _FRAMEWORK)]
+    return names[-1] if names else None

@@ -50,8 +50,9 @@ from .protocol import Identity, Instruction, RejectedReply
 __all__ = ["Membership", "code_for_cohort"]
 
 _HINT = (
-    "Does every ClientApp run gradient_coding_mod (ClientApp(mods=[gradient_coding_mod])) and "
-    "have 'partition-id' and 'num-partitions' in its node config?"
+    "Does every ClientApp run gradient_coding_mod as its FIRST mod "
+    "(ClientApp(mods=[gradient_coding_mod, ...]): a mod listed before it sees the protocol's "
+    "messages) and have 'partition-id' and 'num-partitions' in its node config?"
 )
 
 
@@ -136,7 +137,7 @@ class Membership:
                                           f"(num-partitions={claim[1]})")
                 else:  # an error reply names its cause (a mod-order problem, ...)
                     reasons[node] = _short(compat.explain_error_reply(reply)
-                                           if reply.has_error() else str(why))
+                                           if reply.has_error() else str(why), 900)
         for node in sorted(new):
             self._order[node] = (self._handshakes, node)
             self.failed.pop(node, None)

@@ -68,7 +68,7 @@ import numpy as np
 from flwr.app import ArrayRecord, Context, Error, Message, MessageType, RecordDict
 
 from ..privacy import KEY_FILE_ENV, DPConfig, NoiseKeys, make_mechanism, noise_seed
-from . import partition_metrics, protocol
+from . import mod_order, partition_metrics, protocol
 from .client_policy import NodePolicy, ReplayGuard
 from .encoding import accumulate_delta, coded_update
 from .protocol import Instruction
@@ -566,6 +566,7 @@ def make_gradient_coding_mod(
             NodePolicy.from_node_config(context.node_config).check(
                 instruction, context.run_config
             )
+            mod_order.warn_inner_mods(call_next)  # once per mod listed after this one
             claimed = _claim_round(guard, context, instruction)
             try:
                 return _coded_reply(msg, context, call_next, instruction, cache)

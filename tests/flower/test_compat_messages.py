@@ -331,9 +331,14 @@ EXPLAINED = {
                             ": " + _MOD_ORDER.format(mod="a client mod", name="your_mod")),
     "not from the mod": (0, "KeyError: 'arrays'",
                          ": this error did not come from gradient_coding_mod (its errors have "
-                         f"code {MOD_ERROR_CODE}): the ClientApp does not run gradient_coding_mod "
-                         "(ClientApp(mods=[gradient_coding_mod])), or a mod listed before it "
-                         "failed on the coded message (put gradient_coding_mod first)"),
+                         f"code {MOD_ERROR_CODE}). Either a client mod listed BEFORE "
+                         "gradient_coding_mod failed on the coded protocol message (such mods "
+                         "see the protocol's messages, e.g. the identify handshake, which "
+                         "carries no 'arrays' or 'config' record): move it after, "
+                         "ClientApp(mods=[gradient_coding_mod, your_mod]), or make it pass on "
+                         "messages it does not understand; or the ClientApp does not run "
+                         "gradient_coding_mod: add it as the first mod, "
+                         "ClientApp(mods=[gradient_coding_mod, ...])"),
 }
 
 

@@ -249,16 +249,25 @@ def _dp(name: str, inner: Strategy) -> Strategy:
     return cls(inner, noise_multiplier=1.0, clipping_norm=1.0, num_sampled_clients=N)
 
 
-@pytest.mark.parametrize("name", list(DP_WRAPPERS))
+#: Why each refused wrapper is refused inside (ClientSideFixed is exact inside: its test is in
+#: test_mod_order.py)
+DP_INSIDE_REASONS = {
+    "ServerSideFixed": "would clip the decoded average once",
+    "ServerSideAdaptive": "would clip the decoded average once",
+    "ClientSideAdaptive": "would adapt its clipping norm from the fraction of replies",
+}
+
+
+@pytest.mark.parametrize("name", list(DP_INSIDE_REASONS))
 def test_flower_dp_wrapper_inside_gradient_coding_is_refused_with_the_recipes(name):
-    with pytest.raises(TypeError, match="n times too small") as info:
+    with pytest.raises(TypeError, match=DP_INSIDE_REASONS[name]) as info:
         GradientCoding(_dp(name, FedAvg()), code="frc", s=1)
     text = str(info.value)
     assert "ClientApp(mods=[gradient_coding_mod, fixedclipping_mod])" in text
     assert "DPConfig(mode='central'" in text
 
 
-@pytest.mark.parametrize("name", list(DP_WRAPPERS))
+@pytest.mark.parametrize("name", [n for n in DP_WRAPPERS if n != "ClientSideFixed"])
 def test_flower_dp_wrapper_outside_gradient_coding_is_refused_before_any_round(name):
     grid = InProcessGrid(make_app(gradient_coding_mod), N)
     coded = GradientCoding(FedAvg(fraction_evaluate=0.0), code="frc", s=1,
