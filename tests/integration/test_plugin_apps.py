@@ -238,3 +238,27 @@ def test_importing_the_mod_does_not_import_the_server_side():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == "[]"
+
+
+def _max_epsilon(records, weighting_key):
+    """The Opacus example's kind of metric aggregation: the largest epsilon of any reply."""
+    from flwr.app import MetricRecord
+
+    return MetricRecord({"epsilon": max(float(next(iter(r.metric_records.values()))["epsilon"])
+                                        for r in records)})
+
+
+def test_opacus_max_epsilon_aggregator_sees_each_partitions_epsilon(tmp_path):
+    """A max over the replies' epsilon (not a mean) stays a max over the partitions: the coded
+    run (grouped-rs, s=2, stragglers) reports what Flower's own FedAvg reports on the plain
+    app (no mod, no code), where each reply is one partition."""
+    coded, rounds = run_coded(
+        opacus_app, FedAvg(fraction_evaluate=0.0, train_metrics_aggr_fn=_max_epsilon),
+        tmp_path / "coded", code="grouped-rs", s=2, run_config=DP_RUN_CONFIG, num_rounds=1)
+    assert rounds[0]["decode"] == "exact" and rounds[0]["stragglers"]
+    grid = InProcessGrid(opacus_app.app_plain, num_nodes=NUM_NODES, run_config=DP_RUN_CONFIG)
+    flower = FedAvg(fraction_evaluate=0.0, train_metrics_aggr_fn=_max_epsilon).start(
+        grid=grid, initial_arrays=opacus_app.initial_arrays(), num_rounds=1,
+        train_config=ConfigRecord({"lr": LR}))
+    expected = flower.train_metrics_clientapp[1]["epsilon"]
+    assert coded.train_metrics_clientapp[1]["epsilon"] == pytest.approx(expected, rel=1e-9)
