@@ -34,8 +34,10 @@ calibrated to the decoded average's sensitivity.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib
+import logging
 import re
 import sys
 from collections.abc import Iterator
@@ -55,6 +57,7 @@ __all__ = [
     "check_averaging",
     "check_caller",
     "check_inner_strategy",
+    "client_side_dp_count",
     "explain_error_reply",
     "legacy_attribute_error",
 ]
@@ -161,6 +164,40 @@ _CLIENT_SIDE_FIXED = (
     "strategy aggregates the decoded average of the clipped updates (what it aggregates "
     "uncoded) and the wrapper adds its noise sigma*C/N to it once"
 )
+
+
+class _DropOneClientLine(logging.Filter):
+    """Drops Flower's DP wrappers' "clients returning parameters (1) differs from the number
+    of sampled clients" line: under coding the inner strategy always gets one decoded reply."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (isinstance(record.msg, str)
+                    and "number of clients returning parameters" in record.msg)
+
+
+@contextlib.contextmanager
+def client_side_dp_count(inner: Any, partitions: int | None,
+                         round_number: int) -> Iterator[None]:
+    """Around the inner aggregation of a round: Flower's client-side fixed-clipping wrapper
+    (if ``inner`` is or wraps one) would warn that ONE reply differs from its
+    ``num_sampled_clients``; the line is dropped, and a WARNING is logged instead when the
+    decoded average holds another number of ``partitions`` (an approximate round)."""
+    wrapper = next((m for m in _wrapped_chain(inner) if _is_client_side_fixed(m)), None)
+    if wrapper is None:
+        yield
+        return
+    expected = int(getattr(wrapper, "num_sampled_clients", 0))
+    if partitions is not None and partitions != expected:
+        log(WARNING, "round %d: the decoded average holds %d partitions, not the %d "
+            "(num_sampled_clients) %s calibrates its noise for: this could weaken its "
+            "differential privacy guarantee", round_number, partitions, expected,
+            type(wrapper).__name__)
+    logger, quiet = logging.getLogger("flwr"), _DropOneClientLine()
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
 
 
 def _dp_inside_reason(member: Any) -> str:

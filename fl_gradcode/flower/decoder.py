@@ -43,7 +43,7 @@ from flwr.common.logger import log
 from flwr.serverapp.strategy import FedAvg
 
 from ..codes import Decoding, GradientCode, sampled_amplification
-from . import partition_metrics, protocol
+from . import compat, partition_metrics, protocol
 from .protocol import CodedReply
 from .records import quiet_inner_aggregation
 from .round_state import wire_dtypes
@@ -526,8 +526,10 @@ class Decoder:
             inner_metrics = self.inner.train_metrics_aggr_fn(parts or [content], weight_key)
             return Outcome(content[array_key], inner_metrics, decoded.count, decoded.noise_std)
         reply = Message(content, reply_to=reply_to)
-        with quiet_inner_aggregation(), partition_metrics.per_partition_metrics(self.inner,
-                                                                                 parts):
+        covered = None if decoded.partitions is None else len(decoded.partitions)
+        with quiet_inner_aggregation(), partition_metrics.per_partition_metrics(
+                self.inner, parts), compat.client_side_dp_count(self.inner, covered,
+                                                                round_number):
             arrays_out, inner_metrics = self.inner.aggregate_train(round_number, [reply])
         if arrays_out is None:
             return None

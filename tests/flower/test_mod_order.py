@@ -129,7 +129,8 @@ def global_numpy_rng():
     np.random.set_state(state)  # noqa: NPY002
 
 
-def test_flower_client_side_fixed_clipping_inside_equals_flowers_uncoded_run(global_numpy_rng):
+def test_flower_client_side_fixed_clipping_inside_equals_flowers_uncoded_run(global_numpy_rng,
+                                                                            caplog):
     global_numpy_rng(11)
     grid = InProcessGrid(make_app(fixedclipping_mod), N)
     uncoded = _client_side(FedAvg(fraction_evaluate=0.0)).start(
@@ -138,9 +139,16 @@ def test_flower_client_side_fixed_clipping_inside_equals_flowers_uncoded_run(glo
     global_numpy_rng(11)
     coded = GradientCoding(_client_side(FedAvg(fraction_evaluate=0.0)), code="frc", s=1,
                            seed=0, measured_compute=False)
-    result = coded.start(grid=InProcessGrid(make_app(gradient_coding_mod, fixedclipping_mod), N),
-                         initial_arrays=initial_arrays(), num_rounds=2,
-                         train_config=ConfigRecord({"lr": LR}))
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="flwr"):
+        result = coded.start(
+            grid=InProcessGrid(make_app(gradient_coding_mod, fixedclipping_mod), N),
+            initial_arrays=initial_arrays(), num_rounds=2,
+            train_config=ConfigRecord({"lr": LR}))
+    # its noise was added in both rounds, and no false "1 client returned parameters" warning
+    lines = [r.getMessage() for r in caplog.records]
+    assert sum("central DP noise with" in m for m in lines) == 2
+    assert not any("number of clients returning parameters" in m for m in lines)
     assert [r["decode"] for r in coded.history] == ["exact", "exact"]
     np.testing.assert_allclose(flat(as_dict(result.arrays)), flat(as_dict(uncoded.arrays)),
                                rtol=1e-7, atol=1e-9)
