@@ -38,7 +38,6 @@ import contextlib
 import copy
 import importlib
 import logging
-import re
 import sys
 from collections.abc import Iterator
 from logging import WARNING
@@ -533,6 +532,7 @@ def explain_error_reply(reply: Message) -> str:
     mod (the mod missing, or an outer mod failing)."""
     from . import protocol
     from .mod import MOD_ERROR_CODE
+    from .reasons import raising_function
     from .records import split_reason
 
     if not reply.has_error():
@@ -563,7 +563,7 @@ def explain_error_reply(reply: Message) -> str:
             f"ClientApp(mods=[gradient_coding_mod, {named or 'your_mod'}]) (each partition's "
             "update then passes through the mod before coding)"
         )
-    raiser = _raising_function(reply.error.reason)
+    raiser = raising_function(reply.error.reason)
     if raiser is not None and "mod" in raiser.lower():
         return (
             f"{head}: {raiser} (a client mod listed before gradient_coding_mod) failed on the "
@@ -585,20 +585,3 @@ def explain_error_reply(reply: Message) -> str:
         "first mod, ClientApp(mods=[gradient_coding_mod, ...])"
     )
 
-
-_FRAME = re.compile(r'File "(?P<path>[^"]+)", line \d+, in (?P<name>[\w.<>]+)')
-_FRAMEWORK = ("/flwr/", "/ray/", "/fl_gradcode/", "/concurrent/", "/threading.py")
-
-
-def _raising_function(reason: str) -> str | None:
-    """The innermost function outside Flower, Ray and this library in the first traceback a
-    client's error reason carries (Flower's simulation engine sends the actor's traceback),
-    e.g. the mod that raised; ``None`` when the reason has no traceback."""
-    from .reasons import strip_ansi
-
-    text = strip_ansi(str(reason))
-    first = re.split(r"The above exception was the direct cause|During handling of the above",
-                     text)[0]
-    names = [m.group("name") for m in _FRAME.finditer(first)
-             if not any(part in m.group("path").replace("\\", "/") for part in _FRAMEWORK)]
-    return names[-1] if names else None

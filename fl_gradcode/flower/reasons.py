@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["readable", "strip_ansi", "unwrap"]
+__all__ = ["raising_function", "readable", "strip_ansi", "unwrap"]
 
 # CSI sequences (colours, cursor moves) and the two-character escapes
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
@@ -85,3 +85,19 @@ def unwrap(text: object) -> str:
         return text
     line = readable(found.group())
     return text if line is None else text[: found.start()] + line + text[found.end():]
+
+
+_FRAME = re.compile(r'File "(?P<path>[^"]+)", line \d+, in (?P<name>[\w.<>]+)')
+_FRAMEWORK = ("/flwr/", "/ray/", "/fl_gradcode/", "/concurrent/", "/threading.py")
+
+
+def raising_function(reason: str) -> str | None:
+    """The innermost function outside Flower, Ray and this library in the first traceback a
+    client's error reason carries (Flower's simulation engine sends the actor's traceback),
+    e.g. the mod that raised; ``None`` when the reason has no traceback."""
+    text = strip_ansi(str(reason))
+    first = re.split(r"The above exception was the direct cause|During handling of the above",
+                     text)[0]
+    names = [m.group("name") for m in _FRAME.finditer(first)
+             if not any(part in m.group("path").replace("\\", "/") for part in _FRAMEWORK)]
+    return names[-1] if names else None
