@@ -166,3 +166,27 @@ def test_a_hung_node_is_a_straggler_after_a_bounded_real_wait_in_virtual_timing(
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING
               and "taken for hung" in r.getMessage()]
     assert len(warned) == 1 and str(grid.node_ids[hung]) in warned[0]
+
+
+def test_a_malformed_per_partition_metric_list_rejects_that_reply_only():
+    from flwr.app import MessageType
+
+    from fl_gradcode.flower.protocol import OP_TRAIN, PROTOCOL_KEY, parse_instruction
+
+    def short_list_mod(msg, context, call_next):
+        reply = call_next(msg, context)
+        if msg.metadata.message_type == MessageType.TRAIN and not reply.has_error():
+            instruction = parse_instruction(msg.content)
+            if instruction is not None and instruction.op == OP_TRAIN and instruction.worker == 2:
+                meta = reply.content[PROTOCOL_KEY + "-meta"]
+                meta["partition-metric.train_loss"] = [1.0, 2.0, 3.0, 4.0, 5.0]
+        return reply
+
+    grid = InProcessGrid(make_app(short_list_mod, gradient_coding_mod), 4)
+    out = run(4, code="frc", s=1, grid=grid, inner=FedAvg(fraction_evaluate=0.0,
+                                                           train_metrics_aggr_fn=max_loss))
+    (row,) = out.rows
+    assert row["decode"] == "exact" and row["rejected"] == 1
+    assert "partition-metric.train_loss" in row["rejected_reasons"][0]
+    metrics = out.result.train_metrics_clientapp[1]
+    assert metrics["max_loss"] == pytest.approx(max(partition_loss(j) for j in range(4)))
