@@ -1,0 +1,178 @@
+"""Rounds are about partitions: a dead node's partition is computed by its replicas, and an
+impostor's claim cannot evict an honest holder.
+
+The federation is Flower's quickstart shape on ``InProcessGrid``: 6 nodes, ``grouped-rs``,
+``s=2``. Faults come from outside the plug-in: an OUTER mod that raises on every message
+(the app fails from the first message: the handshake too), node configs that claim another
+partition, a grid whose node list changes (a SuperNode re-registering under a new node id).
+Expected models come from the independent numpy FedAvg oracle over ALL partitions.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from flwr.app import Message
+
+from fl_gradcode.flower import GradientCoding, gradient_coding_mod
+from fl_gradcode.flower.testing import InProcessGrid
+from tests.apps.numpy_app import (
+    fedavg,
+    flat,
+    make_app,
+    num_examples,
+    pytestmark,  # noqa: F401 (the warning filter applies here)
+    theta0,
+)
+from tests.flower.harness import run
+
+
+def raising(msg: Message, context, call_next) -> Message:
+    """An OUTER mod of a node whose app fails on every message, the first one included."""
+    raise RuntimeError("the app cannot load its data")
+
+
+def oracle(rounds: int, parts, num_parts: int = 6) -> dict[int, dict[str, np.ndarray]]:
+    models, theta = {0: theta0()}, theta0()
+    for r in range(1, rounds + 1):
+        theta = fedavg(theta, parts, num_parts)
+        models[r] = theta
+    return models
+
+
+def assert_close(got, expected) -> None:
+    np.testing.assert_allclose(flat(got), flat(expected), rtol=1e-6, atol=1e-9)
+
+
+def rows_of(path) -> list[dict]:
+    return [json.loads(line) for line in (path / "rounds.jsonl").read_text().splitlines()]
+
+
+def dead_grid(dead: set[int], n: int = 6, **kwargs) -> InProcessGrid:
+    apps = [make_app(raising, gradient_coding_mod) if i in dead else make_app(gradient_coding_mod)
+            for i in range(n)]
+    return InProcessGrid(None, n, apps=apps, **kwargs)
+
+
+# ================================================================== dead from the first message
+@pytest.mark.parametrize("timing", ["virtual", "wallclock"])
+def test_two_nodes_dead_from_the_first_message_cost_no_partition_with_s_2(timing, tmp_path):
+    """Nodes 0 and 3 raise on every message: every round is exact and the model is FedAvg
+    over all six partitions (204 examples, not the 138 of the four live nodes)."""
+    grid = dead_grid({0, 3})
+    outcome = run(6, code="grouped-rs", s=2, rounds=3, grid=grid, timing=timing,
+                  warmup_timeout=0.5, straggler_timeout=5.0, results_dir=str(tmp_path))
+    expected = oracle(3, range(6))
+    for r in range(4):
+        assert_close(outcome.models[r], expected[r])
+    rows = rows_of(tmp_path)
+    assert [row["decode"] for row in rows] == ["exact"] * 3
+    assert [row["num_examples"] for row in rows] == [sum(map(num_examples, range(6)))] * 3
+    assert all(row["missing_partitions"] == [] and row["missing_weight"] == 0.0
+               for row in rows)
+    assert all(row["unidentified"] == sorted([grid.node_ids[0], grid.node_ids[3]])
+               for row in rows)
+    # the dead nodes' partitions are named among the stragglers (their placeholders)
+    assert all({0, 3} <= set(row["partitions"]["stragglers"]) for row in rows)
+
+
+def test_three_dead_nodes_with_s_2_are_never_an_exact_round(tmp_path):
+    """Three nodes dead from the first message, s=2, the three of one replica group
+    (grouped-rs over 6 with s=2: groups {0,1,2} and {3,4,5}): no round may be called exact;
+    each names the partitions it is missing, with their share of the examples (an applied
+    round) or all of them (a skipped one)."""
+    dead = {0, 1, 2}
+    outcome = run(6, code="grouped-rs", s=2, rounds=2, grid=dead_grid(dead),
+                  warmup_timeout=0.3, max_decode_error=1.0, results_dir=str(tmp_path))
+    rows = rows_of(tmp_path)
+    assert [row["decode"] for row in rows] != ["exact"] * 2
+    for row in rows:
+        assert row["decode"] in ("approx", "skipped")
+        assert row["missing_partitions"], row
+        assert set(row["missing_partitions"]) == (dead if row["decode"] == "approx"
+                                                  else set(range(6)))
+        # their share of the examples when the server knows each partition's size, else of
+        # the round's partitions
+        by_examples = sum(map(num_examples, row["missing_partitions"])) / sum(
+            map(num_examples, range(6)))
+        by_count = len(row["missing_partitions"]) / 6
+        assert row["missing_weight"] in (pytest.approx(by_examples), pytest.approx(by_count))
+    assert outcome.rows == outcome.strategy.history
+
+
+def test_a_node_that_never_registers_is_a_straggler_of_its_partition_with_num_partitions(
+        tmp_path):
+    """The server is told the federation has 6 partitions; only 5 nodes ever connect (the
+    sixth SuperNode never starts): partition 5 is computed by its replicas, every round
+    exact over all six partitions."""
+    grid = InProcessGrid(make_app(gradient_coding_mod), 5,
+                         node_config=lambda i: {"num-partitions": 6})
+    outcome = run(5, code="grouped-rs", s=1, rounds=2, grid=grid, num_partitions=6,
+                  results_dir=str(tmp_path))
+    expected = oracle(2, range(6))
+    assert_close(outcome.models[2], expected[2])
+    assert [row["decode"] for row in rows_of(tmp_path)] == ["exact"] * 2
+
+
+# ================================================================== identity clashes
+@pytest.mark.parametrize("impostor", [0, 1, 2, 4, 5])
+def test_an_impostor_claiming_a_partition_cannot_evict_its_holder(impostor):
+    """Whatever its node id or answer order, a node claiming node 3's partition makes both
+    claimants stragglers of partition 3 (its replicas compute it): the model is FedAvg over
+    all six partitions (the impostor's own partition too), every round exact with s=2."""
+    grid = InProcessGrid(make_app(gradient_coding_mod), 6,
+                         node_config=lambda i: {"partition-id": 3} if i == impostor else {})
+    outcome = run(6, code="grouped-rs", s=2, rounds=2, grid=grid)
+    expected = oracle(2, range(6))
+    assert_close(outcome.models[2], expected[2])
+    assert [row["decode"] for row in outcome.rows] == ["exact"] * 2
+    clash = sorted([grid.node_ids[3], grid.node_ids[impostor]])
+    assert [row["identity_rejected"] for row in outcome.rows] == [clash] * 2
+
+
+def test_with_a_roster_an_impostor_is_refused_and_the_holder_keeps_its_partition(tmp_path):
+    """The operator's roster (a JSON file of node id -> partition) names each node's
+    partition: the impostor claiming partition 3 is refused, node 3 trains partition 3."""
+    grid = InProcessGrid(make_app(gradient_coding_mod), 6,
+                         node_config=lambda i: {"partition-id": 3} if i == 1 else {})
+    roster = tmp_path / "roster.json"
+    roster.write_text(json.dumps({str(node): i for i, node in enumerate(grid.node_ids)}))
+    outcome = run(6, code="grouped-rs", s=1, rounds=2, grid=grid, roster=str(roster))
+    assert_close(outcome.models[2], oracle(2, range(6))[2])
+    assert [row["identity_rejected"] for row in outcome.rows] == [[grid.node_ids[1]]] * 2
+    assert all(grid.node_ids[3] in row["nodes"]["used"] for row in outcome.rows)
+
+
+def test_sybils_that_tie_the_num_partitions_vote_do_not_win_it(caplog):
+    """Three nodes claim num-partitions=3 against three claiming 6: a tie accepts no claim
+    (rounds skipped, every claimant named, the tie logged)."""
+    grid = InProcessGrid(make_app(gradient_coding_mod), 6,
+                         node_config=lambda i: {"num-partitions": 3} if i < 3 else {})
+    outcome = run(6, code="grouped-rs", s=2, rounds=2, grid=grid)
+    assert [row["decode"] for row in outcome.rows] == ["skipped"] * 2
+    assert [row["identity_rejected"] for row in outcome.rows] == [sorted(grid.node_ids)] * 2
+    assert any("tied" in r.getMessage() for r in caplog.records)
+
+
+def test_a_sybil_majority_does_not_set_num_partitions_configured_on_the_server():
+    """Four of six nodes claim num-partitions=3 (a majority of the vote); the server is
+    configured with num_partitions=6: the four are excluded, their partitions computed by
+    their replicas (grouped-rs s=2: each group keeps a live node), FedAvg over all six."""
+    sybils = {0, 1, 3, 4}
+    grid = InProcessGrid(make_app(gradient_coding_mod), 6, node_config=lambda i: {
+        "partition-id": i % 3, "num-partitions": 3} if i in sybils else {})
+    outcome = run(6, code="grouped-rs", s=2, rounds=2, grid=grid, num_partitions=6)
+    assert [row["decode"] for row in outcome.rows] == ["exact"] * 2
+    assert outcome.rows[0]["identity_rejected"] == sorted(grid.node_ids[i] for i in sybils)
+    assert_close(outcome.models[2], oracle(2, range(6))[2])
+
+
+def test_a_num_partitions_that_is_not_a_count_is_refused():
+    from flwr.serverapp.strategy import FedAvg
+
+    with pytest.raises(ValueError, match="num_partitions=0 must be an integer >= 1"):
+        GradientCoding(FedAvg(), num_partitions=0)
+    with pytest.raises(ValueError, match="roster: nodes 5 and 7 both hold partition 0"):
+        GradientCoding(FedAvg(), roster={5: 0, 7: 0})
