@@ -176,3 +176,23 @@ def test_a_num_partitions_that_is_not_a_count_is_refused():
         GradientCoding(FedAvg(), num_partitions=0)
     with pytest.raises(ValueError, match="roster: nodes 5 and 7 both hold partition 0"):
         GradientCoding(FedAvg(), roster={5: 0, 7: 0})
+
+
+def test_the_server_apps_roster_key_refuses_a_node_it_does_not_name(tmp_path):
+    """server.app's job (run-config ``roster``: a JSON file) on 6 in-process nodes; the roster
+    names nodes 0-4 only: node 5's claim is refused every round, its partition computed by its
+    replica, every round exact."""
+    from server.app import run_in_process
+
+    ids = InProcessGrid(make_app(), 6).node_ids  # the in-process nodes' ids
+    roster = tmp_path / "roster.json"
+    roster.write_text(json.dumps({"num-partitions": 6,
+                                  "nodes": {str(node): i for i, node in enumerate(ids[:5])}}))
+    strategy, theta = run_in_process(
+        {"code": "frc", "s": 1, "num-rounds": 2, "latency": "none", "virtual-compute": "none",
+         "roster": str(roster), "results-dir": str(tmp_path / "run")}, 6)
+    rows = strategy.history
+    assert [r["decode"] for r in rows] == ["exact"] * 2
+    assert [r["identity_rejected"] for r in rows] == [[ids[5]]] * 2
+    assert [r["missing_partitions"] for r in rows] == [[]] * 2
+    assert np.all(np.isfinite(theta))
