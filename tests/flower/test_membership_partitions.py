@@ -196,3 +196,72 @@ def test_the_server_apps_roster_key_refuses_a_node_it_does_not_name(tmp_path):
     assert [r["identity_rejected"] for r in rows] == [[ids[5]]] * 2
     assert [r["missing_partitions"] for r in rows] == [[]] * 2
     assert np.all(np.isfinite(theta))
+
+
+# ================================================================== quarantine follows the claim
+def lying(msg: Message, context, call_next) -> Message:
+    """An OUTER mod: the coded reply of every train round shifted by 5 (a wrong gradient)."""
+    from flwr.app import Array, ArrayRecord, MessageType
+
+    from fl_gradcode.flower.protocol import PROTOCOL_KEY
+
+    reply = call_next(msg, context)
+    if msg.metadata.message_type != MessageType.TRAIN or reply.has_error() or \
+            PROTOCOL_KEY not in reply.content.array_records:
+        return reply
+    record = reply.content.array_records[PROTOCOL_KEY]
+    reply.content.array_records[PROTOCOL_KEY] = ArrayRecord(
+        {k: Array(v.numpy() + 5.0) for k, v in record.items()})
+    return reply
+
+
+class ReRegistering(InProcessGrid):
+    """Node ``who`` comes back under node id ``new_id`` once round ``after`` was sent (its old
+    id is no longer listed: a SuperNode restarted with a fresh identity)."""
+
+    def __init__(self, *args, who: int, new_id: int, after: int, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.who, self.new_id, self.after, self.last_round = who, new_id, after, 0
+
+    def push_messages(self, messages):
+        messages = list(messages)
+        for msg in messages:
+            if msg.metadata.group_id.isdigit():
+                self.last_round = max(self.last_round, int(msg.metadata.group_id))
+        return super().push_messages(messages)
+
+    def get_node_ids(self):
+        old = self.node_ids[self.who]
+        if self.last_round >= self.after and old != self.new_id:
+            from flwr.app import Context
+
+            ctx = self.contexts.pop(old)
+            self.contexts[self.new_id] = Context(
+                run_id=ctx.run_id, node_id=self.new_id, node_config=dict(ctx.node_config),
+                state=ctx.state, run_config=dict(ctx.run_config))
+            self.node_ids[self.who] = self.new_id
+            self.index = {node: i for i, node in enumerate(self.node_ids)}
+        return super().get_node_ids()
+
+
+def test_a_quarantined_node_re_registering_under_a_new_id_stays_quarantined(tmp_path):
+    """Node 1 sends wrong replies: verify drops them, and after two offences it is
+    quarantined (rounds 3-7). After round 3 it comes back under a new node id, claiming its
+    partition again: the quarantine follows the partition, so the new id is still sent no
+    work, no honest node is ever quarantined, and the model is FedAvg over all six."""
+    apps = [make_app(gradient_coding_mod)] * 6
+    apps[1] = make_app(lying, gradient_coding_mod)
+    grid = ReRegistering(None, 6, apps=apps, who=1, new_id=424242, after=3)
+    liar = grid.node_ids[1]
+    outcome = run(6, code="grouped-rs", s=2, rounds=6, grid=grid, verify=True,
+                  results_dir=str(tmp_path))
+    rows = rows_of(tmp_path)
+    assert grid.node_ids[1] == 424242  # the scenario happened
+    assert [row["quarantined"] for row in rows][2:] == [[liar], [424242], [424242],
+                                                       [424242]]
+    assert all(liar not in row["nodes"]["used"] and 424242 not in row["nodes"]["used"]
+               for row in rows)
+    honest = {grid.node_ids[i] for i in (0, 2, 3, 4, 5)}
+    assert not honest & {n for row in rows for n in row["quarantined"]}
+    assert [row["decode"] for row in rows] == ["exact"] * 6
+    assert_close(outcome.models[6], oracle(6, range(6))[6])
