@@ -443,7 +443,9 @@ class Injector:
                 other = (node + 1 + _rng(scn, server_round, node, 4).integers(scn.n - 1)) % scn.n
                 # a node in this round's cohort (not one an identity fault may leave out)
                 left_out = {*scn.claims, *(v for v, _ in scn.claims.values()),
-                            *(i for i, first in scn.joins.items() if first >= server_round)}
+                            *(i for i, first in scn.joins.items() if first >= server_round),
+                            *(i for (_, i), k in scn.node_faults.items()
+                              if k in edges.MEMBERSHIP_FAULTS)}
                 while other in left_out or other == node:
                     other = (other + 1) % scn.n
                 return self.node_ids[int(other)]

@@ -4,8 +4,9 @@ In the style of Flower's DP wrappers, :class:`GradientCoding` holds an inner Mes
 (FedAvg, FedAvgM, FedProx, FedAdam, FedYogi, FedAdagrad, user subclasses). Each round:
 
 1. the inner strategy's ``configure_train`` picks the cohort and the content (global arrays +
-   its train config); the code is built over the cohort (``k`` = cohort size: every member's
-   own data partition, replicated among the members);
+   its train config); the code is built over the round's partitions (every member's own data
+   partition, replicated among the members; a partition no node can work on this round gets a
+   placeholder worker, sent nothing: :mod:`~fl_gradcode.flower.membership`);
 2. each idle member gets that content plus the protocol record (its partitions and
    coefficients); :func:`~fl_gradcode.flower.gradient_coding_mod` on the client calls the app
    once per partition and replies with one coded combination;

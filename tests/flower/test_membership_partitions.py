@@ -265,3 +265,42 @@ def test_a_quarantined_node_re_registering_under_a_new_id_stays_quarantined(tmp_
     assert not honest & {n for row in rows for n in row["quarantined"]}
     assert [row["decode"] for row in rows] == ["exact"] * 6
     assert_close(outcome.models[6], oracle(6, range(6))[6])
+
+
+# ================================================================== the roster's formats
+@pytest.mark.parametrize("given", [
+    {"7": 0, "9": 1},
+    {"num-partitions": 3, "nodes": {"7": 0, "9": 1}},
+])
+def test_a_roster_file_in_either_format_names_each_nodes_partition(tmp_path, given):
+    from fl_gradcode.flower.roster import load_roster
+
+    path = tmp_path / "roster.json"
+    path.write_text(json.dumps(given))
+    roster = load_roster(str(path))
+    assert dict(roster.holder) == {7: 0, 9: 1}
+    assert roster.num_partitions == given.get("num-partitions", 2)
+    assert load_roster("") is None and load_roster(None) is None
+
+
+@pytest.mark.parametrize(("given", "message"), [
+    ({"7": 2, "9": 1}, "roster: node 7 holds partition 2, not in 0..1"),
+    ({"7": "x"}, "roster: partition of node 7='x' must be an integer"),
+    ({"num-partitions": 2, "nodes": {"7": 0}, "extra": 1}, r"unknown key\(s\) \['extra'\]"),
+    ({"num-partitions": 0, "nodes": {}}, "num-partitions=0 must be >= 1"),
+])
+def test_a_bad_roster_is_refused_naming_the_entry(given, message):
+    from fl_gradcode.flower.roster import load_roster
+
+    with pytest.raises(ValueError, match=message):
+        load_roster(given)
+
+
+def test_a_roster_that_cannot_be_read_is_refused_naming_the_path(tmp_path):
+    from fl_gradcode.flower.roster import load_roster
+
+    with pytest.raises(ValueError, match="cannot read it"):
+        load_roster(str(tmp_path / "missing.json"))
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(ValueError, match="is not JSON"):
+        load_roster(str(tmp_path / "bad.json"))
