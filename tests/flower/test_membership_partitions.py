@@ -304,3 +304,49 @@ def test_a_roster_that_cannot_be_read_is_refused_naming_the_path(tmp_path):
     (tmp_path / "bad.json").write_text("{not json")
     with pytest.raises(ValueError, match="is not JSON"):
         load_roster(str(tmp_path / "bad.json"))
+
+
+# ================================================================== sampled rounds
+class _Claims:
+    """Connected nodes answering the handshake with ``claims``; the others never answer."""
+
+    def __init__(self, claims, listed):
+        self.claims, self.listed = dict(claims), sorted(listed)
+
+    def get_node_ids(self):
+        return list(self.listed)
+
+    def send_and_receive(self, msgs, timeout=None):
+        from fl_gradcode.flower.protocol import identity_reply
+
+        return [identity_reply(m, *self.claims[m.metadata.dst_node_id]) for m in msgs
+                if m.metadata.dst_node_id in self.claims]
+
+
+def test_a_sampled_node_that_fails_its_handshake_stands_for_its_roster_partition():
+    """Nodes 10-15 hold partitions 0-5 by the roster; a round samples 10, 12 and 14, and 14
+    never answers: the round's partitions are 0, 2 and 4, partition 4 on a placeholder."""
+    from fl_gradcode.flower.membership import Membership, placeholder
+    from fl_gradcode.flower.roster import load_roster
+
+    roster = load_roster({str(10 + j): j for j in range(6)})
+    members = Membership(0.2, roster=roster)
+    grid = _Claims({10 + j: (j, 6) for j in range(6) if j != 4}, listed=range(10, 16))
+    assert members.admit(grid, [10, 12, 14], 1) == [10, 12, placeholder(4)]
+    assert members.row_fields(1)["unidentified"] == [14]
+
+
+def test_without_a_roster_a_sampled_node_that_fails_stands_for_an_unclaimed_partition():
+    """Without a roster the stand-in is a partition no connected node claims, drawn from the
+    seed (the same seed and round: the same draw)."""
+    from fl_gradcode.flower.membership import Membership
+
+    grid = _Claims({10 + j: (j, 6) for j in range(4)}, listed=range(10, 16))
+    drawn = []
+    for _ in range(2):
+        members = Membership(0.2, seed=3)
+        members.admit(grid, [10, 11, 12, 13], 1)  # partitions 0-3 claimed
+        slots = members.admit(grid, [10, 14], 2)  # 14 never answers
+        assert slots[0] == 10 and len(slots) == 2 and slots[1] < 0
+        drawn.append(members.roles[slots[1]].partition_id)
+    assert drawn[0] == drawn[1] and drawn[0] in (4, 5)
