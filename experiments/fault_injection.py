@@ -160,6 +160,9 @@ class Scenario:
     claims: dict[int, tuple[int, int]] = field(default_factory=dict)
     wide: bool = False
     round_gap_s: float = 0.0
+    # membership faults: the strategy gets the operator's roster / num_partitions=n
+    roster: bool = False
+    num_partitions: bool = False
 
     def describe(self) -> str:
         return (
@@ -179,6 +182,8 @@ class Scenario:
             **({"claims": {str(k): list(v) for k, v in sorted(self.claims.items())}}
                if self.claims else {}),
             **({"wide": True} if self.wide else {}),
+            **({"roster": True} if self.roster else {}),
+            **({"num_partitions": True} if self.num_partitions else {}),
         }
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
@@ -246,6 +251,7 @@ def make_scenario(suite_seed: int, index: int, edge_faults: bool = False) -> Sce
             )
 
         edges.add_edge_faults(scn, np.random.default_rng([suite_seed, index, 0xED6E5]), budget)
+        edges.add_membership_faults(scn, np.random.default_rng([suite_seed, index, 0x3E3B]))
     return scn
 
 
@@ -360,8 +366,8 @@ class Injector:
         instruction = parse_instruction(msg.content)
         if instruction is not None and instruction.op == OP_IDENTIFY:
             node, r = self.index_of[context.node_id], self.current_round
-            if self.kind(r, node) == "handshake-error":
-                self.injected.add(("handshake-error", r, node))
+            if self.kind(r, node) in ("handshake-error", "dead-from-start"):
+                self.injected.add((self.kind(r, node), r, node))
                 return edges.handshake_failure(msg, self.variant(r, node))
         if instruction is None or instruction.op != OP_TRAIN:
             return call_next(msg, context)
@@ -437,7 +443,9 @@ class Injector:
                 other = (node + 1 + _rng(scn, server_round, node, 4).integers(scn.n - 1)) % scn.n
                 # a node in this round's cohort (not one an identity fault may leave out)
                 left_out = {*scn.claims, *(v for v, _ in scn.claims.values()),
-                            *(i for i, first in scn.joins.items() if first >= server_round)}
+                            *(i for i, first in scn.joins.items() if first >= server_round),
+                            *(i for (_, i), k in scn.node_faults.items()
+                              if k in edges.MEMBERSHIP_FAULTS)}
                 while other in left_out or other == node:
                     other = (other + 1) % scn.n
                 return self.node_ids[int(other)]
@@ -499,6 +507,8 @@ class Outcome:
     replays: list[tuple[int, int, bool, str]] = field(default_factory=list)
     edge_outcomes: Counter = field(default_factory=Counter)  # "<kind>: <what happened>"
     refused: str | None = None  # GradientCoding refused the configuration (this message)
+    exact_missing: int = 0  # exact rounds with a partition missing
+    honest_punished: int = 0  # honest nodes quarantined or excluded (membership faults)
 
 
 @contextlib.contextmanager
@@ -538,6 +548,8 @@ def _strategy(scn: Scenario, injector: Injector, tmp: str) -> GradientCoding | s
             warmup_timeout=1.0,
             verify=scn.verify,
             wire="float64",
+            roster={nid: i for i, nid in enumerate(injector.node_ids)} if scn.roster else None,
+            num_partitions=scn.n if scn.num_partitions else None,
         )
     except (ValueError, TypeError) as exc:
         return f"{type(exc).__name__}: {exc}"
@@ -780,6 +792,10 @@ def check(out: Outcome, file_rows: list[dict[str, Any]], theta0: dict[str, np.nd
                 f"round's nonce and round again, another noise-multiplier): {detail}")
     for violation in edges.expiry_violations(scn, rows, out.round_starts):
         bad(violation)
+    out.exact_missing, out.honest_punished, membership = edges.membership_counts(
+        scn, rows, node_ids_for(scn.n))
+    for violation in membership:
+        bad(violation)
 
 
     decoded = [row["round"] for row in rows if row.get("decode") != "skipped"]
@@ -831,6 +847,8 @@ def run_suite(
         totals["late_dropped"] += sum(int(r.get("late_dropped", 0)) for r in out.rows)
         totals["excluded_inconsistent"] += sum(len(r.get("inconsistent") or []) for r in out.rows)
         totals["honest_excluded"] += out.honest_excluded
+        totals["exact_missing"] += out.exact_missing
+        totals["honest_punished"] += out.honest_punished
         max_rel = max(max_rel, out.max_rel_error)
         violations.extend(f"{scn.describe()}: {v}" for v in out.violations)
         if out.wall_s > slowest[0]:
@@ -859,6 +877,8 @@ def run_suite(
         "edge_faults": edge_faults,
         "wrong_models_applied_as_verified": totals["wrong_verified"],
         "runs_ended_by_node_failure": totals["ended"],
+        "exact_rounds_with_partition_missing": totals["exact_missing"],
+        "honest_nodes_punished": totals["honest_punished"],
         "edge_fault_outcomes": dict(sorted(edge_outcomes.items())),
         "configurations_refused": refused,
         "invariant_violations": violations,

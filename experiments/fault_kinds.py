@@ -35,18 +35,32 @@ Per run (at most one per scenario):
 * ``identity-clash``: the node claims another node's ``partition-id``;
 * ``claims-0-of-1``: the node claims ``partition-id=0``, ``num-partitions=1``.
 
+Membership faults (at most one per scenario, none with a run fault above; own stream
+``[suite seed, index, 0x3E3B]``):
+
+* ``dead-from-start``: 1 to ``s + 1`` nodes whose app fails every message from the first one
+  (the handshake of round 1 included): their partitions have to be covered by replicas;
+* ``impostor-roster``: a node claims another node's partition; the strategy has the
+  operator's roster (node id -> partition), which refuses the claim;
+* ``sybil-tie``: half the nodes (``n`` even) claim another ``num-partitions``; the strategy is
+  configured with ``num_partitions=n``.
+
+Their invariants (``fault_kinds.membership_counts``): 0 rounds recorded ``exact`` with a
+partition missing (``exact_rounds_with_partition_missing``), 0 honest nodes quarantined or
+excluded for their identity (``honest_nodes_punished``; the victim of an impostor without a
+roster is excluded with it by design: both are stragglers of the contested partition).
+
 Invariants added (in ``fault_injection.check``): no run ends because of a node's failure; a
 round recorded ``exact`` or ``approx`` with ``verified == "verified"`` has the oracle's model
 (``wrong_models_applied_as_verified`` counts the rounds that do not); the model of an exact
-round is the oracle's FedAvg over the partitions present in that round (a node that failed its
-handshake in that round, or that made a false identity claim, may be left out with its
-partition); a replayed instruction is refused; a lost reply's node is free again in time.
+round is the oracle's FedAvg over the partitions of that round (every partition when every node
+is sampled, whoever failed its handshake or made a false claim); a replayed instruction is
+refused; a lost reply's node is free again in time.
 """
 
 from __future__ import annotations
 
 import copy
-import itertools
 import time
 import uuid
 from collections.abc import Callable
@@ -64,7 +78,10 @@ EDGE_NODE_FAULTS = (*EDGE_FORGING, "replayed-nonce", "lost-reply")
 HANDSHAKE_FAULTS = ("handshake-error", "handshake-silent")
 IDENTITY_FAULTS = ("identity-clash", "claims-0-of-1")
 RUN_FAULTS = HANDSHAKE_FAULTS + IDENTITY_FAULTS
-EDGE_FAULTS = EDGE_NODE_FAULTS + RUN_FAULTS
+#: Membership faults (drawn from their own stream: the other draws are unchanged).
+MEMBERSHIP_FAULTS = ("dead-from-start", "impostor-roster", "sybil-tie")
+MEMBERSHIP_RATE = 0.2
+EDGE_FAULTS = EDGE_NODE_FAULTS + RUN_FAULTS + MEMBERSHIP_FAULTS
 #: Kinds the client (``gradient_coding_mod``) must defend against by itself.
 CLIENT_DEFENCES = ("replayed-nonce",)
 
@@ -232,24 +249,90 @@ def handshake_failure(msg: Message, variant: int) -> Message:
 
 # ------------------------------------------------------------------ the oracle's partitions
 def partition_sets(scn: Any, server_round: int) -> list[tuple[int, ...]]:
-    """The sets of (honest) partitions an exact round's model may average: every node present
-    in the round; a node that failed its handshake this round or made a false identity claim
-    may be left out (and, for a clash, the node whose partition it claimed)."""
-    present = [node for node in range(scn.n) if scn.joins.get(node, 1) <= server_round]
-    options: list[list[set[int]]] = []
-    for node, first in scn.joins.items():
-        if first == server_round:
-            options.append([set(), {node}])
-    for node, (pid, num) in scn.claims.items():
-        if num == scn.n and pid != node:
-            options.append([{node}, {node, pid}])
-        else:
-            options.append([{node}])
-    out = []
-    for combo in itertools.product(*options):
-        drop = set().union(*combo) if combo else set()
-        out.append(tuple(p for p in present if p not in drop))
-    return out or [tuple(present)]
+    """The sets of partitions an exact round's model may average. Rounds are about
+    partitions: a round that samples every node (no node still to join) averages every
+    partition, whoever failed its handshake, made a false claim or is dead (their partitions
+    are computed by their replicas); a round that samples the nodes present so far averages
+    theirs."""
+    present = tuple(node for node in range(scn.n) if scn.joins.get(node, 1) <= server_round)
+    return [present]
+
+
+def round_partitions(scn: Any, server_round: int) -> int:
+    """How many partitions round ``server_round`` has (:func:`partition_sets`)."""
+    return len(partition_sets(scn, server_round)[0])
+
+
+# ------------------------------------------------------------------ membership faults
+def add_membership_faults(scn: Any, rng: np.random.Generator) -> None:
+    """At most one membership fault per scenario, from its own stream (none when the
+    scenario already has a run-level fault): nodes dead from the first message, an impostor
+    refused by the operator's roster, or Sybils tying the ``num-partitions`` vote against a
+    server that knows the federation's size."""
+    if scn.joins or scn.claims or rng.random() >= MEMBERSHIP_RATE:
+        return
+    n, kind = scn.n, str(rng.choice(MEMBERSHIP_FAULTS))
+    if kind == "dead-from-start":
+        # up to s + 1 dead nodes: within the tolerance rounds stay exact, beyond it they
+        # must not be recorded exact
+        count = int(rng.integers(1, min(scn.s + 1, n - 1) + 1))
+        for node in sorted(int(x) for x in rng.choice(n, size=count, replace=False)):
+            for r in range(1, scn.rounds + 1):
+                scn.node_faults[(r, node)] = kind
+        return
+    if kind == "impostor-roster":
+        node = int(rng.integers(n))
+        victim = int((node + 1 + rng.integers(n - 1)) % n)
+        scn.claims[node] = (victim, n)
+        scn.roster = True
+    else:  # sybil-tie: half the nodes claim another num-partitions (n even only)
+        if n % 2 or n < 4:
+            return
+        other = n // 2
+        for i, node in enumerate(sorted(int(x) for x in rng.choice(n, size=n // 2,
+                                                                   replace=False))):
+            scn.claims[node] = (i % other, other)
+        scn.num_partitions = True
+    for node in scn.claims:
+        for r in range(1, scn.rounds + 1):
+            scn.node_faults.pop((r, node), None)
+        scn.node_faults[(1, node)] = kind
+
+
+def membership_counts(scn: Any, rows: list[dict[str, Any]],
+                      node_ids: list[int]) -> tuple[int, int, list[str]]:
+    """``(exact rounds with a partition missing, honest nodes punished, violations)``: an
+    exact round must hold every partition of the round (none missing, one worker per
+    partition); an honest node (no membership fault of its own) is never quarantined, and
+    never excluded for its identity unless an impostor without a roster clashes with it (then
+    both claimants are stragglers by design)."""
+    index = {nid: i for i, nid in enumerate(node_ids)}
+    faulty = {node for (_, node), kind in scn.node_faults.items() if kind in MEMBERSHIP_FAULTS}
+    faulty |= set(scn.claims)
+    clashed = set()
+    if not getattr(scn, "roster", False):
+        clashed = {pid for pid, num in scn.claims.values() if num == scn.n}
+    missing, punished, bad = 0, set(), []
+    for row in rows:
+        r = int(row.get("round", 0))
+        if row.get("decode") == "exact":
+            workers = len(row.get("clients_used") or []) + len(row.get("stragglers") or [])
+            if row.get("missing_partitions") or workers < round_partitions(scn, r):
+                missing += 1
+                bad.append(f"round {r}: exact with a partition missing ({workers} workers for "
+                           f"{round_partitions(scn, r)} partitions, missing "
+                           f"{row.get('missing_partitions')})")
+        if not (faulty or scn.claims):
+            continue  # no membership fault: the count is about those scenarios
+        for node in row.get("quarantined") or []:
+            if index.get(node) is not None and index[node] not in faulty:
+                punished.add(index[node])
+        for node in row.get("identity_rejected") or []:
+            i = index.get(node)
+            if i is not None and i not in faulty and i not in clashed:
+                punished.add(i)
+    bad += [f"honest node {i} quarantined or excluded" for i in sorted(punished)]
+    return missing, len(punished), bad
 
 
 def expiry_violations(scn: Any, rows: list[dict], starts: dict[int, float]) -> list[str]:

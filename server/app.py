@@ -160,6 +160,7 @@ def strategy_keywords(
         "latency": lambda: run_latency(cfg),
         "results_dir": lambda: _path_or_none(cfg["results-dir"]),
         "latency_state": lambda: _path_or_none(cfg["latency-state"]),
+        "roster": lambda: _path_or_none(cfg["roster"]),
         "measured_compute": lambda: str(cfg["virtual-compute"]) == "measured",
         # 0: close a round only when every client replied
         "min_replies": lambda: None if int(cfg["min-replies"]) < 0
@@ -192,6 +193,9 @@ def build(cfg: dict[str, Any], n: int, code_policy: Any = None):
         inner_strategy(cfg, n),
         **keywords,
         run_config={**cfg, "num-clients": n, "partition-sizes": sizes.astype(int).tolist()},
+        # the federation's partitions: num-clients when the operator set it (a node that never
+        # connects is then a straggler of its partition), else the nodes' claims decide
+        num_partitions=int(cfg["num-clients"]) or None,
         **({} if code_policy is None else {"code_policy": code_policy}),
     )
     if dp.enabled:

@@ -163,6 +163,10 @@ KEYS: tuple[Key, ...] = (
         "if it exists at start, an earlier run's rounds (matched by data partition) "
         "warm-start the estimator instead of starting at `s_max`; rewritten after every "
         "round; \"\" = none", keyword="latency_state", coded_only=True, none_when=""),
+    Key("roster", "", "a JSON file mapping node ids (authenticated by the SuperLink) to "
+        "data partition ids: claims it does not state are refused (docs/membership.md); "
+        "\"\" = none (the nodes' own claims are cross-checked)", keyword="roster",
+        coded_only=True, none_when=""),
     Key("update", "gradient", "`gradient`: one full-batch gradient step per partition; "
         "`local`: `local-epochs` of minibatch SGD", side="both", choices=("gradient", "local")),
     Key("local-epochs", 1, "epochs per partition (`update=local`)", side="both"),

@@ -61,31 +61,36 @@ class RoundOpener:
         self.code_options, self.round_timeout = code_options, float(round_timeout)
         self.arrays_key = arrays_key
 
-    def plan(self, server_round: int, grid: Any,
-             cohort: list[int]) -> tuple[GradientCode, set[int], set[int], set[int]]:
+    def plan(self, server_round: int, grid: Any, cohort: list[int],
+             absent: frozenset[int] = frozenset(),
+             ) -> tuple[GradientCode, set[int], set[int], set[int]]:
         """``(code, idle, queued, held)``: the round's code from the code policy; the members
-        sent nothing (busy and not queued, excluded by ``s="auto"``, quarantined); the busy
-        members whose work is queued behind their current job; the quarantined ones."""
+        sent nothing (busy and not queued, excluded by ``s="auto"``, quarantined, ``absent``:
+        placeholders of partitions no node can work on, priced as busy members that never
+        start); the busy members whose work is queued behind their current job; the
+        quarantined ones."""
         held = self.quarantine.held(server_round, cohort)  # stragglers: no work
         if isinstance(grid, EarlyReturnGrid):
             grid.collect_late()
         policy, clock = self.policy, self.clock
-        busy_nodes = clock.busy_members(cohort, grid)
+        present = [node for node in cohort if node not in absent]
+        busy_nodes = clock.busy_members(present, grid) | set(absent)
         code = policy.plan(cohort, busy_nodes)
         excluded = {cohort[w] for w in policy.excluded_workers()}
-        queued = policy.queued(busy_nodes, cohort) - excluded
+        queued = policy.queued(busy_nodes, cohort) - excluded - absent
         if busy_nodes | excluded >= set(cohort) and not queued:  # never spend a round on nothing
-            clock.wait_for_free(cohort, grid, self.round_timeout)
-            busy_nodes = clock.busy_members(cohort, grid)
-            queued = policy.queued(busy_nodes, cohort) - excluded
+            clock.wait_for_free(present, grid, self.round_timeout)
+            busy_nodes = clock.busy_members(present, grid) | set(absent)
+            queued = policy.queued(busy_nodes, cohort) - excluded - absent
         queued = queued - held  # quarantined: no work
         return code, (busy_nodes | held | excluded) - queued, queued, held
 
     def open(self, server_round: int, grid: Any, cohort: list[int],
-             content: RecordDict) -> OpenedRound:
+             content: RecordDict, absent: frozenset[int] = frozenset()) -> OpenedRound:
         """Plan the round and build its state (``content``: the inner strategy's train
-        content, holding the global arrays); the clock starts at the round's deadline."""
-        code, idle, queued, held = self.plan(server_round, grid, cohort)
+        content, holding the global arrays; ``absent``: the cohort's placeholders, sent
+        nothing); the clock starts at the round's deadline."""
+        code, idle, queued, held = self.plan(server_round, grid, cohort, absent)
         partitions = self.workload.partitions(code, cohort)
         key = array_key(content, self.arrays_key)
         theta = {name: protocol.array_view(arr)
@@ -98,7 +103,7 @@ class RoundOpener:
         state = RoundState(
             number=server_round, code=code, cohort=cohort, partitions=partitions, sent={},
             busy=sorted(w for w, node in enumerate(cohort)
-                        if node in idle and node not in excluded),
+                        if node in idle and node not in excluded and node not in absent),
             excluded=sorted(excluded_workers),
             layout={name: tuple(a.shape) for name, a in theta.items()},
             reply_layout=ReplyLayout.of(code, theta).arrays,

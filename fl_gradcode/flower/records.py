@@ -163,16 +163,17 @@ def client_names(
     """``(partitions, nodes)``: for each group of cohort positions in ``groups`` (and the
     nodes of the rejected replies, one entry per reply, in the order of
     ``rejected_reasons``), the data partition id of each client (``None`` for a node without
-    an identity) and its node id."""
+    an identity) and its node id (``None`` for a placeholder: a partition no node worked on)."""
     partitions: dict[str, list[Any]] = {}
     nodes: dict[str, list[int]] = {}
     for name in CLIENT_GROUPS:
         if name == "rejected":
-            members = [int(node) for node in rejected_nodes]
+            ids = [int(node) for node in rejected_nodes]
         else:
-            members = [int(cohort[w]) for w in groups.get(name, ())]
-        nodes[name] = members
-        partitions[name] = [_partition_id(partition_of.get(node)) for node in members]
+            ids = [int(cohort[w]) for w in groups.get(name, ())]
+        # a placeholder worker (a negative id: no node could work on its partition) is None
+        nodes[name] = [node if node >= 0 else None for node in ids]  # type: ignore[misc]
+        partitions[name] = [_partition_id(partition_of.get(node)) for node in ids]
     return partitions, nodes
 
 
@@ -221,6 +222,8 @@ ROW_DEFAULTS: dict[str, Any] = {
     "stopped": False,
     "unidentified": [],  # sampled nodes whose handshake failed this round
     "identity_rejected": [],  # sampled nodes excluded for their identity claims
+    "missing_partitions": [],  # partitions of the round no used reply computed
+    "missing_weight": None,  # their share of the round's examples (or partitions)
 }
 
 

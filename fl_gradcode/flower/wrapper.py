@@ -4,8 +4,9 @@ In the style of Flower's DP wrappers, :class:`GradientCoding` holds an inner Mes
 (FedAvg, FedAvgM, FedProx, FedAdam, FedYogi, FedAdagrad, user subclasses). Each round:
 
 1. the inner strategy's ``configure_train`` picks the cohort and the content (global arrays +
-   its train config); the code is built over the cohort (``k`` = cohort size: every member's
-   own data partition, replicated among the members);
+   its train config); the code is built over the round's partitions (every member's own data
+   partition, replicated among the members; a partition no node can work on this round gets a
+   placeholder worker, sent nothing: :mod:`~fl_gradcode.flower.membership`);
 2. each idle member gets that content plus the protocol record (its partitions and
    coefficients); :func:`~fl_gradcode.flower.gradient_coding_mod` on the client calls the app
    once per partition and replies with one coded combination;
@@ -35,7 +36,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from logging import INFO, WARNING
 from typing import Any
 
@@ -57,7 +58,7 @@ from .decoder import Decoder
 from .decoder import error_amplification as error_amplification  # re-exported
 from .dispatch import Dispatcher
 from .grid import EarlyReturnGrid
-from .membership import Membership
+from .membership import Membership, missing_fields
 from .opener import RoundOpener
 from .options import Options
 from .policy import CodePolicy, resolve_code_policy
@@ -66,6 +67,7 @@ from .protocol import Identity
 from .quarantine import Quarantine
 from .records import RoundLog
 from .reports import missing_keys, untrainable
+from .roster import load_roster
 from .round_state import RoundState as _Round
 from .workload import Workload
 
@@ -98,6 +100,11 @@ class GradientCoding(Strategy):
     ``config.json``, ``debug.log``: ``docs/records-and-logs.md``), ``run_config`` (written to
     ``config.json``), ``evaluate_fn`` (also accepted by ``start``; its ``accuracy`` and
     ``loss`` go into ``rounds.jsonl``).
+
+    Membership (``docs/membership.md``): ``num_partitions``, the federation's number of data
+    partitions (``None``: the roster's, else the value most nodes claim, never a tied vote);
+    ``roster``, the operator's node id -> partition id mapping or JSON file
+    (:mod:`~fl_gradcode.flower.roster`): with one, claims it does not state are refused.
 
     ``code_policy``: which code each round uses and whom to queue; ``None``: built from the
     keywords; a policy class or factory: built with them; an instance: used as given
@@ -134,6 +141,8 @@ class GradientCoding(Strategy):
         evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
         run_config: dict[str, Any] | None = None,
         code_policy: CodePolicy | Callable[..., CodePolicy] | None = None,
+        num_partitions: int | None = None,
+        roster: str | os.PathLike[str] | Mapping[Any, Any] | None = None,
     ) -> None:
         # refuse what coding cannot make exact (per-client aggregators, DP wrappers, legacy
         # strategies); an unknown aggregation is checked once on the first round
@@ -167,13 +176,15 @@ class GradientCoding(Strategy):
             latency_state=self.latency_state, timing=t.mode,
             measured_compute=t.measured_compute, compute_cost_s=t.compute_cost_s)
         self.deadlines = DeadlinePolicy(options.deadline, self.code_policy.estimating)
-        self._quarantine = Quarantine()
+        self.membership = Membership(options.deadline.warmup_timeout, self.nonce,
+                                     num_partitions=num_partitions, roster=load_roster(roster),
+                                     seed=self.seed)
+        self._quarantine = Quarantine(key_of=self.membership.claim_key)
         self.collector = ReplyCollector(self.clock, self.deadlines, options.integrity,
                                         self._quarantine, self._fingerprints)
         self.recorder = (RoundRecorder(results_dir, options.describe(type(strategy).__name__,
                                                                      run_config))
                          if results_dir else None)
-        self.membership = Membership(options.deadline.warmup_timeout, self.nonce)
         self.identities: dict[int, Identity] = self.membership.claims
         self.round_log = RoundLog(self.recorder, self.membership, self.clock, options.code.s)
         self.round_log.waits_for_evaluation = evaluate_fn is not None
@@ -186,7 +197,8 @@ class GradientCoding(Strategy):
         self.aggregator = RoundAggregator(
             decoder=self.decoder, collector=self.collector, quarantine=self._quarantine,
             max_decode_error=options.deadline.max_decode_error)
-        self.workload = Workload(self.identities, self.partition_sizes, self.latency, self.seed)
+        self.workload = Workload(self.membership.roles, self.partition_sizes, self.latency,
+                                 self.seed)
         self.dispatcher = Dispatcher(seed=self.seed, nonce=self.nonce, dp=self.dp,
                                      clock=self.clock, workload=self.workload, inner=strategy)
         self.opener = RoundOpener(
@@ -310,7 +322,8 @@ class GradientCoding(Strategy):
         cohort = self.membership.admit(inner, list(content_of), server_round)
         if not cohort:  # nobody passed the handshake: the round is idle, the run goes on
             return []
-        opened = self.opener.open(server_round, grid, cohort, inner_msgs[0].content)
+        absent = frozenset(node for node in cohort if node not in content_of)  # placeholders
+        opened = self.opener.open(server_round, grid, cohort, inner_msgs[0].content, absent)
         state = opened.state
         messages = [self.dispatcher.message(state, worker, node, content_of[node])
                     for worker, node in enumerate(cohort) if node not in opened.idle]
@@ -354,11 +367,13 @@ class GradientCoding(Strategy):
         self.deadlines.after_round(outcome.decode, self.clock.straggler_timeout)
         late, stopped_late = self.collector.take_late()
         row = self._record(server_round, **self.round_log.coded_fields(
-            state, outcome, self.identities, late_dropped=late + len(window.late),
+            state, outcome, self.membership.roles, late_dropped=late + len(window.late),
             stopped_at_deadline=len(state.stopped) + stopped_late,
             expected_round_s=self.code_policy.expected_round_s(),
             round_virtual_s=float(window.end - self.clock.round_start),
-            round_deadline_s=self.clock.straggler_timeout, wall_s=float(wall_s)))
+            round_deadline_s=self.clock.straggler_timeout, wall_s=float(wall_s),
+            **missing_fields(state.code, state.partitions, outcome.used, outcome.decode,
+                             self.partition_sizes)))
         if not state.valid and missing_keys(reason for _, reason in state.rejected):
             self.round_log.flush(None)  # the round's row first: then the run ends here
             raise untrainable(server_round, self.dp.mode)

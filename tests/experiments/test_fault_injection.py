@@ -439,7 +439,8 @@ def test_edge_scenarios_keep_the_other_faults_and_respect_the_forgery_budget():
     for index in range(200):
         plain, scn = fi.make_scenario(0, index), fi.make_scenario(0, index, edge_faults=True)
         assert fi.make_scenario(0, index, edge_faults=True).as_dict() == scn.as_dict()
-        touched = set(scn.joins) | set(scn.claims)
+        touched = set(scn.joins) | set(scn.claims) | {
+            i for (_, i), k in scn.node_faults.items() if k in edges.MEMBERSHIP_FAULTS}
         for (r, node), kind in plain.node_faults.items():
             if node not in touched:
                 assert scn.node_faults[(r, node)] == kind
@@ -447,7 +448,8 @@ def test_edge_scenarios_keep_the_other_faults_and_respect_the_forgery_budget():
         for r in range(1, scn.rounds + 1):
             kinds = [k for (q, _), k in scn.node_faults.items() if q == r]
             assert sum(k in forging for k in kinds) <= max(1, scn.s)
-        assert len(scn.joins) + len(scn.claims) <= 1
+        # one run-level fault (Sybils: half the nodes claim together)
+        assert len(scn.joins) + len(scn.claims) <= 1 or scn.num_partitions
         for node, first in scn.joins.items():
             assert 1 <= first < scn.rounds
             assert [q for (q, i) in scn.node_faults if i == node and q <= first] == [first]
@@ -643,3 +645,62 @@ def test_readme_fault_injection_figures_are_the_committed_results():
         saved["corrupted_models"], saved["wrong_models_applied_as_verified"],
         saved["runs_ended_by_node_failure"]]
     assert saved["invariant_violations"] == []
+
+
+# =============================================================================== membership
+def _dead(nodes, *, code="frc", s=1, rounds=2):
+    scn = scenario(code=code, s=s, rounds=rounds)
+    for node in nodes:
+        for r in range(1, rounds + 1):
+            scn.node_faults[(r, node)] = "dead-from-start"
+    return scn
+
+
+def test_nodes_dead_from_the_first_message_within_s_cost_no_partition():
+    """FRC(6, s=1), node 2's app fails every message from the first: every round is exact
+    over all six partitions (its partition from its replica)."""
+    out = run(_dead([2]))
+    assert ("dead-from-start", 1, 2) in out.injected
+    assert [row["decode"] for row in out.rows] == ["exact", "exact"]
+    for r in (1, 2):
+        assert_equals_oracle(out, r)
+    assert (out.exact_missing, out.honest_punished) == (0, 0)
+
+
+def test_a_whole_replica_group_dead_from_the_first_message_is_never_exact():
+    out = run(_dead([0, 1]))  # FRC(6, s=1): the group {0, 1}
+    assert all(row["decode"] != "exact" for row in out.rows)
+    assert all(row["missing_partitions"] for row in out.rows)
+    assert out.exact_missing == 0
+
+
+def test_an_impostor_refused_by_the_roster_punishes_no_honest_node():
+    scn = scenario("impostor-roster", at=(1, 1), rounds=2)
+    scn.claims, scn.roster = {1: (3, 6)}, True
+    out = run(scn)
+    assert [row["identity_rejected"] for row in out.rows] == [[fi.node_ids_for(6)[1]]] * 2
+    assert [row["decode"] for row in out.rows] == ["exact", "exact"]
+    assert out.honest_punished == 0
+
+
+def test_sybils_against_a_configured_num_partitions_punish_no_honest_node():
+    scn = scenario("sybil-tie", at=(1, 0), rounds=2, s=2)
+    scn.claims, scn.num_partitions = {0: (0, 3), 3: (1, 3), 4: (2, 3)}, True
+    for node in (3, 4):
+        scn.node_faults[(1, node)] = "sybil-tie"
+    out = run(scn)
+    assert [row["decode"] for row in out.rows] == ["exact", "exact"]
+    assert out.honest_punished == 0
+    assert_equals_oracle(out, 2)
+
+
+def test_the_membership_counts_see_a_missing_partition_and_a_punished_honest_node():
+    """The invariants are not vacuous: a row recorded exact over 5 of 6 partitions, and an
+    honest node excluded for its identity, are counted."""
+    scn = scenario("impostor-roster", at=(1, 1))
+    scn.claims, scn.roster = {1: (3, 6)}, True
+    ids = fi.node_ids_for(6)
+    rows = [{"round": 1, "decode": "exact", "clients_used": [0, 1, 2, 3, 4], "stragglers": [],
+             "missing_partitions": [], "identity_rejected": [ids[1], ids[3]]}]
+    missing, punished, bad = edges.membership_counts(scn, rows, ids)
+    assert (missing, punished) == (1, 1) and len(bad) == 2

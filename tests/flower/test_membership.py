@@ -57,14 +57,15 @@ def assert_rounds(outcome, expected: dict[int, dict[str, np.ndarray]]) -> None:
 # ================================================================== handshake failures
 @pytest.mark.parametrize("timing", ["virtual", "wallclock"])
 def test_node_down_from_the_first_round_is_a_straggler_and_the_run_completes(timing, tmp_path):
-    """Node 5 never answers anything: every round decodes exactly from the other five, the
-    model is FedAvg over partitions 0-4, and rounds.jsonl names node 5 as unidentified."""
+    """Node 5 never answers anything: it is a straggler of its partition, which its replicas
+    compute (s=1): every round decodes exactly, the model is FedAvg over all six partitions,
+    and rounds.jsonl names node 5 as unidentified."""
     grid = InProcessGrid(make_app(gradient_coding_mod), 6, crash=lambda i, r: i == 5)
     dead = grid.node_ids[5]
     outcome = run(6, code="grouped-rs", s=1, rounds=3, grid=grid, timing=timing,
                   warmup_timeout=0.3, straggler_timeout=5.0, results_dir=str(tmp_path))
     assert [row["decode"] for row in outcome.rows] == ["exact"] * 3
-    assert_rounds(outcome, chain([[0, 1, 2, 3, 4]] * 3, 6))
+    assert_rounds(outcome, chain([list(range(6))] * 3, 6))
     rows = [json.loads(line) for line in (tmp_path / "rounds.jsonl").read_text().splitlines()]
     assert [row["unidentified"] for row in rows] == [[dead]] * 3
     assert [row["identity_rejected"] for row in rows] == [[]] * 3
@@ -99,17 +100,18 @@ def flaky_identify(failures: int):
 
 def test_node_erroring_at_the_handshake_recovers_and_gets_work_again():
     """Node 2 answers the handshakes of rounds 1 and 2 with an error: it is a straggler in
-    those rounds (FedAvg over the other five) and takes part again from round 3."""
+    those rounds (its partition computed by its replicas: FedAvg over all six) and takes part
+    again from round 3."""
     apps = [make_app(gradient_coding_mod)] * 6
     apps[2] = make_app(flaky_identify(2), gradient_coding_mod)
     grid = InProcessGrid(None, 6, apps=apps)
     node = grid.node_ids[2]
     outcome = run(6, code="grouped-rs", s=1, rounds=4, grid=grid, warmup_timeout=0.3)
-    others = [0, 1, 3, 4, 5]
-    assert_rounds(outcome, chain([others, others, list(range(6)), list(range(6))], 6))
+    assert_rounds(outcome, chain([list(range(6))] * 4, 6))
     assert [row["unidentified"] for row in outcome.rows] == [[node], [node], [], []]
     assert [len(row["clients_used"]) + len(row["stragglers"]) for row in outcome.rows] == [
-        5, 5, 6, 6]
+        6, 6, 6, 6]
+    assert [row["nodes"]["used"].count(node) for row in outcome.rows][:2] == [0, 0]
 
 
 @pytest.mark.mutation_found("membership")
@@ -145,7 +147,8 @@ class SamplingRecorder(FedAvg):
 def test_dead_node_first_sampled_in_a_later_round_does_not_end_the_run():
     """fraction_train=0.5 over 6 nodes; the node that is dead is one not sampled in round 1
     (chosen when it is first sampled, so it never answered anything): the run completes and
-    every round is FedAvg over the partitions of the round's sampled live nodes."""
+    every round is FedAvg over the partitions of the round's sampled live nodes and, for the
+    dead node, the partition nobody has claimed that it stands for (named in the row)."""
     random.seed(11)
     inner = SamplingRecorder(fraction_train=0.5, fraction_evaluate=0.0)
     state: dict[str, int] = {}
@@ -164,11 +167,20 @@ def test_dead_node_first_sampled_in_a_later_round_does_not_end_the_run():
     dead = state["dead"]
     first = next(r for r, cohort in enumerate(inner.sampled, start=1) if dead in cohort)
     assert first > 1
-    parts = [[grid.index[n] for n in cohort if n != dead] for cohort in inner.sampled]
-    assert_rounds(outcome, chain(parts, 6))
-    for r, row in enumerate(outcome.rows, start=1):
-        assert row["unidentified"] == ([dead] if dead in inner.sampled[r - 1] else [])
+    parts = []
+    for r, (cohort, row) in enumerate(zip(inner.sampled, outcome.rows, strict=True), start=1):
+        live = [grid.index[n] for n in cohort if n != dead]
+        stand_in = [p for p, node in zip(row["partitions"]["stragglers"],
+                                         row["nodes"]["stragglers"], strict=True)
+                    if node is None]
+        assert len(stand_in) == (1 if dead in cohort else 0)
+        # a partition no node sampled so far has claimed (the dead node's among them)
+        claimed = {grid.index[n] for c in inner.sampled[:r] for n in c if n != dead}
+        assert not set(stand_in) & claimed
+        parts.append(live + stand_in)
+        assert row["unidentified"] == ([dead] if dead in cohort else [])
         assert row["decode"] == "exact"
+    assert_rounds(outcome, chain(parts, 6))
 
 
 def test_no_node_running_the_mod_ends_the_run_after_three_rounds_with_the_hint(tmp_path):
@@ -199,41 +211,42 @@ def test_node_without_the_mod_is_a_straggler_named_in_the_log(caplog):
     grid = InProcessGrid(None, 6, apps=apps)
     with caplog.at_level(logging.WARNING, logger="flwr"):
         outcome = run(6, code="grouped-rs", rounds=2, grid=grid, warmup_timeout=0.3)
-    assert_rounds(outcome, chain([[0, 1, 2, 3, 4]] * 2, 6))
+    assert_rounds(outcome, chain([list(range(6))] * 2, 6))  # partition 5: its replicas
     warned = [r.getMessage() for r in caplog.records if "handshake" in r.getMessage()]
     assert warned and f"node {grid.node_ids[5]}" in warned[0]
     assert "gradient_coding_mod" in warned[0]
 
 
 # ================================================================== identity claims
-def test_two_nodes_claiming_one_partition_keep_the_first_and_exclude_the_other(caplog):
-    """Nodes 0 and 5 both claim partition 0 of 6 (one handshake: node-id order decides):
-    the later one is excluded, named in the log and in identity_rejected; the model is
-    FedAvg over partitions 0-4."""
+def test_two_nodes_claiming_one_partition_are_both_stragglers_of_it(caplog):
+    """Nodes 0 and 5 both claim partition 0 of 6: neither claim is used (no first-come or
+    lowest-id rule), both are named in the log and in identity_rejected; partitions 0 and 5
+    are computed by their replicas (s=2): the model is FedAvg over all six."""
     grid = InProcessGrid(make_app(gradient_coding_mod), 6,
                          node_config=lambda i: {"partition-id": i % 5})
-    kept, excluded = sorted([grid.node_ids[0], grid.node_ids[5]])
+    pair = sorted([grid.node_ids[0], grid.node_ids[5]])
     with caplog.at_level(logging.WARNING, logger="flwr"):
-        outcome = run(6, code="grouped-rs", rounds=2, grid=grid)
-    assert_rounds(outcome, chain([[0, 1, 2, 3, 4]] * 2, 6))
-    assert [row["identity_rejected"] for row in outcome.rows] == [[excluded], [excluded]]
+        outcome = run(6, code="grouped-rs", s=2, rounds=2, grid=grid)
+    assert_rounds(outcome, chain([list(range(6))] * 2, 6))
+    assert [row["decode"] for row in outcome.rows] == ["exact"] * 2
+    assert [row["identity_rejected"] for row in outcome.rows] == [pair, pair]
     warned = [r.getMessage() for r in caplog.records if "excluded: its identity" in
               r.getMessage()]
-    assert len(warned) == 1  # once per node and reason
-    assert f"node {excluded}" in warned[0] and f"by node {kept}" in warned[0]
+    assert len(warned) == 2  # once per node and reason
+    assert f"node {pair[0]}" in warned[0] and f"as does node {pair[1]}" in warned[0]
 
 
 @pytest.mark.parametrize("liar", [0, 3, 5])
 def test_lone_claimant_of_partition_0_of_1_among_six_is_excluded(liar):
     """A node claiming (0, 1) among nodes claiming num-partitions=6 is excluded (the
-    majority's num-partitions); the other five train their own partitions."""
+    majority's num-partitions); the other five train their own partitions and the partition
+    nobody claims is computed by its replicas."""
     grid = InProcessGrid(
         make_app(gradient_coding_mod), 6,
         node_config=lambda i: {"partition-id": 0, "num-partitions": 1} if i == liar else {},
     )
     outcome = run(6, code="grouped-rs", rounds=2, grid=grid)
-    honest = [j for j in range(6) if j != liar]
-    assert_rounds(outcome, chain([honest, honest], 6))
+    assert_rounds(outcome, chain([list(range(6))] * 2, 6))
     assert [row["identity_rejected"] for row in outcome.rows] == [[grid.node_ids[liar]]] * 2
 
 
@@ -251,7 +264,7 @@ def test_out_of_range_claim_is_excluded_not_retried():
 
     grid.push_messages = recording
     outcome = run(6, code="grouped-rs", rounds=3, grid=grid)
-    assert_rounds(outcome, chain([[0, 1, 2, 3, 5]] * 3, 6))
+    assert_rounds(outcome, chain([list(range(6))] * 3, 6))  # partition 4: its replicas
     assert [row["identity_rejected"] for row in outcome.rows] == [[grid.node_ids[4]]] * 3
     assert pushed.count(grid.node_ids[4]) == 1  # a node config does not change: asked once
 
@@ -279,11 +292,12 @@ class _Grid:
 def test_first_node_lying_is_excluded_once_the_majority_has_answered():
     """Sampled alone in round 1, a (0, 1) claimant is all the server knows: accepted. When
     five nodes claiming 6 partitions answer in round 2, the majority says 6: it is excluded
-    from then on (re-evaluated as nodes arrive)."""
+    from then on (re-evaluated as nodes arrive), and partition 5, which nobody claims, gets a
+    placeholder worker (sent nothing)."""
     members = Membership(1.0)
     grid = _Grid({7: (0, 1), **{10 + j: (j, 6) for j in range(5)}})
     assert members.admit(grid, [7], 1) == [7]
-    assert members.admit(grid, [7, 10, 11, 12, 13, 14], 2) == [10, 11, 12, 13, 14]
+    assert members.admit(grid, [7, 10, 11, 12, 13, 14], 2) == [10, 11, 12, 13, 14, -6]
     assert members.row_fields(2) == {"unidentified": [], "identity_rejected": [7]}
     assert members.row_fields(1) == {}  # only the last admitted round
 
@@ -302,10 +316,11 @@ def test_frc_with_a_cohort_size_it_cannot_take_falls_back_to_grouped_rs_once(cap
     assert len(warned) == 1 and "using grouped-rs with s=1" in warned[0]
 
 
-def test_frc_cohort_shrunk_by_a_dead_node_still_decodes_exactly():
+def test_frc_with_a_dead_node_keeps_its_size_and_decodes_every_partition_exactly():
     grid = InProcessGrid(make_app(gradient_coding_mod), 6, crash=lambda i, r: i == 1)
     outcome = run(6, code="frc", s=1, rounds=2, grid=grid, warmup_timeout=0.3)
-    assert_rounds(outcome, chain([[0, 2, 3, 4, 5]] * 2, 6))
+    assert_rounds(outcome, chain([list(range(6))] * 2, 6))
+    assert [row["decode"] for row in outcome.rows] == ["exact"] * 2
 
 
 @pytest.mark.parametrize(
@@ -344,7 +359,7 @@ def test_server_app_carries_on_when_a_supernode_dies_instead_of_waiting_for_it(m
     """server.app's job on 6 in-process nodes (frc, s=1); node 5 leaves the grid's node list
     after round 2 (a killed SuperNode once Flower stops listing it). Flower's sampling must
     not wait for it (its wait loop sleeps: a sleep here fails the test instead of hanging);
-    rounds 3-4 are coded over the 5 remaining nodes (grouped-rs: frc cannot take 5)."""
+    rounds 3-4 keep the federation's six partitions, node 5's computed by its replica."""
     from flwr.serverapp.strategy import strategy_utils
 
     import fl_gradcode.flower.testing as testing
@@ -375,7 +390,8 @@ def test_server_app_carries_on_when_a_supernode_dies_instead_of_waiting_for_it(m
          "results-dir": str(tmp_path)}, 6)
     rows = strategy.history
     assert [r["decode"] for r in rows] == ["exact"] * 4
-    assert [len(r["clients_used"]) + len(r["stragglers"]) for r in rows] == [6, 6, 5, 5]
+    assert [len(r["clients_used"]) + len(r["stragglers"]) for r in rows] == [6, 6, 6, 6]
+    assert [r["missing_partitions"] for r in rows] == [[]] * 4
     assert np.all(np.isfinite(theta))
 
 
@@ -526,11 +542,12 @@ def test_a_supernode_restarted_under_a_new_node_id_takes_its_partition_back():
     grid.listed.add(99)
     assert members.admit(grid, [10, 11, 14, 99], 2) == [10, 11, 99, 14]
     assert members.identity_rejected == []
-    # a second node claiming partition 2 while 99 is connected is still a clash
+    # a second node claiming partition 2 while 99 is connected is a clash: neither is used,
+    # partition 2 gets a placeholder worker
     grid.claims[100] = (2, 4)
     grid.listed.add(100)
-    assert members.admit(grid, [10, 11, 14, 99, 100], 3) == [10, 11, 99, 14]
-    assert members.identity_rejected == [100]
+    assert members.admit(grid, [10, 11, 14, 99, 100], 3) == [10, 11, -3, 14]
+    assert members.identity_rejected == [99, 100]
 
 
 def test_an_error_reply_written_for_a_node_in_a_training_round_names_that_node():
@@ -644,7 +661,8 @@ def test_a_malformed_identity_is_a_failure_with_its_own_short_reason_and_a_bad_r
 
     members = Membership(1.0)
     grid = _Nodes(claims={6: (9, 6), 7: (0, 6)}, replies={5: fractional})
-    assert members.admit(grid, [5, 6, 7], 1) == [7]
+    # the federation has 6 partitions (node 7's claim): 1-5 get placeholder workers
+    assert members.admit(grid, [5, 6, 7], 1) == [7, -2, -3, -4, -5, -6]
     assert members.failed == {5: "partition-id=1.5 num-partitions=4 are not 0 <= id < num"}
     assert members.invalid == {6: "partition-id=9 is not in 0..5 (num-partitions=6)"}
     assert members.row_fields(1) == {"unidentified": [5], "identity_rejected": [6]}
@@ -670,21 +688,26 @@ def test_a_departed_nodes_released_claim_is_logged_with_the_node_and_its_partiti
     members.admit(grid, [10, 11, 13], 1)
     grid.listed.discard(13)
     with caplog.at_level(logging.WARNING, logger="flwr"):
-        assert members.admit(grid, [10, 11], 2) == [10, 11]
+        assert members.admit(grid, [10, 11], 2) == [10, 11, -3]
     assert [r.getMessage() for r in caplog.records] == [
-        "node 13 (partition-id=2) left the federation: its claim is released"]
+        "node 13 (partition-id=2) left the federation: its claim is released",
+        "round 2: partition(s) [2] of 3 have no usable holder this round (dead, unidentified "
+        "or contested): their other replicas compute them"]
     assert 13 not in members.claims
 
 
 @pytest.mark.mutation_found("membership")
-def test_the_earliest_claimant_keeps_a_partition_whatever_the_node_ids():
-    """Node 20 claims partition 0 in round 1; node 10 (a smaller id) claims it in round 2: the
-    earlier claimant keeps it (handshake order first, node id only within a handshake)."""
+def test_neither_claimant_keeps_a_contested_partition_whatever_the_order_or_ids():
+    """Node 20 claims partition 0 in round 1; node 10 (a smaller id) claims it in round 2:
+    neither is used from then on (answer order and node ids decide nothing), partition 0 gets
+    a placeholder worker."""
     grid = _Nodes(claims={20: (0, 2), 10: (0, 2), 30: (1, 2)})
     members = Membership(1.0)
     assert members.admit(grid, [20], 1) == [20]
-    assert members.admit(grid, [10, 20, 30], 2) == [20, 30]
-    assert members.verdicts() == {10: "claims partition-id=0 of 2, already claimed by node 20"}
+    assert members.admit(grid, [10, 20, 30], 2) == [-1, 30]
+    why = ("claims partition-id=0 of 2, as does node {}: conflicting claims, neither is used "
+           "(the partition's other replicas compute it)")
+    assert members.verdicts() == {10: why.format(20), 20: why.format(10)}
 
 
 @pytest.mark.mutation_found("membership")

@@ -388,21 +388,25 @@ def test_replayed_reply_handed_to_aggregate_train_is_a_duplicate_sender():
 
 # =============================================================================== 5. handshake
 def test_node_without_the_mod_is_a_straggler_of_the_round_not_the_end_of_the_run():
-    """(More in test_membership.py.) Its handshake fails: the round is FedAvg over the
-    other five nodes' partitions and rounds.jsonl names it."""
+    """(More in test_membership.py.) Its handshake fails: it is a straggler of its
+    partition, which its replica computes: the round is FedAvg over all six partitions and
+    rounds.jsonl names it."""
     apps = [make_app(gradient_coding_mod)] * 5 + [make_app()]
     grid = InProcessGrid(None, 6, apps=apps)
     outcome = run(6, code="grouped-rs", grid=grid, warmup_timeout=0.3)
-    assert_model(outcome.models[1], fedavg(theta0(), range(5), 6))
+    assert_model(outcome.models[1], fedavg(theta0(), range(6), 6))
     assert outcome.rows[0]["unidentified"] == [grid.node_ids[5]]
 
 
-def test_two_nodes_claiming_the_same_partition_leave_one_claimant_excluded():
+def test_two_nodes_claiming_the_same_partition_are_both_excluded():
+    """Neither claimant of partition 0 is used; partitions 0 and 5 (nobody's) are computed by
+    their replicas (grouped-rs s=1: in different groups): FedAvg over all six."""
     grid = InProcessGrid(make_app(gradient_coding_mod), 6,
                          node_config=lambda i: {"partition-id": i % 5})
     outcome = run(6, code="grouped-rs", grid=grid)
-    assert_model(outcome.models[1], fedavg(theta0(), range(5), 6))
-    assert outcome.rows[0]["identity_rejected"] == [max(grid.node_ids[0], grid.node_ids[5])]
+    assert_model(outcome.models[1], fedavg(theta0(), range(6), 6))
+    assert outcome.rows[0]["identity_rejected"] == sorted([grid.node_ids[0],
+                                                           grid.node_ids[5]])
 
 
 # =============================================================================== 6. min replies

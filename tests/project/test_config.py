@@ -278,6 +278,7 @@ def test_client_and_coded_only_keys_come_from_the_table():
         "stop-late-work", "busy", "m", "max-decode-error", "min-replies", "rival",
         # added with the table
         "verify", "verify-tolerance",
+        "roster",  # the membership roster
     }
     assert set(client_keys()) == {*CLIENT_KEYS, "lr"}
     assert CODED_ONLY == coded_only_keys()
@@ -712,7 +713,7 @@ def test_server_app_builds_the_same_strategy_as_before_the_table(case, tmp_path,
 
 
 # run-config keys added after the construction above was captured, by GradientCoding keyword
-ADDED_AFTER_CAPTURE = ("verify", "verify_tolerance")
+ADDED_AFTER_CAPTURE = ("verify", "verify_tolerance", "roster", "num_partitions")
 
 
 def test_verify_keys_turn_on_the_integrity_check_of_the_strategy(tmp_path):
