@@ -160,3 +160,15 @@ def test_a_device_off_never_replies_and_is_back_when_it_is_on(tmp_path, rival):
     assert first["round_virtual_s"] <= 5.0
     for row in later:  # on again: no longer busy with the work it never did
         assert 0 in row["clients_used"], row
+
+
+def test_fedscale_devices_are_refused_in_wallclock_timing(tmp_path):
+    from flwr.serverapp.strategy import FedAvg
+
+    from fl_gradcode.flower import GradientCoding
+    from fl_gradcode.latency import make_latency
+
+    model = make_latency("fedscale", device_trace=_off_in_round_one_trace(tmp_path, 3))
+    with pytest.raises(ValueError, match="timing='virtual'"):
+        GradientCoding(FedAvg(), latency=model, timing="wallclock")
+    GradientCoding(FedAvg(), latency=model, timing="virtual")  # accepted
