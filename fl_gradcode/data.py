@@ -80,7 +80,14 @@ def _synthetic(alpha: float, beta: float, seed: int, devices: int = 30, dim: int
 def load_dataset(
     name: str = "digits", seed: int = 0, alpha: float = 1.0, beta: float = 1.0
 ) -> Dataset:
-    """Load an embedded dataset with a seeded 80/20 train/test split (cached per process)."""
+    """Load an embedded dataset with a seeded 80/20 train/test split (cached per process).
+
+    ``mnist1d`` is generated, never downloaded: ``mnist1d.data.make_dataset(args)`` with
+    ``args = get_dataset_args()``, ``args.seed = seed`` and ``args.num_samples = 4000`` (the
+    package's procedural generator: its ten 1-D digit templates padded, sheared, shifted,
+    noised and resampled per sample; it seeds numpy's global RNG with ``seed``); its own 80/20
+    split gives 3,200 train, 800 test.
+    """
     if name == "digits":
         from sklearn.datasets import load_digits
 
