@@ -33,6 +33,7 @@ __all__ = [
     "REGIMES",
     "TASKS",
     "Task",
+    "charged_measured_cost",
     "fedscale_workload",
     "make_regime",
     "make_task",
@@ -133,3 +134,11 @@ def measured_partition_cost(cfg: Mapping[str, Any], n: int) -> float:
         kind=str(cfg["update"]), lr=float(cfg["lr"]), epochs=int(cfg["local-epochs"]),
         batch_size=int(cfg["batch-size"]),
     )
+
+
+def charged_measured_cost(cfg: Mapping[str, Any], n: int) -> dict[str, Any]:
+    """Run-config overrides that charge :func:`measured_partition_cost`, measured now, as a
+    fixed ``partition-cost-s`` (``virtual-compute=none``): a harness comparing several
+    schemes on one task measures once and gives every scheme the same charge (with
+    ``measured-once`` each run would time its own)."""
+    return {"virtual-compute": "none", "partition-cost-s": measured_partition_cost(cfg, n)}

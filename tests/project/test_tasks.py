@@ -14,7 +14,7 @@ import pytest
 from fl_gradcode.config import merge_config
 from fl_gradcode.data import load_dataset, natural_partition, partition_indices
 from fl_gradcode.learning import evaluate, flat_parameters, make_model, partition_update
-from fl_gradcode.tasks import REGIMES, TASKS, make_regime, make_task
+from fl_gradcode.tasks import REGIMES, TASKS, charged_measured_cost, make_regime, make_task
 
 
 def test_cnn_large_has_over_100k_parameters_by_its_layer_shapes():
@@ -128,6 +128,11 @@ def test_measured_once_charges_one_timed_partition_update(one_torch_thread):
     assert keywords["compute_cost_s"] != cfg["partition-cost-s"]
     plain = strategy_keywords(merge_config({}), 10, only=("compute_cost_s",))
     assert plain["compute_cost_s"] == merge_config({})["partition-cost-s"]
+    # a harness measures once and charges every scheme the same fixed cost
+    fixed = charged_measured_cost(cfg, 10)
+    assert fixed["virtual-compute"] == "none" and 1e-4 < fixed["partition-cost-s"] < 2.0
+    again = strategy_keywords(merge_config({**cfg, **fixed}), 10, only=("compute_cost_s",))
+    assert again["compute_cost_s"] == fixed["partition-cost-s"]
 
 
 def _off_in_round_one_trace(tmp_path, n):
