@@ -27,10 +27,13 @@ from typing import Protocol
 import numpy as np
 from scipy.special import gammaln
 
+from .devices import DeviceTrace, generate_fedscale, load_fedscale
+
 __all__ = [
     "LATENCY_MODELS",
     "SCHEMES",
     "Bimodal",
+    "DeviceTrace",
     "Exponential",
     "LatencyModel",
     "NoLatency",
@@ -293,11 +296,12 @@ def client_delay(
     """The delay of one client in one round, reproducible from ``(seed, round, worker)``.
 
     Every replica and every rerun with the same seed sees the same delay; persistent models
-    keep the same clients slow in every round; traces are replayed by (round, worker).
+    keep the same clients slow in every round; traces are replayed by (round, worker);
+    FedScale-format devices (:class:`DeviceTrace`) give ``inf`` while off.
     """
     if isinstance(model, Drift):
         model = model.at(round_index)
-    if isinstance(model, TraceReplay):
+    if isinstance(model, (TraceReplay, DeviceTrace)):
         return model.time(worker, round_index, load)
     rng = np.random.default_rng([seed, round_index, worker])
     if isinstance(model, PersistentSlow):
@@ -315,6 +319,7 @@ LATENCY_MODELS = (
     "persistent",
     "trace",
     "drift",
+    "fedscale",
 )
 
 
@@ -329,12 +334,22 @@ def make_latency(
     trace: str = "canada",
     seed: int = 0,
     drift_round: int = 15,
+    device_trace: str = "generated",
+    round_s: float = 60.0,
+    samples_per_load: float = 1.0,
+    model_bytes: float = 0.0,
+    num_devices: int = 256,
 ) -> LatencyModel:
     """Latency model by run-config name (``LATENCY_MODELS``), in seconds per unit of load.
 
     ``scale`` is the deterministic part (the shift, or the Pareto scale), ``rate`` the rate of
     the exponential part; ``bimodal``/``persistent`` slow a fraction ``p`` by ``slowdown``
-    on top of a load-scaled shifted exponential.
+    on top of a load-scaled shifted exponential. ``fedscale``: FedScale-format devices
+    (:class:`~fl_gradcode.devices.DeviceTrace`): ``device_trace`` is ``"generated"``
+    (``num_devices`` drawn by :func:`~fl_gradcode.devices.generate_fedscale` from ``seed``) or
+    the path of FedScale's pickles; a task of load ``L`` processes ``L * samples_per_load``
+    samples and uploads ``model_bytes``; round ``r`` starts at ``r * round_s`` on the devices'
+    availability cycle.
     """
     base = ShiftedExponential(shift=scale, rate=rate)
     models = {
@@ -351,8 +366,15 @@ def make_latency(
             drift_round,
         ),
     }
-    if name not in models:
+    if name not in models and name != "fedscale":
         raise ValueError(f"latency={name!r}; expected one of {list(LATENCY_MODELS)}")
+    if name == "fedscale":
+        if device_trace == "generated":
+            capacity, behave = generate_fedscale(num_devices, seed)
+        else:
+            capacity, behave = load_fedscale(device_trace)
+        return DeviceTrace(capacity, behave, samples_per_load=samples_per_load,
+                           model_bytes=model_bytes, round_s=round_s, name=device_trace)
     return models[name]()
 
 

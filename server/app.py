@@ -36,6 +36,7 @@ from fl_gradcode.privacy import (
     ServerNoise,
     independent_noise_multiplier,
 )
+from fl_gradcode.tasks import fedscale_workload, measured_partition_cost
 
 SERVER_OPTIMIZERS = ("sgd", "momentum", "adam")
 #: ``rival`` values: runs that are not coded, for comparisons (``""``: the coded run):
@@ -157,7 +158,8 @@ def strategy_keywords(
     keywords in ``only``. Most are the key's value (``None`` for its ``none_when``); the few
     below need more than that."""
     built = {
-        "latency": lambda: run_latency(cfg),
+        "latency": lambda: run_latency(cfg, n),
+        "compute_cost_s": lambda: run_partition_cost(cfg, n),
         "results_dir": lambda: _path_or_none(cfg["results-dir"]),
         "latency_state": lambda: _path_or_none(cfg["latency-state"]),
         "roster": lambda: _path_or_none(cfg["roster"]),
@@ -209,14 +211,30 @@ def build(cfg: dict[str, Any], n: int, code_policy: Any = None):
     return strategy, initial, evaluate_fn, train_config
 
 
-def run_latency(cfg: dict[str, Any]) -> LatencyModel:
-    """The run's latency model (the same draws for every run of one seed)."""
+def run_latency(cfg: dict[str, Any], n: int | None = None) -> LatencyModel:
+    """The run's latency model (the same draws for every run of one seed); ``latency=fedscale``
+    needs the number of clients ``n`` (its tasks' samples per unit of load)."""
     arguments = group_values(cfg, "latency")
     name = arguments.pop("name")
     # the federation's fixed traits (who is persistently slow) may outlive the seed
     if arguments["seed"] < 0:
         arguments["seed"] = int(cfg["seed"])
+    if name == "fedscale":
+        if n is None:
+            raise ValueError("latency='fedscale' needs the number of clients (run_latency(cfg, n))")
+        arguments.update(fedscale_workload(cfg, n))
     return make_latency(name, **arguments)
+
+
+def run_partition_cost(cfg: dict[str, Any], n: int) -> float:
+    """``compute_cost_s``: ``partition-cost-s``, or with ``virtual-compute=measured-once`` the
+    seconds of one mean-sized partition update, measured now (logged)."""
+    if str(cfg["virtual-compute"]) != "measured-once":
+        return float(cfg["partition-cost-s"])
+    cost = measured_partition_cost(cfg, n)
+    log(INFO, "fl-gradcode: measured one partition update (%s, %s): %.4f s per unit of load",
+        cfg["model"], cfg["update"], cost)
+    return cost
 
 
 def _model_and_evaluation(cfg: dict[str, Any], data: Any):

@@ -38,7 +38,7 @@ KNOWN_PRIVATE_READS: dict[str, str] = {
 
 # maths modules: numpy/scipy only, no Flower (imported in a fresh interpreter)
 MATHS = ["fl_gradcode.codes", "fl_gradcode.latency", "fl_gradcode.privacy", "fl_gradcode.matmul",
-         "fl_gradcode.adaptive"]
+         "fl_gradcode.adaptive", "fl_gradcode.devices", "fl_gradcode.tasks"]
 
 
 def modules() -> list[Path]:

@@ -183,16 +183,21 @@ KEYS: tuple[Key, ...] = (
         side="both", choices=("digits", "mnist1d", "synthetic")),
     Key("synthetic-alpha", 1.0, "FedProx Synthetic(α, β): α", side="both"),
     Key("synthetic-beta", 1.0, "FedProx Synthetic(α, β): β", side="both"),
-    Key("model", "logreg", "model", side="both", choices=("logreg", "mlp", "cnn")),
+    Key("model", "logreg", "model (`cnn-large`: the ≥ 100k-parameter CNN of the `mnist1d-cnn` "
+        "task, docs/tasks.md)", side="both", choices=("logreg", "mlp", "cnn", "cnn-large")),
     Key("partitioner", "dirichlet", "how the data is split into partitions (`pathological`: "
-        "2 classes each)", side="both", choices=("iid", "dirichlet", "pathological")),
-    Key("dirichlet-alpha", 0.5, "Dirichlet concentration (`partitioner=dirichlet`)",
-        side="both"),
+        "2 classes each; `natural`: log-normal sizes and Dirichlet labels per client)",
+        side="both", choices=("iid", "dirichlet", "pathological", "natural")),
+    Key("dirichlet-alpha", 0.5, "Dirichlet concentration (`partitioner=dirichlet`; "
+        "`natural`: of each client's label distribution)", side="both"),
+    Key("natural-sigma", 1.0, "`partitioner=natural`: σ of the log-normal client sizes "
+        "(the standard deviation of their logarithm)", side="both"),
     Key("latency", "persistent", "simulated latency model (`persistent`: the same fraction "
         "`latency-p` of the clients slowed `latency-slowdown` times every round; `drift`: "
-        "Pareto, then load-scaled bimodal)", keyword="latency", feeds=("latency", "name"),
+        "Pareto, then load-scaled bimodal; `fedscale`: FedScale-format device traces, "
+        "`latency-device-trace`)", keyword="latency", feeds=("latency", "name"),
         choices=("none", "exponential", "shifted-exponential", "pareto", "bimodal",
-                 "persistent", "trace", "drift"),
+                 "persistent", "trace", "drift", "fedscale"),
         why_differs=f"{_REGIME}; GradientCoding's None simulates no stragglers (a real "
         "deployment's own timing)"),
     Key("latency-scale", 0.1, "per partition of load: `load·(scale + Exp(rate))`; the Pareto "
@@ -208,12 +213,20 @@ KEYS: tuple[Key, ...] = (
         "`tokyo`, `sydney-20rounds*`)", feeds=("latency", "trace")),
     Key("latency-drift-round", 15, "`drift`: the round at which the regime changes",
         feeds=("latency", "drift_round")),
+    Key("latency-device-trace", "generated", "`fedscale`: `generated` (devices drawn from "
+        "`latency-seed` by the stated fit, docs/tasks.md) or the path of a directory holding "
+        "FedScale's `client_device_capacity` (and optionally `client_behave_trace`) pickles",
+        feeds=("latency", "device_trace")),
+    Key("latency-round-s", 60.0, "`fedscale`: round r starts r times this many seconds into "
+        "the devices' availability cycle", feeds=("latency", "round_s")),
     Key("latency-seed", -1, "`persistent`: the seed that picks the persistently slow clients "
         "(the federation's hardware), so runs with different `seed`s can share them; "
         "-1 = `seed`. Per-round draws always follow `seed`", feeds=("latency", "seed")),
     Key("virtual-compute", "none", "`measured`: add each client's measured compute time "
-        "to its virtual arrival; `none`: do not (`partition-cost-s` charges it instead)",
-        keyword="measured_compute", choices=("measured", "none"),
+        "to its virtual arrival; `none`: do not (`partition-cost-s` charges it instead); "
+        "`measured-once`: time one mean-sized partition's update at the start of the run "
+        "and charge that per unit of load (in place of `partition-cost-s`)",
+        keyword="measured_compute", choices=("measured", "none", "measured-once"),
         why_differs=f"{_REGIME}; a charged cost, unlike GradientCoding's measured compute, "
         "does not vary with the machine's load, so two runs of the main job agree"),
     Key("partition-cost-s", 0.05, "modelled compute seconds per unit of load (a client's "

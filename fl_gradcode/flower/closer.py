@@ -10,6 +10,7 @@ policy's latency estimate.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -45,8 +46,12 @@ class RoundCloser:
         """The clock's window of the round (the replies it decodes from, its end); the
         workers it stopped at the deadline recorded on ``state``; the clock moved on; the
         code policy fed and its state saved."""
-        arrivals = {w: self.arrival(state, w, r) for w, r in state.valid.items()}
+        timed = {w: self.arrival(state, w, r) for w, r in state.valid.items()}
+        # an infinite delay (a device off, e.g. latency=fedscale) never arrives: no reply
+        arrivals = {w: t for w, t in timed.items() if math.isfinite(t)}
         window = self.clock.window(arrivals, self.decodable(state.code), len(state.sent))
+        for w in timed.keys() - arrivals.keys():  # its bytes never travelled
+            state.bytes_up -= int(state.valid[w].extra.get("bytes", 0))
         for w in window.stopped:  # virtual timing: stopped at the deadline, never replied
             state.bytes_up -= int(state.valid[w].extra.get("bytes", 0))
             state.stopped.append(w)

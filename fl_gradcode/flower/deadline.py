@@ -205,7 +205,9 @@ class DeadlineFedAvg(FedAvg):
             metrics = next(iter(msg.content.metric_records.values()), MetricRecord())
             timings[node] = (int(rec["partition-id"]), float(rec["compute-s"]),
                              int(metrics.get(self.weighted_by_key, 0)), _reply_bytes(msg))
-        arrivals = self.arrivals(server_round, timings)
+        # an infinite delay (a device off, e.g. latency=fedscale) never arrives: no reply
+        arrivals = {n: t for n, t in self.arrivals(server_round, timings).items()
+                    if np.isfinite(t)}
         window = self.clock.window(arrivals, lambda used: False, len(self._sent))
         self.clock.finish_round(self._sent, arrivals, window.end,
                                 answered=[m.metadata.src_node_id for m in errors])
@@ -219,7 +221,7 @@ class DeadlineFedAvg(FedAvg):
             "round": server_round,
             "decode": decode,
             "clients_used": sorted(pid[n] for n in used),
-            "stragglers": sorted(pid[n] for n in window.late),
+            "stragglers": sorted(pid[n] for n in [*window.late, *(pid.keys() - arrivals.keys())]),
             "busy": sorted(pid[n] for n in pid if self.clock.backlog.get(n, 0.0) > 0),
             "late_dropped": len(window.late),
             "rejected": len(errors),

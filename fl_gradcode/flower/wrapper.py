@@ -45,7 +45,7 @@ from flwr.common.logger import log
 from flwr.serverapp.strategy import Result, Strategy
 
 from ..codes import GradientCode
-from ..latency import LatencyModel
+from ..latency import DeviceTrace, LatencyModel
 from ..privacy import DPConfig, PrivacyAccountant, ServerNoise, make_mechanism
 from ..results import RoundRecorder
 from . import compat
@@ -164,6 +164,10 @@ class GradientCoding(Strategy):
         self.server_noise, self.nonce = options.privacy.server_noise, options.privacy.nonce
         self.mechanism = make_mechanism(self.dp)
         t = options.timing
+        if t.mode == "wallclock" and isinstance(t.latency, DeviceTrace):
+            raise ValueError("latency=DeviceTrace (FedScale devices) with timing='wallclock': "
+                             "a device that is off never replies (an infinite delay), which "
+                             "only virtual timing models; use timing='virtual'")
         self.clock = make_clock(t.mode, options.deadline.straggler_timeout, t.stop_late_work,
                                 measured_compute=t.measured_compute,
                                 compute_cost_s=t.compute_cost_s,

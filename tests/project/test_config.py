@@ -272,6 +272,8 @@ def test_client_and_coded_only_keys_come_from_the_table():
         "seed", "dataset", "synthetic-alpha", "synthetic-beta", "model", "partitioner",
         "dirichlet-alpha", "update", "local-epochs", "batch-size", "dp", "clip-norm",
         "noise-multiplier", "slow-workers", "slow-delay-s", "nan-workers",
+        # added with the natural partitioner (clients rebuild the same partitions)
+        "natural-sigma",
     }
     assert set(CODED_ONLY) == {
         "code", "s", "s-max", "auto-margin", "exclude-slow", "latency-state", "auto-deadline",
@@ -703,6 +705,10 @@ def test_server_app_builds_the_same_strategy_as_before_the_table(case, tmp_path,
     overrides = {k: v.replace("<tmp>", str(tmp_path)) if isinstance(v, str) else v
                  for k, v in overrides.items()}
     seen = _construction(overrides, n, tmp_path, monkeypatch)
+    # client keys added after the capture are forwarded in the train config too (at their
+    # defaults here: the same partitions as before)
+    for name in CLIENT_KEYS_ADDED_AFTER_CAPTURE:
+        seen["train_config"]["keys"].remove(name)
     if "kwargs" in seen and OLD_BASE["kwargs"].keys() <= seen["kwargs"].keys():
         # keys added after the capture build their keyword at GradientCoding's own default:
         # the same strategy as passing nothing
@@ -714,6 +720,8 @@ def test_server_app_builds_the_same_strategy_as_before_the_table(case, tmp_path,
 
 # run-config keys added after the construction above was captured, by GradientCoding keyword
 ADDED_AFTER_CAPTURE = ("verify", "verify_tolerance", "roster", "num_partitions")
+# client run-config keys added after the capture
+CLIENT_KEYS_ADDED_AFTER_CAPTURE = ("natural-sigma",)
 
 
 def test_verify_keys_turn_on_the_integrity_check_of_the_strategy(tmp_path):
