@@ -40,6 +40,9 @@ import numpy as np
 
 from experiments.rival_runs import RIVALS, Cell, parse_code, run_coded, run_rival
 
+__all__ = ["Cell", "compare", "load_grid", "lookup", "main", "run_coded", "run_rival",
+           "summarize"]
+
 GRID = Path(__file__).with_name("grid.toml")
 DEFAULT_METHODS = ("auto", "wait-for-all", "deadline", "deadline-best", "first-k", "fedbuff")
 #: The quick slice (< 60 s): every kind of method on a small federation, one seed.
@@ -292,10 +295,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true",
                         help=f"the quick slice: {QUICK}")
     args = parser.parse_args(argv)
-    logging.getLogger("flwr").setLevel(logging.ERROR)
     import torch
 
+    flwr_logger, threads = logging.getLogger("flwr"), torch.get_num_threads()
+    level = flwr_logger.level
+    flwr_logger.setLevel(logging.ERROR)
     torch.set_num_threads(1)  # small models: threads only contend
+    try:
+        return _main(args)
+    finally:
+        flwr_logger.setLevel(level)
+        torch.set_num_threads(threads)
+
+
+def _main(args: argparse.Namespace) -> int:
     grid = load_grid()
     rules = grid["rules"]
     task = lookup(grid, "tasks", args.task)

@@ -131,7 +131,9 @@ def _summary(method: str, seed: int, rows: list[dict[str, Any]], cell: Cell,
         "partitions_computed": len(counter.calls),
         "measured_compute_s": float(sum(s for _, s in counter.calls)),
         "wall_s": wall_s,
-        "accuracy_curve": [[float(r["virtual_s"]), r.get("accuracy")] for r in rows],
+        # (virtual s, test accuracy, test loss) after each round / server step
+        "accuracy_curve": [[float(r["virtual_s"]), r.get("accuracy"), r.get("loss")]
+                           for r in rows],
         **extra,
     }
 
