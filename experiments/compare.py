@@ -123,6 +123,23 @@ def check_methods(methods: Sequence[str]) -> list[str]:
     return list(methods)
 
 
+def check_cell(cell: Cell, task: str, seeds: Sequence[int]) -> None:
+    """Refuse, before any run, run-config keys the table does not know (or of the wrong
+    type) and a task whose data cannot be split into ``n`` partitions (e.g. 1,437 digits
+    into 1,000 Dirichlet partitions), naming the task and ``n``."""
+    from fl_gradcode.data import run_partitions
+
+    for seed in seeds:
+        cfg = cell.config(seed)
+        try:
+            run_partitions(cfg, cell.n)
+        except ValueError as exc:
+            raise ValueError(f"task {task!r} cannot be split into n={cell.n} partitions "
+                             f"(partitioner {cfg['partitioner']!r}, seed {seed}): {exc}; "
+                             "use a smaller --n, another partitioner (--set partitioner=iid) "
+                             "or a task with more data") from exc
+
+
 # ============================================================================= the runs
 class Runner:
     """Runs each ``(method, seed)`` once (wait-for-all and deadline runs are reused by the
@@ -329,7 +346,7 @@ def _main(args: argparse.Namespace) -> int:
                 overcommit=float(rules["overcommit"]),
                 fedbuff_buffer_fraction=float(rules["fedbuff_buffer_fraction"]),
                 fedbuff_server_lr=float(rules["fedbuff_server_lr"]))
-    cell.config(seeds[0])  # unknown keys and wrong types: refused before any run
+    check_cell(cell, args.task, [*seeds, *dev_seeds])
     t0 = time.perf_counter()
     print(f"compare: task {args.task}, latency {args.latency or 'key-table defaults'}, "
           f"n={n}, cohort={cohort}, {rounds} rounds, target {target}, seeds {seeds}")

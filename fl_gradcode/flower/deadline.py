@@ -21,7 +21,10 @@ a coded run's on the same seeds and latency draws:
 
 Each round is written to ``rounds.jsonl`` (``results_dir``) with ``clients_used`` and
 ``stragglers`` as **partition ids**, ``decode`` ``"all"`` (every sampled client arrived),
-``"partial"`` (some dropped) or ``"skipped"`` (none arrived: the model is kept).
+``"partial"`` (some dropped) or ``"skipped"`` (none arrived: the model is kept), and
+``arrivals_s``: each valid reply's own arrival (seconds after the round's start, before any
+queueing), by partition id. A subclass ends rounds earlier through :meth:`round_complete`
+(e.g. ``fl_gradcode.rivals.FirstK``: at the first ``K`` arrivals).
 """
 
 from __future__ import annotations

@@ -145,3 +145,12 @@ def test_the_bootstrap_interval_is_seeded_and_holds_the_geometric_mean():
     assert a == compare.bootstrap_ratio(ratios, 2000, 0)
     assert a["geomean"] == pytest.approx(float(np.exp(np.mean(np.log(ratios)))))
     assert a["ci95"][0] <= a["geomean"] <= a["ci95"][1]
+
+
+def test_a_task_that_cannot_be_split_n_ways_is_refused_before_any_run(tmp_path):
+    """1,437 training digits cannot be split into 1,000 Dirichlet partitions."""
+    with pytest.raises(ValueError, match=r"task 'digits-logreg' cannot be split into n=1000 "
+                                         r"partitions \(partitioner 'dirichlet', seed 10\)"):
+        compare.main(["--n", "1000", "--cohort", "100", "--seeds", "10",
+                      "--out", str(tmp_path / "x.json")])
+    assert not (tmp_path / "x.json").exists()
