@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from .mod import gradient_coding_mod, make_gradient_coding_mod, partition_seed
     from .policy import AdaptiveCodePolicy, CodePolicy, FixedCodePolicy
     from .protocol import PROTOCOL_KEY, RejectedReply
+    from .sampling import seeded_sampling
     from .wrapper import GradientCoding
 
 # Imported on first use: Flower starts one ClientApp process per message, and a process that
@@ -27,6 +28,7 @@ _LAZY = {
     "gradient_coding_mod": "mod", "make_gradient_coding_mod": "mod", "partition_seed": "mod",
     "PROTOCOL_KEY": "protocol", "RejectedReply": "protocol", "GradientCoding": "wrapper",
     "CodePolicy": "policy", "FixedCodePolicy": "policy", "AdaptiveCodePolicy": "policy",
+    "seeded_sampling": "sampling",
 }
 
 
@@ -55,4 +57,5 @@ __all__ = [
     "gradient_coding_mod",
     "make_gradient_coding_mod",
     "partition_seed",
+    "seeded_sampling",
 ]

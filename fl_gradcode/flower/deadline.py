@@ -21,7 +21,10 @@ a coded run's on the same seeds and latency draws:
 
 Each round is written to ``rounds.jsonl`` (``results_dir``) with ``clients_used`` and
 ``stragglers`` as **partition ids**, ``decode`` ``"all"`` (every sampled client arrived),
-``"partial"`` (some dropped) or ``"skipped"`` (none arrived: the model is kept).
+``"partial"`` (some dropped) or ``"skipped"`` (none arrived: the model is kept), and
+``arrivals_s``: each valid reply's own arrival (seconds after the round's start, before any
+queueing), by partition id. A subclass ends rounds earlier through :meth:`round_complete`
+(e.g. ``fl_gradcode.rivals.FirstK``: at the first ``K`` arrivals).
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from ..results import RoundRecorder
 from . import protocol
 from .clock import VirtualClock
 
-__all__ = ["TIMING_KEY", "DeadlineFedAvg", "train_timing_mod"]
+__all__ = ["TIMING_KEY", "DeadlineFedAvg", "reply_bytes", "train_timing_mod"]
 
 #: ConfigRecord a plain train reply carries: ``partition-id`` and ``compute-s`` (Flower's
 #: FedAvg checks only the ArrayRecord and the MetricRecord, so the app's metrics stay its own).
@@ -82,7 +85,7 @@ def train_timing_mod(msg: Message, context: Context, call_next: Callable) -> Mes
     return reply
 
 
-def _reply_bytes(msg: Message) -> int:
+def reply_bytes(msg: Message) -> int:
     """Bytes of the values a reply's arrays hold (read from their headers: no copy)."""
     return int(sum(protocol.array_view(a).nbytes
                    for rec in msg.content.array_records.values() for a in rec.values()))
@@ -185,6 +188,12 @@ class DeadlineFedAvg(FedAvg):
                          + self.compute_cost_s * load + delay + transfer)
         return out
 
+    def round_complete(self, arrived: list[int]) -> bool:
+        """Whether the round may end at once with the replies ``arrived`` (nodes, in arrival
+        order, all by the deadline): never here (the round ends at the deadline or at the last
+        arrival); a subclass closes it earlier (e.g. at the first ``K`` arrivals)."""
+        return False
+
     def aggregate_train(
         self, server_round: int, replies: Any
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
@@ -204,11 +213,11 @@ class DeadlineFedAvg(FedAvg):
             rec = msg.content.config_records[TIMING_KEY]
             metrics = next(iter(msg.content.metric_records.values()), MetricRecord())
             timings[node] = (int(rec["partition-id"]), float(rec["compute-s"]),
-                             int(metrics.get(self.weighted_by_key, 0)), _reply_bytes(msg))
+                             int(metrics.get(self.weighted_by_key, 0)), reply_bytes(msg))
         # an infinite delay (a device off, e.g. latency=fedscale) never arrives: no reply
         arrivals = {n: t for n, t in self.arrivals(server_round, timings).items()
                     if np.isfinite(t)}
-        window = self.clock.window(arrivals, lambda used: False, len(self._sent))
+        window = self.clock.window(arrivals, self.round_complete, len(self._sent))
         self.clock.finish_round(self._sent, arrivals, window.end,
                                 answered=[m.metadata.src_node_id for m in errors])
         used = set(window.used)
@@ -229,6 +238,8 @@ class DeadlineFedAvg(FedAvg):
             "num_examples": sum(timings[n][2] for n in used),
             "bytes_up": sum(t[3] for t in timings.values()),
             "compute_s": sum(t[1] for t in timings.values()),
+            # each valid reply's own arrival (s after the round's start, before any queueing)
+            "arrivals_s": {str(pid[n]): float(t) for n, t in sorted(arrivals.items())},
             "virtual_s": float(self.clock.now),
             "round_virtual_s": float(window.end - self.clock.round_start),
             "round_deadline_s": self.deadline,

@@ -13,6 +13,7 @@ MODULE_OF = {
     "gradient_coding_mod": "mod", "make_gradient_coding_mod": "mod", "partition_seed": "mod",
     "PROTOCOL_KEY": "protocol", "RejectedReply": "protocol", "GradientCoding": "wrapper",
     "CodePolicy": "policy", "FixedCodePolicy": "policy", "AdaptiveCodePolicy": "policy",
+    "seeded_sampling": "sampling",
 }
 
 

@@ -1,0 +1,1 @@
+"""The experiment scripts (run as scripts, or imported: ``python -m experiments.compare``)."""

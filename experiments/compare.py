@@ -1,0 +1,385 @@
+"""The one benchmark command: gradient coding against what a Flower user would run instead.
+
+``python -m experiments.compare [--task digits-logreg] [--latency persistent] [--n 20]
+[--cohort N] [--methods auto,wait-for-all,deadline,deadline-best,first-k,fedbuff,grouped-rs:2]
+[--seeds 10-19] [--rounds 30] [--target 0.85] [--set KEY=VALUE ...] [--out FILE.json]
+[--quick]``
+
+Every method runs in this process on the main job's ClientApp over an in-process grid, in
+virtual time (:mod:`experiments.rival_runs`), on the same seeds, data, cohorts and latency
+draws. A task and a latency regime are names in ``experiments/grid.toml`` (the
+pre-registered grid, which is also the registry: each is a table of the app's run-config
+keys); ``--set KEY=VALUE`` adds any run-config key of ``fl_gradcode/config/keys.py`` (values
+parsed as the key's type), so any setting outside the grid can be run.
+
+Methods: ``auto`` (the main job: ``s=auto``), ``CODE:s`` (a fixed code), ``wait-for-all``,
+``deadline`` (the stated rule's deadline, from the wait-for-all runs of the development seeds
+``--dev-seeds``), ``deadline-best`` (the best deadline in hindsight on the grid of
+multiples of the stated one, chosen on the reported seeds), ``first-k`` (over-commitment) and
+``fedbuff`` (buffered asynchronous aggregation).
+
+The JSON: ``{"settings": {...}, "runs": [{"method", "seed", "time_to_target",
+"final_accuracy", "rounds", "bytes_up", "client_compute_s", ...}], "summary": {...}}``;
+``summary[method]`` holds the paired per-seed ratios method / auto (time to target, client
+compute, bytes up) with their geometric mean and a 95 % bootstrap interval over seeds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import time
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from experiments.rival_runs import RIVALS, Cell, parse_code, run_coded, run_rival
+
+__all__ = ["Cell", "compare", "load_grid", "lookup", "main", "run_coded", "run_rival",
+           "summarize"]
+
+GRID = Path(__file__).with_name("grid.toml")
+DEFAULT_METHODS = ("auto", "wait-for-all", "deadline", "deadline-best", "first-k", "fedbuff")
+#: The quick slice (< 60 s): every kind of method on a small federation, one seed.
+QUICK = {"n": 6, "rounds": 3, "seeds": [0], "dev_seeds": [0], "target": 0.4,
+         "methods": [*DEFAULT_METHODS, "grouped-rs:1"]}
+
+
+# ============================================================================= the registry
+def load_grid(path: Path = GRID) -> dict[str, Any]:
+    """The pre-registered grid (``experiments/grid.toml``)."""
+    with open(path, "rb") as fh:
+        return tomllib.load(fh)
+
+
+def lookup(grid: Mapping[str, Any], kind: str, name: str) -> dict[str, Any]:
+    """The table ``[kind.name]`` (``kind``: ``tasks`` or ``latency``); a placeholder or an
+    unknown name is refused, naming the ones there are."""
+    tables = grid.get(kind, {})
+    if name not in tables:
+        raise ValueError(f"unknown {kind} {name!r}; experiments/grid.toml has "
+                         f"{sorted(tables)}")
+    table = tables[name]
+    if table.get("placeholder"):
+        raise ValueError(f"{kind} {name!r} is a placeholder in experiments/grid.toml (its run "
+                         "config is not defined yet): fill its table in, or pick another")
+    return dict(table)
+
+
+def parse_sets(pairs: Sequence[str]) -> dict[str, Any]:
+    """``["latency-p=0.1", ...]`` -> run-config values, each parsed as its key's type."""
+    from fl_gradcode.config.keys import key
+
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        name, sep, text = pair.partition("=")
+        if not sep:
+            raise ValueError(f"--set {pair!r}: expected KEY=VALUE")
+        try:
+            entry = key(name)
+        except KeyError:
+            raise ValueError(f"--set {pair!r}: unknown run-config key {name!r} (see "
+                             "fl_gradcode/config/keys.py)") from None
+        if text in entry.also:
+            out[name] = text
+            continue
+        kind = entry.value_type
+        if kind is bool:
+            if text.lower() not in ("true", "false"):
+                raise ValueError(f"--set {pair!r}: {name} takes true or false")
+            out[name] = text.lower() == "true"
+        else:
+            try:
+                out[name] = kind(text)
+            except ValueError:
+                raise ValueError(f"--set {pair!r}: {name} takes a {kind.__name__}") from None
+    return out
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``"0,1,2"`` or ``"10-19"`` (or both, comma separated)."""
+    seeds: list[int] = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        lo, sep, hi = part.partition("-")
+        if sep and lo.isdigit() and hi.isdigit():
+            seeds.extend(range(int(lo), int(hi) + 1))
+        elif part.lstrip("-").isdigit():
+            seeds.append(int(part))
+        else:
+            raise ValueError(f"--seeds {text!r}: expected integers like 0,1,2 or 10-19")
+    return seeds
+
+
+def check_methods(methods: Sequence[str]) -> list[str]:
+    known = (*DEFAULT_METHODS,)
+    for method in methods:
+        if method not in known:
+            parse_code(method)  # CODE:s, or a clear error
+    return list(methods)
+
+
+def check_cell(cell: Cell, task: str, seeds: Sequence[int]) -> None:
+    """Refuse, before any run, run-config keys the table does not know (or of the wrong
+    type) and a task whose data cannot be split into ``n`` partitions (e.g. 1,437 digits
+    into 1,000 Dirichlet partitions), naming the task and ``n``."""
+    from fl_gradcode.data import run_partitions
+
+    for seed in seeds:
+        cfg = cell.config(seed)
+        try:
+            run_partitions(cfg, cell.n)
+        except ValueError as exc:
+            raise ValueError(f"task {task!r} cannot be split into n={cell.n} partitions "
+                             f"(partitioner {cfg['partitioner']!r}, seed {seed}): {exc}; "
+                             "use a smaller --n, another partitioner (--set partitioner=iid) "
+                             "or a task with more data") from exc
+
+
+# ============================================================================= the runs
+class Runner:
+    """Runs each ``(method, seed)`` once (wait-for-all and deadline runs are reused by the
+    deadline rules)."""
+
+    def __init__(self, cell: Cell, log: Callable[[str], None] = print) -> None:
+        self.cell = cell
+        self.log = log
+        self.cache: dict[tuple, dict[str, Any]] = {}
+
+    def _run(self, key: tuple, make: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        if key not in self.cache:
+            record = make()
+            self.cache[key] = record
+            self.log(f"  {key[0]:>14} seed {record['seed']:>3}: time to target "
+                     f"{_fmt(record['time_to_target'])} s, final "
+                     f"{_fmt(record['final_accuracy'], '.3f')}, {record['rounds']} rounds, "
+                     f"compute {record['client_compute_s']:.1f} s ({record['wall_s']:.1f} s)")
+        return self.cache[key]
+
+    def coded(self, method: str, seed: int) -> dict[str, Any]:
+        return self._run((method, seed), lambda: run_coded(method, seed, self.cell))
+
+    def rival(self, method: str, seed: int) -> dict[str, Any]:
+        return self._run((method, seed), lambda: run_rival(method, seed, self.cell))
+
+    def deadline(self, deadline: float, seed: int, label: str) -> dict[str, Any]:
+        record = self._run(("deadline", round(deadline, 12), seed),
+                           lambda: run_rival("deadline", seed, self.cell, deadline))
+        return {**record, "method": label}
+
+    def stated_deadline(self, dev_seeds: Sequence[int], quantile: float,
+                        slack: float) -> float:
+        from fl_gradcode.rivals import stated_deadline
+
+        times = [t for seed in dev_seeds
+                 for t in self.rival("wait-for-all", seed)["client_times_s"]]
+        return stated_deadline(times, quantile, slack)
+
+
+def best_deadline(records: Mapping[float, list[dict[str, Any]]]) -> float:
+    """The grid deadline with the most seeds reaching the target, then the lowest median
+    time to target, then the highest mean final accuracy."""
+    def score(deadline: float) -> tuple:
+        runs = records[deadline]
+        times = [r["time_to_target"] for r in runs if r["time_to_target"] is not None]
+        finals = [r["final_accuracy"] or 0.0 for r in runs]
+        return (-len(times), float(np.median(times)) if times else math.inf,
+                -float(np.mean(finals)), deadline)
+
+    return min(records, key=score)
+
+
+def compare(cell: Cell, methods: Sequence[str], seeds: Sequence[int],
+            dev_seeds: Sequence[int], rules: Mapping[str, Any],
+            log: Callable[[str], None] = print) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Every method on every seed: ``(runs, deadline facts)``."""
+    from fl_gradcode.rivals import deadline_grid
+
+    runner = Runner(cell, log)
+    runs: list[dict[str, Any]] = []
+    facts: dict[str, Any] = {}
+    needs_deadline = {"deadline", "deadline-best"} & set(methods)
+    stated = None
+    if needs_deadline:
+        stated = runner.stated_deadline(dev_seeds, float(rules["deadline_quantile"]),
+                                        float(rules["deadline_slack"]))
+        facts["stated_deadline_s"] = stated
+        facts["deadline_rule"] = (f"{rules['deadline_slack']} x the "
+                                  f"{rules['deadline_quantile']} quantile of wait-for-all's "
+                                  f"client times on development seeds {list(dev_seeds)}")
+    for method in methods:
+        if method == "deadline":
+            runs += [runner.deadline(stated, seed, "deadline") for seed in seeds]
+        elif method == "deadline-best":
+            grid = deadline_grid(stated, rules["deadline_grid"])
+            tried = {d: [runner.deadline(d, seed, "deadline-best") for seed in seeds]
+                     for d in grid}
+            best = best_deadline(tried)
+            facts["deadline_best_s"] = best
+            facts["deadline_grid_s"] = grid
+            facts["deadline_grid_results"] = [
+                {"deadline_s": d,
+                 "reached": sum(r["time_to_target"] is not None for r in rs),
+                 "median_time_to_target": _median([r["time_to_target"] for r in rs]),
+                 "mean_final_accuracy": float(np.mean([r["final_accuracy"] or 0.0
+                                                       for r in rs]))}
+                for d, rs in tried.items()]
+            runs += tried[best]
+        elif method in RIVALS:
+            runs += [runner.rival(method, seed) for seed in seeds]
+        else:
+            runs += [runner.coded(method, seed) for seed in seeds]
+    return runs, facts
+
+
+# ============================================================================= the summary
+def _median(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return float(np.median(known)) if known else None
+
+
+def bootstrap_ratio(ratios: Sequence[float], resamples: int, seed: int) -> dict[str, Any]:
+    """Geometric mean of paired per-seed ratios and its 95 % percentile interval by
+    bootstrap over seeds (seeded)."""
+    logs = np.log(np.asarray(ratios, dtype=np.float64))
+    if logs.size == 0:
+        return {"geomean": None, "ci95": None}
+    rng = np.random.default_rng(seed)
+    means = logs[rng.integers(0, logs.size, size=(resamples, logs.size))].mean(axis=1)
+    lo, hi = np.percentile(means, [2.5, 97.5])
+    return {"geomean": float(np.exp(logs.mean())), "ci95": [float(np.exp(lo)),
+                                                            float(np.exp(hi))]}
+
+
+def summarize(runs: Sequence[Mapping[str, Any]], rules: Mapping[str, Any],
+              reference: str = "auto") -> dict[str, Any]:
+    """Per method: paired per-seed ratios method / ``reference`` (seeds where both are
+    defined), their geometric mean and bootstrap interval; seeds where either missed the
+    target are counted, not guessed."""
+    by = {(r["method"], r["seed"]): r for r in runs}
+    methods = list(dict.fromkeys(r["method"] for r in runs))
+    resamples, seed = int(rules["bootstrap_resamples"]), int(rules["bootstrap_seed"])
+    out: dict[str, Any] = {}
+    for method in methods:
+        seeds = [s for m, s in by if m == method]
+        entry: dict[str, Any] = {
+            "seeds": len(seeds),
+            "reached_target": sum(by[method, s]["time_to_target"] is not None for s in seeds),
+            "median_time_to_target": _median([by[method, s]["time_to_target"]
+                                              for s in seeds]),
+            "mean_final_accuracy": float(np.mean([by[method, s]["final_accuracy"] or 0.0
+                                                  for s in seeds])),
+        }
+        if method != reference:
+            paired = [s for s in seeds if (reference, s) in by]
+            for metric in ("time_to_target", "client_compute_s", "bytes_up"):
+                ratios = {s: by[method, s][metric] / by[reference, s][metric] for s in paired
+                          if by[method, s][metric] and by[reference, s][metric]}
+                entry[f"{metric}_vs_{reference}"] = {
+                    "per_seed": {str(s): ratios.get(s) for s in paired},
+                    **bootstrap_ratio(list(ratios.values()), resamples, seed),
+                }
+        out[method] = entry
+    return out
+
+
+def _fmt(value: float | None, spec: str = ".2f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+# ============================================================================= the command
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m experiments.compare",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--task", default="digits-logreg")
+    parser.add_argument("--latency", default="persistent",
+                        help="a latency regime of experiments/grid.toml ('' : the key "
+                             "table's defaults)")
+    parser.add_argument("--n", type=int, default=20)
+    parser.add_argument("--cohort", type=int, default=0, help="default: n")
+    parser.add_argument("--methods", default=",".join(DEFAULT_METHODS))
+    parser.add_argument("--seeds", default="10-19")
+    parser.add_argument("--dev-seeds", default="0-2",
+                        help="seeds whose wait-for-all runs fix the stated deadline")
+    parser.add_argument("--rounds", type=int, default=0, help="default: grid.toml's")
+    parser.add_argument("--target", type=float, default=None, help="default: the task's")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--out", default="results/compare.json")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"the quick slice: {QUICK}")
+    args = parser.parse_args(argv)
+    import torch
+
+    flwr_logger, threads = logging.getLogger("flwr"), torch.get_num_threads()
+    level = flwr_logger.level
+    flwr_logger.setLevel(logging.ERROR)
+    torch.set_num_threads(1)  # small models: threads only contend
+    try:
+        return _main(args)
+    finally:
+        flwr_logger.setLevel(level)
+        torch.set_num_threads(threads)
+
+
+def _main(args: argparse.Namespace) -> int:
+    grid = load_grid()
+    rules = grid["rules"]
+    task = lookup(grid, "tasks", args.task)
+    regime = lookup(grid, "latency", args.latency)["run_config"] if args.latency else {}
+    n = QUICK["n"] if args.quick else args.n
+    cohort = args.cohort or n
+    if not 1 <= cohort <= n:
+        raise SystemExit(f"--cohort {cohort}: expected 1..n (n={n})")
+    rounds = QUICK["rounds"] if args.quick else (args.rounds or int(grid["scale"]["rounds"]))
+    seeds = QUICK["seeds"] if args.quick else parse_seeds(args.seeds)
+    dev_seeds = QUICK["dev_seeds"] if args.quick else parse_seeds(args.dev_seeds)
+    methods = check_methods(QUICK["methods"] if args.quick else
+                            [m.strip() for m in args.methods.split(",") if m.strip()])
+    target = float(args.target if args.target is not None
+                   else QUICK["target"] if args.quick else task["target"])
+    run_config = {**task["run_config"], **regime, **parse_sets(args.set)}
+    cell = Cell(run_config=run_config, n=n, cohort=cohort, rounds=rounds, target=target,
+                overcommit=float(rules["overcommit"]),
+                fedbuff_buffer_fraction=float(rules["fedbuff_buffer_fraction"]),
+                fedbuff_server_lr=float(rules["fedbuff_server_lr"]))
+    check_cell(cell, args.task, [*seeds, *dev_seeds])
+    t0 = time.perf_counter()
+    print(f"compare: task {args.task}, latency {args.latency or 'key-table defaults'}, "
+          f"n={n}, cohort={cohort}, {rounds} rounds, target {target}, seeds {seeds}")
+    runs, facts = compare(cell, methods, seeds, dev_seeds, rules)
+    result = {
+        "settings": {
+            "task": args.task, "latency": args.latency, "n": n, "cohort": cohort,
+            "rounds": rounds, "target": target, "methods": methods, "seeds": seeds,
+            "dev_seeds": dev_seeds, "set": parse_sets(args.set), "run_config": run_config,
+            "quick": bool(args.quick), "first_k": {"k": cell.first_k(),
+                                                   "overcommit": cell.overcommit},
+            "fedbuff": {"buffer_size": cell.fedbuff_buffer(), "concurrency": cohort,
+                        "server_lr": cell.fedbuff_server_lr,
+                        "server_steps": cell.fedbuff_steps()},
+            **facts,
+        },
+        "runs": runs,
+        "summary": summarize(runs, rules) if "auto" in methods else {},
+        "runtime_s": time.perf_counter() - t0,
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    for method, entry in result["summary"].items():
+        ratio = entry.get("time_to_target_vs_auto", {})
+        print(f"{method:>16}: reached {entry['reached_target']}/{entry['seeds']}, median "
+              f"time {_fmt(entry['median_time_to_target'])} s, final "
+              f"{entry['mean_final_accuracy']:.3f}"
+              + (f", time / auto {_fmt(ratio.get('geomean'))} {ratio.get('ci95')}"
+                 if ratio else ""))
+    print(f"wrote {out} ({result['runtime_s']:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,220 @@
+"""One run of one method of ``python -m experiments.compare``, in process and in virtual time.
+
+Every method runs the main job's ClientApp (``clients.app.make_client_app``: the real train
+handler, ``train_timing_mod`` and the coding mod) on an in-process grid (no Ray, no
+``flwr run``), with the main job's run config (``fl_gradcode/config/keys.py``) for data,
+model, latency draws and seeds, and each round's cohort drawn from the seed
+(:func:`fl_gradcode.flower.seeded_sampling`):
+
+* ``auto`` and ``CODE:s``: the main job's coded strategy (``server.app.build``) with ``s=auto``
+  or the fixed exact code ``CODE`` tolerating ``s``;
+* ``wait-for-all``, ``deadline`` (a given deadline), ``first-k``, ``fedbuff``: the public
+  rivals of :mod:`fl_gradcode.rivals` over the same initial model, evaluation and train config
+  (``server.app.build_rival``).
+
+A counting mod inside the coding mod sees every partition a client computes (no update is
+shared between replicas: ``make_gradient_coding_mod(None)``), late and wasted work included, so
+``client_compute_s`` is the compute the virtual clock charges for all of them: the measured
+seconds when ``virtual-compute=measured``, plus ``partition-cost-s`` times the partition's
+size over the mean partition size.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from flwr.app import Context, Message, MessageType
+
+from fl_gradcode.config import merge_config
+from fl_gradcode.data import run_partitions
+from fl_gradcode.flower import make_gradient_coding_mod, seeded_sampling
+from fl_gradcode.rivals import (
+    DeadlineFedAvg,
+    FedBuff,
+    FirstK,
+    WaitForAll,
+    train_timing_mod,
+)
+
+#: Methods that are not a fixed code (``CODE:s``) and need no deadline of their own.
+RIVALS = ("wait-for-all", "first-k", "fedbuff")
+
+
+@dataclass
+class ComputeCounter:
+    """A client mod (innermost) recording ``(partition id, seconds)`` of every train call."""
+
+    calls: list[tuple[int, float]] = field(default_factory=list)
+
+    def __call__(self, msg: Message, context: Context, call_next: Any) -> Message:
+        if msg.metadata.message_type != MessageType.TRAIN:
+            return call_next(msg, context)
+        t0 = time.perf_counter()
+        reply = call_next(msg, context)
+        self.calls.append((int(context.node_config.get("partition-id", -1)),
+                           time.perf_counter() - t0))
+        return reply
+
+
+@dataclass(frozen=True)
+class Cell:
+    """What every method of one comparison shares: the merged run config (seed aside), the
+    number of nodes, the cohort, the rounds and the target accuracy."""
+
+    run_config: Mapping[str, Any]
+    n: int
+    cohort: int
+    rounds: int
+    target: float
+    overcommit: float = 1.3
+    fedbuff_buffer_fraction: float = 0.25
+    fedbuff_server_lr: float = 1.0
+
+    def config(self, seed: int, **extra: Any) -> dict[str, Any]:
+        """The run config of one run: the cell's keys, ``seed``, the rounds, the cohort as
+        ``fraction-train`` (Flower samples ``int(n * fraction)``: +0.5 guards the rounding)
+        and ``extra``; unknown keys and wrong types are refused by ``merge_config``."""
+        fraction = 1.0 if self.cohort >= self.n else (self.cohort + 0.5) / self.n
+        return merge_config({**self.run_config, "seed": int(seed), "num-rounds": self.rounds,
+                             "fraction-train": fraction, "timing": "virtual",
+                             "num-clients": self.n, "results-dir": "", **extra})
+
+    def first_k(self) -> int:
+        """``K`` of first-k: the cohort when ``ceil(c K)`` nodes exist, else ``floor(n / c)``."""
+        if math.ceil(self.overcommit * self.cohort - 1e-9) <= self.n:
+            return self.cohort
+        return max(1, int(self.n / self.overcommit + 1e-9))
+
+    def fedbuff_buffer(self) -> int:
+        return max(1, math.ceil(self.fedbuff_buffer_fraction * self.cohort - 1e-9))
+
+    def fedbuff_steps(self) -> int:
+        """Server steps with as many client updates as ``rounds`` synchronous rounds."""
+        return self.rounds * math.ceil(self.cohort / self.fedbuff_buffer())
+
+
+def _client_app(counter: ComputeCounter) -> Any:
+    from clients.app import fault_injection_mod, make_client_app
+
+    return make_client_app([train_timing_mod, fault_injection_mod,
+                            make_gradient_coding_mod(None), counter])
+
+
+def _summary(method: str, seed: int, rows: list[dict[str, Any]], cell: Cell,
+             cfg: Mapping[str, Any], counter: ComputeCounter, wall_s: float,
+             **extra: Any) -> dict[str, Any]:
+    """One run's record of the JSON (``runs``)."""
+    _, index = run_partitions(cfg, cell.n)
+    sizes = np.array([len(p) for p in index], dtype=np.float64)
+    mean = float(sizes.mean()) if sizes.size and sizes.mean() > 0 else 1.0
+    measured = str(cfg["virtual-compute"]) == "measured"
+    cost = float(cfg["partition-cost-s"])
+    compute = sum((seconds if measured else 0.0)
+                  + cost * (sizes[pid] / mean if 0 <= pid < sizes.size else 1.0)
+                  for pid, seconds in counter.calls)
+    reached = [r for r in rows if r.get("accuracy") is not None
+               and r["accuracy"] >= cell.target]
+    return {
+        "method": method,
+        "seed": int(seed),
+        "time_to_target": float(reached[0]["virtual_s"]) if reached else None,
+        "final_accuracy": rows[-1]["accuracy"] if rows else None,
+        "rounds": len(rows),
+        "bytes_up": int(sum(int(r.get("bytes_up") or 0) for r in rows)),
+        "client_compute_s": float(compute),
+        "total_virtual_s": float(rows[-1]["virtual_s"]) if rows else 0.0,
+        "partitions_computed": len(counter.calls),
+        "measured_compute_s": float(sum(s for _, s in counter.calls)),
+        "wall_s": wall_s,
+        # (virtual s, test accuracy, test loss) after each round / server step
+        "accuracy_curve": [[float(r["virtual_s"]), r.get("accuracy"), r.get("loss")]
+                           for r in rows],
+        **extra,
+    }
+
+
+def parse_code(method: str) -> tuple[str, int]:
+    """``"grouped-rs:2"`` -> ``("grouped-rs", 2)``; a clear error for anything else."""
+    name, _, s = method.partition(":")
+    if not name or not s.isdigit():
+        raise ValueError(f"method {method!r}: a fixed code is written CODE:s, e.g. "
+                         "'grouped-rs:2'")
+    return name, int(s)
+
+
+def run_coded(method: str, seed: int, cell: Cell) -> dict[str, Any]:
+    """``auto`` or ``CODE:s``: the main job's coded strategy."""
+    from server.app import build
+
+    extra = {"s": "auto"} if method == "auto" else dict(zip(("code", "s"),
+                                                            parse_code(method), strict=True))
+    cfg = cell.config(seed, **extra)
+    from fl_gradcode.flower.testing import InProcessGrid
+
+    strategy, initial, evaluate_fn, train_config = build(cfg, cell.n)
+    seeded_sampling(strategy, int(seed))
+    counter = ComputeCounter()
+    grid = InProcessGrid(_client_app(counter), cell.n, run_config=cfg)
+    t0 = time.perf_counter()
+    strategy.start(grid=grid, initial_arrays=initial, num_rounds=cell.rounds, timeout=3600,
+                   train_config=train_config, evaluate_fn=evaluate_fn)
+    return _summary(method, seed, strategy.history, cell, cfg, counter,
+                    time.perf_counter() - t0)
+
+
+def run_rival(method: str, seed: int, cell: Cell, deadline: float | None = None,
+              label: str | None = None) -> dict[str, Any]:
+    """``wait-for-all``, ``first-k``, ``fedbuff``, or ``deadline`` with ``deadline`` seconds
+    (recorded as ``label``, default the method)."""
+    from fl_gradcode.flower.testing import InProcessGrid
+    from server.app import build_rival, run_latency
+
+    cfg = cell.config(seed, rival="fedavg")
+    _, initial, evaluate_fn, train_config = build_rival(cfg, cell.n)
+    _, index = run_partitions(cfg, cell.n)
+    common = {
+        "latency": run_latency(cfg), "seed": int(seed),
+        "partition_sizes": [len(p) for p in index],
+        "measured_compute": str(cfg["virtual-compute"]) == "measured",
+        "compute_cost_s": float(cfg["partition-cost-s"]),
+        "upload_bandwidth": float(cfg["upload-bandwidth"]) or None,
+        "fraction_evaluate": 0.0, "min_available_nodes": 1,
+    }
+    sample = {"fraction_train": float(cfg["fraction-train"]), "min_train_nodes": cell.cohort}
+    rounds, extra = cell.rounds, {}
+    if method == "wait-for-all":
+        strategy = WaitForAll(**common, **sample)
+    elif method == "deadline":
+        if deadline is None:
+            raise ValueError("the deadline method needs a deadline")
+        strategy = DeadlineFedAvg(deadline=deadline, **common, **sample)
+        extra = {"deadline_s": float(deadline)}
+    elif method == "first-k":
+        strategy = FirstK(k=cell.first_k(), overcommit=cell.overcommit, **common)
+        extra = {"k": cell.first_k(), "sampled": strategy.sample_size}
+    elif method == "fedbuff":
+        strategy = FedBuff(buffer_size=cell.fedbuff_buffer(), concurrency=cell.cohort,
+                           server_lr=cell.fedbuff_server_lr, **common)
+        rounds = cell.fedbuff_steps()
+        extra = {"buffer_size": cell.fedbuff_buffer(), "concurrency": cell.cohort}
+    else:
+        raise ValueError(f"method {method!r} is not a rival; expected one of "
+                         f"{(*RIVALS, 'deadline')}")
+    if method != "fedbuff":
+        seeded_sampling(strategy, int(seed))
+    counter = ComputeCounter()
+    grid = InProcessGrid(_client_app(counter), cell.n, run_config=cfg)
+    t0 = time.perf_counter()
+    strategy.start(grid=grid, initial_arrays=initial, num_rounds=rounds, timeout=3600,
+                   train_config=train_config, evaluate_fn=evaluate_fn)
+    record = _summary(label or method, seed, strategy.history, cell, cfg, counter,
+                      time.perf_counter() - t0, **extra)
+    if method == "wait-for-all":  # the client times the stated deadline rule reads
+        record["client_times_s"] = [t for row in strategy.history
+                                    for t in row["arrivals_s"].values()]
+    return record

@@ -1,0 +1,307 @@
+"""FedBuff: buffered asynchronous aggregation, simulated on the coded runs' virtual clock.
+
+Nguyen et al., *Federated Learning with Buffered Asynchronous Aggregation*, AISTATS 2022
+(https://arxiv.org/abs/2106.06639), Algorithm 1. There are no rounds: up to ``concurrency``
+clients train at any time, each on the global model current when it was sent; a finished
+update ``Δ_i = θ_i − θ_sent`` with staleness ``τ_i`` (server steps applied since its model was
+sent) is added to a buffer with weight ``(1 + τ_i)^(−1/2)``; after ``buffer_size`` (``K``)
+updates the server applies ``θ ← θ + η_g · (Σ_i w_i Δ_i) / K`` and every idle slot is given
+to a client drawn uniformly at random (seeded) among the idle ones, with the new model.
+
+In virtual time it is an event simulation: a client's update arrives at its start plus its
+compute plus the latency drawn for it (``client_delay(latency, worker=partition id,
+round_index=j, load, seed)`` for the client's ``j``-th job, the draw of round ``j`` in a
+synchronous run), exactly as the coded runs' arrivals; a client's compute is run (through the
+grid, in this process) when it is sent its model. Each server step is one row of ``history``
+(and ``rounds.jsonl``), with ``virtual_s`` the time it was applied.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from logging import WARNING
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from flwr.app import (
+    Array,
+    ArrayRecord,
+    ConfigRecord,
+    Message,
+    MessageType,
+    MetricRecord,
+    RecordDict,
+)
+from flwr.common.logger import log
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import FedAvg, Result
+
+from ..flower.deadline import TIMING_KEY, reply_bytes
+from ..latency import LatencyModel, client_delay
+from ..results import RoundRecorder
+
+__all__ = ["FedBuff", "staleness_weight"]
+
+
+def staleness_weight(tau: int, exponent: float = 0.5) -> float:
+    """FedBuff's weight of an update ``tau`` server steps stale: ``(1 + tau)^-exponent``
+    (``1/sqrt(1 + tau)`` by default)."""
+    if tau < 0:
+        raise ValueError(f"staleness tau={tau!r} must be >= 0")
+    return float((1.0 + tau) ** -exponent)
+
+
+class FedBuff(FedAvg):
+    """Buffered asynchronous aggregation (Nguyen et al., AISTATS 2022) as a Flower strategy.
+
+    ``start(..., num_rounds=R)`` applies ``R`` server steps of ``buffer_size`` updates each.
+
+    Parameters
+    ----------
+    buffer_size : int
+        ``K``: updates per server step (``>= 1``).
+    concurrency : int, optional
+        Clients training at any time (default: every connected node; at most that many).
+    server_lr : float
+        ``η_g`` (``> 0``).
+    staleness_exponent : float
+        Weight ``(1 + τ)^-exponent`` (``0.5``: the paper's ``1/sqrt(1 + τ)``; 0: unweighted).
+    latency, seed, partition_sizes, measured_compute, compute_cost_s, upload_bandwidth,
+    results_dir, run_config :
+        As :class:`~fl_gradcode.flower.deadline.DeadlineFedAvg`'s; ``seed`` also draws which
+        idle client is sent the model next. The load of a client is its partition's size over
+        the mean partition size (1 without ``partition_sizes``).
+    **fedavg : Any
+        FedAvg's own arguments (``arrayrecord_key``, ``configrecord_key``, ...).
+    """
+
+    def __init__(
+        self,
+        *,
+        buffer_size: int,
+        concurrency: int | None = None,
+        server_lr: float = 1.0,
+        staleness_exponent: float = 0.5,
+        latency: LatencyModel | None = None,
+        seed: int = 0,
+        partition_sizes: Sequence[int] | None = None,
+        measured_compute: bool = True,
+        compute_cost_s: float = 0.0,
+        upload_bandwidth: float | None = None,
+        results_dir: str | None = None,
+        run_config: Mapping[str, Any] | None = None,
+        **fedavg: Any,
+    ) -> None:
+        super().__init__(**fedavg)
+        if isinstance(buffer_size, bool) or not isinstance(buffer_size, int) or buffer_size < 1:
+            raise ValueError(f"buffer_size={buffer_size!r} must be an integer >= 1")
+        if concurrency is not None and (isinstance(concurrency, bool)
+                                        or not isinstance(concurrency, int) or concurrency < 1):
+            raise ValueError(f"concurrency={concurrency!r} must be an integer >= 1 or None")
+        if not (math.isfinite(server_lr) and server_lr > 0):
+            raise ValueError(f"server_lr={server_lr!r} must be > 0")
+        if not (math.isfinite(staleness_exponent) and staleness_exponent >= 0):
+            raise ValueError(f"staleness_exponent={staleness_exponent!r} must be >= 0")
+        if compute_cost_s < 0:
+            raise ValueError(f"compute_cost_s={compute_cost_s!r} must be >= 0")
+        if upload_bandwidth is not None and not upload_bandwidth > 0:
+            raise ValueError(f"upload_bandwidth={upload_bandwidth!r} must be > 0 bytes/s or None")
+        self.buffer_size = buffer_size
+        self.concurrency = concurrency
+        self.server_lr = float(server_lr)
+        self.staleness_exponent = float(staleness_exponent)
+        self.latency = latency
+        self.seed = int(seed)
+        self.partition_sizes = None if partition_sizes is None else [int(x)
+                                                                     for x in partition_sizes]
+        self.measured_compute = bool(measured_compute)
+        self.compute_cost_s = float(compute_cost_s)
+        self.upload_bandwidth = None if upload_bandwidth is None else float(upload_bandwidth)
+        self.history: list[dict[str, Any]] = []
+        self.recorder = (RoundRecorder(Path(results_dir), dict(run_config or {}))
+                         if results_dir else None)
+        self.now = 0.0  # virtual seconds
+
+    # ------------------------------------------------------------------ one client's job
+    def load(self, pid: int) -> float:
+        """A client's load: its partition's size over the mean (1 when unknown)."""
+        sizes = self.partition_sizes
+        if sizes is None or not 0 <= pid < len(sizes) or not np.mean(sizes) > 0:
+            return 1.0
+        return sizes[pid] / float(np.mean(sizes))
+
+    def arrival(self, pid: int, job: int, compute_s: float, nbytes: int) -> float:
+        """Seconds from a job's start to its update's arrival (compute, latency, upload)."""
+        load = self.load(pid)
+        delay = 0.0 if self.latency is None else client_delay(
+            self.latency, worker=pid, round_index=job, load=load, seed=self.seed)
+        transfer = 0.0 if self.upload_bandwidth is None else nbytes / self.upload_bandwidth
+        return ((compute_s if self.measured_compute else 0.0) + self.compute_cost_s * load
+                + delay + transfer)
+
+    def _parse(self, reply: Message | None, sent: Mapping[str, np.ndarray],
+               node: int) -> tuple[dict[str, np.ndarray] | None, int, float, int, str]:
+        """``(delta or None, partition id, compute s, examples, reason)`` of one reply; a
+        reply that cannot be used is ``None`` with the reason (never raised: one bad reply
+        does not stop the run), except a reply without the timing record (a setup error)."""
+        if reply is None:
+            return None, -1, 0.0, 0, "no reply"
+        if reply.has_error():
+            return None, -1, 0.0, 0, f"error reply: {reply.error.reason}"
+        if TIMING_KEY not in reply.content.config_records:
+            raise ValueError(
+                f"the train reply of node {node} has no {TIMING_KEY!r} record: FedBuff needs "
+                "train_timing_mod in the ClientApp's mods "
+                "(ClientApp(mods=[train_timing_mod, ...]))")
+        timing = reply.content.config_records[TIMING_KEY]
+        pid, compute = int(timing["partition-id"]), float(timing["compute-s"])
+        metrics = next(iter(reply.content.metric_records.values()), MetricRecord())
+        examples = int(metrics.get(self.weighted_by_key, 0))
+        records = list(reply.content.array_records.values())
+        if len(records) != 1 or set(records[0].keys()) != set(sent):
+            return None, pid, compute, examples, "arrays do not match the model's"
+        delta = {}
+        for name, array in records[0].items():
+            value = np.asarray(array.numpy(), dtype=np.float64)
+            if value.shape != sent[name].shape or not np.all(np.isfinite(value)):
+                return None, pid, compute, examples, f"array {name!r}: bad shape or values"
+            delta[name] = value - sent[name]
+        return delta, pid, compute, examples, ""
+
+    # ------------------------------------------------------------------ the run
+    def start(
+        self,
+        grid: Grid,
+        initial_arrays: ArrayRecord,
+        num_rounds: int = 3,
+        timeout: float = 3600,
+        train_config: ConfigRecord | None = None,
+        evaluate_config: ConfigRecord | None = None,
+        evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
+    ) -> Result:
+        """Run ``num_rounds`` server steps; ``evaluate_fn(step, arrays)`` after each (and at
+        step 0). Returns Flower's ``Result`` (the final arrays, the server-side metrics)."""
+        train_config = ConfigRecord() if train_config is None else train_config
+        result = Result()
+        dtypes = {k: v.numpy().dtype for k, v in initial_arrays.items()}
+        model = {k: np.asarray(v.numpy(), dtype=np.float64) for k, v in initial_arrays.items()}
+        if evaluate_fn is not None:
+            res = evaluate_fn(0, initial_arrays)
+            if res is not None:
+                result.evaluate_metrics_serverapp[0] = res
+        nodes = sorted(grid.get_node_ids())
+        if not nodes:
+            raise ValueError("FedBuff: no node is connected")
+        slots = min(self.concurrency or len(nodes), len(nodes))
+        rng = np.random.default_rng([self.seed, 0xFEDB])
+        jobs = dict.fromkeys(nodes, 0)
+        busy: set[int] = set()
+        events: list[tuple[float, int, int, dict]] = []  # (arrival, seq, node, job record)
+        version, seq = 0, 0
+        buffer: dict[str, np.ndarray] = {}
+        used: list[dict[str, Any]] = []
+        counters = {"bytes_up": 0, "compute_s": 0.0, "rejected": 0, "arrived": 0}
+        step_start, wall0 = 0.0, time.monotonic()
+        last_reason = ""
+
+        def arrays_of(values: Mapping[str, np.ndarray]) -> ArrayRecord:
+            return ArrayRecord({k: Array(v.astype(dtypes[k])) for k, v in values.items()})
+
+        def dispatch() -> None:
+            nonlocal seq
+            idle = [n for n in nodes if n not in busy]
+            node = idle[int(rng.integers(len(idle)))]
+            jobs[node] += 1
+            config = ConfigRecord({**dict(train_config), "server-round": jobs[node]})
+            msg = Message(RecordDict({self.arrayrecord_key: arrays_of(model),
+                                      self.configrecord_key: config}),
+                          message_type=MessageType.TRAIN, dst_node_id=node,
+                          group_id=str(jobs[node]))
+            replies = list(grid.send_and_receive([msg], timeout=timeout))
+            reply = replies[0] if replies else None
+            delta, pid, compute, examples, reason = self._parse(reply, model, node)
+            nbytes = reply_bytes(reply) if delta is not None else 0
+            if pid < 0:  # no usable timing: the client's latency alone
+                pid = nodes.index(node)
+            arrive = self.now + self.arrival(pid, jobs[node], compute, nbytes)
+            busy.add(node)
+            heapq.heappush(events, (arrive, seq, node, {
+                "delta": delta, "pid": pid, "version": version, "compute": compute,
+                "examples": examples, "bytes": nbytes, "reason": reason}))
+            seq += 1
+
+        while len(busy) < slots:
+            dispatch()
+        while version < num_rounds and events:
+            if counters["rejected"] > 100 * max(slots, self.buffer_size):
+                log(WARNING, "FedBuff: %d updates in a row could not be used (last: %s); "
+                    "stopping after %d server steps", counters["rejected"], last_reason,
+                    version)
+                break
+            arrive, _, node, job = heapq.heappop(events)
+            self.now = max(self.now, arrive)
+            busy.discard(node)
+            counters["arrived"] += 1
+            counters["compute_s"] += job["compute"]
+            counters["bytes_up"] += job["bytes"]
+            if job["delta"] is None:
+                counters["rejected"] += 1
+                last_reason = job["reason"]
+            else:
+                tau = version - job["version"]
+                weight = staleness_weight(tau, self.staleness_exponent)
+                for name, value in job["delta"].items():
+                    buffer[name] = buffer.get(name, 0.0) + weight * value
+                used.append({"pid": job["pid"], "staleness": tau, "examples": job["examples"]})
+            if len(used) == self.buffer_size:
+                for name in model:
+                    model[name] = model[name] + self.server_lr * buffer[name] / self.buffer_size
+                version += 1
+                arrays = arrays_of(model)
+                evaluation = evaluate_fn(version, arrays) if evaluate_fn is not None else None
+                if evaluation is not None:
+                    result.evaluate_metrics_serverapp[version] = evaluation
+                self._record(version, used, counters, step_start, wall0, evaluation, arrays)
+                buffer, used = {}, []
+                counters = dict.fromkeys(counters, 0)
+                counters["compute_s"] = 0.0
+                step_start, wall0 = self.now, time.monotonic()
+            while len(busy) < slots:
+                dispatch()
+        result.arrays = arrays_of(model)
+        return result
+
+    def _record(self, version: int, used: list[dict[str, Any]], counters: Mapping[str, Any],
+                step_start: float, wall0: float, evaluation: MetricRecord | None,
+                arrays: ArrayRecord) -> None:
+        row: dict[str, Any] = {
+            "round": version,
+            "decode": "buffered",
+            "clients_used": [u["pid"] for u in used],
+            "staleness": [u["staleness"] for u in used],
+            "stragglers": [],
+            "late_dropped": 0,
+            "rejected": int(counters["rejected"]),
+            "decode_error": None,
+            "num_examples": int(sum(u["examples"] for u in used)),
+            "updates_arrived": int(counters["arrived"]),
+            "bytes_up": int(counters["bytes_up"]),
+            "compute_s": float(counters["compute_s"]),
+            "virtual_s": float(self.now),
+            "round_virtual_s": float(self.now - step_start),
+            "round_deadline_s": None,
+            "wall_s": time.monotonic() - wall0,
+            "accuracy": None,
+            "loss": None,
+        }
+        for key in ("accuracy", "loss"):
+            if evaluation is not None and key in evaluation:
+                row[key] = float(evaluation[key])
+        self.history.append(row)
+        if self.recorder is not None:
+            self.recorder.save_model({k: v.numpy() for k, v in arrays.items()})
+            self.recorder.record(row)

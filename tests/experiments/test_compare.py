@@ -1,0 +1,156 @@
+"""``python -m experiments.compare``: the quick slice runs, writes the documented JSON, and its
+numbers hold together; wait-for-all's curve is the numpy FedAvg oracle's (full-batch gradient
+descent on the union of the partitions: FedAvg of one gradient step per partition, weighted
+by examples, is exactly that)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from experiments import compare
+
+RUN_KEYS = {"method", "seed", "time_to_target", "final_accuracy", "rounds", "bytes_up",
+            "client_compute_s"}
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    out = tmp_path_factory.mktemp("compare") / "quick.json"
+    assert compare.main(["--quick", "--out", str(out)]) == 0
+    return json.loads(out.read_text())
+
+
+def test_the_quick_slice_writes_every_method_with_the_documented_keys(quick):
+    settings = quick["settings"]
+    assert {"task", "n", "cohort", "rounds", "target", "methods", "seeds"} <= set(settings)
+    assert settings["task"] == "digits-logreg" and settings["cohort"] == settings["n"]
+    methods = settings["methods"]
+    assert set(methods) >= {"auto", "wait-for-all", "deadline", "deadline-best", "first-k",
+                            "fedbuff", "grouped-rs:1"}
+    runs = {(r["method"], r["seed"]): r for r in quick["runs"]}
+    assert set(runs) == {(m, s) for m in methods for s in settings["seeds"]}
+    for run in quick["runs"]:
+        assert RUN_KEYS <= set(run), run["method"]
+        assert run["rounds"] >= settings["rounds"]
+        assert run["bytes_up"] > 0 and run["client_compute_s"] > 0
+    assert set(quick["summary"]) == set(methods)
+    assert "time_to_target_vs_auto" in quick["summary"]["wait-for-all"]
+
+
+def test_the_quick_slice_numbers_are_consistent(quick):
+    settings, runs = quick["settings"], quick["runs"]
+    by = {r["method"]: r for r in runs}
+    for run in runs:
+        curve = run["accuracy_curve"]
+        times = [t for t, _, _ in curve]
+        assert times == sorted(times) and run["total_virtual_s"] == times[-1]
+        assert run["final_accuracy"] == curve[-1][1]
+        if run["time_to_target"] is None:
+            assert all(a < settings["target"] for _, a, _ in curve)
+        else:
+            assert run["time_to_target"] <= run["total_virtual_s"]
+            first = next(t for t, a, _ in curve if a >= settings["target"])
+            assert run["time_to_target"] == first
+    # every partition computed is charged, late and wasted work included
+    n, rounds = settings["n"], settings["rounds"]
+    assert by["wait-for-all"]["partitions_computed"] == n * rounds
+    assert by["first-k"]["partitions_computed"] == n * rounds  # ceil(1.3 K) = n sampled
+    assert by["grouped-rs:1"]["partitions_computed"] > n * rounds  # s + 1 per client
+    # a deadline run's rounds last at most its deadline
+    for method in ("deadline", "deadline-best"):
+        ends = [0.0] + [t for t, _, _ in by[method]["accuracy_curve"]]
+        assert max(np.diff(ends)) <= by[method]["deadline_s"] + 1e-9
+    best = settings["deadline_best_s"]
+    assert best in settings["deadline_grid_s"]
+    assert by["deadline-best"]["deadline_s"] == best
+    assert math.isclose(settings["deadline_grid_s"][3], settings["stated_deadline_s"])
+    # the summary's ratios are the runs' own
+    ratio = quick["summary"]["wait-for-all"]["client_compute_s_vs_auto"]["per_seed"]["0"]
+    assert ratio == pytest.approx(by["wait-for-all"]["client_compute_s"]
+                                  / by["auto"]["client_compute_s"])
+
+
+def _softmax_gd_oracle(cell, seed):
+    """Full-batch gradient descent of softmax regression in numpy, the test accuracy and
+    mean cross-entropy after each step."""
+    from fl_gradcode.data import run_partitions
+    from fl_gradcode.learning import make_model
+
+    cfg = cell.config(seed)
+    data, index = run_partitions(cfg, cell.n)
+    model = make_model("logreg", data.input_shape, data.num_classes, seed)
+    weight = model[1].weight.detach().numpy().copy()
+    bias = model[1].bias.detach().numpy().copy()
+    idx = np.concatenate(index)
+    x = data.x_train[idx].reshape(len(idx), -1)
+    y = np.eye(data.num_classes)[data.y_train[idx]]
+    xt, yt = data.x_test.reshape(len(data.y_test), -1), data.y_test
+    lr, out = float(cfg["lr"]), []
+
+    def softmax(z):
+        z = z - z.max(axis=1, keepdims=True)
+        e = np.exp(z)
+        return e / e.sum(axis=1, keepdims=True)
+
+    for _ in range(cell.rounds):
+        p = softmax(x @ weight.T + bias)
+        weight = weight - lr * (p - y).T @ x / len(x)
+        bias = bias - lr * (p - y).mean(axis=0)
+        q = softmax(xt @ weight.T + bias)
+        out.append((float((q.argmax(axis=1) == yt).mean()),
+                    float(-np.log(q[np.arange(len(yt)), yt]).mean())))
+    return out
+
+
+def test_wait_for_all_follows_the_numpy_fedavg_oracle():
+    grid = compare.load_grid()
+    cell = compare.Cell(run_config={**grid["tasks"]["digits-logreg"]["run_config"],
+                                    **grid["latency"]["bimodal"]["run_config"]},
+                        n=5, cohort=5, rounds=3, target=0.5)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        run = compare.run_rival("wait-for-all", 4, cell)
+    finally:
+        torch.set_num_threads(threads)
+    expected = _softmax_gd_oracle(cell, 4)
+    got = [(a, loss) for _, a, loss in run["accuracy_curve"]]
+    assert [a for a, _ in got] == [a for a, _ in expected]
+    np.testing.assert_allclose([loss for _, loss in got], [loss for _, loss in expected],
+                               rtol=1e-9)
+
+
+def test_a_setting_outside_the_grid_and_bad_values_are_handled():
+    assert compare.parse_sets(["latency=bimodal", "latency-p=0.3", "stop-late-work=true"]) \
+        == {"latency": "bimodal", "latency-p": 0.3, "stop-late-work": True}
+    assert compare.parse_seeds("0,3,10-12") == [0, 3, 10, 11, 12]
+    with pytest.raises(ValueError, match="unknown run-config key 'latency-q'"):
+        compare.parse_sets(["latency-q=1"])
+    with pytest.raises(ValueError, match="latency-p takes a float"):
+        compare.parse_sets(["latency-p=high"])
+    with pytest.raises(ValueError, match=r"is a placeholder in experiments/grid.toml"):
+        compare.lookup(compare.load_grid(), "tasks", "mnist1d-cnn")
+    with pytest.raises(ValueError, match="a fixed code is written CODE:s"):
+        compare.check_methods(["auto", "grouped-rs"])
+
+
+def test_the_bootstrap_interval_is_seeded_and_holds_the_geometric_mean():
+    ratios = [1.5, 2.0, 3.0, 2.5]
+    a = compare.bootstrap_ratio(ratios, 2000, 0)
+    assert a == compare.bootstrap_ratio(ratios, 2000, 0)
+    assert a["geomean"] == pytest.approx(float(np.exp(np.mean(np.log(ratios)))))
+    assert a["ci95"][0] <= a["geomean"] <= a["ci95"][1]
+
+
+def test_a_task_that_cannot_be_split_n_ways_is_refused_before_any_run(tmp_path):
+    """1,437 training digits cannot be split into 1,000 Dirichlet partitions."""
+    with pytest.raises(ValueError, match=r"task 'digits-logreg' cannot be split into n=1000 "
+                                         r"partitions \(partitioner 'dirichlet', seed 10\)"):
+        compare.main(["--n", "1000", "--cohort", "100", "--seeds", "10",
+                      "--out", str(tmp_path / "x.json")])
+    assert not (tmp_path / "x.json").exists()

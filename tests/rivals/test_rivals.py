@@ -1,0 +1,255 @@
+"""The rivals (``fl_gradcode.rivals``) against numpy references of what each should apply.
+
+The numpy app (``tests/apps/numpy_app.py``) moves partition ``j``'s model towards its own
+target on ``10 + j`` examples; arrivals come from a fixed table (``FixedArrivals``, compute not
+measured), so the references below replay, in plain numpy, what each rival's definition says
+it applies: FedAvg over every reply (wait-for-all), FedAvg over exactly the first ``K``
+arrivals by virtual time, work queued behind a client's late job (first-k), and
+staleness-weighted buffered updates (FedBuff)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from flwr.app import ArrayRecord, ConfigRecord, Error, Message
+
+from fl_gradcode.flower.testing import InProcessGrid
+from fl_gradcode.rivals import (
+    FedBuff,
+    FirstK,
+    WaitForAll,
+    deadline_grid,
+    staleness_weight,
+    stated_deadline,
+    train_timing_mod,
+)
+from tests.apps.numpy_app import (
+    LR,
+    as_dict,
+    assert_model,
+    call_app,
+    fedavg,
+    initial_arrays,
+    make_app,
+    theta0,
+)
+from tests.flower.harness import FixedArrivals
+
+pytestmark = pytest.mark.filterwarnings("ignore:fraction_evaluate")
+
+
+def _start(strategy, n, rounds, app=None):
+    models = {}
+
+    def evaluate_fn(server_round, arrays):
+        models[server_round] = as_dict(arrays)
+
+    result = strategy.start(grid=InProcessGrid(app or make_app(train_timing_mod), n),
+                            initial_arrays=initial_arrays(), num_rounds=rounds,
+                            train_config=ConfigRecord({"lr": LR}), evaluate_fn=evaluate_fn)
+    return result, models
+
+
+def _sync(cls, table, **kwargs):
+    return cls(latency=FixedArrivals(table), measured_compute=False, fraction_evaluate=0.0,
+               min_available_nodes=1, **kwargs)
+
+
+# ============================================================================= wait for all
+TABLE = {1: [0.5, 2.0, 0.1, 3.0], 2: [1.0, 0.2, 4.0, 0.3], 3: [0.7, 0.6, 0.5, 0.4]}
+
+
+def test_wait_for_all_applies_fedavg_of_every_reply_and_lasts_its_slowest_arrival():
+    strategy = _sync(WaitForAll, TABLE, min_train_nodes=1)
+    result, models = _start(strategy, 4, 3)
+    theta = theta0()
+    for r in (1, 2, 3):
+        theta = fedavg(theta, range(4), 4)
+        assert_model(models[r], theta)
+    assert_model(as_dict(result.arrays), theta)
+    assert [row["round_virtual_s"] for row in strategy.history] == pytest.approx([3.0, 4.0, 0.7])
+    assert strategy.history[-1]["virtual_s"] == pytest.approx(7.7)
+    assert all(row["late_dropped"] == 0 and row["decode"] == "all" for row in strategy.history)
+
+
+def test_wait_for_all_refuses_a_deadline():
+    with pytest.raises(ValueError, match="WaitForAll waits for every reply: it takes no "
+                                         "deadline"):
+        WaitForAll(deadline=2.0)
+
+
+# ============================================================================= first-k
+def _first_k_reference(table, n, k, rounds):
+    """FedAvg of the first ``k`` arrivals of each round; a client late in a round is busy
+    until its reply arrives, and its next job starts then (a SuperNode runs one message after
+    the other). Returns the models and each round's (kept partitions, end time)."""
+    theta, now, busy_until = theta0(), 0.0, [0.0] * n
+    models, rounds_out = {}, []
+    for r in range(1, rounds + 1):
+        start = now
+        arrive = [start + max(busy_until[p] - start, 0.0) + table[r][p] for p in range(n)]
+        order = sorted(range(n), key=lambda p: (arrive[p], p))
+        kept = order[:k]
+        now = arrive[kept[-1]]
+        for p in range(n):
+            busy_until[p] = max(busy_until[p], arrive[p])
+        theta = fedavg(theta, kept, n)
+        models[r] = theta
+        rounds_out.append((sorted(kept), now))
+    return models, rounds_out
+
+
+def test_first_k_applies_fedavg_of_exactly_the_first_k_arrivals_with_late_work_queued():
+    """k=3, overcommit 1.3: ceil(3.9) = 4 sampled (every node); in round 1 partition 3
+    arrives at 3.0 s, after the round ended at 2.0 s, so its round-2 job waits until then."""
+    strategy = _sync(FirstK, TABLE, k=3)
+    _, models = _start(strategy, 4, 3)
+    expected, per_round = _first_k_reference(TABLE, 4, 3, 3)
+    for r in (1, 2, 3):
+        assert_model(models[r], expected[r])
+    assert [row["clients_used"] for row in strategy.history] == [k for k, _ in per_round]
+    assert [row["virtual_s"] for row in strategy.history] == pytest.approx(
+        [t for _, t in per_round])
+    assert [row["late_dropped"] for row in strategy.history] == [1, 1, 1]
+
+
+def test_first_k_samples_ceil_c_k_nodes_and_keeps_the_fastest_k_of_them():
+    n, k = 10, 5
+    times = {1: [float(10 - p) for p in range(n)]}  # partition 9 is the fastest
+    strategy = _sync(FirstK, times, k=k, overcommit=1.3)
+    _, models = _start(strategy, n, 1)
+    row = strategy.history[0]
+    sampled = sorted(row["clients_used"] + row["stragglers"])
+    assert len(sampled) == math.ceil(1.3 * k) == 7
+    fastest = sorted(sorted(sampled, key=lambda p: times[1][p])[:k])
+    assert row["clients_used"] == fastest
+    assert_model(models[1], fedavg(theta0(), fastest, n))
+
+
+def test_first_k_refuses_more_samples_than_connected_nodes_naming_the_numbers():
+    strategy = _sync(FirstK, TABLE, k=4, overcommit=1.3)
+    with pytest.raises(ValueError, match=r"^FirstK\(k=4, overcommit=1.3\) samples 6 nodes but "
+                                         r"only 4 are connected: lower k or overcommit$"):
+        _start(strategy, 4, 1)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"k": 0}, "k=0 must be an integer >= 1"),
+    ({"k": 2, "overcommit": 0.9}, "overcommit=0.9 must be a number >= 1"),
+    ({"k": 2, "fraction_train": 0.5}, "do not pass fraction_train"),
+])
+def test_first_k_refuses_bad_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        FirstK(**kwargs)
+
+
+# ============================================================================= deadline rule
+def test_the_stated_deadline_is_three_times_the_75th_percentile_and_the_grid_holds_it():
+    times = np.arange(1.0, 101.0)
+    assert stated_deadline(times) == pytest.approx(3 * np.quantile(times, 0.75))
+    base = stated_deadline(times)
+    assert base in deadline_grid(base)
+    with pytest.raises(ValueError, match="arrivals: expected non-negative finite seconds"):
+        stated_deadline([1.0, float("nan")])
+
+
+# ============================================================================= FedBuff
+def _fedbuff_reference(table, n, k, server_lr, steps, exponent=0.5):
+    """Every client always busy (concurrency = n): a finished client is sent the current
+    model at once. Update ``theta_j - theta_sent`` weighted ``(1 + tau)^-exponent``; every
+    ``k`` updates ``theta += server_lr * sum / k``. ``table[job][p]``: client ``p``'s
+    ``job``-th job's duration. Returns the model after each step and each step's time."""
+    theta, version = theta0(), 0
+    jobs = [1] * n
+    running = {p: (table[1][p], version, theta) for p in range(n)}  # p -> (arrival, v, sent)
+    buffer, count, models, times = None, 0, {}, {}
+    while version < steps:
+        p = min(running, key=lambda q: (running[q][0], q))
+        arrive, sent_version, sent = running.pop(p)
+        new, _, _ = call_app(sent, p, n)
+        w = (1.0 + version - sent_version) ** -exponent
+        delta = {name: w * (new[name] - sent[name]) for name in sent}
+        buffer = delta if buffer is None else {m: buffer[m] + delta[m] for m in buffer}
+        count += 1
+        if count == k:
+            theta = {m: theta[m] + server_lr * buffer[m] / k for m in theta}
+            version += 1
+            models[version], times[version] = theta, arrive
+            buffer, count = None, 0
+        jobs[p] += 1
+        running[p] = (arrive + table[jobs[p]][p], version, theta)
+    return models, times
+
+
+FEDBUFF_TABLE = {j: [0.3 + 0.1 * ((j * 7 + p * 3) % 5) + p * 0.25 for p in range(3)]
+                 for j in range(1, 12)}
+
+
+@pytest.mark.parametrize("exponent", [0.5, 0.0])
+def test_fedbuff_applies_staleness_weighted_buffered_updates(exponent):
+    strategy = FedBuff(buffer_size=2, concurrency=3, server_lr=0.7,
+                       staleness_exponent=exponent, latency=FixedArrivals(FEDBUFF_TABLE),
+                       measured_compute=False)
+    result, models = _start(strategy, 3, 5)
+    expected, times = _fedbuff_reference(FEDBUFF_TABLE, 3, 2, 0.7, 5, exponent)
+    for step in range(1, 6):
+        assert_model(models[step], expected[step])
+    assert_model(as_dict(result.arrays), expected[5])
+    assert [row["virtual_s"] for row in strategy.history] == pytest.approx(
+        [times[s] for s in range(1, 6)])
+    # some update was stale, else the weights were not exercised
+    assert any(any(row["staleness"]) for row in strategy.history)
+
+
+def test_fedbuff_with_one_step_of_every_fresh_update_is_the_unweighted_mean_update():
+    table = {1: [1.0, 2.0, 3.0], 2: [10.0, 10.0, 10.0]}  # the next jobs arrive later
+    strategy = FedBuff(buffer_size=3, concurrency=3, server_lr=1.0,
+                       latency=FixedArrivals(table), measured_compute=False)
+    _, models = _start(strategy, 3, 1)
+    theta = theta0()
+    updates = [call_app(theta, p, 3)[0] for p in range(3)]
+    expected = {m: theta[m] + sum(u[m] - theta[m] for u in updates) / 3 for m in theta}
+    assert_model(models[1], expected)
+    assert strategy.history[0]["staleness"] == [0, 0, 0]
+
+
+def test_a_fedbuff_error_reply_is_counted_and_the_run_goes_on():
+    def app(msg, context):
+        if int(context.node_config["partition-id"]) == 1:
+            return Message(Error(0, "client crashed"), reply_to=msg)
+        return make_app(train_timing_mod)(msg, context)
+
+    strategy = FedBuff(buffer_size=2, concurrency=3, latency=FixedArrivals(FEDBUFF_TABLE),
+                       measured_compute=False)
+    _, models = _start(strategy, 3, 3, app=app)
+    assert sorted(models) == [0, 1, 2, 3]
+    assert all(1 not in row["clients_used"] for row in strategy.history)
+    assert sum(row["rejected"] for row in strategy.history) >= 1
+
+
+def test_the_staleness_weight_is_one_over_the_root_of_one_plus_tau():
+    assert [staleness_weight(t) for t in (0, 3, 8)] == pytest.approx([1.0, 0.5, 1 / 3])
+    with pytest.raises(ValueError, match="staleness tau=-1 must be >= 0"):
+        staleness_weight(-1)
+
+
+def test_fedbuff_needs_the_timing_mod_and_says_so():
+    strategy = FedBuff(buffer_size=1, measured_compute=False)
+    with pytest.raises(ValueError, match=r"needs train_timing_mod in the ClientApp's mods"):
+        _start(strategy, 2, 1, app=make_app())
+
+
+def test_fedbuff_refuses_bad_arguments():
+    with pytest.raises(ValueError, match="buffer_size=0 must be an integer >= 1"):
+        FedBuff(buffer_size=0)
+    with pytest.raises(ValueError, match=r"server_lr=0\.0 must be > 0"):
+        FedBuff(buffer_size=1, server_lr=0.0)
+
+
+def test_the_rivals_are_flower_fedavg_subclasses():
+    from flwr.serverapp.strategy import FedAvg
+
+    assert all(issubclass(cls, FedAvg) for cls in (WaitForAll, FirstK, FedBuff))
+    assert isinstance(initial_arrays(), ArrayRecord)
