@@ -18,7 +18,8 @@ Node config keys:
   answered, across restarts (one line per answered round; locked while read and appended),
   and its release ledger: each line also names the partitions released, the ``dp`` mode, the
   ``noise-multiplier`` and, for ``dp='partition'`` (the one mode whose noise the node adds
-  itself), each partition's ε after that release (Opacus' RDP accountant at ``dp-delta``).
+  itself), each partition's ε after that release (composed as Opacus' RDP accountant does, at
+  ``dp-delta``).
 * ``dp-max-releases``: an integer ``>= 1`` (default: no limit). The most releases of any one
   partition this node makes (whatever the nonce); further instructions holding a spent
   partition are refused.
@@ -59,6 +60,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..privacy import gaussian_epsilon
 from .protocol import Instruction
 
 __all__ = ["ACCEPTED_MODES", "NodePolicy", "PolicyError", "Release", "ReplayGuard",
@@ -331,18 +333,10 @@ def _same_round(entry: Mapping[str, Any], key: Mapping[str, Any]) -> bool:
 
 def ledger_epsilon(multipliers: list[float], delta: float) -> float:
     """ε at ``delta`` of releases, each a Gaussian mechanism of noise multiplier
-    ``multipliers[k]`` on the same partition (sample rate 1), composed with Opacus' RDP
-    accountant (Mironov, "Renyi Differential Privacy", CSF 2017); ``inf`` if one is 0."""
-    if not multipliers:
-        return 0.0
-    if min(multipliers) <= 0:
-        return math.inf
-    from ..privacy import DPConfig, PrivacyAccountant
-
-    acc = PrivacyAccountant(DPConfig(mode="partition", delta=delta), [(1.0, 1.0, 1)])
-    for sigma in multipliers:
-        acc.step(sigma)
-    return acc.epsilon
+    ``multipliers[k]`` on the same partition (sample rate 1), composed as Opacus' RDP
+    accountant composes them (:func:`fl_gradcode.privacy.gaussian_epsilon`: the project's
+    accountant's ε, without importing torch); ``inf`` if one is 0."""
+    return gaussian_epsilon(multipliers, delta)
 
 
 def _ledger_entry(entry: dict, release: Release | None, policy: NodePolicy,

@@ -603,3 +603,18 @@ def test_server_noise_default_nonce_is_the_empty_nonce(tmp_path):
     key = bytes(range(9, 41))
     got = privacy.ServerNoise(key).draw(6, 0.75, 2)
     np.testing.assert_array_equal(got, _central_reference(key, 6, 0.75, 2, ""))
+
+
+def test_gaussian_epsilon_is_the_projects_rdp_accountants_epsilon_without_torch():
+    """The numpy epsilon of composed sample-rate-1 Gaussian mechanisms (the client's release
+    ledger) equals the project's Opacus RDP accountant's, at Opacus' own orders."""
+    from opacus.accountants import RDPAccountant
+
+    assert list(privacy.RDP_ORDERS) == list(RDPAccountant.DEFAULT_ALPHAS)
+    for sigmas, delta in (([1.0], 1e-5), ([2.0, 2.0, 0.7], 1e-6), ([5.0] * 40 + [3.0], 1e-5)):
+        acc = PrivacyAccountant(DPConfig(mode="partition", delta=delta), [(1.0, 1.0, 1)])
+        for sigma in sigmas:
+            acc.step(sigma)
+        assert privacy.gaussian_epsilon(sigmas, delta) == pytest.approx(acc.epsilon, rel=1e-12)
+    assert privacy.gaussian_epsilon([], 1e-5) == 0.0
+    assert privacy.gaussian_epsilon([1.0, 0.0], 1e-5) == math.inf
