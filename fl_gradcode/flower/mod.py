@@ -398,7 +398,8 @@ def _coded_reply(
             raise _Stopped(f"stopped after {index} of {total} partitions: the round's deadline "
                            f"(stop-after-s={instruction.stop_after_s:g} s after the message "
                            "was created) has passed")
-        cache_key = (pid, instruction.num_partitions[index])
+        # a node with a DP policy computes from its own view of the config: never shared
+        cache_key = (pid, instruction.num_partitions[index], policy.active)
         if cache is not None and cache.get("round") != (instruction.nonce, instruction.round):
             cache.clear()  # one round's updates at a time
             cache["round"] = (instruction.nonce, instruction.round)

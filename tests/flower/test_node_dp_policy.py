@@ -155,6 +155,20 @@ def test_a_server_config_without_dp_keys_gets_the_instructions_dp_raised_to_the_
     assert np.std(noise) == pytest.approx(1.5 * 2.0, rel=0.15)
 
 
+def test_in_a_shared_simulation_cache_a_policy_node_never_reuses_a_raw_computation(key_file):
+    """Replicas in one process share computed updates (``cache``): a replica without a policy
+    computes partition 1 raw (its app sees no dp); the replica with dp-required='sample'
+    computes its own, noised."""
+    mod = make_gradient_coding_mod(cache={})
+    inst = _inst(dp="sample", noise_multiplier=1.0)
+    plain = mod(_message(inst), _context(101, **{"dp-key-file": key_file}), NoisyApp())
+    np.testing.assert_allclose(_coded(plain), _raw(1), rtol=1e-12)
+    guarded = mod(_message(_inst(dp="sample", noise_multiplier=1.0, worker=1)),
+                  _context(102, **{"dp-key-file": key_file, "dp-required": "sample"}),
+                  NoisyApp())
+    assert _not_raw(guarded, _raw(1)) == "noised"
+
+
 def test_a_node_without_a_policy_passes_the_train_config_unchanged(key_file):
     app = NoisyApp()
     reply = make_gradient_coding_mod()(
