@@ -148,18 +148,18 @@ class NodePolicy:
         """Raise :class:`PolicyError` if ``instruction`` asks for less privacy than this node
         insists on, or (``dp='sample'``: the app adds the noise) the server's train config or
         the run config asks the app for less."""
-        if self.active and instruction.dp == "sample":
-            for where, cfg in (("train config", train_config or {}), ("run config", run_config)):
-                if "dp" in cfg and cfg["dp"] != "sample":
-                    raise PolicyError(
-                        f"{where} dp={cfg['dp']!r} refused under dp='sample' (the app's DP-SGD "
-                        f"would be off): this node's policy is {self._describe()}")
         mode = instruction.dp
         if mode not in ACCEPTED_MODES[self.dp_required]:
             raise PolicyError(
                 f"dp={mode!r} refused: this node's policy is dp-required="
                 f"{self.dp_required!r} (accepts dp in {ACCEPTED_MODES[self.dp_required]})"
             )
+        if self.active and mode == "sample":
+            for where, cfg in (("train config", train_config or {}), ("run config", run_config)):
+                if "dp" in cfg and cfg["dp"] != "sample":
+                    raise PolicyError(
+                        f"{where} dp={cfg['dp']!r} refused under dp='sample' (the app's DP-SGD "
+                        f"would be off): this node's policy is {self._describe()}")
         floor = self.min_noise_multiplier
         if floor <= 0:
             return
@@ -245,18 +245,20 @@ class ReplayGuard:
 
     def __init__(self) -> None:
         self._answered: set[tuple[Any, ...]] = set()
-        self._ledger: list[dict] = []  # without a dp-state-file: this process's releases
+        # without a dp-state-file, for a node with a budget: this process's releases, per node
+        self._ledger: dict[int, list[dict]] = {}
         self._lock = threading.Lock()
 
     # Flower's simulation engine ships the ClientApp (and so the mod holding this guard) to
     # its Ray actors by pickling it: a lock cannot be pickled, each copy gets its own
     def __getstate__(self) -> dict[str, Any]:
         with self._lock:
-            return {"_answered": set(self._answered), "_ledger": list(self._ledger)}
+            return {"_answered": set(self._answered),
+                    "_ledger": {k: list(v) for k, v in self._ledger.items()}}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._answered = set(state["_answered"])
-        self._ledger = list(state.get("_ledger", []))
+        self._ledger = {k: list(v) for k, v in state.get("_ledger", {}).items()}
         self._lock = threading.Lock()
 
     @staticmethod
@@ -290,12 +292,11 @@ class ReplayGuard:
 
                 if not _file_claim(Path(str(path)), entry, extend):
                     raise PolicyError(f"{why} (recorded in dp-state-file {path})")
-            else:
+            elif release is not None and policy.budgeted:
                 entry = {"node": f"id={int(node_id)}", "nonce": nonce, "round": int(rnd)}
-                entry = _ledger_entry(entry, release, policy, self._ledger,
-                                      " (ledger in this process only: no dp-state-file)")
-                if release is not None:
-                    self._ledger.append(entry)
+                mine = self._ledger.setdefault(int(node_id), [])
+                mine.append(_ledger_entry(entry, release, policy, mine,
+                                          " (ledger in this process only: no dp-state-file)"))
             self._answered.add(memory_key)
 
     def release(self, node_id: int, node_config: Mapping[str, Any], nonce: str, rnd: int) -> None:
@@ -307,9 +308,10 @@ class ReplayGuard:
                 entry = {"node": self._file_label(node_config, node_id), "nonce": nonce,
                          "round": int(rnd)}
                 _file_release(Path(str(path)), entry)
-            else:
+            elif int(node_id) in self._ledger:
                 key = {"node": f"id={int(node_id)}", "nonce": nonce, "round": int(rnd)}
-                self._ledger = [e for e in self._ledger if not _same_round(e, key)]
+                self._ledger[int(node_id)] = [e for e in self._ledger[int(node_id)]
+                                              if not _same_round(e, key)]
 
 
 @dataclass(frozen=True)

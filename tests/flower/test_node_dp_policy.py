@@ -333,6 +333,39 @@ def test_dp_max_releases_refuses_once_spent_even_with_fresh_nonces_and_after_a_r
     assert "partition 1" in both.error.reason  # one spent partition refuses the instruction
 
 
+def test_without_a_state_file_the_budget_holds_for_the_process_and_its_pickled_copies(
+    monkeypatch
+):
+    """No dp-state-file and no keys: the budget still holds, in the mod's memory (a warning
+    says a restart forgets it); a copy shipped to a simulation actor keeps the ledger."""
+    import pickle
+
+    from fl_gradcode.flower import mod as mod_module
+
+    monkeypatch.setattr(mod_module, "_warned_memory_replay", False)
+    mod = make_gradient_coding_mod()
+    cfg = {"dp-max-releases": 2}
+
+    def ask(m, rnd):
+        inst = _inst(round=rnd, nonce=f"n{rnd}", dp="central", noise_multiplier=1.0)
+        return m(_message(inst), _context(**cfg), NoisyApp())
+
+    with pytest.warns(UserWarning, match="its release ledger"):
+        assert not ask(mod, 1).has_error()
+    assert not ask(mod, 2).has_error()
+    reason = ask(mod, 3).error.reason
+    assert "dp-max-releases=2" in reason and "in this process only" in reason
+    # the mod's guard, as Flower's simulation engine ships it to an actor (pickled)
+    from fl_gradcode.flower.client_policy import NodePolicy, PolicyError, Release, ReplayGuard
+
+    guard, budget = ReplayGuard(), NodePolicy(max_releases=1)
+    guard.claim(7, {}, "a", 1, Release((1,), "central", 1.0), budget)
+    copy = pickle.loads(pickle.dumps(guard))
+    with pytest.raises(PolicyError, match="dp-max-releases=1"):
+        copy.claim(7, {}, "b", 1, Release((1,), "central", 1.0), budget)
+    copy.claim(8, {}, "b", 1, Release((1,), "central", 1.0), budget)  # another node's own
+
+
 def test_the_ledger_in_the_state_file_counts_releases_per_partition_with_epsilon(
     tmp_path, key_file
 ):
