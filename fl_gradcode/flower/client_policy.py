@@ -114,6 +114,8 @@ class NodePolicy:
         releases = node_config.get("dp-max-releases", 0)
         if releases in ("", None):
             releases = 0
+        if isinstance(releases, str) and releases.strip().isdigit():
+            releases = int(releases)
         if isinstance(releases, bool) or not isinstance(releases, int) or releases < 0:
             raise ValueError(f"node config dp-max-releases={releases!r}; expected an integer "
                              ">= 1 (or 0: no limit)")
