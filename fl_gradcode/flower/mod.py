@@ -398,8 +398,9 @@ def _coded_reply(
             raise _Stopped(f"stopped after {index} of {total} partitions: the round's deadline "
                            f"(stop-after-s={instruction.stop_after_s:g} s after the message "
                            "was created) has passed")
-        # a node with a DP policy computes from its own view of the config: never shared
-        cache_key = (pid, instruction.num_partitions[index], policy.active)
+        cache_key: tuple = (pid, instruction.num_partitions[index])
+        if policy.active:  # computed from the node's own view of the config: not shared
+            cache_key += ("policy",)
         if cache is not None and cache.get("round") != (instruction.nonce, instruction.round):
             cache.clear()  # one round's updates at a time
             cache["round"] = (instruction.nonce, instruction.round)
