@@ -10,7 +10,11 @@ assigned partition, seeded per (run, round, partition), and sends one coded repl
 example-weighted average is gradient descent on the whole data); ``update=local``:
 ``local-epochs`` of minibatch SGD with minibatch order drawn from the seeded torch RNG (FedAvg
 over partitions). ``dp=sample``: record-level DP-SGD with Opacus, generators drawn from the
-seeded RNG (secret when the node has a partition key).
+seeded RNG (secret when the node has a partition key). ``dp``, ``noise-multiplier`` and
+``clip-norm`` come from the run config updated with the server's train config, but never past
+the node's own policy (node config ``dp-required``, ``dp-min-noise-multiplier``): a config
+asking for less is refused (and under the coding mod a node with a policy is handed the
+instruction's checked values).
 
 ``train_timing_mod`` (outermost) times plain, uncoded train messages for the drop-stragglers
 baseline (``rival``); coded messages pass it untouched. ``fault_injection_mod`` (outside the
@@ -32,6 +36,7 @@ from flwr.clientapp import ClientApp
 from fl_gradcode.config import DEFAULTS, merge_config, worker_list
 from fl_gradcode.data import run_partitions
 from fl_gradcode.flower import gradient_coding_mod, protocol
+from fl_gradcode.flower.client_policy import NodePolicy
 from fl_gradcode.flower.deadline import train_timing_mod
 from fl_gradcode.learning import dp_sgd_update, make_model, partition_update
 
@@ -73,6 +78,9 @@ def as_arrays(theta: np.ndarray, model: torch.nn.Module) -> ArrayRecord:
 def train(msg: Message, context: Context) -> Message:
     """Train partition ``partition-id`` of ``num-partitions`` from the received model."""
     cfg = _config(context, msg)
+    # the node's own DP policy over the dp / sigma the server's config asks for (the coding
+    # mod already hands a node with a policy the instruction's checked values)
+    NodePolicy.from_node_config(context.node_config).check_app_config(cfg)
     pid = int(context.node_config["partition-id"])
     num = int(context.node_config["num-partitions"])
     data, index = run_partitions(cfg, num)

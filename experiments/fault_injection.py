@@ -316,6 +316,10 @@ class Injector:
         self.current_round = 0  # the server's round (told by the inner strategy)
         self.round_starts: dict[int, float] = {}  # round -> time.monotonic() at its start
         self.replays: list[tuple[int, int, bool, str]] = []  # (round, node, refused, detail)
+        # (round, node, kind, outcome, detail) of the DP attacks (fault_kinds.DP_ATTACKS)
+        self.dp_attacks: list[tuple[int, int, str, str, str]] = []
+        self.state_dir: Path | None = None
+        self.key_file = ""
         self._train = None
 
     def kind(self, server_round: int, node: int) -> str | None:
@@ -384,6 +388,13 @@ class Injector:
             self.injected.add((kind, r, node))
             refused, detail = edges.replay(msg, context, self._train, gradient_coding_mod)
             self.replays.append((r, node, refused, detail))
+        if kind in edges.DP_ATTACKS:  # straight to fresh mods of the node with a DP policy
+            self.injected.add((kind, r, node))
+            outcome, detail = edges.dp_attack(
+                kind, self.variant(r, node), msg, context, self._train,
+                lambda theta, clip: self._raw_update(instruction, theta, clip),
+                self.key_file, self.state_dir)
+            self.dp_attacks.append((r, node, kind, outcome, detail))
         if kind == "exception" and (kind, r, node) not in self.injected:
             self.injected.add((kind, r, node))  # raised outside the mod: a ClientApp exception
             raise InjectedFault("injected exception in the outer mod")
@@ -409,6 +420,22 @@ class Injector:
                 self.injected.add((kind, r, node))
                 arrays, meta = edge
         return Message(replies.content(arrays, meta), reply_to=msg)
+
+    def _raw_update(self, instruction: Any, theta: dict[str, np.ndarray],
+                    clip: float | None) -> dict[str, np.ndarray]:
+        """The numpy oracle's coded update of ``instruction`` from ``theta``:
+        ``sum_j c_j n_j clip(theta_j - theta)`` (``clip=None``: unclipped)."""
+        out = {k: np.zeros(np.shape(v)) for k, v in theta.items()}
+        for pid, num, coef in zip(instruction.partition_ids, instruction.num_partitions,
+                                  instruction.coefficients, strict=True):
+            split = None if num == self.scn.n else num
+            delta = {k: -LR * (np.asarray(v, np.float64) - target(pid, k, split))
+                     for k, v in theta.items()}
+            norm = float(np.sqrt(sum(np.sum(d**2) for d in delta.values())))
+            scale = 1.0 if clip is None or norm <= clip else clip / norm
+            for k, d in delta.items():
+                out[k] += coef * num_examples(pid) * scale * d
+        return out
 
     def _compute_s(self, server_round: int) -> float:
         scn, kind = self.scn, self.scn.round_faults.get(server_round)
@@ -466,6 +493,11 @@ class Injector:
         # every node remembers the (nonce, round) pairs it answered (node config
         # dp-state-file), as a deployed node defending its privacy does: a replay is refused
         state_dir = Path(tempfile.mkdtemp(prefix="fault-injection-state-"))
+        self.state_dir = state_dir
+        # the DP attacks' nodes hold a key file (a master key from the scenario's seed)
+        self.key_file = str(state_dir / "dp-keys.json")
+        master = np.random.default_rng([scn.seed, 0xD9]).bytes(32).hex()
+        Path(self.key_file).write_text(json.dumps({"master": master}))
 
         def node_config(node: int) -> dict[str, Any]:
             config: dict[str, Any] = {"dp-state-file": str(state_dir / f"node{node}.jsonl")}
@@ -505,6 +537,7 @@ class Outcome:
     workers: dict[tuple[int, int], int] = field(default_factory=dict)  # (round, node) -> worker
     round_starts: dict[int, float] = field(default_factory=dict)
     replays: list[tuple[int, int, bool, str]] = field(default_factory=list)
+    dp_attacks: list[tuple[int, int, str, str, str]] = field(default_factory=list)
     edge_outcomes: Counter = field(default_factory=Counter)  # "<kind>: <what happened>"
     refused: str | None = None  # GradientCoding refused the configuration (this message)
     exact_missing: int = 0  # exact rounds with a partition missing
@@ -609,6 +642,7 @@ def run_scenario(scn: Scenario) -> Outcome:
     outcome.workers = dict(injector.workers)
     outcome.round_starts = dict(injector.round_starts)
     outcome.replays = list(injector.replays)
+    outcome.dp_attacks = list(injector.dp_attacks)
     outcome.ended_by_node_failure = outcome.crashed or len(outcome.rows) < scn.rounds
     if not outcome.crashed:
         check(outcome, file_rows, theta0)
@@ -790,6 +824,11 @@ def check(out: Outcome, file_rows: list[dict[str, Any]], theta0: dict[str, np.nd
         if not refused:
             bad(f"round {r}: [client defence] node {node} answered a replayed instruction (its "
                 f"round's nonce and round again, another noise-multiplier): {detail}")
+    for r, node, kind, what, detail in out.dp_attacks:
+        out.edge_outcomes[f"{kind}: {what}"] += 1
+        if what == "raw":
+            bad(f"round {r}: [client defence] node {node} with a DP policy made a raw release "
+                f"under {kind}: {detail}")
     for violation in edges.expiry_violations(scn, rows, out.round_starts):
         bad(violation)
     out.exact_missing, out.honest_punished, membership = edges.membership_counts(
@@ -836,6 +875,7 @@ def run_suite(
         edge_outcomes.update(out.edge_outcomes)
         totals["wrong_verified"] += out.wrong_verified
         totals["ended"] += int(out.ended_by_node_failure)
+        totals["raw_dp"] += sum(what == "raw" for _, _, _, what, _ in out.dp_attacks)
         if out.refused is not None:
             refused.append(f"{scn.describe()}: {out.refused}")
         totals["rounds"] += len(out.rows)
@@ -879,6 +919,7 @@ def run_suite(
         "runs_ended_by_node_failure": totals["ended"],
         "exact_rounds_with_partition_missing": totals["exact_missing"],
         "honest_nodes_punished": totals["honest_punished"],
+        "raw_releases_by_dp_nodes": totals["raw_dp"],
         "edge_fault_outcomes": dict(sorted(edge_outcomes.items())),
         "configurations_refused": refused,
         "invariant_violations": violations,
@@ -909,7 +950,8 @@ def report(result: dict[str, Any]) -> str:
         f"corrupted models: {result['corrupted_models']}",
         f"edge faults: {result['edge_faults']}; wrong models applied as verified: "
         f"{result['wrong_models_applied_as_verified']}; runs ended by a node's failure: "
-        f"{result['runs_ended_by_node_failure']}",
+        f"{result['runs_ended_by_node_failure']}; raw releases by nodes with a DP policy: "
+        f"{result['raw_releases_by_dp_nodes']}",
         *(f"  {k:<40} {v}" for k, v in result["edge_fault_outcomes"].items()),
         f"configurations refused: {len(result['configurations_refused'])}",
         *(f"  - {v}" for v in result["configurations_refused"]),

@@ -22,6 +22,19 @@ Per ``(round, node)``:
   instruction (same nonce and round) is sent again straight to the node's
   ``gradient_coding_mod`` with another noise multiplier; the mod must refuse it (an error
   reply or an exception), whatever the server does;
+* ``dp-off-config`` (a client defence): the node's instruction is sent again, as
+  ``dp='sample'`` at ``noise-multiplier=1``, to a fresh ``gradient_coding_mod`` of the node
+  with a DP policy (node config ``dp-required='sample'`` or ``dp-min-noise-multiplier=1``, a
+  key file, its own ``dp-state-file``), the app doing its own noise when its config says
+  ``dp='sample'`` (as the project's ClientApp's DP-SGD does), and a server train config that
+  says ``dp='none'``, or ``dp='sample'`` at ``noise-multiplier=0``, or nothing about DP; the
+  reply must be refused or noised, never the raw update (numpy: ``sum_j c_j n_j (theta_j -
+  theta)``);
+* ``dp-model-split`` (a client defence): the instruction is sent as ``dp='partition'``
+  (``noise-multiplier=1``, ``clip-norm=1``) to two fresh replicas of the node with
+  ``dp-required='partition'`` (one ``(nonce, round)``), one given the round's model and one
+  the model moved by about 1e-3: the difference of their releases must keep noise (with
+  identical keyed noise it is the exact difference of the clipped updates);
 * ``lost-reply``: the grid loses the reply (never delivered); under wallclock timing the node
   must be free (not ``busy``) again in every round that starts at least
   :data:`EXPIRY_BOUND_S` seconds after the round whose reply was lost.
@@ -55,7 +68,8 @@ round recorded ``exact`` or ``approx`` with ``verified == "verified"`` has the o
 (``wrong_models_applied_as_verified`` counts the rounds that do not); the model of an exact
 round is the oracle's FedAvg over the partitions of that round (every partition when every node
 is sampled, whoever failed its handshake or made a false claim); a replayed instruction is
-refused; a lost reply's node is free again in time.
+refused; a lost reply's node is free again in time; a node with a DP policy makes no raw
+release (``raw_releases_by_dp_nodes``: 0).
 """
 
 from __future__ import annotations
@@ -64,17 +78,20 @@ import copy
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
-from flwr.app import ConfigRecord, Context, Error, Message, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Error, Message, RecordDict
 from flwr.serverapp.strategy import FedAvg
 
 EDGE_FORGING = ("public-forger", "sparse-forger", "overflow", "size-forgery",
                 "size-forgery-consistent")
 #: Forgeries that leave the model's values alone (a decoded one must give the oracle's model).
 MODEL_NEUTRAL = ("size-forgery",)
-EDGE_NODE_FAULTS = (*EDGE_FORGING, "replayed-nonce", "lost-reply")
+#: Server-side attacks on a node's DP policy, sent straight to the node's mod.
+DP_ATTACKS = ("dp-off-config", "dp-model-split")
+EDGE_NODE_FAULTS = (*EDGE_FORGING, "replayed-nonce", "lost-reply", *DP_ATTACKS)
 HANDSHAKE_FAULTS = ("handshake-error", "handshake-silent")
 IDENTITY_FAULTS = ("identity-clash", "claims-0-of-1")
 RUN_FAULTS = HANDSHAKE_FAULTS + IDENTITY_FAULTS
@@ -83,7 +100,9 @@ MEMBERSHIP_FAULTS = ("dead-from-start", "impostor-roster", "sybil-tie")
 MEMBERSHIP_RATE = 0.2
 EDGE_FAULTS = EDGE_NODE_FAULTS + RUN_FAULTS + MEMBERSHIP_FAULTS
 #: Kinds the client (``gradient_coding_mod``) must defend against by itself.
-CLIENT_DEFENCES = ("replayed-nonce",)
+CLIENT_DEFENCES = ("replayed-nonce", *DP_ATTACKS)
+#: Noise parameters of the DP attacks; the model move of ``dp-model-split``.
+DP_SIGMA, DP_CLIP, DP_MOVE = 1.0, 1.0, 1e-3
 
 #: The model of a scenario with a forger that needs coordinates a 2,048-coordinate sample
 #: misses: one more array of 4,096 values.
@@ -238,6 +257,109 @@ def replay(msg: Message, context: Context, train: Callable[[Message, Context], M
         reason = split_reason(reply.error.reason)[0]  # without the client's traceback
         return True, f"error reply {reply.error.code}: {reason}"[:200]
     return False, "answered"
+
+
+def noisy_app(train: Callable[[Message, Context], Message]) -> Callable[..., Message]:
+    """``train`` plus its own Gaussian noise ``sigma C z`` (numpy's global RNG, which the mod
+    seeds) when its config (run config updated with the train config) says ``dp='sample'``:
+    an app doing its own DP-SGD noise from its config, as the project's ClientApp does."""
+
+    def app(msg: Message, context: Context) -> Message:
+        reply = train(msg, context)
+        cfg = dict(context.run_config)
+        if "config" in msg.content.config_records:
+            cfg.update(dict(msg.content.config_records["config"]))
+        if reply.has_error() or str(cfg.get("dp", "none")) != "sample":
+            return reply
+        scale = float(cfg.get("noise-multiplier", 1.0)) * float(cfg.get("clip-norm", 1.0))
+        noisy = {k: v.numpy() + scale * np.random.standard_normal(v.numpy().shape)  # noqa: NPY002
+                 for k, v in reply.content["arrays"].items()}
+        records = dict(reply.content.items())
+        records["arrays"] = ArrayRecord({k: Array(v) for k, v in noisy.items()})
+        return Message(RecordDict(records), reply_to=msg)
+
+    return app
+
+
+def _dp_message(msg: Message, dp: str, config: dict[str, Any] | None,
+                arrays: dict[str, np.ndarray] | None = None) -> Message:
+    """A copy of ``msg`` asking for ``dp`` at ``DP_SIGMA``/``DP_CLIP``; ``config``: DP keys
+    added to the train config (``None``: as the server sent it); ``arrays``: another model."""
+    from fl_gradcode.flower.protocol import PROTOCOL_KEY
+
+    again = copy.deepcopy(msg)
+    again.metadata.__dict__["_message_id"] = str(uuid.uuid4())
+    records = dict(again.content.items())
+    rec = ConfigRecord(dict(again.content.config_records[PROTOCOL_KEY]))
+    rec.update({"dp": dp, "noise-multiplier": DP_SIGMA, "clip-norm": DP_CLIP})
+    records[PROTOCOL_KEY] = rec
+    train_config = dict(records["config"]) if "config" in records else {}
+    records["config"] = ConfigRecord({**train_config, **(config or {})})
+    if arrays is not None:
+        records["arrays"] = ArrayRecord({k: Array(v) for k, v in arrays.items()})
+    again.content = RecordDict(records)
+    return again
+
+
+def _flat(arrays: dict[str, np.ndarray]) -> np.ndarray:
+    return np.concatenate([np.asarray(arrays[k], np.float64).ravel() for k in sorted(arrays)])
+
+
+def _coded(reply: Message) -> np.ndarray:
+    from fl_gradcode.flower.protocol import PROTOCOL_KEY
+
+    rec = reply.content.array_records[PROTOCOL_KEY]
+    return _flat({k: rec[k].numpy() for k in rec})
+
+
+def dp_attack(kind: str, variant: int, msg: Message, context: Context,
+              train: Callable[[Message, Context], Message],
+              raw_update: Callable[[dict, float | None], dict], key_file: str,
+              state_dir: Path) -> tuple[str, str]:
+    """Run DP attack ``kind`` on the node of ``context``: ``(outcome, detail)``, outcome one of
+    ``refused``, ``noised``, ``raw`` (the invariant's violation) or ``not applicable`` (the
+    raw update is zero: no partition with a non-zero coefficient). ``raw_update(theta,
+    clip)``: the numpy oracle's ``sum_j c_j n_j clip(theta_j - theta)`` of the instruction."""
+    from fl_gradcode.flower.mod import make_gradient_coding_mod
+
+    theta = {k: v.numpy() for k, v in msg.content["arrays"].items()}
+    if not np.any(_flat(raw_update(theta, None))):
+        return "not applicable", "no partition with a non-zero coefficient"
+    tag = f"{kind}-{uuid.uuid4().hex[:8]}"
+    node_config = {**dict(context.node_config), "dp-key-file": key_file}
+    if kind == "dp-off-config":
+        policy = ({"dp-required": "sample"} if variant % 2 == 0
+                  else {"dp-min-noise-multiplier": DP_SIGMA})
+        config = ({"dp": "none"}, {"dp": "sample", "noise-multiplier": 0.0}, {})[variant % 3]
+        ctx = Context(run_id=context.run_id, node_id=context.node_id, state=RecordDict(),
+                      node_config={**node_config, **policy,
+                                   "dp-state-file": str(state_dir / f"{tag}.jsonl")},
+                      run_config=context.run_config)
+        reply = make_gradient_coding_mod()(_dp_message(msg, "sample", config), ctx,
+                                           noisy_app(train))
+        what = f"policy {policy}, train config {config or 'without dp keys'}"
+        if reply.has_error():
+            return "refused", what
+        raw = _flat(raw_update(theta, None))
+        err = float(np.linalg.norm(_coded(reply) - raw) / np.linalg.norm(raw))
+        return ("raw" if err < 1e-6 else "noised"), f"{what}: relative distance {err:.3g}"
+    moved = {k: v + DP_MOVE * np.cos(np.arange(v.size)).reshape(v.shape)
+             for k, v in theta.items()}
+    noises = []
+    for i, model in enumerate((theta, moved)):
+        ctx = Context(run_id=context.run_id, node_id=context.node_id, state=RecordDict(),
+                      node_config={**node_config, "dp-required": "partition",
+                                   "dp-state-file": str(state_dir / f"{tag}-{i}.jsonl")},
+                      run_config=context.run_config)
+        reply = make_gradient_coding_mod()(_dp_message(msg, "partition", None, model), ctx,
+                                           train)
+        if reply.has_error():
+            return "refused", f"replica {i}: {reply.error.reason[:120]}"
+        noises.append(_coded(reply) - _flat(raw_update(model, DP_CLIP)))
+    left = float(np.linalg.norm(noises[0] - noises[1]))
+    scale = max(float(np.linalg.norm(noises[0])), 1e-300)
+    detail = f"the difference of the two releases keeps {left / scale:.3g} of one's noise"
+    return ("raw" if left < 1e-6 * scale else "noised"), detail
 
 
 def handshake_failure(msg: Message, variant: int) -> Message:

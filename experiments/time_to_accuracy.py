@@ -206,7 +206,9 @@ LATENCIES = {
                     "latency-rate": 10.0, "latency-p": 0.1, "latency-slowdown": 20.0,
                     "latency-drift-round": 4},
 }
-# the nonce is pinned so that every scheme of one seed adds the same noise (comparable runs)
+# the nonce is pinned so that every scheme of one seed adds the same noise while their models
+# agree (the keyed noise is bound to the received model: schemes whose models part draw
+# independent noise from then on)
 DP = {"noise-multiplier": 0.3, "clip-norm": 1.0, "dp": "partition", "dp-run-nonce": "tta"}
 BASE = {"dataset": "digits", "model": "logreg", "update": "gradient", "lr": 1.0,
         "virtual-compute": "none", "partition-cost-s": 0.1, "max-decode-error": 0.5}

@@ -53,6 +53,7 @@ __all__ = [
     "ServerNoise",
     "clip",
     "decoded_noise_variance",
+    "gaussian_epsilon",
     "independent_noise_multiplier",
     "make_mechanism",
     "noise_seed",
@@ -326,6 +327,29 @@ class ServerNoise:
             tag = f"nonce={nonce};round={int(server_round)};purpose=central".encode()
             seed = int.from_bytes(hmac.new(self._key, tag, hashlib.sha256).digest()[:16], "little")
         return std * np.random.Generator(np.random.PCG64(seed)).standard_normal(dim)
+
+
+#: The Rényi orders of Opacus' RDP accountant (``RDPAccountant.DEFAULT_ALPHAS``).
+RDP_ORDERS: tuple[float, ...] = (*(1 + x / 10.0 for x in range(1, 100)), *range(12, 64))
+
+
+def gaussian_epsilon(multipliers: Iterable[float], delta: float) -> float:
+    """ε at ``delta`` of Gaussian mechanisms at sample rate 1 with noise multipliers
+    ``multipliers``, composed: Rényi DP ``alpha / (2 sigma^2)`` each (Mironov, "Renyi
+    Differential Privacy", CSF 2017), converted to ``(ε, δ)`` at :data:`RDP_ORDERS` as Opacus'
+    RDP accountant does (Balle et al., "Hypothesis Testing Interpretations and Renyi
+    Differential Privacy", AISTATS 2020, Thm. 21). The same ε as :class:`PrivacyAccountant`
+    with ``accountant="rdp"`` and these steps (a test checks), in numpy alone: no torch import
+    (a client mod computes it for every release). ``inf`` if a multiplier is 0."""
+    sigmas = [float(s) for s in multipliers]
+    if not sigmas:
+        return 0.0
+    if min(sigmas) <= 0:
+        return math.inf
+    orders = np.array(RDP_ORDERS)
+    rdp = orders * sum(1.0 / (2.0 * s * s) for s in sigmas)
+    eps = rdp - (np.log(delta) + np.log(orders)) / (orders - 1) + np.log((orders - 1) / orders)
+    return float(np.nanmin(eps))
 
 
 class PrivacyAccountant:

@@ -15,7 +15,26 @@ Node config keys:
   ``dp='none'`` and any instruction whose ``noise-multiplier`` is below it (for ``dp='sample'``
   also a run-config ``noise-multiplier`` below it, the value the app's DP-SGD may read).
 * ``dp-state-file``: a file in which the node remembers the ``(nonce, round)`` pairs it has
-  answered, across restarts (one line per answered round; locked while read and appended).
+  answered, across restarts (one line per answered round; locked while read and appended),
+  and its release ledger: each line also names the partitions released, the ``dp`` mode, the
+  ``noise-multiplier`` and, for ``dp='partition'`` (the one mode whose noise the node adds
+  itself), each partition's ε after that release (composed as Opacus' RDP accountant does, at
+  ``dp-delta``).
+* ``dp-max-releases``: an integer ``>= 1`` (default: no limit). The most releases of any one
+  partition this node makes (whatever the nonce); further instructions holding a spent
+  partition are refused.
+* ``dp-max-epsilon``: a number ``> 0`` (default: no limit). The largest ε (at ``dp-delta``) of
+  any one partition's releases by this node; a release that would exceed it is refused, and so
+  is any release whose ε the node cannot account itself (``dp`` other than ``partition``, or
+  ``noise-multiplier=0``: ε is infinite).
+* ``dp-delta``: the δ of ``dp-max-epsilon`` and the ledger's ε, in ``(0, 1)`` (default 1e-5).
+
+What the app sees: when the node has a DP policy, the app's train config and run config hold
+the instruction's ``dp``, ``noise-multiplier`` and ``clip-norm`` (the values the policy
+checked), whatever the server's train config says: an app that reads its DP settings from
+there (the project's ClientApp does) trains with them. Under ``dp='sample'`` (the app adds
+the noise) a train config or run config asking the app for another ``dp`` or for a smaller
+``noise-multiplier`` than the node's floor is refused.
 
 Replays: a train instruction whose ``(nonce, round)`` this node has already answered is
 refused, not computed, whatever else it asks (another ``noise-multiplier``, ``lr``, ``dp``):
@@ -36,14 +55,16 @@ import json
 import math
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..privacy import gaussian_epsilon
 from .protocol import Instruction
 
-__all__ = ["ACCEPTED_MODES", "NodePolicy", "PolicyError", "ReplayGuard"]
+__all__ = ["ACCEPTED_MODES", "NodePolicy", "PolicyError", "Release", "ReplayGuard",
+           "ledger_epsilon"]
 
 #: ``dp-required`` -> the instruction ``dp`` modes that satisfy it.
 ACCEPTED_MODES: dict[str, tuple[str, ...]] = {
@@ -60,10 +81,14 @@ class PolicyError(ValueError):
 
 @dataclass(frozen=True)
 class NodePolicy:
-    """The node's DP requirements (node config ``dp-required``, ``dp-min-noise-multiplier``)."""
+    """The node's DP requirements (node config ``dp-required``, ``dp-min-noise-multiplier``)
+    and its release budget (``dp-max-releases``, ``dp-max-epsilon`` at ``dp-delta``; 0: none)."""
 
     dp_required: str = "none"
     min_noise_multiplier: float = 0.0
+    max_releases: int = 0
+    max_epsilon: float = 0.0
+    delta: float = 1e-5
 
     @classmethod
     def from_node_config(cls, node_config: Mapping[str, Any]) -> NodePolicy:
@@ -86,21 +111,57 @@ class NodePolicy:
             raise ValueError(
                 f"node config dp-min-noise-multiplier={floor!r}; expected a finite number >= 0"
             )
-        return cls(str(required), float(floor))
+        releases = node_config.get("dp-max-releases", 0)
+        if releases in ("", None):
+            releases = 0
+        if isinstance(releases, str) and releases.strip().isdigit():
+            releases = int(releases)
+        if isinstance(releases, bool) or not isinstance(releases, int) or releases < 0:
+            raise ValueError(f"node config dp-max-releases={releases!r}; expected an integer "
+                             ">= 1 (or 0: no limit)")
+        max_epsilon = _number(node_config, "dp-max-epsilon", 0.0, "a finite number > 0 (or 0: "
+                              "no limit)", lambda v: v >= 0)
+        delta = _number(node_config, "dp-delta", 1e-5, "a number in (0, 1)",
+                        lambda v: 0 < v < 1)
+        return cls(str(required), float(floor), int(releases), max_epsilon, delta)
 
     @property
     def active(self) -> bool:
         return self.dp_required != "none" or self.min_noise_multiplier > 0
 
-    def check(self, instruction: Instruction, run_config: Mapping[str, Any]) -> None:
+    @property
+    def budgeted(self) -> bool:
+        return self.max_releases > 0 or self.max_epsilon > 0
+
+    def app_view(self, instruction: Instruction, train_config: MutableMapping[str, Any],
+                 run_config: MutableMapping[str, Any]) -> None:
+        """Under an active policy: write the instruction's (checked) ``dp``,
+        ``noise-multiplier`` and ``clip-norm`` into the app's train config and run config, so
+        an app reading its DP settings from there uses what the policy accepted."""
+        if not self.active:
+            return
+        values = {"dp": instruction.dp, "noise-multiplier": float(instruction.noise_multiplier),
+                  "clip-norm": float(instruction.clip_norm)}
+        train_config.update(values)
+        run_config.update(values)
+
+    def check(self, instruction: Instruction, run_config: Mapping[str, Any],
+              train_config: Mapping[str, Any] | None = None) -> None:
         """Raise :class:`PolicyError` if ``instruction`` asks for less privacy than this node
-        insists on."""
+        insists on, or (``dp='sample'``: the app adds the noise) the server's train config or
+        the run config asks the app for less."""
         mode = instruction.dp
         if mode not in ACCEPTED_MODES[self.dp_required]:
             raise PolicyError(
                 f"dp={mode!r} refused: this node's policy is dp-required="
                 f"{self.dp_required!r} (accepts dp in {ACCEPTED_MODES[self.dp_required]})"
             )
+        if self.active and mode == "sample":
+            for where, cfg in (("train config", train_config or {}), ("run config", run_config)):
+                if "dp" in cfg and cfg["dp"] != "sample":
+                    raise PolicyError(
+                        f"{where} dp={cfg['dp']!r} refused under dp='sample' (the app's DP-SGD "
+                        f"would be off): this node's policy is {self._describe()}")
         floor = self.min_noise_multiplier
         if floor <= 0:
             return
@@ -114,37 +175,92 @@ class NodePolicy:
                 f"noise-multiplier={instruction.noise_multiplier:g} refused: this node's "
                 f"policy is dp-min-noise-multiplier={floor:g}"
             )
-        if mode == "sample" and "noise-multiplier" in run_config:
-            app_sigma = run_config["noise-multiplier"]
+        if mode != "sample":
+            return
+        for where, cfg in (("run config", run_config), ("train config", train_config or {})):
+            if "noise-multiplier" not in cfg:
+                continue
             try:
-                app_sigma = float(app_sigma)
+                app_sigma = float(cfg["noise-multiplier"])
             except (TypeError, ValueError):
                 app_sigma = math.nan
             if not app_sigma >= floor:
                 raise PolicyError(
-                    f"run config noise-multiplier={run_config['noise-multiplier']!r} (the "
+                    f"{where} noise-multiplier={cfg['noise-multiplier']!r} (the "
                     f"app's DP-SGD noise) refused: this node's policy is "
                     f"dp-min-noise-multiplier={floor:g}"
                 )
 
+    def check_app_config(self, config: Mapping[str, Any]) -> None:
+        """Raise :class:`PolicyError` if an app's own DP settings (``dp``,
+        ``noise-multiplier`` in its merged config) are below this node's policy: what an app
+        that reads them from the server's config checks before it trains."""
+        if not self.active:
+            return
+        mode = str(config.get("dp", "none"))
+        if mode not in ACCEPTED_MODES[self.dp_required] or (
+            mode == "none" and self.min_noise_multiplier > 0
+        ):
+            raise PolicyError(f"dp={mode!r} refused: this node's policy is {self._describe()}")
+        if mode == "sample" and self.min_noise_multiplier > 0:
+            try:
+                sigma = float(config.get("noise-multiplier", math.nan))
+            except (TypeError, ValueError):
+                sigma = math.nan
+            if not sigma >= self.min_noise_multiplier:
+                raise PolicyError(
+                    f"noise-multiplier={config.get('noise-multiplier')!r} (the app's DP-SGD "
+                    f"noise) refused: this node's policy is {self._describe()}")
+
+    def _describe(self) -> str:
+        parts = []
+        if self.dp_required != "none":
+            parts.append(f"dp-required={self.dp_required!r}")
+        if self.min_noise_multiplier > 0:
+            parts.append(f"dp-min-noise-multiplier={self.min_noise_multiplier:g}")
+        return ", ".join(parts) or "none"
+
+
+def _number(node_config: Mapping[str, Any], key: str, default: float, expected: str,
+            ok: Any) -> float:
+    """Node config ``key`` as a float (a numeric string accepted), or ``ValueError`` naming it."""
+    value = node_config.get(key, default)
+    if value in ("", None):
+        return default
+    number = value
+    if isinstance(number, str):
+        try:
+            number = float(number)
+        except ValueError:
+            pass
+    if isinstance(number, bool) or not isinstance(number, (int, float)) or not (
+        math.isfinite(number) and ok(number)
+    ):
+        raise ValueError(f"node config {key}={value!r}; expected {expected}")
+    return float(number)
+
 
 class ReplayGuard:
-    """The ``(nonce, round)`` pairs each node has answered: in memory, and in the node's
-    ``dp-state-file`` when it has one. :meth:`claim` before computing, :meth:`release` if the
-    computation failed before anything was sent."""
+    """The ``(nonce, round)`` pairs each node has answered and its release ledger: in memory,
+    and in the node's ``dp-state-file`` when it has one. :meth:`claim` before computing,
+    :meth:`release` if the computation failed before anything was sent."""
 
     def __init__(self) -> None:
         self._answered: set[tuple[Any, ...]] = set()
+        # without a dp-state-file, for a node with a budget: this process's releases, per node
+        self._ledger: dict[int, list[dict]] = {}
         self._lock = threading.Lock()
 
     # Flower's simulation engine ships the ClientApp (and so the mod holding this guard) to
     # its Ray actors by pickling it: a lock cannot be pickled, each copy gets its own
     def __getstate__(self) -> dict[str, Any]:
         with self._lock:
-            return {"_answered": set(self._answered)}
+            return {"_answered": set(self._answered),
+                    "_ledger": {k: list(v) for k, v in self._ledger.items()}}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._answered = set(state["_answered"])
+        self._ledger = {k: list(v) for k, v in state.get("_ledger", {}).items()}
         self._lock = threading.Lock()
 
     @staticmethod
@@ -153,13 +269,17 @@ class ReplayGuard:
             return f"partition={node_config['partition-id']}/{node_config.get('num-partitions')}"
         return f"node={node_id}"
 
-    def claim(self, node_id: int, node_config: Mapping[str, Any], nonce: str, rnd: int) -> None:
+    def claim(self, node_id: int, node_config: Mapping[str, Any], nonce: str, rnd: int,
+              release: Release | None = None, policy: NodePolicy | None = None) -> None:
         """Record ``(nonce, round)`` as answered by this node, or raise :class:`PolicyError`
-        if it already was."""
+        if it already was. With ``release``: also record it in the node's ledger, or raise
+        :class:`PolicyError` if it would exceed ``policy``'s budget (``dp-max-releases``,
+        ``dp-max-epsilon``)."""
         memory_key = (int(node_id), nonce, int(rnd))
         why = (f"round={rnd} with nonce={nonce!r} was already answered by this node: a second "
                "instruction for an answered (nonce, round) is refused, whatever it asks (its "
                "keyed noise would repeat)")
+        policy = policy or NodePolicy()
         with self._lock:
             if memory_key in self._answered:
                 raise PolicyError(why)
@@ -167,8 +287,18 @@ class ReplayGuard:
             if path:
                 entry = {"node": self._file_label(node_config, node_id), "nonce": nonce,
                          "round": int(rnd)}
-                if not _file_claim(Path(str(path)), entry):
+                where = f" (ledger in dp-state-file {path})"
+
+                def extend(previous: list[dict]) -> dict:
+                    return _ledger_entry(entry, release, policy, previous, where)
+
+                if not _file_claim(Path(str(path)), entry, extend):
                     raise PolicyError(f"{why} (recorded in dp-state-file {path})")
+            elif release is not None and policy.budgeted:
+                entry = {"node": f"id={int(node_id)}", "nonce": nonce, "round": int(rnd)}
+                mine = self._ledger.setdefault(int(node_id), [])
+                mine.append(_ledger_entry(entry, release, policy, mine,
+                                          " (ledger in this process only: no dp-state-file)"))
             self._answered.add(memory_key)
 
     def release(self, node_id: int, node_config: Mapping[str, Any], nonce: str, rnd: int) -> None:
@@ -180,6 +310,77 @@ class ReplayGuard:
                 entry = {"node": self._file_label(node_config, node_id), "nonce": nonce,
                          "round": int(rnd)}
                 _file_release(Path(str(path)), entry)
+            elif int(node_id) in self._ledger:
+                key = {"node": f"id={int(node_id)}", "nonce": nonce, "round": int(rnd)}
+                self._ledger[int(node_id)] = [e for e in self._ledger[int(node_id)]
+                                              if not _same_round(e, key)]
+
+
+@dataclass(frozen=True)
+class Release:
+    """What one answered instruction releases: its partitions, its ``dp`` mode and
+    ``noise-multiplier`` (the ledger's entry)."""
+
+    partitions: tuple[int, ...]
+    dp: str
+    noise_multiplier: float
+
+    @property
+    def accountable(self) -> bool:
+        """Whether the node adds the noise itself and knows its ε (``dp='partition'``)."""
+        return self.dp == "partition"
+
+
+def _same_round(entry: Mapping[str, Any], key: Mapping[str, Any]) -> bool:
+    return all(entry.get(k) == key[k] for k in ("node", "nonce", "round"))
+
+
+def ledger_epsilon(multipliers: list[float], delta: float) -> float:
+    """ε at ``delta`` of releases, each a Gaussian mechanism of noise multiplier
+    ``multipliers[k]`` on the same partition (sample rate 1), composed as Opacus' RDP
+    accountant composes them (:func:`fl_gradcode.privacy.gaussian_epsilon`: the project's
+    accountant's ε, without importing torch); ``inf`` if one is 0."""
+    return gaussian_epsilon(multipliers, delta)
+
+
+def _ledger_entry(entry: dict, release: Release | None, policy: NodePolicy,
+                  previous: list[dict], where: str) -> dict:
+    """``entry`` extended with ``release`` (partitions, mode, sigma, each partition's ε), or
+    :class:`PolicyError` if it would exceed ``policy``'s budget given the node's ``previous``
+    ledger entries."""
+    if release is None:
+        return entry
+    mine = [e for e in previous if e.get("node") == entry["node"]
+            and isinstance(e.get("partitions"), list)]
+    for j in release.partitions:
+        count = sum(j in e["partitions"] for e in mine)
+        if policy.max_releases and count >= policy.max_releases:
+            raise PolicyError(
+                f"partition {j} refused: this node has released it {count} times and its "
+                f"budget dp-max-releases={policy.max_releases} is spent{where}")
+    if policy.max_epsilon > 0 and not (release.accountable and release.noise_multiplier > 0):
+        raise PolicyError(
+            f"dp={release.dp!r} with noise-multiplier={release.noise_multiplier:g} refused: "
+            f"this node's budget dp-max-epsilon={policy.max_epsilon:g} counts only noise the "
+            "node adds itself (dp='partition', noise-multiplier > 0); this release's ε would "
+            "be infinite")
+    epsilons: dict[str, float | None] = {}
+    if release.accountable:
+        for j in release.partitions:
+            sigmas = [float(e.get("noise-multiplier", 0.0)) if e.get("dp") == "partition"
+                      else 0.0 for e in mine if j in e["partitions"]]
+            eps = ledger_epsilon([*sigmas, release.noise_multiplier], policy.delta)
+            if policy.max_epsilon > 0 and not eps <= policy.max_epsilon:
+                raise PolicyError(
+                    f"partition {j} refused: this release would bring its ε to {eps:.4g} "
+                    f"(delta={policy.delta:g}), over this node's budget "
+                    f"dp-max-epsilon={policy.max_epsilon:g}{where}")
+            epsilons[str(j)] = eps if math.isfinite(eps) else None
+    out = {**entry, "partitions": [int(j) for j in release.partitions], "dp": release.dp,
+           "noise-multiplier": float(release.noise_multiplier)}
+    if release.accountable:
+        out["epsilon"] = epsilons
+    return out
 
 
 def _entries(handle: Any) -> list[dict]:
@@ -196,17 +397,22 @@ def _entries(handle: Any) -> list[dict]:
     return out
 
 
-def _file_claim(path: Path, entry: dict) -> bool:
-    """Append ``entry`` under an exclusive lock unless it is there already (then False)."""
+def _file_claim(path: Path, entry: dict, extend: Any = None) -> bool:
+    """Append ``extend(entries)`` (default: ``entry``) under an exclusive lock unless an entry
+    of the same node, nonce and round is there already (then False). ``extend`` sees the
+    file's entries and may raise (a spent budget): nothing is written then."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     with os.fdopen(fd, "r+") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
-            if entry in _entries(handle):
+            previous = _entries(handle)
+            if any(_same_round(e, entry) for e in previous if isinstance(e, dict)):
                 return False
+            full = entry if extend is None else extend(
+                [e for e in previous if isinstance(e, dict)])
             handle.seek(0, os.SEEK_END)
-            handle.write(json.dumps(entry, sort_keys=True) + "\n")
+            handle.write(json.dumps(full, sort_keys=True) + "\n")
             handle.flush()
             os.fsync(handle.fileno())
             return True
@@ -220,7 +426,8 @@ def _file_release(path: Path, entry: dict) -> None:
     with open(path, "r+") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
-            kept = [e for e in _entries(handle) if e != entry]
+            kept = [e for e in _entries(handle)
+                    if not (isinstance(e, dict) and _same_round(e, entry))]
             handle.seek(0)
             handle.truncate()
             handle.write("".join(json.dumps(e, sort_keys=True) + "\n" for e in kept))

@@ -23,7 +23,9 @@ two runs with the same seed are identical (that is how a coded run is compared w
 one); noise drawn inside the app (e.g. Opacus DP-SGD) is then reproducible from public values,
 and the mod warns once. With a partition key (node config ``dp-key-file`` or the environment
 variable ``FL_GRADCODE_DP_KEY_FILE``), the seed is ``HMAC(key_j, nonce, round, j)``: secret to
-the server and fresh in every run.
+the server and fresh in every run; the nonce is bound to the instruction's DP parameters, the
+app's config and the received arrays (:func:`~fl_gradcode.flower.binding.bound_nonce`), so
+replicas share keyed noise only when they compute from identical inputs.
 
 Validation: every instruction field is checked before anything is computed
 (:func:`~fl_gradcode.flower.protocol.parse_instruction`: types, allowed sets, finite values,
@@ -34,10 +36,14 @@ naming it.
 
 The node's own privacy (:mod:`~fl_gradcode.flower.client_policy`): node config
 ``dp-required`` and ``dp-min-noise-multiplier`` refuse an instruction asking for less privacy
-than the node insists on; a train instruction whose ``(nonce, round)`` the node has already
-answered is refused when the node has partition keys or a ``dp-state-file`` (remembered there
-across restarts). ``dp='partition'`` and ``dp='sample'`` refuse a partition the node's key file
-has no key for. Under ``dp='partition'`` and ``dp='central'`` the app's scalar metrics are
+than the node insists on, and under them the app receives the instruction's checked ``dp``,
+``noise-multiplier`` and ``clip-norm`` in its ``config`` record and run config (under
+``dp='sample'`` a server config asking the app for less is refused); a train instruction whose
+``(nonce, round)`` the node has already answered is refused when the node has partition keys,
+a ``dp-state-file`` (remembered there across restarts, with the node's release ledger) or a
+release budget (``dp-max-releases``, ``dp-max-epsilon``: refused once spent).
+``dp='partition'`` and ``dp='sample'`` refuse a partition the node's key file has no key for.
+Under ``dp='partition'`` and ``dp='central'`` the app's scalar metrics are
 withheld (the reply carries none: un-noised per-partition values would undo the release); the
 example counts ``n_j`` (``partition-sizes`` and ``num-examples``) are still sent, as FedAvg
 sends them, because decoding needs ``sum_j B[i,j] n_j``.
@@ -54,7 +60,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import random
 import sys
 import time
@@ -65,11 +70,12 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
-from flwr.app import ArrayRecord, Context, Error, Message, MessageType, RecordDict
+from flwr.app import ConfigRecord, Context, Error, Message, MessageType, RecordDict
 
 from ..privacy import KEY_FILE_ENV, DPConfig, NoiseKeys, make_mechanism, noise_seed
 from . import mod_order, partition_metrics, protocol
-from .client_policy import NodePolicy, ReplayGuard
+from .binding import bound_nonce
+from .client_policy import NodePolicy, Release, ReplayGuard
 from .encoding import accumulate_delta, coded_update
 from .protocol import Instruction
 from .records import error_reason
@@ -105,31 +111,6 @@ def partition_seed(
         return noise_seed(key, server_round, partition, purpose="app-rng", nonce=nonce) >> 1
     tag = f"fl-gradcode;seed={int(seed)};round={int(server_round)};partition={int(partition)}"
     return int.from_bytes(hashlib.sha256(tag.encode()).digest()[:8], "little") >> 1
-
-
-def bound_nonce(instruction: Instruction, content: RecordDict) -> str:
-    """The run nonce bound to the DP parameters and the app's non-array records (its config,
-    e.g. ``lr``) of this instruction: ``"<nonce>;bind=<sha256 prefix>"``.
-
-    Keyed seeds (partition noise, the app's RNG) use it, so two releases of a partition share
-    their keyed noise only if they were asked for with the same ``dp``, ``clip-norm``,
-    ``noise-multiplier``, ``dp-noise`` and config: honest replicas (the server sends every
-    replica the same) still draw identical noise, while a server that asks replicas on
-    different nodes in one round for another sigma or lr gets independent noise, which does
-    not cancel when it subtracts the releases. The model arrays are not bound (runs compared
-    on identical noise have models equal only to rounding after round 1)."""
-    digest = hashlib.sha256()
-    params = {"dp": instruction.dp, "clip-norm": repr(float(instruction.clip_norm)),
-              "noise-multiplier": repr(float(instruction.noise_multiplier)),
-              "dp-noise": instruction.dp_noise}
-    digest.update(json.dumps(params, sort_keys=True).encode())
-    for key in sorted(content.keys()):
-        record = content[key]
-        if isinstance(record, ArrayRecord):
-            continue
-        items = sorted((str(name), repr(value)) for name, value in record.items())
-        digest.update(json.dumps([key, type(record).__name__, items]).encode())
-    return f"{instruction.nonce};bind={digest.hexdigest()[:32]}"
 
 
 def _torch() -> Any:
@@ -273,6 +254,7 @@ def _run_partition(
     index: int,
     theta: dict[str, np.ndarray],
     keys: NoiseKeys | None,
+    policy: NodePolicy,
 ) -> PartitionResult:
     pid, num = instruction.partition_ids[index], instruction.num_partitions[index]
     key = None
@@ -297,12 +279,13 @@ def _run_partition(
             )
     seed = partition_seed(instruction.seed, instruction.round, pid, key, instruction.nonce)
     node_config = {**dict(context.node_config), "partition-id": pid, "num-partitions": num}
+    run_config = dict(context.run_config) if policy.active else context.run_config
     ctx = Context(
         run_id=context.run_id,
         node_id=context.node_id,
         node_config=node_config,
         state=RecordDict(),  # per-node state would differ between replicas
-        run_config=context.run_config,
+        run_config=run_config,
     )
     torch = _torch()
     saved = rng_states()
@@ -311,7 +294,7 @@ def _run_partition(
         for _ in range(2):
             t0 = time.perf_counter()
             seed_everything(seed)
-            msg.content = protocol.app_content(original)
+            msg.content = _app_view(original, instruction, policy, ctx.run_config)
             reply = call_next(msg, ctx)
             compute_s = time.perf_counter() - t0
             if torch is not None or _torch() is None:
@@ -357,12 +340,27 @@ def _run_partition(
     return PartitionResult(values, num_examples, scalars, compute_s)
 
 
+def _app_view(content: RecordDict, instruction: Instruction, policy: NodePolicy,
+              run_config: Any) -> RecordDict:
+    """What the app receives: the content without the protocol record; under an active node
+    policy, its ``config`` record (and ``run_config``, in place) hold the instruction's checked
+    ``dp``, ``noise-multiplier`` and ``clip-norm`` (:meth:`NodePolicy.app_view`)."""
+    view = protocol.app_content(content)
+    if policy.active:
+        config = view["config"] if "config" in view.config_records else ConfigRecord()
+        config = ConfigRecord(dict(config))
+        policy.app_view(instruction, config, run_config)
+        view["config"] = config
+    return view
+
+
 def _coded_reply(
     msg: Message,
     context: Context,
     call_next: Callable[[Message, Context], Message],
     instruction: Instruction,
     cache: MutableMapping[Any, PartitionResult] | None,
+    policy: NodePolicy,
 ) -> Message:
     content = protocol.app_content(msg.content)
     global_arrays = _single(dict(content.array_records), "arrays", "ArrayRecord")
@@ -401,13 +399,16 @@ def _coded_reply(
             raise _Stopped(f"stopped after {index} of {total} partitions: the round's deadline "
                            f"(stop-after-s={instruction.stop_after_s:g} s after the message "
                            "was created) has passed")
-        cache_key = (pid, instruction.num_partitions[index])
+        cache_key: tuple = (pid, instruction.num_partitions[index])
+        if policy.active:  # computed from the node's own view of the config: not shared
+            cache_key += ("policy",)
         if cache is not None and cache.get("round") != (instruction.nonce, instruction.round):
             cache.clear()  # one round's updates at a time
             cache["round"] = (instruction.nonce, instruction.round)
         result = None if cache is None else cache.get(cache_key)
         if result is None:
-            result = _run_partition(msg, context, call_next, instruction, index, theta, keys)
+            result = _run_partition(msg, context, call_next, instruction, index, theta, keys,
+                                    policy)
             if cache is not None:
                 cache[cache_key] = result
         # every replica is charged its own computation (a cached result costs what it cost)
@@ -500,27 +501,32 @@ def _chunked(coded: dict[str, np.ndarray], count: float, instruction: Instructio
     return gamma @ padded.reshape(m, length)
 
 
-def _claim_round(guard: ReplayGuard, context: Context, instruction: Instruction) -> bool:
-    """Claim the instruction's ``(nonce, round)`` for this node if its computation is keyed
-    (the node has partition keys) or it keeps a ``dp-state-file``; False if not guarded."""
+def _claim_round(guard: ReplayGuard, context: Context, instruction: Instruction,
+                 policy: NodePolicy) -> bool:
+    """Claim the instruction's ``(nonce, round)`` for this node, and record its release in the
+    node's ledger (refused past ``policy``'s budget), if its computation is keyed (the node has
+    partition keys), it keeps a ``dp-state-file`` or has a budget; False if not guarded."""
     cfg = context.node_config
     has_file = bool(cfg.get("dp-state-file"))
-    if not has_file and node_keys(cfg) is None:
+    if not has_file and node_keys(cfg) is None and not policy.budgeted:
         return False
     if not has_file:
         global _warned_memory_replay
         if not _warned_memory_replay:
             _warned_memory_replay = True
             warnings.warn(
-                "gradient_coding_mod: this node has partition keys but no node config "
-                "'dp-state-file', so the (nonce, round) pairs it answered are remembered in "
-                "this process only; after a restart (and under Flower's deployment engine, "
-                "which runs each message in a fresh process) a replayed round would be "
-                "answered again with the same keyed noise. Set --node-config "
+                "gradient_coding_mod: this node has partition keys or a release budget but "
+                "no node config 'dp-state-file', so the (nonce, round) pairs it answered (and "
+                "its release ledger) are remembered in this process only; after a restart "
+                "(and under Flower's deployment engine, which runs each message in a fresh "
+                "process) a replayed round would be answered again with the same keyed noise "
+                "and the budget would start afresh. Set --node-config "
                 "\"dp-state-file='/path/node-state.jsonl'\" (one file per node).",
                 stacklevel=3,
             )
-    guard.claim(context.node_id, cfg, instruction.nonce, instruction.round)
+    release = Release(tuple(instruction.partition_ids), instruction.dp,
+                      float(instruction.noise_multiplier))
+    guard.claim(context.node_id, cfg, instruction.nonce, instruction.round, release, policy)
     return True
 
 
@@ -563,13 +569,13 @@ def make_gradient_coding_mod(
             if instruction.op != protocol.OP_TRAIN:
                 raise ValueError(f"unknown gradient-coding op {instruction.op!r}")
             instruction.check_train()
-            NodePolicy.from_node_config(context.node_config).check(
-                instruction, context.run_config
-            )
+            policy = NodePolicy.from_node_config(context.node_config)
+            train_config = msg.content.config_records.get("config", ConfigRecord())
+            policy.check(instruction, context.run_config, train_config)
             mod_order.warn_inner_mods(call_next)  # once per mod listed after this one
-            claimed = _claim_round(guard, context, instruction)
+            claimed = _claim_round(guard, context, instruction, policy)
             try:
-                return _coded_reply(msg, context, call_next, instruction, cache)
+                return _coded_reply(msg, context, call_next, instruction, cache, policy)
             except BaseException:
                 if claimed:  # nothing was sent: the round may be asked again
                     guard.release(context.node_id, context.node_config, instruction.nonce,

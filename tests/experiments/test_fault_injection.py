@@ -617,6 +617,25 @@ def test_replayed_instruction_is_refused_by_the_mod():
     assert out.replays[0][2], out.replays
 
 
+@pytest.mark.parametrize("variant", [0, 1, 2, 3])
+def test_a_dp_off_train_config_gets_no_raw_release_from_a_node_with_a_policy(variant):
+    """[client defence] dp='sample' asked of a node with dp-required / dp-min-noise-multiplier,
+    the server's train config saying dp='none', sigma 0 or nothing: refused or noised."""
+    out = fi.run_scenario(scenario("dp-off-config", rounds=1, variant=variant))
+    assert ("dp-off-config", 1, 0) in out.injected and len(out.dp_attacks) == 1
+    assert_sound(out)
+    assert out.dp_attacks[0][3] in ("refused", "noised"), out.dp_attacks
+
+
+def test_replicas_given_different_models_under_one_nonce_keep_their_noise():
+    """[client defence] Two replicas with dp-required='partition', one (nonce, round), models
+    1e-3 apart: the difference of their releases keeps the noise."""
+    out = fi.run_scenario(scenario("dp-model-split", rounds=1))
+    assert ("dp-model-split", 1, 0) in out.injected and len(out.dp_attacks) == 1
+    assert_sound(out)
+    assert out.dp_attacks[0][3] == "noised", out.dp_attacks
+
+
 def test_lost_wallclock_reply_expires_and_its_node_is_free_again():
     """The grid loses node 0's round-1 reply; rounds are 2 s apart: from the round that starts
     EXPIRY_BOUND_S after round 1 on, node 0 must no longer be busy."""

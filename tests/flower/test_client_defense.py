@@ -298,8 +298,11 @@ def test_a_replay_after_a_restart_is_refused_with_a_state_file(tmp_path, key_fil
     reason = _refusal(again)
     assert "already answered" in reason and str(state) in reason
     assert app.calls == [1]
-    lines = state.read_text().splitlines()
-    assert [json.loads(x) for x in lines] == [{"node": "partition=0/3", "nonce": "n", "round": 1}]
+    lines = [json.loads(x) for x in state.read_text().splitlines()]
+    # one line per answered round (its release ledger entry: partitions, dp, sigma, epsilon)
+    assert [{k: e[k] for k in ("node", "nonce", "round")} for e in lines] == [
+        {"node": "partition=0/3", "nonce": "n", "round": 1}]
+    assert lines[0]["partitions"] == [1] and lines[0]["dp"] == "partition"
     # the next round and another nonce are answered
     for inst in (_train_instruction(round=2), _train_instruction(nonce="m")):
         assert not restarted(_message(inst), _context(**cfg), app).has_error()

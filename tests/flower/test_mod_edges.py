@@ -58,14 +58,23 @@ def _key_file(tmp_path) -> str:
     return str(path)
 
 
-def _expected_bound_nonce(nonce: str, params: dict, records: list[tuple[str, str, dict]]) -> str:
+def _expected_bound_nonce(nonce: str, params: dict, records: list[tuple[str, str, dict]],
+                          arrays: dict | None = None) -> str:
     """The documented binding: sha256 over the DP parameters (JSON, sorted keys), then over
-    each non-array record ``[key, type name, sorted (name, repr(value)) pairs]`` in key order;
+    each non-array record ``[key, type name, sorted (name, repr(value)) pairs]`` in key order,
+    then ``";arrays=<hex sha256 of the arrays>"``: for each array (record ``arrays``, names
+    sorted) ``[record, name, "float", shape]`` then its float64 values' bytes;
     ``"<nonce>;bind=<first 32 hex digits>"``."""
     digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode())
     for key, kind, items in sorted(records):
         pairs = sorted((str(k), repr(v)) for k, v in items.items())
         digest.update(json.dumps([key, kind, pairs]).encode())
+    values = hashlib.sha256()
+    for name, arr in sorted((arrays if arrays is not None else {"w": np.zeros(DIM)}).items()):
+        arr = np.asarray(arr, dtype=np.float64)
+        values.update(json.dumps(["arrays", name, "float", list(arr.shape)]).encode())
+        values.update(arr.tobytes())
+    digest.update(f";arrays={values.hexdigest()}".encode())
     return f"{nonce};bind={digest.hexdigest()[:32]}"
 
 
@@ -84,7 +93,7 @@ def _app(seen: list | None = None):
 
 
 # ------------------------------------------------------------------------------ nonce binding
-def test_bound_nonce_is_the_documented_sha256_of_the_dp_parameters_and_config_records():
+def test_bound_nonce_is_the_documented_sha256_of_the_dp_parameters_records_and_arrays():
     inst = train_instruction(nonce="run7", dp="sample", clip_norm=2, noise_multiplier=0.75,
                              dp_noise="independent")
     content = RecordDict({"arrays": ArrayRecord({"w": Array(np.zeros(DIM))}),
@@ -97,6 +106,13 @@ def test_bound_nonce_is_the_documented_sha256_of_the_dp_parameters_and_config_re
                          ("extra", "MetricRecord", {"b": 1.5})])
     assert bound_nonce(inst, content) == expected
     assert re.fullmatch(r"run7;bind=[0-9a-f]{32}", expected)
+    # the same values in float32 (or with -0.0) bind alike; other values do not
+    same = RecordDict({**content, "arrays": ArrayRecord({"w": Array(-np.zeros(DIM, "f4"))})})
+    assert bound_nonce(inst, same) == expected
+    other = np.zeros(DIM)
+    other[3] = 1e-300
+    moved = RecordDict({**content, "arrays": ArrayRecord({"w": Array(other)})})
+    assert bound_nonce(inst, moved) != expected
 
 
 def test_a_keyed_node_seeds_the_app_from_the_hmac_of_the_bound_nonce(tmp_path):

@@ -47,6 +47,27 @@ print(json.dumps({"torch": "torch" in sys.modules, "error": reply.has_error(),
     assert got == {"torch": False, "error": False, "calls": 1}
 
 
+def test_a_partition_dp_release_with_a_ledger_and_budget_never_imports_torch(tmp_path):
+    """The release ledger's epsilon (dp='partition', dp-state-file, dp-max-epsilon) is computed
+    without Opacus' import of torch: a numpy app's node stays torch-free."""
+    keys = tmp_path / "keys.json"
+    keys.write_text(json.dumps({"master": bytes(range(32)).hex()}))
+    got = _run(f"""
+def numpy_app(msg, context):
+    calls.append(1)
+    theta = msg.content["arrays"]["w"].numpy()
+    return Message(RecordDict({{"arrays": ArrayRecord({{"w": Array(theta + 1.0)}}),
+                               "metrics": MetricRecord({{"num-examples": 4}})}}), reply_to=msg)
+cfg = {{"partition-id": 0, "num-partitions": 3, "dp-key-file": {str(keys)!r},
+       "dp-state-file": {str(tmp_path / "state.jsonl")!r}, "dp-max-epsilon": 50.0}}
+inst = _train_instruction(dp="partition", noise_multiplier=1.0)
+reply = make_gradient_coding_mod()(_message(inst), _context(cfg), numpy_app)
+print(json.dumps({{"torch": "torch" in sys.modules, "error": reply.has_error(),
+                  "calls": len(calls)}}))
+""")
+    assert got == {"torch": False, "error": False, "calls": 1}
+
+
 TORCH_APP = """
 def torch_app(msg, context):
     import torch  # imported by the app, on its first call

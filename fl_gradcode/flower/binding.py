@@ -1,0 +1,83 @@
+"""What a node's keyed seeds are bound to: the instruction's DP parameters, the app's config
+and the received model.
+
+A node with partition keys seeds the partition noise and the app's RNG with
+``HMAC(key_j, nonce, round, j)`` (:func:`fl_gradcode.privacy.noise_seed`). Replicas of
+partition ``j`` must draw identical noise (exact decoding with per-partition DP needs it), but
+a server that sends two replicas *different* inputs under one ``(nonce, round)`` must not get
+two releases with the same noise: subtracting them would cancel it, e.g. two models ``theta``
+and ``theta + d`` for a least-squares partition give ``X^T X d`` exactly. :func:`bound_nonce`
+therefore folds a hash of everything the app computes from (the DP parameters, the non-array
+records such as ``lr``, and the received arrays' values) into the nonce the keyed seeds use:
+identical inputs still give identical noise; any difference gives independent noise (each
+such release is then a release of its own, which the node's ledger counts).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import numpy as np
+from flwr.app import ArrayRecord, RecordDict
+
+from . import protocol
+from .protocol import Instruction
+
+__all__ = ["arrays_digest", "bound_nonce"]
+
+
+def _values(arr) -> np.ndarray:
+    try:
+        return protocol.array_view(arr)
+    except protocol.RejectedReply:
+        return arr.numpy()
+
+
+def arrays_digest(content: RecordDict) -> str:
+    """SHA-256 of the values of every array in ``content`` (records and names sorted).
+
+    Floating arrays are hashed as float64 with ``-0.0`` read as ``0.0``, so the same values
+    sent in another float dtype, byte order or memory layout hash alike (they give the app the
+    same model); shapes and names are part of the hash."""
+    digest = hashlib.sha256()
+    for key in sorted(content.keys()):
+        record = content[key]
+        if not isinstance(record, ArrayRecord):
+            continue
+        for name in sorted(record.keys()):
+            values = _values(record[name])
+            if values.dtype.kind == "f":
+                values = np.asarray(values, dtype=np.float64) + 0.0  # -0.0 -> 0.0
+                kind = "float"
+            else:
+                kind = values.dtype.str
+            values = np.ascontiguousarray(values)
+            digest.update(json.dumps([key, name, kind, list(values.shape)]).encode())
+            digest.update(values.reshape(-1).view(np.uint8))
+    return digest.hexdigest()
+
+
+def bound_nonce(instruction: Instruction, content: RecordDict) -> str:
+    """The run nonce bound to this instruction's inputs: ``"<nonce>;bind=<sha256 prefix>"``.
+
+    Bound: the DP parameters (``dp``, ``clip-norm``, ``noise-multiplier``, ``dp-noise``), the
+    app's non-array records (its config, e.g. ``lr``) and the received arrays' values
+    (:func:`arrays_digest`). Keyed seeds (partition noise, the app's RNG) use it, so two
+    releases of a partition share their keyed noise only if they were computed from the same
+    inputs: honest replicas (the server sends every replica the same) draw identical noise,
+    while a server that sends replicas one round with another sigma, lr or model gets
+    independent noise, which does not cancel when it subtracts the releases."""
+    digest = hashlib.sha256()
+    params = {"dp": instruction.dp, "clip-norm": repr(float(instruction.clip_norm)),
+              "noise-multiplier": repr(float(instruction.noise_multiplier)),
+              "dp-noise": instruction.dp_noise}
+    digest.update(json.dumps(params, sort_keys=True).encode())
+    for key in sorted(content.keys()):
+        record = content[key]
+        if isinstance(record, ArrayRecord):
+            continue
+        items = sorted((str(name), repr(value)) for name, value in record.items())
+        digest.update(json.dumps([key, type(record).__name__, items]).encode())
+    digest.update(f";arrays={arrays_digest(content)}".encode())
+    return f"{instruction.nonce};bind={digest.hexdigest()[:32]}"
