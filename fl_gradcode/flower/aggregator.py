@@ -19,6 +19,7 @@ from .collector import ReplyCollector, serial_blas
 from .decoder import Decoder, Outcome, replies_read
 from .quarantine import Quarantine
 from .records import RoundOutcome
+from .reports import provably_wrong_sizes
 from .round_state import RoundState
 
 __all__ = ["RoundAggregator"]
@@ -37,14 +38,18 @@ class RoundAggregator:
 
     def check_sizes(self, state: RoundState) -> None:
         """Cross-check the replicas' ``partition-sizes``: outvoted replies are rejected (an
-        offence); the agreed sizes are the round's."""
+        offence); the agreed sizes are the round's. With ``verify``, only ``s + 1`` agreeing
+        replicas outvote a report, and only such a provably wrong report is an offence."""
+        reported = {w: r.sizes for w, r in state.valid.items()}
+        bound = state.code.s if self.collector.integrity.verify else None
         agreed, excluded = self.decoder.privatiser.check_sizes(
-            state.code, state.partitions, {w: r.sizes for w, r in state.valid.items()},
-            state.number)
+            state.code, state.partitions, reported, state.number, bound=bound)
         for worker, reason in sorted(excluded.items()):
             del state.valid[worker]
             state.reject(state.cohort[worker], worker, reason)
-        self.quarantine.offend(state.number, [state.cohort[w] for w in sorted(excluded)],
+        offenders = sorted(excluded) if bound is None else sorted(
+            set(excluded) & provably_wrong_sizes(state.code, reported, bound))
+        self.quarantine.offend(state.number, [state.cohort[w] for w in offenders],
                                "partition sizes the other replicas contradict")
         if excluded:
             state.tracker = None  # rebuilt from the remaining replies

@@ -246,6 +246,8 @@ class Verdict:
     disagreement: float = 0.0  # largest relative disagreement measured (before exclusion)
     unresolved: bool = False  # a contradiction no single exclusion explains
     involved: list[int] = field(default_factory=list)  # workers of unresolved contradictions
+    # verify=True: replies of blocks no s + 1 agreeing replicas settle (left out of decoding)
+    unsettled: list[int] = field(default_factory=list)
 
 
 def verify_refusal(code: object, s: object, options: Mapping[str, object]) -> str | None:
@@ -262,16 +264,31 @@ def verify_refusal(code: object, s: object, options: Mapping[str, object]) -> st
         approximate = not getattr(code, "is_exact", True)
     if chunked:
         return (f"verify=True is not available for code={name!r} with m > 1: its replies are "
-                "chunks of the model and are not cross-checked. Use m=1, another code (e.g. "
-                "'frc' or 'grouped-rs'), or verify=False")
+                "chunks of the model and are not cross-checked. Use m=1 (its groups are "
+                "repetition groups), code='frc', or verify=False")
     if no_redundancy:
         return (f"verify=True needs redundancy to cross-check replies; code={name!r} with "
-                f"s={s!r} has none (no reply is computed twice). Use s >= 1 with a coded "
-                "scheme such as 'frc' or 'grouped-rs', or verify=False")
+                f"s={s!r} has none (no reply is computed twice). Use s >= 1 with code='frc', "
+                "or verify=False")
     if approximate:
         return (f"verify=True needs an exact code; code={name!r} decodes approximately, so "
-                "the replies of a round cannot be cross-checked. Use 'frc', 'grouped-rs', "
-                "'crc' or 'nested', or verify=False")
+                "the replies of a round cannot be cross-checked. Use code='frc', or "
+                "verify=False")
+    if isinstance(code, str):
+        why = None if code in ("frc", "comm-efficient") else (
+            "it places cyclic blocks" if code == "crc" else
+            "it places Reed-Solomon or cyclic blocks when (s + 1) does not divide n")
+    else:
+        from .settle import placement_refusal  # settle builds on this module
+
+        why = placement_refusal(code)
+    if why is not None:
+        return (f"verify=True cannot guarantee anything for code={name!r}: against a "
+                "coalition of up to s nodes it needs every block to be a repetition group of "
+                f"at least s + 1 identical replicas, and {why} (s colluders can make an honest "
+                "node look like the culprit). Use code='frc' (needs (s + 1) | n), a "
+                "GradientCode whose blocks are repetition groups (e.g. "
+                "make_code('grouped-rs', n, s) with (s + 1) | n), or verify=False")
     return None
 
 
@@ -509,6 +526,8 @@ def applied_disagreement(
     B = code.B
     used = sorted(used)
     c_all = np.asarray(coefficients, dtype=np.float64)
+    if c_all.ndim == 2 and c_all.shape[0] == 1:  # a one-chunk code's decoder: one row
+        c_all = c_all[0]
     worst = 0.0
     for clients, parts in code.blocks:
         members = set(clients)
