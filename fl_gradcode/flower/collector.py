@@ -40,7 +40,7 @@ from .protocol import RejectedReply
 from .quarantine import Quarantine
 from .reports import check_reply_sizes, public_reason
 from .round_state import RoundState, is_chunked, payload_bytes
-from .settle import settle_replies
+from .settle import placement_refusal, settle_replies
 
 __all__ = ["ReplyCollector", "serial_blas"]
 
@@ -57,6 +57,7 @@ class ReplyCollector:
         self.fingerprints = fingerprints
         self.state: RoundState | None = None
         self.warned_unverifiable = False
+        self.warned_placement = False
         self.late = 0  # replies to earlier rounds dropped since the last row
         self.stopped_late = 0  # stop replies to earlier rounds, not yet in a row
 
@@ -75,6 +76,12 @@ class ReplyCollector:
             log(WARNING, "verify=True: round %d uses s=0 (no redundancy): such rounds are "
                 "applied unverified (verified=None in rounds.jsonl)", state.number)
             self.warned_unverifiable = True
+        why = placement_refusal(state.code) if verify and probe is not None else None
+        if why is not None and not self.warned_placement:
+            log(WARNING, "verify=True: round %d uses code %s for %d clients and %s: such "
+                "blocks are never settled and are left out of the decoding (choose a cohort "
+                "size that s + 1 divides)", state.number, state.code.name, state.code.n, why)
+            self.warned_placement = True
         return probe
 
     def on_unsent(self, messages: list[Message]) -> None:

@@ -250,9 +250,12 @@ class Verdict:
     unsettled: list[int] = field(default_factory=list)
 
 
-def verify_refusal(code: object, s: object, options: Mapping[str, object]) -> str | None:
+def verify_refusal(code: object, s: object, options: Mapping[str, object],
+                   placement: bool = True) -> str | None:
     """Why ``verify=True`` cannot work for this code (``None``: it can). A registry name or a
-    :class:`GradientCode`; ``s`` as given to ``GradientCoding``."""
+    :class:`GradientCode`; ``s`` as given to ``GradientCoding``. ``placement=False``: not
+    the placement rule (:func:`~fl_gradcode.flower.settle.placement_refusal`; a round's
+    fallback code is checked block by block instead)."""
     name = code if isinstance(code, str) else getattr(code, "name", type(code).__name__)
     if isinstance(code, str):
         chunked = code == "comm-efficient" and options.get("m", 2) != 1
@@ -274,6 +277,8 @@ def verify_refusal(code: object, s: object, options: Mapping[str, object]) -> st
         return (f"verify=True needs an exact code; code={name!r} decodes approximately, so "
                 "the replies of a round cannot be cross-checked. Use code='frc', or "
                 "verify=False")
+    if not placement:
+        return None
     if isinstance(code, str):
         why = None if code in ("frc", "comm-efficient") else (
             "it places cyclic blocks" if code == "crc" else
@@ -298,7 +303,8 @@ def round_probe(code: GradientCode, layout: Mapping[str, tuple[int, ...]], verif
 
     ``verify=True``: dense over every coordinate and metric (``q = 16``); a code verify
     cannot check raises :class:`ValueError` (:func:`verify_refusal`), except a round with
-    ``s = 0`` (``s="auto"`` may choose it): ``None``, nothing to cross-check.
+    ``s = 0`` (``s="auto"`` may choose it): ``None``, nothing to cross-check. A fallback code
+    whose blocks are not all repetition groups is probed: such blocks never settle.
     ``verify=False``: a cheap sampled probe for codes with redundancy, ``None`` otherwise.
     """
     chunked = code.chunks > 1
@@ -306,7 +312,7 @@ def round_probe(code: GradientCode, layout: Mapping[str, tuple[int, ...]], verif
         return Probe(layout) if code.s > 0 and not chunked else None
     if code.s == 0:
         return None
-    refusal = verify_refusal(code, code.s, options)
+    refusal = verify_refusal(code, code.s, options, placement=False)
     if refusal is not None:
         raise ValueError(refusal)
     return Probe(layout, q=16, sample=None, metrics=True)

@@ -56,13 +56,16 @@ def repetition_block(B: np.ndarray, clients: Sequence[int], parts: Sequence[int]
 def placement_refusal(code: GradientCode) -> str | None:
     """Why ``verify=True`` cannot guarantee anything for ``code``'s placement (``None``: every
     block is a repetition group of at least ``s + 1`` clients)."""
+    if not (hasattr(code, "B") and hasattr(code, "blocks")):
+        return "it declares no blocks"
     B = np.asarray(code.B)
     for clients, parts in code.blocks:
         if not repetition_block(B, clients, parts):
-            return (f"block of workers {list(clients)[:8]} computes different combinations of "
-                    f"partitions {list(parts)[:8]}")
+            return (f"its block of workers {list(clients)[:8]} computes different "
+                    f"combinations of partitions {list(parts)[:8]}")
         if len(clients) < code.s + 1:
-            return f"block of workers {list(clients)} has fewer than s + 1 = {code.s + 1} replicas"
+            return (f"its block of workers {list(clients)[:8]} has fewer than s + 1 = "
+                    f"{code.s + 1} replicas")
     return None
 
 
