@@ -235,8 +235,8 @@ class ReplyCollector:
 
     def settled(self, state: RoundState, workers: list[int]) -> bool:
         """``verify=True``'s stopping rule: some block settled, and every block that still
-        can (``s + 1`` of its workers sent work and not rejected) has
-        (:mod:`~fl_gradcode.flower.settle`)."""
+        can has (:mod:`~fl_gradcode.flower.settle`): ``s + 1`` of its workers were sent work
+        and not rejected, and some of them are still to come."""
         verdict = self.verdict(state, workers)
         if verdict.status != "verified":
             return False
@@ -244,7 +244,8 @@ class ReplyCollector:
         for clients, _ in state.code.blocks:
             possible = [w for w in clients if w in state.sent
                         and not (w in state.answered and w not in state.valid)]
-            if len(possible) >= state.code.s + 1 and not done.intersection(clients):
+            if (len(possible) >= state.code.s + 1 and not done.intersection(clients)
+                    and not set(possible) <= set(workers)):
                 return False
         return True
 
