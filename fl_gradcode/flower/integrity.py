@@ -65,6 +65,7 @@ __all__ = [
     "Probe",
     "Verdict",
     "applied_disagreement",
+    "check_block",
     "reply_sizes",
     "round_probe",
     "verify_refusal",
@@ -372,6 +373,13 @@ def _ratio(diff: float, scale: float) -> float:
     if scale > 0:
         return diff / scale
     return 0.0 if diff == 0 else float("inf")
+
+
+def check_block(B, z: Mapping[int, np.ndarray], workers: list[int], sizes=None):
+    """``(disagreement, checked workers)`` of ``workers`` (their projections ``z``) for
+    ``B`` restricted to one block's partitions, or ``None`` if they do not decode: the
+    largest leave-one-out disagreement relative to the median reply's size."""
+    return _check(B, z, workers, sizes)
 
 
 def _check(B, z: Mapping[int, np.ndarray], workers: list[int], sizes=None):

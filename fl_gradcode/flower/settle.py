@@ -42,7 +42,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from ..codes import GradientCode
-from .integrity import Verdict, _check
+from .integrity import Verdict, check_block
 
 __all__ = ["placement_refusal", "repetition_block", "settle_replies"]
 
@@ -117,7 +117,7 @@ def _settle_block(B, clients, parts, z, mine: list[int], tolerance: float, sizes
     sub[list(clients)] = B[np.ix_(list(clients), list(parts))]
     if len(mine) == 1:
         return [], [], 0.0
-    whole = _check(sub, z, mine, sizes)
+    whole = check_block(sub, z, mine, sizes)
     disagreement = float("inf") if whole is None else float(whole[0])
     if disagreement <= tolerance:
         return (list(mine), [], disagreement) if len(mine) >= bound + 1 else ([], [], disagreement)
@@ -128,7 +128,7 @@ def _settle_block(B, clients, parts, z, mine: list[int], tolerance: float, sizes
     for seed in mine:
         cls = tuple(w for w in mine if w == seed or _agree(sub, z, seed, w, tolerance, sizes))
         if len(cls) >= bound + 1:
-            check = _check(sub, z, list(cls), sizes)
+            check = check_block(sub, z, list(cls), sizes)
             if check is not None and check[0] <= tolerance:
                 classes.add(cls)
     if len(classes) != 1:  # none, or two (more than s liars): nothing can be concluded
@@ -138,5 +138,5 @@ def _settle_block(B, clients, parts, z, mine: list[int], tolerance: float, sizes
 
 
 def _agree(sub, z, a: int, b: int, tolerance: float, sizes) -> bool:
-    pair = _check(sub, z, [a, b], sizes)
+    pair = check_block(sub, z, [a, b], sizes)
     return pair is not None and pair[0] <= tolerance
