@@ -11,9 +11,11 @@ whose values turn out not finite) and returns the typed
 
 from __future__ import annotations
 
+from logging import WARNING
 from typing import Any
 
 from flwr.app import ArrayRecord, MetricRecord
+from flwr.common.logger import log
 
 from .collector import ReplyCollector, serial_blas
 from .decoder import Decoder, Outcome, replies_read
@@ -44,11 +46,16 @@ class RoundAggregator:
         bound = state.code.s if self.collector.integrity.verify else None
         agreed, excluded = self.decoder.privatiser.check_sizes(
             state.code, state.partitions, reported, state.number, bound=bound)
-        for worker, reason in sorted(excluded.items()):
-            del state.valid[worker]
-            state.reject(state.cohort[worker], worker, reason)
         offenders = sorted(excluded) if bound is None else sorted(
             set(excluded) & provably_wrong_sizes(state.code, reported, bound))
+        for worker, reason in sorted(excluded.items()):
+            del state.valid[worker]
+            if worker in offenders:
+                state.reject(state.cohort[worker], worker, reason)
+            else:  # contested, not provably wrong: left out of the round like its group
+                state.left_out.append(worker)
+                log(WARNING, "round %d: worker %d (node %s) left out: %s", state.number,
+                    worker, state.cohort[worker], reason)
         self.quarantine.offend(state.number, [state.cohort[w] for w in offenders],
                                "partition sizes the other replicas contradict")
         if excluded:

@@ -295,6 +295,7 @@ class ReplyCollector:
                 "nobody blamed", state.number, verdict.unsettled, state.code.s + 1,
                 verdict.disagreement)
         drop = set(verdict.excluded) | set(verdict.unsettled)
+        verdict.unsettled = sorted(set(verdict.unsettled) | set(state.left_out))
         return [w for w in used if w not in drop]
 
     def check_applied(self, state: RoundState, used: list[int], decoding: Any,
