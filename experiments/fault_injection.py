@@ -485,6 +485,7 @@ class Outcome:
     compared: int = 0  # exact rounds compared with the oracle
     not_compared: int = 0  # exact rounds with a decoded value forgery and no redundancy
     honest_excluded: int = 0  # honest replies the integrity check excluded as inconsistent
+    honest_punished: int = 0  # verify=True: nodes with no injected fault quarantined
     max_rel_error: float = 0.0
     matched: Counter = field(default_factory=Counter)  # faults matched to a rejection reason
     forger_outcomes: Counter = field(default_factory=Counter)
@@ -626,6 +627,15 @@ def check(out: Outcome, file_rows: list[dict[str, Any]], theta0: dict[str, np.nd
     """Every invariant of one finished scenario; failures go to ``out.violations``."""
     scn, rows, models = out.scenario, out.rows, out.models
     bad = out.violations.append
+    if scn.verify:  # verify=True blames only on evidence no coalition of <= s can fabricate
+        faulty = ({node for *_, node in out.injected} | {node for _, node, _ in out.grid_injected}
+                  | set(scn.claims) | set(scn.joins))
+        index = {nid: i for i, nid in enumerate(node_ids_for(scn.n))}
+        punished = sorted({index.get(q, -1) for row in rows for q in row.get("quarantined") or []}
+                          - faulty)
+        if punished:
+            out.honest_punished += len(punished)
+            bad(f"honest node(s) {punished} quarantined under verify=True")
     if [r.get("round") for r in rows] != list(range(1, scn.rounds + 1)):
         bad(f"history rounds {[r.get('round') for r in rows]} != 1..{scn.rounds}")
     if [(r.get("round"), r.get("decode")) for r in file_rows] != [
@@ -831,6 +841,7 @@ def run_suite(
         totals["late_dropped"] += sum(int(r.get("late_dropped", 0)) for r in out.rows)
         totals["excluded_inconsistent"] += sum(len(r.get("inconsistent") or []) for r in out.rows)
         totals["honest_excluded"] += out.honest_excluded
+        totals["honest_punished"] += out.honest_punished
         max_rel = max(max_rel, out.max_rel_error)
         violations.extend(f"{scn.describe()}: {v}" for v in out.violations)
         if out.wall_s > slowest[0]:
@@ -858,6 +869,7 @@ def run_suite(
         "corrupted_models": totals["corrupted_models"],
         "edge_faults": edge_faults,
         "wrong_models_applied_as_verified": totals["wrong_verified"],
+        "honest_nodes_punished": totals["honest_punished"],
         "runs_ended_by_node_failure": totals["ended"],
         "edge_fault_outcomes": dict(sorted(edge_outcomes.items())),
         "configurations_refused": refused,
