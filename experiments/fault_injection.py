@@ -123,6 +123,8 @@ MOD_FAULTS = (
     "forged-worker",
 )
 VALUE_FORGING = ("huge", "scaled", "forged-consistent", "replay-forged")
+#: Every forging kind the invariants treat as a value forgery (coalitions included).
+FORGING = VALUE_FORGING + EDGE_FORGING + edges.COALITION_FORGING
 GRID_FAULTS = ("crash", "duplicate", "unknown-sender", "spoofed-sender")
 NODE_FAULTS = APP_FAULTS + MOD_FAULTS + VALUE_FORGING + GRID_FAULTS
 ROUND_FAULTS = ("all-slow", "all-busy")
@@ -160,6 +162,7 @@ class Scenario:
     claims: dict[int, tuple[int, int]] = field(default_factory=dict)
     wide: bool = False
     round_gap_s: float = 0.0
+    coalition: tuple[tuple[int, ...], int] | None = None  # (colluders, victim)
 
     def describe(self) -> str:
         return (
@@ -179,6 +182,8 @@ class Scenario:
             **({"claims": {str(k): list(v) for k, v in sorted(self.claims.items())}}
                if self.claims else {}),
             **({"wide": True} if self.wide else {}),
+            **({"coalition": [list(self.coalition[0]), self.coalition[1]]}
+               if self.coalition else {}),
         }
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
@@ -246,6 +251,8 @@ def make_scenario(suite_seed: int, index: int, edge_faults: bool = False) -> Sce
             )
 
         edges.add_edge_faults(scn, np.random.default_rng([suite_seed, index, 0xED6E5]), budget)
+        edges.add_coalition(scn, np.random.default_rng([suite_seed, index, 0xC011]),
+                            VALUE_FORGING + EDGE_FORGING)
     return scn
 
 
@@ -397,6 +404,11 @@ class Injector:
             if forged is not None:
                 self.injected.add((kind, r, node))
                 return Message(forged, reply_to=msg)
+        if kind in edges.COALITION_FORGING:
+            edge = edges.coalition_forge(kind, self.scn, arrays, meta, instruction, node)
+            if edge is not None:
+                self.injected.add((kind, r, node))
+                arrays, meta = edge
         if kind in EDGE_FORGING:
             edge = edges.forge(kind, self.variant(r, node), rng, arrays, meta, instruction)
             if edge is not None:
@@ -689,12 +701,12 @@ def check(out: Outcome, file_rows: list[dict[str, Any]], theta0: dict[str, np.nd
                 elif node in used:
                     bad(f"round {r}: node {node} with fault {kind!r} was decoded")
         # value forgeries
-        forged = [node for kind, node in faults if kind in VALUE_FORGING + EDGE_FORGING]
+        forged = [node for kind, node in faults if kind in FORGING]
         changing = [node for kind, node in faults
-                    if kind in VALUE_FORGING + EDGE_FORGING and kind not in edges.MODEL_NEUTRAL]
+                    if kind in FORGING and kind not in edges.MODEL_NEUTRAL]
         protected = scn.verify and int(row.get("s", 0)) >= 1
         for kind, node in faults:
-            if kind not in VALUE_FORGING + EDGE_FORGING:
+            if kind not in FORGING:
                 continue
             if node in (row.get("inconsistent") or []):
                 what = "excluded as inconsistent"
@@ -774,7 +786,8 @@ def check(out: Outcome, file_rows: list[dict[str, Any]], theta0: dict[str, np.nd
                     reasons.remove(x)
             got = replies.match(must, reasons)
             # an edge fault may be rejected (with a reason of the fix's wording) or not
-            may = sum(kind in EDGE_FORGING or kind in edges.RUN_FAULTS for kind, _ in faults)
+            may = sum(kind in EDGE_FORGING + edges.COALITION_FORGING or kind in edges.RUN_FAULTS
+                      for kind, _ in faults)
             may += len(scn.claims) * (r > 1)  # a false claimant may be refused every round
             # a forged partition size against one honest replica (s = 1) is a tie nothing
             # resolves: both replicas are excluded
