@@ -44,8 +44,8 @@ code they sit in one group with the victim, in a cyclic one they share no partit
 
 Invariants added (in ``fault_injection.check``): with ``verify=True`` no node without an
 injected fault is quarantined (``honest_nodes_punished``); no run ends because of a node's
-failure; a
-round recorded ``exact`` or ``approx`` with ``verified == "verified"`` has the oracle's model
+failure; a round recorded ``exact`` or ``approx`` with ``verified == "verified"`` has the
+oracle's model
 (``wrong_models_applied_as_verified`` counts the rounds that do not); the model of an exact
 round is the oracle's FedAvg over the partitions present in that round (a node that failed its
 handshake in that round, or that made a false identity claim, may be left out with its
