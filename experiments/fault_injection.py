@@ -123,6 +123,8 @@ MOD_FAULTS = (
     "forged-worker",
 )
 VALUE_FORGING = ("huge", "scaled", "forged-consistent", "replay-forged")
+#: Every forging kind the invariants treat as a value forgery (coalitions included).
+FORGING = VALUE_FORGING + EDGE_FORGING + edges.COALITION_FORGING
 GRID_FAULTS = ("crash", "duplicate", "unknown-sender", "spoofed-sender")
 NODE_FAULTS = APP_FAULTS + MOD_FAULTS + VALUE_FORGING + GRID_FAULTS
 ROUND_FAULTS = ("all-slow", "all-busy")
@@ -163,6 +165,7 @@ class Scenario:
     # membership faults: the strategy gets the operator's roster / num_partitions=n
     roster: bool = False
     num_partitions: bool = False
+    coalition: tuple[tuple[int, ...], int] | None = None  # (colluders, victim)
 
     def describe(self) -> str:
         return (
@@ -184,6 +187,8 @@ class Scenario:
             **({"wide": True} if self.wide else {}),
             **({"roster": True} if self.roster else {}),
             **({"num_partitions": True} if self.num_partitions else {}),
+            **({"coalition": [list(self.coalition[0]), self.coalition[1]]}
+               if self.coalition else {}),
         }
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
@@ -252,6 +257,8 @@ def make_scenario(suite_seed: int, index: int, edge_faults: bool = False) -> Sce
 
         edges.add_edge_faults(scn, np.random.default_rng([suite_seed, index, 0xED6E5]), budget)
         edges.add_membership_faults(scn, np.random.default_rng([suite_seed, index, 0x3E3B]))
+        edges.add_coalition(scn, np.random.default_rng([suite_seed, index, 0xC011]),
+                            VALUE_FORGING + EDGE_FORGING)
     return scn
 
 
@@ -414,6 +421,11 @@ class Injector:
             if forged is not None:
                 self.injected.add((kind, r, node))
                 return Message(forged, reply_to=msg)
+        if kind in edges.COALITION_FORGING:
+            edge = edges.coalition_forge(kind, self.scn, arrays, meta, instruction, node)
+            if edge is not None:
+                self.injected.add((kind, r, node))
+                arrays, meta = edge
         if kind in EDGE_FORGING:
             edge = edges.forge(kind, self.variant(r, node), rng, arrays, meta, instruction)
             if edge is not None:
@@ -525,6 +537,9 @@ class Outcome:
     compared: int = 0  # exact rounds compared with the oracle
     not_compared: int = 0  # exact rounds with a decoded value forgery and no redundancy
     honest_excluded: int = 0  # honest replies the integrity check excluded as inconsistent
+    # honest nodes punished: quarantined under verify=True with no injected fault, or
+    # quarantined / excluded for their identity under membership faults
+    honest_punished: int = 0
     max_rel_error: float = 0.0
     matched: Counter = field(default_factory=Counter)  # faults matched to a rejection reason
     forger_outcomes: Counter = field(default_factory=Counter)
@@ -541,7 +556,6 @@ class Outcome:
     edge_outcomes: Counter = field(default_factory=Counter)  # "<kind>: <what happened>"
     refused: str | None = None  # GradientCoding refused the configuration (this message)
     exact_missing: int = 0  # exact rounds with a partition missing
-    honest_punished: int = 0  # honest nodes quarantined or excluded (membership faults)
 
 
 @contextlib.contextmanager
@@ -672,6 +686,15 @@ def check(out: Outcome, file_rows: list[dict[str, Any]], theta0: dict[str, np.nd
     """Every invariant of one finished scenario; failures go to ``out.violations``."""
     scn, rows, models = out.scenario, out.rows, out.models
     bad = out.violations.append
+    if scn.verify:  # verify=True blames only on evidence no coalition of <= s can fabricate
+        faulty = ({node for *_, node in out.injected} | {node for _, node, _ in out.grid_injected}
+                  | set(scn.claims) | set(scn.joins))
+        index = {nid: i for i, nid in enumerate(node_ids_for(scn.n))}
+        punished = sorted({index.get(q, -1) for row in rows for q in row.get("quarantined") or []}
+                          - faulty)
+        if punished:
+            out.honest_punished += len(punished)
+            bad(f"honest node(s) {punished} quarantined under verify=True")
     if [r.get("round") for r in rows] != list(range(1, scn.rounds + 1)):
         bad(f"history rounds {[r.get('round') for r in rows]} != 1..{scn.rounds}")
     if [(r.get("round"), r.get("decode")) for r in file_rows] != [
@@ -725,12 +748,12 @@ def check(out: Outcome, file_rows: list[dict[str, Any]], theta0: dict[str, np.nd
                 elif node in used:
                     bad(f"round {r}: node {node} with fault {kind!r} was decoded")
         # value forgeries
-        forged = [node for kind, node in faults if kind in VALUE_FORGING + EDGE_FORGING]
+        forged = [node for kind, node in faults if kind in FORGING]
         changing = [node for kind, node in faults
-                    if kind in VALUE_FORGING + EDGE_FORGING and kind not in edges.MODEL_NEUTRAL]
+                    if kind in FORGING and kind not in edges.MODEL_NEUTRAL]
         protected = scn.verify and int(row.get("s", 0)) >= 1
         for kind, node in faults:
-            if kind not in VALUE_FORGING + EDGE_FORGING:
+            if kind not in FORGING:
                 continue
             if node in (row.get("inconsistent") or []):
                 what = "excluded as inconsistent"
@@ -810,7 +833,8 @@ def check(out: Outcome, file_rows: list[dict[str, Any]], theta0: dict[str, np.nd
                     reasons.remove(x)
             got = replies.match(must, reasons)
             # an edge fault may be rejected (with a reason of the fix's wording) or not
-            may = sum(kind in EDGE_FORGING or kind in edges.RUN_FAULTS for kind, _ in faults)
+            may = sum(kind in EDGE_FORGING + edges.COALITION_FORGING or kind in edges.RUN_FAULTS
+                      for kind, _ in faults)
             may += len(scn.claims) * (r > 1)  # a false claimant may be refused every round
             # a forged partition size against one honest replica (s = 1) is a tie nothing
             # resolves: both replicas are excluded
@@ -831,8 +855,9 @@ def check(out: Outcome, file_rows: list[dict[str, Any]], theta0: dict[str, np.nd
                 f"under {kind}: {detail}")
     for violation in edges.expiry_violations(scn, rows, out.round_starts):
         bad(violation)
-    out.exact_missing, out.honest_punished, membership = edges.membership_counts(
+    out.exact_missing, punished_members, membership = edges.membership_counts(
         scn, rows, node_ids_for(scn.n))
+    out.honest_punished += punished_members
     for violation in membership:
         bad(violation)
 

@@ -63,9 +63,17 @@ partition missing (``exact_rounds_with_partition_missing``), 0 honest nodes quar
 excluded for their identity (``honest_nodes_punished``; the victim of an impostor without a
 roster is excluded with it by design: both are stragglers of the contested partition).
 
-Invariants added (in ``fault_injection.check``): no run ends because of a node's failure; a
-round recorded ``exact`` or ``approx`` with ``verified == "verified"`` has the oracle's model
-(``wrong_models_applied_as_verified`` counts the rounds that do not); the model of an exact
+Coalitions (drawn from their own stream ``[suite seed, index, 0xC011]``, when ``s >= 1`` and
+no other forger is planned): ``s-colluders``: ``s`` workers forge, every round, a
+consistent-but-wrong codeword that isolates an honest victim (they solve
+``B[honest - victim] u = 0`` on the code matrix rebuilt from public values); in a repetition
+code they sit in one group with the victim, in a cyclic one they share no partition;
+``size-vote-framing``: the same workers report their partitions' sizes rotated (sum unchanged).
+
+Invariants added (in ``fault_injection.check``): with ``verify=True`` no node without an
+injected fault is quarantined (``honest_nodes_punished``); no run ends because of a node's
+failure; a round recorded ``exact`` or ``approx`` with ``verified == "verified"`` has the
+oracle's model (``wrong_models_applied_as_verified`` counts the rounds that do not); the model of an exact
 round is the oracle's FedAvg over the partitions of that round (every partition when every node
 is sampled, whoever failed its handshake or made a false claim); a replayed instruction is
 refused; a lost reply's node is free again in time; a node with a DP policy makes no raw
@@ -88,7 +96,7 @@ from flwr.serverapp.strategy import FedAvg
 EDGE_FORGING = ("public-forger", "sparse-forger", "overflow", "size-forgery",
                 "size-forgery-consistent")
 #: Forgeries that leave the model's values alone (a decoded one must give the oracle's model).
-MODEL_NEUTRAL = ("size-forgery",)
+MODEL_NEUTRAL = ("size-forgery", "size-vote-framing")
 #: Server-side attacks on a node's DP policy, sent straight to the node's mod.
 DP_ATTACKS = ("dp-off-config", "dp-model-split")
 EDGE_NODE_FAULTS = (*EDGE_FORGING, "replayed-nonce", "lost-reply", *DP_ATTACKS)
@@ -98,7 +106,11 @@ RUN_FAULTS = HANDSHAKE_FAULTS + IDENTITY_FAULTS
 #: Membership faults (drawn from their own stream: the other draws are unchanged).
 MEMBERSHIP_FAULTS = ("dead-from-start", "impostor-roster", "sybil-tie")
 MEMBERSHIP_RATE = 0.2
-EDGE_FAULTS = EDGE_NODE_FAULTS + RUN_FAULTS + MEMBERSHIP_FAULTS
+#: Coalitions (drawn from their own stream, per run, when no other forger is planned): ``s``
+#: colluders forging a consistent-but-wrong codeword (:func:`coalition_forge`), or reporting
+#: their partitions' sizes rotated to frame an honest replica in the size vote.
+COALITION_FORGING = ("s-colluders", "size-vote-framing")
+EDGE_FAULTS = EDGE_NODE_FAULTS + RUN_FAULTS + MEMBERSHIP_FAULTS + COALITION_FORGING
 #: Kinds the client (``gradient_coding_mod``) must defend against by itself.
 CLIENT_DEFENCES = ("replayed-nonce", *DP_ATTACKS)
 #: Noise parameters of the DP attacks; the model move of ``dp-model-split``.
@@ -231,6 +243,71 @@ def forge(kind: str, variant: int, rng: np.random.Generator, arrays: dict[str, n
             meta["num-examples"] = float(sum(c * forged for c in instruction.coefficients))
         return arrays, meta
     raise AssertionError(kind)
+
+
+# ------------------------------------------------------------------ coalitions
+def add_coalition(scn: Any, rng: np.random.Generator, forging: tuple[str, ...]) -> None:
+    """With probability 0.8, when ``s >= 1`` and no forger (``forging``) is planned: ``s``
+    colluders and a victim, forging every round their slot is free. In a repetition code the
+    colluders are the first ``s`` workers of the first group and the victim its last replica;
+    otherwise workers ``i (s + 1)`` (sharing no partition in a cyclic code when ``n`` has room)
+    and the first other worker as the victim."""
+    if scn.s < 1 or rng.random() >= 0.8 or any(k in forging for k in scn.node_faults.values()):
+        return
+    kind = str(rng.choice(COALITION_FORGING))
+    if scn.code in ("frc", "comm-efficient"):
+        colluders, victim = tuple(range(scn.s)), scn.s
+    else:
+        colluders = tuple(i * (scn.s + 1) % scn.n for i in range(scn.s))  # disjoint if room
+        victim = min(set(range(scn.n)) - set(colluders))
+    if victim >= scn.n or any(node in scn.claims or node in scn.joins for node in colluders):
+        return
+    scn.coalition = (colluders, victim)
+    for r in range(1, scn.rounds + 1):
+        for node in colluders:
+            scn.node_faults.setdefault((r, node), kind)
+
+
+def coalition_forge(kind: str, scn: Any, arrays: dict[str, np.ndarray], meta: dict[str, Any],
+                    instruction: Any, node: int) -> tuple[dict, dict] | None:
+    """The colluders' reply (``None``: this node is not where the plan assumed). ``s-colluders``:
+    ``u`` with ``B[h] u = 0`` for the honest rows but the victim's and ``1^T u = 1`` (least
+    squares on ``B`` rebuilt from public values); every colluder adds ``(B[w] u) d`` (``d`` from
+    the round's public seed): the replies are a consistent codeword of a wrong sum except at the
+    victim. ``size-vote-framing``: its partitions' sizes rotated (their sum unchanged)."""
+    from fl_gradcode.codes import make_code
+
+    colluders, victim = scn.coalition
+    if instruction.worker != node or node not in colluders:
+        return None
+    arrays = {k: np.array(v, dtype=v.dtype, copy=True) for k, v in arrays.items()}
+    meta = dict(meta)
+    if kind == "size-vote-framing":
+        sizes = list(meta.get("partition-sizes", []))
+        if len(sizes) < 2 or len(set(sizes)) < 2:
+            return None
+        meta["partition-sizes"] = sizes[1:] + sizes[:1]
+        return arrays, meta
+    try:
+        code = make_code(scn.code, n=scn.n, s=scn.s, seed=instruction.seed)
+    except ValueError:
+        return None
+    B = np.asarray(code.B, dtype=np.float64)
+    if code.chunks != 1 or B.shape[0] != scn.n:
+        return None
+    honest = [h for h in range(scn.n) if h not in colluders and h != victim]
+    A = np.vstack([B[honest], np.ones((1, B.shape[1]))])
+    rhs = np.zeros(A.shape[0])
+    rhs[-1] = 1.0
+    u = np.linalg.lstsq(A, rhs, rcond=None)[0]
+    if not np.allclose(A @ u, rhs, atol=1e-9):
+        return None
+    weight = float(B[node] @ u)
+    rng = np.random.default_rng([instruction.seed, instruction.round, 0xC011])
+    for name in sorted(arrays):
+        arr = arrays[name]
+        arr += (weight * rng.standard_normal(arr.shape)).astype(arr.dtype)
+    return arrays, meta
 
 
 # ------------------------------------------------------------------ the client defence

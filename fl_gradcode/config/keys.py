@@ -260,8 +260,9 @@ KEYS: tuple[Key, ...] = (
         "-1: `n − s` for approximate codes, none for exact codes; 0: every client",
         keyword="min_replies", coded_only=True),
     Key("verify", False, "check every round's replies against secret dense probes before "
-        "applying a decoding: a forged or corrupted reply is dropped and its sender "
-        "quarantined (docs/integrity.md); refused for codes it cannot check",
+        "applying a decoding: only groups whose s + 1 replicas agree are decoded, so up to s "
+        "colluders can neither get a forged model applied nor an honest node blamed "
+        "(docs/integrity.md); refused for codes without repetition groups (use frc)",
         keyword="verify", coded_only=True),
     Key("verify-tolerance", 1e-5, "`verify`: relative disagreement between replicas tolerated "
         "as rounding", keyword="verify_tolerance", coded_only=True),

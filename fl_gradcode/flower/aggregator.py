@@ -21,6 +21,7 @@ from .collector import ReplyCollector, serial_blas
 from .decoder import Decoder, Outcome, replies_read
 from .quarantine import Quarantine
 from .records import RoundOutcome
+from .reports import provably_wrong_sizes
 from .round_state import RoundState
 
 __all__ = ["WARN_DECODE_ERROR", "RoundAggregator"]
@@ -43,14 +44,23 @@ class RoundAggregator:
 
     def check_sizes(self, state: RoundState) -> None:
         """Cross-check the replicas' ``partition-sizes``: outvoted replies are rejected (an
-        offence); the agreed sizes are the round's."""
+        offence); the agreed sizes are the round's. With ``verify``, only ``s + 1`` agreeing
+        replicas outvote a report, and only such a provably wrong report is an offence."""
+        reported = {w: r.sizes for w, r in state.valid.items()}
+        bound = state.code.s if self.collector.integrity.verify else None
         agreed, excluded = self.decoder.privatiser.check_sizes(
-            state.code, state.partitions, {w: r.sizes for w, r in state.valid.items()},
-            state.number)
+            state.code, state.partitions, reported, state.number, bound=bound)
+        offenders = sorted(excluded) if bound is None else sorted(
+            set(excluded) & provably_wrong_sizes(state.code, reported, bound))
         for worker, reason in sorted(excluded.items()):
             del state.valid[worker]
-            state.reject(state.cohort[worker], worker, reason)
-        self.quarantine.offend(state.number, [state.cohort[w] for w in sorted(excluded)],
+            if worker in offenders:
+                state.reject(state.cohort[worker], worker, reason)
+            else:  # contested, not provably wrong: left out of the round like its group
+                state.left_out.append(worker)
+                log(WARNING, "round %d: worker %d (node %s) left out: %s", state.number,
+                    worker, state.cohort[worker], reason)
+        self.quarantine.offend(state.number, [state.cohort[w] for w in offenders],
                                "partition sizes the other replicas contradict")
         if excluded:
             state.tracker = None  # rebuilt from the remaining replies

@@ -40,6 +40,7 @@ from .protocol import RejectedReply
 from .quarantine import Quarantine
 from .reports import check_reply_sizes, public_reason
 from .round_state import RoundState, is_chunked, payload_bytes
+from .settle import placement_refusal, settle_replies
 
 __all__ = ["ReplyCollector", "serial_blas"]
 
@@ -56,6 +57,7 @@ class ReplyCollector:
         self.fingerprints = fingerprints
         self.state: RoundState | None = None
         self.warned_unverifiable = False
+        self.warned_placement = False
         self.late = 0  # replies to earlier rounds dropped since the last row
         self.stopped_late = 0  # stop replies to earlier rounds, not yet in a row
 
@@ -74,6 +76,12 @@ class ReplyCollector:
             log(WARNING, "verify=True: round %d uses s=0 (no redundancy): such rounds are "
                 "applied unverified (verified=None in rounds.jsonl)", state.number)
             self.warned_unverifiable = True
+        why = placement_refusal(state.code) if verify and probe is not None else None
+        if why is not None and not self.warned_placement:
+            log(WARNING, "verify=True: round %d uses code %s for %d clients and %s: such "
+                "blocks are never settled and are left out of the decoding (choose a cohort "
+                "size that s + 1 divides)", state.number, state.code.name, state.code.n, why)
+            self.warned_placement = True
         return probe
 
     def on_unsent(self, messages: list[Message]) -> None:
@@ -122,6 +130,10 @@ class ReplyCollector:
             parsed = self._parse(state, reply, node, worker)
         except RejectedReply as why:
             state.reject(node, worker, str(why))
+            if (self.integrity.verify and reply.has_error() and worker in state.sent
+                    and reply.metadata.group_id in ("", str(state.number))):
+                # its own reply says it failed: nobody else can fabricate that
+                self.quarantine.offend(state.number, [node], "error replies")
             return
         parsed.extra["bytes"] = reply_bytes
         state.valid[worker] = parsed
@@ -217,31 +229,46 @@ class ReplyCollector:
         def check(workers: list[int]) -> bool:
             if enough is not None and len(workers) >= enough:
                 return True
-            if not (workers and code.is_decodable(workers)):
-                return False
             if not self.integrity.verify or state is None or state.probe is None:
-                return True
-            verdict = self.verdict(state, workers)
-            kept = [w for w in workers if w not in verdict.excluded]
-            return verdict.status == "verified" and code.is_decodable(kept)
+                return bool(workers) and code.is_decodable(workers)
+            return bool(workers) and self.settled(state, workers)
 
         return rule
+
+    def settled(self, state: RoundState, workers: list[int]) -> bool:
+        """``verify=True``'s stopping rule: some block settled, and every block that still
+        can has (:mod:`~fl_gradcode.flower.settle`): ``s + 1`` of its workers were sent work
+        and not rejected, and some of them are still to come."""
+        verdict = self.verdict(state, workers)
+        if verdict.status != "verified":
+            return False
+        done = set(workers) - set(verdict.unsettled) - set(verdict.excluded)
+        for clients, _ in state.code.blocks:
+            possible = [w for w in clients if w in state.sent
+                        and not (w in state.answered and w not in state.valid)]
+            if (len(possible) >= state.code.s + 1 and not done.intersection(clients)
+                    and not set(possible) <= set(workers)):
+                return False
+        return True
 
     def verdict(self, state: RoundState, workers: list[int]) -> Verdict:
         """The integrity cross-check of ``workers``' replies (cached per round)."""
         z = {w: state.valid[w].extra["z"] for w in workers}
         sizes = reply_sizes({w: state.valid[w].extra for w in workers})
-        return verify_replies(state.code, z, workers, self.integrity.verify_tolerance,
-                              sizes, cache=state.probe.verdicts)
+        check = settle_replies if self.integrity.verify else verify_replies
+        return check(state.code, z, workers, self.integrity.verify_tolerance,
+                     sizes, cache=state.probe.verdicts)
 
     def cross_check(self, state: RoundState, used: list[int]) -> tuple[list[int], Any]:
         """``(used, verdict)``: the replies left after the integrity cross-check excluded the
         inconsistent ones (their nodes, and those of an unresolved contradiction few enough
         to be one replica group, offend the quarantine); ``verdict`` ``None``: not checked."""
-        if state.probe is None or len(used) <= 1:
+        if state.probe is None or len(used) <= int(not self.integrity.verify):
             return used, None
         with serial_blas():
             verdict = self.verdict(state, used)
+        if self.integrity.verify:
+            return self._settle(state, used, verdict), verdict
         used = [w for w in used if w not in verdict.excluded]
         for w in verdict.excluded:
             log(WARNING, "round %d: worker %d (node %s) contradicts the other replicas; "
@@ -255,6 +282,23 @@ class ReplyCollector:
             self.quarantine.offend(state.number, [state.cohort[w] for w in verdict.involved],
                                    "in a contradiction no single exclusion explains")
         return used, verdict
+
+    def _settle(self, state: RoundState, used: list[int], verdict: Verdict) -> list[int]:
+        """``verify=True``: the replies of the settled blocks; provably wrong replies are
+        offences, unsettled blocks are left out and nobody in them is blamed."""
+        for w in verdict.excluded:
+            log(WARNING, "round %d: worker %d (node %s) contradicts s + 1 = %d agreeing "
+                "replicas; excluded", state.number, w, state.cohort[w], state.code.s + 1)
+        self.quarantine.offend(state.number, [state.cohort[w] for w in verdict.excluded],
+                               "contradicted by s + 1 agreeing replicas")
+        if verdict.unsettled:
+            log(WARNING, "round %d: workers %s: no s + 1 = %d agreeing replicas settle their "
+                "group (disagreement %.3g, or replies missing); left out of the decoding, "
+                "nobody blamed", state.number, verdict.unsettled, state.code.s + 1,
+                verdict.disagreement)
+        drop = set(verdict.excluded) | set(verdict.unsettled)
+        verdict.unsettled = sorted(set(verdict.unsettled) | set(state.left_out))
+        return [w for w in used if w not in drop]
 
     def check_applied(self, state: RoundState, used: list[int], decoding: Any,
                       verdict: Any) -> None:

@@ -65,6 +65,7 @@ __all__ = [
     "Probe",
     "Verdict",
     "applied_disagreement",
+    "check_block",
     "reply_sizes",
     "round_probe",
     "verify_refusal",
@@ -246,11 +247,16 @@ class Verdict:
     disagreement: float = 0.0  # largest relative disagreement measured (before exclusion)
     unresolved: bool = False  # a contradiction no single exclusion explains
     involved: list[int] = field(default_factory=list)  # workers of unresolved contradictions
+    # verify=True: replies of blocks no s + 1 agreeing replicas settle (left out of decoding)
+    unsettled: list[int] = field(default_factory=list)
 
 
-def verify_refusal(code: object, s: object, options: Mapping[str, object]) -> str | None:
+def verify_refusal(code: object, s: object, options: Mapping[str, object],
+                   placement: bool = True) -> str | None:
     """Why ``verify=True`` cannot work for this code (``None``: it can). A registry name or a
-    :class:`GradientCode`; ``s`` as given to ``GradientCoding``."""
+    :class:`GradientCode`; ``s`` as given to ``GradientCoding``. ``placement=False``: not
+    the placement rule (:func:`~fl_gradcode.flower.settle.placement_refusal`; a round's
+    fallback code is checked block by block instead)."""
     name = code if isinstance(code, str) else getattr(code, "name", type(code).__name__)
     if isinstance(code, str):
         chunked = code == "comm-efficient" and options.get("m", 2) != 1
@@ -262,16 +268,33 @@ def verify_refusal(code: object, s: object, options: Mapping[str, object]) -> st
         approximate = not getattr(code, "is_exact", True)
     if chunked:
         return (f"verify=True is not available for code={name!r} with m > 1: its replies are "
-                "chunks of the model and are not cross-checked. Use m=1, another code (e.g. "
-                "'frc' or 'grouped-rs'), or verify=False")
+                "chunks of the model and are not cross-checked. Use m=1 (its groups are "
+                "repetition groups), code='frc', or verify=False")
     if no_redundancy:
         return (f"verify=True needs redundancy to cross-check replies; code={name!r} with "
-                f"s={s!r} has none (no reply is computed twice). Use s >= 1 with a coded "
-                "scheme such as 'frc' or 'grouped-rs', or verify=False")
+                f"s={s!r} has none (no reply is computed twice). Use s >= 1 with code='frc', "
+                "or verify=False")
     if approximate:
         return (f"verify=True needs an exact code; code={name!r} decodes approximately, so "
-                "the replies of a round cannot be cross-checked. Use 'frc', 'grouped-rs', "
-                "'crc' or 'nested', or verify=False")
+                "the replies of a round cannot be cross-checked. Use code='frc', or "
+                "verify=False")
+    if not placement:
+        return None
+    if isinstance(code, str):
+        why = None if code in ("frc", "comm-efficient") else (
+            "it places cyclic blocks" if code == "crc" else
+            "it places Reed-Solomon or cyclic blocks when (s + 1) does not divide n")
+    else:
+        from .settle import placement_refusal  # settle builds on this module
+
+        why = placement_refusal(code)
+    if why is not None:
+        return (f"verify=True cannot guarantee anything for code={name!r}: against a "
+                "coalition of up to s nodes it needs every block to be a repetition group of "
+                f"at least s + 1 identical replicas, and {why} (s colluders can make an honest "
+                "node look like the culprit). Use code='frc' (needs (s + 1) | n), a "
+                "GradientCode whose blocks are repetition groups (e.g. "
+                "make_code('grouped-rs', n, s) with (s + 1) | n), or verify=False")
     return None
 
 
@@ -281,7 +304,8 @@ def round_probe(code: GradientCode, layout: Mapping[str, tuple[int, ...]], verif
 
     ``verify=True``: dense over every coordinate and metric (``q = 16``); a code verify
     cannot check raises :class:`ValueError` (:func:`verify_refusal`), except a round with
-    ``s = 0`` (``s="auto"`` may choose it): ``None``, nothing to cross-check.
+    ``s = 0`` (``s="auto"`` may choose it): ``None``, nothing to cross-check. A fallback code
+    whose blocks are not all repetition groups is probed: such blocks never settle.
     ``verify=False``: a cheap sampled probe for codes with redundancy, ``None`` otherwise.
     """
     chunked = code.chunks > 1
@@ -289,7 +313,7 @@ def round_probe(code: GradientCode, layout: Mapping[str, tuple[int, ...]], verif
         return Probe(layout) if code.s > 0 and not chunked else None
     if code.s == 0:
         return None
-    refusal = verify_refusal(code, code.s, options)
+    refusal = verify_refusal(code, code.s, options, placement=False)
     if refusal is not None:
         raise ValueError(refusal)
     return Probe(layout, q=16, sample=None, metrics=True)
@@ -349,6 +373,13 @@ def _ratio(diff: float, scale: float) -> float:
     if scale > 0:
         return diff / scale
     return 0.0 if diff == 0 else float("inf")
+
+
+def check_block(B, z: Mapping[int, np.ndarray], workers: list[int], sizes=None):
+    """``(disagreement, checked workers)`` of ``workers`` (their projections ``z``) for
+    ``B`` restricted to one block's partitions, or ``None`` if they do not decode: the
+    largest leave-one-out disagreement relative to the median reply's size."""
+    return _check(B, z, workers, sizes)
 
 
 def _check(B, z: Mapping[int, np.ndarray], workers: list[int], sizes=None):
@@ -509,6 +540,8 @@ def applied_disagreement(
     B = code.B
     used = sorted(used)
     c_all = np.asarray(coefficients, dtype=np.float64)
+    if c_all.ndim == 2 and c_all.shape[0] == 1:  # a one-chunk code's decoder: one row
+        c_all = c_all[0]
     worst = 0.0
     for clients, parts in code.blocks:
         members = set(clients)

@@ -331,19 +331,19 @@ class IntegrityOptions:
     Parameters (``GradientCoding``'s keywords)
     ------------------------------------------
     verify : bool
-        Always: when more replies than a decodable set are in hand, they must agree; a reply the
-        redundancy identifies as inconsistent (e.g. outvoted inside a repetition group) is excluded,
-        and a contradiction nothing resolves skips the round. With ``verify=True`` a round also
-        waits (up to the deadline) until every reply it decodes from has been cross-checked, and
-        applies nothing that was not: dense probes over every coordinate and train metric, from
-        server secrets fresh each round (a change of any coordinates whose weight in the decoding
-        exceeds 20x ``verify_tolerance`` of the replies' size is caught with probability >= 1 -
-        1e-12). Refused (``ValueError``) for the codes it cannot check, named with the reason by
-        :func:`~fl_gradcode.flower.integrity.verify_refusal`; with ``s="auto"`` a round that chooses
-        ``s=0`` is applied unverified (warned once, ``verified`` null). A node whose replies are
-        excluded or caught in unresolved contradictions twice within 10 rounds is quarantined (sent
-        no work, a straggler) for 5 rounds, 10, 20, ... on repeats (``quarantined`` in
-        ``rounds.jsonl``).
+        ``False``: spare replies in hand must agree; a reply the redundancy identifies as
+        inconsistent (e.g. outvoted in a repetition group) is excluded (best effort: colluders
+        can steer it). ``True`` (:mod:`~fl_gradcode.flower.settle`): only blocks whose ``s + 1``
+        replicas agree on dense secret probes (every coordinate and train metric, fresh keys
+        each round) are decoded; a block that cannot be settled is left out (``approx``,
+        ``unsettled`` in ``rounds.jsonl``): up to ``s`` colluders can neither get a forged
+        model applied as verified nor an honest node blamed (``docs/integrity.md``). Refused
+        (``ValueError``) for codes without repetition groups and codes it cannot check
+        (:func:`~fl_gradcode.flower.integrity.verify_refusal`); with ``s="auto"`` a round that
+        chooses ``s=0`` is applied unverified (warned once, ``verified`` null). Offences (with
+        ``verify=True`` only provable ones: error replies, self-contradicting sizes, a reply
+        ``s + 1`` agreeing replicas contradict) twice within 10 rounds quarantine a node (sent
+        no work) for 5 rounds, 10, 20, ... on repeats (``quarantined`` in ``rounds.jsonl``).
     verify_tolerance : float
         Largest relative disagreement between decodings taken as agreement (rounding).
     """

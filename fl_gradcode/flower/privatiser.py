@@ -57,17 +57,19 @@ class Privatiser:
 
     def check_sizes(self, code: GradientCode, partitions: Sequence[Identity],
                     reported: Mapping[int, Sequence[float]],
-                    round_number: int) -> tuple[dict[int, float], dict[int, str]]:
+                    round_number: int, bound: int | None = None,
+                    ) -> tuple[dict[int, float], dict[int, str]]:
         """Cross-check the replicas' ``partition-sizes`` (``reported``: worker -> sizes, each
         already consistent with its reply's ``num-examples``).
 
         Returns the agreed sizes by code partition (they become ``partition_sizes``; confirmed
         by two or more replicas, they decide later ties) and the outvoted workers with the
-        reason to reject them.
+        reason to reject them. ``bound``: ``verify=True``'s coalition bound
+        (:func:`~fl_gradcode.flower.reports.agree_sizes`).
         """
         confirmed = {j: self.confirmed_sizes[partition_key(p)] for j, p in enumerate(partitions)
                      if partition_key(p) in self.confirmed_sizes}
-        agreed, excluded, confirmed_now = agree_sizes(code, reported, confirmed)
+        agreed, excluded, confirmed_now = agree_sizes(code, reported, confirmed, bound)
         for j, size in agreed.items():
             self.partition_sizes[partition_key(partitions[j])] = size
         for j, size in confirmed_now.items():

@@ -60,6 +60,8 @@ from flwr.app import (
 from ..privacy import DP_MODES, DP_NOISE
 
 __all__ = [
+    "MAX_LIST",
+    "MAX_METRICS",
     "METRIC_PREFIX",
     "OP_IDENTIFY",
     "OP_TRAIN",
@@ -83,6 +85,7 @@ OP_TRAIN = "train"
 STOPPED_CODE = 5401
 METRIC_PREFIX = "metric."
 CHUNK_KEY = "chunk"
+MAX_METRICS, MAX_LIST = 1024, 4096  # caps on a reply's meta entries / a list's: checked first
 
 
 class RejectedReply(Exception):
@@ -486,7 +489,7 @@ def parse_reply(
     caller then checks the decoded result, which is finite exactly when every reply it used
     is: wallclock rounds return without reading whole models on the critical path).
 
-    Every failure (error reply, missing or malformed records, wrong round or worker, wrong
+    Every failure (error reply, missing, malformed or oversized records, wrong round, worker,
     keys, shapes or dtype, non-finite values, bytes that do not deserialize) raises
     :class:`RejectedReply` with the reason; nothing escapes as another exception.
     """
@@ -543,6 +546,11 @@ def _parse_train(
     meta = content.get(PROTOCOL_KEY + "-meta")
     if not isinstance(meta, MetricRecord):
         raise RejectedReply(f"reply lacks the {PROTOCOL_KEY + '-meta'!r} MetricRecord")
+    if len(meta) > MAX_METRICS + 8:  # the protocol's own entries are fewer than 8
+        raise RejectedReply(f"{len(meta)} meta entries: over MAX_METRICS={MAX_METRICS} metrics")
+    for key, value in meta.items():
+        if isinstance(value, list) and len(value) > MAX_LIST:
+            raise RejectedReply(f"{key!r} has {len(value)} entries: more than MAX_LIST={MAX_LIST}")
     claimed = meta.get("worker")
     if claimed != worker:
         raise RejectedReply(f"claims worker {claimed!r} but the node is worker {worker}")
@@ -578,10 +586,8 @@ def _parse_train(
     sizes = tuple(float(x) for x in sizes_raw)
     if not all(math.isfinite(x) and x >= 0 for x in sizes):
         raise RejectedReply(f"partition-sizes={sizes_raw!r} are not non-negative counts")
-    metrics = {}
-    for key in meta.keys():
-        if key.startswith(METRIC_PREFIX):
-            metrics[key[len(METRIC_PREFIX) :]] = _number(meta, key)
+    metrics = {key[len(METRIC_PREFIX) :]: _number(meta, key) for key in meta.keys()
+               if key.startswith(METRIC_PREFIX)}
     return CodedReply(
         node=reply.metadata.src_node_id,
         worker=worker,

@@ -215,7 +215,9 @@ ROW_DEFAULTS: dict[str, Any] = {
     "stragglers": [], "busy": [], "excluded": [], "late_dropped": 0, "stopped_at_deadline": 0,
     "rejected": 0, "rejected_reasons": [], "decode_error": 1.0, "num_examples": None,
     "expected_round_s": None, "wire": None, "verified": None, "quarantined": [],
-    "inconsistent": [], "disagreement": None, "bytes_up": 0, "bytes_down": 0, "compute_s": 0.0,
+    "inconsistent": [], "disagreement": None,
+    "unsettled": [],  # verify=True: workers of groups left out (no s + 1 agreeing replicas)
+    "bytes_up": 0, "bytes_down": 0, "compute_s": 0.0,
     "virtual_s": 0.0, "round_virtual_s": 0.0,
     "round_deadline_s": None,  # nothing sent: no deadline
     "wall_s": 0.0, "accuracy": None, "loss": None, "epsilon": None, "central_noise_std": None,
@@ -312,6 +314,7 @@ class RoundLog:
             "quarantined": state.quarantined,
             "inconsistent": [] if verdict is None else verdict.excluded,
             "disagreement": None if verdict is None else verdict.disagreement,
+            "unsettled": [] if verdict is None else list(getattr(verdict, "unsettled", [])),
             "bytes_up": state.bytes_up, "bytes_down": state.bytes_down,
             # measured client compute of the valid replies (the mod's compute-s)
             "compute_s": float(sum(r.compute_s for r in state.valid.values())),

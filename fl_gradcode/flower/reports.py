@@ -47,6 +47,7 @@ __all__ = [
     "check_reply_sizes",
     "missing_keys",
     "outlying_sizes",
+    "provably_wrong_sizes",
     "public_reason",
     "untrainable",
 ]
@@ -153,6 +154,7 @@ def agree_sizes(
     code: Any,
     reported: Mapping[int, Sequence[float]],
     confirmed: Mapping[int, float] | None = None,
+    bound: int | None = None,
 ) -> tuple[dict[int, float], dict[int, str], dict[int, float]]:
     """Cross-check the sizes the replicas of each partition report.
 
@@ -168,6 +170,13 @@ def agree_sizes(
     tie it is in: a worker holding several partitions, as in cyclic codes, that misreports
     them), then by a size an earlier round confirmed; otherwise every replica in the tie is
     excluded (nothing is applied on a size nobody can confirm).
+
+    ``bound`` (``verify=True``: the round's ``s``, the largest coalition the check must
+    withstand): only what such a coalition cannot fabricate is concluded. A report is outvoted
+    only by at least ``bound + 1`` agreeing replicas (one of them is honest; such workers are
+    :func:`provably_wrong_sizes`); any other disagreement leaves every replica of the
+    partition out of the round, blaming none (no majority of fewer, no tie rule, no earlier
+    confirmation: colluders could have produced each of them).
     """
     confirmed = dict(confirmed or {})
     holders: dict[int, list[tuple[int, float]]] = {}
@@ -193,7 +202,24 @@ def agree_sizes(
     def claims(groups: list[list[tuple[int, float]]]) -> str:
         return "; ".join(f"workers {[w for w, _ in g]} report {g[0][1]:g}" for g in groups[:6])
 
-    while True:
+    while bound is not None:  # one pass: only s + 1 agreeing replicas outvote anyone
+        for j in sorted(holders):
+            groups = groups_of(j)
+            if len(groups) <= 1:
+                continue
+            big = [g for g in groups if len(g) >= bound + 1]
+            for group in groups:
+                if len(big) == 1 and group is big[0]:
+                    continue
+                for worker, n in group:
+                    excluded.setdefault(worker, (
+                        f"partition-sizes: n_{j}={n:g} contradicts {len(big[0])} agreeing "
+                        f"replicas of partition {j} ({claims(groups)})") if len(big) == 1 else (
+                        f"partition-sizes: the replicas of partition {j} disagree "
+                        f"({claims(groups)}) and no s + 1 = {bound + 1} of them agree: all "
+                        "left out, none blamed"))
+        break
+    while bound is None:
         ties: dict[int, list[list[tuple[int, float]]]] = {}
         for j in sorted(holders):
             groups = groups_of(j)
@@ -245,6 +271,32 @@ def agree_sizes(
             if len(kept) >= 2:
                 confirmed_now[j] = agreed[j]
     return agreed, excluded, confirmed_now
+
+
+def provably_wrong_sizes(code: Any, reported: Mapping[int, Sequence[float]],
+                         bound: int) -> set[int]:
+    """The workers whose report of some partition's size contradicts at least ``bound + 1``
+    replicas that agree with each other (and no other such group exists): against a
+    coalition of at most ``bound`` nodes one of those replicas is honest, so the report is
+    wrong whoever colludes."""
+    holders: dict[int, list[tuple[int, float]]] = {}
+    for worker, sizes in reported.items():
+        for j, n in zip(code.assignment(worker), sizes, strict=False):
+            holders.setdefault(int(j), []).append((worker, float(n)))
+    wrong: set[int] = set()
+    for values in holders.values():
+        groups: list[list[tuple[int, float]]] = []
+        for worker, n in values:
+            for group in groups:
+                if _close(group[0][1], n):
+                    group.append((worker, n))
+                    break
+            else:
+                groups.append([(worker, n)])
+        big = [g for g in groups if len(g) >= bound + 1]
+        if len(big) == 1:
+            wrong |= {w for g in groups if g is not big[0] for w, _ in g}
+    return wrong
 
 
 def central_noise_scale(decoding: Any, sizes: Mapping[int, float], count: float) -> float:

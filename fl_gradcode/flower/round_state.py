@@ -47,6 +47,7 @@ class RoundState:
     answered: set[int] = field(default_factory=set)  # workers with any reply (valid or not)
     rejected: list[tuple[int, str]] = field(default_factory=list)
     rejected_details: list[tuple[int | None, str, str | None]] = field(default_factory=list)
+    left_out: list[int] = field(default_factory=list)  # verify: contested sizes, none blamed
     seen: set[str] = field(default_factory=set)  # message ids already parsed
     wire: str = "float64"
     probe: Any = None  # random projections for the integrity checks (None: not checked)

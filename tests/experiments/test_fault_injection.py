@@ -251,31 +251,28 @@ def seed_where_first(worker: int, server_round: int, n: int = 6, start: int = 0)
 
 
 @pytest.mark.parametrize("kind", fi.VALUE_FORGING)
-def test_value_forgery_is_outvoted_by_the_other_replicas_with_verify(kind):
-    """FRC s=2 (groups of 3), the forger's reply arrives first: the forged replica is
-    identified and excluded, the round decodes exactly from the honest ones."""
+def test_value_forgery_leaves_its_group_out_blaming_nobody_with_verify(kind):
+    """FRC s=2 (groups of 3), the forger's reply arrives first. Two agreeing replicas could be
+    two colluders, so the forger is not outvoted (before: excluded, exact round): its group is
+    left out, nobody in it is blamed, and the other group decodes (approximate round, checked
+    by the suite's invariants as a combination of the partitions' updates)."""
     at = (2, 0) if kind == "replay-forged" else (1, 0)
     seed = seed_where_first(0, at[0])
     out = run(scenario(kind, at=at, s=2, verify=True, rounds=at[0], seed=seed))
     assert (kind, *at) in out.injected
+    assert_sound(out)
     row = out.rows[at[0] - 1]
     if kind == "forged-consistent":
         # forged coefficients give a num-examples its partition sizes contradict: rejected on
-        # arrival, before any comparison
+        # arrival, before any comparison (provable from its own reply: an offence)
         assert row["rejected"] == 1
         assert row["rejected_reasons"][0].startswith("partition-sizes=")
-        assert row["decode"] == "exact" and 0 not in row["clients_used"]
-        assert_equals_oracle(out, at[0])
-        return
-    assert row["disagreement"] > 1e-3
-    if at[0] > 1 and row["decode"] == "skipped":
-        # round 1's last replica of each group is still busy: 0 and one honest replica tie,
-        # nothing breaks it, nothing is applied
-        assert row["verified"] == "contradicted" and len(row["busy"]) == 2
-        return
-    assert row["decode"] == "exact"
-    assert row["inconsistent"] == [0] and 0 not in row["clients_used"]
-    assert_equals_oracle(out, at[0])
+    else:
+        assert row["disagreement"] > 1e-3
+    assert row["inconsistent"] == [] and 0 not in row["clients_used"]
+    if row["decode"] != "skipped":
+        assert row["decode"] == "approx" and row["verified"] == "verified"
+        assert 0 in row["unsettled"] or row["rejected"] == 1
 
 
 @pytest.mark.parametrize("kind", fi.VALUE_FORGING)

@@ -302,7 +302,7 @@ def test_the_coded_fields_of_a_round_name_every_value_and_group(caplog):
         "stragglers": [2, 3], "busy": [3], "excluded": [2], "rejected": 1,
         "rejected_reasons": ["E: bad"], "decode_error": 0.0, "num_examples": 40.0,
         "wire": "float32", "verified": "verified", "quarantined": [5], "inconsistent": [2],
-        "disagreement": 0.125, "bytes_up": 10, "bytes_down": 20, "compute_s": 0.75,
+        "disagreement": 0.125, "unsettled": [], "bytes_up": 10, "bytes_down": 20, "compute_s": 0.75,
         "central_noise_std": None, "round_virtual_s": 1.5,
         "partitions": {"used": [0, 1], "stragglers": [None, 3], "busy": [3],
                        "rejected": [None], "excluded": [None], "inconsistent": [None],

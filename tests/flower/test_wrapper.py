@@ -1124,8 +1124,9 @@ def test_wallclock_nan_reply_found_at_decoding_leaves_an_approximate_round_label
 
 @pytest.mark.mutation_found("wrapper")
 def test_an_unresolved_contradiction_logs_how_far_the_replicas_disagree(caplog):
-    """FRC s=1: node 0 scales its reply by 1.5, its one replica disagrees and nobody breaks
-    the tie: nothing is applied, and the warning gives the recorded disagreement."""
+    """FRC s=1: node 0 scales its reply by 1.5, its one replica disagrees and nothing tells
+    which lies: the pair is left out (before: the round was skipped), the other groups decode,
+    and the warning gives the recorded disagreement."""
     apps = []
     for pid in range(N):
         app = ClientApp(mods=[scaling_mod(0, 1.5), gradient_coding_mod] if pid == 0
@@ -1140,10 +1141,12 @@ def test_an_unresolved_contradiction_logs_how_far_the_replicas_disagree(caplog):
                        initial_arrays=ArrayRecord({"w": Array(np.zeros(DIM))}),
                        num_rounds=1, train_config=ConfigRecord({}))
     row = strategy.history[0]
-    assert row["decode"] == "skipped" and row["disagreement"] > 1e-3
-    messages = [r.getMessage() for r in caplog.records if "no single reply" in r.msg]
-    expected = (f"round 1: replies disagree (relative {row['disagreement']:.3g}) and no single "
-                "reply explains it; nothing is applied")
+    assert row["decode"] == "approx" and row["disagreement"] > 1e-3
+    assert row["unsettled"] == [0, 1] and row["quarantined"] == []
+    messages = [r.getMessage() for r in caplog.records if "agreeing replicas" in r.msg]
+    expected = (f"round 1: workers [0, 1]: no s + 1 = 2 agreeing replicas settle their group "
+                f"(disagreement {row['disagreement']:.3g}, or replies missing); left out of the "
+                "decoding, nobody blamed")
     assert messages == [expected]
 
 

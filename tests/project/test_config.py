@@ -728,7 +728,8 @@ def test_verify_keys_turn_on_the_integrity_check_of_the_strategy(tmp_path):
     from server.app import build
 
     out = str(tmp_path / "r")
-    cfg = merge_config({"verify": True, "verify-tolerance": 1e-4, "results-dir": out})
+    cfg = merge_config({"verify": True, "verify-tolerance": 1e-4, "code": "frc",
+                        "results-dir": out})
     strategy = build(cfg, 6)[0]
     assert strategy.options.integrity.verify is True
     assert strategy.options.integrity.verify_tolerance == 1e-4
@@ -737,6 +738,9 @@ def test_verify_keys_turn_on_the_integrity_check_of_the_strategy(tmp_path):
     # refused where it cannot check, with the reason, as GradientCoding(verify=True) is
     with pytest.raises(ValueError, match="verify"):
         build(merge_config({"verify": True, "code": "uncoded", "s": 0, "results-dir": out}), 4)
+    # and for the default grouped-rs, whose Reed-Solomon blocks cannot be settled
+    with pytest.raises(ValueError, match="repetition group"):
+        build(merge_config({"verify": True, "results-dir": out}), 6)
 
 
 def test_an_empty_results_dir_writes_no_results_files_not_the_working_directory(
