@@ -74,9 +74,10 @@ Invariants added (in ``fault_injection.check``): with ``verify=True`` no node wi
 injected fault is quarantined (``honest_nodes_punished``); no run ends because of a node's
 failure; a round recorded ``exact`` or ``approx`` with ``verified == "verified"`` has the
 oracle's model (``wrong_models_applied_as_verified`` counts the rounds that do not); the
-model of an exact round is the oracle's FedAvg over the partitions of that round (every partition when every node
-is sampled, whoever failed its handshake or made a false claim); a replayed instruction is
-refused; a lost reply's node is free again in time; a node with a DP policy makes no raw
+model of an exact round is the oracle's FedAvg over the partitions of that round (every
+partition when every node is sampled, whoever failed its handshake or made a false claim); a
+replayed instruction is refused; a lost reply's node is free again in time; a node with a DP
+policy makes no raw
 release (``raw_releases_by_dp_nodes``: 0).
 """
 

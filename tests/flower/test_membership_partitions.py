@@ -244,16 +244,26 @@ class ReRegistering(InProcessGrid):
         return super().get_node_ids()
 
 
+def erring(msg: Message, context, call_next) -> Message:
+    """An OUTER mod: every train message answered with an error reply (an offence the server
+    can prove from the reply alone)."""
+    from flwr.app import Error, MessageType
+
+    if msg.metadata.message_type == MessageType.TRAIN and "arrays" in msg.content.array_records:
+        return Message(Error(code=2, reason="ValueError: out of memory"), reply_to=msg)
+    return call_next(msg, context)
+
+
 def test_a_quarantined_node_re_registering_under_a_new_id_stays_quarantined(tmp_path):
-    """Node 1 sends wrong replies: verify drops them, and after two offences it is
-    quarantined (rounds 3-7). After round 3 it comes back under a new node id, claiming its
-    partition again: the quarantine follows the partition, so the new id is still sent no
-    work, no honest node is ever quarantined, and the model is FedAvg over all six."""
+    """Node 1 answers every train message with an error (under ``verify=True`` an offence it
+    proves itself): after two offences it is quarantined (rounds 3-7). After round 3 it comes
+    back under a new node id, claiming its partition again: the quarantine follows the
+    partition, so the new id is still sent no work and no honest node is ever quarantined."""
     apps = [make_app(gradient_coding_mod)] * 6
-    apps[1] = make_app(lying, gradient_coding_mod)
+    apps[1] = make_app(erring, gradient_coding_mod)
     grid = ReRegistering(None, 6, apps=apps, who=1, new_id=424242, after=3)
     liar = grid.node_ids[1]
-    outcome = run(6, code="grouped-rs", s=2, rounds=6, grid=grid, verify=True,
+    outcome = run(6, code="frc", s=2, rounds=6, grid=grid, verify=True,
                   results_dir=str(tmp_path))
     rows = rows_of(tmp_path)
     assert grid.node_ids[1] == 424242  # the scenario happened
@@ -263,8 +273,11 @@ def test_a_quarantined_node_re_registering_under_a_new_id_stays_quarantined(tmp_
                for row in rows)
     honest = {grid.node_ids[i] for i in (0, 2, 3, 4, 5)}
     assert not honest & {n for row in rows for n in row["quarantined"]}
-    assert [row["decode"] for row in rows] == ["exact"] * 6
-    assert_close(outcome.models[6], oracle(6, range(6))[6])
+    # verify=True: the erring node's replica group (partitions 0-2) cannot be settled by s + 1
+    # agreeing replicas, so it is left out and every round says so
+    assert [(row["decode"], row["missing_partitions"]) for row in rows] == \
+        [("approx", [0, 1, 2])] * 6
+    assert_close(outcome.models[6], oracle(6, [3, 4, 5])[6])
 
 
 # ================================================================== the roster's formats
