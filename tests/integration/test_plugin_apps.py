@@ -262,3 +262,42 @@ def test_opacus_max_epsilon_aggregator_sees_each_partitions_epsilon(tmp_path):
         train_config=ConfigRecord({"lr": LR}))
     expected = flower.train_metrics_clientapp[1]["epsilon"]
     assert coded.train_metrics_clientapp[1]["epsilon"] == pytest.approx(expected, rel=1e-9)
+
+
+def _dead(msg: Message, context: Context, call_next) -> Message:
+    """An OUTER client mod: the node's app fails every message, from the first one (the
+    gradient-coding handshake included)."""
+    raise RuntimeError("this node's app fails every message")
+
+
+@pytest.mark.parametrize("make_strategy", [lambda: FedAvg(fraction_evaluate=0.0),
+                                           lambda: FedAdam(fraction_evaluate=0.0)],
+                         ids=["fedavg", "fedadam"])
+def test_two_nodes_dead_from_the_first_message_leave_no_partition_out(tmp_path, make_strategy):
+    """Flower's quickstart shape, 6 nodes, grouped-rs s=2: two nodes whose app fails every
+    message from the first one never pass the handshake. s=2 is there to make two dead nodes
+    harmless: their partitions are computed by their replicas, every round is exact, and the
+    model equals the uncoded run over all six nodes (which has no dead node)."""
+    from flwr.clientapp import ClientApp
+
+    dead_app = ClientApp(mods=[_dead])
+    apps = [dead_app if i in (0, 3) else qs.app for i in range(NUM_NODES)]
+    results = {}
+    for name, code, s, node_apps in [("coded", "grouped-rs", 2, apps),
+                                     ("uncoded", "uncoded", 0, None)]:
+        grid = InProcessGrid(None if node_apps else qs.app, num_nodes=NUM_NODES,
+                             run_config=QS_RUN_CONFIG, **({"apps": node_apps} if node_apps
+                                                          else {}))
+        out = tmp_path / name
+        wrapper = GradientCoding(make_strategy(), code=code, s=s, timing="virtual", seed=0,
+                                 results_dir=str(out), warmup_timeout=5.0)
+        results[name] = wrapper.start(grid=grid, initial_arrays=qs.initial_arrays(),
+                                      num_rounds=3, train_config=ConfigRecord({"lr": LR}))
+        results[name + "-rows"] = [json.loads(line) for line in
+                                   (out / "rounds.jsonl").read_text().splitlines()]
+    assert [r["decode"] for r in results["coded-rows"]] == ["exact"] * 3
+    assert all(r["missing_partitions"] == [] for r in results["coded-rows"])
+    a, b = flat(results["coded"].arrays), flat(results["uncoded"].arrays)
+    initial = flat(qs.initial_arrays())
+    assert np.linalg.norm(b - initial) / np.linalg.norm(initial) > 1e-2  # training moved it
+    assert np.linalg.norm(a - b) / np.linalg.norm(b) <= 1e-5
