@@ -3,7 +3,7 @@ codes, test strength."""
 
 from __future__ import annotations
 
-from docgen.core import block, ci, load, num, table
+from tools.docgen.core import block, ci, load, num, table
 
 
 # ---------------------------------------------------------------- robustness

@@ -7,8 +7,8 @@ import hashlib
 import json
 from pathlib import Path
 
-from docgen.accuracy import TTA, no_dp
-from docgen.core import block, load
+from tools.docgen.accuracy import TTA, no_dp
+from tools.docgen.core import block, load
 
 FIGURE_CODING = "results/coding_speedup.png"
 

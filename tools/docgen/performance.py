@@ -3,7 +3,7 @@ scale runs in Flower's simulation engine (``bench_end_to_end.json``)."""
 
 from __future__ import annotations
 
-from docgen.core import block, load, num, table
+from tools.docgen.core import block, load, num, table
 
 CLIENT = "bench_client.json"
 E2E = "bench_end_to_end.json"
