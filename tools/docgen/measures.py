@@ -3,14 +3,14 @@ codes, test strength."""
 
 from __future__ import annotations
 
-from tools.docgen.core import block, ci, load, num, table
+from tools.docgen.core import block, ci, command, load, num, table
 
 
 # ---------------------------------------------------------------- robustness
 @block("fault-injection")
 def fault_injection() -> str:
     d = load("fault_injection.json")
-    return (f"`experiments/fault_injection.py` (`results/fault_injection.json`): "
+    return (f"`tests/faults/fault_injection.py` (`results/fault_injection.json`): "
             f"{d['scenarios']} randomized fault scenarios, {len(d['faults_injected'])} fault "
             f"kinds, {d['crashes']} crashes, {d['corrupted_models']} corrupted models, "
             f"{d['wrong_models_applied_as_verified']} wrong models applied as verified, "
@@ -43,7 +43,7 @@ def sampled_cohorts() -> str:
     if "drop-stragglers" in schemes:
         note += ("\n\ndrop-stragglers: Flower's own FedAvg on the same cohorts, averaging the "
                  "replies in by a round deadline (3 times the 75th percentile of an uncoded "
-                 "client's time: `_common.rival_deadline`) and dropping the rest.")
+                 "client's time: `common.rival_deadline`) and dropping the rest.")
     return table(["latency", *schemes], rows) + note
 
 
@@ -102,7 +102,7 @@ def bandwidth_limited() -> str:
                   if r["upload_s"] == drops[0]["upload_s"]}
         note = (f"\n\ndrop-stragglers: Flower's own FedAvg averaging the replies in by a round "
                 f"deadline (3 times the 75th percentile of an uncoded client's time, plus one "
-                f"model's upload: `_common.rival_deadline`), dropping "
+                f"model's upload: `common.rival_deadline`), dropping "
                 f"{'–'.join(sorted({format(r['late_dropped_per_round'], '.2f') for r in drops}))}"
                 f" replies a round on average; final accuracy {finals['drop-stragglers']:.3f} "
                 f"(uncoded {finals['uncoded']:.3f}).")
@@ -131,7 +131,7 @@ def bench_aggregation() -> str:
     if skipped:
         out += "\n\nNot measured (refused by the code or the memory guard): " + "; ".join(
             f"{code} n={n} s={s}: {reason}" for code, n, s, reason in skipped) + "."
-    out += "\n\nRuns: " + "; ".join(f"`{c}`" for c in d.get("runs", [])) + "."
+    out += "\n\nRuns: " + "; ".join(f"`{command(c)}`" for c in d.get("runs", [])) + "."
     return out
 
 
