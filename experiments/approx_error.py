@@ -6,7 +6,7 @@ stragglers: mean ``||B_F^T a - 1||^2 / k`` of ignore-stragglers (``a = 1``, and 
 Bernoulli code and the expander code with optimal (least-squares) decoding, and the expander's
 fixed decoder with its spectral bound (Charles et al. 2017; Raviv et al. 2018).
 
-Run: ``python experiments/approx_error.py [--quick] [--out results/approx_error]``.
+Run: ``python -m experiments.approx_error [--quick] [--out results/approx_error]``.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-from _common import progress, pyplot, save
 
+from experiments.common import progress, pyplot, save
 from fl_gradcode.codes import frc_expected_error, make_code
 
 

@@ -13,7 +13,7 @@ Schemes (same seeds): ``uncoded`` (FedAvg waiting for everyone), ``exact`` (grou
 Ye-Abbe at ``s`` and ``m``: load ``s + m``, replies ``1/m`` of the model), and
 ``drop-stragglers``: what Flower users do today, Flower's own FedAvg
 (``server.app.run_rival_in_process``) averaging the replies in by a round deadline, 3 times the
-75th percentile of an uncoded client's compute and delay (``_common.rival_deadline``) plus one
+75th percentile of an uncoded client's compute and delay (``common.rival_deadline``) plus one
 full model's upload time, dropping the rest. Reported per regime
 and scheme: mean time to the target accuracy over seeds, mean round time, bytes uploaded per
 round and their ratio to uncoded's.
@@ -22,7 +22,7 @@ References: Ye, Abbe, "Communication-Computation Efficient Gradient Coding", ICM
 Kadhe, Koyluoglu, Ramchandran, "Communication-Efficient Gradient Coding for Straggler
 Mitigation in Distributed Learning", ISIT 2020 (about 16% lower round time on EC2).
 
-Run: ``python experiments/bandwidth_limited.py [--quick] [--schemes a,b]`` ->
+Run: ``python -m experiments.bandwidth_limited [--quick] [--schemes a,b]`` ->
 ``results/bandwidth_limited.json`` (``--schemes``: run these and merge their rows into the
 existing JSON of the same seeds and regimes).
 """
@@ -32,12 +32,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
-from _common import ROOT, quiet_flower, rival_deadline, save
+
+from experiments.common import quiet_flower, rival_deadline, save
 
 N, S, M = 12, 2, 2
 COST_S = 0.05  # modelled compute per partition of load
@@ -115,7 +115,6 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--schemes", default=None,
                         help="comma-separated schemes to run, merged into the existing JSON")
     args = parser.parse_args(argv)
-    sys.path.insert(0, str(ROOT))
     quiet_flower()
     seeds = [0] if args.quick else [0, 1, 2]
     rounds = 3 if args.quick else 30

@@ -14,7 +14,7 @@
   bimodal straggling, a heavy-tailed delay that ignores the load, and a compute-bound shifted
   exponential where coding cannot pay.
 
-Run: ``python experiments/bench_adaptive.py [--quick] [--out results/bench_adaptive]``.
+Run: ``python -m experiments.bench_adaptive [--quick] [--out results/bench_adaptive]``.
 Timings are for this machine; the ratios to FedAvg are measured in the same run.
 """
 
@@ -26,8 +26,8 @@ import os
 import time
 
 import numpy as np
-from _common import quiet_flower, save
 
+from experiments.common import quiet_flower, save
 from fl_gradcode.adaptive import LatencyEstimator, choose_s, code_loads, decode_rule
 from fl_gradcode.codes import NestedPlacement
 from fl_gradcode.latency import ShiftedExponential

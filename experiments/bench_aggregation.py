@@ -31,7 +31,7 @@ the ``n - s`` workers left by a seeded random straggler pattern. Per row:
 * ``relative_error``: ``||decoded - reference|| / ||reference||`` of the decoded average
   against the float64 numpy reference; ``load_avg``: ``os.getloadavg()`` before the row.
 
-Run: ``python experiments/bench_aggregation.py [--quick] [--codes grouped-rs,crc]
+Run: ``python -m experiments.bench_aggregation [--quick] [--codes grouped-rs,crc]
 [--params 1000000] [--n 20,100] [--s 2,4,n/8] [--merge]`` -> ``results/bench_aggregation.json``
 (``--merge`` keeps the rows of configurations this run does not measure: a grid too long for
 one sitting is built in parts; every part's command is listed under ``runs``).
@@ -51,7 +51,8 @@ import tracemalloc
 from pathlib import Path
 
 import numpy as np
-from _common import save
+
+from experiments.common import save
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = 10
@@ -99,7 +100,7 @@ def setup(code: str, n: int, s: int, params: int, wire: str, delay=None):
 def configure(strategy, wrapped, arrays, config) -> dict:
     """Round 1's messages by worker."""
     msgs = list(strategy.configure_train(1, arrays, config, wrapped))
-    return {strategy._round.cohort.index(m.metadata.dst_node_id): m for m in msgs}
+    return {strategy.current_round.cohort.index(m.metadata.dst_node_id): m for m in msgs}
 
 
 def payloads(code, workers, params: int, float64: bool) -> dict:
@@ -156,7 +157,7 @@ def coded_replies(strategy, messages: dict, workers, cached: dict) -> list:
     for worker in workers:
         msg = messages[worker]
         instruction = protocol.parse_instruction(msg.content)
-        row = strategy._round.code.B[worker]
+        row = strategy.current_round.code.B[worker]
         if not msg.metadata.message_id:
             msg.metadata.__dict__["_message_id"] = f"m{worker}"
         reply = protocol.train_reply(msg, instruction, {}, 100.0 * float(row.sum()),
@@ -214,11 +215,11 @@ def bench(code_name: str, params: int, n: int, s: int, wire: str, repeats: int, 
     load = os.getloadavg()
     strategy, _, wrapped, arrays, config = setup(code_name, n, s, params, wire)
     by_worker = configure(strategy, wrapped, arrays, config)
-    code = strategy._round.code
+    code = strategy.current_round.code
     stragglers = stragglers_of(n, s, seed)
     workers = [w for w in range(n) if w not in stragglers]
     assert code.is_decodable(workers), (code_name, n, s, stragglers)
-    float64 = strategy._round.wire != "model"
+    float64 = strategy.current_round.wire != "model"
     cached, reference = payloads(code, workers, params, float64)
     for w in stragglers:  # never pulled, never read: any well-formed payload
         cached[w] = cached[workers[0]]
@@ -328,7 +329,7 @@ def reaction_ms(code_name: str, n: int, s: int, params: int, wire: str, straggle
         assert out is not None
         # the first decodable set is complete when, in order of availability, the replies
         # pullable so far first decode
-        code = strategy._round.code
+        code = strategy.current_round.code
         available = {w: grid.available_at[by_worker[w].metadata.message_id] for w in range(n)}
         prefix, t_ready = [], None
         for w in sorted(range(n), key=available.__getitem__):
@@ -424,7 +425,6 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--merge", action="store_true",
                         help="keep the rows of --out this run does not measure again")
     args = parser.parse_args(argv)
-    sys.path.insert(0, str(ROOT))
     logging.getLogger("flwr").setLevel(logging.WARNING)
     from fl_gradcode.codes import make_code
     from fl_gradcode.flower.testing import set_task_identity
@@ -482,7 +482,7 @@ def main(argv: list[str] | None = None) -> dict:
                               f"{row['peak_bytes'] / row['peak_bound_bytes']:>11.2f}"
                               f"{row['relative_error']:>9.1e}{row['load_avg'][0]:>6.2f}",
                               flush=True)
-    command = " ".join(["python experiments/bench_aggregation.py",
+    command = " ".join(["python -m experiments.bench_aggregation",
                         *(sys.argv[1:] if argv is None else argv)])
     runs = [command]
     if args.merge and Path(args.out).exists():

@@ -25,7 +25,7 @@ local epochs per partition (``local_epochs``: the mod's cost does not grow with 
 The coded reply is checked against the example-weighted combination computed here from the
 plain replies in numpy (``max_rel_error``).
 
-Run: ``python experiments/bench_client.py`` -> ``results/bench_client.json``;
+Run: ``python -m experiments.bench_client`` -> ``results/bench_client.json``;
 ``--quick``: the 4.8k-parameter MLP, one repetition (smoke tests).
 """
 
@@ -34,13 +34,13 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
 import tracemalloc
 from pathlib import Path
 
 import numpy as np
-from _common import save
+
+from experiments.common import save
 
 ROOT = Path(__file__).resolve().parents[1]
 HIDDEN_10M = 1084  # Net(1084): 10.0M parameters
@@ -56,10 +56,10 @@ def _reply_bytes(msg) -> int:
 
 def measure(hidden: int, s: int, k: int, wire: str, reps: int, seed: int = 0,
             epochs: int = 1) -> dict:
-    import perf_app
     from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
     from flwr.clientapp import ClientApp
 
+    from experiments import perf_app
     from fl_gradcode.codes import make_code
     from fl_gradcode.flower import gradient_coding_mod, protocol
     from fl_gradcode.flower.testing import set_task_identity
@@ -202,9 +202,6 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--out", default="results/bench_client.json")
     args = parser.parse_args(argv)
-    for path in (ROOT, ROOT / "experiments"):
-        if str(path) not in sys.path:
-            sys.path.insert(0, str(path))
     hidden, reps = (0, 1) if args.quick else (HIDDEN_10M, args.reps)
     settings = [(2, "model", 1), (2, "float64", 1)] if args.quick else [
         (2, "model", 1), (4, "model", 1), (2, "float64", 1), (2, "model", 5)]
@@ -218,7 +215,7 @@ def main(argv: list[str] | None = None) -> dict:
               f"{row['peak_extra_models']:.2f} models, err {row['max_rel_error']:.1e}")
     result = {
         "benchmark": "bench_client", "quick": args.quick,
-        "command": "python experiments/bench_client.py" + (" --quick" if args.quick else "")
+        "command": "python -m experiments.bench_client" + (" --quick" if args.quick else "")
                    + (f" --reps {args.reps}" if args.reps != 5 else ""),
         "goal": {"mod_overhead_vs_partition": 0.05},
         "code": "grouped-rs", "rows": rows,

@@ -8,7 +8,7 @@ to compute a decoding vector cold (fresh code, empty cache) and cached at n = 10
 uncoded tolerates no straggler), the median over random received sets of n - s clients of one
 ``decoding_vector`` call with empty caches (``with_weights`` clears them; B is reused).
 
-Run: ``python experiments/bench_codes.py [--quick] [--out results/bench_codes.json]``.
+Run: ``python -m experiments.bench_codes [--quick] [--out results/bench_codes.json]``.
 Timings are ratios within one run on one machine; absolute numbers vary with the machine.
 """
 
@@ -19,8 +19,8 @@ import os
 import time
 
 import numpy as np
-from _common import save
 
+from experiments.common import save
 from fl_gradcode.codes import make_code, straggler_patterns
 
 CODES = ["frc", "crc", "grouped-rs", "comm-efficient"]

@@ -6,19 +6,19 @@ digits) and encodes them through the real ClientApp and its coding mod, for
 and ``gradient`` updates. Reported: median seconds per round over repeats and the ratio to
 ``dp=none`` in the same run (targets: partition <= 1.1x; sample is Opacus' per-sample cost).
 
-Run: ``python experiments/bench_dp.py [--quick] [--out results/bench_dp.json]``.
+Run: ``python -m experiments.bench_dp [--quick] [--out results/bench_dp.json]``.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 import warnings
 from pathlib import Path
 
 import numpy as np
-from _common import save
+
+from experiments.common import save
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -90,7 +90,6 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", default="results/bench_dp.json")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
-    sys.path.insert(0, str(ROOT))
     repeats = 2 if args.quick else 7
     models = ["mlp"] if args.quick else ["mlp", "cnn"]
     rows = []

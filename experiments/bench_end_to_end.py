@@ -20,7 +20,7 @@ the machine's load (``loadavg`` is recorded beside each block):
 * ``stragglers``: the same federation, coded against wait-for-all FedAvg (the wrapper with the
   identity code, ``code='uncoded' s=0``, no deadline) and against what Flower users do today,
   Flower's FedAvg dropping the replies later than a round deadline (``DeadlineFedAvg``, deadline
-  ``_common.rival_deadline``: 3 times the 75th percentile of an uncoded client's time), a
+  ``common.rival_deadline``: 3 times the 75th percentile of an uncoded client's time), a
   Pareto latency model in **virtual time** (``measured_compute=False``, ``compute_cost_s`` per
   partition of average size), the same draws for all three: the accuracy after each round and
   the virtual time to the target accuracy. Coded and wait-for-all decode the same exact average
@@ -34,7 +34,7 @@ the machine's load (``loadavg`` is recorded beside each block):
   of 100 out of 1,000 in the first rounds), part of its round time.
 
 ``--engine inprocess`` runs the same ServerApp logic on the in-process test grid (no Ray; for
-smoke tests only). Run: ``python experiments/bench_end_to_end.py`` ->
+smoke tests only). Run: ``python -m experiments.bench_end_to_end`` ->
 ``results/bench_end_to_end.json``; ``--parts`` picks parts, ``--quick`` tiny sizes.
 """
 
@@ -52,13 +52,9 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-HERE = Path(__file__).resolve().parent
-for _path in (ROOT, HERE):
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
+from experiments.common import quiet_flower, rival_deadline, save
 
-from _common import quiet_flower, rival_deadline, save  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 PARTS = ("no_stragglers", "stragglers", "scale")
 
@@ -133,7 +129,7 @@ def run_block(strategy: Any, grid: Any, arrays: Any, rounds: int, config: Any,
     """``strategy.start`` for ``rounds`` rounds; per round its wall time (between the
     evaluation hooks Flower's ``start`` calls after every round, evaluation excluded), the app's
     compute in that window and (``evaluate``) the test accuracy."""
-    import perf_app
+    from experiments import perf_app
 
     marks: list[tuple[float, float]] = []
     accuracy: list[float | None] = []
@@ -226,8 +222,9 @@ def _fedavg(n: int, fraction: float = 1.0) -> Any:
 
 # ---------------------------------------------------------------- the three parts
 def part_no_stragglers(grid: Any, plan: dict, log: Path | None) -> dict:
-    import perf_app
     from flwr.app import ConfigRecord
+
+    from experiments import perf_app
 
     n, s, hidden, reps, rounds = (plan[k] for k in ("n", "s", "hidden", "reps", "rounds"))
     config = ConfigRecord({"hidden": hidden, "lr": 0.05})
@@ -278,9 +275,9 @@ def part_no_stragglers(grid: Any, plan: dict, log: Path | None) -> dict:
 
 
 def part_stragglers(grid: Any, plan: dict, log: Path | None) -> dict:
-    import perf_app
     from flwr.app import ConfigRecord
 
+    from experiments import perf_app
     from fl_gradcode.latency import Pareto
 
     n, s, hidden, rounds = (plan[k] for k in ("n", "s", "hidden", "straggler_rounds"))
@@ -343,8 +340,9 @@ def part_stragglers(grid: Any, plan: dict, log: Path | None) -> dict:
 
 
 def part_scale(grid: Any, plan: dict, log: Path | None) -> dict:
-    import perf_app
     from flwr.app import ConfigRecord
+
+    from experiments import perf_app
 
     nodes, cohort, s, reps, rounds = (plan[k] for k in ("nodes", "cohort", "scale_s",
                                                         "scale_reps", "scale_rounds"))
@@ -397,7 +395,7 @@ RUNNERS = {"no_stragglers": part_no_stragglers, "stragglers": part_stragglers,
 # ---------------------------------------------------------------- engines
 def run_part(part: str, plan: dict, engine: str) -> dict:
     """Run ``part`` in one simulation (Ray) or on the in-process grid."""
-    import perf_app
+    from experiments import perf_app
 
     nodes = plan["nodes"] if part == "scale" else plan["n"]
     client_app = perf_app.timed_app if part == "stragglers" else perf_app.coded_app
@@ -420,9 +418,10 @@ def run_part(part: str, plan: dict, engine: str) -> dict:
     def main(grid: Grid, context: Context) -> None:
         out.update(RUNNERS[part](TimedGrid(grid), plan, log))
 
-    # Ray's workers import perf_app (the pickled ClientApp refers to it) and this fl_gradcode
+    # Ray's workers import experiments.perf_app (the pickled ClientApp refers to it) and this
+    # checkout's fl_gradcode
     os.environ["PYTHONPATH"] = os.pathsep.join(
-        [str(ROOT), str(HERE), *filter(None, [os.environ.get("PYTHONPATH")])])
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
     run_simulation(app, client_app, num_supernodes=nodes,
                    backend_config={"client_resources": {"num_cpus": 1},
                                    "init_args": {"num_cpus": plan["actors"],
@@ -457,8 +456,8 @@ def main(argv: list[str] | None = None) -> dict:
     if out.exists() and set(parts) != set(PARTS):  # rerun some parts: keep the others
         previous = json.loads(out.read_text())
     result = {**previous, "benchmark": "bench_end_to_end", "quick": args.quick,
-              "engine": args.engine, "plan": plan, "command": "python "
-              + " ".join(["experiments/bench_end_to_end.py", *(argv or sys.argv[1:])])}
+              "engine": args.engine, "plan": plan, "command": " ".join(
+                  ["python -m experiments.bench_end_to_end", *(argv or sys.argv[1:])])}
     for part in parts:
         t0 = time.time()
         result[part] = run_part(part, plan, args.engine)

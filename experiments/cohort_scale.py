@@ -9,20 +9,20 @@ the peak traced Python memory of the round (``tracemalloc``; clients included, s
 for the server), and checks each round against the cohort's example-weighted average computed
 independently (plain numpy over the cohort's partitions).
 
-Run: ``python experiments/cohort_scale.py [--quick]`` -> ``results/cohort_scale.json``.
+Run: ``python -m experiments.cohort_scale [--quick]`` -> ``results/cohort_scale.json``.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import sys
 import time
 import tracemalloc
 from pathlib import Path
 
 import numpy as np
-from _common import save
+
+from experiments.common import save
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,7 +70,6 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", default="results/cohort_scale.json")
     args = parser.parse_args(argv)
-    sys.path.insert(0, str(ROOT))
     logging.getLogger("flwr").setLevel(logging.WARNING)
     from flwr.app import Array, ArrayRecord, ConfigRecord
     from flwr.serverapp.strategy import FedAvg
@@ -104,7 +103,7 @@ def main(argv: list[str] | None = None) -> dict:
         row = strategy.history[-1] if strategy.history else {}
         # independent oracle: the cohort's example-weighted average of one gradient step
         cohort_pids = sorted(strategy.identities[node].partition_id
-                             for node in strategy._round.cohort)
+                             for node in strategy.current_round.cohort)
         w = arrays["w"].numpy()
         num = sum(len(partition(p)[1]) * step(w, *partition(p), 0.5) for p in cohort_pids)
         den = sum(len(partition(p)[1]) for p in cohort_pids)

@@ -27,7 +27,7 @@ came last among those the round used): SuperNode poll wait, object fetch, SuperE
 ClientApp process start, our mod's import / work, the train handler, the way back to the
 SuperLink, the ServerApp's pull wait, the strategy's own calls, and the rest.
 
-Run: ``nice -n 5 python experiments/deployment_breakdown.py [--nodes 3 5] [--rounds 4]
+Run: ``nice -n 5 python -m experiments.deployment_breakdown [--nodes 3 5] [--rounds 4]
 [--modes fedavg coded coded-tuned] [--out results/deployment_breakdown]``: about 4 minutes for
 the default (``n=3``, three jobs of 4 rounds) on 2 shared cores.
 """
@@ -48,9 +48,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from _common import ROOT, save
-
-from server.deploy_local import _bin, _signal_group, free_port, wait_for_port
+from experiments.common import ROOT, save
+from server.deploy_local import flower_bin, free_port, signal_group, wait_for_port
 
 APP = ROOT / "experiments" / "deployment_app"
 MODES = {  # job -> extra run config
@@ -127,14 +126,15 @@ class Cluster:
 
     def __enter__(self) -> Cluster:
         self.link = self._start(
-            [_bin("flower-superlink"), "--insecure", "--disable-runtime-dependency-installation",
-             "--host", "127.0.0.1", "--port", str(self.port)],
+            [flower_bin("flower-superlink"), "--insecure",
+             "--disable-runtime-dependency-installation", "--host", "127.0.0.1", "--port",
+             str(self.port)],
             "superlink", {},
         )
         wait_for_port(self.port)
         for i in range(self.nodes):
             self._start(
-                [_bin("flower-supernode"), "--insecure", "--superlink",
+                [flower_bin("flower-supernode"), "--insecure", "--superlink",
                  f"127.0.0.1:{self.port}", "--host", "127.0.0.1", "--port", str(free_port()),
                  "--node-config", f"partition-id={i} num-partitions={self.nodes}"],
                 f"supernode{i}", {"FLWR_LOG_LEVEL": "DEBUG"},
@@ -149,12 +149,12 @@ class Cluster:
 
     def __exit__(self, *exc: object) -> None:
         for proc in reversed(self.procs):
-            _signal_group(proc, signal.SIGTERM)
+            signal_group(proc, signal.SIGTERM)
         for proc in self.procs:
             try:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                _signal_group(proc, signal.SIGKILL)
+                signal_group(proc, signal.SIGKILL)
         for log in self.logs:
             log.close()
 
@@ -164,7 +164,8 @@ class Cluster:
         return _session_cpu_s(self.link.pid)
 
     def run(self, run_config: str, log_name: str, timeout: float = 300.0) -> int:
-        cmd = [_bin("flwr"), "run", str(APP), "deploy", "--stream", "--run-config", run_config]
+        cmd = [flower_bin("flwr"), "run", str(APP), "deploy", "--stream", "--run-config",
+               run_config]
         print("$ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
         with (self.workdir / log_name).open("w") as log:
             return subprocess.call(

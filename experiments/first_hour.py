@@ -15,7 +15,7 @@ against the main job's target: the lowest final accuracy of the three runs (as
 target at least twice as soon as wait-for-all and sooner than drop-stragglers, with a final
 accuracy at least drop-stragglers'.
 
-Usage: ``python experiments/first_hour.py [--seeds 0 1 2] [--regimes a b] [--out ...]``.
+Usage: ``python -m experiments.first_hour [--seeds 0 1 2] [--regimes a b] [--out ...]``.
 """
 
 from __future__ import annotations
@@ -30,8 +30,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # make `server` / `clients` importable when run as a script
-    sys.path.insert(0, str(ROOT))
 
 #: The three runs of the main job, by their names in the JSON.
 RUN_NAMES = ("coded", "wait-for-all", "drop-stragglers")
@@ -233,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     from flwr.common.logger import FLOWER_LOGGER
 
     FLOWER_LOGGER.setLevel(logging.WARNING)
-    from experiments._common import save
+    from experiments.common import save
 
     t0 = time.perf_counter()
     result = explore({k: REGIMES[k] for k in args.regimes}, args.seeds, n=args.clients)

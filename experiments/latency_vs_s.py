@@ -12,7 +12,7 @@ group rule, and measured rounds of the Flower strategy in virtual time (the real
 ClientApp computation over an in-process Grid; ``grouped-rs``, which is FRC when
 ``(s+1) | n``), mean ``round_virtual_s`` over rounds.
 
-Run: ``python experiments/latency_vs_s.py [--quick] [--out results/latency_vs_s]``.
+Run: ``python -m experiments.latency_vs_s [--quick] [--out results/latency_vs_s]``.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-from _common import progress, pyplot, quiet_flower, save
 
+from experiments.common import progress, pyplot, quiet_flower, save
 from fl_gradcode.latency import (
     Exponential,
     ShiftedExponential,

@@ -13,7 +13,7 @@ waits for all ``n``; coded mat-vecs (``X w`` then ``X^T r``) wait twice for the 
 gradient coding (``grouped-rs``) waits once for the fastest decodable set with load
 ``(s+1)/n``. All three compute the exact gradient, so the iterates agree; only time differs.
 
-Run: ``python experiments/matmul_speedup.py [--quick] [--out results/matmul_speedup]``
+Run: ``python -m experiments.matmul_speedup [--quick] [--out results/matmul_speedup]``
 (writes ``.json`` and ``.png``).
 """
 

@@ -9,7 +9,7 @@ every ``(c, slowdown)`` the Monte Carlo expected round time of an exact code tol
 compared with uncoded (``s = 0``): the map shows the best ``s`` and its speedup; ``s = 0`` means
 coding does not pay.
 
-Run: ``python experiments/regime_map.py [--quick] [--out results/regime_map]``.
+Run: ``python -m experiments.regime_map [--quick] [--out results/regime_map]``.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-from _common import progress, pyplot, save
 
+from experiments.common import progress, pyplot, save
 from fl_gradcode.latency import Bimodal, Exponential, ShiftedExponential, round_times
 
 

@@ -1,4 +1,4 @@
-"""Regenerate every figure and table: ``python experiments/run_all.py [--quick]``.
+"""Regenerate every figure and table: ``python -m experiments.run_all [--quick]``.
 
 Writes JSON + PNG into ``results/`` (``--quick``: smaller settings into ``results/quick/``,
 for smoke tests). The full run took 675 s (11 minutes) on 2 cores here.
@@ -8,12 +8,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import sys
 import time
 from pathlib import Path
-
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 
 EXPERIMENTS = [
     "bench_codes",
@@ -49,7 +45,7 @@ def main(argv: list[str] | None = None) -> None:
     for name in names:
         t0 = time.perf_counter()
         print(f"== {name}", flush=True)
-        module = importlib.import_module(name)
+        module = importlib.import_module(f"experiments.{name}")
         module.main([*(["--quick"] if args.quick else []), "--out", str(out / name)])
         for extra in FOLLOW_UP.get(name, []):
             module.main([*(["--quick"] if args.quick else []), "--out", str(out / name),

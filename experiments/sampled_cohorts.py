@@ -18,7 +18,7 @@ after each round and only the round times differ): ``uncoded``, ``exact`` (``gro
 ``s = 3``), ``auto-reset``, ``auto``, ``auto-exclude`` (``exclude-slow = 4``), and
 ``drop-stragglers``: what Flower users do today, Flower's own FedAvg sampling the same cohorts
 (``server.app.run_rival_in_process``) and averaging the replies in by a round deadline, 3 times the
-75th percentile of an uncoded client's time (``_common.rival_deadline``, as in the
+75th percentile of an uncoded client's time (``common.rival_deadline``, as in the
 time-to-accuracy experiment), dropping the rest.
 
 Reported per setting and scheme over seeds: virtual time to 90% test accuracy, mean round time,
@@ -27,7 +27,7 @@ the tolerances chosen, exact rounds.
 ``auto`` over ``auto-reset`` (time to target, mean over the seeds where both reach it) comes
 with a 95% paired bootstrap interval (the seeds share cohorts, data and latency draws).
 
-Run: ``python experiments/sampled_cohorts.py [--quick] [--seeds 3] [--jobs 2] [--latency L]
+Run: ``python -m experiments.sampled_cohorts [--quick] [--seeds 3] [--jobs 2] [--latency L]
 [--schemes a,b]`` -> ``results/sampled_cohorts.json`` (``--schemes``: run these and merge them
 into the existing JSON of the same seeds and rounds); ten seeds of the persistent setting:
 ``--seeds 10 --latency persistent --out results/sampled_cohorts_10seeds``.
@@ -41,7 +41,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import progress, quiet_flower, rival_deadline, save
+
+from experiments.common import progress, quiet_flower, rival_deadline, save
 
 SCHEMES = {
     "uncoded": {"code": "uncoded", "s": 0},
@@ -69,7 +70,7 @@ RIVAL_SCHEMES = ("drop-stragglers",)
 
 def rival_run(scheme: str, latency: str, seed: int, rounds: int) -> dict:
     """Flower's FedAvg dropping the replies later than the 75th percentile of an uncoded
-    client's time times 3 (``_common.rival_deadline``), on the same seed, cohorts, data and
+    client's time times 3 (``common.rival_deadline``), on the same seed, cohorts, data and
     latency draws as the coded runs."""
     from server.app import run_rival_in_process
 
@@ -108,7 +109,7 @@ def one_run(scheme: str, latency: str, seed: int, rounds: int) -> dict:
     # auto-reset: the estimator restarts whenever the cohort changes (experiment-only)
     policy = None
     if scheme == "auto-reset":
-        from policies import ResettingCodePolicy
+        from experiments.policies import ResettingCodePolicy
 
         policy = ResettingCodePolicy
     strategy, _ = run_in_process(cfg, N, code_policy=policy)

@@ -9,7 +9,7 @@ works ``s+1`` times longer and the speedup is
 rate 1; only when the random part dwarfs the shift (rate 0.01) does near-full replication pay.
 Closed forms from ``fl_gradcode.latency.expected_round_time``, checked by Monte Carlo.
 
-Run: ``python experiments/speedup_vs_s.py [--quick] [--out results/speedup_vs_s]``.
+Run: ``python -m experiments.speedup_vs_s [--quick] [--out results/speedup_vs_s]``.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-from _common import progress, pyplot, save
 
+from experiments.common import progress, pyplot, save
 from fl_gradcode.latency import (
     Exponential,
     ShiftedExponential,

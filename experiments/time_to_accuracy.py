@@ -15,7 +15,7 @@ Schemes (same seeds, same partitions):
 * ``drop-stragglers``: what Flower users do today: Flower's own FedAvg with a round deadline
   (``server.app.run_rival_in_process``, not our wrapper) averaging the replies in by the
   deadline and dropping the rest; the deadline is 3 times the 75th percentile of an uncoded
-  client's time (``_common.rival_deadline``: slack over the fast clients, as in the main job).
+  client's time (``common.rival_deadline``: slack over the fast clients, as in the main job).
   Not run with DP (plain FedAvg applies none);
 * ``exact``: ``grouped-rs`` tolerating ``s`` (FRC when ``(s+1) | n``): the uncoded iterate at
   each round, as soon as the replies decode;
@@ -75,7 +75,7 @@ partition-level DP; ``n = 100`` and ``n = 256`` (pathological 2-class partitions
 Reported per configuration over seeds: virtual time to the target accuracy and final accuracy
 (mean and std), and the largest per-round accuracy gap to the uncoded run of the same seed.
 
-Run: ``python experiments/time_to_accuracy.py [--quick] [--out results/time_to_accuracy]``;
+Run: ``python -m experiments.time_to_accuracy [--quick] [--out results/time_to_accuracy]``;
 ``--only "n=256 s=32 bimodal" --schemes auto,uncoded`` runs a part and merges it into the
 existing JSON (a configuration's scheme is replaced with all its seeds), then rebuilds the table
 and the figure from everything in the file.
@@ -93,7 +93,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _common import (
+
+from experiments.common import (
     progress,
     pyplot,
     quantile_deadline,
@@ -182,7 +183,7 @@ def _policy(scheme: str) -> Any:
     (:class:`policies.HindsightCodePolicy`). Any other scheme: the strategy's own policy."""
     if not scheme.startswith("oracle s="):
         return None
-    from policies import HindsightCodePolicy
+    from experiments.policies import HindsightCodePolicy
 
     return functools.partial(HindsightCodePolicy, v=int(scheme.removeprefix("oracle s=")))
 
@@ -273,7 +274,7 @@ RIVAL_DECODE = {"all": "exact", "partial": "approximate", "skipped": "skipped"}
 def rival_run(n, scheme, latency, dp, seed, rounds, partitioner) -> dict:
     """One run of a rival scheme (:data:`RIVAL_SCHEMES`): Flower's FedAvg dropping the replies
     later than 3 times the 75th percentile of an uncoded client's time
-    (``_common.rival_deadline``), on the same seed, data,
+    (``common.rival_deadline``), on the same seed, data,
     partitions and latency draws as the coded runs."""
     from server.app import run_rival_in_process
 
@@ -344,7 +345,7 @@ def setup_key(n: int, s: int, lat: str, dp: bool) -> str:
     return f"n={n} s={s} {lat}{' +DP' if dp else ''}"
 
 
-def _ratio_ci(auto: list, fixed: list, target: float | None,
+def ratio_ci(auto: list, fixed: list, target: float | None,
               draws: int = 4000) -> tuple[float, float]:
     """95% paired bootstrap interval (percentile) of ``mean(auto) / mean(fixed)`` over the
     seeds where both reached the target: seeds resampled with replacement, the same seeds for
@@ -437,7 +438,7 @@ def _compare_with_oracle(table: dict, runs: dict, target: float | None) -> None:
     auto[f"oracle{final}_time"] = bounds[best]
     auto[f"oracle{final}_compared"] = sorted(bounds, key=_nested_key)
     auto[f"vs_oracle{final}"] = float(np.mean(a[seeds])) / bounds[best]
-    auto[f"vs_oracle{final}_ci95"] = list(_ratio_ci(runs["auto"], runs[best], target))
+    auto[f"vs_oracle{final}_ci95"] = list(ratio_ci(runs["auto"], runs[best], target))
     if f"best_fixed{final}_time" in auto:
         auto[f"oracle_vs_best_fixed{final}"] = bounds[best] / auto[f"best_fixed{final}_time"]
     fixed_v = f"nested-fit s={best.removeprefix('oracle s=')}"
@@ -487,7 +488,7 @@ def _compare_with_fixed(table: dict, runs: dict, name: str, target: float | None
             auto[f"vs_best_fixed{suffix}"] = float(np.mean(a[seeds])) / fixed[best]
             auto[f"fixed_compared{suffix}"] = sorted(fixed)
             auto[f"seeds_compared{final}"] = int(seeds.sum())
-            low, high = _ratio_ci(runs[name], runs[best], target)
+            low, high = ratio_ci(runs[name], runs[best], target)
             auto[f"vs_best_fixed{suffix}_ci95"] = [low, high]
     if final and reached:
         auto["time_to_final_model_mean"] = float(np.mean(a[seeds]))

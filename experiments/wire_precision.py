@@ -26,7 +26,7 @@ before rounding, numpy simulation over rounds: per-round and cumulative error of
 averages). ``grouped_rs_nodes``: the rounding weight of one RS group with equispaced and
 Chebyshev nodes (why the construction changes ``t``, not the nodes).
 
-Run: ``python experiments/wire_precision.py [--quick] [--out results/wire_precision.json]``.
+Run: ``python -m experiments.wire_precision [--quick] [--out results/wire_precision.json]``.
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ import os
 import time
 
 import numpy as np
-from _common import save
 
+from experiments.common import save
 from fl_gradcode.codes import make_code
 from fl_gradcode.flower.decoder import AMPLIFICATION_LIMIT, Decoder, combine, error_amplification
 

@@ -39,7 +39,9 @@ from server.launch import RUN_FAILED, override_values, parse_overrides, run_flwr
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+def signal_group(proc: subprocess.Popen, sig: int) -> None:
+    """Send ``sig`` to ``proc``'s process group (started with ``start_new_session=True``); a
+    group already gone is no error."""
     try:
         os.killpg(proc.pid, sig)
     except (ProcessLookupError, PermissionError):
@@ -52,7 +54,8 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _bin(name: str) -> str:
+def flower_bin(name: str) -> str:
+    """The path of Flower's command ``name`` next to this interpreter, else ``name`` (PATH)."""
     path = Path(sys.executable).with_name(name)
     return str(path) if path.exists() else name
 
@@ -110,7 +113,7 @@ def run(
     try:
         start(
             [
-                _bin("flower-superlink"),
+                flower_bin("flower-superlink"),
                 "--insecure",
                 "--disable-runtime-dependency-installation",
                 "--host",
@@ -128,7 +131,7 @@ def run(
                 node_config += f" extra-delay-s={float(slow_delay)}"
             start(
                 [
-                    _bin("flower-supernode"),
+                    flower_bin("flower-supernode"),
                     "--insecure",
                     "--superlink",
                     f"127.0.0.1:{link_port}",
@@ -149,7 +152,8 @@ def run(
             f'[superlink.deploy]\naddress = "127.0.0.1:{link_port}"\ninsecure = true\n'
         )
         def flwr_run(config: str) -> int:
-            cmd = [_bin("flwr"), "run", str(ROOT), "deploy", "--stream", "--run-config", config]
+            cmd = [flower_bin("flwr"), "run", str(ROOT), "deploy", "--stream", "--run-config",
+                   config]
             print("$ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
             # non-zero unless the run's ServerApp completed (flwr run itself exits 0 either way)
             return run_flwr(cmd, env={**base_env, "FLWR_HOME": str(cli_home)}, cwd=ROOT,
@@ -179,12 +183,12 @@ def run(
         return code
     finally:
         for proc in reversed(procs):
-            _signal_group(proc, signal.SIGTERM)
+            signal_group(proc, signal.SIGTERM)
         for proc in procs:
             try:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                _signal_group(proc, signal.SIGKILL)
+                signal_group(proc, signal.SIGKILL)
         for log in logs:
             log.close()
 

@@ -147,3 +147,78 @@ def test_the_private_read_rule_sees_what_it_should():
     )
     assert private_reads_in(source, "m.py") == {"m.py: from other import _hidden",
                                                 "m.py: other._theirs"}
+
+
+# ---------------------------------------------------------------- experiments/ and tools/
+# Packages run with ``python -m experiments.X`` / ``python -m tools.X`` from the repository root:
+# no module edits ``sys.path`` or needs an import below code (``noqa: E402``); they read no
+# private attribute (of fl_gradcode, server, Flower or each other), and no module outside
+# ``experiments/`` reads one of ``experiments``.
+SCRIPT_PACKAGES = [ROOT / "experiments", ROOT / "tools"]
+OWN_DIRS = {"fl_gradcode", "experiments", "tools", "tests", "server", "clients", "examples"}
+
+
+def script_modules() -> list[Path]:
+    return sorted(p for pkg in SCRIPT_PACKAGES for p in pkg.rglob("*.py"))
+
+
+def test_experiments_and_tools_edit_no_import_path():
+    offences = []
+    for path in script_modules():
+        text = path.read_text()
+        tree = ast.parse(text)
+        offences += [f"{rel(path)}:{n.lineno}: sys.path" for n in ast.walk(tree)
+                     if isinstance(n, ast.Attribute) and n.attr == "path"
+                     and isinstance(n.value, ast.Name) and n.value.id == "sys"]
+        offences += [f"{rel(path)}:{i}: noqa: E402" for i, line in
+                     enumerate(text.splitlines(), 1) if "E402" in line]
+    assert offences == []
+    assert (ROOT / "experiments" / "__init__.py").is_file()
+    assert (ROOT / "tools" / "__init__.py").is_file()
+
+
+def test_experiments_and_tools_read_no_private_attribute():
+    found = set().union(*(private_reads(p) for p in script_modules()))
+    assert found == set()
+
+
+def experiments_private_reads_in(source: str, name: str) -> set[str]:
+    """Reads of a private name of the ``experiments`` package: ``from experiments... import
+    _x``, ``import experiments._x``, and ``m._x`` where ``m`` was imported from it."""
+    tree = ast.parse(source)
+    bound: set[str] = set()
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (
+                node.module or "").split(".")[0] == "experiments":
+            for alias in node.names:
+                if is_private(alias.name) or any(map(is_private, node.module.split("."))):
+                    found.add(f"{name}: from {node.module} import {alias.name}")
+                bound.add(alias.asname or alias.name)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                if parts[0] != "experiments":
+                    continue
+                if any(map(is_private, parts)):
+                    found.add(f"{name}: import {alias.name}")
+                bound.add(alias.asname or parts[0])
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and is_private(node.attr)
+                and isinstance(node.value, ast.Name) and node.value.id in bound):
+            found.add(f"{name}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_module_outside_experiments_reads_its_private_attributes():
+    outside = [p for d in sorted(OWN_DIRS - {"experiments"}) for p in (ROOT / d).rglob("*.py")]
+    found = set().union(*(experiments_private_reads_in(p.read_text(), rel(p)) for p in outside))
+    assert found == set()
+
+
+def test_the_experiments_private_read_rule_sees_what_it_should():
+    source = ("from experiments import _common, compare as c\nimport experiments.first_hour\n"
+              "from experiments.time_to_accuracy import ratio_ci\n"
+              "x = c._cells + experiments._y + c.cells + ratio_ci\n")
+    assert experiments_private_reads_in(source, "t.py") == {
+        "t.py: from experiments import _common", "t.py: c._cells", "t.py: experiments._y"}

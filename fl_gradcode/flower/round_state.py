@@ -24,7 +24,17 @@ from .protocol import CodedReply, Identity
 from .records import split_reason
 from .reports import public_reason
 
-__all__ = ["RoundState", "array_key", "is_chunked", "partition_key", "payload_bytes"]
+__all__ = ["RoundState", "RoundView", "array_key", "is_chunked", "partition_key", "payload_bytes"]
+
+
+@dataclass(frozen=True)
+class RoundView:
+    """A read-only view of the coded round in progress (``GradientCoding.current_round``)."""
+
+    number: int  # the server round
+    cohort: tuple[int, ...]  # worker index -> node id
+    code: GradientCode  # the code of the round (``code.B[w]``: worker w's coefficients)
+    wire: str  # the reply dtype: "model" or "float64"
 
 
 @dataclass

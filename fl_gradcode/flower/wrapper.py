@@ -69,6 +69,7 @@ from .records import RoundLog
 from .reports import missing_keys, untrainable
 from .roster import load_roster
 from .round_state import RoundState as _Round
+from .round_state import RoundView
 from .workload import Workload
 
 __all__ = ["GradientCoding"]
@@ -233,6 +234,15 @@ class GradientCoding(Strategy):
     @_round.setter
     def _round(self, state: _Round | None) -> None:
         self.collector.state = state
+
+    @property
+    def current_round(self) -> RoundView | None:
+        """A read-only view of the coded round in progress or last configured (its ``number``,
+        ``cohort`` of node ids by worker, ``code`` and reply dtype ``wire``); ``None`` before
+        the first coded round and after a round that was not configured (budget spent)."""
+        state = self.collector.state
+        return None if state is None else RoundView(state.number, tuple(state.cohort),
+                                                    state.code, state.wire)
 
     def code_for(self, n: int) -> GradientCode:
         """The code for a cohort of ``n`` clients (:meth:`~.policy.FixedCodePolicy.code_for`)."""

@@ -218,16 +218,9 @@ def test_crc_goes_in_float64_unless_the_user_asks(n, s):
 
 
 def test_experiment_quick_run_writes_every_promised_key(tmp_path):
-    import importlib
-    import sys
-    from pathlib import Path
+    from experiments import wire_precision
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "experiments"))
-    try:
-        result = importlib.import_module("wire_precision").main(
-            ["--quick", "--dim", "500", "--out", str(tmp_path / "wp")])
-    finally:
-        sys.path.pop(0)
+    result = wire_precision.main(["--quick", "--dim", "500", "--out", str(tmp_path / "wp")])
     assert (tmp_path / "wp.json").exists()
     assert result["default_code_all_within_tol"]
     for r in result["rows"]:

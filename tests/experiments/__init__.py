@@ -1,1 +1,1 @@
-"""The experiment scripts (``experiments/``) and the fault suite."""
+"""The experiments (``experiments/``, run as ``python -m experiments.X``): quick runs, JSON."""

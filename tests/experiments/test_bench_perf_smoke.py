@@ -22,7 +22,7 @@ def test_bench_client_quick_reply_is_the_numpy_combination_of_the_plain_replies(
     result = load("bench_client").main(["--quick", "--out", str(out)])
     saved = json.loads(out.read_text())
     assert saved["rows"] == json.loads(json.dumps(result["rows"]))
-    assert saved["command"].startswith("python experiments/bench_client.py")
+    assert saved["command"].startswith("python -m experiments.bench_client")
     rows = {r["wire"]: r for r in saved["rows"]}
     assert set(rows) == {"model", "float64"}
     for row in rows.values():

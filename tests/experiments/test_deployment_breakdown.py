@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from datetime import datetime
 from pathlib import Path
 
@@ -15,14 +13,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def load():
-    if str(ROOT / "experiments") not in sys.path:
-        sys.path.insert(0, str(ROOT / "experiments"))
-    name = "deployment_breakdown"
-    spec = importlib.util.spec_from_file_location(name, ROOT / "experiments" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    from experiments import deployment_breakdown
+
+    return deployment_breakdown
 
 
 def _t(clock: str) -> float:

@@ -5,21 +5,14 @@ the documented deadline, and merges into an existing result file."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-for _path in (ROOT, ROOT / "experiments"):
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
+from experiments import bandwidth_limited, common, sampled_cohorts, time_to_accuracy
 
-import _common  # noqa: E402
-import bandwidth_limited  # noqa: E402
-import sampled_cohorts  # noqa: E402
-import time_to_accuracy  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.filterwarnings("ignore:gradient_coding_mod. no partition key")
 
@@ -32,17 +25,17 @@ def test_the_rival_deadline_is_the_slack_times_the_75th_percentile_at_load_1():
     times = client_times(model, 256, 1, partition_cost=0.1, samples=200,
                          rng=np.random.default_rng(3))
     expected = 3.0 * float(np.quantile(times, 0.75))
-    assert _common.rival_deadline(latency, 3, 0.1) == pytest.approx(expected)
+    assert common.rival_deadline(latency, 3, 0.1) == pytest.approx(expected)
     # the approximate scheme's deadline is the same function at load s+1, unchanged
     assert time_to_accuracy.deadline(latency, 4, 3) == pytest.approx(
-        _common.quantile_deadline(latency, 4, 3, 0.1))
+        common.quantile_deadline(latency, 4, 3, 0.1))
 
 
 def test_time_to_accuracy_rival_runs_with_its_deadline_and_refuses_dp():
     run = time_to_accuracy.one_run(4, 1, "drop-stragglers", "pareto", False, 0, 2, "dirichlet")
     assert len(run["accuracy"]) == 2 and run["epsilon"] is None
     assert set(run["decode"]) <= {"exact", "approximate", "skipped"}
-    assert run["deadline_s"] == pytest.approx(_common.rival_deadline(
+    assert run["deadline_s"] == pytest.approx(common.rival_deadline(
         time_to_accuracy.LATENCIES["pareto"], 0, time_to_accuracy.BASE["partition-cost-s"]))
     assert len(run["late_dropped"]) == 2
     with pytest.raises(ValueError, match="plain Flower FedAvg"):
@@ -87,7 +80,7 @@ def test_sampled_cohorts_rival_samples_the_coded_runs_cohorts():
     run = sampled_cohorts.one_run("drop-stragglers", "pareto", 0, 2)
     uncoded = sampled_cohorts.one_run("uncoded", "pareto", 0, 2)
     assert len(run["cohorts"]) == 2 and all(len(c) == 12 for c in run["cohorts"])
-    assert run["deadline_s"] == pytest.approx(_common.rival_deadline(
+    assert run["deadline_s"] == pytest.approx(common.rival_deadline(
         sampled_cohorts.LATENCIES["pareto"], 0, sampled_cohorts.BASE["partition-cost-s"]))
     assert run["nodes_seen"] == len({p for c in run["cohorts"] for p in c})
     assert uncoded["nodes_seen"] == run["nodes_seen"]
@@ -103,7 +96,7 @@ def test_bandwidth_limited_rival_runs_on_the_same_draws():
     latency = {"latency": "pareto", "latency-scale": DEFAULTS["latency-scale"],
                "latency-shape": DEFAULTS["latency-shape"]}
     assert run["deadline_s"] == pytest.approx(
-        _common.rival_deadline(latency, 0, bandwidth_limited.COST_S) + 0.5)
+        common.rival_deadline(latency, 0, bandwidth_limited.COST_S) + 0.5)
     # every client uploads one full model (the wrapper's uncoded replies carry a little more)
     assert run["bytes_up"][0] == bandwidth_limited.N * bandwidth_limited.model_size()
     assert uncoded["bytes_up"][0] >= run["bytes_up"][0]

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,13 +13,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def load(name: str):
-    if str(ROOT / "experiments") not in sys.path:
-        sys.path.insert(0, str(ROOT / "experiments"))
-    spec = importlib.util.spec_from_file_location(name, ROOT / "experiments" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    """The experiment module ``experiments.<name>``."""
+    return importlib.import_module(f"experiments.{name}")
 
 
 def test_bench_codes_quick_writes_json_with_accurate_stable_codes(tmp_path):
@@ -256,16 +250,16 @@ def test_time_to_accuracy_ratio_interval_is_a_paired_bootstrap_over_seeds():
     def run(t):  # reaches the target at time t
         return {"virtual_s": [t / 2, t, 2 * t], "accuracy": [0.5, 0.95, 0.97]}
 
-    low, high = module._ratio_ci([run(1.0), run(3.0)], [run(2.0), run(2.0)], 0.9)
+    low, high = module.ratio_ci([run(1.0), run(3.0)], [run(2.0), run(2.0)], 0.9)
     assert (low, high) == (0.5, 1.5)
-    low, high = module._ratio_ci([run(1.0), run(3.0)], [run(2.0), run(6.0)], 0.9)
+    low, high = module.ratio_ci([run(1.0), run(3.0)], [run(2.0), run(6.0)], 0.9)
     assert low == high == pytest.approx(0.5)  # paired: every resample has ratio 1/2
     never = {"virtual_s": [1.0], "accuracy": [0.1]}
     # a seed where one of them never reached the target is left out of both
-    low, high = module._ratio_ci([run(1.0), run(3.0), run(5.0)], [run(2.0), run(2.0), never],
+    low, high = module.ratio_ci([run(1.0), run(3.0), run(5.0)], [run(2.0), run(2.0), never],
                                  0.9)
     assert (low, high) == (0.5, 1.5)
-    nan = module._ratio_ci([run(1.0), run(3.0)], [run(2.0), never], 0.9)
+    nan = module.ratio_ci([run(1.0), run(3.0)], [run(2.0), never], 0.9)
     assert all(x != x for x in nan)  # fewer than two seeds left: no interval
 
 

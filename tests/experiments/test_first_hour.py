@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from experiments import first_hour
 
-from experiments import first_hour  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _rows(times: list[float], accs: list[float]) -> list[dict]:

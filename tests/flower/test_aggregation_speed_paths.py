@@ -5,10 +5,8 @@ smoke setting."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -243,14 +241,9 @@ def test_idle_cores_without_a_load_average_uses_every_core(monkeypatch):
 
 # ================================================================== the benchmark's smoke run
 def _bench():
-    if str(ROOT / "experiments") not in sys.path:
-        sys.path.insert(0, str(ROOT / "experiments"))
-    spec = importlib.util.spec_from_file_location("bench_aggregation",
-                                                  ROOT / "experiments" / "bench_aggregation.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_aggregation"] = module
-    spec.loader.exec_module(module)
-    return module
+    from experiments import bench_aggregation
+
+    return bench_aggregation
 
 
 def test_bench_aggregation_quick_writes_every_promised_key(tmp_path):

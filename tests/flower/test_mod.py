@@ -1,6 +1,6 @@
 """The client mod (``mod.py``) and its wire protocol (``protocol.py``): record keys and their
 defaults, partition seeds, the mod's error replies and partition-level DP inside the mod. These
-tests were written after mutation testing (``experiments/mutation.py``), each marked
+tests were written after mutation testing (``tools/mutation.py``), each marked
 ``mutation_found`` with the module whose surviving mutant it kills.
 
 Expected values come from the documented contract (literal defaults and key names, the seed

@@ -2,7 +2,7 @@
 definition with hashlib, the identify reply, the stop reply, the node config the app sees,
 torch seeding with and without an accelerator, the context.state and public-seed warnings
 (their full text), and the float64 partition delta. Written after mutation testing
-(``experiments/mutation.py``): each test is marked ``mutation_found("mod")``.
+(``tools/mutation.py``): each test is marked ``mutation_found("mod")``.
 
 Expected values come from the documented definitions (hashlib, numpy, literal messages),
 never from the function under test.

@@ -1,13 +1,12 @@
 """README.md and docs/: generated blocks up to date, README short, links resolve, no result
 number copied by hand into any page.
 
-``experiments/make_docs.py --check`` renders every ``<!-- generated:NAME -->`` block from
+``python -m tools.make_docs --check`` renders every ``<!-- generated:NAME -->`` block from
 ``results/*.json`` (no experiment runs) and lists the stale ones.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 
@@ -31,11 +30,9 @@ ALLOWED = {
 
 @pytest.fixture(scope="module")
 def make_docs():
-    path = ROOT / "experiments" / "make_docs.py"
-    spec = importlib.util.spec_from_file_location("make_docs", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from tools import make_docs
+
+    return make_docs
 
 
 def test_generated_blocks_are_up_to_date(make_docs, capsys):

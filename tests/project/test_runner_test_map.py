@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import ast
 import fnmatch
-import importlib.util
-import sys
 import tomllib
 from pathlib import Path
 
@@ -53,14 +51,8 @@ def test_every_module_of_fl_gradcode_is_mutated_by_exactly_one_entry():
 
 
 def test_the_mutation_runner_reads_this_map():
-    spec = importlib.util.spec_from_file_location(
-        "mutation_runner", ROOT / "experiments" / "mutation.py")
-    runner = importlib.util.module_from_spec(spec)
-    sys.modules["mutation_runner"] = runner
-    try:
-        spec.loader.exec_module(runner)
-    finally:
-        del sys.modules["mutation_runner"]
+    from tools import mutation as runner
+
     assert runner.TEST_MAP == MAP
     assert runner.MODULES == {m: (e["mutate"], e["tests"]) for m, e in entries().items()}
     # a mutant is attributed to the entry of its file, not to a package around it

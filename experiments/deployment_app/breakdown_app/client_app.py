@@ -12,18 +12,17 @@ entry and exit, every train call, and the message's Flower metadata.
 
 from __future__ import annotations
 
+import json
+import os
+import sys
 import time
+from pathlib import Path
 
-T_MODULE = time.time()
+import numpy as np
+from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
 
-import json  # noqa: E402 - the stamp above must precede the module's imports
-import os  # noqa: E402
-import sys  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import numpy as np  # noqa: E402
-from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict  # noqa: E402
-from flwr.clientapp import ClientApp  # noqa: E402
+from . import T_MODULE  # stamped by the package, before the imports above
 
 T_IMPORTED = time.time()
 PROTOCOL_KEY = "gradient-coding"  # fl_gradcode.flower.protocol.PROTOCOL_KEY, not imported here

@@ -3,7 +3,7 @@ codes, test strength."""
 
 from __future__ import annotations
 
-from docgen.core import block, ci, load, num, table
+from tools.docgen.core import block, ci, command, load, num, table
 
 
 # ---------------------------------------------------------------- robustness
@@ -22,7 +22,7 @@ def fault_injection() -> str:
         ("runs_ended_by_node_failure", "runs ended by a node's failure"),
     ]
     counts = ", ".join(f"{d[key]} {label}" for key, label in checked if key in d)
-    return (f"`experiments/fault_injection.py` (`results/fault_injection.json`): "
+    return (f"`tests/faults/fault_injection.py` (`results/fault_injection.json`): "
             f"{d['scenarios']} randomized fault scenarios, {len(d['faults_injected'])} fault "
             f"kinds, {counts} "
             f"({d['faults_injected_total']:,} faults injected over {d['rounds']:,} rounds, "
@@ -53,7 +53,7 @@ def sampled_cohorts() -> str:
     if "drop-stragglers" in schemes:
         note += ("\n\ndrop-stragglers: Flower's own FedAvg on the same cohorts, averaging the "
                  "replies in by a round deadline (3 times the 75th percentile of an uncoded "
-                 "client's time: `_common.rival_deadline`) and dropping the rest.")
+                 "client's time: `common.rival_deadline`) and dropping the rest.")
     return table(["latency", *schemes], rows) + note
 
 
@@ -112,7 +112,7 @@ def bandwidth_limited() -> str:
                   if r["upload_s"] == drops[0]["upload_s"]}
         note = (f"\n\ndrop-stragglers: Flower's own FedAvg averaging the replies in by a round "
                 f"deadline (3 times the 75th percentile of an uncoded client's time, plus one "
-                f"model's upload: `_common.rival_deadline`), dropping "
+                f"model's upload: `common.rival_deadline`), dropping "
                 f"{'–'.join(sorted({format(r['late_dropped_per_round'], '.2f') for r in drops}))}"
                 f" replies a round on average; final accuracy {finals['drop-stragglers']:.3f} "
                 f"(uncoded {finals['uncoded']:.3f}).")
@@ -141,7 +141,7 @@ def bench_aggregation() -> str:
     if skipped:
         out += "\n\nNot measured (refused by the code or the memory guard): " + "; ".join(
             f"{code} n={n} s={s}: {reason}" for code, n, s, reason in skipped) + "."
-    out += "\n\nRuns: " + "; ".join(f"`{c}`" for c in d.get("runs", [])) + "."
+    out += "\n\nRuns: " + "; ".join(f"`{command(c)}`" for c in d.get("runs", [])) + "."
     return out
 
 

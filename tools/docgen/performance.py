@@ -3,7 +3,7 @@ scale runs in Flower's simulation engine (``bench_end_to_end.json``)."""
 
 from __future__ import annotations
 
-from docgen.core import block, load, num, table
+from tools.docgen.core import block, command, load, num, table
 
 CLIENT = "bench_client.json"
 E2E = "bench_end_to_end.json"
@@ -39,8 +39,8 @@ def perf_client() -> str:
             f"{r['reply_bytes'] / r['plain_reply_bytes']:.2f}×", f"{r['max_rel_error']:.0e}",
             _load(r.get("loadavg"))])
     goal = d["goal"]["mod_overhead_vs_partition"]
-    return (f"`{d['command']}` (code `{d['code']}`, {d['rows'][0]['k']} partitions, medians "
-            f"of {d['rows'][0]['reps']} interleaved repetitions; goal: mod overhead ≤ "
+    return (f"`{command(d['command'])}` (code `{d['code']}`, {d['rows'][0]['k']} partitions, "
+            f"medians of {d['rows'][0]['reps']} interleaved repetitions; goal: mod overhead ≤ "
             f"{goal:.0%} of one partition's training)\n\n" + table(
                 ["params", "s", "wire", "local epochs", "app s / partition", "mod overhead s",
                  "overhead / partition", "deserialize / encode / serialize s",
@@ -74,7 +74,7 @@ def perf_end_to_end() -> str:
           ratio(st["speedup_vs_wait_for_all"]), ratio(st["speedup_vs_drop_stragglers"]),
           f"{st['final_accuracy']['coded']:.3f} / "
           f"{st['final_accuracy']['drop_stragglers']:.3f}"]])
-    return (f"`{ns['command']}`, Flower's simulation engine ({d['engine']}); without "
+    return (f"`{command(ns['command'])}`, Flower's simulation engine ({d['engine']}); without "
             f"stragglers (wall clock, medians over {ns['reps']} interleaved blocks of "
             f"{ns['rounds_per_block']} rounds, first round of each block excluded):\n\n"
             f"{head}\n\nWith stragglers ({st['clock']} clock, compute "

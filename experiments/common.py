@@ -12,8 +12,6 @@ from typing import Any, TypeVar
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # make `server` / `clients` importable when run as a script
-    sys.path.insert(0, str(ROOT))
 
 T = TypeVar("T")
 

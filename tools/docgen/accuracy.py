@@ -3,7 +3,7 @@ docs/adaptive.md, from results/time_to_accuracy*.json."""
 
 from __future__ import annotations
 
-from docgen.core import block, ci, load, num, table
+from tools.docgen.core import block, ci, load, num, table
 
 TTA = "time_to_accuracy.json"
 

@@ -1,4 +1,4 @@
-"""Hand-written verdicts on the survivors of experiments/mutation.py (mutmut name -> one line),
+"""Hand-written verdicts on the survivors of tools/mutation.py (mutmut name -> one line),
 filled in after reading each diff: an equivalent mutant (with why), the test that kills it
 since, or why it is not killed."""
 

@@ -1,4 +1,4 @@
-"""The rewritten replies of ``experiments/fault_injection.py``'s outer client mod: the
+"""The rewritten replies of ``tests/faults/fault_injection.py``'s outer client mod: the
 malformed replies the protocol must reject and the finite value forgeries (``huge``,
 ``scaled``, ``replay-forged``). The edge kinds' forgeries are in ``fault_kinds``.
 """

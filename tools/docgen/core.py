@@ -38,6 +38,13 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+def command(recorded: str) -> str:
+    """A run command from a JSON, in its current form: the experiments run as modules of the
+    ``experiments`` package (``python -m experiments.X``); older results recorded the script
+    path (``python experiments/X.py``)."""
+    return re.sub(r"\bpython experiments/(\w+)\.py\b", r"python -m experiments.\1", recorded)
+
+
 def num(value: float | None, fmt: str = ".2f") -> str:
     """``value`` formatted, ``-`` for a missing one."""
     return "-" if value is None else format(value, fmt)

@@ -1,4 +1,4 @@
-"""The fault kinds at the plug-in's edges, for ``experiments/fault_injection.py``.
+"""The fault kinds at the plug-in's edges, for ``tests/faults/fault_injection.py``.
 
 Drawn from their own random stream (``[suite seed, index, 0xED6E5]``), on top of a scenario's
 other faults, when the suite runs with ``edges=True`` (the default of the command line); the

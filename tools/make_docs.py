@@ -6,11 +6,11 @@ A generated block is a marked region of a Markdown page::
     ... rendered by the function registered under NAME ...
     <!-- /generated:NAME -->
 
-``python experiments/make_docs.py`` rewrites every block of README.md and docs/*.md (and draws
+``python -m tools.make_docs`` rewrites every block of README.md and docs/*.md (and draws
 the figures below that no experiment draws); ``--check`` rewrites nothing and exits 1 listing
 the stale blocks (and any block name without a renderer). Only JSON is read: no experiment runs.
 Prose around a block is hand-written and states no measured number. The renderers live in
-``experiments/docgen/`` (``accuracy``: time to accuracy and adaptive coding; ``measures``: every
+``tools/docgen/`` (``accuracy``: time to accuracy and adaptive coding; ``measures``: every
 other experiment; ``performance``: the client's cost, end-to-end and scale; ``readme``: the
 README's headline and figure, the option and code tables).
 """
@@ -20,16 +20,10 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-for _path in (ROOT, ROOT / "experiments"):  # this checkout's fl_gradcode and the renderers
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
-
-from docgen import accuracy, measures, performance  # noqa: E402, F401  (registers renderers)
-from docgen.core import BLOCK, RENDERERS  # noqa: E402
-from docgen.readme import FIGURE_CODING, draw_coding_figure  # noqa: E402
+from tools.docgen import accuracy, measures, performance  # noqa: F401  (registers renderers)
+from tools.docgen.core import BLOCK, RENDERERS, ROOT
+from tools.docgen.readme import FIGURE_CODING, draw_coding_figure
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 __all__ = ["BLOCK", "FIGURE_CODING", "PAGES", "RENDERERS", "main", "render"]

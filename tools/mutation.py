@@ -2,8 +2,8 @@
 
 Usage::
 
-    python experiments/mutation.py [--module M ...] [--max-mutants N] [--seed S]
-                                   [--max-children C] [--deselect TEST_ID ...]
+    python -m tools.mutation [--module M ...] [--max-mutants N] [--seed S]
+                             [--max-children C] [--deselect TEST_ID ...]
 
 ``M`` is a module of the test map ``tests/mutation_map.toml`` (``codes``, ``privacy``,
 ``wrapper``, ``adaptive``, ...; default: all). Each module is mutated by mutmut
@@ -22,7 +22,7 @@ touched. Each module gets its own copy, ``only_mutate`` and test selection.
 
 ``killed`` counts mutmut's "killed" and "timeout" verdicts; ``total`` counts every tested
 mutant (survivors, mutants no selected test executes, suspicious ones). The ``reason`` of each
-survivor is taken from ``REASONS`` (experiments/mutation_reasons.py, maintained by hand after
+survivor is taken from ``REASONS`` (tools/mutation_reasons.py, maintained by hand after
 reading the diff: an equivalent mutant, or the test that now kills it); unexplained survivors
 say so. ``--full-up-to N`` runs every mutant of a module with at most N.
 
@@ -50,6 +50,9 @@ import time
 import tomllib
 from pathlib import Path
 
+# Hand-written verdicts on survivors (mutmut name -> one line)
+from tools.mutation_reasons import REASONS
+
 ROOT = Path(__file__).resolve().parents[1]
 FAST = ["-m", "not simulation and not deployment", "-p", "no:cacheprovider", "-p", "no:randomly",
         "-W", "ignore::DeprecationWarning", "-x", "-q"]
@@ -67,21 +70,6 @@ def load_test_map(path: Path = TEST_MAP) -> dict[str, tuple[list[str], list[str]
 MODULES: dict[str, tuple[list[str], list[str]]] = load_test_map()
 KILLED = {"killed", "timeout"}
 
-def _load_reasons() -> dict[str, str]:
-    """``REASONS`` from experiments/mutation_reasons.py (loaded by path: this file is also
-    imported by path, by the test of the test map)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "mutation_reasons", Path(__file__).with_name("mutation_reasons.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.REASONS
-
-
-# Hand-written verdicts on survivors (mutmut name -> one line), kept in mutation_reasons.py
-REASONS: dict[str, str] = _load_reasons()
-
 
 def _mutmut_section(only_mutate: list[str], tests: list[str], extra: list[str]) -> str:
     q = lambda xs: "[" + ", ".join(json.dumps(x) for x in xs) + "]"  # noqa: E731
@@ -90,7 +78,7 @@ def _mutmut_section(only_mutate: list[str], tests: list[str], extra: list[str]) 
         'source_paths = ["fl_gradcode"]\n'
         f"only_mutate = {q(only_mutate)}\n"
         # results: tests that check the committed results/*.json read them from mutants/
-        'also_copy = ["server", "clients", "examples", "experiments", "docs", "results"]\n'
+        'also_copy = ["server", "clients", "examples", "experiments", "tools", "docs", "results"]\n'
         f"pytest_add_cli_args_test_selection = {q(tests)}\n"
         f"pytest_add_cli_args = {q(FAST + extra)}\n"
         "use_git_change_detection = false\n"
@@ -108,7 +96,8 @@ def prepare(workdir: Path, group: str, modules: list[str], extra: list[str]) -> 
         shutil.rmtree(dst)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "results", "mutants", ".git",
                                     "*.png", "*.npz", ".flwr")
-    for name in ("fl_gradcode", "tests", "server", "clients", "examples", "experiments", "docs"):
+    for name in ("fl_gradcode", "tests", "server", "clients", "examples", "experiments", "tools",
+                 "docs"):
         if (ROOT / name).exists():
             shutil.copytree(ROOT / name, dst / name, ignore=ignore)
     for name in ("pyproject.toml", "README.md"):
@@ -294,7 +283,7 @@ def recheck(module: str, entry: dict, args: argparse.Namespace) -> dict:
         "mutants": len(names), "killed": sum(status[n] in KILLED for n in names),
         "timeouts_confirmed_alone": alone_verdicts,
         "killed_before": entry["killed"], "runtime_s": round(time.monotonic() - t0, 1),
-        "command": "python experiments/mutation.py " + " ".join(sys.argv[1:]),
+        "command": "python -m tools.mutation " + " ".join(sys.argv[1:]),
     }
     return out
 
@@ -346,7 +335,7 @@ def main(argv: list[str] | None = None) -> None:
             result[m]["run"] = {"seed": args.seed, "max_mutants": args.max_mutants,
                                 "deselected": args.deselect,
                                 "runtime_s": round(time.monotonic() - t1, 1),
-                                "command": "python experiments/mutation.py "
+                                "command": "python -m tools.mutation "
                                            + " ".join(argv or sys.argv[1:])}
         for m in mods:
             r = result[m]
@@ -357,7 +346,7 @@ def main(argv: list[str] | None = None) -> None:
 
     meta.update({"tool": f"mutmut {mutmut.__version__}", "seed": args.seed,
                  "max_mutants": args.max_mutants, "deselected": args.deselect,
-                 "command": "python experiments/mutation.py " + " ".join(argv or sys.argv[1:]),
+                 "command": "python -m tools.mutation " + " ".join(argv or sys.argv[1:]),
                  "last_runtime_s": round(time.monotonic() - t0, 1)})
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

@@ -30,7 +30,7 @@ all-slow / all-busy round decodes nothing; after an all-busy round the next roun
 node is free (virtual timing) rather than being spent on nothing; the integrity check never
 excludes an honest reply as inconsistent; ``final_model.npz`` is the last decoded model.
 
-Edge faults (``experiments/fault_kinds.py``, drawn from their own stream on top of the above,
+Edge faults (``tests/faults/fault_kinds.py``, drawn from their own stream on top of the above,
 on by default on the command line, ``run_suite(edge_faults=True)``): forgers that know
 everything public, blind sparse forgers, overflow, partition-size forgery, handshake failures
 (also of a node first sampled in a later round), identity clashes and ``(0, 1)`` claims,
@@ -39,9 +39,9 @@ ends by a node's failure (``runs_ended_by_node_failure``), a round recorded ``ve
 has a model off the oracle (``wrong_models_applied_as_verified``), the oracle averages the
 partitions present in the round, a replayed instruction is refused, a lost reply's node is
 free again within ``fault_kinds.EXPIRY_BOUND_S``. The replies the outer mod rewrites and their
-expected rejection reasons are in ``experiments/fault_replies.py``.
+expected rejection reasons are in ``tests/faults/fault_replies.py``.
 
-Run: ``python experiments/fault_injection.py [--full] [--scenarios N] [--seed S] [--out PATH]
+Run: ``python -m tests.faults.fault_injection [--full] [--scenarios N] [--seed S] [--out PATH]
 [--no-edge-faults]`` (default: a fast slice of 40 scenarios; ``--full``: 500 scenarios and
 ``results/fault_injection.json``).
 """
@@ -66,16 +66,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-ROOT = Path(__file__).resolve().parents[1]
-for _path in (ROOT, ROOT / "experiments"):
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
-
-import fault_kinds as edges  # noqa: E402
-import fault_replies as replies  # noqa: E402
-from fault_kinds import EDGE_FAULTS, EDGE_FORGING  # noqa: E402
-from flwr.app import (  # noqa: E402
+from flwr.app import (
     Array,
     ArrayRecord,
     ConfigRecord,
@@ -86,20 +77,24 @@ from flwr.app import (  # noqa: E402
     MetricRecord,
     RecordDict,
 )
-from flwr.clientapp import ClientApp  # noqa: E402
+from flwr.clientapp import ClientApp
 
-from fl_gradcode.flower import GradientCoding, gradient_coding_mod  # noqa: E402
-from fl_gradcode.flower.integrity import verify_refusal  # noqa: E402
-from fl_gradcode.flower.protocol import (  # noqa: E402
+from fl_gradcode.flower import GradientCoding, gradient_coding_mod
+from fl_gradcode.flower.integrity import verify_refusal
+from fl_gradcode.flower.protocol import (
     OP_IDENTIFY,
     OP_TRAIN,
     PROTOCOL_KEY,
     parse_instruction,
 )
-from fl_gradcode.flower.testing import InProcessGrid, set_task_identity  # noqa: E402
-from fl_gradcode.latency import Pareto  # noqa: E402
-from fl_gradcode.results import read_rounds  # noqa: E402
+from fl_gradcode.flower.testing import InProcessGrid, set_task_identity
+from fl_gradcode.latency import Pareto
+from fl_gradcode.results import read_rounds
+from tests.faults import fault_kinds as edges
+from tests.faults import fault_replies as replies
+from tests.faults.fault_kinds import EDGE_FAULTS, EDGE_FORGING
 
+ROOT = Path(__file__).resolve().parents[2]
 META_KEY = PROTOCOL_KEY + "-meta"
 SHAPES = {"w": (3, 4), "b": (4,)}
 LR = 0.5
@@ -301,7 +296,8 @@ def oracle(
     return out
 
 
-def _rng(scn: Scenario, server_round: int, node: int, salt: int) -> np.random.Generator:
+def rng_for(scn: Scenario, server_round: int, node: int, salt: int) -> np.random.Generator:
+    """The seeded stream of one fault draw: scenario seed, round, node and a salt per use."""
     return np.random.default_rng([scn.seed, server_round, node, salt])
 
 
@@ -334,7 +330,7 @@ class Injector:
 
     def variant(self, server_round: int, node: int) -> int:
         """Which form of the fault: from the plan, else drawn from the seed (0..3)."""
-        drawn = int(_rng(self.scn, server_round, node, 6).integers(4))
+        drawn = int(rng_for(self.scn, server_round, node, 6).integers(4))
         return self.scn.variants.get((server_round, node), drawn)
 
     # -------------------------------------------------------------- the app
@@ -385,7 +381,7 @@ class Injector:
         r, node = instruction.round, self.index_of[context.node_id]
         self.workers[(r, node)] = instruction.worker
         kind = self.kind(r, node)
-        rng = _rng(self.scn, r, node, 2)
+        rng = rng_for(self.scn, r, node, 2)
         if kind == "forged-consistent":  # an honest computation of forged coefficients
             self.injected.add((kind, r, node))
             reply = replies.forged_coefficients(msg, context, call_next, rng)
@@ -453,7 +449,7 @@ class Injector:
         scn, kind = self.scn, self.scn.round_faults.get(server_round)
         if kind is None:
             return 0.0
-        rng = _rng(scn, server_round, 10_000, 3)
+        rng = rng_for(scn, server_round, 10_000, 3)
         factor = rng.uniform(1.05, 1.5) if kind == "all-slow" else rng.uniform(2.5, 4.0)
         self.injected.add((kind, server_round, -1))
         return float(scn.straggler_timeout * factor)
@@ -479,7 +475,7 @@ class Injector:
             if kind == "unknown-sender":
                 return UNKNOWN_NODE
             if kind == "spoofed-sender":
-                other = (node + 1 + _rng(scn, server_round, node, 4).integers(scn.n - 1)) % scn.n
+                other = (node + 1 + rng_for(scn, server_round, node, 4).integers(scn.n - 1)) % scn.n
                 # a node in this round's cohort (not one an identity fault may leave out)
                 left_out = {*scn.claims, *(v for v, _ in scn.claims.values()),
                             *(i for i, first in scn.joins.items() if first >= server_round),
@@ -494,7 +490,7 @@ class Injector:
         if scn.timing == "wallclock":
 
             def delay(node: int, server_round: int) -> float:
-                rng = _rng(scn, server_round, node, 5)
+                rng = rng_for(scn, server_round, node, 5)
                 kind = scn.round_faults.get(server_round)
                 if kind is not None:
                     self.injected.add((kind, server_round, -1))
@@ -667,7 +663,8 @@ def _finite(model: dict[str, np.ndarray]) -> bool:
     return all(np.isfinite(v).all() for v in model.values())
 
 
-def _flat(model: dict[str, np.ndarray]) -> np.ndarray:
+def flat_model(model: dict[str, np.ndarray]) -> np.ndarray:
+    """A model's arrays (those of ``ALL_SHAPES`` it has, in that order) as one float64 vector."""
     keys = [k for k in ALL_SHAPES if k in model]
     return np.concatenate([np.asarray(model[k], dtype=np.float64).ravel() for k in keys])
 
@@ -675,9 +672,9 @@ def _flat(model: dict[str, np.ndarray]) -> np.ndarray:
 def _oracle_error(scn: Scenario, prev: dict, model: dict, server_round: int) -> float:
     """The relative error of ``model`` to the nearest oracle of the round (the partitions
     present; see ``fault_kinds.partition_sets``)."""
-    got = _flat(model)
+    got = flat_model(model)
     return min(
-        edges.relative_error(got, _flat(oracle(prev, scn.n, parts)))
+        edges.relative_error(got, flat_model(oracle(prev, scn.n, parts)))
         for parts in edges.partition_sets(scn, server_round)
     )
 
@@ -790,10 +787,10 @@ def check(out: Outcome, file_rows: list[dict[str, Any]], theta0: dict[str, np.nd
         elif decode == "approx" and verified and _finite(prev) and _finite(model):
             # an approx update weighs the partitions' updates differently from the oracle,
             # but it is a combination of them
-            before = _flat(prev)
+            before = flat_model(prev)
             if not any(
-                edges.in_span(_flat(model) - before, np.stack(
-                    [_flat(oracle(prev, scn.n, (j,))) - before for j in parts]), 1e-6)
+                edges.in_span(flat_model(model) - before, np.stack(
+                    [flat_model(oracle(prev, scn.n, (j,))) - before for j in parts]), 1e-6)
                 for parts in edges.partition_sets(scn, r)
             ):
                 out.wrong_verified += 1
@@ -994,7 +991,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--scenarios", type=int, default=None, help="number of scenarios")
     parser.add_argument("--seed", type=int, default=0, help="suite seed")
     parser.add_argument("--no-edge-faults", action="store_true",
-                        help="without the fault kinds of experiments/fault_kinds.py")
+                        help="without the fault kinds of tests/faults/fault_kinds.py")
     parser.add_argument("--out", default=None, help="JSON output (default with --full: "
                         "results/fault_injection.json)")
     args = parser.parse_args(argv)

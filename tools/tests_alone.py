@@ -2,7 +2,7 @@
 
 Usage::
 
-    python experiments/tests_alone.py [-j JOBS] [-k EXPR] [-m MARKEXPR] [PATH ...]
+    python -m tools.tests_alone [-j JOBS] [-k EXPR] [-m MARKEXPR] [PATH ...]
 
 Collects the node ids (``pytest --collect-only``), then runs ``python -m pytest <node id>``
 once per test, ``JOBS`` at a time (default 2), each in a new process (cold imports, no warm
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> dict:
         "unit": "test function (parametrised cases together), each in a fresh interpreter",
         "runtime_s": round(time.monotonic() - t0, 1),
         "slowest": [{"test": n, "s": round(t, 1)} for t, n in sorted(slowest)[-5:]],
-        "command": "python experiments/tests_alone.py " + " ".join(argv or sys.argv[1:]),
+        "command": "python -m tools.tests_alone " + " ".join(argv or sys.argv[1:]),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

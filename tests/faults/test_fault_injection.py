@@ -1,18 +1,18 @@
-"""Seeded fault injection over the public API (``experiments/fault_injection.py``).
+"""Seeded fault injection over the public API (``tests/faults/fault_injection.py``).
 
-The fast slice of the randomized suite (the same code as ``python experiments/fault_injection.py``)
-must keep every invariant; then one targeted scenario per fault kind checks that the kind is
-injected and handled as the protocol says (rejected with its reason, excluded by redundancy, a
-straggler, a skipped round, ...), and that the model still equals the numpy FedAvg oracle.
+The fast slice of the randomized suite (the same code as
+``python -m tests.faults.fault_injection``) must keep every invariant; then one targeted scenario
+per fault kind checks that the kind is injected and handled as the protocol says (rejected with
+its reason, excluded by redundancy, a straggler, a skipped round, ...), and that the model still
+equals the numpy FedAvg oracle.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -28,6 +28,7 @@ from flwr.app import (
 
 from fl_gradcode.flower.testing import InProcessGrid, set_task_identity
 from fl_gradcode.latency import Pareto, client_delay
+from tests.faults import fault_injection as fi
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,18 +37,6 @@ pytestmark = [
 ]
 
 
-def _load():
-    name = "fault_injection"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "experiments" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-fi = _load()
 
 
 # =============================================================================== the suite
@@ -110,8 +99,8 @@ def run(scn):
 
 
 def assert_equals_oracle(out, server_round):
-    got = fi._flat(out.models[server_round])
-    expected = fi._flat(fi.oracle(out.models[server_round - 1], out.scenario.n))
+    got = fi.flat_model(out.models[server_round])
+    expected = fi.flat_model(fi.oracle(out.models[server_round - 1], out.scenario.n))
     assert np.linalg.norm(got - expected) <= 1e-9 * np.linalg.norm(expected)
 
 
@@ -289,8 +278,8 @@ def test_value_forgery_without_redundancy_reaches_the_model_finite(kind):
         return
     assert row["decode"] == "exact" and 0 in row["clients_used"]
     assert out.not_compared == 1 and out.compared == at[0] - 1
-    got = fi._flat(out.models[at[0]])
-    expected = fi._flat(fi.oracle(out.models[at[0] - 1], 6))
+    got = fi.flat_model(out.models[at[0]])
+    expected = fi.flat_model(fi.oracle(out.models[at[0] - 1], 6))
     assert np.isfinite(got).all()
     assert np.linalg.norm(got - expected) > 1e-3 * np.linalg.norm(expected)
 
@@ -342,7 +331,7 @@ def test_huge_forgery_cannot_get_an_honest_replica_excluded_end_to_end(timing, v
         )
     row = strategy.history[0]
     assert set(row["inconsistent"]) <= {0, 6}, row["inconsistent"]
-    assert np.abs(fi._flat(models[1])).max() < 1e6  # the 1e30 forgery never reaches the model
+    assert np.abs(fi.flat_model(models[1])).max() < 1e6  # the 1e30 forgery never reaches the model
 
 
 @pytest.mark.parametrize("timing", ["virtual", "wallclock"])
@@ -415,10 +404,8 @@ def test_in_process_grid_without_options_is_unchanged():
 
 
 # =============================================================================== edge faults
-# The kinds of experiments/fault_kinds.py. On the code before the edge fixes several of these
+# The kinds of tests/faults/fault_kinds.py. On the code before the edge fixes several of these
 # fail (the defects they measure): see the module's docstring for what each kind does.
-from types import SimpleNamespace  # noqa: E402
-
 edges = fi.edges
 
 
@@ -505,7 +492,7 @@ def _sparse_coordinates(scn, server_round, node):
     """The coordinates the blind sparse forger of ``(round, node)`` changes (its draws)."""
     ones = {k: np.ones(shape) for k, shape in scn.shapes().items()}
     public = SimpleNamespace(seed=scn.seed, round=server_round, coefficients=(1.0,))
-    forged, _ = edges.forge("sparse-forger", 0, fi._rng(scn, server_round, node, 2), ones, {},
+    forged, _ = edges.forge("sparse-forger", 0, fi.rng_for(scn, server_round, node, 2), ones, {},
                             public)
     return {k: set(np.flatnonzero(forged[k] != 1.0).tolist()) for k in ones}
 
@@ -537,7 +524,7 @@ def test_overflowing_reply_is_never_applied():
     out = fi.run_scenario(scenario("overflow", s=2, verify=True, rounds=1, seed=seed))
     assert ("overflow", 1, 0) in out.injected
     assert_sound(out)
-    assert np.abs(fi._flat(out.models[1])).max() < 1e6
+    assert np.abs(fi.flat_model(out.models[1])).max() < 1e6
 
 
 @pytest.mark.parametrize("kind", ["size-forgery", "size-forgery-consistent"])

@@ -7,8 +7,8 @@ import hashlib
 import json
 from pathlib import Path
 
-from docgen.accuracy import TTA, no_dp
-from docgen.core import block, load
+from tools.docgen.accuracy import TTA, no_dp
+from tools.docgen.core import block, load
 
 FIGURE_CODING = "results/coding_speedup.png"
 
@@ -165,7 +165,7 @@ def coding_figure() -> str:
     ``--check`` reports this block stale and a rewrite redraws the figure."""
     digest = hashlib.sha256(json.dumps(_coding_figure_data()).encode()).hexdigest()[:16]
     return (f"![speed-up to the target accuracy over uncoded FedAvg, per setting]"
-            f"({FIGURE_CODING})\n<!-- drawn by experiments/make_docs.py from "
+            f"({FIGURE_CODING})\n<!-- drawn by tools/make_docs.py from "
             f"results/{TTA}, data {digest} -->")
 
 

@@ -1,1 +1,0 @@
-"""Renderers of the generated blocks of README.md and docs/ (driver: experiments/make_docs.py)."""
