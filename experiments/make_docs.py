@@ -27,7 +27,7 @@ for _path in (ROOT, ROOT / "experiments"):  # this checkout's fl_gradcode and th
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
-from docgen import accuracy, measures, performance  # noqa: E402, F401  (registers renderers)
+from docgen import accuracy, measures, performance, rivals  # noqa: E402, F401  (renderers)
 from docgen.core import BLOCK, RENDERERS  # noqa: E402
 from docgen.readme import FIGURE_CODING, draw_coding_figure  # noqa: E402
 
