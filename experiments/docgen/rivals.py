@@ -15,8 +15,9 @@ def _label(cell: dict, groups: int) -> str:
     return f"{s['latency']} ({s['task']}, {s['n']}×{s['cohort']})"
 
 
-def _ratio(entry: dict | None, seeds: int) -> str:
-    """``geomean [lo, hi] (k/N)`` with a marker where the rival is faster than auto."""
+def _ratio(entry: dict | None, seeds: int, auto: dict | None = None) -> str:
+    """``geomean [lo, hi] (k/N)`` with a marker where the rival is faster than auto (▼ also
+    where auto never reached the target and the rival did)."""
     if entry is None:
         return "not run"
     ratio = entry.get("time_to_target_vs_auto", {})
@@ -24,6 +25,8 @@ def _ratio(entry: dict | None, seeds: int) -> str:
     both = sum(v is not None for v in per_seed.values())
     reached = f"{entry['reached_target']}/{entry['seeds']}"
     if ratio.get("geomean") is None:
+        if auto is not None and auto["reached_target"] == 0 and entry["reached_target"]:
+            return f"auto never reached the target; this method {reached} ▼"
         return f"no paired seed (reached {reached})"
     lo, hi = ratio["ci95"]
     mark = " ▼" if hi < 1.0 else " ▽" if ratio["geomean"] < 1.0 else ""
@@ -56,8 +59,8 @@ def compare_table() -> str:
     for method in methods:
         if method == "auto":
             continue
-        rows.append([method, *(_ratio(c["summary"].get(method), len(c["settings"]["seeds"]))
-                               for c in cells)])
+        rows.append([method, *(_ratio(c["summary"].get(method), len(c["settings"]["seeds"]),
+                                      c["summary"].get("auto")) for c in cells)])
     first = cells[0]["settings"]
     same = all(c["settings"]["seeds"] == first["seeds"] for c in cells)
     seeds = (f"evaluation seeds {first['seeds'][0]}-{first['seeds'][-1]}" if same
@@ -71,7 +74,8 @@ def compare_table() -> str:
         f"{seeds}, paired by seed): geometric mean of the per-seed ratios and its 95 % "
         "bootstrap interval over seeds, as `experiments/grid.toml` states. Below 1 the "
         "rival reaches the target sooner than auto: ▼ the whole interval is below 1, "
-        "▽ only the geometric mean. A seed counts only where both reached the target "
+        "▽ only the geometric mean (▼ also where auto never reached the target and the "
+        "rival did). A seed counts only where both reached the target "
         "(else the pair is named).",
         f"Cells run: {len(cells)} of {len(d['done']) + len(d['not_done'])} "
         f"({', '.join(d['done'])}); wall time "

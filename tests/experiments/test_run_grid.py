@@ -114,3 +114,12 @@ def test_the_compare_table_marks_where_a_rival_beats_auto(tmp_path, monkeypatch)
     assert "2.00 [2.00, 2.00] (paired 1/2, reached 1/2)" in rows["deadline"]
     assert "▽" not in rows["deadline"] and "▼" not in rows["deadline"]
     assert "Not run yet in these cells: crc:1." in text
+    never = {**settings, "latency": "trace", "methods": ["auto", "fedbuff"]}
+    rg.merge(out, grid, "digits-logreg/trace/20x20",
+             {"settings": never, "runs": [], "runtime_s": 60.0,
+              "summary": {"auto": {**_summary_entry(0, {}, None, None),
+                                   "median_time_to_target": None},
+                          "fedbuff": _summary_entry(2, {"10": None, "11": None}, None, None)}})
+    fedbuff = next(line for line in rivals.compare_table().splitlines()
+                   if line.startswith("| fedbuff"))
+    assert fedbuff.endswith("| auto never reached the target; this method 2/2 ▼ |")
