@@ -3,14 +3,18 @@
 ``python -m experiments.compare [--task digits-logreg] [--latency persistent] [--n 20]
 [--cohort N] [--methods auto,wait-for-all,deadline,deadline-best,first-k,fedbuff,grouped-rs:2]
 [--seeds 10-19] [--rounds 30] [--target 0.85] [--set KEY=VALUE ...] [--out FILE.json]
-[--quick]``
+[--quick]``; ``python -m experiments.compare --grid [--cells PATTERNS] [--methods ...]
+--out results/compare.json`` runs cells of the grid (:mod:`experiments.run_grid`).
 
 Every method runs in this process on the main job's ClientApp over an in-process grid, in
 virtual time (:mod:`experiments.rival_runs`), on the same seeds, data, cohorts and latency
-draws. A task and a latency regime are names in ``experiments/grid.toml`` (the
-pre-registered grid, which is also the registry: each is a table of the app's run-config
-keys); ``--set KEY=VALUE`` adds any run-config key of ``fl_gradcode/config/keys.py`` (values
-parsed as the key's type), so any setting outside the grid can be run.
+draws. A task and a latency regime are tables of ``experiments/grid.toml`` (the
+pre-registered grid), each naming its one declaration in :mod:`fl_gradcode.tasks`
+(``make_task(name).config`` / ``make_regime(name)``) plus keys of its own; a task whose
+compute is ``measured-once`` is measured once per cell and every method charged that value
+(:func:`charge_once`); ``--set KEY=VALUE`` adds any run-config key of
+``fl_gradcode/config/keys.py`` (values parsed as the key's type), so any setting
+outside the grid can be run.
 
 Methods: ``auto`` (the main job: ``s=auto``), ``CODE:s`` (a fixed code), ``wait-for-all``,
 ``deadline`` (the stated rule's deadline, from the wait-for-all runs of the development seeds
@@ -27,6 +31,7 @@ compute, bytes up) with their geometric mean and a 95 % bootstrap interval over 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import math
@@ -40,8 +45,8 @@ import numpy as np
 
 from experiments.rival_runs import RIVALS, Cell, parse_code, run_coded, run_rival
 
-__all__ = ["Cell", "compare", "load_grid", "lookup", "main", "run_coded", "run_rival",
-           "summarize"]
+__all__ = ["Cell", "cell_run_config", "charge_once", "compare", "load_grid", "lookup", "main",
+           "registry_config", "run_cell", "run_coded", "run_rival", "summarize"]
 
 GRID = Path(__file__).with_name("grid.toml")
 DEFAULT_METHODS = ("auto", "wait-for-all", "deadline", "deadline-best", "first-k", "fedbuff")
@@ -69,6 +74,60 @@ def lookup(grid: Mapping[str, Any], kind: str, name: str) -> dict[str, Any]:
         raise ValueError(f"{kind} {name!r} is a placeholder in experiments/grid.toml (its run "
                          "config is not defined yet): fill its table in, or pick another")
     return dict(table)
+
+
+#: The registry entry a table of each kind names: (its key, fl_gradcode.tasks' lookup).
+_ENTRY = {"tasks": "task", "latency": "regime"}
+
+
+def registry_config(kind: str, name: str, table: Mapping[str, Any]) -> dict[str, Any]:
+    """The run config of the table ``[kind.name]``: the :mod:`fl_gradcode.tasks` entry it
+    names (``task = ...`` -> ``make_task(...).config``, ``regime = ...`` ->
+    ``make_regime(...)``) and the table's own ``run_config`` keys, which may add keys but not
+    restate the entry's (a task or regime is declared once)."""
+    from fl_gradcode.tasks import make_regime, make_task
+
+    field = _ENTRY[kind]
+    if field not in table:
+        raise ValueError(f"[{kind}.{name}] in experiments/grid.toml names no entry of "
+                         f"fl_gradcode.tasks: add {field} = \"...\"")
+    entry = str(table[field])
+    base = dict(make_task(entry).config) if kind == "tasks" else make_regime(entry)
+    extra = dict(table.get("run_config", {}))
+    restated = sorted(set(extra) & set(base))
+    if restated:
+        raise ValueError(f"[{kind}.{name}] in experiments/grid.toml restates {restated}, "
+                         f"already set by fl_gradcode.tasks' {entry!r}: declare them once "
+                         "(drop them from the table, or change the registry entry)")
+    return {**base, **extra}
+
+
+def cell_run_config(grid: Mapping[str, Any], task: str, latency: str,
+                    sets: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A cell's run config: ``{**regime, **task, **sets}`` (``latency=''``: no regime, the key
+    table's defaults), each from :func:`registry_config`."""
+    regime = (registry_config("latency", latency, lookup(grid, "latency", latency))
+              if latency else {})
+    return {**regime, **registry_config("tasks", task, lookup(grid, "tasks", task)),
+            **(sets or {})}
+
+
+def charge_once(cell: Cell, seed: int) -> tuple[Cell, dict[str, Any]]:
+    """For a cell whose run config says ``virtual-compute=measured-once``: measure one
+    partition update once (:func:`fl_gradcode.tasks.charged_measured_cost`, on ``seed``'s
+    data) and charge that value to every method and seed of the cell (``partition-cost-s``
+    with ``virtual-compute=none``); other cells are returned as they are."""
+    if str(cell.run_config.get("virtual-compute")) != "measured-once":
+        return cell, {}
+    from fl_gradcode.tasks import charged_measured_cost
+
+    charged = charged_measured_cost(cell.config(seed), cell.n)
+    cell = dataclasses.replace(cell, run_config={**cell.run_config, **charged})
+    return cell, {"measured_partition_cost_s": float(charged["partition-cost-s"]),
+                  "measured_on_seed": int(seed),
+                  "compute_charge": "measured once per cell "
+                                    "(fl_gradcode.tasks.charged_measured_cost), charged to "
+                                    "every method as partition-cost-s"}
 
 
 def parse_sets(pairs: Sequence[str]) -> dict[str, Any]:
@@ -301,7 +360,9 @@ def main(argv: list[str] | None = None) -> int:
                              "table's defaults)")
     parser.add_argument("--n", type=int, default=20)
     parser.add_argument("--cohort", type=int, default=0, help="default: n")
-    parser.add_argument("--methods", default=",".join(DEFAULT_METHODS))
+    parser.add_argument("--methods", default="",
+                        help=f"default: {','.join(DEFAULT_METHODS)} (with --grid: the "
+                             "grid's default list and its fixed codes)")
     parser.add_argument("--seeds", default="10-19")
     parser.add_argument("--dev-seeds", default="0-2",
                         help="seeds whose wait-for-all runs fix the stated deadline")
@@ -309,6 +370,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", type=float, default=None, help="default: the task's")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--out", default="results/compare.json")
+    parser.add_argument("--grid", action="store_true",
+                        help="run the cells of experiments/grid.toml on its evaluation "
+                             "seeds, merging each finished cell into --out")
+    parser.add_argument("--cells", default="*",
+                        help="with --grid: comma-separated patterns (fnmatch) of cell ids "
+                             "TASK/LATENCY/NxCOHORT, e.g. 'digits-logreg/*/20x20'")
     parser.add_argument("--quick", action="store_true",
                         help=f"the quick slice: {QUICK}")
     args = parser.parse_args(argv)
@@ -325,11 +392,65 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(threads)
 
 
+def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, cohort: int,
+             rounds: int, seeds: Sequence[int], dev_seeds: Sequence[int],
+             methods: Sequence[str], target: float, sets: Mapping[str, Any] | None = None,
+             quick: bool = False, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """One cell, every method on every seed: the JSON ``{"settings", "runs", "summary",
+    "runtime_s"}``."""
+    rules = grid["rules"]
+    if not 1 <= cohort <= n:
+        raise ValueError(f"--cohort {cohort}: expected 1..n (n={n})")
+    run_config = cell_run_config(grid, task_name, latency, sets)
+    cell = Cell(run_config=run_config, n=n, cohort=cohort, rounds=rounds, target=target,
+                overcommit=float(rules["overcommit"]),
+                fedbuff_buffer_fraction=float(rules["fedbuff_buffer_fraction"]),
+                fedbuff_server_lr=float(rules["fedbuff_server_lr"]))
+    check_cell(cell, task_name, [*seeds, *dev_seeds])
+    t0 = time.perf_counter()
+    cell, charge = charge_once(cell, [*seeds, *dev_seeds][0])
+    log(f"compare: task {task_name}, latency {latency or 'key-table defaults'}, "
+        f"n={n}, cohort={cohort}, {rounds} rounds, target {target}, seeds {list(seeds)}"
+        + (f", compute charged {charge['measured_partition_cost_s']:.4f} s per partition"
+           if charge else ""))
+    runs, facts = compare(cell, methods, seeds, dev_seeds, rules, log)
+    return {
+        "settings": {
+            "task": task_name, "latency": latency, "n": n, "cohort": cohort,
+            "rounds": rounds, "target": target, "methods": list(methods),
+            "seeds": list(seeds), "dev_seeds": list(dev_seeds), "set": dict(sets or {}),
+            "run_config": dict(cell.run_config), "quick": bool(quick),
+            "first_k": {"k": cell.first_k(), "overcommit": cell.overcommit},
+            "fedbuff": {"buffer_size": cell.fedbuff_buffer(), "concurrency": cohort,
+                        "server_lr": cell.fedbuff_server_lr,
+                        "server_steps": cell.fedbuff_steps()},
+            **charge, **facts,
+        },
+        "runs": runs,
+        "summary": summarize(runs, rules) if "auto" in methods else {},
+        "runtime_s": time.perf_counter() - t0,
+    }
+
+
+def print_summary(result: Mapping[str, Any]) -> None:
+    for method, entry in result["summary"].items():
+        ratio = entry.get("time_to_target_vs_auto", {})
+        print(f"{method:>16}: reached {entry['reached_target']}/{entry['seeds']}, median "
+              f"time {_fmt(entry['median_time_to_target'])} s, final "
+              f"{entry['mean_final_accuracy']:.3f}"
+              + (f", time / auto {_fmt(ratio.get('geomean'))} {ratio.get('ci95')}"
+                 if ratio else ""))
+
+
 def _main(args: argparse.Namespace) -> int:
     grid = load_grid()
-    rules = grid["rules"]
+    if args.grid:
+        from experiments.run_grid import run_grid
+
+        methods = ([m.strip() for m in args.methods.split(",") if m.strip()]
+                   if args.methods else None)
+        return run_grid(grid, args.cells, Path(args.out), methods)
     task = lookup(grid, "tasks", args.task)
-    regime = lookup(grid, "latency", args.latency)["run_config"] if args.latency else {}
     n = QUICK["n"] if args.quick else args.n
     cohort = args.cohort or n
     if not 1 <= cohort <= n:
@@ -338,45 +459,20 @@ def _main(args: argparse.Namespace) -> int:
     seeds = QUICK["seeds"] if args.quick else parse_seeds(args.seeds)
     dev_seeds = QUICK["dev_seeds"] if args.quick else parse_seeds(args.dev_seeds)
     methods = check_methods(QUICK["methods"] if args.quick else
-                            [m.strip() for m in args.methods.split(",") if m.strip()])
+                            [m.strip() for m in (args.methods or ",".join(DEFAULT_METHODS))
+                             .split(",") if m.strip()])
+    if args.target is None and not args.quick and "target" not in task:
+        raise SystemExit(f"task {args.task!r} has no target in experiments/grid.toml yet "
+                         "(its rule: 0.95 x the median final accuracy of wait-for-all on the "
+                         "development seeds at (20, 20)): pass --target")
     target = float(args.target if args.target is not None
                    else QUICK["target"] if args.quick else task["target"])
-    run_config = {**task["run_config"], **regime, **parse_sets(args.set)}
-    cell = Cell(run_config=run_config, n=n, cohort=cohort, rounds=rounds, target=target,
-                overcommit=float(rules["overcommit"]),
-                fedbuff_buffer_fraction=float(rules["fedbuff_buffer_fraction"]),
-                fedbuff_server_lr=float(rules["fedbuff_server_lr"]))
-    check_cell(cell, args.task, [*seeds, *dev_seeds])
-    t0 = time.perf_counter()
-    print(f"compare: task {args.task}, latency {args.latency or 'key-table defaults'}, "
-          f"n={n}, cohort={cohort}, {rounds} rounds, target {target}, seeds {seeds}")
-    runs, facts = compare(cell, methods, seeds, dev_seeds, rules)
-    result = {
-        "settings": {
-            "task": args.task, "latency": args.latency, "n": n, "cohort": cohort,
-            "rounds": rounds, "target": target, "methods": methods, "seeds": seeds,
-            "dev_seeds": dev_seeds, "set": parse_sets(args.set), "run_config": run_config,
-            "quick": bool(args.quick), "first_k": {"k": cell.first_k(),
-                                                   "overcommit": cell.overcommit},
-            "fedbuff": {"buffer_size": cell.fedbuff_buffer(), "concurrency": cohort,
-                        "server_lr": cell.fedbuff_server_lr,
-                        "server_steps": cell.fedbuff_steps()},
-            **facts,
-        },
-        "runs": runs,
-        "summary": summarize(runs, rules) if "auto" in methods else {},
-        "runtime_s": time.perf_counter() - t0,
-    }
+    result = run_cell(grid, args.task, args.latency, n, cohort, rounds, seeds, dev_seeds,
+                      methods, target, parse_sets(args.set), bool(args.quick))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
-    for method, entry in result["summary"].items():
-        ratio = entry.get("time_to_target_vs_auto", {})
-        print(f"{method:>16}: reached {entry['reached_target']}/{entry['seeds']}, median "
-              f"time {_fmt(entry['median_time_to_target'])} s, final "
-              f"{entry['mean_final_accuracy']:.3f}"
-              + (f", time / auto {_fmt(ratio.get('geomean'))} {ratio.get('ci95')}"
-                 if ratio else ""))
+    print_summary(result)
     print(f"wrote {out} ({result['runtime_s']:.1f} s)")
     return 0
 

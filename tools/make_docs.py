@@ -21,7 +21,7 @@ import argparse
 import re
 import sys
 
-from tools.docgen import accuracy, measures, performance  # noqa: F401  (registers renderers)
+from tools.docgen import accuracy, measures, performance, rivals  # noqa: F401  (renderers)
 from tools.docgen.core import BLOCK, RENDERERS, ROOT
 from tools.docgen.readme import FIGURE_CODING, draw_coding_figure
 

@@ -109,8 +109,7 @@ def _softmax_gd_oracle(cell, seed):
 
 def test_wait_for_all_follows_the_numpy_fedavg_oracle():
     grid = compare.load_grid()
-    cell = compare.Cell(run_config={**grid["tasks"]["digits-logreg"]["run_config"],
-                                    **grid["latency"]["bimodal"]["run_config"]},
+    cell = compare.Cell(run_config=compare.cell_run_config(grid, "digits-logreg", "bimodal"),
                         n=5, cohort=5, rounds=3, target=0.5)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -134,7 +133,7 @@ def test_a_setting_outside_the_grid_and_bad_values_are_handled():
     with pytest.raises(ValueError, match="latency-p takes a float"):
         compare.parse_sets(["latency-p=high"])
     with pytest.raises(ValueError, match=r"is a placeholder in experiments/grid.toml"):
-        compare.lookup(compare.load_grid(), "tasks", "mnist1d-cnn")
+        compare.lookup({"tasks": {"later": {"placeholder": True}}}, "tasks", "later")
     with pytest.raises(ValueError, match="a fixed code is written CODE:s"):
         compare.check_methods(["auto", "grouped-rs"])
 
@@ -154,3 +153,58 @@ def test_a_task_that_cannot_be_split_n_ways_is_refused_before_any_run(tmp_path):
         compare.main(["--n", "1000", "--cohort", "100", "--seeds", "10",
                       "--out", str(tmp_path / "x.json")])
     assert not (tmp_path / "x.json").exists()
+
+
+# ----------------------------------------------------------------------------- the registry
+def test_every_grid_table_names_its_registry_entry_and_adds_keys_only():
+    """A task or regime is declared once, in fl_gradcode.tasks: each table of grid.toml names
+    an entry of it (the table's own name), and the cell's run config is that entry plus the
+    table's own keys, none of which restates the entry's."""
+    from fl_gradcode.tasks import REGIMES, TASKS
+
+    grid = compare.load_grid()
+    assert set(grid["tasks"]) == set(TASKS)  # every task of the registry is in the grid
+    for name, table in grid["tasks"].items():
+        assert not table.get("placeholder") and table["task"] == name
+        assert not set(table["run_config"]) & set(TASKS[name].config)
+    for name, table in grid["latency"].items():
+        assert not table.get("placeholder") and table["regime"] == name in REGIMES
+        assert not set(table["run_config"]) & set(REGIMES[name])
+        for task in grid["tasks"]:
+            cfg = compare.cell_run_config(grid, task, name)
+            assert cfg == {**REGIMES[name], **TASKS[task].config,
+                           **grid["latency"][name]["run_config"],
+                           **grid["tasks"][task]["run_config"]}
+
+
+def test_a_table_that_restates_or_misnames_its_registry_entry_is_refused():
+    grid = compare.load_grid()
+    restating = {**grid, "latency": {"persistent": {"regime": "persistent", "run_config": {
+        "latency": "bimodal", "latency-p": 0.3}}}}
+    with pytest.raises(ValueError, match=r"\[latency.persistent\] in experiments/grid.toml "
+                                         r"restates \['latency'\]"):
+        compare.cell_run_config(restating, "digits-logreg", "persistent")
+    unknown = {**grid, "tasks": {"cifar": {"task": "cifar-resnet", "run_config": {}}}}
+    with pytest.raises(ValueError, match=r"task='cifar-resnet'; expected one of"):
+        compare.cell_run_config(unknown, "cifar", "persistent")
+    unnamed = {**grid, "tasks": {"digits": {"run_config": {"dataset": "digits"}}}}
+    with pytest.raises(ValueError, match=r"\[tasks.digits\] .* names no entry of "
+                                         r"fl_gradcode.tasks: add task"):
+        compare.cell_run_config(unnamed, "digits", "persistent")
+
+
+def test_a_measured_once_cell_charges_every_method_one_measured_cost():
+    grid = compare.load_grid()
+    cfg = compare.cell_run_config(grid, "digits-logreg", "persistent",
+                                  {"virtual-compute": "measured-once"})
+    cell = compare.Cell(run_config=cfg, n=4, cohort=4, rounds=2, target=0.5)
+    charged, facts = compare.charge_once(cell, 10)
+    cost = facts["measured_partition_cost_s"]
+    assert cost > 0 and facts["measured_on_seed"] == 10
+    for seed, extra in ((10, {}), (11, {"s": "auto"}), (12, {"rival": "fedavg"})):
+        run = charged.config(seed, **extra)
+        assert run["virtual-compute"] == "none" and run["partition-cost-s"] == cost
+    plain = compare.Cell(run_config=compare.cell_run_config(grid, "digits-logreg",
+                                                            "persistent"),
+                         n=4, cohort=4, rounds=2, target=0.5)
+    assert compare.charge_once(plain, 10) == (plain, {})

@@ -1,0 +1,198 @@
+"""``python -m experiments.compare --grid``: cells of ``experiments/grid.toml`` in one JSON.
+
+A cell is a (task, latency regime, (n, cohort)) of the grid, named ``TASK/LATENCY/NxCOHORT``
+(a task's ``scales``, else ``[scale] settings``). ``--cells`` takes comma-separated fnmatch
+patterns of those names and runs the matching cells in the order of the patterns (then the
+grid's), each on the evaluation seeds, with the stated deadline from the development seeds
+(:func:`experiments.compare.run_cell`). A cell whose task has no target yet is skipped and
+listed with the reason.
+
+Each finished cell is merged into ``--out`` at once (a cell run again replaces its entry), so a
+partial run keeps what it finished: ``{"grid", "cells": {name: {"settings", "runs", "summary",
+"runtime_s", "finished_utc", "methods_not_run"}}, "done", "not_done", "skipped",
+"estimate"}``. ``estimate`` is the wall time the whole grid would take on this machine,
+extrapolated from the finished cells' own run times (its formula is in the JSON).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import fnmatch
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from experiments.compare import DEFAULT_METHODS, check_methods, print_summary, run_cell
+
+__all__ = ["cell_names", "estimate", "grid_cells", "grid_methods", "merge", "run_grid"]
+
+
+def grid_cells(grid: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every cell of the grid, in its order: ``{"name", "task", "latency", "n", "cohort"}``."""
+    out = []
+    for task, table in grid["tasks"].items():
+        for latency in grid["latency"]:
+            for n, cohort in table.get("scales", grid["scale"]["settings"]):
+                out.append({"name": f"{task}/{latency}/{n}x{cohort}", "task": task,
+                            "latency": latency, "n": int(n), "cohort": int(cohort)})
+    return out
+
+
+def cell_names(grid: Mapping[str, Any], patterns: str) -> list[str]:
+    """The cells matching ``patterns`` (comma separated, fnmatch), in the patterns' order; a
+    pattern matching no cell is refused, naming the cells there are."""
+    names = [c["name"] for c in grid_cells(grid)]
+    chosen: list[str] = []
+    for pattern in (p.strip() for p in patterns.split(",") if p.strip()):
+        hits = [name for name in names if fnmatch.fnmatchcase(name, pattern)]
+        if not hits:
+            raise ValueError(f"--cells {pattern!r} matches no cell of experiments/grid.toml; "
+                             f"cells are named TASK/LATENCY/NxCOHORT, e.g. {names[0]!r}")
+        chosen += [name for name in hits if name not in chosen]
+    return chosen
+
+
+def grid_methods(grid: Mapping[str, Any], cohort: int) -> list[str]:
+    """The grid's methods of a cell: the default list, then every fixed code at every
+    tolerance ``s < cohort`` (``frc`` only where ``s + 1`` divides the cohort)."""
+    methods = list(grid["methods"].get("default", DEFAULT_METHODS))
+    for code in grid["methods"].get("fixed_codes", []):
+        for s in grid["methods"].get("fixed_s", []):
+            if s < cohort and (code != "frc" or cohort % (s + 1) == 0):
+                methods.append(f"{code}:{s}")
+    return methods
+
+
+def _load(out: Path) -> dict[str, Any]:
+    if not out.exists():
+        return {"cells": {}}
+    data = json.loads(out.read_text())
+    if "cells" not in data:
+        raise ValueError(f"{out} is not a grid file (no 'cells'): it holds one comparison; "
+                         "pick another --out")
+    return data
+
+
+def merge(out: Path, grid: Mapping[str, Any], name: str | None = None,
+          result: Mapping[str, Any] | None = None,
+          skipped: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Merge one finished cell (and skipped cells) into ``out`` and rewrite its index and
+    estimate; the file is replaced atomically."""
+    data = _load(out)
+    if name is not None and result is not None:
+        data["cells"][name] = dict(result)
+    data.setdefault("skipped", {}).update(skipped or {})
+    for done in data["cells"]:
+        data["skipped"].pop(done, None)
+    everything = [c["name"] for c in grid_cells(grid)]
+    data["done"] = [c for c in everything if c in data["cells"]]
+    data["not_done"] = [c for c in everything if c not in data["cells"]]
+    data["grid"] = {"file": "experiments/grid.toml", "seeds": grid["seeds"],
+                    "rounds": grid["scale"]["rounds"], "cells": len(everything),
+                    "methods_per_cell": {c["name"]: grid_methods(grid, c["cohort"])
+                                         for c in grid_cells(grid)}}
+    data["estimate"] = estimate(grid, data)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(out.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2))
+    tmp.replace(out)
+    return data
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def estimate(grid: Mapping[str, Any], data: Mapping[str, Any],
+             task_factor: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """The whole grid's wall time on this machine, extrapolated from the finished cells.
+
+    A method's run costs its mean wall time over the finished cells' runs (a fixed code not
+    run yet: ``grouped-rs:2``'s times ``(s + 1) / 3``, the partitions per client), times
+    ``cohort / 20`` (clients per round), times the task's factor (a CNN task: its wall time
+    per wait-for-all run over digits-logreg's, from ``results/compare_target_dev_TASK.json``
+    when it exists); a cell runs each method on the evaluation seeds, every multiple of
+    ``deadline_grid`` but 1 for deadline-best, and wait-for-all on the development seeds."""
+    walls: dict[str, list[float]] = {}
+    for cell in data["cells"].values():
+        scale = 20.0 / max(1, cell["settings"]["cohort"])
+        for run in cell["runs"]:
+            walls.setdefault(run["method"], []).append(run["wall_s"] * scale)
+    per_run = {m: _mean(w) for m, w in walls.items()}
+    if not per_run:
+        return {"whole_grid_s": None, "reason": "no cell finished yet"}
+    factors = dict(task_factor or _task_factors(per_run.get("wait-for-all")))
+    seeds = len(grid["seeds"]["evaluation"])
+    dev = len(grid["seeds"]["development"])
+    extra_deadlines = len([m for m in grid["rules"]["deadline_grid"] if m != 1.0])
+    fallback = _mean([w for w in per_run.values() if w is not None]) or 0.0
+
+    def run_s(method: str) -> float:
+        if per_run.get(method) is not None:
+            return per_run[method]
+        if ":" in method and per_run.get("grouped-rs:2") is not None:
+            return per_run["grouped-rs:2"] * (int(method.split(":")[1]) + 1) / 3
+        return per_run.get("deadline", fallback) if method == "deadline-best" else fallback
+
+    cells: dict[str, float] = {}
+    for cell in grid_cells(grid):
+        factor = factors.get(cell["task"], 1.0) * cell["cohort"] / 20.0
+        total = dev * run_s("wait-for-all")
+        for method in grid_methods(grid, cell["cohort"]):
+            total += seeds * run_s(method)
+            if method == "deadline-best":
+                total += seeds * extra_deadlines * run_s("deadline")
+        cells[cell["name"]] = total * factor
+    remaining = sum(s for name, s in cells.items() if name not in data["cells"])
+    return {"whole_grid_s": sum(cells.values()), "remaining_s": remaining,
+            "per_cell_s": cells, "task_factor": factors,
+            "per_run_s_at_cohort_20": per_run,
+            "formula": "per cell: (development seeds x wait-for-all + evaluation seeds x "
+                       "(each method + the deadline-best grid's other deadlines)) x the mean "
+                       "wall time of the method's runs in the finished cells, scaled to "
+                       "cohort 20, x cohort / 20 x the task's factor; one process, "
+                       "torch on one thread, this machine (2 cores shared)"}
+
+
+def _task_factors(digits_wfa: float | None) -> dict[str, float]:
+    """A CNN task's wall time per wait-for-all run over digits-logreg's (the development
+    target runs of ``results/compare_target_dev_TASK.json``)."""
+    factors = {}
+    results = Path(__file__).resolve().parents[1] / "results"
+    for path in sorted(results.glob("compare_target_dev_*.json")):
+        task = path.stem.removeprefix("compare_target_dev_")
+        runs = json.loads(path.read_text())["runs"]
+        walls = [r["wall_s"] for r in runs if r["method"] == "wait-for-all"]
+        if walls and digits_wfa:
+            factors[task] = _mean(walls) / digits_wfa
+    return factors
+
+
+def run_grid(grid: Mapping[str, Any], patterns: str, out: Path,
+             methods: Sequence[str] | None = None) -> int:
+    """Run the cells matching ``patterns`` one after the other, merging each into ``out``."""
+    chosen = cell_names(grid, patterns)
+    by_name = {c["name"]: c for c in grid_cells(grid)}
+    rounds = int(grid["scale"]["rounds"])
+    seeds, dev = list(grid["seeds"]["evaluation"]), list(grid["seeds"]["development"])
+    for name in chosen:
+        cell = by_name[name]
+        task = grid["tasks"][cell["task"]]
+        if "target" not in task:
+            merge(out, grid, skipped={name: "the task has no target in experiments/grid.toml "
+                                            "yet (fixed from development runs first)"})
+            print(f"grid: {name} skipped (no target)")
+            continue
+        full = grid_methods(grid, cell["cohort"])
+        chosen_methods = check_methods(list(methods) if methods else full)
+        started = _dt.datetime.now(_dt.UTC)
+        result = run_cell(grid, cell["task"], cell["latency"], cell["n"], cell["cohort"],
+                          rounds, seeds, dev, chosen_methods, float(task["target"]))
+        result = {**result, "started_utc": started.isoformat(timespec="seconds"),
+                  "finished_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+                  "methods_not_run": [m for m in full if m not in chosen_methods]}
+        merge(out, grid, name, result)
+        print_summary(result)
+        print(f"grid: {name} done in {result['runtime_s']:.1f} s, merged into {out}")
+    return 0

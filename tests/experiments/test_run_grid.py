@@ -1,0 +1,119 @@
+"""``python -m experiments.compare --grid``: cells are named and chosen as documented, each
+finished cell is merged into the JSON at once and a later run keeps the earlier cells."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from experiments import compare, run_grid
+
+
+def test_cells_methods_and_the_cell_filter_follow_the_grid():
+    grid = compare.load_grid()
+    names = [c["name"] for c in run_grid.grid_cells(grid)]
+    assert "digits-logreg/persistent/20x20" in names
+    assert "digits-logreg/persistent/1000x100" not in names  # the task's own scales
+    assert "mnist1d-cnn/fedscale/1000x100" in names
+    assert len(names) == len(set(names)) == 6 * (2 + 3 + 3)
+    chosen = run_grid.cell_names(grid, "digits-logreg/bimodal/20x20,digits-logreg/*/20x20")
+    assert chosen[0] == "digits-logreg/bimodal/20x20" and len(chosen) == 6
+    with pytest.raises(ValueError, match=r"--cells 'digits/\*' matches no cell"):
+        run_grid.cell_names(grid, "digits/*")
+    methods = run_grid.grid_methods(grid, 20)
+    assert methods[:6] == list(grid["methods"]["default"])
+    assert "frc:1" in methods and "frc:4" in methods and "frc:2" not in methods  # 3 ∤ 20
+    assert "grouped-rs:4" in methods and "comm-efficient:2" in methods
+
+
+def _tiny(grid):
+    return {**grid, "seeds": {"development": [0], "evaluation": [10]},
+            "scale": {**grid["scale"], "rounds": 2, "settings": [[5, 5]]},
+            "tasks": {"digits-logreg": {**grid["tasks"]["digits-logreg"], "target": 0.3,
+                                        "scales": [[5, 5]]},
+                      "mnist1d-cnn": {k: v for k, v in grid["tasks"]["mnist1d-cnn"].items()
+                                      if k != "target"}},
+            "latency": {k: grid["latency"][k] for k in ("persistent", "bimodal")}}
+
+
+def test_each_cell_is_merged_and_a_later_run_keeps_the_others(tmp_path):
+    grid = _tiny(compare.load_grid())
+    out = tmp_path / "grid.json"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        run_grid.run_grid(grid, "digits-logreg/*", out, ["auto", "wait-for-all"])
+        first = json.loads(out.read_text())
+        run_grid.run_grid(grid, "digits-logreg/bimodal/*,mnist1d-cnn/persistent/*", out,
+                          ["auto", "wait-for-all"])
+    finally:
+        torch.set_num_threads(threads)
+    data = json.loads(out.read_text())
+    assert first["done"] == ["digits-logreg/persistent/5x5", "digits-logreg/bimodal/5x5"]
+    assert data["done"] == first["done"]
+    assert data["cells"]["digits-logreg/persistent/5x5"] == \
+        first["cells"]["digits-logreg/persistent/5x5"]  # kept as it was
+    assert "mnist1d-cnn/persistent/5x5" in data["not_done"]
+    assert "no target" in data["skipped"]["mnist1d-cnn/persistent/5x5"]
+    cell = data["cells"]["digits-logreg/bimodal/5x5"]
+    assert cell["settings"]["seeds"] == [10] and cell["settings"]["dev_seeds"] == [0]
+    assert cell["settings"]["latency"] == "bimodal" and cell["runtime_s"] > 0
+    assert {(r["method"], r["seed"]) for r in cell["runs"]} == {("auto", 10),
+                                                                ("wait-for-all", 10)}
+    assert "grouped-rs:2" in cell["methods_not_run"] and "fedbuff" in cell["methods_not_run"]
+    assert cell["finished_utc"] >= cell["started_utc"]
+    est = data["estimate"]
+    assert est["whole_grid_s"] >= est["remaining_s"] > 0
+    assert set(est["per_cell_s"]) == set(data["done"]) | set(data["not_done"])
+
+
+def _summary_entry(reached, ratios, geomean, ci95):
+    return {"seeds": 2, "reached_target": reached, "median_time_to_target": 10.0,
+            "mean_final_accuracy": 0.9,
+            "time_to_target_vs_auto": {"per_seed": ratios, "geomean": geomean, "ci95": ci95}}
+
+
+def test_the_compare_table_marks_where_a_rival_beats_auto(tmp_path, monkeypatch):
+    """The doc block renders each cell's ratio and interval from the JSON and marks a ratio
+    below 1 (the rival faster): ▼ when the whole interval is below 1, ▽ when only the mean."""
+    from experiments import run_grid as rg
+    from tools.docgen import rivals
+
+    grid = compare.load_grid()
+    settings = {"task": "digits-logreg", "n": 20, "cohort": 20, "rounds": 30,
+                "seeds": [10, 11], "methods": ["auto", "fedbuff", "first-k", "deadline"]}
+    cells = {
+        "persistent": {"auto": {**_summary_entry(2, {}, None, None),
+                                "median_time_to_target": 12.5},
+                       "fedbuff": _summary_entry(2, {"10": 0.4, "11": 0.5}, 0.45, [0.4, 0.5]),
+                       "first-k": _summary_entry(2, {"10": 0.8, "11": 1.3}, 0.95, [0.8, 1.3]),
+                       "deadline": _summary_entry(1, {"10": 2.0, "11": None}, 2.0, [2.0, 2.0])},
+    }
+    out = tmp_path / "compare.json"
+    for latency, summary in cells.items():
+        rg.merge(out, grid, f"digits-logreg/{latency}/20x20",
+                 {"settings": {**settings, "latency": latency}, "runs": [],
+                  "summary": summary, "runtime_s": 300.0, "methods_not_run": ["crc:1"]})
+    monkeypatch.setattr(rivals, "RESULTS", tmp_path)
+    monkeypatch.setattr(rivals, "load", lambda name: json.loads((tmp_path / name).read_text()))
+    text = rivals.compare_table()
+    rows = {line.split(" | ")[0].strip("| "): line for line in text.splitlines()
+            if line.startswith("|")}
+    assert "| persistent |" in rows["method"]
+    assert "12.5 s (2/2)" in rows["auto: median time to target (reached)"]
+    assert "0.45 [0.40, 0.50] ▼" in rows["fedbuff"]
+    assert "0.95 [0.80, 1.30] ▽" in rows["first-k"]
+    assert "2.00 [2.00, 2.00] (paired 1/2, reached 1/2)" in rows["deadline"]
+    assert "▽" not in rows["deadline"] and "▼" not in rows["deadline"]
+    assert "Not run yet in these cells: crc:1." in text
+    never = {**settings, "latency": "trace", "methods": ["auto", "fedbuff"]}
+    rg.merge(out, grid, "digits-logreg/trace/20x20",
+             {"settings": never, "runs": [], "runtime_s": 60.0,
+              "summary": {"auto": {**_summary_entry(0, {}, None, None),
+                                   "median_time_to_target": None},
+                          "fedbuff": _summary_entry(2, {"10": None, "11": None}, None, None)}})
+    fedbuff = next(line for line in rivals.compare_table().splitlines()
+                   if line.startswith("| fedbuff"))
+    assert fedbuff.endswith("| auto never reached the target; this method 2/2 ▼ |")
