@@ -148,11 +148,13 @@ def parse_code(method: str) -> tuple[str, int]:
 
 
 def run_coded(method: str, seed: int, cell: Cell) -> dict[str, Any]:
-    """``auto`` or ``CODE:s``: the main job's coded strategy."""
+    """``auto``, ``auto-approximate`` (``auto`` with ``auto-approximate = true``) or
+    ``CODE:s``: the main job's coded strategy."""
     from server.app import build
 
-    extra = {"s": "auto"} if method == "auto" else dict(zip(("code", "s"),
-                                                            parse_code(method), strict=True))
+    extra = ({"s": "auto"} if method == "auto"
+             else {"s": "auto", "auto-approximate": True} if method == "auto-approximate"
+             else dict(zip(("code", "s"), parse_code(method), strict=True)))
     cfg = cell.config(seed, **extra)
     from fl_gradcode.flower.testing import InProcessGrid
 
