@@ -166,15 +166,18 @@ def price_deadline(s: int, d: float, finish: np.ndarray, decode: np.ndarray,
 
 
 def measure_errors(code: GradientCode, order: Sequence[int],
-                   vectors: Mapping[int, np.ndarray], max_short: int) -> dict[int, float]:
+                   vectors: Mapping[int, np.ndarray], max_short: int,
+                   max_decode_error: float = math.inf) -> dict[int, float]:
     """In an exact round: the relative error of the update decoded from the first
     ``len(order) - j`` replies (least squares), ``j = 1..max_short``, against the exact
     update decoded from all of ``order`` (workers in arrival order).
 
     ``vectors[w]``: worker ``w``'s reply as ``[sum_j B_wj n_j dtheta_j..., sum_j B_wj n_j]``
     (float64, one chunk); the update is the decoded sum over the decoded count. The error is
-    ``||u_approx - u_exact|| / ||u_exact||`` (1 when nothing or no count is decoded; capped
-    at 1). Raises ``ValueError`` for codes whose replies mix chunks.
+    ``||u_approx - u_exact|| / ||u_exact||`` (1 when nothing or no count is decoded, or when
+    the decoding's own error ``||B_F^T a - 1||^2 / k`` exceeds ``max_decode_error``: such a
+    round is skipped, no progress; capped at 1). Raises ``ValueError`` for codes whose
+    replies mix chunks.
     """
     if code.chunks != 1:
         raise ValueError(f"code {code.name!r} mixes {code.chunks} chunks per reply; "
@@ -187,6 +190,9 @@ def measure_errors(code: GradientCode, order: Sequence[int],
     out: dict[int, float] = {}
     for j in range(1, int(max_short) + 1):
         subset = order[: len(order) - j]
+        if subset and code.decoding(subset).error > max_decode_error:
+            out[j] = 1.0  # the wrapper skips such a round
+            continue
         approx = _update(code, subset, vectors) if subset else None
         if approx is None or norm == 0.0:
             out[j] = 1.0 if approx is None else float(np.linalg.norm(approx) > 0)
@@ -218,15 +224,17 @@ def price_candidates(placement: object, estimator: object, candidates: Sequence[
     ``rem``: per client (or per draw and client) seconds until it can start (``inf``: it
     gets no work); ``X``: the estimator's draws (``samples x n``), shared by every
     candidate (common random numbers)."""
-    from .choice import _finish
     from .rules import decode_rule
+    from .survival import TINY
 
     beta = estimator.load_exponent  # type: ignore[attr-defined]
     exact: dict[int, ApproxCandidate] = {}
     approx: list[ApproxCandidate] = []
     for s in candidates:
         rule = decode_rule(placement.code(s))  # type: ignore[attr-defined]
-        finish = _finish(X, rem, rule.loads(load_per_partition), beta)
+        loads = rule.loads(load_per_partition)
+        # remaining busy time plus load**beta times the drawn latency (as choose_s prices)
+        finish = rem + np.where(loads > 0, np.maximum(loads, TINY) ** beta, 0.0) * X
         finish = np.broadcast_to(finish, X.shape)
         decode = rule.times(finish)
         mean = float(np.mean(decode))

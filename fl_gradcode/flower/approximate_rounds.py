@@ -80,9 +80,11 @@ class ApproximateRounds:
         return rem
 
     def after_round(self, decision: Decision | None, state: Any, decode: str,
-                    used: list[int], window_used: list[int]) -> None:
+                    used: list[int], window_used: list[int],
+                    max_decode_error: float = 0.5) -> None:
         """Count the round; after an exact round of a planned exact decision, measure the
-        errors of its approximate decodings (``window_used``: replies in arrival order)."""
+        errors of its approximate decodings (``window_used``: replies in arrival order; a
+        decoding above ``max_decode_error`` would be skipped: error 1)."""
         if decision is not None and decision.deadline is not None:
             self.streak += 1
             return
@@ -95,7 +97,7 @@ class ApproximateRounds:
             return
         self.errors.update(state.code.s, measure_errors(state.code, order,
                                                         _vectors(state, order),
-                                                        self.max_short))
+                                                        self.max_short, max_decode_error))
 
 
 def _vectors(state: Any, order: list[int]) -> Mapping[int, np.ndarray]:

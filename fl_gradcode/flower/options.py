@@ -482,7 +482,6 @@ class Options:
             "s": "auto" if auto else self.code.s,
             "s_max": self.adaptive.s_max,
             "exclude_slow": self.adaptive.exclude_slow,
-            "auto_approximate": self.adaptive.auto_approximate,
             "timing": self.timing.mode,
             "latency": repr(self.timing.latency),
             "seed": self.seed,

@@ -412,11 +412,12 @@ class AdaptiveCodePolicy(FixedCodePolicy):
         return placement.code(self.decision.s)
 
     def after_decode(self, state: Any, decode: str, used: list[int],
-                     window_used: list[int]) -> None:
+                     window_used: list[int], max_decode_error: float = 0.5) -> None:
         """After the round's decoding (``auto_approximate``): count approximate rounds and
         measure, in exact ones, the errors of decoding fewer replies."""
         if self.approximate is not None:
-            self.approximate.after_round(self.decision, state, decode, used, window_used)
+            self.approximate.after_round(self.decision, state, decode, used, window_used,
+                                         max_decode_error)
 
 
 def make_code_policy(*, s: int | str = 1, s_max: int | None = None, auto_margin: float = 0.1,

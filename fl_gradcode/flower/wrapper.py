@@ -371,7 +371,8 @@ class GradientCoding(Strategy):
         outcome, arrays_out, inner_metrics = self.aggregator.decode(state, used, verdict)
         after_decode = getattr(self.code_policy, "after_decode", None)  # auto_approximate
         if after_decode is not None:
-            after_decode(state, outcome.decode, list(outcome.used), list(window.used))
+            after_decode(state, outcome.decode, list(outcome.used), list(window.used),
+                         self.aggregator.max_decode_error)
         if self.accountant is not None and state.sent:
             # the round released noisy updates, used or not; at its code's multiplier
             self.accountant.step(self.privatiser.noise_multiplier(state.code))
