@@ -357,7 +357,9 @@ class AdaptiveCodePolicy(FixedCodePolicy):
     (:class:`~fl_gradcode.codes.NestedPlacement`, ``s_max`` default ``max(1, n // 4)``)
     predicted fastest by :func:`~fl_gradcode.adaptive.choose_s`, within a trust region: ``s``
     falls at most to half the last round's (the load exponent is extrapolated beyond the
-    loads seen so far). ``busy=None``: ``"queue"``.
+    loads seen so far). ``busy=None``: ``"queue"``. ``auto_approximate=True``: a round may
+    instead decode what arrived by a deadline when that is cheaper per unit of progress
+    (:class:`~fl_gradcode.flower.approximate_rounds.ApproximateRounds`).
 
     Extension point: :meth:`candidates` (the tolerances considered this round).
     """
