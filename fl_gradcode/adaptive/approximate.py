@@ -4,10 +4,11 @@ deadline, priced by its expected time and by what the approximation costs in pro
 A candidate is a tolerance ``s`` of the nested placement and a deadline ``d``: the round ends
 when the replies decode exactly or at ``d``, whichever is first; at ``d`` it decodes by least
 squares from the replies in hand (with ``s = 0`` this is drop-stragglers; with ``s > 0``
-gradient coding's approximate decoding, Tandon, Lei, Dimakis, Karampatziakis, ICML 2017,
-https://arxiv.org/abs/1612.03301, section on approximate gradient coding; Raviv, Tamo,
-Tandon, Dimakis, "Gradient coding from cyclic MDS codes and expander graphs", ICML 2018,
-https://arxiv.org/abs/1707.03858).
+the approximate decoding of a gradient code: codes of Tandon, Lei, Dimakis, Karampatziakis,
+ICML 2017, https://arxiv.org/abs/1612.03301; approximate gradient coding: Charles,
+Papailiopoulos, Ellenberg, "Approximate gradient coding via sparse random graphs", 2017,
+https://arxiv.org/abs/1711.06771, and Raviv, Tamo, Tandon, Dimakis, "Gradient coding from
+cyclic MDS codes and expander graphs", ICML 2018, https://arxiv.org/abs/1707.03858).
 
 The stated progress model: a round whose decoded update has relative error ``e`` (against
 the exact update) counts as ``1 - e`` of a round's progress, so a candidate costs
