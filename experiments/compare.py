@@ -16,7 +16,9 @@ compute is ``measured-once`` is measured once per cell and every method charged 
 ``fl_gradcode/config/keys.py`` (values parsed as the key's type), so any setting
 outside the grid can be run.
 
-Methods: ``auto`` (the main job: ``s=auto``), ``CODE:s`` (a fixed code), ``wait-for-all``,
+Methods: ``auto`` (the main job: ``s=auto``), ``auto-approximate`` (``auto`` with
+``auto-approximate = true``: approximate rounds with a deadline too), ``CODE:s`` (a fixed
+code), ``wait-for-all``,
 ``deadline`` (the stated rule's deadline, from the wait-for-all runs of the development seeds
 ``--dev-seeds``), ``deadline-best`` (the best deadline in hindsight on the grid of
 multiples of the stated one, chosen on the reported seeds), ``first-k`` (over-commitment) and
@@ -175,7 +177,7 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def check_methods(methods: Sequence[str]) -> list[str]:
-    known = (*DEFAULT_METHODS,)
+    known = (*DEFAULT_METHODS, "auto-approximate")
     for method in methods:
         if method not in known:
             parse_code(method)  # CODE:s, or a clear error

@@ -148,11 +148,13 @@ def parse_code(method: str) -> tuple[str, int]:
 
 
 def run_coded(method: str, seed: int, cell: Cell) -> dict[str, Any]:
-    """``auto`` or ``CODE:s``: the main job's coded strategy."""
+    """``auto``, ``auto-approximate`` (``auto`` with ``auto-approximate = true``) or
+    ``CODE:s``: the main job's coded strategy."""
     from server.app import build
 
-    extra = {"s": "auto"} if method == "auto" else dict(zip(("code", "s"),
-                                                            parse_code(method), strict=True))
+    extra = ({"s": "auto"} if method == "auto"
+             else {"s": "auto", "auto-approximate": True} if method == "auto-approximate"
+             else dict(zip(("code", "s"), parse_code(method), strict=True)))
     cfg = cell.config(seed, **extra)
     from fl_gradcode.flower.testing import InProcessGrid
 
@@ -163,8 +165,11 @@ def run_coded(method: str, seed: int, cell: Cell) -> dict[str, Any]:
     t0 = time.perf_counter()
     strategy.start(grid=grid, initial_arrays=initial, num_rounds=cell.rounds, timeout=3600,
                    train_config=train_config, evaluate_fn=evaluate_fn)
-    return _summary(method, seed, strategy.history, cell, cfg, counter,
-                    time.perf_counter() - t0)
+    rows = strategy.history
+    decodes = {kind: sum(r.get("decode") == kind for r in rows)
+               for kind in ("exact", "approx", "skipped")}
+    return _summary(method, seed, rows, cell, cfg, counter, time.perf_counter() - t0,
+                    decodes=decodes)
 
 
 def run_rival(method: str, seed: int, cell: Cell, deadline: float | None = None,

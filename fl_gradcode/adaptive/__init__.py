@@ -72,6 +72,14 @@ References:
 """
 
 
+from .approximate import (
+    ApproxCandidate,
+    DecodeErrors,
+    choose_progress,
+    measure_errors,
+    price_candidates,
+    progress_cost,
+)
 from .choice import Decision, SingleCode, choose_s, expected_round_time
 from .cohort import CohortView
 from .estimator import LatencyEstimator
@@ -79,14 +87,20 @@ from .rules import DecodeRule, code_loads, decode_rule
 from .state import ObservedRound
 
 __all__ = [
+    "ApproxCandidate",
     "CohortView",
     "Decision",
+    "DecodeErrors",
     "DecodeRule",
     "LatencyEstimator",
     "ObservedRound",
     "SingleCode",
+    "choose_progress",
     "choose_s",
     "code_loads",
     "decode_rule",
     "expected_round_time",
+    "measure_errors",
+    "price_candidates",
+    "progress_cost",
 ]

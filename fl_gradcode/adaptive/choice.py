@@ -110,6 +110,9 @@ class Decision:
         excluded: clients that compute nothing under the chosen code
             (:meth:`~fl_gradcode.codes.NestedPlacement.code_excluding`; empty: ``code(s)``).
         excluded_times: predicted time of every exact candidate that excludes them.
+        deadline: an approximate round (``auto_approximate``): decode what arrived by this
+            many seconds from the round's start (``None``: an exact round).
+        approximate_time: with ``deadline``, its predicted round time ``E[min(T, d)]``.
     """
 
     s: int
@@ -120,10 +123,15 @@ class Decision:
     skip: tuple[int, ...] = ()
     excluded: tuple[int, ...] = ()
     excluded_times: dict[int, float] = field(default_factory=dict)
+    deadline: float | None = None
+    approximate_time: float | None = None
 
     @property
     def expected_time(self) -> float:
-        """The predicted time of the chosen code (``nan`` before any observation)."""
+        """The predicted time of the chosen code (``nan`` before any observation; with a
+        ``deadline``, the approximate round's)."""
+        if self.deadline is not None and self.approximate_time is not None:
+            return float(self.approximate_time)
         table = self.excluded_times if self.excluded else self.expected_times
         return float(table.get(self.s, math.nan))
 

@@ -254,6 +254,10 @@ KEYS: tuple[Key, ...] = (
         "deadline is this factor (≥ 1) times its predicted time (never beyond "
         "`straggler-timeout`), and work stops there; 0 = off", keyword="auto_deadline",
         coded_only=True, none_when=0.0),
+    Key("auto-approximate", False, "`s=auto`, virtual timing: a round may also decode what "
+        "arrived by a deadline when that is predicted cheaper per unit of progress (round "
+        "time over one minus the update's relative error, measured in exact rounds; "
+        "docs/adaptive.md)", keyword="auto_approximate", coded_only=True),
     Key("max-decode-error", 0.5, "quality bar for applying an approximate decoding",
         keyword="max_decode_error", coded_only=True),
     Key("min-replies", -1, "also close a round at this many replies (approximate decode); "

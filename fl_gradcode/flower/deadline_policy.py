@@ -36,12 +36,18 @@ class DeadlinePolicy:
         self.options = options
         self.predicts = predicts
         self.missed = 0  # rounds in a row that did not decode exactly by a predicted deadline
+        self.planned = False  # this round's deadline is an approximate round's (planned)
 
     def round_deadline(self, decision: Any) -> float:
         """This round's deadline: ``straggler_timeout``, or with ``auto_deadline`` that factor
         times the predicted time of this round's code (``decision.expected_time``) when it is
-        finite and positive, if shorter."""
+        finite and positive, if shorter; an approximate round's planned ``decision.deadline``
+        (``auto_approximate``) when it has one."""
         limit = self.options.straggler_timeout
+        planned = getattr(decision, "deadline", None)  # an approximate round (auto_approximate)
+        self.planned = planned is not None
+        if self.planned and math.isfinite(planned) and planned > 0:
+            return min(limit, float(planned))
         factor = self.options.auto_deadline
         if factor is not None and self.predicts and decision is not None:
             predicted = decision.expected_time
@@ -55,6 +61,8 @@ class DeadlinePolicy:
         exactly) or reset after an exact round."""
         if decode == "exact":
             self.missed = 0
+        elif self.planned:  # an approximate round by plan: no prediction was missed
+            return
         elif deadline < self.options.straggler_timeout:  # a predicted deadline was missed
             self.missed += 1
 

@@ -38,6 +38,7 @@ from flwr.common.logger import log
 from ..codes import GradientCode
 from ..latency import LatencyModel
 from ..privacy import DPConfig, PrivacyAccountant, ServerNoise
+from .code_options import code_options as _code_options
 from .integrity import verify_refusal
 
 __all__ = ["AdaptiveOptions", "CodeOptions", "DeadlineOptions", "IntegrityOptions", "Options",
@@ -155,6 +156,9 @@ class AdaptiveOptions:
         estimator, so that the first round is chosen from them instead of at ``s_max``; after
         every round the estimator's rounds are written back to it (atomically). A federation
         that trains many models pays the round at ``s_max`` once. ``None`` (default): no file.
+    auto_approximate : bool
+        With ``s="auto"``: rounds may also decode what arrived by a deadline, when that is
+        cheaper per unit of progress, the error measured in exact rounds (docs/adaptive.md).
     """
 
     enabled: bool = False
@@ -162,6 +166,7 @@ class AdaptiveOptions:
     auto_margin: float = 0.1
     exclude_slow: float | None = None
     latency_state: str | None = None
+    auto_approximate: bool = False
 
     def __post_init__(self) -> None:
         if self.enabled and self.s_max is not None and (
@@ -174,6 +179,9 @@ class AdaptiveOptions:
                 _number(self.exclude_slow) and 1 < self.exclude_slow < math.inf):
             raise ValueError(f"exclude_slow={self.exclude_slow!r} must be a slowness factor > 1 "
                              "(or None: never exclude)")
+        if not isinstance(self.auto_approximate, bool) or self.auto_approximate > self.enabled:
+            raise ValueError(f"auto_approximate={self.auto_approximate!r} must be True (with "
+                             "s='auto') or False")
         object.__setattr__(self, "auto_margin", float(self.auto_margin))
         if self.exclude_slow is not None and self.enabled:
             object.__setattr__(self, "exclude_slow", float(self.exclude_slow))
@@ -420,6 +428,7 @@ FLAT_NAMES: dict[str, tuple[str, str]] = {
     "s_max": ("adaptive", "s_max"), "auto_margin": ("adaptive", "auto_margin"),
     "exclude_slow": ("adaptive", "exclude_slow"),
     "latency_state": ("adaptive", "latency_state"),
+    "auto_approximate": ("adaptive", "auto_approximate"),
     "timing": ("timing", "mode"), "latency": ("timing", "latency"),
     "measured_compute": ("timing", "measured_compute"),
     "compute_cost_s": ("timing", "compute_cost_s"),
@@ -530,12 +539,14 @@ class Options:
         latency_state: str | os.PathLike[str] | None = None,
         stop_late_work: bool = False,
         auto_deadline: float | None = None,
+        auto_approximate: bool = False,
     ) -> Options:
         """The groups from ``GradientCoding``'s flat keywords (same names, same defaults),
         with every rule that spans groups (the module docstring lists them)."""
         check_code(code)
         auto = s == "auto"
-        adaptive = AdaptiveOptions(auto, s_max, auto_margin, exclude_slow, latency_state)
+        adaptive = AdaptiveOptions(auto, s_max, auto_margin, exclude_slow, latency_state,
+                                   auto_approximate)
         if auto:
             s = s_max if s_max is not None else 1
         else:
@@ -581,20 +592,3 @@ class Options:
                 "otherwise)", adaptive.latency_state)
         return built
 
-
-def _code_options(code: Any, s: int, s_max: int | None, auto: bool,
-                  code_options: Mapping[str, Any] | None, m: int | None) -> dict[str, Any]:
-    """``make_code``'s options: the user's, with a fixed nested placement's ``s_max`` and the
-    communication-efficient ``m`` from their keywords (a contradicting entry is refused)."""
-    options = dict(code_options or {})
-    keywords = {}
-    if code == "nested" and s_max is not None and not auto:
-        keywords["s_max"] = s_max
-    if m is not None:
-        keywords["m"] = m
-    for name, value in keywords.items():
-        if name in options and options[name] != value:
-            raise ValueError(f"code_options[{name!r}]={options[name]!r} contradicts "
-                             f"{name}={value!r}; give one of them")
-        options[name] = value
-    return options

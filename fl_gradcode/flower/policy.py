@@ -32,6 +32,7 @@ from flwr.common.logger import log
 from .. import adaptive
 from ..adaptive import Decision, SingleCode, code_loads
 from ..codes import GradientCode, NestedPlacement
+from .approximate_rounds import ApproximateRounds
 from .clock import clock_class
 from .latency_book import LatencyBook, read_latency_state
 from .membership import code_for_cohort
@@ -203,13 +204,31 @@ class FixedCodePolicy:
                candidates: list[int]) -> Decision:
         """:func:`~fl_gradcode.adaptive.choose_s` over ``candidates``, the busy clients priced
         from what the server knows (``busy="fit"`` queues those expected to start in time)."""
+        busy_until, pending, limit = self.busy_inputs(placement, busy_nodes, cohort)
+        # skip: busy clients never reply this round (only codes decodable without them
+        # finish); queue / fit: those expected to finish in time get queued work, the rest skip
+        return adaptive.choose_s(  # (looked up per call: a test may wrap it)
+            placement, estimator, busy_until=busy_until, pending=pending, now=self.clock.now,
+            candidates=candidates, busy="skip" if self.busy == "skip" else "fit",
+            margin=self.margin, lookahead=True,
+            rng=np.random.default_rng([self.seed, estimator.next_round_id]),
+            exclude_slower_than=self.exclude_slow,
+            pending_limit=None if pending is None or not self.stop_late_work else limit,
+        )
+
+    def busy_inputs(self, placement: Any, busy_nodes: set[int], cohort: list[int]
+                    ) -> tuple[Any, Any, np.ndarray]:
+        """``(busy_until, pending, limit)``: what :func:`~fl_gradcode.adaptive.choose_s` is
+        told of the busy members (``pending``: the work each has not returned, under a clock
+        that queues work; else ``busy_until``: free at the straggler deadline; ``limit``:
+        seconds until a member's work stops at its deadline)."""
         n, now = placement.n, self.clock.now
         busy_until = pending = None
+        limit = np.full(n, np.inf)
         if self.clock.queues_work:
             # what a server knows of a busy client: when it was sent the work it has not
             # returned, and how much (not when the reply will arrive: that is the simulator's)
             elapsed, units = np.full(n, np.nan), np.zeros(n)
-            limit = np.full(n, np.inf)
             for w, node in enumerate(cohort):
                 if node in busy_nodes:
                     elapsed[w], units[w] = self.book.pending_work(node, now,
@@ -222,16 +241,7 @@ class FixedCodePolicy:
             busy_until = np.array(
                 [now + self.straggler_timeout if node in busy_nodes else 0.0 for node in cohort]
             )
-        # skip: busy clients never reply this round (only codes decodable without them
-        # finish); queue / fit: those expected to finish in time get queued work, the rest skip
-        return adaptive.choose_s(  # (looked up per call: a test may wrap it)
-            placement, estimator, busy_until=busy_until, pending=pending, now=now,
-            candidates=candidates, busy="skip" if self.busy == "skip" else "fit",
-            margin=self.margin, lookahead=True,
-            rng=np.random.default_rng([self.seed, estimator.next_round_id]),
-            exclude_slower_than=self.exclude_slow,
-            pending_limit=None if pending is None or not self.stop_late_work else limit,
-        )
+        return busy_until, pending, limit
 
     def queued(self, busy_nodes: set[int], cohort: list[int]) -> set[int]:
         """Busy members that get work queued behind their current job (``busy="queue"`` or
@@ -347,7 +357,9 @@ class AdaptiveCodePolicy(FixedCodePolicy):
     (:class:`~fl_gradcode.codes.NestedPlacement`, ``s_max`` default ``max(1, n // 4)``)
     predicted fastest by :func:`~fl_gradcode.adaptive.choose_s`, within a trust region: ``s``
     falls at most to half the last round's (the load exponent is extrapolated beyond the
-    loads seen so far). ``busy=None``: ``"queue"``.
+    loads seen so far). ``busy=None``: ``"queue"``. ``auto_approximate=True``: a round may
+    instead decode what arrived by a deadline when that is cheaper per unit of progress
+    (:class:`~fl_gradcode.flower.approximate_rounds.ApproximateRounds`).
 
     Extension point: :meth:`candidates` (the tolerances considered this round).
     """
@@ -355,14 +367,22 @@ class AdaptiveCodePolicy(FixedCodePolicy):
     adaptive = True
 
     def __init__(self, *, s_max: int | None = None, auto_margin: float = 0.1,
-                 exclude_slow: float | None = None, **keywords: Any) -> None:
-        checked = AdaptiveOptions(True, s_max, auto_margin, exclude_slow)  # the same rules
+                 exclude_slow: float | None = None, auto_approximate: bool = False,
+                 **keywords: Any) -> None:
+        checked = AdaptiveOptions(True, s_max, auto_margin, exclude_slow,
+                                  auto_approximate=auto_approximate)  # the same rules
         keywords.setdefault("s", s_max if s_max is not None else 1)
+        if auto_approximate and keywords.get("timing", "virtual") != "virtual":
+            raise ValueError(f"auto_approximate=True needs timing='virtual' (got timing="
+                             f"{keywords['timing']!r}: a round's deadline is planned from the "
+                             "predicted reply times)")
         super().__init__(s_max=s_max, **keywords)
         self.margin = checked.auto_margin
         self.exclude_slow = checked.exclude_slow
         self.placements: dict[int, NestedPlacement] = {}
         self.last_s: dict[int, int] = {}  # cohort size -> the last round's s
+        # approximate rounds (auto_approximate): priced after the exact choice
+        self.approximate = ApproximateRounds(self.seed) if checked.auto_approximate else None
 
     def placement(self, n: int) -> NestedPlacement:
         """The nested placement for a cohort of ``n`` (built once per size)."""
@@ -384,23 +404,37 @@ class AdaptiveCodePolicy(FixedCodePolicy):
         estimator = self.estimator(n, cohort)
         candidates = self.candidates(placement, estimator)
         self.decision = self.decide(placement, estimator, busy_nodes, cohort, candidates)
+        if self.approximate is not None:
+            inputs = (*self.busy_inputs(placement, busy_nodes, cohort), self.clock.now)
+            self.decision = self.approximate.revise(self.decision, placement, estimator,
+                                                    inputs, candidates)
         self.last_s[n] = self.decision.s
         if self.decision.excluded:
             return placement.code_excluding(self.decision.s, self.decision.excluded)
         return placement.code(self.decision.s)
 
+    def after_decode(self, state: Any, decode: str, used: list[int],
+                     window_used: list[int], max_decode_error: float = 0.5) -> None:
+        """After the round's decoding (``auto_approximate``): count approximate rounds and
+        measure, in exact ones, the errors of decoding fewer replies."""
+        if self.approximate is not None:
+            self.approximate.after_round(self.decision, state, decode, used, window_used,
+                                         max_decode_error)
+
 
 def make_code_policy(*, s: int | str = 1, s_max: int | None = None, auto_margin: float = 0.1,
-                     exclude_slow: float | None = None,
+                     exclude_slow: float | None = None, auto_approximate: bool = False,
                      factory: Callable[..., CodePolicy] | None = None,
                      **keywords: Any) -> CodePolicy:
     """The policy ``GradientCoding``'s keywords describe: :class:`AdaptiveCodePolicy` for
     ``s="auto"``, else :class:`FixedCodePolicy` (the other keywords are both classes').
-    ``factory``: a subclass (or any callable taking the same keywords) used instead."""
+    ``factory``: a subclass (or any callable taking the same keywords) used instead
+    (``auto_approximate`` is passed only when true)."""
     if s == "auto":
         make = factory or AdaptiveCodePolicy
+        extra = {"auto_approximate": True} if auto_approximate else {}
         return make(s_max=s_max, auto_margin=auto_margin, exclude_slow=exclude_slow,
-                    **keywords)
+                    **extra, **keywords)
     return (factory or FixedCodePolicy)(s=s, s_max=s_max, **keywords)
 
 

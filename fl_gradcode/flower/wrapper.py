@@ -90,7 +90,8 @@ class GradientCoding(Strategy):
     documents its keywords, the module's docstring the rules between them:
     :class:`~.options.CodeOptions` (``code``, ``s``, ``seed``, ``code_options``, ``m``),
     :class:`~.options.AdaptiveOptions` (``s_max``, ``auto_margin``, ``exclude_slow``,
-    ``latency_state``), :class:`~.options.TimingOptions` (``timing``, ``latency``,
+    ``latency_state``, ``auto_approximate``), :class:`~.options.TimingOptions` (``timing``,
+    ``latency``,
     ``measured_compute``, ``compute_cost_s``, ``upload_bandwidth``, ``busy``,
     ``stop_late_work``), :class:`~.options.DeadlineOptions` (``straggler_timeout``,
     ``auto_deadline``, ``max_decode_error``, ``min_replies``, ``round_timeout``,
@@ -125,6 +126,7 @@ class GradientCoding(Strategy):
         s: int | str = 1,
         *,
         s_max: int | None = None, auto_margin: float = 0.1, exclude_slow: float | None = None,
+        auto_approximate: bool = False,
         latency_state: str | os.PathLike[str] | None = None,
         timing: str = "virtual", latency: LatencyModel | None = None,
         measured_compute: bool = True, compute_cost_s: float = 0.0,
@@ -159,7 +161,8 @@ class GradientCoding(Strategy):
             server_noise=server_noise, dp_run_nonce=dp_run_nonce, code_options=code_options,
             wire=wire, m=m, verify=verify, verify_tolerance=verify_tolerance,
             sparse_decoding=sparse_decoding, busy=busy, latency_state=latency_state,
-            stop_late_work=stop_late_work, auto_deadline=auto_deadline)
+            stop_late_work=stop_late_work, auto_deadline=auto_deadline,
+            auto_approximate=auto_approximate)
         self.inner, self.code_spec, self.evaluate_fn = strategy, code, evaluate_fn
         self.dp, self.accountant = options.privacy.dp, options.privacy.accountant
         self.server_noise, self.nonce = options.privacy.server_noise, options.privacy.nonce
@@ -176,7 +179,8 @@ class GradientCoding(Strategy):
         self.code_policy = resolve_code_policy(
             code_policy, code=code, s="auto" if self.adaptive else self.s, s_max=self.s_max,
             auto_margin=self.auto_margin, exclude_slow=self.exclude_slow,
-            code_options=self.code_options, seed=self.seed, busy=self.busy_mode,
+            auto_approximate=self.auto_approximate, code_options=self.code_options,
+            seed=self.seed, busy=self.busy_mode,
             stop_late_work=t.stop_late_work, straggler_timeout=self.straggler_timeout,
             latency_state=self.latency_state, timing=t.mode,
             measured_compute=t.measured_compute, compute_cost_s=t.compute_cost_s)
@@ -375,6 +379,10 @@ class GradientCoding(Strategy):
         window = self.closer.close(state)
         used, verdict = self.collector.cross_check(state, sorted(window.used))
         outcome, arrays_out, inner_metrics = self.aggregator.decode(state, used, verdict)
+        after_decode = getattr(self.code_policy, "after_decode", None)  # auto_approximate
+        if after_decode is not None:
+            after_decode(state, outcome.decode, list(outcome.used), list(window.used),
+                         self.aggregator.max_decode_error)
         if self.accountant is not None and state.sent:
             # the round released noisy updates, used or not; at its code's multiplier
             self.accountant.step(self.privatiser.noise_multiplier(state.code))

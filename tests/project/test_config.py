@@ -281,6 +281,7 @@ def test_client_and_coded_only_keys_come_from_the_table():
         # added with the table
         "verify", "verify-tolerance",
         "roster",  # the membership roster
+        "auto-approximate",  # s=auto's approximate rounds
     }
     assert set(client_keys()) == {*CLIENT_KEYS, "lr"}
     assert CODED_ONLY == coded_only_keys()
@@ -416,7 +417,8 @@ def test_merge_config_coerces_ints_to_floats_only():
         merge_config({"lr": True})
     with pytest.raises(ValueError, match=r"num-rounds=5\.0 must be int"):
         merge_config({"num-rounds": 5.0})
-    with pytest.raises(ValueError, match="known keys: \\['accountant', 'auto-deadline'"):
+    with pytest.raises(ValueError,
+                       match="known keys: \\['accountant', 'auto-approximate', 'auto-deadline'"):
         merge_config({"nope": 1})
 
 
@@ -719,7 +721,8 @@ def test_server_app_builds_the_same_strategy_as_before_the_table(case, tmp_path,
 
 
 # run-config keys added after the construction above was captured, by GradientCoding keyword
-ADDED_AFTER_CAPTURE = ("verify", "verify_tolerance", "roster", "num_partitions")
+ADDED_AFTER_CAPTURE = ("verify", "verify_tolerance", "roster", "num_partitions",
+                       "auto_approximate")
 # client run-config keys added after the capture
 CLIENT_KEYS_ADDED_AFTER_CAPTURE = ("natural-sigma",)
 

@@ -1,0 +1,109 @@
+"""``s="auto"`` with ``auto_approximate=True``: rounds that decode what arrived by a deadline.
+
+:class:`ApproximateRounds` is held by :class:`~fl_gradcode.flower.policy.AdaptiveCodePolicy`.
+After the exact choice (:func:`~fl_gradcode.adaptive.choose_s`) it prices every candidate
+tolerance once more, exactly and with deadlines, by its cost per unit of progress
+(:mod:`fl_gradcode.adaptive.approximate`: ``E[T] / (1 - E[e])``, ``e`` the relative error
+of the decoded update measured in exact rounds), and turns the round into an approximate one
+when a deadline is cheapest. At most :attr:`ApproximateRounds.run` approximate rounds follow
+each other: then an exact round measures the errors again (exploration, so that the estimate
+follows the federation). Approximate decoding of gradient codes: Tandon, Lei, Dimakis,
+Karampatziakis, ICML 2017, https://arxiv.org/abs/1612.03301.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ..adaptive import Decision, DecodeErrors, choose_progress, measure_errors, price_candidates
+
+__all__ = ["ApproximateRounds"]
+
+
+class ApproximateRounds:
+    """Prices approximate rounds and measures their errors in exact rounds.
+
+    The knobs (class attributes, tuned on the development seeds only: ``docs/adaptive.md``):
+    ``max_short``: deadlines up to this many replies before the exact decode (and the errors
+    measured for as many); ``run``: approximate rounds in a row before an exact one;
+    ``alpha``: weight of the newest error measurement; ``samples``: Monte Carlo draws."""
+
+    max_short = 3
+    run = 3
+    alpha = 0.3
+    samples = 256
+
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = int(seed)
+        self.errors = DecodeErrors(self.alpha)
+        self.streak = 0  # approximate rounds since the last exact one
+        self.candidates: dict[str, Any] = {}  # the last pricing (for inspection)
+
+    def revise(self, decision: Decision, placement: Any, estimator: Any, rem_inputs: Any,
+               candidates: list[int]) -> Decision:
+        """``decision``, or an approximate round of one of ``candidates`` when one is cheaper
+        per unit of progress than every exact one (never before an observation, with excluded
+        clients, or after :attr:`run` approximate rounds in a row)."""
+        if (not decision.observed or decision.excluded or self.streak >= self.run
+                or not any(self.errors.measured(s) for s in candidates)):
+            return decision
+        rng = np.random.default_rng([self.seed, estimator.next_round_id, 7])
+        X = estimator.sample(self.samples, rng)
+        rem = self._remaining(estimator, rem_inputs, decision, placement.n, rng)
+        exact, approx = price_candidates(placement, estimator, candidates, self.errors, rem,
+                                         X, max_short=self.max_short)
+        best_exact = min(exact.values(), key=lambda c: c.cost)
+        self.candidates = {"exact": exact, "approximate": approx}
+        best = choose_progress(best_exact, approx)
+        if best is None:
+            return decision
+        return dataclasses.replace(decision, s=best.s, deadline=best.deadline,
+                                   approximate_time=best.time)
+
+    def _remaining(self, estimator: Any, inputs: Any, decision: Decision, n: int,
+                   rng: np.random.Generator) -> np.ndarray:
+        busy_until, pending, limit, now = inputs
+        if pending is not None:
+            rem = estimator.sample_remaining(pending[0], pending[1], self.samples, rng)
+            rem = np.minimum(rem, np.asarray(limit)[None, :])
+        elif busy_until is not None:
+            rem = np.maximum(np.asarray(busy_until, dtype=np.float64) - now, 0.0)
+        else:
+            rem = np.zeros(n)
+        rem = np.array(rem, dtype=np.float64)
+        if decision.skip:  # busy members that get no work never reply
+            rem[..., list(decision.skip)] = np.inf
+        return rem
+
+    def after_round(self, decision: Decision | None, state: Any, decode: str,
+                    used: list[int], window_used: list[int],
+                    max_decode_error: float = 0.5) -> None:
+        """Count the round; after an exact round of a planned exact decision, measure the
+        errors of its approximate decodings (``window_used``: replies in arrival order; a
+        decoding above ``max_decode_error`` would be skipped: error 1)."""
+        if decision is not None and decision.deadline is not None:
+            self.streak += 1
+            return
+        self.streak = 0
+        if decode != "exact" or decision is None or decision.excluded or state.code.chunks != 1:
+            return
+        chosen = set(used)
+        order = [w for w in window_used if w in chosen]
+        if len(order) < 2:
+            return
+        self.errors.update(state.code.s, measure_errors(state.code, order,
+                                                        _vectors(state, order),
+                                                        self.max_short, max_decode_error))
+
+
+def _vectors(state: Any, order: list[int]) -> Mapping[int, np.ndarray]:
+    """Each used reply as one float64 vector ``[sums..., count]``."""
+    from .decoder import ReplyLayout
+
+    layout = ReplyLayout.of(state.code, state.theta)
+    return {w: np.concatenate([np.asarray(seg, dtype=np.float64).reshape(-1)
+                               for seg in layout.message(state.valid[w])]) for w in order}

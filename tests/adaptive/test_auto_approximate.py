@@ -1,0 +1,200 @@
+"""s="auto" with auto_approximate: approximate rounds with a deadline, priced by the expected
+round time over one minus the update's relative error measured in exact rounds.
+
+Expected values are computed by hand from the stated model (cost = E[T] / (1 - E[e])), never
+read from the code under test."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.serverapp.strategy import FedAvg
+
+from fl_gradcode.adaptive import (
+    ApproxCandidate,
+    DecodeErrors,
+    LatencyEstimator,
+    choose_progress,
+    measure_errors,
+    price_candidates,
+    progress_cost,
+)
+from fl_gradcode.adaptive.approximate import price_deadline
+from fl_gradcode.codes import NestedPlacement
+from fl_gradcode.flower import GradientCoding, gradient_coding_mod
+from fl_gradcode.flower.testing import InProcessGrid
+from fl_gradcode.latency import Bimodal, ShiftedExponential
+
+
+# ------------------------------------------------------------------ the pure choice
+def test_cost_per_unit_of_progress_is_time_over_one_minus_error():
+    assert progress_cost(0.6, 0.1) == pytest.approx(0.6 / 0.9)
+    assert progress_cost(2.0, 0.0) == 2.0
+    assert progress_cost(1.0, 1.0) == math.inf  # no progress
+    assert progress_cost(math.inf, 0.0) == math.inf
+
+
+def _cand(s, d, t, e):
+    return ApproxCandidate(s, d, t, e, progress_cost(t, e))
+
+
+def test_choice_drops_when_dropping_is_cheap_and_codes_when_it_is_not():
+    # by hand: exact s=2 costs 1.0 s per round; dropping with s=0 by d=0.6 (E[T]=0.6,
+    # E[e]=0.1) costs 0.6/0.9 = 0.667; with s=1 by d=0.5 (E[e]=0.4): 0.5/0.6 = 0.833
+    exact = _cand(2, math.inf, 1.0, 0.0)
+    cheap = [_cand(0, 0.6, 0.6, 0.1), _cand(1, 0.5, 0.5, 0.4)]
+    best = choose_progress(exact, cheap)
+    assert (best.s, best.deadline) == (0, 0.6)
+    # non-IID: the same deadlines with large measured errors, 0.6/0.5 = 1.2 and 0.5/0.3 =
+    # 1.67, both above the exact round's 1.0: keep the code
+    costly = [_cand(0, 0.6, 0.6, 0.5), _cand(1, 0.5, 0.5, 0.7)]
+    assert choose_progress(exact, costly) is None
+    assert choose_progress(1.0, []) is None
+
+
+def test_a_deadline_is_priced_from_the_draws_by_hand():
+    # two draws, four clients; the round decodes exactly at ``decode``
+    finish = np.array([[0.1, 0.2, 0.3, 2.0],
+                       [0.1, 0.2, 0.3, 0.4]])
+    decode = np.array([2.0, 0.4])  # draw 0 needs client 3 (slow), draw 1 decodes at 0.4
+    errors = {1: 0.2, 2: 0.5}
+    c = price_deadline(0, 0.35, finish, decode, errors.get)
+    # draw 0: stops at 0.35, 3 replies in hand, 4 at the exact decode: 1 short, e = 0.2
+    # draw 1: stops at 0.35 (decode 0.4 later), 3 in hand of 4: 1 short, e = 0.2
+    assert c.time == pytest.approx((0.35 + 0.35) / 2)
+    assert c.error == pytest.approx(0.2)
+    assert c.cost == pytest.approx(0.35 / 0.8)
+    c = price_deadline(0, 0.25, finish, decode, errors.get)
+    # both draws: 2 replies by 0.25, 4 at the exact decode: 2 short, e = 0.5
+    assert (c.time, c.error) == (pytest.approx(0.25), pytest.approx(0.5))
+    c = price_deadline(0, 1.0, finish, decode, errors.get)
+    # draw 0: 3 of 4 by 1.0, e = 0.2; draw 1 decodes exactly at 0.4, e = 0
+    assert c.time == pytest.approx((1.0 + 0.4) / 2) and c.error == pytest.approx(0.1)
+    c = price_deadline(0, 0.05, finish, decode, errors.get)  # nothing by then: skipped
+    assert c.error == 1.0 and c.cost == math.inf
+    c = price_deadline(0, 0.35, finish, decode, {}.get)  # never measured: no progress
+    assert c.cost == math.inf
+
+
+def test_measured_error_compares_the_partial_update_with_the_exact_one():
+    placement = NestedPlacement(6, 1, seed=0)
+    code = placement.code(0)  # uncoded: worker i holds partition i
+    rng = np.random.default_rng(3)
+    g = rng.standard_normal((6, 5))  # per-partition updates
+    n = np.arange(1.0, 7.0)
+    order = [4, 1, 0, 5, 3, 2]
+    vectors = {i: np.concatenate([code.B[i] @ (n[:, None] * g), [code.B[i] @ n]])
+               for i in range(6)}
+    errors = measure_errors(code, order, vectors, 2)
+    exact = n @ g / n.sum()
+    for j in (1, 2):
+        kept = order[: 6 - j]  # numpy oracle: the weighted mean of the partitions kept
+        partial = n[kept] @ g[kept] / n[kept].sum()
+        expected = np.linalg.norm(partial - exact) / np.linalg.norm(exact)
+        assert errors[j] == pytest.approx(min(expected, 1.0), rel=1e-9)
+
+
+def test_errors_are_an_exponentially_weighted_mean_per_tolerance_and_shortfall():
+    book = DecodeErrors(alpha=0.5)
+    book.update(1, {1: 0.4})
+    book.update(1, {1: 0.2, 2: 0.6})
+    assert book.get(1, 1) == pytest.approx(0.3) and book.get(1, 2) == pytest.approx(0.6)
+    assert book.get(0, 1) is None and book.measured(1) and not book.measured(0)
+
+
+def _estimator(n, slow, slowdown, rounds=12):
+    """Synthetic observations: client times 0.1..0.2 per unit of load, ``slow`` clients
+    ``slowdown`` times slower in every round."""
+    est = LatencyEstimator(n, seed=0, load_exponent=1.0)
+    rng = np.random.default_rng(0)
+    for _ in range(rounds):
+        t = 0.1 + 0.1 * rng.random(n)
+        t[list(slow)] *= slowdown
+        est.update(t, np.ones(n), float(t.max()) + 1e-9)
+    return est
+
+
+@pytest.mark.parametrize(("slow", "slowdown", "error", "approximate"), [
+    ((3,), 1.5, 0.02, True),   # a mild straggler, IID-like partitions: drop it
+    ((3, 7), 20.0, 0.6, False),  # persistent heavy stragglers, non-IID: code
+])
+def test_the_choice_with_a_fitted_estimator(slow, slowdown, error, approximate):
+    n = 12
+    placement = NestedPlacement(n, 3, seed=0)
+    est = _estimator(n, slow, slowdown)
+    book = DecodeErrors()
+    for s in (0, 1, 2, 3):
+        book.update(s, {1: error, 2: error, 3: error})
+    X = est.sample(256, np.random.default_rng(1))
+    exact, approx = price_candidates(placement, est, [0, 1, 2, 3], book, np.zeros(n), X,
+                                     max_short=3)
+    best_exact = min(exact.values(), key=lambda c: c.cost)
+    best = choose_progress(best_exact, approx)
+    assert (best is not None) == approximate
+    if best is not None:  # its cost is its time over one minus its error, and below exact
+        assert best.cost == pytest.approx(best.time / (1 - best.error))
+        assert best.cost < best_exact.cost and math.isfinite(best.deadline)
+
+
+# ------------------------------------------------------------------ through the plug-in
+N, DIM = 12, 20
+
+
+def _train(spread):
+    def train(msg: Message, context) -> Message:
+        pid = int(context.node_config["partition-id"])
+        target = 1.0 + spread * np.random.default_rng([5, pid]).standard_normal(DIM)
+        theta = msg.content["arrays"]["w"].numpy()
+        return Message(RecordDict({"arrays": ArrayRecord({"w": Array(theta + 0.5 * (target
+                                                                                     - theta))}),
+                                   "metrics": MetricRecord({"num-examples": 10})}),
+                       reply_to=msg)
+    return train
+
+
+def _run(tmp_path, spread, auto_approximate=True, rounds=12):
+    app = ClientApp(mods=[gradient_coding_mod])
+    app.train()(_train(spread))
+    strategy = GradientCoding(
+        FedAvg(fraction_evaluate=0.0, min_available_nodes=N), s="auto", s_max=3, seed=0,
+        latency=Bimodal(base=ShiftedExponential(shift=0.1, rate=10.0), p=0.1, slowdown=20.0),
+        wire="float64", straggler_timeout=1e6, compute_cost_s=0.1, measured_compute=False,
+        auto_approximate=auto_approximate, results_dir=str(tmp_path))
+    strategy.start(grid=InProcessGrid(app, N),
+                   initial_arrays=ArrayRecord({"w": Array(np.zeros(DIM))}),
+                   num_rounds=rounds, train_config=ConfigRecord({}))
+    return strategy.history
+
+
+def test_rounds_are_labelled_approx_when_it_drops_and_exact_otherwise(tmp_path):
+    rows = _run(tmp_path, spread=0.01)
+    planned = [r for r in rows if r["round_deadline_s"] < 1e6 and r["decode"] != "exact"]
+    assert any(r["decode"] == "approx" for r in rows)
+    for r in rows:
+        if r["round_deadline_s"] >= 1e6:  # no planned deadline: an exact round
+            assert r["decode"] == "exact"
+    for r in planned:  # dropped: ended at its planned deadline, decoded from what arrived
+        assert r["decode"] in ("approx", "skipped")
+        assert r["round_virtual_s"] == pytest.approx(r["round_deadline_s"])
+        assert r["stragglers"]
+    approx = [r for r in rows if r["decode"] == "approx"]
+    assert all(0 < r["decode_error"] <= 0.5 for r in approx)
+
+
+def test_off_by_default_every_round_exact(tmp_path):
+    rows = _run(tmp_path, spread=0.01, auto_approximate=False, rounds=6)
+    assert all(r["decode"] == "exact" and r["round_deadline_s"] >= 1e6 for r in rows)
+
+
+def test_auto_approximate_is_refused_without_s_auto_or_virtual_timing():
+    with pytest.raises(ValueError, match="auto_approximate=True must be True \\(with "
+                                         "s='auto'\\) or False"):
+        GradientCoding(FedAvg(), code="frc", s=1, auto_approximate=True)
+    with pytest.raises(ValueError, match="auto_approximate=True needs timing='virtual'"):
+        GradientCoding(FedAvg(), s="auto", timing="wallclock", auto_approximate=True)
+    with pytest.raises(ValueError, match="auto_approximate='yes'"):
+        GradientCoding(FedAvg(), s="auto", auto_approximate="yes")
