@@ -481,7 +481,10 @@ class Injector:
                             *(i for i, first in scn.joins.items() if first >= server_round),
                             *(i for (_, i), k in scn.node_faults.items()
                               if k in edges.MEMBERSHIP_FAULTS)}
-                while other in left_out or other == node:
+                candidates = [i for i in range(scn.n) if i not in left_out and i != node]
+                if not candidates:  # every other node may be left out: no one to spoof
+                    return None
+                while other not in candidates:
                     other = (other + 1) % scn.n
                 return self.node_ids[int(other)]
             return None
