@@ -81,6 +81,7 @@ from flwr.clientapp import ClientApp
 
 from fl_gradcode.flower import GradientCoding, gradient_coding_mod
 from fl_gradcode.flower.integrity import verify_refusal
+from fl_gradcode.flower.membership import code_for_cohort
 from fl_gradcode.flower.protocol import (
     OP_IDENTIFY,
     OP_TRAIN,
@@ -281,17 +282,18 @@ def initial_model(shapes: dict[str, tuple[int, ...]] = SHAPES) -> dict[str, np.n
 
 
 def oracle(
-    theta: dict[str, np.ndarray], n: int, partitions: tuple[int, ...] | None = None
+    theta: dict[str, np.ndarray], n: int, partitions: tuple[int, ...] | None = None,
+    split: int | None = None,
 ) -> dict[str, np.ndarray]:
     """Plain numpy FedAvg over all ``n`` partitions (or ``partitions``): ``sum_j n_j theta_j /
     sum_j n_j`` with ``theta_j = theta - LR (theta - target_j)`` (independent of the mod, codes
-    and wrapper)."""
+    and wrapper); ``split``: the data split into that many partitions instead of ``n``."""
     parts = list(range(n)) if partitions is None else list(partitions)
     sizes = np.array([num_examples(j) for j in parts], dtype=np.float64)
     out = {}
     for name, th in theta.items():
         th = np.asarray(th, dtype=np.float64)
-        models = np.stack([th - LR * (th - target(j, name)) for j in parts])
+        models = np.stack([th - LR * (th - target(j, name, split)) for j in parts])
         out[name] = np.tensordot(sizes, models, axes=1) / sizes.sum()
     return out
 
@@ -676,9 +678,16 @@ def _oracle_error(scn: Scenario, prev: dict, model: dict, server_round: int) -> 
     """The relative error of ``model`` to the nearest oracle of the round (the partitions
     present; see ``fault_kinds.partition_sets``)."""
     got = flat_model(model)
+    sets = edges.partition_sets(scn, server_round)
+    # a code with k partitions for a cohort of another size re-splits the data into the
+    # app's partitions 0..k-1 (Workload.partitions): that is the round's set
+    code, _ = code_for_cohort(scn.code, len(sets[0]), scn.s, scn.seed, {})
+    split = None
+    if code.k != len(sets[0]):
+        sets, split = [tuple(range(code.k))], (None if code.k == scn.n else code.k)
     return min(
-        edges.relative_error(got, flat_model(oracle(prev, scn.n, parts)))
-        for parts in edges.partition_sets(scn, server_round)
+        edges.relative_error(got, flat_model(oracle(prev, scn.n, parts, split)))
+        for parts in sets
     )
 
 

@@ -255,6 +255,8 @@ def add_coalition(scn: Any, rng: np.random.Generator, forging: tuple[str, ...]) 
     and the first other worker as the victim."""
     if scn.s < 1 or rng.random() >= 0.8 or any(k in forging for k in scn.node_faults.values()):
         return
+    if not scn.verify:  # verify=False promises nothing against colluders (docs/integrity.md)
+        return
     kind = str(rng.choice(COALITION_FORGING))
     if scn.code in ("frc", "comm-efficient"):
         colluders, victim = tuple(range(scn.s)), scn.s
@@ -403,6 +405,12 @@ def dp_attack(kind: str, variant: int, msg: Message, context: Context,
     theta = {k: v.numpy() for k, v in msg.content["arrays"].items()}
     if not np.any(_flat(raw_update(theta, None))):
         return "not applicable", "no partition with a non-zero coefficient"
+    # a model an earlier, uncaught value forgery blew up (s = 0 or verify=False: only
+    # finiteness is promised) cannot hold unit noise or the split's move: nothing to measure
+    resolution = max(float(np.finfo(v.dtype).eps * np.abs(v).max()) if v.size else 0.0
+                     for v in theta.values())
+    if resolution > 1e-3 * min(DP_SIGMA * DP_CLIP, DP_MOVE):
+        return "not applicable", f"model too large to hold the noise (resolution {resolution:.3g})"
     tag = f"{kind}-{uuid.uuid4().hex[:8]}"
     node_config = {**dict(context.node_config), "dp-key-file": key_file}
     if kind == "dp-off-config":
@@ -524,7 +532,9 @@ def membership_counts(scn: Any, rows: list[dict[str, Any]],
                            f"{row.get('missing_partitions')})")
         if not (faulty or scn.claims):
             continue  # no membership fault: the count is about those scenarios
-        for node in row.get("quarantined") or []:
+        # quarantine: only verify=True promises no honest node is quarantined (the
+        # verify=False heuristics may quarantine an honest twin; docs/integrity.md)
+        for node in (row.get("quarantined") or []) if scn.verify else []:
             if index.get(node) is not None and index[node] not in faulty:
                 punished.add(index[node])
         for node in row.get("identity_rejected") or []:
