@@ -16,10 +16,10 @@ def fault_injection() -> str:
         ("crashes", "crashes"),
         ("corrupted_models", "corrupted models"),
         ("wrong_models_applied_as_verified", "wrong models applied as verified"),
+        ("runs_ended_by_node_failure", "runs ended by a node's failure"),
         ("exact_rounds_with_partition_missing", "rounds labelled exact with a partition missing"),
         ("honest_nodes_punished", "honest nodes quarantined or excluded"),
         ("raw_releases_by_dp_nodes", "raw releases by a node with a DP policy"),
-        ("runs_ended_by_node_failure", "runs ended by a node's failure"),
     ]
     counts = ", ".join(f"{d[key]} {label}" for key, label in checked if key in d)
     return (f"`tests/faults/fault_injection.py` (`results/fault_injection.json`): "
