@@ -44,7 +44,8 @@ from ..results import RoundRecorder
 from . import protocol
 from .clock import VirtualClock
 
-__all__ = ["TIMING_KEY", "DeadlineFedAvg", "reply_bytes", "train_timing_mod"]
+__all__ = ["TIMING_KEY", "DeadlineFedAvg", "check_charges", "reply_bytes", "train_timing_mod",
+           "virtual_arrival"]
 
 #: ConfigRecord a plain train reply carries: ``partition-id`` and ``compute-s`` (Flower's
 #: FedAvg checks only the ArrayRecord and the MetricRecord, so the app's metrics stay its own).
@@ -89,6 +90,28 @@ def reply_bytes(msg: Message) -> int:
     """Bytes of the values a reply's arrays hold (read from their headers: no copy)."""
     return int(sum(protocol.array_view(a).nbytes
                    for rec in msg.content.array_records.values() for a in rec.values()))
+
+
+def check_charges(compute_cost_s: float, upload_bandwidth: float | None) -> None:
+    """Refuse a negative compute charge or a non-positive upload bandwidth (by name)."""
+    if compute_cost_s < 0:
+        raise ValueError(f"compute_cost_s={compute_cost_s!r} must be >= 0")
+    if upload_bandwidth is not None and not upload_bandwidth > 0:
+        raise ValueError(f"upload_bandwidth={upload_bandwidth!r} must be > 0 bytes/s or None")
+
+
+def virtual_arrival(
+    latency: LatencyModel | None, *, seed: int, pid: int, round_index: int, load: float,
+    compute_s: float, nbytes: int, measured_compute: bool, compute_cost_s: float,
+    upload_bandwidth: float | None,
+) -> float:
+    """Virtual seconds from a job's start to its reply's arrival: the measured compute (if
+    ``measured_compute``), ``compute_cost_s`` per unit of load, the latency model's delay for
+    ``(pid, round_index, load)`` and the upload of ``nbytes`` (the rivals' one clock)."""
+    delay = 0.0 if latency is None else client_delay(
+        latency, worker=pid, round_index=round_index, load=load, seed=seed)
+    transfer = 0.0 if upload_bandwidth is None else nbytes / upload_bandwidth
+    return (compute_s if measured_compute else 0.0) + compute_cost_s * load + delay + transfer
 
 
 class DeadlineFedAvg(FedAvg):
@@ -136,10 +159,7 @@ class DeadlineFedAvg(FedAvg):
         super().__init__(**fedavg)
         if not (isinstance(deadline, (int, float)) and np.isfinite(deadline) and deadline > 0):
             raise ValueError(f"deadline={deadline!r} must be a positive number of seconds")
-        if compute_cost_s < 0:
-            raise ValueError(f"compute_cost_s={compute_cost_s!r} must be >= 0")
-        if upload_bandwidth is not None and not upload_bandwidth > 0:
-            raise ValueError(f"upload_bandwidth={upload_bandwidth!r} must be > 0 bytes/s or None")
+        check_charges(compute_cost_s, upload_bandwidth)
         self.deadline = float(deadline)
         self.latency = latency
         self.seed = int(seed)
@@ -180,12 +200,11 @@ class DeadlineFedAvg(FedAvg):
         share = float(np.mean(list(sizes.values()))) if sizes else 1.0
         out = {}
         for node, (pid, compute, _, nbytes) in timings.items():
-            load = sizes[node] / share if share > 0 else 1.0
-            delay = 0.0 if self.latency is None else client_delay(
-                self.latency, worker=pid, round_index=server_round, load=load, seed=self.seed)
-            transfer = 0.0 if self.upload_bandwidth is None else nbytes / self.upload_bandwidth
-            out[node] = ((compute if self.measured_compute else 0.0)
-                         + self.compute_cost_s * load + delay + transfer)
+            out[node] = virtual_arrival(
+                self.latency, seed=self.seed, pid=pid, round_index=server_round,
+                load=sizes[node] / share if share > 0 else 1.0, compute_s=compute,
+                nbytes=nbytes, measured_compute=self.measured_compute,
+                compute_cost_s=self.compute_cost_s, upload_bandwidth=self.upload_bandwidth)
         return out
 
     def round_complete(self, arrived: list[int]) -> bool:

@@ -40,8 +40,8 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, Result
 
-from ..flower.deadline import TIMING_KEY, reply_bytes
-from ..latency import LatencyModel, client_delay
+from ..flower.deadline import TIMING_KEY, check_charges, reply_bytes, virtual_arrival
+from ..latency import LatencyModel
 from ..results import RoundRecorder
 
 __all__ = ["FedBuff", "staleness_weight"]
@@ -106,10 +106,7 @@ class FedBuff(FedAvg):
             raise ValueError(f"server_lr={server_lr!r} must be > 0")
         if not (math.isfinite(staleness_exponent) and staleness_exponent >= 0):
             raise ValueError(f"staleness_exponent={staleness_exponent!r} must be >= 0")
-        if compute_cost_s < 0:
-            raise ValueError(f"compute_cost_s={compute_cost_s!r} must be >= 0")
-        if upload_bandwidth is not None and not upload_bandwidth > 0:
-            raise ValueError(f"upload_bandwidth={upload_bandwidth!r} must be > 0 bytes/s or None")
+        check_charges(compute_cost_s, upload_bandwidth)
         self.buffer_size = buffer_size
         self.concurrency = concurrency
         self.server_lr = float(server_lr)
@@ -136,12 +133,10 @@ class FedBuff(FedAvg):
 
     def arrival(self, pid: int, job: int, compute_s: float, nbytes: int) -> float:
         """Seconds from a job's start to its update's arrival (compute, latency, upload)."""
-        load = self.load(pid)
-        delay = 0.0 if self.latency is None else client_delay(
-            self.latency, worker=pid, round_index=job, load=load, seed=self.seed)
-        transfer = 0.0 if self.upload_bandwidth is None else nbytes / self.upload_bandwidth
-        return ((compute_s if self.measured_compute else 0.0) + self.compute_cost_s * load
-                + delay + transfer)
+        return virtual_arrival(
+            self.latency, seed=self.seed, pid=pid, round_index=job, load=self.load(pid),
+            compute_s=compute_s, nbytes=nbytes, measured_compute=self.measured_compute,
+            compute_cost_s=self.compute_cost_s, upload_bandwidth=self.upload_bandwidth)
 
     def _parse(self, reply: Message | None, sent: Mapping[str, np.ndarray],
                node: int) -> tuple[dict[str, np.ndarray] | None, int, float, int, str]:
