@@ -210,6 +210,7 @@ class Runner:
         self.cell = cell
         self.log = log
         self.cache: dict[tuple, dict[str, Any]] = {}
+        self.coded_cell: Cell | None = None
 
     def _run(self, key: tuple, make: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         if key not in self.cache:
@@ -222,7 +223,10 @@ class Runner:
         return self.cache[key]
 
     def coded(self, method: str, seed: int) -> dict[str, Any]:
-        return self._run((method, seed), lambda: run_coded(method, seed, self.cell))
+        """A coded method's run, on :attr:`coded_cell` (the cell with the coded methods'
+        straggler deadline) when set."""
+        cell = self.coded_cell or self.cell
+        return self._run((method, seed), lambda: run_coded(method, seed, cell))
 
     def rival(self, method: str, seed: int) -> dict[str, Any]:
         return self._run((method, seed), lambda: run_rival(method, seed, self.cell))
@@ -263,7 +267,11 @@ def compare(cell: Cell, methods: Sequence[str], seeds: Sequence[int],
     runner = Runner(cell, log)
     runs: list[dict[str, Any]] = []
     facts: dict[str, Any] = {}
-    needs_deadline = {"deadline", "deadline-best"} & set(methods)
+    coded = [m for m in methods if m not in (*RIVALS, "deadline", "deadline-best")]
+    # coded methods stop waiting at the same stated deadline as the deadline rival, unless
+    # the cell sets straggler-timeout itself (--set or the grid's tables)
+    own_timeout = "straggler-timeout" in cell.run_config
+    needs_deadline = {"deadline", "deadline-best"} & set(methods) or (coded and not own_timeout)
     stated = None
     if needs_deadline:
         stated = runner.stated_deadline(dev_seeds, float(rules["deadline_quantile"]),
@@ -272,6 +280,13 @@ def compare(cell: Cell, methods: Sequence[str], seeds: Sequence[int],
         facts["deadline_rule"] = (f"{rules['deadline_slack']} x the "
                                   f"{rules['deadline_quantile']} quantile of wait-for-all's "
                                   f"client times on development seeds {list(dev_seeds)}")
+    if coded:
+        timeout = (cell.run_config["straggler-timeout"] if own_timeout else stated)
+        facts["coded_straggler_timeout_s"] = float(timeout)
+        facts["coded_straggler_timeout_rule"] = (
+            "set by the cell" if own_timeout else "the stated deadline (as the deadline rival)")
+        runner.coded_cell = dataclasses.replace(
+            cell, run_config={**cell.run_config, "straggler-timeout": float(timeout)})
     for method in methods:
         if method == "deadline":
             runs += [runner.deadline(stated, seed, "deadline") for seed in seeds]

@@ -12,11 +12,14 @@ model, latency draws and seeds, and each round's cohort drawn from the seed
   rivals of :mod:`fl_gradcode.rivals` over the same initial model, evaluation and train config
   (``server.app.build_rival``).
 
-A counting mod inside the coding mod sees every partition a client computes (no update is
-shared between replicas: ``make_gradient_coding_mod(None)``), late and wasted work included, so
-``client_compute_s`` is the compute the virtual clock charges for all of them: the measured
-seconds when ``virtual-compute=measured``, plus ``partition-cost-s`` times the partition's
-size over the mean partition size.
+A counting mod inside the coding mod sees every partition a client computes, late and wasted
+work included, so ``client_compute_s`` is the compute the virtual clock charges for all of them:
+the measured seconds when ``virtual-compute=measured``, plus ``partition-cost-s`` times the
+partition's size over the mean partition size. Coded runs share a partition's update between
+its replicas within a round (``make_gradient_coding_mod(cache)``: they would compute it
+bit-identically, and each replica is still charged its computation); :class:`SharedUpdates`
+counts every replica's use of a shared update as that replica's computation, so the
+accounting is the same as without sharing.
 """
 
 from __future__ import annotations
@@ -61,6 +64,21 @@ class ComputeCounter:
         return reply
 
 
+class SharedUpdates(dict):
+    """The coding mod's per-round cache of partition updates, counting each replica's use of
+    a shared update into ``counter`` (a computation the counting mod did not see)."""
+
+    def __init__(self, counter: ComputeCounter) -> None:
+        super().__init__()
+        self.counter = counter
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        result = super().get(key, default)
+        if result is not None and isinstance(key, tuple) and hasattr(result, "compute_s"):
+            self.counter.calls.append((int(key[0]), float(result.compute_s)))
+        return result
+
+
 @dataclass(frozen=True)
 class Cell:
     """What every method of one comparison shares: the merged run config (seed aside), the
@@ -98,11 +116,14 @@ class Cell:
         return self.rounds * math.ceil(self.cohort / self.fedbuff_buffer())
 
 
-def _client_app(counter: ComputeCounter) -> Any:
+def _client_app(counter: ComputeCounter, share: bool = False) -> Any:
+    """The main job's ClientApp with ``counter`` innermost; ``share``: replicas share each
+    round's partition updates (:class:`SharedUpdates`)."""
     from clients.app import fault_injection_mod, make_client_app
 
+    cache = SharedUpdates(counter) if share else None
     return make_client_app([train_timing_mod, fault_injection_mod,
-                            make_gradient_coding_mod(None), counter])
+                            make_gradient_coding_mod(cache), counter])
 
 
 def _summary(method: str, seed: int, rows: list[dict[str, Any]], cell: Cell,
@@ -147,9 +168,10 @@ def parse_code(method: str) -> tuple[str, int]:
     return name, int(s)
 
 
-def run_coded(method: str, seed: int, cell: Cell) -> dict[str, Any]:
+def run_coded(method: str, seed: int, cell: Cell, share: bool = True) -> dict[str, Any]:
     """``auto``, ``auto-approximate`` (``auto`` with ``auto-approximate = true``) or
-    ``CODE:s``: the main job's coded strategy."""
+    ``CODE:s``: the main job's coded strategy; ``share``: replicas share each round's
+    partition updates (same numbers, less wall time)."""
     from server.app import build
 
     extra = ({"s": "auto"} if method == "auto"
@@ -161,7 +183,7 @@ def run_coded(method: str, seed: int, cell: Cell) -> dict[str, Any]:
     strategy, initial, evaluate_fn, train_config = build(cfg, cell.n)
     seeded_sampling(strategy, int(seed))
     counter = ComputeCounter()
-    grid = InProcessGrid(_client_app(counter), cell.n, run_config=cfg)
+    grid = InProcessGrid(_client_app(counter, share=share), cell.n, run_config=cfg)
     t0 = time.perf_counter()
     strategy.start(grid=grid, initial_arrays=initial, num_rounds=cell.rounds, timeout=3600,
                    train_config=train_config, evaluate_fn=evaluate_fn)

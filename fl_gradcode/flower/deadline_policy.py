@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from logging import WARNING
 from typing import Any
 
 from flwr.app import Message
+from flwr.common.logger import log
 
 from .clock import Clock
 from .options import DeadlineOptions
@@ -31,12 +33,17 @@ class DeadlinePolicy:
 
     #: factor by which the deadline grows after each predicted deadline missed in a row
     BACKOFF = 2.0
+    #: rounds in a row ending at ``straggler_timeout`` without an exact decoding before the
+    #: run warns that the deadline is below the clients' reply times
+    UNREACHABLE_ROUNDS = 3
 
     def __init__(self, options: DeadlineOptions, predicts: bool) -> None:
         self.options = options
         self.predicts = predicts
         self.missed = 0  # rounds in a row that did not decode exactly by a predicted deadline
         self.planned = False  # this round's deadline is an approximate round's (planned)
+        self.at_timeout = 0  # rounds in a row ended at straggler_timeout, not exact
+        self.warned = False  # the unreachable-deadline warning is given once per run
 
     def round_deadline(self, decision: Any) -> float:
         """This round's deadline: ``straggler_timeout``, or with ``auto_deadline`` that factor
@@ -49,6 +56,8 @@ class DeadlinePolicy:
         if self.planned and math.isfinite(planned) and planned > 0:
             return min(limit, float(planned))
         factor = self.options.auto_deadline
+        if self.predicts and decision is not None:
+            self._warn_if_unreachable(decision.expected_time, getattr(decision, "s", None))
         if factor is not None and self.predicts and decision is not None:
             predicted = decision.expected_time
             if math.isfinite(predicted) and predicted > 0:
@@ -59,12 +68,33 @@ class DeadlinePolicy:
     def after_round(self, decode: str, deadline: float) -> None:
         """Count a miss (a round that ended at a predicted deadline without decoding
         exactly) or reset after an exact round."""
+        at_timeout = deadline >= self.options.straggler_timeout and not self.planned
+        self.at_timeout = self.at_timeout + 1 if decode != "exact" and at_timeout else 0
+        if self.at_timeout >= self.UNREACHABLE_ROUNDS:
+            self._warn(f"{self.at_timeout} rounds in a row ended at it without an exact "
+                       "decoding")
         if decode == "exact":
             self.missed = 0
         elif self.planned:  # an approximate round by plan: no prediction was missed
             return
         elif deadline < self.options.straggler_timeout:  # a predicted deadline was missed
             self.missed += 1
+
+    def _warn_if_unreachable(self, predicted: float, s: Any) -> None:
+        limit = self.options.straggler_timeout
+        if math.isfinite(predicted) and predicted > limit:
+            self._warn(f"s='auto' predicts {predicted:.3g} s for its round (s={s})")
+
+    def _warn(self, evidence: str) -> None:
+        """Once per run: the straggler deadline is below what the clients take, so rounds
+        end there before any code can decode exactly (approximate or skipped rounds)."""
+        if self.warned:
+            return
+        self.warned = True
+        log(WARNING, "straggler_timeout=%g s is below the clients' round times: %s, so "
+            "rounds end at the deadline before they can decode exactly (approximate or "
+            "skipped); raise it (run config `straggler-timeout`) above the replies' times",
+            self.options.straggler_timeout, evidence)
 
     def grid_deadline_s(self, clock: Clock, round_number: int | None,
                         sent: Iterable[Message], timeout: float | None) -> float:

@@ -69,6 +69,12 @@ def test_the_quick_slice_numbers_are_consistent(quick):
     assert best in settings["deadline_grid_s"]
     assert by["deadline-best"]["deadline_s"] == best
     assert math.isclose(settings["deadline_grid_s"][3], settings["stated_deadline_s"])
+    # coded methods stop waiting at the deadline rival's stated deadline (not the key table's
+    # straggler-timeout): no coded round lasts longer
+    assert settings["coded_straggler_timeout_s"] == settings["stated_deadline_s"]
+    for method in ("auto", "grouped-rs:1"):
+        ends = [0.0] + [t for t, _, _ in by[method]["accuracy_curve"]]
+        assert max(np.diff(ends)) <= settings["coded_straggler_timeout_s"] + 1e-9
     # the summary's ratios are the runs' own
     ratio = quick["summary"]["wait-for-all"]["client_compute_s_vs_auto"]["per_seed"]["0"]
     assert ratio == pytest.approx(by["wait-for-all"]["client_compute_s"]
@@ -208,3 +214,33 @@ def test_a_measured_once_cell_charges_every_method_one_measured_cost():
                                                             "persistent"),
                          n=4, cohort=4, rounds=2, target=0.5)
     assert compare.charge_once(plain, 10) == (plain, {})
+
+
+def test_a_cell_that_sets_straggler_timeout_gives_it_to_the_coded_methods_only(tmp_path):
+    out = tmp_path / "own.json"
+    assert compare.main(["--n", "4", "--rounds", "2", "--seeds", "0", "--dev-seeds", "0",
+                         "--target", "0.3", "--methods", "auto,wait-for-all",
+                         "--set", "straggler-timeout=0.35", "--out", str(out)]) == 0
+    saved = json.loads(out.read_text())
+    assert saved["settings"]["coded_straggler_timeout_s"] == 0.35
+    assert "stated_deadline_s" not in saved["settings"]  # no deadline method, none needed
+    auto = next(r for r in saved["runs"] if r["method"] == "auto")
+    ends = [0.0] + [t for t, _, _ in auto["accuracy_curve"]]
+    assert max(np.diff(ends)) <= 0.35 + 1e-9
+
+
+def test_sharing_updates_between_replicas_changes_no_number():
+    """Replicas of a partition share its update within a round (less wall time); every
+    replica is still charged its computation, so every recorded number is the same."""
+    from experiments.rival_runs import Cell, run_coded
+
+    grid = compare.load_grid()
+    cell = Cell(run_config=compare.cell_run_config(grid, "digits-logreg", "bimodal"), n=6,
+                cohort=6, rounds=3, target=0.3)
+    for method in ("auto", "grouped-rs:2"):
+        alone = run_coded(method, 0, cell, share=False)
+        shared = run_coded(method, 0, cell, share=True)
+        for key in ("accuracy_curve", "client_compute_s", "partitions_computed", "bytes_up",
+                    "time_to_target", "decodes"):
+            assert shared[key] == alone[key], (method, key)
+        assert alone["partitions_computed"] > 6 * 3  # s + 1 partitions per client

@@ -390,3 +390,24 @@ def test_work_stopped_before_it_could_start_is_no_observation_until_its_stop():
     policy.estimator(2, [10, 11])
     assert record.limit[1] == pytest.approx(3.0) and np.isnan(record.y[1])
     assert policy.book.late == []
+
+
+def test_a_deadline_below_every_predicted_round_time_is_named_in_a_warning(caplog):
+    """Every reply takes 3 s and the straggler deadline is 2 s: no code can decode exactly by
+    it, so s="auto" rounds end at the deadline for ever. The run says so (once), naming the
+    deadline and the key to raise, instead of quietly skipping or approximating."""
+    arrivals = FixedArrivals({r: [3.0] * 6 for r in range(1, 6)})
+    with caplog.at_level("WARNING"):
+        rows = run(6, s="auto", s_max=2, rounds=5, latency=arrivals,
+                   straggler_timeout=2.0).rows
+    assert all(r["decode"] != "exact" for r in rows)
+    named = [m for m in caplog.messages if "straggler_timeout=2" in m]
+    assert len(named) == 1, caplog.messages
+    assert "below the clients' round times" in named[0] and "straggler-timeout" in named[0]
+    # a deadline above the replies: no such warning
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        rows = run(6, s="auto", s_max=2, rounds=5, latency=arrivals,
+                   straggler_timeout=10.0).rows
+    assert all(r["decode"] == "exact" for r in rows)
+    assert not [m for m in caplog.messages if "straggler_timeout" in m]
