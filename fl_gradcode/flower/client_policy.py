@@ -45,7 +45,7 @@ the node has partition keys (its computation then holds secret randomness) or a
 ``dp-state-file``; without keys every seed is public and a replay reveals nothing the server
 cannot compute itself. Without ``dp-state-file`` the memory lasts as long as the mod object
 (one process): Flower's deployment engine runs each message in a fresh ClientApp process, so
-deployed nodes with keys need ``dp-state-file`` (the mod warns once per process otherwise).
+deployed nodes with keys need ``dp-state-file`` (the mod warns once per mod instance otherwise).
 """
 
 from __future__ import annotations

@@ -18,18 +18,20 @@ the straggler deadline, where it decodes approximately from what arrived.
   unanswered (the grid knows them).
 
 Both answer the same questions behind :class:`Clock` (who is busy, how to wait for a free
-member, when a reply arrives, how long the grid waits, what a worker is told about stopping),
-so that the strategy never asks which timing mode it runs under.
+member, which busy members can take queued work, when a reply arrives, how long the grid waits,
+what a worker is told about stopping), so that the strategy and its code policy never ask which
+timing mode they run under. :data:`CLOCKS` is the one list of timing modes (the ``timing``
+keyword, the instruction's ``timing`` field): a clock registered there answers every question
+of :class:`Clock`.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
-
-from .grid import EarlyReturnGrid
 
 __all__ = ["CLOCKS", "Clock", "RoundWindow", "VirtualClock", "WallClock", "clock_class",
            "make_clock"]
@@ -45,13 +47,16 @@ class RoundWindow:
     end: float
     late: list[int] = field(default_factory=list)  # valid replies that arrived after the end
     stopped: list[int] = field(default_factory=list)  # stopped at the deadline: never replied
+    #: stopped worker -> clock time at which its work stopped (it is free from then on)
+    stopped_at: dict[int, float] = field(default_factory=dict)
 
 
 class Clock(Protocol):
     """What the strategy asks of a round clock (:class:`VirtualClock`, :class:`WallClock`).
 
     ``straggler_timeout`` is the current round's deadline (seconds from its start), set by
-    :meth:`start_round`; ``now`` and ``round_start`` are clock times."""
+    :meth:`start_round`; ``now`` and ``round_start`` are clock times; ``last_duration`` is the
+    length of the last finished round (``None`` before the first)."""
 
     timing: str
     now: float
@@ -62,10 +67,20 @@ class Clock(Protocol):
     checks_values_on_arrival: bool
     #: the grid returns a round early, at the first decodable set of replies
     returns_early: bool
-    #: work can be queued on a busy member (its jobs are tracked)
-    queues_work: bool
     #: worker -> seconds its queued work waits behind an earlier job (this round)
     backlog: Mapping[int, float]
+    last_duration: float | None
+
+    @staticmethod
+    def busy_mode(requested: str) -> str:
+        """The ``busy`` mode (``"skip"``, ``"queue"``, ``"fit"``) rounds under this clock run
+        when ``requested`` is asked for."""
+        ...
+
+    def queueable(self, nodes: Iterable[int], within_s: float = math.inf) -> set[int]:
+        """Those of ``nodes`` that can be sent work queued behind their current job, and whose
+        current job (as the clock knows it) ends within ``within_s`` seconds from now."""
+        ...
 
     def busy_members(self, cohort: Iterable[int], grid: Any) -> set[int]: ...
     def wait_for_free(self, cohort: Iterable[int], grid: Any, timeout: float) -> None: ...
@@ -96,7 +111,6 @@ class VirtualClock:
     timing = "virtual"
     checks_values_on_arrival = True
     returns_early = False
-    queues_work = True
 
     def __init__(self, straggler_timeout: float, stop_at_deadline: bool = False, *,
                  measured_compute: bool = True, compute_cost_s: float = 0.0,
@@ -114,12 +128,22 @@ class VirtualClock:
         # work still running at the deadline is abandoned
         self.stop_at_deadline = bool(stop_at_deadline)
 
+    @staticmethod
+    def busy_mode(requested: str) -> str:
+        """Any mode: a busy member's work can be queued (it starts when its job ends)."""
+        return requested
+
     def busy(self, nodes: Iterable[int]) -> set[int]:
         return {n for n in nodes if self.busy_until.get(n, 0.0) > self.now}
 
     def busy_members(self, cohort: Iterable[int], grid: Any) -> set[int]:
         """Members still busy with earlier work at ``now``."""
         return self.busy(cohort)
+
+    def queueable(self, nodes: Iterable[int], within_s: float = math.inf) -> set[int]:
+        """Those of ``nodes`` whose work so far ends (``busy_until``: a simulator's knowledge)
+        less than ``within_s`` seconds from now; every node can take queued work."""
+        return {n for n in nodes if self.busy_until.get(n, 0.0) - self.now < within_s}
 
     def wait_for_free(self, cohort: Iterable[int], grid: Any, timeout: float) -> None:
         self.wait_for_any_free(cohort)
@@ -197,6 +221,8 @@ class VirtualClock:
         if self.stop_at_deadline:  # stopped at the deadline: never replies
             stopped = sorted(w for w, t in arrivals.items() if t > deadline)
             arrivals = {w: t for w, t in arrivals.items() if t <= deadline}
+        stopped_at = {w: self.round_start + self._stopped_job(self.backlog.get(w, 0.0))
+                      for w in stopped}
         order = sorted(arrivals, key=lambda w: (arrivals[w], w))
         prefix: list[int] = []
         for worker in order:
@@ -206,12 +232,19 @@ class VirtualClock:
             if decodable(prefix):
                 end = arrivals[worker]
                 return RoundWindow(prefix, self.round_start + end, order[len(prefix) :],
-                                   stopped)
+                                   stopped, stopped_at)
         if prefix and len(prefix) == num_sent:  # everyone replied, still not decodable
             end = arrivals[prefix[-1]]
         else:
             end = deadline
-        return RoundWindow(prefix, self.round_start + end, order[len(prefix) :], stopped)
+        return RoundWindow(prefix, self.round_start + end, order[len(prefix) :], stopped,
+                           stopped_at)
+
+    def _stopped_job(self, wait: float) -> float:
+        """Seconds from the round's start until the work of a worker stopped at the deadline
+        ends: the deadline, or the end of its earlier job if that is later (the message had
+        expired before it could start)."""
+        return max(wait, self.straggler_timeout)
 
     def finish_round(
         self,
@@ -230,7 +263,7 @@ class VirtualClock:
                 wait = self._node_backlog.get(node, 0.0)
                 job = wait + max(arrivals_by_node[node], 0.0)
                 if self.stop_at_deadline and job > self.straggler_timeout:
-                    job = max(wait, self.straggler_timeout)
+                    job = self._stopped_job(wait)
                 until = self.round_start + job
             elif node in answered:
                 until = end
@@ -249,7 +282,6 @@ class WallClock:
     timing = "wallclock"
     checks_values_on_arrival = False  # checked in the decoding pass, off the critical path
     returns_early = True
-    queues_work = False
 
     def __init__(self, straggler_timeout: float, stop_at_deadline: bool = False,
                  **_unused: Any) -> None:
@@ -258,15 +290,31 @@ class WallClock:
         self.now = 0.0
         self.round_start = 0.0
         self.backlog: dict[int, float] = {}  # never queued: always empty
+        self.last_duration: float | None = None  # length of the last finished round
         self._t0 = time.monotonic()
+
+    @staticmethod
+    def busy_mode(requested: str) -> str:
+        """``"skip"`` whatever is requested: the grid waits for a busy member's earlier reply
+        (queueing work behind it is not implemented)."""
+        return "skip"
 
     def busy_members(self, cohort: Iterable[int], grid: Any) -> set[int]:
         """Members whose earlier message is still unanswered (the grid knows them)."""
+        # imported here: the grid imports the protocol, which reads this module's CLOCKS
+        from .grid import EarlyReturnGrid
+
         if isinstance(grid, EarlyReturnGrid):
             return grid.busy_nodes() & set(cohort)
         return set()
 
+    def queueable(self, nodes: Iterable[int], within_s: float = math.inf) -> set[int]:
+        """None: work is never queued on a busy member (see :meth:`busy_mode`)."""
+        return set()
+
     def wait_for_free(self, cohort: Iterable[int], grid: Any, timeout: float) -> None:
+        from .grid import EarlyReturnGrid
+
         if isinstance(grid, EarlyReturnGrid):
             grid.wait_until_free(set(cohort), timeout)
 
@@ -333,15 +381,18 @@ class WallClock:
         end: float,
         answered: Iterable[int] = (),
     ) -> None:
+        self.last_duration = end - self.round_start
         self.now = end
 
 
+#: The timing modes and their clocks: the one list of timing modes (options, the instruction's
+#: ``timing`` field and the run config's ``timing`` key read it).
 CLOCKS: dict[str, type[VirtualClock] | type[WallClock]] = {
     "virtual": VirtualClock, "wallclock": WallClock}
 
 
 def clock_class(timing: str) -> type[VirtualClock] | type[WallClock]:
-    """The clock class of a timing mode (``"virtual"`` or ``"wallclock"``)."""
+    """The clock class of a timing mode (a key of :data:`CLOCKS`)."""
     if timing not in CLOCKS:
         raise ValueError(f"timing={timing!r}; expected one of {sorted(CLOCKS)}")
     return CLOCKS[timing]

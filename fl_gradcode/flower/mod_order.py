@@ -6,21 +6,24 @@ context with the partition's ``partition-id``), before coding. For the clipping 
 mods that is the point (each partition's update clipped / noised before coding); a mod that
 acts per node (logs a node's metrics or timing, e.g. the TensorBoard and W&B mods of Flower's
 custom-mods example) then acts once per partition, with the partition's metrics, which is not
-what it did without coding. :func:`warn_inner_mods` names such mods once per process.
+what it did without coding. :func:`warn_inner_mods` names such mods once per mod instance.
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 __all__ = ["PER_PARTITION_MODS", "inner_mods", "warn_inner_mods"]
 
 #: Mods whose per-partition run is what coding needs (documented in docs/works_with.md).
 PER_PARTITION_MODS = frozenset({"fixedclipping_mod", "adaptiveclipping_mod", "LocalDpMod"})
 
-_warned: set[str] = set()
+
+class WarnsOnce(Protocol):
+    """Gives each kind of warning once (:class:`~fl_gradcode.flower.client.notices.Notices`)."""
+
+    def once(self, kind: str, text: str) -> None: ...
 
 
 def _name(mod: Any) -> str:
@@ -47,14 +50,14 @@ def inner_mods(call_next: Callable[..., Any], limit: int = 32) -> list[str]:
     return names
 
 
-def warn_inner_mods(call_next: Callable[..., Any]) -> None:
-    """Warn once per mod listed after ``gradient_coding_mod`` that is not one of
-    :data:`PER_PARTITION_MODS`."""
+def warn_inner_mods(call_next: Callable[..., Any], notices: WarnsOnce) -> None:
+    """Warn (once per ``notices``: the mod's) about each mod listed after
+    ``gradient_coding_mod`` that is not one of :data:`PER_PARTITION_MODS`."""
     for name in inner_mods(call_next):
-        if name in _warned or name in PER_PARTITION_MODS:
+        if name in PER_PARTITION_MODS:
             continue
-        _warned.add(name)
-        warnings.warn(
+        notices.once(
+            f"inner-mod:{name}",
             f"{name} is listed after gradient_coding_mod in ClientApp(mods=[...]): it runs "
             "inside the coded computation, once per partition this node computes (on that "
             "partition's train message and context), not once per node and round. A mod that "
@@ -62,6 +65,4 @@ def warn_inner_mods(call_next: Callable[..., Any]) -> None:
             "List it before gradient_coding_mod only if it passes on the protocol's messages "
             "(the identify handshake and coded instructions carry no 'arrays' or 'config' "
             "record); see 'Client mods' in docs/works_with.md.",
-            UserWarning,
-            stacklevel=3,
         )

@@ -38,6 +38,7 @@ from flwr.common.logger import log
 from ..codes import GradientCode
 from ..latency import LatencyModel
 from ..privacy import DPConfig, PrivacyAccountant, ServerNoise
+from .clock import CLOCKS, clock_class
 from .code_options import code_options as _code_options
 from .integrity import verify_refusal
 
@@ -45,7 +46,7 @@ __all__ = ["AdaptiveOptions", "CodeOptions", "DeadlineOptions", "IntegrityOption
            "PrivacyOptions", "TimingOptions", "WireOptions", "check_code", "check_fixed_s",
            "resolve_busy"]
 
-TIMINGS = ("virtual", "wallclock")
+TIMINGS = tuple(CLOCKS)
 BUSY_MODES = ("skip", "queue", "fit")
 WIRES = ("auto", "model", "float64")
 
@@ -66,13 +67,14 @@ def check_fixed_s(s: Any) -> None:
         raise ValueError(f"s={s!r} must be an integer >= 0 or 'auto'")
 
 
-def resolve_busy(busy: str | None, adaptive: bool, queues_work: bool) -> str:
-    """``busy`` checked and resolved by the module docstring's rule (wallclock: no queue)."""
+def resolve_busy(busy: str | None, adaptive: bool, timing: str) -> str:
+    """``busy`` checked and resolved by the module docstring's rule; then what the ``timing``
+    mode's clock runs (wallclock: no queue: :meth:`~fl_gradcode.flower.clock.Clock.busy_mode`)."""
     if busy not in (None, *BUSY_MODES):
         raise ValueError(f"busy={busy!r}; expected 'skip', 'queue', 'fit' or None")
     if busy is None:
         busy = "queue" if adaptive else "skip"
-    return busy if queues_work else "skip"
+    return clock_class(timing).busy_mode(busy)
 
 
 @dataclass(frozen=True)
@@ -257,8 +259,8 @@ class TimingOptions:
             raise ValueError(f"stop_late_work={self.stop_late_work!r} must be True or False")
         if self.busy not in BUSY_MODES:
             raise ValueError(f"busy={self.busy!r}; expected 'skip', 'queue', 'fit' or None")
-        if self.mode == "wallclock" and self.busy != "skip":
-            raise ValueError(f"busy={self.busy!r} with timing='wallclock': wallclock rounds "
+        if clock_class(self.mode).busy_mode(self.busy) != self.busy:
+            raise ValueError(f"busy={self.busy!r} with timing={self.mode!r}: {self.mode} rounds "
                              "always skip busy members")
         if self.upload_bandwidth is not None and not (
                 _number(self.upload_bandwidth) and self.upload_bandwidth > 0
@@ -566,7 +568,7 @@ class Options:
                                    auto_deadline, max_decode_error, min_replies)
         timing_options = TimingOptions(
             timing, latency, measured_compute, compute_cost_s, upload_bandwidth,
-            busy=resolve_busy(busy, auto, queues_work=timing == "virtual"),
+            busy=resolve_busy(busy, auto, timing),
             stop_late_work=(stop_late_work or auto_deadline is not None)
             if isinstance(stop_late_work, bool) else stop_late_work,
         )

@@ -33,7 +33,6 @@ from .. import adaptive
 from ..adaptive import Decision, SingleCode, code_loads
 from ..codes import GradientCode, NestedPlacement
 from .approximate_rounds import ApproximateRounds
-from .clock import clock_class
 from .latency_book import LatencyBook, read_latency_state
 from .membership import code_for_cohort
 from .options import BUSY_MODES, AdaptiveOptions, resolve_busy
@@ -128,7 +127,7 @@ class FixedCodePolicy:
         self.seed = int(seed)
         # a clock that cannot queue work (wallclock: the grid waits for a busy node's earlier
         # reply) skips busy members
-        self.busy = resolve_busy(busy, self.adaptive, clock_class(timing).queues_work)
+        self.busy = resolve_busy(busy, self.adaptive, timing)
         self.stop_late_work = bool(stop_late_work) or auto_deadline is not None
         self.straggler_timeout = float(straggler_timeout)
         # the latency estimator runs for auto and for a fixed code queueing with busy="fit"
@@ -220,12 +219,12 @@ class FixedCodePolicy:
                     ) -> tuple[Any, Any, np.ndarray]:
         """``(busy_until, pending, limit)``: what :func:`~fl_gradcode.adaptive.choose_s` is
         told of the busy members (``pending``: the work each has not returned, under a clock
-        that queues work; else ``busy_until``: free at the straggler deadline; ``limit``:
-        seconds until a member's work stops at its deadline)."""
+        that queues work on the cohort; else ``busy_until``: free at the straggler deadline;
+        ``limit``: seconds until a member's work stops at its deadline)."""
         n, now = placement.n, self.clock.now
         busy_until = pending = None
         limit = np.full(n, np.inf)
-        if self.clock.queues_work:
+        if self.clock.queueable(cohort):
             # what a server knows of a busy client: when it was sent the work it has not
             # returned, and how much (not when the reply will arrive: that is the simulator's)
             elapsed, units = np.full(n, np.nan), np.zeros(n)
@@ -247,16 +246,15 @@ class FixedCodePolicy:
         """Busy members that get work queued behind their current job (``busy="queue"`` or
         ``"fit"``)."""
         clock = self.clock
-        if self.busy == "skip" or not clock.queues_work:
+        if self.busy == "skip":
             return set()
         if self.estimating and self.decision is not None:
             skip = {cohort[w] for w in self.decision.skip}
-            return {node for node in busy_nodes if node not in skip}
+            return clock.queueable(node for node in busy_nodes if node not in skip)
         limit = self.straggler_timeout
         if clock.last_duration is not None:
             limit = min(limit, clock.last_duration)
-        now = clock.now
-        return {node for node in busy_nodes if clock.busy_until.get(node, 0.0) - now < limit}
+        return clock.queueable(busy_nodes, limit)
 
     def excluded_workers(self) -> tuple[int, ...]:
         """Workers the last plan excluded (``s="auto"``'s heterogeneity-aware assignment):
@@ -280,11 +278,14 @@ class FixedCodePolicy:
         ``[sent at, units, reply arrival (None: not yet), deadline (work stops)]``, behind its
         unfinished jobs when ``queued``."""
         clock = self.clock
-        if not (self.estimating and clock.queues_work):
+        if not self.estimating:
             return
         units = code_loads(state.code, 1.0)
+        tracked = clock.queueable(state.cohort[worker] for worker in state.sent)
         for worker in state.sent:
             node = state.cohort[worker]
+            if node not in tracked:  # no later work queues behind it
+                continue
             self.book.add_job(node, clock.now, float(units[worker]),
                               clock.now + clock.straggler_timeout, behind=node in queued)
 
@@ -329,7 +330,7 @@ class FixedCodePolicy:
             t = t + backlog.get(w, 0.0)  # the arrival: queued work runs after the earlier job
             # stopped at the deadline (the clock's decision): free when the clock frees it
             stopped = w in window.stopped
-            end = clock.busy_until[state.cohort[w]] if stopped else clock.round_start + t
+            end = window.stopped_at[w] if stopped else clock.round_start + t
             jobs = self.outstanding.get(state.cohort[w])
             if w in state.sent and jobs:  # this round's job: known done once it arrives
                 jobs[-1][2] = end

@@ -58,6 +58,7 @@ from flwr.app import (
 )
 
 from ..privacy import DP_MODES, DP_NOISE
+from .clock import CLOCKS
 
 __all__ = [
     "MAX_LIST",
@@ -171,7 +172,7 @@ MAX_ASSIGNED_PARTITIONS = 1024  # partitions in one instruction
 MAX_DELAY_S = 3600.0  # simulated wallclock latency of one reply
 MAX_TEXT = 256  # nonce and weight-key characters
 OPS = (OP_IDENTIFY, OP_TRAIN)
-TIMINGS = ("virtual", "wallclock")
+TIMINGS = tuple(CLOCKS)  # the registered clocks' timing modes
 WIRES = ("float64", "model")
 
 

@@ -187,3 +187,36 @@ def run(
         evaluate_fn=evaluate_fn,
     )
     return Run(strategy, result, models, grid)
+
+
+# =============================================================================== clocks
+class ScriptedClock:
+    """A round clock of one's own for code-policy tests: what a policy asks of a clock (the
+    policy-facing part of :class:`~fl_gradcode.flower.clock.Clock`), answered from a script.
+
+    ``free_at``: node -> clock time its current work ends (absent: free); ``queues``: whether
+    work can be queued behind a busy member's current job (when not, rounds skip busy
+    members, as under wallclock timing)."""
+
+    timing = "scripted"
+
+    def __init__(self, *, now: float = 0.0, queues: bool = True,
+                 free_at: Mapping[int, float] | None = None,
+                 last_duration: float | None = None, straggler_timeout: float = 10.0) -> None:
+        self.now = self.round_start = float(now)
+        self.queues = queues
+        self.free_at = dict(free_at or {})
+        self.last_duration = last_duration
+        self.straggler_timeout = straggler_timeout
+        self.backlog: dict[int, float] = {}
+
+    def busy_mode(self, requested: str) -> str:
+        return requested if self.queues else "skip"
+
+    def queueable(self, nodes, within_s: float = float("inf")) -> set[int]:
+        if not self.queues:
+            return set()
+        return {n for n in nodes if self.free_at.get(n, 0.0) - self.now < within_s}
+
+    def busy_members(self, cohort, grid: Any = None) -> set[int]:
+        return {n for n in cohort if self.free_at.get(n, 0.0) > self.now}

@@ -37,7 +37,6 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp.strategy import FedAvg
 
 from fl_gradcode.flower import GradientCoding, protocol
-from fl_gradcode.flower import mod as mod_module
 from fl_gradcode.flower.mod import MOD_ERROR_CODE, make_gradient_coding_mod
 from fl_gradcode.flower.protocol import Instruction
 from fl_gradcode.flower.testing import InProcessGrid
@@ -415,8 +414,7 @@ def test_a_partition_dp_run_decodes_exactly_without_client_metrics(key_file):
 
 
 # ------------------------------------------------------------------ context.state
-def test_an_app_writing_context_state_gets_one_warning(monkeypatch):
-    monkeypatch.setattr(mod_module, "_warned_state", False)
+def test_an_app_writing_context_state_gets_one_warning():
 
     def stateful(msg, context):
         context.state["seen"] = ConfigRecord({"rounds": 1})
@@ -433,8 +431,7 @@ def test_an_app_writing_context_state_gets_one_warning(monkeypatch):
     assert "discarded" in text and "replica" in text and "Keep state" in text
 
 
-def test_an_app_that_leaves_context_state_alone_gets_no_warning(monkeypatch):
-    monkeypatch.setattr(mod_module, "_warned_state", False)
+def test_an_app_that_leaves_context_state_alone_gets_no_warning():
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         make_gradient_coding_mod()(_message(_train_instruction()), _context(), App())

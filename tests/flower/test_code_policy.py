@@ -9,6 +9,7 @@ import logging
 import re
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -27,6 +28,7 @@ from fl_gradcode.flower.policy import (
     make_code_policy,
     read_latency_state,
 )
+from tests.flower.harness import ScriptedClock
 
 ROOT = Path(__file__).resolve().parents[2]
 N = 12
@@ -174,9 +176,10 @@ def _warnings(caplog) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
 
 
-def _host(**clock: object) -> SimpleNamespace:
-    """A host whose clock holds only what the policy reads (no identities: ``node:<id>``)."""
-    return SimpleNamespace(clock=SimpleNamespace(**clock), identities={})
+def _host(**clock: Any) -> SimpleNamespace:
+    """A host whose clock answers only what a policy asks of a clock (no identities:
+    ``node:<id>``)."""
+    return SimpleNamespace(clock=ScriptedClock(**clock), identities={})
 
 
 def _spy_choose_s(monkeypatch) -> list[dict]:
@@ -266,7 +269,7 @@ def test_a_cohort_size_the_code_cannot_take_is_warned_with_the_fallback(caplog):
 def test_a_busy_node_without_records_is_priced_as_a_full_share_started_now(monkeypatch):
     seen = _spy_choose_s(monkeypatch)
     policy = AdaptiveCodePolicy(s_max=3, seed=0)
-    policy.bind(_host(now=2.0, queues_work=True))
+    policy.bind(_host(now=2.0, queues=True))
     cohort = list(range(100, 100 + N))
     policy.plan(cohort, {103})
     elapsed, units = seen[-1]["pending"]
@@ -283,7 +286,7 @@ def test_a_busy_node_without_records_is_priced_as_a_full_share_started_now(monke
 def test_a_clock_that_cannot_queue_prices_busy_nodes_busy_until_the_timeout(monkeypatch):
     seen = _spy_choose_s(monkeypatch)
     policy = AdaptiveCodePolicy(s_max=3, exclude_slow=5.0, straggler_timeout=7.0, seed=0)
-    policy.bind(_host(now=2.0, queues_work=False))
+    policy.bind(_host(now=2.0, queues=False))
     cohort = list(range(100, 100 + N))
     policy.plan(cohort, {103, 110})
     expected = np.zeros(N)
@@ -292,7 +295,7 @@ def test_a_clock_that_cannot_queue_prices_busy_nodes_busy_until_the_timeout(monk
     assert seen[-1]["pending"] is None
     assert seen[-1]["exclude_slower_than"] == 5.0
     fixed = FixedCodePolicy(busy="fit")
-    fixed.bind(_host(now=0.0, queues_work=True))
+    fixed.bind(_host(now=0.0, queues=True))
     fixed.plan(cohort, set())
     assert seen[-1]["exclude_slower_than"] is None
 
@@ -311,9 +314,9 @@ def test_only_an_adaptive_policy_reports_excluded_workers():
 def test_queue_mode_queues_busy_nodes_expected_free_within_the_limit():
     policy = FixedCodePolicy(busy="queue", straggler_timeout=10.0)
     # node 1 free in 15 s (> 10: not queued); node 2 has no record (free now: queued)
-    policy.bind(_host(now=5.0, queues_work=True, last_duration=None, busy_until={1: 20.0}))
+    policy.bind(_host(now=5.0, queues=True, last_duration=None, free_at={1: 20.0}))
     assert policy.queued({1, 2}, [1, 2, 3]) == {2}
     # the last round's duration (3 s) is a tighter limit: node 1 free in 2 s, node 3 in 4 s
-    policy.bind(_host(now=5.0, queues_work=True, last_duration=3.0,
-                      busy_until={1: 7.0, 3: 9.0}))
+    policy.bind(_host(now=5.0, queues=True, last_duration=3.0,
+                      free_at={1: 7.0, 3: 9.0}))
     assert policy.queued({1, 2, 3}, [1, 2, 3]) == {1, 2}

@@ -383,14 +383,12 @@ def test_the_shared_cache_computes_a_partition_once_per_round_for_all_its_replic
 
 
 @pytest.mark.mutation_found("mod")
-def test_public_seed_warning_is_given_without_a_key_and_not_with_one(tmp_path, monkeypatch):
-    mod = make_gradient_coding_mod()
-    monkeypatch.setattr(mod_module, "_warned_public_seed", False)
+def test_public_seed_warning_is_given_without_a_key_and_not_with_one(tmp_path):
     message = ("no partition key on this node, so the seed of each partition's computation "
                "is a function of public values (run seed, round, partition)")
     with pytest.warns(UserWarning, match=re.escape(message)):
-        mod(train_message(train_instruction()), node_context(), _train)
-    monkeypatch.setattr(mod_module, "_warned_public_seed", False)
+        make_gradient_coding_mod()(train_message(train_instruction()), node_context(), _train)
+    mod = make_gradient_coding_mod()  # a fresh mod: it has given no warning yet
     key_file = tmp_path / "keys.json"
     key_file.write_text(json.dumps({"master": bytes(range(32)).hex()}))
     with warnings.catch_warnings(record=True) as seen:

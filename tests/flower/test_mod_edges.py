@@ -19,6 +19,7 @@ import time
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -33,7 +34,6 @@ from flwr.app import (
     RecordDict,
 )
 
-from fl_gradcode.flower import mod as mod_module
 from fl_gradcode.flower import protocol
 from fl_gradcode.flower.mod import (
     MOD_ERROR_CODE,
@@ -257,9 +257,7 @@ def _state_writer(replace: bool):
 
 
 @pytest.mark.parametrize("replace", [False, True])
-def test_an_app_writing_context_state_is_warned_once_with_the_full_reason(monkeypatch,
-                                                                          replace):
-    monkeypatch.setattr(mod_module, "_warned_state", False)
+def test_an_app_writing_context_state_is_warned_once_with_the_full_reason(replace):
     mod = make_gradient_coding_mod()
     with pytest.warns(UserWarning, match="^" + re.escape(STATE_WARNING) + "$"):
         reply = mod(train_message(train_instruction()), node_context(), _state_writer(replace))
@@ -271,8 +269,7 @@ def test_an_app_writing_context_state_is_warned_once_with_the_full_reason(monkey
     assert not [w for w in seen if "context.state" in str(w.message)]
 
 
-def test_an_app_leaving_context_state_alone_is_not_warned(monkeypatch):
-    monkeypatch.setattr(mod_module, "_warned_state", False)
+def test_an_app_leaving_context_state_alone_is_not_warned():
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         make_gradient_coding_mod()(train_message(train_instruction()), node_context(), _app())
@@ -287,8 +284,7 @@ PUBLIC_SEED_WARNING = (
     "for secret, per-run randomness.")
 
 
-def test_the_public_seed_warning_has_its_full_text(monkeypatch):
-    monkeypatch.setattr(mod_module, "_warned_public_seed", False)
+def test_the_public_seed_warning_has_its_full_text():
     with pytest.warns(UserWarning, match="^" + re.escape(PUBLIC_SEED_WARNING) + "$"):
         make_gradient_coding_mod()(train_message(train_instruction()), node_context(), _app())
 
@@ -366,11 +362,9 @@ def test_a_node_with_a_dp_state_file_and_no_keys_refuses_an_answered_round(tmp_p
     assert f"recorded in dp-state-file {cfg['dp-state-file']}" in again.error.reason
 
 
-def test_the_in_memory_replay_warning_points_at_the_mods_caller(tmp_path, monkeypatch):
-    """stacklevel=3: the warning is attributed to the code that called the mod (where the
-    node is set up), not to the mod's own lines (compared with mod.py's path only: mutation
-    testing's trampolines add frames between this file and the mod)."""
-    monkeypatch.setattr(mod_module, "_warned_memory_replay", False)
+def test_the_in_memory_replay_warning_points_at_the_mods_caller(tmp_path):
+    """The warning is attributed to the code that called the mod (where the node is set up),
+    not to the mod's own lines."""
     cfg = {"partition-id": 0, "num-partitions": 3, "dp-key-file": _key_file(tmp_path)}
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
@@ -379,7 +373,7 @@ def test_the_in_memory_replay_warning_points_at_the_mods_caller(tmp_path, monkey
     assert not reply.has_error(), reply.error.reason
     replay = [w for w in seen if "'dp-state-file'" in str(w.message)]
     assert len(replay) == 1
-    assert Path(replay[0].filename).resolve() != Path(mod_module.__file__).resolve()
+    assert Path(replay[0].filename).resolve() == Path(__file__).resolve()
 
 
 # ------------------------------------------------------------------------------ central DP
@@ -472,21 +466,20 @@ def test_the_reply_charges_the_compute_time_of_every_partition():
 
 
 # ------------------------------------------------------------------------------ deadline edges
-def _clocked(monkeypatch, now: float, stop_after_s: float, **kw) -> Message:
-    """A message created at ``now - 5`` (whole seconds: exact floats) with the mod's clock
-    frozen at ``now``: the round's deadline is ``now - 5 + stop_after_s``."""
-    monkeypatch.setattr(mod_module, "_now", lambda: now)
+def _clocked(now: float, stop_after_s: float, **kw) -> tuple[Message, Any]:
+    """A message created at ``now - 5`` (whole seconds: exact floats) and a mod whose wall
+    clock is frozen at ``now``: the round's deadline is ``now - 5 + stop_after_s``."""
     msg = train_message(train_instruction(stop_after_s=stop_after_s, **kw))
     msg.metadata.created_at = now - 5.0
-    return msg
+    return msg, make_gradient_coding_mod(wall_clock=lambda: now)
 
 
-def test_work_reaching_the_deadline_exactly_is_stopped_before_the_first_partition(monkeypatch):
+def test_work_reaching_the_deadline_exactly_is_stopped_before_the_first_partition():
     """The deadline is the last instant the server could use the reply: a clock reading it
     exactly (created 5 s ago, stop-after-s = 5) stops before the app is called."""
     calls: list = []
-    msg = _clocked(monkeypatch, float(int(time.time())), 5.0)
-    reply = make_gradient_coding_mod()(msg, node_context(), _app(calls))
+    msg, mod = _clocked(float(int(time.time())), 5.0)
+    reply = mod(msg, node_context(), _app(calls))
     assert calls == []
     assert reply.has_error() and reply.error.code == MOD_STOPPED_CODE
     assert reply.error.reason == (
@@ -499,8 +492,8 @@ def test_a_latency_ending_exactly_at_the_deadline_is_slept_and_the_reply_sent(mo
     arrives at the deadline, not after it, so the mod sleeps the whole 5 s and replies."""
     slept: list = []
     monkeypatch.setattr(time, "sleep", slept.append)
-    msg = _clocked(monkeypatch, float(int(time.time())), 10.0, timing="wallclock", delay_s=5.0)
-    reply = make_gradient_coding_mod()(msg, node_context(), _app())
+    msg, mod = _clocked(float(int(time.time())), 10.0, timing="wallclock", delay_s=5.0)
+    reply = mod(msg, node_context(), _app())
     assert not reply.has_error(), reply.error.reason
     assert slept == [5.0]
 
@@ -583,25 +576,18 @@ def test_the_node_policy_checks_the_apps_noise_multiplier_in_the_run_config():
         "node's policy is dp-min-noise-multiplier=1")
 
 
-def test_the_public_seed_warning_is_attributed_to_the_caller_of_the_partition_run(monkeypatch):
-    """stacklevel=2 from the function that runs one partition: the warning's file and line are
-    those of that function's caller, read from the stack the app sees (so the frames mutation
-    testing's trampolines add are counted too)."""
-    monkeypatch.setattr(mod_module, "_warned_public_seed", False)
-    callers: list = []
-    inner = _app()
-
-    def app(msg: Message, context: Context) -> Message:
-        frame = sys._getframe(1)  # the partition runner, which called the app
-        assert "_run_partition" in frame.f_code.co_name
-        callers.append((frame.f_back.f_code.co_filename, frame.f_back.f_lineno))
-        return inner(msg, context)
-
+def test_the_mods_warnings_name_the_line_that_called_the_mod():
+    """Wherever in the mod a warning is given (the seed of a partition's run, the app's
+    writes to ``context.state`` after it), it names the line that called the mod: the code a
+    user reads, not the mod's internals."""
+    mod = make_gradient_coding_mod()
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        reply = make_gradient_coding_mod()(train_message(train_instruction()), node_context(),
-                                           app)
+        line = sys._getframe().f_lineno + 1
+        reply = mod(train_message(train_instruction()), node_context(), _state_writer(False))
     assert not reply.has_error(), reply.error.reason
-    public = [w for w in seen if "no partition key on this node" in str(w.message)]
-    assert len(public) == 1
-    assert (public[0].filename, public[0].lineno) == callers[0]
+    ours = [w for w in seen if str(w.message).startswith("gradient_coding_mod:")]
+    kinds = sorted("state" if "context.state" in str(w.message) else "seed" for w in ours)
+    assert kinds == ["seed", "state"]
+    assert {(Path(w.filename).resolve(), w.lineno) for w in ours} == {
+        (Path(__file__).resolve(), line)}

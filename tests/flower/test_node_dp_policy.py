@@ -333,16 +333,11 @@ def test_dp_max_releases_refuses_once_spent_even_with_fresh_nonces_and_after_a_r
     assert "partition 1" in both.error.reason  # one spent partition refuses the instruction
 
 
-def test_without_a_state_file_the_budget_holds_for_the_process_and_its_pickled_copies(
-    monkeypatch
-):
+def test_without_a_state_file_the_budget_holds_for_the_process_and_its_pickled_copies():
     """No dp-state-file and no keys: the budget still holds, in the mod's memory (a warning
     says a restart forgets it); a copy shipped to a simulation actor keeps the ledger."""
     import pickle
 
-    from fl_gradcode.flower import mod as mod_module
-
-    monkeypatch.setattr(mod_module, "_warned_memory_replay", False)
     mod = make_gradient_coding_mod()
     cfg = {"dp-max-releases": 2}
 

@@ -1,8 +1,8 @@
 """Stopping late work: a worker whose round's deadline has passed stops instead of finishing.
 
-The mod is driven directly with a fake wall clock (``mod._now``); the virtual clock's arithmetic
-is checked against hand-computed busy times; the wrapper is run end to end with a fixed table of
-arrival times (the tiny app and runner of ``test_wrapper``).
+The mod is driven directly with a fake wall clock (``make_gradient_coding_mod(wall_clock=...)``);
+the virtual clock's arithmetic is checked against hand-computed busy times; the wrapper is run
+end to end with a fixed table of arrival times (the tiny app and runner of ``test_wrapper``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from flwr.serverapp.strategy import FedAvg
 
 from fl_gradcode.config import merge_config
 from fl_gradcode.flower import GradientCoding, gradient_coding_mod
-from fl_gradcode.flower import mod as mod_module
 from fl_gradcode.flower.clock import VirtualClock
 from fl_gradcode.flower.mod import MOD_STOPPED_CODE, make_gradient_coding_mod
 from fl_gradcode.flower.protocol import parse_instruction
@@ -44,8 +43,8 @@ def test_stop_after_survives_the_record_and_defaults_to_never():
 
 # ------------------------------------------------------------------------------ the mod
 class FakeClock:
-    """``mod._now``: starts at the message's creation time plus ``offset``; every app call
-    advances it by ``step`` seconds."""
+    """The mod's ``wall_clock``: starts at the message's creation time plus ``offset``; every
+    app call advances it by ``step`` seconds."""
 
     def __init__(self, start: float, step: float) -> None:
         self.t, self.step, self.calls = start, step, 0
@@ -66,31 +65,30 @@ class FakeClock:
 THREE = dict(partition_ids=(0, 1, 2), num_partitions=(3, 3, 3), coefficients=(1.0, 1.0, 1.0))
 
 
-def _call(monkeypatch, *, offset: float, step: float, **instruction):
+def _call(*, offset: float, step: float, **instruction):
     msg = _message(_train_instruction(**{**THREE, **instruction}))
     clock = FakeClock(float(msg.metadata.created_at) + offset, step)
-    monkeypatch.setattr(mod_module, "_now", clock)
-    return make_gradient_coding_mod()(msg, _context(), clock.app), clock
+    return make_gradient_coding_mod(wall_clock=clock)(msg, _context(), clock.app), clock
 
 
-def test_an_expired_message_is_stopped_before_any_partition(monkeypatch):
-    reply, clock = _call(monkeypatch, offset=5.0, step=1.0, stop_after_s=2.0)
+def test_an_expired_message_is_stopped_before_any_partition():
+    reply, clock = _call(offset=5.0, step=1.0, stop_after_s=2.0)
     assert reply.has_error() and reply.error.code == MOD_STOPPED_CODE
     assert "stopped after 0 of 3 partitions" in reply.error.reason
     assert clock.calls == 0
 
 
-def test_work_stops_between_partitions_once_the_deadline_passes(monkeypatch):
+def test_work_stops_between_partitions_once_the_deadline_passes():
     # partitions take 1.5 s each: at 0 and 1.5 s the deadline (2 s) has not passed, at 3 s it has
-    reply, clock = _call(monkeypatch, offset=0.0, step=1.5, stop_after_s=2.0)
+    reply, clock = _call(offset=0.0, step=1.5, stop_after_s=2.0)
     assert reply.has_error() and reply.error.code == MOD_STOPPED_CODE
     assert "stopped after 2 of 3 partitions" in reply.error.reason
     assert clock.calls == 2
 
 
 @pytest.mark.parametrize("stop_after_s", [0.0, 100.0])
-def test_without_a_reachable_deadline_every_partition_is_computed(monkeypatch, stop_after_s):
-    reply, clock = _call(monkeypatch, offset=50.0 if stop_after_s == 0 else 0.0, step=1.5,
+def test_without_a_reachable_deadline_every_partition_is_computed(stop_after_s):
+    reply, clock = _call(offset=50.0 if stop_after_s == 0 else 0.0, step=1.5,
                          stop_after_s=stop_after_s)
     assert not reply.has_error()
     assert clock.calls == 3
