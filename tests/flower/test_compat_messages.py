@@ -33,8 +33,6 @@ from tests.apps.numpy_app import (
 )
 from tests.flower.test_composition import CheckpointingFedAvg, MedianFedAvg, MomentumInPlace
 
-found = pytest.mark.mutation_found("compat")
-
 _RECIPES_HEAD = "Use one of the recipes that compose with coding: (1) this library's DP, "
 _VERIFY = ("For robustness to faulty or malicious clients use the coded alternative: "
            "GradientCoding(FedAvg(...), code=..., s=..., verify=True)")
@@ -58,13 +56,11 @@ def _reply(node: int, mid: str, content: RecordDict | None = None) -> Message:
 
 
 # ================================================================ Flower's DP wrapper bases
-@found
 def test_dp_bases_are_flowers_fixed_and_adaptive_clipping_bases():
     assert compat._dp_bases() == (DifferentialPrivacyFixedClippingBase,
                                   DifferentialPrivacyAdaptiveBase)
 
 
-@found
 def test_dp_bases_without_the_fixed_clipping_module_still_find_the_adaptive_one(monkeypatch):
     """Another Flower version lacking one module: the other base is still found."""
     real = importlib.import_module
@@ -83,7 +79,6 @@ class MyLegacy(LegacyFedAvg):
     """A user's legacy strategy: no Message-API strategy of the same name exists."""
 
 
-@found
 @pytest.mark.parametrize("case", ["legacy FedAvg", "legacy subclass", "not a strategy"])
 def test_refused_inner_strategy_is_named_by_module_and_class_with_what_to_use(case):
     inner = {"legacy FedAvg": LegacyFedAvg(), "legacy subclass": MyLegacy(),
@@ -103,7 +98,6 @@ def test_refused_inner_strategy_is_named_by_module_and_class_with_what_to_use(ca
     assert f"Message-API strategies: use {use}GradientCoding is a Message-API strategy" in text
 
 
-@found
 def test_inner_start_override_warning_says_where_its_hooks_belong(flwr_log):
     GradientCoding(CheckpointingFedAvg(), code="frc", s=1)
     assert (logging.WARNING,
@@ -114,7 +108,6 @@ def test_inner_start_override_warning_says_where_its_hooks_belong(flwr_log):
             "start returns.") in flwr_log
 
 
-@found
 def test_outer_dp_wrapper_refusal_explains_why_and_gives_the_recipes():
     coded = GradientCoding(FedAvg(fraction_evaluate=0.0), code="frc", s=1,
                            measured_compute=False)
@@ -146,7 +139,6 @@ class RecordingFedAvg(FedAvg):
         return super().aggregate_train(server_round, replies)
 
 
-@found
 def test_averaging_check_gives_four_spread_replies_then_one_holding_their_weighted_average():
     rng = np.random.default_rng(3)
     theta = {"w": rng.uniform(-4.0, 4.0, 20_000).astype(np.float32),
@@ -182,7 +174,6 @@ class Uncopyable(FedAvg):
         raise RuntimeError("no copies")
 
 
-@found
 def test_averaging_check_failure_names_the_strategy_the_exception_and_the_reply_layout():
     with pytest.raises(ValueError) as info:
         compat.check_averaging(Exploding(), 1, _sent(3, "m"), "arrays",
@@ -193,7 +184,6 @@ def test_averaging_check_failure_names_the_strategy_the_exception_and_the_reply_
         "must aggregate replies with 'arrays' arrays and a 'num-examples' weight. " + _VERIFY)
 
 
-@found
 def test_averaging_check_refusal_of_a_per_client_aggregator_names_it_and_what_composes():
     with pytest.raises(ValueError) as info:
         compat.check_averaging(MedianFedAvg(), 1, _sent(3, "m"), "arrays",
@@ -207,7 +197,6 @@ def test_averaging_check_refusal_of_a_per_client_aggregator_names_it_and_what_co
         "aggregators do not. " + _VERIFY)
 
 
-@found
 def test_averaging_check_on_an_uncopyable_strategy_warns_with_the_reason(flwr_log):
     compat.check_averaging(Uncopyable(), 1, _sent(3, "m"), "arrays", {"w": np.zeros(3)},
                            "num-examples")
@@ -217,7 +206,6 @@ def test_averaging_check_on_an_uncopyable_strategy_warns_with_the_reason(flwr_lo
             "decoded reply, which is exact only if it does") in flwr_log
 
 
-@found
 def test_averaging_check_leaves_state_the_inner_strategy_changes_in_place_untouched():
     """The check runs on copies of the user's strategy (its own state untouched): a buffer or
     list that ``aggregate_train`` changes in place is the user's before and after the check."""
@@ -231,7 +219,6 @@ def test_averaging_check_leaves_state_the_inner_strategy_changes_in_place_untouc
 
 
 # ================================================================ ReplyFingerprints
-@found
 def test_a_reply_whose_array_record_moved_to_another_key_counts_as_modified():
     fingerprints = ReplyFingerprints()
     reply = _reply(5, "r5")
@@ -296,7 +283,6 @@ def test_config_records_of_a_reply_are_not_watched():
     fingerprints.check(3, [reply], None)
 
 
-@found
 def test_replies_removed_by_an_outer_strategy_are_listed_with_the_remedy():
     fingerprints = ReplyFingerprints()
     replies = [_reply(node, f"r{node}") for node in (3, 5, 7)]
@@ -342,7 +328,6 @@ EXPLAINED = {
 }
 
 
-@found
 @pytest.mark.parametrize("case", list(EXPLAINED))
 def test_error_replies_are_explained_with_what_to_change(case):
     code, reason, tail = EXPLAINED[case]

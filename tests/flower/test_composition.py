@@ -149,7 +149,6 @@ class MomentumInPlace(FedAvg):
         return arrays, metrics
 
 
-@pytest.mark.mutation_found("compat")
 def test_inner_state_changed_in_place_sees_only_the_real_rounds():
     """The one-time check runs on copies: a strategy's in-place state (a momentum buffer, a
     list of rounds) holds the two real aggregations only, of the decoded FedAvg models."""

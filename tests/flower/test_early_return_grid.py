@@ -26,8 +26,6 @@ from fl_gradcode.flower.grid import EarlyReturnGrid
 from fl_gradcode.flower.protocol import Instruction
 from fl_gradcode.flower.testing import set_task_identity
 
-pytestmark = pytest.mark.mutation_found("grid")
-
 T0 = 1000.0  # monotonic time of the round (when its messages are abandoned)
 WALL = 50_000.0  # wall-clock time of the round (created_at is compared with it)
 GIVEN_UP = re.compile(r"^node (\d+) never answered message (\S+): given up, the node is free "

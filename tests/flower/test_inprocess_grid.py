@@ -11,8 +11,6 @@ from flwr.app import Message, RecordDict
 
 from fl_gradcode.flower.testing import InProcessGrid, set_task_identity
 
-pytestmark = pytest.mark.mutation_found("testing")
-
 
 def _echo(msg: Message, _context) -> Message:
     return Message(RecordDict(), reply_to=msg)
