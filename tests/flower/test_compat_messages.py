@@ -9,7 +9,6 @@ average computed here with numpy), never from ``compat``'s own code path.
 
 from __future__ import annotations
 
-import importlib
 import logging
 from typing import ClassVar
 
@@ -18,8 +17,6 @@ import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, Error, Message, MetricRecord, RecordDict
 from flwr.server.strategy import FedAvg as LegacyFedAvg
 from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping, FedAvg
-from flwr.serverapp.strategy.dp_adaptive_clipping import DifferentialPrivacyAdaptiveBase
-from flwr.serverapp.strategy.dp_fixed_clipping import DifferentialPrivacyFixedClippingBase
 
 from fl_gradcode.flower import GradientCoding, compat
 from fl_gradcode.flower.compat import CompositionError, ReplyFingerprints, explain_error_reply
@@ -56,22 +53,47 @@ def _reply(node: int, mid: str, content: RecordDict | None = None) -> Message:
 
 
 # ================================================================ Flower's DP wrapper bases
-def test_dp_bases_are_flowers_fixed_and_adaptive_clipping_bases():
-    assert compat._dp_bases() == (DifferentialPrivacyFixedClippingBase,
-                                  DifferentialPrivacyAdaptiveBase)
+# (both bases found: every Flower DP wrapper is refused inside and outside GradientCoding,
+# tests/flower/test_composition.py::test_flower_dp_wrapper_*_gradient_coding_is_refused*)
+_WITHOUT_FIXED_CLIPPING = """
+import importlib
+real = importlib.import_module
+def without_fixed(name, *args, **kwargs):
+    if name == "flwr.serverapp.strategy.dp_fixed_clipping":
+        raise ImportError(name)
+    return real(name, *args, **kwargs)
+importlib.import_module = without_fixed
+from flwr.serverapp.strategy import (
+    DifferentialPrivacyServerSideAdaptiveClipping, DifferentialPrivacyServerSideFixedClipping,
+    FedAvg,
+)
+from fl_gradcode.flower import GradientCoding
+adaptive = DifferentialPrivacyServerSideAdaptiveClipping(
+    FedAvg(), noise_multiplier=1.0, num_sampled_clients=4, initial_clipping_norm=1.0,
+    clipped_count_stddev=1.0)
+try:
+    GradientCoding(adaptive, code="frc", s=1)
+except TypeError as e:
+    print("adaptive refused:", "would clip the decoded average once" in str(e))
+fixed = DifferentialPrivacyServerSideFixedClipping(FedAvg(), noise_multiplier=1.0,
+                                                   clipping_norm=1.0, num_sampled_clients=4)
+GradientCoding(fixed, code="frc", s=1)
+print("fixed accepted")
+"""
 
 
-def test_dp_bases_without_the_fixed_clipping_module_still_find_the_adaptive_one(monkeypatch):
-    """Another Flower version lacking one module: the other base is still found."""
-    real = importlib.import_module
+def test_a_flower_lacking_the_fixed_clipping_module_still_has_its_adaptive_wrappers_refused():
+    """Another Flower version whose fixed-clipping module cannot be imported by name (run in
+    a fresh interpreter, so the package looks for the bases then): the adaptive DP wrapper
+    is still refused inside GradientCoding, and the unrecognised fixed one is not (what
+    this Flower would allow)."""
+    import subprocess
+    import sys
 
-    def without_fixed(name, *args, **kwargs):
-        if name == "flwr.serverapp.strategy.dp_fixed_clipping":
-            raise ImportError(name)
-        return real(name, *args, **kwargs)
-
-    monkeypatch.setattr(importlib, "import_module", without_fixed)
-    assert compat._dp_bases() == (DifferentialPrivacyAdaptiveBase,)
+    out = subprocess.run([sys.executable, "-c", _WITHOUT_FIXED_CLIPPING], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.splitlines()[-2:] == ["adaptive refused: True", "fixed accepted"]
 
 
 # ================================================================ refusals at construction

@@ -56,18 +56,19 @@ def _train(msg: Message, context: Context) -> Message:
 
 
 # ------------------------------------------------------------------------------ protocol
-def test_npy_header_fast_path_agrees_with_numpys_own_parser():
-    """The fast header parser reads the 2-byte little-endian header length; shape, order,
-    dtype and data offset equal what numpy's reader reports for the same bytes."""
-    for arr in (np.arange(3.0), np.zeros((2, 5), dtype=np.float32), np.asfortranarray(
-            np.ones((3, 4)))):
-        buf = io.BytesIO()
-        np.save(buf, arr)
-        data = buf.getvalue()
-        fp = io.BytesIO(data)
-        np.lib.format.read_magic(fp)
-        shape, fortran, dtype = np.lib.format.read_array_header_1_0(fp)
-        assert protocol._npy_header(data) == (shape, fortran, dtype, fp.tell())
+def test_array_view_reads_what_numpy_reads_from_the_same_npy_bytes():
+    """``array_view`` over an Array's ``.npy`` bytes: the shape, dtype, memory order and
+    values numpy's own reader (``np.load``) gives for the same bytes."""
+    rng = np.random.default_rng(0)
+    for arr in (np.arange(3.0), rng.standard_normal((2, 5)).astype(np.float32),
+                np.asfortranarray(rng.standard_normal((3, 4))), np.arange(24).reshape(2, 3, 4)):
+        array = Array(arr)
+        expected = np.load(io.BytesIO(array.data))
+        view = protocol.array_view(array)
+        assert view.shape == expected.shape and view.dtype == expected.dtype
+        assert view.flags.f_contiguous == expected.flags.f_contiguous
+        assert view.flags.c_contiguous == expected.flags.c_contiguous
+        np.testing.assert_array_equal(view, expected)
 
 
 def test_a_model_array_with_no_elements_is_read_back_empty_not_rejected_as_truncated():

@@ -389,9 +389,25 @@ def test_without_dp_a_partition_update_is_released_unchanged_as_float64():
     assert mech.server_noise_std(3.0) == 0.0
 
 
+def _keygen_cli(argv: list[str]) -> None:
+    """``python -m fl_gradcode.privacy *argv``, in this process (so capsys sees its output)."""
+    import runpy
+    import sys
+    import warnings
+
+    saved = sys.argv
+    sys.argv = ["python -m fl_gradcode.privacy", *argv]
+    try:
+        with warnings.catch_warnings():  # the module is imported already: runpy says so
+            warnings.simplefilter("ignore", RuntimeWarning)
+            runpy.run_module("fl_gradcode.privacy", run_name="__main__", alter_sys=True)
+    finally:
+        sys.argv = saved
+
+
 def test_keygen_cli_writes_per_partition_keys_for_a_comma_list(tmp_path, capsys):
     path = tmp_path / "p.json"
-    privacy._main(["keygen", str(path), "--partitions", "1,4"])
+    _keygen_cli(["keygen", str(path), "--partitions", "1,4"])
     data = json.loads(path.read_text())
     assert sorted(data["partitions"]) == ["1", "4"]
     assert all(len(bytes.fromhex(h)) == 32 for h in data["partitions"].values())
@@ -400,13 +416,13 @@ def test_keygen_cli_writes_per_partition_keys_for_a_comma_list(tmp_path, capsys)
 
 def test_keygen_cli_writes_a_master_key_without_partitions(tmp_path):
     path = tmp_path / "m.json"
-    privacy._main(["keygen", str(path)])
+    _keygen_cli(["keygen", str(path)])
     assert len(bytes.fromhex(json.loads(path.read_text())["master"])) == 32
 
 
 def test_keygen_cli_help_documents_the_per_partition_option(capsys):
     with pytest.raises(SystemExit):
-        privacy._main(["keygen", "--help"])
+        _keygen_cli(["keygen", "--help"])
     assert "per-partition keys" in capsys.readouterr().out
 
 
@@ -486,7 +502,7 @@ def test_keygen_cli_without_a_command_exits_2_naming_the_missing_cmd(capsys):
     """The subcommand is required: argparse's usage error (exit status 2) names the ``cmd``
     destination, instead of the run going on with no command."""
     with pytest.raises(SystemExit) as exc:
-        privacy._main([])
+        _keygen_cli([])
     assert exc.value.code == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert re.fullmatch(r".*: error: the following arguments are required: cmd", last), last
@@ -494,7 +510,7 @@ def test_keygen_cli_without_a_command_exits_2_naming_the_missing_cmd(capsys):
 
 def test_keygen_cli_top_level_help_describes_the_keygen_command(capsys):
     with pytest.raises(SystemExit) as exc:
-        privacy._main(["--help"])
+        _keygen_cli(["--help"])
     assert exc.value.code == 0
     out = capsys.readouterr().out
     assert re.search(r"^\s+keygen\s+write a fresh key file \(mode 0600\)$", out, re.M), out
