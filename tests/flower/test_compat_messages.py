@@ -28,7 +28,7 @@ from tests.apps.numpy_app import (
     make_app,
     pytestmark,  # noqa: F401 (the warning filter applies here)
 )
-from tests.flower.test_composition import CheckpointingFedAvg, MedianFedAvg, MomentumInPlace
+from tests.doubles import CheckpointingFedAvg, MedianFedAvg, MomentumInPlace
 
 _RECIPES_HEAD = "Use one of the recipes that compose with coding: (1) this library's DP, "
 _VERIFY = ("For robustness to faulty or malicious clients use the coded alternative: "

@@ -40,10 +40,9 @@ from flwr.app import (
     RecordDict,
 )
 from flwr.clientapp import ClientApp
-from flwr.serverapp.strategy import FedAdam, FedAvg, FedAvgM, Strategy
+from flwr.serverapp.strategy import FedAdam, FedAvg, FedAvgM
 
 import fl_gradcode.adaptive as adaptive
-import fl_gradcode.flower.grid as grid_module
 from fl_gradcode.flower import GradientCoding, gradient_coding_mod, protocol
 from fl_gradcode.flower.clock import VirtualClock
 from fl_gradcode.flower.grid import EarlyReturnGrid
@@ -68,6 +67,7 @@ from tests.apps.numpy_app import (
 )
 from tests.apps.vector_app import DIM, scaling_mod, train
 from tests.apps.vector_app import oracle as vector_oracle
+from tests.doubles import GridTime, PassThrough, RoundOwner, ScriptedGrid
 from tests.flower.harness import FixedArrivals, run
 from tests.flower.harness import run as run_wrapper
 
@@ -435,28 +435,6 @@ def test_approximate_code_closes_at_n_minus_s_replies():
 
 
 # =============================================================================== 7. composition
-class PassThrough(Strategy):
-    """A wrapper in the style of Flower's DP wrappers: composition, no ``start`` override."""
-
-    def __init__(self, inner: Strategy):
-        self.inner = inner
-
-    def configure_train(self, *args):
-        return self.inner.configure_train(*args)
-
-    def aggregate_train(self, *args):
-        return self.inner.aggregate_train(*args)
-
-    def configure_evaluate(self, *args):
-        return self.inner.configure_evaluate(*args)
-
-    def aggregate_evaluate(self, *args):
-        return self.inner.aggregate_evaluate(*args)
-
-    def summary(self):
-        self.inner.summary()
-
-
 def test_early_return_survives_an_outer_wrapper_strategy_via_wrap_grid():
     grid = InProcessGrid(make_app(gradient_coding_mod), 6,
                          delay=lambda w, r: 30.0 if r >= 1 and w % 2 else 0.0)
@@ -753,84 +731,14 @@ def _coded_message(node: int) -> Message:
     return msg
 
 
-class _Clock:
-    """Stands in for the grid module's ``time``: ``sleep`` advances ``monotonic``."""
-
-    def __init__(self, start: float = 100.0):
-        self.now = start
-        self.sleeps: list[float] = []
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.now += seconds
-
-
 @pytest.fixture
 def clock(monkeypatch):
-    fake = _Clock()
-    monkeypatch.setattr(grid_module, "time", SimpleNamespace(monotonic=fake.monotonic,
-                                                             sleep=fake.sleep))
-    return fake
-
-
-class _FakeGrid:
-    """Accepts every message; ``schedule`` is a list of ``(time, reply)``: a reply can be
-    pulled once the clock has reached its time."""
-
-    def __init__(self, clock: _Clock, schedule=()):
-        self.clock = clock
-        self.schedule = list(schedule)
-        self.pulls = 0
-
-    def push_messages(self, messages):
-        return [m.metadata.message_id for m in messages]
-
-    def pull_messages(self, ids):
-        self.pulls += 1
-        out = [reply for t, reply in self.schedule if t <= self.clock.now]
-        self.schedule = [(t, reply) for t, reply in self.schedule if t > self.clock.now]
-        return out
-
-
-class _Owner:
-    """A round owner that records what the grid tells it."""
-
-    def __init__(self, own_deadline: float = 600.0):
-        self.timeouts: list[float | None] = []
-        self.seen: list[Message] = []
-        self.prioritized: list[int] = []
-        self.own_deadline = own_deadline
-
-    def deadline_s(self, timeout):
-        self.timeouts.append(timeout)
-        return min(self.own_deadline, timeout) if timeout else self.own_deadline
-
-    def first_reply_deadline_s(self):
-        return None
-
-    def on_reply(self, reply):
-        self.seen.append(reply)
-
-    def ready(self):
-        return False
-
-    def on_late_reply(self, reply):
-        pass
-
-    def on_unsent(self, messages):
-        pass
-
-    def prioritize(self, replies):
-        self.prioritized.append(len(replies))
-        return replies
+    return GridTime(start=100.0).install(monkeypatch)
 
 
 def test_the_callers_timeout_reaches_the_round_deadline(clock):
-    owner = _Owner(own_deadline=600.0)
-    grid = EarlyReturnGrid(_FakeGrid(clock), owner, poll_interval=0.5)
+    owner = RoundOwner(deadline=600.0)
+    grid = EarlyReturnGrid(ScriptedGrid(clock), owner, poll_interval=0.5)
     msg = _coded_message(1)
     assert grid.send_and_receive([msg], timeout=2.0) == []
     assert owner.timeouts == [2.0]
@@ -843,8 +751,8 @@ def test_the_round_ends_when_the_clock_reaches_the_deadline(clock):
     more than poll_interval between pulls; a reply that turns up at 1.25 s is not read this
     round (its message is abandoned)."""
     msg = _coded_message(1)
-    inner = _FakeGrid(clock, [(101.25, Message(RecordDict(), reply_to=msg))])
-    grid = EarlyReturnGrid(inner, _Owner(own_deadline=1.0), poll_interval=0.5)
+    inner = ScriptedGrid(clock, [(101.25, Message(RecordDict(), reply_to=msg))])
+    grid = EarlyReturnGrid(inner, RoundOwner(deadline=1.0), poll_interval=0.5)
     assert grid.send_and_receive([msg]) == []
     assert clock.now == pytest.approx(101.0)
     assert 0.0 < max(clock.sleeps) <= 0.5
@@ -854,7 +762,7 @@ def test_the_round_ends_when_the_clock_reaches_the_deadline(clock):
 def test_a_reply_is_picked_up_within_the_default_5_ms_poll_interval(clock):
     msg = _coded_message(1)
     reply = Message(RecordDict(), reply_to=msg)
-    grid = EarlyReturnGrid(_FakeGrid(clock, [(100.001, reply)]), _Owner())
+    grid = EarlyReturnGrid(ScriptedGrid(clock, [(100.001, reply)]), RoundOwner())
     assert grid.send_and_receive([msg]) == [reply]
     assert 100.001 <= clock.now <= 100.001 + 0.005
 
@@ -867,9 +775,9 @@ def test_each_reply_is_picked_up_within_poll_interval_without_pulling_faster_whe
     replies = [Message(RecordDict(), reply_to=m) for m in msgs]
     due = [100.0, 102.0, 102.35, 110.0]
 
-    class Owner(_Owner):
+    class Owner(RoundOwner):
         def __init__(self):
-            super().__init__(own_deadline=20.0)
+            super().__init__(deadline=20.0)
             self.read_at: list[float] = []
 
         def on_reply(self, reply):
@@ -877,15 +785,15 @@ def test_each_reply_is_picked_up_within_poll_interval_without_pulling_faster_whe
             super().on_reply(reply)
 
     owner = Owner()
-    inner = _FakeGrid(clock, list(zip(due, replies, strict=True)))
+    inner = ScriptedGrid(clock, list(zip(due, replies, strict=True)))
     grid = EarlyReturnGrid(inner, owner, poll_interval=0.8)
     assert grid.send_and_receive(msgs) == replies
     assert owner.seen == replies
     assert all(t <= read <= t + 0.8 for t, read in zip(due, owner.read_at, strict=True))
-    assert inner.pulls < 2 * (10.0 / 0.8)
+    assert len(inner.pulls) < 2 * (10.0 / 0.8)
 
 
-class _HintingGrid(_FakeGrid):
+class _HintingGrid(ScriptedGrid):
     """A grid that says when its next reply becomes pullable."""
 
     def __init__(self, clock, schedule=()):
@@ -906,7 +814,7 @@ def test_a_grid_that_knows_when_its_next_reply_is_due_is_pulled_right_then(clock
     msg = _coded_message(1)
     reply = Message(RecordDict(), reply_to=msg)
     inner = _HintingGrid(clock, [(at, reply)])
-    grid = EarlyReturnGrid(inner, _Owner(), poll_interval=0.5)
+    grid = EarlyReturnGrid(inner, RoundOwner(), poll_interval=0.5)
     assert grid.send_and_receive([msg]) == [reply]
     assert clock.now == pytest.approx(at)
     assert max(clock.sleeps) <= 0.5
@@ -916,17 +824,17 @@ def test_a_grid_that_knows_when_its_next_reply_is_due_is_pulled_right_then(clock
 def test_a_grid_with_no_reply_due_still_ends_the_round_at_its_deadline(clock):
     msg = _coded_message(1)
     inner = _HintingGrid(clock)
-    grid = EarlyReturnGrid(inner, _Owner(own_deadline=1.0), poll_interval=0.5)
+    grid = EarlyReturnGrid(inner, RoundOwner(deadline=1.0), poll_interval=0.5)
     assert grid.send_and_receive([msg]) == []
     assert clock.now == pytest.approx(101.0)
     assert 0.0 < max(clock.sleeps) <= 0.5
 
 
 def test_a_second_reply_to_one_message_is_handed_to_the_strategy_to_reject(clock):
-    owner = _Owner()
+    owner = RoundOwner()
     msgs = [_coded_message(1), _coded_message(2)]
     first, again, other = (Message(RecordDict(), reply_to=m) for m in (msgs[0], msgs[0], msgs[1]))
-    inner = _FakeGrid(clock, [(100.0, first), (100.5, again), (100.5, other)])
+    inner = ScriptedGrid(clock, [(100.0, first), (100.5, again), (100.5, other)])
     grid = EarlyReturnGrid(inner, owner, poll_interval=0.5)
     replies = grid.send_and_receive(msgs, timeout=5.0)
     assert replies == [first, other]
@@ -939,7 +847,7 @@ def test_messages_other_than_coded_train_pass_straight_to_the_inner_grid(clock):
     one send_and_receive call with the caller's timeout, nothing pushed or pulled here."""
     from flwr.app import MessageType
 
-    class Inner(_FakeGrid):
+    class Inner(ScriptedGrid):
         def __init__(self):
             super().__init__(clock)
             self.passed: list[tuple[int, float | None]] = []
@@ -948,7 +856,7 @@ def test_messages_other_than_coded_train_pass_straight_to_the_inner_grid(clock):
             self.passed.append((len(list(messages)), timeout))
             return ["inner reply"]
 
-    inner, owner = Inner(), _Owner()
+    inner, owner = Inner(), RoundOwner()
     grid = EarlyReturnGrid(inner, owner)
     evaluate = Message(RecordDict(), dst_node_id=3, message_type=MessageType.EVALUATE)
     plain = Message(RecordDict({"arrays": ArrayRecord({"w": Array(np.zeros(2))})}),
@@ -957,7 +865,7 @@ def test_messages_other_than_coded_train_pass_straight_to_the_inner_grid(clock):
     assert grid.send_and_receive([plain], timeout=5.0) == ["inner reply"]
     assert grid.send_and_receive([], timeout=6.0) == ["inner reply"]
     assert inner.passed == [(1, 4.0), (1, 5.0), (0, 6.0)]
-    assert inner.pulls == 0 and owner.seen == []
+    assert inner.pulls == [] and owner.seen == []
 
 
 def test_the_grid_validates_a_pulled_batch_with_blas_on_one_thread_and_restores_it(clock):
@@ -969,7 +877,7 @@ def test_the_grid_validates_a_pulled_batch_with_blas_on_one_thread_and_restores_
         return [lib.num_threads for lib in ThreadpoolController().select(
             user_api="blas").lib_controllers]
 
-    class Owner(_Owner):
+    class Owner(RoundOwner):
         def __init__(self):
             super().__init__()
             self.during: list[list[int]] = []
@@ -985,7 +893,7 @@ def test_the_grid_validates_a_pulled_batch_with_blas_on_one_thread_and_restores_
     msgs = [_coded_message(1), _coded_message(2)]
     replies = [Message(RecordDict(), reply_to=m) for m in msgs]
     owner = Owner()
-    grid = EarlyReturnGrid(_FakeGrid(clock, [(100.0, r) for r in replies]), owner)
+    grid = EarlyReturnGrid(ScriptedGrid(clock, [(100.0, r) for r in replies]), owner)
     with threadpool_limits(limits=2, user_api="blas"):
         before = threads()
         if not before or 2 not in before:
@@ -1348,39 +1256,13 @@ class _SilentNodeGrid:
         return [self.ready.pop(mid) for mid in list(ids) if mid in self.ready]
 
 
-class _RecordingOwner:
-    """The strategy side of the grid: records what it is handed, never ready early."""
-
-    def __init__(self) -> None:
-        self.current: list[tuple[int, str]] = []
-        self.late: list[tuple[int, str]] = []
-
-    def on_reply(self, reply):
-        self.current.append((reply.metadata.src_node_id, reply.metadata.group_id))
-
-    def on_late_reply(self, reply):
-        self.late.append((reply.metadata.src_node_id, reply.metadata.group_id))
-
-    def ready(self):
-        return False
-
-    def deadline_s(self, timeout):
-        return 0.05
-
-    def first_reply_deadline_s(self):
-        return None
-
-    def on_unsent(self, messages):
-        raise AssertionError("every message is accepted")
-
-
 def test_late_reply_to_an_earlier_round_is_never_handed_to_the_current_round():
     """Round 1: node 3 does not answer before the deadline (busy). Round 2 (nodes 1, 2): its
     round-1 reply arrives meanwhile; the grid hands it to ``on_late_reply`` only, never to
     ``on_reply``, and returns only the round-2 replies."""
     set_task_identity()  # Flower's Message() needs a run id, as inside a ServerApp
     inner = _SilentNodeGrid(silent={3})
-    owner = _RecordingOwner()
+    owner = RoundOwner(deadline=0.05)
     grid = EarlyReturnGrid(inner, owner, poll_interval=0.001)
 
     replies = grid.send_and_receive([_train_message(n, 1) for n in (1, 2, 3)])
@@ -1392,8 +1274,12 @@ def test_late_reply_to_an_earlier_round_is_never_handed_to_the_current_round():
 
     assert sorted((r.metadata.src_node_id, r.metadata.group_id) for r in replies) == [
         (1, "2"), (2, "2")]
-    assert sorted(owner.current) == [(1, "1"), (1, "2"), (2, "1"), (2, "2")]
-    assert owner.late == [(3, "1")]
+    def sent_in(replies):
+        return [(r.metadata.src_node_id, r.metadata.group_id) for r in replies]
+
+    assert sorted(sent_in(owner.seen)) == [(1, "1"), (1, "2"), (2, "1"), (2, "2")]
+    assert sent_in(owner.late) == [(3, "1")]
+    assert owner.unsent == []  # every message is accepted
     assert grid.busy_nodes() == set()
 
 
