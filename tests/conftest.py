@@ -5,7 +5,8 @@ Shared helpers that are not fixtures live in modules the tests import:
 ``tests/apps/vector_app.py`` (a one-array numpy app, its oracle and a reply-scaling mod),
 ``tests/flower/harness.py`` (``run``: rounds of ``GradientCoding`` on in-process nodes, with
 faults injected from outside), ``tests/flower/messages.py`` (single messages and contexts for
-the client mod).
+the client mod), ``tests/doubles.py`` (test doubles used by several files: user strategies, and
+an ``EarlyReturnGrid``'s fake time, scripted inner grid and round owner).
 """
 
 from __future__ import annotations

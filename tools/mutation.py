@@ -1,14 +1,24 @@
-"""Mutation testing of the codes, the Flower layer, privacy, latency and adaptive coding (mutmut 3).
+"""Mutation testing of fl_gradcode with mutmut 3: an optional diagnostic, run when you want it.
 
-Usage::
+It is not a gate (no test checks a score or that every module is covered) and not a source of
+test names: a survivor is a prompt to read its diff and ask whether a user could observe the
+change; if so, write a behaviour test named after what it checks, otherwise note why not.
 
-    python -m tools.mutation [--module M ...] [--max-mutants N] [--seed S]
-                             [--max-children C] [--deselect TEST_ID ...]
+How to run it (needs ``pip install mutmut``; minutes to hours per module on two cores)::
 
-``M`` is a module of the test map ``tests/mutation_map.toml`` (``codes``, ``privacy``,
-``wrapper``, ``adaptive``, ...; default: all). Each module is mutated by mutmut
-against the FAST test files the map names for it (``-m "not simulation and not deployment"``);
-mutmut runs, per mutant, only the tests that executed the mutated function.
+    python -m tools.mutation --module privacy --max-mutants 50   # a quick look at one module
+    python -m tools.mutation --module codes --module adaptive    # every mutant of two
+    python -m tools.mutation                                     # every preset (hours)
+    python -m tools.mutation --module privacy --recheck          # after writing new tests
+
+Options: ``[--module M ...] [--max-mutants N] [--full-up-to N] [--seed S]
+[--max-children C] [--deselect TEST_ID ...] [--workdir DIR] [--out FILE]``.
+
+``M`` is a preset of ``tools/mutation_map.toml`` (``codes``, ``privacy``, ``wrapper``,
+``adaptive``, ...; default: all): the files it mutates and the FAST test files run against
+them (``-m "not simulation and not deployment"``); mutmut runs, per mutant, only the tests
+that executed the mutated function. Edit or add a preset to mutate something else; a listed
+test file that does not exist is skipped with a note.
 
 mutmut writes a ``mutants/`` tree into the directory it runs in, so the run happens in a scratch
 copy of the project (``--workdir``, default a temporary directory): the working tree is never
@@ -21,10 +31,12 @@ touched. Each module gets its own copy, ``only_mutate`` and test selection.
                   "survived": [{"mutant": name, "diff": "...", "reason": "..."}], ...}, ...}
 
 ``killed`` counts mutmut's "killed" and "timeout" verdicts; ``total`` counts every tested
-mutant (survivors, mutants no selected test executes, suspicious ones). The ``reason`` of each
-survivor is taken from ``REASONS`` (tools/mutation_reasons.py, maintained by hand after
-reading the diff: an equivalent mutant, or the test that now kills it); unexplained survivors
-say so. ``--full-up-to N`` runs every mutant of a module with at most N.
+mutant (survivors, mutants no selected test executes, suspicious ones). A survivor's
+``reason`` is a reviewer's note written into that JSON after reading the diff (an equivalent
+mutant and why, or the test that now kills it); a later run carries the note over only while
+the same mutant has the same diff (mutmut's names are numbered per function, so a name alone
+may denote another change after an edit), and says ``"not reviewed"`` otherwise.
+``--full-up-to N`` runs every mutant of a module with at most N.
 
 ``--recheck`` (after writing tests for the survivors): re-runs, in a fresh scratch copy (the new
 tests collected, their stats gathered), only the mutants the module's entry in ``--out`` lists
@@ -50,20 +62,35 @@ import time
 import tomllib
 from pathlib import Path
 
-# Hand-written verdicts on survivors (mutmut name -> one line)
-from tools.mutation_reasons import REASONS
-
 ROOT = Path(__file__).resolve().parents[1]
 FAST = ["-m", "not simulation and not deployment", "-p", "no:cacheprovider", "-p", "no:randomly",
         "-W", "ignore::DeprecationWarning", "-x", "-q"]
-TEST_MAP = ROOT / "tests" / "mutation_map.toml"
+TEST_MAP = Path(__file__).resolve().with_name("mutation_map.toml")
+UNREVIEWED = "not reviewed"
 
 
 def load_test_map(path: Path = TEST_MAP) -> dict[str, tuple[list[str], list[str]]]:
-    """module -> (files mutated, its fast test files), from the one test map (``path``)."""
+    """module -> (files mutated, its fast test files), from the presets (``path``)."""
     table = tomllib.loads(path.read_text())
     return {module: (list(entry["mutate"]), list(entry["tests"]))
             for module, entry in table.items()}
+
+
+def existing_tests(tests: list[str]) -> list[str]:
+    """``tests`` without the files that do not exist (each named on stderr)."""
+    missing = [t for t in tests if not (ROOT / t).is_file()]
+    for t in missing:
+        print(f"note: {t} (in {TEST_MAP.name}) does not exist; skipped", file=sys.stderr)
+    return [t for t in tests if t not in missing]
+
+
+def reason_of(previous: dict, name: str, diff: str) -> str:
+    """The reviewer's note on survivor ``name`` from the previous result of its module
+    (``previous``), if it recorded the same diff; else ``UNREVIEWED``."""
+    for s in previous.get("survived", []):
+        if s.get("mutant") == name and s.get("diff") == diff:
+            return s.get("reason", UNREVIEWED)
+    return UNREVIEWED
 
 
 # one mutmut run (scratch copy) per module
@@ -107,7 +134,9 @@ def prepare(workdir: Path, group: str, modules: list[str], extra: list[str]) -> 
         shutil.copy2(js, dst / "results" / js.name)
     globs = [g for m in modules for g in MODULES[m][0]]
     text = (dst / "pyproject.toml").read_text()
-    tests = list(dict.fromkeys(t for m in modules for t in MODULES[m][1]))
+    tests = existing_tests(list(dict.fromkeys(t for m in modules for t in MODULES[m][1])))
+    if not tests:
+        raise SystemExit(f"{group}: none of its test files exists; edit {TEST_MAP}")
     section = _mutmut_section(globs, tests, extra)
     if "[tool.mutmut]" in text:
         text = re.sub(r"\[tool\.mutmut\]\n(?:(?!\[).*\n)*", section + "\n", text)
@@ -151,7 +180,8 @@ def diff_of(cwd: Path, name: str) -> str:
     return " | ".join(ln.strip() for ln in lines)[:300]
 
 
-def run_group(group: str, modules: list[str], args: argparse.Namespace) -> dict:
+def run_group(group: str, modules: list[str], args: argparse.Namespace,
+              previous: dict | None = None) -> dict:
     from mutmut.stats import status_by_exit_code
 
     extra = [f"--deselect={t}" for t in args.deselect]
@@ -184,6 +214,8 @@ def run_group(group: str, modules: list[str], args: argparse.Namespace) -> dict:
         status = {n: status_by_exit_code[codes.get(n)] for n in names}
         survivors = [n for n, s in status.items() if s not in KILLED]
         total_pop = sum(1 for m in population.values() if m == module)
+        diffs = {n: diff_of(cwd, n) for n in survivors}
+        before = (previous or {}).get(module, {})
         out[module] = {
             "killed": sum(s in KILLED for s in status.values()),
             "total": len(names),
@@ -192,8 +224,8 @@ def run_group(group: str, modules: list[str], args: argparse.Namespace) -> dict:
             "by_status": {s: list(status.values()).count(s) for s in sorted(set(status.values()))},
             "timeouts": sorted(n for n, s in status.items() if s == "timeout"),
             "survived": [
-                {"mutant": n, "status": status[n], "diff": diff_of(cwd, n),
-                 "reason": REASONS.get(n, "unexplained: not reviewed yet")}
+                {"mutant": n, "status": status[n], "diff": diffs[n],
+                 "reason": reason_of(before, n, diffs[n])}
                 for n in survivors
             ],
         }
@@ -273,10 +305,10 @@ def recheck(module: str, entry: dict, args: argparse.Namespace) -> dict:
     survivors = [n for n in sorted(set(names) | set(timeouts)) if status.get(n, "killed")
                  not in KILLED]
     out["killed"] = entry["total"] - len(survivors)
+    diffs = {n: old[n]["diff"] if n in old else diff_of(cwd, n) for n in survivors}
     out["survived"] = [
-        {"mutant": n, "status": status[n],
-         "diff": old[n]["diff"] if n in old else diff_of(cwd, n),
-         "reason": REASONS.get(n, "unexplained: not reviewed yet")}
+        {"mutant": n, "status": status[n], "diff": diffs[n],
+         "reason": reason_of(entry, n, diffs[n])}
         for n in survivors
     ]
     out["rechecked"] = {
@@ -330,7 +362,7 @@ def main(argv: list[str] | None = None) -> None:
     for module in modules:
         mods = [module]
         t1 = time.monotonic()
-        result.update(run_group(module, mods, args))
+        result.update(run_group(module, mods, args, previous=result))
         for m in mods:  # each module keeps the settings it was last run with
             result[m]["run"] = {"seed": args.seed, "max_mutants": args.max_mutants,
                                 "deselected": args.deselect,

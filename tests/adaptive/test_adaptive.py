@@ -692,8 +692,7 @@ def test_saved_rounds_survive_clients_that_never_started_and_refuse_absurd_value
             LatencyEstimator.validate_state(bad)
 
 
-# ======== found by mutation testing ==============================================================
-@pytest.mark.mutation_found("adaptive")
+# ======== edges: exact values, bounds and messages ===============================================
 def test_prior_weight_below_one_is_accepted_and_a_negative_one_is_named():
     for weight in (0.0, 0.5):  # documented: pseudo-rounds of the prior, any value >= 0
         assert LatencyEstimator(3, prior_weight=weight).prior_weight == weight
@@ -701,7 +700,6 @@ def test_prior_weight_below_one_is_accepted_and_a_negative_one_is_named():
         LatencyEstimator(3, prior_weight=-0.1)
 
 
-@pytest.mark.mutation_found("adaptive")
 def test_update_names_a_loads_vector_of_the_wrong_shape():
     est = LatencyEstimator(3)
     with pytest.raises(ValueError, match=r"loads has shape \(2,\); expected \(3,\)"):
@@ -724,7 +722,6 @@ class _Constant:
         return np.full(size, self.value * load)
 
 
-@pytest.mark.mutation_found("adaptive")
 def test_the_prior_is_sampled_per_unit_of_load_and_weighs_prior_weight_rounds():
     prior = _Constant(5.0)
     heavy = LatencyEstimator(4, prior, prior_weight=100.0)
@@ -744,7 +741,6 @@ def _round(est, load, time):
     est.update(np.full(n, time), np.full(n, load), time + 1.0)
 
 
-@pytest.mark.mutation_found("adaptive")
 def test_the_load_exponent_forgets_old_rounds_at_the_halflife():
     """Two old rounds say time grows with the load (beta = 1), two recent ones that it does
     not (beta = 0). Weighted least squares of log median time on log median load with weights
@@ -768,7 +764,6 @@ def test_the_load_exponent_forgets_old_rounds_at_the_halflife():
     assert fitted(0.5) < 0.1 < 0.4 < fitted(math.inf) < 0.6
 
 
-@pytest.mark.mutation_found("adaptive")
 @pytest.mark.parametrize("slowness_sd", [0.5, 2.0])
 def test_one_slow_reply_is_shrunk_by_the_gaussian_prior_on_log_slowness(slowness_sd):
     """48 clients whose log times are the same 48 normal quantiles in rotation (every client
@@ -790,7 +785,6 @@ def test_one_slow_reply_is_shrunk_by_the_gaussian_prior_on_log_slowness(slowness
     assert np.abs(np.log(est.slowness()[:k])).max() < 0.1  # the others are typical
 
 
-@pytest.mark.mutation_found("adaptive")
 def test_the_density_of_one_event_is_a_gaussian_of_silvermans_bandwidth():
     """One event at 0: the smoothed density is N(0, bw^2) with bw = 0.9 * 0.05 (the spread's
     floor; Silverman's rule at one point), so it integrates to 1 and has variance bw^2."""
@@ -808,7 +802,6 @@ def test_the_density_of_one_event_is_a_gaussian_of_silvermans_bandwidth():
     assert np.exp(logs[e < -h]).min() == 1.0 and np.exp(logs[e > h]).max() < 1e-100
 
 
-@pytest.mark.mutation_found("adaptive")
 def test_kaplan_meier_counts_a_time_censored_at_an_event_time_as_still_at_risk():
     """Textbook convention (Kaplan & Meier 1958): on a tie the event comes first, so the one
     censored at t = 1 is at risk at t = 1: S(1) = 1 - 1/2, not 1 - 1/1."""
@@ -818,7 +811,6 @@ def test_kaplan_meier_counts_a_time_censored_at_an_event_time_as_still_at_risk()
     np.testing.assert_allclose(curve.surv, [2 / 3, 0.0])
 
 
-@pytest.mark.mutation_found("adaptive")
 @pytest.mark.parametrize(("xi", "sigma"), [(0.0, 2.0), (0.5, 2.0)])
 def test_the_gpd_fit_recovers_the_shape_and_scale_of_gpd_excesses(xi, sigma):
     """Excesses drawn from GPD(xi, sigma) by inversion, 4,000 of them: the profile MLE on the
@@ -831,7 +823,6 @@ def test_the_gpd_fit_recovers_the_shape_and_scale_of_gpd_excesses(xi, sigma):
     assert got_sigma == pytest.approx(sigma, rel=0.05)
 
 
-@pytest.mark.mutation_found("adaptive")
 def test_a_client_without_outstanding_work_draws_nothing_and_changes_no_other_draw():
     est = LatencyEstimator(4)
     est.update([1.0, 2.0, 1.5, 3.0], [1.0] * 4, 4.0)
@@ -843,7 +834,6 @@ def test_a_client_without_outstanding_work_draws_nothing_and_changes_no_other_dr
     assert not idle[:, 1:3].any() and idle[:, [0, 3]].all()
 
 
-@pytest.mark.mutation_found("adaptive")
 def test_the_approximate_choice_is_the_fastest_per_full_data_equivalent_not_the_smallest_r():
     """Compute-bound clients, two of them 50x slower in every round: ignoring one straggler
     still waits for the other, so the best approximate choice drops at least two, and
@@ -859,7 +849,6 @@ def test_the_approximate_choice_is_the_fastest_per_full_data_equivalent_not_the_
     assert d.s >= 2 and d.approximate_times[1] > 10 * d.approximate_times[d.s]
 
 
-@pytest.mark.mutation_found("adaptive")
 def test_choose_s_refuses_exclusion_on_a_fixed_code_and_busy_until_with_pending():
     est = LatencyEstimator(4)
     fixed = SingleCode(make_code("crc", 4, 1))
@@ -871,7 +860,6 @@ def test_choose_s_refuses_exclusion_on_a_fixed_code_and_busy_until_with_pending(
                  pending=(np.zeros(4), np.ones(4)))
 
 
-@pytest.mark.mutation_found("adaptive")
 def test_a_client_slower_than_the_factor_is_excluded_when_that_is_faster():
     """Twelve clients at about 4 s per round of 4 units, client 3 at 200 s (50x). Uncoded
     waits for client 3 (about 50 s per unit); excluding it, client 0 carries two partitions
@@ -898,7 +886,6 @@ class _Exponential:
         return load * rng.exponential(1.0, size)
 
 
-@pytest.mark.mutation_found("adaptive")
 def test_before_data_the_round_time_is_drawn_per_unit_from_the_prior_with_the_given_rng():
     """Uncoded, three clients with one unit each and no observation: the round lasts the
     largest of three Exp(1) draws of the given generator (numpy's own draws, here)."""
@@ -910,7 +897,6 @@ def test_before_data_the_round_time_is_drawn_per_unit_from_the_prior_with_the_gi
     assert got == float(np.mean(reference.max(axis=1)))
 
 
-@pytest.mark.mutation_found("adaptive")
 def test_a_pending_reply_is_censored_at_its_compute_time_after_the_busy_wait():
     """Client 1 waited 0.5 s for earlier work: 4 s after the round started it has computed
     for 3.5 s, the new censoring time (not 4.5 s)."""
@@ -923,7 +909,6 @@ def test_a_pending_reply_is_censored_at_its_compute_time_after_the_busy_wait():
     assert est.round(rid).limit[1] == 3.5
 
 
-@pytest.mark.mutation_found("adaptive")
 def test_the_load_exponent_is_clipped_to_one_when_time_grows_faster_than_the_load():
     """Times 1 s at load 1 and 16 s at load 4: the regression slope is 2, clipped to 1."""
     est = LatencyEstimator(4, beta_strength=1e-9)
@@ -932,7 +917,6 @@ def test_the_load_exponent_is_clipped_to_one_when_time_grows_faster_than_the_loa
     assert est.load_exponent == 1.0
 
 
-@pytest.mark.mutation_found("adaptive")
 def test_a_multi_group_rule_with_large_thresholds_takes_each_groups_order_statistic():
     """Three groups of up to nine clients (the last padded with the never-arriving client
     n), thresholds 7, 9 and 8: the round lasts the largest of the groups' t-th smallest
@@ -964,7 +948,6 @@ def _gpd_profile_mle(y):
     return best[1], best[2]
 
 
-@pytest.mark.mutation_found("adaptive")
 def test_five_events_are_enough_for_a_gpd_tail_and_fewer_give_the_exponential_one():
     y = np.array([0.05, 0.2, 0.5, 1.5, 20.0])
     xi, sigma = _gpd_profile_mle(y)
@@ -978,7 +961,6 @@ def test_five_events_are_enough_for_a_gpd_tail_and_fewer_give_the_exponential_on
         (0.0, float(np.sum(w * y) / np.sum(w))))
 
 
-@pytest.mark.mutation_found("adaptive")
 def test_a_curve_without_events_puts_all_mass_beyond_the_largest_censoring_time():
     curve = Survival(np.array([0.5, 1.5, 1.0]), np.zeros(3, dtype=bool), np.ones(3))
     np.testing.assert_array_equal(curve.grid, [1.5])
@@ -986,7 +968,6 @@ def test_a_curve_without_events_puts_all_mass_beyond_the_largest_censoring_time(
     assert np.all(curve.quantile(np.array([0.0, 0.5, 0.9])) >= 1.5)
 
 
-@pytest.mark.mutation_found("adaptive")
 def test_the_survival_table_beyond_the_last_event_is_the_gpd_tail():
     """Pareto(2) times censored at 30: beyond the last event the log survival table is
     log(s_last) - log1p(xi * y / sigma_last) / xi with y the excess in linear time (the
@@ -1005,7 +986,6 @@ def test_the_survival_table_beyond_the_last_event_is_the_gpd_tail():
     assert np.all(np.diff(logs[beyond]) < 0) and logs[beyond][0] <= math.log(curve.s_last)
 
 
-@pytest.mark.mutation_found("adaptive")
 def test_events_outside_the_table_grid_land_in_its_edge_cells():
     """Events at 0 and 1 on a grid ending at 0.5: the tables keep their size; the survival
     is 1 before the first event and 1/2 after it (Kaplan-Meier by hand)."""
@@ -1017,7 +997,6 @@ def test_events_outside_the_table_grid_land_in_its_edge_cells():
     np.testing.assert_allclose(np.exp(logs[e > 1e-9]), 0.5)
 
 
-@pytest.mark.mutation_found("adaptive")
 def test_an_event_at_the_start_of_the_grid_centres_the_kernel_on_the_first_cell():
     """One event at lo = 0 (h = 0.001): the density is the normalised Gaussian kernel of
     bandwidth 0.9 * 0.05 centred on cell 0, computed here."""
@@ -1031,7 +1010,6 @@ def test_an_event_at_the_start_of_the_grid_centres_the_kernel_on_the_first_cell(
     np.testing.assert_allclose(np.exp(logp[:150]), expected[:150], rtol=1e-9)
 
 
-@pytest.mark.mutation_found("adaptive")
 def test_sampling_between_the_last_two_events_returns_the_last_event():
     """Kaplan-Meier of events at 0 and 1 and a time censored at 2: F = 1/3 from 0, 2/3 from
     1 (by hand); u in (1/3, 2/3] draws 1, u <= 1/3 draws 0."""
@@ -1041,7 +1019,6 @@ def test_sampling_between_the_last_two_events_returns_the_last_event():
                                   [0.0, 0.0, 1.0, 1.0, 1.0])
 
 
-@pytest.mark.mutation_found("adaptive")
 def test_an_approximate_choice_only_as_fast_as_the_exact_one_is_not_taken():
     """Two clients, beta = 1: replicating both partitions on both (s = 1) lasts 2 min(X);
     ignoring the slower of two uncoded replies lasts min(X) for half the data, 2 min(X) per

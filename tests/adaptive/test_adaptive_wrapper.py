@@ -291,31 +291,17 @@ def test_auto_falls_at_most_to_half_the_last_rounds_s():
     assert policy.decision.expected_times[1] == pytest.approx(2.0)
 
 
-@pytest.mark.parametrize("margin", [0.0, 0.3])
-def test_auto_passes_its_margin_and_asks_for_the_two_round_lookahead(margin, monkeypatch):
-    """The wrapper's decisions are choose_s with ``margin=auto_margin`` and ``lookahead=True``
-    (recorded from the calls), and a negative margin is refused with its value."""
-    import fl_gradcode.adaptive as adaptive
-
-    calls = []
-    real = adaptive.choose_s
-
-    def spy(*args, **kwargs):
-        calls.append((kwargs.get("margin"), kwargs.get("lookahead")))
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(adaptive, "choose_s", spy)
-    app = ClientApp(mods=[gradient_coding_mod])
-    app.train()(train)
-    strategy = GradientCoding(
-        FedAvg(fraction_evaluate=0.0, min_available_nodes=N), s="auto", s_max=3,
-        auto_margin=margin, latency=Pareto(1.0, 1.5), seed=0, straggler_timeout=1e6,
-        measured_compute=False,
-    )
-    strategy.start(grid=InProcessGrid(app, N),
-                   initial_arrays=ArrayRecord({"w": Array(np.zeros(DIM))}),
-                   num_rounds=3, train_config=ConfigRecord({}))
-    assert calls == [(margin, True)] * 3
+@pytest.mark.parametrize(("margin", "last_s"), [(0.0, 1), (0.75, 2), (1.5, 3)])
+def test_auto_margin_picks_the_most_tolerant_s_within_its_factor_of_the_fastest(margin, last_s):
+    """Reply times proportional to the load (1 s per partition, no spread): s costs s + 1
+    partitions. Round 1 has no observation (s_max = 3); the trust region lets the last of 4
+    rounds fall at most to half of 3 (s = 1, load 2). ``auto_margin`` m takes the most tolerant
+    s predicted within (1 + m) of the fastest: m = 0 the fastest (s = 1), m = 0.75 also s = 2
+    (3 partitions: 1.5x), m = 1.5 also s = 3 (4 partitions: 2x). A negative margin is refused
+    with its value."""
+    strategy, _ = run(ShiftedExponential(shift=1.0, rate=1e12), rounds=4, auto_margin=margin)
+    assert strategy.history[0]["s"] == 3
+    assert strategy.history[-1]["s"] == last_s
     with pytest.raises(ValueError, match="auto_margin=-1"):
         GradientCoding(FedAvg(), s="auto", auto_margin=-1)
 

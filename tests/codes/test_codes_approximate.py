@@ -149,12 +149,11 @@ def test_approximate_decode_never_raises_and_refuses_without_flag():
     np.testing.assert_allclose(approx, np.ones(3) * (1 + 2 + 3 + 4))
 
 
-# ======== found by mutation testing ==============================================================
+# ======== edges: exact values, bounds and messages ===============================================
 def _weighted_error(w: np.ndarray, alpha: np.ndarray) -> float:
     return float(np.sum((w * (alpha - 1.0)) ** 2) / np.sum(w**2))
 
 
-@pytest.mark.mutation_found("codes")
 def test_approximate_decoding_is_weighted_least_squares_not_plain_least_squares():
     """Weighted expander code, n=6, one straggler: the decoder minimises ``||w (B_F^T a - 1)||``.
 
@@ -176,7 +175,6 @@ def test_approximate_decoding_is_weighted_least_squares_not_plain_least_squares(
     assert code.decoding_error(got) == pytest.approx(err_ref, rel=1e-9)
 
 
-@pytest.mark.mutation_found("codes")
 @pytest.mark.parametrize(("n", "d"), [(6, 3), (8, 2), (6, 1), (4, 4)])
 def test_frc_expected_error_is_the_mean_over_every_straggler_set(n, d):
     """Brute force: over all ``C(n, r)`` straggler sets, the fraction of the ``n/d`` groups whose

@@ -78,8 +78,7 @@ def test_group_generators_are_well_conditioned_at_large_n():
         np.testing.assert_allclose(code.decode(got), target, rtol=1e-10, atol=1e-10)
 
 
-# ======== found by mutation testing ==============================================================
-@pytest.mark.mutation_found("codes")
+# ======== edges: exact values, bounds and messages ===============================================
 def test_comm_efficient_condition_number_is_that_of_the_received_generator_columns():
     """One group of six members (n=6, s=2, m=2: load 4, a Gaussian 2 x 6 generator): the
     condition number of a received set is ``cond(Gamma[:, T])``; with fewer than m = 2 replies
@@ -92,7 +91,6 @@ def test_comm_efficient_condition_number_is_that_of_the_received_generator_colum
     assert code.condition_number([4]) == float("inf")
 
 
-@pytest.mark.mutation_found("codes")
 def test_chunk_coefficients_are_the_generator_column_of_the_clients_position():
     """Two groups of five (n=10, s=3, m=2): client ``i`` at position ``t`` of group ``g`` has
     ``Gamma_g[:, t]``, and its reply is that combination of its group sum's two chunks."""
@@ -110,7 +108,6 @@ def test_chunk_coefficients_are_the_generator_column_of_the_clients_position():
         code.chunk_coefficients(10)
 
 
-@pytest.mark.mutation_found("codes")
 def test_approximate_decoding_vector_is_the_least_squares_decoder_of_each_group():
     """Columns aligned with the order of ``received``: per group, numpy's least-squares solution
     ``D`` of ``Gamma[:, T]^T D^T = I`` (exact for a group with m replies, a projection for one
@@ -130,7 +127,6 @@ def test_approximate_decoding_vector_is_the_least_squares_decoder_of_each_group(
     assert code.approximate_decoding_vector([]).shape == (3, 0)
 
 
-@pytest.mark.mutation_found("codes")
 def test_decode_of_too_few_replies_names_the_count_and_the_way_out():
     code = make_code("comm-efficient", 6, 2, m=2)
     replies = {i: np.ones(3) for i in (0,)}

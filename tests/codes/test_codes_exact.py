@@ -236,8 +236,7 @@ def test_with_weights_equals_building_with_those_weights(name):
     assert reweighted.decoding_error(alive) == pytest.approx(direct.decoding_error(alive))
 
 
-# ======== found by mutation testing ==============================================================
-@pytest.mark.mutation_found("codes")
+# ======== edges: exact values, bounds and messages ===============================================
 def test_frc_groups_are_consecutive_clients_sharing_consecutive_partitions():
     """Tandon et al. Sec. 3: client ``i`` holds partitions ``d*(i//d) .. d*(i//d)+d-1``
     (``d = s+1``), all with coefficient 1. Reference: the matrix built entry by entry."""
@@ -256,7 +255,6 @@ def _amplification_of(B: np.ndarray, received: list[int]) -> float:
     return float(np.abs(a) @ np.abs(B[received]).sum(axis=1)) / B.shape[1]
 
 
-@pytest.mark.mutation_found("codes")
 @pytest.mark.parametrize(("name", "n", "s", "bounded"),
                          [("frc", 6, 1, True), ("uncoded", 5, 0, True), ("crc", 6, 2, False)])
 def test_sampled_amplification_weighs_each_reply_by_its_own_row(name, n, s, bounded):
@@ -276,7 +274,6 @@ def test_sampled_amplification_weighs_each_reply_by_its_own_row(name, n, s, boun
     assert high > 1.0
 
 
-@pytest.mark.mutation_found("codes")
 def test_crc_with_several_draws_keeps_the_best_screened_matrix():
     """n=7, s=2: C(7, 2) = 21 <= 64 straggler sets, so screening covers all of them: the kept
     ``B`` has worst condition number (numpy, over every set of n - s rows) equal to
@@ -293,7 +290,6 @@ def test_crc_with_several_draws_keeps_the_best_screened_matrix():
     assert code.screened_condition <= worst(np.asarray(single.B)) * (1 + 1e-9)
 
 
-@pytest.mark.mutation_found("codes")
 def test_plan_groups_raises_t_while_the_amplification_is_exactly_at_the_budget():
     """n=5, s=1: one spare client; t=2 costs (2*(3-1))^1/1! = 4, within a budget of 4."""
     from fl_gradcode.codes.stable import plan_groups
@@ -302,7 +298,6 @@ def test_plan_groups_raises_t_while_the_amplification_is_exactly_at_the_budget()
     assert [p.t for p in plan_groups(5, 1, 3.999)] == [1, 1]
 
 
-@pytest.mark.mutation_found("codes")
 def test_plan_groups_never_lowers_a_threshold_below_one():
     """A relative bound no plan meets leaves every threshold at its floor t=1 (FRC groups),
     the spare clients as copies."""

@@ -165,8 +165,7 @@ def test_frc_closed_form_matches_dense_lstsq_including_uncovered_groups(n, s, no
         assert dec.error == pytest.approx(expected_error, abs=1e-15)
 
 
-# ======== found by mutation testing ==============================================================
-@pytest.mark.mutation_found("codes")
+# ======== edges: exact values, bounds and messages ===============================================
 @pytest.mark.parametrize("steps", [0, 1, 3])
 def test_refinement_adds_the_solved_residual_while_it_shrinks(steps):
     """``A = diag(d)`` and a solver that returns half the exact correction: each pass halves the
@@ -190,7 +189,6 @@ def test_refinement_adds_the_solved_residual_while_it_shrinks(steps):
     assert calls == []
 
 
-@pytest.mark.mutation_found("codes")
 def test_a_failing_banded_solve_raises_with_lapacks_info(monkeypatch):
     """``gbtrs`` only fails on invalid arguments; its ``info`` must reach the error."""
     code = make_code("crc", n=8, s=2, seed=0)
@@ -202,7 +200,6 @@ def test_a_failing_banded_solve_raises_with_lapacks_info(monkeypatch):
         ls.solve_once(np.ones(8))
 
 
-@pytest.mark.mutation_found("codes")
 @pytest.mark.parametrize(("n", "s", "seed"), [(20, 3, 0), (50, 2, 0), (100, 2, 2)])
 def test_cyclic_decoding_vector_refines_at_most_twice_by_default(monkeypatch, n, s, seed):
     """One elimination pass plus at most two refinement passes (the documented default); the

@@ -175,8 +175,7 @@ def test_registry_and_validation():
         NestedPlacement(12, 3).holdings(12)
 
 
-# ======== found by mutation testing ==============================================================
-@pytest.mark.mutation_found("codes")
+# ======== edges: exact values, bounds and messages ===============================================
 def test_nested_placement_lists_a_code_for_every_tolerance_up_to_s_max():
     placement = NestedPlacement(8, 3)
     codes = placement.codes()
@@ -184,7 +183,6 @@ def test_nested_placement_lists_a_code_for_every_tolerance_up_to_s_max():
     assert [codes[s].s for s in range(4)] == [0, 1, 2, 3]
 
 
-@pytest.mark.mutation_found("codes")
 def test_a_block_code_exactly_at_the_amplification_budget_is_stable():
     """Budget 1: every super-block group falls back to threshold 1 (all members hold the
     group, amplification ``rs_amplification(m, 1) = 1`` = the budget): stable, so the hybrid
@@ -198,7 +196,6 @@ def test_a_block_code_exactly_at_the_amplification_budget_is_stable():
     assert rs_amplification(5, 1) == 1.0 < rs_amplification(5, 2)
 
 
-@pytest.mark.mutation_found("codes")
 @pytest.mark.parametrize("s", [True, False, 1.0, "1"])
 def test_a_tolerance_that_is_not_an_integer_is_refused(s):
     placement = NestedPlacement(12, 3)
@@ -208,7 +205,6 @@ def test_a_tolerance_that_is_not_an_integer_is_refused(s):
         placement.code_excluding(s, [0])
 
 
-@pytest.mark.mutation_found("codes")
 def test_code_excluding_gives_block_groups_of_active_clients_inside_the_placement():
     """n=12, s_max=3: super-blocks {0..3}, {4..7}, {8..11}; excluding client 5 at s=1 leaves 3
     active clients there (one group of 3 holding all four partitions). Every group is a block
@@ -228,7 +224,6 @@ def test_code_excluding_gives_block_groups_of_active_clients_inside_the_placemen
         np.testing.assert_allclose(a @ code.B[rows], np.ones(12), atol=1e-9)
 
 
-@pytest.mark.mutation_found("codes")
 @pytest.mark.parametrize(("m", "k", "t"), [(5, 5, 3), (7, 4, 4), (6, 9, 2), (4, 4, 1)])
 def test_spread_misses_marks_t_minus_one_clients_per_partition(m, k, t):
     from fl_gradcode.codes.nested import spread_misses
@@ -242,7 +237,6 @@ def test_spread_misses_marks_t_minus_one_clients_per_partition(m, k, t):
     np.testing.assert_array_equal(got, expected)
 
 
-@pytest.mark.mutation_found("codes")
 def test_the_holding_matrix_is_read_only():
     hold = NestedPlacement(12, 3).holding_matrix
     assert not hold.flags.writeable
@@ -250,7 +244,6 @@ def test_the_holding_matrix_is_read_only():
         hold[0, 0] = False
 
 
-@pytest.mark.mutation_found("codes")
 def test_code_excluding_groups_tolerate_members_minus_threshold():
     code = NestedPlacement(24, 5).code_excluding(2, [0, 1, 13])
     assert code.groups
@@ -259,7 +252,6 @@ def test_code_excluding_groups_tolerate_members_minus_threshold():
         assert g.tolerance >= 2
 
 
-@pytest.mark.mutation_found("codes")
 def test_the_nested_registry_entry_honours_the_seed():
     """``layout="window"`` with ``s > s_max/2`` draws a CRC: the seed must reach it."""
     a = make_code("nested", n=12, s=3, seed=3, layout="window")
@@ -267,7 +259,6 @@ def test_the_nested_registry_entry_honours_the_seed():
     assert not np.array_equal(a.B, make_code("nested", n=12, s=3, seed=0, layout="window").B)
 
 
-@pytest.mark.mutation_found("codes")
 def test_straggler_patterns_default_to_seed_zero():
     sampled = list(straggler_patterns(20, 4, max_sets=10))
     assert len(sampled) == 20 + 10  # every contiguous burst, then the random sets

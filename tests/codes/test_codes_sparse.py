@@ -387,8 +387,7 @@ def test_comm_efficient_tracker_solves_only_once_every_group_has_m_replies():
     assert make_code("crc", n=6, s=1).necessary_counts() == []
 
 
-# ======== found by mutation testing ==============================================================
-@pytest.mark.mutation_found("codes")
+# ======== edges: exact values, bounds and messages ===============================================
 @pytest.mark.parametrize(("name", "n", "s"), [("frc", 6, 1), ("crc", 7, 2), ("grouped-rs", 8, 2)])
 def test_sparse_decoding_is_computed_once_per_received_set(name, n, s):
     """The sparse decoding of a set is cached: asking again (in any order) returns the same
@@ -402,7 +401,6 @@ def test_sparse_decoding_is_computed_once_per_received_set(name, n, s):
     assert not np.any(a[:s])
 
 
-@pytest.mark.mutation_found("codes")
 def test_a_one_row_block_with_entries_below_one_is_solved_in_closed_form(monkeypatch):
     """A one-row block (an FRC-shaped group's first reply) is solved as ``m.w / m.m`` without
     LAPACK, whatever the scale of ``m`` (here ``m.m = 0.5 < 1``); the coefficient is the
@@ -423,7 +421,6 @@ def test_a_one_row_block_with_entries_below_one_is_solved_in_closed_form(monkeyp
     assert dec.exact
 
 
-@pytest.mark.mutation_found("codes")
 def test_sparse_decoding_of_a_reweighted_code_reads_one_reply_per_group():
     code = make_code("frc", n=6, s=1).with_weights([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
     dec = code.sparse_decoding(range(6))
@@ -432,7 +429,6 @@ def test_sparse_decoding_of_a_reweighted_code_reads_one_reply_per_group():
     assert code.sparse_decoding(range(6)) is dec  # cached per received set
 
 
-@pytest.mark.mutation_found("codes")
 @pytest.mark.parametrize(("n", "s", "seed"), [(11, 3, 0), (14, 4, 1), (19, 4, 2)])
 def test_tracker_of_rs_groups_covered_before_they_decode_matches_numpy(n, s, seed):
     """grouped-rs groups with t >= 2 are covered by fewer than t rows: the first solve fails

@@ -14,8 +14,7 @@ def _line(node: str, nonce: str, rnd: int) -> str:
     return json.dumps({"node": node, "nonce": nonce, "round": rnd}, sort_keys=True) + "\n"
 
 
-# ======== found by mutation testing ==============================================================
-@pytest.mark.mutation_found("client_policy")
+# ======== edges: exact values, bounds and messages ===============================================
 def test_a_claim_appends_one_sorted_line_to_a_private_state_file_in_new_folders(tmp_path):
     state = tmp_path / "a" / "b" / "state.jsonl"
     guard = ReplayGuard()
@@ -26,7 +25,6 @@ def test_a_claim_appends_one_sorted_line_to_a_private_state_file_in_new_folders(
     assert stat.S_IMODE(state.stat().st_mode) == 0o600
 
 
-@pytest.mark.mutation_found("client_policy")
 def test_a_claim_recorded_in_the_file_is_refused_by_a_fresh_guard_naming_the_file(tmp_path):
     state = tmp_path / "state.jsonl"
     cfg = {"dp-state-file": str(state)}
@@ -38,7 +36,6 @@ def test_a_claim_recorded_in_the_file_is_refused_by_a_fresh_guard_naming_the_fil
     ReplayGuard().claim(8, cfg, "n1", 3)  # another node's entry is its own
 
 
-@pytest.mark.mutation_found("client_policy")
 def test_release_removes_exactly_its_entry_from_the_file_and_the_memory(tmp_path):
     state = tmp_path / "state.jsonl"
     cfg = {"dp-state-file": str(state)}
@@ -53,7 +50,6 @@ def test_release_removes_exactly_its_entry_from_the_file_and_the_memory(tmp_path
     guard.claim(7, cfg, "n1", 3)  # and so may this guard, whose memory forgot it
 
 
-@pytest.mark.mutation_found("client_policy")
 def test_release_of_a_partition_label_and_without_a_file_yet(tmp_path):
     state = tmp_path / "state.jsonl"
     cfg = {"dp-state-file": str(state), "partition-id": 1, "num-partitions": 2}
@@ -71,7 +67,6 @@ def _asks(dp: str, sigma: float = 0.0):
     return Instruction(op="train", round=1, dp=dp, noise_multiplier=sigma)
 
 
-@pytest.mark.mutation_found("client_policy")
 def test_only_dp_sample_reads_the_run_configs_sigma_and_its_floor_is_inclusive():
     from fl_gradcode.flower.client_policy import NodePolicy
 
@@ -90,7 +85,6 @@ def test_only_dp_sample_reads_the_run_configs_sigma_and_its_floor_is_inclusive()
         policy.check(_asks("sample", 1.0), {"noise-multiplier": None})
 
 
-@pytest.mark.mutation_found("client_policy")
 def test_an_empty_or_absent_dp_required_means_none():
     from fl_gradcode.flower.client_policy import NodePolicy
 
@@ -99,7 +93,6 @@ def test_an_empty_or_absent_dp_required_means_none():
         assert policy == NodePolicy("none", 0.0) and not policy.active
 
 
-@pytest.mark.mutation_found("client_policy")
 def test_a_replay_is_refused_with_the_whole_reason():
     guard = ReplayGuard()
     guard.claim(3, {}, "abc", 2)
@@ -111,7 +104,6 @@ def test_a_replay_is_refused_with_the_whole_reason():
         "repeat)")
 
 
-@pytest.mark.mutation_found("client_policy")
 def test_release_rewrites_the_entries_it_keeps_in_the_files_sorted_form(tmp_path):
     state = tmp_path / "state.jsonl"
     state.write_text('{"round": 9, "nonce": "z", "node": "node=1"}\n')  # written by hand

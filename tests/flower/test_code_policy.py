@@ -171,7 +171,7 @@ def test_no_adaptive_or_policy_module_reads_another_objects_private_attributes()
     assert found == []
 
 
-# ---------------------------------------------------------------- mutation-found kill tests
+# ------------------------------------------------------------------------------------------- edges
 def _warnings(caplog) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
 
@@ -203,7 +203,6 @@ def _one_client_state(path: Path) -> None:
     book.save()
 
 
-@pytest.mark.mutation_found("policy")
 def test_a_state_file_none_of_whose_clients_is_seen_is_warned_about_once(tmp_path, caplog):
     path = tmp_path / "state.json"
     _one_client_state(path)
@@ -218,7 +217,6 @@ def test_a_state_file_none_of_whose_clients_is_seen_is_warned_about_once(tmp_pat
         "(named 'id/num-partitions'): the file informs nothing yet"]
 
 
-@pytest.mark.mutation_found("policy")
 def test_no_file_or_a_claimed_file_warns_nothing_when_viewed(tmp_path, caplog):
     path = tmp_path / "state.json"
     _one_client_state(path)
@@ -233,7 +231,6 @@ def test_no_file_or_a_claimed_file_warns_nothing_when_viewed(tmp_path, caplog):
     assert warm.node_index == {40: 0, 41: 1}
 
 
-@pytest.mark.mutation_found("policy")
 def test_the_policies_default_keywords():
     fixed = FixedCodePolicy()
     assert (fixed.s, fixed.stop_late_work, fixed.code_spec) == (1, False, "grouped-rs")
@@ -244,7 +241,6 @@ def test_the_policies_default_keywords():
     assert AdaptiveCodePolicy(s_max=5).placement(4).s_max == 3
 
 
-@pytest.mark.mutation_found("policy")
 def test_the_trust_region_applies_only_once_the_estimator_has_data():
     policy = AdaptiveCodePolicy(s_max=3)
     placement = policy.placement(N)
@@ -252,7 +248,6 @@ def test_the_trust_region_applies_only_once_the_estimator_has_data():
     assert policy.candidates(placement, LatencyEstimator(N)) == [0, 1, 2, 3]
 
 
-@pytest.mark.mutation_found("policy")
 def test_a_cohort_size_the_code_cannot_take_is_warned_with_the_fallback(caplog):
     policy = FixedCodePolicy(code="frc", s=1)
     with caplog.at_level(logging.DEBUG, logger="flwr"):
@@ -265,7 +260,6 @@ def test_a_cohort_size_the_code_cannot_take_is_warned_with_the_fallback(caplog):
                         r"using grouped-rs with s=1 for cohorts of 13", messages[0])
 
 
-@pytest.mark.mutation_found("policy")
 def test_a_busy_node_without_records_is_priced_as_a_full_share_started_now(monkeypatch):
     seen = _spy_choose_s(monkeypatch)
     policy = AdaptiveCodePolicy(s_max=3, seed=0)
@@ -282,7 +276,6 @@ def test_a_busy_node_without_records_is_priced_as_a_full_share_started_now(monke
     assert seen[-1]["busy_until"] is None
 
 
-@pytest.mark.mutation_found("policy")
 def test_a_clock_that_cannot_queue_prices_busy_nodes_busy_until_the_timeout(monkeypatch):
     seen = _spy_choose_s(monkeypatch)
     policy = AdaptiveCodePolicy(s_max=3, exclude_slow=5.0, straggler_timeout=7.0, seed=0)
@@ -300,7 +293,6 @@ def test_a_clock_that_cannot_queue_prices_busy_nodes_busy_until_the_timeout(monk
     assert seen[-1]["exclude_slower_than"] is None
 
 
-@pytest.mark.mutation_found("policy")
 def test_only_an_adaptive_policy_reports_excluded_workers():
     decision = Decision(s=1, expected_times={1: 1.0}, excluded=(2,))
     fixed, auto = FixedCodePolicy(), AdaptiveCodePolicy()
@@ -310,7 +302,6 @@ def test_only_an_adaptive_policy_reports_excluded_workers():
     assert auto.excluded_workers() == ()
 
 
-@pytest.mark.mutation_found("policy")
 def test_queue_mode_queues_busy_nodes_expected_free_within_the_limit():
     policy = FixedCodePolicy(busy="queue", straggler_timeout=10.0)
     # node 1 free in 15 s (> 10: not queued); node 2 has no record (free now: queued)

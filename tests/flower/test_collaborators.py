@@ -369,7 +369,6 @@ def test_the_aggregators_status_follows_the_decoding_error():
     assert status(SimpleNamespace(exact=False, error=0.3)) == "skipped"
 
 
-@pytest.mark.mutation_found("decoder")
 def test_an_outvoted_size_report_is_rejected_with_its_worker_and_the_agreed_sizes_kept():
     """FRC n=6, s=2: workers 0-2 replicate partitions 0-2; worker 2 reports 99 examples for
     partition 0 where workers 0 and 1 report 5."""
@@ -412,12 +411,11 @@ def test_a_code_policy_is_resolved_from_an_instance_a_class_or_the_keywords():
     assert type(plain) is FixedCodePolicy and plain.busy == "skip"  # wallclock never queues
 
 
-# =============================================================================== mutation-found
+# =========================================================================================== edges
 def _messages(caplog):
     return [r.getMessage() for r in caplog.records]
 
 
-@pytest.mark.mutation_found("pipeline")
 def test_the_collectors_log_lines_name_the_node_and_the_round(caplog):
     import logging
 
@@ -453,7 +451,6 @@ class _ErrorReply:
         return True
 
 
-@pytest.mark.mutation_found("pipeline")
 def test_an_error_reply_with_a_foreign_sender_is_the_failure_of_the_node_it_answers(caplog):
     import logging
 
@@ -468,7 +465,6 @@ def test_an_error_reply_with_a_foreign_sender_is_the_failure_of_the_node_it_answ
     assert _messages(caplog) == ["round 1: node 11 stopped at the deadline (stopped)"]
 
 
-@pytest.mark.mutation_found("pipeline")
 def test_a_reply_from_a_member_sent_nothing_is_rejected_with_its_worker():
     collector = _collector()
     state = _state(make_code("frc", 4, 1), [10, 11, 12, 13])
@@ -481,7 +477,6 @@ def test_a_reply_from_a_member_sent_nothing_is_rejected_with_its_worker():
     assert state.answered == {1} and state.valid == {}
 
 
-@pytest.mark.mutation_found("pipeline")
 def test_the_cross_check_measures_disagreement_against_the_replies_exact_sizes():
     """Two FRC replicas of norm 100 whose projections differ by 0.1 disagree by 0.1 / 2 / 100
     relative to their size (verified at tolerance 0.01); against the projections' own norms
@@ -514,7 +509,6 @@ def _round_expecting_w():
     return collector, state, request
 
 
-@pytest.mark.mutation_found("pipeline")
 def test_a_reply_in_another_dtype_than_the_rounds_wire_is_rejected():
     from fl_gradcode.flower import protocol
     from tests.flower.messages import train_instruction
@@ -530,7 +524,6 @@ def test_a_reply_in_another_dtype_than_the_rounds_wire_is_rejected():
     assert list(state.valid) == [1]
 
 
-@pytest.mark.mutation_found("pipeline")
 def test_under_verify_a_decodable_round_returns_early_only_once_cross_checked():
     collector = ReplyCollector(WallClock(10.0), DeadlinePolicy(DeadlineOptions(), False),
                                IntegrityOptions(verify=True), Quarantine(), ReplyFingerprints())
@@ -551,7 +544,6 @@ def test_under_verify_a_decodable_round_returns_early_only_once_cross_checked():
     assert collector.ready()  # for, the group is left out and the other one settled
 
 
-@pytest.mark.mutation_found("pipeline")
 def test_a_two_to_one_group_is_left_out_blaming_nobody_and_logged(caplog):
     """FRC(6, 2): two agreeing replicas could be two colluders, so the third is not
     outvoted (before, it was excluded as the culprit)."""
@@ -573,7 +565,6 @@ def test_a_two_to_one_group_is_left_out_blaming_nobody_and_logged(caplog):
             ) in _messages(caplog)
 
 
-@pytest.mark.mutation_found("pipeline")
 def test_withholding_says_why_in_the_log(caplog):
     import logging
 
@@ -593,7 +584,6 @@ def test_withholding_says_why_in_the_log(caplog):
     ]
 
 
-@pytest.mark.mutation_found("pipeline")
 def test_a_code_with_fewer_partitions_than_clients_splits_the_apps_data_and_says_so_once(caplog):
     import logging
 
@@ -620,7 +610,6 @@ def _frc_dispatch(seed: int, nonce: str):
                              workload=Workload({}, {}, None, 0), inner=object())
 
 
-@pytest.mark.mutation_found("pipeline")
 def test_the_weight_key_defaults_to_num_examples_for_a_strategy_without_one():
     from flwr.app import RecordDict
 
@@ -632,7 +621,6 @@ def test_the_weight_key_defaults_to_num_examples_for_a_strategy_without_one():
     assert state.sent == {0: msg}
 
 
-@pytest.mark.mutation_found("pipeline")
 def test_a_prediction_of_zero_seconds_keeps_the_straggler_deadline():
     policy = DeadlinePolicy(DeadlineOptions(straggler_timeout=100.0, auto_deadline=1.5), True)
     assert policy.round_deadline(SimpleNamespace(expected_time=0.0)) == 100.0
@@ -657,7 +645,6 @@ class _ExcludingPolicy:
         return set()
 
 
-@pytest.mark.mutation_found("pipeline")
 def test_a_member_the_policy_excludes_is_sent_nothing_and_recorded_as_excluded_not_busy():
     from flwr.app import Array, ArrayRecord, RecordDict
 
@@ -677,7 +664,6 @@ def test_a_member_the_policy_excludes_is_sent_nothing_and_recorded_as_excluded_n
     assert opened.state.excluded == [2] and opened.state.busy == []
 
 
-@pytest.mark.mutation_found("pipeline")
 def test_the_model_arrays_key_falls_back_to_the_only_array_record():
     from flwr.app import Array, ArrayRecord, RecordDict
 
@@ -693,7 +679,6 @@ def test_the_model_arrays_key_falls_back_to_the_only_array_record():
         array_key(two, "arrays")
 
 
-@pytest.mark.mutation_found("pipeline")
 def test_a_chunk_travels_in_float32_only_with_wire_model_and_an_all_float32_model():
     from fl_gradcode.flower.round_state import wire_dtypes
 
@@ -704,7 +689,6 @@ def test_a_chunk_travels_in_float32_only_with_wire_model_and_an_all_float32_mode
     assert wire_dtypes(code, {"a": f32, "b": f32}, "float64") == {"chunk": f64}
 
 
-@pytest.mark.mutation_found("pipeline")
 def test_a_workers_load_is_its_examples_over_one_clients_share():
     """FRC(4, 1): workers 0 and 1 hold partitions {0, 1}, workers 2 and 3 hold {2, 3}."""
     from fl_gradcode.flower.workload import Workload
@@ -724,7 +708,6 @@ def test_a_workers_load_is_its_examples_over_one_clients_share():
     assert empty.load(code, 0, parts) == 2.0
 
 
-@pytest.mark.mutation_found("pipeline")
 def test_the_opened_round_records_the_models_layout():
     from flwr.app import Array, ArrayRecord, RecordDict
 
@@ -744,7 +727,6 @@ def test_the_opened_round_records_the_models_layout():
     assert state.layout == {"w": (2, 3), "b": (3,)}
 
 
-@pytest.mark.mutation_found("pipeline")
 def test_a_reply_without_an_open_round_is_ignored():
     collector = _collector()
     reply = _Reply("1", False, node=11)
@@ -753,7 +735,6 @@ def test_a_reply_without_an_open_round_is_ignored():
     assert collector.state is None
 
 
-@pytest.mark.mutation_found("pipeline")
 def test_serial_blas_sets_multithreaded_blas_to_one_thread_and_restores_it():
     from threadpoolctl import ThreadpoolController, threadpool_limits
 
@@ -805,7 +786,6 @@ def test_a_serial_blas_block_inside_another_leaves_the_libraries_alone(monkeypat
     assert calls[3:] == ["get", ("set", 1), ("set", 4)]
 
 
-@pytest.mark.mutation_found("pipeline")
 def test_an_accepted_reply_is_fingerprinted_for_its_round():
     from fl_gradcode.flower import protocol
     from fl_gradcode.flower.compat import CompositionError
@@ -824,7 +804,6 @@ def test_an_accepted_reply_is_fingerprinted_for_its_round():
         collector.fingerprints.check(1, [], "Outer")
 
 
-@pytest.mark.mutation_found("pipeline")
 def test_an_applied_decoding_the_replicas_contradict_turns_the_verdict_contradicted():
     """FRC(4, 1), workers 0 and 2 used: the min-norm decoding weighs each by 1; applying
     weight 2 to worker 0 (reply [1, 0], size 1) is off by |2 - 1| * 1 / 1 = 1."""
@@ -847,7 +826,6 @@ def test_an_applied_decoding_the_replicas_contradict_turns_the_verdict_contradic
     assert agreeing.status == "verified" and agreeing.unresolved is False
 
 
-@pytest.mark.mutation_found("pipeline")
 def test_verify_warns_once_that_rounds_without_redundancy_are_applied_unverified(caplog):
     import logging
 
@@ -864,7 +842,6 @@ def test_verify_warns_once_that_rounds_without_redundancy_are_applied_unverified
     assert _collector().probe_for(state, {}) is None  # not verifying: no probe, no warning
 
 
-@pytest.mark.mutation_found("pipeline")
 def test_a_train_instruction_carries_the_runs_nonce_and_the_workers_partitions():
     from flwr.app import RecordDict
 
@@ -876,7 +853,6 @@ def test_a_train_instruction_carries_the_runs_nonce_and_the_workers_partitions()
     assert inst.partition_ids == (2, 3) and inst.num_partitions == (4, 4)  # FRC group {2, 3}
 
 
-@pytest.mark.mutation_found("pipeline")
 def test_the_opener_reads_the_arrays_record_by_default_among_several():
     from flwr.app import Array, ArrayRecord, RecordDict
 
@@ -896,7 +872,6 @@ def test_the_opener_reads_the_arrays_record_by_default_among_several():
     assert state.array_key == "arrays" and state.layout == {"w": (3,)}
 
 
-@pytest.mark.mutation_found("pipeline")
 def test_the_applied_decoding_is_measured_against_the_replies_exact_sizes():
     """FRC(4, 1), workers 0 and 2 used, replies [1, 0] and [0, 1] of exact norm 100: applying
     weight 1.5 instead of 1 to worker 0 is off by 0.5 * 1 / 100 = 0.005 relative to the
@@ -915,7 +890,6 @@ def test_the_applied_decoding_is_measured_against_the_replies_exact_sizes():
     assert verdict.disagreement == 0.0
 
 
-@pytest.mark.mutation_found("pipeline")
 def test_an_applied_decoding_exactly_at_the_tolerance_agrees():
     """Tolerance 0 asks for exact agreement: all-zero replies (a zero gradient) agree exactly
     with any decoding (disagreement 0 <= 0), so the verdict stays verified."""
@@ -930,7 +904,6 @@ def test_an_applied_decoding_exactly_at_the_tolerance_agrees():
     assert verdict.status == "verified" and verdict.unresolved is False
 
 
-@pytest.mark.mutation_found("pipeline")
 def test_twins_in_a_contradiction_are_left_out_and_never_quarantined(caplog):
     """FRC(4, 1): the twins 0 and 1 disagree and nothing tells which lies; even with one
     offence enough, neither is quarantined (before, both were: the honest one too)."""
@@ -950,7 +923,6 @@ def test_twins_in_a_contradiction_are_left_out_and_never_quarantined(caplog):
     assert [m for m in _messages(caplog) if "quarantined" in m] == []
 
 
-@pytest.mark.mutation_found("pipeline")
 def test_a_train_instruction_carries_the_dp_noise_multiplier():
     from flwr.app import RecordDict
 
@@ -983,7 +955,6 @@ class _RecordingPolicy(_ExcludingPolicy):
         return set()
 
 
-@pytest.mark.mutation_found("pipeline")
 def test_a_round_with_every_member_busy_waits_and_asks_the_policy_again_with_the_cohort():
     """Every member busy until 5, 3, 7, 9 s and nothing queued: the virtual clock jumps to
     3 s, when node 11 is free, and the policy is asked again with the round's cohort."""
@@ -1006,7 +977,6 @@ def test_a_round_with_every_member_busy_waits_and_asks_the_policy_again_with_the
     assert (idle, queued, held) == ({10, 12, 13}, set(), set())
 
 
-@pytest.mark.mutation_found("pipeline")
 def test_the_wire_dtypes_are_computed_once_per_code_dtypes_and_wire(monkeypatch):
     from fl_gradcode.flower import round_state
 

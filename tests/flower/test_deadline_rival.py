@@ -15,8 +15,6 @@ from fl_gradcode.flower.deadline import TIMING_KEY, DeadlineFedAvg, train_timing
 from fl_gradcode.flower.testing import InProcessGrid, set_task_identity
 from fl_gradcode.results import read_rounds
 
-pytestmark = pytest.mark.mutation_found("deadline")
-
 WEIGHTS = {0: 10, 1: 30, 2: 20, 3: 40}  # partition -> examples the reply reports
 
 

@@ -455,7 +455,6 @@ def test_privatiser_accounts_independent_noise_only_under_partition_dp():
     assert multiplier("central", "independent") is None
 
 
-@pytest.mark.mutation_found("decoder")
 def test_auto_wire_sends_float64_for_a_code_that_amplifies_rounding_beyond_the_limit():
     decoder = Decoder(FedAvg())
     crc = make_code("crc", 8, 3)  # error amplification about 50 (> 8)
@@ -465,7 +464,6 @@ def test_auto_wire_sends_float64_for_a_code_that_amplifies_rounding_beyond_the_l
     assert Decoder(FedAvg(), wire="float64").wire_for(make_code("frc", 4, 1)) == "float64"
 
 
-@pytest.mark.mutation_found("decoder")
 def test_a_non_finite_inner_model_is_named_with_its_round_in_the_log(caplog):
     code = make_code("frc", n=4, s=1)
     theta, _, _, replies = _problem(code)
@@ -520,7 +518,6 @@ def _aggregate_with_a_nan_reply(sparse):
     return outcome, arrays, state, _average(theta, sizes, deltas)
 
 
-@pytest.mark.mutation_found("decoder")
 def test_a_reply_whose_nan_spoils_the_decoded_model_is_rejected_and_the_round_decoded_again():
     outcome, arrays, state, expected = _aggregate_with_a_nan_reply(sparse=False)
     assert state.rejected == [(101, "array 'w' contains NaN or Inf")] and 1 not in state.valid
@@ -529,7 +526,6 @@ def test_a_reply_whose_nan_spoils_the_decoded_model_is_rejected_and_the_round_de
         np.testing.assert_allclose(arrays[k].numpy(), expected[k], rtol=1e-10)
 
 
-@pytest.mark.mutation_found("decoder")
 def test_a_nan_in_a_reply_the_decoding_does_not_read_rejects_nothing():
     outcome, arrays, state, expected = _aggregate_with_a_nan_reply(sparse=True)
     assert state.rejected == [] and outcome.decode == "exact"
@@ -567,7 +563,6 @@ def _amplification_over(code, sets):
                / code.k for r in sets)
 
 
-@pytest.mark.mutation_found("decoder")
 def test_error_amplification_is_the_worst_decodable_set_and_reproducible():
     import itertools
 
@@ -578,8 +573,7 @@ def test_error_amplification_is_the_worst_decodable_set_and_reproducible():
     assert error_amplification(wide) == error_amplification(wide)
 
 
-# ================================================================== mutation-found: decoder
-@pytest.mark.mutation_found("decoder")
+# ================================================================================== decoder: edges
 def test_float64_sums_written_into_a_float32_buffer_are_summed_in_float64():
     """2^25 + 1 - 2^25 is 1 in float64 but 0 in float32 (24-bit significand): the sums are
     taken in ``dtype`` even when ``out`` is float32, then cast once."""
@@ -592,7 +586,6 @@ def test_float64_sums_written_into_a_float32_buffer_are_summed_in_float64():
     assert (np.float32(2.0 ** 25) + np.float32(1.0)) - np.float32(2.0 ** 25) == 0.0
 
 
-@pytest.mark.mutation_found("decoder")
 def test_combine_sums_a_dtype_without_a_blas_kernel_with_numpy():
     """float16 has no BLAS ``axpy``: a coefficient other than 0 and 1 goes through numpy."""
     x = np.array([1.0, 2.0, 4.0], dtype=np.float16)
@@ -602,7 +595,6 @@ def test_combine_sums_a_dtype_without_a_blas_kernel_with_numpy():
     assert out.tolist() == (x.astype(np.float64) + 0.5 * y.astype(np.float64)).tolist()
 
 
-@pytest.mark.mutation_found("decoder")
 def test_error_amplification_draws_the_number_of_samples_it_is_given():
     import itertools
 
@@ -616,7 +608,6 @@ def test_error_amplification_draws_the_number_of_samples_it_is_given():
         _amplification_over(small, [list(range(8)), *every]))
 
 
-@pytest.mark.mutation_found("decoder")
 @pytest.mark.parametrize(("cores", "load", "idle"), [
     (4, 0.0, 4), (4, 1.0, 4), (4, 1.4, 4), (4, 3.0, 2), (4, 9.0, 1), (1, 0.0, 1)])
 def test_idle_cores_are_the_affinity_mask_minus_the_other_runnable_work(
@@ -630,7 +621,6 @@ def test_idle_cores_are_the_affinity_mask_minus_the_other_runnable_work(
     assert idle_cores() == idle
 
 
-@pytest.mark.mutation_found("decoder")
 def test_the_count_goes_under_the_inner_strategys_weighting_key():
     code = make_code("frc", n=4, s=1)
     theta, sizes, _, replies = _problem(code)
@@ -660,7 +650,6 @@ class _Watched(dict):
         return super().__getitem__(key)
 
 
-@pytest.mark.mutation_found("decoder")
 def test_a_reply_the_sparse_decoding_gives_no_weight_is_never_opened():
     code = make_code("frc", n=4, s=1)  # groups {0, 1}, {2, 3}: one reply read per group
     theta, sizes, deltas, replies = _problem(code)
@@ -695,7 +684,6 @@ def _spy_pools(monkeypatch, cores):
     return pools
 
 
-@pytest.mark.mutation_found("decoder")
 def test_a_large_model_uses_one_thread_per_array_up_to_the_idle_cores(monkeypatch):
     pools = _spy_pools(monkeypatch, 3)
     code = make_code("frc", n=4, s=1)
@@ -707,7 +695,6 @@ def test_a_large_model_uses_one_thread_per_array_up_to_the_idle_cores(monkeypatc
                                    + (replies[0].arrays[k] + replies[2].arrays[k]) / 4.0)
 
 
-@pytest.mark.mutation_found("decoder")
 def test_a_small_model_is_finished_without_a_thread_pool(monkeypatch):
     pools = _spy_pools(monkeypatch, 3)
     code = make_code("frc", n=4, s=1)
@@ -719,7 +706,6 @@ def test_a_small_model_is_finished_without_a_thread_pool(monkeypatch):
         np.testing.assert_allclose(decoded.arrays[k].numpy(), expected[k], rtol=1e-10)
 
 
-@pytest.mark.mutation_found("decoder")
 def test_a_non_positive_count_and_a_non_finite_model_are_logged_with_their_round(caplog):
     code = make_code("uncoded", n=2, s=0)
     theta, _, _, replies = _problem(code)
@@ -741,7 +727,6 @@ def test_a_non_positive_count_and_a_non_finite_model_are_logged_with_their_round
         "round 6: decoded model not finite; round skipped"]
 
 
-@pytest.mark.mutation_found("decoder")
 def test_auto_wire_samples_the_amplification_with_the_decoders_seed(monkeypatch):
     import fl_gradcode.flower.decoder as decoder_module
 
@@ -758,7 +743,6 @@ def test_auto_wire_samples_the_amplification_with_the_decoders_seed(monkeypatch)
     assert seeds == [7]
 
 
-@pytest.mark.mutation_found("decoder")
 def test_unsized_central_noise_is_logged_in_full(caplog):
     import re
 
@@ -806,8 +790,7 @@ def test_chunked_replies_decode_block_by_block_and_split_between_cores(monkeypat
     assert _decode(code, replies, used, theta, dtypes=dtypes) is None
 
 
-# ================================================================== mutation-found: decoder (2)
-@pytest.mark.mutation_found("decoder")
+# ============================================================================== decoder: edges (2)
 def test_a_round_records_the_decodings_error():
     """FRC n=4, s=1 (groups {0, 1} and {2, 3}): both groups decode exactly (error 0); group 0
     alone at best recovers partitions 0 and 1, ``alpha = [1, 1, 0, 0]``: error
@@ -822,7 +805,6 @@ def test_a_round_records_the_decodings_error():
     np.testing.assert_allclose(arrays["w"].numpy(), expected["w"], rtol=1e-10)
 
 
-@pytest.mark.mutation_found("decoder")
 def test_a_decodable_round_the_decoder_refuses_is_recorded_as_skipped(caplog):
     """Every partition claims no examples: the decoding is exact but the count is 0, so
     nothing is applied and the round says so."""
@@ -839,7 +821,6 @@ def test_a_decodable_round_the_decoder_refuses_is_recorded_as_skipped(caplog):
         r.getMessage() for r in caplog.records]
 
 
-@pytest.mark.mutation_found("decoder")
 def test_under_verify_a_round_skipped_anyway_is_not_said_to_be_withheld(caplog):
     """``verify=True``, the replies not cross-checked: a round with nothing decodable is
     skipped for that reason alone; the "could not all be cross-checked" warning is for a
@@ -870,7 +851,6 @@ def test_under_verify_a_round_skipped_anyway_is_not_said_to_be_withheld(caplog):
         "deadline; nothing is applied"]
 
 
-@pytest.mark.mutation_found("decoder")
 def test_a_float64_sum_beyond_a_float32_models_range_is_not_released(caplog):
     """float64 replies of a float32 model: 1e39 is finite in float64 but beyond float32's
     largest value (~3.4e38), so the model would hold Inf; the round is skipped."""
@@ -888,7 +868,6 @@ def test_a_float64_sum_beyond_a_float32_models_range_is_not_released(caplog):
         "round 1: decoded model not finite; round skipped"]
 
 
-@pytest.mark.mutation_found("decoder")
 def test_a_decoding_that_reads_no_reply_decodes_no_examples(caplog):
     """All-zero coefficients: the decoded count is 0 and the round is skipped (logged)."""
     from fl_gradcode.codes import Decoding
@@ -905,7 +884,6 @@ def test_a_decoding_that_reads_no_reply_decodes_no_examples(caplog):
         "round 3: decoded example count 0.0; round skipped"]
 
 
-@pytest.mark.mutation_found("decoder")
 def test_combine_takes_one_coefficient_per_reply():
     views = [np.ones(3), np.ones(3)]
     for coefficients in ([1.0], [1.0, 1.0, 1.0]):
@@ -914,7 +892,6 @@ def test_combine_takes_one_coefficient_per_reply():
             combine(coefficients, views, np.float64)
 
 
-@pytest.mark.mutation_found("decoder")
 def test_combine_weights_a_later_reply_by_its_own_coefficient():
     """Coefficients 1, 2, 1, -1 (small integers: exact in float64): numpy's sum."""
     rng = np.random.default_rng(5)
@@ -924,7 +901,6 @@ def test_combine_weights_a_later_reply_by_its_own_coefficient():
     np.testing.assert_array_equal(out, a @ np.stack(views))
 
 
-@pytest.mark.mutation_found("decoder")
 def test_combine_sums_float32_replies_in_float64_over_a_partial_last_block():
     """Replies in another dtype than the sums go through the scratch buffer; three values
     past the first cache block: the last block is shorter than the buffer."""
@@ -939,7 +915,6 @@ def test_combine_sums_float32_replies_in_float64_over_a_partial_last_block():
     np.testing.assert_allclose(out, expected, rtol=1e-15, atol=1e-15)
 
 
-@pytest.mark.mutation_found("decoder")
 @pytest.mark.parametrize(("threshold", "threaded"), [(18, True), (19, True), (20, False)])
 def test_chunked_replies_are_split_between_cores_from_the_threshold_on(monkeypatch, threshold,
                                                                          threaded):

@@ -17,8 +17,7 @@ MODULE_OF = {
 }
 
 
-# ======== found by mutation testing ==============================================================
-@pytest.mark.mutation_found("flower_package")
+# ======== edges: exact values, bounds and messages ===============================================
 @pytest.mark.parametrize("name", sorted(MODULE_OF))
 def test_each_public_name_is_the_object_of_its_module_and_is_kept(name, monkeypatch):
     module = importlib.import_module(f"fl_gradcode.flower.{MODULE_OF[name]}")
@@ -27,7 +26,6 @@ def test_each_public_name_is_the_object_of_its_module_and_is_kept(name, monkeypa
     assert vars(package)[name] is getattr(module, name)  # cached: no second lookup
 
 
-@pytest.mark.mutation_found("flower_package")
 def test_an_unknown_name_is_an_attribute_error_naming_it():
     with pytest.raises(AttributeError) as info:
         package.__getattr__("GradientCodnig")
@@ -36,7 +34,6 @@ def test_an_unknown_name_is_an_attribute_error_naming_it():
         _ = package.no_such_name
 
 
-@pytest.mark.mutation_found("flower_package")
 def test_dir_lists_every_public_name_sorted():
     names = package.__dir__()
     assert names == sorted(names)

@@ -226,7 +226,6 @@ def loo_reference(A, Z, scale):
     return worst
 
 
-@pytest.mark.mutation_found("integrity")
 @pytest.mark.parametrize("with_sizes", [False, True])
 def test_disagreement_is_the_leave_one_out_distance_over_the_median_size(with_sizes):
     """float32 projections are measured exactly (float64); the yardstick is the median of the
@@ -244,7 +243,6 @@ def test_disagreement_is_the_leave_one_out_distance_over_the_median_size(with_si
     assert verdict.disagreement == pytest.approx(loo_reference(code.B, Z, scale), rel=1e-10)
 
 
-@pytest.mark.mutation_found("integrity")
 def test_zero_replies_agree_exactly_and_a_reply_beside_zero_sized_ones_is_infinitely_off():
     code = make_code("frc", n=6, s=2)
     zero = {i: np.zeros(4) for i in range(6)}
@@ -259,7 +257,6 @@ def test_zero_replies_agree_exactly_and_a_reply_beside_zero_sized_ones_is_infini
     assert verdict.status == "verified"
 
 
-@pytest.mark.mutation_found("integrity")
 @pytest.mark.parametrize("with_sizes", [False, True])
 def test_a_large_block_names_its_one_wrong_reply(with_sizes):
     """Twenty replies in one block (more than the small-block search handles): the residual
@@ -278,7 +275,6 @@ def test_a_large_block_names_its_one_wrong_reply(with_sizes):
     assert verdict.disagreement == pytest.approx(loo_reference(code.B, Z, scale), rel=1e-8)
 
 
-@pytest.mark.mutation_found("integrity")
 def test_the_exclusion_check_measures_the_rest_against_the_exact_sizes():
     """Honest replicas that differ by 1e-6 of their projections (non-deterministic training)
     are consistent against exact sizes 1e6 times larger: the outvoted replica is excluded."""
@@ -294,7 +290,6 @@ def test_the_exclusion_check_measures_the_rest_against_the_exact_sizes():
     assert verify_replies(code, z, range(6), 1e-9).status == "contradicted"
 
 
-@pytest.mark.mutation_found("integrity")
 def test_pure_replication_more_replies_than_partitions_in_a_block():
     """Three replicas of one partition (B = ones(3, 1)): two agreeing replies outvote a third."""
     code = GradientCode(np.ones((3, 1)), 2, is_exact=True)
@@ -309,7 +304,6 @@ def test_pure_replication_more_replies_than_partitions_in_a_block():
     assert verdict.disagreement == pytest.approx(1 / 3, rel=1e-12)
 
 
-@pytest.mark.mutation_found("integrity")
 def test_an_excluded_reply_leaves_an_essential_one_unchecked_and_the_cache_keeps_block_verdicts():
     """One block: replies 0, 1, 2 replicate partition 0, reply 3 = 2 u_0 + u_1 is the only one
     with partition 1. Reply 2 is outvoted; reply 3 cannot be checked: 'unverified'."""
@@ -364,7 +358,6 @@ class Unnamed:
     s = 0
 
 
-@pytest.mark.mutation_found("integrity")
 def test_verify_refusal_names_the_code_and_what_to_use_instead():
     assert verify_refusal("comm-efficient", 2, {"m": 1}) is None
     assert verify_refusal("comm-efficient", 2, {}) == CHUNKED  # m defaults to 2
@@ -388,7 +381,6 @@ def test_verify_refusal_names_the_code_and_what_to_use_instead():
             name, "it places Reed-Solomon or cyclic blocks when (s + 1) does not divide n")
 
 
-@pytest.mark.mutation_found("integrity")
 def test_round_probe_without_verify_is_sampled_only_with_redundancy():
     layout = {"w": (10,)}
     assert round_probe(make_code("uncoded", n=4, s=0), layout, False, {}) is None
@@ -405,7 +397,6 @@ def test_round_probe_without_verify_is_sampled_only_with_redundancy():
     assert str(err.value) == APPROXIMATE
 
 
-@pytest.mark.mutation_found("integrity")
 def test_probe_size_is_the_exact_norm_of_the_whole_reply_without_overflow():
     """More coordinates than one dense block (2^15), values whose squares overflow: the norm
     by scaling (numpy reference), arrays + count + metrics when probed."""
@@ -428,7 +419,6 @@ def test_probe_size_is_the_exact_norm_of_the_whole_reply_without_overflow():
     assert np.isnan(probe.size(arrays, 7.0, metrics))
 
 
-@pytest.mark.mutation_found("integrity")
 def test_every_metric_has_its_own_secret_weights_and_enters_linearly():
     probe = Probe({"w": (4,)}, (5, 6), q=4, sample=None, metrics=True)
     zero = {"w": np.zeros(4)}
@@ -446,7 +436,6 @@ def test_every_metric_has_its_own_secret_weights_and_enters_linearly():
     assert not np.allclose(part({"loss": 3.0, "acc": -2.5}), part({"loss": 3.0, "acc": -2.0}))
 
 
-@pytest.mark.mutation_found("integrity")
 def test_a_large_block_resolves_a_contradiction_that_one_exclusion_explains():
     """'Resolved' (module docstring): removing exactly one reply leaves a consistent set that
     still decodes. Reply 7 is scaled by 1.5; reply 5 is off by 1e-3 of itself, and the 19
@@ -564,13 +553,11 @@ def test_a_large_block_excludes_exactly_when_the_rest_is_within_the_tolerance(wi
     assert (below.status, below.excluded, below.unresolved) == ("contradicted", [], True)
 
 
-@pytest.mark.mutation_found("integrity")
 def test_no_redundancy_by_name_is_refused_whatever_s_says():
     assert verify_refusal("ignore-stragglers", 2, {}) == no_redundancy("ignore-stragglers", 2)
     assert verify_refusal("uncoded", 1, {}) == no_redundancy("uncoded", 1)
 
 
-@pytest.mark.mutation_found("integrity")
 def test_metric_weights_are_keyed_by_the_probes_secret_words():
     """Reference: the keyed BLAKE2b of the metric's name (key = BLAKE2b of the words), its 16
     bytes seeding numpy's generator; another probe's words give other weights."""
@@ -590,7 +577,6 @@ def test_metric_weights_are_keyed_by_the_probes_secret_words():
     assert not np.allclose(parts[0], parts[1])  # secret per probe, not per name only
 
 
-@pytest.mark.mutation_found("integrity")
 def test_a_single_array_no_larger_than_the_sample_is_read_whole():
     """One array of exactly ``sample`` coordinates: every coordinate is measured (its whole
     sample goes to the one array), so a change anywhere moves the projections."""
@@ -600,7 +586,6 @@ def test_a_single_array_no_larger_than_the_sample_is_read_whole():
     assert all(moved)
 
 
-@pytest.mark.mutation_found("integrity")
 def test_replies_projected_on_no_functional_agree_exactly():
     """Zero functionals (empty projections): nothing can disagree; a verdict, not a crash."""
     code = make_code("frc", n=6, s=2)
@@ -609,14 +594,12 @@ def test_replies_projected_on_no_functional_agree_exactly():
     assert (verdict.status, verdict.excluded, verdict.disagreement) == ("verified", [], 0.0)
 
 
-@pytest.mark.mutation_found("integrity")
 def test_applied_disagreement_is_infinite_when_the_used_replies_do_not_decode():
     code = make_code("crc", n=6, s=2)  # one block: one reply alone does not decode it
     z = {w: np.ones(3) for w in range(6)}
     assert applied_disagreement(code, z, [0], np.eye(6)[0]) == float("inf")
 
 
-@pytest.mark.mutation_found("integrity")
 def test_applied_disagreement_of_float32_projections_is_computed_in_float64():
     """float32 projections that nearly agree: the distance of the applied decoding (worker 0
     alone) from the min-norm one (1/3 each) is ``|2 z0 - z1 - z2| / 3`` over the median norm,
@@ -644,7 +627,6 @@ def test_applied_disagreement_of_float32_projections_is_computed_in_float64():
     assert float32_value != pytest.approx(expected, rel=1e-6)
 
 
-@pytest.mark.mutation_found("integrity")
 @pytest.mark.parametrize("n", [20, 40])
 def test_a_large_block_confirms_only_its_candidates_whatever_its_size(n, monkeypatch):
     """The module docstring's cost: every leave-one-out of a block comes from one SVD. One
@@ -672,7 +654,6 @@ needs_longdouble = pytest.mark.skipif(np.finfo(np.longdouble).eps >= np.finfo(np
                                       reason="long double is float64 on this platform")
 
 
-@pytest.mark.mutation_found("integrity")
 @needs_longdouble
 def test_the_sampled_probe_reads_a_long_double_reply_as_its_float64_rounding():
     """A model kept in long double sends long double replies (``wire="model"``): the sampled
@@ -689,7 +670,6 @@ def test_the_sampled_probe_reads_a_long_double_reply_as_its_float64_rounding():
         np.testing.assert_array_equal(probe(x, 2.0), probe(rounded, 2.0))
 
 
-@pytest.mark.mutation_found("integrity")
 @needs_longdouble
 def test_applied_disagreement_reads_long_double_coefficients_as_float64():
     """Coefficients given in long double are the float64 values they round to (every input of

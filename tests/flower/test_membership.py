@@ -114,7 +114,6 @@ def test_node_erroring_at_the_handshake_recovers_and_gets_work_again():
     assert [row["nodes"]["used"].count(node) for row in outcome.rows][:2] == [0, 0]
 
 
-@pytest.mark.mutation_found("membership")
 def test_an_error_reply_written_for_a_node_is_that_nodes_failure(caplog):
     """Flower's SuperLink answers a message to an unreachable node with an error reply under
     its own id (1): the reply is matched to the node by the message it answers."""
@@ -489,7 +488,6 @@ def test_launch_exits_non_zero_when_the_server_app_failed(tmp_path, monkeypatch,
     assert _calls(calls)[-1] == ["ls", "--run-id", "4242", "--format", "json"]
 
 
-@pytest.mark.mutation_found("membership")
 def test_a_handshake_error_text_is_logged_on_one_bounded_line(caplog):
     def noisy(msg, context, call_next):
         instruction = parse_instruction(msg.content) if msg.has_content() else None
@@ -572,7 +570,6 @@ def test_an_error_reply_written_for_a_node_in_a_training_round_names_that_node()
     assert row["nodes"]["rejected"] == [grid.node_ids[2]]
 
 
-@pytest.mark.mutation_found("membership")
 def test_a_code_object_for_another_size_is_rebuilt_under_its_own_name_from_the_seed():
     code, why = code_for_cohort(make_code("bgc", n=6, s=2, seed=3), 5, 2, 7, {})
     assert (code.name, code.n, code.s) == ("bgc", 5, 2)
@@ -581,13 +578,11 @@ def test_a_code_object_for_another_size_is_rebuilt_under_its_own_name_from_the_s
                    "s=2 for cohorts of 5")
 
 
-@pytest.mark.mutation_found("membership")
 def test_an_s_beyond_the_cohort_is_capped_at_n_minus_1_without_a_fallback():
     code, why = code_for_cohort("grouped-rs", 3, 7, 0, {})
     assert (code.name, code.n, code.s, why) == ("grouped-rs", 3, 2, None)
 
 
-@pytest.mark.mutation_found("membership")
 def test_a_code_for_a_cohort_is_drawn_from_the_runs_seed():
     code, why = code_for_cohort("bgc", 5, 2, 7, {})
     assert why is None
@@ -605,7 +600,6 @@ class _DownGrid:
         raise RuntimeError("down")
 
 
-@pytest.mark.mutation_found("membership")
 def test_a_handshake_the_grid_cannot_deliver_fails_each_asked_node_with_the_cause():
     grid = _DownGrid()
     members = Membership(warmup_timeout=0.5, nonce="run-7")
@@ -646,7 +640,6 @@ HINT = ("Does every ClientApp run gradient_coding_mod as its FIRST mod "
         "messages) and have 'partition-id' and 'num-partitions' in its node config?")
 
 
-@pytest.mark.mutation_found("membership")
 def test_a_malformed_identity_is_a_failure_with_its_own_short_reason_and_a_bad_range_named():
     """Node 5 answers with a fractional partition-id (not an error reply): its failure is the
     rejection reason as written, uncut (no advice for error replies, no '...'); node 6 claims
@@ -668,7 +661,6 @@ def test_a_malformed_identity_is_a_failure_with_its_own_short_reason_and_a_bad_r
     assert members.row_fields(1) == {"unidentified": [5], "identity_rejected": [6]}
 
 
-@pytest.mark.mutation_found("membership")
 def test_an_empty_nonce_is_replaced_by_the_default_one():
     sent = {}
     for nonce in ("", None):
@@ -681,7 +673,6 @@ def test_an_empty_nonce_is_replaced_by_the_default_one():
     assert default and sent == {"": default, None: default}
 
 
-@pytest.mark.mutation_found("membership")
 def test_a_departed_nodes_released_claim_is_logged_with_the_node_and_its_partition(caplog):
     grid = _Nodes(claims={10: (0, 3), 11: (1, 3), 13: (2, 3)})
     members = Membership(1.0)
@@ -696,7 +687,6 @@ def test_a_departed_nodes_released_claim_is_logged_with_the_node_and_its_partiti
     assert 13 not in members.claims
 
 
-@pytest.mark.mutation_found("membership")
 def test_neither_claimant_keeps_a_contested_partition_whatever_the_order_or_ids():
     """Node 20 claims partition 0 in round 1; node 10 (a smaller id) claims it in round 2:
     neither is used from then on (answer order and node ids decide nothing), partition 0 gets
@@ -710,7 +700,6 @@ def test_neither_claimant_keeps_a_contested_partition_whatever_the_order_or_ids(
     assert members.verdicts() == {10: why.format(20), 20: why.format(10)}
 
 
-@pytest.mark.mutation_found("membership")
 def test_the_handshake_warning_gives_the_hint_only_the_first_time_a_node_fails(caplog):
     grid = _DownGrid()
     grid.get_node_ids = lambda: [5]
@@ -724,7 +713,6 @@ def test_the_handshake_warning_gives_the_hint_only_the_first_time_a_node_fails(c
         f"round 1: 1 node(s) {head}. {HINT}", f"round 2: 1 node(s) {head}"]
 
 
-@pytest.mark.mutation_found("membership")
 def test_once_a_node_was_accepted_membership_never_ends_the_run():
     """Node 10 passes in round 1 and leaves; node 11 never answers: rounds 2-7 are idle (no
     member), never the end of the run (a cohort of one accepted node decodes)."""
@@ -737,7 +725,6 @@ def test_once_a_node_was_accepted_membership_never_ends_the_run():
     assert members.failed == {11: "no reply within 0.5 s"}
 
 
-@pytest.mark.mutation_found("membership")
 def test_no_decodable_set_ends_the_run_naming_the_rounds_and_the_nodes():
     grid = _Nodes(listed=[5, 6])
     members = Membership(1.0)

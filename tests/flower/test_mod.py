@@ -1,7 +1,5 @@
 """The client mod (``mod.py``) and its wire protocol (``protocol.py``): record keys and their
-defaults, partition seeds, the mod's error replies and partition-level DP inside the mod. These
-tests were written after mutation testing (``tools/mutation.py``), each marked
-``mutation_found`` with the module whose surviving mutant it kills.
+defaults, partition seeds, the mod's error replies and partition-level DP inside the mod.
 
 Expected values come from the documented contract (literal defaults and key names, the seed
 formulas recomputed with hashlib / the privacy module) or from a plain numpy computation,
@@ -58,22 +56,21 @@ def _train(msg: Message, context: Context) -> Message:
 
 
 # ------------------------------------------------------------------------------ protocol
-@pytest.mark.mutation_found("protocol")
-def test_npy_header_fast_path_agrees_with_numpys_own_parser():
-    """The fast header parser reads the 2-byte little-endian header length; shape, order,
-    dtype and data offset equal what numpy's reader reports for the same bytes."""
-    for arr in (np.arange(3.0), np.zeros((2, 5), dtype=np.float32), np.asfortranarray(
-            np.ones((3, 4)))):
-        buf = io.BytesIO()
-        np.save(buf, arr)
-        data = buf.getvalue()
-        fp = io.BytesIO(data)
-        np.lib.format.read_magic(fp)
-        shape, fortran, dtype = np.lib.format.read_array_header_1_0(fp)
-        assert protocol._npy_header(data) == (shape, fortran, dtype, fp.tell())
+def test_array_view_reads_what_numpy_reads_from_the_same_npy_bytes():
+    """``array_view`` over an Array's ``.npy`` bytes: the shape, dtype, memory order and
+    values numpy's own reader (``np.load``) gives for the same bytes."""
+    rng = np.random.default_rng(0)
+    for arr in (np.arange(3.0), rng.standard_normal((2, 5)).astype(np.float32),
+                np.asfortranarray(rng.standard_normal((3, 4))), np.arange(24).reshape(2, 3, 4)):
+        array = Array(arr)
+        expected = np.load(io.BytesIO(array.data))
+        view = protocol.array_view(array)
+        assert view.shape == expected.shape and view.dtype == expected.dtype
+        assert view.flags.f_contiguous == expected.flags.f_contiguous
+        assert view.flags.c_contiguous == expected.flags.c_contiguous
+        np.testing.assert_array_equal(view, expected)
 
 
-@pytest.mark.mutation_found("protocol")
 def test_a_model_array_with_no_elements_is_read_back_empty_not_rejected_as_truncated():
     """A zero-size array (e.g. an empty layer) has a .npy header and no data bytes: the reader
     takes the header length from bytes 8-9 only, so the array reads back with its shape and
@@ -89,7 +86,6 @@ def test_a_model_array_with_no_elements_is_read_back_empty_not_rejected_as_trunc
     np.testing.assert_array_equal(parsed.arrays["w"], [1.0, 1.0])
 
 
-@pytest.mark.mutation_found("protocol")
 def test_identity_with_partition_id_not_below_num_partitions_is_rejected():
     request = Message(RecordDict(), dst_node_id=7, message_type=MessageType.TRAIN)
     bad = protocol.identity_reply(request, 5, 3)
@@ -98,7 +94,6 @@ def test_identity_with_partition_id_not_below_num_partitions_is_rejected():
     assert protocol.parse_identity(protocol.identity_reply(request, 2, 3)).partition_id == 2
 
 
-@pytest.mark.mutation_found("protocol")
 def test_instruction_fields_survive_the_record_round_trip():
     sent = Instruction(op="train", round=4, worker=2, seed=9, nonce="abc", partition_ids=(1, 2),
                        num_partitions=(5, 5), coefficients=(0.5, -1.0), dp="partition",
@@ -111,7 +106,6 @@ def test_instruction_fields_survive_the_record_round_trip():
     assert protocol.parse_instruction(RecordDict({protocol.PROTOCOL_KEY: rec})) == sent
 
 
-@pytest.mark.mutation_found("protocol")
 def test_a_record_with_only_an_op_gets_the_documented_defaults():
     got = protocol.parse_instruction(
         RecordDict({protocol.PROTOCOL_KEY: ConfigRecord({"op": "train"})}))
@@ -121,7 +115,6 @@ def test_a_record_with_only_an_op_gets_the_documented_defaults():
     assert got.num_partitions == () and got.chunk_coefficients == () and got.round == 0
 
 
-@pytest.mark.mutation_found("protocol")
 def test_train_reply_carries_every_partition_size_and_a_placeholder_for_none():
     request = Message(RecordDict(), dst_node_id=7, message_type=MessageType.TRAIN)
     inst = train_instruction()
@@ -143,13 +136,11 @@ def _refused(message: str, **fields) -> None:
         _parse_fields(**fields)
 
 
-@pytest.mark.mutation_found("protocol")
 def test_a_list_item_of_the_wrong_type_is_named_with_the_kind_the_field_needs():
     _refused("coefficients holds 'a', not a number", coefficients=["a"])
     _refused("partition-ids holds 0.5, not an int", partition_ids=[0.5])
 
 
-@pytest.mark.mutation_found("protocol")
 def test_text_fields_take_up_to_256_characters_and_the_refusal_shows_the_first_40():
     text = "".join(chr(ord("a") + i % 26) for i in range(257))  # 'abc...z' repeated
     assert _parse_fields(nonce=text[:256]).nonce == text[:256]
@@ -157,21 +148,18 @@ def test_text_fields_take_up_to_256_characters_and_the_refusal_shows_the_first_4
     _refused(f"nonce='{text[:40]}' is not a string of at most 256 characters", nonce=text)
 
 
-@pytest.mark.mutation_found("protocol")
 def test_an_empty_weight_key_is_refused_but_an_empty_nonce_is_the_default():
     _refused("weight-key='' is not a non-empty string of at most 256 characters",
              weight_key="")
     assert _parse_fields(nonce="").nonce == ""
 
 
-@pytest.mark.mutation_found("protocol")
 def test_clip_norm_must_be_positive_and_noise_multiplier_may_be_zero():
     _refused("clip-norm=0.0; expected a finite number > 0", clip_norm=0.0)
     got = _parse_fields(clip_norm=1e-9, noise_multiplier=0.0)
     assert (got.clip_norm, got.noise_multiplier) == (1e-9, 0.0)
 
 
-@pytest.mark.mutation_found("protocol")
 def test_num_partitions_up_to_100000_is_accepted_and_one_more_refused():
     got = _parse_fields(partition_ids=[99_999], num_partitions=[100_000], coefficients=[1.0])
     assert (got.partition_ids, got.num_partitions) == ((99_999,), (100_000,))
@@ -179,13 +167,11 @@ def test_num_partitions_up_to_100000_is_accepted_and_one_more_refused():
              partition_ids=[0], num_partitions=[100_001], coefficients=[1.0])
 
 
-@pytest.mark.mutation_found("protocol")
 def test_repeated_partition_ids_are_refused_naming_only_the_repeated_ones():
     _refused("partition-ids repeats [0, 3]; each partition at most once",
              partition_ids=[3, 1, 3, 0, 0, 2], num_partitions=[5] * 6, coefficients=[1.0] * 6)
 
 
-@pytest.mark.mutation_found("protocol")
 def test_chunk_coefficients_take_up_to_1024_entries():
     values = [float(i) for i in range(1024)]
     assert _parse_fields(chunk_coefficients=values).chunk_coefficients == tuple(values)
@@ -193,7 +179,6 @@ def test_chunk_coefficients_take_up_to_1024_entries():
              chunk_coefficients=[*values, 1.0])
 
 
-@pytest.mark.mutation_found("protocol")
 def test_stop_after_s_is_read_from_its_key_and_survives_the_round_trip():
     assert _parse_fields(stop_after_s=2.5).stop_after_s == 2.5
     sent = Instruction(op="train", round=1, worker=0, stop_after_s=0.75)
@@ -201,7 +186,6 @@ def test_stop_after_s_is_read_from_its_key_and_survives_the_round_trip():
     assert got == sent and got.stop_after_s == 0.75
 
 
-@pytest.mark.mutation_found("protocol")
 def test_a_fortran_order_array_reads_back_with_its_values_in_place():
     """A .npy written from a column-major array says fortran_order True: its bytes are the
     values column by column, so the reader must reshape in Fortran order (numpy's np.load of
@@ -215,7 +199,6 @@ def test_a_fortran_order_array_reads_back_with_its_values_in_place():
     np.testing.assert_array_equal(protocol.array_view(arr), np.arange(12.0).reshape(3, 4))
 
 
-@pytest.mark.mutation_found("protocol")
 def test_bytes_with_a_wrong_npy_magic_are_rejected_even_with_a_valid_header_after_it():
     buf = io.BytesIO()
     np.save(buf, np.arange(3.0))
@@ -245,7 +228,6 @@ def test_a_well_formed_header_naming_no_usable_dtype_is_a_rejected_reply(descr, 
         protocol.array_view(arr)
 
 
-@pytest.mark.mutation_found("protocol")
 def test_bytes_after_the_array_are_ignored_as_numpys_reader_ignores_them():
     """The reader takes exactly prod(shape) values after the header; trailing bytes (here one
     more float64) are not part of the array, as in numpy's own ``np.load`` of the bytes."""
@@ -258,7 +240,6 @@ def test_bytes_after_the_array_are_ignored_as_numpys_reader_ignores_them():
     np.testing.assert_array_equal(view, [1.0, 2.0, 3.0])
 
 
-@pytest.mark.mutation_found("protocol")
 def test_a_header_as_numpy_writes_it_skips_numpys_literal_eval_parser(monkeypatch):
     """Headers as ``np.save`` writes them take the fast path: numpy's (literal_eval-based)
     header parser is only the fallback for unusual headers and is not called for them."""
@@ -271,7 +252,6 @@ def test_a_header_as_numpy_writes_it_skips_numpys_literal_eval_parser(monkeypatc
         np.testing.assert_array_equal(protocol.array_view(Array(values)), values)
 
 
-@pytest.mark.mutation_found("protocol")
 def test_a_parsed_reply_names_the_node_that_sent_it():
     """``CodedReply.node`` is the reply's source node: the node the instruction went to."""
     request = Message(RecordDict(), dst_node_id=42, message_type=MessageType.TRAIN)
@@ -280,7 +260,6 @@ def test_a_parsed_reply_names_the_node_that_sent_it():
     assert protocol.parse_reply(reply, worker=1, round=3, layout={"w": (2,)}).node == 42
 
 
-@pytest.mark.mutation_found("protocol")
 def test_an_identify_reply_without_the_record_names_the_lookup_error():
     request = Message(RecordDict(), dst_node_id=7, message_type=MessageType.TRAIN)
     with pytest.raises(protocol.RejectedReply,
@@ -292,13 +271,11 @@ def test_an_identify_reply_without_the_record_names_the_lookup_error():
         protocol.parse_identity(Message(partial, reply_to=request))
 
 
-@pytest.mark.mutation_found("protocol")
 def test_worker_minus_one_means_not_sent_and_below_it_is_refused():
     assert _parse_fields(worker=-1).worker == -1
     _refused("worker=-2; expected an integer >= -1", worker=-2)
 
 
-@pytest.mark.mutation_found("protocol")
 def test_a_partition_id_not_below_its_num_partitions_is_refused_naming_both():
     _refused("partition-ids holds 5; expected 0 <= id < num-partitions=5",
              partition_ids=[1, 5], num_partitions=[5, 5], coefficients=[1.0, 1.0])
@@ -306,14 +283,12 @@ def test_a_partition_id_not_below_its_num_partitions_is_refused_naming_both():
              partition_ids=[-2], num_partitions=[3], coefficients=[1.0])
 
 # ------------------------------------------------------------------------------ seeds
-@pytest.mark.mutation_found("mod")
 def test_public_partition_seed_is_the_documented_sha256_hash():
     tag = b"fl-gradcode;seed=3;round=2;partition=5"
     expected = int.from_bytes(hashlib.sha256(tag).digest()[:8], "little") >> 1
     assert partition_seed(3, 2, 5) == expected
 
 
-@pytest.mark.mutation_found("mod")
 def test_keyed_partition_seed_is_the_app_rng_hmac_seed_halved():
     """With a key: HMAC-SHA256(key, "nonce=N;round=r;partition=j;purpose=app-rng"), first 8
     bytes little-endian, halved to 63 bits (the privacy module's app-rng noise seed)."""
@@ -337,7 +312,6 @@ def _error_reason(reply: Message, request: Message) -> str:
     return reply.error.reason
 
 
-@pytest.mark.mutation_found("mod")
 def test_unknown_op_gets_a_named_error_reply_to_the_request():
     mod = make_gradient_coding_mod()
     msg = train_message(Instruction(op="explode"))
@@ -345,7 +319,6 @@ def test_unknown_op_gets_a_named_error_reply_to_the_request():
     assert "unknown gradient-coding op 'explode'" in reason
 
 
-@pytest.mark.mutation_found("mod")
 def test_identify_without_partition_in_the_node_config_names_the_missing_keys():
     mod = make_gradient_coding_mod()
     msg = train_message(Instruction(op=protocol.OP_IDENTIFY))
@@ -353,7 +326,6 @@ def test_identify_without_partition_in_the_node_config_names_the_missing_keys():
     assert "lacks 'partition-id' / 'num-partitions'" in reason and "--node-config" in reason
 
 
-@pytest.mark.mutation_found("mod")
 def test_an_app_reply_with_two_unnamed_array_records_is_an_error_naming_them():
     def two_records(msg, context):
         return Message(RecordDict({"a": ArrayRecord({"w": Array(np.zeros(DIM))}),
@@ -366,7 +338,6 @@ def test_an_app_reply_with_two_unnamed_array_records_is_an_error_naming_them():
     assert "2 ArrayRecords and none named 'arrays'" in reason
 
 
-@pytest.mark.mutation_found("mod")
 def test_the_shared_cache_computes_a_partition_once_per_round_for_all_its_replicas():
     calls = []
 
@@ -382,7 +353,6 @@ def test_the_shared_cache_computes_a_partition_once_per_round_for_all_its_replic
     np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.mutation_found("mod")
 def test_public_seed_warning_is_given_without_a_key_and_not_with_one(tmp_path):
     message = ("no partition key on this node, so the seed of each partition's computation "
                "is a function of public values (run seed, round, partition)")
@@ -400,7 +370,6 @@ def test_public_seed_warning_is_given_without_a_key_and_not_with_one(tmp_path):
     assert not [w for w in seen if "public values" in str(w.message)]
 
 
-@pytest.mark.mutation_found("mod")
 def test_partition_dp_in_the_mod_clips_each_partitions_delta_to_the_clip_norm(tmp_path):
     """dp="partition", noise 0, clip C = 0.5: the reply is sum_j c_j n_j clip(delta_j) with
     delta_j = -0.5 (theta - target_j) computed here in numpy, clipped to norm C."""
@@ -424,7 +393,6 @@ def test_partition_dp_in_the_mod_clips_each_partitions_delta_to_the_clip_norm(tm
     np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.mutation_found("mod")
 def test_model_wire_casts_float_arrays_to_the_model_dtype_and_keeps_others_float64():
     """wire="model": float32 arrays travel as float32; an int64 array's coded value (here
     0.5 * 13 * 1 = 6.5, not an integer) stays float64 instead of being truncated."""
@@ -439,7 +407,6 @@ def test_model_wire_casts_float_arrays_to_the_model_dtype_and_keeps_others_float
     assert steps[0] == pytest.approx(0.5 * 13 * 1)
 
 
-@pytest.mark.mutation_found("mod")
 def test_an_app_returning_other_array_names_gets_an_error_naming_both_sets():
     def renamed(msg, context):
         return Message(RecordDict({"arrays": ArrayRecord({"v": Array(np.zeros(DIM))}),
@@ -450,7 +417,6 @@ def test_an_app_returning_other_array_names_gets_an_error_naming_both_sets():
     assert "the app returned arrays ['v'] for partition 1; the global model has ['w']" in reason
 
 
-@pytest.mark.mutation_found("mod")
 def test_a_malformed_protocol_record_gets_an_error_reply_not_a_crash():
     msg = train_message(train_instruction())
     msg.content.config_records[protocol.PROTOCOL_KEY]["round"] = "not a number"
@@ -458,7 +424,6 @@ def test_a_malformed_protocol_record_gets_an_error_reply_not_a_crash():
     assert _error_reason(reply, msg).startswith("bad gradient-coding record: ")
 
 
-@pytest.mark.mutation_found("mod")
 def test_messages_without_the_protocol_record_reach_the_app_with_its_own_context():
     seen = []
 
@@ -476,7 +441,6 @@ def test_messages_without_the_protocol_record_reach_the_app_with_its_own_context
     assert seen == [ctx, ctx] and all(c is ctx for c in seen)
 
 
-@pytest.mark.mutation_found("mod")
 def test_keyed_partition_seed_without_a_nonce_uses_the_empty_nonce():
     """Documented message without a nonce: ``round=r;partition=j;app-rng`` (no nonce prefix)."""
     key = bytes(range(32))
@@ -498,7 +462,6 @@ class _TorchWithState:
         self.state = state
 
 
-@pytest.mark.mutation_found("mod")
 def test_rng_states_saves_and_restores_torchs_state_once_torch_is_imported(monkeypatch):
     """Python's and numpy's states round-trip; torch's state is saved when torch is in
     sys.modules and put back by set_rng_states."""
@@ -517,7 +480,6 @@ def test_rng_states_saves_and_restores_torchs_state_once_torch_is_imported(monke
     assert mod_module.rng_states()[2] is None
 
 
-@pytest.mark.mutation_found("protocol")
 def test_more_partitions_than_one_instruction_may_carry_are_refused_naming_the_limit():
     n = 1025  # one more than the documented limit of 1024 partitions per instruction
     assert protocol.MAX_ASSIGNED_PARTITIONS == n - 1
@@ -525,7 +487,6 @@ def test_more_partitions_than_one_instruction_may_carry_are_refused_naming_the_l
              partition_ids=list(range(n)), num_partitions=[n] * n, coefficients=[1.0] * n)
 
 
-@pytest.mark.mutation_found("protocol")
 def test_a_reply_in_another_dtype_than_the_rounds_wire_dtype_is_rejected_naming_both():
     request = Message(RecordDict(), dst_node_id=7, message_type=MessageType.TRAIN)
     reply = protocol.train_reply(request, train_instruction(worker=2, round=4),
@@ -539,7 +500,6 @@ def test_a_reply_in_another_dtype_than_the_rounds_wire_dtype_is_rejected_naming_
     assert ok.arrays["w"].dtype == np.float32
 
 
-@pytest.mark.mutation_found("protocol")
 def test_a_train_instruction_without_a_worker_is_refused_naming_the_worker():
     with pytest.raises(ValueError, match=r"^worker=-1; a train instruction needs worker >= 0$"):
         Instruction(op="train", round=1, worker=-1).check_train()

@@ -1,8 +1,7 @@
 """The client mod's edges: the nonce binding and keyed app seeds recomputed from their
 definition with hashlib, the identify reply, the stop reply, the node config the app sees,
 torch seeding with and without an accelerator, the context.state and public-seed warnings
-(their full text), and the float64 partition delta. Written after mutation testing
-(``tools/mutation.py``): each test is marked ``mutation_found("mod")``.
+(their full text), and the float64 partition delta.
 
 Expected values come from the documented definitions (hashlib, numpy, literal messages),
 never from the function under test.
@@ -46,8 +45,6 @@ from fl_gradcode.flower.mod import (
 from fl_gradcode.flower.records import TRACEBACK_MARKER
 from fl_gradcode.privacy import NoiseKeys, noise_seed
 from tests.flower.messages import DIM, node_context, train_instruction, train_message
-
-pytestmark = pytest.mark.mutation_found("mod")
 
 MASTER = bytes(range(32))
 

@@ -171,7 +171,6 @@ def test_a_pinned_nonce_is_kept():
     assert Options.from_keywords(dp_run_nonce="abc").privacy.nonce == "abc"
 
 
-@pytest.mark.mutation_found("options")
 def test_config_json_names_every_option_that_shapes_the_rounds():
     auto = Options.from_keywords(s="auto", s_max=2, seed=7, auto_deadline=1.5,
                                  straggler_timeout=4, max_decode_error=0.25)
@@ -186,7 +185,6 @@ def test_config_json_names_every_option_that_shapes_the_rounds():
     assert fixed["timing"] == "wallclock" and fixed["busy"] == "skip"
 
 
-@pytest.mark.mutation_found("options")
 @pytest.mark.parametrize(("build", "message"), [
     (lambda: AdaptiveOptions(enabled=True, auto_margin=float("inf")),
      "auto_margin=inf must be a number >= 0"),
@@ -208,20 +206,17 @@ def test_a_group_names_its_bad_value_in_full(build, message):
     assert str(error.value) == message
 
 
-@pytest.mark.mutation_found("options")
 @pytest.mark.parametrize("value", [0, None])
 def test_a_stop_late_work_that_is_not_a_bool_is_refused_even_without_auto_deadline(value):
     with pytest.raises(ValueError, match=rf"stop_late_work={value!r} must be True or False"):
         Options.from_keywords(stop_late_work=value)
 
 
-@pytest.mark.mutation_found("options")
 def test_auto_deadline_between_1_and_2_is_refused_under_wallclock():
     with pytest.raises(ValueError, match=r"auto_deadline=1.5 needs timing='virtual'"):
         Options.from_keywords(s="auto", auto_deadline=1.5, timing="wallclock")
 
 
-@pytest.mark.mutation_found("options")
 def test_every_keyword_reaches_its_group():
     from fl_gradcode.latency import Pareto
     from fl_gradcode.privacy import DPConfig, PrivacyAccountant
@@ -238,8 +233,7 @@ def test_every_keyword_reaches_its_group():
     assert TimingOptions(measured_compute=0).measured_compute is False
 
 
-# ======== found by mutation testing ==============================================================
-@pytest.mark.mutation_found("options")
+# ======== edges: exact values, bounds and messages ===============================================
 def test_the_smallest_valid_values_are_accepted_and_values_are_normalised(tmp_path):
     assert AdaptiveOptions(enabled=True, s_max=1).s_max == 1
     assert DeadlineOptions(min_replies=1).min_replies == 1

@@ -9,8 +9,7 @@ import pytest
 from fl_gradcode.flower.quarantine import Quarantine
 
 
-# ======== found by mutation testing ==============================================================
-@pytest.mark.mutation_found("quarantine")
+# ======== edges: exact values, bounds and messages ===============================================
 def test_defaults_two_offences_in_ten_rounds_give_five_rounds():
     q = Quarantine()
     assert (q.offences, q.window, q.rounds) == (2, 10, 5)
@@ -19,7 +18,6 @@ def test_defaults_two_offences_in_ten_rounds_give_five_rounds():
     assert q.held(15, [3]) == {3} and q.held(16, [3]) == set()
 
 
-@pytest.mark.mutation_found("quarantine")
 @pytest.mark.parametrize("name", ["offences", "window", "rounds"])
 @pytest.mark.parametrize("bad", [0, -1, True, 2.0, "2", None])
 def test_each_setting_must_be_an_integer_of_at_least_one(name, bad):
@@ -28,14 +26,12 @@ def test_each_setting_must_be_an_integer_of_at_least_one(name, bad):
     assert str(info.value) == f"quarantine {name}={bad!r} must be an integer >= 1"
 
 
-@pytest.mark.mutation_found("quarantine")
 def test_one_is_a_valid_setting():
     q = Quarantine(offences=1, window=1, rounds=1)
     assert q.offend(4, [2], "x") == [2]
     assert q.held(5, [1, 2]) == {2} and q.held(6, [2]) == set()
 
 
-@pytest.mark.mutation_found("quarantine")
 def test_offences_count_only_within_the_window(flwr_log):
     q = Quarantine(offences=2, window=3, rounds=2)
     assert q.offend(10, [7], "x") == []
@@ -47,7 +43,6 @@ def test_offences_count_only_within_the_window(flwr_log):
                                           "(2 offences in 3 rounds: x); it is sent no work")]
 
 
-@pytest.mark.mutation_found("quarantine")
 def test_each_further_quarantine_is_twice_as_long_and_offences_start_afresh(flwr_log):
     q = Quarantine(offences=2, window=100, rounds=3)
     assert q.offend(1, [4], "a") == []
@@ -69,7 +64,6 @@ def test_each_further_quarantine_is_twice_as_long_and_offences_start_afresh(flwr
     ]
 
 
-@pytest.mark.mutation_found("quarantine")
 def test_a_node_named_twice_in_a_round_offends_once_and_nodes_are_kept_apart():
     q = Quarantine(offences=2, window=5, rounds=1)
     assert q.offend(1, [9, 9, 2], "x") == []
@@ -79,7 +73,6 @@ def test_a_node_named_twice_in_a_round_offends_once_and_nodes_are_kept_apart():
     assert q.held(4, [2, 5, 9]) == {5}
 
 
-@pytest.mark.mutation_found("quarantine")
 def test_a_node_that_never_offended_is_never_held_from_round_1():
     q = Quarantine(offences=1, window=1, rounds=1)
     assert q.held(1, [0, 1, 2]) == set()

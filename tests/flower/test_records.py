@@ -213,8 +213,7 @@ def test_without_a_results_directory_the_traceback_is_logged_at_debug_level(capl
     assert len(warnings) == 2 and all("\n" not in r.getMessage() for r in warnings)
 
 
-# ======== found by mutation testing ==============================================================
-@pytest.mark.mutation_found("records")
+# ======== edges: exact values, bounds and messages ===============================================
 def test_a_traceback_of_exactly_the_limit_is_kept_whole_and_a_longer_one_is_cut_from_the_front():
     import traceback
 
@@ -231,14 +230,12 @@ def test_a_traceback_of_exactly_the_limit_is_kept_whole_and_a_longer_one_is_cut_
                    + full[7:])
 
 
-@pytest.mark.mutation_found("records")
 def test_error_reason_outside_an_except_block_is_its_head_only():
     from fl_gradcode.flower.records import error_reason
 
     assert error_reason(RuntimeError("late")) == "RuntimeError: late"
 
 
-@pytest.mark.mutation_found("records")
 def test_split_reason_keeps_a_second_marker_in_the_traceback_and_moves_only_owed_parentheses():
     tail = "Traceback\n" + TRACEBACK_MARKER + "more)"
     assert split_reason("E: x" + TRACEBACK_MARKER + tail) == ("E: x", tail)
@@ -250,14 +247,12 @@ def test_split_reason_keeps_a_second_marker_in_the_traceback_and_moves_only_owed
     assert split_reason("no traceback here") == ("no traceback here", None)
 
 
-@pytest.mark.mutation_found("records")
 def test_a_plain_python_traceback_reason_is_summarised_by_its_exception_line():
     text = ("Traceback (most recent call last):\n  File \"a.py\", line 1, in f\n"
             "    g()\nValueError: bad value 3\n")
     assert split_reason(text) == ("ValueError: bad value 3", text)
 
 
-@pytest.mark.mutation_found("records")
 def test_a_debug_entry_names_the_reply_and_escapes_control_characters():
     from fl_gradcode.flower.records import debug_entry
 
@@ -285,7 +280,6 @@ def _identities():
             103: NS(partition_id=3, num_partitions=4)}
 
 
-@pytest.mark.mutation_found("records")
 def test_the_coded_fields_of_a_round_name_every_value_and_group(caplog):
     from types import SimpleNamespace as NS
 
@@ -321,7 +315,6 @@ def test_the_coded_fields_of_a_round_name_every_value_and_group(caplog):
     assert fields["nodes"]["inconsistent"] == [] and fields["stragglers"] == [1, 2, 3]
 
 
-@pytest.mark.mutation_found("records")
 def test_rows_wait_for_the_evaluation_of_their_round_and_carry_its_accuracy():
     from types import SimpleNamespace as NS
 
@@ -352,7 +345,6 @@ def test_rows_wait_for_the_evaluation_of_their_round_and_carry_its_accuracy():
     assert len(plain.history) == 1 and none_hook(1, "m") is None
 
 
-@pytest.mark.mutation_found("records")
 def test_round_metrics_are_the_rows_statistics_under_gc_beside_the_apps_own():
     from fl_gradcode.flower.records import ROW_DEFAULTS, RoundLog
 

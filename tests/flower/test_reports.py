@@ -35,8 +35,7 @@ class _Code:
         return [self.rows[worker][j] for j in self.assignment(worker)]
 
 
-# ======== found by mutation testing ==============================================================
-@pytest.mark.mutation_found("reports")
+# ======== edges: exact values, bounds and messages ===============================================
 def test_public_reason_escapes_c1_controls_and_cuts_with_a_note():
     assert public_reason("a\x7fb\x9fc\xa0d") == "a\\x7fb\\x9fc\xa0d"
     assert public_reason("x" * 10, limit=10) == "x" * 10
@@ -47,7 +46,6 @@ def test_public_reason_escapes_c1_controls_and_cuts_with_a_note():
     assert public_reason(12) == "12"
 
 
-@pytest.mark.mutation_found("reports")
 def test_check_reply_sizes_accepts_the_weighted_sum_and_names_what_is_wrong():
     code = _Code({0: {1: 2.0, 3: -0.5}, 1: {}})
     check_reply_sizes(code, 0, [10.0, 4.0], 18.0)  # 2 * 10 - 0.5 * 4
@@ -71,7 +69,6 @@ def test_check_reply_sizes_accepts_the_weighted_sum_and_names_what_is_wrong():
         check_reply_sizes(code, 0, [float("inf"), 4.0], float("inf"))
 
 
-@pytest.mark.mutation_found("reports")
 def test_size_lists_are_shown_up_to_eight_values():
     code = _Code({0: {j: 1.0 for j in range(10)}})
     with pytest.raises(RejectedReply) as info:
@@ -79,7 +76,6 @@ def test_size_lists_are_shown_up_to_eight_values():
     assert str(info.value).startswith("partition-sizes=[0, 1, 2, 3, 4, 5, 6, 7, ...] has 9 ")
 
 
-@pytest.mark.mutation_found("reports")
 def test_the_central_noise_scale_is_the_largest_weighted_size_over_the_count():
     decoding = SimpleNamespace(alpha=np.array([0.5, 0.0, -2.0]))
     assert central_noise_scale(decoding, {0: 10.0, 2: 3.0}, 4.0) == pytest.approx(6.0 / 4.0)
@@ -93,14 +89,12 @@ def test_the_central_noise_scale_is_the_largest_weighted_size_over_the_count():
         central_noise_scale(decoding, {0: float("inf"), 2: 1.0}, 1.0)
 
 
-@pytest.mark.mutation_found("reports")
 def test_outlying_sizes_are_more_than_a_hundred_times_the_median_of_three_or_more():
     assert outlying_sizes({0: 1.0, 1: 1.0}) == []
     assert outlying_sizes({0: 1.0, 1: 100.0, 2: 100.1, 3: 1.0, 4: 1.0}) == [(2, 100.1, 1.0)]
     assert outlying_sizes({0: 0.0, 1: 0.0, 2: 5.0}) == []
 
 
-@pytest.mark.mutation_found("reports")
 def test_missing_keys_needs_a_reason_and_every_reason_to_say_so():
     assert missing_keys([]) is False
     assert missing_keys(["x needs partition keys on the client",
@@ -109,7 +103,6 @@ def test_missing_keys_needs_a_reason_and_every_reason_to_say_so():
     assert missing_keys(iter(["has no key for partition 1"])) is True
 
 
-@pytest.mark.mutation_found("reports")
 def test_an_untrainable_round_says_why_and_what_to_do():
     err = untrainable(4, "partition")
     assert isinstance(err, RuntimeError)
@@ -119,7 +112,6 @@ def test_an_untrainable_round_says_why_and_what_to_do():
     assert "FL_GRADCODE_DP_KEY_FILE" in MISSING_KEYS_HELP
 
 
-@pytest.mark.mutation_found("reports")
 def test_replicas_agree_within_a_relative_tolerance_of_the_larger_size():
     from fl_gradcode.flower.reports import agree_sizes
 
@@ -131,7 +123,6 @@ def test_replicas_agree_within_a_relative_tolerance_of_the_larger_size():
     assert confirmed == agreed
 
 
-@pytest.mark.mutation_found("reports")
 def test_the_noise_scale_names_at_most_eight_missing_partitions_and_refuses_no_weight():
     many = SimpleNamespace(alpha=np.ones(10))
     with pytest.raises(ValueError) as info:
@@ -143,7 +134,6 @@ def test_the_noise_scale_names_at_most_eight_missing_partitions_and_refuses_no_w
     assert str(info.value) == "central noise scale 0.0 from sizes [] and count 2"
 
 
-@pytest.mark.mutation_found("reports")
 def test_the_size_check_tolerance_is_inclusive_and_at_least_absolute_1e_9():
     code = _Code({0: {0: 0.0}})  # expected sum 0 whatever the size
     check_reply_sizes(code, 0, [5.0], 1e-9)  # exactly at the tolerance: accepted
@@ -151,12 +141,10 @@ def test_the_size_check_tolerance_is_inclusive_and_at_least_absolute_1e_9():
         check_reply_sizes(code, 0, [5.0], 1.5e-9)
 
 
-@pytest.mark.mutation_found("reports")
 def test_three_sizes_are_enough_to_flag_an_outlier():
     assert outlying_sizes({0: 1.0, 1: 1.0, 2: 1000.0}) == [(2, 1000.0, 1.0)]
 
 
-@pytest.mark.mutation_found("reports")
 def test_one_worker_in_several_ties_is_the_one_excluded_and_named_for_its_partitions():
     from fl_gradcode.flower.reports import agree_sizes
 
@@ -208,7 +196,7 @@ def test_check_reply_sizes_accepts_exactly_what_the_relative_tolerance_allows(
             check_reply_sizes(code, 0, sizes, count)
 
 
-# ======== found by mutation testing (second pass) ================================================
+# ======== edges: exact values, bounds and messages ===============================================
 _NOT_ADDING_UP = r"^partition-sizes=\[.*\] do not add up to num-examples="
 
 
@@ -218,7 +206,6 @@ def _agree(code, reported, confirmed=None):
     return agree_sizes(code, reported, confirmed)
 
 
-@pytest.mark.mutation_found("reports")
 def test_exactly_eight_sizes_are_shown_without_an_ellipsis():
     code = _Code({0: {j: 1.0 for j in range(7)}})
     with pytest.raises(RejectedReply) as info:
@@ -227,7 +214,6 @@ def test_exactly_eight_sizes_are_shown_without_an_ellipsis():
                                "worker 0 holds 7 partitions")
 
 
-@pytest.mark.mutation_found("reports")
 def test_a_code_with_fewer_coefficients_than_partitions_is_an_error_not_a_shorter_sum():
     # worker 0 holds partitions 0 and 1 but the code gives one coefficient: 1 * 3 == 3 would
     # pass if the second size were silently dropped
@@ -237,7 +223,6 @@ def test_a_code_with_fewer_coefficients_than_partitions_is_an_error_not_a_shorte
         check_reply_sizes(code, 0, [3.0, 4.0], 3.0)
 
 
-@pytest.mark.mutation_found("reports")
 def test_the_scale_bound_is_inclusive():
     """``|sum c n - count| <= SIZE_RTOL max(sum |c| n, |count|, 1)`` with equality: terms
     that cancel (sum 0, scale 2^41), count = -SIZE_RTOL 2^41 (all exact in float64)."""
@@ -249,7 +234,6 @@ def test_the_scale_bound_is_inclusive():
         check_reply_sizes(code, 0, [2.0**40, 2.0**40], -np.nextafter(bound, np.inf))
 
 
-@pytest.mark.mutation_found("reports")
 @pytest.mark.skipif(np.finfo(np.longdouble).nmant <= 52, reason="long double is float64 here")
 def test_long_double_sizes_are_read_as_float64_for_the_scale():
     """The client sums float64 sizes, so the scale is ``sum |c| float64(n)``: 3 * 2^60 here,
@@ -267,7 +251,6 @@ def test_long_double_sizes_are_read_as_float64_for_the_scale():
         check_reply_sizes(code, 0, sizes, -wider)
 
 
-@pytest.mark.mutation_found("reports")
 def test_a_reply_within_its_count_bound_is_settled_without_the_scale():
     """The scale (``sum |c| n``) is only computed when the count's own bound
     ``SIZE_RTOL max(|count|, 1)`` (inclusive) is not met: here it would overflow float64 and
@@ -285,7 +268,6 @@ def test_a_reply_within_its_count_bound_is_settled_without_the_scale():
         check_reply_sizes(code, 0, [1e308, 1e308, 1e10 + 1.0], 1e10 - 100.0)
 
 
-@pytest.mark.mutation_found("reports")
 def test_a_worker_without_partitions_reporting_zero_takes_no_part_in_the_agreement():
     # the mod reports [0] for a worker with nothing assigned; every valid reply is cross-checked
     code = _Code({0: {0: 1.0}, 1: {0: 1.0}, 2: {}})
@@ -293,7 +275,6 @@ def test_a_worker_without_partitions_reporting_zero_takes_no_part_in_the_agreeme
     assert (agreed, excluded, confirmed) == ({0: 5.0}, {}, {0: 5.0})
 
 
-@pytest.mark.mutation_found("reports")
 def test_an_outvoted_reason_names_at_most_six_groups_of_claims():
     # partition 0: workers 0-2 report 10, workers 3-8 each report another value (7 groups)
     code = _Code({w: {0: 1.0} for w in range(9)})
@@ -306,7 +287,6 @@ def test_an_outvoted_reason_names_at_most_six_groups_of_claims():
         "5; workers [6] report 6; workers [7] report 7)")
 
 
-@pytest.mark.mutation_found("reports")
 def test_a_worker_in_five_ties_is_named_for_all_five_with_the_claims_of_four():
     # worker 0 holds partitions 0-4, each shared with one honest worker (1-5), and adds 1 to all
     code = _Code({0: {j: 1.0 for j in range(5)}} | {j + 1: {j: 1.0} for j in range(5)})
@@ -321,7 +301,6 @@ def test_a_worker_in_five_ties_is_named_for_all_five_with_the_claims_of_four():
         "workers [0] report 41; workers [4] report 40")}
 
 
-@pytest.mark.mutation_found("reports")
 @pytest.mark.skipif(np.finfo(np.longdouble).minexp >= -1022, reason="no long double range")
 def test_decoding_weights_are_read_as_float64_so_an_underflowing_weight_needs_no_size():
     # 1e-4000 is 0 in float64, the precision the decoded average is computed in

@@ -178,13 +178,12 @@ def test_optimal_s_reproduces_the_load_aware_rules():
     assert 6 <= best <= 13  # exact optimum 9; Monte Carlo flat near it
 
 
-# ======== found by mutation testing ==============================================================
+# ======== edges: exact values, bounds and messages ===============================================
 def _draw(model, size, load=None, seed=3):
     rng = np.random.default_rng(seed)
     return model.sample(size, rng) if load is None else model.sample(size, rng, load)
 
 
-@pytest.mark.mutation_found("latency")
 @pytest.mark.parametrize(
     "model",
     [
@@ -201,7 +200,6 @@ def test_a_load_scaled_model_takes_load_times_as_long_and_the_default_load_is_on
     np.testing.assert_allclose(_draw(model, (4, 6), 3.0), 3.0 * one, rtol=1e-15)
 
 
-@pytest.mark.mutation_found("latency")
 def test_a_trace_replays_its_table_and_scales_it_by_the_load():
     trace = TraceReplay("canada", load_scaled=True)
     rounds, workers = trace.table.shape
@@ -211,7 +209,6 @@ def test_a_trace_replays_its_table_and_scales_it_by_the_load():
     assert TraceReplay("canada").time(5, 2, 4.0) == value  # not load-scaled: the load is moot
 
 
-@pytest.mark.mutation_found("latency")
 def test_the_persistent_slow_set_is_slowed_in_every_row():
     base = ShiftedExponential(shift=1.0, rate=1.0)
     model = PersistentSlow(base=base, p=0.0, slowdown=7.0, slow=(1, 3))
@@ -221,7 +218,6 @@ def test_the_persistent_slow_set_is_slowed_in_every_row():
     np.testing.assert_allclose(t[:, [1, 3]], 7.0 * ref[:, [1, 3]], rtol=1e-15)
 
 
-@pytest.mark.mutation_found("latency")
 def test_drift_samples_its_first_regime_with_the_load_and_make_latency_builds_both():
     before = ShiftedExponential(shift=1.0, rate=1.0)
     drift = Drift(before, Pareto(), at_round=3)
@@ -234,7 +230,6 @@ def test_drift_samples_its_first_regime_with_the_load_and_make_latency_builds_bo
     assert built.after.base == ShiftedExponential(shift=0.5, rate=4.0)
 
 
-@pytest.mark.mutation_found("latency")
 def test_client_times_cost_nothing_to_compute_by_default():
     rng = np.random.default_rng(0)
     assert not client_times(NoLatency(), 3, 2, samples=4, rng=rng).any()
@@ -243,7 +238,6 @@ def test_client_times_cost_nothing_to_compute_by_default():
         client_times(NoLatency(), 3, 2, partition_cost=0.5, samples=4, rng=rng), np.ones((4, 3)))
 
 
-@pytest.mark.mutation_found("latency")
 @pytest.mark.parametrize(("n", "s"), [(9, 3), (300, 30)])  # small rows: numpy sorts them whole
 def test_round_times_are_the_numpy_order_statistics_of_the_same_draws(n, s):
     model, samples = Exponential(rate=1.0), 500
@@ -258,12 +252,10 @@ def test_round_times_are_the_numpy_order_statistics_of_the_same_draws(n, s):
                                   np.sort(coded, axis=1)[:, n - s - 1])
 
 
-@pytest.mark.mutation_found("latency")
 def test_expected_round_time_of_a_single_client_is_its_mean():
     assert expected_round_time(Exponential(rate=2.0), 1, 1) == pytest.approx(0.5, rel=1e-15)
 
 
-@pytest.mark.mutation_found("latency")
 def test_expected_coded_round_time_is_the_closed_form_and_its_monte_carlo_takes_the_seed():
     model = Exponential(rate=2.0, load_scaled=True)
     # (H_n - H_s) / rate at load s + 1: exact, not a Monte Carlo estimate
@@ -274,7 +266,6 @@ def test_expected_coded_round_time_is_the_closed_form_and_its_monte_carlo_takes_
     assert with_cost[0] == with_cost[1] != with_cost[2]
 
 
-@pytest.mark.mutation_found("latency")
 def test_a_bimodal_client_delay_draws_its_time_then_its_slowness_from_the_client_stream():
     # numpy reference: one shifted-exponential draw, then one uniform against p, from the
     # generator seeded by (seed, round, worker); p = 1/2 makes both outcomes common
@@ -299,7 +290,6 @@ def _trace_csv_time(name: str, round_index: int, worker: int) -> float:
     raise AssertionError(f"no ({round_index}, {worker}) row in {path}")
 
 
-@pytest.mark.mutation_found("latency")
 def test_a_load_scaled_trace_client_delay_is_the_csv_time_times_the_load():
     trace = TraceReplay("canada", load_scaled=True)
     value = _trace_csv_time("canada", 3, 7)
@@ -307,7 +297,6 @@ def test_a_load_scaled_trace_client_delay_is_the_csv_time_times_the_load():
         4 * value, rel=1e-15)
 
 
-@pytest.mark.mutation_found("latency")
 def test_client_times_pass_the_load_to_a_load_scaled_model():
     model = ShiftedExponential(shift=0.5, rate=2.0)
     got = client_times(model, 5, 3, partition_cost=0.2, samples=4, rng=np.random.default_rng(2))
@@ -315,7 +304,6 @@ def test_client_times_pass_the_load_to_a_load_scaled_model():
     np.testing.assert_allclose(got, 0.2 * 3 + 3 * (0.5 + draws), rtol=1e-15)
 
 
-@pytest.mark.mutation_found("latency")
 def test_uncoded_and_ignore_stragglers_rounds_compute_one_partition_per_client():
     model, n, s, samples = ShiftedExponential(shift=0.5, rate=2.0), 6, 2, 50
     one = 0.5 + np.random.default_rng(5).exponential(0.5, size=(samples, n))  # load 1
@@ -328,7 +316,6 @@ def test_uncoded_and_ignore_stragglers_rounds_compute_one_partition_per_client()
                                np.sort((s + 1) * one, axis=1)[:, n - s - 1], rtol=1e-15)
 
 
-@pytest.mark.mutation_found("latency")
 def test_make_latency_defaults_and_bimodal_fraction_are_the_documented_ones():
     base = ShiftedExponential(shift=1.0, rate=1.0)
     assert make_latency("shifted-exponential") == base
@@ -338,7 +325,6 @@ def test_make_latency_defaults_and_bimodal_fraction_are_the_documented_ones():
                                                                    slowdown=4.0)
 
 
-@pytest.mark.mutation_found("latency")
 def test_an_unknown_trace_lists_every_bundled_trace_in_full():
     folder = Path(latency_module.__file__).parent / "traces"
     available = sorted(name[: -len(".csv")] for name in os.listdir(folder)
@@ -349,7 +335,6 @@ def test_an_unknown_trace_lists_every_bundled_trace_in_full():
         TraceReplay("mars")
 
 
-@pytest.mark.mutation_found("latency")
 @pytest.mark.parametrize("cls", [Bimodal, PersistentSlow])
 def test_a_bad_slowdown_is_named_in_full(cls):
     with pytest.raises(ValueError, match=r"^slowdown=0 must be a positive finite number$"):

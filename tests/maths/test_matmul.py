@@ -173,8 +173,7 @@ def test_coded_least_squares_gradient_matches_direct_gradient():
     np.testing.assert_allclose(g, X.T @ (X @ w - y), rtol=1e-10)
 
 
-# ======== found by mutation testing ==============================================================
-@pytest.mark.mutation_found("matmul")
+# ======== edges: exact values, bounds and messages ===============================================
 def test_condition_number_is_that_of_the_workers_generator_rows_in_any_order():
     job = MDSMatVec(np.ones((6, 2)), n=5, k=3, generator="systematic")
     # the first k workers hold the plain blocks: their rows are the identity
@@ -185,14 +184,12 @@ def test_condition_number_is_that_of_the_workers_generator_rows_in_any_order():
     assert isinstance(job.condition_number([0, 1, 2]), float)
 
 
-@pytest.mark.mutation_found("matmul")
 def test_the_default_seed_is_zero():
     A = np.arange(12.0).reshape(6, 2)
     np.testing.assert_array_equal(MDSMatVec(A, n=5, k=3).M, MDSMatVec(A, n=5, k=3, seed=0).M)
     assert not np.array_equal(MDSMatVec(A, n=5, k=3, seed=1).M, MDSMatVec(A, n=5, k=3).M)
 
 
-@pytest.mark.mutation_found("matmul")
 def test_errors_name_the_bad_argument():
     with pytest.raises(ValueError, match=r"^k=0 must be an integer >= 1$"):
         MDSMatVec(np.ones((4, 2)), n=3, k=0)
@@ -202,7 +199,6 @@ def test_errors_name_the_bad_argument():
         PolynomialMatMul(np.ones((3, 2)), np.ones((3, 2)), n=4, a=1, b=1, generator="x")
 
 
-@pytest.mark.mutation_found("matmul")
 def test_coded_least_squares_jobs_are_reproducible_from_the_seed():
     rng = np.random.default_rng(5)
     X, y = rng.standard_normal((12, 3)), rng.standard_normal(12)

@@ -107,8 +107,7 @@ def test_set_flat_parameters_copies_and_checks_length():
         make_model("resnet", (64,), 10)
 
 
-# ======== found by mutation testing ==============================================================
-@pytest.mark.mutation_found("clients.app")
+# ======== edges: exact values, bounds and messages ===============================================
 @pytest.mark.filterwarnings("ignore:gradient_coding_mod. no partition key:UserWarning")
 def test_local_update_training_of_our_client_app_learns_digits(tmp_path):
     """``update=local``: the client applies its SGD delta ``theta + delta``. Five coded rounds on
@@ -139,7 +138,6 @@ def _softmax_regression_per_example_grads(theta, x, y, classes):
     return np.concatenate([(p[:, :, None] * x[:, None, :]).reshape(len(y), -1), p], axis=1)
 
 
-@pytest.mark.mutation_found("learning")
 @pytest.mark.parametrize("clip_norm, noise", [(0.05, 0.0), (10.0, 0.0), (0.3, 1.3)])
 def test_dp_gradient_update_is_the_clipped_noised_mean_of_per_example_gradients(clip_norm, noise):
     from fl_gradcode.learning import dp_sgd_update
@@ -162,7 +160,6 @@ def test_dp_gradient_update_is_the_clipped_noised_mean_of_per_example_gradients(
         make_model("logreg", (5,), classes, seed=2)))
 
 
-@pytest.mark.mutation_found("learning")
 def test_dp_local_update_is_reproducible_from_its_seeds_and_refuses_an_unknown_kind():
     from fl_gradcode.learning import dp_sgd_update
 
@@ -218,14 +215,12 @@ def _assert_is_synthetic(data, alpha, beta, seed):
     np.testing.assert_array_equal(got[1], want[1])
 
 
-@pytest.mark.mutation_found("learning")
 def test_synthetic_dataset_is_fedprox_synthetic_alpha_beta():
     data = load_dataset.__wrapped__("synthetic", 3, 0.5, 2.0)
     assert (data.input_shape, data.num_classes) == ((60,), 10)
     _assert_is_synthetic(data, 0.5, 2.0, 3)
 
 
-@pytest.mark.mutation_found("learning")
 def test_run_partitions_reads_dataset_seed_synthetic_alpha_beta_and_partitioner():
     from fl_gradcode.data import run_partitions
 
@@ -238,7 +233,6 @@ def test_run_partitions_reads_dataset_seed_synthetic_alpha_beta_and_partitioner(
     assert len(np.unique(np.concatenate(parts))) == len(data.y_train)
 
 
-@pytest.mark.mutation_found("learning")
 def test_partition_indices_defaults_to_dirichlet_takes_one_partition_and_refuses_bad_k():
     y = np.arange(60) % 4
     default = partition_indices(y, 3, alpha=0.3, seed=2)
@@ -253,7 +247,6 @@ def test_partition_indices_defaults_to_dirichlet_takes_one_partition_and_refuses
             partition_indices(y, k)
 
 
-@pytest.mark.mutation_found("learning")
 def test_dp_sgd_steps_are_one_full_batch_step_or_the_loaders_batches_per_epoch():
     from fl_gradcode.learning import dp_sgd_steps
 
@@ -262,7 +255,6 @@ def test_dp_sgd_steps_are_one_full_batch_step_or_the_loaders_batches_per_epoch()
     assert dp_sgd_steps(64, kind="local", epochs=2, batch_size=32) == (0.5, 4)
 
 
-@pytest.mark.mutation_found("learning")
 def test_dp_gradient_update_passes_a_tiny_per_example_gradient_unscaled():
     """Example 0 is classified with a logit margin of 29 (x = 0): its gradient, norm ~4e-13,
     is far under the clip and enters the sum as it is (the 1e-12 guard only keeps the clip
@@ -282,7 +274,6 @@ def test_dp_gradient_update_passes_a_tiny_per_example_gradient_unscaled():
     np.testing.assert_allclose(got, clipped.sum(axis=0) / 2, rtol=1e-9, atol=1e-15)
 
 
-@pytest.mark.mutation_found("learning")
 def test_dp_updates_convert_inputs_to_float64_and_int64_and_take_any_seed():
     from fl_gradcode.learning import dp_sgd_update
 
@@ -305,7 +296,6 @@ def test_dp_updates_convert_inputs_to_float64_and_int64_and_take_any_seed():
     assert np.all(np.isfinite(a)) and np.any(a != 0)
 
 
-@pytest.mark.mutation_found("learning")
 @pytest.mark.parametrize("name", MODELS)
 def test_models_are_float64_from_the_start(name):
     model = make_model(name, (1, 8, 8), 10)
@@ -314,7 +304,6 @@ def test_models_are_float64_from_the_start(name):
     assert out.shape == (2, 10) and out.dtype == torch.float64
 
 
-@pytest.mark.mutation_found("learning")
 @pytest.mark.parametrize("name", ["logreg", "mlp"])
 def test_dense_models_take_inputs_in_their_input_shape_or_flat(name):
     """The numpy forward pass: softmax regression z = x W^T + b; the MLP
@@ -340,7 +329,6 @@ def _conv1d_same(x, w, b):
     return np.einsum("nctj,ocj->not", windows, w) + b[None, :, None]
 
 
-@pytest.mark.mutation_found("learning")
 def test_cnn_is_conv_relu_pool_conv_relu_then_a_linear_head():
     model = make_model("cnn", (1, 6), 3, seed=1)
     w1, b1, w2, b2, wh, bh = (t.detach().numpy() for t in model.parameters())
@@ -357,7 +345,6 @@ def test_cnn_is_conv_relu_pool_conv_relu_then_a_linear_head():
         make_model("cnn", (64,), 10)
 
 
-@pytest.mark.mutation_found("learning")
 @pytest.mark.parametrize("batch_size", [20, 64])
 def test_local_update_with_one_batch_per_epoch_is_full_batch_gradient_descent(batch_size):
     """A batch of at least the partition: each epoch is one step of the mean gradient (numpy

@@ -25,8 +25,7 @@ def test_round_fields_are_the_documented_keys():
                             "loss")
 
 
-# ======== found by mutation testing ==============================================================
-@pytest.mark.mutation_found("results")
+# ======== edges: exact values, bounds and messages ===============================================
 def test_config_json_is_sorted_indented_plain_json(tmp_path):
     config = {"z": np.float32(0.5), "a": np.arange(3), 7: (1, np.int64(2)),
               "nested": {"bad": float("nan"), "inf": -np.inf, "ok": 1.5}}
@@ -40,14 +39,12 @@ def test_config_json_is_sorted_indented_plain_json(tmp_path):
     assert (tmp_path / "deep" / "run" / "rounds.jsonl").read_text() == ""
 
 
-@pytest.mark.mutation_found("results")
 def test_a_new_recorder_empties_the_rounds_of_an_earlier_run(tmp_path):
     (tmp_path / "rounds.jsonl").write_text('{"round": 9}\n')
     RoundRecorder(tmp_path, {})
     assert (tmp_path / "rounds.jsonl").read_text() == ""
 
 
-@pytest.mark.mutation_found("results")
 def test_each_round_is_one_sorted_json_line_with_nan_as_null(tmp_path):
     rec = RoundRecorder(tmp_path, {"seed": 0})
     assert rec.record(_row(1, loss=float("nan"), extra=np.float64(2.0))) is True
@@ -60,7 +57,6 @@ def test_each_round_is_one_sorted_json_line_with_nan_as_null(tmp_path):
     assert rec.failures == 0
 
 
-@pytest.mark.mutation_found("results")
 def test_a_round_without_a_documented_field_is_refused_by_name(tmp_path):
     rec = RoundRecorder(tmp_path, {})
     row = _row(1)
@@ -69,7 +65,6 @@ def test_a_round_without_a_documented_field_is_refused_by_name(tmp_path):
         rec.record(row)
 
 
-@pytest.mark.mutation_found("results")
 def test_a_round_json_cannot_hold_warns_with_its_round_and_the_file_is_unchanged(tmp_path,
                                                                                flwr_log):
     rec = RoundRecorder(tmp_path, {})
@@ -84,7 +79,6 @@ def test_a_round_json_cannot_hold_warns_with_its_round_and_the_file_is_unchanged
     assert text.endswith(" (the run goes on; this result is not saved)")
 
 
-@pytest.mark.mutation_found("results")
 def test_a_config_json_cannot_hold_warns_and_writes_nothing(tmp_path, flwr_log):
     rec = RoundRecorder(tmp_path, {"bad": object()})
     assert rec.failures == 1
@@ -96,7 +90,6 @@ def test_a_config_json_cannot_hold_warns_and_writes_nothing(tmp_path, flwr_log):
     assert text.endswith("(the run goes on; this result is not saved)")
 
 
-@pytest.mark.mutation_found("results")
 def test_a_failed_config_rename_leaves_no_temporary_file(tmp_path, monkeypatch, flwr_log):
     from pathlib import Path
 
@@ -110,7 +103,6 @@ def test_a_failed_config_rename_leaves_no_temporary_file(tmp_path, monkeypatch, 
     assert "PermissionError" in flwr_log[0][1]
 
 
-@pytest.mark.mutation_found("results")
 def test_a_directory_that_cannot_be_created_warns_twice_and_the_run_goes_on(tmp_path, flwr_log):
     blocker = tmp_path / "file"
     blocker.write_text("x")
@@ -127,7 +119,6 @@ def test_a_directory_that_cannot_be_created_warns_twice_and_the_run_goes_on(tmp_
     assert flwr_log[4][1].startswith(f"cannot write {blocker / 'run' / 'final_model.npz'}: ")
 
 
-@pytest.mark.mutation_found("results")
 def test_debug_appends_utf8_text_and_creates_its_file_on_first_use(tmp_path):
     rec = RoundRecorder(tmp_path, {})
     assert not (tmp_path / "debug.log").exists()
@@ -143,7 +134,6 @@ def _umask() -> int:
     return mask
 
 
-@pytest.mark.mutation_found("results")
 def test_save_model_replaces_the_model_and_leaves_no_temporary_file(tmp_path):
     rec = RoundRecorder(tmp_path, {})
     assert rec.save_model({"w": [1.0, 2.0], "b": np.zeros((2, 2))}) is True
@@ -154,7 +144,6 @@ def test_save_model_replaces_the_model_and_leaves_no_temporary_file(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["config.json", "final_model.npz", "rounds.jsonl"]
 
 
-@pytest.mark.mutation_found("results")
 def test_a_failed_model_write_keeps_the_previous_model_and_removes_the_temporary(tmp_path,
                                                                               monkeypatch,
                                                                               flwr_log):
@@ -176,7 +165,6 @@ def test_a_failed_model_write_keeps_the_previous_model_and_removes_the_temporary
     assert flwr_log[0][1].startswith(f"cannot write {tmp_path / 'final_model.npz'}: OSError: ")
 
 
-@pytest.mark.mutation_found("results")
 def test_a_write_the_os_splits_is_finished_and_one_that_writes_nothing_is_rolled_back(
         tmp_path, monkeypatch):
     rec = RoundRecorder(tmp_path, {})
@@ -202,7 +190,6 @@ def test_a_write_the_os_splits_is_finished_and_one_that_writes_nothing_is_rolled
     assert rec.failures == 1
 
 
-@pytest.mark.mutation_found("results")
 def test_a_write_that_returns_nothing_names_how_much_was_written(tmp_path, monkeypatch,
                                                                 flwr_log):
     rec = RoundRecorder(tmp_path, {})
@@ -221,7 +208,6 @@ def test_read_rounds_skips_blank_lines(tmp_path):
     assert read_rounds(str(tmp_path)) == [{"round": 1}, {"round": 2}]
 
 
-@pytest.mark.mutation_found("results")
 def test_a_failed_rollback_still_reports_the_write_that_failed(tmp_path, monkeypatch, flwr_log):
     rec = RoundRecorder(tmp_path, {})
     real = os.write
@@ -238,7 +224,6 @@ def test_a_failed_rollback_still_reports_the_write_that_failed(tmp_path, monkeyp
                                    "result is not saved)")
 
 
-@pytest.mark.mutation_found("results")
 def test_config_json_is_written_through_a_sibling_temporary_file(tmp_path, monkeypatch):
     from pathlib import Path
 
