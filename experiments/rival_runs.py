@@ -17,6 +17,12 @@ shared between replicas: ``make_gradient_coding_mod(None)``), late and wasted wo
 ``client_compute_s`` is the compute the virtual clock charges for all of them: the measured
 seconds when ``virtual-compute=measured``, plus ``partition-cost-s`` times the partition's
 size over the mean partition size.
+
+:func:`start_coded` and :func:`start_rival` run any run config this way (the one place that
+builds and runs the rivals): :func:`run_coded` / :func:`run_rival` for a cell of
+``experiments.compare``, and the time-to-accuracy scripts (``time_to_accuracy``,
+``first_hour``, ``sampled_cohorts``, ``bandwidth_limited``, ``latency_vs_s``) as settings of
+this harness.
 """
 
 from __future__ import annotations
