@@ -1,6 +1,7 @@
 """Time to accuracy when uploads are bandwidth-limited: communication-efficient coding vs the rest.
 
-Setting (virtual time, our ServerApp/ClientApp over the in-process grid, plug-in path):
+Setting (a setting of the one benchmark harness, :mod:`experiments.rival_runs`: virtual
+time, the main job's ServerApp builders and ClientApp over the in-process grid, plug-in path):
 softmax regression on digits, ``n = 12`` clients, Dirichlet(0.5) partitions, gradient updates;
 a client's reply arrives after ``compute + delay + bytes / bandwidth`` with modelled compute
 ``partition-cost-s`` per partition of load and a heavy-tailed ``pareto`` straggler delay (the
@@ -12,11 +13,11 @@ Schemes (same seeds): ``uncoded`` (FedAvg waiting for everyone), ``exact`` (grou
 ``s``: load ``s + 1``, full-size replies), ``comm-efficient`` (Kadhe-Koyluoglu-Ramchandran /
 Ye-Abbe at ``s`` and ``m``: load ``s + m``, replies ``1/m`` of the model), and
 ``drop-stragglers``: what Flower users do today, Flower's own FedAvg
-(``server.app.run_rival_in_process``) averaging the replies in by a round deadline, 3 times the
-75th percentile of an uncoded client's compute and delay (``common.rival_deadline``) plus one
-full model's upload time, dropping the rest. Reported per regime
-and scheme: mean time to the target accuracy over seeds, mean round time, bytes uploaded per
-round and their ratio to uncoded's.
+(``rival_runs.start_rival("deadline", ...)``) averaging the replies in by a round deadline, 3
+times the 75th percentile of an uncoded client's compute and delay (``common.rival_deadline``)
+plus one full model's upload time, dropping the rest. Reported per regime and scheme: mean time
+to the target accuracy over seeds, mean round time, bytes uploaded per round and their ratio to
+uncoded's.
 
 References: Ye, Abbe, "Communication-Computation Efficient Gradient Coding", ICML 2018;
 Kadhe, Koyluoglu, Ramchandran, "Communication-Efficient Gradient Coding for Straggler
@@ -32,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -45,7 +45,7 @@ SCHEMES = ("uncoded", "exact", "comm-efficient", "drop-stragglers")
 
 
 def run_one(scheme: str, upload_s: float, seed: int, rounds: int, model_bytes: int) -> dict:
-    from server.app import run_in_process
+    from experiments.rival_runs import start_coded
 
     config = {
         "num-rounds": rounds, "seed": seed, "latency": "pareto", "virtual-compute": "none",
@@ -60,9 +60,7 @@ def run_one(scheme: str, upload_s: float, seed: int, rounds: int, model_bytes: i
         config.update({"code": "grouped-rs", "s": S})
     else:
         config.update({"code": "comm-efficient", "s": S, "m": M})
-    with tempfile.TemporaryDirectory() as tmp:
-        strategy, _ = run_in_process({**config, "results-dir": tmp}, N)
-    rows = strategy.history
+    rows = start_coded(config, N, share_updates=True).history
     return {
         "virtual_s": [float(r["virtual_s"]) for r in rows],
         "accuracy": [r["accuracy"] for r in rows],
@@ -75,16 +73,13 @@ def run_one(scheme: str, upload_s: float, seed: int, rounds: int, model_bytes: i
 def rival_run(config: dict, upload_s: float, seed: int) -> dict:
     """Flower's FedAvg dropping the replies later than its deadline (the module docstring), on
     the coded runs' seed, data and latency draws."""
+    from experiments.rival_runs import start_rival
     from fl_gradcode.config import DEFAULTS
-    from server.app import run_rival_in_process
 
     latency = {k: DEFAULTS[k] if k != "latency" else config["latency"]
                for k in ("latency", "latency-scale", "latency-shape")}
     deadline = rival_deadline(latency, seed, COST_S) + upload_s
-    with tempfile.TemporaryDirectory() as tmp:
-        strategy, _ = run_rival_in_process({**config, "straggler-timeout": deadline,
-                                            "results-dir": tmp}, N)
-    rows = strategy.history
+    rows = start_rival("deadline", config, N, deadline=deadline).history
     return {
         "virtual_s": [float(r["virtual_s"]) for r in rows],
         "accuracy": [r["accuracy"] for r in rows],

@@ -1,21 +1,25 @@
 """First-hour regimes: where the main job's coded run wins, and a preset where it does not.
 
 For each candidate regime (run-config overrides over :data:`BASE`) and each seed, the main job's
-three runs are run in process, in virtual time, on the same seeds and latency draws:
+three runs are run by the one benchmark harness (:mod:`experiments.rival_runs`: in process, in
+virtual time, the main job's ClientApp, cohorts drawn from the seed), on the same seeds and
+latency draws:
 
-* ``coded``: the coded run (:func:`server.app.run_in_process`, the main job's strategy);
+* ``coded``: the coded run (``rival_runs.start_coded``: the main job's strategy);
 * ``wait-for-all``: the main job's ``uncoded`` run (``server.launch.RUNS``: identity code, no
   deadline), the same runner;
 * ``drop-stragglers``: Flower's own FedAvg dropping the replies later than ``straggler-timeout``
-  (:func:`server.app.build_rival`) over the in-process grid, with the main job's ClientApp.
+  (``rival_runs.start_rival("deadline", ...)``, the public ``DeadlineFedAvg``).
 
-Each run's ``rounds.jsonl`` is summarised with the main job's own :func:`server.launch.summarize`
-against the main job's target: the lowest final accuracy of the three runs (as
-:func:`server.launch.compare`). A regime ``wins`` when, on every seed, the coded run reaches the
-target at least twice as soon as wait-for-all and sooner than drop-stragglers, with a final
-accuracy at least drop-stragglers'.
+Each run's rows (those of its ``rounds.jsonl``) are summarised with the main job's own
+:func:`server.launch.summarize` against the main job's target: the lowest final accuracy of the
+three runs (as :func:`server.launch.compare`). A regime ``wins`` when, on every seed, the coded
+run reaches the target at least twice as soon as wait-for-all and sooner than drop-stragglers,
+with a final accuracy at least drop-stragglers'.
 
-Usage: ``python -m experiments.first_hour [--seeds 0 1 2] [--regimes a b] [--out ...]``.
+Usage: ``python -m experiments.first_hour [--seeds 0 1 2] [--regimes a b] [--clients 12]
+[--rounds R] [--out ...]`` (``--rounds``: override every regime's ``num-rounds``, e.g. for a
+smoke run).
 """
 
 from __future__ import annotations
@@ -23,7 +27,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -99,28 +102,18 @@ def run_overrides(name: str, regime: Mapping[str, Any]) -> dict[str, Any]:
     return {**keep, **own}
 
 
-def _run_rival_in_process(cfg: dict[str, Any], n: int) -> None:
-    """Flower's FedAvg with a deadline over the in-process grid with the main job's ClientApp
-    (:func:`server.app.run_rival_in_process`), in virtual time."""
-    from server.app import run_rival_in_process
-
-    run_rival_in_process(cfg, n)
-
-
 def run_one(name: str, regime: Mapping[str, Any], seed: int, n: int,
-            results_dir: Path) -> list[dict]:
-    """Run ``name`` of the main job in ``regime`` with ``seed`` on ``n`` clients; its rows of
-    ``rounds.jsonl``."""
-    from fl_gradcode.results import read_rounds
-    from server.app import run_in_process
+            results_dir: Path | None = None) -> list[dict]:
+    """Run ``name`` of the main job in ``regime`` with ``seed`` on ``n`` clients through the
+    harness; its rows (``rounds.jsonl``'s). ``results_dir``: where the coded runs write their
+    ``rounds.jsonl`` and model, as the main job does (default: nothing written)."""
+    from experiments import rival_runs
 
     cfg = {**run_overrides(name, {**BASE, **regime}), "seed": seed,
-           "results-dir": str(results_dir)}
-    if name == "drop-stragglers":
-        _run_rival_in_process(cfg, n)
-    else:
-        run_in_process(cfg, n)
-    return read_rounds(results_dir)
+           "results-dir": str(results_dir) if results_dir is not None else ""}
+    if name == "drop-stragglers":  # its deadline: the run config's straggler-timeout
+        return rival_runs.start_rival("deadline", cfg, n).history
+    return rival_runs.start_coded(cfg, n, share_updates=True).history
 
 
 def seed_row(rows: Mapping[str, list[dict]], seed: int) -> dict[str, Any]:
@@ -177,9 +170,7 @@ def explore(regimes: Mapping[str, Mapping[str, Any]], seeds: Sequence[int], *,
         t0 = time.perf_counter()
         per_seed = []
         for seed in seeds:
-            with tempfile.TemporaryDirectory(prefix="first-hour-") as tmp:
-                rows = {name: run_one(name, regime, seed, n, Path(tmp) / name)
-                        for name in RUN_NAMES}
+            rows = {name: run_one(name, regime, seed, n) for name in RUN_NAMES}
             row = seed_row(rows, seed)
             row["wins"] = seed_wins(row)
             per_seed.append(row)
@@ -224,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--regimes", nargs="+", default=list(REGIMES), choices=list(REGIMES))
     parser.add_argument("--clients", type=int, default=12)
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="every regime's num-rounds (default: the run config's, 30)")
     parser.add_argument("--out", default=str(ROOT / "results" / "first_hour"))
     args = parser.parse_args(argv)
     import logging
@@ -234,7 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     from experiments.common import save
 
     t0 = time.perf_counter()
-    result = explore({k: REGIMES[k] for k in args.regimes}, args.seeds, n=args.clients)
+    result = explore({k: REGIMES[k] for k in args.regimes}, args.seeds, n=args.clients,
+                     rounds=args.rounds)
     result["recommended"], result["losing_preset"] = pick(result)
     result["runtime_s"] = time.perf_counter() - t0
     save(result, args.out)

@@ -8,11 +8,12 @@
   ``E = (s+1)(0.1 + (H_n - H_s)/10)``.
 
 Closed forms (``expected_round_time``), Monte Carlo of the same order statistic and of FRC's
-group rule, and measured rounds of the Flower strategy in virtual time (the real ServerApp and
-ClientApp computation over an in-process Grid; ``grouped-rs``, which is FRC when
+group rule, and measured rounds of the Flower strategy in virtual time (the one benchmark harness,
+``experiments.rival_runs.start_coded``: the main job's strategy and ClientApp over an
+in-process Grid; ``grouped-rs``, which is FRC when
 ``(s+1) | n``), mean ``round_virtual_s`` over rounds.
 
-Run: ``python -m experiments.latency_vs_s [--quick] [--out results/latency_vs_s]``.
+Run: ``python -m experiments.latency_vs_s [--quick] [--n N] [--out results/latency_vs_s]``.
 """
 
 from __future__ import annotations
@@ -41,16 +42,14 @@ MODELS = {
 def measured(n: int, s: int, run_config: dict, rounds: int, seeds: list[int]) -> dict:
     """Round times of the real strategy: round 1 (every client idle, comparable with the iid
     theory) and later rounds (clients still busy with stale work are skipped: the protocol)."""
-    from server.app import run_in_process
+    from experiments.rival_runs import start_coded
 
     first, later = [], []
     for seed in seeds:
         cfg = {"code": "grouped-rs" if s else "uncoded", "s": s, "num-rounds": rounds,
                "virtual-compute": "none", "partition-cost-s": 0.0, "seed": seed,
-               "straggler-timeout": 1e6,
-               "results-dir": "/tmp/fl-gradcode-latency", **run_config}
-        strategy, _ = run_in_process(cfg, n)
-        times = [r["round_virtual_s"] for r in strategy.history]
+               "straggler-timeout": 1e6, **run_config}
+        times = [r["round_virtual_s"] for r in start_coded(cfg, n, share_updates=True).history]
         first.append(times[0])
         later.extend(times[1:])
     return {"first_round": float(np.mean(first)), "later_rounds": float(np.mean(later))}
@@ -61,11 +60,17 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", default="results/latency_vs_s")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--n", type=int, default=None,
+                        help="clients (default 100; 24 with --quick); the measured s are those "
+                             "below n")
     args = parser.parse_args(argv)
+    if args.n is not None and args.n < 2:
+        parser.error(f"--n {args.n}: expected >= 2")
     quiet_flower()
-    n = 24 if args.quick else 100
+    n = args.n if args.n is not None else 24 if args.quick else 100
     s_grid = [*range(0, n, 5 if n > 50 else 1), n - 1]
-    s_measured = [0, 3, 5] if args.quick else [0, 1, 3, 4, 9, 19, 24, 49]
+    s_measured = [s for s in ([0, 3, 5] if args.quick else [0, 1, 3, 4, 9, 19, 24, 49])
+                  if s < n]
     rounds = 2 if args.quick else 4
     seeds = [0] if args.quick else [0, 1, 2, 3, 4, 5]
     samples = 1000 if args.quick else 10000

@@ -20,6 +20,12 @@ its replicas within a round (``make_gradient_coding_mod(cache)``: they would com
 bit-identically, and each replica is still charged its computation); :class:`SharedUpdates`
 counts every replica's use of a shared update as that replica's computation, so the
 accounting is the same as without sharing.
+
+:func:`start_coded` and :func:`start_rival` run any run config this way (the one place that
+builds and runs the rivals): :func:`run_coded` / :func:`run_rival` for a cell of
+``experiments.compare``, and the time-to-accuracy scripts (``time_to_accuracy``,
+``first_hour``, ``sampled_cohorts``, ``bandwidth_limited``, ``latency_vs_s``) as settings of
+this harness.
 """
 
 from __future__ import annotations
@@ -172,76 +178,148 @@ def run_coded(method: str, seed: int, cell: Cell, share: bool = True) -> dict[st
     """``auto``, ``auto-approximate`` (``auto`` with ``auto-approximate = true``) or
     ``CODE:s``: the main job's coded strategy; ``share``: replicas share each round's
     partition updates (same numbers, less wall time)."""
-    from server.app import build
-
     extra = ({"s": "auto"} if method == "auto"
              else {"s": "auto", "auto-approximate": True} if method == "auto-approximate"
              else dict(zip(("code", "s"), parse_code(method), strict=True)))
     cfg = cell.config(seed, **extra)
-    from fl_gradcode.flower.testing import InProcessGrid
-
-    strategy, initial, evaluate_fn, train_config = build(cfg, cell.n)
-    seeded_sampling(strategy, int(seed))
-    counter = ComputeCounter()
-    grid = InProcessGrid(_client_app(counter, share=share), cell.n, run_config=cfg)
-    t0 = time.perf_counter()
-    strategy.start(grid=grid, initial_arrays=initial, num_rounds=cell.rounds, timeout=3600,
-                   train_config=train_config, evaluate_fn=evaluate_fn)
-    rows = strategy.history
+    run = start_coded(cfg, cell.n, share_updates=share)
+    rows = run.history
     decodes = {kind: sum(r.get("decode") == kind for r in rows)
                for kind in ("exact", "approx", "skipped")}
-    return _summary(method, seed, rows, cell, cfg, counter, time.perf_counter() - t0,
-                    decodes=decodes)
+    return _summary(method, seed, rows, cell, cfg, run.counter, run.wall_s, decodes=decodes)
 
 
 def run_rival(method: str, seed: int, cell: Cell, deadline: float | None = None,
               label: str | None = None) -> dict[str, Any]:
     """``wait-for-all``, ``first-k``, ``fedbuff``, or ``deadline`` with ``deadline`` seconds
     (recorded as ``label``, default the method)."""
-    from fl_gradcode.flower.testing import InProcessGrid
-    from server.app import build_rival, run_latency
-
     cfg = cell.config(seed, rival="fedavg")
-    _, initial, evaluate_fn, train_config = build_rival(cfg, cell.n)
-    _, index = run_partitions(cfg, cell.n)
+    if method == "deadline" and deadline is None:
+        raise ValueError("the deadline method needs a deadline")
+    run = start_rival(method, cfg, cell.n, cohort=cell.cohort, deadline=deadline,
+                      k=cell.first_k(), overcommit=cell.overcommit,
+                      buffer_size=cell.fedbuff_buffer(), server_lr=cell.fedbuff_server_lr,
+                      rounds=cell.fedbuff_steps() if method == "fedbuff" else cell.rounds)
+    strategy = run.strategy
+    record = _summary(label or method, seed, strategy.history, cell, cfg, run.counter,
+                      run.wall_s, **run.extra)
+    if method == "wait-for-all":  # the client times the stated deadline rule reads
+        record["client_times_s"] = [t for row in strategy.history
+                                    for t in row["arrivals_s"].values()]
+    return record
+
+
+# ============================================================================= any run config
+@dataclass
+class HarnessRun:
+    """One finished run of the harness: the ``strategy`` (its ``history``: one row per round
+    or server step), the merged run ``config`` it ran with, the ``counter`` of the partitions
+    its clients computed, the wall seconds of ``strategy.start`` and the method's own facts
+    (``extra``: the deadline, ``k``, the buffer size)."""
+
+    strategy: Any
+    config: dict[str, Any]
+    counter: ComputeCounter
+    wall_s: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        return self.strategy.history
+
+
+def _start(strategy: Any, built: tuple, cfg: dict[str, Any], n: int, rounds: int, *,
+           share_updates: bool = False, key_file: str | None = None,
+           extra: Mapping[str, Any] | None = None) -> HarnessRun:
+    """Run ``strategy`` (``built``: ``(initial arrays, evaluate_fn, train_config)``) for
+    ``rounds`` rounds on ``n`` in-process nodes of the main job's ClientApp."""
+    from fl_gradcode.flower.testing import InProcessGrid
+
+    counter = ComputeCounter()
+    # share_updates: replicas in this process share a partition's update (each charged, and
+    # each replica's use counted as its computation: SharedUpdates)
+    app = _client_app(counter, share=share_updates)
+    node_config = (lambda i: {"dp-key-file": key_file}) if key_file else None
+    grid = InProcessGrid(app, n, run_config=cfg, node_config=node_config)
+    initial, evaluate_fn, train_config = built
+    t0 = time.perf_counter()
+    strategy.start(grid=grid, initial_arrays=initial, num_rounds=rounds, timeout=3600,
+                   train_config=train_config, evaluate_fn=evaluate_fn)
+    return HarnessRun(strategy, cfg, counter, time.perf_counter() - t0, dict(extra or {}))
+
+
+def start_coded(run_config: Mapping[str, Any], n: int, *, code_policy: Any = None,
+                key_file: str | None = None, share_updates: bool = False) -> HarnessRun:
+    """The main job's coded strategy (``server.app.build``) with ``run_config`` (merged over
+    the key table's defaults; ``timing=virtual``) on ``n`` nodes for ``num-rounds`` rounds,
+    its cohorts drawn from ``seed``.
+
+    ``code_policy``: ``GradientCoding``'s keyword (an experiment's reference scheme);
+    ``key_file``: the nodes' DP key file; ``share_updates``: the replicas of a partition share
+    its computed update (each still charged its measured compute in ``compute_s``, and each
+    replica's use counted by the counter as its computation): faster, the same numbers."""
+    from server.app import build
+
+    cfg = merge_config({**run_config, "timing": "virtual", "num-clients": n})
+    strategy, *built = build(cfg, n, code_policy)
+    seeded_sampling(strategy, int(cfg["seed"]))
+    return _start(strategy, tuple(built), cfg, n, int(cfg["num-rounds"]),
+                  share_updates=share_updates, key_file=key_file)
+
+
+def start_rival(method: str, run_config: Mapping[str, Any], n: int, *,
+                cohort: int | None = None, deadline: float | None = None,
+                k: int | None = None, overcommit: float = 1.3,
+                buffer_size: int | None = None, server_lr: float = 1.0,
+                rounds: int | None = None) -> HarnessRun:
+    """A public rival of :mod:`fl_gradcode.rivals` with ``run_config`` on ``n`` nodes, on the
+    main job's initial model, evaluation and train config (``server.app.build_rival``):
+
+    * ``wait-for-all``; ``deadline`` (``deadline`` seconds; default the run config's
+      ``straggler-timeout``): cohorts of ``cohort`` nodes (default ``fraction-train``'s)
+      drawn from ``seed``;
+    * ``first-k``: sample ``ceil(overcommit k)``, keep the first ``k`` (default: ``cohort``);
+    * ``fedbuff``: ``cohort`` clients in flight, a server step every ``buffer_size``
+      arrivals (default ``ceil(cohort / 4)``), ``server_lr``.
+
+    ``rounds``: rounds or server steps (default ``num-rounds``)."""
+    from server.app import build_rival, cohort_size, run_latency
+
+    cfg = merge_config({**run_config, "rival": "fedavg", "timing": "virtual",
+                        "num-clients": n})
+    cohort = cohort_size(cfg, n) if cohort is None else int(cohort)
+    _, *built = build_rival(cfg, n)
+    _, index = run_partitions(cfg, n)
     common = {
-        "latency": run_latency(cfg), "seed": int(seed),
+        "latency": run_latency(cfg), "seed": int(cfg["seed"]),
         "partition_sizes": [len(p) for p in index],
         "measured_compute": str(cfg["virtual-compute"]) == "measured",
         "compute_cost_s": float(cfg["partition-cost-s"]),
         "upload_bandwidth": float(cfg["upload-bandwidth"]) or None,
         "fraction_evaluate": 0.0, "min_available_nodes": 1,
     }
-    sample = {"fraction_train": float(cfg["fraction-train"]), "min_train_nodes": cell.cohort}
-    rounds, extra = cell.rounds, {}
+    sample = {"fraction_train": float(cfg["fraction-train"]), "min_train_nodes": cohort}
+    extra: dict[str, Any] = {}
     if method == "wait-for-all":
         strategy = WaitForAll(**common, **sample)
     elif method == "deadline":
-        if deadline is None:
-            raise ValueError("the deadline method needs a deadline")
+        deadline = float(cfg["straggler-timeout"] if deadline is None else deadline)
         strategy = DeadlineFedAvg(deadline=deadline, **common, **sample)
-        extra = {"deadline_s": float(deadline)}
+        extra = {"deadline_s": deadline}
     elif method == "first-k":
-        strategy = FirstK(k=cell.first_k(), overcommit=cell.overcommit, **common)
-        extra = {"k": cell.first_k(), "sampled": strategy.sample_size}
+        k = cohort if k is None else int(k)
+        strategy = FirstK(k=k, overcommit=overcommit, **common)
+        extra = {"k": k, "sampled": strategy.sample_size}
     elif method == "fedbuff":
-        strategy = FedBuff(buffer_size=cell.fedbuff_buffer(), concurrency=cell.cohort,
-                           server_lr=cell.fedbuff_server_lr, **common)
-        rounds = cell.fedbuff_steps()
-        extra = {"buffer_size": cell.fedbuff_buffer(), "concurrency": cell.cohort}
+        buffer_size = (max(1, math.ceil(cohort / 4 - 1e-9)) if buffer_size is None
+                       else int(buffer_size))
+        strategy = FedBuff(buffer_size=buffer_size, concurrency=cohort, server_lr=server_lr,
+                           **common)
+        extra = {"buffer_size": buffer_size, "concurrency": cohort}
     else:
         raise ValueError(f"method {method!r} is not a rival; expected one of "
                          f"{(*RIVALS, 'deadline')}")
     if method != "fedbuff":
-        seeded_sampling(strategy, int(seed))
-    counter = ComputeCounter()
-    grid = InProcessGrid(_client_app(counter), cell.n, run_config=cfg)
-    t0 = time.perf_counter()
-    strategy.start(grid=grid, initial_arrays=initial, num_rounds=rounds, timeout=3600,
-                   train_config=train_config, evaluate_fn=evaluate_fn)
-    record = _summary(label or method, seed, strategy.history, cell, cfg, counter,
-                      time.perf_counter() - t0, **extra)
-    if method == "wait-for-all":  # the client times the stated deadline rule reads
-        record["client_times_s"] = [t for row in strategy.history
-                                    for t in row["arrivals_s"].values()]
-    return record
+        seeded_sampling(strategy, int(cfg["seed"]))
+    return _start(strategy, tuple(built), cfg, n,
+                  int(cfg["num-rounds"]) if rounds is None else int(rounds), extra=extra)

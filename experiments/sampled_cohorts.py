@@ -7,8 +7,9 @@ learnt about a node survives the rounds the node is not sampled in. The scheme `
 reproduces the earlier behaviour (a new estimator whenever the cohort changes: every round here)
 to measure what keeping the estimates is worth.
 
-The real strategy, mod and ClientApp over the in-process grid (``server.app.run_in_process``),
-virtual time, softmax regression on the embedded digits (Dirichlet(0.5) partitions), the
+A setting of the one benchmark harness (:mod:`experiments.rival_runs`: the main job's strategy,
+mod and ClientApp over the in-process grid, every run's cohorts drawn from its seed), virtual
+time, softmax regression on the embedded digits (Dirichlet(0.5) partitions), the
 time-to-accuracy experiment's settings (``lr = 1``, 0.1 s per partition): ``n = 24`` nodes,
 cohorts of 12, ``s_max = 3``. Latency: ``persistent`` (each node slow with probability 0.1,
 drawn once, then 20x slower in every round it is sampled: the simulated latency follows the
@@ -17,8 +18,8 @@ Schemes (same seeds: the same cohorts every round, so every exact scheme has the
 after each round and only the round times differ): ``uncoded``, ``exact`` (``grouped-rs``,
 ``s = 3``), ``auto-reset``, ``auto``, ``auto-exclude`` (``exclude-slow = 4``), and
 ``drop-stragglers``: what Flower users do today, Flower's own FedAvg sampling the same cohorts
-(``server.app.run_rival_in_process``) and averaging the replies in by a round deadline, 3 times the
-75th percentile of an uncoded client's time (``common.rival_deadline``, as in the
+(``rival_runs.start_rival("deadline", ...)``) and averaging the replies in by a round deadline,
+3 times the 75th percentile of an uncoded client's time (``common.rival_deadline``, as in the
 time-to-accuracy experiment), dropping the rest.
 
 Reported per setting and scheme over seeds: virtual time to 90% test accuracy, mean round time,
@@ -36,7 +37,6 @@ into the existing JSON of the same seeds and rounds); ten seeds of the persisten
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from pathlib import Path
 
@@ -72,14 +72,12 @@ def rival_run(scheme: str, latency: str, seed: int, rounds: int) -> dict:
     """Flower's FedAvg dropping the replies later than the 75th percentile of an uncoded
     client's time times 3 (``common.rival_deadline``), on the same seed, cohorts, data and
     latency draws as the coded runs."""
-    from server.app import run_rival_in_process
+    from experiments.rival_runs import start_rival
 
-    cfg = {**BASE, **SCHEMES[scheme], **LATENCIES[latency], "seed": seed,
-           "num-rounds": rounds, "fraction-train": FRACTION,
-           "straggler-timeout": rival_deadline(LATENCIES[latency], seed,
-                                               BASE["partition-cost-s"]),
-           "results-dir": f"/tmp/fl-gradcode-cohorts/{os.getpid()}/{scheme}"}
-    strategy, _ = run_rival_in_process(cfg, N)
+    cfg = {**BASE, **LATENCIES[latency], "seed": seed, "num-rounds": rounds,
+           "fraction-train": FRACTION}
+    strategy = start_rival("deadline", cfg, N, deadline=rival_deadline(
+        LATENCIES[latency], seed, BASE["partition-cost-s"])).strategy
     h = strategy.history
     return {
         "virtual_s": [r["virtual_s"] for r in h],
@@ -98,21 +96,20 @@ def rival_run(scheme: str, latency: str, seed: int, rounds: int) -> dict:
 
 
 def one_run(scheme: str, latency: str, seed: int, rounds: int) -> dict:
-    from server.app import run_in_process
+    from experiments.rival_runs import start_coded
 
     if scheme in RIVAL_SCHEMES:
         return rival_run(scheme, latency, seed, rounds)
 
     cfg = {**BASE, "s": S_MAX, "s-max": S_MAX, **SCHEMES[scheme], **LATENCIES[latency],
-           "seed": seed, "num-rounds": rounds, "fraction-train": FRACTION,
-           "results-dir": f"/tmp/fl-gradcode-cohorts/{os.getpid()}/{scheme}"}
+           "seed": seed, "num-rounds": rounds, "fraction-train": FRACTION}
     # auto-reset: the estimator restarts whenever the cohort changes (experiment-only)
     policy = None
     if scheme == "auto-reset":
         from experiments.policies import ResettingCodePolicy
 
         policy = ResettingCodePolicy
-    strategy, _ = run_in_process(cfg, N, code_policy=policy)
+    strategy = start_coded(cfg, N, code_policy=policy, share_updates=True).strategy
     h = strategy.history
     return {
         "virtual_s": [r["virtual_s"] for r in h],
@@ -132,7 +129,12 @@ def _job(job: tuple, rounds: int) -> dict:
 
 
 def _results(jobs: list, rounds: int, workers: int):
-    """``(job, result)``; every run in a fresh process."""
+    """``(job, result)``: in this process (``workers == 1``), else every run in a fresh
+    process."""
+    if workers == 1:
+        for job in progress(jobs, "sampled cohorts"):
+            yield job, _job(job, rounds)
+        return
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
@@ -220,13 +222,17 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--schemes", default=None,
                         help="comma-separated schemes to run, merged into the existing JSON "
                              "(--out) of the same seeds, rounds and --quick")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="rounds per run (default 30; 6 with --quick)")
     args = parser.parse_args(argv)
     if args.seeds is not None and args.seeds < 1:
         parser.error(f"--seeds {args.seeds}: expected >= 1")
     if args.jobs < 1:
         parser.error(f"--jobs {args.jobs}: expected >= 1")
     seeds = list(range(args.seeds if args.seeds is not None else 1 if args.quick else 3))
-    rounds = 6 if args.quick else 30
+    if args.rounds is not None and args.rounds < 1:
+        parser.error(f"--rounds {args.rounds}: expected >= 1")
+    rounds = args.rounds if args.rounds is not None else 6 if args.quick else 30
     latencies = args.latency or (["persistent"] if args.quick else list(LATENCIES))
     schemes = ["uncoded", "auto-reset", "auto"] if args.quick else list(SCHEMES)
     old_runs: dict = {}

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from logging import INFO, WARNING
 from typing import Any
 
-from flwr.app import Message
+from flwr.app import Message, MetricRecord
 from flwr.common.logger import log
 
 from ..codes import GradientCode
@@ -60,12 +60,19 @@ class ReplyCollector:
         self.warned_placement = False
         self.late = 0  # replies to earlier rounds dropped since the last row
         self.stopped_late = 0  # stop replies to earlier rounds, not yet in a row
+        self.late_compute_s = 0.0  # the dropped late replies' client compute, not yet in a row
 
     def take_late(self) -> tuple[int, int]:
         """``(late replies dropped, late stop replies)`` since the last call."""
         counts = (self.late, self.stopped_late)
         self.late = self.stopped_late = 0
         return counts
+
+    def take_late_compute_s(self) -> float:
+        """Client compute (the mod's ``compute-s``) of the late replies dropped since the last
+        call: work the clients did even though no round decoded it."""
+        seconds, self.late_compute_s = self.late_compute_s, 0.0
+        return seconds
 
     def probe_for(self, state: RoundState, code_options: dict[str, Any]) -> Probe | None:
         """The round's integrity probe (:func:`~fl_gradcode.flower.integrity.round_probe`;
@@ -337,5 +344,19 @@ class ReplyCollector:
                 reply.metadata.src_node_id, reply.metadata.group_id)
             return
         self.late += 1
+        self.late_compute_s += claimed_compute_s(reply)
         log(INFO, "dropped late reply from node %s to round %s",
             reply.metadata.src_node_id, reply.metadata.group_id)
+
+
+def claimed_compute_s(reply: Message) -> float:
+    """The ``compute-s`` a coded reply claims (finite and non-negative), else 0: for replies
+    that are counted but not parsed (late ones); never raises on a malformed reply."""
+    try:
+        meta = reply.content.get(protocol.PROTOCOL_KEY + "-meta")
+        value = meta.get("compute-s") if isinstance(meta, MetricRecord) else None
+    except Exception:  # an error reply has no content; a hostile one may have anything
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 0.0
+    return float(value) if math.isfinite(value) and value >= 0 else 0.0

@@ -298,10 +298,11 @@ class RoundLog:
         return row
 
     def coded_fields(self, state: Any, outcome: RoundOutcome, identities: Mapping[int, Any],
-                     **timing: Any) -> dict[str, Any]:
+                     late_compute_s: float = 0.0, **timing: Any) -> dict[str, Any]:
         """The row fields of a coded round from its state (``RoundState``) and ``outcome``
-        (``timing``: the clock's and the counters' fields, passed through), after logging each
-        rejected reply."""
+        (``timing``: the clock's and the counters' fields, passed through;
+        ``late_compute_s``: the client compute of late replies dropped since the last row),
+        after logging each rejected reply."""
         used, verdict = outcome.used, outcome.verdict
         return {
             "decode": outcome.decode, "s": state.code.s, "clients_used": used,
@@ -316,8 +317,10 @@ class RoundLog:
             "disagreement": None if verdict is None else verdict.disagreement,
             "unsettled": [] if verdict is None else list(getattr(verdict, "unsettled", [])),
             "bytes_up": state.bytes_up, "bytes_down": state.bytes_down,
-            # measured client compute of the valid replies (the mod's compute-s)
-            "compute_s": float(sum(r.compute_s for r in state.valid.values())),
+            # measured client compute of every reply received (the mod's compute-s): the
+            # round's valid replies and the late ones dropped since the last row
+            "compute_s": float(sum(r.compute_s for r in state.valid.values()))
+            + float(late_compute_s),
             "central_noise_std": outcome.central_noise_std,
             **timing,
             **self.names(state, used, verdict, identities),

@@ -390,6 +390,7 @@ class GradientCoding(Strategy):
         late, stopped_late = self.collector.take_late()
         row = self._record(server_round, **self.round_log.coded_fields(
             state, outcome, self.membership.roles, late_dropped=late + len(window.late),
+            late_compute_s=self.collector.take_late_compute_s(),
             stopped_at_deadline=len(state.stopped) + stopped_late,
             expected_round_s=self.code_policy.expected_round_s(),
             round_virtual_s=float(window.end - self.clock.round_start),
@@ -406,7 +407,8 @@ class GradientCoding(Strategy):
     def _record_idle(self, server_round: int) -> MetricRecord:
         """A round in which nothing was sent (budget exhausted or an empty cohort)."""
         late, stopped_late = self.collector.take_late()
-        row = self._record(server_round, late_dropped=late, stopped_at_deadline=stopped_late)
+        row = self._record(server_round, late_dropped=late, stopped_at_deadline=stopped_late,
+                           compute_s=self.collector.take_late_compute_s())
         return RoundLog.metrics(row, None)
 
     def _record(self, server_round: int, **fields: Any) -> dict[str, Any]:

@@ -70,13 +70,15 @@ def test_regimes_run_over_the_pinned_base_not_todays_defaults(tmp_path, monkeypa
     """Every run gets BASE under its regime's overrides, so a regime means the runs the
     committed JSON measured whatever the defaults are now; the JSON records the base."""
     import json
+    from types import SimpleNamespace
 
-    import server.app
+    from experiments import rival_runs
 
     seen = []
-    monkeypatch.setattr(server.app, "run_in_process", lambda cfg, n: seen.append(cfg))
-    monkeypatch.setattr(first_hour, "_run_rival_in_process", lambda cfg, n: seen.append(cfg))
-    monkeypatch.setattr("fl_gradcode.results.read_rounds", lambda d: [])
+    ran = SimpleNamespace(history=[])
+    monkeypatch.setattr(rival_runs, "start_coded", lambda cfg, n, **_: seen.append(cfg) or ran)
+    monkeypatch.setattr(rival_runs, "start_rival",
+                        lambda method, cfg, n, **_: seen.append(cfg) or ran)
     for name in first_hour.RUN_NAMES:
         first_hour.run_one(name, {"latency": "pareto"}, 5, 4, tmp_path)
     coded, wait, drop = seen
