@@ -119,8 +119,8 @@ class GradientCoding(OptionAttributes, Strategy):
     (:mod:`~fl_gradcode.flower.roster`): with one, claims it does not state are refused.
 
     ``code_policy``: which code each round uses and whom to queue; ``None``: built from the
-    keywords; a policy class or factory: built with them; an instance: used as given
-    (:func:`~fl_gradcode.flower.policy.resolve_code_policy`).
+    options; a policy class or factory: called with ``options=`` (the groups); an instance:
+    used as given (:func:`~fl_gradcode.flower.policy.resolve_code_policy`).
 
     Each option keeps its flat name as a read-only attribute (``strategy.timing``,
     ``strategy.busy_mode`` for the resolved ``busy``, ...:
