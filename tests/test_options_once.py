@@ -23,6 +23,8 @@ import inspect
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = sorted([*(ROOT / "fl_gradcode" / "flower").glob("*.py"),
                   *(ROOT / "fl_gradcode" / "config").glob("*.py")])
@@ -162,3 +164,28 @@ def test_the_rule_sees_a_default_declared_twice(tmp_path):
     # busy=None is "not given"; the key's s-max default (4) is another value than None
     assert set(found) == {"stop_late_work", "straggler_timeout", "s_max"}
     assert [v for v, _ in found["straggler_timeout"]] == [10.0, 10.0]
+
+
+def test_an_assigned_accountant_is_the_one_the_options_hold():
+    from flwr.serverapp.strategy import FedAvg
+
+    from fl_gradcode.flower import GradientCoding
+    from fl_gradcode.privacy import DPConfig, PrivacyAccountant
+
+    strategy = GradientCoding(FedAvg())
+    accountant = PrivacyAccountant(DPConfig(mode="central"), [(1.0, 1.0, 1)])
+    strategy.accountant = accountant
+    assert strategy.accountant is accountant
+    assert strategy.options.privacy.accountant is accountant  # no stale privacy group
+    assert strategy.options.get("accountant") is accountant
+
+
+def test_the_other_option_attributes_are_read_only():
+    from flwr.serverapp.strategy import FedAvg
+
+    from fl_gradcode.flower import GradientCoding
+
+    strategy = GradientCoding(FedAvg(), timing="virtual")
+    with pytest.raises(AttributeError, match="timing is an option"):
+        strategy.timing = "wallclock"
+    assert strategy.timing == "virtual" and strategy.options.timing.mode == "virtual"
