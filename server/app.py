@@ -28,6 +28,8 @@ from fl_gradcode.config import KEYS, client_keys, group_values, merge_config
 from fl_gradcode.data import run_partitions
 from fl_gradcode.flower import GradientCoding
 from fl_gradcode.flower.deadline import DeadlineFedAvg
+from fl_gradcode.flower.options import Options
+from fl_gradcode.flower.policy import FixedCodePolicy
 from fl_gradcode.latency import LatencyModel, make_latency
 from fl_gradcode.learning import dp_sgd_steps, evaluate, make_model
 from fl_gradcode.privacy import (
@@ -49,6 +51,9 @@ NO_DEADLINE = 1e12
 #: meaning.
 RIVAL_KEYWORDS = ("latency", "seed", "measured_compute", "compute_cost_s", "upload_bandwidth",
                   "results_dir")
+#: ``GradientCoding`` keywords that choose the code (the accountant's independent-noise
+#: multiplier depends on it).
+CODE_KEYWORDS = ("code", "s", "s_max", "m", "seed")
 
 # Run-config keys the ClientApp needs (the table's client and both sides), forwarded in the
 # train config (``run_simulation`` gives ClientApps an empty run config; ``flwr run`` gives them
@@ -114,13 +119,16 @@ def inner_strategy(cfg: dict[str, Any], n: int) -> Strategy:
 
 
 def make_accountant(
-    dp: DPConfig, strategy: GradientCoding, n: int, sizes: np.ndarray, cfg: dict[str, Any]
+    dp: DPConfig, keywords: dict[str, Any], n: int, sizes: np.ndarray, cfg: dict[str, Any]
 ) -> PrivacyAccountant:
-    """Opacus-backed accountant for the sampling the run really uses.
+    """Opacus-backed accountant for the sampling the run really uses (``keywords``: the
+    strategy's, :func:`strategy_keywords`; the accountant is one of them).
 
     partition / central: every partition is released once per round (sample rate 1) with noise
     multiplier ``sigma``; ``independent`` noise: the server can average a partition's replicas,
-    so the effective multiplier is ``independent_noise_multiplier(B, sigma)``.
+    so the effective multiplier is ``independent_noise_multiplier(B, sigma)`` for ``B`` the
+    code the strategy builds for the cohort (:class:`~fl_gradcode.flower.FixedCodePolicy`
+    of the same code keywords).
     sample: each partition's DP-SGD steps (sample rate ``1/len(loader)``); ε of the worst.
     """
     sigma = dp.noise_multiplier
@@ -133,9 +141,12 @@ def make_accountant(
             )
             units.append([(sigma, q, steps)])
         return PrivacyAccountant(dp, units)
-    if dp.mode == "partition" and dp.noise == "independent" and not strategy.adaptive:
-        # the code of the cohort each round samples (all n nodes by default)
-        sigma = independent_noise_multiplier(strategy.code_for(cohort_size(cfg, n)).B, sigma)
+    if dp.mode == "partition" and dp.noise == "independent":
+        options = Options.from_keywords(**{k: keywords[k] for k in CODE_KEYWORDS})
+        if not options.code.adaptive:
+            # the code of the cohort each round samples (all n nodes by default)
+            code = FixedCodePolicy(options=options).code_for(cohort_size(cfg, n))
+            sigma = independent_noise_multiplier(code.B, sigma)
     return PrivacyAccountant(dp, [(sigma, 1.0, 1)])
 
 
@@ -191,6 +202,8 @@ def build(cfg: dict[str, Any], n: int, code_policy: Any = None):
     sizes = np.array([len(p) for p in index], dtype=np.float64)
     keywords = strategy_keywords(cfg, n)
     dp = keywords["dp"]
+    if dp.enabled:
+        keywords["accountant"] = make_accountant(dp, keywords, n, sizes, cfg)
     strategy = GradientCoding(
         inner_strategy(cfg, n),
         **keywords,
@@ -200,8 +213,6 @@ def build(cfg: dict[str, Any], n: int, code_policy: Any = None):
         num_partitions=int(cfg["num-clients"]) or None,
         **({} if code_policy is None else {"code_policy": code_policy}),
     )
-    if dp.enabled:
-        strategy.accountant = make_accountant(dp, strategy, n, sizes, cfg)
     initial, evaluate_fn, train_config = _model_and_evaluation(cfg, data)
     log(
         INFO,

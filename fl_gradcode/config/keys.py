@@ -11,12 +11,14 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Literal
 
 __all__ = [
     "DEFAULTS",
     "GROUPS",
     "KEYS",
+    "KEYWORD_DEFAULTS",
     "SIDES",
     "Key",
     "client_keys",
@@ -316,6 +318,14 @@ if len(_BY_NAME) != len(KEYS):
 
 #: Every key's default, in table order.
 DEFAULTS: dict[str, Any] = {k.name: k.default for k in KEYS}
+
+#: ``GradientCoding`` keyword -> its default, declared once as the default of the key that sets
+#: it (``None`` for the key's :attr:`~Key.none_when`); only keys whose default is the keyword's
+#: (no :attr:`~Key.why_differs`: where they differ, the option group declares its own). The
+#: option groups (:mod:`fl_gradcode.flower.options`) read their defaults from here.
+KEYWORD_DEFAULTS: Mapping[str, Any] = MappingProxyType({
+    k.keyword: k.keyword_value(k.default) for k in KEYS
+    if k.keyword is not None and not k.why_differs})
 
 
 def key(name: str) -> Key:

@@ -81,7 +81,7 @@ class ApproximateRounds:
 
     def after_round(self, decision: Decision | None, state: Any, decode: str,
                     used: list[int], window_used: list[int],
-                    max_decode_error: float = 0.5) -> None:
+                    max_decode_error: float) -> None:
         """Count the round; after an exact round of a planned exact decision, measure the
         errors of its approximate decodings (``window_used``: replies in arrival order; a
         decoding above ``max_decode_error`` would be skipped: error 1)."""

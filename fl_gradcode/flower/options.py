@@ -21,6 +21,12 @@ resolves the defaults that depend on other options:
 
 The groups are plain values in the style of :mod:`fl_gradcode.latency` (frozen dataclasses that
 validate themselves); the collaborators of ``GradientCoding`` each take the group they need.
+Each option's default is declared once: as its group's field, or, where a run-config key sets
+the keyword to the same default, as that key's default
+(:data:`~fl_gradcode.config.keys.KEYWORD_DEFAULTS`); ``GradientCoding``'s and
+:meth:`Options.from_keywords`' signatures read it from the group (a test parses the package
+for a default declared twice). A keyword whose default is ``None`` means "not given": what it
+resolves to is one of the rules above, written once, in :meth:`Options.from_keywords`.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from typing import Any
 from flwr.common.logger import log
 
 from ..codes import GradientCode
+from ..config.keys import KEYWORD_DEFAULTS as _KEYED
 from ..latency import LatencyModel
 from ..privacy import DPConfig, PrivacyAccountant, ServerNoise
 from .clock import CLOCKS, clock_class
@@ -110,7 +117,7 @@ class CodeOptions:
         the model (load ``s + m`` partitions), decoded exactly from any ``n - s`` replies.
     """
 
-    code: str | GradientCode = "grouped-rs"
+    code: str | GradientCode = _KEYED["code"]
     s: int = 1
     adaptive: bool = False
     options: Mapping[str, Any] = field(default_factory=dict)
@@ -165,10 +172,10 @@ class AdaptiveOptions:
 
     enabled: bool = False
     s_max: int | None = None
-    auto_margin: float = 0.1
-    exclude_slow: float | None = None
-    latency_state: str | None = None
-    auto_approximate: bool = False
+    auto_margin: float = _KEYED["auto_margin"]
+    exclude_slow: float | None = _KEYED["exclude_slow"]
+    latency_state: str | None = _KEYED["latency_state"]
+    auto_approximate: bool = _KEYED["auto_approximate"]
 
     def __post_init__(self) -> None:
         if self.enabled and self.s_max is not None and (
@@ -242,13 +249,13 @@ class TimingOptions:
         to its end.
     """
 
-    mode: str = "virtual"
+    mode: str = _KEYED["timing"]
     latency: LatencyModel | None = None
     measured_compute: bool = True
     compute_cost_s: float = 0.0
-    upload_bandwidth: float | None = None
+    upload_bandwidth: float | None = _KEYED["upload_bandwidth"]
     busy: str = "skip"
-    stop_late_work: bool = False
+    stop_late_work: bool = _KEYED["stop_late_work"]
 
     def __post_init__(self) -> None:
         if self.mode not in TIMINGS:
@@ -309,10 +316,10 @@ class DeadlineOptions:
     """
 
     straggler_timeout: float = 10.0
-    round_timeout: float = 600.0
-    warmup_timeout: float = 120.0
-    auto_deadline: float | None = None
-    max_decode_error: float = 0.5
+    round_timeout: float = _KEYED["round_timeout"]
+    warmup_timeout: float = _KEYED["warmup_timeout"]
+    auto_deadline: float | None = _KEYED["auto_deadline"]
+    max_decode_error: float = _KEYED["max_decode_error"]
     min_replies: int | None = None
 
     def __post_init__(self) -> None:
@@ -358,8 +365,8 @@ class IntegrityOptions:
         Largest relative disagreement between decodings taken as agreement (rounding).
     """
 
-    verify: bool = False
-    verify_tolerance: float = 1e-5
+    verify: bool = _KEYED["verify"]
+    verify_tolerance: float = _KEYED["verify_tolerance"]
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "verify", bool(self.verify))
@@ -417,7 +424,7 @@ class PrivacyOptions:
     dp: DPConfig = field(default_factory=DPConfig)
     accountant: PrivacyAccountant | None = None
     server_noise: ServerNoise = field(default_factory=ServerNoise)
-    nonce: str = ""
+    nonce: str = _KEYED["dp_run_nonce"]
 
     def __post_init__(self) -> None:
         if not self.nonce:
@@ -460,7 +467,7 @@ class Options:
     integrity: IntegrityOptions
     wire: WireOptions
     privacy: PrivacyOptions
-    seed: int = 0
+    seed: int = _KEYED["seed"]
 
     @property
     def estimating(self) -> bool:
@@ -509,39 +516,32 @@ class Options:
 
     @classmethod
     def from_keywords(
-        cls,
-        *,
-        code: str | GradientCode = "grouped-rs",
-        s: int | str = 1,
-        s_max: int | None = None,
-        auto_margin: float = 0.1,
-        exclude_slow: float | None = None,
-        timing: str = "virtual",
-        latency: LatencyModel | None = None,
-        seed: int = 0,
-        straggler_timeout: float = 10.0,
-        max_decode_error: float = 0.5,
-        min_replies: int | None = None,
-        round_timeout: float = 600.0,
-        warmup_timeout: float = 120.0,
-        measured_compute: bool = True,
-        compute_cost_s: float = 0.0,
-        upload_bandwidth: float | None = None,
+        cls, *,
+        code: str | GradientCode = CodeOptions.code, s: int | str = CodeOptions.s,
+        s_max: int | None = AdaptiveOptions.s_max,
+        auto_margin: float = AdaptiveOptions.auto_margin,
+        exclude_slow: float | None = AdaptiveOptions.exclude_slow,
+        timing: str = TimingOptions.mode, latency: LatencyModel | None = TimingOptions.latency,
+        seed: int = seed,  # the field above
+        straggler_timeout: float = DeadlineOptions.straggler_timeout,
+        max_decode_error: float = DeadlineOptions.max_decode_error,
+        min_replies: int | None = DeadlineOptions.min_replies,
+        round_timeout: float = DeadlineOptions.round_timeout,
+        warmup_timeout: float = DeadlineOptions.warmup_timeout,
+        measured_compute: bool = TimingOptions.measured_compute,
+        compute_cost_s: float = TimingOptions.compute_cost_s,
+        upload_bandwidth: float | None = TimingOptions.upload_bandwidth,
         dp: DPConfig | None = None,
-        accountant: PrivacyAccountant | None = None,
-        server_noise: ServerNoise | None = None,
-        dp_run_nonce: str = "",
-        code_options: Mapping[str, Any] | None = None,
-        wire: str = "auto",
-        m: int | None = None,
-        verify: bool = False,
-        verify_tolerance: float = 1e-5,
-        sparse_decoding: bool = True,
-        busy: str | None = None,
-        latency_state: str | os.PathLike[str] | None = None,
-        stop_late_work: bool = False,
-        auto_deadline: float | None = None,
-        auto_approximate: bool = False,
+        accountant: PrivacyAccountant | None = PrivacyOptions.accountant,
+        server_noise: ServerNoise | None = None, dp_run_nonce: str = PrivacyOptions.nonce,
+        code_options: Mapping[str, Any] | None = None, wire: str = WireOptions.wire,
+        m: int | None = None, verify: bool = IntegrityOptions.verify,
+        verify_tolerance: float = IntegrityOptions.verify_tolerance,
+        sparse_decoding: bool = WireOptions.sparse_decoding, busy: str | None = None,
+        latency_state: str | os.PathLike[str] | None = AdaptiveOptions.latency_state,
+        stop_late_work: bool = TimingOptions.stop_late_work,
+        auto_deadline: float | None = DeadlineOptions.auto_deadline,
+        auto_approximate: bool = AdaptiveOptions.auto_approximate,
     ) -> Options:
         """The groups from ``GradientCoding``'s flat keywords (same names, same defaults),
         with every rule that spans groups (the module docstring lists them)."""
@@ -564,6 +564,10 @@ class Options:
                                  "latencies to predict a deadline from)")
         if exclude_slow is not None and not auto:
             raise ValueError(f"exclude_slow={exclude_slow!r} needs s='auto' (got s={s!r})")
+        if adaptive.auto_approximate and timing != "virtual":
+            raise ValueError(f"auto_approximate=True needs timing='virtual' (got timing="
+                             f"{timing!r}: a round's deadline is planned from the predicted "
+                             "reply times)")
         deadline = DeadlineOptions(straggler_timeout, round_timeout, warmup_timeout,
                                    auto_deadline, max_decode_error, min_replies)
         timing_options = TimingOptions(

@@ -14,14 +14,19 @@ estimator over every node ever sampled, the work each node has not returned, rep
 arrive after their round, and the ``latency_state`` file. A scheme of one's own (an oracle
 that knows the best ``s`` in hindsight, a policy that forgets) is a subclass passed as
 ``GradientCoding(code_policy=...)`` (an instance, or the class: then built with the
-strategy's keywords); :meth:`AdaptiveCodePolicy.candidates` and
+strategy's options); :meth:`AdaptiveCodePolicy.candidates` and
 :meth:`FixedCodePolicy.estimator` are the documented points to override.
+
+A policy reads its options from the strategy's groups (:class:`~.options.Options`, passed as
+``options=``); built on its own, from ``GradientCoding``'s flat keywords, it builds the groups
+with :meth:`~.options.Options.from_keywords`. Either way it declares no default and applies no
+option rule of its own (``busy``'s resolution, ``auto_deadline`` implying ``stop_late_work``,
+``s="auto"``'s ``s``: the rules are the groups').
 """
 
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable, Mapping
 from logging import WARNING
 from typing import Any, Protocol, runtime_checkable
@@ -35,7 +40,7 @@ from ..codes import GradientCode, NestedPlacement
 from .approximate_rounds import ApproximateRounds
 from .latency_book import LatencyBook, read_latency_state
 from .membership import code_for_cohort
-from .options import BUSY_MODES, AdaptiveOptions, resolve_busy
+from .options import BUSY_MODES, Options
 from .protocol import Identity
 
 __all__ = ["BUSY_MODES", "AdaptiveCodePolicy", "CodePolicy", "FixedCodePolicy", "LatencyBook",
@@ -90,55 +95,96 @@ class FixedCodePolicy:
     """One code per cohort size; busy members skipped, queued, or (``busy="fit"``) queued
     when the estimated latencies say they can start in time.
 
-    Keywords as :class:`~fl_gradcode.flower.GradientCoding`'s (``busy=None``: ``"skip"``;
-    with ``timing="wallclock"`` always ``"skip"``: the grid waits for a busy node's earlier
-    reply). ``timing``, ``measured_compute`` and ``compute_cost_s`` are how the run measures
-    time, written with the ``latency_state`` file and compared when it is read.
+    ``options``: the strategy's option groups (:class:`~.options.Options`); without them, the
+    keywords are :class:`~fl_gradcode.flower.GradientCoding`'s (same names, same defaults,
+    same rules: :meth:`~.options.Options.from_keywords`), e.g. ``FixedCodePolicy(code="frc",
+    s=1)``. How the run measures time (``timing``, ``measured_compute``, ``compute_cost_s``)
+    is written with the ``latency_state`` file and compared when it is read.
     """
 
     adaptive = False
-    margin = 0.1  # the robust choice's margin (auto_margin); a fixed code has one candidate
-    exclude_slow: float | None = None  # only s="auto" excludes slow clients
 
-    def __init__(
-        self,
-        *,
-        code: str | GradientCode = "grouped-rs",
-        s: int = 1,
-        s_max: int | None = None,
-        code_options: Mapping[str, Any] | None = None,
-        seed: int = 0,
-        busy: str | None = None,
-        stop_late_work: bool = False,
-        auto_deadline: float | None = None,
-        straggler_timeout: float = 10.0,
-        latency_state: str | os.PathLike[str] | None = None,
-        timing: str = "virtual",
-        measured_compute: bool = True,
-        compute_cost_s: float = 0.0,
-    ) -> None:
-        self.code_spec = code
-        self.s = int(s)
-        self.s_max = s_max
-        options = dict(code_options or {})
-        if code == "nested" and s_max is not None and not self.adaptive:
-            options = {"s_max": s_max, **options}
-        self.code_options = options
-        self.seed = int(seed)
-        # a clock that cannot queue work (wallclock: the grid waits for a busy node's earlier
-        # reply) skips busy members
-        self.busy = resolve_busy(busy, self.adaptive, timing)
-        self.stop_late_work = bool(stop_late_work) or auto_deadline is not None
-        self.straggler_timeout = float(straggler_timeout)
-        # the latency estimator runs for auto and for a fixed code queueing with busy="fit"
-        self.estimating = self.adaptive or self.busy == "fit"
-        path = None if latency_state is None else os.fspath(latency_state)
-        self.book = LatencyBook(seed=self.seed, latency_state=path, meta={
-            "timing": timing, "measured_compute": bool(measured_compute),
-            "compute_cost_s": float(compute_cost_s)})
+    def __init__(self, *, options: Options | None = None, **keywords: Any) -> None:
+        if options is None:
+            options = Options.from_keywords(**self._keywords(keywords))
+        elif keywords:
+            raise TypeError(f"{type(self).__name__}: give options= or GradientCoding's keywords "
+                            f"({sorted(keywords)}), not both")
+        if options.code.adaptive != self.adaptive:
+            s = "'auto'" if options.code.adaptive else options.code.s
+            use = "AdaptiveCodePolicy" if options.code.adaptive else "FixedCodePolicy"
+            raise ValueError(f"{type(self).__name__} cannot plan s={s}: use {use} (or a "
+                             "subclass) as the code policy")
+        self.options = options
+        timing = options.timing
+        self.book = LatencyBook(seed=self.seed, latency_state=options.adaptive.latency_state,
+                                meta={"timing": timing.mode,
+                                      "measured_compute": timing.measured_compute,
+                                      "compute_cost_s": timing.compute_cost_s})
         self.decision: Decision | None = None
         self._codes: dict[int, GradientCode] = {}
         self._host: PolicyHost | None = None
+
+    @staticmethod
+    def _keywords(keywords: dict[str, Any]) -> dict[str, Any]:
+        """The keywords :meth:`~.options.Options.from_keywords` builds this policy's options
+        from (:class:`AdaptiveCodePolicy`: with ``s="auto"``)."""
+        return keywords
+
+    # ------------------------------------------------------------------ the options
+    # read from the groups (never declared or resolved here)
+    @property
+    def code_spec(self) -> str | GradientCode:
+        """The ``code`` keyword: a registry name or a ``GradientCode``."""
+        return self.options.code.code
+
+    @property
+    def s(self) -> int:
+        """The fixed tolerance (``s="auto"``: the placement's ``s_max``, 1 when ``None``)."""
+        return self.options.code.s
+
+    @property
+    def s_max(self) -> int | None:
+        return self.options.adaptive.s_max
+
+    @property
+    def code_options(self) -> dict[str, Any]:
+        """``make_code``'s extra keyword arguments (``m``, a fixed nested placement's
+        ``s_max`` included)."""
+        return self.options.code_options
+
+    @property
+    def seed(self) -> int:
+        return self.options.seed
+
+    @property
+    def busy(self) -> str:
+        """``"skip"``, ``"queue"`` or ``"fit"``: the resolved ``busy``."""
+        return self.options.timing.busy
+
+    @property
+    def stop_late_work(self) -> bool:
+        """Work stops at the round's deadline (also implied by ``auto_deadline``)."""
+        return self.options.timing.stop_late_work
+
+    @property
+    def straggler_timeout(self) -> float:
+        return self.options.deadline.straggler_timeout
+
+    @property
+    def estimating(self) -> bool:
+        """The latency estimator runs (``s="auto"``, or ``busy="fit"``)."""
+        return self.options.estimating
+
+    @property
+    def margin(self) -> float:
+        """The robust choice's margin (``auto_margin``; a fixed code has one candidate)."""
+        return self.options.adaptive.auto_margin
+
+    @property
+    def exclude_slow(self) -> float | None:
+        """Slowness factor from which ``s="auto"`` may exclude a client (``None``: never)."""
+        return self.options.adaptive.exclude_slow
 
     # ------------------------------------------------------------------ the host
     def bind(self, host: PolicyHost) -> None:
@@ -367,23 +413,17 @@ class AdaptiveCodePolicy(FixedCodePolicy):
 
     adaptive = True
 
-    def __init__(self, *, s_max: int | None = None, auto_margin: float = 0.1,
-                 exclude_slow: float | None = None, auto_approximate: bool = False,
-                 **keywords: Any) -> None:
-        checked = AdaptiveOptions(True, s_max, auto_margin, exclude_slow,
-                                  auto_approximate=auto_approximate)  # the same rules
-        keywords.setdefault("s", s_max if s_max is not None else 1)
-        if auto_approximate and keywords.get("timing", "virtual") != "virtual":
-            raise ValueError(f"auto_approximate=True needs timing='virtual' (got timing="
-                             f"{keywords['timing']!r}: a round's deadline is planned from the "
-                             "predicted reply times)")
-        super().__init__(s_max=s_max, **keywords)
-        self.margin = checked.auto_margin
-        self.exclude_slow = checked.exclude_slow
+    def __init__(self, *, options: Options | None = None, **keywords: Any) -> None:
+        super().__init__(options=options, **keywords)
         self.placements: dict[int, NestedPlacement] = {}
         self.last_s: dict[int, int] = {}  # cohort size -> the last round's s
         # approximate rounds (auto_approximate): priced after the exact choice
-        self.approximate = ApproximateRounds(self.seed) if checked.auto_approximate else None
+        self.approximate = (ApproximateRounds(self.seed)
+                            if self.options.adaptive.auto_approximate else None)
+
+    @staticmethod
+    def _keywords(keywords: dict[str, Any]) -> dict[str, Any]:
+        return {"s": "auto", **keywords}
 
     def placement(self, n: int) -> NestedPlacement:
         """The nested placement for a cohort of ``n`` (built once per size)."""
@@ -415,7 +455,7 @@ class AdaptiveCodePolicy(FixedCodePolicy):
         return placement.code(self.decision.s)
 
     def after_decode(self, state: Any, decode: str, used: list[int],
-                     window_used: list[int], max_decode_error: float = 0.5) -> None:
+                     window_used: list[int], max_decode_error: float) -> None:
         """After the round's decoding (``auto_approximate``): count approximate rounds and
         measure, in exact ones, the errors of decoding fewer replies."""
         if self.approximate is not None:
@@ -423,32 +463,32 @@ class AdaptiveCodePolicy(FixedCodePolicy):
                                          max_decode_error)
 
 
-def make_code_policy(*, s: int | str = 1, s_max: int | None = None, auto_margin: float = 0.1,
-                     exclude_slow: float | None = None, auto_approximate: bool = False,
-                     factory: Callable[..., CodePolicy] | None = None,
-                     **keywords: Any) -> CodePolicy:
-    """The policy ``GradientCoding``'s keywords describe: :class:`AdaptiveCodePolicy` for
-    ``s="auto"``, else :class:`FixedCodePolicy` (the other keywords are both classes').
-    ``factory``: a subclass (or any callable taking the same keywords) used instead
-    (``auto_approximate`` is passed only when true)."""
-    if s == "auto":
-        make = factory or AdaptiveCodePolicy
-        extra = {"auto_approximate": True} if auto_approximate else {}
-        return make(s_max=s_max, auto_margin=auto_margin, exclude_slow=exclude_slow,
-                    **extra, **keywords)
-    return (factory or FixedCodePolicy)(s=s, s_max=s_max, **keywords)
+def make_code_policy(*, factory: Callable[..., CodePolicy] | None = None,
+                     options: Options | None = None, **keywords: Any) -> CodePolicy:
+    """The policy the options describe (``options``, else built from ``GradientCoding``'s
+    ``keywords``): :class:`AdaptiveCodePolicy` for ``s="auto"``, else
+    :class:`FixedCodePolicy`. ``factory``: a subclass (or any callable taking ``options=``)
+    used instead, called with ``options=`` the groups."""
+    if options is None:
+        options = Options.from_keywords(**keywords)
+    elif keywords:
+        raise TypeError(f"make_code_policy: give options= or GradientCoding's keywords "
+                        f"({sorted(keywords)}), not both")
+    make = factory or (AdaptiveCodePolicy if options.code.adaptive else FixedCodePolicy)
+    return make(options=options)
 
 
 def resolve_code_policy(given: CodePolicy | Callable[..., CodePolicy] | None,
-                        **keywords: Any) -> CodePolicy:
+                        options: Options | None = None, **keywords: Any) -> CodePolicy:
     """``GradientCoding(code_policy=given)``'s policy: ``given`` when it is a policy instance
     (its ``adaptive``, ``busy`` and ``estimating`` then decide the rounds), else
-    :func:`make_code_policy` of the strategy's ``keywords`` (built by ``given`` when it is a
-    policy class or factory: a subclass of :class:`AdaptiveCodePolicy` for ``s="auto"``, of
-    :class:`FixedCodePolicy` otherwise, or any callable taking the same keywords)."""
+    :func:`make_code_policy` of the strategy's ``options`` (or flat ``keywords``), built by
+    ``given`` when it is a policy class or factory (a subclass of :class:`AdaptiveCodePolicy`
+    for ``s="auto"``, of :class:`FixedCodePolicy` otherwise, or any callable taking
+    ``options=``)."""
     if given is not None and not is_policy_factory(given):
         return given
-    return make_code_policy(factory=given, **keywords)
+    return make_code_policy(factory=given, options=options, **keywords)
 
 
 def is_policy_factory(value: Any) -> bool:

@@ -33,7 +33,6 @@ References:
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -60,7 +59,17 @@ from .dispatch import Dispatcher
 from .grid import EarlyReturnGrid
 from .membership import Membership, missing_fields
 from .opener import RoundOpener
-from .options import Options
+from .option_attributes import OptionAttributes
+from .options import (
+    AdaptiveOptions,
+    CodeOptions,
+    DeadlineOptions,
+    IntegrityOptions,
+    Options,
+    PrivacyOptions,
+    TimingOptions,
+    WireOptions,
+)
 from .policy import CodePolicy, resolve_code_policy
 from .privatiser import Privatiser
 from .protocol import Identity
@@ -75,7 +84,7 @@ from .workload import Workload
 __all__ = ["GradientCoding"]
 
 
-class GradientCoding(Strategy):
+class GradientCoding(OptionAttributes, Strategy):
     """Gradient-coded rounds around any Flower strategy.
 
     ``strategy``: the inner strategy (FedAvg, FedAdam, ...); it samples the cohort, builds the
@@ -87,7 +96,8 @@ class GradientCoding(Strategy):
 
     Every other keyword is an option (same names and defaults as ever), grouped and checked
     by :meth:`~fl_gradcode.flower.options.Options.from_keywords`; each group's docstring
-    documents its keywords, the module's docstring the rules between them:
+    documents its keywords and declares their defaults (the signature below reads them from
+    the groups), the module's docstring the rules between them:
     :class:`~.options.CodeOptions` (``code``, ``s``, ``seed``, ``code_options``, ``m``),
     :class:`~.options.AdaptiveOptions` (``s_max``, ``auto_margin``, ``exclude_slow``,
     ``latency_state``, ``auto_approximate``), :class:`~.options.TimingOptions` (``timing``,
@@ -109,11 +119,12 @@ class GradientCoding(Strategy):
     (:mod:`~fl_gradcode.flower.roster`): with one, claims it does not state are refused.
 
     ``code_policy``: which code each round uses and whom to queue; ``None``: built from the
-    keywords; a policy class or factory: built with them; an instance: used as given
-    (:func:`~fl_gradcode.flower.policy.resolve_code_policy`).
+    options; a policy class or factory: called with ``options=`` (the groups); an instance:
+    used as given (:func:`~fl_gradcode.flower.policy.resolve_code_policy`).
 
     Each option keeps its flat name as a read-only attribute (``strategy.timing``,
-    ``strategy.busy_mode`` for the resolved ``busy``, ...).
+    ``strategy.busy_mode`` for the resolved ``busy``, ...:
+    :mod:`~fl_gradcode.flower.option_attributes`); ``strategy.options`` holds the groups.
     """
 
     #: auto_deadline: factor of the next deadline after each missed one (RFC 6298, 5.5)
@@ -122,25 +133,35 @@ class GradientCoding(Strategy):
     def __init__(
         self,
         strategy: Strategy,
-        code: str | GradientCode = "grouped-rs",
-        s: int | str = 1,
+        code: str | GradientCode = CodeOptions.code,
+        s: int | str = CodeOptions.s,
         *,
-        s_max: int | None = None, auto_margin: float = 0.1, exclude_slow: float | None = None,
-        auto_approximate: bool = False,
-        latency_state: str | os.PathLike[str] | None = None,
-        timing: str = "virtual", latency: LatencyModel | None = None,
-        measured_compute: bool = True, compute_cost_s: float = 0.0,
-        upload_bandwidth: float | None = None, busy: str | None = None,
-        stop_late_work: bool = False,
-        straggler_timeout: float = 10.0, auto_deadline: float | None = None,
-        max_decode_error: float = 0.5, min_replies: int | None = None,
-        round_timeout: float = 600.0, warmup_timeout: float = 120.0,
-        verify: bool = False, verify_tolerance: float = 1e-5,
-        wire: str = "auto", m: int | None = None, sparse_decoding: bool = True,
+        s_max: int | None = AdaptiveOptions.s_max,
+        auto_margin: float = AdaptiveOptions.auto_margin,
+        exclude_slow: float | None = AdaptiveOptions.exclude_slow,
+        auto_approximate: bool = AdaptiveOptions.auto_approximate,
+        latency_state: str | os.PathLike[str] | None = AdaptiveOptions.latency_state,
+        timing: str = TimingOptions.mode, latency: LatencyModel | None = TimingOptions.latency,
+        measured_compute: bool = TimingOptions.measured_compute,
+        compute_cost_s: float = TimingOptions.compute_cost_s,
+        upload_bandwidth: float | None = TimingOptions.upload_bandwidth,
+        busy: str | None = None,
+        stop_late_work: bool = TimingOptions.stop_late_work,
+        straggler_timeout: float = DeadlineOptions.straggler_timeout,
+        auto_deadline: float | None = DeadlineOptions.auto_deadline,
+        max_decode_error: float = DeadlineOptions.max_decode_error,
+        min_replies: int | None = DeadlineOptions.min_replies,
+        round_timeout: float = DeadlineOptions.round_timeout,
+        warmup_timeout: float = DeadlineOptions.warmup_timeout,
+        verify: bool = IntegrityOptions.verify,
+        verify_tolerance: float = IntegrityOptions.verify_tolerance,
+        wire: str = WireOptions.wire, m: int | None = None,
+        sparse_decoding: bool = WireOptions.sparse_decoding,
         code_options: dict[str, Any] | None = None,
-        dp: DPConfig | None = None, accountant: PrivacyAccountant | None = None,
-        server_noise: ServerNoise | None = None, dp_run_nonce: str = "",
-        seed: int = 0, results_dir: str | None = None,
+        dp: DPConfig | None = None,
+        accountant: PrivacyAccountant | None = PrivacyOptions.accountant,
+        server_noise: ServerNoise | None = None, dp_run_nonce: str = PrivacyOptions.nonce,
+        seed: int = Options.seed, results_dir: str | None = None,
         evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
         run_config: dict[str, Any] | None = None,
         code_policy: CodePolicy | Callable[..., CodePolicy] | None = None,
@@ -163,9 +184,7 @@ class GradientCoding(Strategy):
             sparse_decoding=sparse_decoding, busy=busy, latency_state=latency_state,
             stop_late_work=stop_late_work, auto_deadline=auto_deadline,
             auto_approximate=auto_approximate)
-        self.inner, self.code_spec, self.evaluate_fn = strategy, code, evaluate_fn
-        self.dp, self.accountant = options.privacy.dp, options.privacy.accountant
-        self.server_noise, self.nonce = options.privacy.server_noise, options.privacy.nonce
+        self.inner, self.evaluate_fn = strategy, evaluate_fn
         self.mechanism = make_mechanism(self.dp)
         t = options.timing
         if t.mode == "wallclock" and isinstance(t.latency, DeviceTrace):
@@ -176,14 +195,7 @@ class GradientCoding(Strategy):
                                 measured_compute=t.measured_compute,
                                 compute_cost_s=t.compute_cost_s,
                                 upload_bandwidth=t.upload_bandwidth)
-        self.code_policy = resolve_code_policy(
-            code_policy, code=code, s="auto" if self.adaptive else self.s, s_max=self.s_max,
-            auto_margin=self.auto_margin, exclude_slow=self.exclude_slow,
-            auto_approximate=self.auto_approximate, code_options=self.code_options,
-            seed=self.seed, busy=self.busy_mode,
-            stop_late_work=t.stop_late_work, straggler_timeout=self.straggler_timeout,
-            latency_state=self.latency_state, timing=t.mode,
-            measured_compute=t.measured_compute, compute_cost_s=t.compute_cost_s)
+        self.code_policy = resolve_code_policy(code_policy, options=options)
         self.deadlines = DeadlinePolicy(options.deadline, self.code_policy.estimating)
         self.membership = Membership(options.deadline.warmup_timeout, self.nonce,
                                      num_partitions=num_partitions, roster=load_roster(roster),
@@ -223,11 +235,8 @@ class GradientCoding(Strategy):
         self.code_policy.bind(self)
 
     def __getattr__(self, name: str) -> Any:
-        # names not found: an option's flat name, else Flower's legacy loop's (a clear error)
-        options = self.__dict__.get("options")
-        if options is not None:
-            with contextlib.suppress(AttributeError):
-                return options.get(name)
+        # names not found (options are attributes: OptionAttributes): a clear error for the
+        # methods of Flower's legacy loop
         raise compat.legacy_attribute_error(self, name)
 
     @property
