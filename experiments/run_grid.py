@@ -41,10 +41,14 @@ def grid_cells(grid: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def cell_names(grid: Mapping[str, Any], patterns: str) -> list[str]:
     """The cells matching ``patterns`` (comma separated, fnmatch), in the patterns' order; a
-    pattern matching no cell is refused, naming the cells there are."""
+    pattern matching no cell is refused, naming the cells there are. The pattern ``report``
+    stands for the reported set (``[report] cells`` of the grid file), in its order."""
     names = [c["name"] for c in grid_cells(grid)]
     chosen: list[str] = []
-    for pattern in (p.strip() for p in patterns.split(",") if p.strip()):
+    listed = [p.strip() for p in patterns.split(",") if p.strip()]
+    report = list(grid.get("report", {}).get("cells", []))
+    expanded = [q for p in listed for q in (report if p == "report" else [p])]
+    for pattern in expanded:
         hits = [name for name in names if fnmatch.fnmatchcase(name, pattern)]
         if not hits:
             raise ValueError(f"--cells {pattern!r} matches no cell of experiments/grid.toml; "

@@ -117,3 +117,20 @@ def test_the_compare_table_marks_where_a_rival_beats_auto(tmp_path, monkeypatch)
     fedbuff = next(line for line in rivals.compare_table().splitlines()
                    if line.startswith("| fedbuff"))
     assert fedbuff.endswith("| auto never reached the target; this method 2/2 ▼ |")
+
+
+def test_the_reported_set_covers_every_task_regime_and_scale():
+    from experiments import compare
+    from experiments.run_grid import cell_names, grid_cells
+
+    grid = compare.load_grid()
+    report = cell_names(grid, "report")
+    assert report == list(grid["report"]["cells"]) and len(set(report)) >= 24
+    assert set(report) <= {c["name"] for c in grid_cells(grid)}
+    tasks, regimes, scales = zip(*(name.split("/") for name in report), strict=True)
+    assert set(tasks) == set(grid["tasks"]) and len(set(tasks)) >= 3
+    assert set(regimes) == set(grid["latency"]) and len(set(regimes)) >= 6
+    assert {"20x20", "100x100", "1000x100"} <= set(scales)
+    # "report" may be combined with patterns, in order, without repeats
+    assert cell_names(grid, "digits-logreg/trace/20x20,report")[:2] == [
+        "digits-logreg/trace/20x20", "digits-logreg/persistent/20x20"]
