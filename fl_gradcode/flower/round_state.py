@@ -69,8 +69,8 @@ class RoundView:
     the round (``code.B[w]``: worker w's coefficients); ``wire``: the reply dtype (``"model"``
     or ``"float64"``); ``array_key``: the inner strategy's ``ArrayRecord`` holding the model;
     ``sent``: the workers sent work (and not refused by the grid); ``valid``: the workers whose
-    reply was accepted so far; ``rejected``: ``(node, public reason)`` of each refused reply so
-    far."""
+    reply was accepted so far (both sorted); ``rejected``: ``(node, public reason)`` of each
+    refused reply so far."""
 
     number: int
     cohort: tuple[int, ...]
@@ -285,7 +285,7 @@ class RoundState:
     def view(self) -> RoundView:
         """The public view of the round (:class:`RoundView`)."""
         return RoundView(self.number, self.cohort, self.code, self.wire, self.array_key,
-                         tuple(self.sent), tuple(self.valid),
+                         tuple(sorted(self.sent)), tuple(sorted(self.valid)),
                          tuple(self.rejected))
 
 

@@ -20,9 +20,9 @@ The strategy assembles single-purpose collaborators (modules of :mod:`fl_gradcod
 the option groups (``options``), the code policy (``policy``: fixed or ``s="auto"``), the clock
 (``clock``: arrival, busy members, waiting), the deadline policy (``deadline_policy``), the
 round opener (``opener``) and dispatcher (``dispatch``), the reply collector (``collector``:
-the grid's callbacks, integrity), the round closer (``closer``), the aggregator
-(``aggregator``) over the one decoder path (``decoder``, ``privatiser``), the round state
-(``round_state``) and the round log (``records.RoundLog``).
+the grid's callbacks), the verifier (``verifier``: integrity), the round closer (``closer``),
+the aggregator (``aggregator``) over the one decoder path (``decoder``, ``privatiser``), the
+round state (``round_state``: one owner per fact) and the round log (``records.RoundLog``).
 
 References:
     Tandon, Lei, Dimakis, Karampatziakis, "Gradient Coding: Avoiding Stragglers in Distributed
