@@ -18,9 +18,8 @@ References:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from logging import WARNING
-from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -32,7 +31,26 @@ from .protocol import Identity
 from .reports import agree_sizes, central_noise_scale, outlying_sizes
 from .round_state import partition_key
 
-__all__ = ["Privatiser"]
+__all__ = ["Privatiser", "SizesView"]
+
+
+class SizesView(Mapping[tuple[int, int], float]):
+    """A read-only view of the checked partition sizes (it pickles, unlike a mappingproxy)."""
+
+    def __init__(self, sizes: Mapping[tuple[int, int], float]) -> None:
+        self._sizes = sizes
+
+    def __getitem__(self, key: tuple[int, int]) -> float:
+        return self._sizes[key]
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        return iter(self._sizes)
+
+    def __len__(self) -> int:
+        return len(self._sizes)
+
+    def __repr__(self) -> str:
+        return repr(dict(self._sizes))
 
 
 class Privatiser:
@@ -58,7 +76,7 @@ class Privatiser:
         self.nonce = nonce
         self._sizes: dict[tuple[int, int], float] = (
             {} if partition_sizes is None else partition_sizes)
-        self.partition_sizes: Mapping[tuple[int, int], float] = MappingProxyType(self._sizes)
+        self.partition_sizes: Mapping[tuple[int, int], float] = SizesView(self._sizes)
         self.confirmed_sizes: dict[tuple[int, int], float] = {}  # by >= 2 agreeing replicas
 
     def check_sizes(self, code: GradientCode, partitions: Sequence[Identity],
