@@ -10,57 +10,73 @@ policy's latency estimate.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
 
 from .clock import Clock, RoundWindow
 from .policy import CodePolicy
 from .protocol import CodedReply
 from .round_state import RoundState
+from .verifier import RoundVerifier
 from .workload import Workload
 
-__all__ = ["RoundCloser"]
+__all__ = ["Closing", "RoundCloser"]
+
+
+@dataclass(frozen=True)
+class Closing:
+    """How a round's window closed (owner: the closer): the clock's ``window`` (the replies
+    it decodes from, its end), the workers it ``stopped`` at the deadline, and the payload
+    bytes of the valid replies that never travelled (``untravelled_bytes``: stopped, or an
+    infinite delay)."""
+
+    window: RoundWindow
+    stopped: tuple[int, ...] = ()
+    untravelled_bytes: int = 0
 
 
 class RoundCloser:
     """Ends a round's window on the clock (one job: the end of a round's timing).
 
-    ``decodable(code)``: the stopping rule, a test of a set of workers (the reply
-    collector's :meth:`~fl_gradcode.flower.collector.ReplyCollector.decodable`)."""
+    ``verifier``: the stopping rule, a test of a set of workers
+    (:meth:`~fl_gradcode.flower.verifier.RoundVerifier.stopping_rule`)."""
 
     def __init__(self, *, clock: Clock, policy: CodePolicy, workload: Workload,
-                 decodable: Callable[[Any], Callable[[list[int]], bool]]) -> None:
+                 verifier: RoundVerifier) -> None:
         self.clock, self.policy, self.workload = clock, policy, workload
-        self.decodable = decodable
+        self.verifier = verifier
 
     def arrival(self, state: RoundState, worker: int, reply: CodedReply) -> float:
         """Seconds from the round's start until ``worker``'s reply arrives (the clock's
         model: compute, load, delay and transfer in virtual time)."""
+        partitions = list(state.partitions)
         return self.clock.arrival(
             reply.compute_s, reply.extra.get("bytes", 0),
-            lambda: self.workload.load(state.code, worker, state.partitions),
+            lambda: self.workload.load(state.code, worker, partitions),
             lambda load: self.workload.delay(state.cohort[worker], state.number, load))
 
-    def close(self, state: RoundState) -> RoundWindow:
-        """The clock's window of the round (the replies it decodes from, its end); the
-        workers it stopped at the deadline recorded on ``state``; the clock moved on; the
+    def close(self, state: RoundState) -> RoundState:
+        """The round with its :class:`Closing`: the clock's window (the replies it decodes
+        from, its end) and the workers it stopped at the deadline; the clock moved on; the
         code policy fed and its state saved."""
-        timed = {w: self.arrival(state, w, r) for w, r in state.valid.items()}
+        valid = state.valid
+        timed = {w: self.arrival(state, w, r) for w, r in valid.items()}
         # an infinite delay (a device off, e.g. latency=fedscale) never arrives: no reply
         arrivals = {w: t for w, t in timed.items() if math.isfinite(t)}
-        window = self.clock.window(arrivals, self.decodable(state.code), len(state.sent))
-        for w in timed.keys() - arrivals.keys():  # its bytes never travelled
-            state.bytes_up -= int(state.valid[w].extra.get("bytes", 0))
-        for w in window.stopped:  # virtual timing: stopped at the deadline, never replied
-            state.bytes_up -= int(state.valid[w].extra.get("bytes", 0))
-            state.stopped.append(w)
+        sent = state.sent
+        window = self.clock.window(arrivals, self.verifier.stopping_rule(state, state.code),
+                                   len(sent))
+        untravelled = sum(int(valid[w].extra.get("bytes", 0))
+                          for w in [*(timed.keys() - arrivals.keys()), *window.stopped])
+        closing = Closing(window, tuple(window.stopped), untravelled)
         self.clock.finish_round(
-            [state.cohort[w] for w in state.sent],
+            [state.cohort[w] for w in sent],
             {state.cohort[w]: t for w, t in arrivals.items()},
             window.end,
             answered=[state.cohort[w] for w in state.answered],
         )
-        self.policy.observe(state, arrivals, window)
+        closed = dataclasses.replace(state, closing=closing)
+        self.policy.observe(closed, arrivals, window)
         self.policy.save_state()
-        return window
+        return closed

@@ -1,66 +1,194 @@
 """The grid's callbacks of a coded round: each reply validated once, as it arrives.
 
 :class:`ReplyCollector` holds the round in progress (:class:`~.round_state.RoundState`) and
-answers :class:`~fl_gradcode.flower.grid.EarlyReturnGrid`: a reply is parsed against the round's
-layout and wire dtypes, its partition sizes checked against its own ``num-examples``, measured
-by the round's integrity probe, and kept or rejected with a public reason; ``ready`` says when
-the valid replies satisfy the stopping rule (a decodable set, cross-checked with ``verify``);
-``prioritize`` orders a batch so that a decodable set is validated first.
+answers :class:`~fl_gradcode.flower.grid.EarlyReturnGrid` directly: a reply is parsed against
+the round's layout and wire dtypes, its partition sizes checked against its own
+``num-examples``, measured by the round's integrity probe, and kept or rejected with a public
+reason in the round's :class:`Arrivals` (of which the collector is the one owner); ``ready``
+says when the valid replies satisfy the stopping rule (the verifier's:
+:meth:`~fl_gradcode.flower.verifier.RoundVerifier.stopping_rule`); ``prioritize`` orders a
+batch so that a decodable set is validated first; ``deadline_s`` and ``first_reply_deadline_s``
+are the deadline policy's for the round in progress; ``collect`` validates what the grid did
+not and ends the round's collection.
 
 The stopping rule is the exact decodability of a gradient code's replies (Tandon, Lei, Dimakis,
-Karampatziakis, "Gradient Coding", ICML 2017, https://arxiv.org/abs/1612.03301); the
-cross-check is :func:`~fl_gradcode.flower.integrity.verify_replies`.
+Karampatziakis, "Gradient Coding", ICML 2017, https://arxiv.org/abs/1612.03301).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Iterable, Mapping
 from logging import INFO, WARNING
-from typing import Any
+from types import MappingProxyType
+from typing import NamedTuple
 
 from flwr.app import Message, MetricRecord
 from flwr.common.logger import log
 
-from ..codes import GradientCode
+from ..codes.tracker import DecodabilityTracker
 from . import compat, partition_metrics, protocol
 from .blas import serial_blas
 from .clock import Clock
 from .deadline_policy import DeadlinePolicy
-from .integrity import (
-    Probe,
-    Verdict,
-    applied_disagreement,
-    reply_sizes,
-    round_probe,
-    verify_replies,
-)
+from .dispatch import Requests
 from .options import IntegrityOptions
-from .protocol import RejectedReply
+from .protocol import CodedReply, RejectedReply
 from .quarantine import Quarantine
 from .reports import check_reply_sizes, public_reason
-from .round_state import RoundState, is_chunked, payload_bytes
-from .settle import placement_refusal, settle_replies
+from .round_state import Rejection, RoundPlan, RoundState, payload_bytes, rejection
+from .verifier import RoundVerifier
 
-__all__ = ["ReplyCollector", "serial_blas"]
+__all__ = ["Arrivals", "Collected", "ReplyCollector", "serial_blas"]
+
+
+class Arrivals:
+    """What arrived in a round (owner: the reply collector, which alone updates it while the
+    round collects): the valid replies, the workers that answered at all, the rejected
+    replies, the workers stopped at the deadline by their own reply, the messages the grid
+    refused, the payload bytes received; the decodability of the valid replies, tracked per
+    reply. Read-only to everyone else."""
+
+    def __init__(self, code: object) -> None:
+        self._code = code
+        self._valid: dict[int, CodedReply] = {}
+        self._answered: set[int] = set()
+        self._rejections: list[Rejection] = []
+        self._stopped: list[int] = []
+        self._unsent: set[int] = set()
+        self._seen: set[str] = set()  # message ids already parsed
+        self._bytes_up = 0
+        self._tracker: DecodabilityTracker | None = None
+
+    @property
+    def valid(self) -> Mapping[int, CodedReply]:
+        return MappingProxyType(self._valid)
+
+    @property
+    def answered(self) -> frozenset[int]:
+        return frozenset(self._answered)
+
+    @property
+    def rejections(self) -> tuple[Rejection, ...]:
+        return tuple(self._rejections)
+
+    @property
+    def stopped(self) -> tuple[int, ...]:
+        return tuple(self._stopped)
+
+    @property
+    def unsent(self) -> frozenset[int]:
+        return frozenset(self._unsent)
+
+    @property
+    def bytes_up(self) -> int:
+        return self._bytes_up
+
+    # the collector's writes (this module only: tests/flower/test_round_owners.py)
+    def receive(self, message_id: str, payload: int) -> None:
+        """A reply of ``payload`` bytes arrived (``message_id``: parsed once)."""
+        if message_id:
+            self._seen.add(message_id)
+        self._bytes_up += payload
+
+    def has_seen(self, message_id: str) -> bool:
+        return bool(message_id) and message_id in self._seen
+
+    def answer(self, worker: int) -> None:
+        """``worker`` replied (valid or not)."""
+        self._answered.add(worker)
+
+    def stop(self, worker: int) -> None:
+        """``worker`` replied that it stopped at the deadline."""
+        self._answered.add(worker)
+        self._stopped.append(worker)
+
+    def accept(self, worker: int, reply: CodedReply) -> None:
+        """``worker``'s reply is valid."""
+        self._valid[worker] = reply
+        if self._tracker is not None:
+            self._tracker.add(worker)
+
+    def reject(self, refused: Rejection) -> None:
+        """A reply refused, with its public reason."""
+        self._rejections.append(refused)
+
+    def refuse_message(self, worker: int) -> None:
+        """The grid did not accept ``worker``'s message: it was never asked."""
+        self._unsent.add(worker)
+
+    def decodability(self) -> DecodabilityTracker:
+        """The decodability of the valid replies, built on first use and updated per reply."""
+        if self._tracker is None:
+            self._tracker = self._code.tracker()  # type: ignore[attr-defined]
+            for worker in self._valid:
+                self._tracker.add(worker)
+        return self._tracker
+
+
+class Collected(NamedTuple):
+    """A round's collection, ended: its state, and the replies to earlier rounds dropped
+    (``late``, with their client compute ``late_compute_s``) and stopped at their deadline
+    (``stopped_late``) since the last row."""
+
+    state: RoundState
+    late: int
+    stopped_late: int
+    late_compute_s: float = 0.0
 
 
 class ReplyCollector:
-    """Validates the replies of the round in progress and counts those of earlier rounds."""
+    """Validates the replies of the round in progress and counts those of earlier rounds; the
+    one handler of the grid's callbacks.
+
+    ``verifier``: the round's stopping rule and integrity (``None``: one built from
+    ``integrity``, ``deadlines`` and ``quarantine``)."""
 
     def __init__(self, clock: Clock, deadlines: DeadlinePolicy, integrity: IntegrityOptions,
-                 quarantine: Quarantine, fingerprints: compat.ReplyFingerprints) -> None:
+                 quarantine: Quarantine, fingerprints: compat.ReplyFingerprints,
+                 verifier: RoundVerifier | None = None) -> None:
         self.clock = clock
         self.deadlines = deadlines
         self.integrity = integrity
         self.quarantine = quarantine
         self.fingerprints = fingerprints
-        self.state: RoundState | None = None
-        self.warned_unverifiable = False
-        self.warned_placement = False
+        self.verifier = verifier if verifier is not None else RoundVerifier(
+            integrity, deadlines, quarantine)
+        self._state: RoundState | None = None
+        self._arrivals: Arrivals | None = None
         self.late = 0  # replies to earlier rounds dropped since the last row
         self.stopped_late = 0  # stop replies to earlier rounds, not yet in a row
         self.late_compute_s = 0.0  # the dropped late replies' client compute, not yet in a row
+
+    @property
+    def state(self) -> RoundState | None:
+        """The round in progress (``None``: none)."""
+        return self._state
+
+    @property
+    def round_timeout(self) -> float:
+        """Seconds an unanswered message is waited for (the grid's bound)."""
+        return self.deadlines.options.round_timeout
+
+    def open(self, plan: RoundPlan, requests: Requests) -> RoundState:
+        """Start collecting the replies of the round ``plan`` opened (``requests``: who was
+        asked); its state."""
+        self._arrivals = Arrivals(plan.code)
+        self._state = RoundState(plan, requests, self._arrivals)
+        return self._state
+
+    def clear(self) -> None:
+        """No round in progress (replies are then late or ignored)."""
+        self._state = self._arrivals = None
+
+    def collect(self, replies: Iterable[Message]) -> Collected:
+        """Validate the ``replies`` the grid did not hand over (each once) and end the round's
+        collection: its state and the late counts since the last row."""
+        assert self._state is not None, "collect follows open"
+        for reply in replies:
+            self.on_reply(reply)
+        late, stopped_late = self.take_late()
+        return Collected(self._state, late, stopped_late, self.take_late_compute_s())
 
     def take_late(self) -> tuple[int, int]:
         """``(late replies dropped, late stop replies)`` since the last call."""
@@ -74,94 +202,90 @@ class ReplyCollector:
         seconds, self.late_compute_s = self.late_compute_s, 0.0
         return seconds
 
-    def probe_for(self, state: RoundState, code_options: dict[str, Any]) -> Probe | None:
-        """The round's integrity probe (:func:`~fl_gradcode.flower.integrity.round_probe`;
-        ``None``: not checked). With ``verify``, a round without redundancy is warned once."""
-        verify = self.integrity.verify
-        probe = round_probe(state.code, state.reply_layout, verify, code_options)
-        if verify and probe is None and not self.warned_unverifiable:
-            log(WARNING, "verify=True: round %d uses s=0 (no redundancy): such rounds are "
-                "applied unverified (verified=None in rounds.jsonl)", state.number)
-            self.warned_unverifiable = True
-        why = placement_refusal(state.code) if verify and probe is not None else None
-        if why is not None and not self.warned_placement:
-            log(WARNING, "verify=True: round %d uses code %s for %d clients and %s: such "
-                "blocks are never settled and are left out of the decoding (choose a cohort "
-                "size that s + 1 divides)", state.number, state.code.name, state.code.n, why)
-            self.warned_placement = True
-        return probe
+    # ------------------------------------------------------------------ the grid's callbacks
+    def deadline_s(self, timeout: float | None) -> float:
+        """Wall-clock limit of the round in progress (the deadline policy's)."""
+        state = self._state
+        return self.deadlines.grid_deadline_s(
+            self.clock, None if state is None else state.number,
+            () if state is None else state.sent.values(), timeout)
+
+    def first_reply_deadline_s(self) -> float | None:
+        """Wallclock round 1: the straggler deadline counts from the first reply (start-up)."""
+        state = self._state
+        return self.deadlines.first_reply_deadline_s(self.clock,
+                                                     None if state is None else state.number)
 
     def on_unsent(self, messages: list[Message]) -> None:
         """Messages the grid refused: those workers are stragglers of this round, not busy."""
-        state = self.state
+        state, arrivals = self._state, self._arrivals
         for msg in messages:
-            if state is not None:
+            if state is not None and arrivals is not None:
                 worker = state.worker_of.get(msg.metadata.dst_node_id)
-                state.sent.pop(worker, None)
+                if worker is not None:
+                    arrivals.refuse_message(worker)
             log(WARNING, "message to node %s was not accepted by the grid: straggler",
                 msg.metadata.dst_node_id)
 
     def on_reply(self, reply: Message) -> None:
         """Validate a reply of the current round once, as it arrives."""
-        state, mid = self.state, reply.metadata.message_id
-        if state is None or (mid and mid in state.seen):
+        state, arrivals, mid = self._state, self._arrivals, reply.metadata.message_id
+        if state is None or arrivals is None or arrivals.has_seen(mid):
             return  # no open round, or validated already (``aggregate_train`` offers it again)
         with serial_blas():
-            self._on_reply(state, reply)
+            self._on_reply(state, arrivals, reply)
 
-    def _on_reply(self, state: RoundState, reply: Message) -> None:
-        mid = reply.metadata.message_id
-        if mid:
-            state.seen.add(mid)
+    def _on_reply(self, state: RoundState, arrivals: Arrivals, reply: Message) -> None:
         reply_bytes = payload_bytes(reply)
-        state.bytes_up += reply_bytes
+        arrivals.receive(reply.metadata.message_id, reply_bytes)
         node = reply.metadata.src_node_id
         worker = state.worker_of.get(node)
+        sent = state.sent
         if worker is None and reply.has_error():
             # an error reply the SuperLink writes for an unreachable node carries its own id:
             # it is the failure of the node whose message it answers
-            for w, sent in state.sent.items():
-                if sent.metadata.message_id and (
-                        sent.metadata.message_id == reply.metadata.reply_to_message_id):
+            for w, msg in sent.items():
+                if msg.metadata.message_id and (
+                        msg.metadata.message_id == reply.metadata.reply_to_message_id):
                     worker, node = w, state.cohort[w]
                     break
         if (reply.has_error() and reply.error.code == protocol.STOPPED_CODE
-                and worker in state.sent and worker not in state.answered
+                and worker in sent and worker not in arrivals.answered
                 and reply.metadata.group_id == str(state.number)):
-            state.answered.add(worker)  # a straggler that stopped at the deadline: not a fault
-            state.stopped.append(worker)
+            arrivals.stop(worker)  # a straggler that stopped at the deadline: not a fault
             log(INFO, "round %d: node %s stopped at the deadline (%s)", state.number, node,
                 public_reason(reply.error.reason))
             return
         try:
-            parsed = self._parse(state, reply, node, worker)
+            parsed = self._parse(state, arrivals, reply, node, worker)
         except RejectedReply as why:
-            state.reject(node, worker, str(why))
-            if (self.integrity.verify and reply.has_error() and worker in state.sent
+            arrivals.reject(rejection(state.number, node, worker, str(why)))
+            if (self.integrity.verify and reply.has_error() and worker in sent
                     and reply.metadata.group_id in ("", str(state.number))):
                 # its own reply says it failed: nobody else can fabricate that
                 self.quarantine.offend(state.number, [node], "error replies")
             return
+        assert worker is not None  # a reply without a worker is rejected
         parsed.extra["bytes"] = reply_bytes
-        state.valid[worker] = parsed
+        arrivals.accept(worker, parsed)
         self.fingerprints.record(state.number, reply)  # cached: must not change afterwards
-        if state.tracker is not None:
-            state.tracker.add(worker)
 
-    def _parse(self, state: RoundState, reply: Message, node: int, worker: int | None) -> Any:
+    def _parse(self, state: RoundState, arrivals: Arrivals, reply: Message, node: int,
+               worker: int | None) -> CodedReply:
         """The reply as a :class:`~.protocol.CodedReply`, or ``RejectedReply`` with why not."""
         if worker is None:
             raise RejectedReply("unknown sender")
-        state.answered.add(worker)
+        arrivals.answer(worker)
         if worker not in state.sent:
             raise RejectedReply("sender was not sent work this round")
         if reply.metadata.group_id != str(state.number):
             raise RejectedReply(f"reply to round {reply.metadata.group_id!r}")
-        if worker in state.valid:
+        if worker in arrivals.valid:
             raise RejectedReply("duplicate sender")
         parsed = protocol.parse_reply(
-            reply, worker=worker, round=state.number, layout=state.reply_layout,
-            dtypes=state.wire_dtypes(), check_values=self.clock.checks_values_on_arrival,
+            reply, worker=worker, round=state.number, layout=state.plan.reply_layout,
+            dtypes=dict(state.plan.wire_dtypes),
+            check_values=self.clock.checks_values_on_arrival,
         )
         try:
             check_reply_sizes(state.code, worker, parsed.sizes, parsed.num_examples)
@@ -187,10 +311,10 @@ class ReplyCollector:
         block, then the second, ...), then the rest in arrival order: when many replies arrive
         at once, the round can return after validating one reply per FRC group instead of all.
         """
-        state = self.state
-        if state is None or not self.clock.returns_early:
+        state, arrivals = self._state, self._arrivals
+        if state is None or arrivals is None or not self.clock.returns_early:
             return replies
-        pending = state.decodability().pending_blocks
+        pending = arrivals.decodability().pending_blocks
         block_of = state.code.block_of
         seen: dict[int, int] = {}
         keys = []
@@ -210,131 +334,18 @@ class ReplyCollector:
         Exact decodability is tracked per reply (only the new reply's block is re-solved);
         the full rule (``min_replies``, ``verify``) runs once the valid replies decode.
         """
-        state = self.state
-        if not self.clock.returns_early or state is None:
+        state, arrivals = self._state, self._arrivals
+        if not self.clock.returns_early or state is None or arrivals is None:
             return False
         enough = self.deadlines.stopping_replies(state.code)
-        if enough is not None and len(state.valid) >= enough:
+        if enough is not None and len(arrivals.valid) >= enough:
             return True
         with serial_blas():
-            if not state.decodability().decodable:
+            if not arrivals.decodability().decodable:
                 return False
             if not self.integrity.verify or state.probe is None:
                 return True
-            return self.decodable(state.code)(sorted(state.valid))
-
-    def decodable(self, code: GradientCode) -> Callable[[list[int]], bool]:
-        """The stopping rule: ``min_replies`` (or ``n - s`` for approximate codes) valid
-        replies, or a decodable set (with ``verify``: one the cross-check verified)."""
-        enough = self.deadlines.stopping_replies(code)
-        state = self.state
-
-        def rule(workers: list[int]) -> bool:
-            with serial_blas():
-                return check(workers)
-
-        def check(workers: list[int]) -> bool:
-            if enough is not None and len(workers) >= enough:
-                return True
-            if not self.integrity.verify or state is None or state.probe is None:
-                return bool(workers) and code.is_decodable(workers)
-            return bool(workers) and self.settled(state, workers)
-
-        return rule
-
-    def settled(self, state: RoundState, workers: list[int]) -> bool:
-        """``verify=True``'s stopping rule: some block settled, and every block that still
-        can has (:mod:`~fl_gradcode.flower.settle`): ``s + 1`` of its workers were sent work
-        and not rejected, and some of them are still to come."""
-        verdict = self.verdict(state, workers)
-        if verdict.status != "verified":
-            return False
-        done = set(workers) - set(verdict.unsettled) - set(verdict.excluded)
-        for clients, _ in state.code.blocks:
-            possible = [w for w in clients if w in state.sent
-                        and not (w in state.answered and w not in state.valid)]
-            if (len(possible) >= state.code.s + 1 and not done.intersection(clients)
-                    and not set(possible) <= set(workers)):
-                return False
-        return True
-
-    def verdict(self, state: RoundState, workers: list[int]) -> Verdict:
-        """The integrity cross-check of ``workers``' replies (cached per round)."""
-        z = {w: state.valid[w].extra["z"] for w in workers}
-        sizes = reply_sizes({w: state.valid[w].extra for w in workers})
-        check = settle_replies if self.integrity.verify else verify_replies
-        return check(state.code, z, workers, self.integrity.verify_tolerance,
-                     sizes, cache=state.probe.verdicts)
-
-    def cross_check(self, state: RoundState, used: list[int]) -> tuple[list[int], Any]:
-        """``(used, verdict)``: the replies left after the integrity cross-check excluded the
-        inconsistent ones (their nodes, and those of an unresolved contradiction few enough
-        to be one replica group, offend the quarantine); ``verdict`` ``None``: not checked."""
-        if state.probe is None or len(used) <= int(not self.integrity.verify):
-            return used, None
-        with serial_blas():
-            verdict = self.verdict(state, used)
-        if self.integrity.verify:
-            return self._settle(state, used, verdict), verdict
-        used = [w for w in used if w not in verdict.excluded]
-        for w in verdict.excluded:
-            log(WARNING, "round %d: worker %d (node %s) contradicts the other replicas; "
-                "excluded", state.number, w, state.cohort[w])
-        self.quarantine.offend(state.number, [state.cohort[w] for w in verdict.excluded],
-                               "excluded as inconsistent")
-        # an unlocatable contradiction is an offence of those involved only when they are
-        # few enough to be one replica group (FRC twins with s = 1); a contradiction
-        # spread over a cyclic code's whole block says nothing about who is wrong
-        if len(verdict.involved) <= state.code.s + 1:
-            self.quarantine.offend(state.number, [state.cohort[w] for w in verdict.involved],
-                                   "in a contradiction no single exclusion explains")
-        return used, verdict
-
-    def _settle(self, state: RoundState, used: list[int], verdict: Verdict) -> list[int]:
-        """``verify=True``: the replies of the settled blocks; provably wrong replies are
-        offences, unsettled blocks are left out and nobody in them is blamed."""
-        for w in verdict.excluded:
-            log(WARNING, "round %d: worker %d (node %s) contradicts s + 1 = %d agreeing "
-                "replicas; excluded", state.number, w, state.cohort[w], state.code.s + 1)
-        self.quarantine.offend(state.number, [state.cohort[w] for w in verdict.excluded],
-                               "contradicted by s + 1 agreeing replicas")
-        if verdict.unsettled:
-            log(WARNING, "round %d: workers %s: no s + 1 = %d agreeing replicas settle their "
-                "group (disagreement %.3g, or replies missing); left out of the decoding, "
-                "nobody blamed", state.number, verdict.unsettled, state.code.s + 1,
-                verdict.disagreement)
-        drop = set(verdict.excluded) | set(verdict.unsettled)
-        verdict.unsettled = sorted(set(verdict.unsettled) | set(state.left_out))
-        return [w for w in used if w not in drop]
-
-    def check_applied(self, state: RoundState, used: list[int], decoding: Any,
-                      verdict: Any) -> None:
-        """A verified round: the decoding actually applied must agree with the replicas too
-        (:func:`~fl_gradcode.flower.integrity.applied_disagreement`); if not, the verdict
-        becomes an unresolved contradiction."""
-        if (verdict is None or verdict.status != "verified" or decoding is None
-                or is_chunked(state.code)):
-            return
-        z = {w: state.valid[w].extra["z"] for w in used}
-        sizes = reply_sizes({w: state.valid[w].extra for w in used})
-        off = applied_disagreement(state.code, z, used, decoding.coefficients, sizes)
-        if not off <= self.integrity.verify_tolerance:  # NaN/inf included: never agreement
-            verdict.status, verdict.unresolved = "contradicted", True
-            verdict.disagreement = max(verdict.disagreement, off)
-
-    def withholds(self, state: RoundState, verdict: Any, decode: str) -> bool:
-        """Nothing may be applied: the replies contradict each other unresolved, or with
-        ``verify`` a decodable round's replies were not all cross-checked in time."""
-        if verdict is not None and verdict.unresolved:
-            log(WARNING, "round %d: replies disagree (relative %.3g) and no single reply "
-                "explains it; nothing is applied", state.number, verdict.disagreement)
-            return True
-        if self.integrity.verify and state.probe is not None and decode != "skipped" and (
-                verdict is None or verdict.status != "verified"):
-            log(WARNING, "round %d: verify=True and the replies could not all be cross-checked "
-                "before the deadline; nothing is applied", state.number)
-            return True
-        return False
+            return self.verifier.stopping_rule(state, state.code)(sorted(arrivals.valid))
 
     def on_late_reply(self, reply: Message) -> None:
         """A reply to an earlier round: counted and dropped, never decoded."""

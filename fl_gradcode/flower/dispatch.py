@@ -8,6 +8,9 @@ Karampatziakis, "Gradient Coding", ICML 2017, https://arxiv.org/abs/1612.03301).
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from flwr.app import Message, RecordDict
@@ -17,14 +20,24 @@ from . import protocol
 from .clock import Clock
 from .decoder import instruction_chunks
 from .protocol import Instruction
-from .round_state import RoundState, payload_bytes
+from .round_state import RoundPlan, payload_bytes
 from .workload import Workload
 
-__all__ = ["Dispatcher"]
+__all__ = ["Dispatcher", "Requests"]
+
+
+@dataclass(frozen=True)
+class Requests:
+    """Who was asked what in a round (owner: the dispatcher): worker -> its message, in worker
+    order, and the payload bytes of every instruction (``bytes_down``). Messages the grid
+    refused are the reply collector's record (:attr:`~.collector.Arrivals.unsent`)."""
+
+    messages: Mapping[int, Message]
+    bytes_down: int = 0
 
 
 class Dispatcher:
-    """Builds the members' messages of a round and records them on its state.
+    """Builds the members' messages of a round (its :class:`Requests`).
 
     ``seed`` and ``nonce`` key the app's public seeding and the DP noise; ``dp`` the clients'
     clipping and noise; the ``clock`` says what a worker sleeps and when it stops; the
@@ -42,13 +55,22 @@ class Dispatcher:
         self.workload = workload
         self.inner = inner
 
-    def message(self, state: RoundState, worker: int, node: int, content: RecordDict) -> Message:
+    def dispatch(self, plan: RoundPlan, content_of: Mapping[int, RecordDict],
+                 idle: Collection[int]) -> Requests:
+        """Every member's message but the ``idle`` ones' (``content_of``: node -> the inner
+        strategy's content), in worker order."""
+        messages = {worker: self.message(plan, worker, node, content_of[node])
+                    for worker, node in enumerate(plan.cohort) if node not in idle}
+        return Requests(MappingProxyType(messages),
+                        sum(payload_bytes(msg) for msg in messages.values()))
+
+    def message(self, plan: RoundPlan, worker: int, node: int, content: RecordDict) -> Message:
         """The message of one member: ``content`` and its coded instruction (partitions,
-        coefficients, DP, timing, wire), recorded as sent."""
-        code, partitions = state.code, state.partitions
+        coefficients, DP, timing, wire)."""
+        code, partitions = plan.code, list(plan.partitions)
         assigned = list(code.assignment(worker))
         instruction = Instruction(
-            op=protocol.OP_TRAIN, round=state.number, worker=worker, seed=self.seed,
+            op=protocol.OP_TRAIN, round=plan.number, worker=worker, seed=self.seed,
             nonce=self.nonce,
             partition_ids=tuple(partitions[j].partition_id for j in assigned),
             num_partitions=tuple(partitions[j].num_partitions for j in assigned),
@@ -57,12 +79,9 @@ class Dispatcher:
             noise_multiplier=self.dp.noise_multiplier, dp_noise=self.dp.noise,
             timing=self.clock.timing,
             delay_s=self.clock.instruction_delay(lambda: self.workload.sampled_delay(
-                code, worker, node, state.number, partitions)),
+                code, worker, node, plan.number, partitions)),
             weight_key=getattr(self.inner, "weighted_by_key", "num-examples"),
-            wire=state.wire, chunk_coefficients=instruction_chunks(code, worker),
-            stop_after_s=self.clock.stop_after_s(state.number),
+            wire=plan.wire, chunk_coefficients=instruction_chunks(code, worker),
+            stop_after_s=self.clock.stop_after_s(plan.number),
         )
-        msg = protocol.instruction_message(content, instruction, node, str(state.number))
-        state.sent[worker] = msg
-        state.bytes_down += payload_bytes(msg)
-        return msg
+        return protocol.instruction_message(content, instruction, node, str(plan.number))

@@ -3,9 +3,9 @@
 :class:`RoundOpener` asks the code policy (:mod:`~fl_gradcode.flower.policy`) for the round's
 code over the admitted cohort, settles the members sent nothing (busy and not queued,
 excluded by ``s="auto"``, quarantined), starts the clock at the deadline policy's deadline and
-builds the round's :class:`~fl_gradcode.flower.round_state.RoundState`. The gradient code's
-placement of partitions on workers follows Tandon, Lei, Dimakis, Karampatziakis, "Gradient
-Coding: Avoiding Stragglers in Distributed Learning", ICML 2017,
+builds the round's :class:`~fl_gradcode.flower.round_state.RoundPlan` (its one owner). The
+gradient code's placement of partitions on workers follows Tandon, Lei, Dimakis,
+Karampatziakis, "Gradient Coding: Avoiding Stragglers in Distributed Learning", ICML 2017,
 https://arxiv.org/abs/1612.03301.
 """
 
@@ -21,13 +21,13 @@ from flwr.app import RecordDict
 from ..codes import GradientCode
 from . import protocol
 from .clock import Clock
-from .collector import ReplyCollector
 from .deadline_policy import DeadlinePolicy
 from .decoder import ReplyLayout
 from .grid import EarlyReturnGrid
 from .policy import CodePolicy
 from .quarantine import Quarantine
-from .round_state import RoundState, array_key
+from .round_state import RoundPlan, array_key
+from .verifier import RoundVerifier
 from .workload import Workload
 
 __all__ = ["OpenedRound", "RoundOpener"]
@@ -35,10 +35,10 @@ __all__ = ["OpenedRound", "RoundOpener"]
 
 @dataclass(frozen=True)
 class OpenedRound:
-    """A round just opened: its state, the members sent nothing (``idle``) and the busy ones
+    """A round just opened: its plan, the members sent nothing (``idle``) and the busy ones
     whose work is queued behind their current job (``queued``)."""
 
-    state: RoundState
+    plan: RoundPlan
     idle: frozenset[int]
     queued: frozenset[int]
 
@@ -47,16 +47,17 @@ class RoundOpener:
     """Plans and opens each coded round (one job: the start of a round).
 
     ``wire_for(code)``: the reply dtype of a code (``"model"`` or ``"float64"``);
-    ``code_options``: the code's options (the integrity probe reads them); ``round_timeout``:
-    seconds to wait for a busy cohort to free up."""
+    ``code_options``: the code's options (the integrity probe reads them); ``verifier``:
+    builds the round's integrity probe; ``round_timeout``: seconds to wait for a busy cohort
+    to free up."""
 
     def __init__(self, *, policy: CodePolicy, clock: Clock, deadlines: DeadlinePolicy,
-                 quarantine: Quarantine, workload: Workload, collector: ReplyCollector,
+                 quarantine: Quarantine, workload: Workload, verifier: RoundVerifier,
                  wire_for: Callable[[GradientCode], str],
                  code_options: Mapping[str, Any], round_timeout: float,
                  arrays_key: str = "arrays") -> None:
         self.policy, self.clock, self.deadlines = policy, clock, deadlines
-        self.quarantine, self.workload, self.collector = quarantine, workload, collector
+        self.quarantine, self.workload, self.verifier = quarantine, workload, verifier
         self.wire_for = wire_for
         self.code_options, self.round_timeout = code_options, float(round_timeout)
         self.arrays_key = arrays_key
@@ -87,7 +88,7 @@ class RoundOpener:
 
     def open(self, server_round: int, grid: Any, cohort: list[int],
              content: RecordDict, absent: frozenset[int] = frozenset()) -> OpenedRound:
-        """Plan the round and build its state (``content``: the inner strategy's train
+        """Plan the round (``content``: the inner strategy's train
         content, holding the global arrays; ``absent``: the cohort's placeholders, sent
         nothing); the clock starts at the round's deadline."""
         code, idle, queued, held = self.plan(server_round, grid, cohort, absent)
@@ -100,18 +101,19 @@ class RoundOpener:
         queued_workers = {w: node for w, node in enumerate(cohort) if node in queued}
         self.clock.start_round(queued_workers,
                                deadline=self.deadlines.round_deadline(self.policy.decision))
-        state = RoundState(
-            number=server_round, code=code, cohort=cohort, partitions=partitions, sent={},
-            busy=sorted(w for w, node in enumerate(cohort)
-                        if node in idle and node not in excluded and node not in absent),
-            excluded=sorted(excluded_workers),
+        reply_layout = ReplyLayout.of(code, theta).arrays
+        wall_start = time.monotonic()
+        wire = self.wire_for(code)
+        plan = RoundPlan(
+            number=server_round, code=code, cohort=tuple(cohort), partitions=tuple(partitions),
+            busy=tuple(sorted(w for w, node in enumerate(cohort)
+                              if node in idle and node not in excluded and node not in absent)),
+            excluded=tuple(sorted(excluded_workers)), quarantined=tuple(sorted(held)),
             layout={name: tuple(a.shape) for name, a in theta.items()},
-            reply_layout=ReplyLayout.of(code, theta).arrays,
+            reply_layout=reply_layout,
             dtypes={name: a.dtype for name, a in theta.items()},
             theta=theta,  # zero-copy views of the global arrays, model dtype
-            array_key=key, wall_start=time.monotonic(),
+            array_key=key, wire=wire, wall_start=wall_start,
+            probe=self.verifier.probe_for(server_round, code, reply_layout, self.code_options),
         )
-        state.wire = self.wire_for(code)
-        state.quarantined = sorted(held)
-        state.probe = self.collector.probe_for(state, self.code_options)
-        return OpenedRound(state, frozenset(idle), frozenset(queued))
+        return OpenedRound(plan, frozenset(idle), frozenset(queued))

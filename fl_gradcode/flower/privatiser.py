@@ -18,7 +18,7 @@ References:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from logging import WARNING
 from typing import Any
 
@@ -31,7 +31,26 @@ from .protocol import Identity
 from .reports import agree_sizes, central_noise_scale, outlying_sizes
 from .round_state import partition_key
 
-__all__ = ["Privatiser"]
+__all__ = ["Privatiser", "SizesView"]
+
+
+class SizesView(Mapping[tuple[int, int], float]):
+    """A read-only view of the checked partition sizes (it pickles, unlike a mappingproxy)."""
+
+    def __init__(self, sizes: Mapping[tuple[int, int], float]) -> None:
+        self._sizes = sizes
+
+    def __getitem__(self, key: tuple[int, int]) -> float:
+        return self._sizes[key]
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        return iter(self._sizes)
+
+    def __len__(self) -> int:
+        return len(self._sizes)
+
+    def __repr__(self) -> str:
+        return repr(dict(self._sizes))
 
 
 class Privatiser:
@@ -42,17 +61,22 @@ class Privatiser:
         mechanism: its mechanism (``server_noise_std(scale)``).
         server_noise: the source of the server's noise (keyed draws).
         nonce: the run's nonce, part of every draw's key.
-        partition_sizes: the run's checked sizes by ``(partition-id, num-partitions)``,
-            updated in place each round (the strategy reads it to weigh workers' loads).
+        partition_sizes: where to keep the run's checked sizes (``None``: a dict of its own).
+
+    The privatiser is the one owner of the run's checked sizes by ``(partition-id,
+    num-partitions)``: :attr:`partition_sizes` is a read-only view of them, updated each round
+    (the workload reads it to weigh workers' loads).
     """
 
     def __init__(self, dp: DPConfig, mechanism: Any, server_noise: ServerNoise, nonce: str,
-                 partition_sizes: dict[tuple[int, int], float]) -> None:
+                 partition_sizes: dict[tuple[int, int], float] | None = None) -> None:
         self.dp = dp
         self.mechanism = mechanism
         self.server_noise = server_noise
         self.nonce = nonce
-        self.partition_sizes = partition_sizes
+        self._sizes: dict[tuple[int, int], float] = (
+            {} if partition_sizes is None else partition_sizes)
+        self.partition_sizes: Mapping[tuple[int, int], float] = SizesView(self._sizes)
         self.confirmed_sizes: dict[tuple[int, int], float] = {}  # by >= 2 agreeing replicas
 
     def check_sizes(self, code: GradientCode, partitions: Sequence[Identity],
@@ -71,7 +95,7 @@ class Privatiser:
                      if partition_key(p) in self.confirmed_sizes}
         agreed, excluded, confirmed_now = agree_sizes(code, reported, confirmed, bound)
         for j, size in agreed.items():
-            self.partition_sizes[partition_key(partitions[j])] = size
+            self._sizes[partition_key(partitions[j])] = size
         for j, size in confirmed_now.items():
             self.confirmed_sizes[partition_key(partitions[j])] = size
         for j, size, median in outlying_sizes(agreed):

@@ -31,11 +31,15 @@ import traceback
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from logging import INFO, WARNING
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flwr.app import MetricRecord
 
 from .reasons import strip_ansi, unwrap
+
+if TYPE_CHECKING:  # the round state imports this module
+    from .integrity import Verdict
+    from .round_state import Rejection, RoundState
 
 __all__ = [
     "CLIENT_GROUPS",
@@ -234,15 +238,17 @@ class RoundOutcome:
     """What the aggregation of a coded round decided: ``decode`` (``"exact"``, ``"approx"``
     or ``"skipped"``) from the ``used`` replies, of which the decoder read ``replies_read``,
     with ``decode_error``; the integrity ``verdict`` (``None``: not cross-checked); the
-    decoded ``num_examples`` and the central DP noise's std (``None``: nothing applied)."""
+    decoded ``num_examples`` and the central DP noise's std (``None``: nothing applied);
+    ``dropped``: the replies the decoder found not finite (rejected, decoded without)."""
 
     decode: str
     used: list[int]
     replies_read: int
     decode_error: float
-    verdict: Any = None
+    verdict: Verdict | None = None
     num_examples: float | None = None
     central_noise_std: float | None = None
+    dropped: tuple[Rejection, ...] = ()
 
 
 class RoundLog:
@@ -297,22 +303,24 @@ class RoundLog:
             self.flush(None)
         return row
 
-    def coded_fields(self, state: Any, outcome: RoundOutcome, identities: Mapping[int, Any],
-                     late_compute_s: float = 0.0, **timing: Any) -> dict[str, Any]:
-        """The row fields of a coded round from its state (``RoundState``) and ``outcome``
-        (``timing``: the clock's and the counters' fields, passed through;
-        ``late_compute_s``: the client compute of late replies dropped since the last row),
-        after logging each rejected reply."""
+    def coded_fields(self, state: RoundState, outcome: RoundOutcome,
+                     identities: Mapping[int, Any], late_compute_s: float = 0.0,
+                     **timing: Any) -> dict[str, Any]:
+        """The row fields of a coded round from its state and ``outcome`` (``timing``: the
+        clock's and the counters' fields, passed through; ``late_compute_s``: the client
+        compute of late replies dropped since the last row), after logging each rejected
+        reply."""
         used, verdict = outcome.used, outcome.verdict
         return {
             "decode": outcome.decode, "s": state.code.s, "clients_used": used,
             "replies_read": outcome.replies_read,
-            "stragglers": sorted(set(range(state.code.n)) - set(used)), "busy": state.busy,
-            "excluded": state.excluded, "rejected": len(state.rejected),
+            "stragglers": sorted(set(range(state.code.n)) - set(used)),
+            "busy": list(state.busy),
+            "excluded": list(state.excluded), "rejected": len(state.rejected),
             "rejected_reasons": [reason for _, reason in state.rejected],
             "decode_error": outcome.decode_error, "num_examples": outcome.num_examples,
             "wire": state.wire, "verified": None if verdict is None else verdict.status,
-            "quarantined": state.quarantined,
+            "quarantined": list(state.quarantined),
             "inconsistent": [] if verdict is None else verdict.excluded,
             "disagreement": None if verdict is None else verdict.disagreement,
             "unsettled": [] if verdict is None else list(getattr(verdict, "unsettled", [])),
@@ -326,7 +334,7 @@ class RoundLog:
             **self.names(state, used, verdict, identities),
         }
 
-    def names(self, state: Any, used: list[int], verdict: Any,
+    def names(self, state: RoundState, used: list[int], verdict: Verdict | None,
               identities: Mapping[int, Any]) -> dict[str, Any]:
         """The row's ``partitions`` and ``nodes`` (every group of clients named by data
         partition and node id), after logging each rejected reply on one line (and its
@@ -336,8 +344,8 @@ class RoundLog:
         groups = {
             "used": used,
             "stragglers": sorted(set(range(state.code.n)) - set(used)),
-            "busy": state.busy,
-            "excluded": state.excluded,
+            "busy": list(state.busy),
+            "excluded": list(state.excluded),
             "inconsistent": [] if verdict is None else verdict.excluded,
             "stopped": sorted(set(state.stopped)),
         }

@@ -20,9 +20,9 @@ The strategy assembles single-purpose collaborators (modules of :mod:`fl_gradcod
 the option groups (``options``), the code policy (``policy``: fixed or ``s="auto"``), the clock
 (``clock``: arrival, busy members, waiting), the deadline policy (``deadline_policy``), the
 round opener (``opener``) and dispatcher (``dispatch``), the reply collector (``collector``:
-the grid's callbacks, integrity), the round closer (``closer``), the aggregator
-(``aggregator``) over the one decoder path (``decoder``, ``privatiser``), the round state
-(``round_state``) and the round log (``records.RoundLog``).
+the grid's callbacks), the verifier (``verifier``: integrity), the round closer (``closer``),
+the aggregator (``aggregator``) over the one decoder path (``decoder``, ``privatiser``), the
+round state (``round_state``: one owner per fact) and the round log (``records.RoundLog``).
 
 References:
     Tandon, Lei, Dimakis, Karampatziakis, "Gradient Coding: Avoiding Stragglers in Distributed
@@ -77,8 +77,8 @@ from .quarantine import Quarantine
 from .records import RoundLog
 from .reports import missing_keys, untrainable
 from .roster import load_roster
-from .round_state import RoundState as _Round
 from .round_state import RoundView
+from .verifier import RoundVerifier
 from .workload import Workload
 
 __all__ = ["GradientCoding"]
@@ -201,8 +201,12 @@ class GradientCoding(OptionAttributes, Strategy):
                                      num_partitions=num_partitions, roster=load_roster(roster),
                                      seed=self.seed)
         self._quarantine = Quarantine(key_of=self.membership.claim_key)
+        self.privatiser = Privatiser(self.dp, self.mechanism, self.server_noise, self.nonce)
+        self.partition_sizes = self.privatiser.partition_sizes  # checked sizes only (read-only)
+        self.verifier = RoundVerifier(options.integrity, self.deadlines, self._quarantine,
+                                      self.privatiser)
         self.collector = ReplyCollector(self.clock, self.deadlines, options.integrity,
-                                        self._quarantine, self._fingerprints)
+                                        self._quarantine, self._fingerprints, self.verifier)
         self.recorder = (RoundRecorder(results_dir, options.describe(type(strategy).__name__,
                                                                      run_config))
                          if results_dir else None)
@@ -210,26 +214,22 @@ class GradientCoding(OptionAttributes, Strategy):
         self.round_log = RoundLog(self.recorder, self.membership, self.clock, options.code.s)
         self.round_log.waits_for_evaluation = evaluate_fn is not None
         self.history: list[dict[str, Any]] = self.round_log.history
-        self.partition_sizes: dict[tuple[int, int], float] = {}  # checked sizes only
-        self.privatiser = Privatiser(self.dp, self.mechanism, self.server_noise, self.nonce,
-                                     self.partition_sizes)
         self.decoder = Decoder(strategy, self.privatiser, wire=options.wire.wire,
                                sparse=options.wire.sparse_decoding, seed=self.seed)
-        self.aggregator = RoundAggregator(
-            decoder=self.decoder, collector=self.collector, quarantine=self._quarantine,
-            max_decode_error=options.deadline.max_decode_error)
+        self.aggregator = RoundAggregator(decoder=self.decoder, verifier=self.verifier,
+                                          max_decode_error=options.deadline.max_decode_error)
         self.workload = Workload(self.membership.roles, self.partition_sizes, self.latency,
                                  self.seed)
         self.dispatcher = Dispatcher(seed=self.seed, nonce=self.nonce, dp=self.dp,
                                      clock=self.clock, workload=self.workload, inner=strategy)
         self.opener = RoundOpener(
             policy=self.code_policy, clock=self.clock, deadlines=self.deadlines,
-            quarantine=self._quarantine, workload=self.workload, collector=self.collector,
+            quarantine=self._quarantine, workload=self.workload, verifier=self.verifier,
             wire_for=self.decoder.wire_for,
             code_options=self.code_options, round_timeout=options.deadline.round_timeout,
             arrays_key=getattr(strategy, "arrayrecord_key", "arrays"))
         self.closer = RoundCloser(clock=self.clock, policy=self.code_policy,
-                                  workload=self.workload, decodable=self.collector.decodable)
+                                  workload=self.workload, verifier=self.verifier)
         self.stopped = False
         self._wrapped_grid: EarlyReturnGrid | None = None
         self.code_policy.bind(self)
@@ -240,22 +240,13 @@ class GradientCoding(OptionAttributes, Strategy):
         raise compat.legacy_attribute_error(self, name)
 
     @property
-    def _round(self) -> _Round | None:
-        """The round in progress (held by the reply collector)."""
-        return self.collector.state
-
-    @_round.setter
-    def _round(self, state: _Round | None) -> None:
-        self.collector.state = state
-
-    @property
     def current_round(self) -> RoundView | None:
         """A read-only view of the coded round in progress or last configured (its ``number``,
-        ``cohort`` of node ids by worker, ``code`` and reply dtype ``wire``); ``None`` before
-        the first coded round and after a round that was not configured (budget spent)."""
+        ``cohort`` of node ids by worker, ``code``, reply dtype ``wire``, the replies so far:
+        :class:`~.round_state.RoundView`); ``None`` before the first coded round and after a
+        round that was not configured (budget spent)."""
         state = self.collector.state
-        return None if state is None else RoundView(state.number, tuple(state.cohort),
-                                                    state.code, state.wire)
+        return None if state is None else state.view()
 
     def code_for(self, n: int) -> GradientCode:
         """The code for a cohort of ``n`` clients (:meth:`~.policy.FixedCodePolicy.code_for`)."""
@@ -270,7 +261,7 @@ class GradientCoding(OptionAttributes, Strategy):
         if isinstance(grid, EarlyReturnGrid):
             return grid
         if self._wrapped_grid is None or self._wrapped_grid.inner is not grid:
-            self._wrapped_grid = EarlyReturnGrid(grid, self)
+            self._wrapped_grid = EarlyReturnGrid(grid, self.collector)  # its callbacks
         return self._wrapped_grid
 
     def start(self, grid: Any, initial_arrays: ArrayRecord, num_rounds: int = 3,
@@ -299,19 +290,15 @@ class GradientCoding(OptionAttributes, Strategy):
             if self._wrapped_grid is not None:
                 self._wrapped_grid.collect_late()
 
-    # the grid's callbacks (EarlyReturnGrid): answered by the deadline policy and the collector
+    # the grid's callbacks: the grid calls the collector (``wrap_grid``); these answer code
+    # that drives a round by hand
     def deadline_s(self, timeout: float | None) -> float:
         """Wall-clock limit of the current coded round (used by the grid)."""
-        state = self._round
-        return self.deadlines.grid_deadline_s(
-            self.clock, None if state is None else state.number,
-            () if state is None else state.sent.values(), timeout)
+        return self.collector.deadline_s(timeout)
 
     def first_reply_deadline_s(self) -> float | None:
         """Wallclock round 1: the straggler deadline counts from the first reply (start-up)."""
-        state = self._round
-        return self.deadlines.first_reply_deadline_s(self.clock,
-                                                     None if state is None else state.number)
+        return self.collector.first_reply_deadline_s()
 
     def on_unsent(self, messages: list[Message]) -> None:
         """Messages the grid refused: those workers are stragglers of this round, not busy."""
@@ -338,7 +325,7 @@ class GradientCoding(OptionAttributes, Strategy):
         """Sample with the inner strategy; send each idle member its coded instruction."""
         compat.check_caller(self)  # an outer Flower DP wrapper cannot compose
         self.round_log.flush(None)
-        self._round = None
+        self.collector.clear()
         if not self._within_budget(server_round):
             return []
         inner_msgs = list(self.inner.configure_train(server_round, arrays, config, grid))
@@ -351,12 +338,10 @@ class GradientCoding(OptionAttributes, Strategy):
             return []
         absent = frozenset(node for node in cohort if node not in content_of)  # placeholders
         opened = self.opener.open(server_round, grid, cohort, inner_msgs[0].content, absent)
-        state = opened.state
-        messages = [self.dispatcher.message(state, worker, node, content_of[node])
-                    for worker, node in enumerate(cohort) if node not in opened.idle]
+        requests = self.dispatcher.dispatch(opened.plan, content_of, opened.idle)
+        state = self.collector.open(opened.plan, requests)
         self.code_policy.record_sent(state, set(opened.queued))
-        self._round = state
-        return messages
+        return list(requests.messages.values())
 
     def _within_budget(self, server_round: int) -> bool:
         """The accountant allows this round (once refused, training stays stopped)."""
@@ -368,12 +353,13 @@ class GradientCoding(OptionAttributes, Strategy):
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]
                         ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """Validate -> select -> cross-check -> decode -> privatise -> inner strategy ->
-        record."""
+        """One phase after the other, each collaborator once: collect (the replies the grid
+        did not validate) -> check sizes -> close the window -> cross-check -> decode,
+        privatise, inner strategy -> record."""
         replies = list(replies)
         compat.check_caller(self)
         self._fingerprints.check(server_round, replies, compat.outer_name(self))
-        state = self._round
+        state = self.collector.state
         if state is None or state.number != server_round:
             return None, self._record_idle(server_round)
         if self._check_inner and state.sent:  # once: an aggregation of the average only?
@@ -381,13 +367,13 @@ class GradientCoding(OptionAttributes, Strategy):
                                    state.array_key, state.theta,
                                    getattr(self.inner, "weighted_by_key", "num-examples"))
             self._check_inner = False
-        for reply in replies:
-            self.on_reply(reply)
-        wall_s = time.monotonic() - state.wall_start
-        self.aggregator.check_sizes(state)
-        window = self.closer.close(state)
-        used, verdict = self.collector.cross_check(state, sorted(window.used))
-        outcome, arrays_out, inner_metrics = self.aggregator.decode(state, used, verdict)
+        collected = self.collector.collect(replies)
+        wall_s = time.monotonic() - state.plan.wall_start
+        state = self.verifier.check_sizes(collected.state)
+        state = self.closer.close(state)
+        state = self.verifier.cross_check(state)
+        state, arrays_out, inner_metrics = self.aggregator.decode(state)
+        outcome, window = state.outcome, state.closing.window
         after_decode = getattr(self.code_policy, "after_decode", None)  # auto_approximate
         if after_decode is not None:
             after_decode(state, outcome.decode, list(outcome.used), list(window.used),
@@ -396,15 +382,15 @@ class GradientCoding(OptionAttributes, Strategy):
             # the round released noisy updates, used or not; at its code's multiplier
             self.accountant.step(self.privatiser.noise_multiplier(state.code))
         self.deadlines.after_round(outcome.decode, self.clock.straggler_timeout)
-        late, stopped_late = self.collector.take_late()
         row = self._record(server_round, **self.round_log.coded_fields(
-            state, outcome, self.membership.roles, late_dropped=late + len(window.late),
-            late_compute_s=self.collector.take_late_compute_s(),
-            stopped_at_deadline=len(state.stopped) + stopped_late,
+            state, outcome, self.membership.roles,
+            late_dropped=collected.late + len(window.late),
+            late_compute_s=collected.late_compute_s,
+            stopped_at_deadline=len(state.stopped) + collected.stopped_late,
             expected_round_s=self.code_policy.expected_round_s(),
             round_virtual_s=float(window.end - self.clock.round_start),
             round_deadline_s=self.clock.straggler_timeout, wall_s=float(wall_s),
-            **missing_fields(state.code, state.partitions, outcome.used, outcome.decode,
+            **missing_fields(state.code, list(state.partitions), outcome.used, outcome.decode,
                              self.partition_sizes)))
         if not state.valid and missing_keys(reason for _, reason in state.rejected):
             self.round_log.flush(None)  # the round's row first: then the run ends here

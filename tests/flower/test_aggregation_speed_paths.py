@@ -340,7 +340,7 @@ def test_the_servers_solves_run_on_one_blas_thread_and_the_inner_strategy_keeps_
     from threadpoolctl import threadpool_limits
 
     from fl_gradcode.codes.base import GradientCode
-    from fl_gradcode.flower import collector as collector_module
+    from fl_gradcode.flower import verifier as verifier_module
 
     bench = _bench()
     seen: dict[str, list[int]] = {"decodable": [], "sparse": [], "verify": [], "inner": []}
@@ -355,8 +355,8 @@ def test_the_servers_solves_run_on_one_blas_thread_and_the_inner_strategy_keeps_
                         recorded("decodable", GradientCode.is_decodable))
     monkeypatch.setattr(GradientCode, "sparse_decoding",
                         recorded("sparse", GradientCode.sparse_decoding))
-    monkeypatch.setattr(collector_module, "verify_replies",
-                        recorded("verify", collector_module.verify_replies))
+    monkeypatch.setattr(verifier_module, "verify_replies",
+                        recorded("verify", verifier_module.verify_replies))
 
     class Inner(FedAvg):
         def aggregate_train(self, server_round, replies):
@@ -369,7 +369,7 @@ def test_the_servers_solves_run_on_one_blas_thread_and_the_inner_strategy_keeps_
         strategy.inner = strategy.decoder.inner = Inner(
             fraction_evaluate=0.0, min_available_nodes=6, min_train_nodes=6)
         by_worker = bench.configure(strategy, wrapped, arrays, config)
-        cached, _ = bench.payloads(strategy._round.code, range(6), 600, True)
+        cached, _ = bench.payloads(strategy.current_round.code, range(6), 600, True)
         replies = bench.coded_replies(strategy, by_worker, [0, 1, 3, 5], cached)
         for reply in replies:
             strategy.on_reply(reply)
@@ -390,7 +390,7 @@ def test_a_reply_offered_again_is_not_validated_again_nor_blas_reconfigured(monk
     bench = _bench()
     strategy, _, wrapped, arrays, config = bench.setup("crc", 6, 2, 600, "auto")
     by_worker = bench.configure(strategy, wrapped, arrays, config)
-    cached, _ = bench.payloads(strategy._round.code, range(6), 600, True)
+    cached, _ = bench.payloads(strategy.current_round.code, range(6), 600, True)
     replies = bench.coded_replies(strategy, by_worker, [0, 1, 3, 5], cached)
     entered = []
     original = collector_module.serial_blas

@@ -4,6 +4,7 @@ state and round log."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import pathlib
 import time
@@ -16,14 +17,23 @@ from flwr.serverapp.strategy import FedAvg
 from fl_gradcode.codes import make_code
 from fl_gradcode.flower import GradientCoding
 from fl_gradcode.flower.clock import VirtualClock, WallClock, make_clock
-from fl_gradcode.flower.collector import ReplyCollector
+from fl_gradcode.flower.collector import Arrivals, ReplyCollector
 from fl_gradcode.flower.compat import ReplyFingerprints
 from fl_gradcode.flower.deadline_policy import DeadlinePolicy
+from fl_gradcode.flower.dispatch import Requests
+from fl_gradcode.flower.integrity import Verdict
 from fl_gradcode.flower.options import DeadlineOptions, IntegrityOptions
 from fl_gradcode.flower.protocol import STOPPED_CODE, Identity
 from fl_gradcode.flower.quarantine import Quarantine
 from fl_gradcode.flower.records import ROW_DEFAULTS, RoundLog
-from fl_gradcode.flower.round_state import RoundState, partition_key, payload_bytes
+from fl_gradcode.flower.round_state import (
+    RoundPlan,
+    RoundState,
+    partition_key,
+    payload_bytes,
+    rejection,
+)
+from fl_gradcode.flower.verifier import RoundVerifier
 
 FLOWER = pathlib.Path(__file__).resolve().parents[2] / "fl_gradcode" / "flower"
 
@@ -127,11 +137,42 @@ def _collector(clock=None):
                           Quarantine(), ReplyFingerprints())
 
 
-def _state(code, cohort):
-    return RoundState(number=1, code=code, cohort=cohort,
-                      partitions=[Identity(j, len(cohort)) for j in range(len(cohort))],
-                      sent={}, busy=[], layout={}, reply_layout={}, dtypes={}, theta={},
-                      array_key="arrays", wall_start=0.0)
+def _verifier(verify=False, tolerance=1e-5, quarantine=None):
+    return RoundVerifier(IntegrityOptions(verify=verify, verify_tolerance=tolerance),
+                         DeadlinePolicy(DeadlineOptions(), False), quarantine or Quarantine())
+
+
+def _cross_check(verifier, state, used):
+    """``(used, verdict)`` of the verifier's cross-check of ``used`` (the window's replies)."""
+    from fl_gradcode.flower.clock import RoundWindow
+    from fl_gradcode.flower.closer import Closing
+
+    closed = dataclasses.replace(state, closing=Closing(RoundWindow(list(used), 0.0)))
+    checked = verifier.cross_check(closed).verification
+    return list(checked.used), checked.verdict
+
+
+def _plan(code, cohort, *, probe=None, reply_layout=None, dtypes=None, busy=(),
+          wire="float64"):
+    """Round 1's plan (what the opener builds) on ``cohort``, one partition per member."""
+    return RoundPlan(number=1, code=code, cohort=tuple(cohort),
+                     partitions=tuple(Identity(j, len(cohort)) for j in range(len(cohort))),
+                     busy=tuple(busy), excluded=(), quarantined=(), layout={},
+                     reply_layout=reply_layout or {}, dtypes=dtypes or {}, theta={},
+                     array_key="arrays", wire=wire, wall_start=0.0, probe=probe)
+
+
+def _state(code, cohort, *, sent=None, valid=None, collector=None, **plan):
+    """Round 1's state: ``sent`` (worker -> message), the ``valid`` replies arrived; opened
+    by ``collector`` when given (its round in progress)."""
+    requests = Requests(dict(sent or {}))
+    if collector is not None:
+        state = collector.open(_plan(code, cohort, **plan), requests)
+    else:
+        state = RoundState(_plan(code, cohort, **plan), requests, Arrivals(code))
+    for worker, reply in (valid or {}).items():
+        state.arrivals.accept(worker, reply)
+    return state
 
 
 class _Reply:
@@ -161,39 +202,35 @@ def test_late_replies_are_counted_until_taken():
 
 def test_unsent_messages_leave_the_round():
     collector = _collector()
-    state = _state(make_code("frc", 4, 1), [10, 11, 12, 13])
     msg = _Reply("1", False, node=11)
-    state.sent = {0: object(), 1: msg}
-    collector.state = state
+    state = _state(make_code("frc", 4, 1), [10, 11, 12, 13], sent={0: object(), 1: msg},
+                   collector=collector)
     collector.on_unsent([msg])
     assert list(state.sent) == [0]
 
 
 def test_early_return_rules_only_on_a_clock_that_returns_early():
-    state = _state(make_code("frc", 4, 1), [10, 11, 12, 13])
     virtual = _collector(VirtualClock(10.0))
-    virtual.state = state
+    _state(make_code("frc", 4, 1), [10, 11, 12, 13], collector=virtual)
     assert not virtual.ready() and virtual.prioritize([1, 2]) == [1, 2]
     wall = _collector(WallClock(10.0))
-    wall.state = state
+    state = _state(make_code("frc", 4, 1), [10, 11, 12, 13], collector=wall)
     assert not wall.ready()
-    state.valid = {0: None, 2: None}  # one reply per FRC group
-    state.tracker = None
+    state.arrivals.accept(0, None)  # one reply per FRC group
+    state.arrivals.accept(2, None)
     assert wall.ready()
 
 
 def test_the_stopping_rule_is_a_decodable_set():
-    collector = _collector()
     code = make_code("frc", 4, 1)
-    collector.state = _state(code, [10, 11, 12, 13])
-    rule = collector.decodable(code)
+    rule = _verifier().stopping_rule(_state(code, [10, 11, 12, 13]), code)
     assert not rule([]) and not rule([0, 1]) and rule([0, 2])
 
 
 # =============================================================================== round state
 def test_reject_keeps_the_public_reason_and_the_traceback_apart():
     state = _state(make_code("frc", 4, 1), [10, 11, 12, 13])
-    state.reject(11, 1, "ValueError: bad\n--- traceback ---\nTraceback ...")
+    state.arrivals.reject(rejection(1, 11, 1, "ValueError: bad\n--- traceback ---\nTraceback ..."))
     assert state.rejected == [(11, "ValueError: bad")]
     assert state.rejected_details == [(1, "ValueError: bad", "Traceback ...")]
     assert state.worker_of == {10: 0, 11: 1, 12: 2, 13: 3}
@@ -205,20 +242,18 @@ def test_partition_key_and_payload_bytes():
 
 
 def test_decodability_is_built_from_the_valid_replies():
-    state = _state(make_code("frc", 4, 1), [10, 11, 12, 13])
-    state.valid = {0: None}
-    assert not state.decodability().decodable
-    state.tracker.add(3)
-    assert state.decodability().decodable
+    state = _state(make_code("frc", 4, 1), [10, 11, 12, 13], valid={0: None})
+    assert not state.arrivals.decodability().decodable
+    state.arrivals.accept(3, None)
+    assert state.arrivals.decodability().decodable
 
 
 def test_wire_dtypes_follow_the_model_for_float_arrays_only():
-    state = _state(make_code("frc", 4, 1), [10, 11, 12, 13])
-    state.dtypes = {"w": np.dtype(np.float32), "n": np.dtype(np.int64)}
-    state.wire = "model"
-    assert state.wire_dtypes() == {"w": np.float32, "n": np.float64}
-    state.wire = "float64"
-    assert state.wire_dtypes() == {"w": np.float64, "n": np.float64}
+    dtypes = {"w": np.dtype(np.float32), "n": np.dtype(np.int64)}
+    plan = _plan(make_code("frc", 4, 1), [10, 11, 12, 13], dtypes=dtypes, wire="model")
+    assert plan.wire_dtypes == {"w": np.float32, "n": np.float64}
+    plan = _plan(make_code("frc", 4, 1), [10, 11, 12, 13], dtypes=dtypes, wire="float64")
+    assert plan.wire_dtypes == {"w": np.float64, "n": np.float64}
 
 
 # =============================================================================== round log
@@ -305,8 +340,8 @@ def test_the_grid_is_answered_by_the_collaborators():
     strategy = GradientCoding(FedAvg(), timing="wallclock", straggler_timeout=5.0,
                               warmup_timeout=9.0)
     assert strategy.deadline_s(None) == 5.0 and strategy.first_reply_deadline_s() is None
-    strategy._round = SimpleNamespace(number=1, sent={})
-    assert strategy.collector.state is strategy._round
+    strategy.collector.open(_plan(make_code("frc", 4, 1), [10, 11, 12, 13]), Requests({}))
+    assert strategy.wrap_grid(object()).inner is not None
     assert strategy.deadline_s(None) == 9.0 and strategy.first_reply_deadline_s() == 5.0
 
 
@@ -328,9 +363,9 @@ def test_evaluating_writes_each_row_with_its_evaluation():
 def test_coded_fields_name_every_group_from_the_state_and_the_outcome():
     from fl_gradcode.flower.records import RoundOutcome
 
-    state = _state(make_code("frc", 4, 1), [10, 11, 12, 13])
-    state.busy, state.bytes_up, state.wire = [3], 100, "model"
-    state.reject(12, 2, "bad")
+    state = _state(make_code("frc", 4, 1), [10, 11, 12, 13], busy=[3], wire="model")
+    state.arrivals.receive("", 100)
+    state.arrivals.reject(rejection(1, 12, 2, "bad"))
     verdict = SimpleNamespace(status="verified", excluded=[1], disagreement=0.0)
     outcome = RoundOutcome("exact", [0, 2], 2, 0.0, verdict, 40.0, None)
     identities = {node: Identity(j, 4) for j, node in enumerate(state.cohort)}
@@ -346,18 +381,21 @@ def test_coded_fields_name_every_group_from_the_state_and_the_outcome():
 
 
 def test_withholding_rules(caplog):
-    collector = _collector()
+    verifier = _verifier()
     state = _state(make_code("frc", 4, 1), [10, 11, 12, 13])
-    unresolved = SimpleNamespace(unresolved=True, disagreement=0.5, status="contradicted")
-    assert collector.withholds(state, unresolved, "skipped")
-    assert not collector.withholds(state, None, "exact")  # not verifying
-    verifying = ReplyCollector(VirtualClock(10.0), DeadlinePolicy(DeadlineOptions(), False),
-                               IntegrityOptions(verify=True), Quarantine(), ReplyFingerprints())
-    state.probe = object()
-    assert verifying.withholds(state, None, "exact")
-    assert not verifying.withholds(state, None, "skipped")
-    checked = SimpleNamespace(unresolved=False, status="verified")
-    assert not verifying.withholds(state, checked, "exact")
+    unresolved = Verdict("contradicted", disagreement=0.5, unresolved=True)
+
+    def withholds(verifier, state, verdict, decode):
+        return verifier.clearance(state, [], None, verdict, decode)[1]
+
+    assert withholds(verifier, state, unresolved, "skipped")
+    assert not withholds(verifier, state, None, "exact")  # not verifying
+    verifying = _verifier(verify=True)
+    state = _state(make_code("frc", 4, 1), [10, 11, 12, 13], probe=object())
+    assert withholds(verifying, state, None, "exact")
+    assert not withholds(verifying, state, None, "skipped")
+    checked = Verdict("verified")
+    assert not withholds(verifying, state, checked, "exact")
 
 
 def test_the_aggregators_status_follows_the_decoding_error():
@@ -372,23 +410,19 @@ def test_the_aggregators_status_follows_the_decoding_error():
 def test_an_outvoted_size_report_is_rejected_with_its_worker_and_the_agreed_sizes_kept():
     """FRC n=6, s=2: workers 0-2 replicate partitions 0-2; worker 2 reports 99 examples for
     partition 0 where workers 0 and 1 report 5."""
-    from fl_gradcode.flower.aggregator import RoundAggregator
-    from fl_gradcode.flower.decoder import Decoder
     from fl_gradcode.flower.privatiser import Privatiser
     from fl_gradcode.privacy import DPConfig, ServerNoise
 
     code = make_code("frc", 6, 2)
-    state = _state(code, [10, 11, 12, 13, 14, 15])
     reported = {0: (5.0, 6.0, 7.0), 1: (5.0, 6.0, 7.0), 2: (99.0, 6.0, 7.0),
                 3: (8.0, 9.0, 10.0), 4: (8.0, 9.0, 10.0), 5: (8.0, 9.0, 10.0)}
-    state.valid = {w: SimpleNamespace(sizes=sizes) for w, sizes in reported.items()}
-    state.tracker = object()
+    state = _state(code, [10, 11, 12, 13, 14, 15],
+                   valid={w: SimpleNamespace(sizes=sizes) for w, sizes in reported.items()})
     quarantine = Quarantine(offences=1)
-    decoder = Decoder(FedAvg(), Privatiser(DPConfig(), None, ServerNoise(), "n", {}))
-    aggregator = RoundAggregator(decoder=decoder, collector=_collector(), quarantine=quarantine,
-                                 max_decode_error=0.0)
-    aggregator.check_sizes(state)
-    assert sorted(state.valid) == [0, 1, 3, 4, 5] and state.tracker is None
+    verifier = RoundVerifier(IntegrityOptions(), DeadlinePolicy(DeadlineOptions(), False),
+                             quarantine, Privatiser(DPConfig(), None, ServerNoise(), "n", {}))
+    state = verifier.check_sizes(state)
+    assert sorted(state.valid) == [0, 1, 3, 4, 5]
     assert state.sizes == {0: 5.0, 1: 6.0, 2: 7.0, 3: 8.0, 4: 9.0, 5: 10.0}
     [(node, reason)] = state.rejected
     assert node == 12 and reason.startswith("partition-sizes: n_0=99 disagrees with the other")
@@ -420,15 +454,13 @@ def test_the_collectors_log_lines_name_the_node_and_the_round(caplog):
     import logging
 
     collector = _collector()
-    state = _state(make_code("frc", 4, 1), [10, 11, 12, 13])
     msg = _Reply("1", False, node=11)
-    state.sent = {1: msg}
-    collector.state = state
+    _state(make_code("frc", 4, 1), [10, 11, 12, 13], sent={1: msg}, collector=collector)
     with caplog.at_level(logging.DEBUG, logger="flwr"):
         collector.on_unsent([msg])
         collector.on_late_reply(_Reply("3", False, node=12))
         collector.on_late_reply(_Reply("4", True, node=13))
-        state.reject(11, 1, "bad")
+        rejection(1, 11, 1, "bad")
     assert _messages(caplog) == [
         "message to node 11 was not accepted by the grid: straggler",
         "dropped late reply from node 12 to round 3",
@@ -455,10 +487,9 @@ def test_an_error_reply_with_a_foreign_sender_is_the_failure_of_the_node_it_answ
     import logging
 
     collector = _collector()
-    state = _state(make_code("frc", 4, 1), [10, 11, 12, 13])
-    state.sent = {0: SimpleNamespace(metadata=SimpleNamespace(message_id="m0")),
-                  1: SimpleNamespace(metadata=SimpleNamespace(message_id="m1"))}
-    collector.state = state
+    state = _state(make_code("frc", 4, 1), [10, 11, 12, 13], collector=collector,
+                   sent={0: SimpleNamespace(metadata=SimpleNamespace(message_id="m0")),
+                         1: SimpleNamespace(metadata=SimpleNamespace(message_id="m1"))})
     with caplog.at_level(logging.INFO, logger="flwr"):
         collector.on_reply(_ErrorReply("m1", STOPPED_CODE))
     assert state.stopped == [1] and state.answered == {1} and state.rejected == []
@@ -467,8 +498,7 @@ def test_an_error_reply_with_a_foreign_sender_is_the_failure_of_the_node_it_answ
 
 def test_a_reply_from_a_member_sent_nothing_is_rejected_with_its_worker():
     collector = _collector()
-    state = _state(make_code("frc", 4, 1), [10, 11, 12, 13])
-    collector.state = state
+    state = _state(make_code("frc", 4, 1), [10, 11, 12, 13], collector=collector)
     reply = _Reply("1", False, node=11)
     reply.metadata.message_id = "r11"
     collector.on_reply(reply)
@@ -481,14 +511,11 @@ def test_the_cross_check_measures_disagreement_against_the_replies_exact_sizes()
     """Two FRC replicas of norm 100 whose projections differ by 0.1 disagree by 0.1 / 2 / 100
     relative to their size (verified at tolerance 0.01); against the projections' own norms
     (about 1) they would disagree by about 0.05 (contradicted)."""
-    collector = ReplyCollector(VirtualClock(10.0), DeadlinePolicy(DeadlineOptions(), False),
-                               IntegrityOptions(verify=True, verify_tolerance=0.01),
-                               Quarantine(), ReplyFingerprints())
-    state = _state(make_code("frc", 4, 1), [10, 11, 12, 13])
-    state.probe = SimpleNamespace(verdicts={})
-    state.valid = {0: SimpleNamespace(extra={"z": np.array([1.0, 0.0]), "size": 100.0}),
-                   1: SimpleNamespace(extra={"z": np.array([1.1, 0.0]), "size": 100.0})}
-    verdict = collector.verdict(state, [0, 1])
+    verifier = _verifier(verify=True, tolerance=0.01)
+    state = _state(make_code("frc", 4, 1), [10, 11, 12, 13], probe=SimpleNamespace(verdicts={}),
+                   valid={0: SimpleNamespace(extra={"z": np.array([1.0, 0.0]), "size": 100.0}),
+                          1: SimpleNamespace(extra={"z": np.array([1.1, 0.0]), "size": 100.0})})
+    verdict = verifier.verdict(state, [0, 1])
     assert verdict.status == "verified"
     assert verdict.disagreement == pytest.approx(0.1 / 2 / 100)
 
@@ -500,12 +527,9 @@ def _round_expecting_w():
     from flwr.app import Message, MessageType, RecordDict
 
     collector = _collector()
-    state = _state(make_code("frc", 4, 1), [10, 7, 12, 13])
-    state.reply_layout = {"w": (3,)}
-    state.dtypes = {"w": np.dtype(np.float64)}
-    collector.state = state
     request = Message(RecordDict(), dst_node_id=7, message_type=MessageType.TRAIN)
-    state.sent = {1: request}
+    state = _state(make_code("frc", 4, 1), [10, 7, 12, 13], reply_layout={"w": (3,)},
+                   dtypes={"w": np.dtype(np.float64)}, sent={1: request}, collector=collector)
     return collector, state, request
 
 
@@ -527,20 +551,19 @@ def test_a_reply_in_another_dtype_than_the_rounds_wire_is_rejected():
 def test_under_verify_a_decodable_round_returns_early_only_once_cross_checked():
     collector = ReplyCollector(WallClock(10.0), DeadlinePolicy(DeadlineOptions(), False),
                                IntegrityOptions(verify=True), Quarantine(), ReplyFingerprints())
-    state = _state(make_code("frc", 4, 1), [10, 11, 12, 13])
-    state.probe = SimpleNamespace(verdicts={})
     z = {0: [1.0, 0.0], 1: [1.0, 0.0], 2: [0.0, 1.0], 3: [0.0, 1.0]}
-    state.valid = {w: SimpleNamespace(extra={"z": np.array(v), "size": 1.0})
-                   for w, v in z.items()}
-    collector.state = state
+    valid = {w: SimpleNamespace(extra={"z": np.array(v), "size": 1.0}) for w, v in z.items()}
+
+    def opened(sent, replies):
+        _state(make_code("frc", 4, 1), [10, 11, 12, 13], probe=SimpleNamespace(verdicts={}),
+               sent=sent, valid=replies, collector=collector)
+
+    opened({}, valid)
     assert collector.ready()  # the replicas of both groups agree
-    state.sent = dict.fromkeys(range(4))
-    state.probe = SimpleNamespace(verdicts={})
-    twin = state.valid.pop(1)
+    opened(dict.fromkeys(range(4)), {w: r for w, r in valid.items() if w != 1})
     assert not collector.ready()  # worker 1's reply could still settle its group
-    state.valid[1] = twin
-    state.probe = SimpleNamespace(verdicts={})
-    state.valid[1].extra["z"] = np.array([2.0, 0.0])  # two replicas disagree: nothing to wait
+    valid[1].extra["z"] = np.array([2.0, 0.0])  # two replicas disagree: nothing to wait
+    opened(dict.fromkeys(range(4)), valid)
     assert collector.ready()  # for, the group is left out and the other one settled
 
 
@@ -549,16 +572,14 @@ def test_a_two_to_one_group_is_left_out_blaming_nobody_and_logged(caplog):
     outvoted (before, it was excluded as the culprit)."""
     import logging
 
-    collector = ReplyCollector(VirtualClock(10.0), DeadlinePolicy(DeadlineOptions(), False),
-                               IntegrityOptions(verify=True), Quarantine(), ReplyFingerprints())
-    state = _state(make_code("frc", 6, 2), [10, 11, 12, 13, 14, 15])
-    state.probe = SimpleNamespace(verdicts={})
     z = {0: [1.0, 0.0], 1: [1.0, 0.0], 2: [5.0, 0.0], 3: [0.0, 1.0], 4: [0.0, 1.0],
          5: [0.0, 1.0]}
-    state.valid = {w: SimpleNamespace(extra={"z": np.array(v), "size": 1.0})
-                   for w, v in z.items()}
+    state = _state(make_code("frc", 6, 2), [10, 11, 12, 13, 14, 15],
+                   probe=SimpleNamespace(verdicts={}),
+                   valid={w: SimpleNamespace(extra={"z": np.array(v), "size": 1.0})
+                          for w, v in z.items()})
     with caplog.at_level(logging.WARNING, logger="flwr"):
-        used, verdict = collector.cross_check(state, list(range(6)))
+        used, verdict = _cross_check(_verifier(verify=True), state, list(range(6)))
     assert used == [3, 4, 5] and verdict.excluded == [] and verdict.unsettled == [0, 1, 2]
     assert ("round 1: workers [0, 1, 2]: no s + 1 = 3 agreeing replicas settle their group "
             "(disagreement 1.33, or replies missing); left out of the decoding, nobody blamed"
@@ -568,14 +589,12 @@ def test_a_two_to_one_group_is_left_out_blaming_nobody_and_logged(caplog):
 def test_withholding_says_why_in_the_log(caplog):
     import logging
 
-    verifying = ReplyCollector(VirtualClock(10.0), DeadlinePolicy(DeadlineOptions(), False),
-                               IntegrityOptions(verify=True), Quarantine(), ReplyFingerprints())
-    state = _state(make_code("frc", 4, 1), [10, 11, 12, 13])
-    state.probe = object()
-    unresolved = SimpleNamespace(unresolved=True, disagreement=0.5, status="contradicted")
+    verifying = _verifier(verify=True)
+    state = _state(make_code("frc", 4, 1), [10, 11, 12, 13], probe=object())
+    unresolved = Verdict("contradicted", disagreement=0.5, unresolved=True)
     with caplog.at_level(logging.WARNING, logger="flwr"):
-        assert verifying.withholds(state, unresolved, "exact")
-        assert verifying.withholds(state, None, "exact")
+        assert verifying.clearance(state, [], None, unresolved, "exact")[1]
+        assert verifying.clearance(state, [], None, None, "exact")[1]
     assert _messages(caplog) == [
         "round 1: replies disagree (relative 0.5) and no single reply explains it; nothing is "
         "applied",
@@ -605,8 +624,8 @@ def _frc_dispatch(seed: int, nonce: str):
     from fl_gradcode.flower.workload import Workload
     from fl_gradcode.privacy import DPConfig
 
-    state = _state(make_code("frc", 4, 1), [10, 11, 12, 13])
-    return state, Dispatcher(seed=seed, nonce=nonce, dp=DPConfig(), clock=VirtualClock(10.0),
+    plan = _plan(make_code("frc", 4, 1), [10, 11, 12, 13])
+    return plan, Dispatcher(seed=seed, nonce=nonce, dp=DPConfig(), clock=VirtualClock(10.0),
                              workload=Workload({}, {}, None, 0), inner=object())
 
 
@@ -615,10 +634,11 @@ def test_the_weight_key_defaults_to_num_examples_for_a_strategy_without_one():
 
     from fl_gradcode.flower import protocol
 
-    state, dispatcher = _frc_dispatch(seed=0, nonce="n")
-    msg = dispatcher.message(state, 0, 10, RecordDict())
+    plan, dispatcher = _frc_dispatch(seed=0, nonce="n")
+    requests = dispatcher.dispatch(plan, {10: RecordDict()}, idle={11, 12, 13})
+    msg = requests.messages[0]
     assert protocol.parse_instruction(msg.content).weight_key == "num-examples"
-    assert state.sent == {0: msg}
+    assert requests.messages == {0: msg}
 
 
 def test_a_prediction_of_zero_seconds_keeps_the_straggler_deadline():
@@ -656,12 +676,12 @@ def test_a_member_the_policy_excludes_is_sent_nothing_and_recorded_as_excluded_n
     opener = RoundOpener(
         policy=_ExcludingPolicy(make_code("frc", 4, 1)), clock=VirtualClock(10.0),
         deadlines=DeadlinePolicy(DeadlineOptions(), False), quarantine=Quarantine(),
-        workload=Workload(identities, {}, None, 0), collector=_collector(),
+        workload=Workload(identities, {}, None, 0), verifier=_verifier(),
         wire_for=lambda code: "float64", code_options={}, round_timeout=1.0)
     content = RecordDict({"arrays": ArrayRecord({"w": Array(np.zeros(3))})})
     opened = opener.open(1, None, cohort, content)
     assert opened.idle == {12} and opened.queued == frozenset()
-    assert opened.state.excluded == [2] and opened.state.busy == []
+    assert opened.plan.excluded == (2,) and opened.plan.busy == ()
 
 
 def test_the_model_arrays_key_falls_back_to_the_only_array_record():
@@ -719,11 +739,11 @@ def test_the_opened_round_records_the_models_layout():
         policy=_ExcludingPolicy(make_code("frc", 4, 1)), clock=VirtualClock(10.0),
         deadlines=DeadlinePolicy(DeadlineOptions(), False), quarantine=Quarantine(),
         workload=Workload({node: Identity(j, 4) for j, node in enumerate(cohort)}, {}, None, 0),
-        collector=_collector(), wire_for=lambda code: "float64", code_options={},
+        verifier=_verifier(), wire_for=lambda code: "float64", code_options={},
         round_timeout=1.0)
     content = RecordDict({"arrays": ArrayRecord({"w": Array(np.zeros((2, 3))),
                                                  "b": Array(np.zeros(3))})})
-    state = opener.open(1, None, cohort, content).state
+    state = opener.open(1, None, cohort, content).plan
     assert state.layout == {"w": (2, 3), "b": (3,)}
 
 
@@ -807,39 +827,34 @@ def test_an_accepted_reply_is_fingerprinted_for_its_round():
 def test_an_applied_decoding_the_replicas_contradict_turns_the_verdict_contradicted():
     """FRC(4, 1), workers 0 and 2 used: the min-norm decoding weighs each by 1; applying
     weight 2 to worker 0 (reply [1, 0], size 1) is off by |2 - 1| * 1 / 1 = 1."""
-    collector = ReplyCollector(VirtualClock(10.0), DeadlinePolicy(DeadlineOptions(), False),
-                               IntegrityOptions(verify=True, verify_tolerance=0.01),
-                               Quarantine(), ReplyFingerprints())
-    state = _state(make_code("frc", 4, 1), [10, 11, 12, 13])
-    state.valid = {0: SimpleNamespace(extra={"z": np.array([1.0, 0.0]), "size": 1.0}),
-                   2: SimpleNamespace(extra={"z": np.array([0.0, 1.0]), "size": 1.0})}
+    verifier = _verifier(verify=True, tolerance=0.01)
+    state = _state(make_code("frc", 4, 1), [10, 11, 12, 13],
+                   valid={0: SimpleNamespace(extra={"z": np.array([1.0, 0.0]), "size": 1.0}),
+                          2: SimpleNamespace(extra={"z": np.array([0.0, 1.0]), "size": 1.0})})
     for before, after in ((0.0, 1.0), (5.0, 5.0)):
-        verdict = SimpleNamespace(status="verified", unresolved=False, disagreement=before)
+        verdict = Verdict("verified", disagreement=before)
         decoding = SimpleNamespace(coefficients=np.array([2.0, 0.0, 1.0, 0.0]))
-        collector.check_applied(state, [0, 2], decoding, verdict)
+        verdict, _ = verifier.clearance(state, [0, 2], decoding, verdict, "exact")
         assert verdict.status == "contradicted" and verdict.unresolved is True
         assert verdict.disagreement == pytest.approx(after)
-    agreeing = SimpleNamespace(status="verified", unresolved=False, disagreement=0.0)
-    collector.check_applied(state, [0, 2],
-                            SimpleNamespace(coefficients=np.array([1.0, 0.0, 1.0, 0.0])),
-                            agreeing)
+    agreeing, _ = verifier.clearance(
+        state, [0, 2], SimpleNamespace(coefficients=np.array([1.0, 0.0, 1.0, 0.0])),
+        Verdict("verified"), "exact")
     assert agreeing.status == "verified" and agreeing.unresolved is False
 
 
 def test_verify_warns_once_that_rounds_without_redundancy_are_applied_unverified(caplog):
     import logging
 
-    collector = ReplyCollector(VirtualClock(10.0), DeadlinePolicy(DeadlineOptions(), False),
-                               IntegrityOptions(verify=True), Quarantine(), ReplyFingerprints())
-    state = _state(make_code("frc", 4, 0), [10, 11, 12, 13])
-    state.reply_layout = {"w": (3,)}
+    verifier = _verifier(verify=True)
+    code = make_code("frc", 4, 0)
     with caplog.at_level(logging.WARNING, logger="flwr"):
-        assert collector.probe_for(state, {}) is None
-        assert collector.probe_for(state, {}) is None
+        assert verifier.probe_for(1, code, {"w": (3,)}, {}) is None
+        assert verifier.probe_for(1, code, {"w": (3,)}, {}) is None
     assert _messages(caplog) == [
         "verify=True: round 1 uses s=0 (no redundancy): such rounds are applied unverified "
         "(verified=None in rounds.jsonl)"]
-    assert _collector().probe_for(state, {}) is None  # not verifying: no probe, no warning
+    assert _verifier().probe_for(1, code, {"w": (3,)}, {}) is None  # not verifying: no probe
 
 
 def test_a_train_instruction_carries_the_runs_nonce_and_the_workers_partitions():
@@ -847,8 +862,8 @@ def test_a_train_instruction_carries_the_runs_nonce_and_the_workers_partitions()
 
     from fl_gradcode.flower import protocol
 
-    state, dispatcher = _frc_dispatch(seed=3, nonce="run-nonce")
-    inst = protocol.parse_instruction(dispatcher.message(state, 2, 12, RecordDict()).content)
+    plan, dispatcher = _frc_dispatch(seed=3, nonce="run-nonce")
+    inst = protocol.parse_instruction(dispatcher.message(plan, 2, 12, RecordDict()).content)
     assert inst.nonce == "run-nonce" and inst.seed == 3 and inst.worker == 2
     assert inst.partition_ids == (2, 3) and inst.num_partitions == (4, 4)  # FRC group {2, 3}
 
@@ -864,11 +879,11 @@ def test_the_opener_reads_the_arrays_record_by_default_among_several():
         policy=_ExcludingPolicy(make_code("frc", 4, 1)), clock=VirtualClock(10.0),
         deadlines=DeadlinePolicy(DeadlineOptions(), False), quarantine=Quarantine(),
         workload=Workload({node: Identity(j, 4) for j, node in enumerate(cohort)}, {}, None, 0),
-        collector=_collector(), wire_for=lambda code: "float64", code_options={},
+        verifier=_verifier(), wire_for=lambda code: "float64", code_options={},
         round_timeout=1.0)
     content = RecordDict({"extra": ArrayRecord({"v": Array(np.zeros(2))}),
                           "arrays": ArrayRecord({"w": Array(np.zeros(3))})})
-    state = opener.open(1, None, cohort, content).state
+    state = opener.open(1, None, cohort, content).plan
     assert state.array_key == "arrays" and state.layout == {"w": (3,)}
 
 
@@ -877,15 +892,13 @@ def test_the_applied_decoding_is_measured_against_the_replies_exact_sizes():
     weight 1.5 instead of 1 to worker 0 is off by 0.5 * 1 / 100 = 0.005 relative to the
     replies' size (verified at tolerance 0.01); against the projections' norms (1) it would be
     off by 0.5 (contradicted)."""
-    collector = ReplyCollector(VirtualClock(10.0), DeadlinePolicy(DeadlineOptions(), False),
-                               IntegrityOptions(verify=True, verify_tolerance=0.01),
-                               Quarantine(), ReplyFingerprints())
-    state = _state(make_code("frc", 4, 1), [10, 11, 12, 13])
-    state.valid = {0: SimpleNamespace(extra={"z": np.array([1.0, 0.0]), "size": 100.0}),
-                   2: SimpleNamespace(extra={"z": np.array([0.0, 1.0]), "size": 100.0})}
-    verdict = SimpleNamespace(status="verified", unresolved=False, disagreement=0.0)
-    collector.check_applied(state, [0, 2],
-                            SimpleNamespace(coefficients=np.array([1.5, 0.0, 1.0, 0.0])), verdict)
+    verifier = _verifier(verify=True, tolerance=0.01)
+    state = _state(make_code("frc", 4, 1), [10, 11, 12, 13],
+                   valid={0: SimpleNamespace(extra={"z": np.array([1.0, 0.0]), "size": 100.0}),
+                          2: SimpleNamespace(extra={"z": np.array([0.0, 1.0]), "size": 100.0})})
+    verdict, _ = verifier.clearance(
+        state, [0, 2], SimpleNamespace(coefficients=np.array([1.5, 0.0, 1.0, 0.0])),
+        Verdict("verified"), "exact")
     assert verdict.status == "verified" and verdict.unresolved is False
     assert verdict.disagreement == 0.0
 
@@ -893,14 +906,13 @@ def test_the_applied_decoding_is_measured_against_the_replies_exact_sizes():
 def test_an_applied_decoding_exactly_at_the_tolerance_agrees():
     """Tolerance 0 asks for exact agreement: all-zero replies (a zero gradient) agree exactly
     with any decoding (disagreement 0 <= 0), so the verdict stays verified."""
-    collector = ReplyCollector(VirtualClock(10.0), DeadlinePolicy(DeadlineOptions(), False),
-                               IntegrityOptions(verify=True, verify_tolerance=0.0),
-                               Quarantine(), ReplyFingerprints())
-    state = _state(make_code("frc", 4, 1), [10, 11, 12, 13])
-    state.valid = {w: SimpleNamespace(extra={"z": np.zeros(2), "size": 0.0}) for w in (0, 2)}
-    verdict = SimpleNamespace(status="verified", unresolved=False, disagreement=0.0)
-    collector.check_applied(state, [0, 2],
-                            SimpleNamespace(coefficients=np.array([2.0, 0.0, 1.0, 0.0])), verdict)
+    verifier = _verifier(verify=True, tolerance=0.0)
+    state = _state(make_code("frc", 4, 1), [10, 11, 12, 13],
+                   valid={w: SimpleNamespace(extra={"z": np.zeros(2), "size": 0.0})
+                          for w in (0, 2)})
+    verdict, _ = verifier.clearance(
+        state, [0, 2], SimpleNamespace(coefficients=np.array([2.0, 0.0, 1.0, 0.0])),
+        Verdict("verified"), "exact")
     assert verdict.status == "verified" and verdict.unresolved is False
 
 
@@ -909,16 +921,13 @@ def test_twins_in_a_contradiction_are_left_out_and_never_quarantined(caplog):
     offence enough, neither is quarantined (before, both were: the honest one too)."""
     import logging
 
-    collector = ReplyCollector(VirtualClock(10.0), DeadlinePolicy(DeadlineOptions(), False),
-                               IntegrityOptions(verify=True), Quarantine(offences=1, rounds=5),
-                               ReplyFingerprints())
-    state = _state(make_code("frc", 4, 1), [10, 11, 12, 13])
-    state.probe = SimpleNamespace(verdicts={})
+    verifier = _verifier(verify=True, quarantine=Quarantine(offences=1, rounds=5))
     z = {0: [1.0, 0.0], 1: [2.0, 0.0], 2: [0.0, 1.0], 3: [0.0, 1.0]}
-    state.valid = {w: SimpleNamespace(extra={"z": np.array(v), "size": 1.0})
-                   for w, v in z.items()}
+    state = _state(make_code("frc", 4, 1), [10, 11, 12, 13], probe=SimpleNamespace(verdicts={}),
+                   valid={w: SimpleNamespace(extra={"z": np.array(v), "size": 1.0})
+                          for w, v in z.items()})
     with caplog.at_level(logging.WARNING, logger="flwr"):
-        _, verdict = collector.cross_check(state, [0, 1, 2, 3])
+        _, verdict = _cross_check(verifier, state, [0, 1, 2, 3])
     assert not verdict.unresolved and verdict.unsettled == [0, 1]
     assert [m for m in _messages(caplog) if "quarantined" in m] == []
 
@@ -931,12 +940,12 @@ def test_a_train_instruction_carries_the_dp_noise_multiplier():
     from fl_gradcode.flower.workload import Workload
     from fl_gradcode.privacy import DPConfig
 
-    state = _state(make_code("frc", 4, 1), [10, 11, 12, 13])
+    plan = _plan(make_code("frc", 4, 1), [10, 11, 12, 13])
     dispatcher = Dispatcher(seed=0, nonce="n",
                             dp=DPConfig(mode="partition", clip_norm=2.0, noise_multiplier=0.75),
                             clock=VirtualClock(10.0), workload=Workload({}, {}, None, 0),
                             inner=object())
-    inst = protocol.parse_instruction(dispatcher.message(state, 1, 11, RecordDict()).content)
+    inst = protocol.parse_instruction(dispatcher.message(plan, 1, 11, RecordDict()).content)
     assert (inst.dp, inst.clip_norm, inst.noise_multiplier) == ("partition", 2.0, 0.75)
 
 
@@ -969,7 +978,7 @@ def test_a_round_with_every_member_busy_waits_and_asks_the_policy_again_with_the
         policy=policy, clock=clock,
         deadlines=DeadlinePolicy(DeadlineOptions(), False), quarantine=Quarantine(),
         workload=Workload({node: Identity(j, 4) for j, node in enumerate(cohort)}, {}, None, 0),
-        collector=_collector(), wire_for=lambda code: "float64", code_options={},
+        verifier=_verifier(), wire_for=lambda code: "float64", code_options={},
         round_timeout=1.0)
     _, idle, queued, held = opener.plan(1, None, cohort)
     assert clock.now == 3.0
@@ -988,12 +997,11 @@ def test_the_wire_dtypes_are_computed_once_per_code_dtypes_and_wire(monkeypatch)
         return real(*key)
 
     monkeypatch.setattr(round_state, "wire_dtypes", counting)
-    state = _state(make_code("frc", 4, 1), [10, 11, 12, 13])
-    state.dtypes = {"w": np.dtype(np.float32)}
-    state.wire = "float64"
+    dtypes = {"w": np.dtype(np.float32)}
+    plan = _plan(make_code("frc", 4, 1), [10, 11, 12, 13], dtypes=dtypes, wire="float64")
     for _ in range(3):
-        assert state.wire_dtypes() == {"w": np.dtype(np.float64)}
+        assert plan.wire_dtypes == {"w": np.dtype(np.float64)}
     assert len(calls) == 1
-    state.wire = "model"
-    assert state.wire_dtypes() == {"w": np.dtype(np.float32)}
+    plan = _plan(make_code("frc", 4, 1), [10, 11, 12, 13], dtypes=dtypes, wire="model")
+    assert plan.wire_dtypes == {"w": np.dtype(np.float32)}
     assert len(calls) == 2

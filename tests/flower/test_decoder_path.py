@@ -479,33 +479,38 @@ def test_a_non_finite_inner_model_is_named_with_its_round_in_the_log(caplog):
 def _decode_in_a_round(code, theta, valid, used, sparse, *, integrity=None, probe=None,
                        max_decode_error=0.5):
     """Round 1 of ``code`` on nodes 100, 101, ... holding the replies ``valid``, decoded over
-    ``used`` by a RoundAggregator with a fresh collector (``integrity`` options, the round's
+    ``used`` by a RoundAggregator with a fresh verifier (``integrity`` options, the round's
     cross-check ``probe``) and quarantine: ``(outcome, arrays, state)``."""
+    import dataclasses
+
     from fl_gradcode.flower.aggregator import RoundAggregator
-    from fl_gradcode.flower.clock import VirtualClock
-    from fl_gradcode.flower.collector import ReplyCollector
-    from fl_gradcode.flower.compat import ReplyFingerprints
+    from fl_gradcode.flower.collector import Arrivals
     from fl_gradcode.flower.deadline_policy import DeadlinePolicy
+    from fl_gradcode.flower.dispatch import Requests
     from fl_gradcode.flower.options import DeadlineOptions, IntegrityOptions
     from fl_gradcode.flower.quarantine import Quarantine
-    from fl_gradcode.flower.round_state import RoundState
+    from fl_gradcode.flower.round_state import RoundPlan, RoundState
+    from fl_gradcode.flower.verifier import RoundVerifier, Verification
 
     cohort = [100 + w for w in range(code.n)]
-    state = RoundState(
-        number=1, code=code, cohort=cohort, partitions=[], busy=[],
-        sent={w: Message(RecordDict({}), dst_node_id=n, message_type="train")
-              for w, n in enumerate(cohort)},
-        layout={k: v.shape for k, v in theta.items()}, reply_layout={},
+    plan = RoundPlan(
+        number=1, code=code, cohort=tuple(cohort), partitions=(), busy=(), excluded=(),
+        quarantined=(), layout={k: v.shape for k, v in theta.items()}, reply_layout={},
         dtypes={k: v.dtype for k, v in theta.items()}, theta=theta, array_key="arrays",
-        wall_start=0.0, valid=valid)
-    state.probe = probe
-    quarantine = Quarantine()
-    collector = ReplyCollector(VirtualClock(10.0), DeadlinePolicy(DeadlineOptions(), False),
-                               integrity or IntegrityOptions(), quarantine, ReplyFingerprints())
-    aggregator = RoundAggregator(decoder=Decoder(FedAvg(), sparse=sparse), collector=collector,
-                                 quarantine=quarantine, max_decode_error=max_decode_error)
-    outcome, arrays, _ = aggregator.decode(state, used, None)
-    return outcome, arrays, state
+        wire="float64", wall_start=0.0, probe=probe)
+    requests = Requests({w: Message(RecordDict({}), dst_node_id=n, message_type="train")
+                         for w, n in enumerate(cohort)})
+    arrivals = Arrivals(code)
+    for worker, reply in valid.items():
+        arrivals.accept(worker, reply)
+    state = RoundState(plan, requests, arrivals, verification=Verification(tuple(used), None))
+    verifier = RoundVerifier(integrity or IntegrityOptions(),
+                             DeadlinePolicy(DeadlineOptions(), False), Quarantine())
+    aggregator = RoundAggregator(decoder=Decoder(FedAvg(), sparse=sparse), verifier=verifier,
+                                 max_decode_error=max_decode_error)
+    state, arrays, _ = aggregator.decode(state)
+    assert dataclasses.is_dataclass(state)
+    return state.outcome, arrays, state
 
 
 def _aggregate_with_a_nan_reply(sparse):

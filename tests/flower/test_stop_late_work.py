@@ -8,7 +8,6 @@ end to end with a fixed table of arrival times (the tiny app and runner of ``tes
 from __future__ import annotations
 
 import time
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -169,7 +168,7 @@ def test_a_stopped_reply_is_not_counted_as_bytes_received():
 
 def test_a_stopped_job_is_done_at_the_deadline_in_the_servers_records():
     outcome = _slow_run(True, rounds=1, busy="fit")
-    node = outcome.strategy._round.cohort[5]
+    node = outcome.strategy.current_round.cohort[5]
     jobs = outcome.strategy.code_policy.outstanding[node]
     assert jobs[-1][2] == pytest.approx(5.0)  # round 1 started at 0: free at the deadline
 
@@ -240,12 +239,25 @@ def test_the_wallclock_deadline_counts_from_the_messages_creation_when_workers_s
                               straggler_timeout=5.0, warmup_timeout=9.0, stop_late_work=stop)
     msg = _message(_train_instruction())
     msg.metadata.created_at = time.time() - 2.0  # pushing took 2 s after it was created
-    strategy._round = SimpleNamespace(number=2, sent={0: msg})
+    _open_round(strategy, 2, msg)
     # 3 s remain, as for the worker, which stops 5 s after the message was created
     limit = strategy.deadline_s(None)
     assert limit == pytest.approx(3.0 if stop else 5.0, abs=0.2)
-    strategy._round = SimpleNamespace(number=1, sent={0: msg})
+    _open_round(strategy, 1, msg)
     assert strategy.deadline_s(None) == pytest.approx(9.0)  # round 1: start-up, unchanged
+
+
+def _open_round(strategy, number, msg):
+    """Round ``number`` in progress on ``strategy``'s collector, ``msg`` sent to worker 0."""
+    from fl_gradcode.codes import make_code
+    from fl_gradcode.flower.dispatch import Requests
+    from fl_gradcode.flower.round_state import RoundPlan
+
+    plan = RoundPlan(number=number, code=make_code("frc", 2, 1),
+                     cohort=(msg.metadata.dst_node_id, -1), partitions=(), busy=(),
+                     excluded=(), quarantined=(), layout={}, reply_layout={}, dtypes={},
+                     theta={}, array_key="arrays", wire="float64", wall_start=0.0)
+    strategy.collector.open(plan, Requests({0: msg}))
 
 
 @pytest.mark.parametrize("stop", [False, True])
@@ -306,7 +318,7 @@ def test_each_round_s_deadline_is_the_factor_times_its_predicted_time(factor):
                   auto_deadline=factor)
     rows = outcome.rows
     start = rows[0]["virtual_s"]
-    node = outcome.strategy._round.cohort[5]
+    node = outcome.strategy.current_round.cohort[5]
     busy_until = outcome.strategy.clock.busy_until[node]
     if factor is None:
         assert busy_until == pytest.approx(start + 50.0)

@@ -657,7 +657,7 @@ def _configured_round(n: int, code: str, s: int):
     wrapped = strategy.wrap_grid(grid)
     msgs = list(strategy.configure_train(1, initial_arrays(), ConfigRecord({"lr": LR}), wrapped))
     strategy._grid_for_test = wrapped
-    return strategy, {strategy._round.cohort.index(m.metadata.dst_node_id): m for m in msgs}
+    return strategy, {strategy.current_round.worker_of(m.metadata.dst_node_id): m for m in msgs}
 
 
 def _reply_from(msg: Message) -> Message:
@@ -670,13 +670,15 @@ def test_replies_pulled_together_are_validated_one_per_undecoded_group_first():
     # FRC n=6, s=2: groups (0, 1, 2) and (3, 4, 5)
     strategy, sent = _configured_round(6, "frc", 2)
     batch = [_reply_from(sent[w]) for w in range(6)]
-    order = [strategy._round.worker_of[r.metadata.src_node_id]
-             for r in strategy.prioritize(batch)]
+    view = strategy.current_round
+    order = [view.worker_of(r.metadata.src_node_id) for r in strategy.prioritize(batch)]
     assert order == [0, 3, 1, 4, 2, 5]
-    # once group (0, 1, 2) decodes, its replies go after those of the undecoded group
-    strategy._round.tracker.add(1)
-    order = [strategy._round.worker_of[r.metadata.src_node_id]
-             for r in strategy.prioritize(batch)]
+    # once group (0, 1, 2) decodes (worker 1's valid reply), its replies go after those of
+    # the undecoded group
+    [reply] = strategy._grid_for_test.inner.send_and_receive([sent[1]], timeout=30)
+    strategy.on_reply(reply)
+    assert strategy.current_round.valid == (1,)
+    order = [view.worker_of(r.metadata.src_node_id) for r in strategy.prioritize(batch)]
     assert order == [3, 4, 5, 0, 1, 2]
 
 
@@ -684,13 +686,13 @@ def test_replies_pulled_together_are_validated_one_per_undecoded_group_first():
 def test_wallclock_round_with_every_reply_at_once_returns_after_one_reply_per_group():
     # every reply is in the first poll: the round is ready after validating 2 of the 6
     strategy, sent = _configured_round(6, "frc", 2)
-    validated, original = [], strategy.on_reply
+    validated, original = [], strategy.collector.on_reply  # the grid's callback
 
     def on_reply(reply: Message) -> None:
-        validated.append(strategy._round.worker_of[reply.metadata.src_node_id])
+        validated.append(strategy.current_round.worker_of(reply.metadata.src_node_id))
         original(reply)
 
-    strategy.on_reply = on_reply
+    strategy.collector.on_reply = on_reply
     replies = strategy._grid_for_test.send_and_receive(list(sent.values()), timeout=30)
     assert len(replies) == 6 and validated == [0, 3]
     _, _ = strategy.aggregate_train(1, replies)  # the other four are validated here
@@ -1419,8 +1421,8 @@ def test_the_model_is_read_from_the_inner_strategys_arrayrecord_key():
     msgs = list(strategy.configure_train(1, initial_arrays(), ConfigRecord({"lr": LR}),
                                          strategy.wrap_grid(grid)))
     assert len(msgs) == 4
-    assert strategy._round.array_key == "weights"
-    theta = {k: np.asarray(v) for k, v in strategy._round.theta.items()}
+    assert strategy.current_round.array_key == "weights"
+    theta = {k: v.numpy() for k, v in msgs[0].content.array_records["weights"].items()}
     assert theta.keys() == theta0().keys()
     for key, value in theta0().items():
         np.testing.assert_array_equal(theta[key], value)
