@@ -69,56 +69,6 @@ def test_each_cell_is_merged_and_a_later_run_keeps_the_others(tmp_path):
     assert set(est["per_cell_s"]) == set(data["done"]) | set(data["not_done"])
 
 
-def _summary_entry(reached, ratios, geomean, ci95):
-    return {"seeds": 2, "reached_target": reached, "median_time_to_target": 10.0,
-            "mean_final_accuracy": 0.9,
-            "time_to_target_vs_auto": {"per_seed": ratios, "geomean": geomean, "ci95": ci95}}
-
-
-def test_the_compare_table_marks_where_a_rival_beats_auto(tmp_path, monkeypatch):
-    """The doc block renders each cell's ratio and interval from the JSON and marks a ratio
-    below 1 (the rival faster): ▼ when the whole interval is below 1, ▽ when only the mean."""
-    from experiments import run_grid as rg
-    from tools.docgen import rivals
-
-    grid = compare.load_grid()
-    settings = {"task": "digits-logreg", "n": 20, "cohort": 20, "rounds": 30,
-                "seeds": [10, 11], "methods": ["auto", "fedbuff", "first-k", "deadline"]}
-    cells = {
-        "persistent": {"auto": {**_summary_entry(2, {}, None, None),
-                                "median_time_to_target": 12.5},
-                       "fedbuff": _summary_entry(2, {"10": 0.4, "11": 0.5}, 0.45, [0.4, 0.5]),
-                       "first-k": _summary_entry(2, {"10": 0.8, "11": 1.3}, 0.95, [0.8, 1.3]),
-                       "deadline": _summary_entry(1, {"10": 2.0, "11": None}, 2.0, [2.0, 2.0])},
-    }
-    out = tmp_path / "compare.json"
-    for latency, summary in cells.items():
-        rg.merge(out, grid, f"digits-logreg/{latency}/20x20",
-                 {"settings": {**settings, "latency": latency}, "runs": [],
-                  "summary": summary, "runtime_s": 300.0, "methods_not_run": ["crc:1"]})
-    monkeypatch.setattr(rivals, "RESULTS", tmp_path)
-    monkeypatch.setattr(rivals, "load", lambda name: json.loads((tmp_path / name).read_text()))
-    text = rivals.compare_table()
-    rows = {line.split(" | ")[0].strip("| "): line for line in text.splitlines()
-            if line.startswith("|")}
-    assert "| persistent |" in rows["method"]
-    assert "12.5 s (2/2)" in rows["auto: median time to target (reached)"]
-    assert "0.45 [0.40, 0.50] ▼" in rows["fedbuff"]
-    assert "0.95 [0.80, 1.30] ▽" in rows["first-k"]
-    assert "2.00 [2.00, 2.00] (paired 1/2, reached 1/2)" in rows["deadline"]
-    assert "▽" not in rows["deadline"] and "▼" not in rows["deadline"]
-    assert "Not run yet in these cells: crc:1." in text
-    never = {**settings, "latency": "trace", "methods": ["auto", "fedbuff"]}
-    rg.merge(out, grid, "digits-logreg/trace/20x20",
-             {"settings": never, "runs": [], "runtime_s": 60.0,
-              "summary": {"auto": {**_summary_entry(0, {}, None, None),
-                                   "median_time_to_target": None},
-                          "fedbuff": _summary_entry(2, {"10": None, "11": None}, None, None)}})
-    fedbuff = next(line for line in rivals.compare_table().splitlines()
-                   if line.startswith("| fedbuff"))
-    assert fedbuff.endswith("| auto never reached the target; this method 2/2 ▼ |")
-
-
 def test_the_reported_set_covers_every_task_regime_and_scale():
     from experiments import compare
     from experiments.run_grid import cell_names, grid_cells

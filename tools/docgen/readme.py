@@ -120,8 +120,8 @@ def _first_hour_caveat(data: dict, run_config: dict) -> str:
         f"earliest arrival ({earliest_slow:g} s), so the drop-stragglers rival drops nearly "
         f"every slow reply. The comparison on evaluation seeds, against every rival (first-k, "
         f"FedBuff, tuned deadlines, fixed codes), is `python -m experiments.compare` "
-        f"([results](docs/results.md#against-the-rivals-experimentscompare)); it includes "
-        f"settings where `s=\"auto\"` loses."
+        f"([results](docs/results.md#against-the-rivals-experimentscompare)); its table "
+        f"below says where `s=\"auto\"` meets its goal and where it does not."
     )
 
 

@@ -1,89 +1,363 @@
-"""The rivals block: ``python -m experiments.compare --grid``'s cells (results/compare.json) as
-one table, method by latency regime."""
+"""The rivals blocks: ``python -m experiments.compare --grid``'s cells (results/compare.json).
+
+``compare-table``: one row per finished cell (task / latency / n x cohort), auto's median time
+to target, each rival's time to target over auto's (paired per-seed ratios, as
+:func:`experiments.compare.summarize` wrote them), and the verdict of the benchmark's goal;
+under it, the cells of the reported set (``[report] cells`` of ``experiments/grid.toml``) not
+run yet and the estimated run time. ``compare-verdict``: the same verdicts as sentences (the
+cells where auto misses the goal, with the rival and the ratio; the count where it meets it)
+and, where stragglers are persistent or heavy-tailed on non-IID data, whether auto is at least
+:data:`GOAL_SPEEDUP` times faster than the best rival that does not code.
+
+The goal, from the runs of a cell (evaluation seeds): auto's median time to target is at most
+:data:`GOAL_TIME` times the best rival's, the best rival being the lowest median time to target
+among :data:`CRITERION_RIVALS` and every fixed code (``CODE:s``), and auto's median final
+accuracy is at most :data:`GOAL_ACCURACY` below that rival's. Medians are over the cell's
+seeds; a seed that never reached the target counts as an infinite time. A missing
+``results/compare.json`` is a grid with no cell finished yet.
+"""
 
 from __future__ import annotations
 
-from tools.docgen.core import RESULTS, block, load, table
+import math
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tools.docgen.core import RESULTS, ROOT, block, load, table
 
 COMPARE = "compare.json"
+GRID_FILE = ROOT / "experiments" / "grid.toml"
+#: the rival columns, in order (then the best fixed code)
+SHOWN = ("wait-for-all", "deadline", "deadline-best", "first-k", "fedbuff")
+#: the rivals the goal is measured against, besides every fixed code (``deadline``, the
+#: stated rule, is shown but its hindsight-best version stands for it)
+CRITERION_RIVALS = ("wait-for-all", "deadline-best", "first-k", "fedbuff")
+GOAL_TIME = 1.05
+GOAL_ACCURACY = 0.005
+GOAL_SPEEDUP = 2.0
+#: latency regimes with persistent or heavy-tailed stragglers
+HARD_REGIMES = ("persistent", "pareto")
+_EPS = 1e-9
+_HEADER = {"wait-for-all": "wait-for-all", "deadline": "deadline",
+           "deadline-best": "deadline-best", "first-k": "first-k", "fedbuff": "FedBuff"}
 
 
-def _label(cell: dict, groups: int) -> str:
-    s = cell["settings"]
-    if groups == 1:
-        return s["latency"]
-    return f"{s['latency']} ({s['task']}, {s['n']}×{s['cohort']})"
+def is_code(method: str) -> bool:
+    """A fixed exact code (``CODE:s``)."""
+    return ":" in method
 
 
-def _ratio(entry: dict | None, seeds: int, auto: dict | None = None) -> str:
-    """``geomean [lo, hi] (k/N)`` with a marker where the rival is faster than auto (▼ also
-    where auto never reached the target and the rival did)."""
+def median(values: Sequence[float]) -> float:
+    """The median (``inf`` allowed: a seed that never reached the target)."""
+    ordered = sorted(values)
+    if not ordered:
+        return math.inf
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+@dataclass(frozen=True)
+class Stats:
+    """One method of one cell, over its seeds."""
+
+    median_time: float  # inf where the median seed never reached the target
+    median_final: float
+    reached: int
+    seeds: int
+
+
+def method_stats(cell: Mapping[str, Any]) -> dict[str, Stats]:
+    """Every method's :class:`Stats` from the cell's runs."""
+    times: dict[str, list[float]] = {}
+    finals: dict[str, list[float]] = {}
+    for run in cell.get("runs", []):
+        t = run.get("time_to_target")
+        times.setdefault(run["method"], []).append(math.inf if t is None else float(t))
+        finals.setdefault(run["method"], []).append(float(run.get("final_accuracy") or 0.0))
+    return {m: Stats(median(ts), median(finals[m]), sum(math.isfinite(t) for t in ts), len(ts))
+            for m, ts in times.items()}
+
+
+def _best(stats: Mapping[str, Stats], methods: Sequence[str]) -> str | None:
+    """The method of ``methods`` with the lowest median time, then the highest median final
+    accuracy, then its name."""
+    present = [m for m in methods if m in stats]
+    if not present:
+        return None
+    return min(present, key=lambda m: (stats[m].median_time, -stats[m].median_final, m))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The goal on one cell."""
+
+    name: str
+    auto: Stats | None
+    best: str | None  # the best rival (None: no rival run)
+    best_stats: Stats | None
+    time_ratio: float | None  # auto's median time over the best rival's (inf: only it reached)
+    time_ok: bool
+    accuracy_ok: bool
+    uncoded: str | None  # the best rival that does not code
+    speedup: float | None  # the best uncoded rival's median time over auto's
+    hard: bool  # persistent or heavy-tailed stragglers on non-IID data
+
+    @property
+    def met(self) -> bool:
+        return self.auto is not None and self.best is not None and self.time_ok \
+            and self.accuracy_ok
+
+
+def _over(a: float, b: float) -> float:
+    """``a / b`` for times (``inf`` allowed; both infinite: 1, neither reached)."""
+    if math.isinf(a) and math.isinf(b):
+        return 1.0
+    if math.isinf(a):
+        return math.inf
+    return a / b if b > 0 else math.inf
+
+
+def verdict(name: str, cell: Mapping[str, Any]) -> Verdict:
+    """The goal's verdict on ``cell`` (see the module's docstring)."""
+    stats = method_stats(cell)
+    auto = stats.get("auto")
+    rivals = [m for m in stats if m in CRITERION_RIVALS or is_code(m)]
+    best = _best(stats, rivals)
+    uncoded = _best(stats, [m for m in rivals if not is_code(m)])
+    s = cell.get("settings", {})
+    partitioner = str(s.get("run_config", {}).get("partitioner", ""))
+    hard = s.get("latency") in HARD_REGIMES and partitioner not in ("", "iid")
+    if auto is None or best is None:
+        return Verdict(name, auto, best, stats.get(best or ""), None, False, False, uncoded,
+                       None, hard)
+    b = stats[best]
+    speedup = None if uncoded is None else _over(stats[uncoded].median_time, auto.median_time)
+    return Verdict(
+        name, auto, best, b, _over(auto.median_time, b.median_time),
+        time_ok=auto.median_time <= GOAL_TIME * b.median_time * (1 + _EPS),
+        accuracy_ok=auto.median_final >= b.median_final - GOAL_ACCURACY - _EPS,
+        uncoded=uncoded, speedup=speedup, hard=hard)
+
+
+# ---------------------------------------------------------------- formatting
+def _label(method: str) -> str:
+    return _HEADER.get(method, method)
+
+
+def _times(value: float) -> str:
+    return "∞" if math.isinf(value) else f"{value:.2f}×"
+
+
+def _seconds(value: float) -> str:
+    return "∞" if math.isinf(value) else f"{value:.1f} s"
+
+
+def _auto_cell(auto: Stats | None) -> str:
+    if auto is None:
+        return "not run"
+    return f"{_seconds(auto.median_time)} ({auto.reached}/{auto.seeds})"
+
+
+def _ratio(entry: Mapping[str, Any] | None, auto: Stats | None) -> str:
+    """``geomean [lo, hi]`` with ▼ (interval below 1) or ▽ (only the mean below 1), and
+    ``(k/N)`` when only k of the N seeds are paired."""
     if entry is None:
         return "not run"
     ratio = entry.get("time_to_target_vs_auto", {})
-    per_seed = ratio.get("per_seed", {})
-    both = sum(v is not None for v in per_seed.values())
-    reached = f"{entry['reached_target']}/{entry['seeds']}"
+    seeds = int(entry.get("seeds", 0))
+    reached = int(entry.get("reached_target", 0))
     if ratio.get("geomean") is None:
-        if auto is not None and auto["reached_target"] == 0 and entry["reached_target"]:
-            return f"auto never reached the target; this method {reached} ▼"
-        return f"no paired seed (reached {reached})"
+        if reached == 0:
+            return "never"
+        if auto is not None and auto.reached == 0:
+            return f"auto never ({reached}/{seeds}) ▼"
+        return f"no pair ({reached}/{seeds})"
     lo, hi = ratio["ci95"]
     mark = " ▼" if hi < 1.0 else " ▽" if ratio["geomean"] < 1.0 else ""
-    text = f"{ratio['geomean']:.2f} [{lo:.2f}, {hi:.2f}]{mark}"
-    return text + ("" if both == seeds and entry["reached_target"] == seeds
-                   else f" (paired {both}/{seeds}, reached {reached})")
+    paired = sum(v is not None for v in ratio.get("per_seed", {}).values())
+    return (f"{ratio['geomean']:.2f} [{lo:.2f}, {hi:.2f}]{mark}"
+            + ("" if paired == seeds else f" ({paired}/{seeds})"))
+
+
+def _verdict_cell(v: Verdict) -> str:
+    if v.auto is None:
+        return "auto not run"
+    if v.best is None:
+        return "no rival run"
+    text = f"{'✓' if v.met else '✗'} {_times(v.time_ratio)} {_label(v.best)}"
+    if not v.accuracy_ok:
+        text += f", accuracy {_points(v)}"
+    return text
+
+
+def _points(v: Verdict) -> str:
+    return f"{100 * (v.auto.median_final - v.best_stats.median_final):+.1f} pt"
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.0f} h"
+
+
+# ---------------------------------------------------------------- the data
+def reported_cells() -> list[str]:
+    """The reported set, ``[report] cells`` of the grid file, in its order."""
+    with open(GRID_FILE, "rb") as fh:
+        return list(tomllib.load(fh).get("report", {}).get("cells", []))
+
+
+def _data() -> dict[str, Any]:
+    """``results/compare.json``; a missing file is a grid with no cell finished."""
+    if not (RESULTS / COMPARE).exists():
+        return {"cells": {}, "done": [], "not_done": [], "estimate": {}}
+    return load(COMPARE)
+
+
+def _done(data: Mapping[str, Any], report: Sequence[str]) -> list[str]:
+    """The finished cells: the reported set's in its order, then any other."""
+    done = [c for c in data.get("done", data.get("cells", {})) if c in data.get("cells", {})]
+    return [c for c in report if c in done] + [c for c in done if c not in report]
+
+
+def render_table(data: Mapping[str, Any], report: Sequence[str]) -> str:
+    """The ``compare-table`` block from a ``results/compare.json``'s content."""
+    done = _done(data, report)
+    notes = [_progress(data, report, done)]
+    if not done:
+        return "No cell finished yet. " + notes[0]
+    header = ["cell", "auto: median time (reached)", *(_label(m) for m in SHOWN), "best code",
+              f"auto within {GOAL_TIME}× of the best rival"]
+    rows = []
+    for name in done:
+        cell = data["cells"][name]
+        v = verdict(name, cell)
+        summary = cell.get("summary", {})
+        stats = method_stats(cell)
+        code = _best(stats, [m for m in stats if is_code(m)])
+        rows.append([name, _auto_cell(v.auto),
+                     *(_ratio(summary.get(m), v.auto) for m in SHOWN),
+                     "not run" if code is None else
+                     f"{code} {_ratio(summary.get(code), v.auto)}",
+                     _verdict_cell(v)])
+    first = data["cells"][done[0]]["settings"]
+    seeds = first.get("seeds", [])
+    legend = (
+        f"Rows: cells TASK/LATENCY/N×COHORT, {first.get('rounds')} rounds, seeds "
+        f"{seeds[0]}-{seeds[-1]} (evaluation). **auto**: its median time to target over "
+        "the seeds, a seed that never reached the target counting as ∞, and how many "
+        "reached it. **Rival columns** (and **best code**, the fixed exact code with the "
+        "lowest median time to target): the rival's time to target over auto's, geometric "
+        "mean of the per-seed ratios [95 % bootstrap interval] over the seeds where both "
+        "reached the target, `(k/N)` when only k of the N seeds are; below 1 the rival is "
+        "faster: ▼ the whole interval, ▽ only the mean; `never`: the rival never reached "
+        "the target; `auto never (k/N) ▼`: auto never did and the rival did on k seeds. "
+        f"**Verdict**: ✓ where auto's median time to target is at most {GOAL_TIME}× the best "
+        "rival's (the lowest median among wait-for-all, deadline-best, first-k, FedBuff and "
+        "every fixed code; the stated-rule deadline is shown, its hindsight-best version "
+        f"counted) and auto's median final accuracy is at most {100 * GOAL_ACCURACY:g} point "
+        "below that rival's; ✗ otherwise. It shows auto's median time over that rival's and "
+        "names it (∞: only the rival reached the target).")
+    not_run = sorted({m for name in done for m in data["cells"][name].get("methods_not_run", [])})
+    if not_run:
+        notes.append("Not run in some finished cells: " + ", ".join(not_run) + ".")
+    return table(header, rows) + "\n\n" + " ".join([legend, *notes])
+
+
+def _progress(data: Mapping[str, Any], report: Sequence[str], done: Sequence[str]) -> str:
+    """The reported set's progress: cells finished, cells not run, the run time."""
+    cells = data.get("cells", {})
+    finished = [c for c in report if c in done]
+    missing = [c for c in report if c not in done]
+    text = f"Reported set (`[report] cells` of `experiments/grid.toml`): {len(finished)} of " \
+           f"{len(report)} cells finished"
+    if finished:
+        wall = sum(float(cells[c].get("runtime_s", 0.0)) for c in finished)
+        text += f" ({_duration(wall)} of wall time on this machine)"
+    text += "." if not missing else "; not run yet: " + ", ".join(missing) + "."
+    est = data.get("estimate", {}) or {}
+    per_cell = est.get("per_cell_s") or {}
+    if missing and all(c in per_cell for c in missing):
+        left = sum(float(per_cell[c]) for c in missing)
+        text += f" Their estimated run time: about {_duration(left)} on this machine"
+        if est.get("whole_grid_s"):
+            text += (f" (the whole grid of {len(per_cell)} cells: about "
+                     f"{_duration(float(est['whole_grid_s']))})")
+        text += (", extrapolated from the finished cells' run times "
+                 "(`estimate` in `results/compare.json`).")
+    elif missing:
+        reason = est.get("reason", "no cell finished yet")
+        text += f" No estimate of their run time yet ({reason}: it is extrapolated from " \
+                "the finished cells' run times)."
+    return text
+
+
+def render_verdict(data: Mapping[str, Any], report: Sequence[str]) -> str:
+    """The ``compare-verdict`` block: the goal's verdicts as sentences."""
+    done = _done(data, report)
+    if not done:
+        return (f"No cell finished yet: the grid's verdicts (auto within {GOAL_TIME}× of the "
+                "best rival, and against the best rival that does not code under persistent "
+                "or heavy-tailed stragglers) appear here as cells finish.")
+    verdicts = [verdict(name, data["cells"][name]) for name in done]
+    met = [v for v in verdicts if v.met]
+    missed = [v for v in verdicts if not v.met]
+    lines = [f"- **auto within {GOAL_TIME}× of the best rival** (median time to target, "
+             f"final accuracy within {100 * GOAL_ACCURACY:g} point; evaluation seeds): "
+             f"in {len(met)} of the {len(verdicts)} finished cells."
+             + ("" if not missed else " Not in: " + "; ".join(_missed(v) for v in missed)
+                + ".")]
+    hard = [v for v in verdicts if v.hard and v.auto is not None and v.uncoded is not None]
+    if hard:
+        fast = [v for v in hard if v.speedup >= GOAL_SPEEDUP * (1 - _EPS)]
+        lines.append(
+            f"- **Persistent or heavy-tailed stragglers** (latency {', '.join(HARD_REGIMES)}) "
+            f"on non-IID partitions: auto is at least {GOAL_SPEEDUP:g}× faster than the best "
+            f"rival that does not code ({', '.join(_label(m) for m in CRITERION_RIVALS)}; "
+            f"median time to target) in {len(fast)} of {len(hard)} cells: "
+            + "; ".join(f"{v.name} {_speed(v)} ({_label(v.uncoded)})" for v in hard) + ".")
+    else:
+        lines.append("- **Persistent or heavy-tailed stragglers** (latency "
+                     f"{', '.join(HARD_REGIMES)}) on non-IID partitions: no such cell "
+                     "finished yet.")
+    return "\n".join(lines)
+
+
+def _speed(v: Verdict) -> str:
+    """How many times faster auto is than the best uncoded rival."""
+    if math.isinf(v.speedup):
+        return "∞ (only auto reached the target)"
+    if v.speedup == 0.0 or math.isinf(v.auto.median_time):
+        return "0× (auto never reached the target)"
+    return f"{v.speedup:.2f}×"
+
+
+def _missed(v: Verdict) -> str:
+    if v.auto is None:
+        return f"{v.name} (auto not run)"
+    if v.best is None:
+        return f"{v.name} (no rival run)"
+    rival = _label(v.best)
+    if math.isinf(v.auto.median_time) and not math.isinf(v.best_stats.median_time):
+        why = (f"auto's median time to target ∞, {rival}'s "
+               f"{_seconds(v.best_stats.median_time)}")
+    elif math.isinf(v.auto.median_time):
+        why = "neither auto nor any rival reached the target (median)"
+    else:
+        why = f"auto {_times(v.time_ratio)} {rival}'s median time to target"
+    if not v.accuracy_ok:
+        why += f", final accuracy {_points(v)} against {rival}'s"
+    return f"{v.name} ({why})"
+
+
+def render(data: Mapping[str, Any], report: Sequence[str]) -> str:
+    """The ``compare-table`` block: the verdicts, then the table (with no cell finished:
+    only the table's note)."""
+    if not _done(data, report):
+        return render_table(data, report)
+    return render_verdict(data, report) + "\n\n" + render_table(data, report)
 
 
 @block("compare-table")
 def compare_table() -> str:
-    if not (RESULTS / COMPARE).exists():
-        return "No cell of the grid has been run yet (`results/compare.json` is missing)."
-    d = load(COMPARE)
-    cells = [d["cells"][name] for name in d["done"]]
-    if not cells:
-        return "No cell of the grid has been run yet."
-    groups = len({(c["settings"]["task"], c["settings"]["n"], c["settings"]["cohort"])
-                  for c in cells})
-    methods = list(dict.fromkeys(m for c in cells for m in c["settings"]["methods"]))
-    header = ["method", *(_label(c, groups) for c in cells)]
-    auto = ["auto: median time to target (reached)"]
-    for c in cells:
-        entry = c["summary"].get("auto")
-        auto.append("not run" if entry is None else
-                    f"{entry['median_time_to_target']:.1f} s "
-                    f"({entry['reached_target']}/{entry['seeds']})"
-                    if entry["median_time_to_target"] is not None else
-                    f"never ({entry['reached_target']}/{entry['seeds']})")
-    rows = [auto]
-    for method in methods:
-        if method == "auto":
-            continue
-        rows.append([method, *(_ratio(c["summary"].get(method), len(c["settings"]["seeds"]),
-                                      c["summary"].get("auto")) for c in cells)])
-    first = cells[0]["settings"]
-    same = all(c["settings"]["seeds"] == first["seeds"] for c in cells)
-    seeds = (f"evaluation seeds {first['seeds'][0]}-{first['seeds'][-1]}" if same
-             else "each cell's seeds")
-    scope = (f"{first['task']}, n = {first['n']}, cohort {first['cohort']}, "
-             if groups == 1 else "")
-    not_run = sorted({m for c in cells for m in c.get("methods_not_run", [])})
-    est = d.get("estimate", {})
-    notes = [
-        f"Time to target of each method over auto's ({scope}{first['rounds']} rounds, "
-        f"{seeds}, paired by seed): geometric mean of the per-seed ratios and its 95 % "
-        "bootstrap interval over seeds, as `experiments/grid.toml` states. Below 1 the "
-        "rival reaches the target sooner than auto: ▼ the whole interval is below 1, "
-        "▽ only the geometric mean (▼ also where auto never reached the target and the "
-        "rival did). A seed counts only where both reached the target "
-        "(else the pair is named).",
-        f"Cells run: {len(cells)} of {len(d['done']) + len(d['not_done'])} "
-        f"({', '.join(d['done'])}); wall time "
-        + ", ".join(f"{c['runtime_s'] / 60:.0f} min" for c in cells) + " on this machine."]
-    if not_run:
-        notes.append("Not run yet in these cells: " + ", ".join(not_run) + ".")
-    if est.get("whole_grid_s"):
-        notes.append(f"The whole grid, extrapolated from these cells' run times: about "
-                     f"{est['whole_grid_s'] / 3600:.0f} h on this machine "
-                     f"({est['remaining_s'] / 3600:.0f} h left).")
-    return table(header, rows) + "\n\n" + "\n\n".join(notes)
+    return render(_data(), reported_cells())

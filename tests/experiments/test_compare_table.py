@@ -1,0 +1,175 @@
+"""The compare block of README.md and docs/results.md, rendered from a small synthetic
+``results/compare.json``: one row per cell, each rival's paired ratio as the JSON holds it, and
+the goal's verdict computed from the runs (auto's median time to target at most 1.05x the best
+rival's, final accuracy at most 0.5 point below; a seed that never reached the target counts as
+an infinite time). Every expected verdict below is worked out by hand in the comments."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tools.docgen import rivals
+
+SEEDS = [10, 11, 12]
+REPORT = ["digits-logreg/pareto/20x20", "digits-logreg/persistent/20x20",
+          "digits-logreg/trace/20x20", "digits-logreg/bimodal/20x20",
+          "mnist1d-cnn/drift/20x20", "mnist1d-cnn/fedscale/20x20"]
+
+
+def _runs(method, times, finals):
+    return [{"method": method, "seed": s, "time_to_target": t, "final_accuracy": f,
+             "rounds": 30, "bytes_up": 1, "client_compute_s": 1.0}
+            for s, t, f in zip(SEEDS, times, finals, strict=True)]
+
+
+def _entry(times, ratio=None, ci95=None):
+    """A summary entry as experiments.compare.summarize writes it (the ratio columns render
+    these numbers as they are; the verdict does not read them)."""
+    reached = sum(t is not None for t in times)
+    per_seed = {str(s): (ratio if t is not None else None) for s, t in zip(SEEDS, times,
+                                                                          strict=True)}
+    return {"seeds": len(SEEDS), "reached_target": reached,
+            "time_to_target_vs_auto": {"per_seed": per_seed, "geomean": ratio, "ci95": ci95}}
+
+
+def _cell(latency, methods, not_run=()):
+    """``methods``: {name: (times, finals, ratio, ci95)}."""
+    runs, summary = [], {}
+    for name, (times, finals, ratio, ci95) in methods.items():
+        runs += _runs(name, times, finals)
+        summary[name] = _entry(times, ratio, ci95)
+    return {"settings": {"task": "digits-logreg", "latency": latency, "n": 20, "cohort": 20,
+                         "rounds": 30, "seeds": SEEDS, "methods": list(methods),
+                         "run_config": {"partitioner": "dirichlet"}},
+            "runs": runs, "summary": summary, "runtime_s": 1800.0,
+            "methods_not_run": list(not_run)}
+
+
+def _data():
+    three = [0.90, 0.91, 0.92]
+    cells = {
+        # auto wins: medians auto 12, grouped-rs:2 12.5 (the best rival), FedBuff 25 (the best
+        # rival that does not code), first-k 30 (28, 30, inf). 12 / 12.5 = 0.96 <= 1.05 and the
+        # accuracies are equal (0.91): met. Pareto on Dirichlet data: 25 / 12 = 2.08x >= 2.
+        "digits-logreg/pareto/20x20": _cell("pareto", {
+            "auto": ([10.0, 12.0, 14.0], three, None, None),
+            "wait-for-all": ([40.0, 50.0, 60.0], three, 4.1, [3.5, 4.6]),
+            "deadline": ([30.0, 30.0, 30.0], three, 2.5, [2.1, 3.0]),
+            "deadline-best": ([25.0, 26.0, 27.0], three, 2.2, [1.9, 2.6]),
+            "first-k": ([30.0, None, 28.0], three, 2.4, [2.0, 2.9]),
+            "fedbuff": ([24.0, 25.0, 26.0], [0.905] * 3, 2.1, [1.9, 2.3]),
+            "grouped-rs:2": ([12.0, 12.5, 13.0], three, 1.04, [0.98, 1.1]),
+            "crc:1": ([20.0, 20.0, 20.0], three, 1.7, [1.4, 2.0])}),
+        # auto loses to FedBuff: medians auto 10, FedBuff 5 (the best rival): 10 / 5 = 2.00 >
+        # 1.05: missed. Persistent: FedBuff is also the best uncoded rival, 5 / 10 = 0.50x.
+        "digits-logreg/persistent/20x20": _cell("persistent", {
+            "auto": ([10.0, 10.0, 10.0], [0.9] * 3, None, None),
+            "wait-for-all": ([20.0, 20.0, 20.0], [0.9] * 3, 2.0, [2.0, 2.0]),
+            "fedbuff": ([4.0, 5.0, 6.0], [0.9] * 3, 0.5, [0.4, 0.6]),
+            "grouped-rs:2": ([9.0, 9.0, 9.0], [0.9] * 3, 0.9, [0.85, 1.2])}),
+        # auto never reaches the target (median inf); wait-for-all reaches it on two seeds:
+        # median of (30, 40, inf) = 40, the best rival; FedBuff and the code never do.
+        # inf > 1.05 x 40: missed; accuracy 0.50 against 0.88: -38.0 points.
+        "digits-logreg/trace/20x20": _cell("trace", {
+            "auto": ([None, None, None], [0.5] * 3, None, None),
+            "wait-for-all": ([30.0, None, 40.0], [0.88] * 3, None, None),
+            "fedbuff": ([None, None, None], [0.7] * 3, None, None),
+            "grouped-rs:2": ([None, None, None], [0.6] * 3, None, None)}),
+        # time within (10 / 10.4 = 0.96) but auto's final accuracy 0.89 is 1.0 point below the
+        # best rival's 0.90: missed. FedBuff was not run in this cell.
+        "digits-logreg/bimodal/20x20": _cell("bimodal", {
+            "auto": ([10.0, 10.0, 10.0], [0.89] * 3, None, None),
+            "first-k": ([10.5, 10.5, 10.5], [0.8] * 3, 1.05, [1.0, 1.1]),
+            "grouped-rs:2": ([10.4, 10.4, 10.4], [0.9] * 3, 1.04, [1.0, 1.08])},
+            not_run=["fedbuff"]),
+    }
+    done = list(cells)
+    not_run = ["mnist1d-cnn/drift/20x20", "mnist1d-cnn/fedscale/20x20"]
+    return {"cells": cells, "done": done, "not_done": not_run,
+            "estimate": {"whole_grid_s": 100 * 3600.0, "remaining_s": 30 * 3600.0,
+                         "per_cell_s": {**{c: 3600.0 for c in done},
+                                        "mnist1d-cnn/drift/20x20": 10 * 3600.0,
+                                        "mnist1d-cnn/fedscale/20x20": 20 * 3600.0}}}
+
+
+def _rows(text):
+    """The table's rows by cell name, each a list of its columns."""
+    rows = {}
+    for line in text.splitlines():
+        if line.startswith("| ") and not line.startswith("| cell "):
+            cols = [c.strip() for c in line.strip("|").split(" | ")]
+            rows[cols[0]] = cols
+    return rows
+
+
+def test_each_cell_has_its_row_ratios_and_verdict():
+    text = rivals.render(_data(), REPORT)
+    header = next(line for line in text.splitlines() if line.startswith("| cell "))
+    assert [c.strip() for c in header.strip("|").split(" | ")] == [
+        "cell", "auto: median time (reached)", "wait-for-all", "deadline", "deadline-best",
+        "first-k", "FedBuff", "best code", "auto within 1.05× of the best rival"]
+    rows = _rows(text)
+    assert list(rows) == REPORT[:4]  # the reported set's order
+    win, lose = rows["digits-logreg/pareto/20x20"], rows["digits-logreg/persistent/20x20"]
+    never, acc = rows["digits-logreg/trace/20x20"], rows["digits-logreg/bimodal/20x20"]
+    assert win[1] == "12.0 s (3/3)"
+    assert win[5] == "2.40 [2.00, 2.90] (2/3)"  # first-k paired on 2 seeds of 3
+    assert win[7] == "grouped-rs:2 1.04 [0.98, 1.10]"  # the fixed code with the lowest median
+    assert win[8] == "✓ 0.96× grouped-rs:2"
+    assert lose[6] == "0.50 [0.40, 0.60] ▼"
+    assert lose[7] == "grouped-rs:2 0.90 [0.85, 1.20] ▽"
+    assert lose[3] == "not run"  # deadline
+    assert lose[8] == "✗ 2.00× FedBuff"
+    assert never[1] == "∞ (0/3)"
+    assert never[2] == "auto never (2/3) ▼" and never[6] == "never"
+    assert never[8] == "✗ ∞ wait-for-all, accuracy -38.0 pt"
+    assert acc[6] == "not run"
+    assert acc[8] == "✗ 0.96× grouped-rs:2, accuracy -1.0 pt"
+
+
+def test_the_verdicts_list_every_cell_where_auto_misses_the_goal():
+    text = rivals.render(_data(), REPORT)
+    goal = next(line for line in text.splitlines() if "of the best rival**" in line)
+    assert "in 1 of the 4 finished cells" in goal
+    assert "digits-logreg/persistent/20x20 (auto 2.00× FedBuff's median time to target)" in goal
+    assert ("digits-logreg/trace/20x20 (auto's median time to target ∞, wait-for-all's "
+            "40.0 s, final accuracy -38.0 pt against wait-for-all's)") in goal
+    assert ("digits-logreg/bimodal/20x20 (auto 0.96× grouped-rs:2's median time to target, "
+            "final accuracy -1.0 pt against grouped-rs:2's)") in goal
+    assert "pareto/20x20 (" not in goal
+    hard = next(line for line in text.splitlines() if "heavy-tailed" in line)
+    assert "at least 2× faster than the best rival that does not code" in hard
+    assert "in 1 of 2 cells" in hard
+    assert "digits-logreg/pareto/20x20 2.08× (FedBuff)" in hard
+    assert "digits-logreg/persistent/20x20 0.50× (FedBuff)" in hard
+
+
+def test_the_cells_not_run_and_the_estimate_are_named():
+    text = rivals.render(_data(), REPORT)
+    assert "4 of 6 cells finished (2 h of wall time on this machine)" in text
+    assert "not run yet: mnist1d-cnn/drift/20x20, mnist1d-cnn/fedscale/20x20." in text
+    assert "about 30 h on this machine (the whole grid of 6 cells: about 100 h)" in text
+    assert "Not run in some finished cells: fedbuff." in text
+
+
+@pytest.mark.parametrize("data", [{"cells": {}, "done": [], "not_done": REPORT},
+                                  {"cells": {}}])
+def test_no_cell_finished(data):
+    text = rivals.render(data, REPORT)
+    assert text.startswith("No cell finished yet.")
+    assert "0 of 6 cells finished; not run yet: " + ", ".join(REPORT) + "." in text
+    assert "No estimate of their run time yet" in text
+    assert "|" not in text
+
+
+def test_a_missing_compare_json_renders_no_cell_finished(tmp_path, monkeypatch):
+    monkeypatch.setattr(rivals, "RESULTS", tmp_path)
+    text = rivals.compare_table()
+    assert text.startswith("No cell finished yet.")
+    for name in rivals.reported_cells():
+        assert name in text
+    (tmp_path / "compare.json").write_text(json.dumps(_data()))
+    monkeypatch.setattr(rivals, "load", lambda name: json.loads((tmp_path / name).read_text()))
+    assert "✓ 0.96× grouped-rs:2" in rivals.compare_table()
