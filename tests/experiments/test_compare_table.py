@@ -173,3 +173,17 @@ def test_a_missing_compare_json_renders_no_cell_finished(tmp_path, monkeypatch):
     (tmp_path / "compare.json").write_text(json.dumps(_data()))
     monkeypatch.setattr(rivals, "load", lambda name: json.loads((tmp_path / name).read_text()))
     assert "✓ 0.96× grouped-rs:2" in rivals.compare_table()
+
+
+def test_a_cell_where_no_method_reaches_the_target():
+    """Medians inf and inf: auto's is at most 1.05x the best rival's (the goal as stated), the
+    accuracies decide (0.60 against the best rival's 0.60: met); the table says so."""
+    cell = _cell("pareto", {
+        "auto": ([None, None, None], [0.6] * 3, None, None),
+        "fedbuff": ([None, None, None], [0.5] * 3, None, None),
+        "grouped-rs:2": ([None, None, None], [0.6] * 3, None, None)})
+    data = {"cells": {REPORT[0]: cell}, "done": [REPORT[0]]}
+    text = rivals.render(data, REPORT)
+    assert _rows(text)[REPORT[0]][8] == "✓ neither reached the target, grouped-rs:2"
+    assert "in 1 of the 1 finished cells" in text
+    assert "digits-logreg/pareto/20x20 (auto never reached the target) (FedBuff)" in text

@@ -186,7 +186,9 @@ def _verdict_cell(v: Verdict) -> str:
         return "auto not run"
     if v.best is None:
         return "no rival run"
-    text = f"{'✓' if v.met else '✗'} {_times(v.time_ratio)} {_label(v.best)}"
+    both_never = math.isinf(v.auto.median_time) and math.isinf(v.best_stats.median_time)
+    ratio = "neither reached the target," if both_never else _times(v.time_ratio)
+    text = f"{'✓' if v.met else '✗'} {ratio} {_label(v.best)}"
     if not v.accuracy_ok:
         text += f", accuracy {_points(v)}"
     return text
@@ -257,7 +259,8 @@ def render_table(data: Mapping[str, Any], report: Sequence[str]) -> str:
         "every fixed code; the stated-rule deadline is shown, its hindsight-best version "
         f"counted) and auto's median final accuracy is at most {100 * GOAL_ACCURACY:g} point "
         "below that rival's; ✗ otherwise. It shows auto's median time over that rival's and "
-        "names it (∞: only the rival reached the target).")
+        "names it (∞: only the rival reached the target; `neither reached`: the accuracies "
+        "decide).")
     not_run = sorted({m for name in done for m in data["cells"][name].get("methods_not_run", [])})
     if not_run:
         notes.append("Not run in some finished cells: " + ", ".join(not_run) + ".")
@@ -327,8 +330,8 @@ def _speed(v: Verdict) -> str:
     """How many times faster auto is than the best uncoded rival."""
     if math.isinf(v.speedup):
         return "∞ (only auto reached the target)"
-    if v.speedup == 0.0 or math.isinf(v.auto.median_time):
-        return "0× (auto never reached the target)"
+    if math.isinf(v.auto.median_time):
+        return "(auto never reached the target)"
     return f"{v.speedup:.2f}×"
 
 
