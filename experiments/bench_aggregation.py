@@ -353,7 +353,7 @@ def fedavg_shared(params: int, count: int) -> bool:
 def auto_float64(code) -> bool:
     from fl_gradcode.flower.decoder import Decoder
 
-    return Decoder(None, wire="auto").wire_for(code) != "model"
+    return Decoder(None, wire="auto", seed=0).wire_for(code) != "model"
 
 
 def memory_needed(code, params: int, n: int, s: int, wire: str) -> int:

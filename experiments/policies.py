@@ -11,7 +11,9 @@ replacing the strategy's methods. They are not options a user would turn on:
   what keeping the estimates across sampled cohorts is worth.
 
 Pass them as a class, e.g. ``functools.partial(HindsightCodePolicy, v=1)``: the strategy
-builds them with its own keywords (``s_max``, ``auto_margin``, ``busy``, ``seed``, ...).
+builds them with its option groups (``options=``, an
+:class:`~fl_gradcode.flower.options.Options` holding ``s_max``, ``auto_margin``, ``busy``,
+``seed``, ...), which they hand on to :class:`~fl_gradcode.flower.policy.AdaptiveCodePolicy`.
 """
 
 from __future__ import annotations

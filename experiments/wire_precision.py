@@ -128,7 +128,7 @@ def row(name: str, n: int, s: int, d: int, seed: int, **options) -> dict | None:
     if bound is not None and bound > AMPLIFICATION_LIMIT:  # else the sampled sets
         bound = None
     amp = error_amplification(code, seed=seed) if bound is None else bound
-    wire = Decoder(None, seed=seed).wire_for(code)
+    wire = Decoder(None, seed=seed, wire="auto").wire_for(code)
     worst = measure(code, d, seed)
     dense = dense64 = None
     if name == "grouped-rs":  # sparse_decoding=False; and float32 replies summed in float64

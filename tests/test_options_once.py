@@ -13,7 +13,11 @@ the offence is listed in ``KNOWN_TWICE`` with the reason, and the test asserts t
 offences found EQUAL the table (as ``tests/test_structure.py`` does).
 
 ``None`` for a keyword in :data:`NOT_GIVEN` means "not given" (what it resolves to is a rule,
-written once, in ``Options.from_keywords``): it is not a declared default.
+written once, in ``Options.from_keywords``): it is not a declared default. A literal named
+after an option that holds another fact (a protocol field's parse default, a clock's name, a
+probe's secret seed) is listed in :data:`NOT_THE_OPTION` with the reason, by its place.
+Outside the option layer a public class keeps a default by reading the declaration
+(``seed: int = KEYWORD_DEFAULTS["seed"]``; a clock's ``TimingDefault``, read when used).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = sorted([*(ROOT / "fl_gradcode" / "flower").glob("*.py"),
+SOURCES = sorted([*(ROOT / "fl_gradcode" / "flower").rglob("*.py"),
                   *(ROOT / "fl_gradcode" / "config").glob("*.py")])
 OPTION_GROUPS = ROOT / "fl_gradcode" / "flower" / "options.py"
 # an option group's field named otherwise than its keyword
@@ -36,24 +40,24 @@ NOT_GIVEN = {"busy", "dp", "server_noise", "code_options", "m", "results_dir", "
              "run_config", "code_policy", "num_partitions", "roster"}
 _UNSET = object()
 
-# option -> why a second literal declaration is still there (collaborators outside the
-# option layer, each a separate piece of work)
-KNOWN_TWICE: dict[str, str] = {
-    "seed": "collaborators (approximate_rounds, decoder, membership, the DeadlineFedAvg rival) "
-            "keep a seed=0 default of their own; the protocol's Instruction has a seed field",
-    "measured_compute": "the clocks (clock.py) and the DeadlineFedAvg rival (deadline.py) keep "
-                        "their own defaults of the timing keywords",
-    "compute_cost_s": "the clocks (clock.py) and the DeadlineFedAvg rival (deadline.py) keep "
-                      "their own defaults of the timing keywords",
-    "upload_bandwidth": "the clocks (clock.py) and the DeadlineFedAvg rival (deadline.py) keep "
-                        "their own defaults of the timing keywords",
-    "latency": "the DeadlineFedAvg rival (deadline.py) keeps its own latency=None",
-    "wire": "the protocol's Instruction and the round state hold a reply dtype field named "
-            "wire ('float64': the value of a round, not the option); the Decoder keeps "
-            "wire='auto'",
-    "timing": "the protocol's Instruction has a timing field (the value sent to the client) "
-              "and each clock class names its timing (VirtualClock.timing = 'virtual')",
-    "dp": "the protocol's Instruction has a dp field (the mode sent to the client)",
+# option -> why a second literal declaration is still there (none left: collaborators
+# receive the option's value from the wrapper, and the public DeadlineFedAvg rival and
+# VirtualClock read their defaults from the one declaration)
+KNOWN_TWICE: dict[str, str] = {}
+
+_INSTRUCTION = ("the protocol's parse default of a field a message left out (the server "
+                "always sends it): the wire format older peers rely on, not the option")
+# "path qualified.name" -> why a literal named after an option is another fact, not a
+# declaration of the option's default
+NOT_THE_OPTION: dict[str, str] = {
+    **{f"fl_gradcode/flower/protocol.py Instruction.{field}": _INSTRUCTION
+       for field in ("seed", "timing", "dp", "wire")},
+    "fl_gradcode/flower/clock.py VirtualClock.timing": "the clock's own name in the registry "
+        "of timing modes (the values the option accepts), not a default",
+    "fl_gradcode/flower/clock.py WallClock.timing": "the clock's own name in the registry "
+        "of timing modes (the values the option accepts), not a default",
+    "fl_gradcode/flower/integrity.py Probe.__init__()": "the probe's secret words (None: "
+        "drawn from the OS), never the run's seed",
 }
 
 
@@ -73,12 +77,30 @@ def literal(node: ast.expr | None) -> object:
         return _UNSET
 
 
+def qualified_names(tree: ast.Module) -> dict[ast.AST, str]:
+    """Each class and function of ``tree`` -> its qualified name (``Probe.__init__``)."""
+    names: dict[ast.AST, str] = {}
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                names[child] = prefix + child.name
+                visit(child, names[child] + ".")
+            else:
+                visit(child, prefix)
+
+    visit(tree, "")
+    return names
+
+
 def declarations(path: Path, options: set[str]) -> list[tuple[str, object, str]]:
     """``(option, literal default, where)`` for each literal default of an option in
-    ``path``: keyword defaults, class-level fields and run-config keys (``Key(...)``)."""
+    ``path``: keyword defaults, class-level fields and run-config keys (``Key(...)``);
+    ``where`` is ``"path:line qualified.name"``."""
     found = []
     tree = ast.parse(path.read_text())
     name = path.relative_to(ROOT).as_posix()
+    qualified = qualified_names(tree)
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             args = node.args
@@ -89,7 +111,8 @@ def declarations(path: Path, options: set[str]) -> list[tuple[str, object, str]]
             for arg, default in pairs:
                 value = literal(default)
                 if arg.arg in options and value is not _UNSET:
-                    found.append((arg.arg, value, f"{name}:{node.lineno} {node.name}()"))
+                    found.append((arg.arg, value,
+                                  f"{name}:{node.lineno} {qualified[node]}()"))
         elif isinstance(node, ast.ClassDef):
             for statement in node.body:
                 if isinstance(statement, ast.AnnAssign):
@@ -107,7 +130,8 @@ def declarations(path: Path, options: set[str]) -> list[tuple[str, object, str]]
                     value = literal(value_node)
                     if option in options and value is not _UNSET:
                         found.append((option, value,
-                                      f"{name}:{statement.lineno} {node.name}.{target.id}"))
+                                      f"{name}:{statement.lineno} {qualified[node]}."
+                                      f"{target.id}"))
         elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
               and node.func.id == "Key"):
             words = {k.arg: k.value for k in node.keywords}
@@ -121,14 +145,20 @@ def declarations(path: Path, options: set[str]) -> list[tuple[str, object, str]]
     return found
 
 
+def site(where: str) -> str:
+    """``"path qualified.name"``: a declaration's place without its line number."""
+    path_line, _, qualified = where.partition(" ")
+    return f"{path_line.rpartition(':')[0]} {qualified}"
+
+
 def twice(sources: list[Path]) -> dict[str, list[tuple[object, str]]]:
     """Options declared twice: two Python declarations, or a run-config key whose default
-    equals a Python declaration's."""
+    equals a Python declaration's (sites in :data:`NOT_THE_OPTION` left out)."""
     options = gradient_coding_keywords()
     sites: dict[str, list[tuple[object, str]]] = defaultdict(list)
     for path in sources:
         for option, value, where in declarations(path, options):
-            if value is None and option in NOT_GIVEN:
+            if (value is None and option in NOT_GIVEN) or site(where) in NOT_THE_OPTION:
                 continue
             sites[option].append((value, where))
     offences = {}
@@ -144,6 +174,12 @@ def test_no_option_default_is_declared_twice():
     found = twice(SOURCES)
     described = {option: sorted(where for _, where in sites) for option, sites in found.items()}
     assert set(found) == set(KNOWN_TWICE), described
+
+
+def test_every_site_that_is_not_the_option_is_still_there():
+    options = gradient_coding_keywords()
+    seen = {site(where) for path in SOURCES for _, _, where in declarations(path, options)}
+    assert set(NOT_THE_OPTION) <= seen, set(NOT_THE_OPTION) - seen
 
 
 def test_the_rule_sees_a_default_declared_twice(tmp_path):

@@ -39,7 +39,7 @@ import scipy.linalg
 from scipy.linalg import lapack
 from scipy.sparse import csc_matrix
 
-__all__ = ["CyclicLeastSquares", "cyclic_decoding_vector", "cyclic_supports"]
+__all__ = ["CyclicLeastSquares", "cyclic_decoding_vector", "cyclic_supports", "refine"]
 
 
 def cyclic_supports(B: np.ndarray, s: int) -> tuple[np.ndarray, np.ndarray]:
@@ -131,7 +131,7 @@ def _column_matrix(c: np.ndarray, v: np.ndarray, n: int) -> csc_matrix:
     return csc_matrix((v.ravel(), c.ravel(), np.arange(0, f * d + 1, d)), shape=(n, f))
 
 
-def _refine(solve, apply, b: np.ndarray, a: np.ndarray, steps: int) -> np.ndarray:
+def refine(solve, apply, b: np.ndarray, a: np.ndarray, steps: int) -> np.ndarray:
     """Iterative refinement ``a += solve(b - A a)`` while the residual norm decreases."""
     res = b - apply(a)
     norm = np.linalg.norm(res)
@@ -181,7 +181,7 @@ def cyclic_decoding_vector(
     b = np.asarray(weights, dtype=np.float64)
     if f == r:
         ls = CyclicLeastSquares(cols, vals, b, F)
-        return _refine(ls.solve_once, ls.apply, b, ls.solve_once(b), refinement_steps)
+        return refine(ls.solve_once, ls.apply, b, ls.solve_once(b), refinement_steps)
 
     e = f - r
     extra = np.zeros(f, dtype=bool)
@@ -206,4 +206,4 @@ def cyclic_decoding_vector(
     def apply(a: np.ndarray) -> np.ndarray:
         return ls.apply(a[~extra]) + A_e @ a[extra]
 
-    return _refine(solve, apply, b, solve(b), refinement_steps)
+    return refine(solve, apply, b, solve(b), refinement_steps)

@@ -37,7 +37,7 @@ class ApproximateRounds:
     alpha = 0.3
     samples = 256
 
-    def __init__(self, seed: int = 0) -> None:
+    def __init__(self, seed: int) -> None:
         self.seed = int(seed)
         self.errors = DecodeErrors(self.alpha)
         self.streak = 0  # approximate rounds since the last exact one

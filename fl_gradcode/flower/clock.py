@@ -31,12 +31,46 @@ import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-__all__ = ["CLOCKS", "Clock", "RoundWindow", "VirtualClock", "WallClock", "clock_class",
-           "make_clock"]
+if TYPE_CHECKING:
+    from .options import TimingOptions
+
+__all__ = ["CLOCKS", "Clock", "RoundWindow", "TimingDefault", "VirtualClock", "WallClock",
+           "clock_class", "make_clock", "timing_value"]
 
 Decodable = Callable[[list[int]], bool]
+
+
+class TimingDefault:
+    """The default of a timing keyword outside the option layer (a clock's or a rival's
+    ``measured_compute``, ``compute_cost_s``, ``upload_bandwidth``, ``latency``): the field of
+    the same name of :class:`~fl_gradcode.flower.options.TimingOptions`, the one declaration,
+    read when a value is built (:func:`timing_value`). Not read at import: the option layer
+    imports this module, and a client process importing it must not import the option layer.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"TimingOptions.{self.name}"
+
+
+def timing_value(value: Any) -> Any:
+    """``value``, or the timing option's default when it is a :class:`TimingDefault`."""
+    if not isinstance(value, TimingDefault):
+        return value
+    from .options import TimingOptions  # deferred: see TimingDefault
+
+    return getattr(TimingOptions, value.name)
+
+
+# typed Any: each stands for a value of its keyword's type
+MEASURED_COMPUTE: Any = TimingDefault("measured_compute")
+COMPUTE_COST_S: Any = TimingDefault("compute_cost_s")
+UPLOAD_BANDWIDTH: Any = TimingDefault("upload_bandwidth")
+LATENCY: Any = TimingDefault("latency")
 
 
 @dataclass
@@ -106,19 +140,21 @@ class VirtualClock:
 
     A reply arrives ``compute + compute_cost_s * load + delay + bytes / upload_bandwidth``
     seconds after its round started (compute: the mod's measured seconds when
-    ``measured_compute``), plus the wait of work queued behind an earlier job."""
+    ``measured_compute``), plus the wait of work queued behind an earlier job. The three
+    charges default to ``GradientCoding``'s (:class:`TimingDefault`)."""
 
     timing = "virtual"
     checks_values_on_arrival = True
     returns_early = False
 
     def __init__(self, straggler_timeout: float, stop_at_deadline: bool = False, *,
-                 measured_compute: bool = True, compute_cost_s: float = 0.0,
-                 upload_bandwidth: float | None = None) -> None:
+                 measured_compute: bool = MEASURED_COMPUTE,
+                 compute_cost_s: float = COMPUTE_COST_S,
+                 upload_bandwidth: float | None = UPLOAD_BANDWIDTH) -> None:
         self.straggler_timeout = float(straggler_timeout)
-        self.measured_compute = measured_compute
-        self.compute_cost_s = float(compute_cost_s)
-        self.upload_bandwidth = upload_bandwidth
+        self.measured_compute = timing_value(measured_compute)
+        self.compute_cost_s = float(timing_value(compute_cost_s))
+        self.upload_bandwidth = timing_value(upload_bandwidth)
         self.now = 0.0
         self.round_start = 0.0
         self.busy_until: dict[int, float] = {}  # node -> virtual time
@@ -398,11 +434,13 @@ def clock_class(timing: str) -> type[VirtualClock] | type[WallClock]:
     return CLOCKS[timing]
 
 
-def make_clock(timing: str, straggler_timeout: float, stop_at_deadline: bool = False,
-               **costs: Any) -> VirtualClock | WallClock:
-    """The clock of a timing mode (``"virtual"`` or ``"wallclock"``); ``costs``: a virtual
-    clock's ``measured_compute``, ``compute_cost_s`` and ``upload_bandwidth``."""
-    clock = clock_class(timing)
+def make_clock(timing: TimingOptions, straggler_timeout: float) -> VirtualClock | WallClock:
+    """The clock of the timing group's mode (a key of :data:`CLOCKS`), stopping work at the
+    deadline with its ``stop_late_work``; a virtual clock charges its ``measured_compute``,
+    ``compute_cost_s`` and ``upload_bandwidth``."""
+    clock = clock_class(timing.mode)
     if not straggler_timeout > 0:
         raise ValueError(f"straggler_timeout={straggler_timeout!r} must be > 0 seconds")
-    return clock(straggler_timeout, stop_at_deadline, **costs)
+    return clock(straggler_timeout, timing.stop_late_work,
+                 measured_compute=timing.measured_compute, compute_cost_s=timing.compute_cost_s,
+                 upload_bandwidth=timing.upload_bandwidth)

@@ -39,10 +39,18 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, M
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, Result
 
+from ..config.keys import KEYWORD_DEFAULTS
 from ..latency import LatencyModel, client_delay
 from ..results import RoundRecorder
 from . import protocol
-from .clock import VirtualClock
+from .clock import (
+    COMPUTE_COST_S,
+    LATENCY,
+    MEASURED_COMPUTE,
+    UPLOAD_BANDWIDTH,
+    VirtualClock,
+    timing_value,
+)
 
 __all__ = ["TIMING_KEY", "DeadlineFedAvg", "check_charges", "reply_bytes", "train_timing_mod",
            "virtual_arrival"]
@@ -140,18 +148,23 @@ class DeadlineFedAvg(FedAvg):
         Written to ``config.json``.
     **fedavg : Any
         FedAvg's own arguments (``fraction_train``, ``min_train_nodes``, ...).
+
+    The keywords it shares with ``GradientCoding`` (``latency``, ``seed`` and the timing
+    charges) default to ``GradientCoding``'s, read from their one declaration (the ``seed``
+    run-config key, :class:`~fl_gradcode.flower.options.TimingOptions`:
+    :class:`~fl_gradcode.flower.clock.TimingDefault`).
     """
 
     def __init__(
         self,
         *,
         deadline: float,
-        latency: LatencyModel | None = None,
-        seed: int = 0,
+        latency: LatencyModel | None = LATENCY,
+        seed: int = KEYWORD_DEFAULTS["seed"],
         partition_sizes: Sequence[int] | None = None,
-        measured_compute: bool = True,
-        compute_cost_s: float = 0.0,
-        upload_bandwidth: float | None = None,
+        measured_compute: bool = MEASURED_COMPUTE,
+        compute_cost_s: float = COMPUTE_COST_S,
+        upload_bandwidth: float | None = UPLOAD_BANDWIDTH,
         results_dir: str | None = None,
         run_config: Mapping[str, Any] | None = None,
         **fedavg: Any,
@@ -159,6 +172,8 @@ class DeadlineFedAvg(FedAvg):
         super().__init__(**fedavg)
         if not (isinstance(deadline, (int, float)) and np.isfinite(deadline) and deadline > 0):
             raise ValueError(f"deadline={deadline!r} must be a positive number of seconds")
+        latency, measured_compute, compute_cost_s, upload_bandwidth = map(
+            timing_value, (latency, measured_compute, compute_cost_s, upload_bandwidth))
         check_charges(compute_cost_s, upload_bandwidth)
         self.deadline = float(deadline)
         self.latency = latency

@@ -52,6 +52,9 @@ if TYPE_CHECKING:  # (the privatiser imports the round state, which imports this
     from .privatiser import Privatiser
 
 __all__ = [
+    "AMPLIFICATION_LIMIT",
+    "BLOCK",
+    "THREADED",
     "Decoded",
     "Decoder",
     "Outcome",
@@ -65,10 +68,13 @@ __all__ = [
     "wire_dtypes",
 ]
 
-_BLOCK = 1 << 16  # elements per cache block of the decoder (512 KB of float64: in L2)
+#: Elements per cache block of the decoder (512 KB of float64: in L2); read at each call, so
+#: a smaller value (a test's) reaches block boundaries with small arrays.
+BLOCK = 1 << 16
 #: ``wire="auto"`` sends replies in the model's dtype when rounding is amplified at most this
 AMPLIFICATION_LIMIT = 8.0
-_THREADED = 1 << 20  # values of a model from which the decoding is split between idle cores
+#: Values of a model from which the decoding is split between idle cores (read at each call).
+THREADED = 1 << 20
 
 
 def combine(
@@ -101,13 +107,13 @@ def combine(
         raise ValueError(f"out has dtype {acc.dtype}; expected {dtype} or a float dtype")
     # else sums in a cached block, cast into ``out``
     direct = acc.dtype == dtype and acc.flags.c_contiguous
-    work = None if direct else np.empty(min(size, _BLOCK), dtype=dtype)
+    work = None if direct else np.empty(min(size, BLOCK), dtype=dtype)
     scratch = None  # only for a reply the BLAS kernel cannot read as it is
     axpy = _axpy(dtype)
     terms = [(dtype.type(a), v) for a, v in zip(coefficients, views, strict=True) if a != 0.0]
     factor = dtype.type(scale)
-    for start in range(0, size, _BLOCK):
-        end = min(start + _BLOCK, size)
+    for start in range(0, size, BLOCK):
+        end = min(start + BLOCK, size)
         block = acc[start:end] if work is None else work[: end - start]
         if not terms:
             block.fill(0)
@@ -121,7 +127,7 @@ def combine(
                 axpy(x, block, a=a)  # block += a x in one pass, in place (contiguous block)
             else:
                 if scratch is None:
-                    scratch = np.empty(min(size, _BLOCK), dtype=dtype)
+                    scratch = np.empty(min(size, BLOCK), dtype=dtype)
                 np.multiply(x, a, out=scratch[: end - start])
                 block += scratch[: end - start]
         if factor != 1.0:
@@ -160,9 +166,9 @@ def _chunk_major(rows: np.ndarray, views: Sequence[np.ndarray], dtype: np.dtype,
     axpy = _axpy(dtype)
 
     def run(start: int, stop: int) -> bool:
-        work = np.empty((m + 1, min(_BLOCK, stop - start)), dtype=dtype)
-        for a in range(start, stop, _BLOCK):
-            b = min(a + _BLOCK, stop)
+        work = np.empty((m + 1, min(BLOCK, stop - start)), dtype=dtype)
+        for a in range(start, stop, BLOCK):
+            b = min(a + BLOCK, stop)
             sums = work[:m, : b - a]
             sums.fill(0)
             for i, view in enumerate(views):
@@ -200,10 +206,10 @@ def _chunk_major(rows: np.ndarray, views: Sequence[np.ndarray], dtype: np.dtype,
                     return False
         return True
 
-    threads = min(idle_cores(), -(-length // _BLOCK)) if dim >= _THREADED else 1
+    threads = min(idle_cores(), -(-length // BLOCK)) if dim >= THREADED else 1
     if threads <= 1:
         return run(0, length)
-    step = -(-length // threads // _BLOCK) * _BLOCK
+    step = -(-length // threads // BLOCK) * BLOCK
     with ThreadPoolExecutor(max_workers=threads) as pool:
         return all(pool.map(lambda a: run(a, min(a + step, length)), range(0, length, step)))
 
@@ -239,7 +245,7 @@ def cast(value: np.ndarray, dtype: np.dtype | type) -> np.ndarray:
     return value.astype(dtype, copy=False)
 
 
-def error_amplification(code: GradientCode, seed: int = 0, samples: int = 24) -> float:
+def error_amplification(code: GradientCode, seed: int, samples: int = 24) -> float:
     """How much the decoder amplifies rounding errors of the replies, relative to the decoded
     sum: ``max_F sum_i (sum_u |D_ui|) ||B_i||_1 / k`` over decodable sets ``F`` (all clients,
     random ``(n-s)``-subsets, contiguous straggler bursts), ``D`` the code's chunk decoder. 1
@@ -358,13 +364,14 @@ class Decoder:
         inner: the inner Message-API strategy.
         privatiser: the central noise (and the checked sizes it is sized from); ``None``:
             no noise.
-        wire: ``"auto"``, ``"model"`` or ``"float64"``: the replies' dtype.
+        wire: ``"auto"``, ``"model"`` or ``"float64"``: the replies' dtype (the ``wire``
+            option's value: :class:`~fl_gradcode.flower.options.WireOptions`).
         sparse: decode exact sets with the code's sparse decoding (fewest replies read).
-        seed: seed of the sets :func:`error_amplification` samples.
+        seed: seed of the sets :func:`error_amplification` samples (the run's ``seed``).
     """
 
-    def __init__(self, inner: Any, privatiser: Privatiser | None = None, *, wire: str = "auto",
-                 sparse: bool = True, seed: int = 0) -> None:
+    def __init__(self, inner: Any, privatiser: Privatiser | None = None, *, wire: str,
+                 sparse: bool = True, seed: int) -> None:
         self.inner = inner
         self.privatiser = privatiser
         self.wire = wire
@@ -485,7 +492,7 @@ class Decoder:
             # arrays are independent and numpy releases the GIL: one thread per idle core
             # (the decoding is memory-bound: threads on busy cores only contend)
             indices = range(len(layout.names))
-            threads = idle_cores() if len(layout.names) > 1 and layout.dim >= _THREADED else 1
+            threads = idle_cores() if len(layout.names) > 1 and layout.dim >= THREADED else 1
             if threads > 1:
                 with ThreadPoolExecutor(max_workers=min(len(indices), threads)) as pool:
                     results = list(pool.map(finish, indices))

@@ -19,10 +19,11 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["accumulate_delta", "coded_update"]
+__all__ = ["BLOCK", "accumulate_delta", "coded_update"]
 
-#: Elements per block (the float64 sum and scratch stay in the CPU's cache).
-_BLOCK = 1 << 16
+#: Elements per block (the float64 sum and scratch stay in the CPU's cache); read at each
+#: call, so a smaller value (a test's) reaches block boundaries with small arrays.
+BLOCK = 1 << 16
 
 
 def accumulate_delta(coded: np.ndarray, weight: float, new: np.ndarray, old: np.ndarray,
@@ -31,8 +32,8 @@ def accumulate_delta(coded: np.ndarray, weight: float, new: np.ndarray, old: np.
     bits) of ``weight * (new.astype(float64) - old.astype(float64))``, without full-size
     temporaries (a 10M-parameter model would need three of 80 MB each)."""
     out, a, b = coded.reshape(-1), new.reshape(-1), old.reshape(-1)
-    for start in range(0, out.size, _BLOCK):
-        stop = min(start + _BLOCK, out.size)
+    for start in range(0, out.size, BLOCK):
+        stop = min(start + BLOCK, out.size)
         buf = scratch[: stop - start]
         np.subtract(a[start:stop], b[start:stop], out=buf, dtype=np.float64)
         np.multiply(buf, weight, out=buf)
@@ -66,10 +67,10 @@ def coded_update(weights: Sequence[float], models: Sequence[Mapping[str, np.ndar
                                  f"model; expected {flat_old.size} (the global model's)")
         size = flat_old.size
         result = np.empty(size, dtype=np.dtype(dtypes.get(name, np.float64)))
-        acc = np.empty(min(_BLOCK, size))
+        acc = np.empty(min(BLOCK, size))
         buf = np.empty_like(acc)
-        for start in range(0, size, _BLOCK):
-            stop = min(start + _BLOCK, size)
+        for start in range(0, size, BLOCK):
+            stop = min(start + BLOCK, size)
             total, part = acc[: stop - start], buf[: stop - start]
             total.fill(0.0)
             for weight, new in zip(weights, news, strict=True):

@@ -123,6 +123,12 @@ class Probe:
         self._stacked = (np.concatenate(list(self._weights.values()), axis=1)
                          if self._weights else None)
 
+    @property
+    def sampled_coordinates(self) -> dict[str, np.ndarray]:
+        """A copy of the flat coordinates a sampled probe reads, per array (empty for a dense
+        probe). Secret when the probe's words are: never sent anywhere."""
+        return {name: index.copy() for name, index in self._index.items()}
+
     def __call__(self, arrays: Mapping[str, np.ndarray], count: float,
                  metrics: Mapping[str, float] | None = None) -> np.ndarray:
         return self.measure(arrays, count, metrics)[0]

@@ -71,6 +71,9 @@ class Membership:
     ----------
     warmup_timeout : float
         Seconds to wait for a node's first handshake reply.
+    seed : int
+        The run's seed (``GradientCoding``'s ``seed``; no default here: the caller passes the
+        option's value): the draw of the partitions nobody claims.
     """
 
     #: Seconds a handshake waits for nodes whose earlier handshake failed (at most
@@ -82,7 +85,7 @@ class Membership:
 
     def __init__(self, warmup_timeout: float, nonce: str = "handshake", *,
                  num_partitions: int | None = None, roster: Roster | None = None,
-                 seed: int = 0) -> None:
+                 seed: int) -> None:
         self.warmup_timeout = float(warmup_timeout)
         # carried by the handshake: Flower's ConfigRecord.count_bytes (e.g. in an outer
         # message_size_mod) fails on an empty string

@@ -191,10 +191,7 @@ class GradientCoding(OptionAttributes, Strategy):
             raise ValueError("latency=DeviceTrace (FedScale devices) with timing='wallclock': "
                              "a device that is off never replies (an infinite delay), which "
                              "only virtual timing models; use timing='virtual'")
-        self.clock = make_clock(t.mode, options.deadline.straggler_timeout, t.stop_late_work,
-                                measured_compute=t.measured_compute,
-                                compute_cost_s=t.compute_cost_s,
-                                upload_bandwidth=t.upload_bandwidth)
+        self.clock = make_clock(t, options.deadline.straggler_timeout)
         self.code_policy = resolve_code_policy(code_policy, options=options)
         self.deadlines = DeadlinePolicy(options.deadline, self.code_policy.estimating)
         self.membership = Membership(options.deadline.warmup_timeout, self.nonce,

@@ -12,7 +12,7 @@ import pytest
 
 from fl_gradcode.codes import GradientCode, cyclic_solver, make_code
 from fl_gradcode.codes.base import EXACT_TOL
-from fl_gradcode.codes.cyclic_solver import CyclicLeastSquares, _refine, cyclic_supports
+from fl_gradcode.codes.cyclic_solver import CyclicLeastSquares, cyclic_supports, refine
 
 CASES = [(6, 1), (12, 3), (12, 5), (30, 2), (48, 11), (64, 16), (100, 25), (150, 40), (200, 10)]
 
@@ -179,13 +179,13 @@ def test_refinement_adds_the_solved_residual_while_it_shrinks(steps):
         calls.append(res)
         return 0.5 * res / d
 
-    out = _refine(half, lambda a: d * a, b, np.zeros(3), steps)
+    out = refine(half, lambda a: d * a, b, np.zeros(3), steps)
     np.testing.assert_allclose(out, (1 - 0.5**steps) * b / d, rtol=1e-15)
-    worse = _refine(lambda res: -res / d, lambda a: d * a, b, np.zeros(3), 3)
+    worse = refine(lambda res: -res / d, lambda a: d * a, b, np.zeros(3), 3)
     np.testing.assert_array_equal(worse, np.zeros(3))
     calls.clear()
     exact = b / d
-    np.testing.assert_array_equal(_refine(half, lambda a: d * a, b, exact, 3), exact)
+    np.testing.assert_array_equal(refine(half, lambda a: d * a, b, exact, 3), exact)
     assert calls == []
 
 

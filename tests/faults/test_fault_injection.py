@@ -467,7 +467,7 @@ def test_predicted_probe_sample_is_the_public_probe_s():
 
     layout = dict(fi.ALL_SHAPES)
     try:
-        index = integrity.Probe(layout, (1234, 3, edges.PROBE_SALT))._index
+        index = integrity.Probe(layout, (1234, 3, edges.PROBE_SALT)).sampled_coordinates
     except (AttributeError, TypeError):
         pytest.skip("the integrity check no longer has the public-seeded sampled probe")
     if sum(len(v) for v in index.values()) == sum(np.prod(s) for s in layout.values()):

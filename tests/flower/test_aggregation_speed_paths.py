@@ -182,7 +182,7 @@ def _float64_round(code, size, seed=0):
 
 
 def _decode(code, replies, used, theta):
-    decoder = Decoder(FedAvg())
+    decoder = Decoder(FedAvg(), wire="auto", seed=0)
     return decoder.decode(code, replies, used, decoder.decoding(code, used), theta,
                           {k: v.dtype for k, v in theta.items()}, round_number=1, sizes={})
 

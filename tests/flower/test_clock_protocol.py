@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from fl_gradcode.flower.clock import CLOCKS, Clock, VirtualClock, make_clock
+from fl_gradcode.flower.options import TimingOptions
 from fl_gradcode.flower.policy import AdaptiveCodePolicy, FixedCodePolicy
 from tests.flower.harness import ScriptedClock
 
@@ -21,7 +22,7 @@ def _protocol_members() -> set[str]:
 
 @pytest.mark.parametrize("timing", sorted(CLOCKS))
 def test_every_registered_clock_answers_every_question_of_the_protocol(timing):
-    clock = make_clock(timing, 5.0)
+    clock = make_clock(TimingOptions(mode=timing), 5.0)
     missing = {name for name in _protocol_members() if not hasattr(clock, name)}
     assert missing == set()
     assert clock.timing == timing
@@ -29,10 +30,10 @@ def test_every_registered_clock_answers_every_question_of_the_protocol(timing):
 
 
 def test_a_clock_that_never_queues_answers_every_queue_question_with_skip():
-    wall = make_clock("wallclock", 5.0)
+    wall = make_clock(TimingOptions(mode="wallclock"), 5.0)
     assert [wall.busy_mode(m) for m in ("skip", "queue", "fit")] == ["skip"] * 3
     assert wall.queueable({1, 2, 3}) == set()
-    virtual = make_clock("virtual", 5.0)
+    virtual = make_clock(TimingOptions(mode="virtual"), 5.0)
     assert [virtual.busy_mode(m) for m in ("skip", "queue", "fit")] == ["skip", "queue", "fit"]
 
 
@@ -43,7 +44,7 @@ def test_both_clocks_remember_the_last_rounds_length():
     virtual.start_round()
     virtual.finish_round([1], {1: 2.0}, end=5.0)
     assert virtual.last_duration == pytest.approx(2.0)
-    wall = make_clock("wallclock", 10.0)
+    wall = make_clock(TimingOptions(mode="wallclock"), 10.0)
     wall.start_round()
     window = wall.window({0: 0.0}, lambda used: True, 1)
     wall.finish_round([1], {1: 0.0}, window.end)
@@ -126,3 +127,16 @@ class _SentState:
         self.code, self.cohort = code, cohort
         self.sent = dict.fromkeys(range(len(cohort)))
 
+
+
+def test_a_virtual_clock_built_without_charges_charges_gradient_codings_defaults():
+    """``VirtualClock(t)`` and the clock ``GradientCoding`` builds from its default timing
+    keywords put a reply at the same time: measured compute (2.5 s) plus the delay (0.25 s),
+    no charge per unit of load, no upload time."""
+    from flwr.serverapp.strategy import FedAvg
+
+    from fl_gradcode.flower import GradientCoding
+
+    args = (2.5, 1000, lambda: 3.0, lambda units: 0.25)
+    assert VirtualClock(10.0).arrival(*args) == pytest.approx(2.75)
+    assert GradientCoding(FedAvg()).clock.arrival(*args) == pytest.approx(2.75)

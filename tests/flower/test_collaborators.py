@@ -22,7 +22,7 @@ from fl_gradcode.flower.compat import ReplyFingerprints
 from fl_gradcode.flower.deadline_policy import DeadlinePolicy
 from fl_gradcode.flower.dispatch import Requests
 from fl_gradcode.flower.integrity import Verdict
-from fl_gradcode.flower.options import DeadlineOptions, IntegrityOptions
+from fl_gradcode.flower.options import DeadlineOptions, IntegrityOptions, TimingOptions
 from fl_gradcode.flower.protocol import STOPPED_CODE, Identity
 from fl_gradcode.flower.quarantine import Quarantine
 from fl_gradcode.flower.records import ROW_DEFAULTS, RoundLog
@@ -57,8 +57,8 @@ def test_wallclock_arrivals_are_not_modelled_and_workers_sleep_their_delay():
 
 @pytest.mark.parametrize("stop", [False, True])
 def test_only_wallclock_workers_after_round_one_are_told_to_stop(stop):
-    wall = make_clock("wallclock", 4.0, stop)
-    virtual = make_clock("virtual", 4.0, stop)
+    wall = make_clock(TimingOptions(mode="wallclock", stop_late_work=stop), 4.0)
+    virtual = make_clock(TimingOptions(mode="virtual", stop_late_work=stop), 4.0)
     assert wall.stop_after_s(1) == 0.0 and virtual.stop_after_s(2) == 0.0
     assert wall.stop_after_s(2) == (4.0 if stop else 0.0)
     assert virtual.stop_at_deadline is stop and wall.stop_at_deadline is stop

@@ -197,3 +197,19 @@ def test_a_reply_from_a_node_not_sent_work_is_not_busy():
     strategy = _run(None, 4, 1, grid=grid, deadline=2.0)
     (row,) = strategy.history
     assert row["busy"] == [] and row["clients_used"] == [0, 1, 3]
+
+
+def test_a_rival_built_without_the_shared_keywords_takes_gradient_codings_defaults():
+    """No latency model, seed 0, measured compute, no charge per unit of load, no upload
+    time: what ``GradientCoding(FedAvg())`` runs with."""
+    from flwr.serverapp.strategy import FedAvg
+
+    from fl_gradcode.flower import GradientCoding
+
+    rival = DeadlineFedAvg(deadline=1.0)
+    got = (rival.latency, rival.seed, rival.measured_compute, rival.compute_cost_s,
+           rival.upload_bandwidth)
+    assert got == (None, 0, True, 0.0, None)
+    timing = GradientCoding(FedAvg()).options.timing
+    assert got == (timing.latency, GradientCoding(FedAvg()).seed, timing.measured_compute,
+                   timing.compute_cost_s, timing.upload_bandwidth)

@@ -27,8 +27,8 @@ def test_the_sum_is_numpys_float64_sum_and_the_bits_of_adding_one_at_a_time(seed
     rng = np.random.default_rng(seed)
     theta, models = _models(rng, {"w": (size,), "b": (3, 2)}, count)
     weights = rng.uniform(-40, 40, size=count).tolist()
-    old_block = encoding._BLOCK
-    encoding._BLOCK = block  # blocks of 1-9 values: every straddle
+    old_block = encoding.BLOCK
+    encoding.BLOCK = block  # blocks of 1-9 values: every straddle
     try:
         got = coded_update(weights, models, theta)
         for name, old in theta.items():
@@ -45,7 +45,7 @@ def test_the_sum_is_numpys_float64_sum_and_the_bits_of_adding_one_at_a_time(seed
                 accumulate_delta(one_at_a_time, w, model[name], old, scratch)
             np.testing.assert_array_equal(got[name], one_at_a_time)
     finally:
-        encoding._BLOCK = old_block
+        encoding.BLOCK = old_block
 
 
 def test_arrays_are_written_in_their_wire_dtype_rounded_once():

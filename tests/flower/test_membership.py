@@ -293,7 +293,7 @@ def test_first_node_lying_is_excluded_once_the_majority_has_answered():
     five nodes claiming 6 partitions answer in round 2, the majority says 6: it is excluded
     from then on (re-evaluated as nodes arrive), and partition 5, which nobody claims, gets a
     placeholder worker (sent nothing)."""
-    members = Membership(1.0)
+    members = Membership(1.0, seed=0)
     grid = _Grid({7: (0, 1), **{10 + j: (j, 6) for j in range(5)}})
     assert members.admit(grid, [7], 1) == [7]
     assert members.admit(grid, [7, 10, 11, 12, 13, 14], 2) == [10, 11, 12, 13, 14, -6]
@@ -533,7 +533,7 @@ def test_a_supernode_restarted_under_a_new_node_id_takes_its_partition_back():
     partition 2. Its former self is gone from the grid, so this is no clash: 99 is a member
     (before, the dead node's claim was kept for good and 99 was excluded as a later claimant)."""
     grid = _Federation({10: (0, 4), 11: (1, 4), 13: (2, 4), 14: (3, 4)})
-    members = Membership(1.0)
+    members = Membership(1.0, seed=0)
     assert members.admit(grid, [10, 11, 13, 14], 1) == [10, 11, 13, 14]
     grid.listed.discard(13)
     grid.claims[99] = (2, 4)
@@ -602,7 +602,7 @@ class _DownGrid:
 
 def test_a_handshake_the_grid_cannot_deliver_fails_each_asked_node_with_the_cause():
     grid = _DownGrid()
-    members = Membership(warmup_timeout=0.5, nonce="run-7")
+    members = Membership(warmup_timeout=0.5, nonce="run-7", seed=0)
     members.handshake(grid, [5, 6])
     assert members.failed == {5: "handshake not delivered (RuntimeError: down)",
                               6: "handshake not delivered (RuntimeError: down)"}
@@ -652,7 +652,7 @@ def test_a_malformed_identity_is_a_failure_with_its_own_short_reason_and_a_bad_r
         rec = MetricRecord({"partition-id": 1.5, "num-partitions": 4})
         return Message(RecordDict({PROTOCOL_KEY: rec}), reply_to=msg)
 
-    members = Membership(1.0)
+    members = Membership(1.0, seed=0)
     grid = _Nodes(claims={6: (9, 6), 7: (0, 6)}, replies={5: fractional})
     # the federation has 6 partitions (node 7's claim): 1-5 get placeholder workers
     assert members.admit(grid, [5, 6, 7], 1) == [7, -2, -3, -4, -5, -6]
@@ -665,17 +665,17 @@ def test_an_empty_nonce_is_replaced_by_the_default_one():
     sent = {}
     for nonce in ("", None):
         grid = _DownGrid()
-        Membership(0.5, nonce=nonce).handshake(grid, [5])
+        Membership(0.5, nonce=nonce, seed=0).handshake(grid, [5])
         sent[nonce] = parse_instruction(grid.sent[0].content).nonce
     grid = _DownGrid()
-    Membership(0.5).handshake(grid, [5])
+    Membership(0.5, seed=0).handshake(grid, [5])
     default = parse_instruction(grid.sent[0].content).nonce
     assert default and sent == {"": default, None: default}
 
 
 def test_a_departed_nodes_released_claim_is_logged_with_the_node_and_its_partition(caplog):
     grid = _Nodes(claims={10: (0, 3), 11: (1, 3), 13: (2, 3)})
-    members = Membership(1.0)
+    members = Membership(1.0, seed=0)
     members.admit(grid, [10, 11, 13], 1)
     grid.listed.discard(13)
     with caplog.at_level(logging.WARNING, logger="flwr"):
@@ -692,7 +692,7 @@ def test_neither_claimant_keeps_a_contested_partition_whatever_the_order_or_ids(
     neither is used from then on (answer order and node ids decide nothing), partition 0 gets
     a placeholder worker."""
     grid = _Nodes(claims={20: (0, 2), 10: (0, 2), 30: (1, 2)})
-    members = Membership(1.0)
+    members = Membership(1.0, seed=0)
     assert members.admit(grid, [20], 1) == [20]
     assert members.admit(grid, [10, 20, 30], 2) == [-1, 30]
     why = ("claims partition-id=0 of 2, as does node {}: conflicting claims, neither is used "
@@ -703,7 +703,7 @@ def test_neither_claimant_keeps_a_contested_partition_whatever_the_order_or_ids(
 def test_the_handshake_warning_gives_the_hint_only_the_first_time_a_node_fails(caplog):
     grid = _DownGrid()
     grid.get_node_ids = lambda: [5]
-    members = Membership(0.5)
+    members = Membership(0.5, seed=0)
     with caplog.at_level(logging.WARNING, logger="flwr"):
         members.admit(grid, [5], 1)
         members.admit(grid, [5], 2)
@@ -717,7 +717,7 @@ def test_once_a_node_was_accepted_membership_never_ends_the_run():
     """Node 10 passes in round 1 and leaves; node 11 never answers: rounds 2-7 are idle (no
     member), never the end of the run (a cohort of one accepted node decodes)."""
     grid = _Nodes(claims={10: (0, 2)}, listed=[11])
-    members = Membership(0.5)
+    members = Membership(0.5, seed=0)
     assert members.admit(grid, [10], 1) == [10]
     grid.listed.discard(10)
     for r in range(2, 8):
@@ -727,7 +727,7 @@ def test_once_a_node_was_accepted_membership_never_ends_the_run():
 
 def test_no_decodable_set_ends_the_run_naming_the_rounds_and_the_nodes():
     grid = _Nodes(listed=[5, 6])
-    members = Membership(1.0)
+    members = Membership(1.0, seed=0)
     assert members.admit(grid, [5, 6], 1) == []
     assert members.admit(grid, [5, 6], 2) == []
     with pytest.raises(RuntimeError) as info:

@@ -343,7 +343,7 @@ def test_a_sampled_node_that_fails_its_handshake_stands_for_its_roster_partition
     from fl_gradcode.flower.roster import load_roster
 
     roster = load_roster({str(10 + j): j for j in range(6)})
-    members = Membership(0.2, roster=roster)
+    members = Membership(0.2, roster=roster, seed=0)
     grid = _Claims({10 + j: (j, 6) for j in range(6) if j != 4}, listed=range(10, 16))
     assert members.admit(grid, [10, 12, 14], 1) == [10, 12, placeholder(4)]
     assert members.row_fields(1)["unidentified"] == [14]

@@ -656,8 +656,8 @@ def _configured_round(n: int, code: str, s: int):
                               timing="wallclock", seed=0)
     wrapped = strategy.wrap_grid(grid)
     msgs = list(strategy.configure_train(1, initial_arrays(), ConfigRecord({"lr": LR}), wrapped))
-    strategy._grid_for_test = wrapped
-    return strategy, {strategy.current_round.worker_of(m.metadata.dst_node_id): m for m in msgs}
+    return strategy, wrapped, {strategy.current_round.worker_of(m.metadata.dst_node_id): m
+                               for m in msgs}
 
 
 def _reply_from(msg: Message) -> Message:
@@ -668,14 +668,14 @@ def _reply_from(msg: Message) -> Message:
 
 def test_replies_pulled_together_are_validated_one_per_undecoded_group_first():
     # FRC n=6, s=2: groups (0, 1, 2) and (3, 4, 5)
-    strategy, sent = _configured_round(6, "frc", 2)
+    strategy, wrapped, sent = _configured_round(6, "frc", 2)
     batch = [_reply_from(sent[w]) for w in range(6)]
     view = strategy.current_round
     order = [view.worker_of(r.metadata.src_node_id) for r in strategy.prioritize(batch)]
     assert order == [0, 3, 1, 4, 2, 5]
     # once group (0, 1, 2) decodes (worker 1's valid reply), its replies go after those of
     # the undecoded group
-    [reply] = strategy._grid_for_test.inner.send_and_receive([sent[1]], timeout=30)
+    [reply] = wrapped.inner.send_and_receive([sent[1]], timeout=30)
     strategy.on_reply(reply)
     assert strategy.current_round.valid == (1,)
     order = [view.worker_of(r.metadata.src_node_id) for r in strategy.prioritize(batch)]
@@ -685,7 +685,7 @@ def test_replies_pulled_together_are_validated_one_per_undecoded_group_first():
 
 def test_wallclock_round_with_every_reply_at_once_returns_after_one_reply_per_group():
     # every reply is in the first poll: the round is ready after validating 2 of the 6
-    strategy, sent = _configured_round(6, "frc", 2)
+    strategy, wrapped, sent = _configured_round(6, "frc", 2)
     validated, original = [], strategy.collector.on_reply  # the grid's callback
 
     def on_reply(reply: Message) -> None:
@@ -693,7 +693,7 @@ def test_wallclock_round_with_every_reply_at_once_returns_after_one_reply_per_gr
         original(reply)
 
     strategy.collector.on_reply = on_reply
-    replies = strategy._grid_for_test.send_and_receive(list(sent.values()), timeout=30)
+    replies = wrapped.send_and_receive(list(sent.values()), timeout=30)
     assert len(replies) == 6 and validated == [0, 3]
     _, _ = strategy.aggregate_train(1, replies)  # the other four are validated here
     assert set(validated) == set(range(6)) and strategy.history[0]["decode"] == "exact"
@@ -1521,8 +1521,9 @@ def frozen_time(monkeypatch):
 @pytest.mark.parametrize("timing", ["virtual", "wallclock"])
 def test_a_default_clock_does_not_stop_late_work_and_starts_at_zero(timing):
     from fl_gradcode.flower.clock import make_clock
+    from fl_gradcode.flower.options import TimingOptions
 
-    clock = make_clock(timing, 3.0)
+    clock = make_clock(TimingOptions(mode=timing), 3.0)
     assert clock.stop_at_deadline is False
     assert clock.now == 0.0 and clock.round_start == 0.0
     assert dict(clock.backlog) == {}
