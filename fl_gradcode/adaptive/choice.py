@@ -153,6 +153,7 @@ def choose_s(
     pending: tuple[Sequence[float] | np.ndarray, Sequence[float] | np.ndarray] | None = None,
     exclude_slower_than: float | None = None,
     pending_limit: Sequence[float] | np.ndarray | None = None,
+    deadline: float | None = None,
 ) -> Decision:
     """The tolerance minimising the predicted expected round time.
 
@@ -222,6 +223,13 @@ def choose_s(
             https://arxiv.org/abs/1901.09339). The margin rule picks ``s`` as before, then
             the faster of the two codes for that ``s`` (``Decision.excluded``). ``None``
             (default): never exclude.
+        deadline: the round ends at this many seconds from its start whether or not it can
+            decode (the server's straggler deadline); a code is then priced by its expected
+            time per round that decodes, ``E[min(T, d)] / P(T <= d)`` (renewal-reward: a
+            round that misses the deadline costs ``d`` and buys no exact update; ``inf``
+            when no draw finishes by ``d``), so a code that can only finish after the
+            deadline is not chosen while one that finishes before it exists. ``None``
+            (default) or ``inf``: ``E[T]``.
 
     With no observation it returns the largest candidate (``s_max``: the safe choice; with
     ``busy="fit"`` every busy client is queued). Ties (identical codes, or codes that cannot
@@ -248,7 +256,7 @@ def choose_s(
         rem = estimator.sample_remaining(p_elapsed, p_load, int(samples), rng)
         if pending_limit is not None:
             rem = np.minimum(rem, _limit(pending_limit, n)[None, :])
-    pricer = _Pricer(X, load_per_partition, estimator.load_exponent, lookahead)
+    pricer = _Pricer(X, load_per_partition, estimator.load_exponent, lookahead, deadline)
     if busy == "skip":
         rem = np.where(is_busy, np.inf, rem)
     table = pricer.table(placement, cand, variants, rem, margin)
@@ -355,8 +363,12 @@ class _Pricer:
     """Expected round time of a code under shared draws (common random numbers), cached by
     the code's decode rule and loads within one :meth:`table`."""
 
-    def __init__(self, X: np.ndarray, load_per_partition: Any, beta: float, lookahead: bool):
+    def __init__(self, X: np.ndarray, load_per_partition: Any, beta: float, lookahead: bool,
+                 deadline: float | None = None):
         self.X, self.cost, self.beta, self.lookahead = X, load_per_partition, beta, lookahead
+        self.deadline = None if deadline is None or not math.isfinite(deadline) else deadline
+        if self.deadline is not None and not self.deadline > 0:
+            raise ValueError(f"deadline={deadline!r} must be > 0 seconds (or None)")
         self.seen: dict[bytes, float] = {}
 
     def price(self, code: GradientCode, rem: np.ndarray) -> float:
@@ -373,8 +385,18 @@ class _Pricer:
                 # rolled draws: independent latencies for the next round
                 T = 0.5 * (T + rule.times(_finish(np.roll(self.X, 1, axis=0), left, loads,
                                                   self.beta)))
-            self.seen[key] = float(np.mean(T))
+            self.seen[key] = self.per_round(T)
         return self.seen[key]
+
+    def per_round(self, T: np.ndarray) -> float:
+        """``E[T]``, or with a deadline ``E[min(T, d)] / P(T <= d)`` (``inf``: never by
+        ``d``)."""
+        if self.deadline is None:
+            return float(np.mean(T))
+        decoded = float(np.mean(T <= self.deadline))
+        if decoded == 0.0:
+            return math.inf
+        return float(np.mean(np.minimum(T, self.deadline))) / decoded
 
     def table(self, placement: Any, cand: list[int], variants: dict[int, GradientCode],
               rem: np.ndarray, margin: float) -> _Table:

@@ -151,8 +151,10 @@ KEYS: tuple[Key, ...] = (
         why_differs=f"{_REGIME}; with GradientCoding's None (`max(1, n // 4)` = 3 for 12 "
         "clients) the experiment's coded run ended below drop-stragglers' accuracy on one "
         "seed (regime `persistent-auto`)"),
-    Key("auto-margin", 0.1, "`s=auto`: a larger `s` predicted at most this much (relative) "
-        "slower is preferred; 0 = pure expected-time minimiser", keyword="auto_margin",
+    Key("auto-margin", 0.2, "`s=auto`: a larger `s` predicted at most this much (relative) "
+        "slower is preferred; 0 = pure expected-time minimiser (the default: chosen with "
+        "`s-max` by `experiments/grid.toml`'s rule on development seeds, "
+        "`python -m experiments.choose_defaults`)", keyword="auto_margin",
         coded_only=True),
     Key("fraction-train", 1.0, "fraction of the nodes sampled each round (Flower's "
         "`fraction_train`); the code is built over each cohort. With DP the accountant still "
@@ -250,8 +252,11 @@ KEYS: tuple[Key, ...] = (
         why_differs=f"{_REGIME}; GradientCoding's `10.0` is later than almost every reply "
         "there, so the drop-stragglers rival would drop almost nothing and wait like "
         "wait-for-all"),
-    Key("stop-late-work", False, "workers stop at the round's deadline instead of finishing "
-        "work the server can no longer use", keyword="stop_late_work", coded_only=True),
+    Key("stop-late-work", "auto", "workers stop at the round's deadline instead of finishing "
+        "work the server can no longer use; `auto`: with `s=auto` when busy clients are "
+        "given queued work (virtual timing), else not (queued work behind stale work "
+        "otherwise snowballs when deadlines bind)", keyword="stop_late_work",
+        coded_only=True, also=("auto",), kind=bool),
     Key("auto-deadline", 0.0, "`s=auto` (or `busy=fit`), virtual timing: each round's "
         "deadline is this factor (≥ 1) times its predicted time (never beyond "
         "`straggler-timeout`), and work stops there; 0 = off", keyword="auto_deadline",

@@ -82,7 +82,7 @@ class DeadlinePolicy:
 
     def _warn_if_unreachable(self, predicted: float, s: Any) -> None:
         limit = self.options.straggler_timeout
-        if math.isfinite(predicted) and predicted > limit:
+        if not math.isnan(predicted) and predicted > limit:
             self._warn(f"s='auto' predicts {predicted:.3g} s for its round (s={s})")
 
     def _warn(self, evidence: str) -> None:

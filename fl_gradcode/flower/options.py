@@ -7,20 +7,17 @@ resolves the defaults that depend on other options:
 
 * ``s="auto"``: the code is the nested placement; the fixed ``s`` the wrapper reports is
   ``s_max`` (1 when ``s_max`` is ``None``); ``exclude_slow`` needs it.
-* ``busy=None``: ``"queue"`` with ``s="auto"``, ``"skip"`` otherwise; under wallclock timing
-  busy members are always skipped (the grid waits for their earlier replies; queueing is not
-  implemented there), so ``busy`` resolves to ``"skip"``.
-* ``auto_deadline`` needs a prediction of the round's time (``s="auto"`` or ``busy="fit"``)
-  and virtual timing, and implies ``stop_late_work`` (a deadline before the work's end is only
-  worth it if the work stops there).
+* ``busy=None``: ``"queue"`` with ``s="auto"``, ``"skip"`` otherwise (always ``"skip"``
+  under wallclock timing: the grid waits for busy members' earlier replies).
+* ``stop_late_work="auto"``: on for ``s="auto"`` with busy clients given queued work;
+  ``auto_deadline`` (needs ``s="auto"`` or ``busy="fit"``, and virtual timing) implies it.
 * ``code="nested"`` with a fixed ``s`` and ``s_max``: the placement's ``s_max`` enters the
   code's options; ``m`` enters them as ``m``. A ``code_options`` entry that contradicts either
   keyword is refused (it used to win silently over the keyword).
 * ``verify=True`` is refused for codes it cannot check
   (:func:`~fl_gradcode.flower.integrity.verify_refusal`).
 
-The groups are plain values in the style of :mod:`fl_gradcode.latency` (frozen dataclasses that
-validate themselves); the collaborators of ``GradientCoding`` each take the group they need.
+The groups are plain values (frozen dataclasses); the collaborators take the groups they need.
 Each option's default is declared once: as its group's field, or, where a run-config key sets
 the keyword to the same default, as that key's default
 (:data:`~fl_gradcode.config.keys.KEYWORD_DEFAULTS`); ``GradientCoding``'s and
@@ -49,9 +46,11 @@ from .clock import CLOCKS, clock_class
 from .code_options import code_options as _code_options
 from .integrity import verify_refusal
 
-__all__ = ["AdaptiveOptions", "CodeOptions", "DeadlineOptions", "IntegrityOptions", "Options",
-           "PrivacyOptions", "TimingOptions", "WireOptions", "check_code", "check_fixed_s",
-           "resolve_busy"]
+STOP_LATE_WORK: bool | str = _KEYED["stop_late_work"]
+
+__all__ = ["STOP_LATE_WORK", "AdaptiveOptions", "CodeOptions", "DeadlineOptions",
+           "IntegrityOptions", "Options", "PrivacyOptions", "TimingOptions", "WireOptions",
+           "check_code", "check_fixed_s", "resolve_busy"]
 
 TIMINGS = tuple(CLOCKS)
 BUSY_MODES = ("skip", "queue", "fit")
@@ -245,8 +244,7 @@ class TimingOptions:
         clock frees such a worker at the deadline instead of at the end of its job, so its
         next round's work is not queued behind stale work. A stopped worker's time is
         censored at the deadline instead of observed late. Wallclock round 1 is never
-        stopped (its deadline counts from the first reply). Default ``False``: every job runs
-        to its end.
+        stopped (its deadline counts from the first reply). ``"auto"``: see the module doc.
     """
 
     mode: str = _KEYED["timing"]
@@ -255,7 +253,7 @@ class TimingOptions:
     compute_cost_s: float = 0.0
     upload_bandwidth: float | None = _KEYED["upload_bandwidth"]
     busy: str = "skip"
-    stop_late_work: bool = _KEYED["stop_late_work"]
+    stop_late_work: bool = False  # resolved: GradientCoding's STOP_LATE_WORK may be "auto"
 
     def __post_init__(self) -> None:
         if self.mode not in TIMINGS:
@@ -263,7 +261,8 @@ class TimingOptions:
         if self.compute_cost_s < 0:
             raise ValueError(f"compute_cost_s={self.compute_cost_s!r} must be >= 0")
         if not isinstance(self.stop_late_work, bool):
-            raise ValueError(f"stop_late_work={self.stop_late_work!r} must be True or False")
+            raise ValueError(f"stop_late_work={self.stop_late_work!r} must be True or False "
+                             "(or 'auto')")
         if self.busy not in BUSY_MODES:
             raise ValueError(f"busy={self.busy!r}; expected 'skip', 'queue', 'fit' or None")
         if clock_class(self.mode).busy_mode(self.busy) != self.busy:
@@ -539,7 +538,7 @@ class Options:
         verify_tolerance: float = IntegrityOptions.verify_tolerance,
         sparse_decoding: bool = WireOptions.sparse_decoding, busy: str | None = None,
         latency_state: str | os.PathLike[str] | None = AdaptiveOptions.latency_state,
-        stop_late_work: bool = TimingOptions.stop_late_work,
+        stop_late_work: bool | str = STOP_LATE_WORK,
         auto_deadline: float | None = DeadlineOptions.auto_deadline,
         auto_approximate: bool = AdaptiveOptions.auto_approximate,
     ) -> Options:
@@ -570,12 +569,13 @@ class Options:
                              "reply times)")
         deadline = DeadlineOptions(straggler_timeout, round_timeout, warmup_timeout,
                                    auto_deadline, max_decode_error, min_replies)
+        busy = resolve_busy(busy, auto, timing)
+        if stop_late_work == "auto":  # queued work behind stale work snowballs at deadlines
+            stop_late_work = auto and busy in ("queue", "fit")
         timing_options = TimingOptions(
-            timing, latency, measured_compute, compute_cost_s, upload_bandwidth,
-            busy=resolve_busy(busy, auto, timing),
+            timing, latency, measured_compute, compute_cost_s, upload_bandwidth, busy=busy,
             stop_late_work=(stop_late_work or auto_deadline is not None)
-            if isinstance(stop_late_work, bool) else stop_late_work,
-        )
+            if isinstance(stop_late_work, bool) else stop_late_work)
         options = _code_options(code, s, s_max, auto, code_options, m)
         integrity = IntegrityOptions(verify, verify_tolerance)
         refusal = verify_refusal(code, s, options) if integrity.verify else None

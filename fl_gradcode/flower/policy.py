@@ -259,6 +259,7 @@ class FixedCodePolicy:
             rng=np.random.default_rng([self.seed, estimator.next_round_id]),
             exclude_slower_than=self.exclude_slow,
             pending_limit=None if pending is None or not self.stop_late_work else limit,
+            deadline=self.options.deadline.straggler_timeout,
         )
 
     def busy_inputs(self, placement: Any, busy_nodes: set[int], cohort: list[int]

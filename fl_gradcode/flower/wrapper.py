@@ -61,6 +61,7 @@ from .membership import Membership, missing_fields
 from .opener import RoundOpener
 from .option_attributes import OptionAttributes
 from .options import (
+    STOP_LATE_WORK,
     AdaptiveOptions,
     CodeOptions,
     DeadlineOptions,
@@ -146,7 +147,7 @@ class GradientCoding(OptionAttributes, Strategy):
         compute_cost_s: float = TimingOptions.compute_cost_s,
         upload_bandwidth: float | None = TimingOptions.upload_bandwidth,
         busy: str | None = None,
-        stop_late_work: bool = TimingOptions.stop_late_work,
+        stop_late_work: bool | str = STOP_LATE_WORK,
         straggler_timeout: float = DeadlineOptions.straggler_timeout,
         auto_deadline: float | None = DeadlineOptions.auto_deadline,
         max_decode_error: float = DeadlineOptions.max_decode_error,

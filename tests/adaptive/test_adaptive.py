@@ -1046,3 +1046,30 @@ def test_a_table_shorter_than_the_smoothing_kernel_keeps_its_size_and_the_kernel
     kernel = np.exp(-0.5 * (np.arange(-half, half + 1) * h / bw) ** 2)
     cells = np.arange(size) - 50  # offsets from the event's cell
     np.testing.assert_allclose(np.exp(logp), kernel[half + cells] / kernel.sum() / h, rtol=1e-9)
+
+
+def test_a_deadline_rules_out_codes_that_cannot_decode_by_it():
+    """Deterministic 1 s per partition, client 4 busy for 100 s (its work queued): s = 0
+    waits for it (101 s), s = 1, 2, 3 decode without it at s + 1 seconds. With margin 1 the
+    most tolerant s within 2x of the fastest (2 s) is s = 3 (4 s). A 3.5 s deadline: s = 3
+    cannot decode by it (priced inf: every round would end undecoded), so s = 2 (3 s)."""
+    n = 12
+    placement = NestedPlacement(n, 3)
+    est = LatencyEstimator(n, load_exponent=1.0)
+    est.update(np.ones(n), np.ones(n), 1.0)
+    busy = np.zeros(n)
+    busy[4] = 100.0
+    free = choose_s(placement, est, busy_until=busy, busy="queue", margin=1.0)
+    assert free.s == 3
+    assert free.expected_times == pytest.approx({0: 101.0, 1: 2.0, 2: 3.0, 3: 4.0})
+    timed = choose_s(placement, est, busy_until=busy, busy="queue", margin=1.0, deadline=3.5)
+    assert timed.s == 2
+    assert timed.expected_times == pytest.approx({0: math.inf, 1: 2.0, 2: 3.0, 3: math.inf})
+    # no code can decode by the deadline: the safe default (the largest s)
+    assert choose_s(placement, est, busy_until=busy, busy="queue", deadline=1.5).s == 3
+    # an infinite deadline is none
+    assert choose_s(placement, est, busy_until=busy, busy="queue", margin=1.0,
+                    deadline=math.inf).expected_times == free.expected_times
+    with pytest.raises(ValueError, match="deadline=0"):
+        choose_s(placement, est, busy_until=busy, deadline=0)
+

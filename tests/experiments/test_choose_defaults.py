@@ -52,8 +52,10 @@ def test_the_json_holds_every_candidate_of_the_rule(quick):
                                         else c["s-max"])
         for regime in settings["regimes"]:
             assert set(c["ratios"][regime]) == {str(s) for s in settings["seeds"]}
-    assert quick["current_defaults"]["s-max"] == 4
-    assert quick["current_defaults"]["auto-margin"] == 0.1
+    from fl_gradcode.config.keys import key
+
+    assert quick["current_defaults"]["s-max"] == key("s-max").default
+    assert quick["current_defaults"]["auto-margin"] == key("auto-margin").default
 
 
 def test_the_ratios_are_the_times_of_auto_over_the_best_fixed_code(quick):
@@ -100,7 +102,9 @@ def test_the_choice_follows_the_rule_on_the_recorded_ratios(quick):
     best = ranked[0]
     chosen = quick["chosen"]
     assert (chosen["s-max"], chosen["auto-margin"]) == (best["s-max"], best["auto-margin"])
-    current = next(c for c in rows if (c["s-max"], c["auto-margin"]) == (4, 0.1))
+    now = quick["current_defaults"]
+    current = next(c for c in rows if (c["s-max"], c["auto-margin"]) == (now["s-max"],
+                                                                          now["auto-margin"]))
     assert _number(quick["current_defaults"]["median"]) == _number(current["median"])
 
 

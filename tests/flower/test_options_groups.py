@@ -99,7 +99,9 @@ def test_a_timing_group_that_queues_under_wallclock_is_refused():
 def test_auto_deadline_implies_stop_late_work():
     options = Options.from_keywords(s="auto", auto_deadline=1.5)
     assert options.timing.stop_late_work and options.deadline.auto_deadline == 1.5
-    assert not Options.from_keywords(s="auto").timing.stop_late_work
+    # s="auto" with queued work stops late work by default ("auto"); a fixed code does not
+    assert Options.from_keywords(s="auto").timing.stop_late_work
+    assert not Options.from_keywords(s=1).timing.stop_late_work
 
 
 def test_auto_reports_s_max_as_its_s():

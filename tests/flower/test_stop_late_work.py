@@ -190,8 +190,25 @@ def test_stop_late_work_is_validated_and_read_from_the_run_config():
     with pytest.raises(ValueError, match=r"stop_late_work='yes' must be True or False"):
         GradientCoding(FedAvg(fraction_evaluate=0.0), stop_late_work="yes")
     assert merge_config({"stop-late-work": True})["stop-late-work"] is True
+    assert merge_config({})["stop-late-work"] == "auto"
     with pytest.raises(ValueError, match=r"stop-late-work=1 must be bool"):
         merge_config({"stop-late-work": 1})
+
+
+def test_stop_late_work_auto_stops_queued_work_of_s_auto_only_and_an_explicit_value_wins():
+    """The default "auto": on for s="auto" when busy clients are given queued work (virtual
+    timing), where work behind stale work otherwise piles up once deadlines bind; off for a
+    fixed code and under wallclock timing (busy clients are skipped there); True / False as
+    given."""
+    def stops(**keywords):
+        return GradientCoding(FedAvg(fraction_evaluate=0.0), **keywords).stop_late_work
+
+    assert stops(s="auto") is True
+    assert stops(s="auto", busy="skip") is False
+    assert stops(s="auto", timing="wallclock") is False
+    assert stops(s=1) is False and stops(s=1, busy="queue") is False
+    assert stops(s="auto", stop_late_work=False) is False
+    assert stops(s=1, stop_late_work=True) is True
 
 
 

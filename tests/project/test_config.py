@@ -40,7 +40,7 @@ def test_pyproject_run_config_section_is_the_generated_text():
     section = pyproject_section().splitlines()
     assert section[0] == "[tool.flwr.app.config]" and len(section) == len(KEYS) + 1
     assert section[1:4] == ["num-rounds = 30", "num-clients = 0", 'code = "grouped-rs"']
-    assert "stop-late-work = false" in section and "delta = 1e-05" in section
+    assert 'stop-late-work = "auto"' in section and "delta = 1e-05" in section
 
 
 def test_run_config_keys_exist_and_are_documented_in_the_option_page():
@@ -84,7 +84,7 @@ def test_auto_margin_run_config_key_reaches_the_strategy_and_is_validated(tmp_pa
     from server.app import build
 
     base = {"s": "auto", "results-dir": str(tmp_path)}
-    assert build(merge_config(base), 4)[0].auto_margin == 0.1  # the documented default
+    assert build(merge_config(base), 4)[0].auto_margin == 0.2  # the documented default
     assert build(merge_config({**base, "auto-margin": 0.25}), 4)[0].auto_margin == 0.25
     with pytest.raises(ValueError, match=r"auto_margin=-0\.5"):
         build(merge_config({**base, "auto-margin": -0.5}), 4)
@@ -468,7 +468,9 @@ CASES = {
 }
 # the defaults, when the construction below was captured, of the keys the main job's regime
 # has changed since: every case runs on them, so it still compares the same run configs
-CAPTURE_DEFAULTS = {"s": 3, "s-max": 0, "latency": "bimodal", "latency-p": 0.1,
+CAPTURE_DEFAULTS = {"s": 3, "s-max": 0, "auto-margin": 0.1, "stop-late-work": False,
+                    "latency": "bimodal",
+                    "latency-p": 0.1,
                     "virtual-compute": "measured", "partition-cost-s": 0.0,
                     "straggler-timeout": 10.0}
 OLD_BASE = {'accountant': None,
