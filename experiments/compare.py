@@ -393,6 +393,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cells", default="*",
                         help="with --grid: comma-separated patterns (fnmatch) of cell ids "
                              "TASK/LATENCY/NxCOHORT, e.g. 'digits-logreg/*/20x20'")
+    parser.add_argument("--rerun", action="store_true",
+                        help="with --grid and --methods: cells already in --out run only "
+                             "--methods again (their runs replaced); other cells run fully")
     parser.add_argument("--quick", action="store_true",
                         help=f"the quick slice: {QUICK}")
     args = parser.parse_args(argv)
@@ -466,7 +469,7 @@ def _main(args: argparse.Namespace) -> int:
 
         methods = ([m.strip() for m in args.methods.split(",") if m.strip()]
                    if args.methods else None)
-        return run_grid(grid, args.cells, Path(args.out), methods)
+        return run_grid(grid, args.cells, Path(args.out), methods, rerun=args.rerun)
     task = lookup(grid, "tasks", args.task)
     n = QUICK["n"] if args.quick else args.n
     cohort = args.cohort or n

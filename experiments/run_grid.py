@@ -173,9 +173,34 @@ def _task_factors(digits_wfa: float | None) -> dict[str, float]:
     return factors
 
 
+def rerun_cell(existing: Mapping[str, Any], result: Mapping[str, Any],
+               methods: Sequence[str], rules: Mapping[str, Any]) -> dict[str, Any]:
+    """A finished cell with ``methods`` run again (``result``: those methods' runs on the same
+    cell and seeds): their runs replaced, the new deadline facts kept, the summary redone,
+    and the re-run recorded under ``reruns``."""
+    from experiments.compare import summarize
+
+    runs = [r for r in existing["runs"] if r["method"] not in methods] + list(result["runs"])
+    facts = {k: v for k, v in result["settings"].items()
+             if k not in ("methods", "quick", "set")}
+    settings = {**existing["settings"], **facts}
+    reruns = [*existing.get("reruns", []),
+              {"methods": list(methods), "finished_utc": result.get("finished_utc"),
+               "runtime_s": result["runtime_s"]}]
+    return {**existing, "settings": settings, "runs": runs,
+            "summary": summarize(runs, rules), "reruns": reruns}
+
+
 def run_grid(grid: Mapping[str, Any], patterns: str, out: Path,
-             methods: Sequence[str] | None = None) -> int:
-    """Run the cells matching ``patterns`` one after the other, merging each into ``out``."""
+             methods: Sequence[str] | None = None, rerun: bool = False) -> int:
+    """Run the cells matching ``patterns`` one after the other, merging each into ``out``.
+    ``rerun``: a cell already in ``out`` runs only ``methods`` again (their runs replaced,
+    the other methods' kept: for a change that touches only those methods); a cell not in
+    ``out`` runs every method of the grid."""
+    if rerun and not methods:
+        raise ValueError("--rerun needs --methods: the methods to run again in the cells "
+                         "already in --out")
+    done = _load(out)["cells"] if rerun else {}
     chosen = cell_names(grid, patterns)
     by_name = {c["name"]: c for c in grid_cells(grid)}
     rounds = int(grid["scale"]["rounds"])
@@ -189,13 +214,17 @@ def run_grid(grid: Mapping[str, Any], patterns: str, out: Path,
             print(f"grid: {name} skipped (no target)")
             continue
         full = grid_methods(grid, cell["cohort"])
-        chosen_methods = check_methods(list(methods) if methods else full)
+        again = rerun and name in done
+        chosen_methods = check_methods(list(methods) if methods and (again or not rerun)
+                                       else full)
         started = _dt.datetime.now(_dt.UTC)
         result = run_cell(grid, cell["task"], cell["latency"], cell["n"], cell["cohort"],
                           rounds, seeds, dev, chosen_methods, float(task["target"]))
         result = {**result, "started_utc": started.isoformat(timespec="seconds"),
                   "finished_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
                   "methods_not_run": [m for m in full if m not in chosen_methods]}
+        if again:
+            result = rerun_cell(done[name], result, chosen_methods, grid["rules"])
         merge(out, grid, name, result)
         print_summary(result)
         print(f"grid: {name} done in {result['runtime_s']:.1f} s, merged into {out}")

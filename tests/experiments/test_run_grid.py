@@ -84,3 +84,30 @@ def test_the_reported_set_covers_every_task_regime_and_scale():
     # "report" may be combined with patterns, in order, without repeats
     assert cell_names(grid, "digits-logreg/trace/20x20,report")[:2] == [
         "digits-logreg/trace/20x20", "digits-logreg/persistent/20x20"]
+
+
+def test_a_rerun_replaces_only_the_named_methods_of_finished_cells(tmp_path):
+    grid = _tiny(compare.load_grid())
+    out = tmp_path / "grid.json"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        run_grid.run_grid(grid, "digits-logreg/persistent/*", out, ["auto", "wait-for-all"])
+        first = json.loads(out.read_text())["cells"]["digits-logreg/persistent/5x5"]
+        # the change: auto with another margin (a --set key of the cell would do the same)
+        grid["tasks"]["digits-logreg"]["run_config"] = {"auto-margin": 3.0}
+        with pytest.raises(ValueError, match="--rerun needs --methods"):
+            run_grid.run_grid(grid, "digits-logreg/persistent/*", out, None, rerun=True)
+        run_grid.run_grid(grid, "digits-logreg/persistent/*", out, ["auto"], rerun=True)
+    finally:
+        torch.set_num_threads(threads)
+    cell = json.loads(out.read_text())["cells"]["digits-logreg/persistent/5x5"]
+    old = {r["method"]: r for r in first["runs"]}
+    new = {r["method"]: r for r in cell["runs"]}
+    assert set(new) == {"auto", "wait-for-all"}
+    assert new["wait-for-all"] == old["wait-for-all"]  # kept as it was
+    assert cell["settings"]["run_config"]["auto-margin"] == 3.0
+    assert cell["reruns"][0]["methods"] == ["auto"]
+    ratio = cell["summary"]["wait-for-all"]["client_compute_s_vs_auto"]["per_seed"]["10"]
+    assert ratio == pytest.approx(new["wait-for-all"]["client_compute_s"]
+                                  / new["auto"]["client_compute_s"])
