@@ -291,7 +291,7 @@ def start_rival(method: str, run_config: Mapping[str, Any], n: int, *,
     _, *built = build_rival(cfg, n)
     _, index = run_partitions(cfg, n)
     common = {
-        "latency": run_latency(cfg), "seed": int(cfg["seed"]),
+        "latency": run_latency(cfg, n), "seed": int(cfg["seed"]),
         "partition_sizes": [len(p) for p in index],
         "measured_compute": str(cfg["virtual-compute"]) == "measured",
         "compute_cost_s": float(cfg["partition-cost-s"]),

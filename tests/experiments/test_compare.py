@@ -244,3 +244,15 @@ def test_sharing_updates_between_replicas_changes_no_number():
                     "time_to_target", "decodes"):
             assert shared[key] == alone[key], (method, key)
         assert alone["partitions_computed"] > 6 * 3  # s + 1 partitions per client
+
+
+def test_rivals_run_under_fedscale_device_traces():
+    """latency=fedscale sizes its tasks by the number of clients: the rivals' latency model
+    gets it too (a wait-for-all run used to stop with 'needs the number of clients')."""
+    from experiments.rival_runs import Cell, run_rival
+
+    grid = compare.load_grid()
+    cell = Cell(run_config=compare.cell_run_config(grid, "digits-logreg", "fedscale"), n=4,
+                cohort=4, rounds=1, target=0.3)
+    record = run_rival("wait-for-all", 0, cell)
+    assert record["rounds"] == 1 and record["total_virtual_s"] > 0
