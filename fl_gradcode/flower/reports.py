@@ -202,7 +202,7 @@ def agree_sizes(
     def claims(groups: list[list[tuple[int, float]]]) -> str:
         return "; ".join(f"workers {[w for w, _ in g]} report {g[0][1]:g}" for g in groups[:6])
 
-    while bound is not None:  # one pass: only s + 1 agreeing replicas outvote anyone
+    if bound is not None:  # one pass: only s + 1 agreeing replicas outvote anyone
         for j in sorted(holders):
             groups = groups_of(j)
             if len(groups) <= 1:
@@ -218,7 +218,6 @@ def agree_sizes(
                         f"partition-sizes: the replicas of partition {j} disagree "
                         f"({claims(groups)}) and no s + 1 = {bound + 1} of them agree: all "
                         "left out, none blamed"))
-        break
     while bound is None:
         ties: dict[int, list[list[tuple[int, float]]]] = {}
         for j in sorted(holders):
