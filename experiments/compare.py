@@ -260,8 +260,11 @@ def best_deadline(records: Mapping[float, list[dict[str, Any]]]) -> float:
 
 def compare(cell: Cell, methods: Sequence[str], seeds: Sequence[int],
             dev_seeds: Sequence[int], rules: Mapping[str, Any],
-            log: Callable[[str], None] = print) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Every method on every seed: ``(runs, deadline facts)``."""
+            log: Callable[[str], None] = print,
+            own_timeout: bool = False) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Every method on every seed: ``(runs, deadline facts)``. ``own_timeout``: the cell sets
+    ``straggler-timeout`` itself (``--set`` or the grid's tables; a registry entry's value is
+    the main job's), and the coded methods stop waiting there."""
     from fl_gradcode.rivals import deadline_grid
 
     runner = Runner(cell, log)
@@ -269,8 +272,7 @@ def compare(cell: Cell, methods: Sequence[str], seeds: Sequence[int],
     facts: dict[str, Any] = {}
     coded = [m for m in methods if m not in (*RIVALS, "deadline", "deadline-best")]
     # coded methods stop waiting at the same stated deadline as the deadline rival, unless
-    # the cell sets straggler-timeout itself (--set or the grid's tables)
-    own_timeout = "straggler-timeout" in cell.run_config
+    # the cell sets straggler-timeout itself
     needs_deadline = {"deadline", "deadline-best"} & set(methods) or (coded and not own_timeout)
     stated = None
     if needs_deadline:
@@ -433,7 +435,10 @@ def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, coho
         f"n={n}, cohort={cohort}, {rounds} rounds, target {target}, seeds {list(seeds)}"
         + (f", compute charged {charge['measured_partition_cost_s']:.4f} s per partition"
            if charge else ""))
-    runs, facts = compare(cell, methods, seeds, dev_seeds, rules, log)
+    own = {**(lookup(grid, "latency", latency).get("run_config", {}) if latency else {}),
+           **lookup(grid, "tasks", task_name).get("run_config", {}), **(sets or {})}
+    runs, facts = compare(cell, methods, seeds, dev_seeds, rules, log,
+                          own_timeout="straggler-timeout" in own)
     return {
         "settings": {
             "task": task_name, "latency": latency, "n": n, "cohort": cohort,

@@ -18,7 +18,9 @@ A device's time for a task (as FedScale charges it) is compute plus upload::
     upload_s  = model_bytes * 8 / 1000 / kbps
 
 and a device that is off at the task's start, or goes off before it finishes, never replies
-(infinite delay: a straggler for that round).
+(infinite delay: a straggler for that round). The server hears of it
+:data:`UNAVAILABLE_NOTICE_S` seconds after the device went off
+(:meth:`DeviceTrace.unavailable_notice`): a round that waits for every reply ends then.
 
 :func:`generate_fedscale` draws such dicts from a stated, seeded fit (:data:`FIT`), so runs need
 no data files; :func:`load_fedscale` reads FedScale's own pickles when a user has them.
@@ -39,6 +41,7 @@ __all__ = [
     "BEHAVE_FILE",
     "CAPACITY_FILE",
     "FIT",
+    "UNAVAILABLE_NOTICE_S",
     "DeviceTrace",
     "generate_fedscale",
     "load_fedscale",
@@ -48,6 +51,12 @@ __all__ = [
 #: FedScale's file names for the two pickles.
 CAPACITY_FILE = "client_device_capacity"
 BEHAVE_FILE = "client_behave_trace"
+
+#: Seconds from a device going off until the server hears that its client will not reply:
+#: Flower's SuperLink answers a message to a node with an error (``NODE_UNAVAILABLE``) once
+#: the node has missed its heartbeats for ``HEARTBEAT_PATIENCE`` (2) times its interval
+#: (``HEARTBEAT_DEFAULT_INTERVAL``, 30 s): the latest it can hear of it.
+UNAVAILABLE_NOTICE_S = 60.0
 
 #: The generator's fit (all log-normals given by their median and the sigma of the log).
 #:
@@ -184,8 +193,9 @@ class DeviceTrace:
     round ``r`` its task starts at ``r * round_s`` seconds on the device's availability
     cycle; a task of load ``L`` processes ``L * samples_per_load`` samples and uploads
     ``model_bytes``, taking :meth:`duration` seconds; if the device is off at the start or goes
-    off before the end, the delay is ``inf`` (it never replies). Devices missing from the
-    behaviour dict (or no behaviour dict) are always available.
+    off before the end, the delay is ``inf`` (it never replies), and the server hears so
+    ``notice_s`` seconds after the device went off (:meth:`unavailable_notice`). Devices
+    missing from the behaviour dict (or no behaviour dict) are always available.
     """
 
     load_scaled = True
@@ -199,12 +209,13 @@ class DeviceTrace:
         model_bytes: float = 0.0,
         round_s: float = 60.0,
         compute_factor: float = 3.0,
+        notice_s: float = UNAVAILABLE_NOTICE_S,
         name: str = "fedscale",
     ) -> None:
         _check(capacity, behave, name)
         for label, value in (("samples_per_load", samples_per_load),
                              ("model_bytes", model_bytes), ("round_s", round_s),
-                             ("compute_factor", compute_factor)):
+                             ("compute_factor", compute_factor), ("notice_s", notice_s)):
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise ValueError(f"{label}={value!r} must be a finite number >= 0")
         self.ids = sorted(capacity)
@@ -215,6 +226,7 @@ class DeviceTrace:
         self.model_bytes = float(model_bytes)
         self.round_s = float(round_s)
         self.compute_factor = float(compute_factor)
+        self.notice_s = float(notice_s)
         self.name = name
 
     def __repr__(self) -> str:
@@ -238,6 +250,32 @@ class DeviceTrace:
         t = start % float(trace["finish_time"])
         i = bisect.bisect_right(trace["active"], t) - 1
         return i >= 0 and t + length <= float(trace["inactive"][i])
+
+    def goes_off(self, worker: int, start: float, length: float) -> float:
+        """Seconds from ``start`` until client ``worker``'s device goes off, if it does before
+        ``start + length``: ``<= 0`` when it is off at ``start`` (since when), ``inf`` when it
+        stays on throughout (as :meth:`available` reads the cycle)."""
+        trace = self.behave.get(self.ids[worker % len(self.ids)])
+        if trace is None:
+            return math.inf
+        finish = float(trace["finish_time"])
+        active, inactive = trace["active"], trace["inactive"]
+        t = start % finish
+        i = bisect.bisect_right(active, t) - 1
+        if i >= 0 and t < float(inactive[i]):  # on at the start
+            end = float(inactive[i])
+            return end - t if t + length > end else math.inf
+        if i >= 0:  # off since this period's end
+            return float(inactive[i]) - t
+        # before the cycle's first period: off since the previous cycle's last one ended
+        return (float(inactive[-1]) - finish - t) if len(inactive) else -math.inf
+
+    def unavailable_notice(self, worker: int, round_index: int, load: float = 1.0) -> float:
+        """Seconds from round ``round_index``'s start until the server hears that client
+        ``worker`` will not reply (its device goes off, or is off): ``notice_s`` after the
+        device went off, at once if that was earlier; ``inf`` when the client replies."""
+        off = self.goes_off(worker, round_index * self.round_s, self.duration(worker, load))
+        return max(0.0, off + self.notice_s) if math.isfinite(off) or off < 0 else math.inf
 
     def time(self, worker: int, round_index: int, load: float = 1.0) -> float:
         """The delay of client ``worker`` in round ``round_index`` (``inf`` when off)."""

@@ -45,6 +45,7 @@ __all__ = [
     "client_times",
     "expected_coded_round_time",
     "expected_round_time",
+    "failure_notice",
     "harmonic",
     "make_latency",
     "optimal_s",
@@ -308,6 +309,24 @@ def client_delay(
         t = float(model.base.sample(1, rng, load)[0])
         return t * model.slowdown if model.is_slow(worker) else t
     return float(model.sample(1, rng, load)[0])
+
+
+def failure_notice(
+    model: LatencyModel, *, worker: int, round_index: int, load: float, seed: int
+) -> float:
+    """Seconds from a round's start until the server hears that a client whose delay is
+    ``inf`` will never reply: what the model's ``unavailable_notice(worker, round_index,
+    load)`` says (FedScale-format devices: a minute after the device went off, as Flower's
+    SuperLink reports a node that missed its heartbeats); ``inf`` when the client replies or
+    the model has no such notice (a reply that never comes is then waited for until a
+    deadline)."""
+    if isinstance(model, Drift):
+        model = model.at(round_index)
+    notice = getattr(model, "unavailable_notice", None)
+    if notice is None or math.isfinite(client_delay(
+            model, worker=worker, round_index=round_index, load=load, seed=seed)):
+        return math.inf
+    return float(notice(worker, round_index, load))
 
 
 LATENCY_MODELS = (

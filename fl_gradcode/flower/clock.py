@@ -120,8 +120,8 @@ class Clock(Protocol):
     def wait_for_free(self, cohort: Iterable[int], grid: Any, timeout: float) -> None: ...
     def start_round(self, queued: Mapping[int, int] | None = None,
                     deadline: float | None = None) -> None: ...
-    def window(self, arrivals: Mapping[int, float], decodable: Decodable,
-               num_sent: int) -> RoundWindow: ...
+    def window(self, arrivals: Mapping[int, float], decodable: Decodable, num_sent: int,
+               failures: Mapping[int, float] | None = None) -> RoundWindow: ...
     def finish_round(self, sent_nodes: Iterable[int], arrivals_by_node: Mapping[int, float],
                      end: float, answered: Iterable[int] = ()) -> None: ...
     def arrival(self, compute_s: float, payload_bytes: int, load: Callable[[], float],
@@ -247,10 +247,14 @@ class VirtualClock:
         self.backlog = {w: self._node_backlog[node] for w, node in (queued or {}).items()}
 
     def window(
-        self, arrivals: Mapping[int, float], decodable: Decodable, num_sent: int
+        self, arrivals: Mapping[int, float], decodable: Decodable, num_sent: int,
+        failures: Mapping[int, float] | None = None,
     ) -> RoundWindow:
         """``arrivals``: worker -> seconds of its own work (compute and latency), valid replies
-        only; a queued worker's reply arrives ``backlog[worker]`` seconds later."""
+        only; a queued worker's reply arrives ``backlog[worker]`` seconds later.
+        ``failures``: worker -> seconds after the round's start at which the server hears it
+        will never reply (its device went off): once every worker sent work has replied or
+        been heard of, the round needs no deadline and ends then, decoded or not."""
         arrivals = {w: t + self.backlog.get(w, 0.0) for w, t in arrivals.items()}
         deadline = self.straggler_timeout
         stopped: list[int] = []
@@ -269,8 +273,11 @@ class VirtualClock:
                 end = arrivals[worker]
                 return RoundWindow(prefix, self.round_start + end, order[len(prefix) :],
                                    stopped, stopped_at)
-        if prefix and len(prefix) == num_sent:  # everyone replied, still not decodable
-            end = arrivals[prefix[-1]]
+        failures = dict(failures or {})
+        if (prefix or failures) and len(prefix) + len(failures) == num_sent:
+            # everyone replied or was heard of, still not decodable
+            end = min(max([arrivals[w] for w in prefix[-1:]] + list(failures.values())),
+                      deadline)
         else:
             end = deadline
         return RoundWindow(prefix, self.round_start + end, order[len(prefix) :], stopped,
@@ -403,10 +410,12 @@ class WallClock:
         self.now = self.round_start
 
     def window(
-        self, arrivals: Mapping[int, float], decodable: Decodable, num_sent: int
+        self, arrivals: Mapping[int, float], decodable: Decodable, num_sent: int,
+        failures: Mapping[int, float] | None = None,
     ) -> RoundWindow:
         """Every valid reply the grid returned is used (it returned at the first decodable
-        set or at the deadline)."""
+        set or at the deadline; in real time a node gone off is the grid's error reply, so
+        ``failures`` is not read)."""
         used = sorted(arrivals, key=lambda w: (arrivals[w], w))
         return RoundWindow(used, time.monotonic() - self._t0)
 

@@ -56,17 +56,27 @@ class RoundCloser:
             lambda: self.workload.load(state.code, worker, partitions),
             lambda load: self.workload.delay(state.cohort[worker], state.number, load))
 
+    def failure_notice(self, state: RoundState, worker: int) -> float:
+        """Seconds from the round's start until the server hears that ``worker``, whose reply
+        never arrives, is off (``inf``: never; the round then waits for its deadline)."""
+        load = self.workload.load(state.code, worker, list(state.partitions))
+        return self.workload.failure_notice(state.cohort[worker], state.number, load)
+
     def close(self, state: RoundState) -> RoundState:
         """The round with its :class:`Closing`: the clock's window (the replies it decodes
         from, its end) and the workers it stopped at the deadline; the clock moved on; the
         code policy fed and its state saved."""
         valid = state.valid
         timed = {w: self.arrival(state, w, r) for w, r in valid.items()}
-        # an infinite delay (a device off, e.g. latency=fedscale) never arrives: no reply
+        # an infinite delay (a device off, e.g. latency=fedscale) never arrives: no reply;
+        # the server hears of it when the latency model says (Flower's NODE_UNAVAILABLE)
         arrivals = {w: t for w, t in timed.items() if math.isfinite(t)}
+        failures = {w: self.failure_notice(state, w) for w in timed.keys() - arrivals.keys()}
+        failures = {w: t for w, t in failures.items() if math.isfinite(t)}
         sent = state.sent
         window = self.clock.window(arrivals, self.verifier.stopping_rule(state, state.code),
-                                   len(sent))
+                                   len(sent), failures)
+        heard = [w for w, t in failures.items() if self.clock.round_start + t <= window.end]
         untravelled = sum(int(valid[w].extra.get("bytes", 0))
                           for w in [*(timed.keys() - arrivals.keys()), *window.stopped])
         closing = Closing(window, tuple(window.stopped), untravelled)
@@ -74,7 +84,7 @@ class RoundCloser:
             [state.cohort[w] for w in sent],
             {state.cohort[w]: t for w, t in arrivals.items()},
             window.end,
-            answered=[state.cohort[w] for w in state.answered],
+            answered=[state.cohort[w] for w in [*state.answered, *heard]],
         )
         closed = dataclasses.replace(state, closing=closing)
         self.policy.observe(closed, arrivals, window)

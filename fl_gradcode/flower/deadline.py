@@ -14,7 +14,9 @@ a coded run's on the same seeds and latency draws:
   ServerApp uses), plus ``compute_cost_s * load`` and ``bytes / upload_bandwidth`` when set;
   ``load`` is the partition's size over the cohort's mean size (as for an uncoded client);
 * the round ends at the deadline, or at the last arrival if every sampled client arrived
-  before it; replies after it are dropped from the average;
+  before it; replies after it are dropped from the average; a client whose device is off
+  (an infinite delay) never arrives, and counts as answered when the server hears so
+  (:func:`fl_gradcode.latency.failure_notice`: Flower's ``NODE_UNAVAILABLE``);
 * a dropped client is still busy with its late work: the next round's message waits for it,
   as a SuperNode runs messages one after the other (the same
   :class:`~fl_gradcode.flower.clock.VirtualClock` the coded runs use).
@@ -30,7 +32,7 @@ queueing), by partition id. A subclass ends rounds earlier through :meth:`round_
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +42,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, Result
 
 from ..config.keys import KEYWORD_DEFAULTS
-from ..latency import LatencyModel, client_delay
+from ..latency import LatencyModel, client_delay, failure_notice
 from ..results import RoundRecorder
 from . import protocol
 from .clock import (
@@ -202,25 +204,44 @@ class DeadlineFedAvg(FedAvg):
         self._wall0 = time.monotonic()
         return messages
 
+    def loads(self, timings: Mapping[int, tuple[int, float, int, int]]) -> dict[int, float]:
+        """Each node's load: its partition's size over the cohort's mean (``timings``: node
+        -> ``(partition id, compute s, num examples, reply bytes)``)."""
+        sizes = {node: (self.partition_sizes[pid] if self.partition_sizes is not None
+                        and 0 <= pid < len(self.partition_sizes) else examples)
+                 for node, (pid, _, examples, _) in timings.items()}
+        # the cohort's mean size (nodes that sent no valid reply count as the mean)
+        share = float(np.mean(list(sizes.values()))) if sizes else 1.0
+        return {node: size / share if share > 0 else 1.0 for node, size in sizes.items()}
+
     def arrivals(
         self, server_round: int, timings: Mapping[int, tuple[int, float, int, int]]
     ) -> dict[int, float]:
         """Virtual seconds after the round's start at which each node's reply arrives, from
         ``timings``: node -> ``(partition id, compute s, num examples, reply bytes)`` (any
         wait for the node's earlier work is added by the clock)."""
-        sizes = {node: (self.partition_sizes[pid] if self.partition_sizes is not None
-                        and 0 <= pid < len(self.partition_sizes) else examples)
-                 for node, (pid, _, examples, _) in timings.items()}
-        # the cohort's mean size (nodes that sent no valid reply count as the mean)
-        share = float(np.mean(list(sizes.values()))) if sizes else 1.0
-        out = {}
-        for node, (pid, compute, _, nbytes) in timings.items():
-            out[node] = virtual_arrival(
-                self.latency, seed=self.seed, pid=pid, round_index=server_round,
-                load=sizes[node] / share if share > 0 else 1.0, compute_s=compute,
-                nbytes=nbytes, measured_compute=self.measured_compute,
-                compute_cost_s=self.compute_cost_s, upload_bandwidth=self.upload_bandwidth)
-        return out
+        loads = self.loads(timings)
+        return {node: virtual_arrival(
+                    self.latency, seed=self.seed, pid=pid, round_index=server_round,
+                    load=loads[node], compute_s=compute, nbytes=nbytes,
+                    measured_compute=self.measured_compute,
+                    compute_cost_s=self.compute_cost_s, upload_bandwidth=self.upload_bandwidth)
+                for node, (pid, compute, _, nbytes) in timings.items()}
+
+    def failure_notices(
+        self, server_round: int, timings: Mapping[int, tuple[int, float, int, int]],
+        nodes: Iterable[int],
+    ) -> dict[int, float]:
+        """Seconds after the round's start at which the server hears that each of ``nodes``
+        (whose replies never arrive) is off, as the latency model says (Flower's
+        ``NODE_UNAVAILABLE`` error); nodes it never hears of are left out."""
+        if self.latency is None:
+            return {}
+        loads = self.loads(timings)
+        out = {node: failure_notice(self.latency, worker=timings[node][0],
+                                    round_index=server_round, load=loads[node],
+                                    seed=self.seed) for node in nodes}
+        return {node: t for node, t in out.items() if np.isfinite(t)}
 
     def round_complete(self, arrived: list[int]) -> bool:
         """Whether the round may end at once with the replies ``arrived`` (nodes, in arrival
@@ -248,12 +269,16 @@ class DeadlineFedAvg(FedAvg):
             metrics = next(iter(msg.content.metric_records.values()), MetricRecord())
             timings[node] = (int(rec["partition-id"]), float(rec["compute-s"]),
                              int(metrics.get(self.weighted_by_key, 0)), reply_bytes(msg))
-        # an infinite delay (a device off, e.g. latency=fedscale) never arrives: no reply
-        arrivals = {n: t for n, t in self.arrivals(server_round, timings).items()
-                    if np.isfinite(t)}
-        window = self.clock.window(arrivals, self.round_complete, len(self._sent))
+        # an infinite delay (a device off, e.g. latency=fedscale) never arrives: no reply;
+        # the server hears of it when the latency model says (Flower's NODE_UNAVAILABLE)
+        timed = self.arrivals(server_round, timings)
+        arrivals = {n: t for n, t in timed.items() if np.isfinite(t)}
+        failures = self.failure_notices(server_round, timings, timed.keys() - arrivals.keys())
+        window = self.clock.window(arrivals, self.round_complete,
+                                   len(self._sent) - len(errors), failures)
+        heard = [n for n, t in failures.items() if self.clock.round_start + t <= window.end]
         self.clock.finish_round(self._sent, arrivals, window.end,
-                                answered=[m.metadata.src_node_id for m in errors])
+                                answered=[m.metadata.src_node_id for m in errors] + heard)
         used = set(window.used)
         kept = [m for m in valid if m.metadata.src_node_id in used]
         arrays, metrics = super().aggregate_train(server_round, kept + errors)

@@ -10,6 +10,7 @@ https://arxiv.org/abs/1512.02673).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from logging import WARNING
 
@@ -17,7 +18,7 @@ import numpy as np
 from flwr.common.logger import log
 
 from ..codes import GradientCode
-from ..latency import LatencyModel, client_delay
+from ..latency import LatencyModel, client_delay, failure_notice
 from .protocol import Identity
 from .round_state import partition_key
 
@@ -78,6 +79,17 @@ class Workload:
         identity = self.identities.get(node)
         key = identity.partition_id if identity is not None else node
         return client_delay(
+            self.latency, worker=key, round_index=server_round, load=load, seed=self.seed
+        )
+
+    def failure_notice(self, node: int, server_round: int, load: float) -> float:
+        """Seconds after the round's start at which the server hears that ``node``, whose
+        delay is infinite, will never reply (``inf``: never; keyed as :meth:`delay`)."""
+        if self.latency is None:
+            return math.inf
+        identity = self.identities.get(node)
+        key = identity.partition_id if identity is not None else node
+        return failure_notice(
             self.latency, worker=key, round_index=server_round, load=load, seed=self.seed
         )
 

@@ -12,7 +12,9 @@ In virtual time it is an event simulation: a client's update arrives at its star
 compute plus the latency drawn for it (``client_delay(latency, worker=partition id,
 round_index=j, load, seed)`` for the client's ``j``-th job, the draw of round ``j`` in a
 synchronous run), exactly as the coded runs' arrivals; a client's compute is run (through the
-grid, in this process) when it is sent its model. Each server step is one row of ``history``
+grid, in this process) when it is sent its model. A client whose device is off (an infinite
+delay) sends no update: its slot is free again when the server hears so
+(:func:`~fl_gradcode.latency.failure_notice`). Each server step is one row of ``history``
 (and ``rounds.jsonl``), with ``virtual_s`` the time it was applied.
 """
 
@@ -41,7 +43,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, Result
 
 from ..flower.deadline import TIMING_KEY, check_charges, reply_bytes, virtual_arrival
-from ..latency import LatencyModel
+from ..latency import LatencyModel, failure_notice
 from ..results import RoundRecorder
 
 __all__ = ["FedBuff", "staleness_weight"]
@@ -222,7 +224,14 @@ class FedBuff(FedAvg):
             nbytes = reply_bytes(reply) if delta is not None else 0
             if pid < 0:  # no usable timing: the client's latency alone
                 pid = nodes.index(node)
-            arrive = self.now + self.arrival(pid, jobs[node], compute, nbytes)
+            took = self.arrival(pid, jobs[node], compute, nbytes)
+            if math.isinf(took) and self.latency is not None:
+                # the device is off: its update never comes; the server hears so (Flower's
+                # NODE_UNAVAILABLE) when the latency model says, and the slot is free again
+                took = failure_notice(self.latency, worker=pid, round_index=jobs[node],
+                                      load=self.load(pid), seed=self.seed)
+                delta, compute, nbytes, reason = None, 0.0, 0, "node unavailable (device off)"
+            arrive = self.now + took
             busy.add(node)
             heapq.heappush(events, (arrive, seq, node, {
                 "delta": delta, "pid": pid, "version": version, "compute": compute,

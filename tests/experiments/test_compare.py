@@ -256,3 +256,30 @@ def test_rivals_run_under_fedscale_device_traces():
                 cohort=4, rounds=1, target=0.3)
     record = run_rival("wait-for-all", 0, cell)
     assert record["rounds"] == 1 and record["total_virtual_s"] > 0
+
+
+def test_under_fedscale_devices_gone_off_hold_no_rival_up_for_ever():
+    """About a fifth of the generated devices are off at any moment; a rival that waits for
+    them is told they are gone a minute after they went (Flower's NODE_UNAVAILABLE), as the
+    coded runs are: every run's virtual time stays finite (they used to wait 1e12 s)."""
+    from experiments.rival_runs import Cell, run_rival
+
+    grid = compare.load_grid()
+    cell = Cell(run_config=compare.cell_run_config(grid, "digits-logreg", "fedscale"), n=20,
+                cohort=20, rounds=3, target=0.3)
+    for method in ("wait-for-all", "first-k", "fedbuff"):
+        record = run_rival(method, 10, cell)
+        assert 0 < record["total_virtual_s"] < 3 * 600, (method, record["total_virtual_s"])
+
+
+def test_a_regime_default_deadline_is_not_the_cells_own(tmp_path):
+    """The fedscale regime's straggler-timeout is the main job's; in the benchmark the coded
+    methods stop waiting at the stated deadline, as the deadline rival (only --set or the
+    grid's own tables give a cell its own)."""
+    out = tmp_path / "fedscale.json"
+    assert compare.main(["--latency", "fedscale", "--n", "4", "--rounds", "2", "--seeds", "0",
+                         "--dev-seeds", "0", "--target", "0.3", "--methods", "auto,deadline",
+                         "--out", str(out)]) == 0
+    settings = json.loads(out.read_text())["settings"]
+    assert settings["coded_straggler_timeout_s"] == settings["stated_deadline_s"]
+    assert settings["coded_straggler_timeout_rule"].startswith("the stated deadline")

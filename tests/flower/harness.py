@@ -135,6 +135,20 @@ class FixedArrivals(TraceReplay):
         self.name, self.table, self.load_scaled = "fixed", table, False
 
 
+class DevicesOff(FixedArrivals):
+    """:class:`FixedArrivals` whose ``inf`` entries are devices that went off: the server hears
+    that worker ``w`` of round ``r`` will never reply ``notices[r][w]`` seconds after the round
+    starts (the ``unavailable_notice`` a latency model of devices answers)."""
+
+    def __init__(self, times: Mapping[int, list[float]],
+                 notices: Mapping[int, Mapping[int, float]]):
+        super().__init__(times)
+        self.notices = {r: dict(row) for r, row in notices.items()}
+
+    def unavailable_notice(self, worker: int, round_index: int, load: float = 1.0) -> float:
+        return float(self.notices[round_index][worker])
+
+
 # =============================================================================== runner
 @dataclass
 class Run:

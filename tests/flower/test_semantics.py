@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import time
 
 import numpy as np
@@ -22,7 +23,7 @@ from flwr.serverapp.strategy import FedAvg, FedAvgM
 from fl_gradcode.flower import gradient_coding_mod
 from fl_gradcode.flower.testing import InProcessGrid
 from tests.apps.numpy_app import SHAPES, initial_arrays, make_app, target
-from tests.flower.harness import FixedArrivals, run
+from tests.flower.harness import DevicesOff, FixedArrivals, run
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:gradient_coding_mod. no partition key:UserWarning"),
@@ -145,6 +146,21 @@ def test_an_exact_round_is_not_warned_about(caplog):
                   straggler_timeout=10.0)
     assert out.rows[0]["decode"] == "exact"
     assert not any("decoding with relative error" in r.getMessage() for r in caplog.records)
+
+
+# =============================================================================== devices off
+def test_a_round_that_cannot_decode_ends_when_its_missing_devices_are_reported_off():
+    """FRC n=4, s=1: workers 0 and 1 (one group) are off; the server hears so at 3 s and 4 s
+    (Flower's NODE_UNAVAILABLE): nothing more can arrive, so the round decodes approximately
+    then instead of waiting for its 10 s deadline."""
+    off = DevicesOff({1: [math.inf, math.inf, 1.0, 1.0]}, {1: {0: 3.0, 1: 4.0}})
+    out = run(4, code="frc", s=1, latency=off, straggler_timeout=10.0)
+    assert out.rows[0]["decode"] == "approx"
+    assert out.rows[0]["round_virtual_s"] == pytest.approx(4.0)
+    # one of them reported only after the deadline: the round waits for the deadline
+    late = DevicesOff({1: [math.inf, math.inf, 1.0, 1.0]}, {1: {0: 3.0, 1: 12.0}})
+    out = run(4, code="frc", s=1, latency=late, straggler_timeout=10.0)
+    assert out.rows[0]["round_virtual_s"] == pytest.approx(10.0)
 
 
 # =============================================================================== hung nodes

@@ -89,6 +89,37 @@ def test_a_device_going_off_before_it_finishes_never_replies(tmp_path):
     assert client_delay(model, worker=1, round_index=1, load=10.0, seed=0) == math.inf
 
 
+@pytest.mark.parametrize("worker, round_s, expected", [
+    (0, 98.0, 62.0),    # device 3 on 0-100: a 3.05 s task from 98 s; off at 100, heard at 160
+    (0, 150.0, 10.0),   # off since 100 when the task starts at 150: heard at 160
+    (0, 300.0, math.inf),  # on 200-1000: replies
+    (1, 10.0, 0.0),     # device 7 (on 50-60 only) off since 60 of the last cycle: at once
+    (1, 59.5, 60.5),    # a 1.0 s task from 59.5 s: off at 60, heard at 120
+    (2, 10.0, math.inf),   # device 12 has no behaviour entry: always on
+])
+def test_the_server_hears_of_a_device_gone_off_a_minute_after_it_went(tmp_path, worker,
+                                                                      round_s, expected):
+    """Flower's SuperLink reports a node unavailable after two missed 30 s heartbeats."""
+    from flwr.common import constant
+
+    from fl_gradcode.latency import failure_notice
+
+    assert constant.HEARTBEAT_PATIENCE * constant.HEARTBEAT_DEFAULT_INTERVAL == 60
+    model = make_latency("fedscale", device_trace=str(_write(tmp_path / "trace")),
+                         samples_per_load=10.0, model_bytes=50_000.0, round_s=round_s)
+    notice = failure_notice(model, worker=worker, round_index=1, load=1.0, seed=0)
+    assert notice == pytest.approx(expected)
+    delay = client_delay(model, worker=worker, round_index=1, load=1.0, seed=0)
+    assert math.isinf(delay) == math.isfinite(notice)
+
+
+def test_a_model_without_devices_never_reports_a_client_off():
+    from fl_gradcode.latency import failure_notice
+
+    model = make_latency("bimodal", p=0.5, slowdown=20.0)
+    assert failure_notice(model, worker=3, round_index=2, load=1.0, seed=0) == math.inf
+
+
 def test_the_capacity_file_alone_or_by_path_is_read_as_fedscale_writes_it(tmp_path):
     only = _write(tmp_path / "no-behave", behave=False)
     model = make_latency("fedscale", device_trace=str(only), samples_per_load=10.0,

@@ -35,7 +35,7 @@ from tests.apps.numpy_app import (
     make_app,
     theta0,
 )
-from tests.flower.harness import FixedArrivals
+from tests.flower.harness import DevicesOff, FixedArrivals
 
 pytestmark = pytest.mark.filterwarnings("ignore:fraction_evaluate")
 
@@ -52,8 +52,9 @@ def _start(strategy, n, rounds, app=None):
     return result, models
 
 
-def _sync(cls, table, **kwargs):
-    return cls(latency=FixedArrivals(table), measured_compute=False, fraction_evaluate=0.0,
+def _sync(cls, table, notices=None, **kwargs):
+    latency = FixedArrivals(table) if notices is None else DevicesOff(table, notices)
+    return cls(latency=latency, measured_compute=False, fraction_evaluate=0.0,
                min_available_nodes=1, **kwargs)
 
 
@@ -143,6 +144,93 @@ def test_first_k_refuses_more_samples_than_connected_nodes_naming_the_numbers():
 def test_first_k_refuses_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
         FirstK(**kwargs)
+
+
+# ============================================================================= devices off
+# A device that goes off never replies; Flower's SuperLink then answers its message with an
+# error (NODE_UNAVAILABLE) once the node has missed its heartbeats. A round that waits for
+# every reply ends when each sampled client has replied or been reported off, never later.
+INF = math.inf
+OFF_TABLE = {1: [0.5, INF, 0.1, 3.0], 2: [1.0, 0.2, INF, 0.3], 3: [0.7, 0.6, 0.5, 0.4]}
+OFF_NOTICES = {1: {1: 5.0}, 2: {2: 0.0}, 3: {}}
+
+
+def test_wait_for_all_ends_a_round_when_every_client_replied_or_was_reported_off():
+    strategy = _sync(WaitForAll, OFF_TABLE, OFF_NOTICES, min_train_nodes=1)
+    _, models = _start(strategy, 4, 3)
+    theta = theta0()
+    for r, kept in ((1, [0, 2, 3]), (2, [0, 1, 3]), (3, [0, 1, 2, 3])):
+        theta = fedavg(theta, kept, 4)
+        assert_model(models[r], theta)
+    rows = strategy.history
+    # round 1: the last reply at 3.0 s, partition 1 reported off at 5.0 s; round 2: reported
+    # off at once, the last reply at 1.0 s; round 3: every reply, the slowest at 0.7 s
+    assert [row["round_virtual_s"] for row in rows] == pytest.approx([5.0, 1.0, 0.7])
+    assert rows[-1]["virtual_s"] == pytest.approx(6.7)
+    assert [row["clients_used"] for row in rows] == [[0, 2, 3], [0, 1, 3], [0, 1, 2, 3]]
+    assert [row["stragglers"] for row in rows] == [[1], [2], []]
+
+
+def test_first_k_short_of_k_live_clients_ends_when_the_rest_are_reported_off():
+    # k=2 of ceil(2.6) = 3 sampled; partitions 0 and 2 off, reported at 2.0 s and 7.0 s
+    table, notices = {1: [INF, 0.4, INF]}, {1: {0: 2.0, 2: 7.0}}
+    strategy = _sync(FirstK, table, notices, k=2)
+    _, models = _start(strategy, 3, 1)
+    assert strategy.history[0]["round_virtual_s"] == pytest.approx(7.0)
+    assert_model(models[1], fedavg(theta0(), [1], 3))
+    # with a deadline before the last report, the round ends at the deadline
+    strategy = _sync(FirstK, table, notices, k=2, deadline=3.0)
+    _start(strategy, 3, 1)
+    assert strategy.history[0]["round_virtual_s"] == pytest.approx(3.0)
+
+
+def _fedbuff_off_reference(table, notices, n, k, steps):
+    """FedBuff with concurrency ``n``, server lr 1, weights ``1/sqrt(1 + tau)``; job ``j`` of
+    client ``p`` takes ``table[j][p]`` s, or, when that is ``inf`` (the device off), is
+    reported off ``notices[j][p]`` s after it started: no update, and the client is sent the
+    current model again then (its next job)."""
+
+    def took(job, p):
+        return notices[job][p] if math.isinf(table[job][p]) else table[job][p]
+
+    theta, version = theta0(), 0
+    jobs = [1] * n
+    running = {p: (took(1, p), 0, theta) for p in range(n)}
+    buffer, count, models, times = None, 0, {}, {}
+    while version < steps:
+        p = min(running, key=lambda q: (running[q][0], q))
+        arrive, sent_version, sent = running.pop(p)
+        if not math.isinf(table[jobs[p]][p]):
+            new, _, _ = call_app(sent, p, n)
+            w = (1.0 + version - sent_version) ** -0.5
+            delta = {name: w * (new[name] - sent[name]) for name in sent}
+            buffer = delta if buffer is None else {m: buffer[m] + delta[m] for m in buffer}
+            count += 1
+            if count == k:
+                theta = {m: theta[m] + buffer[m] / k for m in theta}
+                version += 1
+                models[version], times[version] = theta, arrive
+                buffer, count = None, 0
+        jobs[p] += 1
+        running[p] = (arrive + took(jobs[p], p), version, theta)
+    return models, times
+
+
+def test_fedbuff_gives_the_slot_of_a_client_reported_off_to_the_next_job_then():
+    table = {j: list(row) for j, row in FEDBUFF_TABLE.items()}
+    notices = {j: {} for j in table}
+    table[1][1], notices[1][1] = INF, 1.5   # off in its first job, reported at 1.5 s
+    table[3][0], notices[3][0] = INF, 0.0   # off at its third job's start: reported at once
+    strategy = FedBuff(buffer_size=2, concurrency=3, latency=DevicesOff(table, notices),
+                       measured_compute=False)
+    _, models = _start(strategy, 3, 5)
+    expected, times = _fedbuff_off_reference(table, notices, 3, 2, 5)
+    for step in range(1, 6):
+        assert_model(models[step], expected[step])
+    assert [row["virtual_s"] for row in strategy.history] == pytest.approx(
+        [times[s] for s in range(1, 6)])
+    assert all(math.isfinite(row["virtual_s"]) for row in strategy.history)
+    assert sum(row["rejected"] for row in strategy.history) == 2
 
 
 # ============================================================================= deadline rule
