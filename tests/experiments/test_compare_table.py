@@ -41,6 +41,7 @@ def _cell(latency, methods, not_run=()):
         runs += _runs(name, times, finals)
         summary[name] = _entry(times, ratio, ci95)
     return {"settings": {"task": "digits-logreg", "latency": latency, "n": 20, "cohort": 20,
+                         "target": 0.85,
                          "rounds": 30, "seeds": SEEDS, "methods": list(methods),
                          "run_config": {"partitioner": "dirichlet"}},
             "runs": runs, "summary": summary, "runtime_s": 1800.0,
@@ -187,3 +188,22 @@ def test_a_cell_where_no_method_reaches_the_target():
     assert _rows(text)[REPORT[0]][8] == "✓ neither reached the target, grouped-rs:2"
     assert "in 1 of the 1 finished cells" in text
     assert "digits-logreg/pareto/20x20 (auto never reached the target) (FedBuff)" in text
+
+
+def test_the_first_screen_headline_is_the_main_jobs_cell_on_evaluation_seeds():
+    """The persistent cell above: auto's median 10 s, wait-for-all 2.0x its time (a win),
+    FedBuff 0.5x (a loss), no cell but pareto meets the goal (1 of 4)."""
+    text = rivals.render_headline(_data(), REPORT)
+    buys, loses = text.splitlines()[:2]
+    assert "digits-logreg/persistent/20x20" in buys and "seeds 10–12" in buys
+    assert "median 10.0 s" in buys and "(3/3 seeds)" in buys
+    assert "2.00× sooner than FedAvg waiting for every client" in buys
+    assert "FedBuff" not in buys
+    assert "FedBuff (buffered asynchronous aggregation) took 0.50× auto's time" in loses
+    assert "Over the 4 finished cells auto is within 1.05× of the best rival in 1" in loses
+
+
+def test_no_headline_without_the_main_jobs_cell():
+    data = _data()
+    del data["cells"]["digits-logreg/persistent/20x20"]
+    assert rivals.render_headline(data, REPORT).startswith("No evaluation result")

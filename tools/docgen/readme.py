@@ -70,7 +70,7 @@ def _span(values: list[float], fmt: str = ".2f") -> str:
 
 @block("first-hour-headline")
 def first_hour_headline() -> str:
-    """The README's first screen: what the main job's coding buys and costs, per seed of the
+    """docs/results.md: what the main job's coding buys and costs, per seed of the
     committed first-hour experiment (results/first_hour.json)."""
     data = load("first_hour.json")
     win = data["regimes"][data["recommended"]]
@@ -120,8 +120,8 @@ def _first_hour_caveat(data: dict, run_config: dict) -> str:
         f"earliest arrival ({earliest_slow:g} s), so the drop-stragglers rival drops nearly "
         f"every slow reply. The comparison on evaluation seeds, against every rival (first-k, "
         f"FedBuff, tuned deadlines, fixed codes), is `python -m experiments.compare` "
-        f"([results](docs/results.md#against-the-rivals-experimentscompare)); its table "
-        f"below says where `s=\"auto\"` meets its goal and where it does not."
+        f"([results](#against-the-rivals-experimentscompare)); its table says where "
+        f"`s=\"auto\"` meets its goal and where it does not."
     )
 
 

@@ -364,3 +364,75 @@ def render(data: Mapping[str, Any], report: Sequence[str]) -> str:
 @block("compare-table")
 def compare_table() -> str:
     return render(_data(), reported_cells())
+
+
+# ---------------------------------------------------------------- the README's first screen
+#: The cell of the main job's task and latency regime (digits softmax regression, a fifth of
+#: the clients persistently 20x slower) at the grid's smallest scale.
+MAIN_CELL = "digits-logreg/persistent/20x20"
+_RIVAL_WORDS = {
+    "wait-for-all": "FedAvg waiting for every client",
+    "deadline": "Flower's FedAvg dropping the replies after the stated-rule deadline",
+    "deadline-best": "the same after the best deadline in hindsight",
+    "first-k": "first-k over-commitment",
+    "fedbuff": "FedBuff (buffered asynchronous aggregation)",
+}
+
+
+def render_headline(data: Mapping[str, Any], report: Sequence[str]) -> str:
+    """What the main job's coding buys, loses and costs on the evaluation seeds of
+    :data:`MAIN_CELL` (paired geometric-mean ratios, as the table's), and the goal's count
+    over every finished cell."""
+    from fl_gradcode.config import DEFAULTS
+
+    cell = data.get("cells", {}).get(MAIN_CELL)
+    if cell is None:
+        return (f"No evaluation result for the main job's regime yet (`{MAIN_CELL}` of "
+                "`python -m experiments.compare --grid`).")
+    summary, stats = cell["summary"], method_stats(cell)
+    auto = stats["auto"]
+    seeds = cell["settings"]["seeds"]
+    ratio = {m: (summary.get(m, {}).get("time_to_target_vs_auto") or {}).get("geomean")
+             for m in _RIVAL_WORDS}
+    ratio = {m: r for m, r in ratio.items() if r is not None and math.isfinite(r)}
+    wins = [f"{r:.2f}× sooner than {_RIVAL_WORDS[m]}" for m, r in ratio.items() if r >= 1]
+    reached = {m: (f" on the {stats[m].reached} of {stats[m].seeds} seeds it reached the target"
+                   if m in stats and stats[m].reached < stats[m].seeds else "")
+               for m in ratio}
+    losses = [f"{_RIVAL_WORDS[m]} took {r:.2f}× auto's time{reached[m]}"
+              for m, r in ratio.items() if r < 1]
+    verdicts = [verdict(c, data["cells"][c]) for c in _done(data, report)]
+    met = sum(v.met for v in verdicts)
+    wfa = summary.get("wait-for-all", {})
+    compute = (wfa.get("client_compute_s_vs_auto") or {}).get("geomean")
+    upload = (wfa.get("bytes_up_vs_auto") or {}).get("geomean")
+    lines = [
+        f"- **Buys** (`python -m experiments.compare`, cell `{MAIN_CELL}`: the main job's task "
+        f"and latency regime at {cell['settings']['n']} clients; evaluation seeds "
+        f"{seeds[0]}–{seeds[-1]}, never used for tuning): `s=\"auto\"` reached "
+        f"{cell['settings']['target']:.0%} test accuracy in a median {_seconds(auto.median_time)}"
+        f" of virtual time ({auto.reached}/{auto.seeds} seeds), "
+        + ("; ".join(wins) if wins else "sooner than no rival")
+        + " (geometric means of per-seed ratios).",
+        "- **Loses**: " + ("; ".join(losses) if losses else "to no rival in this cell")
+        + f". Over the {len(verdicts)} finished cells auto is within {GOAL_TIME:g}× of the best "
+        f"rival in {met}: the table below says where it is not.",
+    ]
+    if compute is not None and upload is not None:
+        lines.append(
+            f"- **Costs**: a coded client computes up to `s+1` partitions a round: auto's "
+            f"clients computed {1 / compute:.2f}× wait-for-all's client compute over the "
+            f"{cell['settings']['rounds']} rounds, and uploaded {1 / upload:.2f}× its bytes.")
+    lines.append(
+        "- **How the defaults were chosen**: `s-max` and `auto-margin` by the rule in "
+        "`experiments/grid.toml` on the development seeds 0–2; the main job's deadline and "
+        "latency regime by `experiments/first_hour.py`, also on seeds 0–2 ([its "
+        "results](docs/results.md#the-main-jobs-regimes-experimentsfirst_hourpy), not a "
+        f"headline). The main job below runs on its own seed (`seed`, default "
+        f"{DEFAULTS['seed']}): its table is that run's, not this result.")
+    return "\n".join(lines)
+
+
+@block("headline-compare")
+def headline_compare() -> str:
+    return render_headline(_data(), reported_cells())
