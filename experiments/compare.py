@@ -273,7 +273,8 @@ def compare(cell: Cell, methods: Sequence[str], seeds: Sequence[int],
     coded = [m for m in methods if m not in (*RIVALS, "deadline", "deadline-best")]
     # coded methods stop waiting at the same stated deadline as the deadline rival, unless
     # the cell sets straggler-timeout itself
-    needs_deadline = {"deadline", "deadline-best"} & set(methods) or (coded and not own_timeout)
+    deadline_methods = bool({"deadline", "deadline-best"} & set(methods))
+    needs_deadline = deadline_methods or (bool(coded) and not own_timeout)
     stated = None
     if needs_deadline:
         stated = runner.stated_deadline(dev_seeds, float(rules["deadline_quantile"]),

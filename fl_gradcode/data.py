@@ -247,7 +247,8 @@ def partition_indices(
         return natural_partition(labels, int(k), alpha=float(alpha), sigma=float(sigma),
                                  seed=int(seed))
     parts = _partition_cached(
-        tuple(int(v) for v in labels), int(k), partitioner, float(alpha), int(seed),
+        tuple(np.asarray(labels).astype(np.int64).tolist()), int(k), partitioner,
+        float(alpha), int(seed),
         int(classes_per_partition),
     )
     result = [np.array(p, dtype=np.int64) for p in parts]

@@ -182,15 +182,15 @@ def test_experiments_and_tools_read_no_private_attribute():
     assert found == set()
 
 
-def experiments_private_reads_in(source: str, name: str) -> set[str]:
-    """Reads of a private name of the ``experiments`` package: ``from experiments... import
-    _x``, ``import experiments._x``, and ``m._x`` where ``m`` was imported from it."""
-    tree = ast.parse(source)
+def package_imports(tree: ast.Module, package: str, name: str) -> tuple[set[str], set[str]]:
+    """``(bound, found)``: the names the file binds to ``package``'s modules or objects, and
+    ``"file: import ..."`` for each import of a private name of it (``from package... import
+    _x``, ``import package._x``)."""
     bound: set[str] = set()
     found: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.level == 0 and (
-                node.module or "").split(".")[0] == "experiments":
+                node.module or "").split(".")[0] == package:
             for alias in node.names:
                 if is_private(alias.name) or any(map(is_private, node.module.split("."))):
                     found.add(f"{name}: from {node.module} import {alias.name}")
@@ -198,11 +198,19 @@ def experiments_private_reads_in(source: str, name: str) -> set[str]:
         elif isinstance(node, ast.Import):
             for alias in node.names:
                 parts = alias.name.split(".")
-                if parts[0] != "experiments":
+                if parts[0] != package:
                     continue
                 if any(map(is_private, parts)):
                     found.add(f"{name}: import {alias.name}")
                 bound.add(alias.asname or parts[0])
+    return bound, found
+
+
+def experiments_private_reads_in(source: str, name: str) -> set[str]:
+    """Reads of a private name of the ``experiments`` package: ``from experiments... import
+    _x``, ``import experiments._x``, and ``m._x`` where ``m`` was imported from it."""
+    tree = ast.parse(source)
+    bound, found = package_imports(tree, "experiments", name)
     for node in ast.walk(tree):
         if (isinstance(node, ast.Attribute) and is_private(node.attr)
                 and isinstance(node.value, ast.Name) and node.value.id in bound):
@@ -282,22 +290,7 @@ def package_private_reads_in(source: str, name: str, private: set[str]) -> set[s
     """``"file: expression"`` for each read of one of fl_gradcode's ``private`` names."""
     tree = ast.parse(source)
     own = _own_names(tree)
-    bound: set[str] = set()  # names bound to fl_gradcode modules or objects
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.level == 0 and (
-                node.module or "").split(".")[0] == "fl_gradcode":
-            for alias in node.names:
-                if is_private(alias.name) or any(map(is_private, node.module.split("."))):
-                    found.add(f"{name}: from {node.module} import {alias.name}")
-                bound.add(alias.asname or alias.name)
-        elif isinstance(node, ast.Import):
-            for alias in node.names:
-                parts = alias.name.split(".")
-                if parts[0] == "fl_gradcode":
-                    if any(map(is_private, parts)):
-                        found.add(f"{name}: import {alias.name}")
-                    bound.add(alias.asname or parts[0])
+    bound, found = package_imports(tree, "fl_gradcode", name)  # bound: to its modules/objects
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and node.attr in private:
             base = node.value
