@@ -140,6 +140,9 @@ def test_the_verdicts_list_every_cell_where_auto_misses_the_goal():
     assert ("digits-logreg/bimodal/20x20 (auto 0.96× grouped-rs:2's median time to target, "
             "final accuracy -1.0 pt against grouped-rs:2's)") in goal
     assert "pareto/20x20 (" not in goal
+    beaten = next(line for line in text.splitlines() if "where auto misses" in line)
+    # the three missed cells' best rivals: FedBuff, wait-for-all, grouped-rs:2
+    assert beaten.endswith("FedBuff in 1 of 3, grouped-rs:2 in 1 of 3, wait-for-all in 1 of 3.")
     hard = next(line for line in text.splitlines() if "heavy-tailed" in line)
     assert "at least 2× faster than the best rival that does not code" in hard
     assert "in 1 of 2 cells" in hard

@@ -310,6 +310,14 @@ def render_verdict(data: Mapping[str, Any], report: Sequence[str]) -> str:
              f"in {len(met)} of the {len(verdicts)} finished cells."
              + ("" if not missed else " Not in: " + "; ".join(_missed(v) for v in missed)
                 + ".")]
+    beaten_by: dict[str, int] = {}
+    for v in missed:
+        if v.best is not None:
+            beaten_by[_label(v.best)] = beaten_by.get(_label(v.best), 0) + 1
+    if beaten_by:
+        lines.append("- **The best rival where auto misses**: " + ", ".join(
+            f"{name} in {count} of {len(missed)}" for name, count in
+            sorted(beaten_by.items(), key=lambda kv: (-kv[1], kv[0]))) + ".")
     hard = [v for v in verdicts if v.hard and v.auto is not None and v.uncoded is not None]
     if hard:
         fast = [v for v in hard if v.speedup >= GOAL_SPEEDUP * (1 - _EPS)]
@@ -364,6 +372,11 @@ def render(data: Mapping[str, Any], report: Sequence[str]) -> str:
 @block("compare-table")
 def compare_table() -> str:
     return render(_data(), reported_cells())
+
+
+@block("compare-verdict")
+def compare_verdict() -> str:
+    return render_verdict(_data(), reported_cells())
 
 
 # ---------------------------------------------------------------- the README's first screen
