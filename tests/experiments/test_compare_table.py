@@ -210,3 +210,16 @@ def test_no_headline_without_the_main_jobs_cell():
     data = _data()
     del data["cells"]["digits-logreg/persistent/20x20"]
     assert rivals.render_headline(data, REPORT).startswith("No evaluation result")
+
+
+def test_fedbuffs_lead_without_stragglers_is_read_from_its_run():
+    data = {"settings": {"task": "digits-logreg", "n": 20, "cohort": 20, "rounds": 30,
+                         "seeds": [0, 1, 2],
+                         "fedbuff": {"buffer_size": 5, "server_steps": 120}},
+            "summary": {"fedbuff": {"median_time_to_target": 0.5},
+                        "wait-for-all": {"median_time_to_target": 0.8},
+                        "auto": {"median_time_to_target": 1.2}}}
+    text = rivals.render_no_stragglers(data)
+    assert "every K = 5 updates" in text and "120 steps" in text
+    assert "0.5 s against wait-for-all's 0.8 s (1.60× sooner)" in text
+    assert "`auto` took 1.2 s" in text
