@@ -547,3 +547,17 @@ def test_time_to_accuracy_deadline_fit_keeps_its_code_and_stops_at_its_predictio
     for r, (d, a) in enumerate(zip(timed["decode"], timed["accuracy"], strict=True)):
         if all(x == "exact" for x in timed["decode"][: r + 1]):
             assert a == runs["uncoded"]["accuracy"][r] and d == "exact"
+
+
+def test_the_auto_approximate_tuning_runs_the_grids_regimes():
+    """Its cells carry each regime's latency keys, as compare's do (it used to read the
+    grid tables' own run_config, empty since the registry holds the keys: every regime ran
+    with the key table's default latency)."""
+    from experiments.compare import cell_run_config, load_grid
+    from experiments.tune_auto_approximate import REGIMES, tuning_cell
+
+    grid = load_grid()
+    for regime in REGIMES:
+        cell = tuning_cell(grid, regime)
+        assert cell.run_config == cell_run_config(grid, "digits-logreg", regime)
+        assert cell.run_config["latency"] == regime
