@@ -399,6 +399,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rerun", action="store_true",
                         help="with --grid and --methods: cells already in --out run only "
                              "--methods again (their runs replaced); other cells run fully")
+    parser.add_argument("--merge", default=None,
+                        help="with --grid: comma-separated grid files (each the --out of a "
+                             "run in parallel) whose cells are merged into --out; runs nothing")
     parser.add_argument("--quick", action="store_true",
                         help=f"the quick slice: {QUICK}")
     args = parser.parse_args(argv)
@@ -470,6 +473,13 @@ def print_summary(result: Mapping[str, Any]) -> None:
 
 def _main(args: argparse.Namespace) -> int:
     grid = load_grid()
+    if args.grid and args.merge:
+        from experiments.run_grid import merge_files
+
+        merged = merge_files(Path(args.out), grid,
+                             [Path(f.strip()) for f in args.merge.split(",") if f.strip()])
+        print(f"grid: merged {', '.join(merged) or 'no cell'} into {args.out}")
+        return 0
     if args.grid:
         from experiments.run_grid import run_grid
 

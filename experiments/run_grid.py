@@ -25,7 +25,8 @@ from typing import Any
 
 from experiments.compare import DEFAULT_METHODS, check_methods, print_summary, run_cell
 
-__all__ = ["cell_names", "estimate", "grid_cells", "grid_methods", "merge", "run_grid"]
+__all__ = ["cell_names", "estimate", "grid_cells", "grid_methods", "merge", "merge_files",
+           "run_grid"]
 
 
 def grid_cells(grid: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -102,6 +103,27 @@ def merge(out: Path, grid: Mapping[str, Any], name: str | None = None,
     tmp.write_text(json.dumps(data, indent=2))
     tmp.replace(out)
     return data
+
+
+def merge_files(out: Path, grid: Mapping[str, Any], sources: Sequence[Path]) -> list[str]:
+    """Merge every finished cell of the grid files ``sources`` (cells run in parallel, each
+    process with its own ``--out``) into ``out``; a cell in several files is refused (which
+    run to keep is a choice to make by hand). Returns the merged cells' names."""
+    known = {c["name"] for c in grid_cells(grid)}
+    seen: dict[str, Path] = {}
+    cells: list[tuple[str, dict[str, Any]]] = []
+    for source in sources:
+        for name, cell in _load(Path(source))["cells"].items():
+            if name not in known:
+                raise ValueError(f"{source}: cell {name!r} is not in experiments/grid.toml")
+            if name in seen:
+                raise ValueError(f"cell {name!r} is in both {seen[name]} and {source}: "
+                                 "merge one of them")
+            seen[name] = Path(source)
+            cells.append((name, cell))
+    for name, cell in cells:
+        merge(out, grid, name, cell)
+    return [name for name, _ in cells]
 
 
 def _mean(values: Sequence[float]) -> float | None:

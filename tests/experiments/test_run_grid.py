@@ -111,3 +111,27 @@ def test_a_rerun_replaces_only_the_named_methods_of_finished_cells(tmp_path):
     ratio = cell["summary"]["wait-for-all"]["client_compute_s_vs_auto"]["per_seed"]["10"]
     assert ratio == pytest.approx(new["wait-for-all"]["client_compute_s"]
                                   / new["auto"]["client_compute_s"])
+
+
+def _fake_cell(latency):
+    return {"settings": {"task": "digits-logreg", "latency": latency, "n": 20, "cohort": 20},
+            "runs": [{"method": "auto", "seed": 10, "wall_s": 2.0, "time_to_target": 1.0}],
+            "summary": {}, "runtime_s": 2.0}
+
+
+def test_cells_run_in_parallel_merge_into_one_grid_file(tmp_path):
+    grid = compare.load_grid()
+    a, b, out = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "out.json"
+    run_grid.merge(a, grid, "digits-logreg/persistent/20x20", _fake_cell("persistent"))
+    run_grid.merge(b, grid, "digits-logreg/bimodal/20x20", _fake_cell("bimodal"))
+    run_grid.merge(out, grid, "digits-logreg/pareto/20x20", _fake_cell("pareto"))
+    assert compare.main(["--grid", "--merge", f"{a},{b}", "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert set(data["cells"]) == {"digits-logreg/persistent/20x20",
+                                  "digits-logreg/bimodal/20x20", "digits-logreg/pareto/20x20"}
+    assert data["cells"]["digits-logreg/bimodal/20x20"] == _fake_cell("bimodal")
+    assert "digits-logreg/bimodal/20x20" in data["done"]
+    assert "digits-logreg/bimodal/20x20" not in data["not_done"]
+    # one cell in two files: refused, naming both
+    with pytest.raises(ValueError, match="in both .*a.json and .*a.json"):
+        run_grid.merge_files(out, grid, [a, a])
