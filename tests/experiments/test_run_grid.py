@@ -133,5 +133,5 @@ def test_cells_run_in_parallel_merge_into_one_grid_file(tmp_path):
     assert "digits-logreg/bimodal/20x20" in data["done"]
     assert "digits-logreg/bimodal/20x20" not in data["not_done"]
     # one cell in two files: refused, naming both
-    with pytest.raises(ValueError, match="in both .*a.json and .*a.json"):
+    with pytest.raises(ValueError, match=r"in both .*a\.json and .*a\.json"):
         run_grid.merge_files(out, grid, [a, a])
