@@ -76,15 +76,15 @@ class RoundCloser:
         sent = state.sent
         window = self.clock.window(arrivals, self.verifier.stopping_rule(state, state.code),
                                    len(sent), failures)
-        heard = [w for w, t in failures.items() if self.clock.round_start + t <= window.end]
         untravelled = sum(int(valid[w].extra.get("bytes", 0))
                           for w in [*(timed.keys() - arrivals.keys()), *window.stopped])
         closing = Closing(window, tuple(window.stopped), untravelled)
         self.clock.finish_round(
             [state.cohort[w] for w in sent],
-            {state.cohort[w]: t for w, t in arrivals.items()},
+            # a worker heard of is free from then on (its message errored), as if it replied
+            {state.cohort[w]: t for w, t in {**arrivals, **failures}.items()},
             window.end,
-            answered=[state.cohort[w] for w in [*state.answered, *heard]],
+            answered=[state.cohort[w] for w in state.answered],
         )
         closed = dataclasses.replace(state, closing=closing)
         self.policy.observe(closed, arrivals, window)

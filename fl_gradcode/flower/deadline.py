@@ -276,9 +276,9 @@ class DeadlineFedAvg(FedAvg):
         failures = self.failure_notices(server_round, timings, timed.keys() - arrivals.keys())
         window = self.clock.window(arrivals, self.round_complete,
                                    len(self._sent) - len(errors), failures)
-        heard = [n for n, t in failures.items() if self.clock.round_start + t <= window.end]
-        self.clock.finish_round(self._sent, arrivals, window.end,
-                                answered=[m.metadata.src_node_id for m in errors] + heard)
+        # a node heard of is free from then on (its message errored), as if it had replied
+        self.clock.finish_round(self._sent, {**arrivals, **failures}, window.end,
+                                answered=[m.metadata.src_node_id for m in errors])
         used = set(window.used)
         kept = [m for m in valid if m.metadata.src_node_id in used]
         arrays, metrics = super().aggregate_train(server_round, kept + errors)

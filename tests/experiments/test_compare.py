@@ -266,10 +266,10 @@ def test_under_fedscale_devices_gone_off_hold_no_rival_up_for_ever():
 
     grid = compare.load_grid()
     cell = Cell(run_config=compare.cell_run_config(grid, "digits-logreg", "fedscale"), n=20,
-                cohort=20, rounds=3, target=0.3)
+                cohort=20, rounds=10, target=0.3)
     for method in ("wait-for-all", "first-k", "fedbuff"):
         record = run_rival(method, 10, cell)
-        assert 0 < record["total_virtual_s"] < 3 * 600, (method, record["total_virtual_s"])
+        assert 0 < record["total_virtual_s"] < 10 * 600, (method, record["total_virtual_s"])
 
 
 def test_a_regime_default_deadline_is_not_the_cells_own(tmp_path):

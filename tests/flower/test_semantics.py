@@ -163,6 +163,19 @@ def test_a_round_that_cannot_decode_ends_when_its_missing_devices_are_reported_o
     assert out.rows[0]["round_virtual_s"] == pytest.approx(10.0)
 
 
+def test_a_worker_reported_off_is_busy_until_the_report():
+    """FRC n=4, s=1: worker 0 is off in round 1, heard of at 3 s; every round decodes at
+    1 s without it. Until the report its message is outstanding, as in Flower, so a fixed
+    code (which skips busy workers) skips it in rounds 2 and 3 (starting at 1 s and 2 s) and
+    has it back in round 4 (starting at 3 s); it used to be free at round 1's end, before the
+    server could know."""
+    times = {1: [math.inf, 1.0, 1.0, 1.0], **{r: [1.0] * 4 for r in (2, 3, 4)}}
+    off = DevicesOff(times, {1: {0: 3.0}, 2: {}, 3: {}, 4: {}})
+    out = run(4, code="frc", s=1, rounds=4, latency=off, straggler_timeout=10.0)
+    assert [r["round_virtual_s"] for r in out.rows] == pytest.approx([1.0] * 4)
+    assert [r["busy"] for r in out.rows] == [[], [0], [0], []]
+
+
 # =============================================================================== hung nodes
 def test_a_hung_node_is_a_straggler_after_a_bounded_real_wait_in_virtual_timing(caplog):
     hung = 3  # partition 3's node answers only after a minute of real time

@@ -184,6 +184,18 @@ def test_first_k_short_of_k_live_clients_ends_when_the_rest_are_reported_off():
     assert strategy.history[0]["round_virtual_s"] == pytest.approx(3.0)
 
 
+def test_a_client_reported_off_after_the_round_ended_is_free_from_the_report_on():
+    """k=2 of 3: round 1 ends at the second arrival (0.6 s), before partition 2 is reported
+    off (5.0 s after the round's start); its message errored then, so round 2's job starts at
+    5.0 s (not after a 1e12 s wait): arrival 5.0 - 0.6 + 0.7 = 5.1 s into round 2."""
+    table = {1: [0.5, 0.6, INF], 2: [INF, 0.6, 0.7]}
+    notices = {1: {2: 5.0}, 2: {0: 0.0}}
+    strategy = _sync(FirstK, table, notices, k=2, overcommit=1.5)
+    _start(strategy, 3, 2)
+    assert [row["round_virtual_s"] for row in strategy.history] == pytest.approx([0.6, 5.1])
+    assert [row["clients_used"] for row in strategy.history] == [[0, 1], [1, 2]]
+
+
 def _fedbuff_off_reference(table, notices, n, k, steps):
     """FedBuff with concurrency ``n``, server lr 1, weights ``1/sqrt(1 + tau)``; job ``j`` of
     client ``p`` takes ``table[j][p]`` s, or, when that is ``inf`` (the device off), is
