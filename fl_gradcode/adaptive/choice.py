@@ -228,7 +228,8 @@ def choose_s(
             time per round that decodes, ``E[min(T, d)] / P(T <= d)`` (renewal-reward: a
             round that misses the deadline costs ``d`` and buys no exact update; ``inf``
             when no draw finishes by ``d``), so a code that can only finish after the
-            deadline is not chosen while one that finishes before it exists. ``None``
+            deadline is not chosen while one that finishes before it exists; when none
+            does, every code is priced by ``E[T]`` (the code soonest done). ``None``
             (default) or ``inf``: ``E[T]``.
 
     With no observation it returns the largest candidate (``s_max``: the safe choice; with
@@ -405,6 +406,16 @@ class _Pricer:
         other = {s: self.price(code, rem) for s, code in variants.items()}
         both = {s: min(times[s], other.get(s, math.inf)) for s in cand}
         fastest = min(both.values())
+        if math.isinf(fastest) and self.deadline is not None:
+            # no code decodes by the deadline in any draw: price by E[T] as without one (the
+            # code soonest done gets the most replies by the deadline for the approximate
+            # decoding, and replies at a load that can finish; the largest s, kept here
+            # before, never left a load at which every reply missed the deadline)
+            deadline, self.deadline = self.deadline, None
+            try:
+                return self.table(placement, cand, variants, rem, margin)
+            finally:
+                self.deadline = deadline
         # robust choice: the most tolerant candidate predicted within ``margin`` of the
         # fastest, then the faster of its two codes (ties: everyone computes)
         best = max(s for s in cand if both[s] <= fastest * (1.0 + margin))

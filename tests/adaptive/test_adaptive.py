@@ -1065,8 +1065,13 @@ def test_a_deadline_rules_out_codes_that_cannot_decode_by_it():
     timed = choose_s(placement, est, busy_until=busy, busy="queue", margin=1.0, deadline=3.5)
     assert timed.s == 2
     assert timed.expected_times == pytest.approx({0: math.inf, 1: 2.0, 2: 3.0, 3: math.inf})
-    # no code can decode by the deadline: the safe default (the largest s)
-    assert choose_s(placement, est, busy_until=busy, busy="queue", deadline=1.5).s == 3
+    # no code can decode by the deadline: priced by E[T] as without one, the code soonest
+    # done (s = 1, 2 s: the most replies by the deadline for the approximate decoding, and
+    # replies at a load that can finish); the largest s (4 s) used to be kept here, and a
+    # run whose every reply at that load missed the deadline never left it
+    stuck = choose_s(placement, est, busy_until=busy, busy="queue", deadline=1.5)
+    assert stuck.s == 1
+    assert stuck.expected_times == pytest.approx({0: 101.0, 1: 2.0, 2: 3.0, 3: 4.0})
     # an infinite deadline is none
     assert choose_s(placement, est, busy_until=busy, busy="queue", margin=1.0,
                     deadline=math.inf).expected_times == free.expected_times
