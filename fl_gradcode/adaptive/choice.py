@@ -361,8 +361,8 @@ class _Table:
 
 
 class _Pricer:
-    """Expected round time of a code under shared draws (common random numbers), cached by
-    the code's decode rule and loads within one :meth:`table`."""
+    """Expected round time of a code under shared draws (common random numbers); each code's
+    drawn round times are cached by its decode rule and loads within one :meth:`table`."""
 
     def __init__(self, X: np.ndarray, load_per_partition: Any, beta: float, lookahead: bool,
                  deadline: float | None = None):
@@ -370,9 +370,10 @@ class _Pricer:
         self.deadline = None if deadline is None or not math.isfinite(deadline) else deadline
         if self.deadline is not None and not self.deadline > 0:
             raise ValueError(f"deadline={deadline!r} must be > 0 seconds (or None)")
-        self.seen: dict[bytes, float] = {}
+        self.seen: dict[bytes, np.ndarray] = {}
 
-    def price(self, code: GradientCode, rem: np.ndarray) -> float:
+    def draws(self, code: GradientCode, rem: np.ndarray) -> np.ndarray:
+        """The code's round time in each draw (with ``lookahead``: the two-round mean)."""
         rule = decode_rule(code)
         loads = rule.loads(self.cost)
         key = rule.members.tobytes() + rule.thresholds.tobytes() + loads.tobytes()
@@ -386,36 +387,36 @@ class _Pricer:
                 # rolled draws: independent latencies for the next round
                 T = 0.5 * (T + rule.times(_finish(np.roll(self.X, 1, axis=0), left, loads,
                                                   self.beta)))
-            self.seen[key] = self.per_round(T)
+            self.seen[key] = T
         return self.seen[key]
 
-    def per_round(self, T: np.ndarray) -> float:
+    @staticmethod
+    def per_round(T: np.ndarray, deadline: float | None) -> float:
         """``E[T]``, or with a deadline ``E[min(T, d)] / P(T <= d)`` (``inf``: never by
         ``d``)."""
-        if self.deadline is None:
+        if deadline is None:
             return float(np.mean(T))
-        decoded = float(np.mean(T <= self.deadline))
+        decoded = float(np.mean(T <= deadline))
         if decoded == 0.0:
             return math.inf
-        return float(np.mean(np.minimum(T, self.deadline))) / decoded
+        return float(np.mean(np.minimum(T, deadline))) / decoded
 
     def table(self, placement: Any, cand: list[int], variants: dict[int, GradientCode],
               rem: np.ndarray, margin: float) -> _Table:
         self.seen.clear()
-        times = {s: self.price(placement.code(s), rem) for s in cand}
-        other = {s: self.price(code, rem) for s, code in variants.items()}
-        both = {s: min(times[s], other.get(s, math.inf)) for s in cand}
-        fastest = min(both.values())
-        if math.isinf(fastest) and self.deadline is not None:
-            # no code decodes by the deadline in any draw: price by E[T] as without one (the
-            # code soonest done gets the most replies by the deadline for the approximate
-            # decoding, and replies at a load that can finish; the largest s, kept here
-            # before, never left a load at which every reply missed the deadline)
-            deadline, self.deadline = self.deadline, None
-            try:
-                return self.table(placement, cand, variants, rem, margin)
-            finally:
-                self.deadline = deadline
+        draws = {s: self.draws(placement.code(s), rem) for s in cand}
+        other_draws = {s: self.draws(code, rem) for s, code in variants.items()}
+        # no code decodes by the deadline in any draw: price by E[T] as without one (the code
+        # soonest done gets the most replies by the deadline for the approximate decoding, and
+        # replies at a load that can finish; the largest s, kept before, never left a load at
+        # which every reply missed the deadline)
+        for deadline in (self.deadline, None) if self.deadline is not None else (None,):
+            times = {s: self.per_round(T, deadline) for s, T in draws.items()}
+            other = {s: self.per_round(T, deadline) for s, T in other_draws.items()}
+            both = {s: min(times[s], other.get(s, math.inf)) for s in cand}
+            fastest = min(both.values())
+            if not math.isinf(fastest):
+                break
         # robust choice: the most tolerant candidate predicted within ``margin`` of the
         # fastest, then the faster of its two codes (ties: everyone computes)
         best = max(s for s in cand if both[s] <= fastest * (1.0 + margin))
