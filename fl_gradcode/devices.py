@@ -244,12 +244,7 @@ class DeviceTrace:
     def available(self, worker: int, start: float, length: float) -> bool:
         """Whether client ``worker``'s device is on throughout ``[start, start + length]``
         (cycle time: ``start mod finish_time``)."""
-        trace = self.behave.get(self.ids[worker % len(self.ids)])
-        if trace is None:
-            return True
-        t = start % float(trace["finish_time"])
-        i = bisect.bisect_right(trace["active"], t) - 1
-        return i >= 0 and t + length <= float(trace["inactive"][i])
+        return self.goes_off(worker, start, length) == math.inf
 
     def goes_off(self, worker: int, start: float, length: float) -> float:
         """Seconds from ``start`` until client ``worker``'s device goes off, if it does before
@@ -262,7 +257,7 @@ class DeviceTrace:
         active, inactive = trace["active"], trace["inactive"]
         t = start % finish
         i = bisect.bisect_right(active, t) - 1
-        if i >= 0 and t < float(inactive[i]):  # on at the start
+        if i >= 0 and t <= float(inactive[i]):  # on at the start
             end = float(inactive[i])
             return end - t if t + length > end else math.inf
         if i >= 0:  # off since this period's end
@@ -275,7 +270,7 @@ class DeviceTrace:
         ``worker`` will not reply (its device goes off, or is off): ``notice_s`` after the
         device went off, at once if that was earlier; ``inf`` when the client replies."""
         off = self.goes_off(worker, round_index * self.round_s, self.duration(worker, load))
-        return max(0.0, off + self.notice_s) if math.isfinite(off) or off < 0 else math.inf
+        return math.inf if off == math.inf else max(0.0, off + self.notice_s)
 
     def time(self, worker: int, round_index: int, load: float = 1.0) -> float:
         """The delay of client ``worker`` in round ``round_index`` (``inf`` when off)."""

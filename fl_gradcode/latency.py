@@ -316,17 +316,14 @@ def failure_notice(
 ) -> float:
     """Seconds from a round's start until the server hears that a client whose delay is
     ``inf`` will never reply: what the model's ``unavailable_notice(worker, round_index,
-    load)`` says (FedScale-format devices: a minute after the device went off, as Flower's
-    SuperLink reports a node that missed its heartbeats); ``inf`` when the client replies or
-    the model has no such notice (a reply that never comes is then waited for until a
-    deadline)."""
+    load)`` says (``inf`` when the client replies; FedScale-format devices: a minute after the
+    device went off, as Flower's SuperLink reports a node that missed its heartbeats);
+    ``inf`` when the model has no such notice (a reply that never comes is then waited for
+    until a deadline). ``seed``: as :func:`client_delay`'s (no model with a notice draws)."""
     if isinstance(model, Drift):
         model = model.at(round_index)
     notice = getattr(model, "unavailable_notice", None)
-    if notice is None or math.isfinite(client_delay(
-            model, worker=worker, round_index=round_index, load=load, seed=seed)):
-        return math.inf
-    return float(notice(worker, round_index, load))
+    return math.inf if notice is None else float(notice(worker, round_index, load))
 
 
 LATENCY_MODELS = (

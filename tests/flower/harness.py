@@ -9,6 +9,7 @@ wall-clock ``delay``, or, in virtual timing, by a fixed table of arrival times
 from __future__ import annotations
 
 import io
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -138,7 +139,8 @@ class FixedArrivals(TraceReplay):
 class DevicesOff(FixedArrivals):
     """:class:`FixedArrivals` whose ``inf`` entries are devices that went off: the server hears
     that worker ``w`` of round ``r`` will never reply ``notices[r][w]`` seconds after the round
-    starts (the ``unavailable_notice`` a latency model of devices answers)."""
+    starts (the ``unavailable_notice`` a latency model of devices answers: ``inf`` for a
+    worker that replies, one not in ``notices``)."""
 
     def __init__(self, times: Mapping[int, list[float]],
                  notices: Mapping[int, Mapping[int, float]]):
@@ -146,7 +148,7 @@ class DevicesOff(FixedArrivals):
         self.notices = {r: dict(row) for r, row in notices.items()}
 
     def unavailable_notice(self, worker: int, round_index: int, load: float = 1.0) -> float:
-        return float(self.notices[round_index][worker])
+        return float(self.notices.get(round_index, {}).get(worker, math.inf))
 
 
 # =============================================================================== runner
