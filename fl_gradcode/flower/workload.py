@@ -76,22 +76,22 @@ class Workload:
         the partition ids are ``0..n-1``, as in simulation: the same delays as before)."""
         if self.latency is None:
             return 0.0
-        identity = self.identities.get(node)
-        key = identity.partition_id if identity is not None else node
-        return client_delay(
-            self.latency, worker=key, round_index=server_round, load=load, seed=self.seed
-        )
+        return client_delay(self.latency, worker=self.latency_key(node),
+                            round_index=server_round, load=load, seed=self.seed)
 
     def failure_notice(self, node: int, server_round: int, load: float) -> float:
         """Seconds after the round's start at which the server hears that ``node``, whose
         delay is infinite, will never reply (``inf``: never; keyed as :meth:`delay`)."""
         if self.latency is None:
             return math.inf
+        return failure_notice(self.latency, worker=self.latency_key(node),
+                              round_index=server_round, load=load, seed=self.seed)
+
+    def latency_key(self, node: int) -> int:
+        """The worker a node's latency draws are keyed by: its partition id (the node id
+        when it has no identity)."""
         identity = self.identities.get(node)
-        key = identity.partition_id if identity is not None else node
-        return failure_notice(
-            self.latency, worker=key, round_index=server_round, load=load, seed=self.seed
-        )
+        return identity.partition_id if identity is not None else node
 
     def sampled_delay(self, code: GradientCode, worker: int, node: int, server_round: int,
                       partitions: list[Identity]) -> float:
