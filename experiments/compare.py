@@ -47,8 +47,9 @@ import numpy as np
 
 from experiments.rival_runs import RIVALS, Cell, parse_code, run_coded, run_rival
 
-__all__ = ["Cell", "cell_run_config", "charge_once", "compare", "load_grid", "lookup", "main",
-           "registry_config", "run_cell", "run_coded", "run_rival", "summarize"]
+__all__ = ["Cell", "cell_own_keys", "cell_run_config", "charge_once", "compare", "grid_cell",
+           "load_grid", "lookup", "main", "registry_config", "run_cell", "run_coded", "run_rival",
+           "summarize"]
 
 GRID = Path(__file__).with_name("grid.toml")
 DEFAULT_METHODS = ("auto", "wait-for-all", "deadline", "deadline-best", "first-k", "fedbuff")
@@ -112,6 +113,25 @@ def cell_run_config(grid: Mapping[str, Any], task: str, latency: str,
               if latency else {})
     return {**regime, **registry_config("tasks", task, lookup(grid, "tasks", task)),
             **(sets or {})}
+
+
+def cell_own_keys(grid: Mapping[str, Any], task: str, latency: str,
+                  sets: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The keys a cell sets itself: its grid tables' own ``run_config`` and ``sets`` (not
+    the registry entries', which are the main job's)."""
+    return {**(lookup(grid, "latency", latency).get("run_config", {}) if latency else {}),
+            **lookup(grid, "tasks", task).get("run_config", {}), **(sets or {})}
+
+
+def grid_cell(grid: Mapping[str, Any], task: str, latency: str, n: int, cohort: int,
+              rounds: int, target: float, sets: Mapping[str, Any] | None = None) -> Cell:
+    """The :class:`Cell` of ``task`` under ``latency`` at ``(n, cohort)``: its run config
+    (:func:`cell_run_config`) and the rivals' rules of the grid file."""
+    rules = grid["rules"]
+    return Cell(run_config=cell_run_config(grid, task, latency, sets), n=n, cohort=cohort,
+                rounds=rounds, target=target, overcommit=float(rules["overcommit"]),
+                fedbuff_buffer_fraction=float(rules["fedbuff_buffer_fraction"]),
+                fedbuff_server_lr=float(rules["fedbuff_server_lr"]))
 
 
 def charge_once(cell: Cell, seed: int) -> tuple[Cell, dict[str, Any]]:
@@ -427,11 +447,7 @@ def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, coho
     rules = grid["rules"]
     if not 1 <= cohort <= n:
         raise ValueError(f"--cohort {cohort}: expected 1..n (n={n})")
-    run_config = cell_run_config(grid, task_name, latency, sets)
-    cell = Cell(run_config=run_config, n=n, cohort=cohort, rounds=rounds, target=target,
-                overcommit=float(rules["overcommit"]),
-                fedbuff_buffer_fraction=float(rules["fedbuff_buffer_fraction"]),
-                fedbuff_server_lr=float(rules["fedbuff_server_lr"]))
+    cell = grid_cell(grid, task_name, latency, n, cohort, rounds, target, sets)
     check_cell(cell, task_name, [*seeds, *dev_seeds])
     t0 = time.perf_counter()
     cell, charge = charge_once(cell, [*seeds, *dev_seeds][0])
@@ -439,10 +455,9 @@ def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, coho
         f"n={n}, cohort={cohort}, {rounds} rounds, target {target}, seeds {list(seeds)}"
         + (f", compute charged {charge['measured_partition_cost_s']:.4f} s per partition"
            if charge else ""))
-    own = {**(lookup(grid, "latency", latency).get("run_config", {}) if latency else {}),
-           **lookup(grid, "tasks", task_name).get("run_config", {}), **(sets or {})}
     runs, facts = compare(cell, methods, seeds, dev_seeds, rules, log,
-                          own_timeout="straggler-timeout" in own)
+                          own_timeout="straggler-timeout" in cell_own_keys(
+                              grid, task_name, latency, sets))
     return {
         "settings": {
             "task": task_name, "latency": latency, "n": n, "cohort": cohort,

@@ -20,7 +20,7 @@ import logging
 import math
 from pathlib import Path
 
-from experiments.compare import Runner, cell_run_config, load_grid, lookup
+from experiments.compare import Runner, grid_cell, load_grid, lookup
 from experiments.rival_runs import Cell, run_coded
 
 GRID = {"max_short": [1, 3], "run": [1, 3]}
@@ -32,12 +32,8 @@ def tuning_cell(grid: dict, regime: str) -> Cell:
     """The digits-logreg cell of ``regime`` at n = 20 as ``experiments.compare`` builds it
     (its run config from the registry entries the grid's tables name), without a deadline."""
     task = lookup(grid, "tasks", "digits-logreg")
-    rules = grid["rules"]
-    return Cell(run_config=cell_run_config(grid, "digits-logreg", regime), n=20, cohort=20,
-                rounds=int(grid["scale"]["rounds"]), target=float(task["target"]),
-                overcommit=float(rules["overcommit"]),
-                fedbuff_buffer_fraction=float(rules["fedbuff_buffer_fraction"]),
-                fedbuff_server_lr=float(rules["fedbuff_server_lr"]))
+    return grid_cell(grid, "digits-logreg", regime, 20, 20, int(grid["scale"]["rounds"]),
+                     float(task["target"]))
 
 
 def with_stated_deadline(grid: dict, cell: Cell) -> Cell:
