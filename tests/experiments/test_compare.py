@@ -10,7 +10,6 @@ import math
 
 import numpy as np
 import pytest
-import torch
 
 from experiments import compare
 
@@ -113,16 +112,11 @@ def _softmax_gd_oracle(cell, seed):
     return out
 
 
-def test_wait_for_all_follows_the_numpy_fedavg_oracle():
+def test_wait_for_all_follows_the_numpy_fedavg_oracle(one_torch_thread):
     grid = compare.load_grid()
     cell = compare.Cell(run_config=compare.cell_run_config(grid, "digits-logreg", "bimodal"),
                         n=5, cohort=5, rounds=3, target=0.5)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        run = compare.run_rival("wait-for-all", 4, cell)
-    finally:
-        torch.set_num_threads(threads)
+    run = compare.run_rival("wait-for-all", 4, cell)
     expected = _softmax_gd_oracle(cell, 4)
     got = [(a, loss) for _, a, loss in run["accuracy_curve"]]
     assert [a for a, _ in got] == [a for a, _ in expected]

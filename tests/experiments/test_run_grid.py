@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 from experiments import compare, run_grid
 
@@ -38,18 +37,13 @@ def _tiny(grid):
             "latency": {k: grid["latency"][k] for k in ("persistent", "bimodal")}}
 
 
-def test_each_cell_is_merged_and_a_later_run_keeps_the_others(tmp_path):
+def test_each_cell_is_merged_and_a_later_run_keeps_the_others(tmp_path, one_torch_thread):
     grid = _tiny(compare.load_grid())
     out = tmp_path / "grid.json"
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        run_grid.run_grid(grid, "digits-logreg/*", out, ["auto", "wait-for-all"])
-        first = json.loads(out.read_text())
-        run_grid.run_grid(grid, "digits-logreg/bimodal/*,mnist1d-cnn/persistent/*", out,
-                          ["auto", "wait-for-all"])
-    finally:
-        torch.set_num_threads(threads)
+    run_grid.run_grid(grid, "digits-logreg/*", out, ["auto", "wait-for-all"])
+    first = json.loads(out.read_text())
+    run_grid.run_grid(grid, "digits-logreg/bimodal/*,mnist1d-cnn/persistent/*", out,
+                      ["auto", "wait-for-all"])
     data = json.loads(out.read_text())
     assert first["done"] == ["digits-logreg/persistent/5x5", "digits-logreg/bimodal/5x5"]
     assert data["done"] == first["done"]
@@ -86,21 +80,16 @@ def test_the_reported_set_covers_every_task_regime_and_scale():
         "digits-logreg/trace/20x20", "digits-logreg/persistent/20x20"]
 
 
-def test_a_rerun_replaces_only_the_named_methods_of_finished_cells(tmp_path):
+def test_a_rerun_replaces_only_the_named_methods_of_finished_cells(tmp_path, one_torch_thread):
     grid = _tiny(compare.load_grid())
     out = tmp_path / "grid.json"
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        run_grid.run_grid(grid, "digits-logreg/persistent/*", out, ["auto", "wait-for-all"])
-        first = json.loads(out.read_text())["cells"]["digits-logreg/persistent/5x5"]
-        # the change: auto with another margin (a --set key of the cell would do the same)
-        grid["tasks"]["digits-logreg"]["run_config"] = {"auto-margin": 3.0}
-        with pytest.raises(ValueError, match="--rerun needs --methods"):
-            run_grid.run_grid(grid, "digits-logreg/persistent/*", out, None, rerun=True)
-        run_grid.run_grid(grid, "digits-logreg/persistent/*", out, ["auto"], rerun=True)
-    finally:
-        torch.set_num_threads(threads)
+    run_grid.run_grid(grid, "digits-logreg/persistent/*", out, ["auto", "wait-for-all"])
+    first = json.loads(out.read_text())["cells"]["digits-logreg/persistent/5x5"]
+    # the change: auto with another margin (a --set key of the cell would do the same)
+    grid["tasks"]["digits-logreg"]["run_config"] = {"auto-margin": 3.0}
+    with pytest.raises(ValueError, match="--rerun needs --methods"):
+        run_grid.run_grid(grid, "digits-logreg/persistent/*", out, None, rerun=True)
+    run_grid.run_grid(grid, "digits-logreg/persistent/*", out, ["auto"], rerun=True)
     cell = json.loads(out.read_text())["cells"]["digits-logreg/persistent/5x5"]
     old = {r["method"]: r for r in first["runs"]}
     new = {r["method"]: r for r in cell["runs"]}
