@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,17 +58,24 @@ def is_private(name: str) -> bool:
     return name.startswith("_") and not name.startswith("__")
 
 
+def bound_names(nodes: Iterable[ast.AST]) -> set[str]:
+    """The names the functions, classes and plain assignments among ``nodes`` bind."""
+    names: set[str] = set()
+    for node in nodes:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(t.id for t in targets if isinstance(t, ast.Name))
+    return names
+
+
 def defined_private_names(tree: ast.Module) -> set[str]:
     """Private attributes of the module's own classes: defined in a class body, or assigned as
     ``self._x`` / ``cls._x`` in its methods."""
     names: set[str] = set()
     for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
-        for node in cls.body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                names.add(node.name)
-            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                names.update(t.id for t in targets if isinstance(t, ast.Name))
+        names |= bound_names(cls.body)
         for node in ast.walk(cls):
             if (isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del))
                     and isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
@@ -262,27 +270,16 @@ def package_private_names() -> set[str]:
     names: set[str] = set()
     for path in modules():
         tree = ast.parse(path.read_text())
-        names |= defined_private_names(tree)
+        names |= defined_private_names(tree) | bound_names(tree.body)
         for node in tree.body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                names.add(node.name)
-            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                names.update(t.id for t in targets if isinstance(t, ast.Name))
-            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
                 names.update(a.asname for a in node.names if a.asname)
     return {n for n in names if is_private(n)}
 
 
 def _own_names(tree: ast.Module) -> set[str]:
     """Private names the file defines itself (module level or in its classes)."""
-    own = defined_private_names(tree)
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            own.add(node.name)
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            own.update(t.id for t in targets if isinstance(t, ast.Name))
+    own = defined_private_names(tree) | bound_names(ast.walk(tree))
     return {n for n in own if is_private(n)}
 
 
