@@ -58,6 +58,14 @@ def is_private(name: str) -> bool:
     return name.startswith("_") and not name.startswith("__")
 
 
+def on_own_instance(base: ast.expr) -> bool:
+    """Whether an attribute is read on ``self``, ``cls`` or ``super()`` (its class's own)."""
+    if isinstance(base, ast.Name) and base.id in ("self", "cls"):
+        return True
+    return (isinstance(base, ast.Call) and isinstance(base.func, ast.Name)
+            and base.func.id == "super")
+
+
 def bound_names(nodes: Iterable[ast.AST]) -> set[str]:
     """The names the functions, classes and plain assignments among ``nodes`` bind."""
     names: set[str] = set()
@@ -99,11 +107,7 @@ def private_reads_in(source: str, name: str) -> set[str]:
                     found.add(f"{name}: from {'.' * node.level}{node.module or ''} "
                               f"import {alias.name}")
         elif isinstance(node, ast.Attribute) and is_private(node.attr):
-            base = node.value
-            if isinstance(base, ast.Name) and base.id in ("self", "cls"):
-                continue
-            if (isinstance(base, ast.Call) and isinstance(base.func, ast.Name)
-                    and base.func.id == "super"):
+            if on_own_instance(node.value):
                 continue
             if node.attr in own:
                 continue
@@ -291,10 +295,7 @@ def package_private_reads_in(source: str, name: str, private: set[str]) -> set[s
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and node.attr in private:
             base = node.value
-            if isinstance(base, ast.Name) and base.id in ("self", "cls"):
-                continue
-            if (isinstance(base, ast.Call) and isinstance(base.func, ast.Name)
-                    and base.func.id == "super"):
+            if on_own_instance(base):
                 continue
             if node.attr not in own or (isinstance(base, ast.Name) and base.id in bound):
                 found.add(f"{name}: {ast.unparse(node)}")
