@@ -203,10 +203,14 @@ def _duration(seconds: float) -> str:
 
 
 # ---------------------------------------------------------------- the data
+def _grid() -> dict[str, Any]:
+    with open(GRID_FILE, "rb") as fh:
+        return tomllib.load(fh)
+
+
 def reported_cells() -> list[str]:
     """The reported set, ``[report] cells`` of the grid file, in its order."""
-    with open(GRID_FILE, "rb") as fh:
-        return list(tomllib.load(fh).get("report", {}).get("cells", []))
+    return list(_grid().get("report", {}).get("cells", []))
 
 
 def _data() -> dict[str, Any]:
@@ -405,6 +409,8 @@ def render_headline(data: Mapping[str, Any], report: Sequence[str]) -> str:
     summary, stats = cell["summary"], method_stats(cell)
     auto = stats["auto"]
     seeds = cell["settings"]["seeds"]
+    development = _grid()["seeds"]["development"]
+    dev = f"{development[0]}–{development[-1]}"
     ratio = {m: (summary.get(m, {}).get("time_to_target_vs_auto") or {}).get("geomean")
              for m in _RIVAL_WORDS}
     ratio = {m: r for m, r in ratio.items() if r is not None and math.isfinite(r)}
@@ -438,8 +444,8 @@ def render_headline(data: Mapping[str, Any], report: Sequence[str]) -> str:
             f"{cell['settings']['rounds']} rounds, and uploaded {1 / upload:.2f}× its bytes.")
     lines.append(
         "- **How the defaults were chosen**: `s-max` and `auto-margin` by the rule in "
-        "`experiments/grid.toml` on the development seeds 0–2; the main job's deadline and "
-        "latency regime by `experiments/first_hour.py`, also on seeds 0–2 ([its "
+        f"`experiments/grid.toml` on the development seeds {dev}; the main job's deadline and "
+        f"latency regime by `experiments/first_hour.py`, also on seeds {dev} ([its "
         "results](docs/results.md#the-main-jobs-regimes-experimentsfirst_hourpy), not a "
         f"headline). The main job below runs on its own seed (`seed`, default "
         f"{DEFAULTS['seed']}): its table is that run's, not this result.")
