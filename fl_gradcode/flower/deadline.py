@@ -235,7 +235,8 @@ class DeadlineFedAvg(FedAvg):
         """Seconds after the round's start at which the server hears that each of ``nodes``
         (whose replies never arrive) is off, as the latency model says (Flower's
         ``NODE_UNAVAILABLE`` error); nodes it never hears of are left out."""
-        if self.latency is None:
+        nodes = list(nodes)
+        if self.latency is None or not nodes:
             return {}
         loads = self.loads(timings)
         out = {node: failure_notice(self.latency, worker=timings[node][0],
