@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import platform
+import re
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -37,6 +38,19 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, float) and not np.isfinite(value):
         return None
     return value
+
+
+#: a JSON array of numbers (and nulls) only, as ``json.dumps(indent=...)`` spreads it: one
+#: item per line (a raw newline never occurs inside a JSON string, so no string matches)
+_FLAT_ARRAY = re.compile(r"\[\n\s*((?:-?[\d.eE+-]+|null)(?:,\n\s*(?:-?[\d.eE+-]+|null))*)\n\s*\]")
+
+
+def dumps(value: Any) -> str:
+    """``value`` as indented JSON with every array of numbers on one line (a curve is a
+    line, not one number per line); ``json.loads`` reads back the same value."""
+    text = json.dumps(value, indent=2)
+    return _FLAT_ARRAY.sub(lambda m: "[" + ", ".join(x.strip() for x in m.group(1).split(","))
+                           + "]", text)
 
 
 def save(result: dict, out: str | Path, figure=None) -> Path:

@@ -23,7 +23,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from experiments.compare import DEFAULT_METHODS, check_methods, print_summary, run_cell
+from experiments.common import dumps
+from experiments.compare import (
+    DEFAULT_METHODS,
+    check_methods,
+    print_summary,
+    run_cell,
+    stored_run,
+)
 
 __all__ = ["cell_names", "estimate", "grid_cells", "grid_methods", "merge", "merge_files",
            "run_grid"]
@@ -86,7 +93,7 @@ def merge(out: Path, grid: Mapping[str, Any], name: str | None = None,
     estimate; the file is replaced atomically."""
     data = _load(out)
     if name is not None and result is not None:
-        data["cells"][name] = dict(result)
+        data["cells"][name] = {**result, "runs": [stored_run(r) for r in result["runs"]]}
     data.setdefault("skipped", {}).update(skipped or {})
     for done in data["cells"]:
         data["skipped"].pop(done, None)
@@ -100,7 +107,7 @@ def merge(out: Path, grid: Mapping[str, Any], name: str | None = None,
     data["estimate"] = estimate(grid, data)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(out.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2))
+    tmp.write_text(dumps(data))
     tmp.replace(out)
     return data
 

@@ -18,10 +18,27 @@ RUN_KEYS = {"method", "seed", "time_to_target", "final_accuracy", "rounds", "byt
 
 
 @pytest.fixture(scope="module")
-def quick(tmp_path_factory):
+def quick_file(tmp_path_factory):
     out = tmp_path_factory.mktemp("compare") / "quick.json"
     assert compare.main(["--quick", "--out", str(out)]) == 0
-    return json.loads(out.read_text())
+    return out
+
+
+@pytest.fixture(scope="module")
+def quick(quick_file):
+    return json.loads(quick_file.read_text())
+
+
+def test_the_json_keeps_a_curve_on_one_line_and_no_client_times(quick_file, quick):
+    text = quick_file.read_text()
+    # a line holding a lone number is an array spread one number per line
+    assert not [line for line in text.splitlines()
+                if line.strip().rstrip(",").replace(".", "").replace("-", "").isdigit()]
+    curve = quick["runs"][0]["accuracy_curve"]
+    assert json.dumps(curve[0]).replace(" ", "") in text.replace(" ", "")
+    # wait-for-all's client times feed the stated rule from development seeds only
+    assert all("client_times_s" not in run for run in quick["runs"])
+    assert quick["settings"]["stated_deadline_s"] > 0
 
 
 def test_the_quick_slice_writes_every_method_with_the_documented_keys(quick):

@@ -223,3 +223,40 @@ def test_fedbuffs_lead_without_stragglers_is_read_from_its_run():
     assert "every K = 5 updates" in text and "120 steps" in text
     assert "0.5 s against wait-for-all's 0.8 s (1.60× sooner)" in text
     assert "`auto` took 1.2 s" in text
+
+
+def _schedule_files():
+    """A grid cell (cohort 20, 30 rounds) and the same regime with FedBuff's step count
+    (cohort 5, 120 rounds), on the same seeds."""
+    runs = (_runs("fedbuff", [1.0, 2.0, 3.0], [0.9] * 3)
+            + _runs("wait-for-all", [10.0, 20.0, None], [0.9] * 3)
+            + _runs("auto", [5.0, 6.0, 7.0], [0.9] * 3))
+    cell = {"settings": {"task": "digits-logreg", "latency": "persistent", "n": 20,
+                         "cohort": 20, "rounds": 30, "seeds": SEEDS}, "runs": runs}
+    small = {"settings": {"task": "digits-logreg", "latency": "persistent", "n": 20,
+                          "cohort": 5, "rounds": 120, "seeds": SEEDS},
+             "runs": (_runs("wait-for-all", [4.0, 5.0, 8.0], [0.9] * 3)
+                      + _runs("auto", [3.0, 3.0, 9.0], [0.9] * 3))}
+    return {"cells": {"digits-logreg/persistent/20x20": cell}}, small
+
+
+def test_fedbuff_schedule_pairs_the_grid_cell_with_the_small_cohort_run():
+    data, small = _schedule_files()
+    text = rivals.render_schedule(data, {"persistent": small})
+    assert "a cohort of 5 per round for 120 rounds, the client work of 30 rounds of 20" in text
+    row = next(line for line in text.splitlines() if line.startswith("| persistent"))
+    # medians by hand: FedBuff 2; wait-for-all (10, 20, never) 20 with 2 of 3; at 5 x 120:
+    # 5; auto 6 and 3; step count alone 20 / 5 = 4, FedBuff 20 / 2 = 10
+    assert row == ("| persistent | 2.0 s (3/3) | 20.0 s (2/3) | 5.0 s (3/3) | 6.0 s (3/3) "
+                   "| 3.0 s (3/3) | 4.00× | 10.00× |")
+    # log 4 / log 10 = 0.602; auto at 5 x 120 (3) is not slower than at 20 x 30 (6)
+    assert "the step count alone is 60–60 % of FedBuff's lead" in text
+    assert "slower than at 20 × 30 in 0 of 1 regimes" in text
+
+
+def test_fedbuff_schedule_skips_runs_on_other_seeds_or_without_a_cell():
+    data, small = _schedule_files()
+    other = json.loads(json.dumps(small))
+    other["settings"]["seeds"] = [0, 1, 2]
+    assert rivals.render_schedule(data, {"persistent": other}) is None
+    assert rivals.render_schedule(data, {"bimodal": small}) is None

@@ -490,3 +490,73 @@ def fedbuff_no_stragglers() -> str | None:
         return None
     return render_no_stragglers(load(NO_STRAGGLERS))
 
+
+
+#: Synchronous rounds given FedBuff's step count (evaluation seeds): a cohort of K (FedBuff's
+#: buffer) per round for ``rounds * cohort / K`` rounds, the client work of the grid's cell:
+#: ``python -m experiments.compare --latency persistent --n 20 --cohort 5 --rounds 120
+#: --methods wait-for-all,auto --seeds 10,11,12,13,14,15,16,17,18,19
+#: --out results/compare_schedule_persistent.json`` (and so on for each regime).
+SCHEDULE = "compare_schedule_{}.json"
+
+
+def _stats_cell(stats: Stats | None) -> str:
+    return "not run" if stats is None else _auto_cell(stats)
+
+
+def render_schedule(data: Mapping[str, Any], schedules: Mapping[str, Mapping[str, Any]]
+                    ) -> str | None:
+    """FedBuff against synchronous rounds with its step count: per regime, the median time to
+    target of FedBuff, wait-for-all and auto in the grid's cell (``data``: compare.json) and
+    of wait-for-all and auto with a cohort of K and proportionally more rounds
+    (``schedules``: regime -> a ``compare --out`` file), on the same seeds; ``None`` when no
+    regime has both."""
+    rows, shape, shares, slower = [], None, [], 0
+    for regime, small in schedules.items():
+        s = small["settings"]
+        cell = data.get("cells", {}).get(f"{s['task']}/{regime}/{s['n']}x{s['n']}")
+        if cell is None or sorted(cell["settings"]["seeds"]) != sorted(s["seeds"]):
+            continue
+        big, few = method_stats(cell), method_stats(small)
+        c = cell["settings"]
+        shape = (c["cohort"], c["rounds"], s["cohort"], s["rounds"], s["task"], s["n"],
+                 s["seeds"])
+        wfa, wfa_small, fedbuff = (x.median_time if x else math.inf for x in (
+            big.get("wait-for-all"), few.get("wait-for-all"), big.get("fedbuff")))
+        step, lead = _over(wfa, wfa_small), _over(wfa, fedbuff)
+        if math.isfinite(step) and math.isfinite(lead) and step > 0 and lead > 1:
+            shares.append(math.log(step) / math.log(lead))
+        autos = [x.median_time if x else math.inf for x in (big.get("auto"), few.get("auto"))]
+        slower += autos[1] > autos[0]
+        rows.append([regime, _stats_cell(big.get("fedbuff")),
+                     _stats_cell(big.get("wait-for-all")), _stats_cell(few.get("wait-for-all")),
+                     _stats_cell(big.get("auto")), _stats_cell(few.get("auto")),
+                     _times(_over(wfa, wfa_small)), _times(_over(wfa, fedbuff))])
+    if shape is None:
+        return None
+    cohort, rounds, k, more, task, n, seeds = shape
+    header = ["latency", f"FedBuff (K = {k})", f"wait-for-all, {cohort} × {rounds}",
+              f"wait-for-all, {k} × {more}", f"auto, {cohort} × {rounds}",
+              f"auto, {k} × {more}", "step count alone", "FedBuff"]
+    return (
+        f"Synchronous rounds given FedBuff's step count ({task} at n = {n}, evaluation seeds "
+        f"{seeds[0]}–{seeds[-1]}; a cohort of {k} per round for {more} rounds, the client "
+        f"work of {rounds} rounds of {cohort}; `results/{SCHEDULE.format('*')}`). Median "
+        "time to target (seeds that reached it); the last two columns: how much sooner than "
+        f"wait-for-all at {cohort} × {rounds} the step count alone (wait-for-all at "
+        f"{k} × {more}) and FedBuff are.\n\n" + table(header, rows)
+        + (f"\n\nOn a log scale the step count alone is {100 * min(shares):.0f}–"
+           f"{100 * max(shares):.0f} % of FedBuff's lead over wait-for-all here; the rest is "
+           "its asynchrony (no round barrier)." if shares else "")
+        + f" `auto` at {k} × {more} was slower than at {cohort} × {rounds} in {slower} of "
+        f"{len(rows)} regimes.")
+
+
+@block("fedbuff-schedule")
+def fedbuff_schedule() -> str | None:
+    latencies = _grid().get("latency", {})
+    schedules = {r: load(SCHEDULE.format(r)) for r in latencies
+                 if (RESULTS / SCHEDULE.format(r)).exists()}
+    if not schedules or not (RESULTS / COMPARE).exists():
+        return None
+    return render_schedule(_data(), schedules)
