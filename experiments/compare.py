@@ -70,7 +70,7 @@ def lookup(grid: Mapping[str, Any], kind: str, name: str) -> dict[str, Any]:
     unknown name is refused, naming the ones there are."""
     tables = grid.get(kind, {})
     if name not in tables:
-        raise ValueError(f"unknown {kind} {name!r}; experiments/grid.toml has "
+        raise ValueError(f"unknown {kind.rstrip('s')} {name!r}; experiments/grid.toml has "
                          f"{sorted(tables)}")
     table = tables[name]
     if table.get("placeholder"):
@@ -507,17 +507,23 @@ def _main(args: argparse.Namespace) -> int:
         methods = ([m.strip() for m in args.methods.split(",") if m.strip()]
                    if args.methods else None)
         return run_grid(grid, args.cells, Path(args.out), methods, rerun=args.rerun)
-    task = lookup(grid, "tasks", args.task)
+    try:  # every argument checked before any run: a bad one is a message, not a traceback
+        task = lookup(grid, "tasks", args.task)
+        if args.latency:
+            lookup(grid, "latency", args.latency)
+        seeds = QUICK["seeds"] if args.quick else parse_seeds(args.seeds)
+        dev_seeds = QUICK["dev_seeds"] if args.quick else parse_seeds(args.dev_seeds)
+        methods = check_methods(QUICK["methods"] if args.quick else
+                                [m.strip() for m in (args.methods or ",".join(DEFAULT_METHODS))
+                                 .split(",") if m.strip()])
+        sets = parse_sets(args.set)
+    except ValueError as exc:
+        raise SystemExit(f"python -m experiments.compare: {exc}") from None
     n = QUICK["n"] if args.quick else args.n
     cohort = args.cohort or n
     if not 1 <= cohort <= n:
         raise SystemExit(f"--cohort {cohort}: expected 1..n (n={n})")
     rounds = QUICK["rounds"] if args.quick else (args.rounds or int(grid["scale"]["rounds"]))
-    seeds = QUICK["seeds"] if args.quick else parse_seeds(args.seeds)
-    dev_seeds = QUICK["dev_seeds"] if args.quick else parse_seeds(args.dev_seeds)
-    methods = check_methods(QUICK["methods"] if args.quick else
-                            [m.strip() for m in (args.methods or ",".join(DEFAULT_METHODS))
-                             .split(",") if m.strip()])
     if args.target is None and not args.quick and "target" not in task:
         raise SystemExit(f"task {args.task!r} has no target in experiments/grid.toml yet "
                          "(its rule: 0.95 x the median final accuracy of wait-for-all on the "
@@ -525,7 +531,7 @@ def _main(args: argparse.Namespace) -> int:
     target = float(args.target if args.target is not None
                    else QUICK["target"] if args.quick else task["target"])
     result = run_cell(grid, args.task, args.latency, n, cohort, rounds, seeds, dev_seeds,
-                      methods, target, parse_sets(args.set), bool(args.quick))
+                      methods, target, sets, bool(args.quick))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(dumps(result))

@@ -155,6 +155,20 @@ def test_a_setting_outside_the_grid_and_bad_values_are_handled():
         compare.check_methods(["auto", "grouped-rs"])
 
 
+@pytest.mark.parametrize(("argv", "named"), [
+    (["--latency", "nope"], "unknown latency 'nope'"),
+    (["--task", "imagenet"], "unknown task 'imagenet'"),
+    (["--set", "latency-q=1"], "unknown run-config key 'latency-q'"),
+    (["--methods", "auto,grouped-rs"], "a fixed code is written CODE:s"),
+    (["--seeds", "ten"], "ten"),
+])
+def test_a_bad_argument_is_a_message_before_any_run(tmp_path, argv, named):
+    out = tmp_path / "never.json"
+    with pytest.raises(SystemExit) as stop:
+        compare.main([*argv, "--out", str(out)])
+    assert named in str(stop.value.code) and not out.exists()
+
+
 def test_the_bootstrap_interval_is_seeded_and_holds_the_geometric_mean():
     ratios = [1.5, 2.0, 3.0, 2.5]
     a = compare.bootstrap_ratio(ratios, 2000, 0)
