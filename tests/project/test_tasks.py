@@ -100,6 +100,12 @@ def test_natural_partition_is_a_partitioner_of_the_run_config():
     assert max(sizes) > 4 * min(sizes)  # quantity skew on the task's own data
     with pytest.raises(ValueError, match="dirichlet-alpha"):
         natural_partition(d.y_train, 20, alpha=0.0)
+    # every client asks again: the same split, and a caller's changes stay its own
+    parts[0][:] = -1
+    again = partition_indices(d.y_train, 20, "natural", alpha=0.3, sigma=1.0, seed=0)
+    assert all(np.array_equal(a, b) for a, b in zip(again, direct, strict=True))
+    other = partition_indices(d.y_train, 20, "natural", alpha=0.3, sigma=1.0, seed=1)
+    assert not all(np.array_equal(a, b) for a, b in zip(other, direct, strict=True))
 
 
 def test_tasks_and_regimes_are_run_configs_by_name():
