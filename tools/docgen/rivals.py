@@ -500,6 +500,11 @@ def fedbuff_no_stragglers() -> str | None:
 SCHEDULE = "compare_schedule_{}.json"
 
 
+def _span(shares: Sequence[float]) -> str:
+    low, high = (f"{100 * x:.0f}" for x in (min(shares), max(shares)))
+    return low if low == high else f"{low}–{high}"
+
+
 def _stats_cell(stats: Stats | None) -> str:
     return "not run" if stats is None else _auto_cell(stats)
 
@@ -542,13 +547,14 @@ def render_schedule(data: Mapping[str, Any], schedules: Mapping[str, Mapping[str
         f"Synchronous rounds given FedBuff's step count ({task} at n = {n}, evaluation seeds "
         f"{seeds[0]}–{seeds[-1]}; a cohort of {k} per round for {more} rounds, the client "
         f"work of {rounds} rounds of {cohort}; `results/{SCHEDULE.format('*')}`). Median "
-        "time to target (seeds that reached it); the last two columns: how much sooner than "
+        "time to target over the seeds (one that never reached it counts as ∞) and how many "
+        "reached it; the last two columns: how much sooner than "
         f"wait-for-all at {cohort} × {rounds} the step count alone (wait-for-all at "
-        f"{k} × {more}) and FedBuff are.\n\n" + table(header, rows)
-        + (f"\n\nOn a log scale the step count alone is {100 * min(shares):.0f}–"
-           f"{100 * max(shares):.0f} % of FedBuff's lead over wait-for-all here; the rest is "
-           "its asynchrony (no round barrier)." if shares else "")
-        + f" `auto` at {k} × {more} was slower than at {cohort} × {rounds} in {slower} of "
+        f"{k} × {more}) and FedBuff are.\n\n" + table(header, rows) + "\n\n"
+        + (f"On a log scale the step count alone is {_span(shares)} % of FedBuff's lead "
+           "over wait-for-all here; the rest is its asynchrony (no round barrier). "
+           if shares else "")
+        + f"`auto` at {k} × {more} was slower than at {cohort} × {rounds} in {slower} of "
         f"{len(rows)} regimes.")
 
 
