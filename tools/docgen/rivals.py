@@ -154,10 +154,11 @@ def _seconds(value: float) -> str:
     return "∞" if math.isinf(value) else f"{value:.1f} s"
 
 
-def _auto_cell(auto: Stats | None) -> str:
-    if auto is None:
+def _stats_cell(stats: Stats | None) -> str:
+    """A method's median time to target and how many seeds reached it (``not run``)."""
+    if stats is None:
         return "not run"
-    return f"{_seconds(auto.median_time)} ({auto.reached}/{auto.seeds})"
+    return f"{_seconds(stats.median_time)} ({stats.reached}/{stats.seeds})"
 
 
 def _ratio(entry: Mapping[str, Any] | None, auto: Stats | None) -> str:
@@ -241,7 +242,7 @@ def render_table(data: Mapping[str, Any], report: Sequence[str]) -> str:
         summary = cell.get("summary", {})
         stats = method_stats(cell)
         code = _best(stats, [m for m in stats if is_code(m)])
-        rows.append([name, _auto_cell(v.auto),
+        rows.append([name, _stats_cell(v.auto),
                      *(_ratio(summary.get(m), v.auto) for m in SHOWN),
                      "not run" if code is None else
                      f"{code} {_ratio(summary.get(code), v.auto)}",
@@ -503,10 +504,6 @@ SCHEDULE = "compare_schedule_{}.json"
 def _span(shares: Sequence[float]) -> str:
     low, high = (f"{100 * x:.0f}" for x in (min(shares), max(shares)))
     return low if low == high else f"{low}–{high}"
-
-
-def _stats_cell(stats: Stats | None) -> str:
-    return "not run" if stats is None else _auto_cell(stats)
 
 
 def render_schedule(data: Mapping[str, Any], schedules: Mapping[str, Mapping[str, Any]]
