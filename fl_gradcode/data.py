@@ -180,16 +180,14 @@ def natural_partition(
 
 
 @lru_cache(maxsize=32)
-def _natural_cached(labels: tuple[int, ...], k: int, alpha: float, sigma: float, seed: int
-                    ) -> tuple[tuple[int, ...], ...]:
-    return tuple(tuple(int(i) for i in p) for p in natural_partition(
-        np.array(labels, dtype=np.int64), k, alpha=alpha, sigma=sigma, seed=seed))
-
-
-@lru_cache(maxsize=32)
 def _partition_cached(
-    labels: tuple[int, ...], k: int, partitioner: str, alpha: float, seed: int, classes: int
+    labels: tuple[int, ...], k: int, partitioner: str, alpha: float, seed: int, classes: int,
+    sigma: float,
 ) -> tuple[tuple[int, ...], ...]:
+    # every client of a run asks for the same split: built once per process
+    if partitioner == "natural":  # 0.2 s at k = 1,000
+        return tuple(tuple(int(i) for i in p) for p in natural_partition(
+            np.array(labels, dtype=np.int64), k, alpha=alpha, sigma=sigma, seed=seed))
     from datasets import Dataset as HFDataset
     from datasets.utils.logging import disable_progress_bar
     from flwr_datasets.partitioner import (
@@ -250,16 +248,9 @@ def partition_indices(
         raise ValueError(f"k={k!r} partitions must be a positive integer")
     if partitioner == "dirichlet" and not alpha > 0:
         raise ValueError(f"dirichlet-alpha={alpha!r} must be > 0")
-    if partitioner == "natural":
-        # every client of a run asks for the same split: built once per process (0.2 s at
-        # k = 1,000), each caller given its own arrays
-        return [np.array(p, dtype=np.int64) for p in _natural_cached(
-            tuple(np.asarray(labels).astype(np.int64).tolist()), int(k), float(alpha),
-            float(sigma), int(seed))]
     parts = _partition_cached(
         tuple(np.asarray(labels).astype(np.int64).tolist()), int(k), partitioner,
-        float(alpha), int(seed),
-        int(classes_per_partition),
+        float(alpha), int(seed), int(classes_per_partition), float(sigma),
     )
     result = [np.array(p, dtype=np.int64) for p in parts]
     empty = [j for j, p in enumerate(result) if p.size == 0]
