@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from experiments.common import dumps
+from experiments.journal import Journal
 from experiments.rival_runs import RIVALS, Cell, parse_code, run_coded, run_rival
 
 __all__ = ["Cell", "cell_own_keys", "cell_run_config", "charge_once", "compare", "grid_cell",
@@ -134,16 +135,23 @@ def grid_cell(grid: Mapping[str, Any], task: str, latency: str, n: int, cohort: 
                 fedbuff_server_lr=float(rules["fedbuff_server_lr"]))
 
 
-def charge_once(cell: Cell, seed: int) -> tuple[Cell, dict[str, Any]]:
+def charge_once(cell: Cell, seed: int,
+                journal: Journal | None = None) -> tuple[Cell, dict[str, Any]]:
     """For a cell whose run config says ``virtual-compute=measured-once``: measure one
     partition update once (:func:`fl_gradcode.tasks.charged_measured_cost`, on ``seed``'s
     data) and charge that value to every method and seed of the cell (``partition-cost-s``
-    with ``virtual-compute=none``); other cells are returned as they are."""
+    with ``virtual-compute=none``); other cells are returned as they are. ``journal``: the
+    value measured by an earlier process of the cell is charged again (measured and kept
+    there the first time)."""
     if str(cell.run_config.get("virtual-compute")) != "measured-once":
         return cell, {}
     from fl_gradcode.tasks import charged_measured_cost
 
-    charged = charged_measured_cost(cell.config(seed), cell.n)
+    charged = journal.meta("charge") if journal is not None else None
+    if charged is None:
+        charged = charged_measured_cost(cell.config(seed), cell.n)
+        if journal is not None:
+            journal.set_meta("charge", charged)
     cell = dataclasses.replace(cell, run_config={**cell.run_config, **charged})
     return cell, {"measured_partition_cost_s": float(charged["partition-cost-s"]),
                   "measured_on_seed": int(seed),
@@ -226,16 +234,24 @@ class Runner:
     """Runs each ``(method, seed)`` once (wait-for-all and deadline runs are reused by the
     deadline rules)."""
 
-    def __init__(self, cell: Cell, log: Callable[[str], None] = print) -> None:
+    def __init__(self, cell: Cell, log: Callable[[str], None] = print,
+                 journal: Journal | None = None) -> None:
         self.cell = cell
         self.log = log
         self.cache: dict[tuple, dict[str, Any]] = {}
         self.coded_cell: Cell | None = None
+        self.journal = journal
 
     def _run(self, key: tuple, make: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        if key not in self.cache and self.journal is not None:
+            resumed = self.journal.get(key)
+            if resumed is not None:
+                self.cache[key] = resumed
         if key not in self.cache:
             record = make()
             self.cache[key] = record
+            if self.journal is not None:
+                self.journal.add(key, record)
             self.log(f"  {key[0]:>14} seed {record['seed']:>3}: time to target "
                      f"{_fmt(record['time_to_target'])} s, final "
                      f"{_fmt(record['final_accuracy'], '.3f')}, {record['rounds']} rounds, "
@@ -281,13 +297,15 @@ def best_deadline(records: Mapping[float, list[dict[str, Any]]]) -> float:
 def compare(cell: Cell, methods: Sequence[str], seeds: Sequence[int],
             dev_seeds: Sequence[int], rules: Mapping[str, Any],
             log: Callable[[str], None] = print,
-            own_timeout: bool = False) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+            own_timeout: bool = False,
+            journal: Journal | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Every method on every seed: ``(runs, deadline facts)``. ``own_timeout``: the cell sets
     ``straggler-timeout`` itself (``--set`` or the grid's tables; a registry entry's value is
-    the main job's), and the coded methods stop waiting there."""
+    the main job's), and the coded methods stop waiting there. ``journal``: runs finished by
+    an earlier process of the same cell are read back from it, new ones written to it."""
     from fl_gradcode.rivals import deadline_grid
 
-    runner = Runner(cell, log)
+    runner = Runner(cell, log, journal)
     runs: list[dict[str, Any]] = []
     facts: dict[str, Any] = {}
     coded = [m for m in methods if m not in (*RIVALS, "deadline", "deadline-best")]
@@ -447,23 +465,36 @@ def main(argv: list[str] | None = None) -> int:
 def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, cohort: int,
              rounds: int, seeds: Sequence[int], dev_seeds: Sequence[int],
              methods: Sequence[str], target: float, sets: Mapping[str, Any] | None = None,
-             quick: bool = False, log: Callable[[str], None] = print) -> dict[str, Any]:
+             quick: bool = False, log: Callable[[str], None] = print,
+             journal: Path | None = None) -> dict[str, Any]:
     """One cell, every method on every seed: the JSON ``{"settings", "runs", "summary",
-    "runtime_s"}``."""
+    "runtime_s"}``. ``journal``: a file keeping the cell's finished runs
+    (:class:`experiments.journal.Journal`), so a cell cut off resumes where it stopped;
+    ``runtime_s`` then counts the resumed runs' wall time, and ``resumed_runs`` how many."""
     rules = grid["rules"]
     if not 1 <= cohort <= n:
         raise ValueError(f"--cohort {cohort}: expected 1..n (n={n})")
     cell = grid_cell(grid, task_name, latency, n, cohort, rounds, target, sets)
     check_cell(cell, task_name, [*seeds, *dev_seeds])
+    book = None
+    if journal is not None:
+        book = Journal(journal, {"cell": dataclasses.asdict(cell), "seeds": list(seeds),
+                                 "dev_seeds": list(dev_seeds)})
+        if book.stale:
+            log(f"compare: {journal} was written for another cell, seeds, code or versions: "
+                f"set aside as {book.stale}, the cell starts afresh")
+        elif book.runs:
+            log(f"compare: resuming from {journal}: {len(book.runs)} runs already finished")
     t0 = time.perf_counter()
-    cell, charge = charge_once(cell, [*seeds, *dev_seeds][0])
+    cell, charge = charge_once(cell, [*seeds, *dev_seeds][0], book)
     log(f"compare: task {task_name}, latency {latency or 'key-table defaults'}, "
         f"n={n}, cohort={cohort}, {rounds} rounds, target {target}, seeds {list(seeds)}"
         + (f", compute charged {charge['measured_partition_cost_s']:.4f} s per partition"
            if charge else ""))
     runs, facts = compare(cell, methods, seeds, dev_seeds, rules, log,
                           own_timeout="straggler-timeout" in cell_own_keys(
-                              grid, task_name, latency, sets))
+                              grid, task_name, latency, sets), journal=book)
+    resumed_s = book.resumed_wall_s if book is not None else 0.0
     return {
         "settings": {
             "task": task_name, "latency": latency, "n": n, "cohort": cohort,
@@ -478,7 +509,8 @@ def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, coho
         },
         "runs": runs,
         "summary": summarize(runs, rules) if "auto" in methods else {},
-        "runtime_s": time.perf_counter() - t0,
+        "runtime_s": time.perf_counter() - t0 + resumed_s,
+        **({"resumed_runs": book.resumed} if book is not None else {}),
     }
 
 

@@ -10,8 +10,12 @@ listed with the reason.
 Each finished cell is merged into ``--out`` at once (a cell run again replaces its entry), so a
 partial run keeps what it finished: ``{"grid", "cells": {name: {"settings", "runs", "summary",
 "runtime_s", "finished_utc", "methods_not_run"}}, "done", "not_done", "skipped",
-"estimate"}``. ``estimate`` is the wall time the whole grid would take on this machine,
-extrapolated from the finished cells' own run times (its formula is in the JSON).
+"estimate"}``. Until a cell is merged, its finished runs are kept in
+``OUT.journal/TASK_LATENCY_NxC.jsonl`` (:func:`journal_path`): the same command run again
+after a cut-off (a session's end, a kill) resumes the cell where it stopped, with the same
+code and settings (:mod:`experiments.journal`). ``estimate`` is the wall time the whole
+grid would take on this machine, extrapolated from the finished cells' own run times (its
+formula is in the JSON).
 """
 
 from __future__ import annotations
@@ -32,8 +36,8 @@ from experiments.compare import (
     stored_run,
 )
 
-__all__ = ["cell_names", "estimate", "grid_cells", "grid_methods", "merge", "merge_files",
-           "run_grid"]
+__all__ = ["cell_names", "estimate", "grid_cells", "grid_methods", "journal_path", "merge",
+           "merge_files", "run_grid"]
 
 
 def grid_cells(grid: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -220,6 +224,12 @@ def rerun_cell(existing: Mapping[str, Any], result: Mapping[str, Any],
             "summary": summarize(runs, rules), "reruns": reruns}
 
 
+def journal_path(out: Path, name: str) -> Path:
+    """Where a cell of ``out`` keeps its finished runs until it is merged
+    (:class:`experiments.journal.Journal`): ``OUT.journal/TASK_LATENCY_NxC.jsonl``."""
+    return out.with_name(out.stem + ".journal") / (name.replace("/", "_") + ".jsonl")
+
+
 def run_grid(grid: Mapping[str, Any], patterns: str, out: Path,
              methods: Sequence[str] | None = None, rerun: bool = False) -> int:
     """Run the cells matching ``patterns`` one after the other, merging each into ``out``.
@@ -247,14 +257,19 @@ def run_grid(grid: Mapping[str, Any], patterns: str, out: Path,
         chosen_methods = check_methods(list(methods) if methods and (again or not rerun)
                                        else full)
         started = _dt.datetime.now(_dt.UTC)
+        journal = journal_path(out, name)
         result = run_cell(grid, cell["task"], cell["latency"], cell["n"], cell["cohort"],
-                          rounds, seeds, dev, chosen_methods, float(task["target"]))
+                          rounds, seeds, dev, chosen_methods, float(task["target"]),
+                          journal=journal)
         result = {**result, "started_utc": started.isoformat(timespec="seconds"),
                   "finished_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
                   "methods_not_run": [m for m in full if m not in chosen_methods]}
         if again:
             result = rerun_cell(done[name], result, chosen_methods, grid["rules"])
         merge(out, grid, name, result)
+        journal.unlink(missing_ok=True)  # merged: the finished runs live in out now
+        if not any(journal.parent.iterdir()):
+            journal.parent.rmdir()
         print_summary(result)
         print(f"grid: {name} done in {result['runtime_s']:.1f} s, merged into {out}")
     return 0
