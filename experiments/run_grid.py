@@ -145,51 +145,59 @@ def estimate(grid: Mapping[str, Any], data: Mapping[str, Any],
              task_factor: Mapping[str, float] | None = None) -> dict[str, Any]:
     """The whole grid's wall time on this machine, extrapolated from the finished cells.
 
-    A method's run costs its mean wall time over the finished cells' runs (a fixed code not
-    run yet: ``grouped-rs:2``'s times ``(s + 1) / 3``, the partitions per client), times
-    ``cohort / 20`` (clients per round), times the task's factor (a CNN task: its wall time
-    per wait-for-all run over digits-logreg's, from ``results/compare_target_dev_TASK.json``
-    when it exists); a cell runs each method on the evaluation seeds, every multiple of
-    ``deadline_grid`` but 1 for deadline-best, and wait-for-all on the development seeds."""
-    walls: dict[str, list[float]] = {}
+    A method's run costs its mean wall time over the finished cells' runs of the same task
+    (a fixed code not run yet: ``grouped-rs:2``'s times ``(s + 1) / 3``, the partitions per
+    client), times ``cohort / 20`` (clients per round); a task with no finished cell yet
+    costs digits-logreg's times the task's factor (its wall time per wait-for-all run over
+    digits-logreg's, from ``results/compare_target_dev_TASK.json`` when it exists). A cell
+    runs each method on the evaluation seeds, every multiple of ``deadline_grid`` but 1 for
+    deadline-best, and wait-for-all on the development seeds."""
+    walls: dict[str, dict[str, list[float]]] = {}
     for cell in data["cells"].values():
         scale = 20.0 / max(1, cell["settings"]["cohort"])
+        own = walls.setdefault(cell["settings"].get("task", "digits-logreg"), {})
         for run in cell["runs"]:
-            walls.setdefault(run["method"], []).append(run["wall_s"] * scale)
-    per_run = {m: _mean(w) for m, w in walls.items()}
-    if not per_run:
+            own.setdefault(run["method"], []).append(run["wall_s"] * scale)
+    by_task = {task: {m: _mean(w) for m, w in methods.items()}
+               for task, methods in walls.items()}
+    if not by_task:
         return {"whole_grid_s": None, "reason": "no cell finished yet"}
+    per_run = by_task.get("digits-logreg") or next(iter(by_task.values()))
     factors = dict(task_factor or _task_factors(per_run.get("wait-for-all")))
     seeds = len(grid["seeds"]["evaluation"])
     dev = len(grid["seeds"]["development"])
     extra_deadlines = len([m for m in grid["rules"]["deadline_grid"] if m != 1.0])
-    fallback = _mean([w for w in per_run.values() if w is not None]) or 0.0
 
-    def run_s(method: str) -> float:
-        if per_run.get(method) is not None:
-            return per_run[method]
-        if ":" in method and per_run.get("grouped-rs:2") is not None:
-            return per_run["grouped-rs:2"] * (int(method.split(":")[1]) + 1) / 3
-        return per_run.get("deadline", fallback) if method == "deadline-best" else fallback
+    def run_s(table: Mapping[str, float | None], method: str) -> float:
+        fallback = _mean([w for w in table.values() if w is not None]) or 0.0
+        if table.get(method) is not None:
+            return float(table[method])
+        if ":" in method and table.get("grouped-rs:2") is not None:
+            return float(table["grouped-rs:2"]) * (int(method.split(":")[1]) + 1) / 3
+        return table.get("deadline", fallback) if method == "deadline-best" else fallback
 
     cells: dict[str, float] = {}
     for cell in grid_cells(grid):
-        factor = factors.get(cell["task"], 1.0) * cell["cohort"] / 20.0
-        total = dev * run_s("wait-for-all")
+        own = cell["task"] in by_task
+        table = by_task[cell["task"]] if own else per_run
+        factor = (1.0 if own else factors.get(cell["task"], 1.0)) * cell["cohort"] / 20.0
+        total = dev * run_s(table, "wait-for-all")
         for method in grid_methods(grid, cell["cohort"]):
-            total += seeds * run_s(method)
+            total += seeds * run_s(table, method)
             if method == "deadline-best":
-                total += seeds * extra_deadlines * run_s("deadline")
+                total += seeds * extra_deadlines * run_s(table, "deadline")
         cells[cell["name"]] = total * factor
     remaining = sum(s for name, s in cells.items() if name not in data["cells"])
     return {"whole_grid_s": sum(cells.values()), "remaining_s": remaining,
             "per_cell_s": cells, "task_factor": factors,
             "per_run_s_at_cohort_20": per_run,
+            "per_run_s_at_cohort_20_by_task": by_task,
             "formula": "per cell: (development seeds x wait-for-all + evaluation seeds x "
                        "(each method + the deadline-best grid's other deadlines)) x the mean "
-                       "wall time of the method's runs in the finished cells, scaled to "
-                       "cohort 20, x cohort / 20 x the task's factor; one process, "
-                       "torch on one thread, this machine (2 cores shared)"}
+                       "wall time of the method's runs in the finished cells of the task, "
+                       "scaled to cohort 20, x cohort / 20 (a task with no finished cell: "
+                       "digits-logreg's runs x the task's factor); one process, torch on "
+                       "one thread, this machine (2 cores shared)"}
 
 
 def _task_factors(digits_wfa: float | None) -> dict[str, float]:

@@ -124,3 +124,26 @@ def test_cells_run_in_parallel_merge_into_one_grid_file(tmp_path):
     # one cell in two files: refused, naming both
     with pytest.raises(ValueError, match=r"in both .*a\.json and .*a\.json"):
         run_grid.merge_files(out, grid, [a, a])
+
+
+def test_the_estimate_uses_a_tasks_own_finished_cells_before_a_factor():
+    grid = compare.load_grid()
+    methods = run_grid.grid_methods(grid, 20)
+
+    def cell(task, wall):
+        return {"settings": {"task": task, "cohort": 20},
+                "runs": [{"method": m, "wall_s": wall} for m in methods]}
+
+    data = {"cells": {"digits-logreg/persistent/20x20": cell("digits-logreg", 1.0),
+                      "mnist1d-cnn/persistent/20x20": cell("mnist1d-cnn", 7.0)}}
+    est = run_grid.estimate(grid, data, task_factor={"mnist1d-cnn": 100.0,
+                                                     "natural-noniid": 3.0})
+    seeds, dev = len(grid["seeds"]["evaluation"]), len(grid["seeds"]["development"])
+    extra = len(grid["rules"]["deadline_grid"]) - 1
+    runs_per_cell = dev + seeds * len(methods) + seeds * extra
+    # the CNN's own runs (7 s), not digits' times the factor 100
+    assert est["per_cell_s"]["mnist1d-cnn/bimodal/20x20"] == pytest.approx(7.0 * runs_per_cell)
+    # no natural-noniid cell finished: digits' runs (1 s) times its factor
+    assert est["per_cell_s"]["natural-noniid/bimodal/20x20"] == \
+        pytest.approx(3.0 * runs_per_cell)
+    assert est["per_cell_s"]["digits-logreg/bimodal/20x20"] == pytest.approx(runs_per_cell)
