@@ -135,18 +135,30 @@ def grid_cell(grid: Mapping[str, Any], task: str, latency: str, n: int, cohort: 
                 fedbuff_server_lr=float(rules["fedbuff_server_lr"]))
 
 
-def charge_once(cell: Cell, seed: int,
-                journal: Journal | None = None) -> tuple[Cell, dict[str, Any]]:
+def charge_once(cell: Cell, seed: int, journal: Journal | None = None,
+                fixed: float | None = None) -> tuple[Cell, dict[str, Any]]:
     """For a cell whose run config says ``virtual-compute=measured-once``: measure one
     partition update once (:func:`fl_gradcode.tasks.charged_measured_cost`, on ``seed``'s
     data) and charge that value to every method and seed of the cell (``partition-cost-s``
     with ``virtual-compute=none``); other cells are returned as they are. ``journal``: the
     value measured by an earlier process of the cell is charged again (measured and kept
-    there the first time)."""
+    there the first time). ``fixed``: the value measured before any result and stated in
+    the grid file (``charge_s`` of the task's table), charged instead of a measurement now:
+    a measurement taken while other work shares the machine is slower (twice as slow with
+    two other processes on this 2-core machine), and would change the cell's virtual
+    times."""
     if str(cell.run_config.get("virtual-compute")) != "measured-once":
         return cell, {}
     from fl_gradcode.tasks import charged_measured_cost
 
+    if fixed is not None:
+        cell = dataclasses.replace(cell, run_config={
+            **cell.run_config, "virtual-compute": "none", "partition-cost-s": float(fixed)})
+        return cell, {"measured_partition_cost_s": float(fixed),
+                      "compute_charge": "measured once on this machine, idle, before any "
+                                        "evaluation run, and fixed in experiments/grid.toml "
+                                        "(charge_s of the task), charged to every method as "
+                                        "partition-cost-s"}
     charged = journal.meta("charge") if journal is not None else None
     if charged is None:
         charged = charged_measured_cost(cell.config(seed), cell.n)
@@ -476,17 +488,18 @@ def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, coho
         raise ValueError(f"--cohort {cohort}: expected 1..n (n={n})")
     cell = grid_cell(grid, task_name, latency, n, cohort, rounds, target, sets)
     check_cell(cell, task_name, [*seeds, *dev_seeds])
+    fixed = lookup(grid, "tasks", task_name).get("charge_s", {}).get(str(n))
     book = None
     if journal is not None:
         book = Journal(journal, {"cell": dataclasses.asdict(cell), "seeds": list(seeds),
-                                 "dev_seeds": list(dev_seeds)})
+                                 "dev_seeds": list(dev_seeds), "charge_s": fixed})
         if book.stale:
             log(f"compare: {journal} was written for another cell, seeds, code or versions: "
                 f"set aside as {book.stale}, the cell starts afresh")
         elif book.runs:
             log(f"compare: resuming from {journal}: {len(book.runs)} runs already finished")
     t0 = time.perf_counter()
-    cell, charge = charge_once(cell, [*seeds, *dev_seeds][0], book)
+    cell, charge = charge_once(cell, [*seeds, *dev_seeds][0], book, fixed)
     log(f"compare: task {task_name}, latency {latency or 'key-table defaults'}, "
         f"n={n}, cohort={cohort}, {rounds} rounds, target {target}, seeds {list(seeds)}"
         + (f", compute charged {charge['measured_partition_cost_s']:.4f} s per partition"

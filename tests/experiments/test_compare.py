@@ -308,3 +308,23 @@ def test_a_regime_default_deadline_is_not_the_cells_own(tmp_path):
     settings = json.loads(out.read_text())["settings"]
     assert settings["coded_straggler_timeout_s"] == settings["stated_deadline_s"]
     assert settings["coded_straggler_timeout_rule"].startswith("the stated deadline")
+
+
+def test_a_charge_fixed_in_the_grid_is_charged_not_measured_again(monkeypatch,
+                                                                   one_torch_thread):
+    import fl_gradcode.tasks
+
+    def measuring(cfg, n):
+        raise AssertionError("measured although the grid fixes the charge")
+
+    monkeypatch.setattr(fl_gradcode.tasks, "charged_measured_cost", measuring)
+    grid = compare.load_grid()
+    grid = {**grid, "tasks": {**grid["tasks"], "digits-logreg": {
+        **grid["tasks"]["digits-logreg"], "charge_s": {"5": 0.0321}}}}
+    result = compare.run_cell(grid, "digits-logreg", "bimodal", 5, 5, 1, [10], [0],
+                              ["wait-for-all"], 0.3, {"virtual-compute": "measured-once"},
+                              log=lambda line: None)
+    assert result["settings"]["measured_partition_cost_s"] == 0.0321
+    assert result["settings"]["run_config"]["partition-cost-s"] == 0.0321
+    assert result["settings"]["run_config"]["virtual-compute"] == "none"
+    assert "grid.toml" in result["settings"]["compute_charge"]

@@ -15,8 +15,9 @@ def test_cells_methods_and_the_cell_filter_follow_the_grid():
     names = [c["name"] for c in run_grid.grid_cells(grid)]
     assert "digits-logreg/persistent/20x20" in names
     assert "digits-logreg/persistent/1000x100" not in names  # the task's own scales
-    assert "mnist1d-cnn/fedscale/1000x100" in names
-    assert len(names) == len(set(names)) == 6 * (2 + 3 + 3)
+    assert "natural-noniid/fedscale/1000x100" in names
+    assert "mnist1d-cnn/fedscale/1000x100" not in names  # 3,200 signals: not 1,000 Dirichlet
+    assert len(names) == len(set(names)) == 6 * (2 + 2 + 3)
     chosen = run_grid.cell_names(grid, "digits-logreg/bimodal/20x20,digits-logreg/*/20x20")
     assert chosen[0] == "digits-logreg/bimodal/20x20" and len(chosen) == 6
     with pytest.raises(ValueError, match=r"--cells 'digits/\*' matches no cell"):
@@ -32,8 +33,8 @@ def _tiny(grid):
             "scale": {**grid["scale"], "rounds": 2, "settings": [[5, 5]]},
             "tasks": {"digits-logreg": {**grid["tasks"]["digits-logreg"], "target": 0.3,
                                         "scales": [[5, 5]]},
-                      "mnist1d-cnn": {k: v for k, v in grid["tasks"]["mnist1d-cnn"].items()
-                                      if k != "target"}},
+                      "mnist1d-cnn": {**{k: v for k, v in grid["tasks"]["mnist1d-cnn"].items()
+                                         if k != "target"}, "scales": [[5, 5]]}},
             "latency": {k: grid["latency"][k] for k in ("persistent", "bimodal")}}
 
 
