@@ -47,10 +47,11 @@ import numpy as np
 from experiments.common import dumps
 from experiments.journal import Journal
 from experiments.rival_runs import RIVALS, Cell, parse_code, run_coded, run_rival
+from experiments.summary import bootstrap_ratio, fmt, median_known, print_summary, summarize
 
-__all__ = ["Cell", "cell_own_keys", "cell_run_config", "charge_once", "compare", "grid_cell",
-           "load_grid", "lookup", "main", "registry_config", "run_cell", "run_coded", "run_rival",
-           "summarize"]
+__all__ = ["Cell", "bootstrap_ratio", "cell_own_keys", "cell_run_config", "charge_once",
+           "compare", "grid_cell", "load_grid", "lookup", "main", "print_summary",
+           "registry_config", "run_cell", "run_coded", "run_rival", "summarize"]
 
 GRID = Path(__file__).with_name("grid.toml")
 DEFAULT_METHODS = ("auto", "wait-for-all", "deadline", "deadline-best", "first-k", "fedbuff")
@@ -265,8 +266,8 @@ class Runner:
             if self.journal is not None:
                 self.journal.add(key, record)
             self.log(f"  {key[0]:>14} seed {record['seed']:>3}: time to target "
-                     f"{_fmt(record['time_to_target'])} s, final "
-                     f"{_fmt(record['final_accuracy'], '.3f')}, {record['rounds']} rounds, "
+                     f"{fmt(record['time_to_target'])} s, final "
+                     f"{fmt(record['final_accuracy'], '.3f')}, {record['rounds']} rounds, "
                      f"compute {record['client_compute_s']:.1f} s ({record['wall_s']:.1f} s)")
         return self.cache[key]
 
@@ -353,7 +354,7 @@ def compare(cell: Cell, methods: Sequence[str], seeds: Sequence[int],
             facts["deadline_grid_results"] = [
                 {"deadline_s": d,
                  "reached": sum(r["time_to_target"] is not None for r in rs),
-                 "median_time_to_target": _median([r["time_to_target"] for r in rs]),
+                 "median_time_to_target": median_known([r["time_to_target"] for r in rs]),
                  "mean_final_accuracy": float(np.mean([r["final_accuracy"] or 0.0
                                                        for r in rs]))}
                 for d, rs in tried.items()]
@@ -369,61 +370,6 @@ def stored_run(record: Mapping[str, Any]) -> dict[str, Any]:
     """A run as the JSON keeps it: without wait-for-all's client times (the stated rule
     reads them from the development seeds' runs only, which are not stored)."""
     return {k: v for k, v in record.items() if k != "client_times_s"}
-
-
-# ============================================================================= the summary
-def _median(values: Sequence[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return float(np.median(known)) if known else None
-
-
-def bootstrap_ratio(ratios: Sequence[float], resamples: int, seed: int) -> dict[str, Any]:
-    """Geometric mean of paired per-seed ratios and its 95 % percentile interval by
-    bootstrap over seeds (seeded)."""
-    logs = np.log(np.asarray(ratios, dtype=np.float64))
-    if logs.size == 0:
-        return {"geomean": None, "ci95": None}
-    rng = np.random.default_rng(seed)
-    means = logs[rng.integers(0, logs.size, size=(resamples, logs.size))].mean(axis=1)
-    lo, hi = np.percentile(means, [2.5, 97.5])
-    return {"geomean": float(np.exp(logs.mean())), "ci95": [float(np.exp(lo)),
-                                                            float(np.exp(hi))]}
-
-
-def summarize(runs: Sequence[Mapping[str, Any]], rules: Mapping[str, Any],
-              reference: str = "auto") -> dict[str, Any]:
-    """Per method: paired per-seed ratios method / ``reference`` (seeds where both are
-    defined), their geometric mean and bootstrap interval; seeds where either missed the
-    target are counted, not guessed."""
-    by = {(r["method"], r["seed"]): r for r in runs}
-    methods = list(dict.fromkeys(r["method"] for r in runs))
-    resamples, seed = int(rules["bootstrap_resamples"]), int(rules["bootstrap_seed"])
-    out: dict[str, Any] = {}
-    for method in methods:
-        seeds = [s for m, s in by if m == method]
-        entry: dict[str, Any] = {
-            "seeds": len(seeds),
-            "reached_target": sum(by[method, s]["time_to_target"] is not None for s in seeds),
-            "median_time_to_target": _median([by[method, s]["time_to_target"]
-                                              for s in seeds]),
-            "mean_final_accuracy": float(np.mean([by[method, s]["final_accuracy"] or 0.0
-                                                  for s in seeds])),
-        }
-        if method != reference:
-            paired = [s for s in seeds if (reference, s) in by]
-            for metric in ("time_to_target", "client_compute_s", "bytes_up"):
-                ratios = {s: by[method, s][metric] / by[reference, s][metric] for s in paired
-                          if by[method, s][metric] and by[reference, s][metric]}
-                entry[f"{metric}_vs_{reference}"] = {
-                    "per_seed": {str(s): ratios.get(s) for s in paired},
-                    **bootstrap_ratio(list(ratios.values()), resamples, seed),
-                }
-        out[method] = entry
-    return out
-
-
-def _fmt(value: float | None, spec: str = ".2f") -> str:
-    return "-" if value is None else format(value, spec)
 
 
 # ============================================================================= the command
@@ -525,16 +471,6 @@ def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, coho
         "runtime_s": time.perf_counter() - t0 + resumed_s,
         **({"resumed_runs": book.resumed} if book is not None else {}),
     }
-
-
-def print_summary(result: Mapping[str, Any]) -> None:
-    for method, entry in result["summary"].items():
-        ratio = entry.get("time_to_target_vs_auto", {})
-        print(f"{method:>16}: reached {entry['reached_target']}/{entry['seeds']}, median "
-              f"time {_fmt(entry['median_time_to_target'])} s, final "
-              f"{entry['mean_final_accuracy']:.3f}"
-              + (f", time / auto {_fmt(ratio.get('geomean'))} {ratio.get('ci95')}"
-                 if ratio else ""))
 
 
 def _main(args: argparse.Namespace) -> int:

@@ -28,13 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from experiments.common import dumps
-from experiments.compare import (
-    DEFAULT_METHODS,
-    check_methods,
-    print_summary,
-    run_cell,
-    stored_run,
-)
+from experiments.compare import DEFAULT_METHODS, check_methods, run_cell, stored_run
+from experiments.summary import print_summary, summarize
 
 __all__ = ["cell_names", "estimate", "grid_cells", "grid_methods", "journal_path", "merge",
            "merge_files", "run_grid"]
@@ -219,8 +214,6 @@ def rerun_cell(existing: Mapping[str, Any], result: Mapping[str, Any],
     """A finished cell with ``methods`` run again (``result``: those methods' runs on the same
     cell and seeds): their runs replaced, the new deadline facts kept, the summary redone,
     and the re-run recorded under ``reruns``."""
-    from experiments.compare import summarize
-
     runs = [r for r in existing["runs"] if r["method"] not in methods] + list(result["runs"])
     facts = {k: v for k, v in result["settings"].items()
              if k not in ("methods", "quick", "set")}

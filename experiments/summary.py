@@ -1,0 +1,79 @@
+"""The paired summary of a comparison: per method, its runs against ``auto``'s on the same
+seeds (geometric mean of per-seed ratios, 95 % bootstrap interval over seeds), and the lines
+``python -m experiments.compare`` prints."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["bootstrap_ratio", "fmt", "median_known", "print_summary", "summarize"]
+
+
+def median_known(values: Sequence[float | None]) -> float | None:
+    """The median of the values that are not ``None`` (``None`` when there are none)."""
+    known = [v for v in values if v is not None]
+    return float(np.median(known)) if known else None
+
+
+def bootstrap_ratio(ratios: Sequence[float], resamples: int, seed: int) -> dict[str, Any]:
+    """Geometric mean of paired per-seed ratios and its 95 % percentile interval by
+    bootstrap over seeds (seeded)."""
+    logs = np.log(np.asarray(ratios, dtype=np.float64))
+    if logs.size == 0:
+        return {"geomean": None, "ci95": None}
+    rng = np.random.default_rng(seed)
+    means = logs[rng.integers(0, logs.size, size=(resamples, logs.size))].mean(axis=1)
+    lo, hi = np.percentile(means, [2.5, 97.5])
+    return {"geomean": float(np.exp(logs.mean())), "ci95": [float(np.exp(lo)),
+                                                            float(np.exp(hi))]}
+
+
+def summarize(runs: Sequence[Mapping[str, Any]], rules: Mapping[str, Any],
+              reference: str = "auto") -> dict[str, Any]:
+    """Per method: paired per-seed ratios method / ``reference`` (seeds where both are
+    defined), their geometric mean and bootstrap interval; seeds where either missed the
+    target are counted, not guessed."""
+    by = {(r["method"], r["seed"]): r for r in runs}
+    methods = list(dict.fromkeys(r["method"] for r in runs))
+    resamples, seed = int(rules["bootstrap_resamples"]), int(rules["bootstrap_seed"])
+    out: dict[str, Any] = {}
+    for method in methods:
+        seeds = [s for m, s in by if m == method]
+        entry: dict[str, Any] = {
+            "seeds": len(seeds),
+            "reached_target": sum(by[method, s]["time_to_target"] is not None for s in seeds),
+            "median_time_to_target": median_known([by[method, s]["time_to_target"]
+                                              for s in seeds]),
+            "mean_final_accuracy": float(np.mean([by[method, s]["final_accuracy"] or 0.0
+                                                  for s in seeds])),
+        }
+        if method != reference:
+            paired = [s for s in seeds if (reference, s) in by]
+            for metric in ("time_to_target", "client_compute_s", "bytes_up"):
+                ratios = {s: by[method, s][metric] / by[reference, s][metric] for s in paired
+                          if by[method, s][metric] and by[reference, s][metric]}
+                entry[f"{metric}_vs_{reference}"] = {
+                    "per_seed": {str(s): ratios.get(s) for s in paired},
+                    **bootstrap_ratio(list(ratios.values()), resamples, seed),
+                }
+        out[method] = entry
+    return out
+
+
+def fmt(value: float | None, spec: str = ".2f") -> str:
+    """``value`` formatted with ``spec``; ``-`` for ``None``."""
+    return "-" if value is None else format(value, spec)
+
+
+
+def print_summary(result: Mapping[str, Any]) -> None:
+    for method, entry in result["summary"].items():
+        ratio = entry.get("time_to_target_vs_auto", {})
+        print(f"{method:>16}: reached {entry['reached_target']}/{entry['seeds']}, median "
+              f"time {fmt(entry['median_time_to_target'])} s, final "
+              f"{entry['mean_final_accuracy']:.3f}"
+              + (f", time / auto {fmt(ratio.get('geomean'))} {ratio.get('ci95')}"
+                 if ratio else ""))
