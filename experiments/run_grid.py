@@ -28,7 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from experiments.common import dumps
-from experiments.compare import DEFAULT_METHODS, check_methods, run_cell, stored_run
+from experiments.compare import (
+    DEFAULT_METHODS,
+    check_methods,
+    run_cell,
+    stored_run,
+    task_target,
+)
 from experiments.summary import print_summary, summarize
 
 __all__ = ["cell_names", "estimate", "grid_cells", "grid_methods", "journal_path", "merge",
@@ -260,7 +266,8 @@ def run_grid(grid: Mapping[str, Any], patterns: str, out: Path,
         started = _dt.datetime.now(_dt.UTC)
         journal = journal_path(out, name)
         result = run_cell(grid, cell["task"], cell["latency"], cell["n"], cell["cohort"],
-                          rounds, seeds, dev, chosen_methods, float(task["target"]),
+                          rounds, seeds, dev, chosen_methods,
+                          task_target(task, cell["n"], cell["cohort"]),
                           journal=journal)
         result = {**result, "started_utc": started.isoformat(timespec="seconds"),
                   "finished_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),

@@ -148,3 +148,15 @@ def test_the_estimate_uses_a_tasks_own_finished_cells_before_a_factor():
     assert est["per_cell_s"]["natural-noniid/bimodal/20x20"] == \
         pytest.approx(3.0 * runs_per_cell)
     assert est["per_cell_s"]["digits-logreg/bimodal/20x20"] == pytest.approx(runs_per_cell)
+
+
+def test_a_scale_with_its_own_target_runs_to_it(tmp_path, one_torch_thread):
+    grid = _tiny(compare.load_grid())
+    grid["tasks"]["digits-logreg"]["targets"] = {"5x5": 0.45}
+    out = tmp_path / "grid.json"
+    run_grid.run_grid(grid, "digits-logreg/persistent/*", out, ["auto", "wait-for-all"])
+    cell = json.loads(out.read_text())["cells"]["digits-logreg/persistent/5x5"]
+    assert cell["settings"]["target"] == 0.45
+    for run in cell["runs"]:  # time to target: the first evaluation at or above 0.45
+        reached = [t for t, acc, *_ in run["accuracy_curve"] if acc >= 0.45]
+        assert run["time_to_target"] == (reached[0] if reached else None)
