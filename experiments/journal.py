@@ -4,11 +4,12 @@ where it stopped instead of starting over.
 One JSON line per finished run (``{"key", "record"}``) after a header line (``{"identity",
 "digest"}``). The identity is everything a run's numbers depend on: the cell (run config,
 ``n``, cohort, rounds, target, the rivals' rules), the development and evaluation seeds, the
-versions of Python, numpy, torch and Flower, and a digest of the code that runs (the packages
-``fl_gradcode``, ``clients``, ``server`` and ``experiments/rival_runs.py``). A journal whose
-identity differs is not read: it is set aside (renamed ``*.stale``) and the cell starts
-afresh, with a message saying so. A cell whose compute is measured once keeps that
-measurement in the journal (``meta``), so a resumed cell charges every run the same value.
+versions of Python, numpy, torch and Flower, torch's and BLAS's threads, and a digest of the
+code that runs (the packages ``fl_gradcode``, ``clients``, ``server`` and
+``experiments/rival_runs.py``). A journal whose identity differs is not read: it is set
+aside (renamed ``*.stale``) and the cell starts afresh, with a message saying so. A cell
+whose compute is measured once keeps that measurement in the journal (``meta``), so a
+resumed cell charges every run the same value.
 """
 
 from __future__ import annotations
@@ -43,9 +44,14 @@ def _versions() -> dict[str, str]:
     import flwr
     import numpy
     import torch
+    from threadpoolctl import threadpool_info
 
+    # the threads too: a sum split over threads may differ in its last bit
     return {"python": platform.python_version(), "numpy": numpy.__version__,
-            "torch": torch.__version__, "flwr": flwr.__version__}
+            "torch": torch.__version__, "flwr": flwr.__version__,
+            "torch_threads": str(torch.get_num_threads()),
+            "blas_threads": ",".join(str(lib["num_threads"]) for lib in threadpool_info()
+                                     if lib.get("user_api") == "blas")}
 
 
 def _plain(value: Any) -> Any:

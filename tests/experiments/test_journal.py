@@ -122,3 +122,15 @@ def test_a_resumed_cell_charges_the_compute_measured_the_first_time(tmp_path, mo
     assert result["resumed_runs"] == 2
     assert result["settings"]["measured_partition_cost_s"] == 0.0123
     assert _without_wall(result["runs"]) == _without_wall(reference["runs"])
+
+
+def test_a_journal_written_on_other_threads_is_set_aside(tmp_path, one_torch_thread):
+    import torch
+
+    grid, journal = _grid(), tmp_path / "cell.jsonl"
+    with pytest.raises(Cut):
+        _cell(grid, journal, log=_cut_after(2))
+    torch.set_num_threads(2)  # a sum split over threads may end in another last bit
+    lines: list[str] = []
+    result = _cell(grid, journal, log=lines.append)
+    assert result["resumed_runs"] == 0 and any("set aside" in ln for ln in lines)
