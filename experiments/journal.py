@@ -87,7 +87,11 @@ class Journal:
             self._append({"identity": identity, "digest": self.digest})
 
     def _read(self) -> None:
-        lines = self.path.read_text().splitlines()
+        text = self.path.read_text()
+        if text and not text.endswith("\n"):  # a line cut off by a kill mid-write: dropped
+            text = text[: text.rfind("\n") + 1]
+            self.path.write_text(text)
+        lines = text.splitlines()
         try:
             header = json.loads(lines[0]) if lines else {}
         except json.JSONDecodeError:
@@ -99,7 +103,7 @@ class Journal:
         for line in lines[1:]:
             try:
                 entry = json.loads(line)
-            except json.JSONDecodeError:  # a line cut off by the kill: that run runs again
+            except json.JSONDecodeError:  # a damaged line: that run runs again
                 continue
             if "meta" in entry:
                 self._meta.update(entry["meta"])

@@ -134,3 +134,17 @@ def test_a_journal_written_on_other_threads_is_set_aside(tmp_path, one_torch_thr
     lines: list[str] = []
     result = _cell(grid, journal, log=lines.append)
     assert result["resumed_runs"] == 0 and any("set aside" in ln for ln in lines)
+
+
+def test_a_line_cut_off_mid_write_is_dropped_and_its_run_runs_again(tmp_path,
+                                                                     one_torch_thread):
+    grid, journal = _grid(), tmp_path / "cell.jsonl"
+    reference = _cell(grid, log=lambda line: None)
+    with pytest.raises(Cut):
+        _cell(grid, journal, log=_cut_after(3))
+    lines = journal.read_text().splitlines(keepends=True)
+    journal.write_text("".join(lines[:-1]) + lines[-1][: len(lines[-1]) // 2])  # killed
+    result = _cell(grid, journal, log=lambda line: None)
+    assert result["resumed_runs"] == 2
+    assert _without_wall(result["runs"]) == _without_wall(reference["runs"])
+    assert all(json.loads(line) for line in journal.read_text().splitlines())
