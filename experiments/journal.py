@@ -135,8 +135,3 @@ class Journal:
     def set_meta(self, name: str, value: Any) -> None:
         self._meta[name] = value
         self._append({"meta": {name: value}})
-
-    def close(self, remove: bool = True) -> None:
-        """The cell finished: its journal is no longer needed (``remove``)."""
-        if remove and self.path.exists():
-            self.path.unlink()
