@@ -159,25 +159,24 @@ def charge_once(cell: Cell, seed: int, journal: Journal | None = None,
         return cell, {}
     from fl_gradcode.tasks import charged_measured_cost
 
-    if fixed is not None:
-        cell = dataclasses.replace(cell, run_config={
-            **cell.run_config, "virtual-compute": "none", "partition-cost-s": float(fixed)})
-        return cell, {"measured_partition_cost_s": float(fixed),
-                      "compute_charge": "measured once on this machine, idle, before any "
-                                        "evaluation run, and fixed in experiments/grid.toml "
-                                        "(charge_s of the task), charged to every method as "
-                                        "partition-cost-s"}
-    charged = journal.meta("charge") if journal is not None else None
-    if charged is None:
-        charged = charged_measured_cost(cell.config(seed), cell.n)
-        if journal is not None:
-            journal.set_meta("charge", charged)
+    if fixed is not None:  # what charged_measured_cost returns, with the stated value
+        charged = {"virtual-compute": "none", "partition-cost-s": float(fixed)}
+        facts = {"compute_charge": "measured once on this machine, idle, before any "
+                                   "evaluation run, and fixed in experiments/grid.toml "
+                                   "(charge_s of the task), charged to every method as "
+                                   "partition-cost-s"}
+    else:
+        charged = journal.meta("charge") if journal is not None else None
+        if charged is None:
+            charged = charged_measured_cost(cell.config(seed), cell.n)
+            if journal is not None:
+                journal.set_meta("charge", charged)
+        facts = {"measured_on_seed": int(seed),
+                 "compute_charge": "measured once per cell "
+                                   "(fl_gradcode.tasks.charged_measured_cost), charged to "
+                                   "every method as partition-cost-s"}
     cell = dataclasses.replace(cell, run_config={**cell.run_config, **charged})
-    return cell, {"measured_partition_cost_s": float(charged["partition-cost-s"]),
-                  "measured_on_seed": int(seed),
-                  "compute_charge": "measured once per cell "
-                                    "(fl_gradcode.tasks.charged_measured_cost), charged to "
-                                    "every method as partition-cost-s"}
+    return cell, {"measured_partition_cost_s": float(charged["partition-cost-s"]), **facts}
 
 
 def parse_sets(pairs: Sequence[str]) -> dict[str, Any]:
