@@ -64,21 +64,21 @@ def _plain(value: Any) -> Any:
 class Journal:
     """The finished runs of one cell with ``identity`` (any JSON value), kept in ``path``.
 
-    :meth:`get` returns a run finished by an earlier process of the same identity (``None``
-    otherwise), :meth:`add` appends one; :meth:`meta` / :meth:`set_meta` keep facts measured
-    once per cell. :attr:`resumed` counts the runs read back (:attr:`resumed_wall_s`: the wall
-    seconds they took), :attr:`stale` names the journal set aside (another cell, seeds, code
-    or versions), if any."""
+    :meth:`get` hands back, once, a run finished by an earlier process of the same identity
+    (``None`` otherwise; :attr:`runs` holds those not handed back yet), :meth:`add` appends
+    one; :meth:`meta` / :meth:`set_meta` keep facts measured once per cell. :attr:`resumed`
+    counts the runs read back (:attr:`resumed_wall_s`: the wall seconds they took),
+    :attr:`stale` names the journal set aside (another cell, seeds, code or versions), if
+    any."""
 
     def __init__(self, path: Path, identity: Any) -> None:
         self.path = Path(path)
         identity = {"cell": identity, "versions": _versions(), "code": code_digest()}
         self.digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
-        self.runs: dict[str, dict[str, Any]] = {}
+        self.runs: dict[str, dict[str, Any]] = {}  # by earlier processes, not read back yet
         self._meta: dict[str, Any] = {}
         self.resumed = 0
         self.resumed_wall_s = 0.0
-        self._earlier: set[str] = set()
         self.stale: Path | None = None
         if self.path.exists():
             self._read()
@@ -109,7 +109,6 @@ class Journal:
                 self._meta.update(entry["meta"])
             elif "key" in entry:
                 self.runs[json.dumps(entry["key"])] = entry["record"]
-                self._earlier.add(json.dumps(entry["key"]))
 
     def _append(self, entry: Mapping[str, Any]) -> None:
         with open(self.path, "a") as fh:
@@ -117,16 +116,13 @@ class Journal:
             fh.flush()
 
     def get(self, key: tuple) -> dict[str, Any] | None:
-        name = json.dumps(list(key))
-        record = self.runs.get(name)
-        if record is not None and name in self._earlier:
-            self._earlier.discard(name)
+        record = self.runs.pop(json.dumps(list(key)), None)
+        if record is not None:
             self.resumed += 1
             self.resumed_wall_s += float(record.get("wall_s", 0.0))
         return record
 
     def add(self, key: tuple, record: Mapping[str, Any]) -> None:
-        self.runs[json.dumps(list(key))] = dict(record)
         self._append({"key": list(key), "record": record})
 
     def meta(self, name: str) -> Any:
