@@ -40,7 +40,6 @@ import os
 import re
 import shlex
 import signal
-import statistics
 import subprocess
 import tempfile
 import time
@@ -49,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.common import ROOT, save
+from experiments.summary import median_known
 from server.deploy_local import flower_bin, free_port, signal_group, wait_for_port
 
 APP = ROOT / "experiments" / "deployment_app"
@@ -216,11 +216,6 @@ def supernode_events(log_path: Path) -> dict[str, dict[str, float]]:
     return out
 
 
-def _median(values: list[float]) -> float | None:
-    values = [v for v in values if v is not None]
-    return float(statistics.median(values)) if values else None
-
-
 def breakdown(server: dict, clients: list[dict], nodes: dict[str, dict[str, float]]) -> dict:
     """Per-round decomposition along each round's critical message."""
     ev = server["events"]
@@ -295,7 +290,7 @@ def breakdown(server: dict, clients: list[dict], nodes: dict[str, dict[str, floa
 
 def summarise(mode: str, rounds: list[dict]) -> dict:
     steady = [r for r in rounds if r["round"] > 1 and "flower_poll_s" in r] or rounds
-    med = {k: _median([r.get(k) for r in steady]) for k in
+    med = {k: median_known([r.get(k) for r in steady]) for k in
            ("round_s", *KEYS, *DETAIL_KEYS)}
     flower = sum(med[k] or 0.0 for k in FLOWER_KEYS)
     ours = sum(med[k] or 0.0 for k in OURS_KEYS) if mode.startswith("coded") else 0.0

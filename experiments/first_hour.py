@@ -32,6 +32,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from experiments.summary import fmt
+
 ROOT = Path(__file__).resolve().parents[1]
 
 #: The three runs of the main job, by their names in the JSON.
@@ -175,13 +177,13 @@ def explore(regimes: Mapping[str, Mapping[str, Any]], seeds: Sequence[int], *,
             row["wins"] = seed_wins(row)
             per_seed.append(row)
             log(f"{regime_name} seed {seed}: target {row['target']:.3f}, "
-                f"coded {_fmt(row['coded']['time_to'])} s final {row['coded']['final']:.3f}, "
-                f"wait {_fmt(row['wait-for-all']['time_to'])} s "
+                f"coded {fmt(row['coded']['time_to'])} s final {row['coded']['final']:.3f}, "
+                f"wait {fmt(row['wait-for-all']['time_to'])} s "
                 f"final {row['wait-for-all']['final']:.3f}, "
-                f"drop {_fmt(row['drop-stragglers']['time_to'])} s "
+                f"drop {fmt(row['drop-stragglers']['time_to'])} s "
                 f"final {row['drop-stragglers']['final']:.3f} "
                 f"(dropped {row['drop-stragglers']['dropped']}); "
-                f"x{_fmt(row['speedup_vs_wait'])} vs wait, x{_fmt(row['speedup_vs_drop'])} "
+                f"x{fmt(row['speedup_vs_wait'])} vs wait, x{fmt(row['speedup_vs_drop'])} "
                 f"vs drop; wins={row['wins']}")
         out["regimes"][regime_name] = {
             "run_config": dict(regime),
@@ -204,10 +206,6 @@ def pick(result: Mapping[str, Any]) -> tuple[str | None, str | None]:
     losers = [k for k, v in regimes.items() if not v["wins"]]
     losing = min(losers, key=speed.get) if losers else None
     return recommended, losing
-
-
-def _fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
 
 
 def main(argv: list[str] | None = None) -> int:
