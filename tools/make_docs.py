@@ -11,8 +11,9 @@ the figures below that no experiment draws); ``--check`` rewrites nothing and ex
 the stale blocks (and any block name without a renderer). Only JSON is read: no experiment runs.
 Prose around a block is hand-written and states no measured number. The renderers live in
 ``tools/docgen/`` (``accuracy``: time to accuracy and adaptive coding; ``measures``: every
-other experiment; ``performance``: the client's cost, end-to-end and scale; ``readme``: the
-README's headline and figure, the option and code tables).
+other experiment; ``performance``: the client's cost, end-to-end and scale; ``rivals`` and
+``held``: the benchmark against the rivals; ``readme``: the README's headline and figure, the
+option and code tables).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import argparse
 import re
 import sys
 
-from tools.docgen import accuracy, measures, performance, rivals  # noqa: F401  (renderers)
+from tools.docgen import accuracy, held, measures, performance, rivals  # noqa: F401  (renderers)
 from tools.docgen.core import BLOCK, RENDERERS, ROOT
 from tools.docgen.readme import FIGURE_CODING, draw_coding_figure
 

@@ -214,14 +214,14 @@ def reported_cells() -> list[str]:
     return list(_grid().get("report", {}).get("cells", []))
 
 
-def _data() -> dict[str, Any]:
+def compare_data() -> dict[str, Any]:
     """``results/compare.json``; a missing file is a grid with no cell finished."""
     if not (RESULTS / COMPARE).exists():
         return {"cells": {}, "done": [], "not_done": [], "estimate": {}}
     return load(COMPARE)
 
 
-def _done(data: Mapping[str, Any], report: Sequence[str]) -> list[str]:
+def finished_cells(data: Mapping[str, Any], report: Sequence[str]) -> list[str]:
     """The finished cells: the reported set's in its order, then any other."""
     done = [c for c in data.get("done", data.get("cells", {})) if c in data.get("cells", {})]
     return [c for c in report if c in done] + [c for c in done if c not in report]
@@ -229,7 +229,7 @@ def _done(data: Mapping[str, Any], report: Sequence[str]) -> list[str]:
 
 def render_table(data: Mapping[str, Any], report: Sequence[str]) -> str:
     """The ``compare-table`` block from a ``results/compare.json``'s content."""
-    done = _done(data, report)
+    done = finished_cells(data, report)
     notes = [_progress(data, report, done)]
     if not done:
         return "No cell finished yet. " + notes[0]
@@ -302,7 +302,7 @@ def _progress(data: Mapping[str, Any], report: Sequence[str], done: Sequence[str
 
 def render_verdict(data: Mapping[str, Any], report: Sequence[str]) -> str:
     """The ``compare-verdict`` block: the goal's verdicts as sentences."""
-    done = _done(data, report)
+    done = finished_cells(data, report)
     if not done:
         return (f"No cell finished yet: the grid's verdicts (auto within {GOAL_TIME}× of the "
                 "best rival, and against the best rival that does not code under persistent "
@@ -369,19 +369,19 @@ def _missed(v: Verdict) -> str:
 def render(data: Mapping[str, Any], report: Sequence[str]) -> str:
     """The ``compare-table`` block: the verdicts, then the table (with no cell finished:
     only the table's note)."""
-    if not _done(data, report):
+    if not finished_cells(data, report):
         return render_table(data, report)
     return render_verdict(data, report) + "\n\n" + render_table(data, report)
 
 
 @block("compare-table")
 def compare_table() -> str:
-    return render(_data(), reported_cells())
+    return render(compare_data(), reported_cells())
 
 
 @block("compare-verdict")
 def compare_verdict() -> str:
-    return render_verdict(_data(), reported_cells())
+    return render_verdict(compare_data(), reported_cells())
 
 
 # ---------------------------------------------------------------- the README's first screen
@@ -421,7 +421,7 @@ def render_headline(data: Mapping[str, Any], report: Sequence[str]) -> str:
                for m in ratio}
     losses = [f"{_RIVAL_WORDS[m]} took {r:.2f}× auto's time{reached[m]}"
               for m, r in ratio.items() if r < 1]
-    verdicts = [verdict(c, data["cells"][c]) for c in _done(data, report)]
+    verdicts = [verdict(c, data["cells"][c]) for c in finished_cells(data, report)]
     met = sum(v.met for v in verdicts)
     wfa = summary.get("wait-for-all", {})
     compute = (wfa.get("client_compute_s_vs_auto") or {}).get("geomean")
@@ -455,7 +455,7 @@ def render_headline(data: Mapping[str, Any], report: Sequence[str]) -> str:
 
 @block("headline-compare")
 def headline_compare() -> str:
-    return render_headline(_data(), reported_cells())
+    return render_headline(compare_data(), reported_cells())
 
 
 #: FedBuff against synchronous rounds with no stragglers at all (development seeds):
@@ -562,4 +562,4 @@ def fedbuff_schedule() -> str | None:
                  if (RESULTS / SCHEDULE.format(r)).exists()}
     if not schedules or not (RESULTS / COMPARE).exists():
         return None
-    return render_schedule(_data(), schedules)
+    return render_schedule(compare_data(), schedules)
