@@ -157,10 +157,10 @@ def charge_once(cell: Cell, seed: int, journal: Journal | None = None,
     times."""
     if str(cell.run_config.get("virtual-compute")) != "measured-once":
         return cell, {}
-    from fl_gradcode.tasks import charged_measured_cost
+    from fl_gradcode.tasks import charged_cost, charged_measured_cost
 
-    if fixed is not None:  # what charged_measured_cost returns, with the stated value
-        charged = {"virtual-compute": "none", "partition-cost-s": float(fixed)}
+    if fixed is not None:
+        charged = charged_cost(fixed)
         facts = {"compute_charge": "measured once on this machine, idle, before any "
                                    "evaluation run, and fixed in experiments/grid.toml "
                                    "(charge_s of the task), charged to every method as "

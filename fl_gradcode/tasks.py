@@ -33,6 +33,7 @@ __all__ = [
     "REGIMES",
     "TASKS",
     "Task",
+    "charged_cost",
     "charged_measured_cost",
     "fedscale_workload",
     "make_regime",
@@ -136,9 +137,15 @@ def measured_partition_cost(cfg: Mapping[str, Any], n: int) -> float:
     )
 
 
+def charged_cost(seconds: float) -> dict[str, Any]:
+    """Run-config overrides that charge ``seconds`` per partition update as a fixed
+    ``partition-cost-s`` (``virtual-compute=none``): a harness comparing several schemes on
+    one task gives every scheme the same charge."""
+    return {"virtual-compute": "none", "partition-cost-s": float(seconds)}
+
+
 def charged_measured_cost(cfg: Mapping[str, Any], n: int) -> dict[str, Any]:
-    """Run-config overrides that charge :func:`measured_partition_cost`, measured now, as a
-    fixed ``partition-cost-s`` (``virtual-compute=none``): a harness comparing several
-    schemes on one task measures once and gives every scheme the same charge (with
-    ``measured-once`` each run would time its own)."""
-    return {"virtual-compute": "none", "partition-cost-s": measured_partition_cost(cfg, n)}
+    """:func:`charged_cost` of :func:`measured_partition_cost`, measured now: a harness
+    measures once and charges every scheme that value (with ``measured-once`` each run
+    would time its own)."""
+    return charged_cost(measured_partition_cost(cfg, n))
