@@ -362,7 +362,11 @@ def compare(cell: Cell, methods: Sequence[str], seeds: Sequence[int],
                  "reached": sum(r["time_to_target"] is not None for r in rs),
                  "median_time_to_target": median_known([r["time_to_target"] for r in rs]),
                  "mean_final_accuracy": float(np.mean([r["final_accuracy"] or 0.0
-                                                       for r in rs]))}
+                                                       for r in rs])),
+                 # every seed's numbers, so that the pick can be read again under any rule
+                 "per_seed": {str(r["seed"]): {"time_to_target": r["time_to_target"],
+                                               "final_accuracy": r["final_accuracy"]}
+                              for r in rs}}
                 for d, rs in tried.items()]
             runs += tried[best]
         elif method in RIVALS:

@@ -84,6 +84,13 @@ def test_the_quick_slice_numbers_are_consistent(quick):
     best = settings["deadline_best_s"]
     assert best in settings["deadline_grid_s"]
     assert by["deadline-best"]["deadline_s"] == best
+    # every grid deadline keeps its seeds' numbers: the pick's are the stored runs'
+    picked = next(g for g in settings["deadline_grid_results"] if g["deadline_s"] == best)
+    kept = {str(r["seed"]): {"time_to_target": r["time_to_target"],
+                             "final_accuracy": r["final_accuracy"]}
+            for r in runs if r["method"] == "deadline-best"}
+    assert picked["per_seed"] == kept
+    assert all(len(g["per_seed"]) == len(kept) for g in settings["deadline_grid_results"])
     assert math.isclose(settings["deadline_grid_s"][3], settings["stated_deadline_s"])
     # coded methods stop waiting at the deadline rival's stated deadline (not the key table's
     # straggler-timeout): no coded round lasts longer
