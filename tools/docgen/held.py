@@ -16,7 +16,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tools.docgen.core import block, table
-from tools.docgen.rivals import compare_data, finished_cells, median, reported_cells
+from tools.docgen.rivals import (
+    compare_data,
+    finished_cells,
+    median,
+    method_stats,
+    reported_cells,
+    seconds,
+)
 
 #: the methods shown, in order, and their column labels
 HELD_METHODS = (("auto", "auto"), ("fedbuff", "FedBuff"), ("first-k", "first-k"))
@@ -36,15 +43,6 @@ def held_time(curve: Sequence[Sequence[float]], target: float) -> float:
     return held
 
 
-def _first(run: Mapping[str, Any]) -> float:
-    value = run.get("time_to_target")
-    return math.inf if value is None else float(value)
-
-
-def _seconds(value: float) -> str:
-    return "∞" if math.isinf(value) else f"{value:.1f} s"
-
-
 def render_held(data: Mapping[str, Any], report: Sequence[str]) -> str | None:
     """The table (one row per finished cell) and the count of cells where auto's and FedBuff's
     order by median time differs between the two readings; ``None`` with no finished cell."""
@@ -59,12 +57,12 @@ def render_held(data: Mapping[str, Any], report: Sequence[str]) -> str | None:
             if not runs or any("accuracy_curve" not in r for r in runs):
                 row.append("-")
                 continue
-            first = median([_first(r) for r in runs])
+            first = method_stats({"runs": runs})[method].median_time
             held_runs = [held_time(r["accuracy_curve"], target) for r in runs]
             held = median(held_runs)
             below = sum(math.isinf(h) for h in held_runs)
             medians[method] = (first, held)
-            row.append(f"{_seconds(first)} / {_seconds(held)}"
+            row.append(f"{seconds(first)} / {seconds(held)}"
                        + (f" ({below}/{len(runs)} end below)" if below else ""))
         rows.append(row)
         if "auto" in medians and "fedbuff" in medians:

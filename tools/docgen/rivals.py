@@ -150,7 +150,7 @@ def _times(value: float) -> str:
     return "∞" if math.isinf(value) else f"{value:.2f}×"
 
 
-def _seconds(value: float) -> str:
+def seconds(value: float) -> str:
     return "∞" if math.isinf(value) else f"{value:.1f} s"
 
 
@@ -158,7 +158,7 @@ def _stats_cell(stats: Stats | None) -> str:
     """A method's median time to target and how many seeds reached it (``not run``)."""
     if stats is None:
         return "not run"
-    return f"{_seconds(stats.median_time)} ({stats.reached}/{stats.seeds})"
+    return f"{seconds(stats.median_time)} ({stats.reached}/{stats.seeds})"
 
 
 def _ratio(entry: Mapping[str, Any] | None, auto: Stats | None) -> str:
@@ -356,7 +356,7 @@ def _missed(v: Verdict) -> str:
     rival = _label(v.best)
     if math.isinf(v.auto.median_time) and not math.isinf(v.best_stats.median_time):
         why = (f"auto's median time to target ∞, {rival}'s "
-               f"{_seconds(v.best_stats.median_time)}")
+               f"{seconds(v.best_stats.median_time)}")
     elif math.isinf(v.auto.median_time):
         why = "neither auto nor any rival reached the target (median)"
     else:
@@ -430,7 +430,7 @@ def render_headline(data: Mapping[str, Any], report: Sequence[str]) -> str:
         f"- **Buys** (`python -m experiments.compare`, cell `{MAIN_CELL}`: the main job's task "
         f"and latency regime at {cell['settings']['n']} clients; evaluation seeds "
         f"{seeds[0]}–{seeds[-1]}, never used for tuning): `s=\"auto\"` reached "
-        f"{cell['settings']['target']:.0%} test accuracy in a median {_seconds(auto.median_time)}"
+        f"{cell['settings']['target']:.0%} test accuracy in a median {seconds(auto.median_time)}"
         f" of virtual time ({auto.reached}/{auto.seeds} seeds), "
         + ("; ".join(wins) if wins else "sooner than no rival")
         + " (geometric means of per-seed ratios).",
@@ -479,9 +479,9 @@ def render_no_stragglers(data: Mapping[str, Any]) -> str:
         f"{settings['rounds']} synchronous rounds. With no stragglers at all (`--set "
         f"latency=none`, {settings['task']} at n = {settings['n']}, development seeds {seeds}, "
         f"`results/{NO_STRAGGLERS}`) FedBuff reached the target in a median "
-        f"{_seconds(fedbuff)} against wait-for-all's {_seconds(wfa)} "
+        f"{seconds(fedbuff)} against wait-for-all's {seconds(wfa)} "
         f"({wfa / fedbuff:.2f}× sooner)"
-        + (f", and `auto` took {_seconds(auto)}: coding costs when no client straggles."
+        + (f", and `auto` took {seconds(auto)}: coding costs when no client straggles."
            if auto is not None else "."))
 
 
