@@ -38,7 +38,7 @@ from experiments.compare import (
 from experiments.summary import print_summary, summarize
 
 __all__ = ["cell_names", "estimate", "grid_cells", "grid_methods", "journal_path", "merge",
-           "merge_files", "run_grid"]
+           "merge_files", "off_problem", "run_grid", "set_aside"]
 
 
 def grid_cells(grid: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -70,15 +70,54 @@ def cell_names(grid: Mapping[str, Any], patterns: str) -> list[str]:
     return chosen
 
 
-def grid_methods(grid: Mapping[str, Any], cohort: int) -> list[str]:
+def grid_methods(grid: Mapping[str, Any], cohort: int,
+                 cell: Mapping[str, Any] | None = None) -> list[str]:
     """The grid's methods of a cell: the default list, then every fixed code at every
-    tolerance ``s < cohort`` (``frc`` only where ``s + 1`` divides the cohort)."""
+    tolerance ``s < cohort`` (``frc`` only where ``s + 1`` divides the cohort). With ``cell``
+    (a :func:`grid_cells` entry), also without the fixed codes that would train another
+    model there (:func:`off_problem`)."""
     methods = list(grid["methods"].get("default", DEFAULT_METHODS))
     for code in grid["methods"].get("fixed_codes", []):
         for s in grid["methods"].get("fixed_s", []):
             if s < cohort and (code != "frc" or cohort % (s + 1) == 0):
                 methods.append(f"{code}:{s}")
+    if cell is not None:
+        methods = [m for m in methods if off_problem(grid, cell, m) is None]
     return methods
+
+
+def off_problem(grid: Mapping[str, Any], cell: Mapping[str, Any], method: str) -> str | None:
+    """Why the fixed code ``method`` (``CODE:s``) would train another model than the cell's
+    other methods (``None``: it trains the same one).
+
+    A code with ``k`` partitions for a cohort of ``c`` clients codes the clients' own
+    partitions when ``k = c``; else the ServerApp splits the app's whole data into ``k``
+    partitions (it warns). That is the same round only where every node is in the cohort
+    and the update is one full-batch gradient (the round's sum is the full gradient however
+    the data is split); with sampled cohorts the round trains on all the data instead of
+    the cohort's, and with local epochs of minibatch SGD on other partitions (another
+    model)."""
+    if ":" not in method:
+        return None
+    from experiments.compare import cell_run_config
+    from experiments.rival_runs import parse_code
+    from fl_gradcode.codes import make_code
+    from fl_gradcode.config.keys import merge_config
+    from fl_gradcode.flower.code_options import code_options
+
+    code, s = parse_code(method)
+    cfg = merge_config(cell_run_config(grid, cell["task"], cell["latency"]))
+    cohort = int(cell["cohort"])
+    m = cfg["m"] if code == "comm-efficient" else None  # the other codes take no m
+    k = make_code(code, cohort, s, **code_options(code, s, None, False, None, m)).k
+    if k == cohort or (int(cell["n"]) == cohort and cfg["update"] == "gradient"):
+        return None
+    why = ("its round trains on the whole data split into k partitions, not on the cohort's"
+           if int(cell["n"]) != cohort else
+           f"update = {cfg['update']!r} is not one full-batch gradient, so k partitions of "
+           "the data train another model")
+    return (f"{method} has k = {k} partitions for a cohort of {cohort} (m = {cfg['m']}): "
+            f"{why}")
 
 
 def _load(out: Path) -> dict[str, Any]:
@@ -99,6 +138,10 @@ def merge(out: Path, grid: Mapping[str, Any], name: str | None = None,
     data = _load(out)
     if name is not None and result is not None:
         data["cells"][name] = {**result, "runs": [stored_run(r) for r in result["runs"]]}
+    by_name = {c["name"]: c for c in grid_cells(grid)}
+    for done, entry in data["cells"].items():
+        if done in by_name:
+            data["cells"][done] = set_aside(grid, by_name[done], entry)
     data.setdefault("skipped", {}).update(skipped or {})
     for done in data["cells"]:
         data["skipped"].pop(done, None)
@@ -107,7 +150,7 @@ def merge(out: Path, grid: Mapping[str, Any], name: str | None = None,
     data["not_done"] = [c for c in everything if c not in data["cells"]]
     data["grid"] = {"file": "experiments/grid.toml", "seeds": grid["seeds"],
                     "rounds": grid["scale"]["rounds"], "cells": len(everything),
-                    "methods_per_cell": {c["name"]: grid_methods(grid, c["cohort"])
+                    "methods_per_cell": {c["name"]: grid_methods(grid, c["cohort"], c)
                                          for c in grid_cells(grid)}}
     data["estimate"] = estimate(grid, data)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -183,7 +226,7 @@ def estimate(grid: Mapping[str, Any], data: Mapping[str, Any],
         table = by_task[cell["task"]] if own else per_run
         factor = (1.0 if own else factors.get(cell["task"], 1.0)) * cell["cohort"] / 20.0
         total = dev * run_s(table, "wait-for-all")
-        for method in grid_methods(grid, cell["cohort"]):
+        for method in grid_methods(grid, cell["cohort"], cell):
             total += seeds * run_s(table, method)
             if method == "deadline-best":
                 total += seeds * extra_deadlines * run_s(table, "deadline")
@@ -231,6 +274,28 @@ def rerun_cell(existing: Mapping[str, Any], result: Mapping[str, Any],
             "summary": summarize(runs, rules), "reruns": reruns}
 
 
+def set_aside(grid: Mapping[str, Any], cell: Mapping[str, Any],
+              entry: Mapping[str, Any]) -> dict[str, Any]:
+    """A finished cell without the runs of fixed codes that train another model there
+    (:func:`off_problem`): they move to ``set_aside_runs``, and every such code of the grid
+    (run or not) is named in ``methods_set_aside`` (method -> why); the summary is redone
+    without them."""
+    methods = {*grid_methods(grid, int(cell["cohort"])), *(r["method"] for r in entry["runs"])}
+    why = {m: off_problem(grid, cell, m) for m in sorted(methods)}
+    why = {m: reason for m, reason in why.items() if reason is not None}
+    if not why:
+        return dict(entry)
+    kept = [r for r in entry["runs"] if r["method"] not in why]
+    moved = [*entry.get("set_aside_runs", []),
+             *(r for r in entry["runs"] if r["method"] in why)]
+    settings = {**entry["settings"],
+                "methods": [m for m in entry["settings"].get("methods", []) if m not in why]}
+    return {**entry, "settings": settings, "runs": kept,
+            "summary": summarize(kept, grid["rules"]) if entry.get("summary") else {},
+            "set_aside_runs": moved,
+            "methods_set_aside": {**entry.get("methods_set_aside", {}), **why}}
+
+
 def journal_path(out: Path, name: str) -> Path:
     """Where a cell of ``out`` keeps its finished runs until it is merged
     (:class:`experiments.journal.Journal`): ``OUT.journal/TASK_LATENCY_NxC.jsonl``."""
@@ -259,7 +324,7 @@ def run_grid(grid: Mapping[str, Any], patterns: str, out: Path,
                                             "yet (fixed from development runs first)"})
             print(f"grid: {name} skipped (no target)")
             continue
-        full = grid_methods(grid, cell["cohort"])
+        full = grid_methods(grid, cell["cohort"], cell)
         again = rerun and name in done
         chosen_methods = check_methods(list(methods) if methods and (again or not rerun)
                                        else full)

@@ -269,6 +269,14 @@ def render_table(data: Mapping[str, Any], report: Sequence[str]) -> str:
     not_run = sorted({m for name in done for m in data["cells"][name].get("methods_not_run", [])})
     if not_run:
         notes.append("Not run in some finished cells: " + ", ".join(not_run) + ".")
+    aside: dict[str, list[str]] = {}
+    for name in done:
+        for method in data["cells"][name].get("methods_set_aside", {}):
+            aside.setdefault(method, []).append(name)
+    for method, names in sorted(aside.items()):
+        notes.append(f"Set aside in {len(names)} of {len(done)} finished cells ({method}): "
+                     "its partitions are not the cohort's there, so its rounds train another "
+                     "model (`methods_set_aside` of a cell says why).")
     return table(header, rows) + "\n\n" + " ".join([legend, *notes])
 
 

@@ -1,0 +1,115 @@
+"""The grid's rules a reader checks its numbers by: which deadline is ``deadline-best`` and
+which fixed codes a cell runs (a code that would train another model is set aside)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from experiments import compare, run_grid
+from fl_gradcode.codes import make_code
+from fl_gradcode.flower.protocol import Identity
+from fl_gradcode.flower.workload import Workload
+from tools.docgen.rivals import method_stats
+
+
+def _runs(times, finals):
+    return [{"seed": 10 + i, "time_to_target": t, "final_accuracy": f}
+            for i, (t, f) in enumerate(zip(times, finals, strict=True))]
+
+
+def test_the_best_deadline_is_the_one_the_verdict_would_rank_first():
+    # 9 of 10 seeds reach fast (10..18 s), the 10th never; every seed reaches at 30 s
+    fast = _runs([10.0 + i for i in range(9)] + [None], [0.9] * 10)
+    slow = _runs([30.0] * 10, [0.95] * 10)
+    # by hand: the median of {10..18, inf} is (14 + 15) / 2 = 14.5 < 30
+    assert compare.best_deadline({1.0: fast, 2.0: slow}) == 1.0
+    # with 5 of 10 reaching, the median seed never reached: infinitely slow
+    half = _runs([1.0] * 5 + [None] * 5, [0.9] * 10)
+    assert compare.best_deadline({1.0: half, 2.0: slow}) == 2.0
+    # equal medians: the higher median final accuracy, then the shorter deadline
+    better = _runs([30.0] * 10, [0.96] * 10)
+    assert compare.best_deadline({1.0: slow, 2.0: better}) == 2.0
+    assert compare.best_deadline({3.0: slow, 2.0: slow}) == 2.0
+    # the same order as the verdict's statistics (tools.docgen.rivals.method_stats)
+    tried = {0.5: half, 1.0: fast, 2.0: slow, 3.0: better}
+    cell = {"runs": [{**r, "method": str(d)} for d, rs in tried.items() for r in rs]}
+    stats = method_stats(cell)
+    first = min(tried, key=lambda d: (stats[str(d)].median_time,
+                                      -stats[str(d)].median_final, d))
+    assert compare.best_deadline(tried) == first == 1.0
+
+
+@pytest.fixture(scope="module")
+def grid():
+    return compare.load_grid()
+
+
+def test_every_fixed_code_a_cell_runs_codes_what_the_cells_rivals_train(grid):
+    for cell in run_grid.grid_cells(grid):
+        cohort, n = cell["cohort"], cell["n"]
+        members = list(range(cohort))
+        own = {j: Identity(j, n) for j in members}
+        workload = Workload(own, {}, None, seed=0)
+        task = compare.cell_run_config(grid, cell["task"], cell["latency"])
+        for method in run_grid.grid_methods(grid, cohort, cell):
+            if ":" not in method:
+                continue
+            name, s = method.split(":")
+            m = {"m": 1} if name == "comm-efficient" else {}  # the key table's default
+            code = make_code(name, cohort, int(s), **m)
+            # the partitions the ServerApp hands the cohort: its members' own, or (only
+            # where the update is one full-batch gradient of every node) a re-split
+            coded = workload.partitions(code, members)
+            same = coded == [own[j] for j in members]
+            assert same or (n == cohort and task.get("update", "gradient") == "gradient"), \
+                (cell["name"], method, code.k)
+
+
+def test_comm_efficient_at_load_three_is_set_aside_where_it_re_splits_local_training(grid):
+    cells = {c["name"]: c for c in run_grid.grid_cells(grid)}
+    # load s + m = 3 groups of 3 clients: floor(20 / 3) * 3 = 18, floor(100 / 3) * 3 = 99
+    cnn = run_grid.off_problem(grid, cells["mnist1d-cnn/persistent/20x20"], "comm-efficient:2")
+    assert cnn is not None and "k = 18" in cnn and "cohort of 20" in cnn
+    sampled = run_grid.off_problem(grid, cells["natural-noniid/persistent/1000x100"],
+                                   "comm-efficient:2")
+    assert sampled is not None and "k = 99" in sampled and "cohort's" in sampled
+    # one full-batch gradient of every node: the round's sum is the full gradient either way
+    assert run_grid.off_problem(grid, cells["digits-logreg/persistent/20x20"],
+                                "comm-efficient:2") is None
+    assert "comm-efficient:2" in run_grid.grid_methods(grid, 20, cells[
+        "digits-logreg/persistent/20x20"])
+    assert "comm-efficient:2" not in run_grid.grid_methods(grid, 20, cells[
+        "mnist1d-cnn/persistent/20x20"])
+    for method in ("auto", "grouped-rs:2", "comm-efficient:1", "comm-efficient:4"):
+        assert run_grid.off_problem(grid, cells["mnist1d-cnn/persistent/20x20"], method) is None
+
+
+def test_a_merged_cell_sets_aside_the_runs_of_a_code_that_trains_another_model(tmp_path, grid):
+    name = "mnist1d-cnn/persistent/20x20"
+    runs = [{"method": m, "seed": s, "wall_s": 1.0, "time_to_target": t,
+             "final_accuracy": 0.4, "client_compute_s": 1.0, "bytes_up": 8}
+            for m, t in (("auto", 2.0), ("comm-efficient:2", 1.0), ("grouped-rs:2", 3.0))
+            for s in (10, 11)]
+    entry = {"settings": {"task": "mnist1d-cnn", "latency": "persistent", "n": 20,
+                          "cohort": 20, "methods": ["auto", "comm-efficient:2",
+                                                    "grouped-rs:2"]},
+             "runs": runs, "summary": {"auto": {}}, "runtime_s": 6.0}
+    out = tmp_path / "grid.json"
+    run_grid.merge(out, grid, name, entry)
+    run_grid.merge(out, grid)  # merging again moves nothing twice
+    cell = json.loads(out.read_text())["cells"][name]
+    assert {r["method"] for r in cell["runs"]} == {"auto", "grouped-rs:2"}
+    assert [r["method"] for r in cell["set_aside_runs"]] == ["comm-efficient:2"] * 2
+    assert "k = 18" in cell["methods_set_aside"]["comm-efficient:2"]
+    assert cell["settings"]["methods"] == ["auto", "grouped-rs:2"]
+    assert set(cell["summary"]) == {"auto", "grouped-rs:2"}
+    # a cell that never ran the code names it too: the grid's list minus the set-aside codes
+    other = "mnist1d-cnn/bimodal/20x20"
+    run_grid.merge(out, grid, other, {**entry, "runs": [r for r in runs if r["method"] == "auto"],
+                                      "settings": {**entry["settings"], "latency": "bimodal",
+                                                   "methods": ["auto"]}})
+    cell = json.loads(out.read_text())["cells"][other]
+    assert "k = 18" in cell["methods_set_aside"]["comm-efficient:2"]
+    assert cell["set_aside_runs"] == []
