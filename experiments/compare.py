@@ -310,18 +310,10 @@ def best_deadline(records: Mapping[float, list[dict[str, Any]]]) -> float:
         times = [math.inf if r["time_to_target"] is None else float(r["time_to_target"])
                  for r in runs]
         finals = [float(r["final_accuracy"] or 0.0) for r in runs]
-        return (_median(times), -_median(finals), deadline)
+        # numpy's median sorts: a middle value that is infinite makes it infinite
+        return (float(np.median(times)), -float(np.median(finals)), deadline)
 
     return min(records, key=score)
-
-
-def _median(values: Sequence[float]) -> float:
-    """The median, ``inf`` allowed (the mean of two middle values, one infinite: ``inf``)."""
-    ordered = sorted(values)
-    if not ordered:
-        return math.inf
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def compare(cell: Cell, methods: Sequence[str], seeds: Sequence[int],
