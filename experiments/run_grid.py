@@ -262,14 +262,17 @@ def rerun_cell(existing: Mapping[str, Any], result: Mapping[str, Any],
                methods: Sequence[str], rules: Mapping[str, Any]) -> dict[str, Any]:
     """A finished cell with ``methods`` run again (``result``: those methods' runs on the same
     cell and seeds): their runs replaced, the new deadline facts kept, the summary redone,
-    and the re-run recorded under ``reruns``."""
+    and the re-run recorded under ``reruns`` with the settings it changed as they were
+    (``replaced_settings``: key -> old value), so an amendment's effect stays readable."""
     runs = [r for r in existing["runs"] if r["method"] not in methods] + list(result["runs"])
     facts = {k: v for k, v in result["settings"].items()
              if k not in ("methods", "quick", "set")}
     settings = {**existing["settings"], **facts}
+    replaced = {k: v for k, v in existing["settings"].items()
+                if k in facts and facts[k] != v}
     reruns = [*existing.get("reruns", []),
               {"methods": list(methods), "finished_utc": result.get("finished_utc"),
-               "runtime_s": result["runtime_s"]}]
+               "runtime_s": result["runtime_s"], "replaced_settings": replaced}]
     return {**existing, "settings": settings, "runs": runs,
             "summary": summarize(runs, rules), "reruns": reruns}
 

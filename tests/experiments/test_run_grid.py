@@ -98,6 +98,9 @@ def test_a_rerun_replaces_only_the_named_methods_of_finished_cells(tmp_path, one
     assert new["wait-for-all"] == old["wait-for-all"]  # kept as it was
     assert cell["settings"]["run_config"]["auto-margin"] == 3.0
     assert cell["reruns"][0]["methods"] == ["auto"]
+    # what the re-run changed is kept as it was
+    assert cell["reruns"][0]["replaced_settings"]["run_config"] == first["settings"]["run_config"]
+    assert first["settings"]["run_config"].get("auto-margin") != 3.0
     ratio = cell["summary"]["wait-for-all"]["client_compute_s_vs_auto"]["per_seed"]["10"]
     assert ratio == pytest.approx(new["wait-for-all"]["client_compute_s"]
                                   / new["auto"]["client_compute_s"])
