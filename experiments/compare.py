@@ -316,6 +316,10 @@ def best_deadline(records: Mapping[float, list[dict[str, Any]]]) -> float:
     return min(records, key=score)
 
 
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
 def compare(cell: Cell, methods: Sequence[str], seeds: Sequence[int],
             dev_seeds: Sequence[int], rules: Mapping[str, Any],
             log: Callable[[str], None] = print,
@@ -364,6 +368,12 @@ def compare(cell: Cell, methods: Sequence[str], seeds: Sequence[int],
                 {"deadline_s": d,
                  "reached": sum(r["time_to_target"] is not None for r in rs),
                  "median_time_to_target": median_known([r["time_to_target"] for r in rs]),
+                 # what best_deadline ranks by (null: the median seed never reached it)
+                 "median_time_to_target_all_seeds": _finite(float(np.median(
+                     [math.inf if r["time_to_target"] is None else r["time_to_target"]
+                      for r in rs]))),
+                 "median_final_accuracy": float(np.median([r["final_accuracy"] or 0.0
+                                                           for r in rs])),
                  "mean_final_accuracy": float(np.mean([r["final_accuracy"] or 0.0
                                                        for r in rs])),
                  # every seed's numbers, so that the pick can be read again under any rule

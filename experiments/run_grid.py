@@ -86,9 +86,12 @@ def grid_methods(grid: Mapping[str, Any], cohort: int,
     return methods
 
 
-def off_problem(grid: Mapping[str, Any], cell: Mapping[str, Any], method: str) -> str | None:
+def off_problem(grid: Mapping[str, Any], cell: Mapping[str, Any], method: str,
+                run_config: Mapping[str, Any] | None = None) -> str | None:
     """Why the fixed code ``method`` (``CODE:s``) would train another model than the cell's
-    other methods (``None``: it trains the same one).
+    other methods (``None``: it trains the same one). ``run_config``: the cell's own (a
+    finished cell's ``settings.run_config``), else the grid file's for the cell. The code is
+    the one the ServerApp builds for the cohort (its fallback included).
 
     A code with ``k`` partitions for a cohort of ``c`` clients codes the clients' own
     partitions when ``k = c``; else the ServerApp splits the app's whole data into ``k``
@@ -101,23 +104,24 @@ def off_problem(grid: Mapping[str, Any], cell: Mapping[str, Any], method: str) -
         return None
     from experiments.compare import cell_run_config
     from experiments.rival_runs import parse_code
-    from fl_gradcode.codes import make_code
     from fl_gradcode.config.keys import merge_config
     from fl_gradcode.flower.code_options import code_options
+    from fl_gradcode.flower.membership import code_for_cohort
 
     code, s = parse_code(method)
-    cfg = merge_config(cell_run_config(grid, cell["task"], cell["latency"]))
+    cfg = merge_config(run_config if run_config is not None
+                       else cell_run_config(grid, cell["task"], cell["latency"]))
     cohort = int(cell["cohort"])
     m = cfg["m"] if code == "comm-efficient" else None  # the other codes take no m
-    k = make_code(code, cohort, s, **code_options(code, s, None, False, None, m)).k
-    if k == cohort or (int(cell["n"]) == cohort and cfg["update"] == "gradient"):
+    built, _ = code_for_cohort(code, cohort, s, 0, code_options(code, s, None, False, None, m))
+    if built.k == cohort or (int(cell["n"]) == cohort and cfg["update"] == "gradient"):
         return None
     why = ("its round trains on the whole data split into k partitions, not on the cohort's"
            if int(cell["n"]) != cohort else
            f"update = {cfg['update']!r} is not one full-batch gradient, so k partitions of "
            "the data train another model")
-    return (f"{method} has k = {k} partitions for a cohort of {cohort} (m = {cfg['m']}): "
-            f"{why}")
+    return (f"{method} has k = {built.k} partitions for a cohort of {cohort}"
+            + (f" (m = {m})" if m is not None else "") + f": {why}")
 
 
 def _load(out: Path) -> dict[str, Any]:
@@ -268,8 +272,9 @@ def rerun_cell(existing: Mapping[str, Any], result: Mapping[str, Any],
     facts = {k: v for k, v in result["settings"].items()
              if k not in ("methods", "quick", "set")}
     settings = {**existing["settings"], **facts}
-    replaced = {k: v for k, v in existing["settings"].items()
-                if k in facts and facts[k] != v}
+    # keys the re-run sets for the first time were absent (None)
+    replaced = {k: existing["settings"].get(k) for k, v in facts.items()
+                if existing["settings"].get(k) != v}
     reruns = [*existing.get("reruns", []),
               {"methods": list(methods), "finished_utc": result.get("finished_utc"),
                "runtime_s": result["runtime_s"], "replaced_settings": replaced}]
@@ -284,13 +289,16 @@ def set_aside(grid: Mapping[str, Any], cell: Mapping[str, Any],
     (run or not) is named in ``methods_set_aside`` (method -> why); the summary is redone
     without them."""
     methods = {*grid_methods(grid, int(cell["cohort"])), *(r["method"] for r in entry["runs"])}
-    why = {m: off_problem(grid, cell, m) for m in sorted(methods)}
+    own = entry.get("settings", {}).get("run_config")
+    why = {m: off_problem(grid, cell, m, own) for m in sorted(methods)}
     why = {m: reason for m, reason in why.items() if reason is not None}
     if not why:
         return dict(entry)
     kept = [r for r in entry["runs"] if r["method"] not in why]
-    moved = [*entry.get("set_aside_runs", []),
-             *(r for r in entry["runs"] if r["method"] in why)]
+    # a (method, seed) set aside again replaces its earlier run
+    by_run = {(r["method"], r["seed"]): r for r in entry.get("set_aside_runs", [])}
+    by_run.update({(r["method"], r["seed"]): r for r in entry["runs"] if r["method"] in why})
+    moved = list(by_run.values())
     settings = {**entry["settings"],
                 "methods": [m for m in entry["settings"].get("methods", []) if m not in why]}
     return {**entry, "settings": settings, "runs": kept,
@@ -328,6 +336,11 @@ def run_grid(grid: Mapping[str, Any], patterns: str, out: Path,
             print(f"grid: {name} skipped (no target)")
             continue
         full = grid_methods(grid, cell["cohort"], cell)
+        for method in methods or []:
+            reason = off_problem(grid, cell, method)
+            if reason is not None:
+                raise ValueError(f"--methods {method!r} in {name}: {reason}; the grid sets "
+                                 "it aside there (experiments.run_grid.off_problem)")
         again = rerun and name in done
         chosen_methods = check_methods(list(methods) if methods and (again or not rerun)
                                        else full)

@@ -113,3 +113,34 @@ def test_a_merged_cell_sets_aside_the_runs_of_a_code_that_trains_another_model(t
     cell = json.loads(out.read_text())["cells"][other]
     assert "k = 18" in cell["methods_set_aside"]["comm-efficient:2"]
     assert cell["set_aside_runs"] == []
+
+
+def test_a_code_the_server_would_replace_is_judged_as_the_server_builds_it(grid):
+    cell = {"name": "mnist1d-cnn/persistent/20x20", "task": "mnist1d-cnn",
+            "latency": "persistent", "n": 20, "cohort": 20}
+    # frc needs (s + 1) | 20: the ServerApp falls back to grouped-rs (k = 20), nothing raises
+    assert run_grid.off_problem(grid, cell, "frc:2") is None
+    # a finished cell is judged by the run config it ran with, not today's grid file
+    own = {**compare.cell_run_config(grid, "mnist1d-cnn", "persistent"), "update": "gradient"}
+    assert run_grid.off_problem(grid, cell, "comm-efficient:2", own) is None
+    assert "(m = 1)" in run_grid.off_problem(grid, cell, "comm-efficient:2")
+
+
+def test_a_set_aside_code_is_refused_on_the_command_line_and_never_stored_twice(tmp_path,
+                                                                                grid):
+    out = tmp_path / "grid.json"
+    name = "mnist1d-cnn/persistent/20x20"
+    with pytest.raises(ValueError, match=r"'comm-efficient:2' in mnist1d-cnn/persistent/20x20"
+                                         r".*k = 18"):
+        run_grid.run_grid(grid, name, out, ["comm-efficient:2"], rerun=True)
+    runs = [{"method": "comm-efficient:2", "seed": 10, "wall_s": 1.0, "time_to_target": 1.0,
+             "final_accuracy": 0.4, "client_compute_s": 1.0, "bytes_up": 8}]
+    entry = {"settings": {"task": "mnist1d-cnn", "latency": "persistent", "n": 20,
+                          "cohort": 20}, "runs": runs, "summary": {}, "runtime_s": 1.0}
+    run_grid.merge(out, grid, name, entry)
+    stored = json.loads(out.read_text())["cells"][name]
+    # the same (method, seed) coming back (a re-run): the newer run replaces the older
+    again = {**stored, "runs": [{**runs[0], "time_to_target": 2.0}]}
+    run_grid.merge(out, grid, name, again)
+    cell = json.loads(out.read_text())["cells"][name]
+    assert [r["time_to_target"] for r in cell["set_aside_runs"]] == [2.0]
