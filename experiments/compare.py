@@ -306,18 +306,20 @@ def best_deadline(records: Mapping[float, list[dict[str, Any]]]) -> float:
     lowest median time to target over all seeds (a seed that never reached it counts as
     infinitely slow), then the highest median final accuracy, then the shorter deadline."""
     def score(deadline: float) -> tuple:
-        runs = records[deadline]
-        times = [math.inf if r["time_to_target"] is None else float(r["time_to_target"])
-                 for r in runs]
-        finals = [float(r["final_accuracy"] or 0.0) for r in runs]
-        # numpy's median sorts: a middle value that is infinite makes it infinite
-        return (float(np.median(times)), -float(np.median(finals)), deadline)
+        time, final = _medians(records[deadline])
+        return (time, -final, deadline)
 
     return min(records, key=score)
 
 
-def _finite(value: float) -> float | None:
-    return value if math.isfinite(value) else None
+def _medians(runs: Sequence[Mapping[str, Any]]) -> tuple[float, float]:
+    """The median time to target over all ``runs`` (``inf`` where the median run never
+    reached it) and the median final accuracy: what :func:`best_deadline` ranks by."""
+    times = [math.inf if r["time_to_target"] is None else float(r["time_to_target"])
+             for r in runs]
+    finals = [float(r["final_accuracy"] or 0.0) for r in runs]
+    # numpy's median sorts: a middle value that is infinite makes it infinite
+    return float(np.median(times)), float(np.median(finals))
 
 
 def compare(cell: Cell, methods: Sequence[str], seeds: Sequence[int],
@@ -362,6 +364,7 @@ def compare(cell: Cell, methods: Sequence[str], seeds: Sequence[int],
             tried = {d: [runner.deadline(d, seed, "deadline-best") for seed in seeds]
                      for d in grid}
             best = best_deadline(tried)
+            ranked = {d: _medians(rs) for d, rs in tried.items()}
             facts["deadline_best_s"] = best
             facts["deadline_grid_s"] = grid
             facts["deadline_grid_results"] = [
@@ -369,11 +372,9 @@ def compare(cell: Cell, methods: Sequence[str], seeds: Sequence[int],
                  "reached": sum(r["time_to_target"] is not None for r in rs),
                  "median_time_to_target": median_known([r["time_to_target"] for r in rs]),
                  # what best_deadline ranks by (null: the median seed never reached it)
-                 "median_time_to_target_all_seeds": _finite(float(np.median(
-                     [math.inf if r["time_to_target"] is None else r["time_to_target"]
-                      for r in rs]))),
-                 "median_final_accuracy": float(np.median([r["final_accuracy"] or 0.0
-                                                           for r in rs])),
+                 "median_time_to_target_all_seeds": (
+                     ranked[d][0] if math.isfinite(ranked[d][0]) else None),
+                 "median_final_accuracy": ranked[d][1],
                  "mean_final_accuracy": float(np.mean([r["final_accuracy"] or 0.0
                                                        for r in rs])),
                  # every seed's numbers, so that the pick can be read again under any rule

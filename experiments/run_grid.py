@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import fnmatch
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -105,23 +106,32 @@ def off_problem(grid: Mapping[str, Any], cell: Mapping[str, Any], method: str,
     from experiments.compare import cell_run_config
     from experiments.rival_runs import parse_code
     from fl_gradcode.config.keys import merge_config
-    from fl_gradcode.flower.code_options import code_options
-    from fl_gradcode.flower.membership import code_for_cohort
 
     code, s = parse_code(method)
     cfg = merge_config(run_config if run_config is not None
                        else cell_run_config(grid, cell["task"], cell["latency"]))
     cohort = int(cell["cohort"])
     m = cfg["m"] if code == "comm-efficient" else None  # the other codes take no m
-    built, _ = code_for_cohort(code, cohort, s, 0, code_options(code, s, None, False, None, m))
-    if built.k == cohort or (int(cell["n"]) == cohort and cfg["update"] == "gradient"):
+    k = _partitions(code, s, cohort, m)
+    if k == cohort or (int(cell["n"]) == cohort and cfg["update"] == "gradient"):
         return None
     why = ("its round trains on the whole data split into k partitions, not on the cohort's"
            if int(cell["n"]) != cohort else
            f"update = {cfg['update']!r} is not one full-batch gradient, so k partitions of "
            "the data train another model")
-    return (f"{method} has k = {built.k} partitions for a cohort of {cohort}"
+    return (f"{method} has k = {k} partitions for a cohort of {cohort}"
             + (f" (m = {m})" if m is not None else "") + f": {why}")
+
+
+@functools.cache
+def _partitions(code: str, s: int, cohort: int, m: int | None) -> int:
+    """k of the code the ServerApp builds for a cohort (its fallback included); a merge asks
+    for the same few codes once per cell and method, so each is built once."""
+    from fl_gradcode.flower.code_options import code_options
+    from fl_gradcode.flower.membership import code_for_cohort
+
+    built, _ = code_for_cohort(code, cohort, s, 0, code_options(code, s, None, False, None, m))
+    return built.k
 
 
 def _load(out: Path) -> dict[str, Any]:
@@ -295,6 +305,7 @@ def set_aside(grid: Mapping[str, Any], cell: Mapping[str, Any],
     if not why:
         return dict(entry)
     kept = [r for r in entry["runs"] if r["method"] not in why]
+    moving = len(kept) < len(entry["runs"])
     # a (method, seed) set aside again replaces its earlier run
     by_run = {(r["method"], r["seed"]): r for r in entry.get("set_aside_runs", [])}
     by_run.update({(r["method"], r["seed"]): r for r in entry["runs"] if r["method"] in why})
@@ -302,7 +313,9 @@ def set_aside(grid: Mapping[str, Any], cell: Mapping[str, Any],
     settings = {**entry["settings"],
                 "methods": [m for m in entry["settings"].get("methods", []) if m not in why]}
     return {**entry, "settings": settings, "runs": kept,
-            "summary": summarize(kept, grid["rules"]) if entry.get("summary") else {},
+            # nothing moved: the runs, so the summary, are as they were
+            "summary": (summarize(kept, grid["rules"]) if moving
+                        else entry["summary"]) if entry.get("summary") else {},
             "set_aside_runs": moved,
             "methods_set_aside": {**entry.get("methods_set_aside", {}), **why}}
 
