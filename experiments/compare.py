@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import logging
 import math
 import time
@@ -51,6 +52,7 @@ from experiments.rival_runs import RIVALS, Cell, parse_code, run_coded, run_riva
 from experiments.summary import bootstrap_ratio, fmt, median_known, print_summary, summarize
 
 __all__ = ["Cell", "bootstrap_ratio", "cell_own_keys", "cell_run_config", "charge_once",
+           "check_codes", "code_partitions",
            "compare", "grid_cell", "load_grid", "lookup", "main", "print_summary",
            "registry_config", "run_cell", "run_coded", "run_rival", "summarize", "task_target"]
 
@@ -247,6 +249,39 @@ def check_cell(cell: Cell, task: str, seeds: Sequence[int]) -> None:
                              f"(partitioner {cfg['partitioner']!r}, seed {seed}): {exc}; "
                              "use a smaller --n, another partitioner (--set partitioner=iid) "
                              "or a task with more data") from exc
+
+
+@functools.cache
+def code_partitions(code: str, s: int, cohort: int, m: int | None) -> int:
+    """``k`` of the code the ServerApp builds for a cohort (its fallback included); each
+    ``(code, s, cohort, m)`` is built once."""
+    from fl_gradcode.flower.code_options import code_options
+    from fl_gradcode.flower.membership import code_for_cohort
+
+    built, _ = code_for_cohort(code, cohort, s, 0, code_options(code, s, None, False, None, m))
+    return built.k
+
+
+def check_codes(cell: Cell, methods: Sequence[str]) -> None:
+    """Refuse, before any run, a fixed code the ServerApp would not run as named: with
+    sampled cohorts (cohort < n) a code with ``k`` partitions other than the cohort's
+    members would code the app's whole data split ``k`` ways, not the cohort's, so the
+    ServerApp runs ``grouped-rs`` with the same ``s`` in its place (and warns)."""
+    if cell.cohort >= cell.n:
+        return
+    for method in methods:
+        if ":" not in method:
+            continue
+        code, s = parse_code(method)
+        m = cell.config(0)["m"] if code == "comm-efficient" else None
+        k = code_partitions(code, s, cell.cohort, m)
+        if k != cell.cohort:
+            raise ValueError(
+                f"{method} has k={k} partitions for a sampled cohort of {cell.cohort} (of "
+                f"n={cell.n})" + (f" with m={m}" if m is not None else "") + ": the "
+                "ServerApp would run grouped-rs in its place (its partitions would be the "
+                "whole data, not the cohort's); pick s with s + m dividing the cohort, or "
+                "another code")
 
 
 # ============================================================================= the runs
@@ -461,6 +496,7 @@ def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, coho
         raise ValueError(f"--cohort {cohort}: expected 1..n (n={n})")
     cell = grid_cell(grid, task_name, latency, n, cohort, rounds, target, sets)
     check_cell(cell, task_name, [*seeds, *dev_seeds])
+    check_codes(cell, methods)
     fixed = lookup(grid, "tasks", task_name).get("charge_s", {}).get(str(n))
     book = None
     if journal is not None:

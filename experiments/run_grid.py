@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import fnmatch
-import functools
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -95,15 +94,15 @@ def off_problem(grid: Mapping[str, Any], cell: Mapping[str, Any], method: str,
     the one the ServerApp builds for the cohort (its fallback included).
 
     A code with ``k`` partitions for a cohort of ``c`` clients codes the clients' own
-    partitions when ``k = c``; else the ServerApp splits the app's whole data into ``k``
-    partitions (it warns). That is the same round only where every node is in the cohort
-    and the update is one full-batch gradient (the round's sum is the full gradient however
-    the data is split); with sampled cohorts the round trains on all the data instead of
-    the cohort's, and with local epochs of minibatch SGD on other partitions (another
-    model)."""
+    partitions when ``k = c``; else, with every node in the cohort, the ServerApp splits
+    the app's whole data into ``k`` partitions (it warns), the same round only where the
+    update is one full-batch gradient (the round's sum is the full gradient however the
+    data is split; local epochs of minibatch SGD on other partitions train another model);
+    with sampled cohorts it runs ``grouped-rs`` in its place (the code named is not the
+    code run; ``experiments.compare`` refuses such a code before any run)."""
     if ":" not in method:
         return None
-    from experiments.compare import cell_run_config
+    from experiments.compare import cell_run_config, code_partitions
     from experiments.rival_runs import parse_code
     from fl_gradcode.config.keys import merge_config
 
@@ -112,7 +111,7 @@ def off_problem(grid: Mapping[str, Any], cell: Mapping[str, Any], method: str,
                        else cell_run_config(grid, cell["task"], cell["latency"]))
     cohort = int(cell["cohort"])
     m = cfg["m"] if code == "comm-efficient" else None  # the other codes take no m
-    k = _partitions(code, s, cohort, m)
+    k = code_partitions(code, s, cohort, m)
     if k == cohort or (int(cell["n"]) == cohort and cfg["update"] == "gradient"):
         return None
     why = ("its round trains on the whole data split into k partitions, not on the cohort's"
@@ -121,17 +120,6 @@ def off_problem(grid: Mapping[str, Any], cell: Mapping[str, Any], method: str,
            "the data train another model")
     return (f"{method} has k = {k} partitions for a cohort of {cohort}"
             + (f" (m = {m})" if m is not None else "") + f": {why}")
-
-
-@functools.cache
-def _partitions(code: str, s: int, cohort: int, m: int | None) -> int:
-    """k of the code the ServerApp builds for a cohort (its fallback included); a merge asks
-    for the same few codes once per cell and method, so each is built once."""
-    from fl_gradcode.flower.code_options import code_options
-    from fl_gradcode.flower.membership import code_for_cohort
-
-    built, _ = code_for_cohort(code, cohort, s, 0, code_options(code, s, None, False, None, m))
-    return built.k
 
 
 def _load(out: Path) -> dict[str, Any]:

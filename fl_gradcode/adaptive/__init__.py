@@ -77,6 +77,7 @@ from .approximate import (
     DecodeErrors,
     choose_progress,
     measure_errors,
+    missing_weights,
     price_candidates,
     progress_cost,
 )
@@ -101,6 +102,7 @@ __all__ = [
     "decode_rule",
     "expected_round_time",
     "measure_errors",
+    "missing_weights",
     "price_candidates",
     "progress_cost",
 ]

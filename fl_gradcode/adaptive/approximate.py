@@ -22,6 +22,16 @@ decoded exactly, and measures the relative error against the exact update
 (:func:`measure_errors`). :class:`DecodeErrors` keeps an exponentially weighted mean per code
 tolerance ``s`` and shortfall ``j``: a non-IID federation (partitions that pull the model
 apart) measures large errors, an IID-like one small errors.
+
+A tolerance never run exactly (``s = 0``, drop-stragglers, once the rule has moved to
+``s > 0``) has no such measurement. It is priced through the *missing weight* ``w`` of a
+decoding, the share of partitions no used reply computed (:func:`missing_weights`): the
+average over the partitions in hand differs from the full average by
+``w / (1 - w) * (full average - missing partitions' average)``, so the relative error is
+modelled as ``e(w) = min(1, c * w / (1 - w))``, ``c`` (the heterogeneity of the partitions'
+updates) fitted to the exact rounds' measurements with ``w > 0`` whatever their tolerance
+(:meth:`DecodeErrors.by_weight`). *When it is wrong*: a fixed set of missing partitions (the
+same slow clients every round) may pull the model further than the measured random sets.
 """
 
 from __future__ import annotations
@@ -35,7 +45,8 @@ import numpy as np
 from ..codes import GradientCode
 
 __all__ = ["ApproxCandidate", "DecodeErrors", "approximate_candidates", "choose_progress",
-           "measure_errors", "price_candidates", "price_deadline", "progress_cost"]
+           "measure_errors", "missing_weights", "price_candidates", "price_deadline",
+           "progress_cost", "repetition_supports"]
 
 
 def progress_cost(time: float, error: float) -> float:
@@ -88,15 +99,39 @@ class DecodeErrors:
         self.alpha = float(alpha)
         self.table: dict[tuple[int, int], float] = {}
         self.counts: dict[tuple[int, int], int] = {}
+        self.heterogeneity: float | None = None  # c of e(w) = c w / (1 - w)
 
-    def update(self, s: int, errors: Mapping[int, float]) -> None:
-        """Add one exact round's measurements ``{j: error}`` for tolerance ``s``."""
+    def update(self, s: int, errors: Mapping[int, float],
+               weights: Mapping[int, float] | None = None) -> None:
+        """Add one exact round's measurements ``{j: error}`` for tolerance ``s`` and, with
+        ``weights`` (``{j: missing weight}``, :func:`missing_weights`), refit ``c`` of the
+        missing-weight model: this round's ``sum(e) / sum(w / (1 - w))`` over its ``j``
+        with ``0 < w < 1`` and ``e < 1`` (``e = 1`` is a decoding the wrapper skips or none:
+        it says nothing of the partitions), averaged into ``c`` with weight ``alpha``."""
         for j, e in errors.items():
             e = min(max(float(e), 0.0), 1.0) if math.isfinite(e) else 1.0
             key = (int(s), int(j))
             old = self.table.get(key)
             self.table[key] = e if old is None else (1 - self.alpha) * old + self.alpha * e
             self.counts[key] = self.counts.get(key, 0) + 1
+        pairs = [(max(float(errors[j]), 0.0), float(w))
+                 for j, w in (weights or {}).items()
+                 if j in errors and math.isfinite(errors[j]) and errors[j] < 1.0
+                 and 0.0 < w < 1.0]
+        if pairs:
+            c = sum(e for e, _ in pairs) / sum(w / (1.0 - w) for _, w in pairs)
+            old_c = self.heterogeneity
+            self.heterogeneity = c if old_c is None else (1 - self.alpha) * old_c + self.alpha * c
+
+    def by_weight(self, w: np.ndarray) -> np.ndarray | None:
+        """Modelled relative errors ``min(1, c w / (1 - w))`` for missing weights ``w`` (1
+        at ``w >= 1``); ``None`` before any measurement with a missing partition."""
+        if self.heterogeneity is None:
+            return None
+        w = np.asarray(w, dtype=np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            e = self.heterogeneity * w / (1.0 - w)
+        return np.where(w >= 1.0, 1.0, np.clip(e, 0.0, 1.0))
 
     def get(self, s: int, j: int) -> float | None:
         """The estimate for ``j`` replies short under tolerance ``s`` (``None``: never
@@ -110,7 +145,10 @@ class DecodeErrors:
 
 def approximate_candidates(s: int, finish: np.ndarray, decode: np.ndarray,
                            error_of: Callable[[int], float | None],
-                           max_short: int) -> list[ApproxCandidate]:
+                           max_short: int,
+                           by_weight: Callable[[np.ndarray], np.ndarray] | None = None,
+                           covers: np.ndarray | None = None,
+                           max_decode_error: float = math.inf) -> list[ApproxCandidate]:
     """Price the deadlines of tolerance ``s`` from Monte Carlo draws.
 
     Args:
@@ -142,19 +180,37 @@ def approximate_candidates(s: int, finish: np.ndarray, decode: np.ndarray,
         if times.size == 0:
             continue
         d = float(np.mean(times))
-        out.append(price_deadline(s, d, finish, decode, error_of))
+        out.append(price_deadline(s, d, finish, decode, error_of, by_weight, covers,
+                                  max_decode_error))
     return out
 
 
 def price_deadline(s: int, d: float, finish: np.ndarray, decode: np.ndarray,
-                   error_of: Callable[[int], float | None]) -> ApproxCandidate:
+                   error_of: Callable[[int], float | None],
+                   by_weight: Callable[[np.ndarray], np.ndarray] | None = None,
+                   covers: np.ndarray | None = None,
+                   max_decode_error: float = math.inf) -> ApproxCandidate:
     """One deadline ``d`` of tolerance ``s`` priced over the draws (see
-    :func:`approximate_candidates`)."""
+    :func:`approximate_candidates`). With ``by_weight`` and ``covers`` (``n x k``: which
+    partitions each worker of a repetition code computes) a late draw's error is
+    ``by_weight`` of the share ``w`` of partitions no reply by ``d`` computed, instead of
+    ``error_of`` its shortfall; for a repetition code ``w`` is also the decoding's error
+    ``||B_F^T a - 1||^2 / k``, so a draw with ``w > max_decode_error`` is a skipped round
+    (error 1)."""
     time = np.minimum(decode, d)
     arrived = np.sum(finish <= d, axis=1)
     in_hand = np.sum(finish <= decode[:, None], axis=1)
     late = decode > d
     errors = np.zeros(decode.shape[0])
+    if by_weight is not None and covers is not None:
+        covered = ((finish <= d).astype(np.float64) @ covers) > 0
+        w = 1.0 - covered.mean(axis=1)
+        modelled = np.where(w > max_decode_error, 1.0, by_weight(w))
+        errors[late] = modelled[late]
+        errors[late & (arrived == 0)] = 1.0
+        mean_time, mean_error = float(np.mean(time)), float(np.mean(errors))
+        return ApproxCandidate(int(s), float(d), mean_time, mean_error,
+                               progress_cost(mean_time, mean_error))
     for row in np.flatnonzero(late):
         if arrived[row] == 0:
             errors[row] = 1.0
@@ -189,7 +245,7 @@ def measure_errors(code: GradientCode, order: Sequence[int],
         return {}
     norm = float(np.linalg.norm(exact))
     out: dict[int, float] = {}
-    for j in range(1, int(max_short) + 1):
+    for j in range(1, min(int(max_short), len(order)) + 1):
         subset = order[: len(order) - j]
         if subset and code.decoding(subset).error > max_decode_error:
             out[j] = 1.0  # the wrapper skips such a round
@@ -199,6 +255,37 @@ def measure_errors(code: GradientCode, order: Sequence[int],
             out[j] = 1.0 if approx is None else float(np.linalg.norm(approx) > 0)
             continue
         out[j] = min(float(np.linalg.norm(approx - exact)) / norm, 1.0)
+    return out
+
+
+def repetition_supports(code: GradientCode) -> np.ndarray | None:
+    """``B``'s support (``n x k``, float 0/1) if the code is a repetition code (every
+    coefficient 1, two workers' partitions the same or disjoint: the replies in hand decode
+    the partitions they cover exactly, the others are missing), else ``None``."""
+    B = np.asarray(code.B, dtype=np.float64)
+    support = (B != 0).astype(np.float64)
+    if not np.all(B[B != 0] == 1.0):
+        return None
+    overlap = support @ support.T
+    sizes = np.diag(overlap)
+    shared = overlap > 0
+    # overlap[i, j] = |supp i & supp j| must be 0 or |supp j| (and, by symmetry, |supp i|)
+    if not np.all(overlap[shared] == np.broadcast_to(sizes, overlap.shape)[shared]):
+        return None
+    return support
+
+
+def missing_weights(code: GradientCode, order: Sequence[int],
+                    max_short: int) -> dict[int, float]:
+    """The share of the code's partitions no reply among the first ``len(order) - j``
+    computed, ``j = 1..max_short`` (partitions counted equally)."""
+    order = list(order)
+    covers = np.abs(code.B) > 0
+    out: dict[int, float] = {}
+    for j in range(1, min(int(max_short), len(order)) + 1):
+        subset = order[: len(order) - j]
+        covered = covers[subset].any(axis=0) if subset else np.zeros(code.k, dtype=bool)
+        out[j] = float(1.0 - covered.mean())
     return out
 
 
@@ -218,9 +305,12 @@ def _update(code: GradientCode, used: Sequence[int],
 def price_candidates(placement: object, estimator: object, candidates: Sequence[int],
                      errors: DecodeErrors, rem: np.ndarray, X: np.ndarray, *,
                      max_short: int, load_per_partition: float | np.ndarray = 1.0,
+                     max_decode_error: float = math.inf,
                      ) -> tuple[dict[int, ApproxCandidate], list[ApproxCandidate]]:
     """Every candidate tolerance priced exactly (one round, no deadline) and, where its
-    decoding errors were measured, with the deadlines of :func:`approximate_candidates`.
+    decoding errors were measured, with the deadlines of :func:`approximate_candidates`;
+    a repetition code (:func:`repetition_supports`: ``s = 0`` of a nested placement, i.e.
+    drop-stragglers) never run exactly, by the missing-weight model once it is fitted.
 
     ``rem``: per client (or per draw and client) seconds until it can start (``inf``: it
     gets no work); ``X``: the estimator's draws (``samples x n``), shared by every
@@ -243,4 +333,10 @@ def price_candidates(placement: object, estimator: object, candidates: Sequence[
         if errors.measured(s):
             approx += approximate_candidates(s, finish, decode,
                                              lambda j, s=s: errors.get(s, j), max_short)
+        elif errors.heterogeneity is not None:  # never exact at s: the missing-weight model
+            covers = repetition_supports(placement.code(s))  # type: ignore[attr-defined]
+            if covers is not None:
+                approx += approximate_candidates(s, finish, decode, lambda j: None,
+                                                 max_short, errors.by_weight, covers,
+                                                 max_decode_error)
     return exact, approx

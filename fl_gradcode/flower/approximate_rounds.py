@@ -14,12 +14,20 @@ Karampatziakis, ICML 2017, https://arxiv.org/abs/1612.03301.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from ..adaptive import Decision, DecodeErrors, choose_progress, measure_errors, price_candidates
+from ..adaptive import (
+    Decision,
+    DecodeErrors,
+    choose_progress,
+    measure_errors,
+    missing_weights,
+    price_candidates,
+)
 
 __all__ = ["ApproximateRounds"]
 
@@ -28,12 +36,15 @@ class ApproximateRounds:
     """Prices approximate rounds and measures their errors in exact rounds.
 
     The knobs (class attributes, tuned on the development seeds only: ``docs/adaptive.md``):
-    ``max_short``: deadlines up to this many replies before the exact decode (and the errors
-    measured for as many); ``run``: approximate rounds in a row before an exact one;
+    ``max_short``, ``short_fraction``: deadlines up to ``max(max_short, ceil(short_fraction
+    * n))`` replies before the exact decode (and the errors measured for as many), so that a
+    deadline can leave out a slow group of up to that share of the cohort at any ``n``;
+    ``run``: approximate rounds in a row before an exact one;
     ``alpha``: weight of the newest error measurement; ``samples``: Monte Carlo draws."""
 
     max_short = 3
-    run = 3
+    short_fraction = 0.25
+    run = 6
     alpha = 0.3
     samples = 256
 
@@ -43,19 +54,26 @@ class ApproximateRounds:
         self.streak = 0  # approximate rounds since the last exact one
         self.candidates: dict[str, Any] = {}  # the last pricing (for inspection)
 
+    def shortfall(self, n: int) -> int:
+        """The most replies short a deadline is priced (and an error measured) for."""
+        return max(int(self.max_short), math.ceil(self.short_fraction * int(n)))
+
     def revise(self, decision: Decision, placement: Any, estimator: Any, rem_inputs: Any,
-               candidates: list[int]) -> Decision:
+               candidates: list[int], max_decode_error: float = math.inf) -> Decision:
         """``decision``, or an approximate round of one of ``candidates`` when one is cheaper
         per unit of progress than every exact one (never before an observation, with excluded
-        clients, or after :attr:`run` approximate rounds in a row)."""
+        clients, or after :attr:`run` approximate rounds in a row); a decoding above
+        ``max_decode_error`` is priced as a skipped round."""
         if (not decision.observed or decision.excluded or self.streak >= self.run
-                or not any(self.errors.measured(s) for s in candidates)):
+                or (not any(self.errors.measured(s) for s in candidates)
+                and self.errors.heterogeneity is None)):
             return decision
         rng = np.random.default_rng([self.seed, estimator.next_round_id, 7])
         X = estimator.sample(self.samples, rng)
         rem = self._remaining(estimator, rem_inputs, decision, placement.n, rng)
         exact, approx = price_candidates(placement, estimator, candidates, self.errors, rem,
-                                         X, max_short=self.max_short)
+                                         X, max_short=self.shortfall(placement.n),
+                                         max_decode_error=max_decode_error)
         best_exact = min(exact.values(), key=lambda c: c.cost)
         self.candidates = {"exact": exact, "approximate": approx}
         best = choose_progress(best_exact, approx)
@@ -95,9 +113,11 @@ class ApproximateRounds:
         order = [w for w in window_used if w in chosen]
         if len(order) < 2:
             return
-        self.errors.update(state.code.s, measure_errors(state.code, order,
-                                                        _vectors(state, order),
-                                                        self.max_short, max_decode_error))
+        short = self.shortfall(state.code.n)
+        self.errors.update(state.code.s,
+                           measure_errors(state.code, order, _vectors(state, order), short,
+                                          max_decode_error),
+                           missing_weights(state.code, order, short))
 
 
 def _vectors(state: Any, order: list[int]) -> Mapping[int, np.ndarray]:

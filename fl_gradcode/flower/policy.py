@@ -39,7 +39,7 @@ from ..adaptive import Decision, SingleCode, code_loads
 from ..codes import GradientCode, NestedPlacement
 from .approximate_rounds import ApproximateRounds
 from .latency_book import LatencyBook, read_latency_state
-from .membership import code_for_cohort
+from .membership import EXACT_FALLBACK, code_for_cohort
 from .options import BUSY_MODES, Options
 from .protocol import Identity
 
@@ -123,6 +123,7 @@ class FixedCodePolicy:
                                       "compute_cost_s": timing.compute_cost_s})
         self.decision: Decision | None = None
         self._codes: dict[int, GradientCode] = {}
+        self._cohort_codes: dict[int, GradientCode] = {}  # sampled cohorts: k = cohort
         self._host: PolicyHost | None = None
 
     @staticmethod
@@ -230,6 +231,31 @@ class FixedCodePolicy:
             self._codes[n] = code
         return self._codes[n]
 
+    def _sampled(self, cohort: list[int]) -> bool:
+        """The cohort holds only part of the app's data partitions (as its nodes' identities
+        say): a sampled cohort."""
+        identities = {} if self._host is None else self._host.identities
+        held = {identities.get(node) for node in cohort}
+        if None in held:
+            return False
+        total = max(identity.num_partitions for identity in held)  # type: ignore[union-attr]
+        return len(held) < total or total != len(cohort)
+
+    def _cohort_code(self, code: GradientCode) -> GradientCode:
+        """For a sampled cohort, a code with one partition per member in place of ``code``
+        (``k`` partitions would be the app's whole data split ``k`` ways, not the cohort's):
+        ``grouped-rs`` with the same ``s``, built once per size, with a WARNING."""
+        n = code.n
+        if n not in self._cohort_codes:
+            built, _ = code_for_cohort(EXACT_FALLBACK, n, code.s, self.seed, {})
+            log(WARNING, "code %s has k=%d partitions for a sampled cohort of %d: they would "
+                "be the app's whole data split k ways, not the cohort's; using %s with s=%d "
+                "for cohorts of %d (a code with one partition per member, e.g. s + m "
+                "dividing the cohort, keeps yours)", code.name, code.k, n, built.name,
+                built.s, n)
+            self._cohort_codes[n] = built
+        return self._cohort_codes[n]
+
     def estimator(self, n: int, cohort: list[int]) -> Any:
         """The latency estimator seen through this cohort (``n`` members)."""
         return self.book.view(cohort, self.clock.now, self.partition_key)
@@ -239,6 +265,8 @@ class FixedCodePolicy:
         (:class:`~fl_gradcode.adaptive.SingleCode`: the code is the only candidate)."""
         n = len(cohort)
         code = self.code_for(n)
+        if code.k != n and self._sampled(cohort):
+            code = self._cohort_code(code)
         if self.busy == "fit":
             self.decision = self.decide(
                 SingleCode(code), self.estimator(n, cohort), busy_nodes, cohort, [code.s]
@@ -448,8 +476,9 @@ class AdaptiveCodePolicy(FixedCodePolicy):
         self.decision = self.decide(placement, estimator, busy_nodes, cohort, candidates)
         if self.approximate is not None:
             inputs = (*self.busy_inputs(placement, busy_nodes, cohort), self.clock.now)
-            self.decision = self.approximate.revise(self.decision, placement, estimator,
-                                                    inputs, candidates)
+            self.decision = self.approximate.revise(
+                self.decision, placement, estimator, inputs, candidates,
+                self.options.deadline.max_decode_error)
         self.last_s[n] = self.decision.s
         if self.decision.excluded:
             return placement.code_excluding(self.decision.s, self.decision.excluded)

@@ -44,14 +44,33 @@ class Workload:
 
     def partitions(self, code: GradientCode, cohort: list[int]) -> list[Identity]:
         """Code partition j -> the data partition it stands for: cohort member j's own, or
-        (if the code has fewer partitions than clients) the app's partition j of k."""
+        (if the code has fewer partitions than clients and the cohort holds all the app's
+        data) the app's partition j of k.
+
+        Raises ``ValueError`` when the code has ``k`` partitions for a cohort that holds
+        only part of the app's data (a sampled cohort): the app's data split into ``k``
+        partitions is all of it, so the round would train on every client's data instead of
+        the cohort's."""
         if code.k == len(cohort):
             return [self.identities[node] for node in cohort]
+        known = [self.identities.get(node) for node in cohort]
+        held = {identity for identity in known if identity is not None}
+        total = max((identity.num_partitions for identity in held), default=len(cohort))
+        if None not in known and (len(held) < total or total != len(cohort)):
+            raise ValueError(
+                f"code {code.name} has k={code.k} partitions for a cohort of {len(cohort)} "
+                f"clients holding {len(held)} of the app's {total} data partitions: split "
+                f"into k partitions, the app's data would be all {total} partitions, not "
+                f"the cohort's. Use a code with one partition per cohort member (for "
+                f"comm-efficient: s + m dividing the cohort size {len(cohort)}; or "
+                f"grouped-rs), or train every node each round")
         if not self.warned_repartition:
             self.warned_repartition = True
             log(WARNING, "code %s has k=%d partitions for %d clients: the app's data is split "
-                "into k partitions (partition-id=j, num-partitions=k)", code.name, code.k,
-                len(cohort))
+                "into k partitions (partition-id=j, num-partitions=k); the round's sum is "
+                "the same only if the app's update is one full-batch gradient (local epochs "
+                "or minibatches on other partitions train another model)", code.name,
+                code.k, len(cohort))
         return [Identity(j, code.k) for j in range(code.k)]
 
     def load(self, code: GradientCode, worker: int, partitions: list[Identity]) -> float:

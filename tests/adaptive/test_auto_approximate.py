@@ -23,11 +23,16 @@ from fl_gradcode.adaptive import (
     price_candidates,
     progress_cost,
 )
-from fl_gradcode.adaptive.approximate import price_deadline
-from fl_gradcode.codes import NestedPlacement
+from fl_gradcode.adaptive.approximate import (
+    missing_weights,
+    price_deadline,
+    repetition_supports,
+)
+from fl_gradcode.codes import NestedPlacement, make_code
+from fl_gradcode.codes.base import GradientCode
 from fl_gradcode.flower import GradientCoding, gradient_coding_mod
 from fl_gradcode.flower.testing import InProcessGrid
-from fl_gradcode.latency import Bimodal, ShiftedExponential
+from fl_gradcode.latency import Bimodal, PersistentSlow, ShiftedExponential
 
 
 # ------------------------------------------------------------------ the pure choice
@@ -140,6 +145,81 @@ def test_the_choice_with_a_fitted_estimator(slow, slowdown, error, approximate):
         assert best.cost < best_exact.cost and math.isfinite(best.deadline)
 
 
+# ------------------------------------------------------------------ the missing-weight model
+def test_missing_weights_count_the_partitions_no_reply_in_hand_computed():
+    # FRC(4, 1): workers 0, 1 compute partitions {0, 1}, workers 2, 3 partitions {2, 3}
+    code = make_code("frc", 4, 1)
+    assert [set(code.assignment(w)) for w in range(4)] == [{0, 1}, {0, 1}, {2, 3}, {2, 3}]
+    # arrival order 0, 2, 1, 3: the first 3 and the first 2 cover all; the first 1 half
+    assert missing_weights(code, [0, 2, 1, 3], 3) == {1: 0.0, 2: 0.0, 3: 0.5}
+    assert missing_weights(code, [0, 1, 2, 3], 2) == {1: 0.0, 2: 0.5}
+
+
+def test_heterogeneity_is_fitted_from_the_measurements_with_a_missing_partition():
+    book = DecodeErrors(alpha=0.3)
+    assert book.by_weight(np.array([0.2])) is None  # nothing measured
+    # j = 1 misses no partition (w = 0): it informs the (s, j) table, not c
+    book.update(2, {1: 0.2, 2: 0.5}, {1: 0.0, 2: 0.25})
+    c = 0.5 / (0.25 / 0.75)  # 1.5, by hand
+    assert book.heterogeneity == pytest.approx(c)
+    got = book.by_weight(np.array([0.0, 0.1, 0.5, 1.0]))
+    np.testing.assert_allclose(got, [0.0, c * 0.1 / 0.9, 1.0, 1.0])
+    # a second round: this round's c' = (0.1 + 0.3) / (0.1/0.9 + 0.2/0.8), weighted 0.3
+    book.update(0, {1: 0.1, 2: 0.3}, {1: 0.1, 2: 0.2})
+    c2 = (0.1 + 0.3) / (0.1 / 0.9 + 0.2 / 0.8)
+    assert book.heterogeneity == pytest.approx(0.7 * c + 0.3 * c2)
+    # a decoding the wrapper skips (e = 1) says nothing of the partitions: left out of c
+    book.update(0, {1: 0.1, 2: 1.0}, {1: 0.1, 2: 0.2})
+    c3 = 0.1 / (0.1 / 0.9)
+    assert book.heterogeneity == pytest.approx(0.7 * (0.7 * c + 0.3 * c2) + 0.3 * c3)
+    before = book.heterogeneity
+    book.update(0, {1: 1.0}, {1: 0.5})  # nothing usable: c unchanged
+    assert book.heterogeneity == before
+
+
+def test_only_repetition_codes_are_priced_by_their_missing_weight():
+    frc = make_code("frc", 4, 1)
+    np.testing.assert_array_equal(repetition_supports(frc), [[1, 1, 0, 0], [1, 1, 0, 0],
+                                                             [0, 0, 1, 1], [0, 0, 1, 1]])
+    np.testing.assert_array_equal(repetition_supports(make_code("uncoded", 3, 0)), np.eye(3))
+    # overlapping supports (a cyclic placement): covering every partition is not decoding
+    cyclic = GradientCode(np.array([[1.0, 1.0, 0.0], [0.0, 1.0, 1.0], [1.0, 0.0, 1.0]]), 1,
+                          is_exact=True)
+    assert repetition_supports(cyclic) is None
+    # disjoint supports, a coefficient other than 1
+    scaled = GradientCode(np.array([[2.0, 0.0], [0.0, 1.0]]), 0, is_exact=True)
+    assert repetition_supports(scaled) is None
+
+
+def test_measured_errors_stop_at_the_replies_in_hand():
+    # two replies: j = 1 decodes one of them, j = 2 none; never a j beyond the replies
+    code = make_code("uncoded", 2, 0)
+    vectors = {0: np.array([1.0, 0.0, 1.0]), 1: np.array([0.0, 1.0, 1.0])}
+    got = measure_errors(code, [0, 1], vectors, max_short=5)
+    assert set(got) == {1, 2}
+
+
+def test_a_deadline_of_a_tolerance_never_run_exactly_is_priced_by_its_missing_weight():
+    # uncoded, three clients, two draws; deadline 0.3. Draw 0: replies at 0.1, 0.2, 5.0,
+    # decodes at 5.0 > d: late, one of three partitions missing, w = 1/3, modelled error
+    # c w / (1 - w) = 0.5 with c = 1. Draw 1: decodes at 0.2 <= d, exact.
+    finish = np.array([[0.1, 0.2, 5.0], [0.1, 0.15, 0.2]])
+    decode = np.array([5.0, 0.2])
+    book = DecodeErrors()
+    book.heterogeneity = 1.0
+    c = price_deadline(0, 0.3, finish, decode, lambda j: None, book.by_weight, np.eye(3))
+    assert c.time == pytest.approx((0.3 + 0.2) / 2)
+    assert c.error == pytest.approx(0.5 / 2)
+    assert c.cost == pytest.approx(0.25 / 0.75)
+    # no reply by the deadline: no progress (error 1) whatever the model says
+    c = price_deadline(0, 0.05, finish, decode, lambda j: None, book.by_weight, np.eye(3))
+    assert c.error == pytest.approx(1.0)
+    # w = 1/3 above max_decode_error = 0.3: the wrapper would skip the round (error 1)
+    c = price_deadline(0, 0.3, finish, decode, lambda j: None, book.by_weight, np.eye(3),
+                       max_decode_error=0.3)
+    assert c.error == pytest.approx(1.0 / 2)
+
+
 # ------------------------------------------------------------------ through the plug-in
 N, DIM = 12, 20
 
@@ -198,3 +278,31 @@ def test_auto_approximate_is_refused_without_s_auto_or_virtual_timing():
         GradientCoding(FedAvg(), s="auto", timing="wallclock", auto_approximate=True)
     with pytest.raises(ValueError, match="auto_approximate='yes'"):
         GradientCoding(FedAvg(), s="auto", auto_approximate="yes")
+
+
+def test_it_drops_with_s0_before_any_exact_round_at_s0_when_slow_clients_are_persistent(
+        tmp_path):
+    """Three of 12 clients 20x slower in every round, IID-like partitions. The rule starts
+    at s_max = 3 and never runs s = 0 exactly, yet the missing-weight model prices dropping
+    the slow clients at s = 0, and it is taken: the round ends by its planned deadline,
+    before the slow clients' earliest reply, without their partitions."""
+    app = ClientApp(mods=[gradient_coding_mod])
+    app.train()(_train(0.01))
+    base = ShiftedExponential(shift=0.1, rate=10.0)
+    strategy = GradientCoding(
+        FedAvg(fraction_evaluate=0.0, min_available_nodes=N), s="auto", s_max=3, seed=0,
+        latency=PersistentSlow(base=base, p=0.0, slow=(3, 7, 9), slowdown=20.0),
+        wire="float64", straggler_timeout=1e6, compute_cost_s=0.1, measured_compute=False,
+        auto_approximate=True, results_dir=str(tmp_path))
+    strategy.start(grid=InProcessGrid(app, N),
+                   initial_arrays=ArrayRecord({"w": Array(np.zeros(DIM))}),
+                   num_rounds=12, train_config=ConfigRecord({}))
+    rows = strategy.history
+    first_exact_s0 = next((i for i, r in enumerate(rows)
+                           if r["s"] == 0 and r["decode"] == "exact"), len(rows))
+    dropped = [r for r in rows[:first_exact_s0] if r["s"] == 0 and r["decode"] == "approx"]
+    assert dropped
+    for r in dropped:
+        assert r["round_virtual_s"] <= r["round_deadline_s"] + 1e-9
+        assert r["round_deadline_s"] < 0.1 * 20.0  # before the slow clients' earliest reply
+        assert {3, 7, 9} <= set(r["missing_partitions"])

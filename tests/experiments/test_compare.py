@@ -193,6 +193,18 @@ def test_a_task_that_cannot_be_split_n_ways_is_refused_before_any_run(tmp_path):
     assert not (tmp_path / "x.json").exists()
 
 
+def test_a_fixed_code_the_serverapp_replaces_for_a_sampled_cohort_is_refused_before_any_run(
+        tmp_path):
+    """comm-efficient s = 2 with the digits task's m = 1 has k = 18 partitions for a cohort of
+    20 sampled from 40: the ServerApp would run grouped-rs instead, so the command refuses
+    the method before running (its numbers would carry the wrong name)."""
+    with pytest.raises(ValueError, match=r"comm-efficient:2 has k=18 partitions for a sampled "
+                                         r"cohort of 20 \(of n=40\) with m=1"):
+        compare.main(["--n", "40", "--cohort", "20", "--seeds", "10", "--methods",
+                      "auto,comm-efficient:2", "--out", str(tmp_path / "x.json")])
+    assert not (tmp_path / "x.json").exists()
+
+
 # ----------------------------------------------------------------------------- the registry
 def test_every_grid_table_names_its_registry_entry_and_adds_keys_only():
     """A task or regime is declared once, in fl_gradcode.tasks: each table of grid.toml names

@@ -553,11 +553,16 @@ def test_the_auto_approximate_tuning_runs_the_grids_regimes():
     """Its cells carry each regime's latency keys, as compare's do (it used to read the
     grid tables' own run_config, empty since the registry holds the keys: every regime ran
     with the key table's default latency)."""
-    from experiments.compare import cell_run_config, load_grid
-    from experiments.tune_auto_approximate import REGIMES, tuning_cell
+    from experiments.compare import cell_run_config, load_grid, lookup, task_target
+    from experiments.tune_auto_approximate import REGIMES, SIZES, tuning_cell
 
     grid = load_grid()
+    task = lookup(grid, "tasks", "digits-logreg")
     for regime in REGIMES:
         cell = tuning_cell(grid, regime)
         assert cell.run_config == cell_run_config(grid, "digits-logreg", regime)
         assert cell.run_config["latency"] == regime
+        for n in SIZES:  # every node sampled, the task's target at that size
+            sized = tuning_cell(grid, regime, n)
+            assert (sized.n, sized.cohort) == (n, n)
+            assert sized.target == task_target(task, n, n)

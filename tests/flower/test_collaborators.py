@@ -608,14 +608,28 @@ def test_a_code_with_fewer_partitions_than_clients_splits_the_apps_data_and_says
 
     from fl_gradcode.flower.workload import Workload
 
-    workload = Workload({10: Identity(0, 4)}, {}, None, 0)
+    workload = Workload({10 + j: Identity(j, 4) for j in range(4)}, {}, None, 0)
     code = SimpleNamespace(k=2, name="small")
     with caplog.at_level(logging.WARNING, logger="flwr"):
         assert workload.partitions(code, [10, 11, 12, 13]) == [Identity(0, 2), Identity(1, 2)]
         workload.partitions(code, [10, 11, 12, 13])
     assert _messages(caplog) == [
         "code small has k=2 partitions for 4 clients: the app's data is split into k "
-        "partitions (partition-id=j, num-partitions=k)"]
+        "partitions (partition-id=j, num-partitions=k); the round's sum is the same only if "
+        "the app's update is one full-batch gradient (local epochs or minibatches on other "
+        "partitions train another model)"]
+
+
+def test_a_code_with_fewer_partitions_than_a_sampled_cohort_is_refused_by_the_workload():
+    """Nodes 10-13 hold partitions 0-3 of 8: split 2 ways, the app's data would be all 8
+    partitions, not the cohort's 4 (the wrapper's policy never plans such a code; a custom
+    one that does is refused)."""
+    from fl_gradcode.flower.workload import Workload
+
+    workload = Workload({10 + j: Identity(j, 8) for j in range(4)}, {}, None, 0)
+    with pytest.raises(ValueError, match=r"code small has k=2 partitions for a cohort of 4 "
+                                         r"clients holding 4 of the app's 8 data partitions"):
+        workload.partitions(SimpleNamespace(k=2, name="small"), [10, 11, 12, 13])
 
 
 def _frc_dispatch(seed: int, nonce: str):

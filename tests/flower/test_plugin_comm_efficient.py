@@ -42,11 +42,12 @@ def oracle(rounds: int, n: int) -> dict[str, np.ndarray]:
     return theta
 
 
-def run(code: str, s: int, n: int = 6, m: int | None = None, rounds: int = 3):
+def run(code: str, s: int, n: int = 6, m: int | None = None, rounds: int = 3,
+        fraction_train: float = 1.0):
     app = ClientApp(mods=[gradient_coding_mod])
     app.train()(train)
-    strategy = GradientCoding(FedAvg(fraction_evaluate=0.0, min_available_nodes=n), code=code,
-                              s=s, m=m, latency=Pareto(1.0, 1.5), seed=1)
+    inner = FedAvg(fraction_train=fraction_train, fraction_evaluate=0.0, min_available_nodes=n)
+    strategy = GradientCoding(inner, code=code, s=s, m=m, latency=Pareto(1.0, 1.5), seed=1)
     initial = ArrayRecord({k: Array(np.zeros(v, np.float32)) for k, v in SHAPES.items()})
     result = strategy.start(grid=InProcessGrid(app, n), initial_arrays=initial,
                             num_rounds=rounds, train_config=ConfigRecord({}))
@@ -70,3 +71,73 @@ def test_comm_efficient_replies_are_one_mth_of_the_model():
     per_reply_plain = plain.history[0]["bytes_up"] / 6
     # 622 values / 2 in float32 vs 621 float32 values (+ .npy headers)
     assert per_reply_coded / per_reply_plain == pytest.approx(0.5, abs=0.08)
+
+
+def test_with_every_node_a_code_with_fewer_partitions_trains_on_the_apps_data_split_k_ways(
+        caplog):
+    """n = 7, s = 1, m = 2: groups of s + m = 3 give k = 6 partitions. The round is FedAvg
+    over the app's data split into 6 partitions (partition-id j of 6), and a WARNING says so."""
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        strategy, theta = run("comm-efficient", 1, n=7, m=2)
+    expected = oracle(3, 6)
+    assert all(r["decode"] == "exact" for r in strategy.history)
+    for name in SHAPES:
+        err = np.linalg.norm(theta[name] - expected[name]) / np.linalg.norm(expected[name])
+        assert err <= 1e-5
+    assert any("k=6 partitions for 7 clients" in r.getMessage() for r in caplog.records)
+
+
+class Sampling(FedAvg):
+    """FedAvg that records the nodes it samples each round."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.sampled: list[list[int]] = []
+
+    def configure_train(self, server_round, arrays, config, grid):
+        messages = list(super().configure_train(server_round, arrays, config, grid))
+        self.sampled.append([m.metadata.dst_node_id for m in messages])
+        return messages
+
+
+def test_a_sampled_cohort_with_fewer_code_partitions_than_members_gets_an_exact_code(caplog):
+    """8 nodes, FedAvg samples 4 a round; comm-efficient s = 1, m = 2 has k = 3 partitions
+    for 4 members: split 3 ways, the app's data would be all 8 nodes' data, not the
+    cohort's. The rounds run grouped-rs with s = 1 instead (a WARNING says so), and each is
+    FedAvg over the sampled nodes' own partitions."""
+    import logging
+    import random
+
+    random.seed(3)
+    app = ClientApp(mods=[gradient_coding_mod])
+    app.train()(train)
+    inner = Sampling(fraction_train=0.5, fraction_evaluate=0.0, min_available_nodes=8)
+    strategy = GradientCoding(inner, code="comm-efficient", s=1, m=2,
+                              latency=Pareto(1.0, 1.5), seed=1)
+    grid = InProcessGrid(app, 8)
+    initial = ArrayRecord({k: Array(np.zeros(v, np.float32)) for k, v in SHAPES.items()})
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        result = strategy.start(grid=grid, initial_arrays=initial, num_rounds=3,
+                                train_config=ConfigRecord({}))
+    assert [r["decode"] for r in strategy.history] == ["exact"] * 3
+    assert any("k=3 partitions for a sampled cohort of 4" in r.getMessage()
+               and "using grouped-rs with s=1" in r.getMessage() for r in caplog.records)
+    theta = {name: np.zeros(shape) for name, shape in SHAPES.items()}
+    for nodes in inner.sampled:  # numpy FedAvg over the sampled partitions
+        parts = [grid.index[node] for node in nodes]
+        sizes = np.array([7 + 2 * j for j in parts], dtype=float)
+        theta = {name: sum(sz * (th - 0.3 * (th - target(j, name)))
+                           for j, sz in zip(parts, sizes, strict=True)) / sizes.sum()
+                 for name, th in theta.items()}
+    assert len(inner.sampled) == 3
+    for name in SHAPES:
+        got = result.arrays[name].numpy()
+        assert np.linalg.norm(got - theta[name]) <= 1e-5 * np.linalg.norm(theta[name])
+
+
+def test_a_sampled_cohort_whose_code_has_one_partition_per_member_runs():
+    """The same sampling with s + m = 4 dividing the cohort: every round exact."""
+    strategy, _ = run("comm-efficient", 1, n=8, m=3, fraction_train=0.5)
+    assert [r["decode"] for r in strategy.history] == ["exact"] * 3
