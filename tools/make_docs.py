@@ -22,7 +22,14 @@ import argparse
 import re
 import sys
 
-from tools.docgen import accuracy, held, measures, performance, rivals  # noqa: F401  (renderers)
+from tools.docgen import (  # noqa: F401  (renderers)
+    accuracy,
+    approximate,
+    held,
+    measures,
+    performance,
+    rivals,
+)
 from tools.docgen.core import BLOCK, RENDERERS, ROOT
 from tools.docgen.readme import FIGURE_CODING, draw_coding_figure
 

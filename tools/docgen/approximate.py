@@ -1,0 +1,76 @@
+"""The ``auto-approximate`` block: ``s="auto"`` with approximate rounds, beside ``auto``.
+
+``auto-approximate`` (the library's ``auto_approximate=True``, off by default) was added to
+the grid after 16 cells had finished (an amendment in ``experiments/grid.toml``); its knobs
+were tuned on the development seeds only (``results/auto_approximate_tuning.json``). Per
+finished cell of ``results/compare.json`` that ran it (evaluation seeds): its median time to
+target and how many seeds reached it, its time over auto's (the paired geometric mean and
+interval of the cell's summary), and whether it would meet the goal auto is judged by
+(median time at most :data:`~tools.docgen.rivals.GOAL_TIME` times the best rival's, median
+final accuracy within :data:`~tools.docgen.rivals.GOAL_ACCURACY`). It is not a rival: the
+verdict and the best rival are the ``compare-verdict`` block's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tools.docgen.core import block, table
+from tools.docgen.rivals import (
+    _EPS,
+    GOAL_ACCURACY,
+    GOAL_TIME,
+    _label,
+    _ratio,
+    _times,
+    compare_data,
+    finished_cells,
+    method_stats,
+    reported_cells,
+    seconds,
+    verdict,
+)
+
+METHOD = "auto-approximate"
+
+
+def render_approximate(data: Mapping[str, Any], report: Sequence[str]) -> str:
+    """The block's text: a table of the finished cells that ran :data:`METHOD`."""
+    done = [name for name in finished_cells(data, report)
+            if any(r["method"] == METHOD for r in data["cells"][name].get("runs", []))]
+    if not done:
+        return (f"`{METHOD}` has not run on a finished cell yet (`python -m experiments.compare "
+                f"--grid --rerun --methods {METHOD}`).")
+    rows, met = [], 0
+    for name in done:
+        cell = data["cells"][name]
+        stats = method_stats(cell)
+        mine, auto = stats[METHOD], stats.get("auto")
+        v = verdict(name, cell)
+        if v.best is None:
+            goal = "no rival run"
+        else:
+            best = v.best_stats
+            ok = (mine.median_time <= GOAL_TIME * best.median_time * (1 + _EPS)
+                  and mine.median_final >= best.median_final - GOAL_ACCURACY - _EPS)
+            met += ok
+            ratio = (mine.median_time / best.median_time if best.median_time > 0
+                     else float("inf"))
+            goal = f"{'✓' if ok else '✗'} {_times(ratio)} {_label(v.best)}"
+        rows.append([name, f"{seconds(mine.median_time)} ({mine.reached}/{mine.seeds})",
+                     "-" if auto is None else seconds(auto.median_time),
+                     _ratio(cell["summary"].get(METHOD), auto), goal])
+    head = (f"`{METHOD}` within {GOAL_TIME}× of the best rival (the rule auto is judged by) "
+            f"in {met} of the {len(done)} finished cells that ran it (evaluation seeds).")
+    note = ("Columns: its median time to target (seeds reaching it); auto's; its time over "
+            "auto's (paired geometric mean [95 % interval], ▼/▽ below 1 as in the table "
+            "above); the goal against the cell's best rival, with its median time over that "
+            "rival's.")
+    return head + "\n\n" + table(["cell", METHOD, "auto", f"{METHOD} / auto",
+                                  "goal (best rival)"], rows) + "\n\n" + note
+
+
+@block("auto-approximate")
+def auto_approximate() -> str:
+    return render_approximate(compare_data(), reported_cells())
