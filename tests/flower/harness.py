@@ -152,6 +152,19 @@ class DevicesOff(FixedArrivals):
 
 
 # =============================================================================== runner
+class SamplingRecorder(FedAvg):
+    """FedAvg that records the nodes it samples each round."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.sampled: list[list[int]] = []
+
+    def configure_train(self, server_round, arrays, config, grid):
+        messages = list(super().configure_train(server_round, arrays, config, grid))
+        self.sampled.append([m.metadata.dst_node_id for m in messages])
+        return messages
+
+
 @dataclass
 class Run:
     strategy: GradientCoding

@@ -18,7 +18,6 @@ import time
 import numpy as np
 import pytest
 from flwr.app import Error, Message
-from flwr.serverapp.strategy import FedAvg
 
 from fl_gradcode.codes import make_code
 from fl_gradcode.flower import gradient_coding_mod
@@ -36,7 +35,7 @@ from tests.apps.numpy_app import (
     pytestmark,  # noqa: F401 (the warning filter applies here)
     theta0,
 )
-from tests.flower.harness import run
+from tests.flower.harness import SamplingRecorder, run
 
 
 def chain(rounds: list[list[int]], num_parts: int) -> dict[int, dict[str, np.ndarray]]:
@@ -128,19 +127,6 @@ def test_an_error_reply_written_for_a_node_is_that_nodes_failure(caplog):
     assert f"node {grid.node_ids[2]}: error reply (code 0: node config not loaded yet)" in \
         warned[0]
     assert "not loaded yet)..." not in warned[0]  # a short reason is not cut
-
-
-class SamplingRecorder(FedAvg):
-    """FedAvg that records the nodes it samples each round."""
-
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.sampled: list[list[int]] = []
-
-    def configure_train(self, server_round, arrays, config, grid):
-        messages = list(super().configure_train(server_round, arrays, config, grid))
-        self.sampled.append([m.metadata.dst_node_id for m in messages])
-        return messages
 
 
 def test_dead_node_first_sampled_in_a_later_round_does_not_end_the_run():

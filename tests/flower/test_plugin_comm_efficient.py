@@ -11,6 +11,7 @@ from flwr.serverapp.strategy import FedAvg
 from fl_gradcode.flower import GradientCoding, gradient_coding_mod
 from fl_gradcode.flower.testing import InProcessGrid
 from fl_gradcode.latency import Pareto
+from tests.flower.harness import SamplingRecorder
 
 SHAPES = {"w": (30, 20), "b": (21,)}  # 621 values: m never divides it (padding exercised)
 
@@ -89,19 +90,6 @@ def test_with_every_node_a_code_with_fewer_partitions_trains_on_the_apps_data_sp
     assert any("k=6 partitions for 7 clients" in r.getMessage() for r in caplog.records)
 
 
-class Sampling(FedAvg):
-    """FedAvg that records the nodes it samples each round."""
-
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.sampled: list[list[int]] = []
-
-    def configure_train(self, server_round, arrays, config, grid):
-        messages = list(super().configure_train(server_round, arrays, config, grid))
-        self.sampled.append([m.metadata.dst_node_id for m in messages])
-        return messages
-
-
 def test_a_sampled_cohort_with_fewer_code_partitions_than_members_gets_an_exact_code(caplog):
     """8 nodes, FedAvg samples 4 a round; comm-efficient s = 1, m = 2 has k = 3 partitions
     for 4 members: split 3 ways, the app's data would be all 8 nodes' data, not the
@@ -113,7 +101,7 @@ def test_a_sampled_cohort_with_fewer_code_partitions_than_members_gets_an_exact_
     random.seed(3)
     app = ClientApp(mods=[gradient_coding_mod])
     app.train()(train)
-    inner = Sampling(fraction_train=0.5, fraction_evaluate=0.0, min_available_nodes=8)
+    inner = SamplingRecorder(fraction_train=0.5, fraction_evaluate=0.0, min_available_nodes=8)
     strategy = GradientCoding(inner, code="comm-efficient", s=1, m=2,
                               latency=Pareto(1.0, 1.5), seed=1)
     grid = InProcessGrid(app, 8)
