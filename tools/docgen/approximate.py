@@ -18,17 +18,17 @@ from typing import Any
 
 from tools.docgen.core import block, table
 from tools.docgen.rivals import (
-    _EPS,
+    EPS,
     GOAL_ACCURACY,
     GOAL_TIME,
-    _label,
-    _ratio,
-    _times,
     compare_data,
     finished_cells,
+    method_label,
     method_stats,
+    ratio_text,
     reported_cells,
     seconds,
+    times_text,
     verdict,
 )
 
@@ -52,15 +52,15 @@ def render_approximate(data: Mapping[str, Any], report: Sequence[str]) -> str:
             goal = "no rival run"
         else:
             best = v.best_stats
-            ok = (mine.median_time <= GOAL_TIME * best.median_time * (1 + _EPS)
-                  and mine.median_final >= best.median_final - GOAL_ACCURACY - _EPS)
+            ok = (mine.median_time <= GOAL_TIME * best.median_time * (1 + EPS)
+                  and mine.median_final >= best.median_final - GOAL_ACCURACY - EPS)
             met += ok
             ratio = (mine.median_time / best.median_time if best.median_time > 0
                      else float("inf"))
-            goal = f"{'✓' if ok else '✗'} {_times(ratio)} {_label(v.best)}"
+            goal = f"{'✓' if ok else '✗'} {times_text(ratio)} {method_label(v.best)}"
         rows.append([name, f"{seconds(mine.median_time)} ({mine.reached}/{mine.seeds})",
                      "-" if auto is None else seconds(auto.median_time),
-                     _ratio(cell["summary"].get(METHOD), auto), goal])
+                     ratio_text(cell["summary"].get(METHOD), auto), goal])
     head = (f"`{METHOD}` within {GOAL_TIME}× of the best rival (the rule auto is judged by) "
             f"in {met} of the {len(done)} finished cells that ran it (evaluation seeds).")
     note = ("Columns: its median time to target (seeds reaching it); auto's; its time over "

@@ -39,7 +39,7 @@ GOAL_ACCURACY = 0.005
 GOAL_SPEEDUP = 2.0
 #: latency regimes with persistent or heavy-tailed stragglers
 HARD_REGIMES = ("persistent", "pareto")
-_EPS = 1e-9
+EPS = 1e-9
 _HEADER = {"wait-for-all": "wait-for-all", "deadline": "deadline",
            "deadline-best": "deadline-best", "first-k": "first-k", "fedbuff": "FedBuff"}
 
@@ -136,17 +136,17 @@ def verdict(name: str, cell: Mapping[str, Any]) -> Verdict:
     speedup = None if uncoded is None else _over(stats[uncoded].median_time, auto.median_time)
     return Verdict(
         name, auto, best, b, _over(auto.median_time, b.median_time),
-        time_ok=auto.median_time <= GOAL_TIME * b.median_time * (1 + _EPS),
-        accuracy_ok=auto.median_final >= b.median_final - GOAL_ACCURACY - _EPS,
+        time_ok=auto.median_time <= GOAL_TIME * b.median_time * (1 + EPS),
+        accuracy_ok=auto.median_final >= b.median_final - GOAL_ACCURACY - EPS,
         uncoded=uncoded, speedup=speedup, hard=hard)
 
 
 # ---------------------------------------------------------------- formatting
-def _label(method: str) -> str:
+def method_label(method: str) -> str:
     return _HEADER.get(method, method)
 
 
-def _times(value: float) -> str:
+def times_text(value: float) -> str:
     return "∞" if math.isinf(value) else f"{value:.2f}×"
 
 
@@ -161,7 +161,7 @@ def _stats_cell(stats: Stats | None) -> str:
     return f"{seconds(stats.median_time)} ({stats.reached}/{stats.seeds})"
 
 
-def _ratio(entry: Mapping[str, Any] | None, auto: Stats | None) -> str:
+def ratio_text(entry: Mapping[str, Any] | None, auto: Stats | None) -> str:
     """``geomean [lo, hi]`` with ▼ (interval below 1) or ▽ (only the mean below 1), and
     ``(k/N)`` when only k of the N seeds are paired."""
     if entry is None:
@@ -188,8 +188,8 @@ def _verdict_cell(v: Verdict) -> str:
     if v.best is None:
         return "no rival run"
     both_never = math.isinf(v.auto.median_time) and math.isinf(v.best_stats.median_time)
-    ratio = "neither reached the target," if both_never else _times(v.time_ratio)
-    text = f"{'✓' if v.met else '✗'} {ratio} {_label(v.best)}"
+    ratio = "neither reached the target," if both_never else times_text(v.time_ratio)
+    text = f"{'✓' if v.met else '✗'} {ratio} {method_label(v.best)}"
     if not v.accuracy_ok:
         text += f", accuracy {_points(v)}"
     return text
@@ -233,7 +233,7 @@ def render_table(data: Mapping[str, Any], report: Sequence[str]) -> str:
     notes = [_progress(data, report, done)]
     if not done:
         return "No cell finished yet. " + notes[0]
-    header = ["cell", "auto: median time (reached)", *(_label(m) for m in SHOWN), "best code",
+    header = ["cell", "auto: median time (reached)", *(method_label(m) for m in SHOWN), "best code",
               f"auto within {GOAL_TIME}× of the best rival"]
     rows = []
     for name in done:
@@ -243,9 +243,9 @@ def render_table(data: Mapping[str, Any], report: Sequence[str]) -> str:
         stats = method_stats(cell)
         code = _best(stats, [m for m in stats if is_code(m)])
         rows.append([name, _stats_cell(v.auto),
-                     *(_ratio(summary.get(m), v.auto) for m in SHOWN),
+                     *(ratio_text(summary.get(m), v.auto) for m in SHOWN),
                      "not run" if code is None else
-                     f"{code} {_ratio(summary.get(code), v.auto)}",
+                     f"{code} {ratio_text(summary.get(code), v.auto)}",
                      _verdict_cell(v)])
     first = data["cells"][done[0]]["settings"]
     seeds = first.get("seeds", [])
@@ -326,20 +326,20 @@ def render_verdict(data: Mapping[str, Any], report: Sequence[str]) -> str:
     beaten_by: dict[str, int] = {}
     for v in missed:
         if v.best is not None:
-            beaten_by[_label(v.best)] = beaten_by.get(_label(v.best), 0) + 1
+            beaten_by[method_label(v.best)] = beaten_by.get(method_label(v.best), 0) + 1
     if beaten_by:
         lines.append("- **The best rival where auto misses**: " + ", ".join(
             f"{name} in {count} of {len(missed)}" for name, count in
             sorted(beaten_by.items(), key=lambda kv: (-kv[1], kv[0]))) + ".")
     hard = [v for v in verdicts if v.hard and v.auto is not None and v.uncoded is not None]
     if hard:
-        fast = [v for v in hard if v.speedup >= GOAL_SPEEDUP * (1 - _EPS)]
+        fast = [v for v in hard if v.speedup >= GOAL_SPEEDUP * (1 - EPS)]
         lines.append(
             f"- **Persistent or heavy-tailed stragglers** (latency {', '.join(HARD_REGIMES)}) "
             f"on non-IID partitions: auto is at least {GOAL_SPEEDUP:g}× faster than the best "
-            f"rival that does not code ({', '.join(_label(m) for m in CRITERION_RIVALS)}; "
+            f"rival that does not code ({', '.join(method_label(m) for m in CRITERION_RIVALS)}; "
             f"median time to target) in {len(fast)} of {len(hard)} cells: "
-            + "; ".join(f"{v.name} {_speed(v)} ({_label(v.uncoded)})" for v in hard) + ".")
+            + "; ".join(f"{v.name} {_speed(v)} ({method_label(v.uncoded)})" for v in hard) + ".")
     else:
         lines.append("- **Persistent or heavy-tailed stragglers** (latency "
                      f"{', '.join(HARD_REGIMES)}) on non-IID partitions: no such cell "
@@ -361,14 +361,14 @@ def _missed(v: Verdict) -> str:
         return f"{v.name} (auto not run)"
     if v.best is None:
         return f"{v.name} (no rival run)"
-    rival = _label(v.best)
+    rival = method_label(v.best)
     if math.isinf(v.auto.median_time) and not math.isinf(v.best_stats.median_time):
         why = (f"auto's median time to target ∞, {rival}'s "
                f"{seconds(v.best_stats.median_time)}")
     elif math.isinf(v.auto.median_time):
         why = "neither auto nor any rival reached the target (median)"
     else:
-        why = f"auto {_times(v.time_ratio)} {rival}'s median time to target"
+        why = f"auto {times_text(v.time_ratio)} {rival}'s median time to target"
     if not v.accuracy_ok:
         why += f", final accuracy {_points(v)} against {rival}'s"
     return f"{v.name} ({why})"
@@ -541,7 +541,7 @@ def render_schedule(data: Mapping[str, Any], schedules: Mapping[str, Mapping[str
         rows.append([regime, _stats_cell(big.get("fedbuff")),
                      _stats_cell(big.get("wait-for-all")), _stats_cell(few.get("wait-for-all")),
                      _stats_cell(big.get("auto")), _stats_cell(few.get("auto")),
-                     _times(_over(wfa, wfa_small)), _times(_over(wfa, fedbuff))])
+                     times_text(_over(wfa, wfa_small)), times_text(_over(wfa, fedbuff))])
     if shape is None:
         return None
     cohort, rounds, k, more, task, n, seeds = shape
