@@ -42,6 +42,7 @@ from .latency_book import LatencyBook, read_latency_state
 from .membership import EXACT_FALLBACK, code_for_cohort
 from .options import BUSY_MODES, Options
 from .protocol import Identity
+from .workload import sampled_share
 
 __all__ = ["BUSY_MODES", "AdaptiveCodePolicy", "CodePolicy", "FixedCodePolicy", "LatencyBook",
            "is_policy_factory", "make_code_policy", "read_latency_state",
@@ -231,16 +232,6 @@ class FixedCodePolicy:
             self._codes[n] = code
         return self._codes[n]
 
-    def _sampled(self, cohort: list[int]) -> bool:
-        """The cohort holds only part of the app's data partitions (as its nodes' identities
-        say): a sampled cohort."""
-        identities = {} if self._host is None else self._host.identities
-        held = {identities.get(node) for node in cohort}
-        if None in held:
-            return False
-        total = max(identity.num_partitions for identity in held)  # type: ignore[union-attr]
-        return len(held) < total or total != len(cohort)
-
     def _cohort_code(self, code: GradientCode) -> GradientCode:
         """For a sampled cohort, a code with one partition per member in place of ``code``
         (``k`` partitions would be the app's whole data split ``k`` ways, not the cohort's):
@@ -265,7 +256,8 @@ class FixedCodePolicy:
         (:class:`~fl_gradcode.adaptive.SingleCode`: the code is the only candidate)."""
         n = len(cohort)
         code = self.code_for(n)
-        if code.k != n and self._sampled(cohort):
+        identities = {} if self._host is None else self._host.identities
+        if code.k != n and sampled_share(identities, cohort) is not None:
             code = self._cohort_code(code)
         if self.busy == "fit":
             self.decision = self.decide(

@@ -25,6 +25,19 @@ from .round_state import partition_key
 __all__ = ["Workload"]
 
 
+def sampled_share(identities: Mapping[int, Identity],
+                  cohort: list[int]) -> tuple[int, int] | None:
+    """``(held, total)`` when the cohort holds only part of the app's data (a sampled
+    cohort): the distinct data partitions its nodes' identities name, of the app's total;
+    ``None`` when it holds all of it or a member's identity is unknown."""
+    known = [identities.get(node) for node in cohort]
+    if None in known:
+        return None
+    held = set(known)
+    total = max(identity.num_partitions for identity in held)  # type: ignore[union-attr]
+    return (len(held), total) if len(held) < total or total != len(cohort) else None
+
+
 class Workload:
     """Partitions, loads and simulated delays of a round's workers.
 
@@ -53,13 +66,12 @@ class Workload:
         the cohort's."""
         if code.k == len(cohort):
             return [self.identities[node] for node in cohort]
-        known = [self.identities.get(node) for node in cohort]
-        held = {identity for identity in known if identity is not None}
-        total = max((identity.num_partitions for identity in held), default=len(cohort))
-        if None not in known and (len(held) < total or total != len(cohort)):
+        share = sampled_share(self.identities, cohort)
+        if share is not None:
+            held, total = share
             raise ValueError(
                 f"code {code.name} has k={code.k} partitions for a cohort of {len(cohort)} "
-                f"clients holding {len(held)} of the app's {total} data partitions: split "
+                f"clients holding {held} of the app's {total} data partitions: split "
                 f"into k partitions, the app's data would be all {total} partitions, not "
                 f"the cohort's. Use a code with one partition per cohort member (for "
                 f"comm-efficient: s + m dividing the cohort size {len(cohort)}; or "
