@@ -18,16 +18,16 @@ from typing import Any
 
 from tools.docgen.core import block, table
 from tools.docgen.rivals import (
-    EPS,
-    GOAL_ACCURACY,
     GOAL_TIME,
     compare_data,
     finished_cells,
+    meets_goal,
     method_label,
     method_stats,
     ratio_text,
     reported_cells,
     seconds,
+    time_over,
     times_text,
     verdict,
 )
@@ -51,12 +51,9 @@ def render_approximate(data: Mapping[str, Any], report: Sequence[str]) -> str:
         if v.best is None:
             goal = "no rival run"
         else:
-            best = v.best_stats
-            ok = (mine.median_time <= GOAL_TIME * best.median_time * (1 + EPS)
-                  and mine.median_final >= best.median_final - GOAL_ACCURACY - EPS)
+            ok = all(meets_goal(mine, v.best_stats))
             met += ok
-            ratio = (mine.median_time / best.median_time if best.median_time > 0
-                     else float("inf"))
+            ratio = time_over(mine.median_time, v.best_stats.median_time)
             goal = f"{'✓' if ok else '✗'} {times_text(ratio)} {method_label(v.best)}"
         rows.append([name, f"{seconds(mine.median_time)} ({mine.reached}/{mine.seeds})",
                      "-" if auto is None else seconds(auto.median_time),

@@ -110,13 +110,21 @@ class Verdict:
             and self.accuracy_ok
 
 
-def _over(a: float, b: float) -> float:
+def time_over(a: float, b: float) -> float:
     """``a / b`` for times (``inf`` allowed; both infinite: 1, neither reached)."""
     if math.isinf(a) and math.isinf(b):
         return 1.0
     if math.isinf(a):
         return math.inf
     return a / b if b > 0 else math.inf
+
+
+def meets_goal(mine: Stats, best: Stats) -> tuple[bool, bool]:
+    """``(time_ok, accuracy_ok)``: ``mine``'s median time to target at most
+    :data:`GOAL_TIME` times ``best``'s, its median final accuracy at most
+    :data:`GOAL_ACCURACY` below ``best``'s."""
+    return (mine.median_time <= GOAL_TIME * best.median_time * (1 + EPS),
+            mine.median_final >= best.median_final - GOAL_ACCURACY - EPS)
 
 
 def verdict(name: str, cell: Mapping[str, Any]) -> Verdict:
@@ -133,12 +141,10 @@ def verdict(name: str, cell: Mapping[str, Any]) -> Verdict:
         return Verdict(name, auto, best, stats.get(best or ""), None, False, False, uncoded,
                        None, hard)
     b = stats[best]
-    speedup = None if uncoded is None else _over(stats[uncoded].median_time, auto.median_time)
+    speedup = None if uncoded is None else time_over(stats[uncoded].median_time, auto.median_time)
     return Verdict(
-        name, auto, best, b, _over(auto.median_time, b.median_time),
-        time_ok=auto.median_time <= GOAL_TIME * b.median_time * (1 + EPS),
-        accuracy_ok=auto.median_final >= b.median_final - GOAL_ACCURACY - EPS,
-        uncoded=uncoded, speedup=speedup, hard=hard)
+        name, auto, best, b, time_over(auto.median_time, b.median_time),
+        *meets_goal(auto, b), uncoded=uncoded, speedup=speedup, hard=hard)
 
 
 # ---------------------------------------------------------------- formatting
@@ -533,7 +539,7 @@ def render_schedule(data: Mapping[str, Any], schedules: Mapping[str, Mapping[str
                  s["seeds"])
         wfa, wfa_small, fedbuff = (x.median_time if x else math.inf for x in (
             big.get("wait-for-all"), few.get("wait-for-all"), big.get("fedbuff")))
-        step, lead = _over(wfa, wfa_small), _over(wfa, fedbuff)
+        step, lead = time_over(wfa, wfa_small), time_over(wfa, fedbuff)
         if math.isfinite(step) and math.isfinite(lead) and step > 0 and lead > 1:
             shares.append(math.log(step) / math.log(lead))
         autos = [x.median_time if x else math.inf for x in (big.get("auto"), few.get("auto"))]
@@ -541,7 +547,7 @@ def render_schedule(data: Mapping[str, Any], schedules: Mapping[str, Mapping[str
         rows.append([regime, _stats_cell(big.get("fedbuff")),
                      _stats_cell(big.get("wait-for-all")), _stats_cell(few.get("wait-for-all")),
                      _stats_cell(big.get("auto")), _stats_cell(few.get("auto")),
-                     times_text(_over(wfa, wfa_small)), times_text(_over(wfa, fedbuff))])
+                     times_text(time_over(wfa, wfa_small)), times_text(time_over(wfa, fedbuff))])
     if shape is None:
         return None
     cohort, rounds, k, more, task, n, seeds = shape
