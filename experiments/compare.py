@@ -3,8 +3,11 @@
 ``python -m experiments.compare [--task digits-logreg] [--latency persistent] [--n 20]
 [--cohort N] [--methods auto,wait-for-all,deadline,deadline-best,first-k,fedbuff,grouped-rs:2]
 [--seeds 10-19] [--rounds 30] [--target 0.85] [--set KEY=VALUE ...] [--out FILE.json]
-[--quick]``; ``python -m experiments.compare --grid [--cells PATTERNS] [--methods ...]
---out results/compare.json`` runs cells of the grid (:mod:`experiments.run_grid`).
+[--quick]`` runs one cell into ``--out`` (default ``results/compare_cell.json``; never over a
+grid's file); ``python -m experiments.compare --grid [--cells PATTERNS] [--methods ...]
+--out results/compare.json`` runs cells of the grid (:mod:`experiments.run_grid`). The flags
+are :mod:`experiments.compare_cli`'s: checked before any run, an explicit one winning over
+``--quick``'s slice, and ``--set latency=REGIME`` running (and recording) that regime.
 
 Every method runs in this process on the main job's ClientApp over an in-process grid, in
 virtual time (:mod:`experiments.rival_runs`), on the same seeds, data, cohorts and latency
@@ -26,7 +29,9 @@ multiples of the stated one, chosen on the reported seeds by :func:`best_deadlin
 ``fedbuff`` (buffered asynchronous aggregation).
 
 The JSON: ``{"settings": {...}, "runs": [{"method", "seed", "time_to_target",
-"final_accuracy", "rounds", "bytes_up", "client_compute_s", ...}], "summary": {...}}``;
+"final_accuracy", "rounds", "bytes_up", "client_compute_s", ...}], "summary": {...}}``
+(``rounds``: the server's aggregations, FedBuff's buffered steps included:
+``settings.fedbuff.server_steps``);
 ``summary[method]`` holds the paired per-seed ratios method / auto (time to target, client
 compute, bytes up) with their geometric mean and a 95 % bootstrap interval over seeds.
 """
@@ -47,22 +52,29 @@ from typing import Any
 import numpy as np
 
 from experiments.common import dumps
+from experiments.compare_cli import (
+    DEFAULT_METHODS,
+    DEFAULT_OUT,
+    DEFAULTS,
+    GRID_OUT,
+    QUICK,
+    build_parser,
+    cell_latency,
+    check_out,
+    parse_seeds,
+    parse_sets,
+    split_methods,
+)
 from experiments.journal import Journal
 from experiments.rival_runs import RIVALS, Cell, parse_code, run_coded, run_rival
 from experiments.summary import bootstrap_ratio, fmt, median_known, print_summary, summarize
 
-__all__ = ["Cell", "bootstrap_ratio", "cell_own_keys", "cell_run_config", "charge_once",
-           "check_codes", "code_partitions",
+__all__ = ["Cell", "bootstrap_ratio", "built_code", "cell_own_keys", "cell_run_config",
+           "charge_once", "check_codes", "code_partitions",
            "compare", "grid_cell", "load_grid", "lookup", "main", "print_summary",
            "registry_config", "run_cell", "run_coded", "run_rival", "summarize", "task_target"]
 
 GRID = Path(__file__).with_name("grid.toml")
-DEFAULT_METHODS = ("auto", "wait-for-all", "deadline", "deadline-best", "first-k", "fedbuff")
-#: The quick slice (< 60 s): every kind of method on a small federation, one seed.
-QUICK = {"n": 6, "rounds": 3, "seeds": [0], "dev_seeds": [0], "target": 0.4,
-         "methods": [*DEFAULT_METHODS, "grouped-rs:1"]}
-
-
 # ============================================================================= the registry
 def load_grid(path: Path = GRID) -> dict[str, Any]:
     """The pre-registered grid (``experiments/grid.toml``)."""
@@ -182,50 +194,6 @@ def charge_once(cell: Cell, seed: int, journal: Journal | None = None,
     return cell, {"measured_partition_cost_s": float(charged["partition-cost-s"]), **facts}
 
 
-def parse_sets(pairs: Sequence[str]) -> dict[str, Any]:
-    """``["latency-p=0.1", ...]`` -> run-config values, each parsed as its key's type."""
-    from fl_gradcode.config.keys import key
-
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        name, sep, text = pair.partition("=")
-        if not sep:
-            raise ValueError(f"--set {pair!r}: expected KEY=VALUE")
-        try:
-            entry = key(name)
-        except KeyError:
-            raise ValueError(f"--set {pair!r}: unknown run-config key {name!r} (see "
-                             "fl_gradcode/config/keys.py)") from None
-        if text in entry.also:
-            out[name] = text
-            continue
-        kind = entry.value_type
-        if kind is bool:
-            if text.lower() not in ("true", "false"):
-                raise ValueError(f"--set {pair!r}: {name} takes true or false")
-            out[name] = text.lower() == "true"
-        else:
-            try:
-                out[name] = kind(text)
-            except ValueError:
-                raise ValueError(f"--set {pair!r}: {name} takes a {kind.__name__}") from None
-    return out
-
-
-def parse_seeds(text: str) -> list[int]:
-    """``"0,1,2"`` or ``"10-19"`` (or both, comma separated)."""
-    seeds: list[int] = []
-    for part in (p.strip() for p in text.split(",") if p.strip()):
-        lo, sep, hi = part.partition("-")
-        if sep and lo.isdigit() and hi.isdigit():
-            seeds.extend(range(int(lo), int(hi) + 1))
-        elif part.lstrip("-").isdigit():
-            seeds.append(int(part))
-        else:
-            raise ValueError(f"--seeds {text!r}: expected integers like 0,1,2 or 10-19")
-    return seeds
-
-
 def check_methods(methods: Sequence[str]) -> list[str]:
     known = (*DEFAULT_METHODS, "auto-approximate")
     for method in methods:
@@ -252,30 +220,39 @@ def check_cell(cell: Cell, task: str, seeds: Sequence[int]) -> None:
 
 
 @functools.cache
-def code_partitions(code: str, s: int, cohort: int, m: int | None) -> int:
-    """``k`` of the code the ServerApp builds for a cohort (its fallback included); each
-    ``(code, s, cohort, m)`` is built once."""
+def built_code(code: str, s: int, cohort: int, m: int | None) -> tuple[int, str | None]:
+    """``(k, why)`` of the code the ServerApp builds for a cohort: ``why`` is ``None`` when it
+    is ``code`` itself, else why it built another (its fallback); each ``(code, s, cohort,
+    m)`` is built once. An unknown code name is refused."""
     from fl_gradcode.flower.code_options import code_options
     from fl_gradcode.flower.membership import code_for_cohort
 
-    built, _ = code_for_cohort(code, cohort, s, 0, code_options(code, s, None, False, None, m))
-    return built.k
+    built, why = code_for_cohort(code, cohort, s, 0, code_options(code, s, None, False, None, m))
+    return built.k, why
+
+
+def code_partitions(code: str, s: int, cohort: int, m: int | None) -> int:
+    """``k`` of the code the ServerApp builds for a cohort (its fallback included)."""
+    return built_code(code, s, cohort, m)[0]
 
 
 def check_codes(cell: Cell, methods: Sequence[str]) -> None:
-    """Refuse, before any run, a fixed code the ServerApp would not run as named: with
-    sampled cohorts (cohort < n) a code with ``k`` partitions other than the cohort's
-    members would code the app's whole data split ``k`` ways, not the cohort's, so the
-    ServerApp runs ``grouped-rs`` with the same ``s`` in its place (and warns)."""
-    if cell.cohort >= cell.n:
-        return
+    """Refuse, before any run, a fixed code the ServerApp would not run as named: an unknown
+    name; a code that cannot take the cohort (``frc:2`` for 20 clients: the ServerApp would
+    run ``grouped-rs`` in its place, and the run would carry a name that did not run); and,
+    with sampled cohorts (cohort < n), a code with ``k`` partitions other than the cohort's
+    members, which would code the app's whole data split ``k`` ways, not the cohort's (the
+    ServerApp runs ``grouped-rs`` with the same ``s`` in its place, and warns)."""
     for method in methods:
         if ":" not in method:
             continue
         code, s = parse_code(method)
         m = cell.config(0)["m"] if code == "comm-efficient" else None
-        k = code_partitions(code, s, cell.cohort, m)
-        if k != cell.cohort:
+        k, why = built_code(code, s, cell.cohort, m)
+        if why is not None:
+            raise ValueError(f"{method}: {why}; pick a tolerance the code takes for a "
+                             f"cohort of {cell.cohort}, or another code")
+        if cell.cohort < cell.n and k != cell.cohort:
             raise ValueError(
                 f"{method} has k={k} partitions for a sampled cohort of {cell.cohort} (of "
                 f"n={cell.n})" + (f" with m={m}" if m is not None else "") + ": the "
@@ -433,39 +410,7 @@ def stored_run(record: Mapping[str, Any]) -> dict[str, Any]:
 
 # ============================================================================= the command
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m experiments.compare",
-                                     description=__doc__.splitlines()[0])
-    parser.add_argument("--task", default="digits-logreg")
-    parser.add_argument("--latency", default="persistent",
-                        help="a latency regime of experiments/grid.toml ('' : the key "
-                             "table's defaults)")
-    parser.add_argument("--n", type=int, default=20)
-    parser.add_argument("--cohort", type=int, default=0, help="default: n")
-    parser.add_argument("--methods", default="",
-                        help=f"default: {','.join(DEFAULT_METHODS)} (with --grid: the "
-                             "grid's default list and its fixed codes)")
-    parser.add_argument("--seeds", default="10-19")
-    parser.add_argument("--dev-seeds", default="0-2",
-                        help="seeds whose wait-for-all runs fix the stated deadline")
-    parser.add_argument("--rounds", type=int, default=0, help="default: grid.toml's")
-    parser.add_argument("--target", type=float, default=None, help="default: the task's")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    parser.add_argument("--out", default="results/compare.json")
-    parser.add_argument("--grid", action="store_true",
-                        help="run the cells of experiments/grid.toml on its evaluation "
-                             "seeds, merging each finished cell into --out")
-    parser.add_argument("--cells", default="*",
-                        help="with --grid: comma-separated patterns (fnmatch) of cell ids "
-                             "TASK/LATENCY/NxCOHORT, e.g. 'digits-logreg/*/20x20'")
-    parser.add_argument("--rerun", action="store_true",
-                        help="with --grid and --methods: cells already in --out run only "
-                             "--methods again (their runs replaced); other cells run fully")
-    parser.add_argument("--merge", default=None,
-                        help="with --grid: comma-separated grid files (each the --out of a "
-                             "run in parallel) whose cells are merged into --out; runs nothing")
-    parser.add_argument("--quick", action="store_true",
-                        help=f"the quick slice: {QUICK}")
-    args = parser.parse_args(argv)
+    args = build_parser(__doc__.splitlines()[0]).parse_args(argv)
     import torch
 
     flwr_logger, threads = logging.getLogger("flwr"), torch.get_num_threads()
@@ -519,7 +464,8 @@ def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, coho
     resumed_s = book.resumed_wall_s if book is not None else 0.0
     return {
         "settings": {
-            "task": task_name, "latency": latency, "n": n, "cohort": cohort,
+            "task": task_name, "latency": str(cell.run_config.get("latency", latency)),
+            "latency_table": latency, "n": n, "cohort": cohort,
             "rounds": rounds, "target": target, "methods": list(methods),
             "seeds": list(seeds), "dev_seeds": list(dev_seeds), "set": dict(sets or {}),
             "run_config": dict(cell.run_config), "quick": bool(quick),
@@ -541,42 +487,51 @@ def _main(args: argparse.Namespace) -> int:
     if args.grid and args.merge:
         from experiments.run_grid import merge_files
 
-        merged = merge_files(Path(args.out), grid,
+        merged = merge_files(Path(args.out or GRID_OUT), grid,
                              [Path(f.strip()) for f in args.merge.split(",") if f.strip()])
-        print(f"grid: merged {', '.join(merged) or 'no cell'} into {args.out}")
+        print(f"grid: merged {', '.join(merged) or 'no cell'} into {args.out or GRID_OUT}")
         return 0
     if args.grid:
         from experiments.run_grid import run_grid
 
         methods = ([m.strip() for m in args.methods.split(",") if m.strip()]
                    if args.methods else None)
-        return run_grid(grid, args.cells, Path(args.out), methods, rerun=args.rerun)
+        return run_grid(grid, args.cells, Path(args.out or GRID_OUT), methods,
+                        rerun=args.rerun)
+    quick = bool(args.quick)
+
+    def given(value: Any, name: str) -> Any:  # an explicit flag wins over --quick's slice
+        if value is not None:
+            return parse_seeds(value) if "seeds" in name else value
+        return QUICK[name] if quick else (parse_seeds(DEFAULTS[name]) if "seeds" in name
+                                          else DEFAULTS[name])
+
+    out = Path(args.out or DEFAULT_OUT)
     try:  # every argument checked before any run: a bad one is a message, not a traceback
         task = lookup(grid, "tasks", args.task)
-        if args.latency:
-            lookup(grid, "latency", args.latency)
-        seeds = QUICK["seeds"] if args.quick else parse_seeds(args.seeds)
-        dev_seeds = QUICK["dev_seeds"] if args.quick else parse_seeds(args.dev_seeds)
-        methods = check_methods(QUICK["methods"] if args.quick else
-                                [m.strip() for m in (args.methods or ",".join(DEFAULT_METHODS))
-                                 .split(",") if m.strip()])
         sets = parse_sets(args.set)
+        latency = cell_latency(args.latency, sets, grid.get("latency", {}))
+        if latency:
+            lookup(grid, "latency", latency)
+        seeds, dev_seeds = given(args.seeds, "seeds"), given(args.dev_seeds, "dev_seeds")
+        methods = check_methods(split_methods(args.methods) if args.methods else
+                                QUICK["methods"] if quick else list(DEFAULT_METHODS))
+        check_out(out)
     except ValueError as exc:
         raise SystemExit(f"python -m experiments.compare: {exc}") from None
-    n = QUICK["n"] if args.quick else args.n
+    n = int(given(args.n, "n"))
     cohort = args.cohort or n
     if not 1 <= cohort <= n:
         raise SystemExit(f"--cohort {cohort}: expected 1..n (n={n})")
-    rounds = QUICK["rounds"] if args.quick else (args.rounds or int(grid["scale"]["rounds"]))
-    if args.target is None and not args.quick and "target" not in task:
+    rounds = args.rounds or (QUICK["rounds"] if quick else int(grid["scale"]["rounds"]))
+    if args.target is None and not quick and "target" not in task:
         raise SystemExit(f"task {args.task!r} has no target in experiments/grid.toml yet "
                          "(its rule: 0.95 x the median final accuracy of wait-for-all on the "
                          "development seeds at (20, 20)): pass --target")
     target = float(args.target if args.target is not None
-                   else QUICK["target"] if args.quick else task_target(task, n, cohort))
-    result = run_cell(grid, args.task, args.latency, n, cohort, rounds, seeds, dev_seeds,
-                      methods, target, sets, bool(args.quick))
-    out = Path(args.out)
+                   else QUICK["target"] if quick else task_target(task, n, cohort))
+    result = run_cell(grid, args.task, latency, n, cohort, rounds, seeds, dev_seeds,
+                      methods, target, sets, quick)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(dumps(result))
     print_summary(result)

@@ -205,6 +205,79 @@ def test_a_fixed_code_the_serverapp_replaces_for_a_sampled_cohort_is_refused_bef
     assert not (tmp_path / "x.json").exists()
 
 
+def test_a_code_that_cannot_take_the_cohort_or_an_unknown_code_is_refused_before_any_run(
+        tmp_path):
+    """FRC needs (s + 1) | n: frc:2 for 20 clients would run grouped-rs:2 under frc's name.
+    Both are refused before the first run (not when their turn comes, after the others)."""
+    out = tmp_path / "x.json"
+    with pytest.raises(ValueError, match=r"frc:2: code='frc' with s=2 cannot take a cohort "
+                                         r"of 20.*using grouped-rs"):
+        compare.main(["--n", "20", "--seeds", "10", "--methods", "wait-for-all,frc:2",
+                      "--out", str(out)])
+    with pytest.raises(ValueError, match=r"unknown code 'bogus'"):
+        compare.main(["--n", "20", "--seeds", "10", "--methods", "wait-for-all,bogus:2",
+                      "--out", str(out)])
+    assert not out.exists()
+
+
+def test_one_cell_is_never_written_over_a_grid_file(tmp_path, monkeypatch):
+    """A grid file holds every cell: one cell written there would replace them all."""
+    grid_file = tmp_path / "grid.json"
+    grid_file.write_text(json.dumps({"cells": {"a/b/1x1": {"runs": []}}}))
+    with pytest.raises(SystemExit) as stop:
+        compare.main(["--quick", "--methods", "wait-for-all", "--out", str(grid_file)])
+    assert "holds a grid (1 cells)" in str(stop.value.code)
+    assert json.loads(grid_file.read_text()) == {"cells": {"a/b/1x1": {"runs": []}}}
+    # without --out, one cell goes to its own file, not to the grid's results/compare.json
+    monkeypatch.chdir(tmp_path)
+    assert compare.main(["--quick", "--methods", "wait-for-all"]) == 0
+    written = sorted(p for p in tmp_path.rglob("*.json") if p != grid_file)
+    assert [p.relative_to(tmp_path).as_posix() for p in written] \
+        == ["results/compare_cell.json"]
+    assert json.loads(written[0].read_text())["settings"]["methods"] == ["wait-for-all"]
+
+
+def test_flags_given_with_quick_replace_its_entries(tmp_path):
+    out = tmp_path / "q.json"
+    assert compare.main(["--quick", "--methods", "wait-for-all,grouped-rs:1", "--n", "4",
+                         "--rounds", "2", "--seeds", "3", "--target", "0.3",
+                         "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    settings = data["settings"]
+    assert (settings["methods"], settings["n"], settings["rounds"], settings["seeds"],
+            settings["target"]) == (["wait-for-all", "grouped-rs:1"], 4, 2, [3], 0.3)
+    assert {(r["method"], r["seed"]) for r in data["runs"]} \
+        == {("wait-for-all", 3), ("grouped-rs:1", 3)}
+    assert all(r["rounds"] == 2 for r in data["runs"])
+
+
+@pytest.mark.parametrize(("sets", "latency", "table", "expect"), [
+    # the issue's own example: the bimodal regime with p = 0.1, recorded as bimodal
+    (["latency=bimodal", "latency-p=0.1"], "bimodal", "bimodal",
+     {"latency-p": 0.1, "latency-slowdown": 20.0}),
+    # a regime the grid has no table for: the key table's defaults, not persistent's keys
+    (["latency=shifted-exponential"], "shifted-exponential", "", {}),
+])
+def test_set_latency_names_the_regime_that_runs(tmp_path, sets, latency, table, expect):
+    from fl_gradcode.config.keys import merge_config
+
+    out = tmp_path / "s.json"
+    argv = ["--quick", "--methods", "wait-for-all", "--out", str(out)]
+    assert compare.main([*argv, *(x for s in sets for x in ("--set", s))]) == 0
+    settings = json.loads(out.read_text())["settings"]
+    assert (settings["latency"], settings["latency_table"]) == (latency, table)
+    run_config = settings["run_config"]
+    assert run_config["latency"] == latency
+    for name, value in expect.items():
+        assert run_config[name] == value
+    grid = compare.load_grid()
+    if not table:  # none of the persistent table's own keys rides along
+        persistent = grid["latency"]["persistent"]["run_config"]
+        assert not set(persistent) & set(run_config)
+    # what ran is what the key table resolves from that run config
+    assert merge_config(run_config)["latency"] == latency
+
+
 # ----------------------------------------------------------------------------- the registry
 def test_every_grid_table_names_its_registry_entry_and_adds_keys_only():
     """A task or regime is declared once, in fl_gradcode.tasks: each table of grid.toml names

@@ -1,0 +1,154 @@
+"""The command line of ``python -m experiments.compare``: its flags, how each is parsed, and
+which of them a cell takes (:func:`experiments.compare.main` runs what they name).
+
+Every flag is checked before any run: a bad one is a message naming it, not a traceback
+hours into a cell. An explicit flag always wins over ``--quick``'s slice, and ``--set
+latency=REGIME`` names the regime that runs (and is recorded as ``settings.latency``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "DEFAULTS",
+    "DEFAULT_LATENCY",
+    "DEFAULT_METHODS",
+    "DEFAULT_OUT",
+    "GRID_OUT",
+    "QUICK",
+    "build_parser",
+    "cell_latency",
+    "check_out",
+    "parse_seeds",
+    "parse_sets",
+    "split_methods",
+]
+
+DEFAULT_METHODS = ("auto", "wait-for-all", "deadline", "deadline-best", "first-k", "fedbuff")
+#: The quick slice (< 60 s): every kind of method on a small federation, one seed. A flag
+#: given with ``--quick`` replaces its entry.
+QUICK = {"n": 6, "rounds": 3, "seeds": [0], "dev_seeds": [0], "target": 0.4,
+         "methods": [*DEFAULT_METHODS, "grouped-rs:1"]}
+#: Without ``--quick`` or the flag.
+DEFAULTS = {"n": 20, "seeds": "10-19", "dev_seeds": "0-2"}
+DEFAULT_LATENCY = "persistent"
+#: Where ``--grid`` keeps the grid's cells, and where one cell goes without ``--out`` (never
+#: the grid's file: one cell written there would replace every cell of the grid).
+GRID_OUT = "results/compare.json"
+DEFAULT_OUT = "results/compare_cell.json"
+
+
+def build_parser(doc: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m experiments.compare", description=doc)
+    parser.add_argument("--task", default="digits-logreg")
+    parser.add_argument("--latency", default=None,
+                        help="a latency regime of experiments/grid.toml ('': the key table's "
+                             f"defaults); default: the regime --set latency=... names, else "
+                             f"{DEFAULT_LATENCY}")
+    parser.add_argument("--n", type=int, default=None, help=f"default: {DEFAULTS['n']}")
+    parser.add_argument("--cohort", type=int, default=0, help="default: n")
+    parser.add_argument("--methods", default="",
+                        help=f"default: {','.join(DEFAULT_METHODS)} (with --grid: the "
+                             "grid's default list and its fixed codes)")
+    parser.add_argument("--seeds", default=None, help=f"default: {DEFAULTS['seeds']}")
+    parser.add_argument("--dev-seeds", default=None,
+                        help="seeds whose wait-for-all runs fix the stated deadline; "
+                             f"default: {DEFAULTS['dev_seeds']}")
+    parser.add_argument("--rounds", type=int, default=0, help="default: grid.toml's")
+    parser.add_argument("--target", type=float, default=None, help="default: the task's")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--out", default=None,
+                        help=f"default: {GRID_OUT} with --grid, else {DEFAULT_OUT} (one cell "
+                             "is never written over a grid's file)")
+    parser.add_argument("--grid", action="store_true",
+                        help="run the cells of experiments/grid.toml on its evaluation "
+                             "seeds, merging each finished cell into --out")
+    parser.add_argument("--cells", default="*",
+                        help="with --grid: comma-separated patterns (fnmatch) of cell ids "
+                             "TASK/LATENCY/NxCOHORT, e.g. 'digits-logreg/*/20x20'")
+    parser.add_argument("--rerun", action="store_true",
+                        help="with --grid and --methods: cells already in --out run only "
+                             "--methods again (their runs replaced); other cells run fully")
+    parser.add_argument("--merge", default=None,
+                        help="with --grid: comma-separated grid files (each the --out of a "
+                             "run in parallel) whose cells are merged into --out; runs nothing")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"the quick slice (flags given with it replace its entries): "
+                             f"{QUICK}")
+    return parser
+
+
+def parse_sets(pairs: Sequence[str]) -> dict[str, Any]:
+    """``["latency-p=0.1", ...]`` -> run-config values, each parsed as its key's type."""
+    from fl_gradcode.config.keys import key
+
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        name, sep, text = pair.partition("=")
+        if not sep:
+            raise ValueError(f"--set {pair!r}: expected KEY=VALUE")
+        try:
+            entry = key(name)
+        except KeyError:
+            raise ValueError(f"--set {pair!r}: unknown run-config key {name!r} (see "
+                             "fl_gradcode/config/keys.py)") from None
+        if text in entry.also:
+            out[name] = text
+            continue
+        kind = entry.value_type
+        if kind is bool:
+            if text.lower() not in ("true", "false"):
+                raise ValueError(f"--set {pair!r}: {name} takes true or false")
+            out[name] = text.lower() == "true"
+        else:
+            try:
+                out[name] = kind(text)
+            except ValueError:
+                raise ValueError(f"--set {pair!r}: {name} takes a {kind.__name__}") from None
+    return out
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``"0,1,2"`` or ``"10-19"`` (or both, comma separated)."""
+    seeds: list[int] = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        lo, sep, hi = part.partition("-")
+        if sep and lo.isdigit() and hi.isdigit():
+            seeds.extend(range(int(lo), int(hi) + 1))
+        elif part.lstrip("-").isdigit():
+            seeds.append(int(part))
+        else:
+            raise ValueError(f"--seeds {text!r}: expected integers like 0,1,2 or 10-19")
+    return seeds
+
+
+def split_methods(text: str) -> list[str]:
+    """``"auto, fedbuff"`` -> ``["auto", "fedbuff"]``."""
+    return [m.strip() for m in text.split(",") if m.strip()]
+
+
+def cell_latency(flag: str | None, sets: Mapping[str, Any], tables: Mapping[str, Any]) -> str:
+    """The grid's latency table a cell takes: ``--latency`` when given; else the table of the
+    regime ``--set latency=...`` names ('' , the key table's defaults, when the grid has no
+    table of that name: the other regime's keys must not ride along); else the default."""
+    if flag is not None:
+        return flag
+    if "latency" in sets:
+        name = str(sets["latency"])
+        return name if name in tables else ""
+    return DEFAULT_LATENCY
+
+
+def check_out(out: Path) -> None:
+    """Refuse, before any run, to write one cell over a file holding a grid's cells."""
+    try:
+        held = json.loads(out.read_text())
+    except (OSError, ValueError):
+        return
+    if isinstance(held, dict) and "cells" in held:
+        raise ValueError(f"--out {out} holds a grid ({len(held['cells'])} cells) that one "
+                         "cell would replace: pass another --out (or run it with --grid)")
