@@ -42,14 +42,11 @@ import argparse
 import dataclasses
 import functools
 import logging
-import math
 import time
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from experiments.common import dumps
 from experiments.compare_cli import (
@@ -65,12 +62,13 @@ from experiments.compare_cli import (
     parse_sets,
     split_methods,
 )
+from experiments.deadline_best import PriorDeadlines, best_deadline, deadline_best
 from experiments.journal import Journal
 from experiments.rival_runs import RIVALS, Cell, parse_code, run_coded, run_rival
-from experiments.summary import bootstrap_ratio, fmt, median_known, print_summary, summarize
+from experiments.summary import bootstrap_ratio, fmt, print_summary, summarize
 
-__all__ = ["Cell", "bootstrap_ratio", "built_code", "cell_own_keys", "cell_run_config",
-           "charge_once", "check_codes", "code_partitions",
+__all__ = ["Cell", "best_deadline", "bootstrap_ratio", "built_code", "cell_own_keys",
+           "cell_run_config", "charge_once", "check_codes", "code_partitions",
            "compare", "grid_cell", "load_grid", "lookup", "main", "print_summary",
            "registry_config", "run_cell", "run_coded", "run_rival", "summarize", "task_target"]
 
@@ -313,36 +311,18 @@ class Runner:
         return stated_deadline(times, quantile, slack)
 
 
-def best_deadline(records: Mapping[float, list[dict[str, Any]]]) -> float:
-    """The grid deadline a reader would call best by the rule every method is ranked by: the
-    lowest median time to target over all seeds (a seed that never reached it counts as
-    infinitely slow), then the highest median final accuracy, then the shorter deadline."""
-    def score(deadline: float) -> tuple:
-        time, final = _medians(records[deadline])
-        return (time, -final, deadline)
-
-    return min(records, key=score)
-
-
-def _medians(runs: Sequence[Mapping[str, Any]]) -> tuple[float, float]:
-    """The median time to target over all ``runs`` (``inf`` where the median run never
-    reached it) and the median final accuracy: what :func:`best_deadline` ranks by."""
-    times = [math.inf if r["time_to_target"] is None else float(r["time_to_target"])
-             for r in runs]
-    finals = [float(r["final_accuracy"] or 0.0) for r in runs]
-    # numpy's median sorts: a middle value that is infinite makes it infinite
-    return float(np.median(times)), float(np.median(finals))
-
-
 def compare(cell: Cell, methods: Sequence[str], seeds: Sequence[int],
             dev_seeds: Sequence[int], rules: Mapping[str, Any],
             log: Callable[[str], None] = print,
-            own_timeout: bool = False,
-            journal: Journal | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+            own_timeout: bool = False, journal: Journal | None = None,
+            prior: PriorDeadlines | None = None
+            ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Every method on every seed: ``(runs, deadline facts)``. ``own_timeout``: the cell sets
     ``straggler-timeout`` itself (``--set`` or the grid's tables; a registry entry's value is
     the main job's), and the coded methods stop waiting there. ``journal``: runs finished by
-    an earlier process of the same cell are read back from it, new ones written to it."""
+    an earlier process of the same cell are read back from it, new ones written to it.
+    ``prior``: the deadlines a finished cell's ``deadline-best`` ran, read back instead of run
+    (:func:`experiments.deadline_best.deadline_best`)."""
     from fl_gradcode.rivals import deadline_grid
 
     runner = Runner(cell, log, journal)
@@ -372,29 +352,11 @@ def compare(cell: Cell, methods: Sequence[str], seeds: Sequence[int],
         if method == "deadline":
             runs += [runner.deadline(stated, seed, "deadline") for seed in seeds]
         elif method == "deadline-best":
-            grid = deadline_grid(stated, rules["deadline_grid"])
-            tried = {d: [runner.deadline(d, seed, "deadline-best") for seed in seeds]
-                     for d in grid}
-            best = best_deadline(tried)
-            ranked = {d: _medians(rs) for d, rs in tried.items()}
-            facts["deadline_best_s"] = best
-            facts["deadline_grid_s"] = grid
-            facts["deadline_grid_results"] = [
-                {"deadline_s": d,
-                 "reached": sum(r["time_to_target"] is not None for r in rs),
-                 "median_time_to_target": median_known([r["time_to_target"] for r in rs]),
-                 # what best_deadline ranks by (null: the median seed never reached it)
-                 "median_time_to_target_all_seeds": (
-                     ranked[d][0] if math.isfinite(ranked[d][0]) else None),
-                 "median_final_accuracy": ranked[d][1],
-                 "mean_final_accuracy": float(np.mean([r["final_accuracy"] or 0.0
-                                                       for r in rs])),
-                 # every seed's numbers, so that the pick can be read again under any rule
-                 "per_seed": {str(r["seed"]): {"time_to_target": r["time_to_target"],
-                                               "final_accuracy": r["final_accuracy"]}
-                              for r in rs}}
-                for d, rs in tried.items()]
-            runs += tried[best]
+            best, more = deadline_best(
+                deadline_grid(stated, rules["deadline_grid"]), seeds,
+                lambda d, seed: runner.deadline(d, seed, "deadline-best"), stated, prior, log)
+            facts.update(more)
+            runs += best
         elif method in RIVALS:
             runs += [runner.rival(method, seed) for seed in seeds]
         else:
@@ -431,11 +393,13 @@ def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, coho
              rounds: int, seeds: Sequence[int], dev_seeds: Sequence[int],
              methods: Sequence[str], target: float, sets: Mapping[str, Any] | None = None,
              quick: bool = False, log: Callable[[str], None] = print,
-             journal: Path | None = None) -> dict[str, Any]:
+             journal: Path | None = None, prior: PriorDeadlines | None = None
+             ) -> dict[str, Any]:
     """One cell, every method on every seed: the JSON ``{"settings", "runs", "summary",
     "runtime_s"}``. ``journal``: a file keeping the cell's finished runs
     (:class:`experiments.journal.Journal`), so a cell cut off resumes where it stopped;
-    ``runtime_s`` then counts the resumed runs' wall time, and ``resumed_runs`` how many."""
+    ``runtime_s`` then counts the resumed runs' wall time, and ``resumed_runs`` how many.
+    ``prior``: a finished cell's deadlines, read back by ``deadline-best`` (:func:`compare`)."""
     rules = grid["rules"]
     if not 1 <= cohort <= n:
         raise ValueError(f"--cohort {cohort}: expected 1..n (n={n})")
@@ -460,7 +424,7 @@ def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, coho
            if charge else ""))
     runs, facts = compare(cell, methods, seeds, dev_seeds, rules, log,
                           own_timeout="straggler-timeout" in cell_own_keys(
-                              grid, task_name, latency, sets), journal=book)
+                              grid, task_name, latency, sets), journal=book, prior=prior)
     resumed_s = book.resumed_wall_s if book is not None else 0.0
     return {
         "settings": {

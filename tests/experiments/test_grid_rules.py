@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from experiments import compare, run_grid
 from fl_gradcode.codes import make_code
@@ -39,6 +41,68 @@ def test_the_best_deadline_is_the_one_the_verdict_would_rank_first():
     first = min(tried, key=lambda d: (stats[str(d)].median_time,
                                       -stats[str(d)].median_final, d))
     assert compare.best_deadline(tried) == first == 1.0
+
+
+# ----------------------------------------------------------------------------- extending
+def _fake_cell(table, stated, old, seeds, per_seed=True):
+    """A finished cell whose deadline-best ran the multiples ``old`` of ``stated``, each
+    deadline's runs drawn from ``table``; ``per_seed=False``: stored as the cells run before
+    per-seed numbers were kept (aggregates only, but for the pick's runs)."""
+    from experiments.deadline_best import deadline_best
+
+    def run(d, seed):
+        return table(d, seed)
+
+    runs, facts = deadline_best([stated * m for m in old], seeds, run, stated, log=str)
+    if not per_seed:
+        for entry in facts["deadline_grid_results"]:
+            entry.pop("per_seed")
+    return {"settings": {"stated_deadline_s": stated, **facts}, "runs": runs}
+
+
+@given(st.lists(st.tuples(st.one_of(st.none(), st.floats(1, 100)), st.floats(0, 1)),
+                min_size=5 * 4, max_size=5 * 4),
+       st.booleans())
+@settings(max_examples=60, deadline=None)
+def test_an_extended_deadline_grid_runs_only_its_new_deadlines_and_picks_as_a_full_run(
+        draws, per_seed):
+    """Reading a finished cell's deadlines back and running only the added ones gives the
+    pick, its runs and the added deadlines' entries a run of the whole extended grid gives
+    (the reference: every deadline run)."""
+    from experiments.deadline_best import deadline_best, prior_deadlines
+
+    seeds, stated = [10, 11, 12, 13], 2.0
+    multiples = [0.1, 0.25, 0.5, 1.0, 2.0]
+    old, new = multiples[1:], multiples
+
+    def table(d, seed):
+        t, f = draws[multiples.index(round(d / stated, 6)) * 4 + seeds.index(seed)]
+        return {"method": "deadline-best", "seed": seed, "time_to_target": t,
+                "final_accuracy": f}
+
+    calls = []
+
+    def counted(d, seed):
+        calls.append(round(d / stated, 6))
+        return table(d, seed)
+
+    cell = _fake_cell(table, stated, old, seeds, per_seed)
+    grid = [stated * m for m in new]
+    got_runs, got = deadline_best(grid, seeds, counted, stated, prior_deadlines(cell), str)
+    assert sorted(set(calls)) == [0.1] and len(calls) == len(seeds)
+    full_runs, full = deadline_best(grid, seeds, table, stated, None, str)
+    assert got["deadline_best_s"] == full["deadline_best_s"]
+    assert got_runs == full_runs
+    assert got["deadline_grid_s"] == full["deadline_grid_s"]
+    by_d = {e["deadline_s"]: e for e in full["deadline_grid_results"]}
+    for entry in got["deadline_grid_results"]:
+        expected = by_d[entry["deadline_s"]]
+        assert {k: entry[k] for k in ("reached", "mean_final_accuracy")} \
+            == {k: expected[k] for k in ("reached", "mean_final_accuracy")}
+    # a stored cell built on another stated deadline is not read back: every deadline runs
+    calls.clear()
+    deadline_best(grid, seeds, counted, stated * 1.5, prior_deadlines(cell), str)
+    assert sorted(set(calls)) == new and len(calls) == len(new) * len(seeds)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,133 @@
+"""The best deadline in hindsight (``deadline-best``): the deadline rival run at each multiple
+of the stated rule's deadline on the reported seeds, and the one the verdict's own rule ranks
+first (:func:`best_deadline`).
+
+A finished cell keeps what its grid of deadlines gave (``deadline_grid_results``, each
+deadline's per-seed numbers in the cells run since they were kept, and the pick's runs);
+:func:`prior_deadlines` reads that back, so a grid of multiples extended by an amendment runs
+only the deadlines it adds. The pick over old and new deadlines is exact: it was the best of
+the old ones by the same total order (median time to target over all seeds, then median final
+accuracy, then the shorter deadline), so the best of the union is the best of it and the new
+ones."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from experiments.summary import median_known
+
+__all__ = ["PriorDeadlines", "best_deadline", "deadline_best", "prior_deadlines"]
+
+Runs = list[dict[str, Any]]
+
+
+def best_deadline(records: Mapping[float, Sequence[Mapping[str, Any]]]) -> float:
+    """The grid deadline a reader would call best by the rule every method is ranked by: the
+    lowest median time to target over all seeds (a seed that never reached it counts as
+    infinitely slow), then the highest median final accuracy, then the shorter deadline."""
+    def score(deadline: float) -> tuple:
+        time, final = _medians(records[deadline])
+        return (time, -final, deadline)
+
+    return min(records, key=score)
+
+
+def _medians(runs: Sequence[Mapping[str, Any]]) -> tuple[float, float]:
+    """The median time to target over all ``runs`` (``inf`` where the median run never
+    reached it) and the median final accuracy: what :func:`best_deadline` ranks by."""
+    times = [math.inf if r["time_to_target"] is None else float(r["time_to_target"])
+             for r in runs]
+    finals = [float(r["final_accuracy"] or 0.0) for r in runs]
+    # numpy's median sorts: a middle value that is infinite makes it infinite
+    return float(np.median(times)), float(np.median(finals))
+
+
+@dataclasses.dataclass(frozen=True)
+class PriorDeadlines:
+    """What a finished cell's ``deadline-best`` ran: the stated deadline its grid was built
+    on, the runs of the deadlines whose per-seed numbers it kept (the pick's: its stored
+    runs), and the stored entries of the others (only their aggregates were kept; none is
+    the pick, so none can be the best of a larger grid)."""
+
+    stated_s: float
+    runs: Mapping[float, Runs]
+    entries: Mapping[float, Mapping[str, Any]]
+
+    def find(self, deadline: float) -> float | None:
+        """The stored deadline equal to ``deadline`` (up to rounding), else ``None``."""
+        return next((d for d in (*self.runs, *self.entries)
+                     if math.isclose(d, deadline, rel_tol=1e-9)), None)
+
+
+def prior_deadlines(cell: Mapping[str, Any]) -> PriorDeadlines | None:
+    """The :class:`PriorDeadlines` of a finished cell of the grid file (``None``: it ran no
+    ``deadline-best``)."""
+    settings = cell.get("settings", {})
+    best = settings.get("deadline_best_s")
+    if best is None or "stated_deadline_s" not in settings:
+        return None
+    runs: dict[float, Runs] = {}
+    entries: dict[float, Mapping[str, Any]] = {}
+    for entry in settings.get("deadline_grid_results", []):
+        d = float(entry["deadline_s"])
+        if "per_seed" in entry:
+            runs[d] = [{"method": "deadline-best", "seed": int(seed), **numbers}
+                       for seed, numbers in entry["per_seed"].items()]
+        else:
+            entries[d] = entry
+    entries.pop(float(best), None)
+    runs[float(best)] = [dict(r) for r in cell["runs"] if r["method"] == "deadline-best"]
+    return PriorDeadlines(float(settings["stated_deadline_s"]), runs, entries)
+
+
+def _entry(deadline: float, runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    time, final = _medians(runs)
+    return {"deadline_s": deadline,
+            "reached": sum(r["time_to_target"] is not None for r in runs),
+            "median_time_to_target": median_known([r["time_to_target"] for r in runs]),
+            # what best_deadline ranks by (null: the median seed never reached it)
+            "median_time_to_target_all_seeds": time if math.isfinite(time) else None,
+            "median_final_accuracy": final,
+            "mean_final_accuracy": float(np.mean([r["final_accuracy"] or 0.0 for r in runs])),
+            # every seed's numbers, so that the pick can be read again under any rule
+            "per_seed": {str(r["seed"]): {"time_to_target": r["time_to_target"],
+                                          "final_accuracy": r["final_accuracy"]}
+                         for r in runs}}
+
+
+def deadline_best(grid: Sequence[float], seeds: Sequence[int],
+                  run: Callable[[float, int], dict[str, Any]], stated: float,
+                  prior: PriorDeadlines | None = None,
+                  log: Callable[[str], None] = print) -> tuple[Runs, dict[str, Any]]:
+    """``(the pick's runs, facts)`` over the deadlines ``grid``: each run on every seed by
+    ``run(deadline, seed)``, except those ``prior`` holds (its stated deadline must be
+    ``stated``: else every deadline runs)."""
+    if prior is not None and not math.isclose(prior.stated_s, stated, rel_tol=1e-9):
+        log(f"compare: the stated deadline is {stated:.6g} s, the stored one "
+            f"{prior.stated_s:.6g} s: every deadline of the grid runs again")
+        prior = None
+    tried: dict[float, Runs] = {}
+    kept: dict[float, Mapping[str, Any]] = {}
+    read_back = 0
+    for d in grid:
+        old = prior.find(d) if prior is not None else None
+        read_back += old is not None
+        if old is not None and old in prior.runs:
+            tried[d] = [dict(r) for r in prior.runs[old]]
+        elif old is not None:
+            kept[d] = {**prior.entries[old], "deadline_s": d}
+        else:
+            tried[d] = [run(d, seed) for seed in seeds]
+    if prior is not None:
+        log(f"compare: deadline-best: {read_back} of {len(grid)} deadlines read back from "
+            "the cell, the others run")
+    best = best_deadline(tried)
+    results = {**{d: _entry(d, rs) for d, rs in tried.items()}, **kept}
+    facts = {"deadline_best_s": best, "deadline_grid_s": list(grid),
+             "deadline_grid_results": [results[d] for d in sorted(results)]}
+    return tried[best], facts
