@@ -62,7 +62,7 @@ from experiments.compare_cli import (
     parse_sets,
     split_methods,
 )
-from experiments.deadline_best import PriorDeadlines, best_deadline, deadline_best
+from experiments.deadline_best import PriorDeadlines, best_deadline, deadline_best, prior_deadlines
 from experiments.journal import Journal
 from experiments.rival_runs import RIVALS, Cell, parse_code, run_coded, run_rival
 from experiments.summary import bootstrap_ratio, fmt, print_summary, summarize
@@ -393,13 +393,17 @@ def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, coho
              rounds: int, seeds: Sequence[int], dev_seeds: Sequence[int],
              methods: Sequence[str], target: float, sets: Mapping[str, Any] | None = None,
              quick: bool = False, log: Callable[[str], None] = print,
-             journal: Path | None = None, prior: PriorDeadlines | None = None
+             journal: Path | None = None, finished: Mapping[str, Any] | None = None
              ) -> dict[str, Any]:
     """One cell, every method on every seed: the JSON ``{"settings", "runs", "summary",
     "runtime_s"}``. ``journal``: a file keeping the cell's finished runs
     (:class:`experiments.journal.Journal`), so a cell cut off resumes where it stopped;
     ``runtime_s`` then counts the resumed runs' wall time, and ``resumed_runs`` how many.
-    ``prior``: a finished cell's deadlines, read back by ``deadline-best`` (:func:`compare`)."""
+    ``finished``: the cell as a finished grid run stored it, whose deadlines ``deadline-best``
+    reads back when the grid's are extended (:func:`experiments.deadline_best.deadline_best`;
+    only if it ran with the same settings)."""
+    from fl_gradcode.config.keys import merge_config
+
     rules = grid["rules"]
     if not 1 <= cohort <= n:
         raise ValueError(f"--cohort {cohort}: expected 1..n (n={n})")
@@ -416,6 +420,10 @@ def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, coho
                 f"set aside as {book.stale}, the cell starts afresh")
         elif book.runs:
             log(f"compare: resuming from {journal}: {len(book.runs)} runs already finished")
+    ran = str(merge_config(cell.run_config)["latency"])
+    if latency and ran != latency:
+        log(f"compare: latency {ran!r} runs with the keys of the grid's {latency!r} table "
+            "(--latency and --set latency differ)")
     t0 = time.perf_counter()
     cell, charge = charge_once(cell, [*seeds, *dev_seeds][0], book, fixed)
     log(f"compare: task {task_name}, latency {latency or 'key-table defaults'}, "
@@ -424,11 +432,18 @@ def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, coho
            if charge else ""))
     runs, facts = compare(cell, methods, seeds, dev_seeds, rules, log,
                           own_timeout="straggler-timeout" in cell_own_keys(
-                              grid, task_name, latency, sets), journal=book, prior=prior)
+                              grid, task_name, latency, sets), journal=book,
+                          prior=prior_deadlines(finished, {
+                              "task": task_name, "n": n, "cohort": cohort, "rounds": rounds,
+                              "target": target, "seeds": list(seeds),
+                              "dev_seeds": list(dev_seeds),
+                              "run_config": dict(cell.run_config)}, log)
+                          if finished is not None else None)
     resumed_s = book.resumed_wall_s if book is not None else 0.0
     return {
         "settings": {
-            "task": task_name, "latency": str(cell.run_config.get("latency", latency)),
+            # the regime that ran: the run config's, resolved by the key table
+            "task": task_name, "latency": str(merge_config(cell.run_config)["latency"]),
             "latency_table": latency, "n": n, "cohort": cohort,
             "rounds": rounds, "target": target, "methods": list(methods),
             "seeds": list(seeds), "dev_seeds": list(dev_seeds), "set": dict(sets or {}),

@@ -64,25 +64,55 @@ class PriorDeadlines:
                      if math.isclose(d, deadline, rel_tol=1e-9)), None)
 
 
-def prior_deadlines(cell: Mapping[str, Any]) -> PriorDeadlines | None:
-    """The :class:`PriorDeadlines` of a finished cell of the grid file (``None``: it ran no
-    ``deadline-best``)."""
-    settings = cell.get("settings", {})
-    best = settings.get("deadline_best_s")
-    if best is None or "stated_deadline_s" not in settings:
+#: The settings a finished cell's runs depend on, besides the code: a read-back needs them equal.
+SAME = ("task", "n", "cohort", "rounds", "target", "seeds", "dev_seeds", "run_config")
+
+
+def prior_deadlines(cell: Mapping[str, Any], settings: Mapping[str, Any] | None = None,
+                    log: Callable[[str], None] = print) -> PriorDeadlines | None:
+    """The :class:`PriorDeadlines` of a finished cell of the grid file; ``None`` (every
+    deadline runs) when it ran no ``deadline-best``, when ``settings`` (the cell about to
+    run) differ from its own in any of :data:`SAME`, or when its stored ``deadline-best``
+    runs are not those of its ``deadline_best_s``. The code is not compared (a finished cell
+    keeps no digest of it): a change to the deadline rival runs every deadline again, since
+    a grid with no new deadline reads nothing back (:func:`deadline_best`)."""
+    stored = cell.get("settings", {})
+    best = stored.get("deadline_best_s")
+    if best is None or "stated_deadline_s" not in stored:
+        return None
+    changed = [k for k in SAME if settings is not None and stored.get(k) != settings.get(k)]
+    if changed:
+        log(f"compare: the stored cell differs in {changed}: every deadline runs again")
+        return None
+    picked = [dict(r) for r in cell["runs"] if r["method"] == "deadline-best"]
+    if not picked or any(not math.isclose(float(r.get("deadline_s", math.nan)), float(best),
+                                          rel_tol=1e-9) for r in picked):
+        log("compare: the stored deadline-best runs are not those of deadline_best_s: every "
+            "deadline runs again")
         return None
     runs: dict[float, Runs] = {}
     entries: dict[float, Mapping[str, Any]] = {}
-    for entry in settings.get("deadline_grid_results", []):
+    for entry in stored.get("deadline_grid_results", []):
         d = float(entry["deadline_s"])
         if "per_seed" in entry:
-            runs[d] = [{"method": "deadline-best", "seed": int(seed), **numbers}
-                       for seed, numbers in entry["per_seed"].items()]
+            runs[d] = [{"method": "deadline-best", "seed": int(seed), "skeleton": True,
+                        **numbers} for seed, numbers in entry["per_seed"].items()]
         else:
             entries[d] = entry
     entries.pop(float(best), None)
-    runs[float(best)] = [dict(r) for r in cell["runs"] if r["method"] == "deadline-best"]
-    return PriorDeadlines(float(settings["stated_deadline_s"]), runs, entries)
+    runs[float(best)] = picked
+    return PriorDeadlines(float(stored["stated_deadline_s"]), runs, entries)
+
+
+def _worse(entry: Mapping[str, Any], seeds: int, score: tuple[float, float]) -> bool:
+    """Whether an aggregates-only entry ranks below a pick scoring ``score`` (median time
+    over all seeds, median final accuracy) whatever its per-seed numbers were: its median
+    seed never reached the target while the pick's did, or every seed reached it and its
+    median time is larger."""
+    reached, median = int(entry["reached"]), entry.get("median_time_to_target")
+    if 2 * reached <= seeds:
+        return math.isfinite(score[0])
+    return reached == seeds and median is not None and float(median) > score[0]
 
 
 def _entry(deadline: float, runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -105,29 +135,46 @@ def deadline_best(grid: Sequence[float], seeds: Sequence[int],
                   prior: PriorDeadlines | None = None,
                   log: Callable[[str], None] = print) -> tuple[Runs, dict[str, Any]]:
     """``(the pick's runs, facts)`` over the deadlines ``grid``: each run on every seed by
-    ``run(deadline, seed)``, except those ``prior`` holds (its stated deadline must be
-    ``stated``: else every deadline runs)."""
+    ``run(deadline, seed)``, except, when ``grid`` adds deadlines to ``prior``'s (an
+    extended grid), those ``prior`` holds: its runs, and its aggregates-only entries that
+    rank below its pick whatever their seeds did (the others run again). ``prior``'s stated
+    deadline must be ``stated``, else every deadline runs; a grid that adds nothing reads
+    nothing back (a re-run after a change runs every deadline)."""
     if prior is not None and not math.isclose(prior.stated_s, stated, rel_tol=1e-9):
         log(f"compare: the stated deadline is {stated:.6g} s, the stored one "
             f"{prior.stated_s:.6g} s: every deadline of the grid runs again")
         prior = None
+    if prior is not None and all(prior.find(d) is not None for d in grid):
+        prior = None  # nothing added: this is a re-run, not an extension
+    pick = None
+    if prior is not None:
+        pick = next(d for d, rs in prior.runs.items()
+                    if rs and not any(r.get("skeleton") for r in rs))
     tried: dict[float, Runs] = {}
     kept: dict[float, Mapping[str, Any]] = {}
-    read_back = 0
+    read: set[float] = set()
     for d in grid:
         old = prior.find(d) if prior is not None else None
-        read_back += old is not None
         if old is not None and old in prior.runs:
             tried[d] = [dict(r) for r in prior.runs[old]]
-        elif old is not None:
+            read.add(d)
+        elif old is not None and _worse(prior.entries[old], len(seeds),
+                                        _medians(prior.runs[pick])):
             kept[d] = {**prior.entries[old], "deadline_s": d}
+            read.add(d)
         else:
             tried[d] = [run(d, seed) for seed in seeds]
+    best = best_deadline(tried)
+    if any(r.get("skeleton") for r in tried[best]):  # only numbers kept: run it for real
+        tried[best] = [run(best, seed) for seed in seeds]
+        read.discard(best)
+        best = best_deadline(tried)
+    read_back = len(read)
     if prior is not None:
         log(f"compare: deadline-best: {read_back} of {len(grid)} deadlines read back from "
             "the cell, the others run")
-    best = best_deadline(tried)
     results = {**{d: _entry(d, rs) for d, rs in tried.items()}, **kept}
     facts = {"deadline_best_s": best, "deadline_grid_s": list(grid),
-             "deadline_grid_results": [results[d] for d in sorted(results)]}
-    return tried[best], facts
+             "deadline_grid_results": [results[d] for d in sorted(results)],
+             "deadline_grid_read_back": read_back}
+    return [{k: v for k, v in r.items() if k != "skeleton"} for r in tried[best]], facts

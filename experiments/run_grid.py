@@ -35,7 +35,6 @@ from experiments.compare import (
     stored_run,
     task_target,
 )
-from experiments.deadline_best import prior_deadlines
 from experiments.summary import print_summary, summarize
 
 __all__ = ["cell_names", "estimate", "grid_cells", "grid_methods", "journal_path", "merge",
@@ -348,12 +347,10 @@ def run_grid(grid: Mapping[str, Any], patterns: str, out: Path,
                                        else full)
         started = _dt.datetime.now(_dt.UTC)
         journal = journal_path(out, name)
-        # a finished cell's deadlines are read back: an extended grid runs only its new ones
-        prior = prior_deadlines(done[name]) if again else None
         result = run_cell(grid, cell["task"], cell["latency"], cell["n"], cell["cohort"],
                           rounds, seeds, dev, chosen_methods,
                           task_target(task, cell["n"], cell["cohort"]),
-                          journal=journal, prior=prior)
+                          journal=journal, finished=done[name] if again else None)
         result = {**result, "started_utc": started.isoformat(timespec="seconds"),
                   "finished_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
                   "methods_not_run": [m for m in full if m not in chosen_methods]}

@@ -91,7 +91,8 @@ def test_the_quick_slice_numbers_are_consistent(quick):
             for r in runs if r["method"] == "deadline-best"}
     assert picked["per_seed"] == kept
     assert all(len(g["per_seed"]) == len(kept) for g in settings["deadline_grid_results"])
-    assert math.isclose(settings["deadline_grid_s"][3], settings["stated_deadline_s"])
+    unit = compare.load_grid()["rules"]["deadline_grid"].index(1.0)  # the stated deadline
+    assert math.isclose(settings["deadline_grid_s"][unit], settings["stated_deadline_s"])
     # coded methods stop waiting at the deadline rival's stated deadline (not the key table's
     # straggler-timeout): no coded round lasts longer
     assert settings["coded_straggler_timeout_s"] == settings["stated_deadline_s"]
@@ -259,8 +260,6 @@ def test_flags_given_with_quick_replace_its_entries(tmp_path):
     (["latency=shifted-exponential"], "shifted-exponential", "", {}),
 ])
 def test_set_latency_names_the_regime_that_runs(tmp_path, sets, latency, table, expect):
-    from fl_gradcode.config.keys import merge_config
-
     out = tmp_path / "s.json"
     argv = ["--quick", "--methods", "wait-for-all", "--out", str(out)]
     assert compare.main([*argv, *(x for s in sets for x in ("--set", s))]) == 0
@@ -274,8 +273,6 @@ def test_set_latency_names_the_regime_that_runs(tmp_path, sets, latency, table, 
     if not table:  # none of the persistent table's own keys rides along
         persistent = grid["latency"]["persistent"]["run_config"]
         assert not set(persistent) & set(run_config)
-    # what ran is what the key table resolves from that run config
-    assert merge_config(run_config)["latency"] == latency
 
 
 # ----------------------------------------------------------------------------- the registry

@@ -44,65 +44,92 @@ def test_the_best_deadline_is_the_one_the_verdict_would_rank_first():
 
 
 # ----------------------------------------------------------------------------- extending
-def _fake_cell(table, stated, old, seeds, per_seed=True):
-    """A finished cell whose deadline-best ran the multiples ``old`` of ``stated``, each
+SEEDS, STATED = [10, 11, 12, 13], 2.0
+MULTIPLES = [0.1, 0.25, 0.5, 1.0, 2.0]
+
+
+def _fake_cell(table, old, per_seed=True):
+    """A finished cell whose deadline-best ran the multiples ``old`` of ``STATED``, each
     deadline's runs drawn from ``table``; ``per_seed=False``: stored as the cells run before
     per-seed numbers were kept (aggregates only, but for the pick's runs)."""
     from experiments.deadline_best import deadline_best
 
-    def run(d, seed):
-        return table(d, seed)
-
-    runs, facts = deadline_best([stated * m for m in old], seeds, run, stated, log=str)
+    runs, facts = deadline_best([STATED * m for m in old], SEEDS, table, STATED, log=str)
     if not per_seed:
         for entry in facts["deadline_grid_results"]:
             entry.pop("per_seed")
-    return {"settings": {"stated_deadline_s": stated, **facts}, "runs": runs}
+    settings = {"stated_deadline_s": STATED, "seeds": SEEDS, "target": 0.9, **facts}
+    return {"settings": settings, "runs": runs}
+
+
+def _table(draws):
+    def table(d, seed):
+        t, f = draws[MULTIPLES.index(round(d / STATED, 6)) * len(SEEDS) + SEEDS.index(seed)]
+        return {"method": "deadline-best", "seed": seed, "deadline_s": d,
+                "time_to_target": t, "final_accuracy": f, "bytes_up": 1}
+    return table
 
 
 @given(st.lists(st.tuples(st.one_of(st.none(), st.floats(1, 100)), st.floats(0, 1)),
                 min_size=5 * 4, max_size=5 * 4),
        st.booleans())
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=80, deadline=None)
 def test_an_extended_deadline_grid_runs_only_its_new_deadlines_and_picks_as_a_full_run(
         draws, per_seed):
-    """Reading a finished cell's deadlines back and running only the added ones gives the
-    pick, its runs and the added deadlines' entries a run of the whole extended grid gives
-    (the reference: every deadline run)."""
+    """Reading a finished cell's deadlines back and running only the added ones (and, where
+    only aggregates were kept, those that might rank above the pick) gives the pick, its
+    runs and every deadline's entry that a run of the whole extended grid gives (the
+    reference: every deadline run)."""
     from experiments.deadline_best import deadline_best, prior_deadlines
 
-    seeds, stated = [10, 11, 12, 13], 2.0
-    multiples = [0.1, 0.25, 0.5, 1.0, 2.0]
-    old, new = multiples[1:], multiples
-
-    def table(d, seed):
-        t, f = draws[multiples.index(round(d / stated, 6)) * 4 + seeds.index(seed)]
-        return {"method": "deadline-best", "seed": seed, "time_to_target": t,
-                "final_accuracy": f}
-
-    calls = []
+    table, calls = _table(draws), []
 
     def counted(d, seed):
-        calls.append(round(d / stated, 6))
+        calls.append(round(d / STATED, 6))
         return table(d, seed)
 
-    cell = _fake_cell(table, stated, old, seeds, per_seed)
-    grid = [stated * m for m in new]
-    got_runs, got = deadline_best(grid, seeds, counted, stated, prior_deadlines(cell), str)
-    assert sorted(set(calls)) == [0.1] and len(calls) == len(seeds)
-    full_runs, full = deadline_best(grid, seeds, table, stated, None, str)
-    assert got["deadline_best_s"] == full["deadline_best_s"]
-    assert got_runs == full_runs
-    assert got["deadline_grid_s"] == full["deadline_grid_s"]
+    cell = _fake_cell(table, MULTIPLES[1:], per_seed)
+    grid = [STATED * m for m in MULTIPLES]
+    prior = prior_deadlines(cell, {"seeds": SEEDS, "target": 0.9}, str)
+    got_runs, got = deadline_best(grid, SEEDS, counted, STATED, prior, str)
+    assert 0.1 in calls and set(calls) <= set(MULTIPLES)
+    if per_seed:
+        assert set(calls) == {0.1} and len(calls) == len(SEEDS)
+    full_runs, full = deadline_best(grid, SEEDS, table, STATED, None, str)
+    assert got["deadline_best_s"] == full["deadline_best_s"] and got_runs == full_runs
     by_d = {e["deadline_s"]: e for e in full["deadline_grid_results"]}
+    assert [e["deadline_s"] for e in got["deadline_grid_results"]] == sorted(by_d)
     for entry in got["deadline_grid_results"]:
         expected = by_d[entry["deadline_s"]]
-        assert {k: entry[k] for k in ("reached", "mean_final_accuracy")} \
-            == {k: expected[k] for k in ("reached", "mean_final_accuracy")}
-    # a stored cell built on another stated deadline is not read back: every deadline runs
+        assert {k: entry[k] for k in ("reached", "median_time_to_target")} \
+            == {k: expected[k] for k in ("reached", "median_time_to_target")}
+
+
+def test_a_read_back_needs_the_same_cell_and_new_deadlines():
+    """Nothing is read back when the cell about to run differs from the stored one, when
+    the stored pick's runs are another deadline's, or when the grid adds no deadline (a
+    re-run after a change runs every deadline); else only the added deadline runs."""
+    from experiments.deadline_best import deadline_best, prior_deadlines
+
+    draws = [(10.0 + i, 0.9) for i in range(len(MULTIPLES) * len(SEEDS))]
+    table, calls = _table(draws), []
+
+    def counted(d, seed):
+        calls.append(round(d / STATED, 6))
+        return table(d, seed)
+
+    cell = _fake_cell(table, MULTIPLES[1:])
+    same = {"seeds": SEEDS, "target": 0.9}
+    assert prior_deadlines(cell, {**same, "target": 0.8}, str) is None
+    moved = {**cell, "runs": [{**r, "deadline_s": 7.0} for r in cell["runs"]]}
+    assert prior_deadlines(moved, same, str) is None
+    old_grid = [STATED * m for m in MULTIPLES[1:]]
+    deadline_best(old_grid, SEEDS, counted, STATED, prior_deadlines(cell, same, str), str)
+    assert len(calls) == len(old_grid) * len(SEEDS)
     calls.clear()
-    deadline_best(grid, seeds, counted, stated * 1.5, prior_deadlines(cell), str)
-    assert sorted(set(calls)) == new and len(calls) == len(new) * len(seeds)
+    _, facts = deadline_best([STATED * m for m in MULTIPLES], SEEDS, counted, STATED,
+                             prior_deadlines(cell, same, str), str)
+    assert set(calls) == {0.1} and facts["deadline_grid_read_back"] == len(old_grid)
 
 
 @pytest.fixture(scope="module")

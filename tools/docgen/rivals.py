@@ -474,7 +474,8 @@ def headline_compare() -> str:
 
 #: FedBuff against synchronous rounds with no stragglers at all (development seeds):
 #: ``python -m experiments.compare --latency persistent --set latency=none --n 20
-#: --methods wait-for-all,fedbuff,auto,grouped-rs:1 --seeds 0,1,2 --dev-seeds 0``.
+#: --methods wait-for-all,fedbuff,auto,grouped-rs:1 --seeds 0,1,2 --dev-seeds 0
+#: --out results/compare_no_stragglers_dev.json``.
 NO_STRAGGLERS = "compare_no_stragglers_dev.json"
 
 
