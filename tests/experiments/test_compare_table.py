@@ -260,3 +260,22 @@ def test_fedbuff_schedule_skips_runs_on_other_seeds_or_without_a_cell():
     other["settings"]["seeds"] = [0, 1, 2]
     assert rivals.render_schedule(data, {"persistent": other}) is None
     assert rivals.render_schedule(data, {"bimodal": small}) is None
+
+
+def test_cells_whose_deadline_best_searched_fewer_deadlines_than_the_grid_are_named():
+    """The grid file's deadline multiples (0.05 ... 5 today) against the ones a cell tried:
+    a cell that tried only 0.25 ... 5 is named with its smallest multiple; one that tried
+    them all is not; no such cell, no note."""
+    multiples = rivals._grid()["rules"]["deadline_grid"]
+    data = _data()
+    full, short = "digits-logreg/pareto/20x20", "digits-logreg/persistent/20x20"
+    for name, tried in ((full, multiples), (short, [m for m in multiples if m >= 0.25])):
+        data["cells"][name]["settings"].update(
+            {"stated_deadline_s": 4.0, "deadline_grid_s": [4.0 * m for m in tried]})
+    text = rivals.render(data, REPORT)
+    note = next(s for s in text.split("`deadline-best` searched")[1:2])
+    assert f"{len(multiples)} multiples" in note
+    assert "in 1 of the 2 finished cells that ran it" in note
+    assert f"{short} (from 0.25)" in note and full not in note
+    data["cells"][short]["settings"]["deadline_grid_s"] = [4.0 * m for m in multiples]
+    assert "`deadline-best` searched" not in rivals.render(data, REPORT)

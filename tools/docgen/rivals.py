@@ -283,7 +283,32 @@ def render_table(data: Mapping[str, Any], report: Sequence[str]) -> str:
         notes.append(f"Set aside in {len(names)} of {len(done)} finished cells ({method}): "
                      "its partitions are not the cohort's there, so its rounds train another "
                      "model (`methods_set_aside` of a cell says why).")
+    notes += _deadline_grids(data, done)
     return table(header, rows) + "\n\n" + " ".join([legend, *notes])
+
+
+def _deadline_grids(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
+    """Which grid of deadlines each finished cell's ``deadline-best`` searched, when some
+    searched fewer multiples of the stated deadline than the grid file now lists."""
+    multiples = [float(m) for m in _grid()["rules"]["deadline_grid"]]
+    short, ran = [], 0
+    for name in done:
+        settings = data["cells"][name]["settings"]
+        if "deadline_grid_s" not in settings:
+            continue
+        ran += 1
+        tried = {round(d / settings["stated_deadline_s"], 6)
+                 for d in settings["deadline_grid_s"]}
+        if not {round(m, 6) for m in multiples} <= tried:
+            short.append((name, min(tried)))
+    if not short:
+        return []
+    return [f"`deadline-best` searched the grid file's {len(multiples)} multiples of the stated "
+            f"deadline ({multiples[0]:g}–{multiples[-1]:g}) in {ran - len(short)} of "
+            f"the {ran} finished cells that ran it; in "
+            + ", ".join(f"{n} (from {m:g})" for n, m in short)
+            + " the shorter deadlines added by an amendment have not run yet, so its best "
+            "deadline there may be better than shown."]
 
 
 def _progress(data: Mapping[str, Any], report: Sequence[str], done: Sequence[str]) -> str:
