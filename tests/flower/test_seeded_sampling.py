@@ -107,3 +107,30 @@ def test_bad_seeds_and_a_second_wrapping_are_refused():
     strategy = seeded_sampling(_fedavg(), 3)
     with pytest.raises(ValueError, match="FedAvg already samples from seed 3: wrap it once"):
         seeded_sampling(strategy, 4)
+
+
+def _partition_cohorts(ids_seed, order_key):
+    """The train cohorts (as partition ids) of a coded run whose nodes carry ids drawn from
+    ``ids_seed`` (a deployment draws them when a SuperNode connects)."""
+    ids = random.Random(ids_seed).sample(range(10**6, 10**7), N)
+    grid = ShuffledGrid(make_app(gradient_coding_mod), N, node_ids=ids)
+    coding = GradientCoding(_fedavg(), code="grouped-rs", s=1, seed=0, measured_compute=False)
+    seeded_sampling(coding, 5, order_key=order_key)
+    coding.start(grid=grid, initial_arrays=initial_arrays(), num_rounds=ROUNDS,
+                 train_config=ConfigRecord({"lr": LR}))
+    return {r: sorted(c) for r, c in grid.cohorts.items()}
+
+
+def test_partition_order_draws_the_same_partitions_whatever_the_node_ids():
+    first = _partition_cohorts(1, "partition")
+    assert first == _partition_cohorts(2, "partition")
+    assert sorted(first) == list(range(1, ROUNDS + 1))
+    assert all(len(c) == N // 2 for c in first.values())
+    # ordered by node id instead, other ids draw other partitions
+    assert _partition_cohorts(1, None) != _partition_cohorts(2, None)
+
+
+def test_partition_order_needs_the_coding_handshake():
+    with pytest.raises(ValueError, match=r"order_key='partition'.*wrap the GradientCoding "
+                                         r"strategy, not FedAvg"):
+        seeded_sampling(_fedavg(), 3, order_key="partition")

@@ -80,13 +80,17 @@ def train_round(msg: Message) -> int | None:
 
 
 def run_in_process(server_app, client_app, config: dict, num_nodes: int, *,
-                   failing: int | None = None, node_ids: list[int] | None = None) -> None:
+                   failing: int | None = None, node_ids: list[int] | None = None,
+                   trained: dict[int, list[int]] | None = None) -> None:
     """The example's ServerApp ``main`` over ``num_nodes`` in-process nodes running its
-    ClientApp. ``failing``: that node's app raises on every train message from round 2 on."""
+    ClientApp. ``failing``: that node's app raises on every train message from round 2 on.
+    ``trained``: filled with round -> the partitions (node indices) sent a train message."""
 
     def node_app(index: int):
         def app(msg: Message, context: Context) -> Message:
             server_round = train_round(msg)
+            if trained is not None and server_round is not None:
+                trained.setdefault(server_round, []).append(index)
             if index == failing and server_round is not None and server_round >= 2:
                 raise RuntimeError("this node's app fails from round 2 on")
             return client_app.app(msg, context)
@@ -166,35 +170,21 @@ def test_the_initial_model_follows_the_seed(example, tmp_path):
     assert relative_difference(models["a"], models["c"]) > 1e-2
 
 
-def test_fraction_train_samples_the_same_partitions_in_every_run(example, tmp_path,
-                                                                 monkeypatch):
+def test_fraction_train_samples_the_same_partitions_in_every_run(example, tmp_path):
     """Two runs with one seed, different node ids and different global RNG states train the
-    same partitions in every round, and the coded run equals the uncoded one."""
+    same partitions in every round (read from the messages the nodes receive), and the coded
+    run equals the uncoded one."""
     server_app, client_app = example
-    from quickstart_coded import sampling
-
-    sampled: list[tuple[int, int]] = []  # (round, node id) of every node the strategy sampled
-    configure_train = sampling.PartitionSampledFedAvg.configure_train
-
-    def recording(self, server_round, arrays, config, grid):
-        msgs = list(configure_train(self, server_round, arrays, config, grid))
-        sampled.extend((server_round, m.metadata.dst_node_id) for m in msgs)
-        return msgs
-
-    monkeypatch.setattr(sampling.PartitionSampledFedAvg, "configure_train", recording)
     base = "fraction-train=0.5 fraction-evaluate=0.0 wire='float64' seed=3"
-    trained = {"coded": {}, "uncoded": {}}
+    trained: dict[str, dict[int, list[int]]] = {"coded": {}, "uncoded": {}}
     for name, extra, ids, state in (
         ("coded", "s=1", [11, 7, 5, 3, 2, 1], 1),
         ("uncoded", "code='uncoded' s=0", [104, 203, 302, 401, 500, 609], 2),
     ):
         random.seed(state)
-        sampled.clear()
         run_in_process(server_app, client_app,
                        run_config(f"{base} {extra} results-dir='{tmp_path / name}'"), 6,
-                       node_ids=ids)
-        for server_round, node in sampled:  # node ids[i] holds partition i
-            trained[name].setdefault(server_round, []).append(ids.index(node))
+                       node_ids=ids, trained=trained[name])
     cohorts = {name: {r: sorted(p) for r, p in t.items()} for name, t in trained.items()}
     assert cohorts["coded"] == cohorts["uncoded"]
     assert set(cohorts["coded"]) == {1, 2, 3}
@@ -206,16 +196,12 @@ def test_fraction_train_samples_the_same_partitions_in_every_run(example, tmp_pa
     assert relative_difference(a, b) <= 1e-6
 
 
-def test_partition_sampling_refuses_a_bad_seed_and_a_missing_membership(example):
-    from flwr.app import ArrayRecord, ConfigRecord
-    from quickstart_coded.sampling import PartitionSampledFedAvg
-
-    with pytest.raises(ValueError, match="seed='0'"):
-        PartitionSampledFedAvg(seed="0")
-    strategy = PartitionSampledFedAvg(seed=0, fraction_train=0.5)
-    grid = InProcessGrid(lambda msg, ctx: msg, num_nodes=4)
-    with pytest.raises(RuntimeError, match="membership"):
-        strategy.configure_train(1, ArrayRecord(), ConfigRecord(), grid)
+def test_the_example_samples_through_the_public_option_only():
+    """Its cohorts come from fl_gradcode's seeded_sampling, not from a copy of Flower's
+    private message construction."""
+    sources = "\n".join(f.read_text() for f in (EXAMPLE / "quickstart_coded").glob("*.py"))
+    assert "_construct_messages" not in sources
+    assert 'order_key="partition"' in sources
 
 
 @pytest.mark.simulation

@@ -3,10 +3,10 @@
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord
 from flwr.serverapp import Grid, ServerApp
+from flwr.serverapp.strategy import FedAvg
 
-from fl_gradcode.flower import GradientCoding
+from fl_gradcode.flower import GradientCoding, seeded_sampling
 from fl_gradcode.latency import Pareto
-from quickstart_coded.sampling import PartitionSampledFedAvg
 from quickstart_coded.task import Net, load_centralized_dataset, test
 
 # Create ServerApp
@@ -27,17 +27,15 @@ def main(grid: Grid, context: Context) -> None:
     global_model = Net()
     arrays = ArrayRecord(global_model.state_dict())
 
-    # Initialize FedAvg strategy (its cohorts drawn by partition id from the seed)
+    # Initialize FedAvg strategy
     cfg = context.run_config
-    fedavg = PartitionSampledFedAvg(
-        fraction_train=cfg["fraction-train"], fraction_evaluate=fraction_evaluate,
-        seed=cfg["seed"],
-    )
+    fedavg = FedAvg(fraction_train=cfg["fraction-train"], fraction_evaluate=fraction_evaluate)
     strategy = GradientCoding(
         fedavg, timing="virtual", latency=Pareto(1.0, 1.5), code=cfg["code"], s=cfg["s"],
         seed=cfg["seed"], results_dir=cfg["results-dir"], wire=cfg["wire"],
     )
-    fedavg.membership = strategy.membership  # partition ids from the coding handshake
+    # cohorts drawn from the seed by data partition (node ids differ from run to run)
+    seeded_sampling(strategy, cfg["seed"], order_key="partition")
 
     # Start strategy, run FedAvg for `num_rounds`
     result = strategy.start(
