@@ -261,8 +261,7 @@ def start_coded(run_config: Mapping[str, Any], n: int, *, code_policy: Any = Non
     from server.app import build
 
     cfg = merge_config({**run_config, "timing": "virtual", "num-clients": n})
-    strategy, *built = build(cfg, n, code_policy)
-    seeded_sampling(strategy, int(cfg["seed"]))
+    strategy, *built = build(cfg, n, code_policy)  # its cohorts drawn from the seed
     return _start(strategy, tuple(built), cfg, n, int(cfg["num-rounds"]),
                   share_updates=share_updates, key_file=key_file)
 

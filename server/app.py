@@ -26,7 +26,7 @@ from flwr.serverapp.strategy import FedAdam, FedAvg, FedAvgM, Strategy
 
 from fl_gradcode.config import KEYS, client_keys, group_values, merge_config
 from fl_gradcode.data import run_partitions
-from fl_gradcode.flower import GradientCoding
+from fl_gradcode.flower import GradientCoding, seeded_sampling
 from fl_gradcode.flower.deadline import DeadlineFedAvg
 from fl_gradcode.flower.options import Options
 from fl_gradcode.flower.policy import FixedCodePolicy
@@ -213,6 +213,9 @@ def build(cfg: dict[str, Any], n: int, code_policy: Any = None):
         num_partitions=int(cfg["num-clients"]) or None,
         **({} if code_policy is None else {"code_policy": code_policy}),
     )
+    # each round's cohort drawn from (seed, round) over the nodes by id, whatever else draws
+    # from the random module: the rival of the same seed samples the same cohorts
+    seeded_sampling(strategy, seed)
     initial, evaluate_fn, train_config = _model_and_evaluation(cfg, data)
     log(
         INFO,
@@ -301,6 +304,7 @@ def build_rival(cfg: dict[str, Any], n: int):
         fraction_train=float(cfg["fraction-train"]), fraction_evaluate=0.0,
         min_available_nodes=1, min_train_nodes=1,
     )
+    seeded_sampling(strategy, seed)  # the coded run's cohorts (build)
     initial, evaluate_fn, train_config = _model_and_evaluation(cfg, data)
     if rival == "fedavg":
         log(INFO, "fl-gradcode rival fedavg: %d clients, plain Flower FedAvg waiting for every "

@@ -542,3 +542,29 @@ def test_deploy_local_builds_the_fedavg_run_config_and_the_overhead_report(tmp_p
     assert "overhead ratio 2.00x" in text and "what coding saves" in text
     with pytest.raises(ValueError, match="no rounds to compare"):
         overhead([], plain)
+
+
+def test_the_main_jobs_cohorts_do_not_move_with_other_draws_from_random(tmp_path, monkeypatch):
+    """The ServerApp draws each round's cohort from (seed, round): a server-side evaluation
+    that also draws from the random module (as a user's code may) leaves the cohorts and
+    the model as they were."""
+    import random
+
+    import server.app as app
+    from server.app import run_in_process
+
+    common = {"num-rounds": 4, "virtual-compute": "none", "straggler-timeout": 1e6,
+              "fraction-train": 0.5, "code": "uncoded", "s": 0}
+    quiet, theta = run_in_process({**common, "results-dir": str(tmp_path / "a")}, 8)
+    original = app.evaluate
+
+    def drawing(*args, **kwargs):
+        random.random()
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(app, "evaluate", drawing)
+    noisy, theta_noisy = run_in_process({**common, "results-dir": str(tmp_path / "b")}, 8)
+    cohorts = [r["partitions"]["used"] for r in quiet.history]
+    assert len({tuple(c) for c in cohorts}) > 1  # the premise: the cohorts change
+    assert [r["partitions"]["used"] for r in noisy.history] == cohorts
+    np.testing.assert_allclose(theta_noisy, theta, rtol=0, atol=0)
