@@ -266,7 +266,9 @@ def test_cells_whose_deadline_best_searched_fewer_deadlines_than_the_grid_are_na
     """The grid file's deadline multiples (0.05 ... 5 today) against the ones a cell tried:
     a cell that tried only 0.25 ... 5 is named with its smallest multiple; one that tried
     them all is not; no such cell, no note."""
-    multiples = rivals._grid()["rules"]["deadline_grid"]
+    from experiments.compare import load_grid
+
+    multiples = load_grid()["rules"]["deadline_grid"]
     data = _data()
     full, short = "digits-logreg/pareto/20x20", "digits-logreg/persistent/20x20"
     for name, tried in ((full, multiples), (short, [m for m in multiples if m >= 0.25])):
