@@ -80,17 +80,13 @@ def train_round(msg: Message) -> int | None:
 
 
 def run_in_process(server_app, client_app, config: dict, num_nodes: int, *,
-                   failing: int | None = None, node_ids: list[int] | None = None,
-                   trained: dict[int, list[int]] | None = None) -> None:
+                   failing: int | None = None, node_ids: list[int] | None = None) -> None:
     """The example's ServerApp ``main`` over ``num_nodes`` in-process nodes running its
-    ClientApp. ``failing``: that node's app raises on every train message from round 2 on.
-    ``trained``: filled with round -> the partitions (node indices) sent a train message."""
+    ClientApp. ``failing``: that node's app raises on every train message from round 2 on."""
 
     def node_app(index: int):
         def app(msg: Message, context: Context) -> Message:
             server_round = train_round(msg)
-            if trained is not None and server_round is not None:
-                trained.setdefault(server_round, []).append(index)
             if index == failing and server_round is not None and server_round >= 2:
                 raise RuntimeError("this node's app fails from round 2 on")
             return client_app.app(msg, context)
@@ -172,11 +168,11 @@ def test_the_initial_model_follows_the_seed(example, tmp_path):
 
 def test_fraction_train_samples_the_same_partitions_in_every_run(example, tmp_path):
     """Two runs with one seed, different node ids and different global RNG states train the
-    same partitions in every round (read from the messages the nodes receive), and the coded
-    run equals the uncoded one."""
+    same partitions in every round (each round's cohort: every partition its rounds.jsonl
+    row names, used, straggling or busy), and the coded run equals the uncoded one."""
     server_app, client_app = example
     base = "fraction-train=0.5 fraction-evaluate=0.0 wire='float64' seed=3"
-    trained: dict[str, dict[int, list[int]]] = {"coded": {}, "uncoded": {}}
+    cohorts: dict[str, dict[int, list[int]]] = {}
     for name, extra, ids, state in (
         ("coded", "s=1", [11, 7, 5, 3, 2, 1], 1),
         ("uncoded", "code='uncoded' s=0", [104, 203, 302, 401, 500, 609], 2),
@@ -184,8 +180,10 @@ def test_fraction_train_samples_the_same_partitions_in_every_run(example, tmp_pa
         random.seed(state)
         run_in_process(server_app, client_app,
                        run_config(f"{base} {extra} results-dir='{tmp_path / name}'"), 6,
-                       node_ids=ids, trained=trained[name])
-    cohorts = {name: {r: sorted(p) for r, p in t.items()} for name, t in trained.items()}
+                       node_ids=ids)
+        cohorts[name] = {r["round"]: sorted({p for group in r["partitions"].values()
+                                             for p in group})
+                         for r in rows(tmp_path / name)}
     assert cohorts["coded"] == cohorts["uncoded"]
     assert set(cohorts["coded"]) == {1, 2, 3}
     assert all(len(c) == 3 for c in cohorts["coded"].values()), cohorts
