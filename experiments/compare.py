@@ -473,8 +473,7 @@ def _main(args: argparse.Namespace) -> int:
     if args.grid:
         from experiments.run_grid import run_grid
 
-        methods = ([m.strip() for m in args.methods.split(",") if m.strip()]
-                   if args.methods else None)
+        methods = split_methods(args.methods) if args.methods else None
         return run_grid(grid, args.cells, Path(args.out or GRID_OUT), methods,
                         rerun=args.rerun)
     quick = bool(args.quick)
