@@ -19,11 +19,13 @@ The exit code is non-zero when a run's ServerApp did not complete (``flwr run --
 exits 0 even when the ServerApp raised; the run's status is read with ``flwr ls``:
 :func:`run_flwr`).
 
-With no options the coded run is the configuration the first-hour experiment
+With no options the coded run is the latency regime the first-hour experiment
 (``experiments/first_hour.py``, ``results/first_hour.json``, 3 seeds) recommends: the
-run-config defaults are its regime (persistent stragglers, a round deadline, compute charged
-per partition, ``s='auto'`` up to 4). ``--preset coding-loses`` runs the regime where it found
-coding not recommended, and says so; ``--preset coding-wins`` spells the defaults' regime out.
+run-config defaults are its regime (persistent stragglers, compute charged per partition,
+``s='auto'`` up to 4), with the round deadline (``straggler-timeout``) of the grid file's rule
+(``experiments/main_job_deadline.py``). ``--preset coding-loses`` runs the regime where it
+found coding not recommended, and says so; ``--preset coding-wins`` runs the regime it
+recommended as it ran it (with its hand-set 2.0 s deadline).
 
 Usage: ``python -m server.launch [--num-supernodes 12] [--run-config "num-rounds=5 s=2"]
 [--preset coding-wins|coding-loses] [--no-compare]``.
@@ -47,6 +49,8 @@ from pathlib import Path
 from fl_gradcode.config import coded_only_keys, merge_config
 
 ROOT = Path(__file__).resolve().parents[1]
+#: SuperNodes the main job starts (``--num-supernodes``), every one in each round's cohort
+NUM_SUPERNODES = 12
 
 #: ``flwr run`` prints this when the SuperLink accepted the run.
 _STARTED = re.compile(r"Successfully started run (\d+)")
@@ -151,8 +155,8 @@ def rival_refusal(values: Mapping[str, object]) -> str | None:
 
 
 #: ``--preset`` names -> the regime of ``results/first_hour.json`` (experiments/first_hour.py,
-#: 3 seeds) it runs: where that experiment found coding recommended (the defaults' regime), and
-#: where it found it not
+#: 3 seeds) it runs: where that experiment found coding recommended (the defaults' latency
+#: regime), and where it found it not
 PRESETS = {"coding-wins": "recommended", "coding-loses": "losing_preset"}
 FIRST_HOUR = ROOT / "results" / "first_hour.json"
 
@@ -200,7 +204,7 @@ def _toml(value: object) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--num-supernodes", type=int, default=12)
+    parser.add_argument("--num-supernodes", type=int, default=NUM_SUPERNODES)
     parser.add_argument("--run-config", default="", help="'key=value key2=value2' overrides")
     parser.add_argument("--results-dir", default="results/run")
     parser.add_argument("--home", default=str(ROOT / ".flwr"), help="private FLWR_HOME")
@@ -208,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="skip the two comparison runs (wait-for-all, drop-stragglers)")
     parser.add_argument("--preset", choices=sorted(PRESETS),
                         help="coding-wins: the regime the first-hour experiment recommends "
-                        "coding for (persistent stragglers; the defaults' regime); coding-loses: "
+                        "coding for (persistent stragglers, its 2.0 s deadline); coding-loses: "
                         "no stragglers, where it does not (results/first_hour.json); "
                         "--run-config keys override the preset's")
     args = parser.parse_args(argv)

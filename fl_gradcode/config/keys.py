@@ -126,9 +126,9 @@ class Key:
 _REGIME = (
     "the main job runs the regime in which the first-hour experiment "
     "(`experiments/first_hour.py`, `results/first_hour.json`, 3 seeds) recommends coding: "
-    "about a fifth of the clients slow in every round (slow hardware), a round deadline at "
-    "which the drop-stragglers rival drops them, compute charged per partition, `s` chosen "
-    "every round up to 4"
+    "about a fifth of the clients slow in every round (slow hardware), compute charged per "
+    "partition, `s` chosen every round up to 4 (its round deadline is `straggler-timeout`'s "
+    "rule)"
 )
 _S_DIFFERS = (
     f"{_REGIME}; GradientCoding's default 1 is the smallest fixed tolerance that codes at all "
@@ -251,11 +251,12 @@ KEYS: tuple[Key, ...] = (
         keyword="m", coded_only=True),
     Key("timing", "virtual", "`virtual`: arrivals on a simulated clock; `wallclock`: real "
         "time", keyword="timing", choices=("virtual", "wallclock")),
-    Key("straggler-timeout", 2.0, "seconds (virtual or wall) before approximate decoding "
+    Key("straggler-timeout", 5.93, "seconds (virtual or wall) before approximate decoding "
         "(the rival's round deadline)", keyword="straggler_timeout",
-        why_differs=f"{_REGIME}; GradientCoding's `10.0` is later than almost every reply "
-        "there, so the drop-stragglers rival would drop almost nothing and wait like "
-        "wait-for-all"),
+        why_differs="the main job's deadline, by the rule of `experiments/grid.toml` "
+        "(`main_job_deadline_digits`): 3 times the 75th percentile of wait-for-all's client "
+        "times on the development seeds in the main job's own setting "
+        "(`results/main_job_deadline.json`); GradientCoding's `10.0` has no rule behind it"),
     Key("stop-late-work", "auto", "workers stop at the round's deadline instead of finishing "
         "work the server can no longer use; `auto`: with `s=auto` when busy clients are "
         "given queued work (virtual timing), else not (queued work behind stale work "

@@ -4,6 +4,7 @@ GradientCoding's signature, the ServerApp's construction and docs/options.md agr
 from __future__ import annotations
 
 import inspect
+import json
 import tomllib
 from pathlib import Path
 
@@ -242,7 +243,10 @@ def test_run_config_defaults_agree_with_python_or_say_why(tmp_path, monkeypatch)
                        "straggler-timeout", "dp", "results-dir"}
     assert built["s"] == "auto" and parameters["s"].default == 1  # the main job's s; Python's 1
     assert built["s_max"] == 4 and built["measured_compute"] is False
-    assert (built["compute_cost_s"], built["straggler_timeout"]) == (0.05, 2.0)
+    assert built["compute_cost_s"] == 0.05
+    # the main job's deadline: what the grid file's rule gave (results/main_job_deadline.json)
+    ruled = json.loads((ROOT / "results" / "main_job_deadline.json").read_text())
+    assert built["straggler_timeout"] == ruled["straggler_timeout_s"]
     assert built["dp"] == DPConfig() and not built["dp"].enabled  # the same as None: no DP
 
 

@@ -436,10 +436,12 @@ _RIVAL_WORDS = {
 }
 
 
-def render_headline(data: Mapping[str, Any], report: Sequence[str]) -> str:
+def render_headline(data: Mapping[str, Any], report: Sequence[str],
+                    deadline: Mapping[str, Any] | None = None) -> str:
     """What the main job's coding buys, loses and costs on the evaluation seeds of
     :data:`MAIN_CELL` (paired geometric-mean ratios, as the table's), and the goal's count
-    over every finished cell."""
+    over every finished cell. ``deadline``: ``results/main_job_deadline.json`` (how the main
+    job's deadline was chosen)."""
     from fl_gradcode.config import DEFAULTS
 
     cell = data.get("cells", {}).get(MAIN_CELL)
@@ -484,8 +486,13 @@ def render_headline(data: Mapping[str, Any], report: Sequence[str]) -> str:
             f"{cell['settings']['rounds']} rounds, and uploaded {1 / upload:.2f}× its bytes.")
     lines.append(
         "- **How the defaults were chosen**: `s-max` and `auto-margin` by the rule in "
-        f"`experiments/grid.toml` on the development seeds {dev}; the main job's deadline and "
-        f"latency regime by `experiments/first_hour.py`, also on seeds {dev} ([its "
+        f"`experiments/grid.toml` on the development seeds {dev}; "
+        + (f"the main job's deadline (`straggler-timeout`, {deadline['straggler_timeout_s']:g} "
+           "s) by the grid file's stated deadline rule on the same seeds in the main job's own "
+           f"setting ({deadline['settings']['n']} clients; `python -m "
+           "experiments.main_job_deadline`); its " if deadline else "the main job's deadline "
+           "and ")
+        + f"latency regime by `experiments/first_hour.py`, also on seeds {dev} ([its "
         "results](docs/results.md#the-main-jobs-regimes-experimentsfirst_hourpy), not a "
         f"headline). The main job below runs on its own seed (`seed`, default "
         f"{DEFAULTS['seed']}): its table is that run's, not this result.")
@@ -494,7 +501,7 @@ def render_headline(data: Mapping[str, Any], report: Sequence[str]) -> str:
 
 @block("headline-compare")
 def headline_compare() -> str:
-    return render_headline(compare_data(), reported_cells())
+    return render_headline(compare_data(), reported_cells(), load("main_job_deadline.json"))
 
 
 #: FedBuff against synchronous rounds with no stragglers at all (development seeds):

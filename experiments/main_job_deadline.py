@@ -1,0 +1,88 @@
+"""The main job's round deadline (the key table's ``straggler-timeout``), by the rule written in
+``experiments/grid.toml`` (``[rules]``: the stated deadline rule, ``main_job_deadline_digits``).
+
+The stated rule (``deadline_quantile``, ``deadline_slack``: 3 times the 75th percentile of the
+client times seen in wait-for-all runs) is applied to the development seeds in the main job's
+own setting: digits-logreg with the key table's defaults (no latency table of the grid file),
+:data:`server.launch.NUM_SUPERNODES` nodes, all of them in each round's cohort, the grid's
+rounds. The runs are those of ``python -m experiments.compare`` (its :class:`Runner`): the
+deadline the benchmark's ``deadline`` rival gets in a cell, here in the main job's setting.
+
+``python -m experiments.main_job_deadline [--out results/main_job_deadline.json]``: a few
+seconds. The JSON keeps every client time the rule read, so the value can be checked from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from experiments.compare import GRID, Runner, grid_cell, load_grid, lookup
+
+__all__ = ["TASK", "main", "main_job_deadline"]
+
+TASK = "digits-logreg"
+
+
+def main_job_deadline(grid: Mapping[str, Any], n: int,
+                      log: Callable[[str], None] = print) -> dict[str, Any]:
+    """The rule applied at ``n`` nodes (cohort ``n``): the JSON of
+    ``results/main_job_deadline.json`` (``straggler_timeout_s``, the rounded value the key
+    table must hold; ``stated_deadline_s`` before rounding; the client times it read)."""
+    from fl_gradcode.rivals import stated_deadline
+
+    rules = grid["rules"]
+    seeds = list(grid["seeds"]["development"])
+    rounds = int(grid["scale"]["rounds"])
+    target = float(lookup(grid, "tasks", TASK)["target"])
+    cell = grid_cell(grid, TASK, "", n, n, rounds, target)
+    runner = Runner(cell, log)
+    times = {str(seed): list(runner.rival("wait-for-all", seed)["client_times_s"])
+             for seed in seeds}
+    quantile, slack = float(rules["deadline_quantile"]), float(rules["deadline_slack"])
+    stated = stated_deadline([t for ts in times.values() for t in ts], quantile, slack)
+    digits = int(rules["main_job_deadline_digits"])
+    return {"rule": f"{slack} x the {quantile} quantile of wait-for-all's client times on "
+                    f"development seeds {seeds}, rounded to {digits} decimals",
+            "settings": {"task": TASK, "n": n, "cohort": n, "rounds": rounds,
+                         "dev_seeds": seeds, "run_config": dict(cell.run_config),
+                         "quantile": quantile, "slack": slack, "digits": digits},
+            "stated_deadline_s": stated,
+            "straggler_timeout_s": round(stated, digits),
+            "client_times_s": times}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m experiments.main_job_deadline",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="results/main_job_deadline.json")
+    args = parser.parse_args(argv)
+    import torch
+
+    from fl_gradcode.config.keys import key
+    from fl_gradcode.flower.blas import serial_blas
+    from server.launch import NUM_SUPERNODES
+
+    logging.getLogger("flwr").setLevel(logging.ERROR)
+    torch.set_num_threads(1)
+    t0 = time.perf_counter()
+    with serial_blas():
+        result = main_job_deadline(load_grid(GRID), NUM_SUPERNODES)
+    result["runtime_s"] = time.perf_counter() - t0
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    current = float(key("straggler-timeout").default)
+    print(f"the rule gives straggler-timeout = {result['straggler_timeout_s']} s "
+          f"(stated {result['stated_deadline_s']:.4f} s); the key table holds {current} s; "
+          f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,50 @@
+"""The main job's round deadline follows the rule of experiments/grid.toml: the value the key
+table holds is the one the committed run of the rule gives, recomputed here from the client
+times it recorded (numpy's quantile, not the library's rule), and the rule runs end to end."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from experiments import main_job_deadline as mjd
+from experiments.compare import load_grid
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_key_table_holds_the_rules_value():
+    from fl_gradcode.config import DEFAULTS
+    from server.launch import NUM_SUPERNODES
+
+    data = json.loads((ROOT / "results" / "main_job_deadline.json").read_text())
+    grid = load_grid()
+    rules = grid["rules"]
+    settings = data["settings"]
+    assert settings["n"] == settings["cohort"] == NUM_SUPERNODES
+    assert settings["dev_seeds"] == grid["seeds"]["development"]
+    assert settings["rounds"] == grid["scale"]["rounds"]
+    # the main job's setting: the task's keys are the key table's defaults, no latency table
+    assert {k: DEFAULTS[k] for k in settings["run_config"]} == settings["run_config"]
+    times = [t for seed in grid["seeds"]["development"]
+             for t in data["client_times_s"][str(seed)]]
+    assert len(times) == len(grid["seeds"]["development"]) * NUM_SUPERNODES * settings["rounds"]
+    expected = rules["deadline_slack"] * float(np.quantile(times, rules["deadline_quantile"]))
+    assert math.isclose(data["stated_deadline_s"], expected, rel_tol=1e-12)
+    assert DEFAULTS["straggler-timeout"] == round(expected, rules["main_job_deadline_digits"])
+
+
+def test_the_rule_runs_and_rounds(monkeypatch):
+    grid = load_grid()
+    grid["scale"] = {**grid["scale"], "rounds": 2}
+    grid["seeds"] = {**grid["seeds"], "development": [0, 1]}
+    result = mjd.main_job_deadline(grid, 4, log=lambda _: None)
+    times = [t for seed in ("0", "1") for t in result["client_times_s"][seed]]
+    assert len(times) == 2 * 4 * 2 and all(t > 0 for t in times)
+    expected = 3.0 * float(np.quantile(times, 0.75))
+    assert math.isclose(result["stated_deadline_s"], expected, rel_tol=1e-12)
+    assert result["straggler_timeout_s"] == round(expected, 2)
+    assert result["settings"]["n"] == result["settings"]["cohort"] == 4
