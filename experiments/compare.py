@@ -68,7 +68,7 @@ from experiments.rival_runs import RIVALS, Cell, parse_code, run_coded, run_riva
 from experiments.summary import bootstrap_ratio, fmt, print_summary, summarize
 
 __all__ = ["Cell", "best_deadline", "bootstrap_ratio", "built_code", "cell_own_keys",
-           "cell_run_config", "charge_once", "check_codes", "code_partitions",
+           "cell_run_config", "charge_once", "check_codes", "code_fit",
            "compare", "grid_cell", "load_grid", "lookup", "main", "print_summary",
            "registry_config", "run_cell", "run_coded", "run_rival", "summarize", "task_target"]
 
@@ -229,34 +229,50 @@ def built_code(code: str, s: int, cohort: int, m: int | None) -> tuple[int, str 
     return built.k, why
 
 
-def code_partitions(code: str, s: int, cohort: int, m: int | None) -> int:
-    """``k`` of the code the ServerApp builds for a cohort (its fallback included)."""
-    return built_code(code, s, cohort, m)[0]
+def code_fit(method: str, n: int, cohort: int, cfg: Mapping[str, Any]
+             ) -> tuple[str | None, str | None]:
+    """``(fallback, other_model)`` of the fixed code ``method`` (``CODE:s``) in a cell of
+    ``n`` nodes sampling ``cohort`` a round, under the run config ``cfg`` (merged):
+    ``fallback``, why the ServerApp builds another code than the one named (``frc:2`` for 20
+    clients: it runs ``grouped-rs``); ``other_model``, why the code it builds trains another
+    model than the cell's other methods. ``None``: no such problem.
+
+    A code with ``k`` partitions for a cohort of ``c`` clients codes the clients' own
+    partitions when ``k = c``. Else, with every node in the cohort, the ServerApp splits the
+    app's whole data into ``k`` partitions (it warns): the same round only where the update is
+    one full-batch gradient (the round's sum is the full gradient however the data is split;
+    local epochs of minibatch SGD on other partitions train another model). With sampled
+    cohorts it runs ``grouped-rs`` with the same ``s`` in its place (its partitions would be
+    the whole data's, not the cohort's)."""
+    code, s = parse_code(method)
+    m = cfg["m"] if code == "comm-efficient" else None  # the other codes take no m
+    k, fallback = built_code(code, s, cohort, m)
+    if k == cohort or (n == cohort and cfg["update"] == "gradient"):
+        return fallback, None
+    why = (f"the cohort is sampled (of n = {n}): the ServerApp would run grouped-rs in its "
+           "place, whose partitions would be the whole data's, not the cohort's"
+           if n != cohort else
+           f"update = {cfg['update']!r} is not one full-batch gradient, so k partitions of "
+           "the data train another model")
+    return fallback, (f"{method} has k = {k} partitions for a cohort of {cohort}"
+                      + (f" (m = {m})" if m is not None else "") + f": {why}")
 
 
 def check_codes(cell: Cell, methods: Sequence[str]) -> None:
-    """Refuse, before any run, a fixed code the ServerApp would not run as named: an unknown
-    name; a code that cannot take the cohort (``frc:2`` for 20 clients: the ServerApp would
-    run ``grouped-rs`` in its place, and the run would carry a name that did not run); and,
-    with sampled cohorts (cohort < n), a code with ``k`` partitions other than the cohort's
-    members, which would code the app's whole data split ``k`` ways, not the cohort's (the
-    ServerApp runs ``grouped-rs`` with the same ``s`` in its place, and warns)."""
+    """Refuse, before any run, a fixed code the ServerApp would not run as named or that
+    would train another model than the cell's other methods (:func:`code_fit`): an unknown
+    name; a code that cannot take the cohort (``frc:2`` for 20 clients); a code whose ``k``
+    partitions are not the cohort's members where that changes the model trained."""
     for method in methods:
         if ":" not in method:
             continue
-        code, s = parse_code(method)
-        m = cell.config(0)["m"] if code == "comm-efficient" else None
-        k, why = built_code(code, s, cell.cohort, m)
-        if why is not None:
-            raise ValueError(f"{method}: {why}; pick a tolerance the code takes for a "
+        fallback, other = code_fit(method, cell.n, cell.cohort, cell.config(0))
+        if fallback is not None:
+            raise ValueError(f"{method}: {fallback}; pick a tolerance the code takes for a "
                              f"cohort of {cell.cohort}, or another code")
-        if cell.cohort < cell.n and k != cell.cohort:
-            raise ValueError(
-                f"{method} has k={k} partitions for a sampled cohort of {cell.cohort} (of "
-                f"n={cell.n})" + (f" with m={m}" if m is not None else "") + ": the "
-                "ServerApp would run grouped-rs in its place (its partitions would be the "
-                "whole data, not the cohort's); pick s with s + m dividing the cohort, or "
-                "another code")
+        if other is not None:
+            raise ValueError(f"{other}; pick s with s + m dividing the cohort, or another "
+                             "code")
 
 
 # ============================================================================= the runs

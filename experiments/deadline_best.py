@@ -50,11 +50,12 @@ def _medians(runs: Sequence[Mapping[str, Any]]) -> tuple[float, float]:
 @dataclasses.dataclass(frozen=True)
 class PriorDeadlines:
     """What a finished cell's ``deadline-best`` ran: the stated deadline its grid was built
-    on, the runs of the deadlines whose per-seed numbers it kept (the pick's: its stored
-    runs), and the stored entries of the others (only their aggregates were kept; none is
-    the pick, so none can be the best of a larger grid)."""
+    on, its pick (``pick_s``), the runs of the deadlines whose per-seed numbers it kept (the
+    pick's: its stored runs), and the stored entries of the others (only their aggregates
+    were kept; none is the pick, so none can be the best of a larger grid)."""
 
     stated_s: float
+    pick_s: float
     runs: Mapping[float, Runs]
     entries: Mapping[float, Mapping[str, Any]]
 
@@ -101,7 +102,7 @@ def prior_deadlines(cell: Mapping[str, Any], settings: Mapping[str, Any] | None 
             entries[d] = entry
     entries.pop(float(best), None)
     runs[float(best)] = picked
-    return PriorDeadlines(float(stored["stated_deadline_s"]), runs, entries)
+    return PriorDeadlines(float(stored["stated_deadline_s"]), float(best), runs, entries)
 
 
 def _worse(entry: Mapping[str, Any], seeds: int, score: tuple[float, float]) -> bool:
@@ -146,10 +147,6 @@ def deadline_best(grid: Sequence[float], seeds: Sequence[int],
         prior = None
     if prior is not None and all(prior.find(d) is not None for d in grid):
         prior = None  # nothing added: this is a re-run, not an extension
-    pick = None
-    if prior is not None:
-        pick = next(d for d, rs in prior.runs.items()
-                    if rs and not any(r.get("skeleton") for r in rs))
     tried: dict[float, Runs] = {}
     kept: dict[float, Mapping[str, Any]] = {}
     read: set[float] = set()
@@ -159,7 +156,7 @@ def deadline_best(grid: Sequence[float], seeds: Sequence[int],
             tried[d] = [dict(r) for r in prior.runs[old]]
             read.add(d)
         elif old is not None and _worse(prior.entries[old], len(seeds),
-                                        _medians(prior.runs[pick])):
+                                        _medians(prior.runs[prior.pick_s])):
             kept[d] = {**prior.entries[old], "deadline_s": d}
             read.add(d)
         else:

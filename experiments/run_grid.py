@@ -89,37 +89,18 @@ def grid_methods(grid: Mapping[str, Any], cohort: int,
 def off_problem(grid: Mapping[str, Any], cell: Mapping[str, Any], method: str,
                 run_config: Mapping[str, Any] | None = None) -> str | None:
     """Why the fixed code ``method`` (``CODE:s``) would train another model than the cell's
-    other methods (``None``: it trains the same one). ``run_config``: the cell's own (a
-    finished cell's ``settings.run_config``), else the grid file's for the cell. The code is
-    the one the ServerApp builds for the cohort (its fallback included).
-
-    A code with ``k`` partitions for a cohort of ``c`` clients codes the clients' own
-    partitions when ``k = c``; else, with every node in the cohort, the ServerApp splits
-    the app's whole data into ``k`` partitions (it warns), the same round only where the
-    update is one full-batch gradient (the round's sum is the full gradient however the
-    data is split; local epochs of minibatch SGD on other partitions train another model);
-    with sampled cohorts it runs ``grouped-rs`` in its place (the code named is not the
-    code run; ``experiments.compare`` refuses such a code before any run)."""
+    other methods (``None``: it trains the same one; :func:`experiments.compare.code_fit`,
+    the code judged as the ServerApp builds it for the cohort, its fallback included).
+    ``run_config``: the cell's own (a finished cell's ``settings.run_config``), else the grid
+    file's for the cell."""
     if ":" not in method:
         return None
-    from experiments.compare import cell_run_config, code_partitions
-    from experiments.rival_runs import parse_code
+    from experiments.compare import cell_run_config, code_fit
     from fl_gradcode.config.keys import merge_config
 
-    code, s = parse_code(method)
     cfg = merge_config(run_config if run_config is not None
                        else cell_run_config(grid, cell["task"], cell["latency"]))
-    cohort = int(cell["cohort"])
-    m = cfg["m"] if code == "comm-efficient" else None  # the other codes take no m
-    k = code_partitions(code, s, cohort, m)
-    if k == cohort or (int(cell["n"]) == cohort and cfg["update"] == "gradient"):
-        return None
-    why = ("its round trains on the whole data split into k partitions, not on the cohort's"
-           if int(cell["n"]) != cohort else
-           f"update = {cfg['update']!r} is not one full-batch gradient, so k partitions of "
-           "the data train another model")
-    return (f"{method} has k = {k} partitions for a cohort of {cohort}"
-            + (f" (m = {m})" if m is not None else "") + f": {why}")
+    return code_fit(method, int(cell["n"]), int(cell["cohort"]), cfg)[1]
 
 
 def _load(out: Path) -> dict[str, Any]:
