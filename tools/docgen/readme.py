@@ -74,10 +74,10 @@ def _span(values: list[float], fmt: str = ".2f") -> str:
     return f"{lo:{fmt}}×" if f"{lo:{fmt}}" == f"{hi:{fmt}}" else f"{lo:{fmt}}×–{hi:{fmt}}×"
 
 
-
 def _main_deadline() -> str:
     """The main job's deadline today, as the grid file's rule gave it."""
     return f"`straggler-timeout` {load('main_job_deadline.json')['straggler_timeout_s']:g} s"
+
 
 @block("first-hour-headline")
 def first_hour_headline() -> str:
