@@ -31,7 +31,9 @@ multiples of the stated one, chosen on the reported seeds by :func:`best_deadlin
 The JSON: ``{"settings": {...}, "runs": [{"method", "seed", "time_to_target",
 "final_accuracy", "rounds", "bytes_up", "client_compute_s", ...}], "summary": {...}}``
 (``rounds``: the server's aggregations, FedBuff's buffered steps included:
-``settings.fedbuff.server_steps``);
+``settings.fedbuff.server_steps``; ``bytes_up``: every reply uploaded, those that arrived
+after a deadline or were not kept included: what the clients sent, not what was used;
+``client_compute_s``: every partition computed, late and wasted work included);
 ``summary[method]`` holds the paired per-seed ratios method / auto (time to target, client
 compute, bytes up) with their geometric mean and a 95 % bootstrap interval over seeds.
 """
@@ -44,6 +46,7 @@ import functools
 import logging
 import time
 import tomllib
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -68,7 +71,7 @@ from experiments.rival_runs import RIVALS, Cell, parse_code, run_coded, run_riva
 from experiments.summary import bootstrap_ratio, fmt, print_summary, summarize
 
 __all__ = ["Cell", "best_deadline", "bootstrap_ratio", "built_code", "cell_own_keys",
-           "cell_run_config", "charge_once", "check_codes", "code_fit",
+           "cell_run_config", "charge_at", "charge_once", "check_codes", "code_fit",
            "compare", "grid_cell", "load_grid", "lookup", "main", "print_summary",
            "registry_config", "run_cell", "run_coded", "run_rival", "summarize", "task_target"]
 
@@ -156,8 +159,38 @@ def task_target(table: Mapping[str, Any], n: int, cohort: int) -> float:
     return float(table.get("targets", {}).get(f"{n}x{cohort}", table["target"]))
 
 
+def charge_at(charges: Mapping[str, float], n: int) -> tuple[float | None, str | None]:
+    """``(seconds, how)`` charged per partition at ``n`` nodes from a task's ``charge_s``
+    (values measured once at some ``n``, fixed in the grid file): the value at ``n``
+    (``how`` ``None``: the grid file's own words); at another ``n``, the log-log line through
+    the two listed ``n`` around it (or the nearest two, beyond them; with one listed ``n``,
+    proportional to the mean partition size, ``1 / n``), so that a cell off the grid charges
+    the same on every run instead of a wall-clock measurement taken under whatever load the
+    machine has. ``(None, None)``: no ``charge_s`` (the cell measures once)."""
+    import math
+
+    if not charges:
+        return None, None
+    if str(n) in charges:
+        return float(charges[str(n)]), None
+    points = sorted((int(k), float(v)) for k, v in charges.items())
+    if len(points) == 1:
+        (n0, c0), = points
+        return c0 * n0 / n, (f"charge_s of the grid file at n={n0} ({c0:g} s) scaled by the "
+                             f"mean partition size (x {n0}/{n}), charged to every method as "
+                             "partition-cost-s")
+    right = next((i for i, (k, _) in enumerate(points) if k > n), len(points) - 1)
+    (n0, c0), (n1, c1) = points[max(right - 1, 0)], points[max(right, 1)]
+    slope = (math.log(c1) - math.log(c0)) / (math.log(n1) - math.log(n0))
+    value = c0 * (n / n0) ** slope
+    return value, (f"charge_s of the grid file at n={n0} and n={n1} ({c0:g} s, {c1:g} s), "
+                   f"on the log-log line through them at n={n}, charged to every method as "
+                   "partition-cost-s")
+
+
 def charge_once(cell: Cell, seed: int, journal: Journal | None = None,
-                fixed: float | None = None) -> tuple[Cell, dict[str, Any]]:
+                fixed: float | None = None, fixed_how: str | None = None
+                ) -> tuple[Cell, dict[str, Any]]:
     """For a cell whose run config says ``virtual-compute=measured-once``: measure one
     partition update once (:func:`fl_gradcode.tasks.charged_measured_cost`, on ``seed``'s
     data) and charge that value to every method and seed of the cell (``partition-cost-s``
@@ -174,10 +207,10 @@ def charge_once(cell: Cell, seed: int, journal: Journal | None = None,
 
     if fixed is not None:
         charged = charged_cost(fixed)
-        facts = {"compute_charge": "measured once on this machine, idle, before any "
-                                   "evaluation run, and fixed in experiments/grid.toml "
-                                   "(charge_s of the task), charged to every method as "
-                                   "partition-cost-s"}
+        facts = {"compute_charge": fixed_how or (
+            "measured once on this machine, idle, before any evaluation run, and fixed in "
+            "experiments/grid.toml (charge_s of the task), charged to every method as "
+            "partition-cost-s")}
     else:
         charged = journal.meta("charge") if journal is not None else None
         if charged is None:
@@ -202,9 +235,11 @@ def check_methods(methods: Sequence[str]) -> list[str]:
 
 def check_cell(cell: Cell, task: str, seeds: Sequence[int]) -> None:
     """Refuse, before any run, run-config keys the table does not know (or of the wrong
-    type) and a task whose data cannot be split into ``n`` partitions (e.g. 1,437 digits
-    into 1,000 Dirichlet partitions), naming the task and ``n``."""
+    type), a task whose data cannot be split into ``n`` partitions (e.g. 1,437 digits
+    into 1,000 Dirichlet partitions), naming the task and ``n``, and a latency model the
+    ServerApp could not build (an unknown name, a parameter out of range)."""
     from fl_gradcode.data import run_partitions
+    from server.app import run_latency
 
     for seed in seeds:
         cfg = cell.config(seed)
@@ -215,6 +250,10 @@ def check_cell(cell: Cell, task: str, seeds: Sequence[int]) -> None:
                              f"(partitioner {cfg['partitioner']!r}, seed {seed}): {exc}; "
                              "use a smaller --n, another partitioner (--set partitioner=iid) "
                              "or a task with more data") from exc
+        try:
+            run_latency(cfg, cell.n)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"latency {cfg['latency']!r} (seed {seed}): {exc}") from exc
 
 
 @functools.cache
@@ -247,6 +286,9 @@ def code_fit(method: str, n: int, cohort: int, cfg: Mapping[str, Any]
     code, s = parse_code(method)
     m = cfg["m"] if code == "comm-efficient" else None  # the other codes take no m
     k, fallback = built_code(code, s, cohort, m)
+    if s >= cohort:  # the ServerApp clamps s to the cohort's largest tolerance, silently
+        fallback = (f"s={s} tolerates every client of a cohort of {cohort} (at most "
+                    f"{cohort - 1}): the ServerApp would run s={cohort - 1} under this name")
     if k == cohort or (n == cohort and cfg["update"] == "gradient"):
         return fallback, None
     why = (f"the cohort is sampled (of n = {n}): the ServerApp would run grouped-rs in its "
@@ -288,7 +330,8 @@ class Runner:
         self.coded_cell: Cell | None = None
         self.journal = journal
 
-    def _run(self, key: tuple, make: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    def _run(self, key: tuple, make: Callable[[], dict[str, Any]],
+             label: str | None = None) -> dict[str, Any]:
         if key not in self.cache and self.journal is not None:
             resumed = self.journal.get(key)
             if resumed is not None:
@@ -298,7 +341,7 @@ class Runner:
             self.cache[key] = record
             if self.journal is not None:
                 self.journal.add(key, record)
-            self.log(f"  {key[0]:>14} seed {record['seed']:>3}: time to target "
+            self.log(f"  {label or key[0]:>14} seed {record['seed']:>3}: time to target "
                      f"{fmt(record['time_to_target'])} s, final "
                      f"{fmt(record['final_accuracy'], '.3f')}, {record['rounds']} rounds, "
                      f"compute {record['client_compute_s']:.1f} s ({record['wall_s']:.1f} s)")
@@ -315,7 +358,8 @@ class Runner:
 
     def deadline(self, deadline: float, seed: int, label: str) -> dict[str, Any]:
         record = self._run(("deadline", round(deadline, 12), seed),
-                           lambda: run_rival("deadline", seed, self.cell, deadline))
+                           lambda: run_rival("deadline", seed, self.cell, deadline),
+                           f"{label} {deadline:.3g}s" if label != "deadline" else None)
         return {**record, "method": label}
 
     def stated_deadline(self, dev_seeds: Sequence[int], quantile: float,
@@ -398,7 +442,12 @@ def main(argv: list[str] | None = None) -> int:
     from fl_gradcode.flower.blas import serial_blas
 
     try:  # and BLAS on one thread: a reply's norm took 1.2 ms on two busy cores, 0.07 on one
-        with serial_blas():
+        with serial_blas(), warnings.catch_warnings():
+            # the harness's own choices, warned about in every run: its counting mod sits
+            # inside the coding mod on purpose (it counts every partition computed), and its
+            # nodes have no partition key (public seeds: runs are paired across methods)
+            warnings.filterwarnings("ignore", message="ComputeCounter is listed after")
+            warnings.filterwarnings("ignore", message="gradient_coding_mod: no partition key")
             return _main(args)
     finally:
         flwr_logger.setLevel(level)
@@ -426,7 +475,7 @@ def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, coho
     cell = grid_cell(grid, task_name, latency, n, cohort, rounds, target, sets)
     check_cell(cell, task_name, [*seeds, *dev_seeds])
     check_codes(cell, methods)
-    fixed = lookup(grid, "tasks", task_name).get("charge_s", {}).get(str(n))
+    fixed, fixed_how = charge_at(lookup(grid, "tasks", task_name).get("charge_s", {}), n)
     book = None
     if journal is not None:
         book = Journal(journal, {"cell": dataclasses.asdict(cell), "seeds": list(seeds),
@@ -441,7 +490,7 @@ def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, coho
         log(f"compare: latency {ran!r} runs with the keys of the grid's {latency!r} table "
             "(--latency and --set latency differ)")
     t0 = time.perf_counter()
-    cell, charge = charge_once(cell, [*seeds, *dev_seeds][0], book, fixed)
+    cell, charge = charge_once(cell, [*seeds, *dev_seeds][0], book, fixed, fixed_how)
     log(f"compare: task {task_name}, latency {latency or 'key-table defaults'}, "
         f"n={n}, cohort={cohort}, {rounds} rounds, target {target}, seeds {list(seeds)}"
         + (f", compute charged {charge['measured_partition_cost_s']:.4f} s per partition"
@@ -489,48 +538,67 @@ def _main(args: argparse.Namespace) -> int:
     if args.grid:
         from experiments.run_grid import run_grid
 
-        methods = split_methods(args.methods) if args.methods else None
+        try:
+            methods = split_methods(args.methods) if args.methods else None
+        except ValueError as exc:
+            raise SystemExit(f"python -m experiments.compare: {exc}") from None
         return run_grid(grid, args.cells, Path(args.out or GRID_OUT), methods,
                         rerun=args.rerun)
-    quick = bool(args.quick)
-
-    def given(value: Any, name: str) -> Any:  # an explicit flag wins over --quick's slice
-        if value is not None:
-            return parse_seeds(value) if "seeds" in name else value
-        return QUICK[name] if quick else (parse_seeds(DEFAULTS[name]) if "seeds" in name
-                                          else DEFAULTS[name])
-
     out = Path(args.out or DEFAULT_OUT)
     try:  # every argument checked before any run: a bad one is a message, not a traceback
-        task = lookup(grid, "tasks", args.task)
-        sets = parse_sets(args.set)
-        latency = cell_latency(args.latency, sets, grid.get("latency", {}))
-        if latency:
-            lookup(grid, "latency", latency)
-        seeds, dev_seeds = given(args.seeds, "seeds"), given(args.dev_seeds, "dev_seeds")
-        methods = check_methods(split_methods(args.methods) if args.methods else
-                                QUICK["methods"] if quick else list(DEFAULT_METHODS))
+        cell = parse_cell(grid, args)
         check_out(out)
     except ValueError as exc:
         raise SystemExit(f"python -m experiments.compare: {exc}") from None
-    n = int(given(args.n, "n"))
-    cohort = args.cohort or n
-    if not 1 <= cohort <= n:
-        raise SystemExit(f"--cohort {cohort}: expected 1..n (n={n})")
-    rounds = args.rounds or (QUICK["rounds"] if quick else int(grid["scale"]["rounds"]))
-    if args.target is None and not quick and "target" not in task:
-        raise SystemExit(f"task {args.task!r} has no target in experiments/grid.toml yet "
-                         "(its rule: 0.95 x the median final accuracy of wait-for-all on the "
-                         "development seeds at (20, 20)): pass --target")
-    target = float(args.target if args.target is not None
-                   else QUICK["target"] if quick else task_target(task, n, cohort))
-    result = run_cell(grid, args.task, latency, n, cohort, rounds, seeds, dev_seeds,
-                      methods, target, sets, quick)
+    result = run_cell(grid, args.task, cell["latency"], cell["n"], cell["cohort"],
+                      cell["rounds"], cell["seeds"], cell["dev_seeds"], cell["methods"],
+                      cell["target"], cell["sets"], bool(args.quick))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(dumps(result))
     print_summary(result)
     print(f"wrote {out} ({result['runtime_s']:.1f} s)")
     return 0
+
+
+def parse_cell(grid: Mapping[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """The one cell the flags name (an explicit flag wins over ``--quick``'s slice), checked
+    as :func:`run_cell` will check it before its first run (a ``ValueError`` naming the bad
+    value: the task's data split ``n`` ways, the codes, the latency model's parameters)."""
+    quick = bool(args.quick)
+    task = lookup(grid, "tasks", args.task)
+    sets = parse_sets(args.set)
+    latency = cell_latency(args.latency, sets, grid.get("latency", {}))
+    if latency:
+        lookup(grid, "latency", latency)
+    seeds = (parse_seeds(args.seeds) if args.seeds is not None
+             else QUICK["seeds"] if quick else parse_seeds(DEFAULTS["seeds"]))
+    dev_seeds = (parse_seeds(args.dev_seeds, "--dev-seeds") if args.dev_seeds is not None
+                 else QUICK["dev_seeds"] if quick else parse_seeds(DEFAULTS["dev_seeds"]))
+    methods = check_methods(split_methods(args.methods) if args.methods else
+                            QUICK["methods"] if quick else list(DEFAULT_METHODS))
+    n = int(args.n if args.n is not None else QUICK["n"] if quick else DEFAULTS["n"])
+    if n < 1:
+        raise ValueError(f"--n {n}: expected at least 1 node")
+    cohort = n if args.cohort is None else int(args.cohort)
+    if not 1 <= cohort <= n:
+        raise ValueError(f"--cohort {cohort}: expected 1..n (n={n})")
+    rounds = int(args.rounds if args.rounds is not None
+                 else QUICK["rounds"] if quick else grid["scale"]["rounds"])
+    if rounds < 1:
+        raise ValueError(f"--rounds {rounds}: expected at least 1 round")
+    if args.target is None and not quick and "target" not in task:
+        raise ValueError(f"task {args.task!r} has no target in experiments/grid.toml yet "
+                         "(its rule: 0.95 x the median final accuracy of wait-for-all on the "
+                         "development seeds at (20, 20)): pass --target")
+    target = float(args.target if args.target is not None
+                   else QUICK["target"] if quick else task_target(task, n, cohort))
+    if not 0.0 < target <= 1.0:
+        raise ValueError(f"--target {target}: expected an accuracy in (0, 1]")
+    checked = grid_cell(grid, args.task, latency, n, cohort, rounds, target, sets)
+    check_cell(checked, args.task, [*seeds, *dev_seeds])
+    check_codes(checked, methods)
+    return {"latency": latency, "n": n, "cohort": cohort, "rounds": rounds, "seeds": seeds,
+            "dev_seeds": dev_seeds, "methods": methods, "target": target, "sets": sets}
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ __all__ = [
     "DEFAULT_METHODS",
     "DEFAULT_OUT",
     "GRID_OUT",
+    "HARNESS_KEYS",
     "QUICK",
     "build_parser",
     "cell_latency",
@@ -40,27 +41,46 @@ DEFAULT_LATENCY = "persistent"
 #: the grid's file: one cell written there would replace every cell of the grid).
 GRID_OUT = "results/compare.json"
 DEFAULT_OUT = "results/compare_cell.json"
+#: Run-config keys the harness sets for every run (``rival_runs.Cell.config`` and the
+#: methods): ``--set`` refuses them, naming what to use instead (it would be overwritten).
+HARNESS_KEYS = {"seed": "--seeds", "num-rounds": "--rounds", "num-clients": "--n",
+                "fraction-train": "--cohort", "timing": "nothing: every run is in virtual time",
+                "results-dir": "--out", "rival": "--methods",
+                "s": "--methods (auto, or CODE:s such as grouped-rs:2)"}
 
 
 def build_parser(doc: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m experiments.compare", description=doc)
-    parser.add_argument("--task", default="digits-logreg")
+    parser.add_argument("--task", default="digits-logreg",
+                        help="a task of experiments/grid.toml (digits-logreg, mnist1d-cnn, "
+                             "natural-noniid); default: digits-logreg, the main job's")
     parser.add_argument("--latency", default=None,
                         help="a latency regime of experiments/grid.toml ('': the key table's "
                              f"defaults); default: the regime --set latency=... names, else "
                              f"{DEFAULT_LATENCY}")
     parser.add_argument("--n", type=int, default=None, help=f"default: {DEFAULTS['n']}")
-    parser.add_argument("--cohort", type=int, default=0, help="default: n")
+    parser.add_argument("--cohort", type=int, default=None,
+                        help="clients sampled each round (1..n); default: n")
     parser.add_argument("--methods", default="",
-                        help=f"default: {','.join(DEFAULT_METHODS)} (with --grid: the "
+                        help="comma list of auto, auto-approximate, wait-for-all, deadline, "
+                             "deadline-best, first-k, fedbuff and fixed exact codes CODE:s "
+                             "(grouped-rs, crc, frc, comm-efficient, ..., e.g. grouped-rs:2); "
+                             f"default: {','.join(DEFAULT_METHODS)} (with --grid: the "
                              "grid's default list and its fixed codes)")
-    parser.add_argument("--seeds", default=None, help=f"default: {DEFAULTS['seeds']}")
+    parser.add_argument("--seeds", default=None,
+                        help="evaluation seeds, e.g. 0,1,2 or 10-19 (non-negative); "
+                             f"default: {DEFAULTS['seeds']}")
     parser.add_argument("--dev-seeds", default=None,
                         help="seeds whose wait-for-all runs fix the stated deadline; "
                              f"default: {DEFAULTS['dev_seeds']}")
-    parser.add_argument("--rounds", type=int, default=0, help="default: grid.toml's")
+    parser.add_argument("--rounds", type=int, default=None, help="default: grid.toml's")
     parser.add_argument("--target", type=float, default=None, help="default: the task's")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a run-config key of the main job (fl_gradcode/config/keys.py, "
+                             "docs/options.md), repeatable, e.g. --set latency=bimodal --set "
+                             "latency-p=0.1; the keys the harness sets itself (seed, "
+                             "num-rounds, num-clients, fraction-train, s, ...) are refused, "
+                             "naming the flag to use")
     parser.add_argument("--out", default=None,
                         help=f"default: {GRID_OUT} with --grid, else {DEFAULT_OUT} (one cell "
                              "is never written over a grid's file)")
@@ -96,6 +116,9 @@ def parse_sets(pairs: Sequence[str]) -> dict[str, Any]:
         except KeyError:
             raise ValueError(f"--set {pair!r}: unknown run-config key {name!r} (see "
                              "fl_gradcode/config/keys.py)") from None
+        if name in HARNESS_KEYS:
+            raise ValueError(f"--set {pair!r}: the harness sets {name} for every run (it "
+                             f"would be overwritten); use {HARNESS_KEYS[name]}")
         if text in entry.also:
             out[name] = text
             continue
@@ -112,23 +135,34 @@ def parse_sets(pairs: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-def parse_seeds(text: str) -> list[int]:
-    """``"0,1,2"`` or ``"10-19"`` (or both, comma separated)."""
+def parse_seeds(text: str, flag: str = "--seeds") -> list[int]:
+    """``"0,1,2"`` or ``"10-19"`` (or both, comma separated): non-negative integers, at least
+    one, none twice (a ``ValueError`` naming ``flag`` otherwise)."""
     seeds: list[int] = []
     for part in (p.strip() for p in text.split(",") if p.strip()):
         lo, sep, hi = part.partition("-")
-        if sep and lo.isdigit() and hi.isdigit():
+        if sep and lo.isdigit() and hi.isdigit() and int(lo) <= int(hi):
             seeds.extend(range(int(lo), int(hi) + 1))
-        elif part.lstrip("-").isdigit():
+        elif part.isdigit():
             seeds.append(int(part))
         else:
-            raise ValueError(f"--seeds {text!r}: expected integers like 0,1,2 or 10-19")
+            raise ValueError(f"{flag} {text!r}: expected non-negative integers like 0,1,2 or "
+                             "ranges like 10-19 (low-high)")
+    if not seeds:
+        raise ValueError(f"{flag} {text!r}: expected at least one seed")
+    twice = sorted({s for s in seeds if seeds.count(s) > 1})
+    if twice:
+        raise ValueError(f"{flag} {text!r}: seeds {twice} given twice")
     return seeds
 
 
 def split_methods(text: str) -> list[str]:
-    """``"auto, fedbuff"`` -> ``["auto", "fedbuff"]``."""
-    return [m.strip() for m in text.split(",") if m.strip()]
+    """``"auto, fedbuff"`` -> ``["auto", "fedbuff"]``; a method named twice is refused."""
+    methods = [m.strip() for m in text.split(",") if m.strip()]
+    twice = sorted({m for m in methods if methods.count(m) > 1})
+    if twice:
+        raise ValueError(f"--methods {text!r}: {twice} named twice")
+    return methods
 
 
 def cell_latency(flag: str | None, sets: Mapping[str, Any], tables: Mapping[str, Any]) -> str:

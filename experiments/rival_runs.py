@@ -118,8 +118,11 @@ class Cell:
         return max(1, math.ceil(self.fedbuff_buffer_fraction * self.cohort - 1e-9))
 
     def fedbuff_steps(self) -> int:
-        """Server steps with as many client updates as ``rounds`` synchronous rounds."""
-        return self.rounds * math.ceil(self.cohort / self.fedbuff_buffer())
+        """Server steps with as many client updates as ``rounds`` synchronous rounds: the
+        fewest steps of ``K`` updates that take ``rounds * cohort`` updates (fewer than ``K``
+        more where ``K`` does not divide it; ``rounds * ceil(cohort / K)`` gave up to
+        ``rounds * (K - 1)`` more)."""
+        return math.ceil(self.rounds * self.cohort / self.fedbuff_buffer() - 1e-9)
 
 
 def _client_app(counter: ComputeCounter, share: bool = False) -> Any:

@@ -75,5 +75,9 @@ def print_summary(result: Mapping[str, Any]) -> None:
         print(f"{method:>16}: reached {entry['reached_target']}/{entry['seeds']}, median "
               f"time {fmt(entry['median_time_to_target'])} s, final "
               f"{entry['mean_final_accuracy']:.3f}"
-              + (f", time / auto {fmt(ratio.get('geomean'))} {ratio.get('ci95')}"
-                 if ratio else ""))
+              + (f", time / auto {fmt(ratio['geomean'])} [{fmt(ratio['ci95'][0])}, "
+                 f"{fmt(ratio['ci95'][1])}] over "
+                 f"{sum(v is not None for v in ratio['per_seed'].values())} seeds"
+                 if ratio and ratio.get("geomean") is not None and ratio.get("ci95")
+                 else ", time / auto: no seed where both reached the target" if ratio
+                 else ""))

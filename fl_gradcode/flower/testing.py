@@ -184,13 +184,15 @@ class InProcessGrid:
     def send_and_receive(
         self, messages: Iterable[Message], *, timeout: float | None = None
     ) -> list[Message]:
-        ids = {mid for mid in self.push_messages(messages) if mid}
+        # in push order (a dict, not a set of random ids): the replies come back in the
+        # same order in every run, so sums over them are the same to the last bit
+        ids = dict.fromkeys(mid for mid in self.push_messages(messages) if mid)
         t_end = time.monotonic() + (timeout or 3600)
         replies: list[Message] = []
         while ids and time.monotonic() < t_end:
             got = self.pull_messages(list(ids))
             for reply in got:
-                ids.discard(reply.metadata.reply_to_message_id)
+                ids.pop(reply.metadata.reply_to_message_id, None)
             replies.extend(got)
             if ids:
                 time.sleep(0.002)

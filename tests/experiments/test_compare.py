@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from experiments import compare
+from experiments.rival_runs import Cell, run_rival
 
 RUN_KEYS = {"method", "seed", "time_to_target", "final_accuracy", "rounds", "bytes_up",
             "client_compute_s"}
@@ -169,6 +170,26 @@ def test_a_setting_outside_the_grid_and_bad_values_are_handled():
     (["--set", "latency-q=1"], "unknown run-config key 'latency-q'"),
     (["--methods", "auto,grouped-rs"], "a fixed code is written CODE:s"),
     (["--seeds", "ten"], "ten"),
+    # checked before the first run too, not when the run that needs them starts
+    (["--set", "latency=bogus"], "latency='bogus'; expected one of"),
+    (["--set", "latency-p=2"], "p=2.0 must be a probability"),
+    (["--n", "8", "--methods", "auto,grouped-rs:99"], "s=99 tolerates every client"),
+    (["--seeds=-1"], "expected non-negative integers"),
+    (["--seeds", "5-3"], "expected non-negative integers"),
+    (["--seeds", ""], "expected at least one seed"),
+    (["--seeds", "3,3"], "seeds [3] given twice"),
+    (["--methods", "auto,auto"], "['auto'] named twice"),
+    (["--rounds", "0"], "--rounds 0: expected at least 1 round"),
+    (["--rounds", "-1"], "--rounds -1"),
+    (["--cohort", "0"], "--cohort 0: expected 1..n"),
+    (["--n", "0"], "--n 0: expected at least 1 node"),
+    (["--target", "1.5"], "--target 1.5"),
+    # keys the harness sets for every run would be overwritten: refused, naming the flag
+    (["--set", "num-rounds=5"], "use --rounds"),
+    (["--set", "seed=3"], "use --seeds"),
+    (["--set", "num-clients=4"], "use --n"),
+    (["--set", "fraction-train=0.5"], "use --cohort"),
+    (["--set", "s=1"], "use --methods"),
 ])
 def test_a_bad_argument_is_a_message_before_any_run(tmp_path, argv, named):
     out = tmp_path / "never.json"
@@ -187,7 +208,7 @@ def test_the_bootstrap_interval_is_seeded_and_holds_the_geometric_mean():
 
 def test_a_task_that_cannot_be_split_n_ways_is_refused_before_any_run(tmp_path):
     """1,437 training digits cannot be split into 1,000 Dirichlet partitions."""
-    with pytest.raises(ValueError, match=r"task 'digits-logreg' cannot be split into n=1000 "
+    with pytest.raises(SystemExit, match=r"task 'digits-logreg' cannot be split into n=1000 "
                                          r"partitions \(partitioner 'dirichlet', seed 10\)"):
         compare.main(["--n", "1000", "--cohort", "100", "--seeds", "10",
                       "--out", str(tmp_path / "x.json")])
@@ -199,7 +220,7 @@ def test_a_fixed_code_the_serverapp_replaces_for_a_sampled_cohort_is_refused_bef
     """comm-efficient s = 2 with the digits task's m = 1 has k = 18 partitions for a cohort of
     20 sampled from 40: the ServerApp would run grouped-rs instead, so the command refuses
     the method before running (its numbers would carry the wrong name)."""
-    with pytest.raises(ValueError, match=r"comm-efficient:2 has k = 18 partitions for a "
+    with pytest.raises(SystemExit, match=r"comm-efficient:2 has k = 18 partitions for a "
                                          r"cohort of 20 \(m = 1\): the cohort is sampled "
                                          r"\(of n = 40\)"):
         compare.main(["--n", "40", "--cohort", "20", "--seeds", "10", "--methods",
@@ -214,7 +235,7 @@ def test_a_fixed_code_that_would_train_another_model_is_refused_by_one_cell_as_b
     re-split 18 ways, another model than the other methods'. The grid sets it aside; one cell
     refuses it before any run, naming why."""
     out = tmp_path / "x.json"
-    with pytest.raises(ValueError, match=r"comm-efficient:2 has k = 18 partitions for a "
+    with pytest.raises(SystemExit, match=r"comm-efficient:2 has k = 18 partitions for a "
                                          r"cohort of 20 \(m = 1\): update = 'local'"):
         compare.main(["--task", "mnist1d-cnn", "--n", "20", "--seeds", "10", "--rounds", "1",
                       "--methods", "wait-for-all,comm-efficient:2", "--out", str(out)])
@@ -226,11 +247,11 @@ def test_a_code_that_cannot_take_the_cohort_or_an_unknown_code_is_refused_before
     """FRC needs (s + 1) | n: frc:2 for 20 clients would run grouped-rs:2 under frc's name.
     Both are refused before the first run (not when their turn comes, after the others)."""
     out = tmp_path / "x.json"
-    with pytest.raises(ValueError, match=r"frc:2: code='frc' with s=2 cannot take a cohort "
+    with pytest.raises(SystemExit, match=r"frc:2: code='frc' with s=2 cannot take a cohort "
                                          r"of 20.*using grouped-rs"):
         compare.main(["--n", "20", "--seeds", "10", "--methods", "wait-for-all,frc:2",
                       "--out", str(out)])
-    with pytest.raises(ValueError, match=r"unknown code 'bogus'"):
+    with pytest.raises(SystemExit, match=r"unknown code 'bogus'"):
         compare.main(["--n", "20", "--seeds", "10", "--methods", "wait-for-all,bogus:2",
                       "--out", str(out)])
     assert not out.exists()
@@ -453,3 +474,50 @@ def test_an_exact_round_of_a_code_trains_fedavgs_model(tmp_path):
     got = _one_cnn_round(tmp_path, ["wait-for-all", "grouped-rs:2", "comm-efficient:1"])
     for method in ("grouped-rs:2", "comm-efficient:1"):
         assert got[method] == pytest.approx(got["wait-for-all"], rel=1e-9, abs=1e-12), method
+
+
+def test_a_cnn_cell_off_the_grids_scales_charges_a_stated_value_not_a_measurement(
+        monkeypatch, one_torch_thread):
+    """charge_s is fixed at n = 20 and 100: at n = 4 (or 50) the charge comes from the log-log
+    line through them (checked here against numpy's interpolation in log space), never from
+    a wall-clock measurement that would differ from run to run."""
+    import fl_gradcode.tasks
+
+    def measuring(cfg, n):
+        raise AssertionError("measured although the grid fixes charges")
+
+    monkeypatch.setattr(fl_gradcode.tasks, "charged_measured_cost", measuring)
+    grid = compare.load_grid()
+    table = grid["tasks"]["mnist1d-cnn"]["charge_s"]
+    (n0, c0), (n1, c1) = sorted((int(k), v) for k, v in table.items())[:2]
+    slope = (np.log(c1) - np.log(c0)) / (np.log(n1) - np.log(n0))
+    for n in (4, 50):
+        expected = float(np.exp(np.log(c0) + slope * (np.log(n) - np.log(n0))))
+        assert compare.charge_at(table, n)[0] == pytest.approx(expected, rel=1e-12)
+    assert compare.charge_at(table, n0) == (c0, None)
+    assert compare.charge_at({}, 7) == (None, None)
+    result = compare.run_cell(grid, "mnist1d-cnn", "persistent", 4, 4, 1, [10], [0],
+                              ["wait-for-all"], 0.1, log=lambda line: None)
+    assert result["settings"]["measured_partition_cost_s"] == pytest.approx(
+        compare.charge_at(table, 4)[0])
+    assert "log-log line" in result["settings"]["compute_charge"]
+
+
+@pytest.mark.parametrize(("cohort", "rounds"), [(20, 30), (100, 30), (5, 3), (7, 10), (6, 1)])
+def test_fedbuff_takes_as_many_client_updates_as_the_synchronous_rounds(cohort, rounds):
+    """K = ceil(cohort / 4) updates a server step: the steps take the synchronous rounds'
+    rounds * cohort updates, with fewer than K extra in all (not up to K - 1 every round)."""
+    cell = Cell(run_config={}, n=cohort, cohort=cohort, rounds=rounds, target=0.5)
+    k = -(-cohort // 4)
+    updates = cell.fedbuff_steps() * k
+    assert rounds * cohort <= updates < rounds * cohort + k
+
+
+def test_the_same_run_gives_the_same_numbers_to_the_last_bit(one_torch_thread):
+    """Same seed, same numbers: every point of the accuracy curve (virtual time, accuracy,
+    loss) of four identical runs is equal, not merely close (the replies are aggregated in
+    the same order every time)."""
+    grid = compare.load_grid()
+    cell = compare.grid_cell(grid, "digits-logreg", "bimodal", 8, 8, 3, 0.5)
+    curves = [run_rival("wait-for-all", 3, cell)["accuracy_curve"] for _ in range(4)]
+    assert all(curve == curves[0] for curve in curves[1:])
