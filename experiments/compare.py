@@ -14,10 +14,12 @@ virtual time (:mod:`experiments.rival_runs`), on the same seeds, data, cohorts a
 draws. A task and a latency regime are tables of ``experiments/grid.toml`` (the
 pre-registered grid), each naming its one declaration in :mod:`fl_gradcode.tasks`
 (``make_task(name).config`` / ``make_regime(name)``) plus keys of its own; a task whose
-compute is ``measured-once`` is measured once per cell and every method charged that value
-(:func:`charge_once`); ``--set KEY=VALUE`` adds any run-config key of
-``fl_gradcode/config/keys.py`` (values parsed as the key's type), so any setting
-outside the grid can be run.
+compute is ``measured-once`` charges every method the value the grid file fixes
+(``charge_s``; at another ``n``, on the log-log line through its values: :func:`charge_at`),
+or, with no such value or with ``--set`` keys that change the compute, a value measured once
+per cell (:func:`charge_once`); ``--set KEY=VALUE`` adds any run-config key of
+``fl_gradcode/config/keys.py`` (values parsed as the key's type) but those the harness sets
+for every run (``compare_cli.HARNESS_KEYS``), so a setting outside the grid can be run.
 
 Methods: ``auto`` (the main job: ``s=auto``), ``auto-approximate`` (``auto`` with
 ``auto-approximate = true``: approximate rounds with a deadline too), ``CODE:s`` (a fixed
@@ -53,8 +55,10 @@ from typing import Any
 
 from experiments.common import dumps
 from experiments.compare_cli import (
+    CELL_FLAGS,
     DEFAULT_METHODS,
     DEFAULT_OUT,
+    DEFAULT_TASK,
     DEFAULTS,
     GRID_OUT,
     QUICK,
@@ -159,6 +163,11 @@ def task_target(table: Mapping[str, Any], n: int, cohort: int) -> float:
     return float(table.get("targets", {}).get(f"{n}x{cohort}", table["target"]))
 
 
+#: Run-config keys a partition update's compute depends on (besides the data split): a cell
+#: whose ``--set`` changes one is measured, not charged a grid file's ``charge_s``.
+COMPUTE_KEYS = frozenset({"dataset", "model", "update", "local-epochs", "batch-size"})
+
+
 def charge_at(charges: Mapping[str, float], n: int) -> tuple[float | None, str | None]:
     """``(seconds, how)`` charged per partition at ``n`` nodes from a task's ``charge_s``
     (values measured once at some ``n``, fixed in the grid file): the value at ``n``
@@ -250,10 +259,11 @@ def check_cell(cell: Cell, task: str, seeds: Sequence[int]) -> None:
                              f"(partitioner {cfg['partitioner']!r}, seed {seed}): {exc}; "
                              "use a smaller --n, another partitioner (--set partitioner=iid) "
                              "or a task with more data") from exc
-        try:
-            run_latency(cfg, cell.n)
-        except (ValueError, TypeError) as exc:
-            raise ValueError(f"latency {cfg['latency']!r} (seed {seed}): {exc}") from exc
+        if seed == seeds[0]:  # a parameter's validity does not depend on the seed
+            try:
+                run_latency(cfg, cell.n)
+            except (ValueError, TypeError) as exc:
+                raise ValueError(f"latency {cfg['latency']!r}: {exc}") from exc
 
 
 @functools.cache
@@ -292,7 +302,7 @@ def code_fit(method: str, n: int, cohort: int, cfg: Mapping[str, Any]
     if k == cohort or (n == cohort and cfg["update"] == "gradient"):
         return fallback, None
     why = (f"the cohort is sampled (of n = {n}): the ServerApp would run grouped-rs in its "
-           "place, whose partitions would be the whole data's, not the cohort's"
+           "place (this code's k partitions would be the whole data's, not the cohort's)"
            if n != cohort else
            f"update = {cfg['update']!r} is not one full-batch gradient, so k partitions of "
            "the data train another model")
@@ -458,24 +468,28 @@ def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, coho
              rounds: int, seeds: Sequence[int], dev_seeds: Sequence[int],
              methods: Sequence[str], target: float, sets: Mapping[str, Any] | None = None,
              quick: bool = False, log: Callable[[str], None] = print,
-             journal: Path | None = None, finished: Mapping[str, Any] | None = None
-             ) -> dict[str, Any]:
+             journal: Path | None = None, finished: Mapping[str, Any] | None = None,
+             checked: bool = False) -> dict[str, Any]:
     """One cell, every method on every seed: the JSON ``{"settings", "runs", "summary",
     "runtime_s"}``. ``journal``: a file keeping the cell's finished runs
     (:class:`experiments.journal.Journal`), so a cell cut off resumes where it stopped;
     ``runtime_s`` then counts the resumed runs' wall time, and ``resumed_runs`` how many.
     ``finished``: the cell as a finished grid run stored it, whose deadlines ``deadline-best``
     reads back when the grid's are extended (:func:`experiments.deadline_best.deadline_best`;
-    only if it ran with the same settings)."""
+    only if it ran with the same settings). ``checked``: the caller has made the checks a
+    cell gets before its first run (:func:`check_cell`, :func:`check_codes`)."""
     from fl_gradcode.config.keys import merge_config
 
     rules = grid["rules"]
     if not 1 <= cohort <= n:
         raise ValueError(f"--cohort {cohort}: expected 1..n (n={n})")
     cell = grid_cell(grid, task_name, latency, n, cohort, rounds, target, sets)
-    check_cell(cell, task_name, [*seeds, *dev_seeds])
-    check_codes(cell, methods)
-    fixed, fixed_how = charge_at(lookup(grid, "tasks", task_name).get("charge_s", {}), n)
+    if not checked:
+        check_cell(cell, task_name, [*seeds, *dev_seeds])
+        check_codes(cell, methods)
+    # a fixed charge was measured with the task's own compute: not with --set keys changing it
+    fixed, fixed_how = (charge_at(lookup(grid, "tasks", task_name).get("charge_s", {}), n)
+                        if not set(sets or {}) & COMPUTE_KEYS else (None, None))
     book = None
     if journal is not None:
         book = Journal(journal, {"cell": dataclasses.asdict(cell), "seeds": list(seeds),
@@ -536,23 +550,35 @@ def _main(args: argparse.Namespace) -> int:
         print(f"grid: merged {', '.join(merged) or 'no cell'} into {args.out or GRID_OUT}")
         return 0
     if args.grid:
-        from experiments.run_grid import run_grid
+        from experiments.run_grid import check_grid, run_grid
 
         try:
+            one_cell = [f"--{flag.replace('_', '-')}" for flag in CELL_FLAGS
+                        if getattr(args, flag) not in (None, [], False)]
+            if one_cell:
+                raise ValueError(f"{', '.join(one_cell)}: one cell's flags; --grid runs the "
+                                 "cells of experiments/grid.toml as it states them (--cells, "
+                                 "--methods, --rerun, --merge, --out)")
             methods = split_methods(args.methods) if args.methods else None
+            check_grid(grid, args.cells, methods, args.rerun)
         except ValueError as exc:
             raise SystemExit(f"python -m experiments.compare: {exc}") from None
         return run_grid(grid, args.cells, Path(args.out or GRID_OUT), methods,
                         rerun=args.rerun)
+    grid_only = [flag for flag, given in (("--cells", args.cells != "*"),
+                                          ("--rerun", args.rerun), ("--merge", args.merge))
+                 if given]
+    if grid_only:
+        raise SystemExit(f"python -m experiments.compare: {', '.join(grid_only)} needs --grid")
     out = Path(args.out or DEFAULT_OUT)
     try:  # every argument checked before any run: a bad one is a message, not a traceback
         cell = parse_cell(grid, args)
         check_out(out)
     except ValueError as exc:
         raise SystemExit(f"python -m experiments.compare: {exc}") from None
-    result = run_cell(grid, args.task, cell["latency"], cell["n"], cell["cohort"],
+    result = run_cell(grid, cell["task"], cell["latency"], cell["n"], cell["cohort"],
                       cell["rounds"], cell["seeds"], cell["dev_seeds"], cell["methods"],
-                      cell["target"], cell["sets"], bool(args.quick))
+                      cell["target"], cell["sets"], bool(args.quick), checked=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(dumps(result))
     print_summary(result)
@@ -565,7 +591,8 @@ def parse_cell(grid: Mapping[str, Any], args: argparse.Namespace) -> dict[str, A
     as :func:`run_cell` will check it before its first run (a ``ValueError`` naming the bad
     value: the task's data split ``n`` ways, the codes, the latency model's parameters)."""
     quick = bool(args.quick)
-    task = lookup(grid, "tasks", args.task)
+    task_name = args.task or DEFAULT_TASK
+    task = lookup(grid, "tasks", task_name)
     sets = parse_sets(args.set)
     latency = cell_latency(args.latency, sets, grid.get("latency", {}))
     if latency:
@@ -587,18 +614,22 @@ def parse_cell(grid: Mapping[str, Any], args: argparse.Namespace) -> dict[str, A
     if rounds < 1:
         raise ValueError(f"--rounds {rounds}: expected at least 1 round")
     if args.target is None and not quick and "target" not in task:
-        raise ValueError(f"task {args.task!r} has no target in experiments/grid.toml yet "
+        raise ValueError(f"task {task_name!r} has no target in experiments/grid.toml yet "
                          "(its rule: 0.95 x the median final accuracy of wait-for-all on the "
                          "development seeds at (20, 20)): pass --target")
     target = float(args.target if args.target is not None
                    else QUICK["target"] if quick else task_target(task, n, cohort))
     if not 0.0 < target <= 1.0:
         raise ValueError(f"--target {target}: expected an accuracy in (0, 1]")
-    checked = grid_cell(grid, args.task, latency, n, cohort, rounds, target, sets)
-    check_cell(checked, args.task, [*seeds, *dev_seeds])
+    if "code" in sets and any(":" in m for m in methods):
+        raise ValueError(f"--set code={sets['code']}: the fixed codes of --methods name their "
+                         "own (CODE:s); --set code applies to auto only: run those apart")
+    checked = grid_cell(grid, task_name, latency, n, cohort, rounds, target, sets)
+    check_cell(checked, task_name, [*seeds, *dev_seeds])
     check_codes(checked, methods)
-    return {"latency": latency, "n": n, "cohort": cohort, "rounds": rounds, "seeds": seeds,
-            "dev_seeds": dev_seeds, "methods": methods, "target": target, "sets": sets}
+    return {"task": task_name, "latency": latency, "n": n, "cohort": cohort, "rounds": rounds,
+            "seeds": seeds, "dev_seeds": dev_seeds, "methods": methods, "target": target,
+            "sets": sets}
 
 
 if __name__ == "__main__":

@@ -14,10 +14,12 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "CELL_FLAGS",
     "DEFAULTS",
     "DEFAULT_LATENCY",
     "DEFAULT_METHODS",
     "DEFAULT_OUT",
+    "DEFAULT_TASK",
     "GRID_OUT",
     "HARNESS_KEYS",
     "QUICK",
@@ -29,6 +31,7 @@ __all__ = [
     "split_methods",
 ]
 
+DEFAULT_TASK = "digits-logreg"
 DEFAULT_METHODS = ("auto", "wait-for-all", "deadline", "deadline-best", "first-k", "fedbuff")
 #: The quick slice (< 60 s): every kind of method on a small federation, one seed. A flag
 #: given with ``--quick`` replaces its entry.
@@ -42,16 +45,22 @@ DEFAULT_LATENCY = "persistent"
 GRID_OUT = "results/compare.json"
 DEFAULT_OUT = "results/compare_cell.json"
 #: Run-config keys the harness sets for every run (``rival_runs.Cell.config`` and the
-#: methods): ``--set`` refuses them, naming what to use instead (it would be overwritten).
-HARNESS_KEYS = {"seed": "--seeds", "num-rounds": "--rounds", "num-clients": "--n",
-                "fraction-train": "--cohort", "timing": "nothing: every run is in virtual time",
-                "results-dir": "--out", "rival": "--methods",
-                "s": "--methods (auto, or CODE:s such as grouped-rs:2)"}
+#: methods): ``--set`` refuses them, saying what to use instead (it would be overwritten).
+HARNESS_KEYS = {"seed": "use --seeds", "num-rounds": "use --rounds", "num-clients": "use --n",
+                "fraction-train": "use --cohort",
+                "timing": "no flag: every run is in virtual time",
+                "results-dir": "no flag: runs write no result files (the cell's JSON: --out)",
+                "rival": "use --methods",
+                "s": "use --methods (auto, or CODE:s such as grouped-rs:2)"}
+#: The flags of one cell (``parse_cell``): ``--grid`` refuses them (its cells are the grid
+#: file's).
+CELL_FLAGS = ("task", "latency", "n", "cohort", "seeds", "dev_seeds", "rounds", "target",
+              "set", "quick")
 
 
 def build_parser(doc: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m experiments.compare", description=doc)
-    parser.add_argument("--task", default="digits-logreg",
+    parser.add_argument("--task", default=None,
                         help="a task of experiments/grid.toml (digits-logreg, mnist1d-cnn, "
                              "natural-noniid); default: digits-logreg, the main job's")
     parser.add_argument("--latency", default=None,
@@ -118,7 +127,7 @@ def parse_sets(pairs: Sequence[str]) -> dict[str, Any]:
                              "fl_gradcode/config/keys.py)") from None
         if name in HARNESS_KEYS:
             raise ValueError(f"--set {pair!r}: the harness sets {name} for every run (it "
-                             f"would be overwritten); use {HARNESS_KEYS[name]}")
+                             f"would be overwritten); {HARNESS_KEYS[name]}")
         if text in entry.also:
             out[name] = text
             continue

@@ -1,8 +1,8 @@
 """The main job's round deadline (the key table's ``straggler-timeout``), by the rule written in
 ``experiments/grid.toml`` (``[rules]``: the stated deadline rule, ``main_job_deadline_digits``).
 
-The stated rule (``deadline_quantile``, ``deadline_slack``: 3 times the 75th percentile of the
-client times seen in wait-for-all runs) is applied to the development seeds in the main job's
+The stated rule (``deadline_slack`` times the ``deadline_quantile`` quantile of the client
+times seen in wait-for-all runs) is applied to the development seeds in the main job's
 own setting: digits-logreg with the key table's defaults (no latency table of the grid file),
 :data:`server.launch.NUM_SUPERNODES` nodes, all of them in each round's cohort, the grid's
 rounds. The runs are those of ``python -m experiments.compare`` (its :class:`Runner`): the
@@ -34,6 +34,7 @@ def main_job_deadline(grid: Mapping[str, Any], n: int,
     """The rule applied at ``n`` nodes (cohort ``n``): the JSON of
     ``results/main_job_deadline.json`` (``straggler_timeout_s``, the rounded value the key
     table must hold; ``stated_deadline_s`` before rounding; the client times it read)."""
+    from experiments.compare_cli import HARNESS_KEYS
     from fl_gradcode.rivals import stated_deadline
 
     rules = grid["rules"]
@@ -49,8 +50,12 @@ def main_job_deadline(grid: Mapping[str, Any], n: int,
     digits = int(rules["main_job_deadline_digits"])
     return {"rule": f"{slack} x the {quantile} quantile of wait-for-all's client times on "
                     f"development seeds {seeds}, rounded to {digits} decimals",
+            # every key of the runs' config but those the harness sets per run: a change to
+            # any of them (a latency default, the compute charge) shows against the key table
             "settings": {"task": TASK, "n": n, "cohort": n, "rounds": rounds,
-                         "dev_seeds": seeds, "run_config": dict(cell.run_config),
+                         "dev_seeds": seeds,
+                         "run_config": {k: v for k, v in cell.config(seeds[0]).items()
+                                        if k not in HARNESS_KEYS},
                          "quantile": quantile, "slack": slack, "digits": digits},
             "stated_deadline_s": stated,
             "straggler_timeout_s": round(stated, digits),

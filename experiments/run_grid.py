@@ -37,8 +37,8 @@ from experiments.compare import (
 )
 from experiments.summary import print_summary, summarize
 
-__all__ = ["cell_names", "estimate", "grid_cells", "grid_methods", "journal_path", "merge",
-           "merge_files", "off_problem", "run_grid", "set_aside"]
+__all__ = ["cell_names", "check_grid", "estimate", "grid_cells", "grid_methods", "journal_path",
+           "merge", "merge_files", "off_problem", "run_grid", "set_aside"]
 
 
 def grid_cells(grid: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -295,17 +295,35 @@ def journal_path(out: Path, name: str) -> Path:
     return out.with_name(out.stem + ".journal") / (name.replace("/", "_") + ".jsonl")
 
 
+def check_grid(grid: Mapping[str, Any], patterns: str, methods: Sequence[str] | None = None,
+               rerun: bool = False) -> list[str]:
+    """The cells ``patterns`` name, after refusing (``ValueError``), before any run, what no
+    cell could run: ``--rerun`` without ``--methods``, a pattern matching no cell, a method
+    that is not one (:func:`experiments.compare.check_methods`), a fixed code a chosen cell
+    sets aside (:func:`off_problem`)."""
+    if rerun and not methods:
+        raise ValueError("--rerun needs --methods: the methods to run again in the cells "
+                         "already in --out")
+    chosen = cell_names(grid, patterns)
+    check_methods(list(methods or []))
+    by_name = {c["name"]: c for c in grid_cells(grid)}
+    for name in chosen:
+        for method in methods or []:
+            reason = off_problem(grid, by_name[name], method)
+            if reason is not None:
+                raise ValueError(f"--methods {method!r} in {name}: {reason}; the grid sets "
+                                 "it aside there (experiments.run_grid.off_problem)")
+    return chosen
+
+
 def run_grid(grid: Mapping[str, Any], patterns: str, out: Path,
              methods: Sequence[str] | None = None, rerun: bool = False) -> int:
     """Run the cells matching ``patterns`` one after the other, merging each into ``out``.
     ``rerun``: a cell already in ``out`` runs only ``methods`` again (their runs replaced,
     the other methods' kept: for a change that touches only those methods); a cell not in
     ``out`` runs every method of the grid."""
-    if rerun and not methods:
-        raise ValueError("--rerun needs --methods: the methods to run again in the cells "
-                         "already in --out")
+    chosen = check_grid(grid, patterns, methods, rerun)
     done = _load(out)["cells"] if rerun else {}
-    chosen = cell_names(grid, patterns)
     by_name = {c["name"]: c for c in grid_cells(grid)}
     rounds = int(grid["scale"]["rounds"])
     seeds, dev = list(grid["seeds"]["evaluation"]), list(grid["seeds"]["development"])
@@ -318,11 +336,6 @@ def run_grid(grid: Mapping[str, Any], patterns: str, out: Path,
             print(f"grid: {name} skipped (no target)")
             continue
         full = grid_methods(grid, cell["cohort"], cell)
-        for method in methods or []:
-            reason = off_problem(grid, cell, method)
-            if reason is not None:
-                raise ValueError(f"--methods {method!r} in {name}: {reason}; the grid sets "
-                                 "it aside there (experiments.run_grid.off_problem)")
         again = rerun and name in done
         chosen_methods = check_methods(list(methods) if methods and (again or not rerun)
                                        else full)

@@ -254,8 +254,9 @@ KEYS: tuple[Key, ...] = (
     Key("straggler-timeout", 5.93, "seconds (virtual or wall) before approximate decoding "
         "(the rival's round deadline)", keyword="straggler_timeout",
         why_differs="the main job's deadline, by the rule of `experiments/grid.toml` "
-        "(`main_job_deadline_digits`): 3 times the 75th percentile of wait-for-all's client "
-        "times on the development seeds in the main job's own setting "
+        "(`main_job_deadline_digits`): its stated deadline rule (`deadline_slack` times the "
+        "`deadline_quantile` quantile of wait-for-all's client times) on the development "
+        "seeds in the main job's own setting "
         "(`results/main_job_deadline.json`); GradientCoding's `10.0` has no rule behind it"),
     Key("stop-late-work", "auto", "workers stop at the round's deadline instead of finishing "
         "work the server can no longer use; `auto`: with `s=auto` when busy clients are "

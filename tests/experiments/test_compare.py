@@ -521,3 +521,45 @@ def test_the_same_run_gives_the_same_numbers_to_the_last_bit(one_torch_thread):
     cell = compare.grid_cell(grid, "digits-logreg", "bimodal", 8, 8, 3, 0.5)
     curves = [run_rival("wait-for-all", 3, cell)["accuracy_curve"] for _ in range(4)]
     assert all(curve == curves[0] for curve in curves[1:])
+
+
+def test_grid_mode_refuses_one_cells_flags_and_one_cell_refuses_grid_flags(tmp_path):
+    """--grid runs the grid file's cells as stated: --n, --seeds, --set ... would be ignored;
+    --cells, --rerun, --merge mean nothing without --grid (a full default cell would start);
+    --rerun without --methods and a pattern matching no cell are refused before any run."""
+    out = str(tmp_path / "g.json")
+    for argv, named in (
+            (["--grid", "--n", "8"], "--n: one cell's flags"),
+            (["--grid", "--set", "latency-p=0.1"], "--set: one cell's flags"),
+            (["--cells", "digits-logreg/*"], "--cells needs --grid"),
+            (["--rerun"], "--rerun needs --grid"),
+            (["--grid", "--rerun"], "--rerun needs --methods"),
+            (["--grid", "--cells", "nomatch/*"], "matches no cell"),
+            (["--grid", "--cells", "digits-logreg/persistent/20x20", "--methods", "bogus:2"],
+             "unknown code 'bogus'"),
+            (["--set", "code=crc", "--methods", "auto,grouped-rs:1"],
+             "--set code applies to auto")):
+        with pytest.raises(SystemExit) as stop:
+            compare.main([*argv, "--out", out])
+        assert named in str(stop.value.code), (argv, stop.value.code)
+    assert not (tmp_path / "g.json").exists()
+
+
+def test_a_set_that_changes_the_compute_is_measured_not_charged_the_grids_value(
+        monkeypatch, one_torch_thread):
+    """charge_s was measured with the task's own compute (one local epoch): a cell with
+    --set local-epochs=2 is measured once instead."""
+    import fl_gradcode.tasks
+
+    measured = []
+
+    def measuring(cfg, n):
+        measured.append(cfg["local-epochs"])
+        return {"virtual-compute": "none", "partition-cost-s": 0.5}
+
+    monkeypatch.setattr(fl_gradcode.tasks, "charged_measured_cost", measuring)
+    grid = compare.load_grid()
+    result = compare.run_cell(grid, "mnist1d-cnn", "persistent", 20, 20, 1, [10], [0],
+                              ["wait-for-all"], 0.1, {"local-epochs": 2}, log=lambda line: None)
+    assert measured == [2]
+    assert result["settings"]["measured_partition_cost_s"] == 0.5

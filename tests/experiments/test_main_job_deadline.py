@@ -27,7 +27,11 @@ def test_the_key_table_holds_the_rules_value():
     assert settings["n"] == settings["cohort"] == NUM_SUPERNODES
     assert settings["dev_seeds"] == grid["seeds"]["development"]
     assert settings["rounds"] == grid["scale"]["rounds"]
-    # the main job's setting: the task's keys are the key table's defaults, no latency table
+    # the main job's setting: every key the runs had (but those the harness sets per run) is
+    # the key table's default, latency and compute charge included
+    from experiments.compare_cli import HARNESS_KEYS
+
+    assert set(settings["run_config"]) == set(DEFAULTS) - set(HARNESS_KEYS)
     assert {k: DEFAULTS[k] for k in settings["run_config"]} == settings["run_config"]
     times = [t for seed in grid["seeds"]["development"]
              for t in data["client_times_s"][str(seed)]]
