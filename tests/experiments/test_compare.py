@@ -563,3 +563,28 @@ def test_a_set_that_changes_the_compute_is_measured_not_charged_the_grids_value(
                               ["wait-for-all"], 0.1, {"local-epochs": 2}, log=lambda line: None)
     assert measured == [2]
     assert result["settings"]["measured_partition_cost_s"] == 0.5
+
+
+def test_the_keys_the_harness_overwrites_are_the_ones_set_refuses():
+    """Every run-config key given another valid value than its default: the keys a run's
+    config (``Cell.config``) does not keep are among those ``--set`` refuses, so no --set
+    value is recorded as applied while the harness runs another."""
+    from experiments.compare_cli import HARNESS_KEYS
+    from fl_gradcode.config import DEFAULTS, KEYS
+
+    other: dict = {}
+    for entry in KEYS:
+        value, choices = DEFAULTS[entry.name], getattr(entry, "choices", None)
+        if isinstance(value, bool):
+            other[entry.name] = not value
+        elif choices:
+            other[entry.name] = next((c for c in choices if c != value), value)
+        elif isinstance(value, int):
+            other[entry.name] = value + 1
+        elif isinstance(value, float):
+            other[entry.name] = value + 0.5
+        elif entry.name == "results-dir":
+            other[entry.name] = value + "-elsewhere"
+    config = Cell(run_config=other, n=7, cohort=7, rounds=3, target=0.5).config(5)
+    overwritten = {k for k, v in other.items() if config[k] != v}
+    assert overwritten and overwritten <= set(HARNESS_KEYS), overwritten - set(HARNESS_KEYS)
