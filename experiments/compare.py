@@ -259,11 +259,11 @@ def check_cell(cell: Cell, task: str, seeds: Sequence[int]) -> None:
                              f"(partitioner {cfg['partitioner']!r}, seed {seed}): {exc}; "
                              "use a smaller --n, another partitioner (--set partitioner=iid) "
                              "or a task with more data") from exc
-        if seed == seeds[0]:  # a parameter's validity does not depend on the seed
-            try:
-                run_latency(cfg, cell.n)
-            except (ValueError, TypeError) as exc:
-                raise ValueError(f"latency {cfg['latency']!r}: {exc}") from exc
+    cfg = cell.config(seeds[0])  # a latency parameter's validity does not depend on the seed
+    try:
+        run_latency(cfg, cell.n)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"latency {cfg['latency']!r}: {exc}") from exc
 
 
 @functools.cache

@@ -159,17 +159,20 @@ def parse_seeds(text: str, flag: str = "--seeds") -> list[int]:
                              "ranges like 10-19 (low-high)")
     if not seeds:
         raise ValueError(f"{flag} {text!r}: expected at least one seed")
-    twice = sorted({s for s in seeds if seeds.count(s) > 1})
-    if twice:
+    if twice := repeated(seeds):
         raise ValueError(f"{flag} {text!r}: seeds {twice} given twice")
     return seeds
+
+
+def repeated(items: Sequence[Any]) -> list[Any]:
+    """The items given more than once, sorted."""
+    return sorted({item for item in items if items.count(item) > 1})
 
 
 def split_methods(text: str) -> list[str]:
     """``"auto, fedbuff"`` -> ``["auto", "fedbuff"]``; a method named twice is refused."""
     methods = [m.strip() for m in text.split(",") if m.strip()]
-    twice = sorted({m for m in methods if methods.count(m) > 1})
-    if twice:
+    if twice := repeated(methods):
         raise ValueError(f"--methods {text!r}: {twice} named twice")
     return methods
 

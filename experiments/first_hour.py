@@ -209,10 +209,12 @@ def pick(result: Mapping[str, Any]) -> tuple[str | None, str | None]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from server.launch import NUM_SUPERNODES
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--regimes", nargs="+", default=list(REGIMES), choices=list(REGIMES))
-    parser.add_argument("--clients", type=int, default=12)
+    parser.add_argument("--clients", type=int, default=NUM_SUPERNODES)
     parser.add_argument("--rounds", type=int, default=None,
                         help="every regime's num-rounds (default: the run config's, 30)")
     parser.add_argument("--out", default=str(ROOT / "results" / "first_hour"))

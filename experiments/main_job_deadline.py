@@ -35,7 +35,6 @@ def main_job_deadline(grid: Mapping[str, Any], n: int,
     ``results/main_job_deadline.json`` (``straggler_timeout_s``, the rounded value the key
     table must hold; ``stated_deadline_s`` before rounding; the client times it read)."""
     from experiments.compare_cli import HARNESS_KEYS
-    from fl_gradcode.rivals import stated_deadline
 
     rules = grid["rules"]
     seeds = list(grid["seeds"]["development"])
@@ -46,7 +45,7 @@ def main_job_deadline(grid: Mapping[str, Any], n: int,
     times = {str(seed): list(runner.rival("wait-for-all", seed)["client_times_s"])
              for seed in seeds}
     quantile, slack = float(rules["deadline_quantile"]), float(rules["deadline_slack"])
-    stated = stated_deadline([t for ts in times.values() for t in ts], quantile, slack)
+    stated = runner.stated_deadline(seeds, quantile, slack)  # the same runs, cached
     digits = int(rules["main_job_deadline_digits"])
     return {"rule": f"{slack} x the {quantile} quantile of wait-for-all's client times on "
                     f"development seeds {seeds}, rounded to {digits} decimals",
