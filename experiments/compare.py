@@ -296,9 +296,6 @@ def code_fit(method: str, n: int, cohort: int, cfg: Mapping[str, Any]
     code, s = parse_code(method)
     m = cfg["m"] if code == "comm-efficient" else None  # the other codes take no m
     k, fallback = built_code(code, s, cohort, m)
-    if s >= cohort:  # the ServerApp clamps s to the cohort's largest tolerance, silently
-        fallback = (f"s={s} tolerates every client of a cohort of {cohort} (at most "
-                    f"{cohort - 1}): the ServerApp would run s={cohort - 1} under this name")
     if k == cohort or (n == cohort and cfg["update"] == "gradient"):
         return fallback, None
     why = (f"the cohort is sampled (of n = {n}): the ServerApp would run grouped-rs in its "

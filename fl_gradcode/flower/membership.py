@@ -475,9 +475,10 @@ def code_for_cohort(
     In order, the first that builds: ``spec`` with ``s``; for an exact code (``frc``,
     ``crc``) or a ``GradientCode`` built for another size, ``grouped-rs`` with ``s`` (exact for
     every ``n``, the same tolerance and load); ``spec`` with the largest smaller ``s`` it takes;
-    ``uncoded`` (``s = 0``). A ``GradientCode`` whose ``n`` is the cohort size is used as is.
+    ``uncoded`` (``s = 0``). An ``s`` of ``n`` or more is first capped at ``n - 1`` (the most
+    a cohort of ``n`` can lose and still reply), which ``why`` says. A ``GradientCode`` whose
+    ``n`` is the cohort size is used as is.
     """
-    s = min(int(s), n - 1)
     if isinstance(spec, GradientCode):
         if spec.n == n:
             return spec, None
@@ -486,14 +487,22 @@ def code_for_cohort(
         return _first_buildable(name, n, min(spec.s, n - 1), seed, {}, why, exact=True)
     if spec not in available_codes():  # a bad name is the user's to fix, for any cohort
         raise ValueError(f"unknown code {spec!r}; expected one of {available_codes()}")
+    capped = (f"s={int(s)} stragglers cannot be tolerated with a cohort of {n} (at most "
+              f"{n - 1})" if int(s) >= n else None)
+    s = min(int(s), n - 1)
     try:
-        return make_code(spec, n=n, s=s, seed=seed, **options), None
+        code = make_code(spec, n=n, s=s, seed=seed, **options)
     except ValueError as exc:
         if isinstance(exc.__cause__, TypeError):  # an option the code does not take
             raise
         why = f"code={spec!r} with s={s} cannot take a cohort of {n} ({exc})"
+        if capped is not None:
+            why = f"{capped}; {why}"
         exact = spec in ("frc", "crc")
         return _first_buildable(spec, n, s, seed, options, why, exact=exact, tried_spec=True)
+    if capped is not None:
+        return code, f"{capped}; using {spec} with s={s} for cohorts of {n}"
+    return code, None
 
 
 def _first_buildable(

@@ -219,14 +219,10 @@ class FixedCodePolicy:
         if isinstance(self.code_spec, GradientCode) and self.code_spec.n == n:
             return self.code_spec
         if n not in self._codes:
-            s = min(self.s, n - 1)
-            if s < self.s and isinstance(self.code_spec, str):
-                log(WARNING, "s=%d stragglers cannot be tolerated with a cohort of %d; "
-                    "using s=%d", self.s, n, s)
             options = dict(self.code_options)
             if self.code_spec == "ignore-stragglers":
                 options.setdefault("rescale", True)
-            code, why = code_for_cohort(self.code_spec, n, s, self.seed, options)
+            code, why = code_for_cohort(self.code_spec, n, self.s, self.seed, options)
             if why is not None:  # once per cohort size: the code is kept for that size
                 log(WARNING, "%s", why)
             self._codes[n] = code

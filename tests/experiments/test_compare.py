@@ -173,7 +173,8 @@ def test_a_setting_outside_the_grid_and_bad_values_are_handled():
     # checked before the first run too, not when the run that needs them starts
     (["--set", "latency=bogus"], "latency='bogus'; expected one of"),
     (["--set", "latency-p=2"], "p=2.0 must be a probability"),
-    (["--n", "8", "--methods", "auto,grouped-rs:99"], "s=99 tolerates every client"),
+    (["--n", "8", "--methods", "auto,grouped-rs:99"],
+     "s=99 stragglers cannot be tolerated with a cohort of 8"),
     (["--seeds=-1"], "expected non-negative integers"),
     (["--seeds", "5-3"], "expected non-negative integers"),
     (["--seeds", ""], "expected at least one seed"),

@@ -301,6 +301,18 @@ def test_frc_with_a_cohort_size_it_cannot_take_falls_back_to_grouped_rs_once(cap
     assert len(warned) == 1 and "using grouped-rs with s=1" in warned[0]
 
 
+def test_an_s_the_cohort_cannot_tolerate_runs_capped_with_one_warning(caplog):
+    """s=5 over 3 nodes: the rounds run s=2 (the most 3 replies can lose and leave one), and
+    the log says so once, naming both tolerances."""
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        outcome = run(3, code="grouped-rs", s=5, rounds=2)
+    assert [row["s"] for row in outcome.rows] == [2, 2]
+    assert [row["decode"] for row in outcome.rows] == ["exact"] * 2
+    warned = [r.getMessage() for r in caplog.records
+              if "s=5 stragglers cannot be tolerated with a cohort of 3" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].endswith("using grouped-rs with s=2 for cohorts of 3")
+
+
 def test_frc_with_a_dead_node_keeps_its_size_and_decodes_every_partition_exactly():
     grid = InProcessGrid(make_app(gradient_coding_mod), 6, crash=lambda i, r: i == 1)
     outcome = run(6, code="frc", s=1, rounds=2, grid=grid, warmup_timeout=0.3)
@@ -564,9 +576,28 @@ def test_a_code_object_for_another_size_is_rebuilt_under_its_own_name_from_the_s
                    "s=2 for cohorts of 5")
 
 
-def test_an_s_beyond_the_cohort_is_capped_at_n_minus_1_without_a_fallback():
+def test_an_s_beyond_the_cohort_is_capped_at_n_minus_1_and_says_so():
     code, why = code_for_cohort("grouped-rs", 3, 7, 0, {})
-    assert (code.name, code.n, code.s, why) == ("grouped-rs", 3, 2, None)
+    assert (code.name, code.n, code.s) == ("grouped-rs", 3, 2)
+    assert why == ("s=7 stragglers cannot be tolerated with a cohort of 3 (at most 2); "
+                   "using grouped-rs with s=2 for cohorts of 3")
+
+
+def test_a_capped_s_that_the_code_still_cannot_take_names_both_changes():
+    code, why = code_for_cohort("frc", 4, 5, 0, {})  # s=3 for 4: (s+1) | n holds, frc builds
+    assert (code.name, code.s) == ("frc", 3)
+    code, why = code_for_cohort("frc", 5, 9, 0, {})  # s=4 for 5: frc builds (5 | 5)
+    assert (code.name, code.s) == ("frc", 4) and why.startswith("s=9 stragglers")
+    code, why = code_for_cohort("comm-efficient", 3, 5, 0, {"m": 2})  # s=2: s + m > 3
+    assert (code.name, code.s) == ("comm-efficient", 1)
+    assert why.startswith("s=5 stragglers cannot be tolerated with a cohort of 3 (at most 2)")
+    assert why.endswith("using comm-efficient with s=1 for cohorts of 3")
+
+
+def test_a_code_object_with_s_beyond_the_cohort_says_both():
+    code, why = code_for_cohort(make_code("grouped-rs", n=6, s=4), 3, 4, 0, {})
+    assert (code.name, code.n, code.s) == ("grouped-rs", 3, 2)
+    assert "built for n=6" in why and why.endswith("using grouped-rs with s=2 for cohorts of 3")
 
 
 def test_a_code_for_a_cohort_is_drawn_from_the_runs_seed():
