@@ -189,12 +189,16 @@ def load_fedscale(path: str | Path) -> tuple[dict, dict | None]:
 class DeviceTrace:
     """Latency model replaying FedScale-format devices (see the module docstring).
 
-    Client ``w`` is device ``ids[w mod D]`` (``ids``: the capacity dict's keys, sorted). In
-    round ``r`` its task starts at ``r * round_s`` seconds on the device's availability
-    cycle; a task of load ``L`` processes ``L * samples_per_load`` samples and uploads
-    ``model_bytes``, taking :meth:`duration` seconds; if the device is off at the start or goes
-    off before the end, the delay is ``inf`` (it never replies), and the server hears so
-    ``notice_s`` seconds after the device went off (:meth:`unavailable_notice`). Devices
+    Client ``w`` is device ``ids[w mod D]`` (``ids``: the capacity dict's keys, sorted). A
+    task starts at ``start_s`` seconds on the device's availability cycle: the virtual time
+    at which the round (or an asynchronous job) starts, when the caller keeps a clock, so
+    that every method's clients see the devices go on and off at the same times; without
+    one (``start_s=None``: drawing rounds for the order-statistic theory), round ``r``
+    starts at ``r * round_s``. A task of load ``L`` processes ``L * samples_per_load``
+    samples and uploads ``model_bytes``, taking :meth:`duration` seconds; if the device is off
+    at the start or goes off before the end, the delay is ``inf`` (it never replies), and the
+    server hears so ``notice_s`` seconds after the device went off
+    (:meth:`unavailable_notice`); :meth:`back_on` says when it can take work again. Devices
     missing from the behaviour dict (or no behaviour dict) are always available.
     """
 
@@ -265,17 +269,45 @@ class DeviceTrace:
         # before the cycle's first period: off since the previous cycle's last one ended
         return (float(inactive[-1]) - finish - t) if len(inactive) else -math.inf
 
-    def unavailable_notice(self, worker: int, round_index: int, load: float = 1.0) -> float:
-        """Seconds from round ``round_index``'s start until the server hears that client
-        ``worker`` will not reply (its device goes off, or is off): ``notice_s`` after the
-        device went off, at once if that was earlier; ``inf`` when the client replies."""
-        off = self.goes_off(worker, round_index * self.round_s, self.duration(worker, load))
+    def cycle_time(self, round_index: int, start_s: float | None = None) -> float:
+        """Where a task starts on the availability cycle: ``start_s`` (a clock's time) when
+        given, else ``round_index * round_s``."""
+        if start_s is None:
+            return round_index * self.round_s
+        if not math.isfinite(start_s) or start_s < 0:
+            raise ValueError(f"start_s={start_s!r} must be a finite time >= 0")
+        return float(start_s)
+
+    def unavailable_notice(self, worker: int, round_index: int, load: float = 1.0,
+                           start_s: float | None = None) -> float:
+        """Seconds from the task's start (:meth:`cycle_time`) until the server hears that
+        client ``worker`` will not reply (its device goes off, or is off): ``notice_s`` after
+        the device went off, at once if that was earlier; ``inf`` when the client replies."""
+        off = self.goes_off(worker, self.cycle_time(round_index, start_s),
+                            self.duration(worker, load))
         return math.inf if off == math.inf else max(0.0, off + self.notice_s)
 
-    def time(self, worker: int, round_index: int, load: float = 1.0) -> float:
-        """The delay of client ``worker`` in round ``round_index`` (``inf`` when off)."""
+    def time(self, worker: int, round_index: int, load: float = 1.0,
+             start_s: float | None = None) -> float:
+        """The delay of client ``worker``'s task of round ``round_index`` starting at
+        :meth:`cycle_time` (``inf`` when off)."""
         length = self.duration(worker, load)
-        return length if self.available(worker, round_index * self.round_s, length) else math.inf
+        start = self.cycle_time(round_index, start_s)
+        return length if self.available(worker, start, length) else math.inf
+
+    def back_on(self, worker: int, at_s: float) -> float:
+        """Seconds from cycle time ``at_s`` until client ``worker``'s device is on (0 when it
+        is on then; the next period's start, in this cycle or the next)."""
+        trace = self.behave.get(self.ids[worker % len(self.ids)])
+        if trace is None or not len(trace["active"]):
+            return 0.0
+        if self.goes_off(worker, at_s, 0.0) > 0:
+            return 0.0
+        finish = float(trace["finish_time"])
+        t = at_s % finish
+        starts = [float(a) for a in trace["active"]]
+        i = bisect.bisect_right(starts, t)
+        return starts[i] - t if i < len(starts) else finish - t + starts[0]
 
     def sample(self, size, rng: np.random.Generator, load: float = 1.0) -> np.ndarray:
         """Rows of a random round each (clients ``0..n-1`` along the last axis)."""

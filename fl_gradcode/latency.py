@@ -41,6 +41,7 @@ __all__ = [
     "PersistentSlow",
     "ShiftedExponential",
     "TraceReplay",
+    "back_on",
     "client_delay",
     "client_times",
     "expected_coded_round_time",
@@ -292,17 +293,22 @@ class Drift:
 
 
 def client_delay(
-    model: LatencyModel, *, worker: int, round_index: int, load: float, seed: int
+    model: LatencyModel, *, worker: int, round_index: int, load: float, seed: int,
+    start_s: float | None = None,
 ) -> float:
     """The delay of one client in one round, reproducible from ``(seed, round, worker)``.
 
     Every replica and every rerun with the same seed sees the same delay; persistent models
     keep the same clients slow in every round; traces are replayed by (round, worker);
-    FedScale-format devices (:class:`DeviceTrace`) give ``inf`` while off.
+    FedScale-format devices (:class:`DeviceTrace`) give ``inf`` while off, read at clock time
+    ``start_s`` (the round's or the job's start; ``None``: ``round_index`` times their
+    ``round_s``).
     """
     if isinstance(model, Drift):
         model = model.at(round_index)
-    if isinstance(model, (TraceReplay, DeviceTrace)):
+    if isinstance(model, DeviceTrace):
+        return model.time(worker, round_index, load, start_s=start_s)
+    if isinstance(model, TraceReplay):
         return model.time(worker, round_index, load)
     rng = np.random.default_rng([seed, round_index, worker])
     if isinstance(model, PersistentSlow):
@@ -312,18 +318,31 @@ def client_delay(
 
 
 def failure_notice(
-    model: LatencyModel, *, worker: int, round_index: int, load: float, seed: int
+    model: LatencyModel, *, worker: int, round_index: int, load: float, seed: int,
+    start_s: float | None = None,
 ) -> float:
     """Seconds from a round's start until the server hears that a client whose delay is
     ``inf`` will never reply: what the model's ``unavailable_notice(worker, round_index,
     load)`` says (``inf`` when the client replies; FedScale-format devices: a minute after the
     device went off, as Flower's SuperLink reports a node that missed its heartbeats);
     ``inf`` when the model has no such notice (a reply that never comes is then waited for
-    until a deadline). ``seed``: as :func:`client_delay`'s (no model with a notice draws)."""
+    until a deadline). ``seed`` and ``start_s``: as :func:`client_delay`'s (no model with a
+    notice draws)."""
     if isinstance(model, Drift):
         model = model.at(round_index)
+    if isinstance(model, DeviceTrace):
+        return float(model.unavailable_notice(worker, round_index, load, start_s=start_s))
     notice = getattr(model, "unavailable_notice", None)
     return math.inf if notice is None else float(notice(worker, round_index, load))
+
+
+def back_on(model: LatencyModel, *, worker: int, at_s: float) -> float:
+    """Seconds from clock time ``at_s`` until a client the model reported off can take work
+    again: when its FedScale-format device (:class:`DeviceTrace`) is on next; 0 for every
+    other model (they say nothing of availability over time)."""
+    if isinstance(model, DeviceTrace):
+        return float(model.back_on(worker, at_s))
+    return 0.0
 
 
 LATENCY_MODELS = (

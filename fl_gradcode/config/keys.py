@@ -221,8 +221,10 @@ KEYS: tuple[Key, ...] = (
         "`latency-seed` by the stated fit, docs/tasks.md) or the path of a directory holding "
         "FedScale's `client_device_capacity` (and optionally `client_behave_trace`) pickles",
         feeds=("latency", "device_trace")),
-    Key("latency-round-s", 60.0, "`fedscale`: round r starts r times this many seconds into "
-        "the devices' availability cycle", feeds=("latency", "round_s")),
+    Key("latency-round-s", 60.0, "`fedscale`, where no clock is kept (the order-statistic "
+        "theory's draws): round r starts r times this many seconds into the devices' "
+        "availability cycle; runs read the cycle at each round's virtual start",
+        feeds=("latency", "round_s")),
     Key("latency-seed", -1, "`persistent`: the seed that picks the persistently slow clients "
         "(the federation's hardware), so runs with different `seed`s can share them; "
         "-1 = `seed`. Per-round draws always follow `seed`", feeds=("latency", "seed")),

@@ -54,13 +54,15 @@ class RoundCloser:
         return self.clock.arrival(
             reply.compute_s, reply.extra.get("bytes", 0),
             lambda: self.workload.load(state.code, worker, partitions),
-            lambda load: self.workload.delay(state.cohort[worker], state.number, load))
+            lambda load: self.workload.delay(state.cohort[worker], state.number, load,
+                                             self.clock.round_start))
 
     def failure_notice(self, state: RoundState, worker: int) -> float:
         """Seconds from the round's start until the server hears that ``worker``, whose reply
         never arrives, is off (``inf``: never; the round then waits for its deadline)."""
         load = self.workload.load(state.code, worker, list(state.partitions))
-        return self.workload.failure_notice(state.cohort[worker], state.number, load)
+        return self.workload.failure_notice(state.cohort[worker], state.number, load,
+                                            self.clock.round_start)
 
     def close(self, state: RoundState) -> RoundState:
         """The round with its :class:`Closing`: the clock's window (the replies it decodes

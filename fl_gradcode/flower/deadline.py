@@ -113,13 +113,14 @@ def check_charges(compute_cost_s: float, upload_bandwidth: float | None) -> None
 def virtual_arrival(
     latency: LatencyModel | None, *, seed: int, pid: int, round_index: int, load: float,
     compute_s: float, nbytes: int, measured_compute: bool, compute_cost_s: float,
-    upload_bandwidth: float | None,
+    upload_bandwidth: float | None, start_s: float | None = None,
 ) -> float:
-    """Virtual seconds from a job's start to its reply's arrival: the measured compute (if
-    ``measured_compute``), ``compute_cost_s`` per unit of load, the latency model's delay for
-    ``(pid, round_index, load)`` and the upload of ``nbytes`` (the rivals' one clock)."""
+    """Virtual seconds from a job's start (virtual time ``start_s``) to its reply's arrival:
+    the measured compute (if ``measured_compute``), ``compute_cost_s`` per unit of load, the
+    latency model's delay for ``(pid, round_index, load)`` and the upload of ``nbytes`` (the
+    rivals' one clock)."""
     delay = 0.0 if latency is None else client_delay(
-        latency, worker=pid, round_index=round_index, load=load, seed=seed)
+        latency, worker=pid, round_index=round_index, load=load, seed=seed, start_s=start_s)
     transfer = 0.0 if upload_bandwidth is None else nbytes / upload_bandwidth
     return (compute_s if measured_compute else 0.0) + compute_cost_s * load + delay + transfer
 
@@ -225,7 +226,8 @@ class DeadlineFedAvg(FedAvg):
                     self.latency, seed=self.seed, pid=pid, round_index=server_round,
                     load=loads[node], compute_s=compute, nbytes=nbytes,
                     measured_compute=self.measured_compute,
-                    compute_cost_s=self.compute_cost_s, upload_bandwidth=self.upload_bandwidth)
+                    compute_cost_s=self.compute_cost_s, upload_bandwidth=self.upload_bandwidth,
+                    start_s=self.clock.round_start)
                 for node, (pid, compute, _, nbytes) in timings.items()}
 
     def failure_notices(
@@ -241,7 +243,8 @@ class DeadlineFedAvg(FedAvg):
         loads = self.loads(timings)
         out = {node: failure_notice(self.latency, worker=timings[node][0],
                                     round_index=server_round, load=loads[node],
-                                    seed=self.seed) for node in nodes}
+                                    seed=self.seed, start_s=self.clock.round_start)
+               for node in nodes}
         return {node: t for node, t in out.items() if np.isfinite(t)}
 
     def round_complete(self, arrived: list[int]) -> bool:

@@ -100,23 +100,28 @@ class Workload:
         mine = sum(known[j] if known[j] is not None else mean for j in assigned)
         return float(mine / share)
 
-    def delay(self, node: int, server_round: int, load: float) -> float:
+    def delay(self, node: int, server_round: int, load: float,
+              start_s: float | None = None) -> float:
         """The simulated delay of ``node``: keyed by its partition id, so that a node keeps
         its latency profile (persistently slow, its trace worker) whichever cohort samples it
         and wherever it sits in the cohort (the worker index when every node is sampled and
-        the partition ids are ``0..n-1``, as in simulation: the same delays as before)."""
+        the partition ids are ``0..n-1``, as in simulation: the same delays as before).
+        ``start_s``: the round's start on the clock (devices' availability is read there)."""
         if self.latency is None:
             return 0.0
         return client_delay(self.latency, worker=self.latency_key(node),
-                            round_index=server_round, load=load, seed=self.seed)
+                            round_index=server_round, load=load, seed=self.seed,
+                            start_s=start_s)
 
-    def failure_notice(self, node: int, server_round: int, load: float) -> float:
+    def failure_notice(self, node: int, server_round: int, load: float,
+                       start_s: float | None = None) -> float:
         """Seconds after the round's start at which the server hears that ``node``, whose
         delay is infinite, will never reply (``inf``: never; keyed as :meth:`delay`)."""
         if self.latency is None:
             return math.inf
         return failure_notice(self.latency, worker=self.latency_key(node),
-                              round_index=server_round, load=load, seed=self.seed)
+                              round_index=server_round, load=load, seed=self.seed,
+                              start_s=start_s)
 
     def latency_key(self, node: int) -> int:
         """The worker a node's latency draws are keyed by: its partition id (the node id
@@ -125,9 +130,9 @@ class Workload:
         return identity.partition_id if identity is not None else node
 
     def sampled_delay(self, code: GradientCode, worker: int, node: int, server_round: int,
-                      partitions: list[Identity]) -> float:
+                      partitions: list[Identity], start_s: float | None = None) -> float:
         """The delay at the worker's load (0 without a latency model, the load not
         computed)."""
         if self.latency is None:
             return 0.0
-        return self.delay(node, server_round, self.load(code, worker, partitions))
+        return self.delay(node, server_round, self.load(code, worker, partitions), start_s)

@@ -13,9 +13,11 @@ compute plus the latency drawn for it (``client_delay(latency, worker=partition 
 round_index=j, load, seed)`` for the client's ``j``-th job, the draw of round ``j`` in a
 synchronous run), exactly as the coded runs' arrivals; a client's compute is run (through the
 grid, in this process) when it is sent its model. A client whose device is off (an infinite
-delay) sends no update: its slot is free again when the server hears so
-(:func:`~fl_gradcode.latency.failure_notice`). Each server step is one row of ``history``
-(and ``rounds.jsonl``), with ``virtual_s`` the time it was applied.
+delay; FedScale devices are read at the job's virtual start) sends no update: its slot is
+free again when the server hears so (:func:`~fl_gradcode.latency.failure_notice`), and the
+client is sent no work before its device is on again (:func:`~fl_gradcode.latency.back_on`;
+with every idle client's device off, the slot waits for the first back on). Each server step
+is one row of ``history`` (and ``rounds.jsonl``), with ``virtual_s`` the time it was applied.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, Result
 
 from ..flower.deadline import TIMING_KEY, check_charges, reply_bytes, virtual_arrival
-from ..latency import LatencyModel, failure_notice
+from ..latency import LatencyModel, back_on, failure_notice
 from ..results import RoundRecorder
 
 __all__ = ["FedBuff", "staleness_weight"]
@@ -134,11 +136,13 @@ class FedBuff(FedAvg):
         return sizes[pid] / float(np.mean(sizes))
 
     def arrival(self, pid: int, job: int, compute_s: float, nbytes: int) -> float:
-        """Seconds from a job's start to its update's arrival (compute, latency, upload)."""
+        """Seconds from a job's start (now) to its update's arrival (compute, latency,
+        upload)."""
         return virtual_arrival(
             self.latency, seed=self.seed, pid=pid, round_index=job, load=self.load(pid),
             compute_s=compute_s, nbytes=nbytes, measured_compute=self.measured_compute,
-            compute_cost_s=self.compute_cost_s, upload_bandwidth=self.upload_bandwidth)
+            compute_cost_s=self.compute_cost_s, upload_bandwidth=self.upload_bandwidth,
+            start_s=self.now)
 
     def _parse(self, reply: Message | None, sent: Mapping[str, np.ndarray],
                node: int) -> tuple[dict[str, np.ndarray] | None, int, float, int, str]:
@@ -197,7 +201,9 @@ class FedBuff(FedAvg):
         rng = np.random.default_rng([self.seed, 0xFEDB])
         jobs = dict.fromkeys(nodes, 0)
         busy: set[int] = set()
-        events: list[tuple[float, int, int, dict]] = []  # (arrival, seq, node, job record)
+        off_until: dict[int, float] = {}  # node reported off -> when its device is on again
+        waiting = 0  # slots with no node on to take them, until the first is back on
+        events: list[tuple[float, int, int | None, dict]] = []  # (arrival, seq, node, job)
         version, seq = 0, 0
         buffer: dict[str, np.ndarray] = {}
         used: list[dict[str, Any]] = []
@@ -209,8 +215,14 @@ class FedBuff(FedAvg):
             return ArrayRecord({k: Array(v.astype(dtypes[k])) for k, v in values.items()})
 
         def dispatch() -> None:
-            nonlocal seq
+            nonlocal seq, waiting
             idle = [n for n in nodes if n not in busy]
+            ready = [n for n in idle if off_until.get(n, 0.0) <= self.now]
+            if not ready:  # every idle node's device is off: the slot waits for the first
+                heapq.heappush(events, (min(off_until[n] for n in idle), seq, None, {}))
+                seq, waiting = seq + 1, waiting + 1
+                return
+            idle = ready
             node = idle[int(rng.integers(len(idle)))]
             jobs[node] += 1
             config = ConfigRecord({**dict(train_config), "server-round": jobs[node]})
@@ -225,20 +237,21 @@ class FedBuff(FedAvg):
             if pid < 0:  # no usable timing: the client's latency alone
                 pid = nodes.index(node)
             took = self.arrival(pid, jobs[node], compute, nbytes)
-            if math.isinf(took) and self.latency is not None:
+            off = math.isinf(took) and self.latency is not None
+            if off:
                 # the device is off: its update never comes; the server hears so (Flower's
                 # NODE_UNAVAILABLE) when the latency model says, and the slot is free again
                 took = failure_notice(self.latency, worker=pid, round_index=jobs[node],
-                                      load=self.load(pid), seed=self.seed)
+                                      load=self.load(pid), seed=self.seed, start_s=self.now)
                 delta, compute, nbytes, reason = None, 0.0, 0, "node unavailable (device off)"
             arrive = self.now + took
             busy.add(node)
             heapq.heappush(events, (arrive, seq, node, {
                 "delta": delta, "pid": pid, "version": version, "compute": compute,
-                "examples": examples, "bytes": nbytes, "reason": reason}))
+                "examples": examples, "bytes": nbytes, "reason": reason, "off": off}))
             seq += 1
 
-        while len(busy) < slots:
+        while len(busy) + waiting < slots:
             dispatch()
         while version < num_rounds and events:
             if counters["rejected"] > 100 * max(slots, self.buffer_size):
@@ -248,7 +261,15 @@ class FedBuff(FedAvg):
                 break
             arrive, _, node, job = heapq.heappop(events)
             self.now = max(self.now, arrive)
+            if node is None:  # a waiting slot: a device is back on
+                waiting -= 1
+                while len(busy) + waiting < slots:
+                    dispatch()
+                continue
             busy.discard(node)
+            if job["off"]:  # no work before its device is on again (none, for other models)
+                off_until[node] = self.now + back_on(self.latency, worker=job["pid"],
+                                                     at_s=self.now)
             counters["arrived"] += 1
             counters["compute_s"] += job["compute"]
             counters["bytes_up"] += job["bytes"]
@@ -274,7 +295,7 @@ class FedBuff(FedAvg):
                 counters = dict.fromkeys(counters, 0)
                 counters["compute_s"] = 0.0
                 step_start, wall0 = self.now, time.monotonic()
-            while len(busy) < slots:
+            while len(busy) + waiting < slots:
                 dispatch()
         result.arrays = arrays_of(model)
         return result

@@ -163,6 +163,26 @@ def test_a_round_that_cannot_decode_ends_when_its_missing_devices_are_reported_o
     assert out.rows[0]["round_virtual_s"] == pytest.approx(10.0)
 
 
+def test_coded_rounds_read_the_devices_at_their_start_time():
+    """FRC n=4, s=1 on FedScale devices, 1 s per unit of load (worker 3's device twice as
+    fast, on 0-3 s of its cycle only): rounds end at group 0's first reply, 21/11.5 s (its
+    partitions' examples over a client's share). Rounds 1 and 2 start at 0 and 1.83 s and
+    worker 3 replies in both (its job of 25/11.5 x 0.5 s ends by 2.9 s); round 3 starts at
+    3.65 s, its device off: worker 2 replies for the group. (Read at round x 60 s, as it used
+    to be, worker 3 was off from round 1.)"""
+    from fl_gradcode.devices import DeviceTrace
+
+    capacity = {w + 1: {"computation": 1000.0 * sec / 3, "communication": 1.0}
+                for w, sec in enumerate([1.0, 1.0, 1.0, 0.5])}
+    behave = {4: {"active": [0.0], "inactive": [3.0], "finish_time": 1000.0}}
+    out = run(4, code="frc", s=1, rounds=3, latency=DeviceTrace(capacity, behave, round_s=60.0),
+              straggler_timeout=100.0)
+    assert [3 in row["clients_used"] for row in out.rows] == [True, True, False]
+    assert 2 in out.rows[2]["clients_used"] and 3 in out.rows[2]["stragglers"]
+    assert [row["decode"] for row in out.rows] == ["exact"] * 3
+    assert out.rows[1]["virtual_s"] == pytest.approx(2 * 21 / 11.5)
+
+
 def test_a_worker_reported_off_is_busy_until_the_report():
     """FRC n=4, s=1: worker 0 is off in round 1, heard of at 3 s; every round decodes at
     1 s without it. Until the report its message is outstanding, as in Flower, so a fixed

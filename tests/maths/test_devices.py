@@ -180,3 +180,42 @@ def test_generated_devices_follow_the_stated_fit():
     periods = [x for b in behave.values() for x in np.subtract(b["inactive"], b["active"])[1:-1]]
     assert np.mean(periods) == pytest.approx(FIT["mean_on_s"], rel=0.05)
     assert all(b["finish_time"] == FIT["finish_time_s"] for b in behave.values())
+
+
+def test_a_clock_time_places_the_task_on_the_cycle_in_place_of_the_round(tmp_path):
+    """Runs on a virtual clock read the devices at the round's (or job's) start time: the
+    round index no longer moves the cycle (hand-read from BEHAVE)."""
+    from fl_gradcode.latency import failure_notice
+
+    model = make_latency("fedscale", device_trace=str(_write(tmp_path / "trace")),
+                         samples_per_load=10.0, model_bytes=50_000.0, round_s=250.0)
+    d3 = _hand(3, 10.0, 50_000.0)
+    for rnd in (0, 1, 7):  # whatever the round, time 150 is in device 3's 100-200 gap
+        assert client_delay(model, worker=0, round_index=rnd, load=1.0, seed=0,
+                            start_s=150.0) == math.inf
+        assert failure_notice(model, worker=0, round_index=rnd, load=1.0, seed=0,
+                              start_s=150.0) == pytest.approx(10.0)  # off at 100, heard 160
+        assert client_delay(model, worker=0, round_index=rnd, load=1.0, seed=0,
+                            start_s=250.0) == pytest.approx(d3)
+    # without a clock time, round 1 starts at 250 s as before
+    assert client_delay(model, worker=0, round_index=1, load=1.0, seed=0) == pytest.approx(d3)
+    with pytest.raises(ValueError, match=r"start_s=-1\.0 must be a finite time >= 0"):
+        client_delay(model, worker=0, round_index=1, load=1.0, seed=0, start_s=-1.0)
+
+
+@pytest.mark.parametrize("worker, at_s, expected", [
+    (0, 150.0, 50.0),    # device 3: off 100-200
+    (0, 250.0, 0.0),     # on 200-1000
+    (0, 1100.0, 0.0),    # 100 of the next cycle: on (it goes off at 100 itself)
+    (0, 1100.5, 99.5),
+    (1, 10.0, 40.0),     # device 7: on 50-60 only
+    (1, 55.0, 0.0),
+    (1, 70.0, 980.0),    # the next cycle's 50
+    (2, 123.0, 0.0),     # device 12: no behaviour entry
+])
+def test_a_device_reported_off_is_back_at_its_next_period(tmp_path, worker, at_s, expected):
+    from fl_gradcode.latency import back_on
+
+    model = make_latency("fedscale", device_trace=str(_write(tmp_path / "trace")))
+    assert back_on(model, worker=worker, at_s=at_s) == pytest.approx(expected)
+    assert back_on(make_latency("bimodal"), worker=worker, at_s=at_s) == 0.0

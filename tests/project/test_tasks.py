@@ -142,10 +142,12 @@ def test_measured_once_charges_one_timed_partition_update(one_torch_thread):
 
 
 def _off_in_round_one_trace(tmp_path, n):
-    """FedScale pickles: n identical devices; device 1 (client 0) is off until 150 s of its
-    1000 s cycle, so off in round 1 (starting at 100 s) and on in rounds 2 and 3."""
+    """FedScale pickles: n identical devices; device 1 (client 0) is on 0.01-900 s of its
+    1000 s cycle, read at each round's virtual start: off in round 1 (starting at 0 s; off
+    since 900 s of the last cycle, so reported at once) and on in rounds 2 and 3 (round 1
+    lasts longer than 0.01 s)."""
     capacity = {c: {"computation": 1.0, "communication": 10_000.0} for c in range(1, n + 1)}
-    behave = {1: {"active": [150.0], "inactive": [1000.0], "finish_time": 1000.0}}
+    behave = {1: {"active": [0.01], "inactive": [900.0], "finish_time": 1000.0}}
     with open(tmp_path / "client_device_capacity", "wb") as fh:
         pickle.dump(capacity, fh)
     with open(tmp_path / "client_behave_trace", "wb") as fh:
@@ -159,7 +161,7 @@ def test_a_device_off_never_replies_and_is_back_when_it_is_on(tmp_path, rival):
 
     n = 6
     cfg = {**make_regime("fedscale"), "latency-device-trace": _off_in_round_one_trace(tmp_path, n),
-           "latency-round-s": 100.0, "num-rounds": 3, "partitioner": "iid",
+           "num-rounds": 3, "partitioner": "iid",
            "straggler-timeout": 5.0, "results-dir": str(tmp_path / "run")}
     if rival:
         run_rival_in_process({**cfg, "rival": rival}, n)

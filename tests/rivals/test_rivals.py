@@ -245,6 +245,62 @@ def test_fedbuff_gives_the_slot_of_a_client_reported_off_to_the_next_job_then():
     assert sum(row["rejected"] for row in strategy.history) == 2
 
 
+def _devices(off: dict[int, tuple[list[float], list[float]]], seconds: list[float]):
+    """FedScale devices 1..n: client ``w`` (device ``w + 1``) takes ``seconds[w]`` per job
+    (3 x ms/sample / 1000 at load 1, no upload); ``off``: client -> its on periods
+    ``(active, inactive)`` of a 1000 s cycle (others always on)."""
+    from fl_gradcode.devices import DeviceTrace
+
+    capacity = {w + 1: {"computation": 1000.0 * s / 3, "communication": 1.0}
+                for w, s in enumerate(seconds)}
+    behave = {w + 1: {"active": a, "inactive": i, "finish_time": 1000.0}
+              for w, (a, i) in off.items()}
+    return DeviceTrace(capacity, behave, round_s=60.0)
+
+
+def test_fedbuff_sends_no_work_to_a_device_until_it_is_on_again():
+    """Client 1's device is off for the first 10 s of the run (on 10-900 of its cycle, off
+    since 900 of the last one: reported at once). Client 0 takes 1 s a job, client 1 2 s.
+    K = 1: client 0's updates are steps 1..10 at 1..10 s; client 1 is sent work when its
+    device is on, at 10 s, and its first update is at 12 s. (It used to be sent its next job
+    at once, read 60 s further along its cycle, and reply at 2 s.)"""
+    strategy = FedBuff(buffer_size=1, concurrency=2, measured_compute=False,
+                       latency=_devices({1: ([10.0], [900.0])}, [1.0, 2.0]))
+    _start(strategy, 2, 14)
+    used = [(row["clients_used"], row["virtual_s"]) for row in strategy.history]
+    assert used[:10] == [([0], pytest.approx(float(t))) for t in range(1, 11)]
+    first = next(t for pids, t in used if pids == [1])
+    assert first == pytest.approx(12.0)
+    assert sum(row["rejected"] for row in strategy.history) == 1
+
+
+def test_fedbuff_with_every_idle_device_off_waits_for_the_first_back_on():
+    """Both devices off at the start (back at 5 s and 8 s): the run's first update is at
+    5 + 1 s, and no job is re-sent to a device still off (two reports in all)."""
+    strategy = FedBuff(buffer_size=1, concurrency=2, measured_compute=False,
+                       latency=_devices({0: ([5.0], [900.0]), 1: ([8.0], [900.0])},
+                                        [1.0, 1.0]))
+    _start(strategy, 2, 3)
+    assert [row["virtual_s"] for row in strategy.history] == pytest.approx([6.0, 7.0, 8.0])
+    assert sum(row["rejected"] for row in strategy.history) == 2
+
+
+def test_synchronous_rounds_read_the_devices_at_their_start_time():
+    """Both clients take 1 s per unit of load; client 1's load is 11 / 10.5 (its examples
+    over the mean), so rounds last ``L1``; round 3 starts at ``2 L1`` (2.1 s) and client 1's
+    device (on 0-2.5 of its cycle) goes off during its job: no reply, heard of at 2.5 + 60 s,
+    when wait-for-all ends the round. (Read at round x 60 s, as it used to be, client 1 was
+    off from round 1 on.)"""
+    strategy = WaitForAll(latency=_devices({1: ([0.0], [2.5])}, [1.0, 1.0]),
+                          measured_compute=False, fraction_evaluate=0.0,
+                          min_available_nodes=1, min_train_nodes=1)
+    _start(strategy, 2, 3)
+    assert [sorted(row["clients_used"]) for row in strategy.history] == [[0, 1], [0, 1], [0]]
+    load1 = 11 / 10.5
+    assert [row["round_virtual_s"] for row in strategy.history] == pytest.approx(
+        [load1, load1, 62.5 - 2 * load1])
+
+
 # ============================================================================= deadline rule
 def test_the_stated_deadline_is_three_times_the_75th_percentile_and_the_grid_holds_it():
     times = np.arange(1.0, 101.0)
