@@ -58,6 +58,10 @@ BEHAVE_FILE = "client_behave_trace"
 #: (``HEARTBEAT_DEFAULT_INTERVAL``, 30 s): the latest it can hear of it.
 UNAVAILABLE_NOTICE_S = 60.0
 
+#: A time this fraction of itself (or of the cycle) before a period's start reads as that
+#: start: a clock's ``now + back_on(now)`` lands on it up to floating-point rounding.
+_SNAP = 1e-12
+
 #: The generator's fit (all log-normals given by their median and the sigma of the log).
 #:
 #: * ``computation`` (ms per sample): median 50, sigma 0.6. The sigma is FedScale's own default
@@ -260,7 +264,9 @@ class DeviceTrace:
         finish = float(trace["finish_time"])
         active, inactive = trace["active"], trace["inactive"]
         t = start % finish
-        i = bisect.bisect_right(active, t) - 1
+        i = bisect.bisect_right(active, t + _SNAP * max(finish, abs(start))) - 1
+        if i >= 0 and t < float(active[i]):  # a rounding error before a period's start
+            t = float(active[i])
         if i >= 0 and t <= float(inactive[i]):  # on at the start
             end = float(inactive[i])
             return end - t if t + length > end else math.inf
@@ -297,10 +303,13 @@ class DeviceTrace:
 
     def back_on(self, worker: int, at_s: float) -> float:
         """Seconds from cycle time ``at_s`` until client ``worker``'s device is on (0 when it
-        is on then; the next period's start, in this cycle or the next)."""
+        is on then; the next period's start, in this cycle or the next; ``inf`` for a device
+        with no period on)."""
         trace = self.behave.get(self.ids[worker % len(self.ids)])
-        if trace is None or not len(trace["active"]):
+        if trace is None:
             return 0.0
+        if not len(trace["active"]):  # never on
+            return math.inf
         if self.goes_off(worker, at_s, 0.0) > 0:
             return 0.0
         finish = float(trace["finish_time"])

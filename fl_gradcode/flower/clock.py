@@ -252,10 +252,12 @@ class VirtualClock:
     ) -> RoundWindow:
         """``arrivals``: worker -> seconds of its own work (compute and latency), valid replies
         only; a queued worker's reply arrives ``backlog[worker]`` seconds later.
-        ``failures``: worker -> seconds after the round's start at which the server hears it
-        will never reply (its device went off): once every worker sent work has replied or
-        been heard of, the round needs no deadline and ends then, decoded or not."""
+        ``failures``: worker -> seconds after its job's start at which the server hears it
+        will never reply (its device went off; a queued worker's ``backlog[worker]`` seconds
+        later too): once every worker sent work has replied or been heard of, the round needs
+        no deadline and ends then, decoded or not."""
         arrivals = {w: t + self.backlog.get(w, 0.0) for w, t in arrivals.items()}
+        failures = {w: t + self.backlog.get(w, 0.0) for w, t in (failures or {}).items()}
         deadline = self.straggler_timeout
         stopped: list[int] = []
         if self.stop_at_deadline:  # stopped at the deadline: never replies
@@ -273,7 +275,6 @@ class VirtualClock:
                 end = arrivals[worker]
                 return RoundWindow(prefix, self.round_start + end, order[len(prefix) :],
                                    stopped, stopped_at)
-        failures = dict(failures or {})
         if (prefix or failures) and len(prefix) + len(failures) == num_sent:
             # everyone replied or was heard of, still not decodable
             end = min(max([arrivals[w] for w in prefix[-1:]] + list(failures.values())),

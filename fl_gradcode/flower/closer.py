@@ -55,14 +55,19 @@ class RoundCloser:
             reply.compute_s, reply.extra.get("bytes", 0),
             lambda: self.workload.load(state.code, worker, partitions),
             lambda load: self.workload.delay(state.cohort[worker], state.number, load,
-                                             self.clock.round_start))
+                                             self.job_start(worker)))
+
+    def job_start(self, worker: int) -> float:
+        """Clock time at which ``worker``'s job of this round starts: the round's start, or,
+        for work queued behind an earlier job, that job's end."""
+        return self.clock.round_start + self.clock.backlog.get(worker, 0.0)
 
     def failure_notice(self, state: RoundState, worker: int) -> float:
-        """Seconds from the round's start until the server hears that ``worker``, whose reply
+        """Seconds from its job's start until the server hears that ``worker``, whose reply
         never arrives, is off (``inf``: never; the round then waits for its deadline)."""
         load = self.workload.load(state.code, worker, list(state.partitions))
         return self.workload.failure_notice(state.cohort[worker], state.number, load,
-                                            self.clock.round_start)
+                                            self.job_start(worker))
 
     def close(self, state: RoundState) -> RoundState:
         """The round with its :class:`Closing`: the clock's window (the replies it decodes

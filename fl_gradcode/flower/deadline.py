@@ -227,23 +227,26 @@ class DeadlineFedAvg(FedAvg):
                     load=loads[node], compute_s=compute, nbytes=nbytes,
                     measured_compute=self.measured_compute,
                     compute_cost_s=self.compute_cost_s, upload_bandwidth=self.upload_bandwidth,
-                    start_s=self.clock.round_start)
+                    start_s=self.clock.round_start + self.clock.backlog.get(node, 0.0))
                 for node, (pid, compute, _, nbytes) in timings.items()}
 
     def failure_notices(
         self, server_round: int, timings: Mapping[int, tuple[int, float, int, int]],
         nodes: Iterable[int],
     ) -> dict[int, float]:
-        """Seconds after the round's start at which the server hears that each of ``nodes``
-        (whose replies never arrive) is off, as the latency model says (Flower's
-        ``NODE_UNAVAILABLE`` error); nodes it never hears of are left out."""
+        """Seconds after each of ``nodes``' job start (the round's; the clock adds a queued
+        node's wait) at which the server hears that it (its reply never arrives) is off, as
+        the latency model says (Flower's ``NODE_UNAVAILABLE`` error); nodes it never hears of
+        are left out."""
         nodes = list(nodes)
         if self.latency is None or not nodes:
             return {}
         loads = self.loads(timings)
         out = {node: failure_notice(self.latency, worker=timings[node][0],
                                     round_index=server_round, load=loads[node],
-                                    seed=self.seed, start_s=self.clock.round_start)
+                                    seed=self.seed,
+                                    start_s=self.clock.round_start
+                                    + self.clock.backlog.get(node, 0.0))
                for node in nodes}
         return {node: t for node, t in out.items() if np.isfinite(t)}
 

@@ -79,7 +79,8 @@ class Dispatcher:
             noise_multiplier=self.dp.noise_multiplier, dp_noise=self.dp.noise,
             timing=self.clock.timing,
             delay_s=self.clock.instruction_delay(lambda: self.workload.sampled_delay(
-                code, worker, node, plan.number, partitions, self.clock.round_start)),
+                code, worker, node, plan.number, partitions,
+                self.clock.round_start + self.clock.backlog.get(worker, 0.0))),
             weight_key=getattr(self.inner, "weighted_by_key", "num-examples"),
             wire=plan.wire, chunk_coefficients=instruction_chunks(code, worker),
             stop_after_s=self.clock.stop_after_s(plan.number),

@@ -214,14 +214,19 @@ class FedBuff(FedAvg):
         def arrays_of(values: Mapping[str, np.ndarray]) -> ArrayRecord:
             return ArrayRecord({k: Array(v.astype(dtypes[k])) for k, v in values.items()})
 
-        def dispatch() -> None:
+        def dispatch() -> bool:
+            """Send the current model to an idle node whose device is on (``False``: none
+            ever will be: the slot stays empty)."""
             nonlocal seq, waiting
             idle = [n for n in nodes if n not in busy]
             ready = [n for n in idle if off_until.get(n, 0.0) <= self.now]
             if not ready:  # every idle node's device is off: the slot waits for the first
-                heapq.heappush(events, (min(off_until[n] for n in idle), seq, None, {}))
+                back = min(off_until[n] for n in idle)
+                if math.isinf(back):
+                    return False
+                heapq.heappush(events, (back, seq, None, {}))
                 seq, waiting = seq + 1, waiting + 1
-                return
+                return True
             idle = ready
             node = idle[int(rng.integers(len(idle)))]
             jobs[node] += 1
@@ -250,9 +255,10 @@ class FedBuff(FedAvg):
                 "delta": delta, "pid": pid, "version": version, "compute": compute,
                 "examples": examples, "bytes": nbytes, "reason": reason, "off": off}))
             seq += 1
+            return True
 
-        while len(busy) + waiting < slots:
-            dispatch()
+        while len(busy) + waiting < slots and dispatch():
+            pass
         while version < num_rounds and events:
             if counters["rejected"] > 100 * max(slots, self.buffer_size):
                 log(WARNING, "FedBuff: %d updates in a row could not be used (last: %s); "
@@ -263,8 +269,8 @@ class FedBuff(FedAvg):
             self.now = max(self.now, arrive)
             if node is None:  # a waiting slot: a device is back on
                 waiting -= 1
-                while len(busy) + waiting < slots:
-                    dispatch()
+                while len(busy) + waiting < slots and dispatch():
+                    pass
                 continue
             busy.discard(node)
             if job["off"]:  # no work before its device is on again (none, for other models)
@@ -295,8 +301,11 @@ class FedBuff(FedAvg):
                 counters = dict.fromkeys(counters, 0)
                 counters["compute_s"] = 0.0
                 step_start, wall0 = self.now, time.monotonic()
-            while len(busy) + waiting < slots:
-                dispatch()
+            while len(busy) + waiting < slots and dispatch():
+                pass
+        if version < num_rounds and not events:
+            log(WARNING, "FedBuff: no client can take work (every idle client's device is "
+                "never on again); stopping after %d server steps", version)
         result.arrays = arrays_of(model)
         return result
 

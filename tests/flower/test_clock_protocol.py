@@ -75,6 +75,18 @@ def test_a_window_says_when_each_stopped_worker_is_free(stop):
     assert {w: clock.busy_until[10 + w] for w in window.stopped} == window.stopped_at
 
 
+def test_a_queued_workers_failure_is_heard_after_its_wait_too():
+    """Worker 1's work is queued behind a job ending 4 s into the round; its device goes off
+    and the server hears so 2 s into that work: 6 s after the round's start, when (every
+    worker having replied or been heard of) the undecodable round ends."""
+    clock = VirtualClock(10.0)
+    clock.now = 100.0
+    clock.busy_until = {11: 104.0}
+    clock.start_round(queued={1: 11})
+    window = clock.window({0: 1.0}, lambda used: len(used) >= 2, 2, failures={1: 2.0})
+    assert window.used == [0] and window.end == pytest.approx(106.0)
+
+
 # ------------------------------------------------------------------ a clock of one's own
 def _bound(policy, clock):
     from types import SimpleNamespace

@@ -219,3 +219,29 @@ def test_a_device_reported_off_is_back_at_its_next_period(tmp_path, worker, at_s
     model = make_latency("fedscale", device_trace=str(_write(tmp_path / "trace")))
     assert back_on(model, worker=worker, at_s=at_s) == pytest.approx(expected)
     assert back_on(make_latency("bimodal"), worker=worker, at_s=at_s) == 0.0
+
+
+def test_a_clock_landing_on_a_periods_start_reads_it_on_after_any_number_of_cycles():
+    """now + back_on(now) is the next period's start up to rounding (2000.1 % 1000 is
+    0.0999...): read as on, else a client would be re-sent work at once for ever."""
+    from fl_gradcode.devices import DeviceTrace
+    from fl_gradcode.latency import back_on
+
+    trace = DeviceTrace({1: {"computation": 10.0, "communication": 1000.0}},
+                        {1: {"active": [0.1, 500.3], "inactive": [400.0, 900.0],
+                             "finish_time": 1000.0}})
+    for now in [950.0, 2000.0, 1999.0, 123_456_789.0, 450.25]:
+        landing = now + back_on(trace, worker=0, at_s=now)
+        assert back_on(trace, worker=0, at_s=landing) == 0.0, now
+        assert trace.time(0, 0, start_s=landing) < math.inf, now
+    assert 2000.1 % 1000 < 0.1  # the rounding this guards against
+
+
+def test_a_device_with_no_period_on_is_never_back():
+    from fl_gradcode.devices import DeviceTrace
+    from fl_gradcode.latency import back_on
+
+    trace = DeviceTrace({1: {"computation": 10.0, "communication": 1000.0}},
+                        {1: {"active": [], "inactive": [], "finish_time": 1000.0}})
+    assert trace.time(0, 0, start_s=5.0) == math.inf
+    assert back_on(trace, worker=0, at_s=5.0) == math.inf

@@ -285,6 +285,30 @@ def test_fedbuff_with_every_idle_device_off_waits_for_the_first_back_on():
     assert sum(row["rejected"] for row in strategy.history) == 2
 
 
+def test_fedbuff_runs_on_past_its_devices_first_cycles():
+    """One client, 400 s jobs, its device on 0.1-900 s of a 1000 s cycle. Hand-timed: sent at
+    0.1 (off at 0, reported at once: off since 900 of the last cycle), steps at 400.1 and
+    800.1; the job from 800.1 is cut at 900, heard of at 960, and the client is back at
+    1000.1: steps at 1400.1, 1800.1; cut again at 1900, back at 2000.1: 2400.1, 2800.1."""
+    strategy = FedBuff(buffer_size=1, concurrency=1, measured_compute=False,
+                       latency=_devices({0: ([0.1], [900.0])}, [400.0]))
+    _start(strategy, 1, 6)
+    assert [row["virtual_s"] for row in strategy.history] == pytest.approx(
+        [400.1, 800.1, 1400.1, 1800.1, 2400.1, 2800.1])
+    assert sum(row["rejected"] for row in strategy.history) == 3
+
+
+def test_fedbuff_stops_when_no_device_is_ever_on_again(caplog):
+    import logging
+
+    strategy = FedBuff(buffer_size=1, concurrency=1, measured_compute=False,
+                       latency=_devices({0: ([], [])}, [1.0]))
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        _start(strategy, 1, 3)
+    assert strategy.history == []
+    assert any("no client can take work" in r.getMessage() for r in caplog.records)
+
+
 def test_synchronous_rounds_read_the_devices_at_their_start_time():
     """Both clients take 1 s per unit of load; client 1's load is 11 / 10.5 (its examples
     over the mean), so rounds last ``L1``; round 3 starts at ``2 L1`` (2.1 s) and client 1's
