@@ -27,6 +27,7 @@ from tools.docgen import (  # noqa: F401  (renderers)
     approximate,
     held,
     measures,
+    participation,
     performance,
     rivals,
 )

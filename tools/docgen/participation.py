@@ -1,0 +1,77 @@
+"""The ``participation`` block: whose data each method had taken in when it reached the target
+under persistent stragglers (``python -m experiments.participation``,
+``results/participation.json``)."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping
+from typing import Any
+
+from tools.docgen.core import RESULTS, block, load, table
+
+PARTICIPATION = "participation.json"
+LABELS = {"auto": "auto", "deadline": "deadline (stated rule)",
+          "deadline-best": "deadline-best", "first-k": "first-k", "fedbuff": "FedBuff"}
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def render_participation(data: Mapping[str, Any]) -> str | None:
+    """One table per cell: each method's median share of slow clients' updates among those
+    it took in before the target, the slow clients' median share of the data, its median
+    time to target (a seed that never reached it counts as infinite) and the seeds that
+    reached it."""
+    if not data.get("cells"):
+        return None
+    parts = []
+    for name, cell in data["cells"].items():
+        runs = cell["runs"]
+        seeds = sorted({r["seed"] for r in runs})
+        data_share = _median([r["slow_data_share"] for r in runs if r["method"] == "auto"])
+        rows = []
+        for method in data["settings"]["methods"]:
+            mine = [r for r in runs if r["method"] == method]
+            shares = [r["slow_example_share"] for r in mine
+                      if r.get("slow_example_share") is not None]
+            times = [r["time_to_target"] if r["time_to_target"] is not None else float("inf")
+                     for r in mine]
+            reached = sum(r["time_to_target"] is not None for r in mine)
+            share = _median(shares)
+            time = _median(times)
+            rows.append([LABELS.get(method, method),
+                         "-" if share is None else f"{100 * share:.0f} %",
+                         "never" if time is None or time == float("inf") else f"{time:.1f} s",
+                         f"{reached}/{len(mine)}"])
+        agree = sum(_same(r["time_to_target"], r.get("benchmark_time_to_target"))
+                    for r in runs)
+        parts.append(
+            f"**{name}** (seeds {_seeds(seeds)}; the slow clients hold a median "
+            f"{100 * (data_share or 0):.0f} % of the training data; the time to target of "
+            f"{agree} of {len(runs)} runs equals the benchmark's run of the same method and "
+            "seed):\n\n"
+            + table(["method", "slow clients' share of the examples taken in before the "
+                     "target (a run that never reached it: in all its rounds)",
+                     "median time to target", "reached"], rows))
+    return "\n\n".join(parts)
+
+
+def _seeds(seeds: list[int]) -> str:
+    if len(seeds) > 2 and seeds == list(range(seeds[0], seeds[-1] + 1)):
+        return f"{seeds[0]}–{seeds[-1]}"
+    return ", ".join(map(str, seeds))
+
+
+def _same(mine: float | None, benchmark: float | None) -> bool:
+    if mine is None or benchmark is None:
+        return mine is None and benchmark is None
+    return abs(mine - benchmark) <= 1e-6 * max(1.0, abs(benchmark))
+
+
+@block("participation")
+def participation() -> str | None:
+    if not (RESULTS / PARTICIPATION).exists():
+        return None
+    return render_participation(load(PARTICIPATION))
