@@ -70,6 +70,35 @@ def _same(mine: float | None, benchmark: float | None) -> bool:
     return abs(mine - benchmark) <= 1e-6 * max(1.0, abs(benchmark))
 
 
+def render_headline(data: Mapping[str, Any], cell: str) -> str | None:
+    """One README line: in ``cell``, the slow clients' median share of the data and of the
+    examples each rival that does not wait, and auto, had taken in before the target."""
+    runs = data.get("cells", {}).get(cell, {}).get("runs")
+    if not runs:
+        return None
+
+    def share(method: str, key: str = "slow_example_share") -> str:
+        values = [r[key] for r in runs if r["method"] == method and r.get(key) is not None]
+        value = _median(values)
+        return "-" if value is None else f"{100 * value:.0f} %"
+
+    return (f"- **What the faster rivals leave out** (cell `{cell}`, the same seeds; "
+            "`python -m experiments.participation`): the persistently slow clients hold a "
+            f"median {share('auto', 'slow_data_share')} of the training data; of the examples "
+            f"each method had taken into its model when it reached the target, FedBuff's "
+            f"were {share('fedbuff')} theirs, first-k's {share('first-k')}, the best "
+            f"deadline's {share('deadline-best')}, auto's {share('auto')}: where only the "
+            "slow clients hold some of the data, the rivals that do not wait train on the "
+            "rest ([per method](docs/adaptive.md)).")
+
+
+@block("participation-headline")
+def participation_headline() -> str | None:
+    if not (RESULTS / PARTICIPATION).exists():
+        return None
+    return render_headline(load(PARTICIPATION), "digits-logreg/persistent/20x20")
+
+
 @block("participation")
 def participation() -> str | None:
     if not (RESULTS / PARTICIPATION).exists():
