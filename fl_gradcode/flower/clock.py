@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from .options import TimingOptions
 
 __all__ = ["CLOCKS", "Clock", "RoundWindow", "TimingDefault", "VirtualClock", "WallClock",
-           "clock_class", "make_clock", "timing_value"]
+           "clock_class", "job_start", "make_clock", "timing_value"]
 
 Decodable = Callable[[list[int]], bool]
 
@@ -435,6 +435,12 @@ class WallClock:
 #: ``timing`` field and the run config's ``timing`` key read it).
 CLOCKS: dict[str, type[VirtualClock] | type[WallClock]] = {
     "virtual": VirtualClock, "wallclock": WallClock}
+
+
+def job_start(clock: Clock, worker: int) -> float:
+    """Clock time at which ``worker``'s job of the current round starts: the round's start,
+    or, for work queued behind an earlier job, that job's end (``backlog[worker]`` later)."""
+    return clock.round_start + clock.backlog.get(worker, 0.0)
 
 
 def clock_class(timing: str) -> type[VirtualClock] | type[WallClock]:

@@ -14,7 +14,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from .clock import Clock, RoundWindow
+from .clock import Clock, RoundWindow, job_start
 from .policy import CodePolicy
 from .protocol import CodedReply
 from .round_state import RoundState
@@ -55,19 +55,14 @@ class RoundCloser:
             reply.compute_s, reply.extra.get("bytes", 0),
             lambda: self.workload.load(state.code, worker, partitions),
             lambda load: self.workload.delay(state.cohort[worker], state.number, load,
-                                             self.job_start(worker)))
-
-    def job_start(self, worker: int) -> float:
-        """Clock time at which ``worker``'s job of this round starts: the round's start, or,
-        for work queued behind an earlier job, that job's end."""
-        return self.clock.round_start + self.clock.backlog.get(worker, 0.0)
+                                             job_start(self.clock, worker)))
 
     def failure_notice(self, state: RoundState, worker: int) -> float:
         """Seconds from its job's start until the server hears that ``worker``, whose reply
         never arrives, is off (``inf``: never; the round then waits for its deadline)."""
         load = self.workload.load(state.code, worker, list(state.partitions))
         return self.workload.failure_notice(state.cohort[worker], state.number, load,
-                                            self.job_start(worker))
+                                            job_start(self.clock, worker))
 
     def close(self, state: RoundState) -> RoundState:
         """The round with its :class:`Closing`: the clock's window (the replies it decodes

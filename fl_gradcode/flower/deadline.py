@@ -51,6 +51,7 @@ from .clock import (
     MEASURED_COMPUTE,
     UPLOAD_BANDWIDTH,
     VirtualClock,
+    job_start,
     timing_value,
 )
 
@@ -227,7 +228,7 @@ class DeadlineFedAvg(FedAvg):
                     load=loads[node], compute_s=compute, nbytes=nbytes,
                     measured_compute=self.measured_compute,
                     compute_cost_s=self.compute_cost_s, upload_bandwidth=self.upload_bandwidth,
-                    start_s=self.clock.round_start + self.clock.backlog.get(node, 0.0))
+                    start_s=job_start(self.clock, node))
                 for node, (pid, compute, _, nbytes) in timings.items()}
 
     def failure_notices(
@@ -244,9 +245,7 @@ class DeadlineFedAvg(FedAvg):
         loads = self.loads(timings)
         out = {node: failure_notice(self.latency, worker=timings[node][0],
                                     round_index=server_round, load=loads[node],
-                                    seed=self.seed,
-                                    start_s=self.clock.round_start
-                                    + self.clock.backlog.get(node, 0.0))
+                                    seed=self.seed, start_s=job_start(self.clock, node))
                for node in nodes}
         return {node: t for node, t in out.items() if np.isfinite(t)}
 

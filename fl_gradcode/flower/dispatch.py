@@ -17,7 +17,7 @@ from flwr.app import Message, RecordDict
 
 from ..privacy import DPConfig
 from . import protocol
-from .clock import Clock
+from .clock import Clock, job_start
 from .decoder import instruction_chunks
 from .protocol import Instruction
 from .round_state import RoundPlan, payload_bytes
@@ -79,8 +79,7 @@ class Dispatcher:
             noise_multiplier=self.dp.noise_multiplier, dp_noise=self.dp.noise,
             timing=self.clock.timing,
             delay_s=self.clock.instruction_delay(lambda: self.workload.sampled_delay(
-                code, worker, node, plan.number, partitions,
-                self.clock.round_start + self.clock.backlog.get(worker, 0.0))),
+                code, worker, node, plan.number, partitions, job_start(self.clock, worker))),
             weight_key=getattr(self.inner, "weighted_by_key", "num-examples"),
             wire=plan.wire, chunk_coefficients=instruction_chunks(code, worker),
             stop_after_s=self.clock.stop_after_s(plan.number),

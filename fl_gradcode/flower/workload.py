@@ -106,7 +106,7 @@ class Workload:
         its latency profile (persistently slow, its trace worker) whichever cohort samples it
         and wherever it sits in the cohort (the worker index when every node is sampled and
         the partition ids are ``0..n-1``, as in simulation: the same delays as before).
-        ``start_s``: the round's start on the clock (devices' availability is read there)."""
+        ``start_s``: the job's start on the clock (devices' availability is read there)."""
         if self.latency is None:
             return 0.0
         return client_delay(self.latency, worker=self.latency_key(node),
@@ -115,8 +115,9 @@ class Workload:
 
     def failure_notice(self, node: int, server_round: int, load: float,
                        start_s: float | None = None) -> float:
-        """Seconds after the round's start at which the server hears that ``node``, whose
-        delay is infinite, will never reply (``inf``: never; keyed as :meth:`delay`)."""
+        """Seconds after its job's start (``start_s``) at which the server hears that
+        ``node``, whose delay is infinite, will never reply (``inf``: never; keyed as
+        :meth:`delay`)."""
         if self.latency is None:
             return math.inf
         return failure_notice(self.latency, worker=self.latency_key(node),

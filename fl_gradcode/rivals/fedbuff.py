@@ -257,8 +257,12 @@ class FedBuff(FedAvg):
             seq += 1
             return True
 
-        while len(busy) + waiting < slots and dispatch():
-            pass
+        def fill() -> None:
+            """Give every free slot work (or a wait for the first device back on)."""
+            while len(busy) + waiting < slots and dispatch():
+                pass
+
+        fill()
         while version < num_rounds and events:
             if counters["rejected"] > 100 * max(slots, self.buffer_size):
                 log(WARNING, "FedBuff: %d updates in a row could not be used (last: %s); "
@@ -269,8 +273,7 @@ class FedBuff(FedAvg):
             self.now = max(self.now, arrive)
             if node is None:  # a waiting slot: a device is back on
                 waiting -= 1
-                while len(busy) + waiting < slots and dispatch():
-                    pass
+                fill()
                 continue
             busy.discard(node)
             if job["off"]:  # no work before its device is on again (none, for other models)
@@ -301,8 +304,7 @@ class FedBuff(FedAvg):
                 counters = dict.fromkeys(counters, 0)
                 counters["compute_s"] = 0.0
                 step_start, wall0 = self.now, time.monotonic()
-            while len(busy) + waiting < slots and dispatch():
-                pass
+            fill()
         if version < num_rounds and not events:
             log(WARNING, "FedBuff: no client can take work (every idle client's device is "
                 "never on again); stopping after %d server steps", version)
