@@ -30,6 +30,7 @@ is tuned here.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import time
@@ -38,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.compare import grid_cell, load_grid, lookup, task_target
-from experiments.rival_runs import Cell, start_coded, start_rival
+from experiments.rival_runs import Cell, start_cell_coded, start_cell_rival
 from fl_gradcode.data import run_partitions
 
 GRID = Path("experiments/grid.toml")
@@ -64,6 +65,9 @@ def share_before_target(rows: Sequence[Mapping[str, Any]], cohort: Sequence[int]
     when it is never reached), how many of them were the ``slow`` clients', and the slow
     clients' share of the examples those updates were computed on (``sizes``: examples per
     partition; ``None``: one each)."""
+    def weight(p: int) -> float:
+        return 1.0 if sizes is None else float(sizes[p])
+
     updates = slow_updates = 0
     examples = slow_examples = 0.0
     reached = None
@@ -71,9 +75,8 @@ def share_before_target(rows: Sequence[Mapping[str, Any]], cohort: Sequence[int]
         parts = taken_in(row, cohort)
         updates += len(parts)
         slow_updates += sum(p in slow for p in parts)
-        examples += sum(1.0 if sizes is None else float(sizes[p]) for p in parts)
-        slow_examples += sum(1.0 if sizes is None else float(sizes[p])
-                             for p in parts if p in slow)
+        examples += sum(weight(p) for p in parts)
+        slow_examples += sum(weight(p) for p in parts if p in slow)
         if row.get("accuracy") is not None and row["accuracy"] >= target:
             reached = float(row["virtual_s"])
             break
@@ -86,17 +89,13 @@ def run_method(method: str, seed: int, cell: Cell, deadlines: Mapping[str, float
                ) -> list[dict[str, Any]]:
     """One run's history (rows of rounds or server steps); ``deadlines``: the deadline runs'
     (by method) and the coded methods' (``coded``), as the benchmark gave them."""
-    if method == "auto":
-        cfg = cell.config(seed, s="auto", **{"straggler-timeout": deadlines["coded"]})
-        return start_coded(cfg, cell.n, share_updates=True).history
-    cfg = cell.config(seed, rival="fedavg")
-    common = {"cohort": cell.cohort, "k": cell.first_k(), "overcommit": cell.overcommit,
-              "buffer_size": cell.fedbuff_buffer(), "server_lr": cell.fedbuff_server_lr}
+    if method == "auto":  # at the coded methods' deadline, as the benchmark runs them
+        coded = dataclasses.replace(cell, run_config={**cell.run_config,
+                                                      "straggler-timeout": deadlines["coded"]})
+        return start_cell_coded(method, seed, coded)[0].history
     if method in ("deadline", "deadline-best"):
-        return start_rival("deadline", cfg, cell.n, deadline=deadlines[method],
-                           rounds=cell.rounds, **common).history
-    rounds = cell.fedbuff_steps() if method == "fedbuff" else cell.rounds
-    return start_rival(method, cfg, cell.n, rounds=rounds, **common).history
+        return start_cell_rival("deadline", seed, cell, deadlines[method])[0].history
+    return start_cell_rival(method, seed, cell)[0].history
 
 
 def measure(grid: Mapping[str, Any], compare: Mapping[str, Any], seeds: Sequence[int],

@@ -177,25 +177,32 @@ def parse_code(method: str) -> tuple[str, int]:
     return name, int(s)
 
 
-def run_coded(method: str, seed: int, cell: Cell, share: bool = True) -> dict[str, Any]:
-    """``auto``, ``auto-approximate`` (``auto`` with ``auto-approximate = true``) or
-    ``CODE:s``: the main job's coded strategy; ``share``: replicas share each round's
-    partition updates (same numbers, less wall time)."""
+def start_cell_coded(method: str, seed: int, cell: Cell, share: bool = True
+                     ) -> tuple[HarnessRun, dict[str, Any]]:
+    """``(run, its run config)`` of ``auto``, ``auto-approximate`` (``auto`` with
+    ``auto-approximate = true``) or ``CODE:s`` in ``cell``: the main job's coded strategy;
+    ``share``: replicas share each round's partition updates (same numbers, less wall
+    time)."""
     extra = ({"s": "auto"} if method == "auto"
              else {"s": "auto", "auto-approximate": True} if method == "auto-approximate"
              else dict(zip(("code", "s"), parse_code(method), strict=True)))
     cfg = cell.config(seed, **extra)
-    run = start_coded(cfg, cell.n, share_updates=share)
+    return start_coded(cfg, cell.n, share_updates=share), cfg
+
+
+def run_coded(method: str, seed: int, cell: Cell, share: bool = True) -> dict[str, Any]:
+    """The record of :func:`start_cell_coded`'s run."""
+    run, cfg = start_cell_coded(method, seed, cell, share)
     rows = run.history
     decodes = {kind: sum(r.get("decode") == kind for r in rows)
                for kind in ("exact", "approx", "skipped")}
     return _summary(method, seed, rows, cell, cfg, run.counter, run.wall_s, decodes=decodes)
 
 
-def run_rival(method: str, seed: int, cell: Cell, deadline: float | None = None,
-              label: str | None = None) -> dict[str, Any]:
-    """``wait-for-all``, ``first-k``, ``fedbuff``, or ``deadline`` with ``deadline`` seconds
-    (recorded as ``label``, default the method)."""
+def start_cell_rival(method: str, seed: int, cell: Cell, deadline: float | None = None
+                     ) -> tuple[HarnessRun, dict[str, Any]]:
+    """``(run, its run config)`` of ``wait-for-all``, ``first-k``, ``fedbuff``, or
+    ``deadline`` with ``deadline`` seconds in ``cell``, by the cell's rules."""
     cfg = cell.config(seed, rival="fedavg")
     if method == "deadline" and deadline is None:
         raise ValueError("the deadline method needs a deadline")
@@ -203,6 +210,14 @@ def run_rival(method: str, seed: int, cell: Cell, deadline: float | None = None,
                       k=cell.first_k(), overcommit=cell.overcommit,
                       buffer_size=cell.fedbuff_buffer(), server_lr=cell.fedbuff_server_lr,
                       rounds=cell.fedbuff_steps() if method == "fedbuff" else cell.rounds)
+    return run, cfg
+
+
+def run_rival(method: str, seed: int, cell: Cell, deadline: float | None = None,
+              label: str | None = None) -> dict[str, Any]:
+    """The record of :func:`start_cell_rival`'s run (recorded as ``label``, default the
+    method)."""
+    run, cfg = start_cell_rival(method, seed, cell, deadline)
     strategy = run.strategy
     record = _summary(label or method, seed, strategy.history, cell, cfg, run.counter,
                       run.wall_s, **run.extra)
