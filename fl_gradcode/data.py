@@ -18,6 +18,7 @@ References:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -31,6 +32,7 @@ __all__ = [
     "natural_partition",
     "partition_indices",
     "run_partitions",
+    "speed_correlated_partition",
 ]
 
 DATASETS = ("digits", "mnist1d", "synthetic")
@@ -262,17 +264,72 @@ def partition_indices(
     return result
 
 
+def speed_correlated_partition(
+    labels: np.ndarray, k: int, slow: Sequence[int], slow_classes: int, *,
+    partitioner: str = "dirichlet", alpha: float = 0.5, seed: int = 0, sigma: float = 1.0,
+) -> list[np.ndarray]:
+    """``k`` partitions in which only the ``slow`` ones hold ``slow_classes`` of the labels.
+
+    The classes are the first ``slow_classes`` of a permutation seeded by ``seed``; every
+    training example of them goes to the slow partitions (shuffled and split into near-equal
+    shares), and the other examples are split among the other partitions by ``partitioner``
+    (:func:`partition_indices`). Devices and data are rarely independent: the slow clients of
+    a federation (older phones, another region) hold data the others do not, the case in
+    which dropping or down-weighting them changes the objective
+    (Kairouz et al., "Advances and Open Problems in Federated Learning", 2021, section 3.1,
+    https://arxiv.org/abs/1912.04977; Lai et al., "Oort", OSDI 2021, on the correlation of
+    device speed and data).
+    """
+    labels = np.asarray(labels, dtype=np.int64)
+    classes = int(labels.max()) + 1
+    slow_set = sorted({int(j) for j in slow})
+    if isinstance(slow_classes, bool) or not 1 <= int(slow_classes) < classes:
+        raise ValueError(f"slow-classes={slow_classes!r} must be an integer in [1, {classes - 1}]"
+                         f" (the data has {classes} classes)")
+    if any(not 0 <= j < k for j in slow_set):
+        raise ValueError(f"slow partitions {slow_set} must lie in [0, {k - 1}]")
+    fast = [j for j in range(k) if j not in slow_set]
+    if not slow_set or not fast:
+        raise ValueError(f"slow-classes needs at least one slow and one other partition of "
+                         f"k={k}: {len(slow_set)} are slow (raise or lower latency-p)")
+    chosen = np.random.default_rng([int(seed), 13]).permutation(classes)[: int(slow_classes)]
+    held = np.isin(labels, chosen)
+    slow_idx = np.random.default_rng([int(seed), 17]).permutation(np.flatnonzero(held))
+    fast_idx = np.flatnonzero(~held)
+    if len(slow_idx) < len(slow_set):
+        raise ValueError(f"{len(slow_idx)} examples of the slow classes cannot fill "
+                         f"{len(slow_set)} slow partitions")
+    out: list[np.ndarray] = [np.empty(0, dtype=np.int64)] * k
+    for j, share in zip(slow_set, np.array_split(slow_idx, len(slow_set)), strict=True):
+        out[j] = np.sort(share).astype(np.int64)
+    rest = partition_indices(labels[fast_idx], len(fast), partitioner, alpha=alpha, seed=seed,
+                             sigma=sigma)
+    for j, part in zip(fast, rest, strict=True):
+        out[j] = np.sort(fast_idx[part]).astype(np.int64)
+    return out
+
+
 def run_partitions(cfg, k: int) -> tuple[Dataset, list[np.ndarray]]:
     """The dataset and ``k`` partitions of a run, from its config (a mapping with ``dataset``,
     ``seed``, ``synthetic-alpha``, ``synthetic-beta``, ``partitioner``, ``dirichlet-alpha``,
-    optionally ``natural-sigma``):
+    optionally ``natural-sigma`` and ``slow-classes``, which also reads ``latency``,
+    ``latency-p`` and ``latency-seed``: :func:`speed_correlated_partition` over the clients
+    ``latency=persistent`` slows, partition j being client j's):
     the one place where the server and every client derive the same partitions."""
     seed = int(cfg["seed"])
     data = load_dataset(
         str(cfg["dataset"]), seed, float(cfg["synthetic-alpha"]), float(cfg["synthetic-beta"])
     )
-    index = partition_indices(
-        data.y_train, int(k), str(cfg["partitioner"]), alpha=float(cfg["dirichlet-alpha"]),
-        seed=seed, sigma=float(cfg.get("natural-sigma", 1.0)),
-    )
-    return data, index
+    common = {"partitioner": str(cfg["partitioner"]), "alpha": float(cfg["dirichlet-alpha"]),
+              "seed": seed, "sigma": float(cfg.get("natural-sigma", 1.0))}
+    slow_classes = int(cfg.get("slow-classes", 0))
+    if slow_classes == 0:
+        return data, partition_indices(data.y_train, int(k), **common)
+    if str(cfg.get("latency")) != "persistent":
+        raise ValueError(f"slow-classes={slow_classes} gives some classes to the clients slow in "
+                         f"every round: it needs latency='persistent' (got "
+                         f"latency={cfg.get('latency')!r})")
+    from .latency import persistent_slow
+
+    slow = persistent_slow(float(cfg["latency-p"]), int(cfg["latency-seed"]), seed, int(k))
+    return data, speed_correlated_partition(data.y_train, int(k), slow, slow_classes, **common)

@@ -50,6 +50,8 @@ __all__ = [
     "harmonic",
     "make_latency",
     "optimal_s",
+    "persistent_seed",
+    "persistent_slow",
     "round_times",
 ]
 
@@ -231,6 +233,19 @@ class PersistentSlow(_SlowFraction):
         n = np.shape(t)[-1]
         slow = np.array([self.is_slow(w) for w in range(n)])
         return np.where(slow, t * self.slowdown, t)
+
+
+def persistent_seed(latency_seed: int, seed: int) -> int:
+    """The seed that picks a federation's persistently slow clients: ``latency_seed``
+    (run-config ``latency-seed``), or the run's ``seed`` when it is negative."""
+    return int(seed) if int(latency_seed) < 0 else int(latency_seed)
+
+
+def persistent_slow(p: float, latency_seed: int, seed: int, n: int) -> list[int]:
+    """The clients among ``0..n-1`` that ``latency=persistent`` (:class:`PersistentSlow`,
+    fraction ``p``, picked by :func:`persistent_seed`) slows in every round."""
+    model = PersistentSlow(p=float(p), seed=persistent_seed(latency_seed, seed))
+    return [w for w in range(int(n)) if model.is_slow(w)]
 
 
 class TraceReplay:

@@ -30,7 +30,7 @@ from fl_gradcode.flower import GradientCoding, seeded_sampling
 from fl_gradcode.flower.deadline import DeadlineFedAvg
 from fl_gradcode.flower.options import Options
 from fl_gradcode.flower.policy import FixedCodePolicy
-from fl_gradcode.latency import LatencyModel, make_latency
+from fl_gradcode.latency import LatencyModel, make_latency, persistent_seed
 from fl_gradcode.learning import dp_sgd_steps, evaluate, make_model
 from fl_gradcode.privacy import (
     DPConfig,
@@ -231,8 +231,7 @@ def run_latency(cfg: dict[str, Any], n: int | None = None) -> LatencyModel:
     arguments = group_values(cfg, "latency")
     name = arguments.pop("name")
     # the federation's fixed traits (who is persistently slow) may outlive the seed
-    if arguments["seed"] < 0:
-        arguments["seed"] = int(cfg["seed"])
+    arguments["seed"] = persistent_seed(arguments["seed"], int(cfg["seed"]))
     if name == "fedscale":
         if n is None:
             raise ValueError("latency='fedscale' needs the number of clients (run_latency(cfg, n))")

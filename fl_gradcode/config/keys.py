@@ -196,10 +196,14 @@ KEYS: tuple[Key, ...] = (
         "`natural`: of each client's label distribution)", side="both"),
     Key("natural-sigma", 1.0, "`partitioner=natural`: σ of the log-normal client sizes "
         "(the standard deviation of their logarithm)", side="both"),
+    Key("slow-classes", 0, "how many classes (picked from `seed`) only the clients slowed in "
+        "every round hold (`latency=persistent`; partition j is client j's): every example of "
+        "them is split among the slow clients, the rest among the others by `partitioner`; "
+        "0 = data unrelated to speed", side="both"),
     Key("latency", "persistent", "simulated latency model (`persistent`: the same fraction "
         "`latency-p` of the clients slowed `latency-slowdown` times every round; `drift`: "
         "Pareto, then load-scaled bimodal; `fedscale`: FedScale-format device traces, "
-        "`latency-device-trace`)", keyword="latency", feeds=("latency", "name"),
+        "`latency-device-trace`)", keyword="latency", feeds=("latency", "name"), side="both",
         choices=("none", "exponential", "shifted-exponential", "pareto", "bimodal",
                  "persistent", "trace", "drift", "fedscale"),
         why_differs=f"{_REGIME}; GradientCoding's None simulates no stragglers (a real "
@@ -210,7 +214,7 @@ KEYS: tuple[Key, ...] = (
     Key("latency-shape", 2.0, "Pareto shape (`pareto`: `scale·Pareto(shape)`, "
         "load-independent)", feeds=("latency", "shape")),
     Key("latency-p", 0.2, "fraction of clients slowed (`bimodal`, `persistent`)",
-        feeds=("latency", "p")),
+        feeds=("latency", "p"), side="both"),
     Key("latency-slowdown", 20.0, "slowdown factor (`bimodal`, `persistent`)",
         feeds=("latency", "slowdown")),
     Key("latency-trace", "canada", "bundled AWS Lambda trace (`canada`, `london`, `sydney`, "
@@ -227,7 +231,8 @@ KEYS: tuple[Key, ...] = (
         feeds=("latency", "round_s")),
     Key("latency-seed", -1, "`persistent`: the seed that picks the persistently slow clients "
         "(the federation's hardware), so runs with different `seed`s can share them; "
-        "-1 = `seed`. Per-round draws always follow `seed`", feeds=("latency", "seed")),
+        "-1 = `seed`. Per-round draws always follow `seed`", feeds=("latency", "seed"),
+        side="both"),
     Key("virtual-compute", "none", "`measured`: add each client's measured compute time "
         "to its virtual arrival; `none`: do not (`partition-cost-s` charges it instead); "
         "`measured-once`: time one mean-sized partition's update at the start of the run "

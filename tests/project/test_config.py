@@ -280,6 +280,8 @@ def test_client_and_coded_only_keys_come_from_the_table():
         "noise-multiplier", "slow-workers", "slow-delay-s", "nan-workers",
         # added with the natural partitioner (clients rebuild the same partitions)
         "natural-sigma",
+        # added with slow-classes (clients rebuild who is slow to rebuild the partitions)
+        "slow-classes", "latency", "latency-p", "latency-seed",
     }
     assert set(CODED_ONLY) == {
         "code", "s", "s-max", "auto-margin", "exclude-slow", "latency-state", "auto-deadline",
@@ -735,7 +737,8 @@ def test_server_app_builds_the_same_strategy_as_before_the_table(case, tmp_path,
 ADDED_AFTER_CAPTURE = ("verify", "verify_tolerance", "roster", "num_partitions",
                        "auto_approximate")
 # client run-config keys added after the capture
-CLIENT_KEYS_ADDED_AFTER_CAPTURE = ("natural-sigma",)
+CLIENT_KEYS_ADDED_AFTER_CAPTURE = ("natural-sigma", "slow-classes", "latency", "latency-p",
+                                   "latency-seed")
 
 
 def test_verify_keys_turn_on_the_integrity_check_of_the_strategy(tmp_path):
