@@ -288,19 +288,23 @@ def code_fit(method: str, n: int, cohort: int, cfg: Mapping[str, Any]
 
     A code with ``k`` partitions for a cohort of ``c`` clients codes the clients' own
     partitions when ``k = c``. Else, with every node in the cohort, the ServerApp splits the
-    app's whole data into ``k`` partitions (it warns): the same round only where the update is
-    one full-batch gradient (the round's sum is the full gradient however the data is split;
-    local epochs of minibatch SGD on other partitions train another model). With sampled
-    cohorts it runs ``grouped-rs`` with the same ``s`` in its place (its partitions would be
-    the whole data's, not the cohort's)."""
+    app's whole data into ``k`` partitions (it warns; with ``slow-classes`` it refuses): the
+    same round only where the update is one full-batch gradient (the round's sum is the full
+    gradient however the data is split; local epochs of minibatch SGD on other partitions
+    train another model). With sampled cohorts it runs ``grouped-rs`` with the same ``s`` in
+    its place (its partitions would be the whole data's, not the cohort's)."""
     code, s = parse_code(method)
     m = cfg["m"] if code == "comm-efficient" else None  # the other codes take no m
     k, fallback = built_code(code, s, cohort, m)
-    if k == cohort or (n == cohort and cfg["update"] == "gradient"):
+    slow_classes = int(cfg.get("slow-classes", 0))
+    if k == cohort or (n == cohort and cfg["update"] == "gradient" and not slow_classes):
         return fallback, None
     why = (f"the cohort is sampled (of n = {n}): the ServerApp would run grouped-rs in its "
            "place (this code's k partitions would be the whole data's, not the cohort's)"
            if n != cohort else
+           f"slow-classes = {slow_classes} gives classes to the slow clients' own partitions, "
+           "which k partitions of the data are not (the ServerApp refuses it)"
+           if slow_classes else
            f"update = {cfg['update']!r} is not one full-batch gradient, so k partitions of "
            "the data train another model")
     return fallback, (f"{method} has k = {k} partitions for a cohort of {cohort}"

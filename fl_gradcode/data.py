@@ -270,43 +270,58 @@ def speed_correlated_partition(
 ) -> list[np.ndarray]:
     """``k`` partitions in which only the ``slow`` ones hold ``slow_classes`` of the labels.
 
-    The classes are the first ``slow_classes`` of a permutation seeded by ``seed``; every
-    training example of them goes to the slow partitions (shuffled and split into near-equal
-    shares), and the other examples are split among the other partitions by ``partitioner``
-    (:func:`partition_indices`). Devices and data are rarely independent: the slow clients of
-    a federation (older phones, another region) hold data the others do not, the case in
-    which dropping or down-weighting them changes the objective
-    (Kairouz et al., "Advances and Open Problems in Federated Learning", 2021, section 3.1,
-    https://arxiv.org/abs/1912.04977; Lai et al., "Oort", OSDI 2021, on the correlation of
-    device speed and data).
+    The classes are the first ``slow_classes`` of a permutation (seeded by ``seed``) of the
+    classes present; every training example of them goes to the slow partitions (shuffled and
+    split into near-equal shares), and the other examples are split among the other partitions
+    by ``partitioner`` (:func:`partition_indices`, over the remaining classes). Devices and data
+    are rarely independent: the slow clients of a federation (older phones, another region)
+    hold data the others do not, the case in which dropping or down-weighting them changes the
+    objective (Kairouz et al., "Advances and Open Problems in Federated Learning", 2021,
+    section 3.1, https://arxiv.org/abs/1912.04977; Lai et al., "Oort", OSDI 2021, on the
+    correlation of device speed and data).
     """
-    labels = np.asarray(labels, dtype=np.int64)
-    classes = int(labels.max()) + 1
-    slow_set = sorted({int(j) for j in slow})
-    if isinstance(slow_classes, bool) or not 1 <= int(slow_classes) < classes:
-        raise ValueError(f"slow-classes={slow_classes!r} must be an integer in [1, {classes - 1}]"
-                         f" (the data has {classes} classes)")
+    return [np.array(p, dtype=np.int64) for p in _speed_correlated_cached(
+        tuple(np.asarray(labels).astype(np.int64).tolist()), int(k),
+        tuple(sorted({int(j) for j in slow})), slow_classes, partitioner, float(alpha),
+        int(seed), float(sigma))]
+
+
+@lru_cache(maxsize=32)
+def _speed_correlated_cached(
+    labels_tuple: tuple[int, ...], k: int, slow_set: tuple[int, ...], slow_classes: int,
+    partitioner: str, alpha: float, seed: int, sigma: float,
+) -> tuple[tuple[int, ...], ...]:
+    # every client of a run asks for the same split: built once per process
+    labels = np.array(labels_tuple, dtype=np.int64)
+    present = np.unique(labels)
+    if (isinstance(slow_classes, bool) or not isinstance(slow_classes, (int, np.integer))
+            or not 1 <= slow_classes < len(present)):
+        raise ValueError(f"slow-classes={slow_classes!r} must be an integer in "
+                         f"[1, {len(present) - 1}] (the data has {len(present)} classes)")
     if any(not 0 <= j < k for j in slow_set):
-        raise ValueError(f"slow partitions {slow_set} must lie in [0, {k - 1}]")
+        raise ValueError(f"slow partitions {list(slow_set)} must lie in [0, {k - 1}]")
     fast = [j for j in range(k) if j not in slow_set]
     if not slow_set or not fast:
         raise ValueError(f"slow-classes needs at least one slow and one other partition of "
                          f"k={k}: {len(slow_set)} are slow (raise or lower latency-p)")
-    chosen = np.random.default_rng([int(seed), 13]).permutation(classes)[: int(slow_classes)]
+    chosen = np.random.default_rng([seed, 13]).permutation(present)[:slow_classes]
     held = np.isin(labels, chosen)
-    slow_idx = np.random.default_rng([int(seed), 17]).permutation(np.flatnonzero(held))
+    slow_idx = np.random.default_rng([seed, 17]).permutation(np.flatnonzero(held))
     fast_idx = np.flatnonzero(~held)
     if len(slow_idx) < len(slow_set):
         raise ValueError(f"{len(slow_idx)} examples of the slow classes cannot fill "
                          f"{len(slow_set)} slow partitions")
-    out: list[np.ndarray] = [np.empty(0, dtype=np.int64)] * k
+    out: list[tuple[int, ...]] = [()] * k
     for j, share in zip(slow_set, np.array_split(slow_idx, len(slow_set)), strict=True):
-        out[j] = np.sort(share).astype(np.int64)
-    rest = partition_indices(labels[fast_idx], len(fast), partitioner, alpha=alpha, seed=seed,
+        out[j] = tuple(int(i) for i in np.sort(share))
+    # the remaining classes renumbered 0..C'-1 in their order (a partitioner that counts
+    # classes from the largest label would ask for the removed ones)
+    rest_labels = np.unique(labels[fast_idx], return_inverse=True)[1]
+    rest = partition_indices(rest_labels, len(fast), partitioner, alpha=alpha, seed=seed,
                              sigma=sigma)
     for j, part in zip(fast, rest, strict=True):
-        out[j] = np.sort(fast_idx[part]).astype(np.int64)
-    return out
+        out[j] = tuple(int(i) for i in np.sort(fast_idx[part]))
+    return tuple(out)
 
 
 def run_partitions(cfg, k: int) -> tuple[Dataset, list[np.ndarray]]:

@@ -30,6 +30,7 @@ from tools.docgen import (  # noqa: F401  (renderers)
     participation,
     performance,
     rivals,
+    slow_classes,
 )
 from tools.docgen.core import BLOCK, RENDERERS, ROOT
 from tools.docgen.readme import FIGURE_CODING, draw_coding_figure
