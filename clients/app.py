@@ -40,7 +40,7 @@ from fl_gradcode.flower.client_policy import NodePolicy
 from fl_gradcode.flower.deadline import train_timing_mod
 from fl_gradcode.learning import dp_sgd_update, make_model, partition_update
 
-__all__ = ["app", "fault_injection_mod", "train"]
+__all__ = ["app", "client_config", "fault_injection_mod", "train"]
 
 
 @lru_cache(maxsize=4)
@@ -48,7 +48,7 @@ def _model(name: str, shape: tuple[int, ...], classes: int) -> torch.nn.Module:
     return make_model(name, shape, classes)
 
 
-def _config(context: Context, msg: Message) -> dict[str, Any]:
+def client_config(context: Context, msg: Message) -> dict[str, Any]:
     """The run config, updated with run-config keys the server forwards in the train config
     (``run_simulation`` gives ClientApps an empty run config)."""
     forwarded = {}
@@ -77,7 +77,7 @@ def as_arrays(theta: np.ndarray, model: torch.nn.Module) -> ArrayRecord:
 
 def train(msg: Message, context: Context) -> Message:
     """Train partition ``partition-id`` of ``num-partitions`` from the received model."""
-    cfg = _config(context, msg)
+    cfg = client_config(context, msg)
     # the node's own DP policy over the dp / sigma the server's config asks for (the coding
     # mod already hands a node with a policy the instruction's checked values)
     NodePolicy.from_node_config(context.node_config).check_app_config(cfg)
@@ -118,7 +118,7 @@ def fault_injection_mod(msg: Message, context: Context, call_next) -> Message:
     reply = call_next(msg, context)
     if instruction is None or instruction.op != protocol.OP_TRAIN or reply.has_error():
         return reply
-    cfg = _config(context, msg)
+    cfg = client_config(context, msg)
     worker = instruction.worker
     delay = float(context.node_config.get("extra-delay-s", 0.0))
     if worker in worker_list(str(cfg["slow-workers"])):

@@ -169,7 +169,7 @@ def _stats_cell(stats: Stats | None) -> str:
 
 def ratio_text(entry: Mapping[str, Any] | None, auto: Stats | None) -> str:
     """``geomean [lo, hi]`` with ▼ (interval below 1) or ▽ (only the mean below 1), and
-    ``(k/N)`` when only k of the N seeds are paired."""
+    ``(k/N)`` when only k of the N seeds are paired; one pair alone has no interval."""
     if entry is None:
         return "not run"
     ratio = entry.get("time_to_target_vs_auto", {})
@@ -181,9 +181,11 @@ def ratio_text(entry: Mapping[str, Any] | None, auto: Stats | None) -> str:
         if auto is not None and auto.reached == 0:
             return f"auto never ({reached}/{seeds}) ▼"
         return f"no pair ({reached}/{seeds})"
+    paired = sum(v is not None for v in ratio.get("per_seed", {}).values())
+    if paired < 2:  # one pair has no interval
+        return f"{ratio['geomean']:.2f} (one pair, {reached}/{seeds} reached)"
     lo, hi = ratio["ci95"]
     mark = " ▼" if hi < 1.0 else " ▽" if ratio["geomean"] < 1.0 else ""
-    paired = sum(v is not None for v in ratio.get("per_seed", {}).values())
     return (f"{ratio['geomean']:.2f} [{lo:.2f}, {hi:.2f}]{mark}"
             + ("" if paired == seeds else f" ({paired}/{seeds})"))
 

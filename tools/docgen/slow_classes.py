@@ -13,6 +13,7 @@ from tools.docgen.rivals import (
     GOAL_TIME,
     SHOWN,
     is_code,
+    median,
     method_label,
     method_stats,
     ratio_text,
@@ -23,14 +24,24 @@ from tools.docgen.rivals import (
 
 #: The runs amendment 8 registers, in its order: (slow classes, n).
 RUNS: tuple[tuple[int, int], ...] = ((2, 20), (1, 20), (2, 100))
+#: A reading added after the runs: FedBuff (and auto) given four times the client updates.
+LONGER = "compare_slow_classes_2_20x20_fedbuff120.json"
+#: The rivals that do not code, as the grid's readings name them.
+UNCODED = ("wait-for-all", "deadline", "deadline-best", "first-k", "fedbuff")
 
 
 def file_name(classes: int, n: int) -> str:
+    """The result file of the run with ``classes`` slow classes at ``n`` clients."""
     return f"compare_slow_classes_{classes}_{n}x{n}.json"
 
 
-def _present() -> list[tuple[int, int, dict[str, Any]]]:
-    return [(c, n, load(file_name(c, n))) for c, n in RUNS if (RESULTS / file_name(c, n)).exists()]
+def _runs() -> list[tuple[int, int, dict[str, Any] | None]]:
+    return [(c, n, load(file_name(c, n)) if (RESULTS / file_name(c, n)).exists() else None)
+            for c, n in RUNS]
+
+
+def _classes(classes: int) -> str:
+    return f"{classes} class{'es' if classes > 1 else ''}"
 
 
 def _row(label: str, method: str, cell: Mapping[str, Any]) -> list[str]:
@@ -44,112 +55,206 @@ def _row(label: str, method: str, cell: Mapping[str, Any]) -> list[str]:
             "—" if method == "auto" else ratio_text(entry, auto)]
 
 
+def _same_runs(cell: Mapping[str, Any], a: str, b: str) -> bool:
+    def runs(m: str) -> list[tuple[Any, Any]]:
+        return sorted((r["seed"], r["time_to_target"], r["final_accuracy"])
+                      for r in cell["runs"] if r["method"] == m)
+    return runs(a) == runs(b)
+
+
+def best_code(cell: Mapping[str, Any]) -> tuple[str, list[str]] | None:
+    """The fixed code with the lowest median time (then highest final accuracy, then name)
+    and the other codes whose runs were the same to the last digit."""
+    stats = method_stats(cell)
+    codes = [m for m in stats if is_code(m)]
+    if not codes:
+        return None
+    code = min(codes, key=lambda m: (stats[m].median_time, -stats[m].median_final, m))
+    return code, [m for m in codes if m != code and _same_runs(cell, code, m)]
+
+
+def fedbuff_span(cell: Mapping[str, Any]) -> tuple[float, int, int] | None:
+    """``(median length of FedBuff's runs in virtual seconds, seeds whose FedBuff run ended
+    before auto first reached the target (or auto never did), seeds paired)``: FedBuff stops
+    when it has applied the cell's number of client updates, not after a time."""
+    ends = {r["seed"]: r.get("total_virtual_s") for r in cell.get("runs", [])
+            if r["method"] == "fedbuff"}
+    autos = {r["seed"]: r["time_to_target"] for r in cell.get("runs", [])
+             if r["method"] == "auto"}
+    paired = [seed for seed in ends if seed in autos and ends[seed] is not None]
+    if not paired:
+        return None
+    lengths = [float(ends[seed]) for seed in paired]
+    before = sum(autos[seed] is None or float(ends[seed]) < float(autos[seed]) for seed in paired)
+    return median(lengths), before, len(paired)
+
+
+def _readings(cell: Mapping[str, Any]) -> list[str]:
+    """The grid's two readings on one run (not part of the grid's verdict)."""
+    v = verdict("", cell)
+    out = []
+    if v.auto is not None and v.best is not None:
+        out.append(f"auto's median time is {times_text(v.time_ratio)} the best rival's "
+                   f"({method_label(v.best)}): the grid's goal (at most {GOAL_TIME}×, final "
+                   f"accuracy within half a point) is {'met' if v.met else 'not met'}")
+    if v.uncoded is not None and v.speedup is not None:
+        fast = v.speedup >= GOAL_SPEEDUP
+        entry = cell.get("summary", {}).get(v.uncoded, {})
+        interval = (f" (per seed where both reached it: {ratio_text(entry, v.auto)})"
+                    if entry.get("time_to_target_vs_auto", {}).get("geomean") is not None
+                    else "")
+        out.append(f"the best rival that does not code ({method_label(v.uncoded)}) took "
+                   f"{times_text(v.speedup)} auto's median time{interval}: by the medians auto "
+                   f"{'is' if fast else 'is not'} at least {GOAL_SPEEDUP:g}× faster")
+    return out
+
+
 def render_cell(classes: int, n: int, cell: Mapping[str, Any]) -> str:
     """One run of the extension: every rival of the grid's table, auto-approximate and the
     fixed code with the lowest median time, then the grid's two readings on it."""
     stats = method_stats(cell)
-    codes = [m for m in stats if is_code(m)]
-    code = min(codes, key=lambda m: (stats[m].median_time, -stats[m].median_final, m),
-               default=None)
-    methods = ["auto", "auto-approximate", *SHOWN] + ([code] if code else [])
+    code = best_code(cell)
+    methods = ["auto", "auto-approximate", *SHOWN] + ([code[0]] if code else [])
     s = cell["settings"]
     labels = {"deadline-best": f"deadline-best ({s.get('deadline_best_s', 0):.2f} s)",
               "deadline": f"deadline, stated rule ({s.get('stated_deadline_s', 0):.2f} s)"}
+    if code and code[1]:
+        labels[code[0]] = f"{code[0]} (= {', '.join(code[1])})"
     rows = [_row(labels.get(m, method_label(m)), m, cell) for m in methods if m in stats]
-    v = verdict("", cell)
     seeds = s.get("seeds", [])
-    head = (f"**{classes} class{'es' if classes > 1 else ''} only with the slow clients, "
-            f"n = {n}** "
-            f"(`python -m experiments.compare --n {n} --set slow-classes={classes} ...`, "
-            f"seeds {seeds[0]}–{seeds[-1]}, target {100 * float(s['target']):.0f} %):")
-    reading = []
-    if v.auto is not None and v.best is not None:
-        reading.append(f"auto's median time is {times_text(v.time_ratio)} the best rival's "
-                       f"({method_label(v.best)}): the grid's goal (at most {GOAL_TIME}×, "
-                       f"final accuracy within half a point) is {'met' if v.met else 'not met'}")
-    if v.uncoded is not None and v.speedup is not None:
-        fast = v.speedup >= GOAL_SPEEDUP
-        reading.append(f"the best rival that does not code ({method_label(v.uncoded)}) took "
-                       f"{times_text(v.speedup)} auto's median time: auto "
-                       f"{'is' if fast else 'is not'} at least {GOAL_SPEEDUP:g}× faster")
-    legend = ("Median time over the seeds, a seed that never reached the target counting as ∞; "
-              "time / auto: the geometric mean of the per-seed ratios over the seeds where "
-              "both reached the target [95 % bootstrap interval], `(k/N)` when only k of the "
-              "N seeds are, as in the grid's table; the last row is the fixed exact code with "
-              "the lowest median time.")
+    head = (f"**{_classes(classes)} only with the slow clients, n = {n}** "
+            f"(`python -m experiments.compare --n {n} --set slow-classes={classes} "
+            f"--methods {','.join(s.get('methods', []))}`, seeds {seeds[0]}–{seeds[-1]}, "
+            f"target {100 * float(s['target']):.0f} %):")
+    notes = ["Median time over the seeds, a seed that never reached the target counting as ∞; "
+             "time / auto: the geometric mean of the per-seed ratios over the seeds where both "
+             "reached the target [95 % bootstrap interval], `(k/N)` when only k of the N seeds "
+             "are, as in the grid's table; the last row is the fixed exact code with the "
+             "lowest median time."]
+    span = fedbuff_span(cell)
+    if span is not None:
+        notes.append(f"FedBuff's runs ended when their updates were spent, after a median "
+                     f"{seconds(span[0])} of virtual time: before auto first reached the target "
+                     f"on {span[1]} of {span[2]} seeds.")
+    for method, why in cell.get("methods_set_aside", {}).items():
+        notes.append(f"Set aside: {method} ({why}).")
+    readings = _readings(cell)
+    if readings:
+        notes.append("On the grid's two readings: " + "; ".join(readings) + ".")
     return (head + "\n\n" + table(["method", "median time to target (reached)",
                                    "median final accuracy", "time / auto [95 %]"], rows)
-            + "\n\n" + legend
-            + (" On the grid's two readings: " + "; ".join(reading) + "." if reading else ""))
-
-
-#: A reading added after the runs: FedBuff (and auto) given four times the client work.
-LONGER = "compare_slow_classes_2_20x20_fedbuff120.json"
+            + "\n\n" + " ".join(notes))
 
 
 def render_longer(longer: Mapping[str, Any], registered: Mapping[str, Any] | None) -> str:
-    """FedBuff given more client work than the registered runs' 30 rounds."""
+    """FedBuff given more client updates than the registered runs."""
     stats = method_stats(longer)
     fed, auto = stats.get("fedbuff"), stats.get("auto")
-    rounds = longer["settings"]["rounds"]
-    base = method_stats(registered).get("auto") if registered else None
-    text = (f"A reading added after these runs (`--methods auto,fedbuff --rounds {rounds}`, "
-            f"the same seeds, 2 classes at n = 20): given the client work of {rounds} rounds "
-            f"instead of 30, FedBuff reached the target on {fed.reached} of {fed.seeds} seeds")
-    if fed.reached:
-        text += f" (median time {seconds(fed.median_time)})"
-    text += (f"; auto in the same runs: {seconds(auto.median_time)} "
-             f"({auto.reached}/{auto.seeds})")
-    if base is not None:
-        text += f", in the registered 30-round runs {seconds(base.median_time)}"
+    s = longer["settings"]
+    base_rounds = registered["settings"]["rounds"] if registered else None
+    text = (f"A reading added after these runs (`--methods auto,fedbuff --rounds {s['rounds']}`, "
+            f"the same seeds, 2 classes at n = 20): given the client updates of {s['rounds']} "
+            "rounds" + (f" instead of {base_rounds}" if base_rounds else ""))
+    if fed is not None:
+        text += f", FedBuff reached the target on {fed.reached} of {fed.seeds} seeds"
+        if fed.reached:
+            text += f" (median time {seconds(fed.median_time)})"
+    span = fedbuff_span(longer)
+    if span is not None:
+        text += (f"; its runs lasted a median {seconds(span[0])}, past auto's time to target "
+                 f"on {span[2] - span[1]} of {span[2]} seeds")
+    if auto is not None:
+        text += (f"; auto in the same runs: {seconds(auto.median_time)} "
+                 f"({auto.reached}/{auto.seeds})")
+        if registered is not None:
+            base = method_stats(registered).get("auto")
+            text += (f", in the registered runs {seconds(base.median_time)} (its deadline comes "
+                     f"from the development seeds' wait-for-all runs, of {s['rounds']} rounds "
+                     f"here: {s.get('coded_straggler_timeout_s', 0):.2f} s against "
+                     f"{registered['settings'].get('coded_straggler_timeout_s', 0):.2f} s)"
+                     if base is not None else "")
     return text + "."
 
 
-def render(present: Sequence[tuple[int, int, Mapping[str, Any]]],
+def render(runs: Sequence[tuple[int, int, Mapping[str, Any] | None]],
            longer: Mapping[str, Any] | None = None) -> str | None:
-    if not present:
+    """The ``slow-classes`` block: each registered run (or that it has not run yet), then the
+    reading with more client updates."""
+    if not any(cell for _, _, cell in runs):
         return None
-    parts = [render_cell(c, n, cell) for c, n, cell in present]
+    parts = [render_cell(c, n, cell) if cell is not None else
+             f"**{_classes(c)} only with the slow clients, n = {n}**: registered in amendment "
+             "8, not run yet." for c, n, cell in runs]
     if longer is not None:
-        registered = next((cell for c, n, cell in present if (c, n) == (2, 20)), None)
+        registered = next((cell for c, n, cell in runs if (c, n) == (2, 20)), None)
         parts.append(render_longer(longer, registered))
     return "\n\n".join(parts)
 
 
-def render_headline(present: Sequence[tuple[int, int, Mapping[str, Any]]]) -> str | None:
-    """One README line over the runs of the extension."""
-    if not present:
-        return None
-    parts = []
-    for classes, n, cell in present:
+def render_headline(runs: Sequence[tuple[int, int, Mapping[str, Any] | None]],
+                    longer: Mapping[str, Any] | None = None) -> str | None:
+    """One README line over the runs of the extension (``longer``: the reading of FedBuff
+    given more client updates, at 2 classes and n = 20)."""
+    longer_fedbuff = None
+    if longer is not None and "fedbuff" in method_stats(longer):
+        fed = method_stats(longer)["fedbuff"]
+        longer_fedbuff = (longer["settings"]["rounds"], fed.reached, fed.seeds)
+    parts, missing = [], []
+    for classes, n, cell in runs:
+        if cell is None:
+            missing.append(f"{_classes(classes)} at n = {n}")
+            continue
         v = verdict("", cell)
         stats = method_stats(cell)
-        if v.auto is None or v.uncoded is None:
+        if v.auto is None or v.uncoded is None or v.best is None:
             continue
-        never = [method_label(m) for m in ("deadline", "deadline-best", "first-k", "fedbuff")
-                 if m in stats and stats[m].reached == 0]
+        reached = []
+        for m in UNCODED:
+            if m not in stats or stats[m].reached == stats[m].seeds:
+                continue
+            label = f"{method_label(m)} {stats[m].reached}/{stats[m].seeds}"
+            if m == "fedbuff" and stats[m].reached == 0:
+                more = longer_fedbuff if (classes, n) == (2, 20) else None
+                label += (" (its runs end when its updates are spent"
+                          + (f"; {more[1]}/{more[2]} with {more[0]} rounds' updates"
+                             if more else "") + ")")
+            elif stats[m].reached:
+                ratio = cell.get("summary", {}).get(m, {}).get(
+                    "time_to_target_vs_auto", {}).get("geomean")
+                if ratio is not None:
+                    label += f", {ratio:.2f}× auto's time where both reached it"
+            reached.append(label)
         parts.append(
-            f"{classes} class{'es' if classes > 1 else ''} at n = {n}: auto "
-            f"{seconds(v.auto.median_time)} ({v.auto.reached}/{v.auto.seeds}), the best rival "
-            f"that does not code {method_label(v.uncoded)} "
-            f"{times_text(v.speedup)} auto's time"
-            + (f", never reached by {', '.join(never)}" if never else ""))
+            f"{_classes(classes)} at n = {n}: auto {seconds(v.auto.median_time)} "
+            f"({v.auto.reached}/{v.auto.seeds}); by the medians (an unreached seed as ∞) the "
+            f"best rival that does not code, {method_label(v.uncoded)}, took "
+            f"{times_text(v.speedup)} auto's time, the best rival "
+            f"({method_label(v.best)}) {times_text(1 / v.time_ratio)}"
+            + (f"; seeds that reached the target: {'; '.join(reached)}" if reached else ""))
     if not parts:
         return None
     return ("- **Where only the slow clients hold some classes** (an extension chosen after the "
             "grid's results and registered before its runs, `experiments/grid.toml` amendment "
-            "8; not in the verdict above): " + "; ".join(parts)
+            "8; not in the verdict above): " + ". ".join(parts)
+            + (f". Registered, not run yet: {', '.join(missing)}" if missing else "")
             + " ([tables](docs/adaptive.md#where-only-the-slow-clients-hold-some-classes)).")
+
+
+def _longer() -> dict[str, Any] | None:
+    return load(LONGER) if (RESULTS / LONGER).exists() else None
 
 
 @block("slow-classes")
 def slow_classes() -> str | None:
-    return render(_present(), load(LONGER) if (RESULTS / LONGER).exists() else None)
+    """The extension's tables (docs/adaptive.md)."""
+    return render(_runs(), _longer())
 
 
 @block("slow-classes-headline")
 def slow_classes_headline() -> str | None:
-    return render_headline(_present())
+    """The extension's README line."""
+    return render_headline(_runs(), _longer())
 
 
-__all__ = ["RUNS", "file_name", "render", "render_cell", "render_headline"]
+__all__ = ["LONGER", "RUNS", "best_code", "fedbuff_span", "file_name", "render", "render_cell",
+           "render_headline", "render_longer"]
