@@ -65,6 +65,7 @@ from experiments.compare_cli import (
     build_parser,
     cell_latency,
     check_out,
+    parse_rules,
     parse_seeds,
     parse_sets,
     split_methods,
@@ -153,7 +154,8 @@ def grid_cell(grid: Mapping[str, Any], task: str, latency: str, n: int, cohort: 
     return Cell(run_config=cell_run_config(grid, task, latency, sets), n=n, cohort=cohort,
                 rounds=rounds, target=target, overcommit=float(rules["overcommit"]),
                 fedbuff_buffer_fraction=float(rules["fedbuff_buffer_fraction"]),
-                fedbuff_server_lr=float(rules["fedbuff_server_lr"]))
+                fedbuff_server_lr=float(rules["fedbuff_server_lr"]),
+                fedbuff_staleness_exponent=float(rules["fedbuff_staleness_exponent"]))
 
 
 def task_target(table: Mapping[str, Any], n: int, cohort: int) -> float:
@@ -470,7 +472,8 @@ def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, coho
              methods: Sequence[str], target: float, sets: Mapping[str, Any] | None = None,
              quick: bool = False, log: Callable[[str], None] = print,
              journal: Path | None = None, finished: Mapping[str, Any] | None = None,
-             checked: bool = False) -> dict[str, Any]:
+             checked: bool = False, rules_set: Mapping[str, float] | None = None
+             ) -> dict[str, Any]:
     """One cell, every method on every seed: the JSON ``{"settings", "runs", "summary",
     "runtime_s"}``. ``journal``: a file keeping the cell's finished runs
     (:class:`experiments.journal.Journal`), so a cell cut off resumes where it stopped;
@@ -478,9 +481,11 @@ def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, coho
     ``finished``: the cell as a finished grid run stored it, whose deadlines ``deadline-best``
     reads back when the grid's are extended (:func:`experiments.deadline_best.deadline_best`;
     only if it ran with the same settings). ``checked``: the caller has made the checks a
-    cell gets before its first run (:func:`check_cell`, :func:`check_codes`)."""
+    cell gets before its first run (:func:`check_cell`, :func:`check_codes`). ``rules_set``:
+    rivals' rules of the grid file replaced (``--rule``), recorded in the settings."""
     from fl_gradcode.config.keys import merge_config
 
+    grid = {**grid, "rules": {**grid["rules"], **(rules_set or {})}}
     rules = grid["rules"]
     if not 1 <= cohort <= n:
         raise ValueError(f"--cohort {cohort}: expected 1..n (n={n})")
@@ -531,7 +536,9 @@ def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, coho
             "first_k": {"k": cell.first_k(), "overcommit": cell.overcommit},
             "fedbuff": {"buffer_size": cell.fedbuff_buffer(), "concurrency": cohort,
                         "server_lr": cell.fedbuff_server_lr,
+                        "staleness_exponent": cell.fedbuff_staleness_exponent,
                         "server_steps": cell.fedbuff_steps()},
+            "rules_set": dict(rules_set or {}),
             **charge, **facts,
         },
         "runs": runs,
@@ -579,7 +586,8 @@ def _main(args: argparse.Namespace) -> int:
         raise SystemExit(f"python -m experiments.compare: {exc}") from None
     result = run_cell(grid, cell["task"], cell["latency"], cell["n"], cell["cohort"],
                       cell["rounds"], cell["seeds"], cell["dev_seeds"], cell["methods"],
-                      cell["target"], cell["sets"], bool(args.quick), checked=True)
+                      cell["target"], cell["sets"], bool(args.quick), checked=True,
+                      rules_set=cell["rules"])
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(dumps(result))
     print_summary(result)
@@ -625,12 +633,14 @@ def parse_cell(grid: Mapping[str, Any], args: argparse.Namespace) -> dict[str, A
     if "code" in sets and any(":" in m for m in methods):
         raise ValueError(f"--set code={sets['code']}: the fixed codes of --methods name their "
                          "own (CODE:s); --set code applies to auto only: run those apart")
-    checked = grid_cell(grid, task_name, latency, n, cohort, rounds, target, sets)
+    rules = parse_rules(args.rule)
+    checked = grid_cell({**grid, "rules": {**grid["rules"], **rules}}, task_name, latency, n,
+                        cohort, rounds, target, sets)
     check_cell(checked, task_name, [*seeds, *dev_seeds])
     check_codes(checked, methods)
     return {"task": task_name, "latency": latency, "n": n, "cohort": cohort, "rounds": rounds,
             "seeds": seeds, "dev_seeds": dev_seeds, "methods": methods, "target": target,
-            "sets": sets}
+            "sets": sets, "rules": rules}
 
 
 if __name__ == "__main__":

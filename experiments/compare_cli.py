@@ -23,9 +23,11 @@ __all__ = [
     "GRID_OUT",
     "HARNESS_KEYS",
     "QUICK",
+    "RIVAL_RULES",
     "build_parser",
     "cell_latency",
     "check_out",
+    "parse_rules",
     "parse_seeds",
     "parse_sets",
     "split_methods",
@@ -55,7 +57,16 @@ HARNESS_KEYS = {"seed": "use --seeds", "num-rounds": "use --rounds", "num-client
 #: The flags of one cell (``parse_cell``): ``--grid`` refuses them (its cells are the grid
 #: file's).
 CELL_FLAGS = ("task", "latency", "n", "cohort", "seeds", "dev_seeds", "rounds", "target",
-              "set", "quick")
+              "set", "rule", "quick")
+#: The rivals' rules of experiments/grid.toml that ``--rule`` may replace for one cell (a
+#: sensitivity reading or a rival tuned on development seeds), with the values they take.
+RIVAL_RULES = {
+    "overcommit": ("first-k samples ceil(c K) to keep K: c >= 1", lambda v: v >= 1),
+    "fedbuff_buffer_fraction": ("FedBuff's K over the cohort: in (0, 1]", lambda v: 0 < v <= 1),
+    "fedbuff_server_lr": ("FedBuff's server learning rate: > 0", lambda v: v > 0),
+    "fedbuff_staleness_exponent": ("FedBuff's weight (1 + staleness)^-e: e >= 0",
+                                   lambda v: v >= 0),
+}
 
 
 def build_parser(doc: str) -> argparse.ArgumentParser:
@@ -90,6 +101,11 @@ def build_parser(doc: str) -> argparse.ArgumentParser:
                              "latency-p=0.1; the keys the harness sets itself (seed, "
                              "num-rounds, num-clients, fraction-train, s, ...) are refused, "
                              "naming the flag to use")
+    parser.add_argument("--rule", action="append", default=[], metavar="KEY=VALUE",
+                        help="replace a rival's rule of experiments/grid.toml for this cell "
+                             "(repeatable; recorded as settings.rules_set): "
+                             f"{', '.join(RIVAL_RULES)}; e.g. --rule "
+                             "fedbuff_staleness_exponent=0")
     parser.add_argument("--out", default=None,
                         help=f"default: {GRID_OUT} with --grid, else {DEFAULT_OUT} (one cell "
                              "is never written over a grid's file)")
@@ -141,6 +157,27 @@ def parse_sets(pairs: Sequence[str]) -> dict[str, Any]:
                 out[name] = kind(text)
             except ValueError:
                 raise ValueError(f"--set {pair!r}: {name} takes a {kind.__name__}") from None
+    return out
+
+
+def parse_rules(pairs: Sequence[str]) -> dict[str, float]:
+    """``["fedbuff_server_lr=2", ...]`` -> rival rules (:data:`RIVAL_RULES`), each checked."""
+    out: dict[str, float] = {}
+    for pair in pairs:
+        name, sep, text = pair.partition("=")
+        if not sep:
+            raise ValueError(f"--rule {pair!r}: expected KEY=VALUE")
+        if name not in RIVAL_RULES:
+            raise ValueError(f"--rule {pair!r}: {name!r} is not a rival's rule; expected one of "
+                             f"{list(RIVAL_RULES)}")
+        what, ok = RIVAL_RULES[name]
+        try:
+            value = float(text)
+        except ValueError:
+            raise ValueError(f"--rule {pair!r}: expected a number ({what})") from None
+        if not (value == value and abs(value) != float("inf") and ok(value)):
+            raise ValueError(f"--rule {pair!r}: {what}")
+        out[name] = value
     return out
 
 

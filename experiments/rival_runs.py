@@ -98,6 +98,7 @@ class Cell:
     overcommit: float = 1.3
     fedbuff_buffer_fraction: float = 0.25
     fedbuff_server_lr: float = 1.0
+    fedbuff_staleness_exponent: float = 0.5
 
     def config(self, seed: int, **extra: Any) -> dict[str, Any]:
         """The run config of one run: the cell's keys, ``seed``, the rounds, the cohort as
@@ -209,6 +210,7 @@ def start_cell_rival(method: str, seed: int, cell: Cell, deadline: float | None 
     run = start_rival(method, cfg, cell.n, cohort=cell.cohort, deadline=deadline,
                       k=cell.first_k(), overcommit=cell.overcommit,
                       buffer_size=cell.fedbuff_buffer(), server_lr=cell.fedbuff_server_lr,
+                      staleness_exponent=cell.fedbuff_staleness_exponent,
                       rounds=cell.fedbuff_steps() if method == "fedbuff" else cell.rounds)
     return run, cfg
 
@@ -288,7 +290,7 @@ def start_rival(method: str, run_config: Mapping[str, Any], n: int, *,
                 cohort: int | None = None, deadline: float | None = None,
                 k: int | None = None, overcommit: float = 1.3,
                 buffer_size: int | None = None, server_lr: float = 1.0,
-                rounds: int | None = None) -> HarnessRun:
+                staleness_exponent: float = 0.5, rounds: int | None = None) -> HarnessRun:
     """A public rival of :mod:`fl_gradcode.rivals` with ``run_config`` on ``n`` nodes, on the
     main job's initial model, evaluation and train config (``server.app.build_rival``):
 
@@ -297,7 +299,8 @@ def start_rival(method: str, run_config: Mapping[str, Any], n: int, *,
       drawn from ``seed``;
     * ``first-k``: sample ``ceil(overcommit k)``, keep the first ``k`` (default: ``cohort``);
     * ``fedbuff``: ``cohort`` clients in flight, a server step every ``buffer_size``
-      arrivals (default ``ceil(cohort / 4)``), ``server_lr``.
+      arrivals (default ``ceil(cohort / 4)``), ``server_lr``, updates weighted
+      ``(1 + staleness)^-staleness_exponent``.
 
     ``rounds``: rounds or server steps (default ``num-rounds``)."""
     from server.app import build_rival, cohort_size, run_latency
@@ -331,7 +334,7 @@ def start_rival(method: str, run_config: Mapping[str, Any], n: int, *,
         buffer_size = (max(1, math.ceil(cohort / 4 - 1e-9)) if buffer_size is None
                        else int(buffer_size))
         strategy = FedBuff(buffer_size=buffer_size, concurrency=cohort, server_lr=server_lr,
-                           **common)
+                           staleness_exponent=staleness_exponent, **common)
         extra = {"buffer_size": buffer_size, "concurrency": cohort}
     else:
         raise ValueError(f"method {method!r} is not a rival; expected one of "

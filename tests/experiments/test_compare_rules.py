@@ -1,0 +1,55 @@
+"""``--rule``: a rival's rule of the grid file replaced for one comparison, recorded, checked."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from experiments import compare
+
+
+def _fedbuff_runs(tmp_path, *rules: str) -> dict:
+    out = tmp_path / f"c{len(rules)}.json"
+    argv = ["--n", "8", "--rounds", "6", "--seeds", "3", "--dev-seeds", "0", "--target", "0.5",
+            "--methods", "auto,fedbuff", "--set", "latency=persistent", "--out", str(out)]
+    for rule in rules:
+        argv += ["--rule", rule]
+    assert compare.main(argv) == 0
+    return json.loads(out.read_text())
+
+
+def test_a_fedbuff_rule_reaches_fedbuff_and_is_recorded(tmp_path):
+    plain = _fedbuff_runs(tmp_path)
+    flat = _fedbuff_runs(tmp_path, "fedbuff_staleness_exponent=0", "fedbuff_server_lr=2")
+    assert plain["settings"]["fedbuff"]["staleness_exponent"] == 0.5  # the grid file's
+    assert plain["settings"]["rules_set"] == {}
+    assert flat["settings"]["rules_set"] == {"fedbuff_staleness_exponent": 0.0,
+                                             "fedbuff_server_lr": 2.0}
+    assert flat["settings"]["fedbuff"]["staleness_exponent"] == 0.0
+    assert flat["settings"]["fedbuff"]["server_lr"] == 2.0
+
+    def run(data, method):
+        return next(r for r in data["runs"] if r["method"] == method)
+    # auto is not a rival: the same run; FedBuff trained another model
+    assert run(plain, "auto")["accuracy_curve"] == run(flat, "auto")["accuracy_curve"]
+    assert run(plain, "fedbuff")["accuracy_curve"] != run(flat, "fedbuff")["accuracy_curve"]
+
+
+@pytest.mark.parametrize("rule,message", [
+    ("fedbuff_k=3", "not a rival's rule"),
+    ("overcommit=0.5", "c >= 1"),
+    ("fedbuff_buffer_fraction=1.5", r"in \(0, 1\]"),
+    ("fedbuff_server_lr=x", "expected a number"),
+    ("fedbuff_staleness_exponent=-1", "e >= 0"),
+    ("fedbuff_server_lr", "KEY=VALUE"),
+])
+def test_a_bad_rule_is_refused_before_any_run_naming_it(tmp_path, capsys, rule, message):
+    with pytest.raises(SystemExit, match=message):
+        compare.main(["--quick", "--rule", rule, "--out", str(tmp_path / "x.json")])
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_the_grid_refuses_a_rule(tmp_path):
+    with pytest.raises(SystemExit, match="--rule"):
+        compare.main(["--grid", "--rule", "overcommit=2", "--out", str(tmp_path / "g.json")])
