@@ -26,6 +26,10 @@ from tools.docgen.rivals import (
 RUNS: tuple[tuple[int, int], ...] = ((2, 20), (1, 20), (2, 100))
 #: A reading added after the runs: FedBuff (and auto) given four times the client updates.
 LONGER = "compare_slow_classes_2_20x20_fedbuff120.json"
+#: A sensitivity reading added after an audit: FedBuff unweighted (staleness exponent 0), with
+#: the client updates of 30 and of 120 rounds.
+UNWEIGHTED = ("compare_slow_classes_2_20x20_fedbuff_e0.json",
+              "compare_slow_classes_2_20x20_fedbuff120_e0.json")
 #: The rivals that do not code, as the grid's readings name them.
 UNCODED = ("wait-for-all", "deadline", "deadline-best", "first-k", "fedbuff")
 
@@ -176,10 +180,45 @@ def render_longer(longer: Mapping[str, Any], registered: Mapping[str, Any] | Non
     return text + "."
 
 
+def _fedbuff_text(data: Mapping[str, Any]) -> str:
+    fed = method_stats(data).get("fedbuff")
+    if fed is None:
+        return "FedBuff not run"
+    text = f"{fed.reached}/{fed.seeds} reached the target"
+    entry = data.get("summary", {}).get("fedbuff", {}).get("time_to_target_vs_auto", {})
+    pairs = sum(v is not None for v in entry.get("per_seed", {}).values())
+    if entry.get("geomean") is not None:
+        text += (f", in {entry['geomean']:.2f}× auto's time "
+                 + ("on the one seed both did" if pairs == 1 else
+                    f"where both did (geometric mean over {pairs} seeds)"))
+    return text
+
+
+def render_unweighted(files: Sequence[Mapping[str, Any]]) -> str | None:
+    """FedBuff with another staleness exponent than the paper's (``--rule``)."""
+    if not files:
+        return None
+    parts = []
+    for data in files:
+        s = data["settings"]
+        exponent = s.get("fedbuff", {}).get("staleness_exponent")
+        parts.append(f"with the client updates of {s['rounds']} rounds and staleness exponent "
+                     f"{exponent:g}: {_fedbuff_text(data)}")
+    return ("A sensitivity reading added after an audit of these runs (it found no fault; the "
+            "paper's staleness weight left the slow clients' few late updates little weight): "
+            "FedBuff with every update weighted alike (`--rule fedbuff_staleness_exponent=0`), "
+            "2 classes at n = 20, the same seeds: " + "; ".join(parts) + ".")
+
+
+def _unweighted() -> list[dict[str, Any]]:
+    return [load(f) for f in UNWEIGHTED if (RESULTS / f).exists()]
+
+
 def render(runs: Sequence[tuple[int, int, Mapping[str, Any] | None]],
-           longer: Mapping[str, Any] | None = None) -> str | None:
+           longer: Mapping[str, Any] | None = None,
+           unweighted: Sequence[Mapping[str, Any]] = ()) -> str | None:
     """The ``slow-classes`` block: each registered run (or that it has not run yet), then the
-    reading with more client updates."""
+    readings with more client updates and with FedBuff unweighted."""
     if not any(cell for _, _, cell in runs):
         return None
     parts = [render_cell(c, n, cell) if cell is not None else
@@ -188,11 +227,15 @@ def render(runs: Sequence[tuple[int, int, Mapping[str, Any] | None]],
     if longer is not None:
         registered = next((cell for c, n, cell in runs if (c, n) == (2, 20)), None)
         parts.append(render_longer(longer, registered))
+    sensitivity = render_unweighted(unweighted)
+    if sensitivity:
+        parts.append(sensitivity)
     return "\n\n".join(parts)
 
 
 def render_headline(runs: Sequence[tuple[int, int, Mapping[str, Any] | None]],
-                    longer: Mapping[str, Any] | None = None) -> str | None:
+                    longer: Mapping[str, Any] | None = None,
+                    unweighted: Sequence[Mapping[str, Any]] = ()) -> str | None:
     """One README line over the runs of the extension (``longer``: the reading of FedBuff
     given more client updates, at 2 classes and n = 20)."""
     longer_fedbuff = None
@@ -215,9 +258,14 @@ def render_headline(runs: Sequence[tuple[int, int, Mapping[str, Any] | None]],
             label = f"{method_label(m)} {stats[m].reached}/{stats[m].seeds}"
             if m == "fedbuff" and stats[m].reached == 0:
                 more = longer_fedbuff if (classes, n) == (2, 20) else None
+                flat = [d for d in unweighted if d["settings"]["rounds"] == more[0]] \
+                    if more else []
                 label += (" (its runs end when its updates are spent"
                           + (f"; {more[1]}/{more[2]} with {more[0]} rounds' updates"
-                             if more else "") + ")")
+                             if more else "")
+                          + (f"; with as many unweighted by staleness: {_fedbuff_text(flat[0])}"
+                             if flat else "")
+                          + ")")
             elif stats[m].reached:
                 ratio = cell.get("summary", {}).get(m, {}).get(
                     "time_to_target_vs_auto", {}).get("geomean")
@@ -247,14 +295,25 @@ def _longer() -> dict[str, Any] | None:
 @block("slow-classes")
 def slow_classes() -> str | None:
     """The extension's tables (docs/adaptive.md)."""
-    return render(_runs(), _longer())
+    return render(_runs(), _longer(), _unweighted())
 
 
 @block("slow-classes-headline")
 def slow_classes_headline() -> str | None:
     """The extension's README line."""
-    return render_headline(_runs(), _longer())
+    return render_headline(_runs(), _longer(), _unweighted())
 
 
-__all__ = ["LONGER", "RUNS", "best_code", "fedbuff_span", "file_name", "render", "render_cell",
-           "render_headline", "render_longer"]
+__all__ = [
+    "LONGER",
+    "RUNS",
+    "UNWEIGHTED",
+    "best_code",
+    "fedbuff_span",
+    "file_name",
+    "render",
+    "render_cell",
+    "render_headline",
+    "render_longer",
+    "render_unweighted",
+]
