@@ -27,6 +27,7 @@ __all__ = [
     "build_parser",
     "cell_latency",
     "check_out",
+    "key_values",
     "parse_rules",
     "parse_seeds",
     "parse_sets",
@@ -127,15 +128,24 @@ def build_parser(doc: str) -> argparse.ArgumentParser:
     return parser
 
 
+def key_values(pairs: Sequence[str], flag: str) -> list[tuple[str, str, str]]:
+    """``(pair, key, value text)`` of each ``KEY=VALUE`` given to ``flag`` (one without ``=``
+    is refused, naming it)."""
+    out = []
+    for pair in pairs:
+        name, sep, text = pair.partition("=")
+        if not sep:
+            raise ValueError(f"{flag} {pair!r}: expected KEY=VALUE")
+        out.append((pair, name, text))
+    return out
+
+
 def parse_sets(pairs: Sequence[str]) -> dict[str, Any]:
     """``["latency-p=0.1", ...]`` -> run-config values, each parsed as its key's type."""
     from fl_gradcode.config.keys import key
 
     out: dict[str, Any] = {}
-    for pair in pairs:
-        name, sep, text = pair.partition("=")
-        if not sep:
-            raise ValueError(f"--set {pair!r}: expected KEY=VALUE")
+    for pair, name, text in key_values(pairs, "--set"):
         try:
             entry = key(name)
         except KeyError:
@@ -163,10 +173,7 @@ def parse_sets(pairs: Sequence[str]) -> dict[str, Any]:
 def parse_rules(pairs: Sequence[str]) -> dict[str, float]:
     """``["fedbuff_server_lr=2", ...]`` -> rival rules (:data:`RIVAL_RULES`), each checked."""
     out: dict[str, float] = {}
-    for pair in pairs:
-        name, sep, text = pair.partition("=")
-        if not sep:
-            raise ValueError(f"--rule {pair!r}: expected KEY=VALUE")
+    for pair, name, text in key_values(pairs, "--rule"):
         if name not in RIVAL_RULES:
             raise ValueError(f"--rule {pair!r}: {name!r} is not a rival's rule; expected one of "
                              f"{list(RIVAL_RULES)}")
