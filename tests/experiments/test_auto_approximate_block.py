@@ -46,7 +46,7 @@ def test_the_block_judges_auto_approximate_by_autos_goal_in_the_cells_that_ran_i
     rows = [line for line in text.splitlines() if line.startswith("| ") and "/2x2" in line]
     # the reported order; auto's median on b: 3 and inf -> inf
     assert rows == [
-        "| b/fast/2x2 | 2.0 s (2/2) | ∞ | 0.33 [0.33, 0.33] ▼ (1/2) | ✓ 1.00× first-k |",
+        "| b/fast/2x2 | 2.0 s (2/2) | ∞ | 0.33 (one pair, 2/2 reached) | ✓ 1.00× first-k |",
         "| a/slow/2x2 | 4.0 s (2/2) | 5.0 s | 0.79 [0.75, 0.83] ▼ | ✗ 1.60× FedBuff |",
     ]
     assert "c/old/2x2" not in text
