@@ -584,15 +584,24 @@ def _main(args: argparse.Namespace) -> int:
         check_out(out)
     except ValueError as exc:
         raise SystemExit(f"python -m experiments.compare: {exc}") from None
+    # finished runs wait here: the same command with the same code resumes a run cut off
+    journal = single_journal(out)
     result = run_cell(grid, cell["task"], cell["latency"], cell["n"], cell["cohort"],
                       cell["rounds"], cell["seeds"], cell["dev_seeds"], cell["methods"],
                       cell["target"], cell["sets"], bool(args.quick), checked=True,
-                      rules_set=cell["rules"])
+                      rules_set=cell["rules"], journal=journal)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(dumps(result))
+    journal.unlink(missing_ok=True)
     print_summary(result)
     print(f"wrote {out} ({result['runtime_s']:.1f} s)")
     return 0
+
+
+def single_journal(out: Path) -> Path:
+    """Where one comparison written to ``out`` keeps its finished runs until ``out`` is
+    written (:class:`experiments.journal.Journal`): ``OUT.journal.jsonl``."""
+    return out.with_name(out.stem + ".journal.jsonl")
 
 
 def parse_cell(grid: Mapping[str, Any], args: argparse.Namespace) -> dict[str, Any]:

@@ -109,7 +109,9 @@ def build_parser(doc: str) -> argparse.ArgumentParser:
                              "fedbuff_staleness_exponent=0")
     parser.add_argument("--out", default=None,
                         help=f"default: {GRID_OUT} with --grid, else {DEFAULT_OUT} (one cell "
-                             "is never written over a grid's file)")
+                             "is never written over a grid's file); a comparison cut off "
+                             "resumes from OUT.journal.jsonl when run again with the same "
+                             "flags and code")
     parser.add_argument("--grid", action="store_true",
                         help="run the cells of experiments/grid.toml on its evaluation "
                              "seeds, merging each finished cell into --out")

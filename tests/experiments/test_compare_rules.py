@@ -53,3 +53,46 @@ def test_a_bad_rule_is_refused_before_any_run_naming_it(tmp_path, capsys, rule, 
 def test_the_grid_refuses_a_rule(tmp_path):
     with pytest.raises(SystemExit, match="--rule"):
         compare.main(["--grid", "--rule", "overcommit=2", "--out", str(tmp_path / "g.json")])
+
+
+def test_one_comparison_cut_off_resumes_from_its_journal(tmp_path, capsys):
+    argv = ["--n", "6", "--rounds", "3", "--seeds", "3,4", "--dev-seeds", "0", "--target",
+            "0.4", "--methods", "auto,wait-for-all"]
+    whole = tmp_path / "whole.json"
+    assert compare.main([*argv, "--out", str(whole)]) == 0
+    assert not (tmp_path / "whole.journal.jsonl").exists()  # gone once the file is written
+    # a run cut off after some runs: its journal holds them; the same command resumes
+    cut = tmp_path / "cut.json"
+    journal = compare.single_journal(cut)
+    original = compare.run_cell
+
+    def stop_after_three(*args, **kwargs):
+        from experiments.journal import Journal
+
+        add = Journal.add
+        count = {"n": 0}
+
+        def counted(self, key, record):
+            add(self, key, record)
+            count["n"] += 1
+            if count["n"] == 3:
+                raise KeyboardInterrupt
+        Journal.add = counted
+        try:
+            return original(*args, **kwargs)
+        finally:
+            Journal.add = add
+    compare.run_cell = stop_after_three
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            compare.main([*argv, "--out", str(cut)])
+    finally:
+        compare.run_cell = original
+    assert journal.exists() and not cut.exists()
+    capsys.readouterr()
+    assert compare.main([*argv, "--out", str(cut)]) == 0
+    assert "3 runs already finished" in capsys.readouterr().out
+    a, b = json.loads(whole.read_text()), json.loads(cut.read_text())
+    strip = ("wall_s", "measured_compute_s")
+    assert [{k: v for k, v in r.items() if k not in strip} for r in a["runs"]] == \
+        [{k: v for k, v in r.items() if k not in strip} for r in b["runs"]]
