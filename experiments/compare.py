@@ -158,6 +158,11 @@ def grid_cell(grid: Mapping[str, Any], task: str, latency: str, n: int, cohort: 
                 fedbuff_staleness_exponent=float(rules["fedbuff_staleness_exponent"]))
 
 
+def with_rules(grid: Mapping[str, Any], rules: Mapping[str, float] | None) -> dict[str, Any]:
+    """``grid`` with some of its rivals' rules replaced (``--rule``)."""
+    return {**grid, "rules": {**grid["rules"], **(rules or {})}}
+
+
 def task_target(table: Mapping[str, Any], n: int, cohort: int) -> float:
     """The target accuracy of a task's table at ``(n, cohort)``: the scale's own
     (``targets = {"NxCOHORT" = ...}``, fixed from development seeds where wait-for-all does
@@ -273,10 +278,9 @@ def built_code(code: str, s: int, cohort: int, m: int | None) -> tuple[int, str 
     """``(k, why)`` of the code the ServerApp builds for a cohort: ``why`` is ``None`` when it
     is ``code`` itself, else why it built another (its fallback); each ``(code, s, cohort,
     m)`` is built once. An unknown code name is refused."""
-    from fl_gradcode.flower.code_options import code_options
-    from fl_gradcode.flower.membership import code_for_cohort
+    from server.app import cohort_code
 
-    built, why = code_for_cohort(code, cohort, s, 0, code_options(code, s, None, False, None, m))
+    built, why = cohort_code(code, s, cohort, m)
     return built.k, why
 
 
@@ -485,7 +489,7 @@ def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, coho
     rivals' rules of the grid file replaced (``--rule``), recorded in the settings."""
     from fl_gradcode.config.keys import merge_config
 
-    grid = {**grid, "rules": {**grid["rules"], **(rules_set or {})}}
+    grid = with_rules(grid, rules_set)
     rules = grid["rules"]
     if not 1 <= cohort <= n:
         raise ValueError(f"--cohort {cohort}: expected 1..n (n={n})")
@@ -643,8 +647,8 @@ def parse_cell(grid: Mapping[str, Any], args: argparse.Namespace) -> dict[str, A
         raise ValueError(f"--set code={sets['code']}: the fixed codes of --methods name their "
                          "own (CODE:s); --set code applies to auto only: run those apart")
     rules = parse_rules(args.rule)
-    checked = grid_cell({**grid, "rules": {**grid["rules"], **rules}}, task_name, latency, n,
-                        cohort, rounds, target, sets)
+    checked = grid_cell(with_rules(grid, rules), task_name, latency, n, cohort, rounds, target,
+                        sets)
     check_cell(checked, task_name, [*seeds, *dev_seeds])
     check_codes(checked, methods)
     return {"task": task_name, "latency": latency, "n": n, "cohort": cohort, "rounds": rounds,

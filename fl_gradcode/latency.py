@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Protocol
 
 import numpy as np
@@ -241,11 +242,13 @@ def persistent_seed(latency_seed: int, seed: int) -> int:
     return int(seed) if int(latency_seed) < 0 else int(latency_seed)
 
 
-def persistent_slow(p: float, latency_seed: int, seed: int, n: int) -> list[int]:
+@lru_cache(maxsize=64)
+def persistent_slow(p: float, latency_seed: int, seed: int, n: int) -> tuple[int, ...]:
     """The clients among ``0..n-1`` that ``latency=persistent`` (:class:`PersistentSlow`,
-    fraction ``p``, picked by :func:`persistent_seed`) slows in every round."""
+    fraction ``p``, picked by :func:`persistent_seed`) slows in every round (drawn once per
+    process: every client's train call asks)."""
     model = PersistentSlow(p=float(p), seed=persistent_seed(latency_seed, seed))
-    return [w for w in range(int(n)) if model.is_slow(w)]
+    return tuple(w for w in range(int(n)) if model.is_slow(w))
 
 
 class TraceReplay:

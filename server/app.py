@@ -24,6 +24,7 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAdam, FedAvg, FedAvgM, Strategy
 
+from fl_gradcode.codes import GradientCode
 from fl_gradcode.config import KEYS, client_keys, group_values, merge_config
 from fl_gradcode.data import run_partitions
 from fl_gradcode.flower import GradientCoding, seeded_sampling
@@ -242,6 +243,13 @@ def run_latency(cfg: dict[str, Any], n: int | None = None) -> LatencyModel:
     return make_latency(name, **arguments)
 
 
+def cohort_code(code: str, s: int, cohort: int, m: int | None
+                ) -> tuple[GradientCode, str | None]:
+    """``(code, why)``: the fixed code the ServerApp runs for a cohort of ``cohort`` clients
+    (``why``: why it is not ``code`` with ``s`` itself, else ``None``; ``m``: comm-efficient's)."""
+    return code_for_cohort(code, cohort, s, 0, code_options(code, s, None, False, None, m))
+
+
 def check_slow_classes(cfg: dict[str, Any], n: int, coded: bool = True) -> None:
     """Refuse a ``slow-classes`` run whose meaning would silently change: it gives some classes
     to the clients ``latency=persistent`` slows (each client's own partition), so the slow
@@ -259,7 +267,7 @@ def check_slow_classes(cfg: dict[str, Any], n: int, coded: bool = True) -> None:
         return
     code, s = str(cfg["code"]), int(cfg["s"])
     m = int(cfg["m"]) if code == "comm-efficient" else None
-    built, _ = code_for_cohort(code, n, s, 0, code_options(code, s, None, False, None, m))
+    built, _ = cohort_code(code, s, n, m)
     if built.k != n:
         raise ValueError(f"slow-classes={classes} gives classes to the slow clients' own "
                          f"partitions, but code {built.name} (s={s}"

@@ -80,7 +80,7 @@ def method_stats(cell: Mapping[str, Any]) -> dict[str, Stats]:
             for m, ts in times.items()}
 
 
-def _best(stats: Mapping[str, Stats], methods: Sequence[str]) -> str | None:
+def best_method(stats: Mapping[str, Stats], methods: Sequence[str]) -> str | None:
     """The method of ``methods`` with the lowest median time, then the highest median final
     accuracy, then its name."""
     present = [m for m in methods if m in stats]
@@ -132,8 +132,8 @@ def verdict(name: str, cell: Mapping[str, Any]) -> Verdict:
     stats = method_stats(cell)
     auto = stats.get("auto")
     rivals = [m for m in stats if m in CRITERION_RIVALS or is_code(m)]
-    best = _best(stats, rivals)
-    uncoded = _best(stats, [m for m in rivals if not is_code(m)])
+    best = best_method(stats, rivals)
+    uncoded = best_method(stats, [m for m in rivals if not is_code(m)])
     s = cell.get("settings", {})
     partitioner = str(s.get("run_config", {}).get("partitioner", ""))
     hard = s.get("latency") in HARD_REGIMES and partitioner not in ("", "iid")
@@ -249,7 +249,7 @@ def render_table(data: Mapping[str, Any], report: Sequence[str]) -> str:
         v = verdict(name, cell)
         summary = cell.get("summary", {})
         stats = method_stats(cell)
-        code = _best(stats, [m for m in stats if is_code(m)])
+        code = best_method(stats, [m for m in stats if is_code(m)])
         rows.append([name, _stats_cell(v.auto),
                      *(ratio_text(summary.get(m), v.auto) for m in SHOWN),
                      "not run" if code is None else

@@ -12,6 +12,8 @@ from tools.docgen.rivals import (
     GOAL_SPEEDUP,
     GOAL_TIME,
     SHOWN,
+    Stats,
+    best_method,
     is_code,
     median,
     method_label,
@@ -48,9 +50,9 @@ def _classes(classes: int) -> str:
     return f"{classes} class{'es' if classes > 1 else ''}"
 
 
-def _row(label: str, method: str, cell: Mapping[str, Any]) -> list[str]:
-    stats = method_stats(cell).get(method)
-    auto = method_stats(cell).get("auto")
+def _row(label: str, method: str, cell: Mapping[str, Any],
+         every: Mapping[str, Stats]) -> list[str]:
+    stats, auto = every.get(method), every.get("auto")
     entry = cell.get("summary", {}).get(method)
     if stats is None:
         return [label, "not run", "-", "-"]
@@ -71,9 +73,9 @@ def best_code(cell: Mapping[str, Any]) -> tuple[str, list[str]] | None:
     and the other codes whose runs were the same to the last digit."""
     stats = method_stats(cell)
     codes = [m for m in stats if is_code(m)]
-    if not codes:
+    code = best_method(stats, codes)
+    if code is None:
         return None
-    code = min(codes, key=lambda m: (stats[m].median_time, -stats[m].median_final, m))
     return code, [m for m in codes if m != code and _same_runs(cell, code, m)]
 
 
@@ -124,7 +126,7 @@ def render_cell(classes: int, n: int, cell: Mapping[str, Any]) -> str:
               "deadline": f"deadline, stated rule ({s.get('stated_deadline_s', 0):.2f} s)"}
     if code and code[1]:
         labels[code[0]] = f"{code[0]} (= {', '.join(code[1])})"
-    rows = [_row(labels.get(m, method_label(m)), m, cell) for m in methods if m in stats]
+    rows = [_row(labels.get(m, method_label(m)), m, cell, stats) for m in methods if m in stats]
     seeds = s.get("seeds", [])
     head = (f"**{_classes(classes)} only with the slow clients, n = {n}** "
             f"(`python -m experiments.compare --n {n} --set slow-classes={classes} "
