@@ -88,17 +88,18 @@ class SharedUpdates(dict):
 @dataclass(frozen=True)
 class Cell:
     """What every method of one comparison shares: the merged run config (seed aside), the
-    number of nodes, the cohort, the rounds and the target accuracy."""
+    number of nodes, the cohort, the rounds, the target accuracy and the rivals' rules
+    (``[rules]`` of ``experiments/grid.toml``, their one place: ``compare.grid_cell``)."""
 
     run_config: Mapping[str, Any]
     n: int
     cohort: int
     rounds: int
     target: float
-    overcommit: float = 1.3
-    fedbuff_buffer_fraction: float = 0.25
-    fedbuff_server_lr: float = 1.0
-    fedbuff_staleness_exponent: float = 0.5
+    overcommit: float
+    fedbuff_buffer_fraction: float
+    fedbuff_server_lr: float
+    fedbuff_staleness_exponent: float
 
     def config(self, seed: int, **extra: Any) -> dict[str, Any]:
         """The run config of one run: the cell's keys, ``seed``, the rounds, the cohort as
@@ -286,11 +287,16 @@ def start_coded(run_config: Mapping[str, Any], n: int, *, code_policy: Any = Non
                   share_updates=share_updates, key_file=key_file)
 
 
+def _given(**rules: float | None) -> dict[str, float]:
+    return {name: float(value) for name, value in rules.items() if value is not None}
+
+
 def start_rival(method: str, run_config: Mapping[str, Any], n: int, *,
                 cohort: int | None = None, deadline: float | None = None,
-                k: int | None = None, overcommit: float = 1.3,
-                buffer_size: int | None = None, server_lr: float = 1.0,
-                staleness_exponent: float = 0.5, rounds: int | None = None) -> HarnessRun:
+                k: int | None = None, overcommit: float | None = None,
+                buffer_size: int | None = None, server_lr: float | None = None,
+                staleness_exponent: float | None = None,
+                rounds: int | None = None) -> HarnessRun:
     """A public rival of :mod:`fl_gradcode.rivals` with ``run_config`` on ``n`` nodes, on the
     main job's initial model, evaluation and train config (``server.app.build_rival``):
 
@@ -299,8 +305,10 @@ def start_rival(method: str, run_config: Mapping[str, Any], n: int, *,
       drawn from ``seed``;
     * ``first-k``: sample ``ceil(overcommit k)``, keep the first ``k`` (default: ``cohort``);
     * ``fedbuff``: ``cohort`` clients in flight, a server step every ``buffer_size``
-      arrivals (default ``ceil(cohort / 4)``), ``server_lr``, updates weighted
+      arrivals (required), ``server_lr``, updates weighted
       ``(1 + staleness)^-staleness_exponent``.
+
+    A rule left ``None`` is the rival class's own default (``FirstK``, ``FedBuff``).
 
     ``rounds``: rounds or server steps (default ``num-rounds``)."""
     from server.app import build_rival, cohort_size, run_latency
@@ -328,13 +336,16 @@ def start_rival(method: str, run_config: Mapping[str, Any], n: int, *,
         extra = {"deadline_s": deadline}
     elif method == "first-k":
         k = cohort if k is None else int(k)
-        strategy = FirstK(k=k, overcommit=overcommit, **common)
+        strategy = FirstK(k=k, **_given(overcommit=overcommit), **common)
         extra = {"k": k, "sampled": strategy.sample_size}
     elif method == "fedbuff":
-        buffer_size = (max(1, math.ceil(cohort / 4 - 1e-9)) if buffer_size is None
-                       else int(buffer_size))
-        strategy = FedBuff(buffer_size=buffer_size, concurrency=cohort, server_lr=server_lr,
-                           staleness_exponent=staleness_exponent, **common)
+        if buffer_size is None:
+            raise ValueError("fedbuff needs buffer_size (K, updates per server step; the "
+                             "benchmark's is fedbuff_buffer_fraction of the cohort)")
+        buffer_size = int(buffer_size)
+        strategy = FedBuff(buffer_size=buffer_size, concurrency=cohort,
+                           **_given(server_lr=server_lr,
+                                    staleness_exponent=staleness_exponent), **common)
         extra = {"buffer_size": buffer_size, "concurrency": cohort}
     else:
         raise ValueError(f"method {method!r} is not a rival; expected one of "

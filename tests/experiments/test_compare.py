@@ -14,6 +14,16 @@ import pytest
 from experiments import compare
 from experiments.rival_runs import Cell, run_rival
 
+RULES = ("overcommit", "fedbuff_buffer_fraction", "fedbuff_server_lr",
+         "fedbuff_staleness_exponent")
+
+
+def _cell(run_config, **shape) -> Cell:
+    """A cell with the grid file's rival rules."""
+    rules = compare.load_grid()["rules"]
+    return Cell(run_config=run_config, **shape, **{name: float(rules[name]) for name in RULES})
+
+
 RUN_KEYS = {"method", "seed", "time_to_target", "final_accuracy", "rounds", "bytes_up",
             "client_compute_s"}
 
@@ -140,7 +150,7 @@ def _softmax_gd_oracle(cell, seed):
 
 def test_wait_for_all_follows_the_numpy_fedavg_oracle(one_torch_thread):
     grid = compare.load_grid()
-    cell = compare.Cell(run_config=compare.cell_run_config(grid, "digits-logreg", "bimodal"),
+    cell = _cell(compare.cell_run_config(grid, "digits-logreg", "bimodal"),
                         n=5, cohort=5, rounds=3, target=0.5)
     run = compare.run_rival("wait-for-all", 4, cell)
     expected = _softmax_gd_oracle(cell, 4)
@@ -354,14 +364,14 @@ def test_a_measured_once_cell_charges_every_method_one_measured_cost():
     grid = compare.load_grid()
     cfg = compare.cell_run_config(grid, "digits-logreg", "persistent",
                                   {"virtual-compute": "measured-once"})
-    cell = compare.Cell(run_config=cfg, n=4, cohort=4, rounds=2, target=0.5)
+    cell = _cell(cfg, n=4, cohort=4, rounds=2, target=0.5)
     charged, facts = compare.charge_once(cell, 10)
     cost = facts["measured_partition_cost_s"]
     assert cost > 0 and facts["measured_on_seed"] == 10
     for seed, extra in ((10, {}), (11, {"s": "auto"}), (12, {"rival": "fedavg"})):
         run = charged.config(seed, **extra)
         assert run["virtual-compute"] == "none" and run["partition-cost-s"] == cost
-    plain = compare.Cell(run_config=compare.cell_run_config(grid, "digits-logreg",
+    plain = _cell(compare.cell_run_config(grid, "digits-logreg",
                                                             "persistent"),
                          n=4, cohort=4, rounds=2, target=0.5)
     assert compare.charge_once(plain, 10) == (plain, {})
@@ -383,10 +393,10 @@ def test_a_cell_that_sets_straggler_timeout_gives_it_to_the_coded_methods_only(t
 def test_sharing_updates_between_replicas_changes_no_number():
     """Replicas of a partition share its update within a round (less wall time); every
     replica is still charged its computation, so every recorded number is the same."""
-    from experiments.rival_runs import Cell, run_coded
+    from experiments.rival_runs import run_coded
 
     grid = compare.load_grid()
-    cell = Cell(run_config=compare.cell_run_config(grid, "digits-logreg", "bimodal"), n=6,
+    cell = _cell(compare.cell_run_config(grid, "digits-logreg", "bimodal"), n=6,
                 cohort=6, rounds=3, target=0.3)
     for method in ("auto", "grouped-rs:2"):
         alone = run_coded(method, 0, cell, share=False)
@@ -400,10 +410,10 @@ def test_sharing_updates_between_replicas_changes_no_number():
 def test_rivals_run_under_fedscale_device_traces():
     """latency=fedscale sizes its tasks by the number of clients: the rivals' latency model
     gets it too (a wait-for-all run used to stop with 'needs the number of clients')."""
-    from experiments.rival_runs import Cell, run_rival
+    from experiments.rival_runs import run_rival
 
     grid = compare.load_grid()
-    cell = Cell(run_config=compare.cell_run_config(grid, "digits-logreg", "fedscale"), n=4,
+    cell = _cell(compare.cell_run_config(grid, "digits-logreg", "fedscale"), n=4,
                 cohort=4, rounds=1, target=0.3)
     record = run_rival("wait-for-all", 0, cell)
     assert record["rounds"] == 1 and record["total_virtual_s"] > 0
@@ -413,10 +423,10 @@ def test_under_fedscale_devices_gone_off_hold_no_rival_up_for_ever():
     """About a fifth of the generated devices are off at any moment; a rival that waits for
     them is told they are gone a minute after they went (Flower's NODE_UNAVAILABLE), as the
     coded runs are: every run's virtual time stays finite (they used to wait 1e12 s)."""
-    from experiments.rival_runs import Cell, run_rival
+    from experiments.rival_runs import run_rival
 
     grid = compare.load_grid()
-    cell = Cell(run_config=compare.cell_run_config(grid, "digits-logreg", "fedscale"), n=20,
+    cell = _cell(compare.cell_run_config(grid, "digits-logreg", "fedscale"), n=20,
                 cohort=20, rounds=10, target=0.3)
     for method in ("wait-for-all", "first-k", "fedbuff"):
         record = run_rival(method, 10, cell)
@@ -508,7 +518,7 @@ def test_a_cnn_cell_off_the_grids_scales_charges_a_stated_value_not_a_measuremen
 def test_fedbuff_takes_as_many_client_updates_as_the_synchronous_rounds(cohort, rounds):
     """K = ceil(cohort / 4) updates a server step: the steps take the synchronous rounds'
     rounds * cohort updates, with fewer than K extra in all (not up to K - 1 every round)."""
-    cell = Cell(run_config={}, n=cohort, cohort=cohort, rounds=rounds, target=0.5)
+    cell = _cell({}, n=cohort, cohort=cohort, rounds=rounds, target=0.5)
     k = -(-cohort // 4)
     updates = cell.fedbuff_steps() * k
     assert rounds * cohort <= updates < rounds * cohort + k
@@ -586,6 +596,6 @@ def test_the_keys_the_harness_overwrites_are_the_ones_set_refuses():
             other[entry.name] = value + 0.5
         elif entry.name == "results-dir":
             other[entry.name] = value + "-elsewhere"
-    config = Cell(run_config=other, n=7, cohort=7, rounds=3, target=0.5).config(5)
+    config = _cell(other, n=7, cohort=7, rounds=3, target=0.5).config(5)
     overwritten = {k for k, v in other.items() if config[k] != v}
     assert overwritten and overwritten <= set(HARNESS_KEYS), overwritten - set(HARNESS_KEYS)

@@ -96,3 +96,12 @@ def test_one_comparison_cut_off_resumes_from_its_journal(tmp_path, capsys):
     strip = ("wall_s", "measured_compute_s")
     assert [{k: v for k, v in r.items() if k not in strip} for r in a["runs"]] == \
         [{k: v for k, v in r.items() if k not in strip} for r in b["runs"]]
+
+
+def test_a_fedbuff_run_without_its_buffer_size_is_refused_not_given_one():
+    """The benchmark's K is the grid file's rule; a direct call that gives none is refused
+    rather than run with a K written somewhere else."""
+    from experiments import rival_runs
+
+    with pytest.raises(ValueError, match="fedbuff needs buffer_size"):
+        rival_runs.start_rival("fedbuff", {"seed": 0, "num-rounds": 1}, 4)
