@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from tools.docgen import rivals
+from tools.docgen import fedbuff, rivals
 
 SEEDS = [10, 11, 12]
 REPORT = ["digits-logreg/pareto/20x20", "digits-logreg/persistent/20x20",
@@ -219,7 +219,7 @@ def test_fedbuffs_lead_without_stragglers_is_read_from_its_run():
             "summary": {"fedbuff": {"median_time_to_target": 0.5},
                         "wait-for-all": {"median_time_to_target": 0.8},
                         "auto": {"median_time_to_target": 1.2}}}
-    text = rivals.render_no_stragglers(data)
+    text = fedbuff.render_no_stragglers(data)
     assert "every K = 5 updates" in text and "120 steps" in text
     assert "0.5 s against wait-for-all's 0.8 s (1.60× sooner)" in text
     assert "`auto` took 1.2 s" in text
@@ -242,7 +242,7 @@ def _schedule_files():
 
 def test_fedbuff_schedule_pairs_the_grid_cell_with_the_small_cohort_run():
     data, small = _schedule_files()
-    text = rivals.render_schedule(data, {"persistent": small})
+    text = fedbuff.render_schedule(data, {"persistent": small})
     assert "a cohort of 5 per round for 120 rounds, the client work of 30 rounds of 20" in text
     row = next(line for line in text.splitlines() if line.startswith("| persistent"))
     # medians by hand: FedBuff 2; wait-for-all (10, 20, never) 20 with 2 of 3; at 5 x 120:
@@ -258,8 +258,8 @@ def test_fedbuff_schedule_skips_runs_on_other_seeds_or_without_a_cell():
     data, small = _schedule_files()
     other = json.loads(json.dumps(small))
     other["settings"]["seeds"] = [0, 1, 2]
-    assert rivals.render_schedule(data, {"persistent": other}) is None
-    assert rivals.render_schedule(data, {"bimodal": small}) is None
+    assert fedbuff.render_schedule(data, {"persistent": other}) is None
+    assert fedbuff.render_schedule(data, {"bimodal": small}) is None
 
 
 def test_cells_whose_deadline_best_searched_fewer_deadlines_than_the_grid_are_named():

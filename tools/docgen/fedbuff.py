@@ -1,0 +1,128 @@
+"""The FedBuff readings beside the rivals' table: ``fedbuff-no-stragglers`` (FedBuff against
+wait-for-all with no straggler at all: the part of its lead that is its step count) and
+``fedbuff-schedule`` (synchronous rounds given FedBuff's step count)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tools.docgen.core import RESULTS, block, load, table
+from tools.docgen.rivals import (
+    COMPARE,
+    compare_data,
+    grid_data,
+    method_stats,
+    seconds,
+    stats_cell,
+    time_over,
+    times_text,
+)
+
+#: FedBuff against synchronous rounds with no stragglers at all (development seeds):
+#: ``python -m experiments.compare --latency persistent --set latency=none --n 20
+#: --methods wait-for-all,fedbuff,auto,grouped-rs:1 --seeds 0,1,2 --dev-seeds 0
+#: --out results/compare_no_stragglers_dev.json``.
+NO_STRAGGLERS = "compare_no_stragglers_dev.json"
+
+
+def render_no_stragglers(data: Mapping[str, Any]) -> str:
+    """How much sooner FedBuff reaches the target than wait-for-all with no stragglers: the
+    part of its lead that is its step count, not straggler tolerance."""
+    summary, settings = data["summary"], data["settings"]
+    fedbuff, wfa = (summary[m]["median_time_to_target"] for m in ("fedbuff", "wait-for-all"))
+    auto = summary.get("auto", {}).get("median_time_to_target")
+    steps = settings["fedbuff"]
+    seeds = ", ".join(str(x) for x in settings["seeds"])
+    return (
+        f"Part of FedBuff's lead is not straggler tolerance: it applies a server step every "
+        f"K = {steps['buffer_size']} updates (a quarter of the cohort of "
+        f"{settings['cohort']}), so {steps['server_steps']} steps for the client work of "
+        f"{settings['rounds']} synchronous rounds. With no stragglers at all (`--set "
+        f"latency=none`, {settings['task']} at n = {settings['n']}, development seeds {seeds}, "
+        f"`results/{NO_STRAGGLERS}`) FedBuff reached the target in a median "
+        f"{seconds(fedbuff)} against wait-for-all's {seconds(wfa)} "
+        f"({wfa / fedbuff:.2f}× sooner)"
+        + (f", and `auto` took {seconds(auto)}: coding costs when no client straggles."
+           if auto is not None else "."))
+
+
+@block("fedbuff-no-stragglers")
+def fedbuff_no_stragglers() -> str | None:
+    if not (RESULTS / NO_STRAGGLERS).exists():
+        return None
+    return render_no_stragglers(load(NO_STRAGGLERS))
+
+
+
+#: Synchronous rounds given FedBuff's step count (evaluation seeds): a cohort of K (FedBuff's
+#: buffer) per round for ``rounds * cohort / K`` rounds, the client work of the grid's cell:
+#: ``python -m experiments.compare --latency persistent --n 20 --cohort 5 --rounds 120
+#: --methods wait-for-all,auto --seeds 10,11,12,13,14,15,16,17,18,19
+#: --out results/compare_schedule_persistent.json`` (and so on for each regime).
+SCHEDULE = "compare_schedule_{}.json"
+
+
+def _span(shares: Sequence[float]) -> str:
+    low, high = (f"{100 * x:.0f}" for x in (min(shares), max(shares)))
+    return low if low == high else f"{low}–{high}"
+
+
+def render_schedule(data: Mapping[str, Any], schedules: Mapping[str, Mapping[str, Any]]
+                    ) -> str | None:
+    """FedBuff against synchronous rounds with its step count: per regime, the median time to
+    target of FedBuff, wait-for-all and auto in the grid's cell (``data``: compare.json) and
+    of wait-for-all and auto with a cohort of K and proportionally more rounds
+    (``schedules``: regime -> a ``compare --out`` file), on the same seeds; ``None`` when no
+    regime has both."""
+    rows, shape, shares, slower = [], None, [], 0
+    for regime, small in schedules.items():
+        s = small["settings"]
+        cell = data.get("cells", {}).get(f"{s['task']}/{regime}/{s['n']}x{s['n']}")
+        if cell is None or sorted(cell["settings"]["seeds"]) != sorted(s["seeds"]):
+            continue
+        big, few = method_stats(cell), method_stats(small)
+        c = cell["settings"]
+        shape = (c["cohort"], c["rounds"], s["cohort"], s["rounds"], s["task"], s["n"],
+                 s["seeds"])
+        wfa, wfa_small, fedbuff = (x.median_time if x else math.inf for x in (
+            big.get("wait-for-all"), few.get("wait-for-all"), big.get("fedbuff")))
+        step, lead = time_over(wfa, wfa_small), time_over(wfa, fedbuff)
+        if math.isfinite(step) and math.isfinite(lead) and step > 0 and lead > 1:
+            shares.append(math.log(step) / math.log(lead))
+        autos = [x.median_time if x else math.inf for x in (big.get("auto"), few.get("auto"))]
+        slower += autos[1] > autos[0]
+        rows.append([regime, stats_cell(big.get("fedbuff")),
+                     stats_cell(big.get("wait-for-all")), stats_cell(few.get("wait-for-all")),
+                     stats_cell(big.get("auto")), stats_cell(few.get("auto")),
+                     times_text(time_over(wfa, wfa_small)), times_text(time_over(wfa, fedbuff))])
+    if shape is None:
+        return None
+    cohort, rounds, k, more, task, n, seeds = shape
+    header = ["latency", f"FedBuff (K = {k})", f"wait-for-all, {cohort} × {rounds}",
+              f"wait-for-all, {k} × {more}", f"auto, {cohort} × {rounds}",
+              f"auto, {k} × {more}", "step count alone", "FedBuff"]
+    return (
+        f"Synchronous rounds given FedBuff's step count ({task} at n = {n}, evaluation seeds "
+        f"{seeds[0]}–{seeds[-1]}; a cohort of {k} per round for {more} rounds, the client "
+        f"work of {rounds} rounds of {cohort}; `results/{SCHEDULE.format('*')}`). Median "
+        "time to target over the seeds (one that never reached it counts as ∞) and how many "
+        "reached it; the last two columns: how much sooner than "
+        f"wait-for-all at {cohort} × {rounds} the step count alone (wait-for-all at "
+        f"{k} × {more}) and FedBuff are.\n\n" + table(header, rows) + "\n\n"
+        + (f"On a log scale the step count alone is {_span(shares)} % of FedBuff's lead "
+           "over wait-for-all here; the rest is its asynchrony (no round barrier). "
+           if shares else "")
+        + f"`auto` at {k} × {more} was slower than at {cohort} × {rounds} in {slower} of "
+        f"{len(rows)} regimes.")
+
+
+@block("fedbuff-schedule")
+def fedbuff_schedule() -> str | None:
+    latencies = grid_data().get("latency", {})
+    schedules = {r: load(SCHEDULE.format(r)) for r in latencies
+                 if (RESULTS / SCHEDULE.format(r)).exists()}
+    if not schedules or not (RESULTS / COMPARE).exists():
+        return None
+    return render_schedule(compare_data(), schedules)
