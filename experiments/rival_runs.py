@@ -89,7 +89,7 @@ class SharedUpdates(dict):
 class Cell:
     """What every method of one comparison shares: the merged run config (seed aside), the
     number of nodes, the cohort, the rounds, the target accuracy and the rivals' rules
-    (``[rules]`` of ``experiments/grid.toml``, their one place: ``compare.grid_cell``)."""
+    (``[rules]`` of ``experiments/grid.toml``, their one place: ``registry.grid_cell``)."""
 
     run_config: Mapping[str, Any]
     n: int
@@ -311,6 +311,9 @@ def start_rival(method: str, run_config: Mapping[str, Any], n: int, *,
     A rule left ``None`` is the rival class's own default (``FirstK``, ``FedBuff``).
 
     ``rounds``: rounds or server steps (default ``num-rounds``)."""
+    if method == "fedbuff" and buffer_size is None:
+        raise ValueError("fedbuff needs buffer_size (K, updates per server step; the "
+                         "benchmark's is fedbuff_buffer_fraction of the cohort)")
     from server.app import build_rival, cohort_size, run_latency
 
     cfg = merge_config({**run_config, "rival": "fedavg", "timing": "virtual",
@@ -339,10 +342,7 @@ def start_rival(method: str, run_config: Mapping[str, Any], n: int, *,
         strategy = FirstK(k=k, **_given(overcommit=overcommit), **common)
         extra = {"k": k, "sampled": strategy.sample_size}
     elif method == "fedbuff":
-        if buffer_size is None:
-            raise ValueError("fedbuff needs buffer_size (K, updates per server step; the "
-                             "benchmark's is fedbuff_buffer_fraction of the cohort)")
-        buffer_size = int(buffer_size)
+        buffer_size = int(buffer_size)  # type: ignore[arg-type]  # checked on entry
         strategy = FedBuff(buffer_size=buffer_size, concurrency=cohort,
                            **_given(server_lr=server_lr,
                                     staleness_exponent=staleness_exponent), **common)

@@ -12,16 +12,15 @@ import numpy as np
 import pytest
 
 from experiments import compare
+from experiments.compare_cli import RIVAL_RULES
 from experiments.rival_runs import Cell, run_rival
-
-RULES = ("overcommit", "fedbuff_buffer_fraction", "fedbuff_server_lr",
-         "fedbuff_staleness_exponent")
 
 
 def _cell(run_config, **shape) -> Cell:
     """A cell with the grid file's rival rules."""
     rules = compare.load_grid()["rules"]
-    return Cell(run_config=run_config, **shape, **{name: float(rules[name]) for name in RULES})
+    return Cell(run_config=run_config, **shape,
+                **{name: float(rules[name]) for name in RIVAL_RULES})
 
 
 RUN_KEYS = {"method", "seed", "time_to_target", "final_accuracy", "rounds", "bytes_up",
@@ -516,10 +515,11 @@ def test_a_cnn_cell_off_the_grids_scales_charges_a_stated_value_not_a_measuremen
 
 @pytest.mark.parametrize(("cohort", "rounds"), [(20, 30), (100, 30), (5, 3), (7, 10), (6, 1)])
 def test_fedbuff_takes_as_many_client_updates_as_the_synchronous_rounds(cohort, rounds):
-    """K = ceil(cohort / 4) updates a server step: the steps take the synchronous rounds'
-    rounds * cohort updates, with fewer than K extra in all (not up to K - 1 every round)."""
+    """K = ceil(fraction * cohort) updates a server step (the grid's rule): the steps take the
+    synchronous rounds' rounds * cohort updates, with fewer than K extra in all (not up to
+    K - 1 every round)."""
     cell = _cell({}, n=cohort, cohort=cohort, rounds=rounds, target=0.5)
-    k = -(-cohort // 4)
+    k = math.ceil(cell.fedbuff_buffer_fraction * cohort - 1e-9)
     updates = cell.fedbuff_steps() * k
     assert rounds * cohort <= updates < rounds * cohort + k
 

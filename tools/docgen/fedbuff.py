@@ -37,8 +37,8 @@ def render_no_stragglers(data: Mapping[str, Any]) -> str:
     seeds = ", ".join(str(x) for x in settings["seeds"])
     return (
         f"Part of FedBuff's lead is not straggler tolerance: it applies a server step every "
-        f"K = {steps['buffer_size']} updates (a quarter of the cohort of "
-        f"{settings['cohort']}), so {steps['server_steps']} steps for the client work of "
+        f"K = {steps['buffer_size']} updates of the cohort's "
+        f"{settings['cohort']}, so {steps['server_steps']} steps for the client work of "
         f"{settings['rounds']} synchronous rounds. With no stragglers at all (`--set "
         f"latency=none`, {settings['task']} at n = {settings['n']}, development seeds {seeds}, "
         f"`results/{NO_STRAGGLERS}`) FedBuff reached the target in a median "
