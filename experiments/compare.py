@@ -35,7 +35,10 @@ The JSON: ``{"settings": {...}, "runs": [{"method", "seed", "time_to_target",
 (``rounds``: the server's aggregations, FedBuff's buffered steps included:
 ``settings.fedbuff.server_steps``; ``bytes_up``: every reply uploaded, those that arrived
 after a deadline or were not kept included: what the clients sent, not what was used;
-``client_compute_s``: every partition computed, late and wasted work included);
+``client_compute_s``: every partition computed, late and wasted work included, in the
+seconds the clock charges, so 0 where nothing is charged (``latency=fedscale`` with
+``virtual-compute=none``: a device's compute is inside its trace latency; there
+``partitions_computed`` counts the work));
 ``summary[method]`` holds the paired per-seed ratios method / auto (time to target, client
 compute, bytes up) with their geometric mean and a 95 % bootstrap interval over seeds.
 """

@@ -15,7 +15,9 @@ model, latency draws and seeds, and each round's cohort drawn from the seed
 A counting mod inside the coding mod sees every partition a client computes, late and wasted
 work included, so ``client_compute_s`` is the compute the virtual clock charges for all of them:
 the measured seconds when ``virtual-compute=measured``, plus ``partition-cost-s`` times the
-partition's size over the mean partition size. Coded runs share a partition's update between
+partition's size over the mean partition size (0 where neither is charged, as under
+``latency=fedscale``, whose devices' compute is inside their trace latency:
+``partitions_computed`` counts that work). Coded runs share a partition's update between
 its replicas within a round (``make_gradient_coding_mod(cache)``: they would compute it
 bit-identically, and each replica is still charged its computation); :class:`SharedUpdates`
 counts every replica's use of a shared update as that replica's computation, so the
