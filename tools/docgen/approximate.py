@@ -16,9 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
-from tools.docgen.core import RESULTS, block, load, table
+from tools.docgen.core import block, table
 from tools.docgen.rivals import (
     GOAL_TIME,
     compare_data,
@@ -73,50 +71,3 @@ def render_approximate(data: Mapping[str, Any], report: Sequence[str]) -> str:
 @block("auto-approximate")
 def auto_approximate() -> str:
     return render_approximate(compare_data(), reported_cells())
-
-
-#: ``python -m experiments.noise_scale`` (development seeds): the gradient noise scale
-NOISE = "noise_scale.json"
-
-
-def render_noise(data: Mapping[str, Any]) -> str:
-    """Per task and scale, the median over seeds of the clients' noise scale and the share
-    of a whole-population step's progress that a step on ``B`` clients makes,
-    ``1 / (1 + B_noise / B)``, at the full cohort and at a tenth of it."""
-    groups: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
-    for row in data["rows"]:
-        groups.setdefault((row["task"], row["n"], row["cohort"]), []).append(row)
-    rows = []
-    for (task, n, cohort), runs in groups.items():
-        b = float(np.median([r["noise_scale_clients"] for r in runs]))
-        clients = int(np.median([r["clients"] for r in runs]))
-        tenth = max(1, round(clients / 10))
-        rows.append([f"{task}/{n}x{cohort}", f"{b:.1f}",
-                     f"{float(np.median([r['mean_examples'] for r in runs])):.1f}",
-                     f"{100 / (1 + b / clients):.0f} %", f"{100 / (1 + b / tenth):.0f} %",
-                     f"{100 * (1 + b / clients) / (1 + b / tenth):.0f} %"])
-    seeds = ", ".join(str(s) for s in data["seeds"])
-    return (f"Gradient noise scale at the initial model, development seeds {seeds} "
-            "(`python -m experiments.noise_scale`, `results/noise_scale.json`; McCandlish et "
-            "al. 2018): `B_noise` in clients, the examples a client holds, and the share of a "
-            "whole-population step's progress a step on the cohort's replies makes, "
-            "`1 / (1 + B_noise / B)`, with every reply and with a tenth of them, and the "
-            "second over the first. Where that last share is well above a tenth, a round cut "
-            "at a deadline that keeps a tenth of the replies, if it is ten times shorter, "
-            "costs less per unit of progress than the full round. `auto-approximate` never "
-            "prices such a deadline: its candidates are at most `short_fraction` of the "
-            "replies short of the exact decoding (`ApproximateRounds`), and it prices them by "
-            "`1 - e`, which a few replies of a non-IID cohort push towards no progress at "
-            "all. This is consistent with the hindsight-best "
-            "deadline being far shorter than the stated one in the natural-noniid cells. A "
-            "diagnostic, not a change to `auto`; the noise scale grows as training converges, "
-            "so this is its value at the start.\n\n"
-            + table(["task/scale", "B_noise", "examples per client", "all replies",
-                     "a tenth", "a tenth / all"], rows))
-
-
-@block("noise-scale")
-def noise() -> str | None:
-    if not (RESULTS / NOISE).exists():
-        return None
-    return render_noise(load(NOISE))
