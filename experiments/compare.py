@@ -78,6 +78,7 @@ from experiments.registry import (
     GRID,
     built_code,
     cell_own_keys,
+    cell_rules,
     cell_run_config,
     charge_at,
     charge_once,
@@ -96,10 +97,10 @@ from experiments.rival_runs import RIVALS, Cell, run_coded, run_rival
 from experiments.summary import bootstrap_ratio, fmt, print_summary, summarize
 
 __all__ = ["COMPUTE_KEYS", "GRID", "Cell", "Runner", "best_deadline", "bootstrap_ratio",
-           "built_code", "cell_own_keys", "cell_run_config", "charge_at", "charge_once",
-           "check_cell", "check_codes", "check_methods", "code_fit", "compare", "grid_cell",
-           "load_grid", "lookup", "main", "print_summary", "registry_config", "run_cell",
-           "run_coded", "run_rival", "summarize", "task_target", "with_rules"]
+           "built_code", "cell_own_keys", "cell_rules", "cell_run_config", "charge_at",
+           "charge_once", "check_cell", "check_codes", "check_methods", "code_fit", "compare",
+           "grid_cell", "load_grid", "lookup", "main", "print_summary", "registry_config",
+           "run_cell", "run_coded", "run_rival", "summarize", "task_target", "with_rules"]
 
 # ============================================================================= the runs
 class Runner:

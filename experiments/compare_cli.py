@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -184,7 +185,7 @@ def parse_rules(pairs: Sequence[str]) -> dict[str, float]:
             value = float(text)
         except ValueError:
             raise ValueError(f"--rule {pair!r}: expected a number ({what})") from None
-        if not (value == value and abs(value) != float("inf") and ok(value)):
+        if not (math.isfinite(value) and ok(value)):
             raise ValueError(f"--rule {pair!r}: {what}")
         out[name] = value
     return out

@@ -15,13 +15,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from experiments.compare_cli import DEFAULT_METHODS
+from experiments.compare_cli import DEFAULT_METHODS, RIVAL_RULES
 from experiments.journal import Journal
 from experiments.rival_runs import Cell, parse_code
 
-__all__ = ["COMPUTE_KEYS", "GRID", "built_code", "cell_own_keys", "cell_run_config", "charge_at",
-           "charge_once", "check_cell", "check_codes", "check_methods", "code_fit", "grid_cell",
-           "load_grid", "lookup", "registry_config", "task_target", "with_rules"]
+__all__ = ["COMPUTE_KEYS", "GRID", "built_code", "cell_own_keys", "cell_rules",
+           "cell_run_config", "charge_at", "charge_once", "check_cell", "check_codes",
+           "check_methods", "code_fit", "grid_cell", "load_grid", "lookup", "registry_config",
+           "task_target", "with_rules"]
 
 GRID = Path(__file__).with_name("grid.toml")
 
@@ -94,12 +95,14 @@ def grid_cell(grid: Mapping[str, Any], task: str, latency: str, n: int, cohort: 
               rounds: int, target: float, sets: Mapping[str, Any] | None = None) -> Cell:
     """The :class:`Cell` of ``task`` under ``latency`` at ``(n, cohort)``: its run config
     (:func:`cell_run_config`) and the rivals' rules of the grid file."""
-    rules = grid["rules"]
     return Cell(run_config=cell_run_config(grid, task, latency, sets), n=n, cohort=cohort,
-                rounds=rounds, target=target, overcommit=float(rules["overcommit"]),
-                fedbuff_buffer_fraction=float(rules["fedbuff_buffer_fraction"]),
-                fedbuff_server_lr=float(rules["fedbuff_server_lr"]),
-                fedbuff_staleness_exponent=float(rules["fedbuff_staleness_exponent"]))
+                rounds=rounds, target=target, **cell_rules(grid))
+
+
+def cell_rules(grid: Mapping[str, Any]) -> dict[str, float]:
+    """The rivals' rules of the grid file (the names ``--rule`` takes, which are
+    :class:`Cell`'s fields), as numbers."""
+    return {name: float(grid["rules"][name]) for name in RIVAL_RULES}
 
 
 def with_rules(grid: Mapping[str, Any], rules: Mapping[str, float] | None) -> dict[str, Any]:

@@ -12,15 +12,12 @@ import numpy as np
 import pytest
 
 from experiments import compare
-from experiments.compare_cli import RIVAL_RULES
 from experiments.rival_runs import Cell, run_rival
 
 
 def _cell(run_config, **shape) -> Cell:
     """A cell with the grid file's rival rules."""
-    rules = compare.load_grid()["rules"]
-    return Cell(run_config=run_config, **shape,
-                **{name: float(rules[name]) for name in RIVAL_RULES})
+    return Cell(run_config=run_config, **shape, **compare.cell_rules(compare.load_grid()))
 
 
 RUN_KEYS = {"method", "seed", "time_to_target", "final_accuracy", "rounds", "bytes_up",

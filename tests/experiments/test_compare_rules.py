@@ -55,7 +55,9 @@ def test_the_grid_refuses_a_rule(tmp_path):
         compare.main(["--grid", "--rule", "overcommit=2", "--out", str(tmp_path / "g.json")])
 
 
-def test_one_comparison_cut_off_resumes_from_its_journal(tmp_path, capsys):
+def test_one_comparison_cut_off_resumes_from_its_journal(tmp_path, capsys, monkeypatch):
+    from experiments.journal import Journal
+
     argv = ["--n", "6", "--rounds", "3", "--seeds", "3,4", "--dev-seeds", "0", "--target",
             "0.4", "--methods", "auto,wait-for-all"]
     whole = tmp_path / "whole.json"
@@ -64,30 +66,18 @@ def test_one_comparison_cut_off_resumes_from_its_journal(tmp_path, capsys):
     # a run cut off after some runs: its journal holds them; the same command resumes
     cut = tmp_path / "cut.json"
     journal = compare.single_journal(cut)
-    original = compare.run_cell
+    add = Journal.add
+    count = {"n": 0}
 
-    def stop_after_three(*args, **kwargs):
-        from experiments.journal import Journal
-
-        add = Journal.add
-        count = {"n": 0}
-
-        def counted(self, key, record):
-            add(self, key, record)
-            count["n"] += 1
-            if count["n"] == 3:
-                raise KeyboardInterrupt
-        Journal.add = counted
-        try:
-            return original(*args, **kwargs)
-        finally:
-            Journal.add = add
-    compare.run_cell = stop_after_three
-    try:
+    def counted(self, key, record):
+        add(self, key, record)
+        count["n"] += 1
+        if count["n"] == 3:
+            raise KeyboardInterrupt
+    with monkeypatch.context() as patch:
+        patch.setattr(Journal, "add", counted)
         with pytest.raises(KeyboardInterrupt):
             compare.main([*argv, "--out", str(cut)])
-    finally:
-        compare.run_cell = original
     assert journal.exists() and not cut.exists()
     capsys.readouterr()
     assert compare.main([*argv, "--out", str(cut)]) == 0
