@@ -6,7 +6,13 @@ Shared helpers that are not fixtures live in modules the tests import:
 ``tests/flower/harness.py`` (``run``: rounds of ``GradientCoding`` on in-process nodes, with
 faults injected from outside), ``tests/flower/messages.py`` (single messages and contexts for
 the client mod), ``tests/doubles.py`` (test doubles used by several files: user strategies, and
-an ``EarlyReturnGrid``'s fake time, scripted inner grid and round owner).
+an ``EarlyReturnGrid``'s fake time, scripted inner grid and round owner); per directory,
+``tests/adaptive/support.py`` (runs of ``s="auto"`` on the vector app, one simulated round),
+``tests/flower/decoder_support.py`` (decoders and their numpy problems),
+``tests/flower/collaborators_support.py`` (plans, round states, verifiers and stub replies),
+``tests/faults/fault_cases.py`` (fault scenarios run against their numpy oracle).
+pytest rewrites the asserts of these modules too (``register_assert_rewrite`` below), so a
+failing helper assert reports its values.
 """
 
 from __future__ import annotations
@@ -14,6 +20,12 @@ from __future__ import annotations
 import logging
 
 import pytest
+
+pytest.register_assert_rewrite(
+    "tests.apps", "tests.doubles", "tests.flower.harness", "tests.flower.messages",
+    "tests.adaptive.support", "tests.flower.decoder_support",
+    "tests.flower.collaborators_support", "tests.faults.fault_cases",
+)
 
 
 @pytest.fixture(autouse=True)

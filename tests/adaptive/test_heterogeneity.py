@@ -253,7 +253,8 @@ def _persistent():
 def test_plugin_excludes_persistently_slow_clients_and_stays_equal_to_fedavg(tmp_path):
     import json
 
-    from tests.adaptive.test_adaptive_wrapper import N, oracle, run
+    from tests.adaptive.support import N, run
+    from tests.apps.vector_app import oracle
 
     strategy, theta = run(_persistent(), rounds=12, exclude_slow=4.0,
                           results_dir=str(tmp_path))

@@ -70,7 +70,7 @@ consistent-but-wrong codeword that isolates an honest victim (they solve
 code they sit in one group with the victim, in a cyclic one they share no partition;
 ``size-vote-framing``: the same workers report their partitions' sizes rotated (sum unchanged).
 
-Invariants added (in ``fault_injection.check``): with ``verify=True`` no node without an
+Invariants added (in ``fault_invariants.check``): with ``verify=True`` no node without an
 injected fault is quarantined (``honest_nodes_punished``); no run ends because of a node's
 failure; a round recorded ``exact`` or ``approx`` with ``verified == "verified"`` has the
 oracle's model (``wrong_models_applied_as_verified`` counts the rounds that do not); the

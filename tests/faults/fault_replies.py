@@ -1,6 +1,7 @@
-"""The rewritten replies of ``tests/faults/fault_injection.py``'s outer client mod: the
-malformed replies the protocol must reject and the finite value forgeries (``huge``,
-``scaled``, ``replay-forged``). The edge kinds' forgeries are in ``fault_kinds``.
+"""The rewritten replies of the fault suite's outer client mod (``Injector.fault_mod`` in
+``tests/faults/fault_injector.py``): the malformed replies the protocol must reject and the
+finite value forgeries (``huge``, ``scaled``, ``replay-forged``). The edge kinds' forgeries are
+in ``fault_kinds``.
 """
 
 from __future__ import annotations

@@ -1,0 +1,178 @@
+"""Run-config keys reach the strategy: the ServerApp's ``build`` (server.app) turns the keys
+(busy, auto-margin, exclude-slow, fraction-train, noise, latency-seed, latency-state, verify,
+results-dir) into the strategy's construction and refuses a bad value naming it; the main job
+refuses an empty results-dir."""
+
+from __future__ import annotations
+
+import pytest
+
+from fl_gradcode.config import merge_config
+
+
+@pytest.mark.parametrize(
+    ("run_config", "expected"),
+    [({"s": 3}, "skip"), ({}, "queue"), ({"s": "auto"}, "queue"),
+     ({"s": 3, "busy": "queue"}, "queue"),
+     ({"s": "auto", "busy": "skip"}, "skip"), ({"busy": "queue", "timing": "wallclock"}, "skip")],
+)
+def test_busy_run_config_key_reaches_the_strategy(run_config, expected, tmp_path):
+    from server.app import build
+
+    cfg = merge_config({**run_config, "results-dir": str(tmp_path)})
+    strategy = build(cfg, 4)[0]
+    assert strategy.busy_mode == expected
+
+
+def test_bad_busy_value_is_refused_with_its_value(tmp_path):
+    from server.app import build
+
+    with pytest.raises(ValueError, match="busy='later'"):
+        build(merge_config({"busy": "later", "results-dir": str(tmp_path)}), 4)
+
+
+def test_auto_margin_run_config_key_reaches_the_strategy_and_is_validated(tmp_path):
+    from server.app import build
+
+    base = {"s": "auto", "results-dir": str(tmp_path)}
+    assert build(merge_config(base), 4)[0].auto_margin == 0.2  # the documented default
+    assert build(merge_config({**base, "auto-margin": 0.25}), 4)[0].auto_margin == 0.25
+    with pytest.raises(ValueError, match=r"auto_margin=-0\.5"):
+        build(merge_config({**base, "auto-margin": -0.5}), 4)
+
+
+def test_exclude_slow_run_config_key_reaches_the_strategy_and_is_validated(tmp_path):
+    from server.app import build
+
+    base = {"s": "auto", "results-dir": str(tmp_path)}
+    assert build(merge_config(base), 4)[0].exclude_slow is None  # 0: never (the default)
+    assert build(merge_config({**base, "exclude-slow": 5.0}), 4)[0].exclude_slow == 5.0
+    with pytest.raises(ValueError, match=r"exclude_slow=0\.5"):
+        build(merge_config({**base, "exclude-slow": 0.5}), 4)
+    with pytest.raises(ValueError, match="needs s='auto'"):
+        build(merge_config({"exclude-slow": 5.0, "s": 3, "results-dir": str(tmp_path)}), 4)
+
+
+def test_fraction_train_samples_a_cohort_every_round_and_is_validated(tmp_path):
+    import random
+
+    import numpy as np
+
+    from server.app import build, run_in_process
+
+    base = {"results-dir": str(tmp_path)}
+    # Flower samples max(int(connected * fraction), min_train_nodes) nodes: all 12 connected,
+    # everyone / 6 as before; asked for one node at least, a dead node never stalls the job
+    inner = build(merge_config(base), 12)[0].inner
+    assert (inner.fraction_train, inner.min_train_nodes, inner.min_available_nodes) == (1.0, 1, 1)
+    inner = build(merge_config({**base, "fraction-train": 0.5}), 12)[0].inner
+    assert (inner.fraction_train, inner.min_train_nodes, inner.min_available_nodes) == (0.5, 1, 1)
+    for bad in (0.0, 1.5):
+        with pytest.raises(ValueError, match=f"fraction-train={bad}"):
+            build(merge_config({**base, "fraction-train": bad}), 12)
+    run = {**base, "fraction-train": 0.5, "num-rounds": 3, "s": 2, "latency": "pareto",
+           "virtual-compute": "none"}
+    random.seed(12345)  # the run seeds the cohort sampling itself
+    strategy, theta = run_in_process(run, 12)
+    assert len(strategy.history) == 3
+    assert all(r["decode"] == "exact" and r["s"] == 2 for r in strategy.history)
+    # 6 replies at most per round: the code is built over the 6-node cohort
+    assert all(len(r["clients_used"]) <= 6 for r in strategy.history)
+    assert len(strategy.identities) > 6  # different cohorts were sampled
+    random.seed(999)
+    again, theta_again = run_in_process(run, 12)  # same seed, same cohorts, same model
+    np.testing.assert_array_equal(theta, theta_again)
+    assert [r["virtual_s"] for r in again.history] == [r["virtual_s"] for r in strategy.history]
+
+
+def test_independent_noise_is_accounted_with_the_sampled_cohorts_code(tmp_path):
+    """Partition DP with independent noise: the accountant's noise multiplier comes from the
+    code the rounds use, the one over the sampled cohort (6 of 12 nodes: grouped-rs s = 3 on
+    6 clients, multiplier 0.72), not the one over all 12 (1.0)."""
+    from fl_gradcode.codes import make_code
+    from fl_gradcode.privacy import independent_noise_multiplier
+    from server.app import build
+
+    cfg = merge_config({"results-dir": str(tmp_path), "dp": "partition",
+                        "dp-noise": "independent", "noise-multiplier": 1.0, "s": 3,
+                        "code": "grouped-rs", "fraction-train": 0.5})
+    strategy = build(cfg, 12)[0]
+    ((sigma, q, count),) = strategy.accountant.units[0]
+    cohort = independent_noise_multiplier(make_code("grouped-rs", n=6, s=3, seed=0).B, 1.0)
+    everyone = independent_noise_multiplier(make_code("grouped-rs", n=12, s=3, seed=0).B, 1.0)
+    assert abs(cohort - everyone) > 0.1  # the premise: the two codes differ
+    assert sigma == pytest.approx(cohort)
+    assert (q, count) == (1.0, 1)
+
+
+def test_latency_seed_picks_the_slow_clients_and_the_run_seed_the_draws(tmp_path):
+    from server.app import build
+
+    def strategy(**keys):
+        cfg = merge_config({"latency": "persistent", "latency-p": 0.3,
+                            "results-dir": str(tmp_path), **keys})
+        return build(cfg, 40)[0]
+
+    def slow(st):
+        return [w for w in range(40) if st.latency.is_slow(w)]
+
+    shared = strategy(seed=5, **{"latency-seed": 1})
+    seed1, seed5 = strategy(seed=1), strategy(seed=5)
+    assert slow(shared) == slow(seed1) != slow(seed5)  # the federation's hardware of seed 1
+    assert shared.seed == 5  # per-round draws follow the run seed
+
+
+def test_latency_state_run_config_key_reaches_the_strategy(tmp_path):
+    from server.app import build
+
+    base = {"s": "auto", "results-dir": str(tmp_path)}
+    assert build(merge_config(base), 4)[0].latency_state is None
+    path = tmp_path / "sub" / "latency.json"
+    st = build(merge_config({**base, "latency-state": str(path)}), 4)[0]
+    assert st.latency_state == str(path.resolve())
+
+
+def test_verify_keys_turn_on_the_integrity_check_of_the_strategy(tmp_path):
+    from server.app import build
+
+    out = str(tmp_path / "r")
+    cfg = merge_config({"verify": True, "verify-tolerance": 1e-4, "code": "frc",
+                        "results-dir": out})
+    strategy = build(cfg, 6)[0]
+    assert strategy.options.integrity.verify is True
+    assert strategy.options.integrity.verify_tolerance == 1e-4
+    plain = build(merge_config({"results-dir": out}), 6)[0]
+    assert plain.options.integrity.verify is False
+    # refused where it cannot check, with the reason, as GradientCoding(verify=True) is
+    with pytest.raises(ValueError, match="verify"):
+        build(merge_config({"verify": True, "code": "uncoded", "s": 0, "results-dir": out}), 4)
+    # and for the default grouped-rs, whose Reed-Solomon blocks cannot be settled
+    with pytest.raises(ValueError, match="repetition group"):
+        build(merge_config({"verify": True, "results-dir": out}), 6)
+
+
+def test_an_empty_results_dir_writes_no_results_files_not_the_working_directory(
+        tmp_path, monkeypatch):
+    """``results-dir=""`` means GradientCoding's ``results_dir=None`` (no files), as ``""``
+    means ``None`` for the table's other path keys; it never resolves to the working
+    directory."""
+    from server.app import strategy_keywords
+
+    monkeypatch.chdir(tmp_path)
+    built = strategy_keywords(merge_config({"results-dir": ""}), 12)
+    assert built["results_dir"] is None
+    given = strategy_keywords(merge_config({"results-dir": "out"}), 12)
+    assert given["results_dir"] == str(tmp_path / "out")
+
+
+def test_the_main_job_refuses_an_empty_results_dir(tmp_path, monkeypatch, capsys):
+    """The main job compares its runs' records: with ``results-dir=""`` there are none, so it
+    refuses before any run, naming the value."""
+    from server import launch
+
+    monkeypatch.chdir(tmp_path)
+    ran = []
+    monkeypatch.setattr(launch, "flwr_run", lambda *a, **k: ran.append(a) or 0)
+    code = launch.main(["--home", str(tmp_path / "home"), "--run-config", "results-dir=''"])
+    assert code == 2 and not ran
+    assert "results-dir=''" in capsys.readouterr().err
