@@ -11,9 +11,14 @@ https://arxiv.org/abs/1711.06771, and Raviv, Tamo, Tandon, Dimakis, "Gradient co
 cyclic MDS codes and expander graphs", ICML 2018, https://arxiv.org/abs/1707.03858).
 
 The stated progress model: a round whose decoded update has relative error ``e`` (against
-the exact update) counts as ``1 - e`` of a round's progress, so a candidate costs
-``E[T] / (1 - E[e])`` seconds per unit of progress (a renewal-reward ratio: time per round
-over progress per round); an exact candidate costs ``E[T]``. The cheapest wins.
+the exact update) counts as ``1 - e**p`` of a round's progress, so a candidate costs
+``E[T] / (1 - E[e**p])`` seconds per unit of progress (a renewal-reward ratio: time per round
+over progress per round); an exact candidate costs ``E[T]``. The cheapest wins. ``p = 1``
+(the default) is linear in the error. ``p = 2`` is the loss decrease of a step on a local
+quadratic with isotropic curvature whose best step is the exact update ``u``: a step ``v``
+decreases the loss by ``|u|^2 - |v - u|^2`` (in units of the curvature), a share ``1 - e^2``
+of the exact step's decrease; it charges a small error less than ``p = 1`` does and still
+prices ``e >= 1`` as no progress.
 
 What is observable: the server never sees a partition's contribution alone, only through
 decoding. In an exact round it has both the exact update and the replies in arrival order,
@@ -51,8 +56,8 @@ __all__ = ["ApproxCandidate", "DecodeErrors", "approximate_candidates", "choose_
 
 def progress_cost(time: float, error: float) -> float:
     """Seconds per unit of progress of a round lasting ``time`` on average whose update has
-    mean relative error ``error``: ``time / (1 - error)`` (``inf`` when ``error >= 1``: no
-    progress)."""
+    mean relative error ``error`` (with ``error_power`` ``p``, the mean of ``e**p``):
+    ``time / (1 - error)`` (``inf`` when ``error >= 1``: no progress)."""
     if not (math.isfinite(time) and 0.0 <= error < 1.0):
         return math.inf
     return float(time) / (1.0 - float(error))
@@ -148,7 +153,8 @@ def approximate_candidates(s: int, finish: np.ndarray, decode: np.ndarray,
                            max_short: int,
                            by_weight: Callable[[np.ndarray], np.ndarray] | None = None,
                            covers: np.ndarray | None = None,
-                           max_decode_error: float = math.inf) -> list[ApproxCandidate]:
+                           max_decode_error: float = math.inf,
+                           error_power: float = 1.0) -> list[ApproxCandidate]:
     """Price the deadlines of tolerance ``s`` from Monte Carlo draws.
 
     Args:
@@ -162,7 +168,7 @@ def approximate_candidates(s: int, finish: np.ndarray, decode: np.ndarray,
     Per draw the round lasts ``min(decode, d)``; if it has not decoded by ``d`` it is ``j``
     replies short (those in hand at the exact decode minus those by ``d``) and its error is
     ``error_of(j)`` (1 with no reply by ``d``: the round is skipped). ``cost`` is
-    ``mean(time) / (1 - mean(error))``.
+    ``mean(time) / (1 - mean(error ** error_power))``.
     """
     finish = np.asarray(finish, dtype=np.float64)
     decode = np.asarray(decode, dtype=np.float64)
@@ -181,7 +187,7 @@ def approximate_candidates(s: int, finish: np.ndarray, decode: np.ndarray,
             continue
         d = float(np.mean(times))
         out.append(price_deadline(s, d, finish, decode, error_of, by_weight, covers,
-                                  max_decode_error))
+                                  max_decode_error, error_power))
     return out
 
 
@@ -189,14 +195,19 @@ def price_deadline(s: int, d: float, finish: np.ndarray, decode: np.ndarray,
                    error_of: Callable[[int], float | None],
                    by_weight: Callable[[np.ndarray], np.ndarray] | None = None,
                    covers: np.ndarray | None = None,
-                   max_decode_error: float = math.inf) -> ApproxCandidate:
+                   max_decode_error: float = math.inf,
+                   error_power: float = 1.0) -> ApproxCandidate:
     """One deadline ``d`` of tolerance ``s`` priced over the draws (see
-    :func:`approximate_candidates`). With ``by_weight`` and ``covers`` (``n x k``: which
-    partitions each worker of a repetition code computes) a late draw's error is
+    :func:`approximate_candidates`; ``error_power`` ``p > 0``: a draw with error ``e`` makes
+    ``1 - e**p`` of a round's progress; the candidate's ``error`` is the mean of ``e``).
+    With ``by_weight`` and ``covers`` (``n x k``: which partitions each worker of a
+    repetition code computes) a late draw's error is
     ``by_weight`` of the share ``w`` of partitions no reply by ``d`` computed, instead of
     ``error_of`` its shortfall; for a repetition code ``w`` is also the decoding's error
     ``||B_F^T a - 1||^2 / k``, so a draw with ``w > max_decode_error`` is a skipped round
     (error 1)."""
+    if not (math.isfinite(error_power) and error_power > 0):
+        raise ValueError(f"error_power={error_power!r} must be a positive finite number")
     time = np.minimum(decode, d)
     arrived = np.sum(finish <= d, axis=1)
     in_hand = np.sum(finish <= decode[:, None], axis=1)
@@ -208,18 +219,21 @@ def price_deadline(s: int, d: float, finish: np.ndarray, decode: np.ndarray,
         modelled = np.where(w > max_decode_error, 1.0, by_weight(w))
         errors[late] = modelled[late]
         errors[late & (arrived == 0)] = 1.0
-        mean_time, mean_error = float(np.mean(time)), float(np.mean(errors))
-        return ApproxCandidate(int(s), float(d), mean_time, mean_error,
-                               progress_cost(mean_time, mean_error))
+        return _candidate(s, d, time, errors, error_power)
     for row in np.flatnonzero(late):
         if arrived[row] == 0:
             errors[row] = 1.0
             continue
         e = error_of(int(max(in_hand[row] - arrived[row], 1)))
         errors[row] = 1.0 if e is None else min(max(float(e), 0.0), 1.0)
-    mean_time, mean_error = float(np.mean(time)), float(np.mean(errors))
-    return ApproxCandidate(int(s), float(d), mean_time, mean_error,
-                           progress_cost(mean_time, mean_error))
+    return _candidate(s, d, time, errors, error_power)
+
+
+def _candidate(s: int, d: float, time: np.ndarray, errors: np.ndarray,
+               error_power: float) -> ApproxCandidate:
+    mean_time = float(np.mean(time))
+    return ApproxCandidate(int(s), float(d), mean_time, float(np.mean(errors)),
+                           progress_cost(mean_time, float(np.mean(errors ** error_power))))
 
 
 def measure_errors(code: GradientCode, order: Sequence[int],
@@ -305,7 +319,7 @@ def _update(code: GradientCode, used: Sequence[int],
 def price_candidates(placement: object, estimator: object, candidates: Sequence[int],
                      errors: DecodeErrors, rem: np.ndarray, X: np.ndarray, *,
                      max_short: int, load_per_partition: float | np.ndarray = 1.0,
-                     max_decode_error: float = math.inf,
+                     max_decode_error: float = math.inf, error_power: float = 1.0,
                      ) -> tuple[dict[int, ApproxCandidate], list[ApproxCandidate]]:
     """Every candidate tolerance priced exactly (one round, no deadline) and, where its
     decoding errors were measured, with the deadlines of :func:`approximate_candidates`;
@@ -314,7 +328,7 @@ def price_candidates(placement: object, estimator: object, candidates: Sequence[
 
     ``rem``: per client (or per draw and client) seconds until it can start (``inf``: it
     gets no work); ``X``: the estimator's draws (``samples x n``), shared by every
-    candidate (common random numbers)."""
+    candidate (common random numbers); ``error_power``: the progress model's ``p``."""
     from .rules import decode_rule
     from .survival import TINY
 
@@ -332,11 +346,12 @@ def price_candidates(placement: object, estimator: object, candidates: Sequence[
         exact[s] = ApproxCandidate(int(s), math.inf, mean, 0.0, progress_cost(mean, 0.0))
         if errors.measured(s):
             approx += approximate_candidates(s, finish, decode,
-                                             lambda j, s=s: errors.get(s, j), max_short)
+                                             lambda j, s=s: errors.get(s, j), max_short,
+                                             error_power=error_power)
         elif errors.heterogeneity is not None:  # never exact at s: the missing-weight model
             covers = repetition_supports(placement.code(s))  # type: ignore[attr-defined]
             if covers is not None:
                 approx += approximate_candidates(s, finish, decode, lambda j: None,
                                                  max_short, errors.by_weight, covers,
-                                                 max_decode_error)
+                                                 max_decode_error, error_power)
     return exact, approx

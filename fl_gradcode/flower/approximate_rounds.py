@@ -40,11 +40,14 @@ class ApproximateRounds:
     * n))`` replies before the exact decode (and the errors measured for as many), so that a
     deadline can leave out a slow group of up to that share of the cohort at any ``n``;
     ``run``: approximate rounds in a row before an exact one;
+    ``error_power``: ``p`` of the progress model (a round with relative error ``e`` makes
+    ``1 - e**p`` of a round's progress: :mod:`fl_gradcode.adaptive.approximate`);
     ``alpha``: weight of the newest error measurement; ``samples``: Monte Carlo draws."""
 
     max_short = 3
     short_fraction = 0.25
     run = 6
+    error_power = 1.0
     alpha = 0.3
     samples = 256
 
@@ -73,7 +76,8 @@ class ApproximateRounds:
         rem = self._remaining(estimator, rem_inputs, decision, placement.n, rng)
         exact, approx = price_candidates(placement, estimator, candidates, self.errors, rem,
                                          X, max_short=self.shortfall(placement.n),
-                                         max_decode_error=max_decode_error)
+                                         max_decode_error=max_decode_error,
+                                         error_power=float(self.error_power))
         best_exact = min(exact.values(), key=lambda c: c.cost)
         self.candidates = {"exact": exact, "approximate": approx}
         best = choose_progress(best_exact, approx)

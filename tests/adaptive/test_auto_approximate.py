@@ -24,6 +24,7 @@ from fl_gradcode.adaptive import (
     progress_cost,
 )
 from fl_gradcode.adaptive.approximate import (
+    approximate_candidates,
     missing_weights,
     price_deadline,
     repetition_supports,
@@ -83,6 +84,50 @@ def test_a_deadline_is_priced_from_the_draws_by_hand():
     assert c.error == 1.0 and c.cost == math.inf
     c = price_deadline(0, 0.35, finish, decode, {}.get)  # never measured: no progress
     assert c.cost == math.inf
+
+
+def test_the_quadratic_progress_model_prices_each_draw_by_one_minus_its_error_squared():
+    finish = np.array([[0.1, 0.2, 0.3, 2.0],
+                       [0.1, 0.2, 0.3, 0.4]])
+    decode = np.array([2.0, 0.4])
+    errors = {1: 0.2, 2: 0.5}
+    # d = 1.0: draw 0 is one reply short (e = 0.2), draw 1 exact (e = 0): progress
+    # ((1 - 0.04) + 1) / 2 = 0.98 per round; mean time (1.0 + 0.4) / 2; error the mean e
+    c = price_deadline(0, 1.0, finish, decode, errors.get, error_power=2.0)
+    assert c.time == pytest.approx(0.7) and c.error == pytest.approx(0.1)
+    assert c.cost == pytest.approx(0.7 / 0.98)
+    # the same through approximate_candidates' deadlines: p = 1 and p = 2 price the same
+    # deadlines and times, p = 2 never dearer
+    linear = approximate_candidates(0, finish, decode, errors.get, 2)
+    quadratic = approximate_candidates(0, finish, decode, errors.get, 2, error_power=2.0)
+    assert [(c.deadline, c.time, c.error) for c in linear] == \
+        [(c.deadline, c.time, c.error) for c in quadratic]
+    assert all(q.cost <= lin.cost for q, lin in zip(quadratic, linear, strict=True))
+    # no reply by the deadline is still no progress
+    assert price_deadline(0, 0.05, finish, decode, errors.get, error_power=2.0).cost == math.inf
+
+
+def test_the_progress_model_decides_between_a_deadline_and_the_exact_round():
+    # exact: 1.0 s a round; a deadline at 0.6 s with measured error 0.45 in every draw:
+    # 0.6 / 0.55 = 1.09 under 1 - e (keep the exact round), 0.6 / (1 - 0.2025) = 0.75
+    # under 1 - e^2 (take the deadline)
+    finish = np.full((3, 4), 0.5)
+    finish[:, 3] = 1.0
+    decode = np.full(3, 1.0)
+    exact = _cand(2, math.inf, 1.0, 0.0)
+    linear = price_deadline(0, 0.6, finish, decode, {1: 0.45}.get)
+    quadratic = price_deadline(0, 0.6, finish, decode, {1: 0.45}.get, error_power=2.0)
+    assert linear.cost == pytest.approx(0.6 / 0.55)
+    assert quadratic.cost == pytest.approx(0.6 / (1 - 0.45 ** 2))
+    assert choose_progress(exact, [linear]) is None
+    assert choose_progress(exact, [quadratic]) == quadratic
+
+
+@pytest.mark.parametrize("power", [0.0, -1.0, math.inf, math.nan])
+def test_a_progress_power_that_is_not_positive_and_finite_is_refused_by_name(power):
+    finish, decode = np.array([[0.1, 0.2]]), np.array([0.2])
+    with pytest.raises(ValueError, match="error_power"):
+        price_deadline(0, 0.15, finish, decode, {1: 0.1}.get, error_power=power)
 
 
 def test_measured_error_compares_the_partial_update_with_the_exact_one():

@@ -566,3 +566,20 @@ def test_the_auto_approximate_tuning_runs_the_grids_regimes():
             sized = tuning_cell(grid, regime, n)
             assert (sized.n, sized.cohort) == (n, n)
             assert sized.target == task_target(task, n, n)
+
+
+def test_the_auto_approximate_tuning_rule_counts_every_seed_and_samples_its_cohorts():
+    from experiments.compare import load_grid, lookup, task_target
+    from experiments.tune_auto_approximate import GRID, SAMPLED, paired_ratio, tuning_cell
+    from fl_gradcode.flower.approximate_rounds import ApproximateRounds
+
+    # the rule's ratio of a seed, by its docstring: 2x, 0.5x, 1x where one or both miss
+    assert (paired_ratio(3.0, 6.0), paired_ratio(None, 6.0)) == (0.5, 2.0)
+    assert (paired_ratio(3.0, None), paired_ratio(None, None)) == (0.5, 1.0)
+    # the first setting is the library's default, so a tie keeps it
+    assert all(values[0] == getattr(ApproximateRounds, k) for k, values in GRID.items())
+    grid = load_grid()
+    for task, regime, n, cohort in SAMPLED:
+        cell = tuning_cell(grid, regime, n, task, cohort)
+        assert (cell.n, cell.cohort, cell.run_config["latency"]) == (n, cohort, regime)
+        assert cell.target == task_target(lookup(grid, "tasks", task), n, cohort)
