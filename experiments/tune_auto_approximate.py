@@ -37,7 +37,15 @@ import logging
 import math
 from pathlib import Path
 
-from experiments.compare import Runner, grid_cell, load_grid, lookup, task_target
+from experiments.compare import (
+    Runner,
+    charge_at,
+    charge_once,
+    grid_cell,
+    load_grid,
+    lookup,
+    task_target,
+)
 from experiments.rival_runs import Cell, run_coded
 
 GRID = {"short_fraction": [0.25, 0.95], "run": [6], "error_power": [1.0, 2.0]}
@@ -53,11 +61,15 @@ def tuning_cell(grid: dict, regime: str, n: int = 20, task: str = "digits-logreg
                 cohort: int | None = None) -> Cell:
     """The cell of ``task`` and ``regime`` at ``n`` nodes sampling ``cohort`` (default: all)
     a round, as ``experiments.compare`` builds it (its run config from the registry entries
-    the grid's tables name, its target the task's for ``n`` and the cohort), without a
-    deadline."""
+    the grid's tables name, its target the task's for ``n`` and the cohort; a task that
+    charges its compute in virtual time charged the grid file's fixed ``charge_s`` at ``n``,
+    not a measurement taken under whatever load the machine has), without a deadline."""
     cohort = n if cohort is None else cohort
-    return grid_cell(grid, task, regime, n, cohort, int(grid["scale"]["rounds"]),
-                     task_target(lookup(grid, "tasks", task), n, cohort))
+    table = lookup(grid, "tasks", task)
+    cell = grid_cell(grid, task, regime, n, cohort, int(grid["scale"]["rounds"]),
+                     task_target(table, n, cohort))
+    fixed, how = charge_at(table.get("charge_s", {}), n)
+    return charge_once(cell, SEEDS[0], None, fixed, how)[0]
 
 
 def paired_ratio(approximate: float | None, auto: float | None) -> float:
@@ -83,7 +95,9 @@ def with_stated_deadline(grid: dict, cell: Cell) -> Cell:
 def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m experiments.tune_auto_approximate")
-    parser.add_argument("--out", default="results/auto_approximate_tuning.json")
+    parser.add_argument("--out", default="results/auto_approximate_tuning_power.json",
+                        help="default: the amended grid's file (the first grid's results: "
+                        "results/auto_approximate_tuning.json)")
     args = parser.parse_args(argv)
     logging.getLogger("flwr").setLevel(logging.ERROR)
     import torch

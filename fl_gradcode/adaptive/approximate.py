@@ -18,7 +18,10 @@ over progress per round); an exact candidate costs ``E[T]``. The cheapest wins. 
 quadratic with isotropic curvature whose best step is the exact update ``u``: a step ``v``
 decreases the loss by ``|u|^2 - |v - u|^2`` (in units of the curvature), a share ``1 - e^2``
 of the exact step's decrease; it charges a small error less than ``p = 1`` does and still
-prices ``e >= 1`` as no progress.
+prices ``e >= 1`` as no progress. A draw's ``e`` is a running mean of measured errors (or
+the missing-weight model's), and the square of a mean is at most the mean of the squares:
+with ``p = 2`` the price leans toward approximate rounds where the error varies from round
+to round.
 
 What is observable: the server never sees a partition's contribution alone, only through
 decoding. In an exact round it has both the exact update and the replies in arrival order,
@@ -67,7 +70,8 @@ def progress_cost(time: float, error: float) -> float:
 class ApproxCandidate:
     """One priced candidate: tolerance ``s``, ``deadline`` (seconds from the round's start;
     ``inf``: exact), expected round ``time``, expected relative ``error`` of its update and
-    ``cost`` per unit of progress (:func:`progress_cost`)."""
+    ``cost`` per unit of progress (:func:`progress_cost` of the time and the mean of
+    ``e**p``: ``time / (1 - error)`` only with the default ``p = 1``)."""
 
     s: int
     deadline: float

@@ -3,8 +3,9 @@
 :class:`ApproximateRounds` is held by :class:`~fl_gradcode.flower.policy.AdaptiveCodePolicy`.
 After the exact choice (:func:`~fl_gradcode.adaptive.choose_s`) it prices every candidate
 tolerance once more, exactly and with deadlines, by its cost per unit of progress
-(:mod:`fl_gradcode.adaptive.approximate`: ``E[T] / (1 - E[e])``, ``e`` the relative error
-of the decoded update measured in exact rounds), and turns the round into an approximate one
+(:mod:`fl_gradcode.adaptive.approximate`: ``E[T] / (1 - E[e**p])``, ``e`` the relative
+error of the decoded update measured in exact rounds, ``p`` :attr:`ApproximateRounds.
+error_power`), and turns the round into an approximate one
 when a deadline is cheapest. At most :attr:`ApproximateRounds.run` approximate rounds follow
 each other: then an exact round measures the errors again (exploration, so that the estimate
 follows the federation). Approximate decoding of gradient codes: Tandon, Lei, Dimakis,
@@ -52,6 +53,9 @@ class ApproximateRounds:
     samples = 256
 
     def __init__(self, seed: int) -> None:
+        if not (math.isfinite(self.error_power) and self.error_power > 0):
+            raise ValueError(f"ApproximateRounds.error_power={self.error_power!r} must be a "
+                             "positive finite number")
         self.seed = int(seed)
         self.errors = DecodeErrors(self.alpha)
         self.streak = 0  # approximate rounds since the last exact one

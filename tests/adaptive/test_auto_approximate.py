@@ -351,3 +351,12 @@ def test_it_drops_with_s0_before_any_exact_round_at_s0_when_slow_clients_are_per
         assert r["round_virtual_s"] <= r["round_deadline_s"] + 1e-9
         assert r["round_deadline_s"] < 0.1 * 20.0  # before the slow clients' earliest reply
         assert {3, 7, 9} <= set(r["missing_partitions"])
+
+
+def test_a_progress_power_knob_that_is_not_positive_is_refused_when_the_rounds_are_built(
+        monkeypatch):
+    from fl_gradcode.flower.approximate_rounds import ApproximateRounds
+
+    monkeypatch.setattr(ApproximateRounds, "error_power", 0.0)
+    with pytest.raises(ValueError, match=r"error_power=0\.0"):
+        ApproximateRounds(seed=0)
