@@ -75,6 +75,7 @@ References:
 from .approximate import (
     ApproxCandidate,
     DecodeErrors,
+    check_error_power,
     choose_progress,
     measure_errors,
     missing_weights,
@@ -96,6 +97,7 @@ __all__ = [
     "LatencyEstimator",
     "ObservedRound",
     "SingleCode",
+    "check_error_power",
     "choose_progress",
     "choose_s",
     "code_loads",

@@ -52,9 +52,17 @@ import numpy as np
 
 from ..codes import GradientCode
 
-__all__ = ["ApproxCandidate", "DecodeErrors", "approximate_candidates", "choose_progress",
-           "measure_errors", "missing_weights", "price_candidates", "price_deadline",
-           "progress_cost", "repetition_supports"]
+__all__ = ["ApproxCandidate", "DecodeErrors", "approximate_candidates", "check_error_power",
+           "choose_progress", "measure_errors", "missing_weights", "price_candidates",
+           "price_deadline", "progress_cost", "repetition_supports"]
+
+
+def check_error_power(power: float, name: str = "error_power") -> float:
+    """``power`` as a float if it is a positive finite number (the progress model's ``p``),
+    else ``ValueError`` naming ``name`` and the value."""
+    if not (math.isfinite(power) and power > 0):
+        raise ValueError(f"{name}={power!r} must be a positive finite number")
+    return float(power)
 
 
 def progress_cost(time: float, error: float) -> float:
@@ -210,8 +218,7 @@ def price_deadline(s: int, d: float, finish: np.ndarray, decode: np.ndarray,
     ``error_of`` its shortfall; for a repetition code ``w`` is also the decoding's error
     ``||B_F^T a - 1||^2 / k``, so a draw with ``w > max_decode_error`` is a skipped round
     (error 1)."""
-    if not (math.isfinite(error_power) and error_power > 0):
-        raise ValueError(f"error_power={error_power!r} must be a positive finite number")
+    error_power = check_error_power(error_power)
     time = np.minimum(decode, d)
     arrived = np.sum(finish <= d, axis=1)
     in_hand = np.sum(finish <= decode[:, None], axis=1)

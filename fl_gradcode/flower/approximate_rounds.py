@@ -24,6 +24,7 @@ import numpy as np
 from ..adaptive import (
     Decision,
     DecodeErrors,
+    check_error_power,
     choose_progress,
     measure_errors,
     missing_weights,
@@ -53,9 +54,7 @@ class ApproximateRounds:
     samples = 256
 
     def __init__(self, seed: int) -> None:
-        if not (math.isfinite(self.error_power) and self.error_power > 0):
-            raise ValueError(f"ApproximateRounds.error_power={self.error_power!r} must be a "
-                             "positive finite number")
+        check_error_power(self.error_power, "ApproximateRounds.error_power")
         self.seed = int(seed)
         self.errors = DecodeErrors(self.alpha)
         self.streak = 0  # approximate rounds since the last exact one
