@@ -311,6 +311,8 @@ def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, coho
                         "staleness_exponent": cell.fedbuff_staleness_exponent,
                         "server_steps": cell.fedbuff_steps()},
             "rules_set": dict(rules_set or {}),
+            **({"auto_approximate": approximate_knobs()} if "auto-approximate" in methods
+               else {}),
             **charge, **facts,
         },
         "runs": runs,
@@ -318,6 +320,15 @@ def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, coho
         "runtime_s": time.perf_counter() - t0 + resumed_s,
         **({"resumed_runs": book.resumed} if book is not None else {}),
     }
+
+
+def approximate_knobs() -> dict[str, float]:
+    """The knobs ``auto-approximate`` runs with: the public class attributes of
+    :class:`fl_gradcode.flower.approximate_rounds.ApproximateRounds`."""
+    from fl_gradcode.flower.approximate_rounds import ApproximateRounds
+
+    return {k: getattr(ApproximateRounds, k)
+            for k in ("max_short", "short_fraction", "run", "error_power", "alpha", "samples")}
 
 
 def _main(args: argparse.Namespace) -> int:

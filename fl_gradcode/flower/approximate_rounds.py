@@ -49,7 +49,7 @@ class ApproximateRounds:
     max_short = 3
     short_fraction = 0.25
     run = 6
-    error_power = 1.0
+    error_power = 2.0
     alpha = 0.3
     samples = 256
 

@@ -166,3 +166,31 @@ def test_a_scale_with_its_own_target_runs_to_it(tmp_path, one_torch_thread):
     for run in cell["runs"]:  # time to target: the first evaluation at or above 0.45
         reached = [t for t, acc, *_ in run["accuracy_curve"] if acc >= 0.45]
         assert run["time_to_target"] == (reached[0] if reached else None)
+
+
+def test_a_cell_names_the_knobs_auto_approximate_ran_with_and_a_rerun_keeps_the_old(
+        tmp_path, one_torch_thread, monkeypatch):
+    from fl_gradcode.flower.approximate_rounds import ApproximateRounds
+
+    grid = _tiny(compare.load_grid())
+    out = tmp_path / "grid.json"
+    default_run = ApproximateRounds.run
+    monkeypatch.setattr(ApproximateRounds, "error_power", 1.0)
+    run_grid.run_grid(grid, "digits-logreg/persistent/*", out, ["auto", "auto-approximate"])
+    first = json.loads(out.read_text())["cells"]["digits-logreg/persistent/5x5"]
+    assert first["settings"]["auto_approximate"]["error_power"] == 1.0
+    monkeypatch.setattr(ApproximateRounds, "error_power", 2.0)
+    monkeypatch.setattr(ApproximateRounds, "run", 4)
+    run_grid.run_grid(grid, "digits-logreg/persistent/*", out, ["auto-approximate"],
+                      rerun=True)
+    cell = json.loads(out.read_text())["cells"]["digits-logreg/persistent/5x5"]
+    knobs = cell["settings"]["auto_approximate"]
+    assert (knobs["error_power"], knobs["run"]) == (2.0, 4)
+    assert knobs["short_fraction"] == ApproximateRounds.short_fraction
+    old = cell["reruns"][0]["replaced_settings"]["auto_approximate"]
+    assert old == first["settings"]["auto_approximate"]
+    assert (old["error_power"], old["run"]) == (1.0, default_run)
+    # a cell whose methods leave auto-approximate out names no knobs
+    run_grid.run_grid(grid, "digits-logreg/bimodal/*", out, ["auto", "wait-for-all"])
+    other = json.loads(out.read_text())["cells"]["digits-logreg/bimodal/5x5"]
+    assert "auto_approximate" not in other["settings"]

@@ -2,7 +2,8 @@
 
 ``auto-approximate`` (the library's ``auto_approximate=True``, off by default) was added to
 the grid after 16 cells had finished (an amendment in ``experiments/grid.toml``); its knobs
-were tuned on the development seeds only (``results/auto_approximate_tuning.json``). Per
+were tuned on the development seeds only (``results/auto_approximate_tuning.json``, then
+``results/auto_approximate_tuning_power.json``). Per
 finished cell of ``results/compare.json`` that ran it (evaluation seeds): its median time to
 target and how many seeds reached it, its time over auto's (the paired geometric mean and
 interval of the cell's summary), and whether it would meet the goal auto is judged by
@@ -33,6 +34,15 @@ from tools.docgen.rivals import (
 )
 
 METHOD = "auto-approximate"
+#: The progress model's power of the runs made before a cell recorded its knobs (the
+#: library's default then; ``experiments/grid.toml``, amendment 10).
+POWER_BEFORE = 1.0
+
+
+def power_text(cell: Mapping[str, Any]) -> str:
+    """The ``error_power`` a cell's :data:`METHOD` runs had."""
+    knobs = cell.get("settings", {}).get("auto_approximate")
+    return f"{(knobs or {}).get('error_power', POWER_BEFORE):g}"
 
 
 def render_approximate(data: Mapping[str, Any], report: Sequence[str]) -> str:
@@ -55,16 +65,20 @@ def render_approximate(data: Mapping[str, Any], report: Sequence[str]) -> str:
             met += ok
             ratio = time_over(mine.median_time, v.best_stats.median_time)
             goal = f"{'✓' if ok else '✗'} {times_text(ratio)} {method_label(v.best)}"
-        rows.append([name, f"{seconds(mine.median_time)} ({mine.reached}/{mine.seeds})",
+        rows.append([name, power_text(cell),
+                     f"{seconds(mine.median_time)} ({mine.reached}/{mine.seeds})",
                      "-" if auto is None else seconds(auto.median_time),
                      ratio_text(cell["summary"].get(METHOD), auto), goal])
     head = (f"`{METHOD}` within {GOAL_TIME}× of the best rival (the rule auto is judged by) "
             f"in {met} of the {len(done)} finished cells that ran it (evaluation seeds).")
-    note = ("Columns: its median time to target (seeds reaching it); auto's; its time over "
+    note = ("Columns: the progress model's `error_power` its runs had (the cell's "
+            "`settings.auto_approximate`; runs made before the cells recorded their knobs had "
+            f"{POWER_BEFORE:g}); its median time to target (seeds reaching it); auto's; its "
+            "time over "
             "auto's (paired geometric mean [95 % interval], ▼/▽ below 1 as in the table "
             "above); the goal against the cell's best rival, with its median time over that "
             "rival's.")
-    return head + "\n\n" + table(["cell", METHOD, "auto", f"{METHOD} / auto",
+    return head + "\n\n" + table(["cell", "p", METHOD, "auto", f"{METHOD} / auto",
                                   "goal (best rival)"], rows) + "\n\n" + note
 
 
