@@ -360,3 +360,24 @@ def test_a_progress_power_knob_that_is_not_positive_is_refused_when_the_rounds_a
     monkeypatch.setattr(ApproximateRounds, "error_power", 0.0)
     with pytest.raises(ValueError, match=r"error_power=0\.0"):
         ApproximateRounds(seed=0)
+
+
+@pytest.mark.parametrize("spread", [0.1, 3.0])
+def test_the_progress_power_reaches_the_rounds_and_only_ever_adds_deadlines(
+        tmp_path, monkeypatch, spread):
+    """The same federation with p = 1 and p = 2. Every error is in [0, 1], so e**2 <= e:
+    p = 2 prices every approximate candidate at most as high as p = 1 does, and the exact
+    ones the same. The runs are the same until the first round they plan differently, and
+    there p = 2 plans a deadline (p = 1 plans the exact round or another deadline)."""
+    from fl_gradcode.flower.approximate_rounds import ApproximateRounds
+
+    plans = {}
+    for power in (1.0, 2.0):
+        monkeypatch.setattr(ApproximateRounds, "error_power", power)
+        rows = _run(tmp_path / str(power), spread)
+        plans[power] = [(r["s"], r["round_deadline_s"]) for r in rows]
+    first = next((i for i, (a, b) in enumerate(zip(plans[1.0], plans[2.0], strict=True))
+                  if a != b), None)
+    assert first is not None  # the knob changes the run
+    assert plans[2.0][first][1] < 1e6  # a planned deadline (exact rounds: 1e6, the timeout)
+
