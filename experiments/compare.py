@@ -294,7 +294,9 @@ def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, coho
                               "task": task_name, "n": n, "cohort": cohort, "rounds": rounds,
                               "target": target, "seeds": list(seeds),
                               "dev_seeds": list(dev_seeds),
-                              "run_config": dict(cell.run_config)}, log)
+                              "run_config": dict(cell.run_config),
+                              "rivals_stop_dropped_work": bool(cell.rivals_stop_dropped_work)},
+                                                 log)
                           if finished is not None else None)
     resumed_s = book.resumed_wall_s if book is not None else 0.0
     return {
@@ -310,6 +312,7 @@ def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, coho
                         "server_lr": cell.fedbuff_server_lr,
                         "staleness_exponent": cell.fedbuff_staleness_exponent,
                         "server_steps": cell.fedbuff_steps()},
+            "rivals_stop_dropped_work": bool(cell.rivals_stop_dropped_work),
             "rules_set": dict(rules_set or {}),
             **({"auto_approximate": approximate_knobs()} if "auto-approximate" in methods
                else {}),

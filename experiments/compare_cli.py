@@ -68,6 +68,9 @@ RIVAL_RULES = {
     "fedbuff_server_lr": ("FedBuff's server learning rate: > 0", lambda v: v > 0),
     "fedbuff_staleness_exponent": ("FedBuff's weight (1 + staleness)^-e: e >= 0",
                                    lambda v: v >= 0),
+    "rivals_stop_dropped_work": ("deadline, deadline-best and first-k stop a dropped client's "
+                              "work when its round ends: 1, or 0 (it finishes it)",
+                              lambda v: v in (0, 1)),
 }
 
 

@@ -66,7 +66,8 @@ class PriorDeadlines:
 
 
 #: The settings a finished cell's runs depend on, besides the code: a read-back needs them equal.
-SAME = ("task", "n", "cohort", "rounds", "target", "seeds", "dev_seeds", "run_config")
+SAME = ("task", "n", "cohort", "rounds", "target", "seeds", "dev_seeds", "run_config",
+        "rivals_stop_dropped_work")
 
 
 def prior_deadlines(cell: Mapping[str, Any], settings: Mapping[str, Any] | None = None,

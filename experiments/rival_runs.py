@@ -102,6 +102,8 @@ class Cell:
     fedbuff_buffer_fraction: float
     fedbuff_server_lr: float
     fedbuff_staleness_exponent: float
+    #: 1: the deadline rivals and first-k stop a dropped client's work when its round ends
+    rivals_stop_dropped_work: float = 0.0
 
     def config(self, seed: int, **extra: Any) -> dict[str, Any]:
         """The run config of one run: the cell's keys, ``seed``, the rounds, the cohort as
@@ -214,7 +216,8 @@ def start_cell_rival(method: str, seed: int, cell: Cell, deadline: float | None 
                       k=cell.first_k(), overcommit=cell.overcommit,
                       buffer_size=cell.fedbuff_buffer(), server_lr=cell.fedbuff_server_lr,
                       staleness_exponent=cell.fedbuff_staleness_exponent,
-                      rounds=cell.fedbuff_steps() if method == "fedbuff" else cell.rounds)
+                      rounds=cell.fedbuff_steps() if method == "fedbuff" else cell.rounds,
+                      stop_dropped_work=bool(cell.rivals_stop_dropped_work))
     return run, cfg
 
 
@@ -298,7 +301,7 @@ def start_rival(method: str, run_config: Mapping[str, Any], n: int, *,
                 k: int | None = None, overcommit: float | None = None,
                 buffer_size: int | None = None, server_lr: float | None = None,
                 staleness_exponent: float | None = None,
-                rounds: int | None = None) -> HarnessRun:
+                rounds: int | None = None, stop_dropped_work: bool = False) -> HarnessRun:
     """A public rival of :mod:`fl_gradcode.rivals` with ``run_config`` on ``n`` nodes, on the
     main job's initial model, evaluation and train config (``server.app.build_rival``):
 
@@ -311,6 +314,8 @@ def start_rival(method: str, run_config: Mapping[str, Any], n: int, *,
       ``(1 + staleness)^-staleness_exponent``.
 
     A rule left ``None`` is the rival class's own default (``FirstK``, ``FedBuff``).
+    ``stop_dropped_work``: ``deadline`` and ``first-k`` stop a dropped client's work when its
+    round ends (``DeadlineFedAvg``'s option).
 
     ``rounds``: rounds or server steps (default ``num-rounds``)."""
     if method == "fedbuff" and buffer_size is None:
@@ -337,11 +342,13 @@ def start_rival(method: str, run_config: Mapping[str, Any], n: int, *,
         strategy = WaitForAll(**common, **sample)
     elif method == "deadline":
         deadline = float(cfg["straggler-timeout"] if deadline is None else deadline)
-        strategy = DeadlineFedAvg(deadline=deadline, **common, **sample)
+        strategy = DeadlineFedAvg(deadline=deadline, stop_dropped_work=stop_dropped_work, **common,
+                                  **sample)
         extra = {"deadline_s": deadline}
     elif method == "first-k":
         k = cohort if k is None else int(k)
-        strategy = FirstK(k=k, **_given(overcommit=overcommit), **common)
+        strategy = FirstK(k=k, **_given(overcommit=overcommit), stop_dropped_work=stop_dropped_work,
+                          **common)
         extra = {"k": k, "sampled": strategy.sample_size}
     elif method == "fedbuff":
         buffer_size = int(buffer_size)  # type: ignore[arg-type]  # checked on entry

@@ -312,7 +312,7 @@ class Drift:
 
 def client_delay(
     model: LatencyModel, *, worker: int, round_index: int, load: float, seed: int,
-    start_s: float | None = None,
+    start_s: float | None = None, regime_round: int | None = None,
 ) -> float:
     """The delay of one client in one round, reproducible from ``(seed, round, worker)``.
 
@@ -320,10 +320,12 @@ def client_delay(
     keep the same clients slow in every round; traces are replayed by (round, worker);
     FedScale-format devices (:class:`DeviceTrace`) give ``inf`` while off, read at clock time
     ``start_s`` (the round's or the job's start; ``None``: ``round_index`` times their
-    ``round_s``).
+    ``round_s``). ``regime_round``: the round whose regime a :class:`Drift` applies (default
+    ``round_index``; an asynchronous run's draw of a client's ``j``-th job is round ``j``'s,
+    while the federation is in another round).
     """
     if isinstance(model, Drift):
-        model = model.at(round_index)
+        model = model.at(round_index if regime_round is None else regime_round)
     if isinstance(model, DeviceTrace):
         return model.time(worker, round_index, load, start_s=start_s)
     if isinstance(model, TraceReplay):
@@ -337,7 +339,7 @@ def client_delay(
 
 def failure_notice(
     model: LatencyModel, *, worker: int, round_index: int, load: float, seed: int,
-    start_s: float | None = None,
+    start_s: float | None = None, regime_round: int | None = None,
 ) -> float:
     """Seconds from a round's start until the server hears that a client whose delay is
     ``inf`` will never reply: what the model's ``unavailable_notice(worker, round_index,
@@ -345,9 +347,9 @@ def failure_notice(
     device went off, as Flower's SuperLink reports a node that missed its heartbeats);
     ``inf`` when the model has no such notice (a reply that never comes is then waited for
     until a deadline). ``seed`` and ``start_s``: as :func:`client_delay`'s (no model with a
-    notice draws)."""
+    notice draws; ``regime_round`` as :func:`client_delay`'s)."""
     if isinstance(model, Drift):
-        model = model.at(round_index)
+        model = model.at(round_index if regime_round is None else regime_round)
     if isinstance(model, DeviceTrace):
         return float(model.unavailable_notice(worker, round_index, load, start_s=start_s))
     notice = getattr(model, "unavailable_notice", None)

@@ -19,7 +19,11 @@ a coded run's on the same seeds and latency draws:
   (:func:`fl_gradcode.latency.failure_notice`: Flower's ``NODE_UNAVAILABLE``);
 * a dropped client is still busy with its late work: the next round's message waits for it,
   as a SuperNode runs messages one after the other (the same
-  :class:`~fl_gradcode.flower.clock.VirtualClock` the coded runs use).
+  :class:`~fl_gradcode.flower.clock.VirtualClock` the coded runs use); with
+  ``stop_dropped_work=True`` it abandons that work when the round that dropped it ends (as a
+  coded run's ``stop_late_work`` stops a client's work at its deadline), and is free from
+  then on, or from the end of its earlier job if that is later (the message expired
+  before it could start).
 
 Each round is written to ``rounds.jsonl`` (``results_dir``) with ``clients_used`` and
 ``stragglers`` as **partition ids**, ``decode`` ``"all"`` (every sampled client arrived),
@@ -115,13 +119,16 @@ def virtual_arrival(
     latency: LatencyModel | None, *, seed: int, pid: int, round_index: int, load: float,
     compute_s: float, nbytes: int, measured_compute: bool, compute_cost_s: float,
     upload_bandwidth: float | None, start_s: float | None = None,
+    regime_round: int | None = None,
 ) -> float:
     """Virtual seconds from a job's start (virtual time ``start_s``) to its reply's arrival:
     the measured compute (if ``measured_compute``), ``compute_cost_s`` per unit of load, the
-    latency model's delay for ``(pid, round_index, load)`` and the upload of ``nbytes`` (the
-    rivals' one clock)."""
+    latency model's delay for ``(pid, round_index, load)`` (``regime_round``: as
+    :func:`~fl_gradcode.latency.client_delay`'s) and the upload of ``nbytes`` (the rivals' one
+    clock)."""
     delay = 0.0 if latency is None else client_delay(
-        latency, worker=pid, round_index=round_index, load=load, seed=seed, start_s=start_s)
+        latency, worker=pid, round_index=round_index, load=load, seed=seed, start_s=start_s,
+        regime_round=regime_round)
     transfer = 0.0 if upload_bandwidth is None else nbytes / upload_bandwidth
     return (compute_s if measured_compute else 0.0) + compute_cost_s * load + delay + transfer
 
@@ -148,6 +155,10 @@ class DeadlineFedAvg(FedAvg):
         Bytes per second of a client's upload (``None``: instantaneous).
     results_dir : str, optional
         Where ``config.json``, ``rounds.jsonl`` and ``final_model.npz`` are written.
+    stop_dropped_work : bool
+        A client whose reply the round drops stops its work when the round ends, instead of
+        finishing it while its next message waits (default ``False``: a SuperNode runs its
+        messages one after the other to the end).
     run_config : mapping, optional
         Written to ``config.json``.
     **fedavg : Any
@@ -171,9 +182,13 @@ class DeadlineFedAvg(FedAvg):
         upload_bandwidth: float | None = UPLOAD_BANDWIDTH,
         results_dir: str | None = None,
         run_config: Mapping[str, Any] | None = None,
+        stop_dropped_work: bool = False,
         **fedavg: Any,
     ) -> None:
         super().__init__(**fedavg)
+        if not isinstance(stop_dropped_work, bool):
+            raise ValueError(f"stop_dropped_work={stop_dropped_work!r} must be True or False")
+        self.stop_dropped_work = stop_dropped_work
         if not (isinstance(deadline, (int, float)) and np.isfinite(deadline) and deadline > 0):
             raise ValueError(f"deadline={deadline!r} must be a positive number of seconds")
         latency, measured_compute, compute_cost_s, upload_bandwidth = map(
@@ -249,6 +264,13 @@ class DeadlineFedAvg(FedAvg):
                for node in nodes}
         return {node: t for node, t in out.items() if np.isfinite(t)}
 
+    def _stop(self, late: Iterable[int], end: float) -> None:
+        """The ``late`` nodes' work stops at the round's ``end`` (virtual time): each is busy
+        until then, or until its earlier job ends if that is later."""
+        clock = self.clock
+        for node in late:
+            clock.busy_until[node] = max(end, clock.round_start + clock.backlog.get(node, 0.0))
+
     def round_complete(self, arrived: list[int]) -> bool:
         """Whether the round may end at once with the replies ``arrived`` (nodes, in arrival
         order, all by the deadline): never here (the round ends at the deadline or at the last
@@ -285,6 +307,8 @@ class DeadlineFedAvg(FedAvg):
         # a node heard of is free from then on (its message errored), as if it had replied
         self.clock.finish_round(self._sent, {**arrivals, **failures}, window.end,
                                 answered=[m.metadata.src_node_id for m in errors])
+        if self.stop_dropped_work:
+            self._stop(window.late, window.end)
         used = set(window.used)
         kept = [m for m in valid if m.metadata.src_node_id in used]
         arrays, metrics = super().aggregate_train(server_round, kept + errors)

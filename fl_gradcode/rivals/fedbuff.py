@@ -11,7 +11,12 @@ to a client drawn uniformly at random (seeded) among the idle ones, with the new
 In virtual time it is an event simulation: a client's update arrives at its start plus its
 compute plus the latency drawn for it (``client_delay(latency, worker=partition id,
 round_index=j, load, seed)`` for the client's ``j``-th job, the draw of round ``j`` in a
-synchronous run), exactly as the coded runs' arrivals; a client's compute is run (through the
+synchronous run), exactly as the coded runs' arrivals, except that a regime that drifts at
+a round (:class:`~fl_gradcode.latency.Drift`) changes when the federation reaches that round:
+after ``(round - 1) * concurrency`` jobs sent, as many as a synchronous run of cohorts of
+``concurrency`` has sent by then, not at each client's own ``round``-th job (at 1,000 clients
+and 100 in flight, a client does only a few jobs in a run and would never see the change);
+a client's compute is run (through the
 grid, in this process) when it is sent its model. A client whose device is off (an infinite
 delay; FedScale devices are read at the job's virtual start) sends no update: its slot is
 free again when the server hears so (:func:`~fl_gradcode.latency.failure_notice`), and the
@@ -135,14 +140,15 @@ class FedBuff(FedAvg):
             return 1.0
         return sizes[pid] / float(np.mean(sizes))
 
-    def arrival(self, pid: int, job: int, compute_s: float, nbytes: int) -> float:
+    def arrival(self, pid: int, job: int, compute_s: float, nbytes: int,
+                regime_round: int | None = None) -> float:
         """Seconds from a job's start (now) to its update's arrival (compute, latency,
-        upload)."""
+        upload); ``regime_round``: the federation's round (a drifting regime's)."""
         return virtual_arrival(
             self.latency, seed=self.seed, pid=pid, round_index=job, load=self.load(pid),
             compute_s=compute_s, nbytes=nbytes, measured_compute=self.measured_compute,
             compute_cost_s=self.compute_cost_s, upload_bandwidth=self.upload_bandwidth,
-            start_s=self.now)
+            start_s=self.now, regime_round=regime_round)
 
     def _parse(self, reply: Message | None, sent: Mapping[str, np.ndarray],
                node: int) -> tuple[dict[str, np.ndarray] | None, int, float, int, str]:
@@ -200,6 +206,7 @@ class FedBuff(FedAvg):
         slots = min(self.concurrency or len(nodes), len(nodes))
         rng = np.random.default_rng([self.seed, 0xFEDB])
         jobs = dict.fromkeys(nodes, 0)
+        sent = 0  # jobs dispatched: the federation is in round sent // slots + 1
         busy: set[int] = set()
         off_until: dict[int, float] = {}  # node reported off -> when its device is on again
         waiting = 0  # slots with no node on to take them, until the first is back on
@@ -217,7 +224,7 @@ class FedBuff(FedAvg):
         def dispatch() -> bool:
             """Send the current model to an idle node whose device is on (``False``: none
             ever will be: the slot stays empty)."""
-            nonlocal seq, waiting
+            nonlocal seq, waiting, sent
             idle = [n for n in nodes if n not in busy]
             ready = [n for n in idle if off_until.get(n, 0.0) <= self.now]
             if not ready:  # every idle node's device is off: the slot waits for the first
@@ -230,6 +237,8 @@ class FedBuff(FedAvg):
             idle = ready
             node = idle[int(rng.integers(len(idle)))]
             jobs[node] += 1
+            regime = sent // slots + 1  # as a synchronous run of cohorts of `slots`
+            sent += 1
             config = ConfigRecord({**dict(train_config), "server-round": jobs[node]})
             msg = Message(RecordDict({self.arrayrecord_key: arrays_of(model),
                                       self.configrecord_key: config}),
@@ -241,13 +250,14 @@ class FedBuff(FedAvg):
             nbytes = reply_bytes(reply) if delta is not None else 0
             if pid < 0:  # no usable timing: the client's latency alone
                 pid = nodes.index(node)
-            took = self.arrival(pid, jobs[node], compute, nbytes)
+            took = self.arrival(pid, jobs[node], compute, nbytes, regime)
             off = math.isinf(took) and self.latency is not None
             if off:
                 # the device is off: its update never comes; the server hears so (Flower's
                 # NODE_UNAVAILABLE) when the latency model says, and the slot is free again
                 took = failure_notice(self.latency, worker=pid, round_index=jobs[node],
-                                      load=self.load(pid), seed=self.seed, start_s=self.now)
+                                      load=self.load(pid), seed=self.seed, start_s=self.now,
+                                      regime_round=regime)
                 delta, compute, nbytes, reason = None, 0.0, 0, "node unavailable (device off)"
             arrive = self.now + took
             busy.add(node)

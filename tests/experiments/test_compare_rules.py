@@ -36,12 +36,38 @@ def test_a_fedbuff_rule_reaches_fedbuff_and_is_recorded(tmp_path):
     assert run(plain, "fedbuff")["accuracy_curve"] != run(flat, "fedbuff")["accuracy_curve"]
 
 
+def test_the_rivals_stop_dropped_work_by_the_grid_file_unless_a_rule_says_not(tmp_path):
+    def runs(*rules):
+        out = tmp_path / f"s{len(rules)}.json"
+        argv = ["--n", "6", "--rounds", "6", "--seeds", "3", "--dev-seeds", "0",
+                "--target", "0.9", "--methods", "auto,deadline,first-k",
+                "--set", "latency=bimodal", "--set", "latency-p=0.3", "--out", str(out)]
+        for rule in rules:
+            argv += ["--rule", rule]
+        assert compare.main(argv) == 0
+        return json.loads(out.read_text())
+
+    stop, keep = runs(), runs("rivals_stop_dropped_work=0")
+    assert stop["settings"]["rivals_stop_dropped_work"] is True  # the grid file's rule
+    assert keep["settings"]["rivals_stop_dropped_work"] is False
+    assert keep["settings"]["rules_set"] == {"rivals_stop_dropped_work": 0.0}
+
+    def total(data, method):  # virtual seconds of the run
+        return next(r for r in data["runs"] if r["method"] == method)["total_virtual_s"]
+    assert total(stop, "auto") == total(keep, "auto")  # not a rival
+    # late work stopped: no round waits behind it, so the rounds end no later
+    for method in ("deadline", "first-k"):
+        assert total(stop, method) <= total(keep, method)
+    assert any(total(stop, m) < total(keep, m) for m in ("deadline", "first-k"))
+
+
 @pytest.mark.parametrize("rule,message", [
     ("fedbuff_k=3", "not a rival's rule"),
     ("overcommit=0.5", "c >= 1"),
     ("fedbuff_buffer_fraction=1.5", r"in \(0, 1\]"),
     ("fedbuff_server_lr=x", "expected a number"),
     ("fedbuff_staleness_exponent=-1", "e >= 0"),
+    ("rivals_stop_dropped_work=0.5", "1, or 0"),
     ("fedbuff_server_lr", "KEY=VALUE"),
 ])
 def test_a_bad_rule_is_refused_before_any_run_naming_it(tmp_path, capsys, rule, message):
