@@ -281,3 +281,13 @@ def test_cells_whose_deadline_best_searched_fewer_deadlines_than_the_grid_are_na
     assert f"{short} (from 0.25)" in note and full not in note
     data["cells"][short]["settings"]["deadline_grid_s"] = [4.0 * m for m in multiples]
     assert "`deadline-best` searched" not in rivals.render(data, REPORT)
+
+
+def test_cells_whose_rivals_predate_the_rival_fixes_are_counted():
+    cell = {"settings": {}, "runs": []}
+    data = {"cells": {"a": cell, "b": {"settings": {"rivals_stop_dropped_work": True}},
+                      "c": {"settings": {"rivals_stop_dropped_work": False}}}}
+    # only b ran its rivals with the fixes (c had the option turned off by a rule)
+    (note,) = rivals.rival_fixes(data, ["a", "b", "c"])
+    assert "are in 1 of the 3 finished cells" in note
+    assert rivals.rival_fixes(data, ["b"]) == []

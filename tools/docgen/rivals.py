@@ -286,7 +286,24 @@ def render_table(data: Mapping[str, Any], report: Sequence[str]) -> str:
                      "its partitions are not the cohort's there, so its rounds train another "
                      "model (`methods_set_aside` of a cell says why).")
     notes += _deadline_grids(data, done)
+    notes += rival_fixes(data, done)
     return table(header, rows) + "\n\n" + " ".join([legend, *notes])
+
+
+def rival_fixes(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
+    """Which finished cells ran the rivals with the fixes of the grid file's amendment 11
+    (``settings.rivals_stop_dropped_work`` true), when some did not."""
+    fixed = [n for n in done
+             if data["cells"][n]["settings"].get("rivals_stop_dropped_work") is True]
+    if len(fixed) == len(done):
+        return []
+    return [f"The rivals' fixes of `experiments/grid.toml` amendment 11 (deadline, "
+            "deadline-best and first-k stop a client's work when its reply is dropped, as "
+            "auto's clients stop theirs at its deadline; FedBuff meets a drifting regime at "
+            f"the federation's round) are in {len(fixed)} of the {len(done)} finished cells; "
+            "in the others those rivals' runs predate them: a dropped client finished its "
+            "late work while its next message waited, which slowed them, so there the "
+            "verdict may flatter auto."]
 
 
 def _deadline_grids(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
