@@ -311,8 +311,11 @@ def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, coho
             "fedbuff": {"buffer_size": cell.fedbuff_buffer(), "concurrency": cohort,
                         "server_lr": cell.fedbuff_server_lr,
                         "staleness_exponent": cell.fedbuff_staleness_exponent,
-                        "server_steps": cell.fedbuff_steps()},
-            "rivals_stop_dropped_work": bool(cell.rivals_stop_dropped_work),
+                        "server_steps": cell.fedbuff_steps(),
+                        **({"regime_round": "federation"} if "fedbuff" in methods else {})},
+            # the rivals' fixes of the grid file's amendment 11, where those rivals ran
+            **({"rivals_stop_dropped_work": bool(cell.rivals_stop_dropped_work)}
+               if set(methods) & {"deadline", "deadline-best", "first-k"} else {}),
             "rules_set": dict(rules_set or {}),
             **({"auto_approximate": approximate_knobs()} if "auto-approximate" in methods
                else {}),

@@ -103,7 +103,7 @@ class Cell:
     fedbuff_server_lr: float
     fedbuff_staleness_exponent: float
     #: 1: the deadline rivals and first-k stop a dropped client's work when its round ends
-    rivals_stop_dropped_work: float = 0.0
+    rivals_stop_dropped_work: float
 
     def config(self, seed: int, **extra: Any) -> dict[str, Any]:
         """The run config of one run: the cell's keys, ``seed``, the rounds, the cohort as

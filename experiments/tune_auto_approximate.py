@@ -24,7 +24,9 @@ choice); ``short_fraction`` adds 0.95 (deadlines down to a few replies); ``error
 (the progress model's ``p``: a round with error ``e`` makes ``1 - e**p`` of a round's
 progress) is 1 (the last model) or 2; the cells add natural-noniid persistent and bimodal,
 1000 nodes, cohorts of 100 (:data:`SAMPLED`); a seed ``auto`` misses is counted (see the
-rule). The first setting of :data:`GRID` is the library's default, so a tie keeps it.
+rule). The first setting of :data:`GRID` was the library's default when it ran, so a tie
+kept it; it chose ``error_power = 2``, the library's default since (its results:
+``results/auto_approximate_tuning_power.json``).
 """
 
 from __future__ import annotations

@@ -73,6 +73,7 @@ References:
 
 
 from .approximate import (
+    ERROR_POWER,
     ApproxCandidate,
     DecodeErrors,
     check_error_power,
@@ -89,6 +90,7 @@ from .rules import DecodeRule, code_loads, decode_rule
 from .state import ObservedRound
 
 __all__ = [
+    "ERROR_POWER",
     "ApproxCandidate",
     "CohortView",
     "Decision",

@@ -52,9 +52,16 @@ import numpy as np
 
 from ..codes import GradientCode
 
-__all__ = ["ApproxCandidate", "DecodeErrors", "approximate_candidates", "check_error_power",
+__all__ = ["ERROR_POWER", "ApproxCandidate", "DecodeErrors", "approximate_candidates",
+           "check_error_power",
            "choose_progress", "measure_errors", "missing_weights", "price_candidates",
            "price_deadline", "progress_cost", "repetition_supports"]
+
+
+#: The progress model's power ``p`` by default (a round with relative error ``e`` makes
+#: ``1 - e**p`` of a round's progress): 2, chosen on the development seeds only
+#: (``docs/adaptive.md``); ``p = 1`` is the first stated model.
+ERROR_POWER = 2.0
 
 
 def check_error_power(power: float, name: str = "error_power") -> float:
@@ -79,7 +86,7 @@ class ApproxCandidate:
     """One priced candidate: tolerance ``s``, ``deadline`` (seconds from the round's start;
     ``inf``: exact), expected round ``time``, expected relative ``error`` of its update and
     ``cost`` per unit of progress (:func:`progress_cost` of the time and the mean of
-    ``e**p``: ``time / (1 - error)`` only with the default ``p = 1``)."""
+    ``e**p``: ``time / (1 - error)`` only with ``p = 1``)."""
 
     s: int
     deadline: float
@@ -166,7 +173,7 @@ def approximate_candidates(s: int, finish: np.ndarray, decode: np.ndarray,
                            by_weight: Callable[[np.ndarray], np.ndarray] | None = None,
                            covers: np.ndarray | None = None,
                            max_decode_error: float = math.inf,
-                           error_power: float = 1.0) -> list[ApproxCandidate]:
+                           error_power: float = ERROR_POWER) -> list[ApproxCandidate]:
     """Price the deadlines of tolerance ``s`` from Monte Carlo draws.
 
     Args:
@@ -208,7 +215,7 @@ def price_deadline(s: int, d: float, finish: np.ndarray, decode: np.ndarray,
                    by_weight: Callable[[np.ndarray], np.ndarray] | None = None,
                    covers: np.ndarray | None = None,
                    max_decode_error: float = math.inf,
-                   error_power: float = 1.0) -> ApproxCandidate:
+                   error_power: float = ERROR_POWER) -> ApproxCandidate:
     """One deadline ``d`` of tolerance ``s`` priced over the draws (see
     :func:`approximate_candidates`; ``error_power`` ``p > 0``: a draw with error ``e`` makes
     ``1 - e**p`` of a round's progress; the candidate's ``error`` is the mean of ``e``).
@@ -330,7 +337,7 @@ def _update(code: GradientCode, used: Sequence[int],
 def price_candidates(placement: object, estimator: object, candidates: Sequence[int],
                      errors: DecodeErrors, rem: np.ndarray, X: np.ndarray, *,
                      max_short: int, load_per_partition: float | np.ndarray = 1.0,
-                     max_decode_error: float = math.inf, error_power: float = 1.0,
+                     max_decode_error: float = math.inf, error_power: float = ERROR_POWER,
                      ) -> tuple[dict[int, ApproxCandidate], list[ApproxCandidate]]:
     """Every candidate tolerance priced exactly (one round, no deadline) and, where its
     decoding errors were measured, with the deadlines of :func:`approximate_candidates`;

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..adaptive import (
+    ERROR_POWER,
     Decision,
     DecodeErrors,
     check_error_power,
@@ -49,7 +50,7 @@ class ApproximateRounds:
     max_short = 3
     short_fraction = 0.25
     run = 6
-    error_power = 2.0
+    error_power = ERROR_POWER
     alpha = 0.3
     samples = 256
 

@@ -265,11 +265,13 @@ class DeadlineFedAvg(FedAvg):
         return {node: t for node, t in out.items() if np.isfinite(t)}
 
     def _stop(self, late: Iterable[int], end: float) -> None:
-        """The ``late`` nodes' work stops at the round's ``end`` (virtual time): each is busy
-        until then, or until its earlier job ends if that is later."""
+        """The ``late`` nodes' work stops at the round's ``end`` (virtual time): each still
+        busy then is busy until then, or until its earlier job ends if that is later."""
         clock = self.clock
         for node in late:
-            clock.busy_until[node] = max(end, clock.round_start + clock.backlog.get(node, 0.0))
+            if clock.busy_until.get(node, 0.0) > end:
+                clock.busy_until[node] = max(end,
+                                             clock.round_start + clock.backlog.get(node, 0.0))
 
     def round_complete(self, arrived: list[int]) -> bool:
         """Whether the round may end at once with the replies ``arrived`` (nodes, in arrival
@@ -307,8 +309,8 @@ class DeadlineFedAvg(FedAvg):
         # a node heard of is free from then on (its message errored), as if it had replied
         self.clock.finish_round(self._sent, {**arrivals, **failures}, window.end,
                                 answered=[m.metadata.src_node_id for m in errors])
-        if self.stop_dropped_work:
-            self._stop(window.late, window.end)
+        if self.stop_dropped_work:  # and nodes not heard of by the round's end
+            self._stop([*window.late, *failures], window.end)
         used = set(window.used)
         kept = [m for m in valid if m.metadata.src_node_id in used]
         arrays, metrics = super().aggregate_train(server_round, kept + errors)

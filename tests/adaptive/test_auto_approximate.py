@@ -68,21 +68,22 @@ def test_a_deadline_is_priced_from_the_draws_by_hand():
                        [0.1, 0.2, 0.3, 0.4]])
     decode = np.array([2.0, 0.4])  # draw 0 needs client 3 (slow), draw 1 decodes at 0.4
     errors = {1: 0.2, 2: 0.5}
-    c = price_deadline(0, 0.35, finish, decode, errors.get)
+    c = price_deadline(0, 0.35, finish, decode, errors.get, error_power=1.0)
     # draw 0: stops at 0.35, 3 replies in hand, 4 at the exact decode: 1 short, e = 0.2
     # draw 1: stops at 0.35 (decode 0.4 later), 3 in hand of 4: 1 short, e = 0.2
     assert c.time == pytest.approx((0.35 + 0.35) / 2)
     assert c.error == pytest.approx(0.2)
     assert c.cost == pytest.approx(0.35 / 0.8)
-    c = price_deadline(0, 0.25, finish, decode, errors.get)
+    c = price_deadline(0, 0.25, finish, decode, errors.get, error_power=1.0)
     # both draws: 2 replies by 0.25, 4 at the exact decode: 2 short, e = 0.5
     assert (c.time, c.error) == (pytest.approx(0.25), pytest.approx(0.5))
-    c = price_deadline(0, 1.0, finish, decode, errors.get)
+    c = price_deadline(0, 1.0, finish, decode, errors.get, error_power=1.0)
     # draw 0: 3 of 4 by 1.0, e = 0.2; draw 1 decodes exactly at 0.4, e = 0
     assert c.time == pytest.approx((1.0 + 0.4) / 2) and c.error == pytest.approx(0.1)
-    c = price_deadline(0, 0.05, finish, decode, errors.get)  # nothing by then: skipped
+    c = price_deadline(0, 0.05, finish, decode, errors.get,
+                       error_power=1.0)  # nothing by then: skipped
     assert c.error == 1.0 and c.cost == math.inf
-    c = price_deadline(0, 0.35, finish, decode, {}.get)  # never measured: no progress
+    c = price_deadline(0, 0.35, finish, decode, {}.get, error_power=1.0)  # never measured
     assert c.cost == math.inf
 
 
@@ -98,7 +99,7 @@ def test_the_quadratic_progress_model_prices_each_draw_by_one_minus_its_error_sq
     assert c.cost == pytest.approx(0.7 / 0.98)
     # the same through approximate_candidates' deadlines: p = 1 and p = 2 price the same
     # deadlines and times, p = 2 never dearer
-    linear = approximate_candidates(0, finish, decode, errors.get, 2)
+    linear = approximate_candidates(0, finish, decode, errors.get, 2, error_power=1.0)
     quadratic = approximate_candidates(0, finish, decode, errors.get, 2, error_power=2.0)
     assert [(c.deadline, c.time, c.error) for c in linear] == \
         [(c.deadline, c.time, c.error) for c in quadratic]
@@ -115,7 +116,7 @@ def test_the_progress_model_decides_between_a_deadline_and_the_exact_round():
     finish[:, 3] = 1.0
     decode = np.full(3, 1.0)
     exact = _cand(2, math.inf, 1.0, 0.0)
-    linear = price_deadline(0, 0.6, finish, decode, {1: 0.45}.get)
+    linear = price_deadline(0, 0.6, finish, decode, {1: 0.45}.get, error_power=1.0)
     quadratic = price_deadline(0, 0.6, finish, decode, {1: 0.45}.get, error_power=2.0)
     assert linear.cost == pytest.approx(0.6 / 0.55)
     assert quadratic.cost == pytest.approx(0.6 / (1 - 0.45 ** 2))
@@ -181,7 +182,7 @@ def test_the_choice_with_a_fitted_estimator(slow, slowdown, error, approximate):
         book.update(s, {1: error, 2: error, 3: error})
     X = est.sample(256, np.random.default_rng(1))
     exact, approx = price_candidates(placement, est, [0, 1, 2, 3], book, np.zeros(n), X,
-                                     max_short=3)
+                                     max_short=3, error_power=1.0)
     best_exact = min(exact.values(), key=lambda c: c.cost)
     best = choose_progress(best_exact, approx)
     assert (best is not None) == approximate
@@ -252,7 +253,8 @@ def test_a_deadline_of_a_tolerance_never_run_exactly_is_priced_by_its_missing_we
     decode = np.array([5.0, 0.2])
     book = DecodeErrors()
     book.heterogeneity = 1.0
-    c = price_deadline(0, 0.3, finish, decode, lambda j: None, book.by_weight, np.eye(3))
+    c = price_deadline(0, 0.3, finish, decode, lambda j: None, book.by_weight, np.eye(3),
+                       error_power=1.0)
     assert c.time == pytest.approx((0.3 + 0.2) / 2)
     assert c.error == pytest.approx(0.5 / 2)
     assert c.cost == pytest.approx(0.25 / 0.75)
@@ -261,7 +263,7 @@ def test_a_deadline_of_a_tolerance_never_run_exactly_is_priced_by_its_missing_we
     assert c.error == pytest.approx(1.0)
     # w = 1/3 above max_decode_error = 0.3: the wrapper would skip the round (error 1)
     c = price_deadline(0, 0.3, finish, decode, lambda j: None, book.by_weight, np.eye(3),
-                       max_decode_error=0.3)
+                       max_decode_error=0.3, error_power=1.0)
     assert c.error == pytest.approx(1.0 / 2)
 
 
@@ -363,7 +365,7 @@ def test_a_progress_power_knob_that_is_not_positive_is_refused_when_the_rounds_a
 
 
 @pytest.mark.parametrize("spread", [0.1, 3.0])
-def test_the_progress_power_reaches_the_rounds_and_only_ever_adds_deadlines(
+def test_the_progress_power_reaches_the_rounds_and_their_first_difference_is_a_deadline(
         tmp_path, monkeypatch, spread):
     """The same federation with p = 1 and p = 2. Every error is in [0, 1], so e**2 <= e:
     p = 2 prices every approximate candidate at most as high as p = 1 does, and the exact

@@ -23,6 +23,9 @@ def test_a_fedbuff_rule_reaches_fedbuff_and_is_recorded(tmp_path):
     plain = _fedbuff_runs(tmp_path)
     flat = _fedbuff_runs(tmp_path, "fedbuff_staleness_exponent=0", "fedbuff_server_lr=2")
     assert plain["settings"]["fedbuff"]["staleness_exponent"] == 0.5  # the grid file's
+    # FedBuff ran: its drift fix is recorded; no deadline rival or first-k ran: no stop flag
+    assert plain["settings"]["fedbuff"]["regime_round"] == "federation"
+    assert "rivals_stop_dropped_work" not in plain["settings"]
     assert plain["settings"]["rules_set"] == {}
     assert flat["settings"]["rules_set"] == {"fedbuff_staleness_exponent": 0.0,
                                              "fedbuff_server_lr": 2.0}
@@ -48,6 +51,7 @@ def test_the_rivals_stop_dropped_work_by_the_grid_file_unless_a_rule_says_not(tm
         return json.loads(out.read_text())
 
     stop, keep = runs(), runs("rivals_stop_dropped_work=0")
+    assert "regime_round" not in stop["settings"]["fedbuff"]  # FedBuff did not run
     assert stop["settings"]["rivals_stop_dropped_work"] is True  # the grid file's rule
     assert keep["settings"]["rivals_stop_dropped_work"] is False
     assert keep["settings"]["rules_set"] == {"rivals_stop_dropped_work": 0.0}

@@ -285,9 +285,14 @@ def test_cells_whose_deadline_best_searched_fewer_deadlines_than_the_grid_are_na
 
 def test_cells_whose_rivals_predate_the_rival_fixes_are_counted():
     cell = {"settings": {}, "runs": []}
-    data = {"cells": {"a": cell, "b": {"settings": {"rivals_stop_dropped_work": True}},
-                      "c": {"settings": {"rivals_stop_dropped_work": False}}}}
-    # only b ran its rivals with the fixes (c had the option turned off by a rule)
-    (note,) = rivals.rival_fixes(data, ["a", "b", "c"])
-    assert "are in 1 of the 3 finished cells" in note
-    assert rivals.rival_fixes(data, ["b"]) == []
+    fixed = {"rivals_stop_dropped_work": True}
+    data = {"cells": {"a": cell, "b": {"settings": fixed},
+                      "c": {"settings": {"rivals_stop_dropped_work": False}},
+                      # a drift cell needs FedBuff's fix too
+                      "d": {"settings": {**fixed, "latency": "drift"}},
+                      "e": {"settings": {**fixed, "latency": "drift",
+                                         "fedbuff": {"regime_round": "federation"}}}}}
+    # only b and e ran their rivals with the fixes (c had the option turned off by a rule)
+    (note,) = rivals.rival_fixes(data, ["a", "b", "c", "d", "e"])
+    assert "are in 2 of the 5 finished cells" in note
+    assert rivals.rival_fixes(data, ["b", "e"]) == []

@@ -92,3 +92,24 @@ def test_the_option_changes_what_the_slow_clients_next_rounds_take_in():
 def test_stop_dropped_work_that_is_not_a_bool_is_refused_by_name():
     with pytest.raises(ValueError, match=r"stop_dropped_work='yes' must be True or False"):
         DeadlineFedAvg(deadline=1.0, stop_dropped_work="yes")
+
+
+def test_a_node_not_heard_of_by_the_rounds_end_is_stopped_then_too():
+    """Partition 3's device is off in round 1 and the server hears so at 5.0 s, after the
+    round's 1.0 s deadline; in round 2 it replies in 0.3 s. Without the option its round-2
+    message waits until 5.0 s (arriving 4.3 s after round 2 starts: dropped); with it the
+    node is let go at the round's end and its reply is in time."""
+    import math
+
+    from tests.flower.harness import DevicesOff
+
+    table = {1: [0.5, 0.4, 0.1, math.inf], 2: [0.6, 0.5, 0.2, 0.3]}
+    for stop, kept in ((False, [0, 1, 2]), (True, [0, 1, 2, 3])):
+        strategy = DeadlineFedAvg(latency=DevicesOff(table, {1: {3: 5.0}}), deadline=1.0,
+                                  measured_compute=False, fraction_evaluate=0.0,
+                                  min_available_nodes=1, min_train_nodes=4,
+                                  stop_dropped_work=stop)
+        strategy.start(grid=InProcessGrid(make_app(train_timing_mod), 4),
+                       initial_arrays=initial_arrays(), num_rounds=2,
+                       train_config=ConfigRecord({"lr": LR}))
+        assert strategy.history[1]["clients_used"] == kept

@@ -292,9 +292,14 @@ def render_table(data: Mapping[str, Any], report: Sequence[str]) -> str:
 
 def rival_fixes(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
     """Which finished cells ran the rivals with the fixes of the grid file's amendment 11
-    (``settings.rivals_stop_dropped_work`` true), when some did not."""
-    fixed = [n for n in done
-             if data["cells"][n]["settings"].get("rivals_stop_dropped_work") is True]
+    (``settings.rivals_stop_dropped_work`` true and, in a drift cell, FedBuff's
+    ``regime_round`` the federation's), when some did not."""
+    def has_fixes(settings: Mapping[str, Any]) -> bool:
+        fedbuff = settings.get("fedbuff", {}).get("regime_round") == "federation"
+        return settings.get("rivals_stop_dropped_work") is True and (
+            settings.get("latency") != "drift" or fedbuff)
+
+    fixed = [n for n in done if has_fixes(data["cells"][n]["settings"])]
     if len(fixed) == len(done):
         return []
     return [f"The rivals' fixes of `experiments/grid.toml` amendment 11 (deadline, "
