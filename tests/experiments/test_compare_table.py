@@ -296,3 +296,19 @@ def test_cells_whose_rivals_predate_the_rival_fixes_are_counted():
     (note,) = rivals.rival_fixes(data, ["a", "b", "c", "d", "e"])
     assert "are in 2 of the 5 finished cells" in note
     assert rivals.rival_fixes(data, ["b", "e"]) == []
+
+
+def test_the_headline_says_when_the_deadline_rival_stopped_dropped_work():
+    data = _data()
+    cell = data["cells"]["digits-logreg/persistent/20x20"]
+    cell["runs"] += [{"method": "deadline", "seed": s, "time_to_target": 40.0,
+                      "final_accuracy": 0.9} for s in (10, 11, 12)]
+    cell["summary"]["deadline"] = {"time_to_target_vs_auto": {"geomean": 4.0,
+                                                              "ci95": [3.0, 5.0]}}
+    plain = rivals.render_headline(data, REPORT).splitlines()[0]
+    assert "4.00× sooner than Flower's FedAvg dropping the replies after the stated-rule " \
+           "deadline (geometric" in plain
+    cell["settings"]["rivals_stop_dropped_work"] = True
+    stopped = rivals.render_headline(data, REPORT).splitlines()[0]
+    assert "stated-rule deadline (its dropped clients stopping their work when the round " \
+           "ends, as auto's stop theirs at its deadline)" in stopped

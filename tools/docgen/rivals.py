@@ -480,11 +480,15 @@ def render_headline(data: Mapping[str, Any], report: Sequence[str],
     ratio = {m: (summary.get(m, {}).get("time_to_target_vs_auto") or {}).get("geomean")
              for m in _RIVAL_WORDS}
     ratio = {m: r for m, r in ratio.items() if r is not None and math.isfinite(r)}
-    wins = [f"{r:.2f}× sooner than {_RIVAL_WORDS[m]}" for m, r in ratio.items() if r >= 1]
+    words = dict(_RIVAL_WORDS)
+    if cell["settings"].get("rivals_stop_dropped_work") is True:
+        words["deadline"] += (" (its dropped clients stopping their work when the round ends, "
+                              "as auto's stop theirs at its deadline)")
+    wins = [f"{r:.2f}× sooner than {words[m]}" for m, r in ratio.items() if r >= 1]
     reached = {m: (f" on the {stats[m].reached} of {stats[m].seeds} seeds it reached the target"
                    if m in stats and stats[m].reached < stats[m].seeds else "")
                for m in ratio}
-    losses = [f"{_RIVAL_WORDS[m]} took {r:.2f}× auto's time{reached[m]}"
+    losses = [f"{words[m]} took {r:.2f}× auto's time{reached[m]}"
               for m, r in ratio.items() if r < 1]
     verdicts = [verdict(c, data["cells"][c]) for c in finished_cells(data, report)]
     met = sum(v.met for v in verdicts)
