@@ -330,11 +330,10 @@ def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, coho
 
 def approximate_knobs() -> dict[str, float]:
     """The knobs ``auto-approximate`` runs with: the public class attributes of
-    :class:`fl_gradcode.flower.approximate_rounds.ApproximateRounds`."""
+    :class:`fl_gradcode.flower.approximate_rounds.ApproximateRounds` it names in ``KNOBS``."""
     from fl_gradcode.flower.approximate_rounds import ApproximateRounds
 
-    return {k: getattr(ApproximateRounds, k)
-            for k in ("max_short", "short_fraction", "run", "error_power", "alpha", "samples")}
+    return {k: getattr(ApproximateRounds, k) for k in ApproximateRounds.KNOBS}
 
 
 def _main(args: argparse.Namespace) -> int:

@@ -14,8 +14,8 @@ The stated progress model: a round whose decoded update has relative error ``e``
 the exact update) counts as ``1 - e**p`` of a round's progress, so a candidate costs
 ``E[T] / (1 - E[e**p])`` seconds per unit of progress (a renewal-reward ratio: time per round
 over progress per round); an exact candidate costs ``E[T]``. The cheapest wins. ``p = 1``
-(the default) is linear in the error. ``p = 2`` is the loss decrease of a step on a local
-quadratic with isotropic curvature whose best step is the exact update ``u``: a step ``v``
+is linear in the error. ``p = 2`` (the default, :data:`ERROR_POWER`) is the loss decrease
+of a step on a local quadratic with isotropic curvature whose best step is the exact update ``u``: a step ``v``
 decreases the loss by ``|u|^2 - |v - u|^2`` (in units of the curvature), a share ``1 - e^2``
 of the exact step's decrease; it charges a small error less than ``p = 1`` does and still
 prices ``e >= 1`` as no progress. A draw's ``e`` is a running mean of measured errors (or

@@ -47,6 +47,8 @@ class ApproximateRounds:
     ``1 - e**p`` of a round's progress: :mod:`fl_gradcode.adaptive.approximate`);
     ``alpha``: weight of the newest error measurement; ``samples``: Monte Carlo draws."""
 
+    #: the knobs above and below, by name (what a benchmark records of a run)
+    KNOBS = ("max_short", "short_fraction", "run", "error_power", "alpha", "samples")
     max_short = 3
     short_fraction = 0.25
     run = 6
