@@ -15,9 +15,9 @@ the exact update) counts as ``1 - e**p`` of a round's progress, so a candidate c
 ``E[T] / (1 - E[e**p])`` seconds per unit of progress (a renewal-reward ratio: time per round
 over progress per round); an exact candidate costs ``E[T]``. The cheapest wins. ``p = 1``
 is linear in the error. ``p = 2`` (the default, :data:`ERROR_POWER`) is the loss decrease
-of a step on a local quadratic with isotropic curvature whose best step is the exact update ``u``: a step ``v``
-decreases the loss by ``|u|^2 - |v - u|^2`` (in units of the curvature), a share ``1 - e^2``
-of the exact step's decrease; it charges a small error less than ``p = 1`` does and still
+of a step on a local quadratic with isotropic curvature whose best step is the exact update
+``u``: a step ``v`` decreases the loss by ``|u|^2 - |v - u|^2`` (in units of the
+curvature), a share ``1 - e^2`` of the exact step's decrease; it charges a small error less than ``p = 1`` does and still
 prices ``e >= 1`` as no progress. A draw's ``e`` is a running mean of measured errors (or
 the missing-weight model's), and the square of a mean is at most the mean of the squares:
 with ``p = 2`` the price leans toward approximate rounds where the error varies from round
