@@ -12,16 +12,16 @@ cyclic MDS codes and expander graphs", ICML 2018, https://arxiv.org/abs/1707.038
 
 The stated progress model: a round whose decoded update has relative error ``e`` (against
 the exact update) counts as ``1 - e**p`` of a round's progress, so a candidate costs
-``E[T] / (1 - E[e**p])`` seconds per unit of progress (a renewal-reward ratio: time per round
-over progress per round); an exact candidate costs ``E[T]``. The cheapest wins. ``p = 1``
-is linear in the error. ``p = 2`` (the default, :data:`ERROR_POWER`) is the loss decrease
-of a step on a local quadratic with isotropic curvature whose best step is the exact update
-``u``: a step ``v`` decreases the loss by ``|u|^2 - |v - u|^2`` (in units of the
-curvature), a share ``1 - e^2`` of the exact step's decrease; it charges a small error less than ``p = 1`` does and still
-prices ``e >= 1`` as no progress. A draw's ``e`` is a running mean of measured errors (or
-the missing-weight model's), and the square of a mean is at most the mean of the squares:
-with ``p = 2`` the price leans toward approximate rounds where the error varies from round
-to round.
+``E[T] / (1 - E[e**p])`` seconds per unit of progress (a renewal-reward ratio: time per round over
+progress per round); an exact candidate costs ``E[T]``. The cheapest wins. ``p = 1`` is
+linear in the error. ``p = 2`` (the default, :data:`ERROR_POWER`) is the loss decrease of a
+step on a local quadratic with isotropic curvature whose best step is the exact update
+``u``: a step ``v`` decreases the loss by ``|u|^2 - |v - u|^2`` (in units of the curvature),
+a share ``1 - e^2`` of the exact step's decrease; it charges a small error less than
+``p = 1`` does and still prices ``e >= 1`` as no progress. A draw's ``e`` is a running mean of
+measured errors (or the missing-weight model's), and the square of a mean is at most the
+mean of the squares: with ``p = 2`` the price leans toward approximate rounds where the
+error varies from round to round.
 
 What is observable: the server never sees a partition's contribution alone, only through
 decoding. In an exact round it has both the exact update and the replies in arrival order,
