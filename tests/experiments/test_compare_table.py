@@ -158,6 +158,19 @@ def test_the_cells_not_run_and_the_estimate_are_named():
     assert "Not run in some finished cells: fedbuff." in text
 
 
+def test_the_wall_time_of_re_runs_is_stated_beside_the_cells_own():
+    data = _data()
+    assert "more re-running" not in rivals.render(data, REPORT)
+    cells = data["cells"]
+    first, second = list(cells)[:2]
+    cells[first]["reruns"] = [{"methods": ["first-k"], "runtime_s": 3600.0},
+                              {"methods": ["fedbuff"], "runtime_s": 3600.0}]
+    cells[second]["reruns"] = [{"methods": ["deadline"], "runtime_s": 3600.0}]
+    text = rivals.render(data, REPORT)
+    assert ("4 of 6 cells finished (2 h of wall time on this machine, and 3 h more "
+            "re-running some of their methods after amendments of the grid file)") in text
+
+
 @pytest.mark.parametrize("data", [{"cells": {}, "done": [], "not_done": REPORT},
                                   {"cells": {}}])
 def test_no_cell_finished(data):

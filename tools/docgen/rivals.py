@@ -344,7 +344,13 @@ def _progress(data: Mapping[str, Any], report: Sequence[str], done: Sequence[str
            f"{len(report)} cells finished"
     if finished:
         wall = sum(float(cells[c].get("runtime_s", 0.0)) for c in finished)
-        text += f" ({_duration(wall)} of wall time on this machine)"
+        again = sum(float(r.get("runtime_s", 0.0)) for c in finished
+                    for r in cells[c].get("reruns", []))
+        text += f" ({_duration(wall)} of wall time on this machine"
+        if again:
+            text += (f", and {_duration(again)} more re-running some of their methods after "
+                     "amendments of the grid file")
+        text += ")"
     text += "." if not missing else "; not run yet: " + ", ".join(missing) + "."
     est = data.get("estimate", {}) or {}
     per_cell = est.get("per_cell_s") or {}
