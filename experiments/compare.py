@@ -72,6 +72,7 @@ from experiments.compare_cli import (
     split_methods,
 )
 from experiments.deadline_best import PriorDeadlines, best_deadline, deadline_best, prior_deadlines
+from experiments.fedbuff_tuning import tuned_fedbuff
 from experiments.journal import Journal
 from experiments.registry import (
     COMPUTE_KEYS,
@@ -147,6 +148,14 @@ class Runner:
                            f"{label} {deadline:.3g}s" if label != "deadline" else None)
         return {**record, "method": label}
 
+    def fedbuff(self, cell: Cell, seed: int) -> dict[str, Any]:
+        """FedBuff with ``cell``'s server learning rate and buffer (its tuning's runs and the
+        pick's are told apart by both)."""
+        lr, fraction = float(cell.fedbuff_server_lr), float(cell.fedbuff_buffer_fraction)
+        return self._run(("fedbuff", lr, fraction, seed),
+                         lambda: run_rival("fedbuff", seed, cell),
+                         f"fedbuff lr {lr:g} K {cell.fedbuff_buffer()}")
+
     def stated_deadline(self, dev_seeds: Sequence[int], quantile: float,
                         slack: float) -> float:
         from fl_gradcode.rivals import stated_deadline
@@ -202,11 +211,27 @@ def compare(cell: Cell, methods: Sequence[str], seeds: Sequence[int],
                 lambda d, seed: runner.deadline(d, seed, "deadline-best"), stated, prior, log)
             facts.update(more)
             runs += best
+        elif method == "fedbuff" and cell.fedbuff_tune:
+            tuned, tuning = tuned_fedbuff(cell, dev_seeds, rules["fedbuff_tune_server_lr"],
+                                          rules["fedbuff_tune_buffer_fraction"],
+                                          lambda c, seed: runner.fedbuff(c, seed))
+            facts["fedbuff"] = {**fedbuff_settings(tuned), "tuning": tuning}
+            runs += [{**runner.fedbuff(tuned, seed), "method": "fedbuff"} for seed in seeds]
         elif method in RIVALS:
             runs += [runner.rival(method, seed) for seed in seeds]
         else:
             runs += [runner.coded(method, seed) for seed in seeds]
     return [stored_run(r) for r in runs], facts
+
+
+def fedbuff_settings(cell: Cell) -> dict[str, Any]:
+    """What a cell records of FedBuff's settings (``settings.fedbuff``; its ``tuning`` and
+    ``regime_round`` are added where FedBuff ran)."""
+    return {"buffer_size": cell.fedbuff_buffer(), "concurrency": cell.cohort,
+            "server_lr": cell.fedbuff_server_lr,
+            "buffer_fraction": cell.fedbuff_buffer_fraction,
+            "staleness_exponent": cell.fedbuff_staleness_exponent,
+            "server_steps": cell.fedbuff_steps()}
 
 
 def stored_run(record: Mapping[str, Any]) -> dict[str, Any]:
@@ -259,6 +284,7 @@ def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, coho
 
     grid = with_rules(grid, rules_set)
     rules = grid["rules"]
+    check_fedbuff_rules(rules, rules_set, methods)
     if not 1 <= cohort <= n:
         raise ValueError(f"--cohort {cohort}: expected 1..n (n={n})")
     cell = grid_cell(grid, task_name, latency, n, cohort, rounds, target, sets)
@@ -308,11 +334,10 @@ def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, coho
             "seeds": list(seeds), "dev_seeds": list(dev_seeds), "set": dict(sets or {}),
             "run_config": dict(cell.run_config), "quick": bool(quick),
             "first_k": {"k": cell.first_k(), "overcommit": cell.overcommit},
-            "fedbuff": {"buffer_size": cell.fedbuff_buffer(), "concurrency": cohort,
-                        "server_lr": cell.fedbuff_server_lr,
-                        "staleness_exponent": cell.fedbuff_staleness_exponent,
-                        "server_steps": cell.fedbuff_steps(),
-                        **({"regime_round": "federation"} if "fedbuff" in methods else {})},
+            # the tuned pick and its tuning (facts), where FedBuff ran with the rule
+            "fedbuff": {**fedbuff_settings(cell),
+                        **({"regime_round": "federation"} if "fedbuff" in methods else {}),
+                        **facts.pop("fedbuff", {})},
             # the rivals' fixes of the grid file's amendment 11, where those rivals ran
             **({"rivals_stop_dropped_work": bool(cell.rivals_stop_dropped_work)}
                if set(methods) & {"deadline", "deadline-best", "first-k"} else {}),
@@ -386,6 +411,18 @@ def _main(args: argparse.Namespace) -> int:
     return 0
 
 
+def check_fedbuff_rules(rules: Mapping[str, Any], rules_set: Mapping[str, float] | None,
+                        methods: Sequence[str]) -> None:
+    """A ``ValueError`` where ``--rule`` fixes FedBuff's server lr or K while ``rules`` (the
+    grid file's with ``rules_set``) tune them on the development seeds: the value given
+    would not run."""
+    fixed = sorted({"fedbuff_server_lr", "fedbuff_buffer_fraction"} & set(rules_set or {}))
+    if fixed and rules.get("fedbuff_tune") and "fedbuff" in methods:
+        raise ValueError(f"--rule {fixed[0]}={rules_set[fixed[0]]:g}: FedBuff's server lr and "
+                         "K are tuned on the development seeds (the grid file's "
+                         "fedbuff_tune); add --rule fedbuff_tune=0 to run the value given")
+
+
 def single_journal(out: Path) -> Path:
     """Where one comparison written to ``out`` keeps its finished runs until ``out`` is
     written (:class:`experiments.journal.Journal`): ``OUT.journal.jsonl``."""
@@ -431,6 +468,7 @@ def parse_cell(grid: Mapping[str, Any], args: argparse.Namespace) -> dict[str, A
         raise ValueError(f"--set code={sets['code']}: the fixed codes of --methods name their "
                          "own (CODE:s); --set code applies to auto only: run those apart")
     rules = parse_rules(args.rule)
+    check_fedbuff_rules(with_rules(grid, rules)["rules"], rules, methods)
     checked = grid_cell(with_rules(grid, rules), task_name, latency, n, cohort, rounds, target,
                         sets)
     check_cell(checked, task_name, [*seeds, *dev_seeds])

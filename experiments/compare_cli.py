@@ -71,6 +71,9 @@ RIVAL_RULES = {
     "rivals_stop_dropped_work": ("deadline, deadline-best and first-k stop a dropped client's "
                               "work when its round ends: 1, or 0 (it finishes it)",
                               lambda v: v in (0, 1)),
+    "fedbuff_tune": ("FedBuff's server lr and K chosen on the development seeds from the grid "
+                     "file's fedbuff_tune_* lists: 1, or 0 (fedbuff_server_lr and "
+                     "fedbuff_buffer_fraction as they are)", lambda v: v in (0, 1)),
 }
 
 

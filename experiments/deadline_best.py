@@ -21,7 +21,7 @@ import numpy as np
 
 from experiments.summary import median_known
 
-__all__ = ["PriorDeadlines", "best_deadline", "deadline_best", "prior_deadlines"]
+__all__ = ["PriorDeadlines", "best_deadline", "deadline_best", "prior_deadlines", "rank_medians"]
 
 Runs = list[dict[str, Any]]
 
@@ -31,13 +31,13 @@ def best_deadline(records: Mapping[float, Sequence[Mapping[str, Any]]]) -> float
     lowest median time to target over all seeds (a seed that never reached it counts as
     infinitely slow), then the highest median final accuracy, then the shorter deadline."""
     def score(deadline: float) -> tuple:
-        time, final = _medians(records[deadline])
+        time, final = rank_medians(records[deadline])
         return (time, -final, deadline)
 
     return min(records, key=score)
 
 
-def _medians(runs: Sequence[Mapping[str, Any]]) -> tuple[float, float]:
+def rank_medians(runs: Sequence[Mapping[str, Any]]) -> tuple[float, float]:
     """The median time to target over all ``runs`` (``inf`` where the median run never
     reached it) and the median final accuracy: what :func:`best_deadline` ranks by."""
     times = [math.inf if r["time_to_target"] is None else float(r["time_to_target"])
@@ -118,7 +118,7 @@ def _worse(entry: Mapping[str, Any], seeds: int, score: tuple[float, float]) -> 
 
 
 def _entry(deadline: float, runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    time, final = _medians(runs)
+    time, final = rank_medians(runs)
     return {"deadline_s": deadline,
             "reached": sum(r["time_to_target"] is not None for r in runs),
             "median_time_to_target": median_known([r["time_to_target"] for r in runs]),
@@ -157,7 +157,7 @@ def deadline_best(grid: Sequence[float], seeds: Sequence[int],
             tried[d] = [dict(r) for r in prior.runs[old]]
             read.add(d)
         elif old is not None and _worse(prior.entries[old], len(seeds),
-                                        _medians(prior.runs[prior.pick_s])):
+                                        rank_medians(prior.runs[prior.pick_s])):
             kept[d] = {**prior.entries[old], "deadline_s": d}
             read.add(d)
         else:

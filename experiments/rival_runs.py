@@ -104,6 +104,9 @@ class Cell:
     fedbuff_staleness_exponent: float
     #: 1: the deadline rivals and first-k stop a dropped client's work when its round ends
     rivals_stop_dropped_work: float
+    #: 1: FedBuff's server lr and buffer are tuned on the development seeds
+    #: (``experiments.fedbuff_tuning``); 0: the two values above
+    fedbuff_tune: float
 
     def config(self, seed: int, **extra: Any) -> dict[str, Any]:
         """The run config of one run: the cell's keys, ``seed``, the rounds, the cohort as

@@ -178,7 +178,8 @@ def estimate(grid: Mapping[str, Any], data: Mapping[str, Any],
     costs digits-logreg's times the task's factor (its wall time per wait-for-all run over
     digits-logreg's, from ``results/compare_target_dev_TASK.json`` when it exists). A cell
     runs each method on the evaluation seeds, every multiple of ``deadline_grid`` but 1 for
-    deadline-best, and wait-for-all on the development seeds."""
+    deadline-best, and wait-for-all and FedBuff's tuning settings (``fedbuff_tune``) on the
+    development seeds."""
     walls: dict[str, dict[str, list[float]]] = {}
     for cell in data["cells"].values():
         scale = 20.0 / max(1, cell["settings"]["cohort"])
@@ -194,6 +195,10 @@ def estimate(grid: Mapping[str, Any], data: Mapping[str, Any],
     seeds = len(grid["seeds"]["evaluation"])
     dev = len(grid["seeds"]["development"])
     extra_deadlines = len([m for m in grid["rules"]["deadline_grid"] if m != 1.0])
+    rules = grid["rules"]
+    fedbuff_settings = (len(rules["fedbuff_tune_server_lr"])
+                        * len(rules["fedbuff_tune_buffer_fraction"])
+                        if rules.get("fedbuff_tune") else 0)
 
     def run_s(table: Mapping[str, float | None], method: str) -> float:
         fallback = _mean([w for w in table.values() if w is not None]) or 0.0
@@ -213,13 +218,16 @@ def estimate(grid: Mapping[str, Any], data: Mapping[str, Any],
             total += seeds * run_s(table, method)
             if method == "deadline-best":
                 total += seeds * extra_deadlines * run_s(table, "deadline")
+            if method == "fedbuff":
+                total += dev * fedbuff_settings * run_s(table, "fedbuff")
         cells[cell["name"]] = total * factor
     remaining = sum(s for name, s in cells.items() if name not in data["cells"])
     return {"whole_grid_s": sum(cells.values()), "remaining_s": remaining,
             "per_cell_s": cells, "task_factor": factors,
             "per_run_s_at_cohort_20": per_run,
             "per_run_s_at_cohort_20_by_task": by_task,
-            "formula": "per cell: (development seeds x wait-for-all + evaluation seeds x "
+            "formula": "per cell: (development seeds x (wait-for-all + FedBuff's tuning "
+                       "settings) + evaluation seeds x "
                        "(each method + the deadline-best grid's other deadlines)) x the mean "
                        "wall time of the method's runs in the finished cells of the task, "
                        "scaled to cohort 20, x cohort / 20 (a task with no finished cell: "
@@ -241,6 +249,10 @@ def _task_factors(digits_wfa: float | None) -> dict[str, float]:
     return factors
 
 
+#: settings a cell records of one method's own (what a re-run of other methods leaves as it is)
+OWN_SETTINGS = {"fedbuff": "fedbuff", "first_k": "first-k", "auto_approximate": "auto-approximate"}
+
+
 def rerun_cell(existing: Mapping[str, Any], result: Mapping[str, Any],
                methods: Sequence[str], rules: Mapping[str, Any]) -> dict[str, Any]:
     """A finished cell with ``methods`` run again (``result``: those methods' runs on the same
@@ -248,8 +260,11 @@ def rerun_cell(existing: Mapping[str, Any], result: Mapping[str, Any],
     and the re-run recorded under ``reruns`` with the settings it changed as they were
     (``replaced_settings``: key -> old value), so an amendment's effect stays readable."""
     runs = [r for r in existing["runs"] if r["method"] not in methods] + list(result["runs"])
+    # a method's own settings change only with its runs (FedBuff's tuned pick stays when
+    # another method runs again)
     facts = {k: v for k, v in result["settings"].items()
-             if k not in ("methods", "quick", "set")}
+             if k not in ("methods", "quick", "set")
+             and (k not in OWN_SETTINGS or OWN_SETTINGS[k] in methods)}
     settings = {**existing["settings"], **facts}
     # keys the re-run sets for the first time were absent (None)
     replaced = {k: existing["settings"].get(k) for k, v in facts.items()

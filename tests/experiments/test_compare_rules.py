@@ -21,14 +21,15 @@ def _fedbuff_runs(tmp_path, *rules: str) -> dict:
 
 def test_a_fedbuff_rule_reaches_fedbuff_and_is_recorded(tmp_path):
     plain = _fedbuff_runs(tmp_path)
-    flat = _fedbuff_runs(tmp_path, "fedbuff_staleness_exponent=0", "fedbuff_server_lr=2")
+    flat = _fedbuff_runs(tmp_path, "fedbuff_staleness_exponent=0", "fedbuff_server_lr=2",
+                         "fedbuff_tune=0")
     assert plain["settings"]["fedbuff"]["staleness_exponent"] == 0.5  # the grid file's
     # FedBuff ran: its drift fix is recorded; no deadline rival or first-k ran: no stop flag
     assert plain["settings"]["fedbuff"]["regime_round"] == "federation"
     assert "rivals_stop_dropped_work" not in plain["settings"]
     assert plain["settings"]["rules_set"] == {}
     assert flat["settings"]["rules_set"] == {"fedbuff_staleness_exponent": 0.0,
-                                             "fedbuff_server_lr": 2.0}
+                                             "fedbuff_server_lr": 2.0, "fedbuff_tune": 0.0}
     assert flat["settings"]["fedbuff"]["staleness_exponent"] == 0.0
     assert flat["settings"]["fedbuff"]["server_lr"] == 2.0
 

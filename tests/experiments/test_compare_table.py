@@ -311,6 +311,16 @@ def test_cells_whose_rivals_predate_the_rival_fixes_are_counted():
     assert rivals.rival_fixes(data, ["b", "e"]) == []
 
 
+def test_cells_whose_fedbuff_predates_its_tuning_are_counted():
+    tuned = {"fedbuff": {"server_lr": 0.5, "tuning": {"chosen": {"server_lr": 0.5}}}}
+    data = {"cells": {"a": {"settings": {}}, "b": {"settings": tuned},
+                      "c": {"settings": {"fedbuff": {"server_lr": 1.0}}}}}
+    (note,) = rivals.fedbuff_tuned(data, ["a", "b", "c"])
+    assert "in 1 of the 3 finished cells" in note
+    assert rivals.fedbuff_tuned(data, ["b"]) == []
+    assert "were tuned on the development seeds" in rivals.render(_data(), REPORT)
+
+
 def test_the_headline_says_when_the_deadline_rival_stopped_dropped_work():
     data = _data()
     cell = data["cells"]["digits-logreg/persistent/20x20"]

@@ -147,8 +147,10 @@ def test_the_estimate_uses_a_tasks_own_finished_cells_before_a_factor():
     extra = len(grid["rules"]["deadline_grid"]) - 1
     # comm-efficient:2 is set aside on the CNN tasks (k = 18 partitions for 20 clients)
     cnn_methods = len(methods) - 1
-    runs_per_cell = dev + seeds * len(methods) + seeds * extra
-    cnn_runs = dev + seeds * cnn_methods + seeds * extra
+    rules = grid["rules"]
+    tuning = dev * len(rules["fedbuff_tune_server_lr"]) * len(rules["fedbuff_tune_buffer_fraction"])
+    runs_per_cell = dev + seeds * len(methods) + seeds * extra + tuning
+    cnn_runs = dev + seeds * cnn_methods + seeds * extra + tuning
     # the CNN's own runs (7 s), not digits' times the factor 100
     assert est["per_cell_s"]["mnist1d-cnn/bimodal/20x20"] == pytest.approx(7.0 * cnn_runs)
     # no natural-noniid cell finished: digits' runs (1 s) times its factor
@@ -194,3 +196,21 @@ def test_a_cell_names_the_knobs_auto_approximate_ran_with_and_a_rerun_keeps_the_
     run_grid.run_grid(grid, "digits-logreg/bimodal/*", out, ["auto", "wait-for-all"])
     other = json.loads(out.read_text())["cells"]["digits-logreg/bimodal/5x5"]
     assert "auto_approximate" not in other["settings"]
+
+
+def test_fedbuffs_tuned_pick_stays_when_another_method_runs_again(tmp_path, one_torch_thread):
+    grid = _tiny(compare.load_grid())
+    grid["rules"]["fedbuff_tune_server_lr"] = [0.5, 1.0]
+    grid["rules"]["fedbuff_tune_buffer_fraction"] = [0.25]
+    out = tmp_path / "grid.json"
+    run_grid.run_grid(grid, "digits-logreg/persistent/*", out, ["auto", "fedbuff"])
+    first = json.loads(out.read_text())["cells"]["digits-logreg/persistent/5x5"]
+    tuned = first["settings"]["fedbuff"]
+    assert [r["server_lr"] for r in tuned["tuning"]["grid"]] == [0.5, 1.0]
+    # a re-run of auto alone leaves FedBuff's settings and runs as they were
+    run_grid.run_grid(grid, "digits-logreg/persistent/*", out, ["auto"], rerun=True)
+    cell = json.loads(out.read_text())["cells"]["digits-logreg/persistent/5x5"]
+    assert cell["settings"]["fedbuff"] == tuned
+    assert "fedbuff" not in cell["reruns"][0]["replaced_settings"]
+    assert ([r for r in cell["runs"] if r["method"] == "fedbuff"]
+            == [r for r in first["runs"] if r["method"] == "fedbuff"])

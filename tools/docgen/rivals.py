@@ -287,6 +287,7 @@ def render_table(data: Mapping[str, Any], report: Sequence[str]) -> str:
                      "model (`methods_set_aside` of a cell says why).")
     notes += _deadline_grids(data, done)
     notes += rival_fixes(data, done)
+    notes += fedbuff_tuned(data, done)
     return table(header, rows) + "\n\n" + " ".join([legend, *notes])
 
 
@@ -309,6 +310,18 @@ def rival_fixes(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
             "in the others those rivals' runs predate them: a dropped client finished its "
             "late work while its next message waited, which slowed them, so there the "
             "verdict may flatter auto."]
+
+
+def fedbuff_tuned(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
+    """Which finished cells ran FedBuff tuned on the development seeds (the grid file's
+    amendment 12: ``settings.fedbuff.tuning``), when some did not."""
+    tuned = [n for n in done if "tuning" in data["cells"][n]["settings"].get("fedbuff", {})]
+    if len(tuned) == len(done):
+        return []
+    return [f"FedBuff's server learning rate and K were tuned on the development seeds "
+            f"(`experiments/grid.toml` amendment 12) in {len(tuned)} of the {len(done)} "
+            "finished cells; in the others it ran with the values fixed a priori (server lr "
+            "1.0, K a quarter of the cohort), so there the verdict may flatter auto."]
 
 
 def _deadline_grids(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:

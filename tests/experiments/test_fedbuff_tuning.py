@@ -1,0 +1,117 @@
+"""FedBuff tuned on the development seeds (the grid file's ``fedbuff_tune``): the rule's pick,
+what a cell records, the reported seeds run the pick, and a fixed value is refused."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from experiments import compare
+from experiments.fedbuff_tuning import tuned_fedbuff
+from experiments.rival_runs import Cell
+
+
+def _cell(**rules) -> Cell:
+    base = compare.cell_rules(compare.load_grid())
+    return Cell(run_config={}, n=20, cohort=20, rounds=30, target=0.5, **{**base, **rules})
+
+
+def _fake(table):
+    """``run(cell, seed)`` reading ``table[(lr, fraction)][seed] = (time, final)``."""
+    calls = []
+
+    def run(cell, seed):
+        calls.append((cell.fedbuff_server_lr, cell.fedbuff_buffer_fraction, seed))
+        time, final = table[cell.fedbuff_server_lr, cell.fedbuff_buffer_fraction][seed]
+        return {"seed": seed, "time_to_target": time, "final_accuracy": final}
+    return run, calls
+
+
+def test_the_pick_is_the_lowest_median_time_over_the_development_seeds():
+    # medians by hand: (0.5, 0.1): 20 (10, 20, inf); (1.0, 0.25): inf (two seeds never);
+    # (0.25, 0.1): 30; the others 40
+    table = {(lr, f): {0: (40.0, 0.9), 1: (40.0, 0.9), 2: (40.0, 0.9)}
+             for lr in (0.25, 0.5, 1.0) for f in (0.1, 0.25)}
+    table[0.5, 0.1] = {0: (10.0, 0.8), 1: (20.0, 0.8), 2: (None, 0.3)}
+    table[1.0, 0.25] = {0: (1.0, 0.9), 1: (None, 0.2), 2: (None, 0.2)}
+    table[0.25, 0.1] = {0: (30.0, 0.95), 1: (30.0, 0.95), 2: (30.0, 0.95)}
+    run, calls = _fake(table)
+    chosen, record = tuned_fedbuff(_cell(), [0, 1, 2], [0.25, 0.5, 1.0], [0.1, 0.25], run)
+    assert (chosen.fedbuff_server_lr, chosen.fedbuff_buffer_fraction) == (0.5, 0.1)
+    assert chosen.fedbuff_buffer() == 2 and chosen.fedbuff_steps() == 300  # 30 * 20 / 2
+    assert record["chosen"] == {"server_lr": 0.5, "buffer_fraction": 0.1}
+    assert record["a_priori"] == {"server_lr": 1.0, "buffer_fraction": 0.25}
+    assert len(calls) == 18 and {seed for *_, seed in calls} == {0, 1, 2}
+    entry = next(r for r in record["grid"] if (r["server_lr"], r["buffer_fraction"])
+                 == (1.0, 0.25))
+    assert entry["median_time_to_target_all_seeds"] is None
+    assert entry["per_seed"]["1"] == {"time_to_target": None, "final_accuracy": 0.2}
+
+
+def test_ties_go_to_the_higher_accuracy_then_to_the_a_priori_setting():
+    same = {0: (10.0, 0.9)}
+    table = {(lr, f): same for lr in (0.25, 0.5, 1.0) for f in (0.1, 0.25)}
+    run, _ = _fake(table)
+    chosen, _ = tuned_fedbuff(_cell(), [0], [0.25, 0.5, 1.0], [0.1, 0.25], run)
+    assert (chosen.fedbuff_server_lr, chosen.fedbuff_buffer_fraction) == (1.0, 0.25)
+    table = {**table, (0.25, 0.25): {0: (10.0, 0.95)}}
+    run, _ = _fake(table)
+    chosen, _ = tuned_fedbuff(_cell(), [0], [0.25, 0.5, 1.0], [0.1, 0.25], run)
+    assert (chosen.fedbuff_server_lr, chosen.fedbuff_buffer_fraction) == (0.25, 0.25)
+    # no a-priori setting in the lists: the lists' order
+    run, _ = _fake({(lr, 0.5): same for lr in (0.3, 0.2)})
+    chosen, _ = tuned_fedbuff(_cell(), [0], [0.3, 0.2], [0.5], run)
+    assert chosen.fedbuff_server_lr == 0.3
+
+
+@pytest.mark.parametrize(("lrs", "fracs", "message"), [
+    ([], [0.25], "fedbuff_tune_server_lr"), ([0.0], [0.25], "> 0"),
+    ([1.0], [1.5], r"in \(0, 1\]"), ("0.5", [0.25], "list"), ([1.0], [True], "number"),
+    ([math.inf], [0.25], "> 0"),
+])
+def test_a_bad_tuning_list_is_refused_naming_it(lrs, fracs, message):
+    run, calls = _fake({})
+    with pytest.raises(ValueError, match=message):
+        tuned_fedbuff(_cell(), [0], lrs, fracs, run)
+    assert not calls
+
+
+def test_the_command_tunes_fedbuff_on_the_development_seeds_and_runs_the_pick(tmp_path):
+    out = tmp_path / "c.json"
+    argv = ["--n", "6", "--rounds", "4", "--seeds", "3", "--dev-seeds", "0,1", "--target",
+            "0.5", "--methods", "auto,fedbuff", "--set", "latency=persistent"]
+    assert compare.main([*argv, "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    fedbuff = data["settings"]["fedbuff"]
+    grid = compare.load_grid()["rules"]
+    tuning = fedbuff["tuning"]
+    assert [(r["server_lr"], r["buffer_fraction"]) for r in tuning["grid"]] == [
+        (lr, f) for lr in grid["fedbuff_tune_server_lr"]
+        for f in grid["fedbuff_tune_buffer_fraction"]]
+    assert all(set(r["per_seed"]) == {"0", "1"} for r in tuning["grid"])
+    pick = tuning["chosen"]
+    assert (fedbuff["server_lr"], fedbuff["buffer_fraction"]) == (pick["server_lr"],
+                                                                  pick["buffer_fraction"])
+    assert fedbuff["buffer_size"] == math.ceil(pick["buffer_fraction"] * 6 - 1e-9)
+    assert fedbuff["regime_round"] == "federation"
+    # the reported seed ran the pick: the same run as FedBuff with the pick fixed by rules
+    fixed = tmp_path / "f.json"
+    assert compare.main([*argv, "--out", str(fixed), "--rule", "fedbuff_tune=0",
+                         "--rule", f"fedbuff_server_lr={pick['server_lr']!r}",
+                         "--rule", f"fedbuff_buffer_fraction={pick['buffer_fraction']!r}"]) == 0
+    untuned = json.loads(fixed.read_text())
+    assert "tuning" not in untuned["settings"]["fedbuff"]
+
+    def curve(d):
+        return next(r for r in d["runs"] if r["method"] == "fedbuff")["accuracy_curve"]
+    assert curve(data) == curve(untuned)
+    assert [r["method"] for r in data["runs"]].count("fedbuff") == 1  # dev runs not stored
+
+
+def test_a_fixed_fedbuff_value_with_the_tuning_on_is_refused(tmp_path):
+    with pytest.raises(SystemExit, match="fedbuff_tune=0"):
+        compare.main(["--quick", "--rule", "fedbuff_server_lr=2",
+                      "--out", str(tmp_path / "x.json")])
+    assert not (tmp_path / "x.json").exists()
