@@ -72,7 +72,7 @@ from experiments.compare_cli import (
     split_methods,
 )
 from experiments.deadline_best import PriorDeadlines, best_deadline, deadline_best, prior_deadlines
-from experiments.fedbuff_tuning import tuned_fedbuff
+from experiments.fedbuff_tuning import check_tuning_lists, tuned_fedbuff
 from experiments.journal import Journal
 from experiments.registry import (
     COMPUTE_KEYS,
@@ -215,6 +215,11 @@ def compare(cell: Cell, methods: Sequence[str], seeds: Sequence[int],
             tuned, tuning = tuned_fedbuff(cell, dev_seeds, rules["fedbuff_tune_server_lr"],
                                           rules["fedbuff_tune_buffer_fraction"],
                                           lambda c, seed: runner.fedbuff(c, seed))
+            overlap = sorted(set(seeds) & set(dev_seeds))
+            if overlap:
+                tuning["tuned_on_reported_seeds"] = overlap
+                log(f"compare: FedBuff is tuned on seeds it reports ({overlap}): not a "
+                    "pre-registered reading")
             facts["fedbuff"] = {**fedbuff_settings(tuned), "tuning": tuning}
             runs += [{**runner.fedbuff(tuned, seed), "method": "fedbuff"} for seed in seeds]
         elif method in RIVALS:
@@ -325,6 +330,7 @@ def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, coho
                                                  log)
                           if finished is not None else None)
     resumed_s = book.resumed_wall_s if book is not None else 0.0
+    tuned_fedbuff_settings = facts.pop("fedbuff", {})  # FedBuff's pick, where it was tuned
     return {
         "settings": {
             # the regime that ran: the run config's, resolved by the key table
@@ -334,10 +340,9 @@ def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, coho
             "seeds": list(seeds), "dev_seeds": list(dev_seeds), "set": dict(sets or {}),
             "run_config": dict(cell.run_config), "quick": bool(quick),
             "first_k": {"k": cell.first_k(), "overcommit": cell.overcommit},
-            # the tuned pick and its tuning (facts), where FedBuff ran with the rule
             "fedbuff": {**fedbuff_settings(cell),
                         **({"regime_round": "federation"} if "fedbuff" in methods else {}),
-                        **facts.pop("fedbuff", {})},
+                        **tuned_fedbuff_settings},
             # the rivals' fixes of the grid file's amendment 11, where those rivals ran
             **({"rivals_stop_dropped_work": bool(cell.rivals_stop_dropped_work)}
                if set(methods) & {"deadline", "deadline-best", "first-k"} else {}),
@@ -414,8 +419,10 @@ def _main(args: argparse.Namespace) -> int:
 def check_fedbuff_rules(rules: Mapping[str, Any], rules_set: Mapping[str, float] | None,
                         methods: Sequence[str]) -> None:
     """A ``ValueError`` where ``--rule`` fixes FedBuff's server lr or K while ``rules`` (the
-    grid file's with ``rules_set``) tune them on the development seeds: the value given
-    would not run."""
+    grid file's with ``rules_set``) tune them on the development seeds (the value given
+    would not run), or where the tuning's lists are bad."""
+    if rules.get("fedbuff_tune") and "fedbuff" in methods:
+        check_tuning_lists(rules)
     fixed = sorted({"fedbuff_server_lr", "fedbuff_buffer_fraction"} & set(rules_set or {}))
     if fixed and rules.get("fedbuff_tune") and "fedbuff" in methods:
         raise ValueError(f"--rule {fixed[0]}={rules_set[fixed[0]]:g}: FedBuff's server lr and "

@@ -23,7 +23,7 @@ from typing import Any
 from experiments.deadline_best import rank_medians
 from experiments.rival_runs import Cell
 
-__all__ = ["FEDBUFF_RULE", "tuned_fedbuff"]
+__all__ = ["FEDBUFF_RULE", "check_tuning_lists", "tuned_fedbuff"]
 
 #: What a cell's ``settings.fedbuff.tuning.rule`` says.
 FEDBUFF_RULE = ("the (server_lr, buffer_fraction) of the grid with the lowest median time to "
@@ -44,15 +44,23 @@ def _grid(values: Any, name: str, ok: Callable[[float], bool], what: str) -> lis
     return out
 
 
+def check_tuning_lists(rules: Mapping[str, Any]) -> tuple[list[float], list[float]]:
+    """The grid file's ``(fedbuff_tune_server_lr, fedbuff_tune_buffer_fraction)`` as numbers,
+    or a ``ValueError`` naming the bad list (checked before any run where FedBuff is tuned)."""
+    return (_grid(rules.get("fedbuff_tune_server_lr"), "fedbuff_tune_server_lr",
+                  lambda v: v > 0, "> 0"),
+            _grid(rules.get("fedbuff_tune_buffer_fraction"), "fedbuff_tune_buffer_fraction",
+                  lambda v: 0 < v <= 1, "in (0, 1]"))
+
+
 def tuned_fedbuff(cell: Cell, dev_seeds: Sequence[int], server_lrs: Sequence[float],
                   fractions: Sequence[float],
                   run: Callable[[Cell, int], Mapping[str, Any]]
                   ) -> tuple[Cell, dict[str, Any]]:
     """``(cell with the pick, the tuning's record)``: ``run(cell, seed)`` is one FedBuff run
     (its record: ``time_to_target``, ``final_accuracy``) of ``cell``'s settings."""
-    lrs = _grid(server_lrs, "fedbuff_tune_server_lr", lambda v: v > 0, "> 0")
-    fracs = _grid(fractions, "fedbuff_tune_buffer_fraction", lambda v: 0 < v <= 1,
-                  "in (0, 1]")
+    lrs, fracs = check_tuning_lists({"fedbuff_tune_server_lr": server_lrs,
+                                     "fedbuff_tune_buffer_fraction": fractions})
     if not dev_seeds:
         raise ValueError("FedBuff's tuning needs development seeds (--dev-seeds)")
     a_priori = (float(cell.fedbuff_server_lr), float(cell.fedbuff_buffer_fraction))

@@ -85,6 +85,22 @@ def share_before_target(rows: Sequence[Mapping[str, Any]], cohort: Sequence[int]
             "slow_example_share": slow_examples / examples if examples else None}
 
 
+def recorded_rules(settings: Mapping[str, Any]) -> dict[str, float]:
+    """The rivals' rules a benchmark cell ran with, from its ``settings``: FedBuff's server
+    lr and buffer (its tuned pick where it was tuned) and whether the deadline rivals and
+    first-k stopped dropped work (absent: they did not, the runs predate the option)."""
+    fedbuff = settings.get("fedbuff", {})
+    out: dict[str, float] = {"rivals_stop_dropped_work":
+                             float(bool(settings.get("rivals_stop_dropped_work", False)))}
+    if "server_lr" in fedbuff:
+        out["fedbuff_server_lr"] = float(fedbuff["server_lr"])
+    if "buffer_fraction" in fedbuff:
+        out["fedbuff_buffer_fraction"] = float(fedbuff["buffer_fraction"])
+    elif "buffer_size" in fedbuff and settings.get("cohort"):
+        out["fedbuff_buffer_fraction"] = float(fedbuff["buffer_size"]) / int(settings["cohort"])
+    return out
+
+
 def run_method(method: str, seed: int, cell: Cell, deadlines: Mapping[str, float]
                ) -> list[dict[str, Any]]:
     """One run's history (rows of rounds or server steps); ``deadlines``: the deadline runs'
@@ -115,7 +131,9 @@ def measure(grid: Mapping[str, Any], compare: Mapping[str, Any], seeds: Sequence
         benchmark = {(r["method"], r["seed"]): r["time_to_target"]
                      for r in compare["cells"][name].get("runs", [])}
         target = task_target(lookup(grid, "tasks", task), n, n)
-        cell = grid_cell(grid, task, latency, n, n, rounds, target)
+        # the rivals as the benchmark ran them there (FedBuff's pick, the stop of dropped work)
+        cell = dataclasses.replace(grid_cell(grid, task, latency, n, n, rounds, target),
+                                   **recorded_rules(settings))
         deadlines = {"deadline": float(settings["stated_deadline_s"]),
                      "deadline-best": float(settings["deadline_best_s"]),
                      "coded": float(settings["coded_straggler_timeout_s"])}

@@ -35,6 +35,7 @@ from experiments.compare import (
     stored_run,
     task_target,
 )
+from experiments.fedbuff_tuning import check_tuning_lists
 from experiments.summary import print_summary, summarize
 
 __all__ = ["cell_names", "check_grid", "estimate", "grid_cells", "grid_methods", "journal_path",
@@ -232,7 +233,10 @@ def estimate(grid: Mapping[str, Any], data: Mapping[str, Any],
                        "wall time of the method's runs in the finished cells of the task, "
                        "scaled to cohort 20, x cohort / 20 (a task with no finished cell: "
                        "digits-logreg's runs x the task's factor); one process, torch on "
-                       "one thread, this machine (2 cores shared)"}
+                       "one thread, this machine (2 cores shared); a FedBuff tuning run "
+                       "costs what the finished FedBuff runs did (a smaller K takes more "
+                       "server steps, each evaluated: an underestimate); re-runs of finished "
+                       "cells are not counted"}
 
 
 def _task_factors(digits_wfa: float | None) -> dict[str, float]:
@@ -321,6 +325,8 @@ def check_grid(grid: Mapping[str, Any], patterns: str, methods: Sequence[str] | 
                          "already in --out")
     chosen = cell_names(grid, patterns)
     check_methods(list(methods or []))
+    if grid["rules"].get("fedbuff_tune") and "fedbuff" in (methods or grid_methods(grid, 1)):
+        check_tuning_lists(grid["rules"])
     by_name = {c["name"]: c for c in grid_cells(grid)}
     for name in chosen:
         for method in methods or []:

@@ -316,9 +316,12 @@ def test_cells_whose_fedbuff_predates_its_tuning_are_counted():
     data = {"cells": {"a": {"settings": {}}, "b": {"settings": tuned},
                       "c": {"settings": {"fedbuff": {"server_lr": 1.0}}}}}
     (note,) = rivals.fedbuff_tuned(data, ["a", "b", "c"])
-    assert "in 1 of the 3 finished cells" in note
+    assert "in 1 of the 3 finished cells; in the others it ran" in note
+    assert "server lr 1, K 0.25 of the cohort" in note  # the grid file's a-priori values
     assert rivals.fedbuff_tuned(data, ["b"]) == []
-    assert "were tuned on the development seeds" in rivals.render(_data(), REPORT)
+    (none,) = rivals.fedbuff_tuned(data, ["a", "c"])
+    assert "in none of the 2 finished cells yet; there it ran" in none
+    assert "are tuned on the development seeds" in rivals.render(_data(), REPORT)
 
 
 def test_the_headline_says_when_the_deadline_rival_stopped_dropped_work():

@@ -115,3 +115,28 @@ def test_a_fixed_fedbuff_value_with_the_tuning_on_is_refused(tmp_path):
         compare.main(["--quick", "--rule", "fedbuff_server_lr=2",
                       "--out", str(tmp_path / "x.json")])
     assert not (tmp_path / "x.json").exists()
+
+
+def test_fixing_fedbuff_without_running_it_is_not_refused_and_bad_lists_are_caught_first(
+        tmp_path, monkeypatch):
+    from experiments import compare_cli
+    args = compare_cli.build_parser("x").parse_args(
+        ["--quick", "--methods", "auto,wait-for-all", "--rule", "fedbuff_server_lr=2"])
+    grid = compare.load_grid()
+    assert compare.parse_cell(grid, args)["rules"] == {"fedbuff_server_lr": 2.0}
+    # a bad list of the grid file is refused before any run, where FedBuff runs
+    bad = {**grid, "rules": {**grid["rules"], "fedbuff_tune_server_lr": [-1.0]}}
+    with pytest.raises(ValueError, match="fedbuff_tune_server_lr"):
+        compare.parse_cell(bad, compare_cli.build_parser("x").parse_args(["--quick"]))
+    from experiments.run_grid import check_grid
+    with pytest.raises(ValueError, match="fedbuff_tune_server_lr"):
+        check_grid(bad, "digits-logreg/persistent/20x20", ["fedbuff"])
+    assert check_grid(bad, "digits-logreg/persistent/20x20", ["auto"])
+
+
+def test_tuning_on_the_reported_seeds_is_recorded(tmp_path):
+    out = tmp_path / "c.json"
+    assert compare.main(["--n", "5", "--rounds", "2", "--seeds", "0", "--dev-seeds", "0",
+                         "--target", "0.3", "--methods", "fedbuff", "--out", str(out)]) == 0
+    tuning = json.loads(out.read_text())["settings"]["fedbuff"]["tuning"]
+    assert tuning["tuned_on_reported_seeds"] == [0]

@@ -67,3 +67,22 @@ def test_a_small_cell_end_to_end_counts_every_method_and_its_slow_clients():
 
     model = make_latency("persistent", p=0.2, slowdown=20.0, scale=0.1, rate=10.0, seed=0)
     assert {r["slow_clients"] for r in runs} == {sum(model.is_slow(w) for w in range(6))}
+
+
+def test_the_rivals_run_as_the_benchmark_cell_recorded_them():
+    tuned = {"cohort": 20, "rivals_stop_dropped_work": True,
+             "fedbuff": {"server_lr": 0.5, "buffer_fraction": 0.1, "buffer_size": 2}}
+    assert participation.recorded_rules(tuned) == {
+        "rivals_stop_dropped_work": 1.0, "fedbuff_server_lr": 0.5,
+        "fedbuff_buffer_fraction": 0.1}
+    # a cell from before the stop and before buffer_fraction was recorded
+    old = {"cohort": 20, "fedbuff": {"server_lr": 1.0, "buffer_size": 5}}
+    rules = participation.recorded_rules(old)
+    assert rules == {"rivals_stop_dropped_work": 0.0, "fedbuff_server_lr": 1.0,
+                     "fedbuff_buffer_fraction": 0.25}
+    import dataclasses
+
+    from experiments.compare import grid_cell, load_grid
+    cell = dataclasses.replace(grid_cell(load_grid(), "digits-logreg", "persistent", 20, 20,
+                                         30, 0.85), **rules)
+    assert cell.fedbuff_buffer() == 5 and cell.fedbuff_steps() == 120

@@ -214,3 +214,10 @@ def test_fedbuffs_tuned_pick_stays_when_another_method_runs_again(tmp_path, one_
     assert "fedbuff" not in cell["reruns"][0]["replaced_settings"]
     assert ([r for r in cell["runs"] if r["method"] == "fedbuff"]
             == [r for r in first["runs"] if r["method"] == "fedbuff"])
+    # FedBuff run again (other lists): its runs and settings replaced, the old kept aside
+    grid["rules"]["fedbuff_tune_server_lr"] = [0.25]
+    run_grid.run_grid(grid, "digits-logreg/persistent/*", out, ["fedbuff"], rerun=True)
+    again = json.loads(out.read_text())["cells"]["digits-logreg/persistent/5x5"]
+    assert again["settings"]["fedbuff"]["server_lr"] == 0.25
+    assert again["reruns"][-1]["replaced_settings"]["fedbuff"] == tuned
+    assert [r["method"] for r in again["runs"]].count("fedbuff") == 1

@@ -23,7 +23,8 @@ from tools.docgen.rivals import (
 #: FedBuff against synchronous rounds with no stragglers at all (development seeds):
 #: ``python -m experiments.compare --latency persistent --set latency=none --n 20
 #: --methods wait-for-all,fedbuff,auto,grouped-rs:1 --seeds 0,1,2 --dev-seeds 0
-#: --out results/compare_no_stragglers_dev.json``.
+#: --rule fedbuff_tune=0 --out results/compare_no_stragglers_dev.json`` (FedBuff untuned:
+#: the file predates the tuning, and these seeds are development seeds).
 NO_STRAGGLERS = "compare_no_stragglers_dev.json"
 
 
@@ -82,6 +83,8 @@ def render_schedule(data: Mapping[str, Any], schedules: Mapping[str, Mapping[str
         cell = data.get("cells", {}).get(f"{s['task']}/{regime}/{s['n']}x{s['n']}")
         if cell is None or sorted(cell["settings"]["seeds"]) != sorted(s["seeds"]):
             continue
+        if cell["settings"].get("fedbuff", {}).get("buffer_size", s["cohort"]) != s["cohort"]:
+            continue  # the cell's FedBuff (tuned) steps every other K: not this schedule's
         big, few = method_stats(cell), method_stats(small)
         c = cell["settings"]
         shape = (c["cohort"], c["rounds"], s["cohort"], s["rounds"], s["task"], s["n"],

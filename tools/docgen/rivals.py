@@ -318,10 +318,14 @@ def fedbuff_tuned(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
     tuned = [n for n in done if "tuning" in data["cells"][n]["settings"].get("fedbuff", {})]
     if len(tuned) == len(done):
         return []
-    return [f"FedBuff's server learning rate and K were tuned on the development seeds "
-            f"(`experiments/grid.toml` amendment 12) in {len(tuned)} of the {len(done)} "
-            "finished cells; in the others it ran with the values fixed a priori (server lr "
-            "1.0, K a quarter of the cohort), so there the verdict may flatter auto."]
+    rules = grid_data()["rules"]
+    where = (f"in {len(tuned)} of the {len(done)} finished cells; in the others"
+             if tuned else f"in none of the {len(done)} finished cells yet; there")
+    return [f"FedBuff's server learning rate and K are tuned on the development seeds "
+            f"(`experiments/grid.toml` amendment 12) {where} it ran with the values fixed "
+            f"a priori (server lr {float(rules['fedbuff_server_lr']):g}, K "
+            f"{float(rules['fedbuff_buffer_fraction']):g} of the cohort), so the verdict "
+            "may flatter auto."]
 
 
 def _deadline_grids(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:

@@ -36,6 +36,20 @@ UNWEIGHTED = ("compare_slow_classes_2_20x20_fedbuff_e0.json",
 UNCODED = ("wait-for-all", "deadline", "deadline-best", "first-k", "fedbuff")
 
 
+def rule_flags(settings: Mapping[str, Any]) -> str:
+    """The ``--rule`` flags that run a comparison's rivals as its file ran them: its own
+    ``rules_set``, and the rules added to the grid file since (absent from its settings:
+    FedBuff untuned, dropped work not stopped) turned off."""
+    rules = dict(settings.get("rules_set", {}))
+    ran = set(settings.get("methods", []))
+    if "fedbuff" in ran and "tuning" not in settings.get("fedbuff", {}):
+        rules.setdefault("fedbuff_tune", 0)
+    if ran & {"deadline", "deadline-best", "first-k"} \
+            and "rivals_stop_dropped_work" not in settings:
+        rules.setdefault("rivals_stop_dropped_work", 0)
+    return "".join(f" --rule {k}={float(v):g}" for k, v in rules.items())
+
+
 def file_name(classes: int, n: int) -> str:
     """The result file of the run with ``classes`` slow classes at ``n`` clients."""
     return f"compare_slow_classes_{classes}_{n}x{n}.json"
@@ -130,7 +144,8 @@ def render_cell(classes: int, n: int, cell: Mapping[str, Any]) -> str:
     seeds = s.get("seeds", [])
     head = (f"**{_classes(classes)} only with the slow clients, n = {n}** "
             f"(`python -m experiments.compare --n {n} --set slow-classes={classes} "
-            f"--methods {','.join(s.get('methods', []))}`, seeds {seeds[0]}–{seeds[-1]}, "
+            f"--methods {','.join(s.get('methods', []))}{rule_flags(s)}`, "
+            f"seeds {seeds[0]}–{seeds[-1]}, "
             f"target {100 * float(s['target']):.0f} %):")
     notes = ["Median time over the seeds, a seed that never reached the target counting as ∞; "
              "time / auto: the geometric mean of the per-seed ratios over the seeds where both "
