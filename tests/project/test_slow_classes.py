@@ -201,3 +201,18 @@ def test_the_extension_s_readme_line_names_who_never_reached_and_the_speedup():
     # who reached the target on fewer than every seed, and the run not made yet
     assert "first-k 0/3" in line and "FedBuff 2/3" in line and "wait-for-all 3/3" not in line
     assert "Registered, not run yet: 2 classes at n = 100" in line
+    assert "runs from before the rules" not in line  # no rival ran with methods listed
+
+
+def test_a_run_whose_rivals_predate_the_grid_files_newer_rules_says_so():
+    from tools.docgen.slow_classes import predates, rule_flags
+
+    old = {"methods": ["auto", "deadline", "fedbuff"], "fedbuff": {"server_lr": 1.0}}
+    assert rule_flags(old) == " --rule fedbuff_tune=0 --rule rivals_stop_dropped_work=0"
+    assert "FedBuff untuned" in predates(old) and "not stopped" in predates(old)
+    new = {**old, "rivals_stop_dropped_work": True,
+           "fedbuff": {"server_lr": 0.5, "tuning": {"chosen": {}}}}
+    assert rule_flags(new) == "" and predates(new) == ""
+    # a rule the run set itself is its own choice, not a rule it predates
+    own = {**new, "fedbuff": {"server_lr": 1.0}, "rules_set": {"fedbuff_tune": 0.0}}
+    assert rule_flags(own) == " --rule fedbuff_tune=0" and predates(own) == ""

@@ -50,6 +50,16 @@ def rule_flags(settings: Mapping[str, Any]) -> str:
     return "".join(f" --rule {k}={float(v):g}" for k, v in rules.items())
 
 
+def predates(settings: Mapping[str, Any]) -> str:
+    """``""``, or what a comparison's rivals lacked because its runs predate the grid file's
+    rules added since (:func:`rule_flags`' turned-off rules), as a parenthesis."""
+    off = [k for k in ("fedbuff_tune", "rivals_stop_dropped_work")
+           if k in rule_flags(settings) and k not in settings.get("rules_set", {})]
+    words = {"fedbuff_tune": "FedBuff untuned (amendment 12)",
+             "rivals_stop_dropped_work": "the rivals' dropped work not stopped (amendment 11)"}
+    return f" (runs from before the rules: {'; '.join(words[k] for k in off)})" if off else ""
+
+
 def file_name(classes: int, n: int) -> str:
     """The result file of the run with ``classes`` slow classes at ``n`` clients."""
     return f"compare_slow_classes_{classes}_{n}x{n}.json"
@@ -208,6 +218,8 @@ def _fedbuff_text(data: Mapping[str, Any]) -> str:
         text += (f", in {entry['geomean']:.2f}× auto's time "
                  + ("on the one seed both did" if pairs == 1 else
                     f"where both did (geometric mean over {pairs} seeds)"))
+    if fed is not None and "tuning" not in data["settings"].get("fedbuff", {}):
+        text += " (FedBuff untuned)"
     return text
 
 
@@ -279,6 +291,9 @@ def render_headline(runs: Sequence[tuple[int, int, Mapping[str, Any] | None]],
                     if more else []
                 label += (" (its runs end when its updates are spent"
                           + (f"; {more[1]}/{more[2]} with {more[0]} rounds' updates"
+                             + (" untuned" if longer is not None
+                                and "tuning" not in longer["settings"].get("fedbuff", {})
+                                else "")
                              if more else "")
                           + (f"; with as many unweighted by staleness: {_fedbuff_text(flat[0])}"
                              if flat else "")
@@ -290,7 +305,8 @@ def render_headline(runs: Sequence[tuple[int, int, Mapping[str, Any] | None]],
                     label += f", {ratio:.2f}× auto's time where both reached it"
             reached.append(label)
         parts.append(
-            f"{_classes(classes)} at n = {n}: auto {seconds(v.auto.median_time)} "
+            f"{_classes(classes)} at n = {n}{predates(cell['settings'])}: auto "
+            f"{seconds(v.auto.median_time)} "
             f"({v.auto.reached}/{v.auto.seeds}); by the medians (an unreached seed as ∞) the "
             f"best rival that does not code, {method_label(v.uncoded)}, took "
             f"{times_text(v.speedup)} auto's time, the best rival "
