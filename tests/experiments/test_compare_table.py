@@ -233,7 +233,7 @@ def test_fedbuffs_lead_without_stragglers_is_read_from_its_run():
                         "wait-for-all": {"median_time_to_target": 0.8},
                         "auto": {"median_time_to_target": 1.2}}}
     text = fedbuff.render_no_stragglers(data)
-    assert "every K = 5 updates" in text and "120 steps" in text
+    assert "every K = 5 updates (untuned" in text and "120 steps" in text
     assert "0.5 s against wait-for-all's 0.8 s (1.60× sooner)" in text
     assert "`auto` took 1.2 s" in text
 
@@ -288,7 +288,8 @@ def test_cells_whose_deadline_best_searched_fewer_deadlines_than_the_grid_are_na
         data["cells"][name]["settings"].update(
             {"stated_deadline_s": 4.0, "deadline_grid_s": [4.0 * m for m in tried]})
     text = rivals.render(data, REPORT)
-    note = next(s for s in text.split("`deadline-best` searched")[1:2])
+    note = next(s for s in text.split("`deadline-best` searched")[1:2]).split(
+        "FedBuff's server learning rate")[0]
     assert f"{len(multiples)} multiples" in note
     assert "in 1 of the 2 finished cells that ran it" in note
     assert f"{short} (from 0.25)" in note and full not in note
@@ -311,16 +312,26 @@ def test_cells_whose_rivals_predate_the_rival_fixes_are_counted():
     assert rivals.rival_fixes(data, ["b", "e"]) == []
 
 
-def test_cells_whose_fedbuff_predates_its_tuning_are_counted():
-    tuned = {"fedbuff": {"server_lr": 0.5, "tuning": {"chosen": {"server_lr": 0.5}}}}
-    data = {"cells": {"a": {"settings": {}}, "b": {"settings": tuned},
-                      "c": {"settings": {"fedbuff": {"server_lr": 1.0}}}}}
-    (note,) = rivals.fedbuff_tuned(data, ["a", "b", "c"])
-    assert "in 1 of the 3 finished cells; in the others it ran" in note
+def test_cells_whose_fedbuff_predates_its_tuning_are_named_and_edge_picks_counted():
+    def tuning(lr, fraction):
+        grid = [{"server_lr": a, "buffer_fraction": b} for a in (0.25, 0.5, 1.0)
+                for b in (0.1, 0.25)]
+        return {"grid": grid, "chosen": {"server_lr": lr, "buffer_fraction": fraction}}
+    ran = [{"method": "fedbuff"}]
+    data = {"cells": {
+        "a": {"settings": {}, "runs": ran},
+        "b": {"settings": {"fedbuff": {"tuning": tuning(0.5, 0.25)}}, "runs": ran},
+        "c": {"settings": {"fedbuff": {"server_lr": 1.0}}, "runs": ran},
+        "d": {"settings": {"fedbuff": {"tuning": tuning(1.0, 0.25)}}, "runs": ran},
+        "e": {"settings": {}, "runs": [{"method": "auto"}]}}}  # FedBuff never ran
+    (note, edge) = rivals.fedbuff_tuned(data, ["a", "b", "c", "d", "e"])
+    assert "in 2 of the 4 finished cells that ran it; in a, c it ran" in note
     assert "server lr 1, K 0.25 of the cohort" in note  # the grid file's a-priori values
-    assert rivals.fedbuff_tuned(data, ["b"]) == []
-    (none,) = rivals.fedbuff_tuned(data, ["a", "c"])
-    assert "in none of the 2 finished cells yet; there it ran" in none
+    # b's pick (0.5, 0.25) is neither the largest lr nor the smallest K; d's has lr 1.0
+    assert edge.startswith("In 1 of the 2 tuned cells FedBuff's pick is the largest server lr")
+    data["cells"]["b"]["settings"]["fedbuff"]["tuning"]["grid"] = [
+        {"server_lr": 0.5, "buffer_fraction": 0.25}]
+    assert rivals.fedbuff_tuned(data, ["b", "e"]) == []
     assert "are tuned on the development seeds" in rivals.render(_data(), REPORT)
 
 
@@ -338,3 +349,13 @@ def test_the_headline_says_when_the_deadline_rival_stopped_dropped_work():
     stopped = rivals.render_headline(data, REPORT).splitlines()[0]
     assert "stated-rule deadline (its dropped clients stopping their work when the round " \
            "ends, as auto's stop theirs at its deadline)" in stopped
+
+
+def test_fedbuff_schedule_is_withdrawn_where_the_cells_fedbuff_steps_at_another_k():
+    data, small = _schedule_files()
+    data["cells"]["digits-logreg/persistent/20x20"]["settings"]["fedbuff"] = {
+        "buffer_size": 2, "tuning": {}}
+    text = fedbuff.render_schedule(data, {"persistent": small})
+    assert text is not None and text.startswith(
+        "Synchronous rounds given FedBuff's step count: withdrawn")
+    assert "K = 5" in text and "steps at K = 2" in text and "|" not in text

@@ -314,18 +314,36 @@ def rival_fixes(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
 
 def fedbuff_tuned(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
     """Which finished cells ran FedBuff tuned on the development seeds (the grid file's
-    amendment 12: ``settings.fedbuff.tuning``), when some did not."""
-    tuned = [n for n in done if "tuning" in data["cells"][n]["settings"].get("fedbuff", {})]
-    if len(tuned) == len(done):
-        return []
-    rules = grid_data()["rules"]
-    where = (f"in {len(tuned)} of the {len(done)} finished cells; in the others"
-             if tuned else f"in none of the {len(done)} finished cells yet; there")
-    return [f"FedBuff's server learning rate and K are tuned on the development seeds "
-            f"(`experiments/grid.toml` amendment 12) {where} it ran with the values fixed "
-            f"a priori (server lr {float(rules['fedbuff_server_lr']):g}, K "
-            f"{float(rules['fedbuff_buffer_fraction']):g} of the cohort), so the verdict "
-            "may flatter auto."]
+    amendment 12: ``settings.fedbuff.tuning``), naming those whose FedBuff predates it, and
+    in how many the pick is the largest server lr or the smallest K tried (FedBuff may do
+    better still beyond them)."""
+    cells = data["cells"]
+    ran = [n for n in done if any(r.get("method") == "fedbuff" for r in cells[n]["runs"])]
+    tuned = [n for n in ran if "tuning" in cells[n]["settings"].get("fedbuff", {})]
+    notes = []
+    if len(tuned) < len(ran):
+        rules = grid_data()["rules"]
+        untuned = [n for n in ran if n not in tuned]
+        notes.append(
+            "FedBuff's server learning rate and K are tuned on the development seeds "
+            f"(`experiments/grid.toml` amendment 12) in {len(tuned)} of the {len(ran)} "
+            "finished cells that ran it; in " + ", ".join(untuned) + " it ran with the values "
+            f"fixed a priori (server lr {float(rules['fedbuff_server_lr']):g}, K "
+            f"{float(rules['fedbuff_buffer_fraction']):g} of the cohort), so there the verdict "
+            "may flatter auto.")
+    edge = 0
+    for n in tuned:
+        tuning = cells[n]["settings"]["fedbuff"]["tuning"]
+        lrs = [g["server_lr"] for g in tuning["grid"]]
+        fracs = [g["buffer_fraction"] for g in tuning["grid"]]
+        chosen = tuning["chosen"]
+        edge += ((len(set(lrs)) > 1 and chosen["server_lr"] == max(lrs))
+                 or (len(set(fracs)) > 1 and chosen["buffer_fraction"] == min(fracs)))
+    if edge:
+        notes.append(f"In {edge} of the {len(tuned)} tuned cells FedBuff's pick is the "
+                     "largest server lr or the smallest K tried (`settings.fedbuff.tuning`): "
+                     "it may do better still beyond them.")
+    return notes
 
 
 def _deadline_grids(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:

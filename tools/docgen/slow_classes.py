@@ -183,7 +183,8 @@ def render_longer(longer: Mapping[str, Any], registered: Mapping[str, Any] | Non
     fed, auto = stats.get("fedbuff"), stats.get("auto")
     s = longer["settings"]
     base_rounds = registered["settings"]["rounds"] if registered else None
-    text = (f"A reading added after these runs (`--methods auto,fedbuff --rounds {s['rounds']}`, "
+    text = (f"A reading added after these runs (`--methods auto,fedbuff --rounds {s['rounds']}"
+            f"{rule_flags(s)}`, "
             f"the same seeds, 2 classes at n = 20): given the client updates of {s['rounds']} "
             "rounds" + (f" instead of {base_rounds}" if base_rounds else ""))
     if fed is not None:
