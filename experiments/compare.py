@@ -214,7 +214,7 @@ def compare(cell: Cell, methods: Sequence[str], seeds: Sequence[int],
         elif method == "fedbuff" and cell.fedbuff_tune:
             tuned, tuning = tuned_fedbuff(cell, dev_seeds, rules["fedbuff_tune_server_lr"],
                                           rules["fedbuff_tune_buffer_fraction"],
-                                          lambda c, seed: runner.fedbuff(c, seed))
+                                          runner.fedbuff)
             overlap = sorted(set(seeds) & set(dev_seeds))
             if overlap:
                 tuning["tuned_on_reported_seeds"] = overlap
@@ -421,10 +421,11 @@ def check_fedbuff_rules(rules: Mapping[str, Any], rules_set: Mapping[str, float]
     """A ``ValueError`` where ``--rule`` fixes FedBuff's server lr or K while ``rules`` (the
     grid file's with ``rules_set``) tune them on the development seeds (the value given
     would not run), or where the tuning's lists are bad."""
-    if rules.get("fedbuff_tune") and "fedbuff" in methods:
-        check_tuning_lists(rules)
+    if not (rules.get("fedbuff_tune") and "fedbuff" in methods):
+        return
+    check_tuning_lists(rules)
     fixed = sorted({"fedbuff_server_lr", "fedbuff_buffer_fraction"} & set(rules_set or {}))
-    if fixed and rules.get("fedbuff_tune") and "fedbuff" in methods:
+    if fixed:
         raise ValueError(f"--rule {fixed[0]}={rules_set[fixed[0]]:g}: FedBuff's server lr and "
                          "K are tuned on the development seeds (the grid file's "
                          "fedbuff_tune); add --rule fedbuff_tune=0 to run the value given")
@@ -475,9 +476,9 @@ def parse_cell(grid: Mapping[str, Any], args: argparse.Namespace) -> dict[str, A
         raise ValueError(f"--set code={sets['code']}: the fixed codes of --methods name their "
                          "own (CODE:s); --set code applies to auto only: run those apart")
     rules = parse_rules(args.rule)
-    check_fedbuff_rules(with_rules(grid, rules)["rules"], rules, methods)
-    checked = grid_cell(with_rules(grid, rules), task_name, latency, n, cohort, rounds, target,
-                        sets)
+    ruled = with_rules(grid, rules)
+    check_fedbuff_rules(ruled["rules"], rules, methods)
+    checked = grid_cell(ruled, task_name, latency, n, cohort, rounds, target, sets)
     check_cell(checked, task_name, [*seeds, *dev_seeds])
     check_codes(checked, methods)
     return {"task": task_name, "latency": latency, "n": n, "cohort": cohort, "rounds": rounds,

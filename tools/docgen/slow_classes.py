@@ -36,27 +36,34 @@ UNWEIGHTED = ("compare_slow_classes_2_20x20_fedbuff_e0.json",
 UNCODED = ("wait-for-all", "deadline", "deadline-best", "first-k", "fedbuff")
 
 
-def rule_flags(settings: Mapping[str, Any]) -> str:
-    """The ``--rule`` flags that run a comparison's rivals as its file ran them: its own
-    ``rules_set``, and the rules added to the grid file since (absent from its settings:
-    FedBuff untuned, dropped work not stopped) turned off."""
-    rules = dict(settings.get("rules_set", {}))
+def _predated(settings: Mapping[str, Any]) -> list[str]:
+    """The rules added to the grid file since a comparison's runs that they lacked (absent
+    from its settings: FedBuff untuned, dropped work not stopped), unless its own
+    ``rules_set`` chose them."""
+    own = settings.get("rules_set", {})
     ran = set(settings.get("methods", []))
+    out = []
     if "fedbuff" in ran and "tuning" not in settings.get("fedbuff", {}):
-        rules.setdefault("fedbuff_tune", 0)
+        out.append("fedbuff_tune")
     if ran & {"deadline", "deadline-best", "first-k"} \
             and "rivals_stop_dropped_work" not in settings:
-        rules.setdefault("rivals_stop_dropped_work", 0)
+        out.append("rivals_stop_dropped_work")
+    return [k for k in out if k not in own]
+
+
+def rule_flags(settings: Mapping[str, Any]) -> str:
+    """The ``--rule`` flags that run a comparison's rivals as its file ran them: its own
+    ``rules_set``, and the rules it predates (:func:`_predated`) turned off."""
+    rules = {**settings.get("rules_set", {}), **dict.fromkeys(_predated(settings), 0)}
     return "".join(f" --rule {k}={float(v):g}" for k, v in rules.items())
 
 
 def predates(settings: Mapping[str, Any]) -> str:
     """``""``, or what a comparison's rivals lacked because its runs predate the grid file's
-    rules added since (:func:`rule_flags`' turned-off rules), as a parenthesis."""
-    off = [k for k in ("fedbuff_tune", "rivals_stop_dropped_work")
-           if k in rule_flags(settings) and k not in settings.get("rules_set", {})]
+    rules added since (:func:`_predated`), as a parenthesis."""
     words = {"fedbuff_tune": "FedBuff untuned (amendment 12)",
              "rivals_stop_dropped_work": "the rivals' dropped work not stopped (amendment 11)"}
+    off = _predated(settings)
     return f" (runs from before the rules: {'; '.join(words[k] for k in off)})" if off else ""
 
 
