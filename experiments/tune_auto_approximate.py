@@ -27,6 +27,13 @@ progress) is 1 (the last model) or 2; the cells add natural-noniid persistent an
 rule). The first setting of :data:`GRID` was the library's default when it ran, so a tie
 kept it; it chose ``error_power = 2``, the library's default since (its results:
 ``results/auto_approximate_tuning_power.json``).
+
+Amended a third time (``experiments/grid.toml`` amendment 13), before any run with it: the
+knob ``tolerances`` (``"trust-region"``: the approximate rounds are priced at the exact
+choice's trust region only; ``"all"``: at every tolerance of the placement) between its two
+values, the other knobs at the values the second grid chose; the same cells, seeds and rule
+(results: ``results/auto_approximate_tuning_tolerances.json``). Each results file names its
+own grid (``grid``).
 """
 
 from __future__ import annotations
@@ -50,7 +57,9 @@ from experiments.compare import (
 )
 from experiments.rival_runs import Cell, run_coded
 
-GRID = {"short_fraction": [0.25, 0.95], "run": [6], "error_power": [1.0, 2.0]}
+GRID = {"short_fraction": [0.25], "run": [6], "error_power": [2.0],
+        "tolerances": ["trust-region", "all"]}
+OUT = "results/auto_approximate_tuning_tolerances.json"
 REGIMES = ("persistent", "bimodal", "pareto")
 SIZES = (20, 100)
 # (task, regime, n, cohort) of sampled cohorts, beside digits-logreg's REGIMES x SIZES
@@ -97,9 +106,10 @@ def with_stated_deadline(grid: dict, cell: Cell) -> Cell:
 def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m experiments.tune_auto_approximate")
-    parser.add_argument("--out", default="results/auto_approximate_tuning_power.json",
-                        help="default: the amended grid's file (the first grid's results: "
-                        "results/auto_approximate_tuning.json)")
+    parser.add_argument("--out", default=OUT,
+                        help="default: the latest grid's file (the earlier grids': "
+                        "results/auto_approximate_tuning.json, "
+                        "results/auto_approximate_tuning_power.json)")
     args = parser.parse_args(argv)
     logging.getLogger("flwr").setLevel(logging.ERROR)
     import torch

@@ -45,19 +45,31 @@ class ApproximateRounds:
     ``run``: approximate rounds in a row before an exact one;
     ``error_power``: ``p`` of the progress model (a round with relative error ``e`` makes
     ``1 - e**p`` of a round's progress: :mod:`fl_gradcode.adaptive.approximate`);
-    ``alpha``: weight of the newest error measurement; ``samples``: Monte Carlo draws."""
+    ``alpha``: weight of the newest error measurement; ``samples``: Monte Carlo draws;
+    ``tolerances``: which tolerances the approximate candidates are priced at,
+    ``"trust-region"`` (the exact choice's candidates: ``s`` at least half the last round's)
+    or ``"all"`` (every tolerance of the placement, so drop-stragglers, ``s = 0``, stays a
+    candidate after rounds at ``s_max``); the exact round it is compared with is the
+    trust region's either way."""
 
     #: the knobs above and below, by name (what a benchmark records of a run)
-    KNOBS = ("max_short", "short_fraction", "run", "error_power", "alpha", "samples")
+    KNOBS = ("max_short", "short_fraction", "run", "error_power", "alpha", "samples",
+             "tolerances")
+    #: the values :attr:`tolerances` may take
+    TOLERANCES = ("trust-region", "all")
     max_short = 3
     short_fraction = 0.25
     run = 6
     error_power = ERROR_POWER
     alpha = 0.3
     samples = 256
+    tolerances = "trust-region"
 
     def __init__(self, seed: int) -> None:
         check_error_power(self.error_power, "ApproximateRounds.error_power")
+        if self.tolerances not in self.TOLERANCES:
+            raise ValueError(f"ApproximateRounds.tolerances={self.tolerances!r} must be one "
+                             f"of {self.TOLERANCES}")
         self.seed = int(seed)
         self.errors = DecodeErrors(self.alpha)
         self.streak = 0  # approximate rounds since the last exact one
@@ -68,23 +80,29 @@ class ApproximateRounds:
         return max(int(self.max_short), math.ceil(self.short_fraction * int(n)))
 
     def revise(self, decision: Decision, placement: Any, estimator: Any, rem_inputs: Any,
-               candidates: list[int], max_decode_error: float = math.inf) -> Decision:
-        """``decision``, or an approximate round of one of ``candidates`` when one is cheaper
-        per unit of progress than every exact one (never before an observation, with excluded
-        clients, or after :attr:`run` approximate rounds in a row); a decoding above
-        ``max_decode_error`` is priced as a skipped round."""
+               candidates: list[int], max_decode_error: float = math.inf,
+               tolerances: list[int] | None = None) -> Decision:
+        """``decision``, or an approximate round when one is cheaper per unit of progress
+        than every exact round of ``candidates`` (never before an observation, with excluded
+        clients, or after :attr:`run` approximate rounds in a row); the approximate rounds
+        are priced at ``candidates`` or, with :attr:`tolerances` ``"all"``, at every one of
+        ``tolerances`` (the placement's) as well; a decoding above ``max_decode_error`` is
+        priced as a skipped round."""
+        priced = list(candidates)
+        if self.tolerances == "all" and tolerances is not None:
+            priced = sorted(set(priced) | {int(t) for t in tolerances})
         if (not decision.observed or decision.excluded or self.streak >= self.run
-                or (not any(self.errors.measured(s) for s in candidates)
+                or (not any(self.errors.measured(s) for s in priced)
                 and self.errors.heterogeneity is None)):
             return decision
         rng = np.random.default_rng([self.seed, estimator.next_round_id, 7])
         X = estimator.sample(self.samples, rng)
         rem = self._remaining(estimator, rem_inputs, decision, placement.n, rng)
-        exact, approx = price_candidates(placement, estimator, candidates, self.errors, rem,
+        exact, approx = price_candidates(placement, estimator, priced, self.errors, rem,
                                          X, max_short=self.shortfall(placement.n),
                                          max_decode_error=max_decode_error,
                                          error_power=float(self.error_power))
-        best_exact = min(exact.values(), key=lambda c: c.cost)
+        best_exact = min((exact[s] for s in candidates), key=lambda c: c.cost)
         self.candidates = {"exact": exact, "approximate": approx}
         best = choose_progress(best_exact, approx)
         if best is None:

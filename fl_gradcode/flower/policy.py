@@ -466,7 +466,7 @@ class AdaptiveCodePolicy(FixedCodePolicy):
             inputs = (*self.busy_inputs(placement, busy_nodes, cohort), self.clock.now)
             self.decision = self.approximate.revise(
                 self.decision, placement, estimator, inputs, candidates,
-                self.options.deadline.max_decode_error)
+                self.options.deadline.max_decode_error, list(placement.stable_values))
         self.last_s[n] = self.decision.s
         if self.decision.excluded:
             return placement.code_excluding(self.decision.s, self.decision.excluded)

@@ -6,6 +6,7 @@ read from the code under test."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -383,3 +384,47 @@ def test_the_progress_power_reaches_the_rounds_and_their_first_difference_is_a_d
     assert first is not None  # the knob changes the run
     assert plans[2.0][first][1] < 1e6  # a planned deadline (exact rounds: 1e6, the timeout)
 
+
+
+def test_with_every_tolerance_priced_it_drops_at_s0_after_an_exact_round_above_it(
+        tmp_path, monkeypatch):
+    """Three of 12 clients 20x slower in every round, IID-like partitions, s_max = 4. The
+    exact choice's trust region after a round at s falls to s // 2 at most, so after an
+    exact round at s >= 2 drop-stragglers (s = 0) is priced only with tolerances "all",
+    and there it is taken: a planned s = 0 deadline right after an exact round at s >= 2
+    happens with "all" and never with "trust-region", and the run is shorter in virtual
+    time."""
+    from fl_gradcode.flower.approximate_rounds import ApproximateRounds
+
+    totals = {}
+    for tol in ("trust-region", "all"):
+        monkeypatch.setattr(ApproximateRounds, "tolerances", tol)
+        app = ClientApp(mods=[gradient_coding_mod])
+        app.train()(_train(0.3))
+        strategy = GradientCoding(
+            FedAvg(fraction_evaluate=0.0, min_available_nodes=N), s="auto", s_max=4, seed=0,
+            latency=PersistentSlow(base=ShiftedExponential(shift=0.1, rate=10.0), p=0.0,
+                                   slow=(3, 7, 9), slowdown=20.0),
+            wire="float64", straggler_timeout=1e6, compute_cost_s=0.1,
+            measured_compute=False, auto_approximate=True, results_dir=str(tmp_path / tol))
+        strategy.start(grid=InProcessGrid(app, N),
+                       initial_arrays=ArrayRecord({"w": Array(np.zeros(DIM))}),
+                       num_rounds=16, train_config=ConfigRecord({}))
+        rows = strategy.history
+        jumps = [b for a, b in itertools.pairwise(rows)
+                 if a["decode"] == "exact" and a["s"] >= 2 and b["s"] == 0
+                 and b["round_deadline_s"] < 1e6]
+        assert bool(jumps) == (tol == "all")
+        for r in jumps:  # dropped the slow clients by the planned deadline
+            assert r["decode"] in ("approx", "skipped")
+            assert {3, 7, 9} <= set(r["missing_partitions"])
+        totals[tol] = sum(r["round_virtual_s"] for r in rows)
+    assert totals["all"] < totals["trust-region"]
+
+
+def test_a_tolerances_knob_outside_its_values_is_refused_by_name(monkeypatch):
+    from fl_gradcode.flower.approximate_rounds import ApproximateRounds
+
+    monkeypatch.setattr(ApproximateRounds, "tolerances", "every")
+    with pytest.raises(ValueError, match=r"tolerances='every' must be one of"):
+        ApproximateRounds(seed=0)
