@@ -50,7 +50,9 @@ class ApproximateRounds:
     ``"trust-region"`` (the exact choice's candidates: ``s`` at least half the last round's)
     or ``"all"`` (every tolerance of the placement, so drop-stragglers, ``s = 0``, stays a
     candidate after rounds at ``s_max``); the exact round it is compared with is the
-    trust region's either way."""
+    trust region's either way, and the trust region follows the last round's ``s``,
+    approximate or exact (after an approximate round at ``s = 0`` every ``s`` is a
+    candidate)."""
 
     #: the knobs above and below, by name (what a benchmark records of a run)
     KNOBS = ("max_short", "short_fraction", "run", "error_power", "alpha", "samples",

@@ -3,7 +3,8 @@
 ``auto-approximate`` (the library's ``auto_approximate=True``, off by default) was added to
 the grid after 16 cells had finished (an amendment in ``experiments/grid.toml``); its knobs
 were tuned on the development seeds only (``results/auto_approximate_tuning.json``, then
-``results/auto_approximate_tuning_power.json``). Per
+``results/auto_approximate_tuning_power.json``, then
+``results/auto_approximate_tuning_tolerances.json``). Per
 finished cell of ``results/compare.json`` that ran it (evaluation seeds): its median time to
 target and how many seeds reached it, its time over auto's (the paired geometric mean and
 interval of the cell's summary), and whether it would meet the goal auto is judged by
@@ -37,12 +38,21 @@ METHOD = "auto-approximate"
 #: The progress model's power of the runs made before a cell recorded its knobs (the
 #: library's default then; ``experiments/grid.toml``, amendment 10).
 POWER_BEFORE = 1.0
+#: The tolerances its approximate rounds were priced at in runs made before a cell recorded
+#: that knob (``experiments/grid.toml``, amendment 13).
+TOLERANCES_BEFORE = "trust-region"
 
 
 def power_text(cell: Mapping[str, Any]) -> str:
     """The ``error_power`` a cell's :data:`METHOD` runs had."""
     knobs = cell.get("settings", {}).get("auto_approximate")
     return f"{(knobs or {}).get('error_power', POWER_BEFORE):g}"
+
+
+def tolerances_text(cell: Mapping[str, Any]) -> str:
+    """The ``tolerances`` a cell's :data:`METHOD` runs had."""
+    knobs = cell.get("settings", {}).get("auto_approximate")
+    return str((knobs or {}).get("tolerances", TOLERANCES_BEFORE))
 
 
 def render_approximate(data: Mapping[str, Any], report: Sequence[str]) -> str:
@@ -65,7 +75,7 @@ def render_approximate(data: Mapping[str, Any], report: Sequence[str]) -> str:
             met += ok
             ratio = time_over(mine.median_time, v.best_stats.median_time)
             goal = f"{'✓' if ok else '✗'} {times_text(ratio)} {method_label(v.best)}"
-        rows.append([name, power_text(cell),
+        rows.append([name, power_text(cell), tolerances_text(cell),
                      f"{seconds(mine.median_time)} ({mine.reached}/{mine.seeds})",
                      "-" if auto is None else seconds(auto.median_time),
                      ratio_text(cell["summary"].get(METHOD), auto), goal])
@@ -73,12 +83,15 @@ def render_approximate(data: Mapping[str, Any], report: Sequence[str]) -> str:
             f"in {met} of the {len(done)} finished cells that ran it (evaluation seeds).")
     note = ("Columns: the progress model's `error_power` its runs had (the cell's "
             "`settings.auto_approximate`; runs made before the cells recorded their knobs had "
-            f"{POWER_BEFORE:g}); its median time to target (seeds reaching it); auto's; its "
+            f"{POWER_BEFORE:g}); the tolerances its approximate rounds were priced at "
+            f"(`tolerances`; before the cells recorded it, {TOLERANCES_BEFORE}); its median "
+            "time to target (seeds reaching it); auto's; its "
             "time over "
             "auto's (paired geometric mean [95 % interval], ▼/▽ below 1 as in the table "
             "above); the goal against the cell's best rival, with its median time over that "
             "rival's.")
-    return head + "\n\n" + table(["cell", "p", METHOD, "auto", f"{METHOD} / auto",
+    return head + "\n\n" + table(["cell", "p", "tolerances", METHOD, "auto",
+                                  f"{METHOD} / auto",
                                   "goal (best rival)"], rows) + "\n\n" + note
 
 
