@@ -48,11 +48,11 @@ class ApproximateRounds:
     ``alpha``: weight of the newest error measurement; ``samples``: Monte Carlo draws;
     ``tolerances``: which tolerances the approximate candidates are priced at,
     ``"trust-region"`` (the exact choice's candidates: ``s`` at least half the last round's)
-    or ``"all"`` (every tolerance of the placement, so drop-stragglers, ``s = 0``, stays a
-    candidate after rounds at ``s_max``); the exact round it is compared with is the
-    trust region's either way, and the trust region follows the last round's ``s``,
-    approximate or exact (after an approximate round at ``s = 0`` every ``s`` is a
-    candidate)."""
+    or ``"all"`` (the default, chosen on the development seeds: every tolerance of the
+    placement, so drop-stragglers, ``s = 0``, stays a candidate after rounds at ``s_max``);
+    the exact round it is compared with is the trust region's either way, and the trust
+    region follows the last round's ``s``, approximate or exact (after an approximate round
+    at ``s = 0`` every ``s`` is a candidate)."""
 
     #: the knobs above and below, by name (what a benchmark records of a run)
     KNOBS = ("max_short", "short_fraction", "run", "error_power", "alpha", "samples",
@@ -65,7 +65,7 @@ class ApproximateRounds:
     error_power = ERROR_POWER
     alpha = 0.3
     samples = 256
-    tolerances = "trust-region"
+    tolerances = "all"
 
     def __init__(self, seed: int) -> None:
         check_error_power(self.error_power, "ApproximateRounds.error_power")
