@@ -569,24 +569,22 @@ def test_the_auto_approximate_tuning_runs_the_grids_regimes():
 
 
 def test_the_auto_approximate_tuning_rule_counts_every_seed_and_samples_its_cohorts():
-    from experiments import tune_auto_approximate as tune
     from experiments.compare import load_grid
+    from experiments.tune_auto_approximate import GRID, OUT, SAMPLED, paired_ratio, tuning_cell
     from fl_gradcode.flower.approximate_rounds import ApproximateRounds
 
-    GRID, SAMPLED, paired_ratio, tuning_cell = (tune.GRID, tune.SAMPLED, tune.paired_ratio,
-                                                tune.tuning_cell)
     # the rule's ratio of a seed, by its docstring: 2x, 0.5x, 1x where one or both miss
     assert (paired_ratio(3.0, 6.0), paired_ratio(None, 6.0)) == (0.5, 2.0)
     assert (paired_ratio(3.0, None), paired_ratio(None, None)) == (0.5, 1.0)
     # the library's defaults are the setting the rule chose on the development seeds
-    chosen = json.loads((ROOT / tune.OUT).read_text())["chosen"]["knobs"]
+    latest = json.loads((ROOT / OUT).read_text())
+    chosen = latest["chosen"]["knobs"]
     assert set(chosen) == set(GRID)  # the file is the current grid's
     assert all(getattr(ApproximateRounds, k) == v for k, v in chosen.items())
     # the latest tuning ran with the earlier one's choice of the knobs it did not tune
-    latest = json.loads((ROOT / tune.OUT).read_text())["grid"]
     earlier = json.loads((ROOT / "results" / "auto_approximate_tuning_power.json")
                          .read_text())["chosen"]["knobs"]
-    assert all(latest[k] == [v] for k, v in earlier.items())
+    assert all(latest["grid"][k] == [v] for k, v in earlier.items())
     grid = load_grid()
     assert {t for t, *_ in SAMPLED} == {"natural-noniid"}
     for task, regime, n, cohort in SAMPLED:

@@ -43,16 +43,15 @@ POWER_BEFORE = 1.0
 TOLERANCES_BEFORE = "trust-region"
 
 
+def knob(cell: Mapping[str, Any], name: str, before: Any) -> Any:
+    """The knob ``name`` a cell's :data:`METHOD` runs had (its ``settings.auto_approximate``;
+    ``before``: runs made before the cell recorded it)."""
+    return (cell.get("settings", {}).get("auto_approximate") or {}).get(name, before)
+
+
 def power_text(cell: Mapping[str, Any]) -> str:
     """The ``error_power`` a cell's :data:`METHOD` runs had."""
-    knobs = cell.get("settings", {}).get("auto_approximate")
-    return f"{(knobs or {}).get('error_power', POWER_BEFORE):g}"
-
-
-def tolerances_text(cell: Mapping[str, Any]) -> str:
-    """The ``tolerances`` a cell's :data:`METHOD` runs had."""
-    knobs = cell.get("settings", {}).get("auto_approximate")
-    return str((knobs or {}).get("tolerances", TOLERANCES_BEFORE))
+    return f"{knob(cell, 'error_power', POWER_BEFORE):g}"
 
 
 def render_approximate(data: Mapping[str, Any], report: Sequence[str]) -> str:
@@ -75,7 +74,7 @@ def render_approximate(data: Mapping[str, Any], report: Sequence[str]) -> str:
             met += ok
             ratio = time_over(mine.median_time, v.best_stats.median_time)
             goal = f"{'✓' if ok else '✗'} {times_text(ratio)} {method_label(v.best)}"
-        rows.append([name, power_text(cell), tolerances_text(cell),
+        rows.append([name, power_text(cell), str(knob(cell, "tolerances", TOLERANCES_BEFORE)),
                      f"{seconds(mine.median_time)} ({mine.reached}/{mine.seeds})",
                      "-" if auto is None else seconds(auto.median_time),
                      ratio_text(cell["summary"].get(METHOD), auto), goal])
