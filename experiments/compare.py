@@ -369,10 +369,16 @@ def approximate_knobs() -> dict[str, float | str]:
 def _main(args: argparse.Namespace) -> int:
     grid = load_grid()
     if args.grid and args.merge:
-        from experiments.run_grid import merge_files
+        from experiments.run_grid import merge_files, merge_methods
 
-        merged = merge_files(Path(args.out or GRID_OUT), grid,
-                             [Path(f.strip()) for f in args.merge.split(",") if f.strip()])
+        sources = [Path(f.strip()) for f in args.merge.split(",") if f.strip()]
+        try:
+            merged = (merge_methods(Path(args.out or GRID_OUT), grid, sources,
+                                    check_methods(split_methods(args.methods)))
+                      if args.methods else merge_files(Path(args.out or GRID_OUT), grid,
+                                                       sources))
+        except ValueError as exc:
+            raise SystemExit(f"python -m experiments.compare: {exc}") from None
         print(f"grid: merged {', '.join(merged) or 'no cell'} into {args.out or GRID_OUT}")
         return 0
     if args.grid:

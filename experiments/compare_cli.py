@@ -130,7 +130,9 @@ def build_parser(doc: str) -> argparse.ArgumentParser:
                              "--methods again (their runs replaced); other cells run fully")
     parser.add_argument("--merge", default=None,
                         help="with --grid: comma-separated grid files (each the --out of a "
-                             "run in parallel) whose cells are merged into --out; runs nothing")
+                             "run in parallel) whose cells are merged into --out; runs nothing; "
+                             "with --methods, only those methods of each cell's last re-run "
+                             "(every other method as --out has it)")
     parser.add_argument("--quick", action="store_true",
                         help=f"the quick slice (flags given with it replace its entries): "
                              f"{QUICK}")

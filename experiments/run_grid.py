@@ -39,7 +39,7 @@ from experiments.fedbuff_tuning import check_tuning_lists
 from experiments.summary import print_summary, summarize
 
 __all__ = ["cell_names", "check_grid", "estimate", "grid_cells", "grid_methods", "journal_path",
-           "merge", "merge_files", "off_problem", "run_grid", "set_aside"]
+           "merge", "merge_files", "merge_methods", "off_problem", "run_grid", "set_aside"]
 
 
 def grid_cells(grid: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -163,6 +163,45 @@ def merge_files(out: Path, grid: Mapping[str, Any], sources: Sequence[Path]) -> 
     for name, cell in cells:
         merge(out, grid, name, cell)
     return [name for name, _ in cells]
+
+
+def merge_methods(out: Path, grid: Mapping[str, Any], sources: Sequence[Path],
+                  methods: Sequence[str]) -> list[str]:
+    """Merge only ``methods`` of the cells of ``sources`` into ``out`` (re-runs of different
+    methods made in parallel, each process with its own copy of the grid file): each source
+    cell's last re-run must have run every one of ``methods``; their runs replace those in
+    ``out``'s cell, and of the settings that re-run changed (its ``replaced_settings``) the
+    cell takes the new values, as a re-run in place would (:func:`rerun_cell`: another
+    method's own settings stay). Every other method's runs and settings stay as ``out`` has
+    them. A cell ``out`` lacks, or one in several sources, is refused. Returns the cells."""
+    data = _load(out)
+    seen: dict[str, Path] = {}
+    merged: list[tuple[str, dict[str, Any]]] = []
+    for source in sources:
+        for name, cell in _load(Path(source))["cells"].items():
+            if name in seen:
+                raise ValueError(f"cell {name!r} is in both {seen[name]} and {source}: "
+                                 "merge one of them")
+            seen[name] = Path(source)
+            if name not in data["cells"]:
+                raise ValueError(f"{source}: cell {name!r} is not in {out}: merge whole "
+                                 "cells (--merge without --methods)")
+            last = (cell.get("reruns") or [{}])[-1]
+            missing = [m for m in methods if m not in last.get("methods", [])]
+            if missing:
+                raise ValueError(f"{source}: the last re-run of {name!r} ran "
+                                 f"{last.get('methods', [])}, not {missing}: only methods it "
+                                 "ran can be merged method by method")
+            changed = {k: cell["settings"][k] for k in last.get("replaced_settings", {})
+                       if k in cell["settings"]}
+            result = {"runs": [r for r in cell["runs"] if r["method"] in methods],
+                      "settings": changed, "runtime_s": last["runtime_s"],
+                      "finished_utc": last.get("finished_utc")}
+            merged.append((name, rerun_cell(data["cells"][name], result, list(methods),
+                                            grid["rules"])))
+    for name, cell in merged:
+        merge(out, grid, name, cell)
+    return [name for name, _ in merged]
 
 
 def _mean(values: Sequence[float]) -> float | None:

@@ -221,3 +221,50 @@ def test_fedbuffs_tuned_pick_stays_when_another_method_runs_again(tmp_path, one_
     assert again["settings"]["fedbuff"]["server_lr"] == 0.25
     assert again["reruns"][-1]["replaced_settings"]["fedbuff"] == tuned
     assert [r["method"] for r in again["runs"]].count("fedbuff") == 1
+
+
+def _run(method, seed, t):
+    return {"method": method, "seed": seed, "time_to_target": t, "final_accuracy": 0.9,
+            "rounds": 3, "bytes_up": 10, "client_compute_s": 1.0, "wall_s": 1.0}
+
+
+def test_a_merge_of_named_methods_keeps_every_other_method_as_the_file_has_it(tmp_path):
+    grid = compare.load_grid()
+    name = "digits-logreg/persistent/20x20"
+    base = {"settings": {"task": "digits-logreg", "latency": "persistent", "n": 20,
+                         "cohort": 20, "run_config": {"auto-margin": 0.1},
+                         "fedbuff": {"server_lr": 0.5}},
+            "runs": [_run("auto", 10, 4.0), _run("wait-for-all", 10, 8.0),
+                     _run("fedbuff", 10, 6.0)], "summary": {}, "runtime_s": 3.0}
+    # the file as it is now: FedBuff was run again (tuned) after the copy below was taken
+    out, copy = tmp_path / "out.json", tmp_path / "copy.json"
+    now = {**base, "settings": {**base["settings"], "fedbuff": {"server_lr": 1.0}},
+           "runs": [_run("auto", 10, 4.0), _run("wait-for-all", 10, 8.0),
+                    _run("fedbuff", 10, 2.0)]}
+    run_grid.merge(out, grid, name, now)
+    # the copy: auto run again with another margin (wait-for-all's run differs there too)
+    again = {**base, "settings": {**base["settings"], "run_config": {"auto-margin": 3.0}},
+             "runs": [_run("auto", 10, 5.0), _run("wait-for-all", 10, 9.0),
+                      _run("fedbuff", 10, 6.0)],
+             "reruns": [{"methods": ["auto"], "runtime_s": 1.5, "finished_utc": "t",
+                         "replaced_settings": {"run_config": {"auto-margin": 0.1}}}]}
+    run_grid.merge(copy, grid, name, again)
+    # a method the copy's last re-run did not run is refused, naming it
+    with pytest.raises(SystemExit, match="not \\['wait-for-all'\\]"):
+        compare.main(["--grid", "--merge", str(copy), "--methods", "auto,wait-for-all",
+                      "--out", str(out)])
+    assert compare.main(["--grid", "--merge", str(copy), "--methods", "auto",
+                         "--out", str(out)]) == 0
+    cell = json.loads(out.read_text())["cells"][name]
+    times = {r["method"]: r["time_to_target"] for r in cell["runs"]}
+    assert times == {"auto": 5.0, "wait-for-all": 8.0, "fedbuff": 2.0}
+    assert cell["settings"]["fedbuff"] == {"server_lr": 1.0}
+    assert cell["settings"]["run_config"] == {"auto-margin": 3.0}
+    assert cell["reruns"][-1]["methods"] == ["auto"]
+    assert cell["reruns"][-1]["replaced_settings"] == {"run_config": {"auto-margin": 0.1}}
+    # the summary is redone with the merged runs: wait-for-all's 8 s over auto's new 5 s
+    assert cell["summary"]["wait-for-all"]["time_to_target_vs_auto"]["per_seed"]["10"] == 1.6
+    # a cell the file lacks is refused: it merges whole
+    run_grid.merge(copy, grid, "digits-logreg/bimodal/20x20", _fake_cell("bimodal"))
+    with pytest.raises(SystemExit, match=r"not in .*out\.json"):
+        compare.main(["--grid", "--merge", str(copy), "--methods", "auto", "--out", str(out)])
