@@ -369,17 +369,18 @@ def approximate_knobs() -> dict[str, float | str]:
 def _main(args: argparse.Namespace) -> int:
     grid = load_grid()
     if args.grid and args.merge:
-        from experiments.run_grid import merge_files, merge_methods
+        from experiments.run_grid import cell_names, merge_files, merge_methods
 
         sources = [Path(f.strip()) for f in args.merge.split(",") if f.strip()]
+        out = Path(args.out or GRID_OUT)
         try:
-            merged = (merge_methods(Path(args.out or GRID_OUT), grid, sources,
-                                    check_methods(split_methods(args.methods)))
-                      if args.methods else merge_files(Path(args.out or GRID_OUT), grid,
-                                                       sources))
+            names = None if args.cells == "*" else cell_names(grid, args.cells)
+            merged = (merge_methods(out, grid, sources,
+                                    check_methods(split_methods(args.methods)), names)
+                      if args.methods else merge_files(out, grid, sources, names))
         except ValueError as exc:
             raise SystemExit(f"python -m experiments.compare: {exc}") from None
-        print(f"grid: merged {', '.join(merged) or 'no cell'} into {args.out or GRID_OUT}")
+        print(f"grid: merged {', '.join(merged) or 'no cell'} into {out}")
         return 0
     if args.grid:
         from experiments.run_grid import check_grid, run_grid

@@ -124,7 +124,8 @@ def build_parser(doc: str) -> argparse.ArgumentParser:
                              "seeds, merging each finished cell into --out")
     parser.add_argument("--cells", default="*",
                         help="with --grid: comma-separated patterns (fnmatch) of cell ids "
-                             "TASK/LATENCY/NxCOHORT, e.g. 'digits-logreg/*/20x20'")
+                             "TASK/LATENCY/NxCOHORT, e.g. 'digits-logreg/*/20x20' (with "
+                             "--merge: the cells merged)")
     parser.add_argument("--rerun", action="store_true",
                         help="with --grid and --methods: cells already in --out run only "
                              "--methods again (their runs replaced); other cells run fully")

@@ -144,61 +144,68 @@ def merge(out: Path, grid: Mapping[str, Any], name: str | None = None,
     return data
 
 
-def merge_files(out: Path, grid: Mapping[str, Any], sources: Sequence[Path]) -> list[str]:
-    """Merge every finished cell of the grid files ``sources`` (cells run in parallel, each
-    process with its own ``--out``) into ``out``; a cell in several files is refused (which
-    run to keep is a choice to make by hand). Returns the merged cells' names."""
-    known = {c["name"] for c in grid_cells(grid)}
+def _source_cells(sources: Sequence[Path],
+                  names: Sequence[str] | None) -> list[tuple[str, Path, dict[str, Any]]]:
+    """The cells of the grid files ``sources`` (only ``names`` when given): a cell in several
+    files is refused (which run to keep is a choice to make by hand)."""
     seen: dict[str, Path] = {}
-    cells: list[tuple[str, dict[str, Any]]] = []
+    cells = []
     for source in sources:
         for name, cell in _load(Path(source))["cells"].items():
-            if name not in known:
-                raise ValueError(f"{source}: cell {name!r} is not in experiments/grid.toml")
+            if names is not None and name not in names:
+                continue
             if name in seen:
                 raise ValueError(f"cell {name!r} is in both {seen[name]} and {source}: "
                                  "merge one of them")
             seen[name] = Path(source)
-            cells.append((name, cell))
-    for name, cell in cells:
+            cells.append((name, Path(source), cell))
+    return cells
+
+
+def merge_files(out: Path, grid: Mapping[str, Any], sources: Sequence[Path],
+                names: Sequence[str] | None = None) -> list[str]:
+    """Merge every finished cell (only ``names`` when given) of the grid files ``sources``
+    (cells run in parallel, each process with its own ``--out``) into ``out``; a cell in
+    several files is refused. Returns the merged cells' names."""
+    known = {c["name"] for c in grid_cells(grid)}
+    cells = _source_cells(sources, names)
+    for name, source, _ in cells:
+        if name not in known:
+            raise ValueError(f"{source}: cell {name!r} is not in experiments/grid.toml")
+    for name, _, cell in cells:
         merge(out, grid, name, cell)
-    return [name for name, _ in cells]
+    return [name for name, _, _ in cells]
 
 
 def merge_methods(out: Path, grid: Mapping[str, Any], sources: Sequence[Path],
-                  methods: Sequence[str]) -> list[str]:
+                  methods: Sequence[str], names: Sequence[str] | None = None) -> list[str]:
     """Merge only ``methods`` of the cells of ``sources`` into ``out`` (re-runs of different
     methods made in parallel, each process with its own copy of the grid file): each source
     cell's last re-run must have run every one of ``methods``; their runs replace those in
     ``out``'s cell, and of the settings that re-run changed (its ``replaced_settings``) the
     cell takes the new values, as a re-run in place would (:func:`rerun_cell`: another
     method's own settings stay). Every other method's runs and settings stay as ``out`` has
-    them. A cell ``out`` lacks, or one in several sources, is refused. Returns the cells."""
+    them (only the cells ``names`` when given). A cell ``out`` lacks, or one in several
+    sources, is refused. Returns the merged cells' names."""
     data = _load(out)
-    seen: dict[str, Path] = {}
     merged: list[tuple[str, dict[str, Any]]] = []
-    for source in sources:
-        for name, cell in _load(Path(source))["cells"].items():
-            if name in seen:
-                raise ValueError(f"cell {name!r} is in both {seen[name]} and {source}: "
-                                 "merge one of them")
-            seen[name] = Path(source)
-            if name not in data["cells"]:
-                raise ValueError(f"{source}: cell {name!r} is not in {out}: merge whole "
-                                 "cells (--merge without --methods)")
-            last = (cell.get("reruns") or [{}])[-1]
-            missing = [m for m in methods if m not in last.get("methods", [])]
-            if missing:
-                raise ValueError(f"{source}: the last re-run of {name!r} ran "
-                                 f"{last.get('methods', [])}, not {missing}: only methods it "
-                                 "ran can be merged method by method")
-            changed = {k: cell["settings"][k] for k in last.get("replaced_settings", {})
-                       if k in cell["settings"]}
-            result = {"runs": [r for r in cell["runs"] if r["method"] in methods],
-                      "settings": changed, "runtime_s": last["runtime_s"],
-                      "finished_utc": last.get("finished_utc")}
-            merged.append((name, rerun_cell(data["cells"][name], result, list(methods),
-                                            grid["rules"])))
+    for name, source, cell in _source_cells(sources, names):
+        if name not in data["cells"]:
+            raise ValueError(f"{source}: cell {name!r} is not in {out}: merge whole "
+                             "cells (--merge without --methods)")
+        last = (cell.get("reruns") or [{}])[-1]
+        missing = [m for m in methods if m not in last.get("methods", [])]
+        if missing:
+            raise ValueError(f"{source}: the last re-run of {name!r} ran "
+                             f"{last.get('methods', [])}, not {missing}: only methods it "
+                             "ran can be merged method by method (--cells picks cells)")
+        changed = {k: cell["settings"][k] for k in last.get("replaced_settings", {})
+                   if k in cell["settings"]}
+        result = {"runs": [r for r in cell["runs"] if r["method"] in methods],
+                  "settings": changed, "runtime_s": last["runtime_s"],
+                  "finished_utc": last.get("finished_utc")}
+        merged.append((name, rerun_cell(data["cells"][name], result, list(methods),
+                                        grid["rules"])))
     for name, cell in merged:
         merge(out, grid, name, cell)
     return [name for name, _ in merged]

@@ -264,7 +264,10 @@ def test_a_merge_of_named_methods_keeps_every_other_method_as_the_file_has_it(tm
     assert cell["reruns"][-1]["replaced_settings"] == {"run_config": {"auto-margin": 0.1}}
     # the summary is redone with the merged runs: wait-for-all's 8 s over auto's new 5 s
     assert cell["summary"]["wait-for-all"]["time_to_target_vs_auto"]["per_seed"]["10"] == 1.6
-    # a cell the file lacks is refused: it merges whole
+    # a cell the file lacks is refused: it merges whole; --cells leaves it out
     run_grid.merge(copy, grid, "digits-logreg/bimodal/20x20", _fake_cell("bimodal"))
     with pytest.raises(SystemExit, match=r"not in .*out\.json"):
         compare.main(["--grid", "--merge", str(copy), "--methods", "auto", "--out", str(out)])
+    assert compare.main(["--grid", "--merge", str(copy), "--methods", "auto", "--cells",
+                         "*/persistent/*", "--out", str(out)]) == 0
+    assert set(json.loads(out.read_text())["cells"]) == {name}
