@@ -59,6 +59,10 @@ class InProcessGrid:
         ``duplicate(partition_id, round) -> bool``: the reply is delivered twice.
     src_node_id : callable, optional
         ``src_node_id(partition_id, round) -> int | None``: the sender id the reply carries.
+    hold : callable, optional
+        ``hold(partition_id, round) -> int | None``: the reply can be pulled only once a
+        message of that later round has been pushed (a reply that comes in late whatever the
+        machine's load, unlike a ``delay``), after its ``delay`` if any.
 
     ``round`` is the message's ``group_id`` when it is a number, else 0 (e.g. the handshake).
     """
@@ -76,6 +80,7 @@ class InProcessGrid:
         crash: Callable[[int, int], bool] | None = None,
         duplicate: Callable[[int, int], bool] | None = None,
         src_node_id: Callable[[int, int], int | None] | None = None,
+        hold: Callable[[int, int], int | None] | None = None,
     ) -> None:
         set_task_identity()
         if num_nodes < 1:
@@ -90,6 +95,8 @@ class InProcessGrid:
         self._crash = crash
         self._duplicate = duplicate
         self._src_node_id = src_node_id
+        self._hold = hold
+        self._held: dict[str, int] = {}  # message id -> the round whose push releases it
         self.injected: list[tuple[str, int, int]] = []  # (fault, node index, round)
         self.contexts = {
             node: Context(
@@ -137,10 +144,13 @@ class InProcessGrid:
             mid = str(uuid.uuid4())
             msg.metadata.__dict__["_message_id"] = mid
             self.pushed += 1
-            reply = self._run(msg)
-            index = self.index[msg.metadata.dst_node_id]
             group = msg.metadata.group_id
             server_round = int(group) if group.isdigit() else 0
+            for held, until in list(self._held.items()):
+                if server_round >= until:  # a later round's push releases the reply
+                    del self._held[held]
+            reply = self._run(msg)
+            index = self.index[msg.metadata.dst_node_id]
             wait = 0.0
             if self.delay is not None:
                 wait = self.delay(index, server_round)
@@ -155,6 +165,14 @@ class InProcessGrid:
                     reply.metadata.__dict__["_src_node_id"] = int(src)
             self._ready[mid] = (time.monotonic() + wait, reply)
             self.available_at[mid] = self._ready[mid][0]
+            until = self._hold(index, server_round) if self._hold is not None else None
+            if until is not None:
+                if until <= server_round:
+                    raise ValueError(f"hold({index}, {server_round}) = {until!r}: the round "
+                                     f"that releases a reply must be later than "
+                                     f"{server_round}")
+                self.injected.append(("hold", index, server_round))
+                self._held[mid] = int(until)
             if self._duplicate is not None and self._duplicate(index, server_round):
                 self.injected.append(("duplicate", index, server_round))
                 twin = copy.deepcopy(reply)
@@ -166,7 +184,7 @@ class InProcessGrid:
         now = time.monotonic()
         out = []
         for mid in list(message_ids):
-            if mid in self._ready and self._ready[mid][0] <= now:
+            if mid in self._ready and self._ready[mid][0] <= now and mid not in self._held:
                 out.append(self._ready.pop(mid)[1])
                 if mid in self._copies:
                     out.append(self._copies.pop(mid)[1])
@@ -174,11 +192,11 @@ class InProcessGrid:
 
     def next_reply_in(self, message_ids: Iterable[str]) -> float | None:
         """Seconds until the first reply to one of ``message_ids`` can be pulled (``<= 0``:
-        one can be pulled now; ``None``: none will, e.g. all pulled or crashed). A grid that
+        one can be pulled now; ``None``: none will, e.g. all pulled, crashed or held). A grid that
         knows this lets :class:`~fl_gradcode.flower.grid.EarlyReturnGrid` pull right then
         instead of on a fixed poll interval."""
         ready = self._ready
-        due = [ready[mid][0] for mid in message_ids if mid in ready]
+        due = [ready[mid][0] for mid in message_ids if mid in ready and mid not in self._held]
         return min(due) - time.monotonic() if due else None
 
     def send_and_receive(

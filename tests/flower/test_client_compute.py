@@ -41,13 +41,13 @@ class PartitionWork:
 
 
 def test_late_partitions_are_counted_in_the_client_compute():
-    """Wall-clock timing, FRC n=4 s=1: worker 3's round-1 reply is held back 0.4 s, so round 1
-    decodes without it and returns; the reply is pulled during a later round as late. Its two
-    partitions were computed: the rows' compute_s over the run must include them."""
+    """Wall-clock timing, FRC n=4 s=1: worker 3's round-1 reply is held back until round 2 is
+    sent (whatever the machine's load), so round 1 decodes without it and returns; the reply
+    is pulled during a later round as late. Its two partitions were computed: the rows'
+    compute_s over the run must include them."""
     work = PartitionWork()
-    held = {(3, 1)}
     grid = InProcessGrid(make_app(gradient_coding_mod, work), 4,
-                         delay=lambda worker, rnd: 0.4 if (worker, rnd) in held else 0.0)
+                         hold=lambda worker, rnd: 2 if (worker, rnd) == (3, 1) else None)
     result = run(4, code="frc", s=1, rounds=4, timing="wallclock", grid=grid,
                  straggler_timeout=30.0)
     rows = result.rows

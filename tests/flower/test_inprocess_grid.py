@@ -169,6 +169,22 @@ def test_delayed_reply_is_pullable_only_after_its_delay():
     assert len(grid.pull_messages(ids)) == 1
 
 
+def test_a_held_reply_is_pullable_only_once_a_later_round_is_pushed():
+    grid = InProcessGrid(_echo, 2, hold=lambda i, r: 3 if (i, r) == (1, 1) else None,
+                         node_ids=[11, 22])
+    first = grid.push_messages([_train(n, 1) for n in (11, 22)])
+    assert [m.metadata.src_node_id for m in grid.pull_messages(first)] == [11]
+    assert grid.next_reply_in(first) is None  # nothing due: the other reply is held
+    grid.push_messages([_train(11, 2)])  # round 2 does not release it
+    assert grid.pull_messages(first) == []
+    grid.push_messages([_train(11, 3)])
+    assert [m.metadata.src_node_id for m in grid.pull_messages(first)] == [22]
+    assert grid.injected == [("hold", 1, 1)]
+    bad = InProcessGrid(_echo, 1, hold=lambda i, r: r, node_ids=[11])
+    with pytest.raises(ValueError, match=r"hold\(0, 4\) = 4: .* later than 4"):
+        bad.push_messages([_train(11, 4)])
+
+
 def test_duplicate_twin_has_a_real_message_id():
     grid = InProcessGrid(_echo, 1, duplicate=lambda i, r: True)
     node = next(iter(grid.get_node_ids()))
