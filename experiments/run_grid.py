@@ -23,7 +23,7 @@ from __future__ import annotations
 import datetime as _dt
 import fnmatch
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from experiments.compare import (
     task_target,
 )
 from experiments.fedbuff_tuning import check_tuning_lists
+from experiments.rival_runs import RIVALS
 from experiments.summary import print_summary, summarize
 
 __all__ = ["cell_names", "check_grid", "estimate", "grid_cells", "grid_methods", "journal_path",
@@ -151,6 +152,8 @@ def _source_cells(sources: Sequence[Path],
     seen: dict[str, Path] = {}
     cells = []
     for source in sources:
+        if not Path(source).is_file():
+            raise ValueError(f"--merge {source}: no such file")
         for name, cell in _load(Path(source))["cells"].items():
             if names is not None and name not in names:
                 continue
@@ -159,6 +162,8 @@ def _source_cells(sources: Sequence[Path],
                                  "merge one of them")
             seen[name] = Path(source)
             cells.append((name, Path(source), cell))
+    if names is not None and not cells:
+        raise ValueError(f"--cells {', '.join(names)}: in none of {', '.join(map(str, sources))}")
     return cells
 
 
@@ -180,32 +185,46 @@ def merge_files(out: Path, grid: Mapping[str, Any], sources: Sequence[Path],
 def merge_methods(out: Path, grid: Mapping[str, Any], sources: Sequence[Path],
                   methods: Sequence[str], names: Sequence[str] | None = None) -> list[str]:
     """Merge only ``methods`` of the cells of ``sources`` into ``out`` (re-runs of different
-    methods made in parallel, each process with its own copy of the grid file): each source
-    cell's last re-run must have run every one of ``methods``; their runs replace those in
-    ``out``'s cell, and of the settings that re-run changed (its ``replaced_settings``) the
-    cell takes the new values, as a re-run in place would (:func:`rerun_cell`: another
-    method's own settings stay). Every other method's runs and settings stay as ``out`` has
-    them (only the cells ``names`` when given). A cell ``out`` lacks, or one in several
-    sources, is refused. Returns the merged cells' names."""
+    methods made in parallel, each process with its own copy of the grid file), as a re-run
+    of ``methods`` in place would have: each source cell's last re-run must have run every
+    one of ``methods``; their runs replace those in ``out``'s cell, and of the settings that
+    re-run changed (its ``replaced_settings``) the cell takes the ones ``methods`` give
+    (:data:`SETTING_SOURCES`; the cell's shared settings too). Every other method's runs and
+    settings stay as ``out`` has them; the re-run record names what the source ran
+    (``ran``: its ``runtime_s`` is that whole re-run's) and the file (``merged_from``). Only
+    the cells ``names`` when given. Refused: a cell ``out`` lacks or the grid does not have,
+    one in several sources, a re-run ``out`` already has or older than one of ``out``'s
+    re-runs of those methods. Returns the merged cells' names."""
     data = _load(out)
+    known = {c["name"] for c in grid_cells(grid)}
     merged: list[tuple[str, dict[str, Any]]] = []
     for name, source, cell in _source_cells(sources, names):
-        if name not in data["cells"]:
-            raise ValueError(f"{source}: cell {name!r} is not in {out}: merge whole "
-                             "cells (--merge without --methods)")
+        if name not in known or name not in data["cells"]:
+            raise ValueError(f"{source}: cell {name!r} is not in "
+                             f"{'experiments/grid.toml' if name not in known else out}: merge "
+                             "whole cells (--merge without --methods)")
         last = (cell.get("reruns") or [{}])[-1]
         missing = [m for m in methods if m not in last.get("methods", [])]
         if missing:
             raise ValueError(f"{source}: the last re-run of {name!r} ran "
                              f"{last.get('methods', [])}, not {missing}: only methods it "
                              "ran can be merged method by method (--cells picks cells)")
+        when = last.get("finished_utc") or ""
+        for done in data["cells"][name].get("reruns", []):
+            if not set(methods) & set(done["methods"]):
+                continue
+            if (done.get("finished_utc") or "") >= when:
+                raise ValueError(f"{source}: {out} has {name!r}'s re-run of {done['methods']} "
+                                 f"finished {done.get('finished_utc')}, not older than this "
+                                 f"one ({when or 'undated'}): already merged, or newer")
         changed = {k: cell["settings"][k] for k in last.get("replaced_settings", {})
                    if k in cell["settings"]}
         result = {"runs": [r for r in cell["runs"] if r["method"] in methods],
                   "settings": changed, "runtime_s": last["runtime_s"],
                   "finished_utc": last.get("finished_utc")}
-        merged.append((name, rerun_cell(data["cells"][name], result, list(methods),
-                                        grid["rules"])))
+        entry = rerun_cell(data["cells"][name], result, list(methods), grid["rules"])
+        entry["reruns"][-1].update(ran=list(last["methods"]), merged_from=str(source))
+        merged.append((name, entry))
     for name, cell in merged:
         merge(out, grid, name, cell)
     return [name for name, _ in merged]
@@ -299,8 +318,31 @@ def _task_factors(digits_wfa: float | None) -> dict[str, float]:
     return factors
 
 
-#: settings a cell records of one method's own (what a re-run of other methods leaves as it is)
-OWN_SETTINGS = {"fedbuff": "fedbuff", "first_k": "first-k", "auto_approximate": "auto-approximate"}
+def _coded(method: str) -> bool:
+    return method not in (*RIVALS, "deadline", "deadline-best")
+
+
+def _deadline_best(method: str) -> bool:
+    return method == "deadline-best"
+
+
+#: the settings a cell records from some of its methods only (key -> whether a method gives
+#: it; every other key is the cell's, shared by all): a re-run of other methods leaves them
+#: as they are (:func:`rerun_cell`)
+SETTING_SOURCES: dict[str, Callable[[str], bool]] = {
+    "fedbuff": lambda m: m == "fedbuff",
+    "first_k": lambda m: m == "first-k",
+    "auto_approximate": lambda m: m == "auto-approximate",
+    "rivals_stop_dropped_work": lambda m: m in ("deadline", "deadline-best", "first-k"),
+    "stated_deadline_s": lambda m: m in ("deadline", "deadline-best") or _coded(m),
+    "deadline_rule": lambda m: m in ("deadline", "deadline-best") or _coded(m),
+    "coded_straggler_timeout_s": _coded,
+    "coded_straggler_timeout_rule": _coded,
+    "deadline_best_s": _deadline_best,
+    "deadline_grid_s": _deadline_best,
+    "deadline_grid_results": _deadline_best,
+    "deadline_grid_read_back": _deadline_best,
+}
 
 
 def rerun_cell(existing: Mapping[str, Any], result: Mapping[str, Any],
@@ -314,7 +356,7 @@ def rerun_cell(existing: Mapping[str, Any], result: Mapping[str, Any],
     # another method runs again)
     facts = {k: v for k, v in result["settings"].items()
              if k not in ("methods", "quick", "set")
-             and (k not in OWN_SETTINGS or OWN_SETTINGS[k] in methods)}
+             and (k not in SETTING_SOURCES or any(map(SETTING_SOURCES[k], methods)))}
     settings = {**existing["settings"], **facts}
     # keys the re-run sets for the first time were absent (None)
     replaced = {k: existing["settings"].get(k) for k, v in facts.items()

@@ -115,7 +115,8 @@ class InProcessGrid:
         self.index = {node: i for i, node in enumerate(self.node_ids)}
         self._ready: dict[str, tuple[float, Message]] = {}
         self._copies: dict[str, tuple[float, Message]] = {}  # duplicated replies
-        self.available_at: dict[str, float] = {}  # message id -> when its reply is pullable
+        # message id -> when its reply is pullable (a held reply: also once its round is sent)
+        self.available_at: dict[str, float] = {}
         self.pushed = 0
         self.run_id = 1
 
@@ -141,16 +142,20 @@ class InProcessGrid:
             if msg.metadata.dst_node_id not in self.index:
                 ids.append("")
                 continue
+            group = msg.metadata.group_id
+            server_round = int(group) if group.isdigit() else 0
+            index = self.index[msg.metadata.dst_node_id]
+            until = self._hold(index, server_round) if self._hold is not None else None
+            if until is not None and until <= server_round:
+                raise ValueError(f"hold({index}, {server_round}) = {until!r}: the round that "
+                                 f"releases a reply must be later than {server_round}")
+            for held, release in list(self._held.items()):
+                if server_round >= release:  # a later round's push releases the reply
+                    del self._held[held]
             mid = str(uuid.uuid4())
             msg.metadata.__dict__["_message_id"] = mid
             self.pushed += 1
-            group = msg.metadata.group_id
-            server_round = int(group) if group.isdigit() else 0
-            for held, until in list(self._held.items()):
-                if server_round >= until:  # a later round's push releases the reply
-                    del self._held[held]
             reply = self._run(msg)
-            index = self.index[msg.metadata.dst_node_id]
             wait = 0.0
             if self.delay is not None:
                 wait = self.delay(index, server_round)
@@ -165,12 +170,7 @@ class InProcessGrid:
                     reply.metadata.__dict__["_src_node_id"] = int(src)
             self._ready[mid] = (time.monotonic() + wait, reply)
             self.available_at[mid] = self._ready[mid][0]
-            until = self._hold(index, server_round) if self._hold is not None else None
             if until is not None:
-                if until <= server_round:
-                    raise ValueError(f"hold({index}, {server_round}) = {until!r}: the round "
-                                     f"that releases a reply must be later than "
-                                     f"{server_round}")
                 self.injected.append(("hold", index, server_round))
                 self._held[mid] = int(until)
             if self._duplicate is not None and self._duplicate(index, server_round):

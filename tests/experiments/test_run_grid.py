@@ -264,10 +264,57 @@ def test_a_merge_of_named_methods_keeps_every_other_method_as_the_file_has_it(tm
     assert cell["reruns"][-1]["replaced_settings"] == {"run_config": {"auto-margin": 0.1}}
     # the summary is redone with the merged runs: wait-for-all's 8 s over auto's new 5 s
     assert cell["summary"]["wait-for-all"]["time_to_target_vs_auto"]["per_seed"]["10"] == 1.6
-    # a cell the file lacks is refused: it merges whole; --cells leaves it out
+    # a cell the file lacks is refused (it merges whole); --cells picks the cells merged
     run_grid.merge(copy, grid, "digits-logreg/bimodal/20x20", _fake_cell("bimodal"))
     with pytest.raises(SystemExit, match=r"not in .*out\.json"):
-        compare.main(["--grid", "--merge", str(copy), "--methods", "auto", "--out", str(out)])
-    assert compare.main(["--grid", "--merge", str(copy), "--methods", "auto", "--cells",
-                         "*/persistent/*", "--out", str(out)]) == 0
+        compare.main(["--grid", "--merge", str(copy), "--methods", "auto", "--cells",
+                      "*/bimodal/*", "--out", str(out)])
     assert set(json.loads(out.read_text())["cells"]) == {name}
+
+
+def test_a_merge_of_some_methods_takes_only_the_settings_they_give(tmp_path):
+    grid = compare.load_grid()
+    name = "digits-logreg/bimodal/20x20"
+    methods = ["auto", "auto-approximate", "deadline", "deadline-best", "first-k"]
+    old = {"task": "digits-logreg", "latency": "bimodal", "n": 20, "cohort": 20,
+           "methods": methods, "deadline_best_s": 1.0, "coded_straggler_timeout_s": 1.0,
+           "auto_approximate": {"tolerances": "trust-region"}}
+    now = {"settings": old, "runs": [_run(m, 10, 4.0) for m in methods], "summary": {},
+           "runtime_s": 3.0}
+    out, copy = tmp_path / "out.json", tmp_path / "copy.json"
+    run_grid.merge(out, grid, name, now)
+    new = {"deadline_best_s": 2.0, "coded_straggler_timeout_s": 2.0,
+           "rivals_stop_dropped_work": True, "auto_approximate": {"tolerances": "all"}}
+    ran = ["deadline", "deadline-best", "first-k", "auto-approximate"]
+    run_grid.merge(copy, grid, name, {
+        "settings": {**old, **new}, "summary": {}, "runtime_s": 9.0,
+        "runs": [_run(m, 10, 5.0 if m in ran else 4.0) for m in methods],
+        "reruns": [{"methods": ran, "runtime_s": 6.0, "finished_utc": "2026-12-01T03:00:00",
+                    "replaced_settings": {k: old.get(k) for k in new}}]})
+    assert compare.main(["--grid", "--merge", str(copy), "--methods", "auto-approximate",
+                         "--out", str(out)]) == 0
+    cell = json.loads(out.read_text())["cells"][name]
+    # the coded method's settings come along; deadline-best's and the rivals' stay
+    assert {k: cell["settings"].get(k) for k in new} == {
+        "deadline_best_s": 1.0, "coded_straggler_timeout_s": 2.0,
+        "rivals_stop_dropped_work": None, "auto_approximate": {"tolerances": "all"}}
+    assert {r["method"]: r["time_to_target"] for r in cell["runs"]}["deadline"] == 4.0
+    record = cell["reruns"][-1]
+    assert (record["methods"], record["ran"], record["merged_from"]) == (
+        ["auto-approximate"], ran, str(copy))
+    # the same re-run again: refused, nothing changes
+    with pytest.raises(SystemExit, match="already merged, or newer"):
+        compare.main(["--grid", "--merge", str(copy), "--methods", "auto-approximate",
+                      "--out", str(out)])
+    # the rivals from the same re-run: their settings, not the coded methods'
+    assert compare.main(["--grid", "--merge", str(copy), "--methods",
+                         "deadline,deadline-best,first-k", "--out", str(out)]) == 0
+    cell = json.loads(out.read_text())["cells"][name]
+    assert {k: cell["settings"].get(k) for k in new} == new
+    assert all(r["time_to_target"] == (5.0 if r["method"] in ran else 4.0)
+               for r in cell["runs"])
+    with pytest.raises(SystemExit, match="no such file"):
+        compare.main(["--grid", "--merge", str(tmp_path / "none.json"), "--out", str(out)])
+    with pytest.raises(SystemExit, match="in none of"):
+        compare.main(["--grid", "--merge", str(copy), "--cells", "*/pareto/*",
+                      "--out", str(out)])

@@ -183,6 +183,7 @@ def test_a_held_reply_is_pullable_only_once_a_later_round_is_pushed():
     bad = InProcessGrid(_echo, 1, hold=lambda i, r: r, node_ids=[11])
     with pytest.raises(ValueError, match=r"hold\(0, 4\) = 4: .* later than 4"):
         bad.push_messages([_train(11, 4)])
+    assert bad.pushed == 0  # refused before the node ran it
 
 
 def test_duplicate_twin_has_a_real_message_id():
