@@ -529,6 +529,12 @@ def render_headline(data: Mapping[str, Any], report: Sequence[str],
     reached = {m: (f" on the {stats[m].reached} of {stats[m].seeds} seeds it reached the target"
                    if m in stats and stats[m].reached < stats[m].seeds else "")
                for m in ratio}
+    from tools.docgen.fedbuff import per_round_reading  # it reads this module's helpers
+
+    read = (per_round_reading(cell) or {}).get("ratio_vs_auto")
+    if read is not None and "fedbuff" in reached:  # read after every step, a round once
+        reached["fedbuff"] += (f" ({read:.2f}× read as often as a round is: "
+                               "[docs](docs/adaptive.md#at-a-glance))")
     losses = [f"{words[m]} took {r:.2f}× auto's time{reached[m]}"
               for m, r in ratio.items() if r < 1]
     verdicts = [verdict(c, data["cells"][c]) for c in finished_cells(data, report)]
