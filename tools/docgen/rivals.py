@@ -331,18 +331,23 @@ def fedbuff_tuned(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
             f"fixed a priori (server lr {float(rules['fedbuff_server_lr']):g}, K "
             f"{float(rules['fedbuff_buffer_fraction']):g} of the cohort), so there the verdict "
             "may flatter auto.")
-    edge = 0
+    edge = small_k = 0
     for n in tuned:
         tuning = cells[n]["settings"]["fedbuff"]["tuning"]
         lrs = [g["server_lr"] for g in tuning["grid"]]
         fracs = [g["buffer_fraction"] for g in tuning["grid"]]
         chosen = tuning["chosen"]
-        edge += ((len(set(lrs)) > 1 and chosen["server_lr"] == max(lrs))
-                 or (len(set(fracs)) > 1 and chosen["buffer_fraction"] == min(fracs)))
+        least = len(set(fracs)) > 1 and chosen["buffer_fraction"] == min(fracs)
+        small_k += least
+        edge += (len(set(lrs)) > 1 and chosen["server_lr"] == max(lrs)) or least
     if edge:
         notes.append(f"In {edge} of the {len(tuned)} tuned cells FedBuff's pick is the "
                      "largest server lr or the smallest K tried (`settings.fedbuff.tuning`): "
-                     "it may do better still beyond them.")
+                     "it may do better still beyond them"
+                     + (f" (the smallest K in {small_k}: a smaller K also reads FedBuff's "
+                        "accuracy more often, which by itself can bring its first reading above the "
+                        "target sooner: `docs/adaptive.md`, At a glance)"
+                        if small_k else "") + ".")
     return notes
 
 
