@@ -57,4 +57,30 @@ def test_the_block_lists_each_finished_cell_with_both_readings():
     row = [line for line in text.splitlines() if line.startswith("| digits-logreg")]
     assert row == ["| digits-logreg/persistent/20x20 | 2 (2) | 2.5 s | 4.0 s | 1.60× | 3.00× "
                    "| 1.88× |"]
-    assert "in the finished cells is 1.60× the benchmark's" in text
+    assert "is 1.60× the benchmark's in 1 of the 1 finished cells" in text
+
+
+def test_a_curve_that_is_not_the_benchmarks_or_mixed_buffers_give_no_reading():
+    wrong = _cell()
+    wrong["runs"][0]["time_to_target"] = 5.0  # its curve first reaches the target at 3 s
+    assert per_round_reading(wrong) is None
+    mixed = _cell()
+    mixed["runs"][1]["buffer_size"] = 4
+    assert per_round_reading(mixed) is None
+
+
+def test_the_block_counts_the_cells_where_auto_would_meet_the_goal_read_per_round():
+    # auto 4 s on both seeds; FedBuff 3 s every step (auto misses the 1.05x), 6 s read per
+    # round (steps 2, 4, 6 of K = 2 in a cohort of 4; it crosses at steps 3 and 6): auto
+    # would meet the goal
+    cell = _cell()
+    for run in cell["runs"]:
+        if run["method"] == "fedbuff":
+            run["accuracy_curve"] = _curve([0.1, 0.1, 0.9, 0.1, 0.1, 0.9])
+            run["time_to_target"] = 3.0
+        else:
+            run["time_to_target"] = 4.0
+    name = "digits-logreg/persistent/20x20"
+    text = render_evaluation({"cells": {name: cell}}, [name])
+    assert f"auto would meet the goal in 1 more cell ({name})" in text
+    assert "0.75× read every step and 1.50× per round" in text

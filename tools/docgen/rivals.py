@@ -345,8 +345,8 @@ def fedbuff_tuned(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
                      "largest server lr or the smallest K tried (`settings.fedbuff.tuning`): "
                      "it may do better still beyond them"
                      + (f" (the smallest K in {small_k}: a smaller K also reads FedBuff's "
-                        "accuracy more often, which by itself can bring its first reading above the "
-                        "target sooner: `docs/adaptive.md`, At a glance)"
+                        "accuracy more often, which by itself can bring its first reading "
+                        "above the target sooner: `docs/adaptive.md`, At a glance)"
                         if small_k else "") + ".")
     return notes
 
@@ -538,8 +538,8 @@ def render_headline(data: Mapping[str, Any], report: Sequence[str],
 
     read = (per_round_reading(cell) or {}).get("ratio_vs_auto")
     if read is not None and "fedbuff" in reached:  # read after every step, a round once
-        reached["fedbuff"] += (f" ({read:.2f}× read as often as a round is: "
-                               "[docs](docs/adaptive.md#at-a-glance))")
+        reached["fedbuff"] += (f" ({read:.2f}× read as often as a round is, a reading "
+                               "after the results: [docs](docs/adaptive.md#at-a-glance))")
     losses = [f"{words[m]} took {r:.2f}× auto's time{reached[m]}"
               for m, r in ratio.items() if r < 1]
     verdicts = [verdict(c, data["cells"][c]) for c in finished_cells(data, report)]
