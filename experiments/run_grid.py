@@ -145,10 +145,12 @@ def merge(out: Path, grid: Mapping[str, Any], name: str | None = None,
     return data
 
 
-def _source_cells(sources: Sequence[Path],
+def _source_cells(grid: Mapping[str, Any], sources: Sequence[Path],
                   names: Sequence[str] | None) -> list[tuple[str, Path, dict[str, Any]]]:
-    """The cells of the grid files ``sources`` (only ``names`` when given): a cell in several
-    files is refused (which run to keep is a choice to make by hand)."""
+    """The cells of the grid files ``sources`` (only ``names`` when given): a cell the grid
+    does not have, or one in several files, is refused (which run to keep is a choice to
+    make by hand)."""
+    known = {c["name"] for c in grid_cells(grid)}
     seen: dict[str, Path] = {}
     cells = []
     for source in sources:
@@ -157,6 +159,8 @@ def _source_cells(sources: Sequence[Path],
         for name, cell in _load(Path(source))["cells"].items():
             if names is not None and name not in names:
                 continue
+            if name not in known:
+                raise ValueError(f"{source}: cell {name!r} is not in experiments/grid.toml")
             if name in seen:
                 raise ValueError(f"cell {name!r} is in both {seen[name]} and {source}: "
                                  "merge one of them")
@@ -172,11 +176,7 @@ def merge_files(out: Path, grid: Mapping[str, Any], sources: Sequence[Path],
     """Merge every finished cell (only ``names`` when given) of the grid files ``sources``
     (cells run in parallel, each process with its own ``--out``) into ``out``; a cell in
     several files is refused. Returns the merged cells' names."""
-    known = {c["name"] for c in grid_cells(grid)}
-    cells = _source_cells(sources, names)
-    for name, source, _ in cells:
-        if name not in known:
-            raise ValueError(f"{source}: cell {name!r} is not in experiments/grid.toml")
+    cells = _source_cells(grid, sources, names)
     for name, _, cell in cells:
         merge(out, grid, name, cell)
     return [name for name, _, _ in cells]
@@ -196,13 +196,11 @@ def merge_methods(out: Path, grid: Mapping[str, Any], sources: Sequence[Path],
     one in several sources, a re-run ``out`` already has or older than one of ``out``'s
     re-runs of those methods. Returns the merged cells' names."""
     data = _load(out)
-    known = {c["name"] for c in grid_cells(grid)}
     merged: list[tuple[str, dict[str, Any]]] = []
-    for name, source, cell in _source_cells(sources, names):
-        if name not in known or name not in data["cells"]:
-            raise ValueError(f"{source}: cell {name!r} is not in "
-                             f"{'experiments/grid.toml' if name not in known else out}: merge "
-                             "whole cells (--merge without --methods)")
+    for name, source, cell in _source_cells(grid, sources, names):
+        if name not in data["cells"]:
+            raise ValueError(f"{source}: cell {name!r} is not in {out}: merge whole cells "
+                             "(--merge without --methods)")
         last = (cell.get("reruns") or [{}])[-1]
         missing = [m for m in methods if m not in last.get("methods", [])]
         if missing:
@@ -326,6 +324,10 @@ def _deadline_best(method: str) -> bool:
     return method == "deadline-best"
 
 
+def _stated_deadline(method: str) -> bool:
+    return method in ("deadline", "deadline-best") or _coded(method)
+
+
 #: the settings a cell records from some of its methods only (key -> whether a method gives
 #: it; every other key is the cell's, shared by all): a re-run of other methods leaves them
 #: as they are (:func:`rerun_cell`)
@@ -334,8 +336,8 @@ SETTING_SOURCES: dict[str, Callable[[str], bool]] = {
     "first_k": lambda m: m == "first-k",
     "auto_approximate": lambda m: m == "auto-approximate",
     "rivals_stop_dropped_work": lambda m: m in ("deadline", "deadline-best", "first-k"),
-    "stated_deadline_s": lambda m: m in ("deadline", "deadline-best") or _coded(m),
-    "deadline_rule": lambda m: m in ("deadline", "deadline-best") or _coded(m),
+    "stated_deadline_s": _stated_deadline,
+    "deadline_rule": _stated_deadline,
     "coded_straggler_timeout_s": _coded,
     "coded_straggler_timeout_rule": _coded,
     "deadline_best_s": _deadline_best,

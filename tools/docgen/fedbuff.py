@@ -171,11 +171,6 @@ def time_at_rounds(curve: Sequence[Sequence[Any]], target: float, buffer: int,
     return math.inf
 
 
-def _first_reading(curve: Sequence[Sequence[Any]], target: float) -> float:
-    return next((float(t) for t, accuracy, *_ in curve
-                 if accuracy is not None and accuracy >= target), math.inf)
-
-
 def per_round_reading(cell: Mapping[str, Any]) -> dict[str, Any] | None:
     """FedBuff's runs of a finished cell read as often as a round (:func:`time_at_rounds`):
     ``{"buffer", "steps_per_round", "every_step", "per_round", "ratio_vs_auto",
@@ -193,7 +188,8 @@ def per_round_reading(cell: Mapping[str, Any]) -> dict[str, Any] | None:
     target, cohort = float(s["target"]), int(s["cohort"])
     every = [math.inf if r["time_to_target"] is None else float(r["time_to_target"])
              for r in runs]
-    if any(_first_reading(r["accuracy_curve"], target) != t
+    # read after every step (a "round" of one update in K = 1), as the benchmark read it
+    if any(time_at_rounds(r["accuracy_curve"], target, 1, 1) != t
            for r, t in zip(runs, every, strict=True)):
         return None
     per_round = [time_at_rounds(r["accuracy_curve"], target, int(r["buffer_size"]), cohort)
@@ -205,14 +201,14 @@ def per_round_reading(cell: Mapping[str, Any]) -> dict[str, Any] | None:
                 if math.isfinite(t) and auto.get(r["seed"]) is not None]
         return math.exp(sum(logs) / len(logs)) if logs else None
 
-    read = {id(r): t for r, t in zip(runs, per_round, strict=True)}
+    read = iter(per_round)  # FedBuff's runs in the cell's order
     buffer = int(runs[0]["buffer_size"])
     return {"buffer": buffer, "steps_per_round": cohort / buffer,
             "every_step": median(every), "per_round": median(per_round),
             "ratio_vs_auto": paired(per_round), "ratio_vs_auto_every_step": paired(every),
             "cell": {**cell, "runs": [
-                {**r, "time_to_target": None if math.isinf(read[id(r)]) else read[id(r)]}
-                if id(r) in read else r for r in cell["runs"]]}}
+                {**r, "time_to_target": None if math.isinf(t := next(read)) else t}
+                if r["method"] == "fedbuff" else r for r in cell["runs"]]}}
 
 
 def render_evaluation(data: Mapping[str, Any], report: Sequence[str]) -> str | None:
