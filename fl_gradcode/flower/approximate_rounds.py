@@ -52,11 +52,18 @@ class ApproximateRounds:
     placement, so drop-stragglers, ``s = 0``, stays a candidate after rounds at ``s_max``);
     the exact round it is compared with is the trust region's either way, and the trust
     region follows the last round's ``s``, approximate or exact (after an approximate round
-    at ``s = 0`` every ``s`` is a candidate)."""
+    at ``s = 0`` every ``s`` is a candidate);
+    ``max_skew``: ``None`` (no bound, the default) or the most the run's weighting of the data
+    partitions may differ from FedAvg's before another approximate round is allowed
+    (:meth:`skew`: the total variation distance between the partitions' shares of the
+    updates applied so far and their shares had every such round been exact, partitions
+    counted equally, ``0..1``): dropping the same slow clients round after round moves the
+    run's objective toward the other clients' data however small each round's error, and
+    with the bound the rounds stay exact until the dropped partitions have caught up."""
 
     #: the knobs above and below, by name (what a benchmark records of a run)
     KNOBS = ("max_short", "short_fraction", "run", "error_power", "alpha", "samples",
-             "tolerances")
+             "tolerances", "max_skew")
     #: the values :attr:`tolerances` may take
     TOLERANCES = ("trust-region", "all")
     max_short = 3
@@ -66,16 +73,36 @@ class ApproximateRounds:
     alpha = 0.3
     samples = 256
     tolerances = "all"
+    max_skew: float | None = None
 
     def __init__(self, seed: int) -> None:
         check_error_power(self.error_power, "ApproximateRounds.error_power")
         if self.tolerances not in self.TOLERANCES:
             raise ValueError(f"ApproximateRounds.tolerances={self.tolerances!r} must be one "
                              f"of {self.TOLERANCES}")
+        if self.max_skew is not None and not 0.0 <= self.max_skew <= 1.0:
+            raise ValueError(f"ApproximateRounds.max_skew={self.max_skew!r} must be None or "
+                             "in [0, 1] (a total variation distance)")
         self.seed = int(seed)
         self.errors = DecodeErrors(self.alpha)
         self.streak = 0  # approximate rounds since the last exact one
         self.candidates: dict[str, Any] = {}  # the last pricing (for inspection)
+        # per data partition (partition id, num-partitions): rounds with an applied update
+        # that had it in the cohort, and those of them whose update covered it
+        self.cohort_rounds: dict[tuple[int, int], int] = {}
+        self.covered_rounds: dict[tuple[int, int], int] = {}
+
+    def skew(self) -> float:
+        """The total variation distance between the data partitions' shares of the updates
+        applied so far (a partition counts in a round when a used reply computed it) and
+        their shares had every one of those rounds decoded exactly (the rounds it was in the
+        cohort); 0 before any update and while every round is exact."""
+        covered = sum(self.covered_rounds.values())
+        total = sum(self.cohort_rounds.values())
+        if covered == 0 or total == 0:
+            return 0.0
+        return 0.5 * sum(abs(self.covered_rounds.get(key, 0) / covered - rounds / total)
+                         for key, rounds in self.cohort_rounds.items())
 
     def shortfall(self, n: int) -> int:
         """The most replies short a deadline is priced (and an error measured) for."""
@@ -94,6 +121,7 @@ class ApproximateRounds:
         if self.tolerances == "all" and tolerances is not None:
             priced = sorted(set(priced) | {int(t) for t in tolerances})
         if (not decision.observed or decision.excluded or self.streak >= self.run
+                or (self.max_skew is not None and self.skew() > self.max_skew)
                 or (not any(self.errors.measured(s) for s in priced)
                 and self.errors.heterogeneity is None)):
             return decision
@@ -130,9 +158,11 @@ class ApproximateRounds:
     def after_round(self, decision: Decision | None, state: Any, decode: str,
                     used: list[int], window_used: list[int],
                     max_decode_error: float) -> None:
-        """Count the round; after an exact round of a planned exact decision, measure the
-        errors of its approximate decodings (``window_used``: replies in arrival order; a
-        decoding above ``max_decode_error`` would be skipped: error 1)."""
+        """Count the round and which data partitions its update covered (:meth:`skew`);
+        after an exact round of a planned exact decision, measure the errors of its
+        approximate decodings (``window_used``: replies in arrival order; a decoding above
+        ``max_decode_error`` would be skipped: error 1)."""
+        self._count_coverage(state, decode, used)
         if decision is not None and decision.deadline is not None:
             self.streak += 1
             return
@@ -148,6 +178,18 @@ class ApproximateRounds:
                            measure_errors(state.code, order, _vectors(state, order), short,
                                           max_decode_error),
                            missing_weights(state.code, order, short))
+
+    def _count_coverage(self, state: Any, decode: str, used: list[int]) -> None:
+        if decode == "skipped" or not getattr(state, "partitions", None):
+            return  # no update applied: the run's weighting is unchanged
+        code = state.code
+        covered = (set(range(code.k)) if decode == "exact"
+                   else {int(j) for w in used for j in code.assignment(w)})
+        for j, identity in enumerate(state.partitions):
+            key = (int(identity.partition_id), int(identity.num_partitions))
+            self.cohort_rounds[key] = self.cohort_rounds.get(key, 0) + 1
+            if j in covered:
+                self.covered_rounds[key] = self.covered_rounds.get(key, 0) + 1
 
 
 def _vectors(state: Any, order: list[int]) -> Mapping[int, np.ndarray]:

@@ -428,3 +428,62 @@ def test_a_tolerances_knob_outside_its_values_is_refused_by_name(monkeypatch):
     monkeypatch.setattr(ApproximateRounds, "tolerances", "every")
     with pytest.raises(ValueError, match=r"tolerances='every' must be one of"):
         ApproximateRounds(seed=0)
+
+
+# ------------------------------------------------------------------ the skew bound
+def _skew_by_hand(rows, n):
+    """The total variation distance between the partitions' shares of the applied updates
+    (a partition counts in a round unless the round's record lists it missing) and equal
+    shares (every partition in every cohort here), from the rounds' records alone."""
+    applied = [r for r in rows if r["decode"] != "skipped"]
+    if not applied:
+        return 0.0
+    counts = [sum(p not in r["missing_partitions"] for r in applied) for p in range(n)]
+    total = sum(counts)
+    return 0.5 * sum(abs(c / total - 1 / n) for c in counts)
+
+
+def _persistent_run(tmp_path, rounds=16):
+    app = ClientApp(mods=[gradient_coding_mod])
+    app.train()(_train(0.3))
+    strategy = GradientCoding(
+        FedAvg(fraction_evaluate=0.0, min_available_nodes=N), s="auto", s_max=4, seed=0,
+        latency=PersistentSlow(base=ShiftedExponential(shift=0.1, rate=10.0), p=0.0,
+                               slow=(3, 7, 9), slowdown=20.0),
+        wire="float64", straggler_timeout=1e6, compute_cost_s=0.1, measured_compute=False,
+        auto_approximate=True, results_dir=str(tmp_path))
+    strategy.start(grid=InProcessGrid(app, N),
+                   initial_arrays=ArrayRecord({"w": Array(np.zeros(DIM))}),
+                   num_rounds=rounds, train_config=ConfigRecord({}))
+    return strategy.history
+
+
+def test_a_skew_bound_plans_a_deadline_only_while_the_runs_weighting_is_within_it(
+        tmp_path, monkeypatch):
+    """Three of 12 clients persistently 20x slower: without a bound the run drops them
+    round after round and its weighting of the partitions drifts past 0.05 (total
+    variation from equal shares, computed here from the records); with max_skew = 0.05 a
+    round plans a deadline only when the rounds before it are within 0.05, and the run
+    ends closer to equal shares."""
+    from fl_gradcode.flower.approximate_rounds import ApproximateRounds
+
+    free = _persistent_run(tmp_path / "free")
+    skews = [_skew_by_hand(free[:i], N) for i in range(len(free) + 1)]
+    planned = [i for i, r in enumerate(free) if r["round_deadline_s"] < 1e6]
+    assert any(skews[i] > 0.05 for i in planned)  # the bound below has work to do
+    monkeypatch.setattr(ApproximateRounds, "max_skew", 0.05)
+    bounded = _persistent_run(tmp_path / "bounded")
+    planned = [i for i, r in enumerate(bounded) if r["round_deadline_s"] < 1e6]
+    assert planned  # it still drops when the weighting allows
+    for i in planned:
+        assert _skew_by_hand(bounded[:i], N) <= 0.05 + 1e-12
+    assert _skew_by_hand(bounded, N) < _skew_by_hand(free, N)
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.5, float("nan")])
+def test_a_skew_bound_outside_zero_to_one_is_refused_by_name(monkeypatch, bad):
+    from fl_gradcode.flower.approximate_rounds import ApproximateRounds
+
+    monkeypatch.setattr(ApproximateRounds, "max_skew", bad)
+    with pytest.raises(ValueError, match=r"max_skew=.* must be None or in \[0, 1\]"):
+        ApproximateRounds(seed=0)
