@@ -34,6 +34,15 @@ choice's trust region only; ``"all"``: at every tolerance of the placement) betw
 values, the other knobs at the values the second grid chose; the same cells, seeds and rule
 (results: ``results/auto_approximate_tuning_tolerances.json``). Each results file names its
 own grid (``grid``).
+
+Amended a fourth time (``experiments/grid.toml`` amendment 14), before any run with it;
+``--skew`` runs it (:data:`SKEW_GRID`, until it has run and its choice is the library's
+default): the knob ``max_skew`` (``None``: no bound on how far the run's weighting of the
+partitions may drift from FedAvg's, the default, first, so a tie keeps it; 0.1; 0.05), the
+other knobs as the third grid chose; the cells add digits-logreg persistent at n = 20 and
+n = 100 with ``slow-classes = 2`` (:data:`SLOW_CLASSES`: two classes only the persistently
+slow clients hold, where dropping them starves the model of those classes); the same seeds
+and rule (results: :data:`SKEW_OUT`).
 """
 
 from __future__ import annotations
@@ -60,25 +69,33 @@ from experiments.rival_runs import Cell, run_coded
 GRID = {"short_fraction": [0.25], "run": [6], "error_power": [2.0],
         "tolerances": ["trust-region", "all"]}
 OUT = "results/auto_approximate_tuning_tolerances.json"
+#: amendment 14's grid and file (``--skew``)
+SKEW_GRID = {"short_fraction": [0.25], "run": [6], "error_power": [2.0], "tolerances": ["all"],
+             "max_skew": [None, 0.1, 0.05]}
+SKEW_OUT = "results/auto_approximate_tuning_skew.json"
 REGIMES = ("persistent", "bimodal", "pareto")
 SIZES = (20, 100)
 # (task, regime, n, cohort) of sampled cohorts, beside digits-logreg's REGIMES x SIZES
 SAMPLED = (("natural-noniid", "persistent", 1000, 100),
            ("natural-noniid", "bimodal", 1000, 100))
+#: (regime, n, slow-classes) of the digits-logreg cells ``--skew`` adds, whose persistently
+#: slow clients alone hold some classes
+SLOW_CLASSES = (("persistent", 20, 2), ("persistent", 100, 2))
 SEEDS = (0, 1, 2)
 
 
 def tuning_cell(grid: dict, regime: str, n: int = 20, task: str = "digits-logreg",
-                cohort: int | None = None) -> Cell:
+                cohort: int | None = None, sets: dict | None = None) -> Cell:
     """The cell of ``task`` and ``regime`` at ``n`` nodes sampling ``cohort`` (default: all)
-    a round, as ``experiments.compare`` builds it (its run config from the registry entries
-    the grid's tables name, its target the task's for ``n`` and the cohort; a task that
+    a round (``sets``: run-config keys set, as compare's ``--set``), as
+    ``experiments.compare`` builds it (its run config from the registry entries the grid's
+    tables name, its target the task's for ``n`` and the cohort; a task that
     charges its compute in virtual time charged the grid file's fixed ``charge_s`` at ``n``,
     not a measurement taken under whatever load the machine has), without a deadline."""
     cohort = n if cohort is None else cohort
     table = lookup(grid, "tasks", task)
     cell = grid_cell(grid, task, regime, n, cohort, int(grid["scale"]["rounds"]),
-                     task_target(table, n, cohort))
+                     task_target(table, n, cohort), sets)
     fixed, how = charge_at(table.get("charge_s", {}), n)
     return charge_once(cell, SEEDS[0], None, fixed, how)[0]
 
@@ -110,6 +127,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="default: the latest grid's file (the earlier grids': "
                         "results/auto_approximate_tuning.json, "
                         "results/auto_approximate_tuning_power.json)")
+    parser.add_argument("--skew", action="store_true",
+                        help=f"amendment 14's grid {SKEW_GRID} with its cells "
+                        f"{SLOW_CLASSES} added (default --out: {SKEW_OUT})")
     args = parser.parse_args(argv)
     logging.getLogger("flwr").setLevel(logging.ERROR)
     import torch
@@ -118,25 +138,30 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(1)  # as experiments.compare: small models, threads only contend
     with serial_blas():
+        if args.skew:
+            return _tune(SKEW_OUT if args.out == OUT else args.out, SKEW_GRID, SLOW_CLASSES)
         return _tune(args.out)
 
 
-def _tune(out_file: str) -> int:
+def _tune(out_file: str, knobs_grid: dict | None = None, slow_classes: tuple = ()) -> int:
     from fl_gradcode.flower.approximate_rounds import ApproximateRounds
 
     grid = load_grid()
-    defaults = {k: getattr(ApproximateRounds, k) for k in GRID}
-    specs = {f"{n}/{r}": ("digits-logreg", r, n, n) for n in SIZES for r in REGIMES}
-    specs.update({f"{t}/{r}/{n}x{c}": (t, r, n, c) for t, r, n, c in SAMPLED})
+    knobs_grid = GRID if knobs_grid is None else knobs_grid
+    defaults = {k: getattr(ApproximateRounds, k) for k in knobs_grid}
+    specs = {f"{n}/{r}": ("digits-logreg", r, n, n, None) for n in SIZES for r in REGIMES}
+    specs.update({f"{t}/{r}/{n}x{c}": (t, r, n, c, None) for t, r, n, c in SAMPLED})
+    specs.update({f"{n}/{r}/slow-classes={k}": ("digits-logreg", r, n, n, {"slow-classes": k})
+                  for r, n, k in slow_classes})
     pairs = [(c, s) for c in specs for s in SEEDS]
-    cells = {c: with_stated_deadline(grid, tuning_cell(grid, r, n, t, k))
-             for c, (t, r, n, k) in specs.items()}
+    cells = {c: with_stated_deadline(grid, tuning_cell(grid, r, n, t, k, sets))
+             for c, (t, r, n, k, sets) in specs.items()}
     base = {(c, s): run_coded("auto", s, cells[c])["time_to_target"] for c, s in pairs}
     print(f"auto: {len(base)} runs done", flush=True)
     rows = []
     try:
-        for values in itertools.product(*GRID.values()):
-            knobs = dict(zip(GRID, values, strict=True))
+        for values in itertools.product(*knobs_grid.values()):
+            knobs = dict(zip(knobs_grid, values, strict=True))
             for k, v in knobs.items():
                 setattr(ApproximateRounds, k, v)
             ratios = {}
@@ -151,8 +176,8 @@ def _tune(out_file: str) -> int:
         for k, v in defaults.items():
             setattr(ApproximateRounds, k, v)
     best = min((r for r in rows if r["geomean"] is not None), key=lambda r: r["geomean"])
-    out = {"grid": GRID, "regimes": REGIMES, "sizes": SIZES, "sampled": SAMPLED,
-           "seeds": SEEDS,
+    out = {"grid": knobs_grid, "regimes": REGIMES, "sizes": SIZES, "sampled": SAMPLED,
+           **({"slow_classes": slow_classes} if slow_classes else {}), "seeds": SEEDS,
            "auto_time_to_target": {f"{c}/{s}": t for (c, s), t in base.items()},
            "settings": rows, "chosen": best}
     Path(out_file).parent.mkdir(parents=True, exist_ok=True)
