@@ -64,6 +64,7 @@ from experiments.compare import (
     lookup,
     task_target,
 )
+from experiments.journal import Journal
 from experiments.rival_runs import Cell, run_coded
 
 GRID = {"short_fraction": [0.25], "run": [6], "error_power": [2.0],
@@ -156,7 +157,20 @@ def _tune(out_file: str, knobs_grid: dict | None = None, slow_classes: tuple = (
     pairs = [(c, s) for c in specs for s in SEEDS]
     cells = {c: with_stated_deadline(grid, tuning_cell(grid, r, n, t, k, sets))
              for c, (t, r, n, k, sets) in specs.items()}
-    base = {(c, s): run_coded("auto", s, cells[c])["time_to_target"] for c, s in pairs}
+    # finished runs wait in a journal beside the output: a tuning cut off resumes there
+    journal = Journal(Path(f"{out_file}.journal.jsonl"),
+                      {"tuning": {c: [t, r, n, k, sets] for c, (t, r, n, k, sets)
+                                  in specs.items()}, "grid": knobs_grid, "seeds": SEEDS})
+
+    def time_to_target(method: str, knobs: dict | None, c: str, s: int) -> float | None:
+        key = (method, knobs, c, s)
+        done = journal.get(key)
+        if done is None:
+            done = {"time_to_target": run_coded(method, s, cells[c])["time_to_target"]}
+            journal.add(key, done)
+        return done["time_to_target"]
+
+    base = {(c, s): time_to_target("auto", None, c, s) for c, s in pairs}
     print(f"auto: {len(base)} runs done", flush=True)
     rows = []
     try:
@@ -166,7 +180,7 @@ def _tune(out_file: str, knobs_grid: dict | None = None, slow_classes: tuple = (
                 setattr(ApproximateRounds, k, v)
             ratios = {}
             for c, s in pairs:
-                t = run_coded("auto-approximate", s, cells[c])["time_to_target"]
+                t = time_to_target("auto-approximate", knobs, c, s)
                 ratios[f"{c}/{s}"] = paired_ratio(t, base[c, s])
             known = list(ratios.values())
             geo = math.exp(sum(map(math.log, known)) / len(known)) if known else None
@@ -182,6 +196,7 @@ def _tune(out_file: str, knobs_grid: dict | None = None, slow_classes: tuple = (
            "settings": rows, "chosen": best}
     Path(out_file).parent.mkdir(parents=True, exist_ok=True)
     Path(out_file).write_text(json.dumps(out, indent=2))
+    journal.path.unlink(missing_ok=True)
     print("chosen", best["knobs"], best["geomean"])
     return 0
 

@@ -38,3 +38,51 @@ def test_its_added_cells_give_two_classes_to_the_persistently_slow_clients_only(
                                                   {"slow-classes": k})
         assert (cell.run_config["slow-classes"], cell.run_config["latency"]) == (2, regime)
         assert (cell.n, cell.cohort, cell.target) == (n, n, task_target(task, n, n))
+
+
+def test_a_tuning_cut_off_resumes_from_its_journal_and_runs_each_run_once(tmp_path,
+                                                                          monkeypatch):
+    """The runs are faked (time to target = seed + 1 for auto, and for auto-approximate
+    the seed + 1 halved where the knob is set): the first tuning is killed after three
+    runs, the second finishes without running those three again, and its file is the one
+    an uncut tuning writes."""
+    import experiments.tune_auto_approximate as tuner
+
+    calls = []
+
+    def fake_run(method, seed, cell):
+        from fl_gradcode.flower.approximate_rounds import ApproximateRounds
+
+        calls.append((method, cell, seed, ApproximateRounds.max_skew))
+        if limit[0] is not None and len(calls) > limit[0]:
+            raise KeyboardInterrupt
+        halved = method == "auto-approximate" and ApproximateRounds.max_skew is not None
+        return {"time_to_target": (seed + 1) / (2 if halved else 1)}
+
+    monkeypatch.setattr(tuner, "run_coded", fake_run)
+    monkeypatch.setattr(tuner, "tuning_cell", lambda grid, r, n, t, k, sets: f"{t}/{r}/{n}")
+    monkeypatch.setattr(tuner, "with_stated_deadline", lambda grid, cell: cell)
+    monkeypatch.setattr(tuner, "SIZES", (20,))
+    monkeypatch.setattr(tuner, "REGIMES", ("persistent",))
+    monkeypatch.setattr(tuner, "SAMPLED", ())
+    grid = {"max_skew": [None, 0.05]}
+    out = tmp_path / "tuning.json"
+    limit = [3]
+    try:
+        tuner._tune(str(out), grid)
+    except KeyboardInterrupt:
+        pass
+    assert not out.exists() and len(calls) == 4  # the fourth run was killed
+    first = calls[:3]
+    limit[0] = None
+    calls.clear()
+    tuner._tune(str(out), grid)
+    # three seeds of one cell: auto 3 runs, then 3 per knob setting; 3 done before the cut
+    assert len(calls) == 3 * 3 - 3 and not set(first) & set(calls)
+    result = json.loads(out.read_text())
+    assert result["chosen"]["knobs"] == {"max_skew": 0.05}
+    assert result["chosen"]["geomean"] == 0.5
+    assert not (tmp_path / "tuning.json.journal.jsonl").exists()
+    uncut = tmp_path / "uncut.json"
+    tuner._tune(str(uncut), grid)
+    assert json.loads(uncut.read_text()) == result
