@@ -358,7 +358,7 @@ def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, coho
     }
 
 
-def approximate_knobs() -> dict[str, float | str]:
+def approximate_knobs() -> dict[str, float | str | None]:
     """The knobs ``auto-approximate`` runs with: the public class attributes of
     :class:`fl_gradcode.flower.approximate_rounds.ApproximateRounds` it names in ``KNOBS``."""
     from fl_gradcode.flower.approximate_rounds import ApproximateRounds

@@ -54,12 +54,10 @@ class ApproximateRounds:
     region follows the last round's ``s``, approximate or exact (after an approximate round
     at ``s = 0`` every ``s`` is a candidate);
     ``max_skew``: ``None`` (no bound, the default) or the most the run's weighting of the data
-    partitions may differ from FedAvg's before another approximate round is allowed
-    (:meth:`skew`: the total variation distance between the partitions' shares of the
-    updates applied so far and their shares had every such round been exact, partitions
-    counted equally, ``0..1``): dropping the same slow clients round after round moves the
-    run's objective toward the other clients' data however small each round's error, and
-    with the bound the rounds stay exact until the dropped partitions have caught up."""
+    partitions may differ from FedAvg's before another approximate round is planned
+    (:meth:`skew`, ``0..1``): dropping the same slow clients round after round moves the
+    run's objective toward the other clients' data however small each round's error; with
+    the bound, rounds stay exact while the skew is above it (exact rounds dilute it)."""
 
     #: the knobs above and below, by name (what a benchmark records of a run)
     KNOBS = ("max_short", "short_fraction", "run", "error_power", "alpha", "samples",
@@ -87,22 +85,28 @@ class ApproximateRounds:
         self.errors = DecodeErrors(self.alpha)
         self.streak = 0  # approximate rounds since the last exact one
         self.candidates: dict[str, Any] = {}  # the last pricing (for inspection)
-        # per data partition (partition id, num-partitions): rounds with an applied update
-        # that had it in the cohort, and those of them whose update covered it
-        self.cohort_rounds: dict[tuple[int, int], int] = {}
-        self.covered_rounds: dict[tuple[int, int], int] = {}
+        # per data partition (partition id, num-partitions), summed over the rounds with an
+        # applied update: its share of the update had the round been exact (1 / the
+        # cohort's partitions), and its share of the update applied (1 / the partitions a
+        # used reply computed, if one did; partitions counted equally)
+        self.exact_share: dict[tuple[int, int], float] = {}
+        self.applied_share: dict[tuple[int, int], float] = {}
+        self.applied_rounds = 0
 
     def skew(self) -> float:
-        """The total variation distance between the data partitions' shares of the updates
-        applied so far (a partition counts in a round when a used reply computed it) and
-        their shares had every one of those rounds decoded exactly (the rounds it was in the
-        cohort); 0 before any update and while every round is exact."""
-        covered = sum(self.covered_rounds.values())
-        total = sum(self.cohort_rounds.values())
-        if covered == 0 or total == 0:
+        """How far the run's weighting of the data partitions has moved from FedAvg's: the
+        total variation distance, over the rounds with an applied update, between each
+        partition's mean share of the updates applied (in a round, ``1 / m`` for each of the
+        ``m`` partitions a used reply computed, 0 for the others) and its mean share had
+        every one of those rounds decoded exactly (``1 / k`` for each of the cohort's ``k``
+        partitions): 0 before any update and while every round is exact; dropping a
+        fraction ``f`` of the partitions, the same ones, in a fraction ``q`` of the rounds
+        gives ``f q`` (so a bound ``b`` allows ``q <= b / f`` in the long run)."""
+        if self.applied_rounds == 0:
             return 0.0
-        return 0.5 * sum(abs(self.covered_rounds.get(key, 0) / covered - rounds / total)
-                         for key, rounds in self.cohort_rounds.items())
+        keys = self.exact_share.keys() | self.applied_share.keys()
+        return 0.5 * sum(abs(self.applied_share.get(key, 0.0) - self.exact_share.get(key, 0.0))
+                         for key in keys) / self.applied_rounds
 
     def shortfall(self, n: int) -> int:
         """The most replies short a deadline is priced (and an error measured) for."""
@@ -183,13 +187,19 @@ class ApproximateRounds:
         if decode == "skipped" or not getattr(state, "partitions", None):
             return  # no update applied: the run's weighting is unchanged
         code = state.code
-        covered = (set(range(code.k)) if decode == "exact"
+        partitions = list(state.partitions)
+        covered = (set(range(len(partitions))) if decode == "exact"
                    else {int(j) for w in used for j in code.assignment(w)})
-        for j, identity in enumerate(state.partitions):
+        covered &= set(range(len(partitions)))
+        if not covered:
+            return
+        self.applied_rounds += 1
+        for j, identity in enumerate(partitions):
             key = (int(identity.partition_id), int(identity.num_partitions))
-            self.cohort_rounds[key] = self.cohort_rounds.get(key, 0) + 1
+            self.exact_share[key] = self.exact_share.get(key, 0.0) + 1.0 / len(partitions)
             if j in covered:
-                self.covered_rounds[key] = self.covered_rounds.get(key, 0) + 1
+                self.applied_share[key] = (self.applied_share.get(key, 0.0)
+                                           + 1.0 / len(covered))
 
 
 def _vectors(state: Any, order: list[int]) -> Mapping[int, np.ndarray]:

@@ -33,6 +33,7 @@ from fl_gradcode.adaptive.approximate import (
 from fl_gradcode.codes import NestedPlacement, make_code
 from fl_gradcode.codes.base import GradientCode
 from fl_gradcode.flower import GradientCoding, gradient_coding_mod
+from fl_gradcode.flower.protocol import Identity
 from fl_gradcode.flower.testing import InProcessGrid
 from fl_gradcode.latency import Bimodal, PersistentSlow, ShiftedExponential
 
@@ -432,15 +433,18 @@ def test_a_tolerances_knob_outside_its_values_is_refused_by_name(monkeypatch):
 
 # ------------------------------------------------------------------ the skew bound
 def _skew_by_hand(rows, n):
-    """The total variation distance between the partitions' shares of the applied updates
-    (a partition counts in a round unless the round's record lists it missing) and equal
-    shares (every partition in every cohort here), from the rounds' records alone."""
+    """From the rounds' records alone: over the rounds with an applied update, each
+    partition's mean share of the update (1/m for each of the m partitions the record does
+    not list missing) against 1/n (every partition is in every cohort here), as a total
+    variation distance."""
     applied = [r for r in rows if r["decode"] != "skipped"]
     if not applied:
         return 0.0
-    counts = [sum(p not in r["missing_partitions"] for r in applied) for p in range(n)]
-    total = sum(counts)
-    return 0.5 * sum(abs(c / total - 1 / n) for c in counts)
+    shares = np.zeros(n)
+    for r in applied:
+        kept = [p for p in range(n) if p not in r["missing_partitions"]]
+        shares[kept] += 1 / len(kept)
+    return 0.5 * float(np.abs(shares / len(applied) - 1 / n).sum())
 
 
 def _persistent_run(tmp_path, rounds=16):
@@ -474,10 +478,44 @@ def test_a_skew_bound_plans_a_deadline_only_while_the_runs_weighting_is_within_i
     monkeypatch.setattr(ApproximateRounds, "max_skew", 0.05)
     bounded = _persistent_run(tmp_path / "bounded")
     planned = [i for i, r in enumerate(bounded) if r["round_deadline_s"] < 1e6]
-    assert planned  # it still drops when the weighting allows
     for i in planned:
         assert _skew_by_hand(bounded[:i], N) <= 0.05 + 1e-12
+    # and it still drops when the weighting has moved, but not past the bound
+    assert any(0 < _skew_by_hand(bounded[:i], N) <= 0.05 for i in planned)
     assert _skew_by_hand(bounded, N) < _skew_by_hand(free, N)
+
+
+class _Round:
+    """What the starvation bound reads of a round: its code and cohort."""
+
+    def __init__(self, k, ids, groups):
+        self.code = make_code("frc", k, 1) if groups else make_code("uncoded", k, 0)
+        self.partitions = [Identity(p, 100) for p in ids]
+
+
+def test_the_skew_is_the_distance_of_the_mean_shares_of_the_updates_from_fedavgs():
+    """Sampled cohorts of different partitions: a round's exact shares are 1/k over its
+    cohort; an approximate round's applied shares 1/m over the m partitions its used
+    replies computed. Expected values by hand."""
+    from fl_gradcode.flower.approximate_rounds import ApproximateRounds
+
+    rounds = ApproximateRounds(seed=0)
+    assert rounds.skew() == 0.0
+    # round 1: cohort {0, 1, 2, 3}, exact
+    rounds.after_round(None, _Round(4, [0, 1, 2, 3], False), "exact", [0, 1, 2, 3], [], 0.5)
+    assert rounds.skew() == 0.0
+    # round 2: cohort {2, 3, 4, 5}, uncoded, replies of workers 0 and 1 (partitions 2, 3)
+    rounds.after_round(None, _Round(4, [2, 3, 4, 5], False), "approx", [0, 1], [], 0.5)
+    # applied: 0, 1: 1/4; 2, 3: 1/4 + 1/2; 4, 5: 0 -- exact: 0, 1, 4, 5: 1/4; 2, 3: 1/2
+    assert rounds.skew() == pytest.approx(0.5 * (4 * 0.25) / 2)
+    # a skipped round applies nothing: unchanged
+    rounds.after_round(None, _Round(4, [0, 1, 2, 3], False), "skipped", [], [], 0.5)
+    assert rounds.skew() == pytest.approx(0.25)
+    # an FRC round (pairs {0, 1}, {2, 3} of partitions 6..9) with worker 0 only: 6, 7
+    rounds.after_round(None, _Round(4, [6, 7, 8, 9], True), "approx", [0], [], 0.5)
+    # applied adds 6, 7: 1/2; exact adds 6..9: 1/4 -- over 3 rounds:
+    # |diffs| = 0, 0, 1/4, 1/4, 1/4, 1/4 (rounds 1-2) + 1/4, 1/4, 1/4, 1/4 (round 4)
+    assert rounds.skew() == pytest.approx(0.5 * (8 * 0.25) / 3)
 
 
 @pytest.mark.parametrize("bad", [-0.1, 1.5, float("nan")])
