@@ -110,13 +110,15 @@ def paired_ratio(approximate: float | None, auto: float | None) -> float:
     return approximate / auto if auto > 0 else (1.0 if approximate == 0 else 2.0)
 
 
-def with_stated_deadline(grid: dict, cell: Cell) -> Cell:
+def with_stated_deadline(grid: dict, cell: Cell, stated: float | None = None) -> Cell:
     """``cell`` with the coded methods' deadline of ``experiments.compare``: the stated rule
-    on wait-for-all's client times of the development seeds."""
-    rules = grid["rules"]
-    stated = Runner(cell, log=lambda _: None).stated_deadline(
-        list(grid["seeds"]["development"]), float(rules["deadline_quantile"]),
-        float(rules["deadline_slack"]))
+    on wait-for-all's client times of the development seeds (``stated``: its value, found
+    before)."""
+    if stated is None:
+        rules = grid["rules"]
+        stated = Runner(cell, log=lambda _: None).stated_deadline(
+            list(grid["seeds"]["development"]), float(rules["deadline_quantile"]),
+            float(rules["deadline_slack"]))
     return dataclasses.replace(cell, run_config={**cell.run_config,
                                                  "straggler-timeout": stated})
 
@@ -155,12 +157,17 @@ def _tune(out_file: str, knobs_grid: dict | None = None, slow_classes: tuple = (
     specs.update({f"{n}/{r}/slow-classes={k}": ("digits-logreg", r, n, n, {"slow-classes": k})
                   for r, n, k in slow_classes})
     pairs = [(c, s) for c in specs for s in SEEDS]
-    cells = {c: with_stated_deadline(grid, tuning_cell(grid, r, n, t, k, sets))
-             for c, (t, r, n, k, sets) in specs.items()}
-    # finished runs wait in a journal beside the output: a tuning cut off resumes there
+    # finished runs (and each cell's stated deadline) wait in a journal beside the output:
+    # a tuning cut off resumes there
     journal = Journal(Path(f"{out_file}.journal.jsonl"),
                       {"tuning": {c: [t, r, n, k, sets] for c, (t, r, n, k, sets)
                                   in specs.items()}, "grid": knobs_grid, "seeds": SEEDS})
+    cells = {}
+    for c, (t, r, n, k, sets) in specs.items():
+        cells[c] = with_stated_deadline(grid, tuning_cell(grid, r, n, t, k, sets),
+                                        journal.meta(f"deadline {c}"))
+        if journal.meta(f"deadline {c}") is None:
+            journal.set_meta(f"deadline {c}", cells[c].run_config["straggler-timeout"])
 
     def time_to_target(method: str, knobs: dict | None, c: str, s: int) -> float | None:
         key = (method, knobs, c, s)

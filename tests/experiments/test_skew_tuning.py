@@ -5,6 +5,7 @@ checked before it runs."""
 from __future__ import annotations
 
 import json
+import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,8 +45,8 @@ def test_a_tuning_cut_off_resumes_from_its_journal_and_runs_each_run_once(tmp_pa
                                                                           monkeypatch):
     """The runs are faked (time to target = seed + 1 for auto, and for auto-approximate
     the seed + 1 halved where the knob is set): the first tuning is killed after three
-    runs, the second finishes without running those three again, and its file is the one
-    an uncut tuning writes."""
+    runs, the second finishes without running those three again or finding the cell's
+    stated deadline again, and its file is the one an uncut tuning writes."""
     import experiments.tune_auto_approximate as tuner
 
     calls = []
@@ -59,9 +60,17 @@ def test_a_tuning_cut_off_resumes_from_its_journal_and_runs_each_run_once(tmp_pa
         halved = method == "auto-approximate" and ApproximateRounds.max_skew is not None
         return {"time_to_target": (seed + 1) / (2 if halved else 1)}
 
-    monkeypatch.setattr(tuner, "run_coded", fake_run)
+    deadlines = []  # the stated deadline found by running (wait-for-all on the dev seeds)
+
+    def fake_deadline(grid, cell, stated=None):
+        if stated is None:
+            deadlines.append(cell)
+            stated = 1.5
+        return types.SimpleNamespace(run_config={"straggler-timeout": stated}, name=cell)
+
+    monkeypatch.setattr(tuner, "run_coded", lambda m, s, cell: fake_run(m, s, cell.name))
     monkeypatch.setattr(tuner, "tuning_cell", lambda grid, r, n, t, k, sets: f"{t}/{r}/{n}")
-    monkeypatch.setattr(tuner, "with_stated_deadline", lambda grid, cell: cell)
+    monkeypatch.setattr(tuner, "with_stated_deadline", fake_deadline)
     monkeypatch.setattr(tuner, "SIZES", (20,))
     monkeypatch.setattr(tuner, "REGIMES", ("persistent",))
     monkeypatch.setattr(tuner, "SAMPLED", ())
@@ -73,12 +82,14 @@ def test_a_tuning_cut_off_resumes_from_its_journal_and_runs_each_run_once(tmp_pa
     except KeyboardInterrupt:
         pass
     assert not out.exists() and len(calls) == 4  # the fourth run was killed
+    assert deadlines == ["digits-logreg/persistent/20"]
     first = calls[:3]
     limit[0] = None
     calls.clear()
     tuner._tune(str(out), grid)
     # three seeds of one cell: auto 3 runs, then 3 per knob setting; 3 done before the cut
     assert len(calls) == 3 * 3 - 3 and not set(first) & set(calls)
+    assert deadlines == ["digits-logreg/persistent/20"]  # read back, not found again
     result = json.loads(out.read_text())
     assert result["chosen"]["knobs"] == {"max_skew": 0.05}
     assert result["chosen"]["geomean"] == 0.5
