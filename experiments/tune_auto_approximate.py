@@ -123,6 +123,11 @@ def with_stated_deadline(grid: dict, cell: Cell, stated: float | None = None) ->
                                                  "straggler-timeout": stated})
 
 
+def _plain_cell(cell: Cell) -> object:
+    """A cell as JSON-able values (what a journal's identity holds)."""
+    return dataclasses.asdict(cell) if dataclasses.is_dataclass(cell) else repr(cell)
+
+
 def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m experiments.tune_auto_approximate")
@@ -157,15 +162,24 @@ def _tune(out_file: str, knobs_grid: dict | None = None, slow_classes: tuple = (
     specs.update({f"{n}/{r}/slow-classes={k}": ("digits-logreg", r, n, n, {"slow-classes": k})
                   for r, n, k in slow_classes})
     pairs = [(c, s) for c in specs for s in SEEDS]
-    # finished runs (and each cell's stated deadline) wait in a journal beside the output:
-    # a tuning cut off resumes there
-    journal = Journal(Path(f"{out_file}.journal.jsonl"),
-                      {"tuning": {c: [t, r, n, k, sets] for c, (t, r, n, k, sets)
-                                  in specs.items()}, "grid": knobs_grid, "seeds": SEEDS})
+    plain = {c: tuning_cell(grid, r, n, t, k, sets) for c, (t, r, n, k, sets) in specs.items()}
+    # finished runs (and each cell's stated deadline) wait in a journal beside the output: a
+    # tuning cut off resumes there; one of other cells (their run configs, targets, rules),
+    # deadline rule, knobs, seeds or code is set aside
+    rules = grid["rules"]
+    journal = Journal(Path(f"{out_file}.journal.jsonl"), {
+        "tuning": {c: _plain_cell(cell) for c, cell in plain.items()}, "grid": knobs_grid,
+        "seeds": SEEDS, "deadline_rule": [list(grid["seeds"]["development"]),
+                                          rules["deadline_quantile"], rules["deadline_slack"]]})
+    if journal.stale is not None:
+        print(f"tuning: {journal.stale} was another tuning's (cells, rules, knobs, seeds or "
+              "code): set aside, starting afresh", flush=True)
+    elif journal.runs:
+        print(f"tuning: resuming from {journal.path}: {len(journal.runs)} runs already "
+              "finished", flush=True)
     cells = {}
-    for c, (t, r, n, k, sets) in specs.items():
-        cells[c] = with_stated_deadline(grid, tuning_cell(grid, r, n, t, k, sets),
-                                        journal.meta(f"deadline {c}"))
+    for c, cell in plain.items():
+        cells[c] = with_stated_deadline(grid, cell, journal.meta(f"deadline {c}"))
         if journal.meta(f"deadline {c}") is None:
             journal.set_meta(f"deadline {c}", cells[c].run_config["straggler-timeout"])
 

@@ -34,6 +34,10 @@ from ..adaptive import (
 
 __all__ = ["ApproximateRounds"]
 
+#: rounding allowed above ``max_skew`` (a skew summed from shares ``1/m`` equals a bound such
+#: as ``f q`` only up to rounding, which would refuse a round the bound allows)
+SKEW_TOLERANCE = 1e-12
+
 
 class ApproximateRounds:
     """Prices approximate rounds and measures their errors in exact rounds.
@@ -93,8 +97,14 @@ class ApproximateRounds:
         self.applied_share: dict[tuple[int, int], float] = {}
         self.applied_rounds = 0
 
+    def over_skew(self) -> bool:
+        """Whether :meth:`skew` is above :attr:`max_skew` (beyond rounding): no approximate
+        round is planned then."""
+        return self.max_skew is not None and self.skew() > self.max_skew + SKEW_TOLERANCE
+
     def skew(self) -> float:
-        """How far the run's weighting of the data partitions has moved from FedAvg's: the
+        """How far the run's weighting of the data partitions has moved from FedAvg's
+        (partitions counted equally, not by their examples): the
         total variation distance, over the rounds with an applied update, between each
         partition's mean share of the updates applied (in a round, ``1 / m`` for each of the
         ``m`` partitions a used reply computed, 0 for the others) and its mean share had
@@ -125,7 +135,7 @@ class ApproximateRounds:
         if self.tolerances == "all" and tolerances is not None:
             priced = sorted(set(priced) | {int(t) for t in tolerances})
         if (not decision.observed or decision.excluded or self.streak >= self.run
-                or (self.max_skew is not None and self.skew() > self.max_skew)
+                or self.over_skew()
                 or (not any(self.errors.measured(s) for s in priced)
                 and self.errors.heterogeneity is None)):
             return decision

@@ -525,3 +525,19 @@ def test_a_skew_bound_outside_zero_to_one_is_refused_by_name(monkeypatch, bad):
     monkeypatch.setattr(ApproximateRounds, "max_skew", bad)
     with pytest.raises(ValueError, match=r"max_skew=.* must be None or in \[0, 1\]"):
         ApproximateRounds(seed=0)
+
+
+def test_a_skew_at_the_bound_allows_the_next_deadline_and_one_above_it_does_not(monkeypatch):
+    """100 partitions, the same 20 dropped in one round of four: a skew of f q = 0.2 / 4 =
+    0.05 exactly, up to rounding; the bound 0.05 allows it, 0.049 does not."""
+    from fl_gradcode.flower.approximate_rounds import ApproximateRounds
+
+    rounds = ApproximateRounds(seed=0)
+    cohort = _Round(100, list(range(100)), False)
+    rounds.after_round(None, cohort, "approx", list(range(20, 100)), [], 0.5)
+    for _ in range(3):
+        rounds.after_round(None, cohort, "exact", list(range(100)), [], 0.5)
+    assert rounds.skew() == pytest.approx(0.05, abs=1e-12)
+    for bound, over in ((0.05, False), (0.049, True), (None, False)):
+        monkeypatch.setattr(ApproximateRounds, "max_skew", bound)
+        assert rounds.over_skew() is over

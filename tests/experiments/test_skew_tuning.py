@@ -44,56 +44,69 @@ def test_its_added_cells_give_two_classes_to_the_persistently_slow_clients_only(
 def test_a_tuning_cut_off_resumes_from_its_journal_and_runs_each_run_once(tmp_path,
                                                                           monkeypatch):
     """The runs are faked (time to target = seed + 1 for auto, and for auto-approximate
-    the seed + 1 halved where the knob is set): the first tuning is killed after three
-    runs, the second finishes without running those three again or finding the cell's
-    stated deadline again, and its file is the one an uncut tuning writes."""
+    the seed + 1 halved where the knob is set): the first tuning is killed after four
+    runs (three of auto, one of auto-approximate), the second finishes without running
+    those four again or finding the cell's stated deadline again (a second finding would
+    differ), and its file is the one an uncut tuning writes; a tuning of another grid sets
+    the journal aside and runs everything."""
     import experiments.tune_auto_approximate as tuner
 
-    calls = []
+    calls, timeouts, deadlines = [], [], []
 
     def fake_run(method, seed, cell):
         from fl_gradcode.flower.approximate_rounds import ApproximateRounds
 
-        calls.append((method, cell, seed, ApproximateRounds.max_skew))
+        calls.append((method, seed, ApproximateRounds.max_skew))
+        timeouts.append(cell.run_config["straggler-timeout"])
         if limit[0] is not None and len(calls) > limit[0]:
             raise KeyboardInterrupt
         halved = method == "auto-approximate" and ApproximateRounds.max_skew is not None
         return {"time_to_target": (seed + 1) / (2 if halved else 1)}
 
-    deadlines = []  # the stated deadline found by running (wait-for-all on the dev seeds)
-
     def fake_deadline(grid, cell, stated=None):
-        if stated is None:
+        if stated is None:  # found by running wait-for-all on the development seeds
             deadlines.append(cell)
-            stated = 1.5
-        return types.SimpleNamespace(run_config={"straggler-timeout": stated}, name=cell)
+            stated = 1.5 + len(deadlines)
+        return types.SimpleNamespace(run_config={"straggler-timeout": stated})
 
-    monkeypatch.setattr(tuner, "run_coded", lambda m, s, cell: fake_run(m, s, cell.name))
+    monkeypatch.setattr(tuner, "run_coded", fake_run)
     monkeypatch.setattr(tuner, "tuning_cell", lambda grid, r, n, t, k, sets: f"{t}/{r}/{n}")
     monkeypatch.setattr(tuner, "with_stated_deadline", fake_deadline)
     monkeypatch.setattr(tuner, "SIZES", (20,))
     monkeypatch.setattr(tuner, "REGIMES", ("persistent",))
     monkeypatch.setattr(tuner, "SAMPLED", ())
-    grid = {"max_skew": [None, 0.05]}
+    grid = {"max_skew": [0.05, None]}
     out = tmp_path / "tuning.json"
-    limit = [3]
+    limit = [4]
     try:
         tuner._tune(str(out), grid)
     except KeyboardInterrupt:
         pass
-    assert not out.exists() and len(calls) == 4  # the fourth run was killed
-    assert deadlines == ["digits-logreg/persistent/20"]
-    first = calls[:3]
+    assert not out.exists() and len(calls) == 5  # the fifth run was killed
+    first = calls[:4]
+    assert first[3] == ("auto-approximate", 0, 0.05)
     limit[0] = None
     calls.clear()
+    timeouts.clear()
     tuner._tune(str(out), grid)
-    # three seeds of one cell: auto 3 runs, then 3 per knob setting; 3 done before the cut
-    assert len(calls) == 3 * 3 - 3 and not set(first) & set(calls)
+    # three seeds of one cell: auto 3 runs, then 3 per knob setting; 4 done before the cut
+    assert len(calls) == 3 * 3 - 4 and not set(first) & set(calls)
     assert deadlines == ["digits-logreg/persistent/20"]  # read back, not found again
+    assert set(timeouts) == {2.5}  # the deadline found before the cut
     result = json.loads(out.read_text())
     assert result["chosen"]["knobs"] == {"max_skew": 0.05}
     assert result["chosen"]["geomean"] == 0.5
     assert not (tmp_path / "tuning.json.journal.jsonl").exists()
     uncut = tmp_path / "uncut.json"
     tuner._tune(str(uncut), grid)
-    assert json.loads(uncut.read_text()) == result
+    assert json.loads(uncut.read_text())["settings"] == result["settings"]
+    # another grid: a journal left by a cut-off tuning is set aside, every run runs
+    limit[0], calls[:] = 2, []
+    try:
+        tuner._tune(str(out), grid)
+    except KeyboardInterrupt:
+        pass
+    limit[0], calls[:] = None, []
+    tuner._tune(str(out), {"max_skew": [0.1, None]})
+    assert len(calls) == 3 * 3
+    assert (tmp_path / "tuning.json.journal.jsonl.stale").exists()
