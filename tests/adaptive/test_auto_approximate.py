@@ -285,12 +285,14 @@ def _train(spread):
     return train
 
 
-def _run(tmp_path, spread, auto_approximate=True, rounds=12):
+def _run(tmp_path, spread, auto_approximate=True, rounds=12, latency=None, s_max=3):
+    """A run of N clients (bimodal latency unless ``latency``) with ``s="auto"``."""
     app = ClientApp(mods=[gradient_coding_mod])
     app.train()(_train(spread))
     strategy = GradientCoding(
-        FedAvg(fraction_evaluate=0.0, min_available_nodes=N), s="auto", s_max=3, seed=0,
-        latency=Bimodal(base=ShiftedExponential(shift=0.1, rate=10.0), p=0.1, slowdown=20.0),
+        FedAvg(fraction_evaluate=0.0, min_available_nodes=N), s="auto", s_max=s_max, seed=0,
+        latency=latency or Bimodal(base=ShiftedExponential(shift=0.1, rate=10.0), p=0.1,
+                                   slowdown=20.0),
         wire="float64", straggler_timeout=1e6, compute_cost_s=0.1, measured_compute=False,
         auto_approximate=auto_approximate, results_dir=str(tmp_path))
     strategy.start(grid=InProcessGrid(app, N),
@@ -387,6 +389,13 @@ def test_the_progress_power_reaches_the_rounds_and_their_first_difference_is_a_d
 
 
 
+def _persistent_run(tmp_path, rounds=16):
+    """Three of 12 clients 20x slower in every round (s_max = 4), partitions spread 0.3."""
+    return _run(tmp_path, 0.3, rounds=rounds, s_max=4,
+                latency=PersistentSlow(base=ShiftedExponential(shift=0.1, rate=10.0), p=0.0,
+                                       slow=(3, 7, 9), slowdown=20.0))
+
+
 def test_with_every_tolerance_priced_it_drops_at_s0_after_an_exact_round_above_it(
         tmp_path, monkeypatch):
     """Three of 12 clients 20x slower in every round, IID-like partitions, s_max = 4. The
@@ -400,18 +409,7 @@ def test_with_every_tolerance_priced_it_drops_at_s0_after_an_exact_round_above_i
     totals = {}
     for tol in ("trust-region", "all"):
         monkeypatch.setattr(ApproximateRounds, "tolerances", tol)
-        app = ClientApp(mods=[gradient_coding_mod])
-        app.train()(_train(0.3))
-        strategy = GradientCoding(
-            FedAvg(fraction_evaluate=0.0, min_available_nodes=N), s="auto", s_max=4, seed=0,
-            latency=PersistentSlow(base=ShiftedExponential(shift=0.1, rate=10.0), p=0.0,
-                                   slow=(3, 7, 9), slowdown=20.0),
-            wire="float64", straggler_timeout=1e6, compute_cost_s=0.1,
-            measured_compute=False, auto_approximate=True, results_dir=str(tmp_path / tol))
-        strategy.start(grid=InProcessGrid(app, N),
-                       initial_arrays=ArrayRecord({"w": Array(np.zeros(DIM))}),
-                       num_rounds=16, train_config=ConfigRecord({}))
-        rows = strategy.history
+        rows = _persistent_run(tmp_path / tol)
         jumps = [b for a, b in itertools.pairwise(rows)
                  if a["decode"] == "exact" and a["s"] >= 2 and b["s"] == 0
                  and b["round_deadline_s"] < 1e6]
@@ -445,21 +443,6 @@ def _skew_by_hand(rows, n):
         kept = [p for p in range(n) if p not in r["missing_partitions"]]
         shares[kept] += 1 / len(kept)
     return 0.5 * float(np.abs(shares / len(applied) - 1 / n).sum())
-
-
-def _persistent_run(tmp_path, rounds=16):
-    app = ClientApp(mods=[gradient_coding_mod])
-    app.train()(_train(0.3))
-    strategy = GradientCoding(
-        FedAvg(fraction_evaluate=0.0, min_available_nodes=N), s="auto", s_max=4, seed=0,
-        latency=PersistentSlow(base=ShiftedExponential(shift=0.1, rate=10.0), p=0.0,
-                               slow=(3, 7, 9), slowdown=20.0),
-        wire="float64", straggler_timeout=1e6, compute_cost_s=0.1, measured_compute=False,
-        auto_approximate=True, results_dir=str(tmp_path))
-    strategy.start(grid=InProcessGrid(app, N),
-                   initial_arrays=ArrayRecord({"w": Array(np.zeros(DIM))}),
-                   num_rounds=rounds, train_config=ConfigRecord({}))
-    return strategy.history
 
 
 def test_a_skew_bound_plans_a_deadline_only_while_the_runs_weighting_is_within_it(
