@@ -36,8 +36,9 @@ def _data():
     # without auto-approximate: not in the block
     old = _cell([_run("auto", 10, 1.0), _run("fedbuff", 10, 0.5)], {})
     # the slow cell recorded its knobs; the fast one ran before cells recorded them (p = 1,
-    # tolerances "trust-region")
-    slow["settings"]["auto_approximate"] = {"error_power": 2.0, "run": 6, "tolerances": "all"}
+    # tolerances "trust-region", no starvation bound)
+    slow["settings"]["auto_approximate"] = {"error_power": 2.0, "run": 6, "tolerances": "all",
+                                            "max_skew": 0.05}
     return {"cells": {"a/slow/2x2": slow, "b/fast/2x2": fast, "c/old/2x2": old},
             "done": ["a/slow/2x2", "b/fast/2x2", "c/old/2x2"]}
 
@@ -49,9 +50,9 @@ def test_the_block_judges_auto_approximate_by_autos_goal_in_the_cells_that_ran_i
     rows = [line for line in text.splitlines() if line.startswith("| ") and "/2x2" in line]
     # the reported order; auto's median on b: 3 and inf -> inf
     assert rows == [
-        "| b/fast/2x2 | 1 | trust-region | 2.0 s (2/2) | ∞ | 0.33 (one pair, 2/2 reached) "
+        "| b/fast/2x2 | 1 | trust-region | off | 2.0 s (2/2) | ∞ | 0.33 (one pair, 2/2 reached) "
         "| ✓ 1.00× first-k |",
-        "| a/slow/2x2 | 2 | all | 4.0 s (2/2) | 5.0 s | 0.79 [0.75, 0.83] ▼ "
+        "| a/slow/2x2 | 2 | all | 0.05 | 4.0 s (2/2) | 5.0 s | 0.79 [0.75, 0.83] ▼ "
         "| ✗ 1.60× FedBuff |",
     ]
     assert "c/old/2x2" not in text

@@ -43,6 +43,14 @@ POWER_BEFORE = 1.0
 TOLERANCES_BEFORE = "trust-region"
 
 
+def skew_text(cell: Mapping[str, Any]) -> str:
+    """The starvation bound a cell's :data:`METHOD` runs had (``max_skew``; ``off``: none,
+    as in every run made before the cells recorded it, ``experiments/grid.toml`` amendment
+    14)."""
+    bound = knob(cell, "max_skew", None)
+    return "off" if bound is None else f"{bound:g}"
+
+
 def knob(cell: Mapping[str, Any], name: str, before: Any) -> Any:
     """The knob ``name`` a cell's :data:`METHOD` runs had (its ``settings.auto_approximate``;
     ``before``: runs made before the cell recorded it)."""
@@ -75,6 +83,7 @@ def render_approximate(data: Mapping[str, Any], report: Sequence[str]) -> str:
             ratio = time_over(mine.median_time, v.best_stats.median_time)
             goal = f"{'✓' if ok else '✗'} {times_text(ratio)} {method_label(v.best)}"
         rows.append([name, power_text(cell), str(knob(cell, "tolerances", TOLERANCES_BEFORE)),
+                     skew_text(cell),
                      f"{seconds(mine.median_time)} ({mine.reached}/{mine.seeds})",
                      "-" if auto is None else seconds(auto.median_time),
                      ratio_text(cell["summary"].get(METHOD), auto), goal])
@@ -83,13 +92,14 @@ def render_approximate(data: Mapping[str, Any], report: Sequence[str]) -> str:
     note = ("Columns: the progress model's `error_power` its runs had (the cell's "
             "`settings.auto_approximate`; runs made before the cells recorded their knobs had "
             f"{POWER_BEFORE:g}); the tolerances its approximate rounds were priced at "
-            f"(`tolerances`; before the cells recorded it, {TOLERANCES_BEFORE}); its median "
+            f"(`tolerances`; before the cells recorded it, {TOLERANCES_BEFORE}); its "
+            "starvation bound (`max_skew`; off before the cells recorded it); its median "
             "time to target (seeds reaching it); auto's; its "
             "time over "
             "auto's (paired geometric mean [95 % interval], ▼/▽ below 1 as in the table "
             "above); the goal against the cell's best rival, with its median time over that "
             "rival's.")
-    return head + "\n\n" + table(["cell", "p", "tolerances", METHOD, "auto",
+    return head + "\n\n" + table(["cell", "p", "tolerances", "max skew", METHOD, "auto",
                                   f"{METHOD} / auto",
                                   "goal (best rival)"], rows) + "\n\n" + note
 
