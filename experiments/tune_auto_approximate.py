@@ -147,11 +147,14 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)  # as experiments.compare: small models, threads only contend
     with serial_blas():
         if args.skew:
-            return _tune(SKEW_OUT if args.out == OUT else args.out, SKEW_GRID, SLOW_CLASSES)
-        return _tune(args.out)
+            return tune(SKEW_OUT if args.out == OUT else args.out, SKEW_GRID, SLOW_CLASSES)
+        return tune(args.out)
 
 
-def _tune(out_file: str, knobs_grid: dict | None = None, slow_classes: tuple = ()) -> int:
+def tune(out_file: str, knobs_grid: dict | None = None, slow_classes: tuple = ()) -> int:
+    """Run the rule over ``knobs_grid`` (default :data:`GRID`) on the tuning cells and
+    :data:`SEEDS` (with ``slow_classes``' cells added) and write ``out_file``; finished
+    runs wait in ``out_file``'s journal, so a tuning cut off resumes where it stopped."""
     from fl_gradcode.flower.approximate_rounds import ApproximateRounds
 
     grid = load_grid()

@@ -79,7 +79,7 @@ def test_a_tuning_cut_off_resumes_from_its_journal_and_runs_each_run_once(tmp_pa
     out = tmp_path / "tuning.json"
     limit = [4]
     try:
-        tuner._tune(str(out), grid)
+        tuner.tune(str(out), grid)
     except KeyboardInterrupt:
         pass
     assert not out.exists() and len(calls) == 5  # the fifth run was killed
@@ -88,7 +88,7 @@ def test_a_tuning_cut_off_resumes_from_its_journal_and_runs_each_run_once(tmp_pa
     limit[0] = None
     calls.clear()
     timeouts.clear()
-    tuner._tune(str(out), grid)
+    tuner.tune(str(out), grid)
     # three seeds of one cell: auto 3 runs, then 3 per knob setting; 4 done before the cut
     assert len(calls) == 3 * 3 - 4 and not set(first) & set(calls)
     assert deadlines == ["digits-logreg/persistent/20"]  # read back, not found again
@@ -98,15 +98,15 @@ def test_a_tuning_cut_off_resumes_from_its_journal_and_runs_each_run_once(tmp_pa
     assert result["chosen"]["geomean"] == 0.5
     assert not (tmp_path / "tuning.json.journal.jsonl").exists()
     uncut = tmp_path / "uncut.json"
-    tuner._tune(str(uncut), grid)
+    tuner.tune(str(uncut), grid)
     assert json.loads(uncut.read_text())["settings"] == result["settings"]
     # another grid: a journal left by a cut-off tuning is set aside, every run runs
     limit[0], calls[:] = 2, []
     try:
-        tuner._tune(str(out), grid)
+        tuner.tune(str(out), grid)
     except KeyboardInterrupt:
         pass
     limit[0], calls[:] = None, []
-    tuner._tune(str(out), {"max_skew": [0.1, None]})
+    tuner.tune(str(out), {"max_skew": [0.1, None]})
     assert len(calls) == 3 * 3
     assert (tmp_path / "tuning.json.journal.jsonl.stale").exists()
