@@ -123,11 +123,6 @@ def with_stated_deadline(grid: dict, cell: Cell, stated: float | None = None) ->
                                                  "straggler-timeout": stated})
 
 
-def _plain_cell(cell: Cell) -> object:
-    """A cell as JSON-able values (what a journal's identity holds)."""
-    return dataclasses.asdict(cell) if dataclasses.is_dataclass(cell) else repr(cell)
-
-
 def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m experiments.tune_auto_approximate")
@@ -171,7 +166,8 @@ def tune(out_file: str, knobs_grid: dict | None = None, slow_classes: tuple = ()
     # deadline rule, knobs, seeds or code is set aside
     rules = grid["rules"]
     journal = Journal(Path(f"{out_file}.journal.jsonl"), {
-        "tuning": {c: _plain_cell(cell) for c, cell in plain.items()}, "grid": knobs_grid,
+        "tuning": {c: dataclasses.asdict(cell) for c, cell in plain.items()},
+        "grid": knobs_grid,
         "seeds": SEEDS, "deadline_rule": [list(grid["seeds"]["development"]),
                                           rules["deadline_quantile"], rules["deadline_slack"]]})
     if journal.stale is not None:
@@ -182,8 +178,9 @@ def tune(out_file: str, knobs_grid: dict | None = None, slow_classes: tuple = ()
               "finished", flush=True)
     cells = {}
     for c, cell in plain.items():
-        cells[c] = with_stated_deadline(grid, cell, journal.meta(f"deadline {c}"))
-        if journal.meta(f"deadline {c}") is None:
+        stated = journal.meta(f"deadline {c}")
+        cells[c] = with_stated_deadline(grid, cell, stated)
+        if stated is None:
             journal.set_meta(f"deadline {c}", cells[c].run_config["straggler-timeout"])
 
     def time_to_target(method: str, knobs: dict | None, c: str, s: int) -> float | None:

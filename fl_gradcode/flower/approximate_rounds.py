@@ -31,6 +31,7 @@ from ..adaptive import (
     missing_weights,
     price_candidates,
 )
+from .membership import covered_partitions
 
 __all__ = ["ApproximateRounds"]
 
@@ -194,14 +195,11 @@ class ApproximateRounds:
                            missing_weights(state.code, order, short))
 
     def _count_coverage(self, state: Any, decode: str, used: list[int]) -> None:
-        if decode == "skipped" or not getattr(state, "partitions", None):
-            return  # no update applied: the run's weighting is unchanged
-        code = state.code
+        if not getattr(state, "partitions", None):
+            return
         partitions = list(state.partitions)
-        covered = (set(range(len(partitions))) if decode == "exact"
-                   else {int(j) for w in used for j in code.assignment(w)})
-        covered &= set(range(len(partitions)))
-        if not covered:
+        covered = covered_partitions(state.code, used, decode) & set(range(len(partitions)))
+        if not covered:  # no update applied (a skipped round): the weighting is unchanged
             return
         self.applied_rounds += 1
         for j, identity in enumerate(partitions):

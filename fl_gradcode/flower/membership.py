@@ -439,6 +439,16 @@ def _raw_claim(reply: Any) -> tuple[int, int] | None:
     return None
 
 
+def covered_partitions(code: GradientCode, used: list[int], decode: str) -> set[int]:
+    """The code's partitions (indices) a round's update covered: every one of an exact
+    round, none of a skipped one, else those a used reply computed."""
+    if decode == "exact":
+        return set(range(code.k))
+    if decode == "skipped":
+        return set()
+    return {int(j) for w in used for j in code.assignment(w)}
+
+
 def missing_fields(code: GradientCode, partitions: list[Identity], used: list[int],
                    decode: str, sizes: Mapping[tuple[int, int], float]) -> dict[str, Any]:
     """A coded round's ``missing_partitions`` (data partition ids no used reply computed;
@@ -446,11 +456,8 @@ def missing_fields(code: GradientCode, partitions: list[Identity], used: list[in
     share of the round's examples when every size is known, else of its partitions)."""
     if decode == "exact":
         return {"missing_partitions": [], "missing_weight": 0.0}
-    if decode == "skipped":
-        gone = list(range(len(partitions)))
-    else:
-        covered = {int(j) for w in used for j in code.assignment(w)}
-        gone = [j for j in range(len(partitions)) if j not in covered]
+    covered = covered_partitions(code, used, decode)
+    gone = [j for j in range(len(partitions)) if j not in covered]
     known = [sizes.get((p.partition_id, p.num_partitions)) for p in partitions]
     if known and all(x is not None for x in known) and sum(known) > 0:  # type: ignore[arg-type]
         weight = sum(known[j] for j in gone) / sum(known)  # type: ignore[misc]

@@ -4,6 +4,7 @@ checked before it runs."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import types
 from pathlib import Path
@@ -63,14 +64,19 @@ def test_a_tuning_cut_off_resumes_from_its_journal_and_runs_each_run_once(tmp_pa
         halved = method == "auto-approximate" and ApproximateRounds.max_skew is not None
         return {"time_to_target": (seed + 1) / (2 if halved else 1)}
 
+    @dataclasses.dataclass(frozen=True)
+    class FakeCell:  # what the journal's identity holds of a cell
+        name: str
+
     def fake_deadline(grid, cell, stated=None):
         if stated is None:  # found by running wait-for-all on the development seeds
-            deadlines.append(cell)
+            deadlines.append(cell.name)
             stated = 1.5 + len(deadlines)
         return types.SimpleNamespace(run_config={"straggler-timeout": stated})
 
     monkeypatch.setattr(tuner, "run_coded", fake_run)
-    monkeypatch.setattr(tuner, "tuning_cell", lambda grid, r, n, t, k, sets: f"{t}/{r}/{n}")
+    monkeypatch.setattr(tuner, "tuning_cell",
+                        lambda grid, r, n, t, k, sets: FakeCell(f"{t}/{r}/{n}"))
     monkeypatch.setattr(tuner, "with_stated_deadline", fake_deadline)
     monkeypatch.setattr(tuner, "SIZES", (20,))
     monkeypatch.setattr(tuner, "REGIMES", ("persistent",))
