@@ -79,3 +79,13 @@ def flwr_log():
     yield handler.lines
     logger.removeHandler(handler)
     logger.setLevel(level)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``-n 2 --dist loadgroup``, pyproject.toml): the tests that start
+    Flower's simulation engine (Ray) run one after another on one worker, as do those that
+    start a SuperLink and SuperNodes, while the rest share the workers."""
+    for item in items:
+        for kind in ("simulation", "deployment"):
+            if item.get_closest_marker(kind) is not None:
+                item.add_marker(pytest.mark.xdist_group(kind))
