@@ -294,7 +294,10 @@ class ReplyCollector:
                                    "partition sizes that contradict its num-examples")
             raise
         # each partition's own metrics, for the inner strategy's metric aggregation
-        parsed.extra["partition_metrics"] = partition_metrics.read(reply, len(parsed.sizes))
+        # (as many as it holds: a worker holding none reports partition-sizes [0] and no
+        # partition's metrics)
+        parsed.extra["partition_metrics"] = partition_metrics.read(
+            reply, len(state.code.assignment(worker)))
         if state.probe is not None:
             z, size = state.probe.measure(parsed.arrays, parsed.num_examples, parsed.metrics)
             parsed.extra["z"], parsed.extra["size"] = z, size

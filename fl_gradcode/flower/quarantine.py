@@ -49,7 +49,8 @@ class Quarantine:
         return {n for n in nodes if self._until.get(self._key(n), 0) >= server_round}
 
     def offend(self, server_round: int, nodes: Iterable[int], why: str) -> list[int]:
-        """Record one offence of each node in ``server_round``; the nodes it puts in
+        """Record one offence of each node in ``server_round`` (at most one per node and
+        round: a duplicated reply is not a second offence); the nodes it puts in
         quarantine (from the next round), logged with their ids."""
         started = []
         seen: set[Hashable] = set()
@@ -59,6 +60,8 @@ class Quarantine:
                 continue
             seen.add(key)
             recent = [r for r in self._offences.get(key, []) if r > server_round - self.window]
+            if recent and recent[-1] == server_round:  # one offence per round (a duplicate)
+                continue
             recent.append(server_round)
             self._offences[key] = recent
             if len(recent) < self.offences:

@@ -32,6 +32,13 @@ def test_one_is_a_valid_setting():
     assert q.held(5, [1, 2]) == {2} and q.held(6, [2]) == set()
 
 
+def test_a_node_offends_at_most_once_per_round():
+    q = Quarantine()  # two offences within ten rounds
+    assert q.offend(3, [7], "x") == [] and q.offend(3, [7], "again") == []
+    assert q.held(4, [7]) == set()
+    assert q.offend(4, [7], "x") == [7]
+
+
 def test_offences_count_only_within_the_window(flwr_log):
     q = Quarantine(offences=2, window=3, rounds=2)
     assert q.offend(10, [7], "x") == []

@@ -1,0 +1,66 @@
+"""One hostile or duplicated reply at the edges of the round: it is dropped and counted, the
+round goes on, and the model is what the honest replies give (numpy FedAvg oracle)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from flwr.app import MessageType
+
+from fl_gradcode.flower import gradient_coding_mod
+from fl_gradcode.flower.protocol import OP_TRAIN, PROTOCOL_KEY, parse_instruction
+from fl_gradcode.flower.testing import InProcessGrid
+from tests.apps.numpy_app import assert_model, fedavg_rounds, initial_arrays, make_app
+from tests.flower.harness import as_dict, fault_mod, run
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+def _empty_worker_adds_metrics(hit: list[int]):
+    """An outer mod: a worker sent no partition (partition-sizes [0]) adds one per-partition
+    metric, as many entries as its partition-sizes."""
+
+    def mod(msg, context, call_next):
+        reply = call_next(msg, context)
+        if msg.metadata.message_type != MessageType.TRAIN or reply.has_error():
+            return reply
+        instruction = parse_instruction(msg.content)
+        if instruction is None or instruction.op != OP_TRAIN or instruction.partition_ids:
+            return reply
+        reply.content[PROTOCOL_KEY + "-meta"]["partition-metric.train_loss"] = [1.0]
+        hit.append(instruction.worker)
+        return reply
+
+    return mod
+
+
+def test_per_partition_metrics_from_a_worker_without_partitions_are_rejected_not_a_crash():
+    """bgc at n = 4, s = 1 leaves a worker with no partition: its reply, with one metric
+    entry beside its partition-sizes [0], used to end the run in the metric aggregation."""
+    honest = run(4, code="bgc", s=1, rounds=2)
+    hit: list[int] = []
+    grid = InProcessGrid(make_app(_empty_worker_adds_metrics(hit), gradient_coding_mod), 4)
+    hostile = run(4, code="bgc", s=1, rounds=2, grid=grid)
+    assert hit, "the code left no worker without a partition: the test checks nothing"
+    assert len(set(hit)) == 1 and len(hit) == 2  # one such worker, sent work in both rounds
+    assert [r["rejected"] for r in hostile.rows] == [r["rejected"] + 1 for r in honest.rows]
+    assert all(any("partition-metric.train_loss" in why for why in r["rejected_reasons"])
+               for r in hostile.rows)
+    assert [r["decode"] for r in hostile.rows] == [r["decode"] for r in honest.rows]
+    if all(r["decode"] == "exact" for r in hostile.rows):
+        expected = fedavg_rounds(as_dict(initial_arrays()), 2, 4)
+        assert_model(hostile.models[2], expected)
+
+
+def test_a_duplicated_error_reply_is_one_offence_not_two(caplog):
+    """verify=True: a node's app fails once (round 1) and the error reply arrives twice. The
+    rule is two offences within ten rounds, so no quarantine follows and rounds 2 and 3 are
+    exact (FedAvg over every partition)."""
+    grid = InProcessGrid(make_app(fault_mod({(0, 1): "error"}), gradient_coding_mod), 4,
+                         duplicate=lambda i, r: i == 0 and r == 1)
+    with caplog.at_level(logging.INFO, logger="flwr"):
+        result = run(4, code="frc", s=1, rounds=3, grid=grid, verify=True)
+    assert [r["quarantined"] for r in result.rows] == [[], [], []]
+    assert [r["decode"] for r in result.rows[1:]] == ["exact", "exact"]
+    assert_model(result.models[3], fedavg_rounds(result.models[1], 2, 4))
