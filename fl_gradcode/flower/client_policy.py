@@ -74,6 +74,9 @@ ACCEPTED_MODES: dict[str, tuple[str, ...]] = {
     "sample": ("sample",),
 }
 
+#: ``dp-required`` values whose noise is added on the node: they need a noise multiplier > 0.
+LOCAL_NOISE = ("partition", "sample")
+
 
 class PolicyError(ValueError):
     """An instruction this node refuses (the message names the field and the node's policy)."""
@@ -162,18 +165,30 @@ class NodePolicy:
                     raise PolicyError(
                         f"{where} dp={cfg['dp']!r} refused under dp='sample' (the app's DP-SGD "
                         f"would be off): this node's policy is {self._describe()}")
+        if self.active and mode == "partition" and instruction.dp_noise != "identical":
+            # replicas of a partition would release independent draws the server can average
+            raise PolicyError(
+                f"dp-noise={instruction.dp_noise!r} refused: replicas of a partition would "
+                "release independent noise the server can average (sigma/sqrt(r) from r "
+                f"replicas); this node's policy is {self._describe()} (dp-noise='identical')")
         floor = self.min_noise_multiplier
-        if floor <= 0:
+        # a node insisting on noise added on the node accepts no noise-multiplier of 0
+        needs_noise = self.dp_required in LOCAL_NOISE
+        if floor <= 0 and not needs_noise:
             return
         if mode == "none":
             raise PolicyError(
                 f"dp='none' refused: this node's policy is dp-min-noise-multiplier={floor:g} "
                 "(a DP mode with at least that noise)"
             )
-        if instruction.noise_multiplier < floor:
+
+        def enough(sigma: float) -> bool:
+            return sigma >= floor and (sigma > 0 or not needs_noise)
+
+        if not enough(instruction.noise_multiplier):
             raise PolicyError(
                 f"noise-multiplier={instruction.noise_multiplier:g} refused: this node's "
-                f"policy is dp-min-noise-multiplier={floor:g}"
+                f"policy is {self._noise_rule()}"
             )
         if mode != "sample":
             return
@@ -184,11 +199,11 @@ class NodePolicy:
                 app_sigma = float(cfg["noise-multiplier"])
             except (TypeError, ValueError):
                 app_sigma = math.nan
-            if not app_sigma >= floor:
+            if not enough(app_sigma):
                 raise PolicyError(
                     f"{where} noise-multiplier={cfg['noise-multiplier']!r} (the "
                     f"app's DP-SGD noise) refused: this node's policy is "
-                    f"dp-min-noise-multiplier={floor:g}"
+                    f"{self._noise_rule()}"
                 )
 
     def check_app_config(self, config: Mapping[str, Any]) -> None:
@@ -202,15 +217,23 @@ class NodePolicy:
             mode == "none" and self.min_noise_multiplier > 0
         ):
             raise PolicyError(f"dp={mode!r} refused: this node's policy is {self._describe()}")
-        if mode == "sample" and self.min_noise_multiplier > 0:
+        needs_noise = self.dp_required in LOCAL_NOISE
+        if mode == "sample" and (self.min_noise_multiplier > 0 or needs_noise):
             try:
                 sigma = float(config.get("noise-multiplier", math.nan))
             except (TypeError, ValueError):
                 sigma = math.nan
-            if not sigma >= self.min_noise_multiplier:
+            if not (sigma >= self.min_noise_multiplier and (sigma > 0 or not needs_noise)):
                 raise PolicyError(
                     f"noise-multiplier={config.get('noise-multiplier')!r} (the app's DP-SGD "
                     f"noise) refused: this node's policy is {self._describe()}")
+
+    def _noise_rule(self) -> str:
+        """The part of the policy a noise multiplier broke, in words."""
+        floor = self.min_noise_multiplier
+        if floor > 0:
+            return f"dp-min-noise-multiplier={floor:g}"
+        return f"dp-required={self.dp_required!r} (noise-multiplier > 0)"
 
     def _describe(self) -> str:
         parts = []
