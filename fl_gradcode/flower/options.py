@@ -45,6 +45,7 @@ from ..privacy import DPConfig, PrivacyAccountant, ServerNoise
 from .clock import CLOCKS, clock_class
 from .code_options import code_options as _code_options
 from .integrity import verify_refusal
+from .option_values import finite, flag, whole
 
 STOP_LATE_WORK: bool | str = _KEYED["stop_late_work"]
 
@@ -258,8 +259,6 @@ class TimingOptions:
     def __post_init__(self) -> None:
         if self.mode not in TIMINGS:
             raise ValueError(f"timing={self.mode!r}; expected one of {sorted(TIMINGS)}")
-        if self.compute_cost_s < 0:
-            raise ValueError(f"compute_cost_s={self.compute_cost_s!r} must be >= 0")
         if not isinstance(self.stop_late_work, bool):
             raise ValueError(f"stop_late_work={self.stop_late_work!r} must be True or False "
                              "(or 'auto')")
@@ -274,8 +273,8 @@ class TimingOptions:
             raise ValueError(
                 f"upload_bandwidth={self.upload_bandwidth!r} must be a positive number of bytes "
                 "per second, or None (transfers take no time)")
-        object.__setattr__(self, "measured_compute", bool(self.measured_compute))
-        object.__setattr__(self, "compute_cost_s", float(self.compute_cost_s))
+        for name, check in (("measured_compute", flag), ("compute_cost_s", finite)):
+            object.__setattr__(self, name, check(name, getattr(self, name)))
         if self.upload_bandwidth is not None:
             object.__setattr__(self, "upload_bandwidth", float(self.upload_bandwidth))
 
@@ -328,9 +327,9 @@ class DeadlineOptions:
                              "predicted round time (or None: the straggler_timeout only)")
         if not (_number(self.max_decode_error) and self.max_decode_error >= 0):
             raise ValueError(f"max_decode_error={self.max_decode_error!r} must be >= 0")
-        if self.min_replies is not None and (isinstance(self.min_replies, bool)
-                                             or self.min_replies < 1):
-            raise ValueError(f"min_replies={self.min_replies!r} must be >= 1 or None")
+        if self.min_replies is not None:
+            object.__setattr__(self, "min_replies",
+                               whole("min_replies", self.min_replies, 1, " or None"))
         for name in ("round_timeout", "warmup_timeout", "straggler_timeout"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}={getattr(self, name)!r} must be > 0 seconds")
@@ -368,8 +367,9 @@ class IntegrityOptions:
     verify_tolerance: float = _KEYED["verify_tolerance"]
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "verify", bool(self.verify))
-        object.__setattr__(self, "verify_tolerance", float(self.verify_tolerance))
+        object.__setattr__(self, "verify", flag("verify", self.verify))
+        object.__setattr__(self, "verify_tolerance",
+                           finite("verify_tolerance", self.verify_tolerance))
 
 
 @dataclass(frozen=True)
@@ -396,7 +396,7 @@ class WireOptions:
     def __post_init__(self) -> None:
         if self.wire not in WIRES:
             raise ValueError(f"wire={self.wire!r}; expected 'auto', 'model' or 'float64'")
-        object.__setattr__(self, "sparse_decoding", bool(self.sparse_decoding))
+        object.__setattr__(self, "sparse_decoding", flag("sparse_decoding", self.sparse_decoding))
 
 
 @dataclass(frozen=True)
@@ -590,7 +590,7 @@ class Options:
             wire=WireOptions(wire, sparse_decoding),
             privacy=PrivacyOptions(dp or DPConfig(), accountant, server_noise or ServerNoise(),
                                    dp_run_nonce),
-            seed=int(seed),
+            seed=whole("seed", seed),
         )
         if adaptive.latency_state is not None and not built.estimating:
             log(WARNING, "latency_state=%r is read and written only with s='auto' or "

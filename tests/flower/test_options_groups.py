@@ -60,12 +60,12 @@ def test_options_are_frozen():
     ({"s": "auto", "auto_deadline": 2.0, "timing": "wallclock"},
      r"auto_deadline=2.0 needs timing='virtual'"),
     ({"max_decode_error": -1}, r"max_decode_error=-1 must be >= 0"),
-    ({"min_replies": 0}, r"min_replies=0 must be >= 1 or None"),
+    ({"min_replies": 0}, r"min_replies=0 must be an integer >= 1 or None"),
     ({"round_timeout": 0}, r"round_timeout=0 must be > 0 seconds"),
     ({"warmup_timeout": -1}, r"warmup_timeout=-1 must be > 0 seconds"),
     ({"straggler_timeout": 0}, r"straggler_timeout=0 must be > 0 seconds"),
     ({"wire": "float16"}, r"wire='float16'; expected 'auto', 'model' or 'float64'"),
-    ({"compute_cost_s": -1.0}, r"compute_cost_s=-1.0 must be >= 0"),
+    ({"compute_cost_s": -1.0}, r"compute_cost_s=-1.0 must be a finite number >= 0"),
     ({"stop_late_work": 1}, r"stop_late_work=1 must be True or False"),
     ({"busy": "later"}, r"busy='later'; expected 'skip', 'queue', 'fit' or None"),
     ({"timing": "sundial"}, r"timing='sundial'; expected one of"),
@@ -242,3 +242,38 @@ def test_the_smallest_valid_values_are_accepted_and_values_are_normalised(tmp_pa
     state = AdaptiveOptions(enabled=True, latency_state=tmp_path / "lat.json").latency_state
     assert state == str(tmp_path / "lat.json") and type(state) is str
     assert IntegrityOptions(verify=1).verify is True
+
+
+@pytest.mark.parametrize(("keywords", "match"), [
+    ({"verify": "false"}, r"verify='false' must be True or False"),
+    ({"measured_compute": "no"}, r"measured_compute='no' must be True or False"),
+    ({"sparse_decoding": "false"}, r"sparse_decoding='false' must be True or False"),
+    ({"verify": 2}, r"verify=2 must be True or False"),
+    ({"verify_tolerance": float("nan")}, r"verify_tolerance=nan must be a finite number >= 0"),
+    ({"verify_tolerance": -1.0}, r"verify_tolerance=-1.0 must be a finite number >= 0"),
+    ({"verify_tolerance": "0.1"}, r"verify_tolerance='0.1' must be a finite number >= 0"),
+    ({"min_replies": float("nan")}, r"min_replies=nan must be an integer >= 1 or None"),
+    ({"min_replies": 2.5}, r"min_replies=2.5 must be an integer >= 1 or None"),
+    ({"min_replies": "3"}, r"min_replies='3' must be an integer >= 1 or None"),
+    ({"compute_cost_s": float("nan")}, r"compute_cost_s=nan must be a finite number >= 0"),
+    ({"compute_cost_s": float("inf")}, r"compute_cost_s=inf must be a finite number >= 0"),
+    ({"seed": 1.7}, r"seed=1.7 must be an integer"),
+    ({"seed": "3"}, r"seed='3' must be an integer"),
+])
+def test_a_value_of_the_wrong_kind_is_refused_not_coerced(keywords, match):
+    """``bool("false")`` is True and ``int(1.7)`` is 1: such values used to be coerced into
+    another setting than the one written (verification on, a different seed)."""
+    with pytest.raises(ValueError, match=match):
+        Options.from_keywords(**keywords)
+    with pytest.raises(ValueError, match=match):
+        GradientCoding(FedAvg(), **keywords)
+
+
+def test_integers_that_are_flags_or_whole_numbers_are_still_accepted():
+    import numpy as np
+
+    assert Options.from_keywords(seed=np.int64(4)).seed == 4
+    assert type(Options.from_keywords(seed=np.int64(4)).seed) is int
+    assert DeadlineOptions(min_replies=np.int64(2)).min_replies == 2
+    assert WireOptions(sparse_decoding=np.bool_(False)).sparse_decoding is False
+    assert IntegrityOptions(verify_tolerance=0).verify_tolerance == 0.0
