@@ -36,13 +36,14 @@ values, the other knobs at the values the second grid chose; the same cells, see
 own grid (``grid``).
 
 Amended a fourth time (``experiments/grid.toml`` amendment 14), before any run with it;
-``--skew`` runs it (:data:`SKEW_GRID`, until it has run and its choice is the library's
-default): the knob ``max_skew`` (``None``: no bound on how far the run's weighting of the
-partitions may drift from FedAvg's, the default, first, so a tie keeps it; 0.1; 0.05), the
-other knobs as the third grid chose; the cells add digits-logreg persistent at n = 20 and
-n = 100 with ``slow-classes = 2`` (:data:`SLOW_CLASSES`: two classes only the persistently
-slow clients hold, where dropping them starves the model of those classes); the same seeds
-and rule (results: :data:`SKEW_OUT`).
+``--skew`` runs it (:data:`SKEW_GRID`; it has run, and the rule kept the bound off, so the
+knobs of :data:`GRID` stay the library's defaults): the knob ``max_skew`` (``None``: no
+bound on how far the run's weighting of the partitions may drift from FedAvg's, the default,
+first, so a tie keeps it; 0.1; 0.05), the other knobs as the third grid chose; the cells add
+digits-logreg persistent at n = 20 and n = 100 with ``slow-classes = 2``
+(:data:`SLOW_CLASSES`: two classes only the persistently slow clients hold, where dropping
+them starves the model of those classes); the same seeds and rule (results:
+:data:`SKEW_OUT`).
 """
 
 from __future__ import annotations

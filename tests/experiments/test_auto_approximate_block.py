@@ -65,3 +65,20 @@ def test_with_no_cell_that_ran_it_the_block_says_how_to_run_it():
     text = approximate.render_approximate(data, [])
     assert "has not run on a finished cell yet" in text
     assert "--rerun --methods auto-approximate" in text
+
+
+def test_the_tuning_table_gives_each_cells_geometric_mean_and_marks_the_rules_choice():
+    # cell a: seeds 0, 1; setting None: ratios 1 and 4 (geomean 2.000), setting 0.1: 1 and 1
+    # (1.000); cell b: None 0.25 (0.250), 0.1 1 (1.000); the rule's value is the file's own
+    data = {"settings": [
+        {"knobs": {"run": 6, "max_skew": None}, "geomean": 0.5,
+         "ratio_vs_auto": {"a/0": 1.0, "a/1": 4.0, "b/0": 0.25}},
+        {"knobs": {"run": 6, "max_skew": 0.1}, "geomean": 1.0,
+         "ratio_vs_auto": {"a/0": 1.0, "a/1": 1.0, "b/0": 1.0}}],
+        "chosen": {"knobs": {"run": 6, "max_skew": 0.1}}}
+    assert approximate.render_tuning(data, "max_skew").splitlines() == [
+        "| cell | max_skew = None | max_skew = 0.1 (chosen) |",
+        "|---|---|---|",
+        "| a | 2.000 | 1.000 |",
+        "| b | 0.250 | 1.000 |",
+        "| every (cell, seed): the rule | 0.500 | 1.000 |"]

@@ -27,6 +27,23 @@ def test_the_skew_grid_tunes_max_skew_alone_with_the_bound_off_first():
     assert bounds == sorted(bounds, reverse=True) and all(0 < b < 1 for b in bounds)
 
 
+def test_the_library_runs_what_the_skew_tuning_chose():
+    """Its results file is this grid's, and every knob of its chosen setting, the bound
+    included, is the library's default."""
+    from experiments.tune_auto_approximate import SKEW_GRID, SKEW_OUT, SLOW_CLASSES
+    from fl_gradcode.flower.approximate_rounds import ApproximateRounds
+
+    result = json.loads((ROOT / SKEW_OUT).read_text())
+    assert result["grid"] == SKEW_GRID
+    assert [tuple(c) for c in result["slow_classes"]] == list(SLOW_CLASSES)
+    chosen = result["chosen"]["knobs"]
+    assert set(chosen) == set(SKEW_GRID)
+    assert all(getattr(ApproximateRounds, k) == v for k, v in chosen.items())
+    # the rule: the lowest geometric mean, the first in the grid on a tie
+    means = [row["geomean"] for row in result["settings"]]
+    assert result["settings"][means.index(min(means))]["knobs"] == chosen
+
+
 def test_its_added_cells_give_two_classes_to_the_persistently_slow_clients_only():
     from experiments.compare import cell_run_config, load_grid, lookup, task_target
     from experiments.tune_auto_approximate import SLOW_CLASSES, tuning_cell

@@ -15,10 +15,11 @@ verdict and the best rival are the ``compare-verdict`` block's.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tools.docgen.core import block, table
+from tools.docgen.core import block, load, table
 from tools.docgen.rivals import (
     GOAL_TIME,
     compare_data,
@@ -107,3 +108,31 @@ def render_approximate(data: Mapping[str, Any], report: Sequence[str]) -> str:
 @block("auto-approximate")
 def auto_approximate() -> str:
     return render_approximate(compare_data(), reported_cells())
+
+
+def render_tuning(data: Mapping[str, Any], knob: str) -> str:
+    """A tuning file of ``experiments.tune_auto_approximate`` (development seeds): per cell,
+    the geometric mean over its seeds of each setting's paired ratio to ``auto`` (the
+    setting labelled by ``knob``, the one its grid varies), then the rule's value over every
+    (cell, seed), the chosen setting's column marked."""
+    settings = data["settings"]
+    labels = [str(s["knobs"][knob]) for s in settings]
+    chosen = labels[[s["knobs"] for s in settings].index(data["chosen"]["knobs"])]
+
+    def geomean(values: list[float]) -> float:
+        return math.exp(sum(map(math.log, values)) / len(values))
+
+    cells = list(dict.fromkeys(k.rsplit("/", 1)[0] for k in settings[0]["ratio_vs_auto"]))
+    def of(cell: str, setting: Mapping[str, Any]) -> float:
+        return geomean([v for k, v in setting["ratio_vs_auto"].items()
+                        if k.rsplit("/", 1)[0] == cell])
+
+    rows = [[cell] + [f"{of(cell, s):.3f}" for s in settings] for cell in cells]
+    rows.append(["every (cell, seed): the rule"] + [f"{s['geomean']:.3f}" for s in settings])
+    header = ["cell"] + [f"{knob} = {x}" + (" (chosen)" if x == chosen else "") for x in labels]
+    return table(header, rows)
+
+
+@block("auto-approximate-skew-tuning")
+def skew_tuning() -> str:
+    return render_tuning(load("auto_approximate_tuning_skew.json"), "max_skew")
