@@ -58,6 +58,7 @@ from .clock import (
     job_start,
     timing_value,
 )
+from .option_values import finite
 
 __all__ = ["TIMING_KEY", "DeadlineFedAvg", "check_charges", "reply_bytes", "train_timing_mod",
            "virtual_arrival"]
@@ -108,9 +109,9 @@ def reply_bytes(msg: Message) -> int:
 
 
 def check_charges(compute_cost_s: float, upload_bandwidth: float | None) -> None:
-    """Refuse a negative compute charge or a non-positive upload bandwidth (by name)."""
-    if compute_cost_s < 0:
-        raise ValueError(f"compute_cost_s={compute_cost_s!r} must be >= 0")
+    """Refuse a compute charge that is not a finite number >= 0 or a non-positive upload
+    bandwidth (by name)."""
+    finite("compute_cost_s", compute_cost_s)
     if upload_bandwidth is not None and not upload_bandwidth > 0:
         raise ValueError(f"upload_bandwidth={upload_bandwidth!r} must be > 0 bytes/s or None")
 

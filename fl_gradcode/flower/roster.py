@@ -82,8 +82,15 @@ def load_roster(roster: str | os.PathLike[str] | Mapping[Any, Any] | None) -> Ro
         num = data.get("num-partitions")
     else:
         nodes, num = data, None
-    holder = {_int(node, "node id"): _int(pid, f"partition of node {node}")
-              for node, pid in nodes.items()}
+    holder: dict[int, int] = {}
+    spelled: dict[int, Any] = {}
+    for node, pid in nodes.items():
+        node_id = _int(node, "node id")
+        if node_id in spelled:
+            raise ValueError(f"roster: node ids {spelled[node_id]!r} and {node!r} are both node "
+                             f"{node_id}; a roster names each node once")
+        spelled[node_id] = node
+        holder[node_id] = _int(pid, f"partition of node {node}")
     k = len(holder) if num is None else _int(num, "num-partitions")
     if k < 1:
         raise ValueError(f"roster: num-partitions={k} must be >= 1")

@@ -60,9 +60,11 @@ def _reply(msg, context):
 
 
 # =============================================================================== arguments
-def test_a_negative_compute_cost_is_refused_naming_the_value():
-    with pytest.raises(ValueError, match=r"^compute_cost_s=-0\.5 must be >= 0$"):
-        DeadlineFedAvg(deadline=1.0, compute_cost_s=-0.5)
+@pytest.mark.parametrize("cost", [-0.5, float("nan"), float("inf"), "1"])
+def test_a_compute_cost_that_is_not_finite_and_non_negative_is_refused_naming_it(cost):
+    with pytest.raises(ValueError, match=rf"^compute_cost_s={cost!r} must be a finite number "
+                                         r">= 0$"):
+        DeadlineFedAvg(deadline=1.0, compute_cost_s=cost)
 
 
 @pytest.mark.parametrize("bandwidth", [0, 0.0, -2.0])

@@ -301,6 +301,10 @@ def test_a_roster_file_in_either_format_names_each_nodes_partition(tmp_path, giv
     ({"7": "x"}, "roster: partition of node 7='x' must be an integer"),
     ({"num-partitions": 2, "nodes": {"7": 0}, "extra": 1}, r"unknown key\(s\) \['extra'\]"),
     ({"num-partitions": 0, "nodes": {}}, "num-partitions=0 must be >= 1"),
+    # two spellings of one node id: the later entry silently replaced the earlier
+    ({"num-partitions": 3, "nodes": {"123": 0, "0123": 1}},
+     r"roster: node ids '123' and '0123' are both node 123"),
+    ({"123": 0, " 123": 1}, r"roster: node ids '123' and ' 123' are both node 123"),
 ])
 def test_a_bad_roster_is_refused_naming_the_entry(given, message):
     from fl_gradcode.flower.roster import load_roster
