@@ -132,8 +132,11 @@ def main(argv: list[str] | None = None) -> dict:
         s_values = [int(x) for x in args.s.split(",") if x] or sorted(
             {0, 1, 2, 3, n // 16, n // 8, n // 4, n // 2} - {n}
         )
-    result = table(n, latency, s_values=s_values, partition_cost=cost, samples=args.samples,
-                   seed=args.seed, **model_args)
+    try:
+        result = table(n, latency, s_values=s_values, partition_cost=cost,
+                       samples=args.samples, seed=args.seed, **model_args)
+    except ValueError as exc:  # e.g. drift: no one round-time distribution
+        parser.error(str(exc))
     print(render(result, highlight))
     if args.json:
         with open(args.json, "w") as fh:

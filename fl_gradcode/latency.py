@@ -184,6 +184,7 @@ def expected_round_time(
         raise ValueError(f"wait_for={wait_for} must satisfy 1 <= wait_for <= n={n}")
     load = _positive(load, "load")
     k = int(wait_for)
+    one_regime(model)
     factor = load if model.load_scaled else 1.0
     if isinstance(model, Exponential):
         return factor * (harmonic(n) - harmonic(n - k)) / model.rate
@@ -308,6 +309,15 @@ class Drift:
 
     def sample(self, size, rng: np.random.Generator, load: float = 1.0) -> np.ndarray:
         return self.before.sample(size, rng, load)
+
+
+def one_regime(model: LatencyModel) -> None:
+    """Refuse a :class:`Drift` where one round's distribution is asked for: its rounds follow
+    two regimes (``sample`` draws the first, as a prior for the run's start)."""
+    if isinstance(model, Drift):
+        raise ValueError(
+            f"latency drift changes regime at round {model.at_round}: a round time of one "
+            "distribution is not defined; ask for each regime (its .before, its .after)")
 
 
 def client_delay(
@@ -447,7 +457,8 @@ def client_times(
     rng: np.random.Generator,
 ) -> np.ndarray:
     """``samples x n`` client times ``partition_cost * load + delay(load)`` (load in partitions,
-    so a coded client computing ``s+1`` partitions pays ``s+1`` times the compute)."""
+    so a coded client computing ``s+1`` partitions pays ``s+1`` times the compute; a
+    :class:`Drift` draws its first regime)."""
     return partition_cost * load + model.sample((samples, n), rng, float(load))
 
 
@@ -472,6 +483,7 @@ def round_times(
         raise ValueError(f"scheme={scheme!r}; expected one of {SCHEMES}")
     if not 0 <= s < n:
         raise ValueError(f"s={s} must satisfy 0 <= s < n={n}")
+    one_regime(model)
     rng = np.random.default_rng(seed)
     load = 1 if scheme in ("uncoded", "ignore-stragglers") else s + 1
     t = client_times(model, n, load, partition_cost=partition_cost, samples=samples, rng=rng)

@@ -54,11 +54,12 @@ from .clock import (
     LATENCY,
     MEASURED_COMPUTE,
     UPLOAD_BANDWIDTH,
+    RoundWindow,
     VirtualClock,
     job_start,
     timing_value,
 )
-from .option_values import finite
+from .option_values import finite, whole
 
 __all__ = ["TIMING_KEY", "DeadlineFedAvg", "check_charges", "reply_bytes", "train_timing_mod",
            "virtual_arrival"]
@@ -285,12 +286,15 @@ class DeadlineFedAvg(FedAvg):
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Keep the replies that arrived by the deadline (virtual time) and let FedAvg
         average them; record the round."""
-        replies = list(replies)
-        valid = [m for m in replies if not m.has_error()]
-        errors = [m for m in replies if m.has_error()]
+        valid, errors, malformed = [], [], []
         timings: dict[int, tuple[int, float, int, int]] = {}
-        for msg in valid:
+        for msg in replies:
             node = msg.metadata.src_node_id
+            if msg.has_error():
+                errors.append(msg)
+                continue
+            if node in timings:  # a duplicate: the node's first reply counts
+                continue
             if TIMING_KEY not in msg.content.config_records:
                 raise ValueError(
                     f"the train reply of node {node} has no {TIMING_KEY!r} record: "
@@ -298,18 +302,29 @@ class DeadlineFedAvg(FedAvg):
                     "(ClientApp(mods=[train_timing_mod, ...]))")
             rec = msg.content.config_records[TIMING_KEY]
             metrics = next(iter(msg.content.metric_records.values()), MetricRecord())
-            timings[node] = (int(rec["partition-id"]), float(rec["compute-s"]),
-                             int(metrics.get(self.weighted_by_key, 0)), reply_bytes(msg))
+            try:  # a malformed reply is rejected (not passed on to FedAvg)
+                timings[node] = (whole("partition-id", rec["partition-id"]),
+                                 finite("compute-s", rec["compute-s"]),
+                                 int(finite(self.weighted_by_key,
+                                            metrics.get(self.weighted_by_key, 0))),
+                                 reply_bytes(msg))
+            except (KeyError, TypeError, ValueError):
+                malformed.append(msg)
+                continue
+            valid.append(msg)
         # an infinite delay (a device off, e.g. latency=fedscale) never arrives: no reply;
         # the server hears of it when the latency model says (Flower's NODE_UNAVAILABLE)
         timed = self.arrivals(server_round, timings)
         arrivals = {n: t for n, t in timed.items() if np.isfinite(t)}
         failures = self.failure_notices(server_round, timings, timed.keys() - arrivals.keys())
         window = self.clock.window(arrivals, self.round_complete,
-                                   len(self._sent) - len(errors), failures)
+                                   len(self._sent) - len(errors) - len(malformed), failures)
+        if not valid and len(errors) + len(malformed) >= len(self._sent):  # none usable
+            window = RoundWindow([], self.clock.round_start)
         # a node heard of is free from then on (its message errored), as if it had replied
         self.clock.finish_round(self._sent, {**arrivals, **failures}, window.end,
-                                answered=[m.metadata.src_node_id for m in errors])
+                                answered=[m.metadata.src_node_id
+                                          for m in [*errors, *malformed]])
         if self.stop_dropped_work:  # and nodes not heard of by the round's end
             self._stop([*window.late, *failures], window.end)
         used = set(window.used)
@@ -325,7 +340,7 @@ class DeadlineFedAvg(FedAvg):
             "stragglers": sorted(pid[n] for n in [*window.late, *(pid.keys() - arrivals.keys())]),
             "busy": sorted(pid[n] for n in pid if self.clock.backlog.get(n, 0.0) > 0),
             "late_dropped": len(window.late),
-            "rejected": len(errors),
+            "rejected": len(errors) + len(malformed),
             "decode_error": None,
             "num_examples": sum(timings[n][2] for n in used),
             "bytes_up": sum(t[3] for t in timings.values()),

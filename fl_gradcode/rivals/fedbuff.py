@@ -50,6 +50,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, Result
 
 from ..flower.deadline import TIMING_KEY, check_charges, reply_bytes, virtual_arrival
+from ..flower.option_values import finite, whole
 from ..latency import LatencyModel, back_on, failure_notice
 from ..results import RoundRecorder
 
@@ -165,9 +166,13 @@ class FedBuff(FedAvg):
                 "train_timing_mod in the ClientApp's mods "
                 "(ClientApp(mods=[train_timing_mod, ...]))")
         timing = reply.content.config_records[TIMING_KEY]
-        pid, compute = int(timing["partition-id"]), float(timing["compute-s"])
         metrics = next(iter(reply.content.metric_records.values()), MetricRecord())
-        examples = int(metrics.get(self.weighted_by_key, 0))
+        try:
+            pid = whole("partition-id", timing["partition-id"], 0)
+            compute = finite("compute-s", timing["compute-s"])
+            examples = int(finite(self.weighted_by_key, metrics.get(self.weighted_by_key, 0)))
+        except (KeyError, TypeError, ValueError) as exc:
+            return None, -1, 0.0, 0, f"malformed reply: {exc}"
         records = list(reply.content.array_records.values())
         if len(records) != 1 or set(records[0].keys()) != set(sent):
             return None, pid, compute, examples, "arrays do not match the model's"
@@ -206,6 +211,8 @@ class FedBuff(FedAvg):
         slots = min(self.concurrency or len(nodes), len(nodes))
         rng = np.random.default_rng([self.seed, 0xFEDB])
         jobs = dict.fromkeys(nodes, 0)
+        # each node's partition, from its valid replies; before one, its rank among the ids
+        partition_of: dict[int, int] = {}
         sent = 0  # jobs dispatched: the federation is in round sent // slots + 1
         busy: set[int] = set()
         off_until: dict[int, float] = {}  # node reported off -> when its device is on again
@@ -249,7 +256,9 @@ class FedBuff(FedAvg):
             delta, pid, compute, examples, reason = self._parse(reply, model, node)
             nbytes = reply_bytes(reply) if delta is not None else 0
             if pid < 0:  # no usable timing: the client's latency alone
-                pid = nodes.index(node)
+                pid = partition_of.get(node, nodes.index(node))
+            else:
+                partition_of[node] = pid
             took = self.arrival(pid, jobs[node], compute, nbytes, regime)
             off = math.isinf(took) and self.latency is not None
             if off:

@@ -339,3 +339,21 @@ def test_an_unknown_trace_lists_every_bundled_trace_in_full():
 def test_a_bad_slowdown_is_named_in_full(cls):
     with pytest.raises(ValueError, match=r"^slowdown=0 must be a positive finite number$"):
         cls(slowdown=0)
+
+
+def test_a_drifting_latency_has_no_single_round_time_and_says_so(capsys):
+    """Its rounds follow two regimes: the closed form raised AttributeError and the Monte
+    Carlo drew the first regime only, so the calculator reported Pareto's times for drift."""
+    from fl_gradcode.calculator import main
+    from fl_gradcode.latency import expected_round_time, make_latency, round_times
+
+    drift = make_latency("drift", scale=0.5, shape=1.5, drift_round=15)
+    with pytest.raises(ValueError, match=r"drift changes regime at round 15"):
+        expected_round_time(drift, 10, 8)
+    with pytest.raises(ValueError, match=r"drift changes regime at round 15"):
+        round_times(drift, 10, 0, "uncoded", samples=10)
+    assert expected_round_time(drift.before, 10, 8) > 0  # each regime has one
+    with pytest.raises(SystemExit) as exit_:
+        main(["--latency", "drift", "--n", "8", "--samples", "10"])
+    assert exit_.value.code == 2
+    assert "drift changes regime" in capsys.readouterr().err

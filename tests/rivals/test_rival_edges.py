@@ -1,0 +1,129 @@
+"""The rivals at the edges of a round: a duplicated reply counts once, a malformed one is
+rejected (not a crash), and a round whose every reply is an error ends when the last error
+arrives, not at the deadline. Models against numpy FedAvg (tests/apps/numpy_app.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from flwr.app import ConfigRecord, Error, Message
+
+from fl_gradcode.flower.testing import InProcessGrid
+from fl_gradcode.rivals import DeadlineFedAvg, FedBuff, WaitForAll, train_timing_mod
+from tests.apps.numpy_app import LR, as_dict, fedavg, initial_arrays, make_app
+from tests.flower.harness import FixedArrivals
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+TABLE = {r: [0.5, 1.0, 0.7] for r in range(1, 12)}
+
+
+def _start(strategy, app, rounds, duplicate=None):
+    models = {}
+    strategy.start(grid=InProcessGrid(app, 3, duplicate=duplicate),
+                   initial_arrays=initial_arrays(), num_rounds=rounds,
+                   train_config=ConfigRecord({"lr": LR}),
+                   evaluate_fn=lambda r, a: models.__setitem__(r, as_dict(a)))
+    return models
+
+
+def _wait_for_all(**kw):
+    return WaitForAll(latency=FixedArrivals(TABLE), measured_compute=False,
+                      fraction_evaluate=0.0, min_available_nodes=1, min_train_nodes=3, **kw)
+
+
+def test_a_duplicated_reply_is_averaged_once():
+    strategy = _wait_for_all()
+    models = _start(strategy, make_app(train_timing_mod), 1, duplicate=lambda p, r: p == 0)
+    expected = fedavg(as_dict(initial_arrays()), range(3), 3)
+    for name, value in expected.items():
+        np.testing.assert_allclose(models[1][name], value, rtol=1e-9, atol=1e-12)
+    assert strategy.history[0]["clients_used"] == [0, 1, 2]
+
+
+def _bad_weight_from(partition):
+    inner = make_app(train_timing_mod)
+
+    def app(msg, context):
+        reply = inner(msg, context)
+        if int(context.node_config["partition-id"]) == partition and not reply.has_error():
+            next(iter(reply.content.metric_records.values()))["num-examples"] = [5, 6]
+        return reply
+
+    return app
+
+
+def test_a_malformed_weight_is_a_rejected_reply_for_the_synchronous_rivals():
+    strategy = DeadlineFedAvg(deadline=30.0, latency=FixedArrivals(TABLE),
+                              measured_compute=False, fraction_evaluate=0.0,
+                              min_available_nodes=1, min_train_nodes=3)
+    models = _start(strategy, _bad_weight_from(1), 1)
+    assert strategy.history[0]["rejected"] == 1
+    assert strategy.history[0]["clients_used"] == [0, 2]
+    expected = fedavg(as_dict(initial_arrays()), [0, 2], 3)
+    for name, value in expected.items():
+        np.testing.assert_allclose(models[1][name], value, rtol=1e-9, atol=1e-12)
+
+
+def test_a_malformed_weight_is_a_rejected_update_for_fedbuff():
+    strategy = FedBuff(buffer_size=2, concurrency=3, latency=FixedArrivals(TABLE),
+                       measured_compute=False)
+    _start(strategy, _bad_weight_from(1), 2)
+    assert sum(row["rejected"] for row in strategy.history) >= 1
+    assert len(strategy.history) == 2
+
+
+@pytest.mark.parametrize("make", [
+    _wait_for_all,
+    lambda: DeadlineFedAvg(deadline=30.0, latency=FixedArrivals(TABLE), measured_compute=False,
+                           fraction_evaluate=0.0, min_available_nodes=1, min_train_nodes=3),
+])
+def test_a_round_whose_every_reply_is_an_error_ends_at_once(make):
+    """Round 2: every client's app fails. The server has every answer at the round's start
+    (errors take no virtual time here), so the round lasts 0 s, not the deadline (WaitForAll's
+    is 1e12 s)."""
+    inner = make_app(train_timing_mod)
+
+    def app(msg, context):
+        if int(msg.content["config"]["server-round"]) == 2:
+            return Message(Error(0, "client crashed"), reply_to=msg)
+        return inner(msg, context)
+
+    strategy = make()
+    _start(strategy, app, 3)
+    rows = strategy.history
+    assert [r["decode"] for r in rows] == ["all", "skipped", "all"]
+    assert rows[1]["rejected"] == 3
+    assert rows[1]["round_virtual_s"] == 0.0
+    assert rows[0]["round_virtual_s"] == rows[2]["round_virtual_s"] == 1.0  # the slowest
+
+
+def test_fedbuff_times_an_error_reply_with_that_nodes_own_latency():
+    """Node ids in the reverse order of the partitions (partition 1 is the third smallest id,
+    the rank partition 2 has): partition 1 fails from its second job on, and its failed jobs
+    must take its own 5 s, not partition 2's 100 s. One slot, one update per step: the virtual
+    clock is the sum of the jobs' latencies, taken here from the partitions the app ran."""
+    inner = make_app(train_timing_mod)
+    calls: list[tuple[int, bool]] = []
+    jobs = {p: 0 for p in range(4)}
+
+    def app(msg, context):
+        pid = int(context.node_config["partition-id"])
+        jobs[pid] += 1
+        failed = pid == 1 and jobs[pid] > 1
+        calls.append((pid, failed))
+        if failed:
+            return Message(Error(0, "client crashed"), reply_to=msg)
+        return inner(msg, context)
+
+    latency = [1.0, 5.0, 100.0, 1.0]
+    strategy = FedBuff(buffer_size=1, concurrency=1, measured_compute=False,
+                       latency=FixedArrivals({r: latency for r in range(1, 60)}))
+    strategy.start(grid=InProcessGrid(app, 4, node_ids=[40, 30, 20, 10]),
+                   initial_arrays=initial_arrays(), num_rounds=12,
+                   train_config=ConfigRecord({"lr": LR}), evaluate_fn=lambda r, a: None)
+    steps = [row["virtual_s"] for row in strategy.history]
+    # the jobs up to the one that made the last step (a valid reply), in dispatch order
+    valid = [i for i, (_, failed) in enumerate(calls) if not failed]
+    done = calls[: valid[len(steps) - 1] + 1]
+    assert any(failed for _, failed in done), "no failed job before the end: nothing checked"
+    assert steps[-1] == pytest.approx(sum(latency[p] for p, _ in done), rel=1e-12)
