@@ -214,17 +214,34 @@ def decoded_noise_variance(
     return float(std**2 * np.sum(coefficients**2 * rows))
 
 
-def independent_noise_multiplier(B: np.ndarray, sigma: float) -> float:
+def independent_noise_multiplier(B: np.ndarray, sigma: float,
+                                 sizes: np.ndarray | None = None) -> float:
     """Effective noise multiplier of the worst partition when each replica adds its own noise
     to every partition it holds and the server sees every reply:
-    ``sigma / sqrt(max_j sum_i B_ij^2 / ||B_i||^2)``.
+    ``sigma / sqrt(max_j sum_i W_ij^2 / ||W_i||^2)`` with ``W_ij = B_ij n_j``, the weight
+    reply ``i`` gives partition ``j``'s release (its example count ``n_j`` times the code's
+    coefficient; Tandon et al., ICML 2017, for ``B``). That is the best unbiased estimate of
+    a partition's update from the replies (generalised least squares): reply ``i``'s noise
+    has variance ``sigma^2 C^2 ||W_i||^2`` and carries ``W_ij`` of partition ``j``.
 
-    FRC gives exactly ``sigma``: each of the ``s+1`` copies of a group sum carries ``s+1``
-    noise terms, so averaging them leaves variance ``sd^2``; codes with unequal coefficients
-    (CRC) can give less than ``sigma``."""
-    row_norm2 = np.sum(B**2, axis=1, keepdims=True)
-    share = np.where(row_norm2 > 0, B**2 / np.where(row_norm2 > 0, row_norm2, 1), 0.0)
-    return float(sigma / math.sqrt(np.max(share.sum(axis=0))))
+    ``sizes`` (the ``n_j``, one per column of ``B``; ``None``: equal): a partition of unknown
+    size (NaN) is taken to dominate each reply holding it (its share 1 there), and is left
+    out of the other partitions' ``||W_i||`` (size 0): the worst case for both. With equal
+    sizes FRC gives exactly ``sigma`` (each of the ``s+1`` copies of a group sum carries
+    ``s+1`` noise terms, so averaging them leaves variance ``sd^2``); unequal sizes or
+    coefficients (CRC) can give less."""
+    B = np.asarray(B, dtype=np.float64)
+    n = np.ones(B.shape[1]) if sizes is None else np.asarray(sizes, dtype=np.float64)
+    if n.shape != (B.shape[1],) or np.any(n[np.isfinite(n)] < 0):
+        raise ValueError(f"sizes={sizes!r}: expected {B.shape[1]} example counts >= 0 (NaN: "
+                         "unknown)")
+    unknown = ~np.isfinite(n)
+    W2 = (B * np.where(unknown, 0.0, n)[None, :]) ** 2
+    row = W2.sum(axis=1, keepdims=True)
+    share = np.where(row > 0, W2 / np.where(row > 0, row, 1.0), 0.0)
+    share[:, unknown] = (B[:, unknown] != 0).astype(np.float64)
+    worst = float(np.max(share.sum(axis=0)))
+    return float(sigma / math.sqrt(worst)) if worst > 0 else float(sigma)
 
 
 class Mechanism:

@@ -18,6 +18,7 @@ References:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from logging import WARNING
 from typing import Any
@@ -129,11 +130,16 @@ class Privatiser:
         """The round's noise vector (``dim`` values), keyed by the round and the run nonce."""
         return self.server_noise.draw(dim, std, round_number, self.nonce)
 
-    def noise_multiplier(self, code: GradientCode) -> float | None:
+    def noise_multiplier(self, code: GradientCode,
+                         sizes: Mapping[int, float] | None = None) -> float | None:
         """The noise multiplier the round is accounted at: with ``dp-noise=independent`` under
         ``partition`` DP, the round's code's effective one (the server can average a
-        partition's replicas); ``None`` (the accountant's own) otherwise."""
+        partition's replicas, each weighted by its examples: ``sizes``, the round's agreed
+        size of each code partition, a partition without one taken at its worst); ``None``
+        (the accountant's own) otherwise."""
         if self.dp.mode == "partition" and self.dp.noise == "independent":
+            known = {} if sizes is None else sizes
             return independent_noise_multiplier(
-                np.asarray(code.B, dtype=np.float64), self.dp.noise_multiplier)
+                np.asarray(code.B, dtype=np.float64), self.dp.noise_multiplier,
+                np.array([float(known.get(j, math.nan)) for j in range(code.k)]))
         return None

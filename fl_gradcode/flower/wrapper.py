@@ -378,7 +378,7 @@ class GradientCoding(OptionAttributes, Strategy):
                          self.aggregator.max_decode_error)
         if self.accountant is not None and state.sent:
             # the round released noisy updates, used or not; at its code's multiplier
-            self.accountant.step(self.privatiser.noise_multiplier(state.code))
+            self.accountant.step(self.privatiser.noise_multiplier(state.code, state.sizes))
         self.deadlines.after_round(outcome.decode, self.clock.straggler_timeout)
         row = self._record(server_round, **self.round_log.coded_fields(
             state, outcome, self.membership.roles,

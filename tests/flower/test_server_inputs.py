@@ -341,15 +341,17 @@ def test_partition_dp_with_keys_is_not_stopped(tmp_path):
 
 
 # =============================================================================== 8. accountant
-def _effective_multiplier(B: np.ndarray, sigma: float) -> float:
+def _effective_multiplier(B: np.ndarray, sigma: float, sizes: list[float]) -> float:
     """By hand: partition j's replicas each add their own N(0, (sigma C)^2) and reply
-    ``sum_j B_ij (u_j + z_ij)``; the best unbiased combination of the replies for ``u_j``
-    leaves noise variance ``(sigma C)^2 / sum_i B_ij^2 / ||B_i||^2``, worst partition."""
+    ``sum_j B_ij n_j (u_j + z_ij)``; the best unbiased combination of the replies for ``u_j``
+    leaves noise variance ``(sigma C)^2 / sum_i W_ij^2 / ||W_i||^2`` (``W_ij = B_ij n_j``),
+    worst partition."""
     shares = np.zeros(B.shape[1])
     for row in B:
-        norm2 = float(row @ row)
+        weighted = row * np.asarray(sizes, dtype=np.float64)
+        norm2 = float(weighted @ weighted)
         if norm2 > 0:
-            shares += row**2 / norm2
+            shares += weighted**2 / norm2
     return sigma / math.sqrt(float(shares.max()))
 
 
@@ -358,6 +360,7 @@ def test_independent_noise_with_auto_s_is_accounted_at_each_rounds_multiplier(tm
 
     from fl_gradcode.codes import NestedPlacement
     from fl_gradcode.latency import make_latency
+    from tests.apps.numpy_app import num_examples
 
     keys = write_key_file(tmp_path / "keys.json")
     n, s_max, sigma = 8, 3, 1.0
@@ -372,7 +375,10 @@ def test_independent_noise_with_auto_s_is_accounted_at_each_rounds_multiplier(tm
     reference = RDPAccountant()
     multipliers = []
     for row in strategy.history:
-        multiplier = _effective_multiplier(placement.code(row["s"]).B, sigma)
+        # every partition's size was agreed in each round (code partition j is node j's:
+        # num_examples(j) examples)
+        multiplier = _effective_multiplier(placement.code(row["s"]).B, sigma,
+                                           [num_examples(j) for j in range(n)])
         multipliers.append(multiplier)
         reference.step(noise_multiplier=multiplier, sample_rate=1.0)
         assert row["epsilon"] == pytest.approx(reference.get_epsilon(delta=dp.delta), rel=1e-9)

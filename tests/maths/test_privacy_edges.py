@@ -282,3 +282,56 @@ def test_gaussian_epsilon_is_the_projects_rdp_accountants_epsilon_without_torch(
         assert privacy.gaussian_epsilon(sigmas, delta) == pytest.approx(acc.epsilon, rel=1e-12)
     assert privacy.gaussian_epsilon([], 1e-5) == 0.0
     assert privacy.gaussian_epsilon([1.0, 0.0], 1e-5) == math.inf
+
+
+def _best_unbiased_sigma_by_monte_carlo(B, sizes, sigma, samples=40000, seed=0):
+    """Replies y_i = sum_j B_ij n_j (u_j + z_ij), z_ij ~ N(0, sigma^2) drawn per replica:
+    for each partition the minimum-variance unbiased combination of the replies (weights
+    W_ij / var_i), its empirical noise sd over n_j; the worst (smallest) over partitions."""
+    rng = np.random.default_rng(seed)
+    W = np.asarray(B, float) * np.asarray(sizes, float)[None, :]
+    z = rng.standard_normal((samples, *W.shape)) * sigma
+    noise = np.einsum("ij,tij->ti", W, z)
+    var = noise.var(axis=0)
+    worst = np.inf
+    for j in range(W.shape[1]):
+        held = W[:, j] != 0
+        a, v = W[held, j], var[held]
+        estimate = (noise[:, held] @ (a / v)) / (a @ (a / v))
+        worst = min(worst, estimate.std())
+    return worst
+
+
+@pytest.mark.parametrize(("code", "sizes"), [
+    (("frc", 4, 1), [40.0, 10.0, 25.0, 25.0]),
+    (("frc", 6, 2), [5.0, 50.0, 12.0, 12.0, 30.0, 7.0]),
+    (("crc", 6, 2), [10.0, 20.0, 30.0, 40.0, 50.0, 60.0]),
+])
+def test_independent_noise_is_accounted_at_the_example_weighted_multiplier(code, sizes):
+    """A client weights partition j's release by B_ij n_j, so a large partition dominates the
+    noise of its replies and the server averaging the replicas sees less than sigma for it;
+    the unweighted multiplier (equal sizes) understated epsilon (frc:1 with these sizes:
+    sigma 1.0 accounted, 0.729 real)."""
+    from fl_gradcode.codes import make_code
+    from fl_gradcode.privacy import independent_noise_multiplier
+
+    name, n, s = code
+    B = make_code(name, n=n, s=s, **({"seed": 0} if name == "crc" else {})).B
+    expected = _best_unbiased_sigma_by_monte_carlo(B, sizes, 1.0)
+    assert independent_noise_multiplier(B, 1.0, np.array(sizes)) == pytest.approx(expected,
+                                                                                rel=0.03)
+
+
+def test_a_partition_of_unknown_size_is_taken_at_its_worst():
+    """FRC n = 4, s = 1: a partition of unknown size may dominate both replies holding it,
+    sigma / sqrt(2); partitions of known size are never accounted above that either."""
+    from fl_gradcode.codes import make_code
+    from fl_gradcode.privacy import independent_noise_multiplier
+
+    B = make_code("frc", n=4, s=1).B
+    got = independent_noise_multiplier(B, 1.0, np.array([np.nan, 10.0, 25.0, 25.0]))
+    assert got == pytest.approx(1 / np.sqrt(2), rel=1e-12)
+    assert independent_noise_multiplier(B, 1.0, np.array([10.0, 10.0, 10.0, 10.0])) == (
+        pytest.approx(1.0, rel=1e-12))
+    with pytest.raises(ValueError, match=r"sizes=.* expected 4 example counts >= 0"):
+        independent_noise_multiplier(B, 1.0, np.array([1.0, 2.0]))
