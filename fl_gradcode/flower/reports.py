@@ -303,7 +303,8 @@ def central_noise_scale(decoding: Any, sizes: Mapping[int, float], count: float)
     ``max_j |alpha_j| n_j / count``, with ``n_j`` the agreed (checked) sizes.
 
     Partition ``j`` enters the decoded average as ``alpha_j n_j clip(u_j) / count``, so
-    replacing its update moves the average by at most ``|alpha_j| n_j C / count``. With
+    removing its update (zeroing it, the add/remove adjacency Opacus' accountants assume)
+    moves the average by at most ``|alpha_j| n_j C / count`` (replacing it: twice that). With
     checked sizes ``count = sum_j alpha_j n_j``, so the largest term is at least
     ``count / k``: the scale is never below ``1/k`` (``k`` partitions with a nonzero
     weight), whatever a client claims about its own partition. Anything else (no size for a
