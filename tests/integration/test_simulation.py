@@ -80,10 +80,12 @@ def test_wallclock_slow_client_does_not_hold_rounds_back(tmp_path):
     )
     assert [r["decode"] for r in rounds] == ["exact"] * 3
     assert all(2 not in r["clients_used"] for r in rounds)
-    # no round waits for the slow client's 10 s (the bound is that delay, not a guess at how fast
-    # the machine is: 6 s failed once with another simulation test running alongside)
-    assert all(r["wall_s"] < 10.0 for r in rounds), [r["wall_s"] for r in rounds]
-    assert rounds[1]["busy"] == [2]  # still sleeping on round 1's work: not sent new work
+    # no round waits for the slow client's 10 s: round 1 ended before its reply (it is still
+    # sleeping on round 1's work when round 2 starts, so it is not sent new work), and the
+    # later rounds take less than that delay (the bound is the delay, not a guess at how fast
+    # the machine is; round 1 also starts the Ray actors, 18 s once under load)
+    assert rounds[1]["busy"] == [2]
+    assert all(r["wall_s"] < 10.0 for r in rounds[1:]), [r["wall_s"] for r in rounds]
     assert np.all(np.isfinite(model))
 
 
@@ -108,5 +110,8 @@ def test_auto_tolerance_in_wallclock_rounds_skips_a_slow_client_and_stays_exact(
     assert rounds[0]["s"] == 2  # no observation yet: the safe s_max
     assert all(r["s"] in (1, 2) for r in rounds)  # one client asleep: s = 0 cannot decode
     assert all(2 not in r["clients_used"] for r in rounds)
-    assert all(r["wall_s"] < 10.0 for r in rounds), [r["wall_s"] for r in rounds]
+    # as above: round 1 ended before the slow client's reply (others may still be computing
+    # too), the later rounds take less than its delay
+    assert 2 in rounds[1]["busy"]
+    assert all(r["wall_s"] < 10.0 for r in rounds[1:]), [r["wall_s"] for r in rounds]
     assert rel(model, uncoded) <= 1e-6
