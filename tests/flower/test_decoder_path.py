@@ -10,6 +10,7 @@ and their threads in ``test_decoder_sums.py``, the decoder inside a round in
 from __future__ import annotations
 
 import logging
+import math
 
 import numpy as np
 import pytest
@@ -387,17 +388,20 @@ def test_privatiser_logs_outlying_sizes_and_unsized_noise(caplog):
 
 
 def test_privatiser_accounts_independent_noise_only_under_partition_dp():
-    from fl_gradcode.privacy import independent_noise_multiplier
+    code = make_code("frc", n=4, s=1)  # every partition held by two replicas
 
-    code = make_code("frc", n=4, s=1)
-
-    def multiplier(mode, noise):
+    def multiplier(mode, noise, sizes=None):
         dp = DPConfig(mode=mode, noise=noise, noise_multiplier=1.5, clip_norm=1.0)
-        return Privatiser(dp, None, ServerNoise(), "n", {}).noise_multiplier(code)
+        return Privatiser(dp, None, ServerNoise(), "n", {}).noise_multiplier(code, sizes)
 
-    assert multiplier("partition", "independent") == independent_noise_multiplier(code.B, 1.5)
-    assert multiplier("partition", "identical") is None
-    assert multiplier("central", "independent") is None
+    # equal agreed sizes: FRC keeps sigma; no agreed size: each partition at its worst,
+    # dominating both replies that hold it (sigma / sqrt(2))
+    equal = dict.fromkeys(range(4), 10.0)
+    assert multiplier("partition", "independent", equal) == pytest.approx(1.5, rel=1e-12)
+    assert multiplier("partition", "independent") == pytest.approx(1.5 / math.sqrt(2),
+                                                                   rel=1e-12)
+    assert multiplier("partition", "identical", equal) is None
+    assert multiplier("central", "independent", equal) is None
 
 
 def test_unsized_central_noise_is_logged_in_full(caplog):
