@@ -145,11 +145,15 @@ def make_accountant(
             units.append([(sigma, q, steps)])
         return PrivacyAccountant(dp, units)
     if dp.mode == "partition" and dp.noise == "independent":
+        # the nominal multiplier judges whether a round fits target-epsilon before its sizes
+        # are agreed: the worst case, every partition dominating each reply that holds it
+        # (each round is then accounted at its own, example-weighted multiplier, never lower)
         options = Options.from_keywords(**{k: keywords[k] for k in CODE_KEYWORDS})
-        if not options.code.adaptive:
-            # the code of the cohort each round samples (all n nodes by default)
+        if options.code.adaptive:  # the nested placement: s_max + 1 replicas at most
+            sigma = sigma / float(np.sqrt(options.adaptive.s_max + 1))
+        else:  # the code of the cohort each round samples (all n nodes by default)
             code = FixedCodePolicy(options=options).code_for(cohort_size(cfg, n))
-            sigma = independent_noise_multiplier(code.B, sigma)
+            sigma = independent_noise_multiplier(code.B, sigma, np.full(code.k, np.nan))
     return PrivacyAccountant(dp, [(sigma, 1.0, 1)])
 
 

@@ -63,7 +63,8 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-FAST = ["-m", "not simulation and not deployment", "-p", "no:cacheprovider", "-p", "no:randomly",
+FAST = ["-m", "not simulation and not deployment", "-n", "0", "-p", "no:cacheprovider",
+        "-p", "no:randomly",
         "-W", "ignore::DeprecationWarning", "-x", "-q"]
 TEST_MAP = Path(__file__).resolve().with_name("mutation_map.toml")
 UNREVIEWED = "not reviewed"

@@ -288,12 +288,14 @@ class DeadlineFedAvg(FedAvg):
         average them; record the round."""
         valid, errors, malformed = [], [], []
         timings: dict[int, tuple[int, float, int, int]] = {}
+        seen: set[int] = set()
         for msg in replies:
             node = msg.metadata.src_node_id
+            if node in seen:  # a duplicate: the node's first reply counts, whatever it is
+                continue
+            seen.add(node)
             if msg.has_error():
                 errors.append(msg)
-                continue
-            if node in timings:  # a duplicate: the node's first reply counts
                 continue
             if TIMING_KEY not in msg.content.config_records:
                 raise ValueError(

@@ -168,7 +168,7 @@ class FedBuff(FedAvg):
         timing = reply.content.config_records[TIMING_KEY]
         metrics = next(iter(reply.content.metric_records.values()), MetricRecord())
         try:
-            pid = whole("partition-id", timing["partition-id"], 0)
+            pid = whole("partition-id", timing["partition-id"], -1)  # -1: not in node config
             compute = finite("compute-s", timing["compute-s"])
             examples = int(finite(self.weighted_by_key, metrics.get(self.weighted_by_key, 0)))
         except (KeyError, TypeError, ValueError) as exc:

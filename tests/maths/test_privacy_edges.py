@@ -335,3 +335,30 @@ def test_a_partition_of_unknown_size_is_taken_at_its_worst():
         pytest.approx(1.0, rel=1e-12))
     with pytest.raises(ValueError, match=r"sizes=.* expected 4 example counts >= 0"):
         independent_noise_multiplier(B, 1.0, np.array([1.0, 2.0]))
+
+
+@pytest.mark.parametrize(("code", "s", "replicas"), [("frc", 1, 2), ("grouped-rs", 2, 3)])
+def test_the_server_apps_budget_check_starts_at_the_worst_case_of_independent_noise(code, s,
+                                                                                   replicas):
+    """Each round is accounted at its example-weighted multiplier, known only once sizes are
+    agreed; the budget check before a round must not judge it at more: the accountant starts
+    at sigma / sqrt(replicas) (a partition dominating both replies that hold it), so a target
+    between that epsilon and the equal-size one refuses the first round instead of running it
+    past the budget."""
+    from fl_gradcode.config import DEFAULTS
+    from fl_gradcode.privacy import DPConfig
+    from server.app import make_accountant, strategy_keywords
+
+    n = 4 if code == "frc" else 6
+    cfg = {**DEFAULTS, "code": code, "s": s, "dp": "partition", "dp-noise": "independent",
+           "noise-multiplier": 1.0}
+    keywords = strategy_keywords(cfg, n)
+    accountant = make_accountant(keywords["dp"], keywords, n, np.full(n, 30.0), cfg)
+    worst = 1.0 / np.sqrt(replicas)
+    assert accountant.epsilon_after(1) == pytest.approx(accountant.epsilon_after(1, worst),
+                                                        rel=1e-12)
+    target = (accountant.epsilon_after(1, worst) + accountant.epsilon_after(1, 1.0)) / 2
+    capped = make_accountant(DPConfig(mode="partition", noise="independent",
+                                      noise_multiplier=1.0, target_epsilon=target),
+                             keywords, n, np.full(n, 30.0), cfg)
+    assert not capped.can_run_round()

@@ -127,3 +127,41 @@ def test_fedbuff_times_an_error_reply_with_that_nodes_own_latency():
     done = calls[: valid[len(steps) - 1] + 1]
     assert any(failed for _, failed in done), "no failed job before the end: nothing checked"
     assert steps[-1] == pytest.approx(sum(latency[p] for p, _ in done), rel=1e-12)
+
+
+def test_fedbuff_uses_the_update_of_a_node_without_a_partition_id():
+    """train_timing_mod reports partition-id -1 for a node config without one: the update is
+    used (timed by the node's rank), not rejected as malformed."""
+    from fl_gradcode.rivals.fedbuff import TIMING_KEY
+
+    inner = make_app(train_timing_mod)
+
+    def app(msg, context):
+        reply = inner(msg, context)
+        if not reply.has_error():
+            reply.content.config_records[TIMING_KEY]["partition-id"] = -1
+        return reply
+
+    strategy = FedBuff(buffer_size=2, concurrency=3, latency=FixedArrivals(TABLE),
+                       measured_compute=False)
+    _start(strategy, app, 2)
+    assert len(strategy.history) == 2
+    assert all(row["rejected"] == 0 for row in strategy.history)
+
+
+@pytest.mark.parametrize("kind", ["error", "malformed"])
+def test_a_duplicated_error_or_malformed_reply_counts_once(kind):
+    """Partition 0 fails in round 1 and its reply arrives twice: one rejected reply, and the
+    round ends with the slowest valid reply (1.0 s), not at the deadline."""
+    inner = _bad_weight_from(0) if kind == "malformed" else make_app(train_timing_mod)
+
+    def app(msg, context):
+        if kind == "error" and int(context.node_config["partition-id"]) == 0:
+            return Message(Error(0, "client crashed"), reply_to=msg)
+        return inner(msg, context)
+
+    strategy = _wait_for_all()
+    _start(strategy, app, 1, duplicate=lambda p, r: p == 0)
+    row = strategy.history[0]
+    assert (row["rejected"], row["clients_used"]) == (1, [1, 2])
+    assert row["round_virtual_s"] == 1.0
