@@ -86,11 +86,15 @@ def test_fraction_train_samples_a_cohort_every_round_and_is_validated(tmp_path):
 
 
 def test_independent_noise_is_accounted_with_the_sampled_cohorts_code(tmp_path):
-    """Partition DP with independent noise: the accountant's noise multiplier comes from the
-    code the rounds use, the one over the sampled cohort (6 of 12 nodes: grouped-rs s = 3 on
-    6 clients, multiplier 0.72), not the one over all 12 (1.0)."""
+    """Partition DP with independent noise: the accountant's starting multiplier (what the
+    budget check judges a round at before its sizes are agreed) is the worst case of the code
+    the rounds use, the one over the sampled cohort (6 of 12 nodes: grouped-rs s = 3 on 6
+    clients): a partition dominating each of its replies, 1/sqrt(r) for the most replicas r
+    of a partition in that code (5 on 6 clients, counted from its coefficients below; 4 on
+    12)."""
+    import numpy as np
+
     from fl_gradcode.codes import make_code
-    from fl_gradcode.privacy import independent_noise_multiplier
     from server.app import build
 
     cfg = merge_config({"results-dir": str(tmp_path), "dp": "partition",
@@ -98,10 +102,10 @@ def test_independent_noise_is_accounted_with_the_sampled_cohorts_code(tmp_path):
                         "code": "grouped-rs", "fraction-train": 0.5})
     strategy = build(cfg, 12)[0]
     ((sigma, q, count),) = strategy.accountant.units[0]
-    cohort = independent_noise_multiplier(make_code("grouped-rs", n=6, s=3, seed=0).B, 1.0)
-    everyone = independent_noise_multiplier(make_code("grouped-rs", n=12, s=3, seed=0).B, 1.0)
-    assert abs(cohort - everyone) > 0.1  # the premise: the two codes differ
-    assert sigma == pytest.approx(cohort)
+    replicas = {n: int(np.max(np.count_nonzero(make_code("grouped-rs", n=n, s=3, seed=0).B,
+                                               axis=0))) for n in (6, 12)}
+    assert replicas[6] != replicas[12]  # the premise: the two codes differ
+    assert sigma == pytest.approx(1 / np.sqrt(replicas[6]), rel=1e-12)
     assert (q, count) == (1.0, 1)
 
 
