@@ -171,21 +171,14 @@ class NodePolicy:
                 f"dp-noise={instruction.dp_noise!r} refused: replicas of a partition would "
                 "release independent noise the server can average (sigma/sqrt(r) from r "
                 f"replicas); this node's policy is {self._describe()} (dp-noise='identical')")
-        floor = self.min_noise_multiplier
-        # a node insisting on noise added on the node accepts no noise-multiplier of 0
-        needs_noise = self.dp_required in LOCAL_NOISE
-        if floor <= 0 and not needs_noise:
+        if not self._demands_noise:
             return
         if mode == "none":
             raise PolicyError(
-                f"dp='none' refused: this node's policy is dp-min-noise-multiplier={floor:g} "
-                "(a DP mode with at least that noise)"
+                "dp='none' refused: this node's policy is dp-min-noise-multiplier="
+                f"{self.min_noise_multiplier:g} (a DP mode with at least that noise)"
             )
-
-        def enough(sigma: float) -> bool:
-            return sigma >= floor and (sigma > 0 or not needs_noise)
-
-        if not enough(instruction.noise_multiplier):
+        if not self._noise_ok(instruction.noise_multiplier):
             raise PolicyError(
                 f"noise-multiplier={instruction.noise_multiplier:g} refused: this node's "
                 f"policy is {self._noise_rule()}"
@@ -193,13 +186,7 @@ class NodePolicy:
         if mode != "sample":
             return
         for where, cfg in (("run config", run_config), ("train config", train_config or {})):
-            if "noise-multiplier" not in cfg:
-                continue
-            try:
-                app_sigma = float(cfg["noise-multiplier"])
-            except (TypeError, ValueError):
-                app_sigma = math.nan
-            if not enough(app_sigma):
+            if "noise-multiplier" in cfg and not self._noise_ok(cfg["noise-multiplier"]):
                 raise PolicyError(
                     f"{where} noise-multiplier={cfg['noise-multiplier']!r} (the "
                     f"app's DP-SGD noise) refused: this node's policy is "
@@ -217,16 +204,27 @@ class NodePolicy:
             mode == "none" and self.min_noise_multiplier > 0
         ):
             raise PolicyError(f"dp={mode!r} refused: this node's policy is {self._describe()}")
-        needs_noise = self.dp_required in LOCAL_NOISE
-        if mode == "sample" and (self.min_noise_multiplier > 0 or needs_noise):
-            try:
-                sigma = float(config.get("noise-multiplier", math.nan))
-            except (TypeError, ValueError):
-                sigma = math.nan
-            if not (sigma >= self.min_noise_multiplier and (sigma > 0 or not needs_noise)):
-                raise PolicyError(
-                    f"noise-multiplier={config.get('noise-multiplier')!r} (the app's DP-SGD "
-                    f"noise) refused: this node's policy is {self._describe()}")
+        if (mode == "sample" and self._demands_noise
+                and not self._noise_ok(config.get("noise-multiplier"))):
+            raise PolicyError(
+                f"noise-multiplier={config.get('noise-multiplier')!r} (the app's DP-SGD "
+                f"noise) refused: this node's policy is {self._describe()}")
+
+    @property
+    def _demands_noise(self) -> bool:
+        """A noise floor, or noise added on the node (``dp-required`` in
+        :data:`LOCAL_NOISE`, which accepts no noise multiplier of 0)."""
+        return self.min_noise_multiplier > 0 or self.dp_required in LOCAL_NOISE
+
+    def _noise_ok(self, value: Any) -> bool:
+        """Whether ``value`` (a noise multiplier, as given) meets the policy's floor, and is
+        above 0 where the noise is added on the node; a non-number never does."""
+        try:
+            sigma = float(value)
+        except (TypeError, ValueError):
+            return False
+        return sigma >= self.min_noise_multiplier and (
+            sigma > 0 or self.dp_required not in LOCAL_NOISE)
 
     def _noise_rule(self) -> str:
         """The part of the policy a noise multiplier broke, in words."""

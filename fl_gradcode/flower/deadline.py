@@ -61,8 +61,8 @@ from .clock import (
 )
 from .option_values import finite, whole
 
-__all__ = ["TIMING_KEY", "DeadlineFedAvg", "check_charges", "reply_bytes", "train_timing_mod",
-           "virtual_arrival"]
+__all__ = ["TIMING_KEY", "DeadlineFedAvg", "check_charges", "reply_bytes", "reply_timing",
+           "train_timing_mod", "virtual_arrival"]
 
 #: ConfigRecord a plain train reply carries: ``partition-id`` and ``compute-s`` (Flower's
 #: FedAvg checks only the ArrayRecord and the MetricRecord, so the app's metrics stay its own).
@@ -101,6 +101,29 @@ def train_timing_mod(msg: Message, context: Context, call_next: Callable) -> Mes
         reply.content.config_records[TIMING_KEY] = ConfigRecord(
             {"partition-id": pid, "compute-s": float(compute_s)})
     return reply
+
+
+def reply_timing(msg: Message, strategy: str, weighted_by_key: str,
+                 lowest_partition: int | None = None) -> tuple[int, float, int]:
+    """``(partition id, compute s, examples)`` of a valid train reply, from its
+    :data:`TIMING_KEY` record and its metrics (``weighted_by_key``). A reply without the
+    record is a setup error (``ValueError`` naming ``strategy``: the ClientApp lacks
+    :func:`train_timing_mod`); a malformed value, or a partition id below
+    ``lowest_partition``, raises :class:`~fl_gradcode.flower.protocol.RejectedReply` (the
+    reply is dropped, the run goes on)."""
+    if TIMING_KEY not in msg.content.config_records:
+        raise ValueError(
+            f"the train reply of node {msg.metadata.src_node_id} has no {TIMING_KEY!r} "
+            f"record: {strategy} needs train_timing_mod in the ClientApp's mods "
+            "(ClientApp(mods=[train_timing_mod, ...]))")
+    timing = msg.content.config_records[TIMING_KEY]
+    metrics = next(iter(msg.content.metric_records.values()), MetricRecord())
+    try:
+        return (whole("partition-id", timing["partition-id"], lowest_partition),
+                finite("compute-s", timing["compute-s"]),
+                int(finite(weighted_by_key, metrics.get(weighted_by_key, 0))))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise protocol.RejectedReply(f"malformed reply: {exc}") from exc
 
 
 def reply_bytes(msg: Message) -> int:
@@ -297,20 +320,10 @@ class DeadlineFedAvg(FedAvg):
             if msg.has_error():
                 errors.append(msg)
                 continue
-            if TIMING_KEY not in msg.content.config_records:
-                raise ValueError(
-                    f"the train reply of node {node} has no {TIMING_KEY!r} record: "
-                    "DeadlineFedAvg needs train_timing_mod in the ClientApp's mods "
-                    "(ClientApp(mods=[train_timing_mod, ...]))")
-            rec = msg.content.config_records[TIMING_KEY]
-            metrics = next(iter(msg.content.metric_records.values()), MetricRecord())
             try:  # a malformed reply is rejected (not passed on to FedAvg)
-                timings[node] = (whole("partition-id", rec["partition-id"]),
-                                 finite("compute-s", rec["compute-s"]),
-                                 int(finite(self.weighted_by_key,
-                                            metrics.get(self.weighted_by_key, 0))),
+                timings[node] = (*reply_timing(msg, "DeadlineFedAvg", self.weighted_by_key),
                                  reply_bytes(msg))
-            except (KeyError, TypeError, ValueError):
+            except protocol.RejectedReply:
                 malformed.append(msg)
                 continue
             valid.append(msg)
@@ -319,14 +332,14 @@ class DeadlineFedAvg(FedAvg):
         timed = self.arrivals(server_round, timings)
         arrivals = {n: t for n, t in timed.items() if np.isfinite(t)}
         failures = self.failure_notices(server_round, timings, timed.keys() - arrivals.keys())
+        refused = [*errors, *malformed]  # answered, nothing usable
         window = self.clock.window(arrivals, self.round_complete,
-                                   len(self._sent) - len(errors) - len(malformed), failures)
-        if not valid and len(errors) + len(malformed) >= len(self._sent):  # none usable
+                                   len(self._sent) - len(refused), failures)
+        if not valid and len(refused) >= len(self._sent):  # every answer in, none usable
             window = RoundWindow([], self.clock.round_start)
         # a node heard of is free from then on (its message errored), as if it had replied
         self.clock.finish_round(self._sent, {**arrivals, **failures}, window.end,
-                                answered=[m.metadata.src_node_id
-                                          for m in [*errors, *malformed]])
+                                answered=[m.metadata.src_node_id for m in refused])
         if self.stop_dropped_work:  # and nodes not heard of by the round's end
             self._stop([*window.late, *failures], window.end)
         used = set(window.used)
@@ -342,7 +355,7 @@ class DeadlineFedAvg(FedAvg):
             "stragglers": sorted(pid[n] for n in [*window.late, *(pid.keys() - arrivals.keys())]),
             "busy": sorted(pid[n] for n in pid if self.clock.backlog.get(n, 0.0) > 0),
             "late_dropped": len(window.late),
-            "rejected": len(errors) + len(malformed),
+            "rejected": len(refused),
             "decode_error": None,
             "num_examples": sum(timings[n][2] for n in used),
             "bytes_up": sum(t[3] for t in timings.values()),

@@ -49,8 +49,8 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, Result
 
-from ..flower.deadline import TIMING_KEY, check_charges, reply_bytes, virtual_arrival
-from ..flower.option_values import finite, whole
+from ..flower.deadline import check_charges, reply_bytes, reply_timing, virtual_arrival
+from ..flower.protocol import RejectedReply
 from ..latency import LatencyModel, back_on, failure_notice
 from ..results import RoundRecorder
 
@@ -151,8 +151,8 @@ class FedBuff(FedAvg):
             compute_cost_s=self.compute_cost_s, upload_bandwidth=self.upload_bandwidth,
             start_s=self.now, regime_round=regime_round)
 
-    def _parse(self, reply: Message | None, sent: Mapping[str, np.ndarray],
-               node: int) -> tuple[dict[str, np.ndarray] | None, int, float, int, str]:
+    def _parse(self, reply: Message | None, sent: Mapping[str, np.ndarray]
+               ) -> tuple[dict[str, np.ndarray] | None, int, float, int, str]:
         """``(delta or None, partition id, compute s, examples, reason)`` of one reply; a
         reply that cannot be used is ``None`` with the reason (never raised: one bad reply
         does not stop the run), except a reply without the timing record (a setup error)."""
@@ -160,19 +160,10 @@ class FedBuff(FedAvg):
             return None, -1, 0.0, 0, "no reply"
         if reply.has_error():
             return None, -1, 0.0, 0, f"error reply: {reply.error.reason}"
-        if TIMING_KEY not in reply.content.config_records:
-            raise ValueError(
-                f"the train reply of node {node} has no {TIMING_KEY!r} record: FedBuff needs "
-                "train_timing_mod in the ClientApp's mods "
-                "(ClientApp(mods=[train_timing_mod, ...]))")
-        timing = reply.content.config_records[TIMING_KEY]
-        metrics = next(iter(reply.content.metric_records.values()), MetricRecord())
-        try:
-            pid = whole("partition-id", timing["partition-id"], -1)  # -1: not in node config
-            compute = finite("compute-s", timing["compute-s"])
-            examples = int(finite(self.weighted_by_key, metrics.get(self.weighted_by_key, 0)))
-        except (KeyError, TypeError, ValueError) as exc:
-            return None, -1, 0.0, 0, f"malformed reply: {exc}"
+        try:  # partition id -1: not in the node config (the node's rank times it)
+            pid, compute, examples = reply_timing(reply, "FedBuff", self.weighted_by_key, -1)
+        except RejectedReply as exc:
+            return None, -1, 0.0, 0, str(exc)
         records = list(reply.content.array_records.values())
         if len(records) != 1 or set(records[0].keys()) != set(sent):
             return None, pid, compute, examples, "arrays do not match the model's"
@@ -253,7 +244,7 @@ class FedBuff(FedAvg):
                           group_id=str(jobs[node]))
             replies = list(grid.send_and_receive([msg], timeout=timeout))
             reply = replies[0] if replies else None
-            delta, pid, compute, examples, reason = self._parse(reply, model, node)
+            delta, pid, compute, examples, reason = self._parse(reply, model)
             nbytes = reply_bytes(reply) if delta is not None else 0
             if pid < 0:  # no usable timing: the client's latency alone
                 pid = partition_of.get(node, nodes.index(node))

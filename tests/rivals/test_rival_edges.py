@@ -132,7 +132,7 @@ def test_fedbuff_times_an_error_reply_with_that_nodes_own_latency():
 def test_fedbuff_uses_the_update_of_a_node_without_a_partition_id():
     """train_timing_mod reports partition-id -1 for a node config without one: the update is
     used (timed by the node's rank), not rejected as malformed."""
-    from fl_gradcode.rivals.fedbuff import TIMING_KEY
+    from fl_gradcode.flower.deadline import TIMING_KEY
 
     inner = make_app(train_timing_mod)
 
