@@ -269,8 +269,9 @@ KEYS: tuple[Key, ...] = (
     Key("stop-late-work", "auto", "workers stop at the round's deadline instead of finishing "
         "work the server can no longer use; `auto`: with `s=auto` when busy clients are "
         "given queued work (virtual timing), else not (queued work behind stale work "
-        "otherwise snowballs when deadlines bind)", keyword="stop_late_work",
-        coded_only=True, also=("auto",), kind=bool),
+        "otherwise snowballs when deadlines bind); `decode` (virtual timing): at the "
+        "round's end, its decode or its deadline, whichever is first",
+        keyword="stop_late_work", coded_only=True, also=("auto", "decode"), kind=bool),
     Key("auto-deadline", 0.0, "`s=auto` (or `busy=fit`), virtual timing: each round's "
         "deadline is this factor (≥ 1) times its predicted time (never beyond "
         "`straggler-timeout`), and work stops there; 0 = off", keyword="auto_deadline",

@@ -13,7 +13,10 @@ the straggler deadline, where it decodes approximately from what arrived.
   arrival is ``busy_until - round_start`` later than its own compute and latency. With
   ``stop_at_deadline`` (the server's ``stop_late_work``) a worker whose reply would arrive after
   the deadline stops there: it never replies and is busy only until the deadline (or until its
-  earlier job ends, if that is later: the message had expired before it could start).
+  earlier job ends, if that is later: the message had expired before it could start). With
+  ``stop_at_end`` (``stop_late_work="decode"``) every worker still at work when the round ends
+  (its first decodable set of replies, or its deadline) stops then, as a server able to cancel
+  its messages would have it: no worker is busy when the next round starts.
 * :class:`WallClock`: real time; busy workers are those whose earlier message is still
   unanswered (the grid knows them).
 
@@ -97,6 +100,8 @@ class Clock(Protocol):
     round_start: float
     straggler_timeout: float
     stop_at_deadline: bool
+    #: work still running when the round ends (decode or deadline) stops then
+    stop_at_end: bool
     #: replies' values are checked as they arrive (else in the decoding pass)
     checks_values_on_arrival: bool
     #: the grid returns a round early, at the first decodable set of replies
@@ -147,7 +152,7 @@ class VirtualClock:
     checks_values_on_arrival = True
     returns_early = False
 
-    def __init__(self, straggler_timeout: float, stop_at_deadline: bool = False, *,
+    def __init__(self, straggler_timeout: float, stop_at_deadline: bool | str = False, *,
                  measured_compute: bool = MEASURED_COMPUTE,
                  compute_cost_s: float = COMPUTE_COST_S,
                  upload_bandwidth: float | None = UPLOAD_BANDWIDTH) -> None:
@@ -161,8 +166,9 @@ class VirtualClock:
         self.backlog: dict[int, float] = {}  # worker -> seconds its queued work waits
         self._node_backlog: dict[int, float] = {}  # the same, by node
         self.last_duration: float | None = None  # length of the last finished round
-        # work still running at the deadline is abandoned
+        # work still running at the deadline is abandoned ("decode": at the round's end)
         self.stop_at_deadline = bool(stop_at_deadline)
+        self.stop_at_end = stop_at_deadline == "decode"
 
     @staticmethod
     def busy_mode(requested: str) -> str:
@@ -273,8 +279,13 @@ class VirtualClock:
             prefix.append(worker)
             if decodable(prefix):
                 end = arrivals[worker]
-                return RoundWindow(prefix, self.round_start + end, order[len(prefix) :],
-                                   stopped, stopped_at)
+                late = order[len(prefix) :]
+                if self.stop_at_end:  # the rest stop now: they never reply
+                    stopped = sorted([*stopped, *late])
+                    stopped_at = {w: self.round_start + max(self.backlog.get(w, 0.0), end)
+                                  for w in stopped}
+                    late = []
+                return RoundWindow(prefix, self.round_start + end, late, stopped, stopped_at)
         if (prefix or failures) and len(prefix) + len(failures) == num_sent:
             # everyone replied or was heard of, still not decodable
             end = min(max([arrivals[w] for w in prefix[-1:]] + list(failures.values())),
@@ -299,17 +310,20 @@ class VirtualClock:
     ) -> None:
         """Busy-until for every node sent work (its valid reply's arrival, ``arrivals_by_node``
         as in :meth:`window` plus its backlog; the round's end if it answered with a rejected or
-        error reply; the deadline if it never answered; never before its earlier job ends);
-        the clock moves to the round's end."""
+        error reply; the deadline if it never answered; never before its earlier job ends;
+        with ``stop_at_end`` never after the round's end); the clock moves to the round's
+        end."""
         answered = set(answered)
         for node in sent_nodes:
             if node in arrivals_by_node:
                 wait = self._node_backlog.get(node, 0.0)
                 job = wait + max(arrivals_by_node[node], 0.0)
-                if self.stop_at_deadline and job > self.straggler_timeout:
+                if self.stop_at_end and self.round_start + job > end:
+                    job = max(wait, end - self.round_start)
+                elif self.stop_at_deadline and job > self.straggler_timeout:
                     job = self._stopped_job(wait)
                 until = self.round_start + job
-            elif node in answered:
+            elif node in answered or self.stop_at_end:
                 until = end
             else:
                 until = self.round_start + self.straggler_timeout
@@ -331,6 +345,7 @@ class WallClock:
                  **_unused: Any) -> None:
         self.straggler_timeout = float(straggler_timeout)
         self.stop_at_deadline = bool(stop_at_deadline)
+        self.stop_at_end = False  # a message a node is running cannot be cancelled
         self.now = 0.0
         self.round_start = 0.0
         self.backlog: dict[int, float] = {}  # never queued: always empty

@@ -9,7 +9,26 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["finite", "flag", "whole"]
+from ..codes import GradientCode
+
+__all__ = ["check_code", "check_fixed_s", "finite", "flag", "number", "whole"]
+
+
+def number(value: Any) -> bool:
+    """An int or a float, not a bool."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_code(code: Any) -> None:
+    """A registry name or a :class:`~fl_gradcode.codes.GradientCode`, else ``TypeError``."""
+    if not isinstance(code, (str, GradientCode)):
+        raise TypeError(f"code must be a registry name or a GradientCode; got {code!r}")
+
+
+def check_fixed_s(s: Any) -> None:
+    """A fixed tolerance: an integer >= 0 (``"auto"`` is resolved before), else ``ValueError``."""
+    if isinstance(s, bool) or not isinstance(s, int) or s < 0:
+        raise ValueError(f"s={s!r} must be an integer >= 0 or 'auto'")
 
 
 def flag(name: str, value: Any) -> bool:

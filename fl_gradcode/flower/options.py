@@ -10,7 +10,8 @@ resolves the defaults that depend on other options:
 * ``busy=None``: ``"queue"`` with ``s="auto"``, ``"skip"`` otherwise (always ``"skip"``
   under wallclock timing: the grid waits for busy members' earlier replies).
 * ``stop_late_work="auto"``: on for ``s="auto"`` with busy clients given queued work;
-  ``auto_deadline`` (needs ``s="auto"`` or ``busy="fit"``, and virtual timing) implies it.
+  ``auto_deadline`` (needs ``s="auto"`` or ``busy="fit"``, and virtual timing) implies it;
+  ``"decode"`` (virtual timing only) stops work at the round's end, decode or deadline.
 * ``code="nested"`` with a fixed ``s`` and ``s_max``: the placement's ``s_max`` enters the
   code's options; ``m`` enters them as ``m``. A ``code_options`` entry that contradicts either
   keyword is refused (it used to win silently over the keyword).
@@ -45,7 +46,8 @@ from ..privacy import DPConfig, PrivacyAccountant, ServerNoise
 from .clock import CLOCKS, clock_class
 from .code_options import code_options as _code_options
 from .integrity import verify_refusal
-from .option_values import finite, flag, whole
+from .option_values import check_code, check_fixed_s, finite, flag, whole
+from .option_values import number as _number
 
 STOP_LATE_WORK: bool | str = _KEYED["stop_late_work"]
 
@@ -56,22 +58,6 @@ __all__ = ["STOP_LATE_WORK", "AdaptiveOptions", "CodeOptions", "DeadlineOptions"
 TIMINGS = tuple(CLOCKS)
 BUSY_MODES = ("skip", "queue", "fit")
 WIRES = ("auto", "model", "float64")
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def check_code(code: Any) -> None:
-    """A registry name or a :class:`~fl_gradcode.codes.GradientCode`, else ``TypeError``."""
-    if not isinstance(code, (str, GradientCode)):
-        raise TypeError(f"code must be a registry name or a GradientCode; got {code!r}")
-
-
-def check_fixed_s(s: Any) -> None:
-    """A fixed tolerance: an integer >= 0 (``"auto"`` is resolved before), else ``ValueError``."""
-    if isinstance(s, bool) or not isinstance(s, int) or s < 0:
-        raise ValueError(f"s={s!r} must be an integer >= 0 or 'auto'")
 
 
 def resolve_busy(busy: str | None, adaptive: bool, timing: str) -> str:
@@ -246,6 +232,9 @@ class TimingOptions:
         next round's work is not queued behind stale work. A stopped worker's time is
         censored at the deadline instead of observed late. Wallclock round 1 is never
         stopped (its deadline counts from the first reply). ``"auto"``: see the module doc.
+        ``"decode"``: work stops at the round's end (decode or deadline, as first-k's dropped
+        clients stop at its K-th arrival), censored there; virtual timing only (a Flower
+        server cannot cancel a message a node is running).
     """
 
     mode: str = _KEYED["timing"]
@@ -254,14 +243,16 @@ class TimingOptions:
     compute_cost_s: float = 0.0
     upload_bandwidth: float | None = _KEYED["upload_bandwidth"]
     busy: str = "skip"
-    stop_late_work: bool = False  # resolved: GradientCoding's STOP_LATE_WORK may be "auto"
+    stop_late_work: bool | str = False  # resolved: GradientCoding's may be "auto" ("decode")
 
     def __post_init__(self) -> None:
         if self.mode not in TIMINGS:
             raise ValueError(f"timing={self.mode!r}; expected one of {sorted(TIMINGS)}")
-        if not isinstance(self.stop_late_work, bool):
+        if not (isinstance(self.stop_late_work, bool)
+                or (self.stop_late_work == "decode" and self.mode == "virtual")):
             raise ValueError(f"stop_late_work={self.stop_late_work!r} must be True or False "
-                             "(or 'auto')")
+                             f"(or 'auto'), or 'decode' with timing='virtual' (got "
+                             f"{self.mode!r}; True stops work at the deadline)")
         if self.busy not in BUSY_MODES:
             raise ValueError(f"busy={self.busy!r}; expected 'skip', 'queue', 'fit' or None")
         if clock_class(self.mode).busy_mode(self.busy) != self.busy:

@@ -271,7 +271,8 @@ class FixedCodePolicy:
         return adaptive.choose_s(  # (looked up per call: a test may wrap it)
             placement, estimator, busy_until=busy_until, pending=pending, now=self.clock.now,
             candidates=candidates, busy="skip" if self.busy == "skip" else "fit",
-            margin=self.margin, lookahead=True,
+            # work stopped at the round's end leaves no backlog for the next round
+            margin=self.margin, lookahead=not self.clock.stop_at_end,
             rng=np.random.default_rng([self.seed, estimator.next_round_id]),
             exclude_slower_than=self.exclude_slow,
             pending_limit=None if pending is None or not self.stop_late_work else limit,
@@ -400,6 +401,8 @@ class FixedCodePolicy:
             if w in state.sent:
                 if t <= duration:
                     elapsed[index[w]] = t
+                elif stopped and clock.stop_at_end:
+                    continue  # stopped at the round's end: censored there by the update
                 elif stopped:  # censored at the deadline
                     late.append((index[w], end, clock.straggler_timeout, True))
                 else:

@@ -237,6 +237,7 @@ class ScriptedClock:
         self.free_at = dict(free_at or {})
         self.last_duration = last_duration
         self.straggler_timeout = straggler_timeout
+        self.stop_at_end = False
         self.backlog: dict[int, float] = {}
 
     def busy_mode(self, requested: str) -> str:

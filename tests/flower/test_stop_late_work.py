@@ -438,3 +438,84 @@ def test_a_deadline_below_every_predicted_round_time_is_named_in_a_warning(caplo
                    straggler_timeout=10.0).rows
     assert all(r["decode"] == "exact" for r in rows)
     assert not [m for m in caplog.messages if "straggler_timeout" in m]
+
+
+# ------------------------------------------------------------------ stopping at the round's end
+def test_virtual_clock_stops_every_late_worker_when_the_round_decodes():
+    clock = VirtualClock(straggler_timeout=10.0, stop_at_deadline="decode")
+    clock.now = 100.0
+    clock.busy_until = {13: 104.0}  # node 13 busy for 4 s more
+    clock.start_round(queued={3: 13})
+    own = {0: 2.0, 1: 7.0, 2: 3.0, 3: 1.0, 4: 12.0}
+    window = clock.window(own, lambda used: len(used) >= 2, num_sent=5)
+    # arrivals 2, 7, 3, 5 (1 s after its 4-s backlog), 12: decodable at 0 and 2, t = 103
+    assert window.end == pytest.approx(103.0) and window.used == [0, 2]
+    assert window.late == [] and window.stopped == [1, 3, 4]
+    # stopped at the round's end; 3's message had not started (its earlier job ends at 104)
+    assert window.stopped_at == pytest.approx({1: 103.0, 3: 104.0, 4: 103.0})
+    clock.finish_round([10, 11, 12, 13, 14], {10: 2.0, 11: 7.0, 12: 3.0, 13: 1.0, 14: 12.0},
+                       window.end)
+    assert clock.busy_until == pytest.approx(
+        {10: 102.0, 11: 103.0, 12: 103.0, 13: 104.0, 14: 103.0})
+    assert clock.now == pytest.approx(103.0)
+
+
+def test_virtual_clock_stopping_at_the_end_frees_a_silent_worker_at_the_round_s_end():
+    clock = VirtualClock(straggler_timeout=10.0, stop_at_deadline="decode")
+    window = clock.window({0: 1.0, 1: 2.0}, lambda used: len(used) >= 2, num_sent=3)
+    clock.finish_round([10, 11, 12], {10: 1.0, 11: 2.0}, window.end)  # 12 never answers
+    assert window.end == pytest.approx(2.0)
+    assert clock.busy_until[12] == pytest.approx(2.0)  # cancelled with the rest, not at 10 s
+
+
+def test_an_undecodable_round_stops_its_late_work_at_the_deadline_when_stopping_at_the_end():
+    clock = VirtualClock(straggler_timeout=5.0, stop_at_deadline="decode")
+    window = clock.window({0: 1.0, 1: 8.0}, lambda used: len(used) >= 2, num_sent=2)
+    assert window.end == pytest.approx(5.0) and window.stopped == [1]
+    assert window.stopped_at == pytest.approx({1: 5.0})
+
+
+def test_work_stopped_at_the_round_s_end_leaves_no_one_busy_and_the_model_exact():
+    outcome = _slow_run("decode", rounds=7)
+    # worker 5's round-1 reply (20 s) stops when round 1 decodes at 1 s: never busy
+    assert [5 in row["busy"] for row in outcome.rows] == [False] * 7
+    assert all(row["decode"] == "exact" for row in outcome.rows)
+    assert_model(outcome.models[7], fedavg_rounds(theta0(), 7, 6))
+    first = outcome.rows[0]
+    assert (first["late_dropped"], first["stopped_at_deadline"]) == (0, 1)
+    assert outcome.strategy.options.describe("FedAvg", None)["stop_late_work"] == "decode"
+
+
+def test_a_worker_stopped_at_the_round_s_end_is_censored_there():
+    outcome = _slow_run("decode", rounds=23, busy="fit")
+    first = outcome.strategy.code_policy.book.estimator.round(0)
+    slow = np.flatnonzero(np.isnan(first.y))
+    # its time is known only to exceed round 1's end (1 s), never observed later
+    assert slow.size == 1 and first.limit[slow[0]] == pytest.approx(1.0)
+    assert outcome.strategy.code_policy.book.late == []
+
+
+def test_the_server_prices_no_backlog_when_work_stops_at_the_round_s_end(monkeypatch):
+    import fl_gradcode.adaptive as adaptive
+
+    seen = []
+    original = adaptive.choose_s
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("lookahead"))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(adaptive, "choose_s", spy)
+    for stop in ("decode", True):
+        seen.clear()
+        _slow_run(stop, rounds=2, s="auto", code="nested")
+        assert seen and set(seen) == {stop is True}
+
+
+def test_stopping_at_the_round_s_end_needs_virtual_timing():
+    with pytest.raises(ValueError, match=r"stop_late_work='decode' must be .*'wallclock'"):
+        GradientCoding(FedAvg(fraction_evaluate=0.0), timing="wallclock",
+                       stop_late_work="decode")
+    assert merge_config({"stop-late-work": "decode"})["stop-late-work"] == "decode"
+    with pytest.raises(ValueError, match=r"stop_late_work='cancel' must be"):
+        GradientCoding(FedAvg(fraction_evaluate=0.0), stop_late_work="cancel")
