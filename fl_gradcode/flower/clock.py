@@ -280,11 +280,11 @@ class VirtualClock:
             if decodable(prefix):
                 end = arrivals[worker]
                 late = order[len(prefix) :]
-                if self.stop_at_end:  # the rest stop now: they never reply
-                    stopped = sorted([*stopped, *late])
+                if self.stop_at_end:  # those still at work stop now: they never reply
+                    stopped = sorted([*stopped, *(w for w in late if arrivals[w] > end)])
                     stopped_at = {w: self.round_start + max(self.backlog.get(w, 0.0), end)
                                   for w in stopped}
-                    late = []
+                    late = [w for w in late if arrivals[w] <= end]  # done as it ended
                 return RoundWindow(prefix, self.round_start + end, late, stopped, stopped_at)
         if (prefix or failures) and len(prefix) + len(failures) == num_sent:
             # everyone replied or was heard of, still not decodable

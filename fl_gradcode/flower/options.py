@@ -251,8 +251,8 @@ class TimingOptions:
         if not (isinstance(self.stop_late_work, bool)
                 or (self.stop_late_work == "decode" and self.mode == "virtual")):
             raise ValueError(f"stop_late_work={self.stop_late_work!r} must be True or False "
-                             f"(or 'auto'), or 'decode' with timing='virtual' (got "
-                             f"{self.mode!r}; True stops work at the deadline)")
+                             f"(or 'auto'), or 'decode' with timing='virtual' (timing="
+                             f"{self.mode!r})")
         if self.busy not in BUSY_MODES:
             raise ValueError(f"busy={self.busy!r}; expected 'skip', 'queue', 'fit' or None")
         if clock_class(self.mode).busy_mode(self.busy) != self.busy:

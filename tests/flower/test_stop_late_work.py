@@ -513,9 +513,21 @@ def test_the_server_prices_no_backlog_when_work_stops_at_the_round_s_end(monkeyp
 
 
 def test_stopping_at_the_round_s_end_needs_virtual_timing():
-    with pytest.raises(ValueError, match=r"stop_late_work='decode' must be .*'wallclock'"):
+    with pytest.raises(ValueError, match=r"stop_late_work=.decode. must be .*timing=.wallclock."):
         GradientCoding(FedAvg(fraction_evaluate=0.0), timing="wallclock",
                        stop_late_work="decode")
     assert merge_config({"stop-late-work": "decode"})["stop-late-work"] == "decode"
     with pytest.raises(ValueError, match=r"stop_late_work='cancel' must be"):
         GradientCoding(FedAvg(fraction_evaluate=0.0), stop_late_work="cancel")
+
+
+def test_a_reply_arriving_as_the_round_decodes_is_done_not_stopped():
+    clock = VirtualClock(straggler_timeout=10.0, stop_at_deadline="decode")
+    window = clock.window({0: 1.0, 1: 1.0, 2: 1.0, 3: 2.0}, lambda used: len(used) >= 2, 4)
+    assert window.used == [0, 1] and window.late == [2] and window.stopped == [3]
+    outcome = _slow_run("decode", rounds=3)
+    # rounds 2 and 3: all six replies arrive at 1 s, as the round decodes: none stopped,
+    # every reply's bytes received
+    assert [row["stopped_at_deadline"] for row in outcome.rows] == [1, 0, 0]
+    assert outcome.rows[1]["bytes_up"] == outcome.rows[2]["bytes_up"]
+    assert outcome.rows[0]["bytes_up"] == pytest.approx(outcome.rows[1]["bytes_up"] * 5 / 6)
