@@ -9,13 +9,22 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["bootstrap_ratio", "fmt", "median_known", "print_summary", "summarize"]
+__all__ = ["bootstrap_ratio", "fmt", "median_all", "median_known", "print_summary", "summarize"]
 
 
 def median_known(values: Sequence[float | None]) -> float | None:
     """The median of the values that are not ``None`` (``None`` when there are none)."""
     known = [v for v in values if v is not None]
     return float(np.median(known)) if known else None
+
+
+def median_all(values: Sequence[float | None]) -> float | None:
+    """The median with ``None`` (never reached) counted as infinite; ``None`` when that
+    median is infinite or there are no values."""
+    if not values:
+        return None
+    median = float(np.median([np.inf if v is None else float(v) for v in values]))
+    return median if np.isfinite(median) else None
 
 
 def bootstrap_ratio(ratios: Sequence[float], resamples: int, seed: int) -> dict[str, Any]:
@@ -45,10 +54,17 @@ def summarize(runs: Sequence[Mapping[str, Any]], rules: Mapping[str, Any],
         entry: dict[str, Any] = {
             "seeds": len(seeds),
             "reached_target": sum(by[method, s]["time_to_target"] is not None for s in seeds),
+            # over the seeds that reached the target only
             "median_time_to_target": median_known([by[method, s]["time_to_target"]
                                               for s in seeds]),
+            # the verdict's: a seed that never reached it counts as infinite (None: the
+            # median is such a seed)
+            "median_time_to_target_all_seeds": median_all(
+                [by[method, s]["time_to_target"] for s in seeds]),
             "mean_final_accuracy": float(np.mean([by[method, s]["final_accuracy"] or 0.0
                                                   for s in seeds])),
+            "median_final_accuracy": median_known([by[method, s]["final_accuracy"]
+                                                   for s in seeds]),
         }
         if method != reference:
             paired = [s for s in seeds if (reference, s) in by]
@@ -72,9 +88,10 @@ def fmt(value: float | None, spec: str = ".2f") -> str:
 def print_summary(result: Mapping[str, Any]) -> None:
     for method, entry in result["summary"].items():
         ratio = entry.get("time_to_target_vs_auto", {})
+        median = entry.get("median_time_to_target_all_seeds")
         print(f"{method:>16}: reached {entry['reached_target']}/{entry['seeds']}, median "
-              f"time {fmt(entry['median_time_to_target'])} s, final "
-              f"{entry['mean_final_accuracy']:.3f}"
+              f"time {'∞' if median is None else format(median, '.2f') + ' s'} (a seed not "
+              f"reaching it: ∞), median final {fmt(entry.get('median_final_accuracy'), '.3f')}"
               + (f", time / auto {fmt(ratio['geomean'])} [{fmt(ratio['ci95'][0])}, "
                  f"{fmt(ratio['ci95'][1])}] over "
                  f"{sum(v is not None for v in ratio['per_seed'].values())} seeds"

@@ -359,3 +359,18 @@ def test_fedbuff_schedule_is_withdrawn_where_the_cells_fedbuff_steps_at_another_
     assert text is not None and text.startswith(
         "Synchronous rounds given FedBuff's step count: withdrawn")
     assert "K = 5" in text and "steps at K = 2" in text and "|" not in text
+
+
+def test_a_deadline_best_pick_at_the_edge_of_its_grid_is_named():
+    data = _data()
+    edge = data["cells"]["digits-logreg/pareto/20x20"]["settings"]
+    inside = data["cells"]["digits-logreg/persistent/20x20"]["settings"]
+    edge.update(stated_deadline_s=2.0, deadline_grid_s=[0.1, 1.0, 2.0, 10.0],
+                deadline_best_s=0.1)
+    inside.update(stated_deadline_s=2.0, deadline_grid_s=[0.1, 1.0, 2.0, 10.0],
+                  deadline_best_s=1.0)
+    text = rivals.render(data, REPORT)
+    assert ("In 1 of the 2 finished cells that ran it `deadline-best`'s pick is the shortest "
+            "or the longest deadline of its grid (digits-logreg/pareto/20x20)") in text
+    inside["deadline_best_s"] = 10.0
+    assert "In 2 of the 2 finished cells" in rivals.render(data, REPORT)

@@ -355,7 +355,7 @@ def _deadline_grids(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
     """Which grid of deadlines each finished cell's ``deadline-best`` searched, when some
     searched fewer multiples of the stated deadline than the grid file now lists."""
     multiples = [float(m) for m in grid_data()["rules"]["deadline_grid"]]
-    short, ran = [], 0
+    short, edge, ran = [], [], 0
     for name in done:
         settings = data["cells"][name]["settings"]
         if "deadline_grid_s" not in settings:
@@ -365,10 +365,18 @@ def _deadline_grids(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
                  for d in settings["deadline_grid_s"]}
         if not {round(m, 6) for m in multiples} <= tried:
             short.append((name, min(tried)))
+        if settings.get("deadline_best_s") in (min(settings["deadline_grid_s"]),
+                                               max(settings["deadline_grid_s"])):
+            edge.append(name)
+    notes = [] if not edge else [
+        f"In {len(edge)} of the {ran} finished cells that ran it `deadline-best`'s pick is the "
+        "shortest or the longest deadline of its grid (" + ", ".join(edge) + "): a deadline "
+        "beyond the grid may do better still, so there the best rival may be faster than shown "
+        "(not extended)."]
     if not short:
-        return []
-    return [f"`deadline-best` searched the grid file's {len(multiples)} multiples of the stated "
-            f"deadline ({multiples[0]:g}–{multiples[-1]:g}) in {ran - len(short)} of "
+        return notes
+    return [*notes, f"`deadline-best` searched the grid file's {len(multiples)} multiples of "
+            f"the stated deadline ({multiples[0]:g}–{multiples[-1]:g}) in {ran - len(short)} of "
             f"the {ran} finished cells that ran it; in "
             + ", ".join(f"{n} (from {m:g})" for n, m in short)
             + " the shorter deadlines added by an amendment have not run yet, so its best "
