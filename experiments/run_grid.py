@@ -347,12 +347,40 @@ SETTING_SOURCES: dict[str, Callable[[str], bool]] = {
 }
 
 
+#: settings every method of a cell shares: a re-run of some methods must have the cell's
+SHARED_SETTINGS = ("task", "latency", "n", "cohort", "rounds", "target", "seeds", "dev_seeds",
+                   "measured_partition_cost_s")
+
+
+def _check_same_cell(old: Mapping[str, Any], new: Mapping[str, Any],
+                     methods: Sequence[str]) -> None:
+    """Refuse a re-run of ``methods`` made under other shared settings, or another run-config
+    key a rival reads, than the cell's other runs (their runs would not compare); a key only
+    coded runs read (an amendment to ``auto``) may differ and is recorded as replaced."""
+    from fl_gradcode.config.keys import coded_only_keys
+
+    differ = {k: (old[k], new[k]) for k in SHARED_SETTINGS
+              if k in old and k in new and old[k] != new[k]}
+    before, after = old.get("run_config") or {}, new.get("run_config") or {}
+    coded = set(coded_only_keys())
+    differ.update({f"run_config[{k!r}]": (before.get(k), after.get(k))
+                   for k in sorted({*before, *after} - coded)
+                   if "run_config" in old and before.get(k) != after.get(k)})
+    if differ:
+        raise ValueError(
+            f"a re-run of {list(methods)} in cell {old.get('task')}/{old.get('latency')}/"
+            f"{old.get('n')}x{old.get('cohort')} differs from the cell's other runs in "
+            + ", ".join(f"{k} ({a!r} there, {b!r} here)" for k, (a, b) in differ.items())
+            + ": run the whole cell again (without --rerun)")
+
+
 def rerun_cell(existing: Mapping[str, Any], result: Mapping[str, Any],
                methods: Sequence[str], rules: Mapping[str, Any]) -> dict[str, Any]:
     """A finished cell with ``methods`` run again (``result``: those methods' runs on the same
     cell and seeds): their runs replaced, the new deadline facts kept, the summary redone,
     and the re-run recorded under ``reruns`` with the settings it changed as they were
     (``replaced_settings``: key -> old value), so an amendment's effect stays readable."""
+    _check_same_cell(existing["settings"], result["settings"], methods)
     runs = [r for r in existing["runs"] if r["method"] not in methods] + list(result["runs"])
     # a method's own settings change only with its runs (FedBuff's tuned pick stays when
     # another method runs again)
@@ -360,6 +388,8 @@ def rerun_cell(existing: Mapping[str, Any], result: Mapping[str, Any],
              if k not in ("methods", "quick", "set")
              and (k not in SETTING_SOURCES or any(map(SETTING_SOURCES[k], methods)))}
     settings = {**existing["settings"], **facts}
+    ran = [*existing["settings"].get("methods", []), *methods]
+    settings["methods"] = list(dict.fromkeys(ran))  # the cell's, then any first run here
     # keys the re-run sets for the first time were absent (None)
     replaced = {k: existing["settings"].get(k) for k, v in facts.items()
                 if existing["settings"].get(k) != v}

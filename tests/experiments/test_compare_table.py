@@ -374,3 +374,13 @@ def test_a_deadline_best_pick_at_the_edge_of_its_grid_is_named():
             "or the longest deadline of its grid (digits-logreg/pareto/20x20)") in text
     inside["deadline_best_s"] = 10.0
     assert "In 2 of the 2 finished cells" in rivals.render(data, REPORT)
+
+
+def test_a_cell_that_leaves_the_partitioner_unset_is_read_with_the_key_tables_default():
+    data = _data()
+    data["cells"]["digits-logreg/pareto/20x20"]["settings"]["run_config"] = {}  # dirichlet
+    data["cells"]["digits-logreg/persistent/20x20"]["settings"]["run_config"] = {
+        "partitioner": "iid"}
+    hard = next(line for line in rivals.render(data, REPORT).splitlines()
+                if "heavy-tailed" in line)
+    assert "in 1 of 1 cells" in hard and "digits-logreg/pareto/20x20 2.08×" in hard

@@ -4,6 +4,7 @@ finished cell is merged into the JSON at once and a later run keeps the earlier 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -318,3 +319,36 @@ def test_a_merge_of_some_methods_takes_only_the_settings_they_give(tmp_path):
     with pytest.raises(SystemExit, match="in none of"):
         compare.main(["--grid", "--merge", str(copy), "--cells", "*/pareto/*",
                       "--out", str(out)])
+
+
+def _settings(**extra):
+    return {"task": "digits-logreg", "latency": "persistent", "n": 20, "cohort": 20,
+            "rounds": 30, "target": 0.85, "seeds": [10, 11], "methods": ["auto", "fedbuff"],
+            "run_config": {"latency": "persistent", "auto-margin": 0.1}, **extra}
+
+
+@pytest.mark.parametrize("change, named", [
+    ({"target": 0.9}, "target (0.85 there, 0.9 here)"),
+    ({"seeds": [10, 12]}, "seeds ([10, 11] there, [10, 12] here)"),
+    ({"run_config": {"latency": "bimodal", "auto-margin": 0.1}},
+     "run_config['latency'] ('persistent' there, 'bimodal' here)"),
+])
+def test_a_rerun_under_other_shared_settings_is_refused(change, named):
+    existing = {"settings": _settings(), "runs": [_run("auto", 10, 4.0),
+                                                  _run("fedbuff", 10, 2.0)]}
+    result = {"settings": _settings(methods=["auto"], **change), "runs": [_run("auto", 10, 3.0)],
+              "runtime_s": 1.0}
+    with pytest.raises(ValueError, match=re.escape(named)):
+        run_grid.rerun_cell(existing, result, ["auto"], compare.load_grid()["rules"])
+
+
+def test_a_rerun_may_change_a_key_only_coded_runs_read_and_adds_its_method():
+    existing = {"settings": _settings(), "runs": [_run("auto", 10, 4.0),
+                                                  _run("fedbuff", 10, 2.0)]}
+    result = {"settings": _settings(methods=["auto-approximate"], run_config={
+        "latency": "persistent", "auto-margin": 0.3}),
+        "runs": [_run("auto-approximate", 10, 3.0)], "runtime_s": 1.0}
+    cell = run_grid.rerun_cell(existing, result, ["auto-approximate"],
+                               compare.load_grid()["rules"])
+    assert cell["settings"]["methods"] == ["auto", "fedbuff", "auto-approximate"]
+    assert cell["reruns"][-1]["replaced_settings"]["run_config"]["auto-margin"] == 0.1

@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from fl_gradcode.config import merge_config
 from tools.docgen.core import RESULTS, ROOT, block, load, table
 
 COMPARE = "compare.json"
@@ -135,7 +136,8 @@ def verdict(name: str, cell: Mapping[str, Any]) -> Verdict:
     best = best_method(stats, rivals)
     uncoded = best_method(stats, [m for m in rivals if not is_code(m)])
     s = cell.get("settings", {})
-    partitioner = str(s.get("run_config", {}).get("partitioner", ""))
+    # as the run read it (a key the cell leaves unset is the key table's default)
+    partitioner = str(merge_config(s["run_config"])["partitioner"]) if "run_config" in s else ""
     hard = s.get("latency") in HARD_REGIMES and partitioner not in ("", "iid")
     if auto is None or best is None:
         return Verdict(name, auto, best, stats.get(best or ""), None, False, False, uncoded,
