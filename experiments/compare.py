@@ -346,6 +346,9 @@ def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, coho
             # the rivals' fixes of the grid file's amendment 11, where those rivals ran
             **({"rivals_stop_dropped_work": bool(cell.rivals_stop_dropped_work)}
                if set(methods) & {"deadline", "deadline-best", "first-k"} else {}),
+            # amendment 15, where auto or auto-approximate ran
+            **({"auto_stop_at_decode": bool(cell.auto_stop_at_decode)}
+               if set(methods) & {"auto", "auto-approximate"} else {}),
             "rules_set": dict(rules_set or {}),
             **({"auto_approximate": approximate_knobs()} if "auto-approximate" in methods
                else {}),

@@ -60,8 +60,9 @@ HARNESS_KEYS = {"seed": "use --seeds", "num-rounds": "use --rounds", "num-client
 #: file's).
 CELL_FLAGS = ("task", "latency", "n", "cohort", "seeds", "dev_seeds", "rounds", "target",
               "set", "rule", "quick")
-#: The rivals' rules of experiments/grid.toml that ``--rule`` may replace for one cell (a
-#: sensitivity reading or a rival tuned on development seeds), with the values they take.
+#: The rules of experiments/grid.toml (the rivals', and auto's stop of its amendment 15) that
+#: ``--rule`` may replace for one cell (a sensitivity reading or a rival tuned on development
+#: seeds), with the values they take.
 RIVAL_RULES = {
     "overcommit": ("first-k samples ceil(c K) to keep K: c >= 1", lambda v: v >= 1),
     "fedbuff_buffer_fraction": ("FedBuff's K over the cohort: in (0, 1]", lambda v: 0 < v <= 1),
@@ -71,6 +72,9 @@ RIVAL_RULES = {
     "rivals_stop_dropped_work": ("deadline, deadline-best and first-k stop a dropped client's "
                               "work when its round ends: 1, or 0 (it finishes it)",
                               lambda v: v in (0, 1)),
+    "auto_stop_at_decode": ("auto and auto-approximate stop a client's late work when their "
+                            "round ends (stop-late-work='decode'): 1, or 0 (at the round's "
+                            "deadline)", lambda v: v in (0, 1)),
     "fedbuff_tune": ("FedBuff's server lr and K chosen on the development seeds from the grid "
                      "file's fedbuff_tune_* lists: 1, or 0 (fedbuff_server_lr and "
                      "fedbuff_buffer_fraction as they are)", lambda v: v in (0, 1)),

@@ -104,6 +104,9 @@ class Cell:
     fedbuff_staleness_exponent: float
     #: 1: the deadline rivals and first-k stop a dropped client's work when its round ends
     rivals_stop_dropped_work: float
+    #: 1: auto and auto-approximate stop a client's late work when their round ends
+    #: (``stop-late-work = "decode"``); 0: at the round's deadline
+    auto_stop_at_decode: float
     #: 1: FedBuff's server lr and buffer are tuned on the development seeds
     #: (``experiments.fedbuff_tuning``); 0: the two values above
     fedbuff_tune: float
@@ -195,6 +198,8 @@ def start_cell_coded(method: str, seed: int, cell: Cell, share: bool = True
     extra = ({"s": "auto"} if method == "auto"
              else {"s": "auto", "auto-approximate": True} if method == "auto-approximate"
              else dict(zip(("code", "s"), parse_code(method), strict=True)))
+    if method in ("auto", "auto-approximate") and cell.auto_stop_at_decode:
+        extra["stop-late-work"] = "decode"
     cfg = cell.config(seed, **extra)
     return start_coded(cfg, cell.n, share_updates=share), cfg
 

@@ -336,6 +336,7 @@ SETTING_SOURCES: dict[str, Callable[[str], bool]] = {
     "first_k": lambda m: m == "first-k",
     "auto_approximate": lambda m: m == "auto-approximate",
     "rivals_stop_dropped_work": lambda m: m in ("deadline", "deadline-best", "first-k"),
+    "auto_stop_at_decode": lambda m: m in ("auto", "auto-approximate"),
     "stated_deadline_s": _stated_deadline,
     "deadline_rule": _stated_deadline,
     "coded_straggler_timeout_s": _coded,

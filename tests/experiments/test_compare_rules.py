@@ -66,6 +66,28 @@ def test_the_rivals_stop_dropped_work_by_the_grid_file_unless_a_rule_says_not(tm
     assert any(total(stop, m) < total(keep, m) for m in ("deadline", "first-k"))
 
 
+def test_auto_stops_late_work_at_its_round_s_end_only_by_the_rule(tmp_path):
+    def runs(*rules):
+        out = tmp_path / f"d{len(rules)}.json"
+        argv = ["--n", "6", "--rounds", "6", "--seeds", "3", "--dev-seeds", "0",
+                "--target", "0.9", "--methods", "auto,first-k",
+                "--set", "latency=bimodal", "--set", "latency-p=0.3", "--out", str(out)]
+        for rule in rules:
+            argv += ["--rule", rule]
+        assert compare.main(argv) == 0
+        return json.loads(out.read_text())
+
+    off, on = runs(), runs("auto_stop_at_decode=1")
+    assert off["settings"]["auto_stop_at_decode"] is False  # the grid file's rule
+    assert on["settings"]["auto_stop_at_decode"] is True
+    assert on["settings"]["rules_set"] == {"auto_stop_at_decode": 1.0}
+
+    def run(data, method):
+        return next(r for r in data["runs"] if r["method"] == method)
+    assert run(on, "first-k")["accuracy_curve"] == run(off, "first-k")["accuracy_curve"]
+    assert run(on, "auto")["accuracy_curve"] != run(off, "auto")["accuracy_curve"]
+
+
 @pytest.mark.parametrize("rule,message", [
     ("fedbuff_k=3", "not a rival's rule"),
     ("overcommit=0.5", "c >= 1"),
@@ -73,6 +95,7 @@ def test_the_rivals_stop_dropped_work_by_the_grid_file_unless_a_rule_says_not(tm
     ("fedbuff_server_lr=x", "expected a number"),
     ("fedbuff_staleness_exponent=-1", "e >= 0"),
     ("rivals_stop_dropped_work=0.5", "1, or 0"),
+    ("auto_stop_at_decode=2", "1, or 0"),
     ("fedbuff_server_lr", "KEY=VALUE"),
 ])
 def test_a_bad_rule_is_refused_before_any_run_naming_it(tmp_path, capsys, rule, message):
