@@ -384,3 +384,19 @@ def test_a_cell_that_leaves_the_partitioner_unset_is_read_with_the_key_tables_de
     hard = next(line for line in rivals.render(data, REPORT).splitlines()
                 if "heavy-tailed" in line)
     assert "in 1 of 1 cells" in hard and "digits-logreg/pareto/20x20 2.08×" in hard
+
+
+def test_cells_whose_auto_predates_the_stop_at_decode_rule_are_named_once_it_is_on(monkeypatch):
+    data = _data()
+    assert "amendment 15" not in rivals.render(data, REPORT)  # the rule is off in the file
+    grid = rivals.grid_data()
+    monkeypatch.setattr(rivals, "grid_data",
+                        lambda: {**grid, "rules": {**grid["rules"], "auto_stop_at_decode": True}})
+    for name in data["cells"]:
+        data["cells"][name]["settings"]["auto_stop_at_decode"] = True
+    data["cells"]["digits-logreg/trace/20x20"]["settings"]["auto_stop_at_decode"] = False
+    text = rivals.render(data, REPORT)
+    assert ("in 3 of the 4 finished cells; in digits-logreg/trace/20x20 auto's runs predate it"
+            in text)
+    data["cells"]["digits-logreg/trace/20x20"]["settings"]["auto_stop_at_decode"] = True
+    assert "amendment 15" not in rivals.render(data, REPORT)

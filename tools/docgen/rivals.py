@@ -289,6 +289,7 @@ def render_table(data: Mapping[str, Any], report: Sequence[str]) -> str:
                      "model (`methods_set_aside` of a cell says why).")
     notes += _deadline_grids(data, done)
     notes += rival_fixes(data, done)
+    notes += auto_stops(data, done)
     notes += fedbuff_tuned(data, done)
     return table(header, rows) + "\n\n" + " ".join([legend, *notes])
 
@@ -312,6 +313,20 @@ def rival_fixes(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
             "in the others those rivals' runs predate them: a dropped client finished its "
             "late work while its next message waited, which slowed them, so there the "
             "verdict may flatter auto."]
+
+
+def auto_stops(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
+    """Once the grid file's ``auto_stop_at_decode`` is on (amendment 15), the finished cells
+    whose ``auto`` runs predate it (``settings.auto_stop_at_decode`` not true), when some do."""
+    if not grid_data()["rules"].get("auto_stop_at_decode"):
+        return []
+    old = [n for n in done if data["cells"][n]["settings"].get("auto_stop_at_decode") is not True]
+    if not old:
+        return []
+    return [f"auto's late work stops when its round ends (`experiments/grid.toml` amendment "
+            f"15) in {len(done) - len(old)} of the {len(done)} finished cells; in "
+            + ", ".join(old) + " auto's runs predate it (its clients' work stopped at the "
+            "round's deadline)."]
 
 
 def fedbuff_tuned(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
