@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from tools.docgen import fedbuff, rivals
+from tools.docgen import fedbuff, rival_notes, rivals
 
 SEEDS = [10, 11, 12]
 REPORT = ["digits-logreg/pareto/20x20", "digits-logreg/persistent/20x20",
@@ -307,9 +307,9 @@ def test_cells_whose_rivals_predate_the_rival_fixes_are_counted():
                       "e": {"settings": {**fixed, "latency": "drift",
                                          "fedbuff": {"regime_round": "federation"}}}}}
     # only b and e ran their rivals with the fixes (c had the option turned off by a rule)
-    (note,) = rivals.rival_fixes(data, ["a", "b", "c", "d", "e"])
+    (note,) = rival_notes.rival_fixes(data, ["a", "b", "c", "d", "e"])
     assert "are in 2 of the 5 finished cells" in note
-    assert rivals.rival_fixes(data, ["b", "e"]) == []
+    assert rival_notes.rival_fixes(data, ["b", "e"]) == []
 
 
 def test_cells_whose_fedbuff_predates_its_tuning_are_named_and_edge_picks_counted():
@@ -324,14 +324,14 @@ def test_cells_whose_fedbuff_predates_its_tuning_are_named_and_edge_picks_counte
         "c": {"settings": {"fedbuff": {"server_lr": 1.0}}, "runs": ran},
         "d": {"settings": {"fedbuff": {"tuning": tuning(1.0, 0.25)}}, "runs": ran},
         "e": {"settings": {}, "runs": [{"method": "auto"}]}}}  # FedBuff never ran
-    (note, edge) = rivals.fedbuff_tuned(data, ["a", "b", "c", "d", "e"])
+    (note, edge) = rival_notes.fedbuff_tuned(data, ["a", "b", "c", "d", "e"])
     assert "in 2 of the 4 finished cells that ran it; in a, c it ran" in note
     assert "server lr 1, K 0.25 of the cohort" in note  # the grid file's a-priori values
     # b's pick (0.5, 0.25) is neither the largest lr nor the smallest K; d's has lr 1.0
     assert edge.startswith("In 1 of the 2 tuned cells FedBuff's pick is the largest server lr")
     data["cells"]["b"]["settings"]["fedbuff"]["tuning"]["grid"] = [
         {"server_lr": 0.5, "buffer_fraction": 0.25}]
-    assert rivals.fedbuff_tuned(data, ["b", "e"]) == []
+    assert rival_notes.fedbuff_tuned(data, ["b", "e"]) == []
     assert "are tuned on the development seeds" in rivals.render(_data(), REPORT)
 
 

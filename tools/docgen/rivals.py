@@ -287,117 +287,13 @@ def render_table(data: Mapping[str, Any], report: Sequence[str]) -> str:
         notes.append(f"Set aside in {len(names)} of {len(done)} finished cells ({method}): "
                      "its partitions are not the cohort's there, so its rounds train another "
                      "model (`methods_set_aside` of a cell says why).")
-    notes += _deadline_grids(data, done)
+    from tools.docgen.rival_notes import auto_stops, deadline_grids, fedbuff_tuned, rival_fixes
+
+    notes += deadline_grids(data, done)
     notes += rival_fixes(data, done)
     notes += auto_stops(data, done)
     notes += fedbuff_tuned(data, done)
     return table(header, rows) + "\n\n" + " ".join([legend, *notes])
-
-
-def rival_fixes(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
-    """Which finished cells ran the rivals with the fixes of the grid file's amendment 11
-    (``settings.rivals_stop_dropped_work`` true and, in a drift cell, FedBuff's
-    ``regime_round`` the federation's), when some did not."""
-    def has_fixes(settings: Mapping[str, Any]) -> bool:
-        fedbuff = settings.get("fedbuff", {}).get("regime_round") == "federation"
-        return settings.get("rivals_stop_dropped_work") is True and (
-            settings.get("latency") != "drift" or fedbuff)
-
-    fixed = [n for n in done if has_fixes(data["cells"][n]["settings"])]
-    if len(fixed) == len(done):
-        return []
-    return [f"The rivals' fixes of `experiments/grid.toml` amendment 11 (deadline, "
-            "deadline-best and first-k stop a client's work when its reply is dropped, as "
-            "auto's clients stop theirs at its deadline; FedBuff meets a drifting regime at "
-            f"the federation's round) are in {len(fixed)} of the {len(done)} finished cells; "
-            "in the others those rivals' runs predate them: a dropped client finished its "
-            "late work while its next message waited, which slowed them, so there the "
-            "verdict may flatter auto."]
-
-
-def auto_stops(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
-    """Once the grid file's ``auto_stop_at_decode`` is on (amendment 15), the finished cells
-    whose ``auto`` runs predate it (``settings.auto_stop_at_decode`` not true), when some do."""
-    if not grid_data()["rules"].get("auto_stop_at_decode"):
-        return []
-    old = [n for n in done if data["cells"][n]["settings"].get("auto_stop_at_decode") is not True]
-    if not old:
-        return []
-    return [f"auto's late work stops when its round ends (`experiments/grid.toml` amendment "
-            f"15) in {len(done) - len(old)} of the {len(done)} finished cells; in "
-            + ", ".join(old) + " auto's runs predate it (its clients' work stopped at the "
-            "round's deadline)."]
-
-
-def fedbuff_tuned(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
-    """Which finished cells ran FedBuff tuned on the development seeds (the grid file's
-    amendment 12: ``settings.fedbuff.tuning``), naming those whose FedBuff predates it, and
-    in how many the pick is the largest server lr or the smallest K tried (FedBuff may do
-    better still beyond them)."""
-    cells = data["cells"]
-    ran = [n for n in done if any(r.get("method") == "fedbuff" for r in cells[n]["runs"])]
-    tuned = [n for n in ran if "tuning" in cells[n]["settings"].get("fedbuff", {})]
-    notes = []
-    if len(tuned) < len(ran):
-        rules = grid_data()["rules"]
-        untuned = [n for n in ran if n not in tuned]
-        notes.append(
-            "FedBuff's server learning rate and K are tuned on the development seeds "
-            f"(`experiments/grid.toml` amendment 12) in {len(tuned)} of the {len(ran)} "
-            "finished cells that ran it; in " + ", ".join(untuned) + " it ran with the values "
-            f"fixed a priori (server lr {float(rules['fedbuff_server_lr']):g}, K "
-            f"{float(rules['fedbuff_buffer_fraction']):g} of the cohort), so there the verdict "
-            "may flatter auto.")
-    edge = small_k = 0
-    for n in tuned:
-        tuning = cells[n]["settings"]["fedbuff"]["tuning"]
-        lrs = [g["server_lr"] for g in tuning["grid"]]
-        fracs = [g["buffer_fraction"] for g in tuning["grid"]]
-        chosen = tuning["chosen"]
-        least = len(set(fracs)) > 1 and chosen["buffer_fraction"] == min(fracs)
-        small_k += least
-        edge += (len(set(lrs)) > 1 and chosen["server_lr"] == max(lrs)) or least
-    if edge:
-        notes.append(f"In {edge} of the {len(tuned)} tuned cells FedBuff's pick is the "
-                     "largest server lr or the smallest K tried (`settings.fedbuff.tuning`): "
-                     "it may do better still beyond them"
-                     + (f" (the smallest K in {small_k}: a smaller K also reads FedBuff's "
-                        "accuracy more often, which by itself can bring its first reading "
-                        "above the target sooner: `docs/adaptive.md`, At a glance)"
-                        if small_k else "") + ".")
-    return notes
-
-
-def _deadline_grids(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
-    """Which grid of deadlines each finished cell's ``deadline-best`` searched, when some
-    searched fewer multiples of the stated deadline than the grid file now lists."""
-    multiples = [float(m) for m in grid_data()["rules"]["deadline_grid"]]
-    short, edge, ran = [], [], 0
-    for name in done:
-        settings = data["cells"][name]["settings"]
-        if "deadline_grid_s" not in settings:
-            continue
-        ran += 1
-        tried = {round(d / settings["stated_deadline_s"], 6)
-                 for d in settings["deadline_grid_s"]}
-        if not {round(m, 6) for m in multiples} <= tried:
-            short.append((name, min(tried)))
-        if settings.get("deadline_best_s") in (min(settings["deadline_grid_s"]),
-                                               max(settings["deadline_grid_s"])):
-            edge.append(name)
-    notes = [] if not edge else [
-        f"In {len(edge)} of the {ran} finished cells that ran it `deadline-best`'s pick is the "
-        "shortest or the longest deadline of its grid (" + ", ".join(edge) + "): a deadline "
-        "beyond the grid may do better still, so there the best rival may be faster than shown "
-        "(not extended)."]
-    if not short:
-        return notes
-    return [*notes, f"`deadline-best` searched the grid file's {len(multiples)} multiples of "
-            f"the stated deadline ({multiples[0]:g}–{multiples[-1]:g}) in {ran - len(short)} of "
-            f"the {ran} finished cells that ran it; in "
-            + ", ".join(f"{n} (from {m:g})" for n, m in short)
-            + " the shorter deadlines added by an amendment have not run yet, so its best "
-            "deadline there may be better than shown."]
 
 
 def _progress(data: Mapping[str, Any], report: Sequence[str], done: Sequence[str]) -> str:
