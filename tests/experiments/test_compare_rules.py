@@ -77,10 +77,10 @@ def test_auto_stops_late_work_at_its_round_s_end_only_by_the_rule(tmp_path):
         assert compare.main(argv) == 0
         return json.loads(out.read_text())
 
-    off, on = runs(), runs("auto_stop_at_decode=1")
-    assert off["settings"]["auto_stop_at_decode"] is False  # the grid file's rule
-    assert on["settings"]["auto_stop_at_decode"] is True
-    assert on["settings"]["rules_set"] == {"auto_stop_at_decode": 1.0}
+    on, off = runs(), runs("auto_stop_at_decode=0")
+    assert on["settings"]["auto_stop_at_decode"] is True  # the grid file's rule
+    assert off["settings"]["auto_stop_at_decode"] is False
+    assert off["settings"]["rules_set"] == {"auto_stop_at_decode": 0.0}
 
     def run(data, method):
         return next(r for r in data["runs"] if r["method"] == method)

@@ -43,7 +43,8 @@ def _cell(latency, methods, not_run=()):
     return {"settings": {"task": "digits-logreg", "latency": latency, "n": 20, "cohort": 20,
                          "target": 0.85,
                          "rounds": 30, "seeds": SEEDS, "methods": list(methods),
-                         "run_config": {"partitioner": "dirichlet"}},
+                         "run_config": {"partitioner": "dirichlet"},
+                         "auto_stop_at_decode": True},
             "runs": runs, "summary": summary, "runtime_s": 1800.0,
             "methods_not_run": list(not_run)}
 
@@ -388,15 +389,24 @@ def test_a_cell_that_leaves_the_partitioner_unset_is_read_with_the_key_tables_de
 
 def test_cells_whose_auto_predates_the_stop_at_decode_rule_are_named_once_it_is_on(monkeypatch):
     data = _data()
-    assert "amendment 15" not in rivals.render(data, REPORT)  # the rule is off in the file
     grid = rivals.grid_data()
-    monkeypatch.setattr(rivals, "grid_data",
-                        lambda: {**grid, "rules": {**grid["rules"], "auto_stop_at_decode": True}})
-    for name in data["cells"]:
-        data["cells"][name]["settings"]["auto_stop_at_decode"] = True
+
+    def rule(on):
+        monkeypatch.setattr(rivals, "grid_data", lambda: {
+            **grid, "rules": {**grid["rules"], "auto_stop_at_decode": on}})
+
     data["cells"]["digits-logreg/trace/20x20"]["settings"]["auto_stop_at_decode"] = False
+    rule(False)
+    assert "amendment 15" not in rivals.render(data, REPORT)  # nothing while it is off
+    rule(True)
     text = rivals.render(data, REPORT)
     assert ("in 3 of the 4 finished cells; in digits-logreg/trace/20x20 auto's runs predate it"
             in text)
-    data["cells"]["digits-logreg/trace/20x20"]["settings"]["auto_stop_at_decode"] = True
+    for name in ("digits-logreg/pareto/20x20", "digits-logreg/bimodal/20x20"):
+        del data["cells"][name]["settings"]["auto_stop_at_decode"]
+    # most predate it: the cells that have it are named instead
+    assert ("in 1 of the 4 finished cells (digits-logreg/persistent/20x20); in the others "
+            "auto's runs predate it") in rivals.render(data, REPORT)
+    for cell in data["cells"].values():
+        cell["settings"]["auto_stop_at_decode"] = True
     assert "amendment 15" not in rivals.render(data, REPORT)

@@ -136,3 +136,25 @@ def render_tuning(data: Mapping[str, Any], knob: str) -> str:
 @block("auto-approximate-skew-tuning")
 def skew_tuning() -> str:
     return render_tuning(load("auto_approximate_tuning_skew.json"), "max_skew")
+
+
+def render_stop_at_decode(data: Mapping[str, Any]) -> str:
+    """Amendment 15's rule (``experiments.stop_at_decode``, development seeds): per cell,
+    auto's time to target per seed with its work stopped at the round's deadline and at its
+    end, their paired ratios' geometric mean, then the rule's value and verdict."""
+    def times(values: Mapping[str, float | None]) -> str:
+        return ", ".join("∞" if t is None else f"{t:.1f}" for t in values.values())
+
+    rows = [[name, times(cell["time_to_target"]["deadline"]),
+             times(cell["time_to_target"]["decode"]), f"{cell['geomean']:.3f}"]
+            for name, cell in data["cells"].items()]
+    rows.append(["every (cell, seed): the rule", "", "",
+                 f"**{data['geomean']:.3f}** ({'on' if data['auto_stop_at_decode'] else 'off'})"])
+    seeds = data["seeds"]
+    return table(["cell", f"at the deadline: seeds {seeds[0]}–{seeds[-1]} (s)",
+                  "at the round's end (s)", "time ratio"], rows)
+
+
+@block("auto-stop-at-decode")
+def stop_at_decode() -> str:
+    return render_stop_at_decode(load("auto_stop_at_decode_dev.json"))

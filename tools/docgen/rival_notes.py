@@ -47,10 +47,12 @@ def auto_stops(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
     old = [n for n in done if data["cells"][n]["settings"].get("auto_stop_at_decode") is not True]
     if not old:
         return []
+    new = [n for n in done if n not in old]
+    which = (f"; in {', '.join(old)} auto's runs predate it" if len(old) <= len(new)
+             else f" ({', '.join(new) or 'none'}); in the others auto's runs predate it")
     return [f"auto's late work stops when its round ends (`experiments/grid.toml` amendment "
-            f"15) in {len(done) - len(old)} of the {len(done)} finished cells; in "
-            + ", ".join(old) + " auto's runs predate it (its clients' work stopped at the "
-            "round's deadline)."]
+            f"15) in {len(new)} of the {len(done)} finished cells{which} (its clients' work "
+            "stopped at the round's deadline)."]
 
 
 def fedbuff_tuned(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
