@@ -357,7 +357,9 @@ def _check_same_cell(old: Mapping[str, Any], new: Mapping[str, Any],
                      methods: Sequence[str]) -> None:
     """Refuse a re-run of ``methods`` made under other shared settings, or another run-config
     key a rival reads, than the cell's other runs (their runs would not compare); a key only
-    coded runs read (an amendment to ``auto``) may differ and is recorded as replaced."""
+    coded runs read (an amendment to ``auto``) may differ and is recorded as replaced. Only
+    the settings ``new`` holds are compared (a merge from a copy passes those its re-run
+    changed)."""
     from fl_gradcode.config.keys import coded_only_keys
 
     differ = {k: (old[k], new[k]) for k in SHARED_SETTINGS
@@ -366,7 +368,8 @@ def _check_same_cell(old: Mapping[str, Any], new: Mapping[str, Any],
     coded = set(coded_only_keys())
     differ.update({f"run_config[{k!r}]": (before.get(k), after.get(k))
                    for k in sorted({*before, *after} - coded)
-                   if "run_config" in old and before.get(k) != after.get(k)})
+                   if "run_config" in old and "run_config" in new
+                   and before.get(k) != after.get(k)})
     if differ:
         raise ValueError(
             f"a re-run of {list(methods)} in cell {old.get('task')}/{old.get('latency')}/"

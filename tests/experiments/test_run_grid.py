@@ -352,3 +352,13 @@ def test_a_rerun_may_change_a_key_only_coded_runs_read_and_adds_its_method():
                                compare.load_grid()["rules"])
     assert cell["settings"]["methods"] == ["auto", "fedbuff", "auto-approximate"]
     assert cell["reruns"][-1]["replaced_settings"]["run_config"]["auto-margin"] == 0.1
+
+
+def test_a_rerun_merged_from_a_copy_passes_only_the_settings_it_changed():
+    existing = {"settings": _settings(), "runs": [_run("auto", 10, 4.0),
+                                                  _run("fedbuff", 10, 2.0)]}
+    result = {"settings": {"auto_stop_at_decode": True}, "runs": [_run("auto", 10, 3.0)],
+              "runtime_s": 1.0}
+    cell = run_grid.rerun_cell(existing, result, ["auto"], compare.load_grid()["rules"])
+    assert cell["settings"]["run_config"] == _settings()["run_config"]
+    assert cell["settings"]["auto_stop_at_decode"] is True
