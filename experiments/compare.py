@@ -347,7 +347,7 @@ def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, coho
             **({"rivals_stop_dropped_work": bool(cell.rivals_stop_dropped_work)}
                if set(methods) & {"deadline", "deadline-best", "first-k"} else {}),
             # amendment 15, where auto or auto-approximate ran
-            **({"auto_stop_at_decode": bool(cell.auto_stop_at_decode)}
+            **({"auto_stop_at_decode": cell.auto_stops_at_decode}
                if set(methods) & {"auto", "auto-approximate"} else {}),
             "rules_set": dict(rules_set or {}),
             **({"auto_approximate": approximate_knobs()} if "auto-approximate" in methods

@@ -87,11 +87,16 @@ def share_before_target(rows: Sequence[Mapping[str, Any]], cohort: Sequence[int]
 
 def recorded_rules(settings: Mapping[str, Any]) -> dict[str, float]:
     """The rivals' rules a benchmark cell ran with, from its ``settings``: FedBuff's server
-    lr and buffer (its tuned pick where it was tuned) and whether the deadline rivals and
-    first-k stopped dropped work (absent: they did not, the runs predate the option)."""
+    lr and buffer (its tuned pick where it was tuned), whether the deadline rivals and
+    first-k stopped dropped work and whether auto stopped its late work at the round's end
+    (absent: they did not, the runs predate the option)."""
     fedbuff = settings.get("fedbuff", {})
     out: dict[str, float] = {"rivals_stop_dropped_work":
-                             float(bool(settings.get("rivals_stop_dropped_work", False)))}
+                             float(bool(settings.get("rivals_stop_dropped_work", False))),
+                             # absent: auto's runs predate amendment 15 (work stopped at the
+                             # round's deadline)
+                             "auto_stop_at_decode":
+                             float(settings.get("auto_stop_at_decode") is True)}
     if "server_lr" in fedbuff:
         out["fedbuff_server_lr"] = float(fedbuff["server_lr"])
     if "buffer_fraction" in fedbuff:

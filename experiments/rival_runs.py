@@ -111,6 +111,18 @@ class Cell:
     #: (``experiments.fedbuff_tuning``); 0: the two values above
     fedbuff_tune: float
 
+    def __post_init__(self) -> None:
+        given = self.run_config.get("stop-late-work")
+        if self.auto_stop_at_decode and given not in (None, "decode"):
+            raise ValueError(f"--set stop-late-work={given!r} contradicts the rule "
+                             "auto_stop_at_decode (auto's late work stops at the round's end): "
+                             "add --rule auto_stop_at_decode=0 to run auto with the value set")
+
+    @property
+    def auto_stops_at_decode(self) -> bool:
+        """auto's late work stops at the round's end: by the rule, or by a ``--set``."""
+        return bool(self.auto_stop_at_decode) or self.run_config.get("stop-late-work") == "decode"
+
     def config(self, seed: int, **extra: Any) -> dict[str, Any]:
         """The run config of one run: the cell's keys, ``seed``, the rounds, the cohort as
         ``fraction-train`` (Flower samples ``int(n * fraction)``: +0.5 guards the rounding)

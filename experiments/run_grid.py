@@ -215,6 +215,8 @@ def merge_methods(out: Path, grid: Mapping[str, Any], sources: Sequence[Path],
                 raise ValueError(f"{source}: {out} has {name!r}'s re-run of {done['methods']} "
                                  f"finished {done.get('finished_utc')}, not older than this "
                                  f"one ({when or 'undated'}): already merged, or newer")
+        # the copy's cell is whole: its shared settings must be the file's
+        _check_same_cell(data["cells"][name]["settings"], cell["settings"], methods)
         changed = {k: cell["settings"][k] for k in last.get("replaced_settings", {})
                    if k in cell["settings"]}
         result = {"runs": [r for r in cell["runs"] if r["method"] in methods],

@@ -73,8 +73,18 @@ def paired_ratio(new: float | None, old: float | None) -> float:
     return 0.5 if old is None and new is not None else 1.0
 
 
-def _times(path: Path) -> dict[int, float | None]:
+def _times(path: Path, cell: tuple[str, str, int, int], variant: str
+           ) -> dict[int, float | None]:
+    """auto's time to target per seed in a stored comparison, once its settings say it is
+    ``cell``'s and ran ``variant``."""
     data = json.loads(path.read_text())
+    s = data.get("settings", {})
+    shape = (s.get("task"), s.get("latency_table"), s.get("n"), s.get("cohort"))
+    decode = (s.get("run_config", {}).get("stop-late-work") == "decode"
+              or s.get("auto_stop_at_decode") is True)
+    if shape != cell or decode != (variant == "decode"):
+        raise ValueError(f"{path}: ran {shape} with auto's work stopped at the "
+                         f"{'round end' if decode else 'deadline'}; expected {cell}, {variant}")
     return {int(r["seed"]): r["time_to_target"] for r in data["runs"] if r["method"] == "auto"}
 
 
@@ -83,7 +93,7 @@ def rule(runs: Path) -> dict[str, Any]:
     cells, logs = {}, []
     for cell in CELLS:
         name = "/".join([cell[0], cell[1], f"{cell[2]}x{cell[3]}"])
-        times = {v: _times(_file(runs, cell, v)) for v in VARIANTS}
+        times = {v: _times(_file(runs, cell, v), cell, v) for v in VARIANTS}
         if any(sorted(t) != list(SEEDS) for t in times.values()):
             raise ValueError(f"{name}: expected auto's runs on seeds {list(SEEDS)}")
         ratios = {s: paired_ratio(times["decode"][s], times["deadline"][s]) for s in SEEDS}

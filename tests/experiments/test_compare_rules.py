@@ -88,6 +88,15 @@ def test_auto_stops_late_work_at_its_round_s_end_only_by_the_rule(tmp_path):
     assert run(on, "auto")["accuracy_curve"] != run(off, "auto")["accuracy_curve"]
 
 
+def test_a_set_stop_mode_that_contradicts_auto_s_rule_is_refused_before_any_run(tmp_path):
+    argv = ["--n", "6", "--rounds", "2", "--seeds", "3", "--dev-seeds", "0", "--methods",
+            "auto", "--set", "stop-late-work=True", "--out", str(tmp_path / "x.json")]
+    with pytest.raises(SystemExit, match=r"stop-late-work=True contradicts the rule "
+                                         r"auto_stop_at_decode"):
+        compare.main(argv)
+    assert not (tmp_path / "x.json").exists()
+
+
 @pytest.mark.parametrize("rule,message", [
     ("fedbuff_k=3", "not a rival's rule"),
     ("overcommit=0.5", "c >= 1"),

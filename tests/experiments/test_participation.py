@@ -70,16 +70,16 @@ def test_a_small_cell_end_to_end_counts_every_method_and_its_slow_clients():
 
 
 def test_the_rivals_run_as_the_benchmark_cell_recorded_them():
-    tuned = {"cohort": 20, "rivals_stop_dropped_work": True,
+    tuned = {"cohort": 20, "rivals_stop_dropped_work": True, "auto_stop_at_decode": True,
              "fedbuff": {"server_lr": 0.5, "buffer_fraction": 0.1, "buffer_size": 2}}
     assert participation.recorded_rules(tuned) == {
-        "rivals_stop_dropped_work": 1.0, "fedbuff_server_lr": 0.5,
-        "fedbuff_buffer_fraction": 0.1}
+        "rivals_stop_dropped_work": 1.0, "auto_stop_at_decode": 1.0,
+        "fedbuff_server_lr": 0.5, "fedbuff_buffer_fraction": 0.1}
     # a cell from before the stop and before buffer_fraction was recorded
     old = {"cohort": 20, "fedbuff": {"server_lr": 1.0, "buffer_size": 5}}
     rules = participation.recorded_rules(old)
-    assert rules == {"rivals_stop_dropped_work": 0.0, "fedbuff_server_lr": 1.0,
-                     "fedbuff_buffer_fraction": 0.25}
+    assert rules == {"rivals_stop_dropped_work": 0.0, "auto_stop_at_decode": 0.0,
+                     "fedbuff_server_lr": 1.0, "fedbuff_buffer_fraction": 0.25}
     import dataclasses
 
     from experiments.compare import grid_cell, load_grid

@@ -362,3 +362,27 @@ def test_a_rerun_merged_from_a_copy_passes_only_the_settings_it_changed():
     cell = run_grid.rerun_cell(existing, result, ["auto"], compare.load_grid()["rules"])
     assert cell["settings"]["run_config"] == _settings()["run_config"]
     assert cell["settings"]["auto_stop_at_decode"] is True
+
+
+def test_a_merge_from_a_copy_made_under_other_shared_settings_is_refused(tmp_path):
+    grid = compare.load_grid()
+    name = "digits-logreg/persistent/20x20"
+    run_config = {"latency": "persistent", "dataset": "digits", "auto-margin": 0.1}
+    base = {"settings": _settings(run_config=run_config), "summary": {}, "runtime_s": 3.0,
+            "runs": [_run("auto", 10, 4.0), _run("fedbuff", 10, 2.0)]}
+    out, copy = tmp_path / "out.json", tmp_path / "copy.json"
+    run_grid.merge(out, grid, name, base)
+    rerun = [{"methods": ["auto"], "runtime_s": 1.0, "finished_utc": "2026-12-01T03:00:00",
+              "replaced_settings": {"auto_stop_at_decode": None}}]
+    for changed, named in (({"seeds": [11, 12]}, "seeds"),
+                           ({"run_config": {**run_config, "dataset": "mnist1d"}}, "dataset")):
+        run_grid.merge(copy, grid, name, {**base, "reruns": rerun, "settings": {
+            **_settings(run_config=run_config), "auto_stop_at_decode": True, **changed}})
+        with pytest.raises(SystemExit, match=named):
+            compare.main(["--grid", "--merge", str(copy), "--methods", "auto",
+                          "--out", str(out)])
+    run_grid.merge(copy, grid, name, {**base, "reruns": rerun, "settings": {
+        **_settings(run_config=run_config), "auto_stop_at_decode": True}})
+    assert compare.main(["--grid", "--merge", str(copy), "--methods", "auto",
+                         "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["cells"][name]["settings"]["auto_stop_at_decode"]

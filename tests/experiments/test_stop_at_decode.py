@@ -16,15 +16,17 @@ def _write(runs, cell, variant, times):
     records = [{"method": "auto", "seed": s, "time_to_target": t} for s, t in zip(
         rule_module.SEEDS, times, strict=True)]
     records.append({"method": "wait-for-all", "seed": 0, "time_to_target": 99.0})
+    settings = {"task": task, "latency_table": latency, "n": n, "cohort": cohort,
+                "run_config": {"stop-late-work": "decode"} if variant == "decode" else {}}
     (runs / f"{task}_{latency}_{n}x{cohort}_{variant}.json").write_text(
-        json.dumps({"runs": records}))
+        json.dumps({"settings": settings, "runs": records}))
 
 
 def test_the_rule_is_the_geometric_mean_of_paired_ratios_with_misses_counted(tmp_path):
     runs = tmp_path / "runs"
     first, *rest = rule_module.CELLS
-    # first cell: 10 -> 5 (0.5), a seed only "deadline" reaches (2), neither reaches (1)
-    _write(runs, first, "deadline", [10.0, 4.0, None])
+    # first cell: a seed only "decode" reaches (0.5), only "deadline" (2), neither (1)
+    _write(runs, first, "deadline", [None, 4.0, None])
     _write(runs, first, "decode", [5.0, None, None])
     for cell in rest:  # every other seed: 8 -> 6 (0.75)
         _write(runs, cell, "deadline", [8.0] * 3)
@@ -49,7 +51,24 @@ def test_a_comparison_on_other_seeds_is_refused(tmp_path):
         _write(runs, cell, "decode", [6.0] * 3)
     task, latency, n, cohort = rule_module.CELLS[0]
     path = runs / f"{task}_{latency}_{n}x{cohort}_decode.json"
-    path.write_text(json.dumps({"runs": [{"method": "auto", "seed": 10,
-                                          "time_to_target": 1.0}]}))
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps({**data, "runs": [{"method": "auto", "seed": 10,
+                                                  "time_to_target": 1.0}]}))
     with pytest.raises(ValueError, match=r"expected auto's runs on seeds \[0, 1, 2\]"):
+        rule_module.rule(runs)
+
+
+def test_a_comparison_of_another_variant_or_cell_is_refused(tmp_path):
+    runs = tmp_path / "runs"
+    for cell in rule_module.CELLS:
+        _write(runs, cell, "deadline", [8.0] * 3)
+        _write(runs, cell, "decode", [6.0] * 3)
+    task, latency, n, cohort = rule_module.CELLS[0]
+    path = runs / f"{task}_{latency}_{n}x{cohort}_decode.json"
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps({**data, "settings": {**data["settings"], "run_config": {}}}))
+    with pytest.raises(ValueError, match=r"at the deadline; expected .*decode"):
+        rule_module.rule(runs)
+    path.write_text(json.dumps({**data, "settings": {**data["settings"], "n": 7}}))
+    with pytest.raises(ValueError, match=r"expected \('digits-logreg'"):
         rule_module.rule(runs)

@@ -207,9 +207,11 @@ def test_a_run_whose_rivals_predate_the_grid_files_newer_rules_says_so():
     from tools.docgen.slow_classes import predates, rule_flags
 
     old = {"methods": ["auto", "deadline", "fedbuff"], "fedbuff": {"server_lr": 1.0}}
-    assert rule_flags(old) == " --rule fedbuff_tune=0 --rule rivals_stop_dropped_work=0"
+    assert rule_flags(old) == (" --rule fedbuff_tune=0 --rule rivals_stop_dropped_work=0"
+                               " --rule auto_stop_at_decode=0")
     assert "FedBuff untuned" in predates(old) and "not stopped" in predates(old)
-    new = {**old, "rivals_stop_dropped_work": True,
+    assert "auto's late work stopped at the deadline" in predates(old)
+    new = {**old, "rivals_stop_dropped_work": True, "auto_stop_at_decode": True,
            "fedbuff": {"server_lr": 0.5, "tuning": {"chosen": {}}}}
     assert rule_flags(new) == "" and predates(new) == ""
     # a rule the run set itself is its own choice, not a rule it predates

@@ -49,6 +49,8 @@ def _predated(settings: Mapping[str, Any]) -> list[str]:
     if ran & {"deadline", "deadline-best", "first-k"} \
             and "rivals_stop_dropped_work" not in settings:
         out.append("rivals_stop_dropped_work")
+    if ran & {"auto", "auto-approximate"} and "auto_stop_at_decode" not in settings:
+        out.append("auto_stop_at_decode")
     return [k for k in out if k not in own]
 
 
@@ -63,7 +65,9 @@ def predates(settings: Mapping[str, Any]) -> str:
     """``""``, or what a comparison's rivals lacked because its runs predate the grid file's
     rules added since (:func:`_predated`), as a parenthesis."""
     words = {"fedbuff_tune": "FedBuff untuned (amendment 12)",
-             "rivals_stop_dropped_work": "the rivals' dropped work not stopped (amendment 11)"}
+             "rivals_stop_dropped_work": "the rivals' dropped work not stopped (amendment 11)",
+             "auto_stop_at_decode": "auto's late work stopped at the deadline, not at the "
+                                    "round's end (amendment 15)"}
     off = _predated(settings)
     return f" (runs from before the rules: {'; '.join(words[k] for k in off)})" if off else ""
 
