@@ -40,18 +40,22 @@ def test_a_fedbuff_rule_reaches_fedbuff_and_is_recorded(tmp_path):
     assert run(plain, "fedbuff")["accuracy_curve"] != run(flat, "fedbuff")["accuracy_curve"]
 
 
-def test_the_rivals_stop_dropped_work_by_the_grid_file_unless_a_rule_says_not(tmp_path):
-    def runs(*rules):
-        out = tmp_path / f"s{len(rules)}.json"
-        argv = ["--n", "6", "--rounds", "6", "--seeds", "3", "--dev-seeds", "0",
-                "--target", "0.9", "--methods", "auto,deadline,first-k",
-                "--set", "latency=bimodal", "--set", "latency-p=0.3", "--out", str(out)]
-        for rule in rules:
-            argv += ["--rule", rule]
-        assert compare.main(argv) == 0
-        return json.loads(out.read_text())
+def _bimodal_runs(out, methods: str, *rules: str) -> dict:
+    """A small bimodal comparison of ``methods`` (seed 3) with ``rules`` set, written to
+    ``out``."""
+    argv = ["--n", "6", "--rounds", "6", "--seeds", "3", "--dev-seeds", "0",
+            "--target", "0.9", "--methods", methods,
+            "--set", "latency=bimodal", "--set", "latency-p=0.3", "--out", str(out)]
+    for rule in rules:
+        argv += ["--rule", rule]
+    assert compare.main(argv) == 0
+    return json.loads(out.read_text())
 
-    stop, keep = runs(), runs("rivals_stop_dropped_work=0")
+
+def test_the_rivals_stop_dropped_work_by_the_grid_file_unless_a_rule_says_not(tmp_path):
+    methods = "auto,deadline,first-k"
+    stop = _bimodal_runs(tmp_path / "s0.json", methods)
+    keep = _bimodal_runs(tmp_path / "s1.json", methods, "rivals_stop_dropped_work=0")
     assert "regime_round" not in stop["settings"]["fedbuff"]  # FedBuff did not run
     assert stop["settings"]["rivals_stop_dropped_work"] is True  # the grid file's rule
     assert keep["settings"]["rivals_stop_dropped_work"] is False
@@ -67,17 +71,8 @@ def test_the_rivals_stop_dropped_work_by_the_grid_file_unless_a_rule_says_not(tm
 
 
 def test_auto_stops_late_work_at_its_round_s_end_only_by_the_rule(tmp_path):
-    def runs(*rules):
-        out = tmp_path / f"d{len(rules)}.json"
-        argv = ["--n", "6", "--rounds", "6", "--seeds", "3", "--dev-seeds", "0",
-                "--target", "0.9", "--methods", "auto,first-k",
-                "--set", "latency=bimodal", "--set", "latency-p=0.3", "--out", str(out)]
-        for rule in rules:
-            argv += ["--rule", rule]
-        assert compare.main(argv) == 0
-        return json.loads(out.read_text())
-
-    on, off = runs(), runs("auto_stop_at_decode=0")
+    on = _bimodal_runs(tmp_path / "d0.json", "auto,first-k")
+    off = _bimodal_runs(tmp_path / "d1.json", "auto,first-k", "auto_stop_at_decode=0")
     assert on["settings"]["auto_stop_at_decode"] is True  # the grid file's rule
     assert off["settings"]["auto_stop_at_decode"] is False
     assert off["settings"]["rules_set"] == {"auto_stop_at_decode": 0.0}

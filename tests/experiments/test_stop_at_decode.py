@@ -22,6 +22,16 @@ def _write(runs, cell, variant, times):
         json.dumps({"settings": settings, "runs": records}))
 
 
+def _every_cell(tmp_path):
+    """Comparisons of every cell (8 s -> 6 s on each seed) and the first cell's decode file."""
+    runs = tmp_path / "runs"
+    for cell in rule_module.CELLS:
+        _write(runs, cell, "deadline", [8.0] * 3)
+        _write(runs, cell, "decode", [6.0] * 3)
+    task, latency, n, cohort = rule_module.CELLS[0]
+    return runs, runs / f"{task}_{latency}_{n}x{cohort}_decode.json"
+
+
 def test_the_rule_is_the_geometric_mean_of_paired_ratios_with_misses_counted(tmp_path):
     runs = tmp_path / "runs"
     first, *rest = rule_module.CELLS
@@ -45,12 +55,7 @@ def test_the_rule_is_the_geometric_mean_of_paired_ratios_with_misses_counted(tmp
 
 
 def test_a_comparison_on_other_seeds_is_refused(tmp_path):
-    runs = tmp_path / "runs"
-    for cell in rule_module.CELLS:
-        _write(runs, cell, "deadline", [8.0] * 3)
-        _write(runs, cell, "decode", [6.0] * 3)
-    task, latency, n, cohort = rule_module.CELLS[0]
-    path = runs / f"{task}_{latency}_{n}x{cohort}_decode.json"
+    runs, path = _every_cell(tmp_path)
     data = json.loads(path.read_text())
     path.write_text(json.dumps({**data, "runs": [{"method": "auto", "seed": 10,
                                                   "time_to_target": 1.0}]}))
@@ -59,12 +64,7 @@ def test_a_comparison_on_other_seeds_is_refused(tmp_path):
 
 
 def test_a_comparison_of_another_variant_or_cell_is_refused(tmp_path):
-    runs = tmp_path / "runs"
-    for cell in rule_module.CELLS:
-        _write(runs, cell, "deadline", [8.0] * 3)
-        _write(runs, cell, "decode", [6.0] * 3)
-    task, latency, n, cohort = rule_module.CELLS[0]
-    path = runs / f"{task}_{latency}_{n}x{cohort}_decode.json"
+    runs, path = _every_cell(tmp_path)
     data = json.loads(path.read_text())
     path.write_text(json.dumps({**data, "settings": {**data["settings"], "run_config": {}}}))
     with pytest.raises(ValueError, match=r"at the deadline; expected .*decode"):
