@@ -86,3 +86,24 @@ def test_the_rivals_run_as_the_benchmark_cell_recorded_them():
     cell = dataclasses.replace(grid_cell(load_grid(), "digits-logreg", "persistent", 20, 20,
                                          30, 0.85), **rules)
     assert cell.fedbuff_buffer() == 5 and cell.fedbuff_steps() == 120
+
+
+def test_the_participation_table_names_the_methods_the_benchmark_re_ran_since():
+    from tools.docgen.participation import render_participation
+
+    def run(method, seed, time, benchmark):
+        return {"method": method, "seed": seed, "time_to_target": time,
+                "benchmark_time_to_target": benchmark, "slow_example_share": 0.1,
+                "slow_data_share": 0.2}
+
+    cell = "digits-logreg/persistent/20x20"
+    data = {"settings": {"methods": ["auto", "fedbuff"]}, "cells": {cell: {"runs": [
+        run("auto", 10, 5.0, 5.0), run("fedbuff", 10, 2.0, 2.0)]}}}
+    same = {"cells": {cell: {"runs": [{"method": "auto", "seed": 10, "time_to_target": 5.0},
+                                      {"method": "fedbuff", "seed": 10,
+                                       "time_to_target": 2.0}]}}}
+    text = render_participation(data, same)
+    assert "2 of 2 runs equals the benchmark's run" in text and "re-run" not in text
+    same["cells"][cell]["runs"][0]["time_to_target"] = 4.0  # auto re-run since
+    text = render_participation(data, same)
+    assert "the benchmark has re-run auto since, so those rows are not its runs now" in text

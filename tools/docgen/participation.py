@@ -19,7 +19,8 @@ def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def render_participation(data: Mapping[str, Any]) -> str | None:
+def render_participation(data: Mapping[str, Any],
+                         benchmark: Mapping[str, Any] | None = None) -> str | None:
     """One table per cell: each method's median share of slow clients' updates among those
     it took in before the target, the slow clients' median share of the data, its median
     time to target (a seed that never reached it counts as infinite) and the seeds that
@@ -47,11 +48,18 @@ def render_participation(data: Mapping[str, Any]) -> str | None:
                          f"{reached}/{len(mine)}"])
         agree = sum(_same(r["time_to_target"], r.get("benchmark_time_to_target"))
                     for r in runs)
+        now = {(r["method"], r["seed"]): r["time_to_target"]
+               for r in (benchmark or {}).get("cells", {}).get(name, {}).get("runs", [])}
+        since = sorted({r["method"] for r in runs if (r["method"], r["seed"]) in now
+                        and not _same(now[r["method"], r["seed"]],
+                                      r.get("benchmark_time_to_target"))})
         parts.append(
             f"**{name}** (seeds {_seeds(seeds)}; the slow clients hold a median "
             f"{100 * (data_share or 0):.0f} % of the training data; the time to target of "
             f"{agree} of {len(runs)} runs equals the benchmark's run of the same method and "
-            "seed):\n\n"
+            "seed when these ran"
+            + (f"; the benchmark has re-run {', '.join(since)} since, so those rows are "
+               "not its runs now" if since else "") + "):\n\n"
             + table(["method", "slow clients' share of the examples taken in before the "
                      "target (a run that never reached it: in all its rounds)",
                      "median time to target", "reached"], rows))
@@ -104,4 +112,4 @@ def participation_headline() -> str | None:
 def participation() -> str | None:
     if not (RESULTS / PARTICIPATION).exists():
         return None
-    return render_participation(load(PARTICIPATION))
+    return render_participation(load(PARTICIPATION), load("compare.json"))
