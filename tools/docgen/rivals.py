@@ -448,9 +448,11 @@ def render_headline(data: Mapping[str, Any], report: Sequence[str],
              for m in _RIVAL_WORDS}
     ratio = {m: r for m, r in ratio.items() if r is not None and math.isfinite(r)}
     words = dict(_RIVAL_WORDS)
+    decode = cell["settings"].get("auto_stop_at_decode") is True
     if cell["settings"].get("rivals_stop_dropped_work") is True:
         words["deadline"] += (" (its dropped clients stopping their work when the round ends, "
-                              "as auto's stop theirs at its deadline)")
+                              "as auto's stop theirs "
+                              + ("when its round ends)" if decode else "at its deadline)"))
     wins = [f"{r:.2f}× sooner than {words[m]}" for m, r in ratio.items() if r >= 1]
     reached = {m: (f" on the {stats[m].reached} of {stats[m].seeds} seeds it reached the target"
                    if m in stats and stats[m].reached < stats[m].seeds else "")
@@ -471,7 +473,9 @@ def render_headline(data: Mapping[str, Any], report: Sequence[str],
     lines = [
         f"- **Buys** (`python -m experiments.compare`, cell `{MAIN_CELL}`: the main job's task "
         f"and latency regime at {cell['settings']['n']} clients; evaluation seeds "
-        f"{seeds[0]}–{seeds[-1]}, never used for tuning): `s=\"auto\"` reached "
+        f"{seeds[0]}–{seeds[-1]}, never used for tuning): `s=\"auto\"`"
+        + (" (with `stop-late-work=\"decode\"`, virtual time only: late work stops when a "
+           "round ends; the grid file's amendment 15)" if decode else "") + " reached "
         f"{cell['settings']['target']:.0%} test accuracy in a median {seconds(auto.median_time)}"
         f" of virtual time ({auto.reached}/{auto.seeds} seeds), "
         + ("; ".join(wins) if wins else "sooner than no rival")
