@@ -349,7 +349,12 @@ def test_the_headline_says_when_the_deadline_rival_stopped_dropped_work():
     cell["settings"]["rivals_stop_dropped_work"] = True
     stopped = rivals.render_headline(data, REPORT).splitlines()[0]
     assert "stated-rule deadline (its dropped clients stopping their work when the round " \
-           "ends, as auto's stop theirs at its deadline)" in stopped
+           "ends, as auto's stop theirs when its round ends)" in stopped
+    assert '`s="auto"` (with `stop-late-work="decode"`, virtual time only' in stopped
+    cell["settings"]["auto_stop_at_decode"] = False  # auto's runs predate amendment 15
+    before = rivals.render_headline(data, REPORT).splitlines()[0]
+    assert "as auto's stop theirs at its deadline)" in before
+    assert '`s="auto"` reached' in before
 
 
 def test_fedbuff_schedule_is_withdrawn_where_the_cells_fedbuff_steps_at_another_k():
