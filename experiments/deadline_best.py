@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.summary import median_known
+from experiments.summary import median_known, median_time
 
 __all__ = ["PriorDeadlines", "best_deadline", "deadline_best", "prior_deadlines", "rank_medians"]
 
@@ -40,11 +40,8 @@ def best_deadline(records: Mapping[float, Sequence[Mapping[str, Any]]]) -> float
 def rank_medians(runs: Sequence[Mapping[str, Any]]) -> tuple[float, float]:
     """The median time to target over all ``runs`` (``inf`` where the median run never
     reached it) and the median final accuracy: what :func:`best_deadline` ranks by."""
-    times = [math.inf if r["time_to_target"] is None else float(r["time_to_target"])
-             for r in runs]
     finals = [float(r["final_accuracy"] or 0.0) for r in runs]
-    # numpy's median sorts: a middle value that is infinite makes it infinite
-    return float(np.median(times)), float(np.median(finals))
+    return median_time([r["time_to_target"] for r in runs]), float(np.median(finals))
 
 
 @dataclasses.dataclass(frozen=True)

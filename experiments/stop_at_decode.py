@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from experiments.common import dumps
+from experiments.summary import paired_ratio
 
-__all__ = ["CELLS", "SEEDS", "VARIANTS", "paired_ratio", "rule", "run"]
+__all__ = ["CELLS", "SEEDS", "VARIANTS", "rule", "run"]
 
 #: (task, latency table, n, cohort): the digits-logreg cells of the auto-approximate tuning and
 #: the two cells where auto was nearest the best rival when the amendment was recorded
@@ -63,16 +64,6 @@ def run(runs: Path) -> None:
                 raise SystemExit(f"compare failed on {cell} {variant}")
 
 
-def paired_ratio(new: float | None, old: float | None) -> float:
-    """``new / old``; a seed only ``old`` reached counts as 2, only ``new`` as 0.5, neither
-    as 1."""
-    if new is not None and old is not None:
-        return new / old
-    if new is None and old is not None:
-        return 2.0
-    return 0.5 if old is None and new is not None else 1.0
-
-
 def _times(path: Path, cell: tuple[str, str, int, int], variant: str
            ) -> dict[int, float | None]:
     """auto's time to target per seed in a stored comparison, once its settings say it is
@@ -97,11 +88,12 @@ def rule(runs: Path) -> dict[str, Any]:
         if any(sorted(t) != list(SEEDS) for t in times.values()):
             raise ValueError(f"{name}: expected auto's runs on seeds {list(SEEDS)}")
         ratios = {s: paired_ratio(times["decode"][s], times["deadline"][s]) for s in SEEDS}
-        logs += [math.log(r) for r in ratios.values()]
+        mine = [math.log(r) for r in ratios.values()]
+        logs += mine
         cells[name] = {"time_to_target": {v: {str(s): t[s] for s in SEEDS}
                                           for v, t in times.items()},
                        "ratio": {str(s): r for s, r in ratios.items()},
-                       "geomean": math.exp(sum(map(math.log, ratios.values())) / len(ratios))}
+                       "geomean": math.exp(sum(mine) / len(mine))}
     value = math.exp(sum(logs) / len(logs))
     return {"rule": __doc__.split("The rule: ", 1)[1].split(" The development", 1)[0],
             "seeds": list(SEEDS), "cells": cells, "geomean": value,

@@ -9,7 +9,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["bootstrap_ratio", "fmt", "median_all", "median_known", "print_summary", "summarize"]
+__all__ = ["bootstrap_ratio", "fmt", "median_all", "median_known", "median_time",
+           "paired_ratio", "print_summary", "summarize"]
 
 
 def median_known(values: Sequence[float | None]) -> float | None:
@@ -18,13 +19,29 @@ def median_known(values: Sequence[float | None]) -> float | None:
     return float(np.median(known)) if known else None
 
 
+def median_time(values: Sequence[float | None]) -> float:
+    """The median time to target with ``None`` (never reached) counted as infinite (numpy's
+    median sorts: a middle value that is infinite makes it infinite)."""
+    return float(np.median([np.inf if v is None else float(v) for v in values]))
+
+
 def median_all(values: Sequence[float | None]) -> float | None:
-    """The median with ``None`` (never reached) counted as infinite; ``None`` when that
-    median is infinite or there are no values."""
+    """:func:`median_time` for a JSON file: ``None`` when it is infinite or there are no
+    values."""
     if not values:
         return None
-    median = float(np.median([np.inf if v is None else float(v) for v in values]))
+    median = median_time(values)
     return median if np.isfinite(median) else None
+
+
+def paired_ratio(new: float | None, old: float | None) -> float:
+    """One seed's ratio of times to target ``new / old`` (``None``: not reached): a seed only
+    ``old`` reached counts as 2, only ``new`` as 0.5, neither as 1."""
+    if new is None:
+        return 1.0 if old is None else 2.0
+    if old is None:
+        return 0.5
+    return new / old if old > 0 else (1.0 if new == 0 else 2.0)
 
 
 def bootstrap_ratio(ratios: Sequence[float], resamples: int, seed: int) -> dict[str, Any]:

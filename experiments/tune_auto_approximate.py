@@ -67,6 +67,7 @@ from experiments.compare import (
 )
 from experiments.journal import Journal
 from experiments.rival_runs import Cell, run_coded
+from experiments.summary import paired_ratio
 
 GRID = {"short_fraction": [0.25], "run": [6], "error_power": [2.0],
         "tolerances": ["trust-region", "all"]}
@@ -103,15 +104,6 @@ def tuning_cell(grid: dict, regime: str, n: int = 20, task: str = "digits-logreg
     # stop at the round's end came after them)
     cell = dataclasses.replace(cell, auto_stop_at_decode=0.0)
     return charge_once(cell, SEEDS[0], None, fixed, how)[0]
-
-
-def paired_ratio(approximate: float | None, auto: float | None) -> float:
-    """The rule's ratio of one seed: times to target, ``None`` where it was not reached."""
-    if approximate is None:
-        return 1.0 if auto is None else 2.0
-    if auto is None:
-        return 0.5
-    return approximate / auto if auto > 0 else (1.0 if approximate == 0 else 2.0)
 
 
 def with_stated_deadline(grid: dict, cell: Cell, stated: float | None = None) -> Cell:
