@@ -277,18 +277,24 @@ def _open_round(strategy, number, msg):
     strategy.collector.open(plan, Requests({0: msg}))
 
 
-@pytest.mark.parametrize("stop", [False, True])
-def test_the_server_prices_a_busy_worker_as_free_by_its_deadline(monkeypatch, stop):
+def _choose_s_keyword(monkeypatch, keyword: str) -> list:
+    """The values of ``keyword`` in every call of ``choose_s`` from now on (it still runs)."""
     import fl_gradcode.adaptive as adaptive
 
     seen = []
     original = adaptive.choose_s
 
     def spy(*args, **kwargs):
-        seen.append(kwargs.get("pending_limit"))
+        seen.append(kwargs.get(keyword))
         return original(*args, **kwargs)
 
     monkeypatch.setattr(adaptive, "choose_s", spy)
+    return seen
+
+
+@pytest.mark.parametrize("stop", [False, True])
+def test_the_server_prices_a_busy_worker_as_free_by_its_deadline(monkeypatch, stop):
+    seen = _choose_s_keyword(monkeypatch, "pending_limit")
     _slow_run(stop, rounds=2, busy="fit")
     # round 2 starts at t = 1; worker 5's round-1 work (sent at 0) stops at 5: free within 4 s
     limit = seen[-1]
@@ -496,16 +502,7 @@ def test_a_worker_stopped_at_the_round_s_end_is_censored_there():
 
 
 def test_the_server_prices_no_backlog_when_work_stops_at_the_round_s_end(monkeypatch):
-    import fl_gradcode.adaptive as adaptive
-
-    seen = []
-    original = adaptive.choose_s
-
-    def spy(*args, **kwargs):
-        seen.append(kwargs.get("lookahead"))
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(adaptive, "choose_s", spy)
+    seen = _choose_s_keyword(monkeypatch, "lookahead")
     for stop in ("decode", True):
         seen.clear()
         _slow_run(stop, rounds=2, s="auto", code="nested")
