@@ -222,12 +222,21 @@ def check_cell(cell: Cell, task: str, seeds: Sequence[int]) -> None:
 
 @functools.cache
 def built_code(code: str, s: int, cohort: int, m: int | None) -> tuple[int, str | None]:
-    """``(k, why)`` of the code the ServerApp builds for a cohort: ``why`` is ``None`` when it
-    is ``code`` itself, else why it built another (its fallback); each ``(code, s, cohort,
-    m)`` is built once. An unknown code name is refused."""
+    """``(k, why)`` of the code the grid ran for a cohort: ``why`` is ``None`` when it is
+    ``code`` itself, else why the ServerApp built another (its fallback); each ``(code, s,
+    cohort, m)`` is built once. An unknown code name is refused.
+
+    ``k`` is the registered construction's: comm-efficient's groups of ``s + m`` own
+    ``s + m`` partitions each, ``k = floor(cohort / (s + m)) (s + m)`` (18 at 20 with
+    ``s + m = 3``). The ServerApp has since built it with one partition per client wherever
+    ``s + m`` does not divide the cohort (``k`` = cohort); the grid's runs and its rule
+    (:func:`code_fit`) are those of the construction it ran."""
     from server.app import cohort_code
 
     built, why = cohort_code(code, s, cohort, m)
+    if getattr(built, "own_partitions", False):
+        load = built.s + built.m
+        return cohort // load * load, why
     return built.k, why
 
 
@@ -240,12 +249,14 @@ def code_fit(method: str, n: int, cohort: int, cfg: Mapping[str, Any]
     model than the cell's other methods. ``None``: no such problem.
 
     A code with ``k`` partitions for a cohort of ``c`` clients codes the clients' own
-    partitions when ``k = c``. Else, with every node in the cohort, the ServerApp splits the
-    app's whole data into ``k`` partitions (it warns; with ``slow-classes`` it refuses): the
+    partitions when ``k = c``. Else, with every node in the cohort, the ServerApp split the
+    app's whole data into ``k`` partitions (it warned; with ``slow-classes`` it refused): the
     same round only where the update is one full-batch gradient (the round's sum is the full
     gradient however the data is split; local epochs of minibatch SGD on other partitions
-    train another model). With sampled cohorts it runs ``grouped-rs`` with the same ``s`` in
-    its place (its partitions would be the whole data's, not the cohort's)."""
+    train another model). With sampled cohorts it ran ``grouped-rs`` with the same ``s`` in
+    its place (its partitions would be the whole data's, not the cohort's). (``k`` is the
+    construction the grid ran, :func:`built_code`: the ServerApp now builds every code with
+    ``k`` = the cohort, so a new grid would run these codes in every cell.)"""
     code, s = parse_code(method)
     m = cfg["m"] if code == "comm-efficient" else None  # the other codes take no m
     k, fallback = built_code(code, s, cohort, m)
@@ -256,7 +267,7 @@ def code_fit(method: str, n: int, cohort: int, cfg: Mapping[str, Any]
            "place (this code's k partitions would be the whole data's, not the cohort's)"
            if n != cohort else
            f"slow-classes = {slow_classes} gives classes to the slow clients' own partitions, "
-           "which k partitions of the data are not (the ServerApp refuses it)"
+           "which k partitions of the data are not (the ServerApp refused it)"
            if slow_classes else
            f"update = {cfg['update']!r} is not one full-batch gradient, so k partitions of "
            "the data train another model")

@@ -205,7 +205,7 @@ def build(cfg: dict[str, Any], n: int, code_policy: Any = None):
     # Flower's strategies sample each round's cohort with the random module: seeded, the
     # same seed samples the same cohorts (fraction-train < 1)
     random.seed(seed)
-    check_slow_classes(cfg, n)
+    check_slow_classes(cfg)
     data, index = run_partitions(cfg, n)
     sizes = np.array([len(p) for p in index], dtype=np.float64)
     keywords = strategy_keywords(cfg, n)
@@ -254,12 +254,11 @@ def cohort_code(code: str, s: int, cohort: int, m: int | None
     return code_for_cohort(code, cohort, s, 0, code_options(code, s, None, False, None, m))
 
 
-def check_slow_classes(cfg: dict[str, Any], n: int, coded: bool = True) -> None:
+def check_slow_classes(cfg: dict[str, Any]) -> None:
     """Refuse a ``slow-classes`` run whose meaning would silently change: it gives some classes
     to the clients ``latency=persistent`` slows (each client's own partition), so the slow
-    clients must be slower (``latency-slowdown > 1``) and a fixed code with every node in the
-    cohort must have one partition per client (a code with ``k != n`` partitions splits the
-    app's data ``k`` ways, and the slow classes would not be the slow clients')."""
+    clients must be slower (``latency-slowdown > 1``). Every code the strategy builds has
+    one partition per client, so the slow classes stay the slow clients'."""
     classes = int(cfg["slow-classes"])
     if classes == 0:
         return
@@ -267,18 +266,6 @@ def check_slow_classes(cfg: dict[str, Any], n: int, coded: bool = True) -> None:
         raise ValueError(f"slow-classes={classes} gives some classes to the clients slow in "
                          f"every round: it needs latency-slowdown > 1 (got "
                          f"{cfg['latency-slowdown']!r}: they would not be slower)")
-    if not coded or cfg["s"] == "auto" or cohort_size(cfg, n) != n:  # the cohort's own partitions
-        return
-    code, s = str(cfg["code"]), int(cfg["s"])
-    m = int(cfg["m"]) if code == "comm-efficient" else None
-    built, _ = cohort_code(code, s, n, m)
-    if built.k != n:
-        raise ValueError(f"slow-classes={classes} gives classes to the slow clients' own "
-                         f"partitions, but code {built.name} (s={s}"
-                         + (f", m={m}" if m is not None else "") + f") has k={built.k} "
-                         f"partitions for {n} clients and would split the data {built.k} ways: "
-                         "use a code with one partition per client (grouped-rs, frc, crc; "
-                         "comm-efficient with s + m dividing the number of clients)")
 
 
 def run_partition_cost(cfg: dict[str, Any], n: int) -> float:
@@ -333,7 +320,7 @@ def build_rival(cfg: dict[str, Any], n: int):
                          f"{cfg['latency']!r}): run both with latency='none'")
     seed = int(cfg["seed"])
     random.seed(seed)  # Flower samples cohorts with the random module
-    check_slow_classes(cfg, n, coded=False)
+    check_slow_classes(cfg)
     data, index = run_partitions(cfg, n)
     sizes = [len(p) for p in index]
     cohort_size(cfg, n)  # validates fraction-train

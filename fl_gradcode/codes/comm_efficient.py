@@ -60,6 +60,14 @@ class CommunicationEfficientCode(GradientCode):
     is set by ``screened_condition``, not by ``n`` (unlike the polynomial scheme of Ye-Abbe,
     whose ``(n-s)``-sized Vandermonde system fails beyond ~30 clients).
 
+    ``own_partitions=True``: group ``g`` owns its members' own partitions instead
+    (``k = n``, one partition per client, the construction of Kadhe et al. with ``d | n``
+    when ``s + m`` divides ``n``). The ``n mod (s+m)`` clients left over then make some
+    groups larger, and their members compute ``|group|`` partitions, not ``s + m``; any
+    ``s`` stragglers still leave ``|group| - s >= m`` replies in every group. A server
+    whose clients hold their own data uses it when ``s + m`` does not divide ``n``: ``k < n``
+    partitions would be the data split another way than the clients'.
+
     ``B`` is the ``0/1`` assignment matrix; :meth:`decoding_vector` returns an ``(m, |F|)``
     matrix whose row ``u`` recovers chunk ``u`` of the sum from the received replies.
     """
@@ -78,8 +86,11 @@ class CommunicationEfficientCode(GradientCode):
         draws: int = 8,
         dim: int | None = None,
         weights: Iterable[float] | None = None,
+        own_partitions: bool = False,
     ) -> None:
         n, s = check_n_s(n, s)
+        if not isinstance(own_partitions, (bool, np.bool_)):
+            raise ValueError(f"own_partitions={own_partitions!r} must be True or False")
         if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1:
             raise ValueError(f"m={m!r} must be an integer >= 1 (the message is 1/m of an update)")
         m = int(m)
@@ -91,14 +102,17 @@ class CommunicationEfficientCode(GradientCode):
         G = n // d
         sizes = [d + (n - G * d) // G + (1 if g < (n - G * d) % G else 0) for g in range(G)]
         rng = np.random.default_rng(seed)
-        B = np.zeros((n, G * d))
+        B = np.zeros((n, n if own_partitions else G * d))
+        self._group_cols: list[slice] = []
         self.gammas: list[np.ndarray] = []
         self._position = np.zeros(n, dtype=np.int64)
         self._group = np.zeros(n, dtype=np.int64)
         worst = 1.0
         row = 0
         for g, size in enumerate(sizes):
-            B[row : row + size, g * d : (g + 1) * d] = 1.0
+            cols = slice(row, row + size) if own_partitions else slice(g * d, (g + 1) * d)
+            B[row : row + size, cols] = 1.0
+            self._group_cols.append(cols)
             if m == 1:
                 gamma, cond = np.ones((1, size)), 1.0
             else:
@@ -109,6 +123,7 @@ class CommunicationEfficientCode(GradientCode):
             self._position[row : row + size] = np.arange(size)
             row += size
         self.m = m
+        self.own_partitions = bool(own_partitions)
         self.dim = None if dim is None else int(dim)
         self.screened_condition = worst
         self._group_rows = [np.flatnonzero(self._group == g) for g in range(G)]
@@ -169,7 +184,6 @@ class CommunicationEfficientCode(GradientCode):
     def _compute_decoding(self, got: frozenset[int]) -> Decoding:
         D = np.zeros((self.m, self.n))
         alpha = np.zeros(self.k)
-        d = self.s + self.m
         exact = True
         for g, gamma in enumerate(self.gammas):
             rows, Dg = self._group_decoder(g, got)
@@ -180,7 +194,7 @@ class CommunicationEfficientCode(GradientCode):
             miss = recovered - np.eye(self.m)
             exact = exact and bool(np.max(np.abs(miss)) <= _EXACT_TOL)
             # fraction of the group's sum recovered (1 when exact, 0 when nothing arrived)
-            alpha[g * d : (g + 1) * d] = 1.0 - np.sum(miss**2) / self.m
+            alpha[self._group_cols[g]] = 1.0 - np.sum(miss**2) / self.m
         D.setflags(write=False)
         alpha.setflags(write=False)
         return Decoding(tuple(sorted(got)), D, exact, self._weighted_error(alpha), alpha)

@@ -252,10 +252,9 @@ KEYS: tuple[Key, ...] = (
         "reply arrives `bytes / bandwidth` later (0: instantaneous)",
         keyword="upload_bandwidth", none_when=0.0),
     Key("m", 1, "`code=comm-efficient`: every reply is `1/m` of the model (load `s + m` "
-        "partitions); if `s + m` does not divide the cohort, the code has fewer partitions "
-        "than clients and the app's data is split into that many (with a sampled cohort "
-        "that would be all the data, not the cohort's: grouped-rs with the same `s` runs "
-        "instead, with a WARNING); ignored by the other codes",
+        "partitions); if `s + m` does not divide the cohort, the leftover clients join "
+        "groups, whose members then compute their group's `s + m + 1` or more partitions "
+        "(every client keeps its own partition); ignored by the other codes",
         keyword="m", coded_only=True),
     Key("timing", "virtual", "`virtual`: arrivals on a simulated clock; `wallclock`: real "
         "time", keyword="timing", choices=("virtual", "wallclock")),

@@ -473,18 +473,38 @@ def missing_fields(code: GradientCode, partitions: list[Identity], used: list[in
 EXACT_FALLBACK = "grouped-rs"
 
 
+def _build(name: str, n: int, s: int, seed: int, options: dict[str, Any]) -> GradientCode:
+    """``make_code`` for a cohort whose clients hold their own data: a code with one partition
+    per client (``k = n``). comm-efficient with ``s + m`` not dividing ``n`` is built with
+    ``own_partitions`` (its groups own their members' partitions); any other code with
+    ``k != n`` raises ``ValueError`` (its ``k`` partitions would be the data split another
+    way than the clients')."""
+    code = make_code(name, n=n, s=s, seed=seed, **options)
+    if code.k != n and name == "comm-efficient":
+        code = make_code(name, n=n, s=s, seed=seed, **{**options, "own_partitions": True})
+    if code.k != n:
+        raise ValueError(f"it has k={code.k} partitions, not one per client")
+    return code
+
+
 def code_for_cohort(
     spec: str | GradientCode, n: int, s: int, seed: int, options: dict[str, Any]
 ) -> tuple[GradientCode, str | None]:
     """``(code, why)``: the code ``spec`` for a cohort of ``n`` with ``s`` stragglers, or the
     nearest code that takes ``n`` and why it was chosen (``None``: ``spec`` itself).
 
-    In order, the first that builds: ``spec`` with ``s``; for an exact code (``frc``,
-    ``crc``) or a ``GradientCode`` built for another size, ``grouped-rs`` with ``s`` (exact for
-    every ``n``, the same tolerance and load); ``spec`` with the largest smaller ``s`` it takes;
+    Every code returned has one partition per member (``k = n``): a round codes the
+    members' own data. comm-efficient whose ``s + m`` does not divide ``n`` keeps its ``s``
+    and ``m`` with groups that own their members' partitions (some groups larger:
+    ``CommunicationEfficientCode(own_partitions=True)``). In order, the first that builds
+    with ``k = n``: ``spec`` with ``s``; for an exact code (``frc``, ``crc``, ``grouped-rs``)
+    or a ``GradientCode`` built for another size, ``grouped-rs`` with ``s`` (exact for every
+    ``n``, the same tolerance and load; if it has ``k < n``, without its float32 budget), then
+    comm-efficient with ``m = 1`` and ``s`` (fractional repetition in groups of ``s + 1`` or
+    more, exact for every ``s < n``); ``spec`` with the largest smaller ``s`` it takes;
     ``uncoded`` (``s = 0``). An ``s`` of ``n`` or more is first capped at ``n - 1`` (the most
-    a cohort of ``n`` can lose and still reply), which ``why`` says. A ``GradientCode`` whose
-    ``n`` is the cohort size is used as is.
+    a cohort of ``n`` can lose and still reply), which ``why`` says. A ``GradientCode``
+    whose ``n`` is the cohort size is used as is (the strategy refuses one with ``k != n``).
     """
     if isinstance(spec, GradientCode):
         if spec.n == n:
@@ -498,14 +518,14 @@ def code_for_cohort(
               f"{n - 1})" if int(s) >= n else None)
     s = min(int(s), n - 1)
     try:
-        code = make_code(spec, n=n, s=s, seed=seed, **options)
+        code = _build(spec, n, s, seed, options)
     except ValueError as exc:
         if isinstance(exc.__cause__, TypeError):  # an option the code does not take
             raise
         why = f"code={spec!r} with s={s} cannot take a cohort of {n} ({exc})"
         if capped is not None:
             why = f"{capped}; {why}"
-        exact = spec in ("frc", "crc")
+        exact = spec in ("frc", "crc", EXACT_FALLBACK)
         return _first_buildable(spec, n, s, seed, options, why, exact=exact, tried_spec=True)
     if capped is not None:
         return code, f"{capped}; using {spec} with s={s} for cohorts of {n}"
@@ -519,14 +539,21 @@ def _first_buildable(
     candidates: list[tuple[str, int, dict[str, Any]]] = []
     if not tried_spec:
         candidates.append((name, s, {}))
-    if exact:
+    if exact and name != EXACT_FALLBACK:
         candidates.append((EXACT_FALLBACK, s, {}))
+    if exact:  # the same tolerance, one partition per client (replies in float64; for every
+        # s < n, load up to n)
+        candidates.append((EXACT_FALLBACK, s, {"max_relative_amplification": None}))
+        candidates.append(("comm-efficient", s, {"m": 1}))
     candidates += [(name, smaller, options) for smaller in range(s - 1, -1, -1)]
     candidates.append(("uncoded", 0, {}))
     for cand, cand_s, opts in candidates:
         try:
-            code = make_code(cand, n=n, s=cand_s, seed=seed, **opts)
+            code = _build(cand, n, cand_s, seed, opts)
         except ValueError:
             continue
-        return code, f"{why}; using {cand} with s={cand_s} for cohorts of {n}"
+        shown = f"{cand} with m=1" if cand != name and opts.get("m") == 1 else cand
+        if "max_relative_amplification" in opts:
+            shown += " (its replies in float64)"
+        return code, f"{why}; using {shown} with s={cand_s} for cohorts of {n}"
     raise ValueError(f"{why}; no fallback code takes a cohort of {n}")  # pragma: no cover

@@ -20,9 +20,18 @@ def number(value: Any) -> bool:
 
 
 def check_code(code: Any) -> None:
-    """A registry name or a :class:`~fl_gradcode.codes.GradientCode`, else ``TypeError``."""
+    """A registry name or a :class:`~fl_gradcode.codes.GradientCode` with one partition per
+    client (``k = n``: a round codes the clients' own data), else ``TypeError`` /
+    ``ValueError``."""
     if not isinstance(code, (str, GradientCode)):
         raise TypeError(f"code must be a registry name or a GradientCode; got {code!r}")
+    if isinstance(code, GradientCode) and code.k != code.n:
+        raise ValueError(
+            f"code {code.name} has k={code.k} partitions for n={code.n} clients: a round codes "
+            "each client's own data partition, so a code needs one per client (k = n); its "
+            "k partitions would be the data split another way. Build one with k = n (e.g. "
+            "CommunicationEfficientCode(..., own_partitions=True), or grouped-rs), or pass "
+            "the code's name and let the strategy build it")
 
 
 def check_fixed_s(s: Any) -> None:

@@ -39,10 +39,9 @@ from ..adaptive import Decision, SingleCode, code_loads
 from ..codes import GradientCode, NestedPlacement
 from .approximate_rounds import ApproximateRounds
 from .latency_book import LatencyBook, read_latency_state
-from .membership import EXACT_FALLBACK, code_for_cohort
+from .membership import code_for_cohort
 from .options import BUSY_MODES, Options
 from .protocol import Identity
-from .workload import sampled_share
 
 __all__ = ["BUSY_MODES", "AdaptiveCodePolicy", "CodePolicy", "FixedCodePolicy", "LatencyBook",
            "is_policy_factory", "make_code_policy", "read_latency_state",
@@ -124,7 +123,6 @@ class FixedCodePolicy:
                                       "compute_cost_s": timing.compute_cost_s})
         self.decision: Decision | None = None
         self._codes: dict[int, GradientCode] = {}
-        self._cohort_codes: dict[int, GradientCode] = {}  # sampled cohorts: k = cohort
         self._host: PolicyHost | None = None
 
     @staticmethod
@@ -213,8 +211,8 @@ class FixedCodePolicy:
 
     # ------------------------------------------------------------------ planning
     def code_for(self, n: int) -> GradientCode:
-        """The code for a cohort of ``n`` clients (built once per size; a size the code cannot
-        take gets the nearest code that can, with a WARNING:
+        """The code for a cohort of ``n`` clients, one partition per member (built once per
+        size; a size the code cannot take gets the nearest code that can, with a WARNING:
         :func:`~fl_gradcode.flower.membership.code_for_cohort`)."""
         if isinstance(self.code_spec, GradientCode) and self.code_spec.n == n:
             return self.code_spec
@@ -228,21 +226,6 @@ class FixedCodePolicy:
             self._codes[n] = code
         return self._codes[n]
 
-    def _cohort_code(self, code: GradientCode) -> GradientCode:
-        """For a sampled cohort, a code with one partition per member in place of ``code``
-        (``k`` partitions would be the app's whole data split ``k`` ways, not the cohort's):
-        ``grouped-rs`` with the same ``s``, built once per size, with a WARNING."""
-        n = code.n
-        if n not in self._cohort_codes:
-            built, _ = code_for_cohort(EXACT_FALLBACK, n, code.s, self.seed, {})
-            log(WARNING, "code %s has k=%d partitions for a sampled cohort of %d: they would "
-                "be the app's whole data split k ways, not the cohort's; using %s with s=%d "
-                "for cohorts of %d (a code with one partition per member, e.g. s + m "
-                "dividing the cohort, keeps yours)", code.name, code.k, n, built.name,
-                built.s, n)
-            self._cohort_codes[n] = built
-        return self._cohort_codes[n]
-
     def estimator(self, n: int, cohort: list[int]) -> Any:
         """The latency estimator seen through this cohort (``n`` members)."""
         return self.book.view(cohort, self.clock.now, self.partition_key)
@@ -252,9 +235,6 @@ class FixedCodePolicy:
         (:class:`~fl_gradcode.adaptive.SingleCode`: the code is the only candidate)."""
         n = len(cohort)
         code = self.code_for(n)
-        identities = {} if self._host is None else self._host.identities
-        if code.k != n and sampled_share(identities, cohort) is not None:
-            code = self._cohort_code(code)
         if self.busy == "fit":
             self.decision = self.decide(
                 SingleCode(code), self.estimator(n, cohort), busy_nodes, cohort, [code.s]

@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from logging import WARNING
 
 import numpy as np
-from flwr.common.logger import log
 
 from ..codes import GradientCode
 from ..latency import LatencyModel, client_delay, failure_notice
@@ -23,19 +21,6 @@ from .protocol import Identity
 from .round_state import partition_key
 
 __all__ = ["Workload"]
-
-
-def sampled_share(identities: Mapping[int, Identity],
-                  cohort: list[int]) -> tuple[int, int] | None:
-    """``(held, total)`` when the cohort holds only part of the app's data (a sampled
-    cohort): the distinct data partitions its nodes' identities name, of the app's total;
-    ``None`` when it holds all of it or a member's identity is unknown."""
-    known = [identities.get(node) for node in cohort]
-    if None in known:
-        return None
-    held = set(known)
-    total = max(identity.num_partitions for identity in held)  # type: ignore[union-attr]
-    return (len(held), total) if len(held) < total or total != len(cohort) else None
 
 
 class Workload:
@@ -53,37 +38,20 @@ class Workload:
         self.partition_sizes = partition_sizes
         self.latency = latency
         self.seed = seed
-        self.warned_repartition = False
 
     def partitions(self, code: GradientCode, cohort: list[int]) -> list[Identity]:
-        """Code partition j -> the data partition it stands for: cohort member j's own, or
-        (if the code has fewer partitions than clients and the cohort holds all the app's
-        data) the app's partition j of k.
+        """Code partition j -> the data partition it stands for: cohort member j's own.
 
-        Raises ``ValueError`` when the code has ``k`` partitions for a cohort that holds
-        only part of the app's data (a sampled cohort): the app's data split into ``k``
-        partitions is all of it, so the round would train on every client's data instead of
-        the cohort's."""
-        if code.k == len(cohort):
-            return [self.identities[node] for node in cohort]
-        share = sampled_share(self.identities, cohort)
-        if share is not None:
-            held, total = share
+        Raises ``ValueError`` for a code without one partition per member (``k`` partitions
+        would be the data split another way than the clients': a policy of one's own must
+        plan codes with ``k`` = the cohort size)."""
+        if code.k != len(cohort):
             raise ValueError(
                 f"code {code.name} has k={code.k} partitions for a cohort of {len(cohort)} "
-                f"clients holding {held} of the app's {total} data partitions: split "
-                f"into k partitions, the app's data would be all {total} partitions, not "
-                f"the cohort's. Use a code with one partition per cohort member (for "
-                f"comm-efficient: s + m dividing the cohort size {len(cohort)}; or "
-                f"grouped-rs), or train every node each round")
-        if not self.warned_repartition:
-            self.warned_repartition = True
-            log(WARNING, "code %s has k=%d partitions for %d clients: the app's data is split "
-                "into k partitions (partition-id=j, num-partitions=k); the round's sum is "
-                "the same only if the app's update is one full-batch gradient (local epochs "
-                "or minibatches on other partitions train another model)", code.name,
-                code.k, len(cohort))
-        return [Identity(j, code.k) for j in range(code.k)]
+                "clients: a round codes the members' own data partitions, one per member; "
+                "plan a code with k = the cohort size (CommunicationEfficientCode("
+                "own_partitions=True), grouped-rs)")
+        return [self.identities[node] for node in cohort]
 
     def load(self, code: GradientCode, worker: int, partitions: list[Identity]) -> float:
         """The worker's examples over one client's share (partitions if sizes are unknown)."""

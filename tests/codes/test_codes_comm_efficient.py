@@ -133,3 +133,46 @@ def test_decode_of_too_few_replies_names_the_count_and_the_way_out():
     with pytest.raises(NotDecodableError, match=r"^replies from 1 clients leave a group with "
                        r"fewer than m=2 replies; pass approximate=True to accept a partial sum$"):
         code.decode(replies)
+
+
+@pytest.mark.parametrize(("n", "s", "m"), [(7, 1, 2), (10, 1, 2), (11, 2, 3), (5, 0, 3), (9, 3, 1)])
+def test_own_partitions_code_every_clients_partition_from_any_n_minus_s(n, s, m):
+    """s + m does not divide n: with own_partitions the code has one partition per client
+    (k = n) and still decodes the weighted sum of all n from any n - s short replies."""
+    code = make_code("comm-efficient", n=n, s=s, m=m, seed=2, own_partitions=True,
+                     weights=np.arange(1.0, n + 1.0))
+    assert code.k == n
+    rng = np.random.default_rng(n * 7 + s)
+    updates = {j: rng.standard_normal(11) for j in range(n)}
+    target = sum((j + 1.0) * updates[j] for j in range(n))  # weights 1..n, by hand
+    replies = {i: code.encode(i, updates) for i in range(n)}
+    assert {r.shape for r in replies.values()} == {(-(-11 // m),)}
+    for stragglers in itertools.combinations(range(n), s):
+        got = {i: r for i, r in replies.items() if i not in stragglers}
+        np.testing.assert_allclose(code.decode(got), target, rtol=1e-9, atol=1e-9)
+    # every client computes the partitions of its group of consecutive clients, itself in it
+    for i in range(n):
+        mine = set(code.assignment(i))
+        assert i in mine and len(mine) >= s + m
+        assert mine == set(range(min(mine), max(mine) + 1))
+
+
+def test_own_partitions_missing_group_loses_its_own_share():
+    """n = 7, s = 1, m = 2: groups of 4 and 3 clients. Losing the whole group of 3 loses
+    exactly its 3 partitions: the approximate decode is the other group's sum."""
+    code = make_code("comm-efficient", n=7, s=1, m=2, own_partitions=True)
+    groups = sorted({tuple(code.assignment(i)) for i in range(7)})
+    assert [len(g) for g in groups] == [4, 3]
+    updates = {j: np.full(4, 10.0 ** j) for j in range(7)}
+    replies = {i: code.encode(i, updates) for i in range(4)}
+    got = code.decode(replies, approximate=True)
+    np.testing.assert_allclose(got, sum(updates[j] for j in range(4)), rtol=1e-9)
+    assert not code.is_decodable(list(replies))
+
+
+def test_own_partitions_is_the_same_code_when_s_plus_m_divides_n():
+    a = make_code("comm-efficient", n=12, s=2, m=2, seed=4)
+    b = make_code("comm-efficient", n=12, s=2, m=2, seed=4, own_partitions=True)
+    np.testing.assert_array_equal(a.B, b.B)
+    with pytest.raises(ValueError, match="own_partitions='yes' must be True or False"):
+        make_code("comm-efficient", n=12, s=2, m=2, own_partitions="yes")

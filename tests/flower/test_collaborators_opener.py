@@ -18,7 +18,7 @@ from fl_gradcode.flower.deadline_policy import DeadlinePolicy
 from fl_gradcode.flower.options import DeadlineOptions
 from fl_gradcode.flower.protocol import Identity
 from fl_gradcode.flower.quarantine import Quarantine
-from tests.flower.collaborators_support import log_messages, make_plan, make_verifier
+from tests.flower.collaborators_support import make_plan, make_verifier
 
 
 # =============================================================================== opener
@@ -192,33 +192,19 @@ def test_a_train_instruction_carries_the_dp_noise_multiplier():
 
 
 # =============================================================================== workload
-def test_a_code_with_fewer_partitions_than_clients_splits_the_apps_data_and_says_so_once(caplog):
-    import logging
-
+@pytest.mark.parametrize("of", [4, 8])
+def test_a_code_without_one_partition_per_member_is_refused_by_the_workload(of):
+    """Nodes 10-13 hold partitions 0-3 of ``of``: a code with k = 2 partitions would be the
+    data split 2 ways, not the members' own (the wrapper's policy never plans one; a custom
+    policy that does is refused, whether the cohort is every node or a sample)."""
     from fl_gradcode.flower.workload import Workload
 
-    workload = Workload({10 + j: Identity(j, 4) for j in range(4)}, {}, None, 0)
-    code = SimpleNamespace(k=2, name="small")
-    with caplog.at_level(logging.WARNING, logger="flwr"):
-        assert workload.partitions(code, [10, 11, 12, 13]) == [Identity(0, 2), Identity(1, 2)]
-        workload.partitions(code, [10, 11, 12, 13])
-    assert log_messages(caplog) == [
-        "code small has k=2 partitions for 4 clients: the app's data is split into k "
-        "partitions (partition-id=j, num-partitions=k); the round's sum is the same only if "
-        "the app's update is one full-batch gradient (local epochs or minibatches on other "
-        "partitions train another model)"]
-
-
-def test_a_code_with_fewer_partitions_than_a_sampled_cohort_is_refused_by_the_workload():
-    """Nodes 10-13 hold partitions 0-3 of 8: split 2 ways, the app's data would be all 8
-    partitions, not the cohort's 4 (the wrapper's policy never plans such a code; a custom
-    one that does is refused)."""
-    from fl_gradcode.flower.workload import Workload
-
-    workload = Workload({10 + j: Identity(j, 8) for j in range(4)}, {}, None, 0)
+    workload = Workload({10 + j: Identity(j, of) for j in range(4)}, {}, None, 0)
     with pytest.raises(ValueError, match=r"code small has k=2 partitions for a cohort of 4 "
-                                         r"clients holding 4 of the app's 8 data partitions"):
+                                         r"clients: a round codes the members' own"):
         workload.partitions(SimpleNamespace(k=2, name="small"), [10, 11, 12, 13])
+    assert workload.partitions(SimpleNamespace(k=4, name="four"), [12, 10, 11, 13]) == [
+        Identity(2, of), Identity(0, of), Identity(1, of), Identity(3, of)]
 
 
 def test_a_workers_load_is_its_examples_over_one_clients_share():

@@ -74,27 +74,44 @@ def test_comm_efficient_replies_are_one_mth_of_the_model():
     assert per_reply_coded / per_reply_plain == pytest.approx(0.5, abs=0.08)
 
 
-def test_with_every_node_a_code_with_fewer_partitions_trains_on_the_apps_data_split_k_ways(
-        caplog):
-    """n = 7, s = 1, m = 2: groups of s + m = 3 give k = 6 partitions. The round is FedAvg
-    over the app's data split into 6 partitions (partition-id j of 6), and a WARNING says so."""
+@pytest.mark.parametrize(("n", "s", "m"), [(7, 1, 2), (10, 2, 2)])
+def test_s_plus_m_not_dividing_n_is_fedavg_over_every_clients_own_partition(n, s, m, caplog):
+    """n = 7, s = 1, m = 2: groups of s + m = 3 do not tile 7 clients. The rounds are
+    FedAvg over the app's own 7 partitions (not its data split 6 ways), replies stay 1/m of
+    the model, and no WARNING: the code is comm-efficient with s and m, its groups owning
+    their members' partitions."""
     import logging
 
     with caplog.at_level(logging.WARNING, logger="flwr"):
-        strategy, theta = run("comm-efficient", 1, n=7, m=2)
-    expected = oracle(3, 6)
+        strategy, theta = run("comm-efficient", s, n=n, m=m)
+    expected = oracle(3, n)
     assert all(r["decode"] == "exact" for r in strategy.history)
     for name in SHAPES:
         err = np.linalg.norm(theta[name] - expected[name]) / np.linalg.norm(expected[name])
         assert err <= 1e-5
-    assert any("k=6 partitions for 7 clients" in r.getMessage() for r in caplog.records)
+    code = strategy.code_for(n)
+    assert (code.name, code.s, code.m, code.k) == ("comm-efficient", s, m, n)
+    assert not [r for r in caplog.records if "partitions" in r.getMessage()]
+    plain, _ = run("uncoded", 0, n=n, rounds=1)
+    ratio = strategy.history[0]["bytes_up"] / plain.history[0]["bytes_up"]
+    assert ratio <= (1 / m) * n / (n - s) + 0.08  # at most n - s short replies used
 
 
-def test_a_sampled_cohort_with_fewer_code_partitions_than_members_gets_an_exact_code(caplog):
-    """8 nodes, FedAvg samples 4 a round; comm-efficient s = 1, m = 2 has k = 3 partitions
-    for 4 members: split 3 ways, the app's data would be all 8 nodes' data, not the
-    cohort's. The rounds run grouped-rs with s = 1 instead (a WARNING says so), and each is
-    FedAvg over the sampled nodes' own partitions."""
+def test_a_code_object_without_one_partition_per_client_is_refused():
+    from fl_gradcode.codes import make_code
+
+    code = make_code("comm-efficient", n=7, s=1, m=2)  # k = 6: the data split 6 ways
+    with pytest.raises(ValueError, match=r"code comm-efficient has k=6 partitions for n=7 "
+                                         r"clients: a round codes each client's own"):
+        GradientCoding(FedAvg(), code=code, s=1)
+    kept = make_code("comm-efficient", n=7, s=1, m=2, own_partitions=True)
+    assert GradientCoding(FedAvg(), code=kept, s=1).code_for(7) is kept
+
+
+def test_a_sampled_cohort_gets_comm_efficient_on_the_members_own_partitions(caplog):
+    """8 nodes, FedAvg samples 4 a round; comm-efficient s = 1, m = 2 for 4 members: one
+    group of 4 owning their own partitions. Each round is FedAvg over the sampled nodes'
+    own partitions, with replies 1/m of the model."""
     import logging
     import random
 
@@ -110,8 +127,9 @@ def test_a_sampled_cohort_with_fewer_code_partitions_than_members_gets_an_exact_
         result = strategy.start(grid=grid, initial_arrays=initial, num_rounds=3,
                                 train_config=ConfigRecord({}))
     assert [r["decode"] for r in strategy.history] == ["exact"] * 3
-    assert any("k=3 partitions for a sampled cohort of 4" in r.getMessage()
-               and "using grouped-rs with s=1" in r.getMessage() for r in caplog.records)
+    code = strategy.code_for(4)
+    assert (code.name, code.k, code.m) == ("comm-efficient", 4, 2)
+    assert not [r for r in caplog.records if "partitions" in r.getMessage()]
     theta = {name: np.zeros(shape) for name, shape in SHAPES.items()}
     for nodes in inner.sampled:  # numpy FedAvg over the sampled partitions
         parts = [grid.index[node] for node in nodes]

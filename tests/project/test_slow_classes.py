@@ -157,20 +157,24 @@ def test_other_datasets(dataset):
     assert len(np.unique(every)) == len(every) == len(data.y_train)
 
 
-def test_a_code_that_re_splits_the_data_is_refused_and_a_code_per_client_is_not(tmp_path):
-    from server.app import build
+def test_every_code_keeps_the_slow_classes_on_the_slow_clients_own_partitions(tmp_path):
+    """comm-efficient with s + m = 3 not dividing 20 used to have k = 18 partitions (the
+    data split 18 ways, the slow classes no longer the slow clients'); the ServerApp now
+    builds it with one partition per client, so slow-classes takes it."""
+    from server.app import build, cohort_code
 
     base = {"slow-classes": 2, "s": 1, "results-dir": str(tmp_path / "r")}
-    # comm-efficient with s + m = 3 not dividing 20 has k = 18 partitions: refused, named
-    with pytest.raises(ValueError, match=r"k=18 partitions for 20 clients"):
-        build(merge_config({**base, "code": "comm-efficient", "m": 2}), 20)
+    build(merge_config({**base, "code": "comm-efficient", "m": 2}), 20)
+    built, why = cohort_code("comm-efficient", 1, 20, 2)
+    assert (built.k, built.s, built.m, why) == (20, 1, 2, None)
+    assert sorted(len(built.assignment(i)) for i in range(20)) == [3] * 12 + [4] * 8
     build(merge_config({**base, "code": "grouped-rs"}), 20)
-    build(merge_config({**base, "code": "comm-efficient", "m": 1}), 20)  # s + m = 2 divides 20
     with pytest.raises(ValueError, match="latency-slowdown > 1"):
         build(merge_config({**base, "code": "grouped-rs", "latency-slowdown": 1.0}), 20)
 
 
 def test_the_benchmark_sets_such_a_code_aside_with_the_reason():
+    """The grid's rule is that of the construction it ran (k = 18 at 20 clients)."""
     from experiments.compare import code_fit
 
     cfg = merge_config({"slow-classes": 2, "update": "gradient", "m": 1})

@@ -285,8 +285,9 @@ def render_table(data: Mapping[str, Any], report: Sequence[str]) -> str:
             aside.setdefault(method, []).append(name)
     for method, names in sorted(aside.items()):
         notes.append(f"Set aside in {len(names)} of {len(done)} finished cells ({method}): "
-                     "its partitions are not the cohort's there, so its rounds train another "
-                     "model (`methods_set_aside` of a cell says why).")
+                     "in the construction the grid ran, its partitions are not the cohort's "
+                     "there, so its rounds train another model (`methods_set_aside` of a cell "
+                     "says why; the ServerApp now gives every code one partition per client).")
     from tools.docgen.rival_notes import auto_stops, deadline_grids, fedbuff_tuned, rival_fixes
 
     notes += deadline_grids(data, done)

@@ -1,0 +1,46 @@
+"""Every code a round runs codes the cohort members' own partitions (k = cohort), whatever
+the code's own construction would give for that size."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from flwr.app import Array, ArrayRecord, ConfigRecord
+from flwr.clientapp import ClientApp
+
+from fl_gradcode.flower import GradientCoding, gradient_coding_mod
+from fl_gradcode.flower.testing import InProcessGrid
+from tests.flower.harness import SamplingRecorder
+from tests.flower.test_plugin_comm_efficient import SHAPES, target, train
+
+
+@pytest.mark.parametrize(("code", "s", "options"), [("grouped-rs", 3, {}),
+                                                    ("comm-efficient", 1, {"m": 2})])
+def test_a_sampled_cohort_is_fedavg_over_its_own_partitions(code, s, options):
+    """12 nodes, FedAvg samples 6 a round. grouped-rs with s = 3 on 6 clients is, as built
+    by itself, 5 partitions (a copied row); comm-efficient s = 1, m = 2 on 6 is two groups
+    of 3. Each round must be FedAvg over the 6 sampled nodes' own partitions, exact."""
+    random.seed(5)
+    app = ClientApp(mods=[gradient_coding_mod])
+    app.train()(train)
+    inner = SamplingRecorder(fraction_train=0.5, fraction_evaluate=0.0,
+                             min_available_nodes=12)
+    strategy = GradientCoding(inner, code=code, s=s, seed=2, **options)
+    grid = InProcessGrid(app, 12)
+    initial = ArrayRecord({k: Array(np.zeros(v, np.float32)) for k, v in SHAPES.items()})
+    result = strategy.start(grid=grid, initial_arrays=initial, num_rounds=3,
+                            train_config=ConfigRecord({}))
+    assert [r["decode"] for r in strategy.history] == ["exact"] * 3
+    theta = {name: np.zeros(shape) for name, shape in SHAPES.items()}
+    for nodes in inner.sampled:  # numpy FedAvg over the sampled partitions
+        parts = [grid.index[node] for node in nodes]
+        sizes = np.array([7 + 2 * j for j in parts], dtype=float)
+        theta = {name: sum(sz * (th - 0.3 * (th - target(j, name)))
+                           for j, sz in zip(parts, sizes, strict=True)) / sizes.sum()
+                 for name, th in theta.items()}
+    assert len(inner.sampled) == 3
+    for name in SHAPES:
+        got = result.arrays[name].numpy()
+        assert np.linalg.norm(got - theta[name]) <= 1e-5 * np.linalg.norm(theta[name])
