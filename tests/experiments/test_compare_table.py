@@ -415,3 +415,21 @@ def test_cells_whose_auto_predates_the_stop_at_decode_rule_are_named_once_it_is_
     for cell in data["cells"].values():
         cell["settings"]["auto_stop_at_decode"] = True
     assert "amendment 15" not in rivals.render(data, REPORT)
+
+
+def test_the_table_names_fixed_code_runs_made_with_fewer_partitions_than_the_cohort():
+    """comm-efficient:2 with m = 1 has load s + m = 3: groups of 3 clients gave 18 of 20
+    partitions in the construction the grid ran (3 divides 21: none missing); grouped-rs:2
+    always had one per client."""
+    from tools.docgen.rival_notes import split_codes
+
+    def cell(cohort):
+        runs = [{"method": m, "seed": 10} for m in ("auto", "comm-efficient:2", "grouped-rs:2")]
+        return {"settings": {"cohort": cohort, "run_config": {}}, "runs": runs}
+
+    data = {"cells": {"a/x/20x20": cell(20), "a/y/21x21": cell(21), "b/x/20x20": cell(20)}}
+    (note,) = split_codes(data, ["a/x/20x20", "a/y/21x21", "b/x/20x20"])
+    assert note.startswith("comm-efficient:2's runs in 2 finished cells (k = 18 at a cohort "
+                           "of 20: a/x/20x20, b/x/20x20)")
+    assert "grouped-rs" not in note and "21" not in note
+    assert split_codes(data, ["a/y/21x21"]) == []

@@ -10,7 +10,7 @@ from typing import Any
 
 from tools.docgen import rivals
 
-__all__ = ["auto_stops", "deadline_grids", "fedbuff_tuned", "rival_fixes"]
+__all__ = ["auto_stops", "deadline_grids", "fedbuff_tuned", "rival_fixes", "split_codes"]
 
 
 def grid_data() -> dict[str, Any]:
@@ -124,3 +124,32 @@ def deadline_grids(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
             + ", ".join(f"{n} (from {m:g})" for n, m in short)
             + " the shorter deadlines added by an amendment have not run yet, so its best "
             "deadline there may be better than shown."]
+
+
+def split_codes(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
+    """Which finished cells kept runs of a fixed code whose construction had fewer partitions
+    than the cohort (the app's data split ``k`` ways: the same model only for one full-batch
+    gradient, where the grid kept them): the ServerApp now builds every code with one
+    partition per client, so a re-run of them would differ."""
+    from experiments.registry import built_code, parse_code
+    from fl_gradcode.config import merge_config
+
+    split: dict[str, dict[str, list[str]]] = {}
+    for name in done:
+        cell = data["cells"][name]
+        settings = cell["settings"]
+        m = int(merge_config(settings.get("run_config", {}))["m"])
+        cohort = int(settings["cohort"])
+        for method in sorted({r["method"] for r in cell["runs"] if ":" in r["method"]}):
+            code, s = parse_code(method)
+            k, _ = built_code(code, s, cohort, m if code == "comm-efficient" else None)
+            if k != cohort:
+                split.setdefault(method, {}).setdefault(
+                    f"k = {k} at a cohort of {cohort}", []).append(name)
+    return [f"{method}'s runs in {sum(map(len, sizes.values()))} finished cells "
+            f"({'; '.join(f'{size}: ' + ', '.join(names) for size, names in sizes.items())}) "
+            "used the construction the grid ran, with fewer partitions than the cohort: the "
+            "app's data split k ways (there one full-batch gradient, so the same model). The "
+            "ServerApp now gives every code one partition per client (the leftover clients "
+            "join groups, whose members compute more), so a re-run would differ."
+            for method, sizes in sorted(split.items())]

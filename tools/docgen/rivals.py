@@ -288,8 +288,15 @@ def render_table(data: Mapping[str, Any], report: Sequence[str]) -> str:
                      "in the construction the grid ran, its partitions are not the cohort's "
                      "there, so its rounds train another model (`methods_set_aside` of a cell "
                      "says why; the ServerApp now gives every code one partition per client).")
-    from tools.docgen.rival_notes import auto_stops, deadline_grids, fedbuff_tuned, rival_fixes
+    from tools.docgen.rival_notes import (
+        auto_stops,
+        deadline_grids,
+        fedbuff_tuned,
+        rival_fixes,
+        split_codes,
+    )
 
+    notes += split_codes(data, done)
     notes += deadline_grids(data, done)
     notes += rival_fixes(data, done)
     notes += auto_stops(data, done)
