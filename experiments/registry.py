@@ -19,10 +19,27 @@ from experiments.compare_cli import DEFAULT_METHODS, RIVAL_RULES
 from experiments.journal import Journal
 from experiments.rival_runs import Cell, parse_code
 
-__all__ = ["COMPUTE_KEYS", "GRID", "built_code", "cell_own_keys", "cell_rules",
-           "cell_run_config", "charge_at", "charge_once", "check_cell", "check_codes",
-           "check_methods", "code_fit", "grid_cell", "load_grid", "lookup", "registry_config",
-           "task_target", "with_rules"]
+__all__ = [
+    "COMPUTE_KEYS",
+    "GRID",
+    "built_code",
+    "cell_own_keys",
+    "cell_rules",
+    "cell_run_config",
+    "charge_at",
+    "charge_once",
+    "check_cell",
+    "check_codes",
+    "check_methods",
+    "code_fit",
+    "grid_cell",
+    "grid_code_k",
+    "load_grid",
+    "lookup",
+    "registry_config",
+    "task_target",
+    "with_rules",
+]
 
 GRID = Path(__file__).with_name("grid.toml")
 
@@ -222,25 +239,31 @@ def check_cell(cell: Cell, task: str, seeds: Sequence[int]) -> None:
 
 @functools.cache
 def built_code(code: str, s: int, cohort: int, m: int | None) -> tuple[int, str | None]:
-    """``(k, why)`` of the code the grid ran for a cohort: ``why`` is ``None`` when it is
-    ``code`` itself, else why the ServerApp built another (its fallback); each ``(code, s,
-    cohort, m)`` is built once. An unknown code name is refused.
-
-    ``k`` is the registered construction's: comm-efficient's groups of ``s + m`` own
-    ``s + m`` partitions each, ``k = floor(cohort / (s + m)) (s + m)`` (18 at 20 with
-    ``s + m = 3``). The ServerApp has since built it with one partition per client wherever
-    ``s + m`` does not divide the cohort (``k`` = cohort); the grid's runs and its rule
-    (:func:`code_fit`) are those of the construction it ran."""
+    """``(k, why)`` of the code the ServerApp builds for a cohort: ``why`` is ``None`` when it
+    is ``code`` itself, else why it built another (its fallback); each ``(code, s, cohort,
+    m)`` is built once. An unknown code name is refused."""
     from server.app import cohort_code
 
     built, why = cohort_code(code, s, cohort, m)
-    if getattr(built, "own_partitions", False):
-        load = built.s + built.m
-        return cohort // load * load, why
     return built.k, why
 
 
-def code_fit(method: str, n: int, cohort: int, cfg: Mapping[str, Any]
+def grid_code_k(code: str, s: int, cohort: int, m: int | None) -> int:
+    """``k`` of the construction the grid's finished runs of ``code`` used: comm-efficient's
+    groups of ``s + m`` clients owned ``s + m`` partitions each, ``floor(cohort / (s + m))
+    (s + m)`` of them (18 at 20 with ``s + m = 3``), where the ServerApp now builds one
+    partition per client (its groups owning their members' partitions); any other code as
+    the ServerApp builds it."""
+    from server.app import cohort_code
+
+    built, _ = cohort_code(code, s, cohort, m)
+    if code == "comm-efficient" and getattr(built, "own_partitions", False):
+        load = built.s + built.m
+        return cohort // load * load
+    return built.k
+
+
+def code_fit(method: str, n: int, cohort: int, cfg: Mapping[str, Any], *, grid: bool = False
              ) -> tuple[str | None, str | None]:
     """``(fallback, other_model)`` of the fixed code ``method`` (``CODE:s``) in a cell of
     ``n`` nodes sampling ``cohort`` a round, under the run config ``cfg`` (merged):
@@ -254,12 +277,15 @@ def code_fit(method: str, n: int, cohort: int, cfg: Mapping[str, Any]
     same round only where the update is one full-batch gradient (the round's sum is the full
     gradient however the data is split; local epochs of minibatch SGD on other partitions
     train another model). With sampled cohorts it ran ``grouped-rs`` with the same ``s`` in
-    its place (its partitions would be the whole data's, not the cohort's). (``k`` is the
-    construction the grid ran, :func:`built_code`: the ServerApp now builds every code with
-    ``k`` = the cohort, so a new grid would run these codes in every cell.)"""
+    its place (its partitions would be the whole data's, not the cohort's). The ServerApp
+    now builds every code with ``k`` = the cohort, so a code it builds trains the cell's
+    model; ``grid=True`` judges the construction the grid's finished runs used instead
+    (:func:`grid_code_k`), which is how the grid's cells keep the methods they ran."""
     code, s = parse_code(method)
     m = cfg["m"] if code == "comm-efficient" else None  # the other codes take no m
     k, fallback = built_code(code, s, cohort, m)
+    if grid:
+        k = grid_code_k(code, s, cohort, m)
     slow_classes = int(cfg.get("slow-classes", 0))
     if k == cohort or (n == cohort and cfg["update"] == "gradient" and not slow_classes):
         return fallback, None

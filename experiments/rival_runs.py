@@ -222,7 +222,10 @@ def run_coded(method: str, seed: int, cell: Cell, share: bool = True) -> dict[st
     rows = run.history
     decodes = {kind: sum(r.get("decode") == kind for r in rows)
                for kind in ("exact", "approx", "skipped")}
-    return _summary(method, seed, rows, cell, cfg, run.counter, run.wall_s, decodes=decodes)
+    extra: dict[str, Any] = {"decodes": decodes}
+    if ":" in method:  # a fixed code: the partitions of the code its rounds ran
+        extra["code_partitions"] = int(run.strategy.code_for(cell.cohort).k)
+    return _summary(method, seed, rows, cell, cfg, run.counter, run.wall_s, **extra)
 
 
 def start_cell_rival(method: str, seed: int, cell: Cell, deadline: float | None = None

@@ -91,8 +91,9 @@ def grid_methods(grid: Mapping[str, Any], cohort: int,
 def off_problem(grid: Mapping[str, Any], cell: Mapping[str, Any], method: str,
                 run_config: Mapping[str, Any] | None = None) -> str | None:
     """Why the fixed code ``method`` (``CODE:s``) would train another model than the cell's
-    other methods (``None``: it trains the same one; :func:`experiments.compare.code_fit`,
-    the code judged as the ServerApp builds it for the cohort, its fallback included).
+    other methods (``None``: it trains the same one; :func:`experiments.compare.code_fit`
+    with ``grid=True``: the construction the grid's finished runs used, its fallback
+    included).
     ``run_config``: the cell's own (a finished cell's ``settings.run_config``), else the grid
     file's for the cell."""
     if ":" not in method:
@@ -102,7 +103,7 @@ def off_problem(grid: Mapping[str, Any], cell: Mapping[str, Any], method: str,
 
     cfg = merge_config(run_config if run_config is not None
                        else cell_run_config(grid, cell["task"], cell["latency"]))
-    return code_fit(method, int(cell["n"]), int(cell["cohort"]), cfg)[1]
+    return code_fit(method, int(cell["n"]), int(cell["cohort"]), cfg, grid=True)[1]
 
 
 def _load(out: Path) -> dict[str, Any]:

@@ -199,8 +199,8 @@ KEYS: tuple[Key, ...] = (
     Key("slow-classes", 0, "how many classes (picked from `seed`) only the clients slowed in "
         "every round hold (`latency=persistent`; partition j is client j's): every example of "
         "them is split among the slow clients, the rest among the others by `partitioner`; "
-        "0 = data unrelated to speed. A fixed code with fewer partitions than clients is "
-        "refused with it", side="both"),
+        "0 = data unrelated to speed (every code keeps one partition per client, so the "
+        "slow classes stay the slow clients')", side="both"),
     Key("latency", "persistent", "simulated latency model (`persistent`: the same fraction "
         "`latency-p` of the clients slowed `latency-slowdown` times every round; `drift`: "
         "Pareto, then load-scaled bimodal; `fedscale`: FedScale-format device traces, "

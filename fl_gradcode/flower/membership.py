@@ -475,13 +475,13 @@ EXACT_FALLBACK = "grouped-rs"
 
 def _build(name: str, n: int, s: int, seed: int, options: dict[str, Any]) -> GradientCode:
     """``make_code`` for a cohort whose clients hold their own data: a code with one partition
-    per client (``k = n``). comm-efficient with ``s + m`` not dividing ``n`` is built with
-    ``own_partitions`` (its groups own their members' partitions); any other code with
-    ``k != n`` raises ``ValueError`` (its ``k`` partitions would be the data split another
-    way than the clients')."""
+    per client (``k = n``). comm-efficient is built with ``own_partitions`` (its groups own
+    their members' partitions: the same code when ``s + m`` divides ``n``); any other code
+    with ``k != n`` raises ``ValueError`` (its ``k`` partitions would be the data split
+    another way than the clients')."""
+    if name == "comm-efficient":
+        options = {**options, "own_partitions": True}
     code = make_code(name, n=n, s=s, seed=seed, **options)
-    if code.k != n and name == "comm-efficient":
-        code = make_code(name, n=n, s=s, seed=seed, **{**options, "own_partitions": True})
     if code.k != n:
         raise ValueError(f"it has k={code.k} partitions, not one per client")
     return code
@@ -499,9 +499,10 @@ def code_for_cohort(
     ``CommunicationEfficientCode(own_partitions=True)``). In order, the first that builds
     with ``k = n``: ``spec`` with ``s``; for an exact code (``frc``, ``crc``, ``grouped-rs``)
     or a ``GradientCode`` built for another size, ``grouped-rs`` with ``s`` (exact for every
-    ``n``, the same tolerance and load; if it has ``k < n``, without its float32 budget), then
-    comm-efficient with ``m = 1`` and ``s`` (fractional repetition in groups of ``s + 1`` or
-    more, exact for every ``s < n``); ``spec`` with the largest smaller ``s`` it takes;
+    ``n``, the same tolerance and load; if it has ``k < n``, without its float32 budget),
+    the nested code with ``s``, then comm-efficient with ``m = 1`` and ``s`` (fractional
+    repetition in groups of ``s + 1`` or more, exact for every ``s < n``); ``spec`` with the
+    largest smaller ``s`` it takes;
     ``uncoded`` (``s = 0``). An ``s`` of ``n`` or more is first capped at ``n - 1`` (the most
     a cohort of ``n`` can lose and still reply), which ``why`` says. A ``GradientCode``
     whose ``n`` is the cohort size is used as is (the strategy refuses one with ``k != n``).
@@ -511,7 +512,8 @@ def code_for_cohort(
             return spec, None
         name = spec.name if spec.name in available_codes() else EXACT_FALLBACK
         why = f"the code was built for n={spec.n} clients but the cohort has {n}"
-        return _first_buildable(name, n, min(spec.s, n - 1), seed, {}, why, exact=True)
+        kept = {"m": spec.m} if name == "comm-efficient" else {}  # its reply length
+        return _first_buildable(name, n, min(spec.s, n - 1), seed, kept, why, exact=True)
     if spec not in available_codes():  # a bad name is the user's to fix, for any cohort
         raise ValueError(f"unknown code {spec!r}; expected one of {available_codes()}")
     capped = (f"s={int(s)} stragglers cannot be tolerated with a cohort of {n} (at most "
@@ -538,12 +540,14 @@ def _first_buildable(
 ) -> tuple[GradientCode, str]:
     candidates: list[tuple[str, int, dict[str, Any]]] = []
     if not tried_spec:
-        candidates.append((name, s, {}))
+        candidates.append((name, s, options))
     if exact and name != EXACT_FALLBACK:
         candidates.append((EXACT_FALLBACK, s, {}))
-    if exact:  # the same tolerance, one partition per client (replies in float64; for every
-        # s < n, load up to n)
+    if exact:  # the same tolerance, one partition per client: grouped-rs without its float32
+        # budget (replies in float64), the nested code (spare clients raise the load), then
+        # fractional repetition in groups of s + 1 or more (every s < n; load up to n)
         candidates.append((EXACT_FALLBACK, s, {"max_relative_amplification": None}))
+        candidates.append(("nested", s, {}))
         candidates.append(("comm-efficient", s, {"m": 1}))
     candidates += [(name, smaller, options) for smaller in range(s - 1, -1, -1)]
     candidates.append(("uncoded", 0, {}))
@@ -554,6 +558,6 @@ def _first_buildable(
             continue
         shown = f"{cand} with m=1" if cand != name and opts.get("m") == 1 else cand
         if "max_relative_amplification" in opts:
-            shown += " (its replies in float64)"
+            shown += " (without its float32 error budget)"
         return code, f"{why}; using {shown} with s={cand_s} for cohorts of {n}"
     raise ValueError(f"{why}; no fallback code takes a cohort of {n}")  # pragma: no cover

@@ -30,8 +30,8 @@ def check_code(code: Any) -> None:
             f"code {code.name} has k={code.k} partitions for n={code.n} clients: a round codes "
             "each client's own data partition, so a code needs one per client (k = n); its "
             "k partitions would be the data split another way. Build one with k = n (e.g. "
-            "CommunicationEfficientCode(..., own_partitions=True), or grouped-rs), or pass "
-            "the code's name and let the strategy build it")
+            "CommunicationEfficientCode(..., own_partitions=True)), or pass the code's name "
+            "and let the strategy build one")
 
 
 def check_fixed_s(s: Any) -> None:

@@ -50,7 +50,7 @@ class Workload:
                 f"code {code.name} has k={code.k} partitions for a cohort of {len(cohort)} "
                 "clients: a round codes the members' own data partitions, one per member; "
                 "plan a code with k = the cohort size (CommunicationEfficientCode("
-                "own_partitions=True), grouped-rs)")
+                "own_partitions=True), or the strategy's code_for(cohort size))")
         return [self.identities[node] for node in cohort]
 
     def load(self, code: GradientCode, worker: int, partitions: list[Identity]) -> float:

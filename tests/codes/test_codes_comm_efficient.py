@@ -176,3 +176,15 @@ def test_own_partitions_is_the_same_code_when_s_plus_m_divides_n():
     np.testing.assert_array_equal(a.B, b.B)
     with pytest.raises(ValueError, match="own_partitions='yes' must be True or False"):
         make_code("comm-efficient", n=12, s=2, m=2, own_partitions="yes")
+
+
+def test_own_partitions_error_is_the_lost_groups_share_of_the_weights():
+    """n = 7, s = 1, m = 2, weights 1..7: groups {0..3} and {4, 5, 6}. Every reply: error 0
+    and every partition recovered; no reply of the second group: its weights' share lost."""
+    weights = np.arange(1.0, 8.0)
+    code = make_code("comm-efficient", n=7, s=1, m=2, own_partitions=True, weights=weights)
+    assert code.decoding_error(range(7)) == pytest.approx(0.0, abs=1e-12)
+    assert code.decoding_error([0, 1, 2, 3, 4, 5]) == pytest.approx(0.0, abs=1e-12)
+    # by hand: sum over lost partitions of w_j^2 over sum of all w_j^2 (the error measure)
+    lost = (5.0**2 + 6.0**2 + 7.0**2) / sum(w**2 for w in range(1, 8))
+    assert code.decoding_error([0, 1, 2, 3]) == pytest.approx(lost, rel=1e-12)

@@ -257,6 +257,44 @@ def test_code_for_cohort_picks_the_nearest_code_that_takes_the_size(spec, n, s, 
     assert (why is None) == (expected == (spec, s))
 
 
+def test_every_code_for_a_cohort_has_one_partition_per_member():
+    """Whatever the code's own construction gives (comm-efficient with s + m not dividing
+    the cohort: floor(n/(s+m))(s+m) partitions; grouped-rs with copied rows), the code a
+    round runs codes the members' own partitions, k = n, at the tolerance asked for."""
+    from fl_gradcode.codes import available_codes
+
+    for name in available_codes():
+        for n in range(2, 15):
+            for s in range(n):
+                code, _ = code_for_cohort(name, n, s, 0, {"m": 2} if name == "comm-efficient"
+                                          else {})
+                assert (code.n, code.k) == (n, n), (name, n, s)
+    assert make_code("comm-efficient", n=7, s=1, m=2).k == 6  # the premise
+    code, why = code_for_cohort("comm-efficient", 7, 1, 0, {"m": 2})
+    assert (code.name, code.s, code.m, why) == ("comm-efficient", 1, 2, None)
+
+
+@pytest.mark.parametrize(("n", "s", "expected", "said"), [
+    (6, 3, ("grouped-rs", 3), "using grouped-rs (without its float32 error budget) with s=3"),
+    (13, 6, ("nested", 6), "using nested with s=6"),
+])
+def test_grouped_rs_with_a_copied_row_falls_back_at_the_same_tolerance(n, s, expected, said):
+    """grouped-rs's budgets copy a row at (6, 3) and (13, 6): k < n. The fallback keeps s:
+    grouped-rs without its float32 budget where that has k = n, else the nested code (at
+    (13, 6) a load of 8, where comm-efficient with m = 1 would be one group of 13)."""
+    assert make_code("grouped-rs", n=n, s=s).k < n  # the premise
+    code, why = code_for_cohort("grouped-rs", n, s, 0, {})
+    assert (code.name, code.s, code.k) == (*expected, n)
+    assert f"it has k={make_code('grouped-rs', n=n, s=s).k} partitions, not one per client" in why
+    assert said in why
+    assert code.load < n
+
+
+def test_a_comm_efficient_object_for_another_size_keeps_its_m():
+    code, _ = code_for_cohort(make_code("comm-efficient", n=8, s=1, m=1), 7, 1, 0, {})
+    assert (code.name, code.n, code.s, code.m, code.k) == ("comm-efficient", 7, 1, 1, 7)
+
+
 def test_a_bad_code_name_or_option_is_an_error_not_a_fallback():
     with pytest.raises(ValueError, match="unknown code 'no-such-code'"):
         code_for_cohort("no-such-code", 6, 1, 0, {})

@@ -17,11 +17,12 @@ from tests.flower.test_plugin_comm_efficient import SHAPES, target, train
 
 
 @pytest.mark.parametrize(("code", "s", "options"), [("grouped-rs", 3, {}),
-                                                    ("comm-efficient", 1, {"m": 2})])
+                                                    ("comm-efficient", 1, {"m": 3})])
 def test_a_sampled_cohort_is_fedavg_over_its_own_partitions(code, s, options):
     """12 nodes, FedAvg samples 6 a round. grouped-rs with s = 3 on 6 clients is, as built
-    by itself, 5 partitions (a copied row); comm-efficient s = 1, m = 2 on 6 is two groups
-    of 3. Each round must be FedAvg over the 6 sampled nodes' own partitions, exact."""
+    by itself, 5 partitions (a copied row); comm-efficient s = 1, m = 3 on 6 is one group
+    of s + m = 4 partitions (k = 4). Each round must be FedAvg over the 6 sampled nodes'
+    own partitions, exact."""
     random.seed(5)
     app = ClientApp(mods=[gradient_coding_mod])
     app.train()(train)

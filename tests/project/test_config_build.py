@@ -88,24 +88,25 @@ def test_fraction_train_samples_a_cohort_every_round_and_is_validated(tmp_path):
 def test_independent_noise_is_accounted_with_the_sampled_cohorts_code(tmp_path):
     """Partition DP with independent noise: the accountant's starting multiplier (what the
     budget check judges a round at before its sizes are agreed) is the worst case of the code
-    the rounds use, the one over the sampled cohort (7 of 15 nodes: comm-efficient s = 1,
-    m = 2 in groups of 4 and 3 owning their members' partitions): a partition dominating each
-    of its replies, 1/sqrt(r) for the most replicas r of a partition in that code (4 on 7
-    clients, counted from its coefficients below; 3 on 15, groups of 3)."""
+    the rounds use, the one over the sampled cohort (6 of 12 nodes, s = 3: grouped-rs has a
+    copied row there, k = 5, so the rounds run it without its float32 budget, one partition
+    per client): a partition dominating each of its replies, 1/sqrt(r) for the most replicas
+    r of a partition in that code (counted from its coefficients below)."""
     import numpy as np
 
     from fl_gradcode.codes import make_code
     from server.app import build
 
     cfg = merge_config({"results-dir": str(tmp_path), "dp": "partition",
-                        "dp-noise": "independent", "noise-multiplier": 1.0, "s": 1, "m": 2,
-                        "code": "comm-efficient", "fraction-train": 0.5})
-    strategy = build(cfg, 15)[0]
+                        "dp-noise": "independent", "noise-multiplier": 1.0, "s": 3,
+                        "code": "grouped-rs", "fraction-train": 0.5})
+    strategy = build(cfg, 12)[0]
     ((sigma, q, count),) = strategy.accountant.units[0]
-    replicas = {n: int(np.max(np.count_nonzero(make_code(
-        "comm-efficient", n=n, s=1, m=2, own_partitions=True).B, axis=0))) for n in (7, 15)}
-    assert replicas == {7: 4, 15: 3}  # the premise: the two codes differ
-    assert sigma == pytest.approx(1 / np.sqrt(replicas[7]), rel=1e-12)
+    assert make_code("grouped-rs", n=6, s=3).k == 5  # the premise: a copied row
+    ran = make_code("grouped-rs", n=6, s=3, max_relative_amplification=None)
+    assert ran.k == 6
+    replicas = int(np.max(np.count_nonzero(ran.B, axis=0)))
+    assert sigma == pytest.approx(1 / np.sqrt(replicas), rel=1e-12)
     assert (q, count) == (1.0, 1)
 
 

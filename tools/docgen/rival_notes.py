@@ -131,7 +131,7 @@ def split_codes(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
     than the cohort (the app's data split ``k`` ways: the same model only for one full-batch
     gradient, where the grid kept them): the ServerApp now builds every code with one
     partition per client, so a re-run of them would differ."""
-    from experiments.registry import built_code, parse_code
+    from experiments.registry import grid_code_k, parse_code
     from fl_gradcode.config import merge_config
 
     split: dict[str, dict[str, list[str]]] = {}
@@ -142,7 +142,10 @@ def split_codes(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
         cohort = int(settings["cohort"])
         for method in sorted({r["method"] for r in cell["runs"] if ":" in r["method"]}):
             code, s = parse_code(method)
-            k, _ = built_code(code, s, cohort, m if code == "comm-efficient" else None)
+            ran = {r.get("code_partitions") for r in cell["runs"] if r["method"] == method}
+            # runs from before the record named it: the construction the grid then ran
+            k = max(ran) if None not in ran else grid_code_k(
+                code, s, cohort, m if code == "comm-efficient" else None)
             if k != cohort:
                 split.setdefault(method, {}).setdefault(
                     f"k = {k} at a cohort of {cohort}", []).append(name)
