@@ -130,14 +130,19 @@ def test_a_sampled_cohort_gets_comm_efficient_on_the_members_own_partitions(capl
     code = strategy.code_for(4)
     assert (code.name, code.k, code.m) == ("comm-efficient", 4, 2)
     assert not [r for r in caplog.records if "partitions" in r.getMessage()]
+    assert len(inner.sampled) == 3
+    assert_sampled_fedavg(result, grid, inner.sampled)
+
+
+def assert_sampled_fedavg(result, grid, sampled) -> None:
+    """The run's model is numpy FedAvg over each round's sampled nodes' own partitions."""
     theta = {name: np.zeros(shape) for name, shape in SHAPES.items()}
-    for nodes in inner.sampled:  # numpy FedAvg over the sampled partitions
+    for nodes in sampled:
         parts = [grid.index[node] for node in nodes]
         sizes = np.array([7 + 2 * j for j in parts], dtype=float)
         theta = {name: sum(sz * (th - 0.3 * (th - target(j, name)))
                            for j, sz in zip(parts, sizes, strict=True)) / sizes.sum()
                  for name, th in theta.items()}
-    assert len(inner.sampled) == 3
     for name in SHAPES:
         got = result.arrays[name].numpy()
         assert np.linalg.norm(got - theta[name]) <= 1e-5 * np.linalg.norm(theta[name])
