@@ -479,8 +479,8 @@ def _build(name: str, n: int, s: int, seed: int, options: dict[str, Any]) -> Gra
     their members' partitions: the same code when ``s + m`` divides ``n``); any other code
     with ``k != n`` raises ``ValueError`` (its ``k`` partitions would be the data split
     another way than the clients')."""
-    if name == "comm-efficient":
-        options = {**options, "own_partitions": True}
+    if name == "comm-efficient":  # (an own_partitions=False given is kept, and refused below)
+        options = {"own_partitions": True, **options}
     code = make_code(name, n=n, s=s, seed=seed, **options)
     if code.k != n:
         raise ValueError(f"it has k={code.k} partitions, not one per client")

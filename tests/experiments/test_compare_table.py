@@ -433,3 +433,8 @@ def test_the_table_names_fixed_code_runs_made_with_fewer_partitions_than_the_coh
                            "of 20: a/x/20x20, b/x/20x20)")
     assert "grouped-rs" not in note and "21" not in note
     assert split_codes(data, ["a/y/21x21"]) == []
+    for run in data["cells"]["b/x/20x20"]["runs"]:  # runs that record their code's k
+        if ":" in run["method"]:
+            run["code_partitions"] = 20
+    (note,) = split_codes(data, ["a/x/20x20", "b/x/20x20"])
+    assert "in 1 finished cells (k = 18 at a cohort of 20: a/x/20x20)" in note

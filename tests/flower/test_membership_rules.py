@@ -264,11 +264,13 @@ def test_every_code_for_a_cohort_has_one_partition_per_member():
     from fl_gradcode.codes import available_codes
 
     for name in available_codes():
-        for n in range(2, 15):
+        for n in range(2, 11):
             for s in range(n):
                 code, _ = code_for_cohort(name, n, s, 0, {"m": 2} if name == "comm-efficient"
                                           else {})
                 assert (code.n, code.k) == (n, n), (name, n, s)
+                if name in ("frc", "crc", "grouped-rs", "nested"):  # exact at every s < n
+                    assert code.s == s and code.is_exact, (name, n, s, code.name, code.s)
     assert make_code("comm-efficient", n=7, s=1, m=2).k == 6  # the premise
     code, why = code_for_cohort("comm-efficient", 7, 1, 0, {"m": 2})
     assert (code.name, code.s, code.m, why) == ("comm-efficient", 1, 2, None)
@@ -291,8 +293,8 @@ def test_grouped_rs_with_a_copied_row_falls_back_at_the_same_tolerance(n, s, exp
 
 
 def test_a_comm_efficient_object_for_another_size_keeps_its_m():
-    code, _ = code_for_cohort(make_code("comm-efficient", n=8, s=1, m=1), 7, 1, 0, {})
-    assert (code.name, code.n, code.s, code.m, code.k) == ("comm-efficient", 7, 1, 1, 7)
+    code, _ = code_for_cohort(make_code("comm-efficient", n=8, s=1, m=3), 7, 1, 0, {})
+    assert (code.name, code.n, code.s, code.m, code.k) == ("comm-efficient", 7, 1, 3, 7)
 
 
 def test_a_bad_code_name_or_option_is_an_error_not_a_fallback():
