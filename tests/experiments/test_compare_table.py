@@ -437,4 +437,4 @@ def test_the_table_names_fixed_code_runs_made_with_fewer_partitions_than_the_coh
         if ":" in run["method"]:
             run["code_partitions"] = 20
     (note,) = split_codes(data, ["a/x/20x20", "b/x/20x20"])
-    assert "in 1 finished cells (k = 18 at a cohort of 20: a/x/20x20)" in note
+    assert "in 1 finished cell (k = 18 at a cohort of 20: a/x/20x20)" in note

@@ -149,7 +149,10 @@ def split_codes(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
             if k != cohort:
                 split.setdefault(method, {}).setdefault(
                     f"k = {k} at a cohort of {cohort}", []).append(name)
-    return [f"{method}'s runs in {sum(map(len, sizes.values()))} finished cells "
+    def cells(count: int) -> str:
+        return f"{count} finished cell" + ("" if count == 1 else "s")
+
+    return [f"{method}'s runs in {cells(sum(map(len, sizes.values())))} "
             f"({'; '.join(f'{size}: ' + ', '.join(names) for size, names in sizes.items())}) "
             "used the construction the grid ran, with fewer partitions than the cohort: the "
             "app's data split k ways (there one full-batch gradient, so the same model). The "
