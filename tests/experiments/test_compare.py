@@ -222,31 +222,21 @@ def test_a_task_that_cannot_be_split_n_ways_is_refused_before_any_run(tmp_path):
     assert not (tmp_path / "x.json").exists()
 
 
-def test_a_fixed_code_the_serverapp_replaces_for_a_sampled_cohort_is_refused_before_any_run(
-        tmp_path):
-    """comm-efficient s = 2 with the digits task's m = 1 has k = 18 partitions for a cohort of
-    20 sampled from 40: the ServerApp would run grouped-rs instead, so the command refuses
-    the method before running (its numbers would carry the wrong name)."""
-    with pytest.raises(SystemExit, match=r"comm-efficient:2 has k = 18 partitions for a "
-                                         r"cohort of 20 \(m = 1\): the cohort is sampled "
-                                         r"\(of n = 40\)"):
-        compare.main(["--n", "40", "--cohort", "20", "--seeds", "10", "--methods",
-                      "auto,comm-efficient:2", "--out", str(tmp_path / "x.json")])
-    assert not (tmp_path / "x.json").exists()
+@pytest.mark.parametrize(("n", "update"), [(40, "gradient"), (20, "local")])
+def test_a_fixed_code_is_judged_as_the_serverapp_builds_it_and_the_grid_as_it_ran(n, update):
+    """comm-efficient s = 2 with m = 1 (load 3) for a cohort of 20, sampled from 40 or with
+    local epochs: its own construction has k = 18 partitions, the data split 18 ways. The
+    ServerApp now builds it with one partition per client, so one cell takes it (no other
+    model); the grid's finished runs used the old construction and keep the grid's reason."""
+    from fl_gradcode.config import merge_config
 
-
-def test_a_fixed_code_that_would_train_another_model_is_refused_by_one_cell_as_by_the_grid(
-        tmp_path):
-    """Every node in the cohort, local epochs of minibatch SGD (the CNN task): comm-efficient
-    s = 2 (m = 1) has k = 18 partitions for 20 clients, so its rounds would train on the data
-    re-split 18 ways, another model than the other methods'. The grid sets it aside; one cell
-    refuses it before any run, naming why."""
-    out = tmp_path / "x.json"
-    with pytest.raises(SystemExit, match=r"comm-efficient:2 has k = 18 partitions for a "
-                                         r"cohort of 20 \(m = 1\): update = 'local'"):
-        compare.main(["--task", "mnist1d-cnn", "--n", "20", "--seeds", "10", "--rounds", "1",
-                      "--methods", "wait-for-all,comm-efficient:2", "--out", str(out)])
-    assert not out.exists()
+    cfg = merge_config({"update": update, "m": 1})
+    assert compare.code_fit("comm-efficient:2", n, 20, cfg) == (None, None)
+    _, why = compare.code_fit("comm-efficient:2", n, 20, cfg, grid=True)
+    assert why is not None and why.startswith("comm-efficient:2 has k = 18 partitions for a "
+                                              "cohort of 20 (m = 1): ")
+    assert ("the cohort is sampled (of n = 40)" in why) == (n == 40)
+    assert ("update = 'local'" in why) == (update == "local")
 
 
 def test_a_code_that_cannot_take_the_cohort_or_an_unknown_code_is_refused_before_any_run(
