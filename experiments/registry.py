@@ -19,27 +19,10 @@ from experiments.compare_cli import DEFAULT_METHODS, RIVAL_RULES
 from experiments.journal import Journal
 from experiments.rival_runs import Cell, parse_code
 
-__all__ = [
-    "COMPUTE_KEYS",
-    "GRID",
-    "built_code",
-    "cell_own_keys",
-    "cell_rules",
-    "cell_run_config",
-    "charge_at",
-    "charge_once",
-    "check_cell",
-    "check_codes",
-    "check_methods",
-    "code_fit",
-    "grid_cell",
-    "grid_code_k",
-    "load_grid",
-    "lookup",
-    "registry_config",
-    "task_target",
-    "with_rules",
-]
+__all__ = ["COMPUTE_KEYS", "GRID", "built_code", "cell_own_keys", "cell_rules",
+           "cell_run_config", "charge_at", "charge_once", "check_cell", "check_codes",
+           "check_methods", "code_fit", "grid_cell", "grid_code_k", "load_grid", "lookup",
+           "registry_config", "task_target", "with_rules"]
 
 GRID = Path(__file__).with_name("grid.toml")
 
@@ -238,13 +221,18 @@ def check_cell(cell: Cell, task: str, seeds: Sequence[int]) -> None:
 
 
 @functools.cache
+def _cohort_code(code: str, s: int, cohort: int, m: int | None) -> tuple[Any, str | None]:
+    """``server.app.cohort_code``, built once per ``(code, s, cohort, m)``."""
+    from server.app import cohort_code
+
+    return cohort_code(code, s, cohort, m)
+
+
 def built_code(code: str, s: int, cohort: int, m: int | None) -> tuple[int, str | None]:
     """``(k, why)`` of the code the ServerApp builds for a cohort: ``why`` is ``None`` when it
     is ``code`` itself, else why it built another (its fallback); each ``(code, s, cohort,
     m)`` is built once. An unknown code name is refused."""
-    from server.app import cohort_code
-
-    built, why = cohort_code(code, s, cohort, m)
+    built, why = _cohort_code(code, s, cohort, m)
     return built.k, why
 
 
@@ -253,10 +241,8 @@ def grid_code_k(code: str, s: int, cohort: int, m: int | None) -> int:
     groups of ``s + m`` clients owned ``s + m`` partitions each, ``floor(cohort / (s + m))
     (s + m)`` of them (18 at 20 with ``s + m = 3``), where the ServerApp now builds one
     partition per client (its groups owning their members' partitions); any other code as
-    the ServerApp builds it."""
-    from server.app import cohort_code
-
-    built, _ = cohort_code(code, s, cohort, m)
+    the ServerApp builds it (the same build as :func:`built_code`)."""
+    built, _ = _cohort_code(code, s, cohort, m)
     if code == "comm-efficient" and getattr(built, "own_partitions", False):
         load = built.s + built.m
         return cohort // load * load
