@@ -7,7 +7,9 @@ synchronous rounds), FedBuff runs on the development seeds; the pick is the sett
 verdict's own rule ranks first over those seeds: the lowest median time to target (a seed
 that never reached it counting as infinitely slow), then the highest median final accuracy,
 then the grid file's a-priori setting (``fedbuff_server_lr``, ``fedbuff_buffer_fraction``),
-then the grid's order. The reported seeds then run the pick only. FedBuff: Nguyen, Malik,
+then the grid's order. While the pick sits at an edge of what was tried, the lists grow past
+it and the rule picks again over everything tried, at most ``fedbuff_tune_extend`` times
+(:func:`grown`). The reported seeds then run the pick only. FedBuff: Nguyen, Malik,
 Zhan, Yousefpour, Rabbat, Malek, Huba, "Federated learning with buffered asynchronous
 aggregation", AISTATS 2022, https://arxiv.org/abs/2106.06639 (its server learning rate and
 ``K`` are set per task there too).
@@ -23,13 +25,15 @@ from typing import Any
 from experiments.deadline_best import rank_medians
 from experiments.rival_runs import Cell
 
-__all__ = ["FEDBUFF_RULE", "check_tuning_lists", "tuned_fedbuff"]
+__all__ = ["FEDBUFF_RULE", "check_extend", "check_tuning_lists", "grown", "tuned_fedbuff"]
 
 #: What a cell's ``settings.fedbuff.tuning.rule`` says.
 FEDBUFF_RULE = ("the (server_lr, buffer_fraction) of the grid with the lowest median time to "
                 "target over the development seeds (never reached: infinite), then the "
                 "highest median final accuracy, then the a-priori setting, then the grid's "
-                "order")
+                "order; while the pick has the largest or smallest server lr tried, or the "
+                "smallest or largest K, the lists grow past it (lr x2 or /2, fraction /2 or "
+                "x2 where K changes) and the pick is made again, at most extend times")
 
 
 def _grid(values: Any, name: str, ok: Callable[[float], bool], what: str) -> list[float]:
@@ -53,32 +57,58 @@ def check_tuning_lists(rules: Mapping[str, Any]) -> tuple[list[float], list[floa
                   lambda v: 0 < v <= 1, "in (0, 1]"))
 
 
+def check_extend(value: Any) -> int:
+    """The grid file's ``fedbuff_tune_extend`` (absent: 0) as an integer >= 0, or a
+    ``ValueError`` naming the bad value."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not math.isfinite(value) or value < 0 or value != int(value):
+        raise ValueError(f"fedbuff_tune_extend={value!r}: expected an integer >= 0 (how many "
+                         "times FedBuff's tuning lists may grow past an edge pick)")
+    return int(value)
+
+
+def grown(lrs: Sequence[float], fractions: Sequence[float], pick: tuple[float, float],
+          cell: Cell) -> tuple[list[float], list[float]]:
+    """``(server lrs, fractions)`` to add where ``pick = (server lr, fraction)`` is at an edge
+    of the lists tried (empty lists: it is not): the largest lr tried, twice it; the smallest,
+    half it; the smallest fraction, half it; the largest, twice it (at most 1). A fraction is
+    added only where its ``K = ceil(fraction * cohort)`` is not one tried already (a fraction
+    of ``K = 1`` has no smaller ``K``; ``K`` is :meth:`Cell.fedbuff_buffer` of ``cell``)."""
+    def buffer_size(f: float) -> int:
+        return dataclasses.replace(cell, fedbuff_buffer_fraction=f).fedbuff_buffer()
+
+    lr, fraction = pick
+    new_lrs = [v for v, edge in ((2 * lr, lr == max(lrs)), (lr / 2, lr == min(lrs))) if edge]
+    ks = {buffer_size(f) for f in fractions}
+    new_fracs: list[float] = []
+    for v, edge in ((fraction / 2, fraction == min(fractions)),
+                    (min(1.0, 2 * fraction), fraction == max(fractions))):
+        k = buffer_size(v)
+        if edge and k not in ks:
+            ks.add(k)
+            new_fracs.append(v)
+    return new_lrs, new_fracs
+
+
 def tuned_fedbuff(cell: Cell, dev_seeds: Sequence[int], server_lrs: Sequence[float],
                   fractions: Sequence[float],
-                  run: Callable[[Cell, int], Mapping[str, Any]]
-                  ) -> tuple[Cell, dict[str, Any]]:
+                  run: Callable[[Cell, int], Mapping[str, Any]],
+                  extend: int = 0) -> tuple[Cell, dict[str, Any]]:
     """``(cell with the pick, the tuning's record)``: ``run(cell, seed)`` is one FedBuff run
-    (its record: ``time_to_target``, ``final_accuracy``) of ``cell``'s settings."""
+    (its record: ``time_to_target``, ``final_accuracy``) of ``cell``'s settings. ``extend``:
+    how many times the lists may grow past an edge pick (:func:`grown`); the record's
+    ``extensions`` lists each growth, ``at_edge`` says whether the final pick could grow
+    further."""
     lrs, fracs = check_tuning_lists({"fedbuff_tune_server_lr": server_lrs,
                                      "fedbuff_tune_buffer_fraction": fractions})
+    extend = check_extend(extend)
     if not dev_seeds:
         raise ValueError("FedBuff's tuning needs development seeds (--dev-seeds)")
     a_priori = (float(cell.fedbuff_server_lr), float(cell.fedbuff_buffer_fraction))
     results: list[dict[str, Any]] = []
-    for lr in lrs:
-        for fraction in fracs:
-            tried = dataclasses.replace(cell, fedbuff_server_lr=lr,
-                                        fedbuff_buffer_fraction=fraction)
-            runs = [run(tried, int(seed)) for seed in dev_seeds]
-            time, final = rank_medians(runs)
-            results.append({
-                "server_lr": lr, "buffer_fraction": fraction,
-                "buffer_size": tried.fedbuff_buffer(), "server_steps": tried.fedbuff_steps(),
-                "median_time_to_target_all_seeds": None if math.isinf(time) else time,
-                "median_final_accuracy": final,
-                "per_seed": {str(r["seed"]): {"time_to_target": r["time_to_target"],
-                                              "final_accuracy": r["final_accuracy"]}
-                             for r in runs}})
+    done: set[tuple[float, float]] = set()
 
     def score(i: int) -> tuple:
         r = results[i]
@@ -86,11 +116,40 @@ def tuned_fedbuff(cell: Cell, dev_seeds: Sequence[int], server_lrs: Sequence[flo
         return (math.inf if time is None else time, -r["median_final_accuracy"],
                 (r["server_lr"], r["buffer_fraction"]) != a_priori, i)
 
-    best = results[min(range(len(results)), key=score)]
+    extensions: list[dict[str, list[float]]] = []
+    while True:
+        for lr in lrs:
+            for fraction in fracs:
+                if (lr, fraction) in done:
+                    continue
+                done.add((lr, fraction))
+                results.append(_tried(cell, lr, fraction, dev_seeds, run))
+        best = results[min(range(len(results)), key=score)]
+        more = grown(lrs, fracs, (best["server_lr"], best["buffer_fraction"]), cell)
+        if len(extensions) == extend or not any(more):
+            break
+        extensions.append({"server_lr": more[0], "buffer_fraction": more[1]})
+        lrs, fracs = lrs + more[0], fracs + more[1]
     chosen = dataclasses.replace(cell, fedbuff_server_lr=best["server_lr"],
                                  fedbuff_buffer_fraction=best["buffer_fraction"])
     return chosen, {"rule": FEDBUFF_RULE, "dev_seeds": [int(s) for s in dev_seeds],
                     "a_priori": {"server_lr": a_priori[0], "buffer_fraction": a_priori[1]},
-                    "grid": results,
+                    "grid": results, "extend": extend, "extensions": extensions,
+                    "at_edge": any(more),
                     "chosen": {"server_lr": best["server_lr"],
                                "buffer_fraction": best["buffer_fraction"]}}
+
+
+def _tried(cell: Cell, lr: float, fraction: float, dev_seeds: Sequence[int],
+           run: Callable[[Cell, int], Mapping[str, Any]]) -> dict[str, Any]:
+    """One setting's runs on the development seeds, as the tuning's record has them."""
+    tried = dataclasses.replace(cell, fedbuff_server_lr=lr, fedbuff_buffer_fraction=fraction)
+    runs = [run(tried, int(seed)) for seed in dev_seeds]
+    time, final = rank_medians(runs)
+    return {"server_lr": lr, "buffer_fraction": fraction,
+            "buffer_size": tried.fedbuff_buffer(), "server_steps": tried.fedbuff_steps(),
+            "median_time_to_target_all_seeds": None if math.isinf(time) else time,
+            "median_final_accuracy": final,
+            "per_seed": {str(r["seed"]): {"time_to_target": r["time_to_target"],
+                                          "final_accuracy": r["final_accuracy"]}
+                         for r in runs}}

@@ -35,7 +35,7 @@ from experiments.compare import (
     stored_run,
     task_target,
 )
-from experiments.fedbuff_tuning import check_tuning_lists
+from experiments.fedbuff_tuning import check_extend, check_tuning_lists
 from experiments.rival_runs import RIVALS
 from experiments.summary import print_summary, summarize
 
@@ -301,8 +301,9 @@ def estimate(grid: Mapping[str, Any], data: Mapping[str, Any],
                        "digits-logreg's runs x the task's factor); one process, torch on "
                        "one thread, this machine (2 cores shared); a FedBuff tuning run "
                        "costs what the finished FedBuff runs did (a smaller K takes more "
-                       "server steps, each evaluated: an underestimate); re-runs of finished "
-                       "cells are not counted"}
+                       "server steps, each evaluated: an underestimate; the settings its "
+                       "tuning adds past an edge pick, fedbuff_tune_extend, are not "
+                       "counted either); re-runs of finished cells are not counted"}
 
 
 def _task_factors(digits_wfa: float | None) -> dict[str, float]:
@@ -454,6 +455,7 @@ def check_grid(grid: Mapping[str, Any], patterns: str, methods: Sequence[str] | 
     check_methods(list(methods or []))
     if grid["rules"].get("fedbuff_tune") and "fedbuff" in (methods or grid_methods(grid, 1)):
         check_tuning_lists(grid["rules"])
+        check_extend(grid["rules"].get("fedbuff_tune_extend"))
     by_name = {c["name"]: c for c in grid_cells(grid)}
     for name in chosen:
         for method in methods or []:

@@ -325,14 +325,44 @@ def test_cells_whose_fedbuff_predates_its_tuning_are_named_and_edge_picks_counte
         "c": {"settings": {"fedbuff": {"server_lr": 1.0}}, "runs": ran},
         "d": {"settings": {"fedbuff": {"tuning": tuning(1.0, 0.25)}}, "runs": ran},
         "e": {"settings": {}, "runs": [{"method": "auto"}]}}}  # FedBuff never ran
-    (note, edge) = rival_notes.fedbuff_tuned(data, ["a", "b", "c", "d", "e"])
+    (note, grew, edge) = rival_notes.fedbuff_tuned(data, ["a", "b", "c", "d", "e"])
     assert "in 2 of the 4 finished cells that ran it; in a, c it ran" in note
+    # the grid file grows the lists past an edge pick (amendment 16): b and d predate it
+    assert "amendment 16) in 0 of the 2 tuned cells (none); in the others" in grew
     assert "server lr 1, K 0.25 of the cohort" in note  # the grid file's a-priori values
     # b's pick (0.5, 0.25) is neither the largest lr nor the smallest K; d's has lr 1.0
     assert edge.startswith("In 1 of the 2 tuned cells FedBuff's pick is the largest server lr")
     data["cells"]["b"]["settings"]["fedbuff"]["tuning"]["grid"] = [
         {"server_lr": 0.5, "buffer_fraction": 0.25}]
+    data["cells"]["b"]["settings"]["fedbuff"]["tuning"].update(extensions=[], at_edge=False)
     assert rival_notes.fedbuff_tuned(data, ["b", "e"]) == []
+
+
+def test_a_grown_tuning_counts_its_own_edge_and_cells_before_the_growth_are_named():
+    def tuning(lr, fraction, **grown):
+        grid = [{"server_lr": a, "buffer_fraction": b} for a in (0.25, 0.5, 1.0, 2.0)
+                for b in (0.05, 0.1, 0.25)]
+        return {"grid": grid, "chosen": {"server_lr": lr, "buffer_fraction": fraction},
+                **grown}
+    ran = [{"method": "fedbuff"}]
+    data = {"cells": {
+        # grown, and its pick can grow no further (its record says so): no edge
+        "a": {"settings": {"fedbuff": {"tuning": tuning(
+            2.0, 0.05, extensions=[{"server_lr": [2.0], "buffer_fraction": [0.05]}],
+            at_edge=False)}}, "runs": ran},
+        # grown to its limit, still at the largest lr
+        "b": {"settings": {"fedbuff": {"tuning": tuning(
+            2.0, 0.1, extensions=[{"server_lr": [2.0], "buffer_fraction": [0.05]}],
+            at_edge=True)}}, "runs": ran},
+        # before the growth: at the smallest K of its grid
+        "c": {"settings": {"fedbuff": {"tuning": tuning(0.5, 0.05)}}, "runs": ran}}}
+    (grew, edge) = rival_notes.fedbuff_tuned(data, ["a", "b", "c"])
+    assert "amendment 16) in 2 of the 3 tuned cells; in c FedBuff predates it" in grew
+    assert edge.startswith("In 2 of the 3 tuned cells")
+    assert "after their last growth" in edge and "(the smallest K in 1:" in edge
+    data["cells"]["c"]["settings"]["fedbuff"]["tuning"].update(extensions=[], at_edge=False)
+    (edge,) = rival_notes.fedbuff_tuned(data, ["a", "b", "c"])
+    assert edge.startswith("In 1 of the 3 tuned cells") and "the smallest K in" not in edge
     assert "are tuned on the development seeds" in rivals.render(_data(), REPORT)
 
 

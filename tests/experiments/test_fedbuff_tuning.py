@@ -3,6 +3,7 @@ what a cell records, the reported seeds run the pick, and a fixed value is refus
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -87,9 +88,17 @@ def test_the_command_tunes_fedbuff_on_the_development_seeds_and_runs_the_pick(tm
     fedbuff = data["settings"]["fedbuff"]
     grid = compare.load_grid()["rules"]
     tuning = fedbuff["tuning"]
-    assert [(r["server_lr"], r["buffer_fraction"]) for r in tuning["grid"]] == [
-        (lr, f) for lr in grid["fedbuff_tune_server_lr"]
-        for f in grid["fedbuff_tune_buffer_fraction"]]
+    tried = [(r["server_lr"], r["buffer_fraction"]) for r in tuning["grid"]]
+    lists = [(lr, f) for lr in grid["fedbuff_tune_server_lr"]
+             for f in grid["fedbuff_tune_buffer_fraction"]]
+    assert tried[:len(lists)] == lists
+    # past the lists: the grid file's growth, each added value tried with every other one
+    assert tuning["extend"] == grid["fedbuff_tune_extend"] >= len(tuning["extensions"])
+    lrs = grid["fedbuff_tune_server_lr"] + [v for e in tuning["extensions"]
+                                            for v in e["server_lr"]]
+    fracs = grid["fedbuff_tune_buffer_fraction"] + [v for e in tuning["extensions"]
+                                                    for v in e["buffer_fraction"]]
+    assert sorted(tried) == sorted((lr, f) for lr in lrs for f in fracs)
     assert all(set(r["per_seed"]) == {"0", "1"} for r in tuning["grid"])
     pick = tuning["chosen"]
     assert (fedbuff["server_lr"], fedbuff["buffer_fraction"]) == (pick["server_lr"],
@@ -140,3 +149,80 @@ def test_tuning_on_the_reported_seeds_is_recorded(tmp_path):
                          "--target", "0.3", "--methods", "fedbuff", "--out", str(out)]) == 0
     tuning = json.loads(out.read_text())["settings"]["fedbuff"]["tuning"]
     assert tuning["tuned_on_reported_seeds"] == [0]
+
+
+def _table(best):
+    """Every (lr, fraction) reaches the target at 50 s, ``best`` (a dict) faster."""
+    class Table(dict):
+        def __missing__(self, key):
+            return {s: (50.0, 0.9) for s in range(3)}
+    table = Table()
+    for key, time in best.items():
+        table[key] = {s: (time, 0.9) for s in range(3)}
+    return table
+
+
+def test_an_edge_pick_grows_the_lists_past_it_and_picks_again():
+    # cohort 20: K = ceil(20 f); (1.0, 0.1) is the lists' pick (largest lr, smallest K = 2),
+    # so lr 2.0 and fraction 0.05 (K = 1) are added; (2.0, 0.05) is faster still and at the
+    # edge again: lr 4.0 is added (K = 1 has no smaller K); 4.0 is slower, so the pick stays
+    table = _table({(1.0, 0.1): 20.0, (2.0, 0.05): 10.0, (2.0, 0.1): 15.0})
+    run, calls = _fake(table)
+    chosen, record = tuned_fedbuff(_cell(), [0, 1, 2], [0.25, 0.5, 1.0], [0.1, 0.25], run,
+                                   extend=2)
+    assert (chosen.fedbuff_server_lr, chosen.fedbuff_buffer_fraction) == (2.0, 0.05)
+    assert chosen.fedbuff_buffer() == 1 and chosen.fedbuff_steps() == 600
+    assert record["extensions"] == [{"server_lr": [2.0], "buffer_fraction": [0.05]},
+                                    {"server_lr": [4.0], "buffer_fraction": []}]
+    tried = [(r["server_lr"], r["buffer_fraction"]) for r in record["grid"]]
+    # the lists' 6, then 2.0 x (0.1, 0.25, 0.05) and (0.25, 0.5, 1.0) x 0.05, then 4.0 x 3
+    assert len(tried) == len(set(tried)) == 6 + 6 + 3
+    assert {(lr, f) for lr in (0.25, 0.5, 1.0, 2.0, 4.0) for f in (0.1, 0.25, 0.05)} == set(tried)
+    assert len(calls) == 3 * 15
+    # (2.0, 0.05) is at no edge any more: 4.0 is the largest lr tried, K = 1 the smallest K
+    assert record["extend"] == 2 and record["at_edge"] is False
+
+
+def test_the_growth_stops_at_its_limit_and_says_the_pick_is_still_at_an_edge():
+    table = _table({(1.0, 0.1): 20.0, (2.0, 0.1): 10.0})
+    run, calls = _fake(table)
+    chosen, record = tuned_fedbuff(_cell(), [0, 1, 2], [0.25, 0.5, 1.0], [0.1, 0.25], run,
+                                   extend=1)
+    assert (chosen.fedbuff_server_lr, chosen.fedbuff_buffer_fraction) == (2.0, 0.1)
+    assert record["at_edge"] is True and len(record["extensions"]) == 1
+    # extend 0 is amendment 12's tuning: the lists only, the edge named
+    run, calls = _fake(table)
+    chosen, record = tuned_fedbuff(_cell(), [0, 1, 2], [0.25, 0.5, 1.0], [0.1, 0.25], run)
+    assert (chosen.fedbuff_server_lr, chosen.fedbuff_buffer_fraction) == (1.0, 0.1)
+    assert len(calls) == 18 and record["extensions"] == [] and record["at_edge"] is True
+
+
+def test_an_interior_pick_grows_nothing():
+    table = _table({(0.5, 0.25): 10.0})
+    run, calls = _fake(table)
+    chosen, record = tuned_fedbuff(_cell(), [0], [0.25, 0.5, 1.0], [0.1, 0.25, 0.5], run,
+                                   extend=2)
+    assert (chosen.fedbuff_server_lr, chosen.fedbuff_buffer_fraction) == (0.5, 0.25)
+    assert record["extensions"] == [] and record["at_edge"] is False and len(calls) == 9
+
+
+def test_the_other_edges_grow_the_other_way_and_a_fraction_is_added_only_where_k_changes():
+    # smallest lr and largest fraction: lr 0.125, fraction 0.5 (K 10 at cohort 20)
+    table = _table({(0.25, 0.25): 10.0})
+    run, _ = _fake(table)
+    _, record = tuned_fedbuff(_cell(), [0], [0.25, 0.5, 1.0], [0.1, 0.25], run, extend=1)
+    assert record["extensions"] == [{"server_lr": [0.125], "buffer_fraction": [0.5]}]
+    # cohort 5: fraction 0.1 has K = 1, so half of it (K = 1 again) is not added
+    table = _table({(1.0, 0.1): 10.0})
+    run, _ = _fake(table)
+    cell = dataclasses.replace(_cell(), n=5, cohort=5)
+    _, record = tuned_fedbuff(cell, [0], [0.25, 0.5, 1.0], [0.1, 0.25], run, extend=1)
+    assert record["extensions"] == [{"server_lr": [2.0], "buffer_fraction": []}]
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "2", math.nan])
+def test_a_bad_growth_limit_is_refused_naming_it(bad):
+    run, calls = _fake({})
+    with pytest.raises(ValueError, match="fedbuff_tune_extend"):
+        tuned_fedbuff(_cell(), [0], [1.0], [0.25], run, extend=bad)
+    assert not calls

@@ -203,6 +203,7 @@ def test_fedbuffs_tuned_pick_stays_when_another_method_runs_again(tmp_path, one_
     grid = _tiny(compare.load_grid())
     grid["rules"]["fedbuff_tune_server_lr"] = [0.5, 1.0]
     grid["rules"]["fedbuff_tune_buffer_fraction"] = [0.25]
+    grid["rules"]["fedbuff_tune_extend"] = 0  # the lists only (their growth: its own tests)
     out = tmp_path / "grid.json"
     run_grid.run_grid(grid, "digits-logreg/persistent/*", out, ["auto", "fedbuff"])
     first = json.loads(out.read_text())["cells"]["digits-logreg/persistent/5x5"]

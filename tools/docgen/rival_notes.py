@@ -75,18 +75,33 @@ def fedbuff_tuned(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
             f"{float(rules['fedbuff_buffer_fraction']):g} of the cohort), so there the verdict "
             "may flatter auto.")
     edge = small_k = 0
+    grew = [n for n in tuned if "extensions" in cells[n]["settings"]["fedbuff"]["tuning"]]
     for n in tuned:
         tuning = cells[n]["settings"]["fedbuff"]["tuning"]
         lrs = [g["server_lr"] for g in tuning["grid"]]
         fracs = [g["buffer_fraction"] for g in tuning["grid"]]
         chosen = tuning["chosen"]
         least = len(set(fracs)) > 1 and chosen["buffer_fraction"] == min(fracs)
+        if n in grew:  # amendment 16 says itself whether the pick could grow further
+            at_edge = bool(tuning["at_edge"])
+            least = least and at_edge
+        else:
+            at_edge = (len(set(lrs)) > 1 and chosen["server_lr"] == max(lrs)) or least
         small_k += least
-        edge += (len(set(lrs)) > 1 and chosen["server_lr"] == max(lrs)) or least
+        edge += at_edge
+    if tuned and float(grid_data()["rules"].get("fedbuff_tune_extend") or 0) > 0 \
+            and len(grew) < len(tuned):
+        old = [n for n in tuned if n not in grew]
+        which = (f"; in {', '.join(old)} FedBuff predates it" if len(old) <= len(grew)
+                 else f" ({', '.join(grew) or 'none'}); in the others FedBuff predates it")
+        notes.append(
+            "FedBuff's tuning lists grow past an edge pick (`experiments/grid.toml` amendment "
+            f"16) in {len(grew)} of the {len(tuned)} tuned cells{which} (the lists only).")
     if edge:
         notes.append(f"In {edge} of the {len(tuned)} tuned cells FedBuff's pick is the "
-                     "largest server lr or the smallest K tried (`settings.fedbuff.tuning`): "
-                     "it may do better still beyond them"
+                     "largest server lr or the smallest K tried (`settings.fedbuff.tuning`"
+                     + ("; where its lists grew, after their last growth" if grew else "")
+                     + "): it may do better still beyond them"
                      + (f" (the smallest K in {small_k}: a smaller K also reads FedBuff's "
                         "accuracy more often, which by itself can bring its first reading "
                         "above the target sooner: `docs/adaptive.md`, At a glance)"
