@@ -31,9 +31,10 @@ __all__ = ["FEDBUFF_RULE", "check_extend", "check_tuning_lists", "grown", "tuned
 FEDBUFF_RULE = ("the (server_lr, buffer_fraction) of the grid with the lowest median time to "
                 "target over the development seeds (never reached: infinite), then the "
                 "highest median final accuracy, then the a-priori setting, then the grid's "
-                "order; while the pick has the largest or smallest server lr tried, or the "
-                "smallest or largest K, the lists grow past it (lr x2 or /2, fraction /2 or "
-                "x2 where K changes) and the pick is made again, at most extend times")
+                "order (the order tried); while the pick has the largest or smallest server "
+                "lr tried, or the smallest or largest K, the lists grow past it (lr x2 or /2, "
+                "fraction /2 or x2 where K changes) and the pick is made again over every "
+                "setting tried, at most extend times")
 
 
 def _grid(values: Any, name: str, ok: Callable[[float], bool], what: str) -> list[float]:
@@ -73,21 +74,20 @@ def grown(lrs: Sequence[float], fractions: Sequence[float], pick: tuple[float, f
           cell: Cell) -> tuple[list[float], list[float]]:
     """``(server lrs, fractions)`` to add where ``pick = (server lr, fraction)`` is at an edge
     of the lists tried (empty lists: it is not): the largest lr tried, twice it; the smallest,
-    half it; the smallest fraction, half it; the largest, twice it (at most 1). A fraction is
-    added only where its ``K = ceil(fraction * cohort)`` is not one tried already (a fraction
-    of ``K = 1`` has no smaller ``K``; ``K`` is :meth:`Cell.fedbuff_buffer` of ``cell``)."""
+    half it; the smallest ``K`` tried (above 1), half the fraction; the largest ``K`` (below
+    the cohort), twice the fraction (at most 1). A fraction is added only where its ``K``
+    (:meth:`Cell.fedbuff_buffer` of ``cell``) is not one tried already."""
     def buffer_size(f: float) -> int:
         return dataclasses.replace(cell, fedbuff_buffer_fraction=f).fedbuff_buffer()
 
     lr, fraction = pick
     new_lrs = [v for v, edge in ((2 * lr, lr == max(lrs)), (lr / 2, lr == min(lrs))) if edge]
     ks = {buffer_size(f) for f in fractions}
+    k = buffer_size(fraction)
     new_fracs: list[float] = []
-    for v, edge in ((fraction / 2, fraction == min(fractions)),
-                    (min(1.0, 2 * fraction), fraction == max(fractions))):
-        k = buffer_size(v)
-        if edge and k not in ks:
-            ks.add(k)
+    for v, edge in ((fraction / 2, k == min(ks)), (min(1.0, 2 * fraction), k == max(ks))):
+        if edge and buffer_size(v) not in ks:
+            ks.add(buffer_size(v))
             new_fracs.append(v)
     return new_lrs, new_fracs
 

@@ -245,8 +245,9 @@ def estimate(grid: Mapping[str, Any], data: Mapping[str, Any],
     costs digits-logreg's times the task's factor (its wall time per wait-for-all run over
     digits-logreg's, from ``results/compare_target_dev_TASK.json`` when it exists). A cell
     runs each method on the evaluation seeds, every multiple of ``deadline_grid`` but 1 for
-    deadline-best, and wait-for-all and FedBuff's tuning settings (``fedbuff_tune``) on the
-    development seeds."""
+    deadline-best, and wait-for-all and FedBuff's tuning settings (``fedbuff_tune``: the
+    lists', or the mean number tried where finished cells grew them) on the development
+    seeds."""
     walls: dict[str, dict[str, list[float]]] = {}
     for cell in data["cells"].values():
         scale = 20.0 / max(1, cell["settings"]["cohort"])
@@ -263,8 +264,12 @@ def estimate(grid: Mapping[str, Any], data: Mapping[str, Any],
     dev = len(grid["seeds"]["development"])
     extra_deadlines = len([m for m in grid["rules"]["deadline_grid"] if m != 1.0])
     rules = grid["rules"]
-    fedbuff_settings = (len(rules["fedbuff_tune_server_lr"])
-                        * len(rules["fedbuff_tune_buffer_fraction"])
+    # FedBuff's tuning: the lists' settings, or where finished cells grew them (amendment 16)
+    # the mean number of settings those tried
+    grown = [len(c["settings"]["fedbuff"]["tuning"]["grid"]) for c in data["cells"].values()
+             if "extensions" in c["settings"].get("fedbuff", {}).get("tuning", {})]
+    fedbuff_settings = ((_mean(grown) or len(rules["fedbuff_tune_server_lr"])
+                         * len(rules["fedbuff_tune_buffer_fraction"]))
                         if rules.get("fedbuff_tune") else 0)
 
     def run_s(table: Mapping[str, float | None], method: str) -> float:
@@ -301,9 +306,10 @@ def estimate(grid: Mapping[str, Any], data: Mapping[str, Any],
                        "digits-logreg's runs x the task's factor); one process, torch on "
                        "one thread, this machine (2 cores shared); a FedBuff tuning run "
                        "costs what the finished FedBuff runs did (a smaller K takes more "
-                       "server steps, each evaluated: an underestimate; the settings its "
-                       "tuning adds past an edge pick, fedbuff_tune_extend, are not "
-                       "counted either); re-runs of finished cells are not counted"}
+                       "server steps, each evaluated: an underestimate; its settings: the "
+                       "lists', or the mean number tried where finished cells grew them "
+                       "past an edge pick, fedbuff_tune_extend); re-runs of finished cells "
+                       "are not counted"}
 
 
 def _task_factors(digits_wfa: float | None) -> dict[str, float]:

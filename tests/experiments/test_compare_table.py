@@ -331,7 +331,8 @@ def test_cells_whose_fedbuff_predates_its_tuning_are_named_and_edge_picks_counte
     assert "amendment 16) in 0 of the 2 tuned cells (none); in the others" in grew
     assert "server lr 1, K 0.25 of the cohort" in note  # the grid file's a-priori values
     # b's pick (0.5, 0.25) is neither the largest lr nor the smallest K; d's has lr 1.0
-    assert edge.startswith("In 1 of the 2 tuned cells FedBuff's pick is the largest server lr")
+    assert edge.startswith("In 1 of the 2 tuned cells FedBuff's pick is at an edge")
+    assert "the largest server lr in 1, the smallest K in 0)" in edge
     data["cells"]["b"]["settings"]["fedbuff"]["tuning"]["grid"] = [
         {"server_lr": 0.5, "buffer_fraction": 0.25}]
     data["cells"]["b"]["settings"]["fedbuff"]["tuning"].update(extensions=[], at_edge=False)
@@ -339,30 +340,38 @@ def test_cells_whose_fedbuff_predates_its_tuning_are_named_and_edge_picks_counte
 
 
 def test_a_grown_tuning_counts_its_own_edge_and_cells_before_the_growth_are_named():
-    def tuning(lr, fraction, **grown):
-        grid = [{"server_lr": a, "buffer_fraction": b} for a in (0.25, 0.5, 1.0, 2.0)
-                for b in (0.05, 0.1, 0.25)]
+    def tuning(lr, fraction, ks=(1, 2, 5), **grown):  # K of fractions 0.05, 0.1, 0.25
+        grid = [{"server_lr": a, "buffer_fraction": b, "buffer_size": k}
+                for a in (0.25, 0.5, 1.0, 2.0) for b, k in zip((0.05, 0.1, 0.25), ks, strict=True)]
         return {"grid": grid, "chosen": {"server_lr": lr, "buffer_fraction": fraction},
                 **grown}
     ran = [{"method": "fedbuff"}]
+    grown = {"extensions": [{"server_lr": [2.0], "buffer_fraction": [0.05]}]}
     data = {"cells": {
-        # grown, and its pick can grow no further (its record says so): no edge
-        "a": {"settings": {"fedbuff": {"tuning": tuning(
-            2.0, 0.05, extensions=[{"server_lr": [2.0], "buffer_fraction": [0.05]}],
-            at_edge=False)}}, "runs": ran},
-        # grown to its limit, still at the largest lr
-        "b": {"settings": {"fedbuff": {"tuning": tuning(
-            2.0, 0.1, extensions=[{"server_lr": [2.0], "buffer_fraction": [0.05]}],
-            at_edge=True)}}, "runs": ran},
-        # before the growth: at the smallest K of its grid
-        "c": {"settings": {"fedbuff": {"tuning": tuning(0.5, 0.05)}}, "runs": ran}}}
-    (grew, edge) = rival_notes.fedbuff_tuned(data, ["a", "b", "c"])
-    assert "amendment 16) in 2 of the 3 tuned cells; in c FedBuff predates it" in grew
-    assert edge.startswith("In 2 of the 3 tuned cells")
-    assert "after their last growth" in edge and "(the smallest K in 1:" in edge
+        # grown, its pick interior (its record says it can grow no further): no edge
+        "a": {"settings": {"fedbuff": {"tuning": tuning(1.0, 0.1, **grown, at_edge=False)}},
+              "runs": ran},
+        # grown to its limit, still at the largest lr, and at K = 1: no smaller K exists
+        "b": {"settings": {"fedbuff": {"tuning": tuning(2.0, 0.05, **grown, at_edge=True)}},
+              "runs": ran},
+        # grown to its limit at the smallest lr: an edge, neither of the two named
+        "d": {"settings": {"fedbuff": {"tuning": tuning(0.25, 0.1, **grown, at_edge=True)}},
+              "runs": ran},
+        # before the growth: at the smallest K of its grid (K = 2 at a cohort of 40)
+        "c": {"settings": {"fedbuff": {"tuning": tuning(0.5, 0.05, ks=(2, 4, 10))}},
+              "runs": ran}}}
+    (grew, edge) = rival_notes.fedbuff_tuned(data, ["a", "b", "c", "d"])
+    assert "amendment 16) in 3 of the 4 tuned cells; in c FedBuff predates it" in grew
+    assert edge.startswith("In 3 of the 4 tuned cells FedBuff's pick is at an edge")
+    assert "after their last growth" in edge
+    assert "the largest server lr in 1, the smallest K in 1)" in edge
+    # b grown at K = 2 instead: its smallest K could be smaller
+    data["cells"]["b"]["settings"]["fedbuff"]["tuning"] = tuning(
+        2.0, 0.05, ks=(2, 4, 10), **grown, at_edge=True)
     data["cells"]["c"]["settings"]["fedbuff"]["tuning"].update(extensions=[], at_edge=False)
-    (edge,) = rival_notes.fedbuff_tuned(data, ["a", "b", "c"])
-    assert edge.startswith("In 1 of the 3 tuned cells") and "the smallest K in" not in edge
+    (edge,) = rival_notes.fedbuff_tuned(data, ["a", "b", "c", "d"])
+    assert edge.startswith("In 2 of the 4 tuned cells")
+    assert "the largest server lr in 1, the smallest K in 1)" in edge
     assert "are tuned on the development seeds" in rivals.render(_data(), REPORT)
 
 

@@ -226,3 +226,46 @@ def test_a_bad_growth_limit_is_refused_naming_it(bad):
     with pytest.raises(ValueError, match="fedbuff_tune_extend"):
         tuned_fedbuff(_cell(), [0], [1.0], [0.25], run, extend=bad)
     assert not calls
+
+
+def test_edges_are_by_k_a_lone_lr_grows_both_ways_and_a_doubled_fraction_stops_at_one():
+    from experiments.fedbuff_tuning import grown
+    cell = _cell()  # cohort 20: K = ceil(20 f)
+    # 0.09 and 0.1 share K = 2, the smallest and the largest K tried: a pick of 0.1 halves
+    # (K = 1) and doubles (0.2, K = 4)
+    assert grown([1.0], [0.09, 0.1], (1.0, 0.1), cell) == ([2.0, 0.5], [0.05, 0.2])
+    # the largest K (0.75: K = 15) doubles to 1 (K = 20), not 1.5; at 1 nothing is added
+    assert grown([0.5, 1.0], [0.1, 0.75], (0.5, 0.75), cell) == ([0.25], [1.0])
+    assert grown([0.5, 1.0], [0.1, 1.0], (0.5, 1.0), cell) == ([0.25], [])
+    # a lone fraction of K = 1 (cohort 20, 0.05) grows up only (K = 2)
+    assert grown([0.5, 1.0], [0.05], (0.5, 0.05), cell) == ([0.25], [0.1])
+
+
+def test_the_command_grows_the_lists_by_the_grid_files_rule():
+    # the recorded runs replayed through the rule with the grid file's limit give the
+    # record: the command passed that limit and grew from the lists' own pick
+    out_runs = {}
+
+    def replay(data):
+        tuning = data["settings"]["fedbuff"]["tuning"]
+        for r in tuning["grid"]:
+            out_runs[r["server_lr"], r["buffer_fraction"]] = {
+                int(s): (v["time_to_target"], v["final_accuracy"])
+                for s, v in r["per_seed"].items()}
+        return tuning
+    import tempfile
+    from pathlib import Path
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "c.json"
+        assert compare.main(["--n", "6", "--rounds", "3", "--seeds", "3", "--dev-seeds",
+                             "0,1", "--target", "0.5", "--methods", "fedbuff", "--set",
+                             "latency=persistent", "--out", str(out)]) == 0
+        tuning = replay(json.loads(out.read_text()))
+    rules = compare.load_grid()["rules"]
+    run, _ = _fake(out_runs)
+    cell = dataclasses.replace(_cell(), n=6, cohort=6, rounds=3)
+    _, again = tuned_fedbuff(cell, [0, 1], rules["fedbuff_tune_server_lr"],
+                             rules["fedbuff_tune_buffer_fraction"], run,
+                             extend=rules["fedbuff_tune_extend"])
+    assert again["extensions"] == tuning["extensions"] and again["chosen"] == tuning["chosen"]
+    assert again["at_edge"] == tuning["at_edge"] and len(again["grid"]) == len(tuning["grid"])

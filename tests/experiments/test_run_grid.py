@@ -157,6 +157,16 @@ def test_the_estimate_uses_a_tasks_own_finished_cells_before_a_factor():
     # no natural-noniid cell finished: digits' runs (1 s) times its factor
     assert est["per_cell_s"]["natural-noniid/bimodal/20x20"] == pytest.approx(3.0 * cnn_runs)
     assert est["per_cell_s"]["digits-logreg/bimodal/20x20"] == pytest.approx(runs_per_cell)
+    # finished cells whose FedBuff tuning grew past an edge pick (12 and 18 settings tried):
+    # the tuning costs their mean, 15 settings, in every cell
+    for name, tried in (("digits-logreg/persistent/20x20", 12),
+                        ("mnist1d-cnn/persistent/20x20", 18)):
+        data["cells"][name]["settings"]["fedbuff"] = {"tuning": {
+            "grid": [{}] * tried, "extensions": [{"server_lr": [2.0]}]}}
+    est = run_grid.estimate(grid, data, task_factor={"mnist1d-cnn": 100.0,
+                                                     "natural-noniid": 3.0})
+    assert est["per_cell_s"]["digits-logreg/bimodal/20x20"] == pytest.approx(
+        runs_per_cell - tuning + dev * 15)
 
 
 def test_a_scale_with_its_own_target_runs_to_it(tmp_path, one_torch_thread):

@@ -57,9 +57,9 @@ def auto_stops(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
 
 def fedbuff_tuned(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
     """Which finished cells ran FedBuff tuned on the development seeds (the grid file's
-    amendment 12: ``settings.fedbuff.tuning``), naming those whose FedBuff predates it, and
-    in how many the pick is the largest server lr or the smallest K tried (FedBuff may do
-    better still beyond them)."""
+    amendment 12: ``settings.fedbuff.tuning``), naming those whose FedBuff predates it or
+    the growth of its lists (amendment 16), and in how many the pick is at an edge of the
+    settings tried (FedBuff may do better still beyond them)."""
     cells = data["cells"]
     ran = [n for n in done if any(r.get("method") == "fedbuff" for r in cells[n]["runs"])]
     tuned = [n for n in ran if "tuning" in cells[n]["settings"].get("fedbuff", {})]
@@ -74,21 +74,26 @@ def fedbuff_tuned(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
             f"fixed a priori (server lr {float(rules['fedbuff_server_lr']):g}, K "
             f"{float(rules['fedbuff_buffer_fraction']):g} of the cohort), so there the verdict "
             "may flatter auto.")
-    edge = small_k = 0
     grew = [n for n in tuned if "extensions" in cells[n]["settings"]["fedbuff"]["tuning"]]
+    edge = large_lr = small_k = 0
     for n in tuned:
         tuning = cells[n]["settings"]["fedbuff"]["tuning"]
         lrs = [g["server_lr"] for g in tuning["grid"]]
         fracs = [g["buffer_fraction"] for g in tuning["grid"]]
         chosen = tuning["chosen"]
+        top = len(set(lrs)) > 1 and chosen["server_lr"] == max(lrs)
         least = len(set(fracs)) > 1 and chosen["buffer_fraction"] == min(fracs)
-        if n in grew:  # amendment 16 says itself whether the pick could grow further
-            at_edge = bool(tuning["at_edge"])
-            least = least and at_edge
-        else:
-            at_edge = (len(set(lrs)) > 1 and chosen["server_lr"] == max(lrs)) or least
+        if n in grew:
+            # amendment 16's record says whether the pick could grow further (a pick at K = 1
+            # has no smaller K; an edge may also be the smallest lr or the largest K)
+            if not tuning["at_edge"]:
+                continue
+            least = least and min(g["buffer_size"] for g in tuning["grid"]) > 1
+        elif not (top or least):
+            continue
+        edge += 1
+        large_lr += top
         small_k += least
-        edge += at_edge
     if tuned and float(grid_data()["rules"].get("fedbuff_tune_extend") or 0) > 0 \
             and len(grew) < len(tuned):
         old = [n for n in tuned if n not in grew]
@@ -98,14 +103,14 @@ def fedbuff_tuned(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
             "FedBuff's tuning lists grow past an edge pick (`experiments/grid.toml` amendment "
             f"16) in {len(grew)} of the {len(tuned)} tuned cells{which} (the lists only).")
     if edge:
-        notes.append(f"In {edge} of the {len(tuned)} tuned cells FedBuff's pick is the "
-                     "largest server lr or the smallest K tried (`settings.fedbuff.tuning`"
+        notes.append(f"In {edge} of the {len(tuned)} tuned cells FedBuff's pick is at an edge "
+                     "of the settings tried (`settings.fedbuff.tuning`"
                      + ("; where its lists grew, after their last growth" if grew else "")
-                     + "): it may do better still beyond them"
-                     + (f" (the smallest K in {small_k}: a smaller K also reads FedBuff's "
-                        "accuracy more often, which by itself can bring its first reading "
-                        "above the target sooner: `docs/adaptive.md`, At a glance)"
-                        if small_k else "") + ".")
+                     + f"; the largest server lr in {large_lr}, the smallest K in {small_k}): "
+                     "it may do better still beyond them"
+                     + (" (a smaller K also reads FedBuff's accuracy more often, which by "
+                        "itself can bring its first reading above the target sooner: "
+                        "`docs/adaptive.md`, At a glance)" if small_k else "") + ".")
     return notes
 
 
