@@ -6,13 +6,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .option_values import whole
+
 __all__ = ["code_options"]
 
 
 def code_options(code: Any, s: int, s_max: int | None, auto: bool,
                  code_options: Mapping[str, Any] | None, m: int | None) -> dict[str, Any]:
     """``make_code``'s options: the user's, with a fixed nested placement's ``s_max`` and the
-    communication-efficient ``m`` from their keywords (a contradicting entry is refused)."""
+    communication-efficient ``m`` from their keywords (a contradicting entry is refused; an
+    ``m`` that is not an integer >= 1 too, naming it)."""
     options = dict(code_options or {})
     keywords = {}
     if code == "nested" and s_max is not None and not auto:
@@ -24,4 +27,7 @@ def code_options(code: Any, s: int, s_max: int | None, auto: bool,
             raise ValueError(f"code_options[{name!r}]={options[name]!r} contradicts "
                              f"{name}={value!r}; give one of them")
         options[name] = value
+    if "m" in options:  # a bad reply length is the user's to fix, not a fallback code
+        options["m"] = whole("m", options["m"], low=1, tail=" (every reply is 1/m of the "
+                             "model; code='comm-efficient')")
     return options

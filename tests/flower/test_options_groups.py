@@ -72,9 +72,16 @@ def test_options_are_frozen():
     ({"upload_bandwidth": 0}, r"upload_bandwidth=0 must be a positive number"),
     ({"upload_bandwidth": float("inf")}, r"upload_bandwidth=inf must be a positive number"),
     ({"verify": True, "s": 0}, r"verify"),
+    # comm-efficient's reply length: refused, not a fallback code every round
+    ({"code": "comm-efficient", "m": 0}, r"m=0 must be an integer >= 1"),
+    ({"code": "comm-efficient", "m": -2}, r"m=-2 must be an integer >= 1"),
+    ({"code": "comm-efficient", "m": 1.5}, r"m=1.5 must be an integer >= 1"),
+    ({"code": "comm-efficient", "m": "2"}, r"m='2' must be an integer >= 1"),
+    ({"code": "comm-efficient", "m": True}, r"m=True must be an integer >= 1"),
+    ({"code": "comm-efficient", "code_options": {"m": 0}}, r"m=0 must be an integer >= 1"),
 ])
 def test_each_bad_value_is_named_in_its_error(keywords, match):
-    error = TypeError if "code" in keywords else ValueError
+    error = TypeError if keywords.get("code") == 3 else ValueError
     with pytest.raises(error, match=match):
         Options.from_keywords(**keywords)
     with pytest.raises(error, match=match):  # the same error through the strategy
