@@ -16,6 +16,7 @@ from .approximate import BernoulliCode, ExpanderCode
 from .base import DecodabilityTracker, Decoding, GradientCode, NotDecodableError, check_n_s
 from .comm_efficient import CommunicationEfficientCode
 from .nested import NestedGroupCode, NestedPlacement, nested_code
+from .option_checks import CODE_OPTIONS, CodeOptionError, check_options
 from .patterns import bursts, straggler_patterns
 from .repetition import (
     CyclicRepetitionCode,
@@ -27,7 +28,9 @@ from .repetition import (
 from .stable import GroupedReedSolomonCode
 
 __all__ = [
+    "CODE_OPTIONS",
     "BernoulliCode",
+    "CodeOptionError",
     "CommunicationEfficientCode",
     "CyclicRepetitionCode",
     "DecodabilityTracker",
@@ -43,6 +46,7 @@ __all__ = [
     "UncodedCode",
     "available_codes",
     "bursts",
+    "check_options",
     "frc_expected_error",
     "make_code",
     "sampled_amplification",
@@ -81,11 +85,13 @@ def make_code(name: str, n: int, s: int, seed: int = 0, **options: Any) -> Gradi
             ``comm-efficient``, ``draws`` for ``crc``, ``s_max``/``layout`` for ``nested``).
 
     Raises:
-        ValueError: unknown name or invalid parameters (the message names the value).
+        ValueError: unknown name or invalid parameters (the message names the value);
+            :class:`CodeOptionError` for an option no cohort size could take.
     """
     if name not in _REGISTRY:
         raise ValueError(f"unknown code {name!r}; expected one of {available_codes()}")
     n, s = check_n_s(n, s)
+    check_options(name, s, options)
     try:
         return _REGISTRY[name](n, s, seed, **options)
     except TypeError as exc:  # unexpected keyword: report it as a bad value

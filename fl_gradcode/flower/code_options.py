@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..codes import check_options
 from .option_values import whole
 
 __all__ = ["code_options"]
@@ -15,7 +16,8 @@ def code_options(code: Any, s: int, s_max: int | None, auto: bool,
                  code_options: Mapping[str, Any] | None, m: int | None) -> dict[str, Any]:
     """``make_code``'s options: the user's, with a fixed nested placement's ``s_max`` and the
     communication-efficient ``m`` from their keywords (a contradicting entry is refused; an
-    ``m`` that is not an integer >= 1 too, naming it)."""
+    ``m`` that is not an integer >= 1 too, and an option no cohort size could take or the
+    code does not take: :func:`~fl_gradcode.codes.check_options`, naming it)."""
     options = dict(code_options or {})
     keywords = {}
     if code == "nested" and s_max is not None and not auto:
@@ -30,4 +32,6 @@ def code_options(code: Any, s: int, s_max: int | None, auto: bool,
     if "m" in options:  # a bad reply length is the user's to fix, not a fallback code
         options["m"] = whole("m", options["m"], low=1, tail=" (every reply is 1/m of the "
                              "model; code='comm-efficient')")
+    if isinstance(code, str):  # refused now, not by a fallback code every round
+        check_options(code, 0 if auto else s, options)
     return options

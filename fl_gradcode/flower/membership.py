@@ -50,7 +50,7 @@ import numpy as np
 from flwr.app import RecordDict
 from flwr.common.logger import log
 
-from ..codes import GradientCode, available_codes, make_code
+from ..codes import CodeOptionError, GradientCode, available_codes, make_code
 from . import compat, protocol
 from .protocol import Identity, Instruction, RejectedReply
 from .roster import Roster
@@ -522,8 +522,8 @@ def code_for_cohort(
     try:
         code = _build(spec, n, s, seed, options)
     except ValueError as exc:
-        if isinstance(exc.__cause__, TypeError):  # an option the code does not take
-            raise
+        if isinstance(exc, CodeOptionError) or isinstance(exc.__cause__, TypeError):
+            raise  # an option no cohort could take, or one the code does not take
         why = f"code={spec!r} with s={s} cannot take a cohort of {n} ({exc})"
         if capped is not None:
             why = f"{capped}; {why}"

@@ -97,10 +97,12 @@ class CodeOptions:
         Run seed: code draws, latency samples, public seeding of the app per partition.
     code_options : dict, optional
         Extra keyword arguments for ``make_code`` (an entry contradicting ``m`` or a fixed
-        nested placement's ``s_max`` is refused).
+        nested placement's ``s_max`` is refused, as is one the code does not take or whose
+        value no cohort size could take: ``fl_gradcode.codes.CODE_OPTIONS``).
     m : int, optional
         Communication-efficient codes (``code="comm-efficient"``): every reply is ``1/m`` of
-        the model (load ``s + m`` partitions), decoded exactly from any ``n - s`` replies.
+        the model (load ``s + m`` partitions), decoded exactly from any ``n - s`` replies;
+        an integer >= 1 (refused with another code name).
     """
 
     code: str | GradientCode = _KEYED["code"]

@@ -172,7 +172,7 @@ def test_codes_whose_blocks_are_not_repetition_groups_are_refused_with_what_work
     assert any(len(clients) > 3 for clients, _ in instance.blocks)
     for given in (code, instance):
         with pytest.raises(ValueError) as info:
-            GradientCoding(FedAvg(), code=given, s=2, verify=True, m=1)
+            GradientCoding(FedAvg(), code=given, s=2, verify=True)
         text = str(info.value)
         assert "repetition" in text and "'frc'" in text and "verify=False" in text
 
