@@ -9,7 +9,6 @@ one weight per partition, ``(s + 1) | n`` for ``frc``) is left to the constructo
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from numbers import Integral, Real
 from typing import Any
@@ -38,18 +37,18 @@ def _integer(low: int, none: bool = False) -> Callable[[str, Any], None]:
 
 
 def _at_least_one(none: bool = False) -> Callable[[str, Any], None]:
-    def check(name: str, value: Any) -> None:
+    def check(name: str, value: Any) -> None:  # inf: no bound; NaN fails the comparison
         if value is None and none:
             return
-        if isinstance(value, bool) or not isinstance(value, Real) \
-                or not math.isfinite(value) or value < 1:
-            raise ValueError(f"{name}={value!r} must be a finite number >= 1"
+        if isinstance(value, bool) or not isinstance(value, Real) or not value >= 1:
+            raise ValueError(f"{name}={value!r} must be a number >= 1"
                              + (" or None" if none else ""))
     return check
 
 
 def _flag(name: str, value: Any) -> None:
-    if not isinstance(value, (bool, np.bool_)):
+    if not (isinstance(value, (bool, np.bool_))
+            or (isinstance(value, Integral) and value in (0, 1))):
         raise ValueError(f"{name}={value!r} must be True or False")
 
 

@@ -16,9 +16,14 @@ def code_options(code: Any, s: int, s_max: int | None, auto: bool,
                  code_options: Mapping[str, Any] | None, m: int | None) -> dict[str, Any]:
     """``make_code``'s options: the user's, with a fixed nested placement's ``s_max`` and the
     communication-efficient ``m`` from their keywords (a contradicting entry is refused; an
-    ``m`` that is not an integer >= 1 too, and an option no cohort size could take or the
-    code does not take: :func:`~fl_gradcode.codes.check_options`, naming it)."""
+    ``m`` that is not an integer >= 1 too, an option no cohort size could take or the code
+    does not take (:func:`~fl_gradcode.codes.check_options`), and any ``code_options`` with
+    ``s="auto"``, whose nested placement they would not reach, naming it)."""
     options = dict(code_options or {})
+    if auto and options:
+        raise ValueError(f"code_options={options!r} with s='auto': the data are placed once "
+                         "for s_max by the nested placement (NestedPlacement), which these "
+                         "options would not reach; remove them, or give a fixed s")
     keywords = {}
     if code == "nested" and s_max is not None and not auto:
         keywords["s_max"] = s_max
@@ -32,6 +37,6 @@ def code_options(code: Any, s: int, s_max: int | None, auto: bool,
     if "m" in options:  # a bad reply length is the user's to fix, not a fallback code
         options["m"] = whole("m", options["m"], low=1, tail=" (every reply is 1/m of the "
                              "model; code='comm-efficient')")
-    if isinstance(code, str):  # refused now, not by a fallback code every round
-        check_options(code, 0 if auto else s, options)
+    if isinstance(code, str) and not auto:  # refused now, not by a fallback every round
+        check_options(code, s, options)
     return options

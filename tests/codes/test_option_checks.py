@@ -3,34 +3,39 @@ when it is built), never a reason for another code; one some cohort sizes take i
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import pytest
 from flwr.serverapp.strategy import FedAvg
 
+from fl_gradcode import codes
 from fl_gradcode.codes import CODE_OPTIONS, CodeOptionError, available_codes, make_code
+from fl_gradcode.codes.nested import nested_code
 from fl_gradcode.flower import GradientCoding
 from fl_gradcode.flower.membership import code_for_cohort
 
 BAD = [
-    ("grouped-rs", 1, {"max_amplification": 0.5}, "max_amplification=0.5"),
-    ("grouped-rs", 1, {"max_amplification": math.nan}, "max_amplification=nan"),
-    ("grouped-rs", 1, {"max_relative_amplification": 0.5}, "max_relative_amplification=0.5"),
-    ("grouped-rs", 1, {"max_load_overhead": 0.9}, "max_load_overhead=0.9"),
-    ("crc", 1, {"draws": 0}, "draws=0"),
-    ("bgc", 1, {"load": 0}, "load=0"),
-    ("expander", 1, {"load": 2.5}, "load=2.5"),
-    ("bgc", 1, {"load": "3"}, "load='3'"),
-    ("comm-efficient", 1, {"dim": 0}, "dim=0"),
-    ("comm-efficient", 1, {"own_partitions": "yes"}, "own_partitions='yes'"),
+    ("grouped-rs", 1, {"max_amplification": 0.5}, "max_amplification=0.5 must be a number >= 1"),
+    ("grouped-rs", 1, {"max_amplification": math.nan}, "max_amplification=nan must be"),
+    ("grouped-rs", 1, {"max_relative_amplification": 0.5},
+     "max_relative_amplification=0.5 must be a number >= 1 or None"),
+    ("grouped-rs", 1, {"max_load_overhead": 0.9}, "max_load_overhead=0.9 must be a number"),
+    ("crc", 1, {"draws": 0}, "draws=0 must be an integer >= 1"),
+    ("comm-efficient", 1, {"draws": -1}, "draws=-1 must be an integer >= 1"),
+    ("bgc", 1, {"load": 0}, "load=0 must be an integer >= 1 or None"),
+    ("expander", 1, {"load": 2.5}, "load=2.5 must be an integer"),
+    ("bgc", 1, {"load": "3"}, "load='3' must be an integer"),
+    ("comm-efficient", 1, {"dim": 0}, "dim=0 must be an integer >= 1 or None"),
+    ("comm-efficient", 1, {"own_partitions": "yes"}, "own_partitions='yes' must be True or"),
     ("nested", 2, {"s_max": 1}, "s_max=1 must be >= s=2"),
-    ("nested", 0, {"s_max": -1}, "s_max=-1"),
-    ("nested", 1, {"s_max": 1.5}, "s_max=1.5"),
-    ("nested", 1, {"layout": "bogus"}, "layout='bogus'"),
-    ("nested", 1, {"max_amplification": 0.5}, "max_amplification=0.5"),
-    ("frc", 1, {"weights": [1.0, 0.0, 1.0, 1.0]}, r"weights\[1\]=0.0"),
-    ("uncoded", 0, {"weights": [1.0, math.inf]}, r"weights\[1\]=inf"),
-    ("ignore-stragglers", 1, {"rescale": "no"}, "rescale='no'"),
+    ("nested", 0, {"s_max": -1}, "s_max=-1 must be an integer >= 0"),
+    ("nested", 1, {"s_max": 1.5}, "s_max=1.5 must be an integer"),
+    ("nested", 1, {"layout": "bogus"}, "layout='bogus'; expected one of"),
+    ("nested", 1, {"max_amplification": 0.5}, "max_amplification=0.5 must be a number >= 1"),
+    ("frc", 1, {"weights": [1.0, 0.0, 1.0, 1.0]}, r"weights\[1\]=0.0 must be positive"),
+    ("uncoded", 0, {"weights": [1.0, math.inf]}, r"weights\[1\]=inf must be positive"),
+    ("ignore-stragglers", 1, {"rescale": "no"}, "rescale='no' must be True or False"),
     ("frc", 1, {"load": 2}, "invalid option for code 'frc': load=2"),
 ]
 
@@ -70,14 +75,45 @@ def test_an_option_some_cohorts_take_is_accepted_and_falls_back_only_where_it_mu
     assert why is not None and f"cannot take a cohort of {n_bad}" in why
 
 
-def test_every_code_builds_with_each_option_it_takes_at_a_good_value():
-    good = {"weights": None, "rescale": True, "draws": 2, "max_amplification": 1e6,
-            "max_relative_amplification": None, "max_load_overhead": 2.0, "load": 3,
-            "m": 2, "dim": None, "own_partitions": True, "s_max": 2, "layout": "window"}
-    assert set(CODE_OPTIONS) == set(available_codes())
-    for name, takes in CODE_OPTIONS.items():
-        for key in takes:
-            make_code(name, n=12, s=1, **{key: good[key]})
+def _keyword_options(factory) -> set[str]:
+    """The keyword-only options of a code's constructor (the seed is the registry's)."""
+    return {p.name for p in inspect.signature(factory).parameters.values()
+            if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name != "seed"}
+
+
+def test_each_codes_options_are_its_constructors_keywords():
+    constructors = {
+        "uncoded": codes.UncodedCode, "ignore-stragglers": codes.IgnoreStragglers,
+        "frc": codes.FractionalRepetitionCode, "crc": codes.CyclicRepetitionCode,
+        "grouped-rs": codes.GroupedReedSolomonCode, "bgc": codes.BernoulliCode,
+        "expander": codes.ExpanderCode, "comm-efficient": codes.CommunicationEfficientCode,
+        "nested": nested_code}
+    assert set(constructors) == set(available_codes()) == set(CODE_OPTIONS)
+    for name, factory in constructors.items():
+        assert set(CODE_OPTIONS[name]) == _keyword_options(factory), name
+
+
+@pytest.mark.parametrize(("name", "s", "options"), [
+    ("bgc", 1, {"load": None}), ("expander", 1, {"load": None}),
+    ("nested", 1, {"s_max": None}), ("nested", 2, {"s_max": 2}),
+    ("nested", 1, {"max_amplification": 1.0}), ("nested", 1, {"max_amplification": math.inf}),
+    ("nested", 1, {"layout": "window"}),
+    ("crc", 1, {"draws": 1}), ("comm-efficient", 1, {"draws": 1, "dim": None}),
+    ("grouped-rs", 1, {"max_amplification": math.inf, "max_relative_amplification": None,
+                       "max_load_overhead": 1.0}),
+    ("ignore-stragglers", 1, {"rescale": 1}), ("comm-efficient", 1, {"own_partitions": True}),
+    ("frc", 1, {"weights": (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12)}),
+])
+def test_the_edges_of_each_rule_are_accepted(name, s, options):
+    make_code(name, n=12, s=s, **options)
+    GradientCoding(FedAvg(), code=name, s=s, code_options=options)
+
+
+def test_code_options_with_auto_are_refused_as_they_would_not_reach_its_placement():
+    with pytest.raises(ValueError, match=r"s='auto'.*nested placement"):
+        GradientCoding(FedAvg(), code="nested", s="auto", s_max=3,
+                       code_options={"layout": "window"})
+    GradientCoding(FedAvg(), code="nested", s="auto", s_max=3)
 
 
 def test_m_is_refused_with_a_code_that_has_no_reply_length():
