@@ -47,7 +47,7 @@ def check_weights(weights: Any, k: int) -> np.ndarray:
         bad = np.flatnonzero(~np.isfinite(w) | (w <= 0))
         if bad.size:
             j = int(bad[0])
-            raise ValueError(f"weights[{j}]={w[j]!r} must be positive and finite")
+            raise ValueError(f"weights[{j}]={float(w[j])!r} must be positive and finite")
     w.setflags(write=False)
     return w
 

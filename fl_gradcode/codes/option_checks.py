@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .checks import as_int
+from .checks import as_int, check_weights
 from .nested import LAYOUTS
 
 __all__ = ["CODE_OPTIONS", "CodeOptionError", "check_options"]
@@ -66,10 +66,7 @@ def _weights(name: str, value: Any) -> None:
         raise ValueError(f"{name}={value!r} must be positive finite numbers") from exc
     if w.ndim != 1:
         raise ValueError(f"{name} must be a list of numbers, one per partition")
-    bad = np.flatnonzero(~np.isfinite(w) | (w <= 0))
-    if bad.size:
-        raise ValueError(f"{name}[{int(bad[0])}]={float(w[bad[0]])!r} must be positive and "
-                         "finite")
+    check_weights(w, w.shape[0])  # the constructors' rule, at the length given
 
 
 _CHECKS: dict[str, Callable[[str, Any], None]] = {
@@ -112,16 +109,14 @@ def check_options(name: str, s: Any, options: Mapping[str, Any]) -> None:
     takes = CODE_OPTIONS[name]
     for key, value in options.items():
         if key not in takes:
-            raise CodeOptionError(f"invalid option for code {name!r}: {key}={value!r}; it takes "
-                             f"{', '.join(takes)}")
+            raise CodeOptionError(f"invalid option for code {name!r}: {key}={value!r}; it "
+                                  f"takes {', '.join(takes)}")
         try:
             _CHECKS[key](key, value)
-        except CodeOptionError:
-            raise
         except ValueError as exc:
             raise CodeOptionError(f"code {name!r}: {exc}") from None
     if name == "nested" and options.get("s_max") is not None:
         s = as_int(s, "s")
         if options["s_max"] < s:
             raise CodeOptionError(f"s_max={options['s_max']!r} must be >= s={s} (the nested "
-                             "code's most tolerated stragglers)")
+                                  "code's most tolerated stragglers)")
