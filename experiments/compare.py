@@ -72,7 +72,7 @@ from experiments.compare_cli import (
     split_methods,
 )
 from experiments.deadline_best import PriorDeadlines, best_deadline, deadline_best, prior_deadlines
-from experiments.fedbuff_tuning import check_extend, check_tuning_lists, tuned_fedbuff
+from experiments.fedbuff_tuning import check_tuning_lists, tuned_fedbuff
 from experiments.journal import Journal
 from experiments.registry import (
     COMPUTE_KEYS,
@@ -434,7 +434,6 @@ def check_fedbuff_rules(rules: Mapping[str, Any], rules_set: Mapping[str, float]
     if not (rules.get("fedbuff_tune") and "fedbuff" in methods):
         return
     check_tuning_lists(rules)
-    check_extend(rules.get("fedbuff_tune_extend"))
     fixed = sorted({"fedbuff_server_lr", "fedbuff_buffer_fraction"} & set(rules_set or {}))
     if fixed:
         raise ValueError(f"--rule {fixed[0]}={rules_set[fixed[0]]:g}: FedBuff's server lr and "

@@ -51,7 +51,9 @@ def _grid(values: Any, name: str, ok: Callable[[float], bool], what: str) -> lis
 
 def check_tuning_lists(rules: Mapping[str, Any]) -> tuple[list[float], list[float]]:
     """The grid file's ``(fedbuff_tune_server_lr, fedbuff_tune_buffer_fraction)`` as numbers,
-    or a ``ValueError`` naming the bad list (checked before any run where FedBuff is tuned)."""
+    or a ``ValueError`` naming the bad list or a bad ``fedbuff_tune_extend``
+    (:func:`check_extend`; checked before any run where FedBuff is tuned)."""
+    check_extend(rules.get("fedbuff_tune_extend"))
     return (_grid(rules.get("fedbuff_tune_server_lr"), "fedbuff_tune_server_lr",
                   lambda v: v > 0, "> 0"),
             _grid(rules.get("fedbuff_tune_buffer_fraction"), "fedbuff_tune_buffer_fraction",

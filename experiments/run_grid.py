@@ -35,7 +35,7 @@ from experiments.compare import (
     stored_run,
     task_target,
 )
-from experiments.fedbuff_tuning import check_extend, check_tuning_lists
+from experiments.fedbuff_tuning import check_tuning_lists
 from experiments.rival_runs import RIVALS
 from experiments.summary import print_summary, summarize
 
@@ -461,7 +461,6 @@ def check_grid(grid: Mapping[str, Any], patterns: str, methods: Sequence[str] | 
     check_methods(list(methods or []))
     if grid["rules"].get("fedbuff_tune") and "fedbuff" in (methods or grid_methods(grid, 1)):
         check_tuning_lists(grid["rules"])
-        check_extend(grid["rules"].get("fedbuff_tune_extend"))
     by_name = {c["name"]: c for c in grid_cells(grid)}
     for name in chosen:
         for method in methods or []:
