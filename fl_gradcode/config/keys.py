@@ -139,7 +139,9 @@ KEYS: tuple[Key, ...] = (
     Key("num-rounds", 30, "rounds"),
     Key("num-clients", 0, "clients; 0 = one per connected SuperNode (the ServerApp waits for "
         "them)"),
-    Key("code", "grouped-rs", "gradient code, a registry name (see the codes below)",
+    Key("code", "grouped-rs", "gradient code, a registry name (see the codes below); with "
+        "`s=auto` an exact code (`nested`, `grouped-rs`, `frc`, `crc`: every round runs the "
+        "nested placement's code for the `s` chosen), any other is refused",
         keyword="code", coded_only=True,
         choices=("uncoded", "ignore-stragglers", "frc", "crc", "grouped-rs", "bgc", "expander",
                  "comm-efficient", "nested")),
@@ -254,7 +256,8 @@ KEYS: tuple[Key, ...] = (
     Key("m", 1, "`code=comm-efficient`: every reply is `1/m` of the model (load `s + m` "
         "partitions); if `s + m` does not divide the cohort, the leftover clients join "
         "groups, whose members then compute their group's `s + m + 1` or more partitions "
-        "(every client keeps its own partition); ignored by the other codes",
+        "(every client keeps its own partition); ignored by the other codes (`code=comm-efficient` "
+        "with `s=auto` is refused)",
         keyword="m", coded_only=True),
     Key("timing", "virtual", "`virtual`: arrivals on a simulated clock; `wallclock`: real "
         "time", keyword="timing", choices=("virtual", "wallclock")),

@@ -9,7 +9,13 @@ from typing import Any
 from ..codes import check_options
 from .option_values import whole
 
-__all__ = ["code_options"]
+__all__ = ["AUTO_CODE_NAMES", "code_options"]
+
+#: The code names ``s="auto"`` takes: the exact codes. Whichever is named, every round runs
+#: the exact code of the nested placement for the ``s`` chosen (the same objective: the exact
+#: sum from any ``n - s`` replies). An approximate code, ``uncoded`` or a reply of ``1/m`` of
+#: the model would not run, so those are refused.
+AUTO_CODE_NAMES = ("nested", "grouped-rs", "frc", "crc")
 
 
 def code_options(code: Any, s: int, s_max: int | None, auto: bool,
@@ -17,8 +23,11 @@ def code_options(code: Any, s: int, s_max: int | None, auto: bool,
     """``make_code``'s options: the user's, with a fixed nested placement's ``s_max`` and the
     communication-efficient ``m`` from their keywords (a contradicting entry is refused; an
     ``m`` that is not an integer >= 1 too, an option no cohort size could take or the code
-    does not take (:func:`~fl_gradcode.codes.check_options`), and any ``code_options`` with
-    ``s="auto"``, whose nested placement they would not reach, naming it)."""
+    does not take (:func:`~fl_gradcode.codes.check_options`); with ``s="auto"``, whose
+    nested placement they would not reach, any ``code_options``, any ``m`` and a code other
+    than :data:`AUTO_CODE_NAMES`, naming it)."""
+    if auto:
+        _check_auto(code, m)
     options = dict(code_options or {})
     if auto and options:
         raise ValueError(f"code_options={options!r} with s='auto': the data are placed once "
@@ -40,3 +49,18 @@ def code_options(code: Any, s: int, s_max: int | None, auto: bool,
     if isinstance(code, str) and not auto:  # refused now, not by a fallback every round
         check_options(code, s, options)
     return options
+
+
+def _check_auto(code: Any, m: int | None) -> None:
+    """Refuse what ``s="auto"`` would silently not run: a code that is not exact (or a code
+    object, whose own placement would be replaced), or a reply length."""
+    name = code if isinstance(code, str) else f"a {type(code).__name__} object"
+    if not isinstance(code, str) or code not in AUTO_CODE_NAMES:
+        raise ValueError(f"code={code!r} with s='auto': s='auto' places the data once for "
+                         "s_max with the nested placement (NestedPlacement) and runs its "
+                         f"exact codes, so {name} would not run; give a fixed s (an integer) "
+                         f"to run it, or an exact code name {AUTO_CODE_NAMES} with s='auto'")
+    if m is not None:
+        raise ValueError(f"m={m!r} with s='auto': the nested placement's replies are whole "
+                         "models, so m would not be used; m is for code='comm-efficient' "
+                         "with a fixed s (an integer)")

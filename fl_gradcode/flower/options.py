@@ -92,7 +92,10 @@ class CodeOptions:
         the most tolerant; falling at most to half the last round's ``s`` per round. When the
         inner strategy samples a different cohort each round (``fraction_train < 1``), one
         estimator covers every node seen so far and each decision looks at it through the
-        cohort (:class:`~fl_gradcode.adaptive.CohortView`).
+        cohort (:class:`~fl_gradcode.adaptive.CohortView`). ``code`` must then name an exact
+        code (:data:`~fl_gradcode.flower.code_options.AUTO_CODE_NAMES`; the placement's code
+        runs whichever is named); another name, a code object, ``m`` or ``code_options`` is
+        refused, as it would not run.
     seed : int
         Run seed: code draws, latency samples, public seeding of the app per partition.
     code_options : dict, optional

@@ -116,6 +116,30 @@ def test_code_options_with_auto_are_refused_as_they_would_not_reach_its_placemen
     GradientCoding(FedAvg(), code="nested", s="auto", s_max=3)
 
 
+@pytest.mark.parametrize("code", ["bgc", "expander", "comm-efficient", "uncoded",
+                                  "ignore-stragglers"])
+def test_auto_refuses_a_code_name_it_would_not_run(code):
+    with pytest.raises(ValueError, match=rf"code='{code}' with s='auto'.*give a fixed s"):
+        GradientCoding(FedAvg(), code=code, s="auto")
+    GradientCoding(FedAvg(), code=code, s=1)  # the same name with a fixed s runs it
+
+
+def test_auto_takes_an_exact_code_name():
+    for code in ("nested", "grouped-rs", "frc", "crc"):
+        assert GradientCoding(FedAvg(), code=code, s="auto").options.code.adaptive
+
+
+def test_auto_refuses_a_code_object_it_would_not_run():
+    with pytest.raises(ValueError, match=r"FractionalRepetitionCode object would not run"):
+        GradientCoding(FedAvg(), code=make_code("frc", n=6, s=2), s="auto")
+
+
+@pytest.mark.parametrize("code", ["grouped-rs", "nested"])
+def test_auto_refuses_a_reply_length_it_would_not_use(code):
+    with pytest.raises(ValueError, match=r"m=2 with s='auto'.*whole models"):
+        GradientCoding(FedAvg(), code=code, s="auto", m=2)
+
+
 def test_m_is_refused_with_a_code_that_has_no_reply_length():
     with pytest.raises(ValueError, match="invalid option for code 'grouped-rs': m=2"):
         GradientCoding(FedAvg(), code="grouped-rs", s=1, m=2)

@@ -181,3 +181,13 @@ def test_the_main_job_refuses_an_empty_results_dir(tmp_path, monkeypatch, capsys
     code = launch.main(["--home", str(tmp_path / "home"), "--run-config", "results-dir=''"])
     assert code == 2 and not ran
     assert "results-dir=''" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("code", ["comm-efficient", "bgc"])
+def test_a_run_config_code_that_s_auto_would_not_run_is_refused(code, tmp_path):
+    from server.app import build
+
+    base = {"code": code, "m": 2, "results-dir": str(tmp_path)}
+    with pytest.raises(ValueError, match=rf"code='{code}' with s='auto'"):
+        build(merge_config(base), 12)  # s = "auto" is the run config's default
+    assert build(merge_config({**base, "s": 2}), 12)[0].options.code.name == code
