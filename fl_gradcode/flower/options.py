@@ -350,8 +350,8 @@ class IntegrityOptions:
         ``unsettled`` in ``rounds.jsonl``): up to ``s`` colluders can neither get a forged
         model applied as verified nor an honest node blamed (``docs/integrity.md``). Refused
         (``ValueError``) for codes without repetition groups and codes it cannot check
-        (:func:`~fl_gradcode.flower.integrity.verify_refusal`); with ``s="auto"`` a round that
-        chooses ``s=0`` is applied unverified (warned once, ``verified`` null). Offences (with
+        (:func:`~fl_gradcode.flower.integrity.verify_refusal`); ``s="auto"`` chooses only an
+        ``s`` it settles (``s=0``: applied unverified, warned, ``verified`` null). Offences (with
         ``verify=True`` only provable ones: error replies, self-contradicting sizes, a reply
         ``s + 1`` agreeing replicas contradict) twice within 10 rounds quarantine a node (sent
         no work) for 5 rounds, 10, 20, ... on repeats (``quarantined`` in ``rounds.jsonl``).
@@ -557,8 +557,11 @@ class Options:
                 raise ValueError(f"auto_deadline={auto_deadline!r} needs timing='virtual' (got "
                                  f"timing={timing!r}: wallclock rounds give the estimator no "
                                  "latencies to predict a deadline from)")
-        if exclude_slow is not None and not auto:
-            raise ValueError(f"exclude_slow={exclude_slow!r} needs s='auto' (got s={s!r})")
+        if exclude_slow is not None and (not auto or verify):
+            raise ValueError(f"exclude_slow={exclude_slow!r} needs s='auto' (got s={s!r})"
+                             if not auto else f"exclude_slow={exclude_slow!r} with verify="
+                             "True: the groups left when slow clients are excluded are not "
+                             "repetition groups, which verify cannot settle; give one of them")
         if adaptive.auto_approximate and timing != "virtual":
             raise ValueError(f"auto_approximate=True needs timing='virtual' (got timing="
                              f"{timing!r}: a round's deadline is planned from the predicted "

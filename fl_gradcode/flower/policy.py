@@ -42,6 +42,7 @@ from .latency_book import LatencyBook, read_latency_state
 from .membership import code_for_cohort
 from .options import BUSY_MODES, Options
 from .protocol import Identity
+from .settle import placement_refusal
 
 __all__ = ["BUSY_MODES", "AdaptiveCodePolicy", "CodePolicy", "FixedCodePolicy", "LatencyBook",
            "is_policy_factory", "make_code_policy", "read_latency_state",
@@ -417,6 +418,7 @@ class AdaptiveCodePolicy(FixedCodePolicy):
         super().__init__(options=options, **keywords)
         self.placements: dict[int, NestedPlacement] = {}
         self.last_s: dict[int, int] = {}  # cohort size -> the last round's s
+        self._verifiable: dict[tuple[int, int], tuple[int, ...]] = {}
         # approximate rounds (auto_approximate): priced after the exact choice
         self.approximate = (ApproximateRounds(self.seed)
                             if self.options.adaptive.auto_approximate else None)
@@ -436,7 +438,21 @@ class AdaptiveCodePolicy(FixedCodePolicy):
         """The tolerances considered this round: the trust region (``s`` falls at most to
         half the last round's of this cohort size; every ``s`` before any observation)."""
         last = self.last_s.get(placement.n, 0) if estimator.has_data else 0
-        return [c for c in placement.stable_values if c >= last // 2]
+        values = (self.verifiable(placement) if self.options.integrity.verify
+                  else placement.stable_values)
+        return [c for c in values if c >= last // 2]
+
+    def verifiable(self, placement: NestedPlacement) -> tuple[int, ...]:
+        """``verify=True``: the stable tolerances whose code ``verify`` can settle (every
+        block a repetition group of ``s + 1`` or more replicas:
+        :func:`~fl_gradcode.flower.settle.placement_refusal`), and ``s = 0`` (applied
+        unverified, warned). Another ``s`` would leave its blocks out of every round."""
+        key = (placement.n, placement.s_max)
+        if key not in self._verifiable:
+            self._verifiable[key] = tuple(
+                s for s in placement.stable_values
+                if s == 0 or placement_refusal(placement.code(s)) is None)
+        return self._verifiable[key]
 
     def plan(self, cohort: list[int], busy_nodes: set[int]) -> GradientCode:
         """This round's code from the nested placement and the estimator."""
