@@ -48,6 +48,7 @@ from .code_options import code_options as _code_options
 from .integrity import verify_refusal
 from .option_values import check_code, check_fixed_s, finite, flag, whole
 from .option_values import number as _number
+from .settle import auto_refusal
 
 STOP_LATE_WORK: bool | str = _KEYED["stop_late_work"]
 
@@ -557,11 +558,8 @@ class Options:
                 raise ValueError(f"auto_deadline={auto_deadline!r} needs timing='virtual' (got "
                                  f"timing={timing!r}: wallclock rounds give the estimator no "
                                  "latencies to predict a deadline from)")
-        if exclude_slow is not None and (not auto or verify):
-            raise ValueError(f"exclude_slow={exclude_slow!r} needs s='auto' (got s={s!r})"
-                             if not auto else f"exclude_slow={exclude_slow!r} with verify="
-                             "True: the groups left when slow clients are excluded are not "
-                             "repetition groups, which verify cannot settle; give one of them")
+        if exclude_slow is not None and not auto:
+            raise ValueError(f"exclude_slow={exclude_slow!r} needs s='auto' (got s={s!r})")
         if adaptive.auto_approximate and timing != "virtual":
             raise ValueError(f"auto_approximate=True needs timing='virtual' (got timing="
                              f"{timing!r}: a round's deadline is planned from the predicted "
@@ -577,7 +575,8 @@ class Options:
             if isinstance(stop_late_work, bool) else stop_late_work)
         options = _code_options(code, s, s_max, auto, code_options, m)
         integrity = IntegrityOptions(verify, verify_tolerance)
-        refusal = verify_refusal(code, s, options) if integrity.verify else None
+        refusal = None if not integrity.verify else verify_refusal(code, s, options) or (
+            auto_refusal(exclude_slow, adaptive.auto_approximate) if auto else None)
         if refusal is not None:
             raise ValueError(refusal)
         built = cls(

@@ -438,9 +438,14 @@ class AdaptiveCodePolicy(FixedCodePolicy):
         """The tolerances considered this round: the trust region (``s`` falls at most to
         half the last round's of this cohort size; every ``s`` before any observation)."""
         last = self.last_s.get(placement.n, 0) if estimator.has_data else 0
-        values = (self.verifiable(placement) if self.options.integrity.verify
-                  else placement.stable_values)
-        return [c for c in values if c >= last // 2]
+        return [c for c in self.tolerances(placement) if c >= last // 2]
+
+    def tolerances(self, placement: NestedPlacement) -> tuple[int, ...]:
+        """Every tolerance a round may run: the stable ones (with ``verify=True``, those
+        :meth:`verifiable`)."""
+        if self.options.integrity.verify:
+            return self.verifiable(placement)
+        return placement.stable_values
 
     def verifiable(self, placement: NestedPlacement) -> tuple[int, ...]:
         """``verify=True``: the stable tolerances whose code ``verify`` can settle (every
@@ -465,7 +470,7 @@ class AdaptiveCodePolicy(FixedCodePolicy):
             inputs = (*self.busy_inputs(placement, busy_nodes, cohort), self.clock.now)
             self.decision = self.approximate.revise(
                 self.decision, placement, estimator, inputs, candidates,
-                self.options.deadline.max_decode_error, list(placement.stable_values))
+                self.options.deadline.max_decode_error, list(self.tolerances(placement)))
         self.last_s[n] = self.decision.s
         if self.decision.excluded:
             return placement.code_excluding(self.decision.s, self.decision.excluded)

@@ -44,7 +44,7 @@ import numpy as np
 from ..codes import GradientCode
 from .integrity import Verdict, check_block
 
-__all__ = ["placement_refusal", "repetition_block", "settle_replies"]
+__all__ = ["auto_refusal", "placement_refusal", "repetition_block", "settle_replies"]
 
 
 def repetition_block(B: np.ndarray, clients: Sequence[int], parts: Sequence[int]) -> bool:
@@ -66,6 +66,21 @@ def placement_refusal(code: GradientCode) -> str | None:
         if len(clients) < code.s + 1:
             return (f"its block of workers {list(clients)[:8]} has fewer than s + 1 = "
                     f"{code.s + 1} replicas")
+    return None
+
+
+def auto_refusal(exclude_slow: float | None, auto_approximate: bool) -> str | None:
+    """Why ``verify=True`` cannot work with these ``s="auto"`` options (``None``: it can).
+    ``s="auto"`` itself is taken: it chooses only the tolerances whose blocks settle."""
+    if exclude_slow is not None:
+        return (f"exclude_slow={exclude_slow!r} with verify=True: the groups left when slow "
+                "clients are excluded are not repetition groups, which verify cannot settle; "
+                "give one of them")
+    if auto_approximate:
+        return ("auto_approximate=True with verify=True: an approximate round ends before "
+                "its blocks' s + 1 replicas have all arrived, and a block settles only when "
+                "s + 1 replies agree, so most such rounds would settle nothing and be skipped; "
+                "give one of them")
     return None
 
 

@@ -58,3 +58,11 @@ def test_excluding_slow_clients_is_refused_with_verify():
     with pytest.raises(ValueError, match=r"exclude_slow=4.0 with verify=True"):
         AdaptiveCodePolicy(code="frc", s="auto", s_max=3, verify=True, exclude_slow=4.0)
     AdaptiveCodePolicy(code="frc", s="auto", s_max=3, exclude_slow=4.0)  # without: taken
+
+
+def test_approximate_rounds_are_refused_with_verify():
+    """An approximate round ends before a block's s + 1 replicas have all arrived; verify
+    settles a block only when s + 1 agree, so such rounds were mostly skipped."""
+    with pytest.raises(ValueError, match=r"auto_approximate=True with verify=True"):
+        AdaptiveCodePolicy(code="frc", s="auto", s_max=3, verify=True, auto_approximate=True)
+    AdaptiveCodePolicy(code="frc", s="auto", s_max=3, auto_approximate=True)
