@@ -208,7 +208,7 @@ def test_an_assigned_accountant_is_the_one_the_options_hold():
     from fl_gradcode.flower import GradientCoding
     from fl_gradcode.privacy import DPConfig, PrivacyAccountant
 
-    strategy = GradientCoding(FedAvg())
+    strategy = GradientCoding(FedAvg(), dp=DPConfig(mode="central"))
     accountant = PrivacyAccountant(DPConfig(mode="central"), [(1.0, 1.0, 1)])
     strategy.accountant = accountant
     assert strategy.accountant is accountant

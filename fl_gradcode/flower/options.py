@@ -425,30 +425,25 @@ class PrivacyOptions:
     def __post_init__(self) -> None:
         if not self.nonce:
             object.__setattr__(self, "nonce", secrets.token_hex(16))
+        if self.accountant is not None and not self.dp.enabled:  # it would count noise
+            raise ValueError(f"accountant={self.accountant!r} with dp mode {self.dp.mode!r}: no "
+                             "noise is added, so its epsilon would be false; pass dp=DPConfig(...)"
+                             " matching the accountant, or drop the accountant")
 
 
 #: Flat keyword (or attribute) name -> (group, field) it maps onto.
 FLAT_NAMES: dict[str, tuple[str, str]] = {
-    "code_spec": ("code", "code"), "s": ("code", "s"), "adaptive": ("code", "adaptive"),
-    "s_max": ("adaptive", "s_max"), "auto_margin": ("adaptive", "auto_margin"),
-    "exclude_slow": ("adaptive", "exclude_slow"),
-    "latency_state": ("adaptive", "latency_state"),
-    "auto_approximate": ("adaptive", "auto_approximate"),
-    "timing": ("timing", "mode"), "latency": ("timing", "latency"),
-    "measured_compute": ("timing", "measured_compute"),
-    "compute_cost_s": ("timing", "compute_cost_s"),
-    "upload_bandwidth": ("timing", "upload_bandwidth"), "busy_mode": ("timing", "busy"),
-    "stop_late_work": ("timing", "stop_late_work"),
-    "straggler_timeout": ("deadline", "straggler_timeout"),
-    "round_timeout": ("deadline", "round_timeout"),
-    "warmup_timeout": ("deadline", "warmup_timeout"),
-    "auto_deadline": ("deadline", "auto_deadline"),
-    "max_decode_error": ("deadline", "max_decode_error"),
-    "min_replies": ("deadline", "min_replies"),
-    "verify": ("integrity", "verify"), "verify_tolerance": ("integrity", "verify_tolerance"),
-    "wire": ("wire", "wire"), "sparse_decoding": ("wire", "sparse_decoding"),
-    "dp": ("privacy", "dp"), "accountant": ("privacy", "accountant"),
-    "server_noise": ("privacy", "server_noise"), "nonce": ("privacy", "nonce"),
+    "code_spec": ("code", "code"), "adaptive": ("code", "adaptive"),
+    "timing": ("timing", "mode"), "busy_mode": ("timing", "busy"),
+    **{name: (group, name) for group, names in (
+        ("code", "s"), ("adaptive", "s_max auto_margin exclude_slow latency_state "
+                                    "auto_approximate"),
+        ("timing", "latency measured_compute compute_cost_s upload_bandwidth stop_late_work"),
+        ("deadline", "straggler_timeout round_timeout warmup_timeout auto_deadline "
+                     "max_decode_error min_replies"),
+        ("integrity", "verify verify_tolerance"), ("wire", "wire sparse_decoding"),
+        ("privacy", "dp accountant server_noise nonce"),
+    ) for name in names.split()},
 }
 
 

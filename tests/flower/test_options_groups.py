@@ -231,8 +231,9 @@ def test_every_keyword_reaches_its_group():
     from fl_gradcode.privacy import DPConfig, PrivacyAccountant
 
     latency = Pareto(1.0, 1.5)
-    accountant = PrivacyAccountant(DPConfig(), [(1.0, 1.0, 1)])
+    accountant = PrivacyAccountant(DPConfig(mode="central"), [(1.0, 1.0, 1)])
     options = Options.from_keywords(latency=latency, accountant=accountant,
+                                    dp=DPConfig(mode="central"),
                                     sparse_decoding=False, measured_compute=False)
     assert options.timing.latency is latency
     assert options.privacy.accountant is accountant
@@ -284,3 +285,21 @@ def test_integers_that_are_flags_or_whole_numbers_are_still_accepted():
     assert DeadlineOptions(min_replies=np.int64(2)).min_replies == 2
     assert WireOptions(sparse_decoding=np.bool_(False)).sparse_decoding is False
     assert IntegrityOptions(verify_tolerance=0).verify_tolerance == 0.0
+
+
+def test_an_accountant_without_dp_is_refused_as_its_epsilon_would_be_false():
+    """No noise is added with dp mode none, so an accountant would report an epsilon that
+    holds nothing (and could stop training at a budget nothing spent)."""
+    from flwr.serverapp.strategy import FedAvg
+
+    from fl_gradcode.flower import GradientCoding
+    from fl_gradcode.privacy import DPConfig, PrivacyAccountant
+
+    accountant = PrivacyAccountant(DPConfig(mode="central"), [(1.0, 1.0, 1)])
+    with pytest.raises(ValueError, match=r"with dp mode 'none'.*epsilon would be false"):
+        GradientCoding(FedAvg(), accountant=accountant)
+    strategy = GradientCoding(FedAvg())
+    with pytest.raises(ValueError, match=r"with dp mode 'none'"):
+        strategy.accountant = accountant  # assigned later: the same rule
+    assert strategy.accountant is None
+    GradientCoding(FedAvg(), accountant=accountant, dp=DPConfig(mode="central"))

@@ -21,6 +21,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, Re
 from flwr.clientapp import ClientApp
 from flwr.serverapp.strategy import FedAvg
 
+from fl_gradcode import privacy
 from fl_gradcode.flower import GradientCoding, gradient_coding_mod, protocol
 from fl_gradcode.flower.testing import InProcessGrid
 from fl_gradcode.latency import Pareto
@@ -291,6 +292,10 @@ def test_keyed_central_noise_is_drawn_for_the_round_and_the_run_nonce():
 
 
 # ======== the strategy wrapper's plumbing: edges =================================================
+#: central DP that neither clips nor adds noise: only the accountant acts here
+_NO_NOISE = privacy.DPConfig(mode="central", clip_norm=1e9, noise_multiplier=0.0)
+
+
 class _Budget:
     """A stand-in privacy accountant: the first ``rounds`` rounds fit the budget and each
     stepped round costs ε = 0.5 (the wrapper asks only ``can_run_round``, ``step``,
@@ -313,7 +318,7 @@ class _Budget:
 
 def test_a_spent_privacy_budget_stops_training_for_good_and_says_so_once(flwr_log):
     budget = _Budget(rounds=2)
-    strategy, result, _ = _run(rounds=4, accountant=budget)
+    strategy, result, _ = _run(rounds=4, accountant=budget, dp=_NO_NOISE)
     rows = strategy.history
     assert [r["decode"] for r in rows] == ["exact", "exact", "skipped", "skipped"]
     assert [r["stopped"] for r in rows] == [False, False, True, True]
@@ -328,7 +333,7 @@ def test_a_spent_privacy_budget_stops_training_for_good_and_says_so_once(flwr_lo
 
 
 def test_a_run_in_which_no_round_applied_an_update_returns_the_initial_model(flwr_log):
-    strategy, result, _ = _run(rounds=2, accountant=_Budget(rounds=0))
+    strategy, result, _ = _run(rounds=2, accountant=_Budget(rounds=0), dp=_NO_NOISE)
     assert [r["decode"] for r in strategy.history] == ["skipped", "skipped"]
     assert list(result.arrays) == ["w"]
     np.testing.assert_array_equal(result.arrays["w"].numpy(), np.zeros(DIM))
