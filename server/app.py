@@ -25,7 +25,7 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAdam, FedAvg, FedAvgM, Strategy
 
 from fl_gradcode.codes import GradientCode
-from fl_gradcode.config import KEYS, client_keys, group_values, merge_config
+from fl_gradcode.config import KEYS, client_keys, coded_only_keys, group_values, merge_config
 from fl_gradcode.data import run_partitions
 from fl_gradcode.flower import GradientCoding, seeded_sampling
 from fl_gradcode.flower.code_options import code_options
@@ -42,12 +42,9 @@ from fl_gradcode.privacy import (
     independent_noise_multiplier,
 )
 from fl_gradcode.tasks import fedscale_workload, measured_partition_cost
+from server.rival_config import RIVALS, rival_refusal
 
 SERVER_OPTIMIZERS = ("sgd", "momentum", "adam")
-#: ``rival`` values: runs that are not coded, for comparisons (``""``: the coded run):
-#: Flower's FedAvg dropping the replies later than ``straggler-timeout`` (virtual time), and
-#: plain Flower FedAvg waiting for every reply (any timing: deploy_local's baseline).
-RIVALS = ("drop-stragglers", "fedavg")
 #: ``fedavg``'s deadline: later than any round (it waits for every reply, as Flower's FedAvg)
 NO_DEADLINE = 1e12
 #: ``GradientCoding`` keywords that ``DeadlineFedAvg`` (the rival) takes too, with the same
@@ -206,6 +203,7 @@ def build(cfg: dict[str, Any], n: int, code_policy: Any = None):
     # same seed samples the same cohorts (fraction-train < 1)
     random.seed(seed)
     check_slow_classes(cfg)
+    check_fault_delay(cfg)
     data, index = run_partitions(cfg, n)
     sizes = np.array([len(p) for p in index], dtype=np.float64)
     keywords = strategy_keywords(cfg, n)
@@ -268,6 +266,18 @@ def check_slow_classes(cfg: dict[str, Any]) -> None:
                          f"{cfg['latency-slowdown']!r}: they would not be slower)")
 
 
+def check_fault_delay(cfg: dict[str, Any]) -> None:
+    """Refuse a ``slow-delay-s`` that would slow nobody: under virtual timing it is added to
+    the reply's measured compute, which only ``virtual-compute=measured`` charges."""
+    slow, delay = str(cfg["slow-workers"]).strip(), float(cfg["slow-delay-s"])
+    if (slow and delay > 0 and str(cfg["timing"]) == "virtual"
+            and str(cfg["virtual-compute"]) != "measured"):
+        raise ValueError(f"slow-delay-s={delay!r} for slow-workers={slow!r} is added to the "
+                         "measured compute, which virtual-compute="
+                         f"{cfg['virtual-compute']!r} does not charge (the workers would not be "
+                         "slower); set virtual-compute='measured' or timing='wallclock'")
+
+
 def run_partition_cost(cfg: dict[str, Any], n: int) -> float:
     """``compute_cost_s``: ``partition-cost-s``, or with ``virtual-compute=measured-once`` the
     seconds of one mean-sized partition update, measured now (logged)."""
@@ -302,22 +312,9 @@ def build_rival(cfg: dict[str, Any], n: int):
     FedAvg with a round deadline (``straggler-timeout``, virtual time) that drops the replies
     arriving later, on the same seeds, data, model and latency draws as the coded run."""
     rival = str(cfg["rival"])
-    if rival not in RIVALS:
-        raise ValueError(f"rival={rival!r}; expected one of {RIVALS} ('' is the coded run)")
-    if str(cfg["dp"]) != "none":
-        raise ValueError(f"rival={rival!r} is plain Flower FedAvg, which applies none of "
-                         f"dp={cfg['dp']!r}: run it with dp='none'")
-    if str(cfg["server-optimizer"]) != "sgd" or float(cfg["server-lr"]) != 1.0:
-        raise ValueError(f"rival={rival!r} is plain Flower FedAvg: it needs "
-                         "server-optimizer='sgd' and server-lr=1.0 (got "
-                         f"{cfg['server-optimizer']!r}, {cfg['server-lr']!r})")
-    if rival == "drop-stragglers" and str(cfg["timing"]) != "virtual":
-        raise ValueError(f"rival={rival!r} drops stragglers in virtual time: it needs "
-                         f"timing='virtual' (got {cfg['timing']!r})")
-    if rival == "fedavg" and str(cfg["timing"]) != "virtual" and str(cfg["latency"]) != "none":
-        raise ValueError(f"rival={rival!r} with timing={cfg['timing']!r} sleeps no simulated "
-                         f"latency (the coded run's clients would sleep latency="
-                         f"{cfg['latency']!r}): run both with latency='none'")
+    refusal = rival_refusal(cfg, rival)  # what it would not apply, named
+    if refusal is not None:
+        raise ValueError(refusal)
     seed = int(cfg["seed"])
     random.seed(seed)  # Flower samples cohorts with the random module
     check_slow_classes(cfg)
@@ -424,7 +421,8 @@ def run_rival_in_process(run_config: dict[str, Any], n: int) -> tuple[DeadlineFe
     from fl_gradcode.flower.testing import InProcessGrid
 
     rival = str(run_config.get("rival") or RIVALS[0])
-    cfg = merge_config({**run_config, "rival": rival, "timing": "virtual", "num-clients": n})
+    shared = {k: v for k, v in run_config.items() if k not in coded_only_keys()}  # coded's
+    cfg = merge_config({**shared, "rival": rival, "timing": "virtual", "num-clients": n})
     strategy, initial, evaluate_fn, train_config = build_rival(cfg, n)
     grid = InProcessGrid(make_client_app(), n, run_config=cfg)
     result = strategy.start(grid=grid, initial_arrays=initial, num_rounds=int(cfg["num-rounds"]),

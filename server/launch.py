@@ -47,6 +47,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from fl_gradcode.config import coded_only_keys, merge_config
+from server.rival_config import rival_refusal as _rival_refusal
 
 ROOT = Path(__file__).resolve().parents[1]
 #: SuperNodes the main job starts (``--num-supernodes``), every one in each round's cohort
@@ -143,15 +144,10 @@ def run_config_for(run: str, overrides: str, results: Path) -> str:
 
 
 def rival_refusal(values: Mapping[str, object]) -> str | None:
-    """Why the drop-stragglers run cannot run with these overrides (``None``: it can)."""
+    """Why the drop-stragglers run cannot run with these overrides (``None``: it can;
+    :func:`server.rival_config.rival_refusal` on them without the coded-only keys)."""
     cfg = merge_config({k: v for k, v in values.items() if k not in CODED_ONLY})
-    if cfg["dp"] != "none":
-        return f"dp={cfg['dp']!r}: plain Flower FedAvg applies no DP"
-    if cfg["server-optimizer"] != "sgd" or cfg["server-lr"] != 1.0:
-        return "server-optimizer/server-lr: it is plain FedAvg (sgd, server-lr 1.0)"
-    if cfg["timing"] != "virtual":
-        return f"timing={cfg['timing']!r}: it drops stragglers in virtual time"
-    return None
+    return _rival_refusal(cfg, "drop-stragglers")
 
 
 #: ``--preset`` names -> the regime of ``results/first_hour.json`` (experiments/first_hour.py,

@@ -330,7 +330,9 @@ KEYS: tuple[Key, ...] = (
         "`straggler-timeout` (virtual time), dropping later replies, instead of the coded "
         "job (needs `dp=none`, `server-optimizer=sgd`, `server-lr=1.0`, virtual timing); "
         "`fedavg`: plain Flower FedAvg waiting for every reply (the same needs but any "
-        "timing; wallclock needs `latency=none`)",
+        "timing; wallclock needs `latency=none`). Either refuses `slow-workers` and "
+        "`nan-workers` (injected into coded messages only); `drop-stragglers` also refuses "
+        "a coded-only key away from its default",
         coded_only=True, choices=("", "drop-stragglers", "fedavg")),
 )
 

@@ -191,3 +191,17 @@ def test_a_run_config_code_that_s_auto_would_not_run_is_refused(code, tmp_path):
     with pytest.raises(ValueError, match=rf"code='{code}' with s='auto'"):
         build(merge_config(base), 12)  # s = "auto" is the run config's default
     assert build(merge_config({**base, "s": 2}), 12)[0].options.code.name == code
+
+
+@pytest.mark.parametrize("compute", ["none", "measured-once"])
+def test_a_fault_delay_that_would_slow_nobody_is_refused(tmp_path, compute):
+    """Under virtual timing the delay is added to the reply's measured compute, which only
+    virtual-compute='measured' charges."""
+    from server.app import build
+
+    base = {"results-dir": str(tmp_path / "r"), "slow-workers": "1", "slow-delay-s": 5.0,
+            "s": 1}
+    with pytest.raises(ValueError, match=rf"slow-delay-s=5.0.*virtual-compute='{compute}'"):
+        build(merge_config({**base, "virtual-compute": compute}), 6)
+    build(merge_config({**base, "virtual-compute": "measured"}), 6)
+    build(merge_config({**base, "virtual-compute": compute, "slow-delay-s": 0.0}), 6)
