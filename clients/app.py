@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, Context, Message, MessageType, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from fl_gradcode.config import DEFAULTS, merge_config, worker_list
@@ -111,11 +111,17 @@ def train(msg: Message, context: Context) -> Message:
 def fault_injection_mod(msg: Message, context: Context, call_next) -> Message:
     """Test/demo faults around the coding mod: a NaN reply (``nan-workers``), a slow worker
     (``slow-workers``: ``slow-delay-s`` added, slept in wallclock timing, reported as compute
-    in virtual timing), a deliberately slow node (node config ``extra-delay-s``)."""
+    in virtual timing), a deliberately slow node (node config ``extra-delay-s``, slept; also
+    for a plain train message, as the rivals send)."""
     instruction = None
     if msg.has_content():
         instruction = protocol.parse_instruction(msg.content)
     reply = call_next(msg, context)
+    if instruction is None and msg.metadata.message_type == MessageType.TRAIN:
+        # a plain (rival) train message: the node's own delay holds it back as well, so the
+        # baseline meets the slow node a coded run meets
+        time.sleep(float(context.node_config.get("extra-delay-s", 0.0)))
+        return reply
     if instruction is None or instruction.op != protocol.OP_TRAIN or reply.has_error():
         return reply
     cfg = client_config(context, msg)

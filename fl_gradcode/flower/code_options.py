@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..codes import check_options
+from ..codes import GradientCode, check_options
 from .option_values import whole
 
-__all__ = ["AUTO_CODE_NAMES", "code_options"]
+__all__ = ["AUTO_CODE_NAMES", "code_options", "fixed_s"]
 
 #: The code names ``s="auto"`` takes: the exact codes. Whichever is named, every round runs
 #: the exact code of the nested placement for the ``s`` chosen (the same objective: the exact
@@ -28,6 +28,14 @@ def code_options(code: Any, s: int, s_max: int | None, auto: bool,
     than :data:`AUTO_CODE_NAMES`, naming it)."""
     if auto:
         _check_auto(code, m)
+    elif isinstance(code, GradientCode):
+        own_m = getattr(code, "m", None) or 1  # its reply is 1/m of the model
+        given = {k: v for k, v in (("m", m), ("code_options", code_options), ("s_max", s_max))
+                 if v is not None and v != {} and not (k == "m" and v == own_m)}
+        if given:
+            raise ValueError(f"{given!r} with a {type(code).__name__} object: the code is "
+                             "built already, so they would not be used; build it with them "
+                             "(make_code(name, n, s, ...)) or pass its registry name")
     options = dict(code_options or {})
     if auto and options:
         raise ValueError(f"code_options={options!r} with s='auto': the data are placed once "
@@ -51,6 +59,18 @@ def code_options(code: Any, s: int, s_max: int | None, auto: bool,
     return options
 
 
+def fixed_s(code: Any, s: int, default: int) -> int:
+    """The tolerance of a fixed code: a code object's own ``s`` (an ``s`` other than the
+    keyword's ``default`` must equal it), else ``s``."""
+    if not isinstance(code, GradientCode) or int(s) == int(code.s):
+        return int(s)
+    if int(s) != default:
+        raise ValueError(f"s={s!r} contradicts the {type(code).__name__} object's s={code.s}: "
+                         "the object's own s is the tolerance; omit s, or build the code "
+                         "with it")
+    return int(code.s)
+
+
 def _check_auto(code: Any, m: int | None) -> None:
     """Refuse what ``s="auto"`` would silently not run: a code that is not exact (or a code
     object, whose own placement would be replaced), or a reply length."""
@@ -60,7 +80,7 @@ def _check_auto(code: Any, m: int | None) -> None:
                          "s_max with the nested placement (NestedPlacement) and runs its "
                          f"exact codes, so {name} would not run; give a fixed s (an integer) "
                          f"to run it, or an exact code name {AUTO_CODE_NAMES} with s='auto'")
-    if m is not None:
+    if m is not None and m != 1:
         raise ValueError(f"m={m!r} with s='auto': the nested placement's replies are whole "
                          "models, so m would not be used; m is for code='comm-efficient' "
                          "with a fixed s (an integer)")

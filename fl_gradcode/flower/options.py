@@ -45,6 +45,7 @@ from ..latency import LatencyModel
 from ..privacy import DPConfig, PrivacyAccountant, ServerNoise
 from .clock import CLOCKS, clock_class
 from .code_options import code_options as _code_options
+from .code_options import fixed_s
 from .integrity import verify_refusal
 from .option_values import check_code, check_fixed_s, finite, flag, whole
 from .option_values import number as _number
@@ -425,10 +426,12 @@ class PrivacyOptions:
     def __post_init__(self) -> None:
         if not self.nonce:
             object.__setattr__(self, "nonce", secrets.token_hex(16))
-        if self.accountant is not None and not self.dp.enabled:  # it would count noise
-            raise ValueError(f"accountant={self.accountant!r} with dp mode {self.dp.mode!r}: no "
-                             "noise is added, so its epsilon would be false; pass dp=DPConfig(...)"
-                             " matching the accountant, or drop the accountant")
+        own = getattr(self.accountant, "config", None)  # the DPConfig an accountant counts
+        own = own if isinstance(own, DPConfig) else self.dp
+        if self.accountant is not None and (not self.dp.enabled or own != self.dp):
+            raise ValueError(f"accountant={self.accountant!r} with dp={self.dp!r}: its epsilon "
+                             "would be false (no noise is added, or it counts another DPConfig:"
+                             f" {own!r}); pass the dp it counts, or drop the accountant")
 
 
 #: Flat keyword (or attribute) name -> (group, field) it maps onto.
@@ -544,6 +547,7 @@ class Options:
             s = s_max if s_max is not None else 1
         else:
             check_fixed_s(s)
+            s = fixed_s(code, s, CodeOptions.s)
         if auto_deadline is not None:
             if not (auto or busy == "fit"):
                 raise ValueError(f"auto_deadline={auto_deadline!r} needs s='auto' or busy='fit' "
@@ -562,6 +566,9 @@ class Options:
         deadline = DeadlineOptions(straggler_timeout, round_timeout, warmup_timeout,
                                    auto_deadline, max_decode_error, min_replies)
         busy = resolve_busy(busy, auto, timing)
+        if stop_late_work is False and auto_deadline is not None:
+            raise ValueError(f"stop_late_work=False contradicts auto_deadline={auto_deadline!r}"
+                             " (its work stops at its deadline); give one of them")
         if stop_late_work == "auto":  # queued work behind stale work snowballs at deadlines
             stop_late_work = auto and busy in ("queue", "fit")
         timing_options = TimingOptions(

@@ -431,6 +431,10 @@ class AdaptiveCodePolicy(FixedCodePolicy):
         """The nested placement for a cohort of ``n`` (built once per size)."""
         if n not in self.placements:
             s_max = min(self.s_max if self.s_max is not None else max(1, n // 4), n - 1)
+            if self.s_max is not None and self.s_max > s_max:  # said once per cohort size
+                log(WARNING, "s_max=%d cannot be tolerated with a cohort of %d (at most %d): "
+                    "s='auto' chooses s in 0..%d for cohorts of %d", self.s_max, n, s_max,
+                    s_max, n)
             self.placements[n] = NestedPlacement(n, s_max, seed=self.seed)
         return self.placements[n]
 
@@ -457,6 +461,11 @@ class AdaptiveCodePolicy(FixedCodePolicy):
             self._verifiable[key] = tuple(
                 s for s in placement.stable_values
                 if s == 0 or placement_refusal(placement.code(s)) is None)
+            if self._verifiable[key] == (0,):  # said once per cohort size
+                log(WARNING, "verify=True with s='auto': no s in 1..%d gives repetition "
+                    "groups for a cohort of %d, so its rounds run at s=0 (unverified, waiting "
+                    "for every client); an s_max s with (s + 1) dividing the cohort gives one",
+                    placement.s_max, placement.n)
         return self._verifiable[key]
 
     def plan(self, cohort: list[int], busy_nodes: set[int]) -> GradientCode:
@@ -509,6 +518,13 @@ def resolve_code_policy(given: CodePolicy | Callable[..., CodePolicy] | None,
     for ``s="auto"``, of :class:`FixedCodePolicy` otherwise, or any callable taking
     ``options=``)."""
     if given is not None and not is_policy_factory(given):
+        own = getattr(given, "options", None)
+        if (options is not None and options.integrity.verify and isinstance(own, Options)
+                and not own.integrity.verify):
+            raise ValueError(f"code_policy: a {type(given).__name__} built without "
+                             "verify=True, for a strategy that verifies: it would choose codes "
+                             "verify cannot settle; build it with verify=True (or pass its "
+                             "class)")
         return given
     return make_code_policy(factory=given, options=options, **keywords)
 

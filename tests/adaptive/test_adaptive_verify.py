@@ -66,3 +66,29 @@ def test_approximate_rounds_are_refused_with_verify():
     with pytest.raises(ValueError, match=r"auto_approximate=True with verify=True"):
         AdaptiveCodePolicy(code="frc", s="auto", s_max=3, verify=True, auto_approximate=True)
     AdaptiveCodePolicy(code="frc", s="auto", s_max=3, auto_approximate=True)
+
+
+def test_a_policy_instance_built_without_verify_is_refused_by_a_verifying_strategy():
+    from flwr.serverapp.strategy import FedAvg
+
+    from fl_gradcode.flower import GradientCoding
+
+    unverified = AdaptiveCodePolicy(code="frc", s="auto", s_max=3)
+    with pytest.raises(ValueError, match=r"built without verify=True, for a strategy that "):
+        GradientCoding(FedAvg(), code="frc", s="auto", s_max=3, verify=True,
+                       code_policy=unverified)
+    GradientCoding(FedAvg(), code="frc", s="auto", s_max=3, verify=True,
+                   code_policy=AdaptiveCodePolicy(code="frc", s="auto", s_max=3, verify=True))
+
+
+def test_a_cohort_with_no_verifiable_tolerance_is_said_once(flwr_log):
+    import logging
+
+    policy = AdaptiveCodePolicy(code="frc", s="auto", s_max=3, verify=True, seed=0)
+    placement = policy.placement(7)
+    assert not any(_repetition_groups(placement.code(s)) for s in (1, 2, 3))
+    assert policy.candidates(placement, _NoData()) == [0]
+    policy.candidates(placement, _NoData())
+    said = [line for level, line in flwr_log
+            if level == logging.WARNING and "for a cohort of 7" in line]
+    assert len(said) == 1 and "no s in 1..3 gives repetition groups" in said[0]

@@ -138,6 +138,7 @@ def test_auto_refuses_a_code_object_it_would_not_run():
 def test_auto_refuses_a_reply_length_it_would_not_use(code):
     with pytest.raises(ValueError, match=r"m=2 with s='auto'.*whole models"):
         GradientCoding(FedAvg(), code=code, s="auto", m=2)
+    GradientCoding(FedAvg(), code=code, s="auto", m=1)  # whole replies: what it sends
 
 
 def test_m_is_refused_with_a_code_that_has_no_reply_length():

@@ -296,10 +296,67 @@ def test_an_accountant_without_dp_is_refused_as_its_epsilon_would_be_false():
     from fl_gradcode.privacy import DPConfig, PrivacyAccountant
 
     accountant = PrivacyAccountant(DPConfig(mode="central"), [(1.0, 1.0, 1)])
-    with pytest.raises(ValueError, match=r"with dp mode 'none'.*epsilon would be false"):
+    with pytest.raises(ValueError, match=r"with dp=DPConfig\(mode='none'.*epsilon would be "
+                                         r"false"):
         GradientCoding(FedAvg(), accountant=accountant)
     strategy = GradientCoding(FedAvg())
-    with pytest.raises(ValueError, match=r"with dp mode 'none'"):
+    with pytest.raises(ValueError, match=r"with dp=DPConfig\(mode='none'"):
         strategy.accountant = accountant  # assigned later: the same rule
     assert strategy.accountant is None
     GradientCoding(FedAvg(), accountant=accountant, dp=DPConfig(mode="central"))
+    # an accountant counting another noise than the run adds: its epsilon would be false too
+    quieter = DPConfig(mode="central", noise_multiplier=0.0)
+    with pytest.raises(ValueError, match=r"it counts another DPConfig"):
+        GradientCoding(FedAvg(), accountant=accountant, dp=quieter)
+
+
+def test_a_code_objects_own_s_is_the_tolerance_and_a_contradicting_s_is_refused():
+    """The object decides the tolerance: the options (and config.json) used to record the
+    keyword's s (3) while the code tolerated 1."""
+    from flwr.serverapp.strategy import FedAvg
+
+    from fl_gradcode.codes import make_code
+    from fl_gradcode.flower import GradientCoding
+
+    code = make_code("frc", n=6, s=2)
+    assert GradientCoding(FedAvg(), code=code).options.code.s == 2  # s not given
+    assert GradientCoding(FedAvg(), code=code, s=2).options.code.s == 2
+    with pytest.raises(ValueError, match=r"s=3 contradicts the FractionalRepetitionCode "
+                                         r"object's s=2"):
+        GradientCoding(FedAvg(), code=code, s=3)
+
+
+@pytest.mark.parametrize("keywords", [{"m": 2}, {"code_options": {"layout": "window"}},
+                                      {"s_max": 4}])
+def test_options_a_code_object_would_not_use_are_refused(keywords):
+    from flwr.serverapp.strategy import FedAvg
+
+    from fl_gradcode.codes import make_code
+    from fl_gradcode.flower import GradientCoding
+
+    with pytest.raises(ValueError, match=r"object: the code is built already"):
+        GradientCoding(FedAvg(), code=make_code("frc", n=6, s=1), s=1, **keywords)
+    if "s_max" in keywords:  # zero is a value too
+        with pytest.raises(ValueError, match=r"object: the code is built already"):
+            GradientCoding(FedAvg(), code=make_code("frc", n=6, s=1), s=1, s_max=0)
+    if "m" in keywords:  # the object's own reply length is accepted
+        GradientCoding(FedAvg(), code=make_code("comm-efficient", n=6, s=1, m=2), s=1, m=2)
+
+
+def test_an_explicit_stop_late_work_false_contradicting_auto_deadline_is_refused():
+    with pytest.raises(ValueError, match=r"stop_late_work=False contradicts auto_deadline"):
+        Options.from_keywords(s="auto", auto_deadline=3.0, stop_late_work=False)
+    assert Options.from_keywords(s="auto", auto_deadline=3.0).timing.stop_late_work is True
+
+
+def test_auto_says_when_s_max_is_capped_by_the_cohort(flwr_log):
+    import logging
+
+    from fl_gradcode.flower.policy import AdaptiveCodePolicy
+
+    policy = AdaptiveCodePolicy(s="auto", s_max=50)
+    assert policy.placement(4).s_max == 3
+    policy.placement(4)  # built once per cohort size: said once
+    said = [line for level, line in flwr_log if level == logging.WARNING and "s_max=50" in line]
+    assert said == ["s_max=50 cannot be tolerated with a cohort of 4 (at most 3): s='auto' "
+                    "chooses s in 0..3 for cohorts of 4"]
