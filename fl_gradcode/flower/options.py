@@ -171,11 +171,11 @@ class AdaptiveOptions:
     auto_approximate: bool = _KEYED["auto_approximate"]
 
     def __post_init__(self) -> None:
-        if self.enabled and self.s_max is not None and (
+        if self.s_max is not None and (  # checked with a fixed s too: never silently unused
                 isinstance(self.s_max, bool) or not isinstance(self.s_max, int)
                 or self.s_max < 1):
             raise ValueError(f"s_max={self.s_max!r} must be an integer >= 1 (or None)")
-        if self.enabled and not (_number(self.auto_margin) and 0 <= self.auto_margin < math.inf):
+        if not (_number(self.auto_margin) and 0 <= self.auto_margin < math.inf):
             raise ValueError(f"auto_margin={self.auto_margin!r} must be a number >= 0")
         if self.exclude_slow is not None and self.enabled and not (
                 _number(self.exclude_slow) and 1 < self.exclude_slow < math.inf):

@@ -336,9 +336,6 @@ def test_options_a_code_object_would_not_use_are_refused(keywords):
 
     with pytest.raises(ValueError, match=r"object: the code is built already"):
         GradientCoding(FedAvg(), code=make_code("frc", n=6, s=1), s=1, **keywords)
-    if "s_max" in keywords:  # zero is a value too
-        with pytest.raises(ValueError, match=r"object: the code is built already"):
-            GradientCoding(FedAvg(), code=make_code("frc", n=6, s=1), s=1, s_max=0)
     if "m" in keywords:  # the object's own reply length is accepted
         GradientCoding(FedAvg(), code=make_code("comm-efficient", n=6, s=1, m=2), s=1, m=2)
 
@@ -360,3 +357,14 @@ def test_auto_says_when_s_max_is_capped_by_the_cohort(flwr_log):
     said = [line for level, line in flwr_log if level == logging.WARNING and "s_max=50" in line]
     assert said == ["s_max=50 cannot be tolerated with a cohort of 4 (at most 3): s='auto' "
                     "chooses s in 0..3 for cohorts of 4"]
+
+
+@pytest.mark.parametrize(("keywords", "match"), [
+    ({"s_max": "x"}, r"s_max='x' must be an integer >= 1"),
+    ({"s_max": 0}, r"s_max=0 must be an integer >= 1"),
+    ({"auto_margin": -5}, r"auto_margin=-5 must be a number >= 0"),
+])
+def test_auto_options_are_checked_with_a_fixed_s_too(keywords, match):
+    """They used to be checked with s='auto' only, so a bad value was accepted and unused."""
+    with pytest.raises(ValueError, match=match):
+        Options.from_keywords(code="frc", s=1, **keywords)
