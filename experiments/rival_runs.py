@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 from flwr.app import Context, Message, MessageType
 
-from fl_gradcode.config import coded_only_keys, merge_config
+from fl_gradcode.config import merge_config
 from fl_gradcode.data import run_partitions
 from fl_gradcode.flower import make_gradient_coding_mod, seeded_sampling
 from fl_gradcode.rivals import (
@@ -345,10 +345,10 @@ def start_rival(method: str, run_config: Mapping[str, Any], n: int, *,
         raise ValueError("fedbuff needs buffer_size (K, updates per server step; the "
                          "benchmark's is fedbuff_buffer_fraction of the cohort)")
     from server.app import build_rival, cohort_size, run_latency
+    from server.rival_config import shared_keys  # the coded runs' keys: rivals run without
 
-    coded_only = coded_only_keys()  # the coded runs' keys: the rivals run without them
-    cfg = merge_config({**{k: v for k, v in run_config.items() if k not in coded_only},
-                        "rival": "fedavg", "timing": "virtual", "num-clients": n})
+    cfg = merge_config({**shared_keys(run_config), "rival": "fedavg", "timing": "virtual",
+                        "num-clients": n})
     cohort = cohort_size(cfg, n) if cohort is None else int(cohort)
     _, *built = build_rival(cfg, n)
     _, index = run_partitions(cfg, n)

@@ -25,7 +25,7 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAdam, FedAvg, FedAvgM, Strategy
 
 from fl_gradcode.codes import GradientCode
-from fl_gradcode.config import KEYS, client_keys, coded_only_keys, group_values, merge_config
+from fl_gradcode.config import KEYS, client_keys, group_values, merge_config
 from fl_gradcode.data import run_partitions
 from fl_gradcode.flower import GradientCoding, seeded_sampling
 from fl_gradcode.flower.code_options import code_options
@@ -42,7 +42,7 @@ from fl_gradcode.privacy import (
     independent_noise_multiplier,
 )
 from fl_gradcode.tasks import fedscale_workload, measured_partition_cost
-from server.rival_config import RIVALS, rival_refusal
+from server.rival_config import RIVALS, rival_refusal, shared_keys
 
 SERVER_OPTIMIZERS = ("sgd", "momentum", "adam")
 #: ``fedavg``'s deadline: later than any round (it waits for every reply, as Flower's FedAvg)
@@ -421,8 +421,8 @@ def run_rival_in_process(run_config: dict[str, Any], n: int) -> tuple[DeadlineFe
     from fl_gradcode.flower.testing import InProcessGrid
 
     rival = str(run_config.get("rival") or RIVALS[0])
-    shared = {k: v for k, v in run_config.items() if k not in coded_only_keys()}  # coded's
-    cfg = merge_config({**shared, "rival": rival, "timing": "virtual", "num-clients": n})
+    cfg = merge_config({**shared_keys(run_config), "rival": rival, "timing": "virtual",
+                        "num-clients": n})
     strategy, initial, evaluate_fn, train_config = build_rival(cfg, n)
     grid = InProcessGrid(make_client_app(), n, run_config=cfg)
     result = strategy.start(grid=grid, initial_arrays=initial, num_rounds=int(cfg["num-rounds"]),

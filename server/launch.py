@@ -48,6 +48,7 @@ from pathlib import Path
 
 from fl_gradcode.config import coded_only_keys, merge_config
 from server.rival_config import rival_refusal as _rival_refusal
+from server.rival_config import shared_keys
 
 ROOT = Path(__file__).resolve().parents[1]
 #: SuperNodes the main job starts (``--num-supernodes``), every one in each round's cohort
@@ -146,8 +147,7 @@ def run_config_for(run: str, overrides: str, results: Path) -> str:
 def rival_refusal(values: Mapping[str, object]) -> str | None:
     """Why the drop-stragglers run cannot run with these overrides (``None``: it can;
     :func:`server.rival_config.rival_refusal` on them without the coded-only keys)."""
-    cfg = merge_config({k: v for k, v in values.items() if k not in CODED_ONLY})
-    return _rival_refusal(cfg, "drop-stragglers")
+    return _rival_refusal(merge_config(shared_keys(values)), "drop-stragglers")
 
 
 #: ``--preset`` names -> the regime of ``results/first_hour.json`` (experiments/first_hour.py,

@@ -19,7 +19,7 @@ from typing import Any
 
 from fl_gradcode.config import coded_only_keys, key
 
-__all__ = ["FAULT_KEYS", "RIVALS", "rival_refusal"]
+__all__ = ["FAULT_KEYS", "RIVALS", "rival_refusal", "shared_keys"]
 
 #: ``rival`` values: runs that are not coded, for comparisons (``""``: the coded run):
 #: Flower's FedAvg dropping the replies later than ``straggler-timeout`` (virtual time), and
@@ -27,6 +27,13 @@ __all__ = ["FAULT_KEYS", "RIVALS", "rival_refusal"]
 RIVALS = ("drop-stragglers", "fedavg")
 #: Client faults injected around the coding mod; they act on coded messages only.
 FAULT_KEYS = ("slow-workers", "nan-workers")
+
+
+def shared_keys(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` without the coded-only keys (``rival`` among them): what a rival run takes
+    from the coded run's config (the launcher's, the benchmark's and the in-process rivals)."""
+    coded_only = coded_only_keys()
+    return {k: v for k, v in values.items() if k not in coded_only}
 
 
 def rival_refusal(cfg: Mapping[str, Any], rival: str) -> str | None:
@@ -51,9 +58,11 @@ def rival_refusal(cfg: Mapping[str, Any], rival: str) -> str | None:
     if faults:
         return (f"{', '.join(faults)}: client faults are injected into coded messages only, so "
                 f"rival={rival!r} would run without them; run the rival without faults")
+    if rival == "fedavg":  # deploy_local's baseline: the coded run's whole config, by design
+        return None
     coded = [f"{name}={cfg[name]!r}" for name in coded_only_keys()
              if name != "rival" and name in cfg and _differs(name, cfg[name])]
-    if coded and rival == "drop-stragglers":  # fedavg: the coded run's whole config, by design
+    if coded:
         return (f"{', '.join(coded)}: read by coded runs only, so rival={rival!r} would ignore "
                 "them; remove them from the rival's run config")
     return None
