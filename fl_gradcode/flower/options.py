@@ -1,22 +1,11 @@
 """``GradientCoding``'s options as frozen, self-validating groups.
 
 Each group checks its own fields when it is built (a bad value is named in the error, with the
-keyword a user passed); the rules that span groups live in one place,
-:meth:`Options.from_keywords`, which maps ``GradientCoding``'s flat keywords onto the groups and
-resolves the defaults that depend on other options:
-
-* ``s="auto"``: the code is the nested placement; the fixed ``s`` the wrapper reports is
-  ``s_max`` (1 when ``s_max`` is ``None``); ``exclude_slow`` needs it.
-* ``busy=None``: ``"queue"`` with ``s="auto"``, ``"skip"`` otherwise (always ``"skip"``
-  under wallclock timing: the grid waits for busy members' earlier replies).
-* ``stop_late_work="auto"``: on for ``s="auto"`` with busy clients given queued work;
-  ``auto_deadline`` (needs ``s="auto"`` or ``busy="fit"``, and virtual timing) implies it;
-  ``"decode"`` (virtual timing only) stops work at the round's end, decode or deadline.
-* ``code="nested"`` with a fixed ``s`` and ``s_max``: the placement's ``s_max`` enters the
-  code's options; ``m`` enters them as ``m``. A ``code_options`` entry that contradicts either
-  keyword is refused (it used to win silently over the keyword).
-* ``verify=True`` is refused for codes it cannot check
-  (:func:`~fl_gradcode.flower.integrity.verify_refusal`).
+keyword a user passed). :meth:`Options.from_keywords` maps ``GradientCoding``'s flat keywords
+onto the groups; the rules that span groups (``s="auto"``'s tolerance, ``busy``'s and
+``stop_late_work``'s defaults, what ``auto_deadline``, ``exclude_slow``, ``auto_approximate``
+and ``verify`` need) are written once, in :mod:`~fl_gradcode.flower.option_rules`, whose
+docstring lists them.
 
 The groups are plain values (frozen dataclasses); the collaborators take the groups they need.
 Each option's default is declared once: as its group's field, or, where a run-config key sets
@@ -24,7 +13,7 @@ the keyword to the same default, as that key's default
 (:data:`~fl_gradcode.config.keys.KEYWORD_DEFAULTS`); ``GradientCoding``'s and
 :meth:`Options.from_keywords`' signatures read it from the group (a test parses the package
 for a default declared twice). A keyword whose default is ``None`` means "not given": what it
-resolves to is one of the rules above, written once, in :meth:`Options.from_keywords`.
+resolves to is one of those rules.
 """
 
 from __future__ import annotations
@@ -46,10 +35,16 @@ from ..privacy import DPConfig, PrivacyAccountant, ServerNoise
 from .clock import CLOCKS, clock_class
 from .code_options import code_options as _code_options
 from .code_options import fixed_s
-from .integrity import verify_refusal
+from .option_rules import (
+    BUSY_MODES,
+    check_adaptive_keywords,
+    refuse_unverifiable,
+    resolve_busy,
+    resolve_s,
+    resolve_stop_late_work,
+)
 from .option_values import check_code, check_fixed_s, finite, flag, whole
 from .option_values import number as _number
-from .settle import auto_refusal
 
 STOP_LATE_WORK: bool | str = _KEYED["stop_late_work"]
 
@@ -58,18 +53,7 @@ __all__ = ["STOP_LATE_WORK", "AdaptiveOptions", "CodeOptions", "DeadlineOptions"
            "check_code", "check_fixed_s", "resolve_busy"]
 
 TIMINGS = tuple(CLOCKS)
-BUSY_MODES = ("skip", "queue", "fit")
 WIRES = ("auto", "model", "float64")
-
-
-def resolve_busy(busy: str | None, adaptive: bool, timing: str) -> str:
-    """``busy`` checked and resolved by the module docstring's rule; then what the ``timing``
-    mode's clock runs (wallclock: no queue: :meth:`~fl_gradcode.flower.clock.Clock.busy_mode`)."""
-    if busy not in (None, *BUSY_MODES):
-        raise ValueError(f"busy={busy!r}; expected 'skip', 'queue', 'fit' or None")
-    if busy is None:
-        busy = "queue" if adaptive else "skip"
-    return clock_class(timing).busy_mode(busy)
 
 
 @dataclass(frozen=True)
@@ -538,49 +522,30 @@ class Options:
         auto_approximate: bool = AdaptiveOptions.auto_approximate,
     ) -> Options:
         """The groups from ``GradientCoding``'s flat keywords (same names, same defaults),
-        with every rule that spans groups (the module docstring lists them)."""
+        with every rule that spans groups (:mod:`~fl_gradcode.flower.option_rules`)."""
         check_code(code)
         auto = s == "auto"
         adaptive = AdaptiveOptions(auto, s_max, auto_margin, exclude_slow, latency_state,
                                    auto_approximate)
-        if auto:
-            s = s_max if s_max is not None else 1
-        else:
+        if not auto:
             check_fixed_s(s)
             s = fixed_s(code, s, CodeOptions.s)
-        if auto_deadline is not None:
-            if not (auto or busy == "fit"):
-                raise ValueError(f"auto_deadline={auto_deadline!r} needs s='auto' or busy='fit' "
-                                 f"(a prediction of the round's time; got s={s!r}, "
-                                 f"busy={busy!r})")
-            if timing != "virtual" and _number(auto_deadline) and auto_deadline >= 1:
-                raise ValueError(f"auto_deadline={auto_deadline!r} needs timing='virtual' (got "
-                                 f"timing={timing!r}: wallclock rounds give the estimator no "
-                                 "latencies to predict a deadline from)")
-        if exclude_slow is not None and not auto:
-            raise ValueError(f"exclude_slow={exclude_slow!r} needs s='auto' (got s={s!r})")
-        if adaptive.auto_approximate and timing != "virtual":
-            raise ValueError(f"auto_approximate=True needs timing='virtual' (got timing="
-                             f"{timing!r}: a round's deadline is planned from the predicted "
-                             "reply times)")
+        s = resolve_s(auto, s, s_max)
+        check_adaptive_keywords(auto=auto, s=s, busy=busy, timing=timing,
+                                auto_deadline=auto_deadline, exclude_slow=exclude_slow,
+                                auto_approximate=adaptive.auto_approximate)
         deadline = DeadlineOptions(straggler_timeout, round_timeout, warmup_timeout,
                                    auto_deadline, max_decode_error, min_replies)
         busy = resolve_busy(busy, auto, timing)
-        if stop_late_work is False and auto_deadline is not None:
-            raise ValueError(f"stop_late_work=False contradicts auto_deadline={auto_deadline!r}"
-                             " (its work stops at its deadline); give one of them")
-        if stop_late_work == "auto":  # queued work behind stale work snowballs at deadlines
-            stop_late_work = auto and busy in ("queue", "fit")
         timing_options = TimingOptions(
             timing, latency, measured_compute, compute_cost_s, upload_bandwidth, busy=busy,
-            stop_late_work=(stop_late_work or auto_deadline is not None)
-            if isinstance(stop_late_work, bool) else stop_late_work)
+            stop_late_work=resolve_stop_late_work(stop_late_work, auto=auto, busy=busy,
+                                                  auto_deadline=auto_deadline))
         options = _code_options(code, s, s_max, auto, code_options, m)
         integrity = IntegrityOptions(verify, verify_tolerance)
-        refusal = None if not integrity.verify else verify_refusal(code, s, options) or (
-            auto_refusal(exclude_slow, adaptive.auto_approximate) if auto else None)
-        if refusal is not None:
-            raise ValueError(refusal)
+        refuse_unverifiable(verify=integrity.verify, code=code, s=s, options=options,
+                            auto=auto, exclude_slow=exclude_slow,
+                            auto_approximate=adaptive.auto_approximate)
         built = cls(
             code=CodeOptions(code, int(s), auto, options),
             adaptive=adaptive,
