@@ -49,6 +49,7 @@ from typing import Any
 
 from experiments.common import ROOT, save
 from experiments.summary import median_known
+from fl_gradcode.results import read_rounds
 from server.deploy_local import flower_bin, free_port, signal_group, wait_for_port
 
 APP = ROOT / "experiments" / "deployment_app"
@@ -336,6 +337,12 @@ def analyse(workdir: Path, nodes: int, modes: list[str]) -> dict:
         server = json.loads((stamps / f"server-{mode}.json").read_text())
         clients = [json.loads(p.read_text()) for p in sorted(stamps.glob("client-*.json"))]
         rows = breakdown(server, clients, node_events)["rounds"]
+        decoded = stamps / "results-coded"  # the wrapper's rounds: how each one ended
+        ended = {r["round"]: r.get("decode") for r in read_rounds(decoded)} \
+            if (decoded / "rounds.jsonl").exists() else {}
+        for row in rows:
+            if row["round"] in ended:
+                row["decode"] = ended[row["round"]]
         first_push = min((e["t0"] for e in server["events"] if e["event"] == "push"),
                          default=None)
         out[mode] = {

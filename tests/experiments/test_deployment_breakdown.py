@@ -102,7 +102,11 @@ def test_localhost_rounds_are_timed_end_to_end(tmp_path):
     fedavg, coded = runs["fedavg"], runs["coded"]
     assert fedavg["identify_messages"] == 0 and coded["identify_messages"] == 3
     assert all(r["replies_used"] == 3 and r["mod_import_s"] == 0 for r in fedavg["rounds"])
-    # n - s = 2 replies decode; a third one pulled in the same poll is used too
-    assert all(r["replies_used"] in (2, 3) for r in coded["rounds"])
+    # every coded round ended at its first decodable set, never at the deadline (which only
+    # bounds a slow start-up): n - s = 2 replies decode; a third pulled in the same poll is
+    # used too
+    assert [r.get("decode") for r in coded["rounds"]] == ["exact", "exact"], coded["rounds"]
+    assert all(r["replies_used"] in (2, 3) for r in coded["rounds"]), coded["rounds"]
+    assert all("decode" not in r for r in fedavg["rounds"])
     assert coded["rounds"][0]["handshake_s"] > 0
     assert all(r["mod_import_s"] > 0 for r in coded["rounds"])  # one process per message

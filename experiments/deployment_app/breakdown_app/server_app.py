@@ -156,7 +156,8 @@ def main(grid: Grid, context: Context) -> None:
 
         strategy = timed(GradientCoding)(
             FedAvg(**common), code=str(cfg["code"]), s=int(cfg["s"]), timing="wallclock",
-            results_dir=str(stamp_dir / "results-coded"), straggler_timeout=30.0,
+            results_dir=str(stamp_dir / "results-coded"),
+            straggler_timeout=float(cfg["straggler-timeout"]),
         )
         if tuned:  # the wrapper's grid, polling every tuned-poll-s instead of 5 ms
             grid_for_start = strategy.wrap_grid(timing_grid)
