@@ -6,7 +6,8 @@ groups; every check or default that reads more than one group is here:
 * ``s="auto"``: the code is the nested placement; the fixed ``s`` the wrapper reports is
   ``s_max`` (1 when ``s_max`` is ``None``); ``exclude_slow`` needs it.
 * ``busy=None``: ``"queue"`` with ``s="auto"``, ``"skip"`` otherwise (always ``"skip"``
-  under wallclock timing: the grid waits for busy members' earlier replies).
+  under wallclock timing: the grid waits for busy members' earlier replies); ``"queue"`` or
+  ``"fit"`` asked for under wallclock timing is refused.
 * ``stop_late_work="auto"``: on for ``s="auto"`` with busy clients given queued work;
   ``auto_deadline`` (needs ``s="auto"`` or ``busy="fit"``, and virtual timing) implies it;
   ``"decode"`` (virtual timing only) stops work at the round's end, decode or deadline.
@@ -44,12 +45,17 @@ def resolve_s(auto: bool, s: Any, s_max: int | None) -> Any:
 
 def resolve_busy(busy: str | None, adaptive: bool, timing: str) -> str:
     """``busy`` checked and resolved by the module docstring's rule; then what the ``timing``
-    mode's clock runs (wallclock: no queue: :meth:`~fl_gradcode.flower.clock.Clock.busy_mode`)."""
+    mode's clock runs (wallclock: no queue: :meth:`~fl_gradcode.flower.clock.Clock.busy_mode`).
+    A mode asked for explicitly that the clock would not run is refused, never replaced."""
     if busy not in (None, *BUSY_MODES):
         raise ValueError(f"busy={busy!r}; expected 'skip', 'queue', 'fit' or None")
-    if busy is None:
-        busy = "queue" if adaptive else "skip"
-    return clock_class(timing).busy_mode(busy)
+    runs = clock_class(timing).busy_mode(busy or ("queue" if adaptive else "skip"))
+    if busy is not None and runs != busy:
+        raise ValueError(f"busy={busy!r} with timing={timing!r}: {timing} rounds run "
+                         f"busy={runs!r} (the grid waits for a busy member's earlier reply; "
+                         "work is not queued behind it); give busy='skip', leave busy unset, "
+                         "or use timing='virtual'")
+    return runs
 
 
 def check_adaptive_keywords(*, auto: bool, s: Any, busy: str | None, timing: str,

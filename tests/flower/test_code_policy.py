@@ -52,7 +52,7 @@ def test_the_strategy_builds_the_policy_its_keywords_describe():
     fixed = GradientCoding(FedAvg(), code="frc", s=1).code_policy
     assert type(fixed) is FixedCodePolicy and fixed.busy == "skip" and not fixed.estimating
     assert fixed.decision is None and not fixed.adaptive
-    wall = GradientCoding(FedAvg(), s=1, busy="fit", timing="wallclock").code_policy
+    wall = GradientCoding(FedAvg(), s=1, timing="wallclock").code_policy
     assert wall.busy == "skip" and not wall.estimating
     assert GradientCoding(FedAvg(), s="auto", auto_deadline=2.0).code_policy.stop_late_work
 

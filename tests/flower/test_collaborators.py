@@ -339,7 +339,7 @@ def test_a_code_policy_is_resolved_from_an_instance_a_class_or_the_keywords():
     assert resolve_code_policy(given, code="bgc", s=2) is given
     built = resolve_code_policy(AdaptiveCodePolicy, code="nested", s="auto", s_max=2)
     assert type(built) is AdaptiveCodePolicy and built.s_max == 2
-    plain = resolve_code_policy(None, code="frc", s=1, busy="queue", timing="wallclock")
+    plain = resolve_code_policy(None, code="frc", s=1, timing="wallclock")
     assert type(plain) is FixedCodePolicy and plain.busy == "skip"  # wallclock never queues
 
 

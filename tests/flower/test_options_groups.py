@@ -93,7 +93,9 @@ def test_busy_resolves_from_s_and_timing():
     assert Options.from_keywords().timing.busy == "skip"
     assert Options.from_keywords(busy="fit").timing.busy == "fit"
     # wallclock rounds always skip busy members (the grid waits for their earlier replies)
-    wall = Options.from_keywords(busy="fit", timing="wallclock")
+    wall = Options.from_keywords(s="auto", timing="wallclock")
+    assert wall.timing.busy == "skip"
+    wall = Options.from_keywords(s=1, timing="wallclock")
     assert wall.timing.busy == "skip" and not wall.estimating
     assert Options.from_keywords(busy="fit").estimating
 

@@ -14,7 +14,7 @@ from fl_gradcode.config import merge_config
     ("run_config", "expected"),
     [({"s": 3}, "skip"), ({}, "queue"), ({"s": "auto"}, "queue"),
      ({"s": 3, "busy": "queue"}, "queue"),
-     ({"s": "auto", "busy": "skip"}, "skip"), ({"busy": "queue", "timing": "wallclock"}, "skip")],
+     ({"s": "auto", "busy": "skip"}, "skip"), ({"timing": "wallclock"}, "skip")],
 )
 def test_busy_run_config_key_reaches_the_strategy(run_config, expected, tmp_path):
     from server.app import build
@@ -22,6 +22,25 @@ def test_busy_run_config_key_reaches_the_strategy(run_config, expected, tmp_path
     cfg = merge_config({**run_config, "results-dir": str(tmp_path)})
     strategy = build(cfg, 4)[0]
     assert strategy.busy_mode == expected
+
+
+@pytest.mark.parametrize("busy", ["queue", "fit"])
+def test_queueing_asked_for_under_wallclock_is_refused_not_replaced(busy, tmp_path):
+    """Wallclock rounds cannot queue work behind a busy member: asked for, it is refused
+    (it used to run as ``skip`` without a word), by the run config and by the keyword."""
+    from flwr.serverapp.strategy import FedAvg
+
+    from fl_gradcode.flower import GradientCoding
+    from server.app import build
+
+    refusal = rf"busy='{busy}' with timing='wallclock'.*give busy='skip'"
+    with pytest.raises(ValueError, match=refusal):
+        build(merge_config({"busy": busy, "timing": "wallclock",
+                            "results-dir": str(tmp_path)}), 4)
+    for s in ("auto", 1):
+        with pytest.raises(ValueError, match=refusal):
+            GradientCoding(FedAvg(), s=s, busy=busy, timing="wallclock")
+    assert GradientCoding(FedAvg(), s=1, busy="skip", timing="wallclock").busy_mode == "skip"
 
 
 def test_bad_busy_value_is_refused_with_its_value(tmp_path):
