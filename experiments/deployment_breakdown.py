@@ -356,6 +356,8 @@ def analyse(workdir: Path, nodes: int, modes: list[str]) -> dict:
             "pull_calls": server["pull_calls"],
             "clientapp_processes": len(clients),
             "identify_messages": sum(c["kind"] == "identify" for c in clients),
+            # a ClientApp process in which importing the mod brought torch in
+            "mod_imported_torch": any(c.get("mod_imported_torch", False) for c in clients),
         }
     return out
 

@@ -101,6 +101,9 @@ def test_localhost_rounds_are_timed_end_to_end(tmp_path):
             assert row["flower_poll_s"] < 3.0 + 1.5, (mode, row)
     fedavg, coded = runs["fedavg"], runs["coded"]
     assert fedavg["identify_messages"] == 0 and coded["identify_messages"] == 3
+    # the mod imports no torch: a coded round's ClientApp pays only the mod's own import
+    assert coded["mod_imported_torch"] is False and fedavg["mod_imported_torch"] is False
+    assert all(r["mod_import_torch_s"] == 0 for r in coded["rounds"])
     assert all(r["replies_used"] == 3 and r["mod_import_s"] == 0 for r in fedavg["rounds"])
     # every coded round ended at its first decodable set, never at the deadline (which only
     # bounds a slow start-up): n - s = 2 replies decode; a third pulled in the same poll is
