@@ -126,6 +126,31 @@ def reply_timing(msg: Message, strategy: str, weighted_by_key: str,
         raise protocol.RejectedReply(f"malformed reply: {exc}") from exc
 
 
+def check_model_reply(msg: Message, shapes: Mapping[str, tuple[int, ...]] | None,
+                      examples: int) -> None:
+    """A train reply FedAvg can average: one ArrayRecord holding the model's arrays (names and
+    ``shapes``; ``None``: any), every value finite, and a positive example count; else
+    :class:`~fl_gradcode.flower.protocol.RejectedReply` naming what is wrong (Flower's FedAvg
+    would end the run on the first two, broadcast a wrong shape into the model, spread a NaN
+    or divide by a total of zero examples)."""
+    records = list(msg.content.array_records.values())
+    if len(records) != 1:
+        raise protocol.RejectedReply(f"malformed reply: {len(records)} ArrayRecords, expected 1")
+    got = {name: protocol.array_view(a) for name, a in records[0].items()}
+    if shapes is not None and set(got) != set(shapes):
+        raise protocol.RejectedReply(f"malformed reply: arrays {sorted(got)}, expected the "
+                                     f"model's {sorted(shapes)}")
+    for name, value in got.items():
+        if shapes is not None and value.shape != tuple(shapes[name]):
+            raise protocol.RejectedReply(f"malformed reply: array {name!r} has shape "
+                                         f"{value.shape}, the model's is {tuple(shapes[name])}")
+        if not np.all(np.isfinite(value)):
+            raise protocol.RejectedReply(f"malformed reply: array {name!r} is not finite")
+    if examples <= 0:
+        raise protocol.RejectedReply(f"malformed reply: weighted by {examples} examples, "
+                                     "expected > 0")
+
+
 def reply_bytes(msg: Message) -> int:
     """Bytes of the values a reply's arrays hold (read from their headers: no copy)."""
     return int(sum(protocol.array_view(a).nbytes
@@ -232,6 +257,7 @@ class DeadlineFedAvg(FedAvg):
         self.recorder = (RoundRecorder(Path(results_dir), dict(run_config or {}))
                          if results_dir else None)
         self._sent: list[int] = []
+        self._shapes: dict[str, tuple[int, ...]] | None = None  # set by configure_train
         self._wall0 = 0.0
         self._pending: dict[str, Any] | None = None
 
@@ -241,6 +267,8 @@ class DeadlineFedAvg(FedAvg):
     ) -> list[Message]:
         messages = list(super().configure_train(server_round, arrays, config, grid))
         self._sent = [m.metadata.dst_node_id for m in messages]
+        # what a usable reply holds: the model's arrays, by name and shape
+        self._shapes = {name: protocol.array_view(a).shape for name, a in arrays.items()}
         # a node still busy with late work starts this round's when it is done
         self.clock.start_round(queued={node: node for node in self._sent})
         self._wall0 = time.monotonic()
@@ -321,11 +349,13 @@ class DeadlineFedAvg(FedAvg):
                 errors.append(msg)
                 continue
             try:  # a malformed reply is rejected (not passed on to FedAvg)
-                timings[node] = (*reply_timing(msg, "DeadlineFedAvg", self.weighted_by_key),
-                                 reply_bytes(msg))
+                timing = (*reply_timing(msg, "DeadlineFedAvg", self.weighted_by_key),
+                          reply_bytes(msg))
+                check_model_reply(msg, self._shapes, timing[2])
             except protocol.RejectedReply:
                 malformed.append(msg)
                 continue
+            timings[node] = timing
             valid.append(msg)
         # an infinite delay (a device off, e.g. latency=fedscale) never arrives: no reply;
         # the server hears of it when the latency model says (Flower's NODE_UNAVAILABLE)

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from flwr.app import ConfigRecord, Error, Message
+from flwr.app import Array, ArrayRecord, ConfigRecord, Error, Message
 
 from fl_gradcode.flower.testing import InProcessGrid
-from fl_gradcode.rivals import DeadlineFedAvg, FedBuff, WaitForAll, train_timing_mod
+from fl_gradcode.rivals import DeadlineFedAvg, FedBuff, FirstK, WaitForAll, train_timing_mod
 from tests.apps.numpy_app import LR, as_dict, fedavg, initial_arrays, make_app
 from tests.flower.harness import FixedArrivals
 
@@ -62,6 +62,60 @@ def test_a_malformed_weight_is_a_rejected_reply_for_the_synchronous_rivals():
     expected = fedavg(as_dict(initial_arrays()), [0, 2], 3)
     for name, value in expected.items():
         np.testing.assert_allclose(models[1][name], value, rtol=1e-9, atol=1e-12)
+
+
+def _bad_arrays_from(partition, kind):
+    """Partition ``partition``'s train replies carry arrays FedAvg cannot average."""
+    inner = make_app(train_timing_mod)
+
+    def app(msg, context):
+        reply = inner(msg, context)
+        if int(context.node_config["partition-id"]) != partition or reply.has_error():
+            return reply
+        content = reply.content
+        arrays = {k: v.numpy().copy() for k, v in content["arrays"].items()}
+        if kind == "no-arrays":
+            del content.array_records["arrays"]
+            return reply
+        if kind == "zero-examples":
+            content["metrics"]["num-examples"] = 0
+            return reply
+        name = sorted(arrays)[0]
+        if kind == "nan":
+            arrays[name].reshape(-1)[0] = np.nan
+        elif kind == "broadcast":  # shape (1,): numpy would broadcast it over the model
+            arrays[name] = arrays[name].reshape(-1)[:1].copy()
+        elif kind == "renamed":
+            arrays[name + "-other"] = arrays.pop(name)
+        content["arrays"] = ArrayRecord({k: Array(v) for k, v in arrays.items()})
+        return reply
+
+    return app
+
+
+@pytest.mark.parametrize("kind", ["no-arrays", "renamed", "broadcast", "nan", "zero-examples"])
+@pytest.mark.parametrize("make", [
+    _wait_for_all,
+    lambda: DeadlineFedAvg(deadline=30.0, latency=FixedArrivals(TABLE), measured_compute=False,
+                           fraction_evaluate=0.0, min_available_nodes=1, min_train_nodes=3),
+    lambda: FirstK(k=2, overcommit=1.5, latency=FixedArrivals(TABLE), measured_compute=False,
+                   fraction_evaluate=0.0, min_available_nodes=1),
+], ids=["wait-for-all", "deadline", "first-k"])
+def test_a_reply_fedavg_cannot_average_is_rejected_not_a_crash_or_a_corrupt_model(make, kind):
+    """Flower's FedAvg ends the run on a reply without its arrays (or with other names),
+    broadcasts a (1,)-shaped array into the model, spreads a NaN, and divides by zero when
+    the kept replies weigh 0 examples: the synchronous rivals reject such a reply and average
+    the others (partition 0 arrives first: first-k's K = 2 would keep it)."""
+    strategy = make()
+    models = _start(strategy, _bad_arrays_from(0, kind), 2)
+    for row in strategy.history:
+        assert row["rejected"] == 1, row
+        assert 0 not in row["clients_used"], row
+    used = strategy.history[0]["clients_used"]
+    expected = fedavg(as_dict(initial_arrays()), used, 3)
+    for name, value in expected.items():
+        np.testing.assert_allclose(models[1][name], value, rtol=1e-9, atol=1e-12)
+    assert all(np.all(np.isfinite(v)) for m in models.values() for v in m.values())
 
 
 def test_a_malformed_weight_is_a_rejected_update_for_fedbuff():
