@@ -193,6 +193,16 @@ class NodePolicy:
                     f"{self._noise_rule()}"
                 )
 
+    def check_plain_train(self) -> None:
+        """Raise :class:`PolicyError` if this node requires partition or central DP: a plain
+        train message (no gradient-coding record) reaches the app as it is, and that DP is
+        applied by the coding mod to coded work only, so the app would reply without it."""
+        if self.dp_required in ("partition", "central"):
+            raise PolicyError(
+                f"a plain train message (no gradient-coding record) refused: this node's "
+                f"policy is {self._describe()}, which gradient_coding_mod applies to coded "
+                "instructions only; the app would train and reply without it")
+
     def check_app_config(self, config: Mapping[str, Any]) -> None:
         """Raise :class:`PolicyError` if an app's own DP settings (``dp``,
         ``noise-multiplier`` in its merged config) are below this node's policy: what an app

@@ -168,7 +168,11 @@ def make_gradient_coding_mod(
         except Exception as exc:
             error = Error(MOD_ERROR_CODE, f"bad gradient-coding record: {exc}")
             return Message(error, reply_to=msg)
-        if instruction is None:
+        if instruction is None:  # a plain train message: the app's, unless the node's DP
+            try:  # policy needs the mod's DP, which a plain message does not get
+                NodePolicy.from_node_config(context.node_config).check_plain_train()
+            except Exception as exc:
+                return Message(Error(MOD_ERROR_CODE, error_reason(exc)), reply_to=msg)
             return call_next(msg, context)
         try:
             if instruction.op == protocol.OP_IDENTIFY:

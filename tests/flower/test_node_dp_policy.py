@@ -20,7 +20,16 @@ import json
 
 import numpy as np
 import pytest
-from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import (
+    Array,
+    ArrayRecord,
+    ConfigRecord,
+    Context,
+    Message,
+    MessageType,
+    MetricRecord,
+    RecordDict,
+)
 from flwr.clientapp import ClientApp
 from flwr.serverapp.strategy import FedAvg
 
@@ -153,6 +162,42 @@ def test_a_server_config_without_dp_keys_gets_the_instructions_dp_raised_to_the_
     assert (seen["dp"], seen["noise-multiplier"], seen["clip-norm"]) == ("sample", 1.5, 2.0)
     noise = _coded(reply) / _n(1) - _raw(1) / _n(1)
     assert np.std(noise) == pytest.approx(1.5 * 2.0, rel=0.15)
+
+
+def _plain_train(dp: str) -> Message:
+    """A plain Flower train message (no gradient-coding record) whose config asks for ``dp``."""
+    content = RecordDict({"arrays": ArrayRecord({"w": Array(np.zeros(DIM))}),
+                          "config": ConfigRecord({"lr": LR, "dp": dp, "clip-norm": 0.01})})
+    return Message(content, dst_node_id=7, message_type=MessageType.TRAIN, group_id="1")
+
+
+@pytest.mark.parametrize("required", ["partition", "central"])
+@pytest.mark.parametrize("asked", ["none", "partition", "central"])
+def test_a_plain_train_message_never_gets_a_raw_release_from_a_partition_dp_node(
+        key_file, required, asked):
+    """Partition and central DP are the mod's, applied to coded work: a plain train message
+    reaches the app as it is, and the app (like the project's) would answer with its raw
+    update even when the message says dp='partition'. A node requiring them refuses it
+    without calling the app."""
+    app = NoisyApp()
+    reply = make_gradient_coding_mod()(
+        _plain_train(asked), _context(**{"dp-key-file": key_file, "dp-required": required}), app)
+    assert reply.has_error() and reply.error.code == MOD_ERROR_CODE
+    assert "plain train message" in reply.error.reason and required in reply.error.reason
+    assert app.seen == []
+
+
+@pytest.mark.parametrize("node_config", [{}, {"dp-required": "sample"}])
+def test_a_plain_train_message_reaches_the_app_where_the_app_applies_the_policy(
+        key_file, node_config):
+    """No policy, or one the app itself applies (DP-SGD, ``dp='sample'``): the plain message
+    is the app's (the app checks its config against the policy:
+    ``NodePolicy.check_app_config``)."""
+    app = NoisyApp()
+    reply = make_gradient_coding_mod()(
+        _plain_train("sample"), _context(**{"dp-key-file": key_file, **node_config}), app)
+    assert not reply.has_error()
+    assert [seen["dp"] for seen in app.seen] == ["sample"]
 
 
 def test_in_a_shared_simulation_cache_a_policy_node_never_reuses_a_raw_computation(key_file):
