@@ -25,7 +25,7 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAdam, FedAvg, FedAvgM, Strategy
 
 from fl_gradcode.codes import GradientCode
-from fl_gradcode.config import KEYS, client_keys, group_values, merge_config
+from fl_gradcode.config import KEYS, client_keys, group_values, merge_config, worker_list
 from fl_gradcode.data import run_partitions
 from fl_gradcode.flower import GradientCoding, seeded_sampling
 from fl_gradcode.flower.code_options import code_options
@@ -64,6 +64,9 @@ CLIENT_KEYS = tuple(name for name in client_keys() if name != "lr")
 def wait_for_nodes(grid: Grid, want: int, timeout: float = 120.0, settle: float = 3.0) -> int:
     """Number of clients: ``want`` if > 0 (waiting for that many), else the connected count once
     it has been stable for ``settle`` seconds."""
+    if want < 0:
+        raise ValueError(f"num-clients={want}; expected 0 (one client per connected SuperNode) "
+                         "or a positive number of clients")
     t_end = time.monotonic() + timeout
     last, since = -1, time.monotonic()
     while time.monotonic() < t_end:
@@ -204,6 +207,7 @@ def build(cfg: dict[str, Any], n: int, code_policy: Any = None):
     random.seed(seed)
     check_slow_classes(cfg)
     check_fault_delay(cfg)
+    check_fault_workers(cfg, n)
     data, index = run_partitions(cfg, n)
     sizes = np.array([len(p) for p in index], dtype=np.float64)
     keywords = strategy_keywords(cfg, n)
@@ -276,6 +280,18 @@ def check_fault_delay(cfg: dict[str, Any]) -> None:
                          "measured compute, which virtual-compute="
                          f"{cfg['virtual-compute']!r} does not charge (the workers would not be "
                          "slower); set virtual-compute='measured' or timing='wallclock'")
+
+
+def check_fault_workers(cfg: dict[str, Any], n: int) -> None:
+    """Refuse a ``slow-workers`` or ``nan-workers`` index that no worker of a round has (a
+    round's workers are ``0 .. cohort - 1``): it would inject nothing."""
+    cohort = cohort_size(cfg, n)
+    for key in ("slow-workers", "nan-workers"):
+        missing = sorted(w for w in worker_list(str(cfg[key])) if not 0 <= w < cohort)
+        if missing:
+            raise ValueError(f"{key}={cfg[key]!r}: no worker {missing} in a cohort of {cohort} "
+                             f"(a round's workers are 0..{cohort - 1}); the fault would inject "
+                             "nothing")
 
 
 def run_partition_cost(cfg: dict[str, Any], n: int) -> float:

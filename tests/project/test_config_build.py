@@ -5,6 +5,8 @@ refuses an empty results-dir."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from fl_gradcode.config import merge_config
@@ -224,3 +226,34 @@ def test_a_fault_delay_that_would_slow_nobody_is_refused(tmp_path, compute):
         build(merge_config({**base, "virtual-compute": compute}), 6)
     build(merge_config({**base, "virtual-compute": "measured"}), 6)
     build(merge_config({**base, "virtual-compute": compute, "slow-delay-s": 0.0}), 6)
+
+
+@pytest.mark.parametrize(("key", "value", "missing"), [
+    ("nan-workers", "9", "[9]"), ("slow-workers", "1,6", "[6]"), ("nan-workers", "-1", "[-1]"),
+])
+def test_a_fault_on_a_worker_no_round_has_is_refused(tmp_path, key, value, missing):
+    """A round's workers are 0 .. cohort - 1: a fault on another index would inject nothing
+    (it used to run fault-free without a word)."""
+    from server.app import build
+
+    base = {"results-dir": str(tmp_path / "r"), "s": 1, "virtual-compute": "measured",
+            "slow-delay-s": 1.0}
+    with pytest.raises(ValueError,
+                       match=re.escape(f"{key}={value!r}: no worker {missing} in a cohort of 6")):
+        build(merge_config({**base, key: value}), 6)
+    build(merge_config({**base, key: "0,5"}), 6)
+    half = {**base, "fraction-train": 0.5, key: "3"}  # cohorts of 3: workers 0..2
+    with pytest.raises(ValueError, match=r"no worker \[3\] in a cohort of 3"):
+        build(merge_config(half), 6)
+
+
+def test_a_negative_num_clients_is_refused():
+    from server.app import wait_for_nodes
+
+    class Grid:
+        def get_node_ids(self):
+            return [11, 12, 13, 14]
+
+    with pytest.raises(ValueError, match=r"num-clients=-3; expected 0"):
+        wait_for_nodes(Grid(), -3, timeout=1.0, settle=0.1)
+    assert wait_for_nodes(Grid(), 0, timeout=5.0, settle=0.1) == 4
