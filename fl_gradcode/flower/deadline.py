@@ -126,13 +126,12 @@ def reply_timing(msg: Message, strategy: str, weighted_by_key: str,
         raise protocol.RejectedReply(f"malformed reply: {exc}") from exc
 
 
-def check_model_reply(msg: Message, shapes: Mapping[str, tuple[int, ...]] | None,
-                      examples: int) -> None:
+def check_model_reply(msg: Message, shapes: Mapping[str, tuple[int, ...]] | None) -> None:
     """A train reply FedAvg can average: one ArrayRecord holding the model's arrays (names and
-    ``shapes``; ``None``: any), every value finite, and a positive example count; else
+    ``shapes``; ``None``: any), every value finite; else
     :class:`~fl_gradcode.flower.protocol.RejectedReply` naming what is wrong (Flower's FedAvg
-    would end the run on the first two, broadcast a wrong shape into the model, spread a NaN
-    or divide by a total of zero examples)."""
+    would end the run on the first two, broadcast a wrong shape into the model or spread a
+    NaN)."""
     records = list(msg.content.array_records.values())
     if len(records) != 1:
         raise protocol.RejectedReply(f"malformed reply: {len(records)} ArrayRecords, expected 1")
@@ -146,9 +145,6 @@ def check_model_reply(msg: Message, shapes: Mapping[str, tuple[int, ...]] | None
                                          f"{value.shape}, the model's is {tuple(shapes[name])}")
         if not np.all(np.isfinite(value)):
             raise protocol.RejectedReply(f"malformed reply: array {name!r} is not finite")
-    if examples <= 0:
-        raise protocol.RejectedReply(f"malformed reply: weighted by {examples} examples, "
-                                     "expected > 0")
 
 
 def reply_bytes(msg: Message) -> int:
@@ -351,7 +347,7 @@ class DeadlineFedAvg(FedAvg):
             try:  # a malformed reply is rejected (not passed on to FedAvg)
                 timing = (*reply_timing(msg, "DeadlineFedAvg", self.weighted_by_key),
                           reply_bytes(msg))
-                check_model_reply(msg, self._shapes, timing[2])
+                check_model_reply(msg, self._shapes)
             except protocol.RejectedReply:
                 malformed.append(msg)
                 continue
@@ -373,6 +369,10 @@ class DeadlineFedAvg(FedAvg):
         if self.stop_dropped_work:  # and nodes not heard of by the round's end
             self._stop([*window.late, *failures], window.end)
         used = set(window.used)
+        # a kept reply weighing no examples is rejected: FedAvg cannot weigh it (a total of
+        # zero examples divides by zero); a dropped one is a straggler like any other
+        unweighted = {n for n in used if timings[n][2] <= 0}
+        used -= unweighted
         kept = [m for m in valid if m.metadata.src_node_id in used]
         arrays, metrics = super().aggregate_train(server_round, kept + errors)
         pid = {node: t[0] for node, t in timings.items()}
@@ -385,7 +385,7 @@ class DeadlineFedAvg(FedAvg):
             "stragglers": sorted(pid[n] for n in [*window.late, *(pid.keys() - arrivals.keys())]),
             "busy": sorted(pid[n] for n in pid if self.clock.backlog.get(n, 0.0) > 0),
             "late_dropped": len(window.late),
-            "rejected": len(refused),
+            "rejected": len(refused) + len(unweighted),
             "decode_error": None,
             "num_examples": sum(timings[n][2] for n in used),
             "bytes_up": sum(t[3] for t in timings.values()),

@@ -412,6 +412,11 @@ class PrivacyOptions:
             object.__setattr__(self, "nonce", secrets.token_hex(16))
         own = getattr(self.accountant, "config", None)  # the DPConfig an accountant counts
         own = own if isinstance(own, DPConfig) else self.dp
+        if self.dp.noise == "independent" and self.dp.mode in ("central", "sample"):
+            raise ValueError(f"dp-noise='independent' with dp={self.dp.mode!r}: independent "
+                             "noise per replica is a mode of dp='partition' only (the noise of "
+                             f"dp={self.dp.mode!r} is not drawn per replica); use "
+                             "dp-noise='identical' or dp='partition'")
         if self.accountant is not None and (not self.dp.enabled or own != self.dp):
             raise ValueError(f"accountant={self.accountant!r} with dp={self.dp!r}: its epsilon "
                              "would be false (no noise is added, or it counts another DPConfig:"

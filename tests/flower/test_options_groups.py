@@ -370,3 +370,16 @@ def test_auto_options_are_checked_with_a_fixed_s_too(keywords, match):
     """They used to be checked with s='auto' only, so a bad value was accepted and unused."""
     with pytest.raises(ValueError, match=match):
         Options.from_keywords(code="frc", s=1, **keywords)
+
+
+@pytest.mark.parametrize("mode", ["central", "sample"])
+def test_independent_noise_outside_partition_dp_is_refused(mode):
+    """Only dp='partition' draws noise per replica: with central or sample DP the key was
+    accepted and the run was the identical-noise one."""
+    from fl_gradcode.privacy import DPConfig
+
+    with pytest.raises(ValueError, match=rf"dp-noise='independent' with dp='{mode}'"):
+        Options.from_keywords(dp=DPConfig(mode=mode, noise="independent"))
+    assert Options.from_keywords(dp=DPConfig(mode=mode)).privacy.dp.noise == "identical"
+    partition = DPConfig(mode="partition", noise="independent")
+    assert Options.from_keywords(dp=partition).privacy.dp.noise == "independent"
