@@ -82,6 +82,7 @@ def run(
 ) -> int:
     """Start the SuperLink and SuperNodes, ``flwr run`` the app against them (and, with
     ``compare``, plain Flower FedAvg after it: :func:`fedavg_run_config`), stop everything."""
+    check_slow_node(run_config, slow_node, slow_delay)
     workdir = Path(workdir or tempfile.mkdtemp(prefix="flgc-deploy-"))
     workdir.mkdir(parents=True, exist_ok=True)
     run_config, results = with_results_dir(run_config, workdir / "results")
@@ -191,6 +192,23 @@ def run(
                 signal_group(proc, signal.SIGKILL)
         for log in logs:
             log.close()
+
+
+def check_slow_node(run_config: str, slow_node: int | None, slow_delay: float) -> None:
+    """Refuse a slow node the run would not see: its ``extra-delay-s`` is slept, which virtual
+    timing charges only with ``virtual-compute='measured'`` (else the node is as fast as the
+    others in the run's clock)."""
+    if slow_node is None or not slow_delay > 0:
+        return
+    from fl_gradcode.config import merge_config
+
+    cfg = merge_config(override_values(parse_overrides(run_config)))
+    if cfg["timing"] == "virtual" and cfg["virtual-compute"] != "measured":
+        raise ValueError(
+            f"--slow-node {slow_node} --slow-delay {slow_delay:g}: the node sleeps on every "
+            f"message, which timing='virtual' with virtual-compute={cfg['virtual-compute']!r} "
+            "does not charge (it would not be slower in the run's clock); add timing='wallclock'"
+            " or virtual-compute='measured' to --run-config")
 
 
 def with_results_dir(run_config: str, default: Path) -> tuple[str, Path]:
