@@ -193,15 +193,21 @@ class NodePolicy:
                     f"{self._noise_rule()}"
                 )
 
-    def check_plain_train(self) -> None:
-        """Raise :class:`PolicyError` if this node requires partition or central DP: a plain
-        train message (no gradient-coding record) reaches the app as it is, and that DP is
-        applied by the coding mod to coded work only, so the app would reply without it."""
-        if self.dp_required in ("partition", "central"):
-            raise PolicyError(
-                f"a plain train message (no gradient-coding record) refused: this node's "
-                f"policy is {self._describe()}, which gradient_coding_mod applies to coded "
-                "instructions only; the app would train and reply without it")
+    def check_plain_train(self, asked: str) -> None:
+        """Raise :class:`PolicyError` unless a plain train message (no gradient-coding
+        record, which reaches the app as it is) can meet this node's policy: no policy, or
+        ``asked`` (the ``dp`` its config asks the app for) is ``"sample"``, the one DP an app
+        applies itself (DP-SGD, its noise then checked by :meth:`check_app_config`).
+        Partition and central DP are applied by the coding mod to coded work only: the app
+        would train and reply without them."""
+        if not self.active or (asked == "sample" and self.dp_required in ("none", "sample")):
+            return
+        raise PolicyError(
+            f"a plain train message (no gradient-coding record) asking dp={asked!r} refused: "
+            f"this node's policy is {self._describe()}; partition and central DP are applied "
+            "by gradient_coding_mod to coded instructions only (the app would train and reply "
+            "without them), and a plain message is accepted only with dp='sample' (the app's "
+            "DP-SGD) where the policy allows it")
 
     def check_app_config(self, config: Mapping[str, Any]) -> None:
         """Raise :class:`PolicyError` if an app's own DP settings (``dp``,

@@ -135,6 +135,9 @@ def check_model_reply(msg: Message, shapes: Mapping[str, tuple[int, ...]] | None
     records = list(msg.content.array_records.values())
     if len(records) != 1:
         raise protocol.RejectedReply(f"malformed reply: {len(records)} ArrayRecords, expected 1")
+    if len(msg.content.metric_records) != 1:
+        raise protocol.RejectedReply(f"malformed reply: {len(msg.content.metric_records)} "
+                                     "MetricRecords, expected 1")
     got = {name: protocol.array_view(a) for name, a in records[0].items()}
     if shapes is not None and set(got) != set(shapes):
         raise protocol.RejectedReply(f"malformed reply: arrays {sorted(got)}, expected the "
@@ -145,6 +148,15 @@ def check_model_reply(msg: Message, shapes: Mapping[str, tuple[int, ...]] | None
                                          f"{value.shape}, the model's is {tuple(shapes[name])}")
         if not np.all(np.isfinite(value)):
             raise protocol.RejectedReply(f"malformed reply: array {name!r} is not finite")
+
+
+def reply_layout(msg: Message, weighted_by_key: str) -> tuple[str, str, frozenset[str]]:
+    """What Flower's FedAvg requires to be the same in every reply it averages: the
+    ArrayRecord's name, the MetricRecord's name and its keys (a reply that passed
+    :func:`check_model_reply`; the weight's own key aside: a reply without it weighs 0)."""
+    (arrays_name,) = msg.content.array_records.keys()
+    ((metrics_name, metrics),) = msg.content.metric_records.items()
+    return arrays_name, metrics_name, frozenset(metrics.keys()) - {weighted_by_key}
 
 
 def reply_bytes(msg: Message) -> int:
@@ -254,6 +266,7 @@ class DeadlineFedAvg(FedAvg):
                          if results_dir else None)
         self._sent: list[int] = []
         self._shapes: dict[str, tuple[int, ...]] | None = None  # set by configure_train
+        self._unusable: set[int] = set()  # this round's timed replies FedAvg cannot average
         self._wall0 = 0.0
         self._pending: dict[str, Any] | None = None
 
@@ -335,6 +348,7 @@ class DeadlineFedAvg(FedAvg):
         average them; record the round."""
         valid, errors, malformed = [], [], []
         timings: dict[int, tuple[int, float, int, int]] = {}
+        weights: dict[int, float] = {}
         seen: set[int] = set()
         for msg in replies:
             node = msg.metadata.src_node_id
@@ -348,11 +362,21 @@ class DeadlineFedAvg(FedAvg):
                 timing = (*reply_timing(msg, "DeadlineFedAvg", self.weighted_by_key),
                           reply_bytes(msg))
                 check_model_reply(msg, self._shapes)
+                weights[node] = float(  # FedAvg's weight (a fraction too), finite
+                    next(iter(msg.content.metric_records.values())).get(self.weighted_by_key, 0))
             except protocol.RejectedReply:
                 malformed.append(msg)
                 continue
             timings[node] = timing
             valid.append(msg)
+        # unusable, though timed like any reply: laid out otherwise than most replies (ties:
+        # the earliest's; Flower's FedAvg ends the run on mixed layouts), or weighing no
+        # examples (all such: a division by zero). Such a reply takes no place in the round
+        # (first-k's K); on time it is rejected, late it is a straggler like any other
+        layouts = {m.metadata.src_node_id: reply_layout(m, self.weighted_by_key) for m in valid}
+        values = list(layouts.values())
+        common = max(values, key=values.count) if values else None
+        self._unusable = {n for n in timings if not weights[n] > 0 or layouts[n] != common}
         # an infinite delay (a device off, e.g. latency=fedscale) never arrives: no reply;
         # the server hears of it when the latency model says (Flower's NODE_UNAVAILABLE)
         timed = self.arrivals(server_round, timings)
@@ -369,10 +393,8 @@ class DeadlineFedAvg(FedAvg):
         if self.stop_dropped_work:  # and nodes not heard of by the round's end
             self._stop([*window.late, *failures], window.end)
         used = set(window.used)
-        # a kept reply weighing no examples is rejected: FedAvg cannot weigh it (a total of
-        # zero examples divides by zero); a dropped one is a straggler like any other
-        unweighted = {n for n in used if timings[n][2] <= 0}
-        used -= unweighted
+        unusable = used & self._unusable  # on time but unusable (late: a straggler)
+        used -= unusable
         kept = [m for m in valid if m.metadata.src_node_id in used]
         arrays, metrics = super().aggregate_train(server_round, kept + errors)
         pid = {node: t[0] for node, t in timings.items()}
@@ -385,7 +407,7 @@ class DeadlineFedAvg(FedAvg):
             "stragglers": sorted(pid[n] for n in [*window.late, *(pid.keys() - arrivals.keys())]),
             "busy": sorted(pid[n] for n in pid if self.clock.backlog.get(n, 0.0) > 0),
             "late_dropped": len(window.late),
-            "rejected": len(refused) + len(unweighted),
+            "rejected": len(refused) + len(unusable),
             "decode_error": None,
             "num_examples": sum(timings[n][2] for n in used),
             "bytes_up": sum(t[3] for t in timings.values()),

@@ -170,7 +170,8 @@ def make_gradient_coding_mod(
             return Message(error, reply_to=msg)
         if instruction is None:  # a plain train message: the app's, unless the node's DP
             try:  # policy needs the mod's DP, which a plain message does not get
-                NodePolicy.from_node_config(context.node_config).check_plain_train()
+                NodePolicy.from_node_config(context.node_config).check_plain_train(
+                    plain_dp(msg, context))
             except Exception as exc:
                 return Message(Error(MOD_ERROR_CODE, error_reason(exc)), reply_to=msg)
             return call_next(msg, context)
@@ -197,6 +198,15 @@ def make_gradient_coding_mod(
             return Message(Error(MOD_ERROR_CODE, error_reason(exc)), reply_to=msg)
 
     return gradient_coding_mod
+
+
+def plain_dp(msg: Message, context: Context) -> str:
+    """The ``dp`` a plain train message asks the app for: its train config's, else the run
+    config's (``"none"`` when neither says)."""
+    train_config = msg.content.config_records.get("config")
+    if train_config is not None and "dp" in train_config:
+        return str(train_config["dp"])
+    return str(context.run_config.get("dp", "none"))
 
 
 #: The client mod: ``ClientApp(mods=[gradient_coding_mod])``.

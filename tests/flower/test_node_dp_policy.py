@@ -187,7 +187,20 @@ def test_a_plain_train_message_never_gets_a_raw_release_from_a_partition_dp_node
     assert app.seen == []
 
 
-@pytest.mark.parametrize("node_config", [{}, {"dp-required": "sample"}])
+@pytest.mark.parametrize("asked", ["none", "partition", "central"])
+def test_a_noise_floor_alone_lets_only_dp_sgd_through_a_plain_message(key_file, asked):
+    """``dp-min-noise-multiplier`` without ``dp-required``: the app's own DP-SGD
+    (``dp='sample'``) can meet it; a plain message asking for another dp would reach an app
+    that applies none."""
+    app = NoisyApp()
+    node = {"dp-key-file": key_file, "dp-min-noise-multiplier": 1.0}
+    reply = make_gradient_coding_mod()(_plain_train(asked), _context(**node), app)
+    assert reply.has_error() and f"dp={asked!r}" in reply.error.reason
+    assert app.seen == []
+
+
+@pytest.mark.parametrize("node_config", [{}, {"dp-required": "sample"},
+                                         {"dp-min-noise-multiplier": 1.0}])
 def test_a_plain_train_message_reaches_the_app_where_the_app_applies_the_policy(
         key_file, node_config):
     """No policy, or one the app itself applies (DP-SGD, ``dp='sample'``): the plain message

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from flwr.app import Array, ArrayRecord, ConfigRecord, Error, Message
+from flwr.app import Array, ArrayRecord, ConfigRecord, Error, Message, MetricRecord
 
 from fl_gradcode.flower.testing import InProcessGrid
 from fl_gradcode.rivals import DeadlineFedAvg, FedBuff, FirstK, WaitForAll, train_timing_mod
@@ -87,13 +87,26 @@ def _bad_arrays_from(partition, kind):
             arrays[name] = arrays[name].reshape(-1)[:1].copy()
         elif kind == "renamed":
             arrays[name + "-other"] = arrays.pop(name)
+        elif kind in ("arrays-elsewhere", "metrics-elsewhere", "two-metrics", "extra-metric"):
+            metrics = content["metrics"]
+            if kind == "arrays-elsewhere":
+                content["model"] = content.array_records.pop("arrays")
+            elif kind == "metrics-elsewhere":
+                content["scores"] = content.metric_records.pop("metrics")
+            elif kind == "two-metrics":
+                content["more"] = MetricRecord({"extra": 1.0})
+            else:
+                metrics["extra"] = 1.0
+            return reply
         content["arrays"] = ArrayRecord({k: Array(v) for k, v in arrays.items()})
         return reply
 
     return app
 
 
-@pytest.mark.parametrize("kind", ["no-arrays", "renamed", "broadcast", "nan", "zero-examples"])
+@pytest.mark.parametrize("kind", ["no-arrays", "renamed", "broadcast", "nan", "zero-examples",
+                                  "arrays-elsewhere", "metrics-elsewhere", "two-metrics",
+                                  "extra-metric"])
 @pytest.mark.parametrize("make", [
     _wait_for_all,
     lambda: DeadlineFedAvg(deadline=30.0, latency=FixedArrivals(TABLE), measured_compute=False,
@@ -116,6 +129,34 @@ def test_a_reply_fedavg_cannot_average_is_rejected_not_a_crash_or_a_corrupt_mode
     for name, value in expected.items():
         np.testing.assert_allclose(models[1][name], value, rtol=1e-9, atol=1e-12)
     assert all(np.all(np.isfinite(v)) for m in models.values() for v in m.values())
+
+
+def test_a_reply_weighing_no_examples_takes_no_place_among_first_ks_k():
+    """Partition 0 arrives first weighing 0 examples: first-k (K = 2) averages the next two
+    arrivals (partitions 2 and 1), not one."""
+    strategy = FirstK(k=2, overcommit=1.5, latency=FixedArrivals(TABLE), measured_compute=False,
+                      fraction_evaluate=0.0, min_available_nodes=1)
+    models = _start(strategy, _bad_arrays_from(0, "zero-examples"), 1)
+    (row,) = strategy.history
+    assert (row["clients_used"], row["rejected"], row["late_dropped"]) == ([1, 2], 1, 0)
+    expected = fedavg(as_dict(initial_arrays()), [1, 2], 3)
+    for name, value in expected.items():
+        np.testing.assert_allclose(models[1][name], value, rtol=1e-9, atol=1e-12)
+
+
+def test_a_fractional_weight_is_averaged_as_flowers_fedavg_averages_it():
+    inner = make_app(train_timing_mod)
+
+    def app(msg, context):
+        reply = inner(msg, context)
+        if int(context.node_config["partition-id"]) == 0:
+            reply.content["metrics"]["num-examples"] = 0.5
+        return reply
+
+    strategy = _wait_for_all()
+    _start(strategy, app, 1)
+    assert strategy.history[0]["rejected"] == 0
+    assert strategy.history[0]["clients_used"] == [0, 1, 2]
 
 
 def test_a_malformed_weight_is_a_rejected_update_for_fedbuff():
