@@ -222,6 +222,12 @@ class DeadlineFedAvg(FedAvg):
     **fedavg : Any
         FedAvg's own arguments (``fraction_train``, ``min_train_nodes``, ...).
 
+    A reply Flower's FedAvg could not average is rejected (``rejected`` in its round's
+    record), never passed on: an error, a malformed timing record or weight, arrays that are
+    not the model's (names, shapes) or not finite, a layout other than most replies' (record
+    names, metric keys), or a weight of no examples; the others are averaged. Such a reply
+    takes no place among the first ``k`` of :class:`~fl_gradcode.rivals.FirstK`.
+
     The keywords it shares with ``GradientCoding`` (``latency``, ``seed`` and the timing
     charges) default to ``GradientCoding``'s, read from their one declaration (the ``seed``
     run-config key, :class:`~fl_gradcode.flower.options.TimingOptions`:
