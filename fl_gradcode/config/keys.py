@@ -282,7 +282,8 @@ KEYS: tuple[Key, ...] = (
         "arrived by a deadline when that is predicted cheaper per unit of progress (round "
         "time over one minus the update's relative error, measured in exact rounds; "
         "docs/adaptive.md)", keyword="auto_approximate", coded_only=True),
-    Key("max-decode-error", 0.5, "quality bar for applying an approximate decoding",
+    Key("max-decode-error", 0.5, "quality bar for applying an approximate decoding (its "
+        "relative error over partitions, unweighted by their examples)",
         keyword="max_decode_error", coded_only=True),
     Key("min-replies", -1, "also close a round at this many replies (approximate decode); "
         "-1: `n − s` for approximate codes, none for exact codes; 0: every client",
