@@ -302,8 +302,8 @@ class Membership:
             if claim is not None and node not in excluded:
                 parts.add(claim.partition_id)
             elif claim is not None and claim.num_partitions == k and \
-                    claim.partition_id in contested:
-                parts.add(claim.partition_id)
+                    claim.partition_id in contested and claim.partition_id not in parts:
+                parts.add(claim.partition_id)  # one claimant of it: the others stand in
             elif self.roster is not None:
                 pid = self.roster.partition_of(node)
                 if pid is not None and pid < k:

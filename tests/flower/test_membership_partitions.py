@@ -132,6 +132,38 @@ def test_an_impostor_claiming_a_partition_cannot_evict_its_holder(impostor):
     assert [row["identity_rejected"] for row in outcome.rows] == [clash] * 2
 
 
+def test_in_sampled_rounds_both_claimants_of_a_partition_stand_for_two_partitions():
+    """Half of six nodes sampled a round, node 1 claiming node 3's partition: a round that
+    samples both claimants has a partition for each sampled node (the contested one once, a
+    partition nobody claims for the other), not one fewer: it used to leave partition 1 out
+    of every round while saying exact. Both claimants are placeholders there, more than
+    s = 1 can cover: the round says approx and names what it misses. An exact round's model
+    is FedAvg over the round's recorded partitions."""
+    import random
+
+    from tests.flower.harness import SamplingRecorder
+
+    random.seed(1)
+    inner = SamplingRecorder(fraction_train=0.5, fraction_evaluate=0.0)
+    grid = InProcessGrid(make_app(gradient_coding_mod), 6,
+                         node_config=lambda i: {"partition-id": 3} if i == 1 else {})
+    outcome = run(6, code="grouped-rs", s=1, rounds=12, grid=grid, inner=inner,
+                  num_partitions=6)
+    both = 0
+    for row, cohort in zip(outcome.rows, inner.sampled, strict=True):
+        parts = sorted(row["partitions"]["used"] + row["partitions"]["stragglers"])
+        assert len(parts) == len(cohort), (row["round"], parts, cohort)
+        claimants = {grid.node_ids[1], grid.node_ids[3]}
+        if claimants <= set(cohort):
+            both += 1
+            assert 3 in parts and row["decode"] == "approx" and row["missing_partitions"]
+            continue
+        assert row["decode"] == "exact", row
+        expected = fedavg(outcome.models[row["round"] - 1], parts, 6)
+        assert_close(outcome.models[row["round"]], expected)
+    assert both > 0  # the seed samples both claimants in some round
+
+
 def test_with_a_roster_an_impostor_is_refused_and_the_holder_keeps_its_partition(tmp_path):
     """The operator's roster (a JSON file of node id -> partition) names each node's
     partition: the impostor claiming partition 3 is refused, node 3 trains partition 3."""
