@@ -126,18 +126,16 @@ def reply_timing(msg: Message, strategy: str, weighted_by_key: str,
         raise protocol.RejectedReply(f"malformed reply: {exc}") from exc
 
 
-def check_model_reply(msg: Message, shapes: Mapping[str, tuple[int, ...]] | None) -> None:
-    """A train reply FedAvg can average: one ArrayRecord holding the model's arrays (names and
-    ``shapes``; ``None``: any), every value finite; else
+def model_arrays(msg: Message, shapes: Mapping[str, tuple[int, ...]] | None
+                 ) -> dict[str, np.ndarray]:
+    """A train reply's model: its one ArrayRecord's arrays (views), the model's names and
+    ``shapes`` (``None``: any), every value finite; else
     :class:`~fl_gradcode.flower.protocol.RejectedReply` naming what is wrong (Flower's FedAvg
     would end the run on the first two, broadcast a wrong shape into the model or spread a
     NaN)."""
     records = list(msg.content.array_records.values())
     if len(records) != 1:
         raise protocol.RejectedReply(f"malformed reply: {len(records)} ArrayRecords, expected 1")
-    if len(msg.content.metric_records) != 1:
-        raise protocol.RejectedReply(f"malformed reply: {len(msg.content.metric_records)} "
-                                     "MetricRecords, expected 1")
     got = {name: protocol.array_view(a) for name, a in records[0].items()}
     if shapes is not None and set(got) != set(shapes):
         raise protocol.RejectedReply(f"malformed reply: arrays {sorted(got)}, expected the "
@@ -148,12 +146,18 @@ def check_model_reply(msg: Message, shapes: Mapping[str, tuple[int, ...]] | None
                                          f"{value.shape}, the model's is {tuple(shapes[name])}")
         if not np.all(np.isfinite(value)):
             raise protocol.RejectedReply(f"malformed reply: array {name!r} is not finite")
+    return got
 
 
 def reply_layout(msg: Message, weighted_by_key: str) -> tuple[str, str, frozenset[str]]:
     """What Flower's FedAvg requires to be the same in every reply it averages: the
-    ArrayRecord's name, the MetricRecord's name and its keys (a reply that passed
-    :func:`check_model_reply`; the weight's own key aside: a reply without it weighs 0)."""
+    ArrayRecord's name, the MetricRecord's name and its keys (a reply with one ArrayRecord,
+    :func:`model_arrays`; the weight's own key aside: a reply without it weighs 0); a reply
+    without exactly one MetricRecord raises
+    :class:`~fl_gradcode.flower.protocol.RejectedReply`."""
+    if len(msg.content.metric_records) != 1:
+        raise protocol.RejectedReply(f"malformed reply: {len(msg.content.metric_records)} "
+                                     "MetricRecords, expected 1")
     (arrays_name,) = msg.content.array_records.keys()
     ((metrics_name, metrics),) = msg.content.metric_records.items()
     return arrays_name, metrics_name, frozenset(metrics.keys()) - {weighted_by_key}
@@ -272,7 +276,6 @@ class DeadlineFedAvg(FedAvg):
                          if results_dir else None)
         self._sent: list[int] = []
         self._shapes: dict[str, tuple[int, ...]] | None = None  # set by configure_train
-        self._unusable: set[int] = set()  # this round's timed replies FedAvg cannot average
         self._wall0 = 0.0
         self._pending: dict[str, Any] | None = None
 
@@ -343,7 +346,8 @@ class DeadlineFedAvg(FedAvg):
 
     def round_complete(self, arrived: list[int]) -> bool:
         """Whether the round may end at once with the replies ``arrived`` (nodes, in arrival
-        order, all by the deadline): never here (the round ends at the deadline or at the last
+        order, all by the deadline; only replies it can average, the others left out): never
+        here (the round ends at the deadline or at the last
         arrival); a subclass closes it earlier (e.g. at the first ``K`` arrivals)."""
         return False
 
@@ -355,6 +359,7 @@ class DeadlineFedAvg(FedAvg):
         valid, errors, malformed = [], [], []
         timings: dict[int, tuple[int, float, int, int]] = {}
         weights: dict[int, float] = {}
+        layouts: dict[int, tuple[str, str, frozenset[str]]] = {}
         seen: set[int] = set()
         for msg in replies:
             node = msg.metadata.src_node_id
@@ -367,7 +372,8 @@ class DeadlineFedAvg(FedAvg):
             try:  # a malformed reply is rejected (not passed on to FedAvg)
                 timing = (*reply_timing(msg, "DeadlineFedAvg", self.weighted_by_key),
                           reply_bytes(msg))
-                check_model_reply(msg, self._shapes)
+                model_arrays(msg, self._shapes)
+                layouts[node] = reply_layout(msg, self.weighted_by_key)
                 weights[node] = float(  # FedAvg's weight (a fraction too), finite
                     next(iter(msg.content.metric_records.values())).get(self.weighted_by_key, 0))
             except protocol.RejectedReply:
@@ -379,18 +385,19 @@ class DeadlineFedAvg(FedAvg):
         # the earliest's; Flower's FedAvg ends the run on mixed layouts), or weighing no
         # examples (all such: a division by zero). Such a reply takes no place in the round
         # (first-k's K); on time it is rejected, late it is a straggler like any other
-        layouts = {m.metadata.src_node_id: reply_layout(m, self.weighted_by_key) for m in valid}
         values = list(layouts.values())
         common = max(values, key=values.count) if values else None
-        self._unusable = {n for n in timings if not weights[n] > 0 or layouts[n] != common}
+        unusable = {n for n in timings if not weights[n] > 0 or layouts[n] != common}
         # an infinite delay (a device off, e.g. latency=fedscale) never arrives: no reply;
         # the server hears of it when the latency model says (Flower's NODE_UNAVAILABLE)
         timed = self.arrivals(server_round, timings)
         arrivals = {n: t for n, t in timed.items() if np.isfinite(t)}
         failures = self.failure_notices(server_round, timings, timed.keys() - arrivals.keys())
         refused = [*errors, *malformed]  # answered, nothing usable
-        window = self.clock.window(arrivals, self.round_complete,
-                                   len(self._sent) - len(refused), failures)
+        window = self.clock.window(
+            arrivals, lambda arrived: self.round_complete([n for n in arrived
+                                                            if n not in unusable]),
+            len(self._sent) - len(refused), failures)
         if not valid and len(refused) >= len(self._sent):  # every answer in, none usable
             window = RoundWindow([], self.clock.round_start)
         # a node heard of is free from then on (its message errored), as if it had replied
@@ -399,8 +406,8 @@ class DeadlineFedAvg(FedAvg):
         if self.stop_dropped_work:  # and nodes not heard of by the round's end
             self._stop([*window.late, *failures], window.end)
         used = set(window.used)
-        unusable = used & self._unusable  # on time but unusable (late: a straggler)
-        used -= unusable
+        rejected = used & unusable  # on time but unusable (late: a straggler)
+        used -= rejected
         kept = [m for m in valid if m.metadata.src_node_id in used]
         arrays, metrics = super().aggregate_train(server_round, kept + errors)
         pid = {node: t[0] for node, t in timings.items()}
@@ -413,7 +420,7 @@ class DeadlineFedAvg(FedAvg):
             "stragglers": sorted(pid[n] for n in [*window.late, *(pid.keys() - arrivals.keys())]),
             "busy": sorted(pid[n] for n in pid if self.clock.backlog.get(n, 0.0) > 0),
             "late_dropped": len(window.late),
-            "rejected": len(refused) + len(unusable),
+            "rejected": len(refused) + len(rejected),
             "decode_error": None,
             "num_examples": sum(timings[n][2] for n in used),
             "bytes_up": sum(t[3] for t in timings.values()),

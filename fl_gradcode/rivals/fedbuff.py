@@ -49,7 +49,13 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, Result
 
-from ..flower.deadline import check_charges, reply_bytes, reply_timing, virtual_arrival
+from ..flower.deadline import (
+    check_charges,
+    model_arrays,
+    reply_bytes,
+    reply_timing,
+    virtual_arrival,
+)
 from ..flower.protocol import RejectedReply
 from ..latency import LatencyModel, back_on, failure_notice
 from ..results import RoundRecorder
@@ -164,15 +170,12 @@ class FedBuff(FedAvg):
             pid, compute, examples = reply_timing(reply, "FedBuff", self.weighted_by_key, -1)
         except RejectedReply as exc:
             return None, -1, 0.0, 0, str(exc)
-        records = list(reply.content.array_records.values())
-        if len(records) != 1 or set(records[0].keys()) != set(sent):
-            return None, pid, compute, examples, "arrays do not match the model's"
-        delta = {}
-        for name, array in records[0].items():
-            value = np.asarray(array.numpy(), dtype=np.float64)
-            if value.shape != sent[name].shape or not np.all(np.isfinite(value)):
-                return None, pid, compute, examples, f"array {name!r}: bad shape or values"
-            delta[name] = value - sent[name]
+        try:
+            arrays = model_arrays(reply, {name: value.shape for name, value in sent.items()})
+        except RejectedReply as exc:
+            return None, pid, compute, examples, str(exc)
+        delta = {name: np.asarray(value, dtype=np.float64) - sent[name]
+                 for name, value in arrays.items()}
         return delta, pid, compute, examples, ""
 
     # ------------------------------------------------------------------ the run

@@ -116,6 +116,6 @@ class FirstK(DeadlineFedAvg):
         return super().configure_train(server_round, arrays, config, grid)
 
     def round_complete(self, arrived: list[int]) -> bool:
-        """The round ends at the ``k``-th arrival it can average (a reply weighing no
-        examples, or laid out otherwise than the others, takes no place)."""
-        return len([n for n in arrived if n not in self._unusable]) >= self.k
+        """The round ends at the ``k``-th arrival (of the replies it can average: a reply
+        weighing no examples, or laid out otherwise than the others, is not passed here)."""
+        return len(arrived) >= self.k
