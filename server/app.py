@@ -25,7 +25,14 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAdam, FedAvg, FedAvgM, Strategy
 
 from fl_gradcode.codes import GradientCode
-from fl_gradcode.config import KEYS, client_keys, group_values, merge_config, worker_list
+from fl_gradcode.config import (
+    KEYS,
+    charges_sleep,
+    client_keys,
+    group_values,
+    merge_config,
+    worker_list,
+)
 from fl_gradcode.data import run_partitions
 from fl_gradcode.flower import GradientCoding, seeded_sampling
 from fl_gradcode.flower.code_options import code_options
@@ -42,7 +49,7 @@ from fl_gradcode.privacy import (
     independent_noise_multiplier,
 )
 from fl_gradcode.tasks import fedscale_workload, measured_partition_cost
-from server.rival_config import RIVALS, rival_refusal, shared_keys
+from server.rival_config import FAULT_KEYS, RIVALS, rival_refusal, shared_keys
 
 SERVER_OPTIMIZERS = ("sgd", "momentum", "adam")
 #: ``fedavg``'s deadline: later than any round (it waits for every reply, as Flower's FedAvg)
@@ -274,8 +281,7 @@ def check_fault_delay(cfg: dict[str, Any]) -> None:
     """Refuse a ``slow-delay-s`` that would slow nobody: under virtual timing it is added to
     the reply's measured compute, which only ``virtual-compute=measured`` charges."""
     slow, delay = str(cfg["slow-workers"]).strip(), float(cfg["slow-delay-s"])
-    if (slow and delay > 0 and str(cfg["timing"]) == "virtual"
-            and str(cfg["virtual-compute"]) != "measured"):
+    if slow and delay > 0 and not charges_sleep(cfg):
         raise ValueError(f"slow-delay-s={delay!r} for slow-workers={slow!r} is added to the "
                          "measured compute, which virtual-compute="
                          f"{cfg['virtual-compute']!r} does not charge (the workers would not be "
@@ -286,7 +292,7 @@ def check_fault_workers(cfg: dict[str, Any], n: int) -> None:
     """Refuse a ``slow-workers`` or ``nan-workers`` index that no worker of a round has (a
     round's workers are ``0 .. cohort - 1``): it would inject nothing."""
     cohort = cohort_size(cfg, n)
-    for key in ("slow-workers", "nan-workers"):
+    for key in FAULT_KEYS:
         missing = sorted(w for w in worker_list(str(cfg[key])) if not 0 <= w < cohort)
         if missing:
             raise ValueError(f"{key}={cfg[key]!r}: no worker {missing} in a cohort of {cohort} "

@@ -200,10 +200,10 @@ def check_slow_node(run_config: str, slow_node: int | None, slow_delay: float) -
     others in the run's clock)."""
     if slow_node is None or not slow_delay > 0:
         return
-    from fl_gradcode.config import merge_config
+    from fl_gradcode.config import charges_sleep, merge_config
 
     cfg = merge_config(override_values(parse_overrides(run_config)))
-    if cfg["timing"] == "virtual" and cfg["virtual-compute"] != "measured":
+    if not charges_sleep(cfg):
         raise ValueError(
             f"--slow-node {slow_node} --slow-delay {slow_delay:g}: the node sleeps on every "
             f"message, which timing='virtual' with virtual-compute={cfg['virtual-compute']!r} "

@@ -21,6 +21,7 @@ __all__ = [
     "KEYWORD_DEFAULTS",
     "SIDES",
     "Key",
+    "charges_sleep",
     "client_keys",
     "coded_only_keys",
     "group_values",
@@ -398,6 +399,13 @@ def merge_config(run_config: Mapping[str, Any] | None) -> dict[str, Any]:
             )
         cfg[name] = value
     return cfg
+
+
+def charges_sleep(cfg: Mapping[str, Any]) -> bool:
+    """Whether a run with the merged run config ``cfg`` sees a client sleep (a fault's delay,
+    a slow node's): wallclock timing, or virtual timing that charges the measured compute
+    (``virtual-compute = "measured"``)."""
+    return str(cfg["timing"]) != "virtual" or str(cfg["virtual-compute"]) == "measured"
 
 
 def worker_list(text: str) -> set[int]:
