@@ -299,7 +299,7 @@ KEYS: tuple[Key, ...] = (
     Key("round-timeout", 600.0, "wall-clock safety limit of a round (seconds)",
         keyword="round_timeout"),
     Key("warmup-timeout", 120.0, "wall-clock limit for the first reply of round 1 (seconds)",
-        keyword="warmup_timeout"),
+        keyword="warmup_timeout", coded_only=True),
     Key("slow-workers", "", "fault injection: comma-separated workers slowed by "
         "`slow-delay-s`", side="client"),
     Key("slow-delay-s", 0.0, "fault injection: seconds added to a slow worker", side="client"),

@@ -34,6 +34,8 @@ def test_client_faults_are_refused_as_the_rival_would_run_without_them(tmp_path,
     ({"s": 2}, "s=2"),
     ({"busy": "fit"}, "busy='fit'"),
     ({"max-decode-error": 0.1}, "max-decode-error=0.1"),
+    # the coded run's wait for a node's first reply; the rival waits round-timeout for all
+    ({"warmup-timeout": 5.0}, "warmup-timeout=5.0"),
 ])
 def test_a_coded_only_key_away_from_its_default_is_refused(tmp_path, overrides, named):
     with pytest.raises(ValueError, match=rf"{named}.*read by coded runs only"):
