@@ -44,6 +44,7 @@ import numpy as np
 __all__ = [
     "DP_MODES",
     "DP_NOISE",
+    "KEYED_MODES",
     "CentralDP",
     "DPConfig",
     "Mechanism",
@@ -63,6 +64,8 @@ __all__ = [
 
 DP_MODES = ("none", "partition", "central", "sample")
 DP_NOISE = ("identical", "independent")
+#: dp modes whose client-side randomness must come from partition keys.
+KEYED_MODES = ("partition", "sample")
 KEY_FILE_ENV = "FL_GRADCODE_DP_KEY_FILE"
 
 

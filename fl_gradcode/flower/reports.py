@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from ..privacy import KEY_FILE_ENV
+from ..privacy import KEY_FILE_ENV, KEYED_MODES
 from .protocol import RejectedReply
 
 __all__ = [
@@ -50,6 +50,7 @@ __all__ = [
     "provably_wrong_sizes",
     "public_reason",
     "untrainable",
+    "untrainable_round",
 ]
 
 #: Longest rejection reason (characters) written to the log and ``rounds.jsonl``.
@@ -340,6 +341,22 @@ def missing_keys(reasons: Iterable[str]) -> bool:
     reasons = list(reasons)
     return bool(reasons) and all(
         any(marker in reason for marker in _MISSING_KEY_MARKERS) for reason in reasons)
+
+
+def untrainable_round(dp_mode: str, workers: Iterable[int],
+                      rejections: Iterable[Any]) -> bool:
+    """Whether a round without a valid reply ends the run as untrainable: the run's ``dp``
+    keys the clients' randomness and every one of the round's ``workers`` (the cohort's, sent
+    work or not) was refused (``rejections``: objects with ``worker`` and ``reason``) saying
+    it lacks partition keys. A reason is the client's text: one node's (the others late,
+    busy or not yet heard of), or under a dp that needs no keys, never ends a run."""
+    if dp_mode not in KEYED_MODES:
+        return False
+    rejections = list(rejections)
+    if not missing_keys(r.reason for r in rejections):
+        return False
+    expected = set(workers)
+    return bool(expected) and expected <= {r.worker for r in rejections}
 
 
 def untrainable(server_round: int, dp_mode: str) -> RuntimeError:

@@ -76,7 +76,7 @@ from .privatiser import Privatiser
 from .protocol import Identity
 from .quarantine import Quarantine
 from .records import RoundLog
-from .reports import missing_keys, untrainable
+from .reports import untrainable, untrainable_round
 from .roster import load_roster
 from .round_state import RoundView
 from .verifier import RoundVerifier
@@ -390,7 +390,8 @@ class GradientCoding(OptionAttributes, Strategy):
             round_deadline_s=self.clock.straggler_timeout, wall_s=float(wall_s),
             **missing_fields(state.code, list(state.partitions), outcome.used, outcome.decode,
                              self.partition_sizes)))
-        if not state.valid and missing_keys(reason for _, reason in state.rejected):
+        if not state.valid and untrainable_round(self.dp.mode, range(len(state.cohort)),
+                                                   state.rejections):
             self.round_log.flush(None)  # the round's row first: then the run ends here
             raise untrainable(server_round, self.dp.mode)
         if arrays_out is not None and self.recorder is not None:

@@ -340,6 +340,45 @@ def test_partition_dp_with_keys_is_not_stopped(tmp_path):
     assert [row["decode"] for row in strategy.history] == ["exact", "exact"]
 
 
+
+def _key_error_from_worker_0(msg: Message, context: Context, call_next) -> Message:
+    """Worker 0 answers with the mod's missing-key text, whatever the run's dp."""
+    instruction = parse_instruction(msg.content)
+    if instruction is not None and instruction.op == OP_TRAIN and instruction.worker == 0:
+        return Message(Error(0, "dp='partition' needs partition keys on the client"),
+                       reply_to=msg)
+    return call_next(msg, context)
+
+
+@pytest.mark.parametrize("dp", [None, DPConfig(mode="central", clip_norm=1e6)])
+def test_one_nodes_missing_key_text_does_not_end_a_run_that_needs_no_keys(tmp_path, dp):
+    """The only reply by the deadline is worker 0's error saying it lacks partition keys; the
+    run's dp needs none (the text is the client's to choose): the reply is refused, the round
+    is skipped and the run goes on, the other replies used once they arrive."""
+    slow = lambda worker, rnd: 0.0 if worker == 0 else 1.0  # noqa: E731
+    grid = InProcessGrid(make_app(_key_error_from_worker_0, gradient_coding_mod), 4,
+                         delay=slow)
+    options = {} if dp is None else {"dp": dp}
+    strategy, _ = run(4, grid=grid, rounds=3, timing="wallclock", straggler_timeout=0.3,
+                      warmup_timeout=0.3, round_timeout=30.0, results_dir=str(tmp_path),
+                      **options)
+    rows = strategy.history
+    assert [row["round"] for row in rows] == [1, 2, 3]
+    assert rows[0]["rejected"] >= 1
+
+
+def test_partition_dp_is_not_ended_by_one_node_while_the_others_are_late(tmp_path):
+    """dp='partition', the other nodes have keys but are late: one node's missing-key error
+    is not every node's, so the run is not ended as untrainable."""
+    keys = write_key_file(tmp_path / "keys.json")
+    slow = lambda worker, rnd: 0.0 if worker == 0 else 1.0  # noqa: E731
+    grid = InProcessGrid(make_app(_key_error_from_worker_0, gradient_coding_mod), 4,
+                         delay=slow, node_config=lambda i: {"dp-key-file": str(keys)})
+    strategy, _ = run(4, grid=grid, rounds=2, timing="wallclock", straggler_timeout=0.3,
+                      warmup_timeout=0.3, round_timeout=30.0, results_dir=str(tmp_path / "r"),
+                      dp=DPConfig(mode="partition", clip_norm=1e6))
+    assert [row["round"] for row in strategy.history] == [1, 2]
+
 # =============================================================================== 8. accountant
 def _effective_multiplier(B: np.ndarray, sigma: float, sizes: list[float]) -> float:
     """By hand: partition j's replicas each add their own N(0, (sigma C)^2) and reply

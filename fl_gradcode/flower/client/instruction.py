@@ -18,7 +18,7 @@ from typing import Any
 
 from flwr.app import ConfigRecord, Context, Message
 
-from ...privacy import KEY_FILE_ENV, NoiseKeys
+from ...privacy import KEY_FILE_ENV, KEYED_MODES, NoiseKeys
 from .. import protocol
 from ..client_policy import NodePolicy, Release, ReplayGuard
 from ..protocol import Instruction
@@ -26,9 +26,6 @@ from .notices import Notices
 
 __all__ = ["KEYED_MODES", "check_partition_keys", "claim_round", "identify_reply",
            "node_keys", "node_policy"]
-
-#: dp modes whose client-side randomness must come from partition keys.
-KEYED_MODES = ("partition", "sample")
 
 MEMORY_REPLAY_WARNING = (
     "gradient_coding_mod: this node has partition keys or a release budget but "
