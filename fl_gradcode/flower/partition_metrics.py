@@ -12,7 +12,9 @@ the decoded average (:func:`per_partition_metrics`).
 
 "Verified": a partition's copy is taken from the round's used replies; replicas of a partition
 compute it from the same seed, so they agree, and when they do not the value most of them
-report is used (ties: the lowest worker), with a WARNING naming the partition.
+report is used, with a WARNING naming the partition. With no majority (one replica against
+another) no version is taken: the partition is left out of the metric aggregation, and when
+every partition is so, the inner strategy aggregates the decoded ``metric.*`` record instead.
 """
 
 from __future__ import annotations
@@ -89,11 +91,14 @@ def collect(code: Any, replies: Mapping[int, Any], used: Sequence[int],
             copies.setdefault(int(j), []).append((worker, tuple(sorted(own.items())), size))
     if not copies:
         return None
-    out = []
+    out, undecided = [], []
     for j in sorted(copies):
         votes = Counter(values for _, values, _ in copies[j])
-        values, _ = max(votes.items(), key=lambda kv: (kv[1], -min(
-            w for w, v, _ in copies[j] if v == kv[0])))
+        ranked = votes.most_common()
+        values, count = ranked[0]
+        if len(ranked) > 1 and ranked[1][1] == count:  # no majority: no version is taken
+            undecided.append(j)
+            continue
         if len(votes) > 1:
             log(WARNING, "round %d: the replicas of partition %d report different train "
                 "metrics (%d versions); the inner strategy's metric aggregation gets the one "
@@ -101,7 +106,12 @@ def collect(code: Any, replies: Mapping[int, Any], used: Sequence[int],
                 len(copies[j]))
         size = next(size for _, v, size in copies[j] if v == values)
         out.append((j, dict(values), float(sizes.get(j, size))))
-    return out
+    if undecided:
+        log(WARNING, "round %d: the replicas of partitions %s report different train metrics "
+            "and no majority: %s", round_number, undecided,
+            "the inner strategy's metric aggregation goes without them" if out else
+            "the inner strategy aggregates the decoded metrics instead")
+    return out or None
 
 
 def records(parts: Sequence[tuple[int, dict[str, float], float]],

@@ -64,3 +64,33 @@ def test_a_duplicated_error_reply_is_one_offence_not_two(caplog):
     assert [r["quarantined"] for r in result.rows] == [[], [], []]
     assert [r["decode"] for r in result.rows[1:]] == ["exact", "exact"]
     assert_model(result.models[3], fedavg_rounds(result.models[1], 2, 4))
+
+
+def _worker_0_reports_huge_losses(msg, context, call_next):
+    """An outer mod: worker 0 reports 1e308 as each of its partitions' train loss."""
+    reply = call_next(msg, context)
+    if msg.metadata.message_type != MessageType.TRAIN or reply.has_error():
+        return reply
+    instruction = parse_instruction(msg.content)
+    if instruction is None or instruction.op != OP_TRAIN or instruction.worker != 0:
+        return reply
+    meta = reply.content[PROTOCOL_KEY + "-meta"]
+    meta["partition-metric.train_loss"] = [1e308] * len(instruction.partition_ids)
+    return reply
+
+
+@pytest.mark.parametrize("verify", [False, True])
+def test_one_replica_against_another_does_not_decide_a_partitions_train_metrics(caplog,
+                                                                                verify):
+    """frc n = 6, s = 1: worker 0 and its one replica report different losses for the same
+    partitions. One against one is no majority: the liar's value (here the lower worker
+    index) must not become the round's train_loss."""
+    honest = run(6, code="frc", s=1, rounds=1, verify=verify)
+    grid = InProcessGrid(make_app(_worker_0_reports_huge_losses, gradient_coding_mod), 6)
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        hostile = run(6, code="frc", s=1, rounds=1, grid=grid, verify=verify)
+    reference = honest.result.train_metrics_clientapp[1]["train_loss"]
+    got = hostile.result.train_metrics_clientapp[1]["train_loss"]
+    assert 0 < reference < 1e6
+    assert 0 < got < 10 * reference, got
+    assert any("no majority" in r.getMessage() for r in caplog.records)
