@@ -373,4 +373,7 @@ def claimed_compute_s(reply: Message) -> float:
         return 0.0
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return 0.0
-    return float(value) if math.isfinite(value) and value >= 0 else 0.0
+    try:
+        return float(value) if math.isfinite(value) and value >= 0 else 0.0
+    except OverflowError:  # an int past float's range (in process: no serialisation)
+        return 0.0

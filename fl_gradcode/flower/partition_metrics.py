@@ -65,13 +65,22 @@ def read(reply: Message, count: int) -> list[dict[str, float]] | None:
     for key in keys:
         values = meta[key]
         if (not isinstance(values, list) or len(values) != count
-                or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                           and math.isfinite(v) for v in values)):
+                or not all(_finite_number(v) for v in values)):
             raise RejectedReply(f"{key}={values!r} is not a list of {count} finite numbers "
                                 "(one per partition)")
         for j, value in enumerate(values):
             out[j][key[len(PREFIX):]] = float(value)
     return out
+
+
+def _finite_number(value: Any) -> bool:
+    """A real number a float holds, finite (an int past float's range is not one)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def collect(code: Any, replies: Mapping[int, Any], used: Sequence[int],

@@ -94,3 +94,38 @@ def test_one_replica_against_another_does_not_decide_a_partitions_train_metrics(
     assert 0 < reference < 1e6
     assert 0 < got < 10 * reference, got
     assert any("no majority" in r.getMessage() for r in caplog.records)
+
+
+def _worker_0_reports_an_integer_beyond_float(msg, context, call_next):
+    """An outer mod: worker 0's per-partition metric holds 10**400 (a MetricRecord takes it
+    in process; no float holds it)."""
+    reply = call_next(msg, context)
+    if msg.metadata.message_type != MessageType.TRAIN or reply.has_error():
+        return reply
+    instruction = parse_instruction(msg.content)
+    if instruction is None or instruction.op != OP_TRAIN or instruction.worker != 0:
+        return reply
+    meta = reply.content[PROTOCOL_KEY + "-meta"]
+    meta["partition-metric.train_loss"] = [10**400] * len(instruction.partition_ids)
+    return reply
+
+
+def test_a_metric_no_float_can_hold_is_a_rejected_reply_not_a_crash():
+    grid = InProcessGrid(make_app(_worker_0_reports_an_integer_beyond_float,
+                                  gradient_coding_mod), 6)
+    hostile = run(6, code="frc", s=1, rounds=2, grid=grid)
+    assert [r["rejected"] for r in hostile.rows] == [1, 1]
+    assert all("partition-metric.train_loss" in r["rejected_reasons"][0] for r in hostile.rows)
+    assert [r["decode"] for r in hostile.rows] == ["exact", "exact"]
+    assert_model(hostile.models[2], fedavg_rounds(as_dict(initial_arrays()), 2, 6))
+
+
+def test_a_late_replys_compute_time_no_float_can_hold_counts_as_none():
+    from flwr.app import Message, MetricRecord, RecordDict
+
+    from fl_gradcode.flower.collector import claimed_compute_s
+
+    meta = MetricRecord({"compute-s": 10**400})
+    reply = Message(RecordDict({PROTOCOL_KEY + "-meta": meta}), dst_node_id=1,
+                    message_type=MessageType.TRAIN)
+    assert claimed_compute_s(reply) == 0.0
