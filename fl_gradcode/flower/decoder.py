@@ -54,6 +54,7 @@ if TYPE_CHECKING:  # (the privatiser imports the round state, which imports this
 __all__ = [
     "AMPLIFICATION_LIMIT",
     "BLOCK",
+    "COUNT_RTOL",
     "THREADED",
     "Decoded",
     "Decoder",
@@ -62,6 +63,7 @@ __all__ = [
     "cast",
     "combine",
     "error_amplification",
+    "exact_count",
     "idle_cores",
     "instruction_chunks",
     "replies_read",
@@ -75,6 +77,9 @@ BLOCK = 1 << 16
 AMPLIFICATION_LIMIT = 8.0
 #: Values of a model from which the decoding is split between idle cores (read at each call).
 THREADED = 1 << 20
+#: Relative difference tolerated between an exact decoding's example count and the sum of
+#: the partitions' checked sizes (the count may travel in a float32 chunk).
+COUNT_RTOL = 1e-4
 
 
 def combine(
@@ -260,6 +265,16 @@ def instruction_chunks(code: GradientCode, worker: int) -> tuple[float, ...]:
     return tuple(float(c) for c in gamma) if gamma.size > 1 else ()
 
 
+def exact_count(code: GradientCode, decoding: Decoding,
+                sizes: Mapping[int, float]) -> float | None:
+    """The example count an exact ``decoding`` must give: ``sum_j w_j n_j`` over the code's
+    partitions from their checked ``sizes`` (``None``: not exact, or a size unknown)."""
+    if not decoding.exact or any(j not in sizes for j in range(code.k)):
+        return None
+    weights = code.weights
+    return float(sum(float(weights[j]) * float(sizes[j]) for j in range(code.k)))
+
+
 def replies_read(decoding: Decoding, used: Sequence[int]) -> int:
     """How many of the ``used`` replies the decoder reads (a nonzero coefficient in any of
     its chunk rows)."""
@@ -440,6 +455,12 @@ class Decoder:
         if not (math.isfinite(count) and count > 0):
             log(WARNING, "round %d: decoded example count %r; round skipped", round_number,
                 count)
+            return None
+        expected = exact_count(code, decoding, sizes)
+        if expected is not None and not math.isclose(count, expected, rel_tol=COUNT_RTOL):
+            log(WARNING, "round %d: decoded example count %.9g, not the %.9g the partitions' "
+                "checked sizes sum to: a used reply was altered; round skipped", round_number,
+                count, expected)
             return None
         noise_std, noise = None, None
         if self.privatiser is not None and self.privatiser.central:

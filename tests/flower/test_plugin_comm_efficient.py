@@ -44,8 +44,8 @@ def oracle(rounds: int, n: int) -> dict[str, np.ndarray]:
 
 
 def run(code: str, s: int, n: int = 6, m: int | None = None, rounds: int = 3,
-        fraction_train: float = 1.0):
-    app = ClientApp(mods=[gradient_coding_mod])
+        fraction_train: float = 1.0, mods=()):
+    app = ClientApp(mods=[*mods, gradient_coding_mod])
     app.train()(train)
     inner = FedAvg(fraction_train=fraction_train, fraction_evaluate=0.0, min_available_nodes=n)
     strategy = GradientCoding(inner, code=code, s=s, m=m, latency=Pareto(1.0, 1.5), seed=1)
@@ -152,3 +152,32 @@ def test_a_sampled_cohort_whose_code_has_one_partition_per_member_runs():
     """The same sampling with s + m = 4 dividing the cohort: every round exact."""
     strategy, _ = run("comm-efficient", 1, n=8, m=3, fraction_train=0.5)
     assert [r["decode"] for r in strategy.history] == ["exact"] * 3
+
+
+def _worker_0_shifts_its_reply(msg, context, call_next):
+    """An outer mod: worker 0 adds 1000 to every value of its coded reply (the example count
+    it carries inside its chunk included)."""
+    from fl_gradcode.flower.protocol import OP_TRAIN, PROTOCOL_KEY, parse_instruction
+
+    reply = call_next(msg, context)
+    instruction = parse_instruction(msg.content)
+    if (reply.has_error() or instruction is None or instruction.op != OP_TRAIN
+            or instruction.worker != 0):
+        return reply
+    coded = reply.content.array_records[PROTOCOL_KEY]
+    reply.content[PROTOCOL_KEY] = ArrayRecord(
+        {k: Array(v.numpy() + 1000.0) for k, v in coded.items()})
+    return reply
+
+
+def test_a_reply_whose_decoded_count_contradicts_the_checked_sizes_is_not_exact():
+    """comm-efficient carries the example count inside the chunks: a reply altered there
+    decodes to a count other than the partitions' checked sizes sum to. Such a round used to
+    be applied and called exact with a wrong model; it is skipped instead."""
+    strategy, _ = run("comm-efficient", 1, n=6, m=2, rounds=4,
+                      mods=[_worker_0_shifts_its_reply])
+    rows = strategy.history
+    with_0 = [r for r in rows if 0 in r["clients_used"]]
+    assert with_0, "worker 0 was never used: the test checks nothing"
+    assert all(r["decode"] == "skipped" for r in with_0), [(r["decode"], r["clients_used"])
+                                                           for r in rows]
