@@ -83,6 +83,7 @@ from experiments.registry import (
     cell_run_config,
     charge_at,
     charge_once,
+    check_builds,
     check_cell,
     check_codes,
     check_methods,
@@ -99,9 +100,10 @@ from experiments.summary import bootstrap_ratio, fmt, print_summary, summarize
 
 __all__ = ["COMPUTE_KEYS", "GRID", "Cell", "Runner", "best_deadline", "bootstrap_ratio",
            "built_code", "cell_own_keys", "cell_rules", "cell_run_config", "charge_at",
-           "charge_once", "check_cell", "check_codes", "check_methods", "code_fit", "compare",
-           "grid_cell", "load_grid", "lookup", "main", "print_summary", "registry_config",
-           "run_cell", "run_coded", "run_rival", "summarize", "task_target", "with_rules"]
+           "charge_once", "check_builds", "check_cell", "check_codes", "check_methods",
+           "code_fit", "compare", "grid_cell", "load_grid", "lookup", "main", "print_summary",
+           "registry_config", "run_cell", "run_coded", "run_rival", "summarize", "task_target",
+           "with_rules"]
 
 # ============================================================================= the runs
 class Runner:
@@ -296,6 +298,7 @@ def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, coho
     if not checked:
         check_cell(cell, task_name, [*seeds, *dev_seeds])
         check_codes(cell, methods)
+        check_builds(cell, methods, [*seeds, *dev_seeds][0])
     # a fixed charge was measured with the task's own compute: not with --set keys changing it
     fixed, fixed_how = (charge_at(lookup(grid, "tasks", task_name).get("charge_s", {}), n)
                         if not set(sets or {}) & COMPUTE_KEYS else (None, None))
@@ -457,7 +460,12 @@ def parse_cell(grid: Mapping[str, Any], args: argparse.Namespace) -> dict[str, A
     sets = parse_sets(args.set)
     latency = cell_latency(args.latency, sets, grid.get("latency", {}))
     if latency:
-        lookup(grid, "latency", latency)
+        table = lookup(grid, "latency", latency)
+        named = table.get("latency", latency)
+        if args.latency is not None and "latency" in sets and str(sets["latency"]) != named:
+            raise ValueError(f"--latency {args.latency} runs latency={named!r}, --set "
+                             f"latency={sets['latency']!r} another model with its parameters: "
+                             "give one of them")
     seeds = (parse_seeds(args.seeds) if args.seeds is not None
              else QUICK["seeds"] if quick else parse_seeds(DEFAULTS["seeds"]))
     dev_seeds = (parse_seeds(args.dev_seeds, "--dev-seeds") if args.dev_seeds is not None
@@ -489,8 +497,15 @@ def parse_cell(grid: Mapping[str, Any], args: argparse.Namespace) -> dict[str, A
     ruled = with_rules(grid, rules)
     check_fedbuff_rules(ruled["rules"], rules, methods)
     checked = grid_cell(ruled, task_name, latency, n, cohort, rounds, target, sets)
+    if ("partition-cost-s" in sets and "virtual-compute" not in sets
+            and checked.run_config.get("virtual-compute") == "measured-once"):
+        raise ValueError(f"--set partition-cost-s={sets['partition-cost-s']}: task "
+                         f"{task_name!r} charges its measured compute (virtual-compute="
+                         "'measured-once'), which would replace it; add --set "
+                         "virtual-compute=none to charge this value")
     check_cell(checked, task_name, [*seeds, *dev_seeds])
     check_codes(checked, methods)
+    check_builds(checked, methods, [*seeds, *dev_seeds][0])
     return {"task": task_name, "latency": latency, "n": n, "cohort": cohort, "rounds": rounds,
             "seeds": seeds, "dev_seeds": dev_seeds, "methods": methods, "target": target,
             "sets": sets, "rules": rules}

@@ -23,6 +23,7 @@ __all__ = [
     "DEFAULT_TASK",
     "GRID_OUT",
     "HARNESS_KEYS",
+    "METHOD_KEYS",
     "QUICK",
     "RIVAL_RULES",
     "build_parser",
@@ -56,6 +57,9 @@ HARNESS_KEYS = {"seed": "use --seeds", "num-rounds": "use --rounds", "num-client
                 "results-dir": "no flag: runs write no result files (the cell's JSON: --out)",
                 "rival": "use --methods",
                 "s": "use --methods (auto, or CODE:s such as grouped-rs:2)"}
+#: Run-config keys a method sets for its own runs (``rival_runs.coded_config``): ``--set``
+#: refuses them too (``auto`` would silently run as ``auto-approximate``).
+METHOD_KEYS = {"auto-approximate": "use --methods auto-approximate (auto is the exact one)"}
 #: The flags of one cell (``parse_cell``): ``--grid`` refuses them (its cells are the grid
 #: file's).
 CELL_FLAGS = ("task", "latency", "n", "cohort", "seeds", "dev_seeds", "rounds", "target",
@@ -147,11 +151,15 @@ def build_parser(doc: str) -> argparse.ArgumentParser:
 def key_values(pairs: Sequence[str], flag: str) -> list[tuple[str, str, str]]:
     """``(pair, key, value text)`` of each ``KEY=VALUE`` given to ``flag`` (one without ``=``
     is refused, naming it)."""
-    out = []
+    out: list[tuple[str, str, str]] = []
     for pair in pairs:
         name, sep, text = pair.partition("=")
         if not sep:
             raise ValueError(f"{flag} {pair!r}: expected KEY=VALUE")
+        earlier = [p for p, n, _ in out if n == name]
+        if earlier:  # the last would win and the first be lost without a word
+            raise ValueError(f"{flag} {pair!r}: {name} is already given ({earlier[0]!r}); "
+                             "give each key once")
         out.append((pair, name, text))
     return out
 
@@ -170,6 +178,9 @@ def parse_sets(pairs: Sequence[str]) -> dict[str, Any]:
         if name in HARNESS_KEYS:
             raise ValueError(f"--set {pair!r}: the harness sets {name} for every run (it "
                              f"would be overwritten); {HARNESS_KEYS[name]}")
+        if name in METHOD_KEYS:
+            raise ValueError(f"--set {pair!r}: the methods set {name} themselves; "
+                             f"{METHOD_KEYS[name]}")
         if text in entry.also:
             out[name] = text
             continue
@@ -208,11 +219,14 @@ def parse_seeds(text: str, flag: str = "--seeds") -> list[int]:
     """``"0,1,2"`` or ``"10-19"`` (or both, comma separated): non-negative integers, at least
     one, none twice (a ``ValueError`` naming ``flag`` otherwise)."""
     seeds: list[int] = []
+    def digits(t: str) -> bool:  # ASCII: "²".isdigit() holds, int("²") fails
+        return t.isascii() and t.isdigit()
+
     for part in (p.strip() for p in text.split(",") if p.strip()):
         lo, sep, hi = part.partition("-")
-        if sep and lo.isdigit() and hi.isdigit() and int(lo) <= int(hi):
+        if sep and digits(lo) and digits(hi) and int(lo) <= int(hi):
             seeds.extend(range(int(lo), int(hi) + 1))
-        elif part.isdigit():
+        elif digits(part):
             seeds.append(int(part))
         else:
             raise ValueError(f"{flag} {text!r}: expected non-negative integers like 0,1,2 or "
@@ -230,8 +244,12 @@ def repeated(items: Sequence[Any]) -> list[Any]:
 
 
 def split_methods(text: str) -> list[str]:
-    """``"auto, fedbuff"`` -> ``["auto", "fedbuff"]``; a method named twice is refused."""
+    """``"auto, fedbuff"`` -> ``["auto", "fedbuff"]``; a method named twice, or a list that
+    names none (``","``), is refused."""
     methods = [m.strip() for m in text.split(",") if m.strip()]
+    if text.strip() and not methods:
+        raise ValueError(f"--methods {text!r}: names no method (leave it out for the default "
+                         "list)")
     if twice := repeated(methods):
         raise ValueError(f"--methods {text!r}: {twice} named twice")
     return methods
@@ -250,7 +268,10 @@ def cell_latency(flag: str | None, sets: Mapping[str, Any], tables: Mapping[str,
 
 
 def check_out(out: Path) -> None:
-    """Refuse, before any run, to write one cell over a file holding a grid's cells."""
+    """Refuse, before any run, to write one cell over a file holding a grid's cells, or to
+    a directory."""
+    if out.is_dir():
+        raise ValueError(f"--out {out} is a directory: pass a file name (e.g. {out}/cell.json)")
     try:
         held = json.loads(out.read_text())
     except (OSError, ValueError):

@@ -1,7 +1,8 @@
 """The registry side of the benchmark: the pre-registered grid file (``experiments/grid.toml``),
 a cell's run config and rivals' rules (:func:`grid_cell`), the compute a task is charged
-(:func:`charge_at`, :func:`charge_once`), and the checks a cell and its fixed codes pass before
-any run (:func:`check_cell`, :func:`code_fit`, :func:`check_codes`).
+(:func:`charge_at`, :func:`charge_once`), and the checks a cell, its fixed codes and its
+runs' configs pass before any run (:func:`check_cell`, :func:`code_fit`, :func:`check_codes`,
+:func:`check_builds`).
 
 :mod:`experiments.compare` (the command) re-exports these names.
 """
@@ -10,17 +11,20 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from experiments.compare_cli import DEFAULT_METHODS, RIVAL_RULES
+from experiments.compare_cli import RIVAL_RULES
 from experiments.journal import Journal
-from experiments.rival_runs import Cell, parse_code
+from experiments.rival_runs import METHOD_NAMES, Cell, coded_config, parse_code, rival_strategy
+from fl_gradcode.config.keys import KEYS, merge_config
 
 __all__ = ["COMPUTE_KEYS", "GRID", "built_code", "cell_own_keys", "cell_rules",
-           "cell_run_config", "charge_at", "charge_once", "check_cell", "check_codes",
+           "cell_run_config", "charge_at", "charge_once", "check_builds", "check_cell",
+           "check_codes",
            "check_methods", "code_fit", "grid_cell", "grid_code_k", "load_grid", "lookup",
            "registry_config", "task_target", "with_rules"]
 
@@ -130,8 +134,6 @@ def charge_at(charges: Mapping[str, float], n: int) -> tuple[float | None, str |
     proportional to the mean partition size, ``1 / n``), so that a cell off the grid charges
     the same on every run instead of a wall-clock measurement taken under whatever load the
     machine has. ``(None, None)``: no ``charge_s`` (the cell measures once)."""
-    import math
-
     if not charges:
         return None, None
     if str(n) in charges:
@@ -189,9 +191,8 @@ def charge_once(cell: Cell, seed: int, journal: Journal | None = None,
 
 
 def check_methods(methods: Sequence[str]) -> list[str]:
-    known = (*DEFAULT_METHODS, "auto-approximate")
     for method in methods:
-        if method not in known:
+        if method not in METHOD_NAMES:
             parse_code(method)  # CODE:s, or a clear error
     return list(methods)
 
@@ -296,9 +297,54 @@ def check_codes(cell: Cell, methods: Sequence[str]) -> None:
         if ":" not in method:
             continue
         fallback, other = code_fit(method, cell.n, cell.cohort, cell.config(0))
+        name, s = parse_code(method)
+        cfg = cell.config(0)
+        built, _ = _cohort_code(name, s, cell.cohort, cfg["m"] if name == "comm-efficient"
+                                else None)
+        if fallback is None and built.s != s:  # e.g. uncoded, which tolerates no straggler
+            raise ValueError(f"{method}: {name} is built with s = {built.s}, not {s}; write "
+                             f"{name}:{built.s}")
         if fallback is not None:
             raise ValueError(f"{method}: {fallback}; pick a tolerance the code takes for a "
                              f"cohort of {cell.cohort}, or another code")
         if other is not None:
             raise ValueError(f"{other}; pick s with s + m dividing the cohort, or another "
                              "code")
+
+
+def check_builds(cell: Cell, methods: Sequence[str], seed: int) -> None:
+    """Refuse, before any run, a run config some run of the cell could not be built with
+    (the keys' values, checked where the runs check them: the main job's ServerApp and the
+    rivals' strategies), naming the method and the run-config keys: a bad ``--set`` value
+    fails here, not hours into a cell. Wait-for-all is always built (the stated deadline
+    runs it on the development seeds); first-k needs ``ceil(c K)`` nodes."""
+    from server.app import build
+
+    def refuse(method: str, exc: Exception) -> ValueError:
+        text = str(exc)
+        named = [f"{k.keyword} is run-config key {k.name!r}" for k in KEYS
+                 if k.keyword and k.keyword != k.name and f"{k.keyword}=" in text]
+        return ValueError(f"{method} cannot run with this cell's run config: {text}"
+                          + (f" ({'; '.join(named)})" if named else ""))
+
+    for method in methods:
+        if method in ("auto", "auto-approximate") or ":" in method:
+            try:
+                build(merge_config({**coded_config(method, seed, cell), "timing": "virtual",
+                                    "num-clients": cell.n}), cell.n)
+            except (ValueError, TypeError) as exc:
+                raise refuse(method, exc) from exc
+    rivals: dict[str, dict[str, Any]] = {"wait-for-all": {}}
+    if "first-k" in methods:
+        k = cell.first_k()
+        if math.ceil(cell.overcommit * k - 1e-9) > cell.n:
+            raise ValueError(f"first-k: sampling ceil({cell.overcommit:g} x {k}) nodes of n = "
+                             f"{cell.n} is impossible; use a larger --n")
+        rivals["first-k"] = {"k": k, "overcommit": cell.overcommit}
+    if "fedbuff" in methods:
+        rivals["fedbuff"] = {"buffer_size": cell.fedbuff_buffer()}
+    for method, rules in rivals.items():
+        try:
+            rival_strategy(method, cell.config(seed), cell.n, cohort=cell.cohort, **rules)
+        except (ValueError, TypeError) as exc:
+            raise refuse(method, exc) from exc

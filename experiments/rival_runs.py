@@ -54,6 +54,9 @@ from fl_gradcode.rivals import (
 
 #: Methods that are not a fixed code (``CODE:s``) and need no deadline of their own.
 RIVALS = ("wait-for-all", "first-k", "fedbuff")
+#: Every method's name but the fixed codes (``CODE:s``).
+METHOD_NAMES = ("auto", "auto-approximate", "wait-for-all", "deadline", "deadline-best",
+                "first-k", "fedbuff")
 
 
 @dataclass
@@ -195,9 +198,10 @@ def _summary(method: str, seed: int, rows: list[dict[str, Any]], cell: Cell,
 def parse_code(method: str) -> tuple[str, int]:
     """``"grouped-rs:2"`` -> ``("grouped-rs", 2)``; a clear error for anything else."""
     name, _, s = method.partition(":")
-    if not name or not s.isdigit():
+    if not name or not (s.isascii() and s.isdigit()) or s != str(int(s)):
         raise ValueError(f"method {method!r}: a fixed code is written CODE:s, e.g. "
-                         "'grouped-rs:2'")
+                         "'grouped-rs:2' (s without leading zeros); the other methods are "
+                         f"{', '.join(METHOD_NAMES)}")
     return name, int(s)
 
 
@@ -207,13 +211,18 @@ def start_cell_coded(method: str, seed: int, cell: Cell, share: bool = True
     ``auto-approximate = true``) or ``CODE:s`` in ``cell``: the main job's coded strategy;
     ``share``: replicas share each round's partition updates (same numbers, less wall
     time)."""
+    cfg = coded_config(method, seed, cell)
+    return start_coded(cfg, cell.n, share_updates=share), cfg
+
+
+def coded_config(method: str, seed: int, cell: Cell) -> dict[str, Any]:
+    """The run config of ``auto``, ``auto-approximate`` or ``CODE:s`` in ``cell``."""
     extra = ({"s": "auto"} if method == "auto"
              else {"s": "auto", "auto-approximate": True} if method == "auto-approximate"
              else dict(zip(("code", "s"), parse_code(method), strict=True)))
     if method in ("auto", "auto-approximate") and cell.auto_stop_at_decode:
         extra["stop-late-work"] = "decode"
-    cfg = cell.config(seed, **extra)
-    return start_coded(cfg, cell.n, share_updates=share), cfg
+    return cell.config(seed, **extra)
 
 
 def run_coded(method: str, seed: int, cell: Cell, share: bool = True) -> dict[str, Any]:
@@ -319,12 +328,12 @@ def _given(**rules: float | None) -> dict[str, float]:
     return {name: float(value) for name, value in rules.items() if value is not None}
 
 
-def start_rival(method: str, run_config: Mapping[str, Any], n: int, *,
-                cohort: int | None = None, deadline: float | None = None,
-                k: int | None = None, overcommit: float | None = None,
-                buffer_size: int | None = None, server_lr: float | None = None,
-                staleness_exponent: float | None = None,
-                rounds: int | None = None, stop_dropped_work: bool = False) -> HarnessRun:
+def rival_strategy(method: str, run_config: Mapping[str, Any], n: int, *,
+                   cohort: int | None = None, deadline: float | None = None,
+                   k: int | None = None, overcommit: float | None = None,
+                   buffer_size: int | None = None, server_lr: float | None = None,
+                   staleness_exponent: float | None = None, stop_dropped_work: bool = False
+                   ) -> tuple[Any, tuple, dict[str, Any], dict[str, Any]]:
     """A public rival of :mod:`fl_gradcode.rivals` with ``run_config`` on ``n`` nodes, on the
     main job's initial model, evaluation and train config (``server.app.build_rival``):
 
@@ -340,7 +349,8 @@ def start_rival(method: str, run_config: Mapping[str, Any], n: int, *,
     ``stop_dropped_work``: ``deadline`` and ``first-k`` stop a dropped client's work when its
     round ends (``DeadlineFedAvg``'s option).
 
-    ``rounds``: rounds or server steps (default ``num-rounds``)."""
+    Returns ``(strategy, (initial arrays, evaluate_fn, train_config), merged run config,
+    the method's facts)``, built, not run (:func:`start_rival` runs it)."""
     if method == "fedbuff" and buffer_size is None:
         raise ValueError("fedbuff needs buffer_size (K, updates per server step; the "
                          "benchmark's is fedbuff_buffer_fraction of the cohort)")
@@ -385,5 +395,13 @@ def start_rival(method: str, run_config: Mapping[str, Any], n: int, *,
                          f"{(*RIVALS, 'deadline')}")
     if method != "fedbuff":
         seeded_sampling(strategy, int(cfg["seed"]))
-    return _start(strategy, tuple(built), cfg, n,
+    return strategy, tuple(built), cfg, extra
+
+
+def start_rival(method: str, run_config: Mapping[str, Any], n: int, *,
+                rounds: int | None = None, **rules: Any) -> HarnessRun:
+    """:func:`rival_strategy`'s rival (``rules``: its keywords), run for ``rounds`` rounds or
+    server steps (default ``num-rounds``)."""
+    strategy, built, cfg, extra = rival_strategy(method, run_config, n, **rules)
+    return _start(strategy, built, cfg, n,
                   int(cfg["num-rounds"]) if rounds is None else int(rounds), extra=extra)

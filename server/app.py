@@ -12,6 +12,7 @@ models and hands it to that strategy.
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from logging import INFO
@@ -311,8 +312,21 @@ def run_partition_cost(cfg: dict[str, Any], n: int) -> float:
     return cost
 
 
+def check_training(cfg: dict[str, Any]) -> None:
+    """Refuse, naming it, a client training key no client could train with (every client
+    would reply NaN or fail, every round be skipped): ``lr`` finite and > 0, ``local-epochs``
+    and ``batch-size`` at least 1."""
+    lr = float(cfg["lr"])
+    if not (math.isfinite(lr) and lr > 0):
+        raise ValueError(f"lr={cfg['lr']!r}: expected a finite step size > 0")
+    for name in ("local-epochs", "batch-size"):
+        if int(cfg[name]) < 1:
+            raise ValueError(f"{name}={cfg[name]!r}: expected an integer >= 1")
+
+
 def _model_and_evaluation(cfg: dict[str, Any], data: Any):
     """``(initial arrays, evaluate_fn, train_config)``: the seeded model, its test accuracy."""
+    check_training(cfg)
     model = make_model(str(cfg["model"]), data.input_shape, data.num_classes, int(cfg["seed"]))
     initial = ArrayRecord(
         {name: Array(p.detach().numpy().copy()) for name, p in model.named_parameters()}

@@ -1,0 +1,51 @@
+"""The benchmark command refuses, before its first run, a flag or run-config value that a
+run could not be built with (it ended a cell with a traceback when the run needing it
+started) or would not honour (it ran something else than asked, or recorded it wrongly)."""
+
+from __future__ import annotations
+
+import pytest
+
+from experiments import compare
+
+#: a small cell, so that a mid-run failure (or a run not refused) comes quickly
+SMALL = ["--n", "6", "--rounds", "1", "--seeds", "0", "--dev-seeds", "0"]
+
+
+@pytest.mark.parametrize(("argv", "named"), [
+    # a run-config value some run cannot be built with: refused before the first run (it
+    # ended the cell with a traceback when the run that needs it started)
+    ([*SMALL, "--methods", "auto,wait-for-all", "--set", "server-lr=0.5"],
+     "wait-for-all cannot run with this cell's run config: server-optimizer='sgd', "
+     "server-lr=0.5"),
+    ([*SMALL, "--methods", "auto", "--set", "dp=partition"], "dp='partition'"),
+    ([*SMALL, "--methods", "auto", "--set", "upload-bandwidth=-1000"],
+     "run-config key 'upload-bandwidth'"),
+    ([*SMALL, "--methods", "auto", "--set", "s-max=-1"], "run-config key 's-max'"),
+    ([*SMALL, "--methods", "auto", "--set", "busy=bogus"], "busy='bogus'"),
+    ([*SMALL, "--methods", "auto", "--set", "lr=nan"], "lr=nan: expected a finite step"),
+    ([*SMALL, "--n", "1", "--methods", "first-k"], "first-k: sampling ceil(1.3 x 1) nodes"),
+    # accepted and not honoured before: refused
+    ([*SMALL, "--methods", "uncoded:1"], "uncoded is built with s = 0, not 1"),
+    ([*SMALL, "--methods", "auto", "--set", "auto-approximate=true"],
+     "use --methods auto-approximate"),
+    ([*SMALL, "--task", "mnist1d-cnn", "--methods", "wait-for-all", "--set",
+      "partition-cost-s=1.0"], "add --set virtual-compute=none"),
+    ([*SMALL, "--latency", "bimodal", "--set", "latency=pareto"], "give one of them"),
+    ([*SMALL, "--set", "latency-p=0.1", "--set", "latency-p=0.5"], "latency-p is already given"),
+    ([*SMALL, "--methods", ","], "names no method"),
+    ([*SMALL, "--methods", "grouped-rs:1,grouped-rs:01"], "without leading zeros"),
+    ([*SMALL, "--seeds", "\u00b2"], "expected non-negative integers"),
+])
+def test_a_value_no_run_could_take_or_honour_is_refused_before_any_run(tmp_path, argv, named):
+    out = tmp_path / "never.json"
+    with pytest.raises(SystemExit) as stop:
+        compare.main([*argv, "--out", str(out)])
+    assert named in str(stop.value.code) and not out.exists()
+
+
+def test_an_out_that_is_a_directory_is_refused_before_any_run(tmp_path):
+    with pytest.raises(SystemExit) as stop:
+        compare.main([*SMALL, "--methods", "wait-for-all", "--out", str(tmp_path)])
+    assert "is a directory" in str(stop.value.code)
+    assert not list(tmp_path.iterdir())  # no journal left behind either
