@@ -8,7 +8,8 @@ a server that sends two replicas *different* inputs under one ``(nonce, round)``
 two releases with the same noise: subtracting them would cancel it, e.g. two models ``theta``
 and ``theta + d`` for a least-squares partition give ``X^T X d`` exactly. :func:`bound_nonce`
 therefore folds a hash of everything the app computes from (the DP parameters, the non-array
-records such as ``lr``, and the received arrays' values) into the nonce the keyed seeds use:
+records such as ``lr``, the run config, and the received arrays' values; per partition, its
+``num-partitions``) into the nonce the keyed seeds use:
 identical inputs still give identical noise; any difference gives independent noise (each
 such release is then a release of its own, which the node's ledger counts).
 """
@@ -17,14 +18,22 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 from flwr.app import ArrayRecord, RecordDict
 
+from ..config import KEYS
 from . import protocol
 from .protocol import Instruction
 
-__all__ = ["arrays_digest", "bound_nonce"]
+__all__ = ["arrays_digest", "bound_nonce", "partition_nonce"]
+
+#: Run-config keys of the key table only the server reads (the code, its tolerance, where
+#: results go, ...): left out of the binding, so a coded and an uncoded run of one pinned
+#: nonce draw the same noise. Any other key (an app's own included) is bound.
+_SERVER_KEYS = frozenset(k.name for k in KEYS if k.side == "server")
 
 
 def _values(arr) -> np.ndarray:
@@ -58,16 +67,26 @@ def arrays_digest(content: RecordDict) -> str:
     return digest.hexdigest()
 
 
-def bound_nonce(instruction: Instruction, content: RecordDict) -> str:
+def partition_nonce(nonce: str, num_partitions: int) -> str:
+    """``nonce`` bound to how many partitions the data of partition ``j`` is one of: the same
+    ``j`` of another ``num-partitions`` is other data, so it draws independent keyed noise."""
+    return f"{nonce};of={int(num_partitions)}"
+
+
+def bound_nonce(instruction: Instruction, content: RecordDict,
+                run_config: Mapping[str, Any] | None = None) -> str:
     """The run nonce bound to this instruction's inputs: ``"<nonce>;bind=<sha256 prefix>"``.
 
     Bound: the DP parameters (``dp``, ``clip-norm``, ``noise-multiplier``, ``dp-noise``), the
-    app's non-array records (its config, e.g. ``lr``) and the received arrays' values
-    (:func:`arrays_digest`). Keyed seeds (partition noise, the app's RNG) use it, so two
-    releases of a partition share their keyed noise only if they were computed from the same
-    inputs: honest replicas (the server sends every replica the same) draw identical noise,
-    while a server that sends replicas one round with another sigma, lr or model gets
-    independent noise, which does not cancel when it subtracts the releases."""
+    app's non-array records (its config, e.g. ``lr``), the node's ``run_config`` (which an
+    app reads its data split from; not the keys only the server reads) and the received
+    arrays' values (:func:`arrays_digest`); each partition's seeds also bind its
+    ``num-partitions`` (:func:`partition_nonce`). Keyed seeds (partition noise, the app's
+    RNG) use it, so two releases of a partition share their keyed noise only if they were
+    computed from the same inputs: honest replicas (the server sends every replica the same)
+    draw identical noise, while a server that sends replicas one round with another sigma,
+    lr, model, run config or partitioning gets independent noise, which does not cancel when
+    it subtracts the releases."""
     digest = hashlib.sha256()
     params = {"dp": instruction.dp, "clip-norm": repr(float(instruction.clip_norm)),
               "noise-multiplier": repr(float(instruction.noise_multiplier)),
@@ -79,5 +98,10 @@ def bound_nonce(instruction: Instruction, content: RecordDict) -> str:
             continue
         items = sorted((str(name), repr(value)) for name, value in record.items())
         digest.update(json.dumps([key, type(record).__name__, items]).encode())
+    # the run config the app may read (its data split, seed, ...; not the keys only the
+    # server reads, e.g. the code): replicas of one run share it
+    items = sorted((str(name), repr(value)) for name, value in (run_config or {}).items()
+                   if name not in _SERVER_KEYS)
+    digest.update(json.dumps(["run-config", items]).encode())
     digest.update(f";arrays={arrays_digest(content)}".encode())
     return f"{instruction.nonce};bind={digest.hexdigest()[:32]}"

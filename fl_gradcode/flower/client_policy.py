@@ -92,6 +92,9 @@ class NodePolicy:
     max_releases: int = 0
     max_epsilon: float = 0.0
     delta: float = 1e-5
+    #: the app's metric that counts a partition's examples (node config ``dp-weight-key``):
+    #: the only one a server may name as the weight, which travels un-noised
+    weight_key: str = "num-examples"
 
     @classmethod
     def from_node_config(cls, node_config: Mapping[str, Any]) -> NodePolicy:
@@ -126,7 +129,11 @@ class NodePolicy:
                               "no limit)", lambda v: v >= 0)
         delta = _number(node_config, "dp-delta", 1e-5, "a number in (0, 1)",
                         lambda v: 0 < v < 1)
-        return cls(str(required), float(floor), int(releases), max_epsilon, delta)
+        weight_key = node_config.get("dp-weight-key", "num-examples")
+        if not isinstance(weight_key, str) or not weight_key:
+            raise ValueError(f"node config dp-weight-key={weight_key!r}; expected the name of "
+                             "the app's metric counting a partition's examples")
+        return cls(str(required), float(floor), int(releases), max_epsilon, delta, weight_key)
 
     @property
     def active(self) -> bool:
@@ -159,6 +166,17 @@ class NodePolicy:
                 f"dp={mode!r} refused: this node's policy is dp-required="
                 f"{self.dp_required!r} (accepts dp in {ACCEPTED_MODES[self.dp_required]})"
             )
+        if self.active and instruction.weight_key != self.weight_key:
+            raise PolicyError(
+                f"weight-key={instruction.weight_key!r} refused: a partition's weight is sent "
+                f"un-noised, so under this node's policy ({self._describe()}) it is the app's "
+                f"example count {self.weight_key!r} (node config dp-weight-key) and no other "
+                "metric")
+        if mode == "central" and self.min_noise_multiplier > 0 and self.dp_required != "central":
+            raise PolicyError(
+                "dp='central' refused: the server adds its noise, the node releases its clipped "
+                f"update; this node's dp-min-noise-multiplier={self.min_noise_multiplier:g} is "
+                "on noise it adds itself (set dp-required='central' to accept the server's)")
         if self.active and mode == "sample":
             for where, cfg in (("train config", train_config or {}), ("run config", run_config)):
                 if "dp" in cfg and cfg["dp"] != "sample":
@@ -200,6 +218,13 @@ class NodePolicy:
         applies itself (DP-SGD, its noise then checked by :meth:`check_app_config`).
         Partition and central DP are applied by the coding mod to coded work only: the app
         would train and reply without them."""
+        if self.budgeted:
+            raise PolicyError(
+                f"a plain train message (no gradient-coding record) asking dp={asked!r} "
+                "refused: this node's release budget "
+                f"(dp-max-releases={self.max_releases}, dp-max-epsilon={self.max_epsilon:g}) "
+                "counts coded instructions, whose (nonce, round) it records; a plain message "
+                "could be asked again and again")
         if not self.active or (asked == "sample" and self.dp_required in ("none", "sample")):
             return
         raise PolicyError(

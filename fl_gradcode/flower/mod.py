@@ -116,7 +116,8 @@ def _coded_reply(msg: Message, context: Context,
     keys = node_keys(context.node_config)
     check_partition_keys(instruction, keys)
     if keys is not None:  # keyed seeds: bind them to what this node was asked to compute
-        instruction = dataclasses.replace(instruction, nonce=bound_nonce(instruction, content))
+        instruction = dataclasses.replace(
+            instruction, nonce=bound_nonce(instruction, content, context.run_config))
     runs = PartitionRuns(msg, context, call_next, instruction, theta, keys, policy, cache,
                          notices)
     deadline = WorkDeadline(msg, instruction, wall_clock)
@@ -129,7 +130,8 @@ def _coded_reply(msg: Message, context: Context,
         result = runs.result(index)
         released = None
         if release.per_partition:
-            released = release.release(result.delta(theta), instruction, keys, pid)
+            released = release.release(result.delta(theta), instruction, keys, pid,
+                                       instruction.num_partitions[index])
         coded.add(coefficient, result, released)
         # drop this partition's reply (Flower's Message holds reference cycles); without a
         # per-partition release its arrays' bytes stay referenced by the sum until it is taken

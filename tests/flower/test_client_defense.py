@@ -234,9 +234,14 @@ def test_dp_min_noise_multiplier_refuses_a_smaller_sigma_and_dp_none(key_file):
     none = mod(_message(_train_instruction(dp="none", round=2)), _context(**cfg), app)
     assert "dp='none' refused" in _refusal(none)
     assert app.calls == []
-    ok = mod(_message(_train_instruction(dp="central", noise_multiplier=0.8, round=3)),
+    ok = mod(_message(_train_instruction(dp="partition", noise_multiplier=0.8, round=3)),
              _context(**cfg), app)
     assert not ok.has_error(), ok.error.reason
+    assert app.calls == [1]
+    # central: the server would add the noise; a floor alone is on the node's own noise
+    central = mod(_message(_train_instruction(dp="central", noise_multiplier=0.8, round=4)),
+                  _context(**cfg), app)
+    assert "dp='central' refused" in _refusal(central)
     assert app.calls == [1]
 
 

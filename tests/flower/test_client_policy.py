@@ -73,7 +73,8 @@ def test_only_dp_sample_reads_the_run_configs_sigma_and_its_floor_is_inclusive()
     policy = NodePolicy(dp_required="none", min_noise_multiplier=1.0)
     low_app = {"noise-multiplier": 0.1}
     policy.check(_asks("partition", 2.0), low_app)  # the app's DP-SGD sigma is not used
-    policy.check(_asks("central", 1.0), low_app)
+    NodePolicy(dp_required="central", min_noise_multiplier=1.0).check(
+        _asks("central", 1.0), low_app)  # central: only where the node requires it
     policy.check(_asks("sample", 1.0), {"noise-multiplier": 1.0})  # at the floor: accepted
     policy.check(_asks("sample", 1.0), {"noise-multiplier": "1.5"})
     policy.check(_asks("sample", 1.0), {})  # no app sigma: the instruction's is checked

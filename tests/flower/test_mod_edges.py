@@ -56,16 +56,20 @@ def _key_file(tmp_path) -> str:
 
 
 def _expected_bound_nonce(nonce: str, params: dict, records: list[tuple[str, str, dict]],
-                          arrays: dict | None = None) -> str:
+                          arrays: dict | None = None, run_config: dict | None = None) -> str:
     """The documented binding: sha256 over the DP parameters (JSON, sorted keys), then over
     each non-array record ``[key, type name, sorted (name, repr(value)) pairs]`` in key order,
-    then ``";arrays=<hex sha256 of the arrays>"``: for each array (record ``arrays``, names
+    then ``["run-config", sorted (name, repr(value)) pairs]`` of the run config the app may
+    read (``run_config`` here: the server-only keys already left out), then
+    ``";arrays=<hex sha256 of the arrays>"``: for each array (record ``arrays``, names
     sorted) ``[record, name, "float", shape]`` then its float64 values' bytes;
     ``"<nonce>;bind=<first 32 hex digits>"``."""
     digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode())
     for key, kind, items in sorted(records):
         pairs = sorted((str(k), repr(v)) for k, v in items.items())
         digest.update(json.dumps([key, kind, pairs]).encode())
+    pairs = sorted((str(k), repr(v)) for k, v in (run_config or {}).items())
+    digest.update(json.dumps(["run-config", pairs]).encode())
     values = hashlib.sha256()
     for name, arr in sorted((arrays if arrays is not None else {"w": np.zeros(DIM)}).items()):
         arr = np.asarray(arr, dtype=np.float64)
@@ -103,6 +107,11 @@ def test_bound_nonce_is_the_documented_sha256_of_the_dp_parameters_records_and_a
                          ("extra", "MetricRecord", {"b": 1.5})])
     assert bound_nonce(inst, content) == expected
     assert re.fullmatch(r"run7;bind=[0-9a-f]{32}", expected)
+    # the run config the app may read is bound; a key only the server reads (code) is not
+    with_config = _expected_bound_nonce(
+        "run7", params, [("config", "ConfigRecord", {"lr": 0.1, "epochs": 2}),
+                         ("extra", "MetricRecord", {"b": 1.5})], run_config={"seed": 3})
+    assert bound_nonce(inst, content, {"seed": 3, "code": "frc"}) == with_config != expected
     # the same values in float32 (or with -0.0) bind alike; other values do not
     same = RecordDict({**content, "arrays": ArrayRecord({"w": Array(-np.zeros(DIM, "f4"))})})
     assert bound_nonce(inst, same) == expected
@@ -131,7 +140,8 @@ def test_a_keyed_node_seeds_the_app_from_the_hmac_of_the_bound_nonce(tmp_path):
         bound = _expected_bound_nonce(nonce, params, [("config", "ConfigRecord", {})])
         key = _partition_key(2)
         assert key == NoiseKeys.from_file(key_file).key(2)
-        seed = noise_seed(key, 3, 2, purpose="app-rng", nonce=bound) >> 1
+        # each partition's seeds also bind its num-partitions (3): "<bound>;of=3"
+        seed = noise_seed(key, 3, 2, purpose="app-rng", nonce=f"{bound};of=3") >> 1
         assert seen[0][1] == random.Random(seed).random()
         draws[nonce] = seen[0][1]
     assert draws["a"] != draws["b"]

@@ -20,6 +20,7 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 
 from ...privacy import NoiseKeys
 from .. import protocol
+from ..binding import partition_nonce
 from ..client_policy import NodePolicy
 from ..protocol import Instruction
 from .instruction import KEYED_MODES
@@ -127,9 +128,9 @@ class PartitionRuns:
             result = cache[key] = self.run(index)
         return result
 
-    def seed(self, pid: int) -> int:
-        """The seed of partition ``pid``'s run: keyed by the node's key for it, else public
-        (warned once)."""
+    def seed(self, pid: int, num: int) -> int:
+        """The seed of partition ``pid`` (of ``num``)'s run: keyed by the node's key for it,
+        else public (warned once)."""
         key = None
         if self.keys is not None:
             try:
@@ -140,13 +141,14 @@ class PartitionRuns:
         if key is None:
             self.notices.once("public-seed", PUBLIC_SEED_WARNING)
         instruction = self.instruction
-        return partition_seed(instruction.seed, instruction.round, pid, key, instruction.nonce)
+        return partition_seed(instruction.seed, instruction.round, pid, key,
+                              partition_nonce(instruction.nonce, num))
 
     def run(self, index: int) -> PartitionResult:
         """Call the app on partition ``index`` (seeded; run again if it imported torch)."""
         instruction, context, msg = self.instruction, self.context, self.msg
         pid, num = instruction.partition_ids[index], instruction.num_partitions[index]
-        seed = self.seed(pid)
+        seed = self.seed(pid, num)
         node_config = {**dict(context.node_config), "partition-id": pid, "num-partitions": num}
         run_config = dict(context.run_config) if self.policy.active else context.run_config
         ctx = Context(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...privacy import DPConfig, NoiseKeys, make_mechanism
+from ..binding import partition_nonce
 from ..protocol import Instruction
 
 __all__ = ["WITHHELD_METRICS", "PartitionRelease"]
@@ -35,9 +36,10 @@ class PartitionRelease:
         self.withholds_metrics = self.mechanism.mode in WITHHELD_METRICS
 
     def release(self, delta: dict[str, np.ndarray], instruction: Instruction,
-                keys: NoiseKeys | None, partition: int) -> dict[str, np.ndarray]:
-        """Partition ``partition``'s delta (float64 arrays) as released, flattened in
-        ``delta``'s order for the mechanism and reshaped back."""
+                keys: NoiseKeys | None, partition: int,
+                num_partitions: int) -> dict[str, np.ndarray]:
+        """Partition ``partition`` (of ``num_partitions``)'s delta (float64 arrays) as
+        released, flattened in ``delta``'s order for the mechanism and reshaped back."""
         names = list(delta)
         flat = np.concatenate([delta[name].reshape(-1) for name in names])
         flat = self.mechanism.release(
@@ -45,7 +47,7 @@ class PartitionRelease:
             keys=keys,
             partition=partition,
             server_round=instruction.round,
-            nonce=instruction.nonce,
+            nonce=partition_nonce(instruction.nonce, num_partitions),
             worker=instruction.worker,
         )
         released, start = {}, 0
