@@ -386,6 +386,8 @@ class Release:
     partitions: tuple[int, ...]
     dp: str
     noise_multiplier: float
+    #: how many partitions each of ``partitions`` is one of (the data's cut)
+    num_partitions: tuple[int, ...] = ()
 
     @property
     def accountable(self) -> bool:
@@ -414,6 +416,17 @@ def _ledger_entry(entry: dict, release: Release | None, policy: NodePolicy,
         return entry
     mine = [e for e in previous if e.get("node") == entry["node"]
             and isinstance(e.get("partitions"), list)]
+    cut = set(release.num_partitions)
+    earlier = {n for e in mine for n in e.get("num-partitions", [])
+               if isinstance(e.get("num-partitions"), list)}
+    if policy.budgeted and cut and (len(cut) > 1 or (earlier and cut != earlier)):
+        # the budget counts releases per partition id: partition j of another count holds
+        # other records, which it would count as a fresh partition
+        raise PolicyError(
+            f"num-partitions={sorted(cut)} refused: this node's budget counts releases per "
+            "partition, so its data must keep one cut"
+            + (f" (its earlier releases: {sorted(earlier)} partitions)" if earlier else "")
+            + f"{where}")
     for j in release.partitions:
         count = sum(j in e["partitions"] for e in mine)
         if policy.max_releases and count >= policy.max_releases:
@@ -440,6 +453,8 @@ def _ledger_entry(entry: dict, release: Release | None, policy: NodePolicy,
             epsilons[str(j)] = eps if math.isfinite(eps) else None
     out = {**entry, "partitions": [int(j) for j in release.partitions], "dp": release.dp,
            "noise-multiplier": float(release.noise_multiplier)}
+    if release.num_partitions:
+        out["num-partitions"] = sorted(cut)
     if release.accountable:
         out["epsilon"] = epsilons
     return out

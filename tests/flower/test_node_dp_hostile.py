@@ -133,3 +133,22 @@ def test_replicas_given_another_partitioning_draw_independent_noise(key_file, ch
     assert abs(np.corrcoef(noise_a, noise_b)[0, 1]) < 0.2  # independent: no cancelling
     # the same partitioning still draws identical noise (exact decoding needs it)
     np.testing.assert_array_equal(release(103, 3, 0), a)
+
+
+def test_a_budgeted_node_keeps_one_cut_of_its_data(tmp_path, key_file):
+    """dp-max-releases counts releases per partition id; the server decides what an id holds
+    (num-partitions): partition 0 of 1 and partition 1 of 3 share records. Once a budgeted
+    node has released under one cut, another is refused (the ledger records the cut)."""
+    node = {"dp-key-file": key_file, "dp-required": "partition", "dp-max-releases": 1,
+            "dp-state-file": str(tmp_path / "state.jsonl")}
+    mod = make_gradient_coding_mod()
+
+    def ask(rnd: int, pid: int, num: int) -> Message:
+        instruction = _inst(round=rnd, dp="partition", noise_multiplier=1.0,
+                            partition_ids=(pid,), num_partitions=(num,))
+        return mod(_message(instruction), _context(**node), NoisyApp())
+
+    assert not ask(1, 0, 1).has_error()
+    reason = _refused(ask(2, 1, 3))
+    assert "num-partitions=[3] refused" in reason and "[1] partitions" in reason
+    assert '"num-partitions": [1]' in (tmp_path / "state.jsonl").read_text()
