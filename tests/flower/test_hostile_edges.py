@@ -66,17 +66,22 @@ def test_a_duplicated_error_reply_is_one_offence_not_two(caplog):
     assert_model(result.models[3], fedavg_rounds(result.models[1], 2, 4))
 
 
-def _worker_0_reports_huge_losses(msg, context, call_next):
-    """An outer mod: worker 0 reports 1e308 as each of its partitions' train loss."""
-    reply = call_next(msg, context)
-    if msg.metadata.message_type != MessageType.TRAIN or reply.has_error():
+def _worker_0_reports_losses(value):
+    """An outer mod: worker 0 reports ``value`` as each of its partitions' train loss (1e308;
+    or 10**400, which a MetricRecord takes in process and no float holds)."""
+
+    def mod(msg, context, call_next):
+        reply = call_next(msg, context)
+        if msg.metadata.message_type != MessageType.TRAIN or reply.has_error():
+            return reply
+        instruction = parse_instruction(msg.content)
+        if instruction is None or instruction.op != OP_TRAIN or instruction.worker != 0:
+            return reply
+        meta = reply.content[PROTOCOL_KEY + "-meta"]
+        meta["partition-metric.train_loss"] = [value] * len(instruction.partition_ids)
         return reply
-    instruction = parse_instruction(msg.content)
-    if instruction is None or instruction.op != OP_TRAIN or instruction.worker != 0:
-        return reply
-    meta = reply.content[PROTOCOL_KEY + "-meta"]
-    meta["partition-metric.train_loss"] = [1e308] * len(instruction.partition_ids)
-    return reply
+
+    return mod
 
 
 @pytest.mark.parametrize("verify", [False, True])
@@ -86,7 +91,7 @@ def test_one_replica_against_another_does_not_decide_a_partitions_train_metrics(
     partitions. One against one is no majority: the liar's value (here the lower worker
     index) must not become the round's train_loss."""
     honest = run(6, code="frc", s=1, rounds=1, verify=verify)
-    grid = InProcessGrid(make_app(_worker_0_reports_huge_losses, gradient_coding_mod), 6)
+    grid = InProcessGrid(make_app(_worker_0_reports_losses(1e308), gradient_coding_mod), 6)
     with caplog.at_level(logging.WARNING, logger="flwr"):
         hostile = run(6, code="frc", s=1, rounds=1, grid=grid, verify=verify)
     reference = honest.result.train_metrics_clientapp[1]["train_loss"]
@@ -96,23 +101,8 @@ def test_one_replica_against_another_does_not_decide_a_partitions_train_metrics(
     assert any("no majority" in r.getMessage() for r in caplog.records)
 
 
-def _worker_0_reports_an_integer_beyond_float(msg, context, call_next):
-    """An outer mod: worker 0's per-partition metric holds 10**400 (a MetricRecord takes it
-    in process; no float holds it)."""
-    reply = call_next(msg, context)
-    if msg.metadata.message_type != MessageType.TRAIN or reply.has_error():
-        return reply
-    instruction = parse_instruction(msg.content)
-    if instruction is None or instruction.op != OP_TRAIN or instruction.worker != 0:
-        return reply
-    meta = reply.content[PROTOCOL_KEY + "-meta"]
-    meta["partition-metric.train_loss"] = [10**400] * len(instruction.partition_ids)
-    return reply
-
-
 def test_a_metric_no_float_can_hold_is_a_rejected_reply_not_a_crash():
-    grid = InProcessGrid(make_app(_worker_0_reports_an_integer_beyond_float,
-                                  gradient_coding_mod), 6)
+    grid = InProcessGrid(make_app(_worker_0_reports_losses(10**400), gradient_coding_mod), 6)
     hostile = run(6, code="frc", s=1, rounds=2, grid=grid)
     assert [r["rejected"] for r in hostile.rows] == [1, 1]
     assert all("partition-metric.train_loss" in r["rejected_reasons"][0] for r in hostile.rows)
