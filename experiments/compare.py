@@ -91,6 +91,7 @@ from experiments.registry import (
     grid_cell,
     load_grid,
     lookup,
+    needs_stated_deadline,
     registry_config,
     task_target,
     with_rules,
@@ -187,8 +188,7 @@ def compare(cell: Cell, methods: Sequence[str], seeds: Sequence[int],
     coded = [m for m in methods if m not in (*RIVALS, "deadline", "deadline-best")]
     # coded methods stop waiting at the same stated deadline as the deadline rival, unless
     # the cell sets straggler-timeout itself
-    deadline_methods = bool({"deadline", "deadline-best"} & set(methods))
-    needs_deadline = deadline_methods or (bool(coded) and not own_timeout)
+    needs_deadline = needs_stated_deadline(methods, own_timeout)
     stated = None
     if needs_deadline:
         stated = runner.stated_deadline(dev_seeds, float(rules["deadline_quantile"]),
@@ -295,10 +295,11 @@ def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, coho
     if not 1 <= cohort <= n:
         raise ValueError(f"--cohort {cohort}: expected 1..n (n={n})")
     cell = grid_cell(grid, task_name, latency, n, cohort, rounds, target, sets)
+    own_timeout = "straggler-timeout" in cell_own_keys(grid, task_name, latency, sets)
     if not checked:
         check_cell(cell, task_name, [*seeds, *dev_seeds])
         check_codes(cell, methods)
-        check_builds(cell, methods, [*seeds, *dev_seeds][0])
+        check_builds(cell, methods, [*seeds, *dev_seeds][0], own_timeout)
     # a fixed charge was measured with the task's own compute: not with --set keys changing it
     fixed, fixed_how = (charge_at(lookup(grid, "tasks", task_name).get("charge_s", {}), n)
                         if not set(sets or {}) & COMPUTE_KEYS else (None, None))
@@ -322,8 +323,7 @@ def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, coho
         + (f", compute charged {charge['measured_partition_cost_s']:.4f} s per partition"
            if charge else ""))
     runs, facts = compare(cell, methods, seeds, dev_seeds, rules, log,
-                          own_timeout="straggler-timeout" in cell_own_keys(
-                              grid, task_name, latency, sets), journal=book,
+                          own_timeout=own_timeout, journal=book,
                           prior=prior_deadlines(finished, {
                               "task": task_name, "n": n, "cohort": cohort, "rounds": rounds,
                               "target": target, "seeds": list(seeds),
@@ -505,7 +505,8 @@ def parse_cell(grid: Mapping[str, Any], args: argparse.Namespace) -> dict[str, A
                          "virtual-compute=none to charge this value")
     check_cell(checked, task_name, [*seeds, *dev_seeds])
     check_codes(checked, methods)
-    check_builds(checked, methods, [*seeds, *dev_seeds][0])
+    check_builds(checked, methods, [*seeds, *dev_seeds][0],
+                 "straggler-timeout" in cell_own_keys(ruled, task_name, latency, sets))
     return {"task": task_name, "latency": latency, "n": n, "cohort": cohort, "rounds": rounds,
             "seeds": seeds, "dev_seeds": dev_seeds, "methods": methods, "target": target,
             "sets": sets, "rules": rules}

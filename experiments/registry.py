@@ -19,14 +19,39 @@ from typing import Any
 
 from experiments.compare_cli import RIVAL_RULES
 from experiments.journal import Journal
-from experiments.rival_runs import METHOD_NAMES, Cell, coded_config, parse_code, rival_strategy
+from experiments.rival_runs import (
+    METHOD_NAMES,
+    RIVALS,
+    Cell,
+    coded_config,
+    parse_code,
+    rival_strategy,
+)
 from fl_gradcode.config.keys import KEYS, merge_config
 
-__all__ = ["COMPUTE_KEYS", "GRID", "built_code", "cell_own_keys", "cell_rules",
-           "cell_run_config", "charge_at", "charge_once", "check_builds", "check_cell",
-           "check_codes",
-           "check_methods", "code_fit", "grid_cell", "grid_code_k", "load_grid", "lookup",
-           "registry_config", "task_target", "with_rules"]
+__all__ = [
+    "COMPUTE_KEYS",
+    "GRID",
+    "built_code",
+    "cell_own_keys",
+    "cell_rules",
+    "cell_run_config",
+    "charge_at",
+    "charge_once",
+    "check_builds",
+    "check_cell",
+    "check_codes",
+    "check_methods",
+    "code_fit",
+    "grid_cell",
+    "grid_code_k",
+    "load_grid",
+    "lookup",
+    "needs_stated_deadline",
+    "registry_config",
+    "task_target",
+    "with_rules",
+]
 
 GRID = Path(__file__).with_name("grid.toml")
 
@@ -312,13 +337,28 @@ def check_codes(cell: Cell, methods: Sequence[str]) -> None:
                              "code")
 
 
-def check_builds(cell: Cell, methods: Sequence[str], seed: int) -> None:
+def needs_stated_deadline(methods: Sequence[str], own_timeout: bool) -> bool:
+    """Whether a cell runs wait-for-all on its development seeds for the stated deadline:
+    for ``deadline`` and ``deadline-best``, and for coded methods unless the cell sets
+    ``straggler-timeout`` itself (``own_timeout``)."""
+    coded = [m for m in methods if m not in (*RIVALS, "deadline", "deadline-best")]
+    return bool({"deadline", "deadline-best"} & set(methods)) or (bool(coded)
+                                                                  and not own_timeout)
+
+
+def check_builds(cell: Cell, methods: Sequence[str], seed: int, own_timeout: bool) -> None:
     """Refuse, before any run, a run config some run of the cell could not be built with
     (the keys' values, checked where the runs check them: the main job's ServerApp and the
     rivals' strategies), naming the method and the run-config keys: a bad ``--set`` value
-    fails here, not hours into a cell. Wait-for-all is always built (the stated deadline
-    runs it on the development seeds); first-k needs ``ceil(c K)`` nodes."""
+    fails here, not hours into a cell. Wait-for-all is built where the cell runs it (asked,
+    or for the stated deadline: :func:`needs_stated_deadline`); first-k needs ``ceil(c K)``
+    nodes. A task charging measured compute is built without measuring it (its runs are
+    charged once, :func:`charge_once`)."""
     from server.app import build
+
+    if cell.run_config.get("virtual-compute") == "measured-once":
+        cell = dataclasses.replace(cell, run_config={**cell.run_config,
+                                                     "virtual-compute": "none"})
 
     def refuse(method: str, exc: Exception) -> ValueError:
         text = str(exc)
@@ -334,7 +374,9 @@ def check_builds(cell: Cell, methods: Sequence[str], seed: int) -> None:
                                     "num-clients": cell.n}), cell.n)
             except (ValueError, TypeError) as exc:
                 raise refuse(method, exc) from exc
-    rivals: dict[str, dict[str, Any]] = {"wait-for-all": {}}
+    rivals: dict[str, dict[str, Any]] = {}
+    if "wait-for-all" in methods or needs_stated_deadline(methods, own_timeout):
+        rivals["wait-for-all"] = {}  # deadline and deadline-best: the same build
     if "first-k" in methods:
         k = cell.first_k()
         if math.ceil(cell.overcommit * k - 1e-9) > cell.n:

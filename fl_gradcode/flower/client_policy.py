@@ -417,8 +417,8 @@ def _ledger_entry(entry: dict, release: Release | None, policy: NodePolicy,
     mine = [e for e in previous if e.get("node") == entry["node"]
             and isinstance(e.get("partitions"), list)]
     cut = set(release.num_partitions)
-    earlier = {n for e in mine for n in e.get("num-partitions", [])
-               if isinstance(e.get("num-partitions"), list)}
+    earlier = {n for e in mine if isinstance(e.get("num-partitions"), list)
+               for n in e["num-partitions"]}
     if policy.budgeted and cut and (len(cut) > 1 or (earlier and cut != earlier)):
         # the budget counts releases per partition id: partition j of another count holds
         # other records, which it would count as a fresh partition

@@ -49,3 +49,12 @@ def test_an_out_that_is_a_directory_is_refused_before_any_run(tmp_path):
         compare.main([*SMALL, "--methods", "wait-for-all", "--out", str(tmp_path)])
     assert "is a directory" in str(stop.value.code)
     assert not list(tmp_path.iterdir())  # no journal left behind either
+
+
+def test_a_coded_only_cell_with_its_own_deadline_is_not_refused_for_wait_for_all(tmp_path):
+    """With its own straggler-timeout a coded-only cell never runs wait-for-all (no stated
+    deadline to fix): a key plain FedAvg would refuse (server-lr) does not stop it."""
+    out = tmp_path / "cell.json"
+    compare.main([*SMALL, "--methods", "auto,grouped-rs:1", "--set", "straggler-timeout=1.0",
+                  "--set", "server-lr=0.5", "--out", str(out)])
+    assert out.exists()
