@@ -444,6 +444,25 @@ def check_fedbuff_rules(rules: Mapping[str, Any], rules_set: Mapping[str, float]
                          "fedbuff_tune); add --rule fedbuff_tune=0 to run the value given")
 
 
+def check_latency_sets(sets: Mapping[str, Any], model: str) -> None:
+    """Refuse a ``--set`` latency parameter the cell's latency ``model`` does not read (it
+    would be recorded as if it applied)."""
+    from fl_gradcode.config.keys import KEYS, key
+    from fl_gradcode.latency import LATENCY_PARAMETERS
+
+    reads = LATENCY_PARAMETERS.get(model)
+    if reads is None:
+        return
+    for name, value in sets.items():
+        feeds = key(name).feeds
+        if feeds is not None and feeds[0] == "latency" and feeds[1] != "name" \
+                and feeds[1] not in reads:
+            used = [k.name for k in KEYS if k.feeds and k.feeds[0] == "latency"
+                    and k.feeds[1] in reads]
+            raise ValueError(f"--set {name}={value}: latency {model!r} does not read it (it "
+                             f"reads {', '.join(used) or 'no parameter'})")
+
+
 def single_journal(out: Path) -> Path:
     """Where one comparison written to ``out`` keeps its finished runs until ``out`` is
     written (:class:`experiments.journal.Journal`): ``OUT.journal.jsonl``."""
@@ -497,6 +516,7 @@ def parse_cell(grid: Mapping[str, Any], args: argparse.Namespace) -> dict[str, A
     ruled = with_rules(grid, rules)
     check_fedbuff_rules(ruled["rules"], rules, methods)
     checked = grid_cell(ruled, task_name, latency, n, cohort, rounds, target, sets)
+    check_latency_sets(sets, str(checked.config(seeds[0])["latency"]))
     if ("partition-cost-s" in sets and "virtual-compute" not in sets
             and checked.run_config.get("virtual-compute") == "measured-once"):
         raise ValueError(f"--set partition-cost-s={sets['partition-cost-s']}: task "

@@ -32,6 +32,7 @@ from .devices import DeviceTrace, generate_fedscale, load_fedscale
 
 __all__ = [
     "LATENCY_MODELS",
+    "LATENCY_PARAMETERS",
     "SCHEMES",
     "Bimodal",
     "DeviceTrace",
@@ -386,6 +387,20 @@ LATENCY_MODELS = (
     "drift",
     "fedscale",
 )
+
+
+#: The :func:`make_latency` arguments each model reads (the others are ignored by it).
+LATENCY_PARAMETERS: dict[str, tuple[str, ...]] = {
+    "none": (),
+    "exponential": ("rate",),
+    "shifted-exponential": ("scale", "rate"),
+    "pareto": ("scale", "shape"),
+    "bimodal": ("scale", "rate", "p", "slowdown"),
+    "persistent": ("scale", "rate", "p", "slowdown", "seed"),
+    "trace": ("trace",),
+    "drift": ("scale", "shape", "rate", "p", "slowdown", "drift_round"),
+    "fedscale": ("device_trace", "round_s", "seed"),
+}
 
 
 def make_latency(

@@ -34,6 +34,9 @@ SMALL = ["--n", "6", "--rounds", "1", "--seeds", "0", "--dev-seeds", "0"]
     ([*SMALL, "--latency", "bimodal", "--set", "latency=pareto"], "give one of them"),
     ([*SMALL, "--set", "latency-p=0.1", "--set", "latency-p=0.5"], "latency-p is already given"),
     ([*SMALL, "--methods", ","], "names no method"),
+    ([*SMALL, "--set", "latency-shape=7"], "latency 'persistent' does not read it"),
+    ([*SMALL, "--set", "latency=none", "--set", "latency-p=0.3"],
+     "latency 'none' does not read it"),
     ([*SMALL, "--methods", "grouped-rs:1,grouped-rs:01"], "without leading zeros"),
     ([*SMALL, "--seeds", "\u00b2"], "expected non-negative integers"),
 ])

@@ -357,3 +357,26 @@ def test_a_drifting_latency_has_no_single_round_time_and_says_so(capsys):
         main(["--latency", "drift", "--n", "8", "--samples", "10"])
     assert exit_.value.code == 2
     assert "drift changes regime" in capsys.readouterr().err
+
+
+def test_latency_parameters_lists_exactly_the_arguments_each_model_reads():
+    """LATENCY_PARAMETERS (what the benchmark's --set checks against) against make_latency
+    itself: changing a listed argument changes the model built, changing any other does
+    not (models compared by their pickled state)."""
+    import pickle
+
+    from fl_gradcode.latency import LATENCY_MODELS, LATENCY_PARAMETERS
+
+    base = dict(scale=0.1, rate=10.0, shape=2.0, p=0.2, slowdown=20.0, trace="canada",
+                seed=0, drift_round=15, device_trace="generated", round_s=60.0,
+                num_devices=8)
+    other = dict(scale=0.3, rate=5.0, shape=3.0, p=0.4, slowdown=10.0, trace="tokyo",
+                 seed=1, drift_round=7, device_trace="generated", round_s=30.0)
+    assert set(LATENCY_PARAMETERS) == set(LATENCY_MODELS) | {"fedscale"}
+    for name, reads in LATENCY_PARAMETERS.items():
+        built = pickle.dumps(make_latency(name, **base))
+        for arg, value in other.items():
+            if arg == "device_trace":
+                continue  # one generated trace here; a path is a file of FedScale's
+            changed = pickle.dumps(make_latency(name, **{**base, arg: value}))
+            assert (changed != built) == (arg in reads), (name, arg)
