@@ -387,7 +387,7 @@ class Release:
     dp: str
     noise_multiplier: float
     #: how many partitions each of ``partitions`` is one of (the data's cut)
-    num_partitions: tuple[int, ...] = ()
+    num_partitions: tuple[int, ...]
 
     @property
     def accountable(self) -> bool:

@@ -412,11 +412,11 @@ def test_without_a_state_file_the_budget_holds_for_the_process_and_its_pickled_c
     from fl_gradcode.flower.client_policy import NodePolicy, PolicyError, Release, ReplayGuard
 
     guard, budget = ReplayGuard(), NodePolicy(max_releases=1)
-    guard.claim(7, {}, "a", 1, Release((1,), "central", 1.0), budget)
+    guard.claim(7, {}, "a", 1, Release((1,), "central", 1.0, (3,)), budget)
     copy = pickle.loads(pickle.dumps(guard))
     with pytest.raises(PolicyError, match="dp-max-releases=1"):
-        copy.claim(7, {}, "b", 1, Release((1,), "central", 1.0), budget)
-    copy.claim(8, {}, "b", 1, Release((1,), "central", 1.0), budget)  # another node's own
+        copy.claim(7, {}, "b", 1, Release((1,), "central", 1.0, (3,)), budget)
+    copy.claim(8, {}, "b", 1, Release((1,), "central", 1.0, (3,)), budget)  # another node's own
 
 
 def test_the_ledger_in_the_state_file_counts_releases_per_partition_with_epsilon(
