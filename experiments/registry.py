@@ -24,10 +24,11 @@ from experiments.rival_runs import (
     RIVALS,
     Cell,
     coded_config,
+    coded_strategy,
     parse_code,
     rival_strategy,
 )
-from fl_gradcode.config.keys import KEYS, merge_config
+from fl_gradcode.config.keys import KEYS
 
 __all__ = [
     "COMPUTE_KEYS",
@@ -354,8 +355,6 @@ def check_builds(cell: Cell, methods: Sequence[str], seed: int, own_timeout: boo
     or for the stated deadline: :func:`needs_stated_deadline`); first-k needs ``ceil(c K)``
     nodes. A task charging measured compute is built without measuring it (its runs are
     charged once, :func:`charge_once`)."""
-    from server.app import build
-
     if cell.run_config.get("virtual-compute") == "measured-once":
         cell = dataclasses.replace(cell, run_config={**cell.run_config,
                                                      "virtual-compute": "none"})
@@ -370,8 +369,7 @@ def check_builds(cell: Cell, methods: Sequence[str], seed: int, own_timeout: boo
     for method in methods:
         if method in ("auto", "auto-approximate") or ":" in method:
             try:
-                build(merge_config({**coded_config(method, seed, cell), "timing": "virtual",
-                                    "num-clients": cell.n}), cell.n)
+                coded_strategy(coded_config(method, seed, cell), cell.n)
             except (ValueError, TypeError) as exc:
                 raise refuse(method, exc) from exc
     rivals: dict[str, dict[str, Any]] = {}

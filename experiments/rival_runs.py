@@ -316,12 +316,20 @@ def start_coded(run_config: Mapping[str, Any], n: int, *, code_policy: Any = Non
     ``key_file``: the nodes' DP key file; ``share_updates``: the replicas of a partition share
     its computed update (each still charged its measured compute in ``compute_s``, and each
     replica's use counted by the counter as its computation): faster, the same numbers."""
+    strategy, built, cfg = coded_strategy(run_config, n, code_policy)
+    return _start(strategy, built, cfg, n, int(cfg["num-rounds"]),
+                  share_updates=share_updates, key_file=key_file)
+
+
+def coded_strategy(run_config: Mapping[str, Any], n: int, code_policy: Any = None
+                   ) -> tuple[Any, tuple, dict[str, Any]]:
+    """``(strategy, (initial arrays, evaluate_fn, train_config), merged run config)`` of
+    :func:`start_coded`, built, not run."""
     from server.app import build
 
     cfg = merge_config({**run_config, "timing": "virtual", "num-clients": n})
     strategy, *built = build(cfg, n, code_policy)  # its cohorts drawn from the seed
-    return _start(strategy, tuple(built), cfg, n, int(cfg["num-rounds"]),
-                  share_updates=share_updates, key_file=key_file)
+    return strategy, tuple(built), cfg
 
 
 def _given(**rules: float | None) -> dict[str, float]:
