@@ -446,21 +446,12 @@ def check_fedbuff_rules(rules: Mapping[str, Any], rules_set: Mapping[str, float]
 
 def check_latency_sets(sets: Mapping[str, Any], model: str) -> None:
     """Refuse a ``--set`` latency parameter the cell's latency ``model`` does not read (it
-    would be recorded as if it applied)."""
-    from fl_gradcode.config.keys import KEYS, key
-    from fl_gradcode.latency import LATENCY_PARAMETERS
+    would be recorded as if it applied), even at its default value."""
+    from server.app import latency_refusal, unread_latency_keys
 
-    reads = LATENCY_PARAMETERS.get(model)
-    if reads is None:
-        return
-    for name, value in sets.items():
-        feeds = key(name).feeds
-        if feeds is not None and feeds[0] == "latency" and feeds[1] != "name" \
-                and feeds[1] not in reads:
-            used = [k.name for k in KEYS if k.feeds and k.feeds[0] == "latency"
-                    and k.feeds[1] in reads]
-            raise ValueError(f"--set {name}={value}: latency {model!r} does not read it (it "
-                             f"reads {', '.join(used) or 'no parameter'})")
+    unread = unread_latency_keys(model, list(sets))
+    if unread:
+        raise ValueError(f"--set {latency_refusal(model, unread[0], sets[unread[0]])}")
 
 
 def single_journal(out: Path) -> Path:

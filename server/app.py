@@ -31,6 +31,7 @@ from fl_gradcode.config import (
     charges_sleep,
     client_keys,
     group_values,
+    key,
     merge_config,
     worker_list,
 )
@@ -41,7 +42,12 @@ from fl_gradcode.flower.deadline import DeadlineFedAvg
 from fl_gradcode.flower.membership import code_for_cohort
 from fl_gradcode.flower.options import Options
 from fl_gradcode.flower.policy import FixedCodePolicy
-from fl_gradcode.latency import LatencyModel, make_latency, persistent_seed
+from fl_gradcode.latency import (
+    LATENCY_PARAMETERS,
+    LatencyModel,
+    make_latency,
+    persistent_seed,
+)
 from fl_gradcode.learning import dp_sgd_steps, evaluate, make_model
 from fl_gradcode.privacy import (
     DPConfig,
@@ -248,6 +254,11 @@ def run_latency(cfg: dict[str, Any], n: int | None = None) -> LatencyModel:
     needs the number of clients ``n`` (its tasks' samples per unit of load)."""
     arguments = group_values(cfg, "latency")
     name = arguments.pop("name")
+    changed = [k.name for k in KEYS if k.feeds is not None and k.feeds[0] == "latency"
+               and k.name in cfg and k.cast(cfg[k.name]) != k.cast(k.default)]
+    unread = unread_latency_keys(name, changed)
+    if unread:
+        raise ValueError(latency_refusal(name, unread[0], cfg[unread[0]]))
     # the federation's fixed traits (who is persistently slow) may outlive the seed
     arguments["seed"] = persistent_seed(arguments["seed"], int(cfg["seed"]))
     if name == "fedscale":
@@ -255,6 +266,28 @@ def run_latency(cfg: dict[str, Any], n: int | None = None) -> LatencyModel:
             raise ValueError("latency='fedscale' needs the number of clients (run_latency(cfg, n))")
         arguments.update(fedscale_workload(cfg, n))
     return make_latency(name, **arguments)
+
+
+def unread_latency_keys(model: str, names: list[str]) -> list[str]:
+    """The run-config keys among ``names`` that feed a latency parameter the latency
+    ``model`` does not read (:data:`~fl_gradcode.latency.LATENCY_PARAMETERS`); an unknown
+    model is :func:`~fl_gradcode.latency.make_latency`'s to refuse."""
+    reads = LATENCY_PARAMETERS.get(model)
+    if reads is None:
+        return []
+    return [name for name in names
+            if (feeds := key(name).feeds) is not None and feeds[0] == "latency"
+            and feeds[1] != "name" and feeds[1] not in reads]
+
+
+def latency_refusal(model: str, name: str, value: Any) -> str:
+    """Why ``name=value`` is refused under latency ``model`` (it does not read it: the value
+    would be recorded as if it applied), naming the keys the model does read."""
+    reads = LATENCY_PARAMETERS.get(model, ())
+    used = [k.name for k in KEYS if k.feeds and k.feeds[0] == "latency" and k.feeds[1] in reads]
+    return (f"{name}={value!r}: latency {model!r} does not read it (it reads "
+            f"{', '.join(used) or 'no parameter'}); leave it at its default "
+            f"{key(name).default!r} or choose a latency model that reads it")
 
 
 def cohort_code(code: str, s: int, cohort: int, m: int | None
@@ -293,10 +326,10 @@ def check_fault_workers(cfg: dict[str, Any], n: int) -> None:
     """Refuse a ``slow-workers`` or ``nan-workers`` index that no worker of a round has (a
     round's workers are ``0 .. cohort - 1``): it would inject nothing."""
     cohort = cohort_size(cfg, n)
-    for key in FAULT_KEYS:
-        missing = sorted(w for w in worker_list(str(cfg[key])) if not 0 <= w < cohort)
+    for name in FAULT_KEYS:
+        missing = sorted(w for w in worker_list(str(cfg[name])) if not 0 <= w < cohort)
         if missing:
-            raise ValueError(f"{key}={cfg[key]!r}: no worker {missing} in a cohort of {cohort} "
+            raise ValueError(f"{name}={cfg[name]!r}: no worker {missing} in a cohort of {cohort} "
                              f"(a round's workers are 0..{cohort - 1}); the fault would inject "
                              "nothing")
 

@@ -207,7 +207,8 @@ KEYS: tuple[Key, ...] = (
     Key("latency", "persistent", "simulated latency model (`persistent`: the same fraction "
         "`latency-p` of the clients slowed `latency-slowdown` times every round; `drift`: "
         "Pareto, then load-scaled bimodal; `fedscale`: FedScale-format device traces, "
-        "`latency-device-trace`)", keyword="latency", feeds=("latency", "name"), side="both",
+        "`latency-device-trace`). A `latency-*` parameter the model does not read, set away "
+        "from its default, is refused", keyword="latency", feeds=("latency", "name"), side="both",
         choices=("none", "exponential", "shifted-exponential", "pareto", "bimodal",
                  "persistent", "trace", "drift", "fedscale"),
         why_differs=f"{_REGIME}; GradientCoding's None simulates no stragglers (a real "

@@ -257,3 +257,41 @@ def test_a_negative_num_clients_is_refused():
     with pytest.raises(ValueError, match=r"num-clients=-3; expected 0"):
         wait_for_nodes(Grid(), -3, timeout=1.0, settle=0.1)
     assert wait_for_nodes(Grid(), 0, timeout=5.0, settle=0.1) == 4
+
+
+# one non-default value per latency parameter key (the key table's defaults are the others)
+_OTHER_LATENCY = {"latency-scale": 0.3, "latency-rate": 5.0, "latency-shape": 3.0,
+                  "latency-p": 0.4, "latency-slowdown": 10.0, "latency-trace": "tokyo",
+                  "latency-drift-round": 7, "latency-round-s": 30.0, "latency-seed": 3}
+
+
+@pytest.mark.parametrize("model", ["none", "exponential", "shifted-exponential", "pareto",
+                                   "bimodal", "persistent", "trace", "drift",
+                                   "fedscale"])
+def test_a_latency_parameter_the_model_ignores_is_refused_by_the_server_app(model, tmp_path):
+    """A latency key set away from its default is either honoured (the round times of the
+    built strategy change) or refused by the ServerApp, naming the key and the model; it is
+    never accepted and ignored. The oracle is the arrivals themselves: the same run config
+    with and without the key, sampled for the same rounds and workers."""
+    from fl_gradcode.latency import client_delay
+    from server.app import build, build_rival
+
+    base = {"latency": model, "results-dir": str(tmp_path), "seed": 5}
+
+    def draws(cfg):
+        latency = build(merge_config(cfg), 20)[0].options.timing.latency
+        return [client_delay(latency, worker=w, round_index=r, load=1.0, seed=5)
+                for r in range(1, 21) for w in range(20)]
+
+    reference = draws(base)
+    for name, value in _OTHER_LATENCY.items():
+        cfg = {**base, name: value}
+        try:
+            changed = draws(cfg)
+        except ValueError as exc:
+            assert re.search(rf"{name}={value!r}: latency '{model}' does not read it",
+                             str(exc)), exc
+            with pytest.raises(ValueError, match=f"{name}="):
+                build_rival(merge_config({**cfg, "rival": "drop-stragglers"}), 20)
+            continue
+        assert changed != reference, (model, name)
