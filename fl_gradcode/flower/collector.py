@@ -32,6 +32,7 @@ from .blas import serial_blas
 from .clock import Clock
 from .deadline_policy import DeadlinePolicy
 from .dispatch import Requests
+from .option_values import finite_number
 from .options import IntegrityOptions
 from .protocol import CodedReply, RejectedReply
 from .quarantine import Quarantine
@@ -371,9 +372,4 @@ def claimed_compute_s(reply: Message) -> float:
         value = meta.get("compute-s") if isinstance(meta, MetricRecord) else None
     except Exception:  # an error reply has no content; a hostile one may have anything
         return 0.0
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return 0.0
-    try:
-        return float(value) if math.isfinite(value) and value >= 0 else 0.0
-    except OverflowError:  # an int past float's range (in process: no serialisation)
-        return 0.0
+    return float(value) if finite_number(value) and value >= 0 else 0.0

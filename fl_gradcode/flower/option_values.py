@@ -11,7 +11,7 @@ import numpy as np
 
 from ..codes import GradientCode
 
-__all__ = ["check_code", "check_fixed_s", "finite", "flag", "number", "whole"]
+__all__ = ["check_code", "check_fixed_s", "finite", "finite_number", "flag", "number", "whole"]
 
 
 def number(value: Any) -> bool:
@@ -47,10 +47,20 @@ def flag(name: str, value: Any) -> bool:
     raise ValueError(f"{name}={value!r} must be True or False")
 
 
+def finite_number(value: Any) -> bool:
+    """A real number (not a bool) whose float is finite: not NaN or Inf, and not an int past
+    float's range (``10**400``, which Flower's records hold in process)."""
+    if not isinstance(value, numbers.Real) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def finite(name: str, value: Any, low: float = 0.0) -> float:
     """``value`` as a float: a finite real number (not a bool) >= ``low``."""
-    if (isinstance(value, numbers.Real) and not isinstance(value, bool)
-            and math.isfinite(value) and value >= low):
+    if finite_number(value) and value >= low:
         return float(value)
     raise ValueError(f"{name}={value!r} must be a finite number >= {low:g}")
 

@@ -20,7 +20,6 @@ every partition is so, the inner strategy aggregates the decoded ``metric.*`` re
 from __future__ import annotations
 
 import contextlib
-import math
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from logging import WARNING
@@ -29,6 +28,7 @@ from typing import Any
 from flwr.app import Message, MetricRecord, RecordDict
 from flwr.common.logger import log
 
+from .option_values import finite_number
 from .protocol import PROTOCOL_KEY, RejectedReply
 
 __all__ = ["PREFIX", "attach", "collect", "per_partition_metrics", "read", "records"]
@@ -65,22 +65,12 @@ def read(reply: Message, count: int) -> list[dict[str, float]] | None:
     for key in keys:
         values = meta[key]
         if (not isinstance(values, list) or len(values) != count
-                or not all(_finite_number(v) for v in values)):
+                or not all(finite_number(v) for v in values)):
             raise RejectedReply(f"{key}={values!r} is not a list of {count} finite numbers "
                                 "(one per partition)")
         for j, value in enumerate(values):
             out[j][key[len(PREFIX):]] = float(value)
     return out
-
-
-def _finite_number(value: Any) -> bool:
-    """A real number a float holds, finite (an int past float's range is not one)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    try:
-        return math.isfinite(value)
-    except OverflowError:
-        return False
 
 
 def collect(code: Any, replies: Mapping[int, Any], used: Sequence[int],

@@ -59,6 +59,7 @@ from flwr.app import (
 
 from ..privacy import DP_MODES, DP_NOISE
 from .clock import CLOCKS
+from .option_values import finite_number
 
 __all__ = [
     "MAX_LIST",
@@ -192,14 +193,13 @@ def _float_field(
     value = rec.get(key, default)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{key}={value!r} is not a number")
-    value = float(value)
-    ok = math.isfinite(value) and low <= value <= high and (value > 0 or not positive)
+    ok = finite_number(value) and low <= value <= high and (value > 0 or not positive)
     if not ok:
         rng = f"> {low:g}" if positive else f">= {low:g}"
         if math.isfinite(high):
             rng += f" and <= {high:g}"
         raise ValueError(f"{key}={value!r}; expected a finite number {rng}")
-    return value
+    return float(value)
 
 
 def _choice_field(rec: ConfigRecord, key: str, default: str, allowed: Sequence[str]) -> str:
@@ -227,7 +227,7 @@ def _list_field(rec: ConfigRecord, key: str, default: list, kind: type) -> list:
     for x in value:
         if isinstance(x, bool) or not isinstance(x, (int, float) if kind is float else int):
             raise ValueError(f"{key} holds {x!r}, not {'a number' if kind is float else 'an int'}")
-        if kind is float and not math.isfinite(float(x)):
+        if kind is float and not finite_number(x):
             raise ValueError(f"{key} holds {x!r}; expected finite numbers")
     return [kind(x) for x in value]
 
@@ -522,10 +522,9 @@ def _number(meta: MetricRecord, key: str) -> float:
     value = meta.get(key)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise RejectedReply(f"metric {key!r}={value!r} is not a number")
-    value = float(value)
-    if not math.isfinite(value):
+    if not finite_number(value):
         raise RejectedReply(f"metric {key!r}={value!r} is not finite")
-    return value
+    return float(value)
 
 
 _ANY = object()  # no wire dtype named for an array
@@ -584,9 +583,9 @@ def _parse_train(
         isinstance(x, (int, float)) and not isinstance(x, bool) for x in sizes_raw
     ):
         raise RejectedReply(f"partition-sizes={sizes_raw!r} is not a list of numbers")
-    sizes = tuple(float(x) for x in sizes_raw)
-    if not all(math.isfinite(x) and x >= 0 for x in sizes):
+    if not all(finite_number(x) and x >= 0 for x in sizes_raw):
         raise RejectedReply(f"partition-sizes={sizes_raw!r} are not non-negative counts")
+    sizes = tuple(float(x) for x in sizes_raw)
     metrics = {key[len(METRIC_PREFIX) :]: _number(meta, key) for key in meta.keys()
                if key.startswith(METRIC_PREFIX)}
     return CodedReply(

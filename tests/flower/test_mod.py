@@ -172,6 +172,17 @@ def test_repeated_partition_ids_are_refused_naming_only_the_repeated_ones():
              partition_ids=[3, 1, 3, 0, 0, 2], num_partitions=[5] * 6, coefficients=[1.0] * 6)
 
 
+def test_an_int_past_floats_range_is_refused_naming_its_field():
+    """Flower's records hold any Python int in process: 10**400 in a float field or list is a
+    ValueError naming the field (the mod's answer), not an OverflowError."""
+    huge = 10**400
+    _refused(f"clip-norm={huge!r}; expected a finite number > 0", clip_norm=huge)
+    _refused(f"delay-s={huge!r}; expected a finite number >= 0 and <= "
+             f"{protocol.MAX_DELAY_S:g}", delay_s=huge)
+    _refused(f"coefficients holds {huge!r}; expected finite numbers", coefficients=[huge])
+    assert _parse_fields(noise_multiplier=10**300).noise_multiplier == 1e300
+
+
 def test_chunk_coefficients_take_up_to_1024_entries():
     values = [float(i) for i in range(1024)]
     assert _parse_fields(chunk_coefficients=values).chunk_coefficients == tuple(values)

@@ -260,3 +260,40 @@ def test_a_duplicated_error_or_malformed_reply_counts_once(kind):
     row = strategy.history[0]
     assert (row["rejected"], row["clients_used"]) == (1, [1, 2])
     assert row["round_virtual_s"] == 1.0
+
+
+def _huge_int_from(partition, where):
+    """Partition ``partition``'s train replies carry an int no float holds (possible in
+    process: Flower's records take any Python int) as their weight or their compute time."""
+    inner = make_app(train_timing_mod)
+
+    def app(msg, context):
+        reply = inner(msg, context)
+        if int(context.node_config["partition-id"]) == partition and not reply.has_error():
+            if where == "weight":
+                next(iter(reply.content.metric_records.values()))["num-examples"] = 10**400
+            else:
+                next(iter(reply.content.config_records.values()))["compute-s"] = 10**400
+        return reply
+
+    return app
+
+
+@pytest.mark.parametrize("where", ["weight", "compute-s"])
+def test_an_int_past_floats_range_is_a_rejected_reply_not_a_crash(where):
+    """The synchronous rival averages the other two replies (numpy FedAvg over them), and
+    FedBuff goes on to its later updates; neither raises OverflowError."""
+    strategy = DeadlineFedAvg(deadline=30.0, latency=FixedArrivals(TABLE),
+                              measured_compute=False, fraction_evaluate=0.0,
+                              min_available_nodes=1, min_train_nodes=3)
+    models = _start(strategy, _huge_int_from(1, where), 1)
+    assert strategy.history[0]["rejected"] == 1
+    assert strategy.history[0]["clients_used"] == [0, 2]
+    expected = fedavg(as_dict(initial_arrays()), [0, 2], 3)
+    for name, value in expected.items():
+        np.testing.assert_allclose(models[1][name], value, rtol=1e-9, atol=1e-12)
+    buffered = FedBuff(buffer_size=2, concurrency=3, latency=FixedArrivals(TABLE),
+                       measured_compute=False)
+    _start(buffered, _huge_int_from(1, where), 2)
+    assert sum(row["rejected"] for row in buffered.history) >= 1
+    assert len(buffered.history) == 2
