@@ -327,9 +327,21 @@ def coded_strategy(run_config: Mapping[str, Any], n: int, code_policy: Any = Non
     :func:`start_coded`, built, not run."""
     from server.app import build
 
-    cfg = merge_config({**run_config, "timing": "virtual", "num-clients": n})
+    cfg = charged_once(merge_config({**run_config, "timing": "virtual", "num-clients": n}), n)
     strategy, *built = build(cfg, n, code_policy)  # its cohorts drawn from the seed
     return strategy, tuple(built), cfg
+
+
+def charged_once(cfg: dict[str, Any], n: int) -> dict[str, Any]:
+    """``cfg`` with ``virtual-compute=measured-once`` measured now and charged as a fixed
+    ``partition-cost-s`` (:func:`fl_gradcode.tasks.charged_measured_cost`): the strategy
+    and the run's ``client_compute_s`` then charge the same seconds (the ServerApp's own
+    measurement would be charged beside the key's default). Other configs are unchanged."""
+    if str(cfg["virtual-compute"]) != "measured-once":
+        return cfg
+    from fl_gradcode.tasks import charged_measured_cost
+
+    return {**cfg, **charged_measured_cost(cfg, n)}
 
 
 def _given(**rules: float | None) -> dict[str, float]:
@@ -365,8 +377,8 @@ def rival_strategy(method: str, run_config: Mapping[str, Any], n: int, *,
     from server.app import build_rival, cohort_size, run_latency
     from server.rival_config import shared_keys  # the coded runs' keys: rivals run without
 
-    cfg = merge_config({**shared_keys(run_config), "rival": "fedavg", "timing": "virtual",
-                        "num-clients": n})
+    cfg = charged_once(merge_config({**shared_keys(run_config), "rival": "fedavg",
+                                     "timing": "virtual", "num-clients": n}), n)
     cohort = cohort_size(cfg, n) if cohort is None else int(cohort)
     _, *built = build_rival(cfg, n)
     _, index = run_partitions(cfg, n)

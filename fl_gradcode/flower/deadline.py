@@ -59,7 +59,7 @@ from .clock import (
     job_start,
     timing_value,
 )
-from .option_values import finite, whole
+from .option_values import finite, finite_number, whole
 
 __all__ = ["TIMING_KEY", "DeadlineFedAvg", "check_charges", "reply_bytes", "reply_timing",
            "train_timing_mod", "virtual_arrival"]
@@ -126,8 +126,8 @@ def reply_timing(msg: Message, strategy: str, weighted_by_key: str,
         raise protocol.RejectedReply(f"malformed reply: {exc}") from exc
 
 
-def model_arrays(msg: Message, shapes: Mapping[str, tuple[int, ...]] | None
-                 ) -> dict[str, np.ndarray]:
+def model_arrays(msg: Message, shapes: Mapping[str, tuple[int, ...]] | None,
+                 dtypes: Mapping[str, np.dtype] | None = None) -> dict[str, np.ndarray]:
     """A train reply's model: its one ArrayRecord's arrays (views), the model's names and
     ``shapes`` (``None``: any), every value finite; else
     :class:`~fl_gradcode.flower.protocol.RejectedReply` naming what is wrong (Flower's FedAvg
@@ -144,23 +144,56 @@ def model_arrays(msg: Message, shapes: Mapping[str, tuple[int, ...]] | None
         if shapes is not None and value.shape != tuple(shapes[name]):
             raise protocol.RejectedReply(f"malformed reply: array {name!r} has shape "
                                          f"{value.shape}, the model's is {tuple(shapes[name])}")
+        model = None if dtypes is None else np.dtype(dtypes[name])
+        if value.dtype.kind not in "fiu" or (
+                model is not None and not np.can_cast(model, value.dtype, "safe")):
+            held = "real numbers" if model is None else f"the model's {model}"
+            raise protocol.RejectedReply(f"malformed reply: array {name!r} has dtype "
+                                         f"{value.dtype}, which cannot hold {held}")
         if not np.all(np.isfinite(value)):
             raise protocol.RejectedReply(f"malformed reply: array {name!r} is not finite")
     return got
 
 
-def reply_layout(msg: Message, weighted_by_key: str) -> tuple[str, str, frozenset[str]]:
+def reply_layout(msg: Message, weighted_by_key: str
+                 ) -> tuple[str, str, frozenset[tuple[str, int]]]:
     """What Flower's FedAvg requires to be the same in every reply it averages: the
-    ArrayRecord's name, the MetricRecord's name and its keys (a reply with one ArrayRecord,
-    :func:`model_arrays`; the weight's own key aside: a reply without it weighs 0); a reply
-    without exactly one MetricRecord raises
+    ArrayRecord's name, the MetricRecord's name, its keys and their lengths (a reply with
+    one ArrayRecord, :func:`model_arrays`; the weight's own key aside: a reply without it
+    weighs 0); a reply without exactly one MetricRecord raises
     :class:`~fl_gradcode.flower.protocol.RejectedReply`."""
     if len(msg.content.metric_records) != 1:
         raise protocol.RejectedReply(f"malformed reply: {len(msg.content.metric_records)} "
                                      "MetricRecords, expected 1")
     (arrays_name,) = msg.content.array_records.keys()
     ((metrics_name, metrics),) = msg.content.metric_records.items()
-    return arrays_name, metrics_name, frozenset(metrics.keys()) - {weighted_by_key}
+    return arrays_name, metrics_name, metric_layout(metrics, weighted_by_key)
+
+
+def evaluate_replies(replies: Iterable[Message], weighted_by_key: str) -> list[Message]:
+    """The evaluate replies Flower's metric average can take (the others are left out, where
+    Flower's FedAvg would end the run): no error, one MetricRecord, a weight that is a finite
+    number > 0, and the keys and lengths of most replies (ties: the earliest's)."""
+    usable: list[tuple[Message, frozenset[tuple[str, int]]]] = []
+    for msg in replies:
+        if msg.has_error() or len(msg.content.metric_records) != 1:
+            continue
+        metrics = next(iter(msg.content.metric_records.values()))
+        weight = metrics.get(weighted_by_key)
+        if not (finite_number(weight) and weight > 0):
+            continue
+        usable.append((msg, metric_layout(metrics, weighted_by_key)))
+    layouts = [layout for _, layout in usable]
+    common = max(layouts, key=layouts.count) if layouts else None
+    return [msg for msg, layout in usable if layout == common]
+
+
+def metric_layout(metrics: MetricRecord, weighted_by_key: str) -> frozenset[tuple[str, int]]:
+    """Each metric's key and length (-1: a number), the weight's own key aside: Flower's
+    metric average adds the replies' values key by key, so a list beside a number, or lists
+    of different lengths, cannot be averaged."""
+    return frozenset((key, len(value) if isinstance(value, list) else -1)
+                     for key, value in metrics.items() if key != weighted_by_key)
 
 
 def reply_bytes(msg: Message) -> int:
@@ -276,6 +309,9 @@ class DeadlineFedAvg(FedAvg):
                          if results_dir else None)
         self._sent: list[int] = []
         self._shapes: dict[str, tuple[int, ...]] | None = None  # set by configure_train
+        self._dtypes: dict[str, np.dtype] | None = None
+        self._messages: list[Message] = []
+        self._rank: dict[int, int] = {}
         self._wall0 = 0.0
         self._pending: dict[str, Any] | None = None
 
@@ -285,12 +321,45 @@ class DeadlineFedAvg(FedAvg):
     ) -> list[Message]:
         messages = list(super().configure_train(server_round, arrays, config, grid))
         self._sent = [m.metadata.dst_node_id for m in messages]
-        # what a usable reply holds: the model's arrays, by name and shape
+        self._messages = messages  # their ids (set when pushed) name a SuperLink's error
+        # what a usable reply holds: the model's arrays, by name, shape and dtype
         self._shapes = {name: protocol.array_view(a).shape for name, a in arrays.items()}
+        self._dtypes = {name: protocol.array_view(a).dtype for name, a in arrays.items()}
+        # a node without a partition id (-1) is timed by its rank among the node ids
+        self._rank = {node: i for i, node in enumerate(sorted(grid.get_node_ids()))}
         # a node still busy with late work starts this round's when it is done
         self.clock.start_round(queued={node: node for node in self._sent})
         self._wall0 = time.monotonic()
         return messages
+
+    def aggregate_evaluate(self, server_round: int,
+                           replies: Iterable[Message]) -> MetricRecord | None:
+        """FedAvg's average of the evaluate replies it can take (:func:`evaluate_replies`)."""
+        return super().aggregate_evaluate(server_round,
+                                          evaluate_replies(replies, self.weighted_by_key))
+
+    def _model_dtypes(self, arrays: ArrayRecord) -> ArrayRecord:
+        """FedAvg's average in the model's float dtypes (Flower's takes the first reply's:
+        a float64 reply first turned a float32 model into float64)."""
+        dtypes = self._dtypes or {}
+        if all(dtypes[name].kind != "f" or array.dtype == str(dtypes[name])
+               for name, array in arrays.items()):
+            return arrays
+        return ArrayRecord({name: protocol.npy_array(array.numpy(), dtypes[name])
+                            if dtypes[name].kind == "f" else array
+                            for name, array in arrays.items()})
+
+    def _node_of(self, msg: Message) -> int:
+        """The node a reply answers for: its sender, or, for an error the SuperLink writes
+        for a node that is gone (its sender is the SuperLink), the node of the message it
+        answers."""
+        node = msg.metadata.src_node_id
+        if msg.has_error() and node not in self._sent:
+            for sent in self._messages:
+                if sent.metadata.message_id and (
+                        sent.metadata.message_id == msg.metadata.reply_to_message_id):
+                    return sent.metadata.dst_node_id
+        return node
 
     def loads(self, timings: Mapping[int, tuple[int, float, int, int]]) -> dict[int, float]:
         """Each node's load: its partition's size over the cohort's mean (``timings``: node
@@ -361,23 +430,27 @@ class DeadlineFedAvg(FedAvg):
         weights: dict[int, float] = {}
         layouts: dict[int, tuple[str, str, frozenset[str]]] = {}
         seen: set[int] = set()
+        answered: list[int] = []  # nodes whose answer held nothing usable
         for msg in replies:
-            node = msg.metadata.src_node_id
+            node = self._node_of(msg)
             if node in seen:  # a duplicate: the node's first reply counts, whatever it is
                 continue
             seen.add(node)
             if msg.has_error():
                 errors.append(msg)
+                answered.append(node)
                 continue
             try:  # a malformed reply is rejected (not passed on to FedAvg)
-                timing = (*reply_timing(msg, "DeadlineFedAvg", self.weighted_by_key),
+                pid, *rest = reply_timing(msg, "DeadlineFedAvg", self.weighted_by_key, -1)
+                timing = (self._rank.get(node, -1) if pid == -1 else pid, *rest,
                           reply_bytes(msg))
-                model_arrays(msg, self._shapes)
+                model_arrays(msg, self._shapes, self._dtypes)
                 layouts[node] = reply_layout(msg, self.weighted_by_key)
                 weights[node] = float(  # FedAvg's weight (a fraction too), finite
                     next(iter(msg.content.metric_records.values())).get(self.weighted_by_key, 0))
             except protocol.RejectedReply:
                 malformed.append(msg)
+                answered.append(node)
                 continue
             timings[node] = timing
             valid.append(msg)
@@ -402,7 +475,7 @@ class DeadlineFedAvg(FedAvg):
             window = RoundWindow([], self.clock.round_start)
         # a node heard of is free from then on (its message errored), as if it had replied
         self.clock.finish_round(self._sent, {**arrivals, **failures}, window.end,
-                                answered=[m.metadata.src_node_id for m in refused])
+                                answered=answered)
         if self.stop_dropped_work:  # and nodes not heard of by the round's end
             self._stop([*window.late, *failures], window.end)
         used = set(window.used)
@@ -410,6 +483,8 @@ class DeadlineFedAvg(FedAvg):
         used -= rejected
         kept = [m for m in valid if m.metadata.src_node_id in used]
         arrays, metrics = super().aggregate_train(server_round, kept + errors)
+        if arrays is not None and self._dtypes is not None:
+            arrays = self._model_dtypes(arrays)
         pid = {node: t[0] for node, t in timings.items()}
         decode = "skipped" if not kept else ("all" if len(kept) == len(self._sent)
                                              else "partial")

@@ -112,7 +112,20 @@ class FedBuff(FedAvg):
         run_config: Mapping[str, Any] | None = None,
         **fedavg: Any,
     ) -> None:
+        ignored = [name for name in ("fraction_train", "min_train_nodes", "min_evaluate_nodes",
+                                     "train_metrics_aggr_fn", "evaluate_metrics_aggr_fn")
+                   if name in fedavg]
+        ignored += [name for name, honoured in (("fraction_evaluate", 0.0),
+                                                ("min_available_nodes", 1))
+                    if name in fedavg and fedavg[name] != honoured]
+        if ignored:
+            raise ValueError(
+                f"FedBuff does not read {ignored[0]}={fedavg[ignored[0]]!r}: it keeps "
+                "`concurrency` jobs in flight on the nodes connected at its start and "
+                "evaluates on the server only (evaluate_fn); leave it out")
         super().__init__(**fedavg)
+        self.fraction_evaluate = 0.0  # no client evaluation (FedAvg's default would say 1.0)
+        self._dtypes: dict[str, np.dtype] | None = None  # the model's, set by start
         if isinstance(buffer_size, bool) or not isinstance(buffer_size, int) or buffer_size < 1:
             raise ValueError(f"buffer_size={buffer_size!r} must be an integer >= 1")
         if concurrency is not None and (isinstance(concurrency, bool)
@@ -171,7 +184,8 @@ class FedBuff(FedAvg):
         except RejectedReply as exc:
             return None, -1, 0.0, 0, str(exc)
         try:
-            arrays = model_arrays(reply, {name: value.shape for name, value in sent.items()})
+            arrays = model_arrays(reply, {name: value.shape for name, value in sent.items()},
+                                  self._dtypes)
         except RejectedReply as exc:
             return None, pid, compute, examples, str(exc)
         delta = {name: np.asarray(value, dtype=np.float64) - sent[name]
@@ -191,9 +205,13 @@ class FedBuff(FedAvg):
     ) -> Result:
         """Run ``num_rounds`` server steps; ``evaluate_fn(step, arrays)`` after each (and at
         step 0). Returns Flower's ``Result`` (the final arrays, the server-side metrics)."""
+        if evaluate_config:
+            raise ValueError("FedBuff sends no evaluate message (it evaluates on the server "
+                             "only, evaluate_fn): evaluate_config would not be read")
         train_config = ConfigRecord() if train_config is None else train_config
         result = Result()
         dtypes = {k: v.numpy().dtype for k, v in initial_arrays.items()}
+        self._dtypes = dtypes
         model = {k: np.asarray(v.numpy(), dtype=np.float64) for k, v in initial_arrays.items()}
         if evaluate_fn is not None:
             res = evaluate_fn(0, initial_arrays)

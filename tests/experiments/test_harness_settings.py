@@ -104,3 +104,24 @@ def test_latency_vs_s_tiny_run_goes_through_the_harness(tmp_path, monkeypatch):
     assert calls == ["coded"] * (len(latency_vs_s.MODELS) * 3)  # one seed per s and model
     for entry in result["models"].values():
         assert set(entry["measured"]) == {0, 3, 5}
+
+
+@pytest.mark.parametrize("method", ["coded", "wait-for-all", "deadline", "first-k", "fedbuff"])
+def test_measured_once_charges_the_strategy_what_the_runs_record_charges(method):
+    """``virtual-compute=measured-once`` given to the harness directly (not through compare's
+    charge_once): the strategy charges one measured cost per partition update, and the merged
+    run config the run's client_compute_s reads states that same cost, not the key's default
+    partition-cost-s beside a measurement."""
+    from fl_gradcode.config import DEFAULTS
+
+    run_config = {"virtual-compute": "measured-once", "num-rounds": 1}
+    if method == "coded":
+        strategy, _, cfg = rival_runs.coded_strategy(run_config, 4)
+        charged = strategy.options.timing.compute_cost_s
+    else:
+        strategy, _, cfg, _ = rival_runs.rival_strategy(
+            method, run_config, 4, **({"buffer_size": 2} if method == "fedbuff" else {}))
+        charged = strategy.compute_cost_s
+    assert cfg["virtual-compute"] == "none"
+    assert charged == cfg["partition-cost-s"] != DEFAULTS["partition-cost-s"]
+    assert 0 < charged < 1.0
