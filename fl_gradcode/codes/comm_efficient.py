@@ -182,13 +182,18 @@ class CommunicationEfficientCode(GradientCode):
         return rows, cached
 
     def _compute_decoding(self, got: frozenset[int]) -> Decoding:
+        """Each group with ``m`` or more replies recovers its sum exactly; a group with fewer
+        is left out (decoder columns 0, ``alpha`` 0 on its partitions). Its replies are not
+        projected: a least-squares fit of ``m`` chunks from ``|T| < m`` mixtures mixes the
+        chunks, i.e. model coordinates with each other and with the example count, so an
+        approximate round is the exact sum of the complete groups."""
         D = np.zeros((self.m, self.n))
         alpha = np.zeros(self.k)
         exact = True
         for g, gamma in enumerate(self.gammas):
             rows, Dg = self._group_decoder(g, got)
             recovered = np.zeros((self.m, self.m))  # D_g Gamma_T^T: the identity when exact
-            if rows:
+            if len(rows) >= self.m:
                 D[:, rows] = Dg
                 recovered = Dg @ gamma[:, self._position[rows]].T
             miss = recovered - np.eye(self.m)
@@ -211,7 +216,8 @@ class CommunicationEfficientCode(GradientCode):
         return dec.coefficients[:, list(order)].copy()
 
     def approximate_decoding_vector(self, received: Iterable[int]) -> np.ndarray:
-        """Least-squares ``(m, |F|)`` decoder (projects each group onto what arrived)."""
+        """``(m, |F|)`` decoder of the complete groups (``m`` replies or more; the others
+        are left out, their replies' columns 0)."""
         order = self._check_received(received)
         return self._decode_set(frozenset(order)).coefficients[:, list(order)].copy()
 

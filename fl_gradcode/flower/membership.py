@@ -441,12 +441,15 @@ def _raw_claim(reply: Any) -> tuple[int, int] | None:
 
 def covered_partitions(code: GradientCode, used: list[int], decode: str) -> set[int]:
     """The code's partitions (indices) a round's update covered: every one of an exact
-    round, none of a skipped one, else those a used reply computed."""
+    round, none of a skipped one, else those a used reply computed and the applied decoding
+    weighs (``alpha`` not 0: a ``comm-efficient`` group with fewer than ``m`` replies is
+    left out of the decoding although its replies computed its partitions)."""
     if decode == "exact":
         return set(range(code.k))
-    if decode == "skipped":
+    if decode == "skipped" or not used:
         return set()
-    return {int(j) for w in used for j in code.assignment(w)}
+    alpha = code.decoding(used).alpha
+    return {int(j) for w in used for j in code.assignment(w) if abs(float(alpha[j])) > 1e-12}
 
 
 def missing_fields(code: GradientCode, partitions: list[Identity], used: list[int],

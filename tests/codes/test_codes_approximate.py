@@ -185,3 +185,26 @@ def test_frc_expected_error_is_the_mean_over_every_straggler_set(n, d):
         expected = d * float(np.mean(lost)) / n
         assert frc_expected_error(n, d, r) == pytest.approx(expected, abs=1e-15)
     assert frc_expected_error(n, d, d - 1) == 0.0
+
+
+def test_an_approximate_decoding_may_weigh_a_partition_negatively_as_documented():
+    """docs/codes.md: alpha_j = (B_F^T a)_j is a least-squares fit, not a share. crc at
+    n = 8, s = 3 has received sets within the default max_decode_error (0.5) where some
+    partition's weight is negative; alpha is B_F^T a computed here from B and a (numpy)."""
+    import itertools
+
+    import numpy as np
+
+    from fl_gradcode.codes import make_code
+
+    code = make_code("crc", 8, 3, seed=0)
+    negative = []
+    for size in range(1, 8):
+        for received in itertools.combinations(range(8), size):
+            decoding = code.decoding(received)
+            a = code.approximate_decoding_vector(received)
+            alpha = code.B[list(received)].T @ a
+            np.testing.assert_allclose(alpha, decoding.alpha, atol=1e-9)
+            if decoding.error <= 0.5 and alpha.min() < -1e-6:
+                negative.append(received)
+    assert negative

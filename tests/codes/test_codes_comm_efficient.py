@@ -108,23 +108,51 @@ def test_chunk_coefficients_are_the_generator_column_of_the_clients_position():
         code.chunk_coefficients(10)
 
 
-def test_approximate_decoding_vector_is_the_least_squares_decoder_of_each_group():
-    """Columns aligned with the order of ``received``: per group, numpy's least-squares solution
-    ``D`` of ``Gamma[:, T]^T D^T = I`` (exact for a group with m replies, a projection for one
-    with fewer, zero for none)."""
+def test_approximate_decoding_vector_decodes_complete_groups_and_leaves_the_others_out():
+    """Columns aligned with the order of ``received``: per group with at least m replies,
+    numpy's least-squares solution ``D`` of ``Gamma[:, T]^T D^T = I`` (exact); a group with
+    fewer replies gets zero columns (a fit of m chunks from fewer mixtures would mix them)."""
     code = make_code("comm-efficient", 10, 2, m=3, seed=1)  # two groups of five, m=3
     assert [g.shape for g in code.gammas] == [(3, 5), (3, 5)]
     received = [7, 0, 3, 2, 8]  # group 0: {0, 2, 3} (m of them), group 1: {7, 8} (< m)
     D = code.approximate_decoding_vector(received)
     assert D.shape == (3, 5)
-    for g, members in ((0, [0, 3, 2]), (1, [7, 8])):
-        cols = [received.index(c) for c in members]
-        gamma_t = code.gammas[g][:, [c - 5 * g for c in members]]  # m x |T|
-        expected = np.linalg.lstsq(gamma_t, np.eye(3), rcond=None)[0].T  # m x |T|
-        np.testing.assert_allclose(D[:, cols], expected, atol=1e-10)
+    members = [0, 3, 2]
+    cols = [received.index(c) for c in members]
+    expected = np.linalg.lstsq(code.gammas[0][:, members], np.eye(3), rcond=None)[0].T
+    np.testing.assert_allclose(D[:, cols], expected, atol=1e-10)
     np.testing.assert_allclose(D[:, [1, 2, 3]] @ code.gammas[0][:, [0, 3, 2]].T, np.eye(3),
                                atol=1e-10)
+    assert not D[:, [received.index(7), received.index(8)]].any()
     assert code.approximate_decoding_vector([]).shape == (3, 0)
+
+
+@pytest.mark.parametrize(("n", "s", "m"), [(8, 2, 2), (9, 1, 2), (10, 2, 3)])
+def test_an_approximate_decode_is_the_exact_sum_of_the_groups_with_m_replies(n, s, m):
+    """Every received set (exhaustive): the approximate decode is ``sum_j w_j u_j`` over the
+    partitions of the groups that sent at least m replies (numpy sums of the updates, from
+    the code's assignment, as the reference), and ``alpha`` is 1 on them and 0 elsewhere."""
+    weights = np.arange(1.0, 1.0 + (n // (s + m)) * (s + m))
+    code = make_code("comm-efficient", n=n, s=s, m=m, seed=2, weights=weights)
+    rng = np.random.default_rng(n * 100 + s * 10 + m)
+    length = 7
+    updates = {j: rng.standard_normal(length) for j in range(code.k)}
+    replies = {i: code.encode(i, updates) for i in range(n)}
+    groups = {}
+    for i in range(n):
+        groups.setdefault(tuple(sorted(code.assignment(i))), []).append(i)
+    for size in range(n + 1):
+        for got in itertools.combinations(range(n), size):
+            complete = [j for parts, members in groups.items()
+                        if sum(i in got for i in members) >= m for j in parts]
+            target = sum((weights[j] * updates[j] for j in complete), np.zeros(length))
+            decoded = code.decode({i: replies[i] for i in got}, approximate=True,
+                                  length=length)
+            np.testing.assert_allclose(decoded, target, rtol=1e-9, atol=1e-9)
+            if got:
+                alpha = code.decoding(got).alpha
+                np.testing.assert_allclose(alpha, np.isin(np.arange(code.k), complete),
+                                           atol=1e-9)
 
 
 def test_decode_of_too_few_replies_names_the_count_and_the_way_out():

@@ -181,3 +181,26 @@ def test_a_reply_whose_decoded_count_contradicts_the_checked_sizes_is_not_exact(
     assert with_0, "worker 0 was never used: the test checks nothing"
     assert all(r["decode"] == "skipped" for r in with_0), [(r["decode"], r["clients_used"])
                                                            for r in rows]
+
+
+def test_an_approximate_round_is_fedavg_over_the_complete_groups_and_lists_the_rest():
+    """n = 8, s = 2, m = 2: two groups of four clients, each owning four partitions. Three
+    of group 1's members miss the 10 s deadline, so group 1 has one reply (< m). The round
+    applies FedAvg over group 0's partitions (numpy reference), counts their examples, and
+    lists group 1's partitions as missing; a fit of group 1's two chunks from one mixture
+    used to be applied, mixing model coordinates and the example count."""
+    from tests.apps.numpy_app import as_dict, fedavg, initial_arrays, num_examples
+    from tests.flower.harness import FixedArrivals, run
+
+    times = {r: [1.0] * 8 for r in range(0, 3)}
+    for r in times:
+        times[r][5:] = [100.0, 100.0, 100.0]
+    result = run(8, code="comm-efficient", s=2, rounds=1, latency=FixedArrivals(times),
+                 code_options={"m": 2}, straggler_timeout=10.0)
+    row = result.rows[0]
+    assert row["decode"] == "approx"
+    assert row["missing_partitions"] == [4, 5, 6, 7]
+    assert row["num_examples"] == pytest.approx(sum(num_examples(j) for j in range(4)))
+    expected = fedavg(as_dict(initial_arrays()), range(4), 8)
+    for name, value in expected.items():
+        np.testing.assert_allclose(result.models[1][name], value, rtol=1e-9, atol=1e-12)
