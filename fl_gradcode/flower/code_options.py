@@ -37,6 +37,12 @@ def code_options(code: Any, s: int, s_max: int | None, auto: bool,
                              "built already, so they would not be used; build it with them "
                              "(make_code(name, n, s, ...)) or pass its registry name")
     options = dict(code_options or {})
+    if "weights" in options:
+        raise ValueError("code_options['weights']: the strategy decodes the example-weighted "
+                         "average sum_j n_j theta_j / sum_j n_j and counts the examples "
+                         "itself; weights w_j would make it sum_j w_j n_j theta_j / "
+                         "sum_j w_j n_j while rounds say exact (and sit on cohort positions, "
+                         "not data partitions, when cohorts are sampled); remove them")
     if auto and options:
         raise ValueError(f"code_options={options!r} with s='auto': the data are placed once "
                          "for s_max by the nested placement (NestedPlacement), which these "

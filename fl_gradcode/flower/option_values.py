@@ -32,6 +32,17 @@ def check_code(code: Any) -> None:
             "k partitions would be the data split another way. Build one with k = n (e.g. "
             "CommunicationEfficientCode(..., own_partitions=True)), or pass the code's name "
             "and let the strategy build one")
+    if isinstance(code, GradientCode) and not np.all(np.asarray(code.weights) == 1.0):
+        raise ValueError(
+            f"code {code.name} has partition weights {_shown(code.weights)}: the strategy "
+            "decodes the example-weighted average sum_j n_j theta_j / sum_j n_j and counts "
+            "the examples itself, so weights w_j would make it sum_j w_j n_j theta_j / "
+            "sum_j w_j n_j while rounds say exact; build the code without weights=")
+
+
+def _shown(values: Any) -> str:
+    values = [float(v) for v in np.asarray(values).reshape(-1)]
+    return repr(values[:6])[:-1] + (", ...]" if len(values) > 6 else "]")
 
 
 def check_fixed_s(s: Any) -> None:

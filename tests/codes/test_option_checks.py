@@ -49,7 +49,9 @@ def test_make_code_refuses_an_option_no_cohort_takes_naming_it(name, s, options,
 
 @pytest.mark.parametrize(("name", "s", "options", "match"), BAD)
 def test_the_strategy_refuses_it_when_built_and_no_round_falls_back(name, s, options, match):
-    with pytest.raises(ValueError, match=match):
+    # the strategy refuses any partition weights (they would change its average)
+    strategy_match = r"code_options\['weights'\]" if "weights" in options else match
+    with pytest.raises(ValueError, match=strategy_match):
         GradientCoding(FedAvg(), code=name, s=s, code_options=options)
     # a round given it anyway (a policy's own options) refuses it too: no fallback code
     with pytest.raises(CodeOptionError, match=match):
@@ -68,7 +70,8 @@ def test_the_nested_keyword_s_max_is_refused_below_a_fixed_s():
 ])
 def test_an_option_some_cohorts_take_is_accepted_and_falls_back_only_where_it_must(
         name, s, options, n_bad, n_good):
-    GradientCoding(FedAvg(), code=name, s=s, code_options=options)  # not refused
+    if "weights" not in options:  # the strategy refuses weights (a policy's own may hold)
+        GradientCoding(FedAvg(), code=name, s=s, code_options=options)  # not refused
     code, why = code_for_cohort(name, n_good, s, 0, dict(options))
     assert (code.name, why) == (name, None)
     code, why = code_for_cohort(name, n_bad, s, 0, dict(options))
@@ -106,7 +109,8 @@ def test_each_codes_options_are_its_constructors_keywords():
 ])
 def test_the_edges_of_each_rule_are_accepted(name, s, options):
     make_code(name, n=12, s=s, **options)
-    GradientCoding(FedAvg(), code=name, s=s, code_options=options)
+    if "weights" not in options:  # the strategy refuses weights: they change its average
+        GradientCoding(FedAvg(), code=name, s=s, code_options=options)
 
 
 def test_code_options_with_auto_are_refused_as_they_would_not_reach_its_placement():
@@ -144,3 +148,23 @@ def test_auto_refuses_a_reply_length_it_would_not_use(code):
 def test_m_is_refused_with_a_code_that_has_no_reply_length():
     with pytest.raises(ValueError, match="invalid option for code 'grouped-rs': m=2"):
         GradientCoding(FedAvg(), code="grouped-rs", s=1, m=2)
+
+
+@pytest.mark.parametrize("name", ["frc", "grouped-rs", "crc", "comm-efficient"])
+def test_partition_weights_are_refused_by_the_strategy_not_folded_into_the_average(name):
+    """GradientCoding decodes sum_j n_j theta_j / sum_j n_j and counts the examples itself:
+    weights w_j (code_options or a code object built with them) would change that average
+    while rounds say exact, so both are refused naming the weights. Unit weights pass."""
+    options = {"m": 1} if name == "comm-efficient" else {}
+    with pytest.raises(ValueError, match=r"code_options\['weights'\]"):
+        GradientCoding(FedAvg(), code=name, s=1,
+                       code_options={"weights": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0], **options})
+    weighted = make_code(name, 6, 1, weights=[10.0, 11.0, 12.0, 13.0, 14.0, 15.0],
+                         **({"own_partitions": True} if name == "comm-efficient" else {}),
+                         **options)
+    with pytest.raises(ValueError, match=r"partition weights \[10\.0, 11\.0"):
+        GradientCoding(FedAvg(), code=weighted)
+    plain = make_code(name, 6, 1, weights=[1.0] * 6,
+                      **({"own_partitions": True} if name == "comm-efficient" else {}),
+                      **options)
+    assert GradientCoding(FedAvg(), code=plain).options.code.code is plain
