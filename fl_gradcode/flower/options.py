@@ -364,7 +364,9 @@ class WireOptions:
         Reply dtype: ``model`` sends each array in the global model's dtype (half of float64's
         bytes for float32 models); ``auto`` does so when the code's rounding amplification
         (its bound ``rounding_amplification``, else sampled) is <= 8, keeping float32 rounding
-        below 1e-6 relative in the decoded result (every grouped-rs code), else float64.
+        below 1e-6 relative in the decoded result, else float64. Only grouped-rs has the
+        bound; for the other codes the sample of straggler sets can miss a worse one (e.g.
+        comm-efficient sets that amplify more than 8): ``float64`` guarantees the precision.
     sparse_decoding : bool
         Exact rounds decode from as few of the replies in hand as the code allows
         (:meth:`~fl_gradcode.codes.GradientCode.sparse_decoding`: one reply per FRC group), so

@@ -154,3 +154,26 @@ def test_auto_wire_samples_the_amplification_with_the_decoders_seed(monkeypatch)
     assert crc.rounding_amplification is None or crc.rounding_amplification > 8
     assert make_decoder(FedAvg(), seed=7).wire_for(crc) == "float64"
     assert seeds == [7]
+
+
+def test_a_sampled_amplification_can_miss_a_worse_set_as_the_wire_option_says():
+    """WireOptions: only grouped-rs has a bound over every straggler set; a code's sampled
+    amplification can miss a worse set. comm-efficient at a cohort of 14, s = 5: its sample
+    is <= 8 (so wire='auto' sends float32 for a float32 model) while some decodable set
+    amplifies more than 8 (computed here over every set, from D and B with numpy)."""
+    import itertools
+
+    from fl_gradcode.flower.decoder import AMPLIFICATION_LIMIT
+    from fl_gradcode.flower.membership import code_for_cohort
+
+    code, _ = code_for_cohort("comm-efficient", 14, 5, 0, {})
+    assert code.rounding_amplification is None
+    assert error_amplification(code, seed=0) <= AMPLIFICATION_LIMIT
+    weighted = np.abs(code.B * code.weights).sum(axis=1)
+    worst = 0.0
+    for received in itertools.combinations(range(code.n), code.n - code.s):
+        decoding = code.decoding(received)
+        assert decoding.exact
+        D = code.chunk_decoder(decoding)
+        worst = max(worst, float(np.abs(D).sum(axis=0) @ weighted) / code.k)
+    assert worst > AMPLIFICATION_LIMIT
