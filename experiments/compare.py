@@ -40,7 +40,7 @@ seconds the clock charges, so 0 where nothing is charged (``latency=fedscale`` w
 ``virtual-compute=none``: a device's compute is inside its trace latency; there
 ``partitions_computed`` counts the work));
 ``summary[method]`` holds the paired per-seed ratios method / auto (time to target, client
-compute, bytes up) with their geometric mean and a 95 % bootstrap interval over seeds.
+compute, bytes up) with their geometric mean and a 95 % Student-t interval on their logarithms.
 """
 
 from __future__ import annotations
@@ -97,14 +97,40 @@ from experiments.registry import (
     with_rules,
 )
 from experiments.rival_runs import RIVALS, Cell, run_coded, run_rival
-from experiments.summary import bootstrap_ratio, fmt, print_summary, summarize
+from experiments.summary import fmt, print_summary, ratio_interval, summarize
 
-__all__ = ["COMPUTE_KEYS", "GRID", "Cell", "Runner", "best_deadline", "bootstrap_ratio",
-           "built_code", "cell_own_keys", "cell_rules", "cell_run_config", "charge_at",
-           "charge_once", "check_builds", "check_cell", "check_codes", "check_methods",
-           "code_fit", "compare", "grid_cell", "load_grid", "lookup", "main", "print_summary",
-           "registry_config", "run_cell", "run_coded", "run_rival", "summarize", "task_target",
-           "with_rules"]
+__all__ = [
+    "COMPUTE_KEYS",
+    "GRID",
+    "Cell",
+    "Runner",
+    "best_deadline",
+    "built_code",
+    "cell_own_keys",
+    "cell_rules",
+    "cell_run_config",
+    "charge_at",
+    "charge_once",
+    "check_builds",
+    "check_cell",
+    "check_codes",
+    "check_methods",
+    "code_fit",
+    "compare",
+    "grid_cell",
+    "load_grid",
+    "lookup",
+    "main",
+    "print_summary",
+    "ratio_interval",
+    "registry_config",
+    "run_cell",
+    "run_coded",
+    "run_rival",
+    "summarize",
+    "task_target",
+    "with_rules",
+]
 
 # ============================================================================= the runs
 class Runner:
@@ -358,7 +384,7 @@ def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, coho
             **charge, **facts,
         },
         "runs": runs,
-        "summary": summarize(runs, rules) if "auto" in methods else {},
+        "summary": summarize(runs) if "auto" in methods else {},
         "runtime_s": time.perf_counter() - t0 + resumed_s,
         **({"resumed_runs": book.resumed} if book is not None else {}),
     }

@@ -411,7 +411,7 @@ def rerun_cell(existing: Mapping[str, Any], result: Mapping[str, Any],
               {"methods": list(methods), "finished_utc": result.get("finished_utc"),
                "runtime_s": result["runtime_s"], "replaced_settings": replaced}]
     return {**existing, "settings": settings, "runs": runs,
-            "summary": summarize(runs, rules), "reruns": reruns}
+            "summary": summarize(runs), "reruns": reruns}
 
 
 def set_aside(grid: Mapping[str, Any], cell: Mapping[str, Any],
@@ -436,7 +436,7 @@ def set_aside(grid: Mapping[str, Any], cell: Mapping[str, Any],
                 "methods": [m for m in entry["settings"].get("methods", []) if m not in why]}
     return {**entry, "settings": settings, "runs": kept,
             # nothing moved: the runs, so the summary, are as they were
-            "summary": (summarize(kept, grid["rules"]) if moving
+            "summary": (summarize(kept) if moving
                         else entry["summary"]) if entry.get("summary") else {},
             "set_aside_runs": moved,
             "methods_set_aside": {**entry.get("methods_set_aside", {}), **why}}

@@ -205,12 +205,19 @@ def test_a_bad_argument_is_a_message_before_any_run(tmp_path, argv, named):
     assert named in str(stop.value.code) and not out.exists()
 
 
-def test_the_bootstrap_interval_is_seeded_and_holds_the_geometric_mean():
+def test_the_interval_is_students_t_on_the_log_ratios():
+    """Reference: the t interval by hand (mean and standard error of the logs, the 0.975
+    quantile of t with n - 1 degrees of freedom from scipy), exponentiated."""
+    from scipy import stats
+
     ratios = [1.5, 2.0, 3.0, 2.5]
-    a = compare.bootstrap_ratio(ratios, 2000, 0)
-    assert a == compare.bootstrap_ratio(ratios, 2000, 0)
-    assert a["geomean"] == pytest.approx(float(np.exp(np.mean(np.log(ratios)))))
-    assert a["ci95"][0] <= a["geomean"] <= a["ci95"][1]
+    logs = np.log(ratios)
+    half = stats.t.ppf(0.975, 3) * np.std(logs, ddof=1) / 2.0
+    got = compare.ratio_interval(ratios)
+    assert got["geomean"] == pytest.approx(float(np.exp(logs.mean())))
+    assert got["ci95"] == pytest.approx([np.exp(logs.mean() - half), np.exp(logs.mean() + half)])
+    assert compare.ratio_interval([2.0]) == {"geomean": pytest.approx(2.0), "ci95": None}
+    assert compare.ratio_interval([]) == {"geomean": None, "ci95": None}
 
 
 def test_a_task_that_cannot_be_split_n_ways_is_refused_before_any_run(tmp_path):

@@ -69,6 +69,8 @@ def _data():
         "digits-logreg/persistent/20x20": _cell("persistent", {
             "auto": ([10.0, 10.0, 10.0], [0.9] * 3, None, None),
             "wait-for-all": ([20.0, 20.0, 20.0], [0.9] * 3, 2.0, [2.0, 2.0]),
+            # paired on 2 of 3 seeds, its interval below 1: no mark (conditioned on reaching)
+            "first-k": ([5.0, None, 5.0], [0.9] * 3, 0.5, [0.4, 0.6]),
             "fedbuff": ([4.0, 5.0, 6.0], [0.9] * 3, 0.5, [0.4, 0.6]),
             "grouped-rs:2": ([9.0, 9.0, 9.0], [0.9] * 3, 0.9, [0.85, 1.2])}),
         # auto never reaches the target (median inf); wait-for-all reaches it on two seeds:
@@ -121,6 +123,7 @@ def test_each_cell_has_its_row_ratios_and_verdict():
     assert win[7] == "grouped-rs:2 1.04 [0.98, 1.10]"  # the fixed code with the lowest median
     assert win[8] == "✓ 0.96× grouped-rs:2"
     assert lose[6] == "0.50 [0.40, 0.60] ▼"
+    assert lose[5] == "0.50 [0.40, 0.60] (2/3)"  # marked only when every seed paired
     assert lose[7] == "grouped-rs:2 0.90 [0.85, 1.20] ▽"
     assert lose[3] == "not run"  # deadline
     assert lose[8] == "✗ 2.00× FedBuff"

@@ -170,8 +170,9 @@ def stats_cell(stats: Stats | None) -> str:
 
 
 def ratio_text(entry: Mapping[str, Any] | None, auto: Stats | None) -> str:
-    """``geomean [lo, hi]`` with ▼ (interval below 1) or ▽ (only the mean below 1), and
-    ``(k/N)`` when only k of the N seeds are paired; one pair alone has no interval."""
+    """``geomean [lo, hi]`` with ▼ (interval below 1) or ▽ (only the mean below 1) when every
+    seed paired, and ``(k/N)`` (no mark) when only k of the N seeds are; one pair alone has
+    no interval."""
     if entry is None:
         return "not run"
     ratio = entry.get("time_to_target_vs_auto", {})
@@ -187,7 +188,9 @@ def ratio_text(entry: Mapping[str, Any] | None, auto: Stats | None) -> str:
     if paired < 2:  # one pair has no interval
         return f"{ratio['geomean']:.2f} (one pair, {reached}/{seeds} reached)"
     lo, hi = ratio["ci95"]
-    mark = " ▼" if hi < 1.0 else " ▽" if ratio["geomean"] < 1.0 else ""
+    # a ratio over the k < N seeds both reached is conditioned on reaching: no mark
+    mark = "" if paired < seeds else " ▼" if hi < 1.0 else " ▽" if ratio["geomean"] < 1.0 \
+        else ""
     return (f"{ratio['geomean']:.2f} [{lo:.2f}, {hi:.2f}]{mark}"
             + ("" if paired == seeds else f" ({paired}/{seeds})"))
 
@@ -265,9 +268,11 @@ def render_table(data: Mapping[str, Any], report: Sequence[str]) -> str:
         "the seeds, a seed that never reached the target counting as ∞, and how many "
         "reached it. **Rival columns** (and **best code**, the fixed exact code with the "
         "lowest median time to target): the rival's time to target over auto's, geometric "
-        "mean of the per-seed ratios [95 % bootstrap interval] over the seeds where both "
-        "reached the target, `(k/N)` when only k of the N seeds are; below 1 the rival is "
-        "faster: ▼ the whole interval, ▽ only the mean; `never`: the rival never reached "
+        "mean of the per-seed ratios [95 % Student-t interval on their logarithms] over "
+        "the seeds where both reached the target, `(k/N)` when only k of the N seeds are; "
+        "below 1 the rival is faster: ▼ the whole interval, ▽ only the mean, marked only "
+        "when every seed paired (over k < N seeds the ratio is conditioned on reaching the "
+        "target and does not say which is faster); `never`: the rival never reached "
         "the target; `auto never (k/N) ▼`: auto never did and the rival did on k seeds. "
         f"**Verdict**: ✓ where auto's median time to target is at most {GOAL_TIME}× the best "
         "rival's (the lowest median among wait-for-all, deadline-best, first-k, FedBuff and "

@@ -171,7 +171,8 @@ def render_cell(classes: int, n: int, cell: Mapping[str, Any]) -> str:
             f"target {100 * float(s['target']):.0f} %):")
     notes = ["Median time over the seeds, a seed that never reached the target counting as ∞; "
              "time / auto: the geometric mean of the per-seed ratios over the seeds where both "
-             "reached the target [95 % bootstrap interval], `(k/N)` when only k of the N seeds "
+             "reached the target [95 % Student-t interval on their logarithms], `(k/N)` when only "
+             "k of the N seeds "
              "are, as in the grid's table; the last row is the fixed exact code with the "
              "lowest median time."]
     span = fedbuff_span(cell)
