@@ -47,8 +47,9 @@ def arrays_digest(content: RecordDict) -> str:
     """SHA-256 of the values of every array in ``content`` (records and names sorted).
 
     Floating arrays are hashed as float64 with ``-0.0`` read as ``0.0``, so the same values
-    sent in another float dtype, byte order or memory layout hash alike (they give the app the
-    same model); shapes and names are part of the hash."""
+    sent in another byte order or memory layout hash alike (they give the app the same
+    model); their precision (float16, float32, float64), shapes and names are part of the
+    hash: an app computing in the dtype it is sent releases another update from float16."""
     digest = hashlib.sha256()
     for key in sorted(content.keys()):
         record = content[key]
@@ -57,8 +58,11 @@ def arrays_digest(content: RecordDict) -> str:
         for name in sorted(record.keys()):
             values = _values(record[name])
             if values.dtype.kind == "f":
+                # the precision is bound (an app computing in the dtype it is sent gives
+                # another update), not the byte order or layout; float64 hashes as it did
+                size = values.dtype.itemsize
+                kind = "float" if size == 8 else f"float{8 * size}"
                 values = np.asarray(values, dtype=np.float64) + 0.0  # -0.0 -> 0.0
-                kind = "float"
             else:
                 kind = values.dtype.str
             values = np.ascontiguousarray(values)

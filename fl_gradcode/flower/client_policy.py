@@ -140,6 +140,13 @@ class NodePolicy:
         return self.dp_required != "none" or self.min_noise_multiplier > 0
 
     @property
+    def floorless(self) -> bool:
+        """``dp-required`` adds noise on the node but no amount is set (no floor, no ε cap):
+        any positive noise multiplier passes."""
+        return (self.dp_required in LOCAL_NOISE and self.min_noise_multiplier == 0
+                and self.max_epsilon == 0)
+
+    @property
     def budgeted(self) -> bool:
         return self.max_releases > 0 or self.max_epsilon > 0
 
@@ -166,7 +173,8 @@ class NodePolicy:
                 f"dp={mode!r} refused: this node's policy is dp-required="
                 f"{self.dp_required!r} (accepts dp in {ACCEPTED_MODES[self.dp_required]})"
             )
-        if self.active and instruction.weight_key != self.weight_key:
+        guarded = self.active or self.budgeted  # a budget counts releases: the same rules
+        if guarded and instruction.weight_key != self.weight_key:
             raise PolicyError(
                 f"weight-key={instruction.weight_key!r} refused: a partition's weight is sent "
                 f"un-noised, so under this node's policy ({self._describe()}) it is the app's "
@@ -178,12 +186,8 @@ class NodePolicy:
                 f"update; this node's dp-min-noise-multiplier={self.min_noise_multiplier:g} is "
                 "on noise it adds itself (set dp-required='central' to accept the server's)")
         if self.active and mode == "sample":
-            for where, cfg in (("train config", train_config or {}), ("run config", run_config)):
-                if "dp" in cfg and cfg["dp"] != "sample":
-                    raise PolicyError(
-                        f"{where} dp={cfg['dp']!r} refused under dp='sample' (the app's DP-SGD "
-                        f"would be off): this node's policy is {self._describe()}")
-        if self.active and mode == "partition" and instruction.dp_noise != "identical":
+            self._check_sample_configs(run_config, train_config or {})
+        if guarded and mode == "partition" and instruction.dp_noise != "identical":
             # replicas of a partition would release independent draws the server can average
             raise PolicyError(
                 f"dp-noise={instruction.dp_noise!r} refused: replicas of a partition would "
@@ -201,9 +205,19 @@ class NodePolicy:
                 f"noise-multiplier={instruction.noise_multiplier:g} refused: this node's "
                 f"policy is {self._noise_rule()}"
             )
-        if mode != "sample":
+
+    def _check_sample_configs(self, run_config: Mapping[str, Any],
+                              train_config: Mapping[str, Any]) -> None:
+        """Under ``dp='sample'`` the app adds the noise from its configs: neither may turn its
+        DP-SGD off, nor (where the policy demands noise) set a noise multiplier below it."""
+        for where, cfg in (("train config", train_config), ("run config", run_config)):
+            if "dp" in cfg and cfg["dp"] != "sample":
+                raise PolicyError(
+                    f"{where} dp={cfg['dp']!r} refused under dp='sample' (the app's DP-SGD "
+                    f"would be off): this node's policy is {self._describe()}")
+        if not self._demands_noise:
             return
-        for where, cfg in (("run config", run_config), ("train config", train_config or {})):
+        for where, cfg in (("run config", run_config), ("train config", train_config)):
             if "noise-multiplier" in cfg and not self._noise_ok(cfg["noise-multiplier"]):
                 raise PolicyError(
                     f"{where} noise-multiplier={cfg['noise-multiplier']!r} (the "
@@ -211,7 +225,8 @@ class NodePolicy:
                     f"{self._noise_rule()}"
                 )
 
-    def check_plain_train(self, asked: str) -> None:
+    def check_plain_train(self, asked: str, run_config: Mapping[str, Any] | None = None,
+                          train_config: Mapping[str, Any] | None = None) -> None:
         """Raise :class:`PolicyError` unless a plain train message (no gradient-coding
         record, which reaches the app as it is) can meet this node's policy: no policy, or
         ``asked`` (the ``dp`` its config asks the app for) is ``"sample"``, the one DP an app
@@ -225,7 +240,11 @@ class NodePolicy:
                 f"(dp-max-releases={self.max_releases}, dp-max-epsilon={self.max_epsilon:g}) "
                 "counts coded instructions, whose (nonce, round) it records; a plain message "
                 "could be asked again and again")
-        if not self.active or (asked == "sample" and self.dp_required in ("none", "sample")):
+        if not self.active:
+            return
+        if asked == "sample" and self.dp_required in ("none", "sample"):
+            # the app's DP-SGD from the configs it reads, checked as a coded release's are
+            self._check_sample_configs(run_config or {}, train_config or {})
             return
         raise PolicyError(
             f"a plain train message (no gradient-coding record) asking dp={asked!r} refused: "

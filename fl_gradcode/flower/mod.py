@@ -163,7 +163,9 @@ def make_gradient_coding_mod(
     def gradient_coding_mod(
         msg: Message, context: Context, call_next: Callable[[Message, Context], Message]
     ) -> Message:
-        if msg.metadata.message_type != MessageType.TRAIN or not msg.has_content():
+        # "train" and its actions ("train.default", ...): every one reaches a train handler
+        category = msg.metadata.message_type.split(".", 1)[0]
+        if category != MessageType.TRAIN or not msg.has_content():
             return call_next(msg, context)
         try:
             instruction = protocol.parse_instruction(msg.content)
@@ -172,8 +174,10 @@ def make_gradient_coding_mod(
             return Message(error, reply_to=msg)
         if instruction is None:  # a plain train message: the app's, unless the node's DP
             try:  # policy needs the mod's DP, which a plain message does not get
+                train_config = msg.content.config_records.get("config")
                 NodePolicy.from_node_config(context.node_config).check_plain_train(
-                    plain_dp(msg, context))
+                    plain_dp(msg, context), context.run_config,
+                    {} if train_config is None else train_config)
             except Exception as exc:
                 return Message(Error(MOD_ERROR_CODE, error_reason(exc)), reply_to=msg)
             return call_next(msg, context)
@@ -183,6 +187,8 @@ def make_gradient_coding_mod(
             if instruction.op != protocol.OP_TRAIN:
                 raise ValueError(f"unknown gradient-coding op {instruction.op!r}")
             policy = node_policy(msg, context, instruction)
+            if policy.floorless:
+                notices.once("no-floor", NO_FLOOR_WARNING)
             mod_order.warn_inner_mods(call_next, notices)  # once per mod listed after this one
             claimed = claim_round(guard, context, instruction, policy, notices)
             try:
@@ -200,6 +206,13 @@ def make_gradient_coding_mod(
             return Message(Error(MOD_ERROR_CODE, error_reason(exc)), reply_to=msg)
 
     return gradient_coding_mod
+
+
+#: Warned once by a node whose ``dp-required`` adds noise on the node with no amount set.
+NO_FLOOR_WARNING = (
+    "gradient_coding_mod: node config dp-required refuses noise-multiplier=0 only; any "
+    "positive noise multiplier the server sends passes (1e-300 releases the clipped update "
+    "as it is). Set dp-min-noise-multiplier (or dp-max-epsilon) to insist on an amount")
 
 
 def plain_dp(msg: Message, context: Context) -> str:

@@ -62,7 +62,8 @@ def _expected_bound_nonce(nonce: str, params: dict, records: list[tuple[str, str
     then ``["run-config", sorted (name, repr(value)) pairs]`` of the run config the app may
     read (``run_config`` here: the server-only keys already left out), then
     ``";arrays=<hex sha256 of the arrays>"``: for each array (record ``arrays``, names
-    sorted) ``[record, name, "float", shape]`` then its float64 values' bytes;
+    sorted) ``[record, name, kind, shape]`` (kind ``"float"`` for float64, ``"float32"``,
+    ``"float16"`` for those) then its float64 values' bytes;
     ``"<nonce>;bind=<first 32 hex digits>"``."""
     digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode())
     for key, kind, items in sorted(records):
@@ -72,8 +73,10 @@ def _expected_bound_nonce(nonce: str, params: dict, records: list[tuple[str, str
     digest.update(json.dumps(["run-config", pairs]).encode())
     values = hashlib.sha256()
     for name, arr in sorted((arrays if arrays is not None else {"w": np.zeros(DIM)}).items()):
+        bits = 8 * np.asarray(arr).dtype.itemsize
+        kind = "float" if bits == 64 else f"float{bits}"
         arr = np.asarray(arr, dtype=np.float64)
-        values.update(json.dumps(["arrays", name, "float", list(arr.shape)]).encode())
+        values.update(json.dumps(["arrays", name, kind, list(arr.shape)]).encode())
         values.update(arr.tobytes())
     digest.update(f";arrays={values.hexdigest()}".encode())
     return f"{nonce};bind={digest.hexdigest()[:32]}"
@@ -112,9 +115,15 @@ def test_bound_nonce_is_the_documented_sha256_of_the_dp_parameters_records_and_a
         "run7", params, [("config", "ConfigRecord", {"lr": 0.1, "epochs": 2}),
                          ("extra", "MetricRecord", {"b": 1.5})], run_config={"seed": 3})
     assert bound_nonce(inst, content, {"seed": 3, "code": "frc"}) == with_config != expected
-    # the same values in float32 (or with -0.0) bind alike; other values do not
-    same = RecordDict({**content, "arrays": ArrayRecord({"w": Array(-np.zeros(DIM, "f4"))})})
+    # the same values with -0.0, or big-endian, bind alike; in float32 they bind by their
+    # precision (an app computing in the dtype it is sent releases another update)
+    same = RecordDict({**content, "arrays": ArrayRecord({"w": Array(-np.zeros(DIM, ">f8"))})})
     assert bound_nonce(inst, same) == expected
+    single = RecordDict({**content, "arrays": ArrayRecord({"w": Array(np.zeros(DIM, "f4"))})})
+    assert bound_nonce(inst, single) == _expected_bound_nonce(
+        "run7", params, [("config", "ConfigRecord", {"lr": 0.1, "epochs": 2}),
+                         ("extra", "MetricRecord", {"b": 1.5})],
+        arrays={"w": np.zeros(DIM, "f4")}) != expected
     other = np.zeros(DIM)
     other[3] = 1e-300
     moved = RecordDict({**content, "arrays": ArrayRecord({"w": Array(other)})})
@@ -238,6 +247,25 @@ def test_torch_is_seeded_on_every_device_unless_only_the_cpu_exists(
         random.setstate(state[0])
         np.random.set_state(state[1])  # noqa: NPY002
     assert fake.calls == [(expected, 12345)]
+
+
+def test_numpys_global_rng_gets_every_bit_of_a_partition_seed():
+    """A secret partition seed has 63 bits; numpy's global RNG was seeded with the low 32, so
+    seeds equal modulo 2**32 (a collision a server can find in ~1e5 releases) drew the same
+    noise in an app using np.random. Two such seeds now draw differently, and one seed
+    draws the same twice."""
+    state = random.getstate(), np.random.get_state()  # noqa: NPY002
+    low = 0x1234_5678
+    try:
+        draws = []
+        for seed in (low, low + (7 << 32), low + (7 << 32)):
+            seed_everything(seed)
+            draws.append(np.random.standard_normal(4))  # noqa: NPY002
+    finally:
+        random.setstate(state[0])
+        np.random.set_state(state[1])  # noqa: NPY002
+    assert not np.allclose(draws[0], draws[1])
+    np.testing.assert_array_equal(draws[1], draws[2])
 
 
 # ------------------------------------------------------------------------------ warnings

@@ -11,8 +11,9 @@ import dataclasses
 
 import numpy as np
 import pytest
-from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
+from fl_gradcode.flower import protocol
 from fl_gradcode.flower.mod import MOD_ERROR_CODE, make_gradient_coding_mod
 from tests.flower.test_node_dp_policy import (
     DIM,
@@ -152,3 +153,119 @@ def test_a_budgeted_node_keeps_one_cut_of_its_data(tmp_path, key_file):
     reason = _refused(ask(2, 1, 3))
     assert "num-partitions=[3] refused" in reason and "[1] partitions" in reason
     assert '"num-partitions": [1]' in (tmp_path / "state.jsonl").read_text()
+
+
+# ------------------------------------------------ moves found by a second review
+def _typed(message: Message, message_type: str) -> Message:
+    """``message`` sent as ``message_type`` (Flower routes ``train.<action>`` to a train
+    handler: ``train.default`` to ``@app.train()``)."""
+    return Message(message.content, dst_node_id=7, message_type=message_type, group_id="1")
+
+
+@pytest.mark.parametrize("message_type", ["train.default", "train.custom"])
+def test_a_train_action_is_governed_as_a_train_message(key_file, message_type):
+    """The mod compared the whole message type with "train": a plain message sent as
+    "train.default" reached the app with no policy check, and the app released its raw
+    update to a node with a floor and a release budget."""
+    node = {"dp-key-file": key_file, "dp-required": "partition",
+            "dp-min-noise-multiplier": 1.0}
+    reply = make_gradient_coding_mod()(_typed(_plain_train("partition"), message_type),
+                                       _context(**{"partition-id": 1}, **node), NoisyApp())
+    assert "plain train message" in _refused(reply)
+    # a coded instruction sent as a train action is coded work like any other
+    instruction = _inst(dp="partition", noise_multiplier=5.0)
+    coded = make_gradient_coding_mod()(_typed(_message(instruction), message_type),
+                                       _context(**node), NoisyApp())
+    assert not coded.has_error(), coded.error.reason
+    assert not np.allclose(_coded(coded), _raw(1), atol=1e-6)
+
+
+@pytest.mark.parametrize("node", [{"dp-required": "sample"},
+                                  {"dp-min-noise-multiplier": 2.0},
+                                  {"dp-required": "sample", "dp-min-noise-multiplier": 2.0}])
+@pytest.mark.parametrize("where", ["train", "run"])
+def test_a_plain_sample_message_is_held_to_the_noise_a_coded_one_is(key_file, node, where):
+    """A plain dp='sample' message reaches the app, whose DP-SGD reads its configs: a noise
+    multiplier of 0 (or below the floor) in the train or run config is refused, as for a
+    coded dp='sample' instruction; the app's raw update was released."""
+    config = {"dp": "sample", "noise-multiplier": 0.0}
+    content = RecordDict({"arrays": ArrayRecord({"w": Array(np.zeros(DIM))}),
+                          "config": ConfigRecord({"lr": LR, **(config if where == "train"
+                                                               else {"dp": "sample"})})})
+    message = Message(content, dst_node_id=7, message_type="train", group_id="1")
+    context = _context(run_config=config if where == "run" else None,
+                       **{"partition-id": 1, "dp-key-file": key_file, **node})
+    reason = _refused(make_gradient_coding_mod()(message, context, NoisyApp()))
+    assert "noise-multiplier=0.0" in reason
+
+
+def test_a_release_budget_alone_pins_the_weight_key_and_identical_noise(key_file, tmp_path):
+    """A node with only an epsilon budget (no dp-required, no floor): the weight travels
+    un-noised, so naming the update norm as the weight read it in clear while the ledger
+    counted the release; independent noise per replica would let the server average it."""
+    node = {"dp-key-file": key_file, "dp-max-epsilon": 1.0,
+            "dp-state-file": str(tmp_path / "state.jsonl")}
+    named = dataclasses.replace(_inst(dp="partition", noise_multiplier=20.0),
+                                weight_key="update-norm")
+    reason = _refused(make_gradient_coding_mod()(_message(named), _context(**node),
+                                                 NormReportingApp()))
+    assert "weight-key='update-norm'" in reason
+    independent = dataclasses.replace(_inst(dp="partition", noise_multiplier=20.0),
+                                      dp_noise="independent")
+    reason = _refused(make_gradient_coding_mod()(_message(independent), _context(**node),
+                                                 NoisyApp()))
+    assert "dp-noise='independent'" in reason
+
+
+def test_a_replica_sent_the_model_in_another_float_precision_draws_other_noise(key_file):
+    """Replicas of one partition under one (nonce, round), one sent the model in float64 and
+    one in float16: an app computing in the dtype it is sent releases other updates, so the
+    same keyed noise left their difference noise-free (the float16 rounding of the private
+    update). Now the precision is bound: the difference carries noise."""
+    def app(msg, ctx):  # computes in the dtype it receives
+        pid = int(ctx.node_config["partition-id"])
+        theta = msg.content["arrays"]["w"].numpy()
+        new = theta + (LR * (_target(pid) - theta)).astype(theta.dtype)
+        return Message(RecordDict({"arrays": ArrayRecord({"w": Array(new)}),
+                                   "metrics": MetricRecord({"num-examples": _n(pid)})}),
+                       reply_to=msg)
+
+    node = {"dp-key-file": key_file, "dp-required": "partition"}
+    instruction = _inst(dp="partition", noise_multiplier=5.0, clip_norm=1e6)
+
+    def release(dtype, node_id):
+        content = RecordDict({"arrays": ArrayRecord({"w": Array(np.zeros(DIM, dtype))}),
+                              "config": ConfigRecord({"lr": LR})})
+        message = protocol.instruction_message(content, instruction, 7, "1")
+        return _coded(make_gradient_coding_mod()(message, _context(node_id, **node), app))
+
+    a, b = release(np.float64, 101), release(np.float16, 102)
+    private = LR * _target(0) * _n(0)
+    residue = private - (LR * _target(0)).astype(np.float16).astype(np.float64) * _n(0)
+    assert not np.allclose(a - b, residue, atol=1e-3 * _n(0))
+    assert np.std(a - b) > 1.0  # independent keyed noise, sigma * clip per release
+
+
+@pytest.mark.parametrize(("extra", "warned"), [({}, True),
+                                              ({"dp-min-noise-multiplier": 0.5}, False),
+                                              ({"dp-max-epsilon": 8.0}, False)])
+def test_dp_required_without_an_amount_of_noise_is_warned_once(key_file, tmp_path, extra,
+                                                               warned):
+    """dp-required refuses sigma = 0 only, so any positive sigma passes: a node that sets no
+    floor and no epsilon cap is told so, once."""
+    import warnings
+
+    from fl_gradcode.flower.mod import NO_FLOOR_WARNING
+
+    node = {"dp-key-file": key_file, "dp-required": "partition",
+            "dp-state-file": str(tmp_path / "state.jsonl"), **extra}
+    mod = make_gradient_coding_mod()
+    instruction = _inst(dp="partition", noise_multiplier=5.0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for round_ in (1, 2):
+            reply = mod(_message(dataclasses.replace(instruction, round=round_)),
+                        _context(**node), NoisyApp())
+            assert not reply.has_error(), reply.error.reason
+    told = [w for w in caught if str(w.message) == NO_FLOOR_WARNING]
+    assert len(told) == (1 if warned else 0)
