@@ -480,3 +480,21 @@ def test_the_table_names_fixed_code_runs_made_with_fewer_partitions_than_the_coh
             run["code_partitions"] = 20
     (note,) = split_codes(data, ["a/x/20x20", "b/x/20x20"])
     assert "in 1 finished cell (k = 18 at a cohort of 20: a/x/20x20)" in note
+
+
+def test_the_table_says_where_first_k_ran_untuned():
+    """first-k's over-commitment is tuned on the development seeds only from amendment 18:
+    a finished cell whose first-k has no settings.first_k.tuning is counted in a note with
+    its c; once every such cell records a tuning, the note is gone."""
+    data = _data()
+    for cell in data["cells"].values():
+        cell["settings"]["first_k"] = {"k": 15, "overcommit": 1.3}
+    ran = [n for n, c in data["cells"].items() if any(r["method"] == "first-k"
+                                                      for r in c["runs"])]
+    assert len(ran) >= 2
+    text = rivals.render(data, REPORT)
+    assert (f"c = 1.3 fixed a priori in {len(ran)} of the {len(ran)} finished cells"
+            in text)
+    for name in ran:
+        data["cells"][name]["settings"]["first_k"]["tuning"] = {"chosen": 1.6}
+    assert "fixed a priori in" not in rivals.render(data, REPORT)

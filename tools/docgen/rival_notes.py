@@ -179,3 +179,21 @@ def split_codes(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
             "ServerApp now gives every code one partition per client (the leftover clients "
             "join groups, whose members compute more), so a re-run would differ."
             for method, sizes in sorted(split.items())]
+
+
+def first_k_untuned(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
+    """In how many finished cells first-k ran with its over-commitment fixed a priori (no
+    ``settings.first_k.tuning``: the grid file's amendment 18 tunes it on the development
+    seeds, as the deadline rival and FedBuff are), where the verdict may flatter auto."""
+    cells = data["cells"]
+    ran = [n for n in done if any(r.get("method") == "first-k" for r in cells[n]["runs"])]
+    untuned = [n for n in ran if "tuning" not in cells[n]["settings"].get("first_k", {})]
+    if not untuned:
+        return []
+    c = sorted({float(cells[n]["settings"].get("first_k", {}).get("overcommit", 0.0))
+                for n in untuned})
+    return [f"first-k ran with its over-commitment c = {', '.join(f'{v:g}' for v in c)} fixed "
+            f"a priori in {len(untuned)} of the {len(ran)} finished cells that ran it, not "
+            "tuned on the development seeds as the deadline and FedBuff are "
+            "(`experiments/grid.toml` amendment 18, not yet run): there its column, and the "
+            "verdict where first-k could be the best rival, may flatter auto."]

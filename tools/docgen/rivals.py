@@ -297,6 +297,7 @@ def render_table(data: Mapping[str, Any], report: Sequence[str]) -> str:
         auto_stops,
         deadline_grids,
         fedbuff_tuned,
+        first_k_untuned,
         rival_fixes,
         split_codes,
     )
@@ -306,6 +307,7 @@ def render_table(data: Mapping[str, Any], report: Sequence[str]) -> str:
     notes += rival_fixes(data, done)
     notes += auto_stops(data, done)
     notes += fedbuff_tuned(data, done)
+    notes += first_k_untuned(data, done)
     return table(header, rows) + "\n\n" + " ".join([legend, *notes])
 
 
