@@ -73,6 +73,7 @@ from experiments.compare_cli import (
 )
 from experiments.deadline_best import PriorDeadlines, best_deadline, deadline_best, prior_deadlines
 from experiments.fedbuff_tuning import check_tuning_lists, tuned_fedbuff
+from experiments.first_k_tuning import check_overcommit_list, tuned_first_k
 from experiments.journal import Journal
 from experiments.registry import (
     COMPUTE_KEYS,
@@ -185,6 +186,12 @@ class Runner:
                          lambda: run_rival("fedbuff", seed, cell),
                          f"fedbuff lr {lr:g} K {cell.fedbuff_buffer()}")
 
+    def first_k(self, cell: Cell, seed: int) -> dict[str, Any]:
+        """first-k with ``cell``'s over-commitment (its tuning's runs told apart by it)."""
+        return self._run(("first-k", float(cell.overcommit), seed),
+                         lambda: run_rival("first-k", seed, cell),
+                         f"first-k c {cell.overcommit:g} K {cell.first_k()}")
+
     def stated_deadline(self, dev_seeds: Sequence[int], quantile: float,
                         slack: float) -> float:
         from fl_gradcode.rivals import stated_deadline
@@ -250,6 +257,12 @@ def compare(cell: Cell, methods: Sequence[str], seeds: Sequence[int],
                     "pre-registered reading")
             facts["fedbuff"] = {**fedbuff_settings(tuned), "tuning": tuning}
             runs += [{**runner.fedbuff(tuned, seed), "method": "fedbuff"} for seed in seeds]
+        elif method == "first-k" and cell.first_k_tune:
+            tuned, tuning = tuned_first_k(cell, dev_seeds, check_overcommit_list(rules),
+                                          runner.first_k, rules.get("first_k_tune_extend"))
+            facts["first_k"] = {"k": tuned.first_k(), "overcommit": tuned.overcommit,
+                                "tuning": tuning}
+            runs += [{**runner.first_k(tuned, seed), "method": "first-k"} for seed in seeds]
         elif method in RIVALS:
             runs += [runner.rival(method, seed) for seed in seeds]
         else:
@@ -360,6 +373,7 @@ def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, coho
                           if finished is not None else None)
     resumed_s = book.resumed_wall_s if book is not None else 0.0
     tuned_fedbuff_settings = facts.pop("fedbuff", {})  # FedBuff's pick, where it was tuned
+    first_k = facts.pop("first_k", None) or {"k": cell.first_k(), "overcommit": cell.overcommit}
     return {
         "settings": {
             # the regime that ran: the run config's, resolved by the key table
@@ -368,7 +382,7 @@ def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, coho
             "rounds": rounds, "target": target, "methods": list(methods),
             "seeds": list(seeds), "dev_seeds": list(dev_seeds), "set": dict(sets or {}),
             "run_config": dict(cell.run_config), "quick": bool(quick),
-            "first_k": {"k": cell.first_k(), "overcommit": cell.overcommit},
+            "first_k": first_k,
             "fedbuff": {**fedbuff_settings(cell),
                         **({"regime_round": "federation"} if "fedbuff" in methods else {}),
                         **tuned_fedbuff_settings},
@@ -457,9 +471,16 @@ def _main(args: argparse.Namespace) -> int:
 
 def check_fedbuff_rules(rules: Mapping[str, Any], rules_set: Mapping[str, float] | None,
                         methods: Sequence[str]) -> None:
-    """A ``ValueError`` where ``--rule`` fixes FedBuff's server lr or K while ``rules`` (the
-    grid file's with ``rules_set``) tune them on the development seeds (the value given
-    would not run), or where the tuning's lists are bad."""
+    """A ``ValueError`` where ``--rule`` fixes FedBuff's server lr or K, or first-k's
+    over-commitment, while ``rules`` (the grid file's with ``rules_set``) tune them on the
+    development seeds (the value given would not run), or where a tuning's lists are bad."""
+    if rules.get("first_k_tune") and "first-k" in methods:
+        check_overcommit_list(rules)
+        if "overcommit" in (rules_set or {}):
+            raise ValueError(f"--rule overcommit={rules_set['overcommit']:g}: first-k's "
+                             "over-commitment is tuned on the development seeds (the grid "
+                             "file's first_k_tune); add --rule first_k_tune=0 to run the "
+                             "value given")
     if not (rules.get("fedbuff_tune") and "fedbuff" in methods):
         return
     check_tuning_lists(rules)

@@ -82,6 +82,9 @@ RIVAL_RULES = {
     "fedbuff_tune": ("FedBuff's server lr and K chosen on the development seeds from the grid "
                      "file's fedbuff_tune_* lists: 1, or 0 (fedbuff_server_lr and "
                      "fedbuff_buffer_fraction as they are)", lambda v: v in (0, 1)),
+    "first_k_tune": ("first-k's over-commitment chosen on the development seeds from the grid "
+                     "file's first_k_tune_overcommit list: 1, or 0 (overcommit as it is)",
+                     lambda v: v in (0, 1)),
 }
 
 

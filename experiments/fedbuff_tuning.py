@@ -60,15 +60,15 @@ def check_tuning_lists(rules: Mapping[str, Any]) -> tuple[list[float], list[floa
                   lambda v: 0 < v <= 1, "in (0, 1]"))
 
 
-def check_extend(value: Any) -> int:
-    """The grid file's ``fedbuff_tune_extend`` (absent: 0) as an integer >= 0, or a
-    ``ValueError`` naming the bad value."""
+def check_extend(value: Any, name: str = "fedbuff_tune_extend") -> int:
+    """The grid file's ``name`` (``fedbuff_tune_extend`` or ``first_k_tune_extend``; absent:
+    0) as an integer >= 0, or a ``ValueError`` naming the bad value."""
     if value is None:
         return 0
     if isinstance(value, bool) or not isinstance(value, (int, float)) \
             or not math.isfinite(value) or value < 0 or value != int(value):
-        raise ValueError(f"fedbuff_tune_extend={value!r}: expected an integer >= 0 (how many "
-                         "times FedBuff's tuning lists may grow past an edge pick)")
+        raise ValueError(f"{name}={value!r}: expected an integer >= 0 (how many times a "
+                         "rival's tuning list may grow past an edge pick)")
     return int(value)
 
 

@@ -113,6 +113,9 @@ class Cell:
     #: 1: FedBuff's server lr and buffer are tuned on the development seeds
     #: (``experiments.fedbuff_tuning``); 0: the two values above
     fedbuff_tune: float
+    #: 1: first-k's over-commitment is tuned on the development seeds
+    #: (``experiments.first_k_tuning``); 0: ``overcommit`` as it is
+    first_k_tune: float = 0.0
 
     def __post_init__(self) -> None:
         given = self.run_config.get("stop-late-work")

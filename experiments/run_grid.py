@@ -36,6 +36,7 @@ from experiments.compare import (
     task_target,
 )
 from experiments.fedbuff_tuning import check_tuning_lists
+from experiments.first_k_tuning import check_overcommit_list
 from experiments.rival_runs import RIVALS
 from experiments.summary import print_summary, summarize
 
@@ -246,8 +247,8 @@ def estimate(grid: Mapping[str, Any], data: Mapping[str, Any],
     digits-logreg's, from ``results/compare_target_dev_TASK.json`` when it exists). A cell
     runs each method on the evaluation seeds, every multiple of ``deadline_grid`` but 1 for
     deadline-best, and wait-for-all and FedBuff's tuning settings (``fedbuff_tune``: the
-    lists', or the mean number tried where finished cells grew them) on the development
-    seeds."""
+    lists', or the mean number tried where finished cells grew them) and first-k's
+    (``first_k_tune``: its list) on the development seeds."""
     walls: dict[str, dict[str, list[float]]] = {}
     for cell in data["cells"].values():
         scale = 20.0 / max(1, cell["settings"]["cohort"])
@@ -292,6 +293,8 @@ def estimate(grid: Mapping[str, Any], data: Mapping[str, Any],
                 total += seeds * extra_deadlines * run_s(table, "deadline")
             if method == "fedbuff":
                 total += dev * fedbuff_settings * run_s(table, "fedbuff")
+            if method == "first-k" and rules.get("first_k_tune"):
+                total += dev * len(rules["first_k_tune_overcommit"]) * run_s(table, "first-k")
         cells[cell["name"]] = total * factor
     remaining = sum(s for name, s in cells.items() if name not in data["cells"])
     return {"whole_grid_s": sum(cells.values()), "remaining_s": remaining,
@@ -461,6 +464,8 @@ def check_grid(grid: Mapping[str, Any], patterns: str, methods: Sequence[str] | 
     check_methods(list(methods or []))
     if grid["rules"].get("fedbuff_tune") and "fedbuff" in (methods or grid_methods(grid, 1)):
         check_tuning_lists(grid["rules"])
+    if grid["rules"].get("first_k_tune") and "first-k" in (methods or grid_methods(grid, 1)):
+        check_overcommit_list(grid["rules"])
     by_name = {c["name"]: c for c in grid_cells(grid)}
     for name in chosen:
         for method in methods or []:

@@ -150,8 +150,10 @@ def test_the_estimate_uses_a_tasks_own_finished_cells_before_a_factor():
     cnn_methods = len(methods) - 1
     rules = grid["rules"]
     tuning = dev * len(rules["fedbuff_tune_server_lr"]) * len(rules["fedbuff_tune_buffer_fraction"])
-    runs_per_cell = dev + seeds * len(methods) + seeds * extra + tuning
-    cnn_runs = dev + seeds * cnn_methods + seeds * extra + tuning
+    # first-k's over-commitment list, tried on the development seeds (amendment 18)
+    first_k = dev * len(rules["first_k_tune_overcommit"])
+    runs_per_cell = dev + seeds * len(methods) + seeds * extra + tuning + first_k
+    cnn_runs = dev + seeds * cnn_methods + seeds * extra + tuning + first_k
     # the CNN's own runs (7 s), not digits' times the factor 100
     assert est["per_cell_s"]["mnist1d-cnn/bimodal/20x20"] == pytest.approx(7.0 * cnn_runs)
     # no natural-noniid cell finished: digits' runs (1 s) times its factor
