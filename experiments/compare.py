@@ -100,38 +100,12 @@ from experiments.registry import (
 from experiments.rival_runs import RIVALS, Cell, run_coded, run_rival
 from experiments.summary import fmt, print_summary, ratio_interval, summarize
 
-__all__ = [
-    "COMPUTE_KEYS",
-    "GRID",
-    "Cell",
-    "Runner",
-    "best_deadline",
-    "built_code",
-    "cell_own_keys",
-    "cell_rules",
-    "cell_run_config",
-    "charge_at",
-    "charge_once",
-    "check_builds",
-    "check_cell",
-    "check_codes",
-    "check_methods",
-    "code_fit",
-    "compare",
-    "grid_cell",
-    "load_grid",
-    "lookup",
-    "main",
-    "print_summary",
-    "ratio_interval",
-    "registry_config",
-    "run_cell",
-    "run_coded",
-    "run_rival",
-    "summarize",
-    "task_target",
-    "with_rules",
-]
+__all__ = ["COMPUTE_KEYS", "GRID", "Cell", "Runner", "best_deadline", "built_code",
+           "cell_own_keys", "cell_rules", "cell_run_config", "charge_at", "charge_once",
+           "check_builds", "check_cell", "check_codes", "check_methods", "code_fit", "compare",
+           "grid_cell", "load_grid", "lookup", "main", "print_summary", "ratio_interval",
+           "registry_config", "run_cell", "run_coded", "run_rival", "summarize", "task_target",
+           "with_rules"]
 
 # ============================================================================= the runs
 class Runner:

@@ -195,5 +195,6 @@ def first_k_untuned(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
     return [f"first-k ran with its over-commitment c = {', '.join(f'{v:g}' for v in c)} fixed "
             f"a priori in {len(untuned)} of the {len(ran)} finished cells that ran it, not "
             "tuned on the development seeds as the deadline and FedBuff are "
-            "(`experiments/grid.toml` amendment 18, not yet run): there its column, and the "
+            "(`experiments/grid.toml` amendment 18, not yet run in those cells): there its "
+            "column, and the "
             "verdict where first-k could be the best rival, may flatter auto."]
