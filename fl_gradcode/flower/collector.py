@@ -32,7 +32,7 @@ from .blas import serial_blas
 from .clock import Clock
 from .deadline_policy import DeadlinePolicy
 from .dispatch import Requests
-from .option_values import finite_number
+from .finite import finite_number
 from .options import IntegrityOptions
 from .protocol import CodedReply, RejectedReply
 from .quarantine import Quarantine

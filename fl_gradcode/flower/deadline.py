@@ -59,7 +59,8 @@ from .clock import (
     job_start,
     timing_value,
 )
-from .option_values import finite, finite_number, whole
+from .finite import finite_number
+from .option_values import finite, whole
 
 __all__ = ["TIMING_KEY", "DeadlineFedAvg", "check_charges", "reply_bytes", "reply_timing",
            "train_timing_mod", "virtual_arrival"]

@@ -3,15 +3,15 @@ never coerced into another setting (``bool("false")`` is ``True``, ``int(1.7)`` 
 
 from __future__ import annotations
 
-import math
 import numbers
 from typing import Any
 
 import numpy as np
 
 from ..codes import GradientCode
+from .finite import finite_number
 
-__all__ = ["check_code", "check_fixed_s", "finite", "finite_number", "flag", "number", "whole"]
+__all__ = ["check_code", "check_fixed_s", "finite", "flag", "number", "whole"]
 
 
 def number(value: Any) -> bool:
@@ -56,17 +56,6 @@ def flag(name: str, value: Any) -> bool:
     if isinstance(value, (numbers.Integral, np.bool_)) and value in (0, 1):
         return bool(value)
     raise ValueError(f"{name}={value!r} must be True or False")
-
-
-def finite_number(value: Any) -> bool:
-    """A real number (not a bool) whose float is finite: not NaN or Inf, and not an int past
-    float's range (``10**400``, which Flower's records hold in process)."""
-    if not isinstance(value, numbers.Real) or isinstance(value, bool):
-        return False
-    try:
-        return math.isfinite(value)
-    except OverflowError:
-        return False
 
 
 def finite(name: str, value: Any, low: float = 0.0) -> float:

@@ -28,7 +28,7 @@ from typing import Any
 from flwr.app import Message, MetricRecord, RecordDict
 from flwr.common.logger import log
 
-from .option_values import finite_number
+from .finite import finite_number
 from .protocol import PROTOCOL_KEY, RejectedReply
 
 __all__ = ["PREFIX", "attach", "collect", "per_partition_metrics", "read", "records"]

@@ -59,7 +59,7 @@ from flwr.app import (
 
 from ..privacy import DP_MODES, DP_NOISE
 from .clock import CLOCKS
-from .option_values import finite_number
+from .finite import finite_number
 
 __all__ = [
     "MAX_LIST",

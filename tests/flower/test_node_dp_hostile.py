@@ -8,13 +8,20 @@ from its formulas in numpy, never from the mod)."""
 from __future__ import annotations
 
 import dataclasses
+import random
+import re
 
 import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
 from fl_gradcode.flower import protocol
-from fl_gradcode.flower.mod import MOD_ERROR_CODE, make_gradient_coding_mod
+from fl_gradcode.flower.mod import (
+    MOD_ERROR_CODE,
+    bound_nonce,
+    make_gradient_coding_mod,
+    seed_everything,
+)
 from tests.flower.test_node_dp_policy import (
     DIM,
     LR,
@@ -269,3 +276,60 @@ def test_dp_required_without_an_amount_of_noise_is_warned_once(key_file, tmp_pat
             assert not reply.has_error(), reply.error.reason
     told = [w for w in caught if str(w.message) == NO_FLOOR_WARNING]
     assert len(told) == (1 if warned else 0)
+
+
+def test_numpys_global_rng_gets_every_bit_of_a_partition_seed():
+    """A secret partition seed has 63 bits; numpy's global RNG was seeded with the low 32, so
+    seeds equal modulo 2**32 (a collision a server can find in ~1e5 releases) drew the same
+    noise in an app using np.random. Two such seeds now draw differently, and one seed
+    draws the same twice."""
+    state = random.getstate(), np.random.get_state()  # noqa: NPY002
+    low = 0x1234_5678
+    try:
+        draws = []
+        for seed in (low, low + (7 << 32), low + (7 << 32)):
+            seed_everything(seed)
+            draws.append(np.random.standard_normal(4))  # noqa: NPY002
+    finally:
+        random.setstate(state[0])
+        np.random.set_state(state[1])  # noqa: NPY002
+    assert not np.allclose(draws[0], draws[1])
+    np.testing.assert_array_equal(draws[1], draws[2])
+
+
+def test_bound_nonce_is_the_documented_sha256_of_the_dp_parameters_records_and_arrays():
+    """The binding against its documented definition (tests/flower/test_mod_edges.py)."""
+    from tests.flower.messages import DIM as MSG_DIM
+    from tests.flower.messages import train_instruction
+    from tests.flower.test_mod_edges import _expected_bound_nonce
+
+    inst = train_instruction(nonce="run7", dp="sample", clip_norm=2, noise_multiplier=0.75,
+                             dp_noise="independent")
+    content = RecordDict({"arrays": ArrayRecord({"w": Array(np.zeros(MSG_DIM))}),
+                          "config": ConfigRecord({"lr": 0.1, "epochs": 2}),
+                          "extra": MetricRecord({"b": 1.5})})
+    params = {"dp": "sample", "clip-norm": "2.0", "noise-multiplier": "0.75",
+              "dp-noise": "independent"}
+    expected = _expected_bound_nonce(
+        "run7", params, [("config", "ConfigRecord", {"lr": 0.1, "epochs": 2}),
+                         ("extra", "MetricRecord", {"b": 1.5})])
+    assert bound_nonce(inst, content) == expected
+    assert re.fullmatch(r"run7;bind=[0-9a-f]{32}", expected)
+    # the run config the app may read is bound; a key only the server reads (code) is not
+    with_config = _expected_bound_nonce(
+        "run7", params, [("config", "ConfigRecord", {"lr": 0.1, "epochs": 2}),
+                         ("extra", "MetricRecord", {"b": 1.5})], run_config={"seed": 3})
+    assert bound_nonce(inst, content, {"seed": 3, "code": "frc"}) == with_config != expected
+    # the same values with -0.0, or big-endian, bind alike; in float32 they bind by their
+    # precision (an app computing in the dtype it is sent releases another update)
+    same = RecordDict({**content, "arrays": ArrayRecord({"w": Array(-np.zeros(MSG_DIM, ">f8"))})})
+    assert bound_nonce(inst, same) == expected
+    single = RecordDict({**content, "arrays": ArrayRecord({"w": Array(np.zeros(MSG_DIM, "f4"))})})
+    assert bound_nonce(inst, single) == _expected_bound_nonce(
+        "run7", params, [("config", "ConfigRecord", {"lr": 0.1, "epochs": 2}),
+                         ("extra", "MetricRecord", {"b": 1.5})],
+        arrays={"w": np.zeros(MSG_DIM, "f4")}) != expected
+    other = np.zeros(MSG_DIM)
+    other[3] = 1e-300
+    moved = RecordDict({**content, "arrays": ArrayRecord({"w": Array(other)})})
+    assert bound_nonce(inst, moved) != expected
