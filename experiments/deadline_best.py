@@ -21,7 +21,8 @@ import numpy as np
 
 from experiments.summary import median_known, median_time
 
-__all__ = ["PriorDeadlines", "best_deadline", "deadline_best", "prior_deadlines", "rank_medians"]
+__all__ = ["PriorDeadlines", "best_deadline", "deadline_best", "prior_deadlines", "rank_medians",
+           "tried_record"]
 
 Runs = list[dict[str, Any]]
 
@@ -42,6 +43,18 @@ def rank_medians(runs: Sequence[Mapping[str, Any]]) -> tuple[float, float]:
     reached it) and the median final accuracy: what :func:`best_deadline` ranks by."""
     finals = [float(r["final_accuracy"] or 0.0) for r in runs]
     return median_time([r["time_to_target"] for r in runs]), float(np.median(finals))
+
+
+def tried_record(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """A tuned setting's runs as a tuning's record keeps them: their medians
+    (:func:`rank_medians`; ``None`` for a median run that never reached the target) and
+    each seed's time to target and final accuracy."""
+    time, final = rank_medians(runs)
+    return {"median_time_to_target_all_seeds": None if math.isinf(time) else time,
+            "median_final_accuracy": final,
+            "per_seed": {str(r["seed"]): {"time_to_target": r["time_to_target"],
+                                          "final_accuracy": r["final_accuracy"]}
+                         for r in runs}}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,10 +22,11 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from experiments.deadline_best import rank_medians
+from experiments.deadline_best import tried_record
 from experiments.rival_runs import Cell
 
-__all__ = ["FEDBUFF_RULE", "check_extend", "check_tuning_lists", "grown", "tuned_fedbuff"]
+__all__ = ["FEDBUFF_RULE", "check_extend", "check_tuning_lists", "grown", "number_list",
+           "tuned_fedbuff"]
 
 #: What a cell's ``settings.fedbuff.tuning.rule`` says.
 FEDBUFF_RULE = ("the (server_lr, buffer_fraction) of the grid with the lowest median time to "
@@ -37,7 +38,10 @@ FEDBUFF_RULE = ("the (server_lr, buffer_fraction) of the grid with the lowest me
                 "setting tried, at most extend times")
 
 
-def _grid(values: Any, name: str, ok: Callable[[float], bool], what: str) -> list[float]:
+def number_list(values: Any, name: str, ok: Callable[[float], bool], what: str
+                ) -> list[float]:
+    """The grid file's list ``name`` as floats each ``ok`` (``what`` says how), or a
+    ``ValueError`` naming the list or its bad value."""
     if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
         raise ValueError(f"{name}={values!r}: expected a non-empty list of numbers {what}")
     out = []
@@ -54,9 +58,9 @@ def check_tuning_lists(rules: Mapping[str, Any]) -> tuple[list[float], list[floa
     or a ``ValueError`` naming the bad list or a bad ``fedbuff_tune_extend``
     (:func:`check_extend`; checked before any run where FedBuff is tuned)."""
     check_extend(rules.get("fedbuff_tune_extend"))
-    return (_grid(rules.get("fedbuff_tune_server_lr"), "fedbuff_tune_server_lr",
+    return (number_list(rules.get("fedbuff_tune_server_lr"), "fedbuff_tune_server_lr",
                   lambda v: v > 0, "> 0"),
-            _grid(rules.get("fedbuff_tune_buffer_fraction"), "fedbuff_tune_buffer_fraction",
+            number_list(rules.get("fedbuff_tune_buffer_fraction"), "fedbuff_tune_buffer_fraction",
                   lambda v: 0 < v <= 1, "in (0, 1]"))
 
 
@@ -147,11 +151,6 @@ def _tried(cell: Cell, lr: float, fraction: float, dev_seeds: Sequence[int],
     """One setting's runs on the development seeds, as the tuning's record has them."""
     tried = dataclasses.replace(cell, fedbuff_server_lr=lr, fedbuff_buffer_fraction=fraction)
     runs = [run(tried, int(seed)) for seed in dev_seeds]
-    time, final = rank_medians(runs)
     return {"server_lr": lr, "buffer_fraction": fraction,
             "buffer_size": tried.fedbuff_buffer(), "server_steps": tried.fedbuff_steps(),
-            "median_time_to_target_all_seeds": None if math.isinf(time) else time,
-            "median_final_accuracy": final,
-            "per_seed": {str(r["seed"]): {"time_to_target": r["time_to_target"],
-                                          "final_accuracy": r["final_accuracy"]}
-                         for r in runs}}
+            **tried_record(runs)}

@@ -23,8 +23,8 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from experiments.deadline_best import rank_medians
-from experiments.fedbuff_tuning import check_extend
+from experiments.deadline_best import tried_record
+from experiments.fedbuff_tuning import check_extend, number_list
 from experiments.rival_runs import Cell
 
 __all__ = ["FIRST_K_RULE", "check_overcommit_list", "grown", "tuned_first_k"]
@@ -42,16 +42,10 @@ FIRST_K_RULE = ("the over-commitment c of the list with the lowest median time t
 def check_overcommit_list(rules: Mapping[str, Any]) -> list[float]:
     """The grid file's ``first_k_tune_overcommit`` as numbers >= 1 (and a good
     ``first_k_tune_extend``), or a ``ValueError`` naming the bad value."""
-    values = rules.get("first_k_tune_overcommit")
-    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
-        raise ValueError(f"first_k_tune_overcommit={values!r}: expected a non-empty list of "
-                         "numbers >= 1")
-    for v in values:
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
-                or v < 1:
-            raise ValueError(f"first_k_tune_overcommit: {v!r} is not a number >= 1")
+    values = number_list(rules.get("first_k_tune_overcommit"), "first_k_tune_overcommit",
+                         lambda v: v >= 1, ">= 1")
     check_extend(rules.get("first_k_tune_extend"), "first_k_tune_extend")
-    return [float(v) for v in values]
+    return values
 
 
 def _shape(cell: Cell, c: float) -> tuple[int, int]:
@@ -97,9 +91,10 @@ def tuned_first_k(cell: Cell, dev_seeds: Sequence[int], values: Sequence[float],
     todo, extensions = [float(v) for v in values], []
     while True:
         for c in todo:
-            if _shape(cell, c) in shapes:
+            shape = _shape(cell, c)
+            if shape in shapes:
                 continue
-            shapes.add(_shape(cell, c))
+            shapes.add(shape)
             results.append(_tried(cell, c, dev_seeds, run))
         best = results[min(range(len(results)), key=score)]
         more = grown([r["overcommit"] for r in results], best["overcommit"], cell)
@@ -118,12 +113,6 @@ def _tried(cell: Cell, c: float, dev_seeds: Sequence[int],
            run: Callable[[Cell, int], Mapping[str, Any]]) -> dict[str, Any]:
     """One value's runs on the development seeds, as the tuning's record has them."""
     tried = dataclasses.replace(cell, overcommit=c)
-    runs = [run(tried, int(seed)) for seed in dev_seeds]
-    time, final = rank_medians(runs)
     k, sampled = _shape(cell, c)
     return {"overcommit": c, "k": k, "sampled": sampled,
-            "median_time_to_target_all_seeds": None if math.isinf(time) else time,
-            "median_final_accuracy": final,
-            "per_seed": {str(r["seed"]): {"time_to_target": r["time_to_target"],
-                                          "final_accuracy": r["final_accuracy"]}
-                         for r in runs}}
+            **tried_record([run(tried, int(seed)) for seed in dev_seeds])}
