@@ -366,6 +366,9 @@ def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, coho
             # amendment 15, where auto or auto-approximate ran
             **({"auto_stop_at_decode": cell.auto_stops_at_decode}
                if set(methods) & {"auto", "auto-approximate"} else {}),
+            # amendment 19, where a fixed code ran
+            **({"codes_stop_at_decode": cell.codes_stop_at_decode_on}
+               if any(":" in m for m in methods) else {}),
             "rules_set": dict(rules_set or {}),
             **({"auto_approximate": approximate_knobs()} if "auto-approximate" in methods
                else {}),

@@ -79,6 +79,9 @@ RIVAL_RULES = {
     "auto_stop_at_decode": ("auto and auto-approximate stop a client's late work when their "
                             "round ends (stop-late-work='decode'): 1, or 0 (at the round's "
                             "deadline)", lambda v: v in (0, 1)),
+    "codes_stop_at_decode": ("the fixed codes (CODE:s) stop a client's late work when their "
+                             "round ends (stop-late-work='decode'): 1, or 0 (at the round's "
+                             "deadline)", lambda v: v in (0, 1)),
     "fedbuff_tune": ("FedBuff's server lr and K chosen on the development seeds from the grid "
                      "file's fedbuff_tune_* lists: 1, or 0 (fedbuff_server_lr and "
                      "fedbuff_buffer_fraction as they are)", lambda v: v in (0, 1)),

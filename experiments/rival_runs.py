@@ -116,18 +116,32 @@ class Cell:
     #: 1: first-k's over-commitment is tuned on the development seeds
     #: (``experiments.first_k_tuning``); 0: ``overcommit`` as it is
     first_k_tune: float = 0.0
+    #: 1: the fixed codes (``CODE:s``) stop a client's late work when their round ends, as
+    #: auto's do (``stop-late-work = "decode"``); 0: at the round's deadline
+    codes_stop_at_decode: float = 0.0
 
     def __post_init__(self) -> None:
         given = self.run_config.get("stop-late-work")
-        if self.auto_stop_at_decode and given not in (None, "decode"):
-            raise ValueError(f"--set stop-late-work={given!r} contradicts the rule "
-                             "auto_stop_at_decode (auto's late work stops at the round's end): "
-                             "add --rule auto_stop_at_decode=0 to run auto with the value set")
+        if given in (None, "decode"):
+            return
+        for rule, whose in (("auto_stop_at_decode", "auto's"),
+                            ("codes_stop_at_decode", "the fixed codes'")):
+            if getattr(self, rule):
+                raise ValueError(f"--set stop-late-work={given!r} contradicts the rule {rule} "
+                                 f"({whose} late work stops at the round's end): add --rule "
+                                 f"{rule}=0 to run them with the value set")
 
     @property
     def auto_stops_at_decode(self) -> bool:
         """auto's late work stops at the round's end: by the rule, or by a ``--set``."""
         return bool(self.auto_stop_at_decode) or self.run_config.get("stop-late-work") == "decode"
+
+    @property
+    def codes_stop_at_decode_on(self) -> bool:
+        """The fixed codes' late work stops at the round's end: by the rule, or by a
+        ``--set``."""
+        return (bool(self.codes_stop_at_decode)
+                or self.run_config.get("stop-late-work") == "decode")
 
     def config(self, seed: int, **extra: Any) -> dict[str, Any]:
         """The run config of one run: the cell's keys, ``seed``, the rounds, the cohort as
@@ -224,6 +238,8 @@ def coded_config(method: str, seed: int, cell: Cell) -> dict[str, Any]:
              else {"s": "auto", "auto-approximate": True} if method == "auto-approximate"
              else dict(zip(("code", "s"), parse_code(method), strict=True)))
     if method in ("auto", "auto-approximate") and cell.auto_stop_at_decode:
+        extra["stop-late-work"] = "decode"
+    if ":" in method and cell.codes_stop_at_decode:
         extra["stop-late-work"] = "decode"
     return cell.config(seed, **extra)
 

@@ -350,6 +350,7 @@ SETTING_SOURCES: dict[str, Callable[[str], bool]] = {
     "auto_approximate": lambda m: m == "auto-approximate",
     "rivals_stop_dropped_work": lambda m: m in ("deadline", "deadline-best", "first-k"),
     "auto_stop_at_decode": lambda m: m in ("auto", "auto-approximate"),
+    "codes_stop_at_decode": lambda m: ":" in m,
     "stated_deadline_s": _stated_deadline,
     "deadline_rule": _stated_deadline,
     "coded_straggler_timeout_s": _coded,

@@ -83,11 +83,36 @@ def test_auto_stops_late_work_at_its_round_s_end_only_by_the_rule(tmp_path):
     assert run(on, "auto")["accuracy_curve"] != run(off, "auto")["accuracy_curve"]
 
 
+def test_fixed_codes_stop_late_work_at_their_round_s_end_by_the_rule(tmp_path):
+    """The grid file's codes_stop_at_decode gives the fixed codes auto's stop: recorded; a
+    code's late work stopped at its round's end, its clients are free sooner and its run
+    ends sooner in virtual time; auto is not touched by it."""
+    methods = "auto,grouped-rs:2"
+    on = _bimodal_runs(tmp_path / "c0.json", methods)
+    off = _bimodal_runs(tmp_path / "c1.json", methods, "codes_stop_at_decode=0")
+    assert on["settings"]["codes_stop_at_decode"] is True  # the grid file's rule
+    assert off["settings"]["codes_stop_at_decode"] is False
+    assert off["settings"]["rules_set"] == {"codes_stop_at_decode": 0.0}
+    assert "codes_stop_at_decode" not in _bimodal_runs(tmp_path / "c2.json", "auto")["settings"]
+
+    def run(data, method):
+        return next(r for r in data["runs"] if r["method"] == method)
+    assert run(on, "auto")["accuracy_curve"] == run(off, "auto")["accuracy_curve"]
+    code_on, code_off = run(on, "grouped-rs:2"), run(off, "grouped-rs:2")
+    assert code_on["total_virtual_s"] < code_off["total_virtual_s"]
+
+
 def test_a_set_stop_mode_that_contradicts_auto_s_rule_is_refused_before_any_run(tmp_path):
     argv = ["--n", "6", "--rounds", "2", "--seeds", "3", "--dev-seeds", "0", "--methods",
             "auto", "--set", "stop-late-work=True", "--out", str(tmp_path / "x.json")]
     with pytest.raises(SystemExit, match=r"stop-late-work=True contradicts the rule "
                                          r"auto_stop_at_decode"):
+        compare.main(argv)
+    assert not (tmp_path / "x.json").exists()
+    # with auto's rule off the codes' rule still holds, and says so
+    argv += ["--rule", "auto_stop_at_decode=0"]
+    with pytest.raises(SystemExit, match=r"contradicts the rule codes_stop_at_decode .*"
+                                         r"--rule codes_stop_at_decode=0"):
         compare.main(argv)
     assert not (tmp_path / "x.json").exists()
 
@@ -100,6 +125,7 @@ def test_a_set_stop_mode_that_contradicts_auto_s_rule_is_refused_before_any_run(
     ("fedbuff_staleness_exponent=-1", "e >= 0"),
     ("rivals_stop_dropped_work=0.5", "1, or 0"),
     ("auto_stop_at_decode=2", "1, or 0"),
+    ("codes_stop_at_decode=-1", "1, or 0"),
     ("fedbuff_server_lr", "KEY=VALUE"),
 ])
 def test_a_bad_rule_is_refused_before_any_run_naming_it(tmp_path, capsys, rule, message):

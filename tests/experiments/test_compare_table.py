@@ -498,3 +498,29 @@ def test_the_table_says_where_first_k_ran_untuned():
     for name in ran:
         data["cells"][name]["settings"]["first_k"]["tuning"] = {"chosen": 1.6}
     assert "fixed a priori in" not in rivals.render(data, REPORT)
+
+
+def test_cells_whose_fixed_codes_predate_their_stop_at_decode_are_counted(monkeypatch):
+    """From amendment 19 the fixed codes stop their late work when their round ends, as
+    auto's do: the finished cells that ran a fixed code without it are counted, those with
+    it named; a cell that ran no fixed code is not counted; nothing while the rule is off."""
+    data = _data()
+    grid = rivals.grid_data()
+    coded = [n for n, c in data["cells"].items() if any(":" in r["method"] for r in c["runs"])]
+    data["cells"]["digits-logreg/plain/20x20"] = _cell("persistent", {
+        "auto": ([10.0, 12.0, 14.0], [0.9, 0.9, 0.9], None, None)})
+    report = [*REPORT, "digits-logreg/plain/20x20"]
+    assert len(coded) >= 2
+    monkeypatch.setattr(rivals, "grid_data", lambda: {
+        **grid, "rules": {**grid["rules"], "codes_stop_at_decode": False}})
+    assert "amendment 19" not in rivals.render(data, report)
+    monkeypatch.setattr(rivals, "grid_data", lambda: {
+        **grid, "rules": {**grid["rules"], "codes_stop_at_decode": True}})
+    assert (f"in 0 of the {len(coded)} finished cells that ran them; in the others"
+            in rivals.render(data, report))
+    data["cells"][coded[0]]["settings"]["codes_stop_at_decode"] = True
+    assert (f"in 1 of the {len(coded)} finished cells that ran them ({coded[0]})"
+            in rivals.render(data, report))
+    for name in coded:
+        data["cells"][name]["settings"]["codes_stop_at_decode"] = True
+    assert "amendment 19" not in rivals.render(data, report)

@@ -1,7 +1,8 @@
 """The notes under the results table on how the rivals ran in the finished cells: which
 cells have the rivals' fixes (amendment 11 of ``experiments/grid.toml``), auto's stop at the
-round's end (amendment 15), FedBuff tuned (amendment 12), and which searched deadlines the
-grid file now lists, or picked one at the edge of its grid."""
+round's end (amendment 15) and the fixed codes' (amendment 19), FedBuff tuned (amendment 12),
+and which searched deadlines the grid file now lists, or picked one at the edge of its
+grid."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from typing import Any
 
 from tools.docgen import rivals
 
-__all__ = ["auto_stops", "deadline_grids", "fedbuff_tuned", "rival_fixes", "split_codes"]
+__all__ = ["auto_stops", "codes_stop", "deadline_grids", "fedbuff_tuned", "rival_fixes",
+           "split_codes"]
 
 
 def grid_data() -> dict[str, Any]:
@@ -53,6 +55,25 @@ def auto_stops(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
     return [f"auto's late work stops when its round ends (`experiments/grid.toml` amendment "
             f"15) in {len(new)} of the {len(done)} finished cells{which} (its clients' work "
             "stopped at the round's deadline)."]
+
+
+def codes_stop(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
+    """Once the grid file's ``codes_stop_at_decode`` is on (amendment 19), in how many
+    finished cells the fixed codes ran with their late work stopped at the round's end
+    (``settings.codes_stop_at_decode`` true), when some did not."""
+    if not grid_data()["rules"].get("codes_stop_at_decode"):
+        return []
+    ran = [n for n in done if any(":" in r["method"] for r in data["cells"][n]["runs"])]
+    new = [n for n in ran if data["cells"][n]["settings"].get("codes_stop_at_decode") is True]
+    if len(new) == len(ran):
+        return []
+    which = f" ({', '.join(new)})" if new else ""
+    return [f"The fixed codes' late work stops when their round ends, as auto's does "
+            f"(`experiments/grid.toml` amendment 19), in {len(new)} of the {len(ran)} "
+            f"finished cells that ran them{which}; in the others their clients computed on "
+            "until the "
+            "round's deadline, which can start their next round late: there the best-code "
+            "column, and the verdict where a code could be the best rival, may flatter auto."]
 
 
 def fedbuff_tuned(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:

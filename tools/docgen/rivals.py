@@ -295,6 +295,7 @@ def render_table(data: Mapping[str, Any], report: Sequence[str]) -> str:
                      "says why; the ServerApp now gives every code one partition per client).")
     from tools.docgen.rival_notes import (
         auto_stops,
+        codes_stop,
         deadline_grids,
         fedbuff_tuned,
         first_k_untuned,
@@ -306,6 +307,7 @@ def render_table(data: Mapping[str, Any], report: Sequence[str]) -> str:
     notes += deadline_grids(data, done)
     notes += rival_fixes(data, done)
     notes += auto_stops(data, done)
+    notes += codes_stop(data, done)
     notes += fedbuff_tuned(data, done)
     notes += first_k_untuned(data, done)
     return table(header, rows) + "\n\n" + " ".join([legend, *notes])
