@@ -531,6 +531,7 @@ def parse_cell(grid: Mapping[str, Any], args: argparse.Namespace) -> dict[str, A
     ruled = with_rules(grid, rules)
     check_fedbuff_rules(ruled["rules"], rules, methods)
     checked = grid_cell(ruled, task_name, latency, n, cohort, rounds, target, sets)
+    checked.check_stop_rules(methods)
     check_latency_sets(sets, str(checked.config(seeds[0])["latency"]))
     if ("partition-cost-s" in sets and "virtual-compute" not in sets
             and checked.run_config.get("virtual-compute") == "measured-once"):

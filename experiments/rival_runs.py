@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -117,19 +117,27 @@ class Cell:
     #: (``experiments.first_k_tuning``); 0: ``overcommit`` as it is
     first_k_tune: float = 0.0
     #: 1: the fixed codes (``CODE:s``) stop a client's late work when their round ends, as
-    #: auto's do (``stop-late-work = "decode"``); 0: at the round's deadline
+    #: auto's do (``stop-late-work = "decode"``); 0: at the round's deadline (the default, as
+    #: runs before the grid file's amendment 19)
     codes_stop_at_decode: float = 0.0
 
     def __post_init__(self) -> None:
+        self.check_stop_rules(("auto",))
+
+    def check_stop_rules(self, methods: Sequence[str]) -> None:
+        """A ``ValueError`` where a ``--set stop-late-work`` contradicts the rule that stops
+        the late work of one of ``methods`` at the round's end (``auto_stop_at_decode`` for
+        auto, ``codes_stop_at_decode`` for a fixed code)."""
         given = self.run_config.get("stop-late-work")
         if given in (None, "decode"):
             return
-        for rule, whose in (("auto_stop_at_decode", "auto's"),
-                            ("codes_stop_at_decode", "the fixed codes'")):
-            if getattr(self, rule):
+        for rule, whose, runs in (("auto_stop_at_decode", "auto's", "auto"),
+                                  ("codes_stop_at_decode", "the fixed codes'", "a code")):
+            if getattr(self, rule) and (runs == "auto" or any(":" in m for m in methods)):
                 raise ValueError(f"--set stop-late-work={given!r} contradicts the rule {rule} "
                                  f"({whose} late work stops at the round's end): add --rule "
-                                 f"{rule}=0 to run them with the value set")
+                                 f"{rule}=0 to run {'auto' if runs == 'auto' else 'them'} "
+                                 "with the value set")
 
     @property
     def auto_stops_at_decode(self) -> bool:

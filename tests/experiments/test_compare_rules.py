@@ -85,8 +85,9 @@ def test_auto_stops_late_work_at_its_round_s_end_only_by_the_rule(tmp_path):
 
 def test_fixed_codes_stop_late_work_at_their_round_s_end_by_the_rule(tmp_path):
     """The grid file's codes_stop_at_decode gives the fixed codes auto's stop: recorded; a
-    code's late work stopped at its round's end, its clients are free sooner and its run
-    ends sooner in virtual time; auto is not touched by it."""
+    code's late work stopped at its round's end, its clients are free (not skipped as busy)
+    when the next round starts, so its run ends sooner in virtual time with no fewer exact
+    rounds; auto is not touched by it."""
     methods = "auto,grouped-rs:2"
     on = _bimodal_runs(tmp_path / "c0.json", methods)
     off = _bimodal_runs(tmp_path / "c1.json", methods, "codes_stop_at_decode=0")
@@ -100,6 +101,7 @@ def test_fixed_codes_stop_late_work_at_their_round_s_end_by_the_rule(tmp_path):
     assert run(on, "auto")["accuracy_curve"] == run(off, "auto")["accuracy_curve"]
     code_on, code_off = run(on, "grouped-rs:2"), run(off, "grouped-rs:2")
     assert code_on["total_virtual_s"] < code_off["total_virtual_s"]
+    assert code_on["decodes"]["exact"] >= code_off["decodes"]["exact"]
 
 
 def test_a_set_stop_mode_that_contradicts_auto_s_rule_is_refused_before_any_run(tmp_path):
@@ -109,12 +111,15 @@ def test_a_set_stop_mode_that_contradicts_auto_s_rule_is_refused_before_any_run(
                                          r"auto_stop_at_decode"):
         compare.main(argv)
     assert not (tmp_path / "x.json").exists()
-    # with auto's rule off the codes' rule still holds, and says so
+    # with auto's rule off, a fixed code's rule still holds, and says so
     argv += ["--rule", "auto_stop_at_decode=0"]
+    coded = [a if a != "auto" else "auto,grouped-rs:1" for a in argv]
     with pytest.raises(SystemExit, match=r"contradicts the rule codes_stop_at_decode .*"
                                          r"--rule codes_stop_at_decode=0"):
-        compare.main(argv)
+        compare.main(coded)
     assert not (tmp_path / "x.json").exists()
+    # and binds only a comparison that runs a fixed code
+    assert compare.main(argv) == 0
 
 
 @pytest.mark.parametrize("rule,message", [

@@ -71,9 +71,9 @@ def codes_stop(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
     return [f"The fixed codes' late work stops when their round ends, as auto's does "
             f"(`experiments/grid.toml` amendment 19), in {len(new)} of the {len(ran)} "
             f"finished cells that ran them{which}; in the others their clients computed on "
-            "until the "
-            "round's deadline, which can start their next round late: there the best-code "
-            "column, and the verdict where a code could be the best rival, may flatter auto."]
+            "until the round's deadline and, still busy, got no work in the next round, so "
+            "fewer of their rounds decoded exactly: there the best-code column, and the "
+            "verdict where a code could be the best rival, may flatter auto."]
 
 
 def fedbuff_tuned(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:

@@ -51,6 +51,8 @@ def _predated(settings: Mapping[str, Any]) -> list[str]:
         out.append("rivals_stop_dropped_work")
     if ran & {"auto", "auto-approximate"} and "auto_stop_at_decode" not in settings:
         out.append("auto_stop_at_decode")
+    if any(":" in m for m in ran) and "codes_stop_at_decode" not in settings:
+        out.append("codes_stop_at_decode")
     return [k for k in out if k not in own]
 
 
@@ -67,7 +69,9 @@ def predates(settings: Mapping[str, Any]) -> str:
     words = {"fedbuff_tune": "FedBuff untuned (amendment 12)",
              "rivals_stop_dropped_work": "the rivals' dropped work not stopped (amendment 11)",
              "auto_stop_at_decode": "auto's late work stopped at the deadline, not at the "
-                                    "round's end (amendment 15)"}
+                                    "round's end (amendment 15)",
+             "codes_stop_at_decode": "the fixed codes' late work stopped at the deadline, not "
+                                     "at the round's end (amendment 19)"}
     off = _predated(settings)
     return f" (runs from before the rules: {'; '.join(words[k] for k in off)})" if off else ""
 
