@@ -72,7 +72,7 @@ from experiments.compare_cli import (
     split_methods,
 )
 from experiments.deadline_best import PriorDeadlines, best_deadline, deadline_best, prior_deadlines
-from experiments.fedbuff_tuning import check_tuning_lists, tuned_fedbuff
+from experiments.fedbuff_tuning import check_extend, check_tuning_lists, tuned_fedbuff
 from experiments.first_k_tuning import check_overcommit_list, tuned_first_k
 from experiments.journal import Journal
 from experiments.registry import (
@@ -217,7 +217,8 @@ def compare(cell: Cell, methods: Sequence[str], seeds: Sequence[int],
         elif method == "deadline-best":
             best, more = deadline_best(
                 deadline_grid(stated, rules["deadline_grid"]), seeds,
-                lambda d, seed: runner.deadline(d, seed, "deadline-best"), stated, prior, log)
+                lambda d, seed: runner.deadline(d, seed, "deadline-best"), stated, prior, log,
+                check_extend(rules.get("deadline_grid_extend"), "deadline_grid_extend"))
             facts.update(more)
             runs += best
         elif method == "fedbuff" and cell.fedbuff_tune:
@@ -451,6 +452,8 @@ def check_fedbuff_rules(rules: Mapping[str, Any], rules_set: Mapping[str, float]
     """A ``ValueError`` where ``--rule`` fixes FedBuff's server lr or K, or first-k's
     over-commitment, while ``rules`` (the grid file's with ``rules_set``) tune them on the
     development seeds (the value given would not run), or where a tuning's lists are bad."""
+    if "deadline-best" in methods:
+        check_extend(rules.get("deadline_grid_extend"), "deadline_grid_extend")
     if rules.get("first_k_tune") and "first-k" in methods:
         check_overcommit_list(rules)
         if "overcommit" in (rules_set or {}):

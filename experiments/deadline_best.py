@@ -142,26 +142,42 @@ def _entry(deadline: float, runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]
                          for r in runs}}
 
 
+def _grows_past(prior: PriorDeadlines, grid: Sequence[float]) -> bool:
+    """Whether ``prior``'s pick is the shortest or the longest deadline of ``grid`` and the
+    deadline a growth tries next (half or twice it) is not stored: a grid that adds nothing
+    is then an extension, not a re-run."""
+    for edge, step in ((min(grid), 0.5), (max(grid), 2.0)):
+        if math.isclose(prior.pick_s, edge, rel_tol=1e-9):
+            return prior.find(prior.pick_s * step) is None
+    return False
+
+
 def deadline_best(grid: Sequence[float], seeds: Sequence[int],
                   run: Callable[[float, int], dict[str, Any]], stated: float,
                   prior: PriorDeadlines | None = None,
-                  log: Callable[[str], None] = print) -> tuple[Runs, dict[str, Any]]:
+                  log: Callable[[str], None] = print,
+                  extend: int = 0) -> tuple[Runs, dict[str, Any]]:
     """``(the pick's runs, facts)`` over the deadlines ``grid``: each run on every seed by
     ``run(deadline, seed)``, except, when ``grid`` adds deadlines to ``prior``'s (an
     extended grid), those ``prior`` holds: its runs, and its aggregates-only entries that
     rank below its pick whatever their seeds did (the others run again). ``prior``'s stated
     deadline must be ``stated``, else every deadline runs; a grid that adds nothing reads
-    nothing back (a re-run after a change runs every deadline)."""
+    nothing back (a re-run after a change runs every deadline), unless it will grow past
+    ``prior``'s pick (below). ``extend``: while the pick is the shortest deadline tried, half
+    of it is tried next, while it is the longest, twice it, and the pick is made again over
+    every deadline tried, at most ``extend`` times (``facts["deadline_grid_grown"]``)."""
     if prior is not None and not math.isclose(prior.stated_s, stated, rel_tol=1e-9):
         log(f"compare: the stated deadline is {stated:.6g} s, the stored one "
             f"{prior.stated_s:.6g} s: every deadline of the grid runs again")
         prior = None
-    if prior is not None and all(prior.find(d) is not None for d in grid):
+    grows = extend > 0 and prior is not None and _grows_past(prior, grid)
+    if prior is not None and all(prior.find(d) is not None for d in grid) and not grows:
         prior = None  # nothing added: this is a re-run, not an extension
     tried: dict[float, Runs] = {}
     kept: dict[float, Mapping[str, Any]] = {}
     read: set[float] = set()
-    for d in grid:
+
+    def attempt(d: float) -> None:
         old = prior.find(d) if prior is not None else None
         if old is not None and old in prior.runs:
             tried[d] = [dict(r) for r in prior.runs[old]]
@@ -172,17 +188,33 @@ def deadline_best(grid: Sequence[float], seeds: Sequence[int],
             read.add(d)
         else:
             tried[d] = [run(d, seed) for seed in seeds]
-    best = best_deadline(tried)
-    if any(r.get("skeleton") for r in tried[best]):  # only numbers kept: run it for real
-        tried[best] = [run(best, seed) for seed in seeds]
-        read.discard(best)
+
+    def pick() -> float:
         best = best_deadline(tried)
+        if any(r.get("skeleton") for r in tried[best]):  # only numbers kept: run it for real
+            tried[best] = [run(best, seed) for seed in seeds]
+            read.discard(best)
+            best = best_deadline(tried)
+        return best
+
+    searched = list(grid)
+    for d in searched:
+        attempt(d)
+    best, grown = pick(), 0
+    while grown < extend and best in (min(searched), max(searched)):
+        d = best / 2 if best == min(searched) else best * 2
+        log(f"compare: deadline-best: the pick {best:.6g} s is at the edge of the deadlines "
+            f"tried: {d:.6g} s tried next")
+        searched.append(d)
+        attempt(d)
+        best, grown = pick(), grown + 1
     read_back = len(read)
     if prior is not None:
-        log(f"compare: deadline-best: {read_back} of {len(grid)} deadlines read back from "
+        log(f"compare: deadline-best: {read_back} of {len(searched)} deadlines read back from "
             "the cell, the others run")
     results = {**{d: _entry(d, rs) for d, rs in tried.items()}, **kept}
-    facts = {"deadline_best_s": best, "deadline_grid_s": list(grid),
+    facts = {"deadline_best_s": best, "deadline_grid_s": sorted(searched),
              "deadline_grid_results": [results[d] for d in sorted(results)],
-             "deadline_grid_read_back": read_back}
+             "deadline_grid_read_back": read_back,
+             **({"deadline_grid_grown": grown} if extend > 0 else {})}
     return [{k: v for k, v in r.items() if k != "skeleton"} for r in tried[best]], facts

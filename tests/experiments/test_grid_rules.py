@@ -130,6 +130,66 @@ def test_a_read_back_needs_the_same_cell_and_new_deadlines():
     assert set(calls) == {0.1} and facts["deadline_grid_read_back"] == len(old_grid)
 
 
+def _monotone(calls, faster):
+    """Every seed reaches the target in ``faster(d)`` seconds at deadline ``d``."""
+    def run(d, seed):
+        calls.append(d)
+        return {"method": "deadline-best", "seed": seed, "deadline_s": d,
+                "time_to_target": faster(d), "final_accuracy": 0.9, "bytes_up": 1}
+    return run
+
+
+@pytest.mark.parametrize("faster,extend,tried,pick", [
+    # shorter is always faster: 0.5 is the edge, then 0.25, then 0.125 (two growths)
+    (lambda d: 10.0 * d, 2, [0.125, 0.25, 0.5, 1.0, 2.0], 0.125),
+    # longer is always faster: 2 -> 4 -> 8
+    (lambda d: 10.0 / d, 2, [0.5, 1.0, 2.0, 4.0, 8.0], 8.0),
+    # fastest at 0.3: 0.5 is the edge, 0.25 is tried and is the new edge, 0.125 loses
+    (lambda d: 1.0 + abs(d - 0.3), 2, [0.125, 0.25, 0.5, 1.0, 2.0], 0.25),
+    # fastest at 0.45: 0.25 is tried, loses, and the pick 0.5 stays: one growth
+    (lambda d: 1.0 + abs(d - 0.45), 2, [0.25, 0.5, 1.0, 2.0], 0.5),
+    (lambda d: 10.0 * d, 0, [0.5, 1.0, 2.0], 0.5),
+    (lambda d: 10.0 * d, 1, [0.25, 0.5, 1.0, 2.0], 0.25),
+])
+def test_an_edge_pick_grows_the_grid_past_it_at_most_extend_times(faster, extend, tried, pick):
+    from experiments.deadline_best import deadline_best
+
+    calls = []
+    runs, facts = deadline_best([0.5, 1.0, 2.0], SEEDS, _monotone(calls, faster), 1.0,
+                                log=str, extend=extend)
+    assert facts["deadline_grid_s"] == tried and facts["deadline_best_s"] == pick
+    assert sorted(set(calls)) == tried and len(calls) == len(tried) * len(SEEDS)
+    assert {r["deadline_s"] for r in runs} == {pick} and len(runs) == len(SEEDS)
+    assert [e["deadline_s"] for e in facts["deadline_grid_results"]] == tried
+    assert facts.get("deadline_grid_grown") == (len(tried) - 3 if extend else None)
+
+
+def test_a_finished_cell_at_an_edge_grows_by_running_only_the_added_deadlines():
+    """A cell whose stored pick is at the grid's edge, run again with the same grid and a
+    growth, runs only the deadlines the growth adds; once grown, a re-run (nothing to add)
+    runs every deadline again, as a re-run after a change must."""
+    from experiments.deadline_best import deadline_best, prior_deadlines
+
+    calls = []
+    run = _monotone(calls, lambda d: 10.0 * d)
+    grid = [STATED * m for m in (0.5, 1.0, 2.0)]
+    _, facts = deadline_best(grid, SEEDS, run, STATED, log=str)
+    assert facts["deadline_best_s"] == STATED * 0.5
+    cell = {"settings": {"stated_deadline_s": STATED, "seeds": SEEDS, "target": 0.9, **facts},
+            "runs": [r for r in map(dict, [run(STATED * 0.5, s) for s in SEEDS])]}
+    same = {"seeds": SEEDS, "target": 0.9}
+    calls.clear()
+    runs, grown = deadline_best(grid, SEEDS, run, STATED, prior_deadlines(cell, same, str),
+                                str, extend=2)
+    assert sorted(set(calls)) == [STATED * 0.125, STATED * 0.25]
+    assert len(calls) == 2 * len(SEEDS) and grown["deadline_grid_read_back"] == 3
+    assert grown["deadline_best_s"] == STATED * 0.125 and grown["deadline_grid_grown"] == 2
+    again = {"settings": {**cell["settings"], **grown}, "runs": runs}
+    calls.clear()
+    deadline_best(grid, SEEDS, run, STATED, prior_deadlines(again, same, str), str, extend=2)
+    assert len(calls) == 5 * len(SEEDS)
+
+
 @pytest.fixture(scope="module")
 def grid():
     return compare.load_grid()

@@ -152,11 +152,19 @@ def deadline_grids(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
         if settings.get("deadline_best_s") in (min(settings["deadline_grid_s"]),
                                                max(settings["deadline_grid_s"])):
             edge.append(name)
+    older = [n for n in edge if "deadline_grid_grown" not in data["cells"][n]["settings"]]
+    why = []
+    if older:
+        why.append(f"in {', '.join(older)} its grid predates its growth past an edge pick "
+                   "(`experiments/grid.toml` amendment 20)")
+    if len(older) < len(edge):
+        why.append(f"in {', '.join(n for n in edge if n not in older)} it grew as many times "
+                   "as the grid file allows")
     notes = [] if not edge else [
         f"In {len(edge)} of the {ran} finished cells that ran it `deadline-best`'s pick is the "
         "shortest or the longest deadline of its grid (" + ", ".join(edge) + "): a deadline "
-        "beyond the grid may do better still, so there the best rival may be faster than shown "
-        "(not extended)."]
+        "beyond the grid may do better still, so there the best rival may be faster than shown ("
+        + "; ".join(why) + ")."]
     if not short:
         return notes
     return [*notes, f"`deadline-best` searched the grid file's {len(multiples)} multiples of "
