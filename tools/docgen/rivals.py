@@ -310,6 +310,10 @@ def render_table(data: Mapping[str, Any], report: Sequence[str]) -> str:
     notes += codes_stop(data, done)
     notes += fedbuff_tuned(data, done)
     notes += first_k_untuned(data, done)
+    from tools.docgen.biases import codes_deadline, short_horizons
+
+    notes += short_horizons(data, done)
+    notes += codes_deadline(data, done)
     return table(header, rows) + "\n\n" + " ".join([legend, *notes])
 
 

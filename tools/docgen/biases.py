@@ -1,0 +1,78 @@
+"""Notes under the results table on asymmetries of the benchmark's design that the verdict
+keeps (found by an audit of the harness; not amendments): every method runs the same number
+of rounds, not the same virtual time, and the fixed codes stop waiting at a deadline set
+from clients computing one partition. Each note is counted from ``results/compare.json``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tools.docgen.rivals import is_code, method_label
+
+__all__ = ["codes_deadline", "short_horizons"]
+
+#: Methods that are not rivals of the verdict (auto itself, and auto's variant).
+NOT_RIVALS = ("auto", "auto-approximate")
+
+
+def short_horizons(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
+    """The runs of rivals that ended (their rounds, or FedBuff's updates, spent) without
+    reaching the target at a virtual time before auto reached it on the same seed: the
+    verdict counts them as never reaching it, where a common time budget would have let
+    them go on."""
+    counts: dict[str, int] = {}
+    cells: set[str] = set()
+    for name in done:
+        runs = data["cells"][name]["runs"]
+        auto = {r["seed"]: r["time_to_target"] for r in runs if r["method"] == "auto"}
+        for r in runs:
+            reached = auto.get(r["seed"])
+            if r["method"] in NOT_RIVALS or r["time_to_target"] is not None \
+                    or reached is None or r.get("total_virtual_s") is None:
+                continue
+            if float(r["total_virtual_s"]) < float(reached):
+                key = "fixed codes" if is_code(r["method"]) else method_label(r["method"])
+                counts[key] = counts.get(key, 0) + 1
+                cells.add(name)
+    if not counts:
+        return []
+    total = sum(counts.values())
+    by = ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    return [f"Every method runs the grid's rounds (FedBuff as many client updates), not the "
+            f"same virtual time, so a method whose rounds are short stops early: {total} "
+            f"runs of rivals in {len(cells)} of the {len(done)} finished cells ended without "
+            f"reaching the target before auto reached it on the same seed ({by}); the "
+            "verdict counts them as never reaching it, which flatters auto (a common "
+            "virtual-time budget per cell would not; not amended)."]
+
+
+def codes_deadline(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
+    """The (cell, fixed code) pairs at least a quarter of whose rounds were skipped (the
+    replies in by the deadline decoded above ``max-decode-error``, or none came): the codes
+    stop waiting at the stated deadline, set from wait-for-all's clients computing one
+    partition, while a code's clients compute ``s + 1``."""
+    pairs, many = 0, []
+    for name in done:
+        by: dict[str, list[int]] = {}
+        for r in data["cells"][name]["runs"]:
+            if is_code(r["method"]) and isinstance(r.get("decodes"), Mapping):
+                got = by.setdefault(r["method"], [0, 0])
+                got[0] += int(r["decodes"].get("skipped", 0))
+                got[1] += sum(int(v) for v in r["decodes"].values())
+        for method, (skipped, total) in by.items():
+            pairs += 1
+            if total and 4 * skipped >= total:
+                many.append((-skipped / total, name, method))
+    if not many:
+        return []
+    many.sort()
+    most = "; ".join(f"{m} in {n}: {-100 * f:.0f} %" for f, n, m in many[:3])
+    return [f"The fixed codes stop waiting at the stated deadline, set from wait-for-all's "
+            f"clients computing one partition, while a code's clients compute s + 1: in "
+            f"{len(many)} of the {pairs} (cell, code) pairs at least a quarter of a code's "
+            f"rounds were skipped, the replies in by then decoding too poorly or none coming "
+            f"(most: {most}), while auto chooses s knowing the deadline. No code had a "
+            "deadline for its load (the stated rule on its own client times, or a searched "
+            "grid like deadline-best's), so the best-code column may flatter auto (not "
+            "amended)."]
