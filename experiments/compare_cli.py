@@ -82,6 +82,9 @@ RIVAL_RULES = {
     "codes_stop_at_decode": ("the fixed codes (CODE:s) stop a client's late work when their "
                              "round ends (stop-late-work='decode'): 1, or 0 (at the round's "
                              "deadline)", lambda v: v in (0, 1)),
+    "deadline_grid_extend": ("how many times deadline-best's grid grows past an edge pick: "
+                             "an integer >= 0 (0: the grid only)",
+                             lambda v: v >= 0 and v == int(v)),
     "fedbuff_tune": ("FedBuff's server lr and K chosen on the development seeds from the grid "
                      "file's fedbuff_tune_* lists: 1, or 0 (fedbuff_server_lr and "
                      "fedbuff_buffer_fraction as they are)", lambda v: v in (0, 1)),

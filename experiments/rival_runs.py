@@ -120,6 +120,8 @@ class Cell:
     #: auto's do (``stop-late-work = "decode"``); 0: at the round's deadline (the default, as
     #: runs before the grid file's amendment 19)
     codes_stop_at_decode: float = 0.0
+    #: how many times deadline-best's grid grows past an edge pick (0: the grid only)
+    deadline_grid_extend: float = 0.0
 
     def __post_init__(self) -> None:
         self.check_stop_rules(("auto",))

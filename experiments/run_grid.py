@@ -359,6 +359,7 @@ SETTING_SOURCES: dict[str, Callable[[str], bool]] = {
     "deadline_grid_s": _deadline_best,
     "deadline_grid_results": _deadline_best,
     "deadline_grid_read_back": _deadline_best,
+    "deadline_grid_grown": _deadline_best,
 }
 
 

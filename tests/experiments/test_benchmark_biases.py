@@ -28,8 +28,9 @@ def _data():
         # a fixed code ending at 9 s: counted under "fixed codes"; 10 rounds, 3 skipped
         _run("crc:4", 10, None, 9.0, {"exact": 5, "approx": 2, "skipped": 3}),
         _run("crc:4", 11, 20.0, 30.0, {"exact": 9, "approx": 1, "skipped": 0}),
-        # auto-approximate is not a rival: not counted though it ended at 1 s
-        _run("auto-approximate", 10, None, 1.0),
+        # auto-approximate and the stated-rule deadline are not the verdict's rivals: not
+        # counted though they ended at 1 s
+        _run("auto-approximate", 10, None, 1.0), _run("deadline", 10, None, 1.0),
     ]
     b = [_run("auto", 10, 30.0, 60.0),
          _run("first-k", 10, None, 20.0),  # counted: 20 < 30

@@ -424,11 +424,17 @@ def test_a_deadline_best_pick_at_the_edge_of_its_grid_is_named():
             "(`experiments/grid.toml` amendment 20))") in text
     inside["deadline_best_s"] = 10.0
     assert "In 2 of the 2 finished cells" in rivals.render(data, REPORT)
-    # a grid that grew to the limit and still picks its edge says so
+    # a grid that grew to the limit and still picks its edge says so; one that grew fewer
+    # times than the grid file now allows predates it
+    limit = int(rivals.grid_data()["rules"]["deadline_grid_extend"])
+    assert limit >= 1
     edge.update(deadline_grid_s=[0.025, 0.05, 0.1, 1.0, 2.0, 10.0], deadline_best_s=0.025,
-                deadline_grid_grown=2)
+                deadline_grid_grown=limit)
     assert ("in digits-logreg/pareto/20x20 it grew as many times as the grid file allows"
             in rivals.render(data, REPORT))
+    edge["deadline_grid_grown"] = limit - 1  # (inside's pick is now its grid's longest)
+    assert ("in digits-logreg/pareto/20x20, digits-logreg/persistent/20x20 its grid predates "
+            "its growth" in rivals.render(data, REPORT))
 
 
 def test_a_cell_that_leaves_the_partitioner_unset_is_read_with_the_key_tables_default():

@@ -190,6 +190,39 @@ def test_a_finished_cell_at_an_edge_grows_by_running_only_the_added_deadlines():
     assert len(calls) == 5 * len(SEEDS)
 
 
+@pytest.mark.parametrize("faster,grew,pick", [
+    # (multiples of STATED = 2 s) fastest at 0.45: the pick 0.5 is the grid's shortest, a
+    # growth tries 0.25, which loses: the pick stays at the grid's edge
+    (lambda d: 1.0 + abs(d - 0.9), [0.25], 0.5),
+    # longer always faster: the pick 2 is the grid's longest, a growth tries 4, which wins
+    (lambda d: 10.0 / d, [4.0], 4.0),
+])
+def test_a_grown_cell_runs_again_in_full_and_an_edge_pick_grows_at_either_end(
+        faster, grew, pick):
+    """A cell whose pick is at the grid's edge grows by running only the added deadline, at
+    either end; once grown (its growth's deadline stored), a re-run runs every deadline,
+    even where the pick is still the grid's edge, never reading stale runs back."""
+    from experiments.deadline_best import deadline_best, prior_deadlines
+
+    calls = []
+    run = _monotone(calls, faster)
+    grid = [STATED * m for m in (0.5, 1.0, 2.0)]
+    runs, facts = deadline_best(grid, SEEDS, run, STATED, log=str)
+    cell = {"settings": {"stated_deadline_s": STATED, "seeds": SEEDS, "target": 0.9, **facts},
+            "runs": runs}
+    assert facts["deadline_best_s"] in (min(grid), max(grid))
+    same = {"seeds": SEEDS, "target": 0.9}
+    calls.clear()
+    runs, grown = deadline_best(grid, SEEDS, run, STATED, prior_deadlines(cell, same, str),
+                                str, extend=1)
+    assert sorted(set(calls)) == [STATED * m for m in grew]
+    assert grown["deadline_best_s"] == STATED * pick and grown["deadline_grid_grown"] == 1
+    again = {"settings": {**cell["settings"], **grown}, "runs": runs}
+    calls.clear()
+    deadline_best(grid, SEEDS, run, STATED, prior_deadlines(again, same, str), str, extend=1)
+    assert len(calls) == 4 * len(SEEDS)  # the grid's three and the growth, all run again
+
+
 @pytest.fixture(scope="module")
 def grid():
     return compare.load_grid()

@@ -8,16 +8,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tools.docgen.rivals import is_code, method_label
+from tools.docgen.rivals import CRITERION_RIVALS, is_code, method_label
 
 __all__ = ["codes_deadline", "short_horizons"]
 
-#: Methods that are not rivals of the verdict (auto itself, and auto's variant).
-NOT_RIVALS = ("auto", "auto-approximate")
-
 
 def short_horizons(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
-    """The runs of rivals that ended (their rounds, or FedBuff's updates, spent) without
+    """The runs of the verdict's rivals (:data:`CRITERION_RIVALS` and the fixed codes) that
+    ended (their rounds, or FedBuff's updates, spent) without
     reaching the target at a virtual time before auto reached it on the same seed: the
     verdict counts them as never reaching it, where a common time budget would have let
     them go on."""
@@ -28,7 +26,8 @@ def short_horizons(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
         auto = {r["seed"]: r["time_to_target"] for r in runs if r["method"] == "auto"}
         for r in runs:
             reached = auto.get(r["seed"])
-            if r["method"] in NOT_RIVALS or r["time_to_target"] is not None \
+            rival = r["method"] in CRITERION_RIVALS or is_code(r["method"])
+            if not rival or r["time_to_target"] is not None \
                     or reached is None or r.get("total_virtual_s") is None:
                 continue
             if float(r["total_virtual_s"]) < float(reached):

@@ -152,9 +152,11 @@ def deadline_grids(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
         if settings.get("deadline_best_s") in (min(settings["deadline_grid_s"]),
                                                max(settings["deadline_grid_s"])):
             edge.append(name)
-    older = [n for n in edge if "deadline_grid_grown" not in data["cells"][n]["settings"]]
-    why = []
-    if older:
+    limit = int(grid_data()["rules"].get("deadline_grid_extend", 0))
+    older = [n for n in edge
+             if int(data["cells"][n]["settings"].get("deadline_grid_grown", -1)) < limit]
+    why = [] if limit else ["not extended"]
+    if older and limit:
         why.append(f"in {', '.join(older)} its grid predates its growth past an edge pick "
                    "(`experiments/grid.toml` amendment 20)")
     if len(older) < len(edge):

@@ -53,6 +53,8 @@ def _predated(settings: Mapping[str, Any]) -> list[str]:
         out.append("auto_stop_at_decode")
     if any(":" in m for m in ran) and "codes_stop_at_decode" not in settings:
         out.append("codes_stop_at_decode")
+    if "deadline-best" in ran and "deadline_grid_grown" not in settings:
+        out.append("deadline_grid_extend")
     return [k for k in out if k not in own]
 
 
@@ -71,7 +73,9 @@ def predates(settings: Mapping[str, Any]) -> str:
              "auto_stop_at_decode": "auto's late work stopped at the deadline, not at the "
                                     "round's end (amendment 15)",
              "codes_stop_at_decode": "the fixed codes' late work stopped at the deadline, not "
-                                     "at the round's end (amendment 19)"}
+                                     "at the round's end (amendment 19)",
+             "deadline_grid_extend": "deadline-best's grid not grown past an edge pick "
+                                     "(amendment 20)"}
     off = _predated(settings)
     return f" (runs from before the rules: {'; '.join(words[k] for k in off)})" if off else ""
 
