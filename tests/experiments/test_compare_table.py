@@ -146,7 +146,7 @@ def test_the_verdicts_list_every_cell_where_auto_misses_the_goal():
     assert "pareto/20x20 (" not in goal
     beaten = next(line for line in text.splitlines() if "where auto misses" in line)
     # the three missed cells' best rivals: FedBuff, wait-for-all, grouped-rs:2
-    assert beaten.endswith("FedBuff in 1 of 3, grouped-rs:2 in 1 of 3, wait-for-all in 1 of 3.")
+    assert "FedBuff in 1 of 3, grouped-rs:2 in 1 of 3, wait-for-all in 1 of 3." in beaten
     hard = next(line for line in text.splitlines() if "heavy-tailed" in line)
     assert "at least 2× faster than the best rival that does not code" in hard
     assert "in 1 of 2 cells" in hard
@@ -537,3 +537,28 @@ def test_cells_whose_fixed_codes_predate_their_stop_at_decode_are_counted(monkey
     for name in coded:
         data["cells"][name]["settings"]["codes_stop_at_decode"] = True
     assert "amendment 19" not in rivals.render(data, report)
+
+
+def test_auto_against_the_best_fixed_code_is_counted_apart_for_codes_with_auto_s_stop():
+    """Medians by hand: cell a: auto 12, crc:1 20, grouped-rs:2 11.5 (the best code);
+    12 / 11.5 = 1.04 <= 1.05: within. Cell b: auto 12, grouped-rs:1 10; 1.2: not within.
+    Cell c runs no code: not counted."""
+    three = [0.9, 0.9, 0.9]
+    data = {"cells": {
+        "x/pareto/20x20": _cell("pareto", {
+            "auto": ([10.0, 12.0, 14.0], three, None, None),
+            "crc:1": ([18.0, 20.0, 22.0], three, 1.6, [1.5, 1.7]),
+            "grouped-rs:2": ([11.0, 11.5, 13.0], three, 0.95, [0.9, 1.0])}),
+        "x/bimodal/20x20": _cell("bimodal", {
+            "auto": ([10.0, 12.0, 14.0], three, None, None),
+            "grouped-rs:1": ([9.0, 10.0, None], three, 0.8, [0.7, 0.9])}),
+        "x/trace/20x20": _cell("trace", {"auto": ([5.0, 6.0, 7.0], three, None, None)})}}
+    names = list(data["cells"])
+    data["cells"]["x/bimodal/20x20"]["settings"]["codes_stop_at_decode"] = True
+    text = rivals.render_verdict(data, names)
+    assert ("in 0 of the 1 cells where the codes stop their late work when their round ends"
+            in text)
+    assert "in 1 of the 1 cells whose codes predate that" in text
+    data["cells"]["x/pareto/20x20"]["settings"]["codes_stop_at_decode"] = True
+    text = rivals.render_verdict(data, names)
+    assert "in 1 of the 2 cells where the codes stop" in text and "predate" not in text

@@ -374,6 +374,11 @@ def render_verdict(data: Mapping[str, Any], report: Sequence[str]) -> str:
         lines.append("- **The best rival where auto misses**: " + ", ".join(
             f"{name} in {count} of {len(missed)}" for name, count in
             sorted(beaten_by.items(), key=lambda kv: (-kv[1], kv[0]))) + ".")
+    codes = _against_codes(data, done)
+    if codes and beaten_by:
+        lines[-1] += " " + codes[0]
+    elif codes:
+        lines.append("- " + codes[0])
     hard = [v for v in verdicts if v.hard and v.auto is not None and v.uncoded is not None]
     if hard:
         fast = [v for v in hard if v.speedup >= GOAL_SPEEDUP * (1 - EPS)]
@@ -388,6 +393,33 @@ def render_verdict(data: Mapping[str, Any], report: Sequence[str]) -> str:
                      f"{', '.join(HARD_REGIMES)}) on non-IID partitions: no such cell "
                      "finished yet.")
     return "\n".join(lines)
+
+
+def _against_codes(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
+    """Whether choosing s online pays: in how many finished cells auto's median time to
+    target is within the goal's factor of the best fixed code's (chosen in hindsight), over
+    the cells whose codes stop their late work as auto's does (amendment 19) and the
+    others."""
+    within: dict[bool, list[int]] = {True: [0, 0], False: [0, 0]}
+    for name in done:
+        cell = data["cells"][name]
+        stats = method_stats(cell)
+        code = best_method(stats, [m for m in stats if is_code(m)])
+        if code is None or "auto" not in stats:
+            continue
+        fair = cell["settings"].get("codes_stop_at_decode") is True
+        within[fair][1] += 1
+        within[fair][0] += time_over(stats["auto"].median_time,
+                                     stats[code].median_time) <= GOAL_TIME * (1 + EPS)
+    parts = [f"in {k} of the {n} cells where the codes stop their late work when their round "
+             "ends, as auto's does" if fair else
+             f"in {k} of the {n} cells whose codes predate that (their clients computed on "
+             "until the deadline)" for fair, (k, n) in within.items() if n]
+    if not parts:
+        return []
+    return [f"**auto against the best fixed code in hindsight** (its median time to target "
+            f"within {GOAL_TIME}× of the fastest code's, time only): " + "; ".join(parts)
+            + "."]
 
 
 def _speed(v: Verdict) -> str:
