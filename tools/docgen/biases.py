@@ -42,8 +42,9 @@ def short_horizons(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
             f"same virtual time, so a method whose rounds are short stops early: {total} "
             f"runs of rivals in {len(cells)} of the {len(done)} finished cells ended without "
             f"reaching the target before auto reached it on the same seed ({by}); the "
-            "verdict counts them as never reaching it, which flatters auto (a common "
-            "virtual-time budget per cell would not; not amended)."]
+            "verdict counts them as never reaching it, which can flatter auto (some might "
+            "never have reached it: a common virtual-time budget per cell would tell; not "
+            "amended)."]
 
 
 def codes_deadline(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
