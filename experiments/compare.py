@@ -368,7 +368,7 @@ def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, coho
             **({"auto_stop_at_decode": cell.auto_stops_at_decode}
                if set(methods) & {"auto", "auto-approximate"} else {}),
             # amendment 19, where a fixed code ran
-            **({"codes_stop_at_decode": cell.codes_stop_at_decode_on}
+            **({"codes_stop_at_decode": cell.stops_at_decode("codes_stop_at_decode")}
                if any(":" in m for m in methods) else {}),
             "rules_set": dict(rules_set or {}),
             **({"auto_approximate": approximate_knobs()} if "auto-approximate" in methods
@@ -451,7 +451,8 @@ def check_fedbuff_rules(rules: Mapping[str, Any], rules_set: Mapping[str, float]
                         methods: Sequence[str]) -> None:
     """A ``ValueError`` where ``--rule`` fixes FedBuff's server lr or K, or first-k's
     over-commitment, while ``rules`` (the grid file's with ``rules_set``) tune them on the
-    development seeds (the value given would not run), or where a tuning's lists are bad."""
+    development seeds (the value given would not run), or where a tuning's lists, or
+    deadline-best's ``deadline_grid_extend``, are bad."""
     if "deadline-best" in methods:
         check_extend(rules.get("deadline_grid_extend"), "deadline_grid_extend")
     if rules.get("first_k_tune") and "first-k" in methods:

@@ -128,30 +128,27 @@ class Cell:
 
     def check_stop_rules(self, methods: Sequence[str]) -> None:
         """A ``ValueError`` where a ``--set stop-late-work`` contradicts the rule that stops
-        the late work of one of ``methods`` at the round's end (``auto_stop_at_decode`` for
-        auto, ``codes_stop_at_decode`` for a fixed code)."""
+        the late work of auto or of one of ``methods`` at the round's end
+        (:func:`stop_rule`)."""
         given = self.run_config.get("stop-late-work")
         if given in (None, "decode"):
             return
-        for rule, whose, runs in (("auto_stop_at_decode", "auto's", "auto"),
-                                  ("codes_stop_at_decode", "the fixed codes'", "a code")):
-            if getattr(self, rule) and (runs == "auto" or any(":" in m for m in methods)):
+        for rule in dict.fromkeys(stop_rule(m) for m in ("auto", *methods)):
+            if rule is not None and getattr(self, rule):
+                whose, them = STOP_RULES[rule]
                 raise ValueError(f"--set stop-late-work={given!r} contradicts the rule {rule} "
                                  f"({whose} late work stops at the round's end): add --rule "
-                                 f"{rule}=0 to run {'auto' if runs == 'auto' else 'them'} "
-                                 "with the value set")
+                                 f"{rule}=0 to run {them} with the value set")
+
+    def stops_at_decode(self, rule: str) -> bool:
+        """The late work of the methods ``rule`` governs (:data:`STOP_RULES`) stops at the
+        round's end: by the rule, or by a ``--set``."""
+        return bool(getattr(self, rule)) or self.run_config.get("stop-late-work") == "decode"
 
     @property
     def auto_stops_at_decode(self) -> bool:
         """auto's late work stops at the round's end: by the rule, or by a ``--set``."""
-        return bool(self.auto_stop_at_decode) or self.run_config.get("stop-late-work") == "decode"
-
-    @property
-    def codes_stop_at_decode_on(self) -> bool:
-        """The fixed codes' late work stops at the round's end: by the rule, or by a
-        ``--set``."""
-        return (bool(self.codes_stop_at_decode)
-                or self.run_config.get("stop-late-work") == "decode")
+        return self.stops_at_decode("auto_stop_at_decode")
 
     def config(self, seed: int, **extra: Any) -> dict[str, Any]:
         """The run config of one run: the cell's keys, ``seed``, the rounds, the cohort as
@@ -242,14 +239,27 @@ def start_cell_coded(method: str, seed: int, cell: Cell, share: bool = True
     return start_coded(cfg, cell.n, share_updates=share), cfg
 
 
+#: The grid rules that stop a coded method's late work when its round ends (``stop-late-work
+#: = "decode"``): rule -> (whose late work, who runs with a ``--set`` once it is off).
+STOP_RULES = {"auto_stop_at_decode": ("auto's", "auto"),
+              "codes_stop_at_decode": ("the fixed codes'", "them")}
+
+
+def stop_rule(method: str) -> str | None:
+    """The rule of :data:`STOP_RULES` that governs ``method``'s late work: auto's for
+    ``auto`` and ``auto-approximate``, the codes' for ``CODE:s``; ``None`` for a rival."""
+    if method in ("auto", "auto-approximate"):
+        return "auto_stop_at_decode"
+    return "codes_stop_at_decode" if ":" in method else None
+
+
 def coded_config(method: str, seed: int, cell: Cell) -> dict[str, Any]:
     """The run config of ``auto``, ``auto-approximate`` or ``CODE:s`` in ``cell``."""
     extra = ({"s": "auto"} if method == "auto"
              else {"s": "auto", "auto-approximate": True} if method == "auto-approximate"
              else dict(zip(("code", "s"), parse_code(method), strict=True)))
-    if method in ("auto", "auto-approximate") and cell.auto_stop_at_decode:
-        extra["stop-late-work"] = "decode"
-    if ":" in method and cell.codes_stop_at_decode:
+    rule = stop_rule(method)
+    if rule is not None and getattr(cell, rule):
         extra["stop-late-work"] = "decode"
     return cell.config(seed, **extra)
 

@@ -63,7 +63,7 @@ def codes_stop(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
     (``settings.codes_stop_at_decode`` true), when some did not."""
     if not grid_data()["rules"].get("codes_stop_at_decode"):
         return []
-    ran = [n for n in done if any(":" in r["method"] for r in data["cells"][n]["runs"])]
+    ran = [n for n in done if any(rivals.is_code(r["method"]) for r in data["cells"][n]["runs"])]
     new = [n for n in ran if data["cells"][n]["settings"].get("codes_stop_at_decode") is True]
     if len(new) == len(ran):
         return []
