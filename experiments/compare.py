@@ -118,6 +118,8 @@ class Runner:
         self.log = log
         self.cache: dict[tuple, dict[str, Any]] = {}
         self.coded_cell: Cell | None = None
+        #: a fixed code's own deadline (:meth:`code_deadline`), where it has one
+        self.code_deadlines: dict[str, float] = {}
         self.journal = journal
 
     def _run(self, key: tuple, make: Callable[[], dict[str, Any]],
@@ -141,7 +143,27 @@ class Runner:
         """A coded method's run, on :attr:`coded_cell` (the cell with the coded methods'
         straggler deadline) when set."""
         cell = self.coded_cell or self.cell
-        return self._run((method, seed), lambda: run_coded(method, seed, cell))
+        deadline = self.code_deadlines.get(method)
+        if deadline is None:
+            return self._run((method, seed), lambda: run_coded(method, seed, cell))
+        own = _with_timeout(cell, deadline)
+        return self._run((method, round(deadline, 12), seed),
+                         lambda: run_coded(method, seed, own), f"{method} {deadline:.3g}s")
+
+    def code_deadline(self, method: str, dev_seeds: Sequence[int], quantile: float,
+                      slack: float) -> float:
+        """The stated deadline rule applied to the fixed code ``method``'s own client times:
+        every valid reply's arrival in its runs on ``dev_seeds`` whose deadline never binds
+        (:data:`OPEN_DEADLINE_S`), its other settings as the coded methods'."""
+        from fl_gradcode.rivals import stated_deadline
+
+        cell = _with_timeout(self.coded_cell or self.cell, OPEN_DEADLINE_S)
+        times = [t for seed in dev_seeds
+                 for t in self._run((method, "open", seed),
+                                    lambda seed=seed: run_coded(method, seed, cell,
+                                                                client_times=True),
+                                    f"{method} open")["client_times_s"]]
+        return stated_deadline(times, quantile, slack)
 
     def rival(self, method: str, seed: int) -> dict[str, Any]:
         return self._run((method, seed), lambda: run_rival(method, seed, self.cell))
@@ -173,6 +195,16 @@ class Runner:
         times = [t for seed in dev_seeds
                  for t in self.rival("wait-for-all", seed)["client_times_s"]]
         return stated_deadline(times, quantile, slack)
+
+
+#: A round deadline that never binds (seconds): a fixed code's round ends at its decode, the
+#: runs its own deadline is read from (:meth:`Runner.code_deadline`).
+OPEN_DEADLINE_S = 1e6
+
+
+def _with_timeout(cell: Cell, seconds: float) -> Cell:
+    return dataclasses.replace(cell, run_config={**cell.run_config,
+                                                 "straggler-timeout": float(seconds)})
 
 
 def compare(cell: Cell, methods: Sequence[str], seeds: Sequence[int],
@@ -209,8 +241,18 @@ def compare(cell: Cell, methods: Sequence[str], seeds: Sequence[int],
         facts["coded_straggler_timeout_s"] = float(timeout)
         facts["coded_straggler_timeout_rule"] = (
             "set by the cell" if own_timeout else "the stated deadline (as the deadline rival)")
-        runner.coded_cell = dataclasses.replace(
-            cell, run_config={**cell.run_config, "straggler-timeout": float(timeout)})
+        runner.coded_cell = _with_timeout(cell, timeout)
+        codes = [m for m in coded if ":" in m]
+        if codes and not own_timeout and cell.codes_own_deadline:
+            quantile, slack = float(rules["deadline_quantile"]), float(rules["deadline_slack"])
+            runner.code_deadlines = {m: runner.code_deadline(m, dev_seeds, quantile, slack)
+                                     for m in codes}
+            facts["code_deadlines_s"] = dict(runner.code_deadlines)
+            facts["coded_straggler_timeout_rule"] += "; each fixed code its own (below)"
+            facts["code_deadline_rule"] = (
+                f"{slack} x the {quantile} quantile of the code's own client times in its "
+                f"runs on development seeds {list(dev_seeds)} with straggler-timeout "
+                f"{OPEN_DEADLINE_S:g} (never binding)")
     for method in methods:
         if method == "deadline":
             runs += [runner.deadline(stated, seed, "deadline") for seed in seeds]
@@ -368,7 +410,9 @@ def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, coho
             **({"auto_stop_at_decode": cell.auto_stops_at_decode}
                if set(methods) & {"auto", "auto-approximate"} else {}),
             # amendment 19, where a fixed code ran
-            **({"codes_stop_at_decode": cell.stops_at_decode("codes_stop_at_decode")}
+            **({"codes_stop_at_decode": cell.stops_at_decode("codes_stop_at_decode"),
+                # amendment 21: each code's deadline read from its own client times
+                "codes_own_deadline": "code_deadlines_s" in facts}
                if any(":" in m for m in methods) else {}),
             "rules_set": dict(rules_set or {}),
             **({"auto_approximate": approximate_knobs()} if "auto-approximate" in methods

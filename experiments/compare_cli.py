@@ -82,6 +82,9 @@ RIVAL_RULES = {
     "codes_stop_at_decode": ("the fixed codes (CODE:s) stop a client's late work when their "
                              "round ends (stop-late-work='decode'): 1, or 0 (at the round's "
                              "deadline)", lambda v: v in (0, 1)),
+    "codes_own_deadline": ("each fixed code (CODE:s) stops waiting at the stated deadline "
+                           "rule applied to its own client times: 1, or 0 (at the stated "
+                           "deadline of wait-for-all's)", lambda v: v in (0, 1)),
     "deadline_grid_extend": ("how many times deadline-best's grid grows past an edge pick: "
                              "an integer >= 0 (0: the grid only)",
                              lambda v: v >= 0 and v == int(v)),

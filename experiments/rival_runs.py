@@ -122,6 +122,11 @@ class Cell:
     codes_stop_at_decode: float = 0.0
     #: how many times deadline-best's grid grows past an edge pick (0: the grid only)
     deadline_grid_extend: float = 0.0
+    #: 1: each fixed code stops waiting at the stated deadline rule applied to its own client
+    #: times (its runs on the development seeds whose deadline never binds); 0: at the
+    #: cell's stated deadline, read from wait-for-all's (as runs before the grid file's
+    #: amendment 21)
+    codes_own_deadline: float = 0.0
 
     def __post_init__(self) -> None:
         self.check_stop_rules(("auto",))
@@ -264,8 +269,11 @@ def coded_config(method: str, seed: int, cell: Cell) -> dict[str, Any]:
     return cell.config(seed, **extra)
 
 
-def run_coded(method: str, seed: int, cell: Cell, share: bool = True) -> dict[str, Any]:
-    """The record of :func:`start_cell_coded`'s run."""
+def run_coded(method: str, seed: int, cell: Cell, share: bool = True,
+              client_times: bool = False) -> dict[str, Any]:
+    """The record of :func:`start_cell_coded`'s run; ``client_times``: with every valid
+    reply's arrival (``client_times_s``: seconds from its round's start, before any
+    queueing), the times the stated deadline rule reads."""
     run, cfg = start_cell_coded(method, seed, cell, share)
     rows = run.history
     decodes = {kind: sum(r.get("decode") == kind for r in rows)
@@ -273,6 +281,8 @@ def run_coded(method: str, seed: int, cell: Cell, share: bool = True) -> dict[st
     extra: dict[str, Any] = {"decodes": decodes}
     if ":" in method:  # a fixed code: the partitions of the code its rounds ran
         extra["code_partitions"] = int(run.strategy.code_for(cell.cohort).k)
+    if client_times:
+        extra["client_times_s"] = [t for row in rows for t in row["arrivals_s"].values()]
     return _summary(method, seed, rows, cell, cfg, run.counter, run.wall_s, **extra)
 
 

@@ -351,6 +351,9 @@ SETTING_SOURCES: dict[str, Callable[[str], bool]] = {
     "rivals_stop_dropped_work": lambda m: m in ("deadline", "deadline-best", "first-k"),
     "auto_stop_at_decode": lambda m: m in ("auto", "auto-approximate"),
     "codes_stop_at_decode": lambda m: ":" in m,
+    "codes_own_deadline": lambda m: ":" in m,
+    "code_deadlines_s": lambda m: ":" in m,
+    "code_deadline_rule": lambda m: ":" in m,
     "stated_deadline_s": _stated_deadline,
     "deadline_rule": _stated_deadline,
     "coded_straggler_timeout_s": _coded,
@@ -407,6 +410,10 @@ def rerun_cell(existing: Mapping[str, Any], result: Mapping[str, Any],
              if k not in ("methods", "quick", "set")
              and (k not in SETTING_SOURCES or any(map(SETTING_SOURCES[k], methods)))}
     settings = {**existing["settings"], **facts}
+    old = existing["settings"].get("code_deadlines_s")
+    if old is not None:  # per code: the codes not run again keep theirs
+        settings["code_deadlines_s"] = {**{m: d for m, d in old.items() if m not in methods},
+                                        **facts.get("code_deadlines_s", {})}
     ran = [*existing["settings"].get("methods", []), *methods]
     settings["methods"] = list(dict.fromkeys(ran))  # the cell's, then any first run here
     # keys the re-run sets for the first time were absent (None)

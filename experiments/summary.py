@@ -119,6 +119,8 @@ def print_summary(result: Mapping[str, Any]) -> None:
                  f"{fmt(ratio['ci95'][1])}] over "
                  f"{sum(v is not None for v in ratio['per_seed'].values())} seeds"
                  if ratio and ratio.get("geomean") is not None and ratio.get("ci95")
+                 else f", time / auto {fmt(ratio['geomean'])} on one seed (no interval)"
+                 if ratio and ratio.get("geomean") is not None
                  else ", time / auto: no seed where both reached the target" if ratio
                  else ""))
 

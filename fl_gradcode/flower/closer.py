@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .clock import Clock, RoundWindow, job_start
@@ -29,11 +30,14 @@ class Closing:
     """How a round's window closed (owner: the closer): the clock's ``window`` (the replies
     it decodes from, its end), the workers it ``stopped`` at the deadline, and the payload
     bytes of the valid replies that never travelled (``untravelled_bytes``: stopped, or an
-    infinite delay)."""
+    infinite delay). ``arrivals``: each valid reply's arrival (seconds from the round's start,
+    before any queueing; a reply after the window's end too: in virtual time every job sent is
+    computed), by worker; a reply that never arrives (an infinite delay) has none."""
 
     window: RoundWindow
     stopped: tuple[int, ...] = ()
     untravelled_bytes: int = 0
+    arrivals: Mapping[int, float] = dataclasses.field(default_factory=dict)
 
 
 class RoundCloser:
@@ -80,7 +84,7 @@ class RoundCloser:
                                    len(sent), failures)
         untravelled = sum(int(valid[w].extra.get("bytes", 0))
                           for w in [*(timed.keys() - arrivals.keys()), *window.stopped])
-        closing = Closing(window, tuple(window.stopped), untravelled)
+        closing = Closing(window, tuple(window.stopped), untravelled, dict(arrivals))
         self.clock.finish_round(
             [state.cohort[w] for w in sent],
             # a worker heard of is free from then on (its message errored), as if it replied

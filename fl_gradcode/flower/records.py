@@ -224,6 +224,8 @@ ROW_DEFAULTS: dict[str, Any] = {
     "bytes_up": 0, "bytes_down": 0, "compute_s": 0.0,
     "virtual_s": 0.0, "round_virtual_s": 0.0,
     "round_deadline_s": None,  # nothing sent: no deadline
+    # each valid reply's arrival (s after the round's start, before any queueing), by worker
+    "arrivals_s": {},
     "wall_s": 0.0, "accuracy": None, "loss": None, "epsilon": None, "central_noise_std": None,
     "stopped": False,
     "unidentified": [],  # sampled nodes whose handshake failed this round
@@ -288,7 +290,7 @@ class RoundLog:
         """The round's row (every key, defaults for a round that decoded nothing, ``fields``
         in their place), written now or after ``evaluate_fn`` adds accuracy and loss."""
         row = {
-            **{key: list(value) if isinstance(value, list) else value
+            **{key: type(value)(value) if isinstance(value, (list, dict)) else value
                for key, value in ROW_DEFAULTS.items()},
             "round": server_round,
             "s": self.s,

@@ -57,5 +57,9 @@ def test_codes_whose_rounds_were_mostly_skipped_are_counted():
                                                                "skipped": 6}
     (note,) = biases.codes_deadline(data, list(data["cells"]))
     # crc:4 now 9 of 20 = 45 %; grouped-rs:2 2 of 10 = 20 %: 1 of the 2 pairs
-    assert "in 1 of the 2 (cell, code) pairs" in note
+    assert "in 1 of those 2 (cell, code) pairs" in note
     assert "(most: crc:4 in x/bimodal/20x20: 45 %)" in note
+    # a code that stopped waiting at its own deadline (amendment 21) is not a pair of the
+    # count: crc:4's own deadline leaves grouped-rs:2 alone, 20 %: no note
+    data["cells"]["x/bimodal/20x20"]["settings"] = {"code_deadlines_s": {"crc:4": 3.0}}
+    assert biases.codes_deadline(data, list(data["cells"])) == []

@@ -539,7 +539,35 @@ def test_cells_whose_fixed_codes_predate_their_stop_at_decode_are_counted(monkey
     assert "amendment 19" not in rivals.render(data, report)
 
 
-def test_auto_against_the_best_fixed_code_is_counted_apart_for_codes_with_auto_s_stop():
+def test_cells_whose_fixed_codes_predate_their_own_deadlines_are_counted(monkeypatch):
+    """From amendment 21 each fixed code stops waiting at the stated rule read from its own
+    client times: the finished cells where some code ran without one are counted, those
+    where every code had one named; nothing while the rule is off."""
+    data = _data()
+    grid = rivals.grid_data()
+    coded = {n: sorted({r["method"] for r in c["runs"] if ":" in r["method"]})
+             for n, c in data["cells"].items() if any(":" in r["method"] for r in c["runs"])}
+    assert len(coded) >= 2
+    monkeypatch.setattr(rivals, "grid_data", lambda: {
+        **grid, "rules": {**grid["rules"], "codes_own_deadline": False}})
+    assert "amendment 21" not in rivals.render(data, REPORT)
+    monkeypatch.setattr(rivals, "grid_data", lambda: {
+        **grid, "rules": {**grid["rules"], "codes_own_deadline": True}})
+    assert (f"(`experiments/grid.toml` amendment 21) in 0 of the {len(coded)} finished cells"
+            in rivals.render(data, REPORT))
+    first, *others = coded
+    data["cells"][first]["settings"]["code_deadlines_s"] = {m: 1.0 for m in coded[first][1:]}
+    if len(coded[first]) > 1:  # one code without its own: the cell is not counted yet
+        assert f"amendment 21) in 0 of the {len(coded)}" in rivals.render(data, REPORT)
+    data["cells"][first]["settings"]["code_deadlines_s"] = {m: 1.0 for m in coded[first]}
+    assert (f"amendment 21) in 1 of the {len(coded)} finished cells that ran them ({first})"
+            in rivals.render(data, REPORT))
+    for name in others:
+        data["cells"][name]["settings"]["code_deadlines_s"] = {m: 1.0 for m in coded[name]}
+    assert "amendment 21" not in rivals.render(data, REPORT)
+
+
+def test_auto_against_the_best_fixed_code_is_counted_apart_by_the_care_its_codes_had():
     """Medians by hand: cell a: auto 12, crc:1 20, grouped-rs:2 11.5 (the best code);
     12 / 11.5 = 1.04 <= 1.05: within. Cell b: auto 12, grouped-rs:1 10; 1.2: not within.
     Cell c runs no code: not counted."""
@@ -558,7 +586,19 @@ def test_auto_against_the_best_fixed_code_is_counted_apart_for_codes_with_auto_s
     text = rivals.render_verdict(data, names)
     assert ("in 0 of the 1 cells where the codes stop their late work when their round ends"
             in text)
-    assert "in 1 of the 1 cells whose codes predate that" in text
-    data["cells"]["x/pareto/20x20"]["settings"]["codes_stop_at_decode"] = True
+    assert "in 1 of the 1 cells whose codes predate both" in text
+    pareto = data["cells"]["x/pareto/20x20"]["settings"]
+    pareto["codes_stop_at_decode"] = True
     text = rivals.render_verdict(data, names)
-    assert "in 1 of the 2 cells where the codes stop" in text and "predate" not in text
+    assert ("in 1 of the 2 cells where the codes stop their late work when their round ends "
+            "but wait until wait-for-all's deadline" in text) and "predate" not in text
+    # amendment 21: a cell counts apart only when every code it ran had its own deadline
+    pareto["code_deadlines_s"] = {"crc:1": 3.0}
+    assert "own clients' times" not in rivals.render_verdict(data, names)
+    pareto["code_deadlines_s"]["grouped-rs:2"] = 2.5
+    text = rivals.render_verdict(data, names)
+    assert ("in 1 of the 1 cells where the codes stop their late work when their round ends, "
+            "as auto's does, and each stops waiting at the deadline rule read from its own "
+            "clients' times" in text)
+    assert "in 0 of the 1 cells where the codes stop their late work when their round ends but" \
+        in text

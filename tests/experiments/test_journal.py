@@ -10,6 +10,9 @@ import pytest
 from experiments import compare, run_grid
 
 METHODS = ["auto", "wait-for-all", "deadline", "grouped-rs:1"]
+#: the runs of a cell: wait-for-all and the code (its own deadline's run) on the development
+#: seed, then every method on the two evaluation seeds
+TOTAL = 2 + len(METHODS) * 2
 NAME = "digits-logreg/bimodal/5x5"
 
 
@@ -84,8 +87,7 @@ def test_a_resumed_cell_runs_only_what_was_not_finished(tmp_path, one_torch_thre
     result = _cell(grid, journal, log=lines.append)
     runs_logged = [ln for ln in lines if ln.startswith("  ")]
     # wait-for-all on dev seed 0 and one more run were finished: the other runs ran now
-    total = 1 + len(METHODS) * 2
-    assert result["resumed_runs"] == 2 and len(runs_logged) == total - 2
+    assert result["resumed_runs"] == 2 and len(runs_logged) == TOTAL - 2
     assert any("resuming" in ln and "2 runs" in ln for ln in lines)
 
 
@@ -98,7 +100,7 @@ def test_a_journal_of_another_cell_is_set_aside_not_read(tmp_path, one_torch_thr
     assert result["resumed_runs"] == 0
     assert any("set aside" in ln for ln in lines)
     assert journal.with_name(journal.name + ".stale").exists()
-    assert sum(ln.startswith("  ") for ln in lines) == 1 + len(METHODS) * 2
+    assert sum(ln.startswith("  ") for ln in lines) == TOTAL
 
 
 def test_a_resumed_cell_charges_the_compute_measured_the_first_time(tmp_path, monkeypatch,

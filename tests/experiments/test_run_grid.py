@@ -399,3 +399,24 @@ def test_a_merge_from_a_copy_made_under_other_shared_settings_is_refused(tmp_pat
     assert compare.main(["--grid", "--merge", str(copy), "--methods", "auto",
                          "--out", str(out)]) == 0
     assert json.loads(out.read_text())["cells"][name]["settings"]["auto_stop_at_decode"]
+
+
+def test_a_rerun_of_some_codes_keeps_the_other_codes_own_deadlines():
+    """settings.code_deadlines_s is per code: codes run again get theirs (none when they ran
+    without one), codes not run again keep theirs."""
+    runs = [_run("auto", 10, 4.0), _run("crc:1", 10, 3.0), _run("frc:1", 10, 5.0)]
+    existing = {"settings": _settings(methods=["auto", "crc:1", "frc:1"],
+                                      code_deadlines_s={"crc:1": 2.0, "frc:1": 3.0}),
+                "runs": runs}
+    rules = compare.load_grid()["rules"]
+    again = {"settings": _settings(methods=["crc:1"], code_deadlines_s={"crc:1": 2.5}),
+             "runs": [_run("crc:1", 10, 2.0)], "runtime_s": 1.0}
+    cell = run_grid.rerun_cell(existing, again, ["crc:1"], rules)
+    assert cell["settings"]["code_deadlines_s"] == {"crc:1": 2.5, "frc:1": 3.0}
+    assert cell["reruns"][-1]["replaced_settings"]["code_deadlines_s"] == {
+        "crc:1": 2.0, "frc:1": 3.0}
+    without = {"settings": _settings(methods=["frc:1"], codes_own_deadline=False),
+               "runs": [_run("frc:1", 10, 6.0)], "runtime_s": 1.0}
+    cell = run_grid.rerun_cell(cell, without, ["frc:1"], rules)
+    assert cell["settings"]["code_deadlines_s"] == {"crc:1": 2.5}
+    assert cell["settings"]["codes_own_deadline"] is False

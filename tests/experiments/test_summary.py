@@ -33,6 +33,21 @@ def test_the_summary_median_counts_an_unreached_seed_as_the_verdict_does(capsys)
     assert "median time ∞" in lines[0] and "median time 3.00 s" in lines[1]
 
 
+def test_a_ratio_over_one_seed_is_printed_without_an_interval(capsys):
+    """One seed where both reached the target: the ratio has no interval, and is printed as
+    a ratio over one seed (it was printed as if no seed had paired)."""
+    def run(method, time):
+        return {"method": method, "seed": 0, "time_to_target": time, "final_accuracy": 0.9,
+                "client_compute_s": 1.0, "bytes_up": 1}
+
+    summary = summarize([run("auto", 2.0), run("crc:1", 1.0)])
+    assert summary["crc:1"]["time_to_target_vs_auto"]["ci95"] is None
+    print_summary({"summary": summary})
+    line = capsys.readouterr().out.splitlines()[1]
+    assert "time / auto 0.50 on one seed (no interval)" in line
+    assert "no seed where both" not in line
+
+
 @pytest.mark.parametrize("pairs", [3, 6, 10])
 def test_the_interval_covers_the_true_ratio_95_percent_of_the_time(pairs):
     """Simulated paired ratios, log-normal around a true ratio of 1.3 (2,000 draws, seeded):

@@ -49,14 +49,17 @@ def short_horizons(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
 
 def codes_deadline(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
     """The (cell, fixed code) pairs at least a quarter of whose rounds were skipped (the
-    replies in by the deadline decoded above ``max-decode-error``, or none came): the codes
-    stop waiting at the stated deadline, set from wait-for-all's clients computing one
-    partition, while a code's clients compute ``s + 1``."""
+    replies in by the deadline decoded above ``max-decode-error``, or none came), among the
+    pairs whose code stopped waiting at the stated deadline, set from wait-for-all's clients
+    computing one partition, while a code's clients compute ``s + 1`` (the codes that
+    predate the grid file's amendment 21, which gives each code its own deadline)."""
     pairs, many = 0, []
     for name in done:
         by: dict[str, list[int]] = {}
+        own = data["cells"][name].get("settings", {}).get("code_deadlines_s") or {}
         for r in data["cells"][name]["runs"]:
-            if is_code(r["method"]) and isinstance(r.get("decodes"), Mapping):
+            if (is_code(r["method"]) and r["method"] not in own
+                    and isinstance(r.get("decodes"), Mapping)):
                 got = by.setdefault(r["method"], [0, 0])
                 got[0] += int(r["decodes"].get("skipped", 0))
                 got[1] += sum(int(v) for v in r["decodes"].values())
@@ -68,11 +71,10 @@ def codes_deadline(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
         return []
     many.sort()
     most = "; ".join(f"{m} in {n}: {-100 * f:.0f} %" for f, n, m in many[:3])
-    return [f"The fixed codes stop waiting at the stated deadline, set from wait-for-all's "
-            f"clients computing one partition, while a code's clients compute s + 1: in "
-            f"{len(many)} of the {pairs} (cell, code) pairs at least a quarter of a code's "
-            f"rounds were skipped, the replies in by then decoding too poorly or none coming "
-            f"(most: {most}), while auto chooses s knowing the deadline. No code had a "
-            "deadline for its load (the stated rule on its own client times, or a searched "
-            "grid like deadline-best's), so the best-code column may flatter auto (not "
-            "amended)."]
+    return [f"Where the fixed codes predate amendment 21 they stop waiting at the stated "
+            f"deadline, set from wait-for-all's clients computing one partition, while a "
+            f"code's clients compute s + 1: in {len(many)} of those {pairs} (cell, code) "
+            f"pairs at least a quarter of a code's rounds were skipped, the replies in by "
+            f"then decoding too poorly or none coming (most: {most}), while auto chooses s "
+            "knowing the deadline, so there the best-code column may flatter auto (amended: "
+            "each code's own deadline, run where its cell's codes ran again)."]

@@ -27,7 +27,8 @@ from tools.docgen.rivals import (
 #: FedBuff against synchronous rounds with no stragglers at all (development seeds):
 #: ``python -m experiments.compare --latency persistent --set latency=none --n 20
 #: --methods wait-for-all,fedbuff,auto,grouped-rs:1 --seeds 0,1,2 --dev-seeds 0
-#: --rule fedbuff_tune=0 --rule auto_stop_at_decode=0 --rule codes_stop_at_decode=0 --out
+#: --rule fedbuff_tune=0 --rule auto_stop_at_decode=0 --rule codes_stop_at_decode=0
+#: --rule codes_own_deadline=0 --out
 #: results/compare_no_stragglers_dev.json`` (FedBuff untuned, auto's and the code's work
 #: stopped at the deadline: the file predates these rules, and these seeds are development
 #: seeds).

@@ -11,8 +11,8 @@ from typing import Any
 
 from tools.docgen import rivals
 
-__all__ = ["auto_stops", "codes_stop", "deadline_grids", "fedbuff_tuned", "rival_fixes",
-           "split_codes"]
+__all__ = ["auto_stops", "codes_care", "codes_own", "codes_own_deadline", "codes_stop",
+           "deadline_grids", "fedbuff_tuned", "rival_fixes", "split_codes"]
 
 
 def grid_data() -> dict[str, Any]:
@@ -55,6 +55,41 @@ def auto_stops(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
     return [f"auto's late work stops when its round ends (`experiments/grid.toml` amendment "
             f"15) in {len(new)} of the {len(done)} finished cells{which} (its clients' work "
             "stopped at the round's deadline)."]
+
+
+def codes_own_deadline(cell: Mapping[str, Any]) -> bool:
+    """Every fixed code the cell ran stopped waiting at its own deadline (amendment 21:
+    ``settings.code_deadlines_s`` names it)."""
+    own = cell["settings"].get("code_deadlines_s") or {}
+    codes = {r["method"] for r in cell["runs"] if rivals.is_code(r["method"])}
+    return bool(codes) and codes <= set(own)
+
+
+def codes_care(cell: Mapping[str, Any]) -> int:
+    """How much of auto's care the cell's fixed codes had: 2, their late work stopped at the
+    round's end (amendment 19) and each its own deadline (amendment 21); 1, the stop only;
+    0, neither."""
+    if cell["settings"].get("codes_stop_at_decode") is not True:
+        return 0
+    return 2 if codes_own_deadline(cell) else 1
+
+
+def codes_own(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
+    """Once the grid file's ``codes_own_deadline`` is on (amendment 21), in how many finished
+    cells every fixed code stopped waiting at the stated rule read from its own client
+    times, when some did not."""
+    if not grid_data()["rules"].get("codes_own_deadline"):
+        return []
+    ran = [n for n in done if any(rivals.is_code(r["method"]) for r in data["cells"][n]["runs"])]
+    new = [n for n in ran if codes_own_deadline(data["cells"][n])]
+    if len(new) == len(ran):
+        return []
+    which = f" ({', '.join(new)})" if new else ""
+    return [f"Each fixed code stops waiting at the stated deadline rule read from its own "
+            f"clients' times (`experiments/grid.toml` amendment 21) in {len(new)} of the "
+            f"{len(ran)} finished cells that ran them{which}; in the others the codes stopped "
+            "at wait-for-all's stated deadline, read from clients computing one partition "
+            "where theirs compute s + 1."]
 
 
 def codes_stop(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:

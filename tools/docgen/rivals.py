@@ -295,6 +295,7 @@ def render_table(data: Mapping[str, Any], report: Sequence[str]) -> str:
                      "says why; the ServerApp now gives every code one partition per client).")
     from tools.docgen.rival_notes import (
         auto_stops,
+        codes_own,
         codes_stop,
         deadline_grids,
         fedbuff_tuned,
@@ -308,6 +309,7 @@ def render_table(data: Mapping[str, Any], report: Sequence[str]) -> str:
     notes += rival_fixes(data, done)
     notes += auto_stops(data, done)
     notes += codes_stop(data, done)
+    notes += codes_own(data, done)
     notes += fedbuff_tuned(data, done)
     notes += first_k_untuned(data, done)
     from tools.docgen.biases import codes_deadline, short_horizons
@@ -398,23 +400,28 @@ def render_verdict(data: Mapping[str, Any], report: Sequence[str]) -> str:
 def _against_codes(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
     """Whether choosing s online pays: in how many finished cells auto's median time to
     target is within the goal's factor of the best fixed code's (chosen in hindsight), over
-    the cells whose codes stop their late work as auto's does (amendment 19) and the
-    others."""
-    within: dict[bool, list[int]] = {True: [0, 0], False: [0, 0]}
+    the cells by the care their codes had (:func:`~tools.docgen.rival_notes.codes_care`:
+    amendments 19 and 21, 19 only, neither)."""
+    from tools.docgen.rival_notes import codes_care
+
+    within: dict[int, list[int]] = {2: [0, 0], 1: [0, 0], 0: [0, 0]}
     for name in done:
         cell = data["cells"][name]
         stats = method_stats(cell)
         code = best_method(stats, [m for m in stats if is_code(m)])
         if code is None or "auto" not in stats:
             continue
-        fair = cell["settings"].get("codes_stop_at_decode") is True
-        within[fair][1] += 1
-        within[fair][0] += time_over(stats["auto"].median_time,
+        care = codes_care(cell)
+        within[care][1] += 1
+        within[care][0] += time_over(stats["auto"].median_time,
                                      stats[code].median_time) <= GOAL_TIME * (1 + EPS)
-    parts = [f"in {k} of the {n} cells where the codes stop their late work when their round "
-             "ends, as auto's does" if fair else
-             f"in {k} of the {n} cells whose codes predate that (their clients computed on "
-             "until the deadline)" for fair, (k, n) in within.items() if n]
+    words = {2: "where the codes stop their late work when their round ends, as auto's does, "
+                "and each stops waiting at the deadline rule read from its own clients' times",
+             1: "where the codes stop their late work when their round ends but wait until "
+                "wait-for-all's deadline",
+             0: "whose codes predate both (their clients computed on until wait-for-all's "
+                "deadline)"}
+    parts = [f"in {k} of the {n} cells {words[care]}" for care, (k, n) in within.items() if n]
     if not parts:
         return []
     return [f"**auto against the best fixed code in hindsight** (its median time to target "

@@ -53,6 +53,8 @@ def _predated(settings: Mapping[str, Any]) -> list[str]:
         out.append("auto_stop_at_decode")
     if any(":" in m for m in ran) and "codes_stop_at_decode" not in settings:
         out.append("codes_stop_at_decode")
+    if any(":" in m for m in ran) and "codes_own_deadline" not in settings:
+        out.append("codes_own_deadline")
     if "deadline-best" in ran and "deadline_grid_grown" not in settings:
         out.append("deadline_grid_extend")
     return [k for k in out if k not in own]
@@ -74,6 +76,9 @@ def predates(settings: Mapping[str, Any]) -> str:
                                     "round's end (amendment 15)",
              "codes_stop_at_decode": "the fixed codes' late work stopped at the deadline, not "
                                      "at the round's end (amendment 19)",
+             "codes_own_deadline": "each fixed code stopped at wait-for-all's stated deadline, "
+                                   "not at the rule read from its own client times "
+                                   "(amendment 21)",
              "deadline_grid_extend": "deadline-best's grid not grown past an edge pick "
                                      "(amendment 20)"}
     off = _predated(settings)
