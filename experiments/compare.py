@@ -248,7 +248,6 @@ def compare(cell: Cell, methods: Sequence[str], seeds: Sequence[int],
             runner.code_deadlines = {m: runner.code_deadline(m, dev_seeds, quantile, slack)
                                      for m in codes}
             facts["code_deadlines_s"] = dict(runner.code_deadlines)
-            facts["coded_straggler_timeout_rule"] += "; each fixed code its own (below)"
             facts["code_deadline_rule"] = (
                 f"{slack} x the {quantile} quantile of the code's own client times in its "
                 f"runs on development seeds {list(dev_seeds)} with straggler-timeout "

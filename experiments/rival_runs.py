@@ -134,16 +134,26 @@ class Cell:
     def check_stop_rules(self, methods: Sequence[str]) -> None:
         """A ``ValueError`` where a ``--set stop-late-work`` contradicts the rule that stops
         the late work of auto or of one of ``methods`` at the round's end
-        (:func:`stop_rule`)."""
+        (:func:`stop_rule`), or where a fixed code of ``methods`` would read its own
+        deadline (``codes_own_deadline``) from runs whose late work is not stopped."""
         given = self.run_config.get("stop-late-work")
-        if given in (None, "decode"):
-            return
-        for rule in dict.fromkeys(stop_rule(m) for m in ("auto", *methods)):
-            if rule is not None and getattr(self, rule):
-                whose, them = STOP_RULES[rule]
-                raise ValueError(f"--set stop-late-work={given!r} contradicts the rule {rule} "
-                                 f"({whose} late work stops at the round's end): add --rule "
-                                 f"{rule}=0 to run {them} with the value set")
+        if given not in (None, "decode"):
+            for rule in dict.fromkeys(stop_rule(m) for m in ("auto", *methods)):
+                if rule is not None and getattr(self, rule):
+                    whose, them = STOP_RULES[rule]
+                    raise ValueError(f"--set stop-late-work={given!r} contradicts the rule "
+                                     f"{rule} ({whose} late work stops at the round's end): "
+                                     f"add --rule {rule}=0 to run {them} with the value set")
+        if (self.codes_own_deadline and any(stop_rule(m) == "codes_stop_at_decode"
+                                            for m in methods)
+                and not self.stops_at_decode("codes_stop_at_decode")):
+            # else a client still computing after a round gets no work in the next one
+            # (busy = skip), and the slow clients' times go missing from what the rule reads
+            raise ValueError("the rule codes_own_deadline reads each fixed code's client "
+                             "times from runs where every client gets work each round: it "
+                             "needs codes_stop_at_decode=1 (or --set stop-late-work=decode); "
+                             "add --rule codes_own_deadline=0 to run the codes at the stated "
+                             "deadline")
 
     def stops_at_decode(self, rule: str) -> bool:
         """The late work of the methods ``rule`` governs (:data:`STOP_RULES`) stops at the

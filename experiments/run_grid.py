@@ -410,15 +410,15 @@ def rerun_cell(existing: Mapping[str, Any], result: Mapping[str, Any],
              if k not in ("methods", "quick", "set")
              and (k not in SETTING_SOURCES or any(map(SETTING_SOURCES[k], methods)))}
     settings = {**existing["settings"], **facts}
-    old = existing["settings"].get("code_deadlines_s")
-    if old is not None:  # per code: the codes not run again keep theirs
+    old, new = (s.get("code_deadlines_s") or {} for s in (existing["settings"], facts))
+    if old or new:  # per code: the codes run again have theirs (if any), the others keep
         settings["code_deadlines_s"] = {**{m: d for m, d in old.items() if m not in methods},
-                                        **facts.get("code_deadlines_s", {})}
+                                        **{m: d for m, d in new.items() if m in methods}}
     ran = [*existing["settings"].get("methods", []), *methods]
     settings["methods"] = list(dict.fromkeys(ran))  # the cell's, then any first run here
     # keys the re-run sets for the first time were absent (None)
-    replaced = {k: existing["settings"].get(k) for k, v in facts.items()
-                if existing["settings"].get(k) != v}
+    replaced = {k: existing["settings"].get(k) for k in [*facts, "code_deadlines_s"]
+                if k in settings and existing["settings"].get(k) != settings[k]}
     reruns = [*existing.get("reruns", []),
               {"methods": list(methods), "finished_utc": result.get("finished_utc"),
                "runtime_s": result["runtime_s"], "replaced_settings": replaced}]

@@ -89,8 +89,25 @@ def test_each_code_stops_waiting_at_the_stated_rule_read_from_its_own_client_tim
                                          "straggler-timeout": s_off["stated_deadline_s"]},
                                         **shape))
     assert _run(off, "crc:1")["accuracy_curve"] == plain["accuracy_curve"]
+    # here crc:1's deadline binds: its own deadline gave it another run
+    assert _run(on, "crc:1")["accuracy_curve"] != plain["accuracy_curve"]
     # auto is not touched by it
     assert _run(on, "auto")["accuracy_curve"] == _run(off, "auto")["accuracy_curve"]
+
+
+def test_codes_own_deadlines_without_their_stop_at_decode_are_refused_before_any_run(
+        tmp_path):
+    """Without the stop, a client still computing after a round is sent nothing in the next
+    (busy = skip): the slow clients' times would go missing from what the rule reads."""
+    argv = ["--n", "4", "--rounds", "2", "--seeds", "0", "--dev-seeds", "0", "--methods",
+            "auto,grouped-rs:1", "--rule", "codes_stop_at_decode=0",
+            "--out", str(tmp_path / "x.json")]
+    with pytest.raises(SystemExit, match=r"codes_own_deadline .*needs codes_stop_at_decode=1"
+                                         r".*--rule codes_own_deadline=0"):
+        compare.main(argv)
+    assert not (tmp_path / "x.json").exists()
+    # without a fixed code there is nothing to refuse
+    assert compare.main([*argv[:9], "auto", *argv[10:]]) == 0
 
 
 def test_a_cell_that_sets_its_deadline_gives_no_code_its_own(tmp_path):

@@ -90,10 +90,12 @@ def test_fixed_codes_stop_late_work_at_their_round_s_end_by_the_rule(tmp_path):
     rounds; auto is not touched by it."""
     methods = "auto,grouped-rs:2"
     on = _bimodal_runs(tmp_path / "c0.json", methods)
-    off = _bimodal_runs(tmp_path / "c1.json", methods, "codes_stop_at_decode=0")
+    off = _bimodal_runs(tmp_path / "c1.json", methods, "codes_stop_at_decode=0",
+                        "codes_own_deadline=0")
     assert on["settings"]["codes_stop_at_decode"] is True  # the grid file's rule
     assert off["settings"]["codes_stop_at_decode"] is False
-    assert off["settings"]["rules_set"] == {"codes_stop_at_decode": 0.0}
+    assert off["settings"]["rules_set"] == {"codes_stop_at_decode": 0.0,
+                                            "codes_own_deadline": 0.0}
     assert "codes_stop_at_decode" not in _bimodal_runs(tmp_path / "c2.json", "auto")["settings"]
 
     def run(data, method):

@@ -420,3 +420,17 @@ def test_a_rerun_of_some_codes_keeps_the_other_codes_own_deadlines():
     cell = run_grid.rerun_cell(cell, without, ["frc:1"], rules)
     assert cell["settings"]["code_deadlines_s"] == {"crc:1": 2.5}
     assert cell["settings"]["codes_own_deadline"] is False
+    assert cell["reruns"][-1]["replaced_settings"]["code_deadlines_s"] == {
+        "crc:1": 2.5, "frc:1": 3.0}
+
+
+def test_a_merge_of_some_codes_takes_only_their_own_deadlines():
+    """A copy whose re-run gave every code its deadline, merged for crc:1 only: frc:1's runs
+    stay the cell's, so does its (absent) deadline."""
+    existing = {"settings": _settings(methods=["auto", "crc:1", "frc:1"]),
+                "runs": [_run("auto", 10, 4.0), _run("crc:1", 10, 3.0), _run("frc:1", 10, 5.0)]}
+    copy = {"settings": _settings(methods=["crc:1", "frc:1"],
+                                  code_deadlines_s={"crc:1": 2.0, "frc:1": 3.0}),
+            "runs": [_run("crc:1", 10, 2.0)], "runtime_s": 1.0}
+    cell = run_grid.rerun_cell(existing, copy, ["crc:1"], compare.load_grid()["rules"])
+    assert cell["settings"]["code_deadlines_s"] == {"crc:1": 2.0}

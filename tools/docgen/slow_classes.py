@@ -53,10 +53,10 @@ def _predated(settings: Mapping[str, Any]) -> list[str]:
         out.append("auto_stop_at_decode")
     if any(":" in m for m in ran) and "codes_stop_at_decode" not in settings:
         out.append("codes_stop_at_decode")
-    if any(":" in m for m in ran) and "codes_own_deadline" not in settings:
-        out.append("codes_own_deadline")
     if "deadline-best" in ran and "deadline_grid_grown" not in settings:
         out.append("deadline_grid_extend")
+    if any(":" in m for m in ran) and "codes_own_deadline" not in settings:
+        out.append("codes_own_deadline")
     return [k for k in out if k not in own]
 
 
