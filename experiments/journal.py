@@ -5,8 +5,10 @@ One JSON line per finished run (``{"key", "record"}``) after a header line (``{"
 "digest"}``). The identity is everything a run's numbers depend on: the cell (run config,
 ``n``, cohort, rounds, target, the rivals' rules), the development and evaluation seeds, the
 versions of Python, numpy, torch and Flower, torch's and BLAS's threads, and a digest of the
-code that runs (the packages ``fl_gradcode``, ``clients``, ``server`` and
-``experiments/rival_runs.py``). A journal whose identity differs is not read: it is set
+code that runs (the packages ``fl_gradcode``, ``clients``, ``server``,
+``experiments/rival_runs.py``, and the harness modules that decide which runs a cell makes
+under which key: ``compare``, ``deadline_best``, ``fedbuff_tuning``, ``first_k_tuning``). A
+journal whose identity differs is not read: it is set
 aside (renamed ``*.stale``) and the cell starts afresh, with a message saying so. A cell
 whose compute is measured once keeps that measurement in the journal (``meta``), so a
 resumed cell charges every run the same value.
@@ -24,8 +26,12 @@ from typing import Any
 __all__ = ["Journal", "code_digest"]
 
 ROOT = Path(__file__).resolve().parent.parent
-#: The code a run's numbers depend on (relative to the repository root).
-CODE = ("fl_gradcode", "clients", "server", "experiments/rival_runs.py")
+#: The code a run's numbers depend on (relative to the repository root): what runs, and what
+#: decides the runs a cell makes and their keys (e.g. the deadline a code's own deadline is
+#: read at).
+CODE = ("fl_gradcode", "clients", "server", "experiments/rival_runs.py",
+        "experiments/compare.py", "experiments/deadline_best.py",
+        "experiments/fedbuff_tuning.py", "experiments/first_k_tuning.py")
 
 
 def code_digest(root: Path = ROOT) -> str:

@@ -150,3 +150,28 @@ def test_a_line_cut_off_mid_write_is_dropped_and_its_run_runs_again(tmp_path,
     assert result["resumed_runs"] == 2
     assert _without_wall(result["runs"]) == _without_wall(reference["runs"])
     assert all(json.loads(line) for line in journal.read_text().splitlines())
+
+
+def test_the_code_digest_changes_with_the_harness_that_keys_the_runs(tmp_path):
+    """A journal written by other harness code is not read: the digest covers the module
+    that decides a cell's runs and their keys (compare.py: e.g. the deadline a code's own
+    deadline is read at), not only the modules that run them; a document is not code."""
+    import shutil
+
+    from experiments.journal import CODE, ROOT, code_digest
+
+    for entry in CODE:
+        source = ROOT / entry
+        target = tmp_path / entry
+        if source.is_dir():
+            shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(source, target)
+    before = code_digest(tmp_path)
+    (tmp_path / "README.md").write_text("not code\n")
+    assert code_digest(tmp_path) == before
+    harness = tmp_path / "experiments" / "compare.py"
+    harness.write_text(harness.read_text().replace("OPEN_DEADLINE_S = 1e6",
+                                                   "OPEN_DEADLINE_S = 1e5"))
+    assert code_digest(tmp_path) != before
