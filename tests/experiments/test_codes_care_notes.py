@@ -9,22 +9,26 @@ from tests.experiments.test_compare_table import REPORT, _cell, _data
 from tools.docgen import rivals
 
 
+def _rule(monkeypatch, name: str, on: bool) -> None:
+    """The grid file's rule ``name`` turned on or off for the notes."""
+    grid = rivals.grid_data()
+    monkeypatch.setattr(rivals, "grid_data", lambda: {
+        **grid, "rules": {**grid["rules"], name: on}})
+
+
 def test_cells_whose_fixed_codes_predate_their_stop_at_decode_are_counted(monkeypatch):
     """From amendment 19 the fixed codes stop their late work when their round ends, as
     auto's do: the finished cells that ran a fixed code without it are counted, those with
     it named; a cell that ran no fixed code is not counted; nothing while the rule is off."""
     data = _data()
-    grid = rivals.grid_data()
     coded = [n for n, c in data["cells"].items() if any(":" in r["method"] for r in c["runs"])]
     data["cells"]["digits-logreg/plain/20x20"] = _cell("persistent", {
         "auto": ([10.0, 12.0, 14.0], [0.9, 0.9, 0.9], None, None)})
     report = [*REPORT, "digits-logreg/plain/20x20"]
     assert len(coded) >= 2
-    monkeypatch.setattr(rivals, "grid_data", lambda: {
-        **grid, "rules": {**grid["rules"], "codes_stop_at_decode": False}})
+    _rule(monkeypatch, "codes_stop_at_decode", False)
     assert "amendment 19" not in rivals.render(data, report)
-    monkeypatch.setattr(rivals, "grid_data", lambda: {
-        **grid, "rules": {**grid["rules"], "codes_stop_at_decode": True}})
+    _rule(monkeypatch, "codes_stop_at_decode", True)
     assert (f"in 0 of the {len(coded)} finished cells that ran them; in the others"
             in rivals.render(data, report))
     data["cells"][coded[0]]["settings"]["codes_stop_at_decode"] = True
@@ -40,15 +44,12 @@ def test_cells_whose_fixed_codes_predate_their_own_deadlines_are_counted(monkeyp
     client times: the finished cells where some code ran without one are counted, those
     where every code had one named; nothing while the rule is off."""
     data = _data()
-    grid = rivals.grid_data()
     coded = {n: sorted({r["method"] for r in c["runs"] if ":" in r["method"]})
              for n, c in data["cells"].items() if any(":" in r["method"] for r in c["runs"])}
     assert len(coded) >= 2
-    monkeypatch.setattr(rivals, "grid_data", lambda: {
-        **grid, "rules": {**grid["rules"], "codes_own_deadline": False}})
+    _rule(monkeypatch, "codes_own_deadline", False)
     assert "amendment 21" not in rivals.render(data, REPORT)
-    monkeypatch.setattr(rivals, "grid_data", lambda: {
-        **grid, "rules": {**grid["rules"], "codes_own_deadline": True}})
+    _rule(monkeypatch, "codes_own_deadline", True)
     assert (f"(`experiments/grid.toml` amendment 21) in 0 of the {len(coded)} finished cells"
             in rivals.render(data, REPORT))
     first, *others = coded

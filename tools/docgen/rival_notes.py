@@ -6,7 +6,7 @@ grid."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tools.docgen import rivals
@@ -74,16 +74,26 @@ def codes_care(cell: Mapping[str, Any]) -> int:
     return 2 if codes_own_deadline(cell) else 1
 
 
+def _codes_with(data: Mapping[str, Any], done: Sequence[str], rule: str,
+                has: Callable[[Mapping[str, Any]], bool]) -> tuple[list[str], list[str]] | None:
+    """``(cells, ran)``: the finished cells that ran a fixed code, and those of them that
+    ``has`` the care of the grid file's ``rule``, once the rule is on and some lack it;
+    else ``None`` (no note)."""
+    if not grid_data()["rules"].get(rule):
+        return None
+    ran = [n for n in done if any(rivals.is_code(r["method"]) for r in data["cells"][n]["runs"])]
+    new = [n for n in ran if has(data["cells"][n])]
+    return None if len(new) == len(ran) else (new, ran)
+
+
 def codes_own(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
     """Once the grid file's ``codes_own_deadline`` is on (amendment 21), in how many finished
     cells every fixed code stopped waiting at the stated rule read from its own client
     times, when some did not."""
-    if not grid_data()["rules"].get("codes_own_deadline"):
+    counted = _codes_with(data, done, "codes_own_deadline", codes_own_deadline)
+    if counted is None:
         return []
-    ran = [n for n in done if any(rivals.is_code(r["method"]) for r in data["cells"][n]["runs"])]
-    new = [n for n in ran if codes_own_deadline(data["cells"][n])]
-    if len(new) == len(ran):
-        return []
+    new, ran = counted
     which = f" ({', '.join(new)})" if new else ""
     return [f"Each fixed code stops waiting at the stated deadline rule read from its own "
             f"clients' times (`experiments/grid.toml` amendment 21) in {len(new)} of the "
@@ -96,12 +106,11 @@ def codes_stop(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
     """Once the grid file's ``codes_stop_at_decode`` is on (amendment 19), in how many
     finished cells the fixed codes ran with their late work stopped at the round's end
     (``settings.codes_stop_at_decode`` true), when some did not."""
-    if not grid_data()["rules"].get("codes_stop_at_decode"):
+    counted = _codes_with(data, done, "codes_stop_at_decode",
+                          lambda cell: cell["settings"].get("codes_stop_at_decode") is True)
+    if counted is None:
         return []
-    ran = [n for n in done if any(rivals.is_code(r["method"]) for r in data["cells"][n]["runs"])]
-    new = [n for n in ran if data["cells"][n]["settings"].get("codes_stop_at_decode") is True]
-    if len(new) == len(ran):
-        return []
+    new, ran = counted
     which = f" ({', '.join(new)})" if new else ""
     return [f"The fixed codes' late work stops when their round ends, as auto's does "
             f"(`experiments/grid.toml` amendment 19), in {len(new)} of the {len(ran)} "
