@@ -149,6 +149,8 @@ class VirtualClock:
     charges default to ``GradientCoding``'s (:class:`TimingDefault`)."""
 
     timing = "virtual"
+    #: a reply's arrival is the clock's model, so every reply sent has one
+    models_arrivals = True
     checks_values_on_arrival = True
     returns_early = False
 
@@ -338,6 +340,8 @@ class WallClock:
     from its first reply)."""
 
     timing = "wallclock"
+    #: arrivals are not modelled (the replies came when they came): none is recorded
+    models_arrivals = False
     checks_values_on_arrival = False  # checked in the decoding pass, off the critical path
     returns_early = True
 

@@ -84,7 +84,8 @@ class RoundCloser:
                                    len(sent), failures)
         untravelled = sum(int(valid[w].extra.get("bytes", 0))
                           for w in [*(timed.keys() - arrivals.keys()), *window.stopped])
-        closing = Closing(window, tuple(window.stopped), untravelled, dict(arrivals))
+        closing = Closing(window, tuple(window.stopped), untravelled,
+                          dict(arrivals) if getattr(self.clock, "models_arrivals", False) else {})
         self.clock.finish_round(
             [state.cohort[w] for w in sent],
             # a worker heard of is free from then on (its message errored), as if it replied

@@ -388,8 +388,7 @@ class GradientCoding(OptionAttributes, Strategy):
             expected_round_s=self.code_policy.expected_round_s(),
             round_virtual_s=float(window.end - self.clock.round_start),
             round_deadline_s=self.clock.straggler_timeout, wall_s=float(wall_s),
-            arrivals_s=({str(w): float(t) for w, t in sorted(state.closing.arrivals.items())}
-                        if self.clock.timing == "virtual" else {}),
+            arrivals_s={str(w): float(t) for w, t in sorted(state.closing.arrivals.items())},
             **missing_fields(state.code, list(state.partitions), outcome.used, outcome.decode,
                              self.partition_sizes)))
         if not state.valid and untrainable_round(self.dp.mode, range(len(state.cohort)),
