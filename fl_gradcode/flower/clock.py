@@ -106,6 +106,8 @@ class Clock(Protocol):
     checks_values_on_arrival: bool
     #: the grid returns a round early, at the first decodable set of replies
     returns_early: bool
+    #: a reply's arrival is the clock's model (recorded for every reply sent), not observed
+    models_arrivals: bool
     #: worker -> seconds its queued work waits behind an earlier job (this round)
     backlog: Mapping[int, float]
     last_duration: float | None

@@ -85,7 +85,7 @@ class RoundCloser:
         untravelled = sum(int(valid[w].extra.get("bytes", 0))
                           for w in [*(timed.keys() - arrivals.keys()), *window.stopped])
         closing = Closing(window, tuple(window.stopped), untravelled,
-                          dict(arrivals) if getattr(self.clock, "models_arrivals", False) else {})
+                          dict(arrivals) if self.clock.models_arrivals else {})
         self.clock.finish_round(
             [state.cohort[w] for w in sent],
             # a worker heard of is free from then on (its message errored), as if it replied
