@@ -511,3 +511,24 @@ def test_the_table_says_where_first_k_ran_untuned():
     for name in ran:
         data["cells"][name]["settings"]["first_k"]["tuning"] = {"chosen": 1.6}
     assert "fixed a priori in" not in rivals.render(data, REPORT)
+
+
+def test_the_table_says_where_first_ks_tuned_pick_is_still_at_an_edge():
+    """A tuned first-k whose pick is the largest (or smallest) c tried after its list's
+    growths (settings.first_k.tuning.at_edge) may do better beyond it: the note names the
+    cell and its c, and counts it among the tuned cells only."""
+    data = _data()
+    ran = [n for n, c in data["cells"].items() if any(r["method"] == "first-k"
+                                                      for r in c["runs"])]
+    assert len(ran) >= 2
+    for name in ran:
+        data["cells"][name]["settings"]["first_k"] = {
+            "k": 15, "overcommit": 1.6, "tuning": {"chosen": 1.6, "at_edge": False}}
+    assert "still at an edge" not in rivals.render(data, REPORT)
+    data["cells"][ran[0]]["settings"]["first_k"] = {
+        "k": 5, "overcommit": 4.5, "tuning": {"chosen": 4.5, "at_edge": True}}
+    del data["cells"][ran[1]]["settings"]["first_k"]["tuning"]  # one cell untuned
+    text = rivals.render(data, REPORT)
+    assert (f"In 1 of the {len(ran) - 1} cells where first-k's over-commitment is tuned its "
+            "pick is still at an edge") in text
+    assert f"{ran[0]} c = 4.5" in text and f"{ran[1]} c = 1.6" not in text

@@ -107,3 +107,24 @@ def test_the_participation_table_names_the_methods_the_benchmark_re_ran_since():
     same["cells"][cell]["runs"][0]["time_to_target"] = 4.0  # auto re-run since
     text = render_participation(data, same)
     assert "the benchmark has re-run auto since, so those rows are not its runs now" in text
+
+
+def test_the_readme_line_says_when_the_benchmark_re_ran_its_methods_since():
+    """The README's participation line reads "the same seeds" as the benchmark's; once the
+    benchmark has re-run a method of the cell, the line says its runs are the benchmark's
+    as it was, and names the method."""
+    from tools.docgen.participation import render_headline
+
+    cell = "digits-logreg/persistent/20x20"
+    runs = [{"method": m, "seed": 10, "time_to_target": t, "benchmark_time_to_target": t,
+             "slow_example_share": 0.1, "slow_data_share": 0.2}
+            for m, t in (("auto", 5.0), ("fedbuff", 2.0))]
+    data = {"cells": {cell: {"runs": runs}}}
+    now = {"cells": {cell: {"runs": [{"method": "auto", "seed": 10, "time_to_target": 5.0},
+                                     {"method": "fedbuff", "seed": 10,
+                                      "time_to_target": 2.0}]}}}
+    line = render_headline(data, cell, now)
+    assert f"(cell `{cell}`, the same seeds; " in line and "re-run" not in line
+    now["cells"][cell]["runs"][1]["time_to_target"] = 1.5  # FedBuff re-run since
+    line = render_headline(data, cell, now)
+    assert "as it was when these ran: it has re-run fedbuff since" in line

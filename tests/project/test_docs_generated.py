@@ -140,3 +140,23 @@ def test_speedups_in_the_older_headline_are_paired_per_seed_not_ratios_of_means(
         "auto": [run(t) for t in fast[:3]] + [{"virtual_s": [1.0], "accuracy": [0.5]}]}}}
     assert paired_speedup(data, "x", "auto", "uncoded") == pytest.approx((8 * 8 * 54) ** (1 / 3))
     assert paired_speedup(data, "x", "auto", "missing") is None
+
+
+def test_the_first_hour_note_names_the_defaults_set_since_by_later_rules():
+    """The first-hour table says today's defaults are the recommended regime's overrides;
+    where a later rule changed one of them (the main job's deadline), the note says which,
+    with today's value (pyproject.toml) and the one the table ran."""
+    import json
+    import tomllib
+
+    from tools.docgen.measures import first_hour
+
+    root = Path(__file__).resolve().parents[2]
+    today = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
+    data = json.loads((root / "results" / "first_hour.json").read_text())
+    ran = {**data["base"], **data["regimes"][data["recommended"]]["run_config"]}
+    changed = [k for k, v in ran.items() if k in today and today[k] != v]
+    text = first_hour()
+    for key in changed:
+        assert f"`{key}={today[key]}` (then {ran[key]})" in text
+    assert bool(changed) == ("set since by later rules" in text)

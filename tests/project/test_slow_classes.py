@@ -218,8 +218,22 @@ def test_a_run_whose_rivals_predate_the_grid_files_newer_rules_says_so():
     assert "FedBuff untuned" in predates(old) and "not stopped" in predates(old)
     assert "auto's late work stopped at the deadline" in predates(old)
     new = {**old, "rivals_stop_dropped_work": True, "auto_stop_at_decode": True,
-           "fedbuff": {"server_lr": 0.5, "tuning": {"chosen": {}}}}
+           "fedbuff": {"server_lr": 0.5, "tuning": {"chosen": {}, "extend": 2}}}
     assert rule_flags(new) == "" and predates(new) == ""
     # a rule the run set itself is its own choice, not a rule it predates
     own = {**new, "fedbuff": {"server_lr": 1.0}, "rules_set": {"fedbuff_tune": 0.0}}
     assert rule_flags(own) == " --rule fedbuff_tune=0" and predates(own) == ""
+
+
+def test_first_k_untuned_and_fedbuff_lists_not_grown_are_named_with_their_amendments():
+    from tools.docgen.slow_classes import predates, rule_flags
+
+    old = {"methods": ["first-k", "fedbuff"], "rivals_stop_dropped_work": True,
+           "first_k": {"k": 15, "overcommit": 1.3}, "fedbuff": {"tuning": {"chosen": {}}}}
+    # first-k's tuning can be turned off to reproduce the run; FedBuff's growth has no flag
+    assert rule_flags(old) == " --rule first_k_tune=0"
+    assert "c fixed a priori" in predates(old) and "(amendment 18)" in predates(old)
+    assert "lists not grown past an edge pick (amendment 16)" in predates(old)
+    new = {**old, "first_k": {**old["first_k"], "tuning": {"chosen": {}}},
+           "fedbuff": {"tuning": {"chosen": {}, "extend": 2}}}
+    assert rule_flags(new) == "" and predates(new) == ""

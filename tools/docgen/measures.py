@@ -3,7 +3,7 @@ codes, test strength."""
 
 from __future__ import annotations
 
-from tools.docgen.core import block, ci, command, load, num, table
+from tools.docgen.core import ROOT, block, ci, command, load, num, table
 
 
 # ---------------------------------------------------------------- robustness
@@ -376,10 +376,25 @@ def first_hour() -> str:
             "yes" if regime["wins"] else "no"])
     seeds = ", ".join(str(s) for s in data["seeds"])
     base = " ".join(f"{k}={v}" for k, v in data.get("base", {}).items())
+    changed = _defaults_changed_since(
+        {**data.get("base", {}), **data["regimes"][data["recommended"]]["run_config"]})
+    since = (" except " + ", ".join(f"`{k}={v}` (then {was})" for k, v, was in changed)
+             + ", set since by later rules") if changed else ""
     return (f"{data['num_clients']} clients, seeds {seeds}; target: {data['target']}; goal: "
             f"{data['goal']}. Every regime overrides the base `{base}` (the run-config "
             f"defaults when it was measured); today's defaults are the base with "
-            f"`{data['recommended']}`'s overrides.\n\n" + table(
+            f"`{data['recommended']}`'s overrides{since}.\n\n" + table(
                 ["regime", "run config (over the base)", "× sooner than wait-for-all, "
                  "per seed", "× sooner than drop-stragglers, per seed",
                  "final accuracy, coded vs drop-stragglers", "meets the goal"], rows))
+
+
+def _defaults_changed_since(measured: dict) -> list[tuple[str, object, object]]:
+    """The run-config keys whose default today (pyproject.toml) differs from ``measured``:
+    ``(key, today, then)``."""
+    import tomllib
+
+    with open(ROOT / "pyproject.toml", "rb") as fh:
+        today = tomllib.load(fh)["tool"]["flwr"]["app"]["config"]
+    return [(k, today[k], v) for k, v in measured.items()
+            if k in today and today[k] != v]

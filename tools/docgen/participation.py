@@ -48,11 +48,7 @@ def render_participation(data: Mapping[str, Any],
                          f"{reached}/{len(mine)}"])
         agree = sum(_same(r["time_to_target"], r.get("benchmark_time_to_target"))
                     for r in runs)
-        now = {(r["method"], r["seed"]): r["time_to_target"]
-               for r in (benchmark or {}).get("cells", {}).get(name, {}).get("runs", [])}
-        since = sorted({r["method"] for r in runs if (r["method"], r["seed"]) in now
-                        and not _same(now[r["method"], r["seed"]],
-                                      r.get("benchmark_time_to_target"))})
+        since = _rerun_since(runs, benchmark, name)
         parts.append(
             f"**{name}** (seeds {_seeds(seeds)}; the slow clients hold a median "
             f"{100 * (data_share or 0):.0f} % of the training data; the time to target of "
@@ -72,25 +68,41 @@ def _seeds(seeds: list[int]) -> str:
     return ", ".join(map(str, seeds))
 
 
+def _rerun_since(runs: list[Mapping[str, Any]], benchmark: Mapping[str, Any] | None,
+                 name: str) -> list[str]:
+    """The methods whose run of some seed in cell ``name`` of the benchmark
+    (results/compare.json) has changed since these runs read it."""
+    now = {(r["method"], r["seed"]): r["time_to_target"]
+           for r in (benchmark or {}).get("cells", {}).get(name, {}).get("runs", [])}
+    return sorted({r["method"] for r in runs if (r["method"], r["seed"]) in now
+                   and not _same(now[r["method"], r["seed"]],
+                                 r.get("benchmark_time_to_target"))})
+
+
 def _same(mine: float | None, benchmark: float | None) -> bool:
     if mine is None or benchmark is None:
         return mine is None and benchmark is None
     return abs(mine - benchmark) <= 1e-6 * max(1.0, abs(benchmark))
 
 
-def render_headline(data: Mapping[str, Any], cell: str) -> str | None:
+def render_headline(data: Mapping[str, Any], cell: str,
+                    benchmark: Mapping[str, Any] | None = None) -> str | None:
     """One README line: in ``cell``, the slow clients' median share of the data and of the
-    examples each rival that does not wait, and auto, had taken in before the target."""
+    examples each rival that does not wait, and auto, had taken in before the target; which
+    methods ``benchmark`` (results/compare.json) has re-run since, when some were."""
     runs = data.get("cells", {}).get(cell, {}).get("runs")
     if not runs:
         return None
+    since = _rerun_since(runs, benchmark, cell)
+    seeds = ("the same seeds" if not since else "the same seeds, runs of the benchmark as "
+             f"it was when these ran: it has re-run {', '.join(since)} since")
 
     def share(method: str, key: str = "slow_example_share") -> str:
         values = [r[key] for r in runs if r["method"] == method and r.get(key) is not None]
         value = _median(values)
         return "-" if value is None else f"{100 * value:.0f} %"
 
-    return (f"- **What the faster rivals leave out** (cell `{cell}`, the same seeds; "
+    return (f"- **What the faster rivals leave out** (cell `{cell}`, {seeds}; "
             "`python -m experiments.participation`): the persistently slow clients hold a "
             f"median {share('auto', 'slow_data_share')} of the training data; of the examples "
             f"each method had taken into its model when it reached the target (a run that "
@@ -105,7 +117,8 @@ def render_headline(data: Mapping[str, Any], cell: str) -> str | None:
 def participation_headline() -> str | None:
     if not (RESULTS / PARTICIPATION).exists():
         return None
-    return render_headline(load(PARTICIPATION), "digits-logreg/persistent/20x20")
+    return render_headline(load(PARTICIPATION), "digits-logreg/persistent/20x20",
+                           load("compare.json"))
 
 
 @block("participation")

@@ -168,6 +168,15 @@ def code_names() -> str:
         f"`{name}`" for name in available_codes()) + "."
 
 
+@block("compare-rules")
+def compare_rules() -> str:
+    """The grid file's rules ``python -m experiments.compare --rule KEY=VALUE`` may replace
+    for one comparison (``experiments.compare_cli.RIVAL_RULES``), with their values."""
+    from experiments.compare_cli import RIVAL_RULES
+
+    return "\n".join(f"- `{name}`: {text}" for name, (text, _) in RIVAL_RULES.items())
+
+
 def _coding_figure_data() -> list[tuple[str, float, float]]:
     data = load(TTA)
     return [(k, data["table"][k]["exact"]["speedup_vs_uncoded"],

@@ -259,12 +259,21 @@ def split_codes(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
 def first_k_untuned(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
     """In how many finished cells first-k ran with its over-commitment fixed a priori (no
     ``settings.first_k.tuning``: the grid file's amendment 18 tunes it on the development
-    seeds, as the deadline rival and FedBuff are), where the verdict may flatter auto."""
+    seeds, as the deadline rival and FedBuff are), where the verdict may flatter auto; and
+    in how many tuned cells the pick is still at an edge of the values tried."""
     cells = data["cells"]
     ran = [n for n in done if any(r.get("method") == "first-k" for r in cells[n]["runs"])]
     untuned = [n for n in ran if "tuning" not in cells[n]["settings"].get("first_k", {})]
+    edge = [n for n in ran if n not in untuned
+            and cells[n]["settings"]["first_k"]["tuning"].get("at_edge")]
+    notes = [] if not edge else [
+        f"In {len(edge)} of the {len(ran) - len(untuned)} cells where first-k's over-commitment "
+        "is tuned its pick is still at an edge of the values tried after their growths "
+        "(`settings.first_k.tuning`: " + ", ".join(
+            f"{n} c = {float(cells[n]['settings']['first_k']['overcommit']):g}" for n in edge)
+        + "): it may do better still beyond them."]
     if not untuned:
-        return []
+        return notes
     c = sorted({float(cells[n]["settings"].get("first_k", {}).get("overcommit", 0.0))
                 for n in untuned})
     return [f"first-k ran with its over-commitment c = {', '.join(f'{v:g}' for v in c)} fixed "
@@ -272,4 +281,4 @@ def first_k_untuned(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
             "tuned on the development seeds as the deadline and FedBuff are "
             "(`experiments/grid.toml` amendment 18, not yet run in those cells): there its "
             "column, and the "
-            "verdict where first-k could be the best rival, may flatter auto."]
+            "verdict where first-k could be the best rival, may flatter auto.", *notes]

@@ -57,6 +57,8 @@ def _predated(settings: Mapping[str, Any]) -> list[str]:
         out.append("deadline_grid_extend")
     if any(":" in m for m in ran) and "codes_own_deadline" not in settings:
         out.append("codes_own_deadline")
+    if "first-k" in ran and "tuning" not in settings.get("first_k", {}):
+        out.append("first_k_tune")
     return [k for k in out if k not in own]
 
 
@@ -80,9 +82,14 @@ def predates(settings: Mapping[str, Any]) -> str:
                                    "not at the rule read from its own client times "
                                    "(amendment 21)",
              "deadline_grid_extend": "deadline-best's grid not grown past an edge pick "
-                                     "(amendment 20)"}
-    off = _predated(settings)
-    return f" (runs from before the rules: {'; '.join(words[k] for k in off)})" if off else ""
+                                     "(amendment 20)",
+             "first_k_tune": "first-k's over-commitment c fixed a priori, not tuned on the "
+                             "development seeds (amendment 18)"}
+    off = [words[k] for k in _predated(settings)]
+    tuning = settings.get("fedbuff", {}).get("tuning")
+    if tuning and "extend" not in tuning:
+        off.append("FedBuff's lists not grown past an edge pick (amendment 16)")
+    return f" (runs from before the rules: {'; '.join(off)})" if off else ""
 
 
 def file_name(classes: int, n: int) -> str:
