@@ -122,7 +122,8 @@ class AdaptiveOptions:
         the placement ``s="auto"`` would use; default ``s``).
     auto_margin : float
         With ``s="auto"``: relative slack in predicted round time traded for tolerance
-        (default 0.1: a larger ``s`` predicted at most 10% slower is preferred). The model
+        (default: the key table's ``auto-margin``; a larger ``s`` predicted at most that
+        fraction slower is preferred). The model
         treats stragglers as independent; rare correlated ones (several slow clients in one
         group, as in measured traces) then cost far more than the slack. ``0``: the pure
         expected-time minimiser.

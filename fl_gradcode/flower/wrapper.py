@@ -92,8 +92,10 @@ class GradientCoding(OptionAttributes, Strategy):
     train content and applies its own aggregation to the decoded example-weighted average.
     Refused (:mod:`~fl_gradcode.flower.compat`, ``docs/works_with.md``): strategies that
     aggregate individual replies (Krum, FedMedian, ...; an unknown ``aggregate_train`` is
-    checked once, on copies, at the first aggregation), Flower's DP wrappers (inside or
-    outside), legacy ``flwr.server.strategy`` strategies.
+    checked once, on copies, at the first aggregation), Flower's DP wrappers outside it and
+    inside it but for ``DifferentialPrivacyClientSideFixedClipping`` (exact inside, with
+    ``fixedclipping_mod`` after ``gradient_coding_mod``), legacy ``flwr.server.strategy``
+    strategies.
 
     Every other keyword is an option (same names and defaults as ever), grouped and checked
     by :meth:`~fl_gradcode.flower.options.Options.from_keywords`; each group's docstring
