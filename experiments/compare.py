@@ -72,7 +72,7 @@ from experiments.compare_cli import (
     split_methods,
 )
 from experiments.deadline_best import PriorDeadlines, best_deadline, deadline_best, prior_deadlines
-from experiments.fedbuff_tuning import check_extend, check_tuning_lists, tuned_fedbuff
+from experiments.fedbuff_tuning import check_extend, check_tuning_lists, note_overlap, tuned_fedbuff
 from experiments.first_k_tuning import check_overcommit_list, tuned_first_k
 from experiments.journal import Journal
 from experiments.registry import (
@@ -266,16 +266,13 @@ def compare(cell: Cell, methods: Sequence[str], seeds: Sequence[int],
             tuned, tuning = tuned_fedbuff(cell, dev_seeds, rules["fedbuff_tune_server_lr"],
                                           rules["fedbuff_tune_buffer_fraction"],
                                           runner.fedbuff, rules.get("fedbuff_tune_extend"))
-            overlap = sorted(set(seeds) & set(dev_seeds))
-            if overlap:
-                tuning["tuned_on_reported_seeds"] = overlap
-                log(f"compare: FedBuff is tuned on seeds it reports ({overlap}): not a "
-                    "pre-registered reading")
+            note_overlap(tuning, "FedBuff", seeds, dev_seeds, log)
             facts["fedbuff"] = {**fedbuff_settings(tuned), "tuning": tuning}
             runs += [{**runner.fedbuff(tuned, seed), "method": "fedbuff"} for seed in seeds]
         elif method == "first-k" and cell.first_k_tune:
             tuned, tuning = tuned_first_k(cell, dev_seeds, check_overcommit_list(rules),
                                           runner.first_k, rules.get("first_k_tune_extend"))
+            note_overlap(tuning, "first-k", seeds, dev_seeds, log)
             facts["first_k"] = {"k": tuned.first_k(), "overcommit": tuned.overcommit,
                                 "tuning": tuning}
             runs += [{**runner.first_k(tuned, seed), "method": "first-k"} for seed in seeds]
@@ -350,6 +347,7 @@ def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, coho
     if not 1 <= cohort <= n:
         raise ValueError(f"--cohort {cohort}: expected 1..n (n={n})")
     cell = grid_cell(grid, task_name, latency, n, cohort, rounds, target, sets)
+    cell.check_stop_rules(methods)
     own_timeout = "straggler-timeout" in cell_own_keys(grid, task_name, latency, sets)
     if not checked:
         check_cell(cell, task_name, [*seeds, *dev_seeds])
@@ -361,7 +359,8 @@ def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, coho
     book = None
     if journal is not None:
         book = Journal(journal, {"cell": dataclasses.asdict(cell), "seeds": list(seeds),
-                                 "dev_seeds": list(dev_seeds), "charge_s": fixed})
+                                 "dev_seeds": list(dev_seeds), "charge_s": fixed,
+                                 "rules": dict(rules)})
         if book.stale:
             log(f"compare: {journal} was written for another cell, seeds, code or versions: "
                 f"set aside as {book.stale}, the cell starts afresh")
@@ -578,7 +577,7 @@ def parse_cell(grid: Mapping[str, Any], args: argparse.Namespace) -> dict[str, A
     ruled = with_rules(grid, rules)
     check_fedbuff_rules(ruled["rules"], rules, methods)
     checked = grid_cell(ruled, task_name, latency, n, cohort, rounds, target, sets)
-    checked.check_stop_rules(methods)
+    checked.check_stop_rules(methods)  # before the checks below measure anything
     check_latency_sets(sets, str(checked.config(seeds[0])["latency"]))
     if ("partition-cost-s" in sets and "virtual-compute" not in sets
             and checked.run_config.get("virtual-compute") == "measured-once"):

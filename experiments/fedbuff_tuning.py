@@ -25,8 +25,8 @@ from typing import Any
 from experiments.deadline_best import tried_record
 from experiments.rival_runs import Cell
 
-__all__ = ["FEDBUFF_RULE", "check_extend", "check_tuning_lists", "grown", "number_list",
-           "tuned_fedbuff"]
+__all__ = ["FEDBUFF_RULE", "check_extend", "check_tuning_lists", "grown", "note_overlap",
+           "number_list", "tuned_fedbuff"]
 
 #: What a cell's ``settings.fedbuff.tuning.rule`` says.
 FEDBUFF_RULE = ("the (server_lr, buffer_fraction) of the grid with the lowest median time to "
@@ -74,6 +74,18 @@ def check_extend(value: Any, name: str = "fedbuff_tune_extend") -> int:
         raise ValueError(f"{name}={value!r}: expected an integer >= 0 (how many times a "
                          "rival's tuning list may grow past an edge pick)")
     return int(value)
+
+
+def note_overlap(tuning: dict[str, Any], rival: str, seeds: Sequence[int],
+                        dev_seeds: Sequence[int], log: Callable[[str], None]) -> None:
+    """Where a rival was tuned on seeds it also reports (``seeds`` and ``dev_seeds``
+    overlap, as in a development reading), record them in its ``tuning``
+    (``tuned_on_reported_seeds``) and say so: not a pre-registered reading."""
+    overlap = sorted(set(seeds) & set(dev_seeds))
+    if overlap:
+        tuning["tuned_on_reported_seeds"] = overlap
+        log(f"compare: {rival} is tuned on seeds it reports ({overlap}): not a "
+            "pre-registered reading")
 
 
 def grown(lrs: Sequence[float], fractions: Sequence[float], pick: tuple[float, float],

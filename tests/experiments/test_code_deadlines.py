@@ -118,3 +118,16 @@ def test_a_cell_that_sets_its_deadline_gives_no_code_its_own(tmp_path):
     settings = json.loads(out.read_text())["settings"]
     assert settings["codes_own_deadline"] is False and "code_deadlines_s" not in settings
     assert settings["coded_straggler_timeout_s"] == 0.35
+
+
+def test_a_grid_cell_with_codes_own_deadlines_but_no_stop_is_refused_before_any_run():
+    """The grid's path (run_cell on the grid file's rules, no --rule) refuses the same
+    contradiction the single comparison does, before any run."""
+    grid = compare.load_grid()
+    grid = {**grid, "rules": {**grid["rules"], "codes_own_deadline": 1,
+                              "codes_stop_at_decode": 0}}
+    lines: list[str] = []
+    with pytest.raises(ValueError, match=r"codes_own_deadline .*needs codes_stop_at_decode=1"):
+        compare.run_cell(grid, "digits-logreg", "bimodal", 4, 4, 2, [10], [0],
+                         ["auto", "grouped-rs:1"], 0.3, log=lines.append)
+    assert not any(ln.startswith("  ") for ln in lines)  # no run was made

@@ -115,3 +115,14 @@ def test_a_cell_records_the_tuning_and_its_reported_seeds_run_the_pick(tmp_path)
     assert tried[:4] == [1.1, 1.3, 1.6, 2.0] or len(tried) < 4  # values sampling alike skipped
     assert first_k["overcommit"] == first_k["tuning"]["chosen"]
     assert first_k["k"] == _cell(n=6, cohort=6, overcommit=first_k["overcommit"]).first_k()
+
+
+def test_tuning_on_the_reported_seeds_is_recorded_and_said(tmp_path, capsys):
+    """first-k tuned on a seed it also reports (a development reading) records the overlap,
+    as FedBuff's tuning does, and says it is not a pre-registered reading."""
+    out = tmp_path / "fk.json"
+    assert compare.main(["--n", "5", "--rounds", "2", "--seeds", "0", "--dev-seeds", "0",
+                         "--target", "0.3", "--methods", "first-k", "--out", str(out)]) == 0
+    tuning = json.loads(out.read_text())["settings"]["first_k"]["tuning"]
+    assert tuning["tuned_on_reported_seeds"] == [0]
+    assert "first-k is tuned on seeds it reports ([0])" in capsys.readouterr().out

@@ -175,3 +175,17 @@ def test_the_code_digest_changes_with_the_harness_that_keys_the_runs(tmp_path):
     harness.write_text(harness.read_text().replace("OPEN_DEADLINE_S = 1e6",
                                                    "OPEN_DEADLINE_S = 1e5"))
     assert code_digest(tmp_path) != before
+
+
+def test_a_journal_written_under_other_rules_is_set_aside(tmp_path, one_torch_thread):
+    """A run's numbers depend on the grid file's rules beyond the cell's fields (the stated
+    deadline's quantile and slack, the tuning lists): a journal written under other rules is
+    set aside, not read back (its auto and codes' runs are keyed by method and seed only)."""
+    grid, journal = _grid(), tmp_path / "cell.jsonl"
+    with pytest.raises(Cut):
+        _cell(grid, journal, log=_cut_after(3))
+    other = {**grid, "rules": {**grid["rules"], "deadline_slack": 2.0}}
+    lines: list[str] = []
+    result = _cell(other, journal, log=lines.append)
+    assert result["resumed_runs"] == 0
+    assert any("set aside" in ln for ln in lines)
