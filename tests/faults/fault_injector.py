@@ -74,6 +74,7 @@ class Injector:
         self.current_round = 0  # the server's round (told by the inner strategy)
         self.round_starts: dict[int, float] = {}  # round -> time.monotonic() at its start
         self.replays: list[tuple[int, int, bool, str]] = []  # (round, node, refused, detail)
+        self.claimed: set[int] = set()  # nodes whose node config carries a false identity
         # (round, node, kind, outcome, detail) of the DP attacks (fault_kinds.DP_ATTACKS)
         self.dp_attacks: list[tuple[int, int, str, str, str]] = []
         self.state_dir: Path | None = None
@@ -270,6 +271,7 @@ class Injector:
             if node in scn.claims:
                 pid, num = scn.claims[node]
                 config.update({"partition-id": pid, "num-partitions": num})
+                self.claimed.add(node)
             return config
 
         return InProcessGrid(

@@ -166,7 +166,7 @@ def run_scenario(scn: Scenario) -> Outcome:
             kind = "crash"
         if kind is not None and server_round > 0:
             injector.injected.add((kind, server_round, node))
-    for node in scn.claims:  # claimed in the handshake of round 1
+    for node in injector.claimed:  # claimed in the handshake of round 1
         injector.injected.add((scn.node_faults[(1, node)], 1, node))
     outcome.injected = set(injector.injected)
     outcome.workers = dict(injector.workers)

@@ -195,6 +195,11 @@ def test_two_nodes_claiming_one_partition_do_not_end_the_run():
     scn.claims = {1: (3, 6)}
     out = fi.run_scenario(scn)
     assert_sound(out)
+    # the claim was made, and the round says whom it refused: the claimant and the node
+    # whose partition it claimed (without a roster nobody can tell which one lies)
+    ids = fi.node_ids_for(scn.n)
+    assert ("identity-clash", 1, 1) in out.injected
+    assert all({ids[1], ids[3]} <= set(row["identity_rejected"]) for row in out.rows)
 
 
 def test_claim_of_partition_0_of_1_is_not_trained_as_such():
@@ -204,6 +209,9 @@ def test_claim_of_partition_0_of_1_is_not_trained_as_such():
     scn.claims = {4: (0, 1)}
     out = fi.run_scenario(scn)
     assert_sound(out)
+    ids = fi.node_ids_for(scn.n)
+    assert ("claims-0-of-1", 1, 4) in out.injected
+    assert all(row["identity_rejected"] == [ids[4]] for row in out.rows)
 
 
 def test_replayed_instruction_is_refused_by_the_mod():

@@ -218,10 +218,14 @@ def test_dp_required_refuses_a_weaker_or_other_mode_naming_field_and_policy(
     ("partition", "partition"), ("central", "central"), ("central", "partition"),
 ])
 def test_dp_required_accepts_the_mode_or_a_stronger_one(required, asked, key_file):
+    """Accepted: the node trains its partitions and replies (refused, it would not call its
+    app: the test below)."""
+    app = App()
     reply = make_gradient_coding_mod()(
         _message(_train_instruction(dp=asked, noise_multiplier=1.0)),
-        _context(**{"dp-required": required, "dp-key-file": key_file}), App())
+        _context(**{"dp-required": required, "dp-key-file": key_file}), app)
     assert not reply.has_error(), reply.error.reason
+    assert app.calls and reply.content.array_records
 
 
 def test_dp_min_noise_multiplier_refuses_a_smaller_sigma_and_dp_none(key_file):

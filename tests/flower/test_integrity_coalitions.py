@@ -178,9 +178,12 @@ def test_codes_whose_blocks_are_not_repetition_groups_are_refused_with_what_work
 
 
 def test_a_code_instance_whose_blocks_are_repetition_groups_is_accepted():
-    GradientCoding(FedAvg(), code=make_code("grouped-rs", n=6, s=2), s=2, verify=True)
-    GradientCoding(FedAvg(), code=make_code("comm-efficient", n=6, s=1, m=1), s=1,
-                   verify=True, m=1)
+    """Accepted with verification on, not accepted by turning it off."""
+    grouped = GradientCoding(FedAvg(), code=make_code("grouped-rs", n=6, s=2), s=2,
+                             verify=True)
+    comm = GradientCoding(FedAvg(), code=make_code("comm-efficient", n=6, s=1, m=1), s=1,
+                          verify=True, m=1)
+    assert grouped.verify is True and comm.verify is True
 
 
 @pytest.mark.parametrize("code", ["name", "instance"])

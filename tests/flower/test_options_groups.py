@@ -159,11 +159,13 @@ def test_values_are_normalised():
     options = Options.from_keywords(s="auto", auto_margin=0, exclude_slow=2, seed="3" and 3,
                                     straggler_timeout=5, upload_bandwidth=10,
                                     verify_tolerance=1)
-    assert isinstance(options.adaptive.auto_margin, float)
-    assert isinstance(options.adaptive.exclude_slow, float)
-    assert isinstance(options.deadline.straggler_timeout, float)
-    assert isinstance(options.timing.upload_bandwidth, float)
-    assert isinstance(options.integrity.verify_tolerance, float)
+    values = {"auto_margin": (options.adaptive.auto_margin, 0.0),
+              "exclude_slow": (options.adaptive.exclude_slow, 2.0),
+              "straggler_timeout": (options.deadline.straggler_timeout, 5.0),
+              "upload_bandwidth": (options.timing.upload_bandwidth, 10.0),
+              "verify_tolerance": (options.integrity.verify_tolerance, 1.0)}
+    for name, (value, given) in values.items():  # floats, and the values given
+        assert isinstance(value, float) and value == given, (name, value)
 
 
 def test_flat_names_read_through_the_strategy():
