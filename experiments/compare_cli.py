@@ -94,6 +94,12 @@ RIVAL_RULES = {
     "first_k_tune": ("first-k's over-commitment chosen on the development seeds from the grid "
                      "file's first_k_tune_overcommit list: 1, or 0 (overcommit as it is)",
                      lambda v: v in (0, 1)),
+    "fedbuff_tune_extend": ("how many times FedBuff's tuning lists grow past an edge pick: "
+                            "an integer >= 0 (0: the lists only)",
+                            lambda v: v >= 0 and v == int(v)),
+    "first_k_tune_extend": ("how many times first-k's over-commitment list grows past an "
+                            "edge pick: an integer >= 0 (0: the list only)",
+                            lambda v: v >= 0 and v == int(v)),
 }
 
 

@@ -130,9 +130,11 @@ def grid_cell(grid: Mapping[str, Any], task: str, latency: str, n: int, cohort: 
 
 
 def cell_rules(grid: Mapping[str, Any]) -> dict[str, float]:
-    """The rivals' rules of the grid file (the names ``--rule`` takes, which are
-    :class:`Cell`'s fields), as numbers."""
-    return {name: float(grid["rules"][name]) for name in RIVAL_RULES}
+    """The rivals' rules of the grid file that are :class:`Cell`'s fields (the names
+    ``--rule`` takes but the tunings' growth limits, which the tunings read from the rules
+    themselves), as numbers."""
+    fields = {f.name for f in dataclasses.fields(Cell)}
+    return {name: float(grid["rules"][name]) for name in RIVAL_RULES if name in fields}
 
 
 def with_rules(grid: Mapping[str, Any], rules: Mapping[str, float] | None) -> dict[str, Any]:

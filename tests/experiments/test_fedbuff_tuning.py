@@ -269,3 +269,20 @@ def test_the_command_grows_the_lists_by_the_grid_files_rule():
                              extend=rules["fedbuff_tune_extend"])
     assert again["extensions"] == tuning["extensions"] and again["chosen"] == tuning["chosen"]
     assert again["at_edge"] == tuning["at_edge"] and len(again["grid"]) == len(tuning["grid"])
+
+
+def test_a_rule_of_no_growth_tunes_on_the_lists_only(tmp_path):
+    """--rule fedbuff_tune_extend=0 (how an older file that predates the lists' growth is
+    reproduced): FedBuff is tuned on the grid file's lists only, and its tuning says so."""
+    out = tmp_path / "c.json"
+    assert compare.main(["--n", "6", "--rounds", "2", "--seeds", "3", "--dev-seeds", "0",
+                         "--target", "0.3", "--methods", "fedbuff", "--rule",
+                         "fedbuff_tune_extend=0", "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    tuning = data["settings"]["fedbuff"]["tuning"]
+    rules = compare.load_grid()["rules"]
+    tried = {(r["server_lr"], r["buffer_fraction"]) for r in tuning["grid"]}
+    assert tried <= {(float(lr), float(f)) for lr in rules["fedbuff_tune_server_lr"]
+                     for f in rules["fedbuff_tune_buffer_fraction"]}
+    assert tuning["extend"] == 0 and not tuning.get("extensions")
+    assert data["settings"]["rules_set"] == {"fedbuff_tune_extend": 0.0}

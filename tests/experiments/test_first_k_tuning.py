@@ -112,9 +112,17 @@ def test_a_cell_records_the_tuning_and_its_reported_seeds_run_the_pick(tmp_path)
     first_k = data["settings"]["first_k"]
     assert first_k["tuning"]["dev_seeds"] == [0]
     tried = [g["overcommit"] for g in first_k["tuning"]["grid"]]
-    # values sampling alike are skipped (at n = 6 some c sample and keep the same nodes)
-    assert tried and tried == sorted(set(tried), key=tried.index)
-    assert tried[0] == 1.1 and set(tried) <= {1.1, 1.3, 1.6, 2.0, 3.0, 1.05}
+    # the grid file's list first, a value that keeps and samples as many nodes as one
+    # before it skipped (at n = 6: K = floor(6 / c), ceil(c K) sampled), then its growths
+    rules = compare.load_grid()["rules"]
+    base, shapes = [], set()
+    for c in rules["first_k_tune_overcommit"]:
+        shape = (math.floor(6 / c), math.ceil(c * math.floor(6 / c)))
+        if shape not in shapes:
+            shapes.add(shape)
+            base.append(float(c))
+    assert tried[:len(base)] == base
+    assert len(tried) <= len(base) + int(rules["first_k_tune_extend"])
     assert first_k["overcommit"] == first_k["tuning"]["chosen"]
     assert first_k["k"] == _cell(n=6, cohort=6, overcommit=first_k["overcommit"]).first_k()
 

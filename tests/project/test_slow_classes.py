@@ -230,8 +230,11 @@ def test_first_k_untuned_and_fedbuff_lists_not_grown_are_named_with_their_amendm
 
     old = {"methods": ["first-k", "fedbuff"], "rivals_stop_dropped_work": True,
            "first_k": {"k": 15, "overcommit": 1.3}, "fedbuff": {"tuning": {"chosen": {}}}}
-    # first-k's tuning can be turned off to reproduce the run; FedBuff's growth has no flag
-    assert rule_flags(old) == " --rule first_k_tune=0"
+    # both can be turned off to reproduce the run, and the CLI takes the flags
+    assert rule_flags(old) == " --rule first_k_tune=0 --rule fedbuff_tune_extend=0"
+    from experiments.compare_cli import parse_rules
+    assert parse_rules(rule_flags(old).replace(" --rule ", " ").split()) == {
+        "first_k_tune": 0.0, "fedbuff_tune_extend": 0.0}
     assert "c fixed a priori" in predates(old) and "(amendment 18)" in predates(old)
     assert "lists not grown past an edge pick (amendment 16)" in predates(old)
     new = {**old, "first_k": {**old["first_k"], "tuning": {"chosen": {}}},

@@ -59,6 +59,9 @@ def _predated(settings: Mapping[str, Any]) -> list[str]:
         out.append("codes_own_deadline")
     if "first-k" in ran and "tuning" not in settings.get("first_k", {}):
         out.append("first_k_tune")
+    tuning = settings.get("fedbuff", {}).get("tuning")
+    if "fedbuff" in ran and tuning and "extend" not in tuning:
+        out.append("fedbuff_tune_extend")
     return [k for k in out if k not in own]
 
 
@@ -84,11 +87,10 @@ def predates(settings: Mapping[str, Any]) -> str:
              "deadline_grid_extend": "deadline-best's grid not grown past an edge pick "
                                      "(amendment 20)",
              "first_k_tune": "first-k's over-commitment c fixed a priori, not tuned on the "
-                             "development seeds (amendment 18)"}
+                             "development seeds (amendment 18)",
+             "fedbuff_tune_extend": "FedBuff's lists not grown past an edge pick "
+                                    "(amendment 16)"}
     off = [words[k] for k in _predated(settings)]
-    tuning = settings.get("fedbuff", {}).get("tuning")
-    if tuning and "extend" not in tuning:
-        off.append("FedBuff's lists not grown past an edge pick (amendment 16)")
     return f" (runs from before the rules: {'; '.join(off)})" if off else ""
 
 
