@@ -77,7 +77,7 @@ def check_extend(value: Any, name: str = "fedbuff_tune_extend") -> int:
 
 
 def note_overlap(tuning: dict[str, Any], rival: str, seeds: Sequence[int],
-                        dev_seeds: Sequence[int], log: Callable[[str], None]) -> None:
+                 dev_seeds: Sequence[int], log: Callable[[str], None]) -> None:
     """Where a rival was tuned on seeds it also reports (``seeds`` and ``dev_seeds``
     overlap, as in a development reading), record them in its ``tuning``
     (``tuned_on_reported_seeds``) and say so: not a pre-registered reading."""

@@ -225,7 +225,7 @@ def test_a_run_whose_rivals_predate_the_grid_files_newer_rules_says_so():
     assert rule_flags(own) == " --rule fedbuff_tune=0" and predates(own) == ""
 
 
-def test_first_k_untuned_and_fedbuff_lists_not_grown_are_named_with_their_amendments():
+def test_first_k_care_and_fedbuff_lists_not_grown_are_named_with_their_amendments():
     from tools.docgen.slow_classes import predates, rule_flags
 
     old = {"methods": ["first-k", "fedbuff"], "rivals_stop_dropped_work": True,

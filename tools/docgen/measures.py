@@ -3,7 +3,7 @@ codes, test strength."""
 
 from __future__ import annotations
 
-from tools.docgen.core import ROOT, block, ci, command, load, num, table
+from tools.docgen.core import block, ci, command, load, num, table
 
 
 # ---------------------------------------------------------------- robustness
@@ -390,11 +390,10 @@ def first_hour() -> str:
 
 
 def _defaults_changed_since(measured: dict) -> list[tuple[str, object, object]]:
-    """The run-config keys whose default today (pyproject.toml) differs from ``measured``:
-    ``(key, today, then)``."""
-    import tomllib
+    """The run-config keys whose default today (the key table, which pyproject.toml
+    mirrors) differs from ``measured``: ``(key, today, then)``."""
+    from fl_gradcode.config import merge_config
 
-    with open(ROOT / "pyproject.toml", "rb") as fh:
-        today = tomllib.load(fh)["tool"]["flwr"]["app"]["config"]
+    today = merge_config({})
     return [(k, today[k], v) for k, v in measured.items()
             if k in today and today[k] != v]

@@ -256,7 +256,7 @@ def split_codes(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
             for method, sizes in sorted(split.items())]
 
 
-def first_k_untuned(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
+def first_k_care(data: Mapping[str, Any], done: Sequence[str]) -> list[str]:
     """In how many finished cells first-k ran with its over-commitment fixed a priori (no
     ``settings.first_k.tuning``: the grid file's amendment 18 tunes it on the development
     seeds, as the deadline rival and FedBuff are), where the verdict may flatter auto; and

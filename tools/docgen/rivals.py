@@ -299,7 +299,7 @@ def render_table(data: Mapping[str, Any], report: Sequence[str]) -> str:
         codes_stop,
         deadline_grids,
         fedbuff_tuned,
-        first_k_untuned,
+        first_k_care,
         rival_fixes,
         split_codes,
     )
@@ -311,7 +311,7 @@ def render_table(data: Mapping[str, Any], report: Sequence[str]) -> str:
     notes += codes_stop(data, done)
     notes += codes_own(data, done)
     notes += fedbuff_tuned(data, done)
-    notes += first_k_untuned(data, done)
+    notes += first_k_care(data, done)
     from tools.docgen.biases import codes_deadline, short_horizons
 
     notes += short_horizons(data, done)
