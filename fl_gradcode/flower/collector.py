@@ -38,6 +38,7 @@ from .protocol import CodedReply, RejectedReply
 from .quarantine import Quarantine
 from .reports import check_reply_sizes, public_reason
 from .round_state import Rejection, RoundPlan, RoundState, payload_bytes, rejection
+from .senders import answering_node
 from .verifier import RoundVerifier
 
 __all__ = ["Arrivals", "Collected", "ReplyCollector", "serial_blas"]
@@ -239,17 +240,12 @@ class ReplyCollector:
     def _on_reply(self, state: RoundState, arrivals: Arrivals, reply: Message) -> None:
         reply_bytes = payload_bytes(reply)
         arrivals.receive(reply.metadata.message_id, reply_bytes)
-        node = reply.metadata.src_node_id
-        worker = state.worker_of.get(node)
         sent = state.sent
-        if worker is None and reply.has_error():
-            # an error reply the SuperLink writes for an unreachable node carries its own id:
-            # it is the failure of the node whose message it answers
-            for w, msg in sent.items():
-                if msg.metadata.message_id and (
-                        msg.metadata.message_id == reply.metadata.reply_to_message_id):
-                    worker, node = w, state.cohort[w]
-                    break
+        # an error reply the SuperLink writes for an unreachable node is the failure of the
+        # node whose message it answers; any other reply speaks for its sender only
+        node = answering_node(reply, {msg.metadata.message_id: state.cohort[w]
+                                      for w, msg in sent.items() if msg.metadata.message_id})
+        worker = state.worker_of.get(node)
         if (reply.has_error() and reply.error.code == protocol.STOPPED_CODE
                 and worker in sent and worker not in arrivals.answered
                 and reply.metadata.group_id == str(state.number)):

@@ -61,6 +61,7 @@ from .clock import (
 )
 from .finite import finite_number
 from .option_values import finite, whole
+from .senders import answering_node
 
 __all__ = ["TIMING_KEY", "DeadlineFedAvg", "check_charges", "reply_bytes", "reply_timing",
            "train_timing_mod", "virtual_arrival"]
@@ -354,13 +355,8 @@ class DeadlineFedAvg(FedAvg):
         """The node a reply answers for: its sender, or, for an error the SuperLink writes
         for a node that is gone (its sender is the SuperLink), the node of the message it
         answers."""
-        node = msg.metadata.src_node_id
-        if msg.has_error() and node not in self._sent:
-            for sent in self._messages:
-                if sent.metadata.message_id and (
-                        sent.metadata.message_id == msg.metadata.reply_to_message_id):
-                    return sent.metadata.dst_node_id
-        return node
+        return answering_node(msg, {sent.metadata.message_id: sent.metadata.dst_node_id
+                                    for sent in self._messages if sent.metadata.message_id})
 
     def loads(self, timings: Mapping[int, tuple[int, float, int, int]]) -> dict[int, float]:
         """Each node's load: its partition's size over the cohort's mean (``timings``: node

@@ -54,6 +54,7 @@ from ..codes import CodeOptionError, GradientCode, available_codes, make_code
 from . import compat, protocol
 from .protocol import Identity, Instruction, RejectedReply
 from .roster import Roster
+from .senders import answering_node
 
 __all__ = ["Membership", "code_for_cohort", "placeholder"]
 
@@ -150,12 +151,13 @@ class Membership:
             replies = []
             reasons = {node: f"handshake not delivered ({type(exc).__name__}: {exc})"
                        for node in ask}
-        # the node a reply answers: the destination of the message it replies to (an error
-        # reply the SuperLink writes for an unreachable node carries the SuperLink's id)
+        # the node a reply answers for: its sender (an error reply the SuperLink writes for
+        # an unreachable node: the destination of the message it answers); a sender that
+        # answers another node's message does not speak for that node
         asked = {m.metadata.message_id: m.metadata.dst_node_id for m in msgs
                  if m.metadata.message_id}
         for reply in replies:
-            node = asked.get(reply.metadata.reply_to_message_id, reply.metadata.src_node_id)
+            node = answering_node(reply, asked)
             if node not in reasons or node in self.claims or node in self.invalid:
                 continue  # not asked, or answered twice: the first answer stands
             try:

@@ -79,7 +79,8 @@ def collect(code: Any, replies: Mapping[int, Any], used: Sequence[int],
     """``(partition, metrics, weight)`` for each code partition a used reply computed, from the
     replies' ``extra["partition_metrics"]`` (:func:`read`); ``None`` when no used reply carries
     per-partition metrics. The weight is the partition's checked size (``sizes``), else the
-    reply's own."""
+    reply's own; a partition of no example is left out (it weighs nothing, and a weighted
+    mean over nothing but such partitions would divide by zero)."""
     copies: dict[int, list[tuple[int, tuple[tuple[str, float], ...], float]]] = {}
     for worker in sorted(used):
         reply = replies[worker]
@@ -104,7 +105,10 @@ def collect(code: Any, replies: Mapping[int, Any], used: Sequence[int],
                 "%d of %d replicas report", round_number, j, len(votes), votes[values],
                 len(copies[j]))
         size = next(size for _, v, size in copies[j] if v == values)
-        out.append((j, dict(values), float(sizes.get(j, size))))
+        weight = float(sizes.get(j, size))
+        if not weight > 0:  # a partition of no example weighs nothing in a weighted mean
+            continue
+        out.append((j, dict(values), weight))
     if undecided:
         log(WARNING, "round %d: the replicas of partitions %s report different train metrics "
             "and no majority: %s", round_number, undecided,

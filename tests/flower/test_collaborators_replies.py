@@ -88,11 +88,11 @@ def test_the_collectors_log_lines_name_the_node_and_the_round(caplog):
 
 
 class _ErrorReply:
-    """An error reply the SuperLink writes for an unreachable node: its own sender id, the
-    id of the message it answers."""
+    """An error reply answering the message ``reply_to`` from ``sender`` (the SuperLink's
+    id, 1, for the error it writes for an unreachable node)."""
 
-    def __init__(self, reply_to: str, code: int) -> None:
-        self.metadata = SimpleNamespace(src_node_id=99, message_id="r1", group_id="1",
+    def __init__(self, reply_to: str, code: int, sender: int = 1) -> None:
+        self.metadata = SimpleNamespace(src_node_id=sender, message_id="r1", group_id="1",
                                         reply_to_message_id=reply_to)
         self.error = SimpleNamespace(code=code, reason="stopped")
         self.content = {}
@@ -101,7 +101,7 @@ class _ErrorReply:
         return True
 
 
-def test_an_error_reply_with_a_foreign_sender_is_the_failure_of_the_node_it_answers(caplog):
+def test_the_superlinks_error_reply_is_the_failure_of_the_node_it_answers(caplog):
     import logging
 
     collector = _collector()

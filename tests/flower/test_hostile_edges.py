@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
 import pytest
-from flwr.app import MessageType
+from flwr.app import Array, MessageType, MetricRecord
 
 from fl_gradcode.flower import gradient_coding_mod
 from fl_gradcode.flower.protocol import OP_TRAIN, PROTOCOL_KEY, parse_instruction
 from fl_gradcode.flower.testing import InProcessGrid
+from tests.apps import numpy_app
 from tests.apps.numpy_app import assert_model, fedavg_rounds, initial_arrays, make_app
 from tests.flower.harness import as_dict, fault_mod, run
 
@@ -119,3 +121,97 @@ def test_a_late_replys_compute_time_no_float_can_hold_counts_as_none():
     reply = Message(RecordDict({PROTOCOL_KEY + "-meta": meta}), dst_node_id=1,
                     message_type=MessageType.TRAIN)
     assert claimed_compute_s(reply) == 0.0
+
+
+def _claims_its_partitions_empty(worker: int):
+    """An outer mod: ``worker`` replies zero arrays, partition-sizes 0 and num-examples 0 for
+    the partitions it was sent, and adds one train metric per partition, where the app itself
+    reports no train metric (only num-examples)."""
+
+    def mod(msg, context, call_next):
+        reply = call_next(msg, context)
+        if msg.metadata.message_type != MessageType.TRAIN or reply.has_error():
+            return reply
+        instruction = parse_instruction(msg.content)
+        if instruction is None or instruction.op != OP_TRAIN or instruction.worker != worker:
+            return reply
+        arrays = reply.content[PROTOCOL_KEY]
+        for name in list(arrays.keys()):
+            arrays[name] = Array(np.zeros_like(arrays[name].numpy()))
+        meta = reply.content[PROTOCOL_KEY + "-meta"]
+        parts = len(instruction.partition_ids)
+        meta["partition-sizes"] = [0.0] * parts
+        meta["num-examples"] = 0.0
+        meta["partition-metric.loss"] = [5.0] * parts
+        return reply
+
+    return mod
+
+
+def _train_without_metrics(msg, context):
+    reply = numpy_app.train(msg, context)
+    reply.content["metrics"] = MetricRecord(
+        {"num-examples": reply.content["metrics"]["num-examples"]})
+    return reply
+
+
+@pytest.mark.parametrize("code", ["uncoded", "frc"])
+@pytest.mark.parametrize("inner", ["FedAvg", "FedAdam"])
+def test_a_reply_claiming_empty_partitions_with_a_train_metric_does_not_end_the_run(code,
+                                                                                    inner):
+    """s = 0: the only train metric of the round comes from worker 0, whose partitions it
+    claims hold no example (weight 0). The metric aggregation used to divide by that total
+    weight and end the run; the round goes on, the model is the one the other partitions give
+    (numpy FedAvg over them: a claimed-empty partition weighs nothing), and the train metrics
+    hold no value weighted by nothing."""
+    from flwr.clientapp import ClientApp
+    from flwr.serverapp.strategy import FedAdam, FedAvg
+
+    app = ClientApp(mods=[_claims_its_partitions_empty(0), gradient_coding_mod])
+    app.train()(_train_without_metrics)
+    app.evaluate()(numpy_app.evaluate)
+    strategy = (FedAvg(fraction_evaluate=0.0) if inner == "FedAvg"
+                else FedAdam(fraction_evaluate=0.0))
+    result = run(4, code=code, s=0, rounds=1, grid=InProcessGrid(app, 4), inner=strategy)
+    assert result.rows and result.rows[0]["decode"] == "exact"
+    assert "loss" not in (result.result.train_metrics_clientapp.get(1) or {})
+    if inner == "FedAvg":  # FedAdam's step is not the average: the run going on is the point
+        assert_model(result.models[1],
+                     numpy_app.fedavg(as_dict(initial_arrays()), [1, 2, 3], 4))
+
+
+@pytest.mark.parametrize("sender, charged", [(999_999, False), (1, True)])
+def test_an_error_reply_speaks_for_another_node_only_when_the_superlink_wrote_it(sender,
+                                                                                 charged):
+    """verify=True, frc n = 4, s = 1, three rounds: each round an error reply answering
+    worker 0's message arrives beside the honest replies. From a node outside the round it
+    is that node's, not worker 0's: worker 0 is not quarantined and every round is exact
+    (FedAvg over every partition). Written by the SuperLink (sender id 1) it is worker 0's
+    failure: two within ten rounds quarantine its node."""
+    from flwr.app import ConfigRecord, Error, Message
+    from flwr.serverapp.strategy import FedAvg
+
+    from fl_gradcode.flower import GradientCoding
+
+    strategy = GradientCoding(FedAvg(fraction_evaluate=0.0), code="frc", s=1, seed=0,
+                              measured_compute=False, verify=True)
+    grid = InProcessGrid(make_app(gradient_coding_mod), 4)
+    arrays = initial_arrays()
+    for server_round in (1, 2, 3):
+        messages = list(strategy.configure_train(server_round, arrays,
+                                                 ConfigRecord({"lr": numpy_app.LR}), grid))
+        replies = list(grid.send_and_receive(messages, timeout=60))
+        to_0 = [m for m in messages if parse_instruction(m.content).worker == 0]
+        for message in to_0:  # none once worker 0 is quarantined
+            forged = Message(Error(code=0, reason="boom"), reply_to=message)
+            forged.metadata.__dict__["_src_node_id"] = sender
+            forged.metadata.__dict__["_message_id"] = f"forged-{server_round}"
+            replies.insert(0, forged)
+        arrays, _ = strategy.aggregate_train(server_round, replies)
+    quarantined = [row["quarantined"] for row in strategy.history]
+    if charged:
+        assert quarantined == [[], [], [grid.node_ids[0]]]
+    else:
+        assert quarantined == [[], [], []]
+        assert [row["decode"] for row in strategy.history] == ["exact"] * 3
+        assert_model(as_dict(arrays), fedavg_rounds(as_dict(initial_arrays()), 3, 4))
