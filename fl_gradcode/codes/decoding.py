@@ -85,8 +85,8 @@ def least_squares(A: np.ndarray, y: np.ndarray) -> np.ndarray:
     same row, as random approximate codes draw) for full rank and return a solution of
     norm 1e15 that is not even a least-squares one; the normal equations
     ``A^T (y - A a) = 0`` or the norm tell, and the SVD (minimum norm, rank by singular
-    values) is taken instead when its residual is smaller, or as small with a smaller
-    norm."""
+    values) is taken instead unless the QR solution's residual is smaller by more than
+    the rounding its own norm allows (Golub and Van Loan, Matrix Computations, 5.5)."""
     a, *_ = scipy.linalg.lstsq(A, y, lapack_driver="gelsy", check_finite=False)
     # One step of iterative refinement: cheap, and recovers digits lost to conditioning.
     r = y - A @ a
@@ -99,8 +99,19 @@ def least_squares(A: np.ndarray, y: np.ndarray) -> np.ndarray:
     norm_a, norm_A, norm_y = (float(np.linalg.norm(x)) for x in (a, A, y))
     if (np.linalg.norm(A.T @ r) > 1e-9 * norm_A * norm_y  # not a least-squares solution
             or norm_a * norm_A > 1e6 * norm_y):  # or one of absurd norm
-        b, *_ = scipy.linalg.lstsq(A, y, lapack_driver="gelsd", check_finite=False)
+        eps = float(np.finfo(float).eps)
+        b, *_ = scipy.linalg.lstsq(A, y, cond=eps * max(A.shape), lapack_driver="gelsd",
+                                   check_finite=False)
         rb, ra = float(np.linalg.norm(y - A @ b)), float(np.linalg.norm(r))
-        if rb < ra * (1 - 1e-9) or (rb <= ra * (1 + 1e-9) and np.linalg.norm(b) < norm_a):
+        norm_b = float(np.linalg.norm(b))
+        if norm_a > 1e3 * norm_b:
+            # QR's vector carries a null-space component the SVD's has not (the system is
+            # rank-deficient): a residual is computed to about eps ||A|| ||x||, so a vector
+            # of norm 1e15 can show one below the optimum's by rounding alone; it wins only
+            # by more than that
+            noise = 64 * eps * norm_A * norm_a + 1e-9 * ra
+            if rb <= ra + noise:
+                a = b
+        elif rb < ra * (1 - 1e-9) or (rb <= ra * (1 + 1e-9) and norm_b < norm_a):
             a = b
     return a

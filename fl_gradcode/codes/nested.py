@@ -82,6 +82,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .base import GradientCode, check_n_s
+from .checks import as_int
 from .repetition import CyclicRepetitionCode
 from .stable import DEFAULT_MAX_AMPLIFICATION, rs_amplification
 
@@ -381,7 +382,10 @@ class NestedPlacement:
         weights: Iterable[float] | None = None,
         crc_draws: int = 1,
     ) -> None:
-        n, s_max = check_n_s(n, s_max)
+        n, _ = check_n_s(n, 0)
+        s_max = as_int(s_max, "s_max")
+        if not 0 <= s_max < n:
+            raise ValueError(f"s_max={s_max} must be >= 0 and < n={n}")
         if layout not in LAYOUTS:
             raise ValueError(f"layout={layout!r}; expected one of {LAYOUTS}")
         if not max_amplification >= 1:

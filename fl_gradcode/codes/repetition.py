@@ -35,6 +35,7 @@ class UncodedCode(GradientCode):
     name = "uncoded"
 
     def __init__(self, n: int, *, weights: Iterable[float] | None = None) -> None:
+        n, _ = check_n_s(n, 0)
         super().__init__(np.eye(n), 0, is_exact=True, weights=weights)
 
     def _compute_decoding(self, got: frozenset[int]) -> Decoding:
@@ -69,6 +70,7 @@ class IgnoreStragglers(GradientCode):
     def __init__(
         self, n: int, s: int, *, rescale: bool = False, weights: Iterable[float] | None = None
     ) -> None:
+        n, s = check_n_s(n, s)
         super().__init__(np.eye(n), s, is_exact=s == 0, weights=weights)
         self.rescale = bool(rescale)
 

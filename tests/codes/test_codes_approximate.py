@@ -208,3 +208,42 @@ def test_an_approximate_decoding_may_weigh_a_partition_negatively_as_documented(
             if decoding.error <= 0.5 and alpha.min() < -1e-6:
                 negative.append(received)
     assert negative
+
+
+# received sets whose rows repeat (a grouped-rs row copied when s + 1 does not divide n, bgc
+# and expander drawing the same row twice): the system is exactly rank-deficient
+REPEATED_ROWS = [
+    ("grouped-rs", 0, 6, 3, [5.8, 3.3, 6.0, 3.4, 4.0], (0, 5)),
+    ("grouped-rs", 0, 7, 4, [8.240302303158176, 7.720998254377348, 0.155516003727539,
+                             7.184382699651432, 8.69905508258295, 2.23965692133574], (0, 6)),
+    ("bgc", 1, 3, 1, [5.208830450418032, 5.217390522713276, 8.90090851439153], (1, 2)),
+    ("expander", 28, 8, 5, None, (1, 4, 5, 7)),
+]
+
+
+@pytest.mark.parametrize("name, seed, n, s, weights, got", REPEATED_ROWS)
+def test_least_squares_on_repeated_rows_is_the_minimum_norm_optimum(name, seed, n, s,
+                                                                    weights, got):
+    """The decoding vector is the weighted least-squares optimum of minimum norm (numpy's
+    SVD solve, an independent reference): not a vector of norm 1e15 whose decoded sum
+    depends on the last bit of a reply, and the error reported is the vector's own."""
+    options = {"seed": seed} if weights is None else {"seed": seed, "weights": weights}
+    code = make_code(name, n, s, **options)
+    w = np.asarray(code.weights, dtype=float)
+    rows = code.B[list(got)]
+    reference, *_ = np.linalg.lstsq((rows * w).T, w, rcond=None)
+    optimum = float(np.sum((w * (reference @ rows - 1.0)) ** 2) / np.sum(w**2))
+    decoding = code.decoding(list(got))
+    a = np.asarray(decoding.coefficients, dtype=float)[list(got)]
+    own = float(np.sum((w * (a @ rows - 1.0)) ** 2) / np.sum(w**2))
+    assert np.linalg.norm(a) <= 1.0 + 10 * np.linalg.norm(reference)
+    assert own == pytest.approx(optimum, rel=1e-9, abs=1e-12)
+    assert decoding.error == pytest.approx(own, rel=1e-9, abs=1e-12)
+    # a reply one float32 rounding off moves the decoded sum by about that rounding
+    rng = np.random.default_rng(0)
+    updates = rng.standard_normal((code.k, 20))
+    replies = {i: code.encode(i, dict(enumerate(updates))) for i in got}
+    rounded = {i: v.astype(np.float32).astype(np.float64) for i, v in replies.items()}
+    shift = np.linalg.norm(code.decode(rounded, approximate=True)
+                           - code.decode(replies, approximate=True))
+    assert shift <= 1e-5 * np.linalg.norm(w @ updates)

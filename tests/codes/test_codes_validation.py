@@ -51,6 +51,33 @@ def test_invalid_parameters_raise_value_error_naming_the_value(kwargs, match):
         make_code(**kwargs)
 
 
+def _uncoded(n):
+    from fl_gradcode.codes.repetition import UncodedCode
+    return UncodedCode(n)
+
+
+def _ignore(n, s):
+    from fl_gradcode.codes.repetition import IgnoreStragglers
+    return IgnoreStragglers(n, s)
+
+
+@pytest.mark.parametrize(
+    ("build", "match"),
+    [
+        (lambda: _uncoded(2.5), "n=2.5 must be an integer"),
+        (lambda: _uncoded(True), "n=True must be an integer"),
+        (lambda: _uncoded(-1), "n=-1 must be >= 1"),
+        (lambda: _uncoded(0), "n=0 must be >= 1"),
+        (lambda: _ignore(2.5, 1), "n=2.5 must be an integer"),
+        (lambda: _ignore(4, 4), "s=4 must be < n=4"),
+        (lambda: make_code("nested", 4, 1, s_max=9), "s_max=9 must be >= 0 and < n=4"),
+    ],
+)
+def test_direct_constructors_and_s_max_name_the_bad_value(build, match):
+    with pytest.raises(ValueError, match=match):
+        build()
+
+
 @pytest.mark.parametrize("bad", [[1.0, 2.0], [1, 2, 3, 0], [1, 2, np.nan, 4], [[1, 2, 3, 4]]])
 def test_bad_weights_are_rejected(bad):
     with pytest.raises(ValueError, match="weights"):
