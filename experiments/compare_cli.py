@@ -251,6 +251,9 @@ def parse_seeds(text: str, flag: str = "--seeds") -> list[int]:
                              "ranges like 10-19 (low-high)")
     if not seeds:
         raise ValueError(f"{flag} {text!r}: expected at least one seed")
+    if too_large := [seed for seed in seeds if seed >= 2**63]:
+        raise ValueError(f"{flag} {text!r}: seed {too_large[0]} is too large; expected "
+                         "seeds below 2**63")
     if twice := repeated(seeds):
         raise ValueError(f"{flag} {text!r}: seeds {twice} given twice")
     return seeds
@@ -290,6 +293,11 @@ def check_out(out: Path) -> None:
     a directory."""
     if out.is_dir():
         raise ValueError(f"--out {out} is a directory: pass a file name (e.g. {out}/cell.json)")
+    try:  # the directory the run writes in (and its journal): made now, or refused now
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"--out {out}: its directory cannot be made ({exc.strerror}: "
+                         f"{exc.filename})") from None
     try:
         held = json.loads(out.read_text())
     except (OSError, ValueError):

@@ -332,7 +332,12 @@ def check_codes(cell: Cell, methods: Sequence[str]) -> None:
         if fallback is None and built.s != s:  # e.g. uncoded, which tolerates no straggler
             raise ValueError(f"{method}: {name} is built with s = {built.s}, not {s}; write "
                              f"{name}:{built.s}")
-        if fallback is not None:
+        if fallback is not None:  # "WHY; using CODE with s=S for cohorts of N"
+            why, sep, instead = fallback.rpartition("; using ")
+            if sep:
+                fallback = (f"{why} (the ServerApp would run "
+                            f"{instead.replace(' for cohorts of', ' in its place for a cohort of')}"
+                            "; the benchmark runs a code only as named)")
             raise ValueError(f"{method}: {fallback}; pick a tolerance the code takes for a "
                              f"cohort of {cell.cohort}, or another code")
         if other is not None:
