@@ -157,7 +157,7 @@ class Membership:
         asked = {m.metadata.message_id: m.metadata.dst_node_id for m in msgs
                  if m.metadata.message_id}
         for reply in replies:
-            node = answering_node(reply, asked)
+            node = answering_node(reply, asked.get)
             if node not in reasons or node in self.claims or node in self.invalid:
                 continue  # not asked, or answered twice: the first answer stands
             try:

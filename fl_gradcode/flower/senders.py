@@ -11,17 +11,19 @@ refuses such a reply, and a grid that does not must not let it speak for another
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable
 from typing import Any
 
 from flwr.common.constant import SUPERLINK_NODE_ID
 
 
-def answering_node(reply: Any, destinations: Mapping[str, int]) -> int:
-    """The node ``reply`` answers for (``destinations``: message id -> the node it was sent
-    to): its sender, or, for an error reply whose sender is the SuperLink, the destination of
-    the message it answers (its sender when that message is not one of ``destinations``)."""
+def answering_node(reply: Any, destination_of: Callable[[str], int | None]) -> int:
+    """The node ``reply`` answers for (``destination_of``: message id -> the node it was sent
+    to, ``None`` for a message not sent): its sender, or, for an error reply whose sender is
+    the SuperLink, the destination of the message it answers (its sender when that message
+    was not sent). ``destination_of`` is called only for such an error reply."""
     sender = reply.metadata.src_node_id
     if sender == SUPERLINK_NODE_ID and reply.has_error():
-        return destinations.get(reply.metadata.reply_to_message_id, sender)
+        node = destination_of(reply.metadata.reply_to_message_id)
+        return sender if node is None else node
     return sender
