@@ -262,24 +262,6 @@ def test_a_code_that_cannot_take_the_cohort_or_an_unknown_code_is_refused_before
     assert not out.exists()
 
 
-@pytest.mark.parametrize("argv, match", [
-    (["--seeds", "99999999999999999999"], r"--seeds '9+': seed 9+ is too large; expected "
-                                          r"seeds below 2\*\*63"),
-    (["--out", "{tmp}/a-file/x.json"], r"--out .*a-file/x.json: its directory cannot be made"),
-])
-def test_a_seed_too_large_or_an_out_that_cannot_be_written_is_refused_by_name(tmp_path, argv,
-                                                                              match):
-    (tmp_path / "a-file").write_text("")
-    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
-    base = ["--n", "4", "--rounds", "2", "--methods", "wait-for-all", "--dev-seeds", "0"]
-    if "--seeds" not in argv:
-        base += ["--seeds", "0"]
-    if "--out" not in argv:
-        base += ["--out", str(tmp_path / "x.json")]
-    with pytest.raises(SystemExit, match=match):
-        compare.main([*base, *argv])
-
-
 def test_one_cell_is_never_written_over_a_grid_file(tmp_path, monkeypatch):
     """A grid file holds every cell: one cell written there would replace them all."""
     grid_file = tmp_path / "grid.json"

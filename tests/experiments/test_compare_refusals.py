@@ -61,3 +61,21 @@ def test_a_coded_only_cell_with_its_own_deadline_is_not_refused_for_wait_for_all
     compare.main([*SMALL, "--methods", "auto,grouped-rs:1", "--set", "straggler-timeout=1.0",
                   "--set", "server-lr=0.5", "--out", str(out)])
     assert out.exists()
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--seeds", "99999999999999999999"], r"--seeds '9+': seed 9+ is too large; expected "
+                                          r"seeds below 2\*\*63"),
+    (["--out", "{tmp}/a-file/x.json"], r"--out .*a-file/x.json: its directory cannot be made"),
+])
+def test_a_seed_too_large_or_an_out_that_cannot_be_written_is_refused_by_name(tmp_path, argv,
+                                                                              match):
+    (tmp_path / "a-file").write_text("")
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    base = ["--n", "4", "--rounds", "2", "--methods", "wait-for-all", "--dev-seeds", "0"]
+    if "--seeds" not in argv:
+        base += ["--seeds", "0"]
+    if "--out" not in argv:
+        base += ["--out", str(tmp_path / "x.json")]
+    with pytest.raises(SystemExit, match=match):
+        compare.main([*base, *argv])
