@@ -243,9 +243,7 @@ class ReplyCollector:
         sent = state.sent
         # an error reply the SuperLink writes for an unreachable node is the failure of the
         # node whose message it answers; any other reply speaks for its sender only
-        node = answering_node(reply, lambda mid: next(
-            (state.cohort[w] for w, msg in sent.items() if mid and msg.metadata.message_id == mid),
-            None))
+        node = answering_node(reply, sent.values())
         worker = state.worker_of.get(node)
         if (reply.has_error() and reply.error.code == protocol.STOPPED_CODE
                 and worker in sent and worker not in arrivals.answered

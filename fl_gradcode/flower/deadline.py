@@ -355,9 +355,7 @@ class DeadlineFedAvg(FedAvg):
         """The node a reply answers for: its sender, or, for an error the SuperLink writes
         for a node that is gone (its sender is the SuperLink), the node of the message it
         answers."""
-        return answering_node(msg, lambda mid: next(
-            (sent.metadata.dst_node_id for sent in self._messages
-             if mid and sent.metadata.message_id == mid), None))
+        return answering_node(msg, self._messages)
 
     def loads(self, timings: Mapping[int, tuple[int, float, int, int]]) -> dict[int, float]:
         """Each node's load: its partition's size over the cohort's mean (``timings``: node

@@ -154,10 +154,8 @@ class Membership:
         # the node a reply answers for: its sender (an error reply the SuperLink writes for
         # an unreachable node: the destination of the message it answers); a sender that
         # answers another node's message does not speak for that node
-        asked = {m.metadata.message_id: m.metadata.dst_node_id for m in msgs
-                 if m.metadata.message_id}
         for reply in replies:
-            node = answering_node(reply, asked.get)
+            node = answering_node(reply, msgs)
             if node not in reasons or node in self.claims or node in self.invalid:
                 continue  # not asked, or answered twice: the first answer stands
             try:

@@ -11,19 +11,20 @@ refuses such a reply, and a grid that does not must not let it speak for another
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Iterable
 from typing import Any
 
 from flwr.common.constant import SUPERLINK_NODE_ID
 
 
-def answering_node(reply: Any, destination_of: Callable[[str], int | None]) -> int:
-    """The node ``reply`` answers for (``destination_of``: message id -> the node it was sent
-    to, ``None`` for a message not sent): its sender, or, for an error reply whose sender is
-    the SuperLink, the destination of the message it answers (its sender when that message
-    was not sent). ``destination_of`` is called only for such an error reply."""
+def answering_node(reply: Any, sent: Iterable[Any]) -> int:
+    """The node ``reply`` answers for: its sender, or, for an error reply whose sender is the
+    SuperLink, the destination of the message of ``sent`` it answers (its sender when it
+    answers none of them). ``sent`` is read only for such an error reply."""
     sender = reply.metadata.src_node_id
     if sender == SUPERLINK_NODE_ID and reply.has_error():
-        node = destination_of(reply.metadata.reply_to_message_id)
-        return sender if node is None else node
+        answered = reply.metadata.reply_to_message_id
+        for message in sent:
+            if answered and message.metadata.message_id == answered:
+                return message.metadata.dst_node_id
     return sender

@@ -106,8 +106,10 @@ def test_the_superlinks_error_reply_is_the_failure_of_the_node_it_answers(caplog
 
     collector = _collector()
     state = make_state(make_code("frc", 4, 1), [10, 11, 12, 13], collector=collector,
-                       sent={0: SimpleNamespace(metadata=SimpleNamespace(message_id="m0")),
-                             1: SimpleNamespace(metadata=SimpleNamespace(message_id="m1"))})
+                       sent={0: SimpleNamespace(metadata=SimpleNamespace(message_id="m0",
+                                                                         dst_node_id=10)),
+                             1: SimpleNamespace(metadata=SimpleNamespace(message_id="m1",
+                                                                         dst_node_id=11))})
     with caplog.at_level(logging.INFO, logger="flwr"):
         collector.on_reply(_ErrorReply("m1", STOPPED_CODE))
     assert state.stopped == [1] and state.answered == {1} and state.rejected == []
