@@ -28,6 +28,7 @@ from experiments.rival_runs import (
     parse_code,
     rival_strategy,
 )
+from fl_gradcode.codes.cohort import Fallback
 from fl_gradcode.config.keys import KEYS
 
 __all__ = [
@@ -257,7 +258,7 @@ def _cohort_code(code: str, s: int, cohort: int, m: int | None) -> tuple[Any, st
     return cohort_code(code, s, cohort, m)
 
 
-def built_code(code: str, s: int, cohort: int, m: int | None) -> tuple[int, str | None]:
+def built_code(code: str, s: int, cohort: int, m: int | None) -> tuple[int, Fallback | None]:
     """``(k, why)`` of the code the ServerApp builds for a cohort: ``why`` is ``None`` when it
     is ``code`` itself, else why it built another (its fallback); each ``(code, s, cohort,
     m)`` is built once. An unknown code name is refused."""
@@ -279,7 +280,7 @@ def grid_code_k(code: str, s: int, cohort: int, m: int | None) -> int:
 
 
 def code_fit(method: str, n: int, cohort: int, cfg: Mapping[str, Any], *, grid: bool = False
-             ) -> tuple[str | None, str | None]:
+             ) -> tuple[Fallback | None, str | None]:
     """``(fallback, other_model)`` of the fixed code ``method`` (``CODE:s``) in a cell of
     ``n`` nodes sampling ``cohort`` a round, under the run config ``cfg`` (merged):
     ``fallback``, why the ServerApp builds another code than the one named (``frc:2`` for 20
@@ -332,14 +333,12 @@ def check_codes(cell: Cell, methods: Sequence[str]) -> None:
         if fallback is None and built.s != s:  # e.g. uncoded, which tolerates no straggler
             raise ValueError(f"{method}: {name} is built with s = {built.s}, not {s}; write "
                              f"{name}:{built.s}")
-        if fallback is not None:  # "WHY; using CODE with s=S for cohorts of N"
-            why, sep, instead = fallback.rpartition("; using ")
-            if sep:
-                fallback = (f"{why} (the ServerApp would run "
-                            f"{instead.replace(' for cohorts of', ' in its place for a cohort of')}"
-                            "; the benchmark runs a code only as named)")
-            raise ValueError(f"{method}: {fallback}; pick a tolerance the code takes for a "
-                             f"cohort of {cell.cohort}, or another code")
+        if fallback is not None:
+            raise ValueError(f"{method}: {fallback.reason} (the ServerApp would run "
+                             f"{fallback.code} with s={fallback.s} in its place for a cohort "
+                             f"of {fallback.n}; the benchmark runs a code only as named); pick "
+                             f"a tolerance the code takes for a cohort of {cell.cohort}, or "
+                             "another code")
         if other is not None:
             raise ValueError(f"{other}; pick s with s + m dividing the cohort, or another "
                              "code")

@@ -26,6 +26,7 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAdam, FedAvg, FedAvgM, Strategy
 
 from fl_gradcode.codes import GradientCode
+from fl_gradcode.codes.cohort import Fallback, code_for_cohort
 from fl_gradcode.config import (
     KEYS,
     charges_sleep,
@@ -39,7 +40,6 @@ from fl_gradcode.data import run_partitions
 from fl_gradcode.flower import GradientCoding, seeded_sampling
 from fl_gradcode.flower.code_options import code_options
 from fl_gradcode.flower.deadline import DeadlineFedAvg
-from fl_gradcode.flower.membership import code_for_cohort
 from fl_gradcode.flower.options import Options
 from fl_gradcode.flower.policy import FixedCodePolicy
 from fl_gradcode.latency import (
@@ -291,7 +291,7 @@ def latency_refusal(model: str, name: str, value: Any) -> str:
 
 
 def cohort_code(code: str, s: int, cohort: int, m: int | None
-                ) -> tuple[GradientCode, str | None]:
+                ) -> tuple[GradientCode, Fallback | None]:
     """``(code, why)``: the fixed code the ServerApp runs for a cohort of ``cohort`` clients
     (``why``: why it is not ``code`` with ``s`` itself, else ``None``; ``m``: comm-efficient's)."""
     return code_for_cohort(code, cohort, s, 0, code_options(code, s, None, False, None, m))

@@ -37,9 +37,9 @@ from flwr.common.logger import log
 from .. import adaptive
 from ..adaptive import Decision, SingleCode, code_loads
 from ..codes import GradientCode, NestedPlacement
+from ..codes.cohort import code_for_cohort
 from .approximate_rounds import ApproximateRounds
 from .latency_book import LatencyBook, read_latency_state
-from .membership import code_for_cohort
 from .options import BUSY_MODES, Options
 from .protocol import Identity
 from .settle import placement_refusal
