@@ -240,3 +240,34 @@ def test_first_k_care_and_fedbuff_lists_not_grown_are_named_with_their_amendment
     new = {**old, "first_k": {**old["first_k"], "tuning": {"chosen": {}}},
            "fedbuff": {"tuning": {"chosen": {}, "extend": 2}}}
     assert rule_flags(new) == "" and predates(new) == ""
+
+
+
+def test_the_rules_every_run_predates_are_said_once_in_the_readme_line():
+    from tools.docgen.slow_classes import predates, render_headline
+
+    def runs(method, times):
+        return [{"method": method, "seed": 10 + i, "time_to_target": t, "final_accuracy": 0.9}
+                for i, t in enumerate(times)]
+
+    def cell(**settings):
+        return {"settings": {"latency": "persistent", "seeds": [10, 11], "target": 0.85,
+                             "methods": ["auto", "wait-for-all", "fedbuff"],
+                             "run_config": {"partitioner": "dirichlet"}, **settings},
+                "runs": [*runs("auto", [10.0, 12.0]), *runs("wait-for-all", [40.0, 48.0]),
+                         *runs("fedbuff", [30.0, 36.0])]}
+
+    old = cell()  # FedBuff untuned, auto's late work not stopped at decode
+    caveat = predates(old["settings"])
+    assert "FedBuff untuned" in caveat and "(amendment 15)" in caveat
+    body = caveat.split(":", 1)[1][1:-1]
+    both_old = render_headline([(2, 20, old), (1, 20, cell())])
+    assert both_old.count(body) == 1
+    assert f"all its runs predate the rules: {body})" in both_old
+    assert "2 classes at n = 20: auto" in both_old and "1 class at n = 20: auto" in both_old
+    new = cell(auto_stop_at_decode=True, fedbuff={"tuning": {"extend": True}})
+    assert predates(new["settings"]) == ""
+    mixed = render_headline([(2, 20, old), (1, 20, new)])
+    assert "all its runs predate" not in mixed and mixed.count(body) == 1
+    assert f"2 classes at n = 20{caveat}: auto" in mixed and "1 class at n = 20: auto" in mixed
+    assert "predate" not in render_headline([(2, 20, new)])

@@ -90,8 +90,8 @@ def predates(settings: Mapping[str, Any]) -> str:
                              "development seeds (amendment 18)",
              "fedbuff_tune_extend": "FedBuff's lists not grown past an edge pick "
                                     "(amendment 16)"}
-    off = [words[k] for k in _predated(settings)]
-    return f" (runs from before the rules: {'; '.join(off)})" if off else ""
+    off = "; ".join(words[k] for k in _predated(settings))
+    return f" (runs from before the rules: {off})" if off else ""
 
 
 def file_name(classes: int, n: int) -> str:
@@ -308,6 +308,9 @@ def render_headline(runs: Sequence[tuple[int, int, Mapping[str, Any] | None]],
         fed = method_stats(longer)["fedbuff"]
         longer_fedbuff = (longer["settings"]["rounds"], fed.reached, fed.seeds)
     parts, missing = [], []
+    # what the runs predate, said once when every run predates the same rules
+    caveats = {predates(cell["settings"]) for _, _, cell in runs if cell is not None}
+    shared = caveats.pop() if len(caveats) == 1 else None
     for classes, n, cell in runs:
         if cell is None:
             missing.append(f"{_classes(classes)} at n = {n}")
@@ -341,7 +344,8 @@ def render_headline(runs: Sequence[tuple[int, int, Mapping[str, Any] | None]],
                     label += f", {ratio:.2f}× auto's time where both reached it"
             reached.append(label)
         parts.append(
-            f"{_classes(classes)} at n = {n}{predates(cell['settings'])}: auto "
+            f"{_classes(classes)} at n = {n}"
+            f"{'' if shared is not None else predates(cell['settings'])}: auto "
             f"{seconds(v.auto.median_time)} "
             f"({v.auto.reached}/{v.auto.seeds}); by the medians (an unreached seed as ∞) the "
             f"best rival that does not code, {method_label(v.uncoded)}, took "
@@ -352,7 +356,10 @@ def render_headline(runs: Sequence[tuple[int, int, Mapping[str, Any] | None]],
         return None
     return ("- **Where only the slow clients hold some classes** (an extension chosen after the "
             "grid's results and registered before its runs, `experiments/grid.toml` amendment "
-            "8; not in the verdict above): " + ". ".join(parts)
+            "8; not in the verdict above"
+            + (f"; all its runs predate the rules:{shared.split(':', 1)[1][:-1]}" if shared
+               else "")
+            + "): " + ". ".join(parts)
             + (f". Registered, not run yet: {', '.join(missing)}" if missing else "")
             + " ([tables](docs/adaptive.md#where-only-the-slow-clients-hold-some-classes)).")
 
