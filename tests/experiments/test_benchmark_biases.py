@@ -63,3 +63,28 @@ def test_codes_whose_rounds_were_mostly_skipped_are_counted():
     # count: crc:4's own deadline leaves grouped-rs:2 alone, 20 %: no note
     data["cells"]["x/bimodal/20x20"]["settings"] = {"code_deadlines_s": {"crc:4": 3.0}}
     assert biases.codes_deadline(data, list(data["cells"])) == []
+
+
+def test_drift_runs_that_repeat_the_pareto_cell_are_counted_per_cell():
+    def cell(latency, times, drift_round=None):
+        runs = [_run(m, seed, t, 50.0) for (m, seed), t in times.items()]
+        cfg = {"latency-drift-round": drift_round} if drift_round else {}
+        return {"settings": {"latency": latency, "run_config": cfg}, "runs": runs}
+
+    pareto = cell("pareto", {("auto", 10): 5.0, ("auto", 11): 7.0, ("fedbuff", 10): 3.0,
+                             ("first-k", 10): None})
+    # auto seed 10 and fedbuff equal pareto's: 2 of 4; auto seed 11 differs; first-k never
+    # reached in either (not a repeat: nothing was reached)
+    drift = cell("drift", {("auto", 10): 5.0, ("auto", 11): 9.0, ("fedbuff", 10): 3.0,
+                           ("first-k", 10): None}, drift_round=15)
+    data = {"cells": {"t/pareto/20x20": pareto, "t/drift/20x20": drift,
+                      "u/drift/20x20": drift}}  # u has no pareto cell: not counted
+    (note,) = biases.drift_repeats(data, list(data["cells"]))
+    assert "(round 15)" in note
+    assert "t/drift/20x20 2 of 4 (auto 1 of 2)" in note and "u/drift" not in note
+    # the pareto cell not finished: nothing to compare
+    assert biases.drift_repeats(data, ["t/drift/20x20"]) == []
+    # no run repeats: no note
+    other = cell("drift", {("auto", 10): 6.0, ("fedbuff", 10): 4.0})
+    data["cells"]["t/drift/20x20"] = other
+    assert biases.drift_repeats(data, ["t/pareto/20x20", "t/drift/20x20"]) == []

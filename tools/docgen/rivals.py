@@ -312,10 +312,11 @@ def render_table(data: Mapping[str, Any], report: Sequence[str]) -> str:
     notes += codes_own(data, done)
     notes += fedbuff_tuned(data, done)
     notes += first_k_care(data, done)
-    from tools.docgen.biases import codes_deadline, short_horizons
+    from tools.docgen.biases import codes_deadline, drift_repeats, short_horizons
 
     notes += short_horizons(data, done)
     notes += codes_deadline(data, done)
+    notes += drift_repeats(data, done)
     return table(header, rows) + "\n\n" + " ".join([legend, *notes])
 
 
