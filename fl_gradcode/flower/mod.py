@@ -25,7 +25,12 @@ and the mod warns once. With a partition key (node config ``dp-key-file`` or the
 variable ``FL_GRADCODE_DP_KEY_FILE``), the seed is ``HMAC(key_j, nonce, round, j)``: secret to
 the server and fresh in every run; the nonce is bound to the instruction's DP parameters, the
 app's config and the received arrays (:func:`~fl_gradcode.flower.binding.bound_nonce`), so
-replicas share keyed noise only when they compute from identical inputs.
+replicas share keyed noise only when they compute from identical inputs. A plain train
+message (no gradient-coding record) that a node's DP policy lets through (``dp='sample'``,
+the app's own DP-SGD) reaches the app with Python's, numpy's and torch's global RNGs reseeded
+from the node's own randomness (``secrets``), whatever an outer mod seeded them with, and
+restored after: noise the app draws from them cannot be predicted from the server's seed and
+round (an app that seeds its own generator from the config is its own to fix).
 
 Validation: every instruction field is checked before anything is computed
 (:func:`~fl_gradcode.flower.protocol.parse_instruction`: types, allowed sets, finite values,
@@ -63,6 +68,7 @@ References:
 from __future__ import annotations
 
 import dataclasses
+import secrets
 import time
 from collections.abc import Callable, MutableMapping
 from typing import Any
@@ -175,12 +181,23 @@ def make_gradient_coding_mod(
         if instruction is None:  # a plain train message: the app's, unless the node's DP
             try:  # policy needs the mod's DP, which a plain message does not get
                 train_config = msg.content.config_records.get("config")
-                NodePolicy.from_node_config(context.node_config).check_plain_train(
+                plain_policy = NodePolicy.from_node_config(context.node_config)
+                plain_policy.check_plain_train(
                     plain_dp(msg, context), context.run_config,
                     {} if train_config is None else train_config)
             except Exception as exc:
                 return Message(Error(MOD_ERROR_CODE, error_reason(exc)), reply_to=msg)
-            return call_next(msg, context)
+            if not plain_policy.active:
+                return call_next(msg, context)
+            # the app's DP-SGD draws its noise from the global RNGs, which an outer mod or the
+            # app may have seeded from the server's seed and round: reseed them from this
+            # node's own randomness so the server cannot predict (and subtract) the noise
+            saved = rng_states()
+            seed_everything(secrets.randbits(63))
+            try:
+                return call_next(msg, context)
+            finally:
+                set_rng_states(saved)
         try:
             if instruction.op == protocol.OP_IDENTIFY:
                 return identify_reply(msg, context)

@@ -488,3 +488,30 @@ def test_a_spent_budget_makes_the_node_a_straggler_for_the_server(tmp_path, key_
     assert first["decode"] == "exact" and first["rejected"] == 0
     assert second["decode"] == "skipped" and second["rejected"] >= 2
     assert all("dp-max-releases=1" in r for r in second["rejected_reasons"])
+
+
+@pytest.mark.parametrize("node_config", [{"dp-required": "sample"},
+                                         {"dp-min-noise-multiplier": 1.0}])
+def test_a_plain_dp_sgd_message_gets_noise_the_server_cannot_predict(key_file, node_config):
+    """A plain dp='sample' message reaches the app, whose DP-SGD draws its noise from the
+    global RNGs; an outer mod (or the app) may seed those from the server's seed and round.
+    Under a node's DP policy the noise must not follow from them: the same message, with the
+    RNGs seeded identically from public values before each call, gets different noise (and
+    the caller's RNG state is given back)."""
+    app = NoisyApp()
+    mod = make_gradient_coding_mod()
+    context = _context(**{"dp-key-file": key_file, **node_config})
+    replies = []
+    for _ in range(2):
+        np.random.seed(123)  # noqa: NPY002 - what a mod seeding from public values does
+        reply = mod(_plain_train("sample"), context, app)
+        assert not reply.has_error()
+        replies.append(reply.content["arrays"]["w"].numpy())
+        assert np.random.random() == np.random.RandomState(123).random()  # noqa: NPY002
+    assert not np.allclose(replies[0], replies[1])
+    # no policy: the app's own seeding is left alone (reproducible runs)
+    plain = []
+    for _ in range(2):
+        np.random.seed(123)  # noqa: NPY002
+        plain.append(mod(_plain_train("sample"), _context(), app).content["arrays"]["w"].numpy())
+    np.testing.assert_array_equal(plain[0], plain[1])
