@@ -86,8 +86,9 @@ class DPConfig:
             raise ValueError(f"dp={self.mode!r}; expected one of {DP_MODES}")
         if self.noise not in DP_NOISE:
             raise ValueError(f"dp-noise={self.noise!r}; expected one of {DP_NOISE}")
-        if not (math.isfinite(self.clip_norm) and self.clip_norm > 0):
-            raise ValueError(f"clip-norm={self.clip_norm!r} must be a positive number")
+        if not (math.isfinite(self.clip_norm) and self.clip_norm >= MIN_CLIP_NORM):
+            raise ValueError(f"clip-norm={self.clip_norm!r} must be a finite number >= "
+                             f"{MIN_CLIP_NORM:g} (the smallest normal float)")
         if not (math.isfinite(self.noise_multiplier) and self.noise_multiplier >= 0):
             raise ValueError(f"noise-multiplier={self.noise_multiplier!r} must be >= 0")
         if not 0 < self.delta < 1:
@@ -102,12 +103,21 @@ class DPConfig:
         return self.mode != "none"
 
 
+#: The smallest clipping bound a release takes (the smallest normal float64): below it ``C``
+#: itself is subnormal and scaling by it rounds a clipped vector's norm up to twice ``C``.
+MIN_CLIP_NORM = float(np.finfo(np.float64).tiny)
+
+
 def clip(u: np.ndarray, clip_norm: float) -> np.ndarray:
-    """``u * min(1, C / ||u||)``: the result's norm is at most ``C``."""
+    """``u * min(1, C / ||u||)``: the result's norm is at most ``C`` (up to rounding, for a
+    normal ``C``; a ratio ``C / ||u||`` too small for a normal float scales in two steps)."""
     norm = float(np.linalg.norm(u))
     if norm <= clip_norm or norm == 0.0:
         return np.array(u, dtype=np.float64)
-    return np.asarray(u, dtype=np.float64) * (clip_norm / norm)
+    scale = clip_norm / norm
+    if scale < MIN_CLIP_NORM:  # subnormal: its few significant bits would round the norm up
+        return (np.asarray(u, dtype=np.float64) / norm) * clip_norm
+    return np.asarray(u, dtype=np.float64) * scale
 
 
 def noise_seed(

@@ -515,3 +515,11 @@ def test_a_train_instruction_without_a_worker_is_refused_naming_the_worker():
     with pytest.raises(ValueError, match=r"^worker=-1; a train instruction needs worker >= 0$"):
         Instruction(op="train", round=1, worker=-1).check_train()
     Instruction(op="train", round=1, worker=0).check_train()  # worker 0 is a worker
+
+
+def test_a_subnormal_clip_norm_is_refused_naming_it():
+    """A clip norm below the smallest normal float clips to about twice itself (the noise is
+    sized for it once): refused, as 0 is; the smallest normal float is accepted."""
+    _refused("clip-norm=5e-323; expected a finite number >= 2.22507e-308 (the smallest "
+             "normal float)", clip_norm=5e-323)
+    assert _parse_fields(clip_norm=2.2250738585072014e-308).clip_norm > 0

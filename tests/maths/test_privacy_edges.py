@@ -13,6 +13,7 @@ import pytest
 
 from fl_gradcode import privacy
 from fl_gradcode.privacy import (
+    MIN_CLIP_NORM,
     DPConfig,
     NoiseKeys,
     PrivacyAccountant,
@@ -362,3 +363,23 @@ def test_the_server_apps_budget_check_starts_at_the_worst_case_of_independent_no
                                       noise_multiplier=1.0, target_epsilon=target),
                              keywords, n, np.full(n, 30.0), cfg)
     assert not capped.can_run_round()
+
+
+@pytest.mark.parametrize("clip_norm", [MIN_CLIP_NORM, 1e-300, 3e-308, 1e-200])
+@pytest.mark.parametrize("scale", [1.0, 1e10, 1e100])
+def test_clip_bounds_the_norm_even_when_the_ratio_underflows(clip_norm, scale):
+    """With C / ||u|| below the smallest normal float, scaling by it rounded the clipped
+    norm up to about twice C (what the noise, sized for C, does not cover). The norm,
+    computed independently (in units of C), is at most C up to rounding."""
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        u = rng.normal(size=50) * scale
+        out = clip(u, clip_norm)
+        ratio = np.linalg.norm(out / clip_norm)  # (out itself squared would underflow)
+        assert ratio <= 1 + 1e-9, (clip_norm, scale, ratio)
+
+
+def test_a_clip_norm_below_the_smallest_normal_float_is_refused_by_name():
+    with pytest.raises(ValueError, match="clip-norm=5e-323"):
+        DPConfig(mode="partition", clip_norm=5e-323)
+    DPConfig(mode="partition", clip_norm=MIN_CLIP_NORM)  # the smallest accepted
