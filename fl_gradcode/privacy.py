@@ -45,6 +45,7 @@ __all__ = [
     "DP_MODES",
     "DP_NOISE",
     "KEYED_MODES",
+    "MIN_CLIP_NORM",
     "CentralDP",
     "DPConfig",
     "Mechanism",
@@ -58,6 +59,7 @@ __all__ = [
     "independent_noise_multiplier",
     "make_mechanism",
     "noise_seed",
+    "normal_clip_norm",
     "partition_noise",
     "write_key_file",
 ]
@@ -106,6 +108,15 @@ class DPConfig:
 #: The smallest clipping bound a release takes (the smallest normal float64): below it ``C``
 #: itself is subnormal and scaling by it rounds a clipped vector's norm up to twice ``C``.
 MIN_CLIP_NORM = float(np.finfo(np.float64).tiny)
+
+
+def normal_clip_norm(value: float) -> float:
+    """``value``, refused by name below :data:`MIN_CLIP_NORM` (a subnormal clip norm: clipping
+    to it rounds a norm up to about twice it, which the noise, sized for it, does not cover)."""
+    if value < MIN_CLIP_NORM:
+        raise ValueError(f"clip-norm={value!r}; expected a finite number >= {MIN_CLIP_NORM:g} "
+                         "(the smallest normal float)")
+    return value
 
 
 def clip(u: np.ndarray, clip_norm: float) -> np.ndarray:

@@ -57,7 +57,7 @@ from flwr.app import (
     RecordDict,
 )
 
-from ..privacy import DP_MODES, DP_NOISE, MIN_CLIP_NORM
+from ..privacy import DP_MODES, DP_NOISE, normal_clip_norm
 from .clock import CLOCKS
 from .finite import finite_number
 
@@ -202,14 +202,6 @@ def _float_field(
     return float(value)
 
 
-def _clip_norm(rec: ConfigRecord) -> float:
-    value = _float_field(rec, "clip-norm", 1.0, 0.0, positive=True)
-    if value < MIN_CLIP_NORM:  # subnormal: clipping to it rounds a norm up to about 2 C
-        raise ValueError(f"clip-norm={value!r}; expected a finite number >= {MIN_CLIP_NORM:g} "
-                         "(the smallest normal float)")
-    return value
-
-
 def _choice_field(rec: ConfigRecord, key: str, default: str, allowed: Sequence[str]) -> str:
     value = rec.get(key, default)
     if value not in allowed:
@@ -307,7 +299,7 @@ def parse_instruction(content: RecordDict) -> Instruction | None:
         num_partitions=tuple(nums),
         coefficients=tuple(coefs),
         dp=_choice_field(rec, "dp", "none", DP_MODES),
-        clip_norm=_clip_norm(rec),
+        clip_norm=normal_clip_norm(_float_field(rec, "clip-norm", 1.0, 0.0, positive=True)),
         noise_multiplier=_float_field(rec, "noise-multiplier", 0.0, 0.0),
         dp_noise=_choice_field(rec, "dp-noise", "identical", DP_NOISE),
         timing=_choice_field(rec, "timing", "virtual", TIMINGS),
