@@ -88,9 +88,7 @@ class DPConfig:
             raise ValueError(f"dp={self.mode!r}; expected one of {DP_MODES}")
         if self.noise not in DP_NOISE:
             raise ValueError(f"dp-noise={self.noise!r}; expected one of {DP_NOISE}")
-        if not (math.isfinite(self.clip_norm) and self.clip_norm >= MIN_CLIP_NORM):
-            raise ValueError(f"clip-norm={self.clip_norm!r} must be a finite number >= "
-                             f"{MIN_CLIP_NORM:g} (the smallest normal float)")
+        normal_clip_norm(self.clip_norm)
         if not (math.isfinite(self.noise_multiplier) and self.noise_multiplier >= 0):
             raise ValueError(f"noise-multiplier={self.noise_multiplier!r} must be >= 0")
         if not 0 < self.delta < 1:
@@ -111,9 +109,10 @@ MIN_CLIP_NORM = float(np.finfo(np.float64).tiny)
 
 
 def normal_clip_norm(value: float) -> float:
-    """``value``, refused by name below :data:`MIN_CLIP_NORM` (a subnormal clip norm: clipping
-    to it rounds a norm up to about twice it, which the noise, sized for it, does not cover)."""
-    if value < MIN_CLIP_NORM:
+    """``value``, refused by name unless finite and at least :data:`MIN_CLIP_NORM` (a subnormal
+    clip norm: clipping to it rounds a norm up to about twice it, which the noise, sized for
+    it, does not cover)."""
+    if not (math.isfinite(value) and value >= MIN_CLIP_NORM):
         raise ValueError(f"clip-norm={value!r}; expected a finite number >= {MIN_CLIP_NORM:g} "
                          "(the smallest normal float)")
     return value
