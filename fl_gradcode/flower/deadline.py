@@ -85,20 +85,16 @@ def train_timing_mod(msg: Message, context: Context, call_next: Callable) -> Mes
     if (msg.metadata.message_type != MessageType.TRAIN or not msg.has_content()
             or protocol.PROTOCOL_KEY in msg.content.config_records):
         return call_next(msg, context)
-    from .mod import partition_seed, rng_states, seed_everything, set_rng_states
+    from .client.seeding import partition_seed, reseeded
 
     pid = int(context.node_config.get("partition-id", -1))
     config = msg.content.config_records.get("config", ConfigRecord())
-    saved = rng_states()
-    try:
-        if "seed" in config and "server-round" in config:
-            seed_everything(partition_seed(int(config["seed"]), int(config["server-round"]),
-                                           pid))
+    seeded = "seed" in config and "server-round" in config
+    seed = partition_seed(int(config["seed"]), int(config["server-round"]), pid) if seeded else None
+    with reseeded(seed):
         t0 = time.perf_counter()
         reply = call_next(msg, context)
         compute_s = time.perf_counter() - t0
-    finally:
-        set_rng_states(saved)
     if not reply.has_error():
         reply.content.config_records[TIMING_KEY] = ConfigRecord(
             {"partition-id": pid, "compute-s": float(compute_s)})

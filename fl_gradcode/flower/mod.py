@@ -89,7 +89,13 @@ from .client.instruction import (
 from .client.notices import Notices
 from .client.partitions import PartitionResult, PartitionRuns, array_values, single_record
 from .client.release import PartitionRelease
-from .client.seeding import partition_seed, rng_states, seed_everything, set_rng_states
+from .client.seeding import (
+    partition_seed,
+    reseeded,
+    rng_states,
+    seed_everything,
+    set_rng_states,
+)
 from .client.wire import coded_reply_message
 from .client_policy import NodePolicy, ReplayGuard
 from .encoding import accumulate_delta
@@ -192,12 +198,8 @@ def make_gradient_coding_mod(
             # the app's DP-SGD draws its noise from the global RNGs, which an outer mod or the
             # app may have seeded from the server's seed and round: reseed them from this
             # node's own randomness so the server cannot predict (and subtract) the noise
-            saved = rng_states()
-            seed_everything(secrets.randbits(63))
-            try:
+            with reseeded(secrets.randbits(63)):
                 return call_next(msg, context)
-            finally:
-                set_rng_states(saved)
         try:
             if instruction.op == protocol.OP_IDENTIFY:
                 return identify_reply(msg, context)

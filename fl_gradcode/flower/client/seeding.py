@@ -11,13 +11,15 @@ from __future__ import annotations
 import hashlib
 import random
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
 from ...privacy import noise_seed
 
-__all__ = ["imported_torch", "partition_seed", "rng_states", "seed_everything",
+__all__ = ["imported_torch", "partition_seed", "reseeded", "rng_states", "seed_everything",
            "set_rng_states"]
 
 
@@ -79,3 +81,18 @@ def set_rng_states(states: tuple[Any, Any, Any]) -> None:
     torch = imported_torch()
     if states[2] is not None and torch is not None:
         torch.set_rng_state(states[2])
+
+
+@contextmanager
+def reseeded(seed: int | None) -> Iterator[None]:
+    """Run the block with Python's, numpy's global and (if imported) torch's RNGs seeded from
+    ``seed`` (:func:`seed_everything`; ``None``: left as they are), and give the caller's
+    states back after it, even when it raises: in one process the server's Flower samples
+    its cohorts from Python's ``random``, which a client's seeding must not move."""
+    saved = rng_states()
+    if seed is not None:
+        seed_everything(seed)
+    try:
+        yield
+    finally:
+        set_rng_states(saved)
