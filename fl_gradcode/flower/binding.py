@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from flwr.app import ArrayRecord, RecordDict
+from flwr.app import ArrayRecord, MessageType, RecordDict
 
 from ..config import KEYS
 from . import protocol
@@ -78,7 +78,8 @@ def partition_nonce(nonce: str, num_partitions: int) -> str:
 
 
 def bound_nonce(instruction: Instruction, content: RecordDict,
-                run_config: Mapping[str, Any] | None = None) -> str:
+                run_config: Mapping[str, Any] | None = None,
+                message_type: str = MessageType.TRAIN) -> str:
     """The run nonce bound to this instruction's inputs: ``"<nonce>;bind=<sha256 prefix>"``.
 
     Bound: the DP parameters (``dp``, ``clip-norm``, ``noise-multiplier``, ``dp-noise``), the
@@ -90,7 +91,10 @@ def bound_nonce(instruction: Instruction, content: RecordDict,
     computed from the same inputs: honest replicas (the server sends every replica the same)
     draw identical noise, while a server that sends replicas one round with another sigma,
     lr, model, run config or partitioning gets independent noise, which does not cancel when
-    it subtracts the releases."""
+    it subtracts the releases. ``message_type``: a train action other than the default
+    (``"train.<action>"``, which Flower routes to another handler of the app, i.e. another
+    computation) is bound too; ``"train"`` and ``"train.default"`` reach the same handler and
+    bind nothing more."""
     digest = hashlib.sha256()
     params = {"dp": instruction.dp, "clip-norm": repr(float(instruction.clip_norm)),
               "noise-multiplier": repr(float(instruction.noise_multiplier)),
@@ -107,5 +111,8 @@ def bound_nonce(instruction: Instruction, content: RecordDict,
     items = sorted((str(name), repr(value)) for name, value in (run_config or {}).items()
                    if name not in _SERVER_KEYS)
     digest.update(json.dumps(["run-config", items]).encode())
+    action = message_type.split(".", 1)[1] if "." in message_type else "default"
+    if action != "default":  # another handler of the app: another computation
+        digest.update(json.dumps(["train-action", action]).encode())
     digest.update(f";arrays={arrays_digest(content)}".encode())
     return f"{instruction.nonce};bind={digest.hexdigest()[:32]}"

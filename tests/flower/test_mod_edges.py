@@ -55,14 +55,16 @@ def _key_file(tmp_path) -> str:
 
 
 def _expected_bound_nonce(nonce: str, params: dict, records: list[tuple[str, str, dict]],
-                          arrays: dict | None = None, run_config: dict | None = None) -> str:
+                          arrays: dict | None = None, run_config: dict | None = None,
+                          action: str | None = None) -> str:
     """The documented binding: sha256 over the DP parameters (JSON, sorted keys), then over
     each non-array record ``[key, type name, sorted (name, repr(value)) pairs]`` in key order,
     then ``["run-config", sorted (name, repr(value)) pairs]`` of the run config the app may
     read (``run_config`` here: the server-only keys already left out), then
     ``";arrays=<hex sha256 of the arrays>"``: for each array (record ``arrays``, names
     sorted) ``[record, name, kind, shape]`` (kind ``"float"`` for float64, ``"float32"``,
-    ``"float16"`` for those) then its float64 values' bytes;
+    ``"float16"`` for those) then its float64 values' bytes (after ``["train-action",
+    action]`` for a message type ``train.<action>`` other than ``train.default``);
     ``"<nonce>;bind=<first 32 hex digits>"``."""
     digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode())
     for key, kind, items in sorted(records):
@@ -70,6 +72,8 @@ def _expected_bound_nonce(nonce: str, params: dict, records: list[tuple[str, str
         digest.update(json.dumps([key, kind, pairs]).encode())
     pairs = sorted((str(k), repr(v)) for k, v in (run_config or {}).items())
     digest.update(json.dumps(["run-config", pairs]).encode())
+    if action is not None:
+        digest.update(json.dumps(["train-action", action]).encode())
     values = hashlib.sha256()
     for name, arr in sorted((arrays if arrays is not None else {"w": np.zeros(DIM)}).items()):
         bits = 8 * np.asarray(arr).dtype.itemsize

@@ -187,6 +187,30 @@ def test_a_train_action_is_governed_as_a_train_message(key_file, message_type):
     assert not np.allclose(_coded(coded), _raw(1), atol=1e-6)
 
 
+@pytest.mark.parametrize(("other", "same"), [("train.custom", False),
+                                             ("train.default", True)])
+def test_replicas_sent_another_train_action_draw_independent_noise(key_file, other, same):
+    """Two replicas of a partition (one key), one (nonce, round), model and config, but one
+    sent as "train" and one as "train.custom": Flower routes them to different handlers of
+    the app, so the two releases may be two functions of the data; with the same keyed noise
+    their difference was noise-free. "train.default" reaches the handler "train" does, so it
+    still draws identical noise (replicas must, for exact decoding)."""
+    node = {"dp-key-file": key_file, "dp-required": "partition"}
+    instruction = _inst(dp="partition", noise_multiplier=5.0, clip_norm=1e6)
+
+    def release(message_type: str, node_id: int) -> np.ndarray:
+        reply = make_gradient_coding_mod()(_typed(_message(instruction), message_type),
+                                           _context(node_id, **node), NoisyApp())
+        return _coded(reply)
+
+    a, b = release("train", 101), release(other, 102)
+    if same:
+        np.testing.assert_array_equal(a, b)
+    else:  # the app computed the same here: any difference is the noise's
+        # independent keyed noise: sigma * C * sqrt(2) = 7.1e6 per coordinate (400 of them)
+        assert np.std(a - b) > 5e6
+
+
 @pytest.mark.parametrize("node", [{"dp-required": "sample"},
                                   {"dp-min-noise-multiplier": 2.0},
                                   {"dp-required": "sample", "dp-min-noise-multiplier": 2.0}])
@@ -320,6 +344,12 @@ def test_bound_nonce_is_the_documented_sha256_of_the_dp_parameters_records_and_a
         "run7", params, [("config", "ConfigRecord", {"lr": 0.1, "epochs": 2}),
                          ("extra", "MetricRecord", {"b": 1.5})], run_config={"seed": 3})
     assert bound_nonce(inst, content, {"seed": 3, "code": "frc"}) == with_config != expected
+    # a train action other than the default one is bound (another handler of the app)
+    records = [("config", "ConfigRecord", {"lr": 0.1, "epochs": 2}),
+               ("extra", "MetricRecord", {"b": 1.5})]
+    assert bound_nonce(inst, content, None, "train.eval") == _expected_bound_nonce(
+        "run7", params, records, action="eval") != expected
+    assert bound_nonce(inst, content, None, "train.default") == expected
     # the same values with -0.0, or big-endian, bind alike; in float32 they bind by their
     # precision (an app computing in the dtype it is sent releases another update)
     same = RecordDict({**content, "arrays": ArrayRecord({"w": Array(-np.zeros(MSG_DIM, ">f8"))})})
