@@ -25,6 +25,7 @@ from functools import lru_cache
 import numpy as np
 
 __all__ = [
+    "CUT_KEYS",
     "DATASETS",
     "PARTITIONERS",
     "Dataset",
@@ -37,6 +38,11 @@ __all__ = [
 
 DATASETS = ("digits", "mnist1d", "synthetic")
 PARTITIONERS = ("iid", "dirichlet", "pathological", "natural")
+#: The run-config keys :func:`run_partitions` reads: together they decide which records
+#: partition j holds (a node with a release budget pins them, node config ``dp-cut-keys``).
+CUT_KEYS = ("dataset", "seed", "synthetic-alpha", "synthetic-beta", "partitioner",
+            "dirichlet-alpha", "natural-sigma", "slow-classes", "latency", "latency-p",
+            "latency-seed")
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,11 @@ Node config keys:
   is any release whose ε the node cannot account itself (``dp`` other than ``partition``, or
   ``noise-multiplier=0``: ε is infinite).
 * ``dp-delta``: the δ of ``dp-max-epsilon`` and the ledger's ε, in ``(0, 1)`` (default 1e-5).
+* ``dp-cut-keys``: the run-config keys the app splits its data by, comma separated
+  (default: those of the project's app, :data:`fl_gradcode.data.CUT_KEYS`; ``""``: none).
+  A budget counts releases per partition id, so a node with one keeps one cut of its data:
+  once it has released under some values of these keys (and some ``num-partitions``), a
+  release under others is refused (partition j of another cut holds other records).
 
 What the app sees: when the node has a DP policy, the app's train config and run config hold
 the instruction's ``dp``, ``noise-multiplier`` and ``clip-norm`` (the values the policy
@@ -60,6 +65,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..data import CUT_KEYS
 from ..privacy import gaussian_epsilon
 from .protocol import Instruction
 
@@ -95,6 +101,8 @@ class NodePolicy:
     #: the app's metric that counts a partition's examples (node config ``dp-weight-key``):
     #: the only one a server may name as the weight, which travels un-noised
     weight_key: str = "num-examples"
+    #: the run-config keys the app splits its data by (node config ``dp-cut-keys``)
+    cut_keys: tuple[str, ...] = CUT_KEYS
 
     @classmethod
     def from_node_config(cls, node_config: Mapping[str, Any]) -> NodePolicy:
@@ -133,7 +141,22 @@ class NodePolicy:
         if not isinstance(weight_key, str) or not weight_key:
             raise ValueError(f"node config dp-weight-key={weight_key!r}; expected the name of "
                              "the app's metric counting a partition's examples")
-        return cls(str(required), float(floor), int(releases), max_epsilon, delta, weight_key)
+        cut_keys = node_config.get("dp-cut-keys", None)
+        if cut_keys is None:
+            cut_keys = CUT_KEYS
+        elif isinstance(cut_keys, str):
+            cut_keys = tuple(k.strip() for k in cut_keys.split(",") if k.strip())
+        else:
+            raise ValueError(f"node config dp-cut-keys={cut_keys!r}; expected the run-config "
+                             "keys the app splits its data by, comma separated")
+        return cls(str(required), float(floor), int(releases), max_epsilon, delta, weight_key,
+                   tuple(cut_keys))
+
+    def data_cut(self, run_config: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+        """The values (``repr``; ``"absent"``) of the run-config keys the app splits its data
+        by: which records each partition holds."""
+        return tuple((k, repr(run_config[k]) if k in run_config else "absent")
+                     for k in self.cut_keys)
 
     @property
     def active(self) -> bool:
@@ -407,6 +430,8 @@ class Release:
     noise_multiplier: float
     #: how many partitions each of ``partitions`` is one of (the data's cut)
     num_partitions: tuple[int, ...]
+    #: the run-config values the app splits its data by (:meth:`NodePolicy.data_cut`)
+    cut: tuple[tuple[str, str], ...] = ()
 
     @property
     def accountable(self) -> bool:
@@ -446,6 +471,8 @@ def _ledger_entry(entry: dict, release: Release | None, policy: NodePolicy,
             "partition, so its data must keep one cut"
             + (f" (its earlier releases: {sorted(earlier)} partitions)" if earlier else "")
             + f"{where}")
+    if policy.budgeted and release.cut:
+        _check_same_cut(dict(release.cut), mine, where)
     for j in release.partitions:
         count = sum(j in e["partitions"] for e in mine)
         if policy.max_releases and count >= policy.max_releases:
@@ -474,9 +501,27 @@ def _ledger_entry(entry: dict, release: Release | None, policy: NodePolicy,
            "noise-multiplier": float(release.noise_multiplier)}
     if release.num_partitions:
         out["num-partitions"] = sorted(cut)
+    if release.cut:
+        out["cut"] = dict(release.cut)
     if release.accountable:
         out["epsilon"] = epsilons
     return out
+
+
+def _check_same_cut(cut: dict[str, str], mine: list[dict], where: str) -> None:
+    """:class:`PolicyError` if an earlier release of this node was under other values of a
+    run-config key the app splits its data by (the first key that differs is named)."""
+    for entry in mine:
+        earlier = entry.get("cut")
+        if not isinstance(earlier, dict):
+            continue  # a ledger line written before cuts were recorded
+        for key, value in cut.items():
+            if key in earlier and earlier[key] != value:
+                raise PolicyError(
+                    f"run config {key}={value} refused: this node's budget counts releases "
+                    "per partition, so its data must keep one cut (its earlier releases: "
+                    f"{key}={earlier[key]}; node config dp-cut-keys names the run-config keys "
+                    f"the app splits its data by){where}")
 
 
 def _entries(handle: Any) -> list[dict]:

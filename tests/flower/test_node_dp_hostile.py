@@ -162,6 +162,40 @@ def test_a_budgeted_node_keeps_one_cut_of_its_data(tmp_path, key_file):
     assert '"num-partitions": [1]' in (tmp_path / "state.jsonl").read_text()
 
 
+@pytest.mark.parametrize(("node_extra", "changed", "refused"), [
+    ({}, {"dirichlet-alpha": 5.0}, "dirichlet-alpha"),  # the project app's split
+    ({}, {"seed": 4}, "seed"),
+    ({}, {"lr": 0.5}, None),  # not a key the split reads
+    ({"dp-cut-keys": "shard-seed"}, {"shard-seed": 2}, "shard-seed"),  # the app's own key
+    ({"dp-cut-keys": "shard-seed"}, {"seed": 4}, None),
+])
+def test_a_budgeted_node_keeps_one_run_config_cut_of_its_data(tmp_path, key_file, node_extra,
+                                                              changed, refused):
+    """The run config decides which records partition j holds (the project's app splits by
+    its seed, partitioner, dirichlet-alpha, ...): a server re-cutting the data between runs
+    had each record released again under a fresh per-partition budget. Once a budgeted node
+    has released under one cut, a release under another is refused; node config dp-cut-keys
+    names the keys an app splits by."""
+    node = {"dp-key-file": key_file, "dp-required": "partition", "dp-max-releases": 2,
+            "dp-state-file": str(tmp_path / "state.jsonl"), **node_extra}
+    mod = make_gradient_coding_mod()
+    base = {"seed": 3, "dirichlet-alpha": 0.5, "lr": 0.1, "shard-seed": 1}
+
+    def ask(nonce: str, run_config: dict) -> Message:
+        instruction = _inst(nonce=nonce, dp="partition", noise_multiplier=1.0)
+        return mod(_message(instruction), _context(7, run_config, **node), NoisyApp())
+
+    assert not ask("run-a", base).has_error()
+    reply = ask("run-b", {**base, **changed})
+    if refused is None:
+        assert not reply.has_error(), reply.error.reason
+    else:
+        reason = _refused(reply)
+        assert f"run config {refused}=" in reason and "one cut" in reason, reason
+        # the first cut is still served (another run of the same data)
+        assert not ask("run-c", base).has_error()
+
+
 # ------------------------------------------------ moves found by a second review
 def _typed(message: Message, message_type: str) -> Message:
     """``message`` sent as ``message_type`` (Flower routes ``train.<action>`` to a train

@@ -463,7 +463,7 @@ def test_dp_max_epsilon_refuses_the_release_that_would_exceed_it(tmp_path, key_f
 
 @pytest.mark.parametrize(("key", "value"), [("dp-max-releases", -1), ("dp-max-releases", 1.5),
                                             ("dp-max-epsilon", -0.1), ("dp-max-epsilon", "x"),
-                                            ("dp-delta", 0.0)])
+                                            ("dp-delta", 0.0), ("dp-cut-keys", 3)])
 def test_a_bad_budget_is_an_error_naming_the_node_config_key(tmp_path, key_file, key, value):
     reply = _budget_reply(make_gradient_coding_mod(), key_file, tmp_path / "s.jsonl", 1,
                           **{key: value})

@@ -271,3 +271,27 @@ def test_the_rules_every_run_predates_are_said_once_in_the_readme_line():
     assert "all its runs predate" not in mixed and mixed.count(body) == 1
     assert f"2 classes at n = 20{caveat}: auto" in mixed and "1 class at n = 20: auto" in mixed
     assert "predate" not in render_headline([(2, 20, new)])
+
+
+def test_cut_keys_are_every_run_config_key_the_split_reads():
+    """A budgeted node pins the keys of fl_gradcode.data.CUT_KEYS (node config dp-cut-keys'
+    default): they must be every key run_partitions reads, or a server could re-cut the data
+    through one left out."""
+    from fl_gradcode.data import CUT_KEYS
+
+    class Reads(dict):
+        def __init__(self, values):
+            super().__init__(values)
+            self.read: set[str] = set()
+
+        def __getitem__(self, key):
+            self.read.add(key)
+            return super().__getitem__(key)
+
+        def get(self, key, default=None):
+            self.read.add(key)
+            return super().get(key, default)
+
+    cfg = Reads(merge_config({"seed": 2, "slow-classes": 2, "latency": "persistent"}))
+    run_partitions(cfg, 12)
+    assert cfg.read == set(CUT_KEYS)

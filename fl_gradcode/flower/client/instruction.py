@@ -103,6 +103,7 @@ def claim_round(guard: ReplayGuard, context: Context, instruction: Instruction,
     if not has_file:
         notices.once("memory-replay", MEMORY_REPLAY_WARNING)
     release = Release(tuple(instruction.partition_ids), instruction.dp,
-                      float(instruction.noise_multiplier), tuple(instruction.num_partitions))
+                      float(instruction.noise_multiplier), tuple(instruction.num_partitions),
+                      policy.data_cut(context.run_config))
     guard.claim(context.node_id, cfg, instruction.nonce, instruction.round, release, policy)
     return True
