@@ -28,6 +28,10 @@ Node config keys:
   is any release whose ε the node cannot account itself (``dp`` other than ``partition``, or
   ``noise-multiplier=0``: ε is infinite).
 * ``dp-delta``: the δ of ``dp-max-epsilon`` and the ledger's ε, in ``(0, 1)`` (default 1e-5).
+* ``dp-evaluate``: ``"allow"`` (default) or ``"refuse"``. Evaluate and query messages reach
+  the app as they are, and its reply (e.g. a loss on this node's data, for whatever model
+  the server sends) carries no noise and counts against no budget; ``"refuse"`` refuses
+  them (a node with a DP policy that allows them is warned once).
 * ``dp-cut-keys``: the run-config keys the app splits its data by, comma separated
   (default: those of the project's app, :data:`fl_gradcode.data.CUT_KEYS`; ``""``: none).
   A budget counts releases per partition id, so a node with one keeps one cut of its data:
@@ -103,6 +107,8 @@ class NodePolicy:
     weight_key: str = "num-examples"
     #: the run-config keys the app splits its data by (node config ``dp-cut-keys``)
     cut_keys: tuple[str, ...] = CUT_KEYS
+    #: evaluate and query messages (node config ``dp-evaluate``): ``"allow"`` or ``"refuse"``
+    evaluate: str = "allow"
 
     @classmethod
     def from_node_config(cls, node_config: Mapping[str, Any]) -> NodePolicy:
@@ -149,8 +155,21 @@ class NodePolicy:
         else:
             raise ValueError(f"node config dp-cut-keys={cut_keys!r}; expected the run-config "
                              "keys the app splits its data by, comma separated")
+        evaluate = node_config.get("dp-evaluate", "allow")
+        if evaluate not in ("allow", "refuse"):
+            raise ValueError(f"node config dp-evaluate={evaluate!r}; expected 'allow' or "
+                             "'refuse'")
         return cls(str(required), float(floor), int(releases), max_epsilon, delta, weight_key,
-                   tuple(cut_keys))
+                   tuple(cut_keys), str(evaluate))
+
+    def check_evaluate(self, message_type: str) -> None:
+        """Raise :class:`PolicyError` if this node refuses ``message_type`` (an evaluate or
+        query message, whose reply the app sends un-noised)."""
+        if self.evaluate == "refuse":
+            raise PolicyError(
+                f"a {message_type!r} message refused: this node's policy is dp-evaluate="
+                "'refuse' (the app's reply to it, e.g. a loss on this node's data for any "
+                "model the server sends, would carry no noise)")
 
     def data_cut(self, run_config: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
         """The values (``repr``; ``"absent"``) of the run-config keys the app splits its data

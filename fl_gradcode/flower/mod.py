@@ -178,6 +178,8 @@ def make_gradient_coding_mod(
     ) -> Message:
         # "train" and its actions ("train.default", ...): every one reaches a train handler
         category = msg.metadata.message_type.split(".", 1)[0]
+        if category in (MessageType.EVALUATE, MessageType.QUERY):
+            return _evaluate_or_query(msg, context, call_next, notices)
         if category != MessageType.TRAIN or not msg.has_content():
             return call_next(msg, context)
         try:
@@ -226,6 +228,29 @@ def make_gradient_coding_mod(
             return Message(Error(MOD_ERROR_CODE, error_reason(exc)), reply_to=msg)
 
     return gradient_coding_mod
+
+
+def _evaluate_or_query(msg: Message, context: Context,
+                       call_next: Callable[[Message, Context], Message],
+                       notices: Notices) -> Message:
+    """An evaluate or query message: the app's, unless node config ``dp-evaluate`` refuses it
+    (its reply carries no noise); a node with a DP policy that allows it is warned once."""
+    try:
+        policy = NodePolicy.from_node_config(context.node_config)
+        policy.check_evaluate(msg.metadata.message_type)
+    except Exception as exc:
+        return Message(Error(MOD_ERROR_CODE, error_reason(exc)), reply_to=msg)
+    if policy.active or policy.budgeted:
+        notices.once("evaluate", EVALUATE_WARNING)
+    return call_next(msg, context)
+
+
+#: Warned once by a node with a DP policy that lets evaluate and query messages through.
+EVALUATE_WARNING = (
+    "gradient_coding_mod: this node has a DP policy, but evaluate and query messages reach "
+    "the app as they are: its replies (e.g. a loss on this node's data, for any model the "
+    "server sends) carry no noise and count against no budget. Set node config "
+    "dp-evaluate='refuse' to refuse them")
 
 
 #: Warned once by a node whose ``dp-required`` adds noise on the node with no amount set.

@@ -397,3 +397,50 @@ def test_bound_nonce_is_the_documented_sha256_of_the_dp_parameters_records_and_a
     other[3] = 1e-300
     moved = RecordDict({**content, "arrays": ArrayRecord({"w": Array(other)})})
     assert bound_nonce(inst, moved) != expected
+
+
+def _evaluate_message(message_type: str = "evaluate") -> Message:
+    content = RecordDict({"arrays": ArrayRecord({"w": Array(np.zeros(DIM))}),
+                          "config": ConfigRecord({})})
+    return Message(content, dst_node_id=7, message_type=message_type, group_id="1")
+
+
+def _evaluating_app(msg: Message, context: Context) -> Message:
+    """Evaluates the received model on its partition's data: an un-noised function of it."""
+    pid = int(context.node_config["partition-id"])
+    loss = float(np.sum((_target(pid) - msg.content["arrays"]["w"].numpy()) ** 2))
+    return Message(RecordDict({"metrics": MetricRecord({"loss": loss})}), reply_to=msg)
+
+
+@pytest.mark.parametrize("message_type", ["evaluate", "evaluate.custom", "query"])
+def test_a_node_can_refuse_the_un_noised_replies_of_evaluate_and_query(key_file,
+                                                                       message_type):
+    """Evaluate and query messages reach the app as they are: its reply (a loss on the
+    node's data, for any model the server sends) carries no noise. A node with a DP policy
+    can refuse them (node config dp-evaluate='refuse'); by default they pass, and the node
+    is told once that they are un-noised."""
+    strict = {"dp-key-file": key_file, "dp-required": "partition", "dp-evaluate": "refuse"}
+    reason = _refused(make_gradient_coding_mod()(_evaluate_message(message_type),
+                                                 _context(**strict), _evaluating_app))
+    assert "dp-evaluate='refuse'" in reason and message_type in reason
+    lenient = {"dp-key-file": key_file, "dp-required": "partition"}
+    mod = make_gradient_coding_mod()
+    with pytest.warns(UserWarning, match="dp-evaluate"):
+        reply = mod(_evaluate_message(message_type), _context(**lenient), _evaluating_app)
+    assert reply.content["metrics"]["loss"] == pytest.approx(float(np.sum(_target(0) ** 2)))
+    # dp-evaluate alone refuses too; a node without a DP policy passes them, unwarned
+    _refused(make_gradient_coding_mod()(_evaluate_message(message_type),
+                                        _context(**{"dp-evaluate": "refuse"}), _evaluating_app))
+    import warnings as _warnings
+    with _warnings.catch_warnings():
+        _warnings.simplefilter("error")
+        plain = make_gradient_coding_mod()(_evaluate_message(message_type), _context(),
+                                           _evaluating_app)
+    assert not plain.has_error()
+
+
+def test_a_bad_dp_evaluate_is_named():
+    reply = make_gradient_coding_mod()(_evaluate_message(),
+                                       _context(**{"dp-required": "partition",
+                                                   "dp-evaluate": "maybe"}), _evaluating_app)
+    assert "node config dp-evaluate='maybe'" in _refused(reply)
