@@ -67,7 +67,15 @@ def code_options(code: Any, s: int, s_max: int | None, auto: bool,
 
 def fixed_s(code: Any, s: int, default: int) -> int:
     """The tolerance of a fixed code: a code object's own ``s`` (an ``s`` other than the
-    keyword's ``default`` must equal it), else ``s``."""
+    keyword's ``default`` must equal it); ``code="uncoded"``'s, 0 (the same rule: its rounds
+    need every reply, so an ``s`` it would not tolerate is refused); else ``s``."""
+    if code == "uncoded":
+        if int(s) not in (0, default):
+            raise ValueError(f"s={s!r} with code='uncoded': it tolerates no straggler (every "
+                             "round needs every reply), so its rounds would not be the ones "
+                             "asked for; give s=0, or a code that tolerates s (e.g. "
+                             "code='grouped-rs')")
+        return 0
     if not isinstance(code, GradientCode) or int(s) == int(code.s):
         return int(s)
     if int(s) != default:

@@ -385,3 +385,13 @@ def test_independent_noise_outside_partition_dp_is_refused(mode):
     assert Options.from_keywords(dp=DPConfig(mode=mode)).privacy.dp.noise == "identical"
     partition = DPConfig(mode="partition", noise="independent")
     assert Options.from_keywords(dp=partition).privacy.dp.noise == "independent"
+
+
+def test_uncoded_with_a_tolerance_it_does_not_have_is_refused():
+    """code='uncoded' needs every reply: an s of 2 used to run as s=0 while the run's
+    config.json said s=2."""
+    with pytest.raises(ValueError, match=r"s=2 with code='uncoded': it tolerates no straggler"):
+        GradientCoding(FedAvg(), code="uncoded", s=2)
+    for keywords in ({"s": 0}, {}):  # s=0, and the keyword's default, are its own tolerance
+        strategy = GradientCoding(FedAvg(), code="uncoded", **keywords)
+        assert strategy.options.describe("FedAvg", {})["s"] == 0  # config.json's record
