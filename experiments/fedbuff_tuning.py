@@ -135,13 +135,15 @@ def tuned_fedbuff(cell: Cell, dev_seeds: Sequence[int], server_lrs: Sequence[flo
                 (r["server_lr"], r["buffer_fraction"]) != a_priori, i)
 
     extensions: list[dict[str, list[float]]] = []
+    # fractions whose K is the same (a small cohort) run the same FedBuff: its runs once
+    same: dict[tuple[float, int], list[Mapping[str, Any]]] = {}
     while True:
         for lr in lrs:
             for fraction in fracs:
                 if (lr, fraction) in done:
                     continue
                 done.add((lr, fraction))
-                results.append(_tried(cell, lr, fraction, dev_seeds, run))
+                results.append(_tried(cell, lr, fraction, dev_seeds, run, same))
         best = results[min(range(len(results)), key=score)]
         more = grown(lrs, fracs, (best["server_lr"], best["buffer_fraction"]), cell)
         if len(extensions) == extend or not any(more):
@@ -159,10 +161,15 @@ def tuned_fedbuff(cell: Cell, dev_seeds: Sequence[int], server_lrs: Sequence[flo
 
 
 def _tried(cell: Cell, lr: float, fraction: float, dev_seeds: Sequence[int],
-           run: Callable[[Cell, int], Mapping[str, Any]]) -> dict[str, Any]:
-    """One setting's runs on the development seeds, as the tuning's record has them."""
+           run: Callable[[Cell, int], Mapping[str, Any]],
+           same: dict[tuple[float, int], list[Mapping[str, Any]]]) -> dict[str, Any]:
+    """One setting's runs on the development seeds, as the tuning's record has them (those of
+    a setting tried with the same server lr and ``K``, ``same``, when there is one)."""
     tried = dataclasses.replace(cell, fedbuff_server_lr=lr, fedbuff_buffer_fraction=fraction)
-    runs = [run(tried, int(seed)) for seed in dev_seeds]
+    key = (lr, tried.fedbuff_buffer())
+    if key not in same:
+        same[key] = [run(tried, int(seed)) for seed in dev_seeds]
+    runs = same[key]
     return {"server_lr": lr, "buffer_fraction": fraction,
             "buffer_size": tried.fedbuff_buffer(), "server_steps": tried.fedbuff_steps(),
             **tried_record(runs)}

@@ -286,3 +286,25 @@ def test_a_rule_of_no_growth_tunes_on_the_lists_only(tmp_path):
                      for f in rules["fedbuff_tune_buffer_fraction"]}
     assert tuning["extend"] == 0 and not tuning.get("extensions")
     assert data["settings"]["rules_set"] == {"fedbuff_tune_extend": 0.0}
+
+
+def test_fractions_with_the_same_k_run_once_and_keep_their_own_entries():
+    """At a cohort of 4 the fractions 0.1 and 0.25 are both K = 1: the same FedBuff, whose
+    development runs used to run twice."""
+    import dataclasses
+
+    cell = dataclasses.replace(_cell(), cohort=4)
+    assert {dataclasses.replace(cell, fedbuff_buffer_fraction=f).fedbuff_buffer()
+            for f in (0.1, 0.25)} == {1}
+    table = {(lr, f): {0: (10.0 / lr, 0.9), 1: (12.0 / lr, 0.9)}
+             for lr in (0.25, 0.5, 1.0) for f in (0.1, 0.25)}
+    run, calls = _fake(table)
+    chosen, record = tuned_fedbuff(cell, [0, 1], [0.25, 0.5, 1.0], [0.1, 0.25], run)
+    assert len(calls) == 6  # 3 server lrs x 1 K x 2 seeds
+    assert len(record["grid"]) == 6  # every setting of the lists still recorded
+    for lr in (0.25, 0.5, 1.0):
+        a, b = (next(r for r in record["grid"] if (r["server_lr"], r["buffer_fraction"])
+                     == (lr, f)) for f in (0.1, 0.25))
+        assert a["per_seed"] == b["per_seed"] and a["buffer_size"] == b["buffer_size"] == 1
+    # a tie between the two: the a-priori fraction (0.25) as before
+    assert (chosen.fedbuff_server_lr, chosen.fedbuff_buffer_fraction) == (1.0, 0.25)
