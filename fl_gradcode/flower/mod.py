@@ -97,7 +97,8 @@ from .client.seeding import (
     set_rng_states,
 )
 from .client.wire import coded_reply_message
-from .client_policy import NodePolicy, ReplayGuard
+from .client_ledger import ReplayGuard
+from .client_policy import NodePolicy
 from .encoding import accumulate_delta
 from .protocol import Instruction
 from .records import error_reason

@@ -20,7 +20,8 @@ from flwr.app import ConfigRecord, Context, Message
 
 from ...privacy import KEY_FILE_ENV, KEYED_MODES, NoiseKeys
 from .. import protocol
-from ..client_policy import NodePolicy, Release, ReplayGuard
+from ..client_ledger import Release, ReplayGuard
+from ..client_policy import NodePolicy
 from ..protocol import Instruction
 from .notices import Notices
 

@@ -1,0 +1,274 @@
+"""A node's memory of what it has answered and released: the ``(nonce, round)`` pairs (replay
+guard) and the release ledger its budget is checked against (node config ``dp-state-file``,
+``dp-max-releases``, ``dp-max-epsilon``; :mod:`~fl_gradcode.flower.client_policy` says what
+each key means). In memory, and in the node's ``dp-state-file`` when it has one: one JSON
+line per answered round, appended under an exclusive lock.
+
+ε is composed per partition as Opacus' RDP accountant composes Sampled Gaussian Mechanisms
+(Mironov, Talwar, Zhang, "Rényi Differential Privacy of the Sampled Gaussian Mechanism",
+2019): a ``dp='partition'`` release is one Gaussian mechanism at sample rate 1; a
+``dp='sample'`` release is the app's DP-SGD, which the app reports per partition (its sample
+rate and steps, :data:`~fl_gradcode.privacy.SAMPLE_RATE_METRIC`,
+:data:`~fl_gradcode.privacy.STEPS_METRIC`), accounted after the app ran and before the reply
+leaves the node.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import math
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..privacy import gaussian_epsilon
+
+if TYPE_CHECKING:
+    from .client_policy import NodePolicy
+
+__all__ = ["PolicyError", "Release", "ReplayGuard", "ledger_epsilon"]
+
+
+class PolicyError(ValueError):
+    """An instruction this node refuses (the message names the field and the node's policy)."""
+
+
+class ReplayGuard:
+    """The ``(nonce, round)`` pairs each node has answered and its release ledger: in memory,
+    and in the node's ``dp-state-file`` when it has one. :meth:`claim` before computing,
+    :meth:`release` if the computation failed before anything was sent."""
+
+    def __init__(self) -> None:
+        self._answered: set[tuple[Any, ...]] = set()
+        # without a dp-state-file, for a node with a budget: this process's releases, per node
+        self._ledger: dict[int, list[dict]] = {}
+        self._lock = threading.Lock()
+
+    # Flower's simulation engine ships the ClientApp (and so the mod holding this guard) to
+    # its Ray actors by pickling it: a lock cannot be pickled, each copy gets its own
+    def __getstate__(self) -> dict[str, Any]:
+        with self._lock:
+            return {"_answered": set(self._answered),
+                    "_ledger": {k: list(v) for k, v in self._ledger.items()}}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._answered = set(state["_answered"])
+        self._ledger = {k: list(v) for k, v in state.get("_ledger", {}).items()}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _file_label(node_config: Mapping[str, Any], node_id: int) -> str:
+        if "partition-id" in node_config:
+            return f"partition={node_config['partition-id']}/{node_config.get('num-partitions')}"
+        return f"node={node_id}"
+
+    def claim(self, node_id: int, node_config: Mapping[str, Any], nonce: str, rnd: int,
+              release: Release | None = None, policy: NodePolicy | None = None) -> None:
+        """Record ``(nonce, round)`` as answered by this node, or raise :class:`PolicyError`
+        if it already was. With ``release``: also record it in the node's ledger, or raise
+        :class:`PolicyError` if it would exceed ``policy``'s budget (``dp-max-releases``,
+        ``dp-max-epsilon``)."""
+        memory_key = (int(node_id), nonce, int(rnd))
+        why = (f"round={rnd} with nonce={nonce!r} was already answered by this node: a second "
+               "instruction for an answered (nonce, round) is refused, whatever it asks (its "
+               "keyed noise would repeat)")
+        if policy is None:
+            from .client_policy import NodePolicy
+
+            policy = NodePolicy()
+        with self._lock:
+            if memory_key in self._answered:
+                raise PolicyError(why)
+            path = node_config.get("dp-state-file")
+            if path:
+                entry = {"node": self._file_label(node_config, node_id), "nonce": nonce,
+                         "round": int(rnd)}
+                where = f" (ledger in dp-state-file {path})"
+
+                def extend(previous: list[dict]) -> dict:
+                    return _ledger_entry(entry, release, policy, previous, where)
+
+                if not _file_claim(Path(str(path)), entry, extend):
+                    raise PolicyError(f"{why} (recorded in dp-state-file {path})")
+            elif release is not None and policy.budgeted:
+                entry = {"node": f"id={int(node_id)}", "nonce": nonce, "round": int(rnd)}
+                mine = self._ledger.setdefault(int(node_id), [])
+                mine.append(_ledger_entry(entry, release, policy, mine,
+                                          " (ledger in this process only: no dp-state-file)"))
+            self._answered.add(memory_key)
+
+    def release(self, node_id: int, node_config: Mapping[str, Any], nonce: str, rnd: int) -> None:
+        """Forget a claim whose computation failed before any reply was sent."""
+        with self._lock:
+            self._answered.discard((int(node_id), nonce, int(rnd)))
+            path = node_config.get("dp-state-file")
+            if path:
+                entry = {"node": self._file_label(node_config, node_id), "nonce": nonce,
+                         "round": int(rnd)}
+                _file_release(Path(str(path)), entry)
+            elif int(node_id) in self._ledger:
+                key = {"node": f"id={int(node_id)}", "nonce": nonce, "round": int(rnd)}
+                self._ledger[int(node_id)] = [e for e in self._ledger[int(node_id)]
+                                              if not _same_round(e, key)]
+
+
+@dataclass(frozen=True)
+class Release:
+    """What one answered instruction releases: its partitions, its ``dp`` mode and
+    ``noise-multiplier`` (the ledger's entry)."""
+
+    partitions: tuple[int, ...]
+    dp: str
+    noise_multiplier: float
+    #: how many partitions each of ``partitions`` is one of (the data's cut)
+    num_partitions: tuple[int, ...]
+    #: the run-config values the app splits its data by (:meth:`NodePolicy.data_cut`)
+    cut: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def accountable(self) -> bool:
+        """Whether the node adds the noise itself and knows its ε (``dp='partition'``)."""
+        return self.dp == "partition"
+
+
+def _same_round(entry: Mapping[str, Any], key: Mapping[str, Any]) -> bool:
+    return all(entry.get(k) == key[k] for k in ("node", "nonce", "round"))
+
+
+def ledger_epsilon(multipliers: list[float], delta: float) -> float:
+    """ε at ``delta`` of releases, each a Gaussian mechanism of noise multiplier
+    ``multipliers[k]`` on the same partition (sample rate 1), composed as Opacus' RDP
+    accountant composes them (:func:`fl_gradcode.privacy.gaussian_epsilon`: the project's
+    accountant's ε, without importing torch); ``inf`` if one is 0."""
+    return gaussian_epsilon(multipliers, delta)
+
+
+def _ledger_entry(entry: dict, release: Release | None, policy: NodePolicy,
+                  previous: list[dict], where: str) -> dict:
+    """``entry`` extended with ``release`` (partitions, mode, sigma, each partition's ε), or
+    :class:`PolicyError` if it would exceed ``policy``'s budget given the node's ``previous``
+    ledger entries."""
+    if release is None:
+        return entry
+    mine = [e for e in previous if e.get("node") == entry["node"]
+            and isinstance(e.get("partitions"), list)]
+    cut = set(release.num_partitions)
+    earlier = {n for e in mine if isinstance(e.get("num-partitions"), list)
+               for n in e["num-partitions"]}
+    if policy.budgeted and cut and (len(cut) > 1 or (earlier and cut != earlier)):
+        # the budget counts releases per partition id: partition j of another count holds
+        # other records, which it would count as a fresh partition
+        raise PolicyError(
+            f"num-partitions={sorted(cut)} refused: this node's budget counts releases per "
+            "partition, so its data must keep one cut"
+            + (f" (its earlier releases: {sorted(earlier)} partitions)" if earlier else "")
+            + f"{where}")
+    if policy.budgeted and release.cut:
+        _check_same_cut(dict(release.cut), mine, where)
+    for j in release.partitions:
+        count = sum(j in e["partitions"] for e in mine)
+        if policy.max_releases and count >= policy.max_releases:
+            raise PolicyError(
+                f"partition {j} refused: this node has released it {count} times and its "
+                f"budget dp-max-releases={policy.max_releases} is spent{where}")
+    if policy.max_epsilon > 0 and not (release.accountable and release.noise_multiplier > 0):
+        raise PolicyError(
+            f"dp={release.dp!r} with noise-multiplier={release.noise_multiplier:g} refused: "
+            f"this node's budget dp-max-epsilon={policy.max_epsilon:g} counts only noise the "
+            "node adds itself (dp='partition', noise-multiplier > 0); this release's ε would "
+            "be infinite")
+    epsilons: dict[str, float | None] = {}
+    if release.accountable:
+        for j in release.partitions:
+            sigmas = [float(e.get("noise-multiplier", 0.0)) if e.get("dp") == "partition"
+                      else 0.0 for e in mine if j in e["partitions"]]
+            eps = ledger_epsilon([*sigmas, release.noise_multiplier], policy.delta)
+            if policy.max_epsilon > 0 and not eps <= policy.max_epsilon:
+                raise PolicyError(
+                    f"partition {j} refused: this release would bring its ε to {eps:.4g} "
+                    f"(delta={policy.delta:g}), over this node's budget "
+                    f"dp-max-epsilon={policy.max_epsilon:g}{where}")
+            epsilons[str(j)] = eps if math.isfinite(eps) else None
+    out = {**entry, "partitions": [int(j) for j in release.partitions], "dp": release.dp,
+           "noise-multiplier": float(release.noise_multiplier)}
+    if release.num_partitions:
+        out["num-partitions"] = sorted(cut)
+    if release.cut:
+        out["cut"] = dict(release.cut)
+    if release.accountable:
+        out["epsilon"] = epsilons
+    return out
+
+
+def _check_same_cut(cut: dict[str, str], mine: list[dict], where: str) -> None:
+    """:class:`PolicyError` if an earlier release of this node was under other values of a
+    run-config key the app splits its data by (the first key that differs is named)."""
+    for entry in mine:
+        earlier = entry.get("cut")
+        if not isinstance(earlier, dict):
+            continue  # a ledger line written before cuts were recorded
+        for key, value in cut.items():
+            if key in earlier and earlier[key] != value:
+                raise PolicyError(
+                    f"run config {key}={value} refused: this node's budget counts releases "
+                    "per partition, so its data must keep one cut (its earlier releases: "
+                    f"{key}={earlier[key]}; node config dp-cut-keys names the run-config keys "
+                    f"the app splits its data by){where}")
+
+
+def _entries(handle: Any) -> list[dict]:
+    handle.seek(0)
+    out = []
+    text = handle.read()
+    if text and not text.endswith("\n"):  # a torn last line: never glue the next entry to it
+        handle.write("\n")
+    for line in text.splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:  # a torn line from a crash mid-write: ignore it
+            continue
+    return out
+
+
+def _file_claim(path: Path, entry: dict, extend: Any = None) -> bool:
+    """Append ``extend(entries)`` (default: ``entry``) under an exclusive lock unless an entry
+    of the same node, nonce and round is there already (then False). ``extend`` sees the
+    file's entries and may raise (a spent budget): nothing is written then."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    with os.fdopen(fd, "r+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            previous = _entries(handle)
+            if any(_same_round(e, entry) for e in previous if isinstance(e, dict)):
+                return False
+            full = entry if extend is None else extend(
+                [e for e in previous if isinstance(e, dict)])
+            handle.seek(0, os.SEEK_END)
+            handle.write(json.dumps(full, sort_keys=True) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+            return True
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _file_release(path: Path, entry: dict) -> None:
+    if not path.exists():
+        return
+    with open(path, "r+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            kept = [e for e in _entries(handle)
+                    if not (isinstance(e, dict) and _same_round(e, entry))]
+            handle.seek(0)
+            handle.truncate()
+            handle.write("".join(json.dumps(e, sort_keys=True) + "\n" for e in kept))
+            handle.flush()
+            os.fsync(handle.fileno())
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
