@@ -124,6 +124,8 @@ def make_scenario(suite_seed: int, index: int, edge_faults: bool = False) -> Sce
         s = int(rng.choice([s for s in frc_s_values(n) if s > 0] or [0]))
     else:
         s = int(rng.choice([0, 1, 1, 2, 2, 3]))
+    if code == "uncoded":  # it tolerates none (a larger s is refused); drawn all the same
+        s = 0
     timing = "wallclock" if rng.random() < 0.1 else "virtual"
     rounds = int(rng.choice([3, 4]))
     scn = Scenario(
