@@ -38,7 +38,8 @@ from fl_gradcode.data import run_partitions
 from fl_gradcode.flower import gradient_coding_mod, protocol
 from fl_gradcode.flower.client_policy import NodePolicy
 from fl_gradcode.flower.deadline import train_timing_mod
-from fl_gradcode.learning import dp_sgd_update, make_model, partition_update
+from fl_gradcode.learning import dp_sgd_steps, dp_sgd_update, make_model, partition_update
+from fl_gradcode.privacy import SAMPLE_RATE_METRIC, STEPS_METRIC
 
 __all__ = ["app", "client_config", "fault_injection_mod", "train"]
 
@@ -105,6 +106,10 @@ def train(msg: Message, context: Context) -> Message:
         )
     new = theta - lr * update if kind == "gradient" else theta + update
     metrics = MetricRecord({"num-examples": len(idx), "update-norm": float(np.linalg.norm(update))})
+    if str(cfg["dp"]) == "sample":  # its DP-SGD, for the node's release ledger to account
+        rate, steps = dp_sgd_steps(len(idx), kind=kind, epochs=common["epochs"],
+                                   batch_size=common["batch_size"])
+        metrics[SAMPLE_RATE_METRIC], metrics[STEPS_METRIC] = float(rate), int(steps)
     return Message(RecordDict({"arrays": as_arrays(new, model), "metrics": metrics}), reply_to=msg)
 
 

@@ -46,6 +46,8 @@ __all__ = [
     "DP_NOISE",
     "KEYED_MODES",
     "MIN_CLIP_NORM",
+    "SAMPLE_RATE_METRIC",
+    "STEPS_METRIC",
     "CentralDP",
     "DPConfig",
     "Mechanism",
@@ -61,6 +63,7 @@ __all__ = [
     "noise_seed",
     "normal_clip_norm",
     "partition_noise",
+    "sgm_epsilon",
     "write_key_file",
 ]
 
@@ -390,6 +393,32 @@ def gaussian_epsilon(multipliers: Iterable[float], delta: float) -> float:
     rdp = orders * sum(1.0 / (2.0 * s * s) for s in sigmas)
     eps = rdp - (np.log(delta) + np.log(orders)) / (orders - 1) + np.log((orders - 1) / orders)
     return float(np.nanmin(eps))
+
+
+#: The reply metrics in which an app doing DP-SGD itself (``dp='sample'``) reports, per
+#: partition, the sample rate ``q`` and the number of noisy steps of its release, so that a
+#: node's release ledger can account it (node config ``dp-max-epsilon``).
+SAMPLE_RATE_METRIC = "dp-sample-rate"
+STEPS_METRIC = "dp-steps"
+
+
+def sgm_epsilon(history: Iterable[tuple[float, float, int]], delta: float) -> float:
+    """ε at ``delta`` of Sampled Gaussian Mechanisms ``(noise_multiplier, sample_rate,
+    steps)``, composed as Opacus' RDP accountant composes its ``history`` (Mironov, Talwar,
+    Zhang, "Rényi Differential Privacy of the Sampled Gaussian Mechanism", 2019): at sample
+    rate 1 in numpy alone (:func:`gaussian_epsilon`), otherwise with Opacus' RDP analysis.
+    ``inf`` if a mechanism with steps has a noise multiplier of 0."""
+    steps = [(float(s), float(q), int(k)) for s, q, k in history if int(k) > 0]
+    if any(s <= 0 for s, _, _ in steps):
+        return math.inf
+    if all(q == 1.0 for _, q, _ in steps):
+        return gaussian_epsilon([s for s, _, k in steps for _ in range(k)], delta)
+    from opacus.accountants.analysis import rdp
+
+    total = sum(rdp.compute_rdp(q=q, noise_multiplier=s, steps=k, orders=list(RDP_ORDERS))
+                for s, q, k in steps)
+    eps, _ = rdp.get_privacy_spent(orders=list(RDP_ORDERS), rdp=total, delta=delta)
+    return float(eps)
 
 
 class PrivacyAccountant:

@@ -20,12 +20,12 @@ import json
 import math
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..privacy import gaussian_epsilon
+from ..privacy import SAMPLE_RATE_METRIC, STEPS_METRIC, gaussian_epsilon, sgm_epsilon
 
 if TYPE_CHECKING:
     from .client_policy import NodePolicy
@@ -115,6 +115,28 @@ class ReplayGuard:
                 self._ledger[int(node_id)] = [e for e in self._ledger[int(node_id)]
                                               if not _same_round(e, key)]
 
+    def account(self, node_id: int, node_config: Mapping[str, Any], nonce: str, rnd: int,
+                reported: Mapping[int, Mapping[str, Any]], policy: NodePolicy) -> None:
+        """Complete a claimed ``dp='sample'`` release once the app has run, before its reply
+        leaves the node: each partition's DP-SGD as the app reported it (``reported``:
+        partition -> its reply metrics, :data:`~fl_gradcode.privacy.SAMPLE_RATE_METRIC` and
+        :data:`~fl_gradcode.privacy.STEPS_METRIC`) and its ε composed with the partition's
+        earlier releases; :class:`PolicyError` past ``dp-max-epsilon``, or under it when the
+        app reported no steps. Nothing to do for a claim with no ledger entry."""
+        with self._lock:
+            path = node_config.get("dp-state-file")
+            if path:
+                key = {"node": self._file_label(node_config, node_id), "nonce": nonce,
+                       "round": int(rnd)}
+                where = f" (ledger in dp-state-file {path})"
+                _file_update(Path(str(path)), key, lambda entries: _accounted(
+                    entries, key, reported, policy, where))
+            elif int(node_id) in self._ledger:
+                key = {"node": f"id={int(node_id)}", "nonce": nonce, "round": int(rnd)}
+                self._ledger[int(node_id)] = _accounted(
+                    self._ledger[int(node_id)], key, reported, policy,
+                    " (ledger in this process only: no dp-state-file)")
+
 
 @dataclass(frozen=True)
 class Release:
@@ -131,8 +153,10 @@ class Release:
 
     @property
     def accountable(self) -> bool:
-        """Whether the node adds the noise itself and knows its ε (``dp='partition'``)."""
-        return self.dp == "partition"
+        """Whether the node can know its ε: ``dp='partition'`` (the noise the node adds
+        itself, one Gaussian mechanism) and ``dp='sample'`` (the app's DP-SGD, accounted from
+        the steps the app reports, :meth:`ReplayGuard.account`)."""
+        return self.dp in ("partition", "sample")
 
 
 def _same_round(entry: Mapping[str, Any], key: Mapping[str, Any]) -> bool:
@@ -179,19 +203,14 @@ def _ledger_entry(entry: dict, release: Release | None, policy: NodePolicy,
         raise PolicyError(
             f"dp={release.dp!r} with noise-multiplier={release.noise_multiplier:g} refused: "
             f"this node's budget dp-max-epsilon={policy.max_epsilon:g} counts only noise the "
-            "node adds itself (dp='partition', noise-multiplier > 0); this release's ε would "
-            "be infinite")
+            "node adds itself or its app's DP-SGD (dp='partition' or 'sample', "
+            "noise-multiplier > 0); this release's ε would be infinite")
     epsilons: dict[str, float | None] = {}
-    if release.accountable:
+    if release.dp == "partition":
         for j in release.partitions:
-            sigmas = [float(e.get("noise-multiplier", 0.0)) if e.get("dp") == "partition"
-                      else 0.0 for e in mine if j in e["partitions"]]
-            eps = ledger_epsilon([*sigmas, release.noise_multiplier], policy.delta)
-            if policy.max_epsilon > 0 and not eps <= policy.max_epsilon:
-                raise PolicyError(
-                    f"partition {j} refused: this release would bring its ε to {eps:.4g} "
-                    f"(delta={policy.delta:g}), over this node's budget "
-                    f"dp-max-epsilon={policy.max_epsilon:g}{where}")
+            eps = sgm_epsilon([*_history(mine, j), (release.noise_multiplier, 1.0, 1)],
+                              policy.delta)
+            _check_epsilon(j, eps, policy, where)
             epsilons[str(j)] = eps if math.isfinite(eps) else None
     out = {**entry, "partitions": [int(j) for j in release.partitions], "dp": release.dp,
            "noise-multiplier": float(release.noise_multiplier)}
@@ -199,9 +218,99 @@ def _ledger_entry(entry: dict, release: Release | None, policy: NodePolicy,
         out["num-partitions"] = sorted(cut)
     if release.cut:
         out["cut"] = dict(release.cut)
-    if release.accountable:
+    if release.dp == "partition":
         out["epsilon"] = epsilons
+    if release.dp == "sample":
+        out["sample"] = PENDING  # the app's steps are known once it has run
     return out
+
+
+#: A ``dp='sample'`` ledger entry's ``sample`` while its app runs: nothing released yet.
+PENDING = "pending"
+
+
+def _history(mine: list[dict], j: int) -> list[tuple[float, float, int]]:
+    """Partition ``j``'s earlier releases as Sampled Gaussian Mechanisms ``(sigma, q,
+    steps)``: ``dp='partition'`` one step at ``q = 1``; ``dp='sample'`` the DP-SGD its app
+    reported (a pending one, never sent, none); any other, or a ``dp='sample'`` release
+    whose steps were not reported, noise 0 (ε infinite)."""
+    out = []
+    for e in mine:
+        if j not in e["partitions"]:
+            continue
+        sigma = float(e.get("noise-multiplier", 0.0))
+        sample = e.get("sample")
+        if e.get("dp") == "partition":
+            out.append((sigma, 1.0, 1))
+        elif e.get("dp") == "sample" and sample == PENDING:
+            continue
+        elif e.get("dp") == "sample" and isinstance(sample, dict) and str(j) in sample:
+            q, steps = sample[str(j)]
+            out.append((sigma, float(q), int(steps)))
+        else:
+            out.append((0.0, 1.0, 1))
+    return out
+
+
+def _check_epsilon(j: int, eps: float, policy: NodePolicy, where: str) -> None:
+    if policy.max_epsilon > 0 and not eps <= policy.max_epsilon:
+        raise PolicyError(
+            f"partition {j} refused: this release would bring its ε to {eps:.4g} "
+            f"(delta={policy.delta:g}), over this node's budget "
+            f"dp-max-epsilon={policy.max_epsilon:g}{where}")
+
+
+def _reported_steps(j: int, metrics: Mapping[str, Any]) -> tuple[float, int] | None:
+    """The app's ``(sample rate, steps)`` for partition ``j``, ``None`` when it reported
+    neither, or :class:`PolicyError` naming a bad value."""
+    q, steps = metrics.get(SAMPLE_RATE_METRIC), metrics.get(STEPS_METRIC)
+    if q is None and steps is None:
+        return None
+    try:
+        q, count = float(q), float(steps)
+    except (TypeError, ValueError):
+        q = count = math.nan
+    if not (0 < q <= 1 and count >= 0 and count == int(count)):
+        raise PolicyError(
+            f"the app reported {SAMPLE_RATE_METRIC}={metrics.get(SAMPLE_RATE_METRIC)!r}, "
+            f"{STEPS_METRIC}={metrics.get(STEPS_METRIC)!r} for partition {j}; expected a "
+            "sample rate in (0, 1] and a whole number of steps >= 0 (its DP-SGD)")
+    return q, int(count)
+
+
+def _accounted(entries: list[dict], key: Mapping[str, Any],
+               reported: Mapping[int, Mapping[str, Any]], policy: NodePolicy,
+               where: str) -> list[dict]:
+    """``entries`` with the pending ``dp='sample'`` entry of ``key`` completed from the app's
+    ``reported`` metrics (:meth:`ReplayGuard.account`)."""
+    index = next((i for i, e in enumerate(entries)
+                  if isinstance(e, dict) and _same_round(e, key)), None)
+    if index is None or entries[index].get("sample") != PENDING:
+        return entries
+    entry = entries[index]
+    mine = [e for i, e in enumerate(entries) if i != index and isinstance(e, dict)
+            and e.get("node") == key["node"] and isinstance(e.get("partitions"), list)]
+    steps = {int(j): _reported_steps(int(j), reported.get(int(j), {}))
+             for j in entry["partitions"]}
+    missing = sorted(j for j, s in steps.items() if s is None)
+    if missing and policy.max_epsilon > 0:
+        raise PolicyError(
+            f"dp='sample' refused: the app reported no {SAMPLE_RATE_METRIC} and "
+            f"{STEPS_METRIC} for partition {missing[0]}, so its ε is unknown; this node's "
+            f"budget dp-max-epsilon={policy.max_epsilon:g} needs them in the app's reply "
+            f"metrics{where}")
+    sigma = float(entry.get("noise-multiplier", 0.0))
+    epsilons: dict[str, float | None] = {}
+    if not missing:
+        for j, (q, count) in steps.items():
+            eps = sgm_epsilon([*_history(mine, j), (sigma, q, count)], policy.delta)
+            _check_epsilon(j, eps, policy, where)
+            epsilons[str(j)] = eps if math.isfinite(eps) else None
+    done = {**entry, "sample": None if missing else
+            {str(j): [q, count] for j, (q, count) in steps.items()}}
+    if not missing:
+        done["epsilon"] = epsilons
+    return [*entries[:index], done, *entries[index + 1:]]
 
 
 def _check_same_cut(cut: dict[str, str], mine: list[dict], where: str) -> None:
@@ -258,13 +367,21 @@ def _file_claim(path: Path, entry: dict, extend: Any = None) -> bool:
 
 
 def _file_release(path: Path, entry: dict) -> None:
+    _file_update(path, entry, lambda entries: [e for e in entries
+                                               if not (isinstance(e, dict)
+                                                       and _same_round(e, entry))])
+
+
+def _file_update(path: Path, entry: Mapping[str, Any],
+                 change: Callable[[list[dict]], list[dict]]) -> None:
+    """Rewrite the file as ``change(its entries)`` under an exclusive lock (``change`` may
+    raise: nothing is written then)."""
     if not path.exists():
         return
     with open(path, "r+") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
-            kept = [e for e in _entries(handle)
-                    if not (isinstance(e, dict) and _same_round(e, entry))]
+            kept = change(_entries(handle))
             handle.seek(0)
             handle.truncate()
             handle.write("".join(json.dumps(e, sort_keys=True) + "\n" for e in kept))

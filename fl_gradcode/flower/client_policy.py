@@ -25,8 +25,9 @@ Node config keys:
   partition are refused.
 * ``dp-max-epsilon``: a number ``> 0`` (default: no limit). The largest ε (at ``dp-delta``) of
   any one partition's releases by this node; a release that would exceed it is refused, and so
-  is any release whose ε the node cannot account itself (``dp`` other than ``partition``, or
-  ``noise-multiplier=0``: ε is infinite).
+  is any release whose ε the node cannot account (``dp`` ``central`` or ``none``,
+  ``noise-multiplier=0``, or ``dp='sample'`` from an app that does not report its DP-SGD
+  steps: :mod:`~fl_gradcode.flower.client_ledger`).
 * ``dp-delta``: the δ of ``dp-max-epsilon`` and the ledger's ε, in ``(0, 1)`` (default 1e-5).
 * ``dp-evaluate``: ``"allow"`` (default) or ``"refuse"``. Evaluate and query messages reach
   the app as they are, and its reply (e.g. a loss on this node's data, for whatever model
@@ -38,12 +39,12 @@ Node config keys:
   once it has released under some values of these keys (and some ``num-partitions``), a
   release under others is refused (partition j of another cut holds other records).
 
-What the app sees: when the node has a DP policy, the app's train config and run config hold
-the instruction's ``dp``, ``noise-multiplier`` and ``clip-norm`` (the values the policy
-checked), whatever the server's train config says: an app that reads its DP settings from
-there (the project's ClientApp does) trains with them. Under ``dp='sample'`` (the app adds
-the noise) a train config or run config asking the app for another ``dp`` or for a smaller
-``noise-multiplier`` than the node's floor is refused.
+What the app sees: when the node has a DP policy or a budget, the app's train config and run
+config hold the instruction's ``dp``, ``noise-multiplier`` and ``clip-norm`` (the values the
+policy checked and the ledger records), whatever the server's train config says: an app that
+reads its DP settings from there (the project's ClientApp does) trains with them. Under
+``dp='sample'`` (the app adds the noise) a train config or run config asking the app for
+another ``dp`` or for a smaller ``noise-multiplier`` than the node's floor is refused.
 
 Replays: a train instruction whose ``(nonce, round)`` this node has already answered is
 refused, not computed, whatever else it asks (another ``noise-multiplier``, ``lr``, ``dp``):
@@ -183,12 +184,19 @@ class NodePolicy:
     def budgeted(self) -> bool:
         return self.max_releases > 0 or self.max_epsilon > 0
 
+    @property
+    def governs_app(self) -> bool:
+        """Whether the app gets the instruction's DP settings (:meth:`app_view`): under a
+        DP requirement, and under a budget, whose ledger records the instruction's."""
+        return self.active or self.budgeted
+
     def app_view(self, instruction: Instruction, train_config: MutableMapping[str, Any],
                  run_config: MutableMapping[str, Any]) -> None:
-        """Under an active policy: write the instruction's (checked) ``dp``,
-        ``noise-multiplier`` and ``clip-norm`` into the app's train config and run config, so
-        an app reading its DP settings from there uses what the policy accepted."""
-        if not self.active:
+        """Under a policy that governs the app (:attr:`governs_app`): write the
+        instruction's (checked) ``dp``, ``noise-multiplier`` and ``clip-norm`` into the app's
+        train config and run config, so an app reading its DP settings from there uses what
+        the policy accepted and the ledger records."""
+        if not self.governs_app:
             return
         values = {"dp": instruction.dp, "noise-multiplier": float(instruction.noise_multiplier),
                   "clip-norm": float(instruction.clip_norm)}

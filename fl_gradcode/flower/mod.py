@@ -118,10 +118,12 @@ Cache = MutableMapping[Any, PartitionResult]
 def _coded_reply(msg: Message, context: Context,
                  call_next: Callable[[Message, Context], Message], instruction: Instruction,
                  policy: NodePolicy, cache: Cache | None, notices: Notices,
-                 wall_clock: Callable[[], float]) -> Message:
+                 wall_clock: Callable[[], float],
+                 reported: dict[int, dict[str, float]]) -> Message:
     """The one coded reply to a checked ``train`` instruction: each assigned partition run
     (or taken from ``cache``), released, added to the coded sum, then encoded for the wire;
-    :class:`~fl_gradcode.flower.client.deadline.Stopped` once the round's deadline passes."""
+    :class:`~fl_gradcode.flower.client.deadline.Stopped` once the round's deadline passes.
+    ``reported`` gets each partition's reply metrics (what the app says it did)."""
     content = protocol.app_content(msg.content)
     global_arrays = single_record(dict(content.array_records), "arrays", "ArrayRecord")
     theta = {name: array_values(arr) for name, arr in global_arrays.items()}  # no copy
@@ -142,6 +144,7 @@ def _coded_reply(msg: Message, context: Context,
     ):
         deadline.before_partition(index, total)  # a partition is never cut short
         result = runs.result(index)
+        reported[pid] = result.metrics
         released = None
         if release.per_partition:
             released = release.release(result.delta(theta), instruction, keys, pid,
@@ -215,8 +218,13 @@ def make_gradient_coding_mod(
             mod_order.warn_inner_mods(call_next, notices)  # once per mod listed after this one
             claimed = claim_round(guard, context, instruction, policy, notices)
             try:
-                return _coded_reply(msg, context, call_next, instruction, policy, cache,
-                                    notices, wall_clock)
+                reported: dict[int, dict[str, float]] = {}
+                reply = _coded_reply(msg, context, call_next, instruction, policy, cache,
+                                     notices, wall_clock, reported)
+                if claimed and instruction.dp == "sample":  # the app's DP-SGD, as it ran
+                    guard.account(context.node_id, context.node_config, instruction.nonce,
+                                  instruction.round, reported, policy)
+                return reply
             except BaseException:
                 if claimed:  # nothing was sent: the round may be asked again
                     guard.release(context.node_id, context.node_config, instruction.nonce,

@@ -80,11 +80,12 @@ def single_record(records: dict, preferred: str, what: str) -> Any:
 
 def _app_view(content: RecordDict, instruction: Instruction, policy: NodePolicy,
               run_config: Any) -> RecordDict:
-    """What the app receives: the content without the protocol record; under an active node
-    policy, its ``config`` record (and ``run_config``, in place) hold the instruction's checked
-    ``dp``, ``noise-multiplier`` and ``clip-norm`` (:meth:`NodePolicy.app_view`)."""
+    """What the app receives: the content without the protocol record; under a node policy
+    that governs the app (a DP requirement or a budget), its ``config`` record (and
+    ``run_config``, in place) hold the instruction's checked ``dp``, ``noise-multiplier``
+    and ``clip-norm`` (:meth:`NodePolicy.app_view`)."""
     view = protocol.app_content(content)
-    if policy.active:
+    if policy.governs_app:
         config = view["config"] if "config" in view.config_records else ConfigRecord()
         config = ConfigRecord(dict(config))
         policy.app_view(instruction, config, run_config)
@@ -118,7 +119,7 @@ class PartitionRuns:
         if cache is None:
             return self.run(index)
         key: tuple = (instruction.partition_ids[index], instruction.num_partitions[index])
-        if self.policy.active:  # computed from the node's own view of the config: not shared
+        if self.policy.governs_app:  # computed from the node's own view of the config: not shared
             key += ("policy",)
         if cache.get("round") != (instruction.nonce, instruction.round):
             cache.clear()  # one round's updates at a time
@@ -150,7 +151,7 @@ class PartitionRuns:
         pid, num = instruction.partition_ids[index], instruction.num_partitions[index]
         seed = self.seed(pid, num)
         node_config = {**dict(context.node_config), "partition-id": pid, "num-partitions": num}
-        run_config = dict(context.run_config) if self.policy.active else context.run_config
+        run_config = dict(context.run_config) if self.policy.governs_app else context.run_config
         ctx = Context(
             run_id=context.run_id,
             node_id=context.node_id,
