@@ -236,6 +236,8 @@ def compare(cell: Cell, methods: Sequence[str], seeds: Sequence[int],
         facts["deadline_rule"] = (f"{rules['deadline_slack']} x the "
                                   f"{rules['deadline_quantile']} quantile of wait-for-all's "
                                   f"client times on development seeds {list(dev_seeds)}")
+        note_overlap(facts, "the stated deadline (auto's, the codes', deadline-best's grid)",
+                     seeds, dev_seeds, log)
     if coded:
         timeout = (cell.run_config["straggler-timeout"] if own_timeout else stated)
         facts["coded_straggler_timeout_s"] = float(timeout)

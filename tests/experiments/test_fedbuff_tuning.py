@@ -308,3 +308,16 @@ def test_fractions_with_the_same_k_run_once_and_keep_their_own_entries():
         assert a["per_seed"] == b["per_seed"] and a["buffer_size"] == b["buffer_size"] == 1
     # a tie between the two: the a-priori fraction (0.25) as before
     assert (chosen.fedbuff_server_lr, chosen.fedbuff_buffer_fraction) == (1.0, 0.25)
+
+
+def test_a_stated_deadline_read_from_reported_seeds_is_recorded(tmp_path, capsys):
+    """The stated deadline (the deadline rival's, auto's, deadline-best's grid) is read from
+    the development seeds: with one of them reported too, the result says so."""
+    out = tmp_path / "c.json"
+    assert compare.main(["--n", "5", "--rounds", "2", "--seeds", "0,4", "--dev-seeds", "0,1",
+                         "--target", "0.3", "--methods", "deadline", "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["settings"]["tuned_on_reported_seeds"] == [0]
+    assert "not a pre-registered reading" in capsys.readouterr().out
+    assert compare.main(["--n", "5", "--rounds", "2", "--seeds", "4", "--dev-seeds", "0,1",
+                         "--target", "0.3", "--methods", "deadline", "--out", str(out)]) == 0
+    assert "tuned_on_reported_seeds" not in json.loads(out.read_text())["settings"]
