@@ -72,7 +72,13 @@ from experiments.compare_cli import (
     split_methods,
 )
 from experiments.deadline_best import PriorDeadlines, best_deadline, deadline_best, prior_deadlines
-from experiments.fedbuff_tuning import check_extend, check_tuning_lists, note_overlap, tuned_fedbuff
+from experiments.fedbuff_tuning import (
+    check_extend,
+    check_tuning_lists,
+    fedbuff_settings,
+    note_overlap,
+    tuned_fedbuff,
+)
 from experiments.first_k_tuning import check_overcommit_list, tuned_first_k
 from experiments.journal import Journal
 from experiments.registry import (
@@ -157,15 +163,18 @@ class Runner:
         (:data:`OPEN_DEADLINE_S`), its other settings as the coded methods'."""
         from fl_gradcode.rivals import stated_deadline
 
-        cell = _with_timeout(self.coded_cell or self.cell, OPEN_DEADLINE_S)
-        times = [t for seed in dev_seeds
-                 for t in self._run((method, "open", seed),
-                                    lambda seed=seed: run_coded(method, seed, cell,
-                                                                client_times=True),
-                                    f"{method} open")["client_times_s"]]
+        times = [t for seed in dev_seeds for t in self.open(method, seed)["client_times_s"]]
         return stated_deadline(times, quantile, slack)
 
+    def open(self, method: str, seed: int) -> dict[str, Any]:
+        """The coded ``method``'s run whose deadline never binds, with its client times."""
+        cell = _with_timeout(self.coded_cell or self.cell, OPEN_DEADLINE_S)
+        return self._run((method, "open", seed), lambda: run_coded(
+            method, seed, cell, client_times=True), f"{method} open")
+
     def rival(self, method: str, seed: int) -> dict[str, Any]:
+        if method == "wait-for-all" and self.cell.private:  # Flower's FedAvg applies no DP
+            return {**self.open("uncoded:0", seed), "method": "wait-for-all"}
         return self._run((method, seed), lambda: run_rival(method, seed, self.cell))
 
     def deadline(self, deadline: float, seed: int, label: str) -> dict[str, Any]:
@@ -283,16 +292,6 @@ def compare(cell: Cell, methods: Sequence[str], seeds: Sequence[int],
         else:
             runs += [runner.coded(method, seed) for seed in seeds]
     return [stored_run(r) for r in runs], facts
-
-
-def fedbuff_settings(cell: Cell) -> dict[str, Any]:
-    """What a cell records of FedBuff's settings (``settings.fedbuff``; its ``tuning`` and
-    ``regime_round`` are added where FedBuff ran)."""
-    return {"buffer_size": cell.fedbuff_buffer(), "concurrency": cell.cohort,
-            "server_lr": cell.fedbuff_server_lr,
-            "buffer_fraction": cell.fedbuff_buffer_fraction,
-            "staleness_exponent": cell.fedbuff_staleness_exponent,
-            "server_steps": cell.fedbuff_steps()}
 
 
 def stored_run(record: Mapping[str, Any]) -> dict[str, Any]:

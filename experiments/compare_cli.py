@@ -116,7 +116,8 @@ def build_parser(doc: str) -> argparse.ArgumentParser:
     parser.add_argument("--cohort", type=int, default=None,
                         help="clients sampled each round (1..n); default: n")
     parser.add_argument("--methods", default="",
-                        help="comma list of auto, auto-approximate, wait-for-all, deadline, "
+                        help="comma list of auto, auto-approximate, wait-for-all (under --set "
+                             "dp=...: the wrapper with the identity code), deadline, "
                              "deadline-best, first-k, fedbuff and fixed exact codes CODE:s "
                              "(grouped-rs, crc, frc, comm-efficient, ..., e.g. grouped-rs:2); "
                              f"default: {','.join(DEFAULT_METHODS)} (with --grid: the "

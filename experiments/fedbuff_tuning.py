@@ -25,8 +25,8 @@ from typing import Any
 from experiments.deadline_best import tried_record
 from experiments.rival_runs import Cell
 
-__all__ = ["FEDBUFF_RULE", "check_extend", "check_tuning_lists", "grown", "note_overlap",
-           "number_list", "tuned_fedbuff"]
+__all__ = ["FEDBUFF_RULE", "check_extend", "check_tuning_lists", "fedbuff_settings", "grown",
+           "note_overlap", "number_list", "tuned_fedbuff"]
 
 #: What a cell's ``settings.fedbuff.tuning.rule`` says.
 FEDBUFF_RULE = ("the (server_lr, buffer_fraction) of the grid with the lowest median time to "
@@ -173,3 +173,13 @@ def _tried(cell: Cell, lr: float, fraction: float, dev_seeds: Sequence[int],
     return {"server_lr": lr, "buffer_fraction": fraction,
             "buffer_size": tried.fedbuff_buffer(), "server_steps": tried.fedbuff_steps(),
             **tried_record(runs)}
+
+
+def fedbuff_settings(cell: Cell) -> dict[str, Any]:
+    """What a cell records of FedBuff's settings (``settings.fedbuff``; its ``tuning`` and
+    ``regime_round`` are added where FedBuff ran)."""
+    return {"buffer_size": cell.fedbuff_buffer(), "concurrency": cell.cohort,
+            "server_lr": cell.fedbuff_server_lr,
+            "buffer_fraction": cell.fedbuff_buffer_fraction,
+            "staleness_exponent": cell.fedbuff_staleness_exponent,
+            "server_steps": cell.fedbuff_steps()}

@@ -379,7 +379,21 @@ def check_builds(cell: Cell, methods: Sequence[str], seed: int, own_timeout: boo
             except (ValueError, TypeError) as exc:
                 raise refuse(method, exc) from exc
     rivals: dict[str, dict[str, Any]] = {}
-    if "wait-for-all" in methods or needs_stated_deadline(methods, own_timeout):
+    waits = "wait-for-all" in methods or needs_stated_deadline(methods, own_timeout)
+    if cell.private:  # a plain Flower strategy applies no DP: the wrapper waits for all
+        plain = [m for m in methods if m in ("deadline", "deadline-best", "first-k", "fedbuff")]
+        if plain:
+            raise ValueError(
+                f"{plain[0]} cannot run with dp={cell.config(seed)['dp']!r}: it is a plain "
+                "Flower strategy, which applies no DP; drop it from --methods (under DP the "
+                "benchmark runs auto, the fixed codes and wait-for-all, which is then the "
+                "wrapper with code 'uncoded' and no deadline, applying the same DP)")
+        if waits:
+            try:
+                coded_strategy(coded_config("uncoded:0", seed, cell), cell.n)
+            except (ValueError, TypeError) as exc:
+                raise refuse("wait-for-all", exc) from exc
+    elif waits:
         rivals["wait-for-all"] = {}  # deadline and deadline-best: the same build
     if "first-k" in methods:
         k = cell.first_k()

@@ -32,10 +32,14 @@ this harness.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -174,6 +178,13 @@ class Cell:
                              "fraction-train": fraction, "timing": "virtual",
                              "num-clients": self.n, "results-dir": "", **extra})
 
+    @property
+    def private(self) -> bool:
+        """Whether the cell's runs apply DP (run-config ``dp`` other than ``none``): its
+        plain Flower rivals cannot, and its wait-for-all is the wrapper with the identity
+        code (``uncoded:0``, no deadline), which applies the same DP."""
+        return str(self.config(0)["dp"]) != "none"
+
     def first_k(self) -> int:
         """``K`` of first-k: the cohort when ``ceil(c K)`` nodes exist, else ``floor(n / c)``."""
         if math.ceil(self.overcommit * self.cohort - 1e-9) <= self.n:
@@ -251,7 +262,22 @@ def start_cell_coded(method: str, seed: int, cell: Cell, share: bool = True
     ``share``: replicas share each round's partition updates (same numbers, less wall
     time)."""
     cfg = coded_config(method, seed, cell)
-    return start_coded(cfg, cell.n, share_updates=share), cfg
+    return start_coded(cfg, cell.n, share_updates=share, key_file=nodes_key_file(cfg)), cfg
+
+
+def nodes_key_file(cfg: Mapping[str, Any]) -> str | None:
+    """Under a DP mode whose noise is keyed (``dp`` partition or sample), the key file the
+    benchmark gives every node, as their operators would (``None`` otherwise). The benchmark
+    plays every node: one key per seed, so that the runs of one seed compare (as
+    ``experiments.time_to_accuracy``'s), written to the temporary directory."""
+    if str(cfg["dp"]) not in ("partition", "sample"):
+        return None
+    seed = int(cfg["seed"])
+    path = Path(tempfile.gettempdir()) / "fl-gradcode-benchmark" / f"dp-keys-{seed}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    master = hashlib.sha256(f"fl-gradcode benchmark nodes;seed={seed}".encode()).hexdigest()
+    path.write_text(json.dumps({"master": master}))
+    return str(path)
 
 
 #: The grid rules that stop a coded method's late work when its round ends (``stop-late-work

@@ -18,7 +18,9 @@ SMALL = ["--n", "6", "--rounds", "1", "--seeds", "0", "--dev-seeds", "0"]
     ([*SMALL, "--methods", "auto,wait-for-all", "--set", "server-lr=0.5"],
      "wait-for-all cannot run with this cell's run config: server-optimizer='sgd', "
      "server-lr=0.5"),
-    ([*SMALL, "--methods", "auto", "--set", "dp=partition"], "dp='partition'"),
+    ([*SMALL, "--methods", "auto,deadline", "--set", "dp=partition"],
+     "deadline cannot run with dp='partition': it is a plain Flower strategy"),
+    ([*SMALL, "--set", "dp=central"], "deadline cannot run with dp='central'"),
     ([*SMALL, "--methods", "auto", "--set", "upload-bandwidth=-1000"],
      "run-config key 'upload-bandwidth'"),
     ([*SMALL, "--methods", "auto", "--set", "s-max=-1"], "run-config key 's-max'"),
@@ -79,3 +81,25 @@ def test_a_seed_too_large_or_an_out_that_cannot_be_written_is_refused_by_name(tm
         base += ["--out", str(tmp_path / "x.json")]
     with pytest.raises(SystemExit, match=match):
         compare.main([*base, *argv])
+
+
+def test_under_dp_wait_for_all_is_the_wrapper_applying_the_same_dp(tmp_path):
+    """A DP setting used to be refused outright (plain FedAvg, the stated deadline's
+    wait-for-all, applies no DP): it now runs auto, the fixed codes and wait-for-all as the
+    wrapper with the identity code, whose nodes get a key file, under the same DP."""
+    import json
+
+    common = ["--n", "5", "--rounds", "2", "--seeds", "3", "--dev-seeds", "0",
+              "--target", "0.99", "--methods", "auto,wait-for-all,grouped-rs:1"]
+    out = {}
+    for name, sets in (("dp", ["--set", "dp=partition", "--set", "noise-multiplier=5"]),
+                       ("plain", [])):
+        path = tmp_path / f"{name}.json"
+        assert compare.main([*common, *sets, "--out", str(path)]) == 0
+        out[name] = {r["method"]: r for r in json.loads(path.read_text())["runs"]}
+    assert set(out["dp"]) == {"auto", "wait-for-all", "grouped-rs:1"}
+    # the wrapper's record (its rounds' decodes), not plain FedAvg's, under DP only
+    assert "decodes" in out["dp"]["wait-for-all"]
+    assert "decodes" not in out["plain"]["wait-for-all"]
+    for method in ("auto", "wait-for-all", "grouped-rs:1"):  # noise 5: another model
+        assert out["dp"][method]["final_accuracy"] != out["plain"][method]["final_accuracy"]
