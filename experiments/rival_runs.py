@@ -319,6 +319,8 @@ def run_coded(method: str, seed: int, cell: Cell, share: bool = True,
         extra["code_partitions"] = int(run.strategy.code_for(cell.cohort).k)
     if client_times:
         extra["client_times_s"] = [t for row in rows for t in row["arrivals_s"].values()]
+    if rows and rows[-1].get("epsilon") is not None:  # under DP: the run's ε (at delta)
+        extra["epsilon"] = float(rows[-1]["epsilon"])
     return _summary(method, seed, rows, cell, cfg, run.counter, run.wall_s, **extra)
 
 

@@ -103,3 +103,12 @@ def test_under_dp_wait_for_all_is_the_wrapper_applying_the_same_dp(tmp_path):
     assert "decodes" not in out["plain"]["wait-for-all"]
     for method in ("auto", "wait-for-all", "grouped-rs:1"):  # noise 5: another model
         assert out["dp"][method]["final_accuracy"] != out["plain"][method]["final_accuracy"]
+    # each run's ε: two releases of every partition at noise 5 (Opacus' RDP accountant)
+    from opacus.accountants import RDPAccountant
+
+    accountant = RDPAccountant()
+    accountant.history = [(5.0, 1.0, 2)]
+    expected = accountant.get_epsilon(delta=1e-5)
+    for method in ("auto", "wait-for-all", "grouped-rs:1"):
+        assert out["dp"][method]["epsilon"] == pytest.approx(expected)
+        assert "epsilon" not in out["plain"][method]
