@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import shutil
 import tempfile
 import time
 import traceback
@@ -119,11 +120,19 @@ def _strategy(scn: Scenario, injector: Injector, tmp: str) -> GradientCoding | s
 
 
 def run_scenario(scn: Scenario) -> Outcome:
-    """Run one scenario and check every invariant."""
+    """Run one scenario and check every invariant (its nodes' state files removed after)."""
     set_task_identity()
-    outcome = Outcome(scn)
     injector = Injector(scn, node_ids_for(scn.n))
     grid = injector.grid()
+    try:
+        return _checked_run(scn, injector, grid)
+    finally:
+        if injector.state_dir is not None:
+            shutil.rmtree(injector.state_dir, ignore_errors=True)
+
+
+def _checked_run(scn: Scenario, injector: Injector, grid: Any) -> Outcome:
+    outcome = Outcome(scn)
     theta0 = initial_model(scn.shapes())
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp, quiet():
