@@ -47,14 +47,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import logging
 import time
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from experiments.common import dumps
+from experiments.common import dumps, harness_environment
 from experiments.compare_cli import (
     CELL_FLAGS,
     DEFAULT_METHODS,
@@ -303,25 +301,8 @@ def stored_run(record: Mapping[str, Any]) -> dict[str, Any]:
 # ============================================================================= the command
 def main(argv: list[str] | None = None) -> int:
     args = build_parser(__doc__.splitlines()[0]).parse_args(argv)
-    import torch
-
-    flwr_logger, threads = logging.getLogger("flwr"), torch.get_num_threads()
-    level = flwr_logger.level
-    flwr_logger.setLevel(logging.ERROR)
-    torch.set_num_threads(1)  # small models: threads only contend
-    from fl_gradcode.flower.blas import serial_blas
-
-    try:  # and BLAS on one thread: a reply's norm took 1.2 ms on two busy cores, 0.07 on one
-        with serial_blas(), warnings.catch_warnings():
-            # the harness's own choices, warned about in every run: its counting mod sits
-            # inside the coding mod on purpose (it counts every partition computed), and its
-            # nodes have no partition key (public seeds: runs are paired across methods)
-            warnings.filterwarnings("ignore", message="ComputeCounter is listed after")
-            warnings.filterwarnings("ignore", message="gradient_coding_mod: no partition key")
-            return _main(args)
-    finally:
-        flwr_logger.setLevel(level)
-        torch.set_num_threads(threads)
+    with harness_environment():
+        return _main(args)
 
 
 def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, cohort: int,

@@ -25,6 +25,7 @@ import sys
 from tools.docgen import (  # noqa: F401  (renderers)
     accuracy,
     approximate,
+    auto_lr,
     fedbuff,
     held,
     measures,
