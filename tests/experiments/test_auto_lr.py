@@ -134,3 +134,18 @@ def test_the_block_counts_the_goal_with_auto_lr_in_autos_place():
     assert "in 1 of 2; with its runs in auto's place the goal is met in 1 of 2" in text
     assert "Not read yet: c." in text and "(not paired): b." in text
     assert "| b | 4 (edge) |" in text and "✗ 2.00× FedBuff" in text
+
+
+def test_the_readme_line_counts_the_same_cells():
+    from tools.docgen.auto_lr import render_headline
+
+    settings = {"latency": "trace", "run_config": {}}
+    benchmark = {"cells": {"a": {"settings": settings, "runs": _runs("auto", [10, 10])
+                                 + _runs("fedbuff", [5, 5])}}}
+    reading = {"cells": {"a": {"runs": _runs("auto-lr", [6, 6]), "server_lr": 2.0,
+                               "over_auto": {"geomean": 0.6}}}}
+    text = render_headline(reading, benchmark, ["a", "b"])
+    # 6 s against FedBuff's 5 s: 1.2x, outside 1.05x; the goal is not met
+    assert "picked 2; " in text and "read in 1 of the 2 cells" in text
+    assert "0.60–0.60× the time of auto at lr 1" in text
+    assert "point) in 0 of 1 and would meet the goal in 0 of 1" in text
