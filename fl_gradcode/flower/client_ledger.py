@@ -15,12 +15,13 @@ leaves the node.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import math
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -62,9 +63,22 @@ class ReplayGuard:
 
     @staticmethod
     def _file_label(node_config: Mapping[str, Any], node_id: int) -> str:
+        """Whose lines of the state file these are: the node's partition when its node config
+        names one, else the node owning the file (``node``). Never the SuperLink's
+        ``node_id``, which the server assigns anew at every registration: a restarted or
+        re-registered node would start a fresh ledger and answer replays again."""
         if "partition-id" in node_config:
             return f"partition={node_config['partition-id']}/{node_config.get('num-partitions')}"
-        return f"node={node_id}"
+        return NODE_LABEL
+
+    @staticmethod
+    def _process_key(node_config: Mapping[str, Any], node_id: int) -> Any:
+        """The in-process ledger's key: the node's partition when its node config names one,
+        else the ``node_id`` (the only name of a node among several in one process)."""
+        if "partition-id" in node_config:
+            return ("partition", str(node_config["partition-id"]),
+                    str(node_config.get("num-partitions")))
+        return int(node_id)
 
     def claim(self, node_id: int, node_config: Mapping[str, Any], nonce: str, rnd: int,
               release: Release | None = None, policy: NodePolicy | None = None) -> None:
@@ -95,8 +109,8 @@ class ReplayGuard:
                 if not _file_claim(Path(str(path)), entry, extend):
                     raise PolicyError(f"{why} (recorded in dp-state-file {path})")
             elif release is not None and policy.budgeted:
-                entry = {"node": f"id={int(node_id)}", "nonce": nonce, "round": int(rnd)}
-                mine = self._ledger.setdefault(int(node_id), [])
+                entry = {"node": NODE_LABEL, "nonce": nonce, "round": int(rnd)}
+                mine = self._ledger.setdefault(self._process_key(node_config, node_id), [])
                 mine.append(_ledger_entry(entry, release, policy, mine,
                                           " (ledger in this process only: no dp-state-file)"))
             self._answered.add(memory_key)
@@ -110,10 +124,10 @@ class ReplayGuard:
                 entry = {"node": self._file_label(node_config, node_id), "nonce": nonce,
                          "round": int(rnd)}
                 _file_release(Path(str(path)), entry)
-            elif int(node_id) in self._ledger:
-                key = {"node": f"id={int(node_id)}", "nonce": nonce, "round": int(rnd)}
-                self._ledger[int(node_id)] = [e for e in self._ledger[int(node_id)]
-                                              if not _same_round(e, key)]
+            elif self._process_key(node_config, node_id) in self._ledger:
+                mine = self._process_key(node_config, node_id)
+                key = {"node": NODE_LABEL, "nonce": nonce, "round": int(rnd)}
+                self._ledger[mine] = [e for e in self._ledger[mine] if not _same_round(e, key)]
 
     def account(self, node_id: int, node_config: Mapping[str, Any], nonce: str, rnd: int,
                 reported: Mapping[int, Mapping[str, Any]], policy: NodePolicy) -> None:
@@ -129,12 +143,16 @@ class ReplayGuard:
                 key = {"node": self._file_label(node_config, node_id), "nonce": nonce,
                        "round": int(rnd)}
                 where = f" (ledger in dp-state-file {path})"
+                if not Path(str(path)).exists():  # fail closed: nothing to account against
+                    raise PolicyError(f"dp='sample' refused: dp-state-file {path} is gone, "
+                                      "so this release cannot be accounted")
                 _file_update(Path(str(path)), key, lambda entries: _accounted(
-                    entries, key, reported, policy, where))
-            elif int(node_id) in self._ledger:
-                key = {"node": f"id={int(node_id)}", "nonce": nonce, "round": int(rnd)}
-                self._ledger[int(node_id)] = _accounted(
-                    self._ledger[int(node_id)], key, reported, policy,
+                    entries, key, reported, policy, where, required=True))
+            elif self._process_key(node_config, node_id) in self._ledger:
+                mine = self._process_key(node_config, node_id)
+                key = {"node": NODE_LABEL, "nonce": nonce, "round": int(rnd)}
+                self._ledger[mine] = _accounted(
+                    self._ledger[mine], key, reported, policy,
                     " (ledger in this process only: no dp-state-file)")
 
 
@@ -159,8 +177,22 @@ class Release:
         return self.dp in ("partition", "sample")
 
 
+#: The state-file label of a node whose node config names no partition: the file is its own.
+NODE_LABEL = "node"
+
+
+def _owner(label: Any) -> Any:
+    """Whose line a state-file label names: lines labelled by the SuperLink's ``node_id``
+    (``node=ID``, written before labels were the node's own) are the file owner's."""
+    return NODE_LABEL if isinstance(label, str) and label.startswith("node=") else label
+
+
+def _same_owner(entry: Mapping[str, Any], key: Mapping[str, Any]) -> bool:
+    return _owner(entry.get("node")) == _owner(key["node"])
+
+
 def _same_round(entry: Mapping[str, Any], key: Mapping[str, Any]) -> bool:
-    return all(entry.get(k) == key[k] for k in ("node", "nonce", "round"))
+    return _same_owner(entry, key) and all(entry.get(k) == key[k] for k in ("nonce", "round"))
 
 
 def ledger_epsilon(multipliers: list[float], delta: float) -> float:
@@ -178,7 +210,7 @@ def _ledger_entry(entry: dict, release: Release | None, policy: NodePolicy,
     ledger entries."""
     if release is None:
         return entry
-    mine = [e for e in previous if e.get("node") == entry["node"]
+    mine = [e for e in previous if _same_owner(e, entry)
             and isinstance(e.get("partitions"), list)]
     cut = set(release.num_partitions)
     earlier = {n for e in mine if isinstance(e.get("num-partitions"), list)
@@ -270,7 +302,7 @@ def _reported_steps(j: int, metrics: Mapping[str, Any]) -> tuple[float, int] | N
         q, count = float(q), float(steps)
     except (TypeError, ValueError):
         q = count = math.nan
-    if not (0 < q <= 1 and count >= 0 and count == int(count)):
+    if not (0 < q <= 1 and 0 <= count < math.inf and count == int(count)):
         raise PolicyError(
             f"the app reported {SAMPLE_RATE_METRIC}={metrics.get(SAMPLE_RATE_METRIC)!r}, "
             f"{STEPS_METRIC}={metrics.get(STEPS_METRIC)!r} for partition {j}; expected a "
@@ -280,16 +312,20 @@ def _reported_steps(j: int, metrics: Mapping[str, Any]) -> tuple[float, int] | N
 
 def _accounted(entries: list[dict], key: Mapping[str, Any],
                reported: Mapping[int, Mapping[str, Any]], policy: NodePolicy,
-               where: str) -> list[dict]:
+               where: str, required: bool = False) -> list[dict]:
     """``entries`` with the pending ``dp='sample'`` entry of ``key`` completed from the app's
-    ``reported`` metrics (:meth:`ReplayGuard.account`)."""
+    ``reported`` metrics (:meth:`ReplayGuard.account`). ``required``: the claim wrote an
+    entry (a state file's), so its absence is a :class:`PolicyError` (fail closed)."""
     index = next((i for i, e in enumerate(entries)
                   if isinstance(e, dict) and _same_round(e, key)), None)
+    if index is None and required:
+        raise PolicyError(f"dp='sample' refused: this round's ledger entry is gone, so its "
+                          f"release cannot be accounted{where}")
     if index is None or entries[index].get("sample") != PENDING:
         return entries
     entry = entries[index]
     mine = [e for i, e in enumerate(entries) if i != index and isinstance(e, dict)
-            and e.get("node") == key["node"] and isinstance(e.get("partitions"), list)]
+            and _same_owner(e, key) and isinstance(e.get("partitions"), list)]
     steps = {int(j): _reported_steps(int(j), reported.get(int(j), {}))
              for j in entry["partitions"]}
     missing = sorted(j for j, s in steps.items() if s is None)
@@ -329,63 +365,80 @@ def _check_same_cut(cut: dict[str, str], mine: list[dict], where: str) -> None:
                     f"the app splits its data by){where}")
 
 
-def _entries(handle: Any) -> list[dict]:
-    handle.seek(0)
+def _entries(text: str) -> list[dict]:
+    """The state file's entries (a torn line from a crash mid-write is ignored)."""
     out = []
-    text = handle.read()
-    if text and not text.endswith("\n"):  # a torn last line: never glue the next entry to it
-        handle.write("\n")
     for line in text.splitlines():
         try:
-            out.append(json.loads(line))
-        except ValueError:  # a torn line from a crash mid-write: ignore it
+            entry = json.loads(line)
+        except ValueError:
             continue
+        if isinstance(entry, dict):
+            out.append(entry)
     return out
 
 
-def _file_claim(path: Path, entry: dict, extend: Any = None) -> bool:
-    """Append ``extend(entries)`` (default: ``entry``) under an exclusive lock unless an entry
-    of the same node, nonce and round is there already (then False). ``extend`` sees the
-    file's entries and may raise (a spent budget): nothing is written then."""
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive lock on the state file ``path``, held on a lock file beside it (the
+    ledger itself is replaced whole by :func:`_file_update`, so it cannot hold the lock)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    with os.fdopen(fd, "r+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            previous = _entries(handle)
-            if any(_same_round(e, entry) for e in previous if isinstance(e, dict)):
-                return False
-            full = entry if extend is None else extend(
-                [e for e in previous if isinstance(e, dict)])
-            handle.seek(0, os.SEEK_END)
-            handle.write(json.dumps(full, sort_keys=True) + "\n")
+    fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def _file_claim(path: Path, entry: dict, extend: Any = None) -> bool:
+    """Append ``extend(entries)`` (default: ``entry``) under the lock unless an entry of the
+    same node, nonce and round is there already (then False). ``extend`` sees the file's
+    entries and may raise (a spent budget): nothing is written then."""
+    with _locked(path):
+        text = path.read_text() if path.exists() else ""
+        previous = _entries(text)
+        if any(_same_round(e, entry) for e in previous):
+            return False
+        full = entry if extend is None else extend(previous)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(fd, "a") as handle:
+            # after a torn last line, never glue this entry to it
+            torn = "\n" if text and not text.endswith("\n") else ""
+            handle.write(torn + json.dumps(full, sort_keys=True) + "\n")
             handle.flush()
             os.fsync(handle.fileno())
-            return True
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+        return True
 
 
 def _file_release(path: Path, entry: dict) -> None:
     _file_update(path, entry, lambda entries: [e for e in entries
-                                               if not (isinstance(e, dict)
-                                                       and _same_round(e, entry))])
+                                               if not _same_round(e, entry)])
 
 
 def _file_update(path: Path, entry: Mapping[str, Any],
                  change: Callable[[list[dict]], list[dict]]) -> None:
-    """Rewrite the file as ``change(its entries)`` under an exclusive lock (``change`` may
-    raise: nothing is written then)."""
-    if not path.exists():
-        return
-    with open(path, "r+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    """Replace the file by ``change(its entries)`` under the lock (``change`` may raise:
+    nothing is written then). The new ledger is written beside it, synced, then renamed over
+    it: a failed write (a full disk, a kill) leaves the old ledger whole."""
+    with _locked(path):
+        if not path.exists():
+            return
+        kept = change(_entries(path.read_text()))
+        tmp = path.with_name(path.name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
-            kept = change(_entries(handle))
-            handle.seek(0)
-            handle.truncate()
-            handle.write("".join(json.dumps(e, sort_keys=True) + "\n" for e in kept))
-            handle.flush()
-            os.fsync(handle.fileno())
+            with os.fdopen(fd, "w") as handle:
+                handle.write("".join(json.dumps(e, sort_keys=True) + "\n" for e in kept))
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        directory = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
         finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            os.close(directory)

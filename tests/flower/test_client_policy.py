@@ -21,7 +21,8 @@ def test_a_claim_appends_one_sorted_line_to_a_private_state_file_in_new_folders(
     guard.claim(7, {"dp-state-file": str(state)}, "n1", 3)
     guard.claim(7, {"dp-state-file": str(state), "partition-id": 2, "num-partitions": 4},
                 "n1", 4)
-    assert state.read_text() == _line("node=7", "n1", 3) + _line("partition=2/4", "n1", 4)
+    # a node config without a partition: the file's owner, never the SuperLink's node_id
+    assert state.read_text() == _line("node", "n1", 3) + _line("partition=2/4", "n1", 4)
     assert stat.S_IMODE(state.stat().st_mode) == 0o600
 
 
@@ -33,7 +34,14 @@ def test_a_claim_recorded_in_the_file_is_refused_by_a_fresh_guard_naming_the_fil
         ReplayGuard().claim(7, cfg, "n1", 3)
     assert str(info.value).endswith(f"(recorded in dp-state-file {state})")
     assert "round=3 with nonce='n1' was already answered by this node" in str(info.value)
-    ReplayGuard().claim(8, cfg, "n1", 3)  # another node's entry is its own
+    with pytest.raises(PolicyError):  # the same node under another node_id (re-registered)
+        ReplayGuard().claim(8, cfg, "n1", 3)
+    # a file written with node_id labels: its lines are the owner's all the same
+    state.write_text(_line("node=5", "n2", 1))
+    with pytest.raises(PolicyError):
+        ReplayGuard().claim(8, cfg, "n2", 1)
+    # a partition's entries are its own
+    ReplayGuard().claim(8, {**cfg, "partition-id": 1, "num-partitions": 2}, "n1", 3)
 
 
 def test_release_removes_exactly_its_entry_from_the_file_and_the_memory(tmp_path):
@@ -42,9 +50,10 @@ def test_release_removes_exactly_its_entry_from_the_file_and_the_memory(tmp_path
     guard = ReplayGuard()
     guard.claim(7, cfg, "n1", 3)
     guard.claim(7, cfg, "n1", 4)
-    guard.claim(9, cfg, "n1", 3)
+    part = {**cfg, "partition-id": 1, "num-partitions": 2}
+    guard.claim(9, part, "n1", 3)
     guard.release(7, cfg, "n1", 3)
-    assert state.read_text() == _line("node=7", "n1", 4) + _line("node=9", "n1", 3)
+    assert state.read_text() == _line("node", "n1", 4) + _line("partition=1/2", "n1", 3)
     ReplayGuard().claim(7, cfg, "n1", 3)  # a fresh process may ask the released round again
     guard.release(7, cfg, "n1", 3)
     guard.claim(7, cfg, "n1", 3)  # and so may this guard, whose memory forgot it
