@@ -359,7 +359,8 @@ def _check_same_cut(cut: dict[str, str], mine: list[dict], where: str) -> None:
         for key, value in cut.items():
             if key in earlier and earlier[key] != value:
                 raise PolicyError(
-                    f"run config {key}={value} refused: this node's budget counts releases "
+                    f"run config {key}={value} refused (or the train config's, which the app "
+                    "may read over it): this node's budget counts releases "
                     "per partition, so its data must keep one cut (its earlier releases: "
                     f"{key}={earlier[key]}; node config dp-cut-keys names the run-config keys "
                     f"the app splits its data by){where}")

@@ -85,6 +85,7 @@ from .client.instruction import (
     identify_reply,
     node_keys,
     node_policy,
+    train_config_of,
 )
 from .client.notices import Notices
 from .client.partitions import PartitionResult, PartitionRuns, array_values, single_record
@@ -216,7 +217,8 @@ def make_gradient_coding_mod(
             if policy.floorless:
                 notices.once("no-floor", NO_FLOOR_WARNING)
             mod_order.warn_inner_mods(call_next, notices)  # once per mod listed after this one
-            claimed = claim_round(guard, context, instruction, policy, notices)
+            claimed = claim_round(guard, context, instruction, policy, notices,
+                                  train_config_of(msg))
             try:
                 reported: dict[int, dict[str, float]] = {}
                 reply = _coded_reply(msg, context, call_next, instruction, policy, cache,

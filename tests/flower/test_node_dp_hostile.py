@@ -196,6 +196,33 @@ def test_a_budgeted_node_keeps_one_run_config_cut_of_its_data(tmp_path, key_file
         assert not ask("run-c", base).has_error()
 
 
+@pytest.mark.parametrize(("changed", "refused"), [
+    ({"seed": 4}, "seed"), ({"dirichlet-alpha": 5.0}, "dirichlet-alpha"), ({"lr": 0.5}, None)])
+def test_a_train_config_recut_of_a_budgeted_nodes_data_is_refused(tmp_path, key_file, changed,
+                                                                  refused):
+    """An app may read the cut keys from the server's train config over its run config (the
+    project's does; under run_simulation its run config is empty): the cut check read the run
+    config only, so a server sending another seed in the train config re-cut the data and each
+    record was released again under a fresh per-partition budget."""
+    node = {"dp-key-file": key_file, "dp-required": "partition", "dp-max-releases": 2,
+            "dp-state-file": str(tmp_path / "state.jsonl")}
+    mod = make_gradient_coding_mod()
+    base = {"seed": 3, "dirichlet-alpha": 0.5, "lr": 0.1}
+
+    def ask(nonce: str, train_config: dict) -> Message:
+        instruction = _inst(nonce=nonce, dp="partition", noise_multiplier=1.0)
+        return mod(_message(instruction, **train_config), _context(7, {}, **node), NoisyApp())
+
+    assert not ask("run-a", base).has_error()
+    reply = ask("run-b", {**base, **changed})
+    if refused is None:
+        assert not reply.has_error(), reply.error.reason
+    else:
+        reason = _refused(reply)
+        assert f"run config {refused}=" in reason and "train config" in reason, reason
+        assert not ask("run-c", base).has_error()  # the first cut is still served
+
+
 # ------------------------------------------------ moves found by a second review
 def _typed(message: Message, message_type: str) -> Message:
     """``message`` sent as ``message_type`` (Flower routes ``train.<action>`` to a train

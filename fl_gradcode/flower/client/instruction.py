@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
@@ -26,7 +27,7 @@ from ..protocol import Instruction
 from .notices import Notices
 
 __all__ = ["KEYED_MODES", "check_partition_keys", "claim_round", "identify_reply",
-           "node_keys", "node_policy"]
+           "node_keys", "node_policy", "train_config_of"]
 
 MEMORY_REPLAY_WARNING = (
     "gradient_coding_mod: this node has partition keys or a release budget but "
@@ -92,11 +93,23 @@ def check_partition_keys(instruction: Instruction, keys: NoiseKeys | None) -> No
             ) from exc
 
 
+def train_config_of(msg: Message) -> dict[str, Any]:
+    """The train config the server sent with ``msg`` (its ``config`` record; empty if none)."""
+    if msg.has_content() and "config" in msg.content.config_records:
+        return dict(msg.content.config_records["config"])
+    return {}
+
+
 def claim_round(guard: ReplayGuard, context: Context, instruction: Instruction,
-                policy: NodePolicy, notices: Notices) -> bool:
+                policy: NodePolicy, notices: Notices,
+                train_config: Mapping[str, Any] | None = None) -> bool:
     """Claim the instruction's ``(nonce, round)`` for this node, and record its release in the
     node's ledger (refused past ``policy``'s budget), if its computation is keyed (the node has
-    partition keys), it keeps a ``dp-state-file`` or has a budget; False if not guarded."""
+    partition keys), it keeps a ``dp-state-file`` or has a budget; False if not guarded. The
+    data's cut is read from the run config with the ``train_config``'s values of the same
+    keys over it: an app may take them from the server's train config (the project's does,
+    and under ``run_simulation`` its run config is empty), so a server re-cutting the data
+    there is seen as one re-cutting it in the run config."""
     cfg = context.node_config
     has_file = bool(cfg.get("dp-state-file"))
     if not has_file and node_keys(cfg) is None and not policy.budgeted:
@@ -105,6 +118,6 @@ def claim_round(guard: ReplayGuard, context: Context, instruction: Instruction,
         notices.once("memory-replay", MEMORY_REPLAY_WARNING)
     release = Release(tuple(instruction.partition_ids), instruction.dp,
                       float(instruction.noise_multiplier), tuple(instruction.num_partitions),
-                      policy.data_cut(context.run_config))
+                      policy.data_cut({**dict(context.run_config), **(train_config or {})}))
     guard.claim(context.node_id, cfg, instruction.nonce, instruction.round, release, policy)
     return True
