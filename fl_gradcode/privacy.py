@@ -412,7 +412,9 @@ def sgm_epsilon(history: Iterable[tuple[float, float, int]], delta: float) -> fl
     if any(s <= 0 for s, _, _ in steps):
         return math.inf
     if all(q == 1.0 for _, q, _ in steps):
-        return gaussian_epsilon([s for s, _, k in steps for _ in range(k)], delta)
+        # k Gaussian mechanisms at noise s compose (in RDP, alpha k / 2 s^2) as one at
+        # s / sqrt(k): no list of k entries (an app reporting 1e9 steps is one entry)
+        return gaussian_epsilon([s / math.sqrt(k) for s, _, k in steps], delta)
     from opacus.accountants.analysis import rdp
 
     total = sum(rdp.compute_rdp(q=q, noise_multiplier=s, steps=k, orders=list(RDP_ORDERS))

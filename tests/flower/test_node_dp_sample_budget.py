@@ -184,3 +184,11 @@ def test_without_a_state_file_the_process_ledger_accounts_dp_sgd_too(key_file):
         assert not ask(1, 1).has_error()
     refused = ask(2, 1)  # a second epoch's worth: over the budget
     assert refused.has_error() and "in this process only" in refused.error.reason
+
+
+def test_many_full_batch_steps_are_accounted_as_opacus_does_without_a_list_per_step():
+    """At sample rate 1 the steps were expanded into one entry each: an app reporting 1e9
+    steps exhausted the node's memory. k Gaussian steps at noise s compose as one at
+    s / sqrt(k) (RDP); the ε is Opacus' for the same history."""
+    for history in ([(1.5, 1.0, 10**9)], [(2.0, 1.0, 3), (0.8, 1.0, 5)]):
+        assert sgm_epsilon(history, 1e-5) == pytest.approx(_opacus_epsilon(history), rel=1e-9)
