@@ -86,7 +86,7 @@ class ReplayGuard:
         if it already was. With ``release``: also record it in the node's ledger, or raise
         :class:`PolicyError` if it would exceed ``policy``'s budget (``dp-max-releases``,
         ``dp-max-epsilon``)."""
-        memory_key = (int(node_id), nonce, int(rnd))
+        memory_key = (self._process_key(node_config, node_id), nonce, int(rnd))
         why = (f"round={rnd} with nonce={nonce!r} was already answered by this node: a second "
                "instruction for an answered (nonce, round) is refused, whatever it asks (its "
                "keyed noise would repeat)")
@@ -106,7 +106,7 @@ class ReplayGuard:
                 def extend(previous: list[dict]) -> dict:
                     return _ledger_entry(entry, release, policy, previous, where)
 
-                if not _file_claim(Path(str(path)), entry, extend):
+                if not _file_claim(_state_path(path), entry, extend):
                     raise PolicyError(f"{why} (recorded in dp-state-file {path})")
             elif release is not None and policy.budgeted:
                 entry = {"node": NODE_LABEL, "nonce": nonce, "round": int(rnd)}
@@ -118,12 +118,12 @@ class ReplayGuard:
     def release(self, node_id: int, node_config: Mapping[str, Any], nonce: str, rnd: int) -> None:
         """Forget a claim whose computation failed before any reply was sent."""
         with self._lock:
-            self._answered.discard((int(node_id), nonce, int(rnd)))
+            self._answered.discard((self._process_key(node_config, node_id), nonce, int(rnd)))
             path = node_config.get("dp-state-file")
             if path:
                 entry = {"node": self._file_label(node_config, node_id), "nonce": nonce,
                          "round": int(rnd)}
-                _file_release(Path(str(path)), entry)
+                _file_release(_state_path(path), entry)
             elif self._process_key(node_config, node_id) in self._ledger:
                 mine = self._process_key(node_config, node_id)
                 key = {"node": NODE_LABEL, "nonce": nonce, "round": int(rnd)}
@@ -143,11 +143,8 @@ class ReplayGuard:
                 key = {"node": self._file_label(node_config, node_id), "nonce": nonce,
                        "round": int(rnd)}
                 where = f" (ledger in dp-state-file {path})"
-                if not Path(str(path)).exists():  # fail closed: nothing to account against
-                    raise PolicyError(f"dp='sample' refused: dp-state-file {path} is gone, "
-                                      "so this release cannot be accounted")
-                _file_update(Path(str(path)), key, lambda entries: _accounted(
-                    entries, key, reported, policy, where, required=True))
+                _file_update(_state_path(path), key, lambda entries: _accounted(
+                    entries, key, reported, policy, where, required=True), required=True)
             elif self._process_key(node_config, node_id) in self._ledger:
                 mine = self._process_key(node_config, node_id)
                 key = {"node": NODE_LABEL, "nonce": nonce, "round": int(rnd)}
@@ -403,6 +400,7 @@ def _file_claim(path: Path, entry: dict, extend: Any = None) -> bool:
         if any(_same_round(e, entry) for e in previous):
             return False
         full = entry if extend is None else extend(previous)
+        created = not path.exists()
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         with os.fdopen(fd, "a") as handle:
             # after a torn last line, never glue this entry to it
@@ -410,6 +408,8 @@ def _file_claim(path: Path, entry: dict, extend: Any = None) -> bool:
             handle.write(torn + json.dumps(full, sort_keys=True) + "\n")
             handle.flush()
             os.fsync(handle.fileno())
+        if created:
+            _sync_directory(path)
         return True
 
 
@@ -419,12 +419,16 @@ def _file_release(path: Path, entry: dict) -> None:
 
 
 def _file_update(path: Path, entry: Mapping[str, Any],
-                 change: Callable[[list[dict]], list[dict]]) -> None:
+                 change: Callable[[list[dict]], list[dict]], required: bool = False) -> None:
     """Replace the file by ``change(its entries)`` under the lock (``change`` may raise:
     nothing is written then). The new ledger is written beside it, synced, then renamed over
-    it: a failed write (a full disk, a kill) leaves the old ledger whole."""
+    it: a failed write (a full disk, a kill) leaves the old ledger whole. A missing file:
+    nothing to do, or with ``required`` a :class:`PolicyError` (fail closed)."""
     with _locked(path):
         if not path.exists():
+            if required:
+                raise PolicyError(f"dp='sample' refused: dp-state-file {path} is gone, so "
+                                  "this release cannot be accounted")
             return
         kept = change(_entries(path.read_text()))
         tmp = path.with_name(path.name + ".tmp")
@@ -438,8 +442,20 @@ def _file_update(path: Path, entry: Mapping[str, Any],
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
-        directory = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+        _sync_directory(path)
+
+
+def _state_path(path: Any) -> Path:
+    """The node's ``dp-state-file`` with its links resolved: the ledger is replaced whole by
+    renaming over it, which over a symbolic link would replace the link (the link's target,
+    say on a persistent volume, would keep a stale ledger) and lock another name."""
+    return Path(str(path)).resolve()
+
+
+def _sync_directory(path: Path) -> None:
+    """Make the creation or replacement of ``path`` durable (its directory's entry)."""
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)

@@ -5,6 +5,7 @@ node's budget, or crashes instead of refusing, on the code before the fix."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import math
 import os
@@ -113,3 +114,47 @@ def test_a_bad_step_report_is_refused_by_the_policy(tmp_path, key_file, report):
                 app=ReportingApp(report))
     assert reply.has_error()
     assert "expected a sample rate in (0, 1] and a whole number of steps" in reply.error.reason
+
+
+def test_a_symlinked_state_file_stays_the_ledger_it_links_to(tmp_path, key_file):
+    """The ledger is replaced by renaming a new file over it: over a symbolic link (a path
+    in an ephemeral folder linking to a persistent volume) that replaced the link, and the
+    volume kept a pending line that counts for nothing."""
+    target = tmp_path / "volume" / "ledger.jsonl"
+    target.parent.mkdir()
+    target.write_text("")
+    link = tmp_path / "state.jsonl"
+    link.symlink_to(target)
+    assert not ask(make_gradient_coding_mod(), link, 1, key_file).has_error()
+    assert link.is_symlink() and '"epsilon"' in target.read_text()
+    again = ask(make_gradient_coding_mod(), link, 2, key_file)  # a restarted node
+    assert again.has_error() and "dp-max-epsilon" in again.error.reason
+
+
+def test_a_state_file_gone_before_its_lock_is_taken_refuses_the_release(tmp_path, key_file,
+                                                                       monkeypatch):
+    from fl_gradcode.flower import client_ledger
+
+    state, real = tmp_path / "s.jsonl", client_ledger._locked
+
+    class Racing(ReportingApp):
+        def __call__(self, msg, context):
+            @contextlib.contextmanager
+            def locked(path):
+                with real(path):
+                    path.unlink(missing_ok=True)  # removed just as the lock is taken
+                    yield
+            monkeypatch.setattr(client_ledger, "_locked", locked)
+            return super().__call__(msg, context)
+
+    reply = ask(make_gradient_coding_mod(), state, 1, key_file, app=Racing())
+    assert reply.has_error() and "cannot be accounted" in reply.error.reason
+
+
+def test_a_replay_under_a_new_node_id_is_refused_without_a_state_file(key_file):
+    mod = make_gradient_coding_mod()
+    inst = _inst(round=1, nonce="n", dp="partition", noise_multiplier=SIGMA, clip_norm=1.0)
+    node = {"dp-key-file": key_file, "partition-id": 1}
+    assert not mod(_message(inst), _context(7, None, **node), ReportingApp()).has_error()
+    replay = mod(_message(inst), _context(8, None, **node), ReportingApp())  # re-registered
+    assert replay.has_error() and "already answered" in replay.error.reason
