@@ -86,7 +86,7 @@ class ReplayGuard:
         if it already was. With ``release``: also record it in the node's ledger, or raise
         :class:`PolicyError` if it would exceed ``policy``'s budget (``dp-max-releases``,
         ``dp-max-epsilon``)."""
-        memory_key = (self._process_key(node_config, node_id), nonce, int(rnd))
+        memory_key = (int(node_id), nonce, int(rnd))
         why = (f"round={rnd} with nonce={nonce!r} was already answered by this node: a second "
                "instruction for an answered (nonce, round) is refused, whatever it asks (its "
                "keyed noise would repeat)")
@@ -118,7 +118,7 @@ class ReplayGuard:
     def release(self, node_id: int, node_config: Mapping[str, Any], nonce: str, rnd: int) -> None:
         """Forget a claim whose computation failed before any reply was sent."""
         with self._lock:
-            self._answered.discard((self._process_key(node_config, node_id), nonce, int(rnd)))
+            self._answered.discard((int(node_id), nonce, int(rnd)))
             path = node_config.get("dp-state-file")
             if path:
                 entry = {"node": self._file_label(node_config, node_id), "nonce": nonce,
