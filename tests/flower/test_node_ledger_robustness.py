@@ -5,7 +5,6 @@ node's budget, or crashes instead of refusing, on the code before the fix."""
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import math
 import os
@@ -133,20 +132,18 @@ def test_a_symlinked_state_file_stays_the_ledger_it_links_to(tmp_path, key_file)
 
 def test_a_state_file_gone_before_its_lock_is_taken_refuses_the_release(tmp_path, key_file,
                                                                        monkeypatch):
-    from fl_gradcode.flower import client_ledger
+    import fcntl
 
-    state, real = tmp_path / "s.jsonl", client_ledger._locked
+    state, real = tmp_path / "s.jsonl", fcntl.flock
 
     class Racing(ReportingApp):
         def __call__(self, msg, context):
-            @contextlib.contextmanager
-            def locked(path):
-                with real(path):
-                    path.unlink(missing_ok=True)  # removed just as the lock is taken
-                    yield
-            monkeypatch.setattr(client_ledger, "_locked", locked)
+            def flock(fd, op):  # accounting's lock: the file removed just as it is taken
+                real(fd, op)
+                if op == fcntl.LOCK_EX:
+                    state.unlink(missing_ok=True)
+            monkeypatch.setattr(fcntl, "flock", flock)
             return super().__call__(msg, context)
 
     reply = ask(make_gradient_coding_mod(), state, 1, key_file, app=Racing())
     assert reply.has_error() and "cannot be accounted" in reply.error.reason
-
