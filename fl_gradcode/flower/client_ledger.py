@@ -395,12 +395,12 @@ def _file_claim(path: Path, entry: dict, extend: Any = None) -> bool:
     same node, nonce and round is there already (then False). ``extend`` sees the file's
     entries and may raise (a spent budget): nothing is written then."""
     with _locked(path):
-        text = path.read_text() if path.exists() else ""
+        created = not path.exists()
+        text = "" if created else path.read_text()
         previous = _entries(text)
         if any(_same_round(e, entry) for e in previous):
             return False
         full = entry if extend is None else extend(previous)
-        created = not path.exists()
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         with os.fdopen(fd, "a") as handle:
             # after a torn last line, never glue this entry to it

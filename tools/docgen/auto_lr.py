@@ -14,6 +14,8 @@ from tools.docgen.rivals import (
     COMPARE,
     GOAL_ACCURACY,
     GOAL_TIME,
+    Stats,
+    Verdict,
     meets_goal,
     method_label,
     method_stats,
@@ -32,6 +34,26 @@ def with_auto_lr(cell: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]
             + [{**r, "method": "auto"} for r in runs]}
 
 
+def _read(data: Mapping[str, Any], benchmark: Mapping[str, Any], report: Sequence[str]
+          ) -> list[tuple[str, Stats, Stats | None, Stats, Verdict]]:
+    """Each reported cell read, in the report's order: ``(name, auto-lr's stats, FedBuff's
+    stats or None, auto's stats, the goal's verdict with auto-lr in auto's place)``."""
+    out = []
+    for name in report:
+        if name not in data.get("cells", {}) or name not in benchmark["cells"]:
+            continue
+        cell, runs = benchmark["cells"][name], data["cells"][name]["runs"]
+        stats = method_stats(cell)
+        out.append((name, method_stats({"runs": runs})["auto-lr"], stats.get("fedbuff"),
+                    stats["auto"], verdict(name, with_auto_lr(cell, runs))))
+    return out
+
+
+def _near(mine: Stats, fedbuff: Stats | None) -> bool:
+    """Within the goal's time factor of FedBuff's, final accuracy within its margin."""
+    return fedbuff is not None and all(meets_goal(mine, fedbuff))
+
+
 def _time(value: float) -> str:
     return "never" if math.isinf(value) else f"{value:.1f} s"
 
@@ -46,26 +68,20 @@ def _ratio(entry: Mapping[str, Any]) -> str:
 def render_auto_lr(data: Mapping[str, Any], benchmark: Mapping[str, Any],
                    report: Sequence[str]) -> str | None:
     """A sentence of counts and one row per cell read."""
-    read = [c for c in report if c in data.get("cells", {}) and c in benchmark["cells"]]
-    if not read:
+    cells = _read(data, benchmark, report)
+    if not cells:
         return None
+    read = [name for name, *_ in cells]
     rows, near_fedbuff, goal, faster, unpaired = [], 0, 0, 0, []
-    for name in read:
-        mine, cell = data["cells"][name], benchmark["cells"][name]
-        stats = method_stats(cell)
-        lr_stats = method_stats({"runs": mine["runs"]})["auto-lr"]
-        fedbuff, auto = stats.get("fedbuff"), stats["auto"]
-        if fedbuff is not None and all(meets_goal(lr_stats, fedbuff)):
-            near_fedbuff += 1
-        if lr_stats.median_time < auto.median_time:
-            faster += 1
-        v = verdict(name, with_auto_lr(cell, mine["runs"]))
+    for name, lr_stats, fedbuff, auto, v in cells:
+        mine = data["cells"][name]
+        near_fedbuff += _near(lr_stats, fedbuff)
+        faster += lr_stats.median_time < auto.median_time
         goal += v.met
         if not mine["check"]["reproduces"]:
             unpaired.append(name)
-        tuning = mine["tuning"]
         rows.append([
-            name, f"{mine['server_lr']:g}" + (" (edge)" if tuning["at_edge"] else ""),
+            name, f"{mine['server_lr']:g}" + (" (edge)" if mine["tuning"]["at_edge"] else ""),
             f"{_time(auto.median_time)} ({auto.reached}/{auto.seeds})",
             f"{_time(lr_stats.median_time)} ({lr_stats.reached}/{lr_stats.seeds})",
             "-" if fedbuff is None else f"{_time(fedbuff.median_time)}",
@@ -104,18 +120,14 @@ def render_auto_lr(data: Mapping[str, Any], benchmark: Mapping[str, Any],
 def render_headline(data: Mapping[str, Any], benchmark: Mapping[str, Any],
                     report: Sequence[str]) -> str | None:
     """One README line: how much of FedBuff's lead a tuned step for auto takes back."""
-    read = [c for c in report if c in data.get("cells", {}) and c in benchmark["cells"]]
-    if not read:
+    cells = _read(data, benchmark, report)
+    if not cells:
         return None
+    read = [name for name, *_ in cells]
     over_auto = [data["cells"][c]["over_auto"]["geomean"] for c in read
                  if data["cells"][c]["over_auto"]["geomean"] is not None]
-    near, goal = 0, 0
-    for name in read:
-        cell, runs = benchmark["cells"][name], data["cells"][name]["runs"]
-        fedbuff = method_stats(cell).get("fedbuff")
-        mine = method_stats({"runs": runs})["auto-lr"]
-        near += fedbuff is not None and all(meets_goal(mine, fedbuff))
-        goal += verdict(name, with_auto_lr(cell, runs)).met
+    near = sum(_near(mine, fedbuff) for _, mine, fedbuff, _, _ in cells)
+    goal = sum(v.met for *_, v in cells)
     lrs = ", ".join(f"{v:g}" for v in sorted({data["cells"][c]["server_lr"] for c in read}))
     span = (f"{min(over_auto):.2f}–{max(over_auto):.2f}× the time of auto at lr 1 (paired, "
             "per cell)"
