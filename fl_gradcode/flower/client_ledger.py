@@ -46,7 +46,8 @@ class ReplayGuard:
     def __init__(self) -> None:
         self._answered: set[tuple[Any, ...]] = set()
         # without a dp-state-file, for a node with a budget: this process's releases, per node
-        self._ledger: dict[int, list[dict]] = {}
+        # (by _process_key, as _answered is)
+        self._ledger: dict[Any, list[dict]] = {}
         self._lock = threading.Lock()
 
     # Flower's simulation engine ships the ClientApp (and so the mod holding this guard) to
@@ -73,8 +74,9 @@ class ReplayGuard:
 
     @staticmethod
     def _process_key(node_config: Mapping[str, Any], node_id: int) -> Any:
-        """The in-process ledger's key: the node's partition when its node config names one,
-        else the ``node_id`` (the only name of a node among several in one process)."""
+        """The in-process key of a node's answered rounds and release ledger: its partition
+        when its node config names one (a node re-registered under a new ``node_id`` keeps
+        them), else the ``node_id`` (the only name of a node among several in one process)."""
         if "partition-id" in node_config:
             return ("partition", str(node_config["partition-id"]),
                     str(node_config.get("num-partitions")))
@@ -86,7 +88,7 @@ class ReplayGuard:
         if it already was. With ``release``: also record it in the node's ledger, or raise
         :class:`PolicyError` if it would exceed ``policy``'s budget (``dp-max-releases``,
         ``dp-max-epsilon``)."""
-        memory_key = (int(node_id), nonce, int(rnd))
+        memory_key = (self._process_key(node_config, node_id), nonce, int(rnd))
         why = (f"round={rnd} with nonce={nonce!r} was already answered by this node: a second "
                "instruction for an answered (nonce, round) is refused, whatever it asks (its "
                "keyed noise would repeat)")
@@ -118,7 +120,7 @@ class ReplayGuard:
     def release(self, node_id: int, node_config: Mapping[str, Any], nonce: str, rnd: int) -> None:
         """Forget a claim whose computation failed before any reply was sent."""
         with self._lock:
-            self._answered.discard((int(node_id), nonce, int(rnd)))
+            self._answered.discard((self._process_key(node_config, node_id), nonce, int(rnd)))
             path = node_config.get("dp-state-file")
             if path:
                 entry = {"node": self._file_label(node_config, node_id), "nonce": nonce,

@@ -90,6 +90,12 @@ def _context(node_id: int = 7, run_config: dict | None = None, **node_config) ->
                    run_config=dict(run_config or {}))
 
 
+def _other_node(index: int, **node_config) -> Context:
+    """Another node of the federation: its own node_id and partition-id (as Flower's
+    simulation gives each node), in this process."""
+    return _context(100 + index, **{**node_config, "partition-id": index})
+
+
 def _refusal(reply: Message) -> str:
     assert reply.has_error(), "expected an error reply"
     assert reply.error.code == MOD_ERROR_CODE
@@ -348,7 +354,7 @@ def test_replicas_on_other_nodes_answer_the_same_round(key_file):
     mod = make_gradient_coding_mod(cache={})
     cfg = {"dp-key-file": key_file}
     replies = [mod(_message(_train_instruction(worker=w, dp="partition", noise_multiplier=1.0)),
-                   _context(node_id=100 + w, **cfg), App()) for w in range(3)]
+                   _other_node(w, **cfg), App()) for w in range(3)]
     coded = [_coded(r) for r in replies]
     assert all(np.array_equal(coded[0], c) for c in coded)
 
@@ -475,13 +481,13 @@ def test_replicas_asked_with_another_sigma_or_lr_do_not_share_noise(key_file, wh
         sig = (1.0, 0.5)
         r1, r2 = (_coded(mod(_message(_train_instruction(worker=w, dp="partition", clip_norm=clip,
                                                          noise_multiplier=sig[w])),
-                             _context(100 + w, **cfg), App()))
+                             _other_node(w, **cfg), App()))
                   for w in (0, 1))
         estimate = (sig[1] * r1 - sig[0] * r2) / (sig[1] - sig[0])
     else:
         r1, r2 = (_coded(mod(_message(_train_instruction(worker=w, dp="partition", clip_norm=clip,
                                                          noise_multiplier=1.0), lr=lr),
-                             _context(100 + w, **cfg), App()))
+                             _other_node(w, **cfg), App()))
                   for w, lr in ((0, 0.5), (1, 1e-12)))
         estimate = r1 - r2
     truth = _clipped_update(1, 0.5, clip)
@@ -496,7 +502,7 @@ def test_honest_replicas_on_other_nodes_draw_identical_noise(key_file):
     cfg = {"dp-key-file": key_file}
     releases = [_coded(mod(_message(_train_instruction(worker=w, dp="partition", clip_norm=0.5,
                                                        noise_multiplier=1.0)),
-                           _context(100 + w, **cfg), App())) for w in (0, 1)]
+                           _other_node(w, **cfg), App())) for w in (0, 1)]
     np.testing.assert_array_equal(releases[0], releases[1])
     assert np.linalg.norm(releases[0] - _clipped_update(1, 0.5, 0.5)) > 0.1
 

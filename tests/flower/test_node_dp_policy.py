@@ -222,7 +222,8 @@ def test_in_a_shared_simulation_cache_a_policy_node_never_reuses_a_raw_computati
     plain = mod(_message(inst), _context(101, **{"dp-key-file": key_file}), NoisyApp())
     np.testing.assert_allclose(_coded(plain), _raw(1), rtol=1e-12)
     guarded = mod(_message(_inst(dp="sample", noise_multiplier=1.0, worker=1)),
-                  _context(102, **{"dp-key-file": key_file, "dp-required": "sample"}),
+                  _context(102, **{"dp-key-file": key_file, "dp-required": "sample",
+                              "partition-id": 1}),
                   NoisyApp())
     assert _not_raw(guarded, _raw(1)) == "noised"
 

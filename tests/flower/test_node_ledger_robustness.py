@@ -147,3 +147,14 @@ def test_a_state_file_gone_before_its_lock_is_taken_refuses_the_release(tmp_path
 
     reply = ask(make_gradient_coding_mod(), state, 1, key_file, app=Racing())
     assert reply.has_error() and "cannot be accounted" in reply.error.reason
+
+
+def test_a_replay_under_a_new_node_id_is_refused_without_a_state_file(key_file):
+    """A node re-registered in the same process (the SuperLink gives it a new node_id) still
+    refuses a replayed (nonce, round): the memory is keyed by its partition, not the id."""
+    mod = make_gradient_coding_mod()
+    inst = _inst(round=1, nonce="n", dp="partition", noise_multiplier=SIGMA, clip_norm=1.0)
+    node = {"dp-key-file": key_file, "partition-id": 1}
+    assert not mod(_message(inst), _context(7, None, **node), ReportingApp()).has_error()
+    replay = mod(_message(inst), _context(8, None, **node), ReportingApp())  # re-registered
+    assert replay.has_error() and "already answered" in replay.error.reason
