@@ -1,20 +1,27 @@
 """Run-config keys: the ServerApp builds from the table the same strategy as it did from the
-hand-written keywords before the table existed (GradientCoding's or, for a rival,
-DeadlineFedAvg's construction arguments, the inner strategy, the train config and the
-accountant), case by case."""
+hand-written keywords before the table existed, case by case, read through what a user can
+observe: every option of the strategy (``strategy.options``; a rival's public attributes) against
+a ``GradientCoding`` built through the public constructor from the captured keywords, the inner
+strategy, the run's ``config.json``, the train config the clients are sent and the accountant."""
 
 from __future__ import annotations
 
 import inspect
+import json
 
 import pytest
+from flwr.serverapp import strategy as flower_strategies
 
+from fl_gradcode import latency as latency_models
 from fl_gradcode.config import merge_config
 from fl_gradcode.flower import GradientCoding
+from fl_gradcode.flower.options import FLAT_NAMES
+from fl_gradcode.privacy import DPConfig, ServerNoise
 
 # GradientCoding's (or, for a rival, DeadlineFedAvg's) construction arguments, the inner
 # strategy, the train config and the accountant, captured by running the ServerApp's build()
-# BEFORE the run-config table existed (hand-written keywords): the table must build the same.
+# BEFORE the run-config table existed (hand-written keywords): the table must build a strategy
+# with the same options as those keywords give through the public constructor.
 CASES = {
     "default": ({}, 4),
     "auto": ({"s": "auto", "s-max": 2, "auto-margin": 0.2, "exclude-slow": 4.0,
@@ -220,10 +227,12 @@ OLD_CHANGES = {
 
 
 _SIMPLE = (int, float, str, bool, type(None))
+_INNER_FIELDS = ("fraction_train", "fraction_evaluate", "min_available_nodes", "min_train_nodes",
+                 "server_learning_rate", "server_momentum", "eta")
 
 
 def _plain(value, tmp):
-    """A comparable, JSON-like description of a construction argument."""
+    """A comparable, JSON-like description of an option's value."""
     if isinstance(value, dict):
         return {str(k): _plain(v, tmp) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -232,46 +241,73 @@ def _plain(value, tmp):
         return value.replace(str(tmp), "<tmp>")
     if isinstance(value, _SIMPLE):
         return value
-    if type(value).__name__ == "ServerNoise":
+    if isinstance(value, ServerNoise):
         return ["ServerNoise", [round(float(x), 12) for x in value.draw(3, 1.0, 1, "n")]]
     if type(value).__module__.startswith("flwr"):
-        keep = ("fraction_train", "fraction_evaluate", "min_available_nodes", "min_train_nodes",
-                "server_learning_rate", "server_momentum", "eta")
-        return [type(value).__name__, {k: getattr(value, k) for k in keep if hasattr(value, k)}]
+        return [type(value).__name__,
+                {k: getattr(value, k) for k in _INNER_FIELDS if hasattr(value, k)}]
     return repr(value)
 
 
-def _construction(overrides, n, tmp, monkeypatch):
+def _captured_object(keyword, value, tmp):
+    """The object a captured keyword's description stands for."""
+    if keyword == "dp":
+        return eval(value, {"DPConfig": DPConfig})  # a repr captured above
+    if keyword == "latency":
+        return eval(value, dict(vars(latency_models)))  # a repr captured above
+    if keyword == "server_noise":
+        return None if value is None else ServerNoise.from_file(str(tmp / "server.json"))
+    if isinstance(value, str):
+        return value.replace("<tmp>", str(tmp))
+    return value
+
+
+def _inner(description):
+    (name, fields), = description
+    return getattr(flower_strategies, name)(**fields)
+
+
+def _by_hand(expected, tmp):
+    """``GradientCoding`` built through its public constructor from the captured keywords
+    (what a user writing the strategy by hand passes)."""
+    kwargs = {k: _captured_object(k, v, tmp) for k, v in expected["kwargs"].items()}
+    kwargs["results_dir"] = str(tmp / "by-hand")  # the built strategy's config.json stays
+    return GradientCoding(_inner(expected["args"]), **kwargs)
+
+
+def _options(strategy, tmp, *, skip=()):
+    names = (*FLAT_NAMES, "seed", "code_options")
+    return {name: _plain(strategy.options.get(name), tmp) for name in names
+            if name not in ("accountant", *skip)}
+
+
+def _build(overrides, n, tmp):
     import server.app as server_app
 
-    seen = {}
-
-    def recorder(real):
-        def record(*args, **kwargs):
-            seen["args"], seen["kwargs"] = _plain(list(args), tmp), _plain(kwargs, tmp)
-            return real(*args, **kwargs)
-        return record
-
-    monkeypatch.setattr(server_app, "GradientCoding", recorder(server_app.GradientCoding))
-    monkeypatch.setattr(server_app, "DeadlineFedAvg", recorder(server_app.DeadlineFedAvg))
     cfg = merge_config({"results-dir": str(tmp / "r"), **overrides})
     make = server_app.build_rival if cfg["rival"] else server_app.build
     strategy, _, _, train_config = make(cfg, n)
+    return cfg, strategy, train_config
+
+
+def _train_config(cfg, train_config, tmp):
     plain_cfg, config = _plain(cfg, tmp), _plain(dict(train_config), tmp)
-    seen["train_config"] = {
-        "keys": sorted(config),
-        "not_from_cfg": {k: v for k, v in config.items() if plain_cfg.get(k, "<missing>") != v},
-    }
-    run_config = seen["kwargs"].pop("run_config")
-    # the accountant is passed as a keyword (it used to be assigned after construction): it
-    # is compared below through the strategy's accountant, as before
-    seen["kwargs"].pop("accountant", None)
-    seen["run_config_not_from_cfg"] = {
-        k: v for k, v in run_config.items() if plain_cfg.get(k, "<missing>") != v}
-    seen["run_config_missing"] = sorted(set(plain_cfg) - set(run_config))
-    accountant = getattr(strategy, "accountant", None)
-    seen["accountant"] = None if accountant is None else _plain(accountant.units, tmp)
-    return seen
+    keys = sorted(set(config) - set(CLIENT_KEYS_ADDED_AFTER_CAPTURE))
+    return {"keys": keys,
+            "not_from_cfg": {k: v for k, v in config.items()
+                             if plain_cfg.get(k, "<missing>") != v}}
+
+
+def _run_config(cfg, tmp, described=()):
+    """What the run's config.json says of the run config: the keys that differ from ``cfg``
+    and the keys of ``cfg`` it lacks (``described``: keys config.json states as an option)."""
+    written = json.loads((tmp / "r" / "config.json").read_text())
+    plain_cfg = _plain(cfg, tmp)
+    return {"not_from_cfg": {k: v for k, v in _plain(written, tmp).items()
+                             if k not in described and k in plain_cfg | {"num-clients": 0,
+                                                                        "partition-sizes": 0}
+                             and plain_cfg.get(k, "<missing>") != v},
+            "missing": sorted(k for k in set(plain_cfg) - set(written) if k not in described)}
 
 
 # sections changed on purpose after the capture: independent noise's accountant starts at the
@@ -291,11 +327,7 @@ def _expected(case):
     return expected
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_server_app_builds_the_same_strategy_as_before_the_table(case, tmp_path, monkeypatch):
-    import json
-
-    (tmp_path / "server.json").write_text(json.dumps({"server": "11" * 32}))
+def _overrides(case, tmp):
     overrides, n = CASES[case]
     overrides = {**CAPTURE_DEFAULTS, **overrides}
     if case == "rival":  # a rival refuses the coded-only keys it would not read
@@ -303,20 +335,58 @@ def test_server_app_builds_the_same_strategy_as_before_the_table(case, tmp_path,
 
         overrides = {k: v for k, v in overrides.items()
                      if k == "rival" or k not in coded_only_keys()}
-    overrides = {k: v.replace("<tmp>", str(tmp_path)) if isinstance(v, str) else v
-                 for k, v in overrides.items()}
-    seen = _construction(overrides, n, tmp_path, monkeypatch)
-    # client keys added after the capture are forwarded in the train config too (at their
-    # defaults here: the same partitions as before)
-    for name in CLIENT_KEYS_ADDED_AFTER_CAPTURE:
-        seen["train_config"]["keys"].remove(name)
-    if "kwargs" in seen and OLD_BASE["kwargs"].keys() <= seen["kwargs"].keys():
-        # keys added after the capture build their keyword at GradientCoding's own default:
-        # the same strategy as passing nothing
-        signature = inspect.signature(GradientCoding.__init__).parameters
-        for keyword in ADDED_AFTER_CAPTURE:
-            assert seen["kwargs"].pop(keyword) == signature[keyword].default, keyword
-    assert seen == _expected(case)
+    return {k: v.replace("<tmp>", str(tmp)) if isinstance(v, str) else v
+            for k, v in overrides.items()}, n
+
+
+@pytest.fixture
+def server_key(tmp_path):
+    (tmp_path / "server.json").write_text(json.dumps({"server": "11" * 32}))
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c != "rival"])
+def test_server_app_builds_the_same_strategy_as_before_the_table(case, tmp_path, server_key):
+    expected = _expected(case)
+    overrides, n = _overrides(case, tmp_path)
+    cfg, strategy, train_config = _build(overrides, n, tmp_path)
+    built_options = _options(strategy, tmp_path)
+    by_hand = _by_hand(expected, tmp_path)
+    # options added after the capture stay at the constructor's defaults: the strategy the
+    # captured keywords build by hand (without a pinned nonce or a server key file, each
+    # strategy draws its own nonce and server noise: compared below where they are pinned)
+    drawn = ("nonce", "server_noise")
+    assert {k: v for k, v in built_options.items() if k not in drawn} == \
+        _options(by_hand, tmp_path, skip=drawn)
+    if expected["kwargs"]["dp_run_nonce"]:
+        assert built_options["nonce"] == expected["kwargs"]["dp_run_nonce"]
+    # the options a run config sets differently from the constructor's defaults, by value
+    signature = inspect.signature(GradientCoding.__init__).parameters
+    assert {k: _plain(strategy.options.get(k), tmp_path) for k in ADDED_AFTER_CAPTURE
+            if k in FLAT_NAMES} == {k: _plain(signature[k].default, tmp_path)
+                                    for k in ADDED_AFTER_CAPTURE if k in FLAT_NAMES}
+    assert _plain(strategy.inner, tmp_path) == expected["args"][0]
+    if expected["kwargs"]["server_noise"] is not None:
+        assert _plain(strategy.server_noise, tmp_path) == expected["kwargs"]["server_noise"]
+    accountant = strategy.accountant
+    assert (None if accountant is None else _plain(accountant.units, tmp_path)) == \
+        expected["accountant"]
+    assert _train_config(cfg, train_config, tmp_path) == expected["train_config"]
+    described = set(strategy.options.describe("", None))
+    assert _run_config(cfg, tmp_path, described) == {
+        "not_from_cfg": expected["run_config_not_from_cfg"],
+        "missing": expected["run_config_missing"]}
+
+
+def test_server_app_builds_the_same_rival_as_before_the_table(tmp_path, server_key):
+    expected = _expected("rival")
+    overrides, n = _overrides("rival", tmp_path)
+    cfg, strategy, train_config = _build(overrides, n, tmp_path)
+    kwargs = dict(expected["kwargs"])
+    assert _plain(str(strategy.recorder.directory), tmp_path) == kwargs.pop("results_dir")
+    assert {k: _plain(getattr(strategy, k), tmp_path) for k in kwargs} == kwargs
+    assert _train_config(cfg, train_config, tmp_path) == expected["train_config"]
+    assert _run_config(cfg, tmp_path) == {"not_from_cfg": expected["run_config_not_from_cfg"],
+                                          "missing": expected["run_config_missing"]}
 
 
 # run-config keys added after the construction above was captured, by GradientCoding keyword
