@@ -10,6 +10,8 @@ update and decoding stays exact.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import torch
 from torch import nn
@@ -258,6 +260,8 @@ def dp_sgd_update(
         loss = nn.functional.cross_entropy(gsm(xt), yt)
         loss.backward()
         per_sample = torch.cat([p.grad_sample.reshape(len(yt), -1) for p in params], dim=1)
+        finite = torch.isfinite(per_sample).all(dim=1, keepdim=True)
+        per_sample = torch.where(finite, per_sample, torch.zeros_like(per_sample))
         norms = per_sample.norm(dim=1, keepdim=True)
         factor = torch.clamp(clip_norm / (norms + 1e-12), max=1.0)
         total = (per_sample * factor).sum(dim=0).detach().numpy()
@@ -284,9 +288,27 @@ def dp_sgd_update(
             # an empty Poisson batch is a step too: its backward gives Opacus empty per-sample
             # gradients, so the step adds only the noise, as DP-SGD defines it
             nn.functional.cross_entropy(gsm(xb), yb).backward()
+            zero_non_finite_samples(params)
             opt.step()
     gsm._close()
     return flat_parameters(net) - theta
+
+
+def zero_non_finite_samples(params: Sequence[torch.nn.Parameter]) -> None:
+    """Set to zero, in place, every example's per-sample gradient (Opacus ``grad_sample``)
+    that has a non-finite entry in any parameter, before DP-SGD clips them: zero is within the
+    clip norm, while a NaN would pass through the clipping and the noise, and a server choosing
+    a model on which one record's gradient overflows would read its membership exactly."""
+    samples = [p.grad_sample for p in params
+               if isinstance(getattr(p, "grad_sample", None), torch.Tensor)]
+    if not samples or samples[0].shape[0] == 0:  # an empty Poisson batch: nothing to clip
+        return
+    finite = torch.stack([torch.isfinite(g.reshape(g.shape[0], -1)).all(dim=1)
+                          for g in samples]).all(dim=0)
+    if bool(finite.all()):
+        return
+    for g in samples:
+        g[~finite] = 0.0
 
 
 def dp_sgd_steps(size: int, *, kind: str, epochs: int, batch_size: int) -> tuple[float, int]:

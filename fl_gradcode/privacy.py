@@ -123,7 +123,15 @@ def normal_clip_norm(value: float) -> float:
 
 def clip(u: np.ndarray, clip_norm: float) -> np.ndarray:
     """``u * min(1, C / ||u||)``: the result's norm is at most ``C`` (up to rounding, for a
-    normal ``C``; a ratio ``C / ||u||`` too small for a normal float scales in two steps)."""
+    normal ``C``; a ratio ``C / ||u||`` too small for a normal float scales in two steps).
+
+    A ``u`` with a non-finite entry (a computation that overflowed) is clipped to the zero
+    vector: its norm is within ``C`` as every release's must be. Released as it came, a NaN
+    passes through the noise, and a server choosing a model on which one record's update
+    overflows would read that record's membership exactly."""
+    u = np.asarray(u, dtype=np.float64)
+    if not np.isfinite(u).all():
+        return np.zeros_like(u)
     norm = float(np.linalg.norm(u))
     if norm <= clip_norm or norm == 0.0:
         return np.array(u, dtype=np.float64)

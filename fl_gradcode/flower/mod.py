@@ -71,9 +71,11 @@ import dataclasses
 import secrets
 import time
 from collections.abc import Callable, MutableMapping
+from logging import ERROR
 from typing import Any
 
 from flwr.app import Context, Error, Message, MessageType
+from flwr.common.logger import log
 
 from . import mod_order, protocol
 from .binding import bound_nonce
@@ -98,8 +100,8 @@ from .client.seeding import (
     set_rng_states,
 )
 from .client.wire import coded_reply_message
-from .client_ledger import ReplayGuard
-from .client_policy import NodePolicy
+from .client_ledger import PolicyError, ReplayGuard
+from .client_policy import LOCAL_NOISE, NodePolicy
 from .encoding import accumulate_delta
 from .protocol import Instruction
 from .records import error_reason
@@ -120,11 +122,12 @@ def _coded_reply(msg: Message, context: Context,
                  call_next: Callable[[Message, Context], Message], instruction: Instruction,
                  policy: NodePolicy, cache: Cache | None, notices: Notices,
                  wall_clock: Callable[[], float],
-                 reported: dict[int, dict[str, float]]) -> Message:
+                 reported: dict[int, dict[str, float]], started: list[int]) -> Message:
     """The one coded reply to a checked ``train`` instruction: each assigned partition run
     (or taken from ``cache``), released, added to the coded sum, then encoded for the wire;
     :class:`~fl_gradcode.flower.client.deadline.Stopped` once the round's deadline passes.
-    ``reported`` gets each partition's reply metrics (what the app says it did)."""
+    ``reported`` gets each partition's reply metrics (what the app says it did), ``started``
+    each partition as its computation starts (the app has then run on its data)."""
     content = protocol.app_content(msg.content)
     global_arrays = single_record(dict(content.array_records), "arrays", "ArrayRecord")
     theta = {name: array_values(arr) for name, arr in global_arrays.items()}  # no copy
@@ -144,6 +147,7 @@ def _coded_reply(msg: Message, context: Context,
         zip(instruction.partition_ids, instruction.coefficients, strict=True)
     ):
         deadline.before_partition(index, total)  # a partition is never cut short
+        started.append(pid)
         result = runs.result(index)
         reported[pid] = result.metrics
         released = None
@@ -219,16 +223,36 @@ def make_gradient_coding_mod(
             mod_order.warn_inner_mods(call_next, notices)  # once per mod listed after this one
             claimed = claim_round(guard, context, instruction, policy, notices,
                                   train_config_of(msg))
+            reported: dict[int, dict[str, float]] = {}
+            started: list[int] = []
             try:
-                reported: dict[int, dict[str, float]] = {}
-                reply = _coded_reply(msg, context, call_next, instruction, policy, cache,
-                                     notices, wall_clock, reported)
+                try:
+                    reply = _coded_reply(msg, context, call_next, instruction, policy, cache,
+                                         notices, wall_clock, reported, started)
+                except Exception as exc:
+                    if (claimed and started and instruction.dp in LOCAL_NOISE
+                            and not isinstance(exc, Stopped)):
+                        # the app ran on the data, for a release the node noises, and failed:
+                        # whether it fails, and its message, may depend on the data, which no
+                        # noise covers (a release without the node's noise covers nothing
+                        # either: its app's message is sent as before). The round
+                        # stays answered (a server cannot ask again until one question
+                        # fails), and its reason names no more than that; the app's error
+                        # is logged on the node only
+                        log(ERROR, "gradient_coding_mod: round %s: %s", instruction.round,
+                            error_reason(exc))
+                        raise DataFailure(DATA_FAILURE_REASON) from None
+                    raise
                 if claimed and instruction.dp == "sample":  # the app's DP-SGD, as it ran
                     guard.account(context.node_id, context.node_config, instruction.nonce,
                                   instruction.round, reported, policy)
                 return reply
+            except DataFailure:
+                raise  # the round stays answered
             except BaseException:
-                if claimed:  # nothing was sent: the round may be asked again
+                # nothing was sent, and the data decided nothing (a deadline stopped the work,
+                # the budget refused it, or it failed before the app ran): it may be asked again
+                if claimed:
                     guard.release(context.node_id, context.node_config, instruction.nonce,
                                   instruction.round)
                 raise
@@ -239,6 +263,18 @@ def make_gradient_coding_mod(
             return Message(Error(MOD_ERROR_CODE, error_reason(exc)), reply_to=msg)
 
     return gradient_coding_mod
+
+
+class DataFailure(PolicyError):
+    """A guarded node's app failed after it ran on the data (:data:`DATA_FAILURE_REASON`)."""
+
+
+#: The reason a guarded node gives when its app failed after running on the data (the app's
+#: own message and traceback stay on the node: they may depend on the data).
+DATA_FAILURE_REASON = (
+    "the app failed after it ran on this node's data; its message is withheld and the round "
+    "counts as answered (this node guards its releases: a failure may depend on the data, "
+    "which no noise covers). The node's operator sees the app's error in the node's log")
 
 
 def _evaluate_or_query(msg: Message, context: Context,

@@ -471,3 +471,51 @@ def test_a_bad_dp_evaluate_is_named():
                                        _context(**{"dp-required": "partition",
                                                    "dp-evaluate": "maybe"}), _evaluating_app)
     assert "node config dp-evaluate='maybe'" in _refused(reply)
+
+
+class ThresholdApp(NoisyApp):
+    """The numpy app with a sanity check that raises when its update is large: whether it
+    fails depends on the data (its partition's target) and on the model the server sent."""
+
+    def __call__(self, msg: Message, context: Context) -> Message:
+        pid = int(context.node_config["partition-id"])
+        theta = msg.content["arrays"]["w"].numpy()
+        if np.abs(_target(pid) - theta).max() > 0.5:
+            raise FloatingPointError(f"update too large: record value {_target(pid)[0]!r}")
+        return super().__call__(msg, context)
+
+
+@pytest.mark.parametrize("state", [False, True])
+def test_an_app_failing_on_the_data_spends_the_round_and_withholds_its_message(
+        key_file, tmp_path, state):
+    """An app that fails on a data-dependent condition answers a yes/no question no noise
+    covers. The failed round was freed, so a server asked again and again under one
+    (nonce, round) at no cost; the app's message went to the server too. The round now stays
+    answered and the reply names only that the app failed."""
+    node = {"dp-key-file": key_file, "dp-required": "partition"}
+    if state:
+        node["dp-state-file"] = str(tmp_path / "state.jsonl")
+    mod = make_gradient_coding_mod()
+    inst = _inst(dp="partition", noise_multiplier=2.0, clip_norm=1.0)
+    reason = _refused(mod(_message(inst), _context(**node), ThresholdApp()))
+    assert "the app failed after it ran on this node's data" in reason
+    assert "record value" not in reason and "update too large" not in reason
+    again = _refused(mod(_message(inst, theta=_target(1)), _context(**node), ThresholdApp()))
+    assert "already answered" in again
+    if state:  # the ledger holds the round
+        assert len((tmp_path / "state.jsonl").read_text().splitlines()) == 1
+
+
+def test_a_round_stopped_by_its_deadline_may_be_asked_again(key_file):
+    """A deadline, not the data, stopping the work (before the first partition) keeps the
+    round open: the same (nonce, round) is answered once asked in time."""
+    node = {"dp-key-file": key_file, "dp-required": "partition"}
+    now = [1e12]  # long after the message was created
+    mod = make_gradient_coding_mod(wall_clock=lambda: now[0])
+    inst = _inst(dp="partition", noise_multiplier=2.0, clip_norm=1.0, stop_after_s=1.0)
+    app = ThresholdApp()
+    stopped = mod(_message(inst, theta=_target(1)), _context(**node), app)
+    assert stopped.has_error() and "stopped after 0 of 1 partitions" in stopped.error.reason
+    now[0] = 0.0
+    answered = mod(_message(inst, theta=_target(1)), _context(**node), app)
+    assert not answered.has_error(), answered.error.reason

@@ -383,3 +383,21 @@ def test_a_clip_norm_below_the_smallest_normal_float_is_refused_by_name():
     with pytest.raises(ValueError, match="clip-norm=5e-323"):
         DPConfig(mode="partition", clip_norm=5e-323)
     DPConfig(mode="partition", clip_norm=MIN_CLIP_NORM)  # the smallest accepted
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("mode", ["partition", "central"])
+def test_a_non_finite_update_is_released_as_the_zero_vector_would_be(bad, mode):
+    """A NaN or inf passed through clipping and noise, so which releases were non-finite told
+    the server exactly which partitions hold a record whose update overflowed on a model it
+    chose. The release of such an update is the zero vector's (inside the clip ball)."""
+    mechanism = privacy.make_mechanism(privacy.DPConfig(mode=mode, clip_norm=0.5,
+                                                        noise_multiplier=1.3))
+    keys = NoiseKeys(master=b"\x07" * 32)
+    update = np.linspace(-3.0, 3.0, 12)
+    update[5] = bad
+    kw = dict(keys=keys, partition=2, server_round=4, nonce="n", worker=1)
+    released = mechanism.release(update, **kw)
+    np.testing.assert_array_equal(released, mechanism.release(np.zeros(12), **kw))
+    assert np.isfinite(released).all()
+    np.testing.assert_array_equal(privacy.clip(update, 0.5), np.zeros(12))

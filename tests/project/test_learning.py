@@ -389,3 +389,44 @@ def test_dp_local_update_takes_a_step_on_an_empty_poisson_batch():
         assert match, f"seed {seed}: {got} is no outcome of two Poisson steps"
         seen.add(match[0])
     assert 0 in seen and len(seen) > 1  # an all-empty round happened, and others
+
+
+def _overflow_on_one_example():
+    """Softmax regression data and a model on which only example 0's logit overflows (only it
+    has a nonzero first feature, and the model weighs that feature by 1.7e308)."""
+    rng = np.random.default_rng(5)
+    x, y, classes = rng.normal(size=(12, 4)), rng.integers(0, 3, size=12), 3
+    x[1:, 0] = 0.0
+    x[0, 0] = 1.0
+    model = make_model("logreg", (4,), classes, seed=0)
+    theta = np.zeros(flat_parameters(model).size)
+    theta[0] = 1.7e308  # weight of feature 0 into class 0
+    theta[classes * 4] = 1.7e308  # bias of class 0
+    return model, theta, x, y, classes
+
+
+def test_dp_gradient_update_counts_an_overflowing_example_as_zero():
+    """A server choosing a model on which one record's gradient is NaN read that record's
+    membership from the NaN in the release (the noise does not hide it). The record's gradient
+    counts as zero, within the clip norm; the others' are clipped and noised as before."""
+    from fl_gradcode.learning import dp_sgd_update
+
+    model, theta, x, y, classes = _overflow_on_one_example()
+    got = dp_sgd_update(model, theta, x, y, kind="gradient", clip_norm=0.5,
+                        noise_multiplier=1.1, data_seed=0, noise_seed=9)
+    g = _softmax_regression_per_example_grads(theta, x[1:], y[1:], classes)
+    clipped = g * np.minimum(1.0, 0.5 / (np.linalg.norm(g, axis=1, keepdims=True) + 1e-12))
+    noise = np.random.Generator(np.random.PCG64(9)).standard_normal(theta.size)
+    expected = (clipped.sum(axis=0) + 1.1 * 0.5 * noise) / len(y)
+    np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-12)
+
+
+def test_dp_local_update_counts_an_overflowing_example_as_zero():
+    """The same through Opacus' DP-SGD (its per-sample gradients before it clips them): the
+    update is finite; without the fix every step holding example 0 was NaN."""
+    from fl_gradcode.learning import dp_sgd_update
+
+    model, theta, x, y, _ = _overflow_on_one_example()
+    got = dp_sgd_update(model, theta, x, y, kind="local", clip_norm=0.5, noise_multiplier=1.1,
+                        lr=0.1, epochs=3, batch_size=4, data_seed=1, noise_seed=2)
+    assert np.isfinite(got).all()
