@@ -299,7 +299,7 @@ class ReplyCollector:
             parsed.extra["z"], parsed.extra["size"] = z, size
             # a handful of floats: plain Python, no numpy call per reply
             if not (all(map(math.isfinite, z.tolist()))
-                    and (size is None or math.isfinite(size))):
+                    and all(map(math.isfinite, size.tolist()))):
                 raise RejectedReply("arrays contain NaN or Inf, or overflow float64")
         return parsed
 

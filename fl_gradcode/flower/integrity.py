@@ -36,7 +36,10 @@ K. Ball's cube-slicing theorem (Proc. AMS 97, 1986), ``w.u / |u|`` has density a
 The leave-one-out disagreement of the changed reply ``i`` is exactly ``|W u|`` with
 ``u = a_i delta`` (``a_i`` its weight in the min-norm decoding, ``1/(s+1)`` inside a
 repetition group), measured relative to the median exact norm of the replies (not their
-projections): a change with ``|a_i delta| >= 20 * tolerance * median |r|`` is caught with
+projections), part by part (:meth:`Probe.measure`: the model's projections against the arrays'
+norm, the count against the count, the metrics' against the whole reply, so that a large
+honest metric cannot widen the model's tolerance): a change of the model with
+``|a_i delta| >= 20 * tolerance * median |r|`` (``|r|`` the arrays' norm) is caught with
 probability >= 1 - 1e-12 per round, fresh keys each round. A reply with ``a_i = 0`` that the
 applied decoding reads with weight ``c_i`` is caught the same way with ``c_i``
 (:func:`applied_disagreement`). Metrics are coordinates too
@@ -56,6 +59,7 @@ import hashlib
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -134,24 +138,31 @@ class Probe:
         return self.measure(arrays, count, metrics)[0]
 
     def measure(self, arrays: Mapping[str, np.ndarray], count: float,
-                metrics: Mapping[str, float] | None = None) -> tuple[np.ndarray, float | None]:
-        """``(z, size)``: the projections and, for a dense probe, :meth:`size` from the same
-        pass over the reply (``None`` for a sampled probe: the yardstick is then the norm of
-        the projections)."""
+                metrics: Mapping[str, float] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``(z, yardstick)``: the projections, and for each of them the size it is judged
+        against, from the same pass over the reply: the model's projections against the
+        arrays' exact norm (a dense probe; a sampled one: the norm of those projections),
+        the example count against its own size, the metrics' against the whole reply's
+        norm. Each part has its own: a large count or app metric (a cumulative sample count)
+        must not widen the tolerance on the model's coordinates."""
         with np.errstate(all="ignore"):  # NaN/Inf/overflow give a non-finite z: rejected
             if self.dense:
                 z, (scale, ssq) = self._dense(arrays)
+                model = _finish(scale, ssq)
             else:
-                z, scale, ssq = self._sampled(arrays), None, 0.0
+                z = np.atleast_1d(self._sampled(arrays))
+                model = _norm(z)
+                scale, ssq = _accumulate(0.0, 0.0, np.atleast_1d(z))
+            z = np.atleast_1d(z)
             tail = [float(count)]
             if self.metrics:
                 tail += list(self._metric_part(metrics or {}))
-            z = np.concatenate([np.atleast_1d(z), tail])
-            if scale is None:
-                return z, None
             extra = [float(count)] + (list((metrics or {}).values()) if self.metrics else [])
             scale, ssq = _accumulate(scale, ssq, np.asarray(extra, dtype=np.float64))
-            return z, _finish(scale, ssq)
+            whole = _finish(scale, ssq)
+            yardstick = np.concatenate([np.full(z.size, model), [abs(float(count))],
+                                        np.full(len(tail) - 1, whole)])
+            return np.concatenate([z, tail]), yardstick
 
     def size(self, arrays: Mapping[str, np.ndarray], count: float,
              metrics: Mapping[str, float] | None = None) -> float:
@@ -325,13 +336,14 @@ def round_probe(code: GradientCode, layout: Mapping[str, tuple[int, ...]], verif
     return Probe(layout, q=16, sample=None, metrics=True)
 
 
-def reply_sizes(extras: Mapping[int, Mapping[str, object]]) -> dict[int, float] | None:
-    """Each reply's exact norm as a dense probe measured it (``extra["size"]``), or ``None``
-    when any is missing (a sampled probe: the projections' norms are the yardstick)."""
+def reply_sizes(extras: Mapping[int, Mapping[str, object]]) -> dict[int, np.ndarray] | None:
+    """Each reply's yardstick as its probe measured it (``extra["size"]``: one size per
+    projection, :meth:`Probe.measure`), or ``None`` when any is missing (the projections'
+    norms are then the yardstick)."""
     sizes = {w: extra.get("size") for w, extra in extras.items()}
     if any(v is None for v in sizes.values()):
         return None
-    return {w: float(v) for w, v in sizes.items()}
+    return {w: np.asarray(v, dtype=np.float64) for w, v in sizes.items()}
 
 
 def _norm(x: np.ndarray) -> float:
@@ -364,21 +376,38 @@ def _analyse(B: np.ndarray, workers: Sequence[int]):
     return a, U[:, r:]
 
 
-def _scale(z: Mapping[int, np.ndarray], sizes: Mapping[int, float] | None,
-           workers: Sequence[int]) -> float:
-    values = [float(sizes[w]) for w in workers] if sizes is not None else [
-        _norm(z[w]) for w in workers]
-    if any(not np.isfinite(v) for v in values):
-        return float("inf")
-    return float(np.median(values))
+def _yardsticks(z: Mapping[int, np.ndarray], sizes: Mapping[int, Any] | None,
+                workers: Sequence[int]) -> np.ndarray:
+    """One row per worker: the size each of its projections is judged against (a scalar
+    size, or the norm of the projections without ``sizes``, for every projection alike)."""
+    rows = [np.asarray(sizes[w] if sizes is not None else _norm(z[w]), dtype=np.float64)
+            for w in workers]
+    width = max((np.size(z[w]) for w in workers), default=1)
+    return np.array([np.broadcast_to(r, (width,)) if r.ndim == 0 else r for r in rows])
 
 
-def _ratio(diff: float, scale: float) -> float:
-    if not (np.isfinite(diff) and np.isfinite(scale)):
+def _scale(z: Mapping[int, np.ndarray], sizes: Mapping[int, Any] | None,
+           workers: Sequence[int]) -> np.ndarray:
+    """The typical reply's yardstick, projection by projection (the median over
+    ``workers``); ``inf`` where any is not finite."""
+    values = _yardsticks(z, sizes, workers)
+    if not np.all(np.isfinite(values)):
+        return np.full(values.shape[1], np.inf)
+    return np.median(values, axis=0)
+
+
+def _relative(diff: np.ndarray, scale: np.ndarray) -> float:
+    """The norm of ``diff`` with each projection divided by its yardstick (one scalar
+    yardstick: ``|diff| / scale``); a difference where the yardstick is 0, or a non-finite
+    value, is never agreement."""
+    diff = np.asarray(diff, dtype=np.float64)
+    scale = np.broadcast_to(np.asarray(scale, dtype=np.float64), diff.shape)
+    if not (np.all(np.isfinite(diff)) and np.all(np.isfinite(scale))):
         return float("inf")  # never agreement
-    if scale > 0:
-        return diff / scale
-    return 0.0 if diff == 0 else float("inf")
+    zero = scale <= 0
+    if np.any(diff[zero] != 0):
+        return float("inf")
+    return _norm(np.where(zero, 0.0, diff / np.where(zero, 1.0, scale)))
 
 
 def check_block(B, z: Mapping[int, np.ndarray], workers: list[int], sizes=None):
@@ -411,8 +440,7 @@ def _check(B, z: Mapping[int, np.ndarray], workers: list[int], sizes=None):
         worst = 0.0
         for i in range(len(workers)):
             if weight[i] > 1e-12 and a[i] != 0.0:
-                diff = _norm((a[i] / weight[i]) * (N[i] @ W))
-                worst = max(worst, _ratio(diff, scale))
+                worst = max(worst, _relative((a[i] / weight[i]) * (N[i] @ W), scale))
     return worst, checked
 
 
@@ -475,9 +503,8 @@ def _candidates(B: np.ndarray, z, workers: list[int], sizes, tolerance: float) -
         return list(workers)
     a, N = found
     Z = np.array([np.asarray(z[w], dtype=np.float64) for w in workers])
-    values = np.array([float(sizes[w]) for w in workers] if sizes is not None else [
-        _norm(z[w]) for w in workers])
-    finite = np.all(np.isfinite(Z), axis=1) & np.isfinite(values)
+    values = _yardsticks(z, sizes, workers)
+    finite = np.all(np.isfinite(Z), axis=1) & np.all(np.isfinite(values), axis=1)
     if not finite.all():
         return [workers[int(i)] for i in np.flatnonzero(~finite)] if np.sum(~finite) == 1 else []
     with np.errstate(all="ignore"):
@@ -503,10 +530,10 @@ def _candidates(B: np.ndarray, z, workers: list[int], sizes, tolerance: float) -
             rest_weight, rest_a = weight - G[:, c] * t, a - a[c] * t
             used = keep & (rest_weight > 1e-12) & (rest_a != 0.0)
             residual = NW[used] - np.outer(t[used], NW[c])
-            diff = np.abs(rest_a[used]) / rest_weight[used] * np.sqrt(
-                np.einsum("ij,ij->i", residual, residual))
-            scale = float(np.median(values[keep])) / top
-            if _ratio(float(np.max(diff, initial=0.0)), scale) <= tolerance * (1 + 1e-6):
+            scale = np.median(values[keep], axis=0) / top
+            diff = (np.abs(rest_a[used]) / rest_weight[used])[:, None] * residual
+            worst = max((_relative(row, scale) for row in diff), default=0.0)
+            if worst <= tolerance * (1 + 1e-6):
                 out.append(w)
     return out
 
@@ -568,5 +595,5 @@ def applied_disagreement(
                 return float("inf")
             if top > 0:
                 Z, scale = Z / top, scale / top
-            worst = max(worst, _ratio(_norm((c_all[mine] - a) @ Z), scale))
+            worst = max(worst, _relative((c_all[mine] - a) @ Z, scale))
     return worst

@@ -62,7 +62,16 @@ def test_probe_size_is_the_exact_norm_of_the_whole_reply_without_overflow():
     expected = top * np.linalg.norm(flat / top)
     probe = Probe(layout, (3, 4), q=2, sample=None, metrics=True)
     assert probe.size(arrays, 7.0, metrics) == pytest.approx(expected, rel=1e-12)
-    assert probe.measure(arrays, 7.0, metrics)[1] == pytest.approx(expected, rel=1e-12)
+    # measure's yardstick, projection by projection: the model's projections against the
+    # arrays' norm, the count against itself, the metrics' against the whole reply's norm
+    model = flat[:-3]
+    top_model = np.max(np.abs(model))
+    yardstick = probe.measure(arrays, 7.0, metrics)[1]
+    assert yardstick.shape == (2 + 1 + 2,)
+    np.testing.assert_allclose(yardstick[:2], top_model * np.linalg.norm(model / top_model),
+                               rtol=1e-12)
+    assert yardstick[2] == 7.0
+    np.testing.assert_allclose(yardstick[3:], expected, rtol=1e-12)
     plain = Probe(layout, (3, 4), q=2, sample=None)  # metrics not probed: not measured
     top = np.max(np.abs(flat[:-2]))
     assert plain.size(arrays, 7.0, metrics) == pytest.approx(
