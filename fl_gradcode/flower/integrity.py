@@ -266,6 +266,8 @@ class Verdict:
     involved: list[int] = field(default_factory=list)  # workers of unresolved contradictions
     # verify=True: replies of blocks no s + 1 agreeing replicas settle (left out of decoding)
     unsettled: list[int] = field(default_factory=list)
+    # False: the heuristic cross-check of verify=False (sampled projections, no theorem)
+    proven: bool = True
 
 
 def verify_refusal(code: object, s: object, options: Mapping[str, object],

@@ -218,7 +218,8 @@ ROW_DEFAULTS: dict[str, Any] = {
     "round": None, "decode": "skipped", "s": None, "clients_used": [], "replies_read": 0,
     "stragglers": [], "busy": [], "excluded": [], "late_dropped": 0, "stopped_at_deadline": 0,
     "rejected": 0, "rejected_reasons": [], "decode_error": 1.0, "num_examples": None,
-    "expected_round_s": None, "wire": None, "verified": None, "quarantined": [],
+    "expected_round_s": None, "wire": None, "verified": None, "cross_check": None,
+    "quarantined": [],
     "inconsistent": [], "disagreement": None,
     "unsettled": [],  # verify=True: workers of groups left out (no s + 1 agreeing replicas)
     "bytes_up": 0, "bytes_down": 0, "compute_s": 0.0,
@@ -313,6 +314,9 @@ class RoundLog:
         compute of late replies dropped since the last row), after logging each rejected
         reply."""
         used, verdict = outcome.used, outcome.verdict
+        # verify=True's verdict (the theorem's) is `verified`; verify=False's heuristic one
+        # (sampled projections) is `cross_check`
+        proven = verdict is not None and getattr(verdict, "proven", True)
         return {
             "decode": outcome.decode, "s": state.code.s, "clients_used": used,
             "replies_read": outcome.replies_read,
@@ -321,7 +325,9 @@ class RoundLog:
             "excluded": list(state.excluded), "rejected": len(state.rejected),
             "rejected_reasons": [reason for _, reason in state.rejected],
             "decode_error": outcome.decode_error, "num_examples": outcome.num_examples,
-            "wire": state.wire, "verified": None if verdict is None else verdict.status,
+            "wire": state.wire,
+            "verified": verdict.status if proven else None,
+            "cross_check": verdict.status if verdict is not None and not proven else None,
             "quarantined": list(state.quarantined),
             "inconsistent": [] if verdict is None else verdict.excluded,
             "disagreement": None if verdict is None else verdict.disagreement,

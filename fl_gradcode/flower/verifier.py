@@ -196,6 +196,7 @@ class RoundVerifier:
                 used, verdict = self._settle(state, used, verdict)
             else:
                 used = self._exclude(state, used, verdict)
+                verdict = dataclasses.replace(verdict, proven=False)
         return dataclasses.replace(state, verification=Verification(tuple(used), verdict))
 
     def _exclude(self, state: RoundState, used: list[int], verdict: Verdict) -> list[int]:

@@ -1,7 +1,8 @@
-"""Under ``verify=True`` the model's coordinates are judged against the model's own size: an
-honest app metric in the millions (a cumulative sample count) used to widen the tolerance on
-the model by as much, so one colluder's forged model was applied as ``exact`` and
-``verified``. The expected models are numpy FedAvg (``tests.apps.numpy_app.fedavg``)."""
+"""What a round says of its replies. Under ``verify=True`` the model's coordinates are
+judged against the model's own size: an honest app metric in the millions (a cumulative sample
+count) used to widen the tolerance on the model by as much, so one colluder's forged model was
+applied as ``exact`` and ``verified``. Without ``verify`` no row claims the proof. The expected
+models are numpy FedAvg (``tests.apps.numpy_app.fedavg``)."""
 
 from __future__ import annotations
 
@@ -70,3 +71,14 @@ def test_honest_replies_beside_a_large_metric_stay_exact_and_verified():
     assert [r["verified"] for r in result.rows] == ["verified", "verified"]
     np.testing.assert_allclose(flat(result.models[1]), flat(fedavg(theta0(), range(N), N)),
                                rtol=0, atol=1e-9)
+
+
+def test_without_verify_a_row_claims_no_proof():
+    """verify=False still cross-checks extra replies (sampled projections, a heuristic): its
+    verdict was written to ``verified``, where docs/integrity.md promises the theorem's. It is
+    ``cross_check`` now; ``verified`` is null."""
+    result = run(N, code="frc", s=1, rounds=2, verify=False,
+                 grid=InProcessGrid(_app(1.0, 0.0), N))
+    assert [r["verified"] for r in result.rows] == [None, None]
+    # the replies in hand agree (not all of them checked: the round ends at a decodable set)
+    assert [r["cross_check"] for r in result.rows] == ["unverified", "unverified"]
