@@ -35,18 +35,20 @@ calibrated to the decoded average's sensitivity.
 from __future__ import annotations
 
 import contextlib
-import copy
 import importlib
+import inspect
 import logging
+import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from logging import WARNING
 from typing import Any
 
-import numpy as np
-from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import strategy as fl
+
+from .averaging import check_averaging  # re-exported: part of what composes
 
 __all__ = [
     "AVERAGING_AGGREGATIONS",
@@ -93,7 +95,7 @@ def _dp_bases() -> tuple[type, ...]:
 
 _DP_BASES = _dp_bases()
 
-_CODED_ALTERNATIVE = (
+CODED_ALTERNATIVE = (
     "For robustness to faulty or malicious clients use the coded alternative: "
     "GradientCoding(FedAvg(...), code=..., s=..., verify=True) (integrity from redundancy: "
     "replicas of each partition must agree, an outvoted reply is excluded, a contradiction "
@@ -148,7 +150,7 @@ def _wrapped_chain(strategy: Any, limit: int = 8) -> list[Any]:
     return chain
 
 
-def _is_client_side_fixed(strategy: Any) -> bool:
+def is_client_side_fixed(strategy: Any) -> bool:
     """Flower's ``DifferentialPrivacyClientSideFixedClipping`` (or a subclass)."""
     cls = getattr(fl, "DifferentialPrivacyClientSideFixedClipping", None)
     return cls is not None and isinstance(strategy, cls)
@@ -181,7 +183,7 @@ def client_side_dp_count(inner: Any, partitions: int | None,
     (if ``inner`` is or wraps one) would warn that ONE reply differs from its
     ``num_sampled_clients``; the line is dropped, and a WARNING is logged instead when the
     decoded average holds another number of ``partitions`` (an approximate round)."""
-    wrapper = next((m for m in _wrapped_chain(inner) if _is_client_side_fixed(m)), None)
+    wrapper = next((m for m in _wrapped_chain(inner) if is_client_side_fixed(m)), None)
     if wrapper is None:
         yield
         return
@@ -256,7 +258,7 @@ def check_inner_strategy(strategy: Any, wrapper_type: type) -> bool:
                 "strategy once: GradientCoding(FedAvg(...), code=..., s=...)."
             )
         if _DP_BASES and isinstance(member, _DP_BASES):
-            if _is_client_side_fixed(member):
+            if is_client_side_fixed(member):
                 continue  # exact: see _CLIENT_SIDE_FIXED
             raise TypeError(_dp_inside_reason(member) + " " + _DP_RECIPES)
         if isinstance(member, PER_CLIENT_AGGREGATORS):
@@ -265,7 +267,7 @@ def check_inner_strategy(strategy: Any, wrapper_type: type) -> bool:
                 "GradientCoding the inner strategy receives ONE reply holding the decoded "
                 "example-weighted average (individual updates never reach the server, only "
                 f"coded combinations of them): {type(member).__name__} over one reply is "
-                "FedAvg, or no model at all. " + _CODED_ALTERNATIVE
+                "FedAvg, or no model at all. " + CODED_ALTERNATIVE
             )
     if type(strategy).start is not fl.Strategy.start:
         log(WARNING, "%s overrides start(); under GradientCoding it does not run "
@@ -273,9 +275,82 @@ def check_inner_strategy(strategy: Any, wrapper_type: type) -> bool:
             "its own hooks (checkpoints, result files, experiment tracking) are skipped. Put "
             "them in an evaluate_fn passed to GradientCoding.start, or in the ServerApp "
             "after start returns.", type(strategy).__name__)
-    while _is_client_side_fixed(strategy):  # its noise aside, it aggregates as it wraps
+    while is_client_side_fixed(strategy):  # its noise aside, it aggregates as it wraps
         strategy = strategy.strategy
+    hooks = overridden_aggregation_hooks(strategy)
+    if hooks:
+        raise ValueError(
+            f"{type(strategy).__name__} overrides {', '.join(hooks)}, which Flower's "
+            f"aggregate_train calls on the clients' replies; under GradientCoding it would run "
+            "on ONE reply holding the decoded average instead (a per-client check or filter "
+            "there would silently train another model). Filter in the ClientApp (a client "
+            "that should not count sends no update), or drop the override. "
+            + CODED_ALTERNATIVE)
     return type(strategy).aggregate_train not in AVERAGING_AGGREGATIONS
+
+
+def check_shared_content(strategy: Any, messages: Sequence[Message]) -> None:
+    """Refuse a round whose inner ``configure_train`` gave nodes different contents (a
+    per-node ``lr``, say): every replica of a partition must train it under the same settings
+    for its coded combinations to decode, and a node's reply covers others' partitions."""
+    first = messages[0]
+    for other in messages[1:]:
+        diff = _content_difference(first.content, other.content)
+        if diff is not None:
+            raise ValueError(
+                f"{type(strategy).__name__}.configure_train sends nodes different train "
+                f"contents ({diff}: node {first.metadata.dst_node_id} vs node "
+                f"{other.metadata.dst_node_id}); under GradientCoding each partition is "
+                "trained by several nodes, whose replies decode only if every replica trains "
+                "it under the same settings. Send every node the same content (per-node "
+                "settings belong in the node config or the ClientApp).")
+
+
+def _content_difference(a: RecordDict, b: RecordDict) -> str | None:
+    """What differs between two train contents (``None``: nothing)."""
+    if a is b:
+        return None
+    if list(a.keys()) != list(b.keys()):
+        return f"records {list(a.keys())} vs {list(b.keys())}"
+    for key in a.keys():
+        x, y = a[key], b[key]
+        if isinstance(x, ArrayRecord) and isinstance(y, ArrayRecord):
+            if list(x.keys()) != list(y.keys()) or any(
+                    x[k] is not y[k] and x[k].data != y[k].data for k in x.keys()):
+                return f"the arrays of {key!r}"
+        elif dict(x) != dict(y):
+            changed = sorted(k for k in set(dict(x)) | set(dict(y))
+                             if dict(x).get(k) != dict(y).get(k))
+            return f"{key!r} keys {changed}"
+    return None
+
+
+def overridden_aggregation_hooks(strategy: Any) -> list[str]:
+    """The methods that the ``aggregate_train`` of ``strategy``'s nearest Flower class calls
+    (``self.name(...)``, followed into what those call) and that ``strategy``'s own class
+    overrides: Flower's averaging runs them on every client's reply."""
+    cls = type(strategy)
+    base = next((c for c in cls.__mro__ if c.__module__.startswith("flwr.")), None)
+    if base is None or base.aggregate_train is not cls.aggregate_train:
+        return []
+    names: set[str] = set()
+    todo = ["aggregate_train"]
+    while todo:
+        name = todo.pop()
+        for klass in base.__mro__:
+            fn = klass.__dict__.get(name)
+            try:
+                source = inspect.getsource(fn) if callable(fn) else ""
+            except (OSError, TypeError):  # pragma: no cover - sources not installed
+                source = ""
+            for called in re.findall(r"self\.(\w+)\(", source):
+                if called not in names:
+                    names.add(called)
+                    todo.append(called)
+    return sorted(n for n in names
+                  if n in dir(base) and getattr(cls, n, None) is not getattr(base, n, None))
+
+
 
 
 def legacy_attribute_error(owner: Any, name: str) -> AttributeError:
@@ -313,7 +388,7 @@ def check_caller(coded: Any, depth: int = 2, frames: int = 6) -> None:
     for caller in _callers(coded, depth, frames):
         if not (isinstance(caller, _DP_BASES) and any(s is coded for s in _wrapped_chain(caller))):
             continue
-        if _is_client_side_fixed(caller):
+        if is_client_side_fixed(caller):
             raise CompositionError(
                 f"{type(caller).__name__}(GradientCoding(...)) sees the coded replies: it skips "
                 "aggregation for the whole round when any of them is an error reply (a "
@@ -428,101 +503,6 @@ def outer_name(coded: Any, depth: int = 2, frames: int = 6) -> str | None:
         if isinstance(caller, fl.Strategy):
             return type(caller).__name__
     return None
-
-
-def check_averaging(
-    inner: Any,
-    server_round: int,
-    reply_to: Message,
-    array_key: str,
-    theta: dict[str, np.ndarray],
-    weight_key: str,
-) -> None:
-    """Refuse an inner strategy whose aggregation is not a function of the weighted average.
-
-    On two copies of ``inner`` (its own state untouched): ``aggregate_train`` of four replies
-    with unequal weights, and of ONE reply holding their weighted average with their total
-    weight. A strategy that coding serves exactly gives the same model for both (FedAvg: the
-    average; a server optimizer: its step from the average); an aggregator over individual
-    replies (a median, a trimmed mean, a selection) does not. Raises ``ValueError``.
-    """
-    while _is_client_side_fixed(inner):  # its noise aside, it aggregates as it wraps
-        inner = inner.strategy
-    rng = np.random.default_rng(20240601)
-    weights = [1.0, 2.0, 3.0, 10.0]
-    scale = {k: max(1.0, float(np.max(np.abs(v)))) if v.size else 1.0 for k, v in theta.items()}
-    floats = {k for k, v in theta.items() if np.asarray(v).dtype.kind == "f"}
-    members = []
-    for i, _ in enumerate(weights):
-        spread = 10.0 if i == len(weights) - 1 else 1.0  # one far-off reply
-        members.append({
-            k: (v + spread * scale[k] * rng.standard_normal(v.shape)).astype(v.dtype)
-            if k in floats else v
-            for k, v in theta.items()
-        })
-    total = sum(weights)
-    average = {
-        k: (sum(w * m[k].astype(np.float64) for w, m in zip(weights, members, strict=True))
-            / total).astype(theta[k].dtype) if k in floats else theta[k]
-        for k in theta
-    }
-
-    def reply(arrays: dict[str, np.ndarray], weight: float) -> Message:
-        content = RecordDict({
-            array_key: ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()}),
-            "metrics": MetricRecord({weight_key: weight}),
-        })
-        return Message(content, reply_to=reply_to)
-
-    try:
-        many_copy, one_copy = copy.deepcopy(inner), copy.deepcopy(inner)
-    except Exception as exc:  # cannot check without touching the user's strategy: say so
-        log(WARNING, "could not check that %s's aggregation depends only on the weighted "
-            "average of the replies (it cannot be copied: %s); coding hands it one decoded "
-            "reply, which is exact only if it does", type(inner).__name__, exc)
-        return
-    name = type(inner).__name__
-    try:
-        many, _ = many_copy.aggregate_train(
-            server_round, [reply(m, w) for m, w in zip(members, weights, strict=True)])
-        one, _ = one_copy.aggregate_train(server_round, [reply(average, total)])
-    except Exception as exc:
-        raise ValueError(
-            f"{name}.aggregate_train failed on synthetic replies ({type(exc).__name__}: {exc}); "
-            "GradientCoding hands the inner strategy ONE reply holding the decoded average, "
-            f"so it must aggregate replies with {array_key!r} arrays and a {weight_key!r} "
-            "weight. " + _CODED_ALTERNATIVE
-        ) from exc
-    if one is None:
-        raise ValueError(
-            f"{name}.aggregate_train returns no model for one reply, and GradientCoding hands "
-            "the inner strategy ONE reply holding the decoded example-weighted average. "
-            + _CODED_ALTERNATIVE
-        )
-    if many is None or not _close(many, one):
-        raise ValueError(
-            f"{name}.aggregate_train does not depend on the replies only through their "
-            "example-weighted average (on four replies it returns another model than on one "
-            "reply holding their weighted average): it aggregates individual replies, which "
-            "coding never delivers (the inner strategy receives ONE decoded reply). Server "
-            "optimizers on the average (FedAvgM, FedAdam, FedYogi, FedAdagrad) compose; "
-            "robust or per-client aggregators do not. " + _CODED_ALTERNATIVE
-        )
-
-
-def _close(a: ArrayRecord, b: ArrayRecord) -> bool:
-    if list(a.keys()) != list(b.keys()):
-        return False
-    for key in a.keys():
-        x = np.asarray(a[key].numpy(), dtype=np.float64)
-        y = np.asarray(b[key].numpy(), dtype=np.float64)
-        finite = y[np.isfinite(y)]
-        scale = max(1.0, float(np.max(np.abs(finite)))) if finite.size else 1.0
-        # (non-finite results are judged later by the wrapper's finiteness guard)
-        if x.shape != y.shape or not np.allclose(x, y, rtol=1e-5, atol=1e-6 * scale,
-                                                 equal_nan=True):
-            return False
-    return True
 
 
 def explain_error_reply(reply: Message) -> str:

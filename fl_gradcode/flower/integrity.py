@@ -380,8 +380,8 @@ def _analyse(B: np.ndarray, workers: Sequence[int]):
 
 def _yardsticks(z: Mapping[int, np.ndarray], sizes: Mapping[int, Any] | None,
                 workers: Sequence[int]) -> np.ndarray:
-    """One row per worker: the size each of its projections is judged against (a scalar
-    size, or the norm of the projections without ``sizes``, for every projection alike)."""
+    """Per worker, each projection's yardstick (a scalar size, or without ``sizes`` the
+    projections' norm, stands for all its projections)."""
     rows = [np.asarray(sizes[w] if sizes is not None else _norm(z[w]), dtype=np.float64)
             for w in workers]
     width = max((np.size(z[w]) for w in workers), default=1)
@@ -390,8 +390,7 @@ def _yardsticks(z: Mapping[int, np.ndarray], sizes: Mapping[int, Any] | None,
 
 def _scale(z: Mapping[int, np.ndarray], sizes: Mapping[int, Any] | None,
            workers: Sequence[int]) -> np.ndarray:
-    """The typical reply's yardstick, projection by projection (the median over
-    ``workers``); ``inf`` where any is not finite."""
+    """Each projection's typical yardstick: the median over ``workers`` (inf if one is)."""
     values = _yardsticks(z, sizes, workers)
     if not np.all(np.isfinite(values)):
         return np.full(values.shape[1], np.inf)

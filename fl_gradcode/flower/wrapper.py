@@ -331,6 +331,7 @@ class GradientCoding(OptionAttributes, Strategy):
         inner_msgs = list(self.inner.configure_train(server_round, arrays, config, grid))
         if not inner_msgs:
             return []
+        compat.check_shared_content(self.inner, inner_msgs)
         content_of = {m.metadata.dst_node_id: m.content for m in inner_msgs}
         inner = grid.inner if isinstance(grid, EarlyReturnGrid) else grid
         cohort = self.membership.admit(inner, list(content_of), server_round)
@@ -362,12 +363,13 @@ class GradientCoding(OptionAttributes, Strategy):
         state = self.collector.state
         if state is None or state.number != server_round:
             return None, self._record_idle(server_round)
-        if self._check_inner and state.sent:  # once: an aggregation of the average only?
-            compat.check_averaging(self.inner, server_round, next(iter(state.sent.values())),
-                                   state.array_key, state.theta,
-                                   getattr(self.inner, "weighted_by_key", "num-examples"))
-            self._check_inner = False
         collected = self.collector.collect(replies)
+        if self._check_inner and state.sent:  # once: an aggregation of the average only?
+            compat.check_averaging(
+                self.inner, server_round, next(iter(state.sent.values())), state.array_key,
+                state.theta, getattr(self.inner, "weighted_by_key", "num-examples"),
+                sorted({m for r in collected.state.valid.values() for m in r.metrics}))
+            self._check_inner = False
         wall_s = time.monotonic() - state.plan.wall_start
         state = self.verifier.check_sizes(collected.state)
         state = self.closer.close(state)
