@@ -348,7 +348,18 @@ def overridden_aggregation_hooks(strategy: Any) -> list[str]:
                     names.add(called)
                     todo.append(called)
     return sorted(n for n in names
-                  if n in dir(base) and getattr(cls, n, None) is not getattr(base, n, None))
+                  if n in dir(base) and getattr(cls, n, None) is not getattr(base, n, None)
+                  and _takes_replies(getattr(base, n)))
+
+
+def _takes_replies(method: Any) -> bool:
+    """Whether a Flower strategy method is handed the replies (a parameter named for them),
+    not the aggregate they were averaged into (FedOpt's ``_compute_deltat_and_mt``)."""
+    try:
+        names = inspect.signature(method).parameters
+    except (TypeError, ValueError):  # pragma: no cover - not introspectable: assume it does
+        return True
+    return any(word in name for name in names for word in ("repl", "message", "content"))
 
 
 

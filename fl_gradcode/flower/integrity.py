@@ -59,11 +59,11 @@ import hashlib
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from ..codes import GradientCode
+from .yardsticks import norm, relative, relative_rows, typical_yardstick, yardsticks
 
 __all__ = [
     "Probe",
@@ -151,7 +151,7 @@ class Probe:
                 model = _finish(scale, ssq)
             else:
                 z = np.atleast_1d(self._sampled(arrays))
-                model = _norm(z)
+                model = norm(z)
                 scale, ssq = _accumulate(0.0, 0.0, np.atleast_1d(z))
             z = np.atleast_1d(z)
             tail = [float(count)]
@@ -348,21 +348,6 @@ def reply_sizes(extras: Mapping[int, Mapping[str, object]]) -> dict[int, np.ndar
     return {w: np.asarray(v, dtype=np.float64) for w, v in sizes.items()}
 
 
-def _norm(x: np.ndarray) -> float:
-    """Euclidean norm without overflow (``inf`` when ``x`` is not finite)."""
-    x = np.asarray(x, dtype=np.float64).reshape(-1)
-    if x.size == 0:
-        return 0.0
-    with np.errstate(all="ignore"):
-        top = float(np.max(np.abs(x)))
-        if not np.isfinite(top):
-            return float("inf")
-        if top == 0.0:
-            return 0.0
-        y = x / top
-        return top * float(np.sqrt(y @ y))
-
-
 def _analyse(B: np.ndarray, workers: Sequence[int]):
     """``(a, N)``: the min-norm ``a`` with ``B[F]^T a = 1`` and an orthonormal basis ``N`` of
     the left null space of ``B[F]``, or ``None`` if ``F`` does not decode."""
@@ -376,39 +361,6 @@ def _analyse(B: np.ndarray, workers: Sequence[int]):
     if np.max(np.abs(A.T @ a - 1.0)) > _EXACT:
         return None
     return a, U[:, r:]
-
-
-def _yardsticks(z: Mapping[int, np.ndarray], sizes: Mapping[int, Any] | None,
-                workers: Sequence[int]) -> np.ndarray:
-    """Per worker, each projection's yardstick (a scalar size, or without ``sizes`` the
-    projections' norm, stands for all its projections)."""
-    rows = [np.asarray(sizes[w] if sizes is not None else _norm(z[w]), dtype=np.float64)
-            for w in workers]
-    width = max((np.size(z[w]) for w in workers), default=1)
-    return np.array([np.broadcast_to(r, (width,)) if r.ndim == 0 else r for r in rows])
-
-
-def _scale(z: Mapping[int, np.ndarray], sizes: Mapping[int, Any] | None,
-           workers: Sequence[int]) -> np.ndarray:
-    """Each projection's typical yardstick: the median over ``workers`` (inf if one is)."""
-    values = _yardsticks(z, sizes, workers)
-    if not np.all(np.isfinite(values)):
-        return np.full(values.shape[1], np.inf)
-    return np.median(values, axis=0)
-
-
-def _relative(diff: np.ndarray, scale: np.ndarray) -> float:
-    """The norm of ``diff`` with each projection divided by its yardstick (one scalar
-    yardstick: ``|diff| / scale``); a difference where the yardstick is 0, or a non-finite
-    value, is never agreement."""
-    diff = np.asarray(diff, dtype=np.float64)
-    scale = np.broadcast_to(np.asarray(scale, dtype=np.float64), diff.shape)
-    if not (np.all(np.isfinite(diff)) and np.all(np.isfinite(scale))):
-        return float("inf")  # never agreement
-    zero = scale <= 0
-    if np.any(diff[zero] != 0):
-        return float("inf")
-    return _norm(np.where(zero, 0.0, diff / np.where(zero, 1.0, scale)))
 
 
 def check_block(B, z: Mapping[int, np.ndarray], workers: list[int], sizes=None):
@@ -427,7 +379,7 @@ def _check(B, z: Mapping[int, np.ndarray], workers: list[int], sizes=None):
     Z = np.array([np.asarray(z[w], dtype=np.float64) for w in workers])
     # the typical reply's size: one huge reply must not make every other disagreement look
     # like rounding (a scale from the decoded sums would grow with it)
-    scale = _scale(z, sizes, workers)
+    scale = typical_yardstick(z, sizes, workers)
     weight = np.sum(N * N, axis=1)
     checked = {w for i, w in enumerate(workers) if weight[i] > 1e-12 or abs(a[i]) < 1e-12}
     with np.errstate(all="ignore"):
@@ -441,7 +393,7 @@ def _check(B, z: Mapping[int, np.ndarray], workers: list[int], sizes=None):
         worst = 0.0
         for i in range(len(workers)):
             if weight[i] > 1e-12 and a[i] != 0.0:
-                worst = max(worst, _relative((a[i] / weight[i]) * (N[i] @ W), scale))
+                worst = max(worst, relative((a[i] / weight[i]) * (N[i] @ W), scale))
     return worst, checked
 
 
@@ -504,7 +456,7 @@ def _candidates(B: np.ndarray, z, workers: list[int], sizes, tolerance: float) -
         return list(workers)
     a, N = found
     Z = np.array([np.asarray(z[w], dtype=np.float64) for w in workers])
-    values = _yardsticks(z, sizes, workers)
+    values = yardsticks(z, sizes, workers)
     finite = np.all(np.isfinite(Z), axis=1) & np.all(np.isfinite(values), axis=1)
     if not finite.all():
         return [workers[int(i)] for i in np.flatnonzero(~finite)] if np.sum(~finite) == 1 else []
@@ -513,7 +465,7 @@ def _candidates(B: np.ndarray, z, workers: list[int], sizes, tolerance: float) -
         if not top > 0:
             return []
         W = N.T @ (Z / top)
-        total = _norm(W)
+        total = norm(W)
         NW = N @ W  # row i: N_i (N^T Z)
         G = N @ N.T  # G[i, c] = N_i . N_c
         weight = np.diag(G)
@@ -523,7 +475,7 @@ def _candidates(B: np.ndarray, z, workers: list[int], sizes, tolerance: float) -
                 continue
             rest = W - np.outer(N[c], N[c] @ W) / weight[c]
             # the residual lies along N_c up to rounding (1e-3: an angle under 0.06 degrees)
-            if _norm(rest) <= 1e-3 * total:
+            if norm(rest) <= 1e-3 * total:
                 out.append(w)
                 continue
             t = G[:, c] / weight[c]
@@ -533,7 +485,7 @@ def _candidates(B: np.ndarray, z, workers: list[int], sizes, tolerance: float) -
             residual = NW[used] - np.outer(t[used], NW[c])
             scale = np.median(values[keep], axis=0) / top
             diff = (np.abs(rest_a[used]) / rest_weight[used])[:, None] * residual
-            worst = max((_relative(row, scale) for row in diff), default=0.0)
+            worst = float(np.max(relative_rows(diff, scale), initial=0.0))
             if worst <= tolerance * (1 + 1e-6):
                 out.append(w)
     return out
@@ -589,12 +541,12 @@ def applied_disagreement(
             return float("inf")
         a, _ = found
         Z = np.array([np.asarray(z[w], dtype=np.float64) for w in mine])
-        scale = _scale(z, sizes, mine)
+        scale = typical_yardstick(z, sizes, mine)
         with np.errstate(all="ignore"):
             top = float(np.max(np.abs(Z))) if Z.size else 0.0
             if not np.isfinite(top):
                 return float("inf")
             if top > 0:
                 Z, scale = Z / top, scale / top
-            worst = max(worst, _relative((c_all[mine] - a) @ Z, scale))
+            worst = max(worst, relative((c_all[mine] - a) @ Z, scale))
     return worst

@@ -229,9 +229,16 @@ def make_gradient_coding_mod(
                 try:
                     reply = _coded_reply(msg, context, call_next, instruction, policy, cache,
                                          notices, wall_clock, reported, started)
+                except Stopped:
+                    if claimed and started and instruction.dp in LOCAL_NOISE:
+                        # stopped after the app ran on the data: whether it finished in time
+                        # may depend on the data (its running time), and the server sets the
+                        # deadline, so the round stays answered (not asked again with another
+                        # model)
+                        raise DataStopped() from None
+                    raise
                 except Exception as exc:
-                    if (claimed and started and instruction.dp in LOCAL_NOISE
-                            and not isinstance(exc, Stopped)):
+                    if claimed and started and instruction.dp in LOCAL_NOISE:
                         # the app ran on the data, for a release the node noises, and failed:
                         # whether it fails, and its message, may depend on the data, which no
                         # noise covers (a release without the node's noise covers nothing
@@ -247,7 +254,7 @@ def make_gradient_coding_mod(
                     guard.account(context.node_id, context.node_config, instruction.nonce,
                                   instruction.round, reported, policy)
                 return reply
-            except DataFailure:
+            except (DataFailure, DataStopped):
                 raise  # the round stays answered
             except BaseException:
                 # nothing was sent, and the data decided nothing (a deadline stopped the work,
@@ -263,6 +270,16 @@ def make_gradient_coding_mod(
             return Message(Error(MOD_ERROR_CODE, error_reason(exc)), reply_to=msg)
 
     return gradient_coding_mod
+
+
+class DataStopped(Stopped):
+    """A guarded node's work stopped by its deadline after the app ran on the data (the round
+    stays answered)."""
+
+    def __init__(self) -> None:
+        super().__init__("stopped by the round's deadline after the app ran on this node's "
+                         "data; the round counts as answered (this node guards its releases: "
+                         "whether the work finishes in time may depend on the data)")
 
 
 class DataFailure(PolicyError):

@@ -169,8 +169,11 @@ def test_averaging_check_gives_four_spread_replies_then_one_holding_their_weight
     assert scale > 3.0  # the spread is relative to the model's magnitude, not absolute
     RecordingFedAvg.calls = []
     compat.check_averaging(RecordingFedAvg(), 7, _sent(3, "m"), "arrays", theta, "num-examples")
-    (round_many, many), (round_one, (one,)) = RecordingFedAvg.calls
-    assert round_many == round_one == 7
+    # four replies, then one holding their average (twice: a metric that differs between two
+    # identical calls summarises no reply)
+    (round_many, many), (round_one, (one,)), (round_again, (again,)) = RecordingFedAvg.calls
+    assert round_many == round_one == round_again == 7
+    assert again.content["metrics"]["num-examples"] == one.content["metrics"]["num-examples"]
     assert len(many) == 4
     weights = np.array([r.content["metrics"]["num-examples"] for r in many])
     assert len(set(weights)) == 4  # unequal weights

@@ -115,3 +115,25 @@ def test_per_node_train_contents_are_refused_naming_the_key():
     skipped as 'replies disagree', a faulty client's symptom."""
     with pytest.raises(ValueError, match=r"different train contents \('config' keys \['lr'\]"):
         _run(PerNodeLR(fraction_evaluate=0.0))
+
+
+def test_server_optimizer_variants_and_timing_metrics_still_compose():
+    """Not refused: a FedAdam variant overriding its step on the averaged arrays
+    (``_compute_deltat_and_mt`` is handed the average, not the replies), and a FedAvg adding a
+    metric that differs between any two calls (its aggregation's wall time)."""
+    import time
+
+    class AMSGradLike(FedAdam):
+        def _compute_deltat_and_mt(self, aggregated_arrayrecord):
+            return super()._compute_deltat_and_mt(aggregated_arrayrecord)
+
+    class Timed(FedAvg):
+        def aggregate_train(self, server_round, replies):
+            start = time.perf_counter()
+            arrays, metrics = super().aggregate_train(server_round, replies)
+            metrics["aggregate-s"] = time.perf_counter() - start
+            return arrays, metrics
+
+    _run(AMSGradLike(fraction_evaluate=0.0))
+    result = _run(Timed(fraction_evaluate=0.0))
+    assert result.arrays is not None

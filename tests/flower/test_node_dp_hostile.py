@@ -519,3 +519,24 @@ def test_a_round_stopped_by_its_deadline_may_be_asked_again(key_file):
     now[0] = 0.0
     answered = mod(_message(inst, theta=_target(1)), _context(**node), app)
     assert not answered.has_error(), answered.error.reason
+
+
+def test_a_round_stopped_after_the_app_ran_stays_answered(key_file):
+    """Whether the work finishes before a deadline the server sets may depend on the data
+    (its running time): a round stopped after the app ran was freed, so a server could ask
+    again under one (nonce, round) with another model until one finished in time."""
+    node = {"dp-key-file": key_file, "dp-required": "partition"}
+    now = [0.0]
+
+    class SlowApp(NoisyApp):
+        def __call__(self, msg, context):
+            now[0] = 1e12  # the app ran past the deadline
+            return super().__call__(msg, context)
+
+    mod = make_gradient_coding_mod(wall_clock=lambda: now[0])
+    inst = _inst(dp="partition", noise_multiplier=2.0, clip_norm=1.0, stop_after_s=1.0)
+    stopped = mod(_message(inst), _context(**node), SlowApp())
+    assert stopped.has_error() and "after the app ran" in stopped.error.reason
+    now[0] = 0.0
+    assert "already answered" in _refused(mod(_message(inst, theta=_target(1)),
+                                              _context(**node), NoisyApp()))

@@ -449,7 +449,8 @@ def test_an_unknown_aggregation_is_checked_once_with_the_strategys_weight_key():
     result = strategy.start(grid=InProcessGrid(app, N),
                             initial_arrays=ArrayRecord({"w": Array(np.zeros(DIM))}),
                             num_rounds=3, train_config=ConfigRecord({}))
-    # the check's two calls (four replies, one) in round 1, then one reply per round
-    assert Counting.calls == [4, 1, 1, 1, 1]
+    # the check's three calls (four replies, one, the one again) in round 1, then one reply
+    # per round
+    assert Counting.calls == [4, 1, 1, 1, 1, 1]
     assert [r["decode"] for r in strategy.history] == ["exact"] * 3
     np.testing.assert_allclose(result.arrays["w"].numpy(), vector_oracle(3, N), atol=1e-9)
