@@ -259,9 +259,8 @@ def dp_sgd_update(
         # grad_sample then holds each example's own gradient, which is what gets clipped
         loss = nn.functional.cross_entropy(gsm(xt), yt)
         loss.backward()
+        zero_non_finite_samples(params)
         per_sample = torch.cat([p.grad_sample.reshape(len(yt), -1) for p in params], dim=1)
-        finite = torch.isfinite(per_sample).all(dim=1, keepdim=True)
-        per_sample = torch.where(finite, per_sample, torch.zeros_like(per_sample))
         norms = per_sample.norm(dim=1, keepdim=True)
         factor = torch.clamp(clip_norm / (norms + 1e-12), max=1.0)
         total = (per_sample * factor).sum(dim=0).detach().numpy()

@@ -134,11 +134,11 @@ def clip(u: np.ndarray, clip_norm: float) -> np.ndarray:
         return np.zeros_like(u)
     norm = float(np.linalg.norm(u))
     if norm <= clip_norm or norm == 0.0:
-        return np.array(u, dtype=np.float64)
+        return u.copy()
     scale = clip_norm / norm
     if scale < MIN_CLIP_NORM:  # subnormal: its few significant bits would round the norm up
-        return (np.asarray(u, dtype=np.float64) / norm) * clip_norm
-    return np.asarray(u, dtype=np.float64) * scale
+        return (u / norm) * clip_norm
+    return u * scale
 
 
 def noise_seed(

@@ -101,11 +101,13 @@ def check_averaging(
                                                                strict=True)])
         parts = [RecordDict({"metrics": MetricRecord({**v, weight_key: w})})
                  for w, v in zip(weights, values, strict=True)]
-        with partition_metrics.per_partition_metrics(one_copy, parts):
-            one, one_metrics = one_copy.aggregate_train(server_round,
-                                                        [reply(average, total, mean)])
-        with partition_metrics.per_partition_metrics(again, parts):  # the same call again
-            _, again_metrics = again.aggregate_train(server_round, [reply(average, total, mean)])
+
+        def aggregate_one(strategy: Any) -> tuple[Any, Any]:
+            with partition_metrics.per_partition_metrics(strategy, parts):
+                return strategy.aggregate_train(server_round, [reply(average, total, mean)])
+
+        one, one_metrics = aggregate_one(one_copy)
+        _, again_metrics = aggregate_one(again)  # the same call again
     except Exception as exc:
         raise ValueError(
             f"{name}.aggregate_train failed on synthetic replies ({type(exc).__name__}: {exc}); "

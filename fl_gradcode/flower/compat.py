@@ -362,8 +362,6 @@ def _takes_replies(method: Any) -> bool:
     return any(word in name for name in names for word in ("repl", "message", "content"))
 
 
-
-
 def legacy_attribute_error(owner: Any, name: str) -> AttributeError:
     """The ``AttributeError`` for ``owner.name``: a clear one for the legacy API's calls."""
     if name in _LEGACY_METHODS:

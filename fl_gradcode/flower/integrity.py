@@ -152,8 +152,7 @@ class Probe:
             else:
                 z = np.atleast_1d(self._sampled(arrays))
                 model = norm(z)
-                scale, ssq = _accumulate(0.0, 0.0, np.atleast_1d(z))
-            z = np.atleast_1d(z)
+                scale, ssq = _accumulate(0.0, 0.0, z)
             tail = [float(count)]
             if self.metrics:
                 tail += list(self._metric_part(metrics or {}))
@@ -390,10 +389,9 @@ def _check(B, z: Mapping[int, np.ndarray], workers: list[int], sizes=None):
             Z = Z / top
             scale = scale / top
         W = N.T @ Z
-        worst = 0.0
-        for i in range(len(workers)):
-            if weight[i] > 1e-12 and a[i] != 0.0:
-                worst = max(worst, relative((a[i] / weight[i]) * (N[i] @ W), scale))
+        rows = (weight > 1e-12) & (a != 0.0)
+        diff = (a[rows] / weight[rows])[:, None] * (N[rows] @ W)
+        worst = float(np.max(relative_rows(diff, scale), initial=0.0))
     return worst, checked
 
 

@@ -229,23 +229,18 @@ def make_gradient_coding_mod(
                 try:
                     reply = _coded_reply(msg, context, call_next, instruction, policy, cache,
                                          notices, wall_clock, reported, started)
-                except Stopped:
-                    if claimed and started and instruction.dp in LOCAL_NOISE:
-                        # stopped after the app ran on the data: whether it finished in time
-                        # may depend on the data (its running time), and the server sets the
-                        # deadline, so the round stays answered (not asked again with another
-                        # model)
-                        raise DataStopped() from None
-                    raise
                 except Exception as exc:
                     if claimed and started and instruction.dp in LOCAL_NOISE:
-                        # the app ran on the data, for a release the node noises, and failed:
-                        # whether it fails, and its message, may depend on the data, which no
+                        # the app ran on the data, for a release the node noises, and failed
+                        # or was stopped by the deadline the server set: whether it fails or
+                        # finishes in time, and its message, may depend on the data, which no
                         # noise covers (a release without the node's noise covers nothing
-                        # either: its app's message is sent as before). The round
-                        # stays answered (a server cannot ask again until one question
-                        # fails), and its reason names no more than that; the app's error
-                        # is logged on the node only
+                        # either: its app's message is sent as before). The round stays
+                        # answered (a server cannot ask again with another model until one
+                        # question fails), and its reason names no more than that; the app's
+                        # error is logged on the node only
+                        if isinstance(exc, Stopped):
+                            raise DataStopped() from None
                         log(ERROR, "gradient_coding_mod: round %s: %s", instruction.round,
                             error_reason(exc))
                         raise DataFailure(DATA_FAILURE_REASON) from None
