@@ -439,8 +439,8 @@ def rival_strategy(method: str, run_config: Mapping[str, Any], n: int, *,
                    cohort: int | None = None, deadline: float | None = None,
                    k: int | None = None, overcommit: float | None = None,
                    buffer_size: int | None = None, server_lr: float | None = None,
-                   staleness_exponent: float | None = None, stop_dropped_work: bool = False
-                   ) -> tuple[Any, tuple, dict[str, Any], dict[str, Any]]:
+                   staleness_exponent: float | None = None, stop_dropped_work: bool = False,
+                   replicas: int = 0) -> tuple[Any, tuple, dict[str, Any], dict[str, Any]]:
     """A public rival of :mod:`fl_gradcode.rivals` with ``run_config`` on ``n`` nodes, on the
     main job's initial model, evaluation and train config (``server.app.build_rival``):
 
@@ -450,7 +450,9 @@ def rival_strategy(method: str, run_config: Mapping[str, Any], n: int, *,
     * ``first-k``: sample ``ceil(overcommit k)``, keep the first ``k`` (default: ``cohort``);
     * ``fedbuff``: ``cohort`` clients in flight, a server step every ``buffer_size``
       arrivals (required), ``server_lr``, updates weighted
-      ``(1 + staleness)^-staleness_exponent``.
+      ``(1 + staleness)^-staleness_exponent``;
+    * ``fedbuff-replicated``: FedBuff's rules over partitions each held by ``replicas + 1``
+      clients (:class:`fl_gradcode.flower.asynchronous.ReplicatedFedBuff`, ``s = replicas``).
 
     A rule left ``None`` is the rival class's own default (``FirstK``, ``FedBuff``).
     ``stop_dropped_work``: ``deadline`` and ``first-k`` stop a dropped client's work when its
@@ -458,8 +460,8 @@ def rival_strategy(method: str, run_config: Mapping[str, Any], n: int, *,
 
     Returns ``(strategy, (initial arrays, evaluate_fn, train_config), merged run config,
     the method's facts)``, built, not run (:func:`start_rival` runs it)."""
-    if method == "fedbuff" and buffer_size is None:
-        raise ValueError("fedbuff needs buffer_size (K, updates per server step; the "
+    if method in ("fedbuff", "fedbuff-replicated") and buffer_size is None:
+        raise ValueError(f"{method} needs buffer_size (K, updates per server step; the "
                          "benchmark's is fedbuff_buffer_fraction of the cohort)")
     from server.app import build_rival, cohort_size, run_latency
     from server.rival_config import shared_keys  # the coded runs' keys: rivals run without
@@ -491,16 +493,23 @@ def rival_strategy(method: str, run_config: Mapping[str, Any], n: int, *,
         strategy = FirstK(k=k, **_given(overcommit=overcommit), stop_dropped_work=stop_dropped_work,
                           **common)
         extra = {"k": k, "sampled": strategy.sample_size}
-    elif method == "fedbuff":
+    elif method in ("fedbuff", "fedbuff-replicated"):
         buffer_size = int(buffer_size)  # type: ignore[arg-type]  # checked on entry
-        strategy = FedBuff(buffer_size=buffer_size, concurrency=cohort,
-                           **_given(server_lr=server_lr,
-                                    staleness_exponent=staleness_exponent), **common)
+        knobs = {"buffer_size": buffer_size, "concurrency": cohort,
+                 **_given(server_lr=server_lr, staleness_exponent=staleness_exponent),
+                 **common}
         extra = {"buffer_size": buffer_size, "concurrency": cohort}
+        if method == "fedbuff":
+            strategy = FedBuff(**knobs)
+        else:
+            from fl_gradcode.flower.asynchronous import ReplicatedFedBuff
+
+            strategy = ReplicatedFedBuff(s=int(replicas), **knobs)
+            extra["s"] = int(replicas)
     else:
         raise ValueError(f"method {method!r} is not a rival; expected one of "
-                         f"{(*RIVALS, 'deadline')}")
-    if method != "fedbuff":
+                         f"{(*RIVALS, 'deadline', 'fedbuff-replicated')}")
+    if method not in ("fedbuff", "fedbuff-replicated"):
         seeded_sampling(strategy, int(cfg["seed"]))
     return strategy, tuple(built), cfg, extra
 

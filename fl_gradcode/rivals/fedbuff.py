@@ -161,11 +161,13 @@ class FedBuff(FedAvg):
         return sizes[pid] / float(np.mean(sizes))
 
     def arrival(self, pid: int, job: int, compute_s: float, nbytes: int,
-                regime_round: int | None = None) -> float:
+                regime_round: int | None = None, load: float | None = None) -> float:
         """Seconds from a job's start (now) to its update's arrival (compute, latency,
-        upload); ``regime_round``: the federation's round (a drifting regime's)."""
+        upload) on the device of partition ``pid``; ``regime_round``: the federation's round
+        (a drifting regime's); ``load``: the job's (default: ``pid``'s partition's)."""
         return virtual_arrival(
-            self.latency, seed=self.seed, pid=pid, round_index=job, load=self.load(pid),
+            self.latency, seed=self.seed, pid=pid, round_index=job,
+            load=self.load(pid) if load is None else load,
             compute_s=compute_s, nbytes=nbytes, measured_compute=self.measured_compute,
             compute_cost_s=self.compute_cost_s, upload_bandwidth=self.upload_bandwidth,
             start_s=self.now, regime_round=regime_round)
@@ -191,6 +193,22 @@ class FedBuff(FedAvg):
         delta = {name: np.asarray(value, dtype=np.float64) - sent[name]
                  for name, value in arrays.items()}
         return delta, pid, compute, examples, ""
+
+    def _job(self, grid: Grid, node: int, job: int, model: Mapping[str, np.ndarray],
+             arrays: ArrayRecord, train_config: ConfigRecord, timeout: float
+             ) -> tuple[dict[str, np.ndarray] | None, int, int, float, int, int, str]:
+        """Send ``node`` its ``job``-th job (the current ``model``, as ``arrays``) and read
+        the reply: ``(delta or None, the node's own partition id or -1, the partition the
+        job computed or -1 (the node's own), compute s, examples, bytes up, reason)``."""
+        config = ConfigRecord({**dict(train_config), "server-round": job})
+        msg = Message(RecordDict({self.arrayrecord_key: arrays,
+                                  self.configrecord_key: config}),
+                      message_type=MessageType.TRAIN, dst_node_id=node, group_id=str(job))
+        replies = list(grid.send_and_receive([msg], timeout=timeout))
+        reply = replies[0] if replies else None
+        delta, pid, compute, examples, reason = self._parse(reply, model)
+        nbytes = reply_bytes(reply) if delta is not None and reply is not None else 0
+        return delta, pid, -1, compute, examples, nbytes, reason
 
     # ------------------------------------------------------------------ the run
     def start(
@@ -258,33 +276,29 @@ class FedBuff(FedAvg):
             jobs[node] += 1
             regime = sent // slots + 1  # as a synchronous run of cohorts of `slots`
             sent += 1
-            config = ConfigRecord({**dict(train_config), "server-round": jobs[node]})
-            msg = Message(RecordDict({self.arrayrecord_key: arrays_of(model),
-                                      self.configrecord_key: config}),
-                          message_type=MessageType.TRAIN, dst_node_id=node,
-                          group_id=str(jobs[node]))
-            replies = list(grid.send_and_receive([msg], timeout=timeout))
-            reply = replies[0] if replies else None
-            delta, pid, compute, examples, reason = self._parse(reply, model)
-            nbytes = reply_bytes(reply) if delta is not None else 0
+            delta, pid, part, compute, examples, nbytes, reason = self._job(
+                grid, node, jobs[node], model, arrays_of(model), train_config, timeout)
             if pid < 0:  # no usable timing: the client's latency alone
                 pid = partition_of.get(node, nodes.index(node))
             else:
                 partition_of[node] = pid
-            took = self.arrival(pid, jobs[node], compute, nbytes, regime)
+            part = pid if part < 0 else part
+            load = self.load(part)
+            took = self.arrival(pid, jobs[node], compute, nbytes, regime, load)
             off = math.isinf(took) and self.latency is not None
             if off:
                 # the device is off: its update never comes; the server hears so (Flower's
                 # NODE_UNAVAILABLE) when the latency model says, and the slot is free again
                 took = failure_notice(self.latency, worker=pid, round_index=jobs[node],
-                                      load=self.load(pid), seed=self.seed, start_s=self.now,
+                                      load=load, seed=self.seed, start_s=self.now,
                                       regime_round=regime)
                 delta, compute, nbytes, reason = None, 0.0, 0, "node unavailable (device off)"
             arrive = self.now + took
             busy.add(node)
             heapq.heappush(events, (arrive, seq, node, {
-                "delta": delta, "pid": pid, "version": version, "compute": compute,
-                "examples": examples, "bytes": nbytes, "reason": reason, "off": off}))
+                "delta": delta, "pid": pid, "part": part, "version": version,
+                "compute": compute, "examples": examples, "bytes": nbytes, "reason": reason,
+                "off": off}))
             seq += 1
             return True
 
@@ -321,7 +335,8 @@ class FedBuff(FedAvg):
                 weight = staleness_weight(tau, self.staleness_exponent)
                 for name, value in job["delta"].items():
                     buffer[name] = buffer.get(name, 0.0) + weight * value
-                used.append({"pid": job["pid"], "staleness": tau, "examples": job["examples"]})
+                used.append({"pid": job["part"], "node_pid": job["pid"], "staleness": tau,
+                             "examples": job["examples"]})
             if len(used) == self.buffer_size:
                 for name in model:
                     model[name] = model[name] + self.server_lr * buffer[name] / self.buffer_size
@@ -349,6 +364,7 @@ class FedBuff(FedAvg):
             "round": version,
             "decode": "buffered",
             "clients_used": [u["pid"] for u in used],
+            "computed_by": [u["node_pid"] for u in used],
             "staleness": [u["staleness"] for u in used],
             "stragglers": [],
             "late_dropped": 0,

@@ -1,0 +1,234 @@
+"""Coded asynchrony: FedBuff over replicated partitions, read beside the benchmark's verdict
+(``experiments/grid.toml``, amendment 23).
+
+``python -m experiments.async_replication [--cells PATTERNS] [--out FILE.json]``
+
+In each finished cell of ``results/compare.json`` (and the slow-classes cells of amendment 8)
+``fedbuff-replicated`` (:class:`fl_gradcode.flower.asynchronous.ReplicatedFedBuff`) runs with
+FedBuff's settings as tuned in the cell; ``s`` (extra copies of each partition) is chosen on
+the development seeds among 0, 1, 2 by FedBuff's ranking (:func:`choose_s`; ``s = 0`` is
+FedBuff, whose development runs the cell's tuning already holds), then ``s = 1`` and ``s = 2``
+run on the evaluation seeds, paired by seed with the cell's runs (same draws). A check run,
+``s = 0`` on the first evaluation seed, must reproduce the cell's FedBuff run, or the cell's
+reading is marked not paired. Nothing here changes the benchmark's verdict. FedBuff: Nguyen et
+al., AISTATS 2022, https://arxiv.org/abs/2106.06639; the placement: Tandon et al., *Gradient
+Coding*, ICML 2017.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+from experiments.auto_lr import paired_ratio
+from experiments.common import harness_environment
+from experiments.compare import load_grid
+from experiments.registry import COMPUTE_KEYS, charge_at, charge_once, grid_cell, lookup
+from experiments.rival_runs import Cell, _summary, start_rival
+
+COMPARE = Path("results/compare.json")
+#: amendment 8's cells: name -> file (each one cell of ``python -m experiments.compare``)
+SLOW_CLASSES = {
+    "slow-classes-2/digits-logreg/persistent/20x20": Path(
+        "results/compare_slow_classes_2_20x20.json"),
+    "slow-classes-1/digits-logreg/persistent/20x20": Path(
+        "results/compare_slow_classes_1_20x20.json"),
+    "slow-classes-2/digits-logreg/persistent/100x100": Path(
+        "results/compare_slow_classes_2_100x100.json"),
+}
+OUT = Path("results/async_replication.json")
+CHOICES = (0, 1, 2)
+A_PRIORI = 1
+METHOD = "fedbuff-replicated"
+RULE = ("s among 0, 1, 2 with the lowest median time to target over the development seeds "
+        "(never reached: infinite), then the highest median final accuracy, then the "
+        "a-priori s = 1, then the order 0, 1, 2 (FedBuff's ranking); s = 0 is FedBuff, read "
+        "from the cell's tuning")
+
+__all__ = ["CHOICES", "METHOD", "RULE", "cell_of", "choose_s", "main", "read_cell",
+           "run_replicated"]
+
+
+def cell_of(grid: Mapping[str, Any], settings: Mapping[str, Any]) -> Cell:
+    """The :class:`Cell` a finished cell ran (its settings), with FedBuff's settings as
+    they were tuned there and the compute charge the cell charged."""
+    fb = settings["fedbuff"]
+    sets = dict(settings.get("set") or {})
+    cell = grid_cell(grid, settings["task"], settings["latency_table"], int(settings["n"]),
+                     int(settings["cohort"]), int(settings["rounds"]),
+                     float(settings["target"]), sets)
+    cell = dataclasses.replace(
+        cell, fedbuff_server_lr=float(fb["server_lr"]),
+        fedbuff_buffer_fraction=float(fb["buffer_fraction"]),
+        fedbuff_staleness_exponent=float(fb["staleness_exponent"]), fedbuff_tune=0.0)
+    if cell.fedbuff_buffer() != int(fb["buffer_size"]):
+        raise ValueError(f"the cell's FedBuff K {fb['buffer_size']} is not rebuilt "
+                         f"({cell.fedbuff_buffer()})")
+    fixed, how = (charge_at(lookup(grid, "tasks", settings["task"]).get("charge_s", {}),
+                            int(settings["n"]))
+                  if not set(sets) & COMPUTE_KEYS else (None, None))
+    cell, _ = charge_once(cell, int(settings["seeds"][0]), None, fixed, how)
+    return cell
+
+
+def run_replicated(cell: Cell, s: int, seed: int) -> dict[str, Any]:
+    """One run of ``fedbuff-replicated`` with ``s`` (FedBuff's knobs of ``cell``), recorded
+    as the benchmark records a run (``method`` ``fedbuff-replicated:s``)."""
+    cfg = cell.config(seed, rival="fedavg")
+    run = start_rival("fedbuff-replicated", cfg, cell.n, cohort=cell.cohort,
+                      buffer_size=cell.fedbuff_buffer(), server_lr=cell.fedbuff_server_lr,
+                      staleness_exponent=cell.fedbuff_staleness_exponent,
+                      rounds=cell.fedbuff_steps(), replicas=s)
+    record = _summary(f"{METHOD}:{s}", seed, run.history, cell, cfg, run.counter, run.wall_s,
+                      s=s)
+    counts = [0] * cell.n  # how many updates of each partition entered the model
+    for row in run.history:
+        for pid in row["clients_used"]:
+            counts[pid] += 1
+    record["updates_per_partition"] = counts
+    return {k: v for k, v in record.items() if k != "accuracy_curve"}
+
+
+def _dev_record(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    times = [math.inf if r["time_to_target"] is None else r["time_to_target"] for r in runs]
+    t = median(times)
+    return {"median_time_to_target_all_seeds": None if math.isinf(t) else t,
+            "median_final_accuracy": median(r["final_accuracy"] for r in runs),
+            "per_seed": {str(r["seed"]): {"time_to_target": r["time_to_target"],
+                                          "final_accuracy": r["final_accuracy"]}
+                         for r in runs}}
+
+
+def choose_s(tried: Mapping[int, Mapping[str, Any]]) -> int:
+    """:data:`RULE`'s pick among ``tried`` (``s`` -> its development record:
+    ``median_time_to_target_all_seeds``, ``None`` when never reached, and
+    ``median_final_accuracy``)."""
+    def score(s: int) -> tuple:
+        t = tried[s]["median_time_to_target_all_seeds"]
+        return (math.inf if t is None else t, -tried[s]["median_final_accuracy"],
+                s != A_PRIORI, s)
+    return min(tried, key=score)
+
+
+def fedbuff_dev(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """FedBuff's development record at its tuned setting (the cell's tuning grid)."""
+    fb = settings["fedbuff"]
+    for entry in fb["tuning"]["grid"]:
+        if (entry["server_lr"] == fb["server_lr"]
+                and entry["buffer_fraction"] == fb["buffer_fraction"]):
+            return {k: entry[k] for k in ("median_time_to_target_all_seeds",
+                                          "median_final_accuracy", "per_seed")}
+    raise ValueError("the cell's FedBuff tuning does not hold its pick's runs")
+
+
+def read_cell(grid: Mapping[str, Any], name: str, cell: Mapping[str, Any],
+              log: Callable[[str], None] = print) -> dict[str, Any]:
+    """The reading of one finished cell: the development runs and the pick, the runs of
+    ``s = 1, 2`` on the evaluation seeds, the pick's runs, the check run, paired ratios."""
+    t0 = time.perf_counter()
+    settings = cell["settings"]
+    dev, seeds = [int(x) for x in settings["dev_seeds"]], [int(x) for x in settings["seeds"]]
+    spec = cell_of(grid, settings)
+    tried: dict[int, dict[str, Any]] = {0: fedbuff_dev(settings)}
+    for s in CHOICES[1:]:
+        runs = []
+        for seed in dev:
+            runs.append(run_replicated(spec, s, seed))
+            log(f"  dev s={s} seed {seed}: {runs[-1]['time_to_target']}")
+        tried[s] = _dev_record(runs)
+    pick = choose_s(tried)
+    fedbuff = [r for r in cell["runs"] if r["method"] == "fedbuff"]
+    evaluation: list[dict[str, Any]] = []
+    for s in CHOICES[1:]:
+        for seed in seeds:
+            evaluation.append(run_replicated(spec, s, seed))
+            log(f"  s={s} seed {seed}: {evaluation[-1]['time_to_target']}")
+    check = run_replicated(spec, 0, seeds[0])
+    ref = next(r for r in fedbuff if r["seed"] == seeds[0])
+    same = ((check["time_to_target"] is None and ref["time_to_target"] is None)
+            or (check["time_to_target"] is not None and ref["time_to_target"] is not None
+                and abs(check["time_to_target"] - ref["time_to_target"])
+                <= 1e-9 * max(1.0, ref["time_to_target"])))
+    same = same and abs(check["final_accuracy"] - ref["final_accuracy"]) <= 1e-12
+    picked = ([{**r, "method": METHOD, "s": 0} for r in fedbuff] if pick == 0 else
+              [{**r, "method": METHOD} for r in evaluation if r["s"] == pick])
+    auto = [r for r in cell["runs"] if r["method"] == "auto"]
+    return {"cell": name, "dev_seeds": dev, "seeds": seeds, "rule": RULE,
+            "fedbuff": {k: settings["fedbuff"][k] for k in
+                        ("server_lr", "buffer_fraction", "buffer_size", "concurrency",
+                         "staleness_exponent", "server_steps")},
+            "tuning": {str(s): rec for s, rec in tried.items()}, "s": pick,
+            "runs": evaluation + picked,
+            "check": {"seed": seeds[0], "time_to_target": check["time_to_target"],
+                      "final_accuracy": check["final_accuracy"],
+                      "fedbuff_time_to_target": ref["time_to_target"],
+                      "fedbuff_final_accuracy": ref["final_accuracy"], "reproduces": same},
+            "over_fedbuff": paired_ratio(picked, fedbuff),
+            "over_auto": paired_ratio(picked, auto),
+            "runtime_s": time.perf_counter() - t0}
+
+
+def finished_cells(compare: Path) -> dict[str, Mapping[str, Any]]:
+    """Every cell this reading may take, by name: the benchmark's, then amendment 8's."""
+    cells: dict[str, Mapping[str, Any]] = dict(json.loads(compare.read_text())["cells"])
+    for name, path in SLOW_CLASSES.items():
+        if path.exists():
+            cells[name] = json.loads(path.read_text())
+    return cells
+
+
+def cell_order(grid: Mapping[str, Any], names: Sequence[str]) -> list[str]:
+    """Amendment 23's order: digits-logreg 20x20, the slow-classes cells, digits-logreg
+    100x100, then the rest in [report]'s order."""
+    report = list(grid["report"]["cells"])
+    first = [c for c in report if c.startswith("digits-logreg/") and c.endswith("/20x20")]
+    then = [c for c in SLOW_CLASSES]
+    hundred = [c for c in report if c.startswith("digits-logreg/") and c.endswith("/100x100")]
+    order = first + then + hundred + [c for c in report if c not in first + hundred]
+    return [c for c in order if c in names] + [c for c in names if c not in order]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from fnmatch import fnmatch
+
+    parser = argparse.ArgumentParser(prog="python -m experiments.async_replication",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cells", default="*",
+                        help="comma-separated patterns (fnmatch) of finished cells, run in "
+                             "amendment 23's order")
+    parser.add_argument("--compare", type=Path, default=COMPARE)
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args(argv)
+    grid = load_grid()
+    data = finished_cells(args.compare)
+    patterns = [p.strip() for p in args.cells.split(",") if p.strip()]
+    names = [c for c in cell_order(grid, list(data)) if any(fnmatch(c, p) for p in patterns)]
+    if not names:
+        raise SystemExit(f"python -m experiments.async_replication: no finished cell matches "
+                         f"{args.cells!r}; there are {sorted(data)}")
+    for name in names:
+        print(f"{METHOD}: {name}", flush=True)
+        with harness_environment():
+            reading = read_cell(grid, name, data[name])
+        out = json.loads(args.out.read_text()) if args.out.exists() else {}
+        out.setdefault("cells", {})[name] = reading
+        out["settings"] = {"rule": RULE, "choices": list(CHOICES), "compare": str(args.compare),
+                           "slow_classes": {k: str(v) for k, v in SLOW_CLASSES.items()}}
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+        print(f"{METHOD}: {name}: s {reading['s']}, over FedBuff "
+              f"{reading['over_fedbuff']['geomean']}, over auto "
+              f"{reading['over_auto']['geomean']}, check {reading['check']['reproduces']}",
+              flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

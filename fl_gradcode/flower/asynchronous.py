@@ -1,0 +1,184 @@
+"""Buffered asynchronous aggregation over replicated partitions: FedBuff that never starves
+the slow clients' data.
+
+FedBuff (Nguyen et al., *Federated Learning with Buffered Asynchronous Aggregation*, AISTATS
+2022, https://arxiv.org/abs/2106.06639) applies a server step every ``K`` arrivals, so a
+persistently slow client's data enters the model rarely and stale: in the benchmark's
+persistent regime FedBuff reached its target on the fast clients' data alone. Gradient coding
+places every partition on ``s + 1`` clients (the cyclic repetition placement of Tandon et al.,
+*Gradient Coding*, ICML 2017, Sec. 4: the client of partition ``p`` holds ``p, ..., p + s``
+mod ``N``) so that a synchronous round needs none of ``s`` stragglers. Asynchronously no
+decodable set is needed: each job is ONE partition the client holds (the coding mod's
+instruction with one partition and coefficient 1), the one served least so far (jobs sent
+for it, in flight included; ties: the client's own, then the next in the cycle), so a slow
+client's partitions are computed by its fast neighbours as often as any other partition
+while every job costs what a FedBuff job costs. With ``s = 0`` it is FedBuff.
+
+Everything else is :class:`~fl_gradcode.rivals.FedBuff`'s: which idle client gets a free slot
+(seeded, uniformly), the virtual clock (a job's latency is drawn for the client's own device,
+its load is the computed partition's size over the mean), staleness weights, the server step.
+The ClientApp needs :func:`~fl_gradcode.flower.gradient_coding_mod` (the partitions a client
+may compute are the ones its data loader serves for ``partition-id``, as in the coded rounds).
+Before the first job every node is asked for its partition (the coded rounds' handshake); a
+node that does not answer gets no job, and a partition none of the answering nodes holds is
+never computed (a warning names how many).
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from collections.abc import Callable, Mapping
+from logging import WARNING
+from typing import Any
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
+from flwr.common.logger import log
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Result
+
+from ..rivals.fedbuff import FedBuff
+from . import protocol
+from .deadline import reply_bytes
+from .protocol import Instruction, RejectedReply
+from .senders import answering_node
+
+__all__ = ["ReplicatedFedBuff", "cyclic_placement"]
+
+
+def cyclic_placement(partition: int, num_partitions: int, s: int) -> tuple[int, ...]:
+    """The partitions the client of ``partition`` holds under cyclic repetition with ``s``
+    extra copies: ``partition, partition + 1, ..., partition + s`` (mod ``num_partitions``;
+    at most ``num_partitions`` distinct)."""
+    if not 0 <= partition < num_partitions:
+        raise ValueError(f"partition={partition!r} is not in 0..{num_partitions - 1}")
+    if isinstance(s, bool) or not isinstance(s, int) or s < 0:
+        raise ValueError(f"s={s!r} must be an integer >= 0")
+    return tuple((partition + t) % num_partitions for t in range(min(s, num_partitions - 1) + 1))
+
+
+class ReplicatedFedBuff(FedBuff):
+    """FedBuff whose clients each hold ``s + 1`` partitions (cyclic repetition) and compute,
+    in each job, the one held partition served least so far (module docstring).
+
+    Parameters
+    ----------
+    s : int
+        Extra copies of each partition (``>= 0``; 0: FedBuff).
+    **fedbuff : Any
+        :class:`~fl_gradcode.rivals.FedBuff`'s arguments (``buffer_size``, ``concurrency``,
+        ``server_lr``, ``latency``, ``seed``, ``partition_sizes``, ...).
+    """
+
+    def __init__(self, *, s: int, **fedbuff: Any) -> None:
+        if isinstance(s, bool) or not isinstance(s, int) or s < 0:
+            raise ValueError(f"s={s!r} must be an integer >= 0 (extra copies of a partition)")
+        super().__init__(**fedbuff)
+        self.s = s
+        self.identities: dict[int, protocol.Identity] = {}
+        self.served: dict[int, int] = {}  # partition -> jobs sent for it
+        self._nonce = ""
+
+    # ------------------------------------------------------------------ the handshake
+    def _identify(self, grid: Grid, timeout: float) -> list[int]:
+        """Ask every node for its partition; the nodes that answered (sorted)."""
+        nodes = sorted(grid.get_node_ids())
+        msgs = [protocol.instruction_message(
+            RecordDict(), Instruction(op=protocol.OP_IDENTIFY, nonce=self._nonce), node,
+            "identify") for node in nodes]
+        replies = list(grid.send_and_receive(msgs, timeout=timeout)) if msgs else []
+        self.identities = {}
+        for reply in replies:
+            node = answering_node(reply, msgs)
+            if node in self.identities or node not in nodes:
+                continue
+            try:
+                self.identities[node] = protocol.parse_identity(reply)
+            except RejectedReply as why:
+                log(WARNING, "ReplicatedFedBuff: node %s gets no job: %s", node, why)
+        silent = len(nodes) - len(self.identities)
+        if silent:
+            log(WARNING, "ReplicatedFedBuff: %d of %d nodes did not identify; they get no job",
+                silent, len(nodes))
+        held = {j for ident in self.identities.values()
+                for j in cyclic_placement(ident.partition_id, ident.num_partitions, self.s)}
+        counts = {ident.num_partitions for ident in self.identities.values()}
+        missing = sum(counts) - len(held) if len(counts) == 1 else 0
+        if missing:
+            log(WARNING, "ReplicatedFedBuff: %d partitions are held by no node that "
+                "identified; they are never computed", missing)
+        return sorted(self.identities)
+
+    def start(
+        self,
+        grid: Grid,
+        initial_arrays: ArrayRecord,
+        num_rounds: int = 3,
+        timeout: float = 3600,
+        train_config: ConfigRecord | None = None,
+        evaluate_config: ConfigRecord | None = None,
+        evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
+    ) -> Result:
+        """:meth:`FedBuff.start` on the nodes that identified (the handshake comes first)."""
+        self._nonce = secrets.token_hex(8)
+        self.served = {}
+        answered = self._identify(grid, timeout)
+        if not answered:
+            raise ValueError("ReplicatedFedBuff: no node identified its partition (does the "
+                             "ClientApp have gradient_coding_mod?)")
+        return super().start(_Nodes(grid, answered), initial_arrays, num_rounds, timeout,
+                             train_config, evaluate_config, evaluate_fn)
+
+    # ------------------------------------------------------------------ one job
+    def choose(self, node: int) -> int:
+        """The partition ``node`` computes next: of those it holds, the one with the fewest
+        jobs sent so far (ties: the earliest in its cycle, its own first)."""
+        ident = self.identities[node]
+        held = cyclic_placement(ident.partition_id, ident.num_partitions, self.s)
+        return min(held, key=lambda j: (self.served.get(j, 0), held.index(j)))
+
+    def _job(self, grid: Grid, node: int, job: int, model: Mapping[str, np.ndarray],
+             arrays: ArrayRecord, train_config: ConfigRecord, timeout: float
+             ) -> tuple[dict[str, np.ndarray] | None, int, int, float, int, int, str]:
+        ident = self.identities[node]
+        part = self.choose(node)
+        self.served[part] = self.served.get(part, 0) + 1
+        config = ConfigRecord({**dict(train_config), "server-round": job})
+        instruction = Instruction(
+            op=protocol.OP_TRAIN, round=job, worker=ident.partition_id, seed=self.seed,
+            nonce=self._nonce, partition_ids=(part,), num_partitions=(ident.num_partitions,),
+            coefficients=(1.0,), weight_key=self.weighted_by_key)
+        msg = protocol.instruction_message(
+            RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config}),
+            instruction, node, str(job))
+        replies = list(grid.send_and_receive([msg], timeout=timeout))
+        reply = replies[0] if replies else None
+        if reply is None:
+            return None, ident.partition_id, part, 0.0, 0, 0, "no reply"
+        try:
+            coded = protocol.parse_reply(reply, worker=ident.partition_id, round=job,
+                                         layout={k: v.shape for k, v in model.items()})
+        except RejectedReply as exc:
+            return None, ident.partition_id, part, 0.0, 0, 0, str(exc)
+        weight = float(coded.num_examples)
+        if not (math.isfinite(weight) and weight > 0):
+            return (None, ident.partition_id, part, float(coded.compute_s), 0, 0,
+                    f"malformed reply: num-examples={weight!r}, expected > 0")
+        # the reply is n_j (theta_j - theta): the partition's model delta times its examples
+        delta = {k: np.asarray(v, dtype=np.float64) / weight for k, v in coded.arrays.items()}
+        return (delta, ident.partition_id, part, float(coded.compute_s), round(weight),
+                reply_bytes(reply), "")
+
+
+class _Nodes:
+    """A grid whose ``get_node_ids`` lists only ``nodes`` (the ones that identified)."""
+
+    def __init__(self, grid: Grid, nodes: list[int]) -> None:
+        self._grid, self._nodes = grid, list(nodes)
+
+    def get_node_ids(self) -> list[int]:
+        return list(self._nodes)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._grid, name)
