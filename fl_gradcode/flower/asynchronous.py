@@ -9,8 +9,9 @@ places every partition on ``s + 1`` clients (the cyclic repetition placement of 
 *Gradient Coding*, ICML 2017, Sec. 4: the client of partition ``p`` holds ``p, ..., p + s``
 mod ``N``) so that a synchronous round needs none of ``s`` stragglers. Asynchronously no
 decodable set is needed: each job is ONE partition the client holds (the coding mod's
-instruction with one partition and coefficient 1), the one served least so far (jobs sent
-for it, in flight included; ties: the client's own, then the next in the cycle), so a slow
+instruction with one partition and coefficient 1), the one served least so far (its jobs in
+flight or used; a job that brought no update, such as a device gone off, is not counted;
+ties: the client's own, then the next in the cycle), so a slow
 client's partitions are computed by its fast neighbours as often as any other partition
 while every job costs what a FedBuff job costs. With ``s = 0`` it is FedBuff.
 
@@ -133,10 +134,15 @@ class ReplicatedFedBuff(FedBuff):
     # ------------------------------------------------------------------ one job
     def choose(self, node: int) -> int:
         """The partition ``node`` computes next: of those it holds, the one with the fewest
-        jobs sent so far (ties: the earliest in its cycle, its own first)."""
+        jobs so far, in flight or used (a job that brought no update is not counted: its
+        partition goes to another holder); ties: the earliest in its cycle, its own first."""
         ident = self.identities[node]
         held = cyclic_placement(ident.partition_id, ident.num_partitions, self.s)
         return min(held, key=lambda j: (self.served.get(j, 0), held.index(j)))
+
+    def _settled(self, partition: int, used: bool) -> None:
+        if not used:
+            self.served[partition] -= 1
 
     def _job(self, grid: Grid, node: int, job: int, model: Mapping[str, np.ndarray],
              arrays: ArrayRecord, train_config: ConfigRecord, timeout: float

@@ -210,6 +210,9 @@ class FedBuff(FedAvg):
         nbytes = reply_bytes(reply) if delta is not None and reply is not None else 0
         return delta, pid, -1, compute, examples, nbytes, reason
 
+    def _settled(self, partition: int, used: bool) -> None:
+        """A job of ``partition`` came back (``used``: its update is in the buffer)."""
+
     # ------------------------------------------------------------------ the run
     def start(
         self,
@@ -324,6 +327,7 @@ class FedBuff(FedAvg):
             if job["off"]:  # no work before its device is on again (none, for other models)
                 off_until[node] = self.now + back_on(self.latency, worker=job["pid"],
                                                      at_s=self.now)
+            self._settled(job["part"], job["delta"] is not None)
             counters["arrived"] += 1
             counters["compute_s"] += job["compute"]
             counters["bytes_up"] += job["bytes"]

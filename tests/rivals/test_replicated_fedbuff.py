@@ -1,0 +1,181 @@
+"""``ReplicatedFedBuff`` (FedBuff over partitions each held by ``s + 1`` clients) against a
+numpy reference of its definition: every client always busy, each job the held partition
+served least so far (ties: the client's own, then the next in its cycle), the partition's own
+update ``theta_j - theta_sent`` weighted ``(1 + tau)^-1/2``, a server step every ``K``."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+from flwr.app import ConfigRecord, Error, Message
+
+from fl_gradcode.codes.repetition import crc_matrix
+from fl_gradcode.flower import gradient_coding_mod
+from fl_gradcode.flower.asynchronous import ReplicatedFedBuff, cyclic_placement
+from fl_gradcode.flower.testing import InProcessGrid
+from fl_gradcode.rivals import FedBuff, train_timing_mod
+from tests.apps.numpy_app import (
+    LR,
+    as_dict,
+    assert_model,
+    call_app,
+    initial_arrays,
+    make_app,
+    theta0,
+)
+from tests.flower.harness import FixedArrivals
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:fraction_evaluate"),
+    pytest.mark.filterwarnings("ignore:gradient_coding_mod. no partition key:UserWarning"),
+]
+
+
+def _start(strategy, n, steps, app=None):
+    models = {}
+
+    def evaluate_fn(step, arrays):
+        models[step] = as_dict(arrays)
+
+    result = strategy.start(
+        grid=InProcessGrid(app or make_app(train_timing_mod, gradient_coding_mod), n),
+        initial_arrays=initial_arrays(), num_rounds=steps,
+        train_config=ConfigRecord({"lr": LR}), evaluate_fn=evaluate_fn)
+    return result, models
+
+
+def _reference(table, n, s, k, server_lr, steps):
+    """Concurrency ``n``: a finished client is sent the current model at once.
+    ``table[job][p]``: client ``p``'s ``job``-th job's duration. Returns the model and time
+    of each step and each step's partitions."""
+    served = [0] * n
+    theta, version = theta0(), 0
+
+    def pick(p):
+        held = [(p + t) % n for t in range(s + 1)]
+        j = min(held, key=lambda q: (served[q], held.index(q)))
+        served[j] += 1
+        return j
+
+    jobs = [1] * n
+    running = {p: (table[1][p], version, theta, pick(p)) for p in range(n)}
+    buffer, used, models, times, parts = None, [], {}, {}, {}
+    while version < steps:
+        p = min(running, key=lambda q: (running[q][0], q))
+        arrive, sent_version, sent, j = running.pop(p)
+        new, _, _ = call_app(sent, j, n)
+        w = (1.0 + version - sent_version) ** -0.5
+        delta = {m: w * (new[m] - sent[m]) for m in sent}
+        buffer = delta if buffer is None else {m: buffer[m] + delta[m] for m in buffer}
+        used.append(j)
+        if len(used) == k:
+            theta = {m: theta[m] + server_lr * buffer[m] / k for m in theta}
+            version += 1
+            models[version], times[version], parts[version] = theta, arrive, used
+            buffer, used = None, []
+        jobs[p] += 1
+        running[p] = (arrive + table[jobs[p]][p], version, theta, pick(p))
+    return models, times, parts
+
+
+# client 3 is persistently slow; the others' durations vary by job (drawn: no two arrivals
+# at one time, whose order the reference would break otherwise than the dispatch order)
+TABLE = {j: [*np.random.default_rng(j).uniform(0.3, 0.8, 3), 50.0] for j in range(1, 30)}
+
+
+@pytest.mark.parametrize("s", [1, 2])
+def test_each_job_is_the_least_served_held_partition_and_steps_follow_fedbuff(s):
+    strategy = ReplicatedFedBuff(s=s, buffer_size=2, concurrency=4, server_lr=0.7,
+                                 latency=FixedArrivals(TABLE), measured_compute=False)
+    result, models = _start(strategy, 4, 8)
+    expected, times, parts = _reference(TABLE, 4, s, 2, 0.7, 8)
+    for step in range(1, 9):
+        assert_model(models[step], expected[step])
+    assert_model(as_dict(result.arrays), expected[8])
+    assert [row["virtual_s"] for row in strategy.history] == pytest.approx(
+        [times[t] for t in range(1, 9)])
+    assert [row["clients_used"] for row in strategy.history] == [parts[t] for t in range(1, 9)]
+
+
+def test_the_slow_clients_partition_enters_the_model_through_its_neighbour():
+    """Before client 3's first reply (50 s), FedBuff never uses partition 3; with s = 1 the
+    fast client 2, which holds it too, computes it."""
+    runs = {}
+    for s in (0, 1):
+        strategy = ReplicatedFedBuff(s=s, buffer_size=1, concurrency=4,
+                                     latency=FixedArrivals(TABLE), measured_compute=False)
+        _start(strategy, 4, 12)
+        assert strategy.history[-1]["virtual_s"] < 50.0
+        runs[s] = strategy.history
+    assert all(3 not in row["clients_used"] for row in runs[0])
+    uses = [(row["clients_used"][0], row["computed_by"][0]) for row in runs[1]]
+    assert (3, 2) in uses
+    counts = np.bincount([j for j, _ in uses], minlength=4)
+    assert counts.max() - counts.min() <= 2  # every partition served about equally
+
+
+def test_s_zero_is_fedbuff_step_for_step():
+    plain = FedBuff(buffer_size=2, concurrency=4, server_lr=0.7,
+                    latency=FixedArrivals(TABLE), measured_compute=False)
+    _, fedbuff_models = _start(plain, 4, 6, app=make_app(train_timing_mod))
+    coded = ReplicatedFedBuff(s=0, buffer_size=2, concurrency=4, server_lr=0.7,
+                              latency=FixedArrivals(TABLE), measured_compute=False)
+    _, models = _start(coded, 4, 6)
+    for step in range(7):
+        assert_model(models[step], fedbuff_models[step])
+    for mine, theirs in zip(coded.history, plain.history, strict=True):
+        for key in ("clients_used", "staleness", "virtual_s", "num_examples"):
+            assert mine[key] == pytest.approx(theirs[key])
+
+
+@pytest.mark.parametrize("n, s", [(5, 1), (6, 2), (7, 3), (4, 3)])
+def test_the_placement_is_the_cyclic_repetition_codes_support(n, s):
+    rows = crc_matrix(n, s, np.random.default_rng(0))
+    for p in range(n):
+        assert sorted(cyclic_placement(p, n, s)) == sorted(np.flatnonzero(rows[p]).tolist())
+
+
+def test_a_bad_reply_is_dropped_and_the_run_goes_on():
+    def app(msg, context):
+        if int(context.node_config["partition-id"]) == 1 and msg.metadata.group_id != \
+                "identify":
+            return Message(Error(0, "client crashed"), reply_to=msg)
+        return make_app(train_timing_mod, gradient_coding_mod)(msg, context)
+
+    strategy = ReplicatedFedBuff(s=1, buffer_size=2, concurrency=3,
+                                 latency=FixedArrivals(TABLE), measured_compute=False)
+    _, models = _start(strategy, 3, 4, app=app)
+    assert sorted(models) == [0, 1, 2, 3, 4]
+    assert all(1 not in row["computed_by"] for row in strategy.history)
+    assert sum(row["rejected"] for row in strategy.history) >= 1
+    assert any(1 in row["clients_used"] for row in strategy.history)  # node 0 holds it
+
+
+def test_a_node_that_does_not_identify_gets_no_job(caplog):
+    def app(msg, context):
+        if int(context.node_config["partition-id"]) == 2:
+            return Message(Error(0, "no mod here"), reply_to=msg)
+        return make_app(train_timing_mod, gradient_coding_mod)(msg, context)
+
+    strategy = ReplicatedFedBuff(s=1, buffer_size=1, concurrency=3,
+                                 latency=FixedArrivals(TABLE), measured_compute=False)
+    with caplog.at_level(logging.WARNING):
+        _start(strategy, 3, 4, app=app)
+    assert "1 of 3 nodes did not identify" in caplog.text
+    assert all(2 not in row["computed_by"] for row in strategy.history)
+    assert any(2 in row["clients_used"] for row in strategy.history)  # node 1 holds it
+
+
+def test_without_the_coding_mod_it_says_what_to_add():
+    strategy = ReplicatedFedBuff(s=1, buffer_size=1, latency=FixedArrivals(TABLE),
+                                 measured_compute=False)
+    with pytest.raises(ValueError, match="gradient_coding_mod"):
+        _start(strategy, 3, 1, app=make_app(train_timing_mod))
+
+
+@pytest.mark.parametrize("s", [-1, True, 1.0, "1"])
+def test_bad_s_is_refused_by_name(s):
+    with pytest.raises(ValueError, match=rf"s={s!r} must be an integer >= 0"):
+        ReplicatedFedBuff(s=s, buffer_size=1)
