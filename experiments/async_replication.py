@@ -6,8 +6,9 @@
 In each finished cell of ``results/compare.json`` (and the slow-classes cells of amendment 8)
 ``fedbuff-replicated`` (:class:`fl_gradcode.flower.asynchronous.ReplicatedFedBuff`) runs with
 FedBuff's settings as tuned in the cell; ``s`` (extra copies of each partition) is chosen on
-the development seeds among 0, 1, 2 by FedBuff's ranking (:func:`choose_s`; ``s = 0`` is
-FedBuff, whose development runs the cell's tuning already holds), then ``s = 1`` and ``s = 2``
+the development seeds among 0, 1, 2 by FedBuff's ranking
+(:func:`experiments.fedbuff_tuning.choose_replication`; ``s = 0`` is FedBuff, whose
+development runs the cell's tuning already holds), then ``s = 1`` and ``s = 2``
 run on the evaluation seeds, paired by seed with the cell's runs (same draws). A check run,
 ``s = 0`` on the first evaluation seed, must reproduce the cell's FedBuff run, or the cell's
 reading is marked not paired. Nothing here changes the benchmark's verdict. FedBuff: Nguyen et
@@ -20,18 +21,22 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from statistics import median
 from typing import Any
 
 from experiments.auto_lr import paired_ratio
 from experiments.common import harness_environment
 from experiments.compare import load_grid
+from experiments.deadline_best import tried_record
+from experiments.fedbuff_tuning import (
+    REPLICATION_CHOICES,
+    REPLICATION_RULE,
+    choose_replication,
+)
 from experiments.registry import COMPUTE_KEYS, charge_at, charge_once, grid_cell, lookup
-from experiments.rival_runs import Cell, _summary, start_rival
+from experiments.rival_runs import Cell, run_replicated
 
 COMPARE = Path("results/compare.json")
 #: amendment 8's cells: name -> file (each one cell of ``python -m experiments.compare``)
@@ -44,16 +49,11 @@ SLOW_CLASSES = {
         "results/compare_slow_classes_2_100x100.json"),
 }
 OUT = Path("results/async_replication.json")
-CHOICES = (0, 1, 2)
-A_PRIORI = 1
+CHOICES = REPLICATION_CHOICES
 METHOD = "fedbuff-replicated"
-RULE = ("s among 0, 1, 2 with the lowest median time to target over the development seeds "
-        "(never reached: infinite), then the highest median final accuracy, then the "
-        "a-priori s = 1, then the order 0, 1, 2 (FedBuff's ranking); s = 0 is FedBuff, read "
-        "from the cell's tuning")
+RULE = REPLICATION_RULE
 
-__all__ = ["CHOICES", "METHOD", "RULE", "cell_of", "choose_s", "main", "read_cell",
-           "run_replicated"]
+__all__ = ["CHOICES", "METHOD", "RULE", "cell_of", "main", "read_cell", "record"]
 
 
 def cell_of(grid: Mapping[str, Any], settings: Mapping[str, Any]) -> Cell:
@@ -78,43 +78,10 @@ def cell_of(grid: Mapping[str, Any], settings: Mapping[str, Any]) -> Cell:
     return cell
 
 
-def run_replicated(cell: Cell, s: int, seed: int) -> dict[str, Any]:
-    """One run of ``fedbuff-replicated`` with ``s`` (FedBuff's knobs of ``cell``), recorded
-    as the benchmark records a run (``method`` ``fedbuff-replicated:s``)."""
-    cfg = cell.config(seed, rival="fedavg")
-    run = start_rival("fedbuff-replicated", cfg, cell.n, cohort=cell.cohort,
-                      buffer_size=cell.fedbuff_buffer(), server_lr=cell.fedbuff_server_lr,
-                      staleness_exponent=cell.fedbuff_staleness_exponent,
-                      rounds=cell.fedbuff_steps(), replicas=s)
-    record = _summary(f"{METHOD}:{s}", seed, run.history, cell, cfg, run.counter, run.wall_s,
-                      s=s)
-    counts = [0] * cell.n  # how many updates of each partition entered the model
-    for row in run.history:
-        for pid in row["clients_used"]:
-            counts[pid] += 1
-    record["updates_per_partition"] = counts
-    return {k: v for k, v in record.items() if k != "accuracy_curve"}
-
-
-def _dev_record(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    times = [math.inf if r["time_to_target"] is None else r["time_to_target"] for r in runs]
-    t = median(times)
-    return {"median_time_to_target_all_seeds": None if math.isinf(t) else t,
-            "median_final_accuracy": median(r["final_accuracy"] for r in runs),
-            "per_seed": {str(r["seed"]): {"time_to_target": r["time_to_target"],
-                                          "final_accuracy": r["final_accuracy"]}
-                         for r in runs}}
-
-
-def choose_s(tried: Mapping[int, Mapping[str, Any]]) -> int:
-    """:data:`RULE`'s pick among ``tried`` (``s`` -> its development record:
-    ``median_time_to_target_all_seeds``, ``None`` when never reached, and
-    ``median_final_accuracy``)."""
-    def score(s: int) -> tuple:
-        t = tried[s]["median_time_to_target_all_seeds"]
-        return (math.inf if t is None else t, -tried[s]["median_final_accuracy"],
-                s != A_PRIORI, s)
-    return min(tried, key=score)
+def record(cell: Cell, s: int, seed: int) -> dict[str, Any]:
+    """One run of ``fedbuff-replicated`` (:func:`experiments.rival_runs.run_replicated`),
+    without its accuracy curve."""
+    return {k: v for k, v in run_replicated(s, seed, cell).items() if k != "accuracy_curve"}
 
 
 def fedbuff_dev(settings: Mapping[str, Any]) -> dict[str, Any]:
@@ -140,17 +107,17 @@ def read_cell(grid: Mapping[str, Any], name: str, cell: Mapping[str, Any],
     for s in CHOICES[1:]:
         runs = []
         for seed in dev:
-            runs.append(run_replicated(spec, s, seed))
+            runs.append(record(spec, s, seed))
             log(f"  dev s={s} seed {seed}: {runs[-1]['time_to_target']}")
-        tried[s] = _dev_record(runs)
-    pick = choose_s(tried)
+        tried[s] = tried_record(runs)
+    pick = choose_replication(tried)
     fedbuff = [r for r in cell["runs"] if r["method"] == "fedbuff"]
     evaluation: list[dict[str, Any]] = []
     for s in CHOICES[1:]:
         for seed in seeds:
-            evaluation.append(run_replicated(spec, s, seed))
+            evaluation.append(record(spec, s, seed))
             log(f"  s={s} seed {seed}: {evaluation[-1]['time_to_target']}")
-    check = run_replicated(spec, 0, seeds[0])
+    check = record(spec, 0, seeds[0])
     ref = next(r for r in fedbuff if r["seed"] == seeds[0])
     same = ((check["time_to_target"] is None and ref["time_to_target"] is None)
             or (check["time_to_target"] is not None and ref["time_to_target"] is not None

@@ -76,6 +76,7 @@ from experiments.fedbuff_tuning import (
     fedbuff_settings,
     note_overlap,
     tuned_fedbuff,
+    tuned_replication,
 )
 from experiments.first_k_tuning import check_overcommit_list, tuned_first_k
 from experiments.journal import Journal
@@ -101,7 +102,7 @@ from experiments.registry import (
     task_target,
     with_rules,
 )
-from experiments.rival_runs import RIVALS, Cell, run_coded, run_rival
+from experiments.rival_runs import RIVALS, Cell, run_coded, run_replicated, run_rival
 from experiments.summary import fmt, print_summary, ratio_interval, summarize
 
 __all__ = ["COMPUTE_KEYS", "GRID", "Cell", "Runner", "best_deadline", "built_code",
@@ -188,6 +189,13 @@ class Runner:
         return self._run(("fedbuff", lr, fraction, seed),
                          lambda: run_rival("fedbuff", seed, cell),
                          f"fedbuff lr {lr:g} K {cell.fedbuff_buffer()}")
+
+    def replicated(self, cell: Cell, s: int, seed: int) -> dict[str, Any]:
+        """``fedbuff-replicated`` with ``s >= 1`` and ``cell``'s FedBuff settings."""
+        lr, fraction = float(cell.fedbuff_server_lr), float(cell.fedbuff_buffer_fraction)
+        return self._run(("fedbuff-replicated", lr, fraction, s, seed),
+                         lambda: run_replicated(s, seed, cell),
+                         f"fedbuff-replicated s {s}")
 
     def first_k(self, cell: Cell, seed: int) -> dict[str, Any]:
         """first-k with ``cell``'s over-commitment (its tuning's runs told apart by it)."""
@@ -278,6 +286,21 @@ def compare(cell: Cell, methods: Sequence[str], seeds: Sequence[int],
             note_overlap(tuning, "FedBuff", seeds, dev_seeds, log)
             facts["fedbuff"] = {**fedbuff_settings(tuned), "tuning": tuning}
             runs += [{**runner.fedbuff(tuned, seed), "method": "fedbuff"} for seed in seeds]
+        elif method == "fedbuff-replicated":
+            # FedBuff's settings as tuned (the same runs as fedbuff's: the runner's cache)
+            tuned, fedbuff = cell, (lambda _, seed: runner.rival("fedbuff", seed))
+            if cell.fedbuff_tune:
+                tuned, tuning = tuned_fedbuff(cell, dev_seeds, rules["fedbuff_tune_server_lr"],
+                                              rules["fedbuff_tune_buffer_fraction"],
+                                              runner.fedbuff, rules.get("fedbuff_tune_extend"))
+                facts.setdefault("fedbuff", {**fedbuff_settings(tuned), "tuning": tuning})
+                fedbuff = runner.fedbuff
+            s, replication = tuned_replication(tuned, dev_seeds, fedbuff, runner.replicated)
+            note_overlap(replication, "fedbuff-replicated", seeds, dev_seeds, log)
+            facts["fedbuff_replicated"] = replication
+            runs += [{**(fedbuff(tuned, seed) if s == 0 else
+                         runner.replicated(tuned, s, seed)), "method": method, "s": s}
+                     for seed in seeds]
         elif method == "first-k" and cell.first_k_tune:
             tuned, tuning = tuned_first_k(cell, dev_seeds, check_overcommit_list(rules),
                                           runner.first_k, rules.get("first_k_tune_extend"))
@@ -486,7 +509,7 @@ def check_fedbuff_rules(rules: Mapping[str, Any], rules_set: Mapping[str, float]
                              "over-commitment is tuned on the development seeds (the grid "
                              "file's first_k_tune); add --rule first_k_tune=0 to run the "
                              "value given")
-    if not (rules.get("fedbuff_tune") and "fedbuff" in methods):
+    if not (rules.get("fedbuff_tune") and {"fedbuff", "fedbuff-replicated"} & set(methods)):
         return
     check_tuning_lists(rules)
     fixed = sorted({"fedbuff_server_lr", "fedbuff_buffer_fraction"} & set(rules_set or {}))

@@ -118,7 +118,9 @@ def build_parser(doc: str) -> argparse.ArgumentParser:
     parser.add_argument("--methods", default="",
                         help="comma list of auto, auto-approximate, wait-for-all (under --set "
                              "dp=...: the wrapper with the identity code), deadline, "
-                             "deadline-best, first-k, fedbuff and fixed exact codes CODE:s "
+                             "deadline-best, first-k, fedbuff, fedbuff-replicated (FedBuff "
+                             "over partitions held by s + 1 clients, s picked on the "
+                             "development seeds) and fixed exact codes CODE:s "
                              "(grouped-rs, crc, frc, comm-efficient, ..., e.g. grouped-rs:2); "
                              f"default: {','.join(DEFAULT_METHODS)} (with --grid: the "
                              "grid's default list and its fixed codes)")

@@ -183,3 +183,41 @@ def fedbuff_settings(cell: Cell) -> dict[str, Any]:
             "buffer_fraction": cell.fedbuff_buffer_fraction,
             "staleness_exponent": cell.fedbuff_staleness_exponent,
             "server_steps": cell.fedbuff_steps()}
+
+
+#: ``fedbuff-replicated``: the extra copies of a partition tried, the a-priori one, the rule
+REPLICATION_CHOICES = (0, 1, 2)
+REPLICATION_A_PRIORI = 1
+REPLICATION_RULE = (
+    "s among 0, 1, 2 with the lowest median time to target over the development seeds "
+    "(never reached: infinite), then the highest median final accuracy, then the a-priori "
+    "s = 1, then the order 0, 1, 2 (FedBuff's ranking); s = 0 is FedBuff, read from the "
+    "cell's tuning")
+
+
+def choose_replication(tried: Mapping[int, Mapping[str, Any]]) -> int:
+    """:data:`REPLICATION_RULE`'s pick among ``tried`` (``s`` -> its development record:
+    ``median_time_to_target_all_seeds``, ``None`` when never reached, and
+    ``median_final_accuracy``)."""
+    def score(s: int) -> tuple:
+        t = tried[s]["median_time_to_target_all_seeds"]
+        return (math.inf if t is None else t, -tried[s]["median_final_accuracy"],
+                s != REPLICATION_A_PRIORI, s)
+    return min(tried, key=score)
+
+
+def tuned_replication(cell: Cell, dev_seeds: Sequence[int],
+                      fedbuff: Callable[[Cell, int], Mapping[str, Any]],
+                      replicated: Callable[[Cell, int, int], Mapping[str, Any]]
+                      ) -> tuple[int, dict[str, Any]]:
+    """``(s, the record)`` of ``fedbuff-replicated`` in ``cell`` (FedBuff's settings as
+    tuned): ``fedbuff(cell, seed)`` is FedBuff's run (``s = 0``), ``replicated(cell, s,
+    seed)`` the replicated one's; picked by :data:`REPLICATION_RULE`."""
+    if not dev_seeds:
+        raise ValueError("fedbuff-replicated's s is picked on development seeds (--dev-seeds)")
+    tried = {s: tried_record([fedbuff(cell, int(seed)) if s == 0 else
+                              replicated(cell, s, int(seed)) for seed in dev_seeds])
+             for s in REPLICATION_CHOICES}
+    pick = choose_replication(tried)
+    return pick, {"rule": REPLICATION_RULE, "dev_seeds": [int(x) for x in dev_seeds],
+                  "tried": {str(s): rec for s, rec in tried.items()}, "chosen": pick}

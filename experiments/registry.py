@@ -381,7 +381,8 @@ def check_builds(cell: Cell, methods: Sequence[str], seed: int, own_timeout: boo
     rivals: dict[str, dict[str, Any]] = {}
     waits = "wait-for-all" in methods or needs_stated_deadline(methods, own_timeout)
     if cell.private:  # a plain Flower strategy applies no DP: the wrapper waits for all
-        plain = [m for m in methods if m in ("deadline", "deadline-best", "first-k", "fedbuff")]
+        plain = [m for m in methods if m in ("deadline", "deadline-best", "first-k", "fedbuff",
+                                             "fedbuff-replicated")]
         if plain:
             raise ValueError(
                 f"{plain[0]} cannot run with dp={cell.config(seed)['dp']!r}: it is a plain "

@@ -57,10 +57,10 @@ from fl_gradcode.rivals import (
 )
 
 #: Methods that are not a fixed code (``CODE:s``) and need no deadline of their own.
-RIVALS = ("wait-for-all", "first-k", "fedbuff")
+RIVALS = ("wait-for-all", "first-k", "fedbuff", "fedbuff-replicated")
 #: Every method's name but the fixed codes (``CODE:s``).
 METHOD_NAMES = ("auto", "auto-approximate", "wait-for-all", "deadline", "deadline-best",
-                "first-k", "fedbuff")
+                "first-k", "fedbuff", "fedbuff-replicated")
 
 
 @dataclass
@@ -352,6 +352,24 @@ def run_rival(method: str, seed: int, cell: Cell, deadline: float | None = None,
         record["client_times_s"] = [t for row in strategy.history
                                     for t in row["arrivals_s"].values()]
     return record
+
+
+def run_replicated(s: int, seed: int, cell: Cell) -> dict[str, Any]:
+    """The record of ``fedbuff-replicated`` with ``s`` extra copies of each partition
+    (:class:`fl_gradcode.flower.asynchronous.ReplicatedFedBuff`) in ``cell``, with FedBuff's
+    rules of the cell (method ``fedbuff-replicated:s``); ``updates_per_partition``: how many
+    updates of each partition entered the model."""
+    cfg = cell.config(seed, rival="fedavg")
+    run = start_rival("fedbuff-replicated", cfg, cell.n, cohort=cell.cohort,
+                      buffer_size=cell.fedbuff_buffer(), server_lr=cell.fedbuff_server_lr,
+                      staleness_exponent=cell.fedbuff_staleness_exponent,
+                      rounds=cell.fedbuff_steps(), replicas=s)
+    counts = [0] * cell.n
+    for row in run.history:
+        for pid in row["clients_used"]:
+            counts[pid] += 1
+    return _summary(f"fedbuff-replicated:{s}", seed, run.history, cell, cfg, run.counter,
+                    run.wall_s, s=s, updates_per_partition=counts)
 
 
 # ============================================================================= any run config

@@ -1,0 +1,173 @@
+"""The ``async-replication`` blocks: FedBuff over replicated partitions
+(``python -m experiments.async_replication``, ``results/async_replication.json``; the grid
+file's amendment 23) against FedBuff, ``auto`` and the best rival of each cell read (the
+benchmark's cells, and the slow-classes cells of amendment 8), with the goal's test
+(:func:`tools.docgen.rivals.verdict`) applied to its runs in ``auto``'s place."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tools.docgen.auto_lr import with_auto_lr
+from tools.docgen.core import RESULTS, ROOT, block, ci, load, table
+from tools.docgen.rivals import (
+    COMPARE,
+    GOAL_ACCURACY,
+    GOAL_TIME,
+    Stats,
+    Verdict,
+    method_label,
+    method_stats,
+    reported_cells,
+    time_over,
+    verdict,
+)
+
+ASYNC = "async_replication.json"
+METHOD = "fedbuff-replicated"
+
+
+def benchmark_cells(data: Mapping[str, Any], compare: Mapping[str, Any]
+                    ) -> dict[str, Mapping[str, Any]]:
+    """Every cell the reading may name, by name: ``results/compare.json``'s, then the
+    slow-classes files its settings list."""
+    cells: dict[str, Mapping[str, Any]] = dict(compare.get("cells", {}))
+    for name, path in data.get("settings", {}).get("slow_classes", {}).items():
+        if (ROOT / path).exists():
+            cells[name] = json.loads((ROOT / path).read_text())
+    return cells
+
+
+def _read(data: Mapping[str, Any], cells: Mapping[str, Mapping[str, Any]],
+          order: Sequence[str]) -> list[tuple[str, dict[str, Stats], Verdict]]:
+    """Each cell read, in ``order`` then the rest: ``(name, the stats of the cell's methods
+    and of fedbuff-replicated (the pick) and its fixed s, the goal's test with the pick in
+    auto's place)``."""
+    read = data.get("cells", {})
+    names = [c for c in order if c in read] + [c for c in read if c not in order]
+    out = []
+    for name in names:
+        if name not in cells:
+            continue
+        runs = read[name]["runs"]
+        stats = {**method_stats(cells[name]), **method_stats({"runs": runs})}
+        pick = [r for r in runs if r["method"] == METHOD]
+        out.append((name, stats, verdict(name, with_auto_lr(cells[name], pick))))
+    return out
+
+
+def _time(s: Stats | None) -> str:
+    if s is None:
+        return "-"
+    t = "never" if math.isinf(s.median_time) else f"{s.median_time:.1f} s"
+    return f"{t} ({s.reached}/{s.seeds})"
+
+
+def _ratio(entry: Mapping[str, Any]) -> str:
+    if entry.get("geomean") is None:
+        return "-"
+    paired = "" if entry["paired"] == entry["seeds"] else f" ({entry['paired']}/{entry['seeds']})"
+    return f"{entry['geomean']:.2f}{ci(entry.get('ci95'))}{paired}"
+
+
+def _best(v: Verdict) -> str:
+    if v.best is None or v.best_stats is None or v.auto is None:
+        return "-"
+    return (("✓" if v.met else "✗")
+            + f" {time_over(v.auto.median_time, v.best_stats.median_time):.2f}× "
+            f"{method_label(v.best)}"
+            + ("" if v.accuracy_ok else
+               f", accuracy {100 * (v.auto.median_final - v.best_stats.median_final):+.1f} pt"))
+
+
+def render(data: Mapping[str, Any], cells: Mapping[str, Mapping[str, Any]],
+           report: Sequence[str]) -> str | None:
+    """A sentence of counts and one row per cell read."""
+    read = _read(data, cells, report)
+    if not read:
+        return None
+    rows, met, faster_auto, beats_fedbuff, unpaired = [], 0, 0, 0, []
+    for name, stats, v in read:
+        mine = data["cells"][name]
+        pick, auto, fedbuff = stats[METHOD], stats.get("auto"), stats.get("fedbuff")
+        met += v.met
+        faster_auto += auto is not None and pick.median_time < auto.median_time
+        beats_fedbuff += fedbuff is not None and pick.median_time < fedbuff.median_time
+        if not mine["check"]["reproduces"]:
+            unpaired.append(name)
+        rows.append([
+            name, str(mine["s"]), _time(auto), _time(fedbuff), _time(pick),
+            _time(stats.get(f"{METHOD}:1")), _time(stats.get(f"{METHOD}:2")),
+            _ratio(mine["over_fedbuff"]), _ratio(mine["over_auto"]), _best(v)])
+    reported = [c for c in report if c in data.get("cells", {})]
+    missing = [c for c in report if c not in data.get("cells", {})]
+    picks = sorted({str(data["cells"][name]["s"]) for name, *_ in read})
+    text = (
+        f"**FedBuff over replicated partitions** (`{METHOD}`, "
+        "`python -m experiments.async_replication`, the grid file's amendment 23: every "
+        "partition held by s + 1 clients as in gradient coding's cyclic placement, each job "
+        "the held partition served least so far, FedBuff's settings as tuned in the cell; s "
+        "chosen on the development seeds among 0, 1, 2, s = 0 being FedBuff; evaluation "
+        f"seeds, paired with the benchmark's runs): read in {len(read)} cells "
+        f"({len(reported)} of the {len(report)} reported cells, and the slow-classes cells "
+        f"read), picks s = {', '.join(picks)}. Its median time to target is below FedBuff's in "
+        f"{beats_fedbuff} of {len(read)} and below auto's in {faster_auto} of {len(read)}; "
+        f"with its runs in auto's place the goal (within {GOAL_TIME:g}× of the best rival's "
+        f"median, final accuracy within {100 * GOAL_ACCURACY:g} point) is met in {met} of "
+        f"{len(read)}. A new method beside the verdict: the verdict and auto stay as "
+        "registered."
+        + (f" Not read yet: {', '.join(missing)}." if missing else "")
+        + (f" s = 0 did not reproduce the benchmark's FedBuff run (not paired): "
+           f"{', '.join(unpaired)}." if unpaired else
+           " In every cell read, s = 0 reproduced the benchmark's FedBuff run of the first "
+           "evaluation seed (same draws).")
+        + " Medians over the seeds (one that never reached the target counts as ∞); "
+        "ratios: geometric mean of the per-seed ratios [95 % interval], `(k/N)` where only "
+        "k seeds paired.")
+    return text + "\n\n" + table(
+        ["cell", "s picked", "auto", "FedBuff", METHOD, "s = 1", "s = 2",
+         "pick / FedBuff", "pick / auto", "goal with the pick (over the best rival)"], rows)
+
+
+def render_headline(data: Mapping[str, Any], cells: Mapping[str, Mapping[str, Any]],
+                    report: Sequence[str]) -> str | None:
+    """One README line: where replication gives FedBuff what it lacks."""
+    read = _read(data, cells, report)
+    if not read:
+        return None
+    met = sum(v.met for *_, v in read)
+    wins = [(name, stats) for name, stats, _ in read
+            if stats.get("fedbuff") is not None
+            and stats[METHOD].median_time < stats["fedbuff"].median_time]
+    won = "; ".join(
+        f"{name}: {_time(stats[METHOD])} against FedBuff's {_time(stats['fedbuff'])}, "
+        f"auto's {_time(stats.get('auto'))}" for name, stats in wins)
+    return (f"- **Coded asynchrony** (`{METHOD}`: FedBuff whose clients hold s + 1 "
+            "partitions as in gradient coding and compute the least-served one; s chosen on "
+            "the development seeds, 0 being FedBuff; the grid file's amendment 23, after the "
+            f"results; `python -m experiments.async_replication`, {len(read)} cells read): "
+            f"with its runs in auto's place the goal is met in {met} of {len(read)}; faster "
+            f"than FedBuff in {len(wins)}" + (f" ({won})" if wins else "")
+            + " ([docs](docs/adaptive.md#coded-asynchrony-fedbuff-over-replicated-partitions)).")
+
+
+def _cells() -> tuple[Mapping[str, Any], dict[str, Mapping[str, Any]]] | None:
+    if not (RESULTS / ASYNC).exists() or not (RESULTS / COMPARE).exists():
+        return None
+    data = load(ASYNC)
+    return data, benchmark_cells(data, load(COMPARE))
+
+
+@block("async-replication-headline")
+def async_replication_headline() -> str | None:
+    got = _cells()
+    return None if got is None else render_headline(*got, reported_cells())
+
+
+@block("async-replication")
+def async_replication() -> str | None:
+    got = _cells()
+    return None if got is None else render(*got, reported_cells())
