@@ -123,7 +123,9 @@ def read_cell(grid: Mapping[str, Any], name: str, cell: Mapping[str, Any],
             or (check["time_to_target"] is not None and ref["time_to_target"] is not None
                 and abs(check["time_to_target"] - ref["time_to_target"])
                 <= 1e-9 * max(1.0, ref["time_to_target"])))
-    same = same and abs(check["final_accuracy"] - ref["final_accuracy"]) <= 1e-12
+    finals = (check["final_accuracy"], ref["final_accuracy"])
+    same = same and (finals[0] == finals[1] or (None not in finals
+                                                and abs(finals[0] - finals[1]) <= 1e-12))
     picked = ([{**r, "method": METHOD, "s": 0} for r in fedbuff] if pick == 0 else
               [{**r, "method": METHOD} for r in evaluation if r["s"] == pick])
     auto = [r for r in cell["runs"] if r["method"] == "auto"]

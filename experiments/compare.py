@@ -73,10 +73,9 @@ from experiments.deadline_best import PriorDeadlines, best_deadline, deadline_be
 from experiments.fedbuff_tuning import (
     check_extend,
     check_tuning_lists,
+    fedbuff_runs,
     fedbuff_settings,
     note_overlap,
-    tuned_fedbuff,
-    tuned_replication,
 )
 from experiments.first_k_tuning import check_overcommit_list, tuned_first_k
 from experiments.journal import Journal
@@ -279,28 +278,11 @@ def compare(cell: Cell, methods: Sequence[str], seeds: Sequence[int],
                 check_extend(rules.get("deadline_grid_extend"), "deadline_grid_extend"))
             facts.update(more)
             runs += best
-        elif method == "fedbuff" and cell.fedbuff_tune:
-            tuned, tuning = tuned_fedbuff(cell, dev_seeds, rules["fedbuff_tune_server_lr"],
-                                          rules["fedbuff_tune_buffer_fraction"],
-                                          runner.fedbuff, rules.get("fedbuff_tune_extend"))
-            note_overlap(tuning, "FedBuff", seeds, dev_seeds, log)
-            facts["fedbuff"] = {**fedbuff_settings(tuned), "tuning": tuning}
-            runs += [{**runner.fedbuff(tuned, seed), "method": "fedbuff"} for seed in seeds]
-        elif method == "fedbuff-replicated":
-            # FedBuff's settings as tuned (the same runs as fedbuff's: the runner's cache)
-            tuned, fedbuff = cell, (lambda _, seed: runner.rival("fedbuff", seed))
-            if cell.fedbuff_tune:
-                tuned, tuning = tuned_fedbuff(cell, dev_seeds, rules["fedbuff_tune_server_lr"],
-                                              rules["fedbuff_tune_buffer_fraction"],
-                                              runner.fedbuff, rules.get("fedbuff_tune_extend"))
-                facts.setdefault("fedbuff", {**fedbuff_settings(tuned), "tuning": tuning})
-                fedbuff = runner.fedbuff
-            s, replication = tuned_replication(tuned, dev_seeds, fedbuff, runner.replicated)
-            note_overlap(replication, "fedbuff-replicated", seeds, dev_seeds, log)
-            facts["fedbuff_replicated"] = replication
-            runs += [{**(fedbuff(tuned, seed) if s == 0 else
-                         runner.replicated(tuned, s, seed)), "method": method, "s": s}
-                     for seed in seeds]
+        elif method == "fedbuff-replicated" or (method == "fedbuff" and cell.fedbuff_tune):
+            more, new = fedbuff_runs(method, cell, seeds, dev_seeds, rules, runner, log)
+            runs += more
+            for key, value in new.items():  # FedBuff's tuning: once, whichever ran first
+                facts.setdefault(key, value)
         elif method == "first-k" and cell.first_k_tune:
             tuned, tuning = tuned_first_k(cell, dev_seeds, check_overcommit_list(rules),
                                           runner.first_k, rules.get("first_k_tune_extend"))

@@ -25,8 +25,10 @@ from typing import Any
 from experiments.deadline_best import tried_record
 from experiments.rival_runs import Cell
 
-__all__ = ["FEDBUFF_RULE", "check_extend", "check_tuning_lists", "fedbuff_settings", "grown",
-           "note_overlap", "number_list", "tuned_fedbuff"]
+__all__ = ["FEDBUFF_RULE", "REPLICATION_A_PRIORI", "REPLICATION_CHOICES", "REPLICATION_RULE",
+           "check_extend", "check_tuning_lists", "choose_replication", "fedbuff_runs",
+           "fedbuff_settings", "grown", "note_overlap", "number_list", "tuned_fedbuff",
+           "tuned_replication"]
 
 #: What a cell's ``settings.fedbuff.tuning.rule`` says.
 FEDBUFF_RULE = ("the (server_lr, buffer_fraction) of the grid with the lowest median time to "
@@ -221,3 +223,33 @@ def tuned_replication(cell: Cell, dev_seeds: Sequence[int],
     pick = choose_replication(tried)
     return pick, {"rule": REPLICATION_RULE, "dev_seeds": [int(x) for x in dev_seeds],
                   "tried": {str(s): rec for s, rec in tried.items()}, "chosen": pick}
+
+
+def fedbuff_runs(method: str, cell: Cell, seeds: Sequence[int], dev_seeds: Sequence[int],
+                 rules: Mapping[str, Any], runner: Any, log: Callable[[str], None]
+                 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """``(runs, facts)`` of ``fedbuff`` tuned on ``dev_seeds`` (``cell.fedbuff_tune``) or of
+    ``fedbuff-replicated`` (FedBuff's settings as tuned, or as given without the tuning;
+    ``s`` by :func:`tuned_replication`). ``runner``: the benchmark's
+    (:class:`experiments.compare.Runner`: its ``fedbuff``, ``rival`` and ``replicated`` runs,
+    cached, so both methods share FedBuff's runs)."""
+    def given(_: Cell, seed: int) -> Mapping[str, Any]:  # FedBuff as the cell sets it
+        return runner.rival("fedbuff", seed)
+
+    tuned, facts = cell, {}
+    fedbuff: Callable[[Cell, int], Mapping[str, Any]] = given
+    if cell.fedbuff_tune:
+        tuned, tuning = tuned_fedbuff(cell, dev_seeds, rules["fedbuff_tune_server_lr"],
+                                      rules["fedbuff_tune_buffer_fraction"], runner.fedbuff,
+                                      rules.get("fedbuff_tune_extend"))
+        note_overlap(tuning, "FedBuff", seeds, dev_seeds, log)
+        facts["fedbuff"] = {**fedbuff_settings(tuned), "tuning": tuning}
+        fedbuff = runner.fedbuff
+    if method == "fedbuff":
+        return [{**fedbuff(tuned, seed), "method": method} for seed in seeds], facts
+    s, replication = tuned_replication(tuned, dev_seeds, fedbuff, runner.replicated)
+    note_overlap(replication, method, seeds, dev_seeds, log)
+    facts["fedbuff_replicated"] = replication
+    runs = [{**(fedbuff(tuned, seed) if s == 0 else runner.replicated(tuned, s, seed)),
+             "method": method, "s": s} for seed in seeds]
+    return runs, facts

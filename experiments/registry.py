@@ -402,8 +402,9 @@ def check_builds(cell: Cell, methods: Sequence[str], seed: int, own_timeout: boo
             raise ValueError(f"first-k: sampling ceil({cell.overcommit:g} x {k}) nodes of n = "
                              f"{cell.n} is impossible; use a larger --n")
         rivals["first-k"] = {"k": k, "overcommit": cell.overcommit}
-    if "fedbuff" in methods:
-        rivals["fedbuff"] = {"buffer_size": cell.fedbuff_buffer()}
+    for fedbuff in ("fedbuff", "fedbuff-replicated"):
+        if fedbuff in methods:
+            rivals[fedbuff] = {"buffer_size": cell.fedbuff_buffer()}
     for method, rules in rivals.items():
         try:
             rival_strategy(method, cell.config(seed), cell.n, cohort=cell.cohort, **rules)

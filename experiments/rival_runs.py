@@ -526,7 +526,7 @@ def rival_strategy(method: str, run_config: Mapping[str, Any], n: int, *,
             extra["s"] = int(replicas)
     else:
         raise ValueError(f"method {method!r} is not a rival; expected one of "
-                         f"{(*RIVALS, 'deadline', 'fedbuff-replicated')}")
+                         f"{(*RIVALS, 'deadline')}")
     if method not in ("fedbuff", "fedbuff-replicated"):
         seeded_sampling(strategy, int(cfg["seed"]))
     return strategy, tuple(built), cfg, extra

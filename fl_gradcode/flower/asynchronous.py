@@ -47,6 +47,9 @@ from .senders import answering_node
 
 __all__ = ["ReplicatedFedBuff", "cyclic_placement"]
 
+#: the dtype replies are sent in (the instruction's default wire, float64)
+_WIRE = np.dtype(np.float64)
+
 
 def cyclic_placement(partition: int, num_partitions: int, s: int) -> tuple[int, ...]:
     """The partitions the client of ``partition`` holds under cyclic repetition with ``s``
@@ -164,7 +167,8 @@ class ReplicatedFedBuff(FedBuff):
             return None, ident.partition_id, part, 0.0, 0, 0, "no reply"
         try:
             coded = protocol.parse_reply(reply, worker=ident.partition_id, round=job,
-                                         layout={k: v.shape for k, v in model.items()})
+                                         layout={k: v.shape for k, v in model.items()},
+                                         dtypes=dict.fromkeys(model, _WIRE))
         except RejectedReply as exc:
             return None, ident.partition_id, part, 0.0, 0, 0, str(exc)
         weight = float(coded.num_examples)

@@ -98,7 +98,8 @@ def test_the_block_counts_the_goal_with_the_pick_in_autos_place():
         "b": {"settings": settings, "runs": _runs("auto", [10, 10])
               + _runs("fedbuff", [None, None])},
     }
-    data = {"cells": {"a": _reading([5.1, 5.1], 0), "b": _reading([2, 2], 1, False)}}
+    data = {"cells": {"a": _reading([5.1, 5.1], 0), "b": _reading([2, 2], 1, False)},
+            "settings": {"slow_classes": {"b": "results/b.json", "d": "results/d.json"}}}
     text = render(data, cells, ["a", "c"])
     assert "read in 2 cells (1 of the 2 reported cells" in text
     # a: the pick is s = 0 (FedBuff itself): counted apart, not as evidence
@@ -107,9 +108,51 @@ def test_the_block_counts_the_goal_with_the_pick_in_autos_place():
            "in 1 of 1 and below auto's in 1 of 1" in text
     assert "(within 1.05× of the best rival's median, final accuracy within 0.5 point) is " \
            "met in 1 of 1." in text
-    assert "Not read yet: c." in text and "(not paired): b." in text
+    assert "Not read yet: c, d." in text and "(not paired): b." in text
     assert "| b | 1 | 10.0 s (2/2) | never (0/2) | 2.0 s (2/2) |" in text
     assert "| a | 0 | 10.0 s (2/2) | 5.0 s (2/2) | 5.1 s (2/2) |" in text
     line = render_headline(data, cells, ["a", "c"])
     assert "picked s = 0, FedBuff itself, in 1 and s ≥ 1 in 1 (b: 2.0 s (2/2) against " \
            "FedBuff's never (0/2), auto's 10.0 s (2/2);" in line
+
+
+def test_without_fedbuffs_tuning_it_runs_on_fedbuffs_given_settings_and_under_dp_refuses():
+    grid = compare.load_grid()
+    with compare.harness_environment():
+        cell = compare.run_cell(grid, "digits-logreg", "persistent", 6, 6, 4, [10], [0],
+                                ["fedbuff", "fedbuff-replicated"], 0.5, log=lambda _: None,
+                                rules_set={"fedbuff_tune": 0.0})
+    facts = cell["settings"]["fedbuff_replicated"]
+    fedbuff = next(r for r in cell["runs"] if r["method"] == "fedbuff")
+    # s = 0's development record is FedBuff's run with the settings given, on seed 0
+    assert set(facts["tried"]) == {"0", "1", "2"} and "tuning" not in cell["settings"]["fedbuff"]
+    mine = next(r for r in cell["runs"] if r["method"] == "fedbuff-replicated")
+    if facts["chosen"] == 0:
+        assert mine["time_to_target"] == fedbuff["time_to_target"]
+    with pytest.raises(ValueError, match="fedbuff-replicated cannot run with dp="):
+        compare.run_cell(grid, "digits-logreg", "persistent", 6, 6, 4, [10], [0],
+                         ["fedbuff-replicated"], 0.5, {"dp": "partition"}, log=lambda _: None)
+
+
+def test_the_benchmark_command_runs_it_on_fedbuffs_tuned_settings():
+    """``--methods fedbuff,fedbuff-replicated``: s picked on the development seeds (s = 0 from
+    FedBuff's own runs), the pick's runs on the evaluation seeds, FedBuff's tuning shared."""
+    grid = compare.load_grid()
+    grid = {**grid, "rules": {**grid["rules"], "fedbuff_tune_server_lr": [1.0],
+                              "fedbuff_tune_buffer_fraction": [0.5],
+                              "fedbuff_tune_extend": 0}}
+    with compare.harness_environment():
+        cell = compare.run_cell(grid, "digits-logreg", "persistent", 6, 6, 4, [10, 11], [0],
+                                ["fedbuff", "fedbuff-replicated"], 0.5, log=lambda _: None)
+    facts = cell["settings"]["fedbuff_replicated"]
+    tried = facts["tried"]
+    assert set(tried) == {"0", "1", "2"} and facts["dev_seeds"] == [0]
+    assert tried["0"]["per_seed"] == cell["settings"]["fedbuff"]["tuning"]["grid"][0]["per_seed"]
+    assert facts["chosen"] == choose_s({int(s): rec for s, rec in tried.items()})
+    mine = [r for r in cell["runs"] if r["method"] == "fedbuff-replicated"]
+    assert [r["seed"] for r in mine] == [10, 11] and {r["s"] for r in mine} == {facts["chosen"]}
+    if facts["chosen"] == 0:
+        fedbuff = [r for r in cell["runs"] if r["method"] == "fedbuff"]
+        assert [r["time_to_target"] for r in mine] == [r["time_to_target"] for r in fedbuff]
+    else:
+        assert all(len(r["updates_per_partition"]) == 6 for r in mine)

@@ -6,6 +6,7 @@ update ``theta_j - theta_sent`` weighted ``(1 + tau)^-1/2``, a server step every
 from __future__ import annotations
 
 import logging
+import math
 
 import numpy as np
 import pytest
@@ -25,7 +26,7 @@ from tests.apps.numpy_app import (
     make_app,
     theta0,
 )
-from tests.flower.harness import FixedArrivals
+from tests.flower.harness import DevicesOff, FixedArrivals
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:fraction_evaluate"),
@@ -46,11 +47,13 @@ def _start(strategy, n, steps, app=None):
     return result, models
 
 
-def _reference(table, n, s, k, server_lr, steps):
+def _reference(table, n, s, k, server_lr, steps, sizes=None, cost=0.0):
     """Concurrency ``n``: a finished client is sent the current model at once.
-    ``table[job][p]``: client ``p``'s ``job``-th job's duration. Returns the model and time
-    of each step and each step's partitions."""
+    ``table[job][p]``: client ``p``'s ``job``-th job's latency, plus ``cost`` times the load
+    of the partition it computes (its size over the mean of ``sizes``). Returns the model and
+    time of each step and each step's partitions."""
     served = [0] * n
+    load = [1.0] * n if sizes is None else [x / np.mean(sizes) for x in sizes]
     theta, version = theta0(), 0
 
     def pick(p):
@@ -60,7 +63,10 @@ def _reference(table, n, s, k, server_lr, steps):
         return j
 
     jobs = [1] * n
-    running = {p: (table[1][p], version, theta, pick(p)) for p in range(n)}
+    running = {}
+    for p in range(n):
+        j = pick(p)
+        running[p] = (table[1][p] + cost * load[j], version, theta, j)
     buffer, used, models, times, parts = None, [], {}, {}, {}
     while version < steps:
         p = min(running, key=lambda q: (running[q][0], q))
@@ -76,7 +82,8 @@ def _reference(table, n, s, k, server_lr, steps):
             models[version], times[version], parts[version] = theta, arrive, used
             buffer, used = None, []
         jobs[p] += 1
-        running[p] = (arrive + table[jobs[p]][p], version, theta, pick(p))
+        j = pick(p)
+        running[p] = (arrive + table[jobs[p]][p] + cost * load[j], version, theta, j)
     return models, times, parts
 
 
@@ -97,6 +104,62 @@ def test_each_job_is_the_least_served_held_partition_and_steps_follow_fedbuff(s)
     assert [row["virtual_s"] for row in strategy.history] == pytest.approx(
         [times[t] for t in range(1, 9)])
     assert [row["clients_used"] for row in strategy.history] == [parts[t] for t in range(1, 9)]
+
+
+def test_a_jobs_compute_is_charged_by_the_partition_it_computes_not_the_clients_own():
+    sizes = [10, 40, 10, 100]  # loads 0.25, 1, 0.25, 2.5 (mean 40)
+    strategy = ReplicatedFedBuff(s=1, buffer_size=2, concurrency=4, server_lr=0.7,
+                                 latency=FixedArrivals(TABLE), measured_compute=False,
+                                 partition_sizes=sizes, compute_cost_s=0.3)
+    _, models = _start(strategy, 4, 8)
+    expected, times, parts = _reference(TABLE, 4, 1, 2, 0.7, 8, sizes=sizes, cost=0.3)
+    assert [row["virtual_s"] for row in strategy.history] == pytest.approx(
+        [times[t] for t in range(1, 9)])
+    assert [row["clients_used"] for row in strategy.history] == [parts[t] for t in range(1, 9)]
+    for step in range(1, 9):
+        assert_model(models[step], expected[step])
+    # the fast client 2 computed the slow client 3's partition, charged at its load
+    assert any(3 in row["clients_used"] for row in strategy.history)
+
+
+def test_a_device_gone_off_leaves_its_partition_to_its_neighbour():
+    """Client 1's device is off for every job (the server hears so 0.2 s after each start):
+    partition 1 enters the model through client 0, which holds it too, and a job that
+    brought nothing does not count as serving the partition."""
+    off = {r: [0.3, math.inf, 0.35, 0.4] for r in range(1, 40)}
+    notices = {r: {1: 0.2} for r in range(1, 40)}
+    latency = DevicesOff(off, notices)
+    strategy = ReplicatedFedBuff(s=1, buffer_size=1, concurrency=4, latency=latency,
+                                 measured_compute=False)
+    _start(strategy, 4, 12)
+    assert all(1 not in row["computed_by"] for row in strategy.history)
+    uses = [(row["clients_used"][0], row["computed_by"][0]) for row in strategy.history]
+    assert (1, 0) in uses
+    assert min(strategy.served.values()) >= 0
+    # client 1 keeps being sent work and keeps being reported off, 0.2 s after each start
+    assert sum(row["rejected"] for row in strategy.history) >= 5
+    used = np.bincount([j for j, _ in uses], minlength=4)
+    assert used[1] >= used.max() - 2  # served about as often as any other partition
+
+
+def test_a_device_off_gets_no_job_until_its_own_device_is_on_again():
+    """FedScale devices: client 0 (1 s a job) is on 0-2.5 s and 10-900 s of its cycle,
+    client 1 takes 10 s a job, client 2 0.7 s. At 2 s partition 1 is the least served that
+    client 0 holds, so its third job is partition 1's; the device goes off during it (heard
+    of 0.1 s later): one report, and no job for client 0 until its own device is on at 10 s
+    (not partition 1's device, which is always on)."""
+    from fl_gradcode.devices import DeviceTrace
+
+    capacity = {w + 1: {"computation": 1000.0 * sec / 3, "communication": 1.0}
+                for w, sec in enumerate([1.0, 10.0, 0.7])}
+    behave = {1: {"active": [0.0, 10.0], "inactive": [2.5, 900.0], "finish_time": 1000.0}}
+    strategy = ReplicatedFedBuff(s=1, buffer_size=1, concurrency=3, measured_compute=False,
+                                 latency=DeviceTrace(capacity, behave, notice_s=0.1))
+    _start(strategy, 3, 30)
+    assert sum(row["rejected"] for row in strategy.history) == 1
+    by_zero = [row["virtual_s"] for row in strategy.history if row["computed_by"] == [0]]
+    assert any(t < 2.5 for t in by_zero) and any(t > 10.0 for t in by_zero)
+    assert not any(2.5 < t < 10.0 for t in by_zero)
 
 
 def test_the_slow_clients_partition_enters_the_model_through_its_neighbour():

@@ -108,12 +108,15 @@ def render(data: Mapping[str, Any], cells: Mapping[str, Mapping[str, Any]],
             _time(stats.get(f"{METHOD}:2")), _ratio(mine["over_fedbuff"]),
             _ratio(mine["over_auto"]), _best(v)])
     reported = [c for c in report if c in data.get("cells", {})]
-    missing = [c for c in report if c not in data.get("cells", {})]
+    missing = [c for c in [*report, *data.get("settings", {}).get("slow_classes", {})]
+               if c not in data.get("cells", {})]
     n = len(replicated)
     text = (
         f"**FedBuff over replicated partitions** (`{METHOD}`, "
         "`python -m experiments.async_replication`, the grid file's amendment 23, registered "
-        "after the benchmark's results and before its own runs: every partition held by s + 1 "
+        "after the benchmark's results and before its own evaluation runs, after probes on "
+        "development seeds; its counting rule was settled after a first pass, discarded, of "
+        "which two cells' summary lines were seen (both s = 0): every partition held by s + 1 "
         "clients as in gradient coding's cyclic placement, each job the held partition served "
         "least so far, FedBuff's settings as tuned in the cell; s chosen on the development "
         "seeds among 0, 1, 2, s = 0 being FedBuff; evaluation seeds, paired with the "
@@ -156,11 +159,12 @@ def render_headline(data: Mapping[str, Any], cells: Mapping[str, Mapping[str, An
     return (f"- **Coded asynchrony** (`{METHOD}`: FedBuff whose clients hold s + 1 "
             "partitions as in gradient coding and compute the least-served one; s chosen on "
             "the development seeds, 0 being FedBuff; the grid file's amendment 23, registered "
-            "after the benchmark's results, before its own runs; "
+            "after the benchmark's results, before its own evaluation runs; "
             f"`python -m experiments.async_replication`, {len(read)} cells read): the "
             f"development seeds picked s = 0, FedBuff itself, in {len(read) - len(replicated)} "
             f"and s ≥ 1 in {len(replicated)}"
-            + (f" ({won}; median time to target, seeds that reached it)" if replicated else "")
+            + (f" ({won}; median time to target over all seeds, one that never reached it as "
+               "∞; (k/N): the seeds that reached it)" if replicated else "")
             + " ([docs](docs/adaptive.md#coded-asynchrony-fedbuff-over-replicated-partitions)).")
 
 
