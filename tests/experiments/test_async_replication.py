@@ -110,6 +110,9 @@ def test_the_block_counts_the_goal_with_the_pick_in_autos_place():
            "met in 1 of 1;" in text
     # b: FedBuff, the only rival that does not code, never reached the target
     assert "at least 2× faster than the best rival that does not code in 1 of 1." in text
+    assert "Fixed a priori at s = 1 (no development runs), its median time to target is " \
+           "within 1.05× of FedBuff's in 2 of 2 cells, at worst 1.02× FedBuff's (a), and " \
+           "below it in 1." in text
     assert "Not read yet: c, d." in text and "(not paired): b." in text
     assert "| b | 1 | 10.0 s (2/2) | never (0/2) | 2.0 s (2/2) |" in text
     assert "| a | 0 | 10.0 s (2/2) | 5.0 s (2/2) | 5.1 s (2/2) |" in text

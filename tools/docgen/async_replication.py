@@ -76,6 +76,22 @@ def _ratio(entry: Mapping[str, Any]) -> str:
     return f"{entry['geomean']:.2f}{ci(entry.get('ci95'))}{paired}"
 
 
+def _fixed_one(read: Sequence[tuple[str, dict[str, Stats], Verdict]]) -> str:
+    """A sentence on s = 1 fixed a priori (no development seeds) against FedBuff."""
+    ratios = [(name, time_over(stats[f"{METHOD}:1"].median_time,
+                               stats["fedbuff"].median_time))
+              for name, stats, _ in read
+              if f"{METHOD}:1" in stats and stats.get("fedbuff") is not None]
+    if not ratios:
+        return ""
+    near = sum(r <= GOAL_TIME * (1 + EPS) for _, r in ratios)
+    worst = max(ratios, key=lambda x: x[1])
+    return (f" Fixed a priori at s = 1 (no development runs), its median time to target is "
+            f"within {GOAL_TIME:g}× of FedBuff's in {near} of {len(ratios)} cells, at worst "
+            f"{times_text(worst[1])} FedBuff's ({worst[0]}), and below it in "
+            f"{sum(r < 1 for _, r in ratios)}.")
+
+
 def _twice(v: Verdict) -> bool:
     """At least the goal's factor faster than the best rival that does not code."""
     return v.speedup is not None and v.speedup >= GOAL_SPEEDUP * (1 - EPS)
@@ -143,6 +159,7 @@ def render(data: Mapping[str, Any], cells: Mapping[str, Mapping[str, Any]],
             f"{100 * GOAL_ACCURACY:g} point) is met in {met} of {n}; it is at least "
             f"{GOAL_SPEEDUP:g}× faster than the best rival that does not code in {twice} of "
             f"{n}." if n else ".")
+        + _fixed_one(read)
         + " The columns s = 1 and s = 2 are the fixed settings' own runs (what the pick "
         "would have run had the development seeds picked otherwise). A new method beside "
         "the verdict: the verdict and auto stay as registered."
