@@ -18,7 +18,6 @@ Coding*, ICML 2017.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import time
@@ -27,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.auto_lr import paired_ratio
-from experiments.common import harness_environment
+from experiments.common import harness_environment, matching_cells, reading_parser
 from experiments.compare import load_grid
 from experiments.deadline_best import tried_record
 from experiments.fedbuff_tuning import (
@@ -165,23 +164,12 @@ def cell_order(grid: Mapping[str, Any], names: Sequence[str]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from fnmatch import fnmatch
-
-    parser = argparse.ArgumentParser(prog="python -m experiments.async_replication",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cells", default="*",
-                        help="comma-separated patterns (fnmatch) of finished cells, run in "
-                             "amendment 23's order")
-    parser.add_argument("--compare", type=Path, default=COMPARE)
-    parser.add_argument("--out", type=Path, default=OUT)
-    args = parser.parse_args(argv)
+    args = reading_parser("python -m experiments.async_replication", __doc__,
+                          "amendment 23's order", COMPARE, OUT).parse_args(argv)
     grid = load_grid()
     data = finished_cells(args.compare)
-    patterns = [p.strip() for p in args.cells.split(",") if p.strip()]
-    names = [c for c in cell_order(grid, list(data)) if any(fnmatch(c, p) for p in patterns)]
-    if not names:
-        raise SystemExit(f"python -m experiments.async_replication: no finished cell matches "
-                         f"{args.cells!r}; there are {sorted(data)}")
+    names = matching_cells(cell_order(grid, list(data)), args.cells,
+                           "experiments.async_replication")
     for name in names:
         print(f"{METHOD}: {name}", flush=True)
         with harness_environment():

@@ -18,7 +18,6 @@ Hsu, Qi, Brown, https://arxiv.org/abs/1909.06335.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import subprocess
@@ -27,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from experiments.common import harness_environment
+from experiments.common import harness_environment, matching_cells, reading_parser
 from experiments.compare import load_grid, run_cell
 from experiments.deadline_best import tried_record
 from experiments.fedbuff_tuning import check_extend, number_list
@@ -145,25 +144,13 @@ def _commit() -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from fnmatch import fnmatch
-
-    parser = argparse.ArgumentParser(prog="python -m experiments.auto_lr",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cells", default="*",
-                        help="comma-separated patterns (fnmatch) of finished cells of "
-                             "--compare, run in the grid file's [report] order")
-    parser.add_argument("--compare", type=Path, default=COMPARE)
-    parser.add_argument("--out", type=Path, default=OUT)
-    args = parser.parse_args(argv)
+    args = reading_parser("python -m experiments.auto_lr", __doc__, "the grid file's [report] "
+                          "order", COMPARE, OUT).parse_args(argv)
     grid = load_grid()
     data = json.loads(args.compare.read_text())["cells"]
-    patterns = [p.strip() for p in args.cells.split(",") if p.strip()]
     order = [c for c in grid["report"]["cells"] if c in data] + \
         [c for c in data if c not in grid["report"]["cells"]]
-    names = [c for c in order if any(fnmatch(c, p) for p in patterns)]
-    if not names:
-        raise SystemExit(f"python -m experiments.auto_lr: no finished cell of {args.compare} "
-                         f"matches {args.cells!r}; it has {sorted(data)}")
+    names = matching_cells(order, args.cells, "experiments.auto_lr")
     out = json.loads(args.out.read_text()) if args.out.exists() else {}
     out.setdefault("cells", {})
     for name in names:

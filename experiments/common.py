@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import platform
@@ -152,3 +153,30 @@ def harness_environment() -> Iterator[None]:
     finally:
         flwr_logger.setLevel(level)
         torch.set_num_threads(threads)
+
+
+def reading_parser(prog: str, doc: str, order: str, compare: Path, out: Path
+                   ) -> argparse.ArgumentParser:
+    """The command line of a reading over finished cells of the benchmark (``--cells``
+    patterns, ``--compare`` file, ``--out`` file); ``order``: the order the cells run in."""
+    parser = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
+    parser.add_argument("--cells", default="*",
+                        help="comma-separated patterns (fnmatch) of finished cells of "
+                             f"--compare, run in {order}")
+    parser.add_argument("--compare", type=Path, default=compare)
+    parser.add_argument("--out", type=Path, default=out)
+    return parser
+
+
+def matching_cells(names: Iterable[str], patterns: str, prog: str) -> list[str]:
+    """``names`` (in their order) that match one of the comma-separated fnmatch
+    ``patterns``; none is a ``SystemExit`` naming what there is."""
+    from fnmatch import fnmatch
+
+    wanted = [p.strip() for p in patterns.split(",") if p.strip()]
+    names = list(names)
+    chosen = [c for c in names if any(fnmatch(c, p) for p in wanted)]
+    if not chosen:
+        raise SystemExit(f"python -m {prog}: no finished cell matches {patterns!r}; there "
+                         f"are {sorted(names)}")
+    return chosen

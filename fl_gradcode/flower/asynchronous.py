@@ -29,15 +29,14 @@ from __future__ import annotations
 
 import math
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from logging import WARNING
 from typing import Any
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
-from flwr.serverapp.strategy import Result
 
 from ..rivals.fedbuff import FedBuff
 from . import protocol
@@ -114,25 +113,15 @@ class ReplicatedFedBuff(FedBuff):
                 "identified; they are never computed", missing)
         return sorted(self.identities)
 
-    def start(
-        self,
-        grid: Grid,
-        initial_arrays: ArrayRecord,
-        num_rounds: int = 3,
-        timeout: float = 3600,
-        train_config: ConfigRecord | None = None,
-        evaluate_config: ConfigRecord | None = None,
-        evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
-    ) -> Result:
-        """:meth:`FedBuff.start` on the nodes that identified (the handshake comes first)."""
+    def _nodes(self, grid: Grid, timeout: float) -> list[int]:
+        """The nodes that identified (the handshake comes before the first job)."""
         self._nonce = secrets.token_hex(8)
         self.served = {}
         answered = self._identify(grid, timeout)
         if not answered:
             raise ValueError("ReplicatedFedBuff: no node identified its partition (does the "
                              "ClientApp have gradient_coding_mod?)")
-        return super().start(_Nodes(grid, answered), initial_arrays, num_rounds, timeout,
-                             train_config, evaluate_config, evaluate_fn)
+        return answered
 
     # ------------------------------------------------------------------ one job
     def choose(self, node: int) -> int:
@@ -179,16 +168,3 @@ class ReplicatedFedBuff(FedBuff):
         delta = {k: np.asarray(v, dtype=np.float64) / weight for k, v in coded.arrays.items()}
         return (delta, ident.partition_id, part, float(coded.compute_s), round(weight),
                 reply_bytes(reply), "")
-
-
-class _Nodes:
-    """A grid whose ``get_node_ids`` lists only ``nodes`` (the ones that identified)."""
-
-    def __init__(self, grid: Grid, nodes: list[int]) -> None:
-        self._grid, self._nodes = grid, list(nodes)
-
-    def get_node_ids(self) -> list[int]:
-        return list(self._nodes)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._grid, name)

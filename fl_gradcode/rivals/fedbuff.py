@@ -210,6 +210,10 @@ class FedBuff(FedAvg):
         nbytes = reply_bytes(reply) if delta is not None and reply is not None else 0
         return delta, pid, -1, compute, examples, nbytes, reason
 
+    def _nodes(self, grid: Grid, timeout: float) -> list[int]:
+        """The nodes the run gives jobs to (every connected node, sorted)."""
+        return sorted(grid.get_node_ids())
+
     def _settled(self, partition: int, used: bool) -> None:
         """A job of ``partition`` came back (``used``: its update is in the buffer)."""
 
@@ -238,7 +242,7 @@ class FedBuff(FedAvg):
             res = evaluate_fn(0, initial_arrays)
             if res is not None:
                 result.evaluate_metrics_serverapp[0] = res
-        nodes = sorted(grid.get_node_ids())
+        nodes = self._nodes(grid, timeout)
         if not nodes:
             raise ValueError("FedBuff: no node is connected")
         slots = min(self.concurrency or len(nodes), len(nodes))
