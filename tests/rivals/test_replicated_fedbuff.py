@@ -11,6 +11,8 @@ import math
 import numpy as np
 import pytest
 from flwr.app import ConfigRecord, Error, Message
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fl_gradcode.codes.repetition import crc_matrix
 from fl_gradcode.flower import gradient_coding_mod
@@ -242,3 +244,13 @@ def test_without_the_coding_mod_it_says_what_to_add():
 def test_bad_s_is_refused_by_name(s):
     with pytest.raises(ValueError, match=rf"s={s!r} must be an integer >= 0"):
         ReplicatedFedBuff(s=s, buffer_size=1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(1, 60), s=st.integers(0, 70))
+def test_every_partition_has_min_s_plus_one_n_holders_each_holding_as_many(n, s):
+    held = [cyclic_placement(p, n, s) for p in range(n)]
+    copies = min(s + 1, n)
+    assert all(len(set(h)) == len(h) == copies and h[0] == p for p, h in enumerate(held))
+    holders = np.bincount([j for h in held for j in h], minlength=n)
+    assert holders.tolist() == [copies] * n
