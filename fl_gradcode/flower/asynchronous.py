@@ -132,8 +132,8 @@ class ReplicatedFedBuff(FedBuff):
         held = cyclic_placement(ident.partition_id, ident.num_partitions, self.s)
         return min(held, key=lambda j: (self.served.get(j, 0), held.index(j)))
 
-    def _settled(self, partition: int, used: bool) -> None:
-        if not used:
+    def _settled(self, partition: int, delta: Mapping[str, np.ndarray] | None) -> None:
+        if delta is None:
             self.served[partition] -= 1
 
     def _job(self, grid: Grid, node: int, job: int, model: Mapping[str, np.ndarray],

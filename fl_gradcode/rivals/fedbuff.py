@@ -214,8 +214,9 @@ class FedBuff(FedAvg):
         """The nodes the run gives jobs to (every connected node, sorted)."""
         return sorted(grid.get_node_ids())
 
-    def _settled(self, partition: int, used: bool) -> None:
-        """A job of ``partition`` came back (``used``: its update is in the buffer)."""
+    def _settled(self, partition: int, delta: Mapping[str, np.ndarray] | None) -> None:
+        """A job of ``partition`` came back, now: its model delta (``None``: no usable
+        update)."""
 
     # ------------------------------------------------------------------ the run
     def start(
@@ -331,7 +332,7 @@ class FedBuff(FedAvg):
             if job["off"]:  # no work before its device is on again (none, for other models)
                 off_until[node] = self.now + back_on(self.latency, worker=job["pid"],
                                                      at_s=self.now)
-            self._settled(job["part"], job["delta"] is not None)
+            self._settled(job["part"], job["delta"])
             counters["arrived"] += 1
             counters["compute_s"] += job["compute"]
             counters["bytes_up"] += job["bytes"]
