@@ -13,7 +13,7 @@ instruction with one partition and coefficient 1), the one served least so far (
 flight or used; a job that brought no update, such as a device gone off, is not counted;
 ties: the client's own, then the next in the cycle), so a slow
 client's partitions are computed by its fast neighbours as often as any other partition
-while every job costs what a FedBuff job costs. With ``s = 0`` it is FedBuff.
+while every job is one partition's work, as a FedBuff job is. With ``s = 0`` it is FedBuff.
 
 Everything else is :class:`~fl_gradcode.rivals.FedBuff`'s: which idle client gets a free slot
 (seeded, uniformly), the virtual clock (a job's latency is drawn for the client's own device,
