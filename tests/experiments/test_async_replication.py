@@ -161,3 +161,12 @@ def test_the_benchmark_command_runs_it_on_fedbuffs_tuned_settings():
         assert [r["time_to_target"] for r in mine] == [r["time_to_target"] for r in fedbuff]
     else:
         assert all(len(r["updates_per_partition"]) == 6 for r in mine)
+
+
+def test_a_pattern_matching_no_finished_cell_is_refused_naming_the_cells(tmp_path):
+    from experiments.async_replication import main
+
+    with pytest.raises(SystemExit, match=r"no finished cell matches 'no-such/\*'; there are "
+                                         r"\[.*'digits-logreg/persistent/20x20'"):
+        main(["--cells", "no-such/*", "--out", str(tmp_path / "out.json")])
+    assert not (tmp_path / "out.json").exists()
