@@ -25,14 +25,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from experiments.auto_lr import paired_ratio
+from experiments.auto_lr import paired_ratio, same_time
 from experiments.common import harness_environment, matching_cells, reading_parser
 from experiments.compare import load_grid
-from experiments.deadline_best import tried_record
 from experiments.fedbuff_tuning import (
     REPLICATION_CHOICES,
     REPLICATION_RULE,
-    choose_replication,
+    tuned_replication,
 )
 from experiments.registry import COMPUTE_KEYS, charge_at, charge_once, grid_cell, lookup
 from experiments.rival_runs import Cell, run_replicated
@@ -48,11 +47,9 @@ SLOW_CLASSES = {
         "results/compare_slow_classes_2_100x100.json"),
 }
 OUT = Path("results/async_replication.json")
-CHOICES = REPLICATION_CHOICES
 METHOD = "fedbuff-replicated"
-RULE = REPLICATION_RULE
 
-__all__ = ["CHOICES", "METHOD", "RULE", "cell_of", "main", "read_cell", "record"]
+__all__ = ["METHOD", "cell_of", "main", "read_cell", "record", "stored"]
 
 
 def cell_of(grid: Mapping[str, Any], settings: Mapping[str, Any]) -> Cell:
@@ -77,20 +74,25 @@ def cell_of(grid: Mapping[str, Any], settings: Mapping[str, Any]) -> Cell:
     return cell
 
 
+def stored(run: Mapping[str, Any]) -> dict[str, Any]:
+    """A run as the reading keeps it: without its accuracy curve (the benchmark's own runs
+    keep theirs)."""
+    return {k: v for k, v in run.items() if k != "accuracy_curve"}
+
+
 def record(cell: Cell, s: int, seed: int) -> dict[str, Any]:
     """One run of ``fedbuff-replicated`` (:func:`experiments.rival_runs.run_replicated`),
-    without its accuracy curve."""
-    return {k: v for k, v in run_replicated(s, seed, cell).items() if k != "accuracy_curve"}
+    :func:`stored`."""
+    return stored(run_replicated(s, seed, cell))
 
 
 def fedbuff_dev(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """FedBuff's development record at its tuned setting (the cell's tuning grid)."""
+    """FedBuff's development runs at its tuned setting, by seed (the cell's tuning grid)."""
     fb = settings["fedbuff"]
     for entry in fb["tuning"]["grid"]:
         if (entry["server_lr"] == fb["server_lr"]
                 and entry["buffer_fraction"] == fb["buffer_fraction"]):
-            return {k: entry[k] for k in ("median_time_to_target_all_seeds",
-                                          "median_final_accuracy", "per_seed")}
+            return entry["per_seed"]
     raise ValueError("the cell's FedBuff tuning does not hold its pick's runs")
 
 
@@ -102,43 +104,42 @@ def read_cell(grid: Mapping[str, Any], name: str, cell: Mapping[str, Any],
     settings = cell["settings"]
     dev, seeds = [int(x) for x in settings["dev_seeds"]], [int(x) for x in settings["seeds"]]
     spec = cell_of(grid, settings)
-    tried: dict[int, dict[str, Any]] = {0: fedbuff_dev(settings)}
-    for s in CHOICES[1:]:
-        runs = []
-        for seed in dev:
-            runs.append(record(spec, s, seed))
-            log(f"  dev s={s} seed {seed}: {runs[-1]['time_to_target']}")
-        tried[s] = tried_record(runs)
-    pick = choose_replication(tried)
-    fedbuff = [r for r in cell["runs"] if r["method"] == "fedbuff"]
+    fedbuff_runs = fedbuff_dev(settings)
+
+    def fedbuff(_: Cell, seed: int) -> dict[str, Any]:  # s = 0: read from the tuning
+        return {"seed": seed, **fedbuff_runs[str(seed)]}
+
+    def replicated(c: Cell, s: int, seed: int) -> dict[str, Any]:
+        run = record(c, s, seed)
+        log(f"  dev s={s} seed {seed}: {run['time_to_target']}")
+        return run
+
+    pick, tuning = tuned_replication(spec, dev, fedbuff, replicated)
+    fedbuff_eval = [r for r in cell["runs"] if r["method"] == "fedbuff"]
     evaluation: list[dict[str, Any]] = []
-    for s in CHOICES[1:]:
+    for s in REPLICATION_CHOICES[1:]:
         for seed in seeds:
             evaluation.append(record(spec, s, seed))
             log(f"  s={s} seed {seed}: {evaluation[-1]['time_to_target']}")
     check = record(spec, 0, seeds[0])
-    ref = next(r for r in fedbuff if r["seed"] == seeds[0])
-    same = ((check["time_to_target"] is None and ref["time_to_target"] is None)
-            or (check["time_to_target"] is not None and ref["time_to_target"] is not None
-                and abs(check["time_to_target"] - ref["time_to_target"])
-                <= 1e-9 * max(1.0, ref["time_to_target"])))
+    ref = next(r for r in fedbuff_eval if r["seed"] == seeds[0])
     finals = (check["final_accuracy"], ref["final_accuracy"])
-    same = same and (finals[0] == finals[1] or (None not in finals
-                                                and abs(finals[0] - finals[1]) <= 1e-12))
-    picked = ([{**r, "method": METHOD, "s": 0} for r in fedbuff] if pick == 0 else
+    same = same_time(check["time_to_target"], ref["time_to_target"]) and (
+        finals[0] == finals[1] or (None not in finals and abs(finals[0] - finals[1]) <= 1e-12))
+    picked = ([{**stored(r), "method": METHOD, "s": 0} for r in fedbuff_eval] if pick == 0 else
               [{**r, "method": METHOD} for r in evaluation if r["s"] == pick])
     auto = [r for r in cell["runs"] if r["method"] == "auto"]
-    return {"cell": name, "dev_seeds": dev, "seeds": seeds, "rule": RULE,
+    return {"cell": name, "dev_seeds": dev, "seeds": seeds, "rule": REPLICATION_RULE,
             "fedbuff": {k: settings["fedbuff"][k] for k in
                         ("server_lr", "buffer_fraction", "buffer_size", "concurrency",
                          "staleness_exponent", "server_steps")},
-            "tuning": {str(s): rec for s, rec in tried.items()}, "s": pick,
+            "tuning": tuning["tried"], "s": pick,
             "runs": evaluation + picked,
             "check": {"seed": seeds[0], "time_to_target": check["time_to_target"],
                       "final_accuracy": check["final_accuracy"],
                       "fedbuff_time_to_target": ref["time_to_target"],
                       "fedbuff_final_accuracy": ref["final_accuracy"], "reproduces": same},
-            "over_fedbuff": paired_ratio(picked, fedbuff),
+            "over_fedbuff": paired_ratio(picked, fedbuff_eval),
             "over_auto": paired_ratio(picked, auto),
             "runtime_s": time.perf_counter() - t0}
 
@@ -157,7 +158,7 @@ def cell_order(grid: Mapping[str, Any], names: Sequence[str]) -> list[str]:
     100x100, then the rest in [report]'s order."""
     report = list(grid["report"]["cells"])
     first = [c for c in report if c.startswith("digits-logreg/") and c.endswith("/20x20")]
-    then = [c for c in SLOW_CLASSES]
+    then = list(SLOW_CLASSES)
     hundred = [c for c in report if c.startswith("digits-logreg/") and c.endswith("/100x100")]
     order = first + then + hundred + [c for c in report if c not in first + hundred]
     return [c for c in order if c in names] + [c for c in names if c not in order]
@@ -176,7 +177,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             reading = read_cell(grid, name, data[name])
         out = json.loads(args.out.read_text()) if args.out.exists() else {}
         out.setdefault("cells", {})[name] = reading
-        out["settings"] = {"rule": RULE, "choices": list(CHOICES), "compare": str(args.compare),
+        out["settings"] = {"rule": REPLICATION_RULE, "choices": list(REPLICATION_CHOICES),
+                           "compare": str(args.compare),
                            "slow_classes": {k: str(v) for k, v in SLOW_CLASSES.items()}}
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")

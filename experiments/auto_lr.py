@@ -41,7 +41,8 @@ RULE = ("the server lr with the lowest median time to target over the developmen
         "1.0, then the order tried; from the grid file's fedbuff_tune_server_lr, growing past "
         "an edge pick (x2 or /2) at most fedbuff_tune_extend times: FedBuff's rule")
 
-__all__ = ["A_PRIORI", "RULE", "choose_lr", "main", "paired_ratio", "run_auto", "tune_cell"]
+__all__ = ["A_PRIORI", "RULE", "choose_lr", "main", "paired_ratio", "run_auto", "same_time",
+           "tune_cell"]
 
 
 def choose_lr(lrs: Sequence[float], extend: int,
@@ -89,6 +90,13 @@ def paired_ratio(mine: Sequence[Mapping[str, Any]], theirs: Sequence[Mapping[str
     return {**ratio_interval(ratios), "paired": len(ratios), "seeds": len(mine)}
 
 
+def same_time(time: float | None, ref: float | None) -> bool:
+    """Whether a check run's time to target reproduces the reference run's (both never
+    reached, or equal to 1e-9 relative)."""
+    return (time is None and ref is None) or (
+        time is not None and ref is not None and abs(time - ref) <= 1e-9 * max(1.0, ref))
+
+
 def run_auto(grid: Mapping[str, Any], settings: Mapping[str, Any], lr: float,
              seeds: Sequence[int], log: Callable[[str], None]) -> list[dict[str, Any]]:
     """``auto``'s runs on ``seeds`` in the cell of ``settings`` (a finished cell's), at
@@ -121,8 +129,7 @@ def tune_cell(grid: Mapping[str, Any], name: str, cell: Mapping[str, Any],
     check_run = (runs if lr == A_PRIORI else run_auto(grid, settings, A_PRIORI, seeds[:1],
                                                       log))[0]
     t, t0_ref = check_run["time_to_target"], ref.get(check_run["seed"])
-    same = (t is None and t0_ref is None) or (
-        t is not None and t0_ref is not None and abs(t - t0_ref) <= 1e-9 * max(1.0, t0_ref))
+    same = same_time(t, t0_ref)
     fedbuff = [r for r in cell["runs"] if r["method"] == "fedbuff"]
     return {"cell": name, "dev_seeds": dev, "seeds": seeds,
             "deadline_s": float(settings["coded_straggler_timeout_s"]),

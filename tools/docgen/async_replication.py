@@ -11,8 +11,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tools.docgen.auto_lr import with_auto_lr
-from tools.docgen.core import RESULTS, ROOT, block, ci, load, table
+from tools.docgen.auto_lr import paired_text, with_auto_lr
+from tools.docgen.core import RESULTS, ROOT, block, load, table
 from tools.docgen.rivals import (
     COMPARE,
     EPS,
@@ -69,13 +69,6 @@ def _time(s: Stats | None) -> str:
     return f"{t} ({s.reached}/{s.seeds})"
 
 
-def _ratio(entry: Mapping[str, Any]) -> str:
-    if entry.get("geomean") is None:
-        return "-"
-    paired = "" if entry["paired"] == entry["seeds"] else f" ({entry['paired']}/{entry['seeds']})"
-    return f"{entry['geomean']:.2f}{ci(entry.get('ci95'))}{paired}"
-
-
 def _fixed_one(read: Sequence[tuple[str, dict[str, Stats], Verdict]]) -> str:
     """A sentence on s = 1 fixed a priori (no development seeds) against FedBuff."""
     ratios = [(name, time_over(stats[f"{METHOD}:1"].median_time,
@@ -90,11 +83,6 @@ def _fixed_one(read: Sequence[tuple[str, dict[str, Stats], Verdict]]) -> str:
             f"within {GOAL_TIME:g}× of FedBuff's in {near} of {len(ratios)} cells, at worst "
             f"{times_text(worst[1])} FedBuff's ({worst[0]}), and below it in "
             f"{sum(r < 1 for _, r in ratios)}.")
-
-
-def _twice(v: Verdict) -> bool:
-    """At least the goal's factor faster than the best rival that does not code."""
-    return v.speedup is not None and v.speedup >= GOAL_SPEEDUP * (1 - EPS)
 
 
 def _best(v: Verdict) -> str:
@@ -119,7 +107,7 @@ def render(data: Mapping[str, Any], cells: Mapping[str, Mapping[str, Any]],
     faster_auto = sum(stats.get("auto") is not None
                       and stats[METHOD].median_time < stats["auto"].median_time
                       for _, stats, _ in replicated)
-    twice = sum(_twice(v) for *_, v in replicated)
+    twice = sum(v.fast for *_, v in replicated)
     beats_fedbuff = sum(stats.get("fedbuff") is not None
                         and stats[METHOD].median_time < stats["fedbuff"].median_time
                         for _, stats, _ in replicated)
@@ -130,8 +118,8 @@ def render(data: Mapping[str, Any], cells: Mapping[str, Mapping[str, Any]],
         rows.append([
             name, str(mine["s"]), _time(stats.get("auto")), _time(stats.get("fedbuff")),
             _time(stats[METHOD]), _time(stats.get(f"{METHOD}:1")),
-            _time(stats.get(f"{METHOD}:2")), _ratio(mine["over_fedbuff"]),
-            _ratio(mine["over_auto"]), _best(v),
+            _time(stats.get(f"{METHOD}:2")), paired_text(mine["over_fedbuff"]),
+            paired_text(mine["over_auto"]), _best(v),
             "-" if v.speedup is None or v.uncoded is None else
             f"{times_text(v.speedup)} {method_label(v.uncoded)}"])
     reported = [c for c in report if c in data.get("cells", {})]
@@ -197,7 +185,7 @@ def render_headline(data: Mapping[str, Any], cells: Mapping[str, Mapping[str, An
             + (f" ({won}; median time to target over all seeds, one that never reached it as "
                "∞; (k/N): the seeds that reached it); there it was at least "
                f"{GOAL_SPEEDUP:g}× faster than the best rival that does not code in "
-               f"{sum(_twice(v) for *_, v in replicated)} of {len(replicated)}"
+               f"{sum(v.fast for *_, v in replicated)} of {len(replicated)}"
                if replicated else "")
             + " ([docs](docs/adaptive.md#coded-asynchrony-fedbuff-over-replicated-partitions)).")
 

@@ -58,7 +58,9 @@ def _time(value: float) -> str:
     return "never" if math.isinf(value) else f"{value:.1f} s"
 
 
-def _ratio(entry: Mapping[str, Any]) -> str:
+def paired_text(entry: Mapping[str, Any]) -> str:
+    """A paired ratio (``experiments.auto_lr.paired_ratio``'s record) as
+    ``geomean [lo, hi] (k/N)``, ``-`` where no seed paired."""
     if entry.get("geomean") is None:
         return "-"
     paired = "" if entry["paired"] == entry["seeds"] else f" ({entry['paired']}/{entry['seeds']})"
@@ -85,7 +87,7 @@ def render_auto_lr(data: Mapping[str, Any], benchmark: Mapping[str, Any],
             f"{_time(auto.median_time)} ({auto.reached}/{auto.seeds})",
             f"{_time(lr_stats.median_time)} ({lr_stats.reached}/{lr_stats.seeds})",
             "-" if fedbuff is None else f"{_time(fedbuff.median_time)}",
-            _ratio(mine["over_fedbuff"]), _ratio(mine["over_auto"]),
+            paired_text(mine["over_fedbuff"]), paired_text(mine["over_auto"]),
             ("✓" if v.met else "✗") + (
                 "" if v.best is None or v.best_stats is None else
                 f" {time_over(v.auto.median_time, v.best_stats.median_time):.2f}× "

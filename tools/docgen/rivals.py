@@ -106,6 +106,12 @@ class Verdict:
     hard: bool  # persistent or heavy-tailed stragglers on non-IID data
 
     @property
+    def fast(self) -> bool:
+        """At least :data:`GOAL_SPEEDUP` times faster than the best rival that does not
+        code."""
+        return self.speedup is not None and self.speedup >= GOAL_SPEEDUP * (1 - EPS)
+
+    @property
     def met(self) -> bool:
         return self.auto is not None and self.best is not None and self.time_ok \
             and self.accuracy_ok
@@ -384,7 +390,7 @@ def render_verdict(data: Mapping[str, Any], report: Sequence[str]) -> str:
         lines.append("- " + codes[0])
     hard = [v for v in verdicts if v.hard and v.auto is not None and v.uncoded is not None]
     if hard:
-        fast = [v for v in hard if v.speedup >= GOAL_SPEEDUP * (1 - EPS)]
+        fast = [v for v in hard if v.fast]
         lines.append(
             f"- **Persistent or heavy-tailed stragglers** (latency {', '.join(HARD_REGIMES)}) "
             f"on non-IID partitions: auto is at least {GOAL_SPEEDUP:g}× faster than the best "

@@ -9,7 +9,6 @@ from typing import Any
 
 from tools.docgen.core import RESULTS, block, load, table
 from tools.docgen.rivals import (
-    EPS,
     GOAL_SPEEDUP,
     GOAL_TIME,
     SHOWN,
@@ -162,7 +161,7 @@ def _readings(cell: Mapping[str, Any]) -> list[str]:
                    f"({method_label(v.best)}): the grid's goal (at most {GOAL_TIME}×, final "
                    f"accuracy within half a point) is {'met' if v.met else 'not met'}")
     if v.uncoded is not None and v.speedup is not None:
-        fast = v.speedup >= GOAL_SPEEDUP * (1 - EPS)
+        fast = v.fast
         entry = cell.get("summary", {}).get(v.uncoded, {})
         interval = (f" (per seed where both reached it: {ratio_text(entry, v.auto)})"
                     if entry.get("time_to_target_vs_auto", {}).get("geomean") is not None
