@@ -410,17 +410,24 @@ def build_rival(cfg: dict[str, Any], n: int):
     return strategy, initial, evaluate_fn, train_config
 
 
-def run(grid: Grid, run_config: dict[str, Any]) -> GradientCoding | DeadlineFedAvg:
+def run(grid: Grid, run_config: dict[str, Any]) -> Any:
     """Run a coded job with ``run_config`` (merged over the defaults) on ``grid`` (or, with
-    ``rival`` set, that rival: :func:`build_rival`)."""
+    ``rival`` set, that rival: :func:`build_rival`; with ``asynchronous``, FedBuff over
+    replicated partitions: :func:`server.asynchronous.build_async`)."""
     cfg = merge_config(run_config)
     n = wait_for_nodes(grid, int(cfg["num-clients"]))
-    make = build_rival if cfg["rival"] else build
-    strategy, initial, evaluate_fn, train_config = make(cfg, n)
+    rounds = int(cfg["num-rounds"])
+    if cfg["asynchronous"]:
+        from server.asynchronous import build_async
+
+        strategy, initial, evaluate_fn, train_config, rounds = build_async(cfg, n)
+    else:
+        make = build_rival if cfg["rival"] else build
+        strategy, initial, evaluate_fn, train_config = make(cfg, n)
     strategy.start(
         grid=grid,
         initial_arrays=initial,
-        num_rounds=int(cfg["num-rounds"]),
+        num_rounds=rounds,
         timeout=float(cfg["round-timeout"]),
         train_config=train_config,
         evaluate_fn=evaluate_fn,

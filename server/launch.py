@@ -391,8 +391,9 @@ def summarize(name: str, rows: list[dict], target: float) -> dict[str, object]:
         "final": final,
         "time_to": _time_to(rows, target),
         "total_s": float(rows[-1]["virtual_s"]) if rows else 0.0,
+        # asynchronous runs have server steps, not rounds: none is exact or approximate
         "exact": (sum(r["decode"] == "exact" for r in rows), len(rows))
-        if name == "coded" else None,
+        if name == "coded" and not any(r["decode"] == "buffered" for r in rows) else None,
         "mb_up": sum(r.get("bytes_up") or 0 for r in rows) / 1e6,
         # rows of runs from before compute was recorded have none: shown as missing
         "compute_s": sum(r["compute_s"] for r in rows)
@@ -461,7 +462,11 @@ def compare(coded_dir: Path, uncoded_dir: Path | None, drop_dir: Path | None = N
     labels = {}
     try:
         cfg = json.loads((Path(coded_dir) / "config.json").read_text())
-        labels["coded"] = f"gradient coding, code={cfg['code']} s={cfg['s']}"
+        labels["coded"] = (
+            f"asynchronous: FedBuff over partitions held by s + 1 = {int(cfg['s']) + 1} "
+            f"clients, a server step every {cfg['buffer-size']} updates, "
+            f"{cfg['server-steps']} steps" if cfg.get("asynchronous")
+            else f"gradient coding, code={cfg['code']} s={cfg['s']}")
         labels["drop-stragglers"] = (
             f"Flower FedAvg averaging the replies in by {cfg['straggler-timeout']} s "
             "(virtual), dropping the rest")

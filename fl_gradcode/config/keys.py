@@ -337,6 +337,15 @@ KEYS: tuple[Key, ...] = (
         "`nan-workers` (injected into coded messages only); `drop-stragglers` also refuses "
         "a coded-only key away from its default",
         coded_only=True, choices=("", "drop-stragglers", "fedavg")),
+    Key("asynchronous", False, "run FedBuff (buffered asynchronous aggregation, Nguyen et al. "
+        "2022) over partitions each held by `s + 1` clients instead of synchronous rounds: "
+        "`s` an int (0: FedBuff itself), each job the held partition served least so far, the "
+        "cohort (`fraction-train`) in flight, a server step of `server-lr` every "
+        "`buffer-size` updates, `num-rounds` times the cohort updates in all; virtual or "
+        "wallclock timing. Needs `dp=none`, `server-optimizer=sgd`, and every key of "
+        "synchronous rounds at its default", coded_only=True),
+    Key("buffer-size", 0, "`asynchronous`: updates per server step (FedBuff's K); 0 = a "
+        "quarter of the cohort, rounded up (the benchmark's a-priori K)", coded_only=True),
 )
 
 _BY_NAME: dict[str, Key] = {k.name: k for k in KEYS}

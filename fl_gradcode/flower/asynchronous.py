@@ -34,7 +34,7 @@ from logging import WARNING
 from typing import Any
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
@@ -82,6 +82,9 @@ class ReplicatedFedBuff(FedBuff):
         self.identities: dict[int, protocol.Identity] = {}
         self.served: dict[int, int] = {}  # partition -> jobs sent for it
         self._nonce = ""
+
+    #: its clients run gradient_coding_mod, which sleeps an instructed delay (wallclock)
+    sleeps_latency = True
 
     # ------------------------------------------------------------------ the handshake
     def _identify(self, grid: Grid, timeout: float) -> list[int]:
@@ -136,9 +139,8 @@ class ReplicatedFedBuff(FedBuff):
         if delta is None:
             self.served[partition] -= 1
 
-    def _job(self, grid: Grid, node: int, job: int, model: Mapping[str, np.ndarray],
-             arrays: ArrayRecord, train_config: ConfigRecord, timeout: float
-             ) -> tuple[dict[str, np.ndarray] | None, int, int, float, int, int, str]:
+    def _message(self, node: int, job: int, arrays: ArrayRecord, train_config: ConfigRecord,
+                 regime_round: int) -> tuple[Message, int]:
         ident = self.identities[node]
         part = self.choose(node)
         self.served[part] = self.served.get(part, 0) + 1
@@ -146,18 +148,23 @@ class ReplicatedFedBuff(FedBuff):
         instruction = Instruction(
             op=protocol.OP_TRAIN, round=job, worker=ident.partition_id, seed=self.seed,
             nonce=self._nonce, partition_ids=(part,), num_partitions=(ident.num_partitions,),
-            coefficients=(1.0,), weight_key=self.weighted_by_key)
+            coefficients=(1.0,), weight_key=self.weighted_by_key, timing=self.timing,
+            delay_s=self.wall_delay(ident.partition_id, job, self.load(part), regime_round))
         msg = protocol.instruction_message(
             RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config}),
             instruction, node, str(job))
-        replies = list(grid.send_and_receive([msg], timeout=timeout))
-        reply = replies[0] if replies else None
+        return msg, part
+
+    def _read(self, reply: Message | None, node: int, job: int, part: int,
+              sent: Mapping[str, np.ndarray]
+              ) -> tuple[dict[str, np.ndarray] | None, int, int, float, int, int, str]:
+        ident = self.identities[node]
         if reply is None:
             return None, ident.partition_id, part, 0.0, 0, 0, "no reply"
         try:
             coded = protocol.parse_reply(reply, worker=ident.partition_id, round=job,
-                                         layout={k: v.shape for k, v in model.items()},
-                                         dtypes=dict.fromkeys(model, _WIRE))
+                                         layout={k: v.shape for k, v in sent.items()},
+                                         dtypes=dict.fromkeys(sent, _WIRE))
         except RejectedReply as exc:
             return None, ident.partition_id, part, 0.0, 0, 0, str(exc)
         weight = float(coded.num_examples)

@@ -57,7 +57,7 @@ from ..flower.deadline import (
     virtual_arrival,
 )
 from ..flower.protocol import RejectedReply
-from ..latency import LatencyModel, back_on, failure_notice
+from ..latency import DeviceTrace, LatencyModel, back_on, client_delay, failure_notice
 from ..results import RoundRecorder
 
 __all__ = ["FedBuff", "staleness_weight"]
@@ -91,6 +91,18 @@ class FedBuff(FedAvg):
         As :class:`~fl_gradcode.flower.deadline.DeadlineFedAvg`'s; ``seed`` also draws which
         idle client is sent the model next. The load of a client is its partition's size over
         the mean partition size (1 without ``partition_sizes``).
+    timing : {"virtual", "wallclock"}
+        ``virtual`` (default): the event simulation above, one job at a time through the
+        grid. ``wallclock``: the same algorithm in real time on any Flower ``Grid``: up to
+        ``concurrency`` messages are in flight at once (``push_messages``), replies are
+        pulled as they come (``pull_messages``, every ``poll_interval`` seconds), and a job
+        unanswered after ``start``'s ``timeout`` is given up (its node is free again). The
+        clients' latencies are their own: a plain ClientApp cannot be made to sleep a
+        simulated ``latency``, so FedBuff refuses one here (``ReplicatedFedBuff``'s clients,
+        with the coding mod, sleep it), and refuses the modelled charges (``compute_cost_s``,
+        ``upload_bandwidth``). The rows' ``virtual_s`` are then real seconds since the start.
+    poll_interval : float
+        Seconds between two pulls while no reply is waiting (wallclock timing; ``> 0``).
     **fedavg : Any
         FedAvg's own arguments (``arrayrecord_key``, ``configrecord_key``, ...).
     """
@@ -110,6 +122,8 @@ class FedBuff(FedAvg):
         upload_bandwidth: float | None = None,
         results_dir: str | None = None,
         run_config: Mapping[str, Any] | None = None,
+        timing: str = "virtual",
+        poll_interval: float = 0.005,
         **fedavg: Any,
     ) -> None:
         ignored = [name for name in ("fraction_train", "min_train_nodes", "min_evaluate_nodes",
@@ -136,6 +150,9 @@ class FedBuff(FedAvg):
         if not (math.isfinite(staleness_exponent) and staleness_exponent >= 0):
             raise ValueError(f"staleness_exponent={staleness_exponent!r} must be >= 0")
         check_charges(compute_cost_s, upload_bandwidth)
+        self._check_timing(timing, poll_interval, latency, compute_cost_s, upload_bandwidth)
+        self.timing = timing
+        self.poll_interval = float(poll_interval)
         self.buffer_size = buffer_size
         self.concurrency = concurrency
         self.server_lr = float(server_lr)
@@ -151,6 +168,34 @@ class FedBuff(FedAvg):
         self.recorder = (RoundRecorder(Path(results_dir), dict(run_config or {}))
                          if results_dir else None)
         self.now = 0.0  # virtual seconds
+
+    #: whether the clients can be made to sleep a simulated latency in wallclock timing
+    sleeps_latency = False
+
+    def _check_timing(self, timing: str, poll_interval: float, latency: LatencyModel | None,
+                      compute_cost_s: float, upload_bandwidth: float | None) -> None:
+        if timing not in ("virtual", "wallclock"):
+            raise ValueError(f"timing={timing!r}: expected 'virtual' or 'wallclock'")
+        if not (math.isfinite(poll_interval) and poll_interval > 0):
+            raise ValueError(f"poll_interval={poll_interval!r} must be > 0 seconds")
+        if timing != "wallclock":
+            return
+        name = type(self).__name__
+        if latency is not None and not self.sleeps_latency:
+            raise ValueError(
+                f"latency={latency!r} with timing='wallclock': {name} sends plain Flower "
+                "messages, so its clients cannot be made to sleep a simulated latency; use "
+                "latency=None (the clients' real latencies) or ReplicatedFedBuff (s=0 is "
+                "FedBuff; its clients, with gradient_coding_mod, sleep the drawn delay)")
+        if isinstance(latency, DeviceTrace):
+            raise ValueError(
+                "latency=DeviceTrace (FedScale devices) with timing='wallclock': a device's "
+                "on/off periods are simulated in virtual timing only; use timing='virtual'")
+        if compute_cost_s or upload_bandwidth is not None:
+            raise ValueError(
+                f"compute_cost_s={compute_cost_s!r}, upload_bandwidth={upload_bandwidth!r} "
+                "with timing='wallclock': these charges are modelled in virtual timing only "
+                "(in real time compute and uploads take what they take); leave them out")
 
     # ------------------------------------------------------------------ one client's job
     def load(self, pid: int) -> float:
@@ -194,21 +239,45 @@ class FedBuff(FedAvg):
                  for name, value in arrays.items()}
         return delta, pid, compute, examples, ""
 
-    def _job(self, grid: Grid, node: int, job: int, model: Mapping[str, np.ndarray],
-             arrays: ArrayRecord, train_config: ConfigRecord, timeout: float
-             ) -> tuple[dict[str, np.ndarray] | None, int, int, float, int, int, str]:
-        """Send ``node`` its ``job``-th job (the current ``model``, as ``arrays``) and read
-        the reply: ``(delta or None, the node's own partition id or -1, the partition the
-        job computed or -1 (the node's own), compute s, examples, bytes up, reason)``."""
+    def _message(self, node: int, job: int, arrays: ArrayRecord, train_config: ConfigRecord,
+                 regime_round: int) -> tuple[Message, int]:
+        """The message of ``node``'s ``job``-th job (the current model, as ``arrays``) and
+        the partition it computes (-1: the node's own, read from its reply);
+        ``regime_round``: the federation's round (a drifting regime's)."""
         config = ConfigRecord({**dict(train_config), "server-round": job})
         msg = Message(RecordDict({self.arrayrecord_key: arrays,
                                   self.configrecord_key: config}),
                       message_type=MessageType.TRAIN, dst_node_id=node, group_id=str(job))
-        replies = list(grid.send_and_receive([msg], timeout=timeout))
-        reply = replies[0] if replies else None
-        delta, pid, compute, examples, reason = self._parse(reply, model)
+        return msg, -1
+
+    def _read(self, reply: Message | None, node: int, job: int, part: int,
+              sent: Mapping[str, np.ndarray]
+              ) -> tuple[dict[str, np.ndarray] | None, int, int, float, int, int, str]:
+        """One reply to ``node``'s ``job``-th job, whose model was ``sent``: ``(delta or None,
+        the node's own partition id or -1, the partition the job computed or -1 (the node's
+        own), compute s, examples, bytes up, reason)``."""
+        delta, pid, compute, examples, reason = self._parse(reply, sent)
         nbytes = reply_bytes(reply) if delta is not None and reply is not None else 0
-        return delta, pid, -1, compute, examples, nbytes, reason
+        return delta, pid, part, compute, examples, nbytes, reason
+
+    def _job(self, grid: Grid, node: int, job: int, model: Mapping[str, np.ndarray],
+             arrays: ArrayRecord, train_config: ConfigRecord, timeout: float,
+             regime_round: int = 1
+             ) -> tuple[dict[str, np.ndarray] | None, int, int, float, int, int, str]:
+        """Send ``node`` its ``job``-th job and read the reply (virtual timing): as
+        :meth:`_read`."""
+        msg, part = self._message(node, job, arrays, train_config, regime_round)
+        replies = list(grid.send_and_receive([msg], timeout=timeout))
+        return self._read(replies[0] if replies else None, node, job, part, model)
+
+    def wall_delay(self, pid: int, job: int, load: float, regime_round: int) -> float:
+        """Wallclock timing: the simulated latency the client of partition ``pid`` sleeps
+        in its ``job``-th job (0 without ``latency``; virtual timing: 0, the clock adds
+        it)."""
+        if self.timing != "wallclock" or self.latency is None:
+            return 0.0
+        return client_delay(self.latency, worker=pid, round_index=job, load=load,
+                            seed=self.seed, regime_round=regime_round)
 
     def _nodes(self, grid: Grid, timeout: float) -> list[int]:
         """The nodes the run gives jobs to (every connected node, sorted)."""
@@ -262,6 +331,13 @@ class FedBuff(FedAvg):
         counters = {"bytes_up": 0, "compute_s": 0.0, "rejected": 0, "arrived": 0}
         step_start, wall0 = 0.0, time.monotonic()
         last_reason = ""
+        wall = self.timing == "wallclock"
+        # wallclock: message id -> (node, job, partition, version sent, model sent, sent at)
+        inflight: dict[str, tuple[int, int, int, int, dict[str, np.ndarray], float]] = {}
+        pulled: list[dict[str, Any]] = []  # wallclock: replies read, not yet taken in
+        t0 = time.monotonic()
+        if wall:
+            self.now = step_start = 0.0
 
         def arrays_of(values: Mapping[str, np.ndarray]) -> ArrayRecord:
             return ArrayRecord({k: Array(v.astype(dtypes[k])) for k, v in values.items()})
@@ -284,31 +360,71 @@ class FedBuff(FedAvg):
             jobs[node] += 1
             regime = sent // slots + 1  # as a synchronous run of cohorts of `slots`
             sent += 1
-            delta, pid, part, compute, examples, nbytes, reason = self._job(
-                grid, node, jobs[node], model, arrays_of(model), train_config, timeout)
+            busy.add(node)
+            if wall:  # in flight until its reply is pulled (or given up)
+                msg, part = self._message(node, jobs[node], arrays_of(model), train_config,
+                                          regime)
+                ids = [mid for mid in grid.push_messages([msg]) if mid]
+                if ids:
+                    inflight[ids[0]] = (node, jobs[node], part, version, dict(model),
+                                        time.monotonic())
+                else:  # the grid did not take it: settled now, without an update
+                    pulled.append(event(node, (None, -1, part, 0.0, 0, 0,
+                                              "message not accepted by the grid"), version))
+                return True
+            read = self._job(grid, node, jobs[node], model, arrays_of(model), train_config,
+                             timeout, regime)
+            job = event(node, read, version)
+            pid, part = job["pid"], job["part"]
+            took = self.arrival(pid, jobs[node], job["compute"], job["bytes"], regime,
+                                self.load(part))
+            if math.isinf(took) and self.latency is not None:
+                # the device is off: its update never comes; the server hears so (Flower's
+                # NODE_UNAVAILABLE) when the latency model says, and the slot is free again
+                took = failure_notice(self.latency, worker=pid, round_index=jobs[node],
+                                      load=self.load(part), seed=self.seed, start_s=self.now,
+                                      regime_round=regime)
+                job.update(delta=None, compute=0.0, bytes=0, off=True,
+                           reason="node unavailable (device off)")
+            heapq.heappush(events, (self.now + took, seq, node, job))
+            seq += 1
+            return True
+
+        def event(node: int, read: tuple, sent_version: int) -> dict[str, Any]:
+            """The arrival of one job from what :meth:`_read` made of its reply."""
+            delta, pid, part, compute, examples, nbytes, reason = read
             if pid < 0:  # no usable timing: the client's latency alone
                 pid = partition_of.get(node, nodes.index(node))
             else:
                 partition_of[node] = pid
-            part = pid if part < 0 else part
-            load = self.load(part)
-            took = self.arrival(pid, jobs[node], compute, nbytes, regime, load)
-            off = math.isinf(took) and self.latency is not None
-            if off:
-                # the device is off: its update never comes; the server hears so (Flower's
-                # NODE_UNAVAILABLE) when the latency model says, and the slot is free again
-                took = failure_notice(self.latency, worker=pid, round_index=jobs[node],
-                                      load=load, seed=self.seed, start_s=self.now,
-                                      regime_round=regime)
-                delta, compute, nbytes, reason = None, 0.0, 0, "node unavailable (device off)"
-            arrive = self.now + took
-            busy.add(node)
-            heapq.heappush(events, (arrive, seq, node, {
-                "delta": delta, "pid": pid, "part": part, "version": version,
-                "compute": compute, "examples": examples, "bytes": nbytes, "reason": reason,
-                "off": off}))
+            return {"node": node, "delta": delta, "pid": pid,
+                    "part": pid if part < 0 else part, "version": sent_version,
+                    "compute": compute, "examples": examples, "bytes": nbytes,
+                    "reason": reason, "off": False}
+
+        def pull() -> tuple[float, int, int | None, dict]:
+            """Wallclock timing: the next reply in flight to come (or job given up)."""
+            nonlocal seq
+            while not pulled:
+                got = list(grid.pull_messages(list(inflight))) if inflight else []
+                for reply in got:
+                    mid = reply.metadata.reply_to_message_id
+                    if mid not in inflight:
+                        continue  # a duplicate, or a job alpulled given up
+                    node, job, part, sent_version, sent_model, _ = inflight.pop(mid)
+                    pulled.append(event(node, self._read(reply, node, job, part, sent_model),
+                                       sent_version))
+                clock = time.monotonic()
+                for mid, (node, _job, part, sent_version, _, at) in list(inflight.items()):
+                    if clock - at > timeout:
+                        del inflight[mid]
+                        pulled.append(event(node, (None, -1, part, 0.0, 0, 0,
+                                                  f"no reply within timeout={timeout:g} s"),
+                                           sent_version))
+                if not pulled:
+                    time.sleep(self.poll_interval)
             seq += 1
-            return True
+            return time.monotonic() - t0, seq, pulled[0]["node"], pulled.pop(0)
 
         def fill() -> None:
             """Give every free slot work (or a wait for the first device back on)."""
@@ -316,13 +432,13 @@ class FedBuff(FedAvg):
                 pass
 
         fill()
-        while version < num_rounds and events:
+        while version < num_rounds and (events or inflight or pulled):
             if counters["rejected"] > 100 * max(slots, self.buffer_size):
                 log(WARNING, "FedBuff: %d updates in a row could not be used (last: %s); "
                     "stopping after %d server steps", counters["rejected"], last_reason,
                     version)
                 break
-            arrive, _, node, job = heapq.heappop(events)
+            arrive, _, node, job = pull() if wall else heapq.heappop(events)
             self.now = max(self.now, arrive)
             if node is None:  # a waiting slot: a device is back on
                 waiting -= 1
@@ -360,7 +476,7 @@ class FedBuff(FedAvg):
                 counters["compute_s"] = 0.0
                 step_start, wall0 = self.now, time.monotonic()
             fill()
-        if version < num_rounds and not events:
+        if version < num_rounds and not (events or inflight or pulled):
             log(WARNING, "FedBuff: no client can take work (every idle client's device is "
                 "never on again); stopping after %d server steps", version)
         result.arrays = arrays_of(model)

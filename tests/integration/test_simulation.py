@@ -115,3 +115,22 @@ def test_auto_tolerance_in_wallclock_rounds_skips_a_slow_client_and_stays_exact(
     assert 2 in rounds[1]["busy"]
     assert all(r["wall_s"] < 10.0 for r in rounds[1:]), [r["wall_s"] for r in rounds]
     assert rel(model, uncoded) <= 1e-6
+
+
+def test_asynchronous_wallclock_run_takes_a_sleeping_clients_partition_from_its_neighbour(
+        tmp_path):
+    """``asynchronous=true`` through our ServerApp and ClientApp in Flower's simulation
+    engine, in real time: client 2 sleeps 10 s after each job; the server steps go on without
+    it, and its partition enters the model through client 1 (which holds partitions 1 and 2,
+    s = 1), every update of the first steps coming from the awake clients."""
+    rounds, model, _ = simulate(
+        tmp_path, "async", 4, asynchronous=True, s=1, timing="wallclock", latency="none",
+        **{"slow-workers": "2", "slow-delay-s": 10.0, "num-rounds": 3, "buffer-size": 2,
+           "seed": 1},
+    )
+    assert len(rounds) == 6  # 3 rounds' worth of 4 updates, 2 per server step
+    pairs = [(p, by) for r in rounds for p, by in zip(r["clients_used"], r["computed_by"],
+                                                      strict=True)]
+    assert (2, 1) in pairs
+    assert all(by != 2 for p, by in pairs[:4])
+    assert np.all(np.isfinite(model))

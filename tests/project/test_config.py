@@ -172,6 +172,7 @@ def test_client_and_coded_only_keys_come_from_the_table():
         "roster",  # the membership roster
         "auto-approximate",  # s=auto's approximate rounds
         "warmup-timeout",  # the membership's first wait: no rival reads it
+        "asynchronous", "buffer-size",  # FedBuff over replicated partitions
     }
     assert set(client_keys()) == {*CLIENT_KEYS, "lr"}
     assert CODED_ONLY == coded_only_keys()
@@ -292,7 +293,7 @@ def test_table_lookups_and_worker_lists():
     with pytest.raises(KeyError):
         key("stragglers")
     assert client_keys()[:3] == ("update", "local-epochs", "batch-size")  # table order
-    assert coded_only_keys()[:2] == ("code", "s") and coded_only_keys()[-1] == "rival"
+    assert coded_only_keys()[:2] == ("code", "s") and coded_only_keys()[-1] == "buffer-size"
     assert worker_list("1, 4") == {1, 4} and worker_list("") == set() and worker_list(3) == {3}
     assert worker_list("1 2,3") == {12, 3}  # spaces are removed before the split
     with pytest.raises(ValueError, match="comma-separated worker indices; got '1;2'"):
@@ -308,7 +309,7 @@ def test_merge_config_coerces_ints_to_floats_only():
     with pytest.raises(ValueError, match=r"num-rounds=5\.0 must be int"):
         merge_config({"num-rounds": 5.0})
     with pytest.raises(ValueError,
-                       match="known keys: \\['accountant', 'auto-approximate', 'auto-deadline'"):
+                       match="known keys: \\['accountant', 'asynchronous', 'auto-approximate'"):
         merge_config({"nope": 1})
 
 

@@ -1,0 +1,105 @@
+"""The main job's asynchronous mode (run-config ``asynchronous=true``): FedBuff over
+partitions each held by ``s + 1`` clients (:class:`fl_gradcode.flower.asynchronous.
+ReplicatedFedBuff`; ``s = 0`` is FedBuff) on the same data, model, seeds and latency draws as
+the synchronous coded job, in virtual or wallclock timing.
+
+What it cannot honour is refused, naming the key, never dropped: DP (it applies none), a
+server optimiser other than plain SGD, ``s="auto"`` (a choice among synchronous codes), a
+rival, and every key of synchronous coded rounds set away from its
+default (the code, its deadline and decoding rules). The main job's client faults
+(``slow-workers``, ``nan-workers``) act on its jobs as on coded rounds' (each job is the coding
+mod's instruction): a slow worker sleeps in wallclock timing, a NaN reply is dropped."""
+
+from __future__ import annotations
+
+import math
+import random
+from logging import INFO
+from typing import Any
+
+from flwr.common.logger import log
+
+from fl_gradcode.config import DEFAULTS
+from fl_gradcode.flower.asynchronous import ReplicatedFedBuff
+
+__all__ = ["SYNCHRONOUS_KEYS", "async_refusal", "build_async"]
+
+#: keys of synchronous coded rounds that an asynchronous run does not read: each must keep
+#: its default (``s`` is read: the extra copies of a partition)
+SYNCHRONOUS_KEYS = ("code", "s-max", "auto-margin", "exclude-slow", "latency-state", "roster",
+                    "busy", "m", "straggler-timeout", "stop-late-work", "auto-deadline",
+                    "auto-approximate", "max-decode-error", "min-replies", "verify",
+                    "verify-tolerance", "warmup-timeout", "momentum")
+
+
+def async_refusal(cfg: dict[str, Any]) -> str | None:
+    """Why an asynchronous run cannot run with the merged run config ``cfg`` (``None``: it
+    can); the reason starts with the offending ``key=value``."""
+    plain = "asynchronous=true runs FedBuff over replicated partitions"
+    s = cfg["s"]
+    if isinstance(s, bool) or not (isinstance(s, int) or str(s).isdigit()):
+        return (f"s={s!r}: {plain}; it needs an integer s >= 0 (the extra copies of each "
+                "partition; 0: FedBuff itself). s='auto' chooses among synchronous codes")
+    if str(cfg["rival"]):
+        return f"rival={cfg['rival']!r}: {plain}, not a rival; leave rival unset"
+    if str(cfg["dp"]) != "none":
+        return f"dp={cfg['dp']!r}: {plain}, which applies no DP; run it with dp='none'"
+    if str(cfg["server-optimizer"]) != "sgd":
+        return (f"server-optimizer={cfg['server-optimizer']!r}: {plain}, whose server step is "
+                "plain SGD (server-lr); use server-optimizer='sgd'")
+    buffer = cfg["buffer-size"]
+    if isinstance(buffer, bool) or not isinstance(buffer, int) or buffer < 0:
+        return (f"buffer-size={buffer!r}: expected an integer >= 1 (updates per server step), "
+                "or 0 for a quarter of the cohort")
+    for name in SYNCHRONOUS_KEYS:
+        if cfg[name] != DEFAULTS[name]:
+            return (f"{name}={cfg[name]!r}: a key of synchronous coded rounds; {plain}, which "
+                    f"does not read it; leave it at its default ({DEFAULTS[name]!r})")
+    return None
+
+
+def build_async(cfg: dict[str, Any], n: int):
+    """``(strategy, initial arrays, evaluate_fn, train_config, server steps)`` of the
+    asynchronous run of the merged run config ``cfg`` over ``n`` clients: the cohort
+    (``fraction-train`` of ``n``) in flight, ``buffer-size`` updates per server step, as many
+    steps as take ``num-rounds`` times the cohort updates."""
+    from server.app import (
+        _model_and_evaluation,
+        check_slow_classes,
+        check_training,
+        cohort_size,
+        run_partition_cost,
+        run_partitions,
+    )
+    from server.app import run_latency as latency_of
+
+    refusal = async_refusal(cfg)
+    if refusal is not None:
+        raise ValueError(refusal)
+    check_training(cfg)
+    check_slow_classes(cfg)
+    seed = int(cfg["seed"])
+    random.seed(seed)
+    data, index = run_partitions(cfg, n)
+    sizes = [len(p) for p in index]
+    cohort = cohort_size(cfg, n)
+    k = int(cfg["buffer-size"]) or max(1, math.ceil(cohort / 4))
+    steps = math.ceil(int(cfg["num-rounds"]) * cohort / k)
+    wall = str(cfg["timing"]) == "wallclock"
+    upload = float(cfg["upload-bandwidth"]) or None
+    strategy = ReplicatedFedBuff(
+        s=int(cfg["s"]), buffer_size=k, concurrency=cohort, server_lr=float(cfg["server-lr"]),
+        latency=latency_of(cfg, n), seed=seed, partition_sizes=sizes,
+        measured_compute=str(cfg["virtual-compute"]) == "measured",
+        # modelled charges are virtual time's: real compute and uploads take what they take
+        compute_cost_s=0.0 if wall else run_partition_cost(cfg, n),
+        upload_bandwidth=None if wall else upload,
+        results_dir=str(cfg["results-dir"]) or None,
+        run_config={**cfg, "num-clients": n, "partition-sizes": sizes,
+                    "buffer-size": k, "server-steps": steps},
+        timing=str(cfg["timing"]))
+    initial, evaluate_fn, train_config = _model_and_evaluation(cfg, data)
+    log(INFO, "fl-gradcode asynchronous: %d clients, %d in flight, FedBuff over partitions "
+        "held by s + 1 = %d clients, a server step every %d updates, %d steps (%s timing)",
+        n, cohort, int(cfg["s"]) + 1, k, steps, cfg["timing"])
+    return strategy, initial, evaluate_fn, train_config, steps

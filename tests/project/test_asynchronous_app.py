@@ -1,0 +1,91 @@
+"""The main job's asynchronous mode (run-config ``asynchronous=true``): the ServerApp runs
+FedBuff over replicated partitions with the run config's keys, and refuses, naming it, a key
+it would not honour."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from fl_gradcode.config import merge_config
+from fl_gradcode.flower.asynchronous import ReplicatedFedBuff
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:gradient_coding_mod. no partition key:UserWarning"),
+]
+
+N = 6
+
+
+def _grid(cfg):
+    from clients.app import make_client_app
+    from fl_gradcode.flower.testing import InProcessGrid
+
+    return InProcessGrid(make_client_app(), N, run_config=cfg)
+
+
+def _config(tmp_path, **overrides):
+    return merge_config({"results-dir": str(tmp_path / "run"), "asynchronous": True, "s": 1,
+                         "num-rounds": 2, "num-clients": N, **overrides})
+
+
+@pytest.mark.parametrize(("overrides", "named"), [
+    ({"s": "auto"}, "s='auto'"),
+    ({"dp": "partition"}, "dp='partition'"),
+    ({"server-optimizer": "adam"}, "server-optimizer='adam'"),
+    ({"rival": "drop-stragglers"}, "rival='drop-stragglers'"),
+    ({"code": "bgc"}, "code='bgc'"),
+    ({"straggler-timeout": 3.0}, "straggler-timeout=3.0"),
+    ({"verify": True}, "verify=True"),
+    ({"buffer-size": -1}, "buffer-size=-1"),
+])
+def test_a_key_it_would_not_honour_is_refused_by_name(tmp_path, overrides, named):
+    from server.app import run
+
+    cfg = _config(tmp_path, **overrides)
+    with pytest.raises(ValueError, match=named.replace("(", r"\(")):
+        run(_grid(cfg), cfg)
+
+
+def test_the_run_is_replicated_fedbuff_with_the_keys_settings(tmp_path):
+    """Against the class run by hand: a cohort of 4 of 6 in flight, K = ceil(4 / 4) = 1 by
+    default, as many server steps as 2 rounds of 4 updates take (8), server-lr, seed,
+    the latency draws and the partitions' sizes."""
+    from server.app import run, run_latency, run_partition_cost, run_partitions
+
+    cfg = _config(tmp_path, **{"fraction-train": 4 / N, "server-lr": 0.7, "seed": 3})
+    built = run(_grid(cfg), cfg)
+    assert len(built.history) == 8
+    _, index = run_partitions(cfg, N)
+    by_hand = ReplicatedFedBuff(
+        s=1, buffer_size=1, concurrency=4, server_lr=0.7, latency=run_latency(cfg, N),
+        seed=3, partition_sizes=[len(p) for p in index], measured_compute=False,
+        compute_cost_s=run_partition_cost(cfg, N))
+    from server.app import _model_and_evaluation
+
+    data, _ = run_partitions(cfg, N)
+    initial, evaluate_fn, train_config = _model_and_evaluation(cfg, data)
+    by_hand.start(_grid(cfg), initial, num_rounds=8, train_config=train_config,
+                  evaluate_fn=evaluate_fn)
+    keep = ("clients_used", "computed_by", "staleness", "virtual_s", "accuracy")
+    assert [{k: r[k] for k in keep} for r in built.history] == [
+        {k: r[k] for k in keep} for r in by_hand.history]
+    model = np.load(tmp_path / "run" / "final_model.npz")
+    assert all(np.all(np.isfinite(model[k])) for k in model.files)
+
+
+def test_a_nan_clients_partition_enters_through_its_neighbour(tmp_path):
+    from server.app import run
+
+    cfg = _config(tmp_path, **{"nan-workers": "1", "buffer-size": 2, "num-rounds": 3,
+                                 "latency": "none"})
+    strategy = run(_grid(cfg), cfg)
+    assert len(strategy.history) == math.ceil(3 * N / 2)
+    pairs = [(p, by) for row in strategy.history
+             for p, by in zip(row["clients_used"], row["computed_by"], strict=True)]
+    assert all(by != 1 for _, by in pairs)  # its NaN replies were dropped
+    assert (1, 0) in pairs  # client 0 holds partitions 0 and 1
+    assert sum(row["rejected"] for row in strategy.history) >= 1
+    assert all(math.isfinite(row["accuracy"]) for row in strategy.history)
