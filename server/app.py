@@ -216,6 +216,9 @@ def build(cfg: dict[str, Any], n: int, code_policy: Any = None):
     """``(strategy, initial arrays, evaluate_fn, train_config)`` for ``n`` clients
     (``code_policy``: ``GradientCoding``'s keyword, for an experiment's own scheme)."""
     seed = int(cfg["seed"])
+    if cfg["buffer-size"] != 0:
+        raise ValueError(f"buffer-size={cfg['buffer-size']!r} is read by asynchronous runs "
+                         "only; set asynchronous=true or leave it at 0")
     # Flower's strategies sample each round's cohort with the random module: seeded, the
     # same seed samples the same cohorts (fraction-train < 1)
     random.seed(seed)
@@ -240,7 +243,7 @@ def build(cfg: dict[str, Any], n: int, code_policy: Any = None):
     # each round's cohort drawn from (seed, round) over the nodes by id, whatever else draws
     # from the random module: the rival of the same seed samples the same cohorts
     seeded_sampling(strategy, seed)
-    initial, evaluate_fn, train_config = _model_and_evaluation(cfg, data)
+    initial, evaluate_fn, train_config = model_and_evaluation(cfg, data)
     log(
         INFO,
         "fl-gradcode: %d clients, code %s (s=%s), %s updates, %s timing, dp=%s",
@@ -357,7 +360,7 @@ def check_training(cfg: dict[str, Any]) -> None:
             raise ValueError(f"{name}={cfg[name]!r}: expected an integer >= 1")
 
 
-def _model_and_evaluation(cfg: dict[str, Any], data: Any):
+def model_and_evaluation(cfg: dict[str, Any], data: Any):
     """``(initial arrays, evaluate_fn, train_config)``: the seeded model, its test accuracy."""
     check_training(cfg)
     model = make_model(str(cfg["model"]), data.input_shape, data.num_classes, int(cfg["seed"]))
@@ -400,7 +403,7 @@ def build_rival(cfg: dict[str, Any], n: int):
         min_available_nodes=1, min_train_nodes=1,
     )
     seeded_sampling(strategy, seed)  # the coded run's cohorts (build)
-    initial, evaluate_fn, train_config = _model_and_evaluation(cfg, data)
+    initial, evaluate_fn, train_config = model_and_evaluation(cfg, data)
     if rival == "fedavg":
         log(INFO, "fl-gradcode rival fedavg: %d clients, plain Flower FedAvg waiting for every "
             "reply (%s timing)", n, cfg["timing"])

@@ -6,9 +6,13 @@ the synchronous coded job, in virtual or wallclock timing.
 What it cannot honour is refused, naming the key, never dropped: DP (it applies none), a
 server optimiser other than plain SGD, ``s="auto"`` (a choice among synchronous codes), a
 rival, and every key of synchronous coded rounds set away from its
-default (the code, its deadline and decoding rules). The main job's client faults
-(``slow-workers``, ``nan-workers``) act on its jobs as on coded rounds' (each job is the coding
-mod's instruction): a slow worker sleeps in wallclock timing, a NaN reply is dropped."""
+default (the code, its deadline and decoding rules); in wallclock timing, the charges modelled
+in virtual time only (``virtual-compute``, ``partition-cost-s``, ``upload-bandwidth``) away
+from their defaults. The main job's client faults (``slow-workers``, ``nan-workers``) act on
+its jobs (each is the coding mod's instruction), their indices being the clients' partition
+ids (``0 .. n - 1``; in coded rounds, positions in the round's cohort): a slow client's delay
+is slept in wallclock timing and charged as compute under ``virtual-compute=measured`` (else
+refused), a NaN reply is dropped."""
 
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ from typing import Any
 
 from flwr.common.logger import log
 
-from fl_gradcode.config import DEFAULTS
+from fl_gradcode.config import DEFAULTS, worker_list
 from fl_gradcode.flower.asynchronous import ReplicatedFedBuff
 
 __all__ = ["SYNCHRONOUS_KEYS", "async_refusal", "build_async"]
@@ -51,6 +55,12 @@ def async_refusal(cfg: dict[str, Any]) -> str | None:
     if isinstance(buffer, bool) or not isinstance(buffer, int) or buffer < 0:
         return (f"buffer-size={buffer!r}: expected an integer >= 1 (updates per server step), "
                 "or 0 for a quarter of the cohort")
+    if str(cfg["timing"]) == "wallclock":
+        for name in ("virtual-compute", "partition-cost-s", "upload-bandwidth"):
+            if cfg[name] != DEFAULTS[name]:
+                return (f"{name}={cfg[name]!r} with timing='wallclock': a charge modelled in "
+                        "virtual time only (in real time compute and uploads take what they "
+                        f"take); leave it at its default ({DEFAULTS[name]!r})")
     for name in SYNCHRONOUS_KEYS:
         if cfg[name] != DEFAULTS[name]:
             return (f"{name}={cfg[name]!r}: a key of synchronous coded rounds; {plain}, which "
@@ -64,10 +74,12 @@ def build_async(cfg: dict[str, Any], n: int):
     (``fraction-train`` of ``n``) in flight, ``buffer-size`` updates per server step, as many
     steps as take ``num-rounds`` times the cohort updates."""
     from server.app import (
-        _model_and_evaluation,
+        FAULT_KEYS,
+        check_fault_delay,
         check_slow_classes,
         check_training,
         cohort_size,
+        model_and_evaluation,
         run_partition_cost,
         run_partitions,
     )
@@ -78,6 +90,13 @@ def build_async(cfg: dict[str, Any], n: int):
         raise ValueError(refusal)
     check_training(cfg)
     check_slow_classes(cfg)
+    check_fault_delay(cfg)
+    for name in FAULT_KEYS:
+        missing = sorted(w for w in worker_list(str(cfg[name])) if not 0 <= w < n)
+        if missing:
+            raise ValueError(f"{name}={cfg[name]!r}: no client {missing} among the {n} "
+                             f"(asynchronous jobs name a client by its partition id, "
+                             f"0..{n - 1}); the fault would inject nothing")
     seed = int(cfg["seed"])
     random.seed(seed)
     data, index = run_partitions(cfg, n)
@@ -98,7 +117,7 @@ def build_async(cfg: dict[str, Any], n: int):
         run_config={**cfg, "num-clients": n, "partition-sizes": sizes,
                     "buffer-size": k, "server-steps": steps},
         timing=str(cfg["timing"]))
-    initial, evaluate_fn, train_config = _model_and_evaluation(cfg, data)
+    initial, evaluate_fn, train_config = model_and_evaluation(cfg, data)
     log(INFO, "fl-gradcode asynchronous: %d clients, %d in flight, FedBuff over partitions "
         "held by s + 1 = %d clients, a server step every %d updates, %d steps (%s timing)",
         n, cohort, int(cfg["s"]) + 1, k, steps, cfg["timing"])

@@ -297,7 +297,8 @@ KEYS: tuple[Key, ...] = (
         keyword="verify", coded_only=True),
     Key("verify-tolerance", 1e-5, "`verify`: relative disagreement between replicas tolerated "
         "as rounding", keyword="verify_tolerance", coded_only=True),
-    Key("round-timeout", 600.0, "wall-clock safety limit of a round (seconds)",
+    Key("round-timeout", 600.0, "wall-clock safety limit of a round (seconds); `asynchronous`: "
+        "of a job (then given up) and of the wait for a usable update (then the run stops)",
         keyword="round_timeout"),
     Key("warmup-timeout", 120.0, "wall-clock limit for the first reply of round 1 (seconds)",
         keyword="warmup_timeout", coded_only=True),

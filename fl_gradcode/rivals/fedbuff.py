@@ -31,7 +31,7 @@ import heapq
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from logging import WARNING
+from logging import INFO, WARNING
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,11 @@ from ..latency import DeviceTrace, LatencyModel, back_on, client_delay, failure_
 from ..results import RoundRecorder
 
 __all__ = ["FedBuff", "staleness_weight"]
+
+#: wallclock timing: a node whose job failed gets no job for this long, doubled with each
+#: failure in a row, at most the cap (a node that errors at once is not re-sent work at once)
+WALL_BACKOFF_S = 0.05
+WALL_BACKOFF_MAX_S = 30.0
 
 
 def staleness_weight(tau: int, exponent: float = 0.5) -> float:
@@ -335,6 +340,8 @@ class FedBuff(FedAvg):
         # wallclock: message id -> (node, job, partition, version sent, model sent, sent at)
         inflight: dict[str, tuple[int, int, int, int, dict[str, np.ndarray], float]] = {}
         pulled: list[dict[str, Any]] = []  # wallclock: replies read, not yet taken in
+        failures: dict[int, int] = {}  # wallclock: a node's failed jobs in a row
+        last_good = [0.0]  # wallclock: when the last usable update came (or the start)
         t0 = time.monotonic()
         if wall:
             self.now = step_start = 0.0
@@ -348,6 +355,8 @@ class FedBuff(FedAvg):
             nonlocal seq, waiting, sent
             idle = [n for n in nodes if n not in busy]
             ready = [n for n in idle if off_until.get(n, 0.0) <= self.now]
+            if not ready and wall:  # every idle node is backing off: pull() fills it later
+                return False
             if not ready:  # every idle node's device is off: the slot waits for the first
                 back = min(off_until[n] for n in idle)
                 if math.isinf(back):
@@ -370,7 +379,8 @@ class FedBuff(FedAvg):
                                         time.monotonic())
                 else:  # the grid did not take it: settled now, without an update
                     pulled.append(event(node, (None, -1, part, 0.0, 0, 0,
-                                              "message not accepted by the grid"), version))
+                                               "message not accepted by the grid"), version,
+                                        time.monotonic() - t0))
                 return True
             read = self._job(grid, node, jobs[node], model, arrays_of(model), train_config,
                              timeout, regime)
@@ -390,8 +400,10 @@ class FedBuff(FedAvg):
             seq += 1
             return True
 
-        def event(node: int, read: tuple, sent_version: int) -> dict[str, Any]:
-            """The arrival of one job from what :meth:`_read` made of its reply."""
+        def event(node: int, read: tuple, sent_version: int, at: float = 0.0
+                  ) -> dict[str, Any]:
+            """The arrival of one job from what :meth:`_read` made of its reply (``at``:
+            wallclock timing's arrival, seconds since the start)."""
             delta, pid, part, compute, examples, nbytes, reason = read
             if pid < 0:  # no usable timing: the client's latency alone
                 pid = partition_of.get(node, nodes.index(node))
@@ -400,31 +412,41 @@ class FedBuff(FedAvg):
             return {"node": node, "delta": delta, "pid": pid,
                     "part": pid if part < 0 else part, "version": sent_version,
                     "compute": compute, "examples": examples, "bytes": nbytes,
-                    "reason": reason, "off": False}
+                    "reason": reason, "off": False, "at": at}
 
-        def pull() -> tuple[float, int, int | None, dict]:
-            """Wallclock timing: the next reply in flight to come (or job given up)."""
+        def pull() -> tuple[float, int, int | None, dict] | None:
+            """Wallclock timing: the next reply in flight to come (or job given up), each
+            timed when it was pulled; ``None`` when no update was usable for ``timeout``
+            seconds. While waiting, a node whose back-off has ended takes a free slot, and the
+            pulls back off from ``poll_interval`` to 0.1 s."""
             nonlocal seq
+            wait = self.poll_interval
             while not pulled:
+                self.now = time.monotonic() - t0
+                if self.now - last_good[0] > timeout:
+                    return None
+                fill()
                 got = list(grid.pull_messages(list(inflight))) if inflight else []
                 for reply in got:
                     mid = reply.metadata.reply_to_message_id
                     if mid not in inflight:
-                        continue  # a duplicate, or a job alpulled given up
+                        continue  # a duplicate, or a job already given up
                     node, job, part, sent_version, sent_model, _ = inflight.pop(mid)
                     pulled.append(event(node, self._read(reply, node, job, part, sent_model),
-                                       sent_version))
+                                        sent_version, time.monotonic() - t0))
                 clock = time.monotonic()
                 for mid, (node, _job, part, sent_version, _, at) in list(inflight.items()):
                     if clock - at > timeout:
                         del inflight[mid]
                         pulled.append(event(node, (None, -1, part, 0.0, 0, 0,
-                                                  f"no reply within timeout={timeout:g} s"),
-                                           sent_version))
+                                                   f"no reply within timeout={timeout:g} s"),
+                                            sent_version, clock - t0))
                 if not pulled:
-                    time.sleep(self.poll_interval)
+                    time.sleep(wait)
+                    wait = min(2 * wait, max(self.poll_interval, 0.1))
             seq += 1
-            return time.monotonic() - t0, seq, pulled[0]["node"], pulled.pop(0)
+            job = pulled.pop(0)
+            return job["at"], seq, job["node"], job
 
         def fill() -> None:
             """Give every free slot work (or a wait for the first device back on)."""
@@ -432,13 +454,18 @@ class FedBuff(FedAvg):
                 pass
 
         fill()
-        while version < num_rounds and (events or inflight or pulled):
+        while version < num_rounds and (wall or events):
             if counters["rejected"] > 100 * max(slots, self.buffer_size):
                 log(WARNING, "FedBuff: %d updates in a row could not be used (last: %s); "
                     "stopping after %d server steps", counters["rejected"], last_reason,
                     version)
                 break
-            arrive, _, node, job = pull() if wall else heapq.heappop(events)
+            arrival = pull() if wall else heapq.heappop(events)
+            if arrival is None:
+                log(WARNING, "FedBuff: no usable update for %g s (last: %s); stopping after %d "
+                    "server steps", timeout, last_reason or "none arrived", version)
+                break
+            arrive, _, node, job = arrival
             self.now = max(self.now, arrive)
             if node is None:  # a waiting slot: a device is back on
                 waiting -= 1
@@ -455,7 +482,12 @@ class FedBuff(FedAvg):
             if job["delta"] is None:
                 counters["rejected"] += 1
                 last_reason = job["reason"]
+                if wall:  # no job before a back-off that doubles with each failure in a row
+                    failures[node] = failures.get(node, 0) + 1
+                    off_until[node] = self.now + min(
+                        WALL_BACKOFF_S * 2 ** (failures[node] - 1), WALL_BACKOFF_MAX_S)
             else:
+                failures[node], last_good[0] = 0, self.now
                 tau = version - job["version"]
                 weight = staleness_weight(tau, self.staleness_exponent)
                 for name, value in job["delta"].items():
@@ -476,7 +508,10 @@ class FedBuff(FedAvg):
                 counters["compute_s"] = 0.0
                 step_start, wall0 = self.now, time.monotonic()
             fill()
-        if version < num_rounds and not (events or inflight or pulled):
+        if inflight:
+            log(INFO, "FedBuff: %d jobs still in flight at the end; their replies are not "
+                "read", len(inflight))
+        if version < num_rounds and not (wall or events):
             log(WARNING, "FedBuff: no client can take work (every idle client's device is "
                 "never on again); stopping after %d server steps", version)
         result.arrays = arrays_of(model)

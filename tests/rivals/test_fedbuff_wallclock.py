@@ -17,10 +17,11 @@ from fl_gradcode.flower import gradient_coding_mod
 from fl_gradcode.flower.asynchronous import ReplicatedFedBuff
 from fl_gradcode.flower.protocol import parse_instruction
 from fl_gradcode.flower.testing import InProcessGrid
-from fl_gradcode.latency import DeviceTrace, Exponential, client_delay
+from fl_gradcode.latency import DeviceTrace, Drift, Exponential, client_delay
 from fl_gradcode.rivals import FedBuff, train_timing_mod
 from tests.apps.numpy_app import LR, as_dict, assert_model, call_app, initial_arrays, make_app
 from tests.apps.numpy_app import theta0 as initial_model
+from tests.flower.harness import FixedArrivals
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:fraction_evaluate"),
@@ -151,6 +152,77 @@ def test_an_error_reply_and_a_lost_job_are_dropped_and_the_run_goes_on(caplog):
     assert sum(row["rejected"] for row in strategy.history) >= 2  # errors and given-up jobs
     expected = _rebuild(strategy.history, 3, 1, 1.0)
     assert_model(models[12], expected[12])
+
+
+def test_a_drifting_regime_changes_when_the_federation_reaches_its_round():
+    """As in virtual timing: the k-th job sent (from 0) is in round k // concurrency + 1 (2
+    in flight over 3 clients: not a client's own job number),
+    whatever the client's own job number (no delay before the drift, 0.02 s from it)."""
+    table = {j: [0.0, 0.0, 0.0] for j in range(1, 20)}
+    latency = Drift(before=FixedArrivals(table),
+                    after=FixedArrivals({j: [0.02] * 3 for j in table}), at_round=3)
+    grid = _Recording(make_app(train_timing_mod, gradient_coding_mod), 3)
+    strategy = ReplicatedFedBuff(s=1, buffer_size=1, concurrency=2, latency=latency, seed=2,
+                                 timing="wallclock")
+    _start(strategy, grid, 9)
+    delays = [ins.delay_s for ins in grid.instructions]
+    assert len(delays) >= 9
+    for k, delay in enumerate(delays):
+        assert delay == (0.02 if k // 2 + 1 >= 3 else 0.0), (k, delay)
+
+
+def _failing_app(failing):
+    def app(msg, context):
+        if int(context.node_config["partition-id"]) in failing:
+            raise RuntimeError("boom")
+        return make_app(train_timing_mod)(msg, context)
+
+    return app
+
+
+def test_a_client_that_fails_at_once_is_backed_off_not_resent_work_at_once():
+    # client 1's error comes back at once; client 0 takes 0.2 s a job
+    grid = InProcessGrid(_failing_app({1}), 2, delay=lambda p, r: 0.0 if p == 1 else 0.2)
+    strategy = FedBuff(buffer_size=1, concurrency=2, timing="wallclock")
+    _, models, _ = _start(strategy, grid, 3)
+    assert len(strategy.history) == 3  # the run went on
+    assert grid.pushed <= 3 + 12  # 3 good jobs; the failing client's back-off doubles
+    expected = _rebuild(strategy.history, 2, 1, 1.0)
+    assert_model(models[3], expected[3])
+
+
+def test_a_run_where_no_update_is_usable_stops_after_the_timeout(caplog):
+    grid = InProcessGrid(_failing_app({0, 1}), 2)
+    strategy = FedBuff(buffer_size=1, concurrency=2, timing="wallclock")
+    with caplog.at_level("WARNING", logger="flwr"):
+        _, _, took = _start(strategy, grid, 3, timeout=0.5)
+    assert strategy.history == []
+    assert 0.5 <= took < 5.0
+    assert "no usable update for 0.5 s" in caplog.text and "boom" in caplog.text
+
+
+def test_the_late_reply_of_a_job_given_up_is_never_taken_in():
+    # client 1's first job answers after 0.3 s; the run gives it up after 0.15 s
+    grid = InProcessGrid(make_app(train_timing_mod), 2,
+                         delay=lambda p, r: 0.3 if (p == 1 and r == 1) else 0.02)
+    strategy = FedBuff(buffer_size=1, concurrency=2, timing="wallclock")
+    _, models, _ = _start(strategy, grid, 30, timeout=0.15)
+    assert sum(row["rejected"] for row in strategy.history) == 1
+    assert strategy.history[-1]["virtual_s"] > 0.3  # its reply could have been pulled
+    expected = _rebuild(strategy.history, 2, 1, 1.0)
+    assert_model(models[30], expected[30])
+
+
+def test_a_duplicated_reply_is_taken_in_once():
+    # one client in flight at a time, K = 2: a duplicate taken in would fill a step by itself
+    grid = InProcessGrid(make_app(train_timing_mod), 1, delay=lambda p, r: 0.01,
+                         duplicate=lambda p, r: True)
+    strategy = FedBuff(buffer_size=2, concurrency=1, timing="wallclock")
+    _, models, _ = _start(strategy, grid, 4)
+    assert grid.pushed == 9  # two jobs a step, and the one sent after the last step
+    assert [row["staleness"] for row in strategy.history] == [[0, 0]] * 4
+    expected = _rebuild(strategy.history, 1, 2, 1.0)
+    assert_model(models[4], expected[4])
 
 
 @pytest.mark.parametrize("kwargs, named", [

@@ -3,7 +3,7 @@ scale runs in Flower's simulation engine (``bench_end_to_end.json``)."""
 
 from __future__ import annotations
 
-from tools.docgen.core import block, command, load, num, table
+from tools.docgen.core import block, ci, command, load, num, table
 
 CLIENT = "bench_client.json"
 E2E = "bench_end_to_end.json"
@@ -167,3 +167,47 @@ def _aggregation_line(d: dict) -> str:
         f"{max(r['reaction_ms_p50'] for r in rows):.1f} ms (p50); {default} (the default) "
         f"replies {max(r['bytes_ratio'] for r in own):.2f}× a FedAvg reply{fallback}."
     )
+
+
+ASYNC_WALL = "bench_async_wallclock.json"
+ASYNC_LABELS = {
+    "flower-fedavg": "Flower's FedAvg (waits for every reply)",
+    "coded": "coded rounds (`grouped-rs`, s = 1)",
+    "fedbuff": "FedBuff",
+    "fedbuff-replicated": "FedBuff over replicated partitions (s = 1)",
+}
+
+
+def _ratio(entry: dict, seeds: int) -> str:
+    if entry["geomean"] is None:
+        return "-"
+    text = f"{entry['geomean']:.2f}×{ci(entry['ci95'])}"
+    return text + ("" if entry["paired_seeds"] == seeds else f" ({entry['paired_seeds']}/{seeds})")
+
+
+@block("perf-async-wallclock")
+def perf_async_wallclock() -> str:
+    d = load(ASYNC_WALL)
+    st, summary = d["settings"], d["summary"]
+    rows = []
+    for method in st["methods"]:
+        row = summary[method]
+        median = row["median_time_to_target_s"]
+        rows.append([ASYNC_LABELS.get(method, method),
+                     f"{'never' if median is None else f'{median:.1f} s'} "
+                     f"({row['reached']}/{row['seeds']})",
+                     _ratio(row["ratio_to_flower_fedavg"], row["seeds"]),
+                     _ratio(row["ratio_to_coded"], row["seeds"]),
+                     f"{row['median_final_accuracy']:.3f}"])
+    head = table(["method", "median time to target (reached)", "÷ Flower's FedAvg",
+                  "÷ coded rounds", "median final accuracy"], rows)
+    seeds = st["seeds"]
+    return (f"`python -m experiments.bench_async_wallclock`, Flower's simulation engine, wall "
+            f"clock: n = {st['n']} SuperNodes, {st['rounds']} rounds (the asynchronous "
+            f"methods: as many client updates, K = {st['buffer_size']}), target "
+            f"{st['target']:.0%}; partition {', '.join(map(str, st['slow']))} sleeps "
+            f"{st['slow_s']:g} s after every job, the others 0.05 s plus an exponential draw "
+            f"of mean 0.15 s; seeds {seeds[0]}–{seeds[-1]} ({len(seeds)}), nothing tuned; "
+            f"{d['wall_s'] / 60:.0f} min in all. Ratios: geometric mean of the per-seed "
+            f"ratios of times to target [95 % interval], over the seeds both reached it.\n\n"
+            f"{head}")
