@@ -30,6 +30,7 @@ from tools.docgen.rivals import (
 )
 
 ASYNC = "async_replication.json"
+WALLCLOCK = "bench_async_wallclock.json"
 METHOD = "fedbuff-replicated"
 
 
@@ -200,7 +201,35 @@ def _cells() -> tuple[Mapping[str, Any], dict[str, Mapping[str, Any]]] | None:
 @block("async-replication-headline")
 def async_replication_headline() -> str | None:
     got = _cells()
-    return None if got is None else render_headline(*got, reported_cells())
+    if got is None:
+        return None
+    return render_headline(*got, reported_cells()) + wallclock_sentence()
+
+
+def wallclock_sentence() -> str:
+    """The real-time measurement in Flower's simulation engine
+    (``results/bench_async_wallclock.json``), one sentence (empty without it)."""
+    if not (RESULTS / WALLCLOCK).exists():
+        return ""
+    d = load(WALLCLOCK)
+    st, summary = d["settings"], d["summary"]
+
+    def part(method: str, label: str) -> str:
+        row = summary[method]
+        ratio = row["ratio_to_flower_fedavg"]
+        return (f"{label} {ratio['geomean']:.2f}×" if ratio["geomean"] is not None
+                else f"{label} never")
+
+    seeds = st["seeds"]
+    return (f" In real time, in Flower's simulation engine ({st['n']} SuperNodes, one "
+            f"persistently slow; seeds {seeds[0]}–{seeds[-1]}; `asynchronous=true`, "
+            f"[performance](docs/performance.md#asynchronous-rounds-in-real-time)), the time to "
+            f"{st['target']:.0%} over Flower's FedAvg's: "
+            + ", ".join([part("fedbuff-replicated", f"FedBuff over replicated partitions "
+                              f"(s = {st['s']})"),
+                         part("fedbuff", "FedBuff"),
+                         part("coded", "coded rounds")])
+            + " (geometric means of per-seed ratios).")
 
 
 @block("async-replication")
