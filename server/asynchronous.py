@@ -33,7 +33,7 @@ __all__ = ["SYNCHRONOUS_KEYS", "async_refusal", "build_async"]
 SYNCHRONOUS_KEYS = ("code", "s-max", "auto-margin", "exclude-slow", "latency-state", "roster",
                     "busy", "m", "straggler-timeout", "stop-late-work", "auto-deadline",
                     "auto-approximate", "max-decode-error", "min-replies", "verify",
-                    "verify-tolerance", "warmup-timeout", "momentum")
+                    "verify-tolerance", "momentum")
 
 
 def async_refusal(cfg: dict[str, Any]) -> str | None:
@@ -116,7 +116,7 @@ def build_async(cfg: dict[str, Any], n: int):
         results_dir=str(cfg["results-dir"]) or None,
         run_config={**cfg, "num-clients": n, "partition-sizes": sizes,
                     "buffer-size": k, "server-steps": steps},
-        timing=str(cfg["timing"]))
+        timing=str(cfg["timing"]), identify_timeout=float(cfg["warmup-timeout"]))
     initial, evaluate_fn, train_config = model_and_evaluation(cfg, data)
     log(INFO, "fl-gradcode asynchronous: %d clients, %d in flight, FedBuff over partitions "
         "held by s + 1 = %d clients, a server step every %d updates, %d steps (%s timing)",

@@ -300,7 +300,8 @@ KEYS: tuple[Key, ...] = (
     Key("round-timeout", 600.0, "wall-clock safety limit of a round (seconds); `asynchronous`: "
         "of a job (then given up) and of the wait for a usable update (then the run stops)",
         keyword="round_timeout"),
-    Key("warmup-timeout", 120.0, "wall-clock limit for the first reply of round 1 (seconds)",
+    Key("warmup-timeout", 120.0, "wall-clock limit for the first reply of round 1 (seconds); "
+        "`asynchronous`: for the nodes' identification (a node silent by then gets no job)",
         keyword="warmup_timeout", coded_only=True),
     Key("slow-workers", "", "fault injection: comma-separated workers slowed by "
         "`slow-delay-s`", side="client"),

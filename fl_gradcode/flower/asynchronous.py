@@ -69,14 +69,23 @@ class ReplicatedFedBuff(FedBuff):
     ----------
     s : int
         Extra copies of each partition (``>= 0``; 0: FedBuff).
+    identify_timeout : float, optional
+        Seconds the identification handshake waits for the nodes' answers (default:
+        ``start``'s ``timeout``); a node that has not answered by then gets no job.
     **fedbuff : Any
         :class:`~fl_gradcode.rivals.FedBuff`'s arguments (``buffer_size``, ``concurrency``,
         ``server_lr``, ``latency``, ``seed``, ``partition_sizes``, ...).
     """
 
-    def __init__(self, *, s: int, **fedbuff: Any) -> None:
+    def __init__(self, *, s: int, identify_timeout: float | None = None,
+                 **fedbuff: Any) -> None:
         if isinstance(s, bool) or not isinstance(s, int) or s < 0:
             raise ValueError(f"s={s!r} must be an integer >= 0 (extra copies of a partition)")
+        if identify_timeout is not None and not (math.isfinite(identify_timeout)
+                                                 and identify_timeout > 0):
+            raise ValueError(f"identify_timeout={identify_timeout!r} must be > 0 seconds or "
+                             "None (start's timeout)")
+        self.identify_timeout = identify_timeout
         super().__init__(**fedbuff)
         self.s = s
         self.identities: dict[int, protocol.Identity] = {}
@@ -93,7 +102,8 @@ class ReplicatedFedBuff(FedBuff):
         msgs = [protocol.instruction_message(
             RecordDict(), Instruction(op=protocol.OP_IDENTIFY, nonce=self._nonce), node,
             "identify") for node in nodes]
-        replies = list(grid.send_and_receive(msgs, timeout=timeout)) if msgs else []
+        wait = timeout if self.identify_timeout is None else self.identify_timeout
+        replies = list(grid.send_and_receive(msgs, timeout=wait)) if msgs else []
         self.identities = {}
         for reply in replies:
             node = answering_node(reply, msgs)

@@ -39,6 +39,7 @@ def _config(tmp_path, **overrides):
     ({"code": "bgc"}, "code='bgc'"),
     ({"straggler-timeout": 3.0}, "straggler-timeout=3.0"),
     ({"verify": True}, "verify=True"),
+    ({"warmup-timeout": -1.0}, "identify_timeout=-1.0"),
     ({"buffer-size": -1}, "buffer-size=-1"),
     ({"timing": "wallclock", "latency": "none", "upload-bandwidth": 1e6},
      "upload-bandwidth=1000000.0"),
@@ -74,6 +75,7 @@ def test_the_run_is_replicated_fedbuff_with_the_keys_settings(tmp_path):
     cfg = _config(tmp_path, **{"fraction-train": 4 / N, "server-lr": 0.7, "seed": 3})
     built = run(_grid(cfg), cfg)
     assert len(built.history) == 8
+    assert built.identify_timeout == cfg["warmup-timeout"]  # the handshake's wait
     _, index = run_partitions(cfg, N)
     by_hand = ReplicatedFedBuff(
         s=1, buffer_size=1, concurrency=4, server_lr=0.7, latency=run_latency(cfg, N),

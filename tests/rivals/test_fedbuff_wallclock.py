@@ -109,6 +109,20 @@ def test_a_silent_clients_partition_enters_through_its_neighbour():
         assert_model(models[step], expected[step])
 
 
+def test_a_node_silent_at_the_handshake_delays_the_start_by_identify_timeout_only(caplog):
+    grid = InProcessGrid(make_app(train_timing_mod, gradient_coding_mod), 3,
+                         delay=lambda p, r: SILENT if p == 2 else 0.01)
+    strategy = ReplicatedFedBuff(s=1, buffer_size=2, concurrency=3, timing="wallclock",
+                                 identify_timeout=0.3)
+    with caplog.at_level("WARNING", logger="flwr"):
+        _, _, took = _start(strategy, grid, 4)
+    assert 0.3 <= took < 10.0
+    assert "1 of 3 nodes did not identify" in caplog.text
+    pairs = [(part, by) for row in strategy.history
+             for part, by in zip(row["clients_used"], row["computed_by"], strict=True)]
+    assert (2, 1) in pairs and all(by != 2 for _, by in pairs)
+
+
 class _Recording(InProcessGrid):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -235,6 +249,12 @@ def test_a_duplicated_reply_is_taken_in_once():
 def test_fedbuff_refuses_what_wallclock_timing_cannot_honour(kwargs, named):
     with pytest.raises(ValueError, match=named.replace("(", r"\(")):
         FedBuff(buffer_size=1, **kwargs)
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("nan")])
+def test_replicated_fedbuff_refuses_an_identify_timeout_that_is_no_time(bad):
+    with pytest.raises(ValueError, match="identify_timeout="):
+        ReplicatedFedBuff(s=1, buffer_size=1, identify_timeout=bad)
 
 
 def test_replicated_fedbuff_refuses_simulated_devices_in_real_time():
