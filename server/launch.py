@@ -405,16 +405,16 @@ def summarize(name: str, rows: list[dict], target: float) -> dict[str, object]:
 
 
 def render_table(summaries: list[Mapping[str, object]], target: float,
-                 labels: Mapping[str, str] | None = None) -> str:
+                 labels: Mapping[str, str] | None = None, clock: str = "virtual time") -> str:
     """The one-screen comparison of :func:`summarize`'s lines (the first is the coded run);
-    ``labels``: what each run is (default :data:`LEGEND`)."""
+    ``labels``: what each run is (default :data:`LEGEND`); ``clock``: what the times are."""
     def opt(value: object, fmt: str) -> str:
         return "-" if value is None else format(value, fmt)
 
     lines = [
         "",
         f"{len(summaries)} runs, same seeds and latency draws "
-        f"(time to accuracy {target:.3f}, the lowest final one; virtual time):",
+        f"(time to accuracy {target:.3f}, the lowest final one; {clock}):",
         f"{'run':17}{'final acc':>10}{'time to ' + format(target, '.3f'):>15}"
         f"{'total time':>12}{'exact rounds':>14}{'MB up':>9}{'client compute':>16}",
     ]
@@ -459,9 +459,11 @@ def compare(coded_dir: Path, uncoded_dir: Path | None, drop_dir: Path | None = N
     # a value that is not a finite number is null in rounds.jsonl (an accuracy of NaN)
     finals = [r[-1]["accuracy"] for r in rows.values() if r]
     target = min((a for a in finals if a is not None), default=0.0)
-    labels = {}
+    labels, clock = {}, "virtual time"
     try:
         cfg = json.loads((Path(coded_dir) / "config.json").read_text())
+        if cfg.get("timing") == "wallclock":
+            clock = "wall-clock time"
         labels["coded"] = (
             f"asynchronous: FedBuff over partitions held by s + 1 = {int(cfg['s']) + 1} "
             f"clients, a server step every {cfg['buffer-size']} updates, "
@@ -473,7 +475,7 @@ def compare(coded_dir: Path, uncoded_dir: Path | None, drop_dir: Path | None = N
     except (OSError, ValueError, KeyError):
         pass
     lines = [render_table([summarize(n, r, target) for n, r in rows.items()], target,
-                          labels)]
+                          labels, clock)]
     try:
         import matplotlib
 
@@ -485,7 +487,7 @@ def compare(coded_dir: Path, uncoded_dir: Path | None, drop_dir: Path | None = N
             ax.plot([0.0] + [r["virtual_s"] for r in run_rows],
                     [None] + [r["accuracy"] for r in run_rows], marker=".", label=name)
         ax.axhline(target, color="grey", lw=0.8, ls=":")
-        ax.set_xlabel("virtual time (s)")
+        ax.set_xlabel(f"{clock} (s)")
         ax.set_ylabel("test accuracy")
         ax.set_title("Gradient coding vs Flower FedAvg, same seeds and latency draws",
                      fontsize=9)

@@ -417,6 +417,21 @@ def test_compare_says_an_asynchronous_run_is_one_and_counts_no_exact_rounds(tmp_
     assert "code=grouped-rs" not in text
     row = next(line.split() for line in text.splitlines() if line.startswith("coded "))
     assert row[6] == "n/a"
+    assert "virtual time):" in text  # the runs' config says no timing: virtual
+
+
+def test_compare_says_wallclock_runs_are_timed_in_wall_clock_time(tmp_path):
+    from server.launch import compare
+
+    for name in ("coded", "uncoded"):
+        rec = RoundRecorder(tmp_path / name, {"code": "grouped-rs", "s": 1,
+                                              "timing": "wallclock",
+                                              "straggler-timeout": 2.0})
+        rec.record({**{k: 0 for k in ROUND_FIELDS}, "round": 1, "decode": "exact",
+                    "accuracy": 0.5, "virtual_s": 2.0, "bytes_up": 10**6, "compute_s": 0.5,
+                    "late_dropped": 0})
+    text = compare(tmp_path / "coded", tmp_path / "uncoded")
+    assert "wall-clock time):" in text and "virtual time" not in text
 
 
 def test_the_client_app_can_be_pickled_for_ray_actors():
