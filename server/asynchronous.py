@@ -61,6 +61,10 @@ def async_refusal(cfg: dict[str, Any]) -> str | None:
                 return (f"{name}={cfg[name]!r} with timing='wallclock': a charge modelled in "
                         "virtual time only (in real time compute and uploads take what they "
                         f"take); leave it at its default ({DEFAULTS[name]!r})")
+    warmup = float(cfg["warmup-timeout"])
+    if not (math.isfinite(warmup) and warmup > 0):
+        return (f"warmup-timeout={cfg['warmup-timeout']!r}: the identification handshake's "
+                "wait must be > 0 seconds")
     for name in SYNCHRONOUS_KEYS:
         if cfg[name] != DEFAULTS[name]:
             return (f"{name}={cfg[name]!r}: a key of synchronous coded rounds; {plain}, which "

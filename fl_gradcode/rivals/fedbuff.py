@@ -485,7 +485,7 @@ class FedBuff(FedAvg):
                 if wall:  # no job before a back-off that doubles with each failure in a row
                     failures[node] = failures.get(node, 0) + 1
                     off_until[node] = self.now + min(
-                        WALL_BACKOFF_S * 2 ** (failures[node] - 1), WALL_BACKOFF_MAX_S)
+                        WALL_BACKOFF_S * 2.0 ** min(failures[node] - 1, 20), WALL_BACKOFF_MAX_S)
             else:
                 failures[node], last_good[0] = 0, self.now
                 tau = version - job["version"]

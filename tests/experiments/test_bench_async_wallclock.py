@@ -72,18 +72,40 @@ def test_the_summary_pairs_each_seed_with_flower_fedavgs():
     assert out["flower-fedavg"]["median_time_to_target_s"] == 20.0  # 10, 20, inf
 
 
-def test_every_method_runs_on_one_in_process_grid():
+def test_every_method_runs_on_one_grid_read_once_per_round_and_its_slow_client_sleeps(
+        monkeypatch):
     from fl_gradcode.config import merge_config
     from fl_gradcode.flower.testing import InProcessGrid
 
+    current, slept = [""], []
+    strategy = bench._strategy
+
+    def tracking(method, cfg, n):
+        current[0] = method
+        return strategy(method, cfg, n)
+
+    def delay(partition, number, seed, slow, slow_s):
+        slept.append((current[0], partition))
+        return 0.0
+
+    monkeypatch.setattr(bench, "_strategy", tracking)
+    monkeypatch.setattr(bench, "client_delay_s", delay)
     cfg = merge_config({"seed": 10, "num-rounds": 2, "num-clients": 4, "timing": "wallclock",
                         "latency": "none", "results-dir": ""})
     grid = InProcessGrid(bench.client_app(), 4, run_config=cfg)
     runs = bench.run_methods(grid, cfg, 4, bench.METHODS, target=0.0, slow=(1,),
                              slow_s=0.01, drain_s=0.0)
     assert [r["method"] for r in runs] == list(bench.METHODS)
-    steps = {r["method"]: len(r["curve"]) - 1 for r in runs}
-    assert steps == {"flower-fedavg": 2, "coded": 2, "fedbuff": 8, "fedbuff-replicated": 8}
+    # 2 rounds, or 8 server steps of K = 1 read every 4th: two readings after the start
+    assert {r["method"]: len(r["curve"]) for r in runs} == dict.fromkeys(bench.METHODS, 3)
+    assert {r["method"]: r["rounds_or_steps"] for r in runs} == {
+        "flower-fedavg": 2, "coded": 2, "fedbuff": 8, "fedbuff-replicated": 8}
     for r in runs:
-        # the first evaluation after the start (the curve keeps 4 decimals)
+        # the first reading after the start (the curve keeps 4 decimals)
         assert r["time_to_target_s"] == pytest.approx(r["curve"][1][0], abs=1e-4)
+    # every method's clients sleep, the slow one among them; the warm-up rounds do not
+    for method in bench.METHODS:
+        assert (method, 1) in slept, method
+    # 2 rounds of 4 clients each: 8 sleeps (the warm-up rounds of both would make 12)
+    assert [m for m, _ in slept].count("flower-fedavg") == 8
+    assert [m for m, _ in slept].count("coded") == 8

@@ -39,7 +39,7 @@ def _config(tmp_path, **overrides):
     ({"code": "bgc"}, "code='bgc'"),
     ({"straggler-timeout": 3.0}, "straggler-timeout=3.0"),
     ({"verify": True}, "verify=True"),
-    ({"warmup-timeout": -1.0}, "identify_timeout=-1.0"),
+    ({"warmup-timeout": -1.0}, "warmup-timeout=-1.0"),
     ({"buffer-size": -1}, "buffer-size=-1"),
     ({"timing": "wallclock", "latency": "none", "upload-bandwidth": 1e6},
      "upload-bandwidth=1000000.0"),

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tools.docgen.auto_lr import paired_text, with_auto_lr
-from tools.docgen.core import RESULTS, ROOT, block, load, table
+from tools.docgen.core import RESULTS, ROOT, block, ci, load, table
 from tools.docgen.rivals import (
     COMPARE,
     EPS,
@@ -214,22 +214,23 @@ def wallclock_sentence() -> str:
     d = load(WALLCLOCK)
     st, summary = d["settings"], d["summary"]
 
-    def part(method: str, label: str) -> str:
-        row = summary[method]
-        ratio = row["ratio_to_flower_fedavg"]
-        return (f"{label} {ratio['geomean']:.2f}×" if ratio["geomean"] is not None
-                else f"{label} never")
+    def part(method: str, label: str, key: str = "ratio_to_flower_fedavg") -> str:
+        ratio = summary[method][key]
+        return (f"{label} {ratio['geomean']:.2f}×{ci(ratio['ci95'])}"
+                if ratio["geomean"] is not None else f"{label} never")
 
-    seeds = st["seeds"]
-    return (f" In real time, in Flower's simulation engine ({st['n']} SuperNodes, one "
-            f"persistently slow; seeds {seeds[0]}–{seeds[-1]}; `asynchronous=true`, "
-            f"[performance](docs/performance.md#asynchronous-rounds-in-real-time)), the time to "
-            f"{st['target']:.0%} over Flower's FedAvg's: "
+    seeds, slow = st["seeds"], len(st["slow"])
+    return (f" In real time, in Flower's simulation engine ({st['n']} SuperNodes, {slow} "
+            f"persistently slow; seeds {seeds[0]}–{seeds[-1]}; the main job's "
+            f"`asynchronous=true`, [performance](docs/performance.md#asynchronous-rounds-in-"
+            f"real-time)), the time to {st['target']:.0%} over Flower's FedAvg's: "
             + ", ".join([part("fedbuff-replicated", f"FedBuff over replicated partitions "
                               f"(s = {st['s']})"),
                          part("fedbuff", "FedBuff"),
                          part("coded", "coded rounds")])
-            + " (geometric means of per-seed ratios).")
+            + "; over FedBuff's: "
+            + part("fedbuff-replicated", "replicated", "ratio_to_fedbuff")
+            + " (geometric means of per-seed ratios [95 % interval]).")
 
 
 @block("async-replication")

@@ -173,8 +173,8 @@ ASYNC_WALL = "bench_async_wallclock.json"
 ASYNC_LABELS = {
     "flower-fedavg": "Flower's FedAvg (waits for every reply)",
     "coded": "coded rounds (`grouped-rs`, s = 1)",
-    "fedbuff": "FedBuff",
-    "fedbuff-replicated": "FedBuff over replicated partitions (s = 1)",
+    "fedbuff": "FedBuff (`asynchronous=true`, s = 0)",
+    "fedbuff-replicated": "FedBuff over replicated partitions (`asynchronous=true`, s = 1)",
 }
 
 
@@ -198,16 +198,19 @@ def perf_async_wallclock() -> str:
                      f"({row['reached']}/{row['seeds']})",
                      _ratio(row["ratio_to_flower_fedavg"], row["seeds"]),
                      _ratio(row["ratio_to_coded"], row["seeds"]),
+                     _ratio(row["ratio_to_fedbuff"], row["seeds"]),
                      f"{row['median_final_accuracy']:.3f}"])
     head = table(["method", "median time to target (reached)", "÷ Flower's FedAvg",
-                  "÷ coded rounds", "median final accuracy"], rows)
+                  "÷ coded rounds", "÷ FedBuff", "median final accuracy"], rows)
     seeds = st["seeds"]
     return (f"`python -m experiments.bench_async_wallclock`, Flower's simulation engine, wall "
             f"clock: n = {st['n']} SuperNodes, {st['rounds']} rounds (the asynchronous "
             f"methods: as many client updates, K = {st['buffer_size']}), target "
-            f"{st['target']:.0%}; partition {', '.join(map(str, st['slow']))} sleeps "
+            f"{st['target']:.0%}, every method read once per {st['n']} client updates; "
+            f"partition {', '.join(map(str, st['slow']))} sleeps "
             f"{st['slow_s']:g} s after every job, the others 0.05 s plus an exponential draw "
             f"of mean 0.15 s; seeds {seeds[0]}–{seeds[-1]} ({len(seeds)}), nothing tuned; "
-            f"{d['wall_s'] / 60:.0f} min in all. Ratios: geometric mean of the per-seed "
-            f"ratios of times to target [95 % interval], over the seeds both reached it.\n\n"
+            f"{d['wall_s'] / 60:.0f} min in all at {st['commit']}. Ratios: geometric mean of "
+            f"the per-seed ratios of times to target [95 % interval], over the seeds both "
+            f"reached it.\n\n"
             f"{head}")
