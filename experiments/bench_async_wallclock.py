@@ -98,7 +98,7 @@ def client_app() -> Any:
                             gradient_coding_mod])
 
 
-def _strategy(method: str, cfg: dict[str, Any], n: int) -> tuple[Any, int, int]:
+def method_strategy(method: str, cfg: dict[str, Any], n: int) -> tuple[Any, int, int]:
     """``(strategy, rounds or server steps, steps per reading)``."""
     from flwr.serverapp.strategy import FedAvg
 
@@ -130,13 +130,13 @@ def run_methods(grid: Any, cfg: dict[str, Any], n: int, methods: tuple[str, ...]
     data, _ = run_partitions(cfg, n)
     initial, evaluate_fn, train_config = model_and_evaluation(cfg, data)
     for warm in ("flower-fedavg", "coded"):
-        _strategy(warm, cfg, n)[0].start(grid=grid, initial_arrays=initial, num_rounds=1,
+        method_strategy(warm, cfg, n)[0].start(grid=grid, initial_arrays=initial, num_rounds=1,
                                          timeout=600, train_config=train_config)
     train_config = ConfigRecord({**dict(train_config), "bench-slow": ",".join(map(str, slow)),
                                  "bench-slow-s": float(slow_s)})
     runs = []
     for method in methods:
-        strategy, rounds, every = _strategy(method, cfg, n)
+        strategy, rounds, every = method_strategy(method, cfg, n)
         curve: list[tuple[float, float]] = []
         t0 = time.monotonic()
 

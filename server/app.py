@@ -216,6 +216,10 @@ def build(cfg: dict[str, Any], n: int, code_policy: Any = None):
     """``(strategy, initial arrays, evaluate_fn, train_config)`` for ``n`` clients
     (``code_policy``: ``GradientCoding``'s keyword, for an experiment's own scheme)."""
     seed = int(cfg["seed"])
+    if cfg["asynchronous"]:
+        raise ValueError("asynchronous=True: this builds synchronous coded rounds; the "
+                         "asynchronous run is server.asynchronous.build_async (the ServerApp's "
+                         "run picks it)")
     if cfg["buffer-size"] != 0:
         raise ValueError(f"buffer-size={cfg['buffer-size']!r} is read by asynchronous runs "
                          "only; set asynchronous=true or leave it at 0")

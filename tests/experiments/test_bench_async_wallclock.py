@@ -78,7 +78,7 @@ def test_every_method_runs_on_one_grid_read_once_per_round_and_its_slow_client_s
     from fl_gradcode.flower.testing import InProcessGrid
 
     current, slept = [""], []
-    strategy = bench._strategy
+    strategy = bench.method_strategy
 
     def tracking(method, cfg, n):
         current[0] = method
@@ -88,7 +88,7 @@ def test_every_method_runs_on_one_grid_read_once_per_round_and_its_slow_client_s
         slept.append((current[0], partition))
         return 0.0
 
-    monkeypatch.setattr(bench, "_strategy", tracking)
+    monkeypatch.setattr(bench, "method_strategy", tracking)
     monkeypatch.setattr(bench, "client_delay_s", delay)
     cfg = merge_config({"seed": 10, "num-rounds": 2, "num-clients": 4, "timing": "wallclock",
                         "latency": "none", "results-dir": ""})

@@ -107,3 +107,12 @@ def test_a_nan_clients_partition_enters_through_its_neighbour(tmp_path):
     assert (1, 0) in pairs  # client 0 holds partitions 0 and 1
     assert sum(row["rejected"] for row in strategy.history) >= 1
     assert all(math.isfinite(row["accuracy"]) for row in strategy.history)
+
+
+def test_the_synchronous_builder_refuses_an_asynchronous_config(tmp_path):
+    """The harness builds coded runs with ``build``: an ``asynchronous=true`` given to it (a
+    benchmark's ``--set``) must not run synchronous rounds instead."""
+    from server.app import build
+
+    with pytest.raises(ValueError, match="asynchronous=True: this builds synchronous"):
+        build(_config(tmp_path, s=2), N)

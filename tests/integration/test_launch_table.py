@@ -1,0 +1,45 @@
+"""The launcher's comparison table names what each run is and how it was timed: an
+asynchronous run (server steps, no exact rounds) and wallclock runs (wall-clock time)."""
+
+from __future__ import annotations
+
+from fl_gradcode.results import ROUND_FIELDS, RoundRecorder
+
+
+def test_compare_says_an_asynchronous_run_is_one_and_counts_no_exact_rounds(tmp_path):
+    """A run of ``asynchronous=true`` has server steps (decode ``buffered``), not coded
+    rounds: the table must not call it gradient coding of its code, nor count 0 exact
+    rounds."""
+    from server.launch import compare
+
+    finals = {"coded": [0.5, 0.9], "uncoded": [0.4, 0.8]}
+    for name, accuracy in finals.items():
+        rec = RoundRecorder(tmp_path / name, {"code": "grouped-rs", "s": 1, "asynchronous":
+                                              name == "coded", "buffer-size": 3,
+                                              "server-steps": 2, "straggler-timeout": 2.0})
+        for r, acc in enumerate(accuracy, start=1):
+            rec.record({**{k: 0 for k in ROUND_FIELDS}, "round": r,
+                        "decode": "buffered" if name == "coded" else "exact",
+                        "accuracy": acc, "virtual_s": 2.0 * r, "bytes_up": 10**6,
+                        "compute_s": 0.5, "late_dropped": 0})
+    text = compare(tmp_path / "coded", tmp_path / "uncoded")
+    assert ("coded: asynchronous: FedBuff over partitions held by s + 1 = 2 clients, a server "
+            "step every 3 updates, 2 steps") in text
+    assert "code=grouped-rs" not in text
+    row = next(line.split() for line in text.splitlines() if line.startswith("coded "))
+    assert row[6] == "n/a"
+    assert "virtual time):" in text  # the runs' config says no timing: virtual
+
+
+def test_compare_says_wallclock_runs_are_timed_in_wall_clock_time(tmp_path):
+    from server.launch import compare
+
+    for name in ("coded", "uncoded"):
+        rec = RoundRecorder(tmp_path / name, {"code": "grouped-rs", "s": 1,
+                                              "timing": "wallclock",
+                                              "straggler-timeout": 2.0})
+        rec.record({**{k: 0 for k in ROUND_FIELDS}, "round": 1, "decode": "exact",
+                    "accuracy": 0.5, "virtual_s": 2.0, "bytes_up": 10**6, "compute_s": 0.5,
+                    "late_dropped": 0})
+    text = compare(tmp_path / "coded", tmp_path / "uncoded")
+    assert "wall-clock time):" in text and "virtual time" not in text
