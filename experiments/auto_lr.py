@@ -20,13 +20,17 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from experiments.common import harness_environment, matching_cells, reading_parser
+from experiments.common import (
+    checkout_commit,
+    harness_environment,
+    matching_cells,
+    reading_parser,
+)
 from experiments.compare import load_grid, run_cell
 from experiments.deadline_best import tried_record
 from experiments.fedbuff_tuning import check_extend, number_list
@@ -142,14 +146,6 @@ def tune_cell(grid: Mapping[str, Any], name: str, cell: Mapping[str, Any],
             "runtime_s": time.perf_counter() - t0}
 
 
-def _commit() -> str | None:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=True).stdout.strip() or None
-    except (OSError, subprocess.CalledProcessError):
-        return None
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = reading_parser("python -m experiments.auto_lr", __doc__, "the grid file's [report] "
                           "order", COMPARE, OUT).parse_args(argv)
@@ -164,7 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"auto-lr: {name}", flush=True)
         with harness_environment():
             reading = tune_cell(grid, name, data[name])
-        out["cells"][name] = {**reading, "commit": _commit()}
+        out["cells"][name] = {**reading, "commit": checkout_commit()}
         out["settings"] = {"rule": RULE, "compare": str(args.compare),
                            "grid_rules": {k: grid["rules"][k] for k in
                                           ("fedbuff_tune_server_lr", "fedbuff_tune_extend")}}

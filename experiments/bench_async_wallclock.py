@@ -50,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.common import quiet_flower, save
+from experiments.common import checkout_commit, quiet_flower, save
 
 ROOT = Path(__file__).resolve().parents[1]
 METHODS = ("flower-fedavg", "coded", "fedbuff", "fedbuff-replicated")
@@ -227,16 +227,6 @@ def summarize(runs: list[dict[str, Any]], methods: tuple[str, ...]) -> dict[str,
     return out
 
 
-def _commit() -> str:
-    import subprocess
-
-    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                          capture_output=True, text=True, check=False)
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                           cwd=ROOT, capture_output=True, text=True, check=False).stdout
-    return done.stdout.strip() + ("+changes" if dirty.strip() else "")
-
-
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default=",".join(map(str, range(10, 20))))
@@ -263,7 +253,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 "slow_s": slow_s, "seeds": seeds, "methods": list(methods),
                 "buffer_size": max(1, math.ceil(args.n / 4)), "s": 1, "quick": args.quick,
                 "readings": "once per n client updates", "argv": list(argv or sys.argv[1:]),
-                "commit": _commit()}
+                "commit": checkout_commit(mark_changes=True)}
     t0 = time.monotonic()
     runs = []
     for i, seed in enumerate(seeds):  # each seed runs the methods in another order

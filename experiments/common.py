@@ -7,6 +7,7 @@ import contextlib
 import json
 import platform
 import re
+import subprocess
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -180,3 +181,20 @@ def matching_cells(names: Iterable[str], patterns: str, prog: str) -> list[str]:
         raise SystemExit(f"python -m {prog}: no finished cell matches {patterns!r}; there "
                          f"are {sorted(names)}")
     return chosen
+
+
+def checkout_commit(mark_changes: bool = False) -> str | None:
+    """The short commit of this checkout (``None`` without git); ``mark_changes``: with
+    ``+changes`` appended when tracked files differ from it."""
+    root = Path(__file__).resolve().parents[1]
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "--short", "HEAD") or None
+        dirty = mark_changes and commit and git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return f"{commit}+changes" if dirty else commit

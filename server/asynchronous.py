@@ -79,15 +79,15 @@ def build_async(cfg: dict[str, Any], n: int):
     steps as take ``num-rounds`` times the cohort updates."""
     from server.app import (
         FAULT_KEYS,
+        RIVAL_KEYWORDS,
         check_fault_delay,
         check_slow_classes,
         check_training,
         cohort_size,
         model_and_evaluation,
-        run_partition_cost,
         run_partitions,
+        strategy_keywords,
     )
-    from server.app import run_latency as latency_of
 
     refusal = async_refusal(cfg)
     if refusal is not None:
@@ -101,23 +101,20 @@ def build_async(cfg: dict[str, Any], n: int):
             raise ValueError(f"{name}={cfg[name]!r}: no client {missing} among the {n} "
                              f"(asynchronous jobs name a client by its partition id, "
                              f"0..{n - 1}); the fault would inject nothing")
-    seed = int(cfg["seed"])
-    random.seed(seed)
+    random.seed(int(cfg["seed"]))
     data, index = run_partitions(cfg, n)
     sizes = [len(p) for p in index]
     cohort = cohort_size(cfg, n)
     k = int(cfg["buffer-size"]) or max(1, math.ceil(cohort / 4))
     steps = math.ceil(int(cfg["num-rounds"]) * cohort / k)
-    wall = str(cfg["timing"]) == "wallclock"
-    upload = float(cfg["upload-bandwidth"]) or None
+    # the rivals' timing keywords, from the same keys as the coded rounds'; the modelled
+    # charges are virtual time's (real compute and uploads take what they take)
+    keywords = strategy_keywords(cfg, n, only=RIVAL_KEYWORDS)
+    if str(cfg["timing"]) == "wallclock":
+        keywords.update(compute_cost_s=0.0, upload_bandwidth=None)
     strategy = ReplicatedFedBuff(
         s=int(cfg["s"]), buffer_size=k, concurrency=cohort, server_lr=float(cfg["server-lr"]),
-        latency=latency_of(cfg, n), seed=seed, partition_sizes=sizes,
-        measured_compute=str(cfg["virtual-compute"]) == "measured",
-        # modelled charges are virtual time's: real compute and uploads take what they take
-        compute_cost_s=0.0 if wall else run_partition_cost(cfg, n),
-        upload_bandwidth=None if wall else upload,
-        results_dir=str(cfg["results-dir"]) or None,
+        partition_sizes=sizes, **keywords,
         run_config={**cfg, "num-clients": n, "partition-sizes": sizes,
                     "buffer-size": k, "server-steps": steps},
         timing=str(cfg["timing"]), identify_timeout=float(cfg["warmup-timeout"]))

@@ -341,7 +341,7 @@ class FedBuff(FedAvg):
         inflight: dict[str, tuple[int, int, int, int, dict[str, np.ndarray], float]] = {}
         pulled: list[dict[str, Any]] = []  # wallclock: replies read, not yet taken in
         failures: dict[int, int] = {}  # wallclock: a node's failed jobs in a row
-        last_good = [0.0]  # wallclock: when the last usable update came (or the start)
+        last_good = 0.0  # wallclock: when the last usable update came (or the start)
         t0 = time.monotonic()
         if wall:
             self.now = step_start = 0.0
@@ -423,7 +423,7 @@ class FedBuff(FedAvg):
             wait = self.poll_interval
             while not pulled:
                 self.now = time.monotonic() - t0
-                if self.now - last_good[0] > timeout:
+                if self.now - last_good > timeout:
                     return None
                 fill()
                 got = list(grid.pull_messages(list(inflight))) if inflight else []
@@ -487,7 +487,7 @@ class FedBuff(FedAvg):
                     off_until[node] = self.now + min(
                         WALL_BACKOFF_S * 2.0 ** min(failures[node] - 1, 20), WALL_BACKOFF_MAX_S)
             else:
-                failures[node], last_good[0] = 0, self.now
+                failures[node], last_good = 0, self.now
                 tau = version - job["version"]
                 weight = staleness_weight(tau, self.staleness_exponent)
                 for name, value in job["delta"].items():
