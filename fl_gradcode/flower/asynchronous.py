@@ -15,6 +15,14 @@ ties: the client's own, then the next in the cycle), so a slow
 client's partitions are computed by its fast neighbours as often as any other partition
 while every job is one partition's work, as a FedBuff job is. With ``s = 0`` it is FedBuff.
 
+``replicate_below`` (``theta`` in ``[0, 1]``) makes the replication react to what is observed: a
+client computes another held partition than its own only while that partition's jobs are fewer
+than ``theta`` times its own partition's (then the least served of those). ``theta = 1`` is the
+least-served rule above; ``theta = 0`` is FedBuff, whatever ``s``. In between, transient
+stragglers leave every partition's count about equal and the clients compute their own
+partitions, as FedBuff's do, while a persistently slow client's partitions fall behind and are
+served by its neighbours at about ``theta`` times a fast client's rate.
+
 Everything else is :class:`~fl_gradcode.rivals.FedBuff`'s: which idle client gets a free slot
 (seeded, uniformly), the virtual clock (a job's latency is drawn for the client's own device,
 its load is the computed partition's size over the mean), staleness weights, the server step.
@@ -69,6 +77,10 @@ class ReplicatedFedBuff(FedBuff):
     ----------
     s : int
         Extra copies of each partition (``>= 0``; 0: FedBuff).
+    replicate_below : float
+        ``theta`` in ``[0, 1]`` (default 1: the least served held partition, always): another
+        held partition than the client's own is computed only while its jobs are fewer than
+        ``theta`` times the own partition's (module docstring); 0 is FedBuff.
     identify_timeout : float, optional
         Seconds the identification handshake waits for the nodes' answers (default:
         ``start``'s ``timeout``); a node that has not answered by then gets no job.
@@ -77,10 +89,14 @@ class ReplicatedFedBuff(FedBuff):
         ``server_lr``, ``latency``, ``seed``, ``partition_sizes``, ...).
     """
 
-    def __init__(self, *, s: int, identify_timeout: float | None = None,
-                 **fedbuff: Any) -> None:
+    def __init__(self, *, s: int, replicate_below: float = 1.0,
+                 identify_timeout: float | None = None, **fedbuff: Any) -> None:
         if isinstance(s, bool) or not isinstance(s, int) or s < 0:
             raise ValueError(f"s={s!r} must be an integer >= 0 (extra copies of a partition)")
+        if (isinstance(replicate_below, bool) or not isinstance(replicate_below, (int, float))
+                or not 0.0 <= replicate_below <= 1.0):
+            raise ValueError(f"replicate_below={replicate_below!r} must be a number in [0, 1] "
+                             "(0: FedBuff, each client its own partition; 1: the least served)")
         if identify_timeout is not None and not (math.isfinite(identify_timeout)
                                                  and identify_timeout > 0):
             raise ValueError(f"identify_timeout={identify_timeout!r} must be > 0 seconds or "
@@ -88,6 +104,7 @@ class ReplicatedFedBuff(FedBuff):
         self.identify_timeout = identify_timeout
         super().__init__(**fedbuff)
         self.s = s
+        self.replicate_below = float(replicate_below)
         self.identities: dict[int, protocol.Identity] = {}
         self.served: dict[int, int] = {}  # partition -> jobs sent for it
         self._nonce = ""
@@ -138,12 +155,16 @@ class ReplicatedFedBuff(FedBuff):
 
     # ------------------------------------------------------------------ one job
     def choose(self, node: int) -> int:
-        """The partition ``node`` computes next: of those it holds, the one with the fewest
-        jobs so far, in flight or used (a job that brought no update is not counted: its
-        partition goes to another holder); ties: the earliest in its cycle, its own first."""
+        """The partition ``node`` computes next: of the held partitions whose jobs so far, in
+        flight or used, are fewer than ``replicate_below`` times its own partition's (a job
+        that brought no update is not counted: its partition goes to another holder), the
+        one with the fewest; none: its own. Ties: the earliest in its cycle."""
         ident = self.identities[node]
         held = cyclic_placement(ident.partition_id, ident.num_partitions, self.s)
-        return min(held, key=lambda j: (self.served.get(j, 0), held.index(j)))
+        bar = self.replicate_below * self.served.get(held[0], 0)
+        behind = [j for j in held[1:] if self.served.get(j, 0) < bar]
+        return min(behind, key=lambda j: (self.served.get(j, 0), held.index(j)),
+                   default=held[0])
 
     def _settled(self, partition: int, delta: Mapping[str, np.ndarray] | None) -> None:
         if delta is None:

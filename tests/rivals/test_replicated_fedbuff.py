@@ -49,8 +49,10 @@ def _start(strategy, n, steps, app=None):
     return result, models
 
 
-def _reference(table, n, s, k, server_lr, steps, sizes=None, cost=0.0):
-    """Concurrency ``n``: a finished client is sent the current model at once.
+def _reference(table, n, s, k, server_lr, steps, sizes=None, cost=0.0, bar=1.0):
+    """Concurrency ``n``: a finished client is sent the current model at once. ``bar``:
+    client ``p`` computes another held partition only while its jobs are fewer than
+    ``bar`` times partition ``p``'s (then the least served of those).
     ``table[job][p]``: client ``p``'s ``job``-th job's latency, plus ``cost`` times the load
     of the partition it computes (its size over the mean of ``sizes``). Returns the model and
     time of each step and each step's partitions."""
@@ -60,7 +62,11 @@ def _reference(table, n, s, k, server_lr, steps, sizes=None, cost=0.0):
 
     def pick(p):
         held = [(p + t) % n for t in range(s + 1)]
-        j = min(held, key=lambda q: (served[q], held.index(q)))
+        if bar == 1.0:  # the least served held partition, its own first on a tie
+            j = min(held, key=lambda q: (served[q], held.index(q)))
+        else:
+            starved = [q for q in held[1:] if served[q] < bar * served[p]]
+            j = min(starved, key=lambda q: (served[q], held.index(q))) if starved else p
         served[j] += 1
         return j
 
@@ -94,12 +100,13 @@ def _reference(table, n, s, k, server_lr, steps, sizes=None, cost=0.0):
 TABLE = {j: [*np.random.default_rng(j).uniform(0.3, 0.8, 3), 50.0] for j in range(1, 30)}
 
 
-@pytest.mark.parametrize("s", [1, 2])
-def test_each_job_is_the_least_served_held_partition_and_steps_follow_fedbuff(s):
+@pytest.mark.parametrize("s, theta", [(1, 1.0), (2, 1.0), (1, 0.5), (2, 0.3), (2, 0.9)])
+def test_each_job_is_the_least_served_held_partition_and_steps_follow_fedbuff(s, theta):
     strategy = ReplicatedFedBuff(s=s, buffer_size=2, concurrency=4, server_lr=0.7,
-                                 latency=FixedArrivals(TABLE), measured_compute=False)
+                                 latency=FixedArrivals(TABLE), measured_compute=False,
+                                 **({} if theta == 1.0 else {"replicate_below": theta}))
     result, models = _start(strategy, 4, 8)
-    expected, times, parts = _reference(TABLE, 4, s, 2, 0.7, 8)
+    expected, times, parts = _reference(TABLE, 4, s, 2, 0.7, 8, bar=theta)
     for step in range(1, 9):
         assert_model(models[step], expected[step])
     assert_model(as_dict(result.arrays), expected[8])
@@ -181,12 +188,14 @@ def test_the_slow_clients_partition_enters_the_model_through_its_neighbour():
     assert counts.max() - counts.min() <= 2  # every partition served about equally
 
 
-def test_s_zero_is_fedbuff_step_for_step():
+@pytest.mark.parametrize("s, theta", [(0, 1.0), (2, 0.0)])
+def test_s_zero_is_fedbuff_step_for_step(s, theta):
     plain = FedBuff(buffer_size=2, concurrency=4, server_lr=0.7,
                     latency=FixedArrivals(TABLE), measured_compute=False)
     _, fedbuff_models = _start(plain, 4, 6, app=make_app(train_timing_mod))
-    coded = ReplicatedFedBuff(s=0, buffer_size=2, concurrency=4, server_lr=0.7,
-                              latency=FixedArrivals(TABLE), measured_compute=False)
+    coded = ReplicatedFedBuff(s=s, replicate_below=theta, buffer_size=2, concurrency=4,
+                              server_lr=0.7, latency=FixedArrivals(TABLE),
+                              measured_compute=False)
     _, models = _start(coded, 4, 6)
     for step in range(7):
         assert_model(models[step], fedbuff_models[step])
@@ -254,3 +263,40 @@ def test_every_partition_has_min_s_plus_one_n_holders_each_holding_as_many(n, s)
     assert all(len(set(h)) == len(h) == copies and h[0] == p for p, h in enumerate(held))
     holders = np.bincount([j for h in held for j in h], minlength=n)
     assert holders.tolist() == [copies] * n
+
+
+# every client's job takes 0.3-0.8 s, one of them 5 s in a drawn tenth of its jobs
+TRANSIENT = {j: [*np.random.default_rng(100 + j).uniform(0.3, 0.8, 6)] for j in range(1, 80)}
+for _j in range(1, 80):
+    _slow = np.random.default_rng(200 + _j).integers(0, 60)
+    if _slow < 6:
+        TRANSIENT[_j][_slow] = 5.0
+
+
+def test_below_the_bar_transient_stragglers_leave_every_client_its_own_partition():
+    strategy = ReplicatedFedBuff(s=1, replicate_below=0.5, buffer_size=2, concurrency=6,
+                                 latency=FixedArrivals(TRANSIENT), measured_compute=False)
+    _start(strategy, 6, 40)
+    pairs = [(j, c) for row in strategy.history
+             for j, c in zip(row["clients_used"], row["computed_by"], strict=True)]
+    assert len(pairs) == 80 and all(j == c for j, c in pairs)
+
+
+@pytest.mark.parametrize("theta", [0.25, 0.5])
+def test_a_persistently_slow_clients_partition_is_served_at_the_bar(theta):
+    """Client 3 takes 50 s a job: its neighbour 2 serves partition 3 while it has fewer jobs
+    than ``theta`` times partition 2's, so it is served about ``theta`` times as often."""
+    strategy = ReplicatedFedBuff(s=1, replicate_below=theta, buffer_size=1, concurrency=4,
+                                 latency=FixedArrivals(TABLE), measured_compute=False)
+    _start(strategy, 4, 60)
+    used = np.bincount([j for row in strategy.history for j in row["clients_used"]],
+                       minlength=4)
+    assert all(row["computed_by"] != [3] for row in strategy.history)  # it never replied
+    assert used[3] >= 1
+    assert abs(used[3] - theta * used[2]) <= 2
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.5, float("nan"), True, "0.5"])
+def test_a_bar_outside_zero_one_is_refused_by_name(bad):
+    with pytest.raises(ValueError, match="replicate_below="):
+        ReplicatedFedBuff(s=1, replicate_below=bad, buffer_size=1)
