@@ -28,6 +28,7 @@ from flwr.serverapp.strategy import FedAdam, FedAvg, FedAvgM, Strategy
 from fl_gradcode.codes import GradientCode
 from fl_gradcode.codes.cohort import Fallback, code_for_cohort
 from fl_gradcode.config import (
+    DEFAULTS,
     KEYS,
     charges_sleep,
     client_keys,
@@ -223,9 +224,14 @@ def build(cfg: dict[str, Any], n: int, code_policy: Any = None):
     if cfg["buffer-size"] != 0:
         raise ValueError(f"buffer-size={cfg['buffer-size']!r} is read by asynchronous runs "
                          "only; set asynchronous=true or leave it at 0")
+    if cfg["replicate-below"] != DEFAULTS["replicate-below"]:
+        raise ValueError(f"replicate-below={cfg['replicate-below']!r} is read by asynchronous "
+                         f"runs only; set asynchronous=true or leave it at "
+                         f"{DEFAULTS['replicate-below']!r}")
     # Flower's strategies sample each round's cohort with the random module: seeded, the
     # same seed samples the same cohorts (fraction-train < 1)
     random.seed(seed)
+    check_dp_keys(cfg)
     check_slow_classes(cfg)
     check_fault_delay(cfg)
     check_fault_workers(cfg, n)
@@ -329,6 +335,28 @@ def check_fault_delay(cfg: dict[str, Any]) -> None:
                          "slower); set virtual-compute='measured' or timing='wallclock'")
 
 
+#: the keys read by differential privacy alone (``dp-server-key-file``: by ``dp='central'``;
+#: ``dp-run-nonce`` also pins the nonce of the membership and binding seeds)
+DP_ONLY_KEYS = (*(k.name for k in KEYS if k.feeds and k.feeds[0] == "dp" and k.name != "dp"),
+                "dp-server-key-file")
+
+
+def check_dp_keys(cfg: dict[str, Any]) -> None:
+    """Refuse a DP key set away from its default where the run applies no DP that reads it:
+    a user who set a noise multiplier and left ``dp='none'`` would otherwise train without
+    the privacy they asked for, and not be told."""
+    for name in DP_ONLY_KEYS:
+        if cfg[name] == DEFAULTS[name]:
+            continue
+        if str(cfg["dp"]) == "none":
+            raise ValueError(f"{name}={cfg[name]!r} with dp='none', which applies no DP: set dp "
+                             "to 'partition', 'central' or 'sample', or leave it at its default "
+                             f"({DEFAULTS[name]!r})")
+        if name == "dp-server-key-file" and str(cfg["dp"]) != "central":
+            raise ValueError(f"dp-server-key-file={cfg[name]!r} with dp={cfg['dp']!r}: only "
+                             "dp='central' adds server noise; leave it unset")
+
+
 def check_fault_workers(cfg: dict[str, Any], n: int) -> None:
     """Refuse a ``slow-workers`` or ``nan-workers`` index that no worker of a round has (a
     round's workers are ``0 .. cohort - 1``): it would inject nothing."""
@@ -393,6 +421,7 @@ def build_rival(cfg: dict[str, Any], n: int):
         raise ValueError(refusal)
     seed = int(cfg["seed"])
     random.seed(seed)  # Flower samples cohorts with the random module
+    check_dp_keys(cfg)
     check_slow_classes(cfg)
     data, index = run_partitions(cfg, n)
     sizes = [len(p) for p in index]

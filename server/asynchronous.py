@@ -3,9 +3,14 @@ partitions each held by ``s + 1`` clients (:class:`fl_gradcode.flower.asynchrono
 ReplicatedFedBuff`; ``s = 0`` is FedBuff) on the same data, model, seeds and latency draws as
 the synchronous coded job, in virtual or wallclock timing.
 
+``s="auto"`` runs the placement ``s = 1`` with the bar ``replicate-below`` picked on
+development seeds (:data:`fl_gradcode.flower.asynchronous.AUTO_REPLICATE_BELOW`): a client
+serves its neighbour's partition only while that partition falls behind its own, so it acts
+as FedBuff under transient stragglers and replicates a persistently slow client's data.
+
 What it cannot honour is refused, naming the key, never dropped: DP (it applies none), a
-server optimiser other than plain SGD, ``s="auto"`` (a choice among synchronous codes), a
-rival, and every key of synchronous coded rounds set away from its
+server optimiser other than plain SGD, a ``replicate-below`` beside ``s="auto"`` (which sets
+its own) or outside ``[0, 1]``, a rival, and every key of synchronous coded rounds set away from its
 default (the code, its deadline and decoding rules); in wallclock timing, the charges modelled
 in virtual time only (``virtual-compute``, ``partition-cost-s``, ``upload-bandwidth``) away
 from their defaults. The main job's client faults (``slow-workers``, ``nan-workers``) act on
@@ -24,9 +29,9 @@ from typing import Any
 from flwr.common.logger import log
 
 from fl_gradcode.config import DEFAULTS, worker_list
-from fl_gradcode.flower.asynchronous import ReplicatedFedBuff
+from fl_gradcode.flower.asynchronous import AUTO_REPLICATE_BELOW, AUTO_S, ReplicatedFedBuff
 
-__all__ = ["SYNCHRONOUS_KEYS", "async_refusal", "build_async"]
+__all__ = ["SYNCHRONOUS_KEYS", "async_refusal", "build_async", "replication"]
 
 #: keys of synchronous coded rounds that an asynchronous run does not read: each must keep
 #: its default (``s`` is read: the extra copies of a partition)
@@ -40,10 +45,19 @@ def async_refusal(cfg: dict[str, Any]) -> str | None:
     """Why an asynchronous run cannot run with the merged run config ``cfg`` (``None``: it
     can); the reason starts with the offending ``key=value``."""
     plain = "asynchronous=true runs FedBuff over replicated partitions"
-    s = cfg["s"]
-    if isinstance(s, bool) or not (isinstance(s, int) or str(s).isdigit()):
+    s, bar = cfg["s"], cfg["replicate-below"]
+    if s == "auto":
+        if bar != DEFAULTS["replicate-below"]:
+            return (f"replicate-below={bar!r} with s='auto', which sets its own bar "
+                    f"({AUTO_REPLICATE_BELOW!r}); set an integer s to choose the bar, or "
+                    "leave it unset")
+    elif isinstance(s, bool) or not (isinstance(s, int) or str(s).isdigit()):
         return (f"s={s!r}: {plain}; it needs an integer s >= 0 (the extra copies of each "
-                "partition; 0: FedBuff itself). s='auto' chooses among synchronous codes")
+                "partition; 0: FedBuff itself) or 'auto'")
+    if (isinstance(bar, bool) or not isinstance(bar, (int, float))
+            or not 0.0 <= float(bar) <= 1.0):
+        return (f"replicate-below={bar!r}: expected a number in [0, 1] (0: each client its "
+                "own partition, FedBuff; 1: the least served held partition)")
     if str(cfg["rival"]):
         return f"rival={cfg['rival']!r}: {plain}, not a rival; leave rival unset"
     if str(cfg["dp"]) != "none":
@@ -72,6 +86,14 @@ def async_refusal(cfg: dict[str, Any]) -> str | None:
     return None
 
 
+def replication(cfg: dict[str, Any]) -> tuple[int, float]:
+    """``(s, replicate_below)`` an asynchronous run of ``cfg`` runs (``s="auto"``: the
+    placement and bar picked on development seeds)."""
+    if cfg["s"] == "auto":
+        return AUTO_S, AUTO_REPLICATE_BELOW
+    return int(cfg["s"]), float(cfg["replicate-below"])
+
+
 def build_async(cfg: dict[str, Any], n: int):
     """``(strategy, initial arrays, evaluate_fn, train_config, server steps)`` of the
     asynchronous run of the merged run config ``cfg`` over ``n`` clients: the cohort
@@ -80,6 +102,7 @@ def build_async(cfg: dict[str, Any], n: int):
     from server.app import (
         FAULT_KEYS,
         RIVAL_KEYWORDS,
+        check_dp_keys,
         check_fault_delay,
         check_slow_classes,
         check_training,
@@ -93,6 +116,7 @@ def build_async(cfg: dict[str, Any], n: int):
     if refusal is not None:
         raise ValueError(refusal)
     check_training(cfg)
+    check_dp_keys(cfg)
     check_slow_classes(cfg)
     check_fault_delay(cfg)
     for name in FAULT_KEYS:
@@ -112,14 +136,17 @@ def build_async(cfg: dict[str, Any], n: int):
     keywords = strategy_keywords(cfg, n, only=RIVAL_KEYWORDS)
     if str(cfg["timing"]) == "wallclock":
         keywords.update(compute_cost_s=0.0, upload_bandwidth=None)
+    s, bar = replication(cfg)
     strategy = ReplicatedFedBuff(
-        s=int(cfg["s"]), buffer_size=k, concurrency=cohort, server_lr=float(cfg["server-lr"]),
-        partition_sizes=sizes, **keywords,
-        run_config={**cfg, "num-clients": n, "partition-sizes": sizes,
-                    "buffer-size": k, "server-steps": steps},
+        s=s, replicate_below=bar, buffer_size=k, concurrency=cohort,
+        server_lr=float(cfg["server-lr"]), partition_sizes=sizes, **keywords,
+        run_config={**cfg, "num-clients": n, "partition-sizes": sizes, "s": s,
+                    "replicate-below": bar, "s-asked": cfg["s"], "buffer-size": k,
+                    "server-steps": steps},
         timing=str(cfg["timing"]), identify_timeout=float(cfg["warmup-timeout"]))
     initial, evaluate_fn, train_config = model_and_evaluation(cfg, data)
     log(INFO, "fl-gradcode asynchronous: %d clients, %d in flight, FedBuff over partitions "
-        "held by s + 1 = %d clients, a server step every %d updates, %d steps (%s timing)",
-        n, cohort, int(cfg["s"]) + 1, k, steps, cfg["timing"])
+        "held by s + 1 = %d clients (a neighbour's served below %g times a client's own), a "
+        "server step every %d updates, %d steps (%s timing)",
+        n, cohort, s + 1, bar, k, steps, cfg["timing"])
     return strategy, initial, evaluate_fn, train_config, steps

@@ -447,6 +447,15 @@ def render_table(summaries: list[Mapping[str, object]], target: float,
     return "\n".join(lines)
 
 
+def _bar(cfg: dict) -> str:
+    """How an asynchronous run's clients served their neighbours' partitions (its label)."""
+    bar = float(cfg.get("replicate-below", 1.0))
+    if bar >= 1.0 or int(cfg["s"]) == 0:
+        return ""
+    asked = " (s='auto')" if cfg.get("s-asked") == "auto" else ""
+    return f", a neighbour's partition served while below {bar:g}x a client's own{asked}"
+
+
 def compare(coded_dir: Path, uncoded_dir: Path | None, drop_dir: Path | None = None) -> str:
     """The one-screen comparison of the main job's runs (coded, and uncoded and
     drop-stragglers when given), and ``comparison.png`` (accuracy vs virtual time) in
@@ -466,7 +475,7 @@ def compare(coded_dir: Path, uncoded_dir: Path | None, drop_dir: Path | None = N
             clock = "wall-clock time"
         labels["coded"] = (
             f"asynchronous: FedBuff over partitions held by s + 1 = {int(cfg['s']) + 1} "
-            f"clients, a server step every {cfg['buffer-size']} updates, "
+            f"clients{_bar(cfg)}, a server step every {cfg['buffer-size']} updates, "
             f"{cfg['server-steps']} steps" if cfg.get("asynchronous")
             else f"gradient coding, code={cfg['code']} s={cfg['s']}")
         labels["drop-stragglers"] = (

@@ -25,6 +25,7 @@ import sys
 from tools.docgen import (  # noqa: F401  (renderers)
     accuracy,
     approximate,
+    async_bar,
     async_replication,
     auto_lr,
     fedbuff,

@@ -341,11 +341,17 @@ KEYS: tuple[Key, ...] = (
         coded_only=True, choices=("", "drop-stragglers", "fedavg")),
     Key("asynchronous", False, "run FedBuff (buffered asynchronous aggregation, Nguyen et al. "
         "2022) over partitions each held by `s + 1` clients instead of synchronous rounds: "
-        "`s` an int (0: FedBuff itself), each job the held partition served least so far, the "
+        "`s` an int (0: FedBuff itself) or `auto` (s = 1 at the bar `replicate-below` picked "
+        "on development seeds), each job the held partition served least so far (below the "
+        "bar: see `replicate-below`), the "
         "cohort (`fraction-train`) in flight, a server step of `server-lr` every "
         "`buffer-size` updates, `num-rounds` times the cohort updates in all; virtual or "
         "wallclock timing. Needs `dp=none`, `server-optimizer=sgd`, and every key of "
         "synchronous rounds at its default", coded_only=True),
+    Key("replicate-below", 1.0, "`asynchronous`: a client computes a neighbour's partition "
+        "only while that partition's jobs are fewer than this times its own partition's "
+        "(1: the least served held partition, always; 0: its own, FedBuff); `s='auto'` sets "
+        "its own", coded_only=True),
     Key("buffer-size", 0, "`asynchronous`: updates per server step (FedBuff's K); 0 = a "
         "quarter of the cohort, rounded up (the benchmark's a-priori K)", coded_only=True),
 )

@@ -52,7 +52,13 @@ from .deadline import reply_bytes
 from .protocol import Instruction, RejectedReply
 from .senders import answering_node
 
-__all__ = ["ReplicatedFedBuff", "cyclic_placement"]
+__all__ = ["AUTO_REPLICATE_BELOW", "AUTO_S", "ReplicatedFedBuff", "cyclic_placement"]
+
+#: what an asynchronous run with ``s="auto"`` runs: the placement ``s = 1`` and the bar picked
+#: on development seeds by the rule of ``experiments/grid.toml``'s amendment 24 (one bar for
+#: every cell; its evaluation reading: ``results/async_bar.json``)
+AUTO_S = 1
+AUTO_REPLICATE_BELOW = 0.75
 
 #: the dtype replies are sent in (the instruction's default wire, float64)
 _WIRE = np.dtype(np.float64)

@@ -32,7 +32,9 @@ def _config(tmp_path, **overrides):
 
 
 @pytest.mark.parametrize(("overrides", "named"), [
-    ({"s": "auto"}, "s='auto'"),
+    ({"s": "auto", "replicate-below": 0.3}, "replicate-below=0.3 with s='auto'"),
+    ({"replicate-below": 1.5}, "replicate-below=1.5"),
+    ({"replicate-below": -0.1}, "replicate-below=-0.1"),
     ({"dp": "partition"}, "dp='partition'"),
     ({"server-optimizer": "adam"}, "server-optimizer='adam'"),
     ({"rival": "drop-stragglers"}, "rival='drop-stragglers'"),
@@ -107,6 +109,47 @@ def test_a_nan_clients_partition_enters_through_its_neighbour(tmp_path):
     assert (1, 0) in pairs  # client 0 holds partitions 0 and 1
     assert sum(row["rejected"] for row in strategy.history) >= 1
     assert all(math.isfinite(row["accuracy"]) for row in strategy.history)
+
+
+def test_replicate_below_without_asynchronous_is_refused(tmp_path):
+    from server.app import run
+
+    cfg = _config(tmp_path, **{"asynchronous": False, "s": "auto", "replicate-below": 0.5})
+    with pytest.raises(ValueError, match=r"replicate-below=0\.5 is read by asynchronous runs"):
+        run(_grid(cfg), cfg)
+
+
+def _pairs(strategy):
+    return [(p, by) for row in strategy.history
+            for p, by in zip(row["clients_used"], row["computed_by"], strict=True)]
+
+
+def test_s_auto_runs_the_picked_bar_and_records_it(tmp_path):
+    """``s='auto'``: the placement s = 1 at the bar picked on development seeds, the same run
+    as the class with those settings by hand; config.json says what ran."""
+    import json
+
+    from fl_gradcode.flower.asynchronous import AUTO_REPLICATE_BELOW, AUTO_S
+    from server.app import run
+
+    rounds = {"num-rounds": 8}
+    auto = run(_grid(cfg := _config(tmp_path, s="auto", seed=2, **rounds)), cfg)
+    recorded = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert (recorded["s"], recorded["replicate-below"]) == (AUTO_S, AUTO_REPLICATE_BELOW)
+    assert 0.0 < AUTO_REPLICATE_BELOW < 1.0
+    by_hand = run(_grid(cfg := _config(tmp_path, s=AUTO_S, seed=2, **rounds,
+                                       **{"replicate-below": AUTO_REPLICATE_BELOW})), cfg)
+    assert _pairs(auto) == _pairs(by_hand)
+    least = run(_grid(cfg := _config(tmp_path, s=AUTO_S, seed=2, **rounds)), cfg)
+    assert _pairs(auto) != _pairs(least)  # the bar changed which partitions were computed
+
+
+def test_a_bar_of_zero_is_fedbuff_whatever_s(tmp_path):
+    from server.app import run
+
+    cfg = _config(tmp_path, **{"s": 2, "replicate-below": 0.0, "num-rounds": 3})
+    pairs = _pairs(run(_grid(cfg), cfg))
+    assert pairs and all(p == by for p, by in pairs)
 
 
 def test_the_synchronous_builder_refuses_an_asynchronous_config(tmp_path):

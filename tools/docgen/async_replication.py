@@ -203,7 +203,9 @@ def async_replication_headline() -> str | None:
     got = _cells()
     if got is None:
         return None
-    return render_headline(*got, reported_cells()) + wallclock_sentence()
+    from tools.docgen.async_bar import headline  # it reads this module's files
+
+    return render_headline(*got, reported_cells()) + headline() + wallclock_sentence()
 
 
 def wallclock_sentence() -> str:

@@ -1,0 +1,109 @@
+"""Coded asynchrony that reacts (``python -m experiments.async_bar``): the rule that picks one
+bar for every cell, a reading on a small cell paired with its FedBuff runs, and the generated
+block's counts."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from experiments import compare
+from experiments.async_bar import choose, ratio_to_best, read_cell
+
+
+def _rec(time):
+    return {"median_time_to_target_all_seeds": time, "median_final_accuracy": 0.9}
+
+
+def test_the_ratio_is_to_the_best_fixed_setting_and_reads_never_as_infinite():
+    fixed = {"0": _rec(4.0), "1": _rec(2.0), "2": _rec(None)}
+    assert ratio_to_best(_rec(3.0), fixed) == pytest.approx(1.5)
+    assert math.isinf(ratio_to_best(_rec(None), fixed))
+    never = {"0": _rec(None), "1": _rec(None)}
+    assert ratio_to_best(_rec(None), never) == 1.0
+    assert ratio_to_best(_rec(5.0), never) == 0.0
+
+
+def test_the_pick_has_the_lowest_worst_ratio_then_median_then_one_half():
+    assert choose({0.25: [1.0, 1.6], 0.5: [1.2, 1.3], 0.75: [1.0, 1.4]}) == 0.5
+    assert choose({0.25: [1.0, 1.3], 0.5: [1.2, 1.3], 0.75: [1.1, 1.3, 1.3]}) == 0.25
+    assert choose({0.25: [1.3, 1.3], 0.5: [1.3, 1.3], 0.75: [1.3, 1.3]}) == 0.5
+    assert choose({0.25: [1.3, 1.3], 0.75: [1.3, 1.3]}) == 0.25
+    assert choose({0.25: [math.inf], 0.5: [9.0], 0.75: [math.inf]}) == 0.5
+
+
+@pytest.fixture(scope="module")
+def small_cell():
+    grid = compare.load_grid()
+    grid = {**grid, "rules": {**grid["rules"], "fedbuff_tune_server_lr": [1.0],
+                              "fedbuff_tune_buffer_fraction": [0.5],
+                              "fedbuff_tune_extend": 0}}
+    with compare.harness_environment():
+        result = compare.run_cell(grid, "digits-logreg", "persistent", 6, 6, 4, [10, 11],
+                                  [0], ["auto", "fedbuff"], 0.5)
+    return grid, result
+
+
+def test_a_reading_runs_the_bar_on_the_evaluation_seeds_paired_with_fedbuff(small_cell):
+    from experiments.async_replication import cell_of
+    from experiments.rival_runs import run_replicated
+
+    grid, cell = small_cell
+    fixed = [{**run_replicated(1, seed, cell_of(grid, cell["settings"])), "s": 1}
+             for seed in (10, 11)]
+    replication = {"cells": {"small": {"runs": fixed}}}
+    with compare.harness_environment():
+        reading = read_cell(grid, "small", cell, replication, 0.0, log=lambda _: None)
+        at_one = read_cell(grid, "small", cell, replication, 1.0, log=lambda _: None)
+    fedbuff = [r for r in cell["runs"] if r["method"] == "fedbuff"]
+    # a bar of 0 is FedBuff: the same times as the cell's own FedBuff runs, nothing replicated
+    assert [r["time_to_target"] for r in reading["runs"]] == [
+        r["time_to_target"] for r in fedbuff]
+    assert all(r["replicated"] == 0 for r in reading["runs"])
+    assert reading["over_fedbuff"]["paired"] == sum(
+        r["time_to_target"] is not None for r in fedbuff)
+    # a bar of 1 is amendment 23's s = 1, run for run
+    assert [r["time_to_target"] for r in at_one["runs"]] == [
+        r["time_to_target"] for r in fixed]
+    if at_one["over_s1"]["geomean"] is not None:
+        assert at_one["over_s1"]["geomean"] == pytest.approx(1.0)
+
+
+def _runs(method, times, final=0.9, **extra):
+    return [{"method": method, "seed": s, "time_to_target": t, "final_accuracy": final, **extra}
+            for s, t in enumerate(times, start=10)]
+
+
+def test_the_block_counts_the_bar_against_the_lower_of_fedbuff_and_s_one():
+    from tools.docgen.async_bar import render
+
+    settings = {"latency": "persistent", "run_config": {}}
+    cells = {
+        "a": {"settings": settings, "runs": _runs("auto", [10, 10]) + _runs("fedbuff", [5, 5])},
+        "b": {"settings": settings, "runs": _runs("auto", [10, 10])
+              + _runs("fedbuff", [None, None])},
+    }
+    replication = {"cells": {"a": {"runs": _runs("fedbuff-replicated:1", [8, 8])},
+                             "b": {"runs": _runs("fedbuff-replicated:1", [2, 2])}},
+                   "settings": {"slow_classes": {}}}
+    ratio = {"geomean": 1.0, "ci95": None, "paired": 2, "seeds": 2}
+    parts = {"replicated": 1, "updates_per_partition": [2, 2]}
+    data = {"dev": {"pick": 0.5, "worst": {"0.25": 1.5, "0.5": 1.2, "0.75": 1.3},
+                    "median": {"0.25": 1.0, "0.5": 1.0, "0.75": 1.1}},
+            "cells": {
+                # a: 5.1 s against FedBuff's 5 and s = 1's 8: within 1.05x of the lower
+                "a": {"runs": _runs("fedbuff-bar", [5.1, 5.1], **parts), "over_fedbuff": ratio,
+                      "over_s1": ratio},
+                # b: 3 s against s = 1's 2 (FedBuff never): 1.5x the lower
+                "b": {"runs": _runs("fedbuff-bar", [3, 3], **parts), "over_fedbuff": ratio,
+                      "over_s1": None}},
+            "settings": {}}
+    text = render(data, replication, cells, ["a", "b", "c"])
+    assert "θ = 0.5; the main job's `asynchronous=true s='auto'` runs it" in text
+    assert "0.25: worst 1.50, median 1.00" in text
+    assert ("within 1.05× of the lower of FedBuff's and s = 1's in 1 of 2 (at worst 1.50×, b), "
+            "within 1.05× of FedBuff's in 2") in text
+    assert "Not read yet: c." in text
+    assert "| a | 5.0 s (2/2) | 8.0 s (2/2) | 5.1 s (2/2) |" in text
+    assert "| 1.50 | 25% |" in text
