@@ -335,8 +335,8 @@ def check_fault_delay(cfg: dict[str, Any]) -> None:
                          "slower); set virtual-compute='measured' or timing='wallclock'")
 
 
-#: the keys read by differential privacy alone (``dp-server-key-file``: by ``dp='central'``;
-#: ``dp-run-nonce`` also pins the nonce of the membership and binding seeds)
+#: the keys read by differential privacy alone (``dp-run-nonce`` also pins the nonce of the
+#: membership and binding seeds, so it is not one)
 DP_ONLY_KEYS = (*(k.name for k in KEYS if k.feeds and k.feeds[0] == "dp" and k.name != "dp"),
                 "dp-server-key-file")
 
@@ -352,9 +352,6 @@ def check_dp_keys(cfg: dict[str, Any]) -> None:
             raise ValueError(f"{name}={cfg[name]!r} with dp='none', which applies no DP: set dp "
                              "to 'partition', 'central' or 'sample', or leave it at its default "
                              f"({DEFAULTS[name]!r})")
-        if name == "dp-server-key-file" and str(cfg["dp"]) != "central":
-            raise ValueError(f"dp-server-key-file={cfg[name]!r} with dp={cfg['dp']!r}: only "
-                             "dp='central' adds server noise; leave it unset")
 
 
 def check_fault_workers(cfg: dict[str, Any], n: int) -> None:

@@ -32,15 +32,6 @@ def test_a_dp_key_with_dp_none_is_refused_by_name(tmp_path, kind, key, value):
         build(cfg, N)
 
 
-def test_a_server_key_file_without_central_dp_is_refused(tmp_path):
-    from server.app import build
-
-    cfg = merge_config({"results-dir": "", "num-clients": N, "dp": "partition",
-                        "dp-server-key-file": str(tmp_path / "key")})
-    with pytest.raises(ValueError, match=r"dp-server-key-file=.*only dp='central'"):
-        build(cfg, N)
-
-
 @pytest.mark.parametrize("kind", ["coded", "rival", "asynchronous"])
 def test_the_defaults_and_a_pinned_nonce_still_build(kind):
     build, extra = _builders()[kind]
