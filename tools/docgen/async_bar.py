@@ -153,11 +153,13 @@ def headline() -> str:
     data, replication, cells = got
     read = _read(data, replication, cells, reported_cells())
     near = sum(r is not None and r <= GOAL_TIME * (1 + EPS) for *_, r in read)
+    worst = max(((name, r) for name, _, _, r in read if r is not None), key=lambda x: x[1])
     return (f" With no development seeds of its own, `s='auto'` (amendment 24: s = 1, a "
             f"neighbour's partition served only while it has fewer jobs than "
             f"{float(data['dev']['pick']):g}× the client's own) was within {GOAL_TIME:g}× of "
             f"the lower of FedBuff's and s = 1's median time in {near} of {len(read)} cells "
-            "read ([docs](docs/adaptive.md#coded-asynchrony-that-reacts)).")
+            f"read, at worst {worst[1]:.2f}× ({worst[0]}; "
+            "[docs](docs/adaptive.md#coded-asynchrony-that-reacts)).")
 
 
 @block("async-bar")
