@@ -66,11 +66,15 @@ def ratio_to_best(mine: Mapping[str, Any], fixed: Mapping[str, Mapping[str, Any]
     own = _median(mine)
     if math.isinf(best):
         return 1.0 if math.isinf(own) else 0.0
+    if best <= 0:
+        return 1.0 if own <= 0 else math.inf
     return own / best
 
 
 def choose(ratios: Mapping[float, Sequence[float]]) -> float:
-    """:data:`RULE`'s pick among ``ratios`` (``theta`` -> its ratio in each cell)."""
+    """:data:`RULE`'s pick among ``ratios`` (``theta`` -> its ratio in each cell); a tie the
+    rule leaves open (two bars other than 0.5 equal on both ratios) goes to the lower bar,
+    which is nearer FedBuff."""
     def score(theta: float) -> tuple:
         values = list(ratios[theta])
         return (max(values), statistics.median(values), theta != TIE, theta)

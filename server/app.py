@@ -342,9 +342,10 @@ DP_ONLY_KEYS = (*(k.name for k in KEYS if k.feeds and k.feeds[0] == "dp" and k.n
 
 
 def check_dp_keys(cfg: dict[str, Any]) -> None:
-    """Refuse a DP key set away from its default where the run applies no DP that reads it:
-    a user who set a noise multiplier and left ``dp='none'`` would otherwise train without
-    the privacy they asked for, and not be told."""
+    """Refuse a DP key set away from its default with ``dp='none'``: a user who set a noise
+    multiplier and left ``dp='none'`` would otherwise train without the privacy they asked
+    for, and not be told. (Under another mode a key it does not read, such as a server key
+    file without ``dp='central'``, weakens nothing and is not refused.)"""
     for name in DP_ONLY_KEYS:
         if cfg[name] == DEFAULTS[name]:
             continue

@@ -5,8 +5,9 @@ the synchronous coded job, in virtual or wallclock timing.
 
 ``s="auto"`` runs the placement ``s = 1`` with the bar ``replicate-below`` picked on
 development seeds (:data:`fl_gradcode.flower.asynchronous.AUTO_REPLICATE_BELOW`): a client
-serves its neighbour's partition only while that partition falls behind its own, so it acts
-as FedBuff under transient stragglers and replicates a persistently slow client's data.
+serves its neighbour's partition only while that partition falls behind its own: a
+persistently slow client's data is replicated, while mild transient stragglers leave each
+client its own partition, as in FedBuff (a long one-off straggle trips the bar too).
 
 What it cannot honour is refused, naming the key, never dropped: DP (it applies none), a
 server optimiser other than plain SGD, a ``replicate-below`` beside ``s="auto"`` (which sets

@@ -18,10 +18,12 @@ while every job is one partition's work, as a FedBuff job is. With ``s = 0`` it 
 ``replicate_below`` (``theta`` in ``[0, 1]``) makes the replication react to what is observed: a
 client computes another held partition than its own only while that partition's jobs are fewer
 than ``theta`` times its own partition's (then the least served of those). ``theta = 1`` is the
-least-served rule above; ``theta = 0`` is FedBuff, whatever ``s``. In between, transient
-stragglers leave every partition's count about equal and the clients compute their own
-partitions, as FedBuff's do, while a persistently slow client's partitions fall behind and are
-served by its neighbours at about ``theta`` times a fast client's rate.
+least-served rule above; ``theta = 0`` is FedBuff, whatever ``s``. In between, a persistently
+slow client's partitions fall behind and are served by its neighbours at about ``theta`` times
+a fast client's rate, while mild transient stragglers leave every count near the others and
+the clients compute their own partitions, as FedBuff's do. A one-off straggle long enough to
+put a client's own count ``1 - theta`` behind its neighbour's trips the bar as well: a bar near
+1 replicates under transient stragglers too.
 
 Everything else is :class:`~fl_gradcode.rivals.FedBuff`'s: which idle client gets a free slot
 (seeded, uniformly), the virtual clock (a job's latency is drawn for the client's own device,

@@ -45,17 +45,25 @@ def small_cell():
     return grid, result
 
 
-def test_a_reading_runs_the_bar_on_the_evaluation_seeds_paired_with_fedbuff(small_cell):
+def test_a_reading_runs_the_bar_on_the_evaluation_seeds_paired_with_fedbuff(small_cell,
+                                                                            monkeypatch):
     from experiments.async_replication import cell_of
     from experiments.rival_runs import run_replicated
+    from fl_gradcode.flower.asynchronous import ReplicatedFedBuff, cyclic_placement
 
     grid, cell = small_cell
-    fixed = [{**run_replicated(1, seed, cell_of(grid, cell["settings"])), "s": 1}
-             for seed in (10, 11)]
-    replication = {"cells": {"small": {"runs": fixed}}}
     with compare.harness_environment():
-        reading = read_cell(grid, "small", cell, replication, 0.0, log=lambda _: None)
-        at_one = read_cell(grid, "small", cell, replication, 1.0, log=lambda _: None)
+        reading = read_cell(grid, "small", cell, {"cells": {}}, 0.0, log=lambda _: None)
+        at_one = read_cell(grid, "small", cell, {"cells": {}}, 1.0, log=lambda _: None)
+
+        def least_served(self, node):  # amendment 23's rule, written out again
+            ident = self.identities[node]
+            held = cyclic_placement(ident.partition_id, ident.num_partitions, self.s)
+            return min(held, key=lambda j: (self.served.get(j, 0), held.index(j)))
+
+        monkeypatch.setattr(ReplicatedFedBuff, "choose", least_served)
+        fixed = [{**run_replicated(1, seed, cell_of(grid, cell["settings"])), "s": 1}
+                 for seed in (10, 11)]
     fedbuff = [r for r in cell["runs"] if r["method"] == "fedbuff"]
     # a bar of 0 is FedBuff: the same times as the cell's own FedBuff runs, nothing replicated
     assert [r["time_to_target"] for r in reading["runs"]] == [
@@ -63,11 +71,24 @@ def test_a_reading_runs_the_bar_on_the_evaluation_seeds_paired_with_fedbuff(smal
     assert all(r["replicated"] == 0 for r in reading["runs"])
     assert reading["over_fedbuff"]["paired"] == sum(
         r["time_to_target"] is not None for r in fedbuff)
-    # a bar of 1 is amendment 23's s = 1, run for run
-    assert [r["time_to_target"] for r in at_one["runs"]] == [
-        r["time_to_target"] for r in fixed]
-    if at_one["over_s1"]["geomean"] is not None:
-        assert at_one["over_s1"]["geomean"] == pytest.approx(1.0)
+    assert reading["over_s1"] is None  # no reading of s = 1 given
+    # a bar of 1 is the least-served rule of amendment 23, run for run
+    assert [(r["time_to_target"], r["final_accuracy"], r["updates_per_partition"])
+            for r in at_one["runs"]] == [
+        (r["time_to_target"], r["final_accuracy"], r["updates_per_partition"]) for r in fixed]
+
+
+def test_the_bar_s_auto_runs_is_the_development_pick_on_record():
+    import json
+    from pathlib import Path
+
+    from experiments.async_bar import OUT
+    from fl_gradcode.flower.asynchronous import AUTO_REPLICATE_BELOW, AUTO_S
+
+    dev = json.loads((Path(__file__).resolve().parents[2] / OUT).read_text())["dev"]
+    ratios = {float(t): [c["tried"][t]["ratio_to_best_fixed"] for c in dev["cells"].values()]
+              for t in dev["worst"]}
+    assert choose(ratios) == dev["pick"] == AUTO_REPLICATE_BELOW and AUTO_S == 1
 
 
 def _runs(method, times, final=0.9, **extra):
@@ -102,6 +123,7 @@ def test_the_block_counts_the_bar_against_the_lower_of_fedbuff_and_s_one():
     text = render(data, replication, cells, ["a", "b", "c"])
     assert "θ = 0.5; the main job's `asynchronous=true s='auto'` runs it" in text
     assert "0.25: worst 1.50, median 1.00" in text
+    assert "within 1.05× of FedBuff's in 2 (1 where FedBuff's median run never reached" in text
     assert ("within 1.05× of the lower of FedBuff's and s = 1's in 1 of 2 (at worst 1.50×, b), "
             "within 1.05× of FedBuff's in 2") in text
     assert "Not read yet: c." in text

@@ -7,6 +7,7 @@ fixed ``s = 1`` and the best rival of each cell read, with the goal's test
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -73,9 +74,9 @@ def _goal(v: Verdict) -> str:
 
 def _share(runs: Sequence[Mapping[str, Any]]) -> str:
     """The median share of the jobs that computed another partition than the client's own."""
-    shares = sorted(r["replicated"] / max(1, sum(r["updates_per_partition"])) for r in runs
-                    if "replicated" in r)
-    return "-" if not shares else f"{shares[len(shares) // 2]:.0%}"
+    shares = [r["replicated"] / max(1, sum(r["updates_per_partition"])) for r in runs
+              if "replicated" in r]
+    return "-" if not shares else f"{statistics.median(shares):.0%}"
 
 
 def render(data: Mapping[str, Any], replication: Mapping[str, Any],
@@ -89,6 +90,9 @@ def render(data: Mapping[str, Any], replication: Mapping[str, Any],
     worst = max(((name, r) for name, _, _, r in read if r is not None), key=lambda x: x[1])
     near_fedbuff = sum(time_over(stats[METHOD].median_time, stats["fedbuff"].median_time)
                        <= GOAL_TIME * (1 + EPS) for _, stats, _, _ in read if "fedbuff" in stats)
+    fedbuff_never = sum(math.isinf(stats["fedbuff"].median_time) and
+                        math.isfinite(stats[METHOD].median_time)
+                        for _, stats, _, _ in read if "fedbuff" in stats)
     met = sum(v.met for _, _, v, _ in read)
     hard = [(name, v) for name, _, v, _ in read if v.hard]
     rows = []
@@ -101,8 +105,11 @@ def render(data: Mapping[str, Any], replication: Mapping[str, Any],
             "-" if regret is None else f"{regret:.2f}", _share(mine["runs"]), _goal(v),
             "-" if v.speedup is None or v.uncoded is None else
             f"{times_text(v.speedup)} {method_label(v.uncoded)}"])
-    tried = ", ".join(f"{float(t):g}: worst {dev['worst'][t]:.2f}, median {dev['median'][t]:.2f}"
-                      for t in sorted(dev["worst"], key=float))
+    def worst_text(value: float) -> str:
+        return "∞" if math.isinf(value) else f"{value:.2f}"
+
+    tried = ", ".join(f"{float(t):g}: worst {worst_text(dev['worst'][t])}, median "
+                      f"{worst_text(dev['median'][t])}" for t in sorted(dev["worst"], key=float))
     missing = [c for c in [*report, *data.get("settings", {}).get("slow_classes", {}),
                            *replication.get("settings", {}).get("slow_classes", {})]
                if c not in data.get("cells", {})]
@@ -118,7 +125,10 @@ def render(data: Mapping[str, Any], replication: Mapping[str, Any],
         f"Read on the evaluation seeds in {len(read)} cells: its median time to target is "
         f"within {GOAL_TIME:g}× of the lower of FedBuff's and s = 1's in {near} of "
         f"{len(read)} (at worst {worst[1]:.2f}×, {worst[0]}), within {GOAL_TIME:g}× of "
-        f"FedBuff's in {near_fedbuff}; with its runs in auto's place the goal (within "
+        f"FedBuff's in {near_fedbuff}"
+        + (f" ({fedbuff_never} where FedBuff's median run never reached the target)"
+           if fedbuff_never else "")
+        + f"; with its runs in auto's place the goal (within "
         f"{GOAL_TIME:g}× of the best rival's median, final accuracy within 0.5 point) is met "
         f"in {met} of {len(read)}"
         + (f"; where stragglers are persistent or heavy-tailed on non-IID data it is at least "
