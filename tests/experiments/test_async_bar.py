@@ -33,18 +33,6 @@ def test_the_pick_has_the_lowest_worst_ratio_then_median_then_one_half():
     assert choose({0.25: [math.inf], 0.5: [9.0], 0.75: [math.inf]}) == 0.5
 
 
-@pytest.fixture(scope="module")
-def small_cell():
-    grid = compare.load_grid()
-    grid = {**grid, "rules": {**grid["rules"], "fedbuff_tune_server_lr": [1.0],
-                              "fedbuff_tune_buffer_fraction": [0.5],
-                              "fedbuff_tune_extend": 0}}
-    with compare.harness_environment():
-        result = compare.run_cell(grid, "digits-logreg", "persistent", 6, 6, 4, [10, 11],
-                                  [0], ["auto", "fedbuff"], 0.5)
-    return grid, result
-
-
 def test_a_reading_runs_the_bar_on_the_evaluation_seeds_paired_with_fedbuff(small_cell,
                                                                             monkeypatch):
     from experiments.async_replication import cell_of

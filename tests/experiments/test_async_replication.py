@@ -26,19 +26,6 @@ def test_the_pick_is_the_fastest_then_the_most_accurate_then_s_one_then_the_orde
     assert choose_s({0: _rec(None, 0.9), 1: _rec(None, 0.9), 2: _rec(None, 0.95)}) == 2
 
 
-@pytest.fixture(scope="module")
-def small_cell():
-    """A small finished cell as the benchmark stores one (auto and a tuned FedBuff)."""
-    grid = compare.load_grid()
-    grid = {**grid, "rules": {**grid["rules"], "fedbuff_tune_server_lr": [1.0],
-                              "fedbuff_tune_buffer_fraction": [0.5],
-                              "fedbuff_tune_extend": 0}}
-    with compare.harness_environment():
-        result = compare.run_cell(grid, "digits-logreg", "persistent", 6, 6, 4, [10, 11],
-                                  [0], ["auto", "fedbuff"], 0.5)
-    return grid, result
-
-
 def test_a_reading_pairs_with_the_cells_fedbuff_and_reads_every_s(small_cell):
     grid, cell = small_cell
     with compare.harness_environment():

@@ -11,7 +11,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tools.docgen.async_replication import ASYNC, benchmark_cells
+from tools.docgen.async_replication import ASYNC, benchmark_cells, goal_text, time_text
 from tools.docgen.auto_lr import paired_text, with_auto_lr
 from tools.docgen.core import RESULTS, block, load, table
 from tools.docgen.rivals import (
@@ -31,13 +31,6 @@ from tools.docgen.rivals import (
 BAR = "async_bar.json"
 METHOD = "fedbuff-bar"
 FIXED = "fedbuff-replicated:1"
-
-
-def _time(s: Stats | None) -> str:
-    if s is None:
-        return "-"
-    t = "never" if math.isinf(s.median_time) else f"{s.median_time:.1f} s"
-    return f"{t} ({s.reached}/{s.seeds})"
 
 
 def _read(data: Mapping[str, Any], replication: Mapping[str, Any],
@@ -60,16 +53,6 @@ def _read(data: Mapping[str, Any], replication: Mapping[str, Any],
         regret = time_over(stats[METHOD].median_time, min(lower)) if lower else None
         out.append((name, stats, verdict(name, with_auto_lr(cells[name], runs)), regret))
     return out
-
-
-def _goal(v: Verdict) -> str:
-    if v.best is None or v.best_stats is None or v.auto is None:
-        return "-"
-    return (("✓" if v.met else "✗")
-            + f" {time_over(v.auto.median_time, v.best_stats.median_time):.2f}× "
-            f"{method_label(v.best)}"
-            + ("" if v.accuracy_ok else
-               f", accuracy {100 * (v.auto.median_final - v.best_stats.median_final):+.1f} pt"))
 
 
 def _share(runs: Sequence[Mapping[str, Any]]) -> str:
@@ -99,10 +82,11 @@ def render(data: Mapping[str, Any], replication: Mapping[str, Any],
     for name, stats, v, regret in read:
         mine = data["cells"][name]
         rows.append([
-            name, _time(stats.get("fedbuff")), _time(stats.get(FIXED)), _time(stats[METHOD]),
+            name, time_text(stats.get("fedbuff")), time_text(stats.get(FIXED)),
+            time_text(stats[METHOD]),
             paired_text(mine["over_fedbuff"]),
             "-" if mine.get("over_s1") is None else paired_text(mine["over_s1"]),
-            "-" if regret is None else f"{regret:.2f}", _share(mine["runs"]), _goal(v),
+            "-" if regret is None else f"{regret:.2f}", _share(mine["runs"]), goal_text(v),
             "-" if v.speedup is None or v.uncoded is None else
             f"{times_text(v.speedup)} {method_label(v.uncoded)}"])
     def worst_text(value: float) -> str:

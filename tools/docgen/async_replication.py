@@ -63,7 +63,8 @@ def _read(data: Mapping[str, Any], cells: Mapping[str, Mapping[str, Any]],
     return out
 
 
-def _time(s: Stats | None) -> str:
+def time_text(s: Stats | None) -> str:
+    """A method's median time to target and how many seeds reached it (``-``: not run)."""
     if s is None:
         return "-"
     t = "never" if math.isinf(s.median_time) else f"{s.median_time:.1f} s"
@@ -86,7 +87,8 @@ def _fixed_one(read: Sequence[tuple[str, dict[str, Stats], Verdict]]) -> str:
             f"{sum(r < 1 for _, r in ratios)}.")
 
 
-def _best(v: Verdict) -> str:
+def goal_text(v: Verdict) -> str:
+    """The goal's test of a method in auto's place, over the best rival."""
     if v.best is None or v.best_stats is None or v.auto is None:
         return "-"
     return (("✓" if v.met else "✗")
@@ -117,10 +119,10 @@ def render(data: Mapping[str, Any], cells: Mapping[str, Mapping[str, Any]],
         if not mine["check"]["reproduces"]:
             unpaired.append(name)
         rows.append([
-            name, str(mine["s"]), _time(stats.get("auto")), _time(stats.get("fedbuff")),
-            _time(stats[METHOD]), _time(stats.get(f"{METHOD}:1")),
-            _time(stats.get(f"{METHOD}:2")), paired_text(mine["over_fedbuff"]),
-            paired_text(mine["over_auto"]), _best(v),
+            name, str(mine["s"]), time_text(stats.get("auto")), time_text(stats.get("fedbuff")),
+            time_text(stats[METHOD]), time_text(stats.get(f"{METHOD}:1")),
+            time_text(stats.get(f"{METHOD}:2")), paired_text(mine["over_fedbuff"]),
+            paired_text(mine["over_auto"]), goal_text(v),
             "-" if v.speedup is None or v.uncoded is None else
             f"{times_text(v.speedup)} {method_label(v.uncoded)}"])
     reported = [c for c in report if c in data.get("cells", {})]
@@ -174,8 +176,8 @@ def render_headline(data: Mapping[str, Any], cells: Mapping[str, Mapping[str, An
         return None
     replicated = [(name, stats, v) for name, stats, v in read if data["cells"][name]["s"]]
     won = "; ".join(
-        f"{name}: {_time(stats[METHOD])} against FedBuff's {_time(stats.get('fedbuff'))}, "
-        f"auto's {_time(stats.get('auto'))}" for name, stats, _ in replicated)
+        f"{name}: {time_text(stats[METHOD])} against FedBuff's {time_text(stats.get('fedbuff'))}, "
+        f"auto's {time_text(stats.get('auto'))}" for name, stats, _ in replicated)
     return (f"- **Coded asynchrony** (`{METHOD}`: FedBuff whose clients hold s + 1 "
             "partitions as in gradient coding and compute the least-served one; s chosen on "
             "the development seeds, 0 being FedBuff; the grid file's amendment 23, registered "
