@@ -25,7 +25,7 @@ from typing import Any
 
 from experiments.async_replication import cell_of, cell_order, finished_cells, stored
 from experiments.auto_lr import paired_ratio
-from experiments.common import harness_environment, matching_cells
+from experiments.common import harness_environment, matching_cells, save_reading
 from experiments.compare import load_grid
 from experiments.deadline_best import tried_record
 from experiments.rival_runs import run_replicated
@@ -96,8 +96,8 @@ def dev_phase(grid: Mapping[str, Any], data: Mapping[str, Mapping[str, Any]],
             for seed in settings["dev_seeds"]:
                 runs.append(stored(run_replicated(S, int(seed), spec, theta)))
                 log(f"  {name} theta {theta} seed {seed}: {runs[-1]['time_to_target']}")
-            tried[str(theta)] = {**tried_record(runs),
-                                 "ratio_to_best_fixed": ratio_to_best(tried_record(runs), fixed),
+            record = tried_record(runs)
+            tried[str(theta)] = {**record, "ratio_to_best_fixed": ratio_to_best(record, fixed),
                                  "replicated": [r["replicated"] for r in runs]}
         cells[name] = {"tried": tried, "fixed": {s: _median(r) for s, r in fixed.items()}}
     ratios = {theta: [cells[c]["tried"][str(theta)]["ratio_to_best_fixed"] for c in cells]
@@ -121,7 +121,7 @@ def read_cell(grid: Mapping[str, Any], name: str, cell: Mapping[str, Any],
         log(f"  {name} seed {seed}: {runs[-1]['time_to_target']}")
     fedbuff = [r for r in cell["runs"] if r["method"] == "fedbuff"]
     s1 = [r for r in replication["cells"].get(name, {}).get("runs", [])
-          if r["method"].startswith("fedbuff-replicated") and r.get("s") == S]
+          if r["method"] == f"fedbuff-replicated:{S}"]
     auto = [r for r in cell["runs"] if r["method"] == "auto"]
     return {"cell": name, "theta": theta, "s": S, "runs": runs,
             "over_fedbuff": paired_ratio(runs, fedbuff),
@@ -130,16 +130,9 @@ def read_cell(grid: Mapping[str, Any], name: str, cell: Mapping[str, Any],
             "runtime_s": time.perf_counter() - t0}
 
 
-def _save(out: Path, key: str, value: Any) -> None:
-    data = json.loads(out.read_text()) if out.exists() else {}
-    if key == "dev":
-        data["dev"] = value
-    else:
-        data.setdefault("cells", {})[key] = value
-    data["settings"] = {"rule": RULE, "choices": list(CHOICES), "s": S,
-                        "compare": str(COMPARE), "replication": str(REPLICATION)}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+#: what ``results/async_bar.json`` says it ran
+SETTINGS = {"rule": RULE, "choices": list(CHOICES), "s": S, "compare": str(COMPARE),
+            "replication": str(REPLICATION)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -156,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.phase == "dev":
         with harness_environment():
             dev = dev_phase(grid, data, replication)
-        _save(args.out, "dev", dev)
+        save_reading(args.out, SETTINGS, dev=dev)
         print(f"{METHOD}: picked theta {dev['pick']} (worst {dev['worst']}, median "
               f"{dev['median']})", flush=True)
         return 0
@@ -169,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{METHOD}: {name}", flush=True)
         with harness_environment():
             reading = read_cell(grid, name, data[name], replication, float(stored_dev["pick"]))
-        _save(args.out, name, reading)
+        save_reading(args.out, SETTINGS, (name, reading))
         print(f"{METHOD}: {name}: over FedBuff {reading['over_fedbuff']['geomean']}, over "
               f"s = 1 {(reading['over_s1'] or {}).get('geomean')}", flush=True)
     return 0

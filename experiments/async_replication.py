@@ -26,7 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from experiments.auto_lr import paired_ratio, same_time
-from experiments.common import harness_environment, matching_cells, reading_parser
+from experiments.common import (
+    harness_environment,
+    matching_cells,
+    reading_parser,
+    save_reading,
+)
 from experiments.compare import load_grid
 from experiments.fedbuff_tuning import (
     REPLICATION_CHOICES,
@@ -175,13 +180,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{METHOD}: {name}", flush=True)
         with harness_environment():
             reading = read_cell(grid, name, data[name])
-        out = json.loads(args.out.read_text()) if args.out.exists() else {}
-        out.setdefault("cells", {})[name] = reading
-        out["settings"] = {"rule": REPLICATION_RULE, "choices": list(REPLICATION_CHOICES),
-                           "compare": str(args.compare),
-                           "slow_classes": {k: str(v) for k, v in SLOW_CLASSES.items()}}
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+        save_reading(args.out, {"rule": REPLICATION_RULE, "choices": list(REPLICATION_CHOICES),
+                                "compare": str(args.compare),
+                                "slow_classes": {k: str(v) for k, v in SLOW_CLASSES.items()}},
+                     (name, reading))
         print(f"{METHOD}: {name}: s {reading['s']}, over FedBuff "
               f"{reading['over_fedbuff']['geomean']}, over auto "
               f"{reading['over_auto']['geomean']}, check {reading['check']['reproduces']}",

@@ -30,6 +30,7 @@ from experiments.common import (
     harness_environment,
     matching_cells,
     reading_parser,
+    save_reading,
 )
 from experiments.compare import load_grid, run_cell
 from experiments.deadline_best import tried_record
@@ -154,19 +155,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     order = [c for c in grid["report"]["cells"] if c in data] + \
         [c for c in data if c not in grid["report"]["cells"]]
     names = matching_cells(order, args.cells, "experiments.auto_lr")
-    out = json.loads(args.out.read_text()) if args.out.exists() else {}
-    out.setdefault("cells", {})
     for name in names:
         print(f"auto-lr: {name}", flush=True)
         with harness_environment():
             reading = tune_cell(grid, name, data[name])
-        out["cells"][name] = {**reading, "commit": checkout_commit()}
-        out["settings"] = {"rule": RULE, "compare": str(args.compare),
-                           "grid_rules": {k: grid["rules"][k] for k in
-                                          ("fedbuff_tune_server_lr", "fedbuff_tune_extend")}}
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
-        c = out["cells"][name]
+        c = {**reading, "commit": checkout_commit()}
+        save_reading(args.out, {"rule": RULE, "compare": str(args.compare),
+                                "grid_rules": {k: grid["rules"][k] for k in
+                                               ("fedbuff_tune_server_lr",
+                                                "fedbuff_tune_extend")}}, (name, c))
         print(f"auto-lr: {name}: lr {c['server_lr']:g}, over FedBuff "
               f"{c['over_fedbuff']['geomean']}, over auto {c['over_auto']['geomean']}, "
               f"check {c['check']['reproduces']}", flush=True)

@@ -183,6 +183,20 @@ def matching_cells(names: Iterable[str], patterns: str, prog: str) -> list[str]:
     return chosen
 
 
+def save_reading(out: Path, settings: dict[str, Any], cell: tuple[str, Any] | None = None,
+                 **top: Any) -> None:
+    """Merge one reading into ``out`` (a JSON of ``cells`` by name and ``settings``): ``cell``
+    ``(name, reading)`` into its ``cells``, ``top`` keys beside them, ``settings`` replaced;
+    the other cells a previous run wrote are kept."""
+    data = json.loads(out.read_text()) if out.exists() else {}
+    if cell is not None:
+        data.setdefault("cells", {})[cell[0]] = cell[1]
+    data.update(top)
+    data["settings"] = settings
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
 def checkout_commit(mark_changes: bool = False) -> str | None:
     """The short commit of this checkout (``None`` without git); ``mark_changes``: with
     ``+changes`` appended when tracked files differ from it."""

@@ -221,13 +221,10 @@ def build(cfg: dict[str, Any], n: int, code_policy: Any = None):
         raise ValueError("asynchronous=True: this builds synchronous coded rounds; the "
                          "asynchronous run is server.asynchronous.build_async (the ServerApp's "
                          "run picks it)")
-    if cfg["buffer-size"] != 0:
-        raise ValueError(f"buffer-size={cfg['buffer-size']!r} is read by asynchronous runs "
-                         "only; set asynchronous=true or leave it at 0")
-    if cfg["replicate-below"] != DEFAULTS["replicate-below"]:
-        raise ValueError(f"replicate-below={cfg['replicate-below']!r} is read by asynchronous "
-                         f"runs only; set asynchronous=true or leave it at "
-                         f"{DEFAULTS['replicate-below']!r}")
+    for name in ("buffer-size", "replicate-below"):  # read by asynchronous runs only
+        if cfg[name] != DEFAULTS[name]:
+            raise ValueError(f"{name}={cfg[name]!r} is read by asynchronous runs only; set "
+                             f"asynchronous=true or leave it at {DEFAULTS[name]!r}")
     # Flower's strategies sample each round's cohort with the random module: seeded, the
     # same seed samples the same cohorts (fraction-train < 1)
     random.seed(seed)

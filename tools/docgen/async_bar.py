@@ -11,7 +11,13 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tools.docgen.async_replication import ASYNC, benchmark_cells, goal_text, time_text
+from tools.docgen.async_replication import (
+    ASYNC,
+    benchmark_cells,
+    cells_read,
+    goal_text,
+    time_text,
+)
 from tools.docgen.auto_lr import paired_text, with_auto_lr
 from tools.docgen.core import RESULTS, block, load, table
 from tools.docgen.rivals import (
@@ -40,11 +46,8 @@ def _read(data: Mapping[str, Any], replication: Mapping[str, Any],
     amendment 23's s = 1 and the bar's, the goal's test with the bar in auto's place, the
     bar's median over the lower of FedBuff's and s = 1's)``."""
     read = data.get("cells", {})
-    names = [c for c in order if c in read] + [c for c in read if c not in order]
     out = []
-    for name in names:
-        if name not in cells:
-            continue
+    for name in cells_read(read, cells, order):
         runs = read[name]["runs"]
         fixed = [r for r in replication.get("cells", {}).get(name, {}).get("runs", [])
                  if r["method"] == FIXED]

@@ -45,17 +45,22 @@ def benchmark_cells(data: Mapping[str, Any], compare: Mapping[str, Any]
     return cells
 
 
+def cells_read(read: Mapping[str, Any], cells: Mapping[str, Any], order: Sequence[str]
+               ) -> list[str]:
+    """The cells of a reading (``read``) that the benchmark has (``cells``), in ``order``
+    then the rest."""
+    names = [c for c in order if c in read] + [c for c in read if c not in order]
+    return [c for c in names if c in cells]
+
+
 def _read(data: Mapping[str, Any], cells: Mapping[str, Mapping[str, Any]],
           order: Sequence[str]) -> list[tuple[str, dict[str, Stats], Verdict]]:
     """Each cell read, in ``order`` then the rest: ``(name, the stats of the cell's methods
     and of fedbuff-replicated (the pick) and its fixed s, the goal's test with the pick in
     auto's place)``."""
     read = data.get("cells", {})
-    names = [c for c in order if c in read] + [c for c in read if c not in order]
     out = []
-    for name in names:
-        if name not in cells:
-            continue
+    for name in cells_read(read, cells, order):
         runs = read[name]["runs"]
         stats = {**method_stats(cells[name]), **method_stats({"runs": runs})}
         pick = [r for r in runs if r["method"] == METHOD]
