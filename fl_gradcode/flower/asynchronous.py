@@ -25,6 +25,15 @@ the clients compute their own partitions, as FedBuff's do. A one-off straggle lo
 put a client's own count ``1 - theta`` behind its neighbour's trips the bar as well: a bar near
 1 replicates under transient stragglers too.
 
+``replicate_margin`` (``z >= 0``, default 0: the bar alone) asks the gap to be more than chance
+as well: the neighbour's partition counts as behind only while its own partition's jobs lead
+it by more than ``z`` standard deviations of that lead under equal rates
+(``own - theirs > z * sqrt(own + theirs)``, two counts of one rate). A persistently slow
+client's lead grows in proportion to the jobs, so it passes once the counts are about
+``2 z^2``; a transient straggle's lead grows about as their square root and rarely does. It
+reads speed, not need: where the slow clients' data does not matter, replication still
+starts, later.
+
 Everything else is :class:`~fl_gradcode.rivals.FedBuff`'s: which idle client gets a free slot
 (seeded, uniformly), the virtual clock (a job's latency is drawn for the client's own device,
 its load is the computed partition's size over the mean), staleness weights, the server step.
@@ -89,6 +98,9 @@ class ReplicatedFedBuff(FedBuff):
         ``theta`` in ``[0, 1]`` (default 1: the least served held partition, always): another
         held partition than the client's own is computed only while its jobs are fewer than
         ``theta`` times the own partition's (module docstring); 0 is FedBuff.
+    replicate_margin : float
+        ``z >= 0`` (default 0: the bar alone): and only while the own partition's jobs lead
+        its jobs by more than ``z`` times the square root of their sum (module docstring).
     identify_timeout : float, optional
         Seconds the identification handshake waits for the nodes' answers (default:
         ``start``'s ``timeout``); a node that has not answered by then gets no job.
@@ -97,7 +109,7 @@ class ReplicatedFedBuff(FedBuff):
         ``server_lr``, ``latency``, ``seed``, ``partition_sizes``, ...).
     """
 
-    def __init__(self, *, s: int, replicate_below: float = 1.0,
+    def __init__(self, *, s: int, replicate_below: float = 1.0, replicate_margin: float = 0.0,
                  identify_timeout: float | None = None, **fedbuff: Any) -> None:
         if isinstance(s, bool) or not isinstance(s, int) or s < 0:
             raise ValueError(f"s={s!r} must be an integer >= 0 (extra copies of a partition)")
@@ -105,6 +117,11 @@ class ReplicatedFedBuff(FedBuff):
                 or not 0.0 <= replicate_below <= 1.0):
             raise ValueError(f"replicate_below={replicate_below!r} must be a number in [0, 1] "
                              "(0: FedBuff, each client its own partition; 1: the least served)")
+        if (isinstance(replicate_margin, bool)
+                or not isinstance(replicate_margin, (int, float))
+                or not (math.isfinite(replicate_margin) and replicate_margin >= 0)):
+            raise ValueError(f"replicate_margin={replicate_margin!r} must be a finite number "
+                             ">= 0 (standard deviations of the lead; 0: the bar alone)")
         if identify_timeout is not None and not (math.isfinite(identify_timeout)
                                                  and identify_timeout > 0):
             raise ValueError(f"identify_timeout={identify_timeout!r} must be > 0 seconds or "
@@ -113,6 +130,7 @@ class ReplicatedFedBuff(FedBuff):
         super().__init__(**fedbuff)
         self.s = s
         self.replicate_below = float(replicate_below)
+        self.replicate_margin = float(replicate_margin)
         self.identities: dict[int, protocol.Identity] = {}
         self.served: dict[int, int] = {}  # partition -> jobs sent for it
         self._nonce = ""
@@ -164,13 +182,16 @@ class ReplicatedFedBuff(FedBuff):
     # ------------------------------------------------------------------ one job
     def choose(self, node: int) -> int:
         """The partition ``node`` computes next: of the held partitions whose jobs so far, in
-        flight or used, are fewer than ``replicate_below`` times its own partition's (a job
-        that brought no update is not counted: its partition goes to another holder), the
-        one with the fewest; none: its own. Ties: the earliest in its cycle."""
+        flight or used, are fewer than ``replicate_below`` times its own partition's and
+        trail them by more than ``replicate_margin`` times the square root of the two counts'
+        sum (a job that brought no update is not counted: its partition goes to another
+        holder), the one with the fewest; none: its own. Ties: the earliest in its cycle."""
         ident = self.identities[node]
         held = cyclic_placement(ident.partition_id, ident.num_partitions, self.s)
-        bar = self.replicate_below * self.served.get(held[0], 0)
-        behind = [j for j in held[1:] if self.served.get(j, 0) < bar]
+        own = self.served.get(held[0], 0)
+        bar, z = self.replicate_below * own, self.replicate_margin
+        behind = [j for j in held[1:] if self.served.get(j, 0) < bar
+                  and own - self.served.get(j, 0) > z * math.sqrt(own + self.served.get(j, 0))]
         return min(behind, key=lambda j: (self.served.get(j, 0), held.index(j)),
                    default=held[0])
 

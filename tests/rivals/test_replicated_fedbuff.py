@@ -49,10 +49,12 @@ def _start(strategy, n, steps, app=None):
     return result, models
 
 
-def _reference(table, n, s, k, server_lr, steps, sizes=None, cost=0.0, bar=1.0):
+def _reference(table, n, s, k, server_lr, steps, sizes=None, cost=0.0, bar=1.0, margin=0.0):
     """Concurrency ``n``: a finished client is sent the current model at once. ``bar``:
     client ``p`` computes another held partition only while its jobs are fewer than
-    ``bar`` times partition ``p``'s (then the least served of those).
+    ``bar`` times partition ``p``'s and, ``margin`` z, while partition ``p``'s lead them by
+    more than z standard deviations of a difference of two counts of one rate (then the
+    least served of those).
     ``table[job][p]``: client ``p``'s ``job``-th job's latency, plus ``cost`` times the load
     of the partition it computes (its size over the mean of ``sizes``). Returns the model and
     time of each step and each step's partitions."""
@@ -62,10 +64,11 @@ def _reference(table, n, s, k, server_lr, steps, sizes=None, cost=0.0, bar=1.0):
 
     def pick(p):
         held = [(p + t) % n for t in range(s + 1)]
-        if bar == 1.0:  # the least served held partition, its own first on a tie
+        if bar == 1.0 and margin == 0.0:  # the least served held partition, own first on a tie
             j = min(held, key=lambda q: (served[q], held.index(q)))
         else:
-            starved = [q for q in held[1:] if served[q] < bar * served[p]]
+            starved = [q for q in held[1:] if served[q] < bar * served[p]
+                       and served[p] - served[q] > margin * math.sqrt(served[p] + served[q])]
             j = min(starved, key=lambda q: (served[q], held.index(q))) if starved else p
         served[j] += 1
         return j
@@ -300,3 +303,39 @@ def test_a_persistently_slow_clients_partition_is_served_at_the_bar(theta):
 def test_a_bar_outside_zero_one_is_refused_by_name(bad):
     with pytest.raises(ValueError, match="replicate_below="):
         ReplicatedFedBuff(s=1, replicate_below=bad, buffer_size=1)
+
+
+@pytest.mark.parametrize("s, theta, z", [(1, 1.0, 1.0), (1, 0.75, 2.0), (2, 0.9, 1.5)])
+def test_a_margin_replicates_only_a_lead_beyond_chance_as_the_reference_does(s, theta, z):
+    strategy = ReplicatedFedBuff(s=s, replicate_below=theta, replicate_margin=z,
+                                 buffer_size=1, concurrency=4, server_lr=0.7,
+                                 latency=FixedArrivals(TABLE), measured_compute=False)
+    result, models = _start(strategy, 4, 40)
+    expected, times, parts = _reference(TABLE, 4, s, 1, 0.7, 40, bar=theta, margin=z)
+    assert [row["clients_used"] for row in strategy.history] == [parts[t] for t in range(1, 41)]
+    assert [row["virtual_s"] for row in strategy.history] == pytest.approx(
+        [times[t] for t in range(1, 41)])
+    assert_model(as_dict(result.arrays), expected[40])
+    # the slow client 3's partition is served by a neighbour, later than without the margin
+    _, _, plain = _reference(TABLE, 4, s, 1, 0.7, 40, bar=theta)
+    first = min(t for t in range(1, 41) if 3 in parts[t])
+    assert first > min(t for t in range(1, 41) if 3 in plain[t])
+
+
+def test_a_margin_keeps_transient_stragglers_own_partitions_the_bar_alone_replicates():
+    def replicated(**margin):
+        strategy = ReplicatedFedBuff(s=1, replicate_below=1.0, buffer_size=2, concurrency=6,
+                                     latency=FixedArrivals(TRANSIENT), measured_compute=False,
+                                     **margin)
+        _start(strategy, 6, 40)
+        return sum(j != c for row in strategy.history
+                   for j, c in zip(row["clients_used"], row["computed_by"], strict=True))
+
+    assert replicated() > 0
+    assert replicated(replicate_margin=3.0) == 0
+
+
+@pytest.mark.parametrize("bad", [-0.5, float("inf"), float("nan"), True, "1"])
+def test_a_bad_margin_is_refused_by_name(bad):
+    with pytest.raises(ValueError, match="replicate_margin="):
+        ReplicatedFedBuff(s=1, replicate_margin=bad, buffer_size=1)
