@@ -20,6 +20,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,9 @@ from experiments.common import harness_environment, matching_cells, save_reading
 from experiments.compare import load_grid
 from experiments.deadline_best import tried_record
 from experiments.rival_runs import run_replicated
+
+__all__ = ["BAR", "CHOICES", "MARGIN", "METHOD", "RULE", "Reading", "choose", "dev_cells",
+           "main", "ratio_to_best", "read_cell", "settings_of"]
 
 COMPARE = Path("results/compare.json")
 REPLICATION = Path("results/async_replication.json")
@@ -45,8 +49,40 @@ RULE = ("one theta for every cell among 0.25, 0.5, 0.75: per development cell, t
         "theta's: infinite); the lowest worst ratio over the cells, then the lowest median "
         "ratio, then 0.5")
 
-__all__ = ["CHOICES", "METHOD", "RULE", "choose", "dev_cells", "main", "ratio_to_best",
-           "read_cell"]
+
+@dataclass(frozen=True)
+class Reading:
+    """One registered rule over amendment 23's placement ``s = 1``: its method's name, the
+    knob it picks ONE value of for every cell (``choices``, ties to ``prefer`` then the
+    lower), the rule's words, its results file and the ReplicatedFedBuff keywords of a
+    value."""
+
+    method: str
+    knob: str
+    choices: tuple[float, ...]
+    prefer: float
+    rule: str
+    out: Path
+    prog: str
+    fixed: Mapping[str, float] = field(default_factory=dict)
+
+    def keywords(self, value: float) -> dict[str, float]:
+        """``run_replicated``'s keywords for one value of the knob."""
+        return {**self.fixed, self.knob: float(value)}
+
+
+#: amendment 24: the bar theta
+BAR = Reading(METHOD, "replicate_below", CHOICES, TIE, RULE, OUT, "experiments.async_bar")
+#: amendment 25: the margin z beside amendment 24's bar
+MARGIN = Reading(
+    "fedbuff-margin", "replicate_margin", (0.0, 1.0, 2.0, 3.0), 0.0,
+    "one z for every cell among 0, 1, 2, 3 beside amendment 24's bar 0.75: per development "
+    "cell, z's median time to target over the development seeds (never reached: infinite) "
+    "over the lowest of amendment 23's development medians for s = 0, 1, 2 (both infinite: "
+    "1; only z's: infinite); the lowest worst ratio over the cells, then the lowest median "
+    "ratio, then the lower z",
+    Path("results/async_margin.json"), "experiments.async_margin",
+    {"replicate_below": 0.75})
 
 
 def dev_cells(grid: Mapping[str, Any], names: Sequence[str]) -> list[str]:
@@ -71,100 +107,119 @@ def ratio_to_best(mine: Mapping[str, Any], fixed: Mapping[str, Mapping[str, Any]
     return own / best
 
 
-def choose(ratios: Mapping[float, Sequence[float]]) -> float:
-    """:data:`RULE`'s pick among ``ratios`` (``theta`` -> its ratio in each cell); a tie the
-    rule leaves open (two bars other than 0.5 equal on both ratios) goes to the lower bar,
-    which is nearer FedBuff."""
-    def score(theta: float) -> tuple:
-        values = list(ratios[theta])
-        return (max(values), statistics.median(values), theta != TIE, theta)
+def choose(ratios: Mapping[float, Sequence[float]], prefer: float = TIE) -> float:
+    """:data:`RULE`'s pick among ``ratios`` (a value -> its ratio in each cell): the lowest
+    worst ratio, then the lowest median, then ``prefer``; a tie the rule leaves open (two
+    other values equal on both ratios) goes to the lower value (the lower bar is nearer
+    FedBuff; the lower margin nearer amendment 24)."""
+    def score(value: float) -> tuple:
+        values = list(ratios[value])
+        return (max(values), statistics.median(values), value != prefer, value)
     return min(ratios, key=score)
 
 
 def dev_phase(grid: Mapping[str, Any], data: Mapping[str, Mapping[str, Any]],
-              replication: Mapping[str, Any], log: Callable[[str], None] = print
-              ) -> dict[str, Any]:
-    """Every bar on the development seeds of :func:`dev_cells`; the pick."""
+              replication: Mapping[str, Any], log: Callable[[str], None] = print,
+              reading: Reading = BAR) -> dict[str, Any]:
+    """Every value of ``reading``'s knob on the development seeds of :func:`dev_cells`; the
+    pick."""
     cells: dict[str, Any] = {}
     for name in dev_cells(grid, list(data)):
         settings = data[name]["settings"]
         spec = cell_of(grid, settings)
         fixed = replication["cells"][name]["tuning"]
         tried = {}
-        for theta in CHOICES:
+        for value in reading.choices:
             runs = []
             for seed in settings["dev_seeds"]:
-                runs.append(stored(run_replicated(S, int(seed), spec, theta)))
-                log(f"  {name} theta {theta} seed {seed}: {runs[-1]['time_to_target']}")
+                runs.append(stored(run_replicated(S, int(seed), spec,
+                                                  **reading.keywords(value))))
+                log(f"  {name} {reading.knob} {value} seed {seed}: "
+                    f"{runs[-1]['time_to_target']}")
             record = tried_record(runs)
-            tried[str(theta)] = {**record, "ratio_to_best_fixed": ratio_to_best(record, fixed),
+            tried[str(value)] = {**record, "ratio_to_best_fixed": ratio_to_best(record, fixed),
                                  "replicated": [r["replicated"] for r in runs]}
         cells[name] = {"tried": tried, "fixed": {s: _median(r) for s, r in fixed.items()}}
-    ratios = {theta: [cells[c]["tried"][str(theta)]["ratio_to_best_fixed"] for c in cells]
-              for theta in CHOICES}
-    return {"rule": RULE, "cells": cells, "pick": choose(ratios),
+    ratios = {value: [cells[c]["tried"][str(value)]["ratio_to_best_fixed"] for c in cells]
+              for value in reading.choices}
+    return {"rule": reading.rule, "cells": cells, "pick": choose(ratios, reading.prefer),
             "worst": {str(t): max(v) for t, v in ratios.items()},
             "median": {str(t): statistics.median(v) for t, v in ratios.items()}}
 
 
 def read_cell(grid: Mapping[str, Any], name: str, cell: Mapping[str, Any],
               replication: Mapping[str, Any], theta: float,
-              log: Callable[[str], None] = print) -> dict[str, Any]:
-    """The pick's runs on the evaluation seeds of one finished cell, paired with FedBuff's
-    and amendment 23's ``s = 1``."""
+              log: Callable[[str], None] = print, reading: Reading = BAR,
+              earlier: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+    """The pick (``theta``: the value of ``reading``'s knob) run on the evaluation seeds of
+    one finished cell, paired with FedBuff's, amendment 23's ``s = 1`` and, when given, an
+    earlier reading's runs (``over_earlier``)."""
     t0 = time.perf_counter()
     settings = cell["settings"]
     spec = cell_of(grid, settings)
     runs = []
     for seed in settings["seeds"]:
-        runs.append({**stored(run_replicated(S, int(seed), spec, theta)), "method": METHOD})
+        runs.append({**stored(run_replicated(S, int(seed), spec, **reading.keywords(theta))),
+                     "method": reading.method})
         log(f"  {name} seed {seed}: {runs[-1]['time_to_target']}")
     fedbuff = [r for r in cell["runs"] if r["method"] == "fedbuff"]
     s1 = [r for r in replication["cells"].get(name, {}).get("runs", [])
           if r["method"] == f"fedbuff-replicated:{S}"]
     auto = [r for r in cell["runs"] if r["method"] == "auto"]
     return {"cell": name, "theta": theta, "s": S, "runs": runs,
+            **({"over_earlier": paired_ratio(runs, earlier)} if earlier else {}),
             "over_fedbuff": paired_ratio(runs, fedbuff),
             "over_s1": paired_ratio(runs, s1) if s1 else None,
             "over_auto": paired_ratio(runs, auto),
             "runtime_s": time.perf_counter() - t0}
 
 
+def settings_of(reading: Reading) -> dict[str, Any]:
+    """What a reading's results file says it ran."""
+    return {"rule": reading.rule, "choices": list(reading.choices), "s": S,
+            "compare": str(COMPARE), "replication": str(REPLICATION),
+            **({"knob": reading.knob, "fixed": dict(reading.fixed)} if reading != BAR else {})}
+
+
 #: what ``results/async_bar.json`` says it ran
-SETTINGS = {"rule": RULE, "choices": list(CHOICES), "s": S, "compare": str(COMPARE),
-            "replication": str(REPLICATION)}
+SETTINGS = settings_of(BAR)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m experiments.async_bar",
-                                     description=__doc__.split("\n\n")[0])
+def main(argv: Sequence[str] | None = None, reading: Reading = BAR,
+         description: str | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=f"python -m {reading.prog}",
+                                     description=description or __doc__.split("\n\n")[0])
     parser.add_argument("--phase", choices=("dev", "eval"), required=True)
     parser.add_argument("--cells", default="*", help="comma-separated patterns (fnmatch) of "
                         "finished cells (eval), run in amendment 23's order")
-    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--out", type=Path, default=reading.out)
     args = parser.parse_args(argv)
     grid = load_grid()
     data = finished_cells(COMPARE)
     replication = json.loads(REPLICATION.read_text())
     if args.phase == "dev":
         with harness_environment():
-            dev = dev_phase(grid, data, replication)
-        save_reading(args.out, SETTINGS, dev=dev)
-        print(f"{METHOD}: picked theta {dev['pick']} (worst {dev['worst']}, median "
-              f"{dev['median']})", flush=True)
+            dev = dev_phase(grid, data, replication, reading=reading)
+        save_reading(args.out, settings_of(reading), dev=dev)
+        print(f"{reading.method}: picked {reading.knob} {dev['pick']} (worst {dev['worst']}, "
+              f"median {dev['median']})", flush=True)
         return 0
     stored_dev = json.loads(args.out.read_text()).get("dev") if args.out.exists() else None
     if not stored_dev:
-        raise SystemExit(f"python -m experiments.async_bar --phase eval: {args.out} holds no "
+        raise SystemExit(f"python -m {reading.prog} --phase eval: {args.out} holds no "
                          "development pick; run --phase dev first")
-    names = matching_cells(cell_order(grid, list(data)), args.cells, "experiments.async_bar")
+    names = matching_cells(cell_order(grid, list(data)), args.cells, reading.prog)
+    bar_cells = (json.loads(BAR.out.read_text()).get("cells", {})
+                 if reading != BAR and BAR.out.exists() else {})
     for name in names:
-        print(f"{METHOD}: {name}", flush=True)
+        print(f"{reading.method}: {name}", flush=True)
         with harness_environment():
-            reading = read_cell(grid, name, data[name], replication, float(stored_dev["pick"]))
-        save_reading(args.out, SETTINGS, (name, reading))
-        print(f"{METHOD}: {name}: over FedBuff {reading['over_fedbuff']['geomean']}, over "
-              f"s = 1 {(reading['over_s1'] or {}).get('geomean')}", flush=True)
+            got = read_cell(grid, name, data[name], replication, float(stored_dev["pick"]),
+                            reading=reading,
+                            earlier=bar_cells.get(name, {}).get("runs", ()))
+        save_reading(args.out, settings_of(reading), (name, got))
+        print(f"{reading.method}: {name}: over FedBuff {got['over_fedbuff']['geomean']}, over "
+              f"s = 1 {(got['over_s1'] or {}).get('geomean')}", flush=True)
     return 0
 
 

@@ -472,7 +472,8 @@ def rival_strategy(method: str, run_config: Mapping[str, Any], n: int, *,
                    buffer_size: int | None = None, server_lr: float | None = None,
                    staleness_exponent: float | None = None, stop_dropped_work: bool = False,
                    replicas: int = 0, replicate_below: float = 1.0,
-                   replicate_margin: float = 0.0) -> tuple[Any, tuple, dict[str, Any], dict[str, Any]]:
+                   replicate_margin: float = 0.0
+                   ) -> tuple[Any, tuple, dict[str, Any], dict[str, Any]]:
     """A public rival of :mod:`fl_gradcode.rivals` with ``run_config`` on ``n`` nodes, on the
     main job's initial model, evaluation and train config (``server.app.build_rival``):
 

@@ -310,7 +310,7 @@ def test_a_margin_replicates_only_a_lead_beyond_chance_as_the_reference_does(s, 
     strategy = ReplicatedFedBuff(s=s, replicate_below=theta, replicate_margin=z,
                                  buffer_size=1, concurrency=4, server_lr=0.7,
                                  latency=FixedArrivals(TABLE), measured_compute=False)
-    result, models = _start(strategy, 4, 40)
+    result, _ = _start(strategy, 4, 40)
     expected, times, parts = _reference(TABLE, 4, s, 1, 0.7, 40, bar=theta, margin=z)
     assert [row["clients_used"] for row in strategy.history] == [parts[t] for t in range(1, 41)]
     assert [row["virtual_s"] for row in strategy.history] == pytest.approx(
