@@ -10,8 +10,8 @@ persistently slow client's data is replicated, while mild transient stragglers l
 client its own partition, as in FedBuff (a long one-off straggle trips the bar too).
 
 What it cannot honour is refused, naming the key, never dropped: DP (it applies none), a
-server optimiser other than plain SGD, a ``replicate-below`` beside ``s="auto"`` (which sets
-its own) or outside ``[0, 1]``, a rival, and every key of synchronous coded rounds set away from its
+server optimiser other than plain SGD, a ``replicate-below`` or ``replicate-margin`` beside
+``s="auto"`` (which sets its own), a bar outside ``[0, 1]`` or a negative margin, a rival, and every key of synchronous coded rounds set away from its
 default (the code, its deadline and decoding rules); in wallclock timing, the charges modelled
 in virtual time only (``virtual-compute``, ``partition-cost-s``, ``upload-bandwidth``) away
 from their defaults. The main job's client faults (``slow-workers``, ``nan-workers``) act on
@@ -30,7 +30,12 @@ from typing import Any
 from flwr.common.logger import log
 
 from fl_gradcode.config import DEFAULTS, worker_list
-from fl_gradcode.flower.asynchronous import AUTO_REPLICATE_BELOW, AUTO_S, ReplicatedFedBuff
+from fl_gradcode.flower.asynchronous import (
+    AUTO_REPLICATE_BELOW,
+    AUTO_REPLICATE_MARGIN,
+    AUTO_S,
+    ReplicatedFedBuff,
+)
 
 __all__ = ["SYNCHRONOUS_KEYS", "async_refusal", "build_async", "replication"]
 
@@ -46,12 +51,13 @@ def async_refusal(cfg: dict[str, Any]) -> str | None:
     """Why an asynchronous run cannot run with the merged run config ``cfg`` (``None``: it
     can); the reason starts with the offending ``key=value``."""
     plain = "asynchronous=true runs FedBuff over replicated partitions"
-    s, bar = cfg["s"], cfg["replicate-below"]
+    s, bar, z = cfg["s"], cfg["replicate-below"], cfg["replicate-margin"]
     if s == "auto":
-        if bar != DEFAULTS["replicate-below"]:
-            return (f"replicate-below={bar!r} with s='auto', which sets its own bar "
-                    f"({AUTO_REPLICATE_BELOW!r}); set an integer s to choose the bar, or "
-                    "leave it unset")
+        for name, own in (("replicate-below", AUTO_REPLICATE_BELOW),
+                          ("replicate-margin", AUTO_REPLICATE_MARGIN)):
+            if cfg[name] != DEFAULTS[name]:
+                return (f"{name}={cfg[name]!r} with s='auto', which sets its own ({own!r}); "
+                        f"set an integer s to choose {name}, or leave it unset")
     elif isinstance(s, bool) or not (isinstance(s, int) or str(s).isdigit()):
         return (f"s={s!r}: {plain}; it needs an integer s >= 0 (the extra copies of each "
                 "partition; 0: FedBuff itself) or 'auto'")
@@ -59,6 +65,10 @@ def async_refusal(cfg: dict[str, Any]) -> str | None:
             or not 0.0 <= float(bar) <= 1.0):
         return (f"replicate-below={bar!r}: expected a number in [0, 1] (0: each client its "
                 "own partition, FedBuff; 1: the least served held partition)")
+    if (isinstance(z, bool) or not isinstance(z, (int, float))
+            or not (math.isfinite(z) and z >= 0)):
+        return (f"replicate-margin={z!r}: expected a finite number >= 0 (standard deviations "
+                "of the lead; 0: the bar alone)")
     if str(cfg["rival"]):
         return f"rival={cfg['rival']!r}: {plain}, not a rival; leave rival unset"
     if str(cfg["dp"]) != "none":
@@ -87,12 +97,12 @@ def async_refusal(cfg: dict[str, Any]) -> str | None:
     return None
 
 
-def replication(cfg: dict[str, Any]) -> tuple[int, float]:
-    """``(s, replicate_below)`` an asynchronous run of ``cfg`` runs (``s="auto"``: the
-    placement and bar picked on development seeds)."""
+def replication(cfg: dict[str, Any]) -> tuple[int, float, float]:
+    """``(s, replicate_below, replicate_margin)`` an asynchronous run of ``cfg`` runs
+    (``s="auto"``: the placement, bar and margin picked on development seeds)."""
     if cfg["s"] == "auto":
-        return AUTO_S, AUTO_REPLICATE_BELOW
-    return int(cfg["s"]), float(cfg["replicate-below"])
+        return AUTO_S, AUTO_REPLICATE_BELOW, AUTO_REPLICATE_MARGIN
+    return int(cfg["s"]), float(cfg["replicate-below"]), float(cfg["replicate-margin"])
 
 
 def build_async(cfg: dict[str, Any], n: int):
@@ -137,12 +147,12 @@ def build_async(cfg: dict[str, Any], n: int):
     keywords = strategy_keywords(cfg, n, only=RIVAL_KEYWORDS)
     if str(cfg["timing"]) == "wallclock":
         keywords.update(compute_cost_s=0.0, upload_bandwidth=None)
-    s, bar = replication(cfg)
+    s, bar, z = replication(cfg)
     strategy = ReplicatedFedBuff(
-        s=s, replicate_below=bar, buffer_size=k, concurrency=cohort,
+        s=s, replicate_below=bar, replicate_margin=z, buffer_size=k, concurrency=cohort,
         server_lr=float(cfg["server-lr"]), partition_sizes=sizes, **keywords,
         run_config={**cfg, "num-clients": n, "partition-sizes": sizes, "s": s,
-                    "replicate-below": bar, "s-asked": cfg["s"], "buffer-size": k,
+                    "replicate-below": bar, "replicate-margin": z, "s-asked": cfg["s"], "buffer-size": k,
                     "server-steps": steps},
         timing=str(cfg["timing"]), identify_timeout=float(cfg["warmup-timeout"]))
     initial, evaluate_fn, train_config = model_and_evaluation(cfg, data)

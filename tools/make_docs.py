@@ -26,6 +26,7 @@ from tools.docgen import (  # noqa: F401  (renderers)
     accuracy,
     approximate,
     async_bar,
+    async_margin,
     async_replication,
     auto_lr,
     fedbuff,

@@ -352,6 +352,10 @@ KEYS: tuple[Key, ...] = (
         "only while that partition's jobs are fewer than this times its own partition's "
         "(1: the least served held partition, always; 0: its own, FedBuff); `s='auto'` sets "
         "its own", coded_only=True),
+    Key("replicate-margin", 0.0, "`asynchronous`: and only while the client's own partition's "
+        "jobs lead that partition's by more than this many standard deviations of a "
+        "difference of two counts of one rate (`own - theirs > z * sqrt(own + theirs)`; 0: "
+        "the bar alone); `s='auto'` sets its own", coded_only=True),
     Key("buffer-size", 0, "`asynchronous`: updates per server step (FedBuff's K); 0 = a "
         "quarter of the cohort, rounded up (the benchmark's a-priori K)", coded_only=True),
 )

@@ -3,6 +3,8 @@ asynchronous run (server steps, no exact rounds) and wallclock runs (wall-clock 
 
 from __future__ import annotations
 
+import pytest
+
 from fl_gradcode.results import ROUND_FIELDS, RoundRecorder
 
 
@@ -45,17 +47,20 @@ def test_compare_says_wallclock_runs_are_timed_in_wall_clock_time(tmp_path):
     assert "wall-clock time):" in text and "virtual time" not in text
 
 
-def test_compare_names_the_bar_of_an_asynchronous_run_that_set_one(tmp_path):
+@pytest.mark.parametrize(("margin", "said"), [({}, ""),
+                                             ({"replicate-margin": 2.0}, " by more than 2 sd")])
+def test_compare_names_the_bar_of_an_asynchronous_run_that_set_one(tmp_path, margin, said):
     from server.launch import compare
 
     for name in ("coded", "uncoded"):
         rec = RoundRecorder(tmp_path / name, {"code": "grouped-rs", "s": 1, "asynchronous":
                                               name == "coded", "buffer-size": 3,
                                               "server-steps": 2, "replicate-below": 0.5,
-                                              "s-asked": "auto", "straggler-timeout": 2.0})
+                                              "s-asked": "auto", "straggler-timeout": 2.0,
+                                              **margin})
         rec.record({**{k: 0 for k in ROUND_FIELDS}, "round": 1, "decode": "exact",
                     "accuracy": 0.9, "virtual_s": 2.0, "bytes_up": 10**6, "compute_s": 0.5,
                     "late_dropped": 0})
     text = compare(tmp_path / "coded", tmp_path / "uncoded")
     assert ("held by s + 1 = 2 clients, a neighbour's partition served while below 0.5x a "
-            "client's own (s='auto'), a server step every 3 updates") in text
+            f"client's own{said} (s='auto'), a server step every 3 updates") in text

@@ -35,6 +35,9 @@ def _config(tmp_path, **overrides):
     ({"s": "auto", "replicate-below": 0.3}, "replicate-below=0.3 with s='auto'"),
     ({"replicate-below": 1.5}, "replicate-below=1.5"),
     ({"replicate-below": -0.1}, "replicate-below=-0.1"),
+    ({"s": "auto", "replicate-margin": 2.0}, "replicate-margin=2.0 with s='auto'"),
+    ({"replicate-margin": -1.0}, "replicate-margin=-1.0"),
+    ({"replicate-margin": math.inf}, "replicate-margin=inf"),
     ({"dp": "partition"}, "dp='partition'"),
     ({"server-optimizer": "adam"}, "server-optimizer='adam'"),
     ({"rival": "drop-stragglers"}, "rival='drop-stragglers'"),
@@ -111,11 +114,13 @@ def test_a_nan_clients_partition_enters_through_its_neighbour(tmp_path):
     assert all(math.isfinite(row["accuracy"]) for row in strategy.history)
 
 
-def test_replicate_below_without_asynchronous_is_refused(tmp_path):
+@pytest.mark.parametrize(("key", "value"), [("replicate-below", 0.5),
+                                             ("replicate-margin", 2.0)])
+def test_a_replication_key_without_asynchronous_is_refused(tmp_path, key, value):
     from server.app import run
 
-    cfg = _config(tmp_path, **{"asynchronous": False, "s": "auto", "replicate-below": 0.5})
-    with pytest.raises(ValueError, match=r"replicate-below=0\.5 is read by asynchronous runs"):
+    cfg = _config(tmp_path, **{"asynchronous": False, "s": "auto", key: value})
+    with pytest.raises(ValueError, match=rf"{key}={value} is read by asynchronous runs"):
         run(_grid(cfg), cfg)
 
 
@@ -129,16 +134,22 @@ def test_s_auto_runs_the_picked_bar_and_records_it(tmp_path):
     as the class with those settings by hand; config.json says what ran."""
     import json
 
-    from fl_gradcode.flower.asynchronous import AUTO_REPLICATE_BELOW, AUTO_S
+    from fl_gradcode.flower.asynchronous import (
+        AUTO_REPLICATE_BELOW,
+        AUTO_REPLICATE_MARGIN,
+        AUTO_S,
+    )
     from server.app import run
 
     rounds = {"num-rounds": 8}
     auto = run(_grid(cfg := _config(tmp_path, s="auto", seed=2, **rounds)), cfg)
     recorded = json.loads((tmp_path / "run" / "config.json").read_text())
-    assert (recorded["s"], recorded["replicate-below"]) == (AUTO_S, AUTO_REPLICATE_BELOW)
+    assert (recorded["s"], recorded["replicate-below"], recorded["replicate-margin"]) == (
+        AUTO_S, AUTO_REPLICATE_BELOW, AUTO_REPLICATE_MARGIN)
     assert 0.0 < AUTO_REPLICATE_BELOW < 1.0
     by_hand = run(_grid(cfg := _config(tmp_path, s=AUTO_S, seed=2, **rounds,
-                                       **{"replicate-below": AUTO_REPLICATE_BELOW})), cfg)
+                                       **{"replicate-below": AUTO_REPLICATE_BELOW,
+                                          "replicate-margin": AUTO_REPLICATE_MARGIN})), cfg)
     assert _pairs(auto) == _pairs(by_hand)
     least = run(_grid(cfg := _config(tmp_path, s=AUTO_S, seed=2, **rounds)), cfg)
     assert _pairs(auto) != _pairs(least)  # the bar changed which partitions were computed
@@ -159,3 +170,19 @@ def test_the_synchronous_builder_refuses_an_asynchronous_config(tmp_path):
 
     with pytest.raises(ValueError, match="asynchronous=True: this builds synchronous"):
         build(_config(tmp_path, s=2), N)
+
+
+def test_the_margin_key_reaches_the_run(tmp_path):
+    """``replicate-margin`` reaches the run: config.json records it, and under persistent
+    stragglers it changes which partitions are computed (the bar alone, 1, replicates
+    from the first lead)."""
+    import json
+
+    from server.app import run
+
+    keys = {"num-rounds": 12, "seed": 3, "latency": "persistent", "latency-p": 0.3,
+            "latency-slowdown": 20.0}
+    margin = run(_grid(cfg := _config(tmp_path, **keys, **{"replicate-margin": 1.0})), cfg)
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["replicate-margin"] == 1.0
+    alone = run(_grid(cfg := _config(tmp_path, **keys)), cfg)
+    assert _pairs(margin) != _pairs(alone)

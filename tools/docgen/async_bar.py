@@ -39,76 +39,43 @@ METHOD = "fedbuff-bar"
 FIXED = "fedbuff-replicated:1"
 
 
-def _read(data: Mapping[str, Any], replication: Mapping[str, Any],
-          cells: Mapping[str, Mapping[str, Any]], order: Sequence[str]
-          ) -> list[tuple[str, dict[str, Stats], Verdict, float | None]]:
+Read = list[tuple[str, dict[str, Stats], Verdict, float | None]]
+
+
+def read_cells(data: Mapping[str, Any], replication: Mapping[str, Any],
+               cells: Mapping[str, Mapping[str, Any]], order: Sequence[str],
+               method: str = METHOD, earlier: Mapping[str, Any] | None = None) -> Read:
     """Each cell read, in ``order`` then the rest: ``(name, the stats of the cell's methods,
-    amendment 23's s = 1 and the bar's, the goal's test with the bar in auto's place, the
-    bar's median over the lower of FedBuff's and s = 1's)``."""
+    amendment 23's s = 1, the reading's ``method`` and an ``earlier`` reading's, the goal's
+    test with ``method`` in auto's place, its median over the lower of FedBuff's and
+    s = 1's)``."""
     read = data.get("cells", {})
     out = []
     for name in cells_read(read, cells, order):
         runs = read[name]["runs"]
         fixed = [r for r in replication.get("cells", {}).get(name, {}).get("runs", [])
                  if r["method"] == FIXED]
-        stats = {**method_stats(cells[name]), **method_stats({"runs": runs + fixed})}
+        before = list((earlier or {}).get("cells", {}).get(name, {}).get("runs", []))
+        stats = {**method_stats(cells[name]), **method_stats({"runs": runs + fixed + before})}
         lower = [stats[m].median_time for m in ("fedbuff", FIXED) if m in stats]
-        regret = time_over(stats[METHOD].median_time, min(lower)) if lower else None
+        regret = time_over(stats[method].median_time, min(lower)) if lower else None
         out.append((name, stats, verdict(name, with_auto_lr(cells[name], runs)), regret))
     return out
 
 
-def _share(runs: Sequence[Mapping[str, Any]]) -> str:
-    """The median share of the jobs that computed another partition than the client's own."""
-    shares = [r["replicated"] / max(1, sum(r["updates_per_partition"])) for r in runs
-              if "replicated" in r]
-    return "-" if not shares else f"{statistics.median(shares):.0%}"
-
-
-def render(data: Mapping[str, Any], replication: Mapping[str, Any],
-           cells: Mapping[str, Mapping[str, Any]], report: Sequence[str]) -> str | None:
-    """A sentence on the pick and the counts, and one row per cell read."""
-    read = _read(data, replication, cells, report)
-    dev = data.get("dev")
-    if not read or not dev:
-        return None
+def counts_text(read: Read, method: str) -> str:
+    """The reading's counts: near the lower of FedBuff and s = 1, near FedBuff, the goal,
+    the hard cells' speed-up."""
     near = sum(r is not None and r <= GOAL_TIME * (1 + EPS) for *_, r in read)
     worst = max(((name, r) for name, _, _, r in read if r is not None), key=lambda x: x[1])
-    near_fedbuff = sum(time_over(stats[METHOD].median_time, stats["fedbuff"].median_time)
+    near_fedbuff = sum(time_over(stats[method].median_time, stats["fedbuff"].median_time)
                        <= GOAL_TIME * (1 + EPS) for _, stats, _, _ in read if "fedbuff" in stats)
     fedbuff_never = sum(math.isinf(stats["fedbuff"].median_time) and
-                        math.isfinite(stats[METHOD].median_time)
+                        math.isfinite(stats[method].median_time)
                         for _, stats, _, _ in read if "fedbuff" in stats)
     met = sum(v.met for _, _, v, _ in read)
     hard = [(name, v) for name, _, v, _ in read if v.hard]
-    rows = []
-    for name, stats, v, regret in read:
-        mine = data["cells"][name]
-        rows.append([
-            name, time_text(stats.get("fedbuff")), time_text(stats.get(FIXED)),
-            time_text(stats[METHOD]),
-            paired_text(mine["over_fedbuff"]),
-            "-" if mine.get("over_s1") is None else paired_text(mine["over_s1"]),
-            "-" if regret is None else f"{regret:.2f}", _share(mine["runs"]), goal_text(v),
-            "-" if v.speedup is None or v.uncoded is None else
-            f"{times_text(v.speedup)} {method_label(v.uncoded)}"])
-    def worst_text(value: float) -> str:
-        return "∞" if math.isinf(value) else f"{value:.2f}"
-
-    tried = ", ".join(f"{float(t):g}: worst {worst_text(dev['worst'][t])}, median "
-                      f"{worst_text(dev['median'][t])}" for t in sorted(dev["worst"], key=float))
-    missing = [c for c in [*report, *data.get("settings", {}).get("slow_classes", {}),
-                           *replication.get("settings", {}).get("slow_classes", {})]
-               if c not in data.get("cells", {})]
-    text = (
-        f"**Coded asynchrony that reacts** (`fedbuff-bar`, `python -m experiments.async_bar`, "
-        "the grid file's amendment 24, registered after amendment 23's readings and before any "
-        "run of its own: the placement s = 1; a client computes its neighbour's partition only "
-        "while that partition's jobs are fewer than θ times its own partition's, else its own; "
-        "θ = 1 is amendment 23's s = 1, θ = 0 FedBuff; ONE θ for every cell, picked on the "
-        f"development seeds of the fifteen cheapest cells by the worst ratio of its median "
-        f"time to target to the best of s = 0, 1, 2 there ({tried}): θ = "
-        f"{float(dev['pick']):g}; the main job's `asynchronous=true s='auto'` runs it). "
+    return (
         f"Read on the evaluation seeds in {len(read)} cells: its median time to target is "
         f"within {GOAL_TIME:g}× of the lower of FedBuff's and s = 1's in {near} of "
         f"{len(read)} (at worst {worst[1]:.2f}×, {worst[0]}), within {GOAL_TIME:g}× of "
@@ -120,13 +87,78 @@ def render(data: Mapping[str, Any], replication: Mapping[str, Any],
         f"in {met} of {len(read)}"
         + (f"; where stragglers are persistent or heavy-tailed on non-IID data it is at least "
            f"2× faster than the best rival that does not code in "
-           f"{sum(v.fast for _, v in hard)} of {len(hard)}" if hard else "")
+           f"{sum(v.fast for _, v in hard)} of {len(hard)}" if hard else ""))
+
+
+def worst_text(value: float) -> str:
+    """A ratio, ``∞`` for infinity."""
+    return "∞" if math.isinf(value) else f"{value:.2f}"
+
+
+def tried_text(dev: Mapping[str, Any]) -> str:
+    """Each value tried on the development seeds: its worst and median ratio."""
+    return ", ".join(f"{float(t):g}: worst {worst_text(dev['worst'][t])}, median "
+                     f"{worst_text(dev['median'][t])}" for t in sorted(dev["worst"], key=float))
+
+
+def missing_cells(data: Mapping[str, Any], replication: Mapping[str, Any],
+                  report: Sequence[str]) -> list[str]:
+    """The cells a reading has not read yet."""
+    return [c for c in [*report, *data.get("settings", {}).get("slow_classes", {}),
+                        *replication.get("settings", {}).get("slow_classes", {})]
+            if c not in data.get("cells", {})]
+
+
+def uncoded_text(v: Verdict) -> str:
+    """The best rival that does not code, over the reading's method."""
+    return ("-" if v.speedup is None or v.uncoded is None else
+            f"{times_text(v.speedup)} {method_label(v.uncoded)}")
+
+
+FOOTNOTE = ("Medians over the seeds (one that never reached the target counts as ∞); ratios: "
+            "geometric mean of the per-seed ratios [95 % interval], `(k/N)` where only k "
+            "seeds paired; replicated: the median share of its jobs that computed a "
+            "neighbour's partition.")
+
+
+def share_text(runs: Sequence[Mapping[str, Any]]) -> str:
+    """The median share of the jobs that computed another partition than the client's own."""
+    shares = [r["replicated"] / max(1, sum(r["updates_per_partition"])) for r in runs
+              if "replicated" in r]
+    return "-" if not shares else f"{statistics.median(shares):.0%}"
+
+
+def render(data: Mapping[str, Any], replication: Mapping[str, Any],
+           cells: Mapping[str, Mapping[str, Any]], report: Sequence[str]) -> str | None:
+    """A sentence on the pick and the counts, and one row per cell read."""
+    read = read_cells(data, replication, cells, report)
+    dev = data.get("dev")
+    if not read or not dev:
+        return None
+    rows = []
+    for name, stats, v, regret in read:
+        mine = data["cells"][name]
+        rows.append([
+            name, time_text(stats.get("fedbuff")), time_text(stats.get(FIXED)),
+            time_text(stats[METHOD]),
+            paired_text(mine["over_fedbuff"]),
+            "-" if mine.get("over_s1") is None else paired_text(mine["over_s1"]),
+            "-" if regret is None else f"{regret:.2f}", share_text(mine["runs"]), goal_text(v),
+            uncoded_text(v)])
+    missing = missing_cells(data, replication, report)
+    text = (
+        f"**Coded asynchrony that reacts** (`fedbuff-bar`, `python -m experiments.async_bar`, "
+        "the grid file's amendment 24, registered after amendment 23's readings and before any "
+        "run of its own: the placement s = 1; a client computes its neighbour's partition only "
+        "while that partition's jobs are fewer than θ times its own partition's, else its own; "
+        "θ = 1 is amendment 23's s = 1, θ = 0 FedBuff; ONE θ for every cell, picked on the "
+        f"development seeds of the fifteen cheapest cells by the worst ratio of its median "
+        f"time to target to the best of s = 0, 1, 2 there ({tried_text(dev)}): θ = "
+        f"{float(dev['pick']):g}; the main job's `asynchronous=true s='auto'` runs it). "
+        + counts_text(read, METHOD)
         + ". A method beside the verdict, which stays as registered"
         + (f". Not read yet: {', '.join(missing)}" if missing else "")
-        + ". Medians over the seeds (one that never reached the target counts as ∞); ratios: "
-        "geometric mean of the per-seed ratios [95 % interval], `(k/N)` where only k seeds "
-        "paired; replicated: the median share of its jobs that computed a neighbour's "
-        "partition.")
+        + ". " + FOOTNOTE)
     return text + "\n\n" + table(
         ["cell", "FedBuff", "s = 1", f"θ = {float(dev['pick']):g}", "over FedBuff",
          "over s = 1", "over the lower of the two (medians)", "replicated",
@@ -148,7 +180,7 @@ def headline() -> str:
     if got is None or not got[0].get("dev") or not got[0].get("cells"):
         return ""
     data, replication, cells = got
-    read = _read(data, replication, cells, reported_cells())
+    read = read_cells(data, replication, cells, reported_cells())
     near = sum(r is not None and r <= GOAL_TIME * (1 + EPS) for *_, r in read)
     worst = max(((name, r) for name, _, _, r in read if r is not None), key=lambda x: x[1])
     return (f" With no development seeds of its own, `s='auto'` (amendment 24: s = 1, a "

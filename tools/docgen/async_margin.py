@@ -1,0 +1,103 @@
+"""The ``async-margin`` block: amendment 24's bar with a margin ``z`` that waits for a lead
+beyond chance before a client serves its neighbour's partition (``python -m
+experiments.async_margin``, ``results/async_margin.json``; the grid file's amendment 25),
+against FedBuff, amendment 23's ``s = 1``, amendment 24's bar and the best rival of each cell
+read, with the goal's test (:func:`tools.docgen.rivals.verdict`) applied to its runs in
+``auto``'s place."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tools.docgen.async_bar import (
+    BAR,
+    FIXED,
+    FOOTNOTE,
+    counts_text,
+    missing_cells,
+    read_cells,
+    share_text,
+    tried_text,
+    uncoded_text,
+)
+from tools.docgen.async_bar import METHOD as BAR_METHOD
+from tools.docgen.async_replication import ASYNC, benchmark_cells, goal_text, time_text
+from tools.docgen.auto_lr import paired_text
+from tools.docgen.core import RESULTS, block, load, table
+from tools.docgen.rivals import COMPARE, reported_cells
+
+MARGIN = "async_margin.json"
+METHOD = "fedbuff-margin"
+
+
+def reproduced(data: Mapping[str, Any], bar: Mapping[str, Any]) -> tuple[int, int]:
+    """``(equal, compared)``: development runs of ``z = 0`` whose time to target and final
+    accuracy equal amendment 24's runs of its pick on the same cell and seed."""
+    equal = compared = 0
+    pick = str(bar.get("dev", {}).get("pick"))
+    for name, cell in data.get("dev", {}).get("cells", {}).items():
+        mine = cell["tried"].get("0.0", {}).get("per_seed", {})
+        theirs = bar.get("dev", {}).get("cells", {}).get(name, {}).get("tried", {}).get(
+            pick, {}).get("per_seed", {})
+        for seed, run in mine.items():
+            if seed in theirs:
+                compared += 1
+                equal += run == theirs[seed]
+    return equal, compared
+
+
+def render(data: Mapping[str, Any], bar: Mapping[str, Any], replication: Mapping[str, Any],
+           cells: Mapping[str, Mapping[str, Any]], report: Sequence[str]) -> str | None:
+    """A sentence on the pick and the counts, and one row per cell read (the development
+    pick alone before any evaluation run)."""
+    dev = data.get("dev")
+    if not dev:
+        return None
+    pick = float(dev["pick"])
+    equal, compared = reproduced(data, bar)
+    text = (
+        "**A margin beyond chance** (`fedbuff-margin`, `python -m experiments.async_margin`, "
+        "the grid file's amendment 25, registered after amendment 24's evaluation reading, "
+        "which suggested it, and before any run of its own: amendment 24's bar θ = 0.75, and "
+        "a client serves its neighbour's partition only while its own partition's jobs lead "
+        "that partition's by more than z standard deviations of a difference of two counts "
+        "of one rate, `own - theirs > z·sqrt(own + theirs)`; z = 0 is amendment 24's; ONE z "
+        "for every cell, picked on the development seeds of amendment 24's fifteen cells by "
+        f"its rule ({tried_text(dev)}): z = {pick:g}"
+        + (f"; the development runs of z = 0 equal amendment 24's in {equal} of {compared}"
+           if compared else "")
+        + "). ")
+    read = read_cells(data, replication, cells, report, METHOD, bar)
+    if not read:
+        return text + ("Its evaluation runs are amendment 24's (the pick is z = 0)."
+                       if pick == 0 else "Not read on the evaluation seeds yet.")
+    rows = []
+    for name, stats, v, regret in read:
+        mine = data["cells"][name]
+        rows.append([
+            name, time_text(stats.get("fedbuff")), time_text(stats.get(FIXED)),
+            time_text(stats.get(BAR_METHOD)), time_text(stats[METHOD]),
+            paired_text(mine["over_fedbuff"]),
+            "-" if mine.get("over_earlier") is None else paired_text(mine["over_earlier"]),
+            "-" if regret is None else f"{regret:.2f}", share_text(mine["runs"]), goal_text(v),
+            uncoded_text(v)])
+    missing = missing_cells(data, replication, report)
+    return (text + counts_text(read, METHOD)
+            + ". Beside the verdict, which stays as registered; the evaluation seeds are the "
+            "ones whose reading of amendment 24 suggested the margin"
+            + (f". Not read yet: {', '.join(missing)}" if missing else "")
+            + ". " + FOOTNOTE + "\n\n" + table(
+                ["cell", "FedBuff", "s = 1", "θ = 0.75", f"z = {pick:g}", "over FedBuff",
+                 "over θ = 0.75", "over the lower of FedBuff and s = 1 (medians)",
+                 "replicated", "goal with it (over the best rival)",
+                 "the best rival that does not code, over it"], rows))
+
+
+@block("async-margin")
+def async_margin() -> str | None:
+    if not all((RESULTS / f).exists() for f in (MARGIN, BAR, ASYNC, COMPARE)):
+        return None
+    replication = load(ASYNC)
+    return render(load(MARGIN), load(BAR), replication,
+                  benchmark_cells(replication, load(COMPARE)), reported_cells())
