@@ -11,10 +11,10 @@ client its own partition, as in FedBuff (a long one-off straggle trips the bar t
 
 What it cannot honour is refused, naming the key, never dropped: DP (it applies none), a
 server optimiser other than plain SGD, a ``replicate-below`` or ``replicate-margin`` beside
-``s="auto"`` (which sets its own), a bar outside ``[0, 1]`` or a negative margin, a rival, and every key of synchronous coded rounds set away from its
-default (the code, its deadline and decoding rules); in wallclock timing, the charges modelled
-in virtual time only (``virtual-compute``, ``partition-cost-s``, ``upload-bandwidth``) away
-from their defaults. The main job's client faults (``slow-workers``, ``nan-workers``) act on
+``s="auto"`` (which sets its own), a bar outside ``[0, 1]`` or a negative margin, a rival,
+and every key of synchronous coded rounds set away from its default (the code, its deadline
+and decoding rules); in wallclock timing, the charges modelled in virtual time only
+(``virtual-compute``, ``partition-cost-s``, ``upload-bandwidth``) away from their defaults. The main job's client faults (``slow-workers``, ``nan-workers``) act on
 its jobs (each is the coding mod's instruction), their indices being the clients' partition
 ids (``0 .. n - 1``; in coded rounds, positions in the round's cohort): a slow client's delay
 is slept in wallclock timing and charged as compute under ``virtual-compute=measured`` (else
@@ -152,8 +152,8 @@ def build_async(cfg: dict[str, Any], n: int):
         s=s, replicate_below=bar, replicate_margin=z, buffer_size=k, concurrency=cohort,
         server_lr=float(cfg["server-lr"]), partition_sizes=sizes, **keywords,
         run_config={**cfg, "num-clients": n, "partition-sizes": sizes, "s": s,
-                    "replicate-below": bar, "replicate-margin": z, "s-asked": cfg["s"], "buffer-size": k,
-                    "server-steps": steps},
+                    "replicate-below": bar, "replicate-margin": z, "s-asked": cfg["s"],
+                    "buffer-size": k, "server-steps": steps},
         timing=str(cfg["timing"]), identify_timeout=float(cfg["warmup-timeout"]))
     initial, evaluate_fn, train_config = model_and_evaluation(cfg, data)
     log(INFO, "fl-gradcode asynchronous: %d clients, %d in flight, FedBuff over partitions "
