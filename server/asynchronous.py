@@ -9,16 +9,17 @@ serves its neighbour's partition only while that partition falls behind its own:
 persistently slow client's data is replicated, while mild transient stragglers leave each
 client its own partition, as in FedBuff (a long one-off straggle trips the bar too).
 
-What it cannot honour is refused, naming the key, never dropped: DP (it applies none), a
-server optimiser other than plain SGD, a ``replicate-below`` or ``replicate-margin`` beside
-``s="auto"`` (which sets its own), a bar outside ``[0, 1]`` or a negative margin, a rival,
-and every key of synchronous coded rounds set away from its default (the code, its deadline
-and decoding rules); in wallclock timing, the charges modelled in virtual time only
-(``virtual-compute``, ``partition-cost-s``, ``upload-bandwidth``) away from their defaults. The main job's client faults (``slow-workers``, ``nan-workers``) act on
-its jobs (each is the coding mod's instruction), their indices being the clients' partition
-ids (``0 .. n - 1``; in coded rounds, positions in the round's cohort): a slow client's delay
-is slept in wallclock timing and charged as compute under ``virtual-compute=measured`` (else
-refused), a NaN reply is dropped."""
+What it cannot honour is refused, naming the key, never dropped: DP (it applies none), a server
+optimiser other than plain SGD, a ``replicate-below`` or ``replicate-margin`` beside
+``s="auto"`` (which sets its own), a bar outside ``[0, 1]`` or a negative margin, a rival, and
+every key of synchronous coded rounds set away from its default (the code, its deadline and
+decoding rules); in wallclock timing, the charges modelled in virtual time only
+(``virtual-compute``, ``partition-cost-s``, ``upload-bandwidth``) away from their defaults. The
+main job's client faults (``slow-workers``, ``nan-workers``) act on its jobs (each is the
+coding mod's instruction), their indices being the clients' partition ids (``0 .. n - 1``; in
+coded rounds, positions in the round's cohort): a slow client's delay is slept in wallclock
+timing and charged as compute under ``virtual-compute=measured`` (else refused), a NaN reply is
+dropped."""
 
 from __future__ import annotations
 
