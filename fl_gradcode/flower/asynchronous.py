@@ -34,6 +34,16 @@ client's lead grows in proportion to the jobs, so it passes once the counts are 
 reads speed, not need: where the slow clients' data does not matter, replication still
 starts, later.
 
+``need_ratio`` (``rho > 0``, default infinite: off) reads need instead: a neighbour's partition
+whose last update (its model delta, whoever computed it) was more than ``rho`` times as large
+as the client's own partition's last update is served up to the own partition's count, as if
+the bar were 1; the others up to ``replicate_below`` times it. A partition whose data the model
+already fits sends small updates; one holding what the others lack sends large ones until it
+is fitted, so the replication follows the partition's value, not only its service. Sampling
+in proportion to the update norm is the variance-optimal client sampling of Chen, Horváth and
+Richtárik, *Optimal Client Sampling for Federated Learning*, TMLR 2022,
+https://arxiv.org/abs/2010.13723; here the norm only switches a neighbour's bar.
+
 Everything else is :class:`~fl_gradcode.rivals.FedBuff`'s: which idle client gets a free slot
 (seeded, uniformly), the virtual clock (a job's latency is drawn for the client's own device,
 its load is the computed partition's size over the mean), staleness weights, the server step.
@@ -104,6 +114,10 @@ class ReplicatedFedBuff(FedBuff):
     replicate_margin : float
         ``z >= 0`` (default 0: the bar alone): and only while the own partition's jobs lead
         its jobs by more than ``z`` times the square root of their sum (module docstring).
+    need_ratio : float
+        ``rho > 0`` (default ``inf``: off): a held partition whose last update's norm exceeds
+        ``rho`` times the own partition's last update's is served up to the own partition's
+        count (the bar 1 for it; module docstring).
     identify_timeout : float, optional
         Seconds the identification handshake waits for the nodes' answers (default:
         ``start``'s ``timeout``); a node that has not answered by then gets no job.
@@ -113,7 +127,8 @@ class ReplicatedFedBuff(FedBuff):
     """
 
     def __init__(self, *, s: int, replicate_below: float = 1.0, replicate_margin: float = 0.0,
-                 identify_timeout: float | None = None, **fedbuff: Any) -> None:
+                 need_ratio: float = math.inf, identify_timeout: float | None = None,
+                 **fedbuff: Any) -> None:
         if isinstance(s, bool) or not isinstance(s, int) or s < 0:
             raise ValueError(f"s={s!r} must be an integer >= 0 (extra copies of a partition)")
         if (isinstance(replicate_below, bool) or not isinstance(replicate_below, (int, float))
@@ -125,6 +140,11 @@ class ReplicatedFedBuff(FedBuff):
                 or not (math.isfinite(replicate_margin) and replicate_margin >= 0)):
             raise ValueError(f"replicate_margin={replicate_margin!r} must be a finite number "
                              ">= 0 (standard deviations of the lead; 0: the bar alone)")
+        if (isinstance(need_ratio, bool) or not isinstance(need_ratio, (int, float))
+                or not need_ratio > 0):
+            raise ValueError(f"need_ratio={need_ratio!r} must be a number > 0 (how many times "
+                             "the own partition's last update norm a neighbour's must exceed "
+                             "to be served as much; inf: off)")
         if identify_timeout is not None and not (math.isfinite(identify_timeout)
                                                  and identify_timeout > 0):
             raise ValueError(f"identify_timeout={identify_timeout!r} must be > 0 seconds or "
@@ -134,6 +154,8 @@ class ReplicatedFedBuff(FedBuff):
         self.s = s
         self.replicate_below = float(replicate_below)
         self.replicate_margin = float(replicate_margin)
+        self.need_ratio = float(need_ratio)
+        self.norms: dict[int, float] = {}  # partition -> its last update's norm
         self.identities: dict[int, protocol.Identity] = {}
         self.served: dict[int, int] = {}  # partition -> jobs sent for it
         self._nonce = ""
@@ -176,6 +198,7 @@ class ReplicatedFedBuff(FedBuff):
         """The nodes that identified (the handshake comes before the first job)."""
         self._nonce = secrets.token_hex(8)
         self.served = {}
+        self.norms = {}
         answered = self._identify(grid, timeout)
         if not answered:
             raise ValueError("ReplicatedFedBuff: no node identified its partition (does the "
@@ -185,22 +208,35 @@ class ReplicatedFedBuff(FedBuff):
     # ------------------------------------------------------------------ one job
     def choose(self, node: int) -> int:
         """The partition ``node`` computes next: of the held partitions whose jobs so far, in
-        flight or used, are fewer than ``replicate_below`` times its own partition's and
-        trail them by more than ``replicate_margin`` times the square root of the two counts'
-        sum (a job that brought no update is not counted: its partition goes to another
+        flight or used, are fewer than its bar times its own partition's (``replicate_below``;
+        1 for a partition whose last update exceeded ``need_ratio`` times the own partition's)
+        and trail them by more than ``replicate_margin`` times the square root of the two
+        counts' sum (a job that brought no update is not counted: its partition goes to another
         holder), the one with the fewest; none: its own. Ties: the earliest in its cycle."""
         ident = self.identities[node]
         held = cyclic_placement(ident.partition_id, ident.num_partitions, self.s)
         own = self.served.get(held[0], 0)
-        bar, z = self.replicate_below * own, self.replicate_margin
-        behind = [j for j in held[1:] if self.served.get(j, 0) < bar
+        z = self.replicate_margin
+        behind = [j for j in held[1:] if self.served.get(j, 0) < self._bar(j, held[0]) * own
                   and own - self.served.get(j, 0) > z * math.sqrt(own + self.served.get(j, 0))]
         return min(behind, key=lambda j: (self.served.get(j, 0), held.index(j)),
                    default=held[0])
 
+    def _bar(self, j: int, own: int) -> float:
+        """Partition ``j``'s bar for the client of partition ``own``: 1 when its last update
+        was more than ``need_ratio`` times as large as ``own``'s, else ``replicate_below``."""
+        mine, theirs = self.norms.get(own), self.norms.get(j)
+        if mine is not None and theirs is not None and theirs > self.need_ratio * mine:
+            return 1.0
+        return self.replicate_below
+
     def _settled(self, partition: int, delta: Mapping[str, np.ndarray] | None) -> None:
         if delta is None:
             self.served[partition] -= 1
+        elif math.isfinite(self.need_ratio):
+            norm = math.sqrt(sum(float(np.sum(np.square(v))) for v in delta.values()))
+            if math.isfinite(norm):
+                self.norms[partition] = norm
 
     def _message(self, node: int, job: int, arrays: ArrayRecord, train_config: ConfigRecord,
                  regime_round: int) -> tuple[Message, int]:

@@ -49,16 +49,24 @@ def _start(strategy, n, steps, app=None):
     return result, models
 
 
-def _reference(table, n, s, k, server_lr, steps, sizes=None, cost=0.0, bar=1.0, margin=0.0):
+def _reference(table, n, s, k, server_lr, steps, sizes=None, cost=0.0, bar=1.0, margin=0.0,
+               need=math.inf):
     """Concurrency ``n``: a finished client is sent the current model at once. ``bar``:
     client ``p`` computes another held partition only while its jobs are fewer than
     ``bar`` times partition ``p``'s and, ``margin`` z, while partition ``p``'s lead them by
     more than z standard deviations of a difference of two counts of one rate (then the
-    least served of those).
+    least served of those); ``need`` rho: a held partition whose last update (``theta_j -
+    theta_sent``) was more than rho times as large as partition ``p``'s last has the bar 1.
     ``table[job][p]``: client ``p``'s ``job``-th job's latency, plus ``cost`` times the load
     of the partition it computes (its size over the mean of ``sizes``). Returns the model and
     time of each step and each step's partitions."""
     served = [0] * n
+    norms = {}
+
+    def bar_of(q, p):
+        if q in norms and p in norms and norms[q] > need * norms[p]:
+            return 1.0
+        return bar
     load = [1.0] * n if sizes is None else [x / np.mean(sizes) for x in sizes]
     theta, version = theta0(), 0
 
@@ -67,7 +75,7 @@ def _reference(table, n, s, k, server_lr, steps, sizes=None, cost=0.0, bar=1.0, 
         if bar == 1.0 and margin == 0.0:  # the least served held partition, own first on a tie
             j = min(held, key=lambda q: (served[q], held.index(q)))
         else:
-            starved = [q for q in held[1:] if served[q] < bar * served[p]
+            starved = [q for q in held[1:] if served[q] < bar_of(q, p) * served[p]
                        and served[p] - served[q] > margin * math.sqrt(served[p] + served[q])]
             j = min(starved, key=lambda q: (served[q], held.index(q))) if starved else p
         served[j] += 1
@@ -83,6 +91,7 @@ def _reference(table, n, s, k, server_lr, steps, sizes=None, cost=0.0, bar=1.0, 
         p = min(running, key=lambda q: (running[q][0], q))
         arrive, sent_version, sent, j = running.pop(p)
         new, _, _ = call_app(sent, j, n)
+        norms[j] = math.sqrt(sum(float(np.sum((new[m] - sent[m]) ** 2)) for m in sent))
         w = (1.0 + version - sent_version) ** -0.5
         delta = {m: w * (new[m] - sent[m]) for m in sent}
         buffer = delta if buffer is None else {m: buffer[m] + delta[m] for m in buffer}
@@ -339,3 +348,25 @@ def test_a_margin_keeps_transient_stragglers_own_partitions_the_bar_alone_replic
 def test_a_bad_margin_is_refused_by_name(bad):
     with pytest.raises(ValueError, match="replicate_margin="):
         ReplicatedFedBuff(s=1, replicate_margin=bad, buffer_size=1)
+
+
+@pytest.mark.parametrize("s, theta, rho", [(1, 0.25, 1.0), (1, 0.25, 1.2), (2, 0.5, 1.1)])
+def test_a_neighbour_whose_updates_are_larger_is_served_as_much_as_the_reference_says(
+        s, theta, rho):
+    strategy = ReplicatedFedBuff(s=s, replicate_below=theta, need_ratio=rho, buffer_size=1,
+                                 concurrency=4, server_lr=0.7, latency=FixedArrivals(TABLE),
+                                 measured_compute=False)
+    result, _ = _start(strategy, 4, 40)
+    expected, times, parts = _reference(TABLE, 4, s, 1, 0.7, 40, bar=theta, need=rho)
+    assert [row["clients_used"] for row in strategy.history] == [parts[t] for t in range(1, 41)]
+    assert [row["virtual_s"] for row in strategy.history] == pytest.approx(
+        [times[t] for t in range(1, 41)])
+    assert_model(as_dict(result.arrays), expected[40])
+    _, _, plain = _reference(TABLE, 4, s, 1, 0.7, 40, bar=theta)
+    assert parts != plain  # the norms changed which partitions were computed
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), True, "2"])
+def test_a_bad_need_ratio_is_refused_by_name(bad):
+    with pytest.raises(ValueError, match="need_ratio="):
+        ReplicatedFedBuff(s=1, need_ratio=bad, buffer_size=1)
