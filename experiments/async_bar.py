@@ -31,7 +31,7 @@ from experiments.compare import load_grid
 from experiments.deadline_best import tried_record
 from experiments.rival_runs import run_replicated
 
-__all__ = ["BAR", "CHOICES", "MARGIN", "METHOD", "RULE", "Reading", "choose", "dev_cells",
+__all__ = ["BAR", "CHOICES", "MARGIN", "METHOD", "NEED", "RULE", "Reading", "choose", "dev_cells",
            "main", "ratio_to_best", "read_cell", "settings_of"]
 
 COMPARE = Path("results/compare.json")
@@ -83,6 +83,16 @@ MARGIN = Reading(
     "ratio, then the lower z",
     Path("results/async_margin.json"), "experiments.async_margin",
     {"replicate_below": 0.75})
+#: amendment 26: the need ratio rho beside the bar 0.25
+NEED = Reading(
+    "fedbuff-need", "need_ratio", (1.25, 1.5, 2.0), 1.5,
+    "one rho for every cell among 1.25, 1.5, 2 beside the bar 0.25 (a neighbour's partition "
+    "whose last update was more than rho times as large as the own partition's is served "
+    "as much as it): per development cell, rho's median time to target over the development "
+    "seeds (never reached: infinite) over the lowest of amendment 23's development medians "
+    "for s = 0, 1, 2 (both infinite: 1; only rho's: infinite); the lowest worst ratio over "
+    "the cells, then the lowest median ratio, then 1.5",
+    Path("results/async_need.json"), "experiments.async_need", {"replicate_below": 0.25})
 
 
 def dev_cells(grid: Mapping[str, Any], names: Sequence[str]) -> list[str]:
