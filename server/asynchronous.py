@@ -32,13 +32,14 @@ from flwr.common.logger import log
 
 from fl_gradcode.config import DEFAULTS, worker_list
 from fl_gradcode.flower.asynchronous import (
+    AUTO_NEED_RATIO,
     AUTO_REPLICATE_BELOW,
     AUTO_REPLICATE_MARGIN,
     AUTO_S,
     ReplicatedFedBuff,
 )
 
-__all__ = ["SYNCHRONOUS_KEYS", "async_refusal", "build_async", "replication"]
+__all__ = ["SYNCHRONOUS_KEYS", "async_refusal", "build_async", "need_key", "replication"]
 
 #: keys of synchronous coded rounds that an asynchronous run does not read: each must keep
 #: its default (``s`` is read: the extra copies of a partition)
@@ -55,7 +56,8 @@ def async_refusal(cfg: dict[str, Any]) -> str | None:
     s, bar, z = cfg["s"], cfg["replicate-below"], cfg["replicate-margin"]
     if s == "auto":
         for name, own in (("replicate-below", AUTO_REPLICATE_BELOW),
-                          ("replicate-margin", AUTO_REPLICATE_MARGIN)):
+                          ("replicate-margin", AUTO_REPLICATE_MARGIN),
+                          ("need-ratio", need_key(AUTO_NEED_RATIO))):
             if cfg[name] != DEFAULTS[name]:
                 return (f"{name}={cfg[name]!r} with s='auto', which sets its own ({own!r}); "
                         f"set an integer s to choose {name}, or leave it unset")
@@ -70,6 +72,11 @@ def async_refusal(cfg: dict[str, Any]) -> str | None:
             or not (math.isfinite(z) and z >= 0)):
         return (f"replicate-margin={z!r}: expected a finite number >= 0 (standard deviations "
                 "of the lead; 0: the bar alone)")
+    need = cfg["need-ratio"]
+    if (isinstance(need, bool) or not isinstance(need, (int, float))
+            or not (math.isfinite(need) and need >= 0)):
+        return (f"need-ratio={need!r}: expected a finite number >= 0 (how many times the own "
+                "partition's last update a neighbour's must exceed; 0: off)")
     if str(cfg["rival"]):
         return f"rival={cfg['rival']!r}: {plain}, not a rival; leave rival unset"
     if str(cfg["dp"]) != "none":
@@ -98,12 +105,20 @@ def async_refusal(cfg: dict[str, Any]) -> str | None:
     return None
 
 
-def replication(cfg: dict[str, Any]) -> tuple[int, float, float]:
-    """``(s, replicate_below, replicate_margin)`` an asynchronous run of ``cfg`` runs
-    (``s="auto"``: the placement, bar and margin picked on development seeds)."""
+def need_key(ratio: float) -> float:
+    """The run config's ``need-ratio`` of a class's ``need_ratio`` (off: 0, not infinity)."""
+    return 0.0 if math.isinf(ratio) else float(ratio)
+
+
+def replication(cfg: dict[str, Any]) -> tuple[int, float, float, float]:
+    """``(s, replicate_below, replicate_margin, need_ratio)`` an asynchronous run of ``cfg``
+    runs (``s="auto"``: the placement and rules picked on development seeds; a
+    ``need-ratio`` of 0 is the class's ``inf``, off)."""
     if cfg["s"] == "auto":
-        return AUTO_S, AUTO_REPLICATE_BELOW, AUTO_REPLICATE_MARGIN
-    return int(cfg["s"]), float(cfg["replicate-below"]), float(cfg["replicate-margin"])
+        return AUTO_S, AUTO_REPLICATE_BELOW, AUTO_REPLICATE_MARGIN, AUTO_NEED_RATIO
+    need = float(cfg["need-ratio"])
+    return (int(cfg["s"]), float(cfg["replicate-below"]), float(cfg["replicate-margin"]),
+            need if need > 0 else math.inf)
 
 
 def build_async(cfg: dict[str, Any], n: int):
@@ -148,12 +163,14 @@ def build_async(cfg: dict[str, Any], n: int):
     keywords = strategy_keywords(cfg, n, only=RIVAL_KEYWORDS)
     if str(cfg["timing"]) == "wallclock":
         keywords.update(compute_cost_s=0.0, upload_bandwidth=None)
-    s, bar, z = replication(cfg)
+    s, bar, z, need = replication(cfg)
     strategy = ReplicatedFedBuff(
-        s=s, replicate_below=bar, replicate_margin=z, buffer_size=k, concurrency=cohort,
+        s=s, replicate_below=bar, replicate_margin=z, need_ratio=need, buffer_size=k,
+        concurrency=cohort,
         server_lr=float(cfg["server-lr"]), partition_sizes=sizes, **keywords,
         run_config={**cfg, "num-clients": n, "partition-sizes": sizes, "s": s,
-                    "replicate-below": bar, "replicate-margin": z, "s-asked": cfg["s"],
+                    "replicate-below": bar, "replicate-margin": z,
+                    "need-ratio": need_key(need), "s-asked": cfg["s"],
                     "buffer-size": k, "server-steps": steps},
         timing=str(cfg["timing"]), identify_timeout=float(cfg["warmup-timeout"]))
     initial, evaluate_fn, train_config = model_and_evaluation(cfg, data)

@@ -451,12 +451,14 @@ def _bar(cfg: dict) -> str:
     """How an asynchronous run's clients served their neighbours' partitions (its label)."""
     bar = float(cfg.get("replicate-below", 1.0))
     z = float(cfg.get("replicate-margin", 0.0))
+    need = float(cfg.get("need-ratio", 0.0))
     if (bar >= 1.0 and z == 0.0) or int(cfg["s"]) == 0:
         return ""
     asked = " (s='auto')" if cfg.get("s-asked") == "auto" else ""
     margin = f" by more than {z:g} sd" if z else ""
+    lifted = f" (1x when its last update was over {need:g}x the own's)" if need else ""
     return (f", a neighbour's partition served while below {bar:g}x a client's own"
-            f"{margin}{asked}")
+            f"{lifted}{margin}{asked}")
 
 
 def compare(coded_dir: Path, uncoded_dir: Path | None, drop_dir: Path | None = None) -> str:

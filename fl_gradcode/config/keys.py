@@ -356,6 +356,10 @@ KEYS: tuple[Key, ...] = (
         "jobs lead that partition's by more than this many standard deviations of a "
         "difference of two counts of one rate (`own - theirs > z * sqrt(own + theirs)`; 0: "
         "the bar alone); `s='auto'` sets its own", coded_only=True),
+    Key("need-ratio", 0.0, "`asynchronous`: a neighbour's partition whose last update (its "
+        "model delta) was more than this many times as large as the client's own partition's "
+        "last update is served as much as the own partition, the others below "
+        "`replicate-below` (0: off); `s='auto'` sets its own", coded_only=True),
     Key("buffer-size", 0, "`asynchronous`: updates per server step (FedBuff's K); 0 = a "
         "quarter of the cohort, rounded up (the benchmark's a-priori K)", coded_only=True),
 )

@@ -73,16 +73,18 @@ from .deadline import reply_bytes
 from .protocol import Instruction, RejectedReply
 from .senders import answering_node
 
-__all__ = ["AUTO_REPLICATE_BELOW", "AUTO_REPLICATE_MARGIN", "AUTO_S", "ReplicatedFedBuff",
-           "cyclic_placement"]
+__all__ = ["AUTO_NEED_RATIO", "AUTO_REPLICATE_BELOW", "AUTO_REPLICATE_MARGIN", "AUTO_S",
+           "ReplicatedFedBuff", "cyclic_placement"]
 
 #: what an asynchronous run with ``s="auto"`` runs: the placement ``s = 1``, the bar picked on
 #: development seeds by the rule of ``experiments/grid.toml``'s amendment 24 (one bar for
-#: every cell; its evaluation reading: ``results/async_bar.json``) and the margin picked
-#: beside it by amendment 25's (``results/async_margin.json``)
+#: every cell; its evaluation reading: ``results/async_bar.json``), the margin picked beside
+#: it by amendment 25's (``results/async_margin.json``) and the need ratio of amendment 26's
+#: when its development reading ranks it first (``results/async_need.json``; ``inf``: off)
 AUTO_S = 1
 AUTO_REPLICATE_BELOW = 0.75
 AUTO_REPLICATE_MARGIN = 0.0
+AUTO_NEED_RATIO = math.inf
 
 #: the dtype replies are sent in (the instruction's default wire, float64)
 _WIRE = np.dtype(np.float64)

@@ -71,3 +71,17 @@ def test_the_block_counts_the_margin_and_says_whether_z_zero_reproduced():
     assert "Not read yet: b." in text
     assert "| a | 5.0 s (2/2) | 8.0 s (2/2) | 6.0 s (2/2) | 5.2 s (2/2) |" in text
     assert "| 1.04 | 25% |" in text
+
+
+def test_the_need_reading_runs_the_low_bar_with_the_ratio_and_its_block_says_so():
+    from experiments.async_bar import NEED
+    from tools.docgen.async_margin import NEED_READING, render
+
+    assert NEED.keywords(1.5) == {"replicate_below": 0.25, "need_ratio": 1.5}
+    assert choose({1.25: [1.3, 1.0], 1.5: [1.3, 1.0], 2.0: [1.3, 1.0]}, NEED.prefer) == 1.5
+    assert choose({1.25: [1.2, 1.1], 1.5: [1.3, 1.0], 2.0: [1.2, 1.0]}, NEED.prefer) == 2.0
+    dev = {"pick": 2.0, "worst": {"1.25": 1.2, "1.5": 1.3, "2.0": 1.2},
+           "median": {"1.25": 1.1, "1.5": 1.0, "2.0": 1.0}, "cells": {}}
+    text = render({"dev": dev}, {}, {"cells": {}}, {}, [], NEED_READING)
+    assert "ρ = 2). Not read on the evaluation seeds yet." in text
+    assert "1.25: worst 1.20, median 1.10" in text

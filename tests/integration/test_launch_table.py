@@ -47,8 +47,9 @@ def test_compare_says_wallclock_runs_are_timed_in_wall_clock_time(tmp_path):
     assert "wall-clock time):" in text and "virtual time" not in text
 
 
-@pytest.mark.parametrize(("margin", "said"), [({}, ""),
-                                             ({"replicate-margin": 2.0}, " by more than 2 sd")])
+@pytest.mark.parametrize(("margin", "said"), [
+    ({}, ""), ({"replicate-margin": 2.0}, " by more than 2 sd"),
+    ({"need-ratio": 1.5}, " (1x when its last update was over 1.5x the own's)")])
 def test_compare_names_the_bar_of_an_asynchronous_run_that_set_one(tmp_path, margin, said):
     from server.launch import compare
 

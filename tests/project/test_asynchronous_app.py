@@ -38,6 +38,9 @@ def _config(tmp_path, **overrides):
     ({"s": "auto", "replicate-margin": 2.0}, "replicate-margin=2.0 with s='auto'"),
     ({"replicate-margin": -1.0}, "replicate-margin=-1.0"),
     ({"replicate-margin": math.inf}, "replicate-margin=inf"),
+    ({"s": "auto", "need-ratio": 1.5}, "need-ratio=1.5 with s='auto'"),
+    ({"need-ratio": -1.0}, "need-ratio=-1.0"),
+    ({"need-ratio": math.inf}, "need-ratio=inf"),
     ({"dp": "partition"}, "dp='partition'"),
     ({"server-optimizer": "adam"}, "server-optimizer='adam'"),
     ({"rival": "drop-stragglers"}, "rival='drop-stragglers'"),
@@ -115,7 +118,7 @@ def test_a_nan_clients_partition_enters_through_its_neighbour(tmp_path):
 
 
 @pytest.mark.parametrize(("key", "value"), [("replicate-below", 0.5),
-                                             ("replicate-margin", 2.0)])
+                                             ("replicate-margin", 2.0), ("need-ratio", 1.5)])
 def test_a_replication_key_without_asynchronous_is_refused(tmp_path, key, value):
     from server.app import run
 
@@ -135,21 +138,25 @@ def test_s_auto_runs_the_picked_bar_and_records_it(tmp_path):
     import json
 
     from fl_gradcode.flower.asynchronous import (
+        AUTO_NEED_RATIO,
         AUTO_REPLICATE_BELOW,
         AUTO_REPLICATE_MARGIN,
         AUTO_S,
     )
     from server.app import run
+    from server.asynchronous import need_key
 
     rounds = {"num-rounds": 8}
     auto = run(_grid(cfg := _config(tmp_path, s="auto", seed=2, **rounds)), cfg)
     recorded = json.loads((tmp_path / "run" / "config.json").read_text())
-    assert (recorded["s"], recorded["replicate-below"], recorded["replicate-margin"]) == (
-        AUTO_S, AUTO_REPLICATE_BELOW, AUTO_REPLICATE_MARGIN)
+    assert (recorded["s"], recorded["replicate-below"], recorded["replicate-margin"],
+            recorded["need-ratio"]) == (AUTO_S, AUTO_REPLICATE_BELOW, AUTO_REPLICATE_MARGIN,
+                                        need_key(AUTO_NEED_RATIO))
     assert 0.0 < AUTO_REPLICATE_BELOW < 1.0
     by_hand = run(_grid(cfg := _config(tmp_path, s=AUTO_S, seed=2, **rounds,
                                        **{"replicate-below": AUTO_REPLICATE_BELOW,
-                                          "replicate-margin": AUTO_REPLICATE_MARGIN})), cfg)
+                                          "replicate-margin": AUTO_REPLICATE_MARGIN,
+                                          "need-ratio": need_key(AUTO_NEED_RATIO)})), cfg)
     assert _pairs(auto) == _pairs(by_hand)
     least = run(_grid(cfg := _config(tmp_path, s=AUTO_S, seed=2, **rounds)), cfg)
     assert _pairs(auto) != _pairs(least)  # the bar changed which partitions were computed
@@ -186,3 +193,19 @@ def test_the_margin_key_reaches_the_run(tmp_path):
     assert json.loads((tmp_path / "run" / "config.json").read_text())["replicate-margin"] == 1.0
     alone = run(_grid(cfg := _config(tmp_path, **keys)), cfg)
     assert _pairs(margin) != _pairs(alone)
+
+
+def test_the_need_ratio_key_reaches_the_run(tmp_path):
+    """``need-ratio`` reaches the run (0 is off): config.json records it, and it changes
+    which partitions are computed against the bar alone."""
+    import json
+
+    from server.app import run
+
+    keys = {"num-rounds": 12, "seed": 3, "latency": "persistent", "latency-p": 0.3,
+            "latency-slowdown": 20.0, "replicate-below": 0.25}
+    need = run(_grid(cfg := _config(tmp_path, **keys, **{"need-ratio": 1.0})), cfg)
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["need-ratio"] == 1.0
+    alone = run(_grid(cfg := _config(tmp_path, **keys)), cfg)
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["need-ratio"] == 0.0
+    assert _pairs(need) != _pairs(alone)

@@ -1,13 +1,15 @@
-"""The ``async-margin`` block: amendment 24's bar with a margin ``z`` that waits for a lead
-beyond chance before a client serves its neighbour's partition (``python -m
-experiments.async_margin``, ``results/async_margin.json``; the grid file's amendment 25),
-against FedBuff, amendment 23's ``s = 1``, amendment 24's bar and the best rival of each cell
-read, with the goal's test (:func:`tools.docgen.rivals.verdict`) applied to its runs in
-``auto``'s place."""
+"""The readings that follow amendment 24's bar, each against FedBuff, amendment 23's ``s = 1``,
+amendment 24's bar and the best rival of each cell read, with the goal's test
+(:func:`tools.docgen.rivals.verdict`) applied to its runs in ``auto``'s place: the
+``async-margin`` block (a margin ``z`` that waits for a lead beyond chance; ``python -m
+experiments.async_margin``, ``results/async_margin.json``; the grid file's amendment 25) and
+the ``async-need`` block (the bar lifted by the update norms; ``python -m
+experiments.async_need``, ``results/async_need.json``; amendment 26)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from tools.docgen.async_bar import (
@@ -31,6 +33,19 @@ MARGIN = "async_margin.json"
 METHOD = "fedbuff-margin"
 
 
+@dataclass(frozen=True)
+class Later:
+    """A reading after amendment 24's: its results file, method, knob's symbol, the sentence
+    that says what it is (given the development record), and the value whose runs are
+    amendment 24's (``None``: none)."""
+
+    file: str
+    method: str
+    symbol: str
+    intro: Callable[[Mapping[str, Any]], str]
+    same_as_bar: float | None = None
+
+
 def reproduced(data: Mapping[str, Any], bar: Mapping[str, Any]) -> tuple[int, int]:
     """``(equal, compared)``: development runs of ``z = 0`` whose time to target and final
     accuracy equal amendment 24's runs of its pick on the same cell and seed."""
@@ -47,16 +62,10 @@ def reproduced(data: Mapping[str, Any], bar: Mapping[str, Any]) -> tuple[int, in
     return equal, compared
 
 
-def render(data: Mapping[str, Any], bar: Mapping[str, Any], replication: Mapping[str, Any],
-           cells: Mapping[str, Mapping[str, Any]], report: Sequence[str]) -> str | None:
-    """A sentence on the pick and the counts, and one row per cell read (the development
-    pick alone before any evaluation run)."""
-    dev = data.get("dev")
-    if not dev:
-        return None
-    pick = float(dev["pick"])
+def _margin_intro(data: Mapping[str, Any], bar: Mapping[str, Any]) -> str:
+    dev = data["dev"]
     equal, compared = reproduced(data, bar)
-    text = (
+    return (
         "**A margin beyond chance** (`fedbuff-margin`, `python -m experiments.async_margin`, "
         "the grid file's amendment 25, registered after amendment 24's evaluation reading, "
         "which suggested it, and before any run of its own: amendment 24's bar θ = 0.75, and "
@@ -64,40 +73,80 @@ def render(data: Mapping[str, Any], bar: Mapping[str, Any], replication: Mapping
         "that partition's by more than z standard deviations of a difference of two counts "
         "of one rate, `own - theirs > z·sqrt(own + theirs)`; z = 0 is amendment 24's; ONE z "
         "for every cell, picked on the development seeds of amendment 24's fifteen cells by "
-        f"its rule ({tried_text(dev)}): z = {pick:g}"
+        f"its rule ({tried_text(dev)}): z = {float(dev['pick']):g}"
         + (f"; the development runs of z = 0 equal amendment 24's in {equal} of {compared}"
            if compared else "")
         + "). ")
-    read = read_cells(data, replication, cells, report, METHOD, bar)
+
+
+def _need_intro(data: Mapping[str, Any], bar: Mapping[str, Any]) -> str:
+    dev = data["dev"]
+    return (
+        "**Replication by need** (`fedbuff-need`, `python -m experiments.async_need`, the grid "
+        "file's amendment 26, registered after amendment 25 and before any run of its own, "
+        "with the diagnostic that preceded it: a client computes its neighbour's partition "
+        "while that partition's jobs are fewer than 0.25 times its own partition's, or fewer "
+        "than its own partition's when the neighbour's partition's last update was more than "
+        "ρ times as large as its own partition's last update; ONE ρ for every cell, picked on "
+        "the development seeds of amendment 24's fifteen cells by its rule "
+        f"({tried_text(dev)}): ρ = {float(dev['pick']):g}). ")
+
+
+MARGIN_READING = Later(MARGIN, METHOD, "z", _margin_intro, same_as_bar=0.0)
+NEED_READING = Later("async_need.json", "fedbuff-need", "ρ", _need_intro)
+
+
+def render(data: Mapping[str, Any], bar: Mapping[str, Any], replication: Mapping[str, Any],
+           cells: Mapping[str, Mapping[str, Any]], report: Sequence[str],
+           later: Later = MARGIN_READING) -> str | None:
+    """A sentence on the pick and the counts, and one row per cell read (the development
+    pick alone before any evaluation run)."""
+    dev = data.get("dev")
+    if not dev:
+        return None
+    pick = float(dev["pick"])
+    text = later.intro(data, bar)
+    read = read_cells(data, replication, cells, report, later.method, bar)
     if not read:
-        return text + ("Its evaluation runs are amendment 24's (the pick is z = 0)."
-                       if pick == 0 else "Not read on the evaluation seeds yet.")
+        return text + ("Its evaluation runs are amendment 24's (the pick is "
+                       f"{later.symbol} = {pick:g})." if pick == later.same_as_bar
+                       else "Not read on the evaluation seeds yet.")
     rows = []
     for name, stats, v, regret in read:
         mine = data["cells"][name]
         rows.append([
             name, time_text(stats.get("fedbuff")), time_text(stats.get(FIXED)),
-            time_text(stats.get(BAR_METHOD)), time_text(stats[METHOD]),
+            time_text(stats.get(BAR_METHOD)), time_text(stats[later.method]),
             paired_text(mine["over_fedbuff"]),
             "-" if mine.get("over_earlier") is None else paired_text(mine["over_earlier"]),
             "-" if regret is None else f"{regret:.2f}", share_text(mine["runs"]), goal_text(v),
             uncoded_text(v)])
     missing = missing_cells(data, replication, report)
-    return (text + counts_text(read, METHOD)
+    return (text + counts_text(read, later.method)
             + ". Beside the verdict, which stays as registered; the evaluation seeds are the "
-            "ones whose reading of amendment 24 suggested the margin"
+            "ones whose reading of amendment 24 suggested this rule"
             + (f". Not read yet: {', '.join(missing)}" if missing else "")
             + ". " + FOOTNOTE + "\n\n" + table(
-                ["cell", "FedBuff", "s = 1", "θ = 0.75", f"z = {pick:g}", "over FedBuff",
+                ["cell", "FedBuff", "s = 1", "θ = 0.75", f"{later.symbol} = {pick:g}",
+                 "over FedBuff",
                  "over θ = 0.75", "over the lower of FedBuff and s = 1 (medians)",
                  "replicated", "goal with it (over the best rival)",
                  "the best rival that does not code, over it"], rows))
 
 
-@block("async-margin")
-def async_margin() -> str | None:
-    if not all((RESULTS / f).exists() for f in (MARGIN, BAR, ASYNC, COMPARE)):
+def _block(later: Later) -> str | None:
+    if not all((RESULTS / f).exists() for f in (later.file, BAR, ASYNC, COMPARE)):
         return None
     replication = load(ASYNC)
-    return render(load(MARGIN), load(BAR), replication,
-                  benchmark_cells(replication, load(COMPARE)), reported_cells())
+    return render(load(later.file), load(BAR), replication,
+                  benchmark_cells(replication, load(COMPARE)), reported_cells(), later)
+
+
+@block("async-margin")
+def async_margin() -> str | None:
+    return _block(MARGIN_READING)
+
+
+@block("async-need")
+def async_need() -> str | None:
+    return _block(NEED_READING)
