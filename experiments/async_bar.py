@@ -31,8 +31,8 @@ from experiments.compare import load_grid
 from experiments.deadline_best import tried_record
 from experiments.rival_runs import run_replicated
 
-__all__ = ["BAR", "CHOICES", "MARGIN", "METHOD", "NEED", "RULE", "Reading", "choose", "dev_cells",
-           "main", "ratio_to_best", "read_cell", "settings_of"]
+__all__ = ["BAR", "CHOICES", "MARGIN", "METHOD", "NEED", "RULE", "Reading", "auto_rule",
+           "choose", "dev_cells", "main", "ratio_to_best", "read_cell", "settings_of"]
 
 COMPARE = Path("results/compare.json")
 REPLICATION = Path("results/async_replication.json")
@@ -182,6 +182,27 @@ def read_cell(grid: Mapping[str, Any], name: str, cell: Mapping[str, Any],
             "over_s1": paired_ratio(runs, s1) if s1 else None,
             "over_auto": paired_ratio(runs, auto),
             "runtime_s": time.perf_counter() - t0}
+
+
+def auto_rule(bar: Mapping[str, Any], margin: Mapping[str, Any] | None = None,
+              need: Mapping[str, Any] | None = None) -> dict[str, float]:
+    """The ReplicatedFedBuff keywords the main job's ``s="auto"`` runs, from the development
+    records (``dev``) of amendments 24, 25 and 26 on record, by the grid file's rules:
+    amendment 24's bar; amendment 25's margin beside it, whatever its ratios; amendment 26's
+    rule in their place when its pick's worst development ratio is lower (then its median;
+    a tie keeps what runs)."""
+    def score(dev: Mapping[str, Any]) -> tuple[float, float]:
+        pick = str(dev["pick"])
+        return float(dev["worst"][pick]), float(dev["median"][pick])
+
+    rule = {**BAR.keywords(float(bar["pick"]))}
+    best = score(bar)
+    if margin is not None:
+        rule = {**MARGIN.keywords(float(margin["pick"]))}
+        best = score(margin)
+    if need is not None and score(need) < best:
+        rule = {**NEED.keywords(float(need["pick"]))}
+    return rule
 
 
 def settings_of(reading: Reading) -> dict[str, Any]:

@@ -66,17 +66,51 @@ def test_a_reading_runs_the_bar_on_the_evaluation_seeds_paired_with_fedbuff(smal
         (r["time_to_target"], r["final_accuracy"], r["updates_per_partition"]) for r in fixed]
 
 
-def test_the_bar_s_auto_runs_is_the_development_pick_on_record():
+def test_s_auto_runs_the_rule_the_development_records_on_record_pick():
     import json
+    import math
     from pathlib import Path
 
-    from experiments.async_bar import OUT
-    from fl_gradcode.flower.asynchronous import AUTO_REPLICATE_BELOW, AUTO_S
+    from experiments.async_bar import BAR, MARGIN, NEED, auto_rule
+    from fl_gradcode.flower.asynchronous import (
+        AUTO_NEED_RATIO,
+        AUTO_REPLICATE_BELOW,
+        AUTO_REPLICATE_MARGIN,
+        AUTO_S,
+    )
 
-    dev = json.loads((Path(__file__).resolve().parents[2] / OUT).read_text())["dev"]
+    root = Path(__file__).resolve().parents[2]
+    dev = json.loads((root / BAR.out).read_text())["dev"]
     ratios = {float(t): [c["tried"][t]["ratio_to_best_fixed"] for c in dev["cells"].values()]
               for t in dev["worst"]}
-    assert choose(ratios) == dev["pick"] == AUTO_REPLICATE_BELOW and AUTO_S == 1
+    assert choose(ratios) == dev["pick"]
+
+    def later(reading):
+        path = root / reading.out
+        return json.loads(path.read_text())["dev"] if path.exists() else None
+
+    rule = {"replicate_below": 1.0, "replicate_margin": 0.0, "need_ratio": math.inf,
+            **auto_rule(dev, later(MARGIN), later(NEED))}
+    assert (rule["replicate_below"], rule["replicate_margin"], rule["need_ratio"]) == (
+        AUTO_REPLICATE_BELOW, AUTO_REPLICATE_MARGIN, AUTO_NEED_RATIO) and AUTO_S == 1
+
+
+def test_auto_takes_the_margin_whatever_and_the_need_rule_only_when_it_ranks_first():
+    from experiments.async_bar import auto_rule
+
+    def dev(pick, worst, median):
+        return {"pick": pick, "worst": {str(pick): worst}, "median": {str(pick): median}}
+
+    bar = dev(0.75, 2.0, 1.0)
+    assert auto_rule(bar) == {"replicate_below": 0.75}
+    assert auto_rule(bar, dev(2.0, 3.0, 1.0)) == {"replicate_below": 0.75,
+                                                  "replicate_margin": 2.0}
+    assert auto_rule(bar, dev(0.0, 2.0, 1.0), dev(1.5, 2.0, 1.0)) == {
+        "replicate_below": 0.75, "replicate_margin": 0.0}  # a tie keeps what runs
+    assert auto_rule(bar, dev(0.0, 2.0, 1.0), dev(1.5, 2.0, 0.9)) == {
+        "replicate_below": 0.25, "need_ratio": 1.5}
+    assert auto_rule(bar, dev(1.0, 2.5, 1.0), dev(1.25, 2.2, 1.3)) == {
+        "replicate_below": 0.25, "need_ratio": 1.25}
 
 
 def _runs(method, times, final=0.9, **extra):
