@@ -31,7 +31,7 @@ from experiments.compare import load_grid
 from experiments.deadline_best import tried_record
 from experiments.rival_runs import run_replicated
 
-__all__ = ["BAR", "CHOICES", "MARGIN", "METHOD", "NEED", "RULE", "Reading", "auto_rule",
+__all__ = ["BAR", "CHOICES", "LATCH", "MARGIN", "METHOD", "NEED", "RULE", "Reading", "auto_rule",
            "choose", "dev_cells", "main", "ratio_to_best", "read_cell", "settings_of"]
 
 COMPARE = Path("results/compare.json")
@@ -64,9 +64,9 @@ class Reading:
     rule: str
     out: Path
     prog: str
-    fixed: Mapping[str, float] = field(default_factory=dict)
+    fixed: Mapping[str, Any] = field(default_factory=dict)
 
-    def keywords(self, value: float) -> dict[str, float]:
+    def keywords(self, value: float) -> dict[str, Any]:
         """``run_replicated``'s keywords for one value of the knob."""
         return {**self.fixed, self.knob: float(value)}
 
@@ -93,6 +93,18 @@ NEED = Reading(
     "for s = 0, 1, 2 (both infinite: 1; only rho's: infinite); the lowest worst ratio over "
     "the cells, then the lowest median ratio, then 1.5",
     Path("results/async_need.json"), "experiments.async_need", {"replicate_below": 0.25})
+#: amendment 27: the need ratio rho, latched, beside the bar 0.25
+LATCH = Reading(
+    "fedbuff-latch", "need_ratio", (1.5, 2.0, 3.0), 2.0,
+    "one rho for every cell among 1.5, 2, 3 beside the bar 0.25, latched (a neighbour's "
+    "partition whose last update was once more than rho times as large as the own "
+    "partition's is served as much as it for the rest of the run): per development cell, "
+    "rho's median time to target over the development seeds (never reached: infinite) over "
+    "the lowest of amendment 23's development medians for s = 0, 1, 2 (both infinite: 1; "
+    "only rho's: infinite); the lowest worst ratio over the cells, then the lowest median "
+    "ratio, then 2",
+    Path("results/async_latch.json"), "experiments.async_latch",
+    {"replicate_below": 0.25, "need_latch": True})
 
 
 def dev_cells(grid: Mapping[str, Any], names: Sequence[str]) -> list[str]:
@@ -185,12 +197,14 @@ def read_cell(grid: Mapping[str, Any], name: str, cell: Mapping[str, Any],
 
 
 def auto_rule(bar: Mapping[str, Any], margin: Mapping[str, Any] | None = None,
-              need: Mapping[str, Any] | None = None) -> dict[str, float]:
+              need: Mapping[str, Any] | None = None, latch: Mapping[str, Any] | None = None
+              ) -> dict[str, Any]:
     """The ReplicatedFedBuff keywords the main job's ``s="auto"`` runs, from the development
     records (``dev``) of amendments 24, 25 and 26 on record, by the grid file's rules:
     amendment 24's bar; amendment 25's margin beside it, whatever its ratios; amendment 26's
     rule in their place when its pick's worst development ratio is lower (then its median;
-    a tie keeps what runs)."""
+    a tie keeps what runs); amendment 27's, by the same test, in the place of what runs
+    then."""
     def score(dev: Mapping[str, Any]) -> tuple[float, float]:
         pick = str(dev["pick"])
         return float(dev["worst"][pick]), float(dev["median"][pick])
@@ -200,8 +214,9 @@ def auto_rule(bar: Mapping[str, Any], margin: Mapping[str, Any] | None = None,
     if margin is not None:
         rule = {**MARGIN.keywords(float(margin["pick"]))}
         best = score(margin)
-    if need is not None and score(need) < best:
-        rule = {**NEED.keywords(float(need["pick"]))}
+    for reading, dev in ((NEED, need), (LATCH, latch)):
+        if dev is not None and score(dev) < best:
+            rule, best = {**reading.keywords(float(dev["pick"]))}, score(dev)
     return rule
 
 

@@ -355,13 +355,13 @@ def run_rival(method: str, seed: int, cell: Cell, deadline: float | None = None,
 
 
 def run_replicated(s: int, seed: int, cell: Cell, replicate_below: float = 1.0,
-                   replicate_margin: float = 0.0, need_ratio: float = math.inf
-                   ) -> dict[str, Any]:
+                   replicate_margin: float = 0.0, need_ratio: float = math.inf,
+                   need_latch: bool = False) -> dict[str, Any]:
     """The record of ``fedbuff-replicated`` with ``s`` extra copies of each partition
     (:class:`fl_gradcode.flower.asynchronous.ReplicatedFedBuff`, ``replicate_below``,
-    ``replicate_margin``, ``need_ratio``) in ``cell``, with FedBuff's rules of the cell
-    (method ``fedbuff-replicated:s``, with ``@theta`` below 1, ``~z`` above 0 and ``^rho``
-    when finite);
+    ``replicate_margin``, ``need_ratio``, ``need_latch``) in ``cell``, with FedBuff's rules
+    of the cell (method ``fedbuff-replicated:s``, with ``@theta`` below 1, ``~z`` above 0,
+    ``^rho`` when finite and ``!`` latched);
     ``updates_per_partition``: how many updates of each partition entered the model;
     ``replicated``: how many jobs computed another partition than the client's own."""
     cfg = cell.config(seed, rival="fedavg")
@@ -369,7 +369,8 @@ def run_replicated(s: int, seed: int, cell: Cell, replicate_below: float = 1.0,
                       buffer_size=cell.fedbuff_buffer(), server_lr=cell.fedbuff_server_lr,
                       staleness_exponent=cell.fedbuff_staleness_exponent,
                       rounds=cell.fedbuff_steps(), replicas=s, replicate_below=replicate_below,
-                      replicate_margin=replicate_margin, need_ratio=need_ratio)
+                      replicate_margin=replicate_margin, need_ratio=need_ratio,
+                      need_latch=need_latch)
     counts = [0] * cell.n
     for row in run.history:
         for pid in row["clients_used"]:
@@ -379,13 +380,16 @@ def run_replicated(s: int, seed: int, cell: Cell, replicate_below: float = 1.0,
     label = (f"fedbuff-replicated:{s}" + ("" if replicate_below == 1.0 else
                                           f"@{replicate_below:g}")
              + ("" if replicate_margin == 0.0 else f"~{replicate_margin:g}")
-             + ("" if math.isinf(need_ratio) else f"^{need_ratio:g}"))
+             + ("" if math.isinf(need_ratio) else f"^{need_ratio:g}")
+             + ("!" if need_latch else ""))
     bar = {} if replicate_below == 1.0 else {"replicate_below": replicate_below,
                                              "replicated": replicated}
     if replicate_margin != 0.0:
         bar.update(replicate_margin=replicate_margin, replicated=replicated)
     if not math.isinf(need_ratio):
         bar.update(need_ratio=need_ratio, replicated=replicated)
+    if need_latch:
+        bar.update(need_latch=True)
     return _summary(label, seed, run.history, cell, cfg, run.counter, run.wall_s, s=s,
                     updates_per_partition=counts, **bar)
 
@@ -477,7 +481,8 @@ def rival_strategy(method: str, run_config: Mapping[str, Any], n: int, *,
                    buffer_size: int | None = None, server_lr: float | None = None,
                    staleness_exponent: float | None = None, stop_dropped_work: bool = False,
                    replicas: int = 0, replicate_below: float = 1.0,
-                   replicate_margin: float = 0.0, need_ratio: float = math.inf
+                   replicate_margin: float = 0.0, need_ratio: float = math.inf,
+                   need_latch: bool = False
                    ) -> tuple[Any, tuple, dict[str, Any], dict[str, Any]]:
     """A public rival of :mod:`fl_gradcode.rivals` with ``run_config`` on ``n`` nodes, on the
     main job's initial model, evaluation and train config (``server.app.build_rival``):
@@ -491,7 +496,7 @@ def rival_strategy(method: str, run_config: Mapping[str, Any], n: int, *,
       ``(1 + staleness)^-staleness_exponent``;
     * ``fedbuff-replicated``: FedBuff's rules over partitions each held by ``replicas + 1``
       clients (:class:`fl_gradcode.flower.asynchronous.ReplicatedFedBuff`, ``s = replicas``,
-      its ``replicate_below``, ``replicate_margin`` and ``need_ratio``).
+      its ``replicate_below``, ``replicate_margin``, ``need_ratio``, ``need_latch``).
 
     A rule left ``None`` is the rival class's own default (``FirstK``, ``FedBuff``).
     ``stop_dropped_work``: ``deadline`` and ``first-k`` stop a dropped client's work when its
@@ -545,7 +550,8 @@ def rival_strategy(method: str, run_config: Mapping[str, Any], n: int, *,
 
             strategy = ReplicatedFedBuff(s=int(replicas), replicate_below=replicate_below,
                                          replicate_margin=replicate_margin,
-                                         need_ratio=need_ratio, **knobs)
+                                         need_ratio=need_ratio, need_latch=need_latch,
+                                         **knobs)
             extra["s"] = int(replicas)
     else:
         raise ValueError(f"method {method!r} is not a rival; expected one of "

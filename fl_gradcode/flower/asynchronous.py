@@ -42,7 +42,10 @@ already fits sends small updates; one holding what the others lack sends large o
 is fitted, so the replication follows the partition's value, not only its service. Sampling
 in proportion to the update norm is the variance-optimal client sampling of Chen, Horváth and
 Richtárik, *Optimal Client Sampling for Federated Learning*, TMLR 2022,
-https://arxiv.org/abs/2010.13723; here the norm only switches a neighbour's bar.
+https://arxiv.org/abs/2010.13723; here the norm only switches a neighbour's bar. Served as
+much, a needed partition's updates shrink and its bar falls back, so its service swings;
+``need_latch=True`` keeps the bar 1 for the rest of the run once a partition has been seen to
+be needed.
 
 Everything else is :class:`~fl_gradcode.rivals.FedBuff`'s: which idle client gets a free slot
 (seeded, uniformly), the virtual clock (a job's latency is drawn for the client's own device,
@@ -120,6 +123,9 @@ class ReplicatedFedBuff(FedBuff):
         ``rho > 0`` (default ``inf``: off): a held partition whose last update's norm exceeds
         ``rho`` times the own partition's last update's is served up to the own partition's
         count (the bar 1 for it; module docstring).
+    need_latch : bool
+        ``True``: a partition once seen to be needed keeps the bar 1 for the rest of the run
+        (default ``False``: it is read at each job).
     identify_timeout : float, optional
         Seconds the identification handshake waits for the nodes' answers (default:
         ``start``'s ``timeout``); a node that has not answered by then gets no job.
@@ -129,7 +135,8 @@ class ReplicatedFedBuff(FedBuff):
     """
 
     def __init__(self, *, s: int, replicate_below: float = 1.0, replicate_margin: float = 0.0,
-                 need_ratio: float = math.inf, identify_timeout: float | None = None,
+                 need_ratio: float = math.inf, need_latch: bool = False,
+                 identify_timeout: float | None = None,
                  **fedbuff: Any) -> None:
         if isinstance(s, bool) or not isinstance(s, int) or s < 0:
             raise ValueError(f"s={s!r} must be an integer >= 0 (extra copies of a partition)")
@@ -147,6 +154,8 @@ class ReplicatedFedBuff(FedBuff):
             raise ValueError(f"need_ratio={need_ratio!r} must be a number > 0 (how many times "
                              "the own partition's last update norm a neighbour's must exceed "
                              "to be served as much; inf: off)")
+        if not isinstance(need_latch, bool):
+            raise ValueError(f"need_latch={need_latch!r} must be True or False")
         if identify_timeout is not None and not (math.isfinite(identify_timeout)
                                                  and identify_timeout > 0):
             raise ValueError(f"identify_timeout={identify_timeout!r} must be > 0 seconds or "
@@ -157,7 +166,9 @@ class ReplicatedFedBuff(FedBuff):
         self.replicate_below = float(replicate_below)
         self.replicate_margin = float(replicate_margin)
         self.need_ratio = float(need_ratio)
+        self.need_latch = need_latch
         self.norms: dict[int, float] = {}  # partition -> its last update's norm
+        self.needed: set[int] = set()  # partitions latched at the bar 1
         self.identities: dict[int, protocol.Identity] = {}
         self.served: dict[int, int] = {}  # partition -> jobs sent for it
         self._nonce = ""
@@ -201,6 +212,7 @@ class ReplicatedFedBuff(FedBuff):
         self._nonce = secrets.token_hex(8)
         self.served = {}
         self.norms = {}
+        self.needed = set()
         answered = self._identify(grid, timeout)
         if not answered:
             raise ValueError("ReplicatedFedBuff: no node identified its partition (does the "
@@ -227,8 +239,12 @@ class ReplicatedFedBuff(FedBuff):
     def _bar(self, j: int, own: int) -> float:
         """Partition ``j``'s bar for the client of partition ``own``: 1 when its last update
         was more than ``need_ratio`` times as large as ``own``'s, else ``replicate_below``."""
+        if j in self.needed:
+            return 1.0
         mine, theirs = self.norms.get(own), self.norms.get(j)
         if mine is not None and theirs is not None and theirs > self.need_ratio * mine:
+            if self.need_latch:
+                self.needed.add(j)
             return 1.0
         return self.replicate_below
 

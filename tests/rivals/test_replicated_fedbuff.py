@@ -50,21 +50,26 @@ def _start(strategy, n, steps, app=None):
 
 
 def _reference(table, n, s, k, server_lr, steps, sizes=None, cost=0.0, bar=1.0, margin=0.0,
-               need=math.inf):
+               need=math.inf, latch=False):
     """Concurrency ``n``: a finished client is sent the current model at once. ``bar``:
     client ``p`` computes another held partition only while its jobs are fewer than
     ``bar`` times partition ``p``'s and, ``margin`` z, while partition ``p``'s lead them by
     more than z standard deviations of a difference of two counts of one rate (then the
     least served of those); ``need`` rho: a held partition whose last update (``theta_j -
-    theta_sent``) was more than rho times as large as partition ``p``'s last has the bar 1.
+    theta_sent``) was more than rho times as large as partition ``p``'s last has the bar 1
+    (``latch``: from then on).
     ``table[job][p]``: client ``p``'s ``job``-th job's latency, plus ``cost`` times the load
     of the partition it computes (its size over the mean of ``sizes``). Returns the model and
     time of each step and each step's partitions."""
     served = [0] * n
-    norms = {}
+    norms, latched = {}, set()
 
     def bar_of(q, p):
+        if q in latched:
+            return 1.0
         if q in norms and p in norms and norms[q] > need * norms[p]:
+            if latch:
+                latched.add(q)
             return 1.0
         return bar
     load = [1.0] * n if sizes is None else [x / np.mean(sizes) for x in sizes]
@@ -370,3 +375,21 @@ def test_a_neighbour_whose_updates_are_larger_is_served_as_much_as_the_reference
 def test_a_bad_need_ratio_is_refused_by_name(bad):
     with pytest.raises(ValueError, match="need_ratio="):
         ReplicatedFedBuff(s=1, need_ratio=bad, buffer_size=1)
+
+
+@pytest.mark.parametrize("s, theta, rho", [(1, 0.25, 1.2), (2, 0.25, 1.1)])
+def test_a_latched_need_keeps_the_bar_one_as_the_reference_does(s, theta, rho):
+    strategy = ReplicatedFedBuff(s=s, replicate_below=theta, need_ratio=rho, need_latch=True,
+                                 buffer_size=1, concurrency=4, server_lr=0.7,
+                                 latency=FixedArrivals(TABLE), measured_compute=False)
+    result, _ = _start(strategy, 4, 40)
+    expected, times, parts = _reference(TABLE, 4, s, 1, 0.7, 40, bar=theta, need=rho,
+                                        latch=True)
+    assert [row["clients_used"] for row in strategy.history] == [parts[t] for t in range(1, 41)]
+    assert [row["virtual_s"] for row in strategy.history] == pytest.approx(
+        [times[t] for t in range(1, 41)])
+    assert_model(as_dict(result.arrays), expected[40])
+    _, _, unlatched = _reference(TABLE, 4, s, 1, 0.7, 40, bar=theta, need=rho)
+    assert parts != unlatched  # the latch changed which partitions were computed
+    with pytest.raises(ValueError, match="need_latch="):
+        ReplicatedFedBuff(s=1, need_latch=1, buffer_size=1)
