@@ -71,7 +71,7 @@ def test_s_auto_runs_the_rule_the_development_records_on_record_pick():
     import math
     from pathlib import Path
 
-    from experiments.async_bar import BAR, MARGIN, NEED, auto_rule
+    from experiments.async_bar import BAR, LATCH, MARGIN, NEED, auto_rule
     from fl_gradcode.flower.asynchronous import (
         AUTO_NEED_RATIO,
         AUTO_REPLICATE_BELOW,
@@ -90,7 +90,7 @@ def test_s_auto_runs_the_rule_the_development_records_on_record_pick():
         return json.loads(path.read_text())["dev"] if path.exists() else None
 
     rule = {"replicate_below": 1.0, "replicate_margin": 0.0, "need_ratio": math.inf,
-            **auto_rule(dev, later(MARGIN), later(NEED))}
+            **auto_rule(dev, later(MARGIN), later(NEED), later(LATCH))}
     assert (rule["replicate_below"], rule["replicate_margin"], rule["need_ratio"]) == (
         AUTO_REPLICATE_BELOW, AUTO_REPLICATE_MARGIN, AUTO_NEED_RATIO) and AUTO_S == 1
 
@@ -111,6 +111,11 @@ def test_auto_takes_the_margin_whatever_and_the_need_rule_only_when_it_ranks_fir
         "replicate_below": 0.25, "need_ratio": 1.5}
     assert auto_rule(bar, dev(1.0, 2.5, 1.0), dev(1.25, 2.2, 1.3)) == {
         "replicate_below": 0.25, "need_ratio": 1.25}
+    # amendment 27's against what runs after amendment 26: here amendment 26's
+    assert auto_rule(bar, dev(1.0, 2.5, 1.0), dev(1.25, 2.2, 1.3), dev(2.0, 2.3, 1.0)) == {
+        "replicate_below": 0.25, "need_ratio": 1.25}
+    assert auto_rule(bar, dev(1.0, 2.5, 1.0), dev(1.25, 2.2, 1.3), dev(2.0, 2.1, 1.0)) == {
+        "replicate_below": 0.25, "need_ratio": 2.0, "need_latch": True}
 
 
 def _runs(method, times, final=0.9, **extra):
