@@ -221,7 +221,8 @@ def build(cfg: dict[str, Any], n: int, code_policy: Any = None):
         raise ValueError("asynchronous=True: this builds synchronous coded rounds; the "
                          "asynchronous run is server.asynchronous.build_async (the ServerApp's "
                          "run picks it)")
-    for name in ("buffer-size", "replicate-below", "replicate-margin", "need-ratio"):  # async
+    # read by asynchronous runs only
+    for name in ("buffer-size", "replicate-below", "replicate-margin", "need-ratio", "need-latch"):
         if cfg[name] != DEFAULTS[name]:
             raise ValueError(f"{name}={cfg[name]!r} is read by asynchronous runs only; set "
                              f"asynchronous=true or leave it at {DEFAULTS[name]!r}")

@@ -32,6 +32,7 @@ from flwr.common.logger import log
 
 from fl_gradcode.config import DEFAULTS, worker_list
 from fl_gradcode.flower.asynchronous import (
+    AUTO_NEED_LATCH,
     AUTO_NEED_RATIO,
     AUTO_REPLICATE_BELOW,
     AUTO_REPLICATE_MARGIN,
@@ -57,7 +58,8 @@ def async_refusal(cfg: dict[str, Any]) -> str | None:
     if s == "auto":
         for name, own in (("replicate-below", AUTO_REPLICATE_BELOW),
                           ("replicate-margin", AUTO_REPLICATE_MARGIN),
-                          ("need-ratio", need_key(AUTO_NEED_RATIO))):
+                          ("need-ratio", need_key(AUTO_NEED_RATIO)),
+                          ("need-latch", AUTO_NEED_LATCH)):
             if cfg[name] != DEFAULTS[name]:
                 return (f"{name}={cfg[name]!r} with s='auto', which sets its own ({own!r}); "
                         f"set an integer s to choose {name}, or leave it unset")
@@ -77,6 +79,11 @@ def async_refusal(cfg: dict[str, Any]) -> str | None:
             or not (math.isfinite(need) and need >= 0)):
         return (f"need-ratio={need!r}: expected a finite number >= 0 (how many times the own "
                 "partition's last update a neighbour's must exceed; 0: off)")
+    if not isinstance(cfg["need-latch"], bool):
+        return f"need-latch={cfg['need-latch']!r}: expected true or false"
+    if cfg["need-latch"] and s != "auto" and not need:
+        return ("need-latch=True without need-ratio: the latch holds a partition the need "
+                "ratio found needed; set need-ratio > 0 or leave need-latch unset")
     if str(cfg["rival"]):
         return f"rival={cfg['rival']!r}: {plain}, not a rival; leave rival unset"
     if str(cfg["dp"]) != "none":
@@ -110,15 +117,16 @@ def need_key(ratio: float) -> float:
     return 0.0 if math.isinf(ratio) else float(ratio)
 
 
-def replication(cfg: dict[str, Any]) -> tuple[int, float, float, float]:
-    """``(s, replicate_below, replicate_margin, need_ratio)`` an asynchronous run of ``cfg``
-    runs (``s="auto"``: the placement and rules picked on development seeds; a
+def replication(cfg: dict[str, Any]) -> tuple[int, float, float, float, bool]:
+    """``(s, replicate_below, replicate_margin, need_ratio, need_latch)`` an asynchronous run
+    of ``cfg`` runs (``s="auto"``: the placement and rules picked on development seeds; a
     ``need-ratio`` of 0 is the class's ``inf``, off)."""
     if cfg["s"] == "auto":
-        return AUTO_S, AUTO_REPLICATE_BELOW, AUTO_REPLICATE_MARGIN, AUTO_NEED_RATIO
+        return (AUTO_S, AUTO_REPLICATE_BELOW, AUTO_REPLICATE_MARGIN, AUTO_NEED_RATIO,
+                AUTO_NEED_LATCH)
     need = float(cfg["need-ratio"])
     return (int(cfg["s"]), float(cfg["replicate-below"]), float(cfg["replicate-margin"]),
-            need if need > 0 else math.inf)
+            need if need > 0 else math.inf, bool(cfg["need-latch"]))
 
 
 def build_async(cfg: dict[str, Any], n: int):
@@ -163,14 +171,15 @@ def build_async(cfg: dict[str, Any], n: int):
     keywords = strategy_keywords(cfg, n, only=RIVAL_KEYWORDS)
     if str(cfg["timing"]) == "wallclock":
         keywords.update(compute_cost_s=0.0, upload_bandwidth=None)
-    s, bar, z, need = replication(cfg)
+    s, bar, z, need, latch = replication(cfg)
     strategy = ReplicatedFedBuff(
-        s=s, replicate_below=bar, replicate_margin=z, need_ratio=need, buffer_size=k,
+        s=s, replicate_below=bar, replicate_margin=z, need_ratio=need, need_latch=latch,
+        buffer_size=k,
         concurrency=cohort,
         server_lr=float(cfg["server-lr"]), partition_sizes=sizes, **keywords,
         run_config={**cfg, "num-clients": n, "partition-sizes": sizes, "s": s,
                     "replicate-below": bar, "replicate-margin": z,
-                    "need-ratio": need_key(need), "s-asked": cfg["s"],
+                    "need-ratio": need_key(need), "need-latch": latch, "s-asked": cfg["s"],
                     "buffer-size": k, "server-steps": steps},
         timing=str(cfg["timing"]), identify_timeout=float(cfg["warmup-timeout"]))
     initial, evaluate_fn, train_config = model_and_evaluation(cfg, data)

@@ -456,7 +456,8 @@ def _bar(cfg: dict) -> str:
         return ""
     asked = " (s='auto')" if cfg.get("s-asked") == "auto" else ""
     margin = f" by more than {z:g} sd" if z else ""
-    lifted = f" (1x when its last update was over {need:g}x the own's)" if need else ""
+    once = " once" if cfg.get("need-latch") else ""
+    lifted = f" (1x{once} when its last update was over {need:g}x the own's)" if need else ""
     return (f", a neighbour's partition served while below {bar:g}x a client's own"
             f"{lifted}{margin}{asked}")
 

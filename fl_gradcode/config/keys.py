@@ -360,6 +360,9 @@ KEYS: tuple[Key, ...] = (
         "model delta) was more than this many times as large as the client's own partition's "
         "last update is served as much as the own partition, the others below "
         "`replicate-below` (0: off); `s='auto'` sets its own", coded_only=True),
+    Key("need-latch", False, "`asynchronous` with `need-ratio`: a partition once seen to be "
+        "needed is served as much as the own partition for the rest of the run; `s='auto'` "
+        "sets its own", coded_only=True),
     Key("buffer-size", 0, "`asynchronous`: updates per server step (FedBuff's K); 0 = a "
         "quarter of the cohort, rounded up (the benchmark's a-priori K)", coded_only=True),
 )

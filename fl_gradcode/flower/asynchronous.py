@@ -76,18 +76,20 @@ from .deadline import reply_bytes
 from .protocol import Instruction, RejectedReply
 from .senders import answering_node
 
-__all__ = ["AUTO_NEED_RATIO", "AUTO_REPLICATE_BELOW", "AUTO_REPLICATE_MARGIN", "AUTO_S",
-           "ReplicatedFedBuff", "cyclic_placement"]
+__all__ = ["AUTO_NEED_LATCH", "AUTO_NEED_RATIO", "AUTO_REPLICATE_BELOW", "AUTO_REPLICATE_MARGIN",
+           "AUTO_S", "ReplicatedFedBuff", "cyclic_placement"]
 
 #: what an asynchronous run with ``s="auto"`` runs: the placement ``s = 1``, the bar picked on
 #: development seeds by the rule of ``experiments/grid.toml``'s amendment 24 (one bar for
 #: every cell; its evaluation reading: ``results/async_bar.json``), the margin picked beside
 #: it by amendment 25's (``results/async_margin.json``) and the need ratio of amendment 26's
-#: when its development reading ranks it first (``results/async_need.json``; ``inf``: off)
+#: when its development reading ranks it first (``results/async_need.json``; ``inf``: off),
+#: latched when amendment 27's ranks first (``results/async_latch.json``)
 AUTO_S = 1
 AUTO_REPLICATE_BELOW = 0.75
 AUTO_REPLICATE_MARGIN = 0.0
 AUTO_NEED_RATIO = math.inf
+AUTO_NEED_LATCH = False
 
 #: the dtype replies are sent in (the instruction's default wire, float64)
 _WIRE = np.dtype(np.float64)

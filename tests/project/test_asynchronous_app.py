@@ -41,6 +41,8 @@ def _config(tmp_path, **overrides):
     ({"s": "auto", "need-ratio": 1.5}, "need-ratio=1.5 with s='auto'"),
     ({"need-ratio": -1.0}, "need-ratio=-1.0"),
     ({"need-ratio": math.inf}, "need-ratio=inf"),
+    ({"s": "auto", "need-latch": True}, "need-latch=True with s='auto'"),
+    ({"need-latch": True}, "need-latch=True without need-ratio"),
     ({"dp": "partition"}, "dp='partition'"),
     ({"server-optimizer": "adam"}, "server-optimizer='adam'"),
     ({"rival": "drop-stragglers"}, "rival='drop-stragglers'"),
@@ -118,7 +120,8 @@ def test_a_nan_clients_partition_enters_through_its_neighbour(tmp_path):
 
 
 @pytest.mark.parametrize(("key", "value"), [("replicate-below", 0.5),
-                                             ("replicate-margin", 2.0), ("need-ratio", 1.5)])
+                                             ("replicate-margin", 2.0), ("need-ratio", 1.5),
+                                             ("need-latch", True)])
 def test_a_replication_key_without_asynchronous_is_refused(tmp_path, key, value):
     from server.app import run
 
@@ -138,6 +141,7 @@ def test_s_auto_runs_the_picked_bar_and_records_it(tmp_path):
     import json
 
     from fl_gradcode.flower.asynchronous import (
+        AUTO_NEED_LATCH,
         AUTO_NEED_RATIO,
         AUTO_REPLICATE_BELOW,
         AUTO_REPLICATE_MARGIN,
@@ -150,13 +154,15 @@ def test_s_auto_runs_the_picked_bar_and_records_it(tmp_path):
     auto = run(_grid(cfg := _config(tmp_path, s="auto", seed=2, **rounds)), cfg)
     recorded = json.loads((tmp_path / "run" / "config.json").read_text())
     assert (recorded["s"], recorded["replicate-below"], recorded["replicate-margin"],
-            recorded["need-ratio"]) == (AUTO_S, AUTO_REPLICATE_BELOW, AUTO_REPLICATE_MARGIN,
-                                        need_key(AUTO_NEED_RATIO))
+            recorded["need-ratio"], recorded["need-latch"]) == (
+        AUTO_S, AUTO_REPLICATE_BELOW, AUTO_REPLICATE_MARGIN, need_key(AUTO_NEED_RATIO),
+        AUTO_NEED_LATCH)
     assert 0.0 < AUTO_REPLICATE_BELOW < 1.0
     by_hand = run(_grid(cfg := _config(tmp_path, s=AUTO_S, seed=2, **rounds,
                                        **{"replicate-below": AUTO_REPLICATE_BELOW,
                                           "replicate-margin": AUTO_REPLICATE_MARGIN,
-                                          "need-ratio": need_key(AUTO_NEED_RATIO)})), cfg)
+                                          "need-ratio": need_key(AUTO_NEED_RATIO),
+                                          "need-latch": AUTO_NEED_LATCH})), cfg)
     assert _pairs(auto) == _pairs(by_hand)
     least = run(_grid(cfg := _config(tmp_path, s=AUTO_S, seed=2, **rounds)), cfg)
     assert _pairs(auto) != _pairs(least)  # the bar changed which partitions were computed
@@ -204,8 +210,12 @@ def test_the_need_ratio_key_reaches_the_run(tmp_path):
 
     keys = {"num-rounds": 12, "seed": 3, "latency": "persistent", "latency-p": 0.3,
             "latency-slowdown": 20.0, "replicate-below": 0.25}
+    latched = run(_grid(cfg := _config(tmp_path, **keys, **{"need-ratio": 1.0,
+                                                             "need-latch": True})), cfg)
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["need-latch"] is True
     need = run(_grid(cfg := _config(tmp_path, **keys, **{"need-ratio": 1.0})), cfg)
     assert json.loads((tmp_path / "run" / "config.json").read_text())["need-ratio"] == 1.0
     alone = run(_grid(cfg := _config(tmp_path, **keys)), cfg)
     assert json.loads((tmp_path / "run" / "config.json").read_text())["need-ratio"] == 0.0
     assert _pairs(need) != _pairs(alone)
+    assert _pairs(latched) != _pairs(need)
