@@ -4,7 +4,9 @@ amendment 24's bar and the best rival of each cell read, with the goal's test
 ``async-margin`` block (a margin ``z`` that waits for a lead beyond chance; ``python -m
 experiments.async_margin``, ``results/async_margin.json``; the grid file's amendment 25) and
 the ``async-need`` block (the bar lifted by the update norms; ``python -m
-experiments.async_need``, ``results/async_need.json``; amendment 26)."""
+experiments.async_need``, ``results/async_need.json``; amendment 26) and the ``async-latch``
+block (lifted for good; ``python -m experiments.async_latch``, ``results/async_latch.json``;
+amendment 27)."""
 
 from __future__ import annotations
 
@@ -92,8 +94,21 @@ def _need_intro(data: Mapping[str, Any], bar: Mapping[str, Any]) -> str:
         f"({tried_text(dev)}): ρ = {float(dev['pick']):g}). ")
 
 
+def _latch_intro(data: Mapping[str, Any], bar: Mapping[str, Any]) -> str:
+    dev = data["dev"]
+    return (
+        "**Replication by need, latched** (`fedbuff-latch`, `python -m experiments.async_latch`, "
+        "the grid file's amendment 27, registered after amendment 26's development runs in "
+        "ten of its cells, which showed a needed partition's service swinging, and before any "
+        "run of its own: as amendment 26, but a partition whose last update was once more "
+        "than ρ times as large as a holder's own partition's keeps the bar 1 for the rest of "
+        "the run; ONE ρ for every cell, picked on the development seeds of amendment 24's "
+        f"fifteen cells by its rule ({tried_text(dev)}): ρ = {float(dev['pick']):g}). ")
+
+
 MARGIN_READING = Later(MARGIN, METHOD, "z", _margin_intro, same_as_bar=0.0)
 NEED_READING = Later("async_need.json", "fedbuff-need", "ρ", _need_intro)
+LATCH_READING = Later("async_latch.json", "fedbuff-latch", "ρ", _latch_intro)
 
 
 def render(data: Mapping[str, Any], bar: Mapping[str, Any], replication: Mapping[str, Any],
@@ -150,3 +165,8 @@ def async_margin() -> str | None:
 @block("async-need")
 def async_need() -> str | None:
     return _block(NEED_READING)
+
+
+@block("async-latch")
+def async_latch() -> str | None:
+    return _block(LATCH_READING)
