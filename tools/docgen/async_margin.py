@@ -26,10 +26,13 @@ from tools.docgen.async_bar import (
     uncoded_text,
 )
 from tools.docgen.async_bar import METHOD as BAR_METHOD
+from tools.docgen.async_bar import (
+    headline as bar_headline,
+)
 from tools.docgen.async_replication import ASYNC, benchmark_cells, goal_text, time_text
 from tools.docgen.auto_lr import paired_text
 from tools.docgen.core import RESULTS, block, load, table
-from tools.docgen.rivals import COMPARE, reported_cells
+from tools.docgen.rivals import COMPARE, EPS, GOAL_TIME, reported_cells
 
 MARGIN = "async_margin.json"
 METHOD = "fedbuff-margin"
@@ -170,3 +173,30 @@ def async_need() -> str | None:
 @block("async-latch")
 def async_latch() -> str | None:
     return _block(LATCH_READING)
+
+
+def headline() -> str:
+    """One sentence for the README's coded-asynchrony line on the rule ``s='auto'`` runs
+    (amendment 24's bar, or amendment 26's or 27's rule when their development reading ranked
+    first; empty without its evaluation reading)."""
+    from fl_gradcode.flower.asynchronous import AUTO_NEED_LATCH, AUTO_NEED_RATIO
+
+    if not AUTO_NEED_LATCH and AUTO_NEED_RATIO == float("inf"):
+        return bar_headline()
+    later, amendment, lift = ((LATCH_READING, 27, "once") if AUTO_NEED_LATCH
+                              else (NEED_READING, 26, "while"))
+    if not all((RESULTS / f).exists() for f in (later.file, BAR, ASYNC, COMPARE)):
+        return ""
+    data, bar, replication = load(later.file), load(BAR), load(ASYNC)
+    read = read_cells(data, replication, benchmark_cells(replication, load(COMPARE)),
+                      reported_cells(), later.method, bar)
+    if not read:
+        return ""
+    near = sum(r is not None and r <= GOAL_TIME * (1 + EPS) for *_, r in read)
+    worst = max(((name, r) for name, _, _, r in read if r is not None), key=lambda x: x[1])
+    return (f" With no development seeds of its own, `s='auto'` (amendment {amendment}: s = 1, "
+            "a neighbour's partition served below 0.25× the client's own, and as much as it "
+            f"{lift} its last update was over {AUTO_NEED_RATIO:g}× the own partition's) was "
+            f"within {GOAL_TIME:g}× of the lower of FedBuff's and s = 1's median time in "
+            f"{near} of {len(read)} cells read, at worst {worst[1]:.2f}× ({worst[0]}; "
+            "[docs](docs/adaptive.md#coded-asynchrony-that-reacts)).")

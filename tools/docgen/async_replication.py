@@ -210,7 +210,7 @@ def async_replication_headline() -> str | None:
     got = _cells()
     if got is None:
         return None
-    from tools.docgen.async_bar import headline  # it reads this module's files
+    from tools.docgen.async_margin import headline  # it reads this module's files
 
     return render_headline(*got, reported_cells()) + headline() + wallclock_sentence()
 
