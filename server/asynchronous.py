@@ -3,11 +3,11 @@ partitions each held by ``s + 1`` clients (:class:`fl_gradcode.flower.asynchrono
 ReplicatedFedBuff`; ``s = 0`` is FedBuff) on the same data, model, seeds and latency draws as
 the synchronous coded job, in virtual or wallclock timing.
 
-``s="auto"`` runs the placement ``s = 1`` with the bar ``replicate-below`` picked on
-development seeds (:data:`fl_gradcode.flower.asynchronous.AUTO_REPLICATE_BELOW`): a client
-serves its neighbour's partition only while that partition falls behind its own: a
-persistently slow client's data is replicated, while mild transient stragglers leave each
-client its own partition, as in FedBuff (a long one-off straggle trips the bar too).
+``s="auto"`` runs the placement ``s = 1`` with the replication rule picked on development seeds
+(the ``AUTO_*`` constants of :mod:`fl_gradcode.flower.asynchronous`): a client serves its
+neighbour's partition while that partition falls below a bar of its own partition's jobs,
+lifted to 1 once the neighbour's partition's updates were found larger than its own (data the
+model lacks); the picked values and what they estimate are in docs/adaptive.md.
 
 What it cannot honour is refused, naming the key, never dropped: DP (it applies none), a server
 optimiser other than plain SGD, a ``replicate-below`` or ``replicate-margin`` beside

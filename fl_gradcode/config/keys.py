@@ -341,7 +341,7 @@ KEYS: tuple[Key, ...] = (
         coded_only=True, choices=("", "drop-stragglers", "fedavg")),
     Key("asynchronous", False, "run FedBuff (buffered asynchronous aggregation, Nguyen et al. "
         "2022) over partitions each held by `s + 1` clients instead of synchronous rounds: "
-        "`s` an int (0: FedBuff itself) or `auto` (s = 1 at the bar `replicate-below` picked "
+        "`s` an int (0: FedBuff itself) or `auto` (s = 1 with the replication rule picked "
         "on development seeds), each job the held partition served least so far (below the "
         "bar: see `replicate-below`), the "
         "cohort (`fraction-train`) in flight, a server step of `server-lr` every "

@@ -79,17 +79,16 @@ from .senders import answering_node
 __all__ = ["AUTO_NEED_LATCH", "AUTO_NEED_RATIO", "AUTO_REPLICATE_BELOW", "AUTO_REPLICATE_MARGIN",
            "AUTO_S", "ReplicatedFedBuff", "cyclic_placement"]
 
-#: what an asynchronous run with ``s="auto"`` runs: the placement ``s = 1``, the bar picked on
-#: development seeds by the rule of ``experiments/grid.toml``'s amendment 24 (one bar for
-#: every cell; its evaluation reading: ``results/async_bar.json``), the margin picked beside
-#: it by amendment 25's (``results/async_margin.json``) and the need ratio of amendment 26's
-#: when its development reading ranks it first (``results/async_need.json``; ``inf``: off),
-#: latched when amendment 27's ranks first (``results/async_latch.json``)
+#: what an asynchronous run with ``s="auto"`` runs: the placement ``s = 1`` and the rule whose
+#: development reading ranked first by ``experiments/grid.toml``'s amendments 24 to 27 (one
+#: rule for every cell; ``experiments.async_bar.auto_rule``): amendment 27's, the bar 0.25
+#: lifted to 1 for good once a neighbour's partition's update was over 1.5 times the own
+#: partition's (``results/async_latch.json``; amendment 24's bar 0.75 ranked below it)
 AUTO_S = 1
-AUTO_REPLICATE_BELOW = 0.75
+AUTO_REPLICATE_BELOW = 0.25
 AUTO_REPLICATE_MARGIN = 0.0
-AUTO_NEED_RATIO = math.inf
-AUTO_NEED_LATCH = False
+AUTO_NEED_RATIO = 1.5
+AUTO_NEED_LATCH = True
 
 #: the dtype replies are sent in (the instruction's default wire, float64)
 _WIRE = np.dtype(np.float64)

@@ -154,7 +154,8 @@ def render(data: Mapping[str, Any], replication: Mapping[str, Any],
         "θ = 1 is amendment 23's s = 1, θ = 0 FedBuff; ONE θ for every cell, picked on the "
         f"development seeds of the fifteen cheapest cells by the worst ratio of its median "
         f"time to target to the best of s = 0, 1, 2 there ({tried_text(dev)}): θ = "
-        f"{float(dev['pick']):g}; the main job's `asynchronous=true s='auto'` runs it). "
+        f"{float(dev['pick']):g}; the main job's `asynchronous=true s='auto'` ran it until "
+        "amendment 27's rule ranked first on the same development seeds). "
         + counts_text(read, METHOD)
         + ". A method beside the verdict, which stays as registered"
         + (f". Not read yet: {', '.join(missing)}" if missing else "")
