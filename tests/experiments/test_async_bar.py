@@ -148,7 +148,7 @@ def test_the_block_counts_the_bar_against_the_lower_of_fedbuff_and_s_one():
                       "over_s1": None}},
             "settings": {}}
     text = render(data, replication, cells, ["a", "b", "c"])
-    assert "θ = 0.5; the main job's `asynchronous=true s='auto'` runs it" in text
+    assert "θ = 0.5; the main job's `asynchronous=true s='auto'` ran it until" in text
     assert "0.25: worst 1.50, median 1.00" in text
     assert "within 1.05× of FedBuff's in 2 (1 where FedBuff's median run never reached" in text
     assert ("within 1.05× of the lower of FedBuff's and s = 1's in 1 of 2 (at worst 1.50×, b), "
