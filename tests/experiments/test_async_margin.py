@@ -68,6 +68,8 @@ def test_the_block_counts_the_margin_and_says_whether_z_zero_reproduced():
     assert "z = 2; the development runs of z = 0 equal amendment 24's in 1 of 2" in text
     assert "0: worst 2.00, median 1.00, 2: worst 1.50, median 1.10" in text
     assert "within 1.05× of the lower of FedBuff's and s = 1's in 1 of 1" in text
+    assert "against amendment 24's bar θ = 0.75 (medians, the same seeds): faster in 1, " \
+        "slower in 0, equal in 0 of 1" in text
     assert "Not read yet: b." in text
     assert "| a | 5.0 s (2/2) | 8.0 s (2/2) | 6.0 s (2/2) | 5.2 s (2/2) |" in text
     assert "| 1.04 | 25% |" in text

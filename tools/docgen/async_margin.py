@@ -140,7 +140,14 @@ def render(data: Mapping[str, Any], bar: Mapping[str, Any], replication: Mapping
             "-" if regret is None else f"{regret:.2f}", share_text(mine["runs"]), goal_text(v),
             uncoded_text(v)])
     missing = missing_cells(data, replication, report)
+    both = [(stats[later.method].median_time, stats[BAR_METHOD].median_time)
+            for _, stats, _, _ in read if BAR_METHOD in stats]
+    faster = sum(mine < theirs for mine, theirs in both)
+    slower = sum(mine > theirs for mine, theirs in both)
     return (text + counts_text(read, later.method)
+            + (f"; against amendment 24's bar θ = 0.75 (medians, the same seeds): faster in "
+               f"{faster}, slower in {slower}, equal in {len(both) - faster - slower} of "
+               f"{len(both)}" if both else "")
             + ". Beside the verdict, which stays as registered; the evaluation seeds are the "
             "ones whose reading of amendment 24 suggested this rule"
             + (f". Not read yet: {', '.join(missing)}" if missing else "")
