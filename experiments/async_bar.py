@@ -31,8 +31,24 @@ from experiments.compare import load_grid
 from experiments.deadline_best import tried_record
 from experiments.rival_runs import run_replicated
 
-__all__ = ["BAR", "CHOICES", "LATCH", "MARGIN", "METHOD", "NEED", "RULE", "Reading", "auto_rule",
-           "choose", "dev_cells", "main", "ratio_to_best", "read_cell", "settings_of"]
+__all__ = [
+    "BAR",
+    "CHOICES",
+    "LATCH",
+    "MARGIN",
+    "METHOD",
+    "NEED",
+    "RULE",
+    "Reading",
+    "auto_rule",
+    "choose",
+    "command",
+    "dev_cells",
+    "main",
+    "ratio_to_best",
+    "read_cell",
+    "settings_of",
+]
 
 COMPARE = Path("results/compare.json")
 REPLICATION = Path("results/async_replication.json")
@@ -267,6 +283,14 @@ def main(argv: Sequence[str] | None = None, reading: Reading = BAR,
         print(f"{reading.method}: {name}: over FedBuff {got['over_fedbuff']['geomean']}, over "
               f"s = 1 {(got['over_s1'] or {}).get('geomean')}", flush=True)
     return 0
+
+
+def command(reading: Reading, doc: str | None) -> Callable[[Sequence[str] | None], int]:
+    """A later reading's command line (``--phase dev|eval``, ``--cells``, ``--out``), its help
+    the first paragraph of ``doc``."""
+    def run(argv: Sequence[str] | None = None) -> int:
+        return main(argv, reading, (doc or "").split("\n\n")[0] or None)
+    return run
 
 
 if __name__ == "__main__":

@@ -18,18 +18,12 @@ et al., *Gradient Coding*, ICML 2017; sampling by update norm: Chen, Horvath and
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from experiments.async_bar import LATCH
-from experiments.async_bar import main as _main
+from experiments.async_bar import LATCH, command
 
 __all__ = ["main"]
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """The command line (``--phase dev|eval``, ``--cells``, ``--out``)."""
-    return _main(argv, LATCH, __doc__.split("\n\n")[0])
-
+#: the command line (``--phase dev|eval``, ``--cells``, ``--out``)
+main = command(LATCH, __doc__)
 
 if __name__ == "__main__":
     raise SystemExit(main())

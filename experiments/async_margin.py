@@ -14,18 +14,12 @@ https://arxiv.org/abs/2106.06639; the placement: Tandon et al., *Gradient Coding
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from experiments.async_bar import MARGIN
-from experiments.async_bar import main as _main
+from experiments.async_bar import MARGIN, command
 
 __all__ = ["main"]
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """The command line (``--phase dev|eval``, ``--cells``, ``--out``)."""
-    return _main(argv, MARGIN, __doc__.split("\n\n")[0])
-
+#: the command line (``--phase dev|eval``, ``--cells``, ``--out``)
+main = command(MARGIN, __doc__)
 
 if __name__ == "__main__":
     raise SystemExit(main())

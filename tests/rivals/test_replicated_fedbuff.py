@@ -319,17 +319,26 @@ def test_a_bar_outside_zero_one_is_refused_by_name(bad):
         ReplicatedFedBuff(s=1, replicate_below=bad, buffer_size=1)
 
 
-@pytest.mark.parametrize("s, theta, z", [(1, 1.0, 1.0), (1, 0.75, 2.0), (2, 0.9, 1.5)])
-def test_a_margin_replicates_only_a_lead_beyond_chance_as_the_reference_does(s, theta, z):
-    strategy = ReplicatedFedBuff(s=s, replicate_below=theta, replicate_margin=z,
-                                 buffer_size=1, concurrency=4, server_lr=0.7,
-                                 latency=FixedArrivals(TABLE), measured_compute=False)
+def _follows_reference(s, theta, margin=0.0, need=math.inf, latch=False):
+    """Forty steps of one update each on ``TABLE`` against the reference with the same rule;
+    the reference's partitions of each step."""
+    strategy = ReplicatedFedBuff(s=s, replicate_below=theta, replicate_margin=margin,
+                                 need_ratio=need, need_latch=latch, buffer_size=1,
+                                 concurrency=4, server_lr=0.7, latency=FixedArrivals(TABLE),
+                                 measured_compute=False)
     result, _ = _start(strategy, 4, 40)
-    expected, times, parts = _reference(TABLE, 4, s, 1, 0.7, 40, bar=theta, margin=z)
+    expected, times, parts = _reference(TABLE, 4, s, 1, 0.7, 40, bar=theta, margin=margin,
+                                        need=need, latch=latch)
     assert [row["clients_used"] for row in strategy.history] == [parts[t] for t in range(1, 41)]
     assert [row["virtual_s"] for row in strategy.history] == pytest.approx(
         [times[t] for t in range(1, 41)])
     assert_model(as_dict(result.arrays), expected[40])
+    return parts
+
+
+@pytest.mark.parametrize("s, theta, z", [(1, 1.0, 1.0), (1, 0.75, 2.0), (2, 0.9, 1.5)])
+def test_a_margin_replicates_only_a_lead_beyond_chance_as_the_reference_does(s, theta, z):
+    parts = _follows_reference(s, theta, margin=z)
     # the slow client 3's partition is served by a neighbour, later than without the margin
     _, _, plain = _reference(TABLE, 4, s, 1, 0.7, 40, bar=theta)
     first = min(t for t in range(1, 41) if 3 in parts[t])
@@ -358,15 +367,7 @@ def test_a_bad_margin_is_refused_by_name(bad):
 @pytest.mark.parametrize("s, theta, rho", [(1, 0.25, 1.0), (1, 0.25, 1.2), (2, 0.5, 1.1)])
 def test_a_neighbour_whose_updates_are_larger_is_served_as_much_as_the_reference_says(
         s, theta, rho):
-    strategy = ReplicatedFedBuff(s=s, replicate_below=theta, need_ratio=rho, buffer_size=1,
-                                 concurrency=4, server_lr=0.7, latency=FixedArrivals(TABLE),
-                                 measured_compute=False)
-    result, _ = _start(strategy, 4, 40)
-    expected, times, parts = _reference(TABLE, 4, s, 1, 0.7, 40, bar=theta, need=rho)
-    assert [row["clients_used"] for row in strategy.history] == [parts[t] for t in range(1, 41)]
-    assert [row["virtual_s"] for row in strategy.history] == pytest.approx(
-        [times[t] for t in range(1, 41)])
-    assert_model(as_dict(result.arrays), expected[40])
+    parts = _follows_reference(s, theta, need=rho)
     _, _, plain = _reference(TABLE, 4, s, 1, 0.7, 40, bar=theta)
     assert parts != plain  # the norms changed which partitions were computed
 
@@ -379,16 +380,7 @@ def test_a_bad_need_ratio_is_refused_by_name(bad):
 
 @pytest.mark.parametrize("s, theta, rho", [(1, 0.25, 1.2), (2, 0.25, 1.1)])
 def test_a_latched_need_keeps_the_bar_one_as_the_reference_does(s, theta, rho):
-    strategy = ReplicatedFedBuff(s=s, replicate_below=theta, need_ratio=rho, need_latch=True,
-                                 buffer_size=1, concurrency=4, server_lr=0.7,
-                                 latency=FixedArrivals(TABLE), measured_compute=False)
-    result, _ = _start(strategy, 4, 40)
-    expected, times, parts = _reference(TABLE, 4, s, 1, 0.7, 40, bar=theta, need=rho,
-                                        latch=True)
-    assert [row["clients_used"] for row in strategy.history] == [parts[t] for t in range(1, 41)]
-    assert [row["virtual_s"] for row in strategy.history] == pytest.approx(
-        [times[t] for t in range(1, 41)])
-    assert_model(as_dict(result.arrays), expected[40])
+    parts = _follows_reference(s, theta, need=rho, latch=True)
     _, _, unlatched = _reference(TABLE, 4, s, 1, 0.7, 40, bar=theta, need=rho)
     assert parts != unlatched  # the latch changed which partitions were computed
     with pytest.raises(ValueError, match="need_latch="):
