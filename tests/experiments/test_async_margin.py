@@ -70,6 +70,8 @@ def test_the_block_counts_the_margin_and_says_whether_z_zero_reproduced():
     assert "within 1.05× of the lower of FedBuff's and s = 1's in 1 of 1" in text
     assert "against amendment 24's bar θ = 0.75 (medians, the same seeds): faster in 1, " \
         "slower in 0, equal in 0 of 1" in text
+    assert "(the bar in the same 1 cells: within 1.05× of the lower of FedBuff's and s = 1's " \
+        "in 0, the goal met in 0, at worst 1.20×)" in text
     assert "Not read yet: b." in text
     assert "| a | 5.0 s (2/2) | 8.0 s (2/2) | 6.0 s (2/2) | 5.2 s (2/2) |" in text
     assert "| 1.04 | 25% |" in text

@@ -144,10 +144,17 @@ def render(data: Mapping[str, Any], bar: Mapping[str, Any], replication: Mapping
             for _, stats, _, _ in read if BAR_METHOD in stats]
     faster = sum(mine < theirs for mine, theirs in both)
     slower = sum(mine > theirs for mine, theirs in both)
+    names = {name for name, *_ in read}
+    same = read_cells({"cells": {k: v for k, v in bar.get("cells", {}).items() if k in names}},
+                      replication, cells, report, BAR_METHOD)
     return (text + counts_text(read, later.method)
             + (f"; against amendment 24's bar θ = 0.75 (medians, the same seeds): faster in "
                f"{faster}, slower in {slower}, equal in {len(both) - faster - slower} of "
                f"{len(both)}" if both else "")
+            + (f" (the bar in the same {len(same)} cells: within {GOAL_TIME:g}× of the lower "
+               f"of FedBuff's and s = 1's in {near_count(same)}, the goal met in "
+               f"{sum(v.met for _, _, v, _ in same)}, at worst {worst_of(same):.2f}×)"
+               if same else "")
             + ". Beside the verdict, which stays as registered; the evaluation seeds are the "
             "ones whose reading of amendment 24 suggested this rule"
             + (f". Not read yet: {', '.join(missing)}" if missing else "")
@@ -199,7 +206,7 @@ def headline() -> str:
                       reported_cells(), later.method, bar)
     if not read:
         return ""
-    near = sum(r is not None and r <= GOAL_TIME * (1 + EPS) for *_, r in read)
+    near = near_count(read)
     worst = max(((name, r) for name, _, _, r in read if r is not None), key=lambda x: x[1])
     return (f" With no development seeds of its own, `s='auto'` (amendment {amendment}: s = 1, "
             "a neighbour's partition served below 0.25× the client's own, and as much as it "
@@ -207,3 +214,13 @@ def headline() -> str:
             f"within {GOAL_TIME:g}× of the lower of FedBuff's and s = 1's median time in "
             f"{near} of {len(read)} cells read, at worst {worst[1]:.2f}× ({worst[0]}; "
             "[docs](docs/adaptive.md#coded-asynchrony-that-reacts)).")
+
+
+def near_count(read: Sequence[tuple[str, Any, Any, float | None]]) -> int:
+    """How many cells read are within the goal's time of the lower of FedBuff and s = 1."""
+    return sum(r is not None and r <= GOAL_TIME * (1 + EPS) for *_, r in read)
+
+
+def worst_of(read: Sequence[tuple[str, Any, Any, float | None]]) -> float:
+    """The highest ratio to the lower of FedBuff and s = 1 among the cells read."""
+    return max((r for *_, r in read if r is not None), default=float("nan"))
