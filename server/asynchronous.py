@@ -10,8 +10,10 @@ lifted to 1 once the neighbour's partition's updates were found larger than its 
 model lacks); the picked values and what they estimate are in docs/adaptive.md.
 
 What it cannot honour is refused, naming the key, never dropped: DP (it applies none), a server
-optimiser other than plain SGD, a ``replicate-below`` or ``replicate-margin`` beside
-``s="auto"`` (which sets its own), a bar outside ``[0, 1]`` or a negative margin, a rival, and
+optimiser other than plain SGD, a ``replicate-below``, ``replicate-margin``, ``need-ratio`` or
+``need-latch`` beside ``s="auto"`` (which sets its own), a bar outside ``[0, 1]``, a negative
+margin or need ratio, a latch without a need ratio, a replication key that would change
+nothing (``ineffective_rule``), a rival, and
 every key of synchronous coded rounds set away from its default (the code, its deadline and
 decoding rules); in wallclock timing, the charges modelled in virtual time only
 (``virtual-compute``, ``partition-cost-s``, ``upload-bandwidth``) away from their defaults. The
@@ -40,7 +42,8 @@ from fl_gradcode.flower.asynchronous import (
     ReplicatedFedBuff,
 )
 
-__all__ = ["SYNCHRONOUS_KEYS", "async_refusal", "build_async", "need_key", "replication"]
+__all__ = ["SYNCHRONOUS_KEYS", "async_refusal", "build_async", "ineffective_rule", "need_key",
+           "replication"]
 
 #: keys of synchronous coded rounds that an asynchronous run does not read: each must keep
 #: its default (``s`` is read: the extra copies of a partition)
@@ -84,6 +87,9 @@ def async_refusal(cfg: dict[str, Any]) -> str | None:
     if cfg["need-latch"] and s != "auto" and not need:
         return ("need-latch=True without need-ratio: the latch holds a partition the need "
                 "ratio found needed; set need-ratio > 0 or leave need-latch unset")
+    idle = ineffective_rule(cfg)
+    if idle is not None:
+        return idle
     if str(cfg["rival"]):
         return f"rival={cfg['rival']!r}: {plain}, not a rival; leave rival unset"
     if str(cfg["dp"]) != "none":
@@ -109,6 +115,30 @@ def async_refusal(cfg: dict[str, Any]) -> str | None:
         if cfg[name] != DEFAULTS[name]:
             return (f"{name}={cfg[name]!r}: a key of synchronous coded rounds; {plain}, which "
                     f"does not read it; leave it at its default ({DEFAULTS[name]!r})")
+    return None
+
+
+def ineffective_rule(cfg: dict[str, Any]) -> str | None:
+    """Why a replication key set with an integer ``s`` would change nothing (``None``: each
+    one set acts): every one with ``s = 0`` (no client holds a neighbour's partition), a need
+    ratio beside the bar 1 (already as much as the own partition), a margin beside the bar 0
+    without a need ratio (nothing to hold back)."""
+    if cfg["s"] == "auto":
+        return None
+    keys = ("replicate-below", "replicate-margin", "need-ratio", "need-latch")
+    if int(cfg["s"]) == 0:
+        for name in keys:
+            if cfg[name] != DEFAULTS[name]:
+                return (f"{name}={cfg[name]!r} with s=0: no client holds a neighbour's "
+                        "partition, so it would change nothing; set s >= 1 or leave it unset")
+    if cfg["need-ratio"] and float(cfg["replicate-below"]) >= 1.0:
+        return (f"need-ratio={cfg['need-ratio']!r} with replicate-below=1: a neighbour's "
+                "partition is already served as much as the own one, so it would change "
+                "nothing; set replicate-below < 1 or leave need-ratio unset")
+    if cfg["replicate-margin"] and float(cfg["replicate-below"]) == 0.0 and not cfg["need-ratio"]:
+        return (f"replicate-margin={cfg['replicate-margin']!r} with replicate-below=0: no "
+                "neighbour's partition is served, so it would change nothing; set "
+                "replicate-below > 0 or leave replicate-margin unset")
     return None
 
 

@@ -39,13 +39,15 @@ whose last update (its model delta, whoever computed it) was more than ``rho`` t
 as the client's own partition's last update is served up to the own partition's count, as if
 the bar were 1; the others up to ``replicate_below`` times it. A partition whose data the model
 already fits sends small updates; one holding what the others lack sends large ones until it
-is fitted, so the replication follows the partition's value, not only its service. Sampling
+is fitted, so the replication is meant to follow the partition's value, not only its service.
+One update's norm is a noisy reading of it (and the last to arrive, possibly a stale one, is
+the one kept): on non-IID data many partitions cross a small ``rho`` by chance. Sampling
 in proportion to the update norm is the variance-optimal client sampling of Chen, Horváth and
 Richtárik, *Optimal Client Sampling for Federated Learning*, TMLR 2022,
 https://arxiv.org/abs/2010.13723; here the norm only switches a neighbour's bar. Served as
 much, a needed partition's updates shrink and its bar falls back, so its service swings;
 ``need_latch=True`` keeps the bar 1 for the rest of the run once a partition has been seen to
-be needed.
+be needed (read when a holder is sent a job), so every chance crossing lasts too.
 
 Everything else is :class:`~fl_gradcode.rivals.FedBuff`'s: which idle client gets a free slot
 (seeded, uniformly), the virtual clock (a job's latency is drawn for the client's own device,

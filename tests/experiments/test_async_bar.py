@@ -73,6 +73,7 @@ def test_s_auto_runs_the_rule_the_development_records_on_record_pick():
 
     from experiments.async_bar import BAR, LATCH, MARGIN, NEED, auto_rule
     from fl_gradcode.flower.asynchronous import (
+        AUTO_NEED_LATCH,
         AUTO_NEED_RATIO,
         AUTO_REPLICATE_BELOW,
         AUTO_REPLICATE_MARGIN,
@@ -90,9 +91,10 @@ def test_s_auto_runs_the_rule_the_development_records_on_record_pick():
         return json.loads(path.read_text())["dev"] if path.exists() else None
 
     rule = {"replicate_below": 1.0, "replicate_margin": 0.0, "need_ratio": math.inf,
-            **auto_rule(dev, later(MARGIN), later(NEED), later(LATCH))}
-    assert (rule["replicate_below"], rule["replicate_margin"], rule["need_ratio"]) == (
-        AUTO_REPLICATE_BELOW, AUTO_REPLICATE_MARGIN, AUTO_NEED_RATIO) and AUTO_S == 1
+            "need_latch": False, **auto_rule(dev, later(MARGIN), later(NEED), later(LATCH))}
+    assert (rule["replicate_below"], rule["replicate_margin"], rule["need_ratio"],
+            rule["need_latch"]) == (AUTO_REPLICATE_BELOW, AUTO_REPLICATE_MARGIN,
+                                    AUTO_NEED_RATIO, AUTO_NEED_LATCH) and AUTO_S == 1
 
 
 def test_auto_takes_the_margin_whatever_and_the_need_rule_only_when_it_ranks_first():

@@ -43,6 +43,11 @@ def _config(tmp_path, **overrides):
     ({"need-ratio": math.inf}, "need-ratio=inf"),
     ({"s": "auto", "need-latch": True}, "need-latch=True with s='auto'"),
     ({"need-latch": True}, "need-latch=True without need-ratio"),
+    ({"s": 0, "replicate-margin": 1.0}, "replicate-margin=1.0 with s=0"),
+    ({"s": 0, "replicate-below": 0.5}, "replicate-below=0.5 with s=0"),
+    ({"need-ratio": 1.5}, "need-ratio=1.5 with replicate-below=1"),
+    ({"replicate-below": 0.0, "replicate-margin": 2.0}, "replicate-margin=2.0 with "
+     "replicate-below=0"),
     ({"dp": "partition"}, "dp='partition'"),
     ({"server-optimizer": "adam"}, "server-optimizer='adam'"),
     ({"rival": "drop-stragglers"}, "rival='drop-stragglers'"),

@@ -193,8 +193,15 @@ def headline() -> str:
     """One sentence for the README's coded-asynchrony line on the rule ``s='auto'`` runs
     (amendment 24's bar, or amendment 26's or 27's rule when their development reading ranked
     first; empty without its evaluation reading)."""
-    from fl_gradcode.flower.asynchronous import AUTO_NEED_LATCH, AUTO_NEED_RATIO
+    from fl_gradcode.flower.asynchronous import (
+        AUTO_NEED_LATCH,
+        AUTO_NEED_RATIO,
+        AUTO_REPLICATE_BELOW,
+        AUTO_REPLICATE_MARGIN,
+    )
 
+    if AUTO_REPLICATE_MARGIN:
+        raise ValueError("the README sentence describes no margin; say what s='auto' runs")
     if not AUTO_NEED_LATCH and AUTO_NEED_RATIO == float("inf"):
         return bar_headline()
     later, amendment, lift = ((LATCH_READING, 27, "once") if AUTO_NEED_LATCH
@@ -208,12 +215,22 @@ def headline() -> str:
         return ""
     near = near_count(read)
     worst = max(((name, r) for name, _, _, r in read if r is not None), key=lambda x: x[1])
+    names = {name for name, *_ in read}
+    same = read_cells({"cells": {k: v for k, v in bar.get("cells", {}).items() if k in names}},
+                      replication, benchmark_cells(replication, load(COMPARE)),
+                      reported_cells(), BAR_METHOD)
+    slower = sum(stats[later.method].median_time > stats[BAR_METHOD].median_time
+                 for _, stats, _, _ in read if BAR_METHOD in stats)
     return (f" With no development seeds of its own, `s='auto'` (amendment {amendment}: s = 1, "
-            "a neighbour's partition served below 0.25× the client's own, and as much as it "
+            f"a neighbour's partition served below {AUTO_REPLICATE_BELOW:g}× the client's own, "
+            "and as much as it "
             f"{lift} its last update was over {AUTO_NEED_RATIO:g}× the own partition's) was "
             f"within {GOAL_TIME:g}× of the lower of FedBuff's and s = 1's median time in "
-            f"{near} of {len(read)} cells read, at worst {worst[1]:.2f}× ({worst[0]}; "
-            "[docs](docs/adaptive.md#coded-asynchrony-that-reacts)).")
+            f"{near} of {len(read)} cells read, at worst {worst[1]:.2f}× ({worst[0]}), the "
+            f"earlier bar 0.75 in {near_count(same)} of the same cells, at worst "
+            f"{worst_of(same):.2f}×; picked by its worst development ratio, it was slower than "
+            f"that bar by median in {slower} of them "
+            "([docs](docs/adaptive.md#coded-asynchrony-that-reacts)).")
 
 
 def near_count(read: Sequence[tuple[str, Any, Any, float | None]]) -> int:
