@@ -84,7 +84,7 @@ def async_refusal(cfg: dict[str, Any]) -> str | None:
                 "partition's last update a neighbour's must exceed; 0: off)")
     if not isinstance(cfg["need-latch"], bool):
         return f"need-latch={cfg['need-latch']!r}: expected true or false"
-    if cfg["need-latch"] and s != "auto" and not need:
+    if cfg["need-latch"] and not need:
         return ("need-latch=True without need-ratio: the latch holds a partition the need "
                 "ratio found needed; set need-ratio > 0 or leave need-latch unset")
     idle = ineffective_rule(cfg)
@@ -204,9 +204,8 @@ def build_async(cfg: dict[str, Any], n: int):
     s, bar, z, need, latch = replication(cfg)
     strategy = ReplicatedFedBuff(
         s=s, replicate_below=bar, replicate_margin=z, need_ratio=need, need_latch=latch,
-        buffer_size=k,
-        concurrency=cohort,
-        server_lr=float(cfg["server-lr"]), partition_sizes=sizes, **keywords,
+        buffer_size=k, concurrency=cohort, server_lr=float(cfg["server-lr"]),
+        partition_sizes=sizes, **keywords,
         run_config={**cfg, "num-clients": n, "partition-sizes": sizes, "s": s,
                     "replicate-below": bar, "replicate-margin": z,
                     "need-ratio": need_key(need), "need-latch": latch, "s-asked": cfg["s"],

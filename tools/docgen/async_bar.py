@@ -63,11 +63,23 @@ def read_cells(data: Mapping[str, Any], replication: Mapping[str, Any],
     return out
 
 
+def near_count(read: Read) -> int:
+    """How many cells read are within the goal's time of the lower of FedBuff and s = 1."""
+    return sum(r is not None and r <= GOAL_TIME * (1 + EPS) for *_, r in read)
+
+
+def worst_cell(read: Read) -> tuple[str, float]:
+    """The cell read with the highest ratio to the lower of FedBuff and s = 1, and it
+    (``("-", nan)`` when no cell has one)."""
+    return max(((name, r) for name, _, _, r in read if r is not None), key=lambda x: x[1],
+               default=("-", math.nan))
+
+
 def counts_text(read: Read, method: str) -> str:
     """The reading's counts: near the lower of FedBuff and s = 1, near FedBuff, the goal,
     the hard cells' speed-up."""
-    near = sum(r is not None and r <= GOAL_TIME * (1 + EPS) for *_, r in read)
-    worst = max(((name, r) for name, _, _, r in read if r is not None), key=lambda x: x[1])
+    near = near_count(read)
+    worst = worst_cell(read)
     near_fedbuff = sum(time_over(stats[method].median_time, stats["fedbuff"].median_time)
                        <= GOAL_TIME * (1 + EPS) for _, stats, _, _ in read if "fedbuff" in stats)
     fedbuff_never = sum(math.isinf(stats["fedbuff"].median_time) and
@@ -182,8 +194,8 @@ def headline() -> str:
         return ""
     data, replication, cells = got
     read = read_cells(data, replication, cells, reported_cells())
-    near = sum(r is not None and r <= GOAL_TIME * (1 + EPS) for *_, r in read)
-    worst = max(((name, r) for name, _, _, r in read if r is not None), key=lambda x: x[1])
+    near = near_count(read)
+    worst = worst_cell(read)
     return (f" With no development seeds of its own, `s='auto'` (amendment 24: s = 1, a "
             f"neighbour's partition served only while it has fewer jobs than "
             f"{float(data['dev']['pick']):g}× the client's own) was within {GOAL_TIME:g}× of "

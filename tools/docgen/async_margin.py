@@ -18,12 +18,15 @@ from tools.docgen.async_bar import (
     BAR,
     FIXED,
     FOOTNOTE,
+    Read,
     counts_text,
     missing_cells,
+    near_count,
     read_cells,
     share_text,
     tried_text,
     uncoded_text,
+    worst_cell,
 )
 from tools.docgen.async_bar import METHOD as BAR_METHOD
 from tools.docgen.async_bar import (
@@ -32,7 +35,7 @@ from tools.docgen.async_bar import (
 from tools.docgen.async_replication import ASYNC, benchmark_cells, goal_text, time_text
 from tools.docgen.auto_lr import paired_text
 from tools.docgen.core import RESULTS, block, load, table
-from tools.docgen.rivals import COMPARE, EPS, GOAL_TIME, reported_cells
+from tools.docgen.rivals import COMPARE, GOAL_TIME, reported_cells
 
 MARGIN = "async_margin.json"
 METHOD = "fedbuff-margin"
@@ -140,20 +143,15 @@ def render(data: Mapping[str, Any], bar: Mapping[str, Any], replication: Mapping
             "-" if regret is None else f"{regret:.2f}", share_text(mine["runs"]), goal_text(v),
             uncoded_text(v)])
     missing = missing_cells(data, replication, report)
-    both = [(stats[later.method].median_time, stats[BAR_METHOD].median_time)
-            for _, stats, _, _ in read if BAR_METHOD in stats]
-    faster = sum(mine < theirs for mine, theirs in both)
-    slower = sum(mine > theirs for mine, theirs in both)
-    names = {name for name, *_ in read}
-    same = read_cells({"cells": {k: v for k, v in bar.get("cells", {}).items() if k in names}},
-                      replication, cells, report, BAR_METHOD)
+    same, both, faster, slower = against_bar(read, later.method, bar, replication, cells,
+                                             report)
     return (text + counts_text(read, later.method)
             + (f"; against amendment 24's bar θ = 0.75 (medians, the same seeds): faster in "
-               f"{faster}, slower in {slower}, equal in {len(both) - faster - slower} of "
-               f"{len(both)}" if both else "")
+               f"{faster}, slower in {slower}, equal in {both - faster - slower} of "
+               f"{both}" if both else "")
             + (f" (the bar in the same {len(same)} cells: within {GOAL_TIME:g}× of the lower "
                f"of FedBuff's and s = 1's in {near_count(same)}, the goal met in "
-               f"{sum(v.met for _, _, v, _ in same)}, at worst {worst_of(same):.2f}×)"
+               f"{sum(v.met for _, _, v, _ in same)}, at worst {worst_cell(same)[1]:.2f}×)"
                if same else "")
             + ". Beside the verdict, which stays as registered; the evaluation seeds are the "
             "ones whose reading of amendment 24 suggested this rule"
@@ -166,12 +164,34 @@ def render(data: Mapping[str, Any], bar: Mapping[str, Any], replication: Mapping
                  "the best rival that does not code, over it"], rows))
 
 
-def _block(later: Later) -> str | None:
+def against_bar(read: Read, method: str, bar: Mapping[str, Any],
+                replication: Mapping[str, Any], cells: Mapping[str, Mapping[str, Any]],
+                report: Sequence[str]) -> tuple[Read, int, int, int]:
+    """Amendment 24's bar on the cells ``read``: its reading there, and in how many of them
+    both ran, ``method``'s median was lower, and higher."""
+    names = {name for name, *_ in read}
+    same = read_cells({"cells": {k: v for k, v in bar.get("cells", {}).items() if k in names}},
+                      replication, cells, report, BAR_METHOD)
+    both = [(stats[method].median_time, stats[BAR_METHOD].median_time)
+            for _, stats, _, _ in read if BAR_METHOD in stats]
+    return (same, len(both), sum(mine < theirs for mine, theirs in both),
+            sum(mine > theirs for mine, theirs in both))
+
+
+def _loaded(later: Later) -> tuple[Mapping[str, Any], Mapping[str, Any], Mapping[str, Any],
+                                   dict[str, Mapping[str, Any]]] | None:
+    """``later``'s results, amendment 24's, amendment 23's and the benchmark's cells (``None``
+    while one is missing)."""
     if not all((RESULTS / f).exists() for f in (later.file, BAR, ASYNC, COMPARE)):
         return None
     replication = load(ASYNC)
-    return render(load(later.file), load(BAR), replication,
-                  benchmark_cells(replication, load(COMPARE)), reported_cells(), later)
+    return (load(later.file), load(BAR), replication,
+            benchmark_cells(replication, load(COMPARE)))
+
+
+def _block(later: Later) -> str | None:
+    got = _loaded(later)
+    return None if got is None else render(*got, reported_cells(), later)
 
 
 @block("async-margin")
@@ -206,21 +226,17 @@ def headline() -> str:
         return bar_headline()
     later, amendment, lift = ((LATCH_READING, 27, "once") if AUTO_NEED_LATCH
                               else (NEED_READING, 26, "while"))
-    if not all((RESULTS / f).exists() for f in (later.file, BAR, ASYNC, COMPARE)):
+    got = _loaded(later)
+    if got is None:
         return ""
-    data, bar, replication = load(later.file), load(BAR), load(ASYNC)
-    read = read_cells(data, replication, benchmark_cells(replication, load(COMPARE)),
-                      reported_cells(), later.method, bar)
+    data, bar, replication, cells = got
+    read = read_cells(data, replication, cells, reported_cells(), later.method, bar)
     if not read:
         return ""
     near = near_count(read)
-    worst = max(((name, r) for name, _, _, r in read if r is not None), key=lambda x: x[1])
-    names = {name for name, *_ in read}
-    same = read_cells({"cells": {k: v for k, v in bar.get("cells", {}).items() if k in names}},
-                      replication, benchmark_cells(replication, load(COMPARE)),
-                      reported_cells(), BAR_METHOD)
-    slower = sum(stats[later.method].median_time > stats[BAR_METHOD].median_time
-                 for _, stats, _, _ in read if BAR_METHOD in stats)
+    worst = worst_cell(read)
+    same, _, _, slower = against_bar(read, later.method, bar, replication, cells,
+                                     reported_cells())
     return (f" With no development seeds of its own, `s='auto'` (amendment {amendment}: s = 1, "
             f"a neighbour's partition served below {AUTO_REPLICATE_BELOW:g}× the client's own, "
             "and as much as it "
@@ -228,16 +244,8 @@ def headline() -> str:
             f"within {GOAL_TIME:g}× of the lower of FedBuff's and s = 1's median time in "
             f"{near} of {len(read)} cells read, at worst {worst[1]:.2f}× ({worst[0]}), the "
             f"earlier bar 0.75 in {near_count(same)} of the same cells, at worst "
-            f"{worst_of(same):.2f}×; picked by its worst development ratio, it was slower than "
+            f"{worst_cell(same)[1]:.2f}×; picked by its worst development ratio, it was slower "
+            "than "
             f"that bar by median in {slower} of them "
             "([docs](docs/adaptive.md#coded-asynchrony-that-reacts)).")
 
-
-def near_count(read: Sequence[tuple[str, Any, Any, float | None]]) -> int:
-    """How many cells read are within the goal's time of the lower of FedBuff and s = 1."""
-    return sum(r is not None and r <= GOAL_TIME * (1 + EPS) for *_, r in read)
-
-
-def worst_of(read: Sequence[tuple[str, Any, Any, float | None]]) -> float:
-    """The highest ratio to the lower of FedBuff and s = 1 among the cells read."""
-    return max((r for *_, r in read if r is not None), default=float("nan"))
