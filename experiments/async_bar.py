@@ -34,6 +34,7 @@ from experiments.rival_runs import run_replicated
 __all__ = [
     "BAR",
     "CHOICES",
+    "ERA",
     "LATCH",
     "MARGIN",
     "METHOD",
@@ -121,6 +122,19 @@ LATCH = Reading(
     "ratio, then 2",
     Path("results/async_latch.json"), "experiments.async_latch",
     {"replicate_below": 0.25, "need_latch": True})
+#: amendment 28: the need ratio rho against the era, latched, beside the bar 0.25
+ERA = Reading(
+    "fedbuff-era", "need_ratio", (1.5, 2.0, 3.0), 2.0,
+    "one rho for every cell among 1.5, 2, 3 beside the bar 0.25, latched, read against the "
+    "era (a partition whose last three updates' norms, each over the median norm of the "
+    "updates computed from the models of its own server step and the two before, have a "
+    "geometric mean above rho, once it has two, is served as much as its holder's own "
+    "partition for the rest of the run): per development cell, rho's median time to target "
+    "over the development seeds (never reached: infinite) over the lowest of amendment 23's "
+    "development medians for s = 0, 1, 2 (both infinite: 1; only rho's: infinite); the "
+    "lowest worst ratio over the cells, then the lowest median ratio, then 2",
+    Path("results/async_era.json"), "experiments.async_era",
+    {"replicate_below": 0.25, "need_latch": True, "need_reference": "era"})
 
 
 def dev_cells(grid: Mapping[str, Any], names: Sequence[str]) -> list[str]:
@@ -213,14 +227,14 @@ def read_cell(grid: Mapping[str, Any], name: str, cell: Mapping[str, Any],
 
 
 def auto_rule(bar: Mapping[str, Any], margin: Mapping[str, Any] | None = None,
-              need: Mapping[str, Any] | None = None, latch: Mapping[str, Any] | None = None
-              ) -> dict[str, Any]:
+              need: Mapping[str, Any] | None = None, latch: Mapping[str, Any] | None = None,
+              era: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The ReplicatedFedBuff keywords the main job's ``s="auto"`` runs, from the development
     records (``dev``) of amendments 24, 25 and 26 on record, by the grid file's rules:
     amendment 24's bar; amendment 25's margin beside it, whatever its ratios; amendment 26's
     rule in their place when its pick's worst development ratio is lower (then its median;
-    a tie keeps what runs); amendment 27's, by the same test, in the place of what runs
-    then."""
+    a tie keeps what runs); amendment 27's, then amendment 28's, by the same test, each in
+    the place of what runs then."""
     def score(dev: Mapping[str, Any]) -> tuple[float, float]:
         pick = str(dev["pick"])
         return float(dev["worst"][pick]), float(dev["median"][pick])
@@ -230,7 +244,7 @@ def auto_rule(bar: Mapping[str, Any], margin: Mapping[str, Any] | None = None,
     if margin is not None:
         rule = {**MARGIN.keywords(float(margin["pick"]))}
         best = score(margin)
-    for reading, dev in ((NEED, need), (LATCH, latch)):
+    for reading, dev in ((NEED, need), (LATCH, latch), (ERA, era)):
         if dev is not None and score(dev) < best:
             rule, best = {**reading.keywords(float(dev["pick"]))}, score(dev)
     return rule

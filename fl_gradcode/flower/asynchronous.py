@@ -49,6 +49,17 @@ much, a needed partition's updates shrink and its bar falls back, so its service
 ``need_latch=True`` keeps the bar 1 for the rest of the run once a partition has been seen to
 be needed (read when a holder is sent a job), so every chance crossing lasts too.
 
+``need_reference="era"`` (default ``"own"``: the comparison above) reads need against the
+federation instead of one neighbour, and over more than one update: each update's norm is
+divided by the median norm of the updates computed, before it arrived, from the models of the
+same server step or the :data:`ERA_STEPS` before (any partition's; at least three of them),
+so a stale update is compared with the updates of its own era, when every partition's
+updates were larger; a partition is needed once the geometric mean of its last
+:data:`ERA_READINGS` such ratios (at least two) exceeds ``need_ratio``. A partition's need is
+then read from its own data against everyone's, not from one neighbour's last reply; it still
+takes a few of its updates to read, so a partition whose data is needed from the start is
+served at ``replicate_below`` until then.
+
 Everything else is :class:`~fl_gradcode.rivals.FedBuff`'s: which idle client gets a free slot
 (seeded, uniformly), the virtual clock (a job's latency is drawn for the client's own device,
 its load is the computed partition's size over the mean), staleness weights, the server step.
@@ -63,6 +74,8 @@ from __future__ import annotations
 
 import math
 import secrets
+import statistics
+from collections import deque
 from collections.abc import Mapping
 from logging import WARNING
 from typing import Any
@@ -79,7 +92,8 @@ from .protocol import Instruction, RejectedReply
 from .senders import answering_node
 
 __all__ = ["AUTO_NEED_LATCH", "AUTO_NEED_RATIO", "AUTO_REPLICATE_BELOW", "AUTO_REPLICATE_MARGIN",
-           "AUTO_S", "ReplicatedFedBuff", "cyclic_placement"]
+           "AUTO_S", "ERA_READINGS", "ERA_STEPS", "NEED_REFERENCES", "ReplicatedFedBuff",
+           "cyclic_placement"]
 
 #: what an asynchronous run with ``s="auto"`` runs: the placement ``s = 1`` and the rule whose
 #: development reading ranked first by ``experiments/grid.toml``'s amendments 24 to 27 (one
@@ -91,6 +105,15 @@ AUTO_REPLICATE_BELOW = 0.25
 AUTO_REPLICATE_MARGIN = 0.0
 AUTO_NEED_RATIO = 1.5
 AUTO_NEED_LATCH = True
+
+#: ``need_reference="era"``: an update is compared with the updates computed from the models of
+#: its own server step and this many before it
+ERA_STEPS = 2
+#: ``need_reference="era"``: a partition's need is the geometric mean of its last this many
+#: ratios (once it has two)
+ERA_READINGS = 3
+#: what a neighbour's update norm is compared with (module docstring)
+NEED_REFERENCES = ("own", "era")
 
 #: the dtype replies are sent in (the instruction's default wire, float64)
 _WIRE = np.dtype(np.float64)
@@ -129,6 +152,10 @@ class ReplicatedFedBuff(FedBuff):
     need_latch : bool
         ``True``: a partition once seen to be needed keeps the bar 1 for the rest of the run
         (default ``False``: it is read at each job).
+    need_reference : str
+        ``"own"`` (default): a neighbour's last update norm against the own partition's last;
+        ``"era"``: a partition's recent updates against the median of the updates computed
+        from models of the same era (module docstring).
     identify_timeout : float, optional
         Seconds the identification handshake waits for the nodes' answers (default:
         ``start``'s ``timeout``); a node that has not answered by then gets no job.
@@ -139,7 +166,7 @@ class ReplicatedFedBuff(FedBuff):
 
     def __init__(self, *, s: int, replicate_below: float = 1.0, replicate_margin: float = 0.0,
                  need_ratio: float = math.inf, need_latch: bool = False,
-                 identify_timeout: float | None = None,
+                 need_reference: str = "own", identify_timeout: float | None = None,
                  **fedbuff: Any) -> None:
         if isinstance(s, bool) or not isinstance(s, int) or s < 0:
             raise ValueError(f"s={s!r} must be an integer >= 0 (extra copies of a partition)")
@@ -159,6 +186,9 @@ class ReplicatedFedBuff(FedBuff):
                              "to be served as much; inf: off)")
         if not isinstance(need_latch, bool):
             raise ValueError(f"need_latch={need_latch!r} must be True or False")
+        if need_reference not in NEED_REFERENCES:
+            raise ValueError(f"need_reference={need_reference!r} must be one of "
+                             f"{', '.join(map(repr, NEED_REFERENCES))}")
         if identify_timeout is not None and not (math.isfinite(identify_timeout)
                                                  and identify_timeout > 0):
             raise ValueError(f"identify_timeout={identify_timeout!r} must be > 0 seconds or "
@@ -170,7 +200,10 @@ class ReplicatedFedBuff(FedBuff):
         self.replicate_margin = float(replicate_margin)
         self.need_ratio = float(need_ratio)
         self.need_latch = need_latch
+        self.need_reference = need_reference
         self.norms: dict[int, float] = {}  # partition -> its last update's norm
+        self.era: dict[int, list[float]] = {}  # server step -> norms of updates computed from it
+        self.readings: dict[int, deque[float]] = {}  # partition -> its last log ratios to era
         self.needed: set[int] = set()  # partitions latched at the bar 1
         self.identities: dict[int, protocol.Identity] = {}
         self.served: dict[int, int] = {}  # partition -> jobs sent for it
@@ -215,6 +248,8 @@ class ReplicatedFedBuff(FedBuff):
         self._nonce = secrets.token_hex(8)
         self.served = {}
         self.norms = {}
+        self.era = {}
+        self.readings = {}
         self.needed = set()
         answered = self._identify(grid, timeout)
         if not answered:
@@ -240,24 +275,40 @@ class ReplicatedFedBuff(FedBuff):
                    default=held[0])
 
     def _bar(self, j: int, own: int) -> float:
-        """Partition ``j``'s bar for the client of partition ``own``: 1 when its last update
-        was more than ``need_ratio`` times as large as ``own``'s, else ``replicate_below``."""
+        """Partition ``j``'s bar for the client of partition ``own``: 1 when it is needed (its
+        last update more than ``need_ratio`` times as large as ``own``'s, or its recent updates
+        as large against their era's, by ``need_reference``), else ``replicate_below``."""
         if j in self.needed:
             return 1.0
-        mine, theirs = self.norms.get(own), self.norms.get(j)
-        if mine is not None and theirs is not None and theirs > self.need_ratio * mine:
+        if self.need_reference == "era":
+            ratios = self.readings.get(j, ())
+            needed = len(ratios) >= 2 and math.exp(statistics.fmean(ratios)) > self.need_ratio
+        else:
+            mine, theirs = self.norms.get(own), self.norms.get(j)
+            needed = mine is not None and theirs is not None and theirs > self.need_ratio * mine
+        if needed:
             if self.need_latch:
                 self.needed.add(j)
             return 1.0
         return self.replicate_below
 
-    def _settled(self, partition: int, delta: Mapping[str, np.ndarray] | None) -> None:
+    def _settled(self, partition: int, delta: Mapping[str, np.ndarray] | None,
+                 sent_version: int = 0, version: int = 0) -> None:
         if delta is None:
             self.served[partition] -= 1
         elif math.isfinite(self.need_ratio):
             norm = math.sqrt(sum(float(np.sum(np.square(v))) for v in delta.values()))
-            if math.isfinite(norm):
-                self.norms[partition] = norm
+            if not math.isfinite(norm):
+                return
+            self.norms[partition] = norm
+            if self.need_reference == "era":
+                pool = [x for step in range(sent_version - ERA_STEPS, sent_version + 1)
+                        for x in self.era.get(step, ())]
+                middle = statistics.median(pool) if len(pool) >= 3 else 0.0
+                if middle > 0 and norm > 0:
+                    self.readings.setdefault(partition, deque(maxlen=ERA_READINGS)).append(
+                        math.log(norm / middle))
+                self.era.setdefault(sent_version, []).append(norm)
 
     def _message(self, node: int, job: int, arrays: ArrayRecord, train_config: ConfigRecord,
                  regime_round: int) -> tuple[Message, int]:

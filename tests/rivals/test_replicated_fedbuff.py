@@ -50,24 +50,33 @@ def _start(strategy, n, steps, app=None):
 
 
 def _reference(table, n, s, k, server_lr, steps, sizes=None, cost=0.0, bar=1.0, margin=0.0,
-               need=math.inf, latch=False):
+               need=math.inf, latch=False, era=False):
     """Concurrency ``n``: a finished client is sent the current model at once. ``bar``:
     client ``p`` computes another held partition only while its jobs are fewer than
     ``bar`` times partition ``p``'s and, ``margin`` z, while partition ``p``'s lead them by
     more than z standard deviations of a difference of two counts of one rate (then the
     least served of those); ``need`` rho: a held partition whose last update (``theta_j -
     theta_sent``) was more than rho times as large as partition ``p``'s last has the bar 1
-    (``latch``: from then on).
+    (``latch``: from then on); ``era``: instead, a partition whose last three (at least two)
+    norms, each over the median of the norms that arrived before it of updates computed from
+    the models of its step and the two before (at least three), have a geometric mean above
+    rho.
     ``table[job][p]``: client ``p``'s ``job``-th job's latency, plus ``cost`` times the load
     of the partition it computes (its size over the mean of ``sizes``). Returns the model and
     time of each step and each step's partitions."""
     served = [0] * n
-    norms, latched = {}, set()
+    norms, latched, arrived, ratios = {}, set(), [], {}
+
+    def is_needed(q, p):
+        if era:
+            mine = ratios.get(q, [])[-3:]
+            return len(mine) >= 2 and float(np.exp(np.mean(mine))) > need
+        return q in norms and p in norms and norms[q] > need * norms[p]
 
     def bar_of(q, p):
         if q in latched:
             return 1.0
-        if q in norms and p in norms and norms[q] > need * norms[p]:
+        if is_needed(q, p):
             if latch:
                 latched.add(q)
             return 1.0
@@ -97,6 +106,10 @@ def _reference(table, n, s, k, server_lr, steps, sizes=None, cost=0.0, bar=1.0, 
         arrive, sent_version, sent, j = running.pop(p)
         new, _, _ = call_app(sent, j, n)
         norms[j] = math.sqrt(sum(float(np.sum((new[m] - sent[m]) ** 2)) for m in sent))
+        pool = [x for v, x in arrived if sent_version - 2 <= v <= sent_version]
+        if len(pool) >= 3:
+            ratios.setdefault(j, []).append(math.log(norms[j] / float(np.median(pool))))
+        arrived.append((sent_version, norms[j]))
         w = (1.0 + version - sent_version) ** -0.5
         delta = {m: w * (new[m] - sent[m]) for m in sent}
         buffer = delta if buffer is None else {m: buffer[m] + delta[m] for m in buffer}
@@ -319,16 +332,17 @@ def test_a_bar_outside_zero_one_is_refused_by_name(bad):
         ReplicatedFedBuff(s=1, replicate_below=bad, buffer_size=1)
 
 
-def _follows_reference(s, theta, margin=0.0, need=math.inf, latch=False):
+def _follows_reference(s, theta, margin=0.0, need=math.inf, latch=False, era=False):
     """Forty steps of one update each on ``TABLE`` against the reference with the same rule;
     the reference's partitions of each step."""
     strategy = ReplicatedFedBuff(s=s, replicate_below=theta, replicate_margin=margin,
-                                 need_ratio=need, need_latch=latch, buffer_size=1,
+                                 need_ratio=need, need_latch=latch,
+                                 need_reference="era" if era else "own", buffer_size=1,
                                  concurrency=4, server_lr=0.7, latency=FixedArrivals(TABLE),
                                  measured_compute=False)
     result, _ = _start(strategy, 4, 40)
     expected, times, parts = _reference(TABLE, 4, s, 1, 0.7, 40, bar=theta, margin=margin,
-                                        need=need, latch=latch)
+                                        need=need, latch=latch, era=era)
     assert [row["clients_used"] for row in strategy.history] == [parts[t] for t in range(1, 41)]
     assert [row["virtual_s"] for row in strategy.history] == pytest.approx(
         [times[t] for t in range(1, 41)])
@@ -385,3 +399,31 @@ def test_a_latched_need_keeps_the_bar_one_as_the_reference_does(s, theta, rho):
     assert parts != unlatched  # the latch changed which partitions were computed
     with pytest.raises(ValueError, match="need_latch="):
         ReplicatedFedBuff(s=1, need_latch=1, buffer_size=1)
+
+
+@pytest.mark.parametrize("s, rho", [(1, 1.2), (2, 1.5)])
+def test_a_need_read_against_the_era_follows_the_reference(s, rho):
+    """Thirty steps of two updates (a few updates of each step's era arrive before a stale
+    one) against the reference's era rule, which differs here from the own-partition rule
+    and from the bar alone."""
+    strategy = ReplicatedFedBuff(s=s, replicate_below=0.25, need_ratio=rho, need_latch=True,
+                                 need_reference="era", buffer_size=2, concurrency=4,
+                                 server_lr=0.7, latency=FixedArrivals(TABLE),
+                                 measured_compute=False)
+    result, _ = _start(strategy, 4, 30)
+    expected, times, parts = _reference(TABLE, 4, s, 2, 0.7, 30, bar=0.25, need=rho,
+                                        latch=True, era=True)
+    assert [row["clients_used"] for row in strategy.history] == [parts[t] for t in range(1, 31)]
+    assert [row["virtual_s"] for row in strategy.history] == pytest.approx(
+        [times[t] for t in range(1, 31)])
+    assert_model(as_dict(result.arrays), expected[30])
+    _, _, own = _reference(TABLE, 4, s, 2, 0.7, 30, bar=0.25, need=rho, latch=True)
+    _, _, plain = _reference(TABLE, 4, s, 2, 0.7, 30, bar=0.25)
+    assert parts != own and parts != plain  # the era's reading changed what was computed
+    assert 3 in strategy.needed  # the slow client's partition, read through its neighbour
+
+
+@pytest.mark.parametrize("bad", ["mine", "", None, 1])
+def test_a_bad_need_reference_is_refused_by_name(bad):
+    with pytest.raises(ValueError, match="need_reference="):
+        ReplicatedFedBuff(s=1, need_ratio=2.0, need_reference=bad, buffer_size=1)
