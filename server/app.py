@@ -222,7 +222,8 @@ def build(cfg: dict[str, Any], n: int, code_policy: Any = None):
                          "asynchronous run is server.asynchronous.build_async (the ServerApp's "
                          "run picks it)")
     # read by asynchronous runs only
-    for name in ("buffer-size", "replicate-below", "replicate-margin", "need-ratio", "need-latch"):
+    for name in ("buffer-size", "replicate-below", "replicate-margin", "need-ratio", "need-latch",
+                 "need-reference"):
         if cfg[name] != DEFAULTS[name]:
             raise ValueError(f"{name}={cfg[name]!r} is read by asynchronous runs only; set "
                              f"asynchronous=true or leave it at {DEFAULTS[name]!r}")

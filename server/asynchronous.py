@@ -10,9 +10,10 @@ lifted to 1 once the neighbour's partition's updates were found larger than its 
 model lacks); the picked values and what they estimate are in docs/adaptive.md.
 
 What it cannot honour is refused, naming the key, never dropped: DP (it applies none), a server
-optimiser other than plain SGD, a ``replicate-below``, ``replicate-margin``, ``need-ratio`` or
-``need-latch`` beside ``s="auto"`` (which sets its own), a bar outside ``[0, 1]``, a negative
-margin or need ratio, a latch without a need ratio, a replication key that would change
+optimiser other than plain SGD, a ``replicate-below``, ``replicate-margin``, ``need-ratio``,
+``need-latch`` or ``need-reference`` beside ``s="auto"`` (which sets its own), a bar outside
+``[0, 1]``, a negative margin or need ratio, a latch or a reference without a need ratio, an
+unknown reference, a replication key that would change
 nothing (``ineffective_rule``), a rival, and
 every key of synchronous coded rounds set away from its default (the code, its deadline and
 decoding rules); in wallclock timing, the charges modelled in virtual time only
@@ -36,9 +37,11 @@ from fl_gradcode.config import DEFAULTS, worker_list
 from fl_gradcode.flower.asynchronous import (
     AUTO_NEED_LATCH,
     AUTO_NEED_RATIO,
+    AUTO_NEED_REFERENCE,
     AUTO_REPLICATE_BELOW,
     AUTO_REPLICATE_MARGIN,
     AUTO_S,
+    NEED_REFERENCES,
     ReplicatedFedBuff,
 )
 
@@ -62,7 +65,8 @@ def async_refusal(cfg: dict[str, Any]) -> str | None:
         for name, own in (("replicate-below", AUTO_REPLICATE_BELOW),
                           ("replicate-margin", AUTO_REPLICATE_MARGIN),
                           ("need-ratio", need_key(AUTO_NEED_RATIO)),
-                          ("need-latch", AUTO_NEED_LATCH)):
+                          ("need-latch", AUTO_NEED_LATCH),
+                          ("need-reference", AUTO_NEED_REFERENCE)):
             if cfg[name] != DEFAULTS[name]:
                 return (f"{name}={cfg[name]!r} with s='auto', which sets its own ({own!r}); "
                         f"set an integer s to choose {name}, or leave it unset")
@@ -87,6 +91,14 @@ def async_refusal(cfg: dict[str, Any]) -> str | None:
     if cfg["need-latch"] and not need:
         return ("need-latch=True without need-ratio: the latch holds a partition the need "
                 "ratio found needed; set need-ratio > 0 or leave need-latch unset")
+    reference = cfg["need-reference"]
+    if reference not in NEED_REFERENCES:
+        return (f"need-reference={reference!r}: expected one of "
+                f"{', '.join(map(repr, NEED_REFERENCES))} (what a neighbour's update is "
+                "compared with)")
+    if reference != DEFAULTS["need-reference"] and not need:
+        return (f"need-reference={reference!r} without need-ratio: it says what the need "
+                "ratio compares; set need-ratio > 0 or leave need-reference unset")
     idle = ineffective_rule(cfg)
     if idle is not None:
         return idle
@@ -125,7 +137,7 @@ def ineffective_rule(cfg: dict[str, Any]) -> str | None:
     without a need ratio (nothing to hold back)."""
     if cfg["s"] == "auto":
         return None
-    keys = ("replicate-below", "replicate-margin", "need-ratio", "need-latch")
+    keys = ("replicate-below", "replicate-margin", "need-ratio", "need-latch", "need-reference")
     if int(cfg["s"]) == 0:
         for name in keys:
             if cfg[name] != DEFAULTS[name]:
@@ -147,16 +159,17 @@ def need_key(ratio: float) -> float:
     return 0.0 if math.isinf(ratio) else float(ratio)
 
 
-def replication(cfg: dict[str, Any]) -> tuple[int, float, float, float, bool]:
-    """``(s, replicate_below, replicate_margin, need_ratio, need_latch)`` an asynchronous run
+def replication(cfg: dict[str, Any]) -> tuple[int, float, float, float, bool, str]:
+    """``(s, replicate_below, replicate_margin, need_ratio, need_latch, need_reference)`` an
+    asynchronous run
     of ``cfg`` runs (``s="auto"``: the placement and rules picked on development seeds; a
     ``need-ratio`` of 0 is the class's ``inf``, off)."""
     if cfg["s"] == "auto":
         return (AUTO_S, AUTO_REPLICATE_BELOW, AUTO_REPLICATE_MARGIN, AUTO_NEED_RATIO,
-                AUTO_NEED_LATCH)
+                AUTO_NEED_LATCH, AUTO_NEED_REFERENCE)
     need = float(cfg["need-ratio"])
     return (int(cfg["s"]), float(cfg["replicate-below"]), float(cfg["replicate-margin"]),
-            need if need > 0 else math.inf, bool(cfg["need-latch"]))
+            need if need > 0 else math.inf, bool(cfg["need-latch"]), str(cfg["need-reference"]))
 
 
 def build_async(cfg: dict[str, Any], n: int):
@@ -201,14 +214,16 @@ def build_async(cfg: dict[str, Any], n: int):
     keywords = strategy_keywords(cfg, n, only=RIVAL_KEYWORDS)
     if str(cfg["timing"]) == "wallclock":
         keywords.update(compute_cost_s=0.0, upload_bandwidth=None)
-    s, bar, z, need, latch = replication(cfg)
+    s, bar, z, need, latch, reference = replication(cfg)
     strategy = ReplicatedFedBuff(
         s=s, replicate_below=bar, replicate_margin=z, need_ratio=need, need_latch=latch,
+        need_reference=reference,
         buffer_size=k, concurrency=cohort, server_lr=float(cfg["server-lr"]),
         partition_sizes=sizes, **keywords,
         run_config={**cfg, "num-clients": n, "partition-sizes": sizes, "s": s,
                     "replicate-below": bar, "replicate-margin": z,
-                    "need-ratio": need_key(need), "need-latch": latch, "s-asked": cfg["s"],
+                    "need-ratio": need_key(need), "need-latch": latch,
+                    "need-reference": reference, "s-asked": cfg["s"],
                     "buffer-size": k, "server-steps": steps},
         timing=str(cfg["timing"]), identify_timeout=float(cfg["warmup-timeout"]))
     initial, evaluate_fn, train_config = model_and_evaluation(cfg, data)

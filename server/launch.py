@@ -457,7 +457,9 @@ def _bar(cfg: dict) -> str:
     asked = " (s='auto')" if cfg.get("s-asked") == "auto" else ""
     margin = f" by more than {z:g} sd" if z else ""
     once = " once" if cfg.get("need-latch") else ""
-    lifted = f" (1x{once} when its last update was over {need:g}x the own's)" if need else ""
+    against = ("its recent updates were over {:g}x their era's" if cfg.get("need-reference")
+               == "era" else "its last update was over {:g}x the own's")
+    lifted = f" (1x{once} when {against.format(need)})" if need else ""
     return (f", a neighbour's partition served while below {bar:g}x a client's own"
             f"{lifted}{margin}{asked}")
 

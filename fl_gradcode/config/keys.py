@@ -363,6 +363,11 @@ KEYS: tuple[Key, ...] = (
     Key("need-latch", False, "`asynchronous` with `need-ratio`: a partition once seen to be "
         "needed is served as much as the own partition for the rest of the run; `s='auto'` "
         "sets its own", coded_only=True),
+    Key("need-reference", "own", "`asynchronous` with `need-ratio`: what a neighbour's "
+        "partition's update is compared with: `own`, its holder's own partition's last update; "
+        "`era`, the median of the updates computed from models of the same era (its server "
+        "step and the two before), smoothed over the partition's last three; `s='auto'` sets "
+        "its own", coded_only=True),
     Key("buffer-size", 0, "`asynchronous`: updates per server step (FedBuff's K); 0 = a "
         "quarter of the cohort, rounded up (the benchmark's a-priori K)", coded_only=True),
 )

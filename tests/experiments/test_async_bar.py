@@ -71,10 +71,11 @@ def test_s_auto_runs_the_rule_the_development_records_on_record_pick():
     import math
     from pathlib import Path
 
-    from experiments.async_bar import BAR, LATCH, MARGIN, NEED, auto_rule
+    from experiments.async_bar import BAR, ERA, LATCH, MARGIN, NEED, auto_rule
     from fl_gradcode.flower.asynchronous import (
         AUTO_NEED_LATCH,
         AUTO_NEED_RATIO,
+        AUTO_NEED_REFERENCE,
         AUTO_REPLICATE_BELOW,
         AUTO_REPLICATE_MARGIN,
         AUTO_S,
@@ -91,10 +92,12 @@ def test_s_auto_runs_the_rule_the_development_records_on_record_pick():
         return json.loads(path.read_text())["dev"] if path.exists() else None
 
     rule = {"replicate_below": 1.0, "replicate_margin": 0.0, "need_ratio": math.inf,
-            "need_latch": False, **auto_rule(dev, later(MARGIN), later(NEED), later(LATCH))}
+            "need_latch": False, "need_reference": "own",
+            **auto_rule(dev, later(MARGIN), later(NEED), later(LATCH), later(ERA))}
     assert (rule["replicate_below"], rule["replicate_margin"], rule["need_ratio"],
-            rule["need_latch"]) == (AUTO_REPLICATE_BELOW, AUTO_REPLICATE_MARGIN,
-                                    AUTO_NEED_RATIO, AUTO_NEED_LATCH) and AUTO_S == 1
+            rule["need_latch"], rule["need_reference"]) == (
+        AUTO_REPLICATE_BELOW, AUTO_REPLICATE_MARGIN, AUTO_NEED_RATIO, AUTO_NEED_LATCH,
+        AUTO_NEED_REFERENCE) and AUTO_S == 1
 
 
 def test_auto_takes_the_margin_whatever_and_the_need_rule_only_when_it_ranks_first():
@@ -118,6 +121,13 @@ def test_auto_takes_the_margin_whatever_and_the_need_rule_only_when_it_ranks_fir
         "replicate_below": 0.25, "need_ratio": 1.25}
     assert auto_rule(bar, dev(1.0, 2.5, 1.0), dev(1.25, 2.2, 1.3), dev(2.0, 2.1, 1.0)) == {
         "replicate_below": 0.25, "need_ratio": 2.0, "need_latch": True}
+    # amendment 28's against what runs after amendment 27
+    latched = (bar, dev(1.0, 2.5, 1.0), dev(1.25, 2.2, 1.3), dev(1.5, 1.8, 1.09))
+    assert auto_rule(*latched, dev(2.0, 1.8, 1.09)) == {
+        "replicate_below": 0.25, "need_ratio": 1.5, "need_latch": True}  # a tie keeps it
+    assert auto_rule(*latched, dev(3.0, 1.8, 1.05)) == {
+        "replicate_below": 0.25, "need_ratio": 3.0, "need_latch": True,
+        "need_reference": "era"}
 
 
 def _runs(method, times, final=0.9, **extra):

@@ -51,7 +51,9 @@ def test_compare_says_wallclock_runs_are_timed_in_wall_clock_time(tmp_path):
     ({}, ""), ({"replicate-margin": 2.0}, " by more than 2 sd"),
     ({"need-ratio": 1.5}, " (1x when its last update was over 1.5x the own's)"),
     ({"need-ratio": 2.0, "need-latch": True},
-     " (1x once when its last update was over 2x the own's)")])
+     " (1x once when its last update was over 2x the own's)"),
+    ({"need-ratio": 2.0, "need-latch": True, "need-reference": "era"},
+     " (1x once when its recent updates were over 2x their era's)")])
 def test_compare_names_the_bar_of_an_asynchronous_run_that_set_one(tmp_path, margin, said):
     from server.launch import compare
 
