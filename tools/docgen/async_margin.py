@@ -6,10 +6,12 @@ experiments.async_margin``, ``results/async_margin.json``; the grid file's amend
 the ``async-need`` block (the bar lifted by the update norms; ``python -m
 experiments.async_need``, ``results/async_need.json``; amendment 26) and the ``async-latch``
 block (lifted for good; ``python -m experiments.async_latch``, ``results/async_latch.json``;
-amendment 27)."""
+amendment 27) and the ``async-era`` block (the need read against the era's updates; ``python
+-m experiments.async_era``, ``results/async_era.json``; amendment 28)."""
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -112,9 +114,28 @@ def _latch_intro(data: Mapping[str, Any], bar: Mapping[str, Any]) -> str:
         f"fifteen cells by its rule ({tried_text(dev)}): ρ = {float(dev['pick']):g}). ")
 
 
+def _era_intro(data: Mapping[str, Any], bar: Mapping[str, Any]) -> str:
+    dev = data["dev"]
+    lifted = [(r["needed"], len(r["updates_per_partition"]))
+              for cell in data.get("cells", {}).values() for r in cell["runs"] if "needed" in r]
+    share = (f"; the latch lifted a median {statistics.median(a / n for a, n in lifted):.0%} "
+             "of the partitions in its evaluation runs" if lifted else "")
+    return (
+        "**Replication by need read against the era** (`fedbuff-era`, `python -m "
+        "experiments.async_era`, the grid file's amendment 28, registered after amendment "
+        "27's evaluation reading and a diagnostic on one development seed, before any run of "
+        "its own: as amendment 27, but a partition is needed once the geometric mean of its "
+        "last three update norms (at least two), each over the median norm of the updates "
+        "computed from the models of its own server step and the two before, is above ρ, so "
+        "a stale update meets its era's and one neighbour's noisy reply decides nothing; ONE "
+        "ρ for every cell, picked on the development seeds of amendment 24's fifteen cells by "
+        f"its rule ({tried_text(dev)}): ρ = {float(dev['pick']):g}{share}). ")
+
+
 MARGIN_READING = Later(MARGIN, METHOD, "z", _margin_intro, same_as_bar=0.0)
 NEED_READING = Later("async_need.json", "fedbuff-need", "ρ", _need_intro)
 LATCH_READING = Later("async_latch.json", "fedbuff-latch", "ρ", _latch_intro)
+ERA_READING = Later("async_era.json", "fedbuff-era", "ρ", _era_intro)
 
 
 def render(data: Mapping[str, Any], bar: Mapping[str, Any], replication: Mapping[str, Any],
@@ -209,13 +230,19 @@ def async_latch() -> str | None:
     return _block(LATCH_READING)
 
 
+@block("async-era")
+def async_era() -> str | None:
+    return _block(ERA_READING)
+
+
 def headline() -> str:
     """One sentence for the README's coded-asynchrony line on the rule ``s='auto'`` runs
-    (amendment 24's bar, or amendment 26's or 27's rule when their development reading ranked
-    first; empty without its evaluation reading)."""
+    (amendment 24's bar, or amendment 26's, 27's or 28's rule when their development reading
+    ranked first; empty without its evaluation reading)."""
     from fl_gradcode.flower.asynchronous import (
         AUTO_NEED_LATCH,
         AUTO_NEED_RATIO,
+        AUTO_NEED_REFERENCE,
         AUTO_REPLICATE_BELOW,
         AUTO_REPLICATE_MARGIN,
     )
@@ -224,8 +251,12 @@ def headline() -> str:
         raise ValueError("the README sentence describes no margin; say what s='auto' runs")
     if not AUTO_NEED_LATCH and AUTO_NEED_RATIO == float("inf"):
         return bar_headline()
-    later, amendment, lift = ((LATCH_READING, 27, "once") if AUTO_NEED_LATCH
+    later, amendment, lift = ((ERA_READING, 28, "once") if AUTO_NEED_REFERENCE == "era"
+                              else (LATCH_READING, 27, "once") if AUTO_NEED_LATCH
                               else (NEED_READING, 26, "while"))
+    larger = ("its recent updates were over {:g}× the median of their era's"
+              if AUTO_NEED_REFERENCE == "era"
+              else "its last update was over {:g}× the own partition's")
     got = _loaded(later)
     if got is None:
         return ""
@@ -240,7 +271,7 @@ def headline() -> str:
     return (f" With no development seeds of its own, `s='auto'` (amendment {amendment}: s = 1, "
             f"a neighbour's partition served below {AUTO_REPLICATE_BELOW:g}× the client's own, "
             "and as much as it "
-            f"{lift} its last update was over {AUTO_NEED_RATIO:g}× the own partition's) was "
+            f"{lift} {larger.format(AUTO_NEED_RATIO)}) was "
             f"within {GOAL_TIME:g}× of the lower of FedBuff's and s = 1's median time in "
             f"{near} of {len(read)} cells read, at worst {worst[1]:.2f}× ({worst[0]}), the "
             f"earlier bar 0.75 in {near_count(same)} of the same cells, at worst "
