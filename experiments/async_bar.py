@@ -39,6 +39,7 @@ __all__ = [
     "MARGIN",
     "METHOD",
     "NEED",
+    "PRIOR",
     "RULE",
     "Reading",
     "auto_rule",
@@ -135,6 +136,19 @@ ERA = Reading(
     "lowest worst ratio over the cells, then the lowest median ratio, then 2",
     Path("results/async_era.json"), "experiments.async_era",
     {"replicate_below": 0.25, "need_latch": True, "need_reference": "era"})
+#: amendment 29: the need ratio rho against a cohort's era, latched, with the prior
+PRIOR = Reading(
+    "fedbuff-prior", "need_ratio", (1.5, 2.0, 3.0), 2.0,
+    "one rho for every cell among 1.5, 2, 3 beside the bar 0.25, latched, read against a "
+    "cohort's era, with the prior (amendment 28's rule with the era spanning ceil(cohort / "
+    "K) steps before an update's own, and a partition read fewer than twice served as if "
+    "needed): per development cell, rho's median time to target over the development seeds "
+    "(never reached: infinite) over the lowest of amendment 23's development medians for "
+    "s = 0, 1, 2 (both infinite: 1; only rho's: infinite); the lowest worst ratio over the "
+    "cells, then the lowest median ratio, then 2",
+    Path("results/async_prior.json"), "experiments.async_prior",
+    {"replicate_below": 0.25, "need_latch": True, "need_reference": "cohort",
+     "need_prior": True})
 
 
 def dev_cells(grid: Mapping[str, Any], names: Sequence[str]) -> list[str]:
@@ -228,12 +242,13 @@ def read_cell(grid: Mapping[str, Any], name: str, cell: Mapping[str, Any],
 
 def auto_rule(bar: Mapping[str, Any], margin: Mapping[str, Any] | None = None,
               need: Mapping[str, Any] | None = None, latch: Mapping[str, Any] | None = None,
-              era: Mapping[str, Any] | None = None) -> dict[str, Any]:
+              era: Mapping[str, Any] | None = None, prior: Mapping[str, Any] | None = None
+              ) -> dict[str, Any]:
     """The ReplicatedFedBuff keywords the main job's ``s="auto"`` runs, from the development
     records (``dev``) of amendments 24, 25 and 26 on record, by the grid file's rules:
     amendment 24's bar; amendment 25's margin beside it, whatever its ratios; amendment 26's
     rule in their place when its pick's worst development ratio is lower (then its median;
-    a tie keeps what runs); amendment 27's, then amendment 28's, by the same test, each in
+    a tie keeps what runs); amendment 27's, then 28's, then 29's, by the same test, each in
     the place of what runs then."""
     def score(dev: Mapping[str, Any]) -> tuple[float, float]:
         pick = str(dev["pick"])
@@ -244,7 +259,7 @@ def auto_rule(bar: Mapping[str, Any], margin: Mapping[str, Any] | None = None,
     if margin is not None:
         rule = {**MARGIN.keywords(float(margin["pick"]))}
         best = score(margin)
-    for reading, dev in ((NEED, need), (LATCH, latch), (ERA, era)):
+    for reading, dev in ((NEED, need), (LATCH, latch), (ERA, era), (PRIOR, prior)):
         if dev is not None and score(dev) < best:
             rule, best = {**reading.keywords(float(dev["pick"]))}, score(dev)
     return rule

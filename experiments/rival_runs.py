@@ -356,12 +356,14 @@ def run_rival(method: str, seed: int, cell: Cell, deadline: float | None = None,
 
 def run_replicated(s: int, seed: int, cell: Cell, replicate_below: float = 1.0,
                    replicate_margin: float = 0.0, need_ratio: float = math.inf,
-                   need_latch: bool = False, need_reference: str = "own") -> dict[str, Any]:
+                   need_latch: bool = False, need_reference: str = "own",
+                   need_prior: bool = False) -> dict[str, Any]:
     """The record of ``fedbuff-replicated`` with ``s`` extra copies of each partition
     (:class:`fl_gradcode.flower.asynchronous.ReplicatedFedBuff`, ``replicate_below``,
-    ``replicate_margin``, ``need_ratio``, ``need_latch``, ``need_reference``) in ``cell``,
-    with FedBuff's rules of the cell (method ``fedbuff-replicated:s``, with ``@theta`` below
-    1, ``~z`` above 0, ``^rho`` when finite, ``%`` against the era and ``!`` latched);
+    ``replicate_margin``, ``need_ratio``, ``need_latch``, ``need_reference``,
+    ``need_prior``) in ``cell``, with FedBuff's rules of the cell (method
+    ``fedbuff-replicated:s``, with ``@theta`` below 1, ``~z`` above 0, ``^rho`` when finite,
+    ``%`` against the era, ``%c`` a cohort's, ``?`` with the prior and ``!`` latched);
     ``updates_per_partition``: how many updates of each partition entered the model;
     ``replicated``: how many jobs computed another partition than the client's own;
     ``needed``: how many partitions the latch lifted to the bar 1."""
@@ -371,7 +373,8 @@ def run_replicated(s: int, seed: int, cell: Cell, replicate_below: float = 1.0,
                       staleness_exponent=cell.fedbuff_staleness_exponent,
                       rounds=cell.fedbuff_steps(), replicas=s, replicate_below=replicate_below,
                       replicate_margin=replicate_margin, need_ratio=need_ratio,
-                      need_latch=need_latch, need_reference=need_reference)
+                      need_latch=need_latch, need_reference=need_reference,
+                      need_prior=need_prior)
     counts = [0] * cell.n
     for row in run.history:
         for pid in row["clients_used"]:
@@ -382,7 +385,8 @@ def run_replicated(s: int, seed: int, cell: Cell, replicate_below: float = 1.0,
                                           f"@{replicate_below:g}")
              + ("" if replicate_margin == 0.0 else f"~{replicate_margin:g}")
              + ("" if math.isinf(need_ratio) else f"^{need_ratio:g}")
-             + ("%" if need_reference == "era" else "") + ("!" if need_latch else ""))
+             + {"own": "", "era": "%", "cohort": "%c"}[need_reference]
+             + ("?" if need_prior else "") + ("!" if need_latch else ""))
     bar = {} if replicate_below == 1.0 else {"replicate_below": replicate_below,
                                              "replicated": replicated}
     if replicate_margin != 0.0:
@@ -392,7 +396,7 @@ def run_replicated(s: int, seed: int, cell: Cell, replicate_below: float = 1.0,
     if need_latch:
         bar.update(need_latch=True, needed=len(run.strategy.needed))
     if need_reference != "own":
-        bar.update(need_reference=need_reference)
+        bar.update(need_reference=need_reference, need_prior=need_prior)
     return _summary(label, seed, run.history, cell, cfg, run.counter, run.wall_s, s=s,
                     updates_per_partition=counts, **bar)
 
@@ -485,7 +489,8 @@ def rival_strategy(method: str, run_config: Mapping[str, Any], n: int, *,
                    staleness_exponent: float | None = None, stop_dropped_work: bool = False,
                    replicas: int = 0, replicate_below: float = 1.0,
                    replicate_margin: float = 0.0, need_ratio: float = math.inf,
-                   need_latch: bool = False, need_reference: str = "own"
+                   need_latch: bool = False, need_reference: str = "own",
+                   need_prior: bool = False
                    ) -> tuple[Any, tuple, dict[str, Any], dict[str, Any]]:
     """A public rival of :mod:`fl_gradcode.rivals` with ``run_config`` on ``n`` nodes, on the
     main job's initial model, evaluation and train config (``server.app.build_rival``):
@@ -500,7 +505,7 @@ def rival_strategy(method: str, run_config: Mapping[str, Any], n: int, *,
     * ``fedbuff-replicated``: FedBuff's rules over partitions each held by ``replicas + 1``
       clients (:class:`fl_gradcode.flower.asynchronous.ReplicatedFedBuff`, ``s = replicas``,
       its ``replicate_below``, ``replicate_margin``, ``need_ratio``, ``need_latch``,
-      ``need_reference``).
+      ``need_reference``, ``need_prior``).
 
     A rule left ``None`` is the rival class's own default (``FirstK``, ``FedBuff``).
     ``stop_dropped_work``: ``deadline`` and ``first-k`` stop a dropped client's work when its
@@ -555,7 +560,8 @@ def rival_strategy(method: str, run_config: Mapping[str, Any], n: int, *,
             strategy = ReplicatedFedBuff(s=int(replicas), replicate_below=replicate_below,
                                          replicate_margin=replicate_margin,
                                          need_ratio=need_ratio, need_latch=need_latch,
-                                         need_reference=need_reference, **knobs)
+                                         need_reference=need_reference,
+                                         need_prior=need_prior, **knobs)
             extra["s"] = int(replicas)
     else:
         raise ValueError(f"method {method!r} is not a rival; expected one of "

@@ -58,7 +58,12 @@ updates were larger; a partition is needed once the geometric mean of its last
 :data:`ERA_READINGS` such ratios (at least two) exceeds ``need_ratio``. A partition's need is
 then read from its own data against everyone's, not from one neighbour's last reply; it still
 takes a few of its updates to read, so a partition whose data is needed from the start is
-served at ``replicate_below`` until then.
+served at ``replicate_below`` until then. Where ``K`` is small few updates of a three-step
+era arrive before a later one, and the rule rarely reads. ``need_reference="cohort"`` widens
+the era to as many steps as take a cohort's updates (``ceil(concurrency / K)``, so about one
+update of each client in flight), and ``need_prior=True`` serves a partition with fewer than
+two readings as if needed (the bar 1, not latched): its first updates come at a fast
+partition's rate, and it falls to ``replicate_below`` once read and not needed.
 
 Everything else is :class:`~fl_gradcode.rivals.FedBuff`'s: which idle client gets a free slot
 (seeded, uniformly), the virtual clock (a job's latency is drawn for the client's own device,
@@ -114,7 +119,7 @@ ERA_STEPS = 2
 #: ratios (once it has two)
 ERA_READINGS = 3
 #: what a neighbour's update norm is compared with (module docstring)
-NEED_REFERENCES = ("own", "era")
+NEED_REFERENCES = ("own", "era", "cohort")
 
 #: the dtype replies are sent in (the instruction's default wire, float64)
 _WIRE = np.dtype(np.float64)
@@ -156,7 +161,11 @@ class ReplicatedFedBuff(FedBuff):
     need_reference : str
         ``"own"`` (default): a neighbour's last update norm against the own partition's last;
         ``"era"``: a partition's recent updates against the median of the updates computed
-        from models of the same era (module docstring).
+        from models of the same era (its step and :data:`ERA_STEPS` before); ``"cohort"``:
+        the same over ``ceil(concurrency / buffer_size)`` steps before (module docstring).
+    need_prior : bool
+        ``True`` (with ``"era"`` or ``"cohort"``): a partition read fewer than twice is
+        served as if needed (default ``False``: at ``replicate_below``).
     identify_timeout : float, optional
         Seconds the identification handshake waits for the nodes' answers (default:
         ``start``'s ``timeout``); a node that has not answered by then gets no job.
@@ -167,8 +176,8 @@ class ReplicatedFedBuff(FedBuff):
 
     def __init__(self, *, s: int, replicate_below: float = 1.0, replicate_margin: float = 0.0,
                  need_ratio: float = math.inf, need_latch: bool = False,
-                 need_reference: str = "own", identify_timeout: float | None = None,
-                 **fedbuff: Any) -> None:
+                 need_reference: str = "own", need_prior: bool = False,
+                 identify_timeout: float | None = None, **fedbuff: Any) -> None:
         if isinstance(s, bool) or not isinstance(s, int) or s < 0:
             raise ValueError(f"s={s!r} must be an integer >= 0 (extra copies of a partition)")
         if (isinstance(replicate_below, bool) or not isinstance(replicate_below, (int, float))
@@ -190,6 +199,9 @@ class ReplicatedFedBuff(FedBuff):
         if need_reference not in NEED_REFERENCES:
             raise ValueError(f"need_reference={need_reference!r} must be one of "
                              f"{', '.join(map(repr, NEED_REFERENCES))}")
+        if not isinstance(need_prior, bool) or (need_prior and need_reference == "own"):
+            raise ValueError(f"need_prior={need_prior!r} must be True or False, and True only "
+                             "with need_reference 'era' or 'cohort' (it counts their readings)")
         if identify_timeout is not None and not (math.isfinite(identify_timeout)
                                                  and identify_timeout > 0):
             raise ValueError(f"identify_timeout={identify_timeout!r} must be > 0 seconds or "
@@ -202,6 +214,8 @@ class ReplicatedFedBuff(FedBuff):
         self.need_ratio = float(need_ratio)
         self.need_latch = need_latch
         self.need_reference = need_reference
+        self.need_prior = need_prior
+        self.era_steps = ERA_STEPS  # the steps before an update's own that make its era
         self.norms: dict[int, float] = {}  # partition -> its last update's norm
         self.era: dict[int, list[float]] = {}  # server step -> norms of updates computed from it
         self.readings: dict[int, deque[float]] = {}  # partition -> its last log ratios to era
@@ -256,6 +270,9 @@ class ReplicatedFedBuff(FedBuff):
         if not answered:
             raise ValueError("ReplicatedFedBuff: no node identified its partition (does the "
                              "ClientApp have gradient_coding_mod?)")
+        if self.need_reference == "cohort":
+            inflight = min(self.concurrency or len(answered), len(answered))
+            self.era_steps = math.ceil(inflight / self.buffer_size)
         return answered
 
     # ------------------------------------------------------------------ one job
@@ -278,11 +295,14 @@ class ReplicatedFedBuff(FedBuff):
     def _bar(self, j: int, own: int) -> float:
         """Partition ``j``'s bar for the client of partition ``own``: 1 when it is needed (its
         last update more than ``need_ratio`` times as large as ``own``'s, or its recent updates
-        as large against their era's, by ``need_reference``), else ``replicate_below``."""
+        as large against their era's, by ``need_reference``) or, with ``need_prior``, not yet
+        read twice; else ``replicate_below``."""
         if j in self.needed:
             return 1.0
-        if self.need_reference == "era":
+        if self.need_reference != "own":
             ratios = self.readings.get(j, ())
+            if self.need_prior and len(ratios) < 2 and math.isfinite(self.need_ratio):
+                return 1.0
             needed = len(ratios) >= 2 and math.exp(statistics.fmean(ratios)) > self.need_ratio
         else:
             mine, theirs = self.norms.get(own), self.norms.get(j)
@@ -302,8 +322,8 @@ class ReplicatedFedBuff(FedBuff):
             if not math.isfinite(norm):
                 return
             self.norms[partition] = norm
-            if self.need_reference == "era":
-                pool = [x for step in range(sent_version - ERA_STEPS, sent_version + 1)
+            if self.need_reference != "own":
+                pool = [x for step in range(sent_version - self.era_steps, sent_version + 1)
                         for x in self.era.get(step, ())]
                 middle = statistics.median(pool) if len(pool) >= 3 else 0.0
                 if middle > 0 and norm > 0:

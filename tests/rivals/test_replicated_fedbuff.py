@@ -50,17 +50,17 @@ def _start(strategy, n, steps, app=None):
 
 
 def _reference(table, n, s, k, server_lr, steps, sizes=None, cost=0.0, bar=1.0, margin=0.0,
-               need=math.inf, latch=False, era=False):
+               need=math.inf, latch=False, era=0, prior=False):
     """Concurrency ``n``: a finished client is sent the current model at once. ``bar``:
     client ``p`` computes another held partition only while its jobs are fewer than
     ``bar`` times partition ``p``'s and, ``margin`` z, while partition ``p``'s lead them by
     more than z standard deviations of a difference of two counts of one rate (then the
     least served of those); ``need`` rho: a held partition whose last update (``theta_j -
     theta_sent``) was more than rho times as large as partition ``p``'s last has the bar 1
-    (``latch``: from then on); ``era``: instead, a partition whose last three (at least two)
-    norms, each over the median of the norms that arrived before it of updates computed from
-    the models of its step and the two before (at least three), have a geometric mean above
-    rho.
+    (``latch``: from then on); ``era`` w > 0: instead, a partition whose last three (at
+    least two) norms, each over the median of the norms that arrived before it of updates
+    computed from the models of its step and the w before (at least three), have a geometric
+    mean above rho; ``prior``: a partition with fewer than two such ratios has the bar 1.
     ``table[job][p]``: client ``p``'s ``job``-th job's latency, plus ``cost`` times the load
     of the partition it computes (its size over the mean of ``sizes``). Returns the model and
     time of each step and each step's partitions."""
@@ -75,6 +75,8 @@ def _reference(table, n, s, k, server_lr, steps, sizes=None, cost=0.0, bar=1.0, 
 
     def bar_of(q, p):
         if q in latched:
+            return 1.0
+        if prior and len(ratios.get(q, [])) < 2:
             return 1.0
         if is_needed(q, p):
             if latch:
@@ -106,7 +108,7 @@ def _reference(table, n, s, k, server_lr, steps, sizes=None, cost=0.0, bar=1.0, 
         arrive, sent_version, sent, j = running.pop(p)
         new, _, _ = call_app(sent, j, n)
         norms[j] = math.sqrt(sum(float(np.sum((new[m] - sent[m]) ** 2)) for m in sent))
-        pool = [x for v, x in arrived if sent_version - 2 <= v <= sent_version]
+        pool = [x for v, x in arrived if sent_version - era <= v <= sent_version]
         if len(pool) >= 3:
             ratios.setdefault(j, []).append(math.log(norms[j] / float(np.median(pool))))
         arrived.append((sent_version, norms[j]))
@@ -332,7 +334,7 @@ def test_a_bar_outside_zero_one_is_refused_by_name(bad):
         ReplicatedFedBuff(s=1, replicate_below=bad, buffer_size=1)
 
 
-def _follows_reference(s, theta, margin=0.0, need=math.inf, latch=False, era=False):
+def _follows_reference(s, theta, margin=0.0, need=math.inf, latch=False, era=0):
     """Forty steps of one update each on ``TABLE`` against the reference with the same rule;
     the reference's partitions of each step."""
     strategy = ReplicatedFedBuff(s=s, replicate_below=theta, replicate_margin=margin,
@@ -412,7 +414,7 @@ def test_a_need_read_against_the_era_follows_the_reference(s, rho):
                                  measured_compute=False)
     result, _ = _start(strategy, 4, 30)
     expected, times, parts = _reference(TABLE, 4, s, 2, 0.7, 30, bar=0.25, need=rho,
-                                        latch=True, era=True)
+                                        latch=True, era=2)
     assert [row["clients_used"] for row in strategy.history] == [parts[t] for t in range(1, 31)]
     assert [row["virtual_s"] for row in strategy.history] == pytest.approx(
         [times[t] for t in range(1, 31)])
@@ -427,3 +429,40 @@ def test_a_need_read_against_the_era_follows_the_reference(s, rho):
 def test_a_bad_need_reference_is_refused_by_name(bad):
     with pytest.raises(ValueError, match="need_reference="):
         ReplicatedFedBuff(s=1, need_ratio=2.0, need_reference=bad, buffer_size=1)
+
+
+@pytest.mark.parametrize("s, k, rho", [(1, 1, 1.2), (1, 2, 3.0), (2, 1, 1.5)])
+def test_a_need_read_over_a_cohorts_era_with_a_prior_follows_the_reference(s, k, rho):
+    """``need_reference='cohort'``: the era spans ceil(concurrency / K) steps before an
+    update's own; ``need_prior``: a partition read fewer than twice has the bar 1. Each
+    changes what is computed against the three-step era without a prior."""
+    def run(reference, prior):
+        strategy = ReplicatedFedBuff(s=s, replicate_below=0.25, need_ratio=rho,
+                                     need_latch=True, need_reference=reference,
+                                     need_prior=prior, buffer_size=k, concurrency=4,
+                                     server_lr=0.7, latency=FixedArrivals(TABLE),
+                                     measured_compute=False)
+        result, _ = _start(strategy, 4, 24)
+        return strategy, result
+
+    strategy, result = run("cohort", True)
+    expected, times, parts = _reference(TABLE, 4, s, k, 0.7, 24, bar=0.25, need=rho,
+                                        latch=True, era=math.ceil(4 / k), prior=True)
+    assert [row["clients_used"] for row in strategy.history] == [parts[t] for t in range(1, 25)]
+    assert [row["virtual_s"] for row in strategy.history] == pytest.approx(
+        [times[t] for t in range(1, 25)])
+    assert_model(as_dict(result.arrays), expected[24])
+    _, _, no_prior = _reference(TABLE, 4, s, k, 0.7, 24, bar=0.25, need=rho, latch=True,
+                                era=math.ceil(4 / k))
+    assert parts != no_prior  # the prior changed what was computed
+    unread = run("era", False)[0]
+    assert [row["clients_used"] for row in unread.history] != [parts[t] for t in range(1, 25)]
+
+
+@pytest.mark.parametrize("bad", [1, "yes", None])
+def test_a_bad_need_prior_or_one_without_an_era_is_refused_by_name(bad):
+    with pytest.raises(ValueError, match="need_prior="):
+        ReplicatedFedBuff(s=1, need_ratio=2.0, need_reference="era", need_prior=bad,
+                          buffer_size=1)
+    with pytest.raises(ValueError, match="need_prior=True"):
+        ReplicatedFedBuff(s=1, need_ratio=2.0, need_prior=True, buffer_size=1)
