@@ -223,7 +223,7 @@ def build(cfg: dict[str, Any], n: int, code_policy: Any = None):
                          "run picks it)")
     # read by asynchronous runs only
     for name in ("buffer-size", "replicate-below", "replicate-margin", "need-ratio", "need-latch",
-                 "need-reference"):
+                 "need-reference", "need-prior"):
         if cfg[name] != DEFAULTS[name]:
             raise ValueError(f"{name}={cfg[name]!r} is read by asynchronous runs only; set "
                              f"asynchronous=true or leave it at {DEFAULTS[name]!r}")

@@ -11,10 +11,10 @@ model lacks); the picked values and what they estimate are in docs/adaptive.md.
 
 What it cannot honour is refused, naming the key, never dropped: DP (it applies none), a server
 optimiser other than plain SGD, a ``replicate-below``, ``replicate-margin``, ``need-ratio``,
-``need-latch`` or ``need-reference`` beside ``s="auto"`` (which sets its own), a bar outside
-``[0, 1]``, a negative margin or need ratio, a latch or a reference without a need ratio, an
-unknown reference, a replication key that would change
-nothing (``ineffective_rule``), a rival, and
+``need-latch``, ``need-reference`` or ``need-prior`` beside ``s="auto"`` (which sets its own),
+a bar outside ``[0, 1]``, a negative margin or need ratio, a latch or a reference without a
+need ratio, an unknown reference, a prior without an era's reference, a replication key that
+would change nothing (``ineffective_rule``), a rival, and
 every key of synchronous coded rounds set away from its default (the code, its deadline and
 decoding rules); in wallclock timing, the charges modelled in virtual time only
 (``virtual-compute``, ``partition-cost-s``, ``upload-bandwidth``) away from their defaults. The
@@ -36,6 +36,7 @@ from flwr.common.logger import log
 from fl_gradcode.config import DEFAULTS, worker_list
 from fl_gradcode.flower.asynchronous import (
     AUTO_NEED_LATCH,
+    AUTO_NEED_PRIOR,
     AUTO_NEED_RATIO,
     AUTO_NEED_REFERENCE,
     AUTO_REPLICATE_BELOW,
@@ -66,7 +67,8 @@ def async_refusal(cfg: dict[str, Any]) -> str | None:
                           ("replicate-margin", AUTO_REPLICATE_MARGIN),
                           ("need-ratio", need_key(AUTO_NEED_RATIO)),
                           ("need-latch", AUTO_NEED_LATCH),
-                          ("need-reference", AUTO_NEED_REFERENCE)):
+                          ("need-reference", AUTO_NEED_REFERENCE),
+                          ("need-prior", AUTO_NEED_PRIOR)):
             if cfg[name] != DEFAULTS[name]:
                 return (f"{name}={cfg[name]!r} with s='auto', which sets its own ({own!r}); "
                         f"set an integer s to choose {name}, or leave it unset")
@@ -99,6 +101,12 @@ def async_refusal(cfg: dict[str, Any]) -> str | None:
     if reference != DEFAULTS["need-reference"] and not need:
         return (f"need-reference={reference!r} without need-ratio: it says what the need "
                 "ratio compares; set need-ratio > 0 or leave need-reference unset")
+    if not isinstance(cfg["need-prior"], bool):
+        return f"need-prior={cfg['need-prior']!r}: expected true or false"
+    if cfg["need-prior"] and reference not in ("era", "cohort"):
+        return (f"need-prior=True with need-reference={reference!r}: the prior counts the "
+                "readings of an era's reference; set need-reference to 'era' or 'cohort' or "
+                "leave need-prior unset")
     idle = ineffective_rule(cfg)
     if idle is not None:
         return idle
@@ -137,7 +145,8 @@ def ineffective_rule(cfg: dict[str, Any]) -> str | None:
     without a need ratio (nothing to hold back)."""
     if cfg["s"] == "auto":
         return None
-    keys = ("replicate-below", "replicate-margin", "need-ratio", "need-latch", "need-reference")
+    keys = ("replicate-below", "replicate-margin", "need-ratio", "need-latch", "need-reference",
+            "need-prior")
     if int(cfg["s"]) == 0:
         for name in keys:
             if cfg[name] != DEFAULTS[name]:
@@ -159,17 +168,18 @@ def need_key(ratio: float) -> float:
     return 0.0 if math.isinf(ratio) else float(ratio)
 
 
-def replication(cfg: dict[str, Any]) -> tuple[int, float, float, float, bool, str]:
-    """``(s, replicate_below, replicate_margin, need_ratio, need_latch, need_reference)`` an
-    asynchronous run
+def replication(cfg: dict[str, Any]) -> tuple[int, float, float, float, bool, str, bool]:
+    """``(s, replicate_below, replicate_margin, need_ratio, need_latch, need_reference,
+    need_prior)`` an asynchronous run
     of ``cfg`` runs (``s="auto"``: the placement and rules picked on development seeds; a
     ``need-ratio`` of 0 is the class's ``inf``, off)."""
     if cfg["s"] == "auto":
         return (AUTO_S, AUTO_REPLICATE_BELOW, AUTO_REPLICATE_MARGIN, AUTO_NEED_RATIO,
-                AUTO_NEED_LATCH, AUTO_NEED_REFERENCE)
+                AUTO_NEED_LATCH, AUTO_NEED_REFERENCE, AUTO_NEED_PRIOR)
     need = float(cfg["need-ratio"])
     return (int(cfg["s"]), float(cfg["replicate-below"]), float(cfg["replicate-margin"]),
-            need if need > 0 else math.inf, bool(cfg["need-latch"]), str(cfg["need-reference"]))
+            need if need > 0 else math.inf, bool(cfg["need-latch"]), str(cfg["need-reference"]),
+            bool(cfg["need-prior"]))
 
 
 def build_async(cfg: dict[str, Any], n: int):
@@ -214,16 +224,16 @@ def build_async(cfg: dict[str, Any], n: int):
     keywords = strategy_keywords(cfg, n, only=RIVAL_KEYWORDS)
     if str(cfg["timing"]) == "wallclock":
         keywords.update(compute_cost_s=0.0, upload_bandwidth=None)
-    s, bar, z, need, latch, reference = replication(cfg)
+    s, bar, z, need, latch, reference, prior = replication(cfg)
     strategy = ReplicatedFedBuff(
         s=s, replicate_below=bar, replicate_margin=z, need_ratio=need, need_latch=latch,
-        need_reference=reference,
+        need_reference=reference, need_prior=prior,
         buffer_size=k, concurrency=cohort, server_lr=float(cfg["server-lr"]),
         partition_sizes=sizes, **keywords,
         run_config={**cfg, "num-clients": n, "partition-sizes": sizes, "s": s,
                     "replicate-below": bar, "replicate-margin": z,
                     "need-ratio": need_key(need), "need-latch": latch,
-                    "need-reference": reference, "s-asked": cfg["s"],
+                    "need-reference": reference, "need-prior": prior, "s-asked": cfg["s"],
                     "buffer-size": k, "server-steps": steps},
         timing=str(cfg["timing"]), identify_timeout=float(cfg["warmup-timeout"]))
     initial, evaluate_fn, train_config = model_and_evaluation(cfg, data)

@@ -458,8 +458,9 @@ def _bar(cfg: dict) -> str:
     margin = f" by more than {z:g} sd" if z else ""
     once = " once" if cfg.get("need-latch") else ""
     against = ("its recent updates were over {:g}x their era's" if cfg.get("need-reference")
-               == "era" else "its last update was over {:g}x the own's")
-    lifted = f" (1x{once} when {against.format(need)})" if need else ""
+               in ("era", "cohort") else "its last update was over {:g}x the own's")
+    prior = ", and until read twice" if cfg.get("need-prior") else ""
+    lifted = f" (1x{once} when {against.format(need)}{prior})" if need else ""
     return (f", a neighbour's partition served while below {bar:g}x a client's own"
             f"{lifted}{margin}{asked}")
 

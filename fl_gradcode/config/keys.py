@@ -366,8 +366,12 @@ KEYS: tuple[Key, ...] = (
     Key("need-reference", "own", "`asynchronous` with `need-ratio`: what a neighbour's "
         "partition's update is compared with: `own`, its holder's own partition's last update; "
         "`era`, the median of the updates computed from models of the same era (its server "
-        "step and the two before), smoothed over the partition's last three; `s='auto'` sets "
-        "its own", coded_only=True),
+        "step and the two before), smoothed over the partition's last three; `cohort`, the "
+        "same over as many steps as take a cohort's updates; `s='auto'` sets its own",
+        coded_only=True),
+    Key("need-prior", False, "`asynchronous` with `need-reference` `era` or `cohort`: a "
+        "partition read fewer than twice is served as if needed; `s='auto'` sets its own",
+        coded_only=True),
     Key("buffer-size", 0, "`asynchronous`: updates per server step (FedBuff's K); 0 = a "
         "quarter of the cohort, rounded up (the benchmark's a-priori K)", coded_only=True),
 )

@@ -96,9 +96,9 @@ from .deadline import reply_bytes
 from .protocol import Instruction, RejectedReply
 from .senders import answering_node
 
-__all__ = ["AUTO_NEED_LATCH", "AUTO_NEED_RATIO", "AUTO_NEED_REFERENCE", "AUTO_REPLICATE_BELOW",
-           "AUTO_REPLICATE_MARGIN", "AUTO_S", "ERA_READINGS", "ERA_STEPS", "NEED_REFERENCES",
-           "ReplicatedFedBuff", "cyclic_placement"]
+__all__ = ["AUTO_NEED_LATCH", "AUTO_NEED_PRIOR", "AUTO_NEED_RATIO", "AUTO_NEED_REFERENCE",
+           "AUTO_REPLICATE_BELOW", "AUTO_REPLICATE_MARGIN", "AUTO_S", "ERA_READINGS", "ERA_STEPS",
+           "NEED_REFERENCES", "ReplicatedFedBuff", "cyclic_placement"]
 
 #: what an asynchronous run with ``s="auto"`` runs: the placement ``s = 1`` and the rule whose
 #: development reading ranked first by ``experiments/grid.toml``'s amendments 24 to 27 (one
@@ -111,6 +111,7 @@ AUTO_REPLICATE_MARGIN = 0.0
 AUTO_NEED_RATIO = 1.5
 AUTO_NEED_LATCH = True
 AUTO_NEED_REFERENCE = "own"
+AUTO_NEED_PRIOR = False
 
 #: ``need_reference="era"``: an update is compared with the updates computed from the models of
 #: its own server step and this many before it

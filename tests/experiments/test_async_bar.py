@@ -71,9 +71,10 @@ def test_s_auto_runs_the_rule_the_development_records_on_record_pick():
     import math
     from pathlib import Path
 
-    from experiments.async_bar import BAR, ERA, LATCH, MARGIN, NEED, auto_rule
+    from experiments.async_bar import BAR, ERA, LATCH, MARGIN, NEED, PRIOR, auto_rule
     from fl_gradcode.flower.asynchronous import (
         AUTO_NEED_LATCH,
+        AUTO_NEED_PRIOR,
         AUTO_NEED_RATIO,
         AUTO_NEED_REFERENCE,
         AUTO_REPLICATE_BELOW,
@@ -92,12 +93,13 @@ def test_s_auto_runs_the_rule_the_development_records_on_record_pick():
         return json.loads(path.read_text())["dev"] if path.exists() else None
 
     rule = {"replicate_below": 1.0, "replicate_margin": 0.0, "need_ratio": math.inf,
-            "need_latch": False, "need_reference": "own",
-            **auto_rule(dev, later(MARGIN), later(NEED), later(LATCH), later(ERA))}
+            "need_latch": False, "need_reference": "own", "need_prior": False,
+            **auto_rule(dev, later(MARGIN), later(NEED), later(LATCH), later(ERA),
+                        later(PRIOR))}
     assert (rule["replicate_below"], rule["replicate_margin"], rule["need_ratio"],
-            rule["need_latch"], rule["need_reference"]) == (
+            rule["need_latch"], rule["need_reference"], rule["need_prior"]) == (
         AUTO_REPLICATE_BELOW, AUTO_REPLICATE_MARGIN, AUTO_NEED_RATIO, AUTO_NEED_LATCH,
-        AUTO_NEED_REFERENCE) and AUTO_S == 1
+        AUTO_NEED_REFERENCE, AUTO_NEED_PRIOR) and AUTO_S == 1
 
 
 def test_auto_takes_the_margin_whatever_and_the_need_rule_only_when_it_ranks_first():
@@ -128,6 +130,12 @@ def test_auto_takes_the_margin_whatever_and_the_need_rule_only_when_it_ranks_fir
     assert auto_rule(*latched, dev(3.0, 1.8, 1.05)) == {
         "replicate_below": 0.25, "need_ratio": 3.0, "need_latch": True,
         "need_reference": "era"}
+    # amendment 29's against what runs after amendment 28: here amendment 27's
+    assert auto_rule(*latched, dev(1.5, 2.1, 1.05), dev(2.0, 1.7, 1.2)) == {
+        "replicate_below": 0.25, "need_ratio": 2.0, "need_latch": True,
+        "need_reference": "cohort", "need_prior": True}
+    assert auto_rule(*latched, dev(1.5, 2.1, 1.05), dev(2.0, 1.9, 1.0)) == {
+        "replicate_below": 0.25, "need_ratio": 1.5, "need_latch": True}
 
 
 def _runs(method, times, final=0.9, **extra):

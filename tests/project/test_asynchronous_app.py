@@ -46,7 +46,10 @@ def _config(tmp_path, **overrides):
     ({"s": "auto", "need-reference": "era"}, "need-reference='era' with s='auto'"),
     ({"need-reference": "era"}, "need-reference='era' without need-ratio"),
     ({"need-reference": "mine", "need-ratio": 1.5, "replicate-below": 0.25},
-     "need-reference='mine': expected one of 'own', 'era'"),
+     "need-reference='mine': expected one of 'own', 'era', 'cohort'"),
+    ({"s": "auto", "need-prior": True}, "need-prior=True with s='auto'"),
+    ({"need-prior": True, "need-ratio": 1.5, "replicate-below": 0.25},
+     "need-prior=True with need-reference='own'"),
     ({"s": 0, "replicate-margin": 1.0}, "replicate-margin=1.0 with s=0"),
     ({"s": 0, "replicate-below": 0.5}, "replicate-below=0.5 with s=0"),
     ({"need-ratio": 1.5}, "need-ratio=1.5 with replicate-below=1"),
@@ -131,7 +134,8 @@ def test_a_nan_clients_partition_enters_through_its_neighbour(tmp_path):
 @pytest.mark.parametrize(("key", "value"), [("replicate-below", 0.5),
                                              ("replicate-margin", 2.0), ("need-ratio", 1.5),
                                              ("need-latch", True),
-                                             ("need-reference", "era")])
+                                             ("need-reference", "era"),
+                                             ("need-prior", True)])
 def test_a_replication_key_without_asynchronous_is_refused(tmp_path, key, value):
     from server.app import run
 
@@ -152,6 +156,7 @@ def test_s_auto_runs_the_picked_bar_and_records_it(tmp_path):
 
     from fl_gradcode.flower.asynchronous import (
         AUTO_NEED_LATCH,
+        AUTO_NEED_PRIOR,
         AUTO_NEED_RATIO,
         AUTO_NEED_REFERENCE,
         AUTO_REPLICATE_BELOW,
@@ -165,16 +170,18 @@ def test_s_auto_runs_the_picked_bar_and_records_it(tmp_path):
     auto = run(_grid(cfg := _config(tmp_path, s="auto", seed=2, **rounds)), cfg)
     recorded = json.loads((tmp_path / "run" / "config.json").read_text())
     assert (recorded["s"], recorded["replicate-below"], recorded["replicate-margin"],
-            recorded["need-ratio"], recorded["need-latch"], recorded["need-reference"]) == (
+            recorded["need-ratio"], recorded["need-latch"], recorded["need-reference"],
+            recorded["need-prior"]) == (
         AUTO_S, AUTO_REPLICATE_BELOW, AUTO_REPLICATE_MARGIN, need_key(AUTO_NEED_RATIO),
-        AUTO_NEED_LATCH, AUTO_NEED_REFERENCE)
+        AUTO_NEED_LATCH, AUTO_NEED_REFERENCE, AUTO_NEED_PRIOR)
     assert 0.0 < AUTO_REPLICATE_BELOW < 1.0
     by_hand = run(_grid(cfg := _config(tmp_path, s=AUTO_S, seed=2, **rounds,
                                        **{"replicate-below": AUTO_REPLICATE_BELOW,
                                           "replicate-margin": AUTO_REPLICATE_MARGIN,
                                           "need-ratio": need_key(AUTO_NEED_RATIO),
                                           "need-latch": AUTO_NEED_LATCH,
-                                          "need-reference": AUTO_NEED_REFERENCE})), cfg)
+                                          "need-reference": AUTO_NEED_REFERENCE,
+                                          "need-prior": AUTO_NEED_PRIOR})), cfg)
     assert _pairs(auto) == _pairs(by_hand)
     least = run(_grid(cfg := _config(tmp_path, s=AUTO_S, seed=2, **rounds)), cfg)
     assert _pairs(auto) != _pairs(least)  # the bar changed which partitions were computed
@@ -234,4 +241,10 @@ def test_the_need_ratio_key_reaches_the_run(tmp_path):
                                                          "need-reference": "era"})), cfg)
     assert json.loads((tmp_path / "run" / "config.json").read_text())["need-reference"] == "era"
     assert _pairs(era) != _pairs(latched)
+    prior = run(_grid(cfg := _config(tmp_path, **keys, **{
+        "need-ratio": 1.0, "need-latch": True, "need-reference": "cohort",
+        "need-prior": True})), cfg)
+    recorded = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert (recorded["need-reference"], recorded["need-prior"]) == ("cohort", True)
+    assert _pairs(prior) != _pairs(era)
     assert _pairs(latched) != _pairs(need)
