@@ -28,6 +28,7 @@ from tools.docgen import (  # noqa: F401  (renderers)
     async_bar,
     async_margin,
     async_replication,
+    async_rules,
     auto_lr,
     fedbuff,
     held,

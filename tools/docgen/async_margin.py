@@ -6,8 +6,10 @@ experiments.async_margin``, ``results/async_margin.json``; the grid file's amend
 the ``async-need`` block (the bar lifted by the update norms; ``python -m
 experiments.async_need``, ``results/async_need.json``; amendment 26) and the ``async-latch``
 block (lifted for good; ``python -m experiments.async_latch``, ``results/async_latch.json``;
-amendment 27) and the ``async-era`` block (the need read against the era's updates; ``python
--m experiments.async_era``, ``results/async_era.json``; amendment 28)."""
+amendment 27), the ``async-era`` block (the need read against the era's updates; ``python
+-m experiments.async_era``, ``results/async_era.json``; amendment 28) and the ``async-prior``
+block (over a cohort's era, with a prior; ``python -m experiments.async_prior``,
+``results/async_prior.json``; amendment 29)."""
 
 from __future__ import annotations
 
@@ -116,10 +118,6 @@ def _latch_intro(data: Mapping[str, Any], bar: Mapping[str, Any]) -> str:
 
 def _era_intro(data: Mapping[str, Any], bar: Mapping[str, Any]) -> str:
     dev = data["dev"]
-    lifted = [(r["needed"], len(r["updates_per_partition"]))
-              for cell in data.get("cells", {}).values() for r in cell["runs"] if "needed" in r]
-    share = (f"; the latch lifted a median {statistics.median(a / n for a, n in lifted):.0%} "
-             "of the partitions in its evaluation runs" if lifted else "")
     return (
         "**Replication by need read against the era** (`fedbuff-era`, `python -m "
         "experiments.async_era`, the grid file's amendment 28, registered after amendment "
@@ -129,13 +127,35 @@ def _era_intro(data: Mapping[str, Any], bar: Mapping[str, Any]) -> str:
         "computed from the models of its own server step and the two before, is above ρ, so "
         "a stale update meets its era's and one neighbour's noisy reply decides nothing; ONE "
         "ρ for every cell, picked on the development seeds of amendment 24's fifteen cells by "
-        f"its rule ({tried_text(dev)}): ρ = {float(dev['pick']):g}{share}). ")
+        f"its rule ({tried_text(dev)}): ρ = {float(dev['pick']):g}{_lifted(data)}). ")
+
+
+def _prior_intro(data: Mapping[str, Any], bar: Mapping[str, Any]) -> str:
+    dev = data["dev"]
+    return (
+        "**Replication by need over a cohort's era, with a prior** (`fedbuff-prior`, `python "
+        "-m experiments.async_prior`, the grid file's amendment 29, registered after amendment "
+        "28's development runs, which read late or not at all, and a replay of one "
+        "development seed's norms, before any run of its own: as amendment 28, but the era "
+        "spans the ceil(cohort / K) server steps before an update's own, and a partition read "
+        "fewer than twice is served as if needed; ONE ρ for every cell, picked on the "
+        f"development seeds of amendment 24's fifteen cells by its rule ({tried_text(dev)}): "
+        f"ρ = {float(dev['pick']):g}{_lifted(data)}). ")
+
+
+def _lifted(data: Mapping[str, Any]) -> str:
+    """How many partitions the latch lifted in a reading's evaluation runs (when recorded)."""
+    lifted = [(r["needed"], len(r["updates_per_partition"]))
+              for cell in data.get("cells", {}).values() for r in cell["runs"] if "needed" in r]
+    return (f"; the latch lifted a median {statistics.median(a / n for a, n in lifted):.0%} "
+            "of the partitions in its evaluation runs" if lifted else "")
 
 
 MARGIN_READING = Later(MARGIN, METHOD, "z", _margin_intro, same_as_bar=0.0)
 NEED_READING = Later("async_need.json", "fedbuff-need", "ρ", _need_intro)
 LATCH_READING = Later("async_latch.json", "fedbuff-latch", "ρ", _latch_intro)
 ERA_READING = Later("async_era.json", "fedbuff-era", "ρ", _era_intro)
+PRIOR_READING = Later("async_prior.json", "fedbuff-prior", "ρ", _prior_intro)
 
 
 def render(data: Mapping[str, Any], bar: Mapping[str, Any], replication: Mapping[str, Any],
@@ -235,6 +255,11 @@ def async_era() -> str | None:
     return _block(ERA_READING)
 
 
+@block("async-prior")
+def async_prior() -> str | None:
+    return _block(PRIOR_READING)
+
+
 def headline() -> str:
     """One sentence for the README's coded-asynchrony line on the rule ``s='auto'`` runs
     (amendment 24's bar, or amendment 26's, 27's or 28's rule when their development reading
@@ -251,11 +276,12 @@ def headline() -> str:
         raise ValueError("the README sentence describes no margin; say what s='auto' runs")
     if not AUTO_NEED_LATCH and AUTO_NEED_RATIO == float("inf"):
         return bar_headline()
-    later, amendment, lift = ((ERA_READING, 28, "once") if AUTO_NEED_REFERENCE == "era"
+    later, amendment, lift = ((PRIOR_READING, 29, "once") if AUTO_NEED_REFERENCE == "cohort"
+                              else (ERA_READING, 28, "once") if AUTO_NEED_REFERENCE == "era"
                               else (LATCH_READING, 27, "once") if AUTO_NEED_LATCH
                               else (NEED_READING, 26, "while"))
     larger = ("its recent updates were over {:g}× the median of their era's"
-              if AUTO_NEED_REFERENCE == "era"
+              if AUTO_NEED_REFERENCE in ("era", "cohort")
               else "its last update was over {:g}× the own partition's")
     got = _loaded(later)
     if got is None:
