@@ -1,0 +1,72 @@
+"""Amendments 28 and 29 (``python -m experiments.async_era`` and ``async_prior``): the rules
+run through the harness as the class's ``need_reference`` and ``need_prior``, each run
+records how many partitions its latch lifted, and the overview of every online rule says
+which one ``s='auto'`` runs."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from experiments.async_bar import ERA, PRIOR, choose
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:fraction_evaluate"),
+    pytest.mark.filterwarnings("ignore:gradient_coding_mod. no partition key:UserWarning"),
+]
+
+
+def test_the_era_readings_pick_by_the_worst_then_the_median_then_two():
+    for reading in (ERA, PRIOR):
+        assert choose({1.5: [1.2, 1.0], 2.0: [1.2, 1.0], 3.0: [1.2, 0.9]},
+                      reading.prefer) == 3.0
+        assert choose({1.5: [1.2, 1.0], 2.0: [1.2, 1.0], 3.0: [1.3, 0.9]},
+                      reading.prefer) == 2.0
+    assert ERA.keywords(2) == {"replicate_below": 0.25, "need_latch": True,
+                               "need_reference": "era", "need_ratio": 2.0}
+    assert PRIOR.keywords(3) == {"replicate_below": 0.25, "need_latch": True,
+                                 "need_reference": "cohort", "need_prior": True,
+                                 "need_ratio": 3.0}
+
+
+def test_each_run_records_its_rule_and_how_many_partitions_its_latch_lifted(small_cell):
+    from experiments.async_replication import cell_of
+    from experiments.rival_runs import run_replicated
+
+    grid, result = small_cell
+    spec = cell_of(grid, result["settings"])
+    era = run_replicated(1, 10, spec, **ERA.keywords(1.0))
+    prior = run_replicated(1, 10, spec, **PRIOR.keywords(1.0))
+    assert era["method"] == "fedbuff-replicated:1@0.25^1%!"
+    assert prior["method"] == "fedbuff-replicated:1@0.25^1%c?!"
+    assert (era["need_reference"], prior["need_reference"], prior["need_prior"]) == (
+        "era", "cohort", True)
+    for run in (era, prior):
+        assert 0 <= run["needed"] <= spec.n
+    # the prior serves an unread partition as much as the own one: more replication
+    assert prior["replicated"] > era["replicated"]
+
+
+def _dev(pick, worst, median, needed_ratio):
+    cells = {"slow-classes-2/digits-logreg/persistent/100x100": needed_ratio,
+             "digits-logreg/bimodal/20x20": worst}
+    return {"pick": pick, "worst": {str(pick): worst}, "median": {str(pick): median},
+            "cells": {name: {"tried": {str(pick): {"ratio_to_best_fixed": r}}}
+                      for name, r in cells.items()}}
+
+
+def test_the_overview_says_which_rule_auto_runs_and_which_were_never_evaluated():
+    from fl_gradcode.flower.asynchronous import AUTO_NEED_LATCH, AUTO_NEED_RATIO
+    from tools.docgen.async_rules import _row
+
+    empty: dict = {"cells": {}, "settings": {"slow_classes": {}}}
+    latch = _row(27, {"dev": _dev(AUTO_NEED_RATIO, 1.8, 1.09, 1.65)}, "fedbuff-latch",
+                 "as 26, latched", "ρ", empty, {})
+    assert latch[2] == f"ρ = {AUTO_NEED_RATIO:g}"
+    assert latch[3] == "1.80 (digits-logreg/bimodal/20x20)"
+    assert latch[5] == "1.65" and latch[7] == "not run"
+    assert latch[6] == ("yes" if AUTO_NEED_LATCH else "no")
+    other = _row(27, {"dev": _dev(AUTO_NEED_RATIO + 1, math.inf, 1.0, math.inf)},
+                 "fedbuff-latch", "as 26, latched", "ρ", empty, {})
+    assert other[3].startswith("∞") and other[6] == "no"
