@@ -103,10 +103,11 @@ def async_refusal(cfg: dict[str, Any]) -> str | None:
                 "ratio compares; set need-ratio > 0 or leave need-reference unset")
     if not isinstance(cfg["need-prior"], bool):
         return f"need-prior={cfg['need-prior']!r}: expected true or false"
-    if cfg["need-prior"] and reference not in ("era", "cohort"):
+    if cfg["need-prior"] and reference != "cohort":
         return (f"need-prior=True with need-reference={reference!r}: the prior counts the "
-                "readings of an era's reference; set need-reference to 'era' or 'cohort' or "
-                "leave need-prior unset")
+                "readings of an era that fills (a three-step era rarely does where K is "
+                "small, and the prior would then hold the bar 1 for good); set "
+                "need-reference='cohort' or leave need-prior unset")
     idle = ineffective_rule(cfg)
     if idle is not None:
         return idle

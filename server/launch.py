@@ -457,8 +457,9 @@ def _bar(cfg: dict) -> str:
     asked = " (s='auto')" if cfg.get("s-asked") == "auto" else ""
     margin = f" by more than {z:g} sd" if z else ""
     once = " once" if cfg.get("need-latch") else ""
-    against = ("its recent updates were over {:g}x their era's" if cfg.get("need-reference")
-               in ("era", "cohort") else "its last update was over {:g}x the own's")
+    against = {"era": "its recent updates were over {:g}x their era's",
+               "cohort": "its recent updates were over {:g}x their cohort's era's"}.get(
+        str(cfg.get("need-reference")), "its last update was over {:g}x the own's")
     prior = ", and until read twice" if cfg.get("need-prior") else ""
     lifted = f" (1x{once} when {against.format(need)}{prior})" if need else ""
     return (f", a neighbour's partition served while below {bar:g}x a client's own"

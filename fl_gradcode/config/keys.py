@@ -358,7 +358,8 @@ KEYS: tuple[Key, ...] = (
         "the bar alone); `s='auto'` sets its own", coded_only=True),
     Key("need-ratio", 0.0, "`asynchronous`: a neighbour's partition whose last update (its "
         "model delta) was more than this many times as large as the client's own partition's "
-        "last update is served as much as the own partition, the others below "
+        "last update (or, by `need-reference`, whose recent updates were as large against "
+        "their era's) is served as much as the own partition, the others below "
         "`replicate-below` (0: off); `s='auto'` sets its own", coded_only=True),
     Key("need-latch", False, "`asynchronous` with `need-ratio`: a partition once seen to be "
         "needed is served as much as the own partition for the rest of the run; `s='auto'` "
@@ -367,10 +368,10 @@ KEYS: tuple[Key, ...] = (
         "partition's update is compared with: `own`, its holder's own partition's last update; "
         "`era`, the median of the updates computed from models of the same era (its server "
         "step and the two before), smoothed over the partition's last three; `cohort`, the "
-        "same over as many steps as take a cohort's updates; `s='auto'` sets its own",
+        "same over its step and the ceil(cohort / K) before; `s='auto'` sets its own",
         coded_only=True),
-    Key("need-prior", False, "`asynchronous` with `need-reference` `era` or `cohort`: a "
-        "partition read fewer than twice is served as if needed; `s='auto'` sets its own",
+    Key("need-prior", False, "`asynchronous` with `need-reference='cohort'`: a partition "
+        "read fewer than twice is served as if needed; `s='auto'` sets its own",
         coded_only=True),
     Key("buffer-size", 0, "`asynchronous`: updates per server step (FedBuff's K); 0 = a "
         "quarter of the cohort, rounded up (the benchmark's a-priori K)", coded_only=True),

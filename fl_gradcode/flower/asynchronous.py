@@ -58,12 +58,14 @@ updates were larger; a partition is needed once the geometric mean of its last
 :data:`ERA_READINGS` such ratios (at least two) exceeds ``need_ratio``. A partition's need is
 then read from its own data against everyone's, not from one neighbour's last reply; it still
 takes a few of its updates to read, so a partition whose data is needed from the start is
-served at ``replicate_below`` until then. Where ``K`` is small few updates of a three-step
-era arrive before a later one, and the rule rarely reads. ``need_reference="cohort"`` widens
-the era to as many steps as take a cohort's updates (``ceil(concurrency / K)``, so about one
-update of each client in flight), and ``need_prior=True`` serves a partition with fewer than
-two readings as if needed (the bar 1, not latched): its first updates come at a fast
-partition's rate, and it falls to ``replicate_below`` once read and not needed.
+served at ``replicate_below`` until then. A reading needs at least three earlier arrivals in
+its era (and a positive median and norm): where ``K`` is small few updates of a three-step
+era arrive before a later one, and the rule rarely reads. ``need_reference="cohort"`` makes
+the era an update's own step and the ``ceil(concurrency / K)`` before it (about one update of
+each client in flight; no wider than ``"era"``'s where ``K`` is at least half the
+concurrency), and ``need_prior=True`` serves a partition with fewer than two readings as if
+needed (the bar 1, not latched): its first updates come at a fast partition's rate, and it
+falls to ``replicate_below`` once read and not needed.
 
 Everything else is :class:`~fl_gradcode.rivals.FedBuff`'s: which idle client gets a free slot
 (seeded, uniformly), the virtual clock (a job's latency is drawn for the client's own device,
@@ -153,8 +155,9 @@ class ReplicatedFedBuff(FedBuff):
         ``z >= 0`` (default 0: the bar alone): and only while the own partition's jobs lead
         its jobs by more than ``z`` times the square root of their sum (module docstring).
     need_ratio : float
-        ``rho > 0`` (default ``inf``: off): a held partition whose last update's norm exceeds
-        ``rho`` times the own partition's last update's is served up to the own partition's
+        ``rho > 0`` (default ``inf``: off): a held partition whose need reading exceeds
+        ``rho`` (by ``need_reference``: its last update's norm over the own partition's
+        last, or its recent updates' over their era's) is served up to the own partition's
         count (the bar 1 for it; module docstring).
     need_latch : bool
         ``True``: a partition once seen to be needed keeps the bar 1 for the rest of the run
@@ -162,11 +165,12 @@ class ReplicatedFedBuff(FedBuff):
     need_reference : str
         ``"own"`` (default): a neighbour's last update norm against the own partition's last;
         ``"era"``: a partition's recent updates against the median of the updates computed
-        from models of the same era (its step and :data:`ERA_STEPS` before); ``"cohort"``:
-        the same over ``ceil(concurrency / buffer_size)`` steps before (module docstring).
+        from models of the same era (its own step and the :data:`ERA_STEPS` before);
+        ``"cohort"``: the same over its own step and the ``ceil(concurrency / buffer_size)``
+        before (module docstring). Both need a finite ``need_ratio``.
     need_prior : bool
-        ``True`` (with ``"era"`` or ``"cohort"``): a partition read fewer than twice is
-        served as if needed (default ``False``: at ``replicate_below``).
+        ``True`` (with ``"cohort"``): a partition read fewer than twice is served as if
+        needed (default ``False``: at ``replicate_below``).
     identify_timeout : float, optional
         Seconds the identification handshake waits for the nodes' answers (default:
         ``start``'s ``timeout``); a node that has not answered by then gets no job.
@@ -200,9 +204,15 @@ class ReplicatedFedBuff(FedBuff):
         if need_reference not in NEED_REFERENCES:
             raise ValueError(f"need_reference={need_reference!r} must be one of "
                              f"{', '.join(map(repr, NEED_REFERENCES))}")
-        if not isinstance(need_prior, bool) or (need_prior and need_reference == "own"):
+        if not isinstance(need_prior, bool) or (need_prior and need_reference != "cohort"):
             raise ValueError(f"need_prior={need_prior!r} must be True or False, and True only "
-                             "with need_reference 'era' or 'cohort' (it counts their readings)")
+                             "with need_reference 'cohort' (it counts the readings of an era "
+                             "that fills; a three-step era rarely does where K is small, and "
+                             "the prior would then hold the bar 1 for good)")
+        if (need_reference != "own" or need_prior) and math.isinf(need_ratio):
+            raise ValueError(f"need_reference={need_reference!r}, need_prior={need_prior!r} "
+                             "without a finite need_ratio: they say how need is read; set "
+                             "need_ratio or leave them at 'own', False")
         if identify_timeout is not None and not (math.isfinite(identify_timeout)
                                                  and identify_timeout > 0):
             raise ValueError(f"identify_timeout={identify_timeout!r} must be > 0 seconds or "
@@ -280,7 +290,7 @@ class ReplicatedFedBuff(FedBuff):
     def choose(self, node: int) -> int:
         """The partition ``node`` computes next: of the held partitions whose jobs so far, in
         flight or used, are fewer than its bar times its own partition's (``replicate_below``;
-        1 for a partition whose last update exceeded ``need_ratio`` times the own partition's)
+        1 for a partition read as needed, :meth:`_bar`)
         and trail them by more than ``replicate_margin`` times the square root of the two
         counts' sum (a job that brought no update is not counted: its partition goes to another
         holder), the one with the fewest; none: its own. Ties: the earliest in its cycle."""
@@ -315,7 +325,7 @@ class ReplicatedFedBuff(FedBuff):
         return self.replicate_below
 
     def _settled(self, partition: int, delta: Mapping[str, np.ndarray] | None,
-                 sent_version: int = 0, version: int = 0) -> None:
+                 sent_version: int = 0) -> None:
         if delta is None:
             self.served[partition] -= 1
         elif math.isfinite(self.need_ratio):
@@ -327,9 +337,10 @@ class ReplicatedFedBuff(FedBuff):
                 pool = [x for step in range(sent_version - self.era_steps, sent_version + 1)
                         for x in self.era.get(step, ())]
                 middle = statistics.median(pool) if len(pool) >= 3 else 0.0
-                if middle > 0 and norm > 0:
+                ratio = norm / middle if middle > 0 else 0.0
+                if ratio > 0 and math.isfinite(ratio):  # no reading of a zero or overflowed one
                     self.readings.setdefault(partition, deque(maxlen=ERA_READINGS)).append(
-                        math.log(norm / middle))
+                        math.log(ratio))
                 self.era.setdefault(sent_version, []).append(norm)
 
     def _message(self, node: int, job: int, arrays: ArrayRecord, train_config: ConfigRecord,

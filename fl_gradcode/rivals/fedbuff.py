@@ -289,10 +289,9 @@ class FedBuff(FedAvg):
         return sorted(grid.get_node_ids())
 
     def _settled(self, partition: int, delta: Mapping[str, np.ndarray] | None,
-                 sent_version: int = 0, version: int = 0) -> None:
+                 sent_version: int = 0) -> None:
         """A job of ``partition`` came back, now: its model delta (``None``: no usable
-        update), computed from the model of server step ``sent_version``; the server has
-        taken ``version`` steps."""
+        update), computed from the model of server step ``sent_version``."""
 
     # ------------------------------------------------------------------ the run
     def start(
@@ -477,7 +476,7 @@ class FedBuff(FedAvg):
             if job["off"]:  # no work before its device is on again (none, for other models)
                 off_until[node] = self.now + back_on(self.latency, worker=job["pid"],
                                                      at_s=self.now)
-            self._settled(job["part"], job["delta"], job["version"], version)
+            self._settled(job["part"], job["delta"], job["version"])
             counters["arrived"] += 1
             counters["compute_s"] += job["compute"]
             counters["bytes_up"] += job["bytes"]

@@ -42,8 +42,8 @@ def test_each_run_records_its_rule_and_how_many_partitions_its_latch_lifted(smal
     assert prior["method"] == "fedbuff-replicated:1@0.25^1%c?!"
     assert (era["need_reference"], prior["need_reference"], prior["need_prior"]) == (
         "era", "cohort", True)
-    for run in (era, prior):
-        assert 0 <= run["needed"] <= spec.n
+    never = run_replicated(1, 10, spec, **ERA.keywords(1e9))
+    assert never["needed"] == 0 < era["needed"] and 0 < prior["needed"]
     # the prior serves an unread partition as much as the own one: more replication
     assert prior["replicated"] > era["replicated"]
 
@@ -57,16 +57,37 @@ def _dev(pick, worst, median, needed_ratio):
 
 
 def test_the_overview_says_which_rule_auto_runs_and_which_were_never_evaluated():
-    from fl_gradcode.flower.asynchronous import AUTO_NEED_LATCH, AUTO_NEED_RATIO
-    from tools.docgen.async_rules import _row
+    import json
+    from pathlib import Path
 
+    from experiments.async_bar import BAR, LATCH, MARGIN, NEED, auto_rule
+    from tools.docgen.async_rules import RULES, _row
+
+    root = Path(__file__).resolve().parents[2]
+
+    def dev(reading):
+        path = root / reading.out
+        return json.loads(path.read_text())["dev"] if path.exists() else None
+
+    # the registered rule on the records on file, computed apart from the overview
+    rule = auto_rule(dev(BAR), dev(MARGIN), dev(NEED), dev(LATCH), dev(ERA), dev(PRIOR))
     empty: dict = {"cells": {}, "settings": {"slow_classes": {}}}
-    latch = _row(27, {"dev": _dev(AUTO_NEED_RATIO, 1.8, 1.09, 1.65)}, "fedbuff-latch",
+    runs = []
+    for amendment, _file, method, what, knob in RULES:
+        reading = {24: BAR, 25: MARGIN, 26: NEED, 27: LATCH, 28: ERA, 29: PRIOR}[amendment]
+        record = dev(reading)
+        if record is None:
+            continue
+        row = _row(amendment, {"dev": record}, method, what, knob, empty, {})
+        assert row[7] in ("not run", "amendment 24's runs (the same rule)")
+        same = reading.keywords(float(record["pick"])) == rule and (amendment, record["pick"]) \
+            != (25, 0.0)
+        assert (row[6] == "yes") == same, amendment
+        runs.append(row[6])
+    assert runs.count("yes") == 1
+    latch = _row(27, {"dev": _dev(1.5, 1.8, 1.09, 1.65)}, "fedbuff-latch", "as 26, latched",
+                 "ρ", empty, {})
+    assert latch[2:6] == ["ρ = 1.5", "1.80 (digits-logreg/bimodal/20x20)", "1.09", "1.65"]
+    other = _row(27, {"dev": _dev(7.0, math.inf, 1.0, math.inf)}, "fedbuff-latch",
                  "as 26, latched", "ρ", empty, {})
-    assert latch[2] == f"ρ = {AUTO_NEED_RATIO:g}"
-    assert latch[3] == "1.80 (digits-logreg/bimodal/20x20)"
-    assert latch[5] == "1.65" and latch[7] == "not run"
-    assert latch[6] == ("yes" if AUTO_NEED_LATCH else "no")
-    other = _row(27, {"dev": _dev(AUTO_NEED_RATIO + 1, math.inf, 1.0, math.inf)},
-                 "fedbuff-latch", "as 26, latched", "ρ", empty, {})
     assert other[3].startswith("∞") and other[6] == "no"

@@ -55,7 +55,8 @@ def test_compare_says_wallclock_runs_are_timed_in_wall_clock_time(tmp_path):
     ({"need-ratio": 2.0, "need-latch": True, "need-reference": "era"},
      " (1x once when its recent updates were over 2x their era's)"),
     ({"need-ratio": 2.0, "need-latch": True, "need-reference": "cohort", "need-prior": True},
-     " (1x once when its recent updates were over 2x their era's, and until read twice)")])
+     " (1x once when its recent updates were over 2x their cohort's era's, and until read "
+     "twice)")])
 def test_compare_names_the_bar_of_an_asynchronous_run_that_set_one(tmp_path, margin, said):
     from server.launch import compare
 

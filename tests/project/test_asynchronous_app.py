@@ -50,6 +50,8 @@ def _config(tmp_path, **overrides):
     ({"s": "auto", "need-prior": True}, "need-prior=True with s='auto'"),
     ({"need-prior": True, "need-ratio": 1.5, "replicate-below": 0.25},
      "need-prior=True with need-reference='own'"),
+    ({"need-prior": True, "need-ratio": 1.5, "replicate-below": 0.25, "need-reference": "era"},
+     "need-prior=True with need-reference='era'"),
     ({"s": 0, "replicate-margin": 1.0}, "replicate-margin=1.0 with s=0"),
     ({"s": 0, "replicate-below": 0.5}, "replicate-below=0.5 with s=0"),
     ({"need-ratio": 1.5}, "need-ratio=1.5 with replicate-below=1"),

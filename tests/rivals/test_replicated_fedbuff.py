@@ -50,7 +50,7 @@ def _start(strategy, n, steps, app=None):
 
 
 def _reference(table, n, s, k, server_lr, steps, sizes=None, cost=0.0, bar=1.0, margin=0.0,
-               need=math.inf, latch=False, era=0, prior=False):
+               need=math.inf, latch=False, era=0, prior=False, trace=None):
     """Concurrency ``n``: a finished client is sent the current model at once. ``bar``:
     client ``p`` computes another held partition only while its jobs are fewer than
     ``bar`` times partition ``p``'s and, ``margin`` z, while partition ``p``'s lead them by
@@ -61,6 +61,7 @@ def _reference(table, n, s, k, server_lr, steps, sizes=None, cost=0.0, bar=1.0, 
     least two) norms, each over the median of the norms that arrived before it of updates
     computed from the models of its step and the w before (at least three), have a geometric
     mean above rho; ``prior``: a partition with fewer than two such ratios has the bar 1.
+    ``trace`` (a dict, filled): each partition's ratios (``"ratios"``) and the latched set.
     ``table[job][p]``: client ``p``'s ``job``-th job's latency, plus ``cost`` times the load
     of the partition it computes (its size over the mean of ``sizes``). Returns the model and
     time of each step and each step's partitions."""
@@ -112,6 +113,8 @@ def _reference(table, n, s, k, server_lr, steps, sizes=None, cost=0.0, bar=1.0, 
         if len(pool) >= 3:
             ratios.setdefault(j, []).append(math.log(norms[j] / float(np.median(pool))))
         arrived.append((sent_version, norms[j]))
+        if trace is not None:
+            trace.update(ratios=ratios, latched=latched)
         w = (1.0 + version - sent_version) ** -0.5
         delta = {m: w * (new[m] - sent[m]) for m in sent}
         buffer = delta if buffer is None else {m: buffer[m] + delta[m] for m in buffer}
@@ -466,3 +469,57 @@ def test_a_bad_need_prior_or_one_without_an_era_is_refused_by_name(bad):
                           buffer_size=1)
     with pytest.raises(ValueError, match="need_prior=True"):
         ReplicatedFedBuff(s=1, need_ratio=2.0, need_prior=True, buffer_size=1)
+
+
+# eight clients, 3 and 6 persistently slow, the others 0.3-0.8 s a job (drawn)
+TABLE8 = {j: [*np.random.default_rng(300 + j).uniform(0.3, 0.8, 8)] for j in range(1, 60)}
+for _row in TABLE8.values():
+    _row[3], _row[6] = 4.0, 9.0
+
+
+@pytest.mark.parametrize("reference, k, rho", [("era", 3, 1.3), ("era", 2, 1.1),
+                                               ("cohort", 3, 1.3), ("cohort", 1, 1.2)])
+def test_each_readings_ratios_and_latches_are_the_references(reference, k, rho):
+    """Eight clients, two of them slow: every reading of every partition (the log of its
+    norm over the median of the earlier arrivals of its era) and the partitions latched are
+    the reference's, as are the steps; ``cohort`` with the prior."""
+    prior = reference == "cohort"
+    strategy = ReplicatedFedBuff(s=1, replicate_below=0.25, need_ratio=rho, need_latch=True,
+                                 need_reference=reference, need_prior=prior, buffer_size=k,
+                                 concurrency=8, server_lr=0.7, latency=FixedArrivals(TABLE8),
+                                 measured_compute=False)
+    result, _ = _start(strategy, 8, 30)
+    trace = {}
+    window = 2 if reference == "era" else math.ceil(8 / k)
+    expected, times, parts = _reference(TABLE8, 8, 1, k, 0.7, 30, bar=0.25, need=rho,
+                                        latch=True, era=window, prior=prior, trace=trace)
+    assert [row["clients_used"] for row in strategy.history] == [parts[t] for t in range(1, 31)]
+    assert [row["virtual_s"] for row in strategy.history] == pytest.approx(
+        [times[t] for t in range(1, 31)])
+    assert_model(as_dict(result.arrays), expected[30])
+    assert sorted(strategy.readings) == sorted(trace["ratios"])
+    for p, mine in strategy.readings.items():
+        assert list(mine) == pytest.approx(trace["ratios"][p][-3:], abs=1e-12)
+    assert strategy.needed == trace["latched"] and strategy.needed
+
+
+@pytest.mark.parametrize("concurrency, k, steps", [(4, 1, 4), (None, 3, 3), (3, 3, 1)])
+def test_a_cohorts_era_spans_the_steps_of_the_jobs_in_flight(concurrency, k, steps):
+    strategy = ReplicatedFedBuff(s=1, replicate_below=0.25, need_ratio=2.0,
+                                 need_reference="cohort", buffer_size=k,
+                                 concurrency=concurrency, latency=FixedArrivals(TABLE8),
+                                 measured_compute=False)
+    _start(strategy, 8, 2)
+    assert strategy.era_steps == steps
+
+
+def test_a_second_run_of_the_same_strategy_reads_need_afresh():
+    strategy = ReplicatedFedBuff(s=1, replicate_below=0.25, need_ratio=1.3, need_latch=True,
+                                 need_reference="cohort", need_prior=True, buffer_size=3,
+                                 concurrency=8, server_lr=0.7, latency=FixedArrivals(TABLE8),
+                                 measured_compute=False)
+    first, _ = _start(strategy, 8, 20)
+    runs = [row["clients_used"] for row in strategy.history]
+    again, _ = _start(strategy, 8, 20)
+    assert [row["clients_used"] for row in strategy.history[-20:]] == runs
+    assert_model(as_dict(again.arrays), as_dict(first.arrays))

@@ -37,6 +37,7 @@ from tools.docgen.async_bar import (
     headline as bar_headline,
 )
 from tools.docgen.async_replication import ASYNC, benchmark_cells, goal_text, time_text
+from tools.docgen.async_rules import auto_amendment
 from tools.docgen.auto_lr import paired_text
 from tools.docgen.core import RESULTS, block, load, table
 from tools.docgen.rivals import COMPARE, GOAL_TIME, reported_cells
@@ -276,10 +277,10 @@ def headline() -> str:
         raise ValueError("the README sentence describes no margin; say what s='auto' runs")
     if not AUTO_NEED_LATCH and AUTO_NEED_RATIO == float("inf"):
         return bar_headline()
-    later, amendment, lift = ((PRIOR_READING, 29, "once") if AUTO_NEED_REFERENCE == "cohort"
-                              else (ERA_READING, 28, "once") if AUTO_NEED_REFERENCE == "era"
-                              else (LATCH_READING, 27, "once") if AUTO_NEED_LATCH
-                              else (NEED_READING, 26, "while"))
+    amendment = auto_amendment()
+    later = {29: PRIOR_READING, 28: ERA_READING, 27: LATCH_READING}.get(amendment,
+                                                                        NEED_READING)
+    lift = "while" if amendment == 26 else "once"
     larger = ("its recent updates were over {:g}× the median of their era's"
               if AUTO_NEED_REFERENCE in ("era", "cohort")
               else "its last update was over {:g}× the own partition's")

@@ -35,21 +35,32 @@ RULES = (
 )
 
 
-def _runs_auto(amendment: int, pick: float) -> bool:
-    """Whether the main job's asynchronous ``s='auto'`` runs this amendment's pick."""
+def auto_amendment() -> int:
+    """The amendment whose rule the main job's asynchronous ``s='auto'`` runs (read off the
+    ``AUTO_*`` constants)."""
     from fl_gradcode.flower.asynchronous import (
         AUTO_NEED_LATCH,
         AUTO_NEED_PRIOR,
         AUTO_NEED_RATIO,
         AUTO_NEED_REFERENCE,
-        AUTO_REPLICATE_BELOW,
         AUTO_REPLICATE_MARGIN,
     )
 
     need = AUTO_NEED_RATIO != float("inf")
-    which = (29 if AUTO_NEED_PRIOR else 28 if AUTO_NEED_REFERENCE == "era"
-             else 27 if AUTO_NEED_LATCH else 26 if need else 25 if AUTO_REPLICATE_MARGIN
-             else 24)
+    return (29 if AUTO_NEED_REFERENCE == "cohort" and AUTO_NEED_PRIOR
+            else 28 if AUTO_NEED_REFERENCE == "era" else 27 if AUTO_NEED_LATCH
+            else 26 if need else 25 if AUTO_REPLICATE_MARGIN else 24)
+
+
+def _runs_auto(amendment: int, pick: float) -> bool:
+    """Whether the main job's asynchronous ``s='auto'`` runs this amendment's pick."""
+    from fl_gradcode.flower.asynchronous import (
+        AUTO_NEED_RATIO,
+        AUTO_REPLICATE_BELOW,
+        AUTO_REPLICATE_MARGIN,
+    )
+
+    which = auto_amendment()
     value = {24: AUTO_REPLICATE_BELOW, 25: AUTO_REPLICATE_MARGIN}.get(which, AUTO_NEED_RATIO)
     return which == amendment and value == pick
 
