@@ -37,7 +37,7 @@ from tools.docgen.async_bar import (
     headline as bar_headline,
 )
 from tools.docgen.async_replication import ASYNC, benchmark_cells, goal_text, time_text
-from tools.docgen.async_rules import auto_amendment
+from tools.docgen.async_rules import auto_amendment, dev_worst_min, registered
 from tools.docgen.auto_lr import paired_text
 from tools.docgen.core import RESULTS, block, load, table
 from tools.docgen.rivals import COMPARE, GOAL_TIME, reported_cells
@@ -304,6 +304,10 @@ def headline() -> str:
             f"earlier bar 0.75 in {near_count(same)} of the same cells, at worst "
             f"{worst_cell(same)[1]:.2f}×; picked by its worst development ratio, it was slower "
             "than "
-            f"that bar by median in {slower} of them "
-            "([docs](docs/adaptive.md#coded-asynchrony-that-reacts)).")
+            f"that bar by median in {slower} of them; it ranked first of the {registered()} "
+            "online rules registered"
+            + (f", none of which came within {GOAL_TIME:g}× of the best fixed s in every "
+               f"development cell (the best at worst {dev_worst_min():.2f}×)"
+               if dev_worst_min() > GOAL_TIME else "")
+            + " ([all of them](docs/adaptive.md#coded-asynchrony-that-reacts)).")
 

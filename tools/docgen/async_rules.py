@@ -35,6 +35,19 @@ RULES = (
 )
 
 
+def registered() -> int:
+    """How many of :data:`RULES` have a development reading on file."""
+    return sum((RESULTS / file).exists() and bool(load(file).get("dev"))
+               for _, file, *_ in RULES)
+
+
+def dev_worst_min() -> float:
+    """The lowest development worst ratio among the rules on file."""
+    return min(float(load(file)["dev"]["worst"][str(load(file)["dev"]["pick"])])
+               for _, file, *_ in RULES
+               if (RESULTS / file).exists() and load(file).get("dev"))
+
+
 def auto_amendment() -> int:
     """The amendment whose rule the main job's asynchronous ``s='auto'`` runs (read off the
     ``AUTO_*`` constants)."""
