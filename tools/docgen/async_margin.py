@@ -92,56 +92,48 @@ def _margin_intro(data: Mapping[str, Any], bar: Mapping[str, Any]) -> str:
         + "). ")
 
 
-def _need_intro(data: Mapping[str, Any], bar: Mapping[str, Any]) -> str:
-    dev = data["dev"]
-    return (
-        "**Replication by need** (`fedbuff-need`, `python -m experiments.async_need`, the grid "
-        "file's amendment 26, registered after amendment 25 and before any run of its own, "
-        "with the diagnostic that preceded it: a client computes its neighbour's partition "
-        "while that partition's jobs are fewer than 0.25 times its own partition's, or fewer "
-        "than its own partition's when the neighbour's partition's last update was more than "
-        "ρ times as large as its own partition's last update; ONE ρ for every cell, picked on "
-        "the development seeds of amendment 24's fifteen cells by its rule "
-        f"({tried_text(dev)}): ρ = {float(dev['pick']):g}). ")
+def _described(title: str, method: str, amendment: int, after: str, rule: str
+               ) -> Callable[[Mapping[str, Any], Mapping[str, Any]], str]:
+    """The opening sentence of a need rule's block: its ``title``, method and command, the
+    amendment that registered it ``after`` what, its ``rule``, and its development pick."""
+    module = {26: "async_need", 27: "async_latch", 28: "async_era", 29: "async_prior"}[amendment]
+
+    def intro(data: Mapping[str, Any], bar: Mapping[str, Any]) -> str:
+        dev = data["dev"]
+        return (f"**{title}** (`{method}`, `python -m experiments.{module}`, the grid file's "
+                f"amendment {amendment}, registered after {after}, before any run of its own: "
+                f"{rule}; ONE ρ for every cell, picked on the development seeds of amendment "
+                f"24's fifteen cells by its rule ({tried_text(dev)}): "
+                f"ρ = {float(dev['pick']):g}{_lifted(data)}). ")
+    return intro
 
 
-def _latch_intro(data: Mapping[str, Any], bar: Mapping[str, Any]) -> str:
-    dev = data["dev"]
-    return (
-        "**Replication by need, latched** (`fedbuff-latch`, `python -m experiments.async_latch`, "
-        "the grid file's amendment 27, registered after amendment 26's development runs in "
-        "ten of its cells, which showed a needed partition's service swinging, and before any "
-        "run of its own: as amendment 26, but a partition whose last update was once more "
-        "than ρ times as large as a holder's own partition's keeps the bar 1 for the rest of "
-        "the run; ONE ρ for every cell, picked on the development seeds of amendment 24's "
-        f"fifteen cells by its rule ({tried_text(dev)}): ρ = {float(dev['pick']):g}). ")
-
-
-def _era_intro(data: Mapping[str, Any], bar: Mapping[str, Any]) -> str:
-    dev = data["dev"]
-    return (
-        "**Replication by need read against the era** (`fedbuff-era`, `python -m "
-        "experiments.async_era`, the grid file's amendment 28, registered after amendment "
-        "27's evaluation reading and a diagnostic on one development seed, before any run of "
-        "its own: as amendment 27, but a partition is needed once the geometric mean of its "
-        "last three update norms (at least two), each over the median norm of the updates "
-        "computed from the models of its own server step and the two before, is above ρ, so "
-        "a stale update meets its era's and one neighbour's noisy reply decides nothing; ONE "
-        "ρ for every cell, picked on the development seeds of amendment 24's fifteen cells by "
-        f"its rule ({tried_text(dev)}): ρ = {float(dev['pick']):g}{_lifted(data)}). ")
-
-
-def _prior_intro(data: Mapping[str, Any], bar: Mapping[str, Any]) -> str:
-    dev = data["dev"]
-    return (
-        "**Replication by need over a cohort's era, with a prior** (`fedbuff-prior`, `python "
-        "-m experiments.async_prior`, the grid file's amendment 29, registered after amendment "
-        "28's development runs, which read late or not at all, and a replay of one "
-        "development seed's norms, before any run of its own: as amendment 28, but the era "
-        "spans the ceil(cohort / K) server steps before an update's own, and a partition read "
-        "fewer than twice is served as if needed; ONE ρ for every cell, picked on the "
-        f"development seeds of amendment 24's fifteen cells by its rule ({tried_text(dev)}): "
-        f"ρ = {float(dev['pick']):g}{_lifted(data)}). ")
+_need_intro = _described(
+    "Replication by need", "fedbuff-need", 26,
+    "amendment 25, with the diagnostic that preceded it",
+    "a client computes its neighbour's partition while that partition's jobs are fewer than "
+    "0.25 times its own partition's, or fewer than its own partition's when the neighbour's "
+    "partition's last update was more than ρ times as large as its own partition's last "
+    "update")
+_latch_intro = _described(
+    "Replication by need, latched", "fedbuff-latch", 27,
+    "amendment 26's development runs in ten of its cells, which showed a needed partition's "
+    "service swinging",
+    "as amendment 26, but a partition whose last update was once more than ρ times as large "
+    "as a holder's own partition's keeps the bar 1 for the rest of the run")
+_era_intro = _described(
+    "Replication by need read against the era", "fedbuff-era", 28,
+    "amendment 27's evaluation reading and a diagnostic on one development seed",
+    "as amendment 27, but a partition is needed once the geometric mean of its last three "
+    "update norms (at least two), each over the median norm of the updates computed from the "
+    "models of its own server step and the two before, is above ρ, so a stale update meets "
+    "its era's and one neighbour's noisy reply decides nothing")
+_prior_intro = _described(
+    "Replication by need over a cohort's era, with a prior", "fedbuff-prior", 29,
+    "amendment 28's development runs, which read late or not at all, and a replay of one "
+    "development seed's norms",
+    "as amendment 28, but the era is an update's own server step and the ceil(cohort / K) "
+    "before it, and a partition read fewer than twice is served as if needed")
 
 
 def _lifted(data: Mapping[str, Any]) -> str:
