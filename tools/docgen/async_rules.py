@@ -96,15 +96,37 @@ def _row(amendment: int, data: Mapping[str, Any], method: str, what: str, knob: 
             "yes" if _runs_auto(amendment, float(dev["pick"])) else "no", reading]
 
 
+def _best_fixed(records: list[Mapping[str, Any]]) -> str | None:
+    """The fixed s with the lowest development median in :data:`NEEDED` (``None``: not
+    run)."""
+    for record in records:
+        fixed = record["dev"]["cells"].get(NEEDED, {}).get("fixed")
+        if fixed:
+            return min(fixed, key=lambda s: float(fixed[s]))
+    return None
+
+
 @block("async-rules")
 def async_rules() -> str | None:
     if not all((RESULTS / f).exists() for f in (ASYNC, COMPARE)):
         return None
     replication = load(ASYNC)
     cells = benchmark_cells(replication, load(COMPARE))
+    rows_data = [load(file) for _, file, *_ in RULES
+                 if (RESULTS / file).exists() and load(file).get("dev")]
     rows = [_row(amendment, load(file), method, what, knob, replication, cells)
             for amendment, file, method, what, knob in RULES
             if (RESULTS / file).exists() and load(file).get("dev")]
+    needed = [float(r[5]) for r in rows if r[5] not in ("-", "∞")]
+    medians = {r[0]: float(r[4]) for r in rows if r[4] != "∞"}
+    lowest = min(medians, key=lambda a: (medians[a], int(a)))
+    best = _best_fixed(rows_data)
+    summary = (f" In {NEEDED}, the cell whose slow clients hold what no one else does, every "
+               f"rule took at least {min(needed):.2f}× the time of the best fixed s "
+               f"(s = {best} there, serving every partition from the first job); the rule "
+               f"with the lowest development median (amendment {lowest}, "
+               f"{medians[lowest]:.2f}) took {dict((r[0], r[5]) for r in rows)[lowest]}× there."
+               if needed and medians and best is not None else "")
     return ("Every online rule registered for the asynchronous `s='auto'`, each picked on "
             "the development seeds 0-2 of the same fifteen cells (its ratio: its median time "
             "to target over the best fixed s's, s = 0 being FedBuff; ∞: never reached), and "
@@ -112,7 +134,7 @@ def async_rules() -> str | None:
             f"{GOAL_TIME:g}× of the lower of FedBuff's and s = 1's median time). `s='auto'` "
             "runs the rule whose development worst ratio ranked first when it was registered; "
             "the evaluation seeds were seen between the amendments, so they are not an "
-            "independent test of the family.\n\n"
+            "independent test of the family." + summary + "\n\n"
             + table(["amendment", "rule (s = 1)", "picked", "development worst (cell)",
                      "development median", f"development ratio in {NEEDED}",
                      "s='auto' runs it", "evaluation: within the goal's time"], rows))
