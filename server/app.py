@@ -354,16 +354,22 @@ def check_dp_keys(cfg: dict[str, Any]) -> None:
                              f"({DEFAULTS[name]!r})")
 
 
-def check_fault_workers(cfg: dict[str, Any], n: int) -> None:
-    """Refuse a ``slow-workers`` or ``nan-workers`` index that no worker of a round has (a
-    round's workers are ``0 .. cohort - 1``): it would inject nothing."""
-    cohort = cohort_size(cfg, n)
+def check_fault_workers(cfg: dict[str, Any], n: int, *, asynchronous: bool = False) -> None:
+    """Refuse a ``slow-workers`` or ``nan-workers`` index that names no one: a round's
+    workers are ``0 .. cohort - 1``; an asynchronous job names a client by its partition id,
+    ``0 .. n - 1``. It would inject nothing."""
+    bound = n if asynchronous else cohort_size(cfg, n)
     for name in FAULT_KEYS:
-        missing = sorted(w for w in worker_list(str(cfg[name])) if not 0 <= w < cohort)
-        if missing:
-            raise ValueError(f"{name}={cfg[name]!r}: no worker {missing} in a cohort of {cohort} "
-                             f"(a round's workers are 0..{cohort - 1}); the fault would inject "
-                             "nothing")
+        missing = sorted(w for w in worker_list(str(cfg[name])) if not 0 <= w < bound)
+        if not missing:
+            continue
+        if asynchronous:
+            raise ValueError(f"{name}={cfg[name]!r}: no client {missing} among the {n} "
+                             f"(asynchronous jobs name a client by its partition id, "
+                             f"0..{n - 1}); the fault would inject nothing")
+        raise ValueError(f"{name}={cfg[name]!r}: no worker {missing} in a cohort of {bound} "
+                         f"(a round's workers are 0..{bound - 1}); the fault would inject "
+                         "nothing")
 
 
 def run_partition_cost(cfg: dict[str, Any], n: int) -> float:

@@ -33,7 +33,7 @@ from typing import Any
 
 from flwr.common.logger import log
 
-from fl_gradcode.config import DEFAULTS, worker_list
+from fl_gradcode.config import DEFAULTS
 from fl_gradcode.flower.asynchronous import (
     AUTO_NEED_LATCH,
     AUTO_NEED_PRIOR,
@@ -189,10 +189,10 @@ def build_async(cfg: dict[str, Any], n: int):
     (``fraction-train`` of ``n``) in flight, ``buffer-size`` updates per server step, as many
     steps as take ``num-rounds`` times the cohort updates."""
     from server.app import (
-        FAULT_KEYS,
         RIVAL_KEYWORDS,
         check_dp_keys,
         check_fault_delay,
+        check_fault_workers,
         check_slow_classes,
         check_training,
         cohort_size,
@@ -208,12 +208,7 @@ def build_async(cfg: dict[str, Any], n: int):
     check_dp_keys(cfg)
     check_slow_classes(cfg)
     check_fault_delay(cfg)
-    for name in FAULT_KEYS:
-        missing = sorted(w for w in worker_list(str(cfg[name])) if not 0 <= w < n)
-        if missing:
-            raise ValueError(f"{name}={cfg[name]!r}: no client {missing} among the {n} "
-                             f"(asynchronous jobs name a client by its partition id, "
-                             f"0..{n - 1}); the fault would inject nothing")
+    check_fault_workers(cfg, n, asynchronous=True)
     random.seed(int(cfg["seed"]))
     data, index = run_partitions(cfg, n)
     sizes = [len(p) for p in index]
