@@ -57,6 +57,7 @@ from fl_gradcode.privacy import (
     independent_noise_multiplier,
 )
 from fl_gradcode.tasks import fedscale_workload, measured_partition_cost
+from server.asynchronous import ASYNCHRONOUS_KEYS
 from server.rival_config import FAULT_KEYS, RIVALS, rival_refusal, shared_keys
 
 SERVER_OPTIMIZERS = ("sgd", "momentum", "adam")
@@ -222,8 +223,7 @@ def build(cfg: dict[str, Any], n: int, code_policy: Any = None):
                          "asynchronous run is server.asynchronous.build_async (the ServerApp's "
                          "run picks it)")
     # read by asynchronous runs only
-    for name in ("buffer-size", "replicate-below", "replicate-margin", "need-ratio", "need-latch",
-                 "need-reference", "need-prior"):
+    for name in ASYNCHRONOUS_KEYS:
         if cfg[name] != DEFAULTS[name]:
             raise ValueError(f"{name}={cfg[name]!r} is read by asynchronous runs only; set "
                              f"asynchronous=true or leave it at {DEFAULTS[name]!r}")

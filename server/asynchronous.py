@@ -46,8 +46,8 @@ from fl_gradcode.flower.asynchronous import (
     ReplicatedFedBuff,
 )
 
-__all__ = ["SYNCHRONOUS_KEYS", "async_refusal", "build_async", "ineffective_rule", "need_key",
-           "replication"]
+__all__ = ["ASYNCHRONOUS_KEYS", "AUTO_KEYS", "SYNCHRONOUS_KEYS", "async_refusal", "build_async",
+           "ineffective_rule", "need_key", "replication"]
 
 #: keys of synchronous coded rounds that an asynchronous run does not read: each must keep
 #: its default (``s`` is read: the extra copies of a partition)
@@ -57,18 +57,27 @@ SYNCHRONOUS_KEYS = ("code", "s-max", "auto-margin", "exclude-slow", "latency-sta
                     "verify-tolerance", "momentum")
 
 
+def need_key(ratio: float) -> float:
+    """The run config's ``need-ratio`` of a class's ``need_ratio`` (off: 0, not infinity)."""
+    return 0.0 if math.isinf(ratio) else float(ratio)
+
+
+#: the replication keys an integer ``s`` reads, each with the value ``s="auto"`` sets it to
+AUTO_KEYS: dict[str, Any] = {
+    "replicate-below": AUTO_REPLICATE_BELOW, "replicate-margin": AUTO_REPLICATE_MARGIN,
+    "need-ratio": need_key(AUTO_NEED_RATIO), "need-latch": AUTO_NEED_LATCH,
+    "need-reference": AUTO_NEED_REFERENCE, "need-prior": AUTO_NEED_PRIOR}
+#: keys only an asynchronous run reads: each must keep its default in synchronous rounds
+ASYNCHRONOUS_KEYS = ("buffer-size", *AUTO_KEYS)
+
+
 def async_refusal(cfg: dict[str, Any]) -> str | None:
     """Why an asynchronous run cannot run with the merged run config ``cfg`` (``None``: it
     can); the reason starts with the offending ``key=value``."""
     plain = "asynchronous=true runs FedBuff over replicated partitions"
     s, bar, z = cfg["s"], cfg["replicate-below"], cfg["replicate-margin"]
     if s == "auto":
-        for name, own in (("replicate-below", AUTO_REPLICATE_BELOW),
-                          ("replicate-margin", AUTO_REPLICATE_MARGIN),
-                          ("need-ratio", need_key(AUTO_NEED_RATIO)),
-                          ("need-latch", AUTO_NEED_LATCH),
-                          ("need-reference", AUTO_NEED_REFERENCE),
-                          ("need-prior", AUTO_NEED_PRIOR)):
+        for name, own in AUTO_KEYS.items():
             if cfg[name] != DEFAULTS[name]:
                 return (f"{name}={cfg[name]!r} with s='auto', which sets its own ({own!r}); "
                         f"set an integer s to choose {name}, or leave it unset")
@@ -146,10 +155,8 @@ def ineffective_rule(cfg: dict[str, Any]) -> str | None:
     without a need ratio (nothing to hold back)."""
     if cfg["s"] == "auto":
         return None
-    keys = ("replicate-below", "replicate-margin", "need-ratio", "need-latch", "need-reference",
-            "need-prior")
     if int(cfg["s"]) == 0:
-        for name in keys:
+        for name in AUTO_KEYS:
             if cfg[name] != DEFAULTS[name]:
                 return (f"{name}={cfg[name]!r} with s=0: no client holds a neighbour's "
                         "partition, so it would change nothing; set s >= 1 or leave it unset")
@@ -162,11 +169,6 @@ def ineffective_rule(cfg: dict[str, Any]) -> str | None:
                 "neighbour's partition is served, so it would change nothing; set "
                 "replicate-below > 0 or leave replicate-margin unset")
     return None
-
-
-def need_key(ratio: float) -> float:
-    """The run config's ``need-ratio`` of a class's ``need_ratio`` (off: 0, not infinity)."""
-    return 0.0 if math.isinf(ratio) else float(ratio)
 
 
 def replication(cfg: dict[str, Any]) -> tuple[int, float, float, float, bool, str, bool]:

@@ -312,7 +312,7 @@ class ReplicatedFedBuff(FedBuff):
             return 1.0
         if self.need_reference != "own":
             ratios = self.readings.get(j, ())
-            if self.need_prior and len(ratios) < 2 and math.isfinite(self.need_ratio):
+            if self.need_prior and len(ratios) < 2:  # a finite need_ratio: __init__
                 return 1.0
             needed = len(ratios) >= 2 and math.exp(statistics.fmean(ratios)) > self.need_ratio
         else:

@@ -35,17 +35,23 @@ RULES = (
 )
 
 
+def _on_file() -> list[tuple[int, Mapping[str, Any], str, str, str]]:
+    """``(amendment, its results, method, what, knob)`` of each of :data:`RULES` with a
+    development reading on file."""
+    return [(amendment, load(file), method, what, knob)
+            for amendment, file, method, what, knob in RULES
+            if (RESULTS / file).exists() and load(file).get("dev")]
+
+
 def registered() -> int:
     """How many of :data:`RULES` have a development reading on file."""
-    return sum((RESULTS / file).exists() and bool(load(file).get("dev"))
-               for _, file, *_ in RULES)
+    return len(_on_file())
 
 
 def dev_worst_min() -> float:
     """The lowest development worst ratio among the rules on file."""
-    return min(float(load(file)["dev"]["worst"][str(load(file)["dev"]["pick"])])
-               for _, file, *_ in RULES
-               if (RESULTS / file).exists() and load(file).get("dev"))
+    return min(float(data["dev"]["worst"][str(data["dev"]["pick"])])
+               for _, data, *_ in _on_file())
 
 
 def auto_amendment() -> int:
@@ -112,15 +118,12 @@ def async_rules() -> str | None:
         return None
     replication = load(ASYNC)
     cells = benchmark_cells(replication, load(COMPARE))
-    rows_data = [load(file) for _, file, *_ in RULES
-                 if (RESULTS / file).exists() and load(file).get("dev")]
-    rows = [_row(amendment, load(file), method, what, knob, replication, cells)
-            for amendment, file, method, what, knob in RULES
-            if (RESULTS / file).exists() and load(file).get("dev")]
+    on_file = _on_file()
+    rows = [_row(*rule, replication, cells) for rule in on_file]
     needed = [float(r[5]) for r in rows if r[5] not in ("-", "∞")]
     medians = {r[0]: float(r[4]) for r in rows if r[4] != "∞"}
     lowest = min(medians, key=lambda a: (medians[a], int(a)))
-    best = _best_fixed(rows_data)
+    best = _best_fixed([data for _, data, *_ in on_file])
     summary = (f" In {NEEDED}, the cell whose slow clients hold what no one else does, every "
                f"rule took at least {min(needed):.2f}× the time of the best fixed s "
                f"(s = {best} there, serving every partition from the first job); the rule "
