@@ -4,15 +4,17 @@ value picked on the development seeds, its worst and median development ratio to
 fixed ``s`` (and the cell of the worst), its ratio in the cell whose slow clients hold data
 no one else does at 100 clients, whether ``s='auto'`` runs it, and its evaluation reading
 where it has one (how many cells read are within the goal's time of the lower of FedBuff's
-and ``s = 1``'s median, and its worst)."""
+and ``s = 1``'s median, and its worst; in how many its paired per-seed ratio to that lower
+one is above or below 1 beyond chance, :func:`beyond_chance`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import statistics
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tools.docgen.async_bar import FIXED, near_count, read_cells, worst_cell, worst_text
 from tools.docgen.async_bar import METHOD as BAR_METHOD
-from tools.docgen.async_bar import near_count, read_cells, worst_cell, worst_text
 from tools.docgen.async_replication import ASYNC, benchmark_cells
 from tools.docgen.core import RESULTS, block, load, table
 from tools.docgen.rivals import COMPARE, GOAL_TIME, reported_cells
@@ -41,6 +43,51 @@ def _on_file() -> list[tuple[int, Mapping[str, Any], str, str, str]]:
     return [(amendment, load(file), method, what, knob)
             for amendment, file, method, what, knob in RULES
             if (RESULTS / file).exists() and load(file).get("dev")]
+
+
+def beyond_chance(mine: Sequence[Mapping[str, Any]], fedbuff: Sequence[Mapping[str, Any]],
+                  fixed: Sequence[Mapping[str, Any]]) -> int:
+    """Whether the runs ``mine`` are slower (1) or faster (-1) than the lower by median time
+    to target of ``fedbuff``'s and ``fixed``'s (``s = 1``'s) beyond chance, else 0: the 95 %
+    interval of the geometric mean of the per-seed ratios (the benchmark's Student-t interval
+    on their logarithms; a seed only one of the two reached counts as 2 or 0.5, neither as
+    1) lies wholly above or below 1. The lower one is chosen in hindsight on the same seeds,
+    which leans towards finding ``mine`` slower."""
+    from experiments.summary import paired_ratio, ratio_interval
+
+    def median(runs: Sequence[Mapping[str, Any]]) -> float:
+        times = [r["time_to_target"] for r in runs]
+        return statistics.median(float("inf") if t is None else t for t in times)
+
+    if not (mine and fedbuff and fixed):
+        return 0
+    lower = fedbuff if median(fedbuff) <= median(fixed) else fixed
+    theirs = {r["seed"]: r["time_to_target"] for r in lower}
+    ratios = [paired_ratio(r["time_to_target"], theirs[r["seed"]]) for r in mine
+              if r["seed"] in theirs]
+    interval = ratio_interval(ratios)["ci95"] if len(ratios) == len(mine) else None
+    if interval is None:
+        return 0
+    return 1 if interval[0] > 1 else -1 if interval[1] < 1 else 0
+
+
+def chance_counts(data: Mapping[str, Any], method: str, replication: Mapping[str, Any],
+                  cells: Mapping[str, Mapping[str, Any]]) -> tuple[list[str], list[str], int]:
+    """``(slower, faster, cells)``: of the benchmark's cells the reading ran in (``cells``
+    of them), those where its ``method``'s runs are slower or faster than the lower of
+    FedBuff and ``s = 1`` beyond chance (:func:`beyond_chance`)."""
+    signs: dict[str, int] = {}
+    for name, cell in data.get("cells", {}).items():
+        if name not in cells:
+            continue
+        mine = [r for r in cell["runs"] if r["method"] == method]
+        fedbuff = [r for r in cells[name]["runs"] if r["method"] == "fedbuff"]
+        fixed = [r for r in replication.get("cells", {}).get(name, {}).get("runs", [])
+                 if r["method"] == FIXED]
+        if mine:
+            signs[name] = beyond_chance(mine, fedbuff, fixed)
+    return ([n for n, v in signs.items() if v > 0], [n for n, v in signs.items() if v < 0],
+            len(signs))
 
 
 def registered() -> int:
@@ -93,13 +140,15 @@ def _row(amendment: int, data: Mapping[str, Any], method: str, what: str, knob: 
     worst = max(ratios, key=lambda name: ratios[name])
     read = read_cells(data, replication, cells, reported_cells(), method)
     where, value = worst_cell(read)
+    slower, faster, _ = chance_counts(data, method, replication, cells)
     reading = (f"{near_count(read)} of {len(read)}, at worst {value:.2f}× ({where})" if read
                else "amendment 24's runs (the same rule)" if amendment == 25
                and float(dev["pick"]) == 0.0 else "not run")
     return [str(amendment), what, f"{knob} = {float(dev['pick']):g}",
             f"{worst_text(dev['worst'][pick])} ({worst})", worst_text(dev["median"][pick]),
             worst_text(ratios[NEEDED]) if NEEDED in ratios else "-",
-            "yes" if _runs_auto(amendment, float(dev["pick"])) else "no", reading]
+            "yes" if _runs_auto(amendment, float(dev["pick"])) else "no", reading,
+            f"{len(slower)} slower, {len(faster)} faster" if read else "-"]
 
 
 def _best_fixed(records: list[Mapping[str, Any]]) -> str | None:
@@ -130,6 +179,21 @@ def async_rules() -> str | None:
                f"with the lowest development median (amendment {lowest}, "
                f"{medians[lowest]:.2f}) took {dict((r[0], r[5]) for r in rows)[lowest]}× there."
                if needed and medians and best is not None else "")
+    chance = {r[0]: int(r[8].split()[0]) for r in rows if r[8] != "-"}
+    if chance:
+        fewest = min(chance, key=lambda a: (chance[a], int(a)))
+        auto = str(auto_amendment())
+        _, data, method, *_ = next(rule for rule in on_file if str(rule[0]) == auto)
+        slower = chance_counts(data, method, replication, cells)[0]
+        summary += (f" Read by the paired test instead (last column: the cells where the 95 % "
+                    "interval of the per-seed ratio to the lower of FedBuff's and s = 1's "
+                    "median lies wholly above or below 1; the lower one picked per cell in "
+                    "hindsight, which leans towards finding a rule slower), the fewest cells "
+                    f"slower beyond chance are amendment {fewest}'s ({chance[fewest]})"
+                    + (f"; the rule s='auto' runs (amendment {auto}) is slower in "
+                       f"{chance[auto]}" if auto in chance and auto != fewest else "")
+                    + (f" (s='auto''s: {', '.join(slower)})" if slower else "")
+                    + ". That reading came after the evaluation runs; it picks nothing.")
     return ("Every online rule registered for the asynchronous `s='auto'`, each picked on "
             "the development seeds 0-2 of the same fifteen cells (its ratio: its median time "
             "to target over the best fixed s's, s = 0 being FedBuff; ∞: never reached), and "
@@ -140,4 +204,5 @@ def async_rules() -> str | None:
             "independent test of the family." + summary + "\n\n"
             + table(["amendment", "rule (s = 1)", "picked", "development worst (cell)",
                      "development median", f"development ratio in {NEEDED}",
-                     "s='auto' runs it", "evaluation: within the goal's time"], rows))
+                     "s='auto' runs it", "evaluation: within the goal's time",
+                     "evaluation: beyond chance"], rows))
