@@ -101,7 +101,15 @@ from experiments.registry import (
     task_target,
     with_rules,
 )
-from experiments.rival_runs import RIVALS, Cell, run_coded, run_replicated, run_rival
+from experiments.rival_runs import (
+    FEDBUFF_METHODS,
+    RIVALS,
+    Cell,
+    run_auto_replicated,
+    run_coded,
+    run_replicated,
+    run_rival,
+)
 from experiments.summary import fmt, print_summary, ratio_interval, summarize
 
 __all__ = ["COMPUTE_KEYS", "GRID", "Cell", "Runner", "best_deadline", "built_code",
@@ -196,6 +204,13 @@ class Runner:
                          lambda: run_replicated(s, seed, cell),
                          f"fedbuff-replicated s {s}")
 
+    def auto_replicated(self, cell: Cell, seed: int) -> dict[str, Any]:
+        """``fedbuff-auto``: the main job's asynchronous ``s='auto'`` with ``cell``'s FedBuff
+        settings."""
+        lr, fraction = float(cell.fedbuff_server_lr), float(cell.fedbuff_buffer_fraction)
+        return self._run(("fedbuff-auto", lr, fraction, seed),
+                         lambda: run_auto_replicated(seed, cell), "fedbuff-auto")
+
     def first_k(self, cell: Cell, seed: int) -> dict[str, Any]:
         """first-k with ``cell``'s over-commitment (its tuning's runs told apart by it)."""
         return self._run(("first-k", float(cell.overcommit), seed),
@@ -278,7 +293,7 @@ def compare(cell: Cell, methods: Sequence[str], seeds: Sequence[int],
                 check_extend(rules.get("deadline_grid_extend"), "deadline_grid_extend"))
             facts.update(more)
             runs += best
-        elif method == "fedbuff-replicated" or (method == "fedbuff" and cell.fedbuff_tune):
+        elif method in FEDBUFF_METHODS[1:] or (method == "fedbuff" and cell.fedbuff_tune):
             more, new = fedbuff_runs(method, cell, seeds, dev_seeds, rules, runner, log)
             runs += more
             for key, value in new.items():  # FedBuff's tuning: once, whichever ran first
@@ -491,7 +506,7 @@ def check_fedbuff_rules(rules: Mapping[str, Any], rules_set: Mapping[str, float]
                              "over-commitment is tuned on the development seeds (the grid "
                              "file's first_k_tune); add --rule first_k_tune=0 to run the "
                              "value given")
-    if not (rules.get("fedbuff_tune") and {"fedbuff", "fedbuff-replicated"} & set(methods)):
+    if not (rules.get("fedbuff_tune") and set(FEDBUFF_METHODS) & set(methods)):
         return
     check_tuning_lists(rules)
     fixed = sorted({"fedbuff_server_lr", "fedbuff_buffer_fraction"} & set(rules_set or {}))

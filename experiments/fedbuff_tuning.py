@@ -230,8 +230,10 @@ def fedbuff_runs(method: str, cell: Cell, seeds: Sequence[int], dev_seeds: Seque
                  ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """``(runs, facts)`` of ``fedbuff`` tuned on ``dev_seeds`` (``cell.fedbuff_tune``) or of
     ``fedbuff-replicated`` (FedBuff's settings as tuned, or as given without the tuning;
-    ``s`` by :func:`tuned_replication`). ``runner``: the benchmark's
-    (:class:`experiments.compare.Runner`: its ``fedbuff``, ``rival`` and ``replicated`` runs,
+    ``s`` by :func:`tuned_replication`) or of ``fedbuff-auto`` (the main job's
+    asynchronous ``s='auto'``, FedBuff's settings as for ``fedbuff-replicated``).
+    ``runner``: the benchmark's (:class:`experiments.compare.Runner`: its ``fedbuff``,
+    ``rival``, ``replicated`` and ``auto_replicated`` runs,
     cached, so both methods share FedBuff's runs)."""
     def given(_: Cell, seed: int) -> Mapping[str, Any]:  # FedBuff as the cell sets it
         return runner.rival("fedbuff", seed)
@@ -247,6 +249,8 @@ def fedbuff_runs(method: str, cell: Cell, seeds: Sequence[int], dev_seeds: Seque
         fedbuff = runner.fedbuff
     if method == "fedbuff":
         return [{**fedbuff(tuned, seed), "method": method} for seed in seeds], facts
+    if method == "fedbuff-auto":  # the main job's s='auto': no s tuned, FedBuff's K and lr
+        return [runner.auto_replicated(tuned, seed) for seed in seeds], facts
     s, replication = tuned_replication(tuned, dev_seeds, fedbuff, runner.replicated)
     note_overlap(replication, method, seeds, dev_seeds, log)
     facts["fedbuff_replicated"] = replication

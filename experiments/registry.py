@@ -20,6 +20,7 @@ from typing import Any
 from experiments.compare_cli import RIVAL_RULES
 from experiments.journal import Journal
 from experiments.rival_runs import (
+    FEDBUFF_METHODS,
     METHOD_NAMES,
     RIVALS,
     Cell,
@@ -381,8 +382,8 @@ def check_builds(cell: Cell, methods: Sequence[str], seed: int, own_timeout: boo
     rivals: dict[str, dict[str, Any]] = {}
     waits = "wait-for-all" in methods or needs_stated_deadline(methods, own_timeout)
     if cell.private:  # a plain Flower strategy applies no DP: the wrapper waits for all
-        plain = [m for m in methods if m in ("deadline", "deadline-best", "first-k", "fedbuff",
-                                             "fedbuff-replicated")]
+        plain = [m for m in methods if m in ("deadline", "deadline-best", "first-k",
+                                             *FEDBUFF_METHODS)]
         if plain:
             raise ValueError(
                 f"{plain[0]} cannot run with dp={cell.config(seed)['dp']!r}: it is a plain "
@@ -402,11 +403,17 @@ def check_builds(cell: Cell, methods: Sequence[str], seed: int, own_timeout: boo
             raise ValueError(f"first-k: sampling ceil({cell.overcommit:g} x {k}) nodes of n = "
                              f"{cell.n} is impossible; use a larger --n")
         rivals["first-k"] = {"k": k, "overcommit": cell.overcommit}
-    for fedbuff in ("fedbuff", "fedbuff-replicated"):
+    for fedbuff in FEDBUFF_METHODS:
         if fedbuff in methods:
             rivals[fedbuff] = {"buffer_size": cell.fedbuff_buffer()}
+    if "fedbuff-auto" in rivals:  # the main job's s='auto', built as fedbuff-replicated
+        from fl_gradcode.flower.asynchronous import auto_keywords
+
+        rule = auto_keywords()
+        rivals["fedbuff-auto"].update(replicas=rule.pop("s"), **rule)
     for method, rules in rivals.items():
         try:
-            rival_strategy(method, cell.config(seed), cell.n, cohort=cell.cohort, **rules)
+            rival_strategy("fedbuff-replicated" if method == "fedbuff-auto" else method,
+                           cell.config(seed), cell.n, cohort=cell.cohort, **rules)
         except (ValueError, TypeError) as exc:
             raise refuse(method, exc) from exc

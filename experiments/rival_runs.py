@@ -57,10 +57,12 @@ from fl_gradcode.rivals import (
 )
 
 #: Methods that are not a fixed code (``CODE:s``) and need no deadline of their own.
-RIVALS = ("wait-for-all", "first-k", "fedbuff", "fedbuff-replicated")
+RIVALS = ("wait-for-all", "first-k", "fedbuff", "fedbuff-replicated", "fedbuff-auto")
 #: Every method's name but the fixed codes (``CODE:s``).
 METHOD_NAMES = ("auto", "auto-approximate", "wait-for-all", "deadline", "deadline-best",
-                "first-k", "fedbuff", "fedbuff-replicated")
+                "first-k", "fedbuff", "fedbuff-replicated", "fedbuff-auto")
+#: The methods that run FedBuff's rules (its K and server lr, tuned where the cell says).
+FEDBUFF_METHODS = ("fedbuff", "fedbuff-replicated", "fedbuff-auto")
 
 
 @dataclass
@@ -399,6 +401,15 @@ def run_replicated(s: int, seed: int, cell: Cell, replicate_below: float = 1.0,
         bar.update(need_reference=need_reference, need_prior=need_prior)
     return _summary(label, seed, run.history, cell, cfg, run.counter, run.wall_s, s=s,
                     updates_per_partition=counts, **bar)
+
+
+def run_auto_replicated(seed: int, cell: Cell) -> dict[str, Any]:
+    """The record of ``fedbuff-auto``: :func:`run_replicated` with the keywords of the main
+    job's asynchronous ``s='auto'`` (:func:`fl_gradcode.flower.asynchronous.auto_keywords`)."""
+    from fl_gradcode.flower.asynchronous import auto_keywords
+
+    rule = auto_keywords()
+    return {**run_replicated(rule.pop("s"), seed, cell, **rule), "method": "fedbuff-auto"}
 
 
 # ============================================================================= any run config

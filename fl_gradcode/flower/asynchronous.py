@@ -100,7 +100,7 @@ from .senders import answering_node
 
 __all__ = ["AUTO_NEED_LATCH", "AUTO_NEED_PRIOR", "AUTO_NEED_RATIO", "AUTO_NEED_REFERENCE",
            "AUTO_REPLICATE_BELOW", "AUTO_REPLICATE_MARGIN", "AUTO_S", "ERA_READINGS", "ERA_STEPS",
-           "NEED_REFERENCES", "ReplicatedFedBuff", "cyclic_placement"]
+           "NEED_REFERENCES", "ReplicatedFedBuff", "auto_keywords", "cyclic_placement"]
 
 #: what an asynchronous run with ``s="auto"`` runs: the placement ``s = 1`` and the rule whose
 #: development reading ranked first by ``experiments/grid.toml``'s amendments 24 to 27 (one
@@ -114,6 +114,17 @@ AUTO_NEED_RATIO = 1.5
 AUTO_NEED_LATCH = True
 AUTO_NEED_REFERENCE = "own"
 AUTO_NEED_PRIOR = False
+
+
+
+def auto_keywords() -> dict[str, Any]:
+    """:class:`ReplicatedFedBuff`'s keywords of ``s="auto"`` (the ``AUTO_*`` constants): what
+    an asynchronous run with ``s="auto"`` runs, FedBuff's own settings aside."""
+    return {"s": AUTO_S, "replicate_below": AUTO_REPLICATE_BELOW,
+            "replicate_margin": AUTO_REPLICATE_MARGIN, "need_ratio": AUTO_NEED_RATIO,
+            "need_latch": AUTO_NEED_LATCH, "need_reference": AUTO_NEED_REFERENCE,
+            "need_prior": AUTO_NEED_PRIOR}
+
 
 #: ``need_reference="era"``: an update is compared with the updates computed from the models of
 #: its own server step and this many before it

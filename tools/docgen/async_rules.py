@@ -206,3 +206,27 @@ def async_rules() -> str | None:
                      "development median", f"development ratio in {NEEDED}",
                      "s='auto' runs it", "evaluation: within the goal's time",
                      "evaluation: beyond chance"], rows))
+
+
+@block("fedbuff-auto-check")
+def fedbuff_auto_check() -> str | None:
+    """Whether ``--methods fedbuff-auto`` (``results/fedbuff_auto_check.json``, one cell of
+    the benchmark run by the command) reproduced the evaluation runs of the rule ``s='auto'``
+    runs in that cell, seed by seed."""
+    if not (RESULTS / "fedbuff_auto_check.json").exists():
+        return None
+    check = load("fedbuff_auto_check.json")
+    settings = check["settings"]
+    name = f"{settings['task']}/{settings['latency_table']}/{settings['n']}x{settings['cohort']}"
+    amendment = auto_amendment()
+    _, data, method, *_ = next(rule for rule in _on_file() if rule[0] == amendment)
+    theirs = {r["seed"]: r["time_to_target"]
+              for r in data.get("cells", {}).get(name, {}).get("runs", [])
+              if r["method"] == method}
+    mine = [r for r in check["runs"] if r["method"] == "fedbuff-auto"]
+    same = sum(r["seed"] in theirs and theirs[r["seed"]] == r["time_to_target"] for r in mine)
+    return (f"Run so in {name} (`python -m experiments.compare --task {settings['task']} "
+            f"--latency {settings['latency_table']} --n {settings['n']} --methods fedbuff-auto "
+            f"--seeds 10-19`, FedBuff's tuning run again; `results/fedbuff_auto_check.json`), "
+            f"its time to target equalled that of amendment {amendment}'s evaluation run of "
+            f"the same seed on {same} of {len(mine)} seeds.")
