@@ -46,6 +46,7 @@ __all__ = [
     "choose",
     "command",
     "dev_cells",
+    "fixed_dev",
     "main",
     "ratio_to_best",
     "read_cell",
@@ -240,6 +241,27 @@ def read_cell(grid: Mapping[str, Any], name: str, cell: Mapping[str, Any],
             "runtime_s": time.perf_counter() - t0}
 
 
+def fixed_dev(bar: Mapping[str, Any], s: int = 1) -> dict[str, Any] | None:
+    """The fixed ``s``'s development record in the shape of a rule's (amendment 30): per
+    development cell of amendment 24's record ``bar``, amendment 23's median for ``s`` over
+    the lowest of its medians for s = 0, 1, 2 (:func:`ratio_to_best`'s conventions), and the
+    worst and median of those ratios (``pick``: ``s``); ``None`` without the cells."""
+    cells = bar.get("cells")
+    if not cells:
+        return None
+
+    def record(value: float) -> dict[str, float]:
+        return {"median_time_to_target_all_seeds": value}
+
+    ratios = {name: ratio_to_best(record(cell["fixed"][str(s)]),
+                                  {k: record(v) for k, v in cell["fixed"].items()})
+              for name, cell in cells.items()}
+    return {"pick": s, "worst": {str(s): max(ratios.values())},
+            "median": {str(s): statistics.median(ratios.values())},
+            "cells": {name: {"tried": {str(s): {"ratio_to_best_fixed": r}}}
+                      for name, r in ratios.items()}}
+
+
 def auto_rule(bar: Mapping[str, Any], margin: Mapping[str, Any] | None = None,
               need: Mapping[str, Any] | None = None, latch: Mapping[str, Any] | None = None,
               era: Mapping[str, Any] | None = None, prior: Mapping[str, Any] | None = None
@@ -249,7 +271,8 @@ def auto_rule(bar: Mapping[str, Any], margin: Mapping[str, Any] | None = None,
     amendment 24's bar; amendment 25's margin beside it, whatever its ratios; amendment 26's
     rule in their place when its pick's worst development ratio is lower (then its median;
     a tie keeps what runs); amendment 27's, then 28's, then 29's, by the same test, each in
-    the place of what runs then."""
+    the place of what runs then; then amendment 30's fixed s = 1 (the bar 1, no need rule;
+    :func:`fixed_dev` of ``bar``) by the same test."""
     def score(dev: Mapping[str, Any]) -> tuple[float, float]:
         pick = str(dev["pick"])
         return float(dev["worst"][pick]), float(dev["median"][pick])
@@ -262,6 +285,9 @@ def auto_rule(bar: Mapping[str, Any], margin: Mapping[str, Any] | None = None,
     for reading, dev in ((NEED, need), (LATCH, latch), (ERA, era), (PRIOR, prior)):
         if dev is not None and score(dev) < best:
             rule, best = {**reading.keywords(float(dev["pick"]))}, score(dev)
+    fixed = fixed_dev(bar)
+    if fixed is not None and score(fixed) < best:
+        rule = {"replicate_below": 1.0}
     return rule
 
 

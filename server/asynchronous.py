@@ -4,10 +4,10 @@ ReplicatedFedBuff`; ``s = 0`` is FedBuff) on the same data, model, seeds and lat
 the synchronous coded job, in virtual or wallclock timing.
 
 ``s="auto"`` runs the placement ``s = 1`` with the replication rule picked on development seeds
-(the ``AUTO_*`` constants of :mod:`fl_gradcode.flower.asynchronous`): a client serves its
-neighbour's partition while that partition falls below a bar of its own partition's jobs,
-lifted to 1 once the neighbour's partition's updates were found larger than its own (data the
-model lacks); the picked values and what they estimate are in docs/adaptive.md.
+(the ``AUTO_*`` constants of :mod:`fl_gradcode.flower.asynchronous`): since no online rule
+registered ranked above it there, the fixed ``s = 1``, each client computing the held
+partition served least so far; the rules tried and what they estimate are in
+docs/adaptive.md.
 
 What it cannot honour is refused, naming the key, never dropped: DP (it applies none), a server
 optimiser other than plain SGD, a ``replicate-below``, ``replicate-margin``, ``need-ratio``,

@@ -103,15 +103,16 @@ __all__ = ["AUTO_NEED_LATCH", "AUTO_NEED_PRIOR", "AUTO_NEED_RATIO", "AUTO_NEED_R
            "NEED_REFERENCES", "ReplicatedFedBuff", "auto_keywords", "cyclic_placement"]
 
 #: what an asynchronous run with ``s="auto"`` runs: the placement ``s = 1`` and the rule whose
-#: development reading ranked first by ``experiments/grid.toml``'s amendments 24 to 27 (one
-#: rule for every cell; ``experiments.async_bar.auto_rule``): amendment 27's, the bar 0.25
-#: lifted to 1 for good once a neighbour's partition's update was over 1.5 times the own
-#: partition's (``results/async_latch.json``; amendment 24's bar 0.75 ranked below it)
+#: development reading ranked first by ``experiments/grid.toml``'s amendments 24 to 30 (one
+#: rule for every cell; ``experiments.async_bar.auto_rule``): amendment 30's, the fixed
+#: ``s = 1`` (the least-served held partition, no online rule), whose development worst ratio
+#: to the best fixed ``s`` was below that of every online rule registered (amendment 27's
+#: latched need rule, which ran before it, included)
 AUTO_S = 1
-AUTO_REPLICATE_BELOW = 0.25
+AUTO_REPLICATE_BELOW = 1.0
 AUTO_REPLICATE_MARGIN = 0.0
-AUTO_NEED_RATIO = 1.5
-AUTO_NEED_LATCH = True
+AUTO_NEED_RATIO = math.inf
+AUTO_NEED_LATCH = False
 AUTO_NEED_REFERENCE = "own"
 AUTO_NEED_PRIOR = False
 

@@ -84,6 +84,14 @@ def test_the_overview_says_which_rule_auto_runs_and_which_were_never_evaluated()
             != (25, 0.0)
         assert (row[6] == "yes") == same, amendment
         runs.append(row[6])
+    # the fixed s = 1 (amendment 30) runs when the rule computed apart is the bar 1 alone
+    from tools.docgen.async_rules import fixed_rule
+
+    fixed = fixed_rule()
+    if fixed is not None:
+        row = _row(*fixed, empty, {})
+        assert (row[6] == "yes") == (rule == {"replicate_below": 1.0})
+        runs.append(row[6])
     assert runs.count("yes") == 1
     latch = _row(27, {"dev": _dev(1.5, 1.8, 1.09, 1.65)}, "fedbuff-latch", "as 26, latched",
                  "ρ", empty, {})

@@ -90,6 +90,27 @@ def chance_counts(data: Mapping[str, Any], method: str, replication: Mapping[str
             len(signs))
 
 
+#: the amendment that put the fixed s = 1 among the candidates (no online rule: the bar 1)
+FIXED_AMENDMENT = 30
+
+
+def fixed_rule() -> tuple[int, Mapping[str, Any], str, str, str] | None:
+    """Amendment 30's candidate as :func:`_on_file` gives a rule: the fixed ``s = 1``, its
+    development record from amendment 24's file (:func:`experiments.async_bar.fixed_dev`)
+    and its evaluation runs amendment 23's (``None`` without both files)."""
+    from experiments.async_bar import fixed_dev
+
+    if not all((RESULTS / f).exists() for f in ("async_bar.json", ASYNC)):
+        return None
+    dev = fixed_dev(load("async_bar.json").get("dev", {}))
+    if dev is None:
+        return None
+    runs = {name: {"runs": [r for r in cell["runs"] if r["method"] == FIXED]}
+            for name, cell in load(ASYNC).get("cells", {}).items()}
+    return (FIXED_AMENDMENT, {"dev": dev, "cells": runs}, FIXED,
+            "the fixed s = 1: the least-served held partition, no online rule", "s")
+
+
 def registered() -> int:
     """How many of :data:`RULES` have a development reading on file."""
     return len(_on_file())
@@ -109,10 +130,13 @@ def auto_amendment() -> int:
         AUTO_NEED_PRIOR,
         AUTO_NEED_RATIO,
         AUTO_NEED_REFERENCE,
+        AUTO_REPLICATE_BELOW,
         AUTO_REPLICATE_MARGIN,
     )
 
     need = AUTO_NEED_RATIO != float("inf")
+    if not (need or AUTO_NEED_LATCH or AUTO_REPLICATE_MARGIN) and AUTO_REPLICATE_BELOW == 1.0:
+        return FIXED_AMENDMENT
     return (29 if AUTO_NEED_REFERENCE == "cohort" and AUTO_NEED_PRIOR
             else 28 if AUTO_NEED_REFERENCE == "era" else 27 if AUTO_NEED_LATCH
             else 26 if need else 25 if AUTO_REPLICATE_MARGIN else 24)
@@ -127,7 +151,8 @@ def _runs_auto(amendment: int, pick: float) -> bool:
     )
 
     which = auto_amendment()
-    value = {24: AUTO_REPLICATE_BELOW, 25: AUTO_REPLICATE_MARGIN}.get(which, AUTO_NEED_RATIO)
+    value = {24: AUTO_REPLICATE_BELOW, 25: AUTO_REPLICATE_MARGIN,
+             FIXED_AMENDMENT: 1.0}.get(which, AUTO_NEED_RATIO)
     return which == amendment and value == pick
 
 
@@ -171,6 +196,10 @@ def async_rules() -> str | None:
     rows = [_row(*rule, replication, cells) for rule in on_file]
     needed = [float(r[5]) for r in rows if r[5] not in ("-", "∞")]
     medians = {r[0]: float(r[4]) for r in rows if r[4] != "∞"}
+    fixed = fixed_rule()
+    if fixed is not None:
+        on_file.append(fixed)
+        rows.append(_row(*fixed, replication, cells))
     lowest = min(medians, key=lambda a: (medians[a], int(a)))
     best = _best_fixed([data for _, data, *_ in on_file])
     summary = (f" In {NEEDED}, the cell whose slow clients hold what no one else does, every "
@@ -192,15 +221,19 @@ def async_rules() -> str | None:
                     f"slower beyond chance are amendment {fewest}'s ({chance[fewest]})"
                     + (f"; the rule s='auto' runs (amendment {auto}) is slower in "
                        f"{chance[auto]}" if auto in chance and auto != fewest else "")
-                    + (f" (s='auto''s: {', '.join(slower)})" if slower else "")
+                    + (f" (those of the one s='auto' runs: {', '.join(slower)})" if slower
+                       else "")
                     + ". That reading came after the evaluation runs; it picks nothing.")
     return ("Every online rule registered for the asynchronous `s='auto'`, each picked on "
             "the development seeds 0-2 of the same fifteen cells (its ratio: its median time "
             "to target over the best fixed s's, s = 0 being FedBuff; ∞: never reached), and "
             "read on the evaluation seeds 10-19 where it ran (cells within "
-            f"{GOAL_TIME:g}× of the lower of FedBuff's and s = 1's median time). `s='auto'` "
-            "runs the rule whose development worst ratio ranked first when it was registered; "
-            "the evaluation seeds were seen between the amendments, so they are not an "
+            f"{GOAL_TIME:g}× of the lower of FedBuff's and s = 1's median time), and the fixed "
+            f"s = 1 they all start from (amendment {FIXED_AMENDMENT}, which put it among the "
+            "candidates after the others' evaluation runs; its development ratios are the "
+            "fixed medians every rule's ratio divides by, its evaluation runs amendment 23's). "
+            "`s='auto'` runs the candidate whose development worst ratio ranked first; the "
+            "evaluation seeds were seen between the amendments, so they are not an "
             "independent test of the family." + summary + "\n\n"
             + table(["amendment", "rule (s = 1)", "picked", "development worst (cell)",
                      "development median", f"development ratio in {NEEDED}",
@@ -219,7 +252,8 @@ def fedbuff_auto_check() -> str | None:
     settings = check["settings"]
     name = f"{settings['task']}/{settings['latency_table']}/{settings['n']}x{settings['cohort']}"
     amendment = auto_amendment()
-    _, data, method, *_ = next(rule for rule in _on_file() if rule[0] == amendment)
+    _, data, method, *_ = next(rule for rule in [*_on_file(), fixed_rule()]
+                               if rule is not None and rule[0] == amendment)
     theirs = {r["seed"]: r["time_to_target"]
               for r in data.get("cells", {}).get(name, {}).get("runs", [])
               if r["method"] == method}
