@@ -354,7 +354,7 @@ def test_the_in_memory_replay_warning_points_at_the_mods_caller(tmp_path):
     cfg = {"partition-id": 0, "num-partitions": 3, "dp-key-file": _key_file(tmp_path)}
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        reply = make_gradient_coding_mod()(train_message(train_instruction()),
+        reply = make_gradient_coding_mod()(train_message(train_instruction(dp="partition")),
                                            node_context(cfg), _app())
     assert not reply.has_error(), reply.error.reason
     replay = [w for w in seen if "'dp-state-file'" in str(w.message)]

@@ -34,9 +34,9 @@ def _ours(seen) -> list[str]:
                   if text in str(w.message))
 
 
-def _call(mod, rnd: int, cfg: dict | None = None):
-    reply = mod(train_message(train_instruction(round=rnd, nonce=f"n{rnd}")), node_context(cfg),
-                _app)
+def _call(mod, rnd: int, cfg: dict | None = None, **instruction):
+    reply = mod(train_message(train_instruction(round=rnd, nonce=f"n{rnd}", **instruction)),
+                node_context(cfg), _app)
     assert not reply.has_error(), reply.error.reason
 
 
@@ -63,9 +63,25 @@ def test_the_in_memory_replay_warning_is_given_once_per_mod(tmp_path):
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         for mod, rnd in ((first, 1), (first, 2), (second, 1)):
-            _call(mod, rnd, cfg)
+            _call(mod, rnd, cfg, dp="partition")
     replay = [w for w in seen if "'dp-state-file'" in str(w.message)]
     assert len(replay) == 2
+
+
+def test_a_keyed_node_asked_for_no_dp_does_not_warn_of_replays(tmp_path):
+    """Without DP (and no budget) a replayed round draws no keyed noise again and resets no
+    budget: the in-memory replay warning, one per message where each message loads the app
+    afresh, would only be noise; a keyed DP round still gives it."""
+    keys = tmp_path / "keys.json"
+    keys.write_text(json.dumps({"master": bytes(range(32)).hex()}))
+    cfg = {"partition-id": 0, "num-partitions": 3, "dp-key-file": str(keys)}
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        _call(make_gradient_coding_mod(), 1, cfg)
+        plain = [w for w in seen if "'dp-state-file'" in str(w.message)]
+        _call(make_gradient_coding_mod(), 1, cfg, dp="partition")
+    assert plain == []
+    assert len([w for w in seen if "'dp-state-file'" in str(w.message)]) == 1
 
 
 def _module_state(path: Path) -> list[str]:

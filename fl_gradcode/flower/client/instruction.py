@@ -30,8 +30,8 @@ __all__ = ["KEYED_MODES", "check_partition_keys", "claim_round", "identify_reply
            "node_keys", "node_policy", "train_config_of"]
 
 MEMORY_REPLAY_WARNING = (
-    "gradient_coding_mod: this node has partition keys or a release budget but "
-    "no node config 'dp-state-file', so the (nonce, round) pairs it answered (and "
+    "gradient_coding_mod: this node answers keyed DP rounds or has a release budget "
+    "but no node config 'dp-state-file', so the (nonce, round) pairs it answered (and "
     "its release ledger) are remembered in this process only; after a restart "
     "(and under Flower's deployment engine, which runs each message in a fresh "
     "process) a replayed round would be answered again with the same keyed noise "
@@ -114,7 +114,8 @@ def claim_round(guard: ReplayGuard, context: Context, instruction: Instruction,
     has_file = bool(cfg.get("dp-state-file"))
     if not has_file and node_keys(cfg) is None and not policy.budgeted:
         return False
-    if not has_file:
+    if not has_file and (instruction.dp in KEYED_MODES or policy.budgeted):
+        # what a replay after a restart would break: keyed noise drawn again, a budget reset
         notices.once("memory-replay", MEMORY_REPLAY_WARNING)
     release = Release(tuple(instruction.partition_ids), instruction.dp,
                       float(instruction.noise_multiplier), tuple(instruction.num_partitions),
