@@ -235,8 +235,10 @@ def build_async(cfg: dict[str, Any], n: int):
                     "buffer-size": k, "server-steps": steps},
         timing=str(cfg["timing"]), identify_timeout=float(cfg["warmup-timeout"]))
     initial, evaluate_fn, train_config = model_and_evaluation(cfg, data)
+    served = ("each job the held partition served least so far" if bar >= 1.0 else
+              f"a neighbour's served below {bar:g} times a client's own")
     log(INFO, "fl-gradcode asynchronous: %d clients, %d in flight, FedBuff over partitions "
-        "held by s + 1 = %d clients (a neighbour's served below %g times a client's own), a "
-        "server step every %d updates, %d steps (%s timing)",
-        n, cohort, s + 1, bar, k, steps, cfg["timing"])
+        "held by s + 1 = %d clients (%s%s), a server step every %d updates, %d steps (%s "
+        "timing)", n, cohort, s + 1, served, ", s='auto'" if cfg["s"] == "auto" else "", k,
+        steps, cfg["timing"])
     return strategy, initial, evaluate_fn, train_config, steps
