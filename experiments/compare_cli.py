@@ -121,9 +121,9 @@ def build_parser(doc: str) -> argparse.ArgumentParser:
                              "deadline-best, first-k, fedbuff, fedbuff-replicated (FedBuff "
                              "over partitions held by s + 1 clients, s picked on the "
                              "development seeds), fedbuff-auto (the main job's "
-                             "asynchronous=true s='auto': s = 1 and the online rule of "
-                             "docs/adaptive.md, FedBuff's K and server lr) and fixed exact "
-                             "codes CODE:s "
+                             "asynchronous=true s='auto': s = 1 with the replication rule "
+                             "picked on development seeds, docs/adaptive.md; FedBuff's K and "
+                             "server lr) and fixed exact codes CODE:s "
                              "(grouped-rs, crc, frc, comm-efficient, ..., e.g. grouped-rs:2); "
                              f"default: {','.join(DEFAULT_METHODS)} (with --grid: the "
                              "grid's default list and its fixed codes)")

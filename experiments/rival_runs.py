@@ -389,8 +389,9 @@ def run_replicated(s: int, seed: int, cell: Cell, replicate_below: float = 1.0,
              + ("" if math.isinf(need_ratio) else f"^{need_ratio:g}")
              + {"own": "", "era": "%", "cohort": "%c"}[need_reference]
              + ("?" if need_prior else "") + ("!" if need_latch else ""))
-    bar = {} if replicate_below == 1.0 else {"replicate_below": replicate_below,
-                                             "replicated": replicated}
+    bar: dict[str, Any] = {"replicated": replicated} if s else {}
+    if replicate_below != 1.0:
+        bar.update(replicate_below=replicate_below)
     if replicate_margin != 0.0:
         bar.update(replicate_margin=replicate_margin, replicated=replicated)
     if not math.isinf(need_ratio):
@@ -405,11 +406,14 @@ def run_replicated(s: int, seed: int, cell: Cell, replicate_below: float = 1.0,
 
 def run_auto_replicated(seed: int, cell: Cell) -> dict[str, Any]:
     """The record of ``fedbuff-auto``: :func:`run_replicated` with the keywords of the main
-    job's asynchronous ``s='auto'`` (:func:`fl_gradcode.flower.asynchronous.auto_keywords`)."""
+    job's asynchronous ``s='auto'`` (:func:`fl_gradcode.flower.asynchronous.auto_keywords`),
+    recorded as ``auto_rule`` (an infinite need ratio as ``None``)."""
     from fl_gradcode.flower.asynchronous import auto_keywords
 
     rule = auto_keywords()
-    return {**run_replicated(rule.pop("s"), seed, cell, **rule), "method": "fedbuff-auto"}
+    said = {k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in rule.items()}
+    return {**run_replicated(rule.pop("s"), seed, cell, **rule), "method": "fedbuff-auto",
+            "auto_rule": said}
 
 
 # ============================================================================= any run config

@@ -452,9 +452,11 @@ def _bar(cfg: dict) -> str:
     bar = float(cfg.get("replicate-below", 1.0))
     z = float(cfg.get("replicate-margin", 0.0))
     need = float(cfg.get("need-ratio", 0.0))
-    if (bar >= 1.0 and z == 0.0) or int(cfg["s"]) == 0:
-        return ""
     asked = " (s='auto')" if cfg.get("s-asked") == "auto" else ""
+    if int(cfg["s"]) == 0:
+        return ""
+    if bar >= 1.0 and z == 0.0:  # the least-served rule: the label says so only when asked
+        return f", the held partition served least so far{asked}" if asked else ""
     margin = f" by more than {z:g} sd" if z else ""
     once = " once" if cfg.get("need-latch") else ""
     against = {"era": "its recent updates were over {:g}x their era's",

@@ -191,21 +191,20 @@ def test_the_fixed_s1_replaces_the_rule_only_when_its_development_worst_is_lower
 
     cells = {"a": {"fixed": {"0": 2.0, "1": 3.0, "2": 2.5}},   # s = 1: 1.5
              "b": {"fixed": {"0": math.inf, "1": 4.0, "2": 5.0}},  # 1
-             "c": {"fixed": {"0": 2.0, "1": 3.0, "2": 4.0}},   # 1.5
+             "c": {"fixed": {"0": 2.0, "1": 4.0, "2": 3.0}},   # 2
              "d": {"fixed": {"0": math.inf, "1": math.inf, "2": math.inf}}}  # 1
     fixed = fixed_dev(dev(0.75, 2.0, 1.0, cells))
-    assert fixed["worst"] == {"1": 1.5} and fixed["median"] == {"1": 1.25}
+    assert fixed["worst"] == {"1": 2.0} and fixed["median"] == {"1": 1.25}  # mean: 1.375
     assert {n: c["tried"]["1"]["ratio_to_best_fixed"] for n, c in fixed["cells"].items()} == {
-        "a": 1.5, "b": 1.0, "c": 1.5, "d": 1.0}
-    # worse than the bar's worst 1.4: the bar stays; better than 2.0: s = 1 runs
-    assert auto_rule(dev(0.75, 1.4, 1.0, cells)) == {"replicate_below": 0.75}
-    assert auto_rule(dev(0.75, 2.0, 1.0, cells)) == {"replicate_below": 1.0}
+        "a": 1.5, "b": 1.0, "c": 2.0, "d": 1.0}
+    # worse than the bar's worst 1.9: the bar stays; better than 2.5: s = 1 runs
+    assert auto_rule(dev(0.75, 1.9, 1.0, cells)) == {"replicate_below": 0.75}
+    assert auto_rule(dev(0.75, 2.5, 1.0, cells)) == {"replicate_below": 1.0}
     # a tie on the worst goes to the median, a full tie keeps what runs
-    assert auto_rule(dev(0.75, 1.5, 1.3, cells)) == {"replicate_below": 1.0}
-    assert auto_rule(dev(0.75, 1.5, 1.25, cells)) == {"replicate_below": 0.75}
+    assert auto_rule(dev(0.75, 2.0, 1.3, cells)) == {"replicate_below": 1.0}
+    assert auto_rule(dev(0.75, 2.0, 1.25, cells)) == {"replicate_below": 0.75}
     # against the latched rule running after amendment 29
-    latched = dev(1.5, 1.8, 1.09)
-    assert auto_rule(dev(0.75, 2.0, 1.0, cells), None, None, latched) == {
-        "replicate_below": 1.0}
-    assert auto_rule(dev(0.75, 2.0, 1.0, cells), None, None, dev(1.5, 1.4, 1.0)) == {
+    bar = dev(0.75, 2.5, 1.0, cells)
+    assert auto_rule(bar, None, None, dev(1.5, 2.1, 1.09)) == {"replicate_below": 1.0}
+    assert auto_rule(bar, None, None, dev(1.5, 1.8, 1.0)) == {
         "replicate_below": 0.25, "need_ratio": 1.5, "need_latch": True}

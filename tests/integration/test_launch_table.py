@@ -72,3 +72,21 @@ def test_compare_names_the_bar_of_an_asynchronous_run_that_set_one(tmp_path, mar
     text = compare(tmp_path / "coded", tmp_path / "uncoded")
     assert ("held by s + 1 = 2 clients, a neighbour's partition served while below 0.5x a "
             f"client's own{said} (s='auto'), a server step every 3 updates") in text
+
+
+@pytest.mark.parametrize(("asked", "said"), [
+    ("auto", ", the held partition served least so far (s='auto'), a server step"),
+    (1, ", a server step")])
+def test_compare_names_the_least_served_rule_when_s_auto_runs_it(tmp_path, asked, said):
+    from server.launch import compare
+
+    for name in ("coded", "uncoded"):
+        rec = RoundRecorder(tmp_path / name, {"code": "grouped-rs", "s": 1, "asynchronous":
+                                              name == "coded", "buffer-size": 3,
+                                              "server-steps": 2, "replicate-below": 1.0,
+                                              "s-asked": asked, "straggler-timeout": 2.0})
+        rec.record({**{k: 0 for k in ROUND_FIELDS}, "round": 1, "decode": "exact",
+                    "accuracy": 0.9, "virtual_s": 2.0, "bytes_up": 10**6, "compute_s": 0.5,
+                    "late_dropped": 0})
+    assert f"held by s + 1 = 2 clients{said} every 3 updates" in compare(tmp_path / "coded",
+                                                                         tmp_path / "uncoded")

@@ -152,8 +152,9 @@ def _pairs(strategy):
 
 
 def test_s_auto_runs_the_picked_bar_and_records_it(tmp_path):
-    """``s='auto'``: the placement s = 1 at the bar picked on development seeds, the same run
-    as the class with those settings by hand; config.json says what ran."""
+    """``s='auto'``: the placement s = 1 with the rule picked on development seeds (amendment
+    30: none, the least-served held partition), the same run as the class with those settings
+    by hand; config.json says what ran."""
     import json
 
     from fl_gradcode.flower.asynchronous import (
@@ -184,6 +185,8 @@ def test_s_auto_runs_the_picked_bar_and_records_it(tmp_path):
                                           "need-reference": AUTO_NEED_REFERENCE,
                                           "need-prior": AUTO_NEED_PRIOR})), cfg)
     assert _pairs(auto) == _pairs(by_hand)
+    least = run(_grid(cfg := _config(tmp_path, s=AUTO_S, seed=2, **rounds)), cfg)
+    assert _pairs(auto) == _pairs(least)  # amendment 30: the least-served s = 1, no rule
     fedbuff = run(_grid(cfg := _config(tmp_path, s=0, seed=2, **rounds)), cfg)
     assert _pairs(auto) != _pairs(fedbuff)  # it replicates: not FedBuff
 

@@ -54,7 +54,7 @@ def read_cells(data: Mapping[str, Any], replication: Mapping[str, Any],
     for name in cells_read(read, cells, order):
         runs = read[name]["runs"]
         fixed = [r for r in replication.get("cells", {}).get(name, {}).get("runs", [])
-                 if r["method"] == FIXED]
+                 if r["method"] == FIXED and method != FIXED]  # s = 1's own reading: once
         before = list((earlier or {}).get("cells", {}).get(name, {}).get("runs", []))
         stats = {**method_stats(cells[name]), **method_stats({"runs": runs + fixed + before})}
         lower = [stats[m].median_time for m in ("fedbuff", FIXED) if m in stats]

@@ -1,5 +1,6 @@
 """The ``async-rules`` block: every online replication rule the grid file registered for the
-asynchronous ``s='auto'`` (amendments 24 to 29), one row each, from their results files: the
+asynchronous ``s='auto'`` (amendments 24 to 29) and the fixed ``s = 1`` (amendment 30), one
+row each, from their results files: the
 value picked on the development seeds, its worst and median development ratio to the best
 fixed ``s`` (and the cell of the worst), its ratio in the cell whose slow clients hold data
 no one else does at 100 clients, whether ``s='auto'`` runs it, and its evaluation reading
@@ -9,7 +10,6 @@ one is above or below 1 beyond chance, :func:`beyond_chance`)."""
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -17,7 +17,7 @@ from tools.docgen.async_bar import FIXED, near_count, read_cells, worst_cell, wo
 from tools.docgen.async_bar import METHOD as BAR_METHOD
 from tools.docgen.async_replication import ASYNC, benchmark_cells
 from tools.docgen.core import RESULTS, block, load, table
-from tools.docgen.rivals import COMPARE, GOAL_TIME, reported_cells
+from tools.docgen.rivals import COMPARE, EPS, GOAL_TIME, reported_cells, time_over
 
 #: the cell where the slow clients' data is needed most (no one else holds two classes)
 NEEDED = "slow-classes-2/digits-logreg/persistent/100x100"
@@ -45,26 +45,20 @@ def _on_file() -> list[tuple[int, Mapping[str, Any], str, str, str]]:
             if (RESULTS / file).exists() and load(file).get("dev")]
 
 
-def beyond_chance(mine: Sequence[Mapping[str, Any]], fedbuff: Sequence[Mapping[str, Any]],
-                  fixed: Sequence[Mapping[str, Any]]) -> int:
-    """Whether the runs ``mine`` are slower (1) or faster (-1) than the lower by median time
-    to target of ``fedbuff``'s and ``fixed``'s (``s = 1``'s) beyond chance, else 0: the 95 %
-    interval of the geometric mean of the per-seed ratios (the benchmark's Student-t interval
-    on their logarithms; a seed only one of the two reached counts as 2 or 0.5, neither as
-    1) lies wholly above or below 1. The lower one is chosen in hindsight on the same seeds,
-    which leans towards finding ``mine`` slower."""
+def beyond_chance(mine: Sequence[Mapping[str, Any]],
+                  theirs: Sequence[Mapping[str, Any]]) -> int:
+    """Whether the runs ``mine`` are slower (1) or faster (-1) than the runs ``theirs`` beyond
+    chance, else 0: the 95 % interval of the geometric mean of the per-seed ratios of times
+    to target (the benchmark's Student-t interval on their logarithms; a seed only one of
+    the two reached counts as 2 or 0.5, neither as 1) lies wholly above or below 1. Every
+    seed of ``mine`` must pair (else 0)."""
     from experiments.summary import paired_ratio, ratio_interval
 
-    def median(runs: Sequence[Mapping[str, Any]]) -> float:
-        times = [r["time_to_target"] for r in runs]
-        return statistics.median(float("inf") if t is None else t for t in times)
-
-    if not (mine and fedbuff and fixed):
+    if not (mine and theirs):
         return 0
-    lower = fedbuff if median(fedbuff) <= median(fixed) else fixed
-    theirs = {r["seed"]: r["time_to_target"] for r in lower}
-    ratios = [paired_ratio(r["time_to_target"], theirs[r["seed"]]) for r in mine
-              if r["seed"] in theirs]
+    by_seed = {r["seed"]: r["time_to_target"] for r in theirs}
+    ratios = [paired_ratio(r["time_to_target"], by_seed[r["seed"]]) for r in mine
+              if r["seed"] in by_seed]
     interval = ratio_interval(ratios)["ci95"] if len(ratios) == len(mine) else None
     if interval is None:
         return 0
@@ -72,22 +66,33 @@ def beyond_chance(mine: Sequence[Mapping[str, Any]], fedbuff: Sequence[Mapping[s
 
 
 def chance_counts(data: Mapping[str, Any], method: str, replication: Mapping[str, Any],
-                  cells: Mapping[str, Mapping[str, Any]]) -> tuple[list[str], list[str], int]:
+                  cells: Mapping[str, Mapping[str, Any]], reference: str = "fedbuff"
+                  ) -> tuple[list[str], list[str], int] | None:
     """``(slower, faster, cells)``: of the benchmark's cells the reading ran in (``cells``
-    of them), those where its ``method``'s runs are slower or faster than the lower of
-    FedBuff and ``s = 1`` beyond chance (:func:`beyond_chance`)."""
+    of them), those where its ``method``'s runs are slower or faster than the
+    ``reference``'s (``"fedbuff"``, the benchmark's FedBuff, or :data:`FIXED`, amendment
+    23's ``s = 1``) beyond chance (:func:`beyond_chance`); ``None`` when the reading is the
+    reference itself."""
+    if method == reference:
+        return None
     signs: dict[str, int] = {}
     for name, cell in data.get("cells", {}).items():
         if name not in cells:
             continue
         mine = [r for r in cell["runs"] if r["method"] == method]
-        fedbuff = [r for r in cells[name]["runs"] if r["method"] == "fedbuff"]
-        fixed = [r for r in replication.get("cells", {}).get(name, {}).get("runs", [])
-                 if r["method"] == FIXED]
+        theirs = ([r for r in cells[name]["runs"] if r["method"] == "fedbuff"]
+                  if reference == "fedbuff" else
+                  [r for r in replication.get("cells", {}).get(name, {}).get("runs", [])
+                   if r["method"] == reference])
         if mine:
-            signs[name] = beyond_chance(mine, fedbuff, fixed)
+            signs[name] = beyond_chance(mine, theirs)
     return ([n for n, v in signs.items() if v > 0], [n for n, v in signs.items() if v < 0],
             len(signs))
+
+
+def _chance_text(counts: tuple[list[str], list[str], int] | None) -> str:
+    return ("-" if counts is None or not counts[2]
+            else f"{len(counts[0])} slower, {len(counts[1])} faster")
 
 
 #: the amendment that put the fixed s = 1 among the candidates (no online rule: the bar 1)
@@ -165,15 +170,21 @@ def _row(amendment: int, data: Mapping[str, Any], method: str, what: str, knob: 
     worst = max(ratios, key=lambda name: ratios[name])
     read = read_cells(data, replication, cells, reported_cells(), method)
     where, value = worst_cell(read)
-    slower, faster, _ = chance_counts(data, method, replication, cells)
-    reading = (f"{near_count(read)} of {len(read)}, at worst {value:.2f}× ({where})" if read
-               else "amendment 24's runs (the same rule)" if amendment == 25
+    near_fedbuff = sum(time_over(stats[method].median_time, stats["fedbuff"].median_time)
+                       <= GOAL_TIME * (1 + EPS) for _, stats, _, _ in read if "fedbuff" in stats)
+    itself = " (it is one of the two)" if method == FIXED else ""
+    reading = (f"{near_count(read)} of {len(read)}{itself}, at worst {value:.2f}× ({where})"
+               if read else "amendment 24's runs (the same rule)" if amendment == 25
                and float(dev["pick"]) == 0.0 else "not run")
     return [str(amendment), what, f"{knob} = {float(dev['pick']):g}",
             f"{worst_text(dev['worst'][pick])} ({worst})", worst_text(dev["median"][pick]),
             worst_text(ratios[NEEDED]) if NEEDED in ratios else "-",
             "yes" if _runs_auto(amendment, float(dev["pick"])) else "no", reading,
-            f"{len(slower)} slower, {len(faster)} faster" if read else "-"]
+            f"{near_fedbuff} of {len(read)}" if read else "-",
+            f"{sum(v.met for _, _, v, _ in read)} of {len(read)}" if read else "-",
+            _chance_text(chance_counts(data, method, replication, cells)) if read else "-",
+            _chance_text(chance_counts(data, method, replication, cells, FIXED))
+            if read else "-"]
 
 
 def _best_fixed(records: list[Mapping[str, Any]]) -> str | None:
@@ -203,27 +214,26 @@ def async_rules() -> str | None:
     lowest = min(medians, key=lambda a: (medians[a], int(a)))
     best = _best_fixed([data for _, data, *_ in on_file])
     summary = (f" In {NEEDED}, the cell whose slow clients hold what no one else does, every "
-               f"rule took at least {min(needed):.2f}× the time of the best fixed s "
+               f"online rule took at least {min(needed):.2f}× the time of the best fixed s "
                f"(s = {best} there, serving every partition from the first job); the rule "
                f"with the lowest development median (amendment {lowest}, "
                f"{medians[lowest]:.2f}) took {dict((r[0], r[5]) for r in rows)[lowest]}× there."
                if needed and medians and best is not None else "")
-    chance = {r[0]: int(r[8].split()[0]) for r in rows if r[8] != "-"}
-    if chance:
-        fewest = min(chance, key=lambda a: (chance[a], int(a)))
-        auto = str(auto_amendment())
-        _, data, method, *_ = next(rule for rule in on_file if str(rule[0]) == auto)
-        slower = chance_counts(data, method, replication, cells)[0]
-        summary += (f" Read by the paired test instead (last column: the cells where the 95 % "
-                    "interval of the per-seed ratio to the lower of FedBuff's and s = 1's "
-                    "median lies wholly above or below 1; the lower one picked per cell in "
-                    "hindsight, which leans towards finding a rule slower), the fewest cells "
-                    f"slower beyond chance are amendment {fewest}'s ({chance[fewest]})"
-                    + (f"; the rule s='auto' runs (amendment {auto}) is slower in "
-                       f"{chance[auto]}" if auto in chance and auto != fewest else "")
-                    + (f" (those of the one s='auto' runs: {', '.join(slower)})" if slower
-                       else "")
-                    + ". That reading came after the evaluation runs; it picks nothing.")
+    auto = str(auto_amendment())
+    mine = next((r for r in rows if r[0] == auto), None)
+    online = [r for r in rows if r[0] != str(FIXED_AMENDMENT) and r[7][0].isdigit()]
+    if mine is not None and mine[7][0].isdigit() and online:
+        def said(row: list[str]) -> str:
+            return (f"{row[8].split()[0]} within {GOAL_TIME:g}× of FedBuff's median, "
+                    f"{row[10].replace(', ', ' and ')} than it beyond chance, the goal "
+                    f"(against the best rival) met in {row[9].split()[0]}")
+
+        summary += (" Read against FedBuff alone (a reference none of them is, unlike the "
+                    f"lower of FedBuff and s = 1), of {mine[8].split()[2]} cells: the "
+                    f"candidate s='auto' runs (amendment {auto}): {said(mine)}; "
+                    + "; ".join(f"amendment {r[0]}: {said(r)}" for r in online
+                                if r[0] != auto)
+                    + ". These readings came after the evaluation runs; they pick nothing.")
     return ("Every online rule registered for the asynchronous `s='auto'`, each picked on "
             "the development seeds 0-2 of the same fifteen cells (its ratio: its median time "
             "to target over the best fixed s's, s = 0 being FedBuff; ∞: never reached), and "
@@ -237,8 +247,11 @@ def async_rules() -> str | None:
             "independent test of the family." + summary + "\n\n"
             + table(["amendment", "rule (s = 1)", "picked", "development worst (cell)",
                      "development median", f"development ratio in {NEEDED}",
-                     "s='auto' runs it", "evaluation: within the goal's time",
-                     "evaluation: beyond chance"], rows))
+                     "s='auto' runs it",
+                     "evaluation: within the goal's time of the lower of FedBuff and s = 1",
+                     "evaluation: within it of FedBuff", "evaluation: the goal in auto's place",
+                     "evaluation: against FedBuff beyond chance",
+                     "evaluation: against s = 1 beyond chance"], rows))
 
 
 @block("fedbuff-auto-check")
@@ -248,16 +261,22 @@ def fedbuff_auto_check() -> str | None:
     runs in that cell, seed by seed."""
     if not (RESULTS / "fedbuff_auto_check.json").exists():
         return None
+    from fl_gradcode.flower.asynchronous import auto_keywords
+
     check = load("fedbuff_auto_check.json")
     settings = check["settings"]
     name = f"{settings['task']}/{settings['latency_table']}/{settings['n']}x{settings['cohort']}"
+    mine = [r for r in check["runs"] if r["method"] == "fedbuff-auto"]
+    now = {k: (None if v == float("inf") else v) for k, v in auto_keywords().items()}
+    if not mine or any(r.get("auto_rule") != now for r in mine):
+        return (f"`results/fedbuff_auto_check.json` ran another rule than `s='auto'` runs now "
+                f"in {name}: run the command below again to check it.")
     amendment = auto_amendment()
     _, data, method, *_ = next(rule for rule in [*_on_file(), fixed_rule()]
                                if rule is not None and rule[0] == amendment)
     theirs = {r["seed"]: r["time_to_target"]
               for r in data.get("cells", {}).get(name, {}).get("runs", [])
               if r["method"] == method}
-    mine = [r for r in check["runs"] if r["method"] == "fedbuff-auto"]
     same = sum(r["seed"] in theirs and theirs[r["seed"]] == r["time_to_target"] for r in mine)
     return (f"Run so in {name} (`python -m experiments.compare --task {settings['task']} "
             f"--latency {settings['latency_table']} --n {settings['n']} --methods fedbuff-auto "
