@@ -47,6 +47,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from fl_gradcode.config import coded_only_keys, merge_config
+from server.asynchronous import AUTO_KEYS as ASYNC_RULE_KEYS
 from server.rival_config import rival_refusal as _rival_refusal
 from server.rival_config import shared_keys
 
@@ -94,6 +95,8 @@ RUNS: dict[str, dict[str, str]] = {
     "uncoded": {"code": "'uncoded'", "s": "0", "straggler-timeout": "1000000.0"},
     # Flower's own FedAvg, dropping replies later than the same straggler-timeout
     "drop-stragglers": {"rival": "'drop-stragglers'"},
+    # an asynchronous coded run's own baseline: FedBuff itself (s = 0), its other keys kept
+    "fedbuff": {"asynchronous": "true", "s": "0"},
 }
 #: ``flwr``'s own pattern for ``--run-config`` pairs (flwr.common.config.parse_config_args).
 _PAIR = re.compile(r"(\S+?)=(\'[^\']*\'|\"[^\"]*\"|\S+)")
@@ -138,7 +141,10 @@ def run_config_for(run: str, overrides: str, results: Path) -> str:
     if "'" in str(results):
         raise ValueError(f"results directory {str(results)!r} contains a single quote")
     user = parse_overrides(overrides)
-    drop = set(RUNS[run]) | {"results-dir"} | (set(CODED_ONLY) if run != "coded" else set())
+    rival = set(CODED_ONLY) if run not in ("coded", "fedbuff") else set()
+    # FedBuff keeps the asynchronous keys but the replication rule (s = 0 reads none)
+    rival |= set(ASYNC_RULE_KEYS) if run == "fedbuff" else set()
+    drop = set(RUNS[run]) | {"results-dir"} | rival
     pairs = {"results-dir": f"'{results}'",
              **{k: v for k, v in user.items() if k not in drop}, **RUNS[run]}
     return " ".join(f"{k}={v}" for k, v in pairs.items())
@@ -234,7 +240,9 @@ def main(argv: list[str] | None = None) -> int:
     if code != 0 or args.no_compare:
         return code
     runs = {"coded": results}
-    for name in ("uncoded", "drop-stragglers"):
+    # an asynchronous coded run is read against FedBuff itself too: what replication adds
+    fedbuff = bool(values.get("asynchronous")) and str(values.get("s", "")) != "0"
+    for name in ("fedbuff", "uncoded", "drop-stragglers")[0 if fedbuff else 1:]:
         out = results.with_name(f"{results.name}-{name}")
         refusal = rival_refusal(values) if name == "drop-stragglers" else None
         if refusal:
@@ -245,7 +253,8 @@ def main(argv: list[str] | None = None) -> int:
             runs[name] = out
         code = code or run_code
     if len(runs) > 1:
-        print(compare(results, runs.get("uncoded"), runs.get("drop-stragglers")), flush=True)
+        print(compare(results, runs.get("uncoded"), runs.get("drop-stragglers"),
+                      runs.get("fedbuff")), flush=True)
     return code
 
 
@@ -379,6 +388,8 @@ LEGEND = {
     "coded": "gradient coding",
     "uncoded": "FedAvg waiting for every client (code='uncoded', no deadline)",
     "drop-stragglers": "Flower FedAvg averaging the replies in by the deadline, dropping the rest",
+    "fedbuff": "FedBuff itself (asynchronous, s = 0: each client its own partition), the same "
+               "buffer, steps and draws",
 }
 
 
@@ -468,14 +479,16 @@ def _bar(cfg: dict) -> str:
             f"{lifted}{margin}{asked}")
 
 
-def compare(coded_dir: Path, uncoded_dir: Path | None, drop_dir: Path | None = None) -> str:
-    """The one-screen comparison of the main job's runs (coded, and uncoded and
+def compare(coded_dir: Path, uncoded_dir: Path | None, drop_dir: Path | None = None,
+            fedbuff_dir: Path | None = None) -> str:
+    """The one-screen comparison of the main job's runs (coded, and FedBuff, uncoded and
     drop-stragglers when given), and ``comparison.png`` (accuracy vs virtual time) in
     ``coded_dir``."""
     from fl_gradcode.results import read_rounds
 
-    dirs = {name: d for name, d in (("coded", coded_dir), ("uncoded", uncoded_dir),
-                                    ("drop-stragglers", drop_dir)) if d is not None}
+    dirs = {name: d for name, d in (("coded", coded_dir), ("fedbuff", fedbuff_dir),
+                                    ("uncoded", uncoded_dir), ("drop-stragglers", drop_dir))
+            if d is not None}
     rows = {name: read_rounds(d) for name, d in dirs.items()}
     # a value that is not a finite number is null in rounds.jsonl (an accuracy of NaN)
     finals = [r[-1]["accuracy"] for r in rows.values() if r]
@@ -497,6 +510,9 @@ def compare(coded_dir: Path, uncoded_dir: Path | None, drop_dir: Path | None = N
         pass
     lines = [render_table([summarize(n, r, target) for n, r in rows.items()], target,
                           labels, clock)]
+    if "fedbuff" in rows and len(rows) > 2:
+        lines.append("(against uncoded and drop-stragglers the gain is asynchrony's and "
+                     "replication's together; against fedbuff, replication's alone)")
     try:
         import matplotlib
 

@@ -90,3 +90,24 @@ def test_compare_names_the_least_served_rule_when_s_auto_runs_it(tmp_path, asked
                     "late_dropped": 0})
     assert f"held by s + 1 = 2 clients{said} every 3 updates" in compare(tmp_path / "coded",
                                                                          tmp_path / "uncoded")
+
+
+def test_the_table_reads_an_asynchronous_run_against_fedbuff_and_says_whose_gain(tmp_path):
+    from server.launch import compare
+
+    times = {"coded": 1.0, "fedbuff": 2.0, "uncoded": 8.0}
+    for name, seconds in times.items():
+        rec = RoundRecorder(tmp_path / name, {"code": "grouped-rs", "s": 1 if name == "coded"
+                                              else 0, "asynchronous": name != "uncoded",
+                                              "buffer-size": 3, "server-steps": 1,
+                                              "straggler-timeout": 2.0})
+        rec.record({**{k: 0 for k in ROUND_FIELDS}, "round": 1, "decode": "exact",
+                    "accuracy": 0.9, "virtual_s": seconds, "bytes_up": 10**6,
+                    "compute_s": 0.5, "late_dropped": 0})
+    text = compare(tmp_path / "coded", tmp_path / "uncoded", None, tmp_path / "fedbuff")
+    assert "fedbuff: FedBuff itself (asynchronous, s = 0" in text
+    assert "coding reached 0.900 2.00x sooner than fedbuff" in text
+    assert "coding reached 0.900 8.00x sooner than uncoded" in text
+    assert "against fedbuff, replication's alone" in text
+    # without the FedBuff run the attribution line is not given
+    assert "replication's alone" not in compare(tmp_path / "coded", tmp_path / "uncoded")

@@ -53,6 +53,27 @@ def test_s_auto_reaches_every_run_once_and_the_rivals_drop_the_coded_only_keys(
         merge_config(cfg)  # the ServerApp accepts each
 
 
+def test_an_asynchronous_run_is_read_against_fedbuff_itself_too(tmp_path, monkeypatch):
+    """asynchronous=true: a fourth run, FedBuff (s = 0) with the user's other keys and no
+    replication rule, so the table says what replication adds over asynchrony alone; none
+    when the coded run is FedBuff itself (s = 0)."""
+    code, configs = _launch(tmp_path, monkeypatch, [
+        "--run-config", "asynchronous=true s=1 replicate-below=0.5 buffer-size=4 num-rounds=3"])
+    assert code == 0
+    parsed = [parse_config_args([c]) for c in configs]
+    assert [p["results-dir"] for p in parsed] == [
+        str(tmp_path / f"run{suffix}") for suffix in ("", "-fedbuff", "-uncoded",
+                                                      "-drop-stragglers")]
+    assert parsed[1] == {"results-dir": str(tmp_path / "run-fedbuff"), "buffer-size": 4,
+                         "num-rounds": 3, "asynchronous": True, "s": 0}
+    merge_config(parsed[1])
+    assert _launch.compared[0][3] == tmp_path / "run-fedbuff"
+    code, configs = _launch(tmp_path, monkeypatch, [
+        "--run-config", "asynchronous=true s=0 num-rounds=3"])
+    assert code == 0 and len(configs) == 3
+    assert not any("run-fedbuff" in c for c in configs)
+
+
 def test_no_compare_runs_the_coded_run_only(tmp_path, monkeypatch):
     code, configs = _launch(tmp_path, monkeypatch, ["--no-compare", "--run-config", "s=2"])
     assert code == 0
@@ -93,7 +114,7 @@ def test_dp_skips_the_drop_stragglers_run_and_says_why(tmp_path, monkeypatch, ca
     code, configs = _launch(tmp_path, monkeypatch, ["--run-config", "dp='partition'"])
     assert code == 0 and len(configs) == 2
     assert "drop-stragglers run is skipped: dp='partition'" in capsys.readouterr().out
-    assert _launch.compared == [(tmp_path / "run", tmp_path / "run-uncoded", None)]
+    assert _launch.compared == [(tmp_path / "run", tmp_path / "run-uncoded", None, None)]
 
 
 # =============================================================================== the deadline
@@ -419,7 +440,7 @@ def test_a_failed_run_is_left_out_of_the_comparison_and_the_exit_code_says_so(
     code = launch.main(["--home", str(tmp_path / "home"), "--results-dir",
                         str(tmp_path / "run")])
     assert code == 1
-    assert compared == [(tmp_path / "run", None, tmp_path / "run-drop-stragglers")]
+    assert compared == [(tmp_path / "run", None, tmp_path / "run-drop-stragglers", None)]
 
 
 # =============================================================================== presets
