@@ -47,7 +47,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from fl_gradcode.config import coded_only_keys, merge_config
-from server.asynchronous import AUTO_KEYS as ASYNC_RULE_KEYS
+from server.asynchronous import SYNCHRONOUS_KEYS
 from server.rival_config import rival_refusal as _rival_refusal
 from server.rival_config import shared_keys
 
@@ -95,9 +95,13 @@ RUNS: dict[str, dict[str, str]] = {
     "uncoded": {"code": "'uncoded'", "s": "0", "straggler-timeout": "1000000.0"},
     # Flower's own FedAvg, dropping replies later than the same straggler-timeout
     "drop-stragglers": {"rival": "'drop-stragglers'"},
-    # an asynchronous coded run's own baseline: FedBuff itself (s = 0), its other keys kept
+    # FedBuff (s = 0): the rival the benchmark found fastest, and an asynchronous coded run's
+    # own baseline (what replication adds over asynchrony alone)
     "fedbuff": {"asynchronous": "true", "s": "0"},
 }
+#: Keys the FedBuff run leaves out: what only coded or synchronous rounds read (it keeps the
+#: asynchronous run's buffer and handshake timeout)
+FEDBUFF_DROPS = (set(CODED_ONLY) | set(SYNCHRONOUS_KEYS)) - {"buffer-size", "warmup-timeout"}
 #: ``flwr``'s own pattern for ``--run-config`` pairs (flwr.common.config.parse_config_args).
 _PAIR = re.compile(r"(\S+?)=(\'[^\']*\'|\"[^\"]*\"|\S+)")
 
@@ -141,9 +145,8 @@ def run_config_for(run: str, overrides: str, results: Path) -> str:
     if "'" in str(results):
         raise ValueError(f"results directory {str(results)!r} contains a single quote")
     user = parse_overrides(overrides)
-    rival = set(CODED_ONLY) if run not in ("coded", "fedbuff") else set()
-    # FedBuff keeps the asynchronous keys but the replication rule (s = 0 reads none)
-    rival |= set(ASYNC_RULE_KEYS) if run == "fedbuff" else set()
+    rival = (FEDBUFF_DROPS if run == "fedbuff" else set(CODED_ONLY) if run != "coded"
+             else set())
     drop = set(RUNS[run]) | {"results-dir"} | rival
     pairs = {"results-dir": f"'{results}'",
              **{k: v for k, v in user.items() if k not in drop}, **RUNS[run]}
@@ -161,6 +164,15 @@ def rival_refusal(values: Mapping[str, object]) -> str | None:
 #: regime), and where it found it not
 PRESETS = {"coding-wins": "recommended", "coding-loses": "losing_preset"}
 FIRST_HOUR = ROOT / "results" / "first_hour.json"
+
+
+def fedbuff_refusal(values: Mapping[str, object]) -> str | None:
+    """Why the FedBuff run cannot run with the user's run-config ``values`` (``None``: it
+    can), e.g. DP or a server optimiser other than plain SGD, which it refuses by name."""
+    from server.asynchronous import async_refusal
+
+    kept = {k: v for k, v in values.items() if k not in FEDBUFF_DROPS | set(RUNS["fedbuff"])}
+    return async_refusal(merge_config({**kept, "asynchronous": True, "s": 0}))
 
 
 def preset_regime(name: str, path: Path = FIRST_HOUR) -> tuple[str, dict[str, object], dict]:
@@ -240,13 +252,14 @@ def main(argv: list[str] | None = None) -> int:
     if code != 0 or args.no_compare:
         return code
     runs = {"coded": results}
-    # an asynchronous coded run is read against FedBuff itself too: what replication adds
-    fedbuff = bool(values.get("asynchronous")) and str(values.get("s", "")) != "0"
-    for name in ("fedbuff", "uncoded", "drop-stragglers")[0 if fedbuff else 1:]:
+    # FedBuff too, unless the coded run is FedBuff itself (asynchronous with s = 0)
+    itself = bool(values.get("asynchronous")) and str(values.get("s", "")) == "0"
+    for name in ("uncoded", "drop-stragglers", "fedbuff")[:2 if itself else 3]:
         out = results.with_name(f"{results.name}-{name}")
-        refusal = rival_refusal(values) if name == "drop-stragglers" else None
+        refusal = {"drop-stragglers": rival_refusal, "fedbuff": fedbuff_refusal}.get(
+            name, lambda _: None)(values)
         if refusal:
-            print(f"the drop-stragglers run is skipped: {refusal}", flush=True)
+            print(f"the {name} run is skipped: {refusal}", flush=True)
             continue
         run_code = flwr_run(args, out, run_config_for(name, args.run_config, out))
         if run_code == 0:
@@ -486,16 +499,17 @@ def compare(coded_dir: Path, uncoded_dir: Path | None, drop_dir: Path | None = N
     ``coded_dir``."""
     from fl_gradcode.results import read_rounds
 
-    dirs = {name: d for name, d in (("coded", coded_dir), ("fedbuff", fedbuff_dir),
-                                    ("uncoded", uncoded_dir), ("drop-stragglers", drop_dir))
+    dirs = {name: d for name, d in (("coded", coded_dir), ("uncoded", uncoded_dir),
+                                    ("drop-stragglers", drop_dir), ("fedbuff", fedbuff_dir))
             if d is not None}
     rows = {name: read_rounds(d) for name, d in dirs.items()}
     # a value that is not a finite number is null in rounds.jsonl (an accuracy of NaN)
     finals = [r[-1]["accuracy"] for r in rows.values() if r]
     target = min((a for a in finals if a is not None), default=0.0)
-    labels, clock = {}, "virtual time"
+    labels, clock, asynchronous = {}, "virtual time", False
     try:
         cfg = json.loads((Path(coded_dir) / "config.json").read_text())
+        asynchronous = bool(cfg.get("asynchronous"))
         if cfg.get("timing") == "wallclock":
             clock = "wall-clock time"
         labels["coded"] = (
@@ -506,11 +520,17 @@ def compare(coded_dir: Path, uncoded_dir: Path | None, drop_dir: Path | None = N
         labels["drop-stragglers"] = (
             f"Flower FedAvg averaging the replies in by {cfg['straggler-timeout']} s "
             "(virtual), dropping the rest")
+        if fedbuff_dir is not None and not asynchronous:
+            buff = json.loads((Path(fedbuff_dir) / "config.json").read_text())
+            labels["fedbuff"] = (
+                "FedBuff (buffered asynchronous aggregation, Nguyen et al. 2022), a server "
+                f"step every {buff['buffer-size']} updates at server lr "
+                f"{buff['server-lr']}, {buff['server-steps']} steps, untuned")
     except (OSError, ValueError, KeyError):
         pass
     lines = [render_table([summarize(n, r, target) for n, r in rows.items()], target,
                           labels, clock)]
-    if "fedbuff" in rows and len(rows) > 2:
+    if "fedbuff" in rows and len(rows) > 2 and asynchronous:
         lines.append("(against uncoded and drop-stragglers the gain is asynchrony's and "
                      "replication's together; against fedbuff, replication's alone)")
     try:

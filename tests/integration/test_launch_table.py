@@ -111,3 +111,23 @@ def test_the_table_reads_an_asynchronous_run_against_fedbuff_and_says_whose_gain
     assert "against fedbuff, replication's alone" in text
     # without the FedBuff run the attribution line is not given
     assert "replication's alone" not in compare(tmp_path / "coded", tmp_path / "uncoded")
+
+
+def test_the_table_reads_rounds_against_fedbuff_and_says_where_coding_does_not_pay(tmp_path):
+    from server.launch import compare
+
+    for name, seconds, cfg in (
+            ("coded", 4.0, {"code": "grouped-rs", "s": 1, "straggler-timeout": 2.0}),
+            ("uncoded", 8.0, {"code": "uncoded", "s": 0}),
+            ("fedbuff", 2.0, {"code": "grouped-rs", "s": 0, "asynchronous": True,
+                              "buffer-size": 3, "server-lr": 1.0, "server-steps": 40})):
+        rec = RoundRecorder(tmp_path / name, cfg)
+        rec.record({**{k: 0 for k in ROUND_FIELDS}, "round": 1, "decode": "exact",
+                    "accuracy": 0.9, "virtual_s": seconds, "bytes_up": 10**6,
+                    "compute_s": 0.5, "late_dropped": 0})
+    text = compare(tmp_path / "coded", tmp_path / "uncoded", None, tmp_path / "fedbuff")
+    assert ("fedbuff: FedBuff (buffered asynchronous aggregation, Nguyen et al. 2022), a "
+            "server step every 3 updates at server lr 1.0, 40 steps, untuned") in text
+    assert "coding was 2.00x slower to 0.900 than fedbuff: here it does not pay" in text
+    assert "coding reached 0.900 2.00x sooner than uncoded" in text
+    assert "replication's alone" not in text  # rounds: no attribution line

@@ -40,8 +40,8 @@ def test_s_auto_reaches_every_run_once_and_the_rivals_drop_the_coded_only_keys(
     assert code == 0
     # Flower's own parser (what `flwr run` does with the string) refuses a key given twice
     parsed = [parse_config_args([c]) for c in configs]
-    assert len(parsed) == 3
-    coded, uncoded, drop = parsed
+    assert len(parsed) == 4
+    coded, uncoded, drop, fedbuff = parsed
     assert coded == {"results-dir": str(tmp_path / "run"), "s": "auto", "s-max": 4,
                      "auto-deadline": 1.5, "exclude-slow": 5.0, "latency-state": "x.json",
                      "num-rounds": 3, "straggler-timeout": 5.0}
@@ -49,24 +49,27 @@ def test_s_auto_reaches_every_run_once_and_the_rivals_drop_the_coded_only_keys(
                        "code": "uncoded", "s": 0, "straggler-timeout": 1000000.0}
     assert drop == {"results-dir": str(tmp_path / "run-drop-stragglers"), "num-rounds": 3,
                     "straggler-timeout": 5.0, "rival": "drop-stragglers"}
-    for cfg in (coded, uncoded, drop):
+    # FedBuff: what only coded or synchronous rounds read is left out
+    assert fedbuff == {"results-dir": str(tmp_path / "run-fedbuff"), "num-rounds": 3,
+                       "asynchronous": True, "s": 0}
+    for cfg in (coded, uncoded, drop, fedbuff):
         merge_config(cfg)  # the ServerApp accepts each
 
 
 def test_an_asynchronous_run_is_read_against_fedbuff_itself_too(tmp_path, monkeypatch):
-    """asynchronous=true: a fourth run, FedBuff (s = 0) with the user's other keys and no
-    replication rule, so the table says what replication adds over asynchrony alone; none
-    when the coded run is FedBuff itself (s = 0)."""
+    """asynchronous=true: the FedBuff run (s = 0) keeps the user's buffer and drops the
+    replication rule, so the table says what replication adds over asynchrony alone; there
+    is none when the coded run is FedBuff itself (s = 0)."""
     code, configs = _launch(tmp_path, monkeypatch, [
         "--run-config", "asynchronous=true s=1 replicate-below=0.5 buffer-size=4 num-rounds=3"])
     assert code == 0
     parsed = [parse_config_args([c]) for c in configs]
     assert [p["results-dir"] for p in parsed] == [
-        str(tmp_path / f"run{suffix}") for suffix in ("", "-fedbuff", "-uncoded",
-                                                      "-drop-stragglers")]
-    assert parsed[1] == {"results-dir": str(tmp_path / "run-fedbuff"), "buffer-size": 4,
+        str(tmp_path / f"run{suffix}") for suffix in ("", "-uncoded", "-drop-stragglers",
+                                                      "-fedbuff")]
+    assert parsed[3] == {"results-dir": str(tmp_path / "run-fedbuff"), "buffer-size": 4,
                          "num-rounds": 3, "asynchronous": True, "s": 0}
-    merge_config(parsed[1])
+    merge_config(parsed[3])
     assert _launch.compared[0][3] == tmp_path / "run-fedbuff"
     code, configs = _launch(tmp_path, monkeypatch, [
         "--run-config", "asynchronous=true s=0 num-rounds=3"])
@@ -94,7 +97,8 @@ def test_results_dir_in_the_run_config_is_the_coded_runs_directory(tmp_path, mon
                             ["--run-config", f"results-dir='{tmp_path / 'mine'}'"])
     assert code == 0
     dirs = [parse_config_args([c])["results-dir"] for c in configs]
-    assert dirs == [str(tmp_path / n) for n in ("mine", "mine-uncoded", "mine-drop-stragglers")]
+    assert dirs == [str(tmp_path / n) for n in ("mine", "mine-uncoded", "mine-drop-stragglers",
+                                                "mine-fedbuff")]
 
 
 @pytest.mark.parametrize(("overrides", "named"), [
@@ -113,7 +117,9 @@ def test_bad_overrides_are_refused_before_any_run(tmp_path, monkeypatch, capsys,
 def test_dp_skips_the_drop_stragglers_run_and_says_why(tmp_path, monkeypatch, capsys):
     code, configs = _launch(tmp_path, monkeypatch, ["--run-config", "dp='partition'"])
     assert code == 0 and len(configs) == 2
-    assert "drop-stragglers run is skipped: dp='partition'" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "drop-stragglers run is skipped: dp='partition'" in out
+    assert "fedbuff run is skipped: dp='partition'" in out
     assert _launch.compared == [(tmp_path / "run", tmp_path / "run-uncoded", None, None)]
 
 
@@ -431,7 +437,7 @@ def test_a_failed_run_is_left_out_of_the_comparison_and_the_exit_code_says_so(
         tmp_path, monkeypatch):
     from server import launch
 
-    codes = iter([0, 1, 0])  # the wait-for-all run fails
+    codes = iter([0, 1, 0, 0])  # the wait-for-all run fails
     monkeypatch.setattr(launch, "run_flwr", lambda cmd, **kw: next(codes))
     monkeypatch.setattr(launch, "stop_local_superlink", lambda home: None)
     compared = []
@@ -440,7 +446,8 @@ def test_a_failed_run_is_left_out_of_the_comparison_and_the_exit_code_says_so(
     code = launch.main(["--home", str(tmp_path / "home"), "--results-dir",
                         str(tmp_path / "run")])
     assert code == 1
-    assert compared == [(tmp_path / "run", None, tmp_path / "run-drop-stragglers", None)]
+    assert compared == [(tmp_path / "run", None, tmp_path / "run-drop-stragglers",
+                         tmp_path / "run-fedbuff")]
 
 
 # =============================================================================== presets
@@ -487,7 +494,14 @@ def test_a_preset_runs_the_first_hour_experiments_regime_in_every_run(
     regime = _regime(role)
     code, configs = _launch(tmp_path, monkeypatch, ["--preset", preset])
     assert code == 0
-    coded, uncoded, drop = [parse_config_args([c]) for c in configs]
+    coded, uncoded, drop, fedbuff = [parse_config_args([c]) for c in configs]
+    from server.asynchronous import SYNCHRONOUS_KEYS
+
+    # FedBuff runs the same regime, without what only coded or synchronous rounds read
+    assert {k: fedbuff[k] for k in regime if k not in set(coded_only_keys())
+            | set(SYNCHRONOUS_KEYS)} == {k: v for k, v in regime.items()
+                                         if k not in set(coded_only_keys())
+                                         | set(SYNCHRONOUS_KEYS)}
     assert {k: coded[k] for k in regime} == regime
     shared = {k: v for k, v in regime.items() if k not in coded_only_keys()}
     # the rivals run the same regime without the coded-only keys (the uncoded run keeps its
