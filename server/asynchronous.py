@@ -237,8 +237,9 @@ def build_async(cfg: dict[str, Any], n: int):
     initial, evaluate_fn, train_config = model_and_evaluation(cfg, data)
     served = ("each job the held partition served least so far" if bar >= 1.0 else
               f"a neighbour's served below {bar:g} times a client's own")
-    log(INFO, "fl-gradcode asynchronous: %d clients, %d in flight, FedBuff over partitions "
-        "held by s + 1 = %d clients (%s%s), a server step every %d updates, %d steps (%s "
-        "timing)", n, cohort, s + 1, served, ", s='auto'" if cfg["s"] == "auto" else "", k,
-        steps, cfg["timing"])
+    placement = ("FedBuff itself (s = 0: each client its own partition)" if s == 0 else
+                 f"FedBuff over partitions held by s + 1 = {s + 1} clients ({served}"
+                 f"{', s=auto' if cfg['s'] == 'auto' else ''})")
+    log(INFO, "fl-gradcode asynchronous: %d clients, %d in flight, %s, a server step every "
+        "%d updates, %d steps (%s timing)", n, cohort, placement, k, steps, cfg["timing"])
     return strategy, initial, evaluate_fn, train_config, steps
