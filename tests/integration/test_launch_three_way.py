@@ -57,24 +57,18 @@ def test_s_auto_reaches_every_run_once_and_the_rivals_drop_the_coded_only_keys(
 
 
 def test_an_asynchronous_run_is_read_against_fedbuff_itself_too(tmp_path, monkeypatch):
-    """asynchronous=true: the FedBuff run (s = 0) keeps the user's buffer and drops the
-    replication rule, so the table says what replication adds over asynchrony alone; there
-    is none when the coded run is FedBuff itself (s = 0)."""
+    # FedBuff keeps the buffer, drops the replication rule; none when the coded run is FedBuff
     code, configs = _launch(tmp_path, monkeypatch, [
         "--run-config", "asynchronous=true s=1 replicate-below=0.5 buffer-size=4 num-rounds=3"])
-    assert code == 0
     parsed = [parse_config_args([c]) for c in configs]
-    assert [p["results-dir"] for p in parsed] == [
-        str(tmp_path / f"run{suffix}") for suffix in ("", "-uncoded", "-drop-stragglers",
-                                                      "-fedbuff")]
-    assert parsed[3] == {"results-dir": str(tmp_path / "run-fedbuff"), "buffer-size": 4,
-                         "num-rounds": 3, "asynchronous": True, "s": 0}
-    merge_config(parsed[3])
+    runs = ("", "-uncoded", "-drop-stragglers", "-fedbuff")
+    assert code == 0 and [p["results-dir"] for p in parsed] == [f"{tmp_path}/run{x}" for x in runs]
+    assert merge_config(parsed[3]) and parsed[3] == {
+        "results-dir": str(tmp_path / "run-fedbuff"), "buffer-size": 4, "num-rounds": 3,
+        "asynchronous": True, "s": 0}
     assert _launch.compared[0][3] == tmp_path / "run-fedbuff"
-    code, configs = _launch(tmp_path, monkeypatch, [
-        "--run-config", "asynchronous=true s=0 num-rounds=3"])
-    assert code == 0 and len(configs) == 3
-    assert not any("run-fedbuff" in c for c in configs)
+    code, configs = _launch(tmp_path, monkeypatch, ["--run-config", "asynchronous=true s=0"])
+    assert code == 0 and not any("run-fedbuff" in c for c in configs) and len(configs) == 3
 
 
 def test_no_compare_runs_the_coded_run_only(tmp_path, monkeypatch):
@@ -117,9 +111,8 @@ def test_bad_overrides_are_refused_before_any_run(tmp_path, monkeypatch, capsys,
 def test_dp_skips_the_drop_stragglers_run_and_says_why(tmp_path, monkeypatch, capsys):
     code, configs = _launch(tmp_path, monkeypatch, ["--run-config", "dp='partition'"])
     assert code == 0 and len(configs) == 2
-    out = capsys.readouterr().out
-    assert "drop-stragglers run is skipped: dp='partition'" in out
-    assert "fedbuff run is skipped: dp='partition'" in out
+    out = capsys.readouterr().out  # neither plain FedAvg nor FedBuff applies DP
+    assert all(f"{r} run is skipped: dp='partition'" in out for r in ("drop-stragglers", "fedbuff"))
     assert _launch.compared == [(tmp_path / "run", tmp_path / "run-uncoded", None, None)]
 
 
