@@ -128,6 +128,26 @@ def test_the_table_reads_rounds_against_fedbuff_and_says_where_coding_does_not_p
     text = compare(tmp_path / "coded", tmp_path / "uncoded", None, tmp_path / "fedbuff")
     assert ("fedbuff: FedBuff (buffered asynchronous aggregation, Nguyen et al. 2022), a "
             "server step every 3 updates at server lr 1.0, 40 steps, untuned") in text
-    assert "coding was 2.00x slower to 0.900 than fedbuff: here it does not pay" in text
+    assert ("coding was 2.00x slower to 0.900 than fedbuff (finals 0.900, 0.900): here it does "
+            "not pay") in text
     assert "coding reached 0.900 2.00x sooner than uncoded" in text
     assert "replication's alone" not in text  # rounds: no attribution line
+
+
+def test_fedbuffs_final_does_not_set_the_target_of_the_other_rows(tmp_path):
+    """FedBuff's run ends when its updates are spent: a lower final of its own leaves the
+    target at the lowest final of the others, and the table says it did not reach it."""
+    from server.launch import compare
+
+    for name, curve in (("coded", [(1.0, 0.7), (2.0, 0.9)]), ("uncoded", [(4.0, 0.8)]),
+                        ("fedbuff", [(0.5, 0.6), (1.5, 0.75)])):
+        rec = RoundRecorder(tmp_path / name, {"code": "grouped-rs", "s": 1})
+        for i, (seconds, accuracy) in enumerate(curve, start=1):
+            rec.record({**{k: 0 for k in ROUND_FIELDS}, "round": i, "decode": "exact",
+                        "accuracy": accuracy, "virtual_s": seconds, "bytes_up": 10**6,
+                        "compute_s": 0.5, "late_dropped": 0})
+    text = compare(tmp_path / "coded", tmp_path / "uncoded", None, tmp_path / "fedbuff")
+    assert "time to accuracy 0.800" in text and "(but FedBuff's" in text
+    assert "coding reached 0.800 2.00x sooner than uncoded" in text
+    assert "fedbuff did not reach 0.800" in text and "here at 1.50 s" in text
+    assert max(map(len, text.splitlines()[:-1])) <= 100  # one screen (but the figure's path)

@@ -1,5 +1,5 @@
-"""The main job's three runs: coded, wait-for-all FedAvg, drop-stragglers (Flower's FedAvg
-with a round deadline in virtual time); the launcher's run configs and its table."""
+"""The main job's runs: coded, wait-for-all FedAvg, drop-stragglers (Flower's FedAvg with a
+round deadline in virtual time) and FedBuff; the launcher's run configs and its table."""
 
 from __future__ import annotations
 
@@ -12,31 +12,16 @@ from fl_gradcode.config import merge_config
 from fl_gradcode.flower.deadline import TIMING_KEY, DeadlineFedAvg, train_timing_mod
 from fl_gradcode.flower.testing import InProcessGrid
 from fl_gradcode.results import ROUND_FIELDS, RoundRecorder
+from tests.integration.launching import first_hour_regime, launch_main
 
 # =============================================================================== run configs
 S_AUTO = ("s='auto' s-max=4 auto-deadline=1.5 exclude-slow=5.0 latency-state='x.json' "
           "num-rounds=3 straggler-timeout=5.0")
 
 
-def _launch(tmp_path, monkeypatch, argv):
-    """``launch.main(argv)`` with ``flwr run`` replaced: the commands it would run."""
-    from server import launch
-
-    commands = []
-    monkeypatch.setattr(launch, "run_flwr", lambda cmd, **kw: commands.append(list(cmd)) or 0)
-    monkeypatch.setattr(launch, "stop_local_superlink", lambda home: None)
-    compared = []
-    monkeypatch.setattr(launch, "compare", lambda *dirs: compared.append(dirs) or "compared")
-    monkeypatch.setenv("FL_GRADCODE_DP_KEY_FILE", str(tmp_path / "unused-keys.json"))
-    code = launch.main(["--home", str(tmp_path / "home"), "--results-dir",
-                        str(tmp_path / "run"), *argv])
-    _launch.compared = compared
-    return code, [c[c.index("--run-config") + 1] for c in commands]
-
-
 def test_s_auto_reaches_every_run_once_and_the_rivals_drop_the_coded_only_keys(
         tmp_path, monkeypatch):
-    code, configs = _launch(tmp_path, monkeypatch, ["--run-config", S_AUTO])
+    code, configs = launch_main(tmp_path, monkeypatch, ["--run-config", S_AUTO])
     assert code == 0
     # Flower's own parser (what `flwr run` does with the string) refuses a key given twice
     parsed = [parse_config_args([c]) for c in configs]
@@ -58,7 +43,7 @@ def test_s_auto_reaches_every_run_once_and_the_rivals_drop_the_coded_only_keys(
 
 def test_an_asynchronous_run_is_read_against_fedbuff_itself_too(tmp_path, monkeypatch):
     # FedBuff keeps the buffer, drops the replication rule; none when the coded run is FedBuff
-    code, configs = _launch(tmp_path, monkeypatch, [
+    code, configs = launch_main(tmp_path, monkeypatch, [
         "--run-config", "asynchronous=true s=1 replicate-below=0.5 buffer-size=4 num-rounds=3"])
     parsed = [parse_config_args([c]) for c in configs]
     runs = ("", "-uncoded", "-drop-stragglers", "-fedbuff")
@@ -66,20 +51,20 @@ def test_an_asynchronous_run_is_read_against_fedbuff_itself_too(tmp_path, monkey
     assert merge_config(parsed[3]) and parsed[3] == {
         "results-dir": str(tmp_path / "run-fedbuff"), "buffer-size": 4, "num-rounds": 3,
         "asynchronous": True, "s": 0}
-    assert _launch.compared[0][3] == tmp_path / "run-fedbuff"
-    code, configs = _launch(tmp_path, monkeypatch, ["--run-config", "asynchronous=true s=0"])
+    assert launch_main.compared[0][3] == tmp_path / "run-fedbuff"
+    code, configs = launch_main(tmp_path, monkeypatch, ["--run-config", "asynchronous=true s=0"])
     assert code == 0 and not any("run-fedbuff" in c for c in configs) and len(configs) == 3
 
 
 def test_no_compare_runs_the_coded_run_only(tmp_path, monkeypatch):
-    code, configs = _launch(tmp_path, monkeypatch, ["--no-compare", "--run-config", "s=2"])
+    code, configs = launch_main(tmp_path, monkeypatch, ["--no-compare", "--run-config", "s=2"])
     assert code == 0
     assert [parse_config_args([c]) for c in configs] == [
         {"results-dir": str(tmp_path / "run"), "s": 2}]
 
 
 def test_a_run_config_key_given_twice_keeps_its_last_value(tmp_path, monkeypatch):
-    code, configs = _launch(tmp_path, monkeypatch,
+    code, configs = launch_main(tmp_path, monkeypatch,
                             ["--no-compare", "--run-config", "s=2 num-rounds=4 s=1"])
     assert code == 0
     assert parse_config_args(configs) == {"results-dir": str(tmp_path / "run"),
@@ -87,7 +72,7 @@ def test_a_run_config_key_given_twice_keeps_its_last_value(tmp_path, monkeypatch
 
 
 def test_results_dir_in_the_run_config_is_the_coded_runs_directory(tmp_path, monkeypatch):
-    code, configs = _launch(tmp_path, monkeypatch,
+    code, configs = launch_main(tmp_path, monkeypatch,
                             ["--run-config", f"results-dir='{tmp_path / 'mine'}'"])
     assert code == 0
     dirs = [parse_config_args([c])["results-dir"] for c in configs]
@@ -103,17 +88,17 @@ def test_results_dir_in_the_run_config_is_the_coded_runs_directory(tmp_path, mon
 ])
 def test_bad_overrides_are_refused_before_any_run(tmp_path, monkeypatch, capsys, overrides,
                                                    named):
-    code, configs = _launch(tmp_path, monkeypatch, ["--run-config", overrides])
+    code, configs = launch_main(tmp_path, monkeypatch, ["--run-config", overrides])
     assert code == 2 and configs == []
     assert named in capsys.readouterr().err
 
 
 def test_dp_skips_the_drop_stragglers_run_and_says_why(tmp_path, monkeypatch, capsys):
-    code, configs = _launch(tmp_path, monkeypatch, ["--run-config", "dp='partition'"])
+    code, configs = launch_main(tmp_path, monkeypatch, ["--run-config", "dp='partition'"])
     assert code == 0 and len(configs) == 2
     out = capsys.readouterr().out  # neither plain FedAvg nor FedBuff applies DP
     assert all(f"{r} run is skipped: dp='partition'" in out for r in ("drop-stragglers", "fedbuff"))
-    assert _launch.compared == [(tmp_path / "run", tmp_path / "run-uncoded", None, None)]
+    assert launch_main.compared == [(tmp_path / "run", tmp_path / "run-uncoded", None, None)]
 
 
 # =============================================================================== the deadline
@@ -444,35 +429,24 @@ def test_a_failed_run_is_left_out_of_the_comparison_and_the_exit_code_says_so(
 
 
 # =============================================================================== presets
-def _regime(role):
-    """The run config the committed first-hour experiment ran for ``role``: its base with the
-    regime's overrides (read here from the JSON directly, not through the launcher)."""
-    import json
-    from pathlib import Path
-
-    data = json.loads((Path(__file__).resolve().parents[2] / "results" / "first_hour.json")
-                      .read_text())
-    return {**data["base"], **data["regimes"][data[role]]["run_config"]}
-
-
-def test_the_default_main_job_is_the_recommended_regime():
+def test_the_default_main_job_is_the_recommendedfirst_hour_regime():
     """No options: every key of the regime the first-hour experiment recommends is a default
     but its deadline (straggler-timeout follows the grid file's rule), and the losing preset's
     regime differs from the defaults."""
     from fl_gradcode.config import DEFAULTS
 
-    recommended = _regime("recommended")
+    recommended = first_hour_regime("recommended")
     assert DEFAULTS["straggler-timeout"] != recommended.pop("straggler-timeout")
     assert {k: DEFAULTS[k] for k in recommended} == recommended
-    losing = _regime("losing_preset")
+    losing = first_hour_regime("losing_preset")
     assert {k: DEFAULTS[k] for k in losing} != losing
 
 
 @pytest.mark.parametrize("preset, says", [("coding-wins", "coding is recommended here"),
                                           ("coding-loses", "coding is NOT recommended here")])
-def test_a_preset_says_whether_coding_is_recommended_in_its_regime(preset, says, tmp_path,
+def test_a_preset_says_whether_coding_is_recommended_in_itsfirst_hour_regime(preset, says, tmp_path,
                                                                     monkeypatch, capsys):
-    code, _ = _launch(tmp_path, monkeypatch, ["--no-compare", "--preset", preset])
+    code, _ = launch_main(tmp_path, monkeypatch, ["--no-compare", "--preset", preset])
     assert code == 0
     out = capsys.readouterr().out
     assert f"preset {preset} = regime " in out and says in out
@@ -484,8 +458,8 @@ def test_a_preset_runs_the_first_hour_experiments_regime_in_every_run(
         preset, role, tmp_path, monkeypatch):
     from fl_gradcode.config import coded_only_keys
 
-    regime = _regime(role)
-    code, configs = _launch(tmp_path, monkeypatch, ["--preset", preset])
+    regime = first_hour_regime(role)
+    code, configs = launch_main(tmp_path, monkeypatch, ["--preset", preset])
     assert code == 0
     coded, uncoded, drop, fedbuff = [parse_config_args([c]) for c in configs]
     from server.asynchronous import SYNCHRONOUS_KEYS
@@ -507,13 +481,13 @@ def test_a_preset_runs_the_first_hour_experiments_regime_in_every_run(
 
 
 def test_run_config_keys_override_the_presets(tmp_path, monkeypatch):
-    code, configs = _launch(tmp_path, monkeypatch,
+    code, configs = launch_main(tmp_path, monkeypatch,
                             ["--no-compare", "--preset", "coding-wins", "--run-config",
                              "s=2 num-rounds=3"])
     assert code == 0
     coded = parse_config_args(configs)
     assert coded["s"] == 2 and coded["num-rounds"] == 3
-    assert coded["latency"] == _regime("recommended")["latency"]
+    assert coded["latency"] == first_hour_regime("recommended")["latency"]
 
 
 def test_an_unknown_preset_is_refused_naming_the_presets():

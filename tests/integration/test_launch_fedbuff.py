@@ -1,0 +1,41 @@
+"""The main job's FedBuff run and its presets as the ServerApp builds them: every run config
+the launcher writes is one the app accepts, not only one whose keys are known."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from flwr.common.config import parse_config_args
+
+from fl_gradcode.config import merge_config
+
+N = 12  # the launcher's SuperNodes
+
+
+def _config(run: str, overrides: str) -> dict:
+    from server.launch import run_config_for
+
+    return merge_config(parse_config_args([run_config_for(run, overrides, Path("/tmp/r"))]))
+
+
+@pytest.mark.parametrize("preset", ["", "coding-wins", "coding-loses"])
+def test_every_run_of_the_defaults_and_the_presets_builds(preset):
+    from server.app import build, build_rival
+    from server.asynchronous import build_async
+    from server.launch import preset_overrides
+
+    overrides = preset_overrides(preset) if preset else ""
+    build(_config("coded", overrides), N)  # raises on a key the coded run would refuse
+    build_rival(_config("drop-stragglers", overrides), N)
+    build(_config("uncoded", overrides), N)
+    build_async(_config("fedbuff", overrides), N)
+
+
+def test_the_fedbuff_run_of_an_asynchronous_job_keeps_its_buffer_and_drops_its_rule():
+    from server.asynchronous import build_async
+
+    cfg = _config("fedbuff", "asynchronous=true s='auto' buffer-size=4 num-rounds=2")
+    assert (cfg["asynchronous"], cfg["s"], cfg["buffer-size"]) == (True, 0, 4)
+    strategy, *_ = build_async(cfg, N)
+    assert strategy.s == 0 and strategy.buffer_size == 4
