@@ -68,6 +68,13 @@ def near_count(read: Read) -> int:
     return sum(r is not None and r <= GOAL_TIME * (1 + EPS) for *_, r in read)
 
 
+def near_fedbuff_count(read: Read, method: str) -> int:
+    """How many cells read have ``method``'s median time within the goal's time of
+    FedBuff's."""
+    return sum(time_over(stats[method].median_time, stats["fedbuff"].median_time)
+               <= GOAL_TIME * (1 + EPS) for _, stats, _, _ in read if "fedbuff" in stats)
+
+
 def worst_cell(read: Read) -> tuple[str, float]:
     """The cell read with the highest ratio to the lower of FedBuff and s = 1, and it
     (``("-", nan)`` when no cell has one)."""
@@ -80,8 +87,7 @@ def counts_text(read: Read, method: str) -> str:
     the hard cells' speed-up."""
     near = near_count(read)
     worst = worst_cell(read)
-    near_fedbuff = sum(time_over(stats[method].median_time, stats["fedbuff"].median_time)
-                       <= GOAL_TIME * (1 + EPS) for _, stats, _, _ in read if "fedbuff" in stats)
+    near_fedbuff = near_fedbuff_count(read, method)
     fedbuff_never = sum(math.isinf(stats["fedbuff"].median_time) and
                         math.isfinite(stats[method].median_time)
                         for _, stats, _, _ in read if "fedbuff" in stats)

@@ -26,6 +26,7 @@ from tools.docgen.async_bar import (
     counts_text,
     missing_cells,
     near_count,
+    near_fedbuff_count,
     read_cells,
     share_text,
     tried_text,
@@ -47,7 +48,7 @@ from tools.docgen.async_rules import (
 )
 from tools.docgen.auto_lr import paired_text
 from tools.docgen.core import RESULTS, block, load, table
-from tools.docgen.rivals import COMPARE, EPS, GOAL_TIME, reported_cells, time_over
+from tools.docgen.rivals import COMPARE, GOAL_TIME, reported_cells
 
 MARGIN = "async_margin.json"
 METHOD = "fedbuff-margin"
@@ -276,9 +277,7 @@ def fixed_headline() -> str:
         return ""
 
     def counts(read: Any, method: str) -> tuple[int, int]:
-        near = sum(time_over(stats[method].median_time, stats["fedbuff"].median_time)
-                   <= GOAL_TIME * (1 + EPS) for _, stats, _, _ in read if "fedbuff" in stats)
-        return near, sum(v.met for _, _, v, _ in read)
+        return near_fedbuff_count(read, method), sum(v.met for _, _, v, _ in read)
 
     def reading(read: Any, runs: Mapping[str, Any], method: str) -> str:
         near, met = counts(read, method)

@@ -13,11 +13,18 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tools.docgen.async_bar import FIXED, near_count, read_cells, worst_cell, worst_text
+from tools.docgen.async_bar import (
+    FIXED,
+    near_count,
+    near_fedbuff_count,
+    read_cells,
+    worst_cell,
+    worst_text,
+)
 from tools.docgen.async_bar import METHOD as BAR_METHOD
 from tools.docgen.async_replication import ASYNC, benchmark_cells
 from tools.docgen.core import RESULTS, block, load, table
-from tools.docgen.rivals import COMPARE, EPS, GOAL_TIME, reported_cells, time_over
+from tools.docgen.rivals import COMPARE, GOAL_TIME, reported_cells
 
 #: the cell where the slow clients' data is needed most (no one else holds two classes)
 NEEDED = "slow-classes-2/digits-logreg/persistent/100x100"
@@ -170,8 +177,7 @@ def _row(amendment: int, data: Mapping[str, Any], method: str, what: str, knob: 
     worst = max(ratios, key=lambda name: ratios[name])
     read = read_cells(data, replication, cells, reported_cells(), method)
     where, value = worst_cell(read)
-    near_fedbuff = sum(time_over(stats[method].median_time, stats["fedbuff"].median_time)
-                       <= GOAL_TIME * (1 + EPS) for _, stats, _, _ in read if "fedbuff" in stats)
+    near_fedbuff = near_fedbuff_count(read, method)
     itself = " (it is one of the two)" if method == FIXED else ""
     reading = (f"{near_count(read)} of {len(read)}{itself}, at worst {value:.2f}× ({where})"
                if read else "amendment 24's runs (the same rule)" if amendment == 25
