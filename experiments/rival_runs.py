@@ -48,6 +48,7 @@ from flwr.app import Context, Message, MessageType
 from fl_gradcode.config import merge_config
 from fl_gradcode.data import run_partitions
 from fl_gradcode.flower import make_gradient_coding_mod, seeded_sampling
+from fl_gradcode.flower.asynchronous import auto_keywords
 from fl_gradcode.rivals import (
     DeadlineFedAvg,
     FedBuff,
@@ -404,16 +405,19 @@ def run_replicated(s: int, seed: int, cell: Cell, replicate_below: float = 1.0,
                     updates_per_partition=counts, **bar)
 
 
+def auto_rule_record() -> dict[str, Any]:
+    """The keywords of the main job's asynchronous ``s='auto'`` (:func:`auto_keywords`) as a
+    run records them in JSON: an infinite need ratio as ``None``."""
+    return {k: (None if isinstance(v, float) and math.isinf(v) else v)
+            for k, v in auto_keywords().items()}
+
+
 def run_auto_replicated(seed: int, cell: Cell) -> dict[str, Any]:
     """The record of ``fedbuff-auto``: :func:`run_replicated` with the keywords of the main
-    job's asynchronous ``s='auto'`` (:func:`fl_gradcode.flower.asynchronous.auto_keywords`),
-    recorded as ``auto_rule`` (an infinite need ratio as ``None``)."""
-    from fl_gradcode.flower.asynchronous import auto_keywords
-
+    job's asynchronous ``s='auto'``, recorded as ``auto_rule`` (:func:`auto_rule_record`)."""
     rule = auto_keywords()
-    said = {k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in rule.items()}
     return {**run_replicated(rule.pop("s"), seed, cell, **rule), "method": "fedbuff-auto",
-            "auto_rule": said}
+            "auto_rule": auto_rule_record()}
 
 
 # ============================================================================= any run config

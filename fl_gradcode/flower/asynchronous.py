@@ -117,7 +117,6 @@ AUTO_NEED_REFERENCE = "own"
 AUTO_NEED_PRIOR = False
 
 
-
 def auto_keywords() -> dict[str, Any]:
     """:class:`ReplicatedFedBuff`'s keywords of ``s="auto"`` (the ``AUTO_*`` constants): what
     an asynchronous run with ``s="auto"`` runs, FedBuff's own settings aside."""

@@ -267,14 +267,13 @@ def fedbuff_auto_check() -> str | None:
     runs in that cell, seed by seed."""
     if not (RESULTS / "fedbuff_auto_check.json").exists():
         return None
-    from fl_gradcode.flower.asynchronous import auto_keywords
+    from experiments.rival_runs import auto_rule_record
 
     check = load("fedbuff_auto_check.json")
     settings = check["settings"]
     name = f"{settings['task']}/{settings['latency_table']}/{settings['n']}x{settings['cohort']}"
     mine = [r for r in check["runs"] if r["method"] == "fedbuff-auto"]
-    now = {k: (None if v == float("inf") else v) for k, v in auto_keywords().items()}
-    if not mine or any(r.get("auto_rule") != now for r in mine):
+    if not mine or any(r.get("auto_rule") != auto_rule_record() for r in mine):
         return (f"`results/fedbuff_auto_check.json` ran another rule than `s='auto'` runs now "
                 f"in {name}: run the command below again to check it.")
     amendment = auto_amendment()
