@@ -148,12 +148,18 @@ def run_config_for(run: str, overrides: str, results: Path) -> str:
     if "'" in str(results):
         raise ValueError(f"results directory {str(results)!r} contains a single quote")
     user = parse_overrides(overrides)
+    pairs = {"results-dir": f"'{results}'",
+             **{k: v for k, v in user.items() if k not in dropped(run)}, **RUNS[run]}
+    return " ".join(f"{k}={v}" for k, v in pairs.items())
+
+
+def dropped(run: str) -> set[str]:
+    """The user's keys run ``run`` of :data:`RUNS` leaves out: its own and ``results-dir``
+    (it sets them), and a rival's the keys it does not read (:data:`CODED_ONLY`; FedBuff's,
+    :data:`FEDBUFF_DROPS`)."""
     rival = (FEDBUFF_DROPS if run == "fedbuff" else set(CODED_ONLY) if run != "coded"
              else set())
-    drop = set(RUNS[run]) | {"results-dir"} | rival
-    pairs = {"results-dir": f"'{results}'",
-             **{k: v for k, v in user.items() if k not in drop}, **RUNS[run]}
-    return " ".join(f"{k}={v}" for k, v in pairs.items())
+    return set(RUNS[run]) | {"results-dir"} | rival
 
 
 def rival_refusal(values: Mapping[str, object]) -> str | None:
@@ -174,8 +180,8 @@ def fedbuff_refusal(values: Mapping[str, object]) -> str | None:
     can), e.g. DP or a server optimiser other than plain SGD, which it refuses by name."""
     from server.asynchronous import async_refusal
 
-    kept = {k: v for k, v in values.items() if k not in FEDBUFF_DROPS | set(RUNS["fedbuff"])}
-    return async_refusal(merge_config({**kept, "asynchronous": True, "s": 0}))
+    kept = {k: v for k, v in values.items() if k not in dropped("fedbuff")}
+    return async_refusal(merge_config({**kept, **override_values(RUNS["fedbuff"])}))
 
 
 def preset_regime(name: str, path: Path = FIRST_HOUR) -> tuple[str, dict[str, object], dict]:
