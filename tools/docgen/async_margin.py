@@ -26,7 +26,6 @@ from tools.docgen.async_bar import (
     counts_text,
     missing_cells,
     near_count,
-    near_fedbuff_count,
     read_cells,
     share_text,
     tried_text,
@@ -40,8 +39,9 @@ from tools.docgen.async_bar import (
 from tools.docgen.async_replication import ASYNC, benchmark_cells, goal_text, time_text
 from tools.docgen.async_rules import (
     FIXED_AMENDMENT,
+    Against,
+    against_fedbuff,
     auto_amendment,
-    chance_counts,
     dev_worst_min,
     fixed_rule,
     registered,
@@ -276,20 +276,16 @@ def fixed_headline() -> str:
     if not (mine and online):
         return ""
 
-    def counts(read: Any, method: str) -> tuple[int, int]:
-        return near_fedbuff_count(read, method), sum(v.met for _, _, v, _ in read)
+    def reading(facts: Against) -> str:
+        return (f"within {GOAL_TIME:g}× of FedBuff's median time in {facts.near_fedbuff} of "
+                f"{facts.cells} cells, slower than it beyond chance (a paired 95 % interval) "
+                f"in {len(facts.slower)} and faster in {len(facts.faster)}, the goal (against "
+                f"the best rival) met in {facts.met}")
 
-    def reading(read: Any, runs: Mapping[str, Any], method: str) -> str:
-        near, met = counts(read, method)
-        slower, faster, _ = chance_counts(runs, method, replication, cells)
-        return (f"within {GOAL_TIME:g}× of FedBuff's median time in {near} of {len(read)} "
-                f"cells, slower than it beyond chance (a paired 95 % interval) in "
-                f"{len(slower)} and faster in {len(faster)}, the goal (against the best "
-                f"rival) met in {met}")
-
-    ours, theirs = counts(mine, fixed[2]), counts(online, LATCH_READING.method)
-    pairs = list(zip(ours, theirs, strict=True))
-    verdict_text = ("did as well there" if ours == theirs
+    ours = against_fedbuff(mine, fixed[1], fixed[2], replication, cells)
+    theirs = against_fedbuff(online, data, LATCH_READING.method, replication, cells)
+    pairs = [(ours.near_fedbuff, theirs.near_fedbuff), (ours.met, theirs.met)]
+    verdict_text = ("did as well there" if all(a == b for a, b in pairs)
                     else "did not do better there" if all(a <= b for a, b in pairs)
                     else "did better there" if all(a >= b for a, b in pairs)
                     else "did better by one count and worse by the other there")
@@ -301,8 +297,8 @@ def fixed_headline() -> str:
             f"{float(dev['worst']['1']):.2f}×, was below that of each of the {registered()} "
             f"online rules registered (the best {dev_worst_min():.2f}×), the rule every "
             "amendment applied; on the evaluation seeds it was "
-            f"{reading(mine, fixed[1], fixed[2])}; the online rule it replaced (amendment 27) "
-            f"{reading(online, data, LATCH_READING.method)}: the development pick "
+            f"{reading(ours)}; the online rule it replaced (amendment 27) "
+            f"{reading(theirs)}: the development pick "
             f"{verdict_text}. Where stragglers are persistent or heavy-tailed on non-IID data "
             "s = 1 is at least 2× faster than the best rival that does not code in "
             f"{sum(v.fast for v in hard)} of {len(hard)} "

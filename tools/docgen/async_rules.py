@@ -11,10 +11,12 @@ one is above or below 1 beyond chance, :func:`beyond_chance`)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from tools.docgen.async_bar import (
     FIXED,
+    Read,
     near_count,
     near_fedbuff_count,
     read_cells,
@@ -168,8 +170,37 @@ def _runs_auto(amendment: int, pick: float) -> bool:
     return which == amendment and value == pick
 
 
+@dataclass(frozen=True)
+class Against:
+    """A candidate's evaluation reading against FedBuff alone: of ``cells`` read, how many
+    are within the goal's time of FedBuff's median, how many meet the goal in auto's place,
+    and the cells slower and faster than FedBuff beyond chance (:func:`chance_counts`)."""
+
+    cells: int
+    near_fedbuff: int
+    met: int
+    slower: list[str]
+    faster: list[str]
+
+    def chance(self) -> str:
+        return f"{len(self.slower)} slower, {len(self.faster)} faster"
+
+
+def against_fedbuff(read: Read, data: Mapping[str, Any], method: str,
+                    replication: Mapping[str, Any],
+                    cells: Mapping[str, Mapping[str, Any]]) -> Against:
+    """The reading ``read`` (:func:`~tools.docgen.async_bar.read_cells` of ``data``'s
+    ``method``) against FedBuff alone."""
+    slower, faster, _ = chance_counts(data, method, replication, cells) or ([], [], 0)
+    return Against(len(read), near_fedbuff_count(read, method),
+                   sum(v.met for _, _, v, _ in read), slower, faster)
+
+
 def _row(amendment: int, data: Mapping[str, Any], method: str, what: str, knob: str,
-         replication: Mapping[str, Any], cells: Mapping[str, Mapping[str, Any]]) -> list[str]:
+         replication: Mapping[str, Any], cells: Mapping[str, Mapping[str, Any]]
+         ) -> tuple[list[str], Against | None]:
+    """The overview's row of a candidate, and its reading against FedBuff (``None``: not
+    read on the evaluation seeds)."""
     dev = data["dev"]
     pick = str(dev["pick"])
     ratios = {name: cell["tried"][pick]["ratio_to_best_fixed"]
@@ -177,7 +208,7 @@ def _row(amendment: int, data: Mapping[str, Any], method: str, what: str, knob: 
     worst = max(ratios, key=lambda name: ratios[name])
     read = read_cells(data, replication, cells, reported_cells(), method)
     where, value = worst_cell(read)
-    near_fedbuff = near_fedbuff_count(read, method)
+    facts = against_fedbuff(read, data, method, replication, cells) if read else None
     itself = " (it is one of the two)" if method == FIXED else ""
     reading = (f"{near_count(read)} of {len(read)}{itself}, at worst {value:.2f}× ({where})"
                if read else "amendment 24's runs (the same rule)" if amendment == 25
@@ -186,11 +217,11 @@ def _row(amendment: int, data: Mapping[str, Any], method: str, what: str, knob: 
             f"{worst_text(dev['worst'][pick])} ({worst})", worst_text(dev["median"][pick]),
             worst_text(ratios[NEEDED]) if NEEDED in ratios else "-",
             "yes" if _runs_auto(amendment, float(dev["pick"])) else "no", reading,
-            f"{near_fedbuff} of {len(read)}" if read else "-",
-            f"{sum(v.met for _, _, v, _ in read)} of {len(read)}" if read else "-",
-            _chance_text(chance_counts(data, method, replication, cells)) if read else "-",
+            f"{facts.near_fedbuff} of {facts.cells}" if facts else "-",
+            f"{facts.met} of {facts.cells}" if facts else "-",
+            facts.chance() if facts else "-",
             _chance_text(chance_counts(data, method, replication, cells, FIXED))
-            if read else "-"]
+            if facts else "-"], facts
 
 
 def _best_fixed(records: list[Mapping[str, Any]]) -> str | None:
@@ -210,13 +241,15 @@ def async_rules() -> str | None:
     replication = load(ASYNC)
     cells = benchmark_cells(replication, load(COMPARE))
     on_file = _on_file()
-    rows = [_row(*rule, replication, cells) for rule in on_file]
-    needed = [float(r[5]) for r in rows if r[5] not in ("-", "∞")]
-    medians = {r[0]: float(r[4]) for r in rows if r[4] != "∞"}
+    read = [_row(*rule, replication, cells) for rule in on_file]
+    needed = [float(r[5]) for r, _ in read if r[5] not in ("-", "∞")]
+    medians = {r[0]: float(r[4]) for r, _ in read if r[4] != "∞"}
     fixed = fixed_rule()
     if fixed is not None:
         on_file.append(fixed)
-        rows.append(_row(*fixed, replication, cells))
+        read.append(_row(*fixed, replication, cells))
+    rows = [row for row, _ in read]
+    against = {row[0]: facts for row, facts in read if facts is not None}
     lowest = min(medians, key=lambda a: (medians[a], int(a)))
     best = _best_fixed([data for _, data, *_ in on_file])
     summary = (f" In {NEEDED}, the cell whose slow clients hold what no one else does, every "
@@ -226,19 +259,17 @@ def async_rules() -> str | None:
                f"{medians[lowest]:.2f}) took {dict((r[0], r[5]) for r in rows)[lowest]}× there."
                if needed and medians and best is not None else "")
     auto = str(auto_amendment())
-    mine = next((r for r in rows if r[0] == auto), None)
-    online = [r for r in rows if r[0] != str(FIXED_AMENDMENT) and r[7][0].isdigit()]
-    if mine is not None and mine[7][0].isdigit() and online:
-        def said(row: list[str]) -> str:
-            return (f"{row[8].split()[0]} within {GOAL_TIME:g}× of FedBuff's median, "
-                    f"{row[10].replace(', ', ' and ')} than it beyond chance, the goal "
-                    f"(against the best rival) met in {row[9].split()[0]}")
+    others = [a for a in against if a not in (auto, str(FIXED_AMENDMENT))]
+    if auto in against and others:
+        def said(facts: Against) -> str:
+            return (f"{facts.near_fedbuff} within {GOAL_TIME:g}× of FedBuff's median, "
+                    f"{facts.chance().replace(', ', ' and ')} than it beyond chance, the goal "
+                    f"(against the best rival) met in {facts.met}")
 
         summary += (" Read against FedBuff alone (a reference none of them is, unlike the "
-                    f"lower of FedBuff and s = 1), of {mine[8].split()[2]} cells: the "
-                    f"candidate s='auto' runs (amendment {auto}): {said(mine)}; "
-                    + "; ".join(f"amendment {r[0]}: {said(r)}" for r in online
-                                if r[0] != auto)
+                    f"lower of FedBuff and s = 1), of {against[auto].cells} cells: the "
+                    f"candidate s='auto' runs (amendment {auto}): {said(against[auto])}; "
+                    + "; ".join(f"amendment {a}: {said(against[a])}" for a in others)
                     + ". These readings came after the evaluation runs; they pick nothing.")
     return ("Every online rule registered for the asynchronous `s='auto'`, each picked on "
             "the development seeds 0-2 of the same fifteen cells (its ratio: its median time "
