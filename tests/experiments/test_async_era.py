@@ -78,7 +78,7 @@ def test_the_overview_says_which_rule_auto_runs_and_which_were_never_evaluated()
         record = dev(reading)
         if record is None:
             continue
-        row = _row(amendment, {"dev": record}, method, what, knob, empty, {})
+        row, _ = _row(amendment, {"dev": record}, method, what, knob, empty, {})
         assert row[7] in ("not run", "amendment 24's runs (the same rule)")
         same = reading.keywords(float(record["pick"])) == rule and (amendment, record["pick"]) \
             != (25, 0.0)
@@ -89,13 +89,13 @@ def test_the_overview_says_which_rule_auto_runs_and_which_were_never_evaluated()
 
     fixed = fixed_rule()
     if fixed is not None:
-        row = _row(*fixed, empty, {})
+        row, _ = _row(*fixed, empty, {})
         assert (row[6] == "yes") == (rule == {"replicate_below": 1.0})
         runs.append(row[6])
     assert runs.count("yes") == 1
-    latch = _row(27, {"dev": _dev(1.5, 1.8, 1.09, 1.65)}, "fedbuff-latch", "as 26, latched",
+    latch, _ = _row(27, {"dev": _dev(1.5, 1.8, 1.09, 1.65)}, "fedbuff-latch", "as 26, latched",
                  "ρ", empty, {})
     assert latch[2:6] == ["ρ = 1.5", "1.80 (digits-logreg/bimodal/20x20)", "1.09", "1.65"]
-    other = _row(27, {"dev": _dev(7.0, math.inf, 1.0, math.inf)}, "fedbuff-latch",
+    other, _ = _row(27, {"dev": _dev(7.0, math.inf, 1.0, math.inf)}, "fedbuff-latch",
                  "as 26, latched", "ρ", empty, {})
     assert other[3].startswith("∞") and other[6] == "no"
