@@ -16,7 +16,7 @@ FedBuff's, final accuracy, exact rounds, MB uploaded, client compute) and a PNG 
 virtual time for all of them (``results/run/comparison.png``). ``--run-config`` overrides
 reach every run once each; the rivals' runs leave out the keys only a coded run means
 (:data:`CODED_ONLY`; FedBuff's, :data:`FEDBUFF_DROPS`), and a rival that cannot run with them
-(e.g. under DP) is skipped, saying why.
+(e.g. under DP, or FedBuff with coded rounds' faults) is skipped, saying why.
 
 The exit code is non-zero when a run's ServerApp did not complete (``flwr run --stream``
 exits 0 even when the ServerApp raised; the run's status is read with ``flwr ls``:
@@ -179,9 +179,16 @@ def fedbuff_refusal(values: Mapping[str, object]) -> str | None:
     """Why the FedBuff run cannot run with the user's run-config ``values`` (``None``: it
     can), e.g. DP or a server optimiser other than plain SGD, which it refuses by name."""
     from server.asynchronous import async_refusal
+    from server.rival_config import FAULT_KEYS
 
     kept = {k: v for k, v in values.items() if k not in dropped("fedbuff")}
-    return async_refusal(merge_config({**kept, **override_values(RUNS["fedbuff"])}))
+    cfg = merge_config({**kept, **override_values(RUNS["fedbuff"])})
+    faults = ", ".join(f"{k}={cfg[k]!r}" for k in FAULT_KEYS if str(cfg[k]).strip())
+    if faults and not merge_config(values)["asynchronous"]:
+        return (f"{faults}: coded rounds name a faulty worker by its position in the round's "
+                "cohort, FedBuff by its partition id, so FedBuff would be faulted on other "
+                "clients; run without faults, or with asynchronous=true (both name partitions)")
+    return async_refusal(cfg)
 
 
 def preset_regime(name: str, path: Path = FIRST_HOUR) -> tuple[str, dict[str, object], dict]:

@@ -39,3 +39,27 @@ def test_the_fedbuff_run_of_an_asynchronous_job_keeps_its_buffer_and_drops_its_r
     assert (cfg["asynchronous"], cfg["s"], cfg["buffer-size"]) == (True, 0, 4)
     strategy, *_ = build_async(cfg, N)
     assert strategy.s == 0 and strategy.buffer_size == 4
+
+
+@pytest.mark.parametrize("fault", ["slow-workers='0'", "nan-workers='1,2'"])
+def test_faults_of_coded_rounds_skip_the_fedbuff_run_naming_why(fault):
+    # a round's fault names a position in the cohort, an asynchronous job's a partition id:
+    # run as it stands, FedBuff would be faulted on other clients than the coded run
+    from server.launch import fedbuff_refusal, override_values, parse_overrides
+
+    reason = fedbuff_refusal(override_values(parse_overrides(f"{fault} slow-delay-s=1.0 "
+                                                             "virtual-compute='measured'")))
+    assert reason is not None and fault.split("=")[0] in reason and "partition" in reason
+
+
+@pytest.mark.parametrize("fault", ["slow-workers='0'", "nan-workers='1,2'"])
+def test_faults_of_an_asynchronous_job_reach_its_fedbuff_run(fault):
+    # both runs name the faulty client by its partition id: the same clients, no refusal
+    from server.asynchronous import build_async
+    from server.launch import fedbuff_refusal, override_values, parse_overrides
+
+    overrides = f"asynchronous=true {fault} slow-delay-s=1.0 virtual-compute='measured'"
+    assert fedbuff_refusal(override_values(parse_overrides(overrides))) is None
+    cfg = _config("fedbuff", overrides)
+    assert cfg[fault.split("=")[0]] == fault.split("=")[1].strip("'")
+    build_async(cfg, N)
