@@ -22,8 +22,9 @@ Timestamps come from three places, all ``time.time()`` on this machine:
 * each SuperNode's log (``FLWR_LOG_LEVEL=DEBUG`` adds timestamps): when it pulled a message
   from the SuperLink and when it finished pushing the reply there.
 
-Every round is decomposed along its critical message (the reply whose arrival at the SuperLink
-came last among those the round used): SuperNode poll wait, object fetch, SuperExec poll,
+Every round is decomposed along its critical message (the reply the ServerApp pulled last
+among those the round used; among one pull's replies, the one whose arrival at the SuperLink
+came last): SuperNode poll wait, object fetch, SuperExec poll,
 ClientApp process start, our mod's import / work, the train handler, the way back to the
 SuperLink, the ServerApp's pull wait, the strategy's own calls, and the rest.
 
@@ -237,7 +238,10 @@ def breakdown(server: dict, clients: list[dict], nodes: dict[str, dict[str, floa
         if not used:
             rounds.append(row)
             continue
-        crit = max(used, key=lambda p: nodes.get(p["message_id"], {}).get("sent", p["t1"]))
+        # the reply the aggregate waited for: the last pulled (a reply its node sent earlier
+        # can be pulled a poll later), then the last its node sent among one pull's replies
+        crit = max(used, key=lambda p: (p["t1"], nodes.get(p["message_id"], {}).get(
+            "sent", p["t1"])))
         c = client_of.get(crit["reply_to"], {})
         ins = nodes.get(crit["reply_to"], {})
         out = nodes.get(crit["message_id"], {})

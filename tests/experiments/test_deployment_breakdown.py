@@ -82,6 +82,35 @@ def test_a_round_is_decomposed_along_its_last_arriving_reply():
     assert sum(row[k] for k in mod.KEYS) == pytest.approx(row["round_s"])
 
 
+
+def test_a_reply_sent_earlier_but_pulled_a_poll_later_is_the_critical_one():
+    # Flower's FedAvg pulls every 3 s: a reply its node sent before another's can still reach
+    # the server a poll later; the round waited for that one, and nothing is left unexplained
+    mod = load()
+    server = {"events": [
+        {"event": "configure_train", "round": 1, "t0": 0.0, "t1": 0.1, "sent": 2},
+        {"event": "push", "t0": 0.1, "t1": 0.2, "message_id": "i1", "node_id": 1},
+        {"event": "push", "t0": 0.1, "t1": 0.2, "message_id": "i2", "node_id": 2},
+        {"event": "pull", "t0": 7.0, "t1": 7.1, "message_id": "r2", "reply_to": "i2"},
+        {"event": "pull", "t0": 10.0, "t1": 10.1, "message_id": "r1", "reply_to": "i1"},
+        {"event": "aggregate_train", "round": 1, "t0": 10.1, "t1": 10.2, "replies": 2},
+    ]}
+    clients = [
+        {"message_id": "i1", "process_start": 1.5, "entry": 3.0, "exit": 6.0,
+         "train_calls": [[3.5, 5.5]], "partition_id": 0},
+        {"message_id": "i2", "process_start": 2.0, "entry": 4.0, "exit": 6.5,
+         "train_calls": [[4.5, 6.0]], "partition_id": 1},
+    ]
+    nodes = {
+        "i1": {"received": 1.0}, "r1": {"sending": 6.2, "sent": 6.8},
+        "i2": {"received": 1.5}, "r2": {"sending": 6.6, "sent": 6.9},
+    }
+    (row,) = mod.breakdown(server, clients, nodes)["rounds"]
+    assert row["critical_node_partition"] == 0
+    assert row["server_pull_wait_s"] == pytest.approx(10.1 - 6.8)
+    assert row["other_s"] == pytest.approx(0.0, abs=1e-9)
+    assert sum(row[k] for k in mod.KEYS) == pytest.approx(row["round_s"])
+
 @pytest.mark.deployment
 def test_localhost_rounds_are_timed_end_to_end(tmp_path):
     mod = load()
