@@ -124,10 +124,10 @@ def _bar(cfg: dict) -> str:
 
 
 def compare(coded_dir: Path, uncoded_dir: Path | None, drop_dir: Path | None = None,
-            fedbuff_dir: Path | None = None) -> str:
+            fedbuff_dir: Path | None = None, fedbuff_care: str = "untuned") -> str:
     """The one-screen comparison of the main job's runs (coded, and FedBuff, uncoded and
     drop-stragglers when given), and ``comparison.png`` (accuracy vs virtual time) in
-    ``coded_dir``."""
+    ``coded_dir``. ``fedbuff_care``: how FedBuff's settings were chosen (its label)."""
     from fl_gradcode.results import read_rounds
 
     dirs = {name: d for name, d in (("coded", coded_dir), ("uncoded", uncoded_dir),
@@ -162,7 +162,7 @@ def compare(coded_dir: Path, uncoded_dir: Path | None, drop_dir: Path | None = N
             labels["fedbuff"] = (
                 "FedBuff (buffered asynchronous aggregation, Nguyen et al. 2022), a server "
                 f"step every {buff['buffer-size']} updates at server lr "
-                f"{buff['server-lr']}, {buff['server-steps']} steps, untuned")
+                f"{buff['server-lr']}, {buff['server-steps']} steps, {fedbuff_care}")
     except (OSError, ValueError, KeyError):
         pass
     lines = [render_table([summarize(n, r, target) for n, r in rows.items()], target,

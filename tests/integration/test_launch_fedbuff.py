@@ -37,8 +37,42 @@ def test_the_fedbuff_run_of_an_asynchronous_job_keeps_its_buffer_and_drops_its_r
 
     cfg = _config("fedbuff", "asynchronous=true s='auto' buffer-size=4 num-rounds=2")
     assert (cfg["asynchronous"], cfg["s"], cfg["buffer-size"]) == (True, 0, 4)
+    assert cfg["server-lr"] == 1.0  # the job's own, not FedBuff's tuned one
     strategy, *_ = build_async(cfg, N)
     assert strategy.s == 0 and strategy.buffer_size == 4
+
+
+def test_the_fedbuff_run_of_a_coded_job_runs_the_tuned_pick():
+    # the committed pick of the grid file's rule (results/main_job_fedbuff.json): its server
+    # lr, and K its fraction of the run's cohort (at least one update)
+    import json
+    import math
+
+    from server.asynchronous import build_async
+    from server.launch import MAIN_JOB_FEDBUFF
+
+    pick = json.loads(MAIN_JOB_FEDBUFF.read_text())
+    for overrides, cohort in (("", N), ("fraction-train=0.5", N // 2),
+                              ("server-lr=0.5 num-rounds=3", N)):
+        cfg = _config("fedbuff", overrides)
+        k = max(1, math.ceil(pick["buffer_fraction"] * cohort - 1e-9))
+        assert (cfg["server-lr"], cfg["buffer-size"]) == (pick["server_lr"], k), overrides
+        strategy, *_ = build_async(cfg, N)
+        assert strategy.buffer_size == k
+
+
+def test_the_tuned_buffer_is_a_fraction_of_the_cohort(tmp_path):
+    from server.launch import fedbuff_refusal, fedbuff_tuned
+
+    pick = tmp_path / "pick.json"
+    pick.write_text('{"server_lr": 4.0, "buffer_fraction": 0.25}')
+    assert fedbuff_tuned({}, 12, pick) == {"server-lr": "4.0", "buffer-size": "3"}
+    assert fedbuff_tuned({"fraction-train": 0.5}, 12, pick)["buffer-size"] == "2"
+    assert fedbuff_tuned({"fraction-train": 0.1}, 12, pick)["buffer-size"] == "1"
+    assert fedbuff_tuned({"asynchronous": True}, 12, pick) == {}
+    # without its tuning FedBuff does not run untuned in silence: it is skipped, saying why
+    reason = fedbuff_refusal({}, 12, tmp_path / "none.json")
+    assert reason is not None and "experiments.main_job_fedbuff" in reason
 
 
 @pytest.mark.parametrize("fault", ["slow-workers='0'", "nan-workers='1,2'"])

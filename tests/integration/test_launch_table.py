@@ -132,6 +132,10 @@ def test_the_table_reads_rounds_against_fedbuff_and_says_where_coding_does_not_p
             "not pay") in text
     assert "coding reached 0.900 2.00x sooner than uncoded" in text
     assert "replication's alone" not in text  # rounds: no attribution line
+    # how FedBuff's settings were chosen is the launcher's to say, and the label says it
+    tuned = compare(tmp_path / "coded", tmp_path / "uncoded", None, tmp_path / "fedbuff",
+                    "tuned on development seeds 0, 1")
+    assert "40 steps, tuned on development seeds 0, 1" in tuned and "untuned" not in tuned
 
 
 def test_fedbuffs_final_does_not_set_the_target_of_the_other_rows(tmp_path):

@@ -1,0 +1,75 @@
+"""The main job's FedBuff settings follow the grid file's rule (amendment 31): the committed
+pick is the one the rule's ranking gives over the settings it recorded (recomputed here from
+their per-seed runs with numpy's median, not the library's ranking), in the main job's own
+setting, and the rule runs end to end."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from experiments import main_job_fedbuff as mjf
+from experiments.compare import load_grid
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _rank(tried: list[dict], a_priori: tuple[float, float]) -> dict:
+    """The rule's ranking, from each setting's per-seed runs: lowest median time to target (a
+    seed that never reached it: infinite), highest median final accuracy, the a-priori one,
+    the order tried."""
+    def key(item):
+        i, t = item
+        times = [math.inf if r["time_to_target"] is None else r["time_to_target"]
+                 for r in t["per_seed"].values()]
+        finals = [r["final_accuracy"] for r in t["per_seed"].values()]
+        return (float(np.median(times)), -float(np.median(finals)),
+                (t["server_lr"], t["buffer_fraction"]) != a_priori, i)
+
+    return min(enumerate(tried), key=key)[1]
+
+
+def test_the_committed_pick_is_the_rules_in_the_main_jobs_setting():
+    from experiments.compare_cli import HARNESS_KEYS
+    from fl_gradcode.config import DEFAULTS
+    from server.launch import MAIN_JOB_FEDBUFF, NUM_SUPERNODES
+
+    data = json.loads(MAIN_JOB_FEDBUFF.read_text())
+    grid = load_grid()
+    rules, settings, tuning = grid["rules"], data["settings"], data["tuning"]
+    assert settings["n"] == settings["cohort"] == NUM_SUPERNODES
+    assert settings["dev_seeds"] == tuning["dev_seeds"] == grid["seeds"]["development"]
+    assert settings["rounds"] == grid["scale"]["rounds"]
+    assert set(settings["run_config"]) == set(DEFAULTS) - set(HARNESS_KEYS)
+    assert {k: DEFAULTS[k] for k in settings["run_config"]} == settings["run_config"]
+    tried = tuning["grid"]
+    assert all(len(t["per_seed"]) == len(settings["dev_seeds"]) for t in tried)
+    # every setting of the grid file's lists was tried, and the growths were the rule's
+    pairs = {(t["server_lr"], t["buffer_fraction"]) for t in tried}
+    assert {(lr, f) for lr in rules["fedbuff_tune_server_lr"]
+            for f in rules["fedbuff_tune_buffer_fraction"]} <= pairs
+    assert len(tuning["extensions"]) <= rules["fedbuff_tune_extend"]
+    a_priori = (rules["fedbuff_server_lr"], rules["fedbuff_buffer_fraction"])
+    best = _rank(tried, a_priori)
+    assert (data["server_lr"], data["buffer_fraction"]) == (best["server_lr"],
+                                                            best["buffer_fraction"])
+    assert data["buffer_size"] == max(1, math.ceil(best["buffer_fraction"] * NUM_SUPERNODES
+                                                   - 1e-9))
+
+
+def test_the_rule_runs_and_picks_a_setting_it_tried():
+    grid = load_grid()
+    grid["scale"] = {**grid["scale"], "rounds": 2}
+    grid["seeds"] = {**grid["seeds"], "development": [0, 1]}
+    grid["rules"] = {**grid["rules"], "fedbuff_tune_server_lr": [0.5, 1.0],
+                     "fedbuff_tune_buffer_fraction": [0.5], "fedbuff_tune_extend": 0}
+    result = mjf.main_job_fedbuff(grid, 4, log=lambda _: None)
+    tried = result["tuning"]["grid"]
+    assert [(t["server_lr"], t["buffer_fraction"]) for t in tried] == [(0.5, 0.5), (1.0, 0.5)]
+    best = _rank(tried, (1.0, 0.25))
+    assert (result["server_lr"], result["buffer_fraction"]) == (best["server_lr"], 0.5)
+    assert result["buffer_size"] == 2 and result["server_steps"] == 4  # 2 rounds x 4 / K 2
+    assert result["settings"]["n"] == result["settings"]["cohort"] == 4
