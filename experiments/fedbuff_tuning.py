@@ -232,7 +232,7 @@ def fedbuff_runs(method: str, cell: Cell, seeds: Sequence[int], dev_seeds: Seque
     ``fedbuff-replicated`` (FedBuff's settings as tuned, or as given without the tuning;
     ``s`` by :func:`tuned_replication`) or of ``fedbuff-auto`` (the main job's
     asynchronous ``s='auto'``, FedBuff's settings as for ``fedbuff-replicated``).
-    ``runner``: the benchmark's (:class:`experiments.compare.Runner`: its ``fedbuff``,
+    ``runner``: the benchmark's (:class:`experiments.runner.Runner`: its ``fedbuff``,
     ``rival``, ``replicated`` and ``auto_replicated`` runs,
     cached, so both methods share FedBuff's runs)."""
     def given(_: Cell, seed: int) -> Mapping[str, Any]:  # FedBuff as the cell sets it

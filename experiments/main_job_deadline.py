@@ -22,7 +22,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from experiments.compare import GRID, Runner, grid_cell, load_grid, lookup
+from experiments.compare import GRID, grid_cell, load_grid, lookup
+from experiments.runner import Runner
 
 __all__ = ["TASK", "main", "main_job_deadline"]
 

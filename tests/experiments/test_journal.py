@@ -154,8 +154,9 @@ def test_a_line_cut_off_mid_write_is_dropped_and_its_run_runs_again(tmp_path,
 
 def test_the_code_digest_changes_with_the_harness_that_keys_the_runs(tmp_path):
     """A journal written by other harness code is not read: the digest covers the module
-    that decides a cell's runs and their keys (compare.py: e.g. the deadline a code's own
-    deadline is read at), not only the modules that run them; a document is not code."""
+    that decides a cell's runs (compare.py: e.g. the deadline rule) and the one that keys
+    them (runner.py: e.g. the deadline a code's own deadline is read at), not only the modules
+    that run them; a document is not code."""
     import shutil
 
     from experiments.journal import CODE, ROOT, code_digest
@@ -171,10 +172,13 @@ def test_the_code_digest_changes_with_the_harness_that_keys_the_runs(tmp_path):
     before = code_digest(tmp_path)
     (tmp_path / "README.md").write_text("not code\n")
     assert code_digest(tmp_path) == before
-    harness = tmp_path / "experiments" / "compare.py"
-    harness.write_text(harness.read_text().replace("OPEN_DEADLINE_S = 1e6",
-                                                   "OPEN_DEADLINE_S = 1e5"))
-    assert code_digest(tmp_path) != before
+    for module, old, new in (("compare.py", "deadline_slack", "deadline_Slack"),
+                             ("runner.py", "OPEN_DEADLINE_S = 1e6", "OPEN_DEADLINE_S = 1e5")):
+        harness = tmp_path / "experiments" / module
+        assert old in harness.read_text(), module
+        harness.write_text(harness.read_text().replace(old, new))
+        assert code_digest(tmp_path) != before, module
+        before = code_digest(tmp_path)
 
 
 def test_a_journal_written_under_other_rules_is_set_aside(tmp_path, one_torch_thread):
