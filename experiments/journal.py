@@ -30,7 +30,8 @@ ROOT = Path(__file__).resolve().parent.parent
 #: decides the runs a cell makes and their keys (e.g. the deadline a code's own deadline is
 #: read at).
 CODE = ("fl_gradcode", "clients", "server", "experiments/rival_runs.py",
-        "experiments/compare.py", "experiments/runner.py", "experiments/deadline_best.py",
+        "experiments/compare.py", "experiments/runner.py", "experiments/cell.py",
+        "experiments/deadline_best.py",
         "experiments/fedbuff_tuning.py", "experiments/first_k_tuning.py")
 
 
