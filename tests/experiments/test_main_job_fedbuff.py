@@ -73,3 +73,13 @@ def test_the_rule_runs_and_picks_a_setting_it_tried():
     assert (result["server_lr"], result["buffer_fraction"]) == (best["server_lr"], 0.5)
     assert result["buffer_size"] == 2 and result["server_steps"] == 4  # 2 rounds x 4 / K 2
     assert result["settings"]["n"] == result["settings"]["cohort"] == 4
+
+
+def test_the_readme_says_how_the_main_jobs_fedbuff_was_chosen():
+    from server.launch import MAIN_JOB_FEDBUFF
+
+    data = json.loads(MAIN_JOB_FEDBUFF.read_text())
+    readme = (ROOT / "README.md").read_text()
+    assert (f"its FedBuff run's server lr ({data['server_lr']:g}) and buffer "
+            f"(K = {data['buffer_size']}) by the benchmark's FedBuff tuning rule") in readme
+    assert "python -m experiments.main_job_fedbuff" in readme

@@ -495,11 +495,13 @@ _RIVAL_WORDS = {
 
 
 def render_headline(data: Mapping[str, Any], report: Sequence[str],
-                    deadline: Mapping[str, Any] | None = None) -> str:
+                    deadline: Mapping[str, Any] | None = None,
+                    fedbuff: Mapping[str, Any] | None = None) -> str:
     """What the main job's coding buys, loses and costs on the evaluation seeds of
     :data:`MAIN_CELL` (paired geometric-mean ratios, as the table's), and the goal's count
     over every finished cell. ``deadline``: ``results/main_job_deadline.json`` (how the main
-    job's deadline was chosen)."""
+    job's deadline was chosen); ``fedbuff``: ``results/main_job_fedbuff.json`` (how its
+    FedBuff run's settings were)."""
     from fl_gradcode.config import DEFAULTS
 
     cell = data.get("cells", {}).get(MAIN_CELL)
@@ -563,8 +565,12 @@ def render_headline(data: Mapping[str, Any], report: Sequence[str],
         + (f"the main job's deadline (`straggler-timeout`, {deadline['straggler_timeout_s']:g} "
            "s) by the grid file's stated deadline rule on the same seeds in the main job's own "
            f"setting ({deadline['settings']['n']} clients; `python -m "
-           "experiments.main_job_deadline`); its " if deadline else "the main job's deadline "
-           "and ")
+           "experiments.main_job_deadline`); " if deadline else "the main job's deadline; ")
+        + (f"its FedBuff run's server lr ({fedbuff['server_lr']:g}) and buffer "
+           f"(K = {fedbuff['buffer_size']}) by the benchmark's FedBuff tuning rule on the same "
+           "seeds and setting (`python -m experiments.main_job_fedbuff`, amendment 31); "
+           if fedbuff else "")
+        + "its "
         + f"latency regime by `experiments/first_hour.py`, also on seeds {dev} ([its "
         "results](docs/results.md#the-main-jobs-regimes-experimentsfirst_hourpy), not a "
         f"headline). The main job below runs on its own seed (`seed`, default "
@@ -574,4 +580,5 @@ def render_headline(data: Mapping[str, Any], report: Sequence[str],
 
 @block("headline-compare")
 def headline_compare() -> str:
-    return render_headline(compare_data(), reported_cells(), load("main_job_deadline.json"))
+    return render_headline(compare_data(), reported_cells(), load("main_job_deadline.json"),
+                           load("main_job_fedbuff.json"))
