@@ -95,6 +95,10 @@ def render_table(summaries: list[Mapping[str, object]], target: float,
                 f"coding was {1 / ratio:.2f}x slower to {target:.3f} than {row['name']} "
                 f"(finals {opt(coded['final'], '.3f')}, {opt(row['final'], '.3f')}): "
                 "here it does not pay")
+            if row["name"] == "fedbuff" and coded["exact"] is not None \
+                    and row["time_to"] < coded["time_to"]:  # rounds lost to asynchrony
+                lines.append("  (FedBuff over partitions held as in gradient coding: "
+                             "--run-config \"asynchronous=true s='auto'\", against FedBuff)")
         elif row["name"] == "fedbuff" and row["time_to"] is None:
             lines += [f"fedbuff did not reach {target:.3f}: its run ends when its updates are "
                       "spent (num-rounds times", f"  the cohort), here at {row['total_s']:.2f} s "

@@ -132,6 +132,8 @@ def test_the_table_reads_rounds_against_fedbuff_and_says_where_coding_does_not_p
             "not pay") in text
     assert "coding reached 0.900 2.00x sooner than uncoded" in text
     assert "replication's alone" not in text  # rounds: no attribution line
+    # rounds that lose to FedBuff say how to run this library's asynchronous mode instead
+    assert "--run-config \"asynchronous=true s='auto'\"" in text
     # how FedBuff's settings were chosen is the launcher's to say, and the label says it
     tuned = compare(tmp_path / "coded", tmp_path / "uncoded", None, tmp_path / "fedbuff",
                     "tuned on development seeds 0, 1")
@@ -155,3 +157,26 @@ def test_fedbuffs_final_does_not_set_the_target_of_the_other_rows(tmp_path):
     assert "coding reached 0.800 2.00x sooner than uncoded" in text
     assert "fedbuff did not reach 0.800" in text and "here at 1.50 s" in text
     assert max(map(len, text.splitlines()[:-1])) <= 100  # one screen (but the figure's path)
+
+
+def test_only_rounds_that_lose_to_fedbuff_are_told_how_to_run_asynchronously(tmp_path):
+    from server.launch import compare
+
+    def runs(root, coded_s, asynchronous):
+        for name, seconds in (("coded", coded_s), ("uncoded", 8.0), ("fedbuff", 2.0)):
+            rec = RoundRecorder(root / name, {"code": "grouped-rs", "s": 1 if name == "coded"
+                                              else 0, "buffer-size": 3, "server-steps": 1,
+                                              "asynchronous": name == "fedbuff" or asynchronous,
+                                              "server-lr": 1.0, "straggler-timeout": 2.0})
+            rec.record({**{k: 0 for k in ROUND_FIELDS}, "round": 1, "accuracy": 0.9,
+                        "decode": "buffered" if name != "uncoded" and (
+                            name == "fedbuff" or asynchronous) else "exact",
+                        "virtual_s": seconds, "bytes_up": 10**6, "compute_s": 0.5,
+                        "late_dropped": 0})
+        return compare(root / "coded", root / "uncoded", None, root / "fedbuff")
+
+    hint = "--run-config \"asynchronous=true s='auto'\""
+    assert hint in runs(tmp_path / "a", 4.0, False)  # rounds, slower than FedBuff
+    assert hint not in runs(tmp_path / "b", 1.0, False)  # rounds, sooner than FedBuff
+    slower_async = runs(tmp_path / "c", 4.0, True)  # already asynchronous, and slower
+    assert "here it does not pay" in slower_async and hint not in slower_async
