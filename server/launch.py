@@ -332,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
         code = code or run_code
     if len(runs) > 1:
         print(compare(results, runs.get("uncoded"), runs.get("drop-stragglers"),
-                      runs.get("fedbuff"), fedbuff_care(values)), flush=True)
+                      runs.get("fedbuff"), fedbuff_care=fedbuff_care(values)), flush=True)
     return code
 
 

@@ -12,7 +12,8 @@ def launch_main(tmp_path, monkeypatch, argv):
     monkeypatch.setattr(launch, "run_flwr", lambda cmd, **kw: commands.append(list(cmd)) or 0)
     monkeypatch.setattr(launch, "stop_local_superlink", lambda home: None)
     compared = []
-    monkeypatch.setattr(launch, "compare", lambda *dirs: compared.append(dirs) or "compared")
+    monkeypatch.setattr(launch, "compare",
+                        lambda *dirs, **_: compared.append(dirs) or "compared")
     monkeypatch.setenv("FL_GRADCODE_DP_KEY_FILE", str(tmp_path / "unused-keys.json"))
     code = launch.main(["--home", str(tmp_path / "home"), "--results-dir",
                         str(tmp_path / "run"), *argv])

@@ -3,6 +3,9 @@ round deadline in virtual time) and FedBuff; the launcher's run configs and its 
 
 from __future__ import annotations
 
+import json
+import math
+
 import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
@@ -12,6 +15,7 @@ from fl_gradcode.config import merge_config
 from fl_gradcode.flower.deadline import TIMING_KEY, DeadlineFedAvg, train_timing_mod
 from fl_gradcode.flower.testing import InProcessGrid
 from fl_gradcode.results import ROUND_FIELDS, RoundRecorder
+from server.launch import MAIN_JOB_FEDBUFF
 from tests.integration.launching import first_hour_regime, launch_main
 
 # =============================================================================== run configs
@@ -35,8 +39,11 @@ def test_s_auto_reaches_every_run_once_and_the_rivals_drop_the_coded_only_keys(
     assert drop == {"results-dir": str(tmp_path / "run-drop-stragglers"), "num-rounds": 3,
                     "straggler-timeout": 5.0, "rival": "drop-stragglers"}
     # FedBuff: what only coded or synchronous rounds read is left out
+    # (its server lr and buffer: the committed pick of its tuning, K a fraction of 12 nodes)
+    pick = json.loads(MAIN_JOB_FEDBUFF.read_text())
     assert fedbuff == {"results-dir": str(tmp_path / "run-fedbuff"), "num-rounds": 3,
-                       "asynchronous": True, "s": 0}
+                       "asynchronous": True, "s": 0, "server-lr": pick["server_lr"],
+                       "buffer-size": max(1, math.ceil(pick["buffer_fraction"] * 12 - 1e-9))}
     for cfg in (coded, uncoded, drop, fedbuff):
         merge_config(cfg)  # the ServerApp accepts each
 
@@ -419,7 +426,8 @@ def test_a_failed_run_is_left_out_of_the_comparison_and_the_exit_code_says_so(
     monkeypatch.setattr(launch, "run_flwr", lambda cmd, **kw: next(codes))
     monkeypatch.setattr(launch, "stop_local_superlink", lambda home: None)
     compared = []
-    monkeypatch.setattr(launch, "compare", lambda *dirs: compared.append(dirs) or "")
+    monkeypatch.setattr(launch, "compare",
+                        lambda *dirs, **_: compared.append(dirs) or "")
     monkeypatch.setenv("FL_GRADCODE_DP_KEY_FILE", str(tmp_path / "unused-keys.json"))
     code = launch.main(["--home", str(tmp_path / "home"), "--results-dir",
                         str(tmp_path / "run")])
