@@ -36,7 +36,8 @@ def main_job_fedbuff(grid: Mapping[str, Any], n: int,
                      log: Callable[[str], None] = print) -> dict[str, Any]:
     """The rule applied at ``n`` nodes (cohort ``n``): the JSON of
     ``results/main_job_fedbuff.json`` (``server_lr`` and ``buffer_fraction``, the pick the
-    launcher runs; ``buffer_size``, its ``K`` at ``n``; ``tuning``, every setting tried)."""
+    launcher runs; ``buffer_size``, its ``K`` at ``n``; ``staleness_exponent``, the weight
+    its runs gave a stale update; ``tuning``, every setting tried)."""
     from experiments.compare_cli import HARNESS_KEYS
     from experiments.fedbuff_tuning import tuned_fedbuff
 
@@ -58,6 +59,7 @@ def main_job_fedbuff(grid: Mapping[str, Any], n: int,
             "buffer_fraction": float(tuned.fedbuff_buffer_fraction),
             "buffer_size": tuned.fedbuff_buffer(),
             "server_steps": tuned.fedbuff_steps(),
+            "staleness_exponent": float(tuned.fedbuff_staleness_exponent),
             "tuning": tuning}
 
 

@@ -52,7 +52,8 @@ def summarize(name: str, rows: list[dict], target: float) -> dict[str, object]:
 
 
 def render_table(summaries: list[Mapping[str, object]], target: float,
-                 labels: Mapping[str, str] | None = None, clock: str = "virtual time") -> str:
+                 labels: Mapping[str, str] | None = None, clock: str = "virtual time",
+                 async_hint: str | None = None) -> str:
     """The one-screen comparison of :func:`summarize`'s lines (the first is the coded run);
     ``labels``: what each run is (default :data:`LEGEND`); ``clock``: what the times are."""
     def opt(value: object, fmt: str) -> str:
@@ -95,10 +96,10 @@ def render_table(summaries: list[Mapping[str, object]], target: float,
                 f"coding was {1 / ratio:.2f}x slower to {target:.3f} than {row['name']} "
                 f"(finals {opt(coded['final'], '.3f')}, {opt(row['final'], '.3f')}): "
                 "here it does not pay")
-            if row["name"] == "fedbuff" and coded["exact"] is not None \
+            if row["name"] == "fedbuff" and coded["exact"] is not None and async_hint \
                     and row["time_to"] < coded["time_to"]:  # rounds lost to asynchrony
-                lines.append("  (FedBuff over partitions held as in gradient coding: "
-                             "--run-config \"asynchronous=true s='auto'\", against FedBuff)")
+                lines.append("  (FedBuff over partitions held as in gradient coding: add "
+                             f"{async_hint} to --run-config, against FedBuff)")
         elif row["name"] == "fedbuff" and row["time_to"] is None:
             lines += [f"fedbuff did not reach {target:.3f}: its run ends when its updates are "
                       "spent (num-rounds times", f"  the cohort), here at {row['total_s']:.2f} s "
@@ -128,10 +129,13 @@ def _bar(cfg: dict) -> str:
 
 
 def compare(coded_dir: Path, uncoded_dir: Path | None, drop_dir: Path | None = None,
-            fedbuff_dir: Path | None = None, fedbuff_care: str = "untuned") -> str:
+            fedbuff_dir: Path | None = None, fedbuff_care: str = "untuned",
+            async_hint: str | None = "asynchronous=true s='auto'") -> str:
     """The one-screen comparison of the main job's runs (coded, and FedBuff, uncoded and
     drop-stragglers when given), and ``comparison.png`` (accuracy vs virtual time) in
-    ``coded_dir``. ``fedbuff_care``: how FedBuff's settings were chosen (its label)."""
+    ``coded_dir``. ``fedbuff_care``: how FedBuff's settings were chosen (its label);
+    ``async_hint``: the run-config keys that would run the asynchronous mode instead of rounds
+    (said where rounds lose to FedBuff; ``None``: not said, e.g. where it would be refused)."""
     from fl_gradcode.results import read_rounds
 
     dirs = {name: d for name, d in (("coded", coded_dir), ("uncoded", uncoded_dir),
@@ -170,7 +174,7 @@ def compare(coded_dir: Path, uncoded_dir: Path | None, drop_dir: Path | None = N
     except (OSError, ValueError, KeyError):
         pass
     lines = [render_table([summarize(n, r, target) for n, r in rows.items()], target,
-                          labels, clock)]
+                          labels, clock, async_hint)]
     if "fedbuff" in rows and len(rows) > 2 and asynchronous:
         lines.append("(against uncoded and drop-stragglers the gain is asynchrony's and "
                      "replication's together; against fedbuff, replication's alone)")

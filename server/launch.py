@@ -9,13 +9,14 @@ environment where the project is installed), streams the logs, and stops the Sup
 It then runs three rivals on the same seeds and latency model: wait-for-all FedAvg (``code=
 'uncoded' s=0``, no straggler deadline; ``results/run-uncoded``), Flower's own FedAvg that
 drops the replies later than the same ``straggler-timeout`` (``rival='drop-stragglers'``;
-``results/run-drop-stragglers``) and FedBuff (``asynchronous=true s=0``, tuned by the
-grid file's rule, :func:`fedbuff_tuned`;
+``results/run-drop-stragglers``) and FedBuff (``asynchronous=true s=0``, its server lr and
+buffer tuned by the grid file's rule in the main job's default setting, :mod:`server.fedbuff_run`;
 ``results/run-fedbuff``; for an asynchronous coded run, its own baseline), and ends with a
 one-screen table (virtual time to a common target accuracy, the lowest final one but
 FedBuff's, final accuracy, exact rounds, MB uploaded, client compute) and a PNG of accuracy vs
 virtual time for all of them (``results/run/comparison.png``). ``--run-config`` overrides
-reach every run once each; the rivals' runs leave out the keys only a coded run means
+reach every run once each, but FedBuff's tuned ``server-lr`` (said when it replaces the user's,
+which the coded run keeps); the rivals' runs leave out the keys only a coded run means
 (:data:`CODED_ONLY`; FedBuff's, :data:`FEDBUFF_DROPS`), and a rival that cannot run with them
 (e.g. under DP, or FedBuff with coded rounds' faults) is skipped, saying why.
 
@@ -39,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import re
 import shlex
@@ -54,6 +54,7 @@ from pathlib import Path
 from fl_gradcode.config import coded_only_keys, merge_config
 from server.asynchronous import SYNCHRONOUS_KEYS
 from server.comparison import LEGEND, compare, render_table, summarize  # noqa: F401 (its API)
+from server.fedbuff_run import MAIN_JOB_FEDBUFF, care, replaced, tuned_keys  # noqa: F401
 from server.rival_config import rival_refusal as _rival_refusal
 from server.rival_config import shared_keys
 
@@ -144,39 +145,19 @@ def override_values(pairs: Mapping[str, str]) -> dict[str, object]:
 def run_config_for(run: str, overrides: str, results: Path, n: int = NUM_SUPERNODES) -> str:
     """The ``--run-config`` string of one run of the main job (a name in :data:`RUNS`) on
     ``n`` SuperNodes: the user's ``overrides`` (a rival's run without :data:`CODED_ONLY`
-    keys), the run's own keys replacing the user's (FedBuff's tuned settings too,
-    :func:`fedbuff_tuned`), ``results-dir`` set to ``results``. Every key appears once
-    (``flwr run`` refuses a key given twice)."""
+    keys), the run's own keys replacing the user's (FedBuff's tuned settings too:
+    :func:`server.fedbuff_run.tuned_keys`), ``results-dir`` set to ``results``. Every key
+    appears once (``flwr run`` refuses a key given twice)."""
     if run not in RUNS:
         raise ValueError(f"run={run!r}; expected one of {sorted(RUNS)}")
     if "'" in str(results):
         raise ValueError(f"results directory {str(results)!r} contains a single quote")
     user = parse_overrides(overrides)
-    own = fedbuff_tuned(override_values(user), n) if run == "fedbuff" else {}
+    own = tuned_keys(override_values(user), n) if run == "fedbuff" else {}
     pairs = {"results-dir": f"'{results}'", **{k: v for k, v in user.items()
                                                if k not in dropped(run) | set(own)},
              **RUNS[run], **own}
     return " ".join(f"{k}={v}" for k, v in pairs.items())
-
-
-#: FedBuff's server lr and buffer as the grid file's rule picked them on the development seeds
-#: in the main job's own setting (``python -m experiments.main_job_fedbuff``)
-MAIN_JOB_FEDBUFF = ROOT / "results" / "main_job_fedbuff.json"
-
-
-def fedbuff_tuned(values: Mapping[str, object], n: int,
-                  path: Path = MAIN_JOB_FEDBUFF) -> dict[str, str]:
-    """The keys FedBuff's run of a synchronous coded job sets from its tuning (``server-lr``,
-    ``buffer-size``: the pick's fraction of the cohort of ``n`` nodes, at least 1); none for
-    an asynchronous coded job, whose FedBuff keeps its buffer and lr (its own baseline)."""
-    if merge_config(dict(values))["asynchronous"]:
-        return {}
-    from server.app import cohort_size
-
-    pick = json.loads(path.read_text())
-    cohort = cohort_size(merge_config(dict(values)), n)
-    k = max(1, math.ceil(float(pick["buffer_fraction"]) * cohort - 1e-9))
-    return {"server-lr": repr(float(pick["server_lr"])), "buffer-size": str(k)}
 
 
 def dropped(run: str) -> set[str]:
@@ -201,27 +182,17 @@ PRESETS = {"coding-wins": "recommended", "coding-loses": "losing_preset"}
 FIRST_HOUR = ROOT / "results" / "first_hour.json"
 
 
-def fedbuff_care(values: Mapping[str, object], path: Path = MAIN_JOB_FEDBUFF) -> str:
-    """How the FedBuff run's server lr and buffer were chosen, for its label."""
-    if merge_config(dict(values))["asynchronous"]:
-        return "the coded job's own"
-    seeds = ", ".join(str(s) for s in json.loads(path.read_text())["settings"]["dev_seeds"])
-    return (f"tuned on development seeds {seeds} by the benchmark's rule in the main job's "
-            f"default setting ({path.relative_to(ROOT) if path.is_relative_to(ROOT) else path})")
-
-
 def fedbuff_refusal(values: Mapping[str, object], n: int = NUM_SUPERNODES,
-                    path: Path = MAIN_JOB_FEDBUFF) -> str | None:
+                    path: Path | None = None) -> str | None:
     """Why the FedBuff run cannot run with the user's run-config ``values`` (``None``: it
     can), e.g. DP or a server optimiser other than plain SGD, which it refuses by name."""
     from server.asynchronous import async_refusal
     from server.rival_config import FAULT_KEYS
 
     try:
-        tuned = fedbuff_tuned(values, n, path)
-    except OSError as exc:
-        return (f"its tuned settings cannot be read ({exc}); run python -m "
-                "experiments.main_job_fedbuff")
+        tuned = tuned_keys(values, n, path)
+    except ValueError as exc:  # the pick cannot be read: FedBuff does not run untuned
+        return str(exc)
     kept = {k: v for k, v in values.items() if k not in dropped("fedbuff")}
     cfg = merge_config({**kept, **override_values({**RUNS["fedbuff"], **tuned})})
     faults = ", ".join(f"{k}={cfg[k]!r}" for k in FAULT_KEYS if str(cfg[k]).strip())
@@ -230,6 +201,18 @@ def fedbuff_refusal(values: Mapping[str, object], n: int = NUM_SUPERNODES,
                 "cohort, FedBuff by its partition id, so FedBuff would be faulted on other "
                 "clients; run without faults, or with asynchronous=true (both name partitions)")
     return async_refusal(cfg)
+
+
+def async_hint(values: Mapping[str, object]) -> str | None:
+    """What to add to ``--run-config`` to run this library's asynchronous mode instead of
+    rounds (``None`` where the asynchronous app would refuse the user's other keys)."""
+    from server.asynchronous import async_refusal
+
+    keys = {"asynchronous": True, "s": "auto"}
+    if merge_config(dict(values))["asynchronous"] or async_refusal(
+            merge_config({**values, **keys})) is not None:
+        return None
+    return "asynchronous=true s='auto'"
 
 
 def preset_regime(name: str, path: Path = FIRST_HOUR) -> tuple[str, dict[str, object], dict]:
@@ -325,14 +308,20 @@ def main(argv: list[str] | None = None) -> int:
         if refusal:
             print(f"the {name} run is skipped: {refusal}", flush=True)
             continue
+        if name == "fedbuff" and (note := replaced(values, tuned_keys(values,
+                                                                       args.num_supernodes))):
+            print(note, flush=True)
         run_code = flwr_run(args, out, run_config_for(name, args.run_config, out,
                                                       args.num_supernodes))
         if run_code == 0:
             runs[name] = out
         code = code or run_code
     if len(runs) > 1:
+        care_of = (care(values, args.num_supernodes, dropped("fedbuff"))
+                   if "fedbuff" in runs else "untuned")
         print(compare(results, runs.get("uncoded"), runs.get("drop-stragglers"),
-                      runs.get("fedbuff"), fedbuff_care=fedbuff_care(values)), flush=True)
+                      runs.get("fedbuff"), fedbuff_care=care_of,
+                      async_hint=async_hint(values)), flush=True)
     return code
 
 

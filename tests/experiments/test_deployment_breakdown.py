@@ -84,8 +84,10 @@ def test_a_round_is_decomposed_along_its_last_arriving_reply():
 
 
 def test_a_reply_sent_earlier_but_pulled_a_poll_later_is_the_critical_one():
-    # Flower's FedAvg pulls every 3 s: a reply its node sent before another's can still reach
-    # the server a poll later; the round waited for that one, and nothing is left unexplained
+    # Flower's FedAvg pulls every 3 s, and the SuperLink hands out a reply once its metadata is
+    # pushed, before its node logs "Sent successfully" (after the contents' upload): r2 is
+    # pulled at 7.0 while still uploading (sent 7.3), r1, done at 7.05, misses that poll and
+    # comes at 10.0. The round waited for r1, and nothing is left unexplained
     mod = load()
     server = {"events": [
         {"event": "configure_train", "round": 1, "t0": 0.0, "t1": 0.1, "sent": 2},
@@ -102,12 +104,12 @@ def test_a_reply_sent_earlier_but_pulled_a_poll_later_is_the_critical_one():
          "train_calls": [[4.5, 6.0]], "partition_id": 1},
     ]
     nodes = {
-        "i1": {"received": 1.0}, "r1": {"sending": 6.2, "sent": 6.8},
-        "i2": {"received": 1.5}, "r2": {"sending": 6.6, "sent": 6.9},
+        "i1": {"received": 1.0}, "r1": {"sending": 6.2, "sent": 7.05},
+        "i2": {"received": 1.5}, "r2": {"sending": 6.6, "sent": 7.3},
     }
     (row,) = mod.breakdown(server, clients, nodes)["rounds"]
     assert row["critical_node_partition"] == 0
-    assert row["server_pull_wait_s"] == pytest.approx(10.1 - 6.8)
+    assert row["server_pull_wait_s"] == pytest.approx(10.1 - 7.05)
     assert row["other_s"] == pytest.approx(0.0, abs=1e-9)
     assert sum(row[k] for k in mod.KEYS) == pytest.approx(row["round_s"])
 

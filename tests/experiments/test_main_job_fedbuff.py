@@ -45,6 +45,9 @@ def test_the_committed_pick_is_the_rules_in_the_main_jobs_setting():
     assert settings["rounds"] == grid["scale"]["rounds"]
     assert set(settings["run_config"]) == set(DEFAULTS) - set(HARNESS_KEYS)
     assert {k: DEFAULTS[k] for k in settings["run_config"]} == settings["run_config"]
+    # and the keys the harness sets are the main job's too: its rounds, every node, virtual
+    assert (DEFAULTS["num-rounds"], DEFAULTS["fraction-train"], DEFAULTS["timing"]) == (
+        settings["rounds"], 1.0, "virtual")
     tried = tuning["grid"]
     assert all(len(t["per_seed"]) == len(settings["dev_seeds"]) for t in tried)
     # every setting of the grid file's lists was tried, and the growths were the rule's

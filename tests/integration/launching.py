@@ -5,19 +5,20 @@ from __future__ import annotations
 
 
 def launch_main(tmp_path, monkeypatch, argv):
-    """``launch.main(argv)`` with ``flwr run`` replaced: the commands it would run."""
+    """``launch.main(argv)`` with ``flwr run`` replaced: the commands it would run (the
+    table's arguments: ``launch_main.compared``, its keywords ``launch_main.keywords``)."""
     from server import launch
 
     commands = []
     monkeypatch.setattr(launch, "run_flwr", lambda cmd, **kw: commands.append(list(cmd)) or 0)
     monkeypatch.setattr(launch, "stop_local_superlink", lambda home: None)
-    compared = []
-    monkeypatch.setattr(launch, "compare",
-                        lambda *dirs, **_: compared.append(dirs) or "compared")
+    compared, keywords = [], []
+    monkeypatch.setattr(launch, "compare", lambda *dirs, **kw: compared.append(dirs)
+                        or keywords.append(kw) or "compared")
     monkeypatch.setenv("FL_GRADCODE_DP_KEY_FILE", str(tmp_path / "unused-keys.json"))
     code = launch.main(["--home", str(tmp_path / "home"), "--results-dir",
                         str(tmp_path / "run"), *argv])
-    launch_main.compared = compared
+    launch_main.compared, launch_main.keywords = compared, keywords
     return code, [c[c.index("--run-config") + 1] for c in commands]
 
 

@@ -3,6 +3,7 @@ the launcher writes is one the app accepts, not only one whose keys are known.""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -44,35 +45,90 @@ def test_the_fedbuff_run_of_an_asynchronous_job_keeps_its_buffer_and_drops_its_r
 
 def test_the_fedbuff_run_of_a_coded_job_runs_the_tuned_pick():
     # the committed pick of the grid file's rule (results/main_job_fedbuff.json): its server
-    # lr, and K its fraction of the run's cohort (at least one update)
+    # lr, its K at the nodes it was tuned at (as recorded), the staleness weight it ran with
     import json
-    import math
 
     from server.asynchronous import build_async
     from server.launch import MAIN_JOB_FEDBUFF
 
     pick = json.loads(MAIN_JOB_FEDBUFF.read_text())
-    for overrides, cohort in (("", N), ("fraction-train=0.5", N // 2),
-                              ("server-lr=0.5 num-rounds=3", N)):
+    assert pick["settings"]["n"] == N
+    for overrides in ("", "server-lr=0.5 num-rounds=3"):
         cfg = _config("fedbuff", overrides)
-        k = max(1, math.ceil(pick["buffer_fraction"] * cohort - 1e-9))
-        assert (cfg["server-lr"], cfg["buffer-size"]) == (pick["server_lr"], k), overrides
+        assert (cfg["server-lr"], cfg["buffer-size"]) == (pick["server_lr"],
+                                                          pick["buffer_size"]), overrides
         strategy, *_ = build_async(cfg, N)
-        assert strategy.buffer_size == k
+        assert strategy.buffer_size == pick["buffer_size"]
+        assert strategy.staleness_exponent == pick["staleness_exponent"]
 
 
-def test_the_tuned_buffer_is_a_fraction_of_the_cohort(tmp_path):
-    from server.launch import fedbuff_refusal, fedbuff_tuned
+def _harness_k(fraction: float, n: int, cohort: int) -> int:
+    """K as the benchmark's cell computes it for a buffer ``fraction`` of ``cohort``."""
+    import dataclasses
+
+    from experiments.registry import grid_cell, load_grid
+
+    cell = grid_cell(load_grid(), "digits-logreg", "", n, cohort, 30, 0.85)
+    return dataclasses.replace(cell, fedbuff_buffer_fraction=fraction).fedbuff_buffer()
+
+
+def test_the_tuned_buffer_is_the_benchmarks_fraction_of_the_run_cohort(tmp_path):
+    from server.fedbuff_run import tuned_keys
 
     pick = tmp_path / "pick.json"
-    pick.write_text('{"server_lr": 4.0, "buffer_fraction": 0.25}')
-    assert fedbuff_tuned({}, 12, pick) == {"server-lr": "4.0", "buffer-size": "3"}
-    assert fedbuff_tuned({"fraction-train": 0.5}, 12, pick)["buffer-size"] == "2"
-    assert fedbuff_tuned({"fraction-train": 0.1}, 12, pick)["buffer-size"] == "1"
-    assert fedbuff_tuned({"asynchronous": True}, 12, pick) == {}
-    # without its tuning FedBuff does not run untuned in silence: it is skipped, saying why
-    reason = fedbuff_refusal({}, 12, tmp_path / "none.json")
-    assert reason is not None and "experiments.main_job_fedbuff" in reason
+    pick.write_text(json.dumps({"server_lr": 4.0, "buffer_fraction": 0.25, "settings": {
+        "n": 12, "rounds": 30, "dev_seeds": [0], "run_config": {}}}))
+    for values, n, cohort in (({}, 12, 12), ({"fraction-train": 0.5}, 12, 6),
+                              ({"fraction-train": 0.1}, 12, 1), ({}, 40, 40),
+                              ({"num-clients": 20}, 12, 20)):  # the nodes the app waits for
+        assert tuned_keys(values, n, pick) == {
+            "server-lr": "4.0", "buffer-size": str(_harness_k(0.25, max(n, cohort), cohort))}
+    assert tuned_keys({"asynchronous": True}, 12, pick) == {}
+
+
+@pytest.mark.parametrize("content", [None, "not json", '{"server_lr": 2}',
+                                     '{"server_lr": -1, "buffer_fraction": 0.5}'])
+def test_without_a_readable_pick_fedbuff_is_skipped_saying_why(tmp_path, monkeypatch, content):
+    # FedBuff does not run untuned in silence, and the main job still ends with its table
+    from server import fedbuff_run
+    from server.launch import fedbuff_refusal
+    from tests.integration.launching import launch_main
+
+    path = tmp_path / "pick.json"
+    if content is not None:
+        path.write_text(content)
+    reason = fedbuff_refusal({}, 12, path)
+    assert reason is not None and "experiments.main_job_fedbuff" in reason and str(path) in reason
+    monkeypatch.setattr(fedbuff_run, "MAIN_JOB_FEDBUFF", path)
+    code, configs = launch_main(tmp_path, monkeypatch, ["--run-config", "num-rounds=2"])
+    assert code == 0 and len(configs) == 3 and not any("run-fedbuff" in c for c in configs)
+    assert launch_main.compared[0][3] is None
+
+
+def test_the_label_names_what_departs_from_the_tuning_setting(tmp_path, monkeypatch):
+    from tests.integration.launching import launch_main
+
+    launch_main(tmp_path / "a", monkeypatch, ["--run-config", "num-rounds=2"])
+    plain = launch_main.keywords[0]["fedbuff_care"]
+    assert plain.startswith("tuned on development seeds") and "num-rounds=2" in plain
+    launch_main(tmp_path / "b", monkeypatch, ["--num-supernodes", "40", "--run-config",
+                                              "latency-p=0.3"])
+    away = launch_main.keywords[0]["fedbuff_care"]
+    assert "a cohort of 40 (tuned at 12)" in away and "latency-p=0.3" in away
+    assert "num-rounds" not in away
+    # a key FedBuff does not read (the code of the coded rounds) is not a departure
+    launch_main(tmp_path / "c", monkeypatch, ["--run-config", "code='frc' s=1"])
+    assert "run outside it" not in launch_main.keywords[0]["fedbuff_care"]
+
+
+def test_a_replaced_server_lr_is_said(tmp_path, monkeypatch, capsys):
+    from tests.integration.launching import launch_main
+
+    code, configs = launch_main(tmp_path, monkeypatch, ["--run-config",
+                                                         "server-lr=0.5 num-rounds=2"])
+    assert code == 0 and "server-lr=0.5" in configs[0]  # the coded run keeps the user's
+    out = capsys.readouterr().out
+    assert "the fedbuff run replaces server-lr=0.5" in out
 
 
 @pytest.mark.parametrize("fault", ["slow-workers='0'", "nan-workers='1,2'"])

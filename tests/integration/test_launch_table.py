@@ -133,7 +133,7 @@ def test_the_table_reads_rounds_against_fedbuff_and_says_where_coding_does_not_p
     assert "coding reached 0.900 2.00x sooner than uncoded" in text
     assert "replication's alone" not in text  # rounds: no attribution line
     # rounds that lose to FedBuff say how to run this library's asynchronous mode instead
-    assert "--run-config \"asynchronous=true s='auto'\"" in text
+    assert "add asynchronous=true s='auto' to --run-config" in text
     # how FedBuff's settings were chosen is the launcher's to say, and the label says it
     tuned = compare(tmp_path / "coded", tmp_path / "uncoded", None, tmp_path / "fedbuff",
                     "tuned on development seeds 0, 1")
@@ -175,8 +175,26 @@ def test_only_rounds_that_lose_to_fedbuff_are_told_how_to_run_asynchronously(tmp
                         "late_dropped": 0})
         return compare(root / "coded", root / "uncoded", None, root / "fedbuff")
 
-    hint = "--run-config \"asynchronous=true s='auto'\""
+    hint = "add asynchronous=true s='auto' to --run-config"
     assert hint in runs(tmp_path / "a", 4.0, False)  # rounds, slower than FedBuff
     assert hint not in runs(tmp_path / "b", 1.0, False)  # rounds, sooner than FedBuff
     slower_async = runs(tmp_path / "c", 4.0, True)  # already asynchronous, and slower
     assert "here it does not pay" in slower_async and hint not in slower_async
+    # where the launcher found the asynchronous app would refuse the job's keys: not said
+
+    refused = compare(tmp_path / "a" / "coded", tmp_path / "a" / "uncoded", None,
+                      tmp_path / "a" / "fedbuff", async_hint=None)
+    assert "here it does not pay" in refused and "to --run-config" not in refused
+
+
+def test_the_hint_is_given_only_where_the_asynchronous_app_would_run_the_job():
+    from server.launch import async_hint, override_values, parse_overrides, preset_overrides
+
+    def hint(text):
+        return async_hint(override_values(parse_overrides(text)))
+
+    assert hint("") == hint("num-rounds=5") == "asynchronous=true s='auto'"
+    assert hint("dp='partition'") is None  # no DP in asynchronous runs
+    assert hint("straggler-timeout=2.0") is None  # a round's deadline: refused there
+    assert hint(preset_overrides("coding-wins")) is None  # its hand-set deadline
+    assert hint("asynchronous=true") is None  # already asynchronous

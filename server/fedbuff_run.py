@@ -1,0 +1,109 @@
+"""The main job's FedBuff run beside a synchronous coded job: its server lr and buffer ``K`` as
+the grid file's rule picked them on the development seeds in the main job's default setting
+(``python -m experiments.main_job_fedbuff``, ``results/main_job_fedbuff.json``; the benchmark
+tunes FedBuff in each cell the same way), what its label says of that choice, and where the
+run departs from the setting it was tuned in. FedBuff: Nguyen et al., "Federated learning with
+buffered asynchronous aggregation", AISTATS 2022, https://arxiv.org/abs/2106.06639."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Collection, Mapping
+from pathlib import Path
+from typing import Any
+
+from fl_gradcode.config import merge_config
+
+__all__ = ["MAIN_JOB_FEDBUFF", "TUNED_KEYS", "care", "read_pick", "replaced", "tuned_keys"]
+
+ROOT = Path(__file__).resolve().parents[1]
+#: FedBuff's server lr and buffer as the grid file's rule picked them (amendment 31)
+MAIN_JOB_FEDBUFF = ROOT / "results" / "main_job_fedbuff.json"
+#: the run-config keys the pick sets in FedBuff's run
+TUNED_KEYS = ("server-lr", "buffer-size")
+
+
+def read_pick(path: Path | None = None) -> dict[str, Any]:
+    """The committed pick (:data:`MAIN_JOB_FEDBUFF` unless ``path``), or a ``ValueError``
+    naming the file and what is wrong with it (missing, not JSON, a bad or missing value)."""
+    path = MAIN_JOB_FEDBUFF if path is None else path
+    try:
+        pick = json.loads(path.read_text())
+        lr, fraction = float(pick["server_lr"]), float(pick["buffer_fraction"])
+        settings = pick["settings"]
+        n, seeds, config = int(settings["n"]), list(settings["dev_seeds"]), settings["run_config"]
+        rounds = int(settings["rounds"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"FedBuff's tuned settings cannot be read from {path} ({exc!r}); "
+                         "run python -m experiments.main_job_fedbuff") from None
+    if not (math.isfinite(lr) and lr > 0 and 0 < fraction <= 1 and n > 0
+            and isinstance(config, dict)):
+        raise ValueError(f"{path}: server_lr={lr!r} (expected > 0), buffer_fraction="
+                         f"{fraction!r} (expected in (0, 1]), settings.n={n!r} (expected > 0) "
+                         "and settings.run_config a table; run python -m "
+                         "experiments.main_job_fedbuff")
+    return {"server_lr": lr, "buffer_fraction": fraction, "n": n, "rounds": rounds,
+            "dev_seeds": seeds, "run_config": config, "path": path}
+
+
+def _cohort(cfg: Mapping[str, Any], n: int) -> int:
+    """The run's cohort: ``fraction-train`` of its clients (``num-clients`` when set, as the
+    ServerApp waits for, else the launcher's ``n`` SuperNodes)."""
+    from server.app import cohort_size
+
+    return cohort_size(dict(cfg), int(cfg["num-clients"]) or n)
+
+
+def tuned_keys(values: Mapping[str, object], n: int, path: Path | None = None
+               ) -> dict[str, str]:
+    """The keys (TOML text) FedBuff's run of a synchronous coded job takes from the pick:
+    ``server-lr``, and ``buffer-size`` the pick's fraction of the run's cohort (at least 1);
+    none beside an asynchronous coded job, whose FedBuff keeps that job's buffer and lr (its
+    own baseline). ``ValueError`` (:func:`read_pick`) when the pick cannot be read."""
+    cfg = merge_config(dict(values))
+    if cfg["asynchronous"]:
+        return {}
+    pick = read_pick(path)
+    k = max(1, math.ceil(pick["buffer_fraction"] * _cohort(cfg, n) - 1e-9))
+    return {"server-lr": repr(pick["server_lr"]), "buffer-size": str(k)}
+
+
+def care(values: Mapping[str, object], n: int, unread: Collection[str],
+         path: Path | None = None) -> str:
+    """How the FedBuff run's server lr and buffer were chosen (its label), naming what of the
+    run departs from the setting they were tuned in: its cohort, and each key FedBuff reads
+    (not in ``unread``) set away from that setting's value."""
+    cfg = merge_config(dict(values))
+    if cfg["asynchronous"]:
+        return "the coded job's own"
+    try:
+        pick = read_pick(path)
+    except ValueError:
+        return "untuned"
+    where = pick["path"]
+    shown = where.relative_to(ROOT) if where.is_relative_to(ROOT) else where
+    label = (f"tuned on development seeds {', '.join(map(str, pick['dev_seeds']))} by the "
+             f"benchmark's rule in the main job's default setting ({shown})")
+    away = [f"{k}={cfg[k]!r}" for k, v in pick["run_config"].items()
+            if k not in unread and k not in TUNED_KEYS and k in cfg and cfg[k] != v]
+    # the tuning's runs: every client in the cohort, the grid's rounds, virtual time
+    cohort = _cohort(cfg, n)
+    away[:0] = [text for text, differs in (
+        (f"a cohort of {cohort} (tuned at {pick['n']})", cohort != pick["n"]),
+        (f"num-rounds={cfg['num-rounds']!r} (tuned at {pick['rounds']})",
+         cfg["num-rounds"] != pick["rounds"]),
+        (f"timing={cfg['timing']!r} (tuned in virtual time)", cfg["timing"] != "virtual"))
+        if differs]
+    return label + (f"; run outside it: {', '.join(away)}" if away else "")
+
+
+def replaced(values: Mapping[str, object], tuned: Mapping[str, str]) -> str | None:
+    """The line saying which of the user's keys FedBuff's run replaces by its tuned value
+    (``None``: none): they stay the coded run's."""
+    swapped = [f"{k}={values[k]!r} (FedBuff runs {tuned[k]})" for k in TUNED_KEYS
+               if k in values and k in tuned]
+    if not swapped:
+        return None
+    return (f"the fedbuff run replaces {', '.join(swapped)} by its tuned settings; the coded "
+            "run keeps yours")
