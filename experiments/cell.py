@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fl_gradcode.config import merge_config
+from fl_gradcode.rivals.fedbuff import buffer_size
 
 __all__ = ["STOP_RULES", "Cell", "stop_rule"]
 
@@ -126,7 +127,7 @@ class Cell:
         return max(1, int(self.n / self.overcommit + 1e-9))
 
     def fedbuff_buffer(self) -> int:
-        return max(1, math.ceil(self.fedbuff_buffer_fraction * self.cohort - 1e-9))
+        return buffer_size(self.fedbuff_buffer_fraction, self.cohort)
 
     def fedbuff_steps(self) -> int:
         """Server steps with as many client updates as ``rounds`` synchronous rounds: the

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from experiments.common import harness_environment
 from experiments.compare import GRID, grid_cell, load_grid, lookup
 from experiments.runner import Runner
 
@@ -68,15 +68,10 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="results/main_job_fedbuff.json")
     args = parser.parse_args(argv)
-    import torch
-
-    from fl_gradcode.flower.blas import serial_blas
     from server.launch import NUM_SUPERNODES
 
-    logging.getLogger("flwr").setLevel(logging.ERROR)
-    torch.set_num_threads(1)
     t0 = time.perf_counter()
-    with serial_blas():
+    with harness_environment():  # as the benchmark runs
         result = main_job_fedbuff(load_grid(GRID), NUM_SUPERNODES)
     result["runtime_s"] = time.perf_counter() - t0
     out = Path(args.out)

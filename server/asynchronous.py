@@ -45,6 +45,7 @@ from fl_gradcode.flower.asynchronous import (
     NEED_REFERENCES,
     ReplicatedFedBuff,
 )
+from fl_gradcode.rivals.fedbuff import buffer_size
 
 __all__ = ["ASYNCHRONOUS_KEYS", "AUTO_KEYS", "SYNCHRONOUS_KEYS", "async_refusal", "build_async",
            "ineffective_rule", "need_key", "replication"]
@@ -215,7 +216,7 @@ def build_async(cfg: dict[str, Any], n: int):
     data, index = run_partitions(cfg, n)
     sizes = [len(p) for p in index]
     cohort = cohort_size(cfg, n)
-    k = int(cfg["buffer-size"]) or max(1, math.ceil(cohort / 4))
+    k = int(cfg["buffer-size"]) or buffer_size(0.25, cohort)
     steps = math.ceil(int(cfg["num-rounds"]) * cohort / k)
     # the rivals' timing keywords, from the same keys as the coded rounds'; the modelled
     # charges are virtual time's (real compute and uploads take what they take)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from fl_gradcode.config import merge_config
+from fl_gradcode.rivals.fedbuff import buffer_size
 
 __all__ = ["MAIN_JOB_FEDBUFF", "TUNED_KEYS", "care", "read_pick", "replaced", "tuned_keys"]
 
@@ -65,7 +66,7 @@ def tuned_keys(values: Mapping[str, object], n: int, path: Path | None = None
     if cfg["asynchronous"]:
         return {}
     pick = read_pick(path)
-    k = max(1, math.ceil(pick["buffer_fraction"] * _cohort(cfg, n) - 1e-9))
+    k = buffer_size(pick["buffer_fraction"], _cohort(cfg, n))
     return {"server-lr": repr(pick["server_lr"]), "buffer-size": str(k)}
 
 

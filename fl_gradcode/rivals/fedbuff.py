@@ -60,12 +60,18 @@ from ..flower.protocol import RejectedReply
 from ..latency import DeviceTrace, LatencyModel, back_on, client_delay, failure_notice
 from ..results import RoundRecorder
 
-__all__ = ["FedBuff", "staleness_weight"]
+__all__ = ["FedBuff", "buffer_size", "staleness_weight"]
 
 #: wallclock timing: a node whose job failed gets no job for this long, doubled with each
 #: failure in a row, at most the cap (a node that errors at once is not re-sent work at once)
 WALL_BACKOFF_S = 0.05
 WALL_BACKOFF_MAX_S = 30.0
+
+
+def buffer_size(fraction: float, concurrency: int) -> int:
+    """FedBuff's ``K`` as a ``fraction`` of the clients in flight: the smallest whole number of
+    updates at least that fraction (at least 1)."""
+    return max(1, math.ceil(fraction * concurrency - 1e-9))
 
 
 def staleness_weight(tau: int, exponent: float = 0.5) -> float:
