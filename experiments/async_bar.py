@@ -35,6 +35,7 @@ __all__ = [
     "BAR",
     "CHOICES",
     "ERA",
+    "LAG",
     "LATCH",
     "MARGIN",
     "METHOD",
@@ -151,6 +152,18 @@ PRIOR = Reading(
     {"replicate_below": 0.25, "need_latch": True, "need_reference": "cohort",
      "need_prior": True})
 
+#: amendment 32: the class reading's level L (the bar 0 until it trips, then 1 for good)
+LAG = Reading(
+    "fedbuff-lag", "lag_level", (0.8, 0.9, 0.95), 0.9,
+    "one L for every cell among 0.8, 0.9, 0.95 beside the bar 0 (FedBuff until it trips: "
+    "once the median class recall on the held-out data is at least L while some class's "
+    "best recall so far is below 0.1, every held partition gets the bar 1 for the rest of "
+    "the run): per development cell, L's median time to target over the development seeds "
+    "(never reached: infinite) over the lowest of amendment 23's development medians for "
+    "s = 0, 1, 2 (both infinite: 1; only L's: infinite); the lowest worst ratio over the "
+    "cells, then the lowest median ratio, then 0.9",
+    Path("results/async_lag.json"), "experiments.async_lag", {"replicate_below": 0.0})
+
 
 def dev_cells(grid: Mapping[str, Any], names: Sequence[str]) -> list[str]:
     """The cells the bar is picked on: the first :data:`DEV_CELLS` of amendment 23's order."""
@@ -264,15 +277,16 @@ def fixed_dev(bar: Mapping[str, Any], s: int = 1) -> dict[str, Any] | None:
 
 def auto_rule(bar: Mapping[str, Any], margin: Mapping[str, Any] | None = None,
               need: Mapping[str, Any] | None = None, latch: Mapping[str, Any] | None = None,
-              era: Mapping[str, Any] | None = None, prior: Mapping[str, Any] | None = None
-              ) -> dict[str, Any]:
+              era: Mapping[str, Any] | None = None, prior: Mapping[str, Any] | None = None,
+              lag: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The ReplicatedFedBuff keywords the main job's ``s="auto"`` runs, from the development
     records (``dev``) of amendments 24, 25 and 26 on record, by the grid file's rules:
     amendment 24's bar; amendment 25's margin beside it, whatever its ratios; amendment 26's
     rule in their place when its pick's worst development ratio is lower (then its median;
     a tie keeps what runs); amendment 27's, then 28's, then 29's, by the same test, each in
     the place of what runs then; then amendment 30's fixed s = 1 (the bar 1, no need rule;
-    :func:`fixed_dev` of ``bar``) by the same test."""
+    :func:`fixed_dev` of ``bar``) by the same test; then amendment 32's class reading
+    (``lag``) by the same test."""
     def score(dev: Mapping[str, Any]) -> tuple[float, float]:
         pick = str(dev["pick"])
         return float(dev["worst"][pick]), float(dev["median"][pick])
@@ -287,7 +301,9 @@ def auto_rule(bar: Mapping[str, Any], margin: Mapping[str, Any] | None = None,
             rule, best = {**reading.keywords(float(dev["pick"]))}, score(dev)
     fixed = fixed_dev(bar)
     if fixed is not None and score(fixed) < best:
-        rule = {"replicate_below": 1.0}
+        rule, best = {"replicate_below": 1.0}, score(fixed)
+    if lag is not None and score(lag) < best:
+        rule = {**LAG.keywords(float(lag["pick"]))}
     return rule
 
 

@@ -239,13 +239,14 @@ def run_rival(method: str, seed: int, cell: Cell, deadline: float | None = None,
 def run_replicated(s: int, seed: int, cell: Cell, replicate_below: float = 1.0,
                    replicate_margin: float = 0.0, need_ratio: float = math.inf,
                    need_latch: bool = False, need_reference: str = "own",
-                   need_prior: bool = False) -> dict[str, Any]:
+                   need_prior: bool = False, lag_level: float | None = None) -> dict[str, Any]:
     """The record of ``fedbuff-replicated`` with ``s`` extra copies of each partition
     (:class:`fl_gradcode.flower.asynchronous.ReplicatedFedBuff`, ``replicate_below``,
     ``replicate_margin``, ``need_ratio``, ``need_latch``, ``need_reference``,
-    ``need_prior``) in ``cell``, with FedBuff's rules of the cell (method
+    ``need_prior``, ``lag_level``) in ``cell``, with FedBuff's rules of the cell (method
     ``fedbuff-replicated:s``, with ``@theta`` below 1, ``~z`` above 0, ``^rho`` when finite,
-    ``%`` against the era, ``%c`` a cohort's, ``?`` with the prior and ``!`` latched);
+    ``%`` against the era, ``%c`` a cohort's, ``?`` with the prior, ``!`` latched and
+    ``&L`` with the class reading; ``lagged_at``: the virtual time it switched, or None);
     ``updates_per_partition``: how many updates of each partition entered the model;
     ``replicated``: how many jobs computed another partition than the client's own;
     ``needed``: how many partitions the latch lifted to the bar 1."""
@@ -256,7 +257,7 @@ def run_replicated(s: int, seed: int, cell: Cell, replicate_below: float = 1.0,
                       rounds=cell.fedbuff_steps(), replicas=s, replicate_below=replicate_below,
                       replicate_margin=replicate_margin, need_ratio=need_ratio,
                       need_latch=need_latch, need_reference=need_reference,
-                      need_prior=need_prior)
+                      need_prior=need_prior, lag_level=lag_level)
     counts = [0] * cell.n
     for row in run.history:
         for pid in row["clients_used"]:
@@ -268,7 +269,8 @@ def run_replicated(s: int, seed: int, cell: Cell, replicate_below: float = 1.0,
              + ("" if replicate_margin == 0.0 else f"~{replicate_margin:g}")
              + ("" if math.isinf(need_ratio) else f"^{need_ratio:g}")
              + {"own": "", "era": "%", "cohort": "%c"}[need_reference]
-             + ("?" if need_prior else "") + ("!" if need_latch else ""))
+             + ("?" if need_prior else "") + ("!" if need_latch else "")
+             + ("" if lag_level is None else f"&{lag_level:g}"))
     bar: dict[str, Any] = {"replicated": replicated} if s else {}
     if replicate_below != 1.0:
         bar.update(replicate_below=replicate_below)
@@ -280,6 +282,8 @@ def run_replicated(s: int, seed: int, cell: Cell, replicate_below: float = 1.0,
         bar.update(need_latch=True, needed=len(run.strategy.needed))
     if need_reference != "own":
         bar.update(need_reference=need_reference, need_prior=need_prior)
+    if lag_level is not None:
+        bar.update(lag_level=lag_level, lagged_at=run.strategy.lagged_at, replicated=replicated)
     return _summary(label, seed, run.history, cell, cfg, run.counter, run.wall_s, s=s,
                     updates_per_partition=counts, **bar)
 
@@ -388,7 +392,7 @@ def rival_strategy(method: str, run_config: Mapping[str, Any], n: int, *,
                    replicas: int = 0, replicate_below: float = 1.0,
                    replicate_margin: float = 0.0, need_ratio: float = math.inf,
                    need_latch: bool = False, need_reference: str = "own",
-                   need_prior: bool = False
+                   need_prior: bool = False, lag_level: float | None = None
                    ) -> tuple[Any, tuple, dict[str, Any], dict[str, Any]]:
     """A public rival of :mod:`fl_gradcode.rivals` with ``run_config`` on ``n`` nodes, on the
     main job's initial model, evaluation and train config (``server.app.build_rival``):
@@ -403,7 +407,7 @@ def rival_strategy(method: str, run_config: Mapping[str, Any], n: int, *,
     * ``fedbuff-replicated``: FedBuff's rules over partitions each held by ``replicas + 1``
       clients (:class:`fl_gradcode.flower.asynchronous.ReplicatedFedBuff`, ``s = replicas``,
       its ``replicate_below``, ``replicate_margin``, ``need_ratio``, ``need_latch``,
-      ``need_reference``, ``need_prior``).
+      ``need_reference``, ``need_prior``, ``lag_level``).
 
     A rule left ``None`` is the rival class's own default (``FirstK``, ``FedBuff``).
     ``stop_dropped_work``: ``deadline`` and ``first-k`` stop a dropped client's work when its
@@ -459,7 +463,8 @@ def rival_strategy(method: str, run_config: Mapping[str, Any], n: int, *,
                                          replicate_margin=replicate_margin,
                                          need_ratio=need_ratio, need_latch=need_latch,
                                          need_reference=need_reference,
-                                         need_prior=need_prior, **knobs)
+                                         need_prior=need_prior, lag_level=lag_level,
+                                         **knobs)
             extra["s"] = int(replicas)
     else:
         raise ValueError(f"method {method!r} is not a rival; expected one of "

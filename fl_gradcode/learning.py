@@ -217,6 +217,26 @@ def evaluate(
     return loss, acc
 
 
+@torch.no_grad()
+def evaluate_classes(
+    model: nn.Module, theta: np.ndarray, x: np.ndarray, y: np.ndarray, num_classes: int
+) -> tuple[float, float, list[float]]:
+    """``(mean cross-entropy, accuracy, recall of each class)`` of parameters ``theta`` on
+    ``(x, y)``: a class's recall is the fraction of its examples predicted as it (``nan`` for a
+    class with no example in ``y``)."""
+    set_flat_parameters(model, theta)
+    logits = model(torch.as_tensor(x, dtype=torch.float64))
+    yt = torch.as_tensor(y, dtype=torch.int64)
+    loss = float(nn.functional.cross_entropy(logits, yt))
+    hit = (logits.argmax(dim=1) == yt).numpy()
+    labels = np.asarray(y, dtype=np.int64)
+    total = np.bincount(labels, minlength=num_classes).astype(np.float64)
+    right = np.bincount(labels[hit], minlength=num_classes).astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        recall = np.where(total > 0, right / np.where(total > 0, total, 1.0), np.nan)
+    return loss, float(hit.mean()), [float(r) for r in recall]
+
+
 def dp_sgd_update(
     model: nn.Module,
     theta: np.ndarray,

@@ -39,6 +39,7 @@ from fl_gradcode.config import (
 )
 from fl_gradcode.data import run_partitions
 from fl_gradcode.flower import GradientCoding, seeded_sampling
+from fl_gradcode.flower.asynchronous import CLASS_RECALL_KEY
 from fl_gradcode.flower.code_options import code_options
 from fl_gradcode.flower.deadline import DeadlineFedAvg
 from fl_gradcode.flower.options import Options
@@ -49,7 +50,7 @@ from fl_gradcode.latency import (
     make_latency,
     persistent_seed,
 )
-from fl_gradcode.learning import dp_sgd_steps, evaluate, make_model
+from fl_gradcode.learning import dp_sgd_steps, evaluate_classes, make_model
 from fl_gradcode.privacy import (
     DPConfig,
     PrivacyAccountant,
@@ -407,8 +408,9 @@ def model_and_evaluation(cfg: dict[str, Any], data: Any):
         theta = np.concatenate(
             [arrays[name].numpy().reshape(-1) for name, _ in model.named_parameters()]
         )
-        loss, acc = evaluate(model, theta, data.x_test, data.y_test)
-        return MetricRecord({"accuracy": acc, "loss": loss})
+        loss, acc, recall = evaluate_classes(model, theta, data.x_test, data.y_test,
+                                             data.num_classes)
+        return MetricRecord({"accuracy": acc, "loss": loss, CLASS_RECALL_KEY: recall})
 
     train_config = ConfigRecord({"lr": float(cfg["lr"]), **{k: cfg[k] for k in CLIENT_KEYS}})
     return initial, evaluate_fn, train_config

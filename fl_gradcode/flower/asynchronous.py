@@ -67,6 +67,20 @@ concurrency), and ``need_prior=True`` serves a partition with fewer than two rea
 needed (the bar 1, not latched): its first updates come at a fast partition's rate, and it
 falls to ``replicate_below`` once read and not needed.
 
+``lag_level`` (``L`` in ``(0, 1]``, default ``None``: off) reads need from the model instead
+of the updates, so that it does not depend on the service it steers: after each server step
+the ``evaluate_fn`` returns the recall of each class on the server's held-out data
+(:data:`CLASS_RECALL_KEY`); once the median class's recall is at least ``L`` while some class's
+best recall so far is below :data:`LAG_FLOOR`, every held partition gets the bar 1 for the
+rest of the run (``s = 1``'s least-served rule): the model has learnt most classes and never
+one, so that class's examples are not reaching it, as when only persistently slow clients hold
+it. Before that the bar is ``replicate_below`` (0: FedBuff). It is wrong where a class is
+never learnt for another reason (too few examples of it anywhere, a model that cannot fit it:
+replication then costs its compute and buys nothing), where the slow clients' data is needed
+without a class missing (skewed features, quantity skew: it stays FedBuff-like), where the
+median never reaches ``L`` (a hard task: it never switches), and where the held-out data does
+not represent the classes the federation should learn.
+
 Everything else is :class:`~fl_gradcode.rivals.FedBuff`'s: which idle client gets a free slot
 (seeded, uniformly), the virtual clock (a job's latency is drawn for the client's own device,
 its load is the computed partition's size over the mean), staleness weights, the server step.
@@ -83,14 +97,15 @@ import math
 import secrets
 import statistics
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from logging import WARNING
 from typing import Any
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Result
 
 from ..rivals.fedbuff import FedBuff
 from . import protocol
@@ -99,8 +114,9 @@ from .protocol import Instruction, RejectedReply
 from .senders import answering_node
 
 __all__ = ["AUTO_NEED_LATCH", "AUTO_NEED_PRIOR", "AUTO_NEED_RATIO", "AUTO_NEED_REFERENCE",
-           "AUTO_REPLICATE_BELOW", "AUTO_REPLICATE_MARGIN", "AUTO_S", "ERA_READINGS", "ERA_STEPS",
-           "NEED_REFERENCES", "ReplicatedFedBuff", "auto_keywords", "cyclic_placement"]
+           "AUTO_REPLICATE_BELOW", "AUTO_REPLICATE_MARGIN", "AUTO_S", "CLASS_RECALL_KEY",
+           "ERA_READINGS", "ERA_STEPS", "LAG_FLOOR", "NEED_REFERENCES", "ReplicatedFedBuff",
+           "auto_keywords", "cyclic_placement"]
 
 #: what an asynchronous run with ``s="auto"`` runs: the placement ``s = 1`` and the rule whose
 #: development reading ranked first by ``experiments/grid.toml``'s amendments 24 to 30 (one
@@ -126,6 +142,13 @@ def auto_keywords() -> dict[str, Any]:
             "need_prior": AUTO_NEED_PRIOR}
 
 
+#: the ``evaluate_fn`` metric ``lag_ratio`` reads: the recall of each class on the server's
+#: held-out data (a list of floats, one per class; ``nan`` for a class it has no example of)
+CLASS_RECALL_KEY = "class-recall"
+
+#: ``lag_level``: a class whose best recall so far is below this has never been learnt
+LAG_FLOOR = 0.1
+
 #: ``need_reference="era"``: an update is compared with the updates computed from the models of
 #: its own server step and this many before it
 ERA_STEPS = 2
@@ -137,6 +160,18 @@ NEED_REFERENCES = ("own", "era", "cohort")
 
 #: the dtype replies are sent in (the instruction's default wire, float64)
 _WIRE = np.dtype(np.float64)
+
+
+def _recalls(metrics: MetricRecord | None) -> list[float] | None:
+    """The class recalls of an evaluation's metrics (:data:`CLASS_RECALL_KEY`, a list of
+    numbers); ``None`` when absent or not a list of numbers."""
+    if metrics is None or CLASS_RECALL_KEY not in metrics:
+        return None
+    value = metrics[CLASS_RECALL_KEY]
+    if not isinstance(value, list) or not value or not all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) for x in value):
+        return None
+    return [float(x) for x in value]
 
 
 def cyclic_placement(partition: int, num_partitions: int, s: int) -> tuple[int, ...]:
@@ -182,6 +217,11 @@ class ReplicatedFedBuff(FedBuff):
     need_prior : bool
         ``True`` (with ``"cohort"``): a partition read fewer than twice is served as if
         needed (default ``False``: at ``replicate_below``).
+    lag_level : float, optional
+        ``L`` in ``(0, 1]`` (default ``None``: off): once an evaluation's median class recall
+        is at least ``L`` while a class's best recall so far is below :data:`LAG_FLOOR`,
+        every held partition gets the bar 1 for the rest of the run (module docstring). Needs
+        ``s >= 1`` and an ``evaluate_fn`` whose metrics hold :data:`CLASS_RECALL_KEY`.
     identify_timeout : float, optional
         Seconds the identification handshake waits for the nodes' answers (default:
         ``start``'s ``timeout``); a node that has not answered by then gets no job.
@@ -193,6 +233,7 @@ class ReplicatedFedBuff(FedBuff):
     def __init__(self, *, s: int, replicate_below: float = 1.0, replicate_margin: float = 0.0,
                  need_ratio: float = math.inf, need_latch: bool = False,
                  need_reference: str = "own", need_prior: bool = False,
+                 lag_level: float | None = None,
                  identify_timeout: float | None = None, **fedbuff: Any) -> None:
         if isinstance(s, bool) or not isinstance(s, int) or s < 0:
             raise ValueError(f"s={s!r} must be an integer >= 0 (extra copies of a partition)")
@@ -224,6 +265,15 @@ class ReplicatedFedBuff(FedBuff):
             raise ValueError(f"need_reference={need_reference!r}, need_prior={need_prior!r} "
                              "without a finite need_ratio: they say how need is read; set "
                              "need_ratio or leave them at 'own', False")
+        if lag_level is not None and (isinstance(lag_level, bool)
+                                      or not isinstance(lag_level, (int, float))
+                                      or not 0.0 < lag_level <= 1.0):
+            raise ValueError(f"lag_level={lag_level!r} must be a number in (0, 1] (the median "
+                             "class recall at which a class never learnt switches every "
+                             "partition to the bar 1) or None (off)")
+        if lag_level is not None and s == 0:
+            raise ValueError(f"lag_level={lag_level!r} with s=0: there is no other partition "
+                             "to serve; set s >= 1 or leave lag_level None")
         if identify_timeout is not None and not (math.isfinite(identify_timeout)
                                                  and identify_timeout > 0):
             raise ValueError(f"identify_timeout={identify_timeout!r} must be > 0 seconds or "
@@ -237,6 +287,9 @@ class ReplicatedFedBuff(FedBuff):
         self.need_latch = need_latch
         self.need_reference = need_reference
         self.need_prior = need_prior
+        self.lag_level = None if lag_level is None else float(lag_level)
+        self.best_recall: list[float] = []  # each class's best recall so far
+        self.lagged_at: float | None = None  # virtual time the class reading switched, if it did
         self.era_steps = ERA_STEPS  # the steps before an update's own that make its era
         self.norms: dict[int, float] = {}  # partition -> its last update's norm
         self.era: dict[int, list[float]] = {}  # server step -> norms of updates computed from it
@@ -297,6 +350,54 @@ class ReplicatedFedBuff(FedBuff):
             self.era_steps = math.ceil(inflight / self.buffer_size)
         return answered
 
+    # ------------------------------------------------------------------ the class reading
+    def start(self, grid: Grid, initial_arrays: ArrayRecord, num_rounds: int = 3,
+              timeout: float = 3600, train_config: ConfigRecord | None = None,
+              evaluate_config: ConfigRecord | None = None,
+              evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None
+              ) -> Result:
+        """:meth:`FedBuff.start`; with ``lag_level``, each evaluation's class recalls are read
+        (the first, of the initial model, must hold them: refused before any job)."""
+        self.best_recall, self.lagged_at = [], None
+        if self.lag_level is not None:
+            if evaluate_fn is None:
+                raise ValueError(f"lag_level={self.lag_level!r} reads the server's evaluation: "
+                                 f"pass an evaluate_fn whose metrics hold {CLASS_RECALL_KEY!r} "
+                                 "(the recall of each class), or leave lag_level None")
+            evaluate_fn = self._reading(evaluate_fn)
+        return super().start(grid, initial_arrays, num_rounds, timeout, train_config,
+                             evaluate_config, evaluate_fn)
+
+    def _reading(self, evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None]
+                 ) -> Callable[[int, ArrayRecord], MetricRecord | None]:
+        def evaluate(step: int, arrays: ArrayRecord) -> MetricRecord | None:
+            metrics = evaluate_fn(step, arrays)
+            recall = _recalls(metrics)
+            if recall is None:
+                if step == 0:
+                    raise ValueError(
+                        f"lag_level={self.lag_level!r}: the evaluate_fn's metrics of step 0 "
+                        f"hold no {CLASS_RECALL_KEY!r} (a list of each class's recall, one "
+                        "number per class): return it, or leave lag_level None")
+                return metrics  # an evaluation without it reads nothing
+            self.observe(recall)
+            return metrics
+        return evaluate
+
+    def observe(self, recall: list[float]) -> None:
+        """Take in one evaluation's class recalls (``nan``: a class the held-out data has no
+        example of, not read); switch when the median is at least ``lag_level`` while a
+        class's best so far is below :data:`LAG_FLOOR`."""
+        if len(self.best_recall) != len(recall):
+            self.best_recall = [-math.inf] * len(recall)
+        self.best_recall = [max(b, r) if math.isfinite(r) else b
+                            for b, r in zip(self.best_recall, recall, strict=True)]
+        seen = [r for r in recall if math.isfinite(r)]
+        if (self.lagged_at is None and self.lag_level is not None and seen
+                and statistics.median(seen) >= self.lag_level
+                and any(math.isfinite(b) and b < LAG_FLOOR for b in self.best_recall)):
+            self.lagged_at = self.now
+
     # ------------------------------------------------------------------ one job
     def choose(self, node: int) -> int:
         """The partition ``node`` computes next: of the held partitions whose jobs so far, in
@@ -319,7 +420,7 @@ class ReplicatedFedBuff(FedBuff):
         last update more than ``need_ratio`` times as large as ``own``'s, or its recent updates
         as large against their era's, by ``need_reference``) or, with ``need_prior``, not yet
         read twice; else ``replicate_below``."""
-        if j in self.needed:
+        if j in self.needed or self.lagged_at is not None:
             return 1.0
         if self.need_reference != "own":
             ratios = self.readings.get(j, ())
