@@ -11,7 +11,8 @@ docs/adaptive.md.
 
 What it cannot honour is refused, naming the key, never dropped: DP (it applies none), a server
 optimiser other than plain SGD, a ``replicate-below``, ``replicate-margin``, ``need-ratio``,
-``need-latch``, ``need-reference`` or ``need-prior`` beside ``s="auto"`` (which sets its own),
+``need-latch``, ``need-reference``, ``need-prior`` or ``lag-level`` beside ``s="auto"`` (which
+sets its own), a ``lag-level`` outside ``[0, 1]``,
 a bar outside ``[0, 1]``, a negative margin or need ratio, a latch or a reference without a
 need ratio, an unknown reference, a prior without an era's reference, a replication key that
 would change nothing (``ineffective_rule``), a rival, and
@@ -35,6 +36,7 @@ from flwr.common.logger import log
 
 from fl_gradcode.config import DEFAULTS
 from fl_gradcode.flower.asynchronous import (
+    AUTO_LAG_LEVEL,
     AUTO_NEED_LATCH,
     AUTO_NEED_PRIOR,
     AUTO_NEED_RATIO,
@@ -48,7 +50,7 @@ from fl_gradcode.flower.asynchronous import (
 from fl_gradcode.rivals.fedbuff import buffer_size
 
 __all__ = ["ASYNCHRONOUS_KEYS", "AUTO_KEYS", "SYNCHRONOUS_KEYS", "async_refusal", "build_async",
-           "ineffective_rule", "need_key", "replication"]
+           "ineffective_rule", "lag_key", "need_key", "replication"]
 
 #: keys of synchronous coded rounds that an asynchronous run does not read: each must keep
 #: its default (``s`` is read: the extra copies of a partition)
@@ -63,11 +65,17 @@ def need_key(ratio: float) -> float:
     return 0.0 if math.isinf(ratio) else float(ratio)
 
 
+def lag_key(level: float | None) -> float:
+    """The run config's ``lag-level`` of a class's ``lag_level`` (off: 0, not None)."""
+    return 0.0 if level is None else float(level)
+
+
 #: the replication keys an integer ``s`` reads, each with the value ``s="auto"`` sets it to
 AUTO_KEYS: dict[str, Any] = {
     "replicate-below": AUTO_REPLICATE_BELOW, "replicate-margin": AUTO_REPLICATE_MARGIN,
     "need-ratio": need_key(AUTO_NEED_RATIO), "need-latch": AUTO_NEED_LATCH,
-    "need-reference": AUTO_NEED_REFERENCE, "need-prior": AUTO_NEED_PRIOR}
+    "need-reference": AUTO_NEED_REFERENCE, "need-prior": AUTO_NEED_PRIOR,
+    "lag-level": lag_key(AUTO_LAG_LEVEL)}
 #: keys only an asynchronous run reads: each must keep its default in synchronous rounds
 ASYNCHRONOUS_KEYS = ("buffer-size", *AUTO_KEYS)
 
@@ -118,6 +126,11 @@ def async_refusal(cfg: dict[str, Any]) -> str | None:
                 "readings of an era that fills (a three-step era rarely does where K is "
                 "small, and the prior would then hold the bar 1 for good); set "
                 "need-reference='cohort' or leave need-prior unset")
+    lag = cfg["lag-level"]
+    if (isinstance(lag, bool) or not isinstance(lag, (int, float))
+            or not (math.isfinite(lag) and 0.0 <= lag <= 1.0)):
+        return (f"lag-level={lag!r}: expected a number in [0, 1] (the median class recall at "
+                "which a class never learnt switches every partition to the bar 1; 0: off)")
     idle = ineffective_rule(cfg)
     if idle is not None:
         return idle
@@ -165,6 +178,10 @@ def ineffective_rule(cfg: dict[str, Any]) -> str | None:
         return (f"need-ratio={cfg['need-ratio']!r} with replicate-below=1: a neighbour's "
                 "partition is already served as much as the own one, so it would change "
                 "nothing; set replicate-below < 1 or leave need-ratio unset")
+    if cfg["lag-level"] and float(cfg["replicate-below"]) >= 1.0:
+        return (f"lag-level={cfg['lag-level']!r} with replicate-below=1: every partition is "
+                "already served as much as the own one, so it would change nothing; set "
+                "replicate-below < 1 or leave lag-level unset")
     if cfg["replicate-margin"] and float(cfg["replicate-below"]) == 0.0 and not cfg["need-ratio"]:
         return (f"replicate-margin={cfg['replicate-margin']!r} with replicate-below=0: no "
                 "neighbour's partition is served, so it would change nothing; set "
@@ -172,18 +189,19 @@ def ineffective_rule(cfg: dict[str, Any]) -> str | None:
     return None
 
 
-def replication(cfg: dict[str, Any]) -> tuple[int, float, float, float, bool, str, bool]:
+def replication(cfg: dict[str, Any]
+                ) -> tuple[int, float, float, float, bool, str, bool, float | None]:
     """``(s, replicate_below, replicate_margin, need_ratio, need_latch, need_reference,
-    need_prior)`` an asynchronous run
+    need_prior, lag_level)`` an asynchronous run
     of ``cfg`` runs (``s="auto"``: the placement and rules picked on development seeds; a
-    ``need-ratio`` of 0 is the class's ``inf``, off)."""
+    ``need-ratio`` of 0 is the class's ``inf``, off; a ``lag-level`` of 0 its ``None``)."""
     if cfg["s"] == "auto":
         return (AUTO_S, AUTO_REPLICATE_BELOW, AUTO_REPLICATE_MARGIN, AUTO_NEED_RATIO,
-                AUTO_NEED_LATCH, AUTO_NEED_REFERENCE, AUTO_NEED_PRIOR)
-    need = float(cfg["need-ratio"])
+                AUTO_NEED_LATCH, AUTO_NEED_REFERENCE, AUTO_NEED_PRIOR, AUTO_LAG_LEVEL)
+    need, lag = float(cfg["need-ratio"]), float(cfg["lag-level"])
     return (int(cfg["s"]), float(cfg["replicate-below"]), float(cfg["replicate-margin"]),
             need if need > 0 else math.inf, bool(cfg["need-latch"]), str(cfg["need-reference"]),
-            bool(cfg["need-prior"]))
+            bool(cfg["need-prior"]), lag if lag > 0 else None)
 
 
 def build_async(cfg: dict[str, Any], n: int):
@@ -223,21 +241,25 @@ def build_async(cfg: dict[str, Any], n: int):
     keywords = strategy_keywords(cfg, n, only=RIVAL_KEYWORDS)
     if str(cfg["timing"]) == "wallclock":
         keywords.update(compute_cost_s=0.0, upload_bandwidth=None)
-    s, bar, z, need, latch, reference, prior = replication(cfg)
+    s, bar, z, need, latch, reference, prior, lag = replication(cfg)
     strategy = ReplicatedFedBuff(
         s=s, replicate_below=bar, replicate_margin=z, need_ratio=need, need_latch=latch,
-        need_reference=reference, need_prior=prior,
+        need_reference=reference, need_prior=prior, lag_level=lag,
         buffer_size=k, concurrency=cohort, server_lr=float(cfg["server-lr"]),
         partition_sizes=sizes, **keywords,
         run_config={**cfg, "num-clients": n, "partition-sizes": sizes, "s": s,
                     "replicate-below": bar, "replicate-margin": z,
                     "need-ratio": need_key(need), "need-latch": latch,
-                    "need-reference": reference, "need-prior": prior, "s-asked": cfg["s"],
+                    "need-reference": reference, "need-prior": prior,
+                    "lag-level": lag_key(lag), "s-asked": cfg["s"],
                     "buffer-size": k, "server-steps": steps},
         timing=str(cfg["timing"]), identify_timeout=float(cfg["warmup-timeout"]))
     initial, evaluate_fn, train_config = model_and_evaluation(cfg, data)
     served = ("each job the held partition served least so far" if bar >= 1.0 else
               f"a neighbour's served below {bar:g} times a client's own")
+    if lag is not None:
+        served += (f", every partition as much as the own once the median class recall is "
+                   f"{lag:g} with a class never learnt")
     placement = ("FedBuff itself (s = 0: each client its own partition)" if s == 0 else
                  f"FedBuff over partitions held by s + 1 = {s + 1} clients ({served}"
                  f"{', s=auto' if cfg['s'] == 'auto' else ''})")

@@ -124,8 +124,11 @@ def _bar(cfg: dict) -> str:
         str(cfg.get("need-reference")), "its last update was over {:g}x the own's")
     prior = ", and until read twice" if cfg.get("need-prior") else ""
     lifted = f" (1x{once} when {against.format(need)}{prior})" if need else ""
+    lag = float(cfg.get("lag-level", 0.0))
+    switch = (f"; every partition served as much once the median class recall reached "
+              f"{lag:g} with a class never learnt" if lag else "")
     return (f", a neighbour's partition served while below {bar:g}x a client's own"
-            f"{lifted}{margin}{asked}")
+            f"{lifted}{margin}{switch}{asked}")
 
 
 def compare(coded_dir: Path, uncoded_dir: Path | None, drop_dir: Path | None = None,

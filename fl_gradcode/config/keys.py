@@ -373,6 +373,12 @@ KEYS: tuple[Key, ...] = (
     Key("need-prior", False, "`asynchronous` with `need-reference='cohort'`: a partition "
         "read fewer than twice is served as if needed; `s='auto'` sets its own",
         coded_only=True),
+    Key("lag-level", 0.0, "`asynchronous`: once the median class recall of the server's "
+        "evaluation is at least this while some class's best recall so far is below 0.1 "
+        "(a class never learnt), every held partition is served as much as the own one for "
+        "the rest of the run, the bar `replicate-below` before (0: off; needs an evaluation "
+        "that returns `class-recall`, as this project's does); `s='auto'` sets its own",
+        coded_only=True),
     Key("buffer-size", 0, "`asynchronous`: updates per server step (FedBuff's K); 0 = a "
         "quarter of the cohort, rounded up (the benchmark's a-priori K)", coded_only=True),
 )

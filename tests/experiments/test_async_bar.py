@@ -71,8 +71,9 @@ def test_s_auto_runs_the_rule_the_development_records_on_record_pick():
     import math
     from pathlib import Path
 
-    from experiments.async_bar import BAR, ERA, LATCH, MARGIN, NEED, PRIOR, auto_rule
+    from experiments.async_bar import BAR, ERA, LAG, LATCH, MARGIN, NEED, PRIOR, auto_rule
     from fl_gradcode.flower.asynchronous import (
+        AUTO_LAG_LEVEL,
         AUTO_NEED_LATCH,
         AUTO_NEED_PRIOR,
         AUTO_NEED_RATIO,
@@ -94,12 +95,14 @@ def test_s_auto_runs_the_rule_the_development_records_on_record_pick():
 
     rule = {"replicate_below": 1.0, "replicate_margin": 0.0, "need_ratio": math.inf,
             "need_latch": False, "need_reference": "own", "need_prior": False,
+            "lag_level": None,
             **auto_rule(dev, later(MARGIN), later(NEED), later(LATCH), later(ERA),
-                        later(PRIOR))}
+                        later(PRIOR), later(LAG))}
     assert (rule["replicate_below"], rule["replicate_margin"], rule["need_ratio"],
-            rule["need_latch"], rule["need_reference"], rule["need_prior"]) == (
+            rule["need_latch"], rule["need_reference"], rule["need_prior"],
+            rule["lag_level"]) == (
         AUTO_REPLICATE_BELOW, AUTO_REPLICATE_MARGIN, AUTO_NEED_RATIO, AUTO_NEED_LATCH,
-        AUTO_NEED_REFERENCE, AUTO_NEED_PRIOR) and AUTO_S == 1
+        AUTO_NEED_REFERENCE, AUTO_NEED_PRIOR, AUTO_LAG_LEVEL) and AUTO_S == 1
 
 
 def test_auto_takes_the_margin_whatever_and_the_need_rule_only_when_it_ranks_first():
@@ -135,6 +138,12 @@ def test_auto_takes_the_margin_whatever_and_the_need_rule_only_when_it_ranks_fir
         "replicate_below": 0.25, "need_ratio": 2.0, "need_latch": True,
         "need_reference": "cohort", "need_prior": True}
     assert auto_rule(*latched, dev(1.5, 2.1, 1.05), dev(2.0, 1.9, 1.0)) == {
+        "replicate_below": 0.25, "need_ratio": 1.5, "need_latch": True}
+    # amendment 32's class reading against what runs after amendment 30 (here no bar file's
+    # cells: amendment 27's)
+    assert auto_rule(*latched, None, None, dev(0.9, 1.5, 1.0)) == {
+        "replicate_below": 0.0, "lag_level": 0.9}
+    assert auto_rule(*latched, None, None, dev(0.9, 1.8, 1.09)) == {  # a tie keeps what runs
         "replicate_below": 0.25, "need_ratio": 1.5, "need_latch": True}
 
 

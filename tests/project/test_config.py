@@ -174,6 +174,7 @@ def test_client_and_coded_only_keys_come_from_the_table():
         "warmup-timeout",  # the membership's first wait: no rival reads it
         "asynchronous", "buffer-size", "replicate-below", "replicate-margin",  # FedBuff over
         "need-ratio", "need-latch", "need-reference", "need-prior",  # replicated partitions
+        "lag-level",  # the class reading (asynchronous)
     }
     assert set(client_keys()) == {*CLIENT_KEYS, "lr"}
     assert CODED_ONLY == coded_only_keys()

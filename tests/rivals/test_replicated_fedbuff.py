@@ -36,7 +36,7 @@ pytestmark = [
 ]
 
 
-def _start(strategy, n, steps, app=None):
+def start_run(strategy, n, steps, app=None):
     models = {}
 
     def evaluate_fn(step, arrays):
@@ -49,8 +49,9 @@ def _start(strategy, n, steps, app=None):
     return result, models
 
 
-def _reference(table, n, s, k, server_lr, steps, sizes=None, cost=0.0, bar=1.0, margin=0.0,
-               need=math.inf, latch=False, era=0, prior=False, trace=None):
+def replicated_reference(table, n, s, k, server_lr, steps, sizes=None, cost=0.0, bar=1.0,
+                         margin=0.0, need=math.inf, latch=False, era=0, prior=False,
+                         trace=None, switch_after=None):
     """Concurrency ``n``: a finished client is sent the current model at once. ``bar``:
     client ``p`` computes another held partition only while its jobs are fewer than
     ``bar`` times partition ``p``'s and, ``margin`` z, while partition ``p``'s lead them by
@@ -62,6 +63,7 @@ def _reference(table, n, s, k, server_lr, steps, sizes=None, cost=0.0, bar=1.0, 
     computed from the models of its step and the w before (at least three), have a geometric
     mean above rho; ``prior``: a partition with fewer than two such ratios has the bar 1.
     ``trace`` (a dict, filled): each partition's ratios (``"ratios"``) and the latched set.
+    ``switch_after`` t: from server step t on, every held partition has the bar 1.
     ``table[job][p]``: client ``p``'s ``job``-th job's latency, plus ``cost`` times the load
     of the partition it computes (its size over the mean of ``sizes``). Returns the model and
     time of each step and each step's partitions."""
@@ -124,6 +126,8 @@ def _reference(table, n, s, k, server_lr, steps, sizes=None, cost=0.0, bar=1.0, 
             version += 1
             models[version], times[version], parts[version] = theta, arrive, used
             buffer, used = None, []
+            if switch_after is not None and version >= switch_after:
+                bar, margin = 1.0, 0.0
         jobs[p] += 1
         j = pick(p)
         running[p] = (arrive + table[jobs[p]][p] + cost * load[j], version, theta, j)
@@ -140,8 +144,8 @@ def test_each_job_is_the_least_served_held_partition_and_steps_follow_fedbuff(s,
     strategy = ReplicatedFedBuff(s=s, buffer_size=2, concurrency=4, server_lr=0.7,
                                  latency=FixedArrivals(TABLE), measured_compute=False,
                                  **({} if theta == 1.0 else {"replicate_below": theta}))
-    result, models = _start(strategy, 4, 8)
-    expected, times, parts = _reference(TABLE, 4, s, 2, 0.7, 8, bar=theta)
+    result, models = start_run(strategy, 4, 8)
+    expected, times, parts = replicated_reference(TABLE, 4, s, 2, 0.7, 8, bar=theta)
     for step in range(1, 9):
         assert_model(models[step], expected[step])
     assert_model(as_dict(result.arrays), expected[8])
@@ -155,8 +159,8 @@ def test_a_jobs_compute_is_charged_by_the_partition_it_computes_not_the_clients_
     strategy = ReplicatedFedBuff(s=1, buffer_size=2, concurrency=4, server_lr=0.7,
                                  latency=FixedArrivals(TABLE), measured_compute=False,
                                  partition_sizes=sizes, compute_cost_s=0.3)
-    _, models = _start(strategy, 4, 8)
-    expected, times, parts = _reference(TABLE, 4, 1, 2, 0.7, 8, sizes=sizes, cost=0.3)
+    _, models = start_run(strategy, 4, 8)
+    expected, times, parts = replicated_reference(TABLE, 4, 1, 2, 0.7, 8, sizes=sizes, cost=0.3)
     assert [row["virtual_s"] for row in strategy.history] == pytest.approx(
         [times[t] for t in range(1, 9)])
     assert [row["clients_used"] for row in strategy.history] == [parts[t] for t in range(1, 9)]
@@ -175,7 +179,7 @@ def test_a_device_gone_off_leaves_its_partition_to_its_neighbour():
     latency = DevicesOff(off, notices)
     strategy = ReplicatedFedBuff(s=1, buffer_size=1, concurrency=4, latency=latency,
                                  measured_compute=False)
-    _start(strategy, 4, 12)
+    start_run(strategy, 4, 12)
     assert all(1 not in row["computed_by"] for row in strategy.history)
     uses = [(row["clients_used"][0], row["computed_by"][0]) for row in strategy.history]
     assert (1, 0) in uses
@@ -199,7 +203,7 @@ def test_a_device_off_gets_no_job_until_its_own_device_is_on_again():
     behave = {1: {"active": [0.0, 10.0], "inactive": [2.5, 900.0], "finish_time": 1000.0}}
     strategy = ReplicatedFedBuff(s=1, buffer_size=1, concurrency=3, measured_compute=False,
                                  latency=DeviceTrace(capacity, behave, notice_s=0.1))
-    _start(strategy, 3, 30)
+    start_run(strategy, 3, 30)
     assert sum(row["rejected"] for row in strategy.history) == 1
     by_zero = [row["virtual_s"] for row in strategy.history if row["computed_by"] == [0]]
     assert any(t < 2.5 for t in by_zero) and any(t > 10.0 for t in by_zero)
@@ -213,7 +217,7 @@ def test_the_slow_clients_partition_enters_the_model_through_its_neighbour():
     for s in (0, 1):
         strategy = ReplicatedFedBuff(s=s, buffer_size=1, concurrency=4,
                                      latency=FixedArrivals(TABLE), measured_compute=False)
-        _start(strategy, 4, 12)
+        start_run(strategy, 4, 12)
         assert strategy.history[-1]["virtual_s"] < 50.0
         runs[s] = strategy.history
     assert all(3 not in row["clients_used"] for row in runs[0])
@@ -227,11 +231,11 @@ def test_the_slow_clients_partition_enters_the_model_through_its_neighbour():
 def test_s_zero_is_fedbuff_step_for_step(s, theta):
     plain = FedBuff(buffer_size=2, concurrency=4, server_lr=0.7,
                     latency=FixedArrivals(TABLE), measured_compute=False)
-    _, fedbuff_models = _start(plain, 4, 6, app=make_app(train_timing_mod))
+    _, fedbuff_models = start_run(plain, 4, 6, app=make_app(train_timing_mod))
     coded = ReplicatedFedBuff(s=s, replicate_below=theta, buffer_size=2, concurrency=4,
                               server_lr=0.7, latency=FixedArrivals(TABLE),
                               measured_compute=False)
-    _, models = _start(coded, 4, 6)
+    _, models = start_run(coded, 4, 6)
     for step in range(7):
         assert_model(models[step], fedbuff_models[step])
     for mine, theirs in zip(coded.history, plain.history, strict=True):
@@ -255,7 +259,7 @@ def test_a_bad_reply_is_dropped_and_the_run_goes_on():
 
     strategy = ReplicatedFedBuff(s=1, buffer_size=2, concurrency=3,
                                  latency=FixedArrivals(TABLE), measured_compute=False)
-    _, models = _start(strategy, 3, 4, app=app)
+    _, models = start_run(strategy, 3, 4, app=app)
     assert sorted(models) == [0, 1, 2, 3, 4]
     assert all(1 not in row["computed_by"] for row in strategy.history)
     assert sum(row["rejected"] for row in strategy.history) >= 1
@@ -271,7 +275,7 @@ def test_a_node_that_does_not_identify_gets_no_job(caplog):
     strategy = ReplicatedFedBuff(s=1, buffer_size=1, concurrency=3,
                                  latency=FixedArrivals(TABLE), measured_compute=False)
     with caplog.at_level(logging.WARNING):
-        _start(strategy, 3, 4, app=app)
+        start_run(strategy, 3, 4, app=app)
     assert "1 of 3 nodes did not identify" in caplog.text
     assert all(2 not in row["computed_by"] for row in strategy.history)
     assert any(2 in row["clients_used"] for row in strategy.history)  # node 1 holds it
@@ -281,7 +285,7 @@ def test_without_the_coding_mod_it_says_what_to_add():
     strategy = ReplicatedFedBuff(s=1, buffer_size=1, latency=FixedArrivals(TABLE),
                                  measured_compute=False)
     with pytest.raises(ValueError, match="gradient_coding_mod"):
-        _start(strategy, 3, 1, app=make_app(train_timing_mod))
+        start_run(strategy, 3, 1, app=make_app(train_timing_mod))
 
 
 @pytest.mark.parametrize("s", [-1, True, 1.0, "1"])
@@ -311,7 +315,7 @@ for _j in range(1, 80):
 def test_below_the_bar_transient_stragglers_leave_every_client_its_own_partition():
     strategy = ReplicatedFedBuff(s=1, replicate_below=0.5, buffer_size=2, concurrency=6,
                                  latency=FixedArrivals(TRANSIENT), measured_compute=False)
-    _start(strategy, 6, 40)
+    start_run(strategy, 6, 40)
     pairs = [(j, c) for row in strategy.history
              for j, c in zip(row["clients_used"], row["computed_by"], strict=True)]
     assert len(pairs) == 80 and all(j == c for j, c in pairs)
@@ -323,7 +327,7 @@ def test_a_persistently_slow_clients_partition_is_served_at_the_bar(theta):
     than ``theta`` times partition 2's, so it is served about ``theta`` times as often."""
     strategy = ReplicatedFedBuff(s=1, replicate_below=theta, buffer_size=1, concurrency=4,
                                  latency=FixedArrivals(TABLE), measured_compute=False)
-    _start(strategy, 4, 60)
+    start_run(strategy, 4, 60)
     used = np.bincount([j for row in strategy.history for j in row["clients_used"]],
                        minlength=4)
     assert all(row["computed_by"] != [3] for row in strategy.history)  # it never replied
@@ -345,8 +349,8 @@ def _follows_reference(s, theta, margin=0.0, need=math.inf, latch=False, era=0):
                                  need_reference="era" if era else "own", buffer_size=1,
                                  concurrency=4, server_lr=0.7, latency=FixedArrivals(TABLE),
                                  measured_compute=False)
-    result, _ = _start(strategy, 4, 40)
-    expected, times, parts = _reference(TABLE, 4, s, 1, 0.7, 40, bar=theta, margin=margin,
+    result, _ = start_run(strategy, 4, 40)
+    expected, times, parts = replicated_reference(TABLE, 4, s, 1, 0.7, 40, bar=theta, margin=margin,
                                         need=need, latch=latch, era=era)
     assert [row["clients_used"] for row in strategy.history] == [parts[t] for t in range(1, 41)]
     assert [row["virtual_s"] for row in strategy.history] == pytest.approx(
@@ -359,7 +363,7 @@ def _follows_reference(s, theta, margin=0.0, need=math.inf, latch=False, era=0):
 def test_a_margin_replicates_only_a_lead_beyond_chance_as_the_reference_does(s, theta, z):
     parts = _follows_reference(s, theta, margin=z)
     # the slow client 3's partition is served by a neighbour, later than without the margin
-    _, _, plain = _reference(TABLE, 4, s, 1, 0.7, 40, bar=theta)
+    _, _, plain = replicated_reference(TABLE, 4, s, 1, 0.7, 40, bar=theta)
     first = min(t for t in range(1, 41) if 3 in parts[t])
     assert first > min(t for t in range(1, 41) if 3 in plain[t])
 
@@ -369,7 +373,7 @@ def test_a_margin_keeps_transient_stragglers_own_partitions_the_bar_alone_replic
         strategy = ReplicatedFedBuff(s=1, replicate_below=1.0, buffer_size=2, concurrency=6,
                                      latency=FixedArrivals(TRANSIENT), measured_compute=False,
                                      **margin)
-        _start(strategy, 6, 40)
+        start_run(strategy, 6, 40)
         return sum(j != c for row in strategy.history
                    for j, c in zip(row["clients_used"], row["computed_by"], strict=True))
 
@@ -387,7 +391,7 @@ def test_a_bad_margin_is_refused_by_name(bad):
 def test_a_neighbour_whose_updates_are_larger_is_served_as_much_as_the_reference_says(
         s, theta, rho):
     parts = _follows_reference(s, theta, need=rho)
-    _, _, plain = _reference(TABLE, 4, s, 1, 0.7, 40, bar=theta)
+    _, _, plain = replicated_reference(TABLE, 4, s, 1, 0.7, 40, bar=theta)
     assert parts != plain  # the norms changed which partitions were computed
 
 
@@ -400,7 +404,7 @@ def test_a_bad_need_ratio_is_refused_by_name(bad):
 @pytest.mark.parametrize("s, theta, rho", [(1, 0.25, 1.2), (2, 0.25, 1.1)])
 def test_a_latched_need_keeps_the_bar_one_as_the_reference_does(s, theta, rho):
     parts = _follows_reference(s, theta, need=rho, latch=True)
-    _, _, unlatched = _reference(TABLE, 4, s, 1, 0.7, 40, bar=theta, need=rho)
+    _, _, unlatched = replicated_reference(TABLE, 4, s, 1, 0.7, 40, bar=theta, need=rho)
     assert parts != unlatched  # the latch changed which partitions were computed
     with pytest.raises(ValueError, match="need_latch="):
         ReplicatedFedBuff(s=1, need_latch=1, buffer_size=1)
@@ -415,15 +419,15 @@ def test_a_need_read_against_the_era_follows_the_reference(s, rho):
                                  need_reference="era", buffer_size=2, concurrency=4,
                                  server_lr=0.7, latency=FixedArrivals(TABLE),
                                  measured_compute=False)
-    result, _ = _start(strategy, 4, 30)
-    expected, times, parts = _reference(TABLE, 4, s, 2, 0.7, 30, bar=0.25, need=rho,
+    result, _ = start_run(strategy, 4, 30)
+    expected, times, parts = replicated_reference(TABLE, 4, s, 2, 0.7, 30, bar=0.25, need=rho,
                                         latch=True, era=2)
     assert [row["clients_used"] for row in strategy.history] == [parts[t] for t in range(1, 31)]
     assert [row["virtual_s"] for row in strategy.history] == pytest.approx(
         [times[t] for t in range(1, 31)])
     assert_model(as_dict(result.arrays), expected[30])
-    _, _, own = _reference(TABLE, 4, s, 2, 0.7, 30, bar=0.25, need=rho, latch=True)
-    _, _, plain = _reference(TABLE, 4, s, 2, 0.7, 30, bar=0.25)
+    _, _, own = replicated_reference(TABLE, 4, s, 2, 0.7, 30, bar=0.25, need=rho, latch=True)
+    _, _, plain = replicated_reference(TABLE, 4, s, 2, 0.7, 30, bar=0.25)
     assert parts != own and parts != plain  # the era's reading changed what was computed
     assert 3 in strategy.needed  # the slow client's partition, read through its neighbour
 
@@ -445,17 +449,17 @@ def test_a_need_read_over_a_cohorts_era_with_a_prior_follows_the_reference(s, k,
                                      need_prior=prior, buffer_size=k, concurrency=4,
                                      server_lr=0.7, latency=FixedArrivals(TABLE),
                                      measured_compute=False)
-        result, _ = _start(strategy, 4, 24)
+        result, _ = start_run(strategy, 4, 24)
         return strategy, result
 
     strategy, result = run("cohort", True)
-    expected, times, parts = _reference(TABLE, 4, s, k, 0.7, 24, bar=0.25, need=rho,
+    expected, times, parts = replicated_reference(TABLE, 4, s, k, 0.7, 24, bar=0.25, need=rho,
                                         latch=True, era=math.ceil(4 / k), prior=True)
     assert [row["clients_used"] for row in strategy.history] == [parts[t] for t in range(1, 25)]
     assert [row["virtual_s"] for row in strategy.history] == pytest.approx(
         [times[t] for t in range(1, 25)])
     assert_model(as_dict(result.arrays), expected[24])
-    _, _, no_prior = _reference(TABLE, 4, s, k, 0.7, 24, bar=0.25, need=rho, latch=True,
+    _, _, no_prior = replicated_reference(TABLE, 4, s, k, 0.7, 24, bar=0.25, need=rho, latch=True,
                                 era=math.ceil(4 / k))
     assert parts != no_prior  # the prior changed what was computed
     unread = run("era", False)[0]
@@ -488,10 +492,10 @@ def test_each_readings_ratios_and_latches_are_the_references(reference, k, rho):
                                  need_reference=reference, need_prior=prior, buffer_size=k,
                                  concurrency=8, server_lr=0.7, latency=FixedArrivals(TABLE8),
                                  measured_compute=False)
-    result, _ = _start(strategy, 8, 30)
+    result, _ = start_run(strategy, 8, 30)
     trace = {}
     window = 2 if reference == "era" else math.ceil(8 / k)
-    expected, times, parts = _reference(TABLE8, 8, 1, k, 0.7, 30, bar=0.25, need=rho,
+    expected, times, parts = replicated_reference(TABLE8, 8, 1, k, 0.7, 30, bar=0.25, need=rho,
                                         latch=True, era=window, prior=prior, trace=trace)
     assert [row["clients_used"] for row in strategy.history] == [parts[t] for t in range(1, 31)]
     assert [row["virtual_s"] for row in strategy.history] == pytest.approx(
@@ -509,7 +513,7 @@ def test_a_cohorts_era_spans_the_steps_of_the_jobs_in_flight(concurrency, k, ste
                                  need_reference="cohort", buffer_size=k,
                                  concurrency=concurrency, latency=FixedArrivals(TABLE8),
                                  measured_compute=False)
-    _start(strategy, 8, 2)
+    start_run(strategy, 8, 2)
     assert strategy.era_steps == steps
 
 
@@ -518,8 +522,8 @@ def test_a_second_run_of_the_same_strategy_reads_need_afresh():
                                  need_reference="cohort", need_prior=True, buffer_size=3,
                                  concurrency=8, server_lr=0.7, latency=FixedArrivals(TABLE8),
                                  measured_compute=False)
-    first, _ = _start(strategy, 8, 20)
+    first, _ = start_run(strategy, 8, 20)
     runs = [row["clients_used"] for row in strategy.history]
-    again, _ = _start(strategy, 8, 20)
+    again, _ = start_run(strategy, 8, 20)
     assert [row["clients_used"] for row in strategy.history[-20:]] == runs
     assert_model(as_dict(again.arrays), as_dict(first.arrays))
