@@ -4,9 +4,10 @@ ReplicatedFedBuff`; ``s = 0`` is FedBuff) on the same data, model, seeds and lat
 the synchronous coded job, in virtual or wallclock timing.
 
 ``s="auto"`` runs the placement ``s = 1`` with the replication rule picked on development seeds
-(the ``AUTO_*`` constants of :mod:`fl_gradcode.flower.asynchronous`): since no online rule
-registered ranked above it there, the fixed ``s = 1``, each client computing the held
-partition served least so far; the rules tried and what they estimate are in
+(the ``AUTO_*`` constants of :mod:`fl_gradcode.flower.asynchronous`): the class reading, each
+client computing its own partition (FedBuff) until the server's evaluation shows the median
+class recall at 0.9 while a class has never reached 0.1, then the held partition served least
+so far for the rest of the run; the rules tried and what they estimate are in
 docs/adaptive.md.
 
 What it cannot honour is refused, naming the key, never dropped: DP (it applies none), a server
@@ -256,10 +257,11 @@ def build_async(cfg: dict[str, Any], n: int):
         timing=str(cfg["timing"]), identify_timeout=float(cfg["warmup-timeout"]))
     initial, evaluate_fn, train_config = model_and_evaluation(cfg, data)
     served = ("each job the held partition served least so far" if bar >= 1.0 else
-              f"a neighbour's served below {bar:g} times a client's own")
+              f"a neighbour's served below {bar:g} times a client's own" if bar > 0 else
+              "each client its own partition")
     if lag is not None:
-        served += (f", every partition as much as the own once the median class recall is "
-                   f"{lag:g} with a class never learnt")
+        served += (f" until the median class recall is {lag:g} with a class never learnt, "
+                   "then the held partition served least so far")
     placement = ("FedBuff itself (s = 0: each client its own partition)" if s == 0 else
                  f"FedBuff over partitions held by s + 1 = {s + 1} clients ({served}"
                  f"{', s=auto' if cfg['s'] == 'auto' else ''})")

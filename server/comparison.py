@@ -6,8 +6,9 @@ does or does not pay, with ``comparison.png`` (accuracy vs virtual time). It rea
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 __all__ = ["LEGEND", "compare", "render_table", "summarize"]
 
@@ -107,14 +108,23 @@ def render_table(summaries: list[Mapping[str, object]], target: float,
     return "\n".join(lines)
 
 
-def _bar(cfg: dict) -> str:
-    """How an asynchronous run's clients served their neighbours' partitions (its label)."""
+def _bar(cfg: dict, rows: Sequence[Mapping[str, Any]] = ()) -> str:
+    """How an asynchronous run's clients served their neighbours' partitions (its label;
+    ``rows``: its server steps, which say when a class reading switched)."""
     bar = float(cfg.get("replicate-below", 1.0))
+    lag = float(cfg.get("lag-level", 0.0))
+    switched = next((r["lagged_at"] for r in reversed(rows) if "lagged_at" in r), None)
+    fact = (f" (it did at {switched:.2f} s)" if switched is not None
+            else " (it never did)" if rows else "")
     z = float(cfg.get("replicate-margin", 0.0))
     need = float(cfg.get("need-ratio", 0.0))
     asked = " (s='auto')" if cfg.get("s-asked") == "auto" else ""
     if int(cfg["s"]) == 0:
         return ""
+    if lag and bar == 0.0:
+        return (", each client its own partition (FedBuff) until the median class recall "
+                f"reached {lag:g} with a class never learnt, then the held partition served "
+                f"least so far{fact}{asked}")
     if bar >= 1.0 and z == 0.0:  # the least-served rule: the label says so only when asked
         return f", the held partition served least so far{asked}" if asked else ""
     margin = f" by more than {z:g} sd" if z else ""
@@ -124,9 +134,8 @@ def _bar(cfg: dict) -> str:
         str(cfg.get("need-reference")), "its last update was over {:g}x the own's")
     prior = ", and until read twice" if cfg.get("need-prior") else ""
     lifted = f" (1x{once} when {against.format(need)}{prior})" if need else ""
-    lag = float(cfg.get("lag-level", 0.0))
     switch = (f"; every partition served as much once the median class recall reached "
-              f"{lag:g} with a class never learnt" if lag else "")
+              f"{lag:g} with a class never learnt{fact}" if lag else "")
     return (f", a neighbour's partition served while below {bar:g}x a client's own"
             f"{lifted}{margin}{switch}{asked}")
 
@@ -159,7 +168,7 @@ def compare(coded_dir: Path, uncoded_dir: Path | None, drop_dir: Path | None = N
             clock = "wall-clock time"
         labels["coded"] = (
             f"asynchronous: FedBuff over partitions held by s + 1 = {int(cfg['s']) + 1} "
-            f"clients{_bar(cfg)}, a server step every {cfg['buffer-size']} updates, "
+            f"clients{_bar(cfg, rows['coded'])}, a server step every {cfg['buffer-size']} updates, "
             f"{cfg['server-steps']} steps" if cfg.get("asynchronous")
             else f"gradient coding, code={cfg['code']} s={cfg['s']}")
         labels["drop-stragglers"] = (

@@ -400,6 +400,11 @@ class ReplicatedFedBuff(FedBuff):
                 and any(math.isfinite(b) and b < LAG_FLOOR for b in self.best_recall)):
             self.lagged_at = self.now
 
+    def _step_facts(self) -> dict[str, Any]:
+        """With ``lag_level``: ``lagged_at``, the virtual time the class reading switched
+        every partition to the bar 1 (``None``: not yet)."""
+        return {"lagged_at": self.lagged_at} if self.lag_level is not None else {}
+
     # ------------------------------------------------------------------ one job
     def choose(self, node: int) -> int:
         """The partition ``node`` computes next: of the held partitions whose jobs so far, in

@@ -524,6 +524,10 @@ class FedBuff(FedAvg):
         result.arrays = arrays_of(model)
         return result
 
+    def _step_facts(self) -> dict[str, Any]:
+        """A subclass's facts to record in each server step's row (none here)."""
+        return {}
+
     def _record(self, version: int, used: list[dict[str, Any]], counters: Mapping[str, Any],
                 step_start: float, wall0: float, evaluation: MetricRecord | None,
                 arrays: ArrayRecord) -> None:
@@ -551,6 +555,7 @@ class FedBuff(FedAvg):
         for key in ("accuracy", "loss"):
             if evaluation is not None and key in evaluation:
                 row[key] = float(evaluation[key])
+        row.update(self._step_facts())
         self.history.append(row)
         if self.recorder is not None:
             self.recorder.save_model({k: v.numpy() for k, v in arrays.items()})

@@ -60,7 +60,7 @@ def test_the_overview_says_which_rule_auto_runs_and_which_were_never_evaluated()
     import json
     from pathlib import Path
 
-    from experiments.async_bar import BAR, LATCH, MARGIN, NEED, auto_rule
+    from experiments.async_bar import BAR, LAG, LATCH, MARGIN, NEED, auto_rule
     from tools.docgen.async_rules import RULES, _row
 
     root = Path(__file__).resolve().parents[2]
@@ -70,11 +70,13 @@ def test_the_overview_says_which_rule_auto_runs_and_which_were_never_evaluated()
         return json.loads(path.read_text())["dev"] if path.exists() else None
 
     # the registered rule on the records on file, computed apart from the overview
-    rule = auto_rule(dev(BAR), dev(MARGIN), dev(NEED), dev(LATCH), dev(ERA), dev(PRIOR))
+    rule = auto_rule(dev(BAR), dev(MARGIN), dev(NEED), dev(LATCH), dev(ERA), dev(PRIOR),
+                     dev(LAG))
     empty: dict = {"cells": {}, "settings": {"slow_classes": {}}}
     runs = []
     for amendment, _file, method, what, knob in RULES:
-        reading = {24: BAR, 25: MARGIN, 26: NEED, 27: LATCH, 28: ERA, 29: PRIOR}[amendment]
+        reading = {24: BAR, 25: MARGIN, 26: NEED, 27: LATCH, 28: ERA, 29: PRIOR,
+                   32: LAG}[amendment]
         record = dev(reading)
         if record is None:
             continue

@@ -1,7 +1,7 @@
 """``--methods fedbuff-auto``: the main job's asynchronous ``s='auto'`` (s = 1 with the
-replication rule of the ``AUTO_*`` constants: since amendment 30 the least-served held
-partition, no online rule) run by the one benchmark command, on FedBuff's settings as the
-cell tunes or gives them."""
+replication rule of the ``AUTO_*`` constants: since amendment 32 the class reading, FedBuff
+until a class is never learnt while the median is, then the least-served held partition) run
+by the one benchmark command, on FedBuff's settings as the cell tunes or gives them."""
 
 from __future__ import annotations
 
@@ -38,26 +38,32 @@ def test_it_runs_the_main_jobs_auto_rule_on_fedbuffs_tuned_settings():
                                                                "buffer_fraction": 0.5}
 
 
-def test_it_is_the_plain_least_served_s1_on_fedbuffs_settings():
-    """What amendment 30 says s='auto' runs, as a user can observe it: the same runs as
-    ``fedbuff-replicated`` with s = 1 and no rule (the bar 1), FedBuff's settings as tuned."""
+def test_it_is_the_class_reading_on_fedbuffs_settings():
+    """What amendment 32 says s='auto' runs, as a user can observe it: the same runs as
+    ``fedbuff-replicated`` with s = 1, the bar 0 and the class reading at 0.9, FedBuff's
+    settings as tuned; where no class is missing (digits, 6 clients) it is FedBuff's run."""
     import dataclasses
 
     from experiments.rival_runs import run_replicated
 
     with compare.harness_environment():
         cell = compare.run_cell(_grid(), "digits-logreg", "persistent", 6, 6, 4, [10], [0],
-                                ["fedbuff-auto"], 0.5, log=lambda _: None)
+                                ["fedbuff", "fedbuff-auto"], 0.5, log=lambda _: None)
         built = compare.grid_cell(_grid(), "digits-logreg", "persistent", 6, 6, 4, 0.5, None)
         tuned = dataclasses.replace(built, fedbuff_server_lr=1.0, fedbuff_buffer_fraction=0.5)
-        by_hand = run_replicated(1, 10, tuned)
+        by_hand = run_replicated(1, 10, tuned, replicate_below=0.0, lag_level=0.9)
     mine = next(r for r in cell["runs"] if r["method"] == "fedbuff-auto")
+    fedbuff = next(r for r in cell["runs"] if r["method"] == "fedbuff")
     assert mine["time_to_target"] == by_hand["time_to_target"]
     assert mine["updates_per_partition"] == by_hand["updates_per_partition"]
-    assert mine["replicated"] == by_hand["replicated"] > 0
-    assert mine["auto_rule"] == {"s": 1, "replicate_below": 1.0, "replicate_margin": 0.0,
+    assert mine["lagged_at"] == by_hand["lagged_at"]
+    if mine["lagged_at"] is None:  # it never switched: FedBuff's run
+        assert mine["replicated"] == 0
+        assert mine["time_to_target"] == fedbuff["time_to_target"]
+    assert mine["auto_rule"] == {"s": 1, "replicate_below": 0.0, "replicate_margin": 0.0,
                                  "need_ratio": None, "need_latch": False,
-                                 "need_reference": "own", "need_prior": False}
+                                 "need_reference": "own", "need_prior": False,
+                                 "lag_level": 0.9}
 
 
 def test_under_dp_it_is_refused_by_name():

@@ -567,13 +567,13 @@ def test_the_main_jobs_cohorts_do_not_move_with_other_draws_from_random(tmp_path
     common = {"num-rounds": 4, "virtual-compute": "none", "straggler-timeout": 1e6,
               "fraction-train": 0.5, "code": "uncoded", "s": 0}
     quiet, theta = run_in_process({**common, "results-dir": str(tmp_path / "a")}, 8)
-    original = app.evaluate
+    original = app.evaluate_classes
 
     def drawing(*args, **kwargs):
         random.random()
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(app, "evaluate", drawing)
+    monkeypatch.setattr(app, "evaluate_classes", drawing)
     noisy, theta_noisy = run_in_process({**common, "results-dir": str(tmp_path / "b")}, 8)
     cohorts = [r["partitions"]["used"] for r in quiet.history]
     assert len({tuple(c) for c in cohorts}) > 1  # the premise: the cohorts change

@@ -52,6 +52,10 @@ def _config(tmp_path, **overrides):
      "need-prior=True with need-reference='own'"),
     ({"need-prior": True, "need-ratio": 1.5, "replicate-below": 0.25, "need-reference": "era"},
      "need-prior=True with need-reference='era'"),
+    ({"s": "auto", "lag-level": 0.5}, "lag-level=0.5 with s='auto'"),
+    ({"lag-level": 1.5, "replicate-below": 0.0}, r"lag-level=1.5: expected a number in \[0, 1\]"),
+    ({"lag-level": 0.9}, "lag-level=0.9 with replicate-below=1"),
+    ({"s": 0, "lag-level": 0.9}, "lag-level=0.9 with s=0"),
     ({"s": 0, "replicate-margin": 1.0}, "replicate-margin=1.0 with s=0"),
     ({"s": 0, "replicate-below": 0.5}, "replicate-below=0.5 with s=0"),
     ({"need-ratio": 1.5}, "need-ratio=1.5 with replicate-below=1"),
@@ -137,7 +141,7 @@ def test_a_nan_clients_partition_enters_through_its_neighbour(tmp_path):
                                              ("replicate-margin", 2.0), ("need-ratio", 1.5),
                                              ("need-latch", True),
                                              ("need-reference", "era"),
-                                             ("need-prior", True)])
+                                             ("need-prior", True), ("lag-level", 0.9)])
 def test_a_replication_key_without_asynchronous_is_refused(tmp_path, key, value):
     from server.app import run
 
@@ -151,13 +155,16 @@ def _pairs(strategy):
             for p, by in zip(row["clients_used"], row["computed_by"], strict=True)]
 
 
-def test_s_auto_runs_the_picked_bar_and_records_it(tmp_path):
+def test_s_auto_runs_the_picked_rule_and_records_it(tmp_path):
     """``s='auto'``: the placement s = 1 with the rule picked on development seeds (amendment
-    30: none, the least-served held partition), the same run as the class with those settings
-    by hand; config.json says what ran."""
+    32: FedBuff until the class reading trips, then the least-served held partition), the
+    same run as the keys set by hand; config.json says what ran. Where only the slow clients
+    hold two classes it trips (seed 0): its steps up to the one that tripped are FedBuff's,
+    and after it a client computes a neighbour's partition."""
     import json
 
     from fl_gradcode.flower.asynchronous import (
+        AUTO_LAG_LEVEL,
         AUTO_NEED_LATCH,
         AUTO_NEED_PRIOR,
         AUTO_NEED_RATIO,
@@ -167,28 +174,40 @@ def test_s_auto_runs_the_picked_bar_and_records_it(tmp_path):
         AUTO_S,
     )
     from server.app import run
-    from server.asynchronous import need_key
+    from server.asynchronous import lag_key, need_key
 
-    rounds = {"num-rounds": 8}
-    auto = run(_grid(cfg := _config(tmp_path, s="auto", seed=2, **rounds)), cfg)
+    setting = {"num-rounds": 8, "seed": 0, "slow-classes": 2, "latency": "persistent"}
+    auto = run(_grid(cfg := _config(tmp_path, s="auto", **setting)), cfg)
     recorded = json.loads((tmp_path / "run" / "config.json").read_text())
     assert (recorded["s"], recorded["replicate-below"], recorded["replicate-margin"],
             recorded["need-ratio"], recorded["need-latch"], recorded["need-reference"],
-            recorded["need-prior"]) == (
+            recorded["need-prior"], recorded["lag-level"]) == (
         AUTO_S, AUTO_REPLICATE_BELOW, AUTO_REPLICATE_MARGIN, need_key(AUTO_NEED_RATIO),
-        AUTO_NEED_LATCH, AUTO_NEED_REFERENCE, AUTO_NEED_PRIOR)
-    by_hand = run(_grid(cfg := _config(tmp_path, s=AUTO_S, seed=2, **rounds,
+        AUTO_NEED_LATCH, AUTO_NEED_REFERENCE, AUTO_NEED_PRIOR, lag_key(AUTO_LAG_LEVEL))
+    by_hand = run(_grid(cfg := _config(tmp_path, s=AUTO_S, **setting,
                                        **{"replicate-below": AUTO_REPLICATE_BELOW,
                                           "replicate-margin": AUTO_REPLICATE_MARGIN,
                                           "need-ratio": need_key(AUTO_NEED_RATIO),
                                           "need-latch": AUTO_NEED_LATCH,
                                           "need-reference": AUTO_NEED_REFERENCE,
-                                          "need-prior": AUTO_NEED_PRIOR})), cfg)
+                                          "need-prior": AUTO_NEED_PRIOR,
+                                          "lag-level": lag_key(AUTO_LAG_LEVEL)})), cfg)
     assert _pairs(auto) == _pairs(by_hand)
-    least = run(_grid(cfg := _config(tmp_path, s=AUTO_S, seed=2, **rounds)), cfg)
-    assert _pairs(auto) == _pairs(least)  # amendment 30: the least-served s = 1, no rule
-    fedbuff = run(_grid(cfg := _config(tmp_path, s=0, seed=2, **rounds)), cfg)
-    assert _pairs(auto) != _pairs(fedbuff)  # it replicates: not FedBuff
+    fedbuff = run(_grid(cfg := _config(tmp_path, s=0, **setting)), cfg)
+    tripped = next(i for i, row in enumerate(auto.history) if row["lagged_at"] is not None)
+    assert auto.history[tripped]["lagged_at"] == auto.history[tripped]["virtual_s"]
+    assert _pairs(_Steps(auto.history[:tripped + 1])) == _pairs(
+        _Steps(fedbuff.history[:tripped + 1]))
+    assert any(p != by for p, by in _pairs(_Steps(auto.history[tripped + 1:])))
+    assert all(row["lagged_at"] == auto.history[tripped]["lagged_at"]
+               for row in auto.history[tripped:])
+
+
+class _Steps:
+    """A run's server steps, in the shape :func:`_pairs` reads."""
+
+    def __init__(self, history):
+        self.history = history
 
 
 def test_a_bar_of_zero_is_fedbuff_whatever_s(tmp_path):

@@ -1,6 +1,6 @@
 """The ``async-rules`` block: every online replication rule the grid file registered for the
-asynchronous ``s='auto'`` (amendments 24 to 29) and the fixed ``s = 1`` (amendment 30), one
-row each, from their results files: the
+asynchronous ``s='auto'`` (amendments 24 to 29 and 32) and the fixed ``s = 1`` (amendment 30),
+one row each, from their results files: the
 value picked on the development seeds, its worst and median development ratio to the best
 fixed ``s`` (and the cell of the worst), its ratio in the cell whose slow clients hold data
 no one else does at 100 clients, whether ``s='auto'`` runs it, and its evaluation reading
@@ -43,6 +43,8 @@ RULES = (
      "its last three", "ρ"),
     (29, "async_prior.json", "fedbuff-prior", "as 28 over a cohort's era, 1 until read twice",
      "ρ"),
+    (32, "async_lag.json", "fedbuff-lag", "the bar 0 (FedBuff), 1 for good once the median "
+     "class recall is L with a class never above 0.1", "L"),
 )
 
 
@@ -106,6 +108,8 @@ def _chance_text(counts: tuple[list[str], list[str], int] | None) -> str:
 
 #: the amendment that put the fixed s = 1 among the candidates (no online rule: the bar 1)
 FIXED_AMENDMENT = 30
+#: the amendment of the class reading (``lag_level``: FedBuff until a class is never learnt)
+LAG_AMENDMENT = 32
 
 
 def fixed_rule() -> tuple[int, Mapping[str, Any], str, str, str] | None:
@@ -140,6 +144,7 @@ def auto_amendment() -> int:
     """The amendment whose rule the main job's asynchronous ``s='auto'`` runs (read off the
     ``AUTO_*`` constants)."""
     from fl_gradcode.flower.asynchronous import (
+        AUTO_LAG_LEVEL,
         AUTO_NEED_LATCH,
         AUTO_NEED_PRIOR,
         AUTO_NEED_RATIO,
@@ -148,6 +153,8 @@ def auto_amendment() -> int:
         AUTO_REPLICATE_MARGIN,
     )
 
+    if AUTO_LAG_LEVEL is not None:
+        return LAG_AMENDMENT
     need = AUTO_NEED_RATIO != float("inf")
     if not (need or AUTO_NEED_LATCH or AUTO_REPLICATE_MARGIN) and AUTO_REPLICATE_BELOW == 1.0:
         return FIXED_AMENDMENT
@@ -159,6 +166,7 @@ def auto_amendment() -> int:
 def _runs_auto(amendment: int, pick: float) -> bool:
     """Whether the main job's asynchronous ``s='auto'`` runs this amendment's pick."""
     from fl_gradcode.flower.asynchronous import (
+        AUTO_LAG_LEVEL,
         AUTO_NEED_RATIO,
         AUTO_REPLICATE_BELOW,
         AUTO_REPLICATE_MARGIN,
@@ -166,7 +174,7 @@ def _runs_auto(amendment: int, pick: float) -> bool:
 
     which = auto_amendment()
     value = {24: AUTO_REPLICATE_BELOW, 25: AUTO_REPLICATE_MARGIN,
-             FIXED_AMENDMENT: 1.0}.get(which, AUTO_NEED_RATIO)
+             FIXED_AMENDMENT: 1.0, LAG_AMENDMENT: AUTO_LAG_LEVEL}.get(which, AUTO_NEED_RATIO)
     return which == amendment and value == pick
 
 
@@ -248,6 +256,7 @@ def async_rules() -> str | None:
     if fixed is not None:
         on_file.append(fixed)
         read.append(_row(*fixed, replication, cells))
+    read.sort(key=lambda got: int(got[0][0]))  # by amendment: the fixed s = 1 before 32
     rows = [row for row, _ in read]
     against = {row[0]: facts for row, facts in read if facts is not None}
     lowest = min(medians, key=lambda a: (medians[a], int(a)))
