@@ -424,7 +424,7 @@ def rival_strategy(method: str, run_config: Mapping[str, Any], n: int, *,
     cfg = charged_once(merge_config({**shared_keys(run_config), "rival": "fedavg",
                                      "timing": "virtual", "num-clients": n}), n)
     cohort = cohort_size(cfg, n) if cohort is None else int(cohort)
-    _, *built = build_rival(cfg, n)
+    _, *built = build_rival(cfg, n, classes=lag_level is not None)
     _, index = run_partitions(cfg, n)
     common = {
         "latency": run_latency(cfg, n), "seed": int(cfg["seed"]),

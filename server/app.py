@@ -396,8 +396,10 @@ def check_training(cfg: dict[str, Any]) -> None:
             raise ValueError(f"{name}={cfg[name]!r}: expected an integer >= 1")
 
 
-def model_and_evaluation(cfg: dict[str, Any], data: Any):
-    """``(initial arrays, evaluate_fn, train_config)``: the seeded model, its test accuracy."""
+def model_and_evaluation(cfg: dict[str, Any], data: Any, classes: bool = False):
+    """``(initial arrays, evaluate_fn, train_config)``: the seeded model, its test accuracy
+    and loss (``classes``: and each class's recall, :data:`CLASS_RECALL_KEY`, which a class
+    reading needs)."""
     check_training(cfg)
     model = make_model(str(cfg["model"]), data.input_shape, data.num_classes, int(cfg["seed"]))
     initial = ArrayRecord(
@@ -410,16 +412,18 @@ def model_and_evaluation(cfg: dict[str, Any], data: Any):
         )
         loss, acc, recall = evaluate_classes(model, theta, data.x_test, data.y_test,
                                              data.num_classes)
-        return MetricRecord({"accuracy": acc, "loss": loss, CLASS_RECALL_KEY: recall})
+        return MetricRecord({"accuracy": acc, "loss": loss,
+                             **({CLASS_RECALL_KEY: recall} if classes else {})})
 
     train_config = ConfigRecord({"lr": float(cfg["lr"]), **{k: cfg[k] for k in CLIENT_KEYS}})
     return initial, evaluate_fn, train_config
 
 
-def build_rival(cfg: dict[str, Any], n: int):
+def build_rival(cfg: dict[str, Any], n: int, classes: bool = False):
     """``(strategy, initial arrays, evaluate_fn, train_config)`` of ``rival``: Flower's own
     FedAvg with a round deadline (``straggler-timeout``, virtual time) that drops the replies
-    arriving later, on the same seeds, data, model and latency draws as the coded run."""
+    arriving later, on the same seeds, data, model and latency draws as the coded run
+    (``classes``: its evaluation returns each class's recall too)."""
     rival = str(cfg["rival"])
     refusal = rival_refusal(cfg, rival)  # what it would not apply, named
     if refusal is not None:
@@ -441,7 +445,7 @@ def build_rival(cfg: dict[str, Any], n: int):
         min_available_nodes=1, min_train_nodes=1,
     )
     seeded_sampling(strategy, seed)  # the coded run's cohorts (build)
-    initial, evaluate_fn, train_config = model_and_evaluation(cfg, data)
+    initial, evaluate_fn, train_config = model_and_evaluation(cfg, data, classes)
     if rival == "fedavg":
         log(INFO, "fl-gradcode rival fedavg: %d clients, plain Flower FedAvg waiting for every "
             "reply (%s timing)", n, cfg["timing"])

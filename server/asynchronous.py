@@ -255,7 +255,7 @@ def build_async(cfg: dict[str, Any], n: int):
                     "lag-level": lag_key(lag), "s-asked": cfg["s"],
                     "buffer-size": k, "server-steps": steps},
         timing=str(cfg["timing"]), identify_timeout=float(cfg["warmup-timeout"]))
-    initial, evaluate_fn, train_config = model_and_evaluation(cfg, data)
+    initial, evaluate_fn, train_config = model_and_evaluation(cfg, data, lag is not None)
     served = ("each job the held partition served least so far" if bar >= 1.0 else
               f"a neighbour's served below {bar:g} times a client's own" if bar > 0 else
               "each client its own partition")

@@ -198,3 +198,28 @@ def test_the_hint_is_given_only_where_the_asynchronous_app_would_run_the_job():
     assert hint("straggler-timeout=2.0") is None  # a round's deadline: refused there
     assert hint(preset_overrides("coding-wins")) is None  # its hand-set deadline
     assert hint("asynchronous=true") is None  # already asynchronous
+
+
+@pytest.mark.parametrize(("lagged", "said"), [
+    ([None, 1.5], " (it did at 1.50 s)"), ([None, None], " (it never did)")])
+def test_compare_says_whether_the_class_reading_switched(tmp_path, lagged, said):
+    """s='auto' (the class reading): FedBuff until it trips, then the least-served rule; the
+    label reads when it switched from the run's rows."""
+    from server.launch import compare
+
+    for name in ("coded", "uncoded"):
+        rec = RoundRecorder(tmp_path / name, {"code": "grouped-rs", "s": 1, "asynchronous":
+                                              name == "coded", "buffer-size": 3,
+                                              "server-steps": 2, "replicate-below": 0.0,
+                                              "lag-level": 0.9, "s-asked": "auto",
+                                              "straggler-timeout": 2.0})
+        for step, when in enumerate(lagged, start=1):
+            rec.record({**{k: 0 for k in ROUND_FIELDS}, "round": step, "decode": "exact",
+                        "accuracy": 0.9, "virtual_s": 2.0 * step, "bytes_up": 10**6,
+                        "compute_s": 0.5, "late_dropped": 0,
+                        **({"lagged_at": when} if name == "coded" else {})})
+    text = compare(tmp_path / "coded", tmp_path / "uncoded")
+    assert ("held by s + 1 = 2 clients, each client its own partition (FedBuff) until the "
+            "median class recall reached 0.9 with a class never learnt, then the held "
+            f"partition served least so far{said} (s='auto'), a server step every 3 "
+            "updates") in text

@@ -188,7 +188,8 @@ def test_the_apps_evaluation_returns_each_class_recall_consistent_with_its_accur
 
     cfg = merge_config({})
     data = load_dataset(str(cfg["dataset"]), int(cfg["seed"]))
-    initial, evaluate_fn, _ = model_and_evaluation(cfg, data)
+    initial, evaluate_fn, _ = model_and_evaluation(cfg, data, classes=True)
+    assert CLASS_RECALL_KEY not in model_and_evaluation(cfg, data)[1](0, initial)
     rng = np.random.default_rng(3)
     arrays = {k: v.numpy() + rng.normal(0, 0.5, v.numpy().shape) for k, v in initial.items()}
     metrics = evaluate_fn(1, ArrayRecord({k: Array(v) for k, v in arrays.items()}))
