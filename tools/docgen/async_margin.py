@@ -291,6 +291,14 @@ def async_lag() -> str | None:
     return _block(LAG_READING)
 
 
+def _against_text(facts: Against) -> str:
+    """A candidate's evaluation reading against FedBuff alone, in the README's words."""
+    return (f"within {GOAL_TIME:g}× of FedBuff's median time in {facts.near_fedbuff} of "
+            f"{facts.cells} cells, slower than it beyond chance (a paired 95 % interval) "
+            f"in {len(facts.slower)} and faster in {len(facts.faster)}, the goal (against "
+            f"the best rival) met in {facts.met}")
+
+
 def lag_headline() -> str:
     """The README's sentence when ``s='auto'`` runs amendment 32's class reading: why (its
     development worst against the fixed ``s = 1``'s), and its evaluation reading beside the
@@ -309,12 +317,6 @@ def lag_headline() -> str:
                                          if k in names}}
     theirs = read_cells(theirs_data, replication, cells, reported_cells(), fixed[2])
 
-    def reading(facts: Against) -> str:
-        return (f"within {GOAL_TIME:g}× of FedBuff's median time in {facts.near_fedbuff} of "
-                f"{facts.cells} cells, slower than it beyond chance (a paired 95 % interval) "
-                f"in {len(facts.slower)} and faster in {len(facts.faster)}, the goal (against "
-                f"the best rival) met in {facts.met}")
-
     ours = against_fedbuff(mine, data, LAG_READING.method, replication, cells)
     before = against_fedbuff(theirs, theirs_data, fixed[2], replication, cells)
     dev, fixed_dev = data["dev"], fixed[1]["dev"]
@@ -327,8 +329,8 @@ def lag_headline() -> str:
             "development seeds its worst ratio to the best fixed s, "
             f"{float(dev['worst'][str(dev['pick'])]):.2f}×, was below the fixed s = 1's "
             f"({float(fixed_dev['worst']['1']):.2f}×, which ran before it), the rule every "
-            f"amendment applied; on the evaluation seeds it was {reading(ours)}; the fixed "
-            f"s = 1 in the same cells {reading(before)}. Where stragglers are persistent or "
+            f"amendment applied; on the evaluation seeds it was {_against_text(ours)}; the fixed "
+            f"s = 1 in the same cells {_against_text(before)}. Where stragglers are persistent or "
             "heavy-tailed on non-IID data it is at least 2× faster than the best rival that "
             f"does not code in {sum(v.fast for v in hard)} of {len(hard)}"
             + (f"; not read yet: {len(missing)} cells" if missing else "")
@@ -350,12 +352,6 @@ def fixed_headline() -> str:
     if not (mine and online):
         return ""
 
-    def reading(facts: Against) -> str:
-        return (f"within {GOAL_TIME:g}× of FedBuff's median time in {facts.near_fedbuff} of "
-                f"{facts.cells} cells, slower than it beyond chance (a paired 95 % interval) "
-                f"in {len(facts.slower)} and faster in {len(facts.faster)}, the goal (against "
-                f"the best rival) met in {facts.met}")
-
     ours = against_fedbuff(mine, fixed[1], fixed[2], replication, cells)
     theirs = against_fedbuff(online, data, LATCH_READING.method, replication, cells)
     pairs = [(ours.near_fedbuff, theirs.near_fedbuff), (ours.met, theirs.met)]
@@ -371,8 +367,8 @@ def fixed_headline() -> str:
             f"{float(dev['worst']['1']):.2f}×, was below that of each of the {registered()} "
             f"online rules registered (the best {dev_worst_min():.2f}×), the rule every "
             "amendment applied; on the evaluation seeds it was "
-            f"{reading(ours)}; the online rule it replaced (amendment 27) "
-            f"{reading(theirs)}: the development pick "
+            f"{_against_text(ours)}; the online rule it replaced (amendment 27) "
+            f"{_against_text(theirs)}: the development pick "
             f"{verdict_text}. Where stragglers are persistent or heavy-tailed on non-IID data "
             "s = 1 is at least 2× faster than the best rival that does not code in "
             f"{sum(v.fast for v in hard)} of {len(hard)} "
