@@ -113,6 +113,27 @@ def test_a_reply_sent_earlier_but_pulled_a_poll_later_is_the_critical_one():
     assert row["other_s"] == pytest.approx(0.0, abs=1e-9)
     assert sum(row[k] for k in mod.KEYS) == pytest.approx(row["round_s"])
 
+def test_a_node_that_receives_before_the_push_call_returns_has_no_negative_poll():
+    # the SuperLink stores the message before its push call returns to the ServerApp, so a
+    # node polling at that moment receives it first: the push's tail overlaps the poll, and
+    # no interval may come out negative while the parts still sum to the round
+    mod = load()
+    server = {"events": [
+        {"event": "configure_train", "round": 1, "t0": 0.0, "t1": 0.1, "sent": 1},
+        {"event": "push", "t0": 0.1, "t1": 0.5, "message_id": "i1", "node_id": 1},
+        {"event": "pull", "t0": 3.0, "t1": 3.1, "message_id": "r1", "reply_to": "i1"},
+        {"event": "aggregate_train", "round": 1, "t0": 3.1, "t1": 3.2, "replies": 1},
+    ]}
+    clients = [{"message_id": "i1", "process_start": 0.6, "entry": 1.0, "exit": 2.0,
+                "train_calls": [[1.2, 1.8]], "partition_id": 0}]
+    nodes = {"i1": {"received": 0.35}, "r1": {"sending": 2.1, "sent": 2.5}}
+    (row,) = mod.breakdown(server, clients, nodes)["rounds"]
+    assert row["push_s"] == pytest.approx(0.35 - 0.1)
+    assert row["flower_poll_s"] == pytest.approx(0.0)
+    assert all(row[k] >= 0 for k in mod.KEYS if k != "other_s")
+    assert sum(row[k] for k in mod.KEYS) == pytest.approx(row["round_s"])
+
+
 @pytest.mark.deployment
 def test_localhost_rounds_are_timed_end_to_end(tmp_path):
     mod = load()
