@@ -70,11 +70,15 @@ falls to ``replicate_below`` once read and not needed.
 ``lag_level`` (``L`` in ``(0, 1]``, default ``None``: off) reads need from the model instead
 of the updates, so that it does not depend on the service it steers: after each server step
 the ``evaluate_fn`` returns the recall of each class on the server's held-out data
-(:data:`CLASS_RECALL_KEY`); once the median class's recall is at least ``L`` while some class's
-best recall so far is below :data:`LAG_FLOOR`, every held partition gets the bar 1 for the
-rest of the run (``s = 1``'s least-served rule): the model has learnt most classes and never
-one, so that class's examples are not reaching it, as when only persistently slow clients hold
-it. Before that the bar is ``replicate_below`` (0: FedBuff). It is wrong where a class is
+(:data:`CLASS_RECALL_KEY`; the initial model's evaluation must hold them but is not read: its
+recalls are where an untrained model's guesses fall); once the median class's recall is at
+least ``L`` while some class's best recall so far is below :data:`LAG_FLOOR`, every held
+partition gets the bar 1 for the rest of the run (``s = 1``'s least-served rule, with
+``replicate_margin`` as set): the model has learnt most classes and never one, so that class's examples are not reaching it, as when only persistently slow clients hold
+it. Before that the bar is ``replicate_below`` (0: FedBuff; 1 is refused: the switch would
+change nothing). A switch late in a run, after the slow partitions have been served little,
+brings a burst: their neighbours compute them until each has as many jobs as its holder's own
+partition, so for a while most jobs compute the slow clients' data. It is wrong where a class is
 never learnt for another reason (too few examples of it anywhere, a model that cannot fit it:
 replication then costs its compute and buys nothing), where the slow clients' data is needed
 without a class missing (skewed features, quantity skew: it stays FedBuff-like), where the
@@ -144,7 +148,7 @@ def auto_keywords() -> dict[str, Any]:
             "need_prior": AUTO_NEED_PRIOR, "lag_level": AUTO_LAG_LEVEL}
 
 
-#: the ``evaluate_fn`` metric ``lag_ratio`` reads: the recall of each class on the server's
+#: the ``evaluate_fn`` metric ``lag_level`` reads: the recall of each class on the server's
 #: held-out data (a list of floats, one per class; ``nan`` for a class it has no example of)
 CLASS_RECALL_KEY = "class-recall"
 
@@ -276,6 +280,11 @@ class ReplicatedFedBuff(FedBuff):
         if lag_level is not None and s == 0:
             raise ValueError(f"lag_level={lag_level!r} with s=0: there is no other partition "
                              "to serve; set s >= 1 or leave lag_level None")
+        if lag_level is not None and replicate_below == 1.0:
+            raise ValueError(f"lag_level={lag_level!r} with replicate_below=1: every held "
+                             "partition has the bar 1 from the start, so the switch would "
+                             "change nothing; set replicate_below below 1 (0: FedBuff until "
+                             "it switches) or leave lag_level None")
         if identify_timeout is not None and not (math.isfinite(identify_timeout)
                                                  and identify_timeout > 0):
             raise ValueError(f"identify_timeout={identify_timeout!r} must be > 0 seconds or "
@@ -358,9 +367,11 @@ class ReplicatedFedBuff(FedBuff):
               evaluate_config: ConfigRecord | None = None,
               evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None
               ) -> Result:
-        """:meth:`FedBuff.start`; with ``lag_level``, each evaluation's class recalls are read
-        (the first, of the initial model, must hold them: refused before any job)."""
-        self.best_recall, self.lagged_at = [], None
+        """:meth:`FedBuff.start`; with ``lag_level``, the class recalls of the evaluation after
+        each server step are read. The first evaluation, of the initial model (step 0), must
+        hold them (refused before any job), but is not read: an untrained model's recall of a
+        class is where its guesses fall, not what it has learnt."""
+        self.best_recall, self.lagged_at, self.unread_warned = [], None, False
         if self.lag_level is not None:
             if evaluate_fn is None:
                 raise ValueError(f"lag_level={self.lag_level!r} reads the server's evaluation: "
@@ -375,13 +386,25 @@ class ReplicatedFedBuff(FedBuff):
         def evaluate(step: int, arrays: ArrayRecord) -> MetricRecord | None:
             metrics = evaluate_fn(step, arrays)
             recall = _recalls(metrics)
-            if recall is None:
-                if step == 0:
+            if step == 0:
+                if recall is None or not any(math.isfinite(r) for r in recall):
+                    got = None if metrics is None else metrics.get(CLASS_RECALL_KEY)
                     raise ValueError(
                         f"lag_level={self.lag_level!r}: the evaluate_fn's metrics of step 0 "
-                        f"hold no {CLASS_RECALL_KEY!r} (a list of each class's recall, one "
-                        "number per class): return it, or leave lag_level None")
-                return metrics  # an evaluation without it reads nothing
+                        f"hold no {CLASS_RECALL_KEY!r} with a number in it (got {got!r}; "
+                        "expected a list of each class's recall, one number per class, nan "
+                        "for a class the held-out data has no example of): return it, or "
+                        "leave lag_level None")
+                self.best_recall = [-math.inf] * len(recall)  # the classes read from now on
+                return metrics
+            if recall is None:
+                if not self.unread_warned:
+                    self.unread_warned = True
+                    log(WARNING, "ReplicatedFedBuff: lag_level=%r: the evaluation of server "
+                        "step %d holds no %r; it is not read (nor any later one without it; "
+                        "this warning is given once per run)", self.lag_level, step,
+                        CLASS_RECALL_KEY)
+                return metrics
             self.observe(recall)
             return metrics
         return evaluate
@@ -389,9 +412,15 @@ class ReplicatedFedBuff(FedBuff):
     def observe(self, recall: list[float]) -> None:
         """Take in one evaluation's class recalls (``nan``: a class the held-out data has no
         example of, not read); switch when the median is at least ``lag_level`` while a
-        class's best so far is below :data:`LAG_FLOOR`."""
-        if len(self.best_recall) != len(recall):
+        class's best so far is below :data:`LAG_FLOOR`. A run's readings must all have as
+        many classes as its first."""
+        if not self.best_recall:
             self.best_recall = [-math.inf] * len(recall)
+        elif len(self.best_recall) != len(recall):
+            raise ValueError(f"lag_level={self.lag_level!r}: an evaluation gave "
+                             f"{len(recall)} class recalls where the run's first gave "
+                             f"{len(self.best_recall)}; the evaluate_fn must return one per "
+                             "class, every step")
         self.best_recall = [max(b, r) if math.isfinite(r) else b
                             for b, r in zip(self.best_recall, recall, strict=True)]
         seen = [r for r in recall if math.isfinite(r)]

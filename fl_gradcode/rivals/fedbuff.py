@@ -316,6 +316,7 @@ class FedBuff(FedAvg):
             raise ValueError("FedBuff sends no evaluate message (it evaluates on the server "
                              "only, evaluate_fn): evaluate_config would not be read")
         train_config = ConfigRecord() if train_config is None else train_config
+        self.now = 0.0  # each run's clock starts at zero (a strategy may be started again)
         result = Result()
         dtypes = {k: v.numpy().dtype for k, v in initial_arrays.items()}
         self._dtypes = dtypes
@@ -350,8 +351,6 @@ class FedBuff(FedAvg):
         failures: dict[int, int] = {}  # wallclock: a node's failed jobs in a row
         last_good = 0.0  # wallclock: when the last usable update came (or the start)
         t0 = time.monotonic()
-        if wall:
-            self.now = step_start = 0.0
 
         def arrays_of(values: Mapping[str, np.ndarray]) -> ArrayRecord:
             return ArrayRecord({k: Array(v.astype(dtypes[k])) for k, v in values.items()})

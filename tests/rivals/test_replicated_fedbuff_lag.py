@@ -6,6 +6,7 @@ is below 0.1, then every held partition at the bar 1 for good; against the numpy
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -47,11 +48,11 @@ def _run(strategy, recalls, steps, n=4):
     return models
 
 
-def _switch_step(recalls, level, steps):
+def _switch_step(recalls, level, steps, first=1):
     """The first step whose evaluation trips the reading (computed apart: a loop over the
-    script), or None."""
+    script from step ``first``; the initial model's, step 0, is not read in a run), or None."""
     best = [-math.inf] * len(recalls[0])
-    for step in range(steps + 1):
+    for step in range(first, steps + 1):
         row = recalls[min(step, len(recalls) - 1)]
         best = [b if math.isnan(r) else max(b, r) for b, r in zip(best, row, strict=True)]
         finite = sorted(r for r in row if not math.isnan(r))
@@ -66,6 +67,8 @@ def _switch_step(recalls, level, steps):
 
 LEARNT_BUT_ONE = [[0.0, 0.0, 0.0]] * 3 + [[0.95, 0.92, 0.0]]  # trips at step 3 (L <= 0.935)
 LEARNT_ALL = [[0.0, 0.0, 0.0], [0.3, 0.0, 0.2], [0.2, 0.15, 0.0], [0.95, 0.95, 0.0]]
+# the untrained model guesses class 2 for most inputs: above 0.1 at step 0 only
+CHANCE_AT_START = [[0.0, 0.05, 0.9], [0.2, 0.3, 0.0], [0.95, 0.92, 0.0]]
 
 
 @pytest.mark.parametrize("recalls, level, bar", [
@@ -73,6 +76,7 @@ LEARNT_ALL = [[0.0, 0.0, 0.0], [0.3, 0.0, 0.2], [0.2, 0.15, 0.0], [0.95, 0.95, 0
     (LEARNT_BUT_ONE, 0.9, 0.25),  # the bar 0.25, then 1
     (LEARNT_BUT_ONE, 0.95, 0.0),  # the median 0.92 never reaches 0.95: FedBuff throughout
     (LEARNT_ALL, 0.9, 0.0),       # every class once above 0.1: never trips
+    (CHANCE_AT_START, 0.9, 0.0),  # the initial model's guesses are not learning: trips
     ([[0.0] * 3, [0.95, math.nan, 0.0]], 0.9, 0.0),  # a class with no example is not read
 ])
 def test_the_switch_comes_at_the_step_the_recalls_say_and_follows_the_reference(
@@ -111,15 +115,48 @@ def test_the_switch_changes_the_run_and_without_it_the_run_is_fedbuffs():
 
 
 def test_a_second_run_reads_the_classes_afresh():
+    """A first run that learns every class (its best recalls all above the floor) leaves
+    nothing behind: the second trips where a fresh strategy does, at the reference's time."""
     strategy = ReplicatedFedBuff(s=1, replicate_below=0.0, lag_level=0.9, buffer_size=2,
                                  concurrency=4, latency=FixedArrivals(TABLE),
                                  measured_compute=False)
-    _run(strategy, LEARNT_BUT_ONE, 6)
-    assert strategy.lagged_at is not None
-    _run(strategy, LEARNT_ALL[:3], 6)  # never trips
+    _run(strategy, LEARNT_ALL, 6)
     assert strategy.lagged_at is None
-    assert all(j == c for row in strategy.history[-6:]  # the second run's steps
-               for j, c in zip(row["clients_used"], row["computed_by"], strict=True))
+    models = _run(strategy, LEARNT_BUT_ONE, 6)
+    expected, times, parts = replicated_reference(TABLE, 4, 1, 2, 1.0, 6, bar=0.0,
+                                                  switch_after=3)
+    assert strategy.lagged_at == pytest.approx(times[3])
+    for step in range(1, 7):
+        assert_model(models[step], expected[step])
+    assert [row["clients_used"] for row in strategy.history[-6:]] == [
+        parts[t] for t in range(1, 7)]
+
+
+def test_a_reading_with_another_number_of_classes_is_refused_naming_both():
+    recalls = [[0.0, 0.0, 0.0], [0.5, 0.5, 0.0], [0.95, 0.0]]
+    strategy = ReplicatedFedBuff(s=1, replicate_below=0.0, lag_level=0.99, buffer_size=2,
+                                 concurrency=4, latency=FixedArrivals(TABLE),
+                                 measured_compute=False)
+    with pytest.raises(ValueError, match="gave 2 class recalls where the run's first gave 3"):
+        _run(strategy, recalls, 4)
+
+
+def test_a_later_evaluation_without_recalls_is_not_read_and_warned_of_once(caplog):
+    def evaluate_fn(step, arrays):
+        if step == 0:
+            return MetricRecord({CLASS_RECALL_KEY: [0.0, 0.0, 0.0]})
+        return MetricRecord({"accuracy": 0.9})  # no recalls from step 1 on
+
+    strategy = ReplicatedFedBuff(s=1, replicate_below=0.0, lag_level=0.5, buffer_size=2,
+                                 concurrency=4, latency=FixedArrivals(TABLE),
+                                 measured_compute=False)
+    with caplog.at_level("WARNING", logger="flwr"):
+        strategy.start(grid=InProcessGrid(make_app(train_timing_mod, gradient_coding_mod), 4),
+                       initial_arrays=initial_arrays(), num_rounds=4,
+                       train_config=ConfigRecord({"lr": LR}), evaluate_fn=evaluate_fn)
+    assert caplog.text.count("server step 1 holds no 'class-recall'") == 1
+    assert "server step 2" not in caplog.text
+    assert strategy.lagged_at is None and len(strategy.history) == 4
 
 
 @pytest.mark.parametrize("bad", [0, 0.0, -0.5, 1.5, math.nan, math.inf, True, "0.9"])
@@ -133,11 +170,18 @@ def test_a_lag_level_with_s_zero_is_refused_it_would_change_nothing():
         ReplicatedFedBuff(s=0, lag_level=0.9, buffer_size=1)
 
 
+def test_a_lag_level_with_the_bar_already_one_is_refused_it_would_change_nothing():
+    with pytest.raises(ValueError, match=r"lag_level=0.9 with replicate_below=1"):
+        ReplicatedFedBuff(s=1, lag_level=0.9, buffer_size=1)
+
+
 @pytest.mark.parametrize("metrics", [
     None, MetricRecord({"accuracy": 0.1}), MetricRecord({CLASS_RECALL_KEY: 0.5}),
-    MetricRecord({CLASS_RECALL_KEY: []})])
+    MetricRecord({CLASS_RECALL_KEY: []}),
+    MetricRecord({CLASS_RECALL_KEY: [math.nan, math.nan]})])
 def test_an_evaluation_without_class_recalls_is_refused_before_any_job(metrics):
-    strategy = ReplicatedFedBuff(s=1, lag_level=0.9, buffer_size=1, concurrency=3,
+    strategy = ReplicatedFedBuff(s=1, replicate_below=0.0, lag_level=0.9, buffer_size=1,
+                                 concurrency=3,
                                  latency=FixedArrivals(TABLE), measured_compute=False)
     sent = []
 
@@ -145,7 +189,9 @@ def test_an_evaluation_without_class_recalls_is_refused_before_any_job(metrics):
         sent.append(msg.metadata.group_id)
         return make_app(train_timing_mod, gradient_coding_mod)(msg, context)
 
-    with pytest.raises(ValueError, match=rf"no {CLASS_RECALL_KEY!r}"):
+    got = None if metrics is None else metrics.get(CLASS_RECALL_KEY)
+    said = rf"no {CLASS_RECALL_KEY!r}.*\(got {re.escape(repr(got))};"
+    with pytest.raises(ValueError, match=said):
         strategy.start(grid=InProcessGrid(app, 3), initial_arrays=initial_arrays(),
                        num_rounds=2, train_config=ConfigRecord({"lr": LR}),
                        evaluate_fn=lambda step, arrays: metrics)
@@ -153,7 +199,7 @@ def test_an_evaluation_without_class_recalls_is_refused_before_any_job(metrics):
 
 
 def test_no_evaluate_fn_is_refused_naming_what_to_pass():
-    strategy = ReplicatedFedBuff(s=1, lag_level=0.9, buffer_size=1,
+    strategy = ReplicatedFedBuff(s=1, replicate_below=0.0, lag_level=0.9, buffer_size=1,
                                  latency=FixedArrivals(TABLE), measured_compute=False)
     with pytest.raises(ValueError, match="pass an evaluate_fn"):
         strategy.start(grid=InProcessGrid(make_app(train_timing_mod, gradient_coding_mod), 3),
@@ -166,14 +212,14 @@ def test_no_evaluate_fn_is_refused_naming_what_to_pass():
        level=st.floats(0.05, 1.0))
 def test_the_reading_trips_where_the_loop_says(rows, level):
     """``observe`` over a sequence of recalls against the loop of :func:`_switch_step`."""
-    strategy = ReplicatedFedBuff(s=1, lag_level=level, buffer_size=1)
+    strategy = ReplicatedFedBuff(s=1, replicate_below=0.0, lag_level=level, buffer_size=1)
     tripped = None
     for step, row in enumerate(rows):
         strategy.now = float(step)
         strategy.observe(row)
         if strategy.lagged_at is not None and tripped is None:
             tripped = step
-    assert tripped == _switch_step(rows, level, len(rows) - 1)
+    assert tripped == _switch_step(rows, level, len(rows) - 1, first=0)
 
 
 def test_the_apps_evaluation_returns_each_class_recall_consistent_with_its_accuracy():

@@ -383,6 +383,20 @@ def test_fedbuff_applies_staleness_weighted_buffered_updates(exponent):
     assert any(any(row["staleness"]) for row in strategy.history)
 
 
+def test_a_second_fedbuff_run_starts_its_virtual_clock_at_zero():
+    """The same strategy started twice: the second run's models and step times are the
+    reference's, not shifted by the first run's end."""
+    strategy = FedBuff(buffer_size=2, concurrency=3, server_lr=0.7,
+                       latency=FixedArrivals(FEDBUFF_TABLE), measured_compute=False)
+    _start(strategy, 3, 3)
+    _, models = _start(strategy, 3, 5)
+    expected, times = _fedbuff_reference(FEDBUFF_TABLE, 3, 2, 0.7, 5)
+    for step in range(1, 6):
+        assert_model(models[step], expected[step])
+    assert [row["virtual_s"] for row in strategy.history[-5:]] == pytest.approx(
+        [times[s] for s in range(1, 6)])
+
+
 def test_fedbuff_with_one_step_of_every_fresh_update_is_the_unweighted_mean_update():
     table = {1: [1.0, 2.0, 3.0], 2: [10.0, 10.0, 10.0]}  # the next jobs arrive later
     strategy = FedBuff(buffer_size=3, concurrency=3, server_lr=1.0,
