@@ -224,12 +224,19 @@ def evaluate_classes(
     """``(mean cross-entropy, accuracy, recall of each class)`` of parameters ``theta`` on
     ``(x, y)``: a class's recall is the fraction of its examples predicted as it (``nan`` for a
     class with no example in ``y``)."""
+    labels = np.asarray(y, dtype=np.int64)
+    bad = labels[(labels < 0) | (labels >= num_classes)]
+    if bad.size:
+        raise ValueError(f"label {int(bad[0])} is outside the {num_classes} classes "
+                         f"(expected 0 to {num_classes - 1})")
     set_flat_parameters(model, theta)
     logits = model(torch.as_tensor(x, dtype=torch.float64))
-    yt = torch.as_tensor(y, dtype=torch.int64)
+    if logits.shape[1] != num_classes:
+        raise ValueError(f"num_classes={num_classes} but the model gives {logits.shape[1]} "
+                         "logits per example")
+    yt = torch.as_tensor(labels, dtype=torch.int64)
     loss = float(nn.functional.cross_entropy(logits, yt))
     hit = (logits.argmax(dim=1) == yt).numpy()
-    labels = np.asarray(y, dtype=np.int64)
     total = np.bincount(labels, minlength=num_classes).astype(np.float64)
     right = np.bincount(labels[hit], minlength=num_classes).astype(np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):

@@ -121,7 +121,7 @@ def _bar(cfg: dict, rows: Sequence[Mapping[str, Any]] = ()) -> str:
     asked = " (s='auto')" if cfg.get("s-asked") == "auto" else ""
     if int(cfg["s"]) == 0:
         return ""
-    if lag and bar == 0.0:
+    if lag and bar == 0.0 and not need and not z:
         return (", each client its own partition (FedBuff) until the median class recall "
                 f"reached {lag:g} with a class never learnt, then the held partition served "
                 f"least so far{fact}{asked}")

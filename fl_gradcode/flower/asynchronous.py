@@ -74,16 +74,17 @@ the ``evaluate_fn`` returns the recall of each class on the server's held-out da
 recalls are where an untrained model's guesses fall); once the median class's recall is at
 least ``L`` while some class's best recall so far is below :data:`LAG_FLOOR`, every held
 partition gets the bar 1 for the rest of the run (``s = 1``'s least-served rule, with
-``replicate_margin`` as set): the model has learnt most classes and never one, so that class's examples are not reaching it, as when only persistently slow clients hold
-it. Before that the bar is ``replicate_below`` (0: FedBuff; 1 is refused: the switch would
-change nothing). A switch late in a run, after the slow partitions have been served little,
-brings a burst: their neighbours compute them until each has as many jobs as its holder's own
-partition, so for a while most jobs compute the slow clients' data. It is wrong where a class is
-never learnt for another reason (too few examples of it anywhere, a model that cannot fit it:
-replication then costs its compute and buys nothing), where the slow clients' data is needed
-without a class missing (skewed features, quantity skew: it stays FedBuff-like), where the
-median never reaches ``L`` (a hard task: it never switches), and where the held-out data does
-not represent the classes the federation should learn.
+``replicate_margin`` as set): the model has learnt most classes and never one, so that
+class's examples are not reaching it, as when only persistently slow clients hold it. Before
+that the bar is ``replicate_below`` (0: FedBuff; 1 is refused: the switch would change
+nothing). A switch late in a run, after the slow partitions have been served little, brings a
+burst: their neighbours compute them until each has as many jobs as its holder's own
+partition, so for a while most jobs compute the slow clients' data. It is wrong where a class
+is never learnt for another reason (too few examples of it anywhere, a model that cannot fit
+it: replication then costs its compute and buys nothing), where the slow clients' data is
+needed without a class missing (skewed features, quantity skew: it stays FedBuff-like), where
+the median never reaches ``L`` (a hard task: it never switches), and where the held-out data
+does not represent the classes the federation should learn.
 
 Everything else is :class:`~fl_gradcode.rivals.FedBuff`'s: which idle client gets a free slot
 (seeded, uniformly), the virtual clock (a job's latency is drawn for the client's own device,

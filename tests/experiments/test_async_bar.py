@@ -217,3 +217,30 @@ def test_the_fixed_s1_replaces_the_rule_only_when_its_development_worst_is_lower
     assert auto_rule(bar, None, None, dev(1.5, 2.1, 1.09)) == {"replicate_below": 1.0}
     assert auto_rule(bar, None, None, dev(1.5, 1.8, 1.0)) == {
         "replicate_below": 0.25, "need_ratio": 1.5, "need_latch": True}
+
+
+def test_the_class_reading_must_beat_what_runs_then_the_fixed_s1_once_it_took_over():
+    """Amendment 32's test is against what runs after amendment 30: the fixed s = 1 when it
+    replaced the rule (its own ratios, not the replaced rule's), else the rule; the worst
+    ratio first, then the median, a full tie keeping what runs."""
+    import math
+
+    from experiments.async_bar import auto_rule
+
+    def dev(pick, worst, median, cells=None):
+        return {"pick": pick, "worst": {str(pick): worst}, "median": {str(pick): median},
+                **({"cells": cells} if cells else {})}
+
+    cells = {"a": {"fixed": {"0": 2.0, "1": 3.0, "2": 2.5}},   # s = 1: 1.5
+             "b": {"fixed": {"0": math.inf, "1": 4.0, "2": 5.0}},  # 1
+             "c": {"fixed": {"0": 2.0, "1": 4.0, "2": 3.0}},   # 2
+             "d": {"fixed": {"0": math.inf, "1": math.inf, "2": math.inf}}}  # 1
+    took_over = dev(0.75, 2.5, 1.0, cells)  # the fixed s = 1 (worst 2.0, median 1.25) runs
+    lag = {"replicate_below": 0.0, "lag_level": 0.9}
+    assert auto_rule(took_over, lag=dev(0.9, 2.2, 1.0)) == {"replicate_below": 1.0}
+    assert auto_rule(took_over, lag=dev(0.9, 1.9, 1.5)) == lag
+    assert auto_rule(took_over, lag=dev(0.9, 2.0, 1.2)) == lag
+    assert auto_rule(took_over, lag=dev(0.9, 2.0, 1.25)) == {"replicate_below": 1.0}
+    stayed = dev(0.75, 1.9, 1.0, cells)  # the bar runs (worst 1.9): the reading must beat it
+    assert auto_rule(stayed, lag=dev(0.9, 1.95, 0.5)) == {"replicate_below": 0.75}
+    assert auto_rule(stayed, lag=dev(0.9, 1.9, 0.99)) == lag

@@ -77,3 +77,21 @@ def test_the_counts_name_the_cells_each_way_against_either_reference():
     # s = 1 is never read against itself
     assert chance_counts(data, "fedbuff-replicated:1", replication, cells,
                          "fedbuff-replicated:1") is None
+
+
+def test_the_fedbuff_auto_check_says_so_when_no_evaluation_run_is_on_record(monkeypatch):
+    """Before the evaluation runs of the rule s='auto' runs are on record there is nothing
+    to compare the check's runs with: the block says so, not '0 of 10'."""
+    from tools.docgen import async_rules
+
+    real = async_rules.load
+    with_runs = async_rules.fedbuff_auto_check()
+    assert with_runs is not None and " of 10 seeds" in with_runs
+
+    def no_cells(name):
+        data = real(name)
+        return {k: v for k, v in data.items() if k != "cells"} if "lag" in name else data
+
+    monkeypatch.setattr(async_rules, "load", no_cells)
+    text = async_rules.fedbuff_auto_check()
+    assert "not on record yet" in text and " of 10 seeds" not in text

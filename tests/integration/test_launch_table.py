@@ -223,3 +223,26 @@ def test_compare_says_whether_the_class_reading_switched(tmp_path, lagged, said)
             "median class recall reached 0.9 with a class never learnt, then the held "
             f"partition served least so far{said} (s='auto'), a server step every 3 "
             "updates") in text
+
+
+@pytest.mark.parametrize(("extra", "said"), [
+    ({"need-ratio": 1.5}, "(1x when its last update was over 1.5x the own's)"),
+    ({"replicate-margin": 2.0}, "by more than 2 sd")])
+def test_compare_names_a_need_rule_or_margin_beside_the_class_reading(tmp_path, extra, said):
+    """A class reading with the bar 0 beside a need rule or a margin: the label names both,
+    not FedBuff alone until the switch."""
+    from server.launch import compare
+
+    for name in ("coded", "uncoded"):
+        rec = RoundRecorder(tmp_path / name, {"code": "grouped-rs", "s": 1, "asynchronous":
+                                              name == "coded", "buffer-size": 3,
+                                              "server-steps": 1, "replicate-below": 0.0,
+                                              "lag-level": 0.9, "straggler-timeout": 2.0,
+                                              **extra})
+        rec.record({**{k: 0 for k in ROUND_FIELDS}, "round": 1, "decode": "exact",
+                    "accuracy": 0.9, "virtual_s": 2.0, "bytes_up": 10**6, "compute_s": 0.5,
+                    "late_dropped": 0, **({"lagged_at": None} if name == "coded" else {})})
+    text = compare(tmp_path / "coded", tmp_path / "uncoded")
+    assert said in text and "each client its own partition (FedBuff) until" not in text
+    assert ("every partition served as much once the median class recall reached 0.9 with a "
+            "class never learnt (it never did)") in text

@@ -12,6 +12,7 @@ from fl_gradcode.data import DATASETS, load_dataset, partition_indices
 from fl_gradcode.learning import (
     MODELS,
     evaluate,
+    evaluate_classes,
     flat_parameters,
     make_model,
     partition_update,
@@ -430,3 +431,31 @@ def test_dp_local_update_counts_an_overflowing_example_as_zero():
     got = dp_sgd_update(model, theta, x, y, kind="local", clip_norm=0.5, noise_multiplier=1.1,
                         lr=0.1, epochs=3, batch_size=4, data_seed=1, noise_seed=2)
     assert np.isfinite(got).all()
+
+
+def test_class_recalls_are_nan_for_an_absent_class_and_match_a_hand_count():
+    """Logits set by hand (a linear model whose weights are the identity): each class's
+    recall is counted apart from the predictions; a class with no example is nan."""
+    model = make_model("logreg", (3,), 3, seed=0)
+    theta = np.concatenate([np.eye(3).ravel(), np.zeros(3)])  # logits = x
+    x = np.array([[1.0, 0, 0], [0, 1.0, 0], [0, 0, 1.0], [1.0, 0, 0], [0, 0, 1.0]])
+    y = np.array([0, 0, 0, 0, 2])  # class 1 absent; class 0: 2 of 4 predicted right
+    loss, acc, recall = evaluate_classes(model, theta, x, y, 3)
+    assert recall[0] == pytest.approx(0.5) and recall[2] == pytest.approx(1.0)
+    assert np.isnan(recall[1])
+    assert acc == pytest.approx(3 / 5)
+    assert loss == pytest.approx(float(np.mean(
+        [np.log(np.exp(r).sum()) - r[c] for r, c in zip(x, y, strict=True)])))
+
+
+@pytest.mark.parametrize("label", [-1, 3])
+def test_class_recalls_refuse_a_label_outside_the_classes_naming_it(label):
+    model = make_model("logreg", (3,), 3, seed=0)
+    with pytest.raises(ValueError, match=rf"label {label} is outside the 3 classes"):
+        evaluate_classes(model, np.zeros(12), np.eye(3), np.array([0, label, 1]), 3)
+
+
+def test_class_recalls_refuse_a_class_count_the_model_does_not_have():
+    model = make_model("logreg", (3,), 3, seed=0)
+    with pytest.raises(ValueError, match="num_classes=4 but the model gives 3 logits"):
+        evaluate_classes(model, np.zeros(12), np.eye(3), np.array([0, 1, 2]), 4)

@@ -323,6 +323,12 @@ def fedbuff_auto_check() -> str | None:
               for r in data.get("cells", {}).get(name, {}).get("runs", [])
               if r["method"] == method}
     same = sum(r["seed"] in theirs and theirs[r["seed"]] == r["time_to_target"] for r in mine)
+    if not theirs:
+        return (f"`python -m experiments.compare --task {settings['task']} --latency "
+                f"{settings['latency_table']} --n {settings['n']} --methods fedbuff-auto "
+                f"--seeds 10-19` ran the rule `s='auto'` runs in {name} "
+                f"(`results/fedbuff_auto_check.json`); amendment {amendment}'s evaluation "
+                "runs of that cell are not on record yet, so nothing is compared with them.")
     return (f"Run so in {name} (`python -m experiments.compare --task {settings['task']} "
             f"--latency {settings['latency_table']} --n {settings['n']} --methods fedbuff-auto "
             f"--seeds 10-19`, FedBuff's tuning run again; `results/fedbuff_auto_check.json`), "
