@@ -187,21 +187,27 @@ def test_the_block_counts_the_bar_against_the_lower_of_fedbuff_and_s_one():
     assert "| 1.50 | 25% |" in text
 
 
+def _dev(pick, worst, median, cells=None):
+    """A development record of one pick, as the readings' files hold it."""
+    return {"pick": pick, "worst": {str(pick): worst}, "median": {str(pick): median},
+            **({"cells": cells} if cells else {})}
+
+
+#: amendment 23's development medians for s = 0, 1, 2 in four cells (s = 1's ratio to the
+#: best: 1.5, 1, 2, 1; worst 2.0, median 1.25)
+FIXED_CELLS = {"a": {"fixed": {"0": 2.0, "1": 3.0, "2": 2.5}},
+               "b": {"fixed": {"0": math.inf, "1": 4.0, "2": 5.0}},
+               "c": {"fixed": {"0": 2.0, "1": 4.0, "2": 3.0}},
+               "d": {"fixed": {"0": math.inf, "1": math.inf, "2": math.inf}}}
+
+
 def test_the_fixed_s1_replaces_the_rule_only_when_its_development_worst_is_lower():
     """Amendment 30: the fixed s = 1's ratios are amendment 23's medians for s = 1 over the
     lowest of s = 0, 1, 2 in each development cell (never reached: infinite; all never: 1)."""
-    import math
 
     from experiments.async_bar import auto_rule, fixed_dev
 
-    def dev(pick, worst, median, cells=None):
-        return {"pick": pick, "worst": {str(pick): worst}, "median": {str(pick): median},
-                **({"cells": cells} if cells else {})}
-
-    cells = {"a": {"fixed": {"0": 2.0, "1": 3.0, "2": 2.5}},   # s = 1: 1.5
-             "b": {"fixed": {"0": math.inf, "1": 4.0, "2": 5.0}},  # 1
-             "c": {"fixed": {"0": 2.0, "1": 4.0, "2": 3.0}},   # 2
-             "d": {"fixed": {"0": math.inf, "1": math.inf, "2": math.inf}}}  # 1
+    dev, cells = _dev, FIXED_CELLS
     fixed = fixed_dev(dev(0.75, 2.0, 1.0, cells))
     assert fixed["worst"] == {"1": 2.0} and fixed["median"] == {"1": 1.25}  # mean: 1.375
     assert {n: c["tried"]["1"]["ratio_to_best_fixed"] for n, c in fixed["cells"].items()} == {
@@ -223,18 +229,10 @@ def test_the_class_reading_must_beat_what_runs_then_the_fixed_s1_once_it_took_ov
     """Amendment 32's test is against what runs after amendment 30: the fixed s = 1 when it
     replaced the rule (its own ratios, not the replaced rule's), else the rule; the worst
     ratio first, then the median, a full tie keeping what runs."""
-    import math
 
     from experiments.async_bar import auto_rule
 
-    def dev(pick, worst, median, cells=None):
-        return {"pick": pick, "worst": {str(pick): worst}, "median": {str(pick): median},
-                **({"cells": cells} if cells else {})}
-
-    cells = {"a": {"fixed": {"0": 2.0, "1": 3.0, "2": 2.5}},   # s = 1: 1.5
-             "b": {"fixed": {"0": math.inf, "1": 4.0, "2": 5.0}},  # 1
-             "c": {"fixed": {"0": 2.0, "1": 4.0, "2": 3.0}},   # 2
-             "d": {"fixed": {"0": math.inf, "1": math.inf, "2": math.inf}}}  # 1
+    dev, cells = _dev, FIXED_CELLS
     took_over = dev(0.75, 2.5, 1.0, cells)  # the fixed s = 1 (worst 2.0, median 1.25) runs
     lag = {"replicate_below": 0.0, "lag_level": 0.9}
     assert auto_rule(took_over, lag=dev(0.9, 2.2, 1.0)) == {"replicate_below": 1.0}
