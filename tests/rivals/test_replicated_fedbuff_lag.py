@@ -130,6 +130,10 @@ def test_a_second_run_reads_the_classes_afresh():
         assert_model(models[step], expected[step])
     assert [row["clients_used"] for row in strategy.history[-6:]] == [
         parts[t] for t in range(1, 7)]
+    _run(strategy, LEARNT_ALL, 6)  # and a third run after one that switched: afresh again
+    assert strategy.lagged_at is None
+    assert all(j == c for row in strategy.history[-6:]
+               for j, c in zip(row["clients_used"], row["computed_by"], strict=True))
 
 
 def test_a_reading_with_another_number_of_classes_is_refused_naming_both():
