@@ -322,15 +322,15 @@ def fedbuff_auto_check() -> str | None:
     theirs = {r["seed"]: r["time_to_target"]
               for r in data.get("cells", {}).get(name, {}).get("runs", [])
               if r["method"] == method}
-    same = sum(r["seed"] in theirs and theirs[r["seed"]] == r["time_to_target"] for r in mine)
+    command = (f"python -m experiments.compare --task {settings['task']} --latency "
+               f"{settings['latency_table']} --n {settings['n']} --methods fedbuff-auto "
+               "--seeds 10-19")
     if not theirs:
-        return (f"`python -m experiments.compare --task {settings['task']} --latency "
-                f"{settings['latency_table']} --n {settings['n']} --methods fedbuff-auto "
-                f"--seeds 10-19` ran the rule `s='auto'` runs in {name} "
+        return (f"`{command}` ran the rule `s='auto'` runs in {name} "
                 f"(`results/fedbuff_auto_check.json`); amendment {amendment}'s evaluation "
                 "runs of that cell are not on record yet, so nothing is compared with them.")
-    return (f"Run so in {name} (`python -m experiments.compare --task {settings['task']} "
-            f"--latency {settings['latency_table']} --n {settings['n']} --methods fedbuff-auto "
-            f"--seeds 10-19`, FedBuff's tuning run again; `results/fedbuff_auto_check.json`), "
-            f"its time to target equalled that of amendment {amendment}'s evaluation run of "
+    same = sum(r["seed"] in theirs and theirs[r["seed"]] == r["time_to_target"] for r in mine)
+    return (f"Run so in {name} (`{command}`, FedBuff's tuning run again; "
+            f"`results/fedbuff_auto_check.json`), its time to target equalled that of "
+            f"amendment {amendment}'s evaluation run of "
             f"the same seed on {same} of {len(mine)} seeds.")
