@@ -167,7 +167,8 @@ def ineffective_rule(cfg: dict[str, Any]) -> str | None:
     """Why a replication key set with an integer ``s`` would change nothing (``None``: each
     one set acts): every one with ``s = 0`` (no client holds a neighbour's partition), a need
     ratio beside the bar 1 (already as much as the own partition), a margin beside the bar 0
-    without a need ratio (nothing to hold back)."""
+    without a need ratio or a class reading (nothing to hold back: either lifts the bar to 1
+    for a partition, and the margin acts from then on)."""
     if cfg["s"] == "auto":
         return None
     if int(cfg["s"]) == 0:
@@ -183,7 +184,8 @@ def ineffective_rule(cfg: dict[str, Any]) -> str | None:
         return (f"lag-level={cfg['lag-level']!r} with replicate-below=1: every partition is "
                 "already served as much as the own one, so it would change nothing; set "
                 "replicate-below < 1 or leave lag-level unset")
-    if cfg["replicate-margin"] and float(cfg["replicate-below"]) == 0.0 and not cfg["need-ratio"]:
+    if (cfg["replicate-margin"] and float(cfg["replicate-below"]) == 0.0
+            and not cfg["need-ratio"] and not cfg["lag-level"]):
         return (f"replicate-margin={cfg['replicate-margin']!r} with replicate-below=0: no "
                 "neighbour's partition is served, so it would change nothing; set "
                 "replicate-below > 0 or leave replicate-margin unset")

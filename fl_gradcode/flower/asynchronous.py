@@ -228,7 +228,10 @@ class ReplicatedFedBuff(FedBuff):
         ``L`` in ``(0, 1]`` (default ``None``: off): once an evaluation's median class recall
         is at least ``L`` while a class's best recall so far is below :data:`LAG_FLOOR`,
         every held partition gets the bar 1 for the rest of the run (module docstring). Needs
-        ``s >= 1`` and an ``evaluate_fn`` whose metrics hold :data:`CLASS_RECALL_KEY`.
+        ``s >= 1``, ``replicate_below < 1`` (at 1 every partition already has the bar 1) and
+        an ``evaluate_fn`` whose metrics hold :data:`CLASS_RECALL_KEY`. The evaluation of the
+        initial model (step 0) must hold it but is not read; a later one without it is
+        skipped, with a warning once per run.
     identify_timeout : float, optional
         Seconds the identification handshake waits for the nodes' answers (default:
         ``start``'s ``timeout``); a node that has not answered by then gets no job.
@@ -401,10 +404,11 @@ class ReplicatedFedBuff(FedBuff):
             if recall is None:
                 if not self.unread_warned:
                     self.unread_warned = True
+                    got = None if metrics is None else metrics.get(CLASS_RECALL_KEY)
                     log(WARNING, "ReplicatedFedBuff: lag_level=%r: the evaluation of server "
-                        "step %d holds no %r; it is not read (nor any later one without it; "
-                        "this warning is given once per run)", self.lag_level, step,
-                        CLASS_RECALL_KEY)
+                        "step %d holds no %r list of numbers (got %r); it is not read (nor "
+                        "any later one without it; this warning is given once per run)",
+                        self.lag_level, step, CLASS_RECALL_KEY, got)
                 return metrics
             self.observe(recall)
             return metrics

@@ -271,3 +271,24 @@ def test_the_need_ratio_key_reaches_the_run(tmp_path):
     assert (recorded["need-reference"], recorded["need-prior"]) == ("cohort", True)
     assert _pairs(prior) != _pairs(era)
     assert _pairs(latched) != _pairs(need)
+
+
+def test_a_margin_beside_the_class_reading_is_run_and_acts_after_the_switch(tmp_path):
+    """``replicate-margin`` with ``replicate-below=0`` and a ``lag-level`` is not refused:
+    the class reading lifts the bar to 1 once it trips, and the margin then holds a
+    neighbour's partition back until the own partition leads it. Where the reading trips
+    (seed 0, the slow clients holding two classes) the run records the margin, and after
+    the switch it computes other partitions than the same run without it."""
+    import json
+
+    from server.app import run
+
+    setting = {"num-rounds": 8, "seed": 0, "slow-classes": 2, "latency": "persistent",
+               "s": 1, "replicate-below": 0.0, "lag-level": 0.9}
+    margin = run(_grid(cfg := _config(tmp_path, **setting, **{"replicate-margin": 2.0})), cfg)
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["replicate-margin"] == 2.0
+    alone = run(_grid(cfg := _config(tmp_path, **setting)), cfg)
+    tripped = next(i for i, row in enumerate(alone.history) if row["lagged_at"] is not None)
+    assert _pairs(_Steps(margin.history[:tripped + 1])) == _pairs(
+        _Steps(alone.history[:tripped + 1]))
+    assert _pairs(margin) != _pairs(alone)
