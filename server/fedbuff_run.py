@@ -16,7 +16,8 @@ from typing import Any
 from fl_gradcode.config import merge_config
 from fl_gradcode.rivals.fedbuff import buffer_size
 
-__all__ = ["MAIN_JOB_FEDBUFF", "TUNED_KEYS", "care", "read_pick", "replaced", "tuned_keys"]
+__all__ = ["MAIN_JOB_FEDBUFF", "TUNED_KEYS", "async_tuned", "care", "pick_keys", "read_pick",
+           "replaced", "tuned_keys"]
 
 ROOT = Path(__file__).resolve().parents[1]
 #: FedBuff's server lr and buffer as the grid file's rule picked them (amendment 31)
@@ -56,36 +57,69 @@ def _cohort(cfg: Mapping[str, Any], n: int) -> int:
     return cohort_size(dict(cfg), int(cfg["num-clients"]) or n)
 
 
+def pick_keys(values: Mapping[str, object], n: int, path: Path | None = None
+              ) -> dict[str, str]:
+    """The pick as the run's keys (TOML text): ``server-lr``, and ``buffer-size`` the pick's
+    fraction of the run's cohort (at least 1). ``ValueError`` (:func:`read_pick`) when the
+    pick cannot be read."""
+    pick = read_pick(path)
+    k = buffer_size(pick["buffer_fraction"], _cohort(merge_config(dict(values)), n))
+    return {"server-lr": repr(pick["server_lr"]), "buffer-size": str(k)}
+
+
 def tuned_keys(values: Mapping[str, object], n: int, path: Path | None = None
                ) -> dict[str, str]:
-    """The keys (TOML text) FedBuff's run of a synchronous coded job takes from the pick:
-    ``server-lr``, and ``buffer-size`` the pick's fraction of the run's cohort (at least 1);
-    none beside an asynchronous coded job, whose FedBuff keeps that job's buffer and lr (its
-    own baseline). ``ValueError`` (:func:`read_pick`) when the pick cannot be read."""
-    cfg = merge_config(dict(values))
-    if cfg["asynchronous"]:
+    """The keys FedBuff's run of a synchronous coded job takes from the pick
+    (:func:`pick_keys`); none beside an asynchronous coded job, whose FedBuff keeps that job's
+    buffer and lr (its own baseline). ``ValueError`` when the pick cannot be read."""
+    if merge_config(dict(values))["asynchronous"]:
         return {}
-    pick = read_pick(path)
-    k = buffer_size(pick["buffer_fraction"], _cohort(cfg, n))
-    return {"server-lr": repr(pick["server_lr"]), "buffer-size": str(k)}
+    return pick_keys(values, n, path)
+
+
+def async_tuned(values: Mapping[str, object], n: int, path: Path | None = None
+                ) -> str | None:
+    """The ``--run-config`` text that gives the asynchronous mode suggested beside a
+    synchronous job FedBuff's tuned server lr and buffer, as the benchmark's ``fedbuff-auto``
+    runs (``None`` where the user set either key, or the pick cannot be read): without
+    them that mode and its FedBuff baseline would run the key table's untuned ones."""
+    if any(k in values for k in TUNED_KEYS):
+        return None
+    try:
+        keys = pick_keys({**values, "asynchronous": True}, n, path)
+    except ValueError:
+        return None
+    return " ".join(f"{k}={keys[k]}" for k in TUNED_KEYS)
 
 
 def care(values: Mapping[str, object], n: int, unread: Collection[str],
          path: Path | None = None) -> str:
     """How the FedBuff run's server lr and buffer were chosen (its label), naming what of the
     run departs from the setting they were tuned in: its cohort, and each key FedBuff reads
-    (not in ``unread``) set away from that setting's value."""
+    (not in ``unread``) set away from that setting's value. Beside an asynchronous coded job
+    they are that job's own: tuned when they are the pick's keys at its cohort, else untuned,
+    naming the pick's keys."""
     cfg = merge_config(dict(values))
-    if cfg["asynchronous"]:
-        return "the coded job's own"
     try:
-        pick = read_pick(path)
+        pick, keys = read_pick(path), pick_keys(values, n, path)
     except ValueError:
-        return "untuned"
+        return "the coded job's own, untuned" if cfg["asynchronous"] else "untuned"
     where = pick["path"]
     shown = where.relative_to(ROOT) if where.is_relative_to(ROOT) else where
+    if cfg["asynchronous"]:
+        k = int(cfg["buffer-size"]) or buffer_size(0.25, _cohort(cfg, n))  # the app's default
+        if float(cfg["server-lr"]) != float(keys["server-lr"]) or k != int(keys["buffer-size"]):
+            return (f"the coded job's own, untuned (server lr {float(cfg['server-lr']):g}, K "
+                    f"{k}; FedBuff's tuned ones, {shown}: add "
+                    f"{' '.join(f'{key}={keys[key]}' for key in TUNED_KEYS)} to --run-config)")
+        from server.asynchronous import AUTO_KEYS
+
+        # what only the asynchronous job's replication reads is no departure of FedBuff's
+        unread = {*unread, "asynchronous", "s", *AUTO_KEYS}
     label = (f"tuned on development seeds {', '.join(map(str, pick['dev_seeds']))} by the "
              f"benchmark's rule in the main job's default setting ({shown})")
+    if cfg["asynchronous"]:
+        label = f"the coded job's own, FedBuff's: {label}"
     away = [f"{k}={cfg[k]!r}" for k, v in pick["run_config"].items()
             if k not in unread and k not in TUNED_KEYS and k in cfg and cfg[k] != v]
     # the tuning's runs: every client in the cohort, the grid's rounds, virtual time

@@ -54,7 +54,13 @@ from pathlib import Path
 from fl_gradcode.config import coded_only_keys, merge_config
 from server.asynchronous import SYNCHRONOUS_KEYS
 from server.comparison import LEGEND, compare, render_table, summarize  # noqa: F401 (its API)
-from server.fedbuff_run import MAIN_JOB_FEDBUFF, care, replaced, tuned_keys  # noqa: F401
+from server.fedbuff_run import (  # noqa: F401
+    MAIN_JOB_FEDBUFF,
+    async_tuned,
+    care,
+    replaced,
+    tuned_keys,
+)
 from server.rival_config import rival_refusal as _rival_refusal
 from server.rival_config import shared_keys
 
@@ -321,7 +327,8 @@ def main(argv: list[str] | None = None) -> int:
                    if "fedbuff" in runs else "untuned")
         print(compare(results, runs.get("uncoded"), runs.get("drop-stragglers"),
                       runs.get("fedbuff"), fedbuff_care=care_of,
-                      async_hint=async_hint(values)), flush=True)
+                      async_hint=async_hint(values),
+                      async_tuned=async_tuned(values, args.num_supernodes)), flush=True)
     return code
 
 

@@ -153,3 +153,65 @@ def test_faults_of_an_asynchronous_job_reach_its_fedbuff_run(fault):
     cfg = _config("fedbuff", overrides)
     assert cfg[fault.split("=")[0]] == fault.split("=")[1].strip("'")
     build_async(cfg, N)
+
+
+def _pick(tmp_path, lr=4.0, fraction=0.25):
+    path = tmp_path / "pick.json"
+    path.write_text(json.dumps({"server_lr": lr, "buffer_fraction": fraction, "settings": {
+        "n": 12, "rounds": 30, "dev_seeds": [0, 1, 2], "run_config": {"latency-p": 0.2}}}))
+    return path
+
+
+def test_the_asynchronous_hint_carries_fedbuffs_tuned_keys_unless_the_user_set_one(tmp_path):
+    # without them the suggested mode and its FedBuff baseline would run the key table's
+    # untuned lr 1 and K = cohort / 4 (3 of 12), not what the fedbuff run beside rounds ran
+    from server.fedbuff_run import async_tuned
+
+    pick = _pick(tmp_path)
+    assert async_tuned({}, 12, pick) == "server-lr=4.0 buffer-size=3"
+    assert async_tuned({"fraction-train": 0.5}, 12, pick) == "server-lr=4.0 buffer-size=2"
+    assert async_tuned({"server-lr": 0.5}, 12, pick) is None  # the user's lr is theirs
+    assert async_tuned({"buffer-size": 2}, 12, pick) is None
+    assert async_tuned({}, 12, tmp_path / "missing.json") is None
+
+
+def test_the_hinted_asynchronous_job_runs_the_pick_and_its_label_says_so(tmp_path):
+    from server.asynchronous import build_async
+    from server.fedbuff_run import async_tuned, care
+    from server.launch import MAIN_JOB_FEDBUFF, dropped, override_values, parse_overrides
+
+    committed = json.loads(MAIN_JOB_FEDBUFF.read_text())
+    text = f"asynchronous=true s='auto' {async_tuned({}, N)}"
+    strategy, *_ = build_async(_config("coded", text), N)
+    assert (strategy.server_lr, strategy.buffer_size) == (committed["server_lr"],
+                                                          committed["buffer_size"])
+    label = care(override_values(parse_overrides(text)), N, dropped("fedbuff"))
+    assert label.startswith("the coded job's own, FedBuff's: tuned on development seeds")
+    assert "run outside it" not in label  # asynchrony and s are the coded job's, not FedBuff's
+    away = care(override_values(parse_overrides(text + " latency-p=0.3")), N,
+                dropped("fedbuff"))
+    assert away.endswith("run outside it: latency-p=0.3")
+
+
+def test_an_untuned_asynchronous_job_is_labelled_untuned_naming_the_pick(tmp_path):
+    from server.fedbuff_run import care
+    from server.launch import dropped
+
+    pick = _pick(tmp_path)
+    label = care({"asynchronous": True, "s": "auto"}, 12, dropped("fedbuff"), pick)
+    assert label.startswith("the coded job's own, untuned (server lr 1, K 3;")
+    assert "add server-lr=4.0 buffer-size=3 to --run-config" in label
+    assert care({"asynchronous": True}, 12, dropped("fedbuff"),
+                tmp_path / "missing.json") == "the coded job's own, untuned"
+
+
+def test_the_launcher_hands_the_table_the_tuned_keys_of_the_hint(tmp_path, monkeypatch):
+    from server.fedbuff_run import pick_keys
+    from tests.integration.launching import launch_main
+
+    launch_main(tmp_path / "a", monkeypatch, ["--run-config", "num-rounds=2"])
+    keys = pick_keys({}, N)
+    assert launch_main.keywords[0]["async_tuned"] == (
+        f"server-lr={keys['server-lr']} buffer-size={keys['buffer-size']}")
+    launch_main(tmp_path / "b", monkeypatch, ["--run-config", "num-rounds=2 server-lr=0.5"])
+    assert launch_main.keywords[0]["async_tuned"] is None

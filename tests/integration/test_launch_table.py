@@ -185,6 +185,13 @@ def test_only_rounds_that_lose_to_fedbuff_are_told_how_to_run_asynchronously(tmp
     refused = compare(tmp_path / "a" / "coded", tmp_path / "a" / "uncoded", None,
                       tmp_path / "a" / "fedbuff", async_hint=None)
     assert "here it does not pay" in refused and "to --run-config" not in refused
+    # with FedBuff's tuned keys, the hint gives them: the mode then runs what FedBuff ran
+    tuned = compare(tmp_path / "a" / "coded", tmp_path / "a" / "uncoded", None,
+                    tmp_path / "a" / "fedbuff", async_tuned="server-lr=2.0 buffer-size=1")
+    assert (f"{hint}\n   with server-lr=2.0 buffer-size=1, the fedbuff run's tuned settings, "
+            "against FedBuff)") in tuned
+    assert all(len(line) <= 100 for line in tuned.splitlines() if "--run-config" in line
+               or "tuned settings" in line)
 
 
 def test_the_hint_is_given_only_where_the_asynchronous_app_would_run_the_job():
