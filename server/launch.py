@@ -159,26 +159,49 @@ def run_config_for(run: str, overrides: str, results: Path, n: int = NUM_SUPERNO
     if "'" in str(results):
         raise ValueError(f"results directory {str(results)!r} contains a single quote")
     user = parse_overrides(overrides)
-    own = tuned_keys(override_values(user), n) if run == "fedbuff" else {}
+    values = override_values(user)
+    own = tuned_keys(values, n) if run == "fedbuff" else {}
     pairs = {"results-dir": f"'{results}'", **{k: v for k, v in user.items()
-                                               if k not in dropped(run) | set(own)},
+                                               if k not in dropped(run, values) | set(own)},
              **RUNS[run], **own}
     return " ".join(f"{k}={v}" for k, v in pairs.items())
 
 
-def dropped(run: str) -> set[str]:
+#: What an asynchronous coded job reads as FedBuff's server step: the synchronous rivals
+#: (wait-for-all, drop-stragglers) leave it out there and run plain FedAvg, as the
+#: benchmark's wait-for-all and deadline do (the coded run and FedBuff keep the user's)
+ASYNC_STEP = frozenset({"server-lr"})
+
+
+def dropped(run: str, values: Mapping[str, object] | None = None) -> set[str]:
     """The user's keys run ``run`` of :data:`RUNS` leaves out: its own and ``results-dir``
     (it sets them), and a rival's the keys it does not read (:data:`CODED_ONLY`; FedBuff's,
-    :data:`FEDBUFF_DROPS`)."""
+    :data:`FEDBUFF_DROPS`); beside an asynchronous job (the user's ``values``), the
+    synchronous rivals also :data:`ASYNC_STEP`."""
     rival = (FEDBUFF_DROPS if run == "fedbuff" else set(CODED_ONLY) if run != "coded"
              else set())
-    return set(RUNS[run]) | {"results-dir"} | rival
+    step = (ASYNC_STEP if run in ("uncoded", "drop-stragglers") and values is not None
+            and merge_config(dict(values))["asynchronous"] else set())
+    return set(RUNS[run]) | {"results-dir"} | rival | step
 
 
 def rival_refusal(values: Mapping[str, object]) -> str | None:
     """Why the drop-stragglers run cannot run with these overrides (``None``: it can;
-    :func:`server.rival_config.rival_refusal` on them without the coded-only keys)."""
-    return _rival_refusal(merge_config(shared_keys(values)), "drop-stragglers")
+    :func:`server.rival_config.rival_refusal` on them without the keys it leaves out)."""
+    kept = {k: v for k, v in values.items() if k not in dropped("drop-stragglers", values)}
+    return _rival_refusal(merge_config(shared_keys(kept)), "drop-stragglers")
+
+
+def step_left_out(values: Mapping[str, object]) -> str | None:
+    """The line saying the synchronous rivals leave out an asynchronous job's server step
+    (``None``: the user set none, or the job is synchronous)."""
+    left = [f"{k}={values[k]!r}" for k in sorted(ASYNC_STEP)
+            if k in values and k in dropped("uncoded", values)]
+    if not left:
+        return None
+    return (f"the uncoded and drop-stragglers runs leave out {', '.join(left)}: in an "
+            "asynchronous job it is FedBuff's server step; they run plain FedAvg, as the "
+            "benchmark's wait-for-all and deadline do")
 
 
 #: ``--preset`` names -> the regime of ``results/first_hour.json`` (experiments/first_hour.py,
@@ -304,6 +327,8 @@ def main(argv: list[str] | None = None) -> int:
     if code != 0 or args.no_compare:
         return code
     runs = {"coded": results}
+    if note := step_left_out(values):
+        print(note, flush=True)
     # FedBuff too, unless the coded run is FedBuff itself (asynchronous with s = 0)
     itself = bool(values.get("asynchronous")) and str(values.get("s", "")) == "0"
     for name in ("uncoded", "drop-stragglers", "fedbuff")[:2 if itself else 3]:

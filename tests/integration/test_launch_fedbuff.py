@@ -215,3 +215,29 @@ def test_the_launcher_hands_the_table_the_tuned_keys_of_the_hint(tmp_path, monke
         f"server-lr={keys['server-lr']} buffer-size={keys['buffer-size']}")
     launch_main(tmp_path / "b", monkeypatch, ["--run-config", "num-rounds=2 server-lr=0.5"])
     assert launch_main.keywords[0]["async_tuned"] is None
+
+
+def test_an_asynchronous_jobs_server_lr_is_fedbuffs_step_not_the_synchronous_rivals(
+        tmp_path, monkeypatch, capsys):
+    # wait-for-all and drop-stragglers run plain FedAvg (lr 1), as the benchmark's do: an
+    # asynchronous job's server-lr (FedBuff's step) neither changes the one nor skips the other
+    from server.launch import rival_refusal
+    from tests.integration.launching import launch_main
+
+    text = "asynchronous=true s='auto' server-lr=2.0 buffer-size=1 num-rounds=2"
+    assert rival_refusal(override_values(parse_overrides(text))) is None
+    code, configs = launch_main(tmp_path, monkeypatch, ["--run-config", text])
+    assert code == 0 and len(configs) == 4
+    by_run = {c.split("results-dir=")[1].split("'")[1].rsplit("/", 1)[1]: c for c in configs}
+    assert "server-lr=2.0" in by_run["run"] and "server-lr=2.0" in by_run["run-fedbuff"]
+    assert "server-lr" not in by_run["run-uncoded"]
+    assert "server-lr" not in by_run["run-drop-stragglers"]
+    assert merge_config(parse_config_args([by_run["run-uncoded"]]))["server-lr"] == 1.0
+    assert "leave out server-lr=2.0" in capsys.readouterr().out
+    # in rounds, server-lr is every synchronous run's server step: the uncoded run keeps it
+    _, configs = launch_main(tmp_path / "b", monkeypatch, ["--run-config",
+                                                           "server-lr=0.5 num-rounds=2"])
+    assert sum("server-lr=0.5" in c for c in configs) == 2  # the coded and the uncoded run
+
+
+from server.launch import override_values, parse_overrides  # noqa: E402
