@@ -91,7 +91,9 @@ def render_table(summaries: list[Mapping[str, object]], target: float,
                 f"drop-stragglers dropped {row['dropped']} late replies in "
                 f"{row['rounds_dropping']} of {row['rounds']} rounds "
                 "(non-IID: biased to the fast clients)")
-        if coded["time_to"] and row["time_to"]:
+        if coded["time_to"] and row["time_to"] == coded["time_to"]:
+            lines.append(f"coding reached {target:.3f} at the same time as {row['name']}")
+        elif coded["time_to"] and row["time_to"]:
             ratio = row["time_to"] / coded["time_to"]
             lines.append(
                 f"coding reached {target:.3f} {ratio:.2f}x sooner than {row['name']}"

@@ -253,3 +253,21 @@ def test_compare_names_a_need_rule_or_margin_beside_the_class_reading(tmp_path, 
     assert said in text and "each client its own partition (FedBuff) until" not in text
     assert ("every partition served as much once the median class recall reached 0.9 with a "
             "class never learnt (it never did)") in text
+
+
+def test_a_tie_is_said_as_a_tie_not_as_coding_being_slower(tmp_path):
+    # the asynchronous s='auto' runs as FedBuff until its class reading switches: where it
+    # never does, both runs reach the target at the same virtual time
+    from server.launch import compare
+
+    for name, seconds in (("coded", 2.0), ("fedbuff", 2.0), ("uncoded", 8.0)):
+        rec = RoundRecorder(tmp_path / name, {"code": "grouped-rs", "s": 1 if name == "coded"
+                                              else 0, "asynchronous": name != "uncoded",
+                                              "buffer-size": 3, "server-steps": 1,
+                                              "straggler-timeout": 2.0})
+        rec.record({**{k: 0 for k in ROUND_FIELDS}, "round": 1, "decode": "exact",
+                    "accuracy": 0.9, "virtual_s": seconds, "bytes_up": 10**6,
+                    "compute_s": 0.5, "late_dropped": 0})
+    text = compare(tmp_path / "coded", tmp_path / "uncoded", None, tmp_path / "fedbuff")
+    assert "coding reached 0.900 at the same time as fedbuff" in text
+    assert "slower to 0.900 than fedbuff" not in text and "does not pay" not in text
