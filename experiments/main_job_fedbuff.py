@@ -12,6 +12,9 @@ AISTATS 2022, https://arxiv.org/abs/2106.06639.
 
 ``python -m experiments.main_job_fedbuff [--out results/main_job_fedbuff.json]``: about a
 minute. The JSON keeps every setting tried and its runs' medians, so the pick can be checked.
+In another setting: ``--run-config "..."`` (the launcher's keys; those FedBuff reads are run)
+and ``--num-supernodes N``, then ``python -m server.launch --fedbuff-pick FILE`` runs that
+pick (the launcher prints both commands where its run departs from the pick's setting).
 """
 
 from __future__ import annotations
@@ -27,31 +30,36 @@ from experiments.common import harness_environment
 from experiments.compare import GRID, grid_cell, load_grid, lookup
 from experiments.runner import Runner
 
-__all__ = ["TASK", "main", "main_job_fedbuff"]
+__all__ = ["TASK", "main", "main_job_fedbuff", "setting"]
 
 TASK = "digits-logreg"
 
 
 def main_job_fedbuff(grid: Mapping[str, Any], n: int,
-                     log: Callable[[str], None] = print) -> dict[str, Any]:
+                     log: Callable[[str], None] = print,
+                     overrides: Mapping[str, Any] | None = None,
+                     target: float | None = None) -> dict[str, Any]:
     """The rule applied at ``n`` nodes (cohort ``n``): the JSON of
     ``results/main_job_fedbuff.json`` (``server_lr`` and ``buffer_fraction``, the pick the
     launcher runs; ``buffer_size``, its ``K`` at ``n``; ``staleness_exponent``, the weight
-    its runs gave a stale update; ``tuning``, every setting tried)."""
+    its runs gave a stale update; ``tuning``, every setting tried). ``overrides``: the
+    launcher's ``--run-config`` values of another setting (:func:`setting`), ``target`` the
+    accuracy timed (default: the task's)."""
     from experiments.compare_cli import HARNESS_KEYS
     from experiments.fedbuff_tuning import tuned_fedbuff
 
     rules = grid["rules"]
     seeds = list(grid["seeds"]["development"])
-    rounds = int(grid["scale"]["rounds"])
-    target = float(lookup(grid, "tasks", TASK)["target"])
-    cell = grid_cell(grid, TASK, "", n, n, rounds, target)
+    nodes, cohort, rounds, sets = setting(overrides or {}, n, int(grid["scale"]["rounds"]))
+    if target is None:
+        target = float(lookup(grid, "tasks", TASK)["target"])
+    cell = grid_cell(grid, TASK, "", nodes, cohort, rounds, target, sets)
     runner = Runner(cell, log)
     tuned, tuning = tuned_fedbuff(cell, seeds, rules["fedbuff_tune_server_lr"],
                                   rules["fedbuff_tune_buffer_fraction"], runner.fedbuff,
                                   rules.get("fedbuff_tune_extend"))
     return {"rule": tuning["rule"],
-            "settings": {"task": TASK, "n": n, "cohort": n, "rounds": rounds,
+            "settings": {"task": TASK, "n": nodes, "cohort": cohort, "rounds": rounds,
                          "target": target, "dev_seeds": seeds,
                          "run_config": {k: v for k, v in cell.config(seeds[0]).items()
                                         if k not in HARNESS_KEYS}},
@@ -63,22 +71,67 @@ def main_job_fedbuff(grid: Mapping[str, Any], n: int,
             "tuning": tuning}
 
 
+def setting(values: Mapping[str, Any], n: int, rounds: int
+            ) -> tuple[int, int, int, dict[str, Any]]:
+    """``(nodes, cohort, rounds, keys)`` of the launcher's run-config ``values`` on ``n``
+    SuperNodes as FedBuff's tuning runs them: ``num-clients`` nodes when set, a cohort of
+    ``fraction-train`` of them, ``num-rounds`` when set (else ``rounds``), and the keys
+    FedBuff reads (what only coded or synchronous rounds read is left out, as the
+    launcher's FedBuff run leaves it). Its server lr and buffer, what the rule picks, and a
+    wall-clock timing (the rule's runs are in virtual time) are refused, naming them."""
+    from experiments.compare_cli import HARNESS_KEYS
+    from fl_gradcode.config import merge_config
+    from server.app import cohort_size
+    from server.fedbuff_run import TUNED_KEYS
+    from server.launch import dropped
+
+    picked = [f"{k}={values[k]!r}" for k in TUNED_KEYS if k in values]
+    if picked:
+        raise ValueError(f"{', '.join(picked)}: FedBuff's server lr and buffer are what the "
+                         "rule picks; leave them out")
+    cfg = merge_config(dict(values))
+    if cfg["timing"] != "virtual":
+        raise ValueError(f"timing={cfg['timing']!r}: the rule's runs are in virtual time; "
+                         "leave timing out")
+    nodes = int(cfg["num-clients"]) or n
+    keys = {k: v for k, v in cfg.items() if k in values
+            and k not in HARNESS_KEYS and k not in dropped("fedbuff")}
+    return nodes, cohort_size(cfg, nodes), int(values.get("num-rounds", rounds)), keys
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m experiments.main_job_fedbuff",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="results/main_job_fedbuff.json")
+    parser.add_argument("--run-config", default="",
+                        help="another setting: the keys you give python -m server.launch "
+                        "(those FedBuff reads are run; not server-lr or buffer-size, which "
+                        "the rule picks); then pass the file to the launcher's --fedbuff-pick")
+    parser.add_argument("--num-supernodes", type=int, default=None,
+                        help="the launcher's --num-supernodes (default: its own)")
+    parser.add_argument("--target", type=float, default=None,
+                        help="the accuracy timed (default: the task's)")
     args = parser.parse_args(argv)
-    from server.launch import NUM_SUPERNODES
+    from server.launch import NUM_SUPERNODES, override_values, parse_overrides
 
+    n = NUM_SUPERNODES if args.num_supernodes is None else args.num_supernodes
+    try:
+        values = override_values(parse_overrides(args.run_config))
+        if n < 1:
+            raise ValueError(f"--num-supernodes {n}: expected at least 1")
+        setting(values, n, 1)  # refused before any run
+    except ValueError as exc:
+        parser.error(str(exc))
     t0 = time.perf_counter()
     with harness_environment():  # as the benchmark runs
-        result = main_job_fedbuff(load_grid(GRID), NUM_SUPERNODES)
+        result = main_job_fedbuff(load_grid(GRID), n, overrides=values, target=args.target)
     result["runtime_s"] = time.perf_counter() - t0
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     print(f"the rule picks server lr {result['server_lr']:g}, K {result['buffer_size']} "
-          f"(a fraction {result['buffer_fraction']:g} of the cohort of {NUM_SUPERNODES}); "
+          f"(a fraction {result['buffer_fraction']:g} of the cohort of "
+          f"{result['settings']['cohort']}); "
           f"wrote {out}")
     return 0
 

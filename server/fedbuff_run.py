@@ -17,7 +17,7 @@ from fl_gradcode.config import merge_config
 from fl_gradcode.rivals.fedbuff import buffer_size
 
 __all__ = ["MAIN_JOB_FEDBUFF", "TUNED_KEYS", "async_tuned", "care", "pick_keys", "read_pick",
-           "replaced", "tuned_keys"]
+           "replaced", "retune_command", "tuned_keys"]
 
 ROOT = Path(__file__).resolve().parents[1]
 #: FedBuff's server lr and buffer as the grid file's rule picked them (amendment 31)
@@ -36,6 +36,7 @@ def read_pick(path: Path | None = None) -> dict[str, Any]:
         settings = pick["settings"]
         n, seeds, config = int(settings["n"]), list(settings["dev_seeds"]), settings["run_config"]
         rounds = int(settings["rounds"])
+        cohort = int(settings.get("cohort", n))
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"FedBuff's tuned settings cannot be read from {path} ({exc!r}); "
                          "run python -m experiments.main_job_fedbuff") from None
@@ -45,8 +46,8 @@ def read_pick(path: Path | None = None) -> dict[str, Any]:
                          f"{fraction!r} (expected in (0, 1]), settings.n={n!r} (expected > 0) "
                          "and settings.run_config a table; run python -m "
                          "experiments.main_job_fedbuff")
-    return {"server_lr": lr, "buffer_fraction": fraction, "n": n, "rounds": rounds,
-            "dev_seeds": seeds, "run_config": config, "path": path}
+    return {"server_lr": lr, "buffer_fraction": fraction, "n": n, "cohort": cohort,
+            "rounds": rounds, "dev_seeds": seeds, "run_config": config, "path": path}
 
 
 def _cohort(cfg: Mapping[str, Any], n: int) -> int:
@@ -122,15 +123,37 @@ def care(values: Mapping[str, object], n: int, unread: Collection[str],
         label = f"the coded job's own, FedBuff's: {label}"
     away = [f"{k}={cfg[k]!r}" for k, v in pick["run_config"].items()
             if k not in unread and k not in TUNED_KEYS and k in cfg and cfg[k] != v]
-    # the tuning's runs: every client in the cohort, the grid's rounds, virtual time
-    cohort = _cohort(cfg, n)
+    # the tuning's runs: its nodes and cohort, its rounds, virtual time
+    nodes, cohort = int(cfg["num-clients"]) or n, _cohort(cfg, n)
     away[:0] = [text for text, differs in (
-        (f"a cohort of {cohort} (tuned at {pick['n']})", cohort != pick["n"]),
+        (f"{nodes} nodes (tuned at {pick['n']})", nodes != pick["n"]),
+        (f"a cohort of {cohort} (tuned at {pick['cohort']})", cohort != pick["cohort"]),
         (f"num-rounds={cfg['num-rounds']!r} (tuned at {pick['rounds']})",
          cfg["num-rounds"] != pick["rounds"]),
         (f"timing={cfg['timing']!r} (tuned in virtual time)", cfg["timing"] != "virtual"))
         if differs]
     return label + (f"; run outside it: {', '.join(away)}" if away else "")
+
+
+def retune_command(values: Mapping[str, object], n: int, path: Path | None = None
+                   ) -> str | None:
+    """The commands that tune FedBuff in the run's own setting and run the launcher with
+    that pick (``None`` where the pick was tuned in it, or cannot be read): where
+    :func:`care` names a departure."""
+    from server.launch import NUM_SUPERNODES, dropped, toml_value
+
+    cfg = merge_config(dict(values))
+    if "run outside it" not in care(values, n, dropped("fedbuff"), path):
+        return None
+    # the keys it runs: not the ones the rule picks, nor a timing other than virtual time
+    keys = " ".join(f"{k}={toml_value(v)}" for k, v in values.items()
+                    if k not in (*TUNED_KEYS, "results-dir", "timing"))
+    nodes = "" if n == NUM_SUPERNODES else f" --num-supernodes {n}"
+    out = "results/main_job_fedbuff_here.json"
+    timing = " (in virtual time)" if cfg["timing"] != "virtual" else ""
+    return (f"to tune FedBuff in this setting{timing}: python -m experiments.main_job_fedbuff "
+            f"--run-config \"{keys}\"{nodes} --out {out}, then add --fedbuff-pick {out} "
+            "to this command")
 
 
 def replaced(values: Mapping[str, object], tuned: Mapping[str, str]) -> str | None:

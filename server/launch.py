@@ -59,6 +59,7 @@ from server.fedbuff_run import (  # noqa: F401
     async_tuned,
     care,
     replaced,
+    retune_command,
     tuned_keys,
 )
 from server.rival_config import rival_refusal as _rival_refusal
@@ -148,19 +149,21 @@ def override_values(pairs: Mapping[str, str]) -> dict[str, object]:
     return {k: tomllib.loads(f"v = {v}")["v"] for k, v in pairs.items()}
 
 
-def run_config_for(run: str, overrides: str, results: Path, n: int = NUM_SUPERNODES) -> str:
+def run_config_for(run: str, overrides: str, results: Path, n: int = NUM_SUPERNODES,
+                   pick: Path | None = None) -> str:
     """The ``--run-config`` string of one run of the main job (a name in :data:`RUNS`) on
     ``n`` SuperNodes: the user's ``overrides`` (a rival's run without :data:`CODED_ONLY`
     keys), the run's own keys replacing the user's (FedBuff's tuned settings too:
-    :func:`server.fedbuff_run.tuned_keys`), ``results-dir`` set to ``results``. Every key
-    appears once (``flwr run`` refuses a key given twice)."""
+    :func:`server.fedbuff_run.tuned_keys`, from ``pick``, default :data:`MAIN_JOB_FEDBUFF`),
+    ``results-dir`` set to ``results``. Every key appears once (``flwr run`` refuses a key
+    given twice)."""
     if run not in RUNS:
         raise ValueError(f"run={run!r}; expected one of {sorted(RUNS)}")
     if "'" in str(results):
         raise ValueError(f"results directory {str(results)!r} contains a single quote")
     user = parse_overrides(overrides)
     values = override_values(user)
-    own = tuned_keys(values, n) if run == "fedbuff" else {}
+    own = tuned_keys(values, n, pick) if run == "fedbuff" else {}
     pairs = {"results-dir": f"'{results}'", **{k: v for k, v in user.items()
                                                if k not in dropped(run, values) | set(own)},
              **RUNS[run], **own}
@@ -265,7 +268,7 @@ def preset_regime(name: str, path: Path = FIRST_HOUR) -> tuple[str, dict[str, ob
 def preset_overrides(name: str, path: Path = FIRST_HOUR) -> str:
     """The ``--run-config`` text of preset ``name`` (:func:`preset_regime`)."""
     _, config, _ = preset_regime(name, path)
-    return " ".join(f"{key}={_toml(value)}" for key, value in config.items())
+    return " ".join(f"{key}={toml_value(value)}" for key, value in config.items())
 
 
 def preset_note(name: str, path: Path = FIRST_HOUR) -> str:
@@ -283,7 +286,8 @@ def preset_note(name: str, path: Path = FIRST_HOUR) -> str:
             f"{x(entry['median_speedup_vs_drop'])} vs drop-stragglers)")
 
 
-def _toml(value: object) -> str:
+def toml_value(value: object) -> str:
+    """``value`` as ``--run-config`` text (TOML; a string in single quotes)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
@@ -297,6 +301,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-config", default="", help="'key=value key2=value2' overrides")
     parser.add_argument("--results-dir", default="results/run")
     parser.add_argument("--home", default=str(ROOT / ".flwr"), help="private FLWR_HOME")
+    parser.add_argument("--fedbuff-pick", type=Path, default=None,
+                        help="FedBuff's server lr and buffer as python -m "
+                        "experiments.main_job_fedbuff picked them (default: "
+                        "results/main_job_fedbuff.json, the main job's default setting)")
     parser.add_argument("--no-compare", action="store_true",
                         help="skip the comparison runs (wait-for-all, drop-stragglers, FedBuff)")
     parser.add_argument("--preset", choices=sorted(PRESETS),
@@ -327,6 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     if code != 0 or args.no_compare:
         return code
     runs = {"coded": results}
+    n, pick = args.num_supernodes, args.fedbuff_pick
     if note := step_left_out(values):
         print(note, flush=True)
     # FedBuff too, unless the coded run is FedBuff itself (asynchronous with s = 0)
@@ -334,26 +343,26 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("uncoded", "drop-stragglers", "fedbuff")[:2 if itself else 3]:
         out = results.with_name(f"{results.name}-{name}")
         refusal = {"drop-stragglers": rival_refusal,
-                   "fedbuff": lambda v: fedbuff_refusal(v, args.num_supernodes)}.get(
+                   "fedbuff": lambda v: fedbuff_refusal(v, n, pick)}.get(
             name, lambda _: None)(values)
         if refusal:
             print(f"the {name} run is skipped: {refusal}", flush=True)
             continue
-        if name == "fedbuff" and (note := replaced(values, tuned_keys(values,
-                                                                       args.num_supernodes))):
+        if name == "fedbuff" and (note := replaced(values, tuned_keys(values, n, pick))):
             print(note, flush=True)
-        run_code = flwr_run(args, out, run_config_for(name, args.run_config, out,
-                                                      args.num_supernodes))
+        run_code = flwr_run(args, out, run_config_for(name, args.run_config, out, n, pick))
         if run_code == 0:
             runs[name] = out
         code = code or run_code
     if len(runs) > 1:
-        care_of = (care(values, args.num_supernodes, dropped("fedbuff"))
+        care_of = (care(values, n, dropped("fedbuff"), pick)
                    if "fedbuff" in runs else "untuned")
         print(compare(results, runs.get("uncoded"), runs.get("drop-stragglers"),
                       runs.get("fedbuff"), fedbuff_care=care_of,
                       async_hint=async_hint(values),
-                      async_tuned=async_tuned(values, args.num_supernodes)), flush=True)
+                      async_tuned=async_tuned(values, n, pick)), flush=True)
+        if "fedbuff" in runs and (command := retune_command(values, n, pick)):
+            print(command, flush=True)
     return code
 
 

@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from experiments import main_job_fedbuff as mjf
 from experiments.compare import load_grid
@@ -86,3 +87,47 @@ def test_the_readme_says_how_the_main_jobs_fedbuff_was_chosen():
     assert (f"its FedBuff run's server lr ({data['server_lr']:g}) and buffer "
             f"(K = {data['buffer_size']}) by the benchmark's FedBuff tuning rule") in readme
     assert "python -m experiments.main_job_fedbuff" in readme
+
+
+def test_the_rule_runs_in_another_setting_and_the_launcher_reads_its_pick(tmp_path):
+    """``--run-config`` tunes FedBuff in the user's own setting (here 6 nodes, a cohort of
+    3, persistent stragglers at p = 0.5): its runs take those keys, the pick records them,
+    and the launcher's label then names no departure for that run."""
+    from server.fedbuff_run import care, read_pick, retune_command, tuned_keys
+    from server.launch import dropped
+
+    grid = load_grid()
+    grid["scale"] = {**grid["scale"], "rounds": 2}
+    grid["seeds"] = {**grid["seeds"], "development": [0]}
+    grid["rules"] = {**grid["rules"], "fedbuff_tune_server_lr": [0.5, 1.0],
+                     "fedbuff_tune_buffer_fraction": [0.5], "fedbuff_tune_extend": 0}
+    values = {"latency-p": 0.5, "fraction-train": 0.5, "code": "frc", "s": 1, "num-rounds": 2}
+    result = mjf.main_job_fedbuff(grid, 6, log=lambda _: None, overrides=values)
+    settings = result["settings"]
+    assert (settings["n"], settings["cohort"], settings["rounds"]) == (6, 3, 2)
+    assert settings["run_config"]["latency-p"] == 0.5
+    assert "code" not in settings["run_config"] or settings["run_config"]["code"] != "frc"
+    assert result["buffer_size"] == 2  # half of the cohort of 3, rounded up
+    path = tmp_path / "pick.json"
+    path.write_text(json.dumps(result))
+    assert read_pick(path)["cohort"] == 3
+    assert "run outside it" not in care(values, 6, dropped("fedbuff"), path)
+    assert retune_command(values, 6, path) is None
+    assert tuned_keys(values, 6, path)["buffer-size"] == "2"
+    # the committed pick (12 nodes, every one in the cohort) is outside this setting
+    label = care(values, 6, dropped("fedbuff"))
+    assert "6 nodes (tuned at 12)" in label and "a cohort of 3 (tuned at 12)" in label
+    command = retune_command(values, 6)
+    assert command is not None and "--num-supernodes 6" in command
+    assert ("--run-config \"latency-p=0.5 fraction-train=0.5 code='frc' s=1 num-rounds=2\""
+            in command)
+
+
+@pytest.mark.parametrize(("text", "named"), [("server-lr=2.0", "server-lr=2.0"),
+                                             ("buffer-size=3", "buffer-size=3"),
+                                             ("timing='wallclock'", "timing='wallclock'")])
+def test_keys_the_rule_cannot_take_are_refused_before_any_run(text, named, capsys):
+    with pytest.raises(SystemExit) as exc:
+        mjf.main(["--run-config", text, "--out", "/dev/null"])
+    assert exc.value.code == 2 and named in capsys.readouterr().err
+

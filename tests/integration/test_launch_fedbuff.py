@@ -241,3 +241,23 @@ def test_an_asynchronous_jobs_server_lr_is_fedbuffs_step_not_the_synchronous_riv
 
 
 from server.launch import override_values, parse_overrides  # noqa: E402
+
+
+def test_the_launcher_runs_a_pick_it_is_given_and_says_how_to_tune_one(tmp_path, monkeypatch,
+                                                                      capsys):
+    from tests.integration.launching import launch_main
+
+    pick = _pick(tmp_path)  # tuned at 12 nodes, 30 rounds, latency-p 0.2
+    code, configs = launch_main(tmp_path / "a", monkeypatch, [
+        "--fedbuff-pick", str(pick), "--run-config", "num-rounds=30 latency-p=0.2"])
+    fedbuff = next(c for c in configs if "run-fedbuff" in c)
+    assert code == 0 and "server-lr=4.0" in fedbuff and "buffer-size=3" in fedbuff
+    assert launch_main.keywords[0]["fedbuff_care"].endswith(f"({pick})")
+    assert "to tune FedBuff in this setting" not in capsys.readouterr().out
+    # outside the pick's setting: the command that tunes it there, and how to pass it
+    launch_main(tmp_path / "b", monkeypatch, ["--run-config", "latency-p=0.3 num-rounds=2"])
+    out = capsys.readouterr().out
+    assert ("to tune FedBuff in this setting: python -m experiments.main_job_fedbuff "
+            "--run-config \"latency-p=0.3 num-rounds=2\" --out "
+            "results/main_job_fedbuff_here.json, then add --fedbuff-pick "
+            "results/main_job_fedbuff_here.json to this command") in out
