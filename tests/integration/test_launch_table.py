@@ -92,24 +92,31 @@ def test_compare_names_the_least_served_rule_when_s_auto_runs_it(tmp_path, asked
                                                                          tmp_path / "uncoded")
 
 
-def test_the_table_reads_an_asynchronous_run_against_fedbuff_and_says_whose_gain(tmp_path):
+def _asynchronous_table(root, coded_s: float, fedbuff_s: float) -> str:
+    """The table of an asynchronous coded run, FedBuff and wait-for-all (8 s), each one
+    evaluation at 0.9 after the given virtual seconds."""
     from server.launch import compare
 
-    times = {"coded": 1.0, "fedbuff": 2.0, "uncoded": 8.0}
-    for name, seconds in times.items():
-        rec = RoundRecorder(tmp_path / name, {"code": "grouped-rs", "s": 1 if name == "coded"
-                                              else 0, "asynchronous": name != "uncoded",
-                                              "buffer-size": 3, "server-steps": 1,
-                                              "straggler-timeout": 2.0})
+    for name, seconds in (("coded", coded_s), ("fedbuff", fedbuff_s), ("uncoded", 8.0)):
+        rec = RoundRecorder(root / name, {"code": "grouped-rs", "s": 1 if name == "coded"
+                                          else 0, "asynchronous": name != "uncoded",
+                                          "buffer-size": 3, "server-steps": 1,
+                                          "straggler-timeout": 2.0})
         rec.record({**{k: 0 for k in ROUND_FIELDS}, "round": 1, "decode": "exact",
                     "accuracy": 0.9, "virtual_s": seconds, "bytes_up": 10**6,
                     "compute_s": 0.5, "late_dropped": 0})
-    text = compare(tmp_path / "coded", tmp_path / "uncoded", None, tmp_path / "fedbuff")
+    return compare(root / "coded", root / "uncoded", None, root / "fedbuff")
+
+
+def test_the_table_reads_an_asynchronous_run_against_fedbuff_and_says_whose_gain(tmp_path):
+    text = _asynchronous_table(tmp_path, coded_s=1.0, fedbuff_s=2.0)
     assert "fedbuff: FedBuff itself (asynchronous, s = 0" in text
     assert "coding reached 0.900 2.00x sooner than fedbuff" in text
     assert "coding reached 0.900 8.00x sooner than uncoded" in text
     assert "against fedbuff, replication's alone" in text
     # without the FedBuff run the attribution line is not given
+    from server.launch import compare
+
     assert "replication's alone" not in compare(tmp_path / "coded", tmp_path / "uncoded")
 
 
@@ -258,16 +265,6 @@ def test_compare_names_a_need_rule_or_margin_beside_the_class_reading(tmp_path, 
 def test_a_tie_is_said_as_a_tie_not_as_coding_being_slower(tmp_path):
     # the asynchronous s='auto' runs as FedBuff until its class reading switches: where it
     # never does, both runs reach the target at the same virtual time
-    from server.launch import compare
-
-    for name, seconds in (("coded", 2.0), ("fedbuff", 2.0), ("uncoded", 8.0)):
-        rec = RoundRecorder(tmp_path / name, {"code": "grouped-rs", "s": 1 if name == "coded"
-                                              else 0, "asynchronous": name != "uncoded",
-                                              "buffer-size": 3, "server-steps": 1,
-                                              "straggler-timeout": 2.0})
-        rec.record({**{k: 0 for k in ROUND_FIELDS}, "round": 1, "decode": "exact",
-                    "accuracy": 0.9, "virtual_s": seconds, "bytes_up": 10**6,
-                    "compute_s": 0.5, "late_dropped": 0})
-    text = compare(tmp_path / "coded", tmp_path / "uncoded", None, tmp_path / "fedbuff")
+    text = _asynchronous_table(tmp_path, coded_s=2.0, fedbuff_s=2.0)
     assert "coding reached 0.900 at the same time as fedbuff" in text
     assert "slower to 0.900 than fedbuff" not in text and "does not pay" not in text
