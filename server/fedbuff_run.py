@@ -118,7 +118,7 @@ def care(values: Mapping[str, object], n: int, unread: Collection[str],
         # what only the asynchronous job's replication reads is no departure of FedBuff's
         unread = {*unread, "asynchronous", "s", *AUTO_KEYS}
     label = (f"tuned on development seeds {', '.join(map(str, pick['dev_seeds']))} by the "
-             f"benchmark's rule in the main job's default setting ({shown})")
+             f"benchmark's rule in {_where(pick)} ({shown})")
     if cfg["asynchronous"]:
         label = f"the coded job's own, FedBuff's: {label}"
     away = [f"{k}={cfg[k]!r}" for k, v in pick["run_config"].items()
@@ -133,6 +133,19 @@ def care(values: Mapping[str, object], n: int, unread: Collection[str],
         (f"timing={cfg['timing']!r} (tuned in virtual time)", cfg["timing"] != "virtual"))
         if differs]
     return label + (f"; run outside it: {', '.join(away)}" if away else "")
+
+
+def _where(pick: Mapping[str, Any]) -> str:
+    """The setting a pick was tuned in: the main job's default one (every key at the key
+    table's default, its SuperNodes all in the cohort, its rounds), else the one it records
+    (``python -m experiments.main_job_fedbuff --run-config``)."""
+    from fl_gradcode.config import DEFAULTS
+    from server.launch import NUM_SUPERNODES
+
+    default = (pick["n"] == pick["cohort"] == NUM_SUPERNODES
+               and pick["rounds"] == DEFAULTS["num-rounds"]
+               and all(DEFAULTS.get(k) == v for k, v in pick["run_config"].items()))
+    return "the main job's default setting" if default else "the setting it records"
 
 
 def retune_command(values: Mapping[str, object], n: int, path: Path | None = None

@@ -111,7 +111,9 @@ def test_the_rule_runs_in_another_setting_and_the_launcher_reads_its_pick(tmp_pa
     path = tmp_path / "pick.json"
     path.write_text(json.dumps(result))
     assert read_pick(path)["cohort"] == 3
-    assert "run outside it" not in care(values, 6, dropped("fedbuff"), path)
+    assert care(values, 6, dropped("fedbuff"), path) == (
+        f"tuned on development seeds 0 by the benchmark's rule in the setting it records "
+        f"({path})")
     assert retune_command(values, 6, path) is None
     assert tuned_keys(values, 6, path)["buffer-size"] == "2"
     # the committed pick (12 nodes, every one in the cohort) is outside this setting

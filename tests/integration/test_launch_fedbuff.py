@@ -110,7 +110,8 @@ def test_the_label_names_what_departs_from_the_tuning_setting(tmp_path, monkeypa
 
     launch_main(tmp_path / "a", monkeypatch, ["--run-config", "num-rounds=2"])
     plain = launch_main.keywords[0]["fedbuff_care"]
-    assert plain.startswith("tuned on development seeds") and "num-rounds=2" in plain
+    assert plain.startswith("tuned on development seeds 0, 1, 2 by the benchmark's rule in "
+                            "the main job's default setting") and "num-rounds=2" in plain
     launch_main(tmp_path / "b", monkeypatch, ["--num-supernodes", "40", "--run-config",
                                               "latency-p=0.3"])
     away = launch_main.keywords[0]["fedbuff_care"]
