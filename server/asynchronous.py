@@ -50,8 +50,9 @@ from fl_gradcode.flower.asynchronous import (
 )
 from fl_gradcode.rivals.fedbuff import buffer_size
 
-__all__ = ["ASYNCHRONOUS_KEYS", "AUTO_KEYS", "SYNCHRONOUS_KEYS", "async_refusal", "build_async",
-           "ineffective_rule", "lag_key", "need_key", "replication"]
+__all__ = ["ASYNCHRONOUS_KEYS", "AUTO_KEYS", "DEFAULT_BUFFER_FRACTION", "SYNCHRONOUS_KEYS",
+           "async_refusal", "build_async", "ineffective_rule", "lag_key", "need_key",
+           "replication", "run_buffer"]
 
 #: keys of synchronous coded rounds that an asynchronous run does not read: each must keep
 #: its default (``s`` is read: the extra copies of a partition)
@@ -207,6 +208,17 @@ def replication(cfg: dict[str, Any]
             bool(cfg["need-prior"]), lag if lag > 0 else None)
 
 
+#: ``buffer-size = 0``: this fraction of the cohort (the benchmark's a-priori K)
+DEFAULT_BUFFER_FRACTION = 0.25
+
+
+def run_buffer(cfg: dict[str, Any], cohort: int) -> int:
+    """The ``K`` of an asynchronous run of the merged run config ``cfg`` with ``cohort``
+    clients in flight: ``buffer-size``, or at 0 :data:`DEFAULT_BUFFER_FRACTION` of the
+    cohort (at least 1)."""
+    return int(cfg["buffer-size"]) or buffer_size(DEFAULT_BUFFER_FRACTION, cohort)
+
+
 def build_async(cfg: dict[str, Any], n: int):
     """``(strategy, initial arrays, evaluate_fn, train_config, server steps)`` of the
     asynchronous run of the merged run config ``cfg`` over ``n`` clients: the cohort
@@ -237,7 +249,7 @@ def build_async(cfg: dict[str, Any], n: int):
     data, index = run_partitions(cfg, n)
     sizes = [len(p) for p in index]
     cohort = cohort_size(cfg, n)
-    k = int(cfg["buffer-size"]) or buffer_size(0.25, cohort)
+    k = run_buffer(cfg, cohort)
     steps = math.ceil(int(cfg["num-rounds"]) * cohort / k)
     # the rivals' timing keywords, from the same keys as the coded rounds'; the modelled
     # charges are virtual time's (real compute and uploads take what they take)

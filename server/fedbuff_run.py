@@ -108,13 +108,13 @@ def care(values: Mapping[str, object], n: int, unread: Collection[str],
     where = pick["path"]
     shown = where.relative_to(ROOT) if where.is_relative_to(ROOT) else where
     if cfg["asynchronous"]:
-        k = int(cfg["buffer-size"]) or buffer_size(0.25, _cohort(cfg, n))  # the app's default
+        from server.asynchronous import AUTO_KEYS, run_buffer
+
+        k = run_buffer(cfg, _cohort(cfg, n))
         if float(cfg["server-lr"]) != float(keys["server-lr"]) or k != int(keys["buffer-size"]):
             return (f"the coded job's own, untuned (server lr {float(cfg['server-lr']):g}, K "
                     f"{k}; FedBuff's tuned ones, {shown}: add "
                     f"{' '.join(f'{key}={keys[key]}' for key in TUNED_KEYS)} to --run-config)")
-        from server.asynchronous import AUTO_KEYS
-
         # what only the asynchronous job's replication reads is no departure of FedBuff's
         unread = {*unread, "asynchronous", "s", *AUTO_KEYS}
     label = (f"tuned on development seeds {', '.join(map(str, pick['dev_seeds']))} by the "
