@@ -9,7 +9,7 @@ import platform
 import re
 import subprocess
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -212,3 +212,57 @@ def checkout_commit(mark_changes: bool = False) -> str | None:
     except (OSError, subprocess.CalledProcessError):
         return None
     return f"{commit}+changes" if dirty else commit
+
+
+def launcher_setting(values: Mapping[str, Any], n: int, rounds: int, picked: Sequence[str],
+                     unread: Collection[str], why: str
+                     ) -> tuple[int, int, int, dict[str, Any]]:
+    """``(nodes, cohort, rounds, keys)`` of the launcher's run-config ``values`` on ``n``
+    SuperNodes as a main-job rule's runs take them (``python -m experiments.main_job_*
+    --run-config``): ``num-clients`` nodes when set, a cohort of ``fraction-train`` of them,
+    ``num-rounds`` when set (else ``rounds``), and the keys the runs read (not ``unread``,
+    nor those the harness sets per run). A key in ``picked`` (what the rule picks: ``why``)
+    and a wall-clock timing (the rules' runs are in virtual time) are refused, naming them."""
+    from experiments.compare_cli import HARNESS_KEYS
+    from fl_gradcode.config import merge_config
+    from server.app import cohort_size
+
+    given = [f"{k}={values[k]!r}" for k in picked if k in values]
+    if given:
+        raise ValueError(f"{', '.join(given)}: {why}; leave it out")
+    cfg = merge_config(dict(values))
+    if cfg["timing"] != "virtual":
+        raise ValueError(f"timing={cfg['timing']!r}: the rule's runs are in virtual time; "
+                         "leave timing out")
+    nodes = int(cfg["num-clients"]) or n
+    keys = {k: v for k, v in cfg.items() if k in values
+            and k not in HARNESS_KEYS and k not in unread}
+    return nodes, cohort_size(cfg, nodes), int(values.get("num-rounds", rounds)), keys
+
+
+def add_setting_flags(parser: argparse.ArgumentParser, reads: str) -> None:
+    """``--run-config`` and ``--num-supernodes`` of a main-job rule's command (``reads``:
+    what of the launcher's keys its runs read, and what to do with its result)."""
+    parser.add_argument("--run-config", default="",
+                        help=f"another setting: the keys you give python -m server.launch "
+                        f"({reads})")
+    parser.add_argument("--num-supernodes", type=int, default=None,
+                        help="the launcher's --num-supernodes (default: its own)")
+
+
+def setting_values(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                   check: Any) -> tuple[int, dict[str, Any]]:
+    """``(n, values)`` of :func:`add_setting_flags`'s flags, ``check(values, n, 1)``
+    (the command's ``setting``) refusing what the rule cannot run before any run (a
+    ``parser.error`` naming it)."""
+    from server.launch import NUM_SUPERNODES, override_values, parse_overrides
+
+    n = NUM_SUPERNODES if args.num_supernodes is None else args.num_supernodes
+    try:
+        values = override_values(parse_overrides(args.run_config))
+        if n < 1:
+            raise ValueError(f"--num-supernodes {n}: expected at least 1")
+        check(values, n, 1)
+    except ValueError as exc:
+        parser.error(str(exc))
+    return n, values

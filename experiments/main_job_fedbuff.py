@@ -26,7 +26,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from experiments.common import harness_environment
+from experiments.common import (
+    add_setting_flags,
+    harness_environment,
+    launcher_setting,
+    setting_values,
+)
 from experiments.compare import GRID, grid_cell, load_grid, lookup
 from experiments.runner import Runner
 
@@ -73,55 +78,27 @@ def main_job_fedbuff(grid: Mapping[str, Any], n: int,
 
 def setting(values: Mapping[str, Any], n: int, rounds: int
             ) -> tuple[int, int, int, dict[str, Any]]:
-    """``(nodes, cohort, rounds, keys)`` of the launcher's run-config ``values`` on ``n``
-    SuperNodes as FedBuff's tuning runs them: ``num-clients`` nodes when set, a cohort of
-    ``fraction-train`` of them, ``num-rounds`` when set (else ``rounds``), and the keys
-    FedBuff reads (what only coded or synchronous rounds read is left out, as the
-    launcher's FedBuff run leaves it). Its server lr and buffer, what the rule picks, and a
-    wall-clock timing (the rule's runs are in virtual time) are refused, naming them."""
-    from experiments.compare_cli import HARNESS_KEYS
-    from fl_gradcode.config import merge_config
-    from server.app import cohort_size
+    """:func:`experiments.common.launcher_setting` for FedBuff: the keys its runs read (not
+    those only coded or synchronous rounds read, as the launcher's FedBuff run leaves
+    them), its server lr and buffer refused (what the rule picks)."""
     from server.fedbuff_run import TUNED_KEYS
     from server.launch import dropped
 
-    picked = [f"{k}={values[k]!r}" for k in TUNED_KEYS if k in values]
-    if picked:
-        raise ValueError(f"{', '.join(picked)}: FedBuff's server lr and buffer are what the "
-                         "rule picks; leave them out")
-    cfg = merge_config(dict(values))
-    if cfg["timing"] != "virtual":
-        raise ValueError(f"timing={cfg['timing']!r}: the rule's runs are in virtual time; "
-                         "leave timing out")
-    nodes = int(cfg["num-clients"]) or n
-    keys = {k: v for k, v in cfg.items() if k in values
-            and k not in HARNESS_KEYS and k not in dropped("fedbuff")}
-    return nodes, cohort_size(cfg, nodes), int(values.get("num-rounds", rounds)), keys
+    return launcher_setting(values, n, rounds, TUNED_KEYS, dropped("fedbuff"),
+                            "FedBuff's server lr and buffer are what the rule picks")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m experiments.main_job_fedbuff",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="results/main_job_fedbuff.json")
-    parser.add_argument("--run-config", default="",
-                        help="another setting: the keys you give python -m server.launch "
-                        "(those FedBuff reads are run; not server-lr or buffer-size, which "
-                        "the rule picks); then pass the file to the launcher's --fedbuff-pick")
-    parser.add_argument("--num-supernodes", type=int, default=None,
-                        help="the launcher's --num-supernodes (default: its own)")
+    add_setting_flags(parser, "those FedBuff reads are run; not server-lr or buffer-size, "
+                      "which the rule picks; then pass the file to the launcher's "
+                      "--fedbuff-pick")
     parser.add_argument("--target", type=float, default=None,
                         help="the accuracy timed (default: the task's)")
     args = parser.parse_args(argv)
-    from server.launch import NUM_SUPERNODES, override_values, parse_overrides
-
-    n = NUM_SUPERNODES if args.num_supernodes is None else args.num_supernodes
-    try:
-        values = override_values(parse_overrides(args.run_config))
-        if n < 1:
-            raise ValueError(f"--num-supernodes {n}: expected at least 1")
-        setting(values, n, 1)  # refused before any run
-    except ValueError as exc:
-        parser.error(str(exc))
+    n, values = setting_values(parser, args, setting)
     t0 = time.perf_counter()
     with harness_environment():  # as the benchmark runs
         result = main_job_fedbuff(load_grid(GRID), n, overrides=values, target=args.target)

@@ -16,8 +16,8 @@ from typing import Any
 from fl_gradcode.config import merge_config
 from fl_gradcode.rivals.fedbuff import buffer_size
 
-__all__ = ["MAIN_JOB_FEDBUFF", "TUNED_KEYS", "async_tuned", "care", "pick_keys", "read_pick",
-           "replaced", "retune_command", "tuned_keys"]
+__all__ = ["MAIN_JOB_FEDBUFF", "TUNED_KEYS", "async_tuned", "care", "departures", "pick_keys",
+           "read_pick", "replaced", "retune_command", "tuned_keys"]
 
 ROOT = Path(__file__).resolve().parents[1]
 #: FedBuff's server lr and buffer as the grid file's rule picked them (amendment 31)
@@ -121,18 +121,26 @@ def care(values: Mapping[str, object], n: int, unread: Collection[str],
              f"benchmark's rule in {_where(pick)} ({shown})")
     if cfg["asynchronous"]:
         label = f"the coded job's own, FedBuff's: {label}"
-    away = [f"{k}={cfg[k]!r}" for k, v in pick["run_config"].items()
-            if k not in unread and k not in TUNED_KEYS and k in cfg and cfg[k] != v]
-    # the tuning's runs: its nodes and cohort, its rounds, virtual time
-    nodes, cohort = int(cfg["num-clients"]) or n, _cohort(cfg, n)
-    away[:0] = [text for text, differs in (
-        (f"{nodes} nodes (tuned at {pick['n']})", nodes != pick["n"]),
-        (f"a cohort of {cohort} (tuned at {pick['cohort']})", cohort != pick["cohort"]),
-        (f"num-rounds={cfg['num-rounds']!r} (tuned at {pick['rounds']})",
-         cfg["num-rounds"] != pick["rounds"]),
-        (f"timing={cfg['timing']!r} (tuned in virtual time)", cfg["timing"] != "virtual"))
-        if differs]
+    away = departures(values, n, pick, {*unread, *TUNED_KEYS})
     return label + (f"; run outside it: {', '.join(away)}" if away else "")
+
+
+def departures(values: Mapping[str, object], n: int, tuned: Mapping[str, Any],
+               unread: Collection[str]) -> list[str]:
+    """What of the run of the user's ``values`` on ``n`` SuperNodes departs from the setting
+    a main-job rule ran in (``tuned``: its ``n``, ``cohort``, ``rounds`` and ``run_config``,
+    in virtual time): its nodes, cohort, rounds, timing, and each key the rule's runs read
+    (not in ``unread``) set away from that setting's value."""
+    cfg = merge_config(dict(values))
+    nodes, cohort = int(cfg["num-clients"]) or n, _cohort(cfg, n)
+    return [text for text, differs in (
+        (f"{nodes} nodes (tuned at {tuned['n']})", nodes != tuned["n"]),
+        (f"a cohort of {cohort} (tuned at {tuned['cohort']})", cohort != tuned["cohort"]),
+        (f"num-rounds={cfg['num-rounds']!r} (tuned at {tuned['rounds']})",
+         cfg["num-rounds"] != tuned["rounds"]),
+        (f"timing={cfg['timing']!r} (tuned in virtual time)", cfg["timing"] != "virtual"))
+        if differs] + [f"{k}={cfg[k]!r}" for k, v in tuned["run_config"].items()
+                       if k not in unread and k in cfg and cfg[k] != v]
 
 
 def _where(pick: Mapping[str, Any]) -> str:

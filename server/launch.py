@@ -363,7 +363,41 @@ def main(argv: list[str] | None = None) -> int:
                       async_tuned=async_tuned(values, n, pick)), flush=True)
         if "fedbuff" in runs and (command := retune_command(values, n, pick)):
             print(command, flush=True)
+        if command := deadline_retune(values, n):
+            print(command, flush=True)
     return code
+
+
+#: The round deadline as the stated rule picked it in the main job's default setting
+MAIN_JOB_DEADLINE = ROOT / "results" / "main_job_deadline.json"
+
+
+def deadline_retune(values: Mapping[str, object], n: int,
+                    path: Path = MAIN_JOB_DEADLINE) -> str | None:
+    """Where a synchronous run leaves ``straggler-timeout`` at its default and departs from
+    the setting the stated rule picked it in (``path``): that setting's departures and the
+    command that picks the deadline in the run's own setting (``None``: nothing to say)."""
+    from server.fedbuff_run import departures
+
+    cfg = merge_config(dict(values))
+    if "straggler-timeout" in values or cfg["asynchronous"]:
+        return None
+    try:
+        settings = json.loads(path.read_text())["settings"]
+        away = departures(values, n, settings, dropped("uncoded", values))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not away:
+        return None
+    keys = " ".join(f"{k}={toml_value(v)}" for k, v in values.items()
+                    if k not in ("results-dir", "timing", "straggler-timeout"))
+    nodes = "" if n == NUM_SUPERNODES else f" --num-supernodes {n}"
+    return (f"the round deadline, straggler-timeout={cfg['straggler-timeout']!r} (the coded "
+            "run's and drop-stragglers'), was picked by the stated rule in the main job's "
+            f"default setting; run outside it: {', '.join(away)}. To pick it in this "
+            f"setting: python -m experiments.main_job_deadline --run-config \"{keys}\"{nodes}"
+            " --out results/main_job_deadline_here.json, then add the straggler-timeout it "
+            "prints to --run-config")
 
 
 def flwr_run(args: argparse.Namespace, results: Path, run_config: str) -> int:

@@ -52,3 +52,33 @@ def test_the_rule_runs_and_rounds(monkeypatch):
     assert math.isclose(result["stated_deadline_s"], expected, rel_tol=1e-12)
     assert result["straggler_timeout_s"] == round(expected, 2)
     assert result["settings"]["n"] == result["settings"]["cohort"] == 4
+
+
+def test_the_rule_runs_in_another_setting_and_reads_its_keys():
+    """``--run-config`` picks the deadline in the user's own setting: a cohort of 3 of 6
+    nodes, and slower stragglers (p = 0.5), whose client times the rule reads: the deadline
+    is the rule's on those times and longer than the same rule's at p = 0 (no straggler)."""
+    grid = load_grid()
+    grid["scale"] = {**grid["scale"], "rounds": 2}
+    grid["seeds"] = {**grid["seeds"], "development": [0, 1]}
+    slow = mjd.main_job_deadline(grid, 6, log=lambda _: None,
+                                 overrides={"fraction-train": 0.5, "latency-p": 0.5,
+                                            "code": "frc"})
+    settings = slow["settings"]
+    assert (settings["n"], settings["cohort"]) == (6, 3)
+    assert settings["run_config"]["latency-p"] == 0.5
+    times = [t for seed in ("0", "1") for t in slow["client_times_s"][seed]]
+    assert len(times) == 2 * 3 * 2
+    assert math.isclose(slow["stated_deadline_s"], 3.0 * float(np.quantile(times, 0.75)),
+                        rel_tol=1e-12)
+    fast = mjd.main_job_deadline(grid, 6, log=lambda _: None,
+                                 overrides={"fraction-train": 0.5, "latency-p": 0.0})
+    assert fast["stated_deadline_s"] < slow["stated_deadline_s"]
+
+
+def test_the_deadline_itself_is_refused_before_any_run(capsys):
+    import pytest
+
+    with pytest.raises(SystemExit) as exc:
+        mjd.main(["--run-config", "straggler-timeout=3.0", "--out", "/dev/null"])
+    assert exc.value.code == 2 and "straggler-timeout=3.0" in capsys.readouterr().err

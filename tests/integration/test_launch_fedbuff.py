@@ -262,3 +262,25 @@ def test_the_launcher_runs_a_pick_it_is_given_and_says_how_to_tune_one(tmp_path,
             "--run-config \"latency-p=0.3 num-rounds=2\" --out "
             "results/main_job_fedbuff_here.json, then add --fedbuff-pick "
             "results/main_job_fedbuff_here.json to this command") in out
+
+
+def test_outside_the_deadlines_setting_the_launcher_says_how_to_pick_it_there(
+        tmp_path, monkeypatch, capsys):
+    # the round deadline (the coded run's and drop-stragglers') was picked by the stated
+    # rule in the main job's default setting; where the run departs from it and leaves the
+    # deadline at its default, the command that picks it there is printed
+    from tests.integration.launching import launch_main
+
+    launch_main(tmp_path / "a", monkeypatch, ["--run-config", "latency-p=0.3"])
+    out = capsys.readouterr().out
+    assert ("python -m experiments.main_job_deadline --run-config \"latency-p=0.3\"" in out
+            and "run outside it: latency-p=0.3" in out)
+    # a key only coded rounds read is no departure of wait-for-all's runs
+    launch_main(tmp_path / "b", monkeypatch, ["--run-config", "code='frc' s=1"])
+    assert "main_job_deadline" not in capsys.readouterr().out
+    # nor is it said where the user set the deadline, or the job has none (asynchronous)
+    launch_main(tmp_path / "c", monkeypatch, ["--run-config",
+                                              "latency-p=0.3 straggler-timeout=3.0"])
+    launch_main(tmp_path / "d", monkeypatch, ["--run-config",
+                                              "latency-p=0.3 asynchronous=true s='auto'"])
+    assert "main_job_deadline" not in capsys.readouterr().out
