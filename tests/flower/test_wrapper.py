@@ -274,6 +274,13 @@ def test_approximate_code_closes_at_n_minus_s_replies():
     assert row["decode"] == "approx"
     assert row["decode_error"] == pytest.approx(0.5)  # (4 * 0.5^2 + 2 * 1) / 6
     assert_model(outcome.models[1], fedavg(theta0(), [0, 2, 3, 5], 6))
+    # num_examples is the decoder's estimate of the cohort's example count (the same
+    # decoding applied to the counts; rescaled, the whole cohort's here), not the examples
+    # the round averaged; those left out are named apart
+    assert row["num_examples"] == pytest.approx(sum(num_examples(j) for j in range(6)))
+    assert row["missing_partitions"] == [1, 4]
+    assert row["missing_weight"] == pytest.approx((num_examples(1) + num_examples(4))
+                                                  / sum(num_examples(j) for j in range(6)))
 
 
 # =============================================================================== 6. composition
