@@ -374,13 +374,15 @@ MAIN_JOB_DEADLINE = ROOT / "results" / "main_job_deadline.json"
 
 def deadline_retune(values: Mapping[str, object], n: int,
                     path: Path = MAIN_JOB_DEADLINE) -> str | None:
-    """Where a synchronous run leaves ``straggler-timeout`` at its default and departs from
-    the setting the stated rule picked it in (``path``): that setting's departures and the
-    command that picks the deadline in the run's own setting (``None``: nothing to say)."""
+    """Where a synchronous run in virtual time leaves ``straggler-timeout`` at its default and
+    departs from the setting the stated rule picked it in (``path``): that setting's
+    departures and the command that picks the deadline in the run's own setting (``None``:
+    nothing to say)."""
     from server.fedbuff_run import departures
 
     cfg = merge_config(dict(values))
-    if "straggler-timeout" in values or cfg["asynchronous"]:
+    # a wall-clock deadline is real seconds, the user's to set (the rule runs in virtual time)
+    if "straggler-timeout" in values or cfg["asynchronous"] or cfg["timing"] != "virtual":
         return None
     try:
         settings = json.loads(path.read_text())["settings"]

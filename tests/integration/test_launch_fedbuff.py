@@ -284,3 +284,7 @@ def test_outside_the_deadlines_setting_the_launcher_says_how_to_pick_it_there(
     launch_main(tmp_path / "d", monkeypatch, ["--run-config",
                                               "latency-p=0.3 asynchronous=true s='auto'"])
     assert "main_job_deadline" not in capsys.readouterr().out
+    # a wall-clock deadline is real seconds: the rule's virtual-time runs cannot pick it
+    from server.launch import deadline_retune
+
+    assert deadline_retune({"timing": "wallclock", "latency": "none"}, 12) is None
