@@ -164,17 +164,20 @@ def retune_command(values: Mapping[str, object], n: int, path: Path | None = Non
     from server.launch import NUM_SUPERNODES, dropped, toml_value
 
     cfg = merge_config(dict(values))
-    if "run outside it" not in care(values, n, dropped("fedbuff"), path):
+    # a wall-clock run's rivals cannot be tuned by the rule's virtual-time runs
+    if cfg["timing"] != "virtual" or "run outside it" not in care(values, n,
+                                                                   dropped("fedbuff"), path):
         return None
     # the keys it runs: not the ones the rule picks, nor a timing other than virtual time
     keys = " ".join(f"{k}={toml_value(v)}" for k, v in values.items()
                     if k not in (*TUNED_KEYS, "results-dir", "timing"))
     nodes = "" if n == NUM_SUPERNODES else f" --num-supernodes {n}"
     out = "results/main_job_fedbuff_here.json"
-    timing = " (in virtual time)" if cfg["timing"] != "virtual" else ""
-    return (f"to tune FedBuff in this setting{timing}: python -m experiments.main_job_fedbuff "
-            f"--run-config \"{keys}\"{nodes} --out {out}, then add --fedbuff-pick {out} "
-            "to this command")
+    # an asynchronous job (and its FedBuff baseline) runs its own server-lr and buffer-size
+    then = ("then set server-lr and buffer-size to the lr and K it prints" if cfg["asynchronous"]
+            else f"then add --fedbuff-pick {out} to this command")
+    return (f"to tune FedBuff in this setting: python -m experiments.main_job_fedbuff "
+            f"--run-config \"{keys}\"{nodes} --out {out}, {then}")
 
 
 def replaced(values: Mapping[str, object], tuned: Mapping[str, str]) -> str | None:

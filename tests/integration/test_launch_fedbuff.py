@@ -288,3 +288,16 @@ def test_outside_the_deadlines_setting_the_launcher_says_how_to_pick_it_there(
     from server.launch import deadline_retune
 
     assert deadline_retune({"timing": "wallclock", "latency": "none"}, 12) is None
+
+
+def test_the_fedbuff_retune_line_says_what_an_asynchronous_job_needs_and_skips_wallclock():
+    # an asynchronous job's FedBuff keeps the job's own lr and K: a pick file changes
+    # nothing there, so the line says to set the keys; a wall-clock run gets no line
+    from server.fedbuff_run import retune_command
+
+    line = retune_command({"asynchronous": True, "s": "auto", "server-lr": 2.0,
+                           "buffer-size": 1, "num-rounds": 10}, N)
+    assert line is not None and "--fedbuff-pick" not in line
+    assert line.endswith("then set server-lr and buffer-size to the lr and K it prints")
+    assert retune_command({"timing": "wallclock"}, N) is None
+    assert "--fedbuff-pick" in retune_command({"num-rounds": 10}, N)
