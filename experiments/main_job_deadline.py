@@ -103,7 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     current = float(key("straggler-timeout").default)
-    where = (f"the key table holds {current} s" if not values else
+    from server.launch import NUM_SUPERNODES
+
+    where = (f"the key table holds {current} s" if not values and n == NUM_SUPERNODES else
              f"add straggler-timeout={result['straggler_timeout_s']} to the launcher's "
              "--run-config in this setting")
     print(f"the rule gives straggler-timeout = {result['straggler_timeout_s']} s "

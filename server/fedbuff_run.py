@@ -174,7 +174,8 @@ def retune_command(values: Mapping[str, object], n: int, path: Path | None = Non
     nodes = "" if n == NUM_SUPERNODES else f" --num-supernodes {n}"
     out = "results/main_job_fedbuff_here.json"
     # an asynchronous job (and its FedBuff baseline) runs its own server-lr and buffer-size
-    then = ("then set server-lr and buffer-size to the lr and K it prints" if cfg["asynchronous"]
+    then = (f"then add --fedbuff-pick {out} to this command and set server-lr and "
+            "buffer-size to the lr and K it prints" if cfg["asynchronous"]
             else f"then add --fedbuff-pick {out} to this command")
     return (f"to tune FedBuff in this setting: python -m experiments.main_job_fedbuff "
             f"--run-config \"{keys}\"{nodes} --out {out}, {then}")

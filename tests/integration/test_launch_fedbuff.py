@@ -297,7 +297,8 @@ def test_the_fedbuff_retune_line_says_what_an_asynchronous_job_needs_and_skips_w
 
     line = retune_command({"asynchronous": True, "s": "auto", "server-lr": 2.0,
                            "buffer-size": 1, "num-rounds": 10}, N)
-    assert line is not None and "--fedbuff-pick" not in line
-    assert line.endswith("then set server-lr and buffer-size to the lr and K it prints")
+    assert line is not None and line.endswith(
+        "then add --fedbuff-pick results/main_job_fedbuff_here.json to this command and set "
+        "server-lr and buffer-size to the lr and K it prints")
     assert retune_command({"timing": "wallclock"}, N) is None
     assert "--fedbuff-pick" in retune_command({"num-rounds": 10}, N)
