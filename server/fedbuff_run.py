@@ -58,12 +58,12 @@ def _cohort(cfg: Mapping[str, Any], n: int) -> int:
     return cohort_size(dict(cfg), int(cfg["num-clients"]) or n)
 
 
-def pick_keys(values: Mapping[str, object], n: int, path: Path | None = None
-              ) -> dict[str, str]:
-    """The pick as the run's keys (TOML text): ``server-lr``, and ``buffer-size`` the pick's
-    fraction of the run's cohort (at least 1). ``ValueError`` (:func:`read_pick`) when the
-    pick cannot be read."""
-    pick = read_pick(path)
+def pick_keys(values: Mapping[str, object], n: int, path: Path | None = None,
+              pick: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """The pick (``pick``, as :func:`read_pick` gives it, else read from ``path``) as the
+    run's keys (TOML text): ``server-lr``, and ``buffer-size`` the pick's fraction of the
+    run's cohort (at least 1). ``ValueError`` (:func:`read_pick`) when it cannot be read."""
+    pick = read_pick(path) if pick is None else pick
     k = buffer_size(pick["buffer_fraction"], _cohort(merge_config(dict(values)), n))
     return {"server-lr": repr(pick["server_lr"]), "buffer-size": str(k)}
 
@@ -102,13 +102,15 @@ def care(values: Mapping[str, object], n: int, unread: Collection[str],
     naming the pick's keys."""
     cfg = merge_config(dict(values))
     try:
-        pick, keys = read_pick(path), pick_keys(values, n, path)
+        pick = read_pick(path)
     except ValueError:
         return "the coded job's own, untuned" if cfg["asynchronous"] else "untuned"
     where = pick["path"]
     shown = where.relative_to(ROOT) if where.is_relative_to(ROOT) else where
     if cfg["asynchronous"]:
         from server.asynchronous import AUTO_KEYS, run_buffer
+
+        keys = pick_keys(values, n, pick=pick)
 
         k = run_buffer(cfg, _cohort(cfg, n))
         if float(cfg["server-lr"]) != float(keys["server-lr"]) or k != int(keys["buffer-size"]):
@@ -161,24 +163,20 @@ def retune_command(values: Mapping[str, object], n: int, path: Path | None = Non
     """The commands that tune FedBuff in the run's own setting and run the launcher with
     that pick (``None`` where the pick was tuned in it, or cannot be read): where
     :func:`care` names a departure."""
-    from server.launch import NUM_SUPERNODES, dropped, toml_value
+    from server.launch import dropped, setting_flags
 
     cfg = merge_config(dict(values))
     # a wall-clock run's rivals cannot be tuned by the rule's virtual-time runs
     if cfg["timing"] != "virtual" or "run outside it" not in care(values, n,
                                                                    dropped("fedbuff"), path):
         return None
-    # the keys it runs: not the ones the rule picks, nor a timing other than virtual time
-    keys = " ".join(f"{k}={toml_value(v)}" for k, v in values.items()
-                    if k not in (*TUNED_KEYS, "results-dir", "timing"))
-    nodes = "" if n == NUM_SUPERNODES else f" --num-supernodes {n}"
     out = "results/main_job_fedbuff_here.json"
     # an asynchronous job (and its FedBuff baseline) runs its own server-lr and buffer-size
     then = (f"then add --fedbuff-pick {out} to this command and set server-lr and "
             "buffer-size to the lr and K it prints" if cfg["asynchronous"]
             else f"then add --fedbuff-pick {out} to this command")
     return (f"to tune FedBuff in this setting: python -m experiments.main_job_fedbuff "
-            f"--run-config \"{keys}\"{nodes} --out {out}, {then}")
+            f"{setting_flags(values, n, TUNED_KEYS)} --out {out}, {then}")
 
 
 def replaced(values: Mapping[str, object], tuned: Mapping[str, str]) -> str | None:

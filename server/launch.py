@@ -391,15 +391,24 @@ def deadline_retune(values: Mapping[str, object], n: int,
         return None
     if not away:
         return None
-    keys = " ".join(f"{k}={toml_value(v)}" for k, v in values.items()
-                    if k not in ("results-dir", "timing", "straggler-timeout"))
-    nodes = "" if n == NUM_SUPERNODES else f" --num-supernodes {n}"
     return (f"the round deadline, straggler-timeout={cfg['straggler-timeout']!r} (the coded "
             "run's and drop-stragglers'), was picked by the stated rule in the main job's "
             f"default setting; run outside it: {', '.join(away)}. To pick it in this "
-            f"setting: python -m experiments.main_job_deadline --run-config \"{keys}\"{nodes}"
+            "setting: python -m experiments.main_job_deadline "
+            f"{setting_flags(values, n, ('straggler-timeout',))}"
             " --out results/main_job_deadline_here.json, then add the straggler-timeout it "
             "prints to --run-config")
+
+
+def setting_flags(values: Mapping[str, object], n: int, picked: tuple[str, ...]) -> str:
+    """The ``--run-config`` (and ``--num-supernodes``) of a main-job rule's command that runs
+    it in the setting of the user's ``values`` on ``n`` SuperNodes: every key but the ones
+    the rule picks (``picked``), ``results-dir`` and ``timing`` (its runs are in virtual
+    time)."""
+    keys = " ".join(f"{k}={toml_value(v)}" for k, v in values.items()
+                    if k not in (*picked, "results-dir", "timing"))
+    nodes = "" if n == NUM_SUPERNODES else f" --num-supernodes {n}"
+    return f"--run-config \"{keys}\"{nodes}"
 
 
 def flwr_run(args: argparse.Namespace, results: Path, run_config: str) -> int:
