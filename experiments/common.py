@@ -250,6 +250,28 @@ def add_setting_flags(parser: argparse.ArgumentParser, reads: str) -> None:
                         help="the launcher's --num-supernodes (default: its own)")
 
 
+def add_out_flag(parser: argparse.ArgumentParser, default: str, here: str) -> None:
+    """A main-job rule's ``--out``: ``default`` (the committed file the launcher reads) in the
+    main job's default setting, ``here`` in another one (:func:`out_path`), so that a pick made
+    elsewhere does not replace the default one unless asked to."""
+    parser.add_argument("--out", default=None,
+                        help=f"the JSON written (default: {default} in the main job's "
+                        f"default setting, {here} with --run-config, --num-supernodes or "
+                        "--target)")
+
+
+def out_path(args: argparse.Namespace, default: str, here: str) -> Path:
+    """:func:`add_out_flag`'s file: ``--out`` when given, else ``default`` where no flag moves
+    the rule out of the main job's default setting, else ``here``."""
+    from server.launch import NUM_SUPERNODES
+
+    if args.out is not None:
+        return Path(args.out)
+    moved = (args.run_config.strip() or args.num_supernodes not in (None, NUM_SUPERNODES)
+             or getattr(args, "target", None) is not None)
+    return Path(here if moved else default)
+
+
 def setting_values(parser: argparse.ArgumentParser, args: argparse.Namespace,
                    check: Any) -> tuple[int, dict[str, Any]]:
     """``(n, values)`` of :func:`add_setting_flags`'s flags, ``check(values, n, 1)``

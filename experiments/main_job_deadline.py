@@ -10,7 +10,9 @@ deadline the benchmark's ``deadline`` rival gets in a cell, here in the main job
 
 ``python -m experiments.main_job_deadline [--out results/main_job_deadline.json]``: a few
 seconds. The JSON keeps every client time the rule read, so the value can be checked from it.
-In another setting: ``--run-config "..."`` (the launcher's keys) and ``--num-supernodes N``;
+In another setting (written to ``results/main_job_deadline_here.json`` unless ``--out`` says
+otherwise, so that the committed file, the one the launcher reads, stays the default
+setting's): ``--run-config "..."`` (the launcher's keys) and ``--num-supernodes N``;
 pass the ``straggler-timeout`` it prints to the launcher (which prints this command where
 its run departs from the rule's setting and leaves the deadline at its default).
 """
@@ -21,13 +23,14 @@ import argparse
 import json
 import time
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 from experiments.common import (
+    add_out_flag,
     add_setting_flags,
     harness_environment,
     launcher_setting,
+    out_path,
     setting_values,
 )
 from experiments.compare import GRID, grid_cell, load_grid, lookup
@@ -87,7 +90,7 @@ def setting(values: Mapping[str, Any], n: int, rounds: int
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m experiments.main_job_deadline",
                                      description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="results/main_job_deadline.json")
+    add_out_flag(parser, "results/main_job_deadline.json", "results/main_job_deadline_here.json")
     add_setting_flags(parser, "those wait-for-all reads are run; not straggler-timeout, "
                       "which the rule picks; then pass the straggler-timeout it prints to "
                       "the launcher")
@@ -99,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     with harness_environment():  # as the benchmark runs
         result = main_job_deadline(load_grid(GRID), n, overrides=values)
     result["runtime_s"] = time.perf_counter() - t0
-    out = Path(args.out)
+    out = out_path(args, "results/main_job_deadline.json", "results/main_job_deadline_here.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     current = float(key("straggler-timeout").default)

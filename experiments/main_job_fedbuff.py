@@ -12,7 +12,9 @@ AISTATS 2022, https://arxiv.org/abs/2106.06639.
 
 ``python -m experiments.main_job_fedbuff [--out results/main_job_fedbuff.json]``: about a
 minute. The JSON keeps every setting tried and its runs' medians, so the pick can be checked.
-In another setting: ``--run-config "..."`` (the launcher's keys; those FedBuff reads are run)
+In another setting (written to ``results/main_job_fedbuff_here.json`` unless ``--out`` says
+otherwise, so that the committed file, the one the launcher reads, stays the default
+setting's): ``--run-config "..."`` (the launcher's keys; those FedBuff reads are run)
 and ``--num-supernodes N``, then ``python -m server.launch --fedbuff-pick FILE`` runs that
 pick (the launcher prints both commands where its run departs from the pick's setting).
 """
@@ -23,13 +25,14 @@ import argparse
 import json
 import time
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 from experiments.common import (
+    add_out_flag,
     add_setting_flags,
     harness_environment,
     launcher_setting,
+    out_path,
     setting_values,
 )
 from experiments.compare import GRID, grid_cell, load_grid, lookup
@@ -91,7 +94,7 @@ def setting(values: Mapping[str, Any], n: int, rounds: int
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m experiments.main_job_fedbuff",
                                      description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="results/main_job_fedbuff.json")
+    add_out_flag(parser, "results/main_job_fedbuff.json", "results/main_job_fedbuff_here.json")
     add_setting_flags(parser, "those FedBuff reads are run; not server-lr or buffer-size, "
                       "which the rule picks; then pass the file to the launcher's "
                       "--fedbuff-pick")
@@ -103,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     with harness_environment():  # as the benchmark runs
         result = main_job_fedbuff(load_grid(GRID), n, overrides=values, target=args.target)
     result["runtime_s"] = time.perf_counter() - t0
-    out = Path(args.out)
+    out = out_path(args, "results/main_job_fedbuff.json", "results/main_job_fedbuff_here.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     print(f"the rule picks server lr {result['server_lr']:g}, K {result['buffer_size']} "

@@ -91,14 +91,19 @@ def render_table(summaries: list[Mapping[str, object]], target: float,
                 f"drop-stragglers dropped {row['dropped']} late replies in "
                 f"{row['rounds_dropping']} of {row['rounds']} rounds "
                 "(non-IID: biased to the fast clients)")
-        if coded["time_to"] and row["time_to"] == coded["time_to"]:
+        # times the table shows alike (to 0.01 s) are a tie, not "1.00x" either way
+        if coded["time_to"] and row["time_to"] and \
+                f"{row['time_to']:.2f}" == f"{coded['time_to']:.2f}":
             lines.append(f"coding reached {target:.3f} at the same time as {row['name']}")
         elif coded["time_to"] and row["time_to"]:
             ratio = row["time_to"] / coded["time_to"]
+            gap = abs(row["time_to"] - coded["time_to"])
+            how = (f"{max(ratio, 1 / ratio):.2f}x" if f"{max(ratio, 1 / ratio):.2f}" != "1.00"
+                   else f"{gap:.2f} s")
             lines.append(
-                f"coding reached {target:.3f} {ratio:.2f}x sooner than {row['name']}"
+                f"coding reached {target:.3f} {how} sooner than {row['name']}"
                 if coded["time_to"] < row["time_to"] else
-                f"coding was {1 / ratio:.2f}x slower to {target:.3f} than {row['name']} "
+                f"coding was {how} slower to {target:.3f} than {row['name']} "
                 f"(finals {opt(coded['final'], '.3f')}, {opt(row['final'], '.3f')}): "
                 "here it does not pay")
             if row["name"] == "fedbuff" and coded["exact"] is not None and async_hint \
@@ -127,10 +132,11 @@ def _bar(cfg: dict, rows: Sequence[Mapping[str, Any]] = ()) -> str:
     asked = " (s='auto')" if cfg.get("s-asked") == "auto" else ""
     if int(cfg["s"]) == 0:
         return ""
-    if lag and bar == 0.0 and not need and not z:
+    if lag and bar == 0.0 and not need:  # the margin (if any) acts after the switch
+        then = (f"a neighbour's partition served while below 1x a client's own by more than "
+                f"{z:g} sd" if z else "the held partition served least so far")
         return (", each client its own partition (FedBuff) until the median class recall "
-                f"reached {lag:g} with a class never learnt, then the held partition served "
-                f"least so far{fact}{asked}")
+                f"reached {lag:g} with a class never learnt, then {then}{fact}{asked}")
     if bar >= 1.0 and z == 0.0:  # the least-served rule: the label says so only when asked
         return f", the held partition served least so far{asked}" if asked else ""
     margin = f" by more than {z:g} sd" if z else ""

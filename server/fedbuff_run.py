@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import tomllib
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
@@ -17,11 +18,13 @@ from fl_gradcode.config import merge_config
 from fl_gradcode.rivals.fedbuff import buffer_size
 
 __all__ = ["MAIN_JOB_FEDBUFF", "TUNED_KEYS", "async_tuned", "care", "departures", "pick_keys",
-           "read_pick", "replaced", "retune_command", "tuned_keys"]
+           "read_pick", "replaced", "retune_command", "tuned_keys", "tuned_where"]
 
 ROOT = Path(__file__).resolve().parents[1]
 #: FedBuff's server lr and buffer as the grid file's rule picked them (amendment 31)
 MAIN_JOB_FEDBUFF = ROOT / "results" / "main_job_fedbuff.json"
+#: the grid file, whose task table holds the target the main job's task is timed to
+GRID = ROOT / "experiments" / "grid.toml"
 #: the run-config keys the pick sets in FedBuff's run
 TUNED_KEYS = ("server-lr", "buffer-size")
 
@@ -37,6 +40,7 @@ def read_pick(path: Path | None = None) -> dict[str, Any]:
         n, seeds, config = int(settings["n"]), list(settings["dev_seeds"]), settings["run_config"]
         rounds = int(settings["rounds"])
         cohort = int(settings.get("cohort", n))
+        target = None if settings.get("target") is None else float(settings["target"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"FedBuff's tuned settings cannot be read from {path} ({exc!r}); "
                          "run python -m experiments.main_job_fedbuff") from None
@@ -47,7 +51,8 @@ def read_pick(path: Path | None = None) -> dict[str, Any]:
                          "and settings.run_config a table; run python -m "
                          "experiments.main_job_fedbuff")
     return {"server_lr": lr, "buffer_fraction": fraction, "n": n, "cohort": cohort,
-            "rounds": rounds, "dev_seeds": seeds, "run_config": config, "path": path}
+            "rounds": rounds, "target": target, "dev_seeds": seeds, "run_config": config,
+            "path": path}
 
 
 def _cohort(cfg: Mapping[str, Any], n: int) -> int:
@@ -100,11 +105,19 @@ def care(values: Mapping[str, object], n: int, unread: Collection[str],
     (not in ``unread``) set away from that setting's value. Beside an asynchronous coded job
     they are that job's own: tuned when they are the pick's keys at its cohort, else untuned,
     naming the pick's keys."""
+    label, away = _care(values, n, unread, path)
+    return label + (f"; run outside it: {', '.join(away)}" if away else "")
+
+
+def _care(values: Mapping[str, object], n: int, unread: Collection[str],
+          path: Path | None) -> tuple[str, list[str]]:
+    """:func:`care`'s label without its departures, and the departures (none where the
+    pick cannot be read, or an asynchronous job runs other keys than the pick's)."""
     cfg = merge_config(dict(values))
     try:
         pick = read_pick(path)
     except ValueError:
-        return "the coded job's own, untuned" if cfg["asynchronous"] else "untuned"
+        return ("the coded job's own, untuned" if cfg["asynchronous"] else "untuned"), []
     where = pick["path"]
     shown = where.relative_to(ROOT) if where.is_relative_to(ROOT) else where
     if cfg["asynchronous"]:
@@ -116,15 +129,15 @@ def care(values: Mapping[str, object], n: int, unread: Collection[str],
         if float(cfg["server-lr"]) != float(keys["server-lr"]) or k != int(keys["buffer-size"]):
             return (f"the coded job's own, untuned (server lr {float(cfg['server-lr']):g}, K "
                     f"{k}; FedBuff's tuned ones, {shown}: add "
-                    f"{' '.join(f'{key}={keys[key]}' for key in TUNED_KEYS)} to --run-config)")
+                    f"{' '.join(f'{key}={keys[key]}' for key in TUNED_KEYS)} to --run-config)"
+                    ), []
         # what only the asynchronous job's replication reads is no departure of FedBuff's
         unread = {*unread, "asynchronous", "s", *AUTO_KEYS}
     label = (f"tuned on development seeds {', '.join(map(str, pick['dev_seeds']))} by the "
-             f"benchmark's rule in {_where(pick)} ({shown})")
+             f"benchmark's rule in {tuned_where(pick)} ({shown})")
     if cfg["asynchronous"]:
         label = f"the coded job's own, FedBuff's: {label}"
-    away = departures(values, n, pick, {*unread, *TUNED_KEYS})
-    return label + (f"; run outside it: {', '.join(away)}" if away else "")
+    return label, departures(values, n, pick, {*unread, *TUNED_KEYS})
 
 
 def departures(values: Mapping[str, object], n: int, tuned: Mapping[str, Any],
@@ -145,17 +158,27 @@ def departures(values: Mapping[str, object], n: int, tuned: Mapping[str, Any],
                        if k not in unread and k in cfg and cfg[k] != v]
 
 
-def _where(pick: Mapping[str, Any]) -> str:
-    """The setting a pick was tuned in: the main job's default one (every key at the key
-    table's default, its SuperNodes all in the cohort, its rounds), else the one it records
-    (``python -m experiments.main_job_fedbuff --run-config``)."""
+def tuned_where(pick: Mapping[str, Any]) -> str:
+    """The setting a main-job rule's pick (its ``settings``: ``n``, ``cohort``, ``rounds``,
+    ``run_config`` and, where it timed one, ``target``) was made in: the main job's default
+    one (every key at the key table's default, its SuperNodes all in the cohort, its rounds,
+    the grid file's target for the main job's task), else the one it records (``python -m
+    experiments.main_job_fedbuff --run-config``, ``--target``), naming its target where that
+    is not the grid's."""
     from fl_gradcode.config import DEFAULTS
     from server.launch import NUM_SUPERNODES
 
+    grid = tomllib.loads(GRID.read_text())["tasks"][DEFAULTS["dataset"] + "-"
+                                                    + DEFAULTS["model"]]["target"]
+    target = pick.get("target")
+    other = target is not None and target != float(grid)
     default = (pick["n"] == pick["cohort"] == NUM_SUPERNODES
-               and pick["rounds"] == DEFAULTS["num-rounds"]
+               and pick["rounds"] == DEFAULTS["num-rounds"] and not other
                and all(DEFAULTS.get(k) == v for k, v in pick["run_config"].items()))
-    return "the main job's default setting" if default else "the setting it records"
+    if default:
+        return "the main job's default setting"
+    return "the setting it records" + (f" (time to accuracy {target:g}, the grid's is "
+                                       f"{float(grid):g})" if other else "")
 
 
 def retune_command(values: Mapping[str, object], n: int, path: Path | None = None
@@ -167,8 +190,7 @@ def retune_command(values: Mapping[str, object], n: int, path: Path | None = Non
 
     cfg = merge_config(dict(values))
     # a wall-clock run's rivals cannot be tuned by the rule's virtual-time runs
-    if cfg["timing"] != "virtual" or "run outside it" not in care(values, n,
-                                                                   dropped("fedbuff"), path):
+    if cfg["timing"] != "virtual" or not _care(values, n, dropped("fedbuff"), path)[1]:
         return None
     out = "results/main_job_fedbuff_here.json"
     # an asynchronous job (and its FedBuff baseline) runs its own server-lr and buffer-size

@@ -17,8 +17,13 @@ FedBuff's, final accuracy, exact rounds, MB uploaded, client compute) and a PNG 
 virtual time for all of them (``results/run/comparison.png``). ``--run-config`` overrides
 reach every run once each, but FedBuff's tuned ``server-lr`` (said when it replaces the user's,
 which the coded run keeps); the rivals' runs leave out the keys only a coded run means
-(:data:`CODED_ONLY`; FedBuff's, :data:`FEDBUFF_DROPS`), and a rival that cannot run with them
-(e.g. under DP, or FedBuff with coded rounds' faults) is skipped, saying why.
+(:data:`CODED_ONLY`; FedBuff's, :data:`FEDBUFF_DROPS`; beside an asynchronous job, whose
+``server-lr`` is FedBuff's server step, the synchronous rivals leave that out too, said at
+launch), and a rival that cannot run with them (e.g. under DP, or FedBuff with coded rounds'
+faults) is skipped, saying why. ``--fedbuff-pick FILE`` runs another FedBuff pick (``python
+-m experiments.main_job_fedbuff --run-config ... --out FILE``); where the run departs from the
+setting its FedBuff or its round deadline was tuned in, the launcher prints the command that
+tunes it in the run's own setting.
 
 The exit code is non-zero when a run's ServerApp did not complete (``flwr run --stream``
 exits 0 even when the ServerApp raised; the run's status is read with ``flwr ls``:
@@ -33,7 +38,7 @@ found coding not recommended, and says so; ``--preset coding-wins`` runs the reg
 recommended as it ran it (with its hand-set 2.0 s deadline).
 
 Usage: ``python -m server.launch [--num-supernodes 12] [--run-config "num-rounds=5 s=2"]
-[--preset coding-wins|coding-loses] [--no-compare]``.
+[--preset coding-wins|coding-loses] [--fedbuff-pick FILE] [--no-compare]``.
 """
 
 from __future__ import annotations
@@ -287,11 +292,12 @@ def preset_note(name: str, path: Path = FIRST_HOUR) -> str:
 
 
 def toml_value(value: object) -> str:
-    """``value`` as ``--run-config`` text (TOML; a string in single quotes)."""
+    """``value`` as ``--run-config`` text (TOML; a string in single quotes, or in double
+    quotes with TOML's escapes where it holds a single quote)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
-        return f"'{value}'"
+        return f"'{value}'" if "'" not in value else json.dumps(value)
     return repr(value)
 
 
@@ -378,7 +384,7 @@ def deadline_retune(values: Mapping[str, object], n: int,
     departs from the setting the stated rule picked it in (``path``): that setting's
     departures and the command that picks the deadline in the run's own setting (``None``:
     nothing to say)."""
-    from server.fedbuff_run import departures
+    from server.fedbuff_run import departures, tuned_where
 
     cfg = merge_config(dict(values))
     # a wall-clock deadline is real seconds, the user's to set (the rule runs in virtual time)
@@ -387,13 +393,14 @@ def deadline_retune(values: Mapping[str, object], n: int,
     try:
         settings = json.loads(path.read_text())["settings"]
         away = departures(values, n, settings, dropped("uncoded", values))
+        where = tuned_where(settings)
     except (OSError, ValueError, KeyError, TypeError):
         return None
     if not away:
         return None
     return (f"the round deadline, straggler-timeout={cfg['straggler-timeout']!r} (the coded "
-            "run's and drop-stragglers'), was picked by the stated rule in the main job's "
-            f"default setting; run outside it: {', '.join(away)}. To pick it in this "
+            f"run's and drop-stragglers'), was picked by the stated rule in {where}; run "
+            f"outside it: {', '.join(away)}. To pick it in this "
             "setting: python -m experiments.main_job_deadline "
             f"{setting_flags(values, n, ('straggler-timeout',))}"
             " --out results/main_job_deadline_here.json, then add the straggler-timeout it "
@@ -408,7 +415,9 @@ def setting_flags(values: Mapping[str, object], n: int, picked: tuple[str, ...])
     keys = " ".join(f"{k}={toml_value(v)}" for k, v in values.items()
                     if k not in (*picked, "results-dir", "timing"))
     nodes = "" if n == NUM_SUPERNODES else f" --num-supernodes {n}"
-    return f"--run-config \"{keys}\"{nodes}"
+    # in a shell's double quotes $, `, " and a backslash are special: escaped, it reads as is
+    quoted = re.sub(r'([$`"\\])', r"\\\1", keys)
+    return f'--run-config "{quoted}"{nodes}'
 
 
 def flwr_run(args: argparse.Namespace, results: Path, run_config: str) -> int:

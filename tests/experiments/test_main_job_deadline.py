@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from experiments import main_job_deadline as mjd
 from experiments.compare import load_grid
@@ -82,3 +83,20 @@ def test_the_deadline_itself_is_refused_before_any_run(capsys):
     with pytest.raises(SystemExit) as exc:
         mjd.main(["--run-config", "straggler-timeout=3.0", "--out", "/dev/null"])
     assert exc.value.code == 2 and "straggler-timeout=3.0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("flags", "written"), [
+    ([], "results/main_job_deadline.json"),
+    (["--num-supernodes", "12"], "results/main_job_deadline.json"),
+    (["--run-config", "latency-p=0.3"], "results/main_job_deadline_here.json"),
+    (["--num-supernodes", "6"], "results/main_job_deadline_here.json"),
+    (["--run-config", "latency-p=0.3", "--out", "mine.json"], "mine.json")])
+def test_a_pick_made_in_another_setting_does_not_replace_the_committed_one(
+        tmp_path, monkeypatch, flags, written):
+    # the launcher reads results/main_job_deadline.json as the main job's default setting's pick:
+    # the command run in another setting wrote over it unless given --out
+    monkeypatch.chdir(tmp_path)
+    result = {"straggler_timeout_s": 1.0, "stated_deadline_s": 1.0}
+    monkeypatch.setattr(mjd, "main_job_deadline", lambda *a, **k: dict(result))
+    assert mjd.main(flags) == 0
+    assert [str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*.json")] == [written]

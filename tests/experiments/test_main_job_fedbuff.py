@@ -133,3 +133,22 @@ def test_keys_the_rule_cannot_take_are_refused_before_any_run(text, named, capsy
         mjf.main(["--run-config", text, "--out", "/dev/null"])
     assert exc.value.code == 2 and named in capsys.readouterr().err
 
+
+
+@pytest.mark.parametrize(("flags", "written"), [
+    ([], "results/main_job_fedbuff.json"),
+    (["--num-supernodes", "12"], "results/main_job_fedbuff.json"),
+    (["--run-config", "latency-p=0.3"], "results/main_job_fedbuff_here.json"),
+    (["--num-supernodes", "6"], "results/main_job_fedbuff_here.json"),
+    (["--target", "0.9"], "results/main_job_fedbuff_here.json"),
+    (["--run-config", "latency-p=0.3", "--out", "mine.json"], "mine.json")])
+def test_a_pick_made_in_another_setting_does_not_replace_the_committed_one(
+        tmp_path, monkeypatch, flags, written):
+    # the launcher reads results/main_job_fedbuff.json as the main job's default setting's pick:
+    # the command run in another setting wrote over it unless given --out
+    monkeypatch.chdir(tmp_path)
+    result = {"server_lr": 1.0, "buffer_size": 1, "buffer_fraction": 0.1,
+              "settings": {"cohort": 12}}
+    monkeypatch.setattr(mjf, "main_job_fedbuff", lambda *a, **k: dict(result))
+    assert mjf.main(flags) == 0
+    assert [str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*.json")] == [written]

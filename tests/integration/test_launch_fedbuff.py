@@ -207,13 +207,12 @@ def test_an_untuned_asynchronous_job_is_labelled_untuned_naming_the_pick(tmp_pat
 
 
 def test_the_launcher_hands_the_table_the_tuned_keys_of_the_hint(tmp_path, monkeypatch):
-    from server.fedbuff_run import pick_keys
     from tests.integration.launching import launch_main
 
-    launch_main(tmp_path / "a", monkeypatch, ["--run-config", "num-rounds=2"])
-    keys = pick_keys({}, N)
-    assert launch_main.keywords[0]["async_tuned"] == (
-        f"server-lr={keys['server-lr']} buffer-size={keys['buffer-size']}")
+    pick = _pick(tmp_path, lr=3.0, fraction=0.5)  # K: half the 12 nodes' cohort
+    launch_main(tmp_path / "a", monkeypatch, ["--fedbuff-pick", str(pick),
+                                              "--run-config", "num-rounds=2"])
+    assert launch_main.keywords[0]["async_tuned"] == "server-lr=3.0 buffer-size=6"
     launch_main(tmp_path / "b", monkeypatch, ["--run-config", "num-rounds=2 server-lr=0.5"])
     assert launch_main.keywords[0]["async_tuned"] is None
 
@@ -302,3 +301,37 @@ def test_the_fedbuff_retune_line_says_what_an_asynchronous_job_needs_and_skips_w
         "server-lr and buffer-size to the lr and K it prints")
     assert retune_command({"timing": "wallclock"}, N) is None
     assert "--fedbuff-pick" in retune_command({"num-rounds": 10}, N)
+
+
+def test_a_pick_timed_to_another_target_is_not_called_the_default_setting(tmp_path):
+    # a pick made with --target in the default setting was labelled "the main job's default
+    # setting", whose grid target (0.85 for digits-logreg) it was not timed to
+    from server.fedbuff_run import care
+    from server.launch import MAIN_JOB_FEDBUFF, dropped
+
+    committed = json.loads(MAIN_JOB_FEDBUFF.read_text())
+    assert "the main job's default setting" in care({}, N, dropped("fedbuff"))
+    other = tmp_path / "pick.json"
+    committed["settings"]["target"] = 0.9
+    other.write_text(json.dumps(committed))
+    label = care({}, N, dropped("fedbuff"), other)
+    assert "default setting" not in label
+    assert "the setting it records (time to accuracy 0.9, the grid's is 0.85)" in label
+
+
+@pytest.mark.parametrize("value", ["it's", "$HOME `id` a\\b", "x'$y"])
+def test_the_printed_commands_give_the_rule_the_users_values_through_a_shell(value):
+    # the retune lines print --run-config in shell double quotes: a single quote in a string
+    # broke its TOML, and $ or backticks were expanded by the shell
+    import subprocess
+    import sys
+
+    from server.fedbuff_run import retune_command
+
+    values = {"roster": value, "num-rounds": 10}
+    line = retune_command(values, N)
+    command = line.split("python -m experiments.main_job_fedbuff ", 1)[1].split(" --out")[0]
+    echoed = subprocess.run(["bash", "-c", f"{sys.executable} -c 'import sys; "
+                             f"print(sys.argv[2])' {command}"], capture_output=True,
+                            text=True, check=True).stdout.rstrip("\n")
+    assert override_values(parse_overrides(echoed)) == values

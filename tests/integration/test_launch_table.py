@@ -239,12 +239,7 @@ def test_compare_says_whether_the_class_reading_switched(tmp_path, lagged, said)
             "updates") in text
 
 
-@pytest.mark.parametrize(("extra", "said"), [
-    ({"need-ratio": 1.5}, "(1x when its last update was over 1.5x the own's)"),
-    ({"replicate-margin": 2.0}, "by more than 2 sd")])
-def test_compare_names_a_need_rule_or_margin_beside_the_class_reading(tmp_path, extra, said):
-    """A class reading with the bar 0 beside a need rule or a margin: the label names both,
-    not FedBuff alone until the switch."""
+def _class_reading_table(tmp_path, extra) -> str:
     from server.launch import compare
 
     for name in ("coded", "uncoded"):
@@ -256,10 +251,38 @@ def test_compare_names_a_need_rule_or_margin_beside_the_class_reading(tmp_path, 
         rec.record({**{k: 0 for k in ROUND_FIELDS}, "round": 1, "decode": "exact",
                     "accuracy": 0.9, "virtual_s": 2.0, "bytes_up": 10**6, "compute_s": 0.5,
                     "late_dropped": 0, **({"lagged_at": None} if name == "coded" else {})})
-    text = compare(tmp_path / "coded", tmp_path / "uncoded")
-    assert said in text and "each client its own partition (FedBuff) until" not in text
+    return compare(tmp_path / "coded", tmp_path / "uncoded")
+
+
+def test_compare_names_a_need_rule_beside_the_class_reading(tmp_path):
+    """A class reading with the bar 0 beside a need rule: the need rule lifts a partition's
+    bar before the switch, so the label names both, not FedBuff alone until the switch."""
+    text = _class_reading_table(tmp_path, {"need-ratio": 1.5})
+    assert "(1x when its last update was over 1.5x the own's)" in text
+    assert "each client its own partition (FedBuff) until" not in text
     assert ("every partition served as much once the median class recall reached 0.9 with a "
             "class never learnt (it never did)") in text
+
+
+def test_compare_puts_the_margin_after_the_switch_of_the_class_reading(tmp_path):
+    """With the bar 0 a margin changes nothing before the class reading switches (nothing is
+    below 0x); after it, the bar is 1 and the margin is what holds replication back."""
+    text = _class_reading_table(tmp_path, {"replicate-margin": 2.0})
+    assert ("each client its own partition (FedBuff) until the median class recall reached "
+            "0.9 with a class never learnt, then a neighbour's partition served while below "
+            "1x a client's own by more than 2 sd (it never did)") in text
+    assert "below 0x" not in text
+
+
+@pytest.mark.parametrize(("coded_s", "fedbuff_s", "said"), [
+    (2.004, 2.001, "coding reached 0.900 at the same time as fedbuff"),
+    (4.03, 4.01, "coding was 0.02 s slower to 0.900 than fedbuff"),
+    (4.01, 4.03, "coding reached 0.900 0.02 s sooner than fedbuff")])
+def test_times_the_table_shows_alike_are_a_tie_and_a_gap_under_half_a_percent_in_seconds(
+        tmp_path, coded_s, fedbuff_s, said):
+    # the table shows times to 0.01 s: two it shows alike were called "1.00x slower"
+    text = _asynchronous_table(tmp_path, coded_s=coded_s, fedbuff_s=fedbuff_s)
+    assert said in text and "1.00x" not in text
 
 
 def test_a_tie_is_said_as_a_tie_not_as_coding_being_slower(tmp_path):
