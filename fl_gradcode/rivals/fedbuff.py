@@ -316,7 +316,9 @@ class FedBuff(FedAvg):
             raise ValueError("FedBuff sends no evaluate message (it evaluates on the server "
                              "only, evaluate_fn): evaluate_config would not be read")
         train_config = ConfigRecord() if train_config is None else train_config
-        self.now = 0.0  # each run's clock starts at zero (a strategy may be started again)
+        # each run's clock starts at zero and its history is its own (a strategy may be
+        # started again)
+        self.now, self.history = 0.0, []
         result = Result()
         dtypes = {k: v.numpy().dtype for k, v in initial_arrays.items()}
         self._dtypes = dtypes
