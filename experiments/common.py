@@ -263,12 +263,15 @@ def add_out_flag(parser: argparse.ArgumentParser, default: str, here: str) -> No
 def out_path(args: argparse.Namespace, default: str, here: str) -> Path:
     """:func:`add_out_flag`'s file: ``--out`` when given, else ``default`` where no flag moves
     the rule out of the main job's default setting, else ``here``."""
+    from experiments.registry import load_grid, lookup
     from server.launch import NUM_SUPERNODES
 
     if args.out is not None:
         return Path(args.out)
+    target = getattr(args, "target", None)
+    grid = lookup(load_grid(), "tasks", "digits-logreg")["target"]  # the main job's task
     moved = (args.run_config.strip() or args.num_supernodes not in (None, NUM_SUPERNODES)
-             or getattr(args, "target", None) is not None)
+             or (target is not None and target != float(grid)))
     return Path(here if moved else default)
 
 

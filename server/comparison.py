@@ -97,7 +97,7 @@ def render_table(summaries: list[Mapping[str, object]], target: float,
             lines.append(f"coding reached {target:.3f} at the same time as {row['name']}")
         elif coded["time_to"] and row["time_to"]:
             ratio = row["time_to"] / coded["time_to"]
-            gap = abs(row["time_to"] - coded["time_to"])
+            gap = abs(round(row["time_to"], 2) - round(coded["time_to"], 2))  # as shown
             how = (f"{max(ratio, 1 / ratio):.2f}x" if f"{max(ratio, 1 / ratio):.2f}" != "1.00"
                    else f"{gap:.2f} s")
             lines.append(

@@ -293,11 +293,16 @@ def preset_note(name: str, path: Path = FIRST_HOUR) -> str:
 
 def toml_value(value: object) -> str:
     """``value`` as ``--run-config`` text (TOML; a string in single quotes, or in double
-    quotes with TOML's escapes where it holds a single quote)."""
+    quotes with TOML's escapes where it holds a single quote or a control character; a
+    double quote as ``\\u0022``, which :func:`parse_overrides` reads)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
-        return f"'{value}'" if "'" not in value else json.dumps(value)
+        if "'" not in value and value.isprintable():
+            return f"'{value}'"
+        return '"' + "".join("\\\\" if c == "\\" else c if c != '"' and c.isprintable()
+                             else f"\\u{ord(c):04x}" if ord(c) < 0x10000
+                             else c for c in value) + '"'
     return repr(value)
 
 
@@ -415,9 +420,9 @@ def setting_flags(values: Mapping[str, object], n: int, picked: tuple[str, ...])
     keys = " ".join(f"{k}={toml_value(v)}" for k, v in values.items()
                     if k not in (*picked, "results-dir", "timing"))
     nodes = "" if n == NUM_SUPERNODES else f" --num-supernodes {n}"
-    # in a shell's double quotes $, `, " and a backslash are special: escaped, it reads as is
-    quoted = re.sub(r'([$`"\\])', r"\\\1", keys)
-    return f'--run-config "{quoted}"{nodes}'
+    # a shell expands $, `, \\ and ! in double quotes: such text goes in single quotes
+    quoted = shlex.quote(keys) if re.search(r'[$`"\\!]', keys) else f'"{keys}"'
+    return f"--run-config {quoted}{nodes}"
 
 
 def flwr_run(args: argparse.Namespace, results: Path, run_config: str) -> int:

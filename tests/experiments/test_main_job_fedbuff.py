@@ -141,6 +141,7 @@ def test_keys_the_rule_cannot_take_are_refused_before_any_run(text, named, capsy
     (["--run-config", "latency-p=0.3"], "results/main_job_fedbuff_here.json"),
     (["--num-supernodes", "6"], "results/main_job_fedbuff_here.json"),
     (["--target", "0.9"], "results/main_job_fedbuff_here.json"),
+    (["--target", "0.85"], "results/main_job_fedbuff.json"),  # the grid's target
     (["--run-config", "latency-p=0.3", "--out", "mine.json"], "mine.json")])
 def test_a_pick_made_in_another_setting_does_not_replace_the_committed_one(
         tmp_path, monkeypatch, flags, written):

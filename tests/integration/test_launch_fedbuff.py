@@ -319,10 +319,11 @@ def test_a_pick_timed_to_another_target_is_not_called_the_default_setting(tmp_pa
     assert "the setting it records (time to accuracy 0.9, the grid's is 0.85)" in label
 
 
-@pytest.mark.parametrize("value", ["it's", "$HOME `id` a\\b", "x'$y"])
-def test_the_printed_commands_give_the_rule_the_users_values_through_a_shell(value):
-    # the retune lines print --run-config in shell double quotes: a single quote in a string
-    # broke its TOML, and $ or backticks were expanded by the shell
+@pytest.mark.parametrize("value", ["it's", "$HOME `id` a\\b", "x'$y", "a!b", "it's \"x\"",
+                                   "two\nlines", "ends in \\", "it's \U0001F600"])
+def test_the_printed_commands_give_the_rule_the_users_values_through_a_shell(value, tmp_path):
+    # the retune lines print --run-config for a user to paste into an interactive shell: a
+    # single quote in a string broke its TOML, and $, backticks or ! were expanded
     import subprocess
     import sys
 
@@ -330,8 +331,11 @@ def test_the_printed_commands_give_the_rule_the_users_values_through_a_shell(val
 
     values = {"roster": value, "num-rounds": 10}
     line = retune_command(values, N)
-    command = line.split("python -m experiments.main_job_fedbuff ", 1)[1].split(" --out")[0]
-    echoed = subprocess.run(["bash", "-c", f"{sys.executable} -c 'import sys; "
-                             f"print(sys.argv[2])' {command}"], capture_output=True,
-                            text=True, check=True).stdout.rstrip("\n")
-    assert override_values(parse_overrides(echoed)) == values
+    command = line.split("python -m experiments.main_job_fedbuff ", 1)[1].split(" --out ")[0]
+    got = tmp_path / "argv"
+    script = ("set -o history -o histexpand\n"
+              f"{sys.executable} -c 'import sys; open(sys.argv[1], \"w\").write(sys.argv[3])' "
+              f"{got} {command}\n")
+    subprocess.run(["bash", "--norc", "-i"], input=script, capture_output=True, text=True,
+                   check=False, timeout=60)
+    assert override_values(parse_overrides(got.read_text())) == values

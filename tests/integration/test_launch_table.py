@@ -277,7 +277,9 @@ def test_compare_puts_the_margin_after_the_switch_of_the_class_reading(tmp_path)
 @pytest.mark.parametrize(("coded_s", "fedbuff_s", "said"), [
     (2.004, 2.001, "coding reached 0.900 at the same time as fedbuff"),
     (4.03, 4.01, "coding was 0.02 s slower to 0.900 than fedbuff"),
-    (4.01, 4.03, "coding reached 0.900 0.02 s sooner than fedbuff")])
+    (4.01, 4.03, "coding reached 0.900 0.02 s sooner than fedbuff"),
+    (4.0149, 4.0151, "coding reached 0.900 0.01 s sooner than fedbuff"),  # 4.01 s, 4.02 s
+    (4.0251, 4.0149, "coding was 0.02 s slower to 0.900 than fedbuff")])  # 4.03 s, 4.01 s
 def test_times_the_table_shows_alike_are_a_tie_and_a_gap_under_half_a_percent_in_seconds(
         tmp_path, coded_s, fedbuff_s, said):
     # the table shows times to 0.01 s: two it shows alike were called "1.00x slower"
