@@ -30,34 +30,59 @@ from typing import Any
 from experiments.compare import load_grid
 from experiments.compare import main as compare_main
 
-__all__ = ["SEEDS", "SETTINGS", "main", "methods"]
+__all__ = ["METHODS", "SEEDS", "SETTINGS", "flags", "main", "methods"]
 
-#: the settings amendment 33 registered, as the harness's flags (digits-logreg, the main
-#: job's task, in each)
-SETTINGS: dict[str, list[str]] = {
-    "persistent-p0.1-20x20": ["--latency", "persistent", "--n", "20",
-                              "--set", "latency-p=0.1"],
-    "persistent-p0.3-slowdown40-20x20": ["--latency", "persistent", "--n", "20",
-                                         "--set", "latency-p=0.3",
-                                         "--set", "latency-slowdown=40"],
-    "bimodal-20-cohort10": ["--latency", "bimodal", "--n", "20", "--cohort", "10"],
-    "pareto-shape1.5-20x20": ["--latency", "pareto", "--n", "20",
-                              "--set", "latency-shape=1.5"],
-    "slow-classes-1-persistent-40x40": ["--latency", "persistent", "--n", "40",
-                                        "--set", "slow-classes=1"],
+#: the settings amendment 33 registered (digits-logreg, the main job's task, in each):
+#: name -> (latency regime, n, cohort, run-config keys set)
+SETTINGS: dict[str, tuple[str, int, int, dict[str, Any]]] = {
+    "persistent-p0.1-20x20": ("persistent", 20, 20, {"latency-p": 0.1}),
+    "persistent-p0.3-slowdown40-20x20": ("persistent", 20, 20, {"latency-p": 0.3,
+                                                                "latency-slowdown": 40.0}),
+    "bimodal-20-cohort10": ("bimodal", 20, 10, {}),
+    "pareto-shape1.5-20x20": ("pareto", 20, 20, {"latency-shape": 1.5}),
+    "slow-classes-1-persistent-40x40": ("persistent", 40, 40, {"slow-classes": 1}),
 }
 #: the evaluation seeds amendment 33 registered (used by no run before it)
 SEEDS = "20-24"
-ROOT = Path(__file__).resolve().parents[1]
+TASK = "digits-logreg"
+#: the methods of every setting before the fixed codes (:func:`methods`)
+METHODS = ("fedbuff-auto", "auto", "wait-for-all", "deadline", "deadline-best", "first-k",
+           "fedbuff")
 
 
-def methods() -> str:
-    """The ``--methods`` of every setting: the asynchronous and the synchronous ``auto``,
-    the rivals and the grid file's fixed codes (``fixed_codes`` x ``fixed_s``)."""
-    grid = load_grid()["methods"]
-    codes = [f"{code}:{s}" for code in grid["fixed_codes"] for s in grid["fixed_s"]]
-    return ",".join(["fedbuff-auto", "auto", "wait-for-all", "deadline", "deadline-best",
-                     "first-k", "fedbuff", *codes])
+def methods(name: str) -> tuple[list[str], dict[str, str]]:
+    """``(methods, set aside)`` of setting ``name``: :data:`METHODS`, then the grid file's
+    fixed codes (``fixed_codes`` x ``fixed_s``) the harness runs as named there (``s`` below
+    the cohort, the ServerApp building that code for the cohort: :func:`~experiments.registry.
+    code_fit`); the others set aside, each with why, as the grid sets aside its cells' codes
+    that would run another code or train another model."""
+    from experiments.registry import cell_run_config, code_fit
+    from fl_gradcode.config import merge_config
+
+    grid = load_grid()
+    latency, n, cohort, sets = SETTINGS[name]
+    cfg = merge_config(cell_run_config(grid, TASK, latency, sets))
+    kept, aside = list(METHODS), {}
+    for code in grid["methods"]["fixed_codes"]:
+        for s in grid["methods"]["fixed_s"]:
+            method = f"{code}:{s}"
+            if s >= cohort:
+                aside[method] = f"s = {s} is not below the cohort of {cohort}"
+                continue
+            fallback, other = code_fit(method, n, cohort, cfg)
+            if fallback is None and other is None:
+                kept.append(method)
+            else:
+                aside[method] = str(other or f"the ServerApp would run another code "
+                                    f"({fallback})")
+    return kept, aside
+
+
+def flags(name: str) -> list[str]:
+    """The harness's flags of setting ``name`` (but ``--methods`` and ``--seeds``)."""
+    latency, n, cohort, sets = SETTINGS[name]
+    return ["--task", TASK, "--latency", latency, "--n", str(n), "--cohort", str(cohort),
+            *(arg for k, v in sets.items() for arg in ("--set", f"{k}={v}"))]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,15 +91,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", action="append", choices=sorted(SETTINGS),
                         help="run this setting only (repeatable; default: all five)")
     parser.add_argument("--seeds", default=SEEDS, help=f"default: {SEEDS}, the registered")
-    parser.add_argument("--methods", default=None, help="default: every registered method")
+    parser.add_argument("--methods", default=None,
+                        help="comma list (default: every registered method the setting takes)")
     parser.add_argument("--quick", action="store_true", help="the harness's quick slice")
     parser.add_argument("--out", default="results/unseen_check.json")
     args = parser.parse_args(argv)
     out = Path(args.out)
-    chosen = methods() if args.methods is None else args.methods
     result: dict[str, Any] = {"registration": "experiments/grid.toml amendment 33",
-                              "seeds": args.seeds, "methods": chosen, "quick": args.quick,
-                              "cells": {}}
+                              "seeds": args.seeds, "methods": args.methods,
+                              "quick": args.quick, "cells": {}}
     if out.exists():
         kept = json.loads(out.read_text())
         if all(kept.get(k) == result[k] for k in ("seeds", "methods", "quick")):
@@ -83,8 +108,11 @@ def main(argv: list[str] | None = None) -> int:
         if name in result["cells"]:
             print(f"{name}: kept from {out}", flush=True)
             continue
-        argv_cell = ["--task", "digits-logreg", *SETTINGS[name], "--methods", chosen,
-                     "--seeds", args.seeds, *(["--quick"] if args.quick else [])]
+        chosen, aside = methods(name)
+        if args.methods is not None:
+            chosen, aside = args.methods.split(","), {}
+        argv_cell = [*flags(name), "--methods", ",".join(chosen), "--seeds", args.seeds,
+                     *(["--quick"] if args.quick else [])]
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory() as tmp:
             cell_out = Path(tmp) / "cell.json"
@@ -93,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{name}: the harness exited {code}; not recorded", flush=True)
                 return code
             cell = json.loads(cell_out.read_text())
-        result["cells"][name] = {"argv": argv_cell, **cell,
+        result["cells"][name] = {"argv": argv_cell, "methods_set_aside": aside, **cell,
                                  "check_runtime_s": time.perf_counter() - t0}
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(result, indent=1))
