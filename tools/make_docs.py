@@ -37,6 +37,7 @@ from tools.docgen import (  # noqa: F401  (renderers)
     performance,
     rivals,
     slow_classes,
+    unseen,
 )
 from tools.docgen.core import BLOCK, RENDERERS, ROOT
 from tools.docgen.readme import FIGURE_CODING, draw_coding_figure
