@@ -211,8 +211,10 @@ def async_replication_headline() -> str | None:
     if got is None:
         return None
     from tools.docgen.async_margin import headline  # it reads this module's files
+    from tools.docgen.unseen import headline_sentence
 
-    return render_headline(*got, reported_cells()) + headline() + wallclock_sentence()
+    return (render_headline(*got, reported_cells()) + headline() + headline_sentence()
+            + wallclock_sentence())
 
 
 def wallclock_sentence() -> str:
