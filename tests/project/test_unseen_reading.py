@@ -1,0 +1,57 @@
+"""The ``unseen-check`` block reads amendment 33's settings with the verdict's rule, the
+asynchronous ``s='auto'`` (``fedbuff-auto``) in ``auto``'s place: hand-made cells whose
+medians are known."""
+
+from __future__ import annotations
+
+import json
+
+from tools.docgen import unseen
+
+
+def _runs(method, times, final=0.9, lagged=None):
+    return [{"method": method, "seed": 20 + i, "time_to_target": t, "final_accuracy": final,
+             **({"lagged_at": lagged} if method == "fedbuff-auto" else {})}
+            for i, t in enumerate(times)]
+
+
+def _write(tmp_path, monkeypatch, cells):
+    (tmp_path / unseen.FILE).write_text(json.dumps({"seeds": "20-24", "quick": False,
+                                                    "cells": cells}))
+    monkeypatch.setattr(unseen, "RESULTS", tmp_path)
+    monkeypatch.setattr(unseen, "load", lambda name: json.loads((tmp_path / name).read_text()))
+
+
+def test_the_block_reads_each_setting_against_the_best_rival(tmp_path, monkeypatch):
+    # a: fedbuff-auto's median 1.0 = FedBuff's, the best rival (met); auto's 3.0 is 3.00x
+    # FedBuff's (not met);
+    # b: fedbuff-auto 1.2 against FedBuff 1.0 (1.20x, not met); it switched on every seed;
+    # c: fedbuff-auto's final 0.8 is more than 0.5 point below FedBuff's 0.9: not met
+    a = {"runs": [*_runs("fedbuff-auto", [1.0, 0.9, 1.1]), *_runs("fedbuff", [1.0, 0.9, 1.1]),
+                  *_runs("first-k", [2.0, 2.0, 2.0]), *_runs("auto", [3.0, 3.0, 3.0])]}
+    b = {"runs": [*_runs("fedbuff-auto", [1.2, 1.2, 1.2], lagged=0.5),
+                  *_runs("fedbuff", [1.0, 1.0, 1.0]), *_runs("auto", [1.0, 1.0, 1.0])]}
+    c = {"runs": [*_runs("fedbuff-auto", [1.0, 1.0, 1.0], final=0.8),
+                  *_runs("fedbuff", [1.0, 1.0, 1.0]), *_runs("wait-for-all", [9.0, None, 9.0])]}
+    _write(tmp_path, monkeypatch, {"a": a, "b": b, "c": c})
+    text = unseen.unseen_check()
+    assert "met the goal (median time within 1.05× of the best rival's" in text
+    assert "in 1 of 3; the synchronous `auto` in 1." in text  # b's auto ties FedBuff
+    assert "| a | 1.0 s (3/3) | 1.00× FedBuff's: met | 3.0 s (3/3) | 3.00× FedBuff's: not met" \
+        in text
+    assert "| b | 1.2 s (3/3) | 1.20× FedBuff's: not met |" in text and "| 3 of 3 |" in text
+    assert ("| c | 1.0 s (3/3) | 1.00× FedBuff's, final accuracy more than 0.5 point below: "
+            "not met |") in text
+    assert "in 2 of the 3 settings none did" in text
+    sentence = unseen.headline_sentence()
+    assert "it met the goal in 1 of 3" in sentence and "`auto` in 1" in sentence
+
+
+def test_no_file_no_block_and_a_quick_file_no_headline(tmp_path, monkeypatch):
+    monkeypatch.setattr(unseen, "RESULTS", tmp_path)
+    assert unseen.unseen_check() is None and unseen.headline_sentence() == ""
+    _write(tmp_path, monkeypatch, {"a": {"runs": _runs("fedbuff-auto", [1.0])}})
+    data = json.loads((tmp_path / unseen.FILE).read_text())
+    (tmp_path / unseen.FILE).write_text(json.dumps({**data, "quick": True}))
+    assert unseen.headline_sentence() == ""
+    assert "quick slice, not a reading" in unseen.unseen_check()
