@@ -33,18 +33,29 @@ def test_the_block_reads_each_setting_against_the_best_rival(tmp_path, monkeypat
                   *_runs("fedbuff", [1.0, 1.0, 1.0]), *_runs("auto", [1.0, 1.0, 1.0])]}
     c = {"runs": [*_runs("fedbuff-auto", [1.0, 1.0, 1.0], final=0.8),
                   *_runs("fedbuff", [1.0, 1.0, 1.0]), *_runs("wait-for-all", [9.0, None, 9.0])]}
-    _write(tmp_path, monkeypatch, {"a": a, "b": b, "c": c})
+    # persistent stragglers on the key table's Dirichlet partitions: a and d are "hard";
+    # d: fedbuff-auto 1.0 against FedBuff's 3.0, the best rival that does not code (3.00x)
+    hard = {"latency": "persistent", "run_config": {}}
+    d = {"settings": hard,
+         "runs": [*_runs("fedbuff-auto", [1.0, 1.0, 1.0]), *_runs("fedbuff", [3.0, 3.0, 3.0]),
+                  *_runs("grouped-rs:1", [0.5, 0.5, 0.5]), *_runs("auto", [4.0, 4.0, 4.0])]}
+    a["settings"] = hard
+    b["settings"] = {"latency": "bimodal", "run_config": {}}
+    _write(tmp_path, monkeypatch, {"a": a, "b": b, "c": c, "d": d})
     text = unseen.unseen_check()
     assert "met the goal (median time within 1.05× of the best rival's" in text
-    assert "in 1 of 3; the synchronous `auto` in 1." in text  # b's auto ties FedBuff
+    assert "in 1 of 4; the synchronous `auto` in 1." in text  # b's auto ties FedBuff
+    # d misses the goal (grouped-rs:1 is twice as fast) but is 3x the best uncoded rival
+    assert ("(2 of the settings), it was at least 2× faster than the best rival that does not "
+            "code in 1 of 2: a 1.00× (FedBuff); d 3.00× (FedBuff).") in text
     assert "| a | 1.0 s (3/3) | 1.00× FedBuff's: met | 3.0 s (3/3) | 3.00× FedBuff's: not met" \
         in text
     assert "| b | 1.2 s (3/3) | 1.20× FedBuff's: not met |" in text and "| 3 of 3 |" in text
     assert ("| c | 1.0 s (3/3) | 1.00× FedBuff's, final accuracy more than 0.5 point below: "
             "not met |") in text
-    assert "in 2 of the 3 settings none did" in text
+    assert "in 3 of the 4 settings none did" in text
     sentence = unseen.headline_sentence()
-    assert "it met the goal in 1 of 3" in sentence and "`auto` in 1" in sentence
+    assert "it met the goal in 1 of 4" in sentence and "`auto` in 1" in sentence
 
 
 def test_no_file_no_block_and_a_quick_file_no_headline(tmp_path, monkeypatch):
