@@ -54,11 +54,13 @@ def summarize(name: str, rows: list[dict], target: float) -> dict[str, object]:
 
 def render_table(summaries: list[Mapping[str, object]], target: float,
                  labels: Mapping[str, str] | None = None, clock: str = "virtual time",
-                 async_hint: str | None = None, async_tuned: str | None = None) -> str:
+                 async_hint: str | None = None, async_tuned: str | None = None,
+                 async_without: str | None = None) -> str:
     """The one-screen comparison of :func:`summarize`'s lines (the first is the coded run);
     ``labels``: what each run is (default :data:`LEGEND`); ``clock``: what the times are;
-    ``async_hint`` (and ``async_tuned``, the keys that give it FedBuff's tuned settings):
-    how to run the asynchronous mode, said where rounds lose to FedBuff."""
+    ``async_hint`` (and ``async_tuned``, the keys that give it FedBuff's tuned settings;
+    ``async_without``, the user's keys it must leave out): how to run the asynchronous mode,
+    said where rounds lose to FedBuff."""
     def opt(value: object, fmt: str) -> str:
         return "-" if value is None else format(value, fmt)
 
@@ -108,10 +110,15 @@ def render_table(summaries: list[Mapping[str, object]], target: float,
                 "here it does not pay")
             if row["name"] == "fedbuff" and coded["exact"] is not None and async_hint \
                     and row["time_to"] < coded["time_to"]:  # rounds lost to asynchrony
-                lines.append("  (FedBuff over partitions held by s + 1 clients: add "
-                             f"{async_hint} to --run-config"
-                             + (f"\n   with {async_tuned}, the fedbuff run's tuned settings, "
-                                "against FedBuff)" if async_tuned else ", against FedBuff)"))
+                hint = [f"  (FedBuff over partitions held by s + 1 clients: add {async_hint} "
+                        "to --run-config"]
+                if async_tuned:
+                    hint.append(f"   with {async_tuned}, the fedbuff run's tuned settings")
+                if async_without:
+                    hint.append(f"   and leave out {async_without} (rounds' deadline)")
+                lines.append(hint[0] + "".join(
+                    f"\n{h}" + ("," if i < len(hint) - 2 else "")
+                    for i, h in enumerate(hint[1:])) + ", against FedBuff)")
         elif row["name"] == "fedbuff" and row["time_to"] is None:
             lines += [f"fedbuff did not reach {target:.3f}: its run ends when its updates are "
                       "spent (num-rounds times", f"  the cohort), here at {row['total_s']:.2f} s "
@@ -155,13 +162,14 @@ def _bar(cfg: dict, rows: Sequence[Mapping[str, Any]] = ()) -> str:
 def compare(coded_dir: Path, uncoded_dir: Path | None, drop_dir: Path | None = None,
             fedbuff_dir: Path | None = None, fedbuff_care: str = "untuned",
             async_hint: str | None = "asynchronous=true s='auto'",
-            async_tuned: str | None = None) -> str:
+            async_tuned: str | None = None, async_without: str | None = None) -> str:
     """The one-screen comparison of the main job's runs (coded, and FedBuff, uncoded and
     drop-stragglers when given), and ``comparison.png`` (accuracy vs virtual time) in
     ``coded_dir``. ``fedbuff_care``: how FedBuff's settings were chosen (its label);
     ``async_hint``: the run-config keys that would run the asynchronous mode instead of rounds
     (said where rounds lose to FedBuff; ``None``: not said, e.g. where it would be refused),
-    ``async_tuned`` the keys that would give it FedBuff's tuned server lr and buffer."""
+    ``async_tuned`` the keys that would give it FedBuff's tuned server lr and buffer,
+    ``async_without`` the user's keys it would leave out (a round's deadline)."""
     from fl_gradcode.results import read_rounds
 
     dirs = {name: d for name, d in (("coded", coded_dir), ("uncoded", uncoded_dir),
@@ -201,7 +209,7 @@ def compare(coded_dir: Path, uncoded_dir: Path | None, drop_dir: Path | None = N
     except (OSError, ValueError, KeyError):
         pass
     lines = [render_table([summarize(n, r, target) for n, r in rows.items()], target,
-                          labels, clock, async_hint, async_tuned)]
+                          labels, clock, async_hint, async_tuned, async_without)]
     if "fedbuff" in rows and len(rows) > 2 and asynchronous:
         lines.append("(against uncoded and drop-stragglers the gain is asynchrony's and "
                      "replication's together; against fedbuff, replication's alone)")

@@ -252,6 +252,18 @@ def async_hint(values: Mapping[str, object]) -> str | None:
     return "asynchronous=true s='auto'"
 
 
+def async_without(values: Mapping[str, object], preset: str | None = None) -> str | None:
+    """The user's round deadline (``straggler-timeout=...``) where it alone keeps the
+    asynchronous app from the job (it has no rounds), so the hint can say to leave it out;
+    ``None`` elsewhere, and under a ``preset`` (whose regime is its deadline's)."""
+    if preset is not None or "straggler-timeout" not in values or async_hint(values):
+        return None
+    rest = {k: v for k, v in values.items() if k != "straggler-timeout"}
+    if async_hint(rest) is None:
+        return None
+    return f"straggler-timeout={toml_value(values['straggler-timeout'])}"
+
+
 def preset_regime(name: str, path: Path = FIRST_HOUR) -> tuple[str, dict[str, object], dict]:
     """``(regime name, run config, its entry)`` of preset ``name``: the run config the committed
     first-hour experiment ran for it (its ``base`` with the regime's overrides; ``ValueError``
@@ -368,10 +380,12 @@ def main(argv: list[str] | None = None) -> int:
     if len(runs) > 1:
         care_of = (care(values, n, dropped("fedbuff"), pick)
                    if "fedbuff" in runs else "untuned")
+        without = async_without(values, args.preset)
+        hint = "asynchronous=true s='auto'" if without else async_hint(values)
         print(compare(results, runs.get("uncoded"), runs.get("drop-stragglers"),
-                      runs.get("fedbuff"), fedbuff_care=care_of,
-                      async_hint=async_hint(values),
-                      async_tuned=async_tuned(values, n, pick)), flush=True)
+                      runs.get("fedbuff"), fedbuff_care=care_of, async_hint=hint,
+                      async_tuned=async_tuned(values, n, pick), async_without=without),
+              flush=True)
         if "fedbuff" in runs and (command := retune_command(values, n, pick)):
             print(command, flush=True)
         if command := deadline_retune(values, n):

@@ -204,7 +204,6 @@ def test_the_example_samples_through_the_public_option_only():
 
 @pytest.mark.simulation
 def test_readme_comparison_with_flwr_run(tmp_path):
-    sys.path.insert(0, str(ROOT / "tests"))
     from tests.integration.flwr_local import flwr_executable, flwr_run
 
     if flwr_executable() is None:

@@ -293,3 +293,40 @@ def test_a_tie_is_said_as_a_tie_not_as_coding_being_slower(tmp_path):
     text = _asynchronous_table(tmp_path, coded_s=2.0, fedbuff_s=2.0)
     assert "coding reached 0.900 at the same time as fedbuff" in text
     assert "slower to 0.900 than fedbuff" not in text and "does not pay" not in text
+
+
+def test_a_round_deadline_the_user_set_is_named_to_leave_out_not_a_reason_for_no_hint(
+        tmp_path, monkeypatch):
+    # the launcher's own deadline line says to add straggler-timeout; with it set, the
+    # asynchronous suggestion vanished (the asynchronous app refuses a round's deadline)
+    from server.launch import compare
+    from tests.integration.launching import launch_main
+
+    launch_main(tmp_path / "a", monkeypatch, ["--run-config", "straggler-timeout=3.0"])
+    keywords = launch_main.keywords[0]
+    assert keywords["async_hint"] == "asynchronous=true s='auto'"
+    assert keywords["async_without"] == "straggler-timeout=3.0"
+    # a preset's deadline is its regime's: no hint, as before
+    launch_main(tmp_path / "b", monkeypatch, ["--preset", "coding-wins"])
+    assert launch_main.keywords[0]["async_hint"] is None
+    assert launch_main.keywords[0]["async_without"] is None
+    # nor where another key keeps the asynchronous app from the job
+    launch_main(tmp_path / "c", monkeypatch, ["--run-config",
+                                              "straggler-timeout=3.0 dp='partition'"])
+    assert launch_main.keywords[0]["async_hint"] is None
+    # the table's line names it, each line within 100 characters
+    for name, seconds in (("coded", 4.0), ("uncoded", 8.0), ("fedbuff", 1.0)):
+        rec = RoundRecorder(tmp_path / "t" / name, {
+            "code": "grouped-rs", "s": 0 if name == "fedbuff" else 1,
+            "asynchronous": name == "fedbuff", "buffer-size": 3, "server-steps": 1,
+            "straggler-timeout": 3.0})
+        rec.record({**{k: 0 for k in ROUND_FIELDS}, "round": 1, "decode": "approximate"
+                    if name == "fedbuff" else "exact", "accuracy": 0.9, "virtual_s": seconds,
+                    "bytes_up": 10**6, "compute_s": 0.5, "late_dropped": 0})
+    text = compare(tmp_path / "t" / "coded", tmp_path / "t" / "uncoded", None,
+                   tmp_path / "t" / "fedbuff", async_tuned="server-lr=2.0 buffer-size=1",
+                   async_without="straggler-timeout=3.0")
+    assert ("add asynchronous=true s='auto' to --run-config\n   with server-lr=2.0 "
+            "buffer-size=1, the fedbuff run's tuned settings,\n   and leave out "
+            "straggler-timeout=3.0 (rounds' deadline), against FedBuff)") in text
+    assert all(len(line) <= 100 for line in text.splitlines() if "leave out" in line)

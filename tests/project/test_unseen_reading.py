@@ -47,15 +47,39 @@ def test_the_block_reads_each_setting_against_the_best_rival(tmp_path, monkeypat
     assert "in 1 of 4; the synchronous `auto` in 1." in text  # b's auto ties FedBuff
     # d misses the goal (grouped-rs:1 is twice as fast) but is 3x the best uncoded rival
     assert ("(2 of the settings), it was at least 2× faster than the best rival that does not "
-            "code in 1 of 2: a 1.00× (FedBuff); d 3.00× (FedBuff).") in text
+            "code (wait-for-all, deadline-best, first-k, FedBuff) in 1 of 2: a 1.00× (FedBuff); "
+            "d 3.00× (FedBuff).") in text
     assert "| a | 1.0 s (3/3) | 1.00× FedBuff's: met | 3.0 s (3/3) | 3.00× FedBuff's: not met" \
         in text
     assert "| b | 1.2 s (3/3) | 1.20× FedBuff's: not met |" in text and "| 3 of 3 |" in text
     assert ("| c | 1.0 s (3/3) | 1.00× FedBuff's, final accuracy more than 0.5 point below: "
             "not met |") in text
-    assert "in 3 of the 4 settings none did" in text
+    # a's fedbuff-auto runs are FedBuff's seed by seed; c's never switched but differ
+    # (another final accuracy), d's differ in time: only a "ran as FedBuff itself"
+    assert "In 1 of the 4 it never switched and its runs were FedBuff's" in text
+    assert "| a | 1.0 s (3/3) |" in text and text.count("(FedBuff's runs)") == 1
     sentence = unseen.headline_sentence()
-    assert "it met the goal in 1 of 4" in sentence and "`auto` in 1" in sentence
+    assert "it met the goal in 1 of 4 (in 1 of them it never switched" in sentence
+    assert "`auto` in 1" in sentence
+
+
+def test_an_unreached_seed_counts_as_never_in_the_median(tmp_path, monkeypatch):
+    # fedbuff-auto [1, 1, never]: median 1.0; FedBuff [0.5, never, never]: median never, so
+    # fedbuff-auto is the only one with a finite median: "∞ (only it reached the target)"
+    cell = {"settings": {"latency": "pareto", "run_config": {}},
+            "runs": [*_runs("fedbuff-auto", [1.0, 1.0, None]),
+                     *_runs("fedbuff", [0.5, None, None])]}
+    _write(tmp_path, monkeypatch, {"e": cell})
+    text = unseen.unseen_check()
+    assert "| e | 1.0 s (2/3) | 0.00× FedBuff's: met |" not in text
+    assert "| e | 1.0 s (2/3) | only it reached the target, never FedBuff's: met |" in text
+    assert "e ∞ (only it reached the target; FedBuff)" in text
+    # and where it never reached the target, no ratio is made up
+    cell["runs"] = [*_runs("fedbuff-auto", [None, None, 1.0]), *_runs("fedbuff", [None] * 3)]
+    _write(tmp_path, monkeypatch, {"e": cell})
+    text = unseen.unseen_check()
+    assert "neither reached the target, FedBuff's: met" in text
+    assert "e never reached the target (FedBuff)" in text
 
 
 def test_no_file_no_block_and_a_quick_file_no_headline(tmp_path, monkeypatch):
