@@ -258,21 +258,21 @@ def add_out_flag(parser: argparse.ArgumentParser, default: str, here: str) -> No
                         help=f"the JSON written (default: {default} in the main job's "
                         f"default setting, {here} with --run-config, --num-supernodes or "
                         "--target)")
+    parser.set_defaults(out_default=default, out_here=here)
 
 
-def out_path(args: argparse.Namespace, default: str, here: str) -> Path:
-    """:func:`add_out_flag`'s file: ``--out`` when given, else ``default`` where no flag moves
-    the rule out of the main job's default setting, else ``here``."""
-    from experiments.registry import load_grid, lookup
+def out_path(args: argparse.Namespace) -> Path:
+    """:func:`add_out_flag`'s file: ``--out`` when given, else its ``default`` where no flag
+    moves the rule out of the main job's default setting, else its ``here``."""
+    from server.fedbuff_run import grid_target
     from server.launch import NUM_SUPERNODES
 
     if args.out is not None:
         return Path(args.out)
     target = getattr(args, "target", None)
-    grid = lookup(load_grid(), "tasks", "digits-logreg")["target"]  # the main job's task
     moved = (args.run_config.strip() or args.num_supernodes not in (None, NUM_SUPERNODES)
-             or (target is not None and target != float(grid)))
-    return Path(here if moved else default)
+             or (target is not None and target != grid_target()))
+    return Path(args.out_here if moved else args.out_default)
 
 
 def setting_values(parser: argparse.ArgumentParser, args: argparse.Namespace,

@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     with harness_environment():  # as the benchmark runs
         result = main_job_deadline(load_grid(GRID), n, overrides=values)
     result["runtime_s"] = time.perf_counter() - t0
-    out = out_path(args, "results/main_job_deadline.json", "results/main_job_deadline_here.json")
+    out = out_path(args)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     current = float(key("straggler-timeout").default)

@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     with harness_environment():  # as the benchmark runs
         result = main_job_fedbuff(load_grid(GRID), n, overrides=values, target=args.target)
     result["runtime_s"] = time.perf_counter() - t0
-    out = out_path(args, "results/main_job_fedbuff.json", "results/main_job_fedbuff_here.json")
+    out = out_path(args)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     print(f"the rule picks server lr {result['server_lr']:g}, K {result['buffer_size']} "

@@ -108,9 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         if name in result["cells"]:
             print(f"{name}: kept from {out}", flush=True)
             continue
-        chosen, aside = methods(name)
-        if args.methods is not None:
-            chosen, aside = args.methods.split(","), {}
+        chosen, aside = (methods(name) if args.methods is None
+                         else (args.methods.split(","), {}))
         argv_cell = [*flags(name), "--methods", ",".join(chosen), "--seeds", args.seeds,
                      *(["--quick"] if args.quick else [])]
         t0 = time.perf_counter()

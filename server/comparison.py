@@ -10,7 +10,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["LEGEND", "compare", "render_table", "summarize"]
+__all__ = ["ASYNC_HINT", "LEGEND", "compare", "render_table", "summarize"]
+
+#: the run-config keys that run the asynchronous mode, as the table suggests them
+ASYNC_HINT = "asynchronous=true s='auto'"
 
 
 def _time_to(rows: list[dict], target: float) -> float | None:
@@ -161,7 +164,7 @@ def _bar(cfg: dict, rows: Sequence[Mapping[str, Any]] = ()) -> str:
 
 def compare(coded_dir: Path, uncoded_dir: Path | None, drop_dir: Path | None = None,
             fedbuff_dir: Path | None = None, fedbuff_care: str = "untuned",
-            async_hint: str | None = "asynchronous=true s='auto'",
+            async_hint: str | None = ASYNC_HINT,
             async_tuned: str | None = None, async_without: str | None = None) -> str:
     """The one-screen comparison of the main job's runs (coded, and FedBuff, uncoded and
     drop-stragglers when given), and ``comparison.png`` (accuracy vs virtual time) in

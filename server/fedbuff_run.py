@@ -17,8 +17,8 @@ from typing import Any
 from fl_gradcode.config import merge_config
 from fl_gradcode.rivals.fedbuff import buffer_size
 
-__all__ = ["MAIN_JOB_FEDBUFF", "TUNED_KEYS", "async_tuned", "care", "departures", "pick_keys",
-           "read_pick", "replaced", "retune_command", "tuned_keys", "tuned_where"]
+__all__ = ["MAIN_JOB_FEDBUFF", "TUNED_KEYS", "async_tuned", "care", "departures", "grid_target",
+           "pick_keys", "read_pick", "replaced", "retune_command", "tuned_keys", "tuned_where"]
 
 ROOT = Path(__file__).resolve().parents[1]
 #: FedBuff's server lr and buffer as the grid file's rule picked them (amendment 31)
@@ -158,6 +158,14 @@ def departures(values: Mapping[str, object], n: int, tuned: Mapping[str, Any],
                        if k not in unread and k in cfg and cfg[k] != v]
 
 
+def grid_target() -> float:
+    """The accuracy the grid file times the main job's task to (its default pick's target)."""
+    from fl_gradcode.config import DEFAULTS
+
+    task = f"{DEFAULTS['dataset']}-{DEFAULTS['model']}"
+    return float(tomllib.loads(GRID.read_text())["tasks"][task]["target"])
+
+
 def tuned_where(pick: Mapping[str, Any]) -> str:
     """The setting a main-job rule's pick (its ``settings``: ``n``, ``cohort``, ``rounds``,
     ``run_config`` and, where it timed one, ``target``) was made in: the main job's default
@@ -168,17 +176,16 @@ def tuned_where(pick: Mapping[str, Any]) -> str:
     from fl_gradcode.config import DEFAULTS
     from server.launch import NUM_SUPERNODES
 
-    grid = tomllib.loads(GRID.read_text())["tasks"][DEFAULTS["dataset"] + "-"
-                                                    + DEFAULTS["model"]]["target"]
+    grid = grid_target()
     target = pick.get("target")
-    other = target is not None and target != float(grid)
+    other = target is not None and target != grid
     default = (pick["n"] == pick["cohort"] == NUM_SUPERNODES
                and pick["rounds"] == DEFAULTS["num-rounds"] and not other
                and all(DEFAULTS.get(k) == v for k, v in pick["run_config"].items()))
     if default:
         return "the main job's default setting"
     return "the setting it records" + (f" (time to accuracy {target:g}, the grid's is "
-                                       f"{float(grid):g})" if other else "")
+                                       f"{grid:g})" if other else "")
 
 
 def retune_command(values: Mapping[str, object], n: int, path: Path | None = None

@@ -58,7 +58,13 @@ from pathlib import Path
 
 from fl_gradcode.config import coded_only_keys, merge_config
 from server.asynchronous import SYNCHRONOUS_KEYS
-from server.comparison import LEGEND, compare, render_table, summarize  # noqa: F401 (its API)
+from server.comparison import (  # noqa: F401 (its API)
+    ASYNC_HINT,
+    LEGEND,
+    compare,
+    render_table,
+    summarize,
+)
 from server.fedbuff_run import (  # noqa: F401
     MAIN_JOB_FEDBUFF,
     async_tuned,
@@ -249,7 +255,7 @@ def async_hint(values: Mapping[str, object]) -> str | None:
     if merge_config(dict(values))["asynchronous"] or async_refusal(
             merge_config({**values, **keys})) is not None:
         return None
-    return "asynchronous=true s='auto'"
+    return ASYNC_HINT
 
 
 def async_without(values: Mapping[str, object], preset: str | None = None) -> str | None:
@@ -381,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
         care_of = (care(values, n, dropped("fedbuff"), pick)
                    if "fedbuff" in runs else "untuned")
         without = async_without(values, args.preset)
-        hint = "asynchronous=true s='auto'" if without else async_hint(values)
+        hint = ASYNC_HINT if without else async_hint(values)
         print(compare(results, runs.get("uncoded"), runs.get("drop-stragglers"),
                       runs.get("fedbuff"), fedbuff_care=care_of, async_hint=hint,
                       async_tuned=async_tuned(values, n, pick), async_without=without),
