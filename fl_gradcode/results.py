@@ -80,6 +80,16 @@ class RoundRecorder:
         _LOG.warning("%s: %s: %s (the run goes on; this result is not saved)", what,
                      type(exc).__name__, exc)
 
+    def restart(self) -> bool:
+        """Empty ``rounds.jsonl`` for a run that starts again from its first row (``config.json``
+        stays); ``False`` (and a warning) if it could not be emptied."""
+        try:
+            self._rounds.write_text("")
+        except OSError as exc:
+            self._warn(f"cannot empty {self._rounds}", exc)
+            return False
+        return True
+
     def record(self, row: Mapping[str, Any]) -> bool:
         """Append ``row`` as one line; ``False`` (and a warning) if it could not be written."""
         missing = [k for k in ROUND_FIELDS if k not in row]

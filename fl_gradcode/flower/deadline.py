@@ -30,7 +30,9 @@ Each round is written to ``rounds.jsonl`` (``results_dir``) with ``clients_used`
 ``"partial"`` (some dropped) or ``"skipped"`` (none arrived: the model is kept), and
 ``arrivals_s``: each valid reply's own arrival (seconds after the round's start, before any
 queueing), by partition id. A subclass ends rounds earlier through :meth:`round_complete`
-(e.g. ``fl_gradcode.rivals.FirstK``: at the first ``K`` arrivals).
+(e.g. ``fl_gradcode.rivals.FirstK``: at the first ``K`` arrivals). A second ``start``
+continues the federation: its clock goes on from the first run's end with the clients still
+busy, and ``history`` and ``rounds.jsonl`` go on with its rounds (numbered from 1 again).
 """
 
 from __future__ import annotations

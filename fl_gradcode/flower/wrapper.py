@@ -114,7 +114,9 @@ class GradientCoding(OptionAttributes, Strategy):
     ``dp_run_nonce``). Records: ``results_dir`` (``rounds.jsonl``, ``final_model.npz``,
     ``config.json``, ``debug.log``: ``docs/records-and-logs.md``), ``run_config`` (written to
     ``config.json``), ``evaluate_fn`` (also accepted by ``start``; its ``accuracy`` and
-    ``loss`` go into ``rounds.jsonl``).
+    ``loss`` go into ``rounds.jsonl``). A second ``start`` continues the federation: the clock,
+    busy clients, quarantine, identities and privacy spent go on from the first run's end, and
+    ``history`` and ``rounds.jsonl`` go on with its rounds (numbered from 1 again).
 
     Membership (``docs/membership.md``): ``num_partitions``, the federation's number of data
     partitions (``None``: the roster's, else the value most nodes claim, never a tied vote);

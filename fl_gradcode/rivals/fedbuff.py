@@ -23,6 +23,8 @@ free again when the server hears so (:func:`~fl_gradcode.latency.failure_notice`
 client is sent no work before its device is on again (:func:`~fl_gradcode.latency.back_on`;
 with every idle client's device off, the slot waits for the first back on). Each server step
 is one row of ``history`` (and ``rounds.jsonl``), with ``virtual_s`` the time it was applied.
+A second ``start`` is a run of its own: its clock starts at zero with no job in flight, and
+``history`` and ``rounds.jsonl`` hold its steps only.
 """
 
 from __future__ import annotations
@@ -316,9 +318,11 @@ class FedBuff(FedAvg):
             raise ValueError("FedBuff sends no evaluate message (it evaluates on the server "
                              "only, evaluate_fn): evaluate_config would not be read")
         train_config = ConfigRecord() if train_config is None else train_config
-        # each run's clock starts at zero and its history is its own (a strategy may be
-        # started again)
+        # each run's clock starts at zero and its history and rounds.jsonl are its own (a
+        # strategy may be started again)
         self.now, self.history = 0.0, []
+        if self.recorder is not None:
+            self.recorder.restart()
         result = Result()
         dtypes = {k: v.numpy().dtype for k, v in initial_arrays.items()}
         self._dtypes = dtypes

@@ -34,6 +34,7 @@ from flwr.serverapp.strategy import FedAdam, FedAvg, FedAvgM
 
 from fl_gradcode.flower import GradientCoding, gradient_coding_mod
 from fl_gradcode.flower.testing import InProcessGrid
+from fl_gradcode.results import read_rounds
 from tests.apps.numpy_app import (
     LR,
     SHAPES,
@@ -407,3 +408,24 @@ def test_upload_bandwidth_delays_each_reply_by_its_bytes():
 def test_bad_upload_bandwidth_is_refused_with_its_value(bad):
     with pytest.raises(ValueError, match="upload_bandwidth"):
         GradientCoding(FedAvg(), code="uncoded", s=0, upload_bandwidth=bad)
+
+
+def test_a_second_start_continues_the_federation_in_history_and_rounds_jsonl(tmp_path):
+    """A second ``start`` goes on from the first run's end: its rounds (numbered from 1 again)
+    follow the first run's in time, clients still busy with late work are busy, and
+    ``rounds.jsonl`` lists the rows ``history`` holds, in order."""
+    table = {r: [0.1, 0.2, 0.3, 0.4, 0.5, 9.0] for r in range(1, 6)}
+    coded = GradientCoding(FedAvg(fraction_evaluate=0.0), code="frc", s=1, timing="virtual",
+                           latency=FixedArrivals(table), measured_compute=False,
+                           straggler_timeout=100.0, results_dir=str(tmp_path))
+    grid = InProcessGrid(make_app(gradient_coding_mod), 6)
+    for rounds in (2, 1):
+        coded.start(grid=grid, initial_arrays=initial_arrays(), num_rounds=rounds,
+                    train_config=ConfigRecord({"lr": LR}))
+    rows = read_rounds(tmp_path)
+    assert [row["round"] for row in rows] == [1, 2, 1]
+    assert [row["virtual_s"] for row in rows] == [row["virtual_s"] for row in coded.history]
+    times = [row["virtual_s"] for row in rows]
+    assert times == sorted(times) and times[2] > times[1]
+    # worker 5 (9 s, dropped once the others decode) is still busy in the next rounds
+    assert all(5 in row["busy"] for row in rows[1:])

@@ -16,6 +16,7 @@ import pytest
 from flwr.app import ArrayRecord, ConfigRecord, Error, Message
 
 from fl_gradcode.flower.testing import InProcessGrid
+from fl_gradcode.results import read_rounds
 from fl_gradcode.rivals import (
     FedBuff,
     FirstK,
@@ -396,6 +397,38 @@ def test_a_second_fedbuff_run_starts_its_virtual_clock_at_zero():
         assert_model(models[step], expected[step])
     assert [row["virtual_s"] for row in strategy.history] == pytest.approx(
         [times[s] for s in range(1, 6)])
+
+
+def test_a_second_fedbuff_run_writes_rounds_jsonl_of_its_own_steps(tmp_path):
+    """``rounds.jsonl`` holds the rows ``history`` holds: after a second start, the second
+    run's steps only (its clock restarted at zero; the first run's rows, numbered from 1
+    too, would read as the same steps)."""
+    strategy = FedBuff(buffer_size=2, concurrency=3, server_lr=0.7,
+                       latency=FixedArrivals(FEDBUFF_TABLE), measured_compute=False,
+                       results_dir=str(tmp_path))
+    _start(strategy, 3, 3)
+    _start(strategy, 3, 5)
+    rows = read_rounds(tmp_path)
+    _, times = _fedbuff_reference(FEDBUFF_TABLE, 3, 2, 0.7, 5)
+    assert [row["round"] for row in rows] == [1, 2, 3, 4, 5]
+    assert [row["virtual_s"] for row in rows] == pytest.approx([times[s] for s in range(1, 6)])
+
+
+@pytest.mark.parametrize("cls", [WaitForAll, FirstK])
+def test_a_second_synchronous_rival_run_continues_its_clock_in_history_and_rounds_jsonl(
+        cls, tmp_path):
+    """The synchronous rivals continue the federation on a second start (clients busy with
+    the first run's late work stay busy): the clock goes on, and ``rounds.jsonl`` lists both
+    runs' rounds as ``history`` does, in order of time."""
+    kwargs = {"k": 2} if cls is FirstK else {}
+    strategy = _sync(cls, TABLE, results_dir=str(tmp_path), **kwargs)
+    _start(strategy, 4, 2)
+    _start(strategy, 4, 3)
+    rows = read_rounds(tmp_path)
+    assert [row["round"] for row in rows] == [1, 2, 1, 2, 3]
+    assert [row["virtual_s"] for row in rows] == [row["virtual_s"] for row in strategy.history]
+    times = [row["virtual_s"] for row in rows]
+    assert times == sorted(times) and times[2] > times[1]
 
 
 def test_fedbuff_with_one_step_of_every_fresh_update_is_the_unweighted_mean_update():
