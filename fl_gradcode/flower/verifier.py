@@ -82,6 +82,10 @@ class RoundVerifier:
             DPConfig(), None, ServerNoise(), "")
         self.warned_unverifiable = False
         self.warned_placement = False
+        #: the round last opened has blocks verify never settles (its code's placement)
+        self.unsettled_placement = False
+        #: some round's blocks could all be settled
+        self.checked_a_cohort = False
 
     @property
     def verify(self) -> bool:
@@ -100,6 +104,9 @@ class RoundVerifier:
                 "applied unverified (verified=None in rounds.jsonl)", round_number)
             self.warned_unverifiable = True
         why = placement_refusal(code) if verify and probe is not None else None
+        self.unsettled_placement = why is not None
+        if why is None and probe is not None:
+            self.checked_a_cohort = True
         if why is not None and not self.warned_placement:
             log(WARNING, "verify=True: round %d uses code %s for %d clients and %s: such "
                 "blocks are never settled and are left out of the decoding (choose a cohort "

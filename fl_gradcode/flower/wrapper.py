@@ -284,13 +284,23 @@ class GradientCoding(OptionAttributes, Strategy):
                 # Flower's Result holds an empty model when no round applied one: the model
                 # the federation holds is the initial one, so that is what is returned
                 log(WARNING, "no round applied an update (see rounds.jsonl): the returned "
-                    "model is the initial one")
+                    "model is the initial one%s", self._unverifiable_why())
                 result.arrays = initial_arrays
             return result
         finally:
             self.round_log.flush(None)
             if self._wrapped_grid is not None:
                 self._wrapped_grid.collect_late()
+
+    def _unverifiable_why(self) -> str:
+        """Why no round applied an update, when verify could check no cohort ("": not so)."""
+        if not self.verifier.warned_placement or self.verifier.checked_a_cohort:
+            return ""
+        code = self.options.code
+        divides = f"s + 1 = {code.s + 1}" if isinstance(code.s, int) else "s + 1"
+        return (f": verify=True could check none of its cohorts (code={code.code!r}, "
+                f"s={code.s!r}; the placement warning above says which block): give cohorts "
+                f"that {divides} divides (an FRC placement), or verify=False")
 
     # the grid's callbacks: the grid calls the collector (``wrap_grid``); these answer code
     # that drives a round by hand
@@ -385,7 +395,8 @@ class GradientCoding(OptionAttributes, Strategy):
         if self.accountant is not None and state.sent:
             # the round released noisy updates, used or not; at its code's multiplier
             self.accountant.step(self.privatiser.noise_multiplier(state.code, state.sizes))
-        self.deadlines.after_round(outcome.decode, self.clock.straggler_timeout)
+        if not self.verifier.unsettled_placement:  # else skipped by placement, not by time
+            self.deadlines.after_round(outcome.decode, self.clock.straggler_timeout)
         row = self._record(server_round, **self.round_log.coded_fields(
             state, outcome, self.membership.roles,
             late_dropped=collected.late + len(window.late),

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import re
 import time
 
 import numpy as np
@@ -429,3 +430,30 @@ def test_a_second_start_continues_the_federation_in_history_and_rounds_jsonl(tmp
     assert times == sorted(times) and times[2] > times[1]
     # worker 5 (9 s, dropped once the others decode) is still busy in the next rounds
     assert all(5 in row["busy"] for row in rows[1:])
+
+
+def test_verify_on_cohorts_it_cannot_check_says_so_not_that_the_deadline_is_short(caplog):
+    """FRC with s = 3 cannot take 6 clients ((s + 1) does not divide n); the round's fallback
+    (grouped-rs) has blocks that are not repetition groups, which verify never settles, so
+    every round is skipped. The run's warnings name that, and do not blame the deadline
+    (no reply was late)."""
+    out = run(6, code="frc", s=3, verify=True, rounds=4, straggler_timeout=10.0)
+    assert [row["decode"] for row in out.strategy.history] == ["skipped"] * 4
+    assert "below the clients' round times" not in caplog.text
+    assert re.search(r"no round applied an update.*verify=True could check none of its "
+                     r"cohorts.*s \+ 1 = 4", caplog.text)
+
+
+class DropsTheLastNodeAfterRoundOne(FedAvg):
+    def configure_train(self, server_round, arrays, config, grid):
+        messages = list(super().configure_train(server_round, arrays, config, grid))
+        return messages if server_round == 1 else messages[:-1]
+
+
+def test_verify_skips_a_later_cohort_it_cannot_check_and_the_run_goes_on():
+    """After verified rounds, a cohort the code cannot check (6 -> 5 clients with FRC s = 1)
+    is skipped with a warning, not the end of a run that has trained."""
+    out = run(6, code="frc", s=1, verify=True, rounds=3,
+              inner=DropsTheLastNodeAfterRoundOne(fraction_evaluate=0.0))
+    assert [row["decode"] for row in out.strategy.history] == ["exact", "skipped", "skipped"]
+    assert_model(out.models[3], out.models[1])
