@@ -359,7 +359,7 @@ class Decoded:
     count: float
     noise_std: float | None
     #: ``(partition, metrics, weight)`` per partition (:func:`.partition_metrics.collect`)
-    partitions: list[tuple[int, dict[str, float], float]] | None = None
+    partitions: list[tuple[int, dict[str, Any], float]] | None = None
 
 
 class Outcome(NamedTuple):

@@ -8,7 +8,9 @@ partition's own metrics (``partition-metric.<name>``: one value per partition th
 computed, aligned with ``partition-sizes``; not under the ``dp`` modes, which withhold the
 app's metrics), and the server calls the inner strategy's ``train_metrics_aggr_fn`` on one
 record per partition (that partition's metrics and weight) while the arrays it aggregates are
-the decoded average (:func:`per_partition_metrics`).
+the decoded average (:func:`per_partition_metrics`). A list-valued metric (``MetricRecord``
+holds lists of numbers) travels this way only (``partition-metric-list.<k>.<name>``): it is not
+coded, so it is missing where the inner strategy aggregates the decoded record instead.
 
 "Verified": a partition's copy is taken from the round's used replies; replicas of a partition
 compute it from the same seed, so they agree, and when they do not the value most of them
@@ -35,41 +37,69 @@ __all__ = ["PREFIX", "attach", "collect", "per_partition_metrics", "read", "reco
 
 #: Meta key prefix of the per-partition metrics in a coded reply.
 PREFIX = "partition-metric."
+#: Meta key prefix of a list-valued metric of one partition: ``partition-metric-list.<k>.<name>``
+#: (``k``: the partition's place in ``partition-sizes``).
+LIST_PREFIX = "partition-metric-list."
+
+Metrics = dict[str, float | list[float]]
 
 _META = PROTOCOL_KEY + "-meta"
 
 
-def attach(reply: Message, per_partition: Sequence[Mapping[str, float]]) -> Message:
+def attach(reply: Message, per_partition: Sequence[Mapping[str, float | list[float]]]
+           ) -> Message:
     """Add each partition's own metrics (those every partition reports) to ``reply``'s meta
-    record, one list per metric aligned with ``partition-sizes``; returns ``reply``."""
+    record: a number as one list per metric aligned with ``partition-sizes``, a list of
+    numbers as one list per partition and metric (:data:`LIST_PREFIX`); returns ``reply``."""
     if not per_partition or reply.has_error():
         return reply
     names = set.intersection(*(set(m) for m in per_partition))
     meta = reply.content[_META]
     for name in sorted(names):
-        meta[PREFIX + name] = [float(m[name]) for m in per_partition]
+        values = [m[name] for m in per_partition]
+        if all(isinstance(v, list) for v in values):
+            for j, value in enumerate(values):
+                meta[f"{LIST_PREFIX}{j}.{name}"] = [float(x) for x in value]
+        elif not any(isinstance(v, list) for v in values):
+            meta[PREFIX + name] = [float(v) for v in values]
     return reply
 
 
-def read(reply: Message, count: int) -> list[dict[str, float]] | None:
+def read(reply: Message, count: int) -> list[Metrics] | None:
     """The per-partition metrics of a coded reply (one dict per partition it computed, in
     ``partition-sizes`` order), ``None`` when it carries none. Raises
     :class:`~fl_gradcode.flower.protocol.RejectedReply` for a malformed list."""
     meta = reply.content.get(_META)
     if not isinstance(meta, MetricRecord):
         return None
-    keys = [key for key in meta.keys() if key.startswith(PREFIX)]
+    keys = [key for key in meta.keys() if key.startswith((PREFIX, LIST_PREFIX))]
     if not keys:
         return None
-    out: list[dict[str, float]] = [{} for _ in range(count)]
+    out: list[Metrics] = [{} for _ in range(count)]
+    lists: set[str] = set()
     for key in keys:
         values = meta[key]
-        if (not isinstance(values, list) or len(values) != count
+        if key.startswith(PREFIX):
+            if (not isinstance(values, list) or len(values) != count
+                    or not all(finite_number(v) for v in values)):
+                raise RejectedReply(f"{key}={values!r} is not a list of {count} finite "
+                                    "numbers (one per partition)")
+            for j, value in enumerate(values):
+                out[j][key[len(PREFIX):]] = float(value)
+            continue
+        place, _, name = key[len(LIST_PREFIX):].partition(".")
+        if not (place.isdigit() and int(place) < count and name):
+            raise RejectedReply(f"{key}: expected {LIST_PREFIX}<k>.<name> with k below "
+                                f"{count} (the partitions this reply computed)")
+        if (not isinstance(values, list) or not values
                 or not all(finite_number(v) for v in values)):
-            raise RejectedReply(f"{key}={values!r} is not a list of {count} finite numbers "
-                                "(one per partition)")
-        for j, value in enumerate(values):
-            out[j][key[len(PREFIX):]] = float(value)
+            raise RejectedReply(f"{key}={values!r} is not a list of finite numbers")
+        out[int(place)][name] = [float(v) for v in values]
+        lists.add(name)
+    for name in sorted(lists):
+        if not all(isinstance(metrics.get(name), list) for metrics in out):
+            raise RejectedReply(f"{LIST_PREFIX}<k>.{name}: expected one list of numbers per "
+                                f"partition ({count}), or a number per partition")
     return out
 
 
@@ -88,7 +118,7 @@ def collect(code: Any, replies: Mapping[int, Any], used: Sequence[int],
         if metrics is None:
             continue
         for j, own, size in zip(code.assignment(worker), metrics, reply.sizes, strict=True):
-            copies.setdefault(int(j), []).append((worker, tuple(sorted(own.items())), size))
+            copies.setdefault(int(j), []).append((worker, _hashable(own), size))
     if not copies:
         return None
     out, undecided = [], []
@@ -120,8 +150,15 @@ def collect(code: Any, replies: Mapping[int, Any], used: Sequence[int],
 def records(parts: Sequence[tuple[int, dict[str, float], float]],
             weight_key: str) -> list[RecordDict]:
     """One ``RecordDict`` per partition: its metrics and its weight under ``weight_key``."""
-    return [RecordDict({"metrics": MetricRecord({**metrics, weight_key: weight})})
-            for _, metrics, weight in parts]
+    return [RecordDict({"metrics": MetricRecord({
+        **{k: list(v) if isinstance(v, tuple) else v for k, v in metrics.items()},
+        weight_key: weight})}) for _, metrics, weight in parts]
+
+
+def _hashable(metrics: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """A partition's metrics as a sorted tuple, lists as tuples (replicas vote on it)."""
+    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v)
+                        for k, v in metrics.items()))
 
 
 def _chain(strategy: Any, limit: int = 8) -> list[Any]:

@@ -239,3 +239,63 @@ def test_a_malformed_per_partition_metric_list_rejects_that_reply_only():
     assert "partition-metric.train_loss" in row["rejected_reasons"][0]
     metrics = out.result.train_metrics_clientapp[1]
     assert metrics["max_loss"] == pytest.approx(max(partition_loss(j) for j in range(4)))
+
+
+def per_class_mod(msg, context, call_next):
+    """The app also reports a list-valued train metric (Flower's MetricRecord holds lists of
+    numbers): one value per 'class', partition-dependent."""
+    reply = call_next(msg, context)
+    if msg.metadata.message_type == "train" and not reply.has_error():
+        pid = int(context.node_config["partition-id"])
+        reply.content["metrics"]["per-class"] = [1.0, float(pid), 0.5 * pid]
+        reply.content["metrics"]["counts"] = [pid, 2]
+    return reply
+
+
+@pytest.mark.parametrize("code", ["frc", "crc"])
+def test_list_valued_train_metrics_aggregate_as_flowers_fedavg_does(code):
+    """A list-valued metric reaches the inner strategy's metric aggregation: the coded run's
+    train metrics are those of Flower's FedAvg over the same uncoded app (element by element,
+    example-weighted)."""
+    from flwr.app import ConfigRecord
+
+    from tests.apps.numpy_app import LR
+
+    n = 4
+    plain = FedAvg(fraction_evaluate=0.0).start(
+        grid=InProcessGrid(make_app(per_class_mod), n), initial_arrays=initial_arrays(),
+        num_rounds=1, train_config=ConfigRecord({"lr": LR}))
+    expected = plain.train_metrics_clientapp[1]
+    grid = InProcessGrid(make_app(gradient_coding_mod, per_class_mod), n)
+    out = run(n, code=code, s=1, grid=grid)
+    assert out.rows[0]["decode"] == "exact"
+    got = out.result.train_metrics_clientapp[1]
+    for key in ("per-class", "counts"):
+        assert got[key] == pytest.approx(expected[key], rel=1e-12), key
+
+
+@pytest.mark.parametrize("key, value", [
+    ("partition-metric-list.9.per-class", [1.0]),      # no such partition in the reply
+    ("partition-metric-list.0.per-class", [float("nan")]),
+    ("partition-metric-list.x.per-class", [1.0]),
+    ("partition-metric-list.0.per-class", []),
+])
+def test_a_malformed_list_metric_rejects_that_reply_only(key, value):
+    from flwr.app import MessageType
+
+    from fl_gradcode.flower.protocol import OP_TRAIN, PROTOCOL_KEY, parse_instruction
+
+    def hostile_mod(msg, context, call_next):
+        reply = call_next(msg, context)
+        if msg.metadata.message_type == MessageType.TRAIN and not reply.has_error():
+            instruction = parse_instruction(msg.content)
+            if instruction is not None and instruction.op == OP_TRAIN and instruction.worker == 2:
+                reply.content[PROTOCOL_KEY + "-meta"][key] = value
+        return reply
+
+    grid = InProcessGrid(make_app(hostile_mod, gradient_coding_mod, per_class_mod), 4)
+    out = run(4, code="frc", s=1, grid=grid)
+    (row,) = out.rows
+    assert row["decode"] == "exact" and row["rejected"] == 1
+    assert "partition-metric-list." in row["rejected_reasons"][0]
+    assert len(out.result.train_metrics_clientapp[1]["per-class"]) == 3

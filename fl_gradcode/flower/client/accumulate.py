@@ -31,7 +31,7 @@ class CodedSum:
         self.compute_s = 0.0
         self.sizes: list[float] = []  # n_j, in order
         self.metric_sums: dict[str, float] | None = None  # over the keys every partition has
-        self.own_metrics: list[dict[str, float]] = []  # each partition's own, in order
+        self.own_metrics: list[dict[str, float | list[float]]] = []  # each partition's own
 
     def add(self, coefficient: float, result: PartitionResult,
             released: Mapping[str, np.ndarray] | None = None) -> None:
@@ -51,11 +51,13 @@ class CodedSum:
         self.count += weight
         self.sizes.append(result.num_examples)
         self.own_metrics.append(result.metrics)
-        if self.metric_sums is None:
-            self.metric_sums = {k: 0.0 for k in result.metrics}
+        if self.metric_sums is None:  # the coded metrics: numbers (a list goes per partition)
+            self.metric_sums = {k: 0.0 for k, v in result.metrics.items()
+                                if isinstance(v, float)}
         for k in list(self.metric_sums):
-            if k in result.metrics:
-                self.metric_sums[k] += weight * result.metrics[k]
+            value = result.metrics.get(k)
+            if isinstance(value, float):
+                self.metric_sums[k] += weight * value
             else:
                 del self.metric_sums[k]
 

@@ -51,7 +51,7 @@ class PartitionResult:
 
     arrays: dict[str, np.ndarray]  # theta_j as the app sent it (read-only views of its reply)
     num_examples: float
-    metrics: dict[str, float]
+    metrics: dict[str, float | list[float]]  # the app's numbers and lists of numbers
     compute_s: float
 
     def delta(self, theta: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -212,10 +212,23 @@ class PartitionRuns:
                     f"the app returned array {name!r} of shape {value.shape} for partition "
                     f"{pid}; the global model's is {theta[name].shape}"
                 )
-        scalars = {
-            k: float(v)
-            for k, v in metrics.items()
-            if k != instruction.weight_key and isinstance(v, (int, float))
-            and not isinstance(v, bool)
-        }
-        return PartitionResult(values, num_examples, scalars, compute_s)
+        return PartitionResult(values, num_examples, _numeric_metrics(metrics,
+                                                                      instruction.weight_key),
+                               compute_s)
+
+
+def _numeric_metrics(metrics: Any, weight_key: str) -> dict[str, float | list[float]]:
+    """The app's train metrics but the weight: numbers as floats, lists of numbers (a
+    ``MetricRecord`` holds both) as lists of floats; anything else is left out."""
+    def number(v: Any) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+    out: dict[str, float | list[float]] = {}
+    for k, v in metrics.items():
+        if k == weight_key:
+            continue
+        if number(v):
+            out[k] = float(v)
+        elif isinstance(v, list) and v and all(number(x) for x in v):
+            out[k] = [float(x) for x in v]
+    return out
