@@ -62,7 +62,7 @@ from .clock import (
     timing_value,
 )
 from .finite import finite_number
-from .option_values import finite, whole
+from .option_values import check_latency, finite, whole
 from .senders import answering_node
 
 __all__ = ["TIMING_KEY", "DeadlineFedAvg", "check_charges", "reply_bytes", "reply_timing",
@@ -295,6 +295,7 @@ class DeadlineFedAvg(FedAvg):
         latency, measured_compute, compute_cost_s, upload_bandwidth = map(
             timing_value, (latency, measured_compute, compute_cost_s, upload_bandwidth))
         check_charges(compute_cost_s, upload_bandwidth)
+        check_latency(latency)
         self.deadline = float(deadline)
         self.latency = latency
         self.seed = int(seed)

@@ -3,15 +3,17 @@ never coerced into another setting (``bool("false")`` is ``True``, ``int(1.7)`` 
 
 from __future__ import annotations
 
+import difflib
 import numbers
 from typing import Any
 
 import numpy as np
 
-from ..codes import GradientCode
+from ..codes import GradientCode, available_codes
 from .finite import finite_number
 
-__all__ = ["check_code", "check_fixed_s", "finite", "flag", "number", "whole"]
+__all__ = ["check_code", "check_fixed_s", "check_latency", "finite", "flag", "number",
+           "whole"]
 
 
 def number(value: Any) -> bool:
@@ -25,6 +27,10 @@ def check_code(code: Any) -> None:
     ``ValueError``."""
     if not isinstance(code, (str, GradientCode)):
         raise TypeError(f"code must be a registry name or a GradientCode; got {code!r}")
+    if isinstance(code, str) and code not in available_codes():
+        near = difflib.get_close_matches(code, available_codes(), n=1)
+        raise ValueError(f"unknown code {code!r}; expected one of {available_codes()}"
+                         + (f" (did you mean {near[0]!r}?)" if near else ""))
     if isinstance(code, GradientCode) and code.k != code.n:
         raise ValueError(
             f"code {code.name} has k={code.k} partitions for n={code.n} clients: a round codes "
@@ -72,3 +78,15 @@ def whole(name: str, value: Any, low: int | None = None, tail: str = "") -> int:
         return int(value)
     bound = "" if low is None else f" >= {low}"
     raise ValueError(f"{name}={value!r} must be an integer{bound}{tail}")
+
+
+def check_latency(latency: Any) -> None:
+    """``None`` or a latency model (an object with ``sample(size, rng, load)``), else
+    ``TypeError`` naming the value and how to build one."""
+    if latency is None or callable(getattr(latency, "sample", None)):
+        return
+    how = (f"fl_gradcode.latency.make_latency({latency!r}, ...)" if isinstance(latency, str)
+           else "fl_gradcode.latency.make_latency(name, ...)")
+    raise TypeError(f"latency={latency!r} is not a latency model (an object with "
+                    f"sample(size, rng, load), such as fl_gradcode.latency.Pareto): build one "
+                    f"with {how}, or pass None")

@@ -43,7 +43,7 @@ from .option_rules import (
     resolve_s,
     resolve_stop_late_work,
 )
-from .option_values import check_code, check_fixed_s, finite, flag, whole
+from .option_values import check_code, check_fixed_s, check_latency, finite, flag, whole
 from .option_values import number as _number
 
 STOP_LATE_WORK: bool | str = _KEYED["stop_late_work"]
@@ -240,6 +240,7 @@ class TimingOptions:
     def __post_init__(self) -> None:
         if self.mode not in TIMINGS:
             raise ValueError(f"timing={self.mode!r}; expected one of {sorted(TIMINGS)}")
+        check_latency(self.latency)
         if not (isinstance(self.stop_late_work, bool)
                 or (self.stop_late_work == "decode" and self.mode == "virtual")):
             raise ValueError(f"stop_late_work={self.stop_late_work!r} must be True or False "

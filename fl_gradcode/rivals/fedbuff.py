@@ -58,6 +58,7 @@ from ..flower.deadline import (
     reply_timing,
     virtual_arrival,
 )
+from ..flower.option_values import check_latency
 from ..flower.protocol import RejectedReply
 from ..latency import DeviceTrace, LatencyModel, back_on, client_delay, failure_notice
 from ..results import RoundRecorder
@@ -163,6 +164,7 @@ class FedBuff(FedAvg):
         if not (math.isfinite(staleness_exponent) and staleness_exponent >= 0):
             raise ValueError(f"staleness_exponent={staleness_exponent!r} must be >= 0")
         check_charges(compute_cost_s, upload_bandwidth)
+        check_latency(latency)
         self._check_timing(timing, poll_interval, latency, compute_cost_s, upload_bandwidth)
         self.timing = timing
         self.poll_interval = float(poll_interval)

@@ -168,3 +168,20 @@ def test_partition_weights_are_refused_by_the_strategy_not_folded_into_the_avera
                       **({"own_partitions": True} if name == "comm-efficient" else {}),
                       **options)
     assert GradientCoding(FedAvg(), code=plain).options.code.code is plain
+
+
+@pytest.mark.parametrize("s", ["auto", 1])
+def test_an_unknown_code_name_is_refused_when_built_naming_the_near_one(s):
+    """A typo ('grouped_rs') is refused by GradientCoding itself, with the registry's names and
+    the close one, whether s is fixed or 'auto' (not at the first round, nor as a real code)."""
+    with pytest.raises(ValueError, match=r"unknown code 'grouped_rs'.*'grouped-rs'"):
+        GradientCoding(FedAvg(), code="grouped_rs", s=s)
+
+
+@pytest.mark.parametrize("bad", ["pareto", 2.0, {"name": "pareto"}])
+def test_a_latency_that_is_not_a_model_is_refused_when_built(bad):
+    """``latency='pareto'`` (the run-config key's value) is not a latency model: refused when
+    the strategy is built, naming the value and how to build one, not an AttributeError in
+    round 1."""
+    with pytest.raises(TypeError, match=r"latency=.*not a latency model.*make_latency"):
+        GradientCoding(FedAvg(), code="frc", s=1, latency=bad)

@@ -297,3 +297,14 @@ def test_an_int_past_floats_range_is_a_rejected_reply_not_a_crash(where):
     _start(buffered, _huge_int_from(1, where), 2)
     assert sum(row["rejected"] for row in buffered.history) >= 1
     assert len(buffered.history) == 2
+
+
+@pytest.mark.parametrize("make", [
+    lambda latency: WaitForAll(latency=latency),
+    lambda latency: FirstK(k=2, latency=latency),
+    lambda latency: FedBuff(buffer_size=2, latency=latency),
+], ids=["wait-for-all", "first-k", "fedbuff"])
+def test_a_rival_refuses_a_latency_that_is_not_a_model_when_built(make):
+    with pytest.raises(TypeError, match=r"latency='pareto' is not a latency model.*"
+                                        r"make_latency\('pareto'"):
+        make("pareto")
