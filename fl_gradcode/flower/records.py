@@ -276,11 +276,14 @@ class RoundLog:
     def evaluating(self, evaluate_fn: Any) -> Any:
         """``evaluate_fn`` (Flower's ``(server_round, arrays) -> MetricRecord | None``, or
         ``None``) wrapped so that each round's row is written with its accuracy and loss;
-        rows wait for it from now on when there is one."""
+        rows wait for it from now on when there is one. ``None`` stays ``None`` (rows are
+        written as rounds end; Flower then logs no global evaluation)."""
         self.waits_for_evaluation = evaluate_fn is not None
+        if evaluate_fn is None:
+            return None
 
         def evaluate_and_record(server_round: int, arrays: Any) -> Any:
-            res = evaluate_fn(server_round, arrays) if evaluate_fn is not None else None
+            res = evaluate_fn(server_round, arrays)
             if server_round > 0:
                 self.flush(res)
             return res

@@ -457,3 +457,16 @@ def test_verify_skips_a_later_cohort_it_cannot_check_and_the_run_goes_on():
               inner=DropsTheLastNodeAfterRoundOne(fraction_evaluate=0.0))
     assert [row["decode"] for row in out.strategy.history] == ["exact", "skipped", "skipped"]
     assert_model(out.models[3], out.models[1])
+
+
+def test_without_an_evaluate_fn_the_log_has_no_global_evaluation_as_flowers_fedavg(caplog):
+    """Flower's FedAvg without an ``evaluate_fn`` logs no "Global evaluation"; the coded
+    strategy neither (it logged a ``MetricRecord: None`` every round), and its rows are still
+    written."""
+    grid = InProcessGrid(make_app(gradient_coding_mod), 4)
+    coded = GradientCoding(FedAvg(fraction_evaluate=0.0), code="frc", s=1, timing="virtual",
+                           measured_compute=False)
+    coded.start(grid=grid, initial_arrays=initial_arrays(), num_rounds=2,
+                train_config=ConfigRecord({"lr": LR}))
+    assert "Global evaluation" not in caplog.text
+    assert [row["decode"] for row in coded.history] == ["exact", "exact"]
