@@ -385,13 +385,13 @@ def run_partition_cost(cfg: dict[str, Any], n: int) -> float:
 
 
 def check_training(cfg: dict[str, Any]) -> None:
-    """Refuse, naming it, a client training key no client could train with (every client
-    would reply NaN or fail, every round be skipped): ``lr`` finite and > 0, ``local-epochs``
-    and ``batch-size`` at least 1."""
+    """Refuse, naming it, a training key no run could train with (every client would reply
+    NaN or fail, every round be skipped, or no round run): ``lr`` finite and > 0,
+    ``local-epochs``, ``batch-size`` and ``num-rounds`` at least 1."""
     lr = float(cfg["lr"])
     if not (math.isfinite(lr) and lr > 0):
         raise ValueError(f"lr={cfg['lr']!r}: expected a finite step size > 0")
-    for name in ("local-epochs", "batch-size"):
+    for name in ("local-epochs", "batch-size", "num-rounds"):
         if int(cfg[name]) < 1:
             raise ValueError(f"{name}={cfg[name]!r}: expected an integer >= 1")
 

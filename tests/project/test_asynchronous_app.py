@@ -292,3 +292,15 @@ def test_a_margin_beside_the_class_reading_is_run_and_acts_after_the_switch(tmp_
     assert _pairs(_Steps(margin.history[:tripped + 1])) == _pairs(
         _Steps(alone.history[:tripped + 1]))
     assert _pairs(margin) != _pairs(alone)
+
+
+@pytest.mark.parametrize("asynchronous", [True, False])
+@pytest.mark.parametrize("rounds", [0, -1])
+def test_a_run_of_no_round_is_refused_by_name(tmp_path, asynchronous, rounds):
+    """``num-rounds`` below 1 trains nothing (it ended with 'no round applied'): refused."""
+    from server.app import run
+
+    cfg = _config(tmp_path, **{"asynchronous": asynchronous, "num-rounds": rounds,
+                               **({} if asynchronous else {"s": "auto"})})
+    with pytest.raises(ValueError, match=rf"num-rounds={rounds}: expected an integer >= 1"):
+        run(_grid(cfg), cfg)
