@@ -529,6 +529,12 @@ class ReplicatedFedBuff(FedBuff):
             return (None, ident.partition_id, part, float(coded.compute_s), 0, 0,
                     f"malformed reply: num-examples={weight!r}, expected > 0")
         # the reply is n_j (theta_j - theta): the partition's model delta times its examples
-        delta = {k: np.asarray(v, dtype=np.float64) / weight for k, v in coded.arrays.items()}
+        with np.errstate(over="ignore", invalid="ignore"):
+            delta = {k: np.asarray(v, dtype=np.float64) / weight
+                     for k, v in coded.arrays.items()}
+        if not all(np.isfinite(v).all() for v in delta.values()):
+            return (None, ident.partition_id, part, float(coded.compute_s), 0, 0,
+                    f"malformed reply: its arrays over num-examples={weight!r} are not "
+                    "finite")
         return (delta, ident.partition_id, part, float(coded.compute_s), round(weight),
                 reply_bytes(reply), "")

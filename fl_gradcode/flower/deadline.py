@@ -37,13 +37,16 @@ busy, and ``history`` and ``rounds.jsonl`` go on with its rounds (numbered from 
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from logging import WARNING
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord
+from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, Result
 
@@ -362,8 +365,11 @@ class DeadlineFedAvg(FedAvg):
         sizes = {node: (self.partition_sizes[pid] if self.partition_sizes is not None
                         and 0 <= pid < len(self.partition_sizes) else examples)
                  for node, (pid, _, examples, _) in timings.items()}
-        # the cohort's mean size (nodes that sent no valid reply count as the mean)
-        share = float(np.mean(list(sizes.values()))) if sizes else 1.0
+        # the cohort's mean size (nodes that sent no valid reply count as the mean), taken
+        # over the largest so that claimed sizes near float's range do not overflow it
+        values = np.asarray([float(v) for v in sizes.values()])
+        top = float(values.max()) if values.size else 0.0
+        share = float(np.mean(values / top)) * top if top > 0 else 1.0
         return {node: size / share if share > 0 else 1.0 for node, size in sizes.items()}
 
     def arrivals(
@@ -477,6 +483,14 @@ class DeadlineFedAvg(FedAvg):
         rejected = used & unusable  # on time but unusable (late: a straggler)
         used -= rejected
         kept = [m for m in valid if m.metadata.src_node_id in used]
+        if kept and not math.isfinite(sum(weights[n] for n in used)):
+            # FedAvg would divide by an infinite total (a model of zeros) or overflow: the
+            # round is skipped and the model kept, as a coded round whose total overflows
+            log(WARNING, "round %d: the replies' %s total overflows (partitions %s claim the "
+                "most); the round is skipped and the model kept", server_round,
+                self.weighted_by_key, sorted(timings[n][0] for n in sorted(
+                    used, key=lambda n: -weights[n])[:3]))
+            kept, used = [], set()
         arrays, metrics = super().aggregate_train(server_round, kept + errors)
         if arrays is not None and self._dtypes is not None:
             arrays = self._model_dtypes(arrays)

@@ -266,6 +266,33 @@ def test_a_bad_reply_is_dropped_and_the_run_goes_on():
     assert any(1 in row["clients_used"] for row in strategy.history)  # node 0 holds it
 
 
+@pytest.mark.parametrize("s", [0, 1])
+def test_a_weight_that_makes_the_update_infinite_is_a_rejected_reply(s):
+    """A coded reply whose num-examples is finite and > 0 but tiny (1e-320): the update it
+    stands for (the reply over its weight) is not finite; the reply is rejected and the model
+    stays finite, step after step."""
+    from fl_gradcode.flower.protocol import PROTOCOL_KEY
+
+    meta_key = PROTOCOL_KEY + "-meta"
+
+    def tiny_weight_mod(msg, context, call_next):
+        reply = call_next(msg, context)
+        if (int(context.node_config["partition-id"]) == 0 and not reply.has_error()
+                and meta_key in reply.content.metric_records):
+            meta = reply.content.metric_records[meta_key]
+            meta["num-examples"] = 1e-320
+            if "partition-sizes" in meta:
+                meta["partition-sizes"] = [1e-320]
+        return reply
+
+    strategy = ReplicatedFedBuff(s=s, buffer_size=2, concurrency=3,
+                                 latency=FixedArrivals(TABLE), measured_compute=False)
+    app = make_app(tiny_weight_mod, train_timing_mod, gradient_coding_mod)
+    _, models = start_run(strategy, 3, 4, app=app)
+    assert all(np.all(np.isfinite(v)) for model in models.values() for v in model.values())
+    assert sum(row["rejected"] for row in strategy.history) >= 1
+
+
 def test_a_node_that_does_not_identify_gets_no_job(caplog):
     def app(msg, context):
         if int(context.node_config["partition-id"]) == 2:

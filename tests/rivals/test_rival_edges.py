@@ -308,3 +308,29 @@ def test_a_rival_refuses_a_latency_that_is_not_a_model_when_built(make):
     with pytest.raises(TypeError, match=r"latency='pareto' is not a latency model.*"
                                         r"make_latency\('pareto'"):
         make("pareto")
+
+
+def _weight_from(partitions, weight):
+    inner = make_app(train_timing_mod)
+
+    def app(msg, context):
+        reply = inner(msg, context)
+        if int(context.node_config["partition-id"]) in partitions and not reply.has_error():
+            next(iter(reply.content.metric_records.values()))["num-examples"] = weight
+        return reply
+
+    return app
+
+
+@pytest.mark.parametrize("sizes", [None, [10, 11, 12]])
+def test_weights_whose_total_overflows_skip_the_round_and_keep_the_model(sizes):
+    """Two replies of num-examples 1.5e308 each (finite, their sum is not): no OverflowError,
+    no model divided by an infinite total (it read all zeros, the round 'all'); the round
+    is skipped, as a coded round whose total overflows is, and the run goes on."""
+    strategy = DeadlineFedAvg(deadline=30.0, latency=FixedArrivals(TABLE),
+                              measured_compute=False, fraction_evaluate=0.0,
+                              min_available_nodes=1, min_train_nodes=3, partition_sizes=sizes)
+    models = _start(strategy, _weight_from({0, 1}, 1.5e308), 2)
+    assert [row["decode"] for row in strategy.history] == ["skipped", "skipped"]
+    for name, value in as_dict(initial_arrays()).items():
+        np.testing.assert_array_equal(models[2][name], value)
