@@ -52,6 +52,7 @@ from .aggregator import RoundAggregator
 from .clock import make_clock
 from .closer import RoundCloser
 from .collector import ReplyCollector
+from .deadline import evaluate_replies
 from .deadline_policy import DeadlinePolicy
 from .decoder import Decoder
 from .decoder import error_amplification as error_amplification  # re-exported
@@ -440,6 +441,17 @@ class GradientCoding(OptionAttributes, Strategy):
         try:
             return self.inner.aggregate_evaluate(server_round, valid)
         except Exception as exc:  # a bad evaluate reply must not end the run
+            # the inner strategy again on the replies Flower's metric average can take
+            usable = evaluate_replies(valid, getattr(self.inner, "weighted_by_key",
+                                                     "num-examples"))
+            left_out = len(valid) - len(usable)
+            if usable and left_out:
+                log(WARNING, "round %d: left out %d of %d evaluate replies that Flower's "
+                    "metric average cannot take (%s)", server_round, left_out, len(valid), exc)
+                try:
+                    return self.inner.aggregate_evaluate(server_round, usable)
+                except Exception as again:
+                    exc = again
             log(WARNING, "round %d: evaluation not aggregated: %s", server_round, exc)
             return None
 

@@ -30,7 +30,7 @@ import time
 
 import numpy as np
 import pytest
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message
+from flwr.app import Array, ArrayRecord, ConfigRecord, Error, Message
 from flwr.serverapp.strategy import FedAdam, FedAvg, FedAvgM
 
 from fl_gradcode.flower import GradientCoding, gradient_coding_mod
@@ -470,3 +470,38 @@ def test_without_an_evaluate_fn_the_log_has_no_global_evaluation_as_flowers_feda
                 train_config=ConfigRecord({"lr": LR}))
     assert "Global evaluation" not in caplog.text
     assert [row["decode"] for row in coded.history] == ["exact", "exact"]
+
+
+def test_one_malformed_evaluate_reply_leaves_the_others_averaged(caplog):
+    """One node's evaluate reply holds a list where the others hold a number: Flower's metric
+    average cannot take it (Flower's FedAvg would end the run); the others are averaged, as
+    Flower's FedAvg averages them without it, and the log says one was left out."""
+    from flwr.app import MessageType
+
+    def bad_evaluate_mod(msg, context, call_next):
+        reply = call_next(msg, context)
+        if (msg.metadata.message_type == MessageType.EVALUATE
+                and int(context.node_config["partition-id"]) == 0):
+            next(iter(reply.content.metric_records.values()))["eval_loss"] = [1.0, 2.0]
+        return reply
+
+    def skip_node_zero(msg, context, call_next):
+        if (msg.metadata.message_type == MessageType.EVALUATE
+                and int(context.node_config["partition-id"]) == 0):
+            return Message(Error(0, "left out"), reply_to=msg)
+        return call_next(msg, context)
+
+    def federated(app, inner):
+        return inner.start(grid=InProcessGrid(app, 4), initial_arrays=initial_arrays(),
+                           num_rounds=1, train_config=ConfigRecord({"lr": LR}))
+
+    plain = federated(make_app(skip_node_zero), FedAvg(min_evaluate_nodes=4))
+    coded = federated(make_app(bad_evaluate_mod, gradient_coding_mod),
+                      GradientCoding(FedAvg(min_evaluate_nodes=4), code="frc", s=1,
+                                     timing="virtual", measured_compute=False))
+    expected = plain.evaluate_metrics_clientapp[1]
+    got = coded.evaluate_metrics_clientapp[1]
+    assert set(got) == set(expected) and len(got) > 0
+    for key in expected:
+        assert got[key] == pytest.approx(expected[key], rel=1e-12)
+    assert "left out 1 of 4 evaluate replies" in caplog.text
