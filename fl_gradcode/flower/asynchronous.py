@@ -92,8 +92,10 @@ its load is the computed partition's size over the mean), staleness weights, the
 The ClientApp needs :func:`~fl_gradcode.flower.gradient_coding_mod` (the partitions a client
 may compute are the ones its data loader serves for ``partition-id``, as in the coded rounds).
 Before the first job every node is asked for its partition (the coded rounds' handshake); a
-node that does not answer gets no job, and a partition none of the answering nodes holds is
-never computed (a warning names how many).
+node that does not answer gets no job, nor does one whose claim the coded rounds would refuse
+(another ``num-partitions`` than most claims state, every claim on a tied vote, both claimants
+of one partition), and a partition none of the used nodes holds is never computed (a warning
+names how many).
 """
 
 from __future__ import annotations
@@ -101,7 +103,7 @@ from __future__ import annotations
 import math
 import secrets
 import statistics
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from logging import WARNING
 from typing import Any
@@ -335,7 +337,11 @@ class ReplicatedFedBuff(FedBuff):
                 self.identities[node] = protocol.parse_identity(reply)
             except RejectedReply as why:
                 log(WARNING, "ReplicatedFedBuff: node %s gets no job: %s", node, why)
-        silent = len(nodes) - len(self.identities)
+        refused = _refused_claims(self.identities)
+        for node, why in sorted(refused.items()):
+            log(WARNING, "ReplicatedFedBuff: node %s gets no job: %s", node, why)
+            del self.identities[node]
+        silent = len(nodes) - len(self.identities) - len(refused)
         if silent:
             log(WARNING, "ReplicatedFedBuff: %d of %d nodes did not identify; they get no job",
                 silent, len(nodes))
@@ -349,7 +355,7 @@ class ReplicatedFedBuff(FedBuff):
         return sorted(self.identities)
 
     def _nodes(self, grid: Grid, timeout: float) -> list[int]:
-        """The nodes that identified (the handshake comes before the first job)."""
+        """The nodes whose identity is used (the handshake comes before the first job)."""
         self._nonce = secrets.token_hex(8)
         self.served = {}
         self.norms = {}
@@ -538,3 +544,27 @@ class ReplicatedFedBuff(FedBuff):
                     "finite")
         return (delta, ident.partition_id, part, float(coded.compute_s), round(weight),
                 reply_bytes(reply), "")
+
+
+def _refused_claims(identities: Mapping[int, protocol.Identity]) -> dict[int, str]:
+    """The nodes whose identity claim is not used, and why, by the coded rounds' rules: the
+    federation's ``num-partitions`` is the value most claims state (a tied vote accepts no
+    claim), a claim of another is refused, and two claims of one partition are both refused
+    (no first-come rule an impostor could win)."""
+    votes = Counter(ident.num_partitions for ident in identities.values()).most_common()
+    if len(votes) > 1 and votes[0][1] == votes[1][1]:
+        return {node: (f"claims num-partitions={ident.num_partitions}; the claims are tied "
+                       f"({votes[0][1]} nodes each): no claim is accepted")
+                for node, ident in identities.items()}
+    k = votes[0][0] if votes else None
+    out = {node: f"claims num-partitions={ident.num_partitions}, the federation has {k}"
+           for node, ident in identities.items() if ident.num_partitions != k}
+    claimants: dict[int, list[int]] = {}
+    for node, ident in identities.items():
+        if node not in out:
+            claimants.setdefault(ident.partition_id, []).append(node)
+    for pid, nodes in claimants.items():
+        if len(nodes) > 1:
+            for node in nodes:
+                out[node] = (f"nodes {sorted(nodes)} claim partition-id={pid}: neither is used")
+    return out

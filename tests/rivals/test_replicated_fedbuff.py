@@ -36,14 +36,14 @@ pytestmark = [
 ]
 
 
-def start_run(strategy, n, steps, app=None):
+def start_run(strategy, n, steps, app=None, grid=None):
     models = {}
 
     def evaluate_fn(step, arrays):
         models[step] = as_dict(arrays)
 
     result = strategy.start(
-        grid=InProcessGrid(app or make_app(train_timing_mod, gradient_coding_mod), n),
+        grid=grid or InProcessGrid(app or make_app(train_timing_mod, gradient_coding_mod), n),
         initial_arrays=initial_arrays(), num_rounds=steps,
         train_config=ConfigRecord({"lr": LR}), evaluate_fn=evaluate_fn)
     return result, models
@@ -291,6 +291,39 @@ def test_a_weight_that_makes_the_update_infinite_is_a_rejected_reply(s):
     _, models = start_run(strategy, 3, 4, app=app)
     assert all(np.all(np.isfinite(v)) for model in models.values() for v in model.values())
     assert sum(row["rejected"] for row in strategy.history) >= 1
+
+
+def test_two_claims_of_one_partition_get_neither_claimant_a_job(caplog):
+    """Node 3 claims node 0's partition: as in the coded rounds, neither claimant is used (no
+    first-come rule an impostor could win), and the log names them."""
+    grid = InProcessGrid(make_app(train_timing_mod, gradient_coding_mod), 4,
+                         node_config=lambda i: {"partition-id": 0} if i == 3 else {})
+    strategy = ReplicatedFedBuff(s=1, buffer_size=2, concurrency=4,
+                                 latency=FixedArrivals(TABLE), measured_compute=False)
+    _, models = start_run(strategy, 4, 4, grid=grid)
+    assert all(0 not in row["computed_by"] for row in strategy.history)
+    assert sorted(models) == [0, 1, 2, 3, 4]
+    assert "claim partition-id=0" in caplog.text
+
+
+def test_a_claim_of_another_num_partitions_gets_no_job():
+    """Node 3 claims partition 0 of 1 among nodes that claim 4: it is not used (its replicas
+    would train 'partition 0 of 1', the whole data as one partition); no app call is told
+    num-partitions=1."""
+    told = []
+
+    def record_mod(msg, context, call_next):
+        if msg.metadata.message_type == "train":
+            told.append(int(context.node_config["num-partitions"]))
+        return call_next(msg, context)
+
+    grid = InProcessGrid(make_app(train_timing_mod, gradient_coding_mod, record_mod), 4,
+                         node_config=lambda i: ({"partition-id": 0, "num-partitions": 1}
+                                                if i == 3 else {}))
+    strategy = ReplicatedFedBuff(s=1, buffer_size=2, concurrency=4,
+                                 latency=FixedArrivals(TABLE), measured_compute=False)
+    start_run(strategy, 4, 6, grid=grid)
+    assert told and set(told) == {4}
 
 
 def test_a_node_that_does_not_identify_gets_no_job(caplog):
