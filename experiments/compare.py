@@ -302,7 +302,7 @@ def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, coho
             **charge, **facts,
         },
         "runs": runs,
-        "summary": summarize(runs) if "auto" in methods else {},
+        "summary": summarize(runs),
         "runtime_s": time.perf_counter() - t0 + resumed_s,
         **({"resumed_runs": book.resumed} if book is not None else {}),
     }

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -239,6 +240,10 @@ def parse_rules(pairs: Sequence[str]) -> dict[str, float]:
     return out
 
 
+#: The most seeds one flag takes (a run each per method: far more than a machine runs).
+MAX_SEEDS = 10_000
+
+
 def parse_seeds(text: str, flag: str = "--seeds") -> list[int]:
     """``"0,1,2"`` or ``"10-19"`` (or both, comma separated): non-negative integers, at least
     one, none twice (a ``ValueError`` naming ``flag`` otherwise)."""
@@ -246,17 +251,25 @@ def parse_seeds(text: str, flag: str = "--seeds") -> list[int]:
     def digits(t: str) -> bool:  # ASCII: "²".isdigit() holds, int("²") fails
         return t.isascii() and t.isdigit()
 
+    count = 0  # counted before any range is listed: a huge one is refused, not built
     for part in (p.strip() for p in text.split(",") if p.strip()):
         lo, sep, hi = part.partition("-")
         if sep and digits(lo) and digits(hi) and int(lo) <= int(hi):
+            count += int(hi) - int(lo) + 1
+            if count > MAX_SEEDS:
+                raise ValueError(f"{flag} {text!r}: {count} seeds; expected at most "
+                                 f"{MAX_SEEDS}")
             seeds.extend(range(int(lo), int(hi) + 1))
         elif digits(part):
+            count += 1
             seeds.append(int(part))
         else:
             raise ValueError(f"{flag} {text!r}: expected non-negative integers like 0,1,2 or "
                              "ranges like 10-19 (low-high)")
     if not seeds:
         raise ValueError(f"{flag} {text!r}: expected at least one seed")
+    if count > MAX_SEEDS:
+        raise ValueError(f"{flag} {text!r}: {count} seeds; expected at most {MAX_SEEDS}")
     if too_large := [seed for seed in seeds if seed >= 2**63]:
         raise ValueError(f"{flag} {text!r}: seed {too_large[0]} is too large; expected "
                          "seeds below 2**63")
@@ -267,7 +280,7 @@ def parse_seeds(text: str, flag: str = "--seeds") -> list[int]:
 
 def repeated(items: Sequence[Any]) -> list[Any]:
     """The items given more than once, sorted."""
-    return sorted({item for item in items if items.count(item) > 1})
+    return sorted(item for item, times in Counter(items).items() if times > 1)
 
 
 def split_methods(text: str) -> list[str]:

@@ -47,8 +47,9 @@ class Runner:
             self.cache[key] = record
             if self.journal is not None:
                 self.journal.add(key, record)
+            reached = record["time_to_target"]
             self.log(f"  {label or key[0]:>14} seed {record['seed']:>3}: time to target "
-                     f"{fmt(record['time_to_target'])} s, final "
+                     f"{'never' if reached is None else format(reached, '.2f') + ' s'}, final "
                      f"{fmt(record['final_accuracy'], '.3f')}, {record['rounds']} rounds, "
                      f"compute {record['client_compute_s']:.1f} s ({record['wall_s']:.1f} s)")
         return self.cache[key]

@@ -89,7 +89,7 @@ def summarize(runs: Sequence[Mapping[str, Any]], reference: str = "auto") -> dic
             "median_final_accuracy": median_known([by[method, s]["final_accuracy"]
                                                    for s in seeds]),
         }
-        if method != reference:
+        if method != reference and any(m == reference for m, _ in by):
             paired = [s for s in seeds if (reference, s) in by]
             for metric in ("time_to_target", "client_compute_s", "bytes_up"):
                 ratios = {s: by[method, s][metric] / by[reference, s][metric] for s in paired
@@ -108,21 +108,31 @@ def fmt(value: float | None, spec: str = ".2f") -> str:
 
 
 
-def print_summary(result: Mapping[str, Any]) -> None:
-    for method, entry in result["summary"].items():
-        ratio = entry.get("time_to_target_vs_auto", {})
+def print_summary(result: Mapping[str, Any], reference: str = "auto") -> None:
+    """One line per method (seeds that reached the target, median time and final accuracy,
+    its time over ``reference``'s, paired per seed), then what the medians count."""
+    summary = result["summary"]
+    ref = summary.get(reference)
+    for method, entry in summary.items():
+        ratio = entry.get(f"time_to_target_vs_{reference}", {})
         median = entry.get("median_time_to_target_all_seeds")
+        paired = sum(v is not None for v in ratio.get("per_seed", {}).values())
+        both = f"the {paired} seeds where both reached the target"
         print(f"{method:>16}: reached {entry['reached_target']}/{entry['seeds']}, median "
-              f"time {'∞' if median is None else format(median, '.2f') + ' s'} (a seed not "
-              f"reaching it: ∞), median final {fmt(entry.get('median_final_accuracy'), '.3f')}"
-              + (f", time / auto {fmt(ratio['geomean'])} [{fmt(ratio['ci95'][0])}, "
-                 f"{fmt(ratio['ci95'][1])}] over "
-                 f"{sum(v is not None for v in ratio['per_seed'].values())} seeds"
+              f"time {'∞' if median is None else format(median, '.2f') + ' s'}, median "
+              f"final {fmt(entry.get('median_final_accuracy'), '.3f')}"
+              + (f", time / {reference} {fmt(ratio['geomean'])} [{fmt(ratio['ci95'][0])}, "
+                 f"{fmt(ratio['ci95'][1])}] over {both}"
                  if ratio and ratio.get("geomean") is not None and ratio.get("ci95")
-                 else f", time / auto {fmt(ratio['geomean'])} on one seed (no interval)"
-                 if ratio and ratio.get("geomean") is not None
-                 else ", time / auto: no seed where both reached the target" if ratio
+                 else f", time / {reference} {fmt(ratio['geomean'])} on one seed (no "
+                 "interval)" if ratio and ratio.get("geomean") is not None
+                 else f", time / {reference}: no seed where both reached the target ("
+                 f"{reference} {ref['reached_target']}/{ref['seeds']})" if ratio and ref
                  else ""))
+    print("  (median time: over every seed, one that never reached the target counting as ∞"
+          + ("" if ref is not None or not summary else
+             f"; no time / {reference}: {reference} did not run, give it in --methods for "
+             "the paired ratios") + ")")
 
 
 def restate(summary: Mapping[str, Any]) -> dict[str, Any]:

@@ -86,3 +86,28 @@ def test_stored_intervals_are_restated_from_their_per_seed_ratios(tmp_path):
     assert got["auto"] == {"seeds": 4}
     one = json.loads((tmp_path / "one.json").read_text())["summary"]["fedbuff"]
     assert one["bytes_up_vs_auto"]["geomean"] == pytest.approx(expected["geomean"])
+
+
+def test_a_summary_without_auto_keeps_each_methods_line_and_says_why_no_ratio(capsys):
+    """--methods without auto: each method's reached count, median time and final accuracy
+    are still summarized and printed (the summary was empty), with no made-up ratio and a
+    line saying that auto did not run; a method that never paired with auto says how often
+    auto reached the target."""
+    def run(method, seed, time):
+        return {"method": method, "seed": seed, "time_to_target": time,
+                "final_accuracy": 0.9, "client_compute_s": 1.0, "bytes_up": 1}
+
+    runs = [run("wait-for-all", s, t) for s, t in [(0, 4.0), (1, None)]]
+    runs += [run("deadline", s, t) for s, t in [(0, 2.0), (1, 3.0)]]
+    summary = summarize(runs)
+    assert set(summary) == {"wait-for-all", "deadline"}
+    assert not any(key.endswith("_vs_auto") for entry in summary.values() for key in entry)
+    print_summary({"summary": summary})
+    lines = capsys.readouterr().out.splitlines()
+    assert "reached 1/2" in lines[0] and "median time ∞" in lines[0]
+    assert "reached 2/2" in lines[1] and "median time 2.50 s" in lines[1]
+    assert "auto did not run" in lines[2] and "time / auto" not in "".join(lines[:2])
+    with_auto = summarize([*runs, run("auto", 0, None), run("auto", 1, None)])
+    print_summary({"summary": with_auto})
+    line = capsys.readouterr().out.splitlines()[1]
+    assert "no seed where both reached the target (auto 0/2)" in line
