@@ -204,7 +204,13 @@ def stored_run(record: Mapping[str, Any]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser(__doc__.splitlines()[0]).parse_args(argv)
     with harness_environment():
-        return _main(args)
+        try:
+            return _main(args)
+        except KeyboardInterrupt:
+            print("compare: interrupted; the finished runs are kept in the journal beside "
+                  "--out (OUT.journal.jsonl; a grid's under OUT.journal/): run the same "
+                  "command again to resume")
+            return 130
 
 
 def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, cohort: int,

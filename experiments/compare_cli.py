@@ -124,8 +124,9 @@ def build_parser(doc: str) -> argparse.ArgumentParser:
                              "development seeds), fedbuff-auto (the main job's "
                              "asynchronous=true s='auto': s = 1 with the replication rule "
                              "picked on development seeds, docs/adaptive.md; FedBuff's K and "
-                             "server lr) and fixed exact codes CODE:s "
-                             "(grouped-rs, crc, frc, comm-efficient, ..., e.g. grouped-rs:2); "
+                             "server lr) and fixed codes CODE:s, any registry code "
+                             "(exact: grouped-rs, crc, frc, comm-efficient, ...; approximate: "
+                             "bgc, expander, ignore-stragglers; e.g. grouped-rs:2); "
                              f"default: {','.join(DEFAULT_METHODS)} (with --grid: the "
                              "grid's default list and its fixed codes)")
     parser.add_argument("--seeds", default=None,
@@ -149,9 +150,12 @@ def build_parser(doc: str) -> argparse.ArgumentParser:
                              "fedbuff_staleness_exponent=0")
     parser.add_argument("--out", default=None,
                         help=f"default: {GRID_OUT} with --grid, else {DEFAULT_OUT} (one cell "
-                             "is never written over a grid's file); a comparison cut off "
+                             "is never written over a grid's file; an existing file is "
+                             "replaced when the comparison ends); a comparison cut off "
                              "resumes from OUT.journal.jsonl when run again with the same "
-                             "flags and code")
+                             "flags and code (a journal another cell, seeds or code left is "
+                             "set aside as OUT.journal.jsonl.stale); the file's keys: "
+                             "docs/results.md#one-comparisons-file")
     parser.add_argument("--grid", action="store_true",
                         help="run the cells of experiments/grid.toml on its evaluation "
                              "seeds, merging each finished cell into --out")

@@ -324,7 +324,7 @@ def fedbuff_auto_check() -> str | None:
               if r["method"] == method}
     command = (f"python -m experiments.compare --task {settings['task']} --latency "
                f"{settings['latency_table']} --n {settings['n']} --methods fedbuff-auto "
-               "--seeds 10-19")
+               "--seeds 10-19 --out results/fedbuff_auto_check.json")
     if not theirs:
         return (f"`{command}` ran the rule `s='auto'` runs in {name} "
                 f"(`results/fedbuff_auto_check.json`); amendment {amendment}'s evaluation "
