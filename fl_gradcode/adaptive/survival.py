@@ -200,5 +200,5 @@ class Survival:
         inside = k > 0
         surv[inside] = self.surv[k[inside] - 1]
         surv[beyond] = self.s_last * np.exp(logsurv_t)
-        floor = 1e-6 * float(dens.max())
+        floor = max(1e-6 * float(dens.max()), 1e-300)  # no event at all: no mass
         return np.log(np.maximum(dens, floor)), np.log(np.maximum(surv, 1e-300))

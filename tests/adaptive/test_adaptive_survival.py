@@ -170,3 +170,16 @@ def test_a_table_shorter_than_the_smoothing_kernel_keeps_its_size_and_the_kernel
     kernel = np.exp(-0.5 * (np.arange(-half, half + 1) * h / bw) ** 2)
     cells = np.arange(size) - 50  # offsets from the event's cell
     np.testing.assert_allclose(np.exp(logp), kernel[half + cells] / kernel.sum() / h, rtol=1e-9)
+
+
+def test_log_tables_with_every_observation_censored_are_finite_and_warn_nothing():
+    """No reply ever arrived (every observation censored): the density has no mass; its log
+    table is floored, not log(0) = -inf with a divide-by-zero warning."""
+    import warnings
+
+    z = np.log(np.array([1.0, 2.0, 3.0]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        logp, logs = Survival(z, np.zeros(3, dtype=bool), np.ones(3), gpd=False).log_tables(
+            -5.0, 0.02, 600)
+    assert np.all(np.isfinite(logp)) and np.all(np.isfinite(logs))
