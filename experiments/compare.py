@@ -264,7 +264,7 @@ def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, coho
     cell, charge = charge_once(cell, [*seeds, *dev_seeds][0], book, fixed, fixed_how)
     log(f"compare: task {task_name}, latency "
         f"{ran if not latency or ran != latency else latency}"
-        f"{'' if latency else ' (no grid table: the key table's, with --set)'}, "
+        f"{'' if latency else ' (no grid table: the key table with --set)'}, "
         f"n={n}, cohort={cohort}, {rounds} rounds, target {target}, seeds {list(seeds)}"
         + (f", compute charged {charge['measured_partition_cost_s']:.4f} s per partition"
            if charge else ""))
