@@ -240,6 +240,8 @@ def check_cell(cell: Cell, task: str, seeds: Sequence[int]) -> None:
         try:
             run_partitions(cfg, cell.n)
         except ValueError as exc:
+            if any(str(exc).startswith(f"{key}=") for key in cfg):  # a key's value refused
+                raise ValueError(f"task {task!r}: {exc}") from exc
             raise ValueError(f"task {task!r} cannot be split into n={cell.n} partitions "
                              f"(partitioner {cfg['partitioner']!r}, seed {seed}): {exc}; "
                              "use a smaller --n, another partitioner (--set partitioner=iid) "

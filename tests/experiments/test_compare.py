@@ -601,3 +601,13 @@ def test_the_keys_the_harness_overwrites_are_the_ones_set_refuses():
     config = _cell(other, n=7, cohort=7, rounds=3, target=0.5).config(5)
     overwritten = {k for k, v in other.items() if config[k] != v}
     assert overwritten and overwritten <= set(HARNESS_KEYS), overwritten - set(HARNESS_KEYS)
+
+
+def test_a_refused_partitioner_value_is_named_without_the_split_advice(tmp_path):
+    """--set dirichlet-alpha=0 is a bad value, not data too small for n: the message names it
+    and does not suggest a smaller --n."""
+    with pytest.raises(SystemExit) as stop:
+        compare.main(["--quick", "--set", "dirichlet-alpha=0", "--out",
+                      str(tmp_path / "never.json")])
+    message = str(stop.value.code)
+    assert "dirichlet-alpha=0.0 must be > 0" in message and "smaller --n" not in message
