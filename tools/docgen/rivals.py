@@ -540,7 +540,8 @@ def render_headline(data: Mapping[str, Any], report: Sequence[str],
     compute = (wfa.get("client_compute_s_vs_auto") or {}).get("geomean")
     upload = (wfa.get("bytes_up_vs_auto") or {}).get("geomean")
     lines = [
-        f"- **Buys** (`python -m experiments.compare`, cell `{MAIN_CELL}`: the main job's task "
+        f"- **Buys** (`python -m experiments.compare`, which runs cell `{MAIN_CELL}` into "
+        "`results/compare_cell.json`: the main job's task "
         f"and latency regime at {cell['settings']['n']} clients; evaluation seeds "
         f"{seeds[0]}–{seeds[-1]}, reported only: knobs tuned on the development seeds, but for "
         "the hindsight-best deadline and the amendments the grid file lists): `s=\"auto\"`"
