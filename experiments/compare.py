@@ -204,13 +204,7 @@ def stored_run(record: Mapping[str, Any]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser(__doc__.splitlines()[0]).parse_args(argv)
     with harness_environment():
-        try:
-            return _main(args)
-        except KeyboardInterrupt:
-            print("compare: interrupted; the finished runs are kept in the journal beside "
-                  "--out (OUT.journal.jsonl; a grid's under OUT.journal/): run the same "
-                  "command again to resume")
-            return 130
+        return _main(args)
 
 
 def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, cohort: int,
@@ -487,4 +481,10 @@ def parse_cell(grid: Mapping[str, Any], args: argparse.Namespace) -> dict[str, A
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    try:
+        raise SystemExit(main())
+    except KeyboardInterrupt:  # the command line's Ctrl-C: no traceback, where to resume
+        print("compare: interrupted; the finished runs are kept in the journal beside --out "
+              "(OUT.journal.jsonl; a grid's under OUT.journal/): run the same command again "
+              "to resume")
+        raise SystemExit(130) from None

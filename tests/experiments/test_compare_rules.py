@@ -186,3 +186,23 @@ def test_a_fedbuff_run_without_its_buffer_size_is_refused_not_given_one():
 
     with pytest.raises(ValueError, match="fedbuff needs buffer_size"):
         rival_runs.start_rival("fedbuff", {"seed": 0, "num-rounds": 1}, 4)
+
+
+def test_a_refused_partitioner_value_is_named_without_the_split_advice(tmp_path):
+    """--set dirichlet-alpha=0 is a bad value, not data too small for n: the message names it
+    and does not suggest a smaller --n."""
+    with pytest.raises(SystemExit) as stop:
+        compare.main(["--quick", "--set", "dirichlet-alpha=0", "--out",
+                      str(tmp_path / "never.json")])
+    message = str(stop.value.code)
+    assert "dirichlet-alpha=0.0 must be > 0" in message and "smaller --n" not in message
+
+
+def test_a_seed_range_too_large_is_refused_by_its_size():
+    """A range of a billion seeds is refused before any list is built (it ran the machine
+    out of memory); a repeated seed among many is found."""
+    with pytest.raises(ValueError, match=r"1000000001 seeds; expected at most 10000"):
+        compare.parse_seeds("0-1000000000")
+    assert len(compare.parse_seeds("0-9999")) == 10000
+    with pytest.raises(ValueError, match=r"seeds \[5\] given twice"):
+        compare.parse_seeds("0-9998,5")
