@@ -369,7 +369,7 @@ class DeadlineFedAvg(FedAvg):
         # over the largest so that claimed sizes near float's range do not overflow it
         values = np.asarray([float(v) for v in sizes.values()])
         top = float(values.max()) if values.size else 0.0
-        share = float(np.mean(values / top)) * top if top > 0 else 1.0
+        share = float(np.mean(values / top)) * top if top > 0 else 0.0
         return {node: size / share if share > 0 else 1.0 for node, size in sizes.items()}
 
     def arrivals(

@@ -334,3 +334,18 @@ def test_weights_whose_total_overflows_skip_the_round_and_keep_the_model(sizes):
     assert [row["decode"] for row in strategy.history] == ["skipped", "skipped"]
     for name, value in as_dict(initial_arrays()).items():
         np.testing.assert_array_equal(models[2][name], value)
+
+
+def test_weights_below_one_example_keep_every_clients_load_at_one():
+    """Every reply weighs 0.5 (a fraction: FedAvg takes it; the timing reads it as 0
+    examples): each client's load is the cohort's mean, 1, as when every reply weighs 10,
+    so a load-scaled latency model's draws arrive at the same times (they arrived at 0)."""
+    from fl_gradcode.latency import ShiftedExponential
+
+    def times(weight):
+        strategy = WaitForAll(latency=ShiftedExponential(1.0, 1.0), measured_compute=False,
+                              fraction_evaluate=0.0, min_available_nodes=1, min_train_nodes=3)
+        _start(strategy, _weight_from({0, 1, 2}, weight), 2)
+        return [row["virtual_s"] for row in strategy.history]
+
+    assert times(0.5) == pytest.approx(times(10)) and times(10)[0] > 0
