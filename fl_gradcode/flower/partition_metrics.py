@@ -5,8 +5,8 @@ decode to the example-weighted mean of the partitions' metrics: what FedAvg's de
 ``train_metrics_aggr_fn`` computes, but not what any other aggregator computes (a max, e.g.
 the largest epsilon of Opacus' example, a count, a median). So the mod also sends each
 partition's own metrics (``partition-metric.<name>``: one value per partition the worker
-computed, aligned with ``partition-sizes``; not under the ``dp`` modes, which withhold the
-app's metrics), and the server calls the inner strategy's ``train_metrics_aggr_fn`` on one
+computed, aligned with ``partition-sizes``; not under ``dp='partition'`` and ``'central'``,
+which withhold the app's metrics; under ``dp='sample'`` they leave the node un-noised), and the server calls the inner strategy's ``train_metrics_aggr_fn`` on one
 record per partition (that partition's metrics and weight) while the arrays it aggregates are
 the decoded average (:func:`per_partition_metrics`). A list-valued metric (``MetricRecord``
 holds lists of numbers) travels this way only (``partition-metric-list.<k>.<name>``): it is not
@@ -105,7 +105,7 @@ def read(reply: Message, count: int) -> list[Metrics] | None:
 
 def collect(code: Any, replies: Mapping[int, Any], used: Sequence[int],
             sizes: Mapping[int, float], round_number: int
-            ) -> list[tuple[int, dict[str, float], float]] | None:
+            ) -> list[tuple[int, dict[str, Any], float]] | None:
     """``(partition, metrics, weight)`` for each code partition a used reply computed, from the
     replies' ``extra["partition_metrics"]`` (:func:`read`); ``None`` when no used reply carries
     per-partition metrics. The weight is the partition's checked size (``sizes``), else the
@@ -144,10 +144,29 @@ def collect(code: Any, replies: Mapping[int, Any], used: Sequence[int],
             "and no majority: %s", round_number, undecided,
             "the inner strategy's metric aggregation goes without them" if out else
             "the inner strategy aggregates the decoded metrics instead")
-    return out or None
+    return _common_layout(out, round_number) or None
 
 
-def records(parts: Sequence[tuple[int, dict[str, float], float]],
+def _common_layout(parts: list[tuple[int, dict[str, Any], float]], round_number: int
+                   ) -> list[tuple[int, dict[str, Any], float]]:
+    """``parts`` without the metrics Flower's metric average cannot take: one a partition
+    lacks, or a number in one and a list in another, or lists of different lengths."""
+    def layout(value: Any) -> int | None:
+        return None if value is None else len(value) if isinstance(value, tuple) else -1
+
+    names = {name for _, metrics, _ in parts for name in metrics}
+    bad = sorted(name for name in names
+                 if len({layout(metrics.get(name)) for _, metrics, _ in parts}) > 1)
+    if not bad:
+        return parts
+    log(WARNING, "round %d: train metrics %s are not laid out alike in every partition (a "
+        "list's length, a number or a list, or missing): left out of the metric aggregation",
+        round_number, bad)
+    return [(j, {k: v for k, v in metrics.items() if k not in bad}, weight)
+            for j, metrics, weight in parts]
+
+
+def records(parts: Sequence[tuple[int, dict[str, Any], float]],
             weight_key: str) -> list[RecordDict]:
     """One ``RecordDict`` per partition: its metrics and its weight under ``weight_key``."""
     return [RecordDict({"metrics": MetricRecord({

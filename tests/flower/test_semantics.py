@@ -299,3 +299,26 @@ def test_a_malformed_list_metric_rejects_that_reply_only(key, value):
     assert row["decode"] == "exact" and row["rejected"] == 1
     assert "partition-metric-list." in row["rejected_reasons"][0]
     assert len(out.result.train_metrics_clientapp[1]["per-class"]) == 3
+
+
+def test_list_metrics_of_different_lengths_are_left_out_not_the_end_of_the_run(caplog):
+    """Partitions whose list metric differ in length (an app whose classes differ per
+    partition, or one hostile reply): Flower's metric average cannot take them; the metric is
+    left out of the round's aggregation with a warning, the other metrics and the model go on
+    (the run ended with a ValueError)."""
+    def varying_mod(msg, context, call_next):
+        reply = call_next(msg, context)
+        if msg.metadata.message_type == "train" and not reply.has_error():
+            pid = int(context.node_config["partition-id"])
+            reply.content["metrics"]["per-class"] = [1.0] * (2 + pid % 2)
+            reply.content["metrics"]["extra"] = float(pid)
+        return reply
+
+    grid = InProcessGrid(make_app(gradient_coding_mod, varying_mod), 4)
+    out = run(4, code="frc", s=1, rounds=2, grid=grid)
+    assert [row["decode"] for row in out.rows] == ["exact", "exact"]
+    metrics = out.result.train_metrics_clientapp[2]
+    assert "per-class" not in metrics
+    assert metrics["extra"] == pytest.approx(sum(j * (10 + j) for j in range(4))
+                                             / sum(10 + j for j in range(4)))
+    assert "per-class" in caplog.text and "left out" in caplog.text
