@@ -6,9 +6,10 @@ decode to the example-weighted mean of the partitions' metrics: what FedAvg's de
 the largest epsilon of Opacus' example, a count, a median). So the mod also sends each
 partition's own metrics (``partition-metric.<name>``: one value per partition the worker
 computed, aligned with ``partition-sizes``; not under ``dp='partition'`` and ``'central'``,
-which withhold the app's metrics; under ``dp='sample'`` they leave the node un-noised), and the server calls the inner strategy's ``train_metrics_aggr_fn`` on one
-record per partition (that partition's metrics and weight) while the arrays it aggregates are
-the decoded average (:func:`per_partition_metrics`). A list-valued metric (``MetricRecord``
+which withhold the app's metrics; under ``dp='sample'`` they leave the node un-noised),
+and the server calls the inner strategy's ``train_metrics_aggr_fn`` on one record per
+partition (that partition's metrics and weight) while the arrays it aggregates are the decoded
+average (:func:`per_partition_metrics`). A list-valued metric (``MetricRecord``
 holds lists of numbers) travels this way only (``partition-metric-list.<k>.<name>``): it is not
 coded, so it is missing where the inner strategy aggregates the decoded record instead.
 
