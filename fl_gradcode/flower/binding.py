@@ -44,7 +44,14 @@ def _values(arr) -> np.ndarray:
 
 
 def arrays_digest(content: RecordDict) -> str:
-    """SHA-256 of the values of every array in ``content`` (records and names sorted).
+    """SHA-256 of the values of every array in ``content`` (records and names sorted), and of
+    a record's names in the order received when that is not the sorted order.
+
+    The order is bound because it is part of what the node computes and releases: an app
+    reading the arrays by position trains another model from another order, and the release
+    lays the noise out over the arrays in the order received, so two replicas sent one model
+    in two orders under one noise seed would carry the same noise on different arrays, and
+    their difference would cancel it.
 
     Floating arrays are hashed as float64 with ``-0.0`` read as ``0.0``, so the same values
     sent in another byte order or memory layout hash alike (they give the app the same
@@ -55,6 +62,9 @@ def arrays_digest(content: RecordDict) -> str:
         record = content[key]
         if not isinstance(record, ArrayRecord):
             continue
+        received = [str(name) for name in record.keys()]
+        if received != sorted(received):
+            digest.update(json.dumps([key, "order", received]).encode())
         for name in sorted(record.keys()):
             values = _values(record[name])
             if values.dtype.kind == "f":
