@@ -256,9 +256,9 @@ def run_cell(grid: Mapping[str, Any], task_name: str, latency: str, n: int, coho
             "(--latency and --set latency differ)")
     t0 = time.perf_counter()
     cell, charge = charge_once(cell, [*seeds, *dev_seeds][0], book, fixed, fixed_how)
-    log(f"compare: task {task_name}, latency "
-        f"{ran if not latency or ran != latency else latency}"
-        f"{'' if latency else ' (no grid table: the key table with --set)'}, "
+    source = "" if latency else " (no grid table: the key table" + (
+        " with --set)" if "latency" in (sets or {}) else ")")
+    log(f"compare: task {task_name}, latency {ran}{source}, "
         f"n={n}, cohort={cohort}, {rounds} rounds, target {target}, seeds {list(seeds)}"
         + (f", compute charged {charge['measured_partition_cost_s']:.4f} s per partition"
            if charge else ""))

@@ -313,6 +313,7 @@ class ReplicatedFedBuff(FedBuff):
         self.readings: dict[int, deque[float]] = {}  # partition -> its last log ratios to era
         self.needed: set[int] = set()  # partitions latched at the bar 1
         self.identities: dict[int, protocol.Identity] = {}
+        self.refused_claims: dict[int, str] = {}  # node -> why its identity is not used
         self.served: dict[int, int] = {}  # partition -> jobs sent for it
         self._nonce = ""
 
@@ -337,7 +338,7 @@ class ReplicatedFedBuff(FedBuff):
                 self.identities[node] = protocol.parse_identity(reply)
             except RejectedReply as why:
                 log(WARNING, "ReplicatedFedBuff: node %s gets no job: %s", node, why)
-        refused = _refused_claims(self.identities)
+        refused = self.refused_claims = _refused_claims(self.identities)
         for node, why in sorted(refused.items()):
             log(WARNING, "ReplicatedFedBuff: node %s gets no job: %s", node, why)
             del self.identities[node]
@@ -350,8 +351,8 @@ class ReplicatedFedBuff(FedBuff):
         counts = {ident.num_partitions for ident in self.identities.values()}
         missing = sum(counts) - len(held) if len(counts) == 1 else 0
         if missing:
-            log(WARNING, "ReplicatedFedBuff: %d partitions are held by no node that "
-                "identified; they are never computed", missing)
+            log(WARNING, "ReplicatedFedBuff: %d partitions are held by no node whose identity "
+                "is used; they are never computed", missing)
         return sorted(self.identities)
 
     def _nodes(self, grid: Grid, timeout: float) -> list[int]:
@@ -363,6 +364,9 @@ class ReplicatedFedBuff(FedBuff):
         self.readings = {}
         self.needed = set()
         answered = self._identify(grid, timeout)
+        if not answered and self.refused_claims:
+            raise ValueError("ReplicatedFedBuff: every node's identity claim was refused (the "
+                             "warnings above say why): no node can be given a job")
         if not answered:
             raise ValueError("ReplicatedFedBuff: no node identified its partition (does the "
                              "ClientApp have gradient_coding_mod?)")
@@ -566,5 +570,6 @@ def _refused_claims(identities: Mapping[int, protocol.Identity]) -> dict[int, st
     for pid, nodes in claimants.items():
         if len(nodes) > 1:
             for node in nodes:
-                out[node] = (f"nodes {sorted(nodes)} claim partition-id={pid}: neither is used")
+                out[node] = (f"nodes {sorted(nodes)} claim partition-id={pid}: none of them "
+                             "is used")
     return out

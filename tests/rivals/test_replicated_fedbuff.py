@@ -326,6 +326,17 @@ def test_a_claim_of_another_num_partitions_gets_no_job():
     assert told and set(told) == {4}
 
 
+def test_when_every_claim_is_refused_the_error_says_so():
+    """Every node claims partition 0: none is used, and the run's error says the claims were
+    refused (it asked whether the ClientApp has the mod)."""
+    grid = InProcessGrid(make_app(train_timing_mod, gradient_coding_mod), 4,
+                         node_config=lambda i: {"partition-id": 0})
+    strategy = ReplicatedFedBuff(s=1, buffer_size=2, concurrency=4,
+                                 latency=FixedArrivals(TABLE), measured_compute=False)
+    with pytest.raises(ValueError, match="every node's identity claim was refused"):
+        start_run(strategy, 4, 2, grid=grid)
+
+
 def test_a_node_that_does_not_identify_gets_no_job(caplog):
     def app(msg, context):
         if int(context.node_config["partition-id"]) == 2:

@@ -326,11 +326,11 @@ def fedbuff_auto_check() -> str | None:
                f"{settings['latency_table']} --n {settings['n']} --methods fedbuff-auto "
                "--seeds 10-19 --out results/fedbuff_auto_check.json")
     if not theirs:
-        return (f"`{command}` ran the rule `s='auto'` runs in {name} "
-                f"(`results/fedbuff_auto_check.json`); amendment {amendment}'s evaluation "
+        return (f"`{command}` ran the rule `s='auto'` runs in {name}; amendment "
+                f"{amendment}'s evaluation "
                 "runs of that cell are not on record yet, so nothing is compared with them.")
     same = sum(r["seed"] in theirs and theirs[r["seed"]] == r["time_to_target"] for r in mine)
-    return (f"Run so in {name} (`{command}`, FedBuff's tuning run again; "
-            f"`results/fedbuff_auto_check.json`), its time to target equalled that of "
+    return (f"Run so in {name} (`{command}`, FedBuff's tuning run again), its time to "
+            "target equalled that of "
             f"amendment {amendment}'s evaluation run of "
             f"the same seed on {same} of {len(mine)} seeds.")
