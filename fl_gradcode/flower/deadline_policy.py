@@ -44,6 +44,7 @@ class DeadlinePolicy:
         self.planned = False  # this round's deadline is an approximate round's (planned)
         self.at_timeout = 0  # rounds in a row ended at straggler_timeout, not exact
         self.warned = False  # the unreachable-deadline warning is given once per run
+        self.warned_min_replies = False  # min_replies above a cohort: said once
 
     def round_deadline(self, decision: Any) -> float:
         """This round's deadline: ``straggler_timeout``, or with ``auto_deadline`` that factor
@@ -111,5 +112,11 @@ class DeadlinePolicy:
         """A round also ends at this many valid replies: ``min_replies`` (at most ``n``), or
         ``n - s`` for an approximate code; ``None``: only a decodable set ends it."""
         if self.options.min_replies is not None:
+            if self.options.min_replies > code.n and not self.warned_min_replies:
+                self.warned_min_replies = True
+                log(WARNING, "min_replies=%d is more than the round's cohort of %d clients: "
+                    "such rounds end at their %d replies (or a decodable set, or the "
+                    "deadline); this warning is given once", self.options.min_replies, code.n,
+                    code.n)
             return min(self.options.min_replies, code.n)
         return None if code.is_exact else code.n - code.s

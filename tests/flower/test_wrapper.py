@@ -524,3 +524,12 @@ def test_a_virtual_round_whose_every_node_hangs_ends_at_the_hang_bound_not_round
     assert time.monotonic() - t0 < 30.0
     assert [row["round"] for row in out.rows] == [1, 2, 3, 4]
     assert "taken for hung" in caplog.text
+
+
+def test_min_replies_above_the_cohort_is_named_once_and_waits_for_the_cohort(caplog):
+    """min_replies=10 with cohorts of 6 cannot be met: the round ends at its 6 replies (as
+    documented, 'at most n'); the log says so once, naming both numbers."""
+    out = run(6, code="bgc", s=1, rounds=2, min_replies=10)
+    assert len(out.rows) == 2
+    warned = [r.getMessage() for r in caplog.records if "min_replies=10" in r.getMessage()]
+    assert len(warned) == 1 and "6" in warned[0]
