@@ -229,8 +229,7 @@ class VirtualClock:
     def hang_after_s(self, longest_gap_s: float) -> float:
         """Real seconds without any reply after which the nodes still silent are stragglers:
         ``max(straggler_timeout, HANG_FACTOR * longest_gap_s)``, ``longest_gap_s`` the longest
-        real wait between the round's start and its replies so far, or between two of them
-        (in a round with no reply yet: the longest wait for an earlier round's first reply).
+        real wait between the round's start and its replies so far, or between two of them.
         Virtual arrivals do not depend on how long the grid waits, except for a node that
         hangs: without this bound every round would wait ``round_timeout`` for it. With
         ``measured_compute`` a node computing longer than ``straggler_timeout`` is a straggler

@@ -62,9 +62,6 @@ class EarlyReturnGrid:
         self.abandoned: dict[str, int] = {}  # message id -> destination node
         self._expires: dict[str, float] = {}  # message id -> when it is given up (monotonic)
         self.expired = 0  # abandoned messages given up without a reply
-        #: the longest real wait for a round's first reply so far (virtual timing's hang
-        #: bound for a round in which no node replies at all)
-        self.first_reply_wait_s: float | None = None
 
     def _ttl(self, msg: Message | None) -> float:
         """Seconds an abandoned message is waited for: ``abandon_ttl`` (default the strategy's
@@ -182,7 +179,7 @@ class EarlyReturnGrid:
         quiet = 0  # empty pulls in a row
         # virtual timing: a node silent for long after the others answered is hung
         hang_after = getattr(getattr(self._strategy, "clock", None), "hang_after_s", None)
-        last = started = time.monotonic()  # the round's start, then its latest reply
+        last = time.monotonic()  # the round's start, then its latest reply
         longest_gap = 0.0
         while pending:
             asked = [*pending, *self.abandoned]
@@ -197,9 +194,6 @@ class EarlyReturnGrid:
                     if rid in pending:
                         del pending[rid]
                         now = time.monotonic()
-                        if not replies:
-                            self.first_reply_wait_s = max(self.first_reply_wait_s or 0.0,
-                                                          now - started)
                         longest_gap, last = max(longest_gap, now - last), now
                         answered.add(rid)
                         replies.append(reply)
@@ -216,12 +210,10 @@ class EarlyReturnGrid:
             if done or not pending:
                 break
             left = t_end - time.monotonic()
-            # no reply yet: hung after the bound the earlier rounds' first replies set
-            gap = longest_gap if replies else self.first_reply_wait_s
-            if hang_after is not None and gap is not None:
-                silent = last + hang_after(gap) - time.monotonic()
+            if hang_after is not None and replies:
+                silent = last + hang_after(longest_gap) - time.monotonic()
                 if silent <= 0 < left:
-                    self._warn_hung(pending, time.monotonic() - last, gap, bool(replies))
+                    self._warn_hung(pending, time.monotonic() - last, longest_gap)
                     break
                 left = min(left, silent)
             if left <= 0:
@@ -231,16 +223,13 @@ class EarlyReturnGrid:
         self._abandon(pending, sent)
         return replies
 
-    def _warn_hung(self, pending: dict[str, int], silent_s: float, gap_s: float,
-                   replied: bool) -> None:
+    def _warn_hung(self, pending: dict[str, int], silent_s: float, gap_s: float) -> None:
         nodes = sorted(set(pending.values()))
-        log(WARNING, "node(s) %s sent no reply %.1f s (real time) after the round's %s (the "
-            "longest real wait for %s was %.2f s): taken for hung, "
+        log(WARNING, "node(s) %s sent no reply %.1f s (real time) after the round's last "
+            "reply (the longest real wait for a reply this round was %.2f s): taken for hung, "
             "they are stragglers of this virtual-timing round, which stops waiting for them "
             "(a node silent for max(straggler_timeout, %g x that wait) is; round_timeout is "
-            "the bound otherwise)", ", ".join(map(str, nodes)), silent_s,
-            "last reply" if replied else "start",
-            "a reply this round" if replied else "a round's first reply so far", gap_s,
+            "the bound otherwise)", ", ".join(map(str, nodes)), silent_s, gap_s,
             getattr(getattr(self._strategy, "clock", None), "HANG_FACTOR", 0.0))
 
     def _next_wait(self, asked: list[str], quiet: int) -> float:
