@@ -65,6 +65,8 @@ def arrays_digest(content: RecordDict) -> str:
         received = [str(name) for name in record.keys()]
         if received != sorted(received):
             digest.update(json.dumps([key, "order", received]).encode())
+        if not received:  # present, if empty: the app may read that it is there
+            digest.update(json.dumps([key, "empty"]).encode())
         for name in sorted(record.keys()):
             values = _values(record[name])
             if values.dtype.kind == "f":
@@ -89,7 +91,7 @@ def partition_nonce(nonce: str, num_partitions: int) -> str:
 
 def bound_nonce(instruction: Instruction, content: RecordDict,
                 run_config: Mapping[str, Any] | None = None,
-                message_type: str = MessageType.TRAIN) -> str:
+                message_type: str = MessageType.TRAIN, group_id: str | None = None) -> str:
     """The run nonce bound to this instruction's inputs: ``"<nonce>;bind=<sha256 prefix>"``.
 
     Bound: the DP parameters (``dp``, ``clip-norm``, ``noise-multiplier``, ``dp-noise``), the
@@ -104,18 +106,31 @@ def bound_nonce(instruction: Instruction, content: RecordDict,
     it subtracts the releases. ``message_type``: a train action other than the default
     (``"train.<action>"``, which Flower routes to another handler of the app, i.e. another
     computation) is bound too; ``"train"`` and ``"train.default"`` reach the same handler and
-    bind nothing more."""
+    bind nothing more. What an app may read beside the values is bound where it is not what
+    honest senders send alike: the order of the records and of a record's items when it is
+    not sorted by name (an app may take the first record, or read its config by position),
+    an empty ArrayRecord, and a ``group_id`` other than the round's number (Flower's
+    senders set it to the round; an app may schedule its step by it)."""
     digest = hashlib.sha256()
     params = {"dp": instruction.dp, "clip-norm": repr(float(instruction.clip_norm)),
               "noise-multiplier": repr(float(instruction.noise_multiplier)),
               "dp-noise": instruction.dp_noise}
     digest.update(json.dumps(params, sort_keys=True).encode())
+    received = [str(key) for key in content.keys()]
+    if received != sorted(received):  # an app may take the first record
+        digest.update(json.dumps(["record-order", [
+            [key, type(content[key]).__name__] for key in received]]).encode())
     for key in sorted(content.keys()):
         record = content[key]
         if isinstance(record, ArrayRecord):
             continue
         items = sorted((str(name), repr(value)) for name, value in record.items())
         digest.update(json.dumps([key, type(record).__name__, items]).encode())
+        order = [str(name) for name in record.keys()]
+        if order != sorted(order):  # an app may read its config by position
+            digest.update(json.dumps([key, "order", order]).encode())
+    if group_id is not None and str(group_id) != str(instruction.round):
+        digest.update(json.dumps(["group-id", str(group_id)]).encode())
     # the run config the app may read (its data split, seed, ...; not the keys only the
     # server reads, e.g. the code): replicas of one run share it
     items = sorted((str(name), repr(value)) for name, value in (run_config or {}).items()

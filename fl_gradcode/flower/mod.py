@@ -137,7 +137,8 @@ def _coded_reply(msg: Message, context: Context,
     if keys is not None:  # keyed seeds: bind them to what this node was asked to compute
         instruction = dataclasses.replace(
             instruction, nonce=bound_nonce(instruction, content, context.run_config,
-                                            msg.metadata.message_type))
+                                            msg.metadata.message_type,
+                                            msg.metadata.group_id))
     runs = PartitionRuns(msg, context, call_next, instruction, theta, keys, policy, cache,
                          notices)
     deadline = WorkDeadline(msg, instruction, wall_clock)

@@ -19,12 +19,13 @@ def train_instruction(**kw) -> Instruction:
 
 
 def train_message(instruction: Instruction, arrays: dict[str, np.ndarray] | None = None) -> Message:
-    """A train message to node 7 carrying ``instruction`` and ``arrays`` (default: zeros(DIM))."""
+    """A train message to node 7 carrying ``instruction`` and ``arrays`` (default: zeros(DIM)),
+    its group id the round's number, as Flower's senders set it."""
     arrays = {"w": np.zeros(DIM)} if arrays is None else arrays
     content = RecordDict({"arrays": ArrayRecord({k: Array(v) for k, v in arrays.items()}),
                           "config": ConfigRecord({})})
     msg = Message(content, dst_node_id=7, message_type=MessageType.TRAIN)
-    return protocol.instruction_message(msg.content, instruction, 7, "1")
+    return protocol.instruction_message(msg.content, instruction, 7, str(instruction.round))
 
 
 def node_context(node_config: dict | None = None) -> Context:

@@ -65,11 +65,14 @@ def _expected_bound_nonce(nonce: str, params: dict, records: list[tuple[str, str
     sorted) ``[record, name, kind, shape]`` (kind ``"float"`` for float64, ``"float32"``,
     ``"float16"`` for those) then its float64 values' bytes (after ``["train-action",
     action]`` for a message type ``train.<action>`` other than ``train.default``);
-    ``"<nonce>;bind=<first 32 hex digits>"``."""
+    ``"<nonce>;bind=<first 32 hex digits>"``. A record whose items are not in sorted order
+    also binds ``[key, "order", its names as received]`` after its pairs."""
     digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode())
     for key, kind, items in sorted(records):
         pairs = sorted((str(k), repr(v)) for k, v in items.items())
         digest.update(json.dumps([key, kind, pairs]).encode())
+        if list(items) != sorted(items):
+            digest.update(json.dumps([key, "order", list(items)]).encode())
     pairs = sorted((str(k), repr(v)) for k, v in (run_config or {}).items())
     digest.update(json.dumps(["run-config", pairs]).encode())
     if action is not None:

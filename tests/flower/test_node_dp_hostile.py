@@ -580,3 +580,36 @@ def test_a_round_stopped_after_the_app_ran_stays_answered(key_file):
     now[0] = 0.0
     assert "already answered" in _refused(mod(_message(inst, theta=_target(1)),
                                               _context(**node), NoisyApp()))
+
+
+def test_what_the_app_may_read_beside_the_array_values_is_bound():
+    """Besides the arrays (values, precision, order), an app may read which record comes
+    first, its config by position, an extra (even empty) record, and the message's group id
+    (Flower's senders set it to the round; an app may schedule its step by it): two replicas
+    sent one partition under one (nonce, round) with any of these changed computed otherwise
+    under the same keyed noise. Each now binds another seed; the same inputs bind the same."""
+    from fl_gradcode.flower.binding import bound_nonce as bind
+
+    instruction = _inst(dp="partition", noise_multiplier=5.0)
+    a, b = ArrayRecord({"w": Array(np.zeros(DIM))}), ArrayRecord({"w": Array(np.ones(DIM))})
+
+    def cfg(*items):
+        return ConfigRecord(dict(items))
+
+    base = RecordDict({"arrays": a, "config": cfg(("lr", 0.1), ("mu", 0.0))})
+    same = RecordDict({"arrays": a, "config": cfg(("lr", 0.1), ("mu", 0.0))})
+    changed = {
+        "record order": RecordDict({"config": cfg(("lr", 0.1), ("mu", 0.0)), "arrays": a}),
+        "config order": RecordDict({"arrays": a, "config": cfg(("mu", 0.0), ("lr", 0.1))}),
+        "an empty array record": RecordDict({"arrays": a, "config": cfg(("lr", 0.1),
+                                                                        ("mu", 0.0)),
+                                             "z": ArrayRecord()}),
+        "another array record first": RecordDict({"prev": b, "arrays": a,
+                                                  "config": cfg(("lr", 0.1), ("mu", 0.0))}),
+    }
+    nonce = bind(instruction, base)
+    assert bind(instruction, same) == nonce
+    assert bind(instruction, base, group_id=str(instruction.round)) == nonce
+    for what, content in changed.items():
+        assert bind(instruction, content) != nonce, what
+    assert bind(instruction, base, group_id="2") != nonce
