@@ -365,8 +365,10 @@ class ReplicatedFedBuff(FedBuff):
         self.needed = set()
         answered = self._identify(grid, timeout)
         if not answered and self.refused_claims:
-            raise ValueError("ReplicatedFedBuff: every node's identity claim was refused (the "
-                             "warnings above say why): no node can be given a job")
+            raise ValueError(f"ReplicatedFedBuff: every node's identity claim was refused or "
+                             f"missing ({len(self.refused_claims)} refused, the others silent "
+                             "or malformed; the warnings above say why): no node can be given "
+                             "a job")
         if not answered:
             raise ValueError("ReplicatedFedBuff: no node identified its partition (does the "
                              "ClientApp have gradient_coding_mod?)")
