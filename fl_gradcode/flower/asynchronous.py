@@ -103,7 +103,7 @@ from __future__ import annotations
 import math
 import secrets
 import statistics
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable, Mapping
 from logging import WARNING
 from typing import Any
@@ -117,6 +117,7 @@ from flwr.serverapp.strategy import Result
 from ..rivals.fedbuff import FedBuff
 from . import protocol
 from .deadline import reply_bytes
+from .membership import judge_claims
 from .protocol import Instruction, RejectedReply
 from .senders import answering_node
 
@@ -338,7 +339,7 @@ class ReplicatedFedBuff(FedBuff):
                 self.identities[node] = protocol.parse_identity(reply)
             except RejectedReply as why:
                 log(WARNING, "ReplicatedFedBuff: node %s gets no job: %s", node, why)
-        refused = self.refused_claims = _refused_claims(self.identities)
+        refused = self.refused_claims = judge_claims(self.identities)[0]
         for node, why in sorted(refused.items()):
             log(WARNING, "ReplicatedFedBuff: node %s gets no job: %s", node, why)
             del self.identities[node]
@@ -551,27 +552,3 @@ class ReplicatedFedBuff(FedBuff):
         return (delta, ident.partition_id, part, float(coded.compute_s), round(weight),
                 reply_bytes(reply), "")
 
-
-def _refused_claims(identities: Mapping[int, protocol.Identity]) -> dict[int, str]:
-    """The nodes whose identity claim is not used, and why, by the coded rounds' rules: the
-    federation's ``num-partitions`` is the value most claims state (a tied vote accepts no
-    claim), a claim of another is refused, and two claims of one partition are both refused
-    (no first-come rule an impostor could win)."""
-    votes = Counter(ident.num_partitions for ident in identities.values()).most_common()
-    if len(votes) > 1 and votes[0][1] == votes[1][1]:
-        return {node: (f"claims num-partitions={ident.num_partitions}; the claims are tied "
-                       f"({votes[0][1]} nodes each): no claim is accepted")
-                for node, ident in identities.items()}
-    k = votes[0][0] if votes else None
-    out = {node: f"claims num-partitions={ident.num_partitions}, the federation has {k}"
-           for node, ident in identities.items() if ident.num_partitions != k}
-    claimants: dict[int, list[int]] = {}
-    for node, ident in identities.items():
-        if node not in out:
-            claimants.setdefault(ident.partition_id, []).append(node)
-    for pid, nodes in claimants.items():
-        if len(nodes) > 1:
-            for node in nodes:
-                out[node] = (f"nodes {sorted(nodes)} claim partition-id={pid}: none of them "
-                             "is used")
-    return out

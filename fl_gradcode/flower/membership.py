@@ -58,7 +58,8 @@ from .protocol import Identity, Instruction, RejectedReply
 from .roster import Roster
 from .senders import answering_node
 
-__all__ = ["Membership", "code_for_cohort", "placeholder"]
+__all__ = ["Membership", "code_for_cohort", "federation_size", "judge_claims",
+           "placeholder"]
 
 _HINT = (
     "Does every ClientApp run gradient_coding_mod as its FIRST mod "
@@ -181,63 +182,18 @@ class Membership:
 
     # ------------------------------------------------------------------ cross-checks
     def federation_size(self) -> tuple[int | None, str]:
-        """``(num-partitions, where it comes from)``: the server's configuration
-        (``num_partitions``), else the roster, else the value most claims state; ``None`` before
-        any claim or when the vote is tied (Sybils that tie it do not win it)."""
-        if self.configured is not None:
-            return self.configured, "configured on the server"
-        if self.roster is not None:
-            return self.roster.num_partitions, "from the roster"
-        if not self.claims:
-            return None, "no claim yet"
-        votes = Counter(c.num_partitions for c in self.claims.values())
-        ranked = votes.most_common()
-        if len(ranked) > 1 and ranked[0][1] == ranked[1][1]:
-            tied = sorted(k for k, v in ranked if v == ranked[0][1])
-            return None, (f"the num-partitions claims are tied ({ranked[0][1]} nodes each for "
-                          f"{', '.join(map(str, tied))})")
-        return ranked[0][0], f"{ranked[0][1]} of {len(self.claims)} nodes claim {ranked[0][0]}"
+        """``(num-partitions, where it comes from)``: :func:`federation_size` of the claims,
+        with the server's ``num_partitions`` and the roster."""
+        return federation_size(self.claims, self.configured, self.roster)
 
     def num_partitions(self) -> int | None:
         """The federation's ``num-partitions`` (:meth:`federation_size`)."""
         return self.federation_size()[0]
 
     def _judge(self) -> tuple[dict[int, str], set[int]]:
-        """``(node -> why its identity is not used, partitions with conflicting claims)``."""
-        out = dict(self.invalid)
-        k, source = self.federation_size()
-        claimants: dict[int, list[int]] = {}
-        for node in sorted(self.claims):
-            claim = self.claims[node]
-            if self.roster is not None:
-                pid = self.roster.partition_of(node)
-                if pid is None:
-                    out[node] = (f"claims partition-id={claim.partition_id} of "
-                                 f"{claim.num_partitions} and is not in the roster")
-                    continue
-                if (claim.partition_id, claim.num_partitions) != (pid, self.roster.num_partitions):
-                    out[node] = (f"claims partition-id={claim.partition_id} of "
-                                 f"{claim.num_partitions}, the roster gives it partition {pid} "
-                                 f"of {self.roster.num_partitions}")
-                    continue
-            if k is None:
-                out[node] = (f"claims num-partitions={claim.num_partitions}; {source}: no claim "
-                             "is accepted while the vote is tied")
-            elif claim.num_partitions != k:
-                out[node] = (f"claims num-partitions={claim.num_partitions}, the federation has "
-                             f"{k} ({source})")
-            else:
-                claimants.setdefault(claim.partition_id, []).append(node)
-        contested = set()
-        for pid, nodes in claimants.items():
-            if len(nodes) > 1:
-                contested.add(pid)
-                for node in nodes:
-                    others = ", ".join(str(n) for n in nodes if n != node)
-                    out[node] = (f"claims partition-id={pid} of {k}, as does node {others}: "
-                                 "conflicting claims, neither is used (the partition's other "
-                                 "replicas compute it)")
-        return out, contested
+        """``(node -> why its identity is not used, partitions with conflicting claims)``
+        (:func:`judge_claims`; claims out of range were refused at the handshake)."""
+        return judge_claims(self.claims, self.configured, self.roster, self.invalid)
 
     def verdicts(self) -> dict[int, str]:
         """Node -> why its identity is excluded, over every node that answered."""
@@ -392,6 +348,70 @@ class Membership:
         if self.idle_partitions:
             fields.update(missing_partitions=list(self.idle_partitions), missing_weight=1.0)
         return fields
+
+
+def federation_size(claims: Mapping[int, Identity], configured: int | None = None,
+                    roster: Roster | None = None) -> tuple[int | None, str]:
+    """``(num-partitions, where it comes from)``: ``configured`` (the server's), else the
+    roster's, else the value most ``claims`` state; ``None`` before any claim or when the vote
+    is tied (Sybils that tie it do not win it)."""
+    if configured is not None:
+        return configured, "configured on the server"
+    if roster is not None:
+        return roster.num_partitions, "from the roster"
+    if not claims:
+        return None, "no claim yet"
+    votes = Counter(c.num_partitions for c in claims.values())
+    ranked = votes.most_common()
+    if len(ranked) > 1 and ranked[0][1] == ranked[1][1]:
+        tied = sorted(k for k, v in ranked if v == ranked[0][1])
+        return None, (f"the num-partitions claims are tied ({ranked[0][1]} nodes each for "
+                      f"{', '.join(map(str, tied))})")
+    return ranked[0][0], f"{ranked[0][1]} of {len(claims)} nodes claim {ranked[0][0]}"
+
+
+def judge_claims(claims: Mapping[int, Identity], configured: int | None = None,
+                 roster: Roster | None = None, invalid: Mapping[int, str] | None = None
+                 ) -> tuple[dict[int, str], set[int]]:
+    """``(node -> why its identity claim is not used, partitions with conflicting claims)``:
+    ``invalid``'s nodes as they are; with a roster, a claim it does not state; a claim of
+    another ``num-partitions`` than :func:`federation_size`'s (every claim while the vote is
+    tied); both claimants of one partition (no first-come or lowest-id rule an impostor could
+    win)."""
+    out = dict(invalid or {})
+    k, source = federation_size(claims, configured, roster)
+    claimants: dict[int, list[int]] = {}
+    for node in sorted(claims):
+        claim = claims[node]
+        if roster is not None:
+            pid = roster.partition_of(node)
+            if pid is None:
+                out[node] = (f"claims partition-id={claim.partition_id} of "
+                             f"{claim.num_partitions} and is not in the roster")
+                continue
+            if (claim.partition_id, claim.num_partitions) != (pid, roster.num_partitions):
+                out[node] = (f"claims partition-id={claim.partition_id} of "
+                             f"{claim.num_partitions}, the roster gives it partition {pid} "
+                             f"of {roster.num_partitions}")
+                continue
+        if k is None:
+            out[node] = (f"claims num-partitions={claim.num_partitions}; {source}: no claim "
+                         "is accepted while the vote is tied")
+        elif claim.num_partitions != k:
+            out[node] = (f"claims num-partitions={claim.num_partitions}, the federation has "
+                         f"{k} ({source})")
+        else:
+            claimants.setdefault(claim.partition_id, []).append(node)
+    contested = set()
+    for pid, nodes in claimants.items():
+        if len(nodes) > 1:
+            contested.add(pid)
+            for node in nodes:
+                others = ", ".join(str(n) for n in nodes if n != node)
+                out[node] = (f"claims partition-id={pid} of {k}, as does node {others}: "
+                             "conflicting claims, neither is used (the partition's other "
+                             "replicas compute it)")
+    return out, contested
 
 
 def placeholder(partition_id: int) -> int:

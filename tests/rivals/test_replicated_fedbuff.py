@@ -303,7 +303,7 @@ def test_two_claims_of_one_partition_get_neither_claimant_a_job(caplog):
     _, models = start_run(strategy, 4, 4, grid=grid)
     assert all(0 not in row["computed_by"] for row in strategy.history)
     assert sorted(models) == [0, 1, 2, 3, 4]
-    assert "claim partition-id=0" in caplog.text
+    assert "claims partition-id=0 of 4, as does node" in caplog.text
 
 
 def test_a_claim_of_another_num_partitions_gets_no_job():
