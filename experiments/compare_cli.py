@@ -255,25 +255,22 @@ def parse_seeds(text: str, flag: str = "--seeds") -> list[int]:
     def digits(t: str) -> bool:  # ASCII: "²".isdigit() holds, int("²") fails
         return t.isascii() and t.isdigit()
 
-    count = 0  # counted before any range is listed: a huge one is refused, not built
     for part in (p.strip() for p in text.split(",") if p.strip()):
         lo, sep, hi = part.partition("-")
         if sep and digits(lo) and digits(hi) and int(lo) <= int(hi):
-            count += int(hi) - int(lo) + 1
-            if count > MAX_SEEDS:
-                raise ValueError(f"{flag} {text!r}: {count} seeds; expected at most "
-                                 f"{MAX_SEEDS}")
-            seeds.extend(range(int(lo), int(hi) + 1))
+            span = range(int(lo), int(hi) + 1)
         elif digits(part):
-            count += 1
-            seeds.append(int(part))
+            span = range(int(part), int(part) + 1)
         else:
             raise ValueError(f"{flag} {text!r}: expected non-negative integers like 0,1,2 or "
                              "ranges like 10-19 (low-high)")
+        # counted before the range is listed: a huge one is refused, not built
+        if len(seeds) + len(span) > MAX_SEEDS:
+            raise ValueError(f"{flag} {text!r}: {len(seeds) + len(span)} seeds; expected at "
+                             f"most {MAX_SEEDS}")
+        seeds.extend(span)
     if not seeds:
         raise ValueError(f"{flag} {text!r}: expected at least one seed")
-    if count > MAX_SEEDS:
-        raise ValueError(f"{flag} {text!r}: {count} seeds; expected at most {MAX_SEEDS}")
     if too_large := [seed for seed in seeds if seed >= 2**63]:
         raise ValueError(f"{flag} {text!r}: seed {too_large[0]} is too large; expected "
                          "seeds below 2**63")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -43,6 +43,15 @@ def _values(arr) -> np.ndarray:
         return arr.numpy()
 
 
+def _bind_order(digest: Any, key: str, names: Iterable[Any]) -> list[str]:
+    """Add ``[key, "order", names]`` to ``digest`` when ``names`` (a record's, as received) are
+    not in sorted order; returns them."""
+    received = [str(name) for name in names]
+    if received != sorted(received):
+        digest.update(json.dumps([key, "order", received]).encode())
+    return received
+
+
 def arrays_digest(content: RecordDict) -> str:
     """SHA-256 of the values of every array in ``content`` (records and names sorted), and of
     a record's names in the order received when that is not the sorted order.
@@ -62,9 +71,7 @@ def arrays_digest(content: RecordDict) -> str:
         record = content[key]
         if not isinstance(record, ArrayRecord):
             continue
-        received = [str(name) for name in record.keys()]
-        if received != sorted(received):
-            digest.update(json.dumps([key, "order", received]).encode())
+        received = _bind_order(digest, key, record.keys())
         if not received:  # present, if empty: the app may read that it is there
             digest.update(json.dumps([key, "empty"]).encode())
         for name in sorted(record.keys()):
@@ -126,9 +133,7 @@ def bound_nonce(instruction: Instruction, content: RecordDict,
             continue
         items = sorted((str(name), repr(value)) for name, value in record.items())
         digest.update(json.dumps([key, type(record).__name__, items]).encode())
-        order = [str(name) for name in record.keys()]
-        if order != sorted(order):  # an app may read its config by position
-            digest.update(json.dumps([key, "order", order]).encode())
+        _bind_order(digest, key, record.keys())  # an app may read its config by position
     if group_id is not None and str(group_id) != str(instruction.round):
         digest.update(json.dumps(["group-id", str(group_id)]).encode())
     # the run config the app may read (its data split, seed, ...; not the keys only the
