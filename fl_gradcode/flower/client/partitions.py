@@ -22,7 +22,6 @@ from ...privacy import NoiseKeys
 from .. import protocol
 from ..binding import partition_nonce
 from ..client_policy import NodePolicy
-from ..option_values import number
 from ..protocol import Instruction
 from .instruction import KEYED_MODES
 from .notices import Notices
@@ -220,7 +219,11 @@ class PartitionRuns:
 
 def _numeric_metrics(metrics: Any, weight_key: str) -> dict[str, float | list[float]]:
     """The app's train metrics but the weight: numbers as floats, lists of numbers (a
-    ``MetricRecord`` holds both) as lists of floats; anything else is left out."""
+    ``MetricRecord`` holds both) as lists of floats; anything else is left out. (Not
+    ``option_values.number``: that module imports the codes, which a node never loads.)"""
+    def number(v: Any) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
     out: dict[str, float | list[float]] = {}
     for k, v in metrics.items():
         if k == weight_key:
